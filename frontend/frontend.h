@@ -1,0 +1,52 @@
+/* frontend.h - readers and writers (one header for the frontend/ module).
+ *
+ * frontend/ is the only module that includes libxml2 and graphviz. Readers
+ * turn bytes into a cf_graph and finish with cf_frontend_finish (structure,
+ * topology, inference); writers never change the graph.
+ */
+#ifndef COLLFUSE_FRONTEND_H
+#define COLLFUSE_FRONTEND_H
+
+#include "../ir/ir.h"
+
+#include <stdio.h>
+
+/* ---- load.c: file reading, format dispatch, public load/write API ---- */
+
+/* Read a whole file, refusing files above CF_MAX_FILE_BYTES. *data is
+ * malloc'd and NUL-terminated. */
+cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *size);
+/* Verify structure and infer types of a freshly read graph. */
+cf_status cf_frontend_finish(cf_graph *g);
+
+/* ---- xml_util.c: hardened libxml2 parsing shared by the XML readers ---- */
+
+struct _xmlDoc;
+struct _xmlNode;
+/* Parse data without network access, DTDs or entity expansion, with the
+ * element-count limit; errors name file and line. */
+cf_status cf_xml_parse(cf_context *ctx, const char *name, const char *data, size_t size,
+                       struct _xmlDoc **out);
+void cf_xml_free(struct _xmlDoc *doc);
+int cf_xml_line(const struct _xmlNode *n);
+/* Split "0,1,2" into ints (malloc'd); false with why on a bad list. */
+bool cf_parse_int_list(const char *s, int **out, int *n, char *why, size_t why_len);
+
+/* ---- xml_read.c / xml_write.c: the native format ---- */
+
+cf_status cf_xml_read(cf_context *ctx, const char *name, const char *data, size_t size,
+                      cf_graph **out);
+/* Write g as native XML to f. Requires inferred types. */
+cf_status cf_xml_write(const cf_graph *g, FILE *f);
+
+/* ---- graphml.c: networkx / yEd GraphML ---- */
+
+cf_status cf_graphml_read(cf_context *ctx, const char *name, const char *data, size_t size,
+                          cf_graph **out);
+
+/* ---- dot.c: DOT through cgraph, SVG/PNG through gvc ---- */
+
+/* format: "dot", "svg" or "png". */
+cf_status cf_dot_write(const cf_graph *g, const char *path, const char *format);
+
+#endif /* COLLFUSE_FRONTEND_H */

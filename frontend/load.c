@@ -1,0 +1,171 @@
+/* load.c - the public load/verify/write entry points: read a file within the
+ * size limit, pick the reader by extension (or by sniffing the root element),
+ * finish the graph (structure + inference), and dispatch the writers.
+ */
+#include "frontend.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *size) {
+  *data = NULL;
+  *size = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return cf_error(ctx, CF_ERR_IO, path, 0, "cannot open: %s", strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    fclose(f);
+    return cf_error(ctx, CF_ERR_IO, path, 0, "is a directory");
+  }
+  /* refuse oversized regular files before reading a byte */
+  if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > CF_MAX_FILE_BYTES) {
+    fclose(f);
+    return cf_error(ctx, CF_ERR_INVALID, path, 0, "file is %lld bytes, above the limit of %zu",
+                    (long long)sb.st_size, CF_MAX_FILE_BYTES);
+  }
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap + 1);
+  if (!buf) {
+    fclose(f);
+    return cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
+  }
+  for (;;) {
+    if (n == cap) {
+      if (cap > CF_MAX_FILE_BYTES) {
+        free(buf);
+        fclose(f);
+        return cf_error(ctx, CF_ERR_INVALID, path, 0, "file is larger than the limit of %zu bytes",
+                        CF_MAX_FILE_BYTES);
+      }
+      cap *= 2;
+      char *nb = realloc(buf, cap + 1);
+      if (!nb) {
+        free(buf);
+        fclose(f);
+        return cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
+      }
+      buf = nb;
+    }
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) break;
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (err) {
+    free(buf);
+    return cf_error(ctx, CF_ERR_IO, path, 0, "read error");
+  }
+  if (n > CF_MAX_FILE_BYTES) {
+    free(buf);
+    return cf_error(ctx, CF_ERR_INVALID, path, 0, "file is larger than the limit of %zu bytes",
+                    CF_MAX_FILE_BYTES);
+  }
+  buf[n] = 0;
+  *data = buf;
+  *size = n;
+  return CF_OK;
+}
+
+cf_status cf_frontend_finish(cf_graph *g) {
+  cf_status st = cf_verify_structure(g);
+  if (!st) st = cf_infer(g);
+  return st;
+}
+
+static bool has_ext(const char *name, const char *ext) {
+  size_t n = strlen(name), k = strlen(ext);
+  return n >= k && strcmp(name + n - k, ext) == 0;
+}
+
+typedef cf_status (*reader_fn)(cf_context *, const char *, const char *, size_t, cf_graph **);
+
+static reader_fn pick_reader(const char *name, const char *data, size_t size) {
+  if (has_ext(name, ".graphml")) return cf_graphml_read;
+  if (has_ext(name, ".xml")) return cf_xml_read;
+  /* no known extension: sniff the first element */
+  size_t lim = size < 4096 ? size : 4096;
+  for (size_t i = 0; i + 8 < lim; i++)
+    if (data[i] == '<' && data[i + 1] != '?' && data[i + 1] != '!')
+      return strncmp(data + i + 1, "graphml", 7) == 0 ? cf_graphml_read
+             : strncmp(data + i + 1, "graph", 5) == 0 ? cf_xml_read
+                                                     : NULL;
+  return NULL;
+}
+
+cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, size_t size,
+                         cf_graph **out) {
+  if (!out) return CF_ERR_USAGE;
+  *out = NULL;
+  if (!ctx || !name || (!data && size)) return CF_ERR_USAGE;
+  cf_clear_error(ctx);
+  reader_fn rd = pick_reader(name, data ? data : "", size);
+  if (!rd)
+    return cf_error(ctx, CF_ERR_INVALID, name, 0,
+                    "unknown graph format (expected .xml or .graphml)");
+  return rd(ctx, name, data ? data : "", size, out);
+}
+
+cf_status cf_graph_load(cf_context *ctx, const char *path, cf_graph **out) {
+  if (!out) return CF_ERR_USAGE;
+  *out = NULL;
+  if (!ctx || !path) return CF_ERR_USAGE;
+  char *data;
+  size_t size;
+  cf_status st = cf_read_file(ctx, path, &data, &size);
+  if (st) return st;
+  st = cf_graph_parse(ctx, path, data, size, out);
+  free(data);
+  return st;
+}
+
+cf_status cf_graph_verify(cf_graph *g, const char *target) {
+  if (!g) return CF_ERR_USAGE;
+  const cf_target *t = cf_target_find(target);
+  if (!t) {
+    char list[256] = "";
+    size_t o = 0;
+    for (size_t i = 0; cf_target_name(i) && o < sizeof list; i++)
+      o += (size_t)snprintf(list + o, sizeof list - o, i ? ", %s" : "%s", cf_target_name(i));
+    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "unknown target '%s' (one of: %s)", target,
+                    list);
+  }
+  cf_status st = cf_frontend_finish(g);
+  if (!st) st = cf_target_check(g, t);
+  return st;
+}
+
+/* Write through a temporary file so a failure never leaves a partial result. */
+cf_status cf_graph_write_xml(const cf_graph *g, const char *path) {
+  if (!g || !path) return CF_ERR_USAGE;
+  size_t n = strlen(path) + 8;
+  char *tmp = malloc(n);
+  if (!tmp) return cf_error(g->ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
+  snprintf(tmp, n, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    cf_status st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
+    free(tmp);
+    return st;
+  }
+  cf_status st = cf_xml_write(g, f);
+  if (fclose(f) != 0 && !st) st = cf_error(g->ctx, CF_ERR_IO, path, 0, "write failed: %s", strerror(errno));
+  if (!st && rename(tmp, path) != 0)
+    st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
+  if (st) remove(tmp);
+  free(tmp);
+  return st;
+}
+
+cf_status cf_graph_write_dot(const cf_graph *g, const char *path) {
+  if (!g || !path) return CF_ERR_USAGE;
+  const char *fmt = has_ext(path, ".svg")   ? "svg"
+                    : has_ext(path, ".png") ? "png"
+                    : has_ext(path, ".dot") || has_ext(path, ".gv") ? "dot"
+                                                                    : NULL;
+  if (!fmt)
+    return cf_error(g->ctx, CF_ERR_USAGE, path, 0, "unknown drawing format (use .dot, .svg or .png)");
+  return cf_dot_write(g, path, fmt);
+}

@@ -1,0 +1,153 @@
+/* xml_util.c - hardened libxml2 parsing shared by the native XML and GraphML
+ * readers.
+ *
+ * Graph files come from other tools and other people, so the parser gets no
+ * network (XML_PARSE_NONET), loads no DTD, and substitutes no entities. A
+ * document that declares a DOCTYPE is refused before libxml2 sees it: that
+ * closes XXE and billion-laughs at the door instead of relying on libxml2's
+ * amplification heuristics. Element counts are capped after parsing.
+ */
+#include "frontend.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+
+static int line_at(const char *data, size_t off) {
+  int line = 1;
+  for (size_t i = 0; i < off; i++) line += data[i] == '\n';
+  return line;
+}
+
+static const char *find_mem(const char *hay, size_t n, const char *needle) {
+  size_t k = strlen(needle);
+  for (size_t i = 0; i + k <= n; i++)
+    if (hay[i] == needle[0] && memcmp(hay + i, needle, k) == 0) return hay + i;
+  return NULL;
+}
+
+static size_t count_elements(xmlNodePtr n, size_t limit) {
+  size_t c = 0;
+  /* iterative walk: deep documents must not overflow our stack */
+  xmlNodePtr cur = n;
+  while (cur) {
+    if (cur->type == XML_ELEMENT_NODE && ++c > limit) return c;
+    if (cur->children && cur->type == XML_ELEMENT_NODE) {
+      cur = cur->children;
+      continue;
+    }
+    while (cur && !cur->next && cur != n) cur = cur->parent;
+    if (!cur || cur == n) break;
+    cur = cur->next;
+  }
+  return c;
+}
+
+cf_status cf_xml_parse(cf_context *ctx, const char *name, const char *data, size_t size,
+                       struct _xmlDoc **out) {
+  *out = NULL;
+  if (size > CF_MAX_FILE_BYTES)
+    return cf_error(ctx, CF_ERR_INVALID, name, 0, "file is %zu bytes, above the limit of %zu", size,
+                    CF_MAX_FILE_BYTES);
+  if (size > INT32_MAX) return cf_error(ctx, CF_ERR_INVALID, name, 0, "file too large");
+  const char *bad;
+  if ((bad = find_mem(data, size, "<!DOCTYPE")) || (bad = find_mem(data, size, "<!ENTITY")))
+    return cf_error(ctx, CF_ERR_INVALID, name, line_at(data, (size_t)(bad - data)),
+                    "DOCTYPE and entity declarations are not allowed (external entities and "
+                    "entity expansion are refused)");
+  xmlInitParser();
+  xmlParserCtxtPtr pc = xmlNewParserCtxt();
+  if (!pc) return cf_error(ctx, CF_ERR_NO_MEMORY, name, 0, "out of memory");
+  int opts = XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_NOCDATA |
+             XML_PARSE_BIG_LINES;
+  xmlDocPtr doc = xmlCtxtReadMemory(pc, data, (int)size, name, NULL, opts);
+  if (!doc || !pc->wellFormed) {
+    const xmlError *e = xmlCtxtGetLastError(pc);
+    char msg[512] = "malformed XML";
+    int line = 0;
+    if (e && e->message) {
+      snprintf(msg, sizeof msg, "malformed XML: %s", e->message);
+      size_t l = strlen(msg);
+      while (l && (msg[l - 1] == '\n' || msg[l - 1] == ' ')) msg[--l] = 0;
+      line = e->line;
+    }
+    if (doc) xmlFreeDoc(doc);
+    xmlFreeParserCtxt(pc);
+    return cf_error(ctx, CF_ERR_INVALID, name, line, "%s", msg);
+  }
+  xmlFreeParserCtxt(pc);
+  if (doc->intSubset || doc->extSubset) {
+    xmlFreeDoc(doc);
+    return cf_error(ctx, CF_ERR_INVALID, name, 0, "DOCTYPE declarations are not allowed");
+  }
+  xmlNodePtr root = xmlDocGetRootElement(doc);
+  if (!root) {
+    xmlFreeDoc(doc);
+    return cf_error(ctx, CF_ERR_INVALID, name, 0, "empty document");
+  }
+  if (count_elements(root, CF_MAX_XML_ELEMENTS) > CF_MAX_XML_ELEMENTS) {
+    xmlFreeDoc(doc);
+    return cf_error(ctx, CF_ERR_INVALID, name, 0, "more than %d XML elements",
+                    CF_MAX_XML_ELEMENTS);
+  }
+  *out = doc;
+  return CF_OK;
+}
+
+void cf_xml_free(struct _xmlDoc *doc) {
+  if (doc) xmlFreeDoc(doc);
+}
+
+int cf_xml_line(const struct _xmlNode *n) { return n ? (int)xmlGetLineNo(n) : 0; }
+
+bool cf_parse_int_list(const char *s, int **out, int *n, char *why, size_t why_len) {
+  *out = NULL;
+  *n = 0;
+  int cap = 0;
+  const char *p = s;
+  while (*p == ' ') p++;
+  if (!*p) return true;
+  for (;;) {
+    while (*p == ' ') p++;
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (end == p || errno == ERANGE || v < 0 || v > CF_MAX_WORLD) {
+      snprintf(why, why_len, "bad rank list '%.64s': expected integers in 0..%d", s, CF_MAX_WORLD);
+      free(*out);
+      *out = NULL;
+      return false;
+    }
+    if (*n == cap) {
+      if (cap >= CF_MAX_WORLD) {
+        snprintf(why, why_len, "rank list longer than %d", CF_MAX_WORLD);
+        free(*out);
+        *out = NULL;
+        return false;
+      }
+      cap = cap ? cap * 2 : 8;
+      int *nv = realloc(*out, (size_t)cap * sizeof(int));
+      if (!nv) {
+        snprintf(why, why_len, "out of memory");
+        free(*out);
+        *out = NULL;
+        return false;
+      }
+      *out = nv;
+    }
+    (*out)[(*n)++] = (int)v;
+    p = end;
+    while (*p == ' ') p++;
+    if (!*p) return true;
+    if (*p != ',') {
+      snprintf(why, why_len, "bad rank list '%.64s': unexpected '%c'", s, *p);
+      free(*out);
+      *out = NULL;
+      return false;
+    }
+    p++;
+  }
+}

@@ -1,0 +1,145 @@
+/* context.c - the collfuse context (error message, log sink), the arena the
+ * graph allocates from, and overflow-checked integer helpers.
+ *
+ * Errors are formatted once, where they are detected, into the context that
+ * owns them; callers only pass the status up (SQLite's errmsg model).
+ */
+#include "ir.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *cf_version(void) { return CF_VERSION_STRING; }
+
+cf_status cf_context_create(cf_context **out) {
+  if (!out) return CF_ERR_USAGE;
+  *out = calloc(1, sizeof(cf_context));
+  return *out ? CF_OK : CF_ERR_NO_MEMORY;
+}
+
+void cf_context_destroy(cf_context *ctx) {
+  if (!ctx) return;
+  free(ctx->errmsg);
+  free(ctx);
+}
+
+const char *cf_context_errmsg(const cf_context *ctx) {
+  return ctx && ctx->errmsg ? ctx->errmsg : "";
+}
+
+void cf_context_set_log(cf_context *ctx, cf_log_fn fn, void *user) {
+  if (!ctx) return;
+  ctx->log_fn = fn;
+  ctx->log_user = user;
+}
+
+void cf_clear_error(cf_context *ctx) {
+  if (!ctx) return;
+  free(ctx->errmsg);
+  ctx->errmsg = NULL;
+}
+
+cf_status cf_verror(cf_context *ctx, cf_status st, const char *file, int line, const char *fmt,
+                    va_list ap) {
+  char msg[2048];
+  char prefix[1024] = "";
+  if (!ctx) return st;
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  if (file && line > 0)
+    snprintf(prefix, sizeof prefix, "%s:%d: ", file, line);
+  else if (file)
+    snprintf(prefix, sizeof prefix, "%s: ", file);
+  size_t n = strlen(prefix) + strlen(msg) + sizeof("error: ");
+  char *s = malloc(n);
+  if (!s) return st; /* keep the old message rather than crash */
+  snprintf(s, n, "%serror: %s", prefix, msg);
+  free(ctx->errmsg);
+  ctx->errmsg = s;
+  return st;
+}
+
+cf_status cf_error(cf_context *ctx, cf_status st, const char *file, int line, const char *fmt,
+                   ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  cf_verror(ctx, st, file, line, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+void cf_log(cf_context *ctx, cf_log_level lvl, const char *fmt, ...) {
+  if (!ctx || !ctx->log_fn) return;
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  ctx->log_fn(ctx->log_user, lvl, msg);
+}
+
+/* ---- arena: a list of chunks, freed all at once ---- */
+
+struct cf_arena_chunk {
+  cf_arena_chunk *next;
+  size_t used, size;
+  _Alignas(16) unsigned char data[];
+};
+
+#define CF_CHUNK_MIN ((size_t)64 << 10)
+
+void *cf_arena_alloc(cf_arena *a, size_t size) {
+  size = (size + 15) & ~(size_t)15;
+  if (size == 0) size = 16;
+  cf_arena_chunk *c = a->head;
+  if (!c || c->size - c->used < size) {
+    size_t cap = size > CF_CHUNK_MIN ? size : CF_CHUNK_MIN;
+    if (cap > SIZE_MAX - sizeof(cf_arena_chunk)) return NULL;
+    c = malloc(sizeof(cf_arena_chunk) + cap);
+    if (!c) return NULL;
+    c->size = cap;
+    c->used = 0;
+    /* a big one-off block goes behind the current chunk so the rest of the
+     * current chunk stays usable */
+    if (a->head && size > CF_CHUNK_MIN) {
+      c->next = a->head->next;
+      a->head->next = c;
+    } else {
+      c->next = a->head;
+      a->head = c;
+    }
+  }
+  void *p = c->data + c->used;
+  c->used += size;
+  memset(p, 0, size);
+  return p;
+}
+
+void *cf_arena_array(cf_arena *a, size_t n, size_t elem) {
+  if (elem && n > SIZE_MAX / elem) return NULL;
+  return cf_arena_alloc(a, n * elem);
+}
+
+char *cf_arena_strndup(cf_arena *a, const char *s, size_t n) {
+  if (n == SIZE_MAX) return NULL;
+  char *d = cf_arena_alloc(a, n + 1);
+  if (!d) return NULL;
+  memcpy(d, s, n);
+  d[n] = 0;
+  return d;
+}
+
+char *cf_arena_strdup(cf_arena *a, const char *s) { return cf_arena_strndup(a, s, strlen(s)); }
+
+void cf_arena_free(cf_arena *a) {
+  cf_arena_chunk *c = a->head;
+  while (c) {
+    cf_arena_chunk *n = c->next;
+    free(c);
+    c = n;
+  }
+  a->head = NULL;
+}
+
+bool cf_mul_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+bool cf_add_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_add_overflow(a, b, out); }

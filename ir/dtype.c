@@ -1,0 +1,125 @@
+/* dtype.c - element types and shapes: names, sizes, parsing, and element /
+ * byte counts computed with overflow checks (shapes come from untrusted
+ * files, so every product is checked against CF_MAX_ELEMENTS/CF_MAX_BYTES).
+ */
+#include "ir.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const struct {
+  const char *name;
+  int size;
+} dtypes[CF_DT_COUNT] = {
+    [CF_DT_INVALID] = {"invalid", 0}, [CF_DT_INT8] = {"int8", 1},
+    [CF_DT_UINT8] = {"uint8", 1},     [CF_DT_INT16] = {"int16", 2},
+    [CF_DT_INT32] = {"int32", 4},     [CF_DT_INT64] = {"int64", 8},
+    [CF_DT_FLOAT16] = {"float16", 2}, [CF_DT_BFLOAT16] = {"bfloat16", 2},
+    [CF_DT_FLOAT32] = {"float32", 4}, [CF_DT_FLOAT64] = {"float64", 8},
+};
+
+/* Other spellings found in exported graphs (numpy, XLA, TF, torch). */
+static const struct {
+  const char *alias;
+  cf_dtype dt;
+} dtype_aliases[] = {
+    {"s8", CF_DT_INT8},       {"u8", CF_DT_UINT8},      {"s16", CF_DT_INT16},
+    {"s32", CF_DT_INT32},     {"s64", CF_DT_INT64},     {"f16", CF_DT_FLOAT16},
+    {"bf16", CF_DT_BFLOAT16}, {"f32", CF_DT_FLOAT32},   {"f64", CF_DT_FLOAT64},
+    {"half", CF_DT_FLOAT16},  {"float", CF_DT_FLOAT32}, {"double", CF_DT_FLOAT64},
+    {"fp16", CF_DT_FLOAT16},  {"fp32", CF_DT_FLOAT32},  {"fp64", CF_DT_FLOAT64},
+};
+
+const char *cf_dtype_name(cf_dtype dt) {
+  return dt > CF_DT_INVALID && dt < CF_DT_COUNT ? dtypes[dt].name : "invalid";
+}
+
+int cf_dtype_size(cf_dtype dt) { return dt > CF_DT_INVALID && dt < CF_DT_COUNT ? dtypes[dt].size : 0; }
+
+bool cf_dtype_is_float(cf_dtype dt) {
+  return dt == CF_DT_FLOAT16 || dt == CF_DT_BFLOAT16 || dt == CF_DT_FLOAT32 || dt == CF_DT_FLOAT64;
+}
+
+cf_dtype cf_dtype_parse(const char *s) {
+  if (!s) return CF_DT_INVALID;
+  for (int i = 1; i < CF_DT_COUNT; i++)
+    if (strcasecmp(s, dtypes[i].name) == 0) return (cf_dtype)i;
+  for (size_t i = 0; i < sizeof dtype_aliases / sizeof dtype_aliases[0]; i++)
+    if (strcasecmp(s, dtype_aliases[i].alias) == 0) return dtype_aliases[i].dt;
+  return CF_DT_INVALID;
+}
+
+bool cf_shape_parse(const char *s, cf_shape *out, char *why, size_t why_len) {
+  memset(out, 0, sizeof *out);
+  const char *p = s;
+  while (*p == ' ' || *p == '\t') p++;
+  if (*p == 0) return true; /* scalar */
+  int64_t elems = 1;
+  for (;;) {
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p < '0' || *p > '9') {
+      snprintf(why, why_len, "bad shape '%s': expected a non-negative integer at '%.16s'", s, p);
+      return false;
+    }
+    errno = 0;
+    char *end;
+    long long d = strtoll(p, &end, 10);
+    if (errno == ERANGE) {
+      snprintf(why, why_len, "bad shape '%s': dimension out of range", s);
+      return false;
+    }
+    if (out->rank == CF_MAX_RANK) {
+      snprintf(why, why_len, "shape '%s' has more than %d dimensions", s, CF_MAX_RANK);
+      return false;
+    }
+    out->dims[out->rank++] = d;
+    if (!cf_mul_i64(elems, d, &elems) || elems > CF_MAX_ELEMENTS) {
+      snprintf(why, why_len, "shape '%s' has too many elements (limit %lld)", s,
+               (long long)CF_MAX_ELEMENTS);
+      return false;
+    }
+    p = end;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p == 0) return true;
+    if (*p != ',') {
+      snprintf(why, why_len, "bad shape '%s': unexpected '%c'", s, *p);
+      return false;
+    }
+    p++;
+  }
+}
+
+char *cf_shape_format(const cf_shape *s, char *buf, size_t len) {
+  size_t o = 0;
+  buf[0] = 0;
+  for (int i = 0; i < s->rank && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, i ? ",%lld" : "%lld", (long long)s->dims[i]);
+  return buf;
+}
+
+bool cf_shape_equal(const cf_shape *a, const cf_shape *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+bool cf_shape_elements(const cf_shape *s, int64_t *out) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++)
+    if (s->dims[i] < 0 || !cf_mul_i64(n, s->dims[i], &n)) return false;
+  if (n > CF_MAX_ELEMENTS) return false;
+  *out = n;
+  return true;
+}
+
+bool cf_value_bytes(const cf_value *v, int64_t *out) {
+  int64_t n;
+  if (!cf_shape_elements(&v->shape, &n)) return false;
+  if (!cf_mul_i64(n, cf_dtype_size(v->dtype), &n) || n > CF_MAX_BYTES) return false;
+  *out = n;
+  return true;
+}

@@ -1,0 +1,403 @@
+/* graph.c - the op and attribute tables generated from ops.def, and the graph
+ * container: nodes with a name index, attributes, groups and compaction.
+ */
+#include "ir.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define A(id) (1u << CF_A_##id)
+
+const cf_op_info cf_op_table[CF_OP_COUNT] = {
+    [CF_OP_INVALID] = {"Invalid", 0, 0, CF_CAT_COMPUTE, 0, 0},
+#define OP(id, nm, mn, mx, cat, req, allowed) \
+  [CF_OP_##id] = {nm, mn, mx, CF_CAT_##cat, (req), (req) | (allowed)},
+#include "ops.def"
+#undef OP
+};
+
+const cf_attr_info cf_attr_table[CF_A_COUNT] = {
+#define ATTR(id, nm, kind) [CF_A_##id] = {nm, CF_AK_##kind},
+#include "ops.def"
+#undef ATTR
+};
+
+static const struct {
+  const char *name;
+  cf_op op;
+  int layout;
+} op_aliases[] = {
+#define ALIAS(nm, id, layout) {nm, CF_OP_##id, layout},
+#include "ops.def"
+#undef ALIAS
+};
+
+cf_op cf_op_lookup(const char *name, int *layout) {
+  if (layout) *layout = -1;
+  if (!name) return CF_OP_INVALID;
+  for (int i = 1; i < CF_OP_COUNT; i++)
+    if (strcmp(name, cf_op_table[i].name) == 0) return (cf_op)i;
+  for (size_t i = 0; i < sizeof op_aliases / sizeof op_aliases[0]; i++)
+    if (strcmp(name, op_aliases[i].name) == 0) {
+      if (layout) *layout = op_aliases[i].layout;
+      return op_aliases[i].op;
+    }
+  return CF_OP_INVALID;
+}
+
+cf_attr_id cf_attr_lookup(const char *name) {
+  for (int i = 0; i < CF_A_COUNT; i++)
+    if (strcmp(name, cf_attr_table[i].name) == 0) return (cf_attr_id)i;
+  return CF_A_COUNT;
+}
+
+static const char *red_names[CF_RED_COUNT] = {"sum", "mean", "max", "min", "prod"};
+
+const char *cf_reduction_name(cf_reduction r) {
+  return r >= 0 && r < CF_RED_COUNT ? red_names[r] : "?";
+}
+
+int cf_reduction_parse(const char *s) {
+  for (int i = 0; i < CF_RED_COUNT; i++)
+    if (strcmp(s, red_names[i]) == 0) return i;
+  return -1;
+}
+
+const char *cf_layout_name(cf_layout l) { return l == CF_LAYOUT_CONCAT ? "concat" : "stack"; }
+
+int cf_layout_parse(const char *s) {
+  if (strcmp(s, "stack") == 0) return CF_LAYOUT_STACK;
+  if (strcmp(s, "concat") == 0) return CF_LAYOUT_CONCAT;
+  return -1;
+}
+
+bool cf_op_is_collective(cf_op op) {
+  cf_category c = cf_op_table[op].cat;
+  return c == CF_CAT_COLLECTIVE || c == CF_CAT_FUSED_COLLECTIVE || c == CF_CAT_FUSED_MATMUL;
+}
+
+/* ---- graph ---- */
+
+cf_status cf_graph_new(cf_context *ctx, const char *file, cf_graph **out) {
+  *out = NULL;
+  cf_graph *g = calloc(1, sizeof *g);
+  if (!g) return cf_error(ctx, CF_ERR_NO_MEMORY, file, 0, "out of memory");
+  g->ctx = ctx;
+  g->file = cf_arena_strdup(&g->arena, file ? file : "<memory>");
+  g->name = cf_arena_strdup(&g->arena, "graph");
+  g->version = 1;
+  if (!g->file || !g->name) {
+    cf_graph_destroy(g);
+    return cf_error(ctx, CF_ERR_NO_MEMORY, file, 0, "out of memory");
+  }
+  *out = g;
+  return CF_OK;
+}
+
+void cf_graph_destroy(cf_graph *g) {
+  if (!g) return;
+  free(g->nodes);
+  free(g->groups);
+  free(g->index);
+  cf_arena_free(&g->arena);
+  free(g);
+}
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static bool index_rebuild(cf_graph *g, int cap) {
+  int *idx = calloc((size_t)cap, sizeof(int));
+  if (!idx) return false;
+  for (int i = 0; i < g->n_nodes; i++) {
+    size_t h = hash_str(g->nodes[i].name) & (size_t)(cap - 1);
+    while (idx[h]) h = (h + 1) & (size_t)(cap - 1);
+    idx[h] = i + 1;
+  }
+  free(g->index);
+  g->index = idx;
+  g->index_cap = cap;
+  return true;
+}
+
+int cf_graph_find(const cf_graph *g, const char *name) {
+  if (!g->index_cap) return -1;
+  size_t h = hash_str(name) & (size_t)(g->index_cap - 1);
+  while (g->index[h]) {
+    int i = g->index[h] - 1;
+    if (strcmp(g->nodes[i].name, name) == 0) return i;
+    h = (h + 1) & (size_t)(g->index_cap - 1);
+  }
+  return -1;
+}
+
+cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, int *idx) {
+  if (!name || !*name) return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node without a name");
+  int prev = cf_graph_find(g, name);
+  if (prev >= 0) {
+    const cf_node *p = &g->nodes[prev];
+    if (p->line)
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                      "node '%s': duplicate node name (first defined at line %d)", name, p->line);
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': duplicate node name", name);
+  }
+  if (g->n_nodes >= CF_MAX_NODES)
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "too many nodes (limit %d)",
+                    CF_MAX_NODES);
+  if (g->n_nodes == g->cap_nodes) {
+    int cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
+    cf_node *n = realloc(g->nodes, (size_t)cap * sizeof *n);
+    if (!n) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+    g->nodes = n;
+    g->cap_nodes = cap;
+  }
+  cf_node *n = &g->nodes[g->n_nodes];
+  memset(n, 0, sizeof *n);
+  n->name = cf_arena_strdup(&g->arena, name);
+  if (!n->name) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+  n->op = op;
+  n->line = line;
+  g->n_nodes++;
+  if ((int64_t)g->n_nodes * 2 > g->index_cap) {
+    if (!index_rebuild(g, g->index_cap ? g->index_cap * 2 : 128)) {
+      g->n_nodes--;
+      return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+    }
+  } else {
+    size_t h = hash_str(n->name) & (size_t)(g->index_cap - 1);
+    while (g->index[h]) h = (h + 1) & (size_t)(g->index_cap - 1);
+    g->index[h] = g->n_nodes;
+  }
+  if (idx) *idx = g->n_nodes - 1;
+  return CF_OK;
+}
+
+cf_status cf_node_set_inputs(cf_graph *g, int node, int n, const cf_ref *refs) {
+  cf_node *nd = &g->nodes[node];
+  if (n > CF_MAX_OPERANDS)
+    return cf_node_error(g, nd, CF_ERR_INVALID, "too many operands (%d, limit %d)", n,
+                         CF_MAX_OPERANDS);
+  cf_ref *in = n ? cf_arena_array(&g->arena, (size_t)n, sizeof *in) : NULL;
+  if (n && !in) return cf_node_error(g, nd, CF_ERR_NO_MEMORY, "out of memory");
+  if (n) memcpy(in, refs, (size_t)n * sizeof *in);
+  nd->in = in;
+  nd->n_in = n;
+  return CF_OK;
+}
+
+const cf_attr *cf_node_attr(const cf_node *n, cf_attr_id id) {
+  for (int i = 0; i < n->n_attr; i++)
+    if (n->attr[i].id == id) return &n->attr[i];
+  return NULL;
+}
+
+int64_t cf_node_int(const cf_node *n, cf_attr_id id, int64_t dflt) {
+  const cf_attr *a = cf_node_attr(n, id);
+  return a ? a->v.i : dflt;
+}
+
+const char *cf_node_str(const cf_node *n, cf_attr_id id, const char *dflt) {
+  const cf_attr *a = cf_node_attr(n, id);
+  return a ? a->v.s : dflt;
+}
+
+cf_status cf_node_set_attr(cf_graph *g, int node, const cf_attr *a) {
+  cf_node *n = &g->nodes[node];
+  for (int i = 0; i < n->n_attr; i++)
+    if (n->attr[i].id == a->id) {
+      n->attr[i] = *a;
+      return CF_OK;
+    }
+  if (n->n_attr == n->cap_attr) {
+    int cap = n->cap_attr ? n->cap_attr * 2 : 4;
+    cf_attr *na = cf_arena_array(&g->arena, (size_t)cap, sizeof *na);
+    if (!na) return cf_node_error(g, n, CF_ERR_NO_MEMORY, "out of memory");
+    if (n->n_attr) memcpy(na, n->attr, (size_t)n->n_attr * sizeof *na);
+    n->attr = na;
+    n->cap_attr = cap;
+  }
+  n->attr[n->n_attr++] = *a;
+  return CF_OK;
+}
+
+static bool parse_int(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  while (*s == ' ') s++;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || errno == ERANGE) return false;
+  while (*end == ' ') end++;
+  if (*end) return false;
+  *out = v;
+  return true;
+}
+
+cf_status cf_node_parse_attr(cf_graph *g, int node, cf_attr_id id, const char *text, int line) {
+  cf_node *n = &g->nodes[node];
+  const char *an = cf_attr_table[id].name;
+  cf_attr a = {.id = id};
+  char why[256];
+  switch (cf_attr_table[id].kind) {
+  case CF_AK_INT:
+    if (!parse_int(text, &a.v.i))
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                      "node '%s': attribute %s='%s' is not an integer", n->name, an, text);
+    break;
+  case CF_AK_FLOAT: {
+    char *end;
+    errno = 0;
+    a.v.f = strtod(text, &end);
+    if (end == text || *end || errno == ERANGE || !isfinite(a.v.f))
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                      "node '%s': attribute %s='%s' is not a finite number", n->name, an, text);
+    break;
+  }
+  case CF_AK_STR:
+    if (!(a.v.s = cf_arena_strdup(&g->arena, text)))
+      return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+    break;
+  case CF_AK_DTYPE:
+    a.v.i = cf_dtype_parse(text);
+    if (a.v.i == CF_DT_INVALID)
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                      "node '%s': unknown dtype %s='%s' (int8, uint8, int16, int32, int64, "
+                      "float16, bfloat16, float32, float64)",
+                      n->name, an, text);
+    break;
+  case CF_AK_SHAPE:
+    a.v.shape = cf_arena_alloc(&g->arena, sizeof(cf_shape));
+    if (!a.v.shape) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+    if (!cf_shape_parse(text, a.v.shape, why, sizeof why))
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': %s", n->name, why);
+    break;
+  case CF_AK_RED:
+    a.v.i = cf_reduction_parse(text);
+    if (a.v.i < 0)
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                      "node '%s': unknown reduction '%s' (sum, mean, max, min, prod)", n->name,
+                      text);
+    break;
+  case CF_AK_LAYOUT:
+    a.v.i = cf_layout_parse(text);
+    if (a.v.i < 0)
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                      "node '%s': unknown layout '%s' (stack, concat)", n->name, text);
+    break;
+  }
+  /* dtype and shape are the node's declared output type */
+  if (id == CF_A_DTYPE || id == CF_A_SHAPE) {
+    if (!n->n_decl) {
+      n->decl = cf_arena_alloc(&g->arena, sizeof(cf_decl));
+      if (!n->decl) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+      n->n_decl = 1;
+    }
+    if (id == CF_A_DTYPE) {
+      n->decl[0].has_dtype = true;
+      n->decl[0].v.dtype = (cf_dtype)a.v.i;
+    } else {
+      n->decl[0].has_shape = true;
+      n->decl[0].v.shape = *a.v.shape;
+    }
+  }
+  return cf_node_set_attr(g, node, &a);
+}
+
+cf_status cf_graph_add_group(cf_graph *g, const char *name, const int *ranks, int n, int line) {
+  if (strlen(name) > CF_MAX_GROUP_NAME)
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                    "group '%.40s...': name longer than %d bytes", name, CF_MAX_GROUP_NAME);
+  if (cf_graph_group(g, name))
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group '%s' defined twice", name);
+  if (g->n_groups == g->cap_groups) {
+    int cap = g->cap_groups ? g->cap_groups * 2 : 8;
+    cf_group *ng = realloc(g->groups, (size_t)cap * sizeof *ng);
+    if (!ng) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+    g->groups = ng;
+    g->cap_groups = cap;
+  }
+  cf_group *gr = &g->groups[g->n_groups];
+  gr->name = cf_arena_strdup(&g->arena, name);
+  gr->ranks = n ? cf_arena_array(&g->arena, (size_t)n, sizeof(int)) : NULL;
+  if (!gr->name || (n && !gr->ranks))
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+  if (n) memcpy(gr->ranks, ranks, (size_t)n * sizeof(int));
+  gr->n_ranks = n;
+  gr->line = line;
+  g->n_groups++;
+  return CF_OK;
+}
+
+const cf_group *cf_graph_group(const cf_graph *g, const char *name) {
+  for (int i = 0; i < g->n_groups; i++)
+    if (strcmp(g->groups[i].name, name) == 0) return &g->groups[i];
+  return NULL;
+}
+
+int64_t cf_graph_group_size(const cf_graph *g, const char *name) {
+  const cf_group *gr = cf_graph_group(g, name);
+  if (gr) return gr->n_ranks;
+  if (strcmp(name, CF_WORLD_GROUP) == 0) return g->world_size > 0 ? g->world_size : -1;
+  return -1;
+}
+
+cf_status cf_graph_compact(cf_graph *g) {
+  int *map = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof(int));
+  if (!map) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  int k = 0;
+  for (int i = 0; i < g->n_nodes; i++) map[i] = g->nodes[i].dead ? -1 : k++;
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (g->nodes[i].dead) continue;
+    cf_node *n = &g->nodes[i];
+    for (int j = 0; j < n->n_in; j++) {
+      if (map[n->in[j].node] < 0) {
+        free(map);
+        return cf_node_error(g, n, CF_ERR_RUNTIME, "internal: operand %d was removed", j);
+      }
+      n->in[j].node = map[n->in[j].node];
+    }
+    g->nodes[map[i]] = *n;
+  }
+  g->n_nodes = k;
+  g->topo = NULL;
+  free(map);
+  if (!index_rebuild(g, g->index_cap ? g->index_cap : 128))
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  return CF_OK;
+}
+
+cf_status cf_node_error(const cf_graph *g, const cf_node *n, cf_status st, const char *fmt, ...) {
+  char msg[1536];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return cf_error(g->ctx, st, g->file, n->line, "node '%s': %s", n->name, msg);
+}
+
+cf_reduction cf_node_reduction(const cf_node *n) {
+  return (cf_reduction)cf_node_int(n, CF_A_REDUCTION, CF_RED_SUM);
+}
+
+cf_layout cf_node_layout(const cf_node *n) {
+  return (cf_layout)cf_node_int(n, CF_A_LAYOUT, CF_LAYOUT_STACK);
+}
+
+const char *cf_node_group(const cf_node *n) { return cf_node_str(n, CF_A_GROUP, CF_WORLD_GROUP); }
+
+int64_t cf_node_fusion(const cf_node *n) {
+  return cf_node_int(n, CF_A_FUSION, n->op == CF_OP_ALLREDUCE ? 1 : 0);
+}
+
+size_t cf_graph_node_count(const cf_graph *g) { return g ? (size_t)g->n_nodes : 0; }
+
+size_t cf_graph_collective_count(const cf_graph *g) {
+  size_t c = 0;
+  for (int i = 0; g && i < g->n_nodes; i++) c += cf_op_is_collective(g->nodes[i].op);
+  return c;
+}

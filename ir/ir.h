@@ -1,0 +1,303 @@
+/* ir.h - collfuse's internal graph IR (one header for the ir/ module).
+ *
+ * The IR is a plain-struct graph (ggml/QBE style): a graph owns an array of
+ * nodes, every node has operands (node index + output port), typed outputs,
+ * an optional declared type and a short list of attributes whose ids come
+ * from ops.def. All strings and arrays live in the graph's arena. ir/ depends
+ * on nothing else of collfuse; everything else depends on it.
+ */
+#ifndef COLLFUSE_IR_H
+#define COLLFUSE_IR_H
+
+#include "collfuse/collfuse.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- limits (checked with overflow-safe arithmetic) ---- */
+#define CF_MAX_RANK 8                        /* dims of a shape */
+#define CF_MAX_ELEMENTS ((int64_t)1 << 36)   /* elements of one tensor */
+#define CF_MAX_BYTES ((int64_t)1 << 38)      /* bytes of one tensor */
+#define CF_MAX_NODES 1000000                 /* nodes of one graph */
+#define CF_MAX_OPERANDS 65536                /* operands of one node */
+#define CF_MAX_FILE_BYTES ((size_t)256 << 20) /* input file size */
+#define CF_MAX_XML_ELEMENTS 4000000          /* elements in one XML document */
+#define CF_MAX_GROUP_NAME 127                /* HCCL: 128 bytes with the NUL */
+#define CF_MAX_WORLD 65536                   /* ranks */
+
+/* ================= context.c: context, errors, arena ================= */
+
+struct cf_context {
+  char *errmsg;       /* last error, heap-owned */
+  cf_log_fn log_fn;   /* caller's log sink or NULL */
+  void *log_user;
+};
+
+/* Record an error "FILE:LINE: error: MSG" (file/line omitted when NULL/0)
+ * and return st. */
+cf_status cf_error(cf_context *ctx, cf_status st, const char *file, int line, const char *fmt,
+                   ...) __attribute__((format(printf, 5, 6)));
+cf_status cf_verror(cf_context *ctx, cf_status st, const char *file, int line, const char *fmt,
+                    va_list ap);
+void cf_log(cf_context *ctx, cf_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void cf_clear_error(cf_context *ctx);
+
+typedef struct cf_arena_chunk cf_arena_chunk;
+typedef struct cf_arena {
+  cf_arena_chunk *head; /* newest chunk first */
+} cf_arena;
+
+void *cf_arena_alloc(cf_arena *a, size_t size);           /* zeroed, 16-aligned; NULL on OOM */
+void *cf_arena_array(cf_arena *a, size_t n, size_t elem); /* overflow-checked */
+char *cf_arena_strdup(cf_arena *a, const char *s);
+char *cf_arena_strndup(cf_arena *a, const char *s, size_t n);
+void cf_arena_free(cf_arena *a);
+
+/* Overflow-safe helpers: return false on overflow. */
+bool cf_mul_i64(int64_t a, int64_t b, int64_t *out);
+bool cf_add_i64(int64_t a, int64_t b, int64_t *out);
+
+/* ================= dtype.c: dtypes, shapes, values ================= */
+
+typedef enum cf_dtype {
+  CF_DT_INVALID = 0,
+  CF_DT_INT8,
+  CF_DT_UINT8,
+  CF_DT_INT16,
+  CF_DT_INT32,
+  CF_DT_INT64,
+  CF_DT_FLOAT16,
+  CF_DT_BFLOAT16,
+  CF_DT_FLOAT32,
+  CF_DT_FLOAT64,
+  CF_DT_COUNT
+} cf_dtype;
+
+typedef struct cf_shape {
+  int rank;                   /* 0..CF_MAX_RANK; 0 is a scalar */
+  int64_t dims[CF_MAX_RANK];  /* each >= 0 */
+} cf_shape;
+
+typedef struct cf_value {
+  cf_dtype dtype;
+  cf_shape shape;
+} cf_value;
+
+const char *cf_dtype_name(cf_dtype dt);
+cf_dtype cf_dtype_parse(const char *s); /* accepts aliases (f32, bf16, half...) */
+int cf_dtype_size(cf_dtype dt);
+bool cf_dtype_is_float(cf_dtype dt);
+
+/* Parse "1024,512" ("" = scalar). On failure returns false and writes a
+ * human-readable reason into why. */
+bool cf_shape_parse(const char *s, cf_shape *out, char *why, size_t why_len);
+/* Format as "1024,512" into buf; returns buf. */
+char *cf_shape_format(const cf_shape *s, char *buf, size_t len);
+bool cf_shape_equal(const cf_shape *a, const cf_shape *b);
+/* Elements and bytes, false on overflow or above CF_MAX_ELEMENTS/BYTES. */
+bool cf_shape_elements(const cf_shape *s, int64_t *out);
+bool cf_value_bytes(const cf_value *v, int64_t *out);
+
+/* ================= graph.c: ops, attributes, nodes, graph ================= */
+
+typedef enum cf_attr_id {
+#define ATTR(id, name, kind) CF_A_##id,
+#include "ops.def"
+#undef ATTR
+  CF_A_COUNT
+} cf_attr_id;
+
+typedef enum cf_attr_kind {
+  CF_AK_INT,
+  CF_AK_STR,
+  CF_AK_DTYPE,
+  CF_AK_SHAPE,
+  CF_AK_FLOAT,
+  CF_AK_RED,
+  CF_AK_LAYOUT
+} cf_attr_kind;
+
+typedef enum cf_category {
+  CF_CAT_SOURCE,
+  CF_CAT_SINK,
+  CF_CAT_COMPUTE,
+  CF_CAT_COLLECTIVE,
+  CF_CAT_FUSED_COLLECTIVE,
+  CF_CAT_FUSED_MATMUL
+} cf_category;
+
+typedef enum cf_op {
+  CF_OP_INVALID = 0,
+#define OP(id, name, mn, mx, cat, req, allowed) CF_OP_##id,
+#include "ops.def"
+#undef OP
+  CF_OP_COUNT
+} cf_op;
+
+typedef enum cf_reduction {
+  CF_RED_SUM,
+  CF_RED_MEAN,
+  CF_RED_MAX,
+  CF_RED_MIN,
+  CF_RED_PROD,
+  CF_RED_COUNT
+} cf_reduction;
+
+typedef enum cf_layout { CF_LAYOUT_STACK, CF_LAYOUT_CONCAT } cf_layout;
+
+typedef struct cf_op_info {
+  const char *name;
+  int min_in, max_in;   /* max_in -1: variadic */
+  cf_category cat;
+  uint32_t required;    /* mask of 1u << cf_attr_id */
+  uint32_t allowed;     /* includes required */
+} cf_op_info;
+
+typedef struct cf_attr_info {
+  const char *name;
+  cf_attr_kind kind;
+} cf_attr_info;
+
+extern const cf_op_info cf_op_table[CF_OP_COUNT];
+extern const cf_attr_info cf_attr_table[CF_A_COUNT];
+
+/* Look up an op by name or alias; *layout gets the alias's default layout
+ * (-1 when none). Returns CF_OP_INVALID when unknown. */
+cf_op cf_op_lookup(const char *name, int *layout);
+cf_attr_id cf_attr_lookup(const char *name); /* CF_A_COUNT when unknown */
+const char *cf_reduction_name(cf_reduction r);
+int cf_reduction_parse(const char *s); /* -1 when unknown */
+const char *cf_layout_name(cf_layout l);
+int cf_layout_parse(const char *s); /* -1 when unknown */
+bool cf_op_is_collective(cf_op op);  /* plain or fused collective, fused matmul */
+
+typedef struct cf_attr {
+  cf_attr_id id;
+  union {
+    int64_t i;        /* INT, DTYPE, RED, LAYOUT */
+    double f;         /* FLOAT */
+    const char *s;    /* STR (arena) */
+    cf_shape *shape;  /* SHAPE (arena) */
+  } v;
+} cf_attr;
+
+typedef struct cf_ref {
+  int node; /* index into graph->nodes */
+  int port; /* output port of that node */
+} cf_ref;
+
+typedef struct cf_decl {
+  bool has_dtype, has_shape;
+  cf_value v;
+} cf_decl;
+
+typedef struct cf_node {
+  const char *name;   /* unique within the graph */
+  cf_op op;
+  int line;           /* source line, 0 when unknown */
+  int n_in;
+  cf_ref *in;         /* operands, in order */
+  int n_out;
+  cf_value *out;      /* output types, filled by inference */
+  int n_decl;
+  cf_decl *decl;      /* declared output types (dtype/shape attrs, <output>) */
+  int n_attr;
+  cf_attr *attr;      /* other attributes, at most one per id */
+  int cap_attr;
+  bool dead;          /* marked for removal by a pass */
+} cf_node;
+
+typedef struct cf_group {
+  const char *name;
+  int n_ranks;
+  int *ranks;
+  int line;
+} cf_group;
+
+struct cf_graph {
+  cf_context *ctx;
+  cf_arena arena;
+  const char *name;     /* graph name */
+  const char *file;     /* source file for messages ("<memory>" when none) */
+  int64_t world_size;   /* 0 when not declared */
+  int version;
+  cf_node *nodes;
+  int n_nodes, cap_nodes;
+  cf_group *groups;
+  int n_groups, cap_groups;
+  int *index;           /* open-addressed hash: name -> node index + 1 */
+  int index_cap;
+  int *topo;            /* topological order after verification (arena) */
+};
+
+#define CF_WORLD_GROUP "hccl_world_group"
+
+cf_status cf_graph_new(cf_context *ctx, const char *file, cf_graph **out);
+/* Add a node (name copied); returns its index through *idx. Fails on a
+ * duplicate name or the node limit. */
+cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, int *idx);
+int cf_graph_find(const cf_graph *g, const char *name); /* -1 when absent */
+cf_status cf_node_set_inputs(cf_graph *g, int node, int n, const cf_ref *refs);
+cf_status cf_node_set_attr(cf_graph *g, int node, const cf_attr *a); /* replaces */
+const cf_attr *cf_node_attr(const cf_node *n, cf_attr_id id);
+int64_t cf_node_int(const cf_node *n, cf_attr_id id, int64_t dflt);
+const char *cf_node_str(const cf_node *n, cf_attr_id id, const char *dflt);
+/* Parse text for attribute id of node and set it; messages name file:line. */
+cf_status cf_node_parse_attr(cf_graph *g, int node, cf_attr_id id, const char *text, int line);
+cf_status cf_graph_add_group(cf_graph *g, const char *name, const int *ranks, int n, int line);
+const cf_group *cf_graph_group(const cf_graph *g, const char *name);
+/* Size of a group; the world group has world_size ranks. -1 when unknown. */
+int64_t cf_graph_group_size(const cf_graph *g, const char *name);
+/* Remove nodes with dead set, remapping operands. Operands of live nodes
+ * must not point at dead nodes. */
+cf_status cf_graph_compact(cf_graph *g);
+/* Error naming the node: "FILE:LINE: error: node 'NAME': MSG". */
+cf_status cf_node_error(const cf_graph *g, const cf_node *n, cf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Reduction/group/etc. with defaults applied. */
+cf_reduction cf_node_reduction(const cf_node *n);
+cf_layout cf_node_layout(const cf_node *n);
+const char *cf_node_group(const cf_node *n);
+int64_t cf_node_fusion(const cf_node *n);
+
+/* ================= verify.c: structure, topology ================= */
+
+/* Structural checks (arity, attributes allowed/required and their ranges,
+ * refs, ports, groups) and a topological order in g->topo; a cycle is
+ * reported with the names of the nodes on it. */
+cf_status cf_verify_structure(cf_graph *g);
+/* Number of output ports a node has, from its op and operands. */
+int cf_node_n_outputs(const cf_node *n);
+
+/* ================= infer.c: shape and dtype inference ================= */
+
+/* Infers every node's outputs in topological order, checks the op rules and
+ * the declared dtype/shape. Needs cf_verify_structure first. */
+cf_status cf_infer(cf_graph *g);
+
+/* ================= target.c: target profiles ================= */
+
+typedef struct cf_target cf_target;
+const cf_target *cf_target_find(const char *name); /* NULL when unknown */
+const char *cf_target_profile_name(const cf_target *t);
+/* Check every node against the target's limits. Needs inferred types. */
+cf_status cf_target_check(const cf_graph *g, const cf_target *t);
+
+/* ================= stats.c: summaries ================= */
+
+typedef struct cf_graph_stats {
+  int nodes;
+  int collectives;                /* plain + fused collectives + fused matmul */
+  int by_op[CF_OP_COUNT];
+  int64_t comm_bytes;             /* bytes of every collective's full tensor */
+} cf_graph_stats;
+
+void cf_graph_stats_compute(const cf_graph *g, cf_graph_stats *st);
+/* Bytes a collective node moves: the size of the full (unscattered /
+ * gathered) tensor, summed over ports. */
+int64_t cf_node_comm_bytes(const cf_graph *g, const cf_node *n);
+
+#endif /* COLLFUSE_IR_H */

@@ -1,0 +1,53 @@
+/* stats.c - graph summaries for `collfuse check` and the JSON reports:
+ * node and collective counts and the bytes each collective communicates.
+ *
+ * "Bytes communicated" is the size of the full tensor a collective works on,
+ * per rank: the input of AllReduce/Reduce/Broadcast/ReduceScatter and the
+ * gathered output of AllGather, summed over a fused node's ports. It is the
+ * quantity nccl-tests' algbw divides by, so the numbers compare across tools.
+ */
+#include "ir.h"
+
+static int64_t value_bytes(const cf_value *v) {
+  int64_t b;
+  return cf_value_bytes(v, &b) ? b : 0;
+}
+
+int64_t cf_node_comm_bytes(const cf_graph *g, const cf_node *n) {
+  int64_t total = 0;
+  switch (n->op) {
+  case CF_OP_ALLREDUCE:
+  case CF_OP_REDUCE:
+  case CF_OP_BROADCAST:
+  case CF_OP_REDUCESCATTER:
+  case CF_OP_FUSEDALLREDUCE:
+  case CF_OP_FUSEDREDUCESCATTER:
+    for (int j = 0; j < n->n_in; j++)
+      total += value_bytes(&g->nodes[n->in[j].node].out[n->in[j].port]);
+    return total;
+  case CF_OP_ALLGATHER:
+  case CF_OP_FUSEDALLGATHER:
+    for (int j = 0; j < n->n_out; j++) total += value_bytes(&n->out[j]);
+    return total;
+  case CF_OP_MATMULREDUCESCATTER: {
+    /* the (m, n) product is what gets reduce-scattered */
+    int64_t ws = cf_node_int(n, CF_A_WORLD_SIZE, 1);
+    int64_t b = value_bytes(&n->out[0]);
+    return cf_mul_i64(b, ws, &b) ? b : 0;
+  }
+  case CF_OP_MATMULALLREDUCE: return value_bytes(&n->out[0]);
+  case CF_OP_ALLGATHERMATMUL: return value_bytes(&n->out[n->n_out - 1]);
+  default: return 0;
+  }
+}
+
+void cf_graph_stats_compute(const cf_graph *g, cf_graph_stats *st) {
+  *st = (cf_graph_stats){.nodes = g->n_nodes};
+  for (int i = 0; i < g->n_nodes; i++) {
+    const cf_node *n = &g->nodes[i];
+    st->by_op[n->op]++;
+    if (!cf_op_is_collective(n->op)) continue;
+    st->collectives++;
+    if (n->out) st->comm_bytes += cf_node_comm_bytes(g, n);
+  }
+}

@@ -1,0 +1,196 @@
+/* target.c - target profiles: one data table of each device's documented
+ * limits, taken from the support tables in shared/seeds/ (HCCL AllReduce,
+ * ATB AllGather, HcclReduce, torch_npu.npu_mm_reduce_scatter_base).
+ *
+ * A profile row says, per collective kind, whether the device has it at all,
+ * which dtypes and reductions it takes, which dtypes forbid prod or allow only
+ * sum, and for MatmulReduceScatter the world sizes and the k range. Kinds a
+ * seed does not describe for a device keep the permissive default.
+ * Fused collectives are checked as the collective they fuse.
+ */
+#include "ir.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define DT(x) (1u << CF_DT_##x)
+#define RED(x) (1u << CF_RED_##x)
+#define ALL_DT 0x3FEu /* every valid dtype */
+#define ALL_RED 0x1Fu
+
+enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCESCATTER, K_REDUCE, K_BROADCAST, K_MMRS, K_MMAR, K_AGMM, K_COUNT };
+
+static const char *kind_names[K_COUNT] = {"AllReduce", "AllGather", "ReduceScatter", "Reduce",
+                                          "Broadcast", "MatmulReduceScatter", "MatmulAllReduce",
+                                          "AllGatherMatmul"};
+
+typedef struct kind_rule {
+  bool unsupported;     /* the device has no such op */
+  uint32_t dtypes;      /* allowed dtypes (0 = all) */
+  uint32_t reds;        /* allowed reductions (0 = all) */
+  uint32_t no_prod;     /* dtypes on which prod is not supported */
+  uint32_t sum_only;    /* dtypes that allow only sum */
+  const char *source;   /* where the rule comes from */
+} kind_rule;
+
+struct cf_target {
+  const char *name;
+  const char *desc;
+  kind_rule k[K_COUNT];
+  int mmrs_ws[8];       /* allowed world sizes, 0-terminated; empty = any */
+  int64_t k_min, k_max; /* matmul k in [k_min, k_max); 0 = no limit */
+};
+
+#define A2A3_ALLREDUCE                                                                     \
+  {.dtypes = DT(INT8) | DT(INT32) | DT(FLOAT16) | DT(FLOAT32) | DT(BFLOAT16),              \
+   .no_prod = DT(BFLOAT16), .source = "npu.distribute.all_reduce"}
+#define ATB_ALLGATHER                                                                      \
+  {.dtypes = DT(FLOAT16) | DT(FLOAT32) | DT(INT8) | DT(INT16) | DT(INT32) | DT(INT64) |    \
+             DT(BFLOAT16),                                                                 \
+   .source = "ATB AllGatherOperation"}
+#define MMRS_DTYPES                                                                        \
+  {.dtypes = DT(FLOAT16) | DT(BFLOAT16) | DT(INT8), .reds = RED(SUM),                      \
+   .source = "torch_npu.npu_mm_reduce_scatter_base"}
+#define NO(src) {.unsupported = true, .source = src}
+
+static const cf_target targets[] = {
+    {.name = "cpu", .desc = "collfuse's CPU executor: everything in the SPEC"},
+    {.name = "atlas-a2",
+     .desc = "Atlas A2 training/inference series",
+     .k = {[K_ALLREDUCE] = A2A3_ALLREDUCE,
+           [K_ALLGATHER] = ATB_ALLGATHER,
+           [K_REDUCE] = {.no_prod = DT(INT16) | DT(BFLOAT16), .source = "HcclReduce"},
+           [K_MMRS] = MMRS_DTYPES},
+     .mmrs_ws = {2, 4, 8},
+     .k_min = 256,
+     .k_max = 65535},
+    {.name = "atlas-a3",
+     .desc = "Atlas A3 training/inference series",
+     .k = {[K_ALLREDUCE] = A2A3_ALLREDUCE,
+           [K_ALLGATHER] = ATB_ALLGATHER,
+           [K_REDUCE] = {.no_prod = DT(INT16) | DT(BFLOAT16), .source = "HcclReduce"},
+           [K_MMRS] = MMRS_DTYPES},
+     .mmrs_ws = {2, 4, 8, 16, 32},
+     .k_min = 256,
+     .k_max = 65535},
+    {.name = "atlas-910",
+     .desc = "Atlas training series (910)",
+     .k = {[K_ALLREDUCE] = {.dtypes = DT(INT8) | DT(INT32) | DT(FLOAT16) | DT(FLOAT32),
+                            .source = "npu.distribute.all_reduce"},
+           [K_ALLGATHER] = NO("ATB AllGatherOperation"),
+           [K_MMRS] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [K_MMAR] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [K_AGMM] = NO("torch_npu.npu_mm_reduce_scatter_base")}},
+    {.name = "atlas-310p",
+     .desc = "Atlas inference series (310P)",
+     .k = {[K_ALLREDUCE] = {.dtypes = DT(INT8) | DT(INT16) | DT(INT32) | DT(FLOAT16) | DT(FLOAT32),
+                            .sum_only = DT(INT16),
+                            .source = "npu.distribute.all_reduce"},
+           [K_ALLGATHER] = ATB_ALLGATHER,
+           [K_REDUCE] = NO("HcclReduce"),
+           [K_MMRS] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [K_MMAR] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [K_AGMM] = NO("torch_npu.npu_mm_reduce_scatter_base")}},
+    {.name = "ascend-950",
+     .desc = "Ascend 950PR/950DT (Atlas 350)",
+     .k = {[K_ALLGATHER] = NO("ATB AllGatherOperation"),
+           [K_REDUCE] = {.reds = RED(SUM) | RED(MAX) | RED(MIN), .source = "HcclReduce"},
+           [K_MMRS] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [K_MMAR] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [K_AGMM] = NO("torch_npu.npu_mm_reduce_scatter_base")}},
+};
+
+#define N_TARGETS (sizeof targets / sizeof targets[0])
+
+const char *cf_target_name(size_t i) { return i < N_TARGETS ? targets[i].name : NULL; }
+
+const cf_target *cf_target_find(const char *name) {
+  if (!name) return &targets[0];
+  for (size_t i = 0; i < N_TARGETS; i++)
+    if (strcmp(name, targets[i].name) == 0) return &targets[i];
+  return NULL;
+}
+
+const char *cf_target_profile_name(const cf_target *t) { return t->name; }
+
+static int kind_of(cf_op op) {
+  switch (op) {
+  case CF_OP_ALLREDUCE:
+  case CF_OP_FUSEDALLREDUCE: return K_ALLREDUCE;
+  case CF_OP_ALLGATHER:
+  case CF_OP_FUSEDALLGATHER: return K_ALLGATHER;
+  case CF_OP_REDUCESCATTER:
+  case CF_OP_FUSEDREDUCESCATTER: return K_REDUCESCATTER;
+  case CF_OP_REDUCE: return K_REDUCE;
+  case CF_OP_BROADCAST: return K_BROADCAST;
+  case CF_OP_MATMULREDUCESCATTER: return K_MMRS;
+  case CF_OP_MATMULALLREDUCE: return K_MMAR;
+  case CF_OP_ALLGATHERMATMUL: return K_AGMM;
+  default: return -1;
+  }
+}
+
+static cf_status violation(const cf_graph *g, const cf_node *n, const cf_target *t,
+                           const kind_rule *r, const char *rule) {
+  return cf_node_error(g, n, CF_ERR_INVALID, "target %s: %s (%s)", t->name, rule, r->source);
+}
+
+cf_status cf_target_check(const cf_graph *g, const cf_target *t) {
+  char rule[256];
+  for (int i = 0; i < g->n_nodes; i++) {
+    const cf_node *n = &g->nodes[i];
+    int k = kind_of(n->op);
+    if (k < 0) continue;
+    const kind_rule *r = &t->k[k];
+    if (r->unsupported) {
+      snprintf(rule, sizeof rule, "%s is not supported on %s", kind_names[k], t->desc);
+      return violation(g, n, t, r, rule);
+    }
+    const cf_node *src = &g->nodes[n->in[0].node];
+    cf_dtype dt = src->out[n->in[0].port].dtype;
+    bool has_red = cf_op_table[n->op].allowed & (1u << CF_A_REDUCTION);
+    cf_reduction red = cf_node_reduction(n);
+    if (r->dtypes && !(r->dtypes & (1u << dt))) {
+      snprintf(rule, sizeof rule, "%s does not support dtype %s", kind_names[k], cf_dtype_name(dt));
+      return violation(g, n, t, r, rule);
+    }
+    if (has_red && r->reds && !(r->reds & (1u << red))) {
+      snprintf(rule, sizeof rule, "%s does not support reduction %s", kind_names[k],
+               cf_reduction_name(red));
+      return violation(g, n, t, r, rule);
+    }
+    if (has_red && red == CF_RED_PROD && (r->no_prod & (1u << dt))) {
+      snprintf(rule, sizeof rule, "%s does not support prod on %s", kind_names[k], cf_dtype_name(dt));
+      return violation(g, n, t, r, rule);
+    }
+    if (has_red && red != CF_RED_SUM && (r->sum_only & (1u << dt))) {
+      snprintf(rule, sizeof rule, "%s supports only sum on %s, not %s", kind_names[k],
+               cf_dtype_name(dt), cf_reduction_name(red));
+      return violation(g, n, t, r, rule);
+    }
+    if (k == K_MMRS) {
+      int64_t ws = cf_node_int(n, CF_A_WORLD_SIZE, 0);
+      if (t->mmrs_ws[0]) {
+        bool ok = false;
+        char list[64] = "";
+        size_t o = 0;
+        for (int j = 0; j < 8 && t->mmrs_ws[j]; j++) {
+          ok |= t->mmrs_ws[j] == ws;
+          o += (size_t)snprintf(list + o, sizeof list - o, j ? ",%d" : "%d", t->mmrs_ws[j]);
+        }
+        if (!ok) {
+          snprintf(rule, sizeof rule, "world_size=%lld not in {%s}", (long long)ws, list);
+          return violation(g, n, t, r, rule);
+        }
+      }
+      const cf_value *x2 = &g->nodes[n->in[1].node].out[n->in[1].port];
+      int64_t kk = x2->shape.dims[0];
+      if (t->k_max && (kk < t->k_min || kk >= t->k_max)) {
+        snprintf(rule, sizeof rule, "k=%lld outside [%lld, %lld)", (long long)kk,
+                 (long long)t->k_min, (long long)t->k_max);
+        return violation(g, n, t, r, rule);
+      }
+    }
+  }
+  return CF_OK;
+}

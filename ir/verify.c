@@ -1,0 +1,271 @@
+/* verify.c - structural verification: arity and attributes against ops.def,
+ * attribute ranges, operand references and ports, groups, and a topological
+ * order. A cycle is reported with the names of the nodes on it, since "graph
+ * has a cycle" alone is useless on a 600-node export.
+ */
+#include "ir.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cf_node_n_outputs(const cf_node *n) {
+  switch (cf_op_table[n->op].cat) {
+  case CF_CAT_SINK: return 0;
+  case CF_CAT_FUSED_COLLECTIVE: return n->n_in;
+  default: break;
+  }
+  if (n->op == CF_OP_ALLGATHERMATMUL) return n->n_in; /* n_in-1 products + gathered x1 */
+  if (n->op == CF_OP_OPAQUE) return n->n_decl > 0 ? n->n_decl : 1;
+  return 1;
+}
+
+static int count_list(const char *s) {
+  int n = 1;
+  for (; *s; s++) n += *s == ',';
+  return n;
+}
+
+static cf_status check_attrs(cf_graph *g, cf_node *n) {
+  const cf_op_info *oi = &cf_op_table[n->op];
+  for (int i = 0; i < n->n_attr; i++)
+    if (!(oi->allowed & (1u << n->attr[i].id)))
+      return cf_node_error(g, n, CF_ERR_INVALID, "attribute '%s' is not allowed on %s",
+                           cf_attr_table[n->attr[i].id].name, oi->name);
+  for (int a = 0; a < CF_A_COUNT; a++)
+    if ((oi->required & (1u << a)) && !cf_node_attr(n, (cf_attr_id)a))
+      return cf_node_error(g, n, CF_ERR_INVALID, "%s needs attribute '%s'", oi->name,
+                           cf_attr_table[a].name);
+  if (n->op == CF_OP_OPAQUE) {
+    if (n->n_decl == 0)
+      return cf_node_error(g, n, CF_ERR_INVALID, "Opaque needs its output dtype and shape");
+    for (int i = 0; i < n->n_decl; i++)
+      if (!n->decl[i].has_dtype || !n->decl[i].has_shape)
+        return cf_node_error(g, n, CF_ERR_INVALID,
+                             "Opaque output %d needs both dtype and shape", i);
+  }
+
+  const char *init = cf_node_str(n, CF_A_INIT, NULL);
+  if (init && strcmp(init, "random") && strcmp(init, "zeros") && strcmp(init, "ones") &&
+      strcmp(init, "iota"))
+    return cf_node_error(g, n, CF_ERR_INVALID, "init='%s' must be random, zeros, ones or iota",
+                         init);
+
+  const cf_attr *fu = cf_node_attr(n, CF_A_FUSION);
+  if (fu && (fu->v.i < 0 || fu->v.i > 2))
+    return cf_node_error(g, n, CF_ERR_INVALID, "fusion=%lld must be 0, 1 or 2",
+                         (long long)fu->v.i);
+  int64_t fid = cf_node_int(n, CF_A_FUSION_ID, -1);
+  if (fid < -1)
+    return cf_node_error(g, n, CF_ERR_INVALID, "fusion_id=%lld must be >= -1", (long long)fid);
+  if (cf_op_table[n->op].cat == CF_CAT_COLLECTIVE && cf_node_fusion(n) == 2 && fid < 0)
+    return cf_node_error(g, n, CF_ERR_INVALID, "fusion=2 needs fusion_id >= 0");
+
+  int64_t gsize = -1;
+  if (oi->allowed & (1u << CF_A_GROUP)) {
+    const char *gname = cf_node_group(n);
+    if (strlen(gname) > CF_MAX_GROUP_NAME)
+      return cf_node_error(g, n, CF_ERR_INVALID, "group name longer than %d bytes",
+                           CF_MAX_GROUP_NAME);
+    gsize = cf_graph_group_size(g, gname);
+    const cf_attr *rs = cf_node_attr(n, CF_A_RANK_SIZE);
+    if (gsize < 0 && !cf_graph_group(g, gname) && strcmp(gname, CF_WORLD_GROUP) != 0)
+      return cf_node_error(g, n, CF_ERR_INVALID, "group '%s' is not defined", gname);
+    if (rs && rs->v.i <= 0)
+      return cf_node_error(g, n, CF_ERR_INVALID, "rank_size=%lld must be positive",
+                           (long long)rs->v.i);
+    if (rs && gsize >= 0 && rs->v.i != gsize)
+      return cf_node_error(g, n, CF_ERR_INVALID, "rank_size=%lld but group '%s' has %lld ranks",
+                           (long long)rs->v.i, gname, (long long)gsize);
+    if (rs) gsize = rs->v.i;
+  }
+  const cf_attr *ws = cf_node_attr(n, CF_A_WORLD_SIZE);
+  if (ws) {
+    if (ws->v.i <= 0 || ws->v.i > CF_MAX_WORLD)
+      return cf_node_error(g, n, CF_ERR_INVALID, "world_size=%lld must be in 1..%d",
+                           (long long)ws->v.i, CF_MAX_WORLD);
+    if (cf_node_attr(n, CF_A_GROUP) && gsize >= 0 && ws->v.i != gsize)
+      return cf_node_error(g, n, CF_ERR_INVALID, "world_size=%lld but group '%s' has %lld ranks",
+                           (long long)ws->v.i, cf_node_group(n), (long long)gsize);
+    gsize = ws->v.i;
+  }
+  static const cf_attr_id bounded[] = {CF_A_ROOT, CF_A_RANK, CF_A_RANK_ROOT};
+  for (size_t i = 0; i < sizeof bounded / sizeof bounded[0]; i++) {
+    const cf_attr *a = cf_node_attr(n, bounded[i]);
+    if (!a) continue;
+    if (a->v.i < 0 || (gsize >= 0 && a->v.i >= gsize))
+      return cf_node_error(g, n, CF_ERR_INVALID, "%s=%lld out of range: need 0 <= %s < %lld",
+                           cf_attr_table[bounded[i]].name, (long long)a->v.i,
+                           cf_attr_table[bounded[i]].name, (long long)(gsize >= 0 ? gsize : 0));
+  }
+  int64_t ct = cf_node_int(n, CF_A_COMM_TURN, 0);
+  if (ct < 0) return cf_node_error(g, n, CF_ERR_INVALID, "comm_turn=%lld must be >= 0", (long long)ct);
+  const char *cm = cf_node_str(n, CF_A_COMM_MODE, NULL);
+  if (cm && strcmp(cm, "ai_cpu") && strcmp(cm, "aiv"))
+    return cf_node_error(g, n, CF_ERR_INVALID, "comm_mode='%s' must be ai_cpu or aiv", cm);
+  const char *members = cf_node_str(n, CF_A_MEMBERS, NULL);
+  if (members && oi->cat == CF_CAT_FUSED_COLLECTIVE && count_list(members) != n->n_in)
+    return cf_node_error(g, n, CF_ERR_INVALID, "members lists %d names but the node has %d operands",
+                         count_list(members), n->n_in);
+  return CF_OK;
+}
+
+static cf_status check_groups(cf_graph *g) {
+  for (int i = 0; i < g->n_groups; i++) {
+    const cf_group *gr = &g->groups[i];
+    if (gr->n_ranks == 0)
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line, "group '%s' has no ranks",
+                      gr->name);
+    for (int j = 0; j < gr->n_ranks; j++) {
+      if (gr->ranks[j] < 0 || (g->world_size > 0 && gr->ranks[j] >= g->world_size))
+        return cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line,
+                        "group '%s': rank %d outside the world (world_size=%lld)", gr->name,
+                        gr->ranks[j], (long long)g->world_size);
+      for (int k = 0; k < j; k++)
+        if (gr->ranks[k] == gr->ranks[j])
+          return cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line,
+                          "group '%s': rank %d listed twice", gr->name, gr->ranks[j]);
+    }
+    if (strcmp(gr->name, CF_WORLD_GROUP) == 0 && g->world_size > 0 && gr->n_ranks != g->world_size)
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line,
+                      "group '%s' must have all %lld ranks", gr->name, (long long)g->world_size);
+  }
+  return CF_OK;
+}
+
+/* Report one cycle among the nodes Kahn's algorithm could not order. */
+static cf_status report_cycle(cf_graph *g, const int *indeg) {
+  int start = -1;
+  for (int i = 0; i < g->n_nodes && start < 0; i++)
+    if (indeg[i] > 0) start = i;
+  /* walk backwards through unordered operands until a node repeats */
+  size_t nsz = g->n_nodes > 0 ? (size_t)g->n_nodes : 1;
+  int *seen = calloc(nsz, sizeof(int));
+  int *path = malloc(nsz * sizeof(int));
+  if (!seen || !path) {
+    free(seen);
+    free(path);
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  }
+  int len = 0, cur = start;
+  while (!seen[cur]) {
+    seen[cur] = len + 1;
+    path[len++] = cur;
+    const cf_node *n = &g->nodes[cur];
+    int next = -1;
+    for (int j = 0; j < n->n_in && next < 0; j++)
+      if (indeg[n->in[j].node] > 0) next = n->in[j].node;
+    cur = next;
+  }
+  /* path[seen[cur]-1 .. len-1] is the cycle, walked against the edges */
+  char buf[1024];
+  size_t o = 0;
+  int first = seen[cur] - 1;
+  for (int k = len - 1; k >= first && o < sizeof buf - 64; k--)
+    o += (size_t)snprintf(buf + o, sizeof buf - o, "'%s' -> ", g->nodes[path[k]].name);
+  snprintf(buf + o, sizeof buf - o, "'%s'", g->nodes[path[len - 1]].name);
+  const cf_node *n = &g->nodes[path[len - 1]];
+  free(seen);
+  free(path);
+  return cf_node_error(g, n, CF_ERR_INVALID, "cycle: %s", buf);
+}
+
+static cf_status topo_sort(cf_graph *g) {
+  int nn = g->n_nodes;
+  size_t nsz = nn > 0 ? (size_t)nn : 1;
+  cf_status st = CF_OK;
+  int *indeg = calloc(nsz, sizeof(int));
+  int *start = calloc(nsz + 1, sizeof(int));
+  int *users = NULL;
+  int *topo = cf_arena_array(&g->arena, nsz, sizeof(int));
+  int64_t edges = 0;
+  for (int i = 0; i < nn; i++) edges += g->nodes[i].n_in;
+  if (edges > INT32_MAX) {
+    st = cf_error(g->ctx, CF_ERR_INVALID, g->file, 0, "too many edges");
+    goto fail;
+  }
+  users = malloc((size_t)(edges ? edges : 1) * sizeof(int));
+  if (!indeg || !start || !users || !topo) {
+    st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < nn; i++)
+    for (int j = 0; j < g->nodes[i].n_in; j++) start[g->nodes[i].in[j].node + 1]++;
+  for (int i = 0; i < nn; i++) start[i + 1] += start[i];
+  {
+    int *fill = calloc(nsz, sizeof(int));
+    if (!fill) {
+      st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+      goto fail;
+    }
+    for (int i = 0; i < nn; i++)
+      for (int j = 0; j < g->nodes[i].n_in; j++) {
+        int s = g->nodes[i].in[j].node;
+        users[start[s] + fill[s]++] = i;
+      }
+    free(fill);
+  }
+  for (int i = 0; i < nn; i++) indeg[i] = g->nodes[i].n_in;
+  /* Kahn's algorithm; the queue lives in topo itself and keeps file order
+   * among ready nodes */
+  int head = 0, tail = 0;
+  for (int i = 0; i < nn; i++)
+    if (!indeg[i]) topo[tail++] = i;
+  while (head < tail) {
+    int v = topo[head++];
+    for (int k = start[v]; k < start[v + 1]; k++)
+      if (--indeg[users[k]] == 0) topo[tail++] = users[k];
+  }
+  if (tail != nn) {
+    st = report_cycle(g, indeg);
+    goto fail;
+  }
+  g->topo = topo;
+fail:
+  free(indeg);
+  free(start);
+  free(users);
+  return st;
+}
+
+cf_status cf_verify_structure(cf_graph *g) {
+  cf_status st;
+  if (g->world_size < 0 || g->world_size > CF_MAX_WORLD)
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, 0, "world_size=%lld must be in 0..%d",
+                    (long long)g->world_size, CF_MAX_WORLD);
+  if ((st = check_groups(g))) return st;
+  for (int i = 0; i < g->n_nodes; i++) {
+    cf_node *n = &g->nodes[i];
+    const cf_op_info *oi = &cf_op_table[n->op];
+    if (n->op <= CF_OP_INVALID || n->op >= CF_OP_COUNT)
+      return cf_node_error(g, n, CF_ERR_INVALID, "unknown op");
+    if (n->n_in < oi->min_in || (oi->max_in >= 0 && n->n_in > oi->max_in)) {
+      if (oi->min_in == oi->max_in)
+        return cf_node_error(g, n, CF_ERR_INVALID, "%s takes %d operand%s, got %d", oi->name,
+                             oi->min_in, oi->min_in == 1 ? "" : "s", n->n_in);
+      if (oi->max_in < 0)
+        return cf_node_error(g, n, CF_ERR_INVALID, "%s takes at least %d operands, got %d",
+                             oi->name, oi->min_in, n->n_in);
+      return cf_node_error(g, n, CF_ERR_INVALID, "%s takes %d to %d operands, got %d", oi->name,
+                           oi->min_in, oi->max_in, n->n_in);
+    }
+    if (n->n_decl > 1 && n->op != CF_OP_OPAQUE)
+      return cf_node_error(g, n, CF_ERR_INVALID, "only Opaque declares several outputs");
+    if ((st = check_attrs(g, n))) return st;
+    for (int j = 0; j < n->n_in; j++) {
+      cf_ref r = n->in[j];
+      if (r.node < 0 || r.node >= g->n_nodes)
+        return cf_node_error(g, n, CF_ERR_INVALID, "operand %d refers to no node", j);
+      const cf_node *src = &g->nodes[r.node];
+      int nout = cf_node_n_outputs(src);
+      if (nout == 0)
+        return cf_node_error(g, n, CF_ERR_INVALID, "operand %d refers to '%s', an %s with no result",
+                             j, src->name, cf_op_table[src->op].name);
+      if (r.port < 0 || r.port >= nout)
+        return cf_node_error(g, n, CF_ERR_INVALID,
+                             "operand %d refers to port %d of '%s', which has %d output%s", j,
+                             r.port, src->name, nout, nout == 1 ? "" : "s");
+    }
+  }
+  return topo_sort(g);
+}

@@ -1,0 +1,85 @@
+/* registry.c - the ordered table of passes, the named pipelines and the pass
+ * runner (with per-pass timing and, outside Release builds, a full verify
+ * after every pass so a pass that breaks the graph is caught where it did).
+ */
+#include "passes.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+const cf_pass *const cf_pass_registry[] = {
+    &cf_pass_verify,
+    &cf_pass_infer,
+    &cf_pass_dce,
+    NULL,
+};
+
+/* Fusion passes join the default pipeline as they land; -O0 never has them. */
+const char cf_pipeline_default[] = "verify,infer,dce";
+const char cf_pipeline_O0[] = "verify,infer";
+
+const cf_pass *cf_pass_find(const char *name) {
+  for (int i = 0; cf_pass_registry[i]; i++)
+    if (strcmp(cf_pass_registry[i]->name, name) == 0) return cf_pass_registry[i];
+  return NULL;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+cf_status cf_passes_run(cf_graph *g, const char *list, const cf_pass_options *opt,
+                        cf_pass_timing *timing, int *n_timing) {
+  static const cf_pass_options none = {0};
+  char name[64];
+  if (n_timing) *n_timing = 0;
+  if (!opt) opt = &none;
+  if (!list) list = cf_pipeline_default;
+  const char *p = list;
+  while (*p) {
+    size_t len = strcspn(p, ",");
+    if (len == 0 || len >= sizeof name) {
+      if (len == 0 && p[0] == ',') {
+        p++;
+        continue;
+      }
+      return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "bad pass list '%s'", list);
+    }
+    memcpy(name, p, len);
+    name[len] = 0;
+    p += len + (p[len] == ',');
+    const cf_pass *pass = cf_pass_find(name);
+    if (!pass) {
+      char known[512] = "";
+      size_t o = 0;
+      for (int i = 0; cf_pass_registry[i] && o < sizeof known; i++)
+        o += (size_t)snprintf(known + o, sizeof known - o, i ? ", %s" : "%s",
+                              cf_pass_registry[i]->name);
+      return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "unknown pass '%s' (known: %s)", name, known);
+    }
+    double t0 = now_ms();
+    cf_status st = pass->run(g, opt);
+    if (st) return st;
+#ifdef CF_VERIFY_EACH_PASS
+    if ((st = cf_verify_structure(g)) || (st = cf_infer(g))) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", cf_context_errmsg(g->ctx));
+      return cf_error(g->ctx, st, NULL, 0, "pass '%s' left an invalid graph: %s", pass->name, msg);
+    }
+#endif
+    if (timing && n_timing && *n_timing < CF_MAX_PIPELINE) {
+      timing[*n_timing].name = pass->name;
+      timing[*n_timing].ms = now_ms() - t0;
+      (*n_timing)++;
+    }
+  }
+  return CF_OK;
+}
+
+cf_status cf_graph_run_passes(cf_graph *g, const char *passes) {
+  if (!g) return CF_ERR_USAGE;
+  return cf_passes_run(g, passes, NULL, NULL, NULL);
+}

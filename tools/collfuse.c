@@ -1,0 +1,339 @@
+/* collfuse.c - the `collfuse` command-line driver (SPEC section 4).
+ *
+ * Each command parses its own options, calls the library and maps cf_status
+ * to the documented exit codes: 0 success, 1 invalid input or failed
+ * verification, 2 usage error, 3 runtime failure. Diagnostics from the
+ * library already read "FILE:LINE: error: ...", so they are printed as is.
+ */
+#include "tools.h"
+
+#include "../frontend/frontend.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
+
+static int exit_code(cf_status st) {
+  switch (st) {
+  case CF_OK: return 0;
+  case CF_ERR_USAGE: return EXIT_USAGE;
+  case CF_ERR_RUNTIME:
+  case CF_ERR_NO_MEMORY: return EXIT_RUNTIME;
+  default: return EXIT_INVALID;
+  }
+}
+
+static int fail(cf_context *ctx, cf_status st) {
+  fprintf(stderr, "%s\n", cf_context_errmsg(ctx));
+  return exit_code(st);
+}
+
+static int usage_error(const char *cmd, const char *fmt, const char *arg) {
+  fprintf(stderr, "collfuse %s: ", cmd);
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nTry 'collfuse %s --help'.\n", cmd);
+  return EXIT_USAGE;
+}
+
+static void log_to_stderr(void *user, cf_log_level lvl, const char *msg) {
+  int verbose = *(int *)user;
+  if (lvl <= CF_LOG_WARN || verbose) fprintf(stderr, "collfuse: %s\n", msg);
+}
+
+/* ---------------- help texts ---------------- */
+
+static const char help_main[] =
+    "usage: collfuse COMMAND [options]\n"
+    "\n"
+    "collfuse compiles graphs with collective operations: it reads them (native\n"
+    "XML, GraphML), verifies them against a target profile, runs passes and\n"
+    "draws them.\n"
+    "\n"
+    "commands:\n"
+    "  check    FILE... [--target T]      parse + verify, one summary line per file\n"
+    "  compile  FILE [-o OUT.xml] ...     run the pass pipeline, write the result\n"
+    "  dot      FILE [-o OUT] [--fused]   draw a graph as DOT, SVG or PNG\n"
+    "\n"
+    "  collfuse --version | --help | COMMAND --help\n"
+    "\n"
+    "exit codes: 0 ok, 1 invalid input, 2 usage error, 3 runtime failure\n";
+
+static void help_targets(FILE *f) {
+  fprintf(f, "targets:");
+  for (size_t i = 0; cf_target_name(i); i++) fprintf(f, " %s", cf_target_name(i));
+  fprintf(f, "\n");
+}
+
+static const char help_check[] =
+    "usage: collfuse check FILE... [--target T]\n"
+    "\n"
+    "Parse and verify each FILE (.xml, .graphml) and print one line per file:\n"
+    "nodes, collectives by kind and the bytes they communicate. With --target\n"
+    "the graph must also meet that device's documented limits.\n";
+
+static const char help_compile[] =
+    "usage: collfuse compile FILE [-o OUT.xml] [--passes LIST | -O0] [--target T]\n"
+    "                        [--dot OUT.dot|.svg|.png] [--json]\n"
+    "\n"
+    "Verify FILE, run the pass pipeline and write the compiled graph.\n"
+    "  -o OUT.xml       write the result as native XML (valid collfuse input)\n"
+    "  --passes LIST    comma-separated passes instead of the default pipeline\n"
+    "  -O0              no fusion passes\n"
+    "  --target T       check the graph against a target profile\n"
+    "  --dot OUT        also draw the result (.dot, .svg or .png)\n"
+    "  --json           print one JSON object with counts, buckets and pass times\n";
+
+static const char help_dot[] =
+    "usage: collfuse dot FILE [-o OUT.dot|.svg|.png] [--fused]\n"
+    "\n"
+    "Draw FILE with graphviz; the format comes from the extension of OUT\n"
+    "(DOT on stdout without -o). --fused runs the default pipeline first.\n";
+
+static bool want_help(int argc, char **argv, const char *text) {
+  for (int i = 0; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(text, stdout);
+      help_targets(stdout);
+      printf("passes:");
+      for (int k = 0; cf_pass_registry[k]; k++) printf(" %s", cf_pass_registry[k]->name);
+      printf("\n");
+      return true;
+    }
+  return false;
+}
+
+/* Option with a value: "--opt V" or "--opt=V". */
+static const char *opt_value(int argc, char **argv, int *i, const char *name) {
+  size_t n = strlen(name);
+  if (strncmp(argv[*i], name, n) != 0) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n] != 0) return NULL;
+  if (*i + 1 >= argc) return "";
+  return argv[++*i];
+}
+
+static void human_bytes(int64_t b, char *buf, size_t len) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int k = 0;
+  while (v >= 1024 && k < 4) {
+    v /= 1024;
+    k++;
+  }
+  if (k == 0)
+    snprintf(buf, len, "%lld B", (long long)b);
+  else
+    snprintf(buf, len, "%.1f %s", v, u[k]);
+}
+
+/* ---------------- check ---------------- */
+
+static int cmd_check(cf_context *ctx, int argc, char **argv) {
+  const char *target = NULL;
+  const char **files = calloc((size_t)argc + 1, sizeof *files);
+  int nf = 0, rc = 0;
+  if (!files) return EXIT_RUNTIME;
+  for (int i = 0; i < argc; i++) {
+    const char *v;
+    if ((v = opt_value(argc, argv, &i, "--target"))) {
+      if (!*v) return free(files), usage_error("check", "%s needs a value", "--target");
+      target = v;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      free(files);
+      return usage_error("check", "unknown option '%s'", argv[i]);
+    } else {
+      files[nf++] = argv[i];
+    }
+  }
+  if (!nf) return free(files), usage_error("check", "%s", "no input file");
+  if (target && !cf_target_find(target)) {
+    free(files);
+    fprintf(stderr, "collfuse check: unknown target '%s'\n", target);
+    help_targets(stderr);
+    return EXIT_USAGE;
+  }
+  for (int k = 0; k < nf; k++) {
+    cf_graph *g;
+    cf_status st = cf_graph_load(ctx, files[k], &g);
+    if (!st) st = cf_graph_verify(g, target);
+    if (st) {
+      fprintf(stderr, "%s\n", cf_context_errmsg(ctx));
+      int c = exit_code(st);
+      if (c > rc) rc = c;
+      cf_graph_destroy(g);
+      continue;
+    }
+    cf_graph_stats s;
+    cf_graph_stats_compute(g, &s);
+    char kinds[1024] = "", hb[64];
+    size_t o = 0;
+    for (int op = 1; op < CF_OP_COUNT; op++)
+      if (cf_op_is_collective((cf_op)op) && s.by_op[op])
+        o += (size_t)snprintf(kinds + o, sizeof kinds - o, "%s%s %d", o ? ", " : "",
+                              cf_op_table[op].name, s.by_op[op]);
+    human_bytes(s.comm_bytes, hb, sizeof hb);
+    printf("%s: ok: %d nodes, %d collectives%s%s%s, %lld bytes communicated (%s)%s%s\n", files[k],
+           s.nodes, s.collectives, o ? " (" : "", kinds, o ? ")" : "", (long long)s.comm_bytes, hb,
+           target ? ", target " : "", target ? target : "");
+    cf_graph_destroy(g);
+  }
+  free(files);
+  return rc;
+}
+
+/* ---------------- dot ---------------- */
+
+static int copy_to_stdout(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return EXIT_RUNTIME;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stdout);
+  fclose(f);
+  return 0;
+}
+
+/* Draw g to out, or DOT to stdout when out is NULL. */
+static cf_status draw(cf_context *ctx, cf_graph *g, const char *out) {
+  if (out) return cf_graph_write_dot(g, out);
+  char dir[] = "/tmp/collfuse-dot-XXXXXX";
+  if (!mkdtemp(dir)) return cf_error(ctx, CF_ERR_IO, dir, 0, "cannot create: %s", strerror(errno));
+  char path[64];
+  snprintf(path, sizeof path, "%s/graph.dot", dir);
+  cf_status st = cf_graph_write_dot(g, path);
+  if (!st) copy_to_stdout(path);
+  remove(path);
+  rmdir(dir);
+  return st;
+}
+
+static int cmd_dot(cf_context *ctx, int argc, char **argv) {
+  const char *file = NULL, *out = NULL;
+  bool fused = false;
+  for (int i = 0; i < argc; i++) {
+    const char *v;
+    if ((v = opt_value(argc, argv, &i, "-o"))) {
+      if (!*v) return usage_error("dot", "%s needs a value", "-o");
+      out = v;
+    } else if (strcmp(argv[i], "--fused") == 0) {
+      fused = true;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      return usage_error("dot", "unknown option '%s'", argv[i]);
+    } else if (file) {
+      return usage_error("dot", "unexpected argument '%s'", argv[i]);
+    } else {
+      file = argv[i];
+    }
+  }
+  if (!file) return usage_error("dot", "%s", "no input file");
+  cf_graph *g;
+  cf_status st = cf_graph_load(ctx, file, &g);
+  if (!st) st = cf_graph_verify(g, NULL);
+  if (!st && fused) st = cf_passes_run(g, cf_pipeline_default, NULL, NULL, NULL);
+  if (!st) st = draw(ctx, g, out);
+  int rc = st ? fail(ctx, st) : 0;
+  cf_graph_destroy(g);
+  return rc;
+}
+
+/* ---------------- compile ---------------- */
+
+static int cmd_compile(cf_context *ctx, int argc, char **argv) {
+  const char *file = NULL, *out = NULL, *passes = NULL, *target = NULL, *dot = NULL;
+  bool json = false, o0 = false;
+  for (int i = 0; i < argc; i++) {
+    const char *v;
+    if ((v = opt_value(argc, argv, &i, "-o"))) {
+      if (!*v) return usage_error("compile", "%s needs a value", "-o");
+      out = v;
+    } else if ((v = opt_value(argc, argv, &i, "--passes"))) {
+      passes = v;
+    } else if ((v = opt_value(argc, argv, &i, "--target"))) {
+      if (!*v) return usage_error("compile", "%s needs a value", "--target");
+      target = v;
+    } else if ((v = opt_value(argc, argv, &i, "--dot"))) {
+      if (!*v) return usage_error("compile", "%s needs a value", "--dot");
+      dot = v;
+    } else if (strcmp(argv[i], "-O0") == 0) {
+      o0 = true;
+    } else if (strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      return usage_error("compile", "unknown option '%s'", argv[i]);
+    } else if (file) {
+      return usage_error("compile", "unexpected argument '%s'", argv[i]);
+    } else {
+      file = argv[i];
+    }
+  }
+  if (!file) return usage_error("compile", "%s", "no input file");
+  if (o0 && passes) return usage_error("compile", "%s", "--passes and -O0 exclude each other");
+  if (target && !cf_target_find(target)) {
+    fprintf(stderr, "collfuse compile: unknown target '%s'\n", target);
+    help_targets(stderr);
+    return EXIT_USAGE;
+  }
+  cf_graph *g = NULL;
+  cf_pass_timing timing[CF_MAX_PIPELINE];
+  int n_timing = 0;
+  cf_status st = cf_graph_load(ctx, file, &g);
+  if (!st) st = cf_graph_verify(g, target);
+  int before = st ? 0 : (int)cf_graph_collective_count(g);
+  if (!st)
+    st = cf_passes_run(g, o0 ? cf_pipeline_O0 : passes ? passes : cf_pipeline_default, NULL, timing,
+                       &n_timing);
+  /* the result must still meet the target after the passes */
+  if (!st) st = cf_graph_verify(g, target);
+  if (!st && out) st = cf_graph_write_xml(g, out);
+  if (!st && dot) st = cf_graph_write_dot(g, dot);
+  if (!st && json) st = cf_report_compile_json(g, before, timing, n_timing);
+  if (!st && !json && !out && !dot)
+    printf("%s: %d nodes, %d collectives before, %zu after\n", file, g->n_nodes, before,
+           cf_graph_collective_count(g));
+  int rc = st ? fail(ctx, st) : 0;
+  cf_graph_destroy(g);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(help_main, stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+    printf("collfuse %s\n", cf_version());
+    return 0;
+  }
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    fputs(help_main, stdout);
+    return 0;
+  }
+  cf_context *ctx;
+  if (cf_context_create(&ctx)) {
+    fprintf(stderr, "collfuse: out of memory\n");
+    return EXIT_RUNTIME;
+  }
+  int verbose = getenv("COLLFUSE_VERBOSE") != NULL;
+  cf_context_set_log(ctx, log_to_stderr, &verbose);
+  int rc;
+  int sub_argc = argc - 2;
+  char **sub_argv = argv + 2;
+  if (strcmp(cmd, "check") == 0)
+    rc = want_help(sub_argc, sub_argv, help_check) ? 0 : cmd_check(ctx, sub_argc, sub_argv);
+  else if (strcmp(cmd, "compile") == 0)
+    rc = want_help(sub_argc, sub_argv, help_compile) ? 0 : cmd_compile(ctx, sub_argc, sub_argv);
+  else if (strcmp(cmd, "dot") == 0)
+    rc = want_help(sub_argc, sub_argv, help_dot) ? 0 : cmd_dot(ctx, sub_argc, sub_argv);
+  else {
+    fprintf(stderr, "collfuse: unknown command '%s'\n\n", cmd);
+    fputs(help_main, stderr);
+    rc = EXIT_USAGE;
+  }
+  cf_context_destroy(ctx);
+  return rc;
+}
