@@ -157,14 +157,17 @@ static cf_status report_cycle(cf_graph *g, const int *indeg) {
       if (indeg[n->in[j].node] > 0) next = n->in[j].node;
     cur = next;
   }
-  /* path[seen[cur]-1 .. len-1] is the cycle, walked against the edges */
+  /* path[first .. len-1] is the cycle walked against the edges; print it
+   * along the edges, starting at the node that comes first in the file */
   char buf[1024];
   size_t o = 0;
-  int first = seen[cur] - 1;
-  for (int k = len - 1; k >= first && o < sizeof buf - 64; k--)
-    o += (size_t)snprintf(buf + o, sizeof buf - o, "'%s' -> ", g->nodes[path[k]].name);
-  snprintf(buf + o, sizeof buf - o, "'%s'", g->nodes[path[len - 1]].name);
-  const cf_node *n = &g->nodes[path[len - 1]];
+  int first = seen[cur] - 1, clen = len - first, rot = 0;
+  for (int k = 0; k < clen; k++)
+    if (path[len - 1 - k] < path[len - 1 - rot]) rot = k;
+  for (int k = 0; k <= clen && o < sizeof buf - 64; k++)
+    o += (size_t)snprintf(buf + o, sizeof buf - o, k ? " -> '%s'" : "'%s'",
+                          g->nodes[path[len - 1 - (rot + k) % clen]].name);
+  const cf_node *n = &g->nodes[path[len - 1 - rot]];
   free(seen);
   free(path);
   return cf_node_error(g, n, CF_ERR_INVALID, "cycle: %s", buf);

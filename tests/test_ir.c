@@ -1,0 +1,394 @@
+/* test_ir.c - unit tests of ir/: dtypes and shapes with overflow-checked
+ * sizes, the graph container, structural verification (cycles named),
+ * inference rules of every op family, and target profiles. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/ir.h"
+
+static cf_context *ctx;
+
+static int setup(void **state) {
+  (void)state;
+  return cf_context_create(&ctx) == CF_OK ? 0 : -1;
+}
+static int teardown(void **state) {
+  (void)state;
+  cf_context_destroy(ctx);
+  return 0;
+}
+
+#define ASSERT_ERR(expr, st, substr)                                                  \
+  do {                                                                                \
+    assert_int_equal((expr), (st));                                                   \
+    if (!strstr(cf_context_errmsg(ctx), (substr)))                                    \
+      fail_msg("message '%s' lacks '%s'", cf_context_errmsg(ctx), (substr));           \
+  } while (0)
+
+static void test_dtypes(void **state) {
+  (void)state;
+  static const struct {
+    const char *name;
+    int size;
+  } want[] = {{"int8", 1},    {"uint8", 1},    {"int16", 2},   {"int32", 4},  {"int64", 8},
+              {"float16", 2}, {"bfloat16", 2}, {"float32", 4}, {"float64", 8}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    cf_dtype dt = cf_dtype_parse(want[i].name);
+    assert_int_not_equal(dt, CF_DT_INVALID);
+    assert_int_equal(cf_dtype_size(dt), want[i].size);
+    assert_string_equal(cf_dtype_name(dt), want[i].name);
+  }
+  assert_int_equal(cf_dtype_parse("bf16"), CF_DT_BFLOAT16);
+  assert_int_equal(cf_dtype_parse("f32"), CF_DT_FLOAT32);
+  assert_int_equal(cf_dtype_parse("complex64"), CF_DT_INVALID);
+  assert_true(cf_dtype_is_float(CF_DT_BFLOAT16));
+  assert_false(cf_dtype_is_float(CF_DT_INT64));
+}
+
+static void test_shapes(void **state) {
+  (void)state;
+  cf_shape s;
+  char why[256], buf[128];
+  assert_true(cf_shape_parse("", &s, why, sizeof why));
+  assert_int_equal(s.rank, 0);
+  assert_true(cf_shape_parse(" 1024, 512 ", &s, why, sizeof why));
+  assert_int_equal(s.rank, 2);
+  assert_string_equal(cf_shape_format(&s, buf, sizeof buf), "1024,512");
+  assert_true(cf_shape_parse("1,1,1,1,1,1,1,1", &s, why, sizeof why));
+  assert_false(cf_shape_parse("1,1,1,1,1,1,1,1,1", &s, why, sizeof why));
+  assert_non_null(strstr(why, "more than 8 dimensions"));
+  assert_false(cf_shape_parse("1000000,1000000", &s, why, sizeof why)); /* 10^12 */
+  assert_non_null(strstr(why, "too many elements"));
+  assert_false(cf_shape_parse("4294967296,4294967296,4", &s, why, sizeof why)); /* overflows */
+  assert_false(cf_shape_parse("3,-1", &s, why, sizeof why));
+  assert_false(cf_shape_parse("3,x", &s, why, sizeof why));
+  assert_false(cf_shape_parse("99999999999999999999", &s, why, sizeof why));
+  assert_false(cf_shape_parse("3,,4", &s, why, sizeof why));
+
+  cf_value v = {.dtype = CF_DT_FLOAT64};
+  int64_t n;
+  v.shape.rank = 2;
+  v.shape.dims[0] = (int64_t)1 << 30;
+  v.shape.dims[1] = 64; /* 2^36 elements, 2^39 bytes: over the byte limit */
+  assert_true(cf_shape_elements(&v.shape, &n));
+  assert_false(cf_value_bytes(&v, &n));
+  v.shape.dims[1] = 2;
+  assert_true(cf_value_bytes(&v, &n));
+  assert_int_equal(n, ((int64_t)1 << 31) * 8);
+  v.shape.dims[0] = INT64_MAX;
+  assert_false(cf_shape_elements(&v.shape, &n));
+}
+
+static cf_graph *new_graph(int64_t world) {
+  cf_graph *g;
+  assert_int_equal(cf_graph_new(ctx, "t.xml", &g), CF_OK);
+  g->world_size = world;
+  return g;
+}
+
+static int add(cf_graph *g, const char *name, const char *op, const char *dtype, const char *shape) {
+  int idx;
+  int layout;
+  cf_op o = cf_op_lookup(op, &layout);
+  assert_int_not_equal(o, CF_OP_INVALID);
+  assert_int_equal(cf_graph_add_node(g, name, o, g->n_nodes + 1, &idx), CF_OK);
+  if (layout >= 0) {
+    cf_attr a = {.id = CF_A_LAYOUT, .v.i = layout};
+    assert_int_equal(cf_node_set_attr(g, idx, &a), CF_OK);
+  }
+  if (dtype) assert_int_equal(cf_node_parse_attr(g, idx, CF_A_DTYPE, dtype, 0), CF_OK);
+  if (shape) assert_int_equal(cf_node_parse_attr(g, idx, CF_A_SHAPE, shape, 0), CF_OK);
+  return idx;
+}
+
+static void attr(cf_graph *g, int idx, const char *name, const char *value) {
+  cf_attr_id id = cf_attr_lookup(name);
+  assert_int_not_equal(id, CF_A_COUNT);
+  assert_int_equal(cf_node_parse_attr(g, idx, id, value, 0), CF_OK);
+}
+
+static void inputs(cf_graph *g, int idx, int n, ...) {
+  cf_ref refs[8];
+  va_list ap;
+  va_start(ap, n);
+  for (int i = 0; i < n; i++) refs[i] = (cf_ref){va_arg(ap, int), 0};
+  va_end(ap);
+  assert_int_equal(cf_node_set_inputs(g, idx, n, refs), CF_OK);
+}
+
+static cf_status finish(cf_graph *g) {
+  cf_status st = cf_verify_structure(g);
+  return st ? st : cf_infer(g);
+}
+
+static void test_graph_container(void **state) {
+  (void)state;
+  cf_graph *g = new_graph(2);
+  int idx;
+  for (int i = 0; i < 1000; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "n%d", i);
+    assert_int_equal(cf_graph_add_node(g, name, CF_OP_INPUT, i + 1, &idx), CF_OK);
+    assert_int_equal(idx, i);
+  }
+  assert_int_equal(cf_graph_find(g, "n0"), 0);
+  assert_int_equal(cf_graph_find(g, "n999"), 999);
+  assert_int_equal(cf_graph_find(g, "n1000"), -1);
+  ASSERT_ERR(cf_graph_add_node(g, "n5", CF_OP_INPUT, 2000, &idx), CF_ERR_INVALID,
+             "t.xml:2000: error: node 'n5': duplicate node name (first defined at line 6)");
+  ASSERT_ERR(cf_node_parse_attr(g, 0, CF_A_FUSION, "abc", 7), CF_ERR_INVALID,
+             "t.xml:7: error: node 'n0': attribute fusion='abc' is not an integer");
+  ASSERT_ERR(cf_node_parse_attr(g, 0, CF_A_REDUCTION, "avg", 7), CF_ERR_INVALID, "unknown reduction 'avg'");
+  /* compaction keeps names findable */
+  for (int i = 0; i < 1000; i += 2) g->nodes[i].dead = true;
+  assert_int_equal(cf_graph_compact(g), CF_OK);
+  assert_int_equal(g->n_nodes, 500);
+  assert_int_equal(cf_graph_find(g, "n1"), 0);
+  assert_int_equal(cf_graph_find(g, "n0"), -1);
+  assert_int_equal(cf_graph_find(g, "n999"), 499);
+  cf_graph_destroy(g);
+  cf_graph_destroy(NULL);
+}
+
+static void test_cycle_named(void **state) {
+  (void)state;
+  cf_graph *g = new_graph(2);
+  int x = add(g, "x", "Input", "float32", "4");
+  int a = add(g, "a", "Add", NULL, NULL);
+  int b = add(g, "b", "Add", NULL, NULL);
+  int c = add(g, "c", "Add", NULL, NULL);
+  inputs(g, a, 2, x, c);
+  inputs(g, b, 2, a, x);
+  inputs(g, c, 2, b, x);
+  ASSERT_ERR(cf_verify_structure(g), CF_ERR_INVALID, "cycle: 'a' -> 'b' -> 'c' -> 'a'");
+  cf_graph_destroy(g);
+}
+
+static void test_structure_errors(void **state) {
+  (void)state;
+  cf_graph *g = new_graph(2);
+  int x = add(g, "x", "Input", "float32", "4");
+  int mm = add(g, "mm", "MatMul", NULL, NULL);
+  inputs(g, mm, 1, x);
+  ASSERT_ERR(cf_verify_structure(g), CF_ERR_INVALID, "node 'mm': MatMul takes 2 operands, got 1");
+  cf_graph_destroy(g);
+
+  g = new_graph(2);
+  x = add(g, "x", "Input", "float32", "4");
+  int ar = add(g, "ar", "AllReduce", NULL, NULL);
+  inputs(g, ar, 1, x);
+  attr(g, ar, "fusion", "2");
+  ASSERT_ERR(cf_verify_structure(g), CF_ERR_INVALID, "fusion=2 needs fusion_id >= 0");
+  attr(g, ar, "fusion_id", "3");
+  attr(g, ar, "group", "nope");
+  ASSERT_ERR(cf_verify_structure(g), CF_ERR_INVALID, "group 'nope' is not defined");
+  attr(g, ar, "group", "hccl_world_group");
+  attr(g, ar, "rank_size", "4");
+  ASSERT_ERR(cf_verify_structure(g), CF_ERR_INVALID, "rank_size=4 but group 'hccl_world_group' has 2 ranks");
+  attr(g, ar, "rank_size", "2");
+  attr(g, ar, "layout", "stack");
+  ASSERT_ERR(cf_verify_structure(g), CF_ERR_INVALID, "attribute 'layout' is not allowed on AllReduce");
+  cf_graph_destroy(g);
+
+  g = new_graph(2);
+  x = add(g, "x", "Input", "float32", "4");
+  int o = add(g, "o", "Output", NULL, NULL);
+  int y = add(g, "y", "Add", NULL, NULL);
+  inputs(g, o, 1, x);
+  inputs(g, y, 2, o, x);
+  ASSERT_ERR(cf_verify_structure(g), CF_ERR_INVALID, "refers to 'o', an Output with no result");
+  cf_graph_destroy(g);
+
+  g = new_graph(2);
+  x = add(g, "x", "Input", "float32", "4");
+  y = add(g, "y", "Add", NULL, NULL);
+  cf_ref r[2] = {{x, 1}, {x, 0}};
+  assert_int_equal(cf_node_set_inputs(g, y, 2, r), CF_OK);
+  ASSERT_ERR(cf_verify_structure(g), CF_ERR_INVALID, "refers to port 1 of 'x', which has 1 output");
+  cf_graph_destroy(g);
+}
+
+static void test_infer_collectives(void **state) {
+  (void)state;
+  cf_graph *g = new_graph(4);
+  int x = add(g, "x", "Input", "bfloat16", "6,3");
+  int st = add(g, "st", "AllGather", NULL, NULL);
+  int ct = add(g, "ct", "HcomAllGather", NULL, NULL);
+  int rs = add(g, "rs", "ReduceScatter", NULL, NULL);
+  int ar = add(g, "ar", "AllReduce", NULL, NULL);
+  int fa = add(g, "fa", "FusedAllReduce", NULL, NULL);
+  inputs(g, st, 1, x);
+  inputs(g, ct, 1, x);
+  inputs(g, rs, 1, ct);
+  inputs(g, ar, 1, x);
+  inputs(g, fa, 2, x, rs);
+  attr(g, fa, "members", "p,q");
+  assert_int_equal(finish(g), CF_OK);
+  char b[64];
+  assert_string_equal(cf_shape_format(&g->nodes[st].out[0].shape, b, sizeof b), "4,6,3");
+  assert_string_equal(cf_shape_format(&g->nodes[ct].out[0].shape, b, sizeof b), "24,3");
+  assert_string_equal(cf_shape_format(&g->nodes[rs].out[0].shape, b, sizeof b), "6,3");
+  assert_int_equal(g->nodes[fa].n_out, 2);
+  assert_int_equal(g->nodes[ar].out[0].dtype, CF_DT_BFLOAT16);
+  /* bytes: AllGather counts the gathered tensor */
+  assert_int_equal(cf_node_comm_bytes(g, &g->nodes[st]), 4 * 6 * 3 * 2);
+  assert_int_equal(cf_node_comm_bytes(g, &g->nodes[fa]), 2 * 6 * 3 * 2);
+  cf_graph_stats s;
+  cf_graph_stats_compute(g, &s);
+  assert_int_equal(s.collectives, 5);
+  assert_int_equal(s.by_op[CF_OP_ALLGATHER], 2);
+  cf_graph_destroy(g);
+
+  g = new_graph(4);
+  x = add(g, "x", "Input", "float32", "6,3");
+  rs = add(g, "rs", "ReduceScatter", NULL, NULL);
+  inputs(g, rs, 1, x);
+  ASSERT_ERR(finish(g), CF_ERR_INVALID, "dim0=6 is not divisible by rank_size=4");
+  cf_graph_destroy(g);
+
+  g = new_graph(2);
+  x = add(g, "x", "Input", "float32", "1,1,1,1,1,1,1,1");
+  st = add(g, "st", "AllGather", NULL, NULL);
+  inputs(g, st, 1, x);
+  ASSERT_ERR(finish(g), CF_ERR_INVALID, "stack layout needs an input of rank < 8");
+  cf_graph_destroy(g);
+
+  g = new_graph(0); /* world size unknown */
+  x = add(g, "x", "Input", "float32", "4");
+  ar = add(g, "ar", "AllReduce", NULL, NULL);
+  inputs(g, ar, 1, x);
+  ASSERT_ERR(finish(g), CF_ERR_INVALID, "size of group 'hccl_world_group' unknown");
+  cf_graph_destroy(g);
+}
+
+static void test_infer_compute(void **state) {
+  (void)state;
+  char b[64];
+  cf_graph *g = new_graph(2);
+  int a = add(g, "a", "Input", "float32", "4,1,3");
+  int c = add(g, "c", "Input", "float32", "5,1");
+  int s = add(g, "s", "Add", NULL, NULL);
+  int r = add(g, "r", "Reshape", NULL, "20,3");
+  int k = add(g, "k", "Cast", "float16", NULL);
+  inputs(g, s, 2, a, c);
+  inputs(g, r, 1, s);
+  inputs(g, k, 1, r);
+  assert_int_equal(finish(g), CF_OK);
+  assert_string_equal(cf_shape_format(&g->nodes[s].out[0].shape, b, sizeof b), "4,5,3");
+  assert_int_equal(g->nodes[k].out[0].dtype, CF_DT_FLOAT16);
+  cf_graph_destroy(g);
+
+  g = new_graph(2);
+  int x1 = add(g, "x1", "Input", "int8", "8,16");
+  int x2 = add(g, "x2", "Input", "int8", "16,4");
+  int s1 = add(g, "s1", "Input", "float32", "8,1");
+  int s2 = add(g, "s2", "Input", "float32", "1,4");
+  int q = add(g, "q", "QuantMatMul", NULL, NULL);
+  int mm = add(g, "mm", "MatMul", NULL, NULL);
+  inputs(g, q, 4, x1, x2, s1, s2);
+  inputs(g, mm, 2, x1, x2);
+  assert_int_equal(finish(g), CF_OK);
+  assert_int_equal(g->nodes[q].out[0].dtype, CF_DT_BFLOAT16);
+  assert_int_equal(g->nodes[mm].out[0].dtype, CF_DT_INT32); /* exact int8 products */
+  attr(g, q, "output_dtype", "float32");
+  ASSERT_ERR(finish(g), CF_ERR_INVALID, "output_dtype must be bfloat16 or float16");
+  attr(g, q, "output_dtype", "float16");
+  inputs(g, q, 4, x1, x2, s2, s1);
+  ASSERT_ERR(finish(g), CF_ERR_INVALID, "x1_scale must have shape (8,1)");
+  cf_graph_destroy(g);
+}
+
+static void test_infer_fused_matmul(void **state) {
+  (void)state;
+  char b[64];
+  cf_graph *g = new_graph(4);
+  int x1 = add(g, "x1", "Input", "float16", "8,256");
+  int x2 = add(g, "x2", "Input", "float16", "256,32");
+  int w2 = add(g, "w2", "Input", "float16", "256,16");
+  int bias = add(g, "bias", "Input", "float16", "32");
+  int mrs = add(g, "mrs", "MatmulReduceScatter", NULL, NULL);
+  int mar = add(g, "mar", "MatmulAllReduce", NULL, NULL);
+  int agm = add(g, "agm", "AllGatherMatmul", NULL, NULL);
+  attr(g, mrs, "world_size", "4");
+  attr(g, mar, "world_size", "4");
+  attr(g, agm, "world_size", "4");
+  inputs(g, mrs, 3, x1, x2, bias);
+  inputs(g, mar, 2, x1, x2);
+  inputs(g, agm, 3, x1, x2, w2);
+  assert_int_equal(finish(g), CF_OK);
+  assert_string_equal(cf_shape_format(&g->nodes[mrs].out[0].shape, b, sizeof b), "2,32");
+  assert_string_equal(cf_shape_format(&g->nodes[mar].out[0].shape, b, sizeof b), "8,32");
+  assert_int_equal(g->nodes[agm].n_out, 3);
+  assert_string_equal(cf_shape_format(&g->nodes[agm].out[0].shape, b, sizeof b), "32,32");
+  assert_string_equal(cf_shape_format(&g->nodes[agm].out[1].shape, b, sizeof b), "32,16");
+  assert_string_equal(cf_shape_format(&g->nodes[agm].out[2].shape, b, sizeof b), "32,256");
+
+  /* target rules: world size and k range on atlas-a2, nothing on cpu */
+  assert_int_equal(cf_target_check(g, cf_target_find("cpu")), CF_OK);
+  assert_int_equal(cf_target_check(g, cf_target_find("atlas-a2")), CF_OK);
+  attr(g, mrs, "output_dtype", "bfloat16");
+  ASSERT_ERR(finish(g), CF_ERR_INVALID, "output_dtype is only allowed with the quantized (int8) form");
+  cf_graph_destroy(g);
+
+  g = new_graph(16);
+  x1 = add(g, "x1", "Input", "float16", "32,128");
+  x2 = add(g, "x2", "Input", "float16", "128,32");
+  mrs = add(g, "mrs", "MatmulReduceScatter", NULL, NULL);
+  attr(g, mrs, "world_size", "16");
+  inputs(g, mrs, 2, x1, x2);
+  assert_int_equal(finish(g), CF_OK);
+  ASSERT_ERR(cf_target_check(g, cf_target_find("atlas-a2")), CF_ERR_INVALID,
+             "node 'mrs': target atlas-a2: world_size=16 not in {2,4,8}");
+  ASSERT_ERR(cf_target_check(g, cf_target_find("atlas-a3")), CF_ERR_INVALID, "k=128 outside [256, 65535)");
+  ASSERT_ERR(cf_target_check(g, cf_target_find("atlas-910")), CF_ERR_INVALID,
+             "MatmulReduceScatter is not supported");
+  attr(g, mrs, "world_size", "3");
+  ASSERT_ERR(finish(g), CF_ERR_INVALID, "m=32 is not divisible by world_size=3");
+  cf_graph_destroy(g);
+}
+
+static void test_targets(void **state) {
+  (void)state;
+  static const struct {
+    const char *target, *dtype, *red, *op, *msg;
+  } cases[] = {
+      {"atlas-a2", "bfloat16", "prod", "AllReduce", "does not support prod on bfloat16"},
+      {"atlas-a3", "int64", "sum", "AllReduce", "does not support dtype int64"},
+      {"atlas-310p", "int16", "max", "AllReduce", "supports only sum on int16"},
+      {"ascend-950", "float32", "prod", "Reduce", "does not support reduction prod"},
+      {"atlas-910", "float32", NULL, "AllGather", "AllGather is not supported"},
+      {"atlas-310p", "float32", "sum", "Reduce", "Reduce is not supported"},
+      {"atlas-a2", "int16", "prod", "Reduce", "does not support prod on int16"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cf_graph *g = new_graph(2);
+    int x = add(g, "x", "Input", cases[i].dtype, "4");
+    int c = add(g, "c", cases[i].op, NULL, NULL);
+    if (cases[i].red) attr(g, c, "reduction", cases[i].red);
+    inputs(g, c, 1, x);
+    assert_int_equal(finish(g), CF_OK);
+    assert_int_equal(cf_target_check(g, cf_target_find("cpu")), CF_OK);
+    ASSERT_ERR(cf_target_check(g, cf_target_find(cases[i].target)), CF_ERR_INVALID, cases[i].msg);
+    assert_non_null(strstr(cf_context_errmsg(ctx), cases[i].target));
+    cf_graph_destroy(g);
+  }
+  assert_null(cf_target_find("tpu-v5"));
+  assert_string_equal(cf_target_name(0), "cpu");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dtypes),           cmocka_unit_test(test_shapes),
+      cmocka_unit_test(test_graph_container),  cmocka_unit_test(test_cycle_named),
+      cmocka_unit_test(test_structure_errors), cmocka_unit_test(test_infer_collectives),
+      cmocka_unit_test(test_infer_compute),    cmocka_unit_test(test_infer_fused_matmul),
+      cmocka_unit_test(test_targets),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
