@@ -13,7 +13,6 @@
 #include "frontend.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,7 +109,9 @@ static int slot_of(int dom, const char *name) {
     return id < CF_A_COUNT ? (int)id : -1; /* labels, yEd descriptions... */
   }
   if (dom == DOM_EDGE)
-    return strcmp(name, "src_port") == 0 ? E_SRC_PORT : strcmp(name, "dst_port") == 0 ? E_DST_PORT : -1;
+    return strcmp(name, "src_port") == 0   ? E_SRC_PORT
+           : strcmp(name, "dst_port") == 0 ? E_DST_PORT
+                                           : -1;
   return strcmp(name, "name") == 0 ? G_NAME : strcmp(name, "world_size") == 0 ? G_WORLD_SIZE : -1;
 }
 
@@ -222,7 +223,9 @@ static cf_status read_node(gml_reader *r, const xmlNode *xn) {
   cf_status st = no_nesting(r, xn, what);
   if (!st) st = collect(r, xn, DOM_NODE, what, &v);
   if (st) return st;
-  if (!v.v[SLOT_OP]) return fail(r, line, "%s: missing op attribute (a <data> for key attr.name=\"op\")", what);
+  if (!v.v[SLOT_OP])
+    return fail(r, line, "%s: missing op attribute (a <data> whose key has attr.name=\"op\")",
+                what);
   cf_op op = cf_op_lookup(v.v[SLOT_OP], &layout);
   if (op == CF_OP_INVALID)
     return fail(r, v.line[SLOT_OP], "node '%s': unknown op '%s'", id, v.v[SLOT_OP]);

@@ -108,6 +108,22 @@ static cf_dtype quant_out_dtype(cf_graph *g, cf_node *n, cf_status *st) {
   return od;
 }
 
+/* torch_npu's fused op rejects a non-zero bias ("bias input is not supported
+ * when non-zero"), so a MatmulReduceScatter bias must be provably zero: an
+ * Input or Constant with init="zeros", or a Constant with value 0. */
+static cf_status bias_zero(cf_graph *g, cf_node *n, int j) {
+  const cf_node *b = &g->nodes[n->in[j].node];
+  const char *init = cf_node_str(b, CF_A_INIT, NULL);
+  const cf_attr *val = cf_node_attr(b, CF_A_VALUE);
+  bool zero = (b->op == CF_OP_INPUT || b->op == CF_OP_CONSTANT) && init && !strcmp(init, "zeros");
+  zero |= b->op == CF_OP_CONSTANT && !init && val && val->v.f == 0.0;
+  if (!zero)
+    return cf_node_error(g, n, CF_ERR_INVALID,
+                         "bias '%s' must be absent or zero (an Input/Constant with init=\"zeros\")",
+                         b->name);
+  return CF_OK;
+}
+
 /* MatmulReduceScatter / MatmulAllReduce operands: x1, x2, then
  *   plain:      [bias]
  *   quantized:  x1_scale, x2_scale          (4 operands; x1 int8)
@@ -129,6 +145,7 @@ static cf_status fused_matmul(cf_graph *g, cf_node *n, cf_value *out) {
     if ((st = scale_shapes(g, n, operand(g, n, n->n_in - 2), operand(g, n, n->n_in - 1), m, nn)))
       return st;
     if (n->n_in == 5 && (st = bias_check(g, n, operand(g, n, 2), CF_DT_INT32, nn))) return st;
+    if (n->n_in == 5 && (st = bias_zero(g, n, 2))) return st;
     out->dtype = quant_out_dtype(g, n, &st);
     if (st) return st;
   } else {
@@ -142,6 +159,7 @@ static cf_status fused_matmul(cf_graph *g, cf_node *n, cf_value *out) {
     if (cf_node_attr(n, CF_A_OUTPUT_DTYPE))
       return cf_node_error(g, n, CF_ERR_INVALID, "output_dtype is only allowed with the quantized (int8) form");
     if (n->n_in == 3 && (st = bias_check(g, n, operand(g, n, 2), x1->dtype, nn))) return st;
+    if (n->n_in == 3 && n->op == CF_OP_MATMULREDUCESCATTER && (st = bias_zero(g, n, 2))) return st;
     out->dtype = x1->dtype;
   }
   int64_t ws = coll_size(g, n);

@@ -312,6 +312,7 @@ static void test_infer_fused_matmul(void **state) {
   int x2 = add(g, "x2", "Input", "float16", "256,32");
   int w2 = add(g, "w2", "Input", "float16", "256,16");
   int bias = add(g, "bias", "Input", "float16", "32");
+  attr(g, bias, "init", "zeros");
   int mrs = add(g, "mrs", "MatmulReduceScatter", NULL, NULL);
   int mar = add(g, "mar", "MatmulAllReduce", NULL, NULL);
   int agm = add(g, "agm", "AllGatherMatmul", NULL, NULL);
@@ -332,6 +333,9 @@ static void test_infer_fused_matmul(void **state) {
   /* target rules: world size and k range on atlas-a2, nothing on cpu */
   assert_int_equal(cf_target_check(g, cf_target_find("cpu")), CF_OK);
   assert_int_equal(cf_target_check(g, cf_target_find("atlas-a2")), CF_OK);
+  attr(g, bias, "init", "ones");
+  ASSERT_ERR(finish(g), CF_ERR_INVALID, "node 'mrs': bias 'bias' must be absent or zero");
+  attr(g, bias, "init", "zeros");
   attr(g, mrs, "output_dtype", "bfloat16");
   ASSERT_ERR(finish(g), CF_ERR_INVALID, "output_dtype is only allowed with the quantized (int8) form");
   cf_graph_destroy(g);
