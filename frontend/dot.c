@@ -1,1 +1,616 @@
-/* placeholder until written */
+/* dot.c - draw a graph as DOT (cgraph) or as SVG/PNG (gvc, "dot" layout).
+ *
+ * The picture answers "what did fusion do?": every node shows its op and the
+ * dtype/shape of each output; collectives are filled in one colour family per
+ * kind; a fused collective is a cluster with one box per member (port i is
+ * member i, so edges enter and leave the member they belong to) whose label
+ * gives the bytes the bucket moves and why it exists; a fused matmul is a
+ * cluster of its matmul and collective parts.
+ *
+ * "dot" writes the graph before layout, so the file is byte-for-byte
+ * reproducible (golden tests). cgraph's default id discipline makes interned
+ * string addresses the ids of named objects and agwrite orders clusters by id,
+ * i.e. by heap layout; our own discipline numbers names in creation order.
+ * Output goes to PATH.tmp and is renamed into place, so a failure never leaves
+ * a partial file. graphviz keeps process-wide state, see gv_lock below.
+ */
+#include "frontend.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <graphviz/cgraph.h>
+#include <graphviz/gvc.h>
+
+/* ---- id discipline: named objects get even ids in creation order ---- */
+
+typedef struct dot_ids {
+  Agdisc_t disc; /* first member: ids_open gets this pointer back */
+  Agiddisc_t id;
+  Agraph_t *root; /* its string pool holds the names: agwrite expects agstrdup strings */
+  char **names;   /* id / 2 - 1 -> name */
+  int n_names, cap_names;
+  int *hash;        /* open addressing over names: index + 1, 0 = empty */
+  int cap_hash;     /* power of two, more than twice n_names */
+  IDTYPE next_anon; /* odd ids for unnamed objects (edges) */
+} dot_ids;
+
+static int *ids_probe(dot_ids *t, const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const char *p = s; *p; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  size_t mask = (size_t)t->cap_hash - 1, i = (size_t)h & mask;
+  while (t->hash[i] && strcmp(t->names[t->hash[i] - 1], s))
+    i = (i + 1) & mask;
+  return &t->hash[i];
+}
+
+static bool ids_grow(dot_ids *t) {
+  if (t->n_names == t->cap_names) {
+    int cap = t->cap_names ? 2 * t->cap_names : 64;
+    char **nn = realloc(t->names, (size_t)cap * sizeof *nn);
+    if (!nn) return false;
+    t->names = nn;
+    t->cap_names = cap;
+  }
+  if (2 * (t->n_names + 1) < t->cap_hash) return true;
+  int cap = t->cap_hash ? 2 * t->cap_hash : 256, *old = t->hash;
+  if (!(t->hash = calloc((size_t)cap, sizeof *t->hash))) {
+    t->hash = old;
+    return false;
+  }
+  t->cap_hash = cap;
+  for (int i = 0; i < t->n_names; i++)
+    *ids_probe(t, t->names[i]) = i + 1;
+  free(old);
+  return true;
+}
+
+static void *ids_open(Agraph_t *g, Agdisc_t *disc) {
+  dot_ids *t = (dot_ids *)disc; /* disc is the first member of a dot_ids */
+  t->root = g;
+  return t;
+}
+
+static long ids_map(void *state, int objtype, char *str, IDTYPE *id, int create) {
+  dot_ids *t = state;
+  (void)objtype; /* one name space for all kinds, like cgraph's default */
+  if (!str) {
+    *id = t->next_anon;
+    t->next_anon += 2;
+    return 1;
+  }
+  int *slot = t->cap_hash ? ids_probe(t, str) : NULL;
+  if (!(slot && *slot)) {
+    char *copy = create && ids_grow(t) ? agstrdup(t->root, str) : NULL;
+    if (!copy) return 0;
+    t->names[t->n_names++] = copy;
+    *(slot = ids_probe(t, copy)) = t->n_names;
+  }
+  *id = 2 * (IDTYPE)*slot;
+  return 1;
+}
+
+static char *ids_print(void *state, int objtype, IDTYPE id) {
+  dot_ids *t = state;
+  (void)objtype;
+  return id % 2 == 0 && id > 0 && id / 2 <= (IDTYPE)t->n_names ? t->names[id / 2 - 1] : NULL;
+}
+
+/* Nobody may pick ids (as with cgraph's default); names die with the graph. */
+static long ids_alloc(void *st, int k, IDTYPE id) { return (void)st, (void)k, (void)id, 0; }
+static void ids_free(void *st, int k, IDTYPE id) { (void)st, (void)k, (void)id; }
+static void ids_close(void *st) { (void)st; }
+static void ids_register(void *st, int k, void *obj) { (void)st, (void)k, (void)obj; }
+
+static void ids_init(dot_ids *t) {
+  *t = (dot_ids){.next_anon = 1};
+  t->id = (Agiddisc_t){ids_open, ids_map, ids_alloc, ids_free, ids_print, ids_close, ids_register};
+  t->disc = (Agdisc_t){&AgMemDisc, &t->id, &AgIoDisc};
+}
+
+/* ---- growing string buffer: labels can list many ports ---- */
+
+typedef struct sbuf {
+  char *s;
+  size_t len, cap;
+  bool oom;
+} sbuf;
+
+static bool sb_reserve(sbuf *b, size_t n) {
+  if (b->oom) return false;
+  if (b->len + n + 1 <= b->cap) return true;
+  size_t cap = (b->len + n + 1) * 2;
+  char *s = realloc(b->s, cap);
+  if (!s) return !(b->oom = true);
+  b->s = s;
+  b->cap = cap;
+  return true;
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) b->oom = true;
+  if (n < 0 || !sb_reserve(b, (size_t)n)) return;
+  va_start(ap, fmt);
+  vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+}
+
+static void sb_reset(sbuf *b) {
+  b->len = 0;
+  sb_printf(b, "%s", "");
+}
+
+/* Label text: graphviz reads backslash escapes (\N, \n, \l) in labels, so a
+ * backslash in a name is doubled to show up as itself. */
+static void sb_textn(sbuf *b, const char *s, size_t n) {
+  if (!sb_reserve(b, 2 * n)) return;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '\\') b->s[b->len++] = '\\';
+    b->s[b->len++] = s[i];
+  }
+  b->s[b->len] = 0;
+}
+
+static void sb_text(sbuf *b, const char *s) { sb_textn(b, s, strlen(s)); }
+
+/* A node id: cgraph takes ids starting with '%' for anonymous ones and, once
+ * the graph has a subgraph, leaks their entries (2.42), so those get a '_'. */
+static void sb_id(sbuf *b, const char *name, size_t n) {
+  sb_reset(b);
+  sb_printf(b, "%s%.*s", name[0] == '%' ? "_" : "", (int)n, name);
+}
+
+static void sb_value(sbuf *b, const cf_value *v) {
+  char shape[CF_MAX_RANK * 21 + 1];
+  sb_printf(b, "%s [%s]", cf_dtype_name(v->dtype), cf_shape_format(&v->shape, shape, sizeof shape));
+}
+
+/* ---- drawing ---- */
+
+enum { FAM_ALLREDUCE, FAM_ALLGATHER, FAM_REDUCESCATTER, FAM_REDUCE, FAM_BROADCAST, FAM_MATMUL };
+
+static const struct {
+  char *node, *cluster, *border;
+} families[] = {
+    [FAM_ALLREDUCE] = {"#9ec5fe", "#e7f1ff", "#0d6efd"},     /* blues */
+    [FAM_ALLGATHER] = {"#a3cfbb", "#e8f5ee", "#198754"},     /* greens */
+    [FAM_REDUCESCATTER] = {"#fecba1", "#fff3e8", "#fd7e14"}, /* oranges */
+    [FAM_REDUCE] = {"#c5b3e6", "#f1ecf9", "#6f42c1"},        /* purples */
+    [FAM_BROADCAST] = {"#ffe69c", "#fff8e1", "#b8860b"},     /* yellows */
+    [FAM_MATMUL] = {"#f1aeb5", "#fcebec", "#dc3545"},        /* reds: fused matmul */
+};
+
+static int family(cf_op op) {
+  switch (op) {
+  case CF_OP_ALLREDUCE:
+  case CF_OP_FUSEDALLREDUCE: return FAM_ALLREDUCE;
+  case CF_OP_ALLGATHER:
+  case CF_OP_FUSEDALLGATHER: return FAM_ALLGATHER;
+  case CF_OP_REDUCESCATTER:
+  case CF_OP_FUSEDREDUCESCATTER: return FAM_REDUCESCATTER;
+  case CF_OP_REDUCE: return FAM_REDUCE;
+  case CF_OP_BROADCAST: return FAM_BROADCAST;
+  case CF_OP_MATMULREDUCESCATTER:
+  case CF_OP_MATMULALLREDUCE:
+  case CF_OP_ALLGATHERMATMUL: return FAM_MATMUL;
+  default: return -1;
+  }
+}
+
+/* Where a node's edges attach. Plain nodes: head == tail. Fused collectives:
+ * member[j] for operand and port j. Fused matmul: operands enter head, results
+ * leave tail; AllGatherMatmul gathers x1 first, so head == tail is its gather
+ * part (it also yields the gathered x1, the last port) and alt its matmul
+ * part, where the x2 operands enter and the products leave. */
+typedef struct drawn {
+  Agnode_t *head, *tail, *alt;
+  Agnode_t **member;
+} drawn;
+
+typedef struct dot_state {
+  const cf_graph *g;
+  Agraph_t *G;
+  drawn *d;
+  sbuf b, id;  /* label and id being built */
+  bool failed; /* a cgraph call or an allocation failed */
+} dot_state;
+
+static void set(dot_state *s, void *obj, char *attr, char *value) {
+  if (s->failed || !obj || !value || agsafeset(obj, attr, value, "") != 0) s->failed = true;
+}
+
+static void style_node(dot_state *s, Agnode_t *an, char *shape, char *style, char *fill) {
+  set(s, an, "shape", shape);
+  set(s, an, "style", style);
+  if (fill) set(s, an, "fillcolor", fill);
+}
+
+/* Make s->id unique. Generated ids ("<fused>/<member>") must miss every graph
+ * node's name (plain nodes use theirs verbatim) and each other; two fused nodes
+ * may sanitize to the same cluster name. */
+static void unique_id(dot_state *s, bool cluster) {
+  size_t base = s->id.len;
+  for (int k = 1; !s->id.oom; k++) {
+    bool taken = cluster ? agsubg(s->G, s->id.s, 0) != NULL
+                         : cf_graph_find(s->g, s->id.s) >= 0 || agnode(s->G, s->id.s, 0) != NULL;
+    if (!taken) return;
+    s->id.len = base;
+    sb_printf(&s->id, "~%d", k);
+  }
+  s->failed = true;
+}
+
+/* " mean root=0 group=tp": what tells collectives apart; sep goes first. */
+static void op_extras(sbuf *b, const cf_node *n, const char *sep) {
+  uint32_t allowed = cf_op_table[n->op].allowed;
+  size_t start = b->len;
+#define SEP (b->len == start ? sep : " ")
+  if (allowed & (1u << CF_A_REDUCTION))
+    sb_printf(b, "%s%s", SEP, cf_reduction_name(cf_node_reduction(n)));
+  if (allowed & (1u << CF_A_LAYOUT)) sb_printf(b, "%s%s", SEP, cf_layout_name(cf_node_layout(n)));
+  if (allowed & (1u << CF_A_ROOT))
+    sb_printf(b, "%sroot=%lld", SEP, (long long)cf_node_int(n, CF_A_ROOT, 0));
+  if (cf_node_str(n, CF_A_TYPE, NULL)) {
+    sb_printf(b, "%s(", SEP);
+    sb_text(b, cf_node_str(n, CF_A_TYPE, ""));
+    sb_printf(b, ")");
+  }
+  if (cf_op_is_collective(n->op) && strcmp(cf_node_group(n), CF_WORLD_GROUP)) {
+    sb_printf(b, "%sgroup=", SEP);
+    sb_text(b, cf_node_group(n));
+  }
+#undef SEP
+}
+
+/* One line per port in [from, to): "dtype [shape]", "pK: " first when the
+ * node has several outputs. */
+static void type_lines(sbuf *b, const cf_node *n, int from, int to) {
+  for (int p = from; p < to; p++) {
+    sb_printf(b, "\\n");
+    if (n->n_out > 1) sb_printf(b, "p%d: ", p);
+    sb_value(b, &n->out[p]);
+  }
+}
+
+static const cf_value *operand(const cf_graph *g, const cf_node *n, int j) {
+  return &g->nodes[n->in[j].node].out[n->in[j].port];
+}
+
+static void draw_plain(dot_state *s, int i) {
+  const cf_node *n = &s->g->nodes[i];
+  sb_id(&s->id, n->name, strlen(n->name));
+  if (n->name[0] == '%') unique_id(s, false);
+  Agnode_t *an = s->failed || s->id.oom ? NULL : agnode(s->G, s->id.s, 1);
+  s->d[i].head = s->d[i].tail = an;
+  sb_reset(&s->b);
+  sb_text(&s->b, n->name);
+  sb_printf(&s->b, "\\n%s", cf_op_table[n->op].name);
+  op_extras(&s->b, n, " ");
+  if (n->op == CF_OP_OUTPUT && n->n_in == 1) {
+    sb_printf(&s->b, "\\n");
+    sb_value(&s->b, operand(s->g, n, 0));
+  } else {
+    type_lines(&s->b, n, 0, n->n_out);
+  }
+  set(s, an, "label", s->b.s);
+  /* collectives are filled with their family's colour, the rest stays neutral */
+  static const struct {
+    char *shape, *style;
+  } looks[] = {
+      [CF_CAT_SOURCE] = {"ellipse", ""},
+      [CF_CAT_SINK] = {"doubleoctagon", ""},
+      [CF_CAT_COMPUTE] = {"box", "rounded"},
+      [CF_CAT_COLLECTIVE] = {"box", "filled"},
+  };
+  int fam = family(n->op);
+  cf_category cat = cf_op_table[n->op].cat;
+  style_node(s, an, looks[cat].shape, n->op == CF_OP_CONSTANT ? "dashed" : looks[cat].style,
+             fam >= 0 ? families[fam].node : NULL);
+}
+
+static void fmt_bytes(int64_t bytes, char *buf, size_t len) {
+  static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024 && u < 4)
+    v /= 1024, u++;
+  if (u == 0)
+    snprintf(buf, len, "%lld B", (long long)bytes);
+  else
+    snprintf(buf, len, "%.1f %s", v, unit[u]);
+}
+
+/* The cluster of a fused node: "Op name: [N members, ]BYTES[, world_size=W]
+ * [(reason)]", then the shared reduction/layout/group of a fused collective or
+ * the original nodes of a fused matmul. */
+static Agraph_t *open_cluster(dot_state *s, const cf_node *n, int members) {
+  Agraph_t *sub = NULL;
+  sb_reset(&s->id);
+  sb_printf(&s->id, "cluster_");
+  for (const char *p = n->name; *p; p++) /* a plain DOT id: no quoting surprises */
+    sb_printf(&s->id, "%c", isalnum((unsigned char)*p) ? *p : '_');
+  unique_id(s, true);
+  if (s->failed || !(sub = agsubg(s->G, s->id.s, 1))) return s->failed = true, NULL;
+  char bytes[32];
+  fmt_bytes(cf_node_comm_bytes(s->g, n), bytes, sizeof bytes);
+  sb_reset(&s->b);
+  sb_printf(&s->b, "%s ", cf_op_table[n->op].name);
+  sb_text(&s->b, n->name);
+  sb_printf(&s->b, ": ");
+  if (members > 0) sb_printf(&s->b, "%d member%s, ", members, members == 1 ? "" : "s");
+  sb_printf(&s->b, "%s", bytes);
+  if (cf_node_attr(n, CF_A_WORLD_SIZE))
+    sb_printf(&s->b, ", world_size=%lld", (long long)cf_node_int(n, CF_A_WORLD_SIZE, 0));
+  const char *reason = cf_node_str(n, CF_A_REASON, NULL),
+             *from = cf_node_str(n, CF_A_MEMBERS, NULL);
+  if (reason) {
+    sb_printf(&s->b, " (");
+    sb_text(&s->b, reason);
+    sb_printf(&s->b, ")");
+  } else if (cf_node_int(n, CF_A_FUSION_ID, -1) >= 0) {
+    sb_printf(&s->b, " (fusion_id=%lld)", (long long)cf_node_int(n, CF_A_FUSION_ID, -1));
+  }
+  if (members > 0) {
+    op_extras(&s->b, n, "\\n");
+  } else if (from) {
+    sb_printf(&s->b, "\\nfrom ");
+    for (; *from; from++)
+      *from == ',' ? sb_printf(&s->b, ", ") : sb_textn(&s->b, from, 1);
+  }
+  set(s, sub, "label", s->b.s);
+  set(s, sub, "style", "rounded,filled");
+  set(s, sub, "fillcolor", families[family(n->op)].cluster);
+  set(s, sub, "color", families[family(n->op)].border);
+  return sub;
+}
+
+/* A box in cluster sub, id "<node>/<part>", labelled with s->b. */
+static Agnode_t *part_node(dot_state *s, Agraph_t *sub, const cf_node *n, const char *part,
+                           size_t part_len) {
+  sb_id(&s->id, n->name, strlen(n->name));
+  sb_printf(&s->id, "/%.*s", (int)part_len, part);
+  unique_id(s, false);
+  Agnode_t *an = s->failed ? NULL : agnode(sub, s->id.s, 1);
+  set(s, an, "label", s->b.s);
+  style_node(s, an, "box", "filled", families[family(n->op)].node);
+  return an;
+}
+
+static void draw_fused_collective(dot_state *s, int i) {
+  const cf_node *n = &s->g->nodes[i];
+  Agraph_t *sub = open_cluster(s, n, n->n_in);
+  if (!sub || !(s->d[i].member = calloc((size_t)n->n_in, sizeof(Agnode_t *)))) {
+    s->failed = true;
+    return;
+  }
+  const char *m = cf_node_str(n, CF_A_MEMBERS, ""); /* comma list: port j is member j */
+  for (int j = 0; j < n->n_in && !s->failed; j++) {
+    const char *end = strchr(m, ','), *name = m;
+    size_t len = end ? (size_t)(end - m) : strlen(m);
+    char port[32];
+    if (len == 0) { /* an empty name or a short list: name the port */
+      len = (size_t)snprintf(port, sizeof port, "port%d", j);
+      name = port;
+    }
+    sb_reset(&s->b);
+    sb_textn(&s->b, name, len);
+    sb_printf(&s->b, "\\n");
+    sb_value(&s->b, &n->out[j]);
+    s->d[i].member[j] = part_node(s, sub, n, name, len);
+    m = end ? end + 1 : m + strlen(m);
+  }
+}
+
+static void draw_fused_matmul(dot_state *s, int i) {
+  const cf_node *n = &s->g->nodes[i];
+  Agraph_t *sub = open_cluster(s, n, 0);
+  if (!sub) return;
+  bool agmm = n->op == CF_OP_ALLGATHERMATMUL;
+  char a[CF_MAX_RANK * 21 + 1], c[CF_MAX_RANK * 21 + 1];
+  sb_reset(&s->b); /* the matmul part */
+  sb_printf(&s->b, "MatMul");
+  if (agmm)
+    type_lines(&s->b, n, 0, n->n_out - 1);
+  else
+    sb_printf(&s->b, "\\n[%s] @ [%s]", cf_shape_format(&operand(s->g, n, 0)->shape, a, sizeof a),
+              cf_shape_format(&operand(s->g, n, 1)->shape, c, sizeof c));
+  Agnode_t *mm = part_node(s, sub, n, "matmul", 6);
+  set(s, mm, "fillcolor", "white");
+  const char *coll = n->op == CF_OP_MATMULREDUCESCATTER ? "ReduceScatter"
+                     : n->op == CF_OP_MATMULALLREDUCE   ? "AllReduce"
+                                                        : "AllGather";
+  sb_reset(&s->b); /* the collective part */
+  sb_printf(&s->b, "%s", coll);
+  op_extras(&s->b, n, " ");
+  type_lines(&s->b, n, agmm ? n->n_out - 1 : 0, n->n_out);
+  Agnode_t *cn = part_node(s, sub, n, coll, strlen(coll));
+  Agedge_t *e = s->failed ? NULL
+                : agmm    ? agedge(sub, cn, mm, NULL, 1)
+                          : agedge(sub, mm, cn, NULL, 1);
+  set(s, e, "style", "bold");
+  s->d[i] = agmm ? (drawn){.head = cn, .tail = cn, .alt = mm} : (drawn){.head = mm, .tail = cn};
+}
+
+static Agnode_t *head_of(const cf_node *n, const drawn *d, int j) {
+  if (d->member) return d->member[j];
+  return n->op == CF_OP_ALLGATHERMATMUL && j > 0 ? d->alt : d->head;
+}
+
+static Agnode_t *tail_of(const cf_node *n, const drawn *d, int p) {
+  if (d->member) return d->member[p];
+  return n->op == CF_OP_ALLGATHERMATMUL && p < n->n_out - 1 ? d->alt : d->tail;
+}
+
+/* Edges in operand order, labelled "pK" when the source has several outputs
+ * and "inJ" when the user has more than two operands (where order matters). */
+static void draw_edges(dot_state *s, int i) {
+  const cf_node *n = &s->g->nodes[i];
+  for (int j = 0; j < n->n_in && !s->failed; j++) {
+    const cf_node *src = &s->g->nodes[n->in[j].node];
+    Agnode_t *t = tail_of(src, &s->d[n->in[j].node], n->in[j].port), *h = head_of(n, &s->d[i], j);
+    Agedge_t *e = t && h ? agedge(s->G, t, h, NULL, 1) : NULL;
+    sb_reset(&s->b);
+    if (src->n_out > 1) sb_printf(&s->b, "p%d", n->in[j].port);
+    if (n->n_in > 2) sb_printf(&s->b, "%sin%d", s->b.len ? " " : "", j);
+    if (!e)
+      s->failed = true;
+    else if (s->b.len)
+      set(s, e, "label", s->b.s);
+  }
+}
+
+static cf_status build(dot_state *s) {
+  const cf_graph *g = s->g;
+  /* defaults first, in a fixed order (agwrite prints them); the rest is
+   * declared with an empty default by the first agsafeset, in build order */
+  static const struct {
+    int kind;
+    char *name, *def;
+  } attrs[] = {{AGRAPH, "rankdir", "TB"},         {AGRAPH, "labelloc", "t"},
+               {AGRAPH, "fontname", "Helvetica"}, {AGRAPH, "fontsize", "11"},
+               {AGNODE, "fontname", "Helvetica"}, {AGNODE, "fontsize", "10"},
+               {AGNODE, "shape", "box"},          {AGEDGE, "fontname", "Helvetica"},
+               {AGEDGE, "fontsize", "9"}};
+  for (size_t k = 0; k < sizeof attrs / sizeof attrs[0]; k++)
+    if (!agattr(s->G, attrs[k].kind, attrs[k].name, attrs[k].def)) s->failed = true;
+  sb_reset(&s->b);
+  sb_text(&s->b, g->name ? g->name : "graph");
+  if (g->world_size > 0) sb_printf(&s->b, " (world_size=%lld)", (long long)g->world_size);
+  set(s, s->G, "label", s->b.s);
+
+  for (int i = 0; i < g->n_nodes; i++) { /* writers never infer: the caller must have */
+    const cf_node *n = &g->nodes[i];
+    bool ok = n->n_out == cf_node_n_outputs(n) && (n->out || !n->n_out);
+    for (int j = 0; ok && j < n->n_in; j++)
+      ok = n->in[j].node >= 0 && n->in[j].node < g->n_nodes &&
+           n->in[j].port < cf_node_n_outputs(&g->nodes[n->in[j].node]);
+    if (!ok && !n->dead)
+      return cf_node_error(g, n, CF_ERR_USAGE, "cannot draw: graph not verified and inferred");
+  }
+  for (int i = 0; i < g->n_nodes && !s->failed; i++) {
+    const cf_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    switch (cf_op_table[n->op].cat) {
+    case CF_CAT_FUSED_COLLECTIVE: draw_fused_collective(s, i); break;
+    case CF_CAT_FUSED_MATMUL: draw_fused_matmul(s, i); break;
+    default: draw_plain(s, i); break;
+    }
+  }
+  for (int i = 0; i < g->n_nodes && !s->failed; i++)
+    if (!g->nodes[i].dead) draw_edges(s, i);
+  if (s->failed) return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory while drawing");
+  return CF_OK;
+}
+
+/* graphviz 2.42's pango text-layout plugin caches, in a static, a pointer to a
+ * font name owned by the GVC context that last measured text (later graphviz
+ * copies it): freeing that context and laying out with another reads freed
+ * memory. So one context is made on first use and kept for the life of the
+ * process. graphviz is not thread-safe either (error level and message file,
+ * plugin statics), so every use of it goes through gv_lock. This is collfuse's
+ * only process-wide state, and the library forces it on us. */
+static pthread_mutex_t gv_lock = PTHREAD_MUTEX_INITIALIZER;
+static GVC_t *gv_context; /* guarded by gv_lock; never freed */
+
+/* ": <graphviz's last message>" when it raised an error during this call. */
+static void gv_reason(char *buf, size_t len) {
+  char *m = agerrors() >= AGERR ? aglasterr() : NULL;
+  size_t n = m ? strlen(m) : 0;
+  while (n && (m[n - 1] == '\n' || m[n - 1] == ' '))
+    m[--n] = 0;
+  snprintf(buf, len, "%s%s", n ? ": " : "", n ? m : "");
+  free(m);
+}
+
+static cf_status render(const cf_graph *g, Agraph_t *G, const char *path, const char *fmt,
+                        FILE *f) {
+  char why[512], format[8];
+  snprintf(format, sizeof format, "%s", fmt); /* gvRender takes char * in 2.42 */
+  if (!gv_context && !(gv_context = gvContext()))
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, path, 0, "cannot create a graphviz context");
+  if (gvLayout(gv_context, G, "dot") != 0) {
+    gv_reason(why, sizeof why);
+    return cf_error(g->ctx, CF_ERR_IO, path, 0, "graphviz could not lay out the graph%s", why);
+  }
+  cf_status st = CF_OK;
+  if (gvRender(gv_context, G, format, f) != 0) { /* our FILE: errno-exact open errors */
+    gv_reason(why, sizeof why);
+    st = cf_error(g->ctx, CF_ERR_IO, path, 0, "graphviz could not render %s%s", fmt, why);
+  }
+  gvFreeLayout(gv_context, G);
+  return st;
+}
+
+cf_status cf_dot_write(const cf_graph *g, const char *path, const char *format) {
+  if (!g) return CF_ERR_USAGE;
+  if (!path || !format)
+    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "cf_dot_write: path and format are required");
+  bool dot = strcmp(format, "dot") == 0;
+  if (!dot && strcmp(format, "svg") && strcmp(format, "png"))
+    return cf_error(g->ctx, CF_ERR_USAGE, path, 0, "unknown drawing format '%s' (dot, svg, png)",
+                    format);
+  size_t plen = strlen(path);
+  char *tmp = malloc(plen + sizeof ".tmp");
+  if (!tmp) return cf_error(g->ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
+  memcpy(tmp, path, plen);
+  memcpy(tmp + plen, ".tmp", sizeof ".tmp");
+
+  cf_status st = CF_OK;
+  dot_ids ids;
+  dot_state s = {.g = g};
+  FILE *f = NULL;
+  int err;
+  ids_init(&ids);
+  pthread_mutex_lock(&gv_lock);
+  agerrlevel_t old_level = agseterr(AGMAX); /* graphviz stays off stderr: we report */
+  agreseterrors();
+
+  sb_id(&s.b, g->name ? g->name : "graph", strlen(g->name ? g->name : "graph"));
+  if (s.b.oom || !(s.G = agopen(s.b.s, Agdirected, &ids.disc)) ||
+      !(s.d = calloc((size_t)g->n_nodes + 1, sizeof *s.d))) {
+    st = cf_error(g->ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory: cannot create the drawing");
+    goto fail;
+  }
+  if ((st = build(&s))) goto fail;
+  if (!(f = fopen(tmp, dot ? "w" : "wb"))) {
+    st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
+    goto fail;
+  }
+  if (dot ? agwrite(s.G, f) != 0 : (st = render(g, s.G, path, format, f)) != CF_OK) {
+    if (!st) st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
+    goto fail;
+  }
+  err = ferror(f) ? EIO : 0;
+  if (fclose(f) != 0 && !err) err = errno;
+  f = NULL;
+  if (err || rename(tmp, path) != 0)
+    st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(err ? err : errno));
+
+fail:
+  if (f) fclose(f);
+  if (st) remove(tmp); /* ENOENT when it was never made: harmless */
+  if (s.G) agclose(s.G);
+  agseterr(old_level);
+  pthread_mutex_unlock(&gv_lock);
+  for (int i = 0; s.d && i < g->n_nodes; i++)
+    free(s.d[i].member);
+  free(s.d);
+  free(s.b.s);
+  free(s.id.s);
+  free(ids.names);
+  free(ids.hash);
+  free(tmp);
+  return st;
+}
