@@ -176,9 +176,10 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
         o += (size_t)snprintf(kinds + o, sizeof kinds - o, "%s%s %d", o ? ", " : "",
                               cf_op_table[op].name, s.by_op[op]);
     human_bytes(s.comm_bytes, hb, sizeof hb);
-    printf("%s: ok: %d nodes, %d collectives%s%s%s, %lld bytes communicated (%s)%s%s\n", files[k],
-           s.nodes, s.collectives, o ? " (" : "", kinds, o ? ")" : "", (long long)s.comm_bytes, hb,
-           target ? ", target " : "", target ? target : "");
+    printf("%s: ok: %d nodes, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n",
+           files[k], s.nodes, s.collectives, s.collectives == 1 ? "" : "s", o ? " (" : "", kinds,
+           o ? ")" : "", (long long)s.comm_bytes, hb, target ? ", target " : "",
+           target ? target : "");
     cf_graph_destroy(g);
   }
   free(files);
