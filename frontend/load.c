@@ -39,7 +39,9 @@ cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *s
         return cf_error(ctx, CF_ERR_INVALID, path, 0, "file is larger than the limit of %zu bytes",
                         CF_MAX_FILE_BYTES);
       }
-      cap *= 2;
+      /* grow to at most one byte past the limit: that byte proves the stream
+       * is too long without reading (and holding) twice the limit */
+      cap = cap > CF_MAX_FILE_BYTES / 2 ? CF_MAX_FILE_BYTES + 1 : cap * 2;
       char *nb = realloc(buf, cap + 1);
       if (!nb) {
         free(buf);

@@ -33,6 +33,10 @@ static void on_schema_error(void *user, xmlErrorPtr e) {
   snprintf(se->msg, sizeof se->msg, "%s", e->message ? e->message : "schema violation");
   size_t l = strlen(se->msg);
   while (l && (se->msg[l - 1] == '\n' || se->msg[l - 1] == ' ')) se->msg[--l] = 0;
+  /* drop libxml2's "[facet 'pattern'] " tag: it names XSD machinery, not the
+   * problem, which the rest of the message states */
+  char *fa = strstr(se->msg, "[facet '"), *fe = fa ? strstr(fa, "'] ") : NULL;
+  if (fe) memmove(fa, fe + 3, strlen(fe + 3) + 1);
   /* name the graph node the offending element belongs to */
   for (xmlNodePtr n = e->node; n && n->type == XML_ELEMENT_NODE; n = n->parent) {
     if (xmlStrcmp(n->name, BAD_CAST "node") == 0) {

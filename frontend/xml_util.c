@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libxml/SAX2.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
@@ -46,6 +47,73 @@ static size_t count_elements(xmlNodePtr n, size_t limit) {
   return c;
 }
 
+/* Count start tags with a byte scan (comments, CDATA sections and processing
+ * instructions skipped; '<' appears nowhere else in well-formed XML) so an
+ * oversized document is refused before libxml2 builds a tree for it. Returns
+ * the offset of the first start tag over the limit, or size. */
+static size_t scan_elements(const char *d, size_t n, size_t limit) {
+  size_t c = 0;
+  for (size_t i = 0; i + 1 < n; i++) {
+    if (d[i] != '<') continue;
+    const char *rest = d + i + 1, *close = NULL;
+    size_t left = n - i - 1;
+    if (left >= 3 && memcmp(rest, "!--", 3) == 0)
+      close = "-->";
+    else if (left >= 8 && memcmp(rest, "![CDATA[", 8) == 0)
+      close = "]]>";
+    else if (rest[0] == '?')
+      close = "?>";
+    if (close) {
+      const char *e = find_mem(rest, left, close);
+      if (!e) return n;
+      i = (size_t)(e - d);
+      continue;
+    }
+    unsigned char ch = (unsigned char)rest[0];
+    bool name_start = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' ||
+                      ch == ':' || ch >= 0x80;
+    if (name_start && ++c > limit) return i;
+  }
+  return n;
+}
+
+/* SAX hooks, so that what the byte scan below cannot see (a DOCTYPE in a
+ * UTF-16 document) and the element cap are enforced while parsing: the parser
+ * stops at the DOCTYPE before any entity is declared, and at the first element
+ * over the cap instead of building the whole tree first. */
+typedef struct parse_guard {
+  int doctype_line;   /* > 0: a DOCTYPE was seen there */
+  int elements_line;  /* > 0: the element over the cap starts there */
+  size_t elements;
+} parse_guard;
+
+static int guard_line(xmlParserCtxtPtr pc) {
+  int line = pc->input ? pc->input->line : 0;
+  return line > 0 ? line : 1;
+}
+
+static void guard_internal_subset(void *user, const xmlChar *nm, const xmlChar *eid,
+                                  const xmlChar *sid) {
+  xmlParserCtxtPtr pc = user;
+  parse_guard *gd = pc->_private;
+  (void)nm, (void)eid, (void)sid;
+  if (!gd->doctype_line) gd->doctype_line = guard_line(pc);
+  xmlStopParser(pc);
+}
+
+static void guard_start_element(void *user, const xmlChar *local, const xmlChar *prefix,
+                                const xmlChar *uri, int nb_ns, const xmlChar **ns, int nb_attr,
+                                int nb_def, const xmlChar **attrs) {
+  xmlParserCtxtPtr pc = user;
+  parse_guard *gd = pc->_private;
+  if (++gd->elements > CF_MAX_XML_ELEMENTS) {
+    if (!gd->elements_line) gd->elements_line = guard_line(pc);
+    xmlStopParser(pc);
+    return;
+  }
+  xmlSAX2StartElementNs(user, local, prefix, uri, nb_ns, ns, nb_attr, nb_def, attrs);
+}
+
 cf_status cf_xml_parse(cf_context *ctx, const char *name, const char *data, size_t size,
                        struct _xmlDoc **out) {
   *out = NULL;
@@ -58,12 +126,30 @@ cf_status cf_xml_parse(cf_context *ctx, const char *name, const char *data, size
     return cf_error(ctx, CF_ERR_INVALID, name, line_at(data, (size_t)(bad - data)),
                     "DOCTYPE and entity declarations are not allowed (external entities and "
                     "entity expansion are refused)");
+  size_t over = scan_elements(data, size, CF_MAX_XML_ELEMENTS);
+  if (over < size)
+    return cf_error(ctx, CF_ERR_INVALID, name, line_at(data, over), "more than %d XML elements",
+                    CF_MAX_XML_ELEMENTS);
   xmlInitParser();
   xmlParserCtxtPtr pc = xmlNewParserCtxt();
   if (!pc) return cf_error(ctx, CF_ERR_NO_MEMORY, name, 0, "out of memory");
+  parse_guard gd = {0};
+  pc->_private = &gd;
+  pc->sax->internalSubset = guard_internal_subset;
+  pc->sax->startElementNs = guard_start_element;
   int opts = XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_NOCDATA |
              XML_PARSE_BIG_LINES;
   xmlDocPtr doc = xmlCtxtReadMemory(pc, data, (int)size, name, NULL, opts);
+  if (gd.doctype_line || gd.elements_line) {
+    if (doc) xmlFreeDoc(doc);
+    xmlFreeParserCtxt(pc);
+    if (gd.doctype_line)
+      return cf_error(ctx, CF_ERR_INVALID, name, gd.doctype_line,
+                      "DOCTYPE and entity declarations are not allowed (external entities and "
+                      "entity expansion are refused)");
+    return cf_error(ctx, CF_ERR_INVALID, name, gd.elements_line, "more than %d XML elements",
+                    CF_MAX_XML_ELEMENTS);
+  }
   if (!doc || !pc->wellFormed) {
     const xmlError *e = xmlCtxtGetLastError(pc);
     char msg[512] = "malformed XML";

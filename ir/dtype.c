@@ -52,40 +52,48 @@ cf_dtype cf_dtype_parse(const char *s) {
   return CF_DT_INVALID;
 }
 
+/* Shapes come from untrusted files and may be long: messages quote at most 64
+ * bytes of them so the reason is never cut off. */
 bool cf_shape_parse(const char *s, cf_shape *out, char *why, size_t why_len) {
   memset(out, 0, sizeof *out);
   const char *p = s;
   while (*p == ' ' || *p == '\t') p++;
   if (*p == 0) return true; /* scalar */
-  int64_t elems = 1;
+  const char *more = strlen(s) > 64 ? "..." : "";
+  /* the product of the non-zero dims is bounded too, so that a zero-sized
+   * tensor cannot smuggle in dims whose strides overflow */
+  int64_t nonzero = 1;
+  bool zero = false;
   for (;;) {
     while (*p == ' ' || *p == '\t') p++;
     if (*p < '0' || *p > '9') {
-      snprintf(why, why_len, "bad shape '%s': expected a non-negative integer at '%.16s'", s, p);
+      snprintf(why, why_len, "bad shape '%.64s%s': expected a non-negative integer at '%.16s'", s,
+               more, p);
       return false;
     }
     errno = 0;
     char *end;
     long long d = strtoll(p, &end, 10);
     if (errno == ERANGE) {
-      snprintf(why, why_len, "bad shape '%s': dimension out of range", s);
+      snprintf(why, why_len, "bad shape '%.64s%s': dimension out of range", s, more);
       return false;
     }
     if (out->rank == CF_MAX_RANK) {
-      snprintf(why, why_len, "shape '%s' has more than %d dimensions", s, CF_MAX_RANK);
+      snprintf(why, why_len, "shape '%.64s%s' has more than %d dimensions", s, more, CF_MAX_RANK);
       return false;
     }
     out->dims[out->rank++] = d;
-    if (!cf_mul_i64(elems, d, &elems) || elems > CF_MAX_ELEMENTS) {
-      snprintf(why, why_len, "shape '%s' has too many elements (limit %lld)", s,
-               (long long)CF_MAX_ELEMENTS);
+    zero |= d == 0;
+    if (d && (!cf_mul_i64(nonzero, d, &nonzero) || nonzero > CF_MAX_ELEMENTS)) {
+      snprintf(why, why_len, "shape '%.64s%s' has too many elements (limit %lld%s)", s, more,
+               (long long)CF_MAX_ELEMENTS, zero ? ", counting its non-zero dims" : "");
       return false;
     }
     p = end;
     while (*p == ' ' || *p == '\t') p++;
     if (*p == 0) return true;
     if (*p != ',') {
-      snprintf(why, why_len, "bad shape '%s': unexpected '%c'", s, *p);
+      snprintf(why, why_len, "bad shape '%.64s%s': unexpected '%c'", s, more, *p);
       return false;
     }
     p++;

@@ -226,13 +226,17 @@ cf_status cf_node_set_attr(cf_graph *g, int node, const cf_attr *a) {
   return CF_OK;
 }
 
-static bool parse_int(const char *s, int64_t *out) {
+/* false on no integer; *range set when it is one but outside int64 */
+static bool parse_int(const char *s, int64_t *out, bool *range) {
   char *end;
   errno = 0;
+  *range = false;
   while (*s == ' ') s++;
   long long v = strtoll(s, &end, 10);
-  if (end == s || errno == ERANGE) return false;
+  if (end == s) return false;
   while (*end == ' ') end++;
+  if (!*end && errno == ERANGE) *range = true;
+  if (errno == ERANGE) return false;
   if (*end) return false;
   *out = v;
   return true;
@@ -244,11 +248,14 @@ cf_status cf_node_parse_attr(cf_graph *g, int node, cf_attr_id id, const char *t
   cf_attr a = {.id = id};
   char why[256];
   switch (cf_attr_table[id].kind) {
-  case CF_AK_INT:
-    if (!parse_int(text, &a.v.i))
+  case CF_AK_INT: {
+    bool range;
+    if (!parse_int(text, &a.v.i, &range))
       return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
-                      "node '%s': attribute %s='%s' is not an integer", n->name, an, text);
+                      "node '%s': attribute %s='%.64s' is %s", n->name, an, text,
+                      range ? "out of the 64-bit integer range" : "not an integer");
     break;
+  }
   case CF_AK_FLOAT: {
     char *end;
     errno = 0;

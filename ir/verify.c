@@ -71,9 +71,9 @@ static cf_status check_attrs(cf_graph *g, cf_node *n) {
     const cf_attr *rs = cf_node_attr(n, CF_A_RANK_SIZE);
     if (gsize < 0 && !cf_graph_group(g, gname) && strcmp(gname, CF_WORLD_GROUP) != 0)
       return cf_node_error(g, n, CF_ERR_INVALID, "group '%s' is not defined", gname);
-    if (rs && rs->v.i <= 0)
-      return cf_node_error(g, n, CF_ERR_INVALID, "rank_size=%lld must be positive",
-                           (long long)rs->v.i);
+    if (rs && (rs->v.i <= 0 || rs->v.i > CF_MAX_WORLD))
+      return cf_node_error(g, n, CF_ERR_INVALID, "rank_size=%lld must be in 1..%d",
+                           (long long)rs->v.i, CF_MAX_WORLD);
     if (rs && gsize >= 0 && rs->v.i != gsize)
       return cf_node_error(g, n, CF_ERR_INVALID, "rank_size=%lld but group '%s' has %lld ranks",
                            (long long)rs->v.i, gname, (long long)gsize);

@@ -1,0 +1,275 @@
+#!/bin/sh
+# cli.sh COLLFUSE SRCDIR
+#
+# End-to-end checks of the command line (SPEC section 4) on the examples:
+# version and help texts, usage errors (exit 2), `check` on every example,
+# `compile -o` round trips (the output is valid input, and compiling it again
+# is a byte-identical fixpoint), `compile --json` (one JSON object with the
+# documented keys), and that a failed compile leaves no output file behind.
+# Every command runs under `timeout 20`. Prints one line per failure and
+# exits 1 if there was any.
+set -u
+
+if [ $# -ne 2 ]; then
+  echo "usage: cli.sh COLLFUSE SRCDIR" >&2
+  exit 2
+fi
+cf=$1
+src=$2
+command -v python3 >/dev/null 2>&1 || { echo "cli.sh: python3 is needed" >&2; exit 2; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/cf-cli.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+
+fails=0
+checks=0
+OUT="$work/stdout"
+ERR="$work/stderr"
+
+fail() {
+  fails=$((fails + 1))
+  echo "FAIL: $*" >&2
+  if [ -s "$ERR" ]; then head -n 20 "$ERR" | sed 's/^/    stderr| /' >&2; fi
+}
+
+# run ARGS...: runs collfuse, leaves stdout in $OUT, stderr in $ERR, status in $rc
+run() {
+  checks=$((checks + 1))
+  timeout -k 5 20 "$cf" "$@" >"$OUT" 2>"$ERR"
+  rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    fail "timed out: collfuse $*"
+    return 1
+  fi
+  if grep -Eq 'ERROR: (Address|Leak|Memory|Thread|UndefinedBehavior)Sanitizer|runtime error:' "$ERR"; then
+    fail "sanitizer error: collfuse $*"
+    return 1
+  fi
+  return 0
+}
+
+# expect_rc WANT DESCRIPTION
+expect_rc() {
+  [ "$rc" -eq "$1" ] || { fail "$2: exit $rc, expected $1"; return 1; }
+}
+
+# has FILE TEXT DESCRIPTION: FILE contains TEXT (fixed string)
+has() {
+  grep -Fq -- "$2" "$1" || { fail "$3: no '$2' in $(basename "$1")"; return 1; }
+}
+
+# ---------------------------------------------------------------- version/help
+if run --version; then
+  expect_rc 0 "--version"
+  [ "$(head -n 1 "$OUT")" = "collfuse 0.1.0" ] || fail "--version printed '$(head -n 1 "$OUT")', expected 'collfuse 0.1.0'"
+fi
+if run --help; then
+  expect_rc 0 "--help" && has "$OUT" "usage: collfuse" "--help" &&
+    has "$OUT" "check" "--help lists commands" && has "$OUT" "compile" "--help lists commands"
+fi
+for sub in check compile dot; do
+  if run "$sub" --help; then
+    expect_rc 0 "$sub --help" && has "$OUT" "usage: collfuse $sub" "$sub --help"
+  fi
+done
+if run check --help; then has "$OUT" "atlas-a2" "check --help lists the targets"; fi
+
+# ---------------------------------------------------------------- usage errors
+if run; then
+  expect_rc 2 "no arguments" && has "$ERR" "usage: collfuse" "no arguments"
+fi
+if run frobnicate; then
+  expect_rc 2 "unknown command" && has "$ERR" "unknown command 'frobnicate'" "unknown command"
+fi
+if run check --bogus "$src/examples/tp_block.xml"; then
+  expect_rc 2 "check --bogus" && has "$ERR" "unknown option '--bogus'" "check --bogus"
+fi
+if run compile "$src/examples/tp_block.xml" --bogus; then
+  expect_rc 2 "compile --bogus" && has "$ERR" "unknown option '--bogus'" "compile --bogus"
+fi
+if run dot --bogus "$src/examples/tp_block.xml"; then
+  expect_rc 2 "dot --bogus" && has "$ERR" "unknown option '--bogus'" "dot --bogus"
+fi
+if run check; then
+  expect_rc 2 "check without a file" && has "$ERR" "no input file" "check without a file"
+fi
+if run compile; then
+  expect_rc 2 "compile without a file" && has "$ERR" "no input file" "compile without a file"
+fi
+if run compile "$src/examples/tp_block.xml" "$src/examples/tp_mlp.xml"; then
+  expect_rc 2 "compile with two files" && has "$ERR" "unexpected argument" "compile with two files"
+fi
+if run compile "$src/examples/tp_block.xml" -O0 --passes dce; then
+  expect_rc 2 "compile -O0 --passes"
+fi
+if run check "$src/examples/tp_block.xml" --target tpu-v9; then
+  expect_rc 2 "check --target tpu-v9" && has "$ERR" "unknown target 'tpu-v9'" "check --target tpu-v9"
+fi
+if run compile "$src/examples/tp_block.xml" --target tpu-v9; then
+  expect_rc 2 "compile --target tpu-v9" && has "$ERR" "unknown target 'tpu-v9'" "compile --target tpu-v9"
+fi
+if run check "$work/does-not-exist.xml"; then
+  expect_rc 1 "check of a missing file" && has "$ERR" "does-not-exist.xml: error: cannot open" "check of a missing file"
+fi
+
+# ---------------------------------------------------------------- check
+n_examples=0
+for f in "$src"/examples/*.xml; do
+  [ -f "$f" ] || continue
+  n_examples=$((n_examples + 1))
+  if run check "$f"; then
+    expect_rc 0 "check $f" && has "$OUT" "$f: ok:" "check $f"
+    [ -s "$ERR" ] && fail "check $f wrote to stderr"
+  fi
+done
+[ "$n_examples" -gt 0 ] || fail "no examples in $src/examples"
+
+# several files at once: one line each; one bad file makes the exit 1 but the
+# others are still checked
+if run check "$src/examples/tp_block.xml" "$src/tests/malformed/cycle.xml" "$src/examples/tp_mlp.xml"; then
+  expect_rc 1 "check good bad good" && has "$OUT" "tp_block.xml: ok:" "check good bad good" &&
+    has "$OUT" "tp_mlp.xml: ok:" "check good bad good" &&
+    has "$ERR" "cycle.xml:4: error: node 'a': cycle:" "check good bad good"
+fi
+
+# the target-profile corpus files are valid graphs: only their target rejects them
+for f in "$src"/tests/malformed/target_*.xml; do
+  [ -f "$f" ] || continue
+  if run check "$f"; then
+    expect_rc 0 "check $f (no target)" && has "$OUT" "ok:" "check $f (no target)"
+  fi
+  if run check "$f" --target cpu; then
+    expect_rc 0 "check $f --target cpu" && has "$OUT" "target cpu" "check $f --target cpu"
+  fi
+done
+
+# ---------------------------------------------------------------- compile -o round trip
+for f in "$src"/examples/*.xml; do
+  [ -f "$f" ] || continue
+  b=$(basename "$f" .xml)
+  o1="$work/$b.1.xml"
+  o2="$work/$b.2.xml"
+  run compile "$f" -o "$o1" || continue
+  expect_rc 0 "compile $f -o" || continue
+  [ -s "$o1" ] || { fail "compile $f -o wrote no file"; continue; }
+  [ -e "$o1.tmp" ] && fail "compile $f -o left $o1.tmp behind"
+  if run check "$o1"; then
+    expect_rc 0 "check of compiled $b" && has "$OUT" "ok:" "check of compiled $b"
+  fi
+  run compile "$o1" -o "$o2" || continue
+  expect_rc 0 "compile of compiled $b" || continue
+  cmp -s "$o1" "$o2" || fail "compile is not a fixpoint on $b: $(diff "$o1" "$o2" | head -n 6 | tr '\n' ' ')"
+  # -O0 output is valid input as well
+  if run compile "$f" -O0 -o "$work/$b.O0.xml"; then
+    expect_rc 0 "compile -O0 $f"
+    if run check "$work/$b.O0.xml"; then expect_rc 0 "check of -O0 output of $b"; fi
+  fi
+done
+
+# ---------------------------------------------------------------- compile --json
+cat >"$work/json_check.py" <<'EOF'
+import json, sys
+
+path = sys.argv[1]
+with open(path) as f:
+    text = f.read()
+try:
+    d = json.loads(text)  # exactly one JSON value: trailing text is an error
+except ValueError as e:
+    sys.exit("not one JSON object: %s" % e)
+if not isinstance(d, dict):
+    sys.exit("not a JSON object")
+for k in ("nodes", "collectives_before", "collectives_after", "buckets", "fused_matmul", "pass_ms"):
+    if k not in d:
+        sys.exit("missing key %r" % k)
+for k in ("nodes", "collectives_before", "collectives_after"):
+    if not isinstance(d[k], int) or isinstance(d[k], bool) or d[k] < 0:
+        sys.exit("%s is not a non-negative integer: %r" % (k, d[k]))
+if d["collectives_after"] > d["collectives_before"]:
+    sys.exit("more collectives after fusion than before")
+if not isinstance(d["buckets"], list) or not isinstance(d["fused_matmul"], list):
+    sys.exit("buckets and fused_matmul must be arrays")
+if not isinstance(d["pass_ms"], dict) or not d["pass_ms"]:
+    sys.exit("pass_ms must be a non-empty object")
+for name, ms in d["pass_ms"].items():
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or ms < 0:
+        sys.exit("pass_ms[%r] is not a non-negative number" % name)
+seen = set()
+for b in d["buckets"]:
+    for k in ("name", "op", "members", "bytes", "dtype", "reduction", "group", "reason"):
+        if k not in b:
+            sys.exit("bucket %r lacks %r" % (b.get("name"), k))
+    if not isinstance(b["members"], list) or not b["members"]:
+        sys.exit("bucket %r: members must be a non-empty array" % b["name"])
+    for m in b["members"]:
+        if not isinstance(m, str) or m in seen:
+            sys.exit("bucket %r: bad or repeated member %r" % (b["name"], m))
+        seen.add(m)
+    if not isinstance(b["bytes"], int) or b["bytes"] < 0:
+        sys.exit("bucket %r: bytes must be a non-negative integer" % b["name"])
+    for k in ("name", "op", "dtype", "group", "reason"):
+        if not isinstance(b[k], str) or not b[k]:
+            sys.exit("bucket %r: %s must be a non-empty string" % (b["name"], k))
+for f in d["fused_matmul"]:
+    for k in ("name", "op", "matmul", "collective"):
+        if k not in f:
+            sys.exit("fused_matmul entry %r lacks %r" % (f.get("name"), k))
+# every collective left after fusion is a bucket, except the fused matmuls,
+# which are listed in fused_matmul
+if len(d["buckets"]) + len(d["fused_matmul"]) != d["collectives_after"]:
+    sys.exit("%d buckets + %d fused matmuls for %d collectives left after fusion"
+             % (len(d["buckets"]), len(d["fused_matmul"]), d["collectives_after"]))
+EOF
+for f in "$src"/examples/*.xml; do
+  [ -f "$f" ] || continue
+  if run compile "$f" --json; then
+    expect_rc 0 "compile --json $f" || continue
+    python3 "$work/json_check.py" "$OUT" 2>"$work/json_err" ||
+      { fail "compile --json $f: $(cat "$work/json_err")"; continue; }
+  fi
+done
+# the report counts what it should on a known graph: tp_block has
+# 2 collectives (ReduceScatter rs, AllReduce ar0 with fusion_id=7)
+if run compile "$src/examples/tp_block.xml" --json && expect_rc 0 "compile --json tp_block"; then
+  python3 - "$OUT" 2>"$work/json_err" <<'EOF' || fail "compile --json tp_block: $(tail -n 1 "$work/json_err")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["collectives_before"] == 2, d["collectives_before"]
+members = sorted(m for b in d["buckets"] for m in b["members"])
+assert members == ["ar0", "rs"], members
+ar = [b for b in d["buckets"] if "ar0" in b["members"]][0]
+assert ar["op"] in ("AllReduce", "FusedAllReduce"), ar["op"]
+assert ar["dtype"] == "float32" and ar["reduction"] == "mean", ar
+assert ar["bytes"] == 4096 * 4, ar["bytes"]
+EOF
+fi
+
+# ---------------------------------------------------------------- failed compile
+bad="$src/tests/malformed/cycle.xml"
+out="$work/never.xml"
+if run compile "$bad" -o "$out"; then
+  expect_rc 1 "compile of an invalid graph" && has "$ERR" "cycle.xml:4: error:" "compile of an invalid graph"
+  [ -e "$out" ] && fail "a failed compile left $out behind"
+  [ -e "$out.tmp" ] && fail "a failed compile left $out.tmp behind"
+fi
+# a graph that breaks its target: nothing written either
+if run compile "$src/tests/malformed/target_a2_int64.xml" --target atlas-a2 -o "$out"; then
+  expect_rc 1 "compile against a violated target" && has "$ERR" "target atlas-a2" "compile against a violated target"
+  [ -e "$out" ] && fail "a compile rejected by its target left $out behind"
+fi
+# an unwritable destination is an error, not a silent success
+if run compile "$src/examples/tp_block.xml" -o "$work/no-such-dir/out.xml"; then
+  [ "$rc" -ne 0 ] || fail "compile -o into a missing directory exited 0"
+  has "$ERR" "error:" "compile -o into a missing directory"
+fi
+if run compile "$bad" --json; then
+  expect_rc 1 "compile --json of an invalid graph"
+  [ -s "$OUT" ] && fail "compile --json of an invalid graph printed on stdout"
+fi
+
+if [ "$fails" -ne 0 ]; then
+  echo "cli.sh: $fails failure(s) in $checks commands" >&2
+  exit 1
+fi
+echo "cli.sh: all $checks checks passed"
