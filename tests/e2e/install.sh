@@ -1,0 +1,43 @@
+#!/bin/sh
+# install.sh BUILD_DIR SRCDIR: `cmake --install` into a temporary prefix, then
+# build a small application against it twice, with find_package(collfuse) and
+# with pkg-config, and run both on an example graph.
+set -eu
+BUILD=$1
+SRC=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+fail() { echo "install.sh: $*" >&2; exit 1; }
+
+cmake --install "$BUILD" --prefix "$tmp/prefix" >/dev/null || fail "cmake --install failed"
+for f in bin/collfuse include/collfuse/collfuse.h share/collfuse/collfuse-graph.xsd; do
+  [ -e "$tmp/prefix/$f" ] || fail "missing $f after install"
+done
+lib=$(ls -d "$tmp"/prefix/lib*/ | head -n 1)
+[ -e "$lib/pkgconfig/collfuse.pc" ] || fail "missing collfuse.pc"
+[ -e "$lib/cmake/collfuse/collfuseConfig.cmake" ] || fail "missing collfuseConfig.cmake"
+ls "$lib"/libcollfuse.so* >/dev/null 2>&1 || fail "missing libcollfuse.so"
+
+# the installed driver runs
+LD_LIBRARY_PATH="$lib" "$tmp/prefix/bin/collfuse" --version | grep -q "^collfuse " ||
+  fail "installed driver does not run"
+
+# find_package(collfuse) + collfuse::collfuse
+cmake -S "$SRC/tests/e2e/consumer" -B "$tmp/cbuild" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+  ${CF_CONSUMER_FLAGS:+-DCMAKE_C_FLAGS="$CF_CONSUMER_FLAGS"} \
+  ${CF_CONSUMER_FLAGS:+-DCMAKE_EXE_LINKER_FLAGS="$CF_CONSUMER_FLAGS"} >/dev/null ||
+  fail "find_package(collfuse) failed"
+cmake --build "$tmp/cbuild" >/dev/null || fail "consumer build (CMake) failed"
+out=$(LD_LIBRARY_PATH="$lib" "$tmp/cbuild/consumer" "$SRC/examples/tp_block.xml") ||
+  fail "consumer (CMake) failed"
+echo "$out" | grep -q ": 8 nodes" || fail "consumer (CMake) printed: $out"
+
+# pkg-config --cflags --libs collfuse
+flags=$(PKG_CONFIG_PATH="$lib/pkgconfig" pkg-config --cflags --libs collfuse) ||
+  fail "pkg-config collfuse failed"
+cc ${CF_CONSUMER_FLAGS:-} -o "$tmp/pc_consumer" "$SRC/tests/e2e/consumer/main.c" $flags ||
+  fail "consumer build (pkg-config) failed"
+out=$(LD_LIBRARY_PATH="$lib" "$tmp/pc_consumer" "$SRC/examples/tp_block.xml") ||
+  fail "consumer (pkg-config) failed"
+echo "$out" | grep -q ": 8 nodes" || fail "consumer (pkg-config) printed: $out"
+echo "install.sh: ok"
