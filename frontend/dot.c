@@ -561,17 +561,10 @@ cf_status cf_dot_write(const cf_graph *g, const char *path, const char *format) 
   if (!dot && strcmp(format, "svg") && strcmp(format, "png"))
     return cf_error(g->ctx, CF_ERR_USAGE, path, 0, "unknown drawing format '%s' (dot, svg, png)",
                     format);
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + sizeof ".tmp");
-  if (!tmp) return cf_error(g->ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", sizeof ".tmp");
-
   cf_status st = CF_OK;
   dot_ids ids;
   dot_state s = {.g = g};
-  FILE *f = NULL;
-  int err;
+  cf_outfile out = {0};
   ids_init(&ids);
   pthread_mutex_lock(&gv_lock);
   agerrlevel_t old_level = agseterr(AGMAX); /* graphviz stays off stderr: we report */
@@ -584,23 +577,15 @@ cf_status cf_dot_write(const cf_graph *g, const char *path, const char *format) 
     goto fail;
   }
   if ((st = build(&s))) goto fail;
-  if (!(f = fopen(tmp, dot ? "w" : "wb"))) {
-    st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
-    goto fail;
-  }
-  if (dot ? agwrite(s.G, f) != 0 : (st = render(g, s.G, path, format, f)) != CF_OK) {
+  if ((st = cf_out_open(g->ctx, path, !dot, &out))) goto fail;
+  if (dot ? agwrite(s.G, out.f) != 0 : (st = render(g, s.G, path, format, out.f)) != CF_OK) {
     if (!st) st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
     goto fail;
   }
-  err = ferror(f) ? EIO : 0;
-  if (fclose(f) != 0 && !err) err = errno;
-  f = NULL;
-  if (err || rename(tmp, path) != 0)
-    st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(err ? err : errno));
+  st = cf_out_close(g->ctx, &out, true);
 
 fail:
-  if (f) fclose(f);
-  if (st) remove(tmp); /* ENOENT when it was never made: harmless */
+  cf_out_close(g->ctx, &out, false); /* no-op once closed; removes the temporary */
   if (s.G) agclose(s.G);
   agseterr(old_level);
   pthread_mutex_unlock(&gv_lock);
@@ -611,6 +596,5 @@ fail:
   free(s.id.s);
   free(ids.names);
   free(ids.hash);
-  free(tmp);
   return st;
 }

@@ -16,6 +16,20 @@
 /* Read a whole file, refusing files above CF_MAX_FILE_BYTES. *data is
  * malloc'd and NUL-terminated. */
 cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *size);
+/* Output files are written to PATH.tmp and renamed into place on success, so
+ * a failure never leaves a partial result. A path that exists and is not a
+ * regular file (/dev/null, a FIFO, a symlink such as /dev/stdout) is written
+ * directly. */
+typedef struct cf_outfile {
+  FILE *f;
+  char *tmp;        /* temporary name, NULL when writing directly */
+  const char *path; /* final name */
+} cf_outfile;
+cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile *o);
+/* ok: flush, close and move into place; !ok: close and remove the temporary.
+ * Returns CF_ERR_IO (with a message) when ok and finishing failed. */
+cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok);
+
 /* Verify structure and infer types of a freshly read graph. */
 cf_status cf_frontend_finish(cf_graph *g);
 

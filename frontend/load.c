@@ -139,26 +139,51 @@ cf_status cf_graph_verify(cf_graph *g, const char *target) {
   return st;
 }
 
-/* Write through a temporary file so a failure never leaves a partial result. */
-cf_status cf_graph_write_xml(const cf_graph *g, const char *path) {
-  if (!g || !path) return CF_ERR_USAGE;
-  size_t n = strlen(path) + 8;
-  char *tmp = malloc(n);
-  if (!tmp) return cf_error(g->ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
-  snprintf(tmp, n, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    cf_status st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
-    free(tmp);
+cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile *o) {
+  struct stat sb;
+  *o = (cf_outfile){.path = path};
+  /* lstat: a symlink (/dev/stdout) is written through, never replaced */
+  if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    if (S_ISDIR(sb.st_mode)) return cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: is a directory");
+    o->f = fopen(path, binary ? "wb" : "w");
+  } else {
+    size_t n = strlen(path) + sizeof ".tmp";
+    if (!(o->tmp = malloc(n))) return cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
+    snprintf(o->tmp, n, "%s.tmp", path);
+    o->f = fopen(o->tmp, binary ? "wb" : "w");
+  }
+  if (!o->f) {
+    cf_status st = cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
+    free(o->tmp);
+    o->tmp = NULL;
     return st;
   }
-  cf_status st = cf_xml_write(g, f);
-  if (fclose(f) != 0 && !st) st = cf_error(g->ctx, CF_ERR_IO, path, 0, "write failed: %s", strerror(errno));
-  if (!st && rename(tmp, path) != 0)
-    st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
-  if (st) remove(tmp);
-  free(tmp);
+  return CF_OK;
+}
+
+cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok) {
+  cf_status st = CF_OK;
+  if (!o->f) return CF_OK;
+  int err = ferror(o->f) ? EIO : 0;
+  if (fclose(o->f) != 0 && !err) err = errno;
+  o->f = NULL;
+  if (ok && err) st = cf_error(ctx, CF_ERR_IO, o->path, 0, "cannot write: %s", strerror(err));
+  if (ok && !err && o->tmp && rename(o->tmp, o->path) != 0)
+    st = cf_error(ctx, CF_ERR_IO, o->path, 0, "cannot write: %s", strerror(errno));
+  if ((!ok || st) && o->tmp) remove(o->tmp);
+  free(o->tmp);
+  o->tmp = NULL;
   return st;
+}
+
+cf_status cf_graph_write_xml(const cf_graph *g, const char *path) {
+  if (!g || !path) return CF_ERR_USAGE;
+  cf_outfile o;
+  cf_status st = cf_out_open(g->ctx, path, false, &o);
+  if (st) return st;
+  st = cf_xml_write(g, o.f);
+  cf_status cst = cf_out_close(g->ctx, &o, st == CF_OK);
+  return st ? st : cst;
 }
 
 cf_status cf_graph_write_dot(const cf_graph *g, const char *path) {

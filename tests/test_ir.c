@@ -1,35 +1,14 @@
 /* test_ir.c - unit tests of ir/: dtypes and shapes with overflow-checked
  * sizes, the graph container, structural verification (cycles named),
  * inference rules of every op family, and target profiles. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
+#include "cf_test.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "ir/ir.h"
 
-static cf_context *ctx;
 
-static int setup(void **state) {
-  (void)state;
-  return cf_context_create(&ctx) == CF_OK ? 0 : -1;
-}
-static int teardown(void **state) {
-  (void)state;
-  cf_context_destroy(ctx);
-  return 0;
-}
-
-#define ASSERT_ERR(expr, st, substr)                                                  \
-  do {                                                                                \
-    assert_int_equal((expr), (st));                                                   \
-    if (!strstr(cf_context_errmsg(ctx), (substr)))                                    \
-      fail_msg("message '%s' lacks '%s'", cf_context_errmsg(ctx), (substr));           \
-  } while (0)
 
 static void test_dtypes(void **state) {
   (void)state;

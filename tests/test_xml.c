@@ -2,11 +2,7 @@
  * example round-trips (read -> write -> read gives the same graph and the
  * same bytes), forward references and multi-output ports work, and hostile
  * or malformed documents fail with file:line messages. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
+#include "cf_test.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -20,17 +16,6 @@
 #define CF_SOURCE_DIR "."
 #endif
 
-static cf_context *ctx;
-
-static int setup(void **state) {
-  (void)state;
-  return cf_context_create(&ctx) == CF_OK ? 0 : -1;
-}
-static int teardown(void **state) {
-  (void)state;
-  cf_context_destroy(ctx);
-  return 0;
-}
 
 static cf_status parse(const char *text, cf_graph **g) {
   return cf_graph_parse(ctx, "mem.xml", text, strlen(text), g);
@@ -228,11 +213,32 @@ static void test_file_errors(void **state) {
   cf_graph_destroy(g2);
 }
 
+/* The writer's exact output is part of the interface: golden files. */
+static void test_writer_golden(void **state) {
+  (void)state;
+  static const char *names[] = {"dp_gradients", "fused_buckets"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char path[1024], gold[1024];
+    snprintf(path, sizeof path, "%s/examples/%s.xml", CF_SOURCE_DIR, names[i]);
+    snprintf(gold, sizeof gold, "%s/tests/golden/xml/%s.xml", CF_SOURCE_DIR, names[i]);
+    cf_graph *g;
+    if (cf_graph_load(ctx, path, &g) != CF_OK) fail_msg("%s", cf_context_errmsg(ctx));
+    char *text = write_to_string(g);
+    char *want;
+    size_t size;
+    assert_int_equal(cf_read_file(ctx, gold, &want, &size), CF_OK);
+    if (strcmp(text, want) != 0) fail_msg("writer output for %s differs from %s", path, gold);
+    free(text);
+    free(want);
+    cf_graph_destroy(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_examples_round_trip), cmocka_unit_test(test_forward_refs_and_ports),
       cmocka_unit_test(test_escaping),            cmocka_unit_test(test_hostile),
-      cmocka_unit_test(test_file_errors),
+      cmocka_unit_test(test_file_errors),         cmocka_unit_test(test_writer_golden),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -263,6 +263,24 @@ if run compile "$src/examples/tp_block.xml" -o "$work/no-such-dir/out.xml"; then
   [ "$rc" -ne 0 ] || fail "compile -o into a missing directory exited 0"
   has "$ERR" "error:" "compile -o into a missing directory"
 fi
+# a device or FIFO destination is written in place, never replaced by a file
+fifo="$work/out.fifo"
+if mkfifo "$fifo" 2>/dev/null; then
+  cat "$fifo" >"$work/from_fifo" &
+  reader=$!
+  if run compile "$src/examples/tp_block.xml" -o "$fifo"; then
+    expect_rc 0 "compile -o FIFO"
+    wait "$reader"
+    [ -p "$fifo" ] || fail "compile -o FIFO replaced the FIFO"
+    has "$work/from_fifo" '<graph name="tp_block"' "compile -o FIFO"
+  else
+    kill "$reader" 2>/dev/null
+  fi
+fi
+if run dot "$src/examples/tp_block.xml" -o "$work/d.dot" && run compile "$src/examples/tp_block.xml" -o /dev/stdout; then
+  expect_rc 0 "compile -o /dev/stdout" && has "$OUT" '<graph name="tp_block"' "compile -o /dev/stdout"
+fi
+
 if run compile "$bad" --json; then
   expect_rc 1 "compile --json of an invalid graph"
   [ -s "$OUT" ] && fail "compile --json of an invalid graph printed on stdout"
