@@ -74,6 +74,17 @@ cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *s
 cf_status cf_frontend_finish(cf_graph *g) {
   cf_status st = cf_verify_structure(g);
   if (!st) st = cf_infer(g);
+  if (!st && g->fingerprint) {
+    /* a compiled graph carries the fingerprint of its collectives; a graph
+     * edited since would make the ranks' cross-check meaningless */
+    char fp[17];
+    cf_graph_fingerprint(g, fp);
+    if (strcmp(fp, g->fingerprint) != 0)
+      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, 0,
+                    "fingerprint %s does not match the graph's collectives (%s): the graph was "
+                    "changed after it was compiled",
+                    g->fingerprint, fp);
+  }
   return st;
 }
 

@@ -211,7 +211,11 @@ static cf_status read_inputs(cf_graph *g, int idx, xmlNodePtr x) {
 
 static cf_status graph_attrs(cf_graph *g, xmlNodePtr root) {
   char *nm = prop(root, "name"), *ws = prop(root, "world_size"), *ver = prop(root, "version");
+  char *fp = prop(root, "fingerprint");
   cf_status st = CF_OK;
+  if (fp && !(g->fingerprint = cf_arena_strdup(&g->arena, fp)))
+    st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  xmlFree(fp);
   if (nm && !(g->name = cf_arena_strdup(&g->arena, nm)))
     st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   if (!st && ws) {

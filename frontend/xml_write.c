@@ -51,6 +51,7 @@ cf_status cf_xml_write(const cf_graph *g, FILE *f) {
   put_attr(f, "name", g->name);
   fprintf(f, " version=\"1\"");
   if (g->world_size > 0) fprintf(f, " world_size=\"%lld\"", (long long)g->world_size);
+  if (g->fingerprint) fprintf(f, " fingerprint=\"%s\"", g->fingerprint);
   fputs(">\n", f);
   for (int i = 0; i < g->n_groups; i++) {
     const cf_group *gr = &g->groups[i];

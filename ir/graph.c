@@ -353,29 +353,50 @@ int64_t cf_graph_group_size(const cf_graph *g, const char *name) {
   return -1;
 }
 
-cf_status cf_graph_compact(cf_graph *g) {
-  int *map = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof(int));
-  if (!map) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
-  int k = 0;
-  for (int i = 0; i < g->n_nodes; i++) map[i] = g->nodes[i].dead ? -1 : k++;
-  for (int i = 0; i < g->n_nodes; i++) {
-    if (g->nodes[i].dead) continue;
-    cf_node *n = &g->nodes[i];
-    for (int j = 0; j < n->n_in; j++) {
-      if (map[n->in[j].node] < 0) {
-        free(map);
-        return cf_node_error(g, n, CF_ERR_RUNTIME, "internal: operand %d was removed", j);
-      }
-      n->in[j].node = map[n->in[j].node];
-    }
-    g->nodes[map[i]] = *n;
-  }
-  g->n_nodes = k;
-  g->topo = NULL;
-  free(map);
-  if (!index_rebuild(g, g->index_cap ? g->index_cap : 128))
+cf_status cf_graph_permute(cf_graph *g, const int *order, int n) {
+  size_t nsz = g->n_nodes > 0 ? (size_t)g->n_nodes : 1;
+  int *map = malloc(nsz * sizeof(int));
+  cf_node *nodes = malloc((n > 0 ? (size_t)n : 1) * sizeof(cf_node));
+  if (!map || !nodes) {
+    free(map);
+    free(nodes);
     return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  }
+  for (int i = 0; i < g->n_nodes; i++) map[i] = -1;
+  for (int k = 0; k < n; k++) map[order[k]] = k;
+  for (int k = 0; k < n; k++) {
+    nodes[k] = g->nodes[order[k]];
+    for (int j = 0; j < nodes[k].n_in; j++) {
+      int to = map[nodes[k].in[j].node];
+      if (to < 0) {
+        cf_status st = cf_node_error(g, &nodes[k], CF_ERR_RUNTIME, "internal: operand %d was removed", j);
+        free(map);
+        free(nodes);
+        return st;
+      }
+      nodes[k].in[j].node = to;
+    }
+  }
+  free(map);
+  free(g->nodes);
+  g->nodes = nodes;
+  g->n_nodes = g->cap_nodes = n;
+  g->topo = NULL;
+  int cap = 128;
+  while (cap < 2 * n) cap *= 2;
+  if (!index_rebuild(g, cap)) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   return CF_OK;
+}
+
+cf_status cf_graph_compact(cf_graph *g) {
+  int *order = malloc((g->n_nodes > 0 ? (size_t)g->n_nodes : 1) * sizeof(int));
+  if (!order) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  int k = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (!g->nodes[i].dead) order[k++] = i;
+  cf_status st = cf_graph_permute(g, order, k);
+  free(order);
+  return st;
 }
 
 cf_status cf_node_error(const cf_graph *g, const cf_node *n, cf_status st, const char *fmt, ...) {

@@ -6,6 +6,7 @@
 #include "ir.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SHAPE_STR(s, buf) cf_shape_format((s), (buf), sizeof(buf))
@@ -321,6 +322,38 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
   }
 }
 
+/* A fused collective's offsets place each member in one flat bucket buffer:
+ * one offset per member, aligned to the element size, members not
+ * overlapping. */
+static cf_status check_offsets(cf_graph *g, cf_node *n) {
+  const char *s = cf_node_str(n, CF_A_OFFSETS, NULL);
+  if (!s) return CF_OK;
+  int64_t end = 0;
+  int k = 0;
+  const char *p = s;
+  while (*p) {
+    char *e;
+    long long off = strtoll(p, &e, 10);
+    if (e == p || (*e && *e != ',') || k >= n->n_in)
+      return cf_node_error(g, n, CF_ERR_INVALID, "offsets='%.64s' must list %d byte offsets", s,
+                           n->n_in);
+    const cf_value *v = operand(g, n, k);
+    int64_t bytes = 0;
+    cf_value_bytes(v, &bytes);
+    if (off < end || off % cf_dtype_size(v->dtype))
+      return cf_node_error(g, n, CF_ERR_INVALID,
+                           "offset %lld of member %d overlaps the previous member or is not aligned to %d bytes",
+                           off, k, cf_dtype_size(v->dtype));
+    if (!cf_add_i64(off, bytes, &end) || end > CF_MAX_BYTES)
+      return cf_node_error(g, n, CF_ERR_INVALID, "bucket larger than %lld bytes", (long long)CF_MAX_BYTES);
+    k++;
+    p = *e ? e + 1 : e;
+  }
+  if (k != n->n_in)
+    return cf_node_error(g, n, CF_ERR_INVALID, "offsets lists %d offsets for %d members", k, n->n_in);
+  return CF_OK;
+}
+
 static cf_status check_decl(cf_graph *g, cf_node *n) {
   char b1[160], b2[160];
   if (n->op == CF_OP_OUTPUT) {
@@ -365,7 +398,7 @@ cf_status cf_infer(cf_graph *g) {
       if (nout && !n->out) return cf_node_error(g, n, CF_ERR_NO_MEMORY, "out of memory");
       n->n_out = nout;
     }
-    if ((st = infer_node(g, n)) || (st = check_decl(g, n))) return st;
+    if ((st = infer_node(g, n)) || (st = check_decl(g, n)) || (st = check_offsets(g, n))) return st;
   }
   return CF_OK;
 }

@@ -231,6 +231,7 @@ struct cf_graph {
   int *index;           /* open-addressed hash: name -> node index + 1 */
   int index_cap;
   int *topo;            /* topological order after verification (arena) */
+  const char *fingerprint; /* of the collective sequence, when compiled (arena) */
 };
 
 #define CF_WORLD_GROUP "hccl_world_group"
@@ -254,6 +255,9 @@ int64_t cf_graph_group_size(const cf_graph *g, const char *name);
 /* Remove nodes with dead set, remapping operands. Operands of live nodes
  * must not point at dead nodes. */
 cf_status cf_graph_compact(cf_graph *g);
+/* Reorder the nodes: order lists n old indices, each once; nodes not listed
+ * are dropped (operands of listed nodes must all be listed). */
+cf_status cf_graph_permute(cf_graph *g, const int *order, int n);
 /* Error naming the node: "FILE:LINE: error: node 'NAME': MSG". */
 cf_status cf_node_error(const cf_graph *g, const cf_node *n, cf_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -296,6 +300,13 @@ typedef struct cf_graph_stats {
 } cf_graph_stats;
 
 void cf_graph_stats_compute(const cf_graph *g, cf_graph_stats *st);
+/* Fingerprint of the collective sequence in execution order (kind, group,
+ * dtype, reduction, bytes): 16 hex digits into buf[17]. Needs g->topo and
+ * inferred types. Ranks compare it before they communicate. */
+void cf_graph_fingerprint(const cf_graph *g, char buf[17]);
+/* Compute and store the fingerprint in the graph (written by the XML writer,
+ * checked when the graph is read back). */
+cf_status cf_graph_seal(cf_graph *g);
 /* Bytes a collective node moves: the size of the full (unscattered /
  * gathered) tensor, summed over ports. */
 int64_t cf_node_comm_bytes(const cf_graph *g, const cf_node *n);

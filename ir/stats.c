@@ -8,6 +8,8 @@
  */
 #include "ir.h"
 
+#include <stdio.h>
+
 static int64_t value_bytes(const cf_value *v) {
   int64_t b;
   return cf_value_bytes(v, &b) ? b : 0;
@@ -50,4 +52,43 @@ void cf_graph_stats_compute(const cf_graph *g, cf_graph_stats *st) {
     st->collectives++;
     if (n->out) st->comm_bytes += cf_node_comm_bytes(g, n);
   }
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static const char *base_kind(cf_op op) {
+  switch (op) {
+  case CF_OP_FUSEDALLREDUCE: return "AllReduce";
+  case CF_OP_FUSEDALLGATHER: return "AllGather";
+  case CF_OP_FUSEDREDUCESCATTER: return "ReduceScatter";
+  default: return cf_op_table[op].name;
+  }
+}
+
+void cf_graph_fingerprint(const cf_graph *g, char buf[17]) {
+  uint64_t h = 1469598103934665603ull;
+  char rec[512];
+  for (int k = 0; k < g->n_nodes; k++) {
+    const cf_node *n = &g->nodes[g->topo ? g->topo[k] : k];
+    if (!cf_op_is_collective(n->op)) continue;
+    const cf_value *in = &g->nodes[n->in[0].node].out[n->in[0].port];
+    bool red = cf_op_table[n->op].allowed & (1u << CF_A_REDUCTION);
+    int len = snprintf(rec, sizeof rec, "%s|%s|%s|%s|%lld|%d;", base_kind(n->op), cf_node_group(n),
+                       cf_dtype_name(in->dtype), red ? cf_reduction_name(cf_node_reduction(n)) : "-",
+                       (long long)cf_node_comm_bytes(g, n), n->n_in);
+    h = fnv(h, rec, (size_t)(len < (int)sizeof rec ? len : (int)sizeof rec - 1));
+  }
+  snprintf(buf, 17, "%016llx", (unsigned long long)h);
+}
+
+cf_status cf_graph_seal(cf_graph *g) {
+  char fp[17];
+  cf_graph_fingerprint(g, fp);
+  if (!(g->fingerprint = cf_arena_strdup(&g->arena, fp)))
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  return CF_OK;
 }

@@ -11,9 +11,58 @@
 
 #include "../ir/ir.h"
 
+/* ---- split.c: fusion=1 split strategies and the auto cost model ---- */
+
+#define CF_MAX_SEGMENTS 8
+
+typedef enum cf_split_kind {
+  CF_SPLIT_AUTO,  /* cap chosen by the cost model (the default) */
+  CF_SPLIT_BYTES, /* greedy buckets up to a byte cap (DDP/XLA) */
+  CF_SPLIT_SIZE,  /* HCCL: percentages of the gradient bytes */
+  CF_SPLIT_INDEX  /* HCCL: ascending gradient indices */
+} cf_split_kind;
+
+typedef struct cf_split {
+  cf_split_kind kind;
+  int64_t cap;                     /* bytes: bucket cap */
+  int64_t first;                   /* bytes: first bucket's cap, 0 = cap */
+  int64_t count;                   /* bytes/auto: members per bucket, 0 = any */
+  int n;                           /* size/index: segments */
+  double pct[CF_MAX_SEGMENTS];     /* size */
+  int64_t idx[CF_MAX_SEGMENTS];    /* index: last gradient of each segment */
+} cf_split;
+
+/* Transport cost of one collective of b bytes: alpha + b / beta. */
+typedef struct cf_cost {
+  double alpha_us;   /* fixed cost per collective, microseconds */
+  double beta_gbps;  /* algorithm bandwidth, GB/s (1e9 bytes) */
+} cf_cost;
+
+#define CF_COST_DEFAULT_ALPHA_US 250.0
+#define CF_COST_DEFAULT_BETA_GBPS 8.0
+
+/* Parse "--split SPEC" / "--cost alpha_us,beta_GBps"; false with why. */
+bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len);
+bool cf_cost_parse(const char *spec, cf_cost *out, char *why, size_t len);
+/* The cap the auto cost model picks for gradients of these sizes (in ready
+ * order), and the model's exposed cost (seconds) of a given cap. */
+int64_t cf_split_auto_cap(const cf_cost *c, const int64_t *bytes, int n);
+double cf_split_auto_cost(const cf_cost *c, const int64_t *bytes, int n, int64_t cap,
+                          int64_t *buckets);
+/* size/index: segment of each of n gradients (sizes in ready order); false
+ * with why when the spec does not fit these gradients. */
+bool cf_split_segments(const cf_split *s, const int64_t *bytes, int n, int *seg, char *why,
+                       size_t len);
+/* "bytes:25M" style text of a byte count ("25M", "1.5M", "4096"). */
+char *cf_split_format_bytes(int64_t b, char *buf, size_t len);
+
+typedef void (*cf_explain_fn)(void *user, const char *line);
+
 typedef struct cf_pass_options {
-  const char *split;   /* --split SPEC for fusion=1 (NULL: auto) */
-  bool explain;        /* collect per-collective explanations */
+  const char *split;       /* --split SPEC for fusion=1 (NULL: auto) */
+  const char *cost;        /* --cost alpha_us,beta_GBps (NULL: defaults) */
+  cf_explain_fn explain;   /* receives one line per collective, or NULL */
+  void *explain_user;
 } cf_pass_options;
 
 typedef struct cf_pass {
@@ -25,6 +74,13 @@ typedef struct cf_pass {
 extern const cf_pass cf_pass_verify;
 extern const cf_pass cf_pass_infer;
 extern const cf_pass cf_pass_dce;
+extern const cf_pass cf_pass_fuse_allreduce;
+extern const cf_pass cf_pass_fuse_allgather;
+extern const cf_pass cf_pass_fuse_reducescatter;
+
+/* combine.c: the dependency-safe combiner behind the three fuse-* passes.
+ * kind is CF_OP_ALLREDUCE, CF_OP_ALLGATHER or CF_OP_REDUCESCATTER. */
+cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind);
 
 #define CF_MAX_PIPELINE 32
 

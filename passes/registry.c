@@ -12,11 +12,14 @@ const cf_pass *const cf_pass_registry[] = {
     &cf_pass_verify,
     &cf_pass_infer,
     &cf_pass_dce,
+    &cf_pass_fuse_allreduce,
+    &cf_pass_fuse_allgather,
+    &cf_pass_fuse_reducescatter,
     NULL,
 };
 
-/* Fusion passes join the default pipeline as they land; -O0 never has them. */
-const char cf_pipeline_default[] = "verify,infer,dce";
+/* -O0 never has the fusion passes. */
+const char cf_pipeline_default[] = "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter";
 const char cf_pipeline_O0[] = "verify,infer";
 
 const cf_pass *cf_pass_find(const char *name) {

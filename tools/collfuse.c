@@ -76,15 +76,22 @@ static const char help_check[] =
     "the graph must also meet that device's documented limits.\n";
 
 static const char help_compile[] =
-    "usage: collfuse compile FILE [-o OUT.xml] [--passes LIST | -O0] [--target T]\n"
-    "                        [--dot OUT.dot|.svg|.png] [--json]\n"
+    "usage: collfuse compile FILE [-o OUT.xml] [--passes LIST | -O0] [--split SPEC]\n"
+    "                        [--cost ALPHA_US,BETA_GBPS] [--target T]\n"
+    "                        [--dot OUT.dot|.svg|.png] [--explain] [--json]\n"
     "\n"
     "Verify FILE, run the pass pipeline and write the compiled graph.\n"
     "  -o OUT.xml       write the result as native XML (valid collfuse input)\n"
     "  --passes LIST    comma-separated passes instead of the default pipeline\n"
     "  -O0              no fusion passes\n"
+    "  --split SPEC     how fusion=1 collectives are bucketed:\n"
+    "                     auto (default; cost model), bytes:25M[,first=1M][,count=256],\n"
+    "                     size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL)\n"
+    "  --cost A,B       auto's transport model: A us per collective, B GB/s (250,8)\n"
     "  --target T       check the graph against a target profile\n"
     "  --dot OUT        also draw the result (.dot, .svg or .png)\n"
+    "  --explain        say for every collective which bucket it joined, or why not\n"
+    "                   (on stderr when --json is given)\n"
     "  --json           print one JSON object with counts, buckets and pass times\n";
 
 static const char help_dot[] =
@@ -243,9 +250,14 @@ static int cmd_dot(cf_context *ctx, int argc, char **argv) {
 
 /* ---------------- compile ---------------- */
 
+static void explain_line(void *user, const char *line) {
+  fprintf((FILE *)user, "explain: %s\n", line);
+}
+
 static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   const char *file = NULL, *out = NULL, *passes = NULL, *target = NULL, *dot = NULL;
-  bool json = false, o0 = false;
+  const char *split = NULL, *cost = NULL;
+  bool json = false, o0 = false, explain = false;
   for (int i = 0; i < argc; i++) {
     const char *v;
     if ((v = opt_value(argc, argv, &i, "-o"))) {
@@ -259,10 +271,16 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
     } else if ((v = opt_value(argc, argv, &i, "--dot"))) {
       if (!*v) return usage_error("compile", "%s needs a value", "--dot");
       dot = v;
+    } else if ((v = opt_value(argc, argv, &i, "--split"))) {
+      split = v;
+    } else if ((v = opt_value(argc, argv, &i, "--cost"))) {
+      cost = v;
     } else if (strcmp(argv[i], "-O0") == 0) {
       o0 = true;
     } else if (strcmp(argv[i], "--json") == 0) {
       json = true;
+    } else if (strcmp(argv[i], "--explain") == 0) {
+      explain = true;
     } else if (argv[i][0] == '-' && argv[i][1]) {
       return usage_error("compile", "unknown option '%s'", argv[i]);
     } else if (file) {
@@ -273,6 +291,16 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   }
   if (!file) return usage_error("compile", "%s", "no input file");
   if (o0 && passes) return usage_error("compile", "%s", "--passes and -O0 exclude each other");
+  char why[256];
+  cf_split sp;
+  cf_cost cm;
+  if (split && !cf_split_parse(split, &sp, why, sizeof why)) return usage_error("compile", "%s", why);
+  if (cost && !cf_cost_parse(cost, &cm, why, sizeof why)) return usage_error("compile", "%s", why);
+  cf_pass_options popt = {.split = split, .cost = cost};
+  if (explain) {
+    popt.explain = explain_line;
+    popt.explain_user = json ? stderr : stdout;
+  }
   if (target && !cf_target_find(target)) {
     fprintf(stderr, "collfuse compile: unknown target '%s'\n", target);
     help_targets(stderr);
@@ -285,10 +313,11 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   if (!st) st = cf_graph_verify(g, target);
   int before = st ? 0 : (int)cf_graph_collective_count(g);
   if (!st)
-    st = cf_passes_run(g, o0 ? cf_pipeline_O0 : passes ? passes : cf_pipeline_default, NULL, timing,
-                       &n_timing);
+    st = cf_passes_run(g, o0 ? cf_pipeline_O0 : passes ? passes : cf_pipeline_default, &popt,
+                       timing, &n_timing);
   /* the result must still meet the target after the passes */
   if (!st) st = cf_graph_verify(g, target);
+  if (!st) st = cf_graph_seal(g);
   if (!st && out) st = cf_graph_write_xml(g, out);
   if (!st && dot) st = cf_graph_write_dot(g, dot);
   if (!st && json) st = cf_report_compile_json(g, before, timing, n_timing);

@@ -66,6 +66,7 @@ cf_status cf_report_compile_json(const cf_graph *g, int collectives_before,
   cJSON_AddNumberToObject(root, "collectives_before", collectives_before);
   cJSON_AddNumberToObject(root, "collectives_after", st.collectives);
   cJSON_AddNumberToObject(root, "bytes_communicated", (double)st.comm_bytes);
+  if (g->fingerprint) cJSON_AddStringToObject(root, "fingerprint", g->fingerprint);
   cJSON *buckets = cJSON_AddArrayToObject(root, "buckets");
   cJSON *fused_mm = cJSON_AddArrayToObject(root, "fused_matmul");
   for (int k = 0; k < g->n_nodes; k++) {

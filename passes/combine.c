@@ -1,0 +1,641 @@
+/* combine.c - the dependency-safe collective combiner behind fuse-allreduce,
+ * fuse-allgather and fuse-reducescatter.
+ *
+ * Requires: verified, inferred graph. Preserves: every dependency, acyclicity,
+ * every Output; replaces each bucket of two or more collectives with one
+ * Fused* node whose port i is member i.
+ *
+ * Safety without myopia. Fusing a set of collectives into one node creates a
+ * cycle exactly when one member reaches another; fusing several sets at once
+ * can also create a cycle between buckets. XLA's combiner avoids both by
+ * stopping a bucket at the first dependent op, which splits chains badly
+ * (openxla/xla#40135). Here every candidate gets a collective depth: the
+ * largest number of candidates on any path from a source to it. Only
+ * candidates of equal depth share a bucket. Two candidates of equal depth
+ * never reach each other (a path from one to the other would add one to the
+ * depth), and every path between buckets climbs in depth, so the result is a
+ * DAG; chains a1->a2, b1->b2 give {a1,b1} and {a2,b2}. Depth is computed in
+ * one topological sweep, grouping is a sort: the pass is O(E + n log n).
+ */
+#include "passes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUCKET_ALIGN 64 /* member offsets in the flat bucket: cache line, any dtype */
+
+typedef struct cand {
+  const char *name; /* the node's name (arena: survives the rewrite) */
+  int node;       /* index in g->nodes before the rewrite */
+  int ready;      /* topological position of the producer: gradient-ready order */
+  int depth;      /* collective depth */
+  int dep;        /* node of the candidate that set the depth, -1 when none */
+  int fusion;     /* 0, 1, 2 */
+  int64_t fid;    /* fusion_id */
+  int64_t bytes;  /* bytes this collective communicates */
+  int64_t in_bytes; /* bytes of its operand (its slot in the bucket buffer) */
+  int key;        /* interned (group, reduction, dtype, layout, rank_size) */
+  int seg;        /* fusion=1 split segment */
+  int bucket;     /* bucket id, -1 when alone */
+  const char *why; /* why alone (static or arena text) */
+} cand;
+
+typedef struct bucket {
+  int first, n;   /* members: order[first .. first+n) */
+  int fusion;
+  int64_t fid, bytes;
+  int node;       /* the fused node, once built */
+  const char *name; /* its name */
+  int last_pos;   /* largest array position among the members */
+  const char *detail;
+} bucket;
+
+typedef struct combiner {
+  cf_graph *g;
+  const cf_pass_options *opt;
+  cf_op kind, fused;
+  const char *prefix;    /* allreduce, allgather, reducescatter */
+  cand *c;
+  int nc;
+  int *by_node;          /* node -> candidate index or -1 */
+  int *order;            /* candidate indices grouped by bucket */
+  bucket *b;
+  int nb;
+  cf_arena scratch;
+} combiner;
+
+static const char *kind_name(const combiner *m) { return cf_op_table[m->kind].name; }
+
+static void explain(combiner *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void explain(combiner *m, const char *fmt, ...) {
+  if (!m->opt->explain) return;
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  m->opt->explain(m->opt->explain_user, line);
+}
+
+static const char *cname(const combiner *m, int ci) { return m->c[ci].name; }
+
+/* ---- keys: collectives fuse only with equal group, reduction, dtype, layout ---- */
+
+static const char *key_field_diff(const combiner *m, int a, int b, char *buf, size_t len) {
+  const cf_graph *g = m->g;
+  const cf_node *x = &g->nodes[m->c[a].node], *y = &g->nodes[m->c[b].node];
+  const cf_value *vx = &g->nodes[x->in[0].node].out[x->in[0].port];
+  const cf_value *vy = &g->nodes[y->in[0].node].out[y->in[0].port];
+  if (strcmp(cf_node_group(x), cf_node_group(y)))
+    snprintf(buf, len, "group differs (%s vs %s)", cf_node_group(x), cf_node_group(y));
+  else if (vx->dtype != vy->dtype)
+    snprintf(buf, len, "dtype differs (%s vs %s)", cf_dtype_name(vx->dtype), cf_dtype_name(vy->dtype));
+  else if (cf_node_reduction(x) != cf_node_reduction(y))
+    snprintf(buf, len, "reduction differs (%s vs %s)", cf_reduction_name(cf_node_reduction(x)),
+             cf_reduction_name(cf_node_reduction(y)));
+  else if (cf_node_layout(x) != cf_node_layout(y))
+    snprintf(buf, len, "layout differs (%s vs %s)", cf_layout_name(cf_node_layout(x)),
+             cf_layout_name(cf_node_layout(y)));
+  else
+    snprintf(buf, len, "rank_size differs");
+  return buf;
+}
+
+static int intern_keys(combiner *m) {
+  /* key text per candidate, then sort to give equal texts one id */
+  char buf[512];
+  const char **txt = cf_arena_array(&m->scratch, (size_t)m->nc + 1, sizeof(char *));
+  int *idx = malloc(((size_t)m->nc + 1) * sizeof(int));
+  if (!txt || !idx) {
+    free(idx);
+    return -1;
+  }
+  for (int i = 0; i < m->nc; i++) {
+    const cf_node *n = &m->g->nodes[m->c[i].node];
+    const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
+    snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld", cf_node_group(n), (int)cf_node_reduction(n),
+             (int)v->dtype, (int)cf_node_layout(n), (long long)cf_node_int(n, CF_A_RANK_SIZE, -1));
+    if (!(txt[i] = cf_arena_strdup(&m->scratch, buf))) {
+      free(idx);
+      return -1;
+    }
+    idx[i] = i;
+  }
+  /* insertion into a hash table of texts */
+  int cap = 16;
+  while (cap < 2 * m->nc + 2) cap *= 2;
+  int *tab = calloc((size_t)cap, sizeof(int));
+  if (!tab) {
+    free(idx);
+    return -1;
+  }
+  int next = 0;
+  for (int i = 0; i < m->nc; i++) {
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = txt[i]; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    size_t s = h & (size_t)(cap - 1);
+    while (tab[s] && strcmp(txt[tab[s] - 1], txt[i])) s = (s + 1) & (size_t)(cap - 1);
+    if (!tab[s]) {
+      tab[s] = i + 1;
+      m->c[i].key = next++;
+    } else {
+      m->c[i].key = m->c[tab[s] - 1].key;
+    }
+  }
+  free(tab);
+  free(idx);
+  return 0;
+}
+
+/* ---- depth: one topological sweep ---- */
+
+static cf_status compute_depth(combiner *m) {
+  cf_graph *g = m->g;
+  size_t nn = g->n_nodes > 0 ? (size_t)g->n_nodes : 1;
+  int *dout = malloc(nn * sizeof(int)), *via = malloc(nn * sizeof(int));
+  int *pos = malloc(nn * sizeof(int));
+  if (!dout || !via || !pos) {
+    free(dout), free(via), free(pos);
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  }
+  for (int k = 0; k < g->n_nodes; k++) pos[g->topo[k]] = k;
+  for (int k = 0; k < g->n_nodes; k++) {
+    int v = g->topo[k];
+    const cf_node *n = &g->nodes[v];
+    int din = 0, dv = -1;
+    for (int j = 0; j < n->n_in; j++)
+      if (dout[n->in[j].node] > din) din = dout[n->in[j].node], dv = via[n->in[j].node];
+    int ci = m->by_node[v];
+    if (ci >= 0 && m->c[ci].fusion != 0) {
+      m->c[ci].depth = din;
+      m->c[ci].dep = dv;
+      dout[v] = din + 1;
+      via[v] = v;
+    } else {
+      dout[v] = din;
+      via[v] = dv;
+    }
+    if (ci >= 0) m->c[ci].ready = pos[n->in[0].node];
+  }
+  free(dout), free(via), free(pos);
+  return CF_OK;
+}
+
+/* ---- grouping ---- */
+
+/* C11's qsort takes no user pointer, and a file-level one would be global
+ * state: candidates are sorted by a small merge sort that carries the
+ * combiner (stable, so ties keep their order). */
+typedef int (*cand_cmp)(const combiner *m, int a, int b);
+
+static int cmp_fid(const combiner *m, int ia, int ib) {
+  const cand *a = &m->c[ia], *b = &m->c[ib];
+  if (a->fid != b->fid) return a->fid < b->fid ? -1 : 1;
+  if (a->key != b->key) return a->key - b->key;
+  if (a->depth != b->depth) return a->depth - b->depth;
+  return a->ready != b->ready ? a->ready - b->ready : a->node - b->node;
+}
+
+static int cmp_ready(const combiner *m, int ia, int ib) {
+  const cand *a = &m->c[ia], *b = &m->c[ib];
+  return a->ready != b->ready ? a->ready - b->ready : a->node - b->node;
+}
+
+static int cmp_class(const combiner *m, int ia, int ib) {
+  const cand *a = &m->c[ia], *b = &m->c[ib];
+  if (a->seg != b->seg) return a->seg - b->seg;
+  if (a->key != b->key) return a->key - b->key;
+  if (a->depth != b->depth) return a->depth - b->depth;
+  return a->ready != b->ready ? a->ready - b->ready : a->node - b->node;
+}
+
+static void merge_sort(const combiner *m, int *v, int *tmp, int n, cand_cmp cmp) {
+  if (n < 2) return;
+  int h = n / 2;
+  merge_sort(m, v, tmp, h, cmp);
+  merge_sort(m, v + h, tmp, n - h, cmp);
+  int i = 0, j = h, k = 0;
+  while (i < h && j < n) tmp[k++] = cmp(m, v[j], v[i]) < 0 ? v[j++] : v[i++];
+  while (i < h) tmp[k++] = v[i++];
+  while (j < n) tmp[k++] = v[j++];
+  memcpy(v, tmp, (size_t)n * sizeof(int));
+}
+
+static bool sort_cands(const combiner *m, int *v, int n, cand_cmp cmp) {
+  int *tmp = malloc(((size_t)n + 1) * sizeof(int));
+  if (!tmp) return false;
+  merge_sort(m, v, tmp, n, cmp);
+  free(tmp);
+  return true;
+}
+
+static cf_status add_bucket(combiner *m, int first, int n, int fusion, const char *detail) {
+  if (n < 2) {
+    if (n == 1 && !m->c[m->order[first]].why) m->c[m->order[first]].why = detail;
+    return CF_OK;
+  }
+  bucket *b = &m->b[m->nb];
+  *b = (bucket){.first = first, .n = n, .fusion = fusion, .detail = detail, .last_pos = -1};
+  for (int i = 0; i < n; i++) {
+    cand *c = &m->c[m->order[first + i]];
+    c->bucket = m->nb;
+    b->bytes += c->bytes;
+    b->fid = c->fid;
+    if (c->node > b->last_pos) b->last_pos = c->node;
+  }
+  m->nb++;
+  return CF_OK;
+}
+
+/* fusion=2: equal fusion_id, key and depth. A fusion_id whose ops sit at
+ * several depths is split, one bucket per depth, and --explain says why. */
+static void why_alone_fid(combiner *m, int *v, int lo, int hi, int self) {
+  char buf[256];
+  const cand *s = &m->c[self];
+  for (int k = lo; k < hi; k++) {
+    int o = v[k];
+    if (o == self) continue;
+    const cand *x = &m->c[o];
+    if (x->key != s->key) {
+      char d[160];
+      snprintf(buf, sizeof buf, "fusion_id=%lld is shared with '%s', but %s", (long long)s->fid,
+               cname(m, o), key_field_diff(m, self, o, d, sizeof d));
+    } else {
+      const cand *deep = x->depth > s->depth ? x : s;
+      snprintf(buf, sizeof buf,
+               "fusion_id=%lld is shared with '%s', but '%s' depends on collective '%s' (fusing "
+               "them would make a cycle)",
+               (long long)s->fid, cname(m, o), m->g->nodes[deep->node].name,
+               deep->dep >= 0 ? m->g->nodes[deep->dep].name : "?");
+    }
+    m->c[self].why = cf_arena_strdup(&m->scratch, buf);
+    return;
+  }
+  snprintf(buf, sizeof buf, "no other %s has fusion_id=%lld", kind_name(m), (long long)s->fid);
+  m->c[self].why = cf_arena_strdup(&m->scratch, buf);
+}
+
+static cf_status group_fusion2(combiner *m, int *v, int n) {
+  if (!sort_cands(m, v, n, cmp_fid)) return cf_error(m->g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  int at = 0;
+  for (int lo = 0; lo < n;) {
+    int hi = lo;
+    while (hi < n && m->c[v[hi]].fid == m->c[v[lo]].fid) hi++;
+    /* [lo,hi) share a fusion_id; split by key and depth */
+    int depths = 0;
+    for (int s = lo; s < hi;) {
+      int e = s;
+      while (e < hi && m->c[v[e]].key == m->c[v[s]].key && m->c[v[e]].depth == m->c[v[s]].depth) e++;
+      depths++;
+      for (int k = s; k < e; k++) m->order[at + k - s] = v[k];
+      if (e - s == 1) why_alone_fid(m, v, lo, hi, v[s]);
+      char buf[96];
+      snprintf(buf, sizeof buf, "fusion_id=%lld", (long long)m->c[v[s]].fid);
+      const char *detail = cf_arena_strdup(&m->scratch, buf);
+      add_bucket(m, at, e - s, 2, detail);
+      at += e - s;
+      s = e;
+    }
+    (void)depths;
+    lo = hi;
+  }
+  return CF_OK;
+}
+
+/* fusion=1: the split strategy. size/index segments are global over the
+ * kind's fusion=1 gradients in ready order; buckets never cross a key or a
+ * depth; bytes/auto pack greedily within each (key, depth) class. */
+static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_split *sp,
+                               const cf_cost *cost) {
+  cf_graph *g = m->g;
+  char why[256], b1[32], b2[32];
+  if (!sort_cands(m, v, n, cmp_ready)) return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (sp->kind == CF_SPLIT_SIZE || sp->kind == CF_SPLIT_INDEX) {
+    int64_t *bytes = malloc(((size_t)n + 1) * sizeof(int64_t));
+    int *seg = malloc(((size_t)n + 1) * sizeof(int));
+    if (!bytes || !seg) {
+      free(bytes), free(seg);
+      return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+    }
+    for (int i = 0; i < n; i++) bytes[i] = m->c[v[i]].bytes;
+    bool ok = cf_split_segments(sp, bytes, n, seg, why, sizeof why);
+    for (int i = 0; ok && i < n; i++) m->c[v[i]].seg = seg[i];
+    free(bytes), free(seg);
+    if (!ok) return cf_error(g->ctx, CF_ERR_USAGE, g->file, 0, "%s (%s)", why, kind_name(m));
+  }
+  if (!sort_cands(m, v, n, cmp_class)) return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  int at = at0;
+  for (int lo = 0; lo < n;) {
+    int hi = lo;
+    const cand *c0 = &m->c[v[lo]];
+    int64_t total = 0;
+    while (hi < n && m->c[v[hi]].seg == c0->seg && m->c[v[hi]].key == c0->key &&
+           m->c[v[hi]].depth == c0->depth)
+      total += m->c[v[hi++]].bytes;
+    if (sp->kind == CF_SPLIT_SIZE || sp->kind == CF_SPLIT_INDEX) {
+      snprintf(why, sizeof why, "split %s segment %d", sp->kind == CF_SPLIT_SIZE ? "size" : "index",
+               c0->seg);
+      const char *detail = cf_arena_strdup(&m->scratch, why);
+      for (int k = lo; k < hi; k++) m->order[at + k - lo] = v[k];
+      if (hi - lo == 1) {
+        snprintf(why, sizeof why, "the only fusion=1 %s of its kind in %s segment %d", kind_name(m),
+                 sp->kind == CF_SPLIT_SIZE ? "size" : "index", c0->seg);
+        m->c[v[lo]].why = cf_arena_strdup(&m->scratch, why);
+      }
+      add_bucket(m, at, hi - lo, 1, detail);
+      at += hi - lo;
+      lo = hi;
+      continue;
+    }
+    int64_t cap = sp->cap;
+    if (sp->kind == CF_SPLIT_AUTO) {
+      int64_t *sizes = malloc((size_t)(hi - lo) * sizeof(int64_t));
+      if (!sizes) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+      for (int k = lo; k < hi; k++) sizes[k - lo] = m->c[v[k]].bytes;
+      cap = cf_split_auto_cap(cost, sizes, hi - lo);
+      free(sizes);
+    }
+    int64_t first = sp->kind == CF_SPLIT_BYTES && sp->first ? sp->first : cap;
+    int64_t count = sp->count;
+    snprintf(why, sizeof why, sp->kind == CF_SPLIT_AUTO ? "split auto cap=%s" : "split bytes cap=%s",
+             cf_split_format_bytes(cap, b1, sizeof b1));
+    const char *detail = cf_arena_strdup(&m->scratch, why);
+    int start = at, nmem = 0, nbuckets = 0;
+    int64_t cur = 0;
+    for (int k = lo; k < hi; k++) {
+      cand *c = &m->c[v[k]];
+      int64_t limit = nbuckets == 0 ? first : cap;
+      bool full = nmem > 0 && (cur + c->bytes > limit || (count && nmem == count));
+      if (full || (c->bytes > cap && nmem > 0)) {
+        if (nmem == 1) {
+          snprintf(why, sizeof why, "bucket cap %s reached: the next gradient '%s' (%lld bytes) did not fit",
+                   cf_split_format_bytes(limit, b1, sizeof b1), cname(m, v[k]), (long long)c->bytes);
+          if (count && nmem == count) snprintf(why, sizeof why, "count=%lld reached", (long long)count);
+          m->c[m->order[start]].why = cf_arena_strdup(&m->scratch, why);
+        }
+        add_bucket(m, start, nmem, 1, detail);
+        start += nmem;
+        nmem = 0;
+        cur = 0;
+        nbuckets++;
+      }
+      m->order[start + nmem++] = v[k];
+      cur += c->bytes;
+      if (c->bytes > cap) {
+        snprintf(why, sizeof why, "cap reached: %lld bytes is more than the cap %s", (long long)c->bytes,
+                 cf_split_format_bytes(cap, b2, sizeof b2));
+        c->why = cf_arena_strdup(&m->scratch, why);
+        add_bucket(m, start, 1, 1, detail);
+        start += 1;
+        nmem = 0;
+        cur = 0;
+        nbuckets++;
+      }
+    }
+    if (nmem == 1 && hi - lo == 1) {
+      const cand *s = &m->c[m->order[start]];
+      /* the only member of its class: say which field kept it apart */
+      snprintf(why, sizeof why, "no other fusion=1 %s shares its group, reduction, dtype and depth",
+               kind_name(m));
+      for (int k = 0; k < n; k++) {
+        const cand *x = &m->c[v[k]];
+        if (x == s || x->seg != s->seg) continue;
+        char d[160];
+        if (x->key != s->key)
+          snprintf(why, sizeof why, "%s from '%s'", key_field_diff(m, m->order[start], v[k], d, sizeof d),
+                   cname(m, v[k]));
+        else {
+          const cand *deep = x->depth > s->depth ? x : s;
+          snprintf(why, sizeof why, "'%s' depends on collective '%s' (fusing would make a cycle)",
+                   g->nodes[deep->node].name, deep->dep >= 0 ? g->nodes[deep->dep].name : "?");
+        }
+        break;
+      }
+      m->c[m->order[start]].why = cf_arena_strdup(&m->scratch, why);
+    } else if (nmem == 1 && !m->c[m->order[start]].why) {
+      snprintf(why, sizeof why, "last gradient of its class after a full bucket (cap %s)",
+               cf_split_format_bytes(cap, b1, sizeof b1));
+      m->c[m->order[start]].why = cf_arena_strdup(&m->scratch, why);
+    }
+    add_bucket(m, start, nmem, 1, detail);
+    at = start + nmem;
+    lo = hi;
+  }
+  return CF_OK;
+}
+
+/* ---- rewriting ---- */
+
+static char *join_members(combiner *m, const bucket *b) {
+  size_t len = 1;
+  for (int i = 0; i < b->n; i++) len += strlen(cname(m, m->order[b->first + i])) + 1;
+  char *s = cf_arena_alloc(&m->g->arena, len), *p = s;
+  if (!s) return NULL;
+  for (int i = 0; i < b->n; i++) {
+    const char *nm = cname(m, m->order[b->first + i]);
+    size_t k = strlen(nm);
+    if (i) *p++ = ',';
+    memcpy(p, nm, k);
+    p += k;
+  }
+  *p = 0;
+  return s;
+}
+
+static char *offsets_of(combiner *m, const bucket *b) {
+  char *s = cf_arena_alloc(&m->g->arena, (size_t)b->n * 21 + 1), *p = s;
+  if (!s) return NULL;
+  int64_t off = 0;
+  for (int i = 0; i < b->n; i++) {
+    const cand *c = &m->c[m->order[b->first + i]];
+    off = (off + BUCKET_ALIGN - 1) / BUCKET_ALIGN * BUCKET_ALIGN;
+    p += sprintf(p, i ? ",%lld" : "%lld", (long long)off);
+    off += c->in_bytes;
+  }
+  return s;
+}
+
+static cf_status build_node(combiner *m, bucket *b, int *serial) {
+  cf_graph *g = m->g;
+  char name[96];
+  do snprintf(name, sizeof name, "%s_bucket_%d", m->prefix, (*serial)++);
+  while (cf_graph_find(g, name) >= 0);
+  const cf_node *proto = &g->nodes[m->c[m->order[b->first]].node];
+  int line = proto->line, idx;
+  cf_attr copy[CF_A_COUNT];
+  int ncopy = 0;
+  static const cf_attr_id keep[] = {CF_A_REDUCTION, CF_A_GROUP, CF_A_RANK_SIZE, CF_A_LAYOUT};
+  for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+    const cf_attr *a = cf_node_attr(proto, keep[k]);
+    if (a) copy[ncopy++] = *a;
+  }
+  cf_ref *refs = malloc((size_t)b->n * sizeof(cf_ref));
+  if (!refs) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  for (int i = 0; i < b->n; i++) refs[i] = g->nodes[m->c[m->order[b->first + i]].node].in[0];
+  cf_status st = cf_graph_add_node(g, name, m->fused, line, &idx);
+  if (!st) st = cf_node_set_inputs(g, idx, b->n, refs);
+  free(refs);
+  for (int k = 0; !st && k < ncopy; k++) st = cf_node_set_attr(g, idx, &copy[k]);
+  cf_attr a = {.id = CF_A_FUSION, .v.i = b->fusion};
+  if (!st) st = cf_node_set_attr(g, idx, &a);
+  if (!st && b->fusion == 2) {
+    a = (cf_attr){.id = CF_A_FUSION_ID, .v.i = b->fid};
+    st = cf_node_set_attr(g, idx, &a);
+  }
+  const char *members = st ? NULL : join_members(m, b);
+  const char *offsets = st ? NULL : offsets_of(m, b);
+  if (!st && (!members || !offsets)) st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  if (!st) {
+    a = (cf_attr){.id = CF_A_MEMBERS, .v.s = members};
+    st = cf_node_set_attr(g, idx, &a);
+  }
+  if (!st) {
+    a = (cf_attr){.id = CF_A_REASON, .v.s = b->fusion == 2 ? b->detail : "split"};
+    st = cf_node_set_attr(g, idx, &a);
+  }
+  if (!st) {
+    a = (cf_attr){.id = CF_A_OFFSETS, .v.s = offsets};
+    st = cf_node_set_attr(g, idx, &a);
+  }
+  b->node = idx;
+  b->name = g->nodes[idx].name;
+  return st;
+}
+
+static cf_status rewrite(combiner *m) {
+  cf_graph *g = m->g;
+  int old_n = g->n_nodes, serial = 0;
+  cf_status st = CF_OK;
+  for (int k = 0; k < m->nb && !st; k++) st = build_node(m, &m->b[k], &serial);
+  if (st) return st;
+  /* users of member i now read port i of the fused node */
+  for (int v = 0; v < g->n_nodes; v++) {
+    cf_node *n = &g->nodes[v];
+    for (int j = 0; j < n->n_in; j++) {
+      int u = n->in[j].node;
+      int ci = u < old_n ? m->by_node[u] : -1;
+      if (ci < 0 || m->c[ci].bucket < 0) continue;
+      const bucket *b = &m->b[m->c[ci].bucket];
+      for (int i = 0; i < b->n; i++)
+        if (m->order[b->first + i] == ci) {
+          n->in[j] = (cf_ref){b->node, i};
+          break;
+        }
+    }
+  }
+  /* the fused node takes the place of its last member */
+  int *at_pos = malloc((size_t)old_n * sizeof(int) + 1);
+  int *order = malloc((size_t)g->n_nodes * sizeof(int) + 1);
+  if (!at_pos || !order) {
+    free(at_pos), free(order);
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  }
+  for (int v = 0; v < old_n; v++) at_pos[v] = -1;
+  for (int k = 0; k < m->nb; k++) at_pos[m->b[k].last_pos] = m->b[k].node;
+  int no = 0;
+  for (int v = 0; v < old_n; v++) {
+    int ci = m->by_node[v];
+    if (ci >= 0 && m->c[ci].bucket >= 0) {
+      if (at_pos[v] >= 0) order[no++] = at_pos[v];
+      continue;
+    }
+    order[no++] = v;
+  }
+  st = cf_graph_permute(g, order, no);
+  free(at_pos), free(order);
+  if (!st) st = cf_verify_structure(g);
+  if (!st) st = cf_infer(g);
+  return st;
+}
+
+static void report(combiner *m) {
+  if (!m->opt->explain) return;
+  /* in gradient-ready order of the original collectives */
+  int *v = malloc((size_t)m->nc * sizeof(int) + 1);
+  if (!v) return;
+  for (int i = 0; i < m->nc; i++) v[i] = i;
+  if (!sort_cands(m, v, m->nc, cmp_ready)) {
+    free(v);
+    return;
+  }
+  for (int k = 0; k < m->nc; k++) {
+    const cand *c = &m->c[v[k]];
+    const char *nm = cname(m, v[k]);
+    if (c->bucket >= 0) {
+      const bucket *b = &m->b[c->bucket];
+      const char *split = "";
+      if (b->fusion == 2 && c->depth > 0) split = ", fusion_id split by dependency";
+      explain(m, "%s '%s' -> '%s' (%s, %d members, %lld bytes%s)", kind_name(m), nm, b->name,
+              b->detail, b->n, (long long)b->bytes, split);
+    } else {
+      explain(m, "%s '%s' stays alone: %s", kind_name(m), nm, c->why ? c->why : "no partner");
+    }
+  }
+  free(v);
+}
+
+cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
+  static const cf_pass_options none = {0};
+  cf_status st = CF_OK;
+  char why[256];
+  cf_split sp;
+  cf_cost cost;
+  if (!opt) opt = &none;
+  if (!cf_split_parse(opt->split, &sp, why, sizeof why) || !cf_cost_parse(opt->cost, &cost, why, sizeof why))
+    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
+  if (!g->topo && (st = cf_verify_structure(g))) return st;
+  combiner m = {.g = g, .opt = opt, .kind = kind};
+  m.fused = kind == CF_OP_ALLREDUCE   ? CF_OP_FUSEDALLREDUCE
+            : kind == CF_OP_ALLGATHER ? CF_OP_FUSEDALLGATHER
+                                      : CF_OP_FUSEDREDUCESCATTER;
+  m.prefix = kind == CF_OP_ALLREDUCE ? "allreduce" : kind == CF_OP_ALLGATHER ? "allgather" : "reducescatter";
+  size_t nn = g->n_nodes > 0 ? (size_t)g->n_nodes : 1;
+  m.by_node = malloc(nn * sizeof(int));
+  m.c = malloc(nn * sizeof(cand));
+  m.order = malloc(nn * sizeof(int));
+  m.b = malloc(nn * sizeof(bucket));
+  int *v2 = malloc(nn * sizeof(int)), *v1 = malloc(nn * sizeof(int));
+  if (!m.by_node || !m.c || !m.order || !m.b || !v2 || !v1) {
+    st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+    goto done;
+  }
+  for (int v = 0; v < g->n_nodes; v++) {
+    const cf_node *n = &g->nodes[v];
+    m.by_node[v] = -1;
+    if (n->op != kind) continue;
+    cand *c = &m.c[m.nc];
+    *c = (cand){.name = n->name, .node = v, .dep = -1, .bucket = -1, .fusion = (int)cf_node_fusion(n),
+                .fid = cf_node_int(n, CF_A_FUSION_ID, -1), .bytes = cf_node_comm_bytes(g, n)};
+    cf_value_bytes(&g->nodes[n->in[0].node].out[n->in[0].port], &c->in_bytes);
+    if (c->fusion == 0) c->why = "fusion=0";
+    if (c->fusion && strchr(n->name, ',')) c->fusion = 0, c->why = "its name contains ',' (members are a comma list)";
+    m.by_node[v] = m.nc++;
+  }
+  if (intern_keys(&m) < 0 || (st = compute_depth(&m))) {
+    if (!st) st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+    goto done;
+  }
+  int n2 = 0, n1 = 0;
+  for (int i = 0; i < m.nc; i++) {
+    if (m.c[i].fusion == 2) v2[n2++] = i;
+    if (m.c[i].fusion == 1) v1[n1++] = i;
+  }
+  if ((st = group_fusion2(&m, v2, n2))) goto done;
+  if ((st = group_fusion1(&m, v1, n1, n2, &sp, &cost))) goto done;
+  if (m.nb) {
+    int before = m.nc, buckets = m.nb;
+    if ((st = rewrite(&m))) goto done;
+    report(&m);
+    int fused = 0;
+    for (int k = 0; k < buckets; k++) fused += m.b[k].n;
+    cf_log(g->ctx, CF_LOG_INFO, "fuse-%s: %d %s into %d buckets, %d left alone", m.prefix, fused,
+           kind_name(&m), buckets, before - fused);
+  } else {
+    report(&m);
+  }
+done:
+  free(m.by_node), free(m.c), free(m.order), free(m.b), free(v1), free(v2);
+  cf_arena_free(&m.scratch);
+  return st;
+}
