@@ -89,6 +89,7 @@ cf_status cf_graph_new(cf_context *ctx, const char *file, cf_graph **out) {
   g->file = cf_arena_strdup(&g->arena, file ? file : "<memory>");
   g->name = cf_arena_strdup(&g->arena, "graph");
   g->version = 1;
+  g->node_limit = CF_MAX_NODES;
   if (!g->file || !g->name) {
     cf_graph_destroy(g);
     return cf_error(ctx, CF_ERR_NO_MEMORY, file, 0, "out of memory");
@@ -147,9 +148,9 @@ cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, i
                       "node '%s': duplicate node name (first defined at line %d)", name, p->line);
     return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': duplicate node name", name);
   }
-  if (g->n_nodes >= CF_MAX_NODES)
+  if (g->n_nodes >= g->node_limit)
     return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "too many nodes (limit %d)",
-                    CF_MAX_NODES);
+                    g->node_limit);
   if (g->n_nodes == g->cap_nodes) {
     int cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
     cf_node *n = realloc(g->nodes, (size_t)cap * sizeof *n);

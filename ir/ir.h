@@ -232,6 +232,7 @@ struct cf_graph {
   int index_cap;
   int *topo;            /* topological order after verification (arena) */
   const char *fingerprint; /* of the collective sequence, when compiled (arena) */
+  int node_limit;       /* CF_MAX_NODES; a pass may exceed it while rewriting */
 };
 
 #define CF_WORLD_GROUP "hccl_world_group"

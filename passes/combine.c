@@ -38,6 +38,7 @@ typedef struct cand {
   int key;        /* interned (group, reduction, dtype, layout, rank_size) */
   int seg;        /* fusion=1 split segment */
   int bucket;     /* bucket id, -1 when alone */
+  int port;       /* its port (position) in the bucket */
   const char *why; /* why alone (static or arena text) */
 } cand;
 
@@ -240,6 +241,7 @@ static cf_status add_bucket(combiner *m, int first, int n, int fusion, const cha
   for (int i = 0; i < n; i++) {
     cand *c = &m->c[m->order[first + i]];
     c->bucket = m->nb;
+    c->port = i;
     b->bytes += c->bytes;
     b->fid = c->fid;
     if (c->node > b->last_pos) b->last_pos = c->node;
@@ -505,9 +507,13 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
 
 static cf_status rewrite(combiner *m) {
   cf_graph *g = m->g;
-  int old_n = g->n_nodes, serial = 0;
+  int old_n = g->n_nodes, serial = 0, limit = g->node_limit;
   cf_status st = CF_OK;
+  /* the members leave once the fused nodes exist: the graph only shrinks,
+   * but briefly holds both */
+  g->node_limit = old_n + m->nb > limit ? old_n + m->nb : limit;
   for (int k = 0; k < m->nb && !st; k++) st = build_node(m, &m->b[k], &serial);
+  g->node_limit = limit;
   if (st) return st;
   /* users of member i now read port i of the fused node */
   for (int v = 0; v < g->n_nodes; v++) {
@@ -516,12 +522,7 @@ static cf_status rewrite(combiner *m) {
       int u = n->in[j].node;
       int ci = u < old_n ? m->by_node[u] : -1;
       if (ci < 0 || m->c[ci].bucket < 0) continue;
-      const bucket *b = &m->b[m->c[ci].bucket];
-      for (int i = 0; i < b->n; i++)
-        if (m->order[b->first + i] == ci) {
-          n->in[j] = (cf_ref){b->node, i};
-          break;
-        }
+      n->in[j] = (cf_ref){m->b[m->c[ci].bucket].node, m->c[ci].port};
     }
   }
   /* the fused node takes the place of its last member */

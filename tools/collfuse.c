@@ -57,6 +57,7 @@ static const char help_main[] =
     "  check    FILE... [--target T]      parse + verify, one summary line per file\n"
     "  compile  FILE [-o OUT.xml] ...     run the pass pipeline, write the result\n"
     "  dot      FILE [-o OUT] [--fused]   draw a graph as DOT, SVG or PNG\n"
+    "  bench    compile [--sizes N,..]    time parse, verify and passes on 1k..1M nodes\n"
     "\n"
     "  collfuse --version | --help | COMMAND --help\n"
     "\n"
@@ -99,6 +100,13 @@ static const char help_dot[] =
     "\n"
     "Draw FILE with graphviz; the format comes from the extension of OUT\n"
     "(DOT on stdout without -o). --fused runs the default pipeline first.\n";
+
+static const char help_bench[] =
+    "usage: collfuse bench compile [--sizes N,N,...] [--json]\n"
+    "\n"
+    "Generate data-parallel and tensor-parallel graphs (default 1k, 10k, 100k and\n"
+    "1M nodes) and time parse, verify and each pass of the default pipeline next\n"
+    "to the unfused -O0 pipeline, with the peak memory of each size.\n";
 
 static bool want_help(int argc, char **argv, const char *text) {
   for (int i = 0; i < argc; i++)
@@ -357,7 +365,17 @@ int main(int argc, char **argv) {
     rc = want_help(sub_argc, sub_argv, help_check) ? 0 : cmd_check(ctx, sub_argc, sub_argv);
   else if (strcmp(cmd, "compile") == 0)
     rc = want_help(sub_argc, sub_argv, help_compile) ? 0 : cmd_compile(ctx, sub_argc, sub_argv);
-  else if (strcmp(cmd, "dot") == 0)
+  else if (strcmp(cmd, "bench") == 0) {
+    if (sub_argc > 0 && strcmp(sub_argv[0], "compile") == 0)
+      rc = want_help(sub_argc - 1, sub_argv + 1, help_bench) ? 0
+                                                            : cf_bench_compile(sub_argc - 1, sub_argv + 1);
+    else if (want_help(sub_argc, sub_argv, help_bench))
+      rc = 0;
+    else {
+      fprintf(stderr, "collfuse bench: expected a benchmark name: compile\n");
+      rc = EXIT_USAGE;
+    }
+  } else if (strcmp(cmd, "dot") == 0)
     rc = want_help(sub_argc, sub_argv, help_dot) ? 0 : cmd_dot(ctx, sub_argc, sub_argv);
   else {
     fprintf(stderr, "collfuse: unknown command '%s'\n\n", cmd);

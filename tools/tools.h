@@ -11,6 +11,10 @@ cf_status cf_report_compile_json(const cf_graph *g, int collectives_before,
                                  const cf_pass_timing *timing, int n_timing);
 /* Bucket reason text for a collective left after fusion. */
 const char *cf_report_reason(const cf_node *n, char *buf, size_t len);
+/* bench.c: `collfuse bench compile [--sizes N,...] [--json]`; returns the
+ * exit code. */
+int cf_bench_compile(int argc, char **argv);
+
 /* Base collective name of a node ("AllReduce" for FusedAllReduce). */
 const char *cf_report_base_op(cf_op op);
 
