@@ -14,8 +14,17 @@
  * candidates of equal depth share a bucket. Two candidates of equal depth
  * never reach each other (a path from one to the other would add one to the
  * depth), and every path between buckets climbs in depth, so the result is a
- * DAG; chains a1->a2, b1->b2 give {a1,b1} and {a2,b2}. Depth is computed in
- * one topological sweep, grouping is a sort: the pass is O(E + n log n).
+ * DAG; chains a1->a2, b1->b2 give {a1,b1} and {a2,b2}.
+ *
+ * fusion=2 is the user's explicit request, so it goes first and only other
+ * fusion=2 candidates count towards its depth: a fusion_id group is split
+ * only by a chain of fusion=2 collectives, never by an unrelated fusion=1
+ * one (a tensor-parallel AllReduce in front of some data-parallel
+ * gradients). fusion=1 then counts depth on the graph with the fusion_id
+ * buckets already contracted (each bucket one node, which is acyclic by the
+ * argument above), and every fusion_id bucket and fusion=1 candidate counts,
+ * so the two kinds of bucket together still form a DAG. Depth is computed
+ * in topological sweeps, grouping is a sort: the pass is O(E + n log n).
  */
 #include "passes.h"
 
@@ -28,8 +37,8 @@
 typedef struct cand {
   const char *name; /* the node's name (arena: survives the rewrite) */
   int node;       /* index in g->nodes before the rewrite */
-  int ready;      /* topological position of the producer: gradient-ready order */
-  int depth;      /* collective depth */
+  int ready;      /* graph position of the producer: gradient-ready order */
+  int depth;      /* collective depth (fusion=2: among fusion=2 only) */
   int dep;        /* node of the candidate that set the depth, -1 when none */
   int fusion;     /* 0, 1, 2 */
   int64_t fid;    /* fusion_id */
@@ -49,6 +58,7 @@ typedef struct bucket {
   int node;       /* the fused node, once built */
   const char *name; /* its name */
   int last_pos;   /* largest array position among the members */
+  bool split;     /* fusion=2: its fusion_id was split by a dependency */
   const char *detail;
 } bucket;
 
@@ -83,6 +93,14 @@ static const char *cname(const combiner *m, int ci) { return m->c[ci].name; }
 
 /* ---- keys: collectives fuse only with equal group, reduction, dtype, layout ---- */
 
+/* The ranks a collective spans: its rank_size, else its group's size. The
+ * verifier makes the two agree, so a node that states rank_size and one
+ * that leaves it to the group are the same communicator. */
+static int64_t rank_size_of(const cf_graph *g, const cf_node *n) {
+  int64_t rs = cf_node_int(n, CF_A_RANK_SIZE, -1);
+  return rs > 0 ? rs : cf_graph_group_size(g, cf_node_group(n));
+}
+
 static const char *key_field_diff(const combiner *m, int a, int b, char *buf, size_t len) {
   const cf_graph *g = m->g;
   const cf_node *x = &g->nodes[m->c[a].node], *y = &g->nodes[m->c[b].node];
@@ -116,7 +134,7 @@ static int intern_keys(combiner *m) {
     const cf_node *n = &m->g->nodes[m->c[i].node];
     const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
     snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld", cf_node_group(n), (int)cf_node_reduction(n),
-             (int)v->dtype, (int)cf_node_layout(n), (long long)cf_node_int(n, CF_A_RANK_SIZE, -1));
+             (int)v->dtype, (int)cf_node_layout(n), (long long)rank_size_of(m->g, n));
     if (!(txt[i] = cf_arena_strdup(&m->scratch, buf))) {
       free(idx);
       return -1;
@@ -149,18 +167,18 @@ static int intern_keys(combiner *m) {
   return 0;
 }
 
-/* ---- depth: one topological sweep ---- */
+/* ---- depth ---- */
 
-static cf_status compute_depth(combiner *m) {
+/* fusion=2 depth: one topological sweep in which only fusion=2 candidates
+ * count; also the gradient-ready position of every candidate. */
+static cf_status compute_depth2(combiner *m) {
   cf_graph *g = m->g;
   size_t nn = g->n_nodes > 0 ? (size_t)g->n_nodes : 1;
   int *dout = malloc(nn * sizeof(int)), *via = malloc(nn * sizeof(int));
-  int *pos = malloc(nn * sizeof(int));
-  if (!dout || !via || !pos) {
-    free(dout), free(via), free(pos);
+  if (!dout || !via) {
+    free(dout), free(via);
     return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   }
-  for (int k = 0; k < g->n_nodes; k++) pos[g->topo[k]] = k;
   for (int k = 0; k < g->n_nodes; k++) {
     int v = g->topo[k];
     const cf_node *n = &g->nodes[v];
@@ -168,7 +186,7 @@ static cf_status compute_depth(combiner *m) {
     for (int j = 0; j < n->n_in; j++)
       if (dout[n->in[j].node] > din) din = dout[n->in[j].node], dv = via[n->in[j].node];
     int ci = m->by_node[v];
-    if (ci >= 0 && m->c[ci].fusion != 0) {
+    if (ci >= 0 && m->c[ci].fusion == 2) {
       m->c[ci].depth = din;
       m->c[ci].dep = dv;
       dout[v] = din + 1;
@@ -177,10 +195,88 @@ static cf_status compute_depth(combiner *m) {
       dout[v] = din;
       via[v] = dv;
     }
-    if (ci >= 0) m->c[ci].ready = pos[n->in[0].node];
+    /* gradient-ready order is the graph order of the producers */
+    if (ci >= 0) m->c[ci].ready = n->in[0].node;
   }
-  free(dout), free(via), free(pos);
+  free(dout), free(via);
   return CF_OK;
+}
+
+/* fusion=1 depth on the graph with the fusion_id buckets (m->b[0..nb),
+ * built by group_fusion2) contracted: Kahn's algorithm over units, a unit
+ * being a bucket (named by its first member's node) or a single node.
+ * Buckets and fusion=1 candidates count. */
+static cf_status compute_depth1(combiner *m) {
+  cf_graph *g = m->g;
+  int nn = g->n_nodes;
+  size_t nsz = nn > 0 ? (size_t)nn : 1;
+  int64_t edges = 0;
+  for (int v = 0; v < nn; v++) edges += g->nodes[v].n_in;
+  int *rep = malloc(nsz * sizeof(int)), *unit_b = malloc(nsz * sizeof(int));
+  int *indeg = calloc(nsz, sizeof(int)), *start = calloc(nsz + 1, sizeof(int));
+  int *fill = calloc(nsz, sizeof(int)), *queue = malloc(nsz * sizeof(int));
+  int *dout = calloc(nsz, sizeof(int)), *via = malloc(nsz * sizeof(int));
+  int *users = malloc((size_t)(edges > 0 ? edges : 1) * sizeof(int));
+  cf_status st = CF_OK;
+  if (!rep || !unit_b || !indeg || !start || !fill || !queue || !dout || !via || !users) {
+    st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+    goto done;
+  }
+  for (int v = 0; v < nn; v++) rep[v] = v, unit_b[v] = -1, via[v] = -1;
+  for (int k = 0; k < m->nb; k++) {
+    int r = m->c[m->order[m->b[k].first]].node;
+    unit_b[r] = k;
+    for (int i = 0; i < m->b[k].n; i++) rep[m->c[m->order[m->b[k].first + i]].node] = r;
+  }
+  for (int v = 0; v < nn; v++)
+    for (int j = 0; j < g->nodes[v].n_in; j++) {
+      int ru = rep[g->nodes[v].in[j].node];
+      if (ru != rep[v]) start[ru + 1]++, indeg[rep[v]]++;
+    }
+  for (int v = 0; v < nn; v++) start[v + 1] += start[v];
+  for (int v = 0; v < nn; v++)
+    for (int j = 0; j < g->nodes[v].n_in; j++) {
+      int ru = rep[g->nodes[v].in[j].node];
+      if (ru != rep[v]) users[start[ru] + fill[ru]++] = rep[v];
+    }
+  int head = 0, tail = 0, units = 0;
+  for (int v = 0; v < nn; v++)
+    if (rep[v] == v) {
+      units++;
+      if (!indeg[v]) queue[tail++] = v;
+    }
+  while (head < tail) {
+    int r = queue[head++];
+    int din = 0, dv = -1;
+    const bucket *b = unit_b[r] >= 0 ? &m->b[unit_b[r]] : NULL;
+    for (int i = 0; i < (b ? b->n : 1); i++) {
+      const cf_node *n = &g->nodes[b ? m->c[m->order[b->first + i]].node : r];
+      for (int j = 0; j < n->n_in; j++) {
+        int u = n->in[j].node, ru = rep[u];
+        if (dout[ru] <= din) continue;
+        int cu = m->by_node[u];
+        bool counted = unit_b[ru] >= 0 || (cu >= 0 && m->c[cu].fusion == 1);
+        din = dout[ru];
+        dv = counted ? u : via[ru];
+      }
+    }
+    int ci = m->by_node[r];
+    if (unit_b[r] >= 0 || (ci >= 0 && m->c[ci].fusion == 1)) {
+      if (unit_b[r] < 0) m->c[ci].depth = din, m->c[ci].dep = dv;
+      dout[r] = din + 1;
+    } else {
+      dout[r] = din;
+      via[r] = dv;
+    }
+    for (int k = start[r]; k < start[r + 1]; k++)
+      if (--indeg[users[k]] == 0) queue[tail++] = users[k];
+  }
+  if (tail != units)
+    st = cf_error(g->ctx, CF_ERR_RUNTIME, g->file, 0, "internal: fusion_id buckets form a cycle");
+done:
+  free(rep), free(unit_b), free(indeg), free(start), free(fill), free(queue), free(dout), free(via);
+  free(users);
+  return st;
 }
 
 /* ---- grouping ---- */
@@ -284,22 +380,28 @@ static cf_status group_fusion2(combiner *m, int *v, int n) {
   for (int lo = 0; lo < n;) {
     int hi = lo;
     while (hi < n && m->c[v[hi]].fid == m->c[v[lo]].fid) hi++;
-    /* [lo,hi) share a fusion_id; split by key and depth */
-    int depths = 0;
-    for (int s = lo; s < hi;) {
-      int e = s;
-      while (e < hi && m->c[v[e]].key == m->c[v[s]].key && m->c[v[e]].depth == m->c[v[s]].depth) e++;
-      depths++;
-      for (int k = s; k < e; k++) m->order[at + k - s] = v[k];
-      if (e - s == 1) why_alone_fid(m, v, lo, hi, v[s]);
-      char buf[96];
-      snprintf(buf, sizeof buf, "fusion_id=%lld", (long long)m->c[v[s]].fid);
-      const char *detail = cf_arena_strdup(&m->scratch, buf);
-      add_bucket(m, at, e - s, 2, detail);
-      at += e - s;
-      s = e;
+    /* [lo,hi) share a fusion_id; split by key, then by depth */
+    for (int ks = lo; ks < hi;) {
+      int ke = ks;
+      while (ke < hi && m->c[v[ke]].key == m->c[v[ks]].key) ke++;
+      /* sorted by depth within a key: split when the ends differ */
+      bool split = m->c[v[ks]].depth != m->c[v[ke - 1]].depth;
+      for (int s = ks; s < ke;) {
+        int e = s;
+        while (e < ke && m->c[v[e]].depth == m->c[v[s]].depth) e++;
+        for (int k = s; k < e; k++) m->order[at + k - s] = v[k];
+        if (e - s == 1) why_alone_fid(m, v, lo, hi, v[s]);
+        char buf[96];
+        snprintf(buf, sizeof buf, "fusion_id=%lld", (long long)m->c[v[s]].fid);
+        const char *detail = cf_arena_strdup(&m->scratch, buf);
+        int nb = m->nb;
+        add_bucket(m, at, e - s, 2, detail);
+        if (m->nb > nb) m->b[nb].split = split;
+        at += e - s;
+        s = e;
+      }
+      ks = ke;
     }
-    (void)depths;
     lo = hi;
   }
   return CF_OK;
@@ -493,8 +595,12 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
     st = cf_node_set_attr(g, idx, &a);
   }
   if (!st) {
-    a = (cf_attr){.id = CF_A_REASON, .v.s = b->fusion == 2 ? b->detail : "split"};
-    st = cf_node_set_attr(g, idx, &a);
+    /* the graph keeps the pointer: the text must live in its arena, not in
+     * the combiner's scratch arena that is freed when the pass ends */
+    const char *reason = b->fusion == 2 ? cf_arena_strdup(&g->arena, b->detail) : "split";
+    a = (cf_attr){.id = CF_A_REASON, .v.s = reason};
+    st = reason ? cf_node_set_attr(g, idx, &a)
+                : cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   }
   if (!st) {
     a = (cf_attr){.id = CF_A_OFFSETS, .v.s = offsets};
@@ -566,7 +672,7 @@ static void report(combiner *m) {
     if (c->bucket >= 0) {
       const bucket *b = &m->b[c->bucket];
       const char *split = "";
-      if (b->fusion == 2 && c->depth > 0) split = ", fusion_id split by dependency";
+      if (b->fusion == 2 && b->split) split = ", fusion_id split by dependency";
       explain(m, "%s '%s' -> '%s' (%s, %d members, %lld bytes%s)", kind_name(m), nm, b->name,
               b->detail, b->n, (long long)b->bytes, split);
     } else {
@@ -585,6 +691,10 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
   if (!opt) opt = &none;
   if (!cf_split_parse(opt->split, &sp, why, sizeof why) || !cf_cost_parse(opt->cost, &cost, why, sizeof why))
     return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
+  /* HCCL's size and index splits describe the gradient AllReduces; a
+   * fusion=1 AllGather or ReduceScatter is bucketed by the cost model */
+  if (kind != CF_OP_ALLREDUCE && (sp.kind == CF_SPLIT_SIZE || sp.kind == CF_SPLIT_INDEX))
+    sp = (cf_split){.kind = CF_SPLIT_AUTO};
   if (!g->topo && (st = cf_verify_structure(g))) return st;
   combiner m = {.g = g, .opt = opt, .kind = kind};
   m.fused = kind == CF_OP_ALLREDUCE   ? CF_OP_FUSEDALLREDUCE
@@ -613,7 +723,7 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
     if (c->fusion && strchr(n->name, ',')) c->fusion = 0, c->why = "its name contains ',' (members are a comma list)";
     m.by_node[v] = m.nc++;
   }
-  if (intern_keys(&m) < 0 || (st = compute_depth(&m))) {
+  if (intern_keys(&m) < 0 || (st = compute_depth2(&m))) {
     if (!st) st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
     goto done;
   }
@@ -623,6 +733,7 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
     if (m.c[i].fusion == 1) v1[n1++] = i;
   }
   if ((st = group_fusion2(&m, v2, n2))) goto done;
+  if (n1 && (st = compute_depth1(&m))) goto done;
   if ((st = group_fusion1(&m, v1, n1, n2, &sp, &cost))) goto done;
   if (m.nb) {
     int before = m.nc, buckets = m.nb;

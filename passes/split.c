@@ -227,17 +227,31 @@ double cf_split_auto_cost(const cf_cost *c, const int64_t *bytes, int n, int64_t
   return (double)nb * c->alpha_us * 1e-6 + (double)last / (c->beta_gbps * 1e9);
 }
 
+/* Keep cap when it is cheaper, or as cheap (within 0.1%) with fewer buckets. */
+static void try_cap(const cf_cost *c, const int64_t *bytes, int n, int64_t cap, int64_t *best,
+                    double *best_e, int64_t *best_n) {
+  if (cap < 1) return;
+  int64_t nb;
+  double e = cf_split_auto_cost(c, bytes, n, cap, &nb);
+  if (e < *best_e * 0.999 || (e <= *best_e * 1.001 && nb < *best_n))
+    *best = cap, *best_e = e, *best_n = nb;
+}
+
 int64_t cf_split_auto_cap(const cf_cost *c, const int64_t *bytes, int n) {
   int64_t total = 0;
   for (int i = 0; i < n; i++) total += bytes[i];
   int64_t best = total > 0 ? total : 1, best_n;
   double best_e = cf_split_auto_cost(c, bytes, n, best, &best_n);
-  for (double cap = 64.0 * 1024; cap < (double)total; cap *= 1.189207115002721) {
-    int64_t nb;
-    double e = cf_split_auto_cost(c, bytes, n, (int64_t)cap, &nb);
-    /* within 0.1%: prefer fewer buckets */
-    if (e < best_e * 0.999 || (e <= best_e * 1.001 && nb < best_n))
-      best = (int64_t)cap, best_e = e, best_n = nb;
+  for (double cap = 64.0 * 1024; cap < (double)total; cap *= 1.189207115002721)
+    try_cap(c, bytes, n, (int64_t)cap, &best, &best_e, &best_n);
+  /* The grid can miss the caps that leave exactly the last k gradients for
+   * the exposed tail: try "everything before them" in one, two or three
+   * buckets for the last 16 splits. */
+  int64_t suffix = 0;
+  for (int k = 1; k <= 16 && k < n; k++) {
+    suffix += bytes[n - k];
+    int64_t head = total - suffix;
+    for (int parts = 1; parts <= 3; parts++) try_cap(c, bytes, n, (head + parts - 1) / parts, &best, &best_e, &best_n);
   }
   return best;
 }

@@ -245,6 +245,51 @@ assert ar["bytes"] == 4096 * 4, ar["bytes"]
 EOF
 fi
 
+# ---------------------------------------------------------------- fusion
+shared="$src/../shared/data/graphml"
+dp="$src/examples/dp_gradients.xml"
+if run compile "$dp" --explain; then
+  expect_rc 0 "compile --explain" &&
+    has "$OUT" "explain: AllReduce 'ar_emb' stays alone: fusion=0" "compile --explain" &&
+    has "$OUT" "explain: AllReduce 'ar_q' -> 'allreduce_bucket_0' (fusion_id=1, 3 members, 49152 bytes)" "compile --explain" &&
+    has "$OUT" "explain: AllReduce 'ar_fc1' -> 'allreduce_bucket_1' (fusion_id=2" "compile --explain"
+fi
+if run compile "$dp" --explain --json; then
+  expect_rc 0 "compile --explain --json" && has "$ERR" "explain: AllReduce 'ar_step' stays alone: fusion=0" "explain goes to stderr with --json"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["collectives_after"] == 5, d; assert len(d["fingerprint"]) == 16' "$OUT" ||
+    fail "compile --explain --json: stdout is not the JSON object"
+fi
+for spec in "bytes:" "size:50,40" "size:10,10,10,10,10,10,10,10,20" "index:5,3" "index:1,5" "index:0,1" "nonsense"; do
+  if run compile "$dp" --split "$spec"; then
+    expect_rc 2 "compile --split $spec" && has "$ERR" "--split" "compile --split $spec"
+  fi
+done
+if [ -d "$shared" ]; then
+  for case in "size:96.54,3.46|2" "index:20,100,160|3" "bytes:25M,first=1M|6" "auto|2"; do
+    spec=${case%|*}
+    want=${case#*|}
+    if run compile "$shared/resnet50.dp8.graphml" --split "$spec" --json; then
+      expect_rc 0 "resnet50 --split $spec" &&
+        python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["collectives_before"] == 161 and d["collectives_after"] == int(sys.argv[2]), (d["collectives_after"], sys.argv[2]); assert sum(len(b["members"]) for b in d["buckets"]) == 161' "$OUT" "$want" ||
+        fail "resnet50 --split $spec: expected 161 -> $want collectives"
+    fi
+  done
+fi
+# the fused graph reads back, and a tampered one is refused by its fingerprint
+fused="$work/dp.fused.xml"
+if run compile "$dp" -o "$fused" && run check "$fused"; then
+  expect_rc 0 "check of a fused graph" && has "$OUT" "FusedAllReduce 3" "check of a fused graph"
+  sed 's/offsets="0,16384,32768"/offsets="0,16384,32768"/; s/members="ar_q,ar_k,ar_v" reason="fusion_id=1"/members="ar_q,ar_k,ar_v" reason="fusion_id=1"/; 0,/reduction="mean" fusion="2" fusion_id="1"/s//reduction="sum" fusion="2" fusion_id="1"/' "$fused" >"$work/tampered.xml"
+  if run check "$work/tampered.xml"; then
+    expect_rc 1 "check of a tampered fused graph" && has "$ERR" "does not match the graph's collectives" "tampered fingerprint"
+  fi
+fi
+if run bench compile --sizes 1000 --json; then
+  expect_rc 0 "bench compile" &&
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]; assert [x["kind"] for x in r] == ["dp", "tp"]; assert all(x["collectives_after"] < x["collectives_before"] and x["peak_rss_kib"] > 0 and "fuse-allreduce" in x["pass_ms"] for x in r), r' "$OUT" ||
+    fail "bench compile --json: unexpected results"
+fi
+
 # ---------------------------------------------------------------- failed compile
 bad="$src/tests/malformed/cycle.xml"
 out="$work/never.xml"
