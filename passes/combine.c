@@ -410,9 +410,44 @@ static cf_status group_fusion2(combiner *m, int *v, int n) {
 /* fusion=1: the split strategy. size/index segments are global over the
  * kind's fusion=1 gradients in ready order; buckets never cross a key or a
  * depth; bytes/auto pack greedily within each (key, depth) class. */
+/* auto on one (key, depth) class v[lo..hi) in ready order: the simulated
+ * overlap model of split.c picks the bucket boundaries. */
+static cf_status group_auto(combiner *m, const int *v, int lo, int hi, int at, const cf_cost *cost) {
+  int n = hi - lo;
+  int64_t *sizes = malloc((size_t)n * sizeof(int64_t));
+  int *part = malloc((size_t)n * sizeof(int));
+  if (!sizes || !part) {
+    free(sizes), free(part);
+    return cf_error(m->g->ctx, CF_ERR_NO_MEMORY, m->g->file, 0, "out of memory");
+  }
+  for (int k = 0; k < n; k++) sizes[k] = m->c[v[lo + k]].bytes;
+  double exposed;
+  int nb = cf_split_auto_partition(cost, sizes, n, part, &exposed);
+  char why[192];
+  snprintf(why, sizeof why, "split auto: %d bucket%s, model exposes %.0f us", nb, nb == 1 ? "" : "s",
+           exposed);
+  const char *detail = cf_arena_strdup(&m->scratch, why);
+  int start = 0;
+  for (int k = 0; k < n; k++) {
+    m->order[at + k] = v[lo + k];
+    if (k + 1 < n && part[k + 1] == part[k]) continue;
+    if (k == start) {
+      snprintf(why, sizeof why,
+               "split auto: the cost model sends it alone (bucket %d of %d, model exposes %.0f us)",
+               part[k] + 1, nb, exposed);
+      m->c[v[lo + k]].why = cf_arena_strdup(&m->scratch, why);
+    }
+    add_bucket(m, at + start, k - start + 1, 1, detail);
+    start = k + 1;
+  }
+  free(sizes), free(part);
+  return CF_OK;
+}
+
 static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_split *sp,
                                const cf_cost *cost) {
   cf_graph *g = m->g;
+  cf_status st;
   char why[256], b1[32], b2[32];
   if (!sort_cands(m, v, n, cmp_ready)) return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (sp->kind == CF_SPLIT_SIZE || sp->kind == CF_SPLIT_INDEX) {
@@ -452,18 +487,16 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
       lo = hi;
       continue;
     }
-    int64_t cap = sp->cap;
-    if (sp->kind == CF_SPLIT_AUTO) {
-      int64_t *sizes = malloc((size_t)(hi - lo) * sizeof(int64_t));
-      if (!sizes) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
-      for (int k = lo; k < hi; k++) sizes[k - lo] = m->c[v[k]].bytes;
-      cap = cf_split_auto_cap(cost, sizes, hi - lo);
-      free(sizes);
+    if (sp->kind == CF_SPLIT_AUTO && hi - lo > 1) {
+      if ((st = group_auto(m, v, lo, hi, at, cost))) return st;
+      at += hi - lo;
+      lo = hi;
+      continue;
     }
+    int64_t cap = sp->kind == CF_SPLIT_AUTO ? total : sp->cap;
     int64_t first = sp->kind == CF_SPLIT_BYTES && sp->first ? sp->first : cap;
     int64_t count = sp->count;
-    snprintf(why, sizeof why, sp->kind == CF_SPLIT_AUTO ? "split auto cap=%s" : "split bytes cap=%s",
-             cf_split_format_bytes(cap, b1, sizeof b1));
+    snprintf(why, sizeof why, "split bytes cap=%s", cf_split_format_bytes(cap, b1, sizeof b1));
     const char *detail = cf_arena_strdup(&m->scratch, why);
     int start = at, nmem = 0, nbuckets = 0;
     int64_t cur = 0;

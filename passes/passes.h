@@ -32,23 +32,28 @@ typedef struct cf_split {
   int64_t idx[CF_MAX_SEGMENTS];    /* index: last gradient of each segment */
 } cf_split;
 
-/* Transport cost of one collective of b bytes: alpha + b / beta. */
+/* Transport cost of one collective of b bytes: alpha + b / beta; the
+ * backward pass makes gradients ready at gamma bytes per second. */
 typedef struct cf_cost {
   double alpha_us;   /* fixed cost per collective, microseconds */
   double beta_gbps;  /* algorithm bandwidth, GB/s (1e9 bytes) */
+  double gamma_gbps; /* gradient production rate, GB/s (default beta/2) */
 } cf_cost;
 
 #define CF_COST_DEFAULT_ALPHA_US 250.0
 #define CF_COST_DEFAULT_BETA_GBPS 8.0
 
-/* Parse "--split SPEC" / "--cost alpha_us,beta_GBps"; false with why. */
+/* Parse "--split SPEC" / "--cost alpha_us,beta_GBps[,gamma_GBps]"; false
+ * with why. */
 bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len);
 bool cf_cost_parse(const char *spec, cf_cost *out, char *why, size_t len);
-/* The cap the auto cost model picks for gradients of these sizes (in ready
- * order), and the model's exposed cost (seconds) of a given cap. */
-int64_t cf_split_auto_cap(const cf_cost *c, const int64_t *bytes, int n);
-double cf_split_auto_cost(const cf_cost *c, const int64_t *bytes, int n, int64_t cap,
-                          int64_t *buckets);
+/* auto: split gradients (sizes in ready order) into consecutive buckets,
+ * part[i] = bucket of gradient i from 0; returns the bucket count and the
+ * model's exposed time in microseconds. */
+int cf_split_auto_partition(const cf_cost *c, const int64_t *bytes, int n, int *part,
+                            double *exposed_us);
+/* The model's exposed time (us) of a partition (part non-decreasing). */
+double cf_split_exposed(const cf_cost *c, const int64_t *bytes, int n, const int *part);
 /* size/index: segment of each of n gradients (sizes in ready order); false
  * with why when the spec does not fit these gradients. */
 bool cf_split_segments(const cf_split *s, const int64_t *bytes, int n, int *seg, char *why,

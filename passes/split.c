@@ -11,22 +11,25 @@
  *                                  the last index is the last gradient.
  *   auto                           bytes:CAP with CAP from the cost model below.
  *
- * The auto cost model. One collective of b bytes costs alpha + b/beta.
- * Buckets are sent as soon as their last member is ready, and the backward
- * pass that produces the gradients is slower than the link (the regime data
- * parallelism is tuned for), so the bandwidth term of every bucket but the
- * last hides behind compute. What stays exposed is alpha for every bucket
- * (they queue on one communication stream) and the whole transfer of the
- * last bucket, which cannot start before the last gradient is ready:
- *     E(C) = N(C) * alpha + last(C) / beta
- * for greedy buckets of cap C, with N and last computed exactly from the
- * real gradient sizes. auto tries caps on a geometric grid (2^(1/4) steps
- * from 64 KiB to the total) and keeps the cheapest, preferring fewer buckets
- * on ties. It therefore ends with a small bucket behind the last-ready
- * gradient, never more than one cap, and packs the rest into few large
- * buckets - the shape of HCCL's own ResNet-50 default, size:96.54,3.46.
- * alpha and beta come from --cost alpha_us,beta_GBps; the defaults describe
- * 8 ranks on a 100 Gb/s network (250 us, 8 GB/s algorithm bandwidth).
+ * The auto cost model. One collective of b bytes costs alpha + b/beta on
+ * one communication stream. The backward pass produces the gradients in
+ * ready order at gamma bytes per second, and a bucket can be sent once its
+ * last member is ready. Simulating that queue gives, for any partition, the
+ * time the last transfer ends after the last gradient is ready:
+ *     exposed = end of the last transfer - S/gamma.
+ * A bucket hides behind the production of the next one only if
+ * alpha + b/beta <= b_next/gamma, so good partitions grow towards the front:
+ * a tail bucket just big enough to amortise alpha, and each earlier bucket
+ * as large as the later one can hide (b <= beta*(b_next/gamma - alpha)).
+ * auto builds such geometric partitions from the back for tail sizes on a
+ * 2^(1/2) grid, also tries plain greedy caps on a 2^(1/4) grid and a single
+ * bucket, simulates each and keeps the least exposed one (fewer buckets on
+ * a tie within 0.1%). The last bucket - the bytes behind the last-ready
+ * gradient - is never more than the tail size it was built for.
+ * alpha, beta and gamma come from --cost alpha_us,beta_GBps[,gamma_GBps];
+ * the defaults describe 8 ranks on a 100 Gb/s network (250 us, 8 GB/s
+ * algorithm bandwidth) with a backward pass that takes twice as long as the
+ * bare transfer of its gradients (gamma = beta/2).
  */
 #include "passes.h"
 
@@ -188,72 +191,105 @@ bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
 bool cf_cost_parse(const char *spec, cf_cost *out, char *why, size_t len) {
   out->alpha_us = CF_COST_DEFAULT_ALPHA_US;
   out->beta_gbps = CF_COST_DEFAULT_BETA_GBPS;
+  out->gamma_gbps = CF_COST_DEFAULT_BETA_GBPS / 2;
   if (!spec) return true;
   char *end;
   errno = 0;
-  double a = strtod(spec, &end);
+  double a = strtod(spec, &end), gm = 0;
   if (end == spec || *end != ',') goto bad;
   const char *p = end + 1;
   double b = strtod(p, &end);
-  if (end == p || *end || errno || !(a >= 0) || !(b > 0) || !isfinite(a) || !isfinite(b)) goto bad;
+  if (end == p || errno || !(a >= 0) || !(b > 0) || !isfinite(a) || !isfinite(b)) goto bad;
+  if (*end == ',') {
+    p = end + 1;
+    gm = strtod(p, &end);
+    if (end == p || errno || !(gm > 0) || !isfinite(gm)) goto bad;
+  }
+  if (*end) goto bad;
   out->alpha_us = a;
   out->beta_gbps = b;
+  out->gamma_gbps = gm > 0 ? gm : b / 2;
   return true;
 bad:
-  snprintf(why, len, "--cost %s: expected alpha_us,beta_GBps (e.g. 250,8)", spec);
+  snprintf(why, len, "--cost %s: expected alpha_us,beta_GBps[,gamma_GBps] (e.g. 250,8)", spec);
   return false;
 }
 
-/* Greedy buckets of cap over bytes[0..n): the count and the last bucket. */
-static void greedy(const int64_t *bytes, int n, int64_t cap, int64_t *count, int64_t *last) {
-  int64_t nb = 0, cur = 0;
-  int mem = 0;
+double cf_split_exposed(const cf_cost *c, const int64_t *bytes, int n, const int *part) {
+  const double alpha = c->alpha_us * 1e-6, beta = c->beta_gbps * 1e9, gamma = c->gamma_gbps * 1e9;
+  double cum = 0, end = 0, size = 0;
   for (int i = 0; i < n; i++) {
-    if (mem && (cur + bytes[i] > cap || bytes[i] > cap)) nb++, cur = 0, mem = 0;
+    cum += (double)bytes[i];
+    size += (double)bytes[i];
+    if (i + 1 < n && part[i + 1] == part[i]) continue;
+    double ready = cum / gamma, start = ready > end ? ready : end;
+    end = start + alpha + size / beta;
+    size = 0;
+  }
+  return n ? (end - cum / gamma) * 1e6 : 0;
+}
+
+/* Greedy forward packing with one cap (a tensor above it is alone). */
+static int part_greedy(const int64_t *bytes, int n, int64_t cap, int *part) {
+  int b = 0, mem = 0;
+  int64_t cur = 0;
+  for (int i = 0; i < n; i++) {
+    if (mem && (cur + bytes[i] > cap || bytes[i] > cap)) b++, cur = 0, mem = 0;
+    part[i] = b;
     cur += bytes[i];
     mem++;
-    if (bytes[i] > cap) nb++, cur = 0, mem = 0;
   }
-  if (mem) nb++;
-  *count = nb;
-  *last = mem ? cur : (n ? bytes[n - 1] : 0);
+  return n ? b + 1 : 0;
 }
 
-double cf_split_auto_cost(const cf_cost *c, const int64_t *bytes, int n, int64_t cap,
-                          int64_t *buckets) {
-  int64_t nb, last;
-  greedy(bytes, n, cap, &nb, &last);
-  if (buckets) *buckets = nb;
-  return (double)nb * c->alpha_us * 1e-6 + (double)last / (c->beta_gbps * 1e9);
+/* Geometric packing from the back: the last bucket up to tail bytes, each
+ * earlier one as large as the later one can hide. */
+static int part_geometric(const cf_cost *c, const int64_t *bytes, int n, double tail, int *part) {
+  const double alpha = c->alpha_us * 1e-6, beta = c->beta_gbps * 1e9, gamma = c->gamma_gbps * 1e9;
+  double cap = tail, cur = 0;
+  int b = 0, mem = 0;
+  for (int i = n - 1; i >= 0; i--) {
+    if (mem && cur + (double)bytes[i] > cap) {
+      double hide = beta * (cur / gamma - alpha);
+      cap = hide > cur ? hide : cur;
+      b++, cur = 0, mem = 0;
+    }
+    part[i] = b;
+    cur += (double)bytes[i];
+    mem++;
+  }
+  int nb = n ? b + 1 : 0;
+  for (int i = 0; i < n; i++) part[i] = nb - 1 - part[i]; /* number from the front */
+  return nb;
 }
 
-/* Keep cap when it is cheaper, or as cheap (within 0.1%) with fewer buckets. */
-static void try_cap(const cf_cost *c, const int64_t *bytes, int n, int64_t cap, int64_t *best,
-                    double *best_e, int64_t *best_n) {
-  if (cap < 1) return;
-  int64_t nb;
-  double e = cf_split_auto_cost(c, bytes, n, cap, &nb);
-  if (e < *best_e * 0.999 || (e <= *best_e * 1.001 && nb < *best_n))
-    *best = cap, *best_e = e, *best_n = nb;
-}
-
-int64_t cf_split_auto_cap(const cf_cost *c, const int64_t *bytes, int n) {
+int cf_split_auto_partition(const cf_cost *c, const int64_t *bytes, int n, int *part,
+                            double *exposed_us) {
   int64_t total = 0;
   for (int i = 0; i < n; i++) total += bytes[i];
-  int64_t best = total > 0 ? total : 1, best_n;
-  double best_e = cf_split_auto_cost(c, bytes, n, best, &best_n);
-  for (double cap = 64.0 * 1024; cap < (double)total; cap *= 1.189207115002721)
-    try_cap(c, bytes, n, (int64_t)cap, &best, &best_e, &best_n);
-  /* The grid can miss the caps that leave exactly the last k gradients for
-   * the exposed tail: try "everything before them" in one, two or three
-   * buckets for the last 16 splits. */
-  int64_t suffix = 0;
-  for (int k = 1; k <= 16 && k < n; k++) {
-    suffix += bytes[n - k];
-    int64_t head = total - suffix;
-    for (int parts = 1; parts <= 3; parts++) try_cap(c, bytes, n, (head + parts - 1) / parts, &best, &best_e, &best_n);
+  int *tmp = malloc(((size_t)n + 1) * sizeof(int));
+  for (int i = 0; i < n; i++) part[i] = 0; /* one bucket */
+  int best_n = n ? 1 : 0;
+  double best = cf_split_exposed(c, bytes, n, part);
+  if (!tmp) {
+    if (exposed_us) *exposed_us = best;
+    return best_n;
   }
-  return best;
+  for (int pass = 0; pass < 2; pass++) {
+    double step = pass ? 1.189207115002721 : 1.4142135623730951;
+    for (double cap = 64.0 * 1024; cap < (double)total; cap *= step) {
+      int nb = pass ? part_greedy(bytes, n, (int64_t)cap, tmp) : part_geometric(c, bytes, n, cap, tmp);
+      double e = cf_split_exposed(c, bytes, n, tmp);
+      if (e < best * 0.999 || (e <= best * 1.001 && nb < best_n)) {
+        best = e;
+        best_n = nb;
+        memcpy(part, tmp, (size_t)n * sizeof(int));
+      }
+    }
+  }
+  free(tmp);
+  if (exposed_us) *exposed_us = best;
+  return best_n;
 }
 
 bool cf_split_segments(const cf_split *s, const int64_t *bytes, int n, int *seg, char *why,

@@ -396,69 +396,89 @@ static void test_split_format_and_cost(void **state) {
 
   cf_cost c;
   assert_true(cf_cost_parse(NULL, &c, why, sizeof why));
-  assert_true(c.alpha_us == CF_COST_DEFAULT_ALPHA_US && c.beta_gbps == CF_COST_DEFAULT_BETA_GBPS);
+  assert_true(c.alpha_us == CF_COST_DEFAULT_ALPHA_US && c.beta_gbps == CF_COST_DEFAULT_BETA_GBPS &&
+              c.gamma_gbps == CF_COST_DEFAULT_BETA_GBPS / 2);
   assert_true(cf_cost_parse("100,25", &c, why, sizeof why));
-  assert_true(c.alpha_us == 100 && c.beta_gbps == 25);
-  assert_true(cf_cost_parse("0,1.5", &c, why, sizeof why));
-  assert_true(c.alpha_us == 0 && c.beta_gbps == 1.5);
-  static const char *const bad[] = {"",     "100",   "100,", ",8",   "100,0",
-                                    "-1,8", "1,8,3", "x,8",  "1,inf"};
+  assert_true(c.alpha_us == 100 && c.beta_gbps == 25 && c.gamma_gbps == 12.5);
+  assert_true(cf_cost_parse("0,1.5,3", &c, why, sizeof why));
+  assert_true(c.alpha_us == 0 && c.beta_gbps == 1.5 && c.gamma_gbps == 3);
+  static const char *const bad[] = {"",     "100",   "100,",  ",8",      "100,0",
+                                    "-1,8", "1,8,0", "x,8",   "1,inf",   "1,8,3,4"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     why[0] = 0;
     if (cf_cost_parse(bad[i], &c, why, sizeof why)) fail_msg("--cost '%s' parsed", bad[i]);
-    char want[96];
-    snprintf(want, sizeof want, "--cost %s: expected alpha_us,beta_GBps (e.g. 250,8)", bad[i]);
+    char want[112];
+    snprintf(want, sizeof want, "--cost %s: expected alpha_us,beta_GBps[,gamma_GBps] (e.g. 250,8)",
+             bad[i]);
     assert_string_equal(why, want);
   }
 
-  /* the model: E = buckets * alpha + last bucket / beta */
-  cf_cost u = {.alpha_us = 10, .beta_gbps = 1};
-  int64_t three[3] = {100, 100, 100}, nb = 0;
-  double e = cf_split_auto_cost(&u, three, 3, 200, &nb);
-  assert_int_equal(nb, 2);
-  assert_true(fabs(e - (2 * 10e-6 + 100 / 1e9)) < 1e-15);
-  e = cf_split_auto_cost(&u, three, 3, 300, &nb);
-  assert_int_equal(nb, 1);
-  assert_true(fabs(e - (10e-6 + 300 / 1e9)) < 1e-15);
-  /* a tensor above the cap is a bucket of its own */
-  int64_t mixed[4] = {100, 500, 100, 100};
-  e = cf_split_auto_cost(&u, mixed, 4, 250, &nb);
-  assert_int_equal(nb, 3);
-  assert_true(fabs(e - (3 * 10e-6 + 200 / 1e9)) < 1e-15);
-  e = cf_split_auto_cost(&u, mixed, 4, 50, &nb);
-  assert_int_equal(nb, 4);
-  assert_true(fabs(e - (4 * 10e-6 + 100 / 1e9)) < 1e-15);
+  /* the model, by hand: alpha 10 us, beta 1 GB/s, gradients ready at 0.5 GB/s */
+  cf_cost u = {.alpha_us = 10, .beta_gbps = 1, .gamma_gbps = 0.5};
+  int64_t three[3] = {100, 100, 100};
+  int one[3] = {0, 0, 0}, two[3] = {0, 0, 1};
+  /* one bucket: ready at 600 ns, ends 10 us + 300 ns later */
+  assert_true(fabs(cf_split_exposed(&u, three, 3, one) - 10.3) < 1e-9);
+  /* two: the first ends at 400 ns + 10.2 us; the second queues behind it
+   * and ends 10.1 us later, 20.1 us after the last gradient is ready */
+  assert_true(fabs(cf_split_exposed(&u, three, 3, two) - 20.1) < 1e-9);
 
-  /* tiny totals: one bucket */
-  int64_t tiny[2] = {100, 200};
-  assert_int_equal(cf_split_auto_cap(&c, tiny, 2), 300);
-  assert_int_equal(cf_split_auto_cap(&c, tiny, 0), 1);
-
-  /* 95 gradients of 1 MiB: the chosen cap is no worse than any other grid
-   * cap, needs fewer buckets than bytes:25M, and leaves a last bucket of
-   * at most one cap */
+  /* auto never does worse than one bucket or any greedy cap */
   enum { NG = 95 };
-  int64_t g[NG], total = (int64_t)NG << 20;
-  for (int i = 0; i < NG; i++)
-    g[i] = 1 << 20;
+  int64_t g[NG];
+  int part[NG], tmp[NG];
+  for (int i = 0; i < NG; i++) g[i] = (int64_t)(1 + i % 7) << 18;
   cf_cost d;
   assert_true(cf_cost_parse(NULL, &d, why, sizeof why));
-  int64_t cap = cf_split_auto_cap(&d, g, NG), nbest, n25;
-  double best = cf_split_auto_cost(&d, g, NG, cap, &nbest);
-  double at25 = cf_split_auto_cost(&d, g, NG, 25 << 20, &n25);
-  assert_int_equal(n25, 4);
-  assert_true(nbest < n25);
-  assert_true(best < at25);
-  assert_true(cap < total);
-  for (double k = 64 * 1024; k < (double)total; k *= 1.189207115002721)
-    assert_true(best <= cf_split_auto_cost(&d, g, NG, (int64_t)k, NULL) * 1.001);
-  /* a huge alpha makes one bucket; alpha 0 leaves the smallest last bucket,
-   * a single gradient */
-  cf_cost slow = {.alpha_us = 1e9, .beta_gbps = 8};
-  assert_int_equal(cf_split_auto_cap(&slow, g, NG), total);
-  cf_cost free_alpha = {.alpha_us = 0, .beta_gbps = 8};
-  int64_t c0 = cf_split_auto_cap(&free_alpha, g, NG);
-  assert_true(fabs(cf_split_auto_cost(&free_alpha, g, NG, c0, NULL) - (1 << 20) / 8e9) < 1e-15);
+  double best;
+  int nb = cf_split_auto_partition(&d, g, NG, part, &best);
+  assert_true(nb >= 1 && nb <= NG);
+  assert_true(fabs(best - cf_split_exposed(&d, g, NG, part)) < 1e-9);
+  assert_int_equal(part[0], 0);
+  for (int i = 1; i < NG; i++) assert_true(part[i] == part[i - 1] || part[i] == part[i - 1] + 1);
+  assert_int_equal(part[NG - 1], nb - 1);
+  assert_true(best <= cf_split_exposed(&d, g, NG, (int[NG]){0}) * 1.001);
+  for (int64_t cap = 64 << 10; cap < (int64_t)200 << 20; cap *= 2) {
+    int64_t cur = 0;
+    int nbk = 0;
+    for (int i = 0; i < NG; i++) {
+      if (cur && cur + g[i] > cap) nbk++, cur = 0;
+      tmp[i] = nbk;
+      cur += g[i];
+    }
+    assert_true(best <= cf_split_exposed(&d, g, NG, tmp) * 1.001);
+  }
+  /* a huge alpha makes one bucket; with alpha 0 the last gradient goes alone */
+  cf_cost slow = {.alpha_us = 1e9, .beta_gbps = 8, .gamma_gbps = 4};
+  assert_int_equal(cf_split_auto_partition(&slow, g, NG, part, NULL), 1);
+  cf_cost free_alpha = {.alpha_us = 0, .beta_gbps = 8, .gamma_gbps = 4};
+  cf_split_auto_partition(&free_alpha, g, NG, part, &best);
+  assert_true(part[NG - 2] != part[NG - 1]);
+  assert_true(fabs(best - (double)g[NG - 1] / 8e9 * 1e6) < 1e-6);
+
+  /* many small tensors: 100k gradients of 4 KiB need fewer collectives than
+   * bytes:25M (16), and expose far less */
+  enum { NS = 100000 };
+  int64_t *small = malloc(NS * sizeof(int64_t));
+  int *sp = malloc(NS * sizeof(int)), *sg = malloc(NS * sizeof(int));
+  assert_non_null(small);
+  assert_non_null(sp);
+  assert_non_null(sg);
+  for (int i = 0; i < NS; i++) small[i] = 4096;
+  double e_auto;
+  int n_auto = cf_split_auto_partition(&d, small, NS, sp, &e_auto);
+  int64_t cur = 0;
+  int n25 = 0;
+  for (int i = 0; i < NS; i++) {
+    if (cur && cur + small[i] > (25 << 20)) n25++, cur = 0;
+    sg[i] = n25;
+    cur += small[i];
+  }
+  n25++;
+  assert_int_equal(n25, 16);
+  assert_true(n_auto < n25);
+  assert_true(e_auto < cf_split_exposed(&d, small, NS, sg));
+  free(small), free(sp), free(sg);
 }
 
 /* ================= exact tests of the passes ================= */
@@ -857,72 +877,67 @@ static void test_split_auto(void **state) {
   (void)state;
   enum { N = 95 };
   int64_t el[N], bytes[N];
-  for (int i = 0; i < N; i++)
-    el[i] = 262144, bytes[i] = 1 << 20; /* 1 MiB each, 95 MiB */
+  for (int i = 0; i < N; i++) el[i] = 65536 * (1 + i % 7), bytes[i] = el[i] * 4;
   char *xml = grad_graph(el, N, NULL);
 
-  cf_graph *g25 = parse(xml);
-  fuse_ok(g25, NULL, "bytes:25M", NULL);
-  cf_graph_stats s25;
-  cf_graph_stats_compute(g25, &s25);
-  assert_int_equal(s25.collectives, 4);
-
+  /* the pass buckets exactly as the model's partition says */
+  cf_cost c;
+  char why[128];
+  assert_true(cf_cost_parse(NULL, &c, why, sizeof why));
+  int part[N];
+  double exposed;
+  int nb = cf_split_auto_partition(&c, bytes, N, part, &exposed);
+  assert_true(nb > 1);
   cf_graph *g = parse(xml);
   lines ex = {0};
   fuse_ok(g, NULL, NULL, &ex);
+  int64_t total = 0;
+  static char lists[N][1024];
+  const char *want[N];
+  int nwant = 0;
+  for (int b = 0; b < nb; b++) {
+    char *members = lists[nwant], name[16];
+    members[0] = 0;
+    size_t o = 0;
+    int count = 0, first = -1;
+    for (int i = 0; i < N; i++)
+      if (part[i] == b) {
+        o += (size_t)snprintf(members + o, sizeof lists[0] - o, "%sar%d", o ? "," : "", i);
+        count++;
+        if (first < 0) first = i;
+      }
+    snprintf(name, sizeof name, "ar%d", first);
+    if (count == 1) {
+      expect_alone(g, name, CF_OP_ALLREDUCE);
+      expect_explain(&ex, name, "stays alone: split auto: the cost model sends it alone");
+    } else {
+      want[nwant++] = members;
+      char text[96];
+      snprintf(text, sizeof text, "split auto: %d buckets, model exposes %.0f us", nb, exposed);
+      expect_explain(&ex, name, text);
+    }
+  }
+  expect_buckets(g, CF_OP_FUSEDALLREDUCE, want, nwant);
   cf_graph_stats sa;
   cf_graph_stats_compute(g, &sa);
-  assert_true(sa.collectives < s25.collectives);
-  assert_true(sa.collectives >= 1);
-  assert_int_equal(sa.comm_bytes, s25.comm_bytes);
-  /* the cap the cost model picks, stated in --explain */
-  cf_cost c;
-  char why[128], capbuf[32], want[96];
-  assert_true(cf_cost_parse(NULL, &c, why, sizeof why));
-  int64_t cap = cf_split_auto_cap(&c, bytes, N);
-  snprintf(want, sizeof want, "split auto cap=%s,",
-           cf_split_format_bytes(cap, capbuf, sizeof capbuf));
-  expect_explain(&ex, "ar0", want);
-  /* every bucket within the cap, the last-ready gradient's bucket too */
-  int64_t total = 0;
-  for (int i = 0; i < g->n_nodes; i++) {
-    const cf_node *n = &g->nodes[i];
-    if (!cf_op_is_collective(n->op)) continue;
-    int64_t b = cf_node_comm_bytes(g, n);
-    total += b;
-    assert_true(b <= cap);
-  }
-  assert_int_equal(total, (int64_t)N << 20);
-  const cf_node *last = NULL;
-  for (int i = 0; i < g->n_nodes && !last; i++)
-    if (g->nodes[i].op == CF_OP_FUSEDALLREDUCE &&
-        list_index(cf_node_str(&g->nodes[i], CF_A_MEMBERS, ""), "ar94") >= 0)
-      last = &g->nodes[i];
-  if (!last) last = node_named(g, "ar94");
-  assert_true(cf_node_comm_bytes(g, last) <= cap);
+  assert_int_equal(sa.collectives, nb);
+  for (int i = 0; i < N; i++) total += bytes[i];
+  assert_int_equal(sa.comm_bytes, total);
   lines_free(&ex);
   cf_graph_destroy(g);
-  cf_graph_destroy(g25);
 
-  /* a cheaper alpha never gives fewer buckets, a dearer one gives one */
-  cf_pass_options cheap = {.cost = "1,8"}, dear = {.cost = "100000,8"};
-  g = parse(xml);
-  assert_int_equal(cf_passes_run(g, NULL, &cheap, NULL, NULL), CF_OK);
-  cf_graph_stats sc;
-  cf_graph_stats_compute(g, &sc);
-  assert_true(sc.collectives >= sa.collectives);
-  cf_graph_destroy(g);
+  /* --cost reaches the model: a huge alpha makes one bucket */
+  cf_pass_options dear = {.cost = "100000000,8"};
   g = parse(xml);
   assert_int_equal(cf_passes_run(g, NULL, &dear, NULL, NULL), CF_OK);
-  cf_graph_stats_compute(g, &sc);
-  assert_int_equal(sc.collectives, 1);
+  cf_graph_stats_compute(g, &sa);
+  assert_int_equal(sa.collectives, 1);
   cf_graph_destroy(g);
   free(xml);
 
   /* many tiny tensors: one bucket */
   int64_t small[50];
-  for (int i = 0; i < 50; i++)
-    small[i] = 16;
+  for (int i = 0; i < 50; i++) small[i] = 16;
   xml = grad_graph(small, 50, NULL);
   g = parse(xml);
   fuse_ok(g, NULL, "auto", NULL);

@@ -78,7 +78,7 @@ static const char help_check[] =
 
 static const char help_compile[] =
     "usage: collfuse compile FILE [-o OUT.xml] [--passes LIST | -O0] [--split SPEC]\n"
-    "                        [--cost ALPHA_US,BETA_GBPS] [--target T]\n"
+    "                        [--cost ALPHA_US,BETA_GBPS[,GAMMA]] [--target T]\n"
     "                        [--dot OUT.dot|.svg|.png] [--explain] [--json]\n"
     "\n"
     "Verify FILE, run the pass pipeline and write the compiled graph.\n"
@@ -88,7 +88,7 @@ static const char help_compile[] =
     "  --split SPEC     how fusion=1 collectives are bucketed:\n"
     "                     auto (default; cost model), bytes:25M[,first=1M][,count=256],\n"
     "                     size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL)\n"
-    "  --cost A,B       auto's transport model: A us per collective, B GB/s (250,8)\n"
+    "  --cost A,B[,G]   auto's model: A us per collective, B GB/s link, G GB/s gradients (250,8,4)\n"
     "  --target T       check the graph against a target profile\n"
     "  --dot OUT        also draw the result (.dot, .svg or .png)\n"
     "  --explain        say for every collective which bucket it joined, or why not\n"

@@ -265,7 +265,7 @@ for spec in "bytes:" "size:50,40" "size:10,10,10,10,10,10,10,10,20" "index:5,3" 
   fi
 done
 if [ -d "$shared" ]; then
-  for case in "size:96.54,3.46|2" "index:20,100,160|3" "bytes:25M,first=1M|6" "auto|2"; do
+  for case in "size:96.54,3.46|2" "index:20,100,160|3" "bytes:25M,first=1M|6" "auto|9"; do
     spec=${case%|*}
     want=${case#*|}
     if run compile "$shared/resnet50.dp8.graphml" --split "$spec" --json; then
