@@ -20,6 +20,7 @@ cf_status cf_context_create(cf_context **out) {
 
 void cf_context_destroy(cf_context *ctx) {
   if (!ctx) return;
+  if (ctx->codegen && ctx->codegen_free) ctx->codegen_free(ctx->codegen);
   free(ctx->errmsg);
   free(ctx);
 }

@@ -33,6 +33,8 @@ struct cf_context {
   char *errmsg;       /* last error, heap-owned */
   cf_log_fn log_fn;   /* caller's log sink or NULL */
   void *log_user;
+  void *codegen;      /* codegen/'s JIT and kernel cache, created on first use */
+  void (*codegen_free)(void *codegen); /* set by codegen/ with it */
 };
 
 /* Record an error "FILE:LINE: error: MSG" (file/line omitted when NULL/0)

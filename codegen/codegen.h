@@ -1,0 +1,99 @@
+/* codegen.h - reduction kernels generated with the LLVM C API (one header for
+ * the codegen/ module; the only module that includes LLVM).
+ *
+ * Every kernel is described by a cf_kernel_key and has one of four C ABIs.
+ * All pointers are noalias; n counts elements, not bytes.
+ *
+ *   CF_K_NARY   void k(void *dst, const void *const *src, int64_t n, double div)
+ *               dst[i] = op(src[0][i], ..., src[K-1][i]) for K = arity (2..8);
+ *               mean: the sum divided by div (floats multiply by 1/div once,
+ *               integers sum exactly in int64 and divide, truncating to zero)
+ *   CF_K_ACC    void k(void *dst, const void *src, int64_t n)
+ *               dst[i] = op(dst[i], src[i]); mean accumulates as sum
+ *   CF_K_SCALE  void k(void *dst, int64_t n, double div)
+ *               dst[i] = dst[i] / div in place (mean's final step; integers
+ *               truncate toward zero)
+ *   CF_K_QUANT  void k(void *dst, const int32_t *acc, const float *x1_scale,
+ *                      const float *x2_scale, int64_t m, int64_t n)
+ *               dst[i*n+j] = (dtype)(acc[i*n+j] * x1_scale[i] * x2_scale[j]),
+ *               dtype bfloat16 or float16 (QuantMatMul's epilogue)
+ *
+ * Semantics (documented in docs/kernels.md): integer sums and products wrap
+ * (two's complement, like MPI and NCCL); float max/min propagate NaN;
+ * float16/bfloat16 are computed in float32 and rounded to nearest even on
+ * the way back, NaN stays NaN.
+ */
+#ifndef COLLFUSE_CODEGEN_H
+#define COLLFUSE_CODEGEN_H
+
+#include "../ir/ir.h"
+
+typedef enum cf_kernel_kind {
+  CF_K_NARY,  /* dst = op(src0..srcK-1) */
+  CF_K_ACC,   /* dst = op(dst, src) */
+  CF_K_SCALE, /* dst /= div */
+  CF_K_QUANT  /* int32 * x1_scale * x2_scale -> bf16/f16 */
+} cf_kernel_kind;
+
+#define CF_MAX_ARITY 8
+
+typedef struct cf_kernel_key {
+  cf_kernel_kind kind;
+  cf_dtype dtype;   /* element type; CF_K_QUANT: the output type */
+  cf_reduction red; /* CF_K_NARY, CF_K_ACC */
+  int arity;        /* CF_K_NARY: 2..CF_MAX_ARITY; others 0 */
+} cf_kernel_key;
+
+typedef void (*cf_kernel_nary_fn)(void *dst, const void *const *src, int64_t n, double div);
+typedef void (*cf_kernel_acc_fn)(void *dst, const void *src, int64_t n);
+typedef void (*cf_kernel_scale_fn)(void *dst, int64_t n, double div);
+typedef void (*cf_kernel_quant_fn)(void *dst, const int32_t *acc, const float *x1_scale,
+                                   const float *x2_scale, int64_t m, int64_t n);
+
+/* ---- kernels.c: IR generation ---- */
+
+/* "cf_nary_sum_float32_4", "cf_acc_max_bfloat16", "cf_scale_int8",
+ * "cf_quant_bfloat16". */
+char *cf_kernel_name(const cf_kernel_key *key, char *buf, size_t len);
+/* false with a reason when no such kernel exists (arity out of range, ...). */
+bool cf_kernel_key_valid(const cf_kernel_key *key, char *why, size_t len);
+
+/* A code generation target: the host (vector width from its CPU features)
+ * or nvptx64-nvidia-cuda (PTX kernels with a grid-stride loop). */
+typedef enum cf_target_arch { CF_ARCH_HOST, CF_ARCH_NVPTX } cf_target_arch;
+
+typedef struct cf_codegen_target {
+  cf_target_arch arch;
+  char triple[128];
+  char cpu[64];          /* "generic" is possible for the host */
+  char features[4096];   /* LLVMGetHostCPUFeatures() or "+ptx80" */
+  int vector_bits;       /* widest vector register: 128, 256, 512 */
+} cf_codegen_target;
+
+cf_status cf_codegen_target_host(cf_context *ctx, cf_codegen_target *t);
+cf_status cf_codegen_target_nvptx(cf_context *ctx, const char *sm, cf_codegen_target *t);
+
+/* ---- jit.c: ORC LLJIT, kernels cached in the context ---- */
+
+/* The kernel for key, compiled on first use for the host and cached in ctx
+ * (and, unless COLLFUSE_CACHE=off, as an object file in the XDG cache dir,
+ * so a second process compiles nothing). *fn stays valid until ctx is
+ * destroyed. *compile_ms (may be NULL) receives the time spent: 0 when the
+ * kernel came from a cache. */
+cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn,
+                            double *compile_ms);
+
+/* ---- aot.c: ahead-of-time emitters ---- */
+
+typedef enum cf_emit_format { CF_EMIT_LLVM, CF_EMIT_ASM, CF_EMIT_OBJ, CF_EMIT_PTX } cf_emit_format;
+
+/* The kernels graph g needs (reducing collectives: NARY at their group's
+ * arity capped at CF_MAX_ARITY, ACC, SCALE for mean; QUANT for quantized
+ * matmuls), without duplicates, in a stable order. *keys is malloc'd. */
+cf_status cf_codegen_graph_kernels(const cf_graph *g, cf_kernel_key **keys, int *n);
+/* Write keys[0..n) as one module in the given format to path (CF_EMIT_PTX
+ * targets nvptx64-nvidia-cuda sm_90, the others the host). */
+cf_status cf_codegen_emit(cf_context *ctx, const cf_kernel_key *keys, int n, cf_emit_format fmt,
+                          const char *path);
+
+#endif /* COLLFUSE_CODEGEN_H */
