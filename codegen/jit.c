@@ -1,0 +1,2 @@
+/* placeholder: being written */
+typedef int cf_placeholder_t;
