@@ -328,6 +328,13 @@ static bool sort_cands(const combiner *m, int *v, int n, cand_cmp cmp) {
 }
 
 static cf_status add_bucket(combiner *m, int first, int n, int fusion, const char *detail) {
+  /* a node takes at most CF_MAX_OPERANDS operands: larger buckets are cut
+   * into consecutive chunks (equal depth keeps them mutually independent) */
+  while (n > CF_MAX_OPERANDS) {
+    add_bucket(m, first, CF_MAX_OPERANDS, fusion, detail);
+    first += CF_MAX_OPERANDS;
+    n -= CF_MAX_OPERANDS;
+  }
   if (n < 2) {
     if (n == 1 && !m->c[m->order[first]].why) m->c[m->order[first]].why = detail;
     return CF_OK;

@@ -120,12 +120,49 @@ static void test_log_sink(void **state) {
   cf_graph_destroy(g);
 }
 
+/* A bucket larger than a node's operand limit is cut into chunks. */
+static void test_bucket_operand_limit(void **state) {
+  (void)state;
+  enum { N = CF_MAX_OPERANDS + 2 };
+  cf_graph *g;
+  assert_int_equal(cf_graph_new(ctx, "big.xml", &g), CF_OK);
+  g->world_size = 2;
+  char name[32];
+  for (int i = 0; i < N; i++) {
+    int in, ar, out;
+    snprintf(name, sizeof name, "g%d", i);
+    assert_int_equal(cf_graph_add_node(g, name, CF_OP_INPUT, 0, &in), CF_OK);
+    assert_int_equal(cf_node_parse_attr(g, in, CF_A_DTYPE, "float32", 0), CF_OK);
+    assert_int_equal(cf_node_parse_attr(g, in, CF_A_SHAPE, "2", 0), CF_OK);
+    snprintf(name, sizeof name, "ar%d", i);
+    assert_int_equal(cf_graph_add_node(g, name, CF_OP_ALLREDUCE, 0, &ar), CF_OK);
+    assert_int_equal(cf_node_parse_attr(g, ar, CF_A_FUSION, "2", 0), CF_OK);
+    assert_int_equal(cf_node_parse_attr(g, ar, CF_A_FUSION_ID, "0", 0), CF_OK);
+    cf_ref r = {in, 0};
+    assert_int_equal(cf_node_set_inputs(g, ar, 1, &r), CF_OK);
+    snprintf(name, sizeof name, "o%d", i);
+    assert_int_equal(cf_graph_add_node(g, name, CF_OP_OUTPUT, 0, &out), CF_OK);
+    r.node = ar;
+    assert_int_equal(cf_node_set_inputs(g, out, 1, &r), CF_OK);
+  }
+  assert_int_equal(cf_graph_verify(g, NULL), CF_OK);
+  assert_int_equal(cf_graph_run_passes(g, "fuse-allreduce"), CF_OK);
+  int fused = 0, sizes = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == CF_OP_FUSEDALLREDUCE) fused++, sizes += g->nodes[i].n_in;
+  assert_int_equal(fused, 2);
+  assert_int_equal(sizes, N);
+  assert_int_equal(cf_graph_collective_count(g), 2);
+  cf_graph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_registry),
       cmocka_unit_test(test_dce),
       cmocka_unit_test(test_public_api),
       cmocka_unit_test(test_log_sink),
+      cmocka_unit_test(test_bucket_operand_limit),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
