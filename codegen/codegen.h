@@ -96,4 +96,57 @@ cf_status cf_codegen_graph_kernels(const cf_graph *g, cf_kernel_key **keys, int 
 cf_status cf_codegen_emit(cf_context *ctx, const cf_kernel_key *keys, int n, cf_emit_format fmt,
                           const char *path);
 
+/* ---- internal: codegen/ and its tests only (they see LLVM types) ---- */
+#ifdef CF_CODEGEN_INTERNAL
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
+
+/* kernels_ir.c: the IR of one kernel, added to mod (whose data layout and
+ * triple are set); key must be valid. Returns the function. */
+LLVMValueRef cf_kernel_emit_ir(LLVMModuleRef mod, const cf_codegen_target *t,
+                               const cf_kernel_key *key);
+
+/* kernels.c */
+
+/* Process-wide LLVM target registration (native + NVPTX), done once. */
+void cf_codegen_init_llvm(void);
+/* Lanes of the explicit vector loop of key's kernel on t (1 on NVPTX,
+ * where every thread handles one element per grid-stride step). */
+int cf_kernel_lanes(const cf_codegen_target *t, const cf_kernel_key *key);
+/* Build keys[0..n) into a new module in lc for target t, optimized with
+ * default<O3> (loop+SLP vectorization on). *out is owned by the caller
+ * (LLVMDisposeModule, before lc goes). */
+cf_status cf_codegen_module(cf_context *ctx, const cf_codegen_target *t, const cf_kernel_key *keys,
+                            int n, LLVMContextRef lc, LLVMModuleRef *out);
+/* The same with a machine the caller already has for t (the JIT keeps one). */
+cf_status cf_codegen_module_tm(cf_context *ctx, const cf_codegen_target *t, LLVMTargetMachineRef tm,
+                               const cf_kernel_key *keys, int n, LLVMContextRef lc,
+                               LLVMModuleRef *out);
+/* A target machine for t at -O3, PIC; the caller disposes it. */
+cf_status cf_codegen_machine(cf_context *ctx, const cf_codegen_target *t, LLVMTargetMachineRef *out);
+
+/* objcache.c: compiled kernels as files "NAME-TARGETHASH.o" holding a header
+ * (format, LLVM version, key, target hash, payload size and checksum) and
+ * the object file. Best effort: failures are logged, never fatal. */
+typedef struct cf_objcache {
+  bool enabled;   /* false: COLLFUSE_CACHE=off or no cache directory */
+  char dir[4096]; /* $COLLFUSE_CACHE, $XDG_CACHE_HOME/collfuse or ~/.cache/collfuse */
+} cf_objcache;
+
+/* Read the environment once (per JIT state). */
+void cf_objcache_open(cf_objcache *oc);
+/* The file of key for t; false when it does not fit in len. */
+bool cf_objcache_path(const cf_objcache *oc, const cf_codegen_target *t, const cf_kernel_key *key,
+                      char *buf, size_t len);
+/* The object stored for key and t: true with a malloc'd *data of *size
+ * bytes; false when absent or stale (bad header, LLVM version, key, target,
+ * size or checksum; logged at CF_LOG_INFO). */
+bool cf_objcache_load(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t,
+                      const cf_kernel_key *key, void **data, size_t *size);
+/* Store atomically (temporary file + rename); false when it could not
+ * (logged at CF_LOG_WARN). */
+bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t,
+                       const cf_kernel_key *key, const void *data, size_t size);
+#endif /* CF_CODEGEN_INTERNAL */
+
 #endif /* COLLFUSE_CODEGEN_H */

@@ -1,2 +1,265 @@
-/* placeholder: being written */
-typedef int cf_placeholder_t;
+/* kernels.c - kernel keys and names, code generation targets (the host from
+ * its CPU features, NVPTX), target machines, and modules of kernels: IR from
+ * kernels_ir.c, verified, then optimized with default<O3>.
+ *
+ * A target carries everything that changes the generated code (triple, CPU,
+ * features, vector width), so it is also what the JIT and the object cache
+ * key compiled kernels by.
+ */
+#define CF_CODEGEN_INTERNAL
+#include "codegen.h"
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- LLVM initialization ----
+ * LLVM's target registry is process-wide by design: LLVMInitialize*
+ * registers each target into it, and is idempotent but not safe to race.
+ * This once-flag is the only static state of codegen/; it guards a one-way
+ * process-wide registration, never data of a context, so contexts stay
+ * independent. */
+static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
+
+static void llvm_init(void) {
+  LLVMInitializeNativeTarget();
+  LLVMInitializeNativeAsmPrinter();
+  LLVMInitializeNativeAsmParser();
+  LLVMInitializeNativeDisassembler();
+  LLVMInitializeNVPTXTargetInfo();
+  LLVMInitializeNVPTXTarget();
+  LLVMInitializeNVPTXTargetMC();
+  LLVMInitializeNVPTXAsmPrinter();
+}
+
+void cf_codegen_init_llvm(void) { pthread_once(&llvm_once, llvm_init); }
+
+/* ---- keys ---- */
+
+static const char *kind_names[] = {"nary", "acc", "scale", "quant"};
+
+static bool dtype_ok(cf_dtype dt) { return dt > CF_DT_INVALID && dt < CF_DT_COUNT; }
+
+char *cf_kernel_name(const cf_kernel_key *key, char *buf, size_t len) {
+  if (!buf || len == 0) return buf;
+  if (!key || key->kind < CF_K_NARY || key->kind > CF_K_QUANT) {
+    snprintf(buf, len, "cf_invalid");
+    return buf;
+  }
+  const char *dt = dtype_ok(key->dtype) ? cf_dtype_name(key->dtype) : "invalid";
+  const char *red = cf_reduction_name(key->red);
+  switch (key->kind) {
+  case CF_K_NARY: snprintf(buf, len, "cf_nary_%s_%s_%d", red, dt, key->arity); break;
+  case CF_K_ACC: snprintf(buf, len, "cf_acc_%s_%s", red, dt); break;
+  default: snprintf(buf, len, "cf_%s_%s", kind_names[key->kind], dt); break;
+  }
+  return buf;
+}
+
+bool cf_kernel_key_valid(const cf_kernel_key *key, char *why, size_t len) {
+  const char *msg = NULL;
+  char tmp[96];
+  if (!key)
+    msg = "no key";
+  else if (key->kind < CF_K_NARY || key->kind > CF_K_QUANT)
+    msg = "unknown kernel kind";
+  else if (!dtype_ok(key->dtype))
+    msg = "invalid dtype";
+  else if ((key->kind == CF_K_NARY || key->kind == CF_K_ACC) &&
+           (key->red < CF_RED_SUM || key->red >= CF_RED_COUNT))
+    msg = "invalid reduction";
+  else if (key->kind == CF_K_NARY && (key->arity < 2 || key->arity > CF_MAX_ARITY)) {
+    snprintf(tmp, sizeof tmp, "arity %d out of range 2..%d (fold more sources with acc)",
+             key->arity, CF_MAX_ARITY);
+    msg = tmp;
+  } else if (key->kind != CF_K_NARY && key->arity != 0) {
+    snprintf(tmp, sizeof tmp, "%s kernels take arity 0, not %d", kind_names[key->kind], key->arity);
+    msg = tmp;
+  } else if (key->kind == CF_K_QUANT && key->dtype != CF_DT_BFLOAT16 && key->dtype != CF_DT_FLOAT16)
+    msg = "quant output dtype must be bfloat16 or float16";
+  if (msg && why && len) snprintf(why, len, "%s", msg);
+  return msg == NULL;
+}
+
+/* ---- targets ---- */
+
+/* "+name" present as a whole entry of a comma-separated feature list. */
+static bool has_feature(const char *features, char sign, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = features; p && *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n + 1 && p[0] == sign && memcmp(p + 1, name, n) == 0) return true;
+    p = end ? end + 1 : NULL;
+  }
+  return false;
+}
+
+/* Copy features into out; when the host's list is too long, keep only the
+ * "+" entries (the "-" ones restate defaults of the CPU, mostly). */
+static bool copy_features(const char *f, char *out, size_t cap) {
+  if (strlen(f) < cap) {
+    memcpy(out, f, strlen(f) + 1);
+    return true;
+  }
+  size_t o = 0;
+  for (const char *p = f; *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (p[0] == '+') {
+      if (o + len + 2 > cap) return false;
+      if (o) out[o++] = ',';
+      memcpy(out + o, p, len);
+      o += len;
+    }
+    p = end ? end + 1 : p + len;
+  }
+  out[o] = '\0';
+  return true;
+}
+
+cf_status cf_codegen_target_host(cf_context *ctx, cf_codegen_target *t) {
+  if (!t) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: no target to fill");
+  memset(t, 0, sizeof *t);
+  cf_codegen_init_llvm();
+  char *triple = LLVMGetDefaultTargetTriple();
+  char *norm = LLVMNormalizeTargetTriple(triple);
+  char *cpu = LLVMGetHostCPUName();
+  char *feat = LLVMGetHostCPUFeatures();
+  cf_status st = CF_OK;
+  if (strlen(norm) >= sizeof t->triple || strlen(cpu) >= sizeof t->cpu ||
+      !copy_features(feat, t->features, sizeof t->features))
+    st = cf_error(ctx, CF_ERR_UNSUPPORTED, NULL, 0,
+                  "codegen: host triple '%s' cpu '%s' or its "
+                  "features (%zu bytes) too long",
+                  norm, cpu, strlen(feat));
+  else {
+    t->arch = CF_ARCH_HOST;
+    snprintf(t->triple, sizeof t->triple, "%s", norm);
+    snprintf(t->cpu, sizeof t->cpu, "%s", cpu);
+    /* the widest registers the code may use; AVX-512 without EVEX512
+     * (AVX10/256-style parts) only has 256-bit ones */
+    if (has_feature(t->features, '+', "avx512f") && !has_feature(t->features, '-', "evex512"))
+      t->vector_bits = 512;
+    else if (has_feature(t->features, '+', "avx"))
+      t->vector_bits = 256;
+    else
+      t->vector_bits = 128;
+  }
+  LLVMDisposeMessage(triple);
+  LLVMDisposeMessage(norm);
+  LLVMDisposeMessage(cpu);
+  LLVMDisposeMessage(feat);
+  if (st != CF_OK) memset(t, 0, sizeof *t);
+  return st;
+}
+
+cf_status cf_codegen_target_nvptx(cf_context *ctx, const char *sm, cf_codegen_target *t) {
+  if (!t) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: no target to fill");
+  memset(t, 0, sizeof *t);
+  if (!sm) sm = "sm_90";
+  size_t len = strlen(sm);
+  bool ok = len >= 5 && len < 16 && strncmp(sm, "sm_", 3) == 0;
+  for (size_t i = 3; ok && i < len; i++)
+    ok = (sm[i] >= '0' && sm[i] <= '9') || (i == len - 1 && i > 3 && sm[i] == 'a');
+  if (!ok)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                    "codegen: NVPTX architecture '%s' is not of the form sm_NN (e.g. sm_90)", sm);
+  cf_codegen_init_llvm();
+  t->arch = CF_ARCH_NVPTX;
+  snprintf(t->triple, sizeof t->triple, "nvptx64-nvidia-cuda");
+  snprintf(t->cpu, sizeof t->cpu, "%s", sm);
+  /* PTX ISA 8.0 (CUDA 12.0) covers sm_90/sm_90a and everything older */
+  snprintf(t->features, sizeof t->features, "+ptx80");
+  t->vector_bits = 32; /* scalar per thread */
+  return CF_OK;
+}
+
+cf_status cf_codegen_machine(cf_context *ctx, const cf_codegen_target *t,
+                             LLVMTargetMachineRef *out) {
+  if (out) *out = NULL;
+  if (!t || !out) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: no target or result");
+  cf_codegen_init_llvm();
+  LLVMTargetRef target;
+  char *err = NULL;
+  if (LLVMGetTargetFromTriple(t->triple, &target, &err)) {
+    cf_status st = cf_error(ctx, CF_ERR_UNSUPPORTED, NULL, 0, "codegen: target '%s': %s", t->triple,
+                            err ? err : "unknown");
+    LLVMDisposeMessage(err);
+    return st;
+  }
+  *out = LLVMCreateTargetMachine(target, t->triple, t->cpu, t->features, LLVMCodeGenLevelAggressive,
+                                 t->arch == CF_ARCH_HOST ? LLVMRelocPIC : LLVMRelocDefault,
+                                 LLVMCodeModelDefault);
+  if (!*out)
+    return cf_error(ctx, CF_ERR_UNSUPPORTED, NULL, 0,
+                    "codegen: no target machine for '%s' cpu '%s'", t->triple, t->cpu);
+  return CF_OK;
+}
+
+/* ---- modules ---- */
+
+cf_status cf_codegen_module_tm(cf_context *ctx, const cf_codegen_target *t, LLVMTargetMachineRef tm,
+                               const cf_kernel_key *keys, int n, LLVMContextRef lc,
+                               LLVMModuleRef *out) {
+  if (out) *out = NULL;
+  if (!t || !tm || (!keys && n > 0) || n < 0 || !lc || !out)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: bad arguments to cf_codegen_module");
+  char why[128], name[64];
+  for (int i = 0; i < n; i++)
+    if (!cf_kernel_key_valid(&keys[i], why, sizeof why))
+      return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: kernel %s: %s",
+                      cf_kernel_name(&keys[i], name, sizeof name), why);
+  LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("collfuse_kernels", lc);
+  LLVMSetTarget(mod, t->triple);
+  LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
+  LLVMSetModuleDataLayout(mod, dl);
+  LLVMDisposeTargetData(dl);
+  cf_status st = CF_OK;
+  for (int i = 0; i < n; i++) {
+    cf_kernel_name(&keys[i], name, sizeof name);
+    if (LLVMGetNamedFunction(mod, name)) continue; /* a duplicate key */
+    cf_kernel_emit_ir(mod, t, &keys[i]);
+  }
+  char *msg = NULL;
+  if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
+    /* an internal invariant: our generator produced invalid IR */
+    st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "codegen: internal error: invalid IR: %s",
+                  msg ? msg : "");
+    goto fail;
+  }
+  LLVMDisposeMessage(msg);
+  msg = NULL;
+  LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+  LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
+  LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
+  LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
+  LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, po);
+  LLVMDisposePassBuilderOptions(po);
+  if (e) {
+    char *em = LLVMGetErrorMessage(e);
+    st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "codegen: default<O3> failed: %s", em);
+    LLVMDisposeErrorMessage(em);
+    goto fail;
+  }
+  *out = mod;
+  return CF_OK;
+fail:
+  LLVMDisposeMessage(msg);
+  LLVMDisposeModule(mod);
+  return st;
+}
+
+cf_status cf_codegen_module(cf_context *ctx, const cf_codegen_target *t, const cf_kernel_key *keys,
+                            int n, LLVMContextRef lc, LLVMModuleRef *out) {
+  if (out) *out = NULL;
+  LLVMTargetMachineRef tm;
+  cf_status st = cf_codegen_machine(ctx, t, &tm);
+  if (st != CF_OK) return st;
+  st = cf_codegen_module_tm(ctx, t, tm, keys, n, lc, out);
+  LLVMDisposeTargetMachine(tm);
+  return st;
+}

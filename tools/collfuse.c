@@ -7,6 +7,7 @@
  */
 #include "tools.h"
 
+#include "../codegen/codegen.h"
 #include "../frontend/frontend.h"
 
 #include <errno.h>
@@ -58,6 +59,7 @@ static const char help_main[] =
     "  compile  FILE [-o OUT.xml] ...     run the pass pipeline, write the result\n"
     "  dot      FILE [-o OUT] [--fused]   draw a graph as DOT, SVG or PNG\n"
     "  bench    compile [--sizes N,..]    time parse, verify and passes on 1k..1M nodes\n"
+    "  bench    reduce [--quick]          reduction kernels vs memcpy, C loop, MPI_Reduce_local\n"
     "\n"
     "  collfuse --version | --help | COMMAND --help\n"
     "\n"
@@ -79,7 +81,8 @@ static const char help_check[] =
 static const char help_compile[] =
     "usage: collfuse compile FILE [-o OUT.xml] [--passes LIST | -O0] [--split SPEC]\n"
     "                        [--cost ALPHA_US,BETA_GBPS[,GAMMA]] [--target T]\n"
-    "                        [--dot OUT.dot|.svg|.png] [--explain] [--json]\n"
+    "                        [--dot OUT.dot|.svg|.png] [--emit-llvm OUT.ll] [--emit-asm OUT.s]\n"
+    "                        [--emit-obj OUT.o] [--emit-ptx OUT.ptx] [-v] [--explain] [--json]\n"
     "\n"
     "Verify FILE, run the pass pipeline and write the compiled graph.\n"
     "  -o OUT.xml       write the result as native XML (valid collfuse input)\n"
@@ -91,8 +94,18 @@ static const char help_compile[] =
     "  --cost A,B[,G]   auto's model: A us per collective, B GB/s link, G GB/s gradients (250,8,4)\n"
     "  --target T       check the graph against a target profile\n"
     "  --dot OUT        also draw the result (.dot, .svg or .png)\n"
+    "  --emit-llvm OUT  write the reduction kernels the graph needs as LLVM IR (host)\n"
+    "  --emit-asm OUT   ... as assembly for this host\n"
+    "  --emit-obj OUT   ... as an ELF object file for this host\n"
+    "  --emit-ptx OUT   ... as PTX for nvptx64-nvidia-cuda sm_90 (grid-stride kernels)\n"
+    "                   kernels: for each reducing collective over G ranks the n-ary\n"
+    "                   reduction of min(G,8) sources, the accumulate step, and the\n"
+    "                   scale for mean; quantized matmuls add their int32 epilogue.\n"
+    "                   A graph without reducing collectives gets an empty module.\n"
+    "  -v               JIT those kernels for this host and print one line per kernel\n"
+    "                   with its compile time, or (cached)\n"
     "  --explain        say for every collective which bucket it joined, or why not\n"
-    "                   (on stderr when --json is given)\n"
+    "                   (-v and --explain print on stderr when --json is given)\n"
     "  --json           print one JSON object with counts, buckets and pass times\n";
 
 static const char help_dot[] =
@@ -103,10 +116,19 @@ static const char help_dot[] =
 
 static const char help_bench[] =
     "usage: collfuse bench compile [--sizes N,N,...] [--json]\n"
+    "       collfuse bench reduce [--quick] [--sizes S,S,...] [--reps N] [--min-ms MS] [--json]\n"
     "\n"
-    "Generate data-parallel and tensor-parallel graphs (default 1k, 10k, 100k and\n"
-    "1M nodes) and time parse, verify and each pass of the default pipeline next\n"
-    "to the unfused -O0 pipeline, with the peak memory of each size.\n";
+    "compile: generate data-parallel and tensor-parallel graphs (default 1k, 10k,\n"
+    "100k and 1M nodes) and time parse, verify and each pass of the default\n"
+    "pipeline next to the unfused -O0 pipeline, with the peak memory of each size.\n"
+    "\n"
+    "reduce: time collfuse's JIT reduction kernels (n-ary and accumulate) for\n"
+    "float32, float16, bfloat16 and int8, sum and max, 2 and 8 sources, at 256 KiB\n"
+    "and 64 MiB per buffer (--sizes 256K,64M), side by side with memcpy, a plain C\n"
+    "loop built -O3 -march=native and OpenMPI's MPI_Reduce_local (in place, so set\n"
+    "against the accumulate form). GB/s counts every byte read and written; each\n"
+    "cell is the median of >= 5 samples (--reps) and >= 50 ms (--min-ms). --quick\n"
+    "runs 64 KiB with one sample, as a smoke test. See bench/README.md.\n";
 
 static bool want_help(int argc, char **argv, const char *text) {
   for (int i = 0; i < argc; i++)
@@ -262,13 +284,62 @@ static void explain_line(void *user, const char *line) {
   fprintf((FILE *)user, "explain: %s\n", line);
 }
 
+/* --emit-* options, indexed by cf_emit_format */
+static const char *const emit_flags[] = {"--emit-llvm", "--emit-asm", "--emit-obj", "--emit-ptx"};
+enum { N_EMIT = sizeof emit_flags / sizeof emit_flags[0] };
+
+/* The kernels the compiled graph needs: written ahead of time for every
+ * --emit-* option, JIT-compiled with one line per kernel for -v. */
+static cf_status compile_kernels(cf_context *ctx, const cf_graph *g, const char *file,
+                                 const char *const emit[N_EMIT], bool jit, FILE *log) {
+  cf_kernel_key *keys;
+  int n;
+  cf_status st = cf_codegen_graph_kernels(g, &keys, &n);
+  for (int f = 0; f < N_EMIT && !st; f++) {
+    if (!emit[f]) continue;
+    st = cf_codegen_emit(ctx, keys, n, (cf_emit_format)f, emit[f]);
+    if (!st && n == 0)
+      fprintf(stderr, "collfuse compile: %s has no reducing collectives: %s holds an empty module\n",
+              file, emit[f]);
+  }
+  if (!st && jit && n == 0) fprintf(log, "jit: %s needs no kernels (no reducing collectives)\n", file);
+  double total = 0, slowest = 0;
+  int cached = 0;
+  for (int i = 0; jit && i < n && !st; i++) {
+    void *fn;
+    double ms = 0;
+    char name[96];
+    if ((st = cf_codegen_kernel(ctx, &keys[i], &fn, &ms))) break;
+    cf_kernel_name(&keys[i], name, sizeof name);
+    if (ms > 0) fprintf(log, "jit: %s %.1f ms\n", name, ms);
+    else fprintf(log, "jit: %s (cached)\n", name);
+    cached += ms == 0;
+    total += ms;
+    if (ms > slowest) slowest = ms;
+  }
+  if (!st && jit && n > 0 && cached == n)
+    fprintf(log, "jit: %d kernel%s, all cached\n", n, n == 1 ? "" : "s");
+  else if (!st && jit && n > 0)
+    fprintf(log, "jit: %d kernel%s, %.1f ms in all, slowest %.1f ms%s\n", n, n == 1 ? "" : "s", total,
+            slowest, cached ? " (the others cached)" : "");
+  free(keys);
+  return st;
+}
+
 static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   const char *file = NULL, *out = NULL, *passes = NULL, *target = NULL, *dot = NULL;
-  const char *split = NULL, *cost = NULL;
-  bool json = false, o0 = false, explain = false;
+  const char *split = NULL, *cost = NULL, *emit[N_EMIT] = {NULL};
+  bool json = false, o0 = false, explain = false, jit = false, any_emit = false;
   for (int i = 0; i < argc; i++) {
-    const char *v;
-    if ((v = opt_value(argc, argv, &i, "-o"))) {
+    const char *v = NULL;
+    int ef = -1;
+    for (int f = 0; f < N_EMIT && ef < 0; f++)
+      if ((v = opt_value(argc, argv, &i, emit_flags[f]))) ef = f;
+    if (ef >= 0) {
+      if (!*v) return usage_error("compile", "%s needs a value", emit_flags[ef]);
+      emit[ef] = v;
+      any_emit = true;
+    } else if ((v = opt_value(argc, argv, &i, "-o"))) {
       if (!*v) return usage_error("compile", "%s needs a value", "-o");
       out = v;
     } else if ((v = opt_value(argc, argv, &i, "--passes"))) {
@@ -289,6 +360,8 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
       json = true;
     } else if (strcmp(argv[i], "--explain") == 0) {
       explain = true;
+    } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
+      jit = true;
     } else if (argv[i][0] == '-' && argv[i][1]) {
       return usage_error("compile", "unknown option '%s'", argv[i]);
     } else if (file) {
@@ -328,8 +401,9 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   if (!st) st = cf_graph_seal(g);
   if (!st && out) st = cf_graph_write_xml(g, out);
   if (!st && dot) st = cf_graph_write_dot(g, dot);
+  if (!st && (any_emit || jit)) st = compile_kernels(ctx, g, file, emit, jit, json ? stderr : stdout);
   if (!st && json) st = cf_report_compile_json(g, before, timing, n_timing);
-  if (!st && !json && !out && !dot)
+  if (!st && !json && !out && !dot && !any_emit)
     printf("%s: %d nodes, %d collectives before, %zu after\n", file, g->n_nodes, before,
            cf_graph_collective_count(g));
   int rc = st ? fail(ctx, st) : 0;
@@ -369,10 +443,14 @@ int main(int argc, char **argv) {
     if (sub_argc > 0 && strcmp(sub_argv[0], "compile") == 0)
       rc = want_help(sub_argc - 1, sub_argv + 1, help_bench) ? 0
                                                             : cf_bench_compile(sub_argc - 1, sub_argv + 1);
+    else if (sub_argc > 0 && strcmp(sub_argv[0], "reduce") == 0)
+      rc = want_help(sub_argc - 1, sub_argv + 1, help_bench)
+               ? 0
+               : cf_bench_reduce(ctx, sub_argc - 1, sub_argv + 1);
     else if (want_help(sub_argc, sub_argv, help_bench))
       rc = 0;
     else {
-      fprintf(stderr, "collfuse bench: expected a benchmark name: compile\n");
+      fprintf(stderr, "collfuse bench: expected a benchmark name: compile, reduce\n");
       rc = EXIT_USAGE;
     }
   } else if (strcmp(cmd, "dot") == 0)

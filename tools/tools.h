@@ -14,6 +14,10 @@ const char *cf_report_reason(const cf_node *n, char *buf, size_t len);
 /* bench.c: `collfuse bench compile [--sizes N,...] [--json]`; returns the
  * exit code. */
 int cf_bench_compile(int argc, char **argv);
+/* bench_reduce.c: `collfuse bench reduce [--quick] [--sizes S,..] [--reps N]
+ * [--min-ms MS] [--json]`: collfuse's JIT kernels against memcpy, a plain C
+ * loop and MPI_Reduce_local; returns the exit code. */
+int cf_bench_reduce(cf_context *ctx, int argc, char **argv);
 
 /* Base collective name of a node ("AllReduce" for FusedAllReduce). */
 const char *cf_report_base_op(cf_op op);

@@ -290,6 +290,87 @@ if run bench compile --sizes 1000 --json; then
     fail "bench compile --json: unexpected results"
 fi
 
+# ---------------------------------------------------------------- kernels: AOT, JIT, bench reduce
+# dp_gradients needs 7 kernels (codegen/aot.c: n-ary, accumulate, scale for mean)
+dp_kernels="cf_nary_max_int32_8 cf_nary_sum_bfloat16_4 cf_nary_mean_float32_8 cf_acc_max_int32 cf_acc_sum_bfloat16 cf_acc_sum_float32 cf_scale_float32"
+if run compile "$dp" --emit-llvm "$work/dp.ll" --emit-ptx "$work/dp.ptx"; then
+  if expect_rc 0 "compile --emit-llvm --emit-ptx"; then
+    for k in $dp_kernels; do
+      has "$work/dp.ll" "define void @$k(" "--emit-llvm" && has "$work/dp.ptx" ".entry $k(" "--emit-ptx"
+    done
+    has "$work/dp.ptx" ".target sm_90" "--emit-ptx"
+    if [ -e "$work/dp.ll.tmp" ] || [ -e "$work/dp.ptx.tmp" ]; then fail "--emit-* left a .tmp file behind"; fi
+    [ -s "$OUT" ] && fail "compile --emit-* printed on stdout"
+  fi
+fi
+if run compile "$dp" --emit-asm "$work/dp.s" --emit-obj="$work/dp.o"; then
+  expect_rc 0 "compile --emit-asm --emit-obj" && has "$work/dp.s" "cf_nary_mean_float32_8:" "--emit-asm"
+  python3 -c 'import sys; d=open(sys.argv[1],"rb").read(); assert d[:4] == b"\x7fELF" and b"cf_scale_float32" in d' "$work/dp.o" ||
+    fail "--emit-obj did not write an ELF object with the kernels"
+fi
+if run compile "$src/examples/broadcast.xml" --emit-llvm "$work/empty.ll"; then
+  expect_rc 0 "--emit-llvm without reducing collectives" &&
+    has "$ERR" "no reducing collectives" "--emit-llvm of an empty kernel list says so" &&
+    has "$work/empty.ll" "target triple" "empty module"
+  grep -q "define " "$work/empty.ll" && fail "the empty module defines a function"
+fi
+if run compile "$dp" --emit-llvm; then
+  expect_rc 2 "--emit-llvm without a file" && has "$ERR" "--emit-llvm needs a value" "--emit-llvm without a file"
+fi
+if run compile "$dp" --emit-ptx "$work/no-such-dir/k.ptx"; then
+  [ "$rc" -ne 0 ] || fail "--emit-ptx into a missing directory exited 0"
+  has "$ERR" "no-such-dir/k.ptx: error: cannot write" "--emit-ptx into a missing directory"
+fi
+# -v: one line per kernel with its compile time; timings are never checked
+export COLLFUSE_CACHE=off
+if run compile "$dp" -v; then
+  expect_rc 0 "compile -v" && has "$OUT" "jit: 7 kernels" "compile -v"
+  for k in $dp_kernels; do
+    grep -Eq "^jit: $k [0-9]+\.[0-9] ms\$" "$OUT" || fail "compile -v: no compile time for $k"
+  done
+fi
+unset COLLFUSE_CACHE
+if run compile "$dp" -v --json; then
+  expect_rc 0 "compile -v --json" && has "$ERR" "jit: cf_scale_float32" "-v goes to stderr with --json"
+  python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$OUT" || fail "compile -v --json: stdout is not one JSON object"
+fi
+# bench reduce: the JSON shape of a quick run (never its timings)
+if run bench reduce --quick --json; then
+  expect_rc 0 "bench reduce --quick --json" &&
+    python3 - "$OUT" 2>"$work/json_err" <<'EOF' || fail "bench reduce --json: $(tail -n 1 "$work/json_err")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["bench"] == "reduce", d.get("bench")
+r = d["results"]
+want = {(t, o, k) for t in ("float32", "float16", "bfloat16", "int8") for o in ("sum", "max") for k in (2, 8)}
+assert {(x["dtype"], x["op"], x["sources"]) for x in r} == want and len(r) == 16, r
+cols = {"collfuse_nary", "collfuse_acc", "c_loop", "mpi_reduce_local", "memcpy"}
+for x in r:
+    assert x["bytes"] == 65536 and x["error"] is None, x
+    assert set(x["gbps"]) == cols, x["gbps"]
+    assert set(x["ratio"]) == {"acc_vs_mpi", "nary_vs_c_loop", "nary_vs_memcpy", "acc_vs_memcpy"}, x
+    for c in cols - {"mpi_reduce_local"}:
+        assert isinstance(x["gbps"][c], (int, float)) and x["gbps"][c] > 0, (c, x)
+    if x["dtype"] in ("float16", "bfloat16"):  # no MPI datatype
+        assert x["gbps"]["mpi_reduce_local"] is None and x["mpi_unavailable"], x
+mpi = d["peers"]["mpi"]
+assert isinstance(mpi["available"], bool) and (mpi["available"] or mpi["reason"]), mpi
+assert {k["name"] for k in d["kernels"]} >= {"cf_nary_sum_float32_2", "cf_acc_max_int8"}, d["kernels"]
+EOF
+fi
+if run bench reduce --sizes 3; then
+  expect_rc 2 "bench reduce --sizes 3" && has "$ERR" "--sizes" "bench reduce --sizes 3"
+fi
+if run bench reduce --bogus; then
+  expect_rc 2 "bench reduce --bogus" && has "$ERR" "unknown option '--bogus'" "bench reduce --bogus"
+fi
+if run bench --help; then
+  expect_rc 0 "bench --help" && has "$OUT" "collfuse bench reduce" "bench --help"
+fi
+if run compile --help; then
+  expect_rc 0 "compile --help" && has "$OUT" "--emit-ptx OUT" "compile --help" && has "$OUT" "-v " "compile --help"
+fi
+
 # ---------------------------------------------------------------- failed compile
 bad="$src/tests/malformed/cycle.xml"
 out="$work/never.xml"

@@ -1,0 +1,706 @@
+/* test_codegen.c - unit tests of codegen/: every JIT'd kernel (n-ary at
+ * every arity, accumulate, scale, quant epilogue) for every dtype and
+ * reduction against a reference computed here in plain C, at lengths 0, 1,
+ * lanes-1, lanes, lanes+1 and beyond, aligned and not, with guard bytes
+ * around every buffer; the edge values (NaN, Inf, -0.0, integer wrap,
+ * 16-bit rounding ties); the vector width of the generated code; NVPTX
+ * output; and the on-disk object cache (hit, corruption, switched off).
+ *
+ * References (codegen_ref.h): integers exactly (wrapping like the kernels),
+ * floats in the same order and precision as the kernels, so results must
+ * match bit for bit (any NaN matches any NaN); float16/bfloat16 are computed
+ * in float32 and rounded to nearest even.
+ */
+#define CF_CODEGEN_INTERNAL
+#include "cf_test.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codegen/codegen.h"
+
+/* ---- xorshift64* (the tests' only randomness; fixed seed) ---- */
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t xrand(void) {
+  rng ^= rng >> 12;
+  rng ^= rng << 25;
+  rng ^= rng >> 27;
+  return rng * 0x2545f4914f6cdd1dull;
+}
+
+#include "codegen_ref.h"
+
+/* ---- data ---- */
+static const float specials[] = {NAN,   -NAN, INFINITY, -INFINITY, 0.0f,
+                                 -0.0f, 1.0f, -1.0f,    3.0e38f,   1.0e-45f};
+
+static uint64_t rand_elem(cf_dtype dt, bool special) {
+  if (!isf(dt)) return wrap(xrand(), dt);
+  if (special && xrand() % 32 == 0) {
+    float s = specials[xrand() % (sizeof specials / sizeof *specials)];
+    return dt == CF_DT_FLOAT64 ? from_d((double)s) : from_f(s, dt);
+  }
+  double v = (double)(xrand() >> 11) / 9007199254740992.0 * 8.0 - 4.0;
+  return dt == CF_DT_FLOAT64 ? from_d(v) : from_f((float)v, dt);
+}
+
+/* ---- buffers with guard bytes ---- */
+#define GUARD 64
+typedef struct gbuf {
+  unsigned char *raw, *p;
+  size_t bytes;
+} gbuf;
+
+static void gbuf_new(gbuf *b, size_t bytes, int off) {
+  b->raw = malloc(bytes + 2 * GUARD + 128);
+  assert_non_null(b->raw);
+  memset(b->raw, 0xa5, bytes + 2 * GUARD + 128);
+  uintptr_t a = ((uintptr_t)(b->raw + GUARD) + 63) & ~(uintptr_t)63;
+  b->p = (unsigned char *)a + off;
+  b->bytes = bytes;
+}
+static void gbuf_check(const gbuf *b, const char *what) {
+  for (int i = 1; i <= GUARD; i++)
+    if (b->p[-i] != 0xa5) fail_msg("%s: guard byte %d before the buffer overwritten", what, i);
+  for (size_t i = 0; i < GUARD; i++)
+    if (b->p[b->bytes + i] != 0xa5)
+      fail_msg("%s: guard byte %zu after the buffer overwritten", what, i);
+}
+static void gbuf_free(gbuf *b) { free(b->raw); }
+
+static void *kernel(cf_context *c, cf_kernel_key k, double *ms) {
+  void *fn = NULL;
+  double t;
+  if (cf_codegen_kernel(c, &k, &fn, ms ? ms : &t) != CF_OK) fail_msg("%s", cf_context_errmsg(c));
+  assert_non_null(fn);
+  return fn;
+}
+
+static void check(const cf_kernel_key *k, int64_t i, uint64_t got, uint64_t want,
+                  const char *what) {
+  cf_dtype dt = k->dtype;
+  if (got == want || (isf(dt) && is_nan_bits(got, dt) && is_nan_bits(want, dt))) return;
+  char name[64];
+  fail_msg("%s %s: element %lld: got 0x%llx, want 0x%llx", cf_kernel_name(k, name, sizeof name),
+           what, (long long)i, (unsigned long long)got, (unsigned long long)want);
+}
+
+static cf_codegen_target host;
+
+/* lengths every kernel runs at */
+static int lengths(const cf_kernel_key *k, int64_t *out) {
+  int64_t w = cf_kernel_lanes(&host, k);
+  int64_t l[] = {0, 1, w - 1, w, w + 1, 3 * w + 5};
+  memcpy(out, l, sizeof l);
+  return 6;
+}
+/* misalignment of the buffers: none, whole elements, odd bytes */
+static int offset(int mode, int buf, cf_dtype dt) {
+  if (mode == 0) return 0;
+  if (mode == 1) return ((buf + 1) % 3) * esize(dt);
+  return (buf % 5) + 1;
+}
+
+/* Random elements; beyond 4099 (prime, so sources differ) the first block
+ * is repeated, which keeps 1M-element runs fast under the sanitizers. */
+#define FILL_BLOCK 4099
+static void fill(void *p, int64_t n, cf_dtype dt, bool special) {
+  int64_t b = n < FILL_BLOCK ? n : FILL_BLOCK;
+  for (int64_t i = 0; i < b; i++)
+    st(p, i, dt, rand_elem(dt, special));
+  for (int64_t i = b; i < n; i += b)
+    memcpy((char *)p + i * esize(dt), p, (size_t)((n - i < b ? n - i : b) * esize(dt)));
+}
+
+/* Elements a large run checks: every 97th and the last 4 vectors' worth
+ * (the vector loop's end and the scalar tail); small runs check all. */
+static bool checked(int64_t i, int64_t n, int lanes) {
+  return n <= 20000 || i % 97 == 0 || i >= n - 4 * lanes;
+}
+
+/* ---- n-ary ---- */
+static void run_nary(cf_kernel_key k, int64_t n, int mode, double div, bool special) {
+  cf_kernel_nary_fn fn;
+  void *p = kernel(ctx, k, NULL);
+  memcpy(&fn, &p, sizeof fn);
+  cf_dtype dt = k.dtype;
+  size_t bytes = (size_t)n * (size_t)esize(dt);
+  gbuf src[CF_MAX_ARITY], dst;
+  const void *sp[CF_MAX_ARITY];
+  for (int s = 0; s < k.arity; s++) {
+    gbuf_new(&src[s], bytes, offset(mode, s + 1, dt));
+    fill(src[s].p, n, dt, special);
+    sp[s] = src[s].p;
+  }
+  gbuf_new(&dst, bytes, offset(mode, 0, dt));
+  fn(dst.p, sp, n, div);
+  gbuf_check(&dst, "nary dst");
+  for (int s = 0; s < k.arity; s++)
+    gbuf_check(&src[s], "nary src");
+  uint64_t x[CF_MAX_ARITY];
+  int lanes = cf_kernel_lanes(&host, &k);
+  for (int64_t i = 0; i < n; i++) {
+    if (!checked(i, n, lanes)) continue;
+    for (int s = 0; s < k.arity; s++)
+      x[s] = ld(src[s].p, i, dt);
+    check(&k, i, ld(dst.p, i, dt), ref_nary(dt, k.red, k.arity, x, div), "nary");
+  }
+  for (int s = 0; s < k.arity; s++)
+    gbuf_free(&src[s]);
+  gbuf_free(&dst);
+}
+
+static void test_nary(void **state) {
+  (void)state;
+  double worst = 0;
+  for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++)
+    for (int r = 0; r < CF_RED_COUNT; r++)
+      for (int a = 2; a <= CF_MAX_ARITY; a++) {
+        cf_kernel_key k = {CF_K_NARY, dt, (cf_reduction)r, a};
+        double ms;
+        kernel(ctx, k, &ms);
+        if (ms > worst) worst = ms;
+        int64_t lens[8];
+        int nl = lengths(&k, lens);
+        for (int m = 0; m < 3; m++)
+          for (int l = 0; l < nl; l++)
+            run_nary(k, lens[l], m, a == 3 ? 3.0 : (double)a, true);
+      }
+  print_message("slowest n-ary kernel compile: %.1f ms\n", worst);
+}
+
+/* 1M elements (plus an odd tail) for each dtype, sum at arity 2 and 8 */
+static void test_nary_large(void **state) {
+  (void)state;
+  for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++)
+    for (int a = 2; a <= CF_MAX_ARITY; a += 6)
+      run_nary((cf_kernel_key){CF_K_NARY, dt, CF_RED_SUM, a}, (1 << 20) + 3, 0, 1, false);
+}
+
+/* ---- accumulate ---- */
+static void run_acc(cf_kernel_key k, int64_t n, int mode) {
+  cf_kernel_acc_fn fn;
+  void *p = kernel(ctx, k, NULL);
+  memcpy(&fn, &p, sizeof fn);
+  cf_dtype dt = k.dtype;
+  size_t bytes = (size_t)n * (size_t)esize(dt);
+  gbuf src, dst;
+  gbuf_new(&src, bytes, offset(mode, 1, dt));
+  gbuf_new(&dst, bytes, offset(mode, 0, dt));
+  uint64_t *before = malloc((size_t)(n ? n : 1) * sizeof *before);
+  assert_non_null(before);
+  for (int64_t i = 0; i < n; i++) {
+    st(src.p, i, dt, rand_elem(dt, true));
+    st(dst.p, i, dt, before[i] = rand_elem(dt, true));
+  }
+  fn(dst.p, src.p, n);
+  gbuf_check(&dst, "acc dst");
+  gbuf_check(&src, "acc src");
+  cf_reduction r = k.red == CF_RED_MEAN ? CF_RED_SUM : k.red; /* mean accumulates as sum */
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t x[2] = {before[i], ld(src.p, i, dt)};
+    check(&k, i, ld(dst.p, i, dt), ref_nary(dt, r, 2, x, 1), "acc");
+  }
+  free(before);
+  gbuf_free(&src);
+  gbuf_free(&dst);
+}
+
+static void test_acc(void **state) {
+  (void)state;
+  for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++)
+    for (int r = 0; r < CF_RED_COUNT; r++) {
+      cf_kernel_key k = {CF_K_ACC, dt, (cf_reduction)r, 0};
+      int64_t lens[8];
+      int nl = lengths(&k, lens);
+      for (int m = 0; m < 3; m++)
+        for (int l = 0; l < nl; l++)
+          run_acc(k, lens[l], m);
+      run_acc(k, 20011, 2);
+    }
+}
+
+/* ---- scale ---- */
+static void run_scale(cf_kernel_key k, int64_t n, int mode, double div) {
+  cf_kernel_scale_fn fn;
+  void *p = kernel(ctx, k, NULL);
+  memcpy(&fn, &p, sizeof fn);
+  cf_dtype dt = k.dtype;
+  gbuf dst;
+  gbuf_new(&dst, (size_t)n * (size_t)esize(dt), offset(mode, 0, dt));
+  uint64_t *before = malloc((size_t)(n ? n : 1) * sizeof *before);
+  assert_non_null(before);
+  for (int64_t i = 0; i < n; i++)
+    st(dst.p, i, dt, before[i] = rand_elem(dt, true));
+  fn(dst.p, n, div);
+  gbuf_check(&dst, "scale dst");
+  for (int64_t i = 0; i < n; i++)
+    check(&k, i, ld(dst.p, i, dt), ref_scale(dt, before[i], div), "scale");
+  free(before);
+  gbuf_free(&dst);
+}
+
+static void test_scale(void **state) {
+  (void)state;
+  const double divs[] = {1, 3, 8, 7.5, 0, -2};
+  for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++) {
+    cf_kernel_key k = {CF_K_SCALE, dt, CF_RED_SUM, 0};
+    int64_t lens[8];
+    int nl = lengths(&k, lens);
+    for (int d = 0; d < 6; d++)
+      for (int m = 0; m < 3; m++)
+        for (int l = 0; l < nl; l++)
+          if (isf(dt) ? divs[d] > 0 : true) run_scale(k, lens[l], m, divs[d]);
+  }
+}
+
+/* integer division truncates toward zero, in scale and in the fused mean */
+static void test_int_truncation(void **state) {
+  (void)state;
+  cf_kernel_scale_fn sc;
+  void *p = kernel(ctx, (cf_kernel_key){CF_K_SCALE, CF_DT_INT32, CF_RED_SUM, 0}, NULL);
+  memcpy(&sc, &p, sizeof sc);
+  int32_t v[6] = {-7, 7, -1, 5, INT32_MIN, INT32_MAX};
+  sc(v, 6, 2);
+  int32_t want[6] = {-3, 3, 0, 2, INT32_MIN / 2, INT32_MAX / 2};
+  assert_memory_equal(v, want, sizeof v);
+  int64_t w[3] = {INT64_MIN, -10, INT64_MAX};
+  p = kernel(ctx, (cf_kernel_key){CF_K_SCALE, CF_DT_INT64, CF_RED_SUM, 0}, NULL);
+  memcpy(&sc, &p, sizeof sc);
+  sc(w, 3, 3);
+  assert_true(w[0] == INT64_MIN / 3 && w[1] == -3 && w[2] == INT64_MAX / 3);
+  uint8_t u[2] = {255, 7};
+  p = kernel(ctx, (cf_kernel_key){CF_K_SCALE, CF_DT_UINT8, CF_RED_SUM, 0}, NULL);
+  memcpy(&sc, &p, sizeof sc);
+  sc(u, 2, 2);
+  assert_true(u[0] == 127 && u[1] == 3);
+  /* mean = sum / div: (-7 + 0) / 2 = -3, not floor's -4; int8 sums exactly */
+  cf_kernel_nary_fn mean;
+  p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_INT8, CF_RED_MEAN, 2}, NULL);
+  memcpy(&mean, &p, sizeof mean);
+  int8_t a[2] = {-7, 127}, b[2] = {0, 127}, out[2];
+  const void *src[2] = {a, b};
+  mean(out, src, 2, 2);
+  assert_true(out[0] == -3 && out[1] == 127);
+}
+
+/* ---- the QuantMatMul epilogue ---- */
+static void run_quant(cf_dtype dt, int64_t m, int64_t n, int mode) {
+  cf_kernel_key k = {CF_K_QUANT, dt, CF_RED_SUM, 0};
+  cf_kernel_quant_fn fn;
+  void *p = kernel(ctx, k, NULL);
+  memcpy(&fn, &p, sizeof fn);
+  gbuf acc, x1, x2, dst;
+  gbuf_new(&acc, (size_t)(m * n) * 4, offset(mode, 1, CF_DT_INT32));
+  gbuf_new(&x1, (size_t)m * 4, offset(mode, 2, CF_DT_FLOAT32));
+  gbuf_new(&x2, (size_t)n * 4, offset(mode, 3, CF_DT_FLOAT32));
+  gbuf_new(&dst, (size_t)(m * n) * 2, offset(mode, 0, dt));
+  for (int64_t i = 0; i < m * n; i++)
+    st(acc.p, i, CF_DT_INT32, xrand() >> (xrand() % 64));
+  /* scales keep most products within float16's range, some specials */
+  for (int64_t i = 0; i < m; i++)
+    st(x1.p, i, CF_DT_FLOAT32, rand_elem(CF_DT_FLOAT32, true));
+  for (int64_t j = 0; j < n; j++) {
+    float s = ldexpf(fval(rand_elem(CF_DT_FLOAT32, false), CF_DT_FLOAT32), -20);
+    st(x2.p, j, CF_DT_FLOAT32, f32_bits(s));
+  }
+  fn(dst.p, (const int32_t *)(void *)acc.p, (const float *)(void *)x1.p,
+     (const float *)(void *)x2.p, m, n);
+  gbuf_check(&dst, "quant dst");
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      float a = (float)(int32_t)ld(acc.p, i * n + j, CF_DT_INT32);
+      float r = a * fval(ld(x1.p, i, CF_DT_FLOAT32), CF_DT_FLOAT32) *
+                fval(ld(x2.p, j, CF_DT_FLOAT32), CF_DT_FLOAT32);
+      check(&k, i * n + j, ld(dst.p, i * n + j, dt), from_f(r, dt), "quant");
+    }
+  gbuf_free(&acc);
+  gbuf_free(&x1);
+  gbuf_free(&x2);
+  gbuf_free(&dst);
+}
+
+static void test_quant(void **state) {
+  (void)state;
+  for (cf_dtype dt = CF_DT_FLOAT16; dt <= CF_DT_BFLOAT16; dt++) {
+    int64_t w = cf_kernel_lanes(&host, &(cf_kernel_key){CF_K_QUANT, dt, CF_RED_SUM, 0});
+    int64_t dims[][2] = {{0, 5}, {3, 0},     {1, 1},         {2, w - 1},
+                         {3, w}, {2, w + 1}, {5, 3 * w + 2}, {64, 300}};
+    for (int m = 0; m < 3; m++)
+      for (size_t d = 0; d < sizeof dims / sizeof *dims; d++)
+        run_quant(dt, dims[d][0], dims[d][1], m);
+  }
+}
+
+/* ---- edge values ---- */
+
+/* every pair of specials through every float n-ary/acc kernel of arity 2 */
+static void test_specials(void **state) {
+  (void)state;
+  const cf_dtype fts[] = {CF_DT_FLOAT16, CF_DT_BFLOAT16, CF_DT_FLOAT32, CF_DT_FLOAT64};
+  enum { NS = sizeof specials / sizeof *specials };
+  for (int f = 0; f < 4; f++) {
+    cf_dtype dt = fts[f];
+    uint64_t a[NS * NS], b[NS * NS], out[NS * NS];
+    unsigned char ab[NS * NS * 8], bb[NS * NS * 8], ob[NS * NS * 8];
+    for (int i = 0; i < NS; i++)
+      for (int j = 0; j < NS; j++) {
+        a[i * NS + j] = dt == CF_DT_FLOAT64 ? from_d(specials[i]) : from_f(specials[i], dt);
+        b[i * NS + j] = dt == CF_DT_FLOAT64 ? from_d(specials[j]) : from_f(specials[j], dt);
+        st(ab, i * NS + j, dt, a[i * NS + j]);
+        st(bb, i * NS + j, dt, b[i * NS + j]);
+      }
+    for (int r = 0; r < CF_RED_COUNT; r++) {
+      cf_kernel_key k = {CF_K_NARY, dt, (cf_reduction)r, 2};
+      cf_kernel_nary_fn fn;
+      void *p = kernel(ctx, k, NULL);
+      memcpy(&fn, &p, sizeof fn);
+      const void *src[2] = {ab, bb};
+      fn(ob, src, NS * NS, 2);
+      for (int i = 0; i < NS * NS; i++) {
+        uint64_t x[2] = {a[i], b[i]};
+        out[i] = ld(ob, i, dt);
+        check(&k, i, out[i], ref_nary(dt, (cf_reduction)r, 2, x, 2), "specials");
+      }
+      /* spelled out: NaN wins max/min, -0 < +0, Inf - Inf is NaN */
+      if (r == CF_RED_MAX || r == CF_RED_MIN) {
+        assert_true(is_nan_bits(out[0 * NS + 6], dt) && is_nan_bits(out[6 * NS + 0], dt));
+        uint64_t pz = ld(bb, 4, dt), nz = ld(bb, 5, dt); /* specials 4, 5: +0, -0 */
+        assert_true(out[4 * NS + 5] == (r == CF_RED_MAX ? pz : nz));
+        assert_true(out[5 * NS + 4] == (r == CF_RED_MAX ? pz : nz));
+      }
+      if (r == CF_RED_SUM) assert_true(is_nan_bits(out[2 * NS + 3], dt));
+    }
+  }
+}
+
+/* integer sums and products wrap (two's complement) */
+static void test_int_wrap(void **state) {
+  (void)state;
+  cf_kernel_nary_fn fn;
+  void *p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_INT8, CF_RED_SUM, 2}, NULL);
+  memcpy(&fn, &p, sizeof fn);
+  int8_t a8[2] = {127, -128}, b8[2] = {1, -1}, o8[2];
+  fn(o8, (const void *[]){a8, b8}, 2, 1);
+  assert_true(o8[0] == -128 && o8[1] == 127);
+  p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_UINT8, CF_RED_SUM, 3}, NULL);
+  memcpy(&fn, &p, sizeof fn);
+  uint8_t u[1] = {255}, v[1] = {1}, w[1] = {2}, ou[1];
+  fn(ou, (const void *[]){u, v, w}, 1, 1);
+  assert_int_equal(ou[0], 2);
+  p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_INT32, CF_RED_PROD, 2}, NULL);
+  memcpy(&fn, &p, sizeof fn);
+  int32_t a32[1] = {65536}, b32[1] = {65536}, o32[1];
+  fn(o32, (const void *[]){a32, b32}, 1, 1);
+  assert_int_equal(o32[0], 0);
+  cf_kernel_acc_fn acc;
+  p = kernel(ctx, (cf_kernel_key){CF_K_ACC, CF_DT_INT64, CF_RED_SUM, 0}, NULL);
+  memcpy(&acc, &p, sizeof acc);
+  int64_t d64[1] = {INT64_MAX}, s64[1] = {1};
+  acc(d64, s64, 1);
+  assert_true(d64[0] == INT64_MIN);
+}
+
+/* round to nearest, ties to even, in float16 and bfloat16; NaN stays NaN */
+static void test_16bit_ties(void **state) {
+  (void)state;
+  cf_kernel_nary_fn fn;
+  void *p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_BFLOAT16, CF_RED_SUM, 2}, NULL);
+  memcpy(&fn, &p, sizeof fn);
+  /* 1 + 2^-8 is halfway between bfloat16 1.0 and 1.0078125: even is 1.0;
+   * 1.0078125 + 2^-8 goes up to the even 1.015625; 1.9921875 + 2^-8 carries
+   * into the exponent; bfloat16 NaN (signalling) + 1 is NaN */
+  uint16_t a[4] = {0x3f80, 0x3f81, 0x3fff, 0x7f81}, b[4] = {0x3b80, 0x3b80, 0x3b80, 0x3f80}, o[4];
+  fn(o, (const void *[]){a, b}, 4, 1);
+  assert_int_equal(o[0], 0x3f80);
+  assert_int_equal(o[1], 0x3f82);
+  assert_int_equal(o[2], 0x4000);
+  assert_true((o[3] & 0x7fff) > 0x7f80);
+  p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_FLOAT16, CF_RED_SUM, 2}, NULL);
+  memcpy(&fn, &p, sizeof fn);
+  /* float16: 1 + 2^-11 ties to 1.0; (1 + 2^-10) + 2^-11 to 1 + 2^-9;
+   * 65504 + 16 (halfway to 65536) rounds to Inf */
+  uint16_t c[3] = {0x3c00, 0x3c01, 0x7bff}, d[3] = {0x1000, 0x1000, 0x4c00}, q[3];
+  fn(q, (const void *[]){c, d}, 3, 1);
+  assert_int_equal(q[0], 0x3c00);
+  assert_int_equal(q[1], 0x3c02);
+  assert_int_equal(q[2], 0x7c00);
+  /* a NaN scale makes a NaN; rounding its low payload bits as if it were
+   * a number would give Inf (0x7f800001) or carry into the sign (0x7fffffff) */
+  cf_kernel_quant_fn qf;
+  p = kernel(ctx, (cf_kernel_key){CF_K_QUANT, CF_DT_BFLOAT16, CF_RED_SUM, 0}, NULL);
+  memcpy(&qf, &p, sizeof qf);
+  int32_t acc[2] = {3, 3};
+  float x1[2] = {bits_f32(0x7f800001), bits_f32(0x7fffffff)}, x2[1] = {1};
+  uint16_t out[2];
+  qf(out, acc, x1, x2, 2, 1);
+  assert_true((out[0] & 0x7fff) > 0x7f80);
+  assert_true((out[1] & 0x7fff) > 0x7f80);
+}
+
+/* ---- keys, names, errors ---- */
+static void test_keys(void **state) {
+  (void)state;
+  char buf[64], why[128];
+  static const struct {
+    cf_kernel_key k;
+    const char *name, *why; /* why: NULL for a valid key */
+  } keys[] = {
+      {{CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 4}, "cf_nary_sum_float32_4", NULL},
+      {{CF_K_ACC, CF_DT_BFLOAT16, CF_RED_MAX, 0}, "cf_acc_max_bfloat16", NULL},
+      {{CF_K_SCALE, CF_DT_INT8, CF_RED_SUM, 0}, "cf_scale_int8", NULL},
+      {{CF_K_QUANT, CF_DT_BFLOAT16, CF_RED_SUM, 0}, "cf_quant_bfloat16", NULL},
+      {{CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 9},
+       "cf_nary_sum_float32_9",
+       "arity 9 out of range 2..8"},
+      {{CF_K_QUANT, CF_DT_FLOAT32, CF_RED_SUM, 0}, "cf_quant_float32", "bfloat16 or float16"},
+      {{CF_K_ACC, CF_DT_INVALID, CF_RED_SUM, 0}, "cf_acc_sum_invalid", "invalid dtype"},
+      {{CF_K_ACC, CF_DT_INT8, CF_RED_SUM, 2}, "cf_acc_sum_int8", "acc kernels take arity 0, not 2"},
+  };
+  for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+    assert_string_equal(cf_kernel_name(&keys[i].k, buf, sizeof buf), keys[i].name);
+    assert_int_equal(cf_kernel_key_valid(&keys[i].k, why, sizeof why), keys[i].why == NULL);
+    if (keys[i].why && !strstr(why, keys[i].why)) fail_msg("'%s' lacks '%s'", why, keys[i].why);
+  }
+  void *fn = (void *)1;
+  double ms = 5;
+  ASSERT_ERR(
+      cf_codegen_kernel(ctx, &(cf_kernel_key){CF_K_NARY, CF_DT_INT32, CF_RED_MAX, 1}, &fn, &ms),
+      CF_ERR_USAGE, "cf_nary_max_int32_1: arity 1 out of range");
+  assert_null(fn);
+  ASSERT_ERR(
+      cf_codegen_kernel(ctx, &(cf_kernel_key){CF_K_QUANT, CF_DT_FLOAT32, CF_RED_SUM, 0}, &fn, &ms),
+      CF_ERR_USAGE, "bfloat16 or float16");
+  cf_codegen_target t;
+  ASSERT_ERR(cf_codegen_target_nvptx(ctx, "sm90", &t), CF_ERR_USAGE,
+             "'sm90' is not of the form sm_NN");
+  /* a kernel is compiled once per context */
+  cf_kernel_key k = {CF_K_ACC, CF_DT_FLOAT64, CF_RED_PROD, 0};
+  void *f1 = kernel(ctx, k, NULL), *f2 = kernel(ctx, k, &ms);
+  assert_ptr_equal(f1, f2);
+  assert_true(ms == 0);
+}
+
+/* ---- generated code ---- */
+static char *emit(cf_context *c, const cf_codegen_target *t, const cf_kernel_key *keys, int n) {
+  LLVMContextRef lc = LLVMContextCreate();
+  LLVMModuleRef mod;
+  LLVMTargetMachineRef tm;
+  if (cf_codegen_module(c, t, keys, n, lc, &mod) != CF_OK || cf_codegen_machine(c, t, &tm) != CF_OK)
+    fail_msg("%s", cf_context_errmsg(c));
+  LLVMMemoryBufferRef mb;
+  char *err = NULL;
+  if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMAssemblyFile, &err, &mb))
+    fail_msg("%s", err);
+  size_t len = LLVMGetBufferSize(mb);
+  char *s = malloc(len + 1);
+  assert_non_null(s);
+  memcpy(s, LLVMGetBufferStart(mb), len);
+  s[len] = '\0';
+  LLVMDisposeMemoryBuffer(mb);
+  LLVMDisposeModule(mod);
+  LLVMDisposeTargetMachine(tm);
+  LLVMContextDispose(lc);
+  return s;
+}
+
+/* the float32 sum adds in the host's widest vector registers */
+static void test_vector_width(void **state) {
+  (void)state;
+  const char *reg = host.vector_bits >= 512 ? "%zmm" : host.vector_bits >= 256 ? "%ymm" : "%xmm";
+  assert_int_equal(
+      cf_kernel_lanes(&host, &(cf_kernel_key){CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 2}),
+      host.vector_bits / 32);
+  cf_kernel_key k = {CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 2};
+  char *s = emit(ctx, &host, &k, 1);
+  if (strncmp(host.triple, "x86_64", 6) == 0) {
+    bool found = false;
+    for (char *line = strtok(s, "\n"); line && !found; line = strtok(NULL, "\n"))
+      found = strstr(line, "addps") && strstr(line, reg);
+    if (!found)
+      fail_msg("no vector add on %s registers (host %s, %d bits)", reg, host.cpu, host.vector_bits);
+  }
+  free(s);
+}
+
+/* NVPTX: kernels are .entry points with a grid-stride loop */
+static void test_nvptx(void **state) {
+  (void)state;
+  cf_codegen_target t;
+  assert_int_equal(cf_codegen_target_nvptx(ctx, NULL, &t), CF_OK);
+  assert_string_equal(t.cpu, "sm_90");
+  cf_kernel_key keys[3] = {{CF_K_NARY, CF_DT_BFLOAT16, CF_RED_SUM, 4},
+                           {CF_K_SCALE, CF_DT_FLOAT32, CF_RED_SUM, 0},
+                           {CF_K_QUANT, CF_DT_FLOAT16, CF_RED_SUM, 0}};
+  char *s = emit(ctx, &t, keys, 3);
+  const char *want[] = {".target sm_90",
+                        ".entry cf_nary_sum_bfloat16_4",
+                        ".entry cf_scale_float32",
+                        ".entry cf_quant_float16",
+                        "%tid.x",
+                        "%ntid.x",
+                        "%ctaid.x",
+                        "%nctaid.x"};
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+    if (!strstr(s, want[i])) fail_msg("PTX lacks '%s'", want[i]);
+  free(s);
+}
+
+/* ---- the object cache ---- */
+static int count_objects(const char *dir, char *first, size_t len) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (e->d_name[0] != '.') {
+      if (n++ == 0 && first) snprintf(first, len, "%s/%s", dir, e->d_name);
+    }
+  closedir(d);
+  return n;
+}
+
+static void rm_tree(const char *dir) {
+  char sub[512], path[1024];
+  snprintf(sub, sizeof sub, "%s/collfuse", dir);
+  DIR *d = opendir(sub);
+  if (d) {
+    for (struct dirent *e; (e = readdir(d));)
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+        snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
+        unlink(path);
+      }
+    closedir(d);
+    rmdir(sub);
+  }
+  rmdir(dir);
+}
+
+typedef struct logbuf {
+  char text[2048];
+} logbuf;
+static void log_sink(void *user, cf_log_level lvl, const char *msg) {
+  (void)lvl;
+  logbuf *lb = user;
+  size_t n = strlen(lb->text);
+  snprintf(lb->text + n, sizeof lb->text - n, "%s\n", msg);
+}
+
+/* a fresh context's compile time for the 3-ary float32 sum, checking the
+ * kernel computes; *log gets what the context logged */
+static double fresh_compile(logbuf *log) {
+  cf_context *c;
+  assert_int_equal(cf_context_create(&c), CF_OK);
+  if (log) {
+    log->text[0] = '\0';
+    cf_context_set_log(c, log_sink, log);
+  }
+  double ms = -1;
+  cf_kernel_nary_fn fn;
+  void *p = kernel(c, (cf_kernel_key){CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 3}, &ms);
+  memcpy(&fn, &p, sizeof fn);
+  float a[40], b[40], d[40], o[40];
+  for (int i = 0; i < 40; i++)
+    a[i] = (float)i, b[i] = 0.5f, d[i] = -1;
+  fn(o, (const void *[]){a, b, d}, 40, 1);
+  for (int i = 0; i < 40; i++)
+    assert_true(o[i] == (float)i - 0.5f);
+  cf_context_destroy(c);
+  return ms;
+}
+
+static void corrupt(const char *path, long at, bool truncate_it) {
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0);
+  if (truncate_it) {
+    assert_int_equal(truncate(path, sb.st_size / 2), 0);
+    return;
+  }
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  if (at < 0) at = (long)sb.st_size / 2;
+  fseek(f, at, SEEK_SET);
+  int ch = fgetc(f);
+  fseek(f, at, SEEK_SET);
+  fputc(ch ^ 0x10, f);
+  fclose(f);
+}
+
+static void test_object_cache(void **state) {
+  (void)state;
+  char dir[] = "/tmp/cf_cgtest_XXXXXX", sub[64], file[512];
+  assert_non_null(mkdtemp(dir));
+  snprintf(sub, sizeof sub, "%s/collfuse", dir);
+  setenv("XDG_CACHE_HOME", dir, 1);
+  unsetenv("COLLFUSE_CACHE");
+  logbuf log;
+
+  assert_true(fresh_compile(NULL) > 0); /* compiled and stored */
+  assert_int_equal(count_objects(sub, file, sizeof file), 1);
+  assert_true(fresh_compile(NULL) == 0); /* a second "process" compiles nothing */
+
+  corrupt(file, -1, false); /* a flipped payload byte */
+  assert_true(fresh_compile(&log) > 0);
+  assert_non_null(strstr(log.text, "stale kernel cache entry (payload checksum mismatch)"));
+  assert_true(fresh_compile(NULL) == 0); /* rewritten */
+
+  corrupt(file, 0, true); /* truncated */
+  assert_true(fresh_compile(&log) > 0);
+  assert_non_null(strstr(log.text, "stale kernel cache entry"));
+  assert_true(fresh_compile(NULL) == 0);
+
+  char other[600]; /* an entry under another kernel's name */
+  snprintf(other, sizeof other, "%s", file);
+  memcpy(strstr(other, "float32_3-"), "float32_2-", 10);
+  assert_int_equal(rename(file, other), 0);
+  cf_context *c;
+  assert_int_equal(cf_context_create(&c), CF_OK);
+  cf_context_set_log(c, log_sink, &log);
+  log.text[0] = '\0';
+  double ms = 0;
+  kernel(c, (cf_kernel_key){CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 2}, &ms);
+  assert_true(ms > 0);
+  assert_non_null(strstr(log.text, "holds another kernel"));
+  cf_context_destroy(c);
+  assert_true(fresh_compile(NULL) > 0);
+  assert_true(fresh_compile(NULL) == 0);
+
+  corrupt(file, 20, false); /* header: the LLVM version */
+  assert_true(fresh_compile(&log) > 0);
+  assert_non_null(strstr(log.text, "header checksum mismatch"));
+  assert_true(fresh_compile(NULL) == 0);
+  assert_int_equal(count_objects(sub, NULL, 0), 2); /* no temporary files left */
+
+  char dir2[] = "/tmp/cf_cgtest_XXXXXX", sub2[64];
+  assert_non_null(mkdtemp(dir2));
+  snprintf(sub2, sizeof sub2, "%s/collfuse", dir2);
+  setenv("XDG_CACHE_HOME", dir2, 1);
+  setenv("COLLFUSE_CACHE", "off", 1);
+  assert_true(fresh_compile(NULL) > 0);
+  assert_true(fresh_compile(NULL) > 0); /* nothing cached across contexts */
+  struct stat sb;
+  assert_int_not_equal(stat(sub2, &sb), 0); /* and nothing written */
+
+  rm_tree(dir);
+  rm_tree(dir2);
+}
+
+int main(void) {
+  /* the bulk of the tests must not read or fill the user's cache */
+  setenv("COLLFUSE_CACHE", "off", 1);
+  cf_context *c;
+  if (cf_context_create(&c) != CF_OK || cf_codegen_target_host(c, &host) != CF_OK) return 1;
+  cf_context_destroy(c);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_keys),         cmocka_unit_test(test_vector_width),
+      cmocka_unit_test(test_nvptx),        cmocka_unit_test(test_nary),
+      cmocka_unit_test(test_nary_large),   cmocka_unit_test(test_acc),
+      cmocka_unit_test(test_scale),        cmocka_unit_test(test_int_truncation),
+      cmocka_unit_test(test_quant),        cmocka_unit_test(test_specials),
+      cmocka_unit_test(test_int_wrap),     cmocka_unit_test(test_16bit_ties),
+      cmocka_unit_test(test_object_cache),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
