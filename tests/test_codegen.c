@@ -338,6 +338,70 @@ static void test_quant(void **state) {
 /* ---- edge values ---- */
 
 /* every pair of specials through every float n-ary/acc kernel of arity 2 */
+/* The streaming (non-temporal) NARY path: dst of at least 4 MiB, aligned,
+ * misaligned by whole elements (peeled to 64 bytes) and by odd bytes (the
+ * plain loop); with NaN, Inf and signed zeros in the data. */
+static void test_nary_stream(void **state) {
+  (void)state;
+  for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++) {
+    int64_t n = (4 << 20) / esize(dt) + 77;
+    for (int m = 0; m < 3; m++) {
+      run_nary((cf_kernel_key){CF_K_NARY, dt, CF_RED_SUM, 3}, n, m, 1, true);
+      run_nary((cf_kernel_key){CF_K_NARY, dt, m == 1 ? CF_RED_MIN : CF_RED_MAX, 2 + 3 * m}, n, m,
+               1, true);
+    }
+  }
+}
+
+/* The fast float max/min path on blocks without NaN: signed zeros meeting
+ * in one lane at every arity (max(-0, +0) = +0, min = -0, in any order),
+ * mixed with ordinary values of both signs and infinities. */
+static void test_maxmin_zeros(void **state) {
+  (void)state;
+  static const float vals[] = {0.0f, -0.0f, 0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, 1e-45f};
+  const cf_dtype fts[] = {CF_DT_FLOAT16, CF_DT_BFLOAT16, CF_DT_FLOAT32, CF_DT_FLOAT64};
+  enum { NV = sizeof vals / sizeof *vals, N = 1000 };
+  for (int f = 0; f < 4; f++) {
+    cf_dtype dt = fts[f];
+    for (int r = CF_RED_MAX; r <= CF_RED_MIN; r++)
+      for (int a = 1; a <= CF_MAX_ARITY; a++) {
+        /* a == 1: the accumulate kernel */
+        cf_kernel_key k = a == 1 ? (cf_kernel_key){CF_K_ACC, dt, (cf_reduction)r, 0}
+                                 : (cf_kernel_key){CF_K_NARY, dt, (cf_reduction)r, a};
+        int ar = a == 1 ? 2 : a;
+        unsigned char in[CF_MAX_ARITY][N * 8], out[N * 8];
+        uint64_t x[CF_MAX_ARITY][N];
+        for (int s = 0; s < ar; s++)
+          for (int i = 0; i < N; i++) {
+            /* mostly zeros, so that whole vectors of them meet */
+            float v = xrand() % 4 ? vals[xrand() % 4] : vals[xrand() % NV];
+            x[s][i] = dt == CF_DT_FLOAT64 ? from_d((double)v) : from_f(v, dt);
+            st(in[s], i, dt, x[s][i]);
+          }
+        void *p = kernel(ctx, k, NULL);
+        if (a == 1) {
+          cf_kernel_acc_fn fn;
+          memcpy(&fn, &p, sizeof fn);
+          memcpy(out, in[0], sizeof out);
+          fn(out, in[1], N);
+        } else {
+          cf_kernel_nary_fn fn;
+          memcpy(&fn, &p, sizeof fn);
+          const void *sp[CF_MAX_ARITY];
+          for (int s = 0; s < ar; s++)
+            sp[s] = in[s];
+          fn(out, sp, N, 1);
+        }
+        for (int i = 0; i < N; i++) {
+          uint64_t xi[CF_MAX_ARITY];
+          for (int s = 0; s < ar; s++)
+            xi[s] = x[s][i];
+          check(&k, i, ld(out, i, dt), ref_nary(dt, (cf_reduction)r, ar, xi, 1), "zeros");
+        }
+      }
+  }
+}
+
 static void test_specials(void **state) {
   (void)state;
   const cf_dtype fts[] = {CF_DT_FLOAT16, CF_DT_BFLOAT16, CF_DT_FLOAT32, CF_DT_FLOAT64};
@@ -700,6 +764,7 @@ int main(void) {
       cmocka_unit_test(test_scale),        cmocka_unit_test(test_int_truncation),
       cmocka_unit_test(test_quant),        cmocka_unit_test(test_specials),
       cmocka_unit_test(test_int_wrap),     cmocka_unit_test(test_16bit_ties),
+      cmocka_unit_test(test_nary_stream),  cmocka_unit_test(test_maxmin_zeros),
       cmocka_unit_test(test_object_cache),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
