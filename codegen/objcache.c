@@ -210,17 +210,6 @@ static bool mkdir_p(char *dir) {
   return mkdir(dir, 0700) == 0 || errno == EEXIST;
 }
 
-static bool write_all(int fd, const void *data, size_t n) {
-  const unsigned char *p = data;
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= (size_t)w;
-  }
-  return true;
-}
 
 bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t,
                        const cf_kernel_key *key, const void *data, size_t size) {
@@ -241,7 +230,7 @@ bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_
   }
   unsigned char h[HDR_SIZE];
   header(h, t, key, data, size);
-  bool ok = write_all(fd, h, sizeof h) && write_all(fd, data, size);
+  bool ok = cf_write_all(fd, h, sizeof h) && cf_write_all(fd, data, size);
   int err = errno;
   if (close(fd) != 0 && ok) ok = false, err = errno;
   if (ok && rename(tmp, path) != 0) ok = false, err = errno;

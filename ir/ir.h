@@ -58,6 +58,9 @@ char *cf_arena_strdup(cf_arena *a, const char *s);
 char *cf_arena_strndup(cf_arena *a, const char *s, size_t n);
 void cf_arena_free(cf_arena *a);
 
+/* write(2) all of p[0..n), retrying on EINTR and short writes. */
+bool cf_write_all(int fd, const void *p, size_t n);
+
 /* Overflow-safe helpers: return false on overflow. */
 bool cf_mul_i64(int64_t a, int64_t b, int64_t *out);
 bool cf_add_i64(int64_t a, int64_t b, int64_t *out);

@@ -306,17 +306,6 @@ typedef struct mpi_peer {
   bool int8_sum_saturates;
 } mpi_peer;
 
-static bool write_all(int fd, const void *p, size_t n) {
-  const char *c = p;
-  while (n) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w;
-    n -= (size_t)w;
-  }
-  return true;
-}
 
 /* Read n bytes, waiting at most timeout_s for the first. */
 static bool read_all(int fd, void *p, size_t n, int timeout_s) {
@@ -366,7 +355,7 @@ static void mpi_serve(int req_fd, int rep_fd) {
         if (j.failed) snprintf(r.why, sizeof r.why, "%s", j.why);
       }
     }
-    if (!write_all(rep_fd, &r, sizeof r)) break;
+    if (!cf_write_all(rep_fd, &r, sizeof r)) break;
   }
   buffers_free(&b);
 }
@@ -444,7 +433,7 @@ static void mpi_start(mpi_peer *p) {
       cf_mpi_version(h.version, sizeof h.version);
       h.int8_sum_saturates = probe_int8_saturation();
     }
-    if (write_all(rp[1], &h, sizeof h) && h.ok) mpi_serve(rq[0], rp[1]);
+    if (cf_write_all(rp[1], &h, sizeof h) && h.ok) mpi_serve(rq[0], rp[1]);
     if (h.ok) cf_mpi_finalize();
     _exit(h.ok ? 0 : 1); /* no atexit handlers: MPI's state is not ours to check */
   }
@@ -498,7 +487,7 @@ static double mpi_measure(mpi_peer *p, int dtype, const job *j, const options *o
                .bytes = j->b->bytes,
                .min_ms = o->min_ms};
   mpi_rep r;
-  if (!write_all(p->req, &q, sizeof q) || !read_all(p->rep, &r, sizeof r, 600)) {
+  if (!cf_write_all(p->req, &q, sizeof q) || !read_all(p->rep, &r, sizeof r, 600)) {
     child_reason(p, "the MPI process failed", mpi_stop(p, 1));
     snprintf(why, len, "%s", p->why);
     return 0;
