@@ -1,0 +1,308 @@
+/* executor.h - collfuse's executor (one internal header for executor/).
+ *
+ * A compiled graph becomes a plan: one schedule of steps that every rank runs
+ * (compute ops, collective start, collective wait), a memory plan that gives
+ * every value a buffer (fused buckets are one contiguous buffer whose
+ * members are views at their offsets, so producers write into the bucket and
+ * consumers read from it, with no pack/unpack copies), and the kernels the
+ * collectives need, resolved before any rank starts.
+ *
+ * Runtime components are vtables (STYLE, ggml/UCC): a device backend owns
+ * buffers and launches the generated reduction kernels; a transport moves
+ * bytes between ranks with two-sided, in-order messages. The collective
+ * algorithms (algo_*.c) are written only against these two interfaces, so
+ * the threads transport (single copy: a receiver reads the sender's buffer
+ * in place) and an MPI transport (a receiver gets a copy in its staging
+ * buffer) run the same algorithms.
+ */
+#ifndef COLLFUSE_EXECUTOR_H
+#define COLLFUSE_EXECUTOR_H
+
+#include "../codegen/codegen.h"
+#include "../ir/ir.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ================= tensors ================= */
+
+typedef struct cf_tensor {
+  void *data;     /* host memory (CPU device), count * dtype size bytes */
+  cf_dtype dtype;
+  cf_shape shape;
+  int64_t count;  /* elements */
+} cf_tensor;
+
+/* ================= fill.c: deterministic data ================= */
+
+/* Pseudo-random, reproducible data: element i depends only on (seed, rank,
+ * name, i), never on the buffer layout or the thread that writes it.
+ * Floats are uniform in [-1, 1) (never all zeros; float16/bfloat16 values
+ * are exactly representable), signed integers in [-8, 8), uint8 in [0, 16):
+ * small enough that sums and products over a few ranks stay exact in the
+ * type, large enough that a wrong answer shows. */
+void cf_fill_random(void *data, cf_dtype dt, int64_t count, uint64_t seed, int rank,
+                    const char *name);
+/* An Input's or Constant's contents by its `init` (random, default for
+ * Input; zeros; ones; iota: element i = i converted to the type) and, for a
+ * Constant, `value` (every element = value converted). */
+void cf_fill_node(const cf_node *n, void *data, cf_dtype dt, int64_t count, uint64_t seed, int rank);
+/* Element i of a buffer as double, and a double stored into element i
+ * (round to nearest even for float16/bfloat16, saturating float -> int
+ * casts, like numpy's astype on in-range values). */
+double cf_load_f64(const void *data, cf_dtype dt, int64_t i);
+void cf_store_f64(void *data, cf_dtype dt, int64_t i, double v);
+/* Integer element i as int64 (integer dtypes only). */
+int64_t cf_load_i64(const void *data, cf_dtype dt, int64_t i);
+void cf_store_i64(void *data, cf_dtype dt, int64_t i, int64_t v); /* wraps */
+/* float <-> half/bfloat16 bits, round to nearest even, NaN stays NaN. */
+float cf_f16_to_f32(uint16_t h);
+uint16_t cf_f32_to_f16(float f);
+float cf_bf16_to_f32(uint16_t h);
+uint16_t cf_f32_to_bf16(float f);
+
+/* ================= compute.c: compute ops ================= */
+
+/* Run compute node n (Constant, MatMul, QuantMatMul, Add, Sub, Mul, Cast,
+ * Reshape, Opaque) of graph g for one rank: in[0..n->n_in) are its operands
+ * (already computed), out[0..n_out) its preallocated outputs with dtype,
+ * shape and count set. MatMul: OpenBLAS sgemm/dgemm for float32/float64,
+ * float16/bfloat16 through float32, integers exactly (int8 accumulates in
+ * int32, wrapping as the type does). QuantMatMul: int8 x int8 -> int32 (+
+ * int32 bias), then the codegen QUANT epilogue. Add/Sub/Mul broadcast like
+ * numpy. Opaque fills its outputs with cf_fill_random(seed, rank, name of
+ * the node + ":" + port). Thread-safe: ranks call it concurrently. */
+cf_status cf_compute_run(cf_context *ctx, const cf_graph *g, const cf_node *n, const cf_tensor *in,
+                         cf_tensor *out, int rank, uint64_t seed);
+
+/* ================= npy.c: NumPy .npy files ================= */
+
+/* Read a .npy file (format 1.0/2.0/3.0, C order, little or big endian;
+ * bool/int8/uint8/int16/int32/int64/float16/float32/float64; for bfloat16,
+ * what ml_dtypes' np.save writes ('<V2' or '|V2' raw 2-byte records) and
+ * '<u2' raw bits). It must hold exactly dt with shape *shape, else an error
+ * naming the file, the expected and the found dtype/shape. *data is
+ * malloc'd. */
+cf_status cf_npy_read(cf_context *ctx, const char *path, cf_dtype dt, const cf_shape *shape,
+                      void **data);
+/* Write data as a .npy file (format 1.0, little endian; bfloat16 as '<V2'
+ * raw records, which ml_dtypes reads back with .view(bfloat16)). Atomic:
+ * temporary file + rename. */
+cf_status cf_npy_write(cf_context *ctx, const char *path, cf_dtype dt, const cf_shape *shape,
+                       const void *data);
+
+/* ================= reference.c, verify.c: float64 reference ================= */
+
+/* The reference value of one output on one rank: val[i] is the float64
+ * result, mag[i] a bound on the magnitude of what was summed to get it
+ * (sum of |terms| through the graph, so the tolerance scales with the
+ * conditioning, as a forward error bound does); integer outputs are exact
+ * in ival[] (wrapping as the type does) and val/mag are NULL. */
+typedef struct cf_ref_value {
+  cf_dtype dtype;
+  cf_shape shape;
+  int64_t count;
+  double *val, *mag; /* float dtypes */
+  int64_t *ival;     /* integer dtypes */
+} cf_ref_value;
+
+/* The inputs of a run: for every Input node of the graph (by name), one
+ * tensor per rank: data[rank * n + k] is Input names[k] on that rank. */
+typedef struct cf_inputs {
+  int n, ranks;
+  const char **names;
+  cf_tensor *data;
+} cf_inputs;
+
+/* Evaluate the unfused graph g (verified and inferred; fused ops are
+ * evaluated by their definition too) for ranks 0..in->ranks-1 in float64
+ * (integers exactly). Collectives follow SPEC section 2 with groups;
+ * Reduce's non-root outputs are undefined and left NaN/0 (verify skips
+ * them). out[rank * n_outputs + j] is the j-th Output node (node order) of
+ * rank; the caller frees with cf_ref_free(out, count). */
+cf_status cf_reference_run(cf_context *ctx, const cf_graph *g, const cf_inputs *in, uint64_t seed,
+                           cf_ref_value **out, int *n_outputs);
+void cf_ref_free(cf_ref_value *v, int count);
+
+typedef struct cf_verify_stats {
+  double max_abs_err, max_rel_err; /* over every checked element */
+  int64_t checked;                 /* elements compared */
+} cf_verify_stats;
+
+/* Compare got[rank * n_outputs + j] with ref[...] for every rank and output
+ * of g: |got - val| <= tol * mag (float32 1e-5, float16/bfloat16 1e-2,
+ * float64 1e-12), NaN only where the reference is NaN; integers exactly.
+ * Reduce outputs are checked on the root only. The first mismatch is an
+ * error "output 'NAME' rank R index I: got G, expected E" (CF_ERR_INVALID);
+ * st is filled either way. */
+cf_status cf_verify_outputs(cf_context *ctx, const cf_graph *g, const cf_tensor *got,
+                            const cf_ref_value *ref, int ranks, int n_outputs,
+                            cf_verify_stats *st);
+
+/* ================= backends/: device backends ================= */
+
+typedef struct cf_device cf_device;
+/* A device backend: buffers and kernel launches (STYLE: a vtable + impl).
+ * All slots are required. */
+typedef struct cf_device_ops {
+  const char *name;                                      /* "cpu", "cuda" */
+  void *(*alloc)(cf_device *d, size_t bytes);            /* zeroed, 64-aligned; NULL on OOM */
+  void (*free)(cf_device *d, void *p);
+  void (*copy)(cf_device *d, void *dst, const void *src, size_t bytes);
+  /* Make key's kernel launchable (JIT/cache); called before ranks start. */
+  cf_status (*prepare)(cf_device *d, const cf_kernel_key *key);
+  /* Launch a prepared kernel with its ABI's arguments (codegen.h). */
+  void (*nary)(cf_device *d, const cf_kernel_key *key, void *dst, const void *const *src,
+               int64_t n, double div);
+  void (*acc)(cf_device *d, const cf_kernel_key *key, void *dst, const void *src, int64_t n);
+  void (*scale)(cf_device *d, const cf_kernel_key *key, void *dst, int64_t n, double div);
+  void (*sync)(cf_device *d);
+  void (*destroy)(cf_device *d);
+} cf_device_ops;
+
+struct cf_device {
+  const cf_device_ops *ops;
+  cf_context *ctx;
+  void *impl;
+};
+
+/* backends/cpu.c */
+cf_status cf_device_cpu_create(cf_context *ctx, cf_device **out);
+
+/* ================= transports/: moving bytes between ranks ================= */
+
+/* What a rank says about the collective it is running; every message of a
+ * collective carries it and the receiver compares it with its own, so a
+ * mismatch is an error naming both ranks and both values, never a hang. */
+typedef struct cf_coll_desc {
+  int64_t seq;        /* collectives of this group so far on this rank */
+  cf_op op;           /* base kind: AllReduce, AllGather, ... */
+  cf_dtype dtype;
+  int64_t count;      /* elements per rank's input */
+  int red;            /* cf_reduction, -1 when none */
+  int root;           /* -1 when none */
+  int layout;         /* AllGather layout, -1 otherwise */
+  const char *group;
+  const char *node;   /* node name (for messages only, not compared) */
+} cf_coll_desc;
+
+typedef struct cf_comm cf_comm;
+/* A transport endpoint of one rank: two-sided, in-order messages per
+ * (sender, receiver) pair. send() is nonblocking; the sender must not
+ * change buf until send_wait() says the receiver is done with it. recv()
+ * gives a pointer to the data: the sender's own buffer (threads: single
+ * copy) or staging (MPI: filled by the receive; staging may be NULL when the
+ * transport reads in place, see ops->zero_copy); the receiver calls
+ * release() when it has read it. Every blocking call honours the deadline
+ * and the abort flag: it returns CF_ERR_RUNTIME with the reason in the
+ * context. Ranks here are world ranks. */
+typedef struct cf_comm_ops {
+  const char *name;    /* "threads", "mpi" */
+  bool zero_copy;      /* recv() returns the sender's memory */
+  cf_status (*send)(cf_comm *c, int peer, const void *buf, size_t bytes, const cf_coll_desc *d);
+  cf_status (*recv)(cf_comm *c, int peer, void *staging, size_t bytes, const cf_coll_desc *d,
+                    const void **data);
+  cf_status (*release)(cf_comm *c, int peer);
+  /* Wait until every message this rank sent has been released. */
+  cf_status (*send_wait)(cf_comm *c);
+  /* Fail every rank (sets the shared abort flag with msg; first one wins). */
+  void (*abort)(cf_comm *c, const char *msg);
+  /* True when another rank aborted; its message goes to *msg. */
+  bool (*aborted)(cf_comm *c, const char **msg);
+} cf_comm_ops;
+
+struct cf_comm {
+  const cf_comm_ops *ops;
+  cf_context *ctx;     /* this rank's context for messages */
+  int rank, size;      /* world */
+  void *impl;
+};
+
+/* transports/threads.c: a world of size ranks that are threads of this
+ * process. The world is shared; each rank gets its own cf_comm. */
+typedef struct cf_threads_world cf_threads_world;
+cf_status cf_threads_world_create(cf_context *ctx, int size, double timeout_s,
+                                  cf_threads_world **out);
+cf_comm *cf_threads_comm(cf_threads_world *w, int rank, cf_context *rank_ctx);
+void cf_threads_world_destroy(cf_threads_world *w);
+
+/* ================= coll.c, algo_*.c: collective algorithms ================= */
+
+typedef enum cf_algo {
+  CF_ALGO_AUTO,   /* by size and mode */
+  CF_ALGO_DIRECT, /* every rank reduces everything from every peer: 1 step */
+  CF_ALGO_RD,     /* recursive doubling (powers of two; else direct) */
+  CF_ALGO_RING,   /* ring reduce-scatter + ring all-gather */
+  CF_ALGO_RSAG,   /* direct reduce-scatter + direct all-gather (rank order) */
+  CF_ALGO_COUNT
+} cf_algo;
+const char *cf_algo_name(cf_algo a);
+int cf_algo_parse(const char *s); /* -1 when unknown */
+
+/* One call of a collective on one rank: a contiguous input and output of
+ * count elements (AllReduce, Reduce, Broadcast), count * group size
+ * (AllGather output, ReduceScatter input). A fused bucket is one call over
+ * the bucket buffer; a fused ReduceScatter passes its per-member block
+ * layout in segs (NULL: one member). */
+typedef struct cf_coll_call {
+  cf_coll_desc desc;
+  const int *ranks;    /* world ranks of the group, in group order */
+  int n;               /* group size */
+  int me;              /* my index in ranks */
+  const void *in;
+  void *out;
+  void *scratch;       /* algorithm scratch, scratch_bytes */
+  size_t scratch_bytes;
+  cf_algo algo;        /* resolved: never AUTO */
+  bool deterministic;  /* reduce in rank order */
+} cf_coll_call;
+
+/* Scratch bytes an algorithm needs for a call (so the plan can size it). */
+size_t cf_coll_scratch_bytes(const cf_coll_desc *d, int n, cf_algo a);
+/* The algorithm AUTO picks for desc on n ranks (a pure function of desc, n
+ * and the mode, so every rank picks the same). */
+cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo forced);
+/* Run one collective call on this rank. */
+cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+
+/* ================= plan.c, exec.c: plans and runs ================= */
+
+typedef struct cf_run_options {
+  int ranks;            /* world size; 0: the graph's world_size */
+  int iters, warmup;    /* timed and untimed iterations */
+  uint64_t seed;
+  bool deterministic;
+  double timeout_s;     /* every wait; default 60 */
+  cf_algo algo;         /* forced algorithm or AUTO */
+  int verbose;
+  /* Test hook: called on every rank's copy of the plan after the
+   * fingerprint check, so a test can make one rank differ. */
+  void (*test_mutate)(void *user, int rank, cf_coll_desc *d, int index);
+  void *test_user;
+} cf_run_options;
+
+typedef struct cf_run_result {
+  double time_ms_median;     /* per iteration, over iters */
+  double *time_ms;           /* every timed iteration (malloc'd) */
+  int64_t collectives_executed; /* per rank per iteration */
+  int64_t peak_bytes;        /* memory plan peak per rank */
+  int n_outputs;
+  cf_tensor *outputs;        /* [rank * n_outputs + j], j-th Output node */
+  const char **output_names;
+} cf_run_result;
+
+typedef struct cf_plan cf_plan;
+/* Plan compiled graph g (verified, inferred, passes already run) for opt. */
+cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options *opt,
+                        cf_plan **out);
+int64_t cf_plan_peak_bytes(const cf_plan *p);
+void cf_plan_destroy(cf_plan *p);
+
+/* Run p on the threads transport and CPU device with inputs in (NULL: every
+ * Input filled by cf_fill_node with opt->seed). Outputs of the last
+ * iteration go to res; free with cf_run_result_free. */
+cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_result *res);
+void cf_run_result_free(cf_run_result *res);
+
+#endif /* COLLFUSE_EXECUTOR_H */
