@@ -1,0 +1,681 @@
+/* reference.c - the float64 reference that `run --verify` checks against.
+ *
+ * The graph is evaluated node by node in topological order for every rank
+ * at once (a collective needs all its ranks' operands), in float64 for
+ * float dtypes and exactly in int64 for integer dtypes, wrapping to the
+ * dtype at every op output like the kernels do. Each value is freed after
+ * its last use, so memory follows the live set, not the graph.
+ *
+ * Float values carry a magnitude next to the value: the sum of |terms| that
+ * produced it (Add/Sub add magnitudes, Mul multiplies them, MatMul sums the
+ * products, sum-collectives add them, max/min take the largest), so the
+ * verifier's tolerance rtol * mag is a forward error bound that scales with
+ * cancellation. Intermediate float16/bfloat16/float32 results are NOT
+ * rounded to their dtype (the executor rounds every op's output): the
+ * difference is what that tolerance covers. Only Cast rounds, through
+ * cf_store_f64/cf_load_f64, because a cast changes the value by design
+ * (and float -> integer casts then compare exactly).
+ *
+ * Undefined values: a rank outside a collective's group does not run it,
+ * and Reduce defines its output on the root only. Such a value (and every
+ * value computed from it) is a cf_ref_value with dtype, shape and count set
+ * and val, mag and ival all NULL; cf_verify_outputs skips it. Opaque is the
+ * exception: the executor fills it whatever its operands hold.
+ *
+ * Inputs come from cf_inputs by name; Constant and Opaque are filled with
+ * cf_fill_node and cf_fill_random exactly as the executor fills them.
+ */
+#include "executor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef cf_ref_value rv;
+
+typedef struct ref_run {
+  cf_context *ctx;
+  const cf_graph *g;
+  const cf_inputs *in;
+  uint64_t seed;
+  int R;              /* ranks */
+  rv **vals;          /* per node: [port * R + rank]; NULL before it runs and after its last use */
+  int64_t *base;      /* per node: first index of its ports in uses[] */
+  int *uses;          /* per port: operand references not yet evaluated */
+  int *live;          /* per node: ports still holding values */
+  int *input_of;      /* per node: index into in->names, -1 when none */
+  int *world;         /* 0..R-1: the world group's ranks */
+  int *out_index;     /* per node: its index among the Output nodes, -1 otherwise */
+} ref_run;
+
+/* ================= values ================= */
+
+static bool is_int(cf_dtype dt) { return !cf_dtype_is_float(dt); }
+static bool defined(const rv *v) { return v->val || v->ival; }
+
+/* An int64 wrapped to dt's width: two's complement, uint8 zero-extended. */
+static int64_t wrap(uint64_t u, cf_dtype dt) {
+  int bits = cf_dtype_size(dt) * 8;
+  if (bits >= 64) return (int64_t)u;
+  u &= (1ull << bits) - 1;
+  if (dt != CF_DT_UINT8 && (u >> (bits - 1))) u |= ~0ull << bits;
+  return (int64_t)u;
+}
+
+static void val_free(rv *v) {
+  free(v->val);
+  free(v->mag);
+  free(v->ival);
+  v->val = v->mag = NULL;
+  v->ival = NULL;
+}
+
+/* Give v (type already set) zeroed storage; at least one element, so a
+ * defined value never has NULL arrays even when empty. */
+static cf_status val_alloc(ref_run *r, rv *v) {
+  size_t n = v->count > 0 ? (size_t)v->count : 1;
+  if ((uint64_t)v->count > SIZE_MAX / sizeof(double)) goto fail;
+  if (is_int(v->dtype)) {
+    if (!(v->ival = calloc(n, sizeof(int64_t)))) goto fail;
+  } else {
+    v->val = calloc(n, sizeof(double));
+    v->mag = calloc(n, sizeof(double));
+    if (!v->val || !v->mag) goto fail;
+  }
+  return CF_OK;
+fail:
+  val_free(v);
+  return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "reference: out of memory (%lld elements)",
+                  (long long)v->count);
+}
+
+static void set_type(rv *v, const cf_value *t) {
+  v->dtype = t->dtype;
+  v->shape = t->shape;
+  if (!cf_shape_elements(&t->shape, &v->count)) v->count = 0; /* inference checked it */
+}
+
+/* dst (type set, no storage) becomes a copy of src. */
+static cf_status val_copy(ref_run *r, rv *dst, const rv *src) {
+  if (!defined(src)) return CF_OK;
+  cf_status st = val_alloc(r, dst);
+  if (st) return st;
+  size_t bytes = (size_t)src->count * sizeof(double);
+  if (src->ival) memcpy(dst->ival, src->ival, bytes);
+  if (src->val) {
+    memcpy(dst->val, src->val, bytes);
+    memcpy(dst->mag, src->mag, bytes);
+  }
+  return CF_OK;
+}
+
+/* element i as a double and its magnitude (integers: exact values) */
+static double dv(const rv *v, int64_t i) { return v->val ? v->val[i] : (double)v->ival[i]; }
+static double mv(const rv *v, int64_t i) { return v->mag ? v->mag[i] : fabs((double)v->ival[i]); }
+
+/* Load a tensor's elements (count of v, dtype of v) into v's storage. */
+static void load(rv *v, const void *data) {
+  for (int64_t i = 0; i < v->count; i++) {
+    if (v->ival) {
+      v->ival[i] = cf_load_i64(data, v->dtype, i);
+    } else {
+      v->val[i] = cf_load_f64(data, v->dtype, i);
+      v->mag[i] = fabs(v->val[i]);
+    }
+  }
+}
+
+static const rv *opnd(const ref_run *r, const cf_node *n, int j, int rank) {
+  return &r->vals[n->in[j].node][n->in[j].port * r->R + rank];
+}
+
+static rv *result(const ref_run *r, const cf_node *n, int port, int rank) {
+  return &r->vals[n - r->g->nodes][port * r->R + rank];
+}
+
+/* ================= compute ops ================= */
+
+/* Element strides of x along each dimension of the broadcast shape o (0
+ * where x is broadcast). */
+static void bstrides(const cf_shape *o, const cf_shape *x, int64_t *st) {
+  int64_t s = 1;
+  for (int d = o->rank - 1; d >= 0; d--) {
+    int xd = x->rank - o->rank + d;
+    int64_t dim = xd >= 0 ? x->dims[xd] : 1;
+    st[d] = dim == 1 ? 0 : s;
+    s *= dim;
+  }
+}
+
+/* Add, Sub, Mul with numpy broadcasting */
+static void binary(cf_op op, const rv *a, const rv *b, rv *o) {
+  int64_t sa[CF_MAX_RANK], sb[CF_MAX_RANK], idx[CF_MAX_RANK] = {0}, ia = 0, ib = 0;
+  bstrides(&o->shape, &a->shape, sa);
+  bstrides(&o->shape, &b->shape, sb);
+  for (int64_t e = 0; e < o->count; e++) {
+    if (o->ival) {
+      uint64_t x = (uint64_t)a->ival[ia], y = (uint64_t)b->ival[ib];
+      o->ival[e] = wrap(op == CF_OP_ADD ? x + y : op == CF_OP_SUB ? x - y : x * y, o->dtype);
+    } else if (op == CF_OP_MUL) {
+      o->val[e] = a->val[ia] * b->val[ib];
+      o->mag[e] = a->mag[ia] * b->mag[ib];
+    } else {
+      o->val[e] = op == CF_OP_ADD ? a->val[ia] + b->val[ib] : a->val[ia] - b->val[ib];
+      o->mag[e] = a->mag[ia] + b->mag[ib];
+    }
+    for (int d = o->shape.rank - 1; d >= 0; d--) {
+      ia += sa[d];
+      ib += sb[d];
+      if (++idx[d] < o->shape.dims[d]) break;
+      ia -= sa[d] * o->shape.dims[d];
+      ib -= sb[d] * o->shape.dims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/* o (m,n) = x1 (m,k) @ x2 (k,n) [+ bias (n)], floats in val/mag of o;
+ * integer MatMul exactly, wrapping to o's dtype. */
+static void matmul(const rv *x1, const rv *x2, const rv *bias, rv *o) {
+  int64_t m = x1->shape.dims[0], k = x1->shape.dims[1], n = x2->shape.dims[1];
+  for (int64_t i = 0; i < m; i++) {
+    if (o->ival) {
+      for (int64_t j = 0; j < n; j++) {
+        uint64_t acc = 0;
+        for (int64_t t = 0; t < k; t++)
+          acc += (uint64_t)x1->ival[i * k + t] * (uint64_t)x2->ival[t * n + j];
+        o->ival[i * n + j] = wrap(acc, o->dtype);
+      }
+      continue;
+    }
+    double *ov = o->val + i * n, *om = o->mag + i * n;
+    for (int64_t j = 0; j < n; j++) {
+      ov[j] = bias ? dv(bias, j) : 0;
+      om[j] = bias ? mv(bias, j) : 0;
+    }
+    for (int64_t t = 0; t < k; t++) {
+      double a = dv(x1, i * k + t), am = mv(x1, i * k + t);
+      for (int64_t j = 0; j < n; j++) {
+        ov[j] += a * dv(x2, t * n + j);
+        om[j] += am * mv(x2, t * n + j);
+      }
+    }
+  }
+}
+
+/* Quantized: o = (s1[i] * s2[j]) * (int32 (x1 @ x2 + bias)[i,j]), the int8
+ * products accumulated in a wrapping int32 like the kernel's accumulator. */
+static void quant_matmul(const rv *x1, const rv *x2, const rv *bias, const rv *s1, const rv *s2,
+                         rv *o) {
+  int64_t m = x1->shape.dims[0], k = x1->shape.dims[1], n = x2->shape.dims[1];
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      uint64_t acc = bias ? (uint64_t)bias->ival[j] : 0;
+      double sum_abs = bias ? fabs((double)bias->ival[j]) : 0;
+      for (int64_t t = 0; t < k; t++) {
+        int64_t p = x1->ival[i * k + t] * x2->ival[t * n + j]; /* int8 * int8: exact */
+        acc += (uint64_t)p;
+        sum_abs += fabs((double)p);
+      }
+      double scale = dv(s1, i) * dv(s2, j);
+      o->val[i * n + j] = (double)wrap(acc, CF_DT_INT32) * scale;
+      o->mag[i * n + j] = fabs(scale) * sum_abs;
+    }
+}
+
+/* Cast element by element through the executor's own conversions, so the
+ * reference rounds and saturates exactly where the cast does. */
+static void cast(const rv *x, rv *o) {
+  unsigned char tmp[8];
+  for (int64_t i = 0; i < o->count; i++) {
+    if (x->ival) {
+      cf_store_i64(tmp, o->dtype, 0, x->ival[i]);
+    } else {
+      cf_store_f64(tmp, o->dtype, 0, x->val[i]);
+    }
+    if (o->ival) {
+      o->ival[i] = cf_load_i64(tmp, o->dtype, 0);
+    } else {
+      o->val[i] = cf_load_f64(tmp, o->dtype, 0);
+      o->mag[i] = fmax(x->ival ? 0 : x->mag[i], fabs(o->val[i]));
+    }
+  }
+}
+
+/* Fill v with fill_node (Constant) or fill_random under name, then load. */
+static cf_status fill(ref_run *r, const cf_node *n, rv *v, int rank, const char *name) {
+  int64_t bytes;
+  cf_value t = {v->dtype, v->shape};
+  if (!cf_value_bytes(&t, &bytes) || (uint64_t)bytes > SIZE_MAX)
+    return cf_node_error(r->g, n, CF_ERR_NO_MEMORY, "reference: tensor too large");
+  void *buf = malloc(bytes > 0 ? (size_t)bytes : 1);
+  if (!buf) return cf_node_error(r->g, n, CF_ERR_NO_MEMORY, "reference: out of memory");
+  if (name)
+    cf_fill_random(buf, v->dtype, v->count, r->seed, rank, name);
+  else
+    cf_fill_node(n, buf, v->dtype, v->count, r->seed, rank);
+  load(v, buf);
+  free(buf);
+  return CF_OK;
+}
+
+static cf_status input(ref_run *r, const cf_node *n, rv *v, int rank) {
+  int k = r->input_of[n - r->g->nodes];
+  if (k < 0)
+    return cf_node_error(r->g, n, CF_ERR_USAGE, "reference: no data given for this Input");
+  const cf_tensor *t = &r->in->data[(int64_t)rank * r->in->n + k];
+  if (t->dtype != v->dtype || !cf_shape_equal(&t->shape, &v->shape) || t->count != v->count ||
+      (v->count > 0 && !t->data)) {
+    char b1[160], b2[160];
+    return cf_node_error(r->g, n, CF_ERR_USAGE,
+                         "reference: rank %d's data is %s (%s), the Input is %s (%s)", rank,
+                         cf_dtype_name(t->dtype), cf_shape_format(&t->shape, b1, sizeof b1),
+                         cf_dtype_name(v->dtype), cf_shape_format(&v->shape, b2, sizeof b2));
+  }
+  load(v, t->data);
+  return CF_OK;
+}
+
+/* One compute node (or Input, Constant) on one rank. */
+static cf_status compute(ref_run *r, const cf_node *n, int rank) {
+  cf_status st;
+  if (n->op != CF_OP_OPAQUE)
+    for (int j = 0; j < n->n_in; j++)
+      if (!defined(opnd(r, n, j, rank))) return CF_OK; /* undefined in, undefined out */
+  if (n->op == CF_OP_RESHAPE) return val_copy(r, result(r, n, 0, rank), opnd(r, n, 0, rank));
+  for (int p = 0; p < n->n_out; p++)
+    if ((st = val_alloc(r, result(r, n, p, rank)))) return st;
+  rv *o = result(r, n, 0, rank);
+  const rv *a = n->n_in > 0 ? opnd(r, n, 0, rank) : NULL;
+  const rv *b = n->n_in > 1 ? opnd(r, n, 1, rank) : NULL;
+  switch (n->op) {
+  case CF_OP_INPUT: return input(r, n, o, rank);
+  case CF_OP_CONSTANT: return fill(r, n, o, rank, NULL);
+  case CF_OP_OPAQUE:
+    for (int p = 0; p < n->n_out; p++) {
+      size_t len = strlen(n->name) + 16;
+      char *name = malloc(len);
+      if (!name) return cf_node_error(r->g, n, CF_ERR_NO_MEMORY, "reference: out of memory");
+      snprintf(name, len, "%s:%d", n->name, p);
+      st = fill(r, n, result(r, n, p, rank), rank, name);
+      free(name);
+      if (st) return st;
+    }
+    return CF_OK;
+  case CF_OP_MATMUL: matmul(a, b, NULL, o); return CF_OK;
+  case CF_OP_QUANTMATMUL:
+    quant_matmul(a, b, n->n_in == 5 ? opnd(r, n, 4, rank) : NULL, opnd(r, n, 2, rank),
+                 opnd(r, n, 3, rank), o);
+    return CF_OK;
+  case CF_OP_ADD:
+  case CF_OP_SUB:
+  case CF_OP_MUL: binary(n->op, a, b, o); return CF_OK;
+  case CF_OP_CAST: cast(a, o); return CF_OK;
+  default:
+    return cf_node_error(r->g, n, CF_ERR_INVALID, "reference: %s is not a compute op",
+                         cf_op_table[n->op].name);
+  }
+}
+
+/* ================= collectives ================= */
+
+/* The world ranks of n's group, in group order, and its size (SPEC 2:
+ * world_size, else rank_size, else the group's size; hccl_world_group
+ * without a definition is ranks 0..size-1). */
+static cf_status group_of(ref_run *r, const cf_node *n, const int **ranks, int *size) {
+  const char *name = cf_node_group(n);
+  const cf_group *gr = cf_graph_group(r->g, name);
+  int64_t s = cf_node_int(n, CF_A_WORLD_SIZE, cf_node_int(n, CF_A_RANK_SIZE, -1));
+  if (s < 0) s = cf_graph_group_size(r->g, name);
+  if (gr && s != gr->n_ranks)
+    return cf_node_error(r->g, n, CF_ERR_INVALID, "reference: size %lld but group '%s' has %d ranks",
+                         (long long)s, name, gr->n_ranks);
+  if (s <= 0 || s > r->R)
+    return cf_node_error(r->g, n, CF_ERR_USAGE,
+                         "reference: group '%s' spans %lld ranks but the run has %d", name,
+                         (long long)s, r->R);
+  *ranks = gr ? gr->ranks : r->world;
+  *size = (int)s;
+  for (int i = 0; i < *size; i++)
+    if ((*ranks)[i] >= r->R)
+      return cf_node_error(r->g, n, CF_ERR_USAGE,
+                           "reference: group '%s' has rank %d but the run has %d ranks", name,
+                           (*ranks)[i], r->R);
+  return CF_OK;
+}
+
+/* max/min with NaN winning and -0 < +0, as the kernels do */
+static double red_max(double a, double b) {
+  if (isnan(a) || isnan(b)) return NAN;
+  if (a == b) return signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+static double red_min(double a, double b) {
+  if (isnan(a) || isnan(b)) return NAN;
+  if (a == b) return signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+
+/* dst[doff + e] = red over src[0..s)[off + e], e < cnt. Integer sums wrap
+ * (in int64, then the dtype), integer mean is the sum truncated by s. */
+static void reduce_into(cf_reduction red, const rv *const *src, int s, int64_t off, rv *dst,
+                        int64_t doff, int64_t cnt) {
+  for (int64_t e = 0; e < cnt; e++) {
+    int64_t i = off + e;
+    if (dst->ival) {
+      uint64_t acc = (uint64_t)src[0]->ival[i];
+      for (int k = 1; k < s; k++) {
+        uint64_t x = (uint64_t)src[k]->ival[i];
+        int64_t a = (int64_t)acc, b = (int64_t)x;
+        acc = red == CF_RED_PROD  ? acc * x
+              : red == CF_RED_MAX ? (uint64_t)(a > b ? a : b)
+              : red == CF_RED_MIN ? (uint64_t)(a < b ? a : b)
+                                  : acc + x;
+      }
+      if (red == CF_RED_MEAN) acc = (uint64_t)((int64_t)acc / s);
+      dst->ival[doff + e] = wrap(acc, dst->dtype);
+      continue;
+    }
+    double v = src[0]->val[i], m = src[0]->mag[i];
+    for (int k = 1; k < s; k++) {
+      double x = src[k]->val[i], xm = src[k]->mag[i];
+      switch (red) {
+      case CF_RED_PROD: v *= x; m *= xm; break;
+      case CF_RED_MAX: v = red_max(v, x); m = fmax(m, xm); break;
+      case CF_RED_MIN: v = red_min(v, x); m = fmax(m, xm); break;
+      default: v += x; m += xm; break;
+      }
+    }
+    if (red == CF_RED_MEAN) {
+      v /= s;
+      m /= s;
+    }
+    dst->val[doff + e] = v;
+    dst->mag[doff + e] = m;
+  }
+}
+
+/* Copy cnt elements of src at off into dst at doff. */
+static void copy_into(const rv *src, int64_t off, rv *dst, int64_t doff, int64_t cnt) {
+  size_t bytes = (size_t)cnt * sizeof(double);
+  if (dst->ival) {
+    memcpy(dst->ival + doff, src->ival + off, bytes);
+  } else {
+    memcpy(dst->val + doff, src->val + off, bytes);
+    memcpy(dst->mag + doff, src->mag + off, bytes);
+  }
+}
+
+typedef struct coll {
+  const cf_node *n;
+  const int *ranks; /* world ranks, group order */
+  int size;
+  const rv **src;   /* per member: its operand */
+} coll;
+
+/* c->src[k] = operand j of member k; false when any is undefined (then the
+ * collective's output is undefined on every member). */
+static bool gather_src(const ref_run *r, coll *c, int j) {
+  for (int k = 0; k < c->size; k++) {
+    c->src[k] = opnd(r, c->n, j, c->ranks[k]);
+    if (!defined(c->src[k])) return false;
+  }
+  return true;
+}
+
+/* One plain collective of kind op: operand j to output port p. */
+static cf_status coll_port(ref_run *r, coll *c, cf_op op, int j, int p) {
+  cf_status st;
+  const cf_node *n = c->n;
+  cf_reduction red = cf_node_reduction(n);
+  int64_t root = cf_node_int(n, CF_A_ROOT, 0);
+  if (root < 0 || root >= c->size)
+    return cf_node_error(r->g, n, CF_ERR_INVALID, "reference: root=%lld outside the group",
+                         (long long)root);
+  if (op == CF_OP_BROADCAST) {
+    const rv *s = opnd(r, n, j, c->ranks[root]);
+    for (int k = 0; k < c->size; k++)
+      if ((st = val_copy(r, result(r, n, p, c->ranks[k]), s))) return st;
+    return CF_OK;
+  }
+  if (!gather_src(r, c, j)) return CF_OK;
+  int64_t cnt = c->src[0]->count;
+  for (int k = 0; k < c->size; k++) {
+    if (op == CF_OP_REDUCE && k != root) continue;
+    rv *o = result(r, n, p, c->ranks[k]);
+    if ((st = val_alloc(r, o))) return st;
+    switch (op) {
+    case CF_OP_ALLREDUCE:
+    case CF_OP_REDUCE: reduce_into(red, c->src, c->size, 0, o, 0, cnt); break;
+    case CF_OP_ALLGATHER: /* stack and concat: rank blocks one after another */
+      for (int t = 0; t < c->size; t++) copy_into(c->src[t], 0, o, t * cnt, cnt);
+      break;
+    default: /* ReduceScatter: block k of the reduced tensor */
+      reduce_into(red, c->src, c->size, k * o->count, o, 0, o->count);
+      break;
+    }
+  }
+  return CF_OK;
+}
+
+/* The matmul product of a fused MatmulReduceScatter / MatmulAllReduce on
+ * one rank, (m,n) in float64; false when an operand is undefined. */
+static cf_status fused_product(ref_run *r, const cf_node *n, int rank, rv *p, bool *ok) {
+  *ok = false;
+  for (int j = 0; j < n->n_in; j++)
+    if (!defined(opnd(r, n, j, rank))) return CF_OK;
+  const rv *x1 = opnd(r, n, 0, rank), *x2 = opnd(r, n, 1, rank);
+  cf_value t = {CF_DT_FLOAT64, {2, {x1->shape.dims[0], x2->shape.dims[1]}}};
+  set_type(p, &t);
+  cf_status st = val_alloc(r, p);
+  if (st) return st;
+  if (x1->dtype == CF_DT_INT8) /* x1, x2, [bias], x1_scale, x2_scale */
+    quant_matmul(x1, x2, n->n_in == 5 ? opnd(r, n, 2, rank) : NULL, opnd(r, n, n->n_in - 2, rank),
+                 opnd(r, n, n->n_in - 1, rank), p);
+  else
+    matmul(x1, x2, n->n_in == 3 ? opnd(r, n, 2, rank) : NULL, p);
+  *ok = true;
+  return CF_OK;
+}
+
+/* MatmulReduceScatter / MatmulAllReduce: every member's product, then a
+ * sum (scattered along m for MatmulReduceScatter). */
+static cf_status fused_matmul(ref_run *r, coll *c) {
+  cf_status st = CF_OK;
+  const cf_node *n = c->n;
+  rv *prod = calloc((size_t)c->size, sizeof *prod);
+  if (!prod) return cf_node_error(r->g, n, CF_ERR_NO_MEMORY, "reference: out of memory");
+  bool all = true;
+  for (int k = 0; k < c->size && all && !st; k++) {
+    st = fused_product(r, n, c->ranks[k], &prod[k], &all);
+    c->src[k] = &prod[k];
+  }
+  for (int k = 0; k < c->size && all && !st; k++) {
+    rv *o = result(r, n, 0, c->ranks[k]);
+    if ((st = val_alloc(r, o))) break;
+    int64_t off = n->op == CF_OP_MATMULREDUCESCATTER ? k * o->count : 0;
+    reduce_into(CF_RED_SUM, c->src, c->size, off, o, 0, o->count);
+  }
+  for (int k = 0; k < c->size; k++) val_free(&prod[k]);
+  free(prod);
+  return st;
+}
+
+/* AllGatherMatmul: x1 gathered along dim0 (port n_in-1), then gathered @
+ * x2_j on each member for ports j-1. */
+static cf_status allgather_matmul(ref_run *r, coll *c) {
+  cf_status st;
+  const cf_node *n = c->n;
+  int last = n->n_in - 1;
+  if ((st = coll_port(r, c, CF_OP_ALLGATHER, 0, last))) return st;
+  for (int k = 0; k < c->size; k++) {
+    const rv *gx = result(r, n, last, c->ranks[k]);
+    if (!defined(gx)) return CF_OK;
+    for (int j = 1; j < n->n_in; j++) {
+      rv *o = result(r, n, j - 1, c->ranks[k]);
+      if (!defined(opnd(r, n, j, c->ranks[k]))) continue;
+      if ((st = val_alloc(r, o))) return st;
+      matmul(gx, opnd(r, n, j, c->ranks[k]), NULL, o);
+    }
+  }
+  return CF_OK;
+}
+
+static cf_status collective(ref_run *r, const cf_node *n) {
+  cf_status st;
+  coll c = {.n = n};
+  if ((st = group_of(r, n, &c.ranks, &c.size))) return st;
+  c.src = calloc((size_t)c.size, sizeof *c.src);
+  if (!c.src) return cf_node_error(r->g, n, CF_ERR_NO_MEMORY, "reference: out of memory");
+  switch (n->op) {
+  case CF_OP_FUSEDALLREDUCE:
+  case CF_OP_FUSEDALLGATHER:
+  case CF_OP_FUSEDREDUCESCATTER: {
+    cf_op base = n->op == CF_OP_FUSEDALLREDUCE   ? CF_OP_ALLREDUCE
+                 : n->op == CF_OP_FUSEDALLGATHER ? CF_OP_ALLGATHER
+                                                 : CF_OP_REDUCESCATTER;
+    st = CF_OK;
+    for (int j = 0; j < n->n_in && !st; j++) st = coll_port(r, &c, base, j, j);
+    break;
+  }
+  case CF_OP_MATMULREDUCESCATTER:
+  case CF_OP_MATMULALLREDUCE: st = fused_matmul(r, &c); break;
+  case CF_OP_ALLGATHERMATMUL: st = allgather_matmul(r, &c); break;
+  default: st = coll_port(r, &c, n->op, 0, 0); break;
+  }
+  free(c.src);
+  return st;
+}
+
+/* ================= the run ================= */
+
+/* Count operand uses per port and map Inputs and Outputs. */
+static cf_status prepare(ref_run *r, int *n_outputs) {
+  const cf_graph *g = r->g;
+  size_t nn = g->n_nodes > 0 ? (size_t)g->n_nodes : 1;
+  r->vals = calloc(nn, sizeof *r->vals);
+  r->base = calloc(nn + 1, sizeof *r->base);
+  r->live = calloc(nn, sizeof *r->live);
+  r->input_of = malloc(nn * sizeof *r->input_of);
+  r->out_index = malloc(nn * sizeof *r->out_index);
+  r->world = malloc((size_t)r->R * sizeof *r->world);
+  if (!r->vals || !r->base || !r->live || !r->input_of || !r->out_index || !r->world) goto oom;
+  for (int i = 0; i < g->n_nodes; i++) r->base[i + 1] = r->base[i] + g->nodes[i].n_out;
+  r->uses = calloc(r->base[g->n_nodes] > 0 ? (size_t)r->base[g->n_nodes] : 1, sizeof *r->uses);
+  if (!r->uses) goto oom;
+  *n_outputs = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const cf_node *n = &g->nodes[i];
+    for (int j = 0; j < n->n_in; j++) r->uses[r->base[n->in[j].node] + n->in[j].port]++;
+    r->input_of[i] = -1;
+    r->out_index[i] = n->op == CF_OP_OUTPUT ? (*n_outputs)++ : -1;
+  }
+  for (int q = 0; q < r->R; q++) r->world[q] = q;
+  for (int k = 0; k < r->in->n; k++) {
+    int i = cf_graph_find(g, r->in->names[k]);
+    if (i < 0) continue; /* not in this graph (e.g. removed as dead): unused */
+    if (g->nodes[i].op != CF_OP_INPUT)
+      return cf_node_error(g, &g->nodes[i], CF_ERR_USAGE, "reference: data given for a %s, not an Input",
+                           cf_op_table[g->nodes[i].op].name);
+    if (r->input_of[i] >= 0)
+      return cf_node_error(g, &g->nodes[i], CF_ERR_USAGE, "reference: data given twice");
+    r->input_of[i] = k;
+  }
+  return CF_OK;
+oom:
+  return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "reference: out of memory");
+}
+
+/* Free the values of node i's port p on every rank. */
+static void drop_port(ref_run *r, int i, int p) {
+  for (int q = 0; q < r->R; q++) val_free(&r->vals[i][p * r->R + q]);
+  if (--r->live[i] == 0) {
+    free(r->vals[i]);
+    r->vals[i] = NULL;
+  }
+}
+
+static cf_status run_node(ref_run *r, int i, cf_ref_value *out, int n_outputs) {
+  cf_status st = CF_OK;
+  const cf_graph *g = r->g;
+  const cf_node *n = &g->nodes[i];
+  if (n->op == CF_OP_OUTPUT) {
+    for (int q = 0; q < r->R && !st; q++) {
+      rv *o = &out[(int64_t)q * n_outputs + r->out_index[i]];
+      const rv *s = opnd(r, n, 0, q);
+      set_type(o, &(cf_value){s->dtype, s->shape});
+      st = val_copy(r, o, s);
+    }
+  } else if (n->n_out > 0) {
+    r->vals[i] = calloc((size_t)n->n_out * (size_t)r->R, sizeof(rv));
+    if (!r->vals[i]) return cf_node_error(g, n, CF_ERR_NO_MEMORY, "reference: out of memory");
+    r->live[i] = n->n_out;
+    for (int p = 0; p < n->n_out; p++)
+      for (int q = 0; q < r->R; q++) set_type(result(r, n, p, q), &n->out[p]);
+    if (cf_op_is_collective(n->op))
+      st = collective(r, n);
+    else
+      for (int q = 0; q < r->R && !st; q++) st = compute(r, n, q);
+    if (st) return st;
+    for (int p = 0; p < n->n_out; p++)
+      if (r->uses[r->base[i] + p] == 0) drop_port(r, i, p);
+  }
+  for (int j = 0; j < n->n_in && !st; j++) {
+    cf_ref in = n->in[j];
+    if (--r->uses[r->base[in.node] + in.port] == 0) drop_port(r, in.node, in.port);
+  }
+  return st;
+}
+
+void cf_ref_free(cf_ref_value *v, int count) {
+  if (!v) return;
+  for (int i = 0; i < count; i++) val_free(&v[i]);
+  free(v);
+}
+
+cf_status cf_reference_run(cf_context *ctx, const cf_graph *g, const cf_inputs *in, uint64_t seed,
+                           cf_ref_value **out, int *n_outputs) {
+  cf_status st;
+  ref_run r = {.ctx = ctx, .g = g, .in = in, .seed = seed, .R = in ? in->ranks : 0};
+  cf_ref_value *res = NULL;
+  int nout = 0;
+  if (out) *out = NULL;
+  if (n_outputs) *n_outputs = 0;
+  if (!g || !in || !out || !n_outputs || in->ranks <= 0 || in->n < 0 ||
+      (in->n > 0 && (!in->names || !in->data)) || !g->topo) {
+    st = cf_error(ctx, CF_ERR_USAGE, NULL, 0, "reference: needs a verified graph, ranks > 0 and inputs");
+    goto fail;
+  }
+  if ((st = prepare(&r, &nout))) goto fail;
+  if ((int64_t)nout * r.R > INT32_MAX) {
+    st = cf_error(ctx, CF_ERR_USAGE, NULL, 0, "reference: %d outputs on %d ranks are too many",
+                  nout, r.R);
+    goto fail;
+  }
+  res = calloc((size_t)nout * (size_t)r.R + 1, sizeof *res);
+  if (!res) {
+    st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "reference: out of memory");
+    goto fail;
+  }
+  for (int k = 0; k < g->n_nodes; k++)
+    if ((st = run_node(&r, g->topo[k], res, nout))) goto fail;
+  *out = res;
+  *n_outputs = nout;
+  res = NULL;
+fail:
+  cf_ref_free(res, res ? nout * r.R : 0);
+  for (int i = 0; r.vals && i < g->n_nodes; i++) {
+    if (!r.vals[i]) continue;
+    for (int p = 0; p < g->nodes[i].n_out * r.R; p++) val_free(&r.vals[i][p]);
+    free(r.vals[i]);
+  }
+  free(r.vals);
+  free(r.base);
+  free(r.uses);
+  free(r.live);
+  free(r.input_of);
+  free(r.out_index);
+  free(r.world);
+  return st;
+}
