@@ -187,6 +187,11 @@ typedef struct cf_coll_desc {
   const char *node;   /* node name (for messages only, not compared) */
 } cf_coll_desc;
 
+/* True when two ranks' descriptors of the same collective differ; text
+ * then says so naming both ranks and both values. */
+bool cf_coll_desc_mismatch(const cf_coll_desc *mine, int my_rank, const cf_coll_desc *theirs,
+                           int their_rank, char *text, size_t len);
+
 typedef struct cf_comm cf_comm;
 /* A transport endpoint of one rank: two-sided, in-order messages per
  * (sender, receiver) pair. send() is nonblocking; the sender must not
@@ -204,6 +209,11 @@ typedef struct cf_comm_ops {
   cf_status (*recv)(cf_comm *c, int peer, void *staging, size_t bytes, const cf_coll_desc *d,
                     const void **data);
   cf_status (*release)(cf_comm *c, int peer);
+  /* Messages this rank has sent to peer so far (a ticket for wait_released). */
+  uint64_t (*sent)(cf_comm *c, int peer);
+  /* Wait until the first count messages this rank sent to peer have been
+   * released (their buffers may then change). */
+  cf_status (*wait_released)(cf_comm *c, int peer, uint64_t count);
   /* Wait until every message this rank sent has been released. */
   cf_status (*send_wait)(cf_comm *c);
   /* Fail every rank (sets the shared abort flag with msg; first one wins). */
@@ -240,11 +250,19 @@ typedef enum cf_algo {
 const char *cf_algo_name(cf_algo a);
 int cf_algo_parse(const char *s); /* -1 when unknown */
 
-/* One call of a collective on one rank: a contiguous input and output of
- * count elements (AllReduce, Reduce, Broadcast), count * group size
- * (AllGather output, ReduceScatter input). A fused bucket is one call over
- * the bucket buffer; a fused ReduceScatter passes its per-member block
- * layout in segs (NULL: one member). */
+/* A member of an AllGather or ReduceScatter call, in elements: its input
+ * at in + in_off and output at out + out_off; count is the elements of one
+ * rank's block (AllGather: the member's input; ReduceScatter: its output). */
+typedef struct cf_coll_seg {
+  int64_t in_off, out_off, count;
+} cf_coll_seg;
+
+/* One call of a collective on one rank. AllReduce, Reduce and Broadcast:
+ * input and output of desc.count elements (a fused AllReduce bucket is one
+ * flat call over the bucket). AllGather and ReduceScatter: the members in
+ * segs (one for a plain op): AllGather writes rank p's member block at
+ * out_off + p * count, ReduceScatter reads rank p's block me at in_off +
+ * me * count. */
 typedef struct cf_coll_call {
   cf_coll_desc desc;
   const int *ranks;    /* world ranks of the group, in group order */
@@ -252,19 +270,40 @@ typedef struct cf_coll_call {
   int me;              /* my index in ranks */
   const void *in;
   void *out;
+  const cf_coll_seg *segs; /* AllGather, ReduceScatter */
+  int n_segs;
   void *scratch;       /* algorithm scratch, scratch_bytes */
   size_t scratch_bytes;
   cf_algo algo;        /* resolved: never AUTO */
   bool deterministic;  /* reduce in rank order */
 } cf_coll_call;
 
-/* Scratch bytes an algorithm needs for a call (so the plan can size it). */
-size_t cf_coll_scratch_bytes(const cf_coll_desc *d, int n, cf_algo a);
+/* Scratch bytes an algorithm needs for a call (so the plan can size it);
+ * zero_copy: the transport's recv() reads in place (no staging). */
+size_t cf_coll_scratch_bytes(const cf_coll_desc *d, int n, cf_algo a, bool zero_copy);
 /* The algorithm AUTO picks for desc on n ranks (a pure function of desc, n
  * and the mode, so every rank picks the same). */
 cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo forced);
 /* Run one collective call on this rank. */
 cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+/* The kernels any algorithm may launch for d on n ranks (at most max, 8 is
+ * enough); the plan prepares them before ranks start. Returns how many. */
+int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max);
+/* dst = op(src[0], ..., src[k-1]) over n elements, in that order (for the
+ * algorithms). final: mean divides by the group size (else sums). */
+void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,
+                    int k, int64_t n, bool final);
+
+/* algo_allreduce.c: AllReduce algorithms */
+cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+cf_status cf_algo_rd(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+/* algo_rooted.c: the other collectives (rank-order, direct) */
+cf_status cf_algo_reduce_scatter(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+cf_status cf_algo_reduce(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+cf_status cf_algo_broadcast(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 
 /* ================= plan.c, exec.c: plans and runs ================= */
 
@@ -280,6 +319,11 @@ typedef struct cf_run_options {
    * fingerprint check, so a test can make one rank differ. */
   void (*test_mutate)(void *user, int rank, cf_coll_desc *d, int index);
   void *test_user;
+  /* Test hook: rank test_fail_rank stops at schedule step test_fail_step
+   * of the first iteration, either failing loudly (mode 1: an error that
+   * stops everyone) or vanishing without a word (mode 2: the others must
+   * notice by their timeout). Mode 0: off. */
+  int test_fail_mode, test_fail_rank, test_fail_step;
 } cf_run_options;
 
 typedef struct cf_run_result {
@@ -287,10 +331,66 @@ typedef struct cf_run_result {
   double *time_ms;           /* every timed iteration (malloc'd) */
   int64_t collectives_executed; /* per rank per iteration */
   int64_t peak_bytes;        /* memory plan peak per rank */
-  int n_outputs;
+  int ranks, n_outputs;
   cf_tensor *outputs;        /* [rank * n_outputs + j], j-th Output node */
   const char **output_names;
 } cf_run_result;
+
+/* ---- plan internals (plan.c builds, exec.c runs) ---- */
+
+typedef enum cf_step_kind {
+  CF_STEP_COMPUTE, /* a compute node on this rank */
+  CF_STEP_COPY,    /* a value into its place in a bucket it could not be produced in */
+  CF_STEP_START,   /* hand a collective to the rank's communication thread */
+  CF_STEP_WAIT     /* wait for it before its first consumer */
+} cf_step_kind;
+
+typedef struct cf_step {
+  cf_step_kind kind;
+  int node;            /* COMPUTE */
+  int coll;            /* START, WAIT: index into plan colls */
+  int64_t src, dst;    /* COPY: byte addresses in the rank's arena */
+  int64_t bytes;       /* COPY */
+} cf_step;
+
+typedef struct cf_pvalue {
+  int64_t addr;        /* byte offset in the rank's arena; -1 when not placed */
+  cf_dtype dtype;
+  cf_shape shape;
+  int64_t count, bytes;
+} cf_pvalue;
+
+typedef struct cf_pcoll {
+  int node;
+  cf_coll_desc desc;   /* seq is per group; same on every rank */
+  const int *ranks;    /* group's world ranks (graph arena or plan) */
+  int n;
+  int64_t in_addr, out_addr, scratch_addr;
+  size_t scratch_bytes;
+  cf_coll_seg *segs;
+  int n_segs;
+  cf_algo algo;
+  bool inline_ok;      /* START is followed by its WAIT: run on the rank thread */
+} cf_pcoll;
+
+struct cf_plan {
+  cf_context *ctx;
+  const cf_graph *g;
+  cf_run_options opt;
+  int ranks;
+  int *val_base;       /* node -> first value index */
+  cf_pvalue *vals;
+  int n_vals;
+  cf_step *steps;
+  int n_steps;
+  cf_pcoll *colls;
+  int n_colls;
+  int *world_ranks;    /* 0..ranks-1 for the world group */
+  int64_t arena_bytes; /* per rank: the peak of the memory plan */
+  int64_t naive_bytes; /* every value its own buffer (for -v) */
+  char fingerprint[17];
+  cf_device *dev;      /* the CPU device, kernels prepared */
+};
 
 typedef struct cf_plan cf_plan;
 /* Plan compiled graph g (verified, inferred, passes already run) for opt. */

@@ -16,9 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
 
-static int exit_code(cf_status st) {
+int cf_tool_exit_code(cf_status st) {
   switch (st) {
   case CF_OK: return 0;
   case CF_ERR_USAGE: return EXIT_USAGE;
@@ -28,12 +27,12 @@ static int exit_code(cf_status st) {
   }
 }
 
-static int fail(cf_context *ctx, cf_status st) {
+int cf_tool_fail(cf_context *ctx, cf_status st) {
   fprintf(stderr, "%s\n", cf_context_errmsg(ctx));
-  return exit_code(st);
+  return cf_tool_exit_code(st);
 }
 
-static int usage_error(const char *cmd, const char *fmt, const char *arg) {
+int cf_tool_usage(const char *cmd, const char *fmt, const char *arg) {
   fprintf(stderr, "collfuse %s: ", cmd);
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\nTry 'collfuse %s --help'.\n", cmd);
@@ -57,6 +56,7 @@ static const char help_main[] =
     "commands:\n"
     "  check    FILE... [--target T]      parse + verify, one summary line per file\n"
     "  compile  FILE [-o OUT.xml] ...     run the pass pipeline, write the result\n"
+    "  run      FILE [--ranks N] ...      compile and execute on N ranks (--verify, --json)\n"
     "  dot      FILE [-o OUT] [--fused]   draw a graph as DOT, SVG or PNG\n"
     "  bench    compile [--sizes N,..]    time parse, verify and passes on 1k..1M nodes\n"
     "  bench    reduce [--quick]          reduction kernels vs memcpy, C loop, MPI_Reduce_local\n"
@@ -130,7 +130,7 @@ static const char help_bench[] =
     "cell is the median of >= 5 samples (--reps) and >= 50 ms (--min-ms). --quick\n"
     "runs 64 KiB with one sample, as a smoke test. See bench/README.md.\n";
 
-static bool want_help(int argc, char **argv, const char *text) {
+bool cf_tool_help(int argc, char **argv, const char *text) {
   for (int i = 0; i < argc; i++)
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       fputs(text, stdout);
@@ -144,7 +144,7 @@ static bool want_help(int argc, char **argv, const char *text) {
 }
 
 /* Option with a value: "--opt V" or "--opt=V". */
-static const char *opt_value(int argc, char **argv, int *i, const char *name) {
+const char *cf_tool_opt(int argc, char **argv, int *i, const char *name) {
   size_t n = strlen(name);
   if (strncmp(argv[*i], name, n) != 0) return NULL;
   if (argv[*i][n] == '=') return argv[*i] + n + 1;
@@ -153,7 +153,7 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name) {
   return argv[++*i];
 }
 
-static void human_bytes(int64_t b, char *buf, size_t len) {
+void cf_tool_bytes(int64_t b, char *buf, size_t len) {
   const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = (double)b;
   int k = 0;
@@ -176,17 +176,17 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
   if (!files) return EXIT_RUNTIME;
   for (int i = 0; i < argc; i++) {
     const char *v;
-    if ((v = opt_value(argc, argv, &i, "--target"))) {
-      if (!*v) return free(files), usage_error("check", "%s needs a value", "--target");
+    if ((v = cf_tool_opt(argc, argv, &i, "--target"))) {
+      if (!*v) return free(files), cf_tool_usage("check", "%s needs a value", "--target");
       target = v;
     } else if (argv[i][0] == '-' && argv[i][1]) {
       free(files);
-      return usage_error("check", "unknown option '%s'", argv[i]);
+      return cf_tool_usage("check", "unknown option '%s'", argv[i]);
     } else {
       files[nf++] = argv[i];
     }
   }
-  if (!nf) return free(files), usage_error("check", "%s", "no input file");
+  if (!nf) return free(files), cf_tool_usage("check", "%s", "no input file");
   if (target && !cf_target_find(target)) {
     free(files);
     fprintf(stderr, "collfuse check: unknown target '%s'\n", target);
@@ -199,7 +199,7 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
     if (!st) st = cf_graph_verify(g, target);
     if (st) {
       fprintf(stderr, "%s\n", cf_context_errmsg(ctx));
-      int c = exit_code(st);
+      int c = cf_tool_exit_code(st);
       if (c > rc) rc = c;
       cf_graph_destroy(g);
       continue;
@@ -212,7 +212,7 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
       if (cf_op_is_collective((cf_op)op) && s.by_op[op])
         o += (size_t)snprintf(kinds + o, sizeof kinds - o, "%s%s %d", o ? ", " : "",
                               cf_op_table[op].name, s.by_op[op]);
-    human_bytes(s.comm_bytes, hb, sizeof hb);
+    cf_tool_bytes(s.comm_bytes, hb, sizeof hb);
     printf("%s: ok: %d nodes, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n",
            files[k], s.nodes, s.collectives, s.collectives == 1 ? "" : "s", o ? " (" : "", kinds,
            o ? ")" : "", (long long)s.comm_bytes, hb, target ? ", target " : "",
@@ -254,26 +254,26 @@ static int cmd_dot(cf_context *ctx, int argc, char **argv) {
   bool fused = false;
   for (int i = 0; i < argc; i++) {
     const char *v;
-    if ((v = opt_value(argc, argv, &i, "-o"))) {
-      if (!*v) return usage_error("dot", "%s needs a value", "-o");
+    if ((v = cf_tool_opt(argc, argv, &i, "-o"))) {
+      if (!*v) return cf_tool_usage("dot", "%s needs a value", "-o");
       out = v;
     } else if (strcmp(argv[i], "--fused") == 0) {
       fused = true;
     } else if (argv[i][0] == '-' && argv[i][1]) {
-      return usage_error("dot", "unknown option '%s'", argv[i]);
+      return cf_tool_usage("dot", "unknown option '%s'", argv[i]);
     } else if (file) {
-      return usage_error("dot", "unexpected argument '%s'", argv[i]);
+      return cf_tool_usage("dot", "unexpected argument '%s'", argv[i]);
     } else {
       file = argv[i];
     }
   }
-  if (!file) return usage_error("dot", "%s", "no input file");
+  if (!file) return cf_tool_usage("dot", "%s", "no input file");
   cf_graph *g;
   cf_status st = cf_graph_load(ctx, file, &g);
   if (!st) st = cf_graph_verify(g, NULL);
   if (!st && fused) st = cf_passes_run(g, cf_pipeline_default, NULL, NULL, NULL);
   if (!st) st = draw(ctx, g, out);
-  int rc = st ? fail(ctx, st) : 0;
+  int rc = st ? cf_tool_fail(ctx, st) : 0;
   cf_graph_destroy(g);
   return rc;
 }
@@ -334,25 +334,25 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
     const char *v = NULL;
     int ef = -1;
     for (int f = 0; f < N_EMIT && ef < 0; f++)
-      if ((v = opt_value(argc, argv, &i, emit_flags[f]))) ef = f;
+      if ((v = cf_tool_opt(argc, argv, &i, emit_flags[f]))) ef = f;
     if (ef >= 0) {
-      if (!*v) return usage_error("compile", "%s needs a value", emit_flags[ef]);
+      if (!*v) return cf_tool_usage("compile", "%s needs a value", emit_flags[ef]);
       emit[ef] = v;
       any_emit = true;
-    } else if ((v = opt_value(argc, argv, &i, "-o"))) {
-      if (!*v) return usage_error("compile", "%s needs a value", "-o");
+    } else if ((v = cf_tool_opt(argc, argv, &i, "-o"))) {
+      if (!*v) return cf_tool_usage("compile", "%s needs a value", "-o");
       out = v;
-    } else if ((v = opt_value(argc, argv, &i, "--passes"))) {
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--passes"))) {
       passes = v;
-    } else if ((v = opt_value(argc, argv, &i, "--target"))) {
-      if (!*v) return usage_error("compile", "%s needs a value", "--target");
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--target"))) {
+      if (!*v) return cf_tool_usage("compile", "%s needs a value", "--target");
       target = v;
-    } else if ((v = opt_value(argc, argv, &i, "--dot"))) {
-      if (!*v) return usage_error("compile", "%s needs a value", "--dot");
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--dot"))) {
+      if (!*v) return cf_tool_usage("compile", "%s needs a value", "--dot");
       dot = v;
-    } else if ((v = opt_value(argc, argv, &i, "--split"))) {
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--split"))) {
       split = v;
-    } else if ((v = opt_value(argc, argv, &i, "--cost"))) {
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--cost"))) {
       cost = v;
     } else if (strcmp(argv[i], "-O0") == 0) {
       o0 = true;
@@ -363,20 +363,20 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
     } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
       jit = true;
     } else if (argv[i][0] == '-' && argv[i][1]) {
-      return usage_error("compile", "unknown option '%s'", argv[i]);
+      return cf_tool_usage("compile", "unknown option '%s'", argv[i]);
     } else if (file) {
-      return usage_error("compile", "unexpected argument '%s'", argv[i]);
+      return cf_tool_usage("compile", "unexpected argument '%s'", argv[i]);
     } else {
       file = argv[i];
     }
   }
-  if (!file) return usage_error("compile", "%s", "no input file");
-  if (o0 && passes) return usage_error("compile", "%s", "--passes and -O0 exclude each other");
+  if (!file) return cf_tool_usage("compile", "%s", "no input file");
+  if (o0 && passes) return cf_tool_usage("compile", "%s", "--passes and -O0 exclude each other");
   char why[256];
   cf_split sp;
   cf_cost cm;
-  if (split && !cf_split_parse(split, &sp, why, sizeof why)) return usage_error("compile", "%s", why);
-  if (cost && !cf_cost_parse(cost, &cm, why, sizeof why)) return usage_error("compile", "%s", why);
+  if (split && !cf_split_parse(split, &sp, why, sizeof why)) return cf_tool_usage("compile", "%s", why);
+  if (cost && !cf_cost_parse(cost, &cm, why, sizeof why)) return cf_tool_usage("compile", "%s", why);
   cf_pass_options popt = {.split = split, .cost = cost};
   if (explain) {
     popt.explain = explain_line;
@@ -406,7 +406,7 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   if (!st && !json && !out && !dot && !any_emit)
     printf("%s: %d nodes, %d collectives before, %zu after\n", file, g->n_nodes, before,
            cf_graph_collective_count(g));
-  int rc = st ? fail(ctx, st) : 0;
+  int rc = st ? cf_tool_fail(ctx, st) : 0;
   cf_graph_destroy(g);
   return rc;
 }
@@ -436,25 +436,27 @@ int main(int argc, char **argv) {
   int sub_argc = argc - 2;
   char **sub_argv = argv + 2;
   if (strcmp(cmd, "check") == 0)
-    rc = want_help(sub_argc, sub_argv, help_check) ? 0 : cmd_check(ctx, sub_argc, sub_argv);
+    rc = cf_tool_help(sub_argc, sub_argv, help_check) ? 0 : cmd_check(ctx, sub_argc, sub_argv);
   else if (strcmp(cmd, "compile") == 0)
-    rc = want_help(sub_argc, sub_argv, help_compile) ? 0 : cmd_compile(ctx, sub_argc, sub_argv);
+    rc = cf_tool_help(sub_argc, sub_argv, help_compile) ? 0 : cmd_compile(ctx, sub_argc, sub_argv);
+  else if (strcmp(cmd, "run") == 0)
+    rc = cf_tool_help(sub_argc, sub_argv, cf_help_run) ? 0 : cf_cmd_run(ctx, sub_argc, sub_argv);
   else if (strcmp(cmd, "bench") == 0) {
     if (sub_argc > 0 && strcmp(sub_argv[0], "compile") == 0)
-      rc = want_help(sub_argc - 1, sub_argv + 1, help_bench) ? 0
+      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench) ? 0
                                                             : cf_bench_compile(sub_argc - 1, sub_argv + 1);
     else if (sub_argc > 0 && strcmp(sub_argv[0], "reduce") == 0)
-      rc = want_help(sub_argc - 1, sub_argv + 1, help_bench)
+      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
                ? 0
                : cf_bench_reduce(ctx, sub_argc - 1, sub_argv + 1);
-    else if (want_help(sub_argc, sub_argv, help_bench))
+    else if (cf_tool_help(sub_argc, sub_argv, help_bench))
       rc = 0;
     else {
       fprintf(stderr, "collfuse bench: expected a benchmark name: compile, reduce\n");
       rc = EXIT_USAGE;
     }
   } else if (strcmp(cmd, "dot") == 0)
-    rc = want_help(sub_argc, sub_argv, help_dot) ? 0 : cmd_dot(ctx, sub_argc, sub_argv);
+    rc = cf_tool_help(sub_argc, sub_argv, help_dot) ? 0 : cmd_dot(ctx, sub_argc, sub_argv);
   else {
     fprintf(stderr, "collfuse: unknown command '%s'\n\n", cmd);
     fputs(help_main, stderr);

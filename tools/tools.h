@@ -19,6 +19,23 @@ int cf_bench_compile(int argc, char **argv);
  * loop and MPI_Reduce_local; returns the exit code. */
 int cf_bench_reduce(cf_context *ctx, int argc, char **argv);
 
+/* collfuse.c: shared by the commands */
+enum { EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
+int cf_tool_exit_code(cf_status st);
+/* Print the context's message and return the exit code of st. */
+int cf_tool_fail(cf_context *ctx, cf_status st);
+/* "collfuse CMD: <fmt with arg>" + a hint; returns EXIT_USAGE. */
+int cf_tool_usage(const char *cmd, const char *fmt, const char *arg);
+/* Option with a value: "--opt V" or "--opt=V"; "" when V is missing. */
+const char *cf_tool_opt(int argc, char **argv, int *i, const char *name);
+/* --help/-h among the arguments: print text (+ targets, passes), true. */
+bool cf_tool_help(int argc, char **argv, const char *text);
+void cf_tool_bytes(int64_t b, char *buf, size_t len);
+
+/* run.c: `collfuse run` (SPEC section 4); returns the exit code. */
+extern const char cf_help_run[];
+int cf_cmd_run(cf_context *ctx, int argc, char **argv);
+
 /* Base collective name of a node ("AllReduce" for FusedAllReduce). */
 const char *cf_report_base_op(cf_op op);
 

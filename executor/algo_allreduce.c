@@ -1,0 +1,207 @@
+/* algo_allreduce.c - AllReduce algorithms over the transport interface.
+ *
+ *   direct  every rank receives every peer's whole input and reduces all of
+ *           it in rank order: one exchange, the lowest latency; for small
+ *           messages.
+ *   rsag    direct reduce-scatter (rank i reduces chunk i from all ranks, in
+ *           rank order) then direct all-gather: every byte crosses once each
+ *           way, two exchanges; deterministic.
+ *   ring    ring reduce-scatter + ring all-gather (2(n-1) neighbour steps),
+ *           the classic bandwidth-optimal algorithm across links.
+ *   rd      recursive doubling (powers of two): log2(n) pairwise exchanges
+ *           of the whole vector.
+ *
+ * All four are out of place (in is never written) and end with send_wait,
+ * so when a call returns no peer still reads this rank's buffers and the
+ * memory plan may reuse them. On a zero-copy transport recv() hands out the
+ * sender's memory and the reduction reads it in place; otherwise it lands in
+ * the call's scratch.
+ */
+#include "executor.h"
+
+#include <stdlib.h>
+
+/* Chunk i of count elements split n ways, chunk starts on 64-byte lines. */
+static void chunk(int64_t count, int n, int es, int i, int64_t *off, int64_t *len) {
+  int64_t line = 64 / es, per = (count + n - 1) / n;
+  per = (per + line - 1) / line * line;
+  int64_t o = per * i;
+  if (o > count) o = count;
+  *off = o;
+  *len = o + per > count ? count - o : per;
+}
+
+static char *at(const void *base, int64_t elems, int es) {
+  return (char *)base + elems * (int64_t)es;
+}
+
+/* Per-call array of n pointers: on the stack for usual group sizes. */
+typedef struct ptrs {
+  const void *fixed[64];
+  const void **p;
+} ptrs;
+
+static bool ptrs_init(ptrs *a, int n) {
+  a->p = n <= 64 ? a->fixed : malloc(sizeof(void *) * (size_t)n);
+  return a->p != NULL;
+}
+
+static void ptrs_free(ptrs *a) {
+  if (a->p != a->fixed) free(a->p);
+}
+
+static cf_status oom(cf_comm *c) { return cf_error(c->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory"); }
+
+static cf_status release_all(cf_comm *c, const cf_coll_call *call) {
+  for (int i = 0; i < call->n; i++)
+    if (i != call->me) {
+      cf_status st = c->ops->release(c, call->ranks[i]);
+      if (st) return st;
+    }
+  return CF_OK;
+}
+
+cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  const cf_coll_desc *d = &call->desc;
+  int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
+  size_t bytes = (size_t)d->count * (size_t)es;
+  ptrs src;
+  if (!ptrs_init(&src, n)) return oom(c);
+  cf_status st = CF_OK;
+  for (int i = 0; i < n && !st; i++)
+    if (i != me) st = c->ops->send(c, call->ranks[i], call->in, bytes, d);
+  for (int i = 0, k = 0; i < n && !st; i++) {
+    if (i == me) {
+      src.p[i] = call->in;
+      continue;
+    }
+    void *staging = c->ops->zero_copy ? NULL : at(call->scratch, (int64_t)k++ * d->count, es);
+    st = c->ops->recv(c, call->ranks[i], staging, bytes, d, &src.p[i]);
+  }
+  if (!st) {
+    cf_coll_reduce(dev, call, call->out, src.p, n, d->count, true);
+    st = release_all(c, call);
+  }
+  if (!st) st = c->ops->send_wait(c);
+  ptrs_free(&src);
+  return st;
+}
+
+cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  const cf_coll_desc *d = &call->desc;
+  int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
+  int64_t off, len, moff, mlen;
+  chunk(d->count, n, es, me, &moff, &mlen);
+  ptrs src;
+  if (!ptrs_init(&src, n)) return oom(c);
+  cf_status st = CF_OK;
+  /* reduce-scatter: chunk i of my input goes to rank i */
+  for (int i = 0; i < n && !st; i++) {
+    if (i == me) continue;
+    chunk(d->count, n, es, i, &off, &len);
+    st = c->ops->send(c, call->ranks[i], at(call->in, off, es), (size_t)(len * es), d);
+  }
+  int64_t stage = (moff + mlen > 0 ? mlen : 0) + 64 / es;
+  for (int i = 0, k = 0; i < n && !st; i++) {
+    if (i == me) {
+      src.p[i] = at(call->in, moff, es);
+      continue;
+    }
+    void *staging = c->ops->zero_copy ? NULL : at(call->scratch, stage * k++, es);
+    st = c->ops->recv(c, call->ranks[i], staging, (size_t)(mlen * es), d, &src.p[i]);
+  }
+  if (!st) {
+    cf_coll_reduce(dev, call, at(call->out, moff, es), src.p, n, mlen, true);
+    st = release_all(c, call);
+  }
+  /* all-gather: my reduced chunk to everyone, theirs into place */
+  for (int i = 0; i < n && !st; i++)
+    if (i != me) st = c->ops->send(c, call->ranks[i], at(call->out, moff, es), (size_t)(mlen * es), d);
+  for (int i = 0; i < n && !st; i++) {
+    if (i == me) continue;
+    chunk(d->count, n, es, i, &off, &len);
+    void *dst = at(call->out, off, es);
+    const void *p;
+    st = c->ops->recv(c, call->ranks[i], dst, (size_t)(len * es), d, &p);
+    if (!st && p != dst) dev->ops->copy(dev, dst, p, (size_t)(len * es));
+    if (!st) st = c->ops->release(c, call->ranks[i]);
+  }
+  if (!st) st = c->ops->send_wait(c);
+  ptrs_free(&src);
+  return st;
+}
+
+cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  const cf_coll_desc *d = &call->desc;
+  int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
+  int left = call->ranks[(me + n - 1) % n], right = call->ranks[(me + 1) % n];
+  int64_t soff, slen, roff, rlen, half = (int64_t)(call->scratch_bytes / 2) / es;
+  uint64_t *ticket = malloc(sizeof *ticket * (size_t)n);
+  if (!ticket) return oom(c);
+  cf_status st = CF_OK;
+  /* reduce-scatter: after step s, out[chunk me-s-1] holds s+2 ranks' sum */
+  for (int s = 0; s < n - 1 && !st; s++) {
+    chunk(d->count, n, es, ((me - s) % n + n) % n, &soff, &slen);
+    chunk(d->count, n, es, ((me - s - 1) % n + n) % n, &roff, &rlen);
+    const void *sbuf = at(s == 0 ? call->in : call->out, soff, es);
+    st = c->ops->send(c, right, sbuf, (size_t)(slen * es), d);
+    ticket[s] = c->ops->sent(c, right);
+    const void *p = NULL;
+    void *staging = c->ops->zero_copy ? NULL : at(call->scratch, (s & 1) * half, es);
+    if (!st) st = c->ops->recv(c, left, staging, (size_t)(rlen * es), d, &p);
+    if (st) break;
+    const void *src[2] = {p, at(call->in, roff, es)};
+    cf_coll_reduce(dev, call, at(call->out, roff, es), src, 2, rlen, s == n - 2);
+    st = c->ops->release(c, left);
+  }
+  /* all-gather: pass the finished chunks around the ring */
+  for (int s = 0; s < n - 1 && !st; s++) {
+    chunk(d->count, n, es, ((me + 1 - s) % n + n) % n, &soff, &slen);
+    chunk(d->count, n, es, ((me - s) % n + n) % n, &roff, &rlen);
+    st = c->ops->send(c, right, at(call->out, soff, es), (size_t)(slen * es), d);
+    /* out[chunk me-s] went right at reduce-scatter step s: wait until read */
+    if (!st && s >= 1) st = c->ops->wait_released(c, right, ticket[s]);
+    void *dst = at(call->out, roff, es);
+    const void *p = NULL;
+    if (!st) st = c->ops->recv(c, left, dst, (size_t)(rlen * es), d, &p);
+    if (st) break;
+    if (p != dst) dev->ops->copy(dev, dst, p, (size_t)(rlen * es));
+    st = c->ops->release(c, left);
+  }
+  if (!st) st = c->ops->send_wait(c);
+  free(ticket);
+  return st;
+}
+
+cf_status cf_algo_rd(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  const cf_coll_desc *d = &call->desc;
+  int es = cf_dtype_size(d->dtype), n = call->n, me = call->me, steps = 0;
+  while ((1 << steps) < n) steps++;
+  size_t bytes = (size_t)d->count * (size_t)es;
+  char *buf[2] = {call->scratch, at(call->scratch, d->count, es)};
+  void *staging = c->ops->zero_copy ? NULL : at(call->scratch, 2 * d->count, es);
+  const void *src = call->in;
+  uint64_t last_ticket = 0;
+  int last_peer = -1;
+  cf_status st = CF_OK;
+  for (int k = 0; k < steps && !st; k++) {
+    int partner = me ^ (1 << k), peer = call->ranks[partner];
+    void *dst = k == steps - 1 ? call->out : buf[k & 1];
+    st = c->ops->send(c, peer, src, bytes, d);
+    uint64_t ticket = c->ops->sent(c, peer);
+    const void *p = NULL;
+    if (!st) st = c->ops->recv(c, peer, staging, bytes, d, &p);
+    /* dst was this rank's message of the step before: wait until it was read */
+    if (!st && k >= 2 && dst != call->out) st = c->ops->wait_released(c, last_peer, last_ticket);
+    if (st) break;
+    const void *pair[2] = {me < partner ? src : p, me < partner ? p : src};
+    cf_coll_reduce(dev, call, dst, pair, 2, d->count, k == steps - 1);
+    st = c->ops->release(c, peer);
+    src = dst;
+    last_ticket = ticket;
+    last_peer = peer;
+  }
+  if (!st && steps == 0) dev->ops->copy(dev, call->out, call->in, bytes);
+  if (!st) st = c->ops->send_wait(c);
+  return st;
+}

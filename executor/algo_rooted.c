@@ -1,0 +1,152 @@
+/* algo_rooted.c - ReduceScatter, AllGather, Reduce and Broadcast.
+ *
+ * Each is one direct exchange in rank order, which is bandwidth-optimal on a
+ * single-copy transport (every byte is read once where it lies) and keeps
+ * reductions in rank order, so they are deterministic by construction.
+ * Fused buckets arrive as segments: a fused AllGather sends its whole input
+ * bucket once per peer and the receiver scatters the members to their
+ * outputs; a fused ReduceScatter reduces block `me` of every member.
+ */
+#include "executor.h"
+
+#include <stdlib.h>
+
+static char *at(const void *base, int64_t elems, int es) {
+  return (char *)base + elems * (int64_t)es;
+}
+
+static cf_status oom(cf_comm *c) { return cf_error(c->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory"); }
+
+cf_status cf_algo_reduce_scatter(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  const cf_coll_desc *d = &call->desc;
+  int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
+  bool zc = c->ops->zero_copy;
+  size_t bytes = (size_t)d->count * (size_t)es;
+  /* base[i]: rank i's input bucket as this rank sees it (zero copy), or
+   * this rank's staging of what rank i sent */
+  const void **base = calloc((size_t)n, sizeof *base), **src = calloc((size_t)n, sizeof *src);
+  if (!base || !src) {
+    free(base);
+    free(src);
+    return oom(c);
+  }
+  cf_status st = CF_OK;
+  for (int i = 0; i < n && !st; i++) {
+    if (i == me) continue;
+    if (zc) {
+      st = c->ops->send(c, call->ranks[i], call->in, bytes, d);
+      continue;
+    }
+    for (int j = 0; j < call->n_segs && !st; j++) {
+      const cf_coll_seg *s = &call->segs[j];
+      st = c->ops->send(c, call->ranks[i], at(call->in, s->in_off + i * s->count, es),
+                        (size_t)(s->count * es), d);
+    }
+  }
+  for (int i = 0, k = 0; i < n && !st; i++) {
+    if (i == me) {
+      base[i] = call->in;
+      continue;
+    }
+    if (zc) {
+      st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &base[i]);
+      continue;
+    }
+    /* staging: rank i's blocks land where they sit in the bucket */
+    char *stage = at(call->scratch, (int64_t)k++ * d->count, es);
+    base[i] = stage;
+    for (int j = 0; j < call->n_segs && !st; j++) {
+      const cf_coll_seg *s = &call->segs[j];
+      void *slot = at(stage, s->in_off + me * s->count, es);
+      const void *p;
+      st = c->ops->recv(c, call->ranks[i], slot, (size_t)(s->count * es), d, &p);
+      if (!st && p != slot) dev->ops->copy(dev, slot, p, (size_t)(s->count * es));
+      if (!st) st = c->ops->release(c, call->ranks[i]);
+    }
+  }
+  for (int j = 0; j < call->n_segs && !st; j++) {
+    const cf_coll_seg *s = &call->segs[j];
+    for (int i = 0; i < n; i++) src[i] = at(base[i], s->in_off + me * s->count, es);
+    cf_coll_reduce(dev, call, at(call->out, s->out_off, es), src, n, s->count, true);
+  }
+  for (int i = 0; i < n && !st && zc; i++)
+    if (i != me) st = c->ops->release(c, call->ranks[i]);
+  if (!st) st = c->ops->send_wait(c);
+  free(base);
+  free(src);
+  return st;
+}
+
+static void scatter_members(cf_device *dev, const cf_coll_call *call, const void *from, int rank,
+                            int es) {
+  for (int j = 0; j < call->n_segs; j++) {
+    const cf_coll_seg *s = &call->segs[j];
+    dev->ops->copy(dev, at(call->out, s->out_off + rank * s->count, es), at(from, s->in_off, es),
+                   (size_t)(s->count * es));
+  }
+}
+
+cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  const cf_coll_desc *d = &call->desc;
+  int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
+  size_t bytes = (size_t)d->count * (size_t)es;
+  cf_status st = CF_OK;
+  for (int i = 0; i < n && !st; i++)
+    if (i != me) st = c->ops->send(c, call->ranks[i], call->in, bytes, d);
+  if (!st) scatter_members(dev, call, call->in, me, es);
+  for (int i = 0; i < n && !st; i++) {
+    if (i == me) continue;
+    const void *p;
+    st = c->ops->recv(c, call->ranks[i], c->ops->zero_copy ? NULL : call->scratch, bytes, d, &p);
+    if (st) break;
+    scatter_members(dev, call, p, i, es);
+    st = c->ops->release(c, call->ranks[i]);
+  }
+  if (!st) st = c->ops->send_wait(c);
+  return st;
+}
+
+cf_status cf_algo_reduce(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  const cf_coll_desc *d = &call->desc;
+  int es = cf_dtype_size(d->dtype), n = call->n, me = call->me, root = d->root;
+  size_t bytes = (size_t)d->count * (size_t)es;
+  if (me != root) {
+    cf_status st = c->ops->send(c, call->ranks[root], call->in, bytes, d);
+    return st ? st : c->ops->send_wait(c);
+  }
+  const void **src = calloc((size_t)n, sizeof *src);
+  if (!src) return oom(c);
+  cf_status st = CF_OK;
+  for (int i = 0, k = 0; i < n && !st; i++) {
+    if (i == me) {
+      src[i] = call->in;
+      continue;
+    }
+    void *staging = c->ops->zero_copy ? NULL : at(call->scratch, (int64_t)k++ * d->count, es);
+    st = c->ops->recv(c, call->ranks[i], staging, bytes, d, &src[i]);
+  }
+  if (!st) cf_coll_reduce(dev, call, call->out, src, n, d->count, true);
+  for (int i = 0; i < n && !st; i++)
+    if (i != me) st = c->ops->release(c, call->ranks[i]);
+  free(src);
+  return st;
+}
+
+cf_status cf_algo_broadcast(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  const cf_coll_desc *d = &call->desc;
+  int es = cf_dtype_size(d->dtype), n = call->n, me = call->me, root = d->root;
+  size_t bytes = (size_t)d->count * (size_t)es;
+  cf_status st = CF_OK;
+  if (me == root) {
+    for (int i = 0; i < n && !st; i++)
+      if (i != me) st = c->ops->send(c, call->ranks[i], call->in, bytes, d);
+    if (!st) dev->ops->copy(dev, call->out, call->in, bytes);
+    return st ? st : c->ops->send_wait(c);
+  }
+  const void *p;
+  st = c->ops->recv(c, call->ranks[root], call->out, bytes, d, &p);
+  if (st) return st;
+  if (p != call->out) dev->ops->copy(dev, call->out, p, bytes);
+  (void)es;
+  return c->ops->release(c, call->ranks[root]);
+}

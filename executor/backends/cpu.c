@@ -1,0 +1,119 @@
+/* backends/cpu.c - the CPU device backend: host memory and the host kernels
+ * codegen/ generates.
+ *
+ * prepare() resolves a kernel through the context's JIT (which is not meant
+ * to be called from many threads at once) into this device's own table, so
+ * the launches the ranks make concurrently afterwards only read a function
+ * pointer. It is the reference every other backend is tested against.
+ */
+#include "../executor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cpu_dev {
+  /* resolved kernels: [kind][dtype][reduction][arity] */
+  void *fns[4][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1];
+} cpu_dev;
+
+static void **slot(cpu_dev *c, const cf_kernel_key *k) {
+  bool per_red = k->kind == CF_K_NARY || k->kind == CF_K_ACC;
+  return &c->fns[k->kind][k->dtype][per_red ? k->red : 0][k->kind == CF_K_NARY ? k->arity : 0];
+}
+
+static void *cpu_alloc(cf_device *d, size_t bytes) {
+  (void)d;
+  size_t rounded = (bytes + 63) & ~(size_t)63;
+  if (rounded < bytes) return NULL;
+  if (rounded == 0) rounded = 64;
+  void *p = aligned_alloc(64, rounded);
+  if (p) memset(p, 0, rounded);
+  return p;
+}
+
+static void cpu_free(cf_device *d, void *p) {
+  (void)d;
+  free(p);
+}
+
+static void cpu_copy(cf_device *d, void *dst, const void *src, size_t bytes) {
+  (void)d;
+  if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+
+static cf_status cpu_prepare(cf_device *d, const cf_kernel_key *key) {
+  cpu_dev *c = d->impl;
+  void **s = slot(c, key);
+  if (*s) return CF_OK;
+  return cf_codegen_kernel(d->ctx, key, s, NULL);
+}
+
+static void *resolved(cf_device *d, const cf_kernel_key *key) {
+  void *fn = *slot(d->impl, key);
+  /* The plan prepares every kernel its collectives use before a rank starts. */
+  if (!fn) abort();
+  return fn;
+}
+
+/* JIT symbols are object pointers; C11 converts them to functions by bytes. */
+static void cpu_nary(cf_device *d, const cf_kernel_key *key, void *dst, const void *const *src,
+                     int64_t n, double div) {
+  if (n <= 0) return;
+  void *p = resolved(d, key);
+  cf_kernel_nary_fn f;
+  memcpy(&f, &p, sizeof f);
+  f(dst, src, n, div);
+}
+
+static void cpu_acc(cf_device *d, const cf_kernel_key *key, void *dst, const void *src, int64_t n) {
+  if (n <= 0) return;
+  void *p = resolved(d, key);
+  cf_kernel_acc_fn f;
+  memcpy(&f, &p, sizeof f);
+  f(dst, src, n);
+}
+
+static void cpu_scale(cf_device *d, const cf_kernel_key *key, void *dst, int64_t n, double div) {
+  if (n <= 0) return;
+  void *p = resolved(d, key);
+  cf_kernel_scale_fn f;
+  memcpy(&f, &p, sizeof f);
+  f(dst, n, div);
+}
+
+static void cpu_sync(cf_device *d) { (void)d; }
+
+static void cpu_destroy(cf_device *d) {
+  if (!d) return;
+  free(d->impl);
+  free(d);
+}
+
+static const cf_device_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .prepare = cpu_prepare,
+    .nary = cpu_nary,
+    .acc = cpu_acc,
+    .scale = cpu_scale,
+    .sync = cpu_sync,
+    .destroy = cpu_destroy,
+};
+
+cf_status cf_device_cpu_create(cf_context *ctx, cf_device **out) {
+  *out = NULL;
+  cf_device *d = calloc(1, sizeof *d);
+  cpu_dev *c = calloc(1, sizeof *c);
+  if (!d || !c) {
+    free(d);
+    free(c);
+    return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  }
+  d->ops = &cpu_ops;
+  d->ctx = ctx;
+  d->impl = c;
+  *out = d;
+  return CF_OK;
+}

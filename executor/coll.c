@@ -1,0 +1,172 @@
+/* coll.c - collective calls: algorithm choice, descriptor checks, the
+ * ordered reduction every algorithm uses, and dispatch to algo_*.c.
+ *
+ * Determinism: every algorithm reduces through cf_coll_reduce, which applies
+ * op(src[0], ..., src[k-1]) element by element in the order given (n-ary
+ * kernel, then accumulate for sources past CF_MAX_ARITY). The rank-order
+ * algorithms (direct, rsag) pass the group's ranks in order, so each element
+ * is reduced as ((r0 op r1) op r2) ... whatever the chunking, the bucket it
+ * sits in, or the message size: fused and unfused runs are bitwise equal.
+ * --deterministic therefore only has to keep ring and recursive doubling
+ * (which reduce in neighbour and tree order) out.
+ */
+#include "executor.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const algo_names[CF_ALGO_COUNT] = {"auto", "direct", "rd", "ring", "rsag"};
+
+const char *cf_algo_name(cf_algo a) { return a >= 0 && a < CF_ALGO_COUNT ? algo_names[a] : "?"; }
+
+int cf_algo_parse(const char *s) {
+  for (int a = 0; a < CF_ALGO_COUNT; a++)
+    if (s && strcmp(s, algo_names[a]) == 0) return a;
+  if (s && strcmp(s, "recursive-doubling") == 0) return CF_ALGO_RD;
+  return -1;
+}
+
+/* Above this many bytes per rank AllReduce moves to the bandwidth-optimal
+ * algorithms; chosen from `collfuse bench allreduce` (docs/executor.md). */
+#define SMALL_BYTES ((int64_t)64 << 10)
+
+static bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo forced) {
+  if (d->op != CF_OP_ALLREDUCE || n <= 1) return CF_ALGO_DIRECT;
+  cf_algo a = forced;
+  if (a == CF_ALGO_AUTO) {
+    int64_t bytes = d->count * cf_dtype_size(d->dtype);
+    if (bytes <= SMALL_BYTES || d->count < n) a = CF_ALGO_DIRECT;
+    else a = deterministic ? CF_ALGO_RSAG : CF_ALGO_RING;
+  }
+  if (deterministic && a == CF_ALGO_RING) a = CF_ALGO_RSAG;
+  if ((deterministic || !pow2(n)) && a == CF_ALGO_RD) a = CF_ALGO_DIRECT;
+  return a;
+}
+
+size_t cf_coll_scratch_bytes(const cf_coll_desc *d, int n, cf_algo a, bool zero_copy) {
+  size_t es = (size_t)cf_dtype_size(d->dtype), bytes = (size_t)d->count * es;
+  size_t chunk = ((size_t)d->count + (size_t)n - 1) / (size_t)n * es + 128;
+  size_t peers = n > 1 ? (size_t)n - 1 : 0;
+  if (d->op != CF_OP_ALLREDUCE) /* staging for what peers send: one buffer or one per peer */
+    return zero_copy ? 0 : (d->op == CF_OP_ALLGATHER || d->op == CF_OP_BROADCAST ? bytes : peers * bytes);
+  switch (a) {
+  case CF_ALGO_RD: return 2 * bytes + (zero_copy ? 0 : bytes);
+  case CF_ALGO_RING: return zero_copy ? 0 : 2 * chunk;
+  case CF_ALGO_RSAG: return zero_copy ? 0 : peers * chunk;
+  default: return zero_copy ? 0 : peers * bytes;
+  }
+}
+
+static const char *red_text(int red) { return red >= 0 ? cf_reduction_name((cf_reduction)red) : "-"; }
+
+bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b, int rb, char *text,
+                           size_t len) {
+  char va[128], vb[128];
+  const char *what = NULL;
+  if (a->op != b->op || strcmp(a->group, b->group) != 0 || a->seq != b->seq) {
+    what = "collective";
+    snprintf(va, sizeof va, "%s #%lld of group '%s'", cf_op_table[a->op].name, (long long)a->seq,
+             a->group);
+    snprintf(vb, sizeof vb, "%s #%lld of group '%s'", cf_op_table[b->op].name, (long long)b->seq,
+             b->group);
+  } else if (a->dtype != b->dtype) {
+    what = "dtype";
+    snprintf(va, sizeof va, "%s", cf_dtype_name(a->dtype));
+    snprintf(vb, sizeof vb, "%s", cf_dtype_name(b->dtype));
+  } else if (a->count != b->count) {
+    what = "count";
+    snprintf(va, sizeof va, "%lld", (long long)a->count);
+    snprintf(vb, sizeof vb, "%lld", (long long)b->count);
+  } else if (a->red != b->red) {
+    what = "reduction";
+    snprintf(va, sizeof va, "%s", red_text(a->red));
+    snprintf(vb, sizeof vb, "%s", red_text(b->red));
+  } else if (a->root != b->root) {
+    what = "root";
+    snprintf(va, sizeof va, "%d", a->root);
+    snprintf(vb, sizeof vb, "%d", b->root);
+  } else if (a->layout != b->layout) {
+    what = "layout";
+    snprintf(va, sizeof va, "%s", a->layout >= 0 ? cf_layout_name((cf_layout)a->layout) : "-");
+    snprintf(vb, sizeof vb, "%s", b->layout >= 0 ? cf_layout_name((cf_layout)b->layout) : "-");
+  }
+  if (!what) return false;
+  snprintf(text, len,
+           "cross-rank mismatch in %s '%s' (collective #%lld of group '%s'): %s is %s on rank %d "
+           "but %s on rank %d",
+           cf_op_table[a->op].name, a->node ? a->node : "?", (long long)a->seq, a->group, what, va,
+           ra, vb, rb);
+  return true;
+}
+
+static cf_kernel_key key_of(cf_kernel_kind kind, cf_dtype dt, int red, int arity) {
+  return (cf_kernel_key){.kind = kind, .dtype = dt, .red = (cf_reduction)red, .arity = arity};
+}
+
+int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max) {
+  int k = 0;
+  if (d->red < 0 || n <= 1) return 0;
+  int reds[2] = {d->red, CF_RED_SUM};
+  int nred = d->red == CF_RED_MEAN ? 2 : 1;
+  int top = n < CF_MAX_ARITY ? n : CF_MAX_ARITY;
+  for (int r = 0; r < nred && k + 3 <= max; r++) {
+    keys[k++] = key_of(CF_K_NARY, d->dtype, reds[r], 2);
+    if (top > 2) keys[k++] = key_of(CF_K_NARY, d->dtype, reds[r], top);
+    if (n > CF_MAX_ARITY) keys[k++] = key_of(CF_K_NARY, d->dtype, reds[r], CF_MAX_ARITY);
+    keys[k++] = key_of(CF_K_ACC, d->dtype, reds[r], 0);
+  }
+  if (d->red == CF_RED_MEAN && k < max) keys[k++] = key_of(CF_K_SCALE, d->dtype, 0, 0);
+  return k;
+}
+
+void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,
+                    int k, int64_t n, bool final) {
+  cf_dtype dt = call->desc.dtype;
+  int red = call->desc.red;
+  double div = (double)call->n;
+  bool mean = red == CF_RED_MEAN;
+  if (n <= 0) return;
+  if (k == 1) {
+    dev->ops->copy(dev, dst, src[0], (size_t)n * (size_t)cf_dtype_size(dt));
+    if (mean && final && call->n > 1) {
+      cf_kernel_key sk = key_of(CF_K_SCALE, dt, 0, 0);
+      dev->ops->scale(dev, &sk, dst, n, div);
+    }
+    return;
+  }
+  if (k <= CF_MAX_ARITY) {
+    cf_kernel_key nk = key_of(CF_K_NARY, dt, mean && !final ? CF_RED_SUM : red, k);
+    dev->ops->nary(dev, &nk, dst, src, n, div);
+    return;
+  }
+  int base = mean ? CF_RED_SUM : red;
+  cf_kernel_key nk = key_of(CF_K_NARY, dt, base, CF_MAX_ARITY);
+  cf_kernel_key ak = key_of(CF_K_ACC, dt, base, 0);
+  dev->ops->nary(dev, &nk, dst, src, n, 1.0);
+  for (int i = CF_MAX_ARITY; i < k; i++) dev->ops->acc(dev, &ak, dst, src[i], n);
+  if (mean && final) {
+    cf_kernel_key sk = key_of(CF_K_SCALE, dt, 0, 0);
+    dev->ops->scale(dev, &sk, dst, n, div);
+  }
+}
+
+cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  switch (call->desc.op) {
+  case CF_OP_ALLREDUCE:
+    switch (call->algo) {
+    case CF_ALGO_RING: return cf_algo_ring(c, dev, call);
+    case CF_ALGO_RD: return cf_algo_rd(c, dev, call);
+    case CF_ALGO_RSAG: return cf_algo_rsag(c, dev, call);
+    default: return cf_algo_direct(c, dev, call);
+    }
+  case CF_OP_REDUCESCATTER: return cf_algo_reduce_scatter(c, dev, call);
+  case CF_OP_ALLGATHER: return cf_algo_all_gather(c, dev, call);
+  case CF_OP_REDUCE: return cf_algo_reduce(c, dev, call);
+  case CF_OP_BROADCAST: return cf_algo_broadcast(c, dev, call);
+  default:
+    return cf_error(c->ctx, CF_ERR_UNSUPPORTED, NULL, 0, "no algorithm for %s",
+                    cf_op_table[call->desc.op].name);
+  }
+}

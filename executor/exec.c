@@ -1,0 +1,412 @@
+/* exec.c - running a plan: one thread per rank, one communication thread
+ * per rank for collectives that overlap compute.
+ *
+ * Each rank has its own arena (allocated and first touched by its own
+ * thread), its own copy of the collective calls (pointers into its arena,
+ * descriptors a test may alter), and its own context for error messages
+ * (borrowing the main context's JIT, whose kernels the plan already
+ * resolved). Before the first iteration the ranks exchange their plan
+ * fingerprints; between iterations they meet at a barrier made of transport
+ * messages, so a barrier honours the timeout and the abort flag like every
+ * other wait. The first rank to fail sets the world's abort flag with its
+ * message; the rest stop at their next wait and the run returns that
+ * message with CF_ERR_RUNTIME (or the failing rank's own status).
+ */
+#define _GNU_SOURCE
+#include "executor.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct rank_run {
+  cf_plan *p;
+  int rank;
+  cf_context *ctx;
+  cf_comm *comm;
+  char *arena;
+  cf_coll_call *calls;
+  const cf_inputs *in;
+  cf_run_result *res;
+  cf_status st;
+  bool vanished;
+  /* communication thread: a FIFO of started collectives */
+  pthread_t thread;
+  bool has_thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int *queue;
+  int64_t started, completed; /* tickets */
+  int64_t *ticket;            /* coll -> its ticket this iteration */
+  cf_status comm_st;
+  bool stop;
+} rank_run;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static cf_status run_coll(rank_run *r, int c) {
+  const cf_coll_call *call = &r->calls[c];
+  if (call->me < 0) return CF_OK; /* not in this collective's group */
+  return cf_coll_run(r->comm, r->p->dev, call);
+}
+
+static void *comm_main(void *arg) {
+  rank_run *r = arg;
+  pthread_mutex_lock(&r->lock);
+  for (;;) {
+    while (!r->stop && r->completed == r->started) pthread_cond_wait(&r->cond, &r->lock);
+    if (r->stop && r->completed == r->started) break;
+    int c = r->queue[r->completed % (r->p->n_colls ? r->p->n_colls : 1)];
+    cf_status prev = r->comm_st;
+    pthread_mutex_unlock(&r->lock);
+    cf_status st = prev ? prev : run_coll(r, c);
+    pthread_mutex_lock(&r->lock);
+    if (st && !r->comm_st) r->comm_st = st;
+    r->completed++;
+    pthread_cond_broadcast(&r->cond);
+  }
+  pthread_mutex_unlock(&r->lock);
+  return NULL;
+}
+
+static void start(rank_run *r, int c) {
+  pthread_mutex_lock(&r->lock);
+  r->queue[r->started % r->p->n_colls] = c;
+  r->ticket[c] = ++r->started;
+  pthread_cond_broadcast(&r->cond);
+  pthread_mutex_unlock(&r->lock);
+}
+
+static cf_status wait_coll(rank_run *r, int c) {
+  pthread_mutex_lock(&r->lock);
+  while (r->completed < r->ticket[c]) pthread_cond_wait(&r->cond, &r->lock);
+  cf_status st = r->comm_st;
+  pthread_mutex_unlock(&r->lock);
+  return st;
+}
+
+/* Dissemination barrier over the transport (log2 n rounds). */
+static cf_status barrier(rank_run *r) {
+  int n = r->p->ranks, me = r->rank;
+  for (int d = 1; d < n; d <<= 1) {
+    const void *p;
+    cf_status st = r->comm->ops->send(r->comm, (me + d) % n, NULL, 0, NULL);
+    if (!st) st = r->comm->ops->recv(r->comm, (me - d + n) % n, NULL, 0, NULL, &p);
+    if (!st) st = r->comm->ops->release(r->comm, (me - d + n) % n);
+    if (st) return st;
+  }
+  return r->comm->ops->send_wait(r->comm);
+}
+
+static cf_status check_fingerprints(rank_run *r) {
+  int n = r->p->ranks, me = r->rank;
+  cf_status st = CF_OK;
+  for (int i = 0; i < n && !st; i++)
+    if (i != me) st = r->comm->ops->send(r->comm, i, r->p->fingerprint, sizeof r->p->fingerprint, NULL);
+  for (int i = 0; i < n && !st; i++) {
+    if (i == me) continue;
+    char theirs[sizeof r->p->fingerprint];
+    const void *data;
+    st = r->comm->ops->recv(r->comm, i, theirs, sizeof theirs, NULL, &data);
+    if (st) break;
+    if (memcmp(data, r->p->fingerprint, sizeof theirs) != 0) {
+      char text[256];
+      snprintf(text, sizeof text,
+               "cross-rank mismatch: rank %d's graph has fingerprint %.16s but rank %d's has %.16s "
+               "(the ranks compiled different collective sequences)",
+               me, r->p->fingerprint, i, (const char *)data);
+      r->comm->ops->abort(r->comm, text);
+      st = cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+      break;
+    }
+    st = r->comm->ops->release(r->comm, i);
+  }
+  return st ? st : r->comm->ops->send_wait(r->comm);
+}
+
+static cf_tensor tensor_of(rank_run *r, int v) {
+  const cf_pvalue *pv = &r->p->vals[v];
+  return (cf_tensor){.data = r->arena + pv->addr, .dtype = pv->dtype, .shape = pv->shape, .count = pv->count};
+}
+
+static cf_status fill_inputs(rank_run *r) {
+  const cf_graph *g = r->p->g;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const cf_node *n = &g->nodes[i];
+    if (n->op != CF_OP_INPUT && n->op != CF_OP_CONSTANT) continue;
+    cf_tensor t = tensor_of(r, r->p->val_base[i]);
+    int k = -1;
+    for (int j = 0; r->in && n->op == CF_OP_INPUT && j < r->in->n; j++)
+      if (strcmp(r->in->names[j], n->name) == 0) k = j;
+    if (k < 0) {
+      cf_fill_node(n, t.data, t.dtype, t.count, r->p->opt.seed, r->rank);
+      continue;
+    }
+    const cf_tensor *src = &r->in->data[(size_t)r->rank * (size_t)r->in->n + (size_t)k];
+    if (src->dtype != t.dtype || src->count != t.count)
+      return cf_node_error(g, n, CF_ERR_INVALID, "input data has %s x %lld, the graph wants %s x %lld",
+                           cf_dtype_name(src->dtype), (long long)src->count, cf_dtype_name(t.dtype),
+                           (long long)t.count);
+    memcpy(t.data, src->data, (size_t)t.count * (size_t)cf_dtype_size(t.dtype));
+  }
+  return CF_OK;
+}
+
+static cf_status compute(rank_run *r, const cf_node *n, cf_tensor *tin, cf_tensor *tout) {
+  const cf_plan *p = r->p;
+  for (int j = 0; j < n->n_in; j++) tin[j] = tensor_of(r, p->val_base[n->in[j].node] + n->in[j].port);
+  int node = (int)(n - p->g->nodes);
+  for (int k = 0; k < n->n_out; k++) tout[k] = tensor_of(r, p->val_base[node] + k);
+  return cf_compute_run(r->ctx, p->g, n, tin, tout, r->rank, p->opt.seed);
+}
+
+static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *tout) {
+  const cf_plan *p = r->p;
+  const cf_run_options *o = &p->opt;
+  for (int s = 0; s < p->n_steps; s++) {
+    const cf_step *sp = &p->steps[s];
+    cf_status st = CF_OK;
+    if (first && o->test_fail_mode && r->rank == o->test_fail_rank && s == o->test_fail_step) {
+      if (o->test_fail_mode == 2) {
+        r->vanished = true;
+        return CF_ERR_RUNTIME;
+      }
+      char text[160];
+      snprintf(text, sizeof text, "rank %d failed at step %d (injected failure)", r->rank, s);
+      r->comm->ops->abort(r->comm, text);
+      return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+    }
+    const char *why;
+    if (r->comm->ops->aborted(r->comm, &why)) return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
+    switch (sp->kind) {
+    case CF_STEP_COMPUTE: st = compute(r, &p->g->nodes[sp->node], tin, tout); break;
+    case CF_STEP_COPY: memcpy(r->arena + sp->dst, r->arena + sp->src, (size_t)sp->bytes); break;
+    case CF_STEP_START:
+      if (p->colls[sp->coll].inline_ok) {
+        st = run_coll(r, sp->coll);
+        s++; /* its WAIT */
+      } else {
+        start(r, sp->coll);
+      }
+      break;
+    case CF_STEP_WAIT: st = wait_coll(r, sp->coll); break;
+    }
+    if (st) return st;
+  }
+  return CF_OK;
+}
+
+static int max_ports(const cf_graph *g) {
+  int m = 1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (g->nodes[i].n_in > m) m = g->nodes[i].n_in;
+    if (g->nodes[i].n_out > m) m = g->nodes[i].n_out;
+  }
+  return m;
+}
+
+static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
+  cf_plan *p = r->p;
+  const cf_graph *g = p->g;
+  cf_status st;
+  r->arena = p->dev->ops->alloc(p->dev, (size_t)p->arena_bytes);
+  if (!r->arena) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "rank %d: cannot allocate %lld bytes", r->rank, (long long)p->arena_bytes);
+  for (int c = 0; c < p->n_colls; c++) {
+    const cf_pcoll *pc = &p->colls[c];
+    cf_coll_call *call = &r->calls[c];
+    *call = (cf_coll_call){.desc = pc->desc, .ranks = pc->ranks, .n = pc->n, .me = -1,
+                           .in = r->arena + pc->in_addr, .out = r->arena + pc->out_addr,
+                           .segs = pc->segs, .n_segs = pc->n_segs,
+                           .scratch = r->arena + pc->scratch_addr, .scratch_bytes = pc->scratch_bytes,
+                           .algo = pc->algo, .deterministic = p->opt.deterministic};
+    for (int i = 0; i < pc->n; i++)
+      if (pc->ranks[i] == r->rank) call->me = i;
+  }
+  if ((st = fill_inputs(r))) return st;
+  if ((st = check_fingerprints(r))) return st;
+  if (p->opt.test_mutate)
+    for (int c = 0; c < p->n_colls; c++) p->opt.test_mutate(p->opt.test_user, r->rank, &r->calls[c].desc, c);
+  int total = p->opt.warmup + p->opt.iters;
+  for (int it = 0; it < total; it++) {
+    if ((st = barrier(r))) return st;
+    double t0 = now_ms();
+    if ((st = iteration(r, it == 0, tin, tout))) return st;
+    if ((st = barrier(r))) return st;
+    if (r->rank == 0 && it >= p->opt.warmup) r->res->time_ms[it - p->opt.warmup] = now_ms() - t0;
+  }
+  /* outputs of the last iteration */
+  int j = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const cf_node *n = &g->nodes[i];
+    if (n->op != CF_OP_OUTPUT) continue;
+    cf_tensor src = tensor_of(r, p->val_base[n->in[0].node] + n->in[0].port);
+    cf_tensor *dst = &r->res->outputs[(size_t)r->rank * (size_t)r->res->n_outputs + (size_t)j++];
+    *dst = src;
+    size_t bytes = (size_t)src.count * (size_t)cf_dtype_size(src.dtype);
+    dst->data = malloc(bytes ? bytes : 1);
+    if (!dst->data) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+    memcpy(dst->data, src.data, bytes);
+  }
+  return CF_OK;
+}
+
+static void *rank_main(void *arg) {
+  rank_run *r = arg;
+  int ports = max_ports(r->p->g);
+  cf_tensor *tin = calloc((size_t)ports, sizeof *tin), *tout = calloc((size_t)ports, sizeof *tout);
+  r->calls = calloc((size_t)r->p->n_colls + 1, sizeof *r->calls);
+  if (!tin || !tout || !r->calls) {
+    r->st = cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  } else {
+    r->st = rank_body(r, tin, tout);
+  }
+  if (r->st && !r->vanished) {
+    const char *why;
+    if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_context_errmsg(r->ctx));
+  }
+  /* stop the communication thread (it finishes what was started) */
+  pthread_mutex_lock(&r->lock);
+  r->stop = true;
+  pthread_cond_broadcast(&r->cond);
+  pthread_mutex_unlock(&r->lock);
+  free(tin);
+  free(tout);
+  return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_result *res) {
+  memset(res, 0, sizeof *res);
+  const cf_graph *g = p->g;
+  int n = p->ranks;
+  if (p->opt.iters < 1) p->opt.iters = 1;
+  if (p->opt.warmup < 0) p->opt.warmup = 0;
+  res->ranks = n;
+  for (int i = 0; i < g->n_nodes; i++) res->n_outputs += g->nodes[i].op == CF_OP_OUTPUT;
+  res->time_ms = calloc((size_t)p->opt.iters, sizeof *res->time_ms);
+  res->outputs = calloc((size_t)n * (size_t)res->n_outputs + 1, sizeof *res->outputs);
+  res->output_names = calloc((size_t)res->n_outputs + 1, sizeof *res->output_names);
+  rank_run *rr = calloc((size_t)n, sizeof *rr);
+  pthread_t *th = calloc((size_t)n, sizeof *th);
+  cf_threads_world *w = NULL;
+  cf_status st = CF_OK;
+  if (!res->time_ms || !res->outputs || !res->output_names || !rr || !th) {
+    st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+    goto done;
+  }
+  for (int i = 0, j = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == CF_OP_OUTPUT) res->output_names[j++] = g->nodes[i].name;
+  if ((st = cf_threads_world_create(ctx, n, p->opt.timeout_s, &w))) goto done;
+  int started = 0;
+  for (int r = 0; r < n && !st; r++) {
+    rank_run *x = &rr[r];
+    x->p = p;
+    x->rank = r;
+    x->in = in;
+    x->res = res;
+    pthread_mutex_init(&x->lock, NULL);
+    pthread_cond_init(&x->cond, NULL);
+    x->queue = calloc((size_t)p->n_colls + 1, sizeof *x->queue);
+    x->ticket = calloc((size_t)p->n_colls + 1, sizeof *x->ticket);
+    if ((st = cf_context_create(&x->ctx)) == CF_OK) {
+      x->ctx->codegen = ctx->codegen; /* borrowed: kernels already resolved */
+      x->ctx->codegen_free = NULL;
+      x->ctx->log_fn = ctx->log_fn;
+      x->ctx->log_user = ctx->log_user;
+    }
+    if (!x->queue || !x->ticket || st) {
+      st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+      break;
+    }
+    x->comm = cf_threads_comm(w, r, x->ctx);
+  }
+  for (int r = 0; r < n && !st; r++) {
+    if (pthread_create(&rr[r].thread, NULL, comm_main, &rr[r]) != 0) {
+      st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "cannot start a thread for rank %d", r);
+      break;
+    }
+    rr[r].has_thread = true;
+  }
+  for (int r = 0; r < n && !st; r++, started++)
+    if (pthread_create(&th[r], NULL, rank_main, &rr[r]) != 0) {
+      st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "cannot start a thread for rank %d", r);
+      cf_threads_comm(w, 0, ctx)->ops->abort(cf_threads_comm(w, 0, ctx), "could not start every rank");
+    }
+  for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < n; r++)
+    if (rr[r].has_thread) {
+      if (started <= r) { /* rank never ran: stop its comm thread */
+        pthread_mutex_lock(&rr[r].lock);
+        rr[r].stop = true;
+        pthread_cond_broadcast(&rr[r].cond);
+        pthread_mutex_unlock(&rr[r].lock);
+      }
+      pthread_join(rr[r].thread, NULL);
+    }
+  if (!st) {
+    /* report the rank that failed first: a non-runtime status beats the
+     * runtime errors it caused elsewhere */
+    int who = -1;
+    for (int r = 0; r < n; r++)
+      if (rr[r].st && !rr[r].vanished && (who < 0 || (rr[who].st == CF_ERR_RUNTIME && rr[r].st != CF_ERR_RUNTIME)))
+        who = r;
+    if (who >= 0) {
+      const char *why = NULL;
+      cf_comm *c0 = cf_threads_comm(w, who, rr[who].ctx);
+      if (rr[who].st == CF_ERR_RUNTIME && c0->ops->aborted(c0, &why))
+        st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
+      else
+        st = cf_error(ctx, rr[who].st, NULL, 0, "%s", cf_context_errmsg(rr[who].ctx));
+    }
+  }
+  if (!st) {
+    res->collectives_executed = 0;
+    for (int c = 0; c < p->n_colls; c++) res->collectives_executed++;
+    res->peak_bytes = p->arena_bytes;
+    double *sorted = malloc(sizeof *sorted * (size_t)p->opt.iters);
+    if (sorted) {
+      memcpy(sorted, res->time_ms, sizeof *sorted * (size_t)p->opt.iters);
+      qsort(sorted, (size_t)p->opt.iters, sizeof *sorted, cmp_double);
+      int k = p->opt.iters;
+      res->time_ms_median = k % 2 ? sorted[k / 2] : 0.5 * (sorted[k / 2 - 1] + sorted[k / 2]);
+      free(sorted);
+    }
+  }
+done:
+  for (int r = 0; rr && r < n; r++) {
+    if (rr[r].arena) p->dev->ops->free(p->dev, rr[r].arena);
+    free(rr[r].calls);
+    free(rr[r].queue);
+    free(rr[r].ticket);
+    cf_context_destroy(rr[r].ctx);
+    if (rr[r].queue || rr[r].ticket || rr[r].p) {
+      pthread_mutex_destroy(&rr[r].lock);
+      pthread_cond_destroy(&rr[r].cond);
+    }
+  }
+  free(rr);
+  free(th);
+  cf_threads_world_destroy(w);
+  if (st) cf_run_result_free(res);
+  return st;
+}
+
+void cf_run_result_free(cf_run_result *res) {
+  if (!res) return;
+  if (res->outputs)
+    for (int i = 0; i < res->ranks * res->n_outputs; i++) free(res->outputs[i].data);
+  free(res->outputs);
+  free(res->output_names);
+  free(res->time_ms);
+  memset(res, 0, sizeof *res);
+}

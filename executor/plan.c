@@ -1,0 +1,530 @@
+/* plan.c - from a compiled graph to a schedule and a memory plan.
+ *
+ * Schedule: the graph's topological order, with every collective split into
+ * START (as soon as its operands exist) and WAIT (just before its first
+ * consumer), so compute between the two overlaps communication. A START
+ * directly followed by its WAIT with nothing else in flight runs inline on
+ * the rank thread (no hand-off latency).
+ *
+ * Memory: every collective has an input and an output block. A fused
+ * bucket's block holds its members at their offsets (the `offsets` the
+ * combiner wrote), and each member's producer is given its slot in the
+ * block as its own output buffer, so producers write straight into the
+ * bucket and consumers read straight out of it: no pack or unpack copies.
+ * Only a value that two collectives both want in their bucket is copied (a
+ * COPY step) into the second. Blocks get addresses in one arena per rank by
+ * first-fit over their live intervals (defined at their first producer,
+ * dead after their last reader; a collective reads its input until its
+ * WAIT). Inputs, constants and what Output nodes read stay for the whole
+ * run, so iterations can repeat.
+ */
+#include "executor.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN 64
+#define FOREVER INT_MAX
+
+typedef struct block {
+  int64_t bytes, addr;
+  int first, last; /* live interval in steps; -1 .. FOREVER for permanent */
+} block;
+
+typedef struct builder {
+  cf_plan *p;
+  const cf_graph *g;
+  block *blocks;
+  int n_blocks, cap_blocks;
+  int *val_block;    /* value -> block */
+  int64_t *val_off;  /* value -> offset in its block */
+  int *coll_in, *coll_out, *coll_scratch; /* coll -> block */
+  int64_t *coll_in_off;  /* coll -> offset of its input in coll_in (plain ops reading in place) */
+  int64_t **member_off;  /* coll -> its members' offsets in the input block */
+  int *coll_of_node;   /* node -> coll index or -1 */
+  int *steps_cap;
+} builder;
+
+static cf_status oom(cf_plan *p) { return cf_error(p->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory"); }
+
+static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+
+static int new_block(builder *b, int64_t bytes) {
+  if (b->n_blocks == b->cap_blocks) {
+    int cap = b->cap_blocks ? b->cap_blocks * 2 : 64;
+    block *nb = realloc(b->blocks, sizeof *nb * (size_t)cap);
+    if (!nb) return -1;
+    b->blocks = nb;
+    b->cap_blocks = cap;
+  }
+  b->blocks[b->n_blocks] = (block){.bytes = bytes, .addr = -1, .first = FOREVER, .last = -1};
+  return b->n_blocks++;
+}
+
+static int val_index(const cf_plan *p, cf_ref r) { return p->val_base[r.node] + r.port; }
+
+static void live(block *bl, int first, int last) {
+  if (first < bl->first) bl->first = first;
+  if (last > bl->last) bl->last = last;
+}
+
+static bool is_coll(cf_op op) {
+  switch (op) {
+  case CF_OP_ALLREDUCE: case CF_OP_ALLGATHER: case CF_OP_REDUCESCATTER: case CF_OP_REDUCE:
+  case CF_OP_BROADCAST: case CF_OP_FUSEDALLREDUCE: case CF_OP_FUSEDALLGATHER:
+  case CF_OP_FUSEDREDUCESCATTER:
+    return true;
+  default: return false;
+  }
+}
+
+static cf_op base_op(cf_op op) {
+  switch (op) {
+  case CF_OP_FUSEDALLREDUCE: return CF_OP_ALLREDUCE;
+  case CF_OP_FUSEDALLGATHER: return CF_OP_ALLGATHER;
+  case CF_OP_FUSEDREDUCESCATTER: return CF_OP_REDUCESCATTER;
+  default: return op;
+  }
+}
+
+/* Member byte offsets of a collective's input bucket: the combiner's
+ * `offsets` when present and consistent, else packed at 64-byte lines. */
+static void member_offsets(const cf_plan *p, const cf_node *n, int64_t *off, int64_t *total) {
+  const char *s = cf_node_str(n, CF_A_OFFSETS, NULL);
+  bool ok = s != NULL && n->n_in > 1;
+  int64_t end = 0;
+  for (int j = 0; j < n->n_in && ok; j++) {
+    char *e;
+    long long v = strtoll(s, &e, 10);
+    int64_t bytes = p->vals[val_index(p, n->in[j])].bytes;
+    if (e == s || v < end || v % ALIGN || (*e != ',' && *e != '\0')) ok = false;
+    off[j] = v;
+    end = v + bytes;
+    s = *e ? e + 1 : e;
+  }
+  if (!ok) {
+    end = 0;
+    for (int j = 0; j < n->n_in; j++) {
+      off[j] = end;
+      end = align_up(end + p->vals[val_index(p, n->in[j])].bytes);
+    }
+  }
+  *total = n->n_in == 1 ? p->vals[val_index(p, n->in[0])].bytes : align_up(end);
+}
+
+static cf_status group_ranks(cf_plan *p, const cf_node *n, const int **ranks, int *size) {
+  const char *name = cf_node_group(n);
+  const cf_group *gr = cf_graph_group(p->g, name);
+  if (!gr) {
+    if (strcmp(name, CF_WORLD_GROUP) != 0)
+      return cf_node_error(p->g, n, CF_ERR_INVALID, "unknown group '%s'", name);
+    *ranks = p->world_ranks;
+    *size = p->ranks;
+    return CF_OK;
+  }
+  for (int i = 0; i < gr->n_ranks; i++)
+    if (gr->ranks[i] < 0 || gr->ranks[i] >= p->ranks)
+      return cf_node_error(p->g, n, CF_ERR_INVALID, "group '%s' has rank %d but the run has %d ranks",
+                           name, gr->ranks[i], p->ranks);
+  *ranks = gr->ranks;
+  *size = gr->n_ranks;
+  return CF_OK;
+}
+
+/* Describe collective node n as plan coll c (desc, group, segments). */
+static cf_status describe(builder *b, const cf_node *n, cf_pcoll *c, const int64_t *off,
+                          int64_t in_bytes, int64_t *out_bytes, int64_t **out_off) {
+  cf_plan *p = b->p;
+  cf_status st = group_ranks(p, n, &c->ranks, &c->n);
+  if (st) return st;
+  cf_op op = base_op(n->op);
+  const cf_pvalue *v0 = &p->vals[val_index(p, n->in[0])];
+  int es = cf_dtype_size(v0->dtype);
+  c->node = (int)(n - p->g->nodes);
+  c->desc = (cf_coll_desc){.op = op, .dtype = v0->dtype, .count = in_bytes / es, .red = -1,
+                           .root = -1, .layout = -1, .group = cf_node_group(n), .node = n->name};
+  if (op == CF_OP_ALLREDUCE || op == CF_OP_REDUCESCATTER || op == CF_OP_REDUCE)
+    c->desc.red = (int)cf_node_reduction(n);
+  if (op == CF_OP_REDUCE || op == CF_OP_BROADCAST) {
+    c->desc.root = (int)cf_node_int(n, CF_A_ROOT, 0);
+    if (c->desc.root < 0 || c->desc.root >= c->n)
+      return cf_node_error(p->g, n, CF_ERR_INVALID, "root %d is not a rank of group '%s' (size %d)",
+                           c->desc.root, c->desc.group, c->n);
+  }
+  if (op == CF_OP_ALLGATHER) c->desc.layout = (int)cf_node_layout(n);
+  /* output offsets: AllReduce keeps the input layout; AllGather and
+   * ReduceScatter lay their member outputs out at 64-byte lines */
+  int64_t *oo = calloc((size_t)n->n_in, sizeof *oo);
+  if (!oo) return oom(p);
+  int64_t end = 0;
+  for (int j = 0; j < n->n_in; j++) {
+    const cf_pvalue *ov = &p->vals[p->val_base[c->node] + j];
+    oo[j] = op == CF_OP_ALLREDUCE ? off[j] : end;
+    end = align_up(oo[j] + ov->bytes);
+  }
+  *out_bytes = op == CF_OP_ALLREDUCE ? in_bytes : (n->n_in == 1 ? p->vals[p->val_base[c->node]].bytes : end);
+  *out_off = oo;
+  if (op == CF_OP_ALLGATHER || op == CF_OP_REDUCESCATTER) {
+    c->segs = calloc((size_t)n->n_in, sizeof *c->segs);
+    if (!c->segs) return oom(p);
+    c->n_segs = n->n_in;
+    for (int j = 0; j < n->n_in; j++) {
+      const cf_pvalue *iv = &p->vals[val_index(p, n->in[j])];
+      c->segs[j].in_off = off[j] / es;
+      c->segs[j].out_off = oo[j] / es;
+      c->segs[j].count = op == CF_OP_ALLGATHER ? iv->count : iv->count / c->n;
+    }
+  }
+  return CF_OK;
+}
+
+static cf_status push_step(builder *b, cf_step s) {
+  cf_plan *p = b->p;
+  if (p->n_steps == *b->steps_cap) {
+    int cap = *b->steps_cap ? *b->steps_cap * 2 : 64;
+    cf_step *ns = realloc(p->steps, sizeof *ns * (size_t)cap);
+    if (!ns) return oom(p);
+    p->steps = ns;
+    *b->steps_cap = cap;
+  }
+  p->steps[p->n_steps++] = s;
+  return CF_OK;
+}
+
+/* Emit the WAIT of every started collective that node n reads. */
+static cf_status waits_for(builder *b, const cf_node *n, bool *waited) {
+  for (int j = 0; j < n->n_in; j++) {
+    int c = b->coll_of_node[n->in[j].node];
+    if (c >= 0 && !waited[c]) {
+      waited[c] = true;
+      cf_status st = push_step(b, (cf_step){.kind = CF_STEP_WAIT, .coll = c});
+      if (st) return st;
+    }
+  }
+  return CF_OK;
+}
+
+/* First-fit placement of blocks over their live intervals. */
+static cf_status place(builder *b) {
+  int *order = malloc(sizeof *order * (size_t)(b->n_blocks ? b->n_blocks : 1));
+  int *placed = malloc(sizeof *placed * (size_t)(b->n_blocks ? b->n_blocks : 1));
+  if (!order || !placed) {
+    free(order);
+    free(placed);
+    return oom(b->p);
+  }
+  for (int i = 0; i < b->n_blocks; i++) order[i] = i;
+  /* biggest first, then earliest (insertion sort keeps it dependency-free) */
+  for (int i = 1; i < b->n_blocks; i++) {
+    int x = order[i], j = i - 1;
+    while (j >= 0 && (b->blocks[order[j]].bytes < b->blocks[x].bytes ||
+                      (b->blocks[order[j]].bytes == b->blocks[x].bytes &&
+                       b->blocks[order[j]].first > b->blocks[x].first))) {
+      order[j + 1] = order[j];
+      j--;
+    }
+    order[j + 1] = x;
+  }
+  int n_placed = 0;
+  int64_t peak = 0;
+  for (int i = 0; i < b->n_blocks; i++) {
+    block *bl = &b->blocks[order[i]];
+    if (bl->last < bl->first) bl->first = bl->last = 0; /* never used: still give it room */
+    int64_t addr = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int k = 0; k < n_placed; k++) {
+        const block *o = &b->blocks[placed[k]];
+        bool time = o->first <= bl->last && bl->first <= o->last;
+        bool space = o->addr < addr + align_up(bl->bytes ? bl->bytes : 1) &&
+                     addr < o->addr + align_up(o->bytes ? o->bytes : 1);
+        if (time && space) {
+          addr = o->addr + align_up(o->bytes ? o->bytes : 1);
+          moved = true;
+        }
+      }
+    }
+    bl->addr = addr;
+    if (addr + align_up(bl->bytes) > peak) peak = addr + align_up(bl->bytes);
+    placed[n_placed++] = order[i];
+  }
+  b->p->arena_bytes = peak;
+  free(order);
+  free(placed);
+  return CF_OK;
+}
+
+static cf_status build(builder *b) {
+  cf_plan *p = b->p;
+  const cf_graph *g = b->g;
+  cf_status st;
+  /* values */
+  p->val_base = calloc((size_t)g->n_nodes + 1, sizeof *p->val_base);
+  if (!p->val_base) return oom(p);
+  for (int i = 0; i < g->n_nodes; i++) p->val_base[i + 1] = p->val_base[i] + g->nodes[i].n_out;
+  p->n_vals = p->val_base[g->n_nodes];
+  p->vals = calloc((size_t)p->n_vals + 1, sizeof *p->vals);
+  b->val_block = malloc(sizeof(int) * ((size_t)p->n_vals + 1));
+  b->val_off = calloc((size_t)p->n_vals + 1, sizeof(int64_t));
+  b->coll_of_node = malloc(sizeof(int) * ((size_t)g->n_nodes + 1));
+  if (!p->vals || !b->val_block || !b->val_off || !b->coll_of_node) return oom(p);
+  for (int i = 0; i < g->n_nodes; i++) {
+    const cf_node *n = &g->nodes[i];
+    b->coll_of_node[i] = -1;
+    for (int k = 0; k < n->n_out; k++) {
+      cf_pvalue *v = &p->vals[p->val_base[i] + k];
+      v->addr = -1;
+      v->dtype = n->out[k].dtype;
+      v->shape = n->out[k].shape;
+      if (!cf_shape_elements(&v->shape, &v->count) || !cf_value_bytes(&n->out[k], &v->bytes))
+        return cf_node_error(g, n, CF_ERR_INVALID, "output %d is too large", k);
+      if (!cf_add_i64(p->naive_bytes, align_up(v->bytes), &p->naive_bytes))
+        return cf_node_error(g, n, CF_ERR_INVALID, "the graph's buffers overflow");
+      b->val_block[p->val_base[i] + k] = -1;
+    }
+    if (n->op >= CF_OP_MATMULREDUCESCATTER && cf_op_table[n->op].cat == CF_CAT_FUSED_MATMUL)
+      return cf_node_error(g, n, CF_ERR_UNSUPPORTED,
+                           "%s is not executed by this executor yet; run the graph unfused",
+                           cf_op_table[n->op].name);
+    if (is_coll(n->op)) p->n_colls++;
+  }
+  p->colls = calloc((size_t)p->n_colls + 1, sizeof *p->colls);
+  b->coll_in = malloc(sizeof(int) * ((size_t)p->n_colls + 1));
+  b->coll_out = malloc(sizeof(int) * ((size_t)p->n_colls + 1));
+  b->coll_scratch = malloc(sizeof(int) * ((size_t)p->n_colls + 1));
+  b->coll_in_off = calloc((size_t)p->n_colls + 1, sizeof(int64_t));
+  b->member_off = calloc((size_t)p->n_colls + 1, sizeof(int64_t *));
+  if (!p->colls || !b->coll_in || !b->coll_out || !b->coll_scratch || !b->coll_in_off || !b->member_off)
+    return oom(p);
+
+  /* collectives in schedule order: buckets first claim their members */
+  int nc = 0;
+  int64_t *seq = calloc((size_t)g->n_groups + 1, sizeof *seq); /* world group last */
+  if (!seq) return oom(p);
+  for (int t = 0; t < g->n_nodes; t++) {
+    const cf_node *n = &g->nodes[g->topo[t]];
+    if (!is_coll(n->op)) continue;
+    cf_pcoll *c = &p->colls[nc];
+    int64_t *off = calloc((size_t)n->n_in, sizeof *off), *oo = NULL, in_bytes = 0, out_bytes = 0;
+    if (!off) {
+      free(seq);
+      return oom(p);
+    }
+    b->member_off[nc] = off;
+    member_offsets(p, n, off, &in_bytes);
+    st = describe(b, n, c, off, in_bytes, &out_bytes, &oo);
+    if (!st) {
+      const cf_group *gr = cf_graph_group(g, cf_node_group(n));
+      c->desc.seq = seq[gr ? gr - g->groups : g->n_groups]++;
+      int v0 = val_index(p, n->in[0]);
+      int bi, bo;
+      if (n->n_in == 1 && b->val_block[v0] >= 0) { /* a plain op reads its operand in place */
+        bi = b->val_block[v0];
+        b->coll_in_off[nc] = b->val_off[v0];
+      } else {
+        bi = new_block(b, in_bytes);
+      }
+      bo = bi < 0 ? -1 : new_block(b, out_bytes);
+      if (bi < 0 || bo < 0) st = oom(p);
+      b->coll_in[nc] = bi;
+      b->coll_out[nc] = bo;
+      for (int j = 0; j < n->n_in && !st; j++) {
+        int v = val_index(p, n->in[j]);
+        if (b->val_block[v] < 0) { /* the producer writes straight into the bucket */
+          b->val_block[v] = bi;
+          b->val_off[v] = off[j];
+        }
+      }
+      for (int j = 0; j < n->n_out && !st; j++) {
+        b->val_block[p->val_base[g->topo[t]] + j] = bo;
+        b->val_off[p->val_base[g->topo[t]] + j] = oo[j];
+      }
+      c->algo = cf_coll_select(&c->desc, c->n, p->opt.deterministic, p->opt.algo);
+      c->scratch_bytes = cf_coll_scratch_bytes(&c->desc, c->n, c->algo, true);
+      if (!st && (b->coll_scratch[nc] = new_block(b, (int64_t)c->scratch_bytes)) < 0) st = oom(p);
+    }
+    free(oo);
+    if (st) {
+      free(seq);
+      return st;
+    }
+    b->coll_of_node[g->topo[t]] = nc;
+    nc++;
+  }
+  free(seq);
+  /* every other value gets a block of its own */
+  for (int v = 0; v < p->n_vals; v++)
+    if (b->val_block[v] < 0 && (b->val_block[v] = new_block(b, p->vals[v].bytes)) < 0) return oom(p);
+
+  /* schedule and live intervals */
+  int steps_cap = 0;
+  b->steps_cap = &steps_cap;
+  bool *waited = calloc((size_t)p->n_colls + 1, sizeof *waited);
+  if (!waited) return oom(p);
+  st = CF_OK;
+  for (int t = 0; t < g->n_nodes && !st; t++) {
+    int i = g->topo[t];
+    const cf_node *n = &g->nodes[i];
+    int ci = b->coll_of_node[i];
+    if (n->op == CF_OP_INPUT || n->op == CF_OP_CONSTANT) {
+      for (int k = 0; k < n->n_out; k++) live(&b->blocks[b->val_block[p->val_base[i] + k]], -1, FOREVER);
+      continue;
+    }
+    if ((st = waits_for(b, n, waited))) break;
+    if (n->op == CF_OP_OUTPUT) {
+      live(&b->blocks[b->val_block[val_index(p, n->in[0])]], p->n_steps, FOREVER);
+      continue;
+    }
+    if (ci < 0) { /* compute */
+      for (int j = 0; j < n->n_in; j++) live(&b->blocks[b->val_block[val_index(p, n->in[j])]], p->n_steps, p->n_steps);
+      for (int k = 0; k < n->n_out; k++) live(&b->blocks[b->val_block[p->val_base[i] + k]], p->n_steps, p->n_steps);
+      st = push_step(b, (cf_step){.kind = CF_STEP_COMPUTE, .node = i});
+      continue;
+    }
+    const int64_t *off = b->member_off[ci];
+    block *in = &b->blocks[b->coll_in[ci]];
+    for (int j = 0; j < n->n_in && !st; j++) {
+      int v = val_index(p, n->in[j]);
+      if (b->val_block[v] == b->coll_in[ci] && (n->n_in == 1 || b->val_off[v] == off[j])) continue;
+      /* the value lives elsewhere (another bucket): copy it in */
+      live(&b->blocks[b->val_block[v]], p->n_steps, p->n_steps);
+      live(in, p->n_steps, p->n_steps);
+      st = push_step(b, (cf_step){.kind = CF_STEP_COPY, .coll = ci, .src = v, .dst = off[j],
+                                  .bytes = p->vals[v].bytes});
+    }
+    if (st) break;
+    live(in, p->n_steps, p->n_steps);
+    live(&b->blocks[b->coll_out[ci]], p->n_steps, p->n_steps);
+    live(&b->blocks[b->coll_scratch[ci]], p->n_steps, p->n_steps);
+    st = push_step(b, (cf_step){.kind = CF_STEP_START, .coll = ci});
+  }
+  for (int c = 0; c < p->n_colls && !st; c++)
+    if (!waited[c]) {
+      waited[c] = true;
+      st = push_step(b, (cf_step){.kind = CF_STEP_WAIT, .coll = c});
+    }
+  free(waited);
+  if (st) return st;
+  /* a collective's blocks live from START to WAIT; inline when adjacent */
+  int outstanding = 0;
+  for (int s = 0; s < p->n_steps; s++) {
+    cf_step *sp = &p->steps[s];
+    if (sp->kind == CF_STEP_START) {
+      p->colls[sp->coll].inline_ok = outstanding == 0 && s + 1 < p->n_steps &&
+                                     p->steps[s + 1].kind == CF_STEP_WAIT && p->steps[s + 1].coll == sp->coll;
+      outstanding++;
+    } else if (sp->kind == CF_STEP_WAIT) {
+      outstanding--;
+      int c = sp->coll;
+      live(&b->blocks[b->coll_in[c]], s, s);
+      live(&b->blocks[b->coll_out[c]], s, s);
+      live(&b->blocks[b->coll_scratch[c]], s, s);
+    }
+  }
+  /* values produced into a block make it live from their producer */
+  if ((st = place(b))) return st;
+  for (int v = 0; v < p->n_vals; v++) p->vals[v].addr = b->blocks[b->val_block[v]].addr + b->val_off[v];
+  for (int c = 0; c < p->n_colls; c++) {
+    p->colls[c].in_addr = b->blocks[b->coll_in[c]].addr + b->coll_in_off[c];
+    p->colls[c].out_addr = b->blocks[b->coll_out[c]].addr;
+    p->colls[c].scratch_addr = b->blocks[b->coll_scratch[c]].addr;
+  }
+  for (int s = 0; s < p->n_steps; s++) {
+    cf_step *sp = &p->steps[s];
+    if (sp->kind != CF_STEP_COPY) continue;
+    sp->dst += p->colls[sp->coll].in_addr;
+    sp->src = p->vals[sp->src].addr;
+  }
+  return CF_OK;
+}
+
+static cf_status prepare_kernels(cf_plan *p) {
+  for (int c = 0; c < p->n_colls; c++) {
+    cf_kernel_key keys[16];
+    int k = cf_coll_kernels(&p->colls[c].desc, p->colls[c].n, keys, 16);
+    for (int i = 0; i < k; i++) {
+      cf_status st = p->dev->ops->prepare(p->dev, &keys[i]);
+      if (st) return st;
+    }
+  }
+  for (int i = 0; i < p->g->n_nodes; i++) {
+    const cf_node *n = &p->g->nodes[i];
+    if (n->op != CF_OP_QUANTMATMUL) continue;
+    cf_kernel_key q = {.kind = CF_K_QUANT, .dtype = n->out[0].dtype};
+    void *fn;
+    cf_status st = cf_codegen_kernel(p->ctx, &q, &fn, NULL);
+    if (st) return st;
+  }
+  return CF_OK;
+}
+
+cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options *opt, cf_plan **out) {
+  *out = NULL;
+  if (!g->topo) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "plan: the graph is not verified");
+  cf_plan *p = calloc(1, sizeof *p);
+  builder b = {0};
+  int p_colls = 0;
+  if (!p) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  p->ctx = ctx;
+  p->g = g;
+  p->opt = *opt;
+  if (p->opt.timeout_s <= 0) p->opt.timeout_s = 60;
+  p->ranks = opt->ranks > 0 ? opt->ranks : (int)g->world_size;
+  cf_status st = CF_OK;
+  if (p->ranks < 1 || p->ranks > 256) {
+    st = cf_error(ctx, CF_ERR_USAGE, g->file, 0, "%d ranks: the threads backend runs 1 to 256",
+                  p->ranks);
+    goto fail;
+  }
+  if (g->world_size > 0 && g->world_size != p->ranks) {
+    st = cf_error(ctx, CF_ERR_USAGE, g->file, 0, "the graph is compiled for world_size %lld, not %d ranks",
+                  (long long)g->world_size, p->ranks);
+    goto fail;
+  }
+  p->world_ranks = malloc(sizeof(int) * (size_t)p->ranks);
+  if (!p->world_ranks) {
+    st = oom(p);
+    goto fail;
+  }
+  for (int r = 0; r < p->ranks; r++) p->world_ranks[r] = r;
+  cf_graph_fingerprint(g, p->fingerprint);
+  b.p = p;
+  b.g = g;
+  if ((st = build(&b))) goto fail;
+  if ((st = cf_device_cpu_create(ctx, &p->dev))) goto fail;
+  if ((st = prepare_kernels(p))) goto fail;
+  *out = p;
+  p_colls = p->n_colls;
+  goto done;
+fail:
+  p_colls = p->n_colls;
+  cf_plan_destroy(p);
+done:
+  free(b.blocks);
+  free(b.val_block);
+  free(b.val_off);
+  free(b.coll_in);
+  free(b.coll_out);
+  free(b.coll_scratch);
+  free(b.coll_of_node);
+  free(b.coll_in_off);
+  if (b.member_off)
+    for (int c = 0; c < p_colls; c++) free(b.member_off[c]);
+  free(b.member_off);
+  return st;
+}
+
+int64_t cf_plan_peak_bytes(const cf_plan *p) { return p ? p->arena_bytes : 0; }
+
+void cf_plan_destroy(cf_plan *p) {
+  if (!p) return;
+  for (int c = 0; p->colls && c < p->n_colls; c++) free(p->colls[c].segs);
+  free(p->colls);
+  free(p->vals);
+  free(p->val_base);
+  free(p->steps);
+  free(p->world_ranks);
+  if (p->dev) p->dev->ops->destroy(p->dev);
+  free(p);
+}

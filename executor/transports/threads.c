@@ -1,0 +1,307 @@
+/* transports/threads.c - ranks as threads of one process (the default).
+ *
+ * Every ordered pair of ranks has a channel: a small ring of message slots
+ * the sender fills (pointer, size, collective descriptor) and the receiver
+ * reads. A message is never copied: the receiver gets the sender's pointer
+ * and reduces or copies straight from the sender's buffer (single copy),
+ * then releases the slot, which is what the sender's send_wait() waits for
+ * before it may touch the buffer again.
+ *
+ * Waiting spins briefly and then sleeps on the waiting rank's futex
+ * doorbell, so oversubscribed runs (8 ranks on 2 cores) do not burn the
+ * cores the other ranks need. Every wait has the run's timeout and watches
+ * the world's abort flag: a rank that fails stops all others promptly, and
+ * a wait that times out names the peer it was waiting for.
+ */
+#define _GNU_SOURCE
+#include "../executor.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHAN_SLOTS 8 /* messages in flight per ordered pair */
+
+typedef struct msg {
+  const void *ptr;
+  size_t bytes;
+  bool has_desc;
+  cf_coll_desc desc;
+} msg;
+
+typedef struct chan {
+  _Alignas(64) _Atomic uint64_t head; /* messages posted by the sender */
+  _Alignas(64) _Atomic uint64_t acked; /* messages released by the receiver */
+  _Alignas(64) uint64_t tail;          /* messages received (receiver only) */
+  msg slot[CHAN_SLOTS];
+} chan;
+
+typedef struct bell {
+  _Alignas(64) _Atomic uint32_t word; /* futex word: bumped on every event for this rank */
+  _Atomic int sleeping;
+} bell;
+
+typedef struct rank_state {
+  cf_comm comm;
+  int64_t waits_slept; /* statistics */
+} rank_state;
+
+struct cf_threads_world {
+  int size;
+  double timeout_s;
+  int spin;             /* polls before sleeping */
+  chan *ch;             /* [src * size + dst] */
+  bell *bells;          /* [rank] */
+  rank_state *ranks;    /* [rank] */
+  _Atomic int aborted;
+  pthread_mutex_t lock; /* guards msg */
+  char msg[1024];
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void ring(cf_threads_world *w, int rank) {
+  bell *b = &w->bells[rank];
+  atomic_fetch_add(&b->word, 1);
+  if (atomic_load(&b->sleeping))
+    syscall(SYS_futex, &b->word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void world_abort(cf_threads_world *w, const char *text) {
+  pthread_mutex_lock(&w->lock);
+  if (!atomic_load(&w->aborted)) {
+    snprintf(w->msg, sizeof w->msg, "%s", text);
+    atomic_store(&w->aborted, 1);
+  }
+  pthread_mutex_unlock(&w->lock);
+  for (int r = 0; r < w->size; r++) ring(w, r);
+}
+
+/* What a rank is waiting for, so a timeout can say so. */
+typedef struct wait_what {
+  const char *verb; /* "a message from", "rank %d to release" */
+  int peer;
+  const cf_coll_desc *d;
+} wait_what;
+
+static cf_status stop(cf_comm *c, const wait_what *ww) {
+  cf_threads_world *w = c->impl;
+  if (atomic_load(&w->aborted)) {
+    pthread_mutex_lock(&w->lock);
+    cf_status st = cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", w->msg);
+    pthread_mutex_unlock(&w->lock);
+    return st;
+  }
+  char text[512];
+  if (ww->d)
+    snprintf(text, sizeof text,
+             "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s); "
+             "rank %d has failed, stopped or is running a different graph",
+             c->rank, w->timeout_s, ww->verb, ww->peer, cf_op_table[ww->d->op].name,
+             ww->d->node ? ww->d->node : "?", (long long)ww->d->seq, ww->d->group, ww->peer);
+  else
+    snprintf(text, sizeof text, "rank %d timed out after %g s waiting for %s rank %d", c->rank,
+             w->timeout_s, ww->verb, ww->peer);
+  world_abort(w, text);
+  return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+}
+
+/* Wait until *a >= target. */
+static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const wait_what *ww) {
+  cf_threads_world *w = c->impl;
+  if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
+  for (int i = 0; i < w->spin; i++) {
+    if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
+    if (i & 15)
+      __builtin_ia32_pause();
+    else
+      sched_yield();
+  }
+  bell *b = &w->bells[c->rank];
+  double deadline = now_s() + w->timeout_s;
+  for (;;) {
+    atomic_store(&b->sleeping, 1);
+    uint32_t v = atomic_load(&b->word);
+    if (atomic_load(a) >= target) break;
+    if (atomic_load(&w->aborted)) {
+      atomic_store(&b->sleeping, 0);
+      return stop(c, ww);
+    }
+    double left = deadline - now_s();
+    if (left <= 0) {
+      atomic_store(&b->sleeping, 0);
+      return stop(c, ww);
+    }
+    if (left > 0.05) left = 0.05; /* wake up now and then to check the clock */
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)(left * 1e9)};
+    syscall(SYS_futex, &b->word, FUTEX_WAIT_PRIVATE, v, &ts, NULL, 0);
+    rank_state *rs = &w->ranks[c->rank];
+    rs->waits_slept++;
+  }
+  atomic_store(&b->sleeping, 0);
+  return CF_OK;
+}
+
+static chan *channel(cf_threads_world *w, int src, int dst) { return &w->ch[(size_t)src * w->size + dst]; }
+
+static cf_status t_send(cf_comm *c, int peer, const void *buf, size_t bytes, const cf_coll_desc *d) {
+  cf_threads_world *w = c->impl;
+  chan *ch = channel(w, c->rank, peer);
+  uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
+  if (h >= CHAN_SLOTS) {
+    wait_what ww = {"a free message slot to", peer, d};
+    cf_status st = wait_ge(c, &ch->acked, h - CHAN_SLOTS + 1, &ww);
+    if (st) return st;
+  }
+  msg *m = &ch->slot[h % CHAN_SLOTS];
+  m->ptr = buf;
+  m->bytes = bytes;
+  m->has_desc = d != NULL;
+  if (d) m->desc = *d;
+  atomic_store_explicit(&ch->head, h + 1, memory_order_release);
+  ring(w, peer);
+  return CF_OK;
+}
+
+static cf_status t_recv(cf_comm *c, int peer, void *staging, size_t bytes, const cf_coll_desc *d,
+                        const void **data) {
+  (void)staging;
+  *data = NULL;
+  cf_threads_world *w = c->impl;
+  chan *ch = channel(w, peer, c->rank);
+  wait_what ww = {"a message from", peer, d};
+  cf_status st = wait_ge(c, &ch->head, ch->tail + 1, &ww);
+  if (st) return st;
+  msg *m = &ch->slot[ch->tail % CHAN_SLOTS];
+  char text[768];
+  if (d && m->has_desc && cf_coll_desc_mismatch(d, c->rank, &m->desc, peer, text, sizeof text)) {
+    world_abort(w, text);
+    return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+  }
+  if (m->bytes != bytes) {
+    snprintf(text, sizeof text,
+             "cross-rank mismatch: rank %d expected %zu bytes from rank %d, which sent %zu%s%s%s",
+             c->rank, bytes, peer, m->bytes, d ? " (in '" : "", d && d->node ? d->node : "",
+             d ? "')" : "");
+    world_abort(w, text);
+    return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+  }
+  ch->tail++;
+  *data = m->ptr;
+  return CF_OK;
+}
+
+static cf_status t_release(cf_comm *c, int peer) {
+  cf_threads_world *w = c->impl;
+  chan *ch = channel(w, peer, c->rank);
+  atomic_fetch_add_explicit(&ch->acked, 1, memory_order_release);
+  ring(w, peer);
+  return CF_OK;
+}
+
+static uint64_t t_sent(cf_comm *c, int peer) {
+  cf_threads_world *w = c->impl;
+  return atomic_load_explicit(&channel(w, c->rank, peer)->head, memory_order_relaxed);
+}
+
+static cf_status t_wait_released(cf_comm *c, int peer, uint64_t count) {
+  cf_threads_world *w = c->impl;
+  wait_what ww = {"the release of a message by", peer, NULL};
+  return wait_ge(c, &channel(w, c->rank, peer)->acked, count, &ww);
+}
+
+static cf_status t_send_wait(cf_comm *c) {
+  cf_threads_world *w = c->impl;
+  for (int p = 0; p < w->size; p++) {
+    if (p == c->rank) continue;
+    chan *ch = channel(w, c->rank, p);
+    uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
+    wait_what ww = {"the release of a message by", p, NULL};
+    cf_status st = wait_ge(c, &ch->acked, h, &ww);
+    if (st) return st;
+  }
+  return CF_OK;
+}
+
+static void t_abort(cf_comm *c, const char *text) { world_abort(c->impl, text); }
+
+static bool t_aborted(cf_comm *c, const char **text) {
+  cf_threads_world *w = c->impl;
+  if (!atomic_load(&w->aborted)) return false;
+  if (text) *text = w->msg; /* written once, before the flag */
+  return true;
+}
+
+static const cf_comm_ops threads_ops = {
+    .name = "threads",
+    .zero_copy = true,
+    .send = t_send,
+    .recv = t_recv,
+    .release = t_release,
+    .sent = t_sent,
+    .wait_released = t_wait_released,
+    .send_wait = t_send_wait,
+    .abort = t_abort,
+    .aborted = t_aborted,
+};
+
+cf_status cf_threads_world_create(cf_context *ctx, int size, double timeout_s,
+                                  cf_threads_world **out) {
+  *out = NULL;
+  if (size < 1 || size > 256)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "threads transport: %d ranks (1..256)", size);
+  cf_threads_world *w = calloc(1, sizeof *w);
+  if (!w) goto oom;
+  w->size = size;
+  w->timeout_s = timeout_s > 0 ? timeout_s : 60;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  w->spin = size <= cpus ? 4000 : 64; /* oversubscribed: get off the core soon */
+  pthread_mutex_init(&w->lock, NULL);
+  w->ch = aligned_alloc(64, sizeof(chan) * (size_t)size * (size_t)size);
+  w->bells = aligned_alloc(64, sizeof(bell) * (size_t)size);
+  w->ranks = calloc((size_t)size, sizeof *w->ranks);
+  if (!w->ch || !w->bells || !w->ranks) goto oom;
+  memset(w->ch, 0, sizeof(chan) * (size_t)size * (size_t)size);
+  memset(w->bells, 0, sizeof(bell) * (size_t)size);
+  for (int r = 0; r < size; r++) {
+    cf_comm *c = &w->ranks[r].comm;
+    c->ops = &threads_ops;
+    c->ctx = ctx;
+    c->rank = r;
+    c->size = size;
+    c->impl = w;
+  }
+  *out = w;
+  return CF_OK;
+oom:
+  cf_threads_world_destroy(w);
+  return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "threads transport: out of memory");
+}
+
+cf_comm *cf_threads_comm(cf_threads_world *w, int rank, cf_context *rank_ctx) {
+  if (!w || rank < 0 || rank >= w->size) return NULL;
+  cf_comm *c = &w->ranks[rank].comm;
+  c->ctx = rank_ctx;
+  return c;
+}
+
+void cf_threads_world_destroy(cf_threads_world *w) {
+  if (!w) return;
+  free(w->ch);
+  free(w->bells);
+  free(w->ranks);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
+}

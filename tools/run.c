@@ -1,0 +1,414 @@
+/* run.c - `collfuse run`: compile a graph and execute it on N ranks.
+ *
+ * The graph is compiled with the chosen pipeline (the default fuses), the
+ * inputs of every rank are made once (from --seed, or --input NAME=FILE.npy
+ * with {rank} in the path) and given both to the executor and, with
+ * --verify, to the float64 reference of the unfused graph, so the check
+ * compares like with like. Outputs are matched to the reference by name
+ * because passes may reorder nodes.
+ */
+#include "tools.h"
+
+#include "../executor/executor.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const char cf_help_run[] =
+    "usage: collfuse run FILE [--ranks N] [--backend threads] [--device cpu] [--iters K]\n"
+    "                    [--warmup W] [--seed S] [-O0 | --passes LIST] [--split SPEC]\n"
+    "                    [--algo auto|direct|rd|ring|rsag] [--verify] [--deterministic]\n"
+    "                    [--timeout SEC] [--input NAME=FILE.npy]... [--save-outputs DIR]\n"
+    "                    [--target T] [-v] [--json]\n"
+    "\n"
+    "Compile FILE (the default pipeline fuses; -O0 does not) and run it on N ranks,\n"
+    "threads of this process (the default backend) on the CPU device.\n"
+    "  --ranks N          ranks (default: the graph's world_size, else 1)\n"
+    "  --iters K          timed iterations (default 1); --warmup W untimed ones (0)\n"
+    "  --seed S           inputs differ per rank and are reproducible (default 0)\n"
+    "  --input NAME=F.npy an Input's data; {rank} in F is replaced by the rank\n"
+    "  --verify           check every output of every rank against a float64\n"
+    "                     reference of the unfused graph (integers exactly)\n"
+    "  --deterministic    reduce in rank order: bitwise equal results for any fusion\n"
+    "  --algo A           force the AllReduce algorithm (auto picks by size)\n"
+    "  --timeout SEC      every wait gives up after SEC seconds (default 60): exit 3\n"
+    "  --save-outputs DIR write DIR/rank<R>/<output>.npy\n"
+    "  -v                 peak memory of the fused and the unfused plan, algorithms\n"
+    "  --json             one JSON object on stdout\n";
+
+typedef struct run_args {
+  const char *file, *passes, *split, *cost, *target, *save, *backend, *device, *algo;
+  int ranks, iters, warmup;
+  uint64_t seed;
+  double timeout;
+  bool o0, verify, deterministic, json, verbose;
+  const char **input; /* NAME=PATH */
+  int n_input;
+} run_args;
+
+static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
+  char *e;
+  errno = 0;
+  long long v = strtoll(s, &e, 10);
+  if (errno || e == s || *e || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+static int parse_args(int argc, char **argv, run_args *a) {
+  static const char *cmd = "run";
+  a->iters = 1;
+  a->timeout = 60;
+  a->input = calloc((size_t)argc + 1, sizeof *a->input);
+  if (!a->input) return EXIT_RUNTIME;
+  for (int i = 0; i < argc; i++) {
+    const char *v;
+    long long x;
+    if ((v = cf_tool_opt(argc, argv, &i, "--ranks"))) {
+      if (!parse_int(v, 1, 256, &x)) return cf_tool_usage(cmd, "--ranks wants 1..256, got '%s'", v);
+      a->ranks = (int)x;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--iters"))) {
+      if (!parse_int(v, 1, 1000000, &x)) return cf_tool_usage(cmd, "--iters wants a count >= 1, got '%s'", v);
+      a->iters = (int)x;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--warmup"))) {
+      if (!parse_int(v, 0, 1000000, &x)) return cf_tool_usage(cmd, "--warmup wants a count >= 0, got '%s'", v);
+      a->warmup = (int)x;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--seed"))) {
+      if (!parse_int(v, 0, INT64_MAX, &x)) return cf_tool_usage(cmd, "--seed wants a number >= 0, got '%s'", v);
+      a->seed = (uint64_t)x;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--timeout"))) {
+      char *e;
+      a->timeout = strtod(v, &e);
+      if (e == v || *e || !(a->timeout > 0) || a->timeout > 86400)
+        return cf_tool_usage(cmd, "--timeout wants seconds in (0, 86400], got '%s'", v);
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--input"))) {
+      if (!strchr(v, '=') || v[0] == '=') return cf_tool_usage(cmd, "--input wants NAME=FILE.npy, got '%s'", v);
+      a->input[a->n_input++] = v;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--save-outputs"))) {
+      if (!*v) return cf_tool_usage(cmd, "%s needs a directory", "--save-outputs");
+      a->save = v;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--backend"))) {
+      a->backend = v;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--device"))) {
+      a->device = v;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--algo"))) {
+      if (cf_algo_parse(v) < 0) return cf_tool_usage(cmd, "--algo wants auto, direct, rd, ring or rsag, got '%s'", v);
+      a->algo = v;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--passes"))) {
+      a->passes = v;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--split"))) {
+      a->split = v;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--cost"))) {
+      a->cost = v;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--target"))) {
+      a->target = v;
+    } else if (strcmp(argv[i], "-O0") == 0) {
+      a->o0 = true;
+    } else if (strcmp(argv[i], "--verify") == 0) {
+      a->verify = true;
+    } else if (strcmp(argv[i], "--deterministic") == 0) {
+      a->deterministic = true;
+    } else if (strcmp(argv[i], "--json") == 0) {
+      a->json = true;
+    } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
+      a->verbose = true;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      return cf_tool_usage(cmd, "unknown option '%s'", argv[i]);
+    } else if (a->file) {
+      return cf_tool_usage(cmd, "unexpected argument '%s'", argv[i]);
+    } else {
+      a->file = argv[i];
+    }
+  }
+  if (!a->file) return cf_tool_usage(cmd, "%s", "no input file");
+  if (a->o0 && a->passes) return cf_tool_usage(cmd, "%s", "--passes and -O0 exclude each other");
+  if (a->backend && strcmp(a->backend, "threads") != 0) {
+    if (strcmp(a->backend, "mpi") == 0) {
+      fprintf(stderr, "collfuse run: --backend mpi: this build has no MPI transport yet; use threads\n");
+      return EXIT_USAGE;
+    }
+    return cf_tool_usage(cmd, "--backend wants threads or mpi, got '%s'", a->backend);
+  }
+  if (a->device && strcmp(a->device, "cpu") != 0) {
+    if (strcmp(a->device, "cuda") == 0) {
+      fprintf(stderr, "collfuse run: --device cuda: this build has no CUDA backend yet; use cpu\n");
+      return EXIT_USAGE;
+    }
+    return cf_tool_usage(cmd, "--device wants cpu or cuda, got '%s'", a->device);
+  }
+  char why[256];
+  cf_split sp;
+  cf_cost cm;
+  if (a->split && !cf_split_parse(a->split, &sp, why, sizeof why)) return cf_tool_usage(cmd, "%s", why);
+  if (a->cost && !cf_cost_parse(a->cost, &cm, why, sizeof why)) return cf_tool_usage(cmd, "%s", why);
+  if (a->target && !cf_target_find(a->target)) return cf_tool_usage(cmd, "unknown target '%s'", a->target);
+  return 0;
+}
+
+/* Load, size to the run's ranks, verify and compile with pipeline. */
+static cf_status compile(cf_context *ctx, const run_args *a, const char *pipeline, int *ranks,
+                         cf_graph **out) {
+  cf_graph *g = NULL;
+  cf_status st = cf_graph_load(ctx, a->file, &g);
+  if (!st) {
+    if (*ranks == 0) *ranks = g->world_size > 0 ? (int)g->world_size : 1;
+    g->world_size = *ranks;
+    cf_pass_options popt = {.split = a->split, .cost = a->cost};
+    st = cf_graph_verify(g, a->target);
+    if (!st) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
+    if (!st) st = cf_graph_verify(g, a->target);
+  }
+  if (st) {
+    cf_graph_destroy(g);
+    g = NULL;
+  }
+  *out = g;
+  return st;
+}
+
+static void free_inputs(cf_inputs *in) {
+  if (!in->data) return;
+  for (int i = 0; i < in->n * in->ranks; i++) free(in->data[i].data);
+  free(in->data);
+  free(in->names);
+}
+
+/* Every Input of g on every rank: from an --input file or the seed. */
+static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args *a, int ranks, cf_inputs *in) {
+  memset(in, 0, sizeof *in);
+  in->ranks = ranks;
+  for (int i = 0; i < g->n_nodes; i++) in->n += g->nodes[i].op == CF_OP_INPUT;
+  in->names = calloc((size_t)in->n + 1, sizeof *in->names);
+  in->data = calloc((size_t)in->n * (size_t)ranks + 1, sizeof *in->data);
+  if (!in->names || !in->data) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  for (int j = 0; j < a->n_input; j++) {
+    size_t len = (size_t)(strchr(a->input[j], '=') - a->input[j]);
+    int found = -1;
+    for (int i = 0; i < g->n_nodes && found < 0; i++)
+      if (g->nodes[i].op == CF_OP_INPUT && strlen(g->nodes[i].name) == len &&
+          strncmp(g->nodes[i].name, a->input[j], len) == 0)
+        found = i;
+    if (found < 0)
+      return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "--input %s: the graph has no Input named '%.*s'",
+                      a->input[j], (int)len, a->input[j]);
+  }
+  int k = 0;
+  cf_status st = CF_OK;
+  for (int i = 0; i < g->n_nodes && !st; i++) {
+    const cf_node *n = &g->nodes[i];
+    if (n->op != CF_OP_INPUT) continue;
+    in->names[k] = n->name;
+    const char *path = NULL;
+    for (int j = 0; j < a->n_input; j++) {
+      size_t len = (size_t)(strchr(a->input[j], '=') - a->input[j]);
+      if (strlen(n->name) == len && strncmp(n->name, a->input[j], len) == 0) path = a->input[j] + len + 1;
+    }
+    for (int r = 0; r < ranks && !st; r++) {
+      cf_tensor *t = &in->data[(size_t)r * (size_t)in->n + (size_t)k];
+      t->dtype = n->out[0].dtype;
+      t->shape = n->out[0].shape;
+      cf_shape_elements(&t->shape, &t->count);
+      if (path) {
+        char file[4096], *o = file;
+        for (const char *s = path; *s && o < file + sizeof file - 16; s++) {
+          if (strncmp(s, "{rank}", 6) == 0) {
+            o += snprintf(o, 16, "%d", r);
+            s += 5;
+          } else {
+            *o++ = *s;
+          }
+        }
+        *o = 0;
+        st = cf_npy_read(ctx, file, t->dtype, &t->shape, &t->data);
+      } else {
+        size_t bytes = (size_t)t->count * (size_t)cf_dtype_size(t->dtype);
+        t->data = malloc(bytes ? bytes : 1);
+        if (!t->data) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+        else cf_fill_node(n, t->data, t->dtype, t->count, a->seed, r);
+      }
+    }
+    k++;
+  }
+  return st;
+}
+
+static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_result *res) {
+  char path[4096];
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return cf_error(ctx, CF_ERR_IO, NULL, 0, "%s: cannot create: %s", dir, strerror(errno));
+  for (int r = 0; r < res->ranks; r++) {
+    snprintf(path, sizeof path, "%s/rank%d", dir, r);
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+      return cf_error(ctx, CF_ERR_IO, NULL, 0, "%s: cannot create: %s", path, strerror(errno));
+    for (int j = 0; j < res->n_outputs; j++) {
+      char name[1024];
+      snprintf(name, sizeof name, "%s", res->output_names[j]);
+      for (char *c = name; *c; c++)
+        if (*c == '/') *c = '_';
+      if ((size_t)snprintf(path, sizeof path, "%s/rank%d/%s.npy", dir, r, name) >= sizeof path)
+        return cf_error(ctx, CF_ERR_IO, NULL, 0, "%s: output path too long", dir);
+      const cf_tensor *t = &res->outputs[(size_t)r * (size_t)res->n_outputs + (size_t)j];
+      cf_status st = cf_npy_write(ctx, path, t->dtype, &t->shape, t->data);
+      if (st) return st;
+    }
+  }
+  return CF_OK;
+}
+
+/* Test hooks (tests/e2e only): COLLFUSE_TEST_FAIL=MODE:RANK:STEP makes a rank
+ * fail (1) or vanish (2); COLLFUSE_TEST_MISMATCH=RANK:COLL:FIELD alters one
+ * rank's descriptor of one collective (count, dtype, reduction, root). */
+typedef struct mismatch_hook {
+  int rank, coll;
+  char field[16];
+} mismatch_hook;
+
+static void mutate(void *user, int rank, cf_coll_desc *d, int index) {
+  const mismatch_hook *h = user;
+  if (rank != h->rank || index != h->coll) return;
+  if (strcmp(h->field, "count") == 0) d->count *= 2;
+  else if (strcmp(h->field, "dtype") == 0) d->dtype = d->dtype == CF_DT_FLOAT32 ? CF_DT_FLOAT16 : CF_DT_FLOAT32;
+  else if (strcmp(h->field, "reduction") == 0) d->red = d->red == CF_RED_SUM ? CF_RED_MAX : CF_RED_SUM;
+  else if (strcmp(h->field, "root") == 0) d->root = d->root + 1;
+}
+
+static void test_hooks(cf_run_options *o, mismatch_hook *h) {
+  const char *f = getenv("COLLFUSE_TEST_FAIL"), *m = getenv("COLLFUSE_TEST_MISMATCH");
+  if (f) sscanf(f, "%d:%d:%d", &o->test_fail_mode, &o->test_fail_rank, &o->test_fail_step);
+  if (m && sscanf(m, "%d:%d:%15s", &h->rank, &h->coll, h->field) == 3) {
+    o->test_mutate = mutate;
+    o->test_user = h;
+  }
+}
+
+/* Outputs of the run in the reference graph's Output order (by name). */
+static cf_status align_outputs(cf_context *ctx, const cf_graph *ref_g, const cf_run_result *res,
+                               cf_tensor *got, int n_ref) {
+  int j = 0;
+  for (int i = 0; i < ref_g->n_nodes; i++) {
+    const cf_node *n = &ref_g->nodes[i];
+    if (n->op != CF_OP_OUTPUT) continue;
+    int k = -1;
+    for (int x = 0; x < res->n_outputs; x++)
+      if (strcmp(res->output_names[x], n->name) == 0) k = x;
+    if (k < 0) return cf_error(ctx, CF_ERR_INVALID, NULL, 0, "output '%s' is missing after compilation", n->name);
+    for (int r = 0; r < res->ranks; r++)
+      got[(size_t)r * (size_t)n_ref + (size_t)j] = res->outputs[(size_t)r * (size_t)res->n_outputs + (size_t)k];
+    j++;
+  }
+  return CF_OK;
+}
+
+static void print_json(const run_args *a, const cf_run_result *res, bool verified,
+                       const cf_verify_stats *vs, int64_t peak, int64_t peak_unfused) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "ranks", res->ranks);
+  cJSON_AddStringToObject(o, "backend", "threads");
+  cJSON_AddStringToObject(o, "device", "cpu");
+  cJSON_AddNumberToObject(o, "iters", a->iters);
+  cJSON_AddNumberToObject(o, "warmup", a->warmup);
+  cJSON_AddNumberToObject(o, "time_ms_median", res->time_ms_median);
+  cJSON_AddBoolToObject(o, "verified", verified);
+  cJSON_AddNumberToObject(o, "max_abs_err", vs->max_abs_err);
+  cJSON_AddNumberToObject(o, "max_rel_err", vs->max_rel_err);
+  cJSON_AddNumberToObject(o, "collectives_executed", (double)res->collectives_executed);
+  cJSON_AddBoolToObject(o, "deterministic", a->deterministic);
+  cJSON_AddNumberToObject(o, "seed", (double)a->seed);
+  cJSON_AddNumberToObject(o, "peak_bytes", (double)peak);
+  if (peak_unfused >= 0) cJSON_AddNumberToObject(o, "peak_bytes_unfused", (double)peak_unfused);
+  cJSON *outs = cJSON_AddArrayToObject(o, "outputs");
+  for (int j = 0; j < res->n_outputs; j++) cJSON_AddItemToArray(outs, cJSON_CreateString(res->output_names[j]));
+  char *text = cJSON_PrintUnformatted(o);
+  if (text) printf("%s\n", text);
+  free(text);
+  cJSON_Delete(o);
+}
+
+int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
+  run_args a = {0};
+  int rc = parse_args(argc, argv, &a);
+  if (rc) {
+    free(a.input);
+    return rc;
+  }
+  cf_graph *g = NULL, *ref_g = NULL;
+  cf_plan *plan = NULL;
+  cf_inputs in = {0};
+  cf_run_result res = {0};
+  cf_ref_value *ref = NULL;
+  cf_tensor *got = NULL;
+  int n_ref = 0, ranks = a.ranks;
+  cf_verify_stats vs = {0};
+  bool verified = false;
+  int64_t peak_unfused = -1;
+  mismatch_hook hook = {0};
+  cf_run_options opt = {.iters = a.iters, .warmup = a.warmup, .seed = a.seed,
+                        .deterministic = a.deterministic, .timeout_s = a.timeout,
+                        .algo = a.algo ? (cf_algo)cf_algo_parse(a.algo) : CF_ALGO_AUTO,
+                        .verbose = a.verbose};
+  test_hooks(&opt, &hook);
+  cf_status st = compile(ctx, &a, a.o0 ? cf_pipeline_O0 : a.passes ? a.passes : cf_pipeline_default, &ranks, &g);
+  opt.ranks = ranks;
+  /* the unfused graph: the reference's input, and -v's memory comparison */
+  if (!st && (a.verify || a.verbose || a.json)) st = compile(ctx, &a, cf_pipeline_O0, &ranks, &ref_g);
+  if (!st) st = make_inputs(ctx, ref_g ? ref_g : g, &a, ranks, &in);
+  if (!st) st = cf_plan_build(ctx, g, &opt, &plan);
+  if (!st && ref_g) {
+    cf_plan *up = NULL;
+    cf_run_options uo = opt;
+    uo.test_mutate = NULL;
+    if (cf_plan_build(ctx, ref_g, &uo, &up) == CF_OK) peak_unfused = cf_plan_peak_bytes(up);
+    cf_plan_destroy(up);
+  }
+  if (!st && a.verbose) {
+    char b1[32], b2[32];
+    cf_tool_bytes(cf_plan_peak_bytes(plan), b1, sizeof b1);
+    cf_tool_bytes(peak_unfused, b2, sizeof b2);
+    fprintf(stderr, "run: %d ranks, %d collectives, %d steps; peak memory per rank %s (unfused plan %s)\n",
+            ranks, plan->n_colls, plan->n_steps, b1, b2);
+    for (int c = 0; c < plan->n_colls; c++) {
+      const cf_pcoll *pc = &plan->colls[c];
+      cf_tool_bytes(pc->desc.count * cf_dtype_size(pc->desc.dtype), b1, sizeof b1);
+      fprintf(stderr, "run:   %s '%s' %s %s over %d ranks: %s%s\n", cf_op_table[pc->desc.op].name,
+              pc->desc.node, b1, cf_dtype_name(pc->desc.dtype), pc->n, cf_algo_name(pc->algo),
+              pc->inline_ok ? "" : " (overlapped)");
+    }
+  }
+  if (!st) st = cf_exec_run(ctx, plan, &in, &res);
+  if (!st && a.verify) {
+    st = cf_reference_run(ctx, ref_g, &in, a.seed, &ref, &n_ref);
+    got = st ? NULL : calloc((size_t)n_ref * (size_t)ranks + 1, sizeof *got);
+    if (!st && !got) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+    if (!st) st = align_outputs(ctx, ref_g, &res, got, n_ref);
+    if (!st) st = cf_verify_outputs(ctx, ref_g, got, ref, ranks, n_ref, &vs);
+    if (!st) verified = true;
+  }
+  /* outputs are saved even when verification failed: they help find why */
+  if (a.save && res.outputs) {
+    cf_status s2 = save_outputs(ctx, a.save, &res);
+    if (!st) st = s2;
+  }
+  if (!st && a.json) {
+    print_json(&a, &res, verified, &vs, cf_plan_peak_bytes(plan), peak_unfused);
+  } else if (!st) {
+    printf("%s: %d ranks, %lld collectives per iteration, median %.3f ms over %d iteration%s",
+           a.file, ranks, (long long)res.collectives_executed, res.time_ms_median, a.iters,
+           a.iters == 1 ? "" : "s");
+    if (verified) printf("; verified (max rel err %.3g)", vs.max_rel_err);
+    printf("\n");
+  }
+  rc = st ? cf_tool_fail(ctx, st) : 0;
+  if (ref) cf_ref_free(ref, n_ref * ranks);
+  free(got);
+  cf_run_result_free(&res);
+  free_inputs(&in);
+  cf_plan_destroy(plan);
+  cf_graph_destroy(g);
+  cf_graph_destroy(ref_g);
+  free(a.input);
+  return rc;
+}
