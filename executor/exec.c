@@ -23,6 +23,7 @@
 
 typedef struct rank_run {
   cf_plan *p;
+  cf_threads_world *world;
   int rank;
   cf_context *ctx;
   cf_comm *comm;
@@ -270,6 +271,7 @@ static void *rank_main(void *arg) {
     const char *why;
     if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_context_errmsg(r->ctx));
   }
+  if (r->st) cf_threads_rank_left(r->world, r->rank);
   /* stop the communication thread (it finishes what was started) */
   pthread_mutex_lock(&r->lock);
   r->stop = true;
@@ -311,6 +313,7 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
   for (int r = 0; r < n && !st; r++) {
     rank_run *x = &rr[r];
     x->p = p;
+    x->world = w;
     x->rank = r;
     x->in = in;
     x->res = res;

@@ -235,6 +235,8 @@ typedef struct cf_threads_world cf_threads_world;
 cf_status cf_threads_world_create(cf_context *ctx, int size, double timeout_s,
                                   cf_threads_world **out);
 cf_comm *cf_threads_comm(cf_threads_world *w, int rank, cf_context *rank_ctx);
+/* Rank's thread has returned (so a timeout can name who is gone). */
+void cf_threads_rank_left(cf_threads_world *w, int rank);
 void cf_threads_world_destroy(cf_threads_world *w);
 
 /* ================= coll.c, algo_*.c: collective algorithms ================= */

@@ -14,6 +14,11 @@ echo
 echo "\$ collfuse compile $ex -o $OUT/dp_gradients.fused.xml --dot $OUT/dp_gradients.svg --json"
 "$CF" compile "$ex" -o "$OUT/dp_gradients.fused.xml" --dot "$OUT/dp_gradients.svg" --json
 "$CF" dot "$OUT/dp_gradients.fused.xml" -o "$OUT/dp_gradients.dot"
+echo
+echo "\$ collfuse run $ex --verify --iters 5 --warmup 1"
+"$CF" run "$ex" --verify --iters 5 --warmup 1
+echo "\$ collfuse run examples/tp_mlp.xml --verify --deterministic --save-outputs $OUT/tp_mlp.out"
+"$CF" run examples/tp_mlp.xml --verify --deterministic --save-outputs "$OUT/tp_mlp.out"
 "$CF" dot examples/tp_mlp.xml -o "$OUT/tp_mlp.svg"
 "$CF" dot examples/quant_mmrs.xml -o "$OUT/quant_mmrs.svg"
 echo

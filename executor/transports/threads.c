@@ -52,6 +52,7 @@ typedef struct bell {
 typedef struct rank_state {
   cf_comm comm;
   int64_t waits_slept; /* statistics */
+  _Atomic int left;    /* the rank's thread has returned */
 } rank_state;
 
 struct cf_threads_world {
@@ -104,16 +105,20 @@ static cf_status stop(cf_comm *c, const wait_what *ww) {
     pthread_mutex_unlock(&w->lock);
     return st;
   }
-  char text[512];
+  char text[512], gone[160] = "";
+  /* name the ranks that have already left the run: the likely culprits */
+  size_t g = 0;
+  for (int r = 0; r < w->size && g + 16 < sizeof gone; r++)
+    if (atomic_load(&w->ranks[r].left))
+      g += (size_t)snprintf(gone + g, sizeof gone - g, "%s%d", g ? ", " : "; rank(s) that stopped: ", r);
   if (ww->d)
     snprintf(text, sizeof text,
-             "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s); "
-             "rank %d has failed, stopped or is running a different graph",
+             "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s)%s",
              c->rank, w->timeout_s, ww->verb, ww->peer, cf_op_table[ww->d->op].name,
-             ww->d->node ? ww->d->node : "?", (long long)ww->d->seq, ww->d->group, ww->peer);
+             ww->d->node ? ww->d->node : "?", (long long)ww->d->seq, ww->d->group, gone);
   else
-    snprintf(text, sizeof text, "rank %d timed out after %g s waiting for %s rank %d", c->rank,
-             w->timeout_s, ww->verb, ww->peer);
+    snprintf(text, sizeof text, "rank %d timed out after %g s waiting for %s rank %d%s", c->rank,
+             w->timeout_s, ww->verb, ww->peer, gone);
   world_abort(w, text);
   return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
 }
@@ -295,6 +300,12 @@ cf_comm *cf_threads_comm(cf_threads_world *w, int rank, cf_context *rank_ctx) {
   cf_comm *c = &w->ranks[rank].comm;
   c->ctx = rank_ctx;
   return c;
+}
+
+void cf_threads_rank_left(cf_threads_world *w, int rank) {
+  if (!w || rank < 0 || rank >= w->size) return;
+  atomic_store(&w->ranks[rank].left, 1);
+  for (int r = 0; r < w->size; r++) ring(w, r);
 }
 
 void cf_threads_world_destroy(cf_threads_world *w) {
