@@ -133,14 +133,49 @@ static void to_f32(const cf_tensor *t, float *dst) {
     dst[i] = t->dtype == CF_DT_FLOAT16 ? cf_f16_to_f32(s[i]) : cf_bf16_to_f32(s[i]);
 }
 
-static void sgemm(int64_t m, int64_t k, int64_t n, const float *a, const float *b, float *c) {
+/* Row-invariant products for --deterministic: every c[i][j] is
+ * sum_p a[i][p] * b[p][j] accumulated in p order with one multiply and one
+ * add per term (this file is built with -ffp-contract=off), whatever rows
+ * are computed together, so a fused op that multiplies a block of rows
+ * gets the bits the whole MatMul gets. OpenBLAS picks kernels (and small-
+ * matrix paths) by shape, which changes the rounding of a row with the
+ * number of rows around it. Four rows and 16 columns at a time reuse each
+ * b row from registers. */
+#define DET_GEMM(NAME, T)                                                                          \
+  static void NAME(int64_t m, int64_t k, int64_t n, const T *restrict a, const T *restrict b,     \
+                   T *restrict c) {                                                               \
+    for (int64_t i = 0; i < m; i += 4) {                                                          \
+      int rows = m - i < 4 ? (int)(m - i) : 4;                                                    \
+      for (int64_t j0 = 0; j0 < n; j0 += 16) {                                                    \
+        int w = n - j0 < 16 ? (int)(n - j0) : 16;                                                 \
+        T acc[4][16] = {{0}};                                                                     \
+        for (int64_t p = 0; p < k; p++) {                                                         \
+          const T *brow = b + p * n + j0;                                                         \
+          for (int r = 0; r < rows; r++) {                                                        \
+            T x = a[(i + r) * k + p];                                                             \
+            for (int j = 0; j < w; j++) acc[r][j] = acc[r][j] + x * brow[j];                      \
+          }                                                                                       \
+        }                                                                                         \
+        for (int r = 0; r < rows; r++) memcpy(c + (i + r) * n + j0, acc[r], sizeof(T) * (size_t)w); \
+      }                                                                                           \
+    }                                                                                             \
+  }
+DET_GEMM(det_sgemm, float)
+DET_GEMM(det_dgemm, double)
+
+static void sgemm(int64_t m, int64_t k, int64_t n, const float *a, const float *b, float *c,
+                  unsigned flags) {
+  if (flags & CF_COMPUTE_DETERMINISTIC) {
+    det_sgemm(m, k, n, a, b, c);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)k, 1.0f,
               a, (blasint)k, b, (blasint)n, 0.0f, c, (blasint)n);
 }
 
 static cf_status matmul_half(cf_context *ctx, const cf_graph *g, const cf_node *n,
                              const cf_tensor *a, const cf_tensor *b, cf_tensor *c, int64_t m,
-                             int64_t k, int64_t nn) {
+                             int64_t k, int64_t nn, unsigned flags) {
   float *fa = alloc_n(a->count, 4), *fb = alloc_n(b->count, 4), *fc = alloc_n(c->count, 4);
   cf_status st = CF_OK;
   if (!fa || !fb || !fc) {
@@ -149,7 +184,7 @@ static cf_status matmul_half(cf_context *ctx, const cf_graph *g, const cf_node *
   }
   to_f32(a, fa);
   to_f32(b, fb);
-  sgemm(m, k, nn, fa, fb, fc);
+  sgemm(m, k, nn, fa, fb, fc, flags);
   uint16_t *dst = c->data;
   for (int64_t i = 0; i < c->count; i++)
     dst[i] = c->dtype == CF_DT_FLOAT16 ? cf_f32_to_f16(fc[i]) : cf_f32_to_bf16(fc[i]);
@@ -174,7 +209,7 @@ static cf_status mm_dims(cf_context *ctx, const cf_graph *g, const cf_node *n, c
 }
 
 static cf_status run_matmul(cf_context *ctx, const cf_graph *g, const cf_node *n,
-                            const cf_tensor *in, cf_tensor *out) {
+                            const cf_tensor *in, cf_tensor *out, unsigned flags) {
   const cf_tensor *a = &in[0], *b = &in[1];
   int64_t m, k, nn;
   cf_status st = mm_dims(ctx, g, n, a, b, &m, &k, &nn);
@@ -185,13 +220,17 @@ static cf_status run_matmul(cf_context *ctx, const cf_graph *g, const cf_node *n
     return CF_OK;
   }
   switch (a->dtype) {
-  case CF_DT_FLOAT32: sgemm(m, k, nn, a->data, b->data, out->data); return CF_OK;
+  case CF_DT_FLOAT32: sgemm(m, k, nn, a->data, b->data, out->data, flags); return CF_OK;
   case CF_DT_FLOAT64:
+    if (flags & CF_COMPUTE_DETERMINISTIC) {
+      det_dgemm(m, k, nn, a->data, b->data, out->data);
+      return CF_OK;
+    }
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)nn, (blasint)k, 1.0,
                 a->data, (blasint)k, b->data, (blasint)nn, 0.0, out->data, (blasint)nn);
     return CF_OK;
   case CF_DT_FLOAT16:
-  case CF_DT_BFLOAT16: return matmul_half(ctx, g, n, a, b, out, m, k, nn);
+  case CF_DT_BFLOAT16: return matmul_half(ctx, g, n, a, b, out, m, k, nn, flags);
   case CF_DT_INT64: gemm_u64(m, k, nn, a->data, b->data, out->data); return CF_OK;
   case CF_DT_INT8:
   case CF_DT_UINT8:
@@ -206,9 +245,9 @@ static cf_status run_matmul(cf_context *ctx, const cf_graph *g, const cf_node *n
 /* x1 int8 (m,k), x2 int8 (k,n), x1_scale float32 (m,1), x2_scale float32
  * (1,n) [, bias int32 (n)]: acc = x1 @ x2 + bias in int32 (wrapping), then
  * out = (dtype)(acc * x1_scale[i] * x2_scale[j]) by the QUANT kernel. */
-static cf_status run_quant(cf_context *ctx, const cf_graph *g, const cf_node *n,
-                           const cf_tensor *in, cf_tensor *out) {
-  const cf_tensor *a = &in[0], *b = &in[1];
+static cf_status quant_core(cf_context *ctx, const cf_graph *g, const cf_node *n, const cf_tensor *a,
+                            const cf_tensor *b, const cf_tensor *x1s, const cf_tensor *x2s,
+                            const cf_tensor *bias, cf_tensor *out) {
   int64_t m, k, nn;
   uint32_t *acc = NULL;
   cf_status st = mm_dims(ctx, g, n, a, b, &m, &k, &nn);
@@ -229,15 +268,35 @@ static cf_status run_quant(cf_context *ctx, const cf_graph *g, const cf_node *n,
   if (!(acc = alloc_n(out->count, 4)))
     return node_err(ctx, g, n, CF_ERR_NO_MEMORY, "out of memory for the int32 accumulator");
   if ((st = imatmul32(ctx, g, n, a, b, acc, m, k, nn))) goto fail;
-  if (n->n_in == 5) {
-    const uint32_t *bias = in[4].data;
+  if (bias) {
+    const uint32_t *bv = bias->data;
     for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < nn; j++) acc[i * nn + j] += bias[j];
+      for (int64_t j = 0; j < nn; j++) acc[i * nn + j] += bv[j];
   }
-  fn(out->data, (const int32_t *)acc, in[2].data, in[3].data, m, nn);
+  fn(out->data, (const int32_t *)acc, x1s->data, x2s->data, m, nn);
 fail:
   free(acc);
   return st;
+}
+
+static cf_status run_quant(cf_context *ctx, const cf_graph *g, const cf_node *n,
+                           const cf_tensor *in, cf_tensor *out) {
+  return quant_core(ctx, g, n, &in[0], &in[1], &in[2], &in[3], n->n_in == 5 ? &in[4] : NULL, out);
+}
+
+cf_status cf_compute_product(cf_context *ctx, const cf_graph *g, const cf_node *n, const cf_tensor *x1,
+                             const cf_tensor *x2, const cf_tensor *x1_scale,
+                             const cf_tensor *x2_scale, const cf_tensor *bias, cf_tensor *out,
+                             unsigned flags) {
+  if (x1_scale) return quant_core(ctx, g, n, x1, x2, x1_scale, x2_scale, bias, out);
+  cf_tensor in[2] = {*x1, *x2};
+  cf_status st = run_matmul(ctx, g, n, in, out, flags);
+  if (st || !bias) return st;
+  int64_t cols = out->shape.dims[1];
+  for (int64_t i = 0; cols && i < out->count; i++)
+    cf_store_f64(out->data, out->dtype, i,
+                 cf_load_f64(out->data, out->dtype, i) + cf_load_f64(bias->data, bias->dtype, i % cols));
+  return CF_OK;
 }
 
 /* ---------------- elementwise ---------------- */
@@ -388,7 +447,7 @@ static cf_status run_opaque(cf_context *ctx, const cf_graph *g, const cf_node *n
 }
 
 cf_status cf_compute_run(cf_context *ctx, const cf_graph *g, const cf_node *n, const cf_tensor *in,
-                         cf_tensor *out, int rank, uint64_t seed) {
+                         cf_tensor *out, int rank, uint64_t seed, unsigned flags) {
   cf_status st = check_io(ctx, g, n, in, out);
   if (st) return st;
   switch (n->op) {
@@ -396,7 +455,7 @@ cf_status cf_compute_run(cf_context *ctx, const cf_graph *g, const cf_node *n, c
   case CF_OP_CONSTANT:
     cf_fill_node(n, out[0].data, out[0].dtype, out[0].count, seed, rank);
     return CF_OK;
-  case CF_OP_MATMUL: return run_matmul(ctx, g, n, in, out);
+  case CF_OP_MATMUL: return run_matmul(ctx, g, n, in, out, flags);
   case CF_OP_QUANTMATMUL: return run_quant(ctx, g, n, in, out);
   case CF_OP_ADD:
   case CF_OP_SUB:

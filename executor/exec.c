@@ -15,11 +15,13 @@
 #define _GNU_SOURCE
 #include "executor.h"
 
+#include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct rank_run {
   cf_plan *p;
@@ -38,7 +40,8 @@ typedef struct rank_run {
   bool has_thread;
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  int *queue;
+  const cf_coll_call **queue; /* ring of started calls */
+  int64_t queue_cap;
   int64_t started, completed; /* tickets */
   int64_t *ticket;            /* coll -> its ticket this iteration */
   cf_status comm_st;
@@ -51,8 +54,7 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static cf_status run_coll(rank_run *r, int c) {
-  const cf_coll_call *call = &r->calls[c];
+static cf_status run_call(rank_run *r, const cf_coll_call *call) {
   if (call->me < 0) return CF_OK; /* not in this collective's group */
   return cf_coll_run(r->comm, r->p->dev, call);
 }
@@ -63,10 +65,10 @@ static void *comm_main(void *arg) {
   for (;;) {
     while (!r->stop && r->completed == r->started) pthread_cond_wait(&r->cond, &r->lock);
     if (r->stop && r->completed == r->started) break;
-    int c = r->queue[r->completed % (r->p->n_colls ? r->p->n_colls : 1)];
+    const cf_coll_call *call = r->queue[r->completed % r->queue_cap];
     cf_status prev = r->comm_st;
     pthread_mutex_unlock(&r->lock);
-    cf_status st = prev ? prev : run_coll(r, c);
+    cf_status st = prev ? prev : run_call(r, call);
     pthread_mutex_lock(&r->lock);
     if (st && !r->comm_st) r->comm_st = st;
     r->completed++;
@@ -76,17 +78,23 @@ static void *comm_main(void *arg) {
   return NULL;
 }
 
-static void start(rank_run *r, int c) {
+/* Queue a call on the communication thread; its ticket. The queue holds
+ * every collective of the plan plus a fused op's chunks in flight (at most
+ * two per op: it waits for chunk i-2 before starting chunk i). */
+static uint64_t start_call(void *impl, const cf_coll_call *call) {
+  rank_run *r = impl;
   pthread_mutex_lock(&r->lock);
-  r->queue[r->started % r->p->n_colls] = c;
-  r->ticket[c] = ++r->started;
+  r->queue[r->started % r->queue_cap] = call;
+  uint64_t t = (uint64_t)++r->started;
   pthread_cond_broadcast(&r->cond);
   pthread_mutex_unlock(&r->lock);
+  return t;
 }
 
-static cf_status wait_coll(rank_run *r, int c) {
+static cf_status wait_ticket(void *impl, uint64_t ticket) {
+  rank_run *r = impl;
   pthread_mutex_lock(&r->lock);
-  while (r->completed < r->ticket[c]) pthread_cond_wait(&r->cond, &r->lock);
+  while ((uint64_t)r->completed < ticket) pthread_cond_wait(&r->cond, &r->lock);
   cf_status st = r->comm_st;
   pthread_mutex_unlock(&r->lock);
   return st;
@@ -164,7 +172,8 @@ static cf_status compute(rank_run *r, const cf_node *n, cf_tensor *tin, cf_tenso
   for (int j = 0; j < n->n_in; j++) tin[j] = tensor_of(r, p->val_base[n->in[j].node] + n->in[j].port);
   int node = (int)(n - p->g->nodes);
   for (int k = 0; k < n->n_out; k++) tout[k] = tensor_of(r, p->val_base[node] + k);
-  return cf_compute_run(r->ctx, p->g, n, tin, tout, r->rank, p->opt.seed);
+  return cf_compute_run(r->ctx, p->g, n, tin, tout, r->rank, p->opt.seed,
+                        p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
 }
 
 static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *tout) {
@@ -190,13 +199,19 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     case CF_STEP_COPY: memcpy(r->arena + sp->dst, r->arena + sp->src, (size_t)sp->bytes); break;
     case CF_STEP_START:
       if (p->colls[sp->coll].inline_ok) {
-        st = run_coll(r, sp->coll);
+        st = run_call(r, &r->calls[sp->coll]);
         s++; /* its WAIT */
       } else {
-        start(r, sp->coll);
+        r->ticket[sp->coll] = (int64_t)start_call(r, &r->calls[sp->coll]);
       }
       break;
-    case CF_STEP_WAIT: st = wait_coll(r, sp->coll); break;
+    case CF_STEP_WAIT: st = wait_ticket(r, (uint64_t)r->ticket[sp->coll]); break;
+    case CF_STEP_FUSED: {
+      cf_rank_io io = {.ctx = r->ctx, .rank = r->rank, .arena = r->arena, .dev = p->dev, .impl = r,
+                       .start = start_call, .wait = wait_ticket};
+      st = cf_fused_matmul_run(p, sp->coll, &io, &r->calls[sp->coll]);
+      break;
+    }
     }
     if (st) return st;
   }
@@ -309,6 +324,13 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
   for (int i = 0, j = 0; i < g->n_nodes; i++)
     if (g->nodes[i].op == CF_OP_OUTPUT) res->output_names[j++] = g->nodes[i].name;
   if ((st = cf_threads_world_create(ctx, n, p->opt.timeout_s, &w))) goto done;
+  /* n ranks share the cores: each rank's GEMMs get cores/n BLAS threads
+   * (OpenBLAS' setting is per process: restored below; an explicit
+   * OPENBLAS_NUM_THREADS wins) */
+  int blas_threads = openblas_get_num_threads();
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  bool set_blas = !getenv("OPENBLAS_NUM_THREADS") && cores > 0;
+  if (set_blas) openblas_set_num_threads(cores / n > 1 ? (int)(cores / n) : 1);
   int started = 0;
   for (int r = 0; r < n && !st; r++) {
     rank_run *x = &rr[r];
@@ -319,7 +341,8 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
     x->res = res;
     pthread_mutex_init(&x->lock, NULL);
     pthread_cond_init(&x->cond, NULL);
-    x->queue = calloc((size_t)p->n_colls + 1, sizeof *x->queue);
+    x->queue_cap = p->n_colls + 2;
+    x->queue = calloc((size_t)x->queue_cap, sizeof *x->queue);
     x->ticket = calloc((size_t)p->n_colls + 1, sizeof *x->ticket);
     if ((st = cf_context_create(&x->ctx)) == CF_OK) {
       x->ctx->codegen = ctx->codegen; /* borrowed: kernels already resolved */
@@ -356,6 +379,7 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
       }
       pthread_join(rr[r].thread, NULL);
     }
+  if (set_blas) openblas_set_num_threads(blas_threads);
   if (!st) {
     /* report the rank that failed first: a non-runtime status beats the
      * runtime errors it caused elsewhere */

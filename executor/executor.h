@@ -73,8 +73,22 @@ uint16_t cf_f32_to_bf16(float f);
  * int32 bias), then the codegen QUANT epilogue. Add/Sub/Mul broadcast like
  * numpy. Opaque fills its outputs with cf_fill_random(seed, rank, name of
  * the node + ":" + port). Thread-safe: ranks call it concurrently. */
+#define CF_COMPUTE_DETERMINISTIC 1u /* flags: row-invariant float products (slower than BLAS) */
 cf_status cf_compute_run(cf_context *ctx, const cf_graph *g, const cf_node *n, const cf_tensor *in,
-                         cf_tensor *out, int rank, uint64_t seed);
+                         cf_tensor *out, int rank, uint64_t seed, unsigned flags);
+
+/* The product of a MatMul-like node n on blocks of rows (the fused
+ * MatMul+collective ops pipeline over them): out (r, n) = x1 (r, k) @ x2
+ * (k, n) with MatMul's rules, plus bias (n) on every row when given; with
+ * x1_scale (r, 1) and x2_scale (1, n) the quantized form (int8 x int8 ->
+ * int32 + int32 bias -> QUANT epilogue -> out's bfloat16/float16). The
+ * tensors' shapes describe the blocks; n only names the node in errors.
+ * With CF_COMPUTE_DETERMINISTIC a row's result never depends on the rows
+ * computed with it. */
+cf_status cf_compute_product(cf_context *ctx, const cf_graph *g, const cf_node *n, const cf_tensor *x1,
+                             const cf_tensor *x2, const cf_tensor *x1_scale,
+                             const cf_tensor *x2_scale, const cf_tensor *bias, cf_tensor *out,
+                             unsigned flags);
 
 /* ================= npy.c: NumPy .npy files ================= */
 
@@ -344,7 +358,8 @@ typedef enum cf_step_kind {
   CF_STEP_COMPUTE, /* a compute node on this rank */
   CF_STEP_COPY,    /* a value into its place in a bucket it could not be produced in */
   CF_STEP_START,   /* hand a collective to the rank's communication thread */
-  CF_STEP_WAIT     /* wait for it before its first consumer */
+  CF_STEP_WAIT,    /* wait for it before its first consumer */
+  CF_STEP_FUSED    /* a fused MatMul+collective op, pipelined (fused_matmul.c) */
 } cf_step_kind;
 
 typedef struct cf_step {
@@ -373,6 +388,12 @@ typedef struct cf_pcoll {
   int n_segs;
   cf_algo algo;
   bool inline_ok;      /* START is followed by its WAIT: run on the rank thread */
+  /* fused MatMul+collective ops: desc is one chunk's collective (count of
+   * the whole product), chunks of chunk_rows rows, double-buffered stage */
+  bool fused_mm;
+  int chunks;
+  int64_t chunk_rows;
+  int64_t stage_addr, stage_bytes; /* two buffers of stage_bytes */
 } cf_pcoll;
 
 struct cf_plan {
@@ -393,6 +414,28 @@ struct cf_plan {
   char fingerprint[17];
   cf_device *dev;      /* the CPU device, kernels prepared */
 };
+
+/* What a fused op needs of its rank (exec.c provides it). */
+typedef struct cf_rank_io {
+  cf_context *ctx;
+  int rank;
+  char *arena;
+  cf_device *dev;
+  void *impl;
+  /* queue call on the rank's communication thread; returns its ticket */
+  uint64_t (*start)(void *impl, const cf_coll_call *call);
+  cf_status (*wait)(void *impl, uint64_t ticket);
+} cf_rank_io;
+
+typedef struct cf_plan cf_plan;
+/* fused_matmul.c: run fused op plan coll c on one rank: the product of
+ * chunk i+1 is computed while chunk i is reduce-scattered / all-reduced
+ * (or, for AllGatherMatmul, chunk i+1 gathered while chunk i multiplies).
+ * tmpl is the rank's call for c (group, scratch, algorithm). */
+cf_status cf_fused_matmul_run(const cf_plan *p, int c, cf_rank_io *io, const cf_coll_call *tmpl);
+/* Chunks the pipeline uses for node n of m rows per block: comm_turn when
+ * set, else enough that each chunk's collective moves >= 512 KiB, at most 8. */
+int cf_fused_matmul_chunks(const cf_node *n, int64_t rows, int64_t row_bytes);
 
 typedef struct cf_plan cf_plan;
 /* Plan compiled graph g (verified, inferred, passes already run) for opt. */

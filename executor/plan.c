@@ -79,11 +79,18 @@ static bool is_coll(cf_op op) {
   }
 }
 
+static bool is_fused_mm(cf_op op) {
+  return op == CF_OP_MATMULREDUCESCATTER || op == CF_OP_MATMULALLREDUCE || op == CF_OP_ALLGATHERMATMUL;
+}
+
 static cf_op base_op(cf_op op) {
   switch (op) {
   case CF_OP_FUSEDALLREDUCE: return CF_OP_ALLREDUCE;
   case CF_OP_FUSEDALLGATHER: return CF_OP_ALLGATHER;
   case CF_OP_FUSEDREDUCESCATTER: return CF_OP_REDUCESCATTER;
+  case CF_OP_MATMULREDUCESCATTER: return CF_OP_REDUCESCATTER;
+  case CF_OP_MATMULALLREDUCE: return CF_OP_ALLREDUCE;
+  case CF_OP_ALLGATHERMATMUL: return CF_OP_ALLGATHER;
   default: return op;
   }
 }
@@ -196,7 +203,7 @@ static cf_status push_step(builder *b, cf_step s) {
 static cf_status waits_for(builder *b, const cf_node *n, bool *waited) {
   for (int j = 0; j < n->n_in; j++) {
     int c = b->coll_of_node[n->in[j].node];
-    if (c >= 0 && !waited[c]) {
+    if (c >= 0 && !waited[c] && !b->p->colls[c].fused_mm) {
       waited[c] = true;
       cf_status st = push_step(b, (cf_step){.kind = CF_STEP_WAIT, .coll = c});
       if (st) return st;
@@ -255,6 +262,56 @@ static cf_status place(builder *b) {
   return CF_OK;
 }
 
+/* A fused MatMul+collective op: one chunk collective template, the
+ * chunking, a double-buffered stage and the algorithm's scratch. */
+static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc, int64_t *seq) {
+  cf_plan *p = b->p;
+  const cf_graph *g = b->g;
+  cf_status st = group_ranks(p, n, &c->ranks, &c->n);
+  if (st) return st;
+  int64_t ws = c->n;
+  const cf_pvalue *x1 = &p->vals[val_index(p, n->in[0])];
+  cf_op op = base_op(n->op);
+  cf_dtype dt = op == CF_OP_ALLGATHER ? x1->dtype : n->out[0].dtype;
+  int es = cf_dtype_size(dt);
+  int64_t m = x1->shape.dims[0], k = x1->shape.dims[1];
+  int64_t cols = op == CF_OP_ALLGATHER ? k : n->out[0].shape.dims[1];
+  /* rows the pipeline walks, and the bytes one of them sends */
+  int64_t rows = op == CF_OP_REDUCESCATTER ? m / ws : m;
+  int64_t row_elems = (op == CF_OP_ALLREDUCE ? 1 : ws) * cols;
+  c->node = (int)(n - g->nodes);
+  c->fused_mm = true;
+  c->chunks = cf_fused_matmul_chunks(n, rows, row_elems * es);
+  c->chunk_rows = rows ? (rows + c->chunks - 1) / c->chunks : 0;
+  c->chunks = c->chunk_rows ? (int)((rows + c->chunk_rows - 1) / c->chunk_rows) : 0;
+  c->desc = (cf_coll_desc){.op = op, .dtype = dt, .count = (op == CF_OP_REDUCESCATTER ? m : rows) * cols,
+                           .red = op == CF_OP_ALLGATHER ? -1 : CF_RED_SUM, .root = -1,
+                           .layout = op == CF_OP_ALLGATHER ? CF_LAYOUT_CONCAT : -1,
+                           .group = cf_node_group(n), .node = n->name};
+  const cf_group *gr = cf_graph_group(g, cf_node_group(n));
+  c->desc.seq = seq[gr ? gr - g->groups : g->n_groups]++;
+  c->algo = p->opt.algo;
+  c->stage_bytes = align_up(c->chunk_rows * row_elems * es);
+  /* scratch: enough for any algorithm the first or the last chunk picks */
+  size_t scratch = 0;
+  int64_t last = rows - (int64_t)(c->chunks > 0 ? c->chunks - 1 : 0) * c->chunk_rows;
+  int64_t per_call[2] = {c->chunk_rows, last};
+  for (int i = 0; i < 2; i++) {
+    cf_coll_desc d = c->desc;
+    d.count = per_call[i] * (op == CF_OP_ALLGATHER ? cols : row_elems);
+    cf_algo a = cf_coll_select(&d, c->n, p->opt.deterministic, p->opt.algo);
+    size_t sb = cf_coll_scratch_bytes(&d, c->n, a, true);
+    if (sb > scratch) scratch = sb;
+  }
+  c->scratch_bytes = scratch;
+  int bs = new_block(b, 2 * c->stage_bytes), bsc = bs < 0 ? -1 : new_block(b, (int64_t)scratch);
+  if (bs < 0 || bsc < 0) return oom(p);
+  b->coll_in[nc] = bs;
+  b->coll_out[nc] = bs;
+  b->coll_scratch[nc] = bsc;
+  return CF_OK;
+}
+
 static cf_status build(builder *b) {
   cf_plan *p = b->p;
   const cf_graph *g = b->g;
@@ -283,11 +340,7 @@ static cf_status build(builder *b) {
         return cf_node_error(g, n, CF_ERR_INVALID, "the graph's buffers overflow");
       b->val_block[p->val_base[i] + k] = -1;
     }
-    if (n->op >= CF_OP_MATMULREDUCESCATTER && cf_op_table[n->op].cat == CF_CAT_FUSED_MATMUL)
-      return cf_node_error(g, n, CF_ERR_UNSUPPORTED,
-                           "%s is not executed by this executor yet; run the graph unfused",
-                           cf_op_table[n->op].name);
-    if (is_coll(n->op)) p->n_colls++;
+    if (is_coll(n->op) || is_fused_mm(n->op)) p->n_colls++;
   }
   p->colls = calloc((size_t)p->n_colls + 1, sizeof *p->colls);
   b->coll_in = malloc(sizeof(int) * ((size_t)p->n_colls + 1));
@@ -304,6 +357,15 @@ static cf_status build(builder *b) {
   if (!seq) return oom(p);
   for (int t = 0; t < g->n_nodes; t++) {
     const cf_node *n = &g->nodes[g->topo[t]];
+    if (is_fused_mm(n->op)) {
+      st = plan_fused_mm(b, n, &p->colls[nc], nc, seq);
+      if (st) {
+        free(seq);
+        return st;
+      }
+      b->coll_of_node[g->topo[t]] = nc++;
+      continue;
+    }
     if (!is_coll(n->op)) continue;
     cf_pcoll *c = &p->colls[nc];
     int64_t *off = calloc((size_t)n->n_in, sizeof *off), *oo = NULL, in_bytes = 0, out_bytes = 0;
@@ -376,6 +438,14 @@ static cf_status build(builder *b) {
       live(&b->blocks[b->val_block[val_index(p, n->in[0])]], p->n_steps, FOREVER);
       continue;
     }
+    if (ci >= 0 && p->colls[ci].fused_mm) { /* runs on the rank thread, chunks on its comm thread */
+      for (int j = 0; j < n->n_in; j++) live(&b->blocks[b->val_block[val_index(p, n->in[j])]], p->n_steps, p->n_steps);
+      for (int k = 0; k < n->n_out; k++) live(&b->blocks[b->val_block[p->val_base[i] + k]], p->n_steps, p->n_steps);
+      live(&b->blocks[b->coll_in[ci]], p->n_steps, p->n_steps);
+      live(&b->blocks[b->coll_scratch[ci]], p->n_steps, p->n_steps);
+      st = push_step(b, (cf_step){.kind = CF_STEP_FUSED, .node = i, .coll = ci});
+      continue;
+    }
     if (ci < 0) { /* compute */
       for (int j = 0; j < n->n_in; j++) live(&b->blocks[b->val_block[val_index(p, n->in[j])]], p->n_steps, p->n_steps);
       for (int k = 0; k < n->n_out; k++) live(&b->blocks[b->val_block[p->val_base[i] + k]], p->n_steps, p->n_steps);
@@ -400,7 +470,7 @@ static cf_status build(builder *b) {
     st = push_step(b, (cf_step){.kind = CF_STEP_START, .coll = ci});
   }
   for (int c = 0; c < p->n_colls && !st; c++)
-    if (!waited[c]) {
+    if (!waited[c] && !p->colls[c].fused_mm) {
       waited[c] = true;
       st = push_step(b, (cf_step){.kind = CF_STEP_WAIT, .coll = c});
     }
@@ -426,6 +496,11 @@ static cf_status build(builder *b) {
   if ((st = place(b))) return st;
   for (int v = 0; v < p->n_vals; v++) p->vals[v].addr = b->blocks[b->val_block[v]].addr + b->val_off[v];
   for (int c = 0; c < p->n_colls; c++) {
+    if (p->colls[c].fused_mm) {
+      p->colls[c].stage_addr = b->blocks[b->coll_in[c]].addr;
+      p->colls[c].scratch_addr = b->blocks[b->coll_scratch[c]].addr;
+      continue;
+    }
     p->colls[c].in_addr = b->blocks[b->coll_in[c]].addr + b->coll_in_off[c];
     p->colls[c].out_addr = b->blocks[b->coll_out[c]].addr;
     p->colls[c].scratch_addr = b->blocks[b->coll_scratch[c]].addr;
@@ -450,7 +525,8 @@ static cf_status prepare_kernels(cf_plan *p) {
   }
   for (int i = 0; i < p->g->n_nodes; i++) {
     const cf_node *n = &p->g->nodes[i];
-    if (n->op != CF_OP_QUANTMATMUL) continue;
+    bool quant_mmrs = n->op == CF_OP_MATMULREDUCESCATTER && n->n_in >= 4;
+    if (n->op != CF_OP_QUANTMATMUL && !quant_mmrs) continue;
     cf_kernel_key q = {.kind = CF_K_QUANT, .dtype = n->out[0].dtype};
     void *fn;
     cf_status st = cf_codegen_kernel(p->ctx, &q, &fn, NULL);

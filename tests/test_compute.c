@@ -324,7 +324,7 @@ static void run_prepare(run *r, const cf_graph *g, const cf_node *n) {
 }
 
 static void run_exec(run *r, const cf_graph *g, const cf_node *n) {
-  if (cf_compute_run(ctx, g, n, r->in, r->out, 1, 5) != CF_OK)
+  if (cf_compute_run(ctx, g, n, r->in, r->out, 1, 5, 0) != CF_OK)
     fail_msg("%s: %s", n->name, cf_context_errmsg(ctx));
   for (int j = 0; j < r->n_out; j++) gbuf_check(&r->ob[j]);
   for (int j = 0; j < r->n_in; j++) gbuf_check(&r->ib[j]);
@@ -536,16 +536,16 @@ static void test_broadcast(void **state) {
   int8_t a[2] = {100, -100}, b = 100, y[2];
   cf_tensor in[2] = {{a, CF_DT_INT8, {1, {2}}, 2}, {&b, CF_DT_INT8, {0, {0}}, 1}};
   cf_tensor out = {y, CF_DT_INT8, {1, {2}}, 2};
-  assert_int_equal(cf_compute_run(ctx, g, node(g, "e"), in, &out, 0, 0), CF_OK);
+  assert_int_equal(cf_compute_run(ctx, g, node(g, "e"), in, &out, 0, 0, 0), CF_OK);
   assert_int_equal(y[0], -56);
   assert_int_equal(y[1], 0);
   /* a plan that hands the wrong tensor is named, not trusted */
   in[1].dtype = CF_DT_UINT8;
-  ASSERT_ERR(cf_compute_run(ctx, g, node(g, "e"), in, &out, 0, 0), CF_ERR_INVALID,
+  ASSERT_ERR(cf_compute_run(ctx, g, node(g, "e"), in, &out, 0, 0, 0), CF_ERR_INVALID,
              "node 'e': internal: operand 1 is uint8 (), expected int8 ()");
   in[1].dtype = CF_DT_INT8;
   in[0].count = 3;
-  ASSERT_ERR(cf_compute_run(ctx, g, node(g, "e"), in, &out, 0, 0), CF_ERR_INVALID,
+  ASSERT_ERR(cf_compute_run(ctx, g, node(g, "e"), in, &out, 0, 0, 0), CF_ERR_INVALID,
              "operand 0 has 3 elements for shape (2)");
   cf_graph_destroy(g);
 }
@@ -573,34 +573,34 @@ static void test_cast_reshape_opaque(void **state) {
   cf_tensor tf = {f, CF_DT_FLOAT32, {1, {8}}, 8}, ti = {i, CF_DT_INT32, {1, {8}}, 8};
   cf_tensor o8 = {i8, CF_DT_INT8, {1, {8}}, 8}, ou = {u8, CF_DT_UINT8, {1, {8}}, 8};
   cf_tensor oh = {h, CF_DT_FLOAT16, {1, {8}}, 8};
-  assert_int_equal(cf_compute_run(ctx, g, node(g, "ci8"), &tf, &o8, 0, 0), CF_OK);
+  assert_int_equal(cf_compute_run(ctx, g, node(g, "ci8"), &tf, &o8, 0, 0, 0), CF_OK);
   assert_memory_equal(i8, ((int8_t[]){127, -128, 3, -3, 0, 127, -1, 1}), 8);
-  assert_int_equal(cf_compute_run(ctx, g, node(g, "cu8"), &tf, &ou, 0, 0), CF_OK);
+  assert_int_equal(cf_compute_run(ctx, g, node(g, "cu8"), &tf, &ou, 0, 0, 0), CF_OK);
   assert_memory_equal(u8, ((uint8_t[]){255, 0, 3, 0, 0, 255, 0, 1}), 8);
-  assert_int_equal(cf_compute_run(ctx, g, node(g, "cw"), &ti, &o8, 0, 0), CF_OK);
+  assert_int_equal(cf_compute_run(ctx, g, node(g, "cw"), &ti, &o8, 0, 0, 0), CF_OK);
   assert_memory_equal(i8, ((int8_t[]){-56, 127, 1, 3, -17, -16, -7, 0}), 8);
-  assert_int_equal(cf_compute_run(ctx, g, node(g, "ch"), &ti, &oh, 0, 0), CF_OK);
+  assert_int_equal(cf_compute_run(ctx, g, node(g, "ch"), &ti, &oh, 0, 0, 0), CF_OK);
   assert_memory_equal(h, ((uint16_t[]){0x5a40, 0xd808, 0x6800, 0x6802, 0x7bff, 0x7c00, 0xc700, 0}), 16);
   oh.dtype = CF_DT_BFLOAT16;
-  assert_int_equal(cf_compute_run(ctx, g, node(g, "cb"), &tf, &oh, 0, 0), CF_OK);
+  assert_int_equal(cf_compute_run(ctx, g, node(g, "cb"), &tf, &oh, 0, 0, 0), CF_OK);
   assert_int_equal(h[7], 0x3f80); /* 1 + 2^-8 is a tie: even */
   assert_true(isnan(cf_bf16_to_f32(h[4])));
   cf_tensor orr = {rs, CF_DT_INT32, {2, {2, 4}}, 8};
-  assert_int_equal(cf_compute_run(ctx, g, node(g, "r"), &ti, &orr, 0, 0), CF_OK);
+  assert_int_equal(cf_compute_run(ctx, g, node(g, "r"), &ti, &orr, 0, 0, 0), CF_OK);
   assert_memory_equal(rs, i, sizeof i);
   orr.data = i; /* in place: nothing to copy */
-  assert_int_equal(cf_compute_run(ctx, g, node(g, "r"), &ti, &orr, 0, 0), CF_OK);
+  assert_int_equal(cf_compute_run(ctx, g, node(g, "r"), &ti, &orr, 0, 0, 0), CF_OK);
 
   uint16_t p0[3], w0[3];
   int32_t p1[4], w1[4];
   cf_tensor oo[2] = {{p0, CF_DT_FLOAT16, {1, {3}}, 3}, {p1, CF_DT_INT32, {2, {2, 2}}, 4}};
-  assert_int_equal(cf_compute_run(ctx, g, node(g, "op"), &tf, oo, 3, 77), CF_OK);
+  assert_int_equal(cf_compute_run(ctx, g, node(g, "op"), &tf, oo, 3, 77, 0), CF_OK);
   cf_fill_random(w0, CF_DT_FLOAT16, 3, 77, 3, "op:0");
   cf_fill_random(w1, CF_DT_INT32, 4, 77, 3, "op:1");
   assert_memory_equal(p0, w0, sizeof w0);
   assert_memory_equal(p1, w1, sizeof w1);
   /* Output is no compute op */
-  ASSERT_ERR(cf_compute_run(ctx, g, node(g, "y"), oo + 1, NULL, 0, 0), CF_ERR_INVALID,
+  ASSERT_ERR(cf_compute_run(ctx, g, node(g, "y"), oo + 1, NULL, 0, 0, 0), CF_ERR_INVALID,
              "node 'y': Output is not a compute op");
   cf_graph_destroy(g);
 }
