@@ -35,6 +35,7 @@ typedef struct rank_run {
   cf_run_result *res;
   cf_status st;
   bool vanished;
+  bool solo;       /* the only rank of this process (MPI): records its own times */
   /* communication thread: a FIFO of started collectives */
   pthread_t thread;
   bool has_thread;
@@ -254,7 +255,7 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
     double t0 = now_ms();
     if ((st = iteration(r, it == 0, tin, tout))) return st;
     if ((st = barrier(r))) return st;
-    if (r->rank == 0 && it >= p->opt.warmup) r->res->time_ms[it - p->opt.warmup] = now_ms() - t0;
+    if ((r->rank == 0 || r->solo) && it >= p->opt.warmup) r->res->time_ms[it - p->opt.warmup] = now_ms() - t0;
   }
   /* outputs of the last iteration */
   int j = 0;
@@ -286,7 +287,7 @@ static void *rank_main(void *arg) {
     const char *why;
     if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_context_errmsg(r->ctx));
   }
-  if (r->st) cf_threads_rank_left(r->world, r->rank);
+  if (r->st && r->world) cf_threads_rank_left(r->world, r->rank);
   /* stop the communication thread (it finishes what was started) */
   pthread_mutex_lock(&r->lock);
   r->stop = true;
@@ -297,32 +298,119 @@ static void *rank_main(void *arg) {
   return NULL;
 }
 
+static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, const cf_inputs *in,
+                            cf_run_result *res) {
+  x->p = p;
+  x->rank = rank;
+  x->in = in;
+  x->res = res;
+  pthread_mutex_init(&x->lock, NULL);
+  pthread_cond_init(&x->cond, NULL);
+  x->queue_cap = p->n_colls + 2;
+  x->queue = calloc((size_t)x->queue_cap, sizeof *x->queue);
+  x->ticket = calloc((size_t)p->n_colls + 1, sizeof *x->ticket);
+  cf_status st = cf_context_create(&x->ctx);
+  if (st == CF_OK) {
+    x->ctx->codegen = ctx->codegen; /* borrowed: kernels already resolved */
+    x->ctx->codegen_free = NULL;
+    x->ctx->log_fn = ctx->log_fn;
+    x->ctx->log_user = ctx->log_user;
+  }
+  if (!x->queue || !x->ticket || st) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  return CF_OK;
+}
+
+static void rank_free(rank_run *x) {
+  if (x->arena) x->p->dev->ops->free(x->p->dev, x->arena);
+  free(x->calls);
+  free(x->queue);
+  free(x->ticket);
+  cf_context_destroy(x->ctx);
+  if (x->p) {
+    pthread_mutex_destroy(&x->lock);
+    pthread_cond_destroy(&x->cond);
+  }
+}
+
+static cf_status result_init(cf_context *ctx, const cf_plan *p, cf_run_result *res) {
+  const cf_graph *g = p->g;
+  memset(res, 0, sizeof *res);
+  res->ranks = p->ranks;
+  for (int i = 0; i < g->n_nodes; i++) res->n_outputs += g->nodes[i].op == CF_OP_OUTPUT;
+  res->time_ms = calloc((size_t)p->opt.iters, sizeof *res->time_ms);
+  res->outputs = calloc((size_t)p->ranks * (size_t)res->n_outputs + 1, sizeof *res->outputs);
+  res->output_names = calloc((size_t)res->n_outputs + 1, sizeof *res->output_names);
+  if (!res->time_ms || !res->outputs || !res->output_names)
+    return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  for (int i = 0, j = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == CF_OP_OUTPUT) res->output_names[j++] = g->nodes[i].name;
+  return CF_OK;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
+static void result_finish(const cf_plan *p, cf_run_result *res) {
+  res->collectives_executed = p->n_colls;
+  res->peak_bytes = p->arena_bytes;
+  double *sorted = malloc(sizeof *sorted * (size_t)p->opt.iters);
+  if (!sorted) return;
+  memcpy(sorted, res->time_ms, sizeof *sorted * (size_t)p->opt.iters);
+  qsort(sorted, (size_t)p->opt.iters, sizeof *sorted, cmp_double);
+  int k = p->opt.iters;
+  res->time_ms_median = k % 2 ? sorted[k / 2] : 0.5 * (sorted[k / 2 - 1] + sorted[k / 2]);
+  free(sorted);
+}
+
+cf_status cf_exec_run_comm(cf_context *ctx, cf_plan *p, cf_comm *comm, const cf_inputs *in,
+                           cf_run_result *res) {
+  if (p->opt.iters < 1) p->opt.iters = 1;
+  if (p->opt.warmup < 0) p->opt.warmup = 0;
+  if (comm->size != p->ranks)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "the transport has %d ranks, the plan %d", comm->size,
+                    p->ranks);
+  rank_run x = {0};
+  cf_status st = result_init(ctx, p, res);
+  if (!st) st = rank_setup(&x, ctx, p, comm->rank, in, res);
+  if (!st) {
+    x.solo = true;
+    x.comm = comm;
+    cf_context *saved = comm->ctx;
+    comm->ctx = x.ctx;
+    if (pthread_create(&x.thread, NULL, comm_main, &x) != 0) {
+      st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "cannot start the communication thread");
+    } else {
+      rank_main(&x);
+      pthread_join(x.thread, NULL);
+      st = x.st;
+      if (st) {
+        const char *why = NULL;
+        if (st == CF_ERR_RUNTIME && comm->ops->aborted(comm, &why))
+          cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
+        else
+          cf_error(ctx, st, NULL, 0, "%s", cf_context_errmsg(x.ctx));
+      }
+    }
+    comm->ctx = saved;
+  }
+  if (!st) result_finish(p, res);
+  rank_free(&x);
+  if (st) cf_run_result_free(res);
+  return st;
+}
+
 cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_result *res) {
-  memset(res, 0, sizeof *res);
-  const cf_graph *g = p->g;
   int n = p->ranks;
   if (p->opt.iters < 1) p->opt.iters = 1;
   if (p->opt.warmup < 0) p->opt.warmup = 0;
-  res->ranks = n;
-  for (int i = 0; i < g->n_nodes; i++) res->n_outputs += g->nodes[i].op == CF_OP_OUTPUT;
-  res->time_ms = calloc((size_t)p->opt.iters, sizeof *res->time_ms);
-  res->outputs = calloc((size_t)n * (size_t)res->n_outputs + 1, sizeof *res->outputs);
-  res->output_names = calloc((size_t)res->n_outputs + 1, sizeof *res->output_names);
   rank_run *rr = calloc((size_t)n, sizeof *rr);
   pthread_t *th = calloc((size_t)n, sizeof *th);
   cf_threads_world *w = NULL;
-  cf_status st = CF_OK;
-  if (!res->time_ms || !res->outputs || !res->output_names || !rr || !th) {
-    st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-    goto done;
-  }
-  for (int i = 0, j = 0; i < g->n_nodes; i++)
-    if (g->nodes[i].op == CF_OP_OUTPUT) res->output_names[j++] = g->nodes[i].name;
+  cf_status st = result_init(ctx, p, res);
+  if (!st && (!rr || !th)) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (st) goto done;
   if ((st = cf_threads_world_create(ctx, n, p->opt.timeout_s, &w))) goto done;
   /* n ranks share the cores: each rank's GEMMs get cores/n BLAS threads
    * (OpenBLAS' setting is per process: restored below; an explicit
@@ -333,28 +421,9 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
   if (set_blas) openblas_set_num_threads(cores / n > 1 ? (int)(cores / n) : 1);
   int started = 0;
   for (int r = 0; r < n && !st; r++) {
-    rank_run *x = &rr[r];
-    x->p = p;
-    x->world = w;
-    x->rank = r;
-    x->in = in;
-    x->res = res;
-    pthread_mutex_init(&x->lock, NULL);
-    pthread_cond_init(&x->cond, NULL);
-    x->queue_cap = p->n_colls + 2;
-    x->queue = calloc((size_t)x->queue_cap, sizeof *x->queue);
-    x->ticket = calloc((size_t)p->n_colls + 1, sizeof *x->ticket);
-    if ((st = cf_context_create(&x->ctx)) == CF_OK) {
-      x->ctx->codegen = ctx->codegen; /* borrowed: kernels already resolved */
-      x->ctx->codegen_free = NULL;
-      x->ctx->log_fn = ctx->log_fn;
-      x->ctx->log_user = ctx->log_user;
-    }
-    if (!x->queue || !x->ticket || st) {
-      st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-      break;
-    }
-    x->comm = cf_threads_comm(w, r, x->ctx);
+    st = rank_setup(&rr[r], ctx, p, r, in, res);
+    rr[r].world = w;
+    if (!st) rr[r].comm = cf_threads_comm(w, r, rr[r].ctx);
   }
   for (int r = 0; r < n && !st; r++) {
     if (pthread_create(&rr[r].thread, NULL, comm_main, &rr[r]) != 0) {
@@ -396,31 +465,9 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
         st = cf_error(ctx, rr[who].st, NULL, 0, "%s", cf_context_errmsg(rr[who].ctx));
     }
   }
-  if (!st) {
-    res->collectives_executed = 0;
-    for (int c = 0; c < p->n_colls; c++) res->collectives_executed++;
-    res->peak_bytes = p->arena_bytes;
-    double *sorted = malloc(sizeof *sorted * (size_t)p->opt.iters);
-    if (sorted) {
-      memcpy(sorted, res->time_ms, sizeof *sorted * (size_t)p->opt.iters);
-      qsort(sorted, (size_t)p->opt.iters, sizeof *sorted, cmp_double);
-      int k = p->opt.iters;
-      res->time_ms_median = k % 2 ? sorted[k / 2] : 0.5 * (sorted[k / 2 - 1] + sorted[k / 2]);
-      free(sorted);
-    }
-  }
+  if (!st) result_finish(p, res);
 done:
-  for (int r = 0; rr && r < n; r++) {
-    if (rr[r].arena) p->dev->ops->free(p->dev, rr[r].arena);
-    free(rr[r].calls);
-    free(rr[r].queue);
-    free(rr[r].ticket);
-    cf_context_destroy(rr[r].ctx);
-    if (rr[r].queue || rr[r].ticket || rr[r].p) {
-      pthread_mutex_destroy(&rr[r].lock);
-      pthread_cond_destroy(&rr[r].cond);
-    }
-  }
+  for (int r = 0; rr && r < n; r++) rank_free(&rr[r]);
   free(rr);
   free(th);
   cf_threads_world_destroy(w);

@@ -340,6 +340,9 @@ typedef struct cf_run_options {
    * stops everyone) or vanishing without a word (mode 2: the others must
    * notice by their timeout). Mode 0: off. */
   int test_fail_mode, test_fail_rank, test_fail_step;
+  /* The transport copies into staging (MPI): size the algorithms' scratch
+   * for it. False for the threads transport, which reads in place. */
+  bool staged;
 } cf_run_options;
 
 typedef struct cf_run_result {
@@ -448,6 +451,12 @@ void cf_plan_destroy(cf_plan *p);
  * Input filled by cf_fill_node with opt->seed). Outputs of the last
  * iteration go to res; free with cf_run_result_free. */
 cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_result *res);
+/* Run this process's one rank (comm->rank of comm->size, e.g. an MPI
+ * process) of p over comm; only that rank's outputs are filled in res and
+ * its own iteration times are recorded. A failure is also signalled to the
+ * other ranks through comm->ops->abort. */
+cf_status cf_exec_run_comm(cf_context *ctx, cf_plan *p, cf_comm *comm, const cf_inputs *in,
+                           cf_run_result *res);
 void cf_run_result_free(cf_run_result *res);
 
 #endif /* COLLFUSE_EXECUTOR_H */

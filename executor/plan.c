@@ -300,7 +300,7 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
     cf_coll_desc d = c->desc;
     d.count = per_call[i] * (op == CF_OP_ALLGATHER ? cols : row_elems);
     cf_algo a = cf_coll_select(&d, c->n, p->opt.deterministic, p->opt.algo);
-    size_t sb = cf_coll_scratch_bytes(&d, c->n, a, true);
+    size_t sb = cf_coll_scratch_bytes(&d, c->n, a, !p->opt.staged);
     if (sb > scratch) scratch = sb;
   }
   c->scratch_bytes = scratch;
@@ -403,7 +403,7 @@ static cf_status build(builder *b) {
         b->val_off[p->val_base[g->topo[t]] + j] = oo[j];
       }
       c->algo = cf_coll_select(&c->desc, c->n, p->opt.deterministic, p->opt.algo);
-      c->scratch_bytes = cf_coll_scratch_bytes(&c->desc, c->n, c->algo, true);
+      c->scratch_bytes = cf_coll_scratch_bytes(&c->desc, c->n, c->algo, !p->opt.staged);
       if (!st && (b->coll_scratch[nc] = new_block(b, (int64_t)c->scratch_bytes)) < 0) st = oom(p);
     }
     free(oo);
