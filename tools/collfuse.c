@@ -60,6 +60,8 @@ static const char help_main[] =
     "  dot      FILE [-o OUT] [--fused]   draw a graph as DOT, SVG or PNG\n"
     "  bench    compile [--sizes N,..]    time parse, verify and passes on 1k..1M nodes\n"
     "  bench    reduce [--quick]          reduction kernels vs memcpy, C loop, MPI_Reduce_local\n"
+    "  bench    allreduce [--ranks N]     AllReduce algorithms on rank threads vs MPI_Allreduce\n"
+    "  bench    fusion FILE [--ranks N]   a graph unfused, fused and split vs one flat AllReduce\n"
     "\n"
     "  collfuse --version | --help | COMMAND --help\n"
     "\n"
@@ -117,6 +119,10 @@ static const char help_dot[] =
 static const char help_bench[] =
     "usage: collfuse bench compile [--sizes N,N,...] [--json]\n"
     "       collfuse bench reduce [--quick] [--sizes S,S,...] [--reps N] [--min-ms MS] [--json]\n"
+    "       collfuse bench allreduce [--ranks N] [--sizes S,S,...] [--algo A] [--iters K]\n"
+    "                                [--loops L] [--quick] [--no-mpi] [--mpi-args ARGS] [--json]\n"
+    "       collfuse bench fusion FILE [--ranks N] [--iters K] [--warmup W] [--split SPEC]...\n"
+    "                                [--quick] [--json]\n"
     "\n"
     "compile: generate data-parallel and tensor-parallel graphs (default 1k, 10k,\n"
     "100k and 1M nodes) and time parse, verify and each pass of the default\n"
@@ -128,7 +134,24 @@ static const char help_bench[] =
     "loop built -O3 -march=native and OpenMPI's MPI_Reduce_local (in place, so set\n"
     "against the accumulate form). GB/s counts every byte read and written; each\n"
     "cell is the median of >= 5 samples (--reps) and >= 50 ms (--min-ms). --quick\n"
-    "runs 64 KiB with one sample, as a smoke test. See bench/README.md.\n";
+    "runs 64 KiB with one sample, as a smoke test.\n"
+    "\n"
+    "allreduce: float32 sum on N rank threads (default 4) for sizes 8 B..256 MiB:\n"
+    "microseconds per call, algbw = bytes/time and busbw = algbw*2(n-1)/n for the\n"
+    "algorithm AUTO picks and for each forced one (direct, rsag, ring, rd; --algo A\n"
+    "keeps only A), next to OpenMPI's MPI_Allreduce on N processes under mpirun\n"
+    "(collfuse-mpi-allreduce; --no-mpi skips it, --mpi-args adds mpirun options\n"
+    "such as '--mca coll basic,self,libnbc'). Each cell is the median of L\n"
+    "loops (--loops, default 5) of K calls (--iters; default about 32 MiB per loop).\n"
+    "--quick: 8 B, 64 KiB and 1 MiB, short loops, as a smoke test.\n"
+    "\n"
+    "fusion: run FILE on N rank threads (default 4; the graph's world_size is\n"
+    "overridden) unfused (-O0), fused by the default pipeline (--split auto) and\n"
+    "with each --split SPEC (default bytes:25M, bytes:4M, size:50,50), next to one\n"
+    "flat AllReduce of all the graph's AllReduce bytes (the ideal): median ms per\n"
+    "iteration (--iters, default 10, after --warmup, default 2) and the ratios to\n"
+    "the ideal and to the unfused graph. --quick: 2 iterations, no extra splits.\n"
+    "See bench/README.md.\n";
 
 bool cf_tool_help(int argc, char **argv, const char *text) {
   for (int i = 0; i < argc; i++)
@@ -449,10 +472,19 @@ int main(int argc, char **argv) {
       rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
                ? 0
                : cf_bench_reduce(ctx, sub_argc - 1, sub_argv + 1);
+    else if (sub_argc > 0 && strcmp(sub_argv[0], "allreduce") == 0)
+      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
+               ? 0
+               : cf_bench_allreduce(ctx, sub_argc - 1, sub_argv + 1);
+    else if (sub_argc > 0 && strcmp(sub_argv[0], "fusion") == 0)
+      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
+               ? 0
+               : cf_bench_fusion(ctx, sub_argc - 1, sub_argv + 1);
     else if (cf_tool_help(sub_argc, sub_argv, help_bench))
       rc = 0;
     else {
-      fprintf(stderr, "collfuse bench: expected a benchmark name: compile, reduce\n");
+      fprintf(stderr,
+              "collfuse bench: expected a benchmark name: compile, reduce, allreduce, fusion\n");
       rc = EXIT_USAGE;
     }
   } else if (strcmp(cmd, "dot") == 0)

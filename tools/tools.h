@@ -18,6 +18,19 @@ int cf_bench_compile(int argc, char **argv);
  * [--min-ms MS] [--json]`: collfuse's JIT kernels against memcpy, a plain C
  * loop and MPI_Reduce_local; returns the exit code. */
 int cf_bench_reduce(cf_context *ctx, int argc, char **argv);
+/* bench_allreduce.c: `collfuse bench allreduce [--ranks N] [--sizes S,..]
+ * [--algo A] [--iters K] [--loops L] [--quick] [--no-mpi] [--mpi-args ARGS]
+ * [--json]`:
+ * collfuse's AllReduce algorithms on rank threads against MPI_Allreduce
+ * under mpirun; returns the exit code. */
+int cf_bench_allreduce(cf_context *ctx, int argc, char **argv);
+/* An option's integer value in [lo, hi] (whole string); false otherwise. */
+bool cf_bench_parse_int(const char *v, long lo, long hi, int *out);
+/* bench_fusion.c: `collfuse bench fusion FILE [--ranks N] [--iters K]
+ * [--warmup W] [--split SPEC].. [--quick] [--json]`: the graph unfused, fused and split
+ * several ways, against one flat AllReduce of all its bytes; returns the
+ * exit code. */
+int cf_bench_fusion(cf_context *ctx, int argc, char **argv);
 
 /* collfuse.c: shared by the commands */
 enum { EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };

@@ -1,0 +1,723 @@
+/* bench_allreduce.c - `collfuse bench allreduce`: collfuse's AllReduce
+ * against OpenMPI's MPI_Allreduce at the same rank count (SPEC section 6).
+ *
+ * collfuse's side is the executor's own path without a graph: N rank
+ * threads of this process on one threads-transport world and the CPU
+ * device (kernels prepared in the main thread before the ranks start), each
+ * rank calling cf_coll_run on float32 sum, out of place, 64-byte aligned
+ * buffers filled by cf_fill_random. Every algorithm is measured (direct,
+ * rsag, ring, rd) and AUTO is reported as the one cf_coll_select resolves
+ * to, so the table shows where the size thresholds belong.
+ *
+ * Both sides time the same way: one warm-up loop of K calls, a check of the
+ * result, then L timed loops, each K back-to-back calls between two
+ * barriers, timed on rank 0; a cell is the median loop divided by K. MPI
+ * runs first, all sizes in one `mpirun` of bench/mpi_allreduce.c (found
+ * next to this executable), so the two never share the cores. algbw =
+ * bytes / time and busbw = algbw * 2(n-1)/n, as nccl-tests define them.
+ *
+ * The bench's own barrier is a pthread barrier: every rank passes the same
+ * barriers whatever happens, and a rank whose collective fails aborts the
+ * world (its peers' calls then fail at once) instead of leaving, so a
+ * failure ends the measurement with a message, never a hang.
+ */
+#include "tools.h"
+
+#include "../executor/executor.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { MAX_SIZES = 32, MAX_LOOPS = 100, MAX_RANKS = 64, N_COLS = 5 };
+
+/* Table columns: AUTO, then every algorithm forced. */
+static const cf_algo columns[N_COLS] = {CF_ALGO_AUTO, CF_ALGO_DIRECT, CF_ALGO_RSAG, CF_ALGO_RING,
+                                        CF_ALGO_RD};
+
+static const int64_t default_sizes[] = {8,        64,       512,       4 << 10,   16 << 10,
+                                        32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20,
+                                        4 << 20,  16 << 20, 64 << 20,  256 << 20};
+
+typedef struct ar_options {
+  int ranks;
+  int64_t sizes[MAX_SIZES];
+  int n_sizes;
+  int iters; /* calls per loop; 0: by size */
+  int loops; /* timed loops per cell */
+  int algo;  /* -1: every algorithm; else only this column besides AUTO */
+  double timeout_s;
+  const char *mpi_args; /* extra mpirun arguments, split at spaces */
+  bool json, no_mpi;
+} ar_options;
+
+/* Calls per loop: enough to move about 32 MiB per rank, 1..1000. */
+static int iters_for(const ar_options *o, int64_t bytes) {
+  if (o->iters) return o->iters;
+  int64_t k = ((int64_t)32 << 20) / bytes;
+  return k < 1 ? 1 : k > 1000 ? 1000 : (int)k;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void size_text(int64_t b, char *buf, size_t len) {
+  static const char *unit[] = {"B", "K", "M", "G"};
+  int k = 0;
+  while (k < 3 && b >= 1024 && b % 1024 == 0) {
+    b /= 1024;
+    k++;
+  }
+  snprintf(buf, len, "%lld%s", (long long)b, unit[k]);
+}
+
+/* ---------------- collfuse's side: rank threads ---------------- */
+
+typedef struct ar_world {
+  const ar_options *o;
+  int n;
+  cf_threads_world *w;
+  cf_device *dev;
+  cf_context **rctx; /* per rank, for its messages */
+  pthread_barrier_t bar;
+  atomic_int failed;    /* some rank failed: the rest only pass barriers */
+  pthread_mutex_t lock; /* guards error */
+  char error[512];      /* the first failure */
+  /* the current size */
+  int64_t count;
+  int iters, n_algos;
+  cf_algo algos[N_COLS];            /* distinct algorithms to measure */
+  double loop_s[N_COLS][MAX_LOOPS]; /* rank 0: seconds per call of each loop */
+  int *ranks;                       /* 0..n-1: the world group */
+  const float **in;                 /* every rank's input, for the check */
+  int64_t *seq;                     /* per rank: collectives so far */
+} ar_world;
+
+typedef struct ar_rank {
+  ar_world *W;
+  int rank;
+} ar_rank;
+
+/* The AllReduce every rank runs: float32 sum over the world. */
+static cf_coll_desc bench_desc(int64_t count) {
+  return (cf_coll_desc){.op = CF_OP_ALLREDUCE,
+                        .dtype = CF_DT_FLOAT32,
+                        .count = count,
+                        .red = CF_RED_SUM,
+                        .root = -1,
+                        .layout = -1,
+                        .group = CF_WORLD_GROUP,
+                        .node = "bench"};
+}
+
+static void fail(ar_world *W, const char *text) {
+  pthread_mutex_lock(&W->lock);
+  if (!W->error[0]) snprintf(W->error, sizeof W->error, "%s", text);
+  pthread_mutex_unlock(&W->lock);
+  atomic_store(&W->failed, 1);
+}
+
+static void sync_ranks(ar_world *W) { pthread_barrier_wait(&W->bar); }
+
+/* out against the float64 sum of every rank's input (a sample of at most
+ * ~256k elements at large sizes); any summation order is within (n-1)
+ * unit roundoffs of the sum of magnitudes. */
+static bool check_at(ar_world *W, int rank, const float *out, cf_algo a, int64_t i) {
+  double want = 0, mag = 0;
+  for (int r = 0; r < W->n; r++) {
+    want += W->in[r][i];
+    mag += fabs(W->in[r][i]);
+  }
+  if (fabs(out[i] - want) <= 2.0 * W->n * FLT_EPSILON * mag) return true;
+  char text[256];
+  snprintf(text, sizeof text,
+           "%s: wrong result on rank %d at %lld bytes, index %lld: %.9g, expected %.9g",
+           cf_algo_name(a), rank, (long long)(W->count * 4), (long long)i, (double)out[i], want);
+  fail(W, text);
+  return false;
+}
+
+static bool check(ar_world *W, int rank, const float *out, cf_algo a) {
+  int64_t stride = W->count > (1 << 18) ? (W->count >> 18) | 1 : 1;
+  for (int64_t i = 0; i < W->count; i += stride)
+    if (!check_at(W, rank, out, a, i)) return false;
+  return check_at(W, rank, out, a, W->count - 1);
+}
+
+/* K calls of algorithm a; false (world aborted) on a failure. */
+static bool calls(ar_world *W, int rank, cf_comm *c, cf_coll_call *call) {
+  for (int k = 0; k < W->iters; k++) {
+    if (atomic_load(&W->failed)) return false;
+    call->desc.seq = W->seq[rank]++;
+    cf_status st = cf_coll_run(c, W->dev, call);
+    if (st) {
+      const char *why;
+      if (!c->ops->aborted(c, &why)) c->ops->abort(c, cf_context_errmsg(c->ctx));
+      fail(W, cf_context_errmsg(c->ctx));
+      return false;
+    }
+  }
+  return true;
+}
+
+static void *rank_main(void *arg) {
+  ar_rank *R = arg;
+  ar_world *W = R->W;
+  int me = R->rank, n = W->n;
+  cf_comm *c = cf_threads_comm(W->w, me, W->rctx[me]);
+  cf_device *dev = W->dev;
+  size_t bytes = (size_t)W->count * sizeof(float), scratch_bytes = 0;
+  cf_coll_desc desc = bench_desc(W->count);
+  for (int a = 0; a < W->n_algos; a++) {
+    size_t s = cf_coll_scratch_bytes(&desc, n, W->algos[a], c->ops->zero_copy);
+    if (s > scratch_bytes) scratch_bytes = s;
+  }
+  /* allocated and first touched by the rank's own thread */
+  float *in = dev->ops->alloc(dev, bytes), *out = dev->ops->alloc(dev, bytes);
+  void *scratch = dev->ops->alloc(dev, scratch_bytes);
+  if (!in || !out || !scratch) {
+    char text[128];
+    snprintf(text, sizeof text, "rank %d: out of memory for %zu-byte buffers", me, bytes);
+    fail(W, text);
+  } else {
+    cf_fill_random(in, CF_DT_FLOAT32, W->count, 1, me, "bench");
+  }
+  W->in[me] = in;
+  sync_ranks(W);
+  for (int a = 0; a < W->n_algos; a++) {
+    cf_coll_call call = {.desc = desc,
+                         .ranks = W->ranks,
+                         .n = n,
+                         .me = me,
+                         .in = in,
+                         .out = out,
+                         .scratch = scratch,
+                         .scratch_bytes = scratch_bytes,
+                         .algo = W->algos[a]};
+    if (!atomic_load(&W->failed)) memset(out, 0, bytes);
+    calls(W, me, c, &call); /* warm-up */
+    sync_ranks(W);
+    if (!atomic_load(&W->failed)) check(W, me, out, W->algos[a]);
+    sync_ranks(W);
+    for (int l = 0; l < W->o->loops; l++) {
+      sync_ranks(W);
+      double t0 = now_s();
+      calls(W, me, c, &call);
+      sync_ranks(W);
+      if (me == 0) W->loop_s[a][l] = (now_s() - t0) / W->iters;
+    }
+  }
+  /* every call ended with send_wait and the check is behind a barrier: no
+   * peer reads these buffers any more */
+  dev->ops->free(dev, in);
+  dev->ops->free(dev, out);
+  dev->ops->free(dev, scratch);
+  return NULL;
+}
+
+typedef struct ar_row {
+  int64_t bytes;
+  int iters;
+  cf_algo run[N_COLS]; /* the algorithm each column ran (AUTO resolved) */
+  double us[N_COLS];   /* median microseconds per call; 0: not measured */
+  double mpi_us;       /* 0: not measured */
+} ar_row;
+
+/* Measure one size on every selected column; false with W->error. */
+static bool measure_size(ar_world *W, ar_row *row) {
+  const ar_options *o = W->o;
+  W->count = row->bytes / 4;
+  W->iters = row->iters;
+  W->n_algos = 0;
+  cf_coll_desc desc = bench_desc(W->count);
+  int slot[N_COLS];
+  for (int k = 0; k < N_COLS; k++) {
+    slot[k] = -1;
+    row->run[k] = cf_coll_select(&desc, W->n, false, columns[k]);
+    if (k > 0 && o->algo >= 0 && (int)columns[k] != o->algo) continue;
+    for (int a = 0; a < W->n_algos; a++)
+      if (W->algos[a] == row->run[k]) slot[k] = a;
+    if (slot[k] < 0) {
+      slot[k] = W->n_algos;
+      W->algos[W->n_algos++] = row->run[k];
+    }
+  }
+  pthread_t th[MAX_RANKS];
+  ar_rank R[MAX_RANKS];
+  int started = 0;
+  for (int r = 0; r < W->n; r++) {
+    R[r] = (ar_rank){.W = W, .rank = r};
+    if (pthread_create(&th[r], NULL, rank_main, &R[r]) != 0) break;
+    started++;
+  }
+  if (started < W->n) { /* cannot happen in practice; the started ranks would wait forever */
+    fprintf(stderr, "collfuse bench allreduce: cannot start %d threads\n", W->n);
+    exit(EXIT_RUNTIME);
+  }
+  for (int r = 0; r < W->n; r++)
+    pthread_join(th[r], NULL);
+  if (atomic_load(&W->failed)) return false;
+  for (int k = 0; k < N_COLS; k++)
+    row->us[k] = slot[k] < 0 ? 0 : 1e6 * median(W->loop_s[slot[k]], o->loops);
+  return true;
+}
+
+/* ---------------- the MPI peer ---------------- */
+
+typedef struct mpi_peer {
+  bool up;
+  char why[512];
+  char library[128];
+  char command[256]; /* for the header */
+} mpi_peer;
+
+static bool find_on_path(const char *name, char *out, size_t len) {
+  const char *path = getenv("PATH");
+  if (!path) path = "/usr/bin:/bin";
+  while (*path) {
+    size_t n = strcspn(path, ":");
+    if (n && (size_t)snprintf(out, len, "%.*s/%s", (int)n, path, name) < len &&
+        access(out, X_OK) == 0)
+      return true;
+    path += n + (path[n] == ':');
+  }
+  return false;
+}
+
+/* collfuse-mpi-allreduce next to this executable. */
+static bool find_peer(char *out, size_t len) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return false;
+  self[n] = 0;
+  char *slash = strrchr(self, '/');
+  if (!slash) return false;
+  *slash = 0;
+  return (size_t)snprintf(out, len, "%s/collfuse-mpi-allreduce", self) < len &&
+         access(out, X_OK) == 0;
+}
+
+/* "a,b,c" of n numbers */
+static char *join(const int64_t *v, int n) {
+  size_t cap = (size_t)n * 24 + 1;
+  char *s = malloc(cap);
+  if (!s) return NULL;
+  size_t o = 0;
+  s[0] = 0;
+  for (int i = 0; i < n; i++)
+    o += (size_t)snprintf(s + o, cap - o, "%s%lld", i ? "," : "", (long long)v[i]);
+  return s;
+}
+
+/* The last non-empty line of f (the child's stderr) into buf. */
+static void last_line(FILE *f, char *buf, size_t len) {
+  char line[512];
+  buf[0] = 0;
+  rewind(f);
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    if (line[0]) snprintf(buf, len, "%.300s", line);
+  }
+}
+
+/* One mpirun for every size; rows[s].mpi_us from its lines "BYTES MED MIN". */
+static void run_mpi(const ar_options *o, ar_row *rows, mpi_peer *m) {
+  char mpirun[4096], peer[4096];
+  memset(m, 0, sizeof *m);
+  if (o->no_mpi) {
+    snprintf(m->why, sizeof m->why, "--no-mpi");
+    return;
+  }
+  if (!find_on_path("mpirun", mpirun, sizeof mpirun)) {
+    snprintf(m->why, sizeof m->why, "mpirun is not on PATH (Debian: apt-get install openmpi-bin)");
+    return;
+  }
+  if (!find_peer(peer, sizeof peer)) {
+    snprintf(m->why, sizeof m->why,
+             "collfuse-mpi-allreduce is not next to this executable (build its CMake target)");
+    return;
+  }
+  int64_t sizes[MAX_SIZES], iters[MAX_SIZES];
+  for (int s = 0; s < o->n_sizes; s++) {
+    sizes[s] = rows[s].bytes;
+    iters[s] = rows[s].iters;
+  }
+  char np[16], loops[16], *sz = join(sizes, o->n_sizes), *it = join(iters, o->n_sizes);
+  snprintf(np, sizeof np, "%d", o->ranks);
+  snprintf(loops, sizeof loops, "%d", o->loops);
+  enum { MAX_EXTRA = 32 };
+  const char *argv[16 + MAX_EXTRA];
+  char extra[1024];
+  int a = 0;
+  argv[a++] = mpirun;
+  if (geteuid() == 0) argv[a++] = "--allow-run-as-root";
+  argv[a++] = "--oversubscribe";
+  argv[a++] = "--bind-to";
+  argv[a++] = "none";
+  snprintf(extra, sizeof extra, "%s", o->mpi_args ? o->mpi_args : "");
+  for (char *save = NULL, *w = strtok_r(extra, " \t", &save); w && a < 6 + MAX_EXTRA;
+       w = strtok_r(NULL, " \t", &save))
+    argv[a++] = w;
+  argv[a++] = "-np";
+  argv[a++] = np;
+  argv[a++] = peer;
+  argv[a++] = "--sizes";
+  argv[a++] = sz ? sz : "";
+  argv[a++] = "--iters";
+  argv[a++] = it ? it : "";
+  argv[a++] = "--loops";
+  argv[a++] = loops;
+  argv[a] = NULL;
+  snprintf(m->command, sizeof m->command, "mpirun%s --oversubscribe --bind-to none%s%.120s -np %d",
+           geteuid() == 0 ? " --allow-run-as-root" : "", o->mpi_args ? " " : "",
+           o->mpi_args ? o->mpi_args : "", o->ranks);
+  int fd[2] = {-1, -1};
+  FILE *err = tmpfile();
+  pid_t pid = -1;
+  if (sz && it && err && pipe(fd) == 0) pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0); /* so a timeout can stop mpirun and its processes */
+    dup2(fd[1], 1);
+    dup2(fileno(err), 2);
+    close(fd[0]);
+    close(fd[1]);
+    execv(mpirun, (char *const *)argv);
+    _exit(127);
+  }
+  free(sz);
+  free(it);
+  if (fd[1] >= 0) close(fd[1]);
+  if (pid < 0) {
+    snprintf(m->why, sizeof m->why, "cannot start mpirun: %s", strerror(errno));
+    if (fd[0] >= 0) close(fd[0]);
+    if (err) fclose(err);
+    return;
+  }
+  /* read its lines, giving up after 30 minutes */
+  FILE *f = fdopen(fd[0], "r");
+  char line[512];
+  int got = 0;
+  bool timed_out = false;
+  double deadline = now_s() + 1800;
+  while (f) {
+    struct pollfd p = {.fd = fd[0], .events = POLLIN};
+    int left = (int)((deadline - now_s()) * 1000);
+    if (left <= 0 || poll(&p, 1, left) == 0) {
+      timed_out = true;
+      kill(-pid, SIGKILL);
+      break;
+    }
+    if (!fgets(line, sizeof line, f)) break;
+    long long b;
+    double med;
+    if (strncmp(line, "# library ", 10) == 0) {
+      line[strcspn(line, "\n")] = 0;
+      snprintf(m->library, sizeof m->library, "%.100s", line + 10);
+    } else if (sscanf(line, "%lld %lf", &b, &med) == 2) {
+      for (int s = 0; s < o->n_sizes; s++)
+        if (rows[s].bytes == b && rows[s].mpi_us == 0) {
+          rows[s].mpi_us = med;
+          got++;
+          break;
+        }
+    }
+  }
+  if (f)
+    fclose(f);
+  else
+    close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  char tail[400];
+  last_line(err, tail, sizeof tail);
+  fclose(err);
+  if (timed_out)
+    snprintf(m->why, sizeof m->why, "mpirun did not finish within 30 minutes");
+  else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got < o->n_sizes)
+    snprintf(m->why, sizeof m->why, "mpirun %s %d after %d of %d sizes%s%s",
+             WIFEXITED(status) ? "exited with" : "was killed by signal",
+             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), got, o->n_sizes,
+             tail[0] ? ": " : "", tail);
+  m->up = got > 0;
+}
+
+/* ---------------- report ---------------- */
+
+static double busbw_factor(int n) { return 2.0 * (n - 1) / n; }
+static double gbps(int64_t bytes, double us) { return us > 0 ? (double)bytes / (us * 1e3) : 0; }
+
+static void print_header(const ar_options *o, const mpi_peer *m) {
+  printf("collfuse bench allreduce: %d ranks (threads transport, CPU device), float32 sum, out of "
+         "place\n",
+         o->ranks);
+  printf("  us: median over %d loops of K back-to-back calls, per call; algbw = bytes / time,\n"
+         "  busbw = algbw * 2(n-1)/n = algbw * %.2f (GB/s, 1 GB = 1e9 B); auto = cf_coll_select's "
+         "choice\n",
+         o->loops, busbw_factor(o->ranks));
+  if (m->up)
+    printf("  mpi: MPI_Allreduce, %s, %s\n", m->library[0] ? m->library : "OpenMPI", m->command);
+  if (m->why[0]) printf("  mpi: %s%s\n", m->up ? "partial results: " : "not measured: ", m->why);
+  printf("%6s %5s | %6s %9s %7s %7s | %9s %9s %9s %9s | %9s %7s | %6s\n", "size", "K", "auto", "us",
+         "algbw", "busbw", "direct", "rsag", "ring", "rd", "mpi us", "busbw", "cf/mpi");
+}
+
+static void cell(double v, const char *fmt, char *buf, size_t len) {
+  if (v > 0)
+    snprintf(buf, len, fmt, v);
+  else
+    snprintf(buf, len, "-");
+}
+
+static void print_row(const ar_options *o, const ar_row *r) {
+  char sz[16], c[N_COLS][16], ab[16], bb[16], mu[16], mb[16], q[16];
+  double f = busbw_factor(o->ranks);
+  size_text(r->bytes, sz, sizeof sz);
+  for (int k = 0; k < N_COLS; k++)
+    cell(r->us[k], "%.1f", c[k], sizeof c[k]);
+  cell(gbps(r->bytes, r->us[0]), "%.2f", ab, sizeof ab);
+  cell(gbps(r->bytes, r->us[0]) * f, "%.2f", bb, sizeof bb);
+  cell(r->mpi_us, "%.1f", mu, sizeof mu);
+  cell(gbps(r->bytes, r->mpi_us) * f, "%.2f", mb, sizeof mb);
+  cell(r->us[0] > 0 && r->mpi_us > 0 ? r->mpi_us / r->us[0] : 0, "%.2f", q, sizeof q);
+  printf("%6s %5d | %6s %9s %7s %7s | %9s %9s %9s %9s | %9s %7s | %6s\n", sz, r->iters,
+         cf_algo_name(r->run[0]), c[0], ab, bb, c[1], c[2], c[3], c[4], mu, mb, q);
+  fflush(stdout);
+}
+
+static cJSON *timing_json(int64_t bytes, double us, int n) {
+  if (us <= 0) return cJSON_CreateNull();
+  cJSON *t = cJSON_CreateObject();
+  cJSON_AddNumberToObject(t, "us", us);
+  cJSON_AddNumberToObject(t, "algbw_gbps", gbps(bytes, us));
+  cJSON_AddNumberToObject(t, "busbw_gbps", gbps(bytes, us) * busbw_factor(n));
+  return t;
+}
+
+static cJSON *row_json(const ar_options *o, const ar_row *r) {
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddNumberToObject(j, "bytes", (double)r->bytes);
+  cJSON_AddNumberToObject(j, "iters", r->iters);
+  cJSON_AddStringToObject(j, "auto_algo", cf_algo_name(r->run[0]));
+  cJSON *c = cJSON_AddObjectToObject(j, "collfuse");
+  for (int k = 0; k < N_COLS; k++) {
+    cJSON *t = timing_json(r->bytes, r->us[k], o->ranks);
+    if (cJSON_IsObject(t)) cJSON_AddStringToObject(t, "algo_run", cf_algo_name(r->run[k]));
+    cJSON_AddItemToObject(c, cf_algo_name(columns[k]), t);
+  }
+  cJSON_AddItemToObject(j, "mpi", timing_json(r->bytes, r->mpi_us, o->ranks));
+  if (r->us[0] > 0 && r->mpi_us > 0)
+    cJSON_AddNumberToObject(j, "ratio_busbw_collfuse_vs_mpi", r->mpi_us / r->us[0]);
+  else
+    cJSON_AddNullToObject(j, "ratio_busbw_collfuse_vs_mpi");
+  return j;
+}
+
+/* ---------------- options ---------------- */
+
+static int usage(const char *fmt, const char *arg) {
+  return cf_tool_usage("bench allreduce", fmt, arg);
+}
+
+/* "8", "64K", "1MiB", "256M" (K/M/G = KiB/MiB/GiB) */
+static bool parse_bytes(const char *p, char **end, int64_t *out) {
+  errno = 0;
+  long long v = strtoll(p, end, 10);
+  if (*end == p || errno || v <= 0) return false;
+  int shift = 0;
+  switch (**end) {
+  case 'K':
+  case 'k': shift = 10; break;
+  case 'M':
+  case 'm': shift = 20; break;
+  case 'G':
+  case 'g': shift = 30; break;
+  }
+  if (shift && (*end)[1] == 'i') (*end)++;
+  if (shift) (*end)++;
+  if (**end == 'B') (*end)++;
+  if (v > (1ll << 30) >> shift) return false;
+  *out = (int64_t)v << shift;
+  return *out % 4 == 0;
+}
+
+bool cf_bench_parse_int(const char *v, long lo, long hi, int *out) {
+  char *e;
+  errno = 0;
+  long x = strtol(v, &e, 10);
+  if (e == v || *e || errno || x < lo || x > hi) return false;
+  *out = (int)x;
+  return true;
+}
+
+static int parse_options(int argc, char **argv, ar_options *o) {
+  *o = (ar_options){.ranks = 4, .loops = 5, .algo = -1, .timeout_s = 120};
+  o->n_sizes = (int)(sizeof default_sizes / sizeof default_sizes[0]);
+  memcpy(o->sizes, default_sizes, sizeof default_sizes);
+  bool quick = false, loops_given = false;
+  for (int i = 0; i < argc; i++) {
+    const char *v;
+    if ((v = cf_tool_opt(argc, argv, &i, "--ranks"))) {
+      if (!cf_bench_parse_int(v, 2, MAX_RANKS, &o->ranks))
+        return usage("--ranks wants 2..64, got '%s'", v);
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--iters"))) {
+      if (!cf_bench_parse_int(v, 1, 1000000, &o->iters))
+        return usage("--iters wants a count >= 1, got '%s'", v);
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--loops"))) {
+      if (!cf_bench_parse_int(v, 1, MAX_LOOPS, &o->loops))
+        return usage("--loops wants 1..100, got '%s'", v);
+      loops_given = true;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--algo"))) {
+      o->algo = cf_algo_parse(v);
+      if (o->algo < 0) return usage("--algo wants auto, direct, rd, ring or rsag, got '%s'", v);
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--sizes"))) {
+      o->n_sizes = 0;
+      for (const char *p = v; *p;) {
+        char *e;
+        if (o->n_sizes == MAX_SIZES || !parse_bytes(p, &e, &o->sizes[o->n_sizes]) ||
+            (*e && *e != ','))
+          return usage(
+              "--sizes wants up to 32 byte counts such as 8,64K,1M (multiples of 4, at most "
+              "1G), got '%s'",
+              v);
+        o->n_sizes++;
+        p = *e ? e + 1 : e;
+      }
+      if (!o->n_sizes) return usage("%s", "--sizes needs at least one size");
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--mpi-args"))) {
+      o->mpi_args = v;
+    } else if (strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (strcmp(argv[i], "--json") == 0) {
+      o->json = true;
+    } else if (strcmp(argv[i], "--no-mpi") == 0) {
+      o->no_mpi = true;
+    } else {
+      return usage("unknown option '%s'", argv[i]);
+    }
+  }
+  if (quick) { /* a smoke test: three sizes, short loops */
+    static const int64_t q[] = {8, 64 << 10, 1 << 20};
+    o->n_sizes = 3;
+    memcpy(o->sizes, q, sizeof q);
+    if (!o->iters) o->iters = 4;
+    if (!loops_given) o->loops = 2;
+  }
+  return 0;
+}
+
+/* ---------------- the benchmark ---------------- */
+
+int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
+  ar_options o;
+  int rc = parse_options(argc, argv, &o);
+  if (rc) return rc;
+  ar_row rows[MAX_SIZES];
+  for (int s = 0; s < o.n_sizes; s++)
+    rows[s] = (ar_row){.bytes = o.sizes[s], .iters = iters_for(&o, o.sizes[s])};
+
+  /* MPI first, before any thread or JIT state exists */
+  mpi_peer m;
+  if (!o.json && !o.no_mpi) {
+    printf("collfuse bench allreduce: running MPI_Allreduce on %d processes first...\n", o.ranks);
+    fflush(stdout);
+  }
+  run_mpi(&o, rows, &m);
+
+  ar_world W = {.o = &o, .n = o.ranks};
+  cf_status st = cf_device_cpu_create(ctx, &W.dev);
+  if (!st) st = cf_threads_world_create(ctx, o.ranks, o.timeout_s, &W.w);
+  W.rctx = calloc((size_t)o.ranks, sizeof *W.rctx);
+  W.in = calloc((size_t)o.ranks, sizeof *W.in);
+  W.seq = calloc((size_t)o.ranks, sizeof *W.seq);
+  W.ranks = calloc((size_t)o.ranks, sizeof *W.ranks);
+  for (int r = 0; W.ranks && r < o.ranks; r++)
+    W.ranks[r] = r;
+  if (!st && (!W.rctx || !W.in || !W.seq || !W.ranks))
+    st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  for (int r = 0; r < o.ranks && !st; r++)
+    st = cf_context_create(&W.rctx[r]);
+  /* the kernels every algorithm may launch, resolved before ranks start */
+  cf_coll_desc desc = bench_desc(1 << 20);
+  cf_kernel_key keys[8];
+  int nk = st ? 0 : cf_coll_kernels(&desc, o.ranks, keys, 8);
+  for (int k = 0; k < nk && !st; k++)
+    st = W.dev->ops->prepare(W.dev, &keys[k]);
+  if (st) {
+    rc = cf_tool_fail(ctx, st);
+    goto done;
+  }
+  pthread_barrier_init(&W.bar, NULL, (unsigned)o.ranks);
+  pthread_mutex_init(&W.lock, NULL);
+
+  if (!o.json) print_header(&o, &m);
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "bench", "allreduce");
+  cJSON_AddNumberToObject(root, "ranks", o.ranks);
+  cJSON_AddStringToObject(root, "transport", "threads");
+  cJSON_AddStringToObject(root, "device", "cpu");
+  cJSON_AddStringToObject(root, "dtype", "float32");
+  cJSON_AddStringToObject(root, "reduction", "sum");
+  cJSON_AddNumberToObject(root, "loops", o.loops);
+  cJSON_AddNumberToObject(root, "busbw_factor", busbw_factor(o.ranks));
+  cJSON_AddStringToObject(root, "units", "us: median microseconds per call; *bw_gbps: 1e9 bytes/s");
+  cJSON *mj = cJSON_AddObjectToObject(cJSON_AddObjectToObject(root, "peers"), "mpi");
+  cJSON_AddBoolToObject(mj, "available", m.up);
+  if (m.library[0]) cJSON_AddStringToObject(mj, "library", m.library);
+  if (m.command[0]) cJSON_AddStringToObject(mj, "command", m.command);
+  if (m.why[0]) cJSON_AddStringToObject(mj, "reason", m.why);
+  cJSON *results = cJSON_AddArrayToObject(root, "results");
+
+  for (int s = 0; s < o.n_sizes; s++) {
+    if (!measure_size(&W, &rows[s])) {
+      fprintf(stderr, "collfuse bench allreduce: %lld bytes: %s\n", (long long)rows[s].bytes,
+              W.error);
+      rc = EXIT_RUNTIME;
+      break;
+    }
+    if (!o.json) print_row(&o, &rows[s]);
+    cJSON_AddItemToArray(results, row_json(&o, &rows[s]));
+  }
+  if (!rc && o.json) {
+    char *text = cJSON_PrintUnformatted(root);
+    if (text) puts(text);
+    free(text);
+  }
+  cJSON_Delete(root);
+  pthread_barrier_destroy(&W.bar);
+  pthread_mutex_destroy(&W.lock);
+done:
+  for (int r = 0; W.rctx && r < o.ranks; r++)
+    cf_context_destroy(W.rctx[r]);
+  free(W.rctx);
+  free(W.in);
+  free(W.seq);
+  free(W.ranks);
+  cf_threads_world_destroy(W.w);
+  if (W.dev) W.dev->ops->destroy(W.dev);
+  return rc;
+}

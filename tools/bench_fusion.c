@@ -1,0 +1,314 @@
+/* bench_fusion.c - `collfuse bench fusion FILE`: what fusion buys on a
+ * real graph, against the unfused graph and against the ideal (SPEC
+ * section 6).
+ *
+ * The graph runs on N rank threads (its world_size is overridden, as `run
+ * --ranks` does) once per variant: unfused (-O0), fused by the default
+ * pipeline (split auto), and fused with each --split spec; the ideal is one
+ * flat AllReduce of all the graph's AllReduce bytes in its dominant dtype
+ * and reduction, built in memory as native XML. Every variant goes through
+ * the same cf_plan_build + cf_exec_run as `collfuse run` with the same
+ * ranks, iterations and seed, so the difference between two rows is the
+ * bucket layout alone: fused/ideal says how close the buckets come to one
+ * big message, fused/unfused what fusion saves. A spec that does not fit
+ * the graph (size:/index: segments) is skipped with the reason.
+ */
+#include "tools.h"
+
+#include "../executor/executor.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_SPLITS = 16 };
+
+static const char *const default_splits[] = {"bytes:25M", "bytes:4M", "size:50,50"};
+
+typedef struct fu_options {
+  const char *file;
+  int ranks, iters, warmup;
+  const char *splits[MAX_SPLITS];
+  int n_splits;
+  bool json;
+} fu_options;
+
+typedef struct variant {
+  char name[64];
+  const char *pipeline; /* NULL: the ideal graph */
+  const char *split;    /* --split SPEC or NULL */
+  int collectives;      /* per rank per iteration */
+  int64_t peak_bytes;   /* memory plan per rank */
+  double ms;            /* median per iteration; 0 when skipped */
+  char skipped[320];
+} variant;
+
+/* The graph's AllReduce traffic, for the ideal. */
+typedef struct ar_totals {
+  int count;     /* AllReduce nodes (members of fused ones included) */
+  int64_t bytes; /* all of them */
+  int64_t by_dtype[CF_DT_COUNT];
+  int64_t by_red[CF_RED_COUNT];
+  int other; /* collectives that are not AllReduce */
+} ar_totals;
+
+/* Load FILE (or parse text when given), size it to the run's ranks and
+ * compile it with pipeline and split. */
+static cf_status compile(cf_context *ctx, const fu_options *o, const char *text,
+                         const char *pipeline, const char *split, cf_graph **out) {
+  cf_graph *g = NULL;
+  cf_status st = text ? cf_graph_parse(ctx, "ideal.xml", text, strlen(text), &g)
+                      : cf_graph_load(ctx, o->file, &g);
+  if (!st) {
+    g->world_size = o->ranks;
+    cf_pass_options popt = {.split = split};
+    st = cf_graph_verify(g, NULL);
+    if (!st) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
+    if (!st) st = cf_graph_verify(g, NULL);
+  }
+  if (st) {
+    cf_graph_destroy(g);
+    g = NULL;
+  }
+  *out = g;
+  return st;
+}
+
+static void totals_of(const cf_graph *g, ar_totals *t) {
+  memset(t, 0, sizeof *t);
+  for (int i = 0; i < g->n_nodes; i++) {
+    const cf_node *n = &g->nodes[i];
+    if (n->op != CF_OP_ALLREDUCE && n->op != CF_OP_FUSEDALLREDUCE) {
+      t->other += cf_op_is_collective(n->op);
+      continue;
+    }
+    int64_t b = cf_node_comm_bytes(g, n);
+    t->count += n->op == CF_OP_ALLREDUCE ? 1 : n->n_in;
+    t->bytes += b;
+    t->by_dtype[n->out[0].dtype] += b;
+    t->by_red[cf_node_reduction(n)] += b;
+  }
+}
+
+static int argmax(const int64_t *v, int n) {
+  int k = 0;
+  for (int i = 1; i < n; i++)
+    if (v[i] > v[k]) k = i;
+  return k;
+}
+
+/* One flat AllReduce of all the AllReduce bytes, in the dominant dtype and
+ * reduction, as native XML (malloc'd). */
+static char *ideal_xml(const ar_totals *t, int ranks, char *label, size_t len) {
+  cf_dtype dt = (cf_dtype)argmax(t->by_dtype, CF_DT_COUNT);
+  cf_reduction red = (cf_reduction)argmax(t->by_red, CF_RED_COUNT);
+  int es = cf_dtype_size(dt);
+  long long count = (long long)((t->bytes + es - 1) / es);
+  char b[32];
+  cf_tool_bytes(count * es, b, sizeof b);
+  snprintf(label, len, "ideal: 1 x %s %s", b, cf_dtype_name(dt));
+  const char *fmt =
+      "<graph name='ideal' version='1' world_size='%d'>"
+      "<node name='x' op='Input' dtype='%s' shape='%lld'/>"
+      "<node name='ar' op='AllReduce' reduction='%s' fusion='0'><input ref='x'/></node>"
+      "<node name='y' op='Output'><input ref='ar'/></node></graph>";
+  int n = snprintf(NULL, 0, fmt, ranks, cf_dtype_name(dt), count, cf_reduction_name(red));
+  char *s = malloc((size_t)n + 1);
+  if (s) snprintf(s, (size_t)n + 1, fmt, ranks, cf_dtype_name(dt), count, cf_reduction_name(red));
+  return s;
+}
+
+/* Compile, plan and run one variant; a failure to compile a --split spec
+ * skips the row, any other failure is the benchmark's. */
+static cf_status run_variant(cf_context *ctx, const fu_options *o, const char *text, variant *v) {
+  cf_graph *g = NULL;
+  cf_plan *plan = NULL;
+  cf_run_result res = {0};
+  cf_status st = compile(ctx, o, text, v->pipeline ? v->pipeline : cf_pipeline_O0, v->split, &g);
+  if (st && v->split) {
+    snprintf(v->skipped, sizeof v->skipped, "%s", cf_context_errmsg(ctx));
+    return CF_OK;
+  }
+  cf_run_options opt = {
+      .ranks = o->ranks, .iters = o->iters, .warmup = o->warmup, .timeout_s = 120};
+  if (!st) st = cf_plan_build(ctx, g, &opt, &plan);
+  if (!st) st = cf_exec_run(ctx, plan, NULL, &res);
+  if (!st) {
+    v->ms = res.time_ms_median;
+    v->collectives = (int)res.collectives_executed;
+    v->peak_bytes = cf_plan_peak_bytes(plan);
+  }
+  cf_run_result_free(&res);
+  cf_plan_destroy(plan);
+  cf_graph_destroy(g);
+  return st;
+}
+
+static double ratio(double a, double b) { return a > 0 && b > 0 ? a / b : 0; }
+
+static void print_table(const fu_options *o, const ar_totals *t, const variant *v, int nv,
+                        const variant *ideal, const variant *unfused) {
+  char b[32];
+  cf_tool_bytes(t->bytes, b, sizeof b);
+  printf("collfuse bench fusion: %s on %d ranks (threads transport, CPU device)\n", o->file,
+         o->ranks);
+  printf("  %d AllReduce, %s in all%s; median ms per iteration over %d iterations after %d "
+         "warm-up\n",
+         t->count, b,
+         t->other ? " (the graph has other collectives too: the ideal leaves them out)" : "",
+         o->iters, o->warmup);
+  printf("%-34s %6s %10s %10s %9s %11s\n", "variant", "colls", "ms/iter", "peak/rank", "vs ideal",
+         "vs unfused");
+  for (int i = 0; i < nv; i++) {
+    if (v[i].skipped[0]) {
+      printf("%-34s skipped: %s\n", v[i].name, v[i].skipped);
+      continue;
+    }
+    char pk[32], qi[16] = "-", qu[16] = "-";
+    cf_tool_bytes(v[i].peak_bytes, pk, sizeof pk);
+    if (ratio(v[i].ms, ideal->ms) > 0) snprintf(qi, sizeof qi, "%.2fx", ratio(v[i].ms, ideal->ms));
+    if (ratio(v[i].ms, unfused->ms) > 0)
+      snprintf(qu, sizeof qu, "%.3fx", ratio(v[i].ms, unfused->ms));
+    printf("%-34s %6d %10.3f %10s %9s %11s\n", v[i].name, v[i].collectives, v[i].ms, pk, qi, qu);
+  }
+}
+
+static void print_json(const fu_options *o, const char *graph_name, const ar_totals *t,
+                       const variant *v, int nv, const variant *ideal, const variant *unfused) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "bench", "fusion");
+  cJSON_AddStringToObject(root, "file", o->file);
+  cJSON_AddStringToObject(root, "graph", graph_name ? graph_name : "");
+  cJSON_AddNumberToObject(root, "ranks", o->ranks);
+  cJSON_AddNumberToObject(root, "iters", o->iters);
+  cJSON_AddNumberToObject(root, "warmup", o->warmup);
+  cJSON *a = cJSON_AddObjectToObject(root, "allreduce");
+  cJSON_AddNumberToObject(a, "count", t->count);
+  cJSON_AddNumberToObject(a, "bytes", (double)t->bytes);
+  cJSON_AddNumberToObject(a, "other_collectives", t->other);
+  cJSON *arr = cJSON_AddArrayToObject(root, "variants");
+  for (int i = 0; i < nv; i++) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", v[i].name);
+    if (v[i].split) cJSON_AddStringToObject(j, "split", v[i].split);
+    if (v[i].skipped[0]) {
+      cJSON_AddStringToObject(j, "skipped", v[i].skipped);
+    } else {
+      cJSON_AddNumberToObject(j, "collectives", v[i].collectives);
+      cJSON_AddNumberToObject(j, "time_ms", v[i].ms);
+      cJSON_AddNumberToObject(j, "peak_bytes", (double)v[i].peak_bytes);
+      if (ratio(v[i].ms, ideal->ms) > 0)
+        cJSON_AddNumberToObject(j, "ratio_vs_ideal", ratio(v[i].ms, ideal->ms));
+      if (ratio(v[i].ms, unfused->ms) > 0)
+        cJSON_AddNumberToObject(j, "ratio_vs_unfused", ratio(v[i].ms, unfused->ms));
+    }
+    cJSON_AddItemToArray(arr, j);
+  }
+  char *text = cJSON_PrintUnformatted(root);
+  if (text) puts(text);
+  free(text);
+  cJSON_Delete(root);
+}
+
+static int usage(const char *fmt, const char *arg) {
+  return cf_tool_usage("bench fusion", fmt, arg);
+}
+
+static int parse_options(int argc, char **argv, fu_options *o) {
+  *o = (fu_options){.ranks = 4, .iters = 10, .warmup = 2};
+  bool quick = false, iters_given = false, warmup_given = false;
+  for (int i = 0; i < argc; i++) {
+    const char *v;
+    if ((v = cf_tool_opt(argc, argv, &i, "--ranks"))) {
+      if (!cf_bench_parse_int(v, 1, 256, &o->ranks))
+        return usage("--ranks wants 1..256, got '%s'", v);
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--iters"))) {
+      if (!cf_bench_parse_int(v, 1, 100000, &o->iters))
+        return usage("--iters wants a count >= 1, got '%s'", v);
+      iters_given = true;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--warmup"))) {
+      if (!cf_bench_parse_int(v, 0, 100000, &o->warmup))
+        return usage("--warmup wants a count >= 0, got '%s'", v);
+      warmup_given = true;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--split"))) {
+      char why[256];
+      cf_split sp;
+      if (!cf_split_parse(v, &sp, why, sizeof why)) return usage("%s", why);
+      if (o->n_splits == MAX_SPLITS) return usage("at most 16 --split specs, got '%s'", v);
+      o->splits[o->n_splits++] = v;
+    } else if (strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (strcmp(argv[i], "--json") == 0) {
+      o->json = true;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      return usage("unknown option '%s'", argv[i]);
+    } else if (o->file) {
+      return usage("unexpected argument '%s'", argv[i]);
+    } else {
+      o->file = argv[i];
+    }
+  }
+  if (!o->file) return usage("%s", "no input file");
+  if (quick) { /* a smoke test: no extra splits, two iterations */
+    if (!iters_given) o->iters = 2;
+    if (!warmup_given) o->warmup = 1;
+  } else if (!o->n_splits) {
+    for (size_t k = 0; k < sizeof default_splits / sizeof *default_splits; k++)
+      o->splits[o->n_splits++] = default_splits[k];
+  }
+  return 0;
+}
+
+int cf_bench_fusion(cf_context *ctx, int argc, char **argv) {
+  fu_options o;
+  int rc = parse_options(argc, argv, &o);
+  if (rc) return rc;
+  variant v[MAX_SPLITS + 3];
+  int nv = 0;
+  memset(v, 0, sizeof v);
+  v[nv++] = (variant){.name = "unfused (-O0)", .pipeline = cf_pipeline_O0};
+  v[nv++] = (variant){.name = "fused (default: --split auto)", .pipeline = cf_pipeline_default};
+  for (int k = 0; k < o.n_splits; k++) {
+    variant *x = &v[nv++];
+    *x = (variant){.pipeline = cf_pipeline_default, .split = o.splits[k]};
+    snprintf(x->name, sizeof x->name, "fused --split %s", o.splits[k]);
+  }
+  variant *ideal = &v[nv++], *unfused = &v[0];
+
+  /* the AllReduce traffic of the unfused graph sizes the ideal */
+  cf_graph *g = NULL;
+  ar_totals t;
+  char *graph_name = NULL, *text = NULL;
+  cf_status st = compile(ctx, &o, NULL, cf_pipeline_O0, NULL, &g);
+  if (st) return cf_tool_fail(ctx, st);
+  totals_of(g, &t);
+  graph_name = g->name ? strdup(g->name) : NULL;
+  cf_graph_destroy(g);
+  if (t.bytes > 0) {
+    text = ideal_xml(&t, o.ranks, ideal->name, sizeof ideal->name);
+    if (!text) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  } else {
+    snprintf(ideal->name, sizeof ideal->name, "ideal");
+    snprintf(ideal->skipped, sizeof ideal->skipped, "the graph has no AllReduce");
+  }
+  for (int i = 0; i < nv && !st; i++) {
+    if (v[i].skipped[0]) continue;
+    if (!o.json) {
+      fprintf(stderr, "bench fusion: %s...\n", v[i].name);
+      fflush(stderr);
+    }
+    st = run_variant(ctx, &o, &v[i] == ideal ? text : NULL, &v[i]);
+  }
+  if (st) {
+    rc = cf_tool_fail(ctx, st);
+  } else if (o.json) {
+    print_json(&o, graph_name, &t, v, nv, ideal, unfused);
+  } else {
+    print_table(&o, &t, v, nv, ideal, unfused);
+  }
+  free(text);
+  free(graph_name);
+  return rc;
+}
