@@ -140,7 +140,11 @@ static cf_status fused_matmul(cf_graph *g, cf_node *n, cf_value *out) {
     return cf_node_error(g, n, CF_ERR_INVALID, "reduction must be sum, got %s",
                          cf_reduction_name(cf_node_reduction(n)));
   if (quant) {
-    if (n->op != CF_OP_MATMULREDUCESCATTER || n->n_in < 4)
+    if (n->op != CF_OP_MATMULREDUCESCATTER)
+      return cf_node_error(g, n, CF_ERR_INVALID,
+                           "%s has no quantized form: int8 operands need a MatmulReduceScatter with "
+                           "x1_scale and x2_scale", cf_op_table[n->op].name);
+    if (n->n_in < 4)
       return cf_node_error(g, n, CF_ERR_INVALID,
                            "int8 operands need x1_scale and x2_scale (quantized MatmulReduceScatter)");
     if ((st = scale_shapes(g, n, operand(g, n, n->n_in - 2), operand(g, n, n->n_in - 1), m, nn)))
@@ -387,18 +391,22 @@ static cf_status check_decl(cf_graph *g, cf_node *n) {
   return CF_OK;
 }
 
+cf_status cf_infer_node(cf_graph *g, cf_node *n) {
+  cf_status st;
+  int nout = cf_node_n_outputs(n);
+  if (n->n_out != nout || !n->out) {
+    n->out = nout ? cf_arena_array(&g->arena, (size_t)nout, sizeof(cf_value)) : NULL;
+    if (nout && !n->out) return cf_node_error(g, n, CF_ERR_NO_MEMORY, "out of memory");
+    n->n_out = nout;
+  }
+  if ((st = infer_node(g, n)) || (st = check_decl(g, n)) || (st = check_offsets(g, n))) return st;
+  return CF_OK;
+}
+
 cf_status cf_infer(cf_graph *g) {
   cf_status st;
   if (!g->topo) return cf_error(g->ctx, CF_ERR_INVALID, g->file, 0, "internal: infer before verify");
-  for (int k = 0; k < g->n_nodes; k++) {
-    cf_node *n = &g->nodes[g->topo[k]];
-    int nout = cf_node_n_outputs(n);
-    if (n->n_out != nout || !n->out) {
-      n->out = nout ? cf_arena_array(&g->arena, (size_t)nout, sizeof(cf_value)) : NULL;
-      if (nout && !n->out) return cf_node_error(g, n, CF_ERR_NO_MEMORY, "out of memory");
-      n->n_out = nout;
-    }
-    if ((st = infer_node(g, n)) || (st = check_decl(g, n)) || (st = check_offsets(g, n))) return st;
-  }
+  for (int k = 0; k < g->n_nodes; k++)
+    if ((st = cf_infer_node(g, &g->nodes[g->topo[k]]))) return st;
   return CF_OK;
 }

@@ -287,6 +287,9 @@ int cf_node_n_outputs(const cf_node *n);
 /* Infers every node's outputs in topological order, checks the op rules and
  * the declared dtype/shape. Needs cf_verify_structure first. */
 cf_status cf_infer(cf_graph *g);
+/* Infer and check one node whose operands are already inferred (passes use
+ * it to try a node before they commit to it). */
+cf_status cf_infer_node(cf_graph *g, cf_node *n);
 
 /* ================= target.c: target profiles ================= */
 
@@ -295,6 +298,13 @@ const cf_target *cf_target_find(const char *name); /* NULL when unknown */
 const char *cf_target_profile_name(const cf_target *t);
 /* Check every node against the target's limits. Needs inferred types. */
 cf_status cf_target_check(const cf_graph *g, const cf_target *t);
+/* The per-node limits alone (cf_target_check adds the graph-wide ones). */
+cf_status cf_target_check_node(const cf_graph *g, const cf_node *n, const cf_target *t);
+/* Whether the target runs every fused matmul op in comm_mode ai_cpu on one
+ * communicator (Atlas A2); cf_target_check enforces it. */
+bool cf_target_one_mc2_group(const cf_target *t);
+/* A fused matmul op's communication mode, with the default applied. */
+const char *cf_node_comm_mode(const cf_node *n);
 
 /* ================= stats.c: summaries ================= */
 

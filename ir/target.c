@@ -7,6 +7,14 @@
  * sum, and for MatmulReduceScatter the world sizes and the k range. Kinds a
  * seed does not describe for a device keep the permissive default.
  * Fused collectives are checked as the collective they fuse.
+ *
+ * torch_npu's MatmulReduceScatter adds three rules on the Atlas profiles:
+ * comm_turn takes only 0 ("当前版本仅支持输入0"), the quantized form runs only
+ * in comm_mode aiv (ai_cpu takes only the basic form), and on Atlas A2 every
+ * fused matmul op (AllGatherMatmul, MatmulReduceScatter, MatmulAllReduce) in
+ * comm_mode ai_cpu must use one communicator. The last is a rule over the
+ * whole graph; cf_target_check_node checks everything else one node at a
+ * time, so the fuse-matmul-collective pass can try a node before it builds it.
  */
 #include "ir.h"
 
@@ -39,6 +47,8 @@ struct cf_target {
   kind_rule k[K_COUNT];
   int mmrs_ws[8];       /* allowed world sizes, 0-terminated; empty = any */
   int64_t k_min, k_max; /* matmul k in [k_min, k_max); 0 = no limit */
+  bool mc2_rules;       /* comm_turn 0 only, quantized form only in comm_mode aiv */
+  bool mc2_one_group;   /* fused matmul ops in comm_mode ai_cpu share one communicator */
 };
 
 #define A2A3_ALLREDUCE                                                                     \
@@ -63,7 +73,9 @@ static const cf_target targets[] = {
            [K_MMRS] = MMRS_DTYPES},
      .mmrs_ws = {2, 4, 8},
      .k_min = 256,
-     .k_max = 65535},
+     .k_max = 65535,
+     .mc2_rules = true,
+     .mc2_one_group = true},
     {.name = "atlas-a3",
      .desc = "Atlas A3 training/inference series",
      .k = {[K_ALLREDUCE] = A2A3_ALLREDUCE,
@@ -72,7 +84,8 @@ static const cf_target targets[] = {
            [K_MMRS] = MMRS_DTYPES},
      .mmrs_ws = {2, 4, 8, 16, 32},
      .k_min = 256,
-     .k_max = 65535},
+     .k_max = 65535,
+     .mc2_rules = true},
     {.name = "atlas-910",
      .desc = "Atlas training series (910)",
      .k = {[K_ALLREDUCE] = {.dtypes = DT(INT8) | DT(INT32) | DT(FLOAT16) | DT(FLOAT32),
@@ -135,61 +148,98 @@ static cf_status violation(const cf_graph *g, const cf_node *n, const cf_target 
   return cf_node_error(g, n, CF_ERR_INVALID, "target %s: %s (%s)", t->name, rule, r->source);
 }
 
-cf_status cf_target_check(const cf_graph *g, const cf_target *t) {
+const char *cf_node_comm_mode(const cf_node *n) { return cf_node_str(n, CF_A_COMM_MODE, "ai_cpu"); }
+
+bool cf_target_one_mc2_group(const cf_target *t) { return t && t->mc2_one_group; }
+
+static const kind_rule *mmrs_source(const cf_target *t) { return &t->k[K_MMRS]; }
+
+cf_status cf_target_check_node(const cf_graph *g, const cf_node *n, const cf_target *t) {
   char rule[256];
-  for (int i = 0; i < g->n_nodes; i++) {
-    const cf_node *n = &g->nodes[i];
-    int k = kind_of(n->op);
-    if (k < 0) continue;
-    const kind_rule *r = &t->k[k];
-    if (r->unsupported) {
-      snprintf(rule, sizeof rule, "%s is not supported on %s", kind_names[k], t->desc);
-      return violation(g, n, t, r, rule);
+  int k = kind_of(n->op);
+  if (k < 0) return CF_OK;
+  const kind_rule *r = &t->k[k];
+  if (r->unsupported) {
+    snprintf(rule, sizeof rule, "%s is not supported on %s", kind_names[k], t->desc);
+    return violation(g, n, t, r, rule);
+  }
+  const cf_node *src = &g->nodes[n->in[0].node];
+  cf_dtype dt = src->out[n->in[0].port].dtype;
+  bool has_red = cf_op_table[n->op].allowed & (1u << CF_A_REDUCTION);
+  cf_reduction red = cf_node_reduction(n);
+  if (r->dtypes && !(r->dtypes & (1u << dt))) {
+    snprintf(rule, sizeof rule, "%s does not support dtype %s", kind_names[k], cf_dtype_name(dt));
+    return violation(g, n, t, r, rule);
+  }
+  if (has_red && r->reds && !(r->reds & (1u << red))) {
+    snprintf(rule, sizeof rule, "%s does not support reduction %s", kind_names[k],
+             cf_reduction_name(red));
+    return violation(g, n, t, r, rule);
+  }
+  if (has_red && red == CF_RED_PROD && (r->no_prod & (1u << dt))) {
+    snprintf(rule, sizeof rule, "%s does not support prod on %s", kind_names[k], cf_dtype_name(dt));
+    return violation(g, n, t, r, rule);
+  }
+  if (has_red && red != CF_RED_SUM && (r->sum_only & (1u << dt))) {
+    snprintf(rule, sizeof rule, "%s supports only sum on %s, not %s", kind_names[k],
+             cf_dtype_name(dt), cf_reduction_name(red));
+    return violation(g, n, t, r, rule);
+  }
+  if (t->mc2_rules && cf_op_table[n->op].cat == CF_CAT_FUSED_MATMUL) {
+    int64_t turn = cf_node_int(n, CF_A_COMM_TURN, 0);
+    if (turn != 0) {
+      snprintf(rule, sizeof rule, "comm_turn=%lld: only 0 (automatic) is supported", (long long)turn);
+      return violation(g, n, t, mmrs_source(t), rule);
     }
-    const cf_node *src = &g->nodes[n->in[0].node];
-    cf_dtype dt = src->out[n->in[0].port].dtype;
-    bool has_red = cf_op_table[n->op].allowed & (1u << CF_A_REDUCTION);
-    cf_reduction red = cf_node_reduction(n);
-    if (r->dtypes && !(r->dtypes & (1u << dt))) {
-      snprintf(rule, sizeof rule, "%s does not support dtype %s", kind_names[k], cf_dtype_name(dt));
-      return violation(g, n, t, r, rule);
+    if (dt == CF_DT_INT8 && strcmp(cf_node_comm_mode(n), "aiv") != 0) {
+      snprintf(rule, sizeof rule, "the quantized form needs comm_mode=\"aiv\" (ai_cpu runs only the basic form)");
+      return violation(g, n, t, mmrs_source(t), rule);
     }
-    if (has_red && r->reds && !(r->reds & (1u << red))) {
-      snprintf(rule, sizeof rule, "%s does not support reduction %s", kind_names[k],
-               cf_reduction_name(red));
-      return violation(g, n, t, r, rule);
-    }
-    if (has_red && red == CF_RED_PROD && (r->no_prod & (1u << dt))) {
-      snprintf(rule, sizeof rule, "%s does not support prod on %s", kind_names[k], cf_dtype_name(dt));
-      return violation(g, n, t, r, rule);
-    }
-    if (has_red && red != CF_RED_SUM && (r->sum_only & (1u << dt))) {
-      snprintf(rule, sizeof rule, "%s supports only sum on %s, not %s", kind_names[k],
-               cf_dtype_name(dt), cf_reduction_name(red));
-      return violation(g, n, t, r, rule);
-    }
-    if (k == K_MMRS) {
-      int64_t ws = cf_node_int(n, CF_A_WORLD_SIZE, 0);
-      if (t->mmrs_ws[0]) {
-        bool ok = false;
-        char list[64] = "";
-        size_t o = 0;
-        for (int j = 0; j < 8 && t->mmrs_ws[j]; j++) {
-          ok |= t->mmrs_ws[j] == ws;
-          o += (size_t)snprintf(list + o, sizeof list - o, j ? ",%d" : "%d", t->mmrs_ws[j]);
-        }
-        if (!ok) {
-          snprintf(rule, sizeof rule, "world_size=%lld not in {%s}", (long long)ws, list);
-          return violation(g, n, t, r, rule);
-        }
+  }
+  if (k == K_MMRS) {
+    int64_t ws = cf_node_int(n, CF_A_WORLD_SIZE, 0);
+    if (t->mmrs_ws[0]) {
+      bool ok = false;
+      char list[64] = "";
+      size_t o = 0;
+      for (int j = 0; j < 8 && t->mmrs_ws[j]; j++) {
+        ok |= t->mmrs_ws[j] == ws;
+        o += (size_t)snprintf(list + o, sizeof list - o, j ? ",%d" : "%d", t->mmrs_ws[j]);
       }
-      const cf_value *x2 = &g->nodes[n->in[1].node].out[n->in[1].port];
-      int64_t kk = x2->shape.dims[0];
-      if (t->k_max && (kk < t->k_min || kk >= t->k_max)) {
-        snprintf(rule, sizeof rule, "k=%lld outside [%lld, %lld)", (long long)kk,
-                 (long long)t->k_min, (long long)t->k_max);
+      if (!ok) {
+        snprintf(rule, sizeof rule, "world_size=%lld not in {%s}", (long long)ws, list);
         return violation(g, n, t, r, rule);
       }
+    }
+    const cf_value *x2 = &g->nodes[n->in[1].node].out[n->in[1].port];
+    int64_t kk = x2->shape.dims[0];
+    if (t->k_max && (kk < t->k_min || kk >= t->k_max)) {
+      snprintf(rule, sizeof rule, "k=%lld outside [%lld, %lld)", (long long)kk,
+               (long long)t->k_min, (long long)t->k_max);
+      return violation(g, n, t, r, rule);
+    }
+  }
+  return CF_OK;
+}
+
+cf_status cf_target_check(const cf_graph *g, const cf_target *t) {
+  cf_status st;
+  const cf_node *first_mc2 = NULL; /* the first fused matmul op in comm_mode ai_cpu */
+  for (int i = 0; i < g->n_nodes; i++) {
+    const cf_node *n = &g->nodes[i];
+    if ((st = cf_target_check_node(g, n, t))) return st;
+    if (!t->mc2_one_group || cf_op_table[n->op].cat != CF_CAT_FUSED_MATMUL ||
+        strcmp(cf_node_comm_mode(n), "ai_cpu") != 0)
+      continue;
+    if (!first_mc2) {
+      first_mc2 = n;
+    } else if (strcmp(cf_node_group(first_mc2), cf_node_group(n)) != 0) {
+      char rule[512];
+      snprintf(rule, sizeof rule,
+               "fused matmul ops in comm_mode ai_cpu must share one communicator: group '%s' here, "
+               "'%s' on '%s'",
+               cf_node_group(n), cf_node_group(first_mc2), first_mc2->name);
+      return violation(g, n, t, mmrs_source(t), rule);
     }
   }
   return CF_OK;

@@ -68,6 +68,7 @@ typedef struct cf_pass_options {
   const char *cost;        /* --cost alpha_us,beta_GBps (NULL: defaults) */
   cf_explain_fn explain;   /* receives one line per collective, or NULL */
   void *explain_user;
+  const char *target;      /* --target profile the result must meet (NULL: cpu) */
 } cf_pass_options;
 
 typedef struct cf_pass {
@@ -82,6 +83,7 @@ extern const cf_pass cf_pass_dce;
 extern const cf_pass cf_pass_fuse_allreduce;
 extern const cf_pass cf_pass_fuse_allgather;
 extern const cf_pass cf_pass_fuse_reducescatter;
+extern const cf_pass cf_pass_fuse_matmul_collective;
 
 /* combine.c: the dependency-safe combiner behind the three fuse-* passes.
  * kind is CF_OP_ALLREDUCE, CF_OP_ALLGATHER or CF_OP_REDUCESCATTER. */

@@ -15,10 +15,15 @@ const cf_pass *const cf_pass_registry[] = {
     &cf_pass_fuse_allreduce,
     &cf_pass_fuse_allgather,
     &cf_pass_fuse_reducescatter,
+    &cf_pass_fuse_matmul_collective,
     NULL,
 };
 
-/* -O0 never has the fusion passes. */
+/* -O0 never has the fusion passes. fuse-matmul-collective runs after the
+ * bucketing passes (docs/fusion.md): a collective in a bucket stays there.
+ * It joins the default pipeline once the executor runs the fused matmul ops;
+ * until then it is run by name (--passes). The pipeline with it:
+ * "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter,fuse-matmul-collective" */
 const char cf_pipeline_default[] = "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter";
 const char cf_pipeline_O0[] = "verify,infer";
 

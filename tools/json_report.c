@@ -76,11 +76,29 @@ cf_status cf_report_compile_json(const cf_graph *g, int collectives_before,
       cJSON *o = cJSON_CreateObject();
       cJSON_AddStringToObject(o, "name", n->name);
       cJSON_AddStringToObject(o, "op", cf_op_table[n->op].name);
+      /* members: the MatMuls (several for an AllGatherMatmul), then the
+       * collective; "matmul" joins the MatMuls' names, "matmuls" lists them */
       const char *m = cf_node_str(n, CF_A_MEMBERS, "");
-      char mm[1024] = "", coll[1024] = "";
-      sscanf(m, "%1023[^,],%1023s", mm, coll);
+      const char *cut = strrchr(m, ',');
+      size_t mm_len = cut ? (size_t)(cut - m) : 0;
+      char *mm = malloc(mm_len + 1);
+      if (!mm) {
+        cJSON_Delete(o);
+        cJSON_Delete(root);
+        return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+      }
+      memcpy(mm, m, mm_len);
+      mm[mm_len] = 0;
       cJSON_AddStringToObject(o, "matmul", mm);
-      cJSON_AddStringToObject(o, "collective", coll);
+      cJSON_AddStringToObject(o, "collective", cut ? cut + 1 : "");
+      cJSON *list = cJSON_AddArrayToObject(o, "matmuls");
+      for (char *p = mm; *mm && p;) {
+        char *e = strchr(p, ',');
+        if (e) *e = 0;
+        cJSON_AddItemToArray(list, cJSON_CreateString(p));
+        p = e ? e + 1 : NULL;
+      }
+      free(mm);
       cJSON_AddItemToArray(fused_mm, o);
     }
     if (cat != CF_CAT_COLLECTIVE && cat != CF_CAT_FUSED_COLLECTIVE) continue;
