@@ -8,7 +8,13 @@
  *  - The message of the last failure is owned by the context and stays valid
  *    until the next call on that context: cf_context_errmsg().
  *  - There is no global state; contexts are independent of each other. One
- *    context and the objects created from it must be used by one thread at a time.
+ *    context and the objects created from it must be used by one thread at a time;
+ *    different contexts may be used from different threads at the same time.
+ *  - Strings passed in are copied; strings returned are owned by the object they
+ *    come from and stay valid until it is changed or destroyed, unless a function
+ *    says otherwise.
+ * docs/api.md is the guide: building graphs, compiling, running with caller
+ * buffers, ownership and threading, and the Python package over this API.
  */
 #ifndef COLLFUSE_COLLFUSE_H
 #define COLLFUSE_COLLFUSE_H
@@ -24,6 +30,10 @@ extern "C" {
 #define CF_VERSION_MINOR 1
 #define CF_VERSION_PATCH 0
 #define CF_VERSION_STRING "0.1.0"
+/* MAJOR * 10000 + MINOR * 100 + PATCH, for #if checks. */
+#define CF_VERSION_NUMBER (CF_VERSION_MAJOR * 10000 + CF_VERSION_MINOR * 100 + CF_VERSION_PATCH)
+/* Most dimensions a shape has. */
+#define CF_MAX_DIMS 8
 
 typedef enum cf_status {
   CF_OK = 0,
@@ -49,8 +59,10 @@ typedef struct cf_graph cf_graph;     /* a graph; owns its nodes and strings */
  * pass notes). The message is valid only during the call. */
 typedef void (*cf_log_fn)(void *user, cf_log_level level, const char *msg);
 
-/* Version of the library actually loaded (may differ from CF_VERSION_*). */
+/* Version of the library actually loaded (may differ from CF_VERSION_*):
+ * "MAJOR.MINOR.PATCH" (static storage) and as CF_VERSION_NUMBER computes it. */
 const char *cf_version(void);
+int cf_version_number(void);
 
 cf_status cf_context_create(cf_context **out);
 void cf_context_destroy(cf_context *ctx);
@@ -88,6 +100,184 @@ size_t cf_graph_collective_count(const cf_graph *g);
 
 /* Target profiles: index 0.. until NULL. */
 const char *cf_target_name(size_t i);
+
+/* ================= building a graph in memory (ir/build.c) =================
+ *
+ * A graph is built node by node in operand order: every operand names a node
+ * added before. Names are node names, or "NAME:K" for output port K of a
+ * multi-output node (a name that exists as given is never split). Ops and
+ * attributes are those of the native XML format (docs/format.md): op names and
+ * their aliases, attribute names and their text forms, so a built graph is the
+ * same graph the XML reader would make. Building checks names, operands and
+ * attribute values at once; the op rules (arity, required attributes, shapes,
+ * dtypes, groups) are checked by cf_graph_verify, which cf_graph_run_pipeline
+ * and cf_executable_create call. Adding to a verified graph makes it unverified
+ * again. Errors name the graph and the node: "dp: error: node 'ar3': ...". */
+
+/* Create an empty graph named name (NULL: "graph") for world_size ranks
+ * (0: undeclared; cf_graph_set_world_size or the "ranks" option sets it).
+ * The caller owns *out (cf_graph_destroy); it keeps a pointer to ctx, which
+ * must outlive it. */
+cf_status cf_graph_create(cf_context *ctx, const char *name, int world_size, cf_graph **out);
+cf_status cf_graph_set_world_size(cf_graph *g, int world_size);
+/* Define communicator group name over world ranks ranks[0..n) (copied).
+ * "hccl_world_group" is every rank and needs no definition. */
+cf_status cf_graph_define_group(cf_graph *g, const char *name, const int *ranks, size_t n);
+
+/* Add node name running op (e.g. "MatMul", "AllReduce", "HcomAllGather")
+ * with operands inputs[0..n_inputs) (strings copied). */
+cf_status cf_graph_add_op(cf_graph *g, const char *op, const char *name, const char *const *inputs,
+                          size_t n_inputs);
+/* cf_graph_add_op, then attrs[i] = values[i] for i < n_attrs (NULL values
+ * skipped), all or nothing: on failure the graph is as it was. */
+cf_status cf_graph_add_op_attrs(cf_graph *g, const char *op, const char *name,
+                                const char *const *inputs, size_t n_inputs,
+                                const char *const *attrs, const char *const *values,
+                                size_t n_attrs);
+/* Set attribute attr of node to value in the XML text form ("sum", "7",
+ * "1024,512", "bfloat16"); replaces an earlier value. */
+cf_status cf_graph_set_attr(cf_graph *g, const char *node, const char *attr, const char *value);
+cf_status cf_graph_set_attr_int(cf_graph *g, const char *node, const char *attr, int64_t value);
+
+/* Typed helpers over cf_graph_add_op_attrs (all or nothing). dtype is a dtype
+ * name ("float32", "bfloat16", ...), dims[0..rank) the shape (rank 0: a
+ * scalar). NULL strings and negative fusion/fusion_id leave the attribute
+ * at its default (reduction sum, group hccl_world_group, AllReduce fusion 1,
+ * fusion_id -1, layout stack). */
+cf_status cf_graph_add_input(cf_graph *g, const char *name, const char *dtype, const int64_t *dims,
+                             int rank);
+/* A Constant whose every element is value. */
+cf_status cf_graph_add_constant(cf_graph *g, const char *name, const char *dtype,
+                                const int64_t *dims, int rank, double value);
+cf_status cf_graph_add_output(cf_graph *g, const char *name, const char *input);
+cf_status cf_graph_add_matmul(cf_graph *g, const char *name, const char *a, const char *b);
+cf_status cf_graph_add_allreduce(cf_graph *g, const char *name, const char *input,
+                                 const char *reduction, const char *group, int fusion,
+                                 int fusion_id);
+/* layout: "stack" ([rank_size, ...], the default) or "concat" (dim 0 grows). */
+cf_status cf_graph_add_allgather(cf_graph *g, const char *name, const char *input,
+                                 const char *group, const char *layout);
+cf_status cf_graph_add_reducescatter(cf_graph *g, const char *name, const char *input,
+                                     const char *reduction, const char *group);
+/* An op the executor does not run (foreign type, kept as a string): it
+ * declares its one output's dtype and shape and keeps its dependencies. */
+cf_status cf_graph_add_opaque(cf_graph *g, const char *name, const char *type,
+                              const char *const *inputs, size_t n_inputs, const char *dtype,
+                              const int64_t *dims, int rank);
+
+/* ================= inspecting a graph (ir/build.c) ================= */
+
+/* Name of node i (0 .. cf_graph_node_count - 1) in execution order once
+ * the graph is verified (insertion order before); NULL when out of range.
+ * Owned by g. */
+const char *cf_graph_node_name(const cf_graph *g, size_t i);
+/* Name of the i-th collective in execution order (0 ..
+ * cf_graph_collective_count - 1): a plain collective, a fused bucket or a
+ * fused MatMul+collective op; NULL when out of range. Owned by g. */
+const char *cf_graph_collective_name(const cf_graph *g, size_t i);
+/* Node's op name (static storage), NULL when there is no such node. */
+const char *cf_graph_node_op(const cf_graph *g, const char *node);
+/* Attribute attr of node as text into buf[0..len) (truncated, always
+ * terminated): a set attribute, else its default ("reduction", "group",
+ * "fusion", "fusion_id", "layout"), and the pseudo-attributes "op",
+ * "dtype" and "shape" (of output 0, inferred once verified), "bytes" (what a
+ * collective communicates: its full tensor, summed over members; else the
+ * output's size) and "members" (a bucket's original collectives, comma
+ * separated; a plain collective is its own member). CF_ERR_INVALID with a
+ * message when the node or a value for attr does not exist. */
+cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *attr, char *buf,
+                            size_t len);
+
+/* ================= compiling and running (executor/api.c) ================= */
+
+/* Options of cf_graph_run_pipeline and cf_executable_create, set by name as
+ * the command line spells them (SPEC section 4):
+ *   "passes"        "default" (every fusion), "O0" (none) or a comma list
+ *   "split"         fusion=1 strategy: auto | bytes:25M[,first=1M][,count=N] |
+ *                   size:96.54,3.46 | index:20,100,159
+ *   "cost"          alpha_us,beta_GBps[,gamma_GBps] of the auto split model
+ *   "target"        target profile the graph must meet (see cf_target_name)
+ *   "explain"       "1": one line per collective on why it was (not) fused,
+ *                   to the context's log sink at CF_LOG_INFO
+ *   "ranks"         world size (default: the graph's world_size, else 1); sets
+ *                   the graph's world_size, as `collfuse run --ranks` does
+ *   "deterministic" "1": reductions add contributions in rank order, so fused
+ *                   and unfused graphs give bitwise-identical outputs
+ *   "algo"          AllReduce algorithm: auto | direct | rd | ring | rsag
+ *   "timeout"       seconds every wait of a run may take (default 60)
+ *   "seed"          seed of the data of Inputs the caller does not give
+ * A bad key or value fails at once with a message. The caller owns *out
+ * (cf_options_destroy); it keeps a pointer to ctx. */
+typedef struct cf_options cf_options;
+cf_status cf_options_create(cf_context *ctx, cf_options **out);
+cf_status cf_options_set(cf_options *o, const char *key, const char *value);
+void cf_options_destroy(cf_options *o);
+
+/* Verify g against the target, run pipeline ("default", "O0", a comma list
+ * of pass names; NULL: the "passes" option, else "default") with the
+ * options (opt may be NULL), and verify the result again. g is changed in
+ * place (buckets replace the collectives they fuse). */
+cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_options *opt);
+
+/* A compiled graph ready to run: its schedule, memory plan and kernels. */
+typedef struct cf_executable cf_executable;
+
+/* Plan g for running with the options' ranks, target, deterministic, algo,
+ * timeout and seed (opt may be NULL), verifying g first; no passes are run
+ * (cf_graph_run_pipeline does that). g is borrowed, not copied: it must not
+ * be changed or destroyed while *out exists. The caller owns *out
+ * (cf_executable_destroy), which holds the plan and its kernels. */
+cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable **out);
+void cf_executable_destroy(cf_executable *e);
+/* Ranks one run has (the world size). */
+int cf_executable_ranks(const cf_executable *e);
+
+/* The executable's inputs (its Input nodes) and outputs (its Output nodes),
+ * each numbered 0.. in graph order; the k of cf_executable_run's arrays. */
+typedef enum cf_io {
+  CF_IO_INPUT = 0,
+  CF_IO_OUTPUT = 1,
+} cf_io;
+size_t cf_executable_io_count(const cf_executable *e, cf_io io);
+/* Index of the input/output named name, -1 when none. */
+int cf_executable_io_find(const cf_executable *e, cf_io io, const char *name);
+/* Name (owned by the graph), dtype name (static), shape (writes dims[0..rank)
+ * into dims[CF_MAX_DIMS], returns rank, -1 when k is out of range) and size
+ * in bytes of input/output k. */
+const char *cf_executable_io_name(const cf_executable *e, cf_io io, size_t k);
+const char *cf_executable_io_dtype(const cf_executable *e, cf_io io, size_t k);
+int cf_executable_io_shape(const cf_executable *e, cf_io io, size_t k, int64_t *dims);
+size_t cf_executable_io_bytes(const cf_executable *e, cf_io io, size_t k);
+/* 1 when a run uses the caller's buffer of input/output k in place (an input
+ * read where it lies; an output produced straight into the caller's buffer),
+ * 0 when it copies: an input that is a member of a fused bucket is copied
+ * into the bucket (a bucket is one contiguous buffer), an output that is a
+ * member of a bucket is copied out of it, as is an output that is directly
+ * an Input or Constant or that an earlier output already has. */
+int cf_executable_io_in_place(const cf_executable *e, cf_io io, size_t k);
+
+/* Run every rank in this process (threads transport) once.
+ * inputs[r * n_in + k] is input k on rank r: cf_executable_io_bytes(k) bytes
+ * of C-order elements of its dtype (float16/bfloat16 as raw 16-bit words),
+ * aligned to the element size. inputs NULL, or NULL for input k on every
+ * rank, makes that input's data from the "seed" option (reproducible,
+ * different per rank). Inputs are only read, and only during the call.
+ * outputs[r * n_out + j] receives output j of rank r (same size rules); a
+ * NULL entry (or outputs NULL) skips it. Every output is written before the
+ * call returns; while it runs, the contents of output buffers are
+ * unspecified. Buffers stay the caller's. An output buffer may not overlap
+ * any other buffer; input buffers may be shared (one parameter tensor for
+ * every rank). */
+cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *const *outputs);
+/* Run one rank of a multi-process run (the MPI transport): every process
+ * creates the same executable and calls this with its own rank;
+ * inputs[k] / outputs[j] are that rank's buffers, with cf_executable_run's
+ * rules. CF_ERR_UNSUPPORTED in a build without the MPI transport. */
+cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,
+                                 void *const *outputs);
+/* Wall time of the last successful run in milliseconds (rank 0's, or this
+ * rank's for cf_executable_run_rank); 0 before the first. */
+double cf_executable_last_time_ms(const cf_executable *e);
 
 #ifdef __cplusplus
 }

@@ -40,4 +40,33 @@ cc ${CF_CONSUMER_FLAGS:-} -o "$tmp/pc_consumer" "$SRC/tests/e2e/consumer/main.c"
 out=$(LD_LIBRARY_PATH="$lib" "$tmp/pc_consumer" "$SRC/examples/tp_block.xml") ||
   fail "consumer (pkg-config) failed"
 echo "$out" | grep -q ": 8 nodes" || fail "consumer (pkg-config) printed: $out"
+
+# examples/embed (the C API end to end) builds against the install and runs
+cmake -S "$SRC/examples/embed" -B "$tmp/ebuild" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+  ${CF_CONSUMER_FLAGS:+-DCMAKE_C_FLAGS="$CF_CONSUMER_FLAGS"} \
+  ${CF_CONSUMER_FLAGS:+-DCMAKE_EXE_LINKER_FLAGS="$CF_CONSUMER_FLAGS"} >/dev/null ||
+  fail "examples/embed: find_package(collfuse) failed"
+cmake --build "$tmp/ebuild" >/dev/null || fail "examples/embed: build against the install failed"
+out=$(LD_LIBRARY_PATH="$lib" "$tmp/ebuild/collfuse_embed") || fail "examples/embed failed: $out"
+echo "$out" | grep -q "^ok: " || fail "examples/embed printed: $out"
+
+# the Python package is installed and finds the installed library by itself
+# (not in sanitizer builds: an ASan library cannot load into python3)
+py="$tmp/prefix/lib/python3/dist-packages"
+for f in __init__.py _lib.py _install.py fx.py; do
+  [ -e "$py/collfuse/$f" ] || fail "missing lib/python3/dist-packages/collfuse/$f"
+done
+if [ -z "${CF_CONSUMER_FLAGS:-}" ] && /usr/bin/python3 -c "import numpy" 2>/dev/null; then
+  out=$(cd "$tmp" && env -u COLLFUSE_LIBRARY PYTHONPATH="$py" /usr/bin/python3 -c '
+import collfuse, numpy as np
+g = collfuse.Graph("dp", world_size=2)
+g.input("x", "float32", (3,))
+g.output("y", g.all_reduce("x"))
+out = g.compile().run([{"x": np.ones(3, np.float32)}, {"x": np.full(3, 2, np.float32)}])
+print(collfuse.__file__, collfuse._lib.lib._name, out[1]["y"].tolist())') || fail "installed Python package failed: $out"
+  case "$out" in
+    "$py/collfuse/__init__.py $lib"*"[3.0, 3.0, 3.0]") ;;
+    *) fail "installed Python package printed: $out" ;;
+  esac
+fi
 echo "install.sh: ok"

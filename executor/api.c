@@ -1,0 +1,440 @@
+/* api.c - the embedding API: options, pipelines, executables and runs with
+ * caller-owned buffers.
+ *
+ * This is the library's top layer, doing what tools/run.c does for the
+ * command line: verify, run a pipeline, plan, run. An executable is a plan
+ * over a borrowed graph plus the lists of its Input and Output nodes in graph
+ * order, which number the caller's buffers. A run hands the caller's buffers
+ * to the executor as they are (cf_inputs.borrow and .outputs): the plan says
+ * which ones it can use in place (cf_plan_binds) and copies only the others,
+ * into a fused bucket or out of one, because a bucket is one contiguous
+ * buffer that the collective moves in one call.
+ */
+#include "executor.h"
+
+#include "../passes/passes.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ================= options ================= */
+
+struct cf_options {
+  cf_context *ctx;
+  char *passes, *split, *cost, *target; /* NULL: default */
+  bool explain, deterministic;
+  int ranks; /* 0: the graph's world_size */
+  cf_algo algo;
+  double timeout_s;
+  uint64_t seed;
+};
+
+cf_status cf_options_create(cf_context *ctx, cf_options **out) {
+  if (!out) return CF_ERR_USAGE;
+  *out = NULL;
+  if (!ctx) return CF_ERR_USAGE;
+  cf_options *o = calloc(1, sizeof *o);
+  if (!o) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  o->ctx = ctx;
+  o->timeout_s = 60;
+  *out = o;
+  return CF_OK;
+}
+
+void cf_options_destroy(cf_options *o) {
+  if (!o) return;
+  free(o->passes);
+  free(o->split);
+  free(o->cost);
+  free(o->target);
+  free(o);
+}
+
+static bool parse_bool(const char *v, bool *out) {
+  static const char *yes[] = {"1", "true", "yes", "on"}, *no[] = {"0", "false", "no", "off"};
+  for (int i = 0; i < 4; i++) {
+    if (strcmp(v, yes[i]) == 0) return *out = true;
+    if (strcmp(v, no[i]) == 0) return !(*out = false);
+  }
+  return false;
+}
+
+static bool parse_ll(const char *v, long long lo, long long hi, long long *out) {
+  char *e;
+  errno = 0;
+  long long x = strtoll(v, &e, 10);
+  if (errno || e == v || *e || x < lo || x > hi) return false;
+  *out = x;
+  return true;
+}
+
+/* The pass list a pipeline name stands for. */
+static const char *pipeline_list(const char *p) {
+  if (strcmp(p, "default") == 0) return cf_pipeline_default;
+  if (!*p || strcmp(p, "O0") == 0 || strcmp(p, "-O0") == 0) return cf_pipeline_O0;
+  return p;
+}
+
+static cf_status check_passes(cf_context *ctx, const char *v) {
+  const char *list = pipeline_list(v);
+  char name[64];
+  for (const char *p = list; *p;) {
+    size_t len = strcspn(p, ",");
+    if (len == 0 || len >= sizeof name)
+      return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "option passes: bad pass list '%s'", v);
+    memcpy(name, p, len);
+    name[len] = 0;
+    if (!cf_pass_find(name))
+      return cf_error(
+          ctx, CF_ERR_USAGE, NULL, 0,
+          "option passes: unknown pass '%s' (a comma list of: verify, infer, dce, fuse-allreduce, "
+          "fuse-allgather, fuse-reducescatter, fuse-matmul-collective; or default, O0)",
+          name);
+    p += len + (p[len] == ',');
+  }
+  return CF_OK;
+}
+
+static cf_status set_str(cf_options *o, char **slot, const char *v) {
+  char *c = strdup(v);
+  if (!c) return cf_error(o->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  free(*slot);
+  *slot = c;
+  return CF_OK;
+}
+
+cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
+  if (!o) return CF_ERR_USAGE;
+  if (!key || !value)
+    return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "cf_options_set: key and value are required");
+  char why[256];
+  long long x;
+  cf_status st;
+  if (strcmp(key, "passes") == 0) {
+    if ((st = check_passes(o->ctx, value))) return st;
+    return set_str(o, &o->passes, value);
+  }
+  if (strcmp(key, "split") == 0) {
+    cf_split sp;
+    if (!cf_split_parse(value, &sp, why, sizeof why))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option split: %s", why);
+    return set_str(o, &o->split, value);
+  }
+  if (strcmp(key, "cost") == 0) {
+    cf_cost c;
+    if (!cf_cost_parse(value, &c, why, sizeof why))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option cost: %s", why);
+    return set_str(o, &o->cost, value);
+  }
+  if (strcmp(key, "target") == 0) {
+    if (!cf_target_find(value)) {
+      char list[256] = "";
+      size_t n = 0;
+      for (size_t i = 0; cf_target_name(i) && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, i ? ", %s" : "%s", cf_target_name(i));
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0,
+                      "option target: unknown target '%s' (one of: %s)", value, list);
+    }
+    return set_str(o, &o->target, value);
+  }
+  if (strcmp(key, "explain") == 0 || strcmp(key, "deterministic") == 0) {
+    bool *b = key[0] == 'e' ? &o->explain : &o->deterministic;
+    if (!parse_bool(value, b))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option %s wants 1 or 0, got '%s'", key,
+                      value);
+    return CF_OK;
+  }
+  if (strcmp(key, "ranks") == 0) {
+    if (!parse_ll(value, 1, CF_MAX_WORLD, &x))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option ranks wants 1..%d, got '%s'",
+                      CF_MAX_WORLD, value);
+    o->ranks = (int)x;
+    return CF_OK;
+  }
+  if (strcmp(key, "algo") == 0) {
+    int a = cf_algo_parse(value);
+    if (a < 0)
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0,
+                      "option algo wants auto, direct, rd, ring or rsag, got '%s'", value);
+    o->algo = (cf_algo)a;
+    return CF_OK;
+  }
+  if (strcmp(key, "timeout") == 0) {
+    char *e;
+    double t = strtod(value, &e);
+    if (e == value || *e || !(t > 0) || t > 86400)
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0,
+                      "option timeout wants seconds in (0, 86400], got '%s'", value);
+    o->timeout_s = t;
+    return CF_OK;
+  }
+  if (strcmp(key, "seed") == 0) {
+    if (!parse_ll(value, 0, INT64_MAX, &x))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option seed wants a number >= 0, got '%s'",
+                      value);
+    o->seed = (uint64_t)x;
+    return CF_OK;
+  }
+  return cf_error(
+      o->ctx, CF_ERR_USAGE, NULL, 0,
+      "unknown option '%s' (passes, split, cost, target, explain, ranks, deterministic, algo, "
+      "timeout, seed)",
+      key);
+}
+
+/* ================= pipelines ================= */
+
+static void explain_to_log(void *user, const char *line) {
+  cf_log(user, CF_LOG_INFO, "explain: %s", line);
+}
+
+/* The run's world: the "ranks" option sizes the graph as `collfuse run
+ * --ranks` does. */
+static void size_world(cf_graph *g, const cf_options *opt) {
+  if (opt && opt->ranks > 0) g->world_size = opt->ranks;
+}
+
+cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_options *opt) {
+  if (!g) return CF_ERR_USAGE;
+  const char *p = pipeline ? pipeline : opt && opt->passes ? opt->passes : "default";
+  cf_status st = check_passes(g->ctx, p);
+  if (st) return st;
+  const char *target = opt ? opt->target : NULL;
+  cf_pass_options po = {.split = opt ? opt->split : NULL,
+                        .cost = opt ? opt->cost : NULL,
+                        .target = target,
+                        .explain = opt && opt->explain ? explain_to_log : NULL,
+                        .explain_user = g->ctx};
+  size_world(g, opt);
+  st = cf_graph_verify(g, target);
+  if (!st) st = cf_passes_run(g, pipeline_list(p), &po, NULL, NULL);
+  if (!st) st = cf_graph_verify(g, target);
+  return st;
+}
+
+/* ================= executables ================= */
+
+struct cf_executable {
+  cf_context *ctx;
+  cf_graph *g; /* borrowed */
+  cf_plan *plan;
+  int ranks;
+  int n_io[2];     /* Inputs, Outputs */
+  int *io_node[2]; /* their node indices, graph order */
+  double last_ms;
+};
+
+cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable **out) {
+  if (!out) return CF_ERR_USAGE;
+  *out = NULL;
+  if (!g) return CF_ERR_USAGE;
+  cf_context *ctx = g->ctx;
+  cf_executable *e = calloc(1, sizeof *e);
+  if (!e) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  e->ctx = ctx;
+  e->g = g;
+  size_world(g, opt);
+  if (g->world_size <= 0) g->world_size = 1;
+  e->ranks = (int)g->world_size;
+  cf_status st = cf_graph_verify(g, opt ? opt->target : NULL);
+  if (st) goto fail;
+  cf_run_options ro = {.ranks = e->ranks,
+                       .iters = 1,
+                       .seed = opt ? opt->seed : 0,
+                       .deterministic = opt && opt->deterministic,
+                       .timeout_s = opt ? opt->timeout_s : 60,
+                       .algo = opt ? opt->algo : CF_ALGO_AUTO};
+  if ((st = cf_plan_build(ctx, g, &ro, &e->plan))) goto fail;
+  for (int io = 0; io < 2; io++) {
+    cf_op want = io == CF_IO_INPUT ? CF_OP_INPUT : CF_OP_OUTPUT;
+    e->io_node[io] = malloc(sizeof(int) * ((size_t)g->n_nodes + 1));
+    if (!e->io_node[io]) {
+      st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+      goto fail;
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+      if (g->nodes[i].op == want) e->io_node[io][e->n_io[io]++] = i;
+  }
+  *out = e;
+  return CF_OK;
+fail:
+  cf_executable_destroy(e);
+  return st;
+}
+
+void cf_executable_destroy(cf_executable *e) {
+  if (!e) return;
+  cf_plan_destroy(e->plan);
+  free(e->io_node[0]);
+  free(e->io_node[1]);
+  free(e);
+}
+
+int cf_executable_ranks(const cf_executable *e) { return e ? e->ranks : 0; }
+
+double cf_executable_last_time_ms(const cf_executable *e) { return e ? e->last_ms : 0; }
+
+static bool io_ok(const cf_executable *e, cf_io io) {
+  return e && (io == CF_IO_INPUT || io == CF_IO_OUTPUT);
+}
+
+size_t cf_executable_io_count(const cf_executable *e, cf_io io) {
+  return io_ok(e, io) ? (size_t)e->n_io[io] : 0;
+}
+
+/* The value input/output k stands for: the Input's own, an Output's operand. */
+static const cf_value *io_value(const cf_executable *e, cf_io io, size_t k, const cf_node **node) {
+  if (!io_ok(e, io) || k >= (size_t)e->n_io[io]) return NULL;
+  const cf_node *n = &e->g->nodes[e->io_node[io][k]];
+  if (node) *node = n;
+  if (io == CF_IO_INPUT) return &n->out[0];
+  return &e->g->nodes[n->in[0].node].out[n->in[0].port];
+}
+
+int cf_executable_io_find(const cf_executable *e, cf_io io, const char *name) {
+  if (!io_ok(e, io) || !name) return -1;
+  for (int k = 0; k < e->n_io[io]; k++)
+    if (strcmp(e->g->nodes[e->io_node[io][k]].name, name) == 0) return k;
+  return -1;
+}
+
+const char *cf_executable_io_name(const cf_executable *e, cf_io io, size_t k) {
+  const cf_node *n = NULL;
+  return io_value(e, io, k, &n) ? n->name : NULL;
+}
+
+const char *cf_executable_io_dtype(const cf_executable *e, cf_io io, size_t k) {
+  const cf_value *v = io_value(e, io, k, NULL);
+  return v ? cf_dtype_name(v->dtype) : NULL;
+}
+
+int cf_executable_io_shape(const cf_executable *e, cf_io io, size_t k, int64_t *dims) {
+  const cf_value *v = io_value(e, io, k, NULL);
+  if (!v || !dims) return -1;
+  for (int i = 0; i < v->shape.rank; i++)
+    dims[i] = v->shape.dims[i];
+  return v->shape.rank;
+}
+
+size_t cf_executable_io_bytes(const cf_executable *e, cf_io io, size_t k) {
+  const cf_value *v = io_value(e, io, k, NULL);
+  int64_t b = 0;
+  return v && cf_value_bytes(v, &b) ? (size_t)b : 0;
+}
+
+int cf_executable_io_in_place(const cf_executable *e, cf_io io, size_t k) {
+  if (!io_value(e, io, k, NULL)) return 0;
+  return cf_plan_binds(e->plan, e->io_node[io][k]) ? 1 : 0;
+}
+
+/* The executor's view of the caller's buffers. rank < 0: every rank's,
+ * inputs[r * n_in + k]; else that rank's only, inputs[k]. An input given
+ * for no rank is made from the seed. */
+typedef struct io_buffers {
+  cf_inputs in;
+  cf_tensor *outs;
+} io_buffers;
+
+static void io_free(io_buffers *b) {
+  free(b->in.names);
+  free(b->in.data);
+  free(b->outs);
+}
+
+static cf_status tensor_for(cf_executable *e, cf_io io, size_t k, int rank, const void *p,
+                            cf_tensor *t) {
+  const cf_node *n;
+  const cf_value *v = io_value(e, io, k, &n);
+  int es = cf_dtype_size(v->dtype);
+  if (p && (uintptr_t)p % (uintptr_t)es)
+    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "%s '%s' on rank %d: the buffer is not aligned to its %d-byte %s elements",
+                    io == CF_IO_INPUT ? "input" : "output", n->name, rank, es,
+                    cf_dtype_name(v->dtype));
+  *t = (cf_tensor){.data = (void *)p, .dtype = v->dtype, .shape = v->shape};
+  cf_shape_elements(&v->shape, &t->count);
+  return CF_OK;
+}
+
+static cf_status io_make(cf_executable *e, int rank, const void *const *inputs,
+                         void *const *outputs, io_buffers *b) {
+  int R = e->ranks, ni = e->n_io[CF_IO_INPUT], no = e->n_io[CF_IO_OUTPUT];
+  int r0 = rank < 0 ? 0 : rank, r1 = rank < 0 ? R : rank + 1;
+  memset(b, 0, sizeof *b);
+  b->in = (cf_inputs){.ranks = R, .borrow = true};
+  b->in.names = calloc((size_t)ni + 1, sizeof *b->in.names);
+  b->in.data = calloc((size_t)ni * (size_t)R + 1, sizeof *b->in.data);
+  b->outs = calloc((size_t)no * (size_t)R + 1, sizeof *b->outs);
+  if (!b->in.names || !b->in.data || !b->outs)
+    return cf_error(e->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  b->in.outputs = b->outs;
+#define AT(arr, r, k, n)                                                                           \
+  ((arr) ? (arr)[rank < 0 ? (size_t)(r) * (size_t)(n) + (size_t)(k) : (size_t)(k)] : NULL)
+  /* which inputs the caller gives: for every rank or for none */
+  int *given = calloc((size_t)ni + 1, sizeof *given);
+  if (!given) return cf_error(e->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  cf_status st = CF_OK;
+  for (int k = 0; k < ni && !st; k++) {
+    int have = 0, missing = -1;
+    for (int r = r0; r < r1; r++) {
+      if (AT(inputs, r, k, ni))
+        have++;
+      else if (missing < 0)
+        missing = r;
+    }
+    if (have && missing >= 0)
+      st = cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "input '%s': no buffer for rank %d (give one for every rank, or none to make "
+                    "it from the seed)",
+                    cf_executable_io_name(e, CF_IO_INPUT, (size_t)k), missing);
+    given[k] = have > 0;
+  }
+  for (int k = 0; k < ni && !st; k++) {
+    if (!given[k]) continue;
+    int slot = b->in.n++;
+    b->in.names[slot] = cf_executable_io_name(e, CF_IO_INPUT, (size_t)k);
+    for (int r = r0; r < r1 && !st; r++)
+      st = tensor_for(e, CF_IO_INPUT, (size_t)k, r, AT(inputs, r, k, ni),
+                      &b->in.data[(size_t)r * (size_t)ni + (size_t)slot]);
+  }
+  /* cf_inputs wants data[r * in.n + slot]: close the gaps left by inputs not given */
+  for (int r = 1; r < R && !st && b->in.n < ni; r++)
+    memmove(&b->in.data[(size_t)r * (size_t)b->in.n], &b->in.data[(size_t)r * (size_t)ni],
+            sizeof *b->in.data * (size_t)b->in.n);
+  for (int j = 0; j < no && !st; j++)
+    for (int r = r0; r < r1 && !st; r++)
+      st = tensor_for(e, CF_IO_OUTPUT, (size_t)j, r, AT(outputs, r, j, no),
+                      &b->outs[(size_t)r * (size_t)no + (size_t)j]);
+#undef AT
+  free(given);
+  return st;
+}
+
+cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *const *outputs) {
+  if (!e) return CF_ERR_USAGE;
+  io_buffers b;
+  cf_run_result res = {0};
+  cf_status st = io_make(e, -1, inputs, outputs, &b);
+  if (!st) st = cf_exec_run(e->ctx, e->plan, &b.in, &res);
+  if (!st) e->last_ms = res.time_ms_median;
+  cf_run_result_free(&res);
+  io_free(&b);
+  return st;
+}
+
+cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,
+                                 void *const *outputs) {
+  if (!e) return CF_ERR_USAGE;
+  if (rank < 0 || rank >= e->ranks)
+    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "rank %d is not a rank of this %d-rank executable", rank, e->ranks);
+  (void)inputs;
+  (void)outputs;
+  return cf_error(
+      e->ctx, CF_ERR_UNSUPPORTED, NULL, 0,
+      "cf_executable_run_rank: this build has no MPI transport yet; run every rank in this process "
+      "with cf_executable_run");
+}

@@ -1,0 +1,487 @@
+"""collfuse: a graph compiler and executor for collective fusion (Python bindings).
+
+A thin ctypes layer over libcollfuse.so's C API (include/collfuse/collfuse.h),
+with numpy arrays in and out; nothing is compiled and nothing comes from PyPI.
+
+    import collfuse, numpy as np
+    g = collfuse.Graph("dp", world_size=4)
+    for i in range(20):
+        g.input("g%d" % i, "float32", (1000,))
+        g.output("o%d" % i, g.all_reduce("g%d" % i, reduction="mean"))
+    exe = g.compile(split="bytes:16K")           # fuses, then plans
+    print(g.buckets())                           # the fused collectives
+    outs = exe.run([{"g0": np.ones(1000, np.float32)} for r in range(4)])
+    outs[2]["o0"]                                # rank 2's output o0
+
+Every rank of a run is a thread of this process (the threads transport). Data
+types map to numpy one to one, except bfloat16, which numpy lacks: a bfloat16
+input takes uint16 arrays as raw bits (or any float array, rounded to nearest
+even), and a bfloat16 output is a uint16 array of raw bits;
+bf16_to_float32()/float32_to_bf16() convert. Each Graph gets its own C
+context unless one is passed, so graphs used from different Python threads
+are independent (the GIL is released while the library runs). docs/api.md
+has the whole story; collfuse.fx is the torch.fx front door.
+"""
+
+import ctypes
+import os
+import tempfile
+
+import numpy as np
+
+from . import _lib
+from ._lib import lib
+
+__all__ = [
+    "CollfuseError", "Context", "Graph", "Executable", "load", "parse", "compile", "version",
+    "version_number", "targets", "bf16_to_float32", "float32_to_bf16",
+]
+
+_STATUS = {0: "ok", 1: "invalid", 2: "usage", 3: "runtime", 4: "no_memory", 5: "io", 6: "unsupported"}
+
+DTYPES = {
+    "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "float16": np.float16, "bfloat16": np.uint16, "float32": np.float32, "float64": np.float64,
+}
+
+
+class CollfuseError(Exception):
+    """A failed call: .status is the cf_status ("invalid", "usage", "runtime",
+    "no_memory", "io", "unsupported"), .code its number, str() the message."""
+
+    def __init__(self, code, message):
+        self.code = code
+        self.status = _STATUS.get(code, str(code))
+        super().__init__(message or ("collfuse: %s error" % self.status))
+
+
+def version():
+    """Version of the loaded library, "MAJOR.MINOR.PATCH"."""
+    return lib.cf_version().decode()
+
+
+def version_number():
+    return lib.cf_version_number()
+
+
+def targets():
+    """Target profile names (cpu, atlas-a2, ...)."""
+    out, i = [], 0
+    while True:
+        n = lib.cf_target_name(i)
+        if not n:
+            return out
+        out.append(n.decode())
+        i += 1
+
+
+def _b(s):
+    return None if s is None else str(s).encode()
+
+
+def _attr_text(v):
+    """An attribute's XML text: shapes as "4,8", booleans as 1/0."""
+    if isinstance(v, (tuple, list)):
+        return ",".join(str(int(d)) for d in v)
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+_EMPTY = np.zeros(8, dtype=np.float64)  # a valid, aligned pointer for zero-size inputs
+
+
+class Context:
+    """A collfuse context: error messages and a log sink. log(level, msg) is
+    called with the library's warnings and notes (level 0 error .. 3 debug)."""
+
+    def __init__(self, log=None):
+        h = ctypes.c_void_p()
+        if lib.cf_context_create(ctypes.byref(h)) != 0:
+            raise CollfuseError(4, "collfuse: cannot create a context")
+        self._h = h
+        self._log = None
+        if log is not None:
+            self.set_log(log)
+
+    def set_log(self, fn):
+        if fn is None:
+            self._log = None
+            lib.cf_context_set_log(self._h, _lib.LOG_FN(), None)
+            return
+        self._log = _lib.LOG_FN(lambda user, level, msg: fn(level, msg.decode(errors="replace")))
+        lib.cf_context_set_log(self._h, self._log, None)
+
+    def errmsg(self):
+        return lib.cf_context_errmsg(self._h).decode(errors="replace")
+
+    def check(self, st):
+        if st != 0:
+            raise CollfuseError(st, self.errmsg())
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            lib.cf_context_destroy(h)
+            self._h = None
+
+
+def bf16_to_float32(bits):
+    """float32 values of bfloat16 raw bits (a uint16 array)."""
+    b = np.asarray(bits, dtype=np.uint16)
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bf16(a):
+    """bfloat16 raw bits (uint16) of float values, rounded to nearest even."""
+    f = np.ascontiguousarray(a, dtype=np.float32)
+    u = f.view(np.uint32)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(f), np.uint16(0x7FC0), rounded).astype(np.uint16)
+
+
+class Graph:
+    """A collfuse graph: built node by node, or loaded (load(), parse()).
+
+    Builder methods return the new node's name, which later nodes take as an
+    operand ("name", or "name:K" for port K of a multi-output node). Attribute
+    values are the XML format's (docs/format.md)."""
+
+    def __init__(self, name="graph", world_size=0, context=None, _handle=None):
+        self.ctx = context if context is not None else Context()
+        self._count = 0
+        if _handle is not None:
+            self._h = _handle
+            return
+        h = ctypes.c_void_p()
+        self.ctx.check(lib.cf_graph_create(self.ctx._h, _b(name), int(world_size), ctypes.byref(h)))
+        self._h = h
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            lib.cf_graph_destroy(h)
+            self._h = None
+
+    # ---- building ----
+
+    def _name(self, name, op):
+        if name is not None:
+            return str(name)
+        self._count += 1
+        return "%s_%d" % (op.lower(), self._count)
+
+    def set_world_size(self, n):
+        self.ctx.check(lib.cf_graph_set_world_size(self._h, int(n)))
+
+    def define_group(self, name, ranks):
+        arr = (ctypes.c_int * max(1, len(ranks)))(*[int(r) for r in ranks])
+        self.ctx.check(lib.cf_graph_define_group(self._h, _b(name), arr, len(ranks)))
+
+    def op(self, op, inputs=(), name=None, **attrs):
+        """Add a node of any op with operands and attributes (None skipped)."""
+        name = self._name(name, op)
+        ins = [str(i) for i in inputs]
+        kv = [(k, _attr_text(v)) for k, v in attrs.items() if v is not None]
+        arr = (ctypes.c_char_p * max(1, len(ins)))(*[i.encode() for i in ins])
+        keys = (ctypes.c_char_p * max(1, len(kv)))(*[k.encode() for k, _ in kv])
+        vals = (ctypes.c_char_p * max(1, len(kv)))(*[v.encode() for _, v in kv])
+        self.ctx.check(lib.cf_graph_add_op_attrs(self._h, _b(op), _b(name), arr, len(ins), keys, vals, len(kv)))
+        return name
+
+    def set_attr(self, node, attr, value):
+        self.ctx.check(lib.cf_graph_set_attr(self._h, _b(node), _b(attr), _b(_attr_text(value))))
+
+    def input(self, name, dtype, shape, init=None):
+        return self.op("Input", (), name, dtype=dtype, shape=tuple(shape), init=init)
+
+    def constant(self, name, dtype, shape, value):
+        return self.op("Constant", (), name, dtype=dtype, shape=tuple(shape), value=repr(float(value)))
+
+    def output(self, name, x):
+        return self.op("Output", (x,), name)
+
+    def matmul(self, a, b, name=None):
+        return self.op("MatMul", (a, b), name)
+
+    def add(self, a, b, name=None):
+        return self.op("Add", (a, b), name)
+
+    def sub(self, a, b, name=None):
+        return self.op("Sub", (a, b), name)
+
+    def mul(self, a, b, name=None):
+        return self.op("Mul", (a, b), name)
+
+    def cast(self, x, dtype, name=None):
+        return self.op("Cast", (x,), name, dtype=dtype)
+
+    def reshape(self, x, shape, name=None):
+        return self.op("Reshape", (x,), name, shape=tuple(shape))
+
+    def opaque(self, type, inputs, dtype, shape, name=None):
+        return self.op("Opaque", inputs, name, type=type, dtype=dtype, shape=tuple(shape))
+
+    def all_reduce(self, x, reduction="sum", group=None, fusion=None, fusion_id=None, name=None):
+        return self.op("AllReduce", (x,), name, reduction=reduction, group=group, fusion=fusion, fusion_id=fusion_id)
+
+    def all_gather(self, x, group=None, layout=None, name=None):
+        return self.op("AllGather", (x,), name, group=group, layout=layout)
+
+    def reduce_scatter(self, x, reduction="sum", group=None, name=None):
+        return self.op("ReduceScatter", (x,), name, reduction=reduction, group=group)
+
+    def reduce(self, x, reduction="sum", root=0, group=None, name=None):
+        return self.op("Reduce", (x,), name, reduction=reduction, root=root, group=group)
+
+    def broadcast(self, x, root=0, group=None, name=None):
+        return self.op("Broadcast", (x,), name, root=root, group=group)
+
+    def matmul_reduce_scatter(self, x1, x2, world_size, bias=None, group=None, name=None):
+        ins = (x1, x2) if bias is None else (x1, x2, bias)
+        return self.op("MatmulReduceScatter", ins, name, world_size=world_size, group=group)
+
+    # ---- inspecting ----
+
+    @property
+    def node_count(self):
+        return lib.cf_graph_node_count(self._h)
+
+    @property
+    def collective_count(self):
+        return lib.cf_graph_collective_count(self._h)
+
+    def nodes(self):
+        """Node names in execution order (insertion order before verification)."""
+        return [lib.cf_graph_node_name(self._h, i).decode() for i in range(self.node_count)]
+
+    def collectives(self):
+        return [lib.cf_graph_collective_name(self._h, i).decode() for i in range(self.collective_count)]
+
+    def op_of(self, node):
+        o = lib.cf_graph_node_op(self._h, _b(node))
+        return o.decode() if o else None
+
+    def attr(self, node, attr):
+        """An attribute as text (defaults applied; "op", "dtype", "shape",
+        "bytes" and "members" too, see cf_graph_get_attr)."""
+        buf = ctypes.create_string_buffer(1 << 16)
+        self.ctx.check(lib.cf_graph_get_attr(self._h, _b(node), _b(attr), buf, len(buf)))
+        return buf.value.decode()
+
+    def _try_attr(self, node, attr):
+        try:
+            return self.attr(node, attr)
+        except CollfuseError:
+            return None
+
+    def buckets(self):
+        """Every collective in execution order, as `compile --json` lists
+        them: name, op, members, bytes, dtype, reduction (None when the op
+        has none), group."""
+        out = []
+        for c in self.collectives():
+            out.append({
+                "name": c, "op": self.op_of(c), "members": self.attr(c, "members").split(","),
+                "bytes": int(self.attr(c, "bytes")), "dtype": self._try_attr(c, "dtype"),
+                "reduction": self._try_attr(c, "reduction"), "group": self._try_attr(c, "group"),
+            })
+        return out
+
+    # ---- checking, compiling, writing ----
+
+    def verify(self, target=None):
+        self.ctx.check(lib.cf_graph_verify(self._h, _b(target)))
+
+    def run_pipeline(self, pipeline="default", **options):
+        """Fuse in place: pipeline "default", "O0" or a comma list of
+        passes; options as Graph.compile's."""
+        opts = _Options(self.ctx, options)
+        self.ctx.check(lib.cf_graph_run_pipeline(self._h, _b(pipeline), opts._h))
+
+    def compile(self, passes="default", **options):
+        """Run the pipeline (passes="default" fuses, "O0" does not, or a
+        comma list), then plan: an Executable. options: split, cost,
+        target, explain, ranks, deterministic, algo, timeout, seed (the
+        command line's meanings). The graph stays borrowed by the
+        Executable: do not change it while that exists."""
+        opts = _Options(self.ctx, options)
+        if passes is not None:
+            self.ctx.check(lib.cf_graph_run_pipeline(self._h, _b(passes), opts._h))
+        return Executable(self, opts)
+
+    def write_xml(self, path):
+        self.ctx.check(lib.cf_graph_write_xml(self._h, _b(os.fspath(path))))
+
+    def write_dot(self, path):
+        """Draw into path: .dot, .svg or .png (verify the graph first)."""
+        self.ctx.check(lib.cf_graph_write_dot(self._h, _b(os.fspath(path))))
+
+    def to_dot(self, path=None):
+        """The graph as DOT text, or drawn into path (.dot, .svg, .png)."""
+        if path is not None:
+            self.write_dot(path)
+            return None
+        with tempfile.TemporaryDirectory(prefix="collfuse") as d:
+            p = os.path.join(d, "graph.dot")
+            self.write_dot(p)
+            with open(p) as f:
+                return f.read()
+
+    def to_xml(self):
+        with tempfile.TemporaryDirectory(prefix="collfuse") as d:
+            p = os.path.join(d, "graph.xml")
+            self.write_xml(p)
+            with open(p) as f:
+                return f.read()
+
+
+class _Options:
+    _KEYS = ("passes", "split", "cost", "target", "explain", "ranks", "deterministic", "algo", "timeout", "seed")
+
+    def __init__(self, ctx, options):
+        self.ctx = ctx
+        h = ctypes.c_void_p()
+        ctx.check(lib.cf_options_create(ctx._h, ctypes.byref(h)))
+        self._h = h
+        for k, v in options.items():
+            if v is None:
+                continue
+            if isinstance(v, bool):
+                v = "1" if v else "0"
+            ctx.check(lib.cf_options_set(self._h, _b(k), _b(v)))
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            lib.cf_options_destroy(h)
+            self._h = None
+
+
+class Executable:
+    """A compiled graph ready to run on every rank of this process."""
+
+    def __init__(self, graph, opts):
+        self.graph = graph  # borrowed by the C executable: kept alive here
+        self.ctx = graph.ctx
+        h = ctypes.c_void_p()
+        self.ctx.check(lib.cf_executable_create(graph._h, opts._h, ctypes.byref(h)))
+        self._h = h
+        self.ranks = lib.cf_executable_ranks(h)
+        self.inputs = self._io(_lib.CF_IO_INPUT)
+        self.outputs = self._io(_lib.CF_IO_OUTPUT)
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            lib.cf_executable_destroy(h)
+            self._h = None
+
+    def _io(self, io):
+        out = []
+        dims = (ctypes.c_int64 * _lib.MAX_DIMS)()
+        for k in range(lib.cf_executable_io_count(self._h, io)):
+            rank = lib.cf_executable_io_shape(self._h, io, k, dims)
+            out.append((lib.cf_executable_io_name(self._h, io, k).decode(),
+                        lib.cf_executable_io_dtype(self._h, io, k).decode(),
+                        tuple(dims[i] for i in range(rank))))
+        return out
+
+    def in_place(self, name):
+        """Whether a run uses the caller's buffer of input or output `name`
+        in place (else it copies: into or out of a fused bucket)."""
+        for io, lst in ((_lib.CF_IO_INPUT, self.inputs), (_lib.CF_IO_OUTPUT, self.outputs)):
+            for k, (n, _, _) in enumerate(lst):
+                if n == name:
+                    return bool(lib.cf_executable_io_in_place(self._h, io, k))
+        raise KeyError(name)
+
+    @property
+    def last_time_ms(self):
+        return lib.cf_executable_last_time_ms(self._h)
+
+    def _array(self, name, dtype, shape, value):
+        a = np.asarray(value)
+        if tuple(a.shape) != tuple(shape):
+            raise ValueError("collfuse: input '%s' has shape %s, the graph wants %s" % (name, tuple(a.shape), tuple(shape)))
+        if dtype == "bfloat16" and a.dtype != np.uint16:
+            if a.dtype.kind != "f":
+                raise TypeError("collfuse: input '%s' is bfloat16: give uint16 raw bits or floats" % name)
+            return float32_to_bf16(a)
+        want = np.dtype(DTYPES[dtype])
+        if a.dtype != want and a.dtype.kind != want.kind and not (a.dtype.kind in "iu" and want.kind in "iu"):
+            raise TypeError("collfuse: input '%s' is %s, got a %s array" % (name, dtype, a.dtype))
+        return np.ascontiguousarray(a, dtype=want)
+
+    def _inputs(self, per_rank, ranks):
+        """Arrays by [rank][k]; None where the input comes from the seed."""
+        names = [n for n, _, _ in self.inputs]
+        table = [[None] * len(names) for _ in range(ranks)]
+        if per_rank is None:
+            return table
+        if len(per_rank) != ranks:
+            raise ValueError("collfuse: %d ranks of inputs for a %d-rank executable" % (len(per_rank), ranks))
+        for r, given in enumerate(per_rank):
+            if given is None:
+                continue
+            items = given.items() if isinstance(given, dict) else zip(names, given)
+            for n, v in items:
+                if n not in names:
+                    raise KeyError("collfuse: the graph has no input '%s' (inputs: %s)" % (n, ", ".join(names)))
+                k = names.index(n)
+                table[r][k] = None if v is None else self._array(n, self.inputs[k][1], self.inputs[k][2], v)
+        return table
+
+    def run(self, inputs_per_rank=None):
+        """Run every rank once. inputs_per_rank: one entry per rank, each a
+        dict name -> array or a sequence in input order; an input given for
+        no rank is made from the seed. Returns one dict name -> numpy array
+        per rank."""
+        R, ni, no = self.ranks, len(self.inputs), len(self.outputs)
+        table = self._inputs(inputs_per_rank, R)
+        outs = [{n: np.empty(s, dtype=DTYPES[d]) for n, d, s in self.outputs} for _ in range(R)]
+        in_ptrs = (ctypes.c_void_p * max(1, R * ni))()
+        out_ptrs = (ctypes.c_void_p * max(1, R * no))()
+        for r in range(R):
+            for k in range(ni):
+                a = table[r][k]
+                in_ptrs[r * ni + k] = None if a is None else a.ctypes.data if a.size else _EMPTY.ctypes.data
+            for j, (n, _, _) in enumerate(self.outputs):
+                a = outs[r][n]
+                out_ptrs[r * no + j] = a.ctypes.data if a.size else None
+        self.ctx.check(lib.cf_executable_run(self._h, in_ptrs, out_ptrs))
+        return outs
+
+    def run_rank(self, rank, inputs):
+        """One rank of a multi-process (MPI) run: inputs for this rank only;
+        returns its outputs. Needs a build with the MPI transport."""
+        names = [n for n, _, _ in self.inputs]
+        table = self._inputs([inputs if r == rank else None for r in range(self.ranks)], self.ranks)[rank]
+        outs = {n: np.empty(s, dtype=DTYPES[d]) for n, d, s in self.outputs}
+        in_ptrs = (ctypes.c_void_p * max(1, len(names)))(*[a.ctypes.data if a is not None else None for a in table])
+        out_ptrs = (ctypes.c_void_p * max(1, len(self.outputs)))(*[outs[n].ctypes.data for n, _, _ in self.outputs])
+        self.ctx.check(lib.cf_executable_run_rank(self._h, int(rank), in_ptrs, out_ptrs))
+        return outs
+
+
+def load(path, context=None):
+    """Load a graph file (.xml, .graphml, .hlo, .pbtxt), structurally
+    verified and inferred."""
+    ctx = context if context is not None else Context()
+    h = ctypes.c_void_p()
+    ctx.check(lib.cf_graph_load(ctx._h, _b(os.fspath(path)), ctypes.byref(h)))
+    return Graph(context=ctx, _handle=h)
+
+
+def parse(text, name="graph.xml", context=None):
+    """A graph from text; name's extension picks the format."""
+    ctx = context if context is not None else Context()
+    data = text.encode() if isinstance(text, str) else bytes(text)
+    h = ctypes.c_void_p()
+    ctx.check(lib.cf_graph_parse(ctx._h, _b(name), data, len(data), ctypes.byref(h)))
+    return Graph(context=ctx, _handle=h)
+
+
+def compile(graph, passes="default", **options):
+    """graph.compile(passes, **options): fuse and plan; an Executable."""
+    return graph.compile(passes=passes, **options)

@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""The collfuse Python package over libcollfuse.so (ctest e2e/python_api).
+
+Run with Debian's python3 and python3-numpy: COLLFUSE_LIBRARY points at the
+build's library and PYTHONPATH at python/ (tests/CMakeLists.txt sets both).
+"""
+
+import os
+import sys
+import tempfile
+import threading
+import unittest
+
+try:
+    import numpy as np
+except ImportError:
+    sys.exit("test_api.py: numpy is missing: install python3-numpy (scripts/install-deps)")
+
+import collfuse
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def dp_graph(ranks=4, n=20, elems=1000, reduction="mean"):
+    g = collfuse.Graph("dp", world_size=ranks)
+    for i in range(n):
+        g.input("g%d" % i, "float32", (elems + i,))
+        g.output("o%d" % i, g.all_reduce("g%d" % i, reduction=reduction))
+    return g
+
+
+class TestBasics(unittest.TestCase):
+    def test_version(self):
+        self.assertRegex(collfuse.version(), r"^\d+\.\d+\.\d+$")
+        major, minor, patch = (int(x) for x in collfuse.version().split("."))
+        self.assertEqual(collfuse.version_number(), major * 10000 + minor * 100 + patch)
+        self.assertIn("atlas-a2", collfuse.targets())
+
+    def test_errors_have_messages(self):
+        g = collfuse.Graph("bad", world_size=2)
+        with self.assertRaises(collfuse.CollfuseError) as e:
+            g.op("Frobnicate", (), "f")
+        self.assertEqual(e.exception.status, "invalid")
+        self.assertIn("node 'f': unknown op 'Frobnicate'", str(e.exception))
+        g.input("x", "float32", (4,))
+        with self.assertRaises(collfuse.CollfuseError) as e:
+            g.all_reduce("x", reduction="median", name="ar")
+        self.assertIn("unknown reduction 'median'", str(e.exception))
+        self.assertEqual(g.node_count, 1)  # the failed add left nothing behind
+        g.all_reduce("x", fusion=2, name="ar")
+        g.output("y", "ar")
+        with self.assertRaises(collfuse.CollfuseError) as e:
+            g.verify()
+        self.assertIn("node 'ar': fusion=2 needs fusion_id >= 0", str(e.exception))
+        with self.assertRaises(collfuse.CollfuseError) as e:
+            g.compile(split="bytes:lots")
+        self.assertEqual(e.exception.status, "usage")
+        with self.assertRaises(collfuse.CollfuseError) as e:
+            collfuse.load("/nonexistent/graph.xml")
+        self.assertEqual(e.exception.status, "io")
+
+    def test_load_example(self):
+        g = collfuse.load(os.path.join(SRC, "examples", "dp_gradients.xml"))
+        before = g.collective_count
+        exe = g.compile()  # the graph says world_size 8
+        self.assertLess(g.collective_count, before)
+        outs = exe.run()
+        self.assertEqual(len(outs), 8)
+        self.assertEqual(set(outs[0]), {n for n, _, _ in exe.outputs})
+        dot = g.to_dot()
+        self.assertTrue(dot.startswith("digraph"))
+        with tempfile.TemporaryDirectory() as d:
+            g.to_dot(os.path.join(d, "g.svg"))
+            with open(os.path.join(d, "g.svg")) as f:
+                self.assertIn("<svg", f.read())
+            g.write_xml(os.path.join(d, "g.xml"))
+            back = collfuse.load(os.path.join(d, "g.xml"))
+            self.assertEqual(back.collective_count, g.collective_count)
+        self.assertIn("<graph", g.to_xml())
+
+
+class TestRun(unittest.TestCase):
+    def test_dp_fused_mean(self):
+        R, n = 4, 20
+        g = dp_graph(R, n)
+        exe = g.compile(split="bytes:16K")
+        buckets = g.buckets()
+        self.assertLess(len(buckets), n)
+        self.assertEqual(sum(len(b["members"]) for b in buckets), n)
+        for b in buckets:
+            self.assertEqual(b["reduction"], "mean")
+            self.assertEqual(b["op"], "FusedAllReduce" if len(b["members"]) > 1 else "AllReduce")
+        rng = np.random.default_rng(1)
+        ins = [{"g%d" % i: rng.integers(-8, 8, 1000 + i).astype(np.float32) for i in range(n)} for _ in range(R)]
+        outs = exe.run(ins)
+        for i in range(n):
+            want = sum(ins[r]["g%d" % i] for r in range(R)) / R
+            for r in range(R):
+                np.testing.assert_array_equal(outs[r]["o%d" % i], want.astype(np.float32))
+        self.assertFalse(exe.in_place("g0"))  # bucket members are copied into the bucket
+        self.assertGreater(exe.last_time_ms, 0)
+
+    def test_sequence_inputs_and_seed(self):
+        g = dp_graph(2, 3, 16, "sum")
+        exe = g.compile(seed=7)
+        a = exe.run()
+        b = exe.run([None, None])
+        for r in range(2):
+            for k in a[r]:
+                np.testing.assert_array_equal(a[r][k], b[r][k])
+        names = [n for n, _, _ in exe.inputs]
+        seq = [[np.full(s, r + 1, np.float32) for (_, _, s) in exe.inputs] for r in range(2)]
+        c = exe.run(seq)
+        np.testing.assert_array_equal(c[1]["o0"], np.full(16, 3, np.float32))
+        self.assertEqual(names[0], "g0")
+        with self.assertRaises(ValueError):
+            exe.run([{"g0": np.zeros(5, np.float32)}, None])
+        with self.assertRaises(KeyError):
+            exe.run([{"nope": np.zeros(16, np.float32)}, None])
+        with self.assertRaises(collfuse.CollfuseError) as e:
+            exe.run([{"g0": np.zeros(16, np.float32)}, None])  # one rank only
+        self.assertIn("no buffer for rank 1", str(e.exception))
+
+    def test_tp_in_place_and_dtypes(self):
+        R, m, k, n = 4, 8, 6, 4
+        g = collfuse.Graph("tp", world_size=R)
+        g.input("x", "float64", (m, k))
+        g.input("w", "float64", (k, n))
+        y = g.reduce_scatter(g.matmul("x", "w", name="mm"), name="rs")
+        z = g.all_gather(y, layout="concat", name="ag")
+        g.output("y", y)
+        g.output("z", z)
+        exe = g.compile(deterministic=True)
+        for name in ("x", "w", "y", "z"):
+            self.assertTrue(exe.in_place(name), name)
+        rng = np.random.default_rng(3)
+        xs = [rng.standard_normal((m, k)) for _ in range(R)]
+        ws = [rng.standard_normal((k, n)) for _ in range(R)]
+        outs = exe.run([{"x": xs[r], "w": ws[r]} for r in range(R)])
+        total = sum(xs[r] @ ws[r] for r in range(R))
+        for r in range(R):
+            np.testing.assert_allclose(outs[r]["y"], total[r * m // R:(r + 1) * m // R], rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(outs[r]["z"], total, rtol=1e-12, atol=1e-12)
+
+    def test_bfloat16_and_ints(self):
+        g = collfuse.Graph("types", world_size=2)
+        g.input("b", "bfloat16", (5,))
+        g.input("i", "int8", (5,))
+        g.output("bs", g.all_reduce("b", fusion=0))
+        g.output("im", g.all_reduce("i", reduction="max", fusion=0))
+        exe = g.compile()
+        vals = np.array([1.0, -2.5, 3.0, 0.5, 100.0], np.float32)
+        outs = exe.run([{"b": vals, "i": np.arange(5, dtype=np.int8)},
+                        {"b": collfuse.float32_to_bf16(vals), "i": -np.arange(5, dtype=np.int8)}])
+        self.assertEqual(outs[0]["bs"].dtype, np.uint16)  # bfloat16 raw bits
+        np.testing.assert_array_equal(collfuse.bf16_to_float32(outs[0]["bs"]), 2 * vals)
+        np.testing.assert_array_equal(outs[1]["im"], np.arange(5, dtype=np.int8))
+
+    def test_run_rank_needs_mpi(self):
+        g = dp_graph(2, 2, 8, "sum")
+        exe = g.compile()
+        try:
+            exe.run_rank(0, {"g0": np.zeros(8, np.float32), "g1": np.zeros(9, np.float32)})
+        except collfuse.CollfuseError as e:
+            self.assertIn(e.status, ("unsupported", "runtime"))
+
+    def test_two_threads(self):
+        """Graphs in two Python threads (two contexts) compile and run at once."""
+        errors = []
+
+        def work(kind):
+            try:
+                for _ in range(3):
+                    if kind == "dp":
+                        g = dp_graph(4, 30, 300, "sum")
+                        exe = g.compile(explain=True)
+                        ins = [{"g%d" % i: np.full(300 + i, r, np.float32) for i in range(30)} for r in range(4)]
+                        outs = exe.run(ins)
+                        for r in range(4):
+                            np.testing.assert_array_equal(outs[r]["o7"], np.full(307, 6, np.float32))
+                    else:
+                        g = collfuse.Graph("tp", world_size=4)
+                        g.input("x", "float32", (16, 8))
+                        g.input("w", "float32", (8, 4))
+                        g.output("y", g.reduce_scatter(g.matmul("x", "w")))
+                        exe = g.compile()
+                        xs = [np.ones((16, 8), np.float32) * (r + 1) for r in range(4)]
+                        outs = exe.run([{"x": xs[r], "w": np.ones((8, 4), np.float32)} for r in range(4)])
+                        np.testing.assert_array_equal(outs[3]["y"], np.full((4, 4), 80, np.float32))
+            except Exception as e:  # reported by the main thread
+                errors.append("%s: %r" % (kind, e))
+
+        ts = [threading.Thread(target=work, args=(k,)) for k in ("dp", "tp")]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errors, [])
+
+    def test_log_callback(self):
+        lines = []
+        ctx = collfuse.Context(log=lambda level, msg: lines.append((level, msg)))
+        g = collfuse.Graph("dp", world_size=2, context=ctx)
+        for i in range(4):
+            g.input("g%d" % i, "float32", (8,))
+            g.output("o%d" % i, g.all_reduce("g%d" % i))
+        g.run_pipeline(explain=True)
+        explain = [m for lv, m in lines if m.startswith("explain: ")]
+        self.assertEqual(len(explain), 4)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,693 @@
+/* test_api.c - the embedding C API through the public header only:
+ * building graphs (and every way that fails, with its message, leaving the
+ * graph as it was), options, pipelines, inspection, executables run with
+ * caller buffers (results, which buffers are used in place, bad buffers),
+ * the log sink, versions, NULL-safe destructors, and two contexts compiling
+ * and running different graphs from two threads at once. */
+#include "cf_test.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <unistd.h>
+
+#define OK(expr)                                                                                   \
+  do {                                                                                             \
+    cf_status st_ = (expr);                                                                        \
+    if (st_ != CF_OK) fail_msg("%s: status %d: %s", #expr, st_, cf_context_errmsg(ctx));           \
+  } while (0)
+
+/* ---- graphs ---- */
+
+/* DP gradients: n Inputs g<i> of `elems` float32 each, AllReduce (mean or
+ * sum, fusion=1), Output o<i>. */
+static cf_graph *dp_graph(cf_context *c, int ranks, int n, int64_t elems, const char *red) {
+  cf_graph *g;
+  if (cf_graph_create(c, "dp", ranks, &g)) return NULL;
+  for (int i = 0; i < n; i++) {
+    char gn[32], an[32], on[32];
+    snprintf(gn, sizeof gn, "g%d", i);
+    snprintf(an, sizeof an, "ar%d", i);
+    snprintf(on, sizeof on, "o%d", i);
+    int64_t d[1] = {elems + i};
+    if (cf_graph_add_input(g, gn, "float32", d, 1) ||
+        cf_graph_add_allreduce(g, an, gn, red, NULL, 1, -1) || cf_graph_add_output(g, on, an)) {
+      cf_graph_destroy(g);
+      return NULL;
+    }
+  }
+  return g;
+}
+
+/* Tensor-parallel MLP on `ranks` ranks: y = ReduceScatter(x @ w1) and
+ * z = AllGather(y, concat) @ w2, outputs y and z. x (m,k) w1 (k,n) w2 (n,p). */
+static cf_graph *tp_graph(cf_context *c, int ranks, int64_t m, int64_t k, int64_t n, int64_t p) {
+  cf_graph *g;
+  int64_t dx[2] = {m, k}, d1[2] = {k, n}, d2[2] = {n, p};
+  if (cf_graph_create(c, "tp", ranks, &g)) return NULL;
+  if (cf_graph_add_input(g, "x", "float32", dx, 2) ||
+      cf_graph_add_input(g, "w1", "float32", d1, 2) ||
+      cf_graph_add_input(g, "w2", "float32", d2, 2) || cf_graph_add_matmul(g, "mm1", "x", "w1") ||
+      cf_graph_add_reducescatter(g, "rs", "mm1", "sum", NULL) ||
+      cf_graph_add_allgather(g, "ag", "rs", NULL, "concat") ||
+      cf_graph_add_matmul(g, "mm2", "ag", "w2") || cf_graph_add_output(g, "y", "rs") ||
+      cf_graph_add_output(g, "z", "mm2")) {
+    cf_graph_destroy(g);
+    return NULL;
+  }
+  return g;
+}
+
+static void test_version(void **state) {
+  (void)state;
+  assert_int_equal(cf_version_number(), CF_VERSION_NUMBER);
+  char v[32];
+  snprintf(v, sizeof v, "%d.%d.%d", CF_VERSION_MAJOR, CF_VERSION_MINOR, CF_VERSION_PATCH);
+  assert_string_equal(cf_version(), v);
+  assert_string_equal(CF_VERSION_STRING, v);
+}
+
+static void test_null_safety(void **state) {
+  (void)state;
+  cf_context_destroy(NULL);
+  cf_graph_destroy(NULL);
+  cf_options_destroy(NULL);
+  cf_executable_destroy(NULL);
+  assert_string_equal(cf_context_errmsg(NULL), "");
+  cf_graph *g = (cf_graph *)&g;
+  assert_int_equal(cf_graph_create(NULL, "x", 2, &g), CF_ERR_USAGE);
+  assert_null(g);
+  assert_int_equal(cf_graph_create(ctx, "x", 2, NULL), CF_ERR_USAGE);
+  assert_int_equal(cf_graph_add_op(NULL, "Input", "x", NULL, 0), CF_ERR_USAGE);
+  cf_executable *e = (cf_executable *)&e;
+  assert_int_equal(cf_executable_create(NULL, NULL, &e), CF_ERR_USAGE);
+  assert_null(e);
+  assert_int_equal(cf_executable_run(NULL, NULL, NULL), CF_ERR_USAGE);
+  assert_null(cf_graph_node_name(NULL, 0));
+  assert_int_equal(cf_executable_io_count(NULL, CF_IO_INPUT), 0);
+}
+
+static void test_build_errors(void **state) {
+  (void)state;
+  cf_graph *g = (cf_graph *)&g;
+  ASSERT_ERR(cf_graph_create(ctx, "big", -1, &g), CF_ERR_USAGE, "world_size -1 must be in 0..");
+  assert_null(g);
+  OK(cf_graph_create(ctx, "b", 2, &g));
+  int64_t d[2] = {4, 8};
+  OK(cf_graph_add_input(g, "x", "float32", d, 2));
+  ASSERT_ERR(cf_graph_add_op(g, "Frobnicate", "f", NULL, 0), CF_ERR_INVALID,
+             "b: error: node 'f': unknown op 'Frobnicate'");
+  ASSERT_ERR(cf_graph_add_input(g, "x", "float32", d, 2), CF_ERR_INVALID,
+             "node 'x': duplicate node name");
+  const char *in[] = {"x", "nope"};
+  ASSERT_ERR(cf_graph_add_op(g, "Add", "a", in, 2), CF_ERR_INVALID,
+             "node 'a': input 1 refers to unknown node 'nope'");
+  ASSERT_ERR(cf_graph_add_input(g, "h", "float33", d, 2), CF_ERR_INVALID,
+             "node 'h': unknown dtype dtype='float33'");
+  int64_t neg[1] = {-3};
+  ASSERT_ERR(cf_graph_add_input(g, "n", "float32", neg, 1), CF_ERR_INVALID,
+             "node 'n': dimension 0 is negative");
+  ASSERT_ERR(cf_graph_add_input(g, "r9", "float32", d, 9), CF_ERR_USAGE,
+             "shape rank 9 must be in 0..8");
+  ASSERT_ERR(cf_graph_add_allreduce(g, "ar", "x", "median", NULL, 1, -1), CF_ERR_INVALID,
+             "node 'ar': unknown reduction 'median'");
+  ASSERT_ERR(cf_graph_set_attr(g, "ghost", "fusion", "1"), CF_ERR_INVALID, "no node named 'ghost'");
+  ASSERT_ERR(cf_graph_set_attr(g, "x", "colour", "red"), CF_ERR_INVALID,
+             "node 'x': unknown attribute 'colour'");
+  ASSERT_ERR(cf_graph_set_attr(g, "x", "fusion", "lots"), CF_ERR_INVALID,
+             "attribute fusion='lots' is not an integer");
+  ASSERT_ERR(cf_graph_set_attr(g, "x", NULL, "1"), CF_ERR_USAGE,
+             "node, attr and value are required");
+  /* every failure left the graph as it was: one node, still valid */
+  assert_int_equal(cf_graph_node_count(g), 1);
+  OK(cf_graph_verify(g, NULL));
+
+  /* op rules are the verifier's, with the node named */
+  OK(cf_graph_add_allreduce(g, "ar", "x", "sum", NULL, 2, -1));
+  ASSERT_ERR(cf_graph_verify(g, NULL), CF_ERR_INVALID, "node 'ar': fusion=2 needs fusion_id >= 0");
+  OK(cf_graph_set_attr_int(g, "ar", "fusion_id", 7));
+  OK(cf_graph_add_output(g, "y", "ar"));
+  OK(cf_graph_verify(g, NULL));
+  OK(cf_graph_set_attr(g, "ar", "reduction", "prod"));
+  OK(cf_graph_set_attr(g, "x", "dtype", "bfloat16"));
+  ASSERT_ERR(cf_graph_verify(g, "atlas-a2"), CF_ERR_INVALID,
+             "node 'ar': target atlas-a2: AllReduce does not support prod on bfloat16");
+  ASSERT_ERR(cf_graph_verify(g, "tpu-v9"), CF_ERR_USAGE, "unknown target 'tpu-v9'");
+  /* ports: "NAME:K" */
+  ASSERT_ERR(cf_graph_add_output(g, "p", "ar:1"), CF_ERR_INVALID,
+             "node 'p': input 0 refers to port 1 of 'ar', which has 1 output");
+  OK(cf_graph_add_output(g, "p", "ar:0"));
+  OK(cf_graph_verify(g, NULL));
+  assert_int_equal(cf_graph_node_count(g), 4);
+  cf_graph_destroy(g);
+
+  /* a group of the graph, and one the graph does not define */
+  OK(cf_graph_create(ctx, "grp", 4, &g));
+  int ranks[2] = {0, 2};
+  OK(cf_graph_define_group(g, "pair", ranks, 2));
+  ASSERT_ERR(cf_graph_define_group(g, "pair", ranks, 2), CF_ERR_INVALID,
+             "group 'pair' defined twice");
+  OK(cf_graph_add_input(g, "x", "float32", d, 2));
+  OK(cf_graph_add_allreduce(g, "a1", "x", "sum", "pair", 0, -1));
+  OK(cf_graph_add_allreduce(g, "a2", "x", "sum", "elsewhere", 0, -1));
+  OK(cf_graph_add_output(g, "y1", "a1"));
+  OK(cf_graph_add_output(g, "y2", "a2"));
+  ASSERT_ERR(cf_graph_verify(g, NULL), CF_ERR_INVALID, "'elsewhere'");
+  cf_graph_destroy(g);
+}
+
+static void test_options(void **state) {
+  (void)state;
+  cf_options *o = (cf_options *)&o;
+  assert_int_equal(cf_options_create(NULL, &o), CF_ERR_USAGE);
+  assert_null(o);
+  OK(cf_options_create(ctx, &o));
+  ASSERT_ERR(cf_options_set(o, "colour", "red"), CF_ERR_USAGE, "unknown option 'colour'");
+  ASSERT_ERR(cf_options_set(o, "split", "bytes:lots"), CF_ERR_USAGE, "option split:");
+  ASSERT_ERR(cf_options_set(o, "target", "tpu"), CF_ERR_USAGE, "unknown target 'tpu' (one of: cpu");
+  ASSERT_ERR(cf_options_set(o, "passes", "verify,fuse-all"), CF_ERR_USAGE,
+             "unknown pass 'fuse-all'");
+  ASSERT_ERR(cf_options_set(o, "deterministic", "maybe"), CF_ERR_USAGE,
+             "option deterministic wants 1 or 0");
+  ASSERT_ERR(cf_options_set(o, "ranks", "0"), CF_ERR_USAGE, "option ranks wants 1..");
+  ASSERT_ERR(cf_options_set(o, "algo", "tree"), CF_ERR_USAGE, "option algo wants auto");
+  ASSERT_ERR(cf_options_set(o, "timeout", "-1"), CF_ERR_USAGE, "option timeout wants seconds");
+  OK(cf_options_set(o, "split", "bytes:25M,first=1M"));
+  OK(cf_options_set(o, "split", "size:96.54,3.46"));
+  OK(cf_options_set(o, "target", "atlas-a2"));
+  OK(cf_options_set(o, "passes", "O0"));
+  OK(cf_options_set(o, "passes", "verify,infer,dce,fuse-allreduce"));
+  OK(cf_options_set(o, "deterministic", "1"));
+  OK(cf_options_set(o, "algo", "ring"));
+  OK(cf_options_set(o, "seed", "42"));
+  cf_options_destroy(o);
+}
+
+/* Fused buckets as the API shows them. */
+static void test_pipeline_and_inspection(void **state) {
+  (void)state;
+  cf_graph *g = dp_graph(ctx, 4, 20, 1000, "mean");
+  assert_non_null(g);
+  assert_int_equal(cf_graph_collective_count(g), 20);
+  cf_options *o;
+  OK(cf_options_create(ctx, &o));
+  OK(cf_options_set(o, "split", "bytes:16K"));
+  OK(cf_graph_run_pipeline(g, NULL, o));
+  size_t nc = cf_graph_collective_count(g);
+  assert_true(nc > 1 && nc < 20);
+  char buf[4096], op[64], bytes[32];
+  size_t members = 0;
+  int64_t total = 0;
+  for (size_t i = 0; i < nc; i++) {
+    const char *b = cf_graph_collective_name(g, i);
+    assert_non_null(b);
+    OK(cf_graph_get_attr(g, b, "members", buf, sizeof buf));
+    OK(cf_graph_get_attr(g, b, "op", op, sizeof op));
+    OK(cf_graph_get_attr(g, b, "bytes", bytes, sizeof bytes));
+    for (char *c = buf; *c; c++)
+      members += *c == ',';
+    members++;
+    total += atoll(bytes);
+    assert_true(atoll(bytes) <= 16 * 1024 || strchr(buf, ',') == NULL);
+    OK(cf_graph_get_attr(g, b, "reduction", buf, sizeof buf));
+    assert_string_equal(buf, "mean");
+    OK(cf_graph_get_attr(g, b, "group", buf, sizeof buf));
+    assert_string_equal(buf, "hccl_world_group");
+  }
+  assert_null(cf_graph_collective_name(g, nc));
+  assert_int_equal(members, 20);
+  assert_int_equal(total, 4 * (20 * 1000 + 190));
+  OK(cf_graph_get_attr(g, "g3", "shape", buf, sizeof buf));
+  assert_string_equal(buf, "1003");
+  OK(cf_graph_get_attr(g, "g3", "dtype", buf, sizeof buf));
+  assert_string_equal(buf, "float32");
+  assert_string_equal(cf_graph_node_op(g, "o3"), "Output");
+  assert_null(cf_graph_node_op(g, "nobody"));
+  ASSERT_ERR(cf_graph_get_attr(g, "g3", "members", buf, sizeof buf), CF_ERR_INVALID,
+             "node 'g3': not a collective");
+  ASSERT_ERR(cf_graph_get_attr(g, "g3", "root", buf, sizeof buf), CF_ERR_INVALID,
+             "node 'g3': has no attribute 'root'");
+  ASSERT_ERR(cf_graph_get_attr(g, "g3", "wat", buf, sizeof buf), CF_ERR_INVALID,
+             "unknown attribute 'wat'");
+  /* a short buffer truncates but terminates */
+  OK(cf_graph_get_attr(g, "g3", "dtype", buf, 4));
+  assert_string_equal(buf, "flo");
+  /* nodes in execution order: every Input comes before what reads it */
+  assert_string_equal(cf_graph_node_name(g, 0) ? "ok" : "", "ok");
+  assert_null(cf_graph_node_name(g, cf_graph_node_count(g)));
+
+  /* written, drawn and read back */
+  char dir[] = "/tmp/cf_api_XXXXXX", path[256];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/dp.xml", dir);
+  OK(cf_graph_write_xml(g, path));
+  cf_graph *back;
+  OK(cf_graph_load(ctx, path, &back));
+  assert_int_equal(cf_graph_collective_count(back), nc);
+  cf_graph_destroy(back);
+  remove(path);
+  snprintf(path, sizeof path, "%s/dp.dot", dir);
+  OK(cf_graph_write_dot(g, path));
+  remove(path);
+  rmdir(dir);
+  cf_graph_destroy(g);
+  cf_options_destroy(o);
+}
+
+/* ---- runs ---- */
+
+/* All ranks of a DP graph with caller buffers: every output is the mean
+ * over ranks, exactly (small integers in float32). */
+static void test_run_dp(void **state) {
+  (void)state;
+  enum { R = 4, N = 20, E = 300 };
+  cf_graph *g = dp_graph(ctx, R, N, E, "sum");
+  assert_non_null(g);
+  OK(cf_graph_run_pipeline(g, "default", NULL));
+  assert_true(cf_graph_collective_count(g) < N);
+  cf_executable *e;
+  OK(cf_executable_create(g, NULL, &e));
+  assert_int_equal(cf_executable_ranks(e), R);
+  assert_int_equal(cf_executable_io_count(e, CF_IO_INPUT), N);
+  assert_int_equal(cf_executable_io_count(e, CF_IO_OUTPUT), N);
+  float *in[R * N], *out[R * N];
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < N; i++) {
+      char nm[16];
+      snprintf(nm, sizeof nm, "g%d", i);
+      int ki = cf_executable_io_find(e, CF_IO_INPUT, nm);
+      snprintf(nm, sizeof nm, "o%d", i);
+      int ko = cf_executable_io_find(e, CF_IO_OUTPUT, nm);
+      assert_true(ki >= 0 && ko >= 0);
+      size_t bytes = cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)ki);
+      assert_int_equal(bytes, (E + i) * sizeof(float));
+      assert_string_equal(cf_executable_io_dtype(e, CF_IO_INPUT, (size_t)ki), "float32");
+      int64_t dims[CF_MAX_DIMS];
+      assert_int_equal(cf_executable_io_shape(e, CF_IO_OUTPUT, (size_t)ko, dims), 1);
+      assert_int_equal(dims[0], E + i);
+      /* buckets are one contiguous buffer: members are copied in and out */
+      assert_int_equal(cf_executable_io_in_place(e, CF_IO_INPUT, (size_t)ki), 0);
+      assert_int_equal(cf_executable_io_in_place(e, CF_IO_OUTPUT, (size_t)ko), 0);
+      in[r * N + ki] = malloc(bytes);
+      out[r * N + ko] = malloc(bytes);
+      for (int x = 0; x < E + i; x++)
+        in[r * N + ki][x] = (float)(r + 1) * (float)(x % 7 + i);
+    }
+  assert_int_equal(cf_executable_io_find(e, CF_IO_INPUT, "o1"), -1);
+  assert_null(cf_executable_io_name(e, CF_IO_INPUT, N));
+  assert_int_equal(cf_executable_io_shape(e, CF_IO_INPUT, N, (int64_t[8]){0}), -1);
+  for (int rep = 0; rep < 2; rep++) {
+    for (int r = 0; r < R * N; r++)
+      memset(out[r], 0xff, cf_executable_io_bytes(e, CF_IO_OUTPUT, (size_t)(r % N)));
+    OK(cf_executable_run(e, (const void *const *)in, (void *const *)out));
+    for (int r = 0; r < R; r++)
+      for (int i = 0; i < N; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "o%d", i);
+        int ko = cf_executable_io_find(e, CF_IO_OUTPUT, nm);
+        for (int x = 0; x < E + i; x++)
+          if (out[r * N + ko][x] != 10.0f * (float)(x % 7 + i))
+            fail_msg("rank %d o%d[%d] = %g, want %g", r, i, x, out[r * N + ko][x],
+                     10.0 * (x % 7 + i));
+      }
+  }
+  assert_true(cf_executable_last_time_ms(e) > 0);
+  /* the caller's inputs are unchanged */
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < N; i++) {
+      char nm[16];
+      snprintf(nm, sizeof nm, "g%d", i);
+      int ki = cf_executable_io_find(e, CF_IO_INPUT, nm);
+      assert_true(in[r * N + ki][1] == (float)(r + 1) * (float)(1 + i));
+    }
+
+  /* an input given for some ranks only; a misaligned buffer */
+  float *keep = in[2 * N + 0];
+  in[2 * N + 0] = NULL;
+  ASSERT_ERR(cf_executable_run(e, (const void *const *)in, (void *const *)out), CF_ERR_USAGE,
+             "no buffer for rank 2");
+  in[2 * N + 0] = (float *)((char *)keep + 1);
+  ASSERT_ERR(cf_executable_run(e, (const void *const *)in, (void *const *)out), CF_ERR_USAGE,
+             "on rank 2: the buffer is not aligned to its 4-byte float32 elements");
+  in[2 * N + 0] = keep;
+  /* MPI: one rank per process */
+  cf_status st = cf_executable_run_rank(e, 0, (const void *const *)in, (void *const *)out);
+  assert_true(st == CF_ERR_UNSUPPORTED || st == CF_ERR_RUNTIME || st == CF_OK);
+  ASSERT_ERR(cf_executable_run_rank(e, R, NULL, NULL), CF_ERR_USAGE,
+             "rank 4 is not a rank of this 4-rank executable");
+  for (int r = 0; r < R * N; r++) {
+    free(in[r]);
+    free(out[r]);
+  }
+  cf_executable_destroy(e);
+  cf_graph_destroy(g);
+}
+
+/* The plan uses the caller's buffers in place where a value has a buffer
+ * of its own; results equal a plain C computation of the ranks. */
+static void test_run_tp_in_place(void **state) {
+  (void)state;
+  enum { R = 4, M = 16, K = 8, N = 12, P = 5 };
+  cf_graph *g = tp_graph(ctx, R, M, K, N, P);
+  assert_non_null(g);
+  cf_options *o;
+  OK(cf_options_create(ctx, &o));
+  OK(cf_options_set(o, "deterministic", "1"));
+  OK(cf_graph_run_pipeline(g, NULL, o));
+  cf_executable *e;
+  OK(cf_executable_create(g, o, &e));
+  int kx = cf_executable_io_find(e, CF_IO_INPUT, "x"),
+      k1 = cf_executable_io_find(e, CF_IO_INPUT, "w1"),
+      k2 = cf_executable_io_find(e, CF_IO_INPUT, "w2");
+  int ky = cf_executable_io_find(e, CF_IO_OUTPUT, "y"),
+      kz = cf_executable_io_find(e, CF_IO_OUTPUT, "z");
+  for (int k = 0; k < 3; k++)
+    assert_int_equal(cf_executable_io_in_place(e, CF_IO_INPUT, (size_t)k), 1);
+  assert_int_equal(cf_executable_io_in_place(e, CF_IO_OUTPUT, (size_t)ky), 1);
+  assert_int_equal(cf_executable_io_in_place(e, CF_IO_OUTPUT, (size_t)kz), 1);
+  static float x[R][M * K], w1[R][K * N], w2[R][N * P], y[R][M / R * N], z[R][M * P];
+  const void *in[R * 3];
+  void *out[R * 2];
+  for (int r = 0; r < R; r++) {
+    for (int i = 0; i < M * K; i++)
+      x[r][i] = (float)((i * 3 + r) % 5) - 2;
+    for (int i = 0; i < K * N; i++)
+      w1[r][i] = (float)((i + 2 * r) % 3) - 1;
+    for (int i = 0; i < N * P; i++)
+      w2[r][i] = (float)((i * 7 + r) % 4) - 1;
+    in[r * 3 + kx] = x[r];
+    in[r * 3 + k1] = w1[r];
+    in[r * 3 + k2] = w2[r];
+    out[r * 2 + ky] = y[r];
+    out[r * 2 + kz] = z[r];
+  }
+  OK(cf_executable_run(e, in, out));
+  /* reference: mm1 summed over ranks, block r to rank r; ag = the whole sum */
+  static float sum[M * N];
+  memset(sum, 0, sizeof sum);
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++)
+        for (int t = 0; t < K; t++)
+          sum[i * N + j] += x[r][i * K + t] * w1[r][t * N + j];
+  for (int r = 0; r < R; r++) {
+    for (int i = 0; i < M / R * N; i++)
+      assert_true(y[r][i] == sum[r * (M / R) * N + i]);
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < P; j++) {
+        float want = 0;
+        for (int t = 0; t < N; t++)
+          want += sum[i * N + t] * w2[r][t * P + j];
+        if (fabsf(z[r][i * P + j] - want) > 1e-4f * (1 + fabsf(want)))
+          fail_msg("rank %d z[%d,%d] = %g, want %g", r, i, j, z[r][i * P + j], want);
+      }
+  }
+  /* inputs not given come from the seed; unwanted outputs are skipped */
+  void *only_z[R * 2] = {0};
+  for (int r = 0; r < R; r++)
+    only_z[r * 2 + kz] = z[r];
+  OK(cf_executable_run(e, NULL, only_z));
+  cf_executable_destroy(e);
+  cf_graph_destroy(g);
+
+  /* the fused MatMul+ReduceScatter op reads and writes the caller's buffers */
+  int64_t dx[2] = {M, K}, dw[2] = {K, N};
+  const char *mm_in[] = {"x", "w1"}, *attr[] = {"world_size", "comm_turn"}, *val[] = {"4", "2"};
+  OK(cf_graph_create(ctx, "mmrs", R, &g));
+  OK(cf_graph_add_input(g, "x", "float32", dx, 2));
+  OK(cf_graph_add_input(g, "w1", "float32", dw, 2));
+  ASSERT_ERR(cf_graph_add_op_attrs(g, "MatmulReduceScatter", "mmrs", mm_in, 2, attr,
+                                   (const char *[]){"4", "x"}, 2),
+             CF_ERR_INVALID, "comm_turn='x' is not an integer");
+  assert_int_equal(cf_graph_node_count(g), 2);
+  OK(cf_graph_add_op_attrs(g, "MatmulReduceScatter", "mmrs", mm_in, 2, attr, val, 2));
+  OK(cf_graph_add_output(g, "y", "mmrs"));
+  OK(cf_executable_create(g, o, &e));
+  assert_int_equal(cf_executable_io_in_place(e, CF_IO_OUTPUT, 0), 1);
+  for (int r = 0; r < R; r++) {
+    in[r * 2 + cf_executable_io_find(e, CF_IO_INPUT, "x")] = x[r];
+    in[r * 2 + cf_executable_io_find(e, CF_IO_INPUT, "w1")] = w1[r];
+    out[r] = y[r];
+  }
+  OK(cf_executable_run(e, in, out));
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < M / R * N; i++)
+      assert_true(y[r][i] == sum[r * (M / R) * N + i]);
+  cf_executable_destroy(e);
+  cf_graph_destroy(g);
+  cf_options_destroy(o);
+}
+
+/* An Output straight from an Input is copied; the same value as two Outputs
+ * is produced in the first one's buffer and copied to the second. */
+static void test_run_copies(void **state) {
+  (void)state;
+  cf_graph *g;
+  int64_t d[1] = {64};
+  OK(cf_graph_create(ctx, "copies", 2, &g));
+  OK(cf_graph_add_input(g, "x", "int32", d, 1));
+  OK(cf_graph_add_allreduce(g, "ar", "x", "max", NULL, 0, -1));
+  OK(cf_graph_add_output(g, "echo", "x"));
+  OK(cf_graph_add_output(g, "m1", "ar"));
+  OK(cf_graph_add_output(g, "m2", "ar"));
+  cf_executable *e;
+  OK(cf_executable_create(g, NULL, &e));
+  assert_int_equal(cf_executable_io_in_place(e, CF_IO_INPUT, 0), 1);
+  assert_int_equal(cf_executable_io_in_place(e, CF_IO_OUTPUT, 0), 0);
+  assert_int_equal(cf_executable_io_in_place(e, CF_IO_OUTPUT, 1), 1);
+  assert_int_equal(cf_executable_io_in_place(e, CF_IO_OUTPUT, 2), 0);
+  int32_t x[2][64], o[2][3][64];
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 64; i++)
+      x[r][i] = r ? i : 63 - i;
+  const void *in[2] = {x[0], x[1]};
+  void *out[6] = {o[0][0], o[0][1], o[0][2], o[1][0], o[1][1], o[1][2]};
+  OK(cf_executable_run(e, in, out));
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 64; i++) {
+      assert_int_equal(o[r][0][i], x[r][i]);
+      assert_int_equal(o[r][1][i], i > 63 - i ? i : 63 - i);
+      assert_int_equal(o[r][2][i], o[r][1][i]);
+    }
+  cf_executable_destroy(e);
+  /* editing the graph drops its verified state; it verifies again */
+  OK(cf_graph_set_attr(g, "ar", "reduction", "min"));
+  OK(cf_executable_create(g, NULL, &e));
+  OK(cf_executable_run(e, in, out));
+  assert_int_equal(o[1][1][0], 0);
+  cf_executable_destroy(e);
+  cf_graph_destroy(g);
+}
+
+/* --deterministic: fused and unfused runs are bitwise equal. */
+static void test_deterministic(void **state) {
+  (void)state;
+  enum { R = 3, N = 12 };
+  float *res[2][R * N];
+  for (int pass = 0; pass < 2; pass++) {
+    cf_graph *g = dp_graph(ctx, R, N, 777, "mean");
+    cf_options *o;
+    OK(cf_options_create(ctx, &o));
+    OK(cf_options_set(o, "deterministic", "1"));
+    OK(cf_options_set(o, "seed", "5"));
+    OK(cf_options_set(o, "passes", pass ? "default" : "O0"));
+    OK(cf_graph_run_pipeline(g, NULL, o));
+    assert_true(pass ? cf_graph_collective_count(g) < N : cf_graph_collective_count(g) == N);
+    cf_executable *e;
+    OK(cf_executable_create(g, o, &e));
+    for (int r = 0; r < R; r++)
+      for (int i = 0; i < N; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "o%d", i);
+        int k = cf_executable_io_find(e, CF_IO_OUTPUT, nm);
+        res[pass][r * N + i] = malloc(cf_executable_io_bytes(e, CF_IO_OUTPUT, (size_t)k));
+      }
+    void *out[R * N];
+    for (int r = 0; r < R; r++)
+      for (int i = 0; i < N; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "o%d", i);
+        out[r * N + cf_executable_io_find(e, CF_IO_OUTPUT, nm)] = res[pass][r * N + i];
+      }
+    OK(cf_executable_run(e, NULL, out));
+    cf_executable_destroy(e);
+    cf_graph_destroy(g);
+    cf_options_destroy(o);
+  }
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < N; i++) {
+      assert_memory_equal(res[0][r * N + i], res[1][r * N + i], (777 + i) * sizeof(float));
+      free(res[0][r * N + i]);
+      free(res[1][r * N + i]);
+    }
+}
+
+/* ---- the log sink ---- */
+
+typedef struct log_sink {
+  int lines, explain;
+  char last[512]; /* the last explain line */
+} log_sink;
+
+static void on_log(void *user, cf_log_level level, const char *msg) {
+  log_sink *s = user;
+  s->lines++;
+  if (level == CF_LOG_INFO && strncmp(msg, "explain: ", 9) == 0) {
+    s->explain++;
+    snprintf(s->last, sizeof s->last, "%s", msg);
+  }
+}
+
+static void test_log(void **state) {
+  (void)state;
+  log_sink s = {0};
+  cf_context_set_log(ctx, on_log, &s);
+  cf_graph *g = dp_graph(ctx, 2, 6, 64, "sum");
+  cf_options *o;
+  OK(cf_options_create(ctx, &o));
+  OK(cf_options_set(o, "explain", "1"));
+  OK(cf_graph_run_pipeline(g, NULL, o));
+  assert_int_equal(s.explain, 6); /* one line per collective */
+  if (!strstr(s.last, "AllReduce 'ar")) fail_msg("last log line: %s", s.last);
+  cf_context_set_log(ctx, NULL, NULL);
+  cf_graph_destroy(g);
+  cf_options_destroy(o);
+}
+
+/* ---- two contexts, two threads ---- */
+
+typedef struct job {
+  bool tp;
+  int iters;
+  int explain_lines, foreign_lines;
+  char err[512];
+  log_sink sink;
+} job;
+
+static void *worker(void *arg) {
+  job *j = arg;
+  cf_context *c;
+  cf_graph *g = NULL;
+  cf_options *o = NULL;
+  cf_executable *e = NULL;
+  if (cf_context_create(&c)) {
+    snprintf(j->err, sizeof j->err, "no context");
+    return NULL;
+  }
+  cf_context_set_log(c, on_log, &j->sink);
+  enum { R = 4, M = 32, K = 16, N = 24, P = 8, DN = 30 };
+  if (j->tp)
+    g = tp_graph(c, R, M, K, N, P);
+  else
+    g = dp_graph(c, R, DN, 500, "sum");
+  cf_status st = g ? CF_OK : CF_ERR_INVALID;
+  if (!st) st = cf_options_create(c, &o);
+  if (!st && !j->tp) st = cf_options_set(o, "explain", "1");
+  if (!st) st = cf_graph_run_pipeline(g, NULL, o);
+  if (!st) st = cf_executable_create(g, o, &e);
+  int ni = (int)cf_executable_io_count(e, CF_IO_INPUT),
+      no = (int)cf_executable_io_count(e, CF_IO_OUTPUT);
+  void **in = calloc((size_t)(R * ni + R * no) + 1, sizeof *in), **out = in + R * ni;
+  for (int r = 0; r < R && !st; r++) {
+    for (int k = 0; k < ni; k++) {
+      size_t b = cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)k);
+      float *p = malloc(b);
+      for (size_t x = 0; x < b / 4; x++)
+        p[x] = (float)((x + (size_t)k + (size_t)r) % 3);
+      in[r * ni + k] = p;
+    }
+    for (int k = 0; k < no; k++)
+      out[r * no + k] = malloc(cf_executable_io_bytes(e, CF_IO_OUTPUT, (size_t)k));
+  }
+  for (int it = 0; it < j->iters && !st; it++) {
+    st = cf_executable_run(e, (const void *const *)in, out);
+    if (st) break;
+    /* check rank 1 against a direct computation */
+    if (!j->tp) {
+      for (int k = 0; k < no && !st; k++) {
+        const char *nm = cf_executable_io_name(e, CF_IO_OUTPUT, (size_t)k);
+        char gn[16];
+        snprintf(gn, sizeof gn, "g%s", nm + 1);
+        int ki = cf_executable_io_find(e, CF_IO_INPUT, gn);
+        size_t cnt = cf_executable_io_bytes(e, CF_IO_OUTPUT, (size_t)k) / 4;
+        for (size_t x = 0; x < cnt; x++) {
+          float want = 0;
+          for (int r = 0; r < R; r++)
+            want += ((float *)in[r * ni + ki])[x];
+          if (((float *)out[1 * no + k])[x] != want) {
+            snprintf(j->err, sizeof j->err, "dp %s[%zu] = %g, want %g", nm, x,
+                     ((float *)out[no + k])[x], want);
+            st = CF_ERR_RUNTIME;
+            break;
+          }
+        }
+      }
+    } else {
+      int kx = cf_executable_io_find(e, CF_IO_INPUT, "x"),
+          k1 = cf_executable_io_find(e, CF_IO_INPUT, "w1");
+      int ky = cf_executable_io_find(e, CF_IO_OUTPUT, "y");
+      for (int i = 0; i < M / R && !st; i++)
+        for (int jj = 0; jj < N && !st; jj++) {
+          float want = 0;
+          for (int r = 0; r < R; r++)
+            for (int t = 0; t < K; t++)
+              want += ((float *)in[r * ni + kx])[(M / R + i) * K + t] *
+                      ((float *)in[r * ni + k1])[t * N + jj];
+          float got = ((float *)out[1 * no + ky])[i * N + jj];
+          if (fabsf(got - want) > 1e-4f * (1 + fabsf(want))) {
+            snprintf(j->err, sizeof j->err, "tp y[%d,%d] = %g, want %g", i, jj, got, want);
+            st = CF_ERR_RUNTIME;
+          }
+        }
+    }
+  }
+  if (st && !j->err[0]) snprintf(j->err, sizeof j->err, "status %d: %s", st, cf_context_errmsg(c));
+  /* an error on this context leaves the message here, and only here */
+  if (!st && j->tp) {
+    if (cf_graph_add_op(g, "Nope", "bad", NULL, 0) != CF_ERR_INVALID ||
+        !strstr(cf_context_errmsg(c), "unknown op 'Nope'"))
+      snprintf(j->err, sizeof j->err, "tp context lost its message: '%s'", cf_context_errmsg(c));
+  }
+  for (int k = 0; in && k < R * (ni + no); k++)
+    free(in[k]);
+  free(in);
+  cf_executable_destroy(e);
+  cf_graph_destroy(g);
+  cf_options_destroy(o);
+  j->explain_lines = j->sink.explain;
+  j->foreign_lines = j->sink.lines - j->sink.explain;
+  cf_context_destroy(c);
+  return NULL;
+}
+
+static void test_two_contexts_two_threads(void **state) {
+  (void)state;
+  job a = {.tp = false, .iters = 6}, b = {.tp = true, .iters = 6};
+  pthread_t ta, tb;
+  assert_int_equal(pthread_create(&ta, NULL, worker, &a), 0);
+  assert_int_equal(pthread_create(&tb, NULL, worker, &b), 0);
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  if (a.err[0]) fail_msg("dp thread: %s", a.err);
+  if (b.err[0]) fail_msg("tp thread: %s", b.err);
+  /* each context's log sink heard its own graph only */
+  assert_int_equal(a.explain_lines, 30);
+  assert_int_equal(b.explain_lines, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_version),
+      cmocka_unit_test(test_null_safety),
+      cmocka_unit_test(test_build_errors),
+      cmocka_unit_test(test_options),
+      cmocka_unit_test(test_pipeline_and_inspection),
+      cmocka_unit_test(test_run_dp),
+      cmocka_unit_test(test_run_tp_in_place),
+      cmocka_unit_test(test_run_copies),
+      cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_log),
+      cmocka_unit_test(test_two_contexts_two_threads),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
