@@ -21,10 +21,9 @@ const cf_pass *const cf_pass_registry[] = {
 
 /* -O0 never has the fusion passes. fuse-matmul-collective runs after the
  * bucketing passes (docs/fusion.md): a collective in a bucket stays there.
- * It joins the default pipeline once the executor runs the fused matmul ops;
- * until then it is run by name (--passes). The pipeline with it:
- * "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter,fuse-matmul-collective" */
-const char cf_pipeline_default[] = "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter";
+ * It runs after the bucketing passes, so it only takes collectives that are still plain. */
+const char cf_pipeline_default[] =
+    "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter,fuse-matmul-collective";
 const char cf_pipeline_O0[] = "verify,infer";
 
 const cf_pass *cf_pass_find(const char *name) {

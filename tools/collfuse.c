@@ -400,7 +400,7 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   cf_cost cm;
   if (split && !cf_split_parse(split, &sp, why, sizeof why)) return cf_tool_usage("compile", "%s", why);
   if (cost && !cf_cost_parse(cost, &cm, why, sizeof why)) return cf_tool_usage("compile", "%s", why);
-  cf_pass_options popt = {.split = split, .cost = cost};
+  cf_pass_options popt = {.split = split, .cost = cost, .target = target};
   if (explain) {
     popt.explain = explain_line;
     popt.explain_user = json ? stderr : stdout;

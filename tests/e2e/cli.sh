@@ -236,7 +236,7 @@ if run compile "$src/examples/tp_block.xml" --json && expect_rc 0 "compile --jso
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["collectives_before"] == 2, d["collectives_before"]
-members = sorted(m for b in d["buckets"] for m in b["members"])
+members = sorted([m for b in d["buckets"] for m in b["members"]] + [f["collective"] for f in d["fused_matmul"]])
 assert members == ["ar0", "rs"], members
 ar = [b for b in d["buckets"] if "ar0" in b["members"]][0]
 assert ar["op"] in ("AllReduce", "FusedAllReduce"), ar["op"]
