@@ -275,17 +275,22 @@ class Graph:
         except CollfuseError:
             return None
 
+    FUSED_MATMUL_OPS = ("MatmulReduceScatter", "MatmulAllReduce", "AllGatherMatmul")
+
     def buckets(self):
         """Every collective in execution order, as `compile --json` lists
-        them: name, op, members, bytes, dtype, reduction (None when the op
-        has none), group."""
+        them: name, op, members (the original collectives it stands for),
+        bytes, dtype, reduction (None when the op has none), group; a fused
+        MatMul+collective op also has "matmuls", the MatMuls it absorbed."""
         out = []
         for c in self.collectives():
-            out.append({
-                "name": c, "op": self.op_of(c), "members": self.attr(c, "members").split(","),
-                "bytes": int(self.attr(c, "bytes")), "dtype": self._try_attr(c, "dtype"),
-                "reduction": self._try_attr(c, "reduction"), "group": self._try_attr(c, "group"),
-            })
+            op, members = self.op_of(c), self.attr(c, "members").split(",")
+            b = {"name": c, "op": op, "members": members, "bytes": int(self.attr(c, "bytes")),
+                 "dtype": self._try_attr(c, "dtype"), "reduction": self._try_attr(c, "reduction"),
+                 "group": self._try_attr(c, "group")}
+            if op in self.FUSED_MATMUL_OPS:  # members: the MatMuls, then the collective
+                b["members"], b["matmuls"] = members[-1:], members[:-1]
+            out.append(b)
         return out
 
     # ---- checking, compiling, writing ----
