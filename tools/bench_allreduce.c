@@ -482,6 +482,8 @@ static void print_header(const ar_options *o, const mpi_peer *m) {
   if (m->up)
     printf("  mpi: MPI_Allreduce, %s, %s\n", m->library[0] ? m->library : "OpenMPI", m->command);
   if (m->why[0]) printf("  mpi: %s%s\n", m->up ? "partial results: " : "not measured: ", m->why);
+  if (o->ranks & (o->ranks - 1))
+    printf("  rd needs a power-of-two rank count: its column (*) is what ran instead (direct)\n");
   printf("%6s %5s | %6s %9s %7s %7s | %9s %9s %9s %9s | %9s %7s | %6s\n", "size", "K", "auto", "us",
          "algbw", "busbw", "direct", "rsag", "ring", "rd", "mpi us", "busbw", "cf/mpi");
 }
@@ -497,8 +499,8 @@ static void print_row(const ar_options *o, const ar_row *r) {
   char sz[16], c[N_COLS][16], ab[16], bb[16], mu[16], mb[16], q[16];
   double f = busbw_factor(o->ranks);
   size_text(r->bytes, sz, sizeof sz);
-  for (int k = 0; k < N_COLS; k++)
-    cell(r->us[k], "%.1f", c[k], sizeof c[k]);
+  for (int k = 0; k < N_COLS; k++) /* '*': the algorithm fell back to another */
+    cell(r->us[k], k && r->run[k] != columns[k] ? "%.1f*" : "%.1f", c[k], sizeof c[k]);
   cell(gbps(r->bytes, r->us[0]), "%.2f", ab, sizeof ab);
   cell(gbps(r->bytes, r->us[0]) * f, "%.2f", bb, sizeof bb);
   cell(r->mpi_us, "%.1f", mu, sizeof mu);

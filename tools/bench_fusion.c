@@ -11,7 +11,9 @@
  * ranks, iterations and seed, so the difference between two rows is the
  * bucket layout alone: fused/ideal says how close the buckets come to one
  * big message, fused/unfused what fusion saves. A spec that does not fit
- * the graph (size:/index: segments) is skipped with the reason.
+ * the graph (size:/index: segments) is skipped with the reason. With
+ * --rounds R every variant runs R times, round-robin, and reports the
+ * median round, so drifting load on a shared machine hits all rows alike.
  */
 #include "tools.h"
 
@@ -23,13 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_SPLITS = 16 };
+enum { MAX_SPLITS = 16, MAX_ROUNDS = 100 };
 
 static const char *const default_splits[] = {"bytes:25M", "bytes:4M", "size:50,50"};
 
 typedef struct fu_options {
   const char *file;
   int ranks, iters, warmup;
+  int rounds; /* every variant runs once per round, round-robin */
   const char *splits[MAX_SPLITS];
   int n_splits;
   bool json;
@@ -39,9 +42,12 @@ typedef struct variant {
   char name[64];
   const char *pipeline; /* NULL: the ideal graph */
   const char *split;    /* --split SPEC or NULL */
-  int collectives;      /* per rank per iteration */
-  int64_t peak_bytes;   /* memory plan per rank */
-  double ms;            /* median per iteration; 0 when skipped */
+  cf_graph *g;          /* compiled */
+  cf_plan *plan;
+  int collectives;             /* per rank per iteration */
+  int64_t peak_bytes;          /* memory plan per rank */
+  double round_ms[MAX_ROUNDS]; /* median per iteration of each round */
+  double ms;                   /* median of the rounds; 0 when skipped */
   char skipped[320];
 } variant;
 
@@ -120,30 +126,43 @@ static char *ideal_xml(const ar_totals *t, int ranks, char *label, size_t len) {
   return s;
 }
 
-/* Compile, plan and run one variant; a failure to compile a --split spec
+/* Compile and plan one variant; a --split spec that does not fit the graph
  * skips the row, any other failure is the benchmark's. */
-static cf_status run_variant(cf_context *ctx, const fu_options *o, const char *text, variant *v) {
-  cf_graph *g = NULL;
-  cf_plan *plan = NULL;
-  cf_run_result res = {0};
-  cf_status st = compile(ctx, o, text, v->pipeline ? v->pipeline : cf_pipeline_O0, v->split, &g);
+static cf_status plan_variant(cf_context *ctx, const fu_options *o, const char *text, variant *v) {
+  cf_status st = compile(ctx, o, text, v->pipeline ? v->pipeline : cf_pipeline_O0, v->split, &v->g);
   if (st && v->split) {
     snprintf(v->skipped, sizeof v->skipped, "%s", cf_context_errmsg(ctx));
     return CF_OK;
   }
   cf_run_options opt = {
       .ranks = o->ranks, .iters = o->iters, .warmup = o->warmup, .timeout_s = 120};
-  if (!st) st = cf_plan_build(ctx, g, &opt, &plan);
-  if (!st) st = cf_exec_run(ctx, plan, NULL, &res);
+  if (!st) st = cf_plan_build(ctx, v->g, &opt, &v->plan);
+  if (!st) v->peak_bytes = cf_plan_peak_bytes(v->plan);
+  return st;
+}
+
+/* One round of a planned variant: warm-up and timed iterations. */
+static cf_status run_variant(cf_context *ctx, variant *v, int round) {
+  cf_run_result res = {0};
+  cf_status st = cf_exec_run(ctx, v->plan, NULL, &res);
   if (!st) {
-    v->ms = res.time_ms_median;
+    v->round_ms[round] = res.time_ms_median;
     v->collectives = (int)res.collectives_executed;
-    v->peak_bytes = cf_plan_peak_bytes(plan);
   }
   cf_run_result_free(&res);
-  cf_plan_destroy(plan);
-  cf_graph_destroy(g);
   return st;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median_of(const double *v, int n) {
+  double s[MAX_ROUNDS];
+  memcpy(s, v, sizeof *s * (size_t)n);
+  qsort(s, (size_t)n, sizeof *s, cmp_double);
+  return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
 static double ratio(double a, double b) { return a > 0 && b > 0 ? a / b : 0; }
@@ -155,10 +174,12 @@ static void print_table(const fu_options *o, const ar_totals *t, const variant *
   printf("collfuse bench fusion: %s on %d ranks (threads transport, CPU device)\n", o->file,
          o->ranks);
   printf("  %d AllReduce, %s in all%s; median ms per iteration over %d iterations after %d "
-         "warm-up\n",
+         "warm-up",
          t->count, b,
          t->other ? " (the graph has other collectives too: the ideal leaves them out)" : "",
          o->iters, o->warmup);
+  if (o->rounds > 1) printf(", median of %d rounds (variants round-robin)", o->rounds);
+  printf("\n");
   printf("%-34s %6s %10s %10s %9s %11s\n", "variant", "colls", "ms/iter", "peak/rank", "vs ideal",
          "vs unfused");
   for (int i = 0; i < nv; i++) {
@@ -184,6 +205,7 @@ static void print_json(const fu_options *o, const char *graph_name, const ar_tot
   cJSON_AddNumberToObject(root, "ranks", o->ranks);
   cJSON_AddNumberToObject(root, "iters", o->iters);
   cJSON_AddNumberToObject(root, "warmup", o->warmup);
+  cJSON_AddNumberToObject(root, "rounds", o->rounds);
   cJSON *a = cJSON_AddObjectToObject(root, "allreduce");
   cJSON_AddNumberToObject(a, "count", t->count);
   cJSON_AddNumberToObject(a, "bytes", (double)t->bytes);
@@ -198,6 +220,7 @@ static void print_json(const fu_options *o, const char *graph_name, const ar_tot
     } else {
       cJSON_AddNumberToObject(j, "collectives", v[i].collectives);
       cJSON_AddNumberToObject(j, "time_ms", v[i].ms);
+      cJSON_AddItemToObject(j, "time_ms_rounds", cJSON_CreateDoubleArray(v[i].round_ms, o->rounds));
       cJSON_AddNumberToObject(j, "peak_bytes", (double)v[i].peak_bytes);
       if (ratio(v[i].ms, ideal->ms) > 0)
         cJSON_AddNumberToObject(j, "ratio_vs_ideal", ratio(v[i].ms, ideal->ms));
@@ -217,7 +240,7 @@ static int usage(const char *fmt, const char *arg) {
 }
 
 static int parse_options(int argc, char **argv, fu_options *o) {
-  *o = (fu_options){.ranks = 4, .iters = 10, .warmup = 2};
+  *o = (fu_options){.ranks = 4, .iters = 10, .warmup = 2, .rounds = 1};
   bool quick = false, iters_given = false, warmup_given = false;
   for (int i = 0; i < argc; i++) {
     const char *v;
@@ -232,6 +255,9 @@ static int parse_options(int argc, char **argv, fu_options *o) {
       if (!cf_bench_parse_int(v, 0, 100000, &o->warmup))
         return usage("--warmup wants a count >= 0, got '%s'", v);
       warmup_given = true;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--rounds"))) {
+      if (!cf_bench_parse_int(v, 1, MAX_ROUNDS, &o->rounds))
+        return usage("--rounds wants 1..100, got '%s'", v);
     } else if ((v = cf_tool_opt(argc, argv, &i, "--split"))) {
       char why[256];
       cf_split sp;
@@ -293,20 +319,30 @@ int cf_bench_fusion(cf_context *ctx, int argc, char **argv) {
     snprintf(ideal->name, sizeof ideal->name, "ideal");
     snprintf(ideal->skipped, sizeof ideal->skipped, "the graph has no AllReduce");
   }
-  for (int i = 0; i < nv && !st; i++) {
-    if (v[i].skipped[0]) continue;
-    if (!o.json) {
-      fprintf(stderr, "bench fusion: %s...\n", v[i].name);
-      fflush(stderr);
+  for (int i = 0; i < nv && !st; i++)
+    if (!v[i].skipped[0]) st = plan_variant(ctx, &o, &v[i] == ideal ? text : NULL, &v[i]);
+  /* round-robin, so a change in the machine's load hits every variant alike */
+  for (int r = 0; r < o.rounds && !st; r++)
+    for (int i = 0; i < nv && !st; i++) {
+      if (v[i].skipped[0]) continue;
+      if (!o.json) {
+        fprintf(stderr, "bench fusion: round %d: %s...\n", r + 1, v[i].name);
+        fflush(stderr);
+      }
+      st = run_variant(ctx, &v[i], r);
     }
-    st = run_variant(ctx, &o, &v[i] == ideal ? text : NULL, &v[i]);
-  }
+  for (int i = 0; i < nv && !st; i++)
+    if (!v[i].skipped[0]) v[i].ms = median_of(v[i].round_ms, o.rounds);
   if (st) {
     rc = cf_tool_fail(ctx, st);
   } else if (o.json) {
     print_json(&o, graph_name, &t, v, nv, ideal, unfused);
   } else {
     print_table(&o, &t, v, nv, ideal, unfused);
+  }
+  for (int i = 0; i < nv; i++) {
+    cf_plan_destroy(v[i].plan);
+    cf_graph_destroy(v[i].g);
   }
   free(text);
   free(graph_name);

@@ -85,7 +85,7 @@ def main() -> int:
             for text in ("unfused (-O0)", "ideal: 1 x", "vs unfused"):
                 check(text in r[0], f"bench fusion --quick: no '{text}' in the table")
         r = run(0, "bench", "fusion", graph, "--quick", "--ranks", "2", "--split", "bytes:8K",
-                "--split", "size:50,50", "--json")
+                "--split", "size:50,50", "--rounds", "2", "--json")
         if r:
             try:
                 d = json.loads(r[0])
@@ -97,6 +97,7 @@ def main() -> int:
                 assert v["fused --split bytes:8K"]["collectives"] == 5, v
                 for x in d["variants"]:
                     assert "skipped" in x or (x["time_ms"] > 0 and "ratio_vs_unfused" in x), x
+                    assert "skipped" in x or len(x["time_ms_rounds"]) == 2, x
                 assert d["variants"][-1]["name"].startswith("ideal"), d["variants"]
             except (ValueError, KeyError, AssertionError) as e:
                 failures.append(f"bench fusion --json: unexpected object: {e!r}")
