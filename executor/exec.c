@@ -30,6 +30,7 @@ typedef struct rank_run {
   cf_context *ctx;
   cf_comm *comm;
   char *arena;
+  void **vptr;     /* value -> its buffer: arena + addr, or a caller's (cf_plan_binds) */
   cf_coll_call *calls;
   const cf_inputs *in;
   cf_run_result *res;
@@ -142,7 +143,47 @@ static cf_status check_fingerprints(rank_run *r) {
 
 static cf_tensor tensor_of(rank_run *r, int v) {
   const cf_pvalue *pv = &r->p->vals[v];
-  return (cf_tensor){.data = r->arena + pv->addr, .dtype = pv->dtype, .shape = pv->shape, .count = pv->count};
+  return (cf_tensor){.data = r->vptr[v], .dtype = pv->dtype, .shape = pv->shape, .count = pv->count};
+}
+
+static cf_status check_caller(rank_run *r, const cf_node *n, const char *what, const cf_tensor *t, int v) {
+  const cf_pvalue *pv = &r->p->vals[v];
+  if (t->dtype == pv->dtype && t->count == pv->count) return CF_OK;
+  return cf_node_error(r->p->g, n, CF_ERR_INVALID, "%s data has %s x %lld, the graph wants %s x %lld", what,
+                       cf_dtype_name(t->dtype), (long long)t->count, cf_dtype_name(pv->dtype),
+                       (long long)pv->count);
+}
+
+/* Every value's buffer on this rank: its place in the arena, or the
+ * caller's buffer where the plan lets the run use it in place. */
+static cf_status bind_values(rank_run *r) {
+  const cf_plan *p = r->p;
+  const cf_graph *g = p->g;
+  const cf_inputs *in = r->in;
+  r->vptr = malloc(sizeof *r->vptr * ((size_t)p->n_vals + 1));
+  if (!r->vptr) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  for (int v = 0; v < p->n_vals; v++) r->vptr[v] = r->arena + p->vals[v].addr;
+  for (int i = 0, j = 0; i < g->n_nodes; i++) {
+    const cf_node *n = &g->nodes[i];
+    if (n->op == CF_OP_OUTPUT) {
+      const cf_tensor *t = in && in->outputs ? &in->outputs[(size_t)r->rank * (size_t)r->res->n_outputs + (size_t)j] : NULL;
+      int v = p->val_base[n->in[0].node] + n->in[0].port;
+      j++;
+      if (!t || !t->data) continue;
+      cf_status st = check_caller(r, n, "output", t, v);
+      if (st) return st;
+      if (cf_plan_binds(p, i)) r->vptr[v] = t->data;
+    } else if (n->op == CF_OP_INPUT && in && in->borrow && cf_plan_binds(p, i)) {
+      for (int k = 0; k < in->n; k++)
+        if (strcmp(in->names[k], n->name) == 0) {
+          const cf_tensor *t = &in->data[(size_t)r->rank * (size_t)in->n + (size_t)k];
+          cf_status st = check_caller(r, n, "input", t, p->val_base[i]);
+          if (st) return st;
+          r->vptr[p->val_base[i]] = t->data; /* read only: Inputs are never written */
+        }
+    }
+  }
+  return CF_OK;
 }
 
 static cf_status fill_inputs(rank_run *r) {
@@ -163,7 +204,7 @@ static cf_status fill_inputs(rank_run *r) {
       return cf_node_error(g, n, CF_ERR_INVALID, "input data has %s x %lld, the graph wants %s x %lld",
                            cf_dtype_name(src->dtype), (long long)src->count, cf_dtype_name(t.dtype),
                            (long long)t.count);
-    memcpy(t.data, src->data, (size_t)t.count * (size_t)cf_dtype_size(t.dtype));
+    if (t.data != src->data) memcpy(t.data, src->data, (size_t)t.count * (size_t)cf_dtype_size(t.dtype));
   }
   return CF_OK;
 }
@@ -197,7 +238,7 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     if (r->comm->ops->aborted(r->comm, &why)) return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
     switch (sp->kind) {
     case CF_STEP_COMPUTE: st = compute(r, &p->g->nodes[sp->node], tin, tout); break;
-    case CF_STEP_COPY: memcpy(r->arena + sp->dst, r->arena + sp->src, (size_t)sp->bytes); break;
+    case CF_STEP_COPY: memcpy(r->arena + sp->dst, r->vptr[sp->val], (size_t)sp->bytes); break;
     case CF_STEP_START:
       if (p->colls[sp->coll].inline_ok) {
         st = run_call(r, &r->calls[sp->coll]);
@@ -208,7 +249,7 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
       break;
     case CF_STEP_WAIT: st = wait_ticket(r, (uint64_t)r->ticket[sp->coll]); break;
     case CF_STEP_FUSED: {
-      cf_rank_io io = {.ctx = r->ctx, .rank = r->rank, .arena = r->arena, .dev = p->dev, .impl = r,
+      cf_rank_io io = {.ctx = r->ctx, .rank = r->rank, .arena = r->arena, .vptr = r->vptr, .dev = p->dev, .impl = r,
                        .start = start_call, .wait = wait_ticket};
       st = cf_fused_matmul_run(p, sp->coll, &io, &r->calls[sp->coll]);
       break;
@@ -234,11 +275,13 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   cf_status st;
   r->arena = p->dev->ops->alloc(p->dev, (size_t)p->arena_bytes);
   if (!r->arena) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "rank %d: cannot allocate %lld bytes", r->rank, (long long)p->arena_bytes);
+  if ((st = bind_values(r))) return st;
   for (int c = 0; c < p->n_colls; c++) {
     const cf_pcoll *pc = &p->colls[c];
     cf_coll_call *call = &r->calls[c];
     *call = (cf_coll_call){.desc = pc->desc, .ranks = pc->ranks, .n = pc->n, .me = -1,
-                           .in = r->arena + pc->in_addr, .out = r->arena + pc->out_addr,
+                           .in = pc->in_val >= 0 ? r->vptr[pc->in_val] : r->arena + pc->in_addr,
+                           .out = pc->out_val >= 0 ? r->vptr[pc->out_val] : r->arena + pc->out_addr,
                            .segs = pc->segs, .n_segs = pc->n_segs,
                            .scratch = r->arena + pc->scratch_addr, .scratch_bytes = pc->scratch_bytes,
                            .algo = pc->algo, .deterministic = p->opt.deterministic};
@@ -263,9 +306,15 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
     const cf_node *n = &g->nodes[i];
     if (n->op != CF_OP_OUTPUT) continue;
     cf_tensor src = tensor_of(r, p->val_base[n->in[0].node] + n->in[0].port);
-    cf_tensor *dst = &r->res->outputs[(size_t)r->rank * (size_t)r->res->n_outputs + (size_t)j++];
+    size_t at = (size_t)r->rank * (size_t)r->res->n_outputs + (size_t)j++;
+    cf_tensor *dst = &r->res->outputs[at];
     *dst = src;
     size_t bytes = (size_t)src.count * (size_t)cf_dtype_size(src.dtype);
+    if (r->in && r->in->outputs) { /* the caller's buffer, unless it was produced there */
+      dst->data = r->in->outputs[at].data;
+      if (dst->data && dst->data != src.data) memcpy(dst->data, src.data, bytes);
+      continue;
+    }
     dst->data = malloc(bytes ? bytes : 1);
     if (!dst->data) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
     memcpy(dst->data, src.data, bytes);
@@ -322,6 +371,7 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
 
 static void rank_free(rank_run *x) {
   if (x->arena) x->p->dev->ops->free(x->p->dev, x->arena);
+  free(x->vptr);
   free(x->calls);
   free(x->queue);
   free(x->ticket);
@@ -332,10 +382,11 @@ static void rank_free(rank_run *x) {
   }
 }
 
-static cf_status result_init(cf_context *ctx, const cf_plan *p, cf_run_result *res) {
+static cf_status result_init(cf_context *ctx, const cf_plan *p, const cf_inputs *in, cf_run_result *res) {
   const cf_graph *g = p->g;
   memset(res, 0, sizeof *res);
   res->ranks = p->ranks;
+  res->caller_outputs = in && in->outputs;
   for (int i = 0; i < g->n_nodes; i++) res->n_outputs += g->nodes[i].op == CF_OP_OUTPUT;
   res->time_ms = calloc((size_t)p->opt.iters, sizeof *res->time_ms);
   res->outputs = calloc((size_t)p->ranks * (size_t)res->n_outputs + 1, sizeof *res->outputs);
@@ -372,7 +423,7 @@ cf_status cf_exec_run_comm(cf_context *ctx, cf_plan *p, cf_comm *comm, const cf_
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "the transport has %d ranks, the plan %d", comm->size,
                     p->ranks);
   rank_run x = {0};
-  cf_status st = result_init(ctx, p, res);
+  cf_status st = result_init(ctx, p, in, res);
   if (!st) st = rank_setup(&x, ctx, p, comm->rank, in, res);
   if (!st) {
     x.solo = true;
@@ -408,7 +459,7 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
   rank_run *rr = calloc((size_t)n, sizeof *rr);
   pthread_t *th = calloc((size_t)n, sizeof *th);
   cf_threads_world *w = NULL;
-  cf_status st = result_init(ctx, p, res);
+  cf_status st = result_init(ctx, p, in, res);
   if (!st && (!rr || !th)) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (st) goto done;
   if ((st = cf_threads_world_create(ctx, n, p->opt.timeout_s, &w))) goto done;
@@ -477,7 +528,7 @@ done:
 
 void cf_run_result_free(cf_run_result *res) {
   if (!res) return;
-  if (res->outputs)
+  if (res->outputs && !res->caller_outputs)
     for (int i = 0; i < res->ranks * res->n_outputs; i++) free(res->outputs[i].data);
   free(res->outputs);
   free(res->output_names);

@@ -127,6 +127,16 @@ typedef struct cf_inputs {
   int n, ranks;
   const char **names;
   cf_tensor *data;
+  /* Caller buffers (the embedding API, executor/api.c). borrow: a run may
+   * read data[] in place where cf_plan_binds says so (the data must stay
+   * unchanged until the run returns); else it copies them into its arena.
+   * outputs (optional): caller-owned buffers [rank * n_outputs + j] for the
+   * j-th Output node (graph order), of exactly its dtype and count, or NULL
+   * data for an output the caller does not want. A run produces an Output's
+   * value straight into its buffer where cf_plan_binds says so and copies
+   * the rest there at the end; res->outputs then point at these buffers. */
+  bool borrow;
+  const cf_tensor *outputs;
 } cf_inputs;
 
 /* Evaluate the unfused graph g (verified and inferred; fused ops are
@@ -353,6 +363,7 @@ typedef struct cf_run_result {
   int ranks, n_outputs;
   cf_tensor *outputs;        /* [rank * n_outputs + j], j-th Output node */
   const char **output_names;
+  bool caller_outputs;       /* outputs[].data are cf_inputs.outputs' buffers (not freed) */
 } cf_run_result;
 
 /* ---- plan internals (plan.c builds, exec.c runs) ---- */
@@ -371,6 +382,7 @@ typedef struct cf_step {
   int coll;            /* START, WAIT: index into plan colls */
   int64_t src, dst;    /* COPY: byte addresses in the rank's arena */
   int64_t bytes;       /* COPY */
+  int val;             /* COPY: the value copied (src is its arena address) */
 } cf_step;
 
 typedef struct cf_pvalue {
@@ -378,6 +390,7 @@ typedef struct cf_pvalue {
   cf_dtype dtype;
   cf_shape shape;
   int64_t count, bytes;
+  bool own;            /* alone in its buffer (no bucket around it): may live in a caller's buffer */
 } cf_pvalue;
 
 typedef struct cf_pcoll {
@@ -390,6 +403,7 @@ typedef struct cf_pcoll {
   cf_coll_seg *segs;
   int n_segs;
   cf_algo algo;
+  int in_val, out_val; /* the value the call reads / writes when its buffer is exactly that value, else -1 */
   bool inline_ok;      /* START is followed by its WAIT: run on the rank thread */
   /* fused MatMul+collective ops: desc is one chunk's collective (count of
    * the whole product), chunks of chunk_rows rows, double-buffered stage */
@@ -416,6 +430,7 @@ struct cf_plan {
   int64_t naive_bytes; /* every value its own buffer (for -v) */
   char fingerprint[17];
   cf_device *dev;      /* the CPU device, kernels prepared */
+  bool *binds;         /* node -> cf_plan_binds */
 };
 
 /* What a fused op needs of its rank (exec.c provides it). */
@@ -423,6 +438,7 @@ typedef struct cf_rank_io {
   cf_context *ctx;
   int rank;
   char *arena;
+  void *const *vptr;   /* value -> its buffer on this rank (arena or a caller's) */
   cf_device *dev;
   void *impl;
   /* queue call on the rank's communication thread; returns its ticket */
@@ -445,6 +461,12 @@ typedef struct cf_plan cf_plan;
 cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options *opt,
                         cf_plan **out);
 int64_t cf_plan_peak_bytes(const cf_plan *p);
+/* Caller buffers (cf_inputs.borrow / .outputs): true when a run uses the
+ * caller's buffer of Input or Output node `node` in place (an Input read
+ * where it lies; an Output's value produced straight into it), false when
+ * it copies (the value sits in a fused bucket, feeds an Output directly
+ * from an Input or Constant, or an earlier Output already has it). */
+bool cf_plan_binds(const cf_plan *p, int node);
 void cf_plan_destroy(cf_plan *p);
 
 /* Run p on the threads transport and CPU device with inputs in (NULL: every

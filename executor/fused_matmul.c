@@ -40,13 +40,15 @@ typedef struct operands {
 } operands;
 
 static cf_tensor value(const cf_plan *p, const cf_rank_io *io, cf_ref ref) {
-  const cf_pvalue *v = &p->vals[p->val_base[ref.node] + ref.port];
-  return (cf_tensor){.data = io->arena + v->addr, .dtype = v->dtype, .shape = v->shape, .count = v->count};
+  int i = p->val_base[ref.node] + ref.port;
+  const cf_pvalue *v = &p->vals[i];
+  return (cf_tensor){.data = io->vptr[i], .dtype = v->dtype, .shape = v->shape, .count = v->count};
 }
 
 static cf_tensor output(const cf_plan *p, const cf_rank_io *io, int node, int port) {
-  const cf_pvalue *v = &p->vals[p->val_base[node] + port];
-  return (cf_tensor){.data = io->arena + v->addr, .dtype = v->dtype, .shape = v->shape, .count = v->count};
+  int i = p->val_base[node] + port;
+  const cf_pvalue *v = &p->vals[i];
+  return (cf_tensor){.data = io->vptr[i], .dtype = v->dtype, .shape = v->shape, .count = v->count};
 }
 
 /* Operands of MatmulReduceScatter / MatmulAllReduce (ir/infer.c's order). */

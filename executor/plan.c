@@ -281,6 +281,7 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
   int64_t row_elems = (op == CF_OP_ALLREDUCE ? 1 : ws) * cols;
   c->node = (int)(n - g->nodes);
   c->fused_mm = true;
+  c->in_val = c->out_val = -1;
   c->chunks = cf_fused_matmul_chunks(n, rows, row_elems * es);
   c->chunk_rows = rows ? (rows + c->chunks - 1) / c->chunks : 0;
   c->chunks = c->chunk_rows ? (int)((rows + c->chunk_rows - 1) / c->chunk_rows) : 0;
@@ -309,6 +310,45 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
   b->coll_in[nc] = bs;
   b->coll_out[nc] = bs;
   b->coll_scratch[nc] = bsc;
+  return CF_OK;
+}
+
+/* Values alone in their block (no other value, not a bucket's block) may
+ * live in a caller's buffer instead (cf_plan_binds): every access to them
+ * goes through the value, or through a collective whose in_val/out_val it
+ * is. An Input is bound when the caller lends it; an Output's value when it
+ * is computed (not an Input or Constant) and no earlier Output has it. */
+static cf_status mark_own(builder *b) {
+  cf_plan *p = b->p;
+  const cf_graph *g = b->g;
+  int *users = calloc((size_t)b->n_blocks + 1, sizeof *users);
+  bool *taken = calloc((size_t)p->n_vals + 1, sizeof *taken);
+  p->binds = calloc((size_t)g->n_nodes + 1, sizeof *p->binds);
+  if (!users || !taken || !p->binds) {
+    free(users);
+    free(taken);
+    return oom(p);
+  }
+  for (int v = 0; v < p->n_vals; v++) users[b->val_block[v]]++;
+  for (int c = 0; c < p->n_colls; c++) {
+    if (p->colls[c].fused_mm) continue; /* stage and scratch hold no values */
+    if (p->colls[c].in_val < 0) users[b->coll_in[c]] += 2;
+    if (p->colls[c].out_val < 0) users[b->coll_out[c]] += 2;
+  }
+  for (int v = 0; v < p->n_vals; v++) p->vals[v].own = users[b->val_block[v]] == 1 && b->val_off[v] == 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const cf_node *n = &g->nodes[i];
+    if (n->op == CF_OP_INPUT) {
+      p->binds[i] = p->vals[p->val_base[i]].own;
+    } else if (n->op == CF_OP_OUTPUT) {
+      int v = val_index(p, n->in[0]);
+      cf_op src = g->nodes[n->in[0].node].op;
+      p->binds[i] = p->vals[v].own && !taken[v] && src != CF_OP_INPUT && src != CF_OP_CONSTANT;
+      taken[v] = true;
+    }
+  }
+  free(users);
+  free(taken);
   return CF_OK;
 }
 
@@ -381,6 +421,8 @@ static cf_status build(builder *b) {
       c->desc.seq = seq[gr ? gr - g->groups : g->n_groups]++;
       int v0 = val_index(p, n->in[0]);
       int bi, bo;
+      c->in_val = n->n_in == 1 ? v0 : -1;
+      c->out_val = n->n_out == 1 ? p->val_base[g->topo[t]] : -1;
       if (n->n_in == 1 && b->val_block[v0] >= 0) { /* a plain op reads its operand in place */
         bi = b->val_block[v0];
         b->coll_in_off[nc] = b->val_off[v0];
@@ -418,6 +460,7 @@ static cf_status build(builder *b) {
   /* every other value gets a block of its own */
   for (int v = 0; v < p->n_vals; v++)
     if (b->val_block[v] < 0 && (b->val_block[v] = new_block(b, p->vals[v].bytes)) < 0) return oom(p);
+  if ((st = mark_own(b))) return st;
 
   /* schedule and live intervals */
   int steps_cap = 0;
@@ -461,7 +504,7 @@ static cf_status build(builder *b) {
       live(&b->blocks[b->val_block[v]], p->n_steps, p->n_steps);
       live(in, p->n_steps, p->n_steps);
       st = push_step(b, (cf_step){.kind = CF_STEP_COPY, .coll = ci, .src = v, .dst = off[j],
-                                  .bytes = p->vals[v].bytes});
+                                  .bytes = p->vals[v].bytes, .val = v});
     }
     if (st) break;
     live(in, p->n_steps, p->n_steps);
@@ -593,6 +636,10 @@ done:
 
 int64_t cf_plan_peak_bytes(const cf_plan *p) { return p ? p->arena_bytes : 0; }
 
+bool cf_plan_binds(const cf_plan *p, int node) {
+  return p && p->binds && node >= 0 && node < p->g->n_nodes && p->binds[node];
+}
+
 void cf_plan_destroy(cf_plan *p) {
   if (!p) return;
   for (int c = 0; p->colls && c < p->n_colls; c++) free(p->colls[c].segs);
@@ -601,6 +648,7 @@ void cf_plan_destroy(cf_plan *p) {
   free(p->val_base);
   free(p->steps);
   free(p->world_ranks);
+  free(p->binds);
   if (p->dev) p->dev->ops->destroy(p->dev);
   free(p);
 }

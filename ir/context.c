@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 const char *cf_version(void) { return CF_VERSION_STRING; }
+int cf_version_number(void) { return CF_VERSION_NUMBER; }
 
 cf_status cf_context_create(cf_context **out) {
   if (!out) return CF_ERR_USAGE;
