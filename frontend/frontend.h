@@ -9,6 +9,7 @@
 
 #include "../ir/ir.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 
 /* ---- load.c: file reading, format dispatch, public load/write API ---- */
@@ -32,6 +33,20 @@ cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok);
 
 /* Verify structure and infer types of a freshly read graph. */
 cf_status cf_frontend_finish(cf_graph *g);
+
+/* Helpers of the text readers (hlo.c, pbtxt.c). A span is a piece of the
+ * input, not NUL-terminated. */
+typedef struct cf_span {
+  const char *p;
+  size_t n;
+} cf_span;
+bool cf_span_is(cf_span s, const char *lit);
+/* How much of s to quote in a message: at most 60 bytes, up to a newline. */
+int cf_span_excerpt(cf_span s);
+/* A reader's error: "out of memory" once an allocation failed (oom), else
+ * "FILE:LINE: error: MESSAGE". Returns the status recorded. */
+cf_status cf_reader_verror(cf_context *ctx, bool oom, const char *file, int line, const char *fmt,
+                           va_list ap);
 
 /* ---- xml_util.c: hardened libxml2 parsing shared by the XML readers ---- */
 
@@ -57,6 +72,19 @@ cf_status cf_xml_write(const cf_graph *g, FILE *f);
 
 cf_status cf_graphml_read(cf_context *ctx, const char *name, const char *data, size_t size,
                           cf_graph **out);
+
+/* ---- hlo.c: XLA HLO text (.hlo) ---- */
+
+/* Read an HLO module: ENTRY evaluated with calls inlined, collectives and the
+ * ops the IR has imported as such, everything else as Opaque (see
+ * docs/format.md). replica_groups become IR groups. */
+cf_status cf_hlo_read(cf_context *ctx, const char *name, const char *data, size_t size,
+                      cf_graph **out);
+
+/* ---- pbtxt.c: TensorFlow / Ascend GE GraphDef in protobuf text (.pbtxt) ---- */
+
+cf_status cf_pbtxt_read(cf_context *ctx, const char *name, const char *data, size_t size,
+                        cf_graph **out);
 
 /* ---- dot.c: DOT through cgraph, SVG/PNG through gvc ---- */
 

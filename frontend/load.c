@@ -1,6 +1,7 @@
 /* load.c - the public load/verify/write entry points: read a file within the
- * size limit, pick the reader by extension (or by sniffing the root element),
- * finish the graph (structure + inference), and dispatch the writers.
+ * size limit, pick the reader by extension (or by sniffing HLO's first word
+ * or the root element), finish the graph (structure + inference), and
+ * dispatch the writers. Also the small helpers the text readers share.
  */
 #include "frontend.h"
 
@@ -88,6 +89,23 @@ cf_status cf_frontend_finish(cf_graph *g) {
   return st;
 }
 
+bool cf_span_is(cf_span s, const char *lit) {
+  size_t n = strlen(lit);
+  return s.n == n && memcmp(s.p, lit, n) == 0;
+}
+
+int cf_span_excerpt(cf_span s) {
+  size_t n = 0;
+  while (n < s.n && n < 60 && s.p[n] != '\n' && s.p[n] != '\r') n++;
+  return (int)n;
+}
+
+cf_status cf_reader_verror(cf_context *ctx, bool oom, const char *file, int line, const char *fmt,
+                           va_list ap) {
+  if (oom) return cf_error(ctx, CF_ERR_NO_MEMORY, file, line, "out of memory");
+  return cf_verror(ctx, CF_ERR_INVALID, file, line, fmt, ap);
+}
+
 static bool has_ext(const char *name, const char *ext) {
   size_t n = strlen(name), k = strlen(ext);
   return n >= k && strcmp(name + n - k, ext) == 0;
@@ -98,9 +116,13 @@ typedef cf_status (*reader_fn)(cf_context *, const char *, const char *, size_t,
 static reader_fn pick_reader(const char *name, const char *data, size_t size) {
   if (has_ext(name, ".graphml")) return cf_graphml_read;
   if (has_ext(name, ".xml")) return cf_xml_read;
-  /* no known extension: sniff the first element */
-  size_t lim = size < 4096 ? size : 4096;
-  for (size_t i = 0; i + 8 < lim; i++)
+  if (has_ext(name, ".hlo") || has_ext(name, ".hlo.txt")) return cf_hlo_read;
+  if (has_ext(name, ".pbtxt") || has_ext(name, ".pb.txt")) return cf_pbtxt_read;
+  /* no known extension: sniff HLO's first word, else the first element */
+  size_t lim = size < 4096 ? size : 4096, i = 0;
+  while (i < lim && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n')) i++;
+  if (lim - i >= 10 && strncmp(data + i, "HloModule ", 10) == 0) return cf_hlo_read;
+  for (i = 0; i + 8 < lim; i++)
     if (data[i] == '<' && data[i + 1] != '?' && data[i + 1] != '!')
       return strncmp(data + i + 1, "graphml", 7) == 0 ? cf_graphml_read
              : strncmp(data + i + 1, "graph", 5) == 0 ? cf_xml_read
@@ -117,7 +139,7 @@ cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, si
   reader_fn rd = pick_reader(name, data ? data : "", size);
   if (!rd)
     return cf_error(ctx, CF_ERR_INVALID, name, 0,
-                    "unknown graph format (expected .xml or .graphml)");
+                    "unknown graph format (expected .xml, .graphml, .hlo or .pbtxt)");
   return rd(ctx, name, data ? data : "", size, out);
 }
 

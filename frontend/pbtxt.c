@@ -1,0 +1,1058 @@
+/* pbtxt.c - reader for TensorFlow / Ascend GE GraphDefs in protobuf text
+ * format: node { name op input attr { key value { s i f b type shape list
+ * tensor } } }.
+ *
+ * Two steps. First the text is parsed into a generic tree of fields
+ * (protobuf text needs no schema to be parsed: a field is `name: scalar`,
+ * `name { ... }`, `name < ... >` or `name: [ ... ]`), so the GraphDef
+ * reading below only looks fields up by name and ignores what it does not
+ * know (device, versions, library, _class ...). Then every node becomes an
+ * IR node in file order, its operands are resolved by name (a GraphDef may
+ * use a node before it defines it), and Identity-like nodes are looked
+ * through. Hcom* collectives, MatMul, Add/Sub/Mul, Cast, Reshape, Const,
+ * _Arg/Placeholder and _Retval map onto IR ops; every other op becomes
+ * Opaque with the types its _output_shapes and dtype attributes give.
+ */
+#include "frontend.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+  PB_MAX_NEST = 100,  /* messages inside messages */
+  PB_MAX_NAME = 1024, /* bytes of a node name */
+};
+
+/* One field of a protobuf text message. */
+typedef struct pf {
+  cf_span name;
+  int line;
+  bool msg;         /* a message (child holds its fields), else a scalar */
+  cf_span text;     /* scalar: the token, or adjacent quoted strings */
+  struct pf *child; /* message fields, in order */
+  struct pf *next;
+} pf;
+
+typedef struct pin {
+  const char *name;
+  int port;
+  bool control; /* ^name */
+  int line;
+} pin;
+
+/* A GraphDef node and what it became. */
+typedef struct pnode {
+  const pf *msg;
+  const char *name, *op;
+  int line;
+  int n_in;
+  pin *in;
+  int ir;                     /* IR node, -1 when none (alias, NoOp, skipped) */
+  int state;                  /* 0 not read yet, 1 read */
+  int alias;                  /* Identity-like: the input it forwards (index into in), else -1 */
+  bool referenced;            /* some node uses one of its outputs as data */
+  bool reshape;               /* Reshape: only input 0 is an IR operand */
+  int64_t ivals[CF_MAX_RANK]; /* a small integer Const (Reshape's shape), n_ivals >= 0 */
+  int n_ivals;
+} pnode;
+
+typedef struct pb_reader {
+  cf_context *ctx;
+  cf_graph *g;
+  const char *file;
+  cf_arena scratch;
+  char *text;
+  const char *end;
+  pf root;
+  pnode *nodes;
+  int n_nodes;
+  int *index; /* name -> node + 1, open addressing */
+  size_t index_cap;
+  int64_t world;
+  bool oom;
+} pb_reader;
+
+static cf_status fail(pb_reader *r, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static cf_status fail(pb_reader *r, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  cf_status st = cf_reader_verror(r->ctx, r->oom, r->file, line, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+static cf_status oom(pb_reader *r, int line) {
+  r->oom = true;
+  return fail(r, line, "out of memory");
+}
+
+/* ------------------------------------------------------------------ */
+/* protobuf text                                                      */
+
+static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
+static bool scalar_char(char c) {
+  return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-' || c == '+';
+}
+
+/* Past spaces, newlines and # comments. */
+static const char *skip(const char *p, const char *e, int *line) {
+  for (;;) {
+    while (p < e &&
+           (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == '\f' || *p == '\v'))
+      *line += *p++ == '\n';
+    if (p >= e || *p != '#') return p;
+    while (p < e && *p != '\n')
+      p++;
+  }
+}
+
+/* p at a quote: just past the string, NULL when unterminated (no newline
+ * may appear inside). */
+static const char *past_string(const char *p, const char *e) {
+  char q = *p++;
+  while (p < e && *p != q && *p != '\n')
+    p += *p == '\\' && e - p >= 2 && p[1] != '\n' ? 2 : 1;
+  return p < e && *p == q ? p + 1 : NULL;
+}
+
+static cf_status parse_msg(pb_reader *r, const char **pp, int *line, int depth, char closer,
+                           pf *out);
+
+/* One scalar value or message after "name:" (or inside a [list]). */
+static cf_status parse_value(pb_reader *r, const char **pp, int *line, int depth, pf *f) {
+  const char *p = *pp, *e = r->end;
+  if (p < e && (*p == '{' || *p == '<')) {
+    *pp = p + 1;
+    return parse_msg(r, pp, line, depth + 1, *p == '{' ? '}' : '>', f);
+  }
+  f->text.p = p;
+  if (p < e && (*p == '"' || *p == '\'')) {
+    /* adjacent strings concatenate: "ab" 'cd' */
+    const char *last = p;
+    int ln = *line;
+    while (p < e && (*p == '"' || *p == '\'')) {
+      const char *q = past_string(p, e);
+      if (!q)
+        return fail(r, *line, "field '%.*s': unterminated string", cf_span_excerpt(f->name),
+                    f->name.p);
+      last = q;
+      *line = ln;
+      p = skip(q, e, &ln);
+    }
+    f->text.n = (size_t)(last - f->text.p);
+    *pp = last;
+    return CF_OK;
+  }
+  while (p < e && scalar_char(*p))
+    p++;
+  f->text.n = (size_t)(p - f->text.p);
+  if (!f->text.n)
+    return fail(r, *line, "field '%.*s': expected a value, got '%.*s'", cf_span_excerpt(f->name),
+                f->name.p, cf_span_excerpt((cf_span){p, (size_t)(e - p)}), p);
+  *pp = p;
+  return CF_OK;
+}
+
+static pf *new_field(pb_reader *r, cf_span name, int line, pf ***tail) {
+  pf *f = cf_arena_alloc(&r->scratch, sizeof *f);
+  if (!f) return r->oom = true, NULL;
+  f->name = name;
+  f->line = line;
+  **tail = f;
+  *tail = &f->next;
+  return f;
+}
+
+/* Fields up to closer (0: the end of the text) into out->child. */
+static cf_status parse_msg(pb_reader *r, const char **pp, int *line, int depth, char closer,
+                           pf *out) {
+  const char *p = *pp, *e = r->end;
+  int open_line = *line;
+  pf **tail = &out->child;
+  cf_status st;
+  out->msg = true;
+  if (depth > PB_MAX_NEST) return fail(r, *line, "messages nested deeper than %d", PB_MAX_NEST);
+  for (;;) {
+    p = skip(p, e, line);
+    if (p >= e) {
+      if (closer) return fail(r, open_line, "'%c' is never closed", closer == '}' ? '{' : '<');
+      break;
+    }
+    if (closer && *p == closer) {
+      p++;
+      break;
+    }
+    cf_span name = {p, 0};
+    if (*p == '[') { /* [extension] or [type.googleapis.com/Any] */
+      while (p < e && *p != ']' && *p != '\n')
+        p++;
+      if (p >= e || *p != ']') return fail(r, *line, "unterminated '[' in a field name");
+      p++;
+    } else {
+      while (p < e && ident_char(*p))
+        p++;
+    }
+    name.n = (size_t)(p - name.p);
+    if (!name.n) {
+      if (*p == 0) return fail(r, *line, "NUL byte in protobuf text");
+      return fail(r, *line, "expected a field name, got '%.*s'",
+                  cf_span_excerpt((cf_span){p, (size_t)(e - p)}), p);
+    }
+    int fline = *line;
+    p = skip(p, e, line);
+    bool colon = p < e && *p == ':';
+    if (colon) p = skip(p + 1, e, line);
+    if (p < e && *p == '[' && colon) { /* name: [v, v, ...] */
+      p = skip(p + 1, e, line);
+      while (p < e && *p != ']') {
+        pf *f = new_field(r, name, *line, &tail);
+        if (!f) return oom(r, *line);
+        if ((st = parse_value(r, &p, line, depth, f))) return st;
+        p = skip(p, e, line);
+        if (p < e && *p == ',')
+          p = skip(p + 1, e, line);
+        else if (p >= e || *p != ']')
+          return fail(r, *line, "field '%.*s': expected ',' or ']' in a list",
+                      cf_span_excerpt(name), name.p);
+      }
+      if (p >= e)
+        return fail(r, fline, "field '%.*s': '[' is never closed", cf_span_excerpt(name), name.p);
+      p++;
+    } else {
+      if (!colon && (p >= e || (*p != '{' && *p != '<')))
+        return fail(r, fline, "field '%.*s': expected ':' or '{'", cf_span_excerpt(name), name.p);
+      pf *f = new_field(r, name, fline, &tail);
+      if (!f) return oom(r, *line);
+      if ((st = parse_value(r, &p, line, depth, f))) return st;
+    }
+    p = skip(p, e, line);
+    if (p < e && (*p == ',' || *p == ';')) p++;
+  }
+  *pp = p;
+  return CF_OK;
+}
+
+static const pf *get(const pf *m, const char *name) {
+  for (const pf *f = m ? m->child : NULL; f; f = f->next)
+    if (cf_span_is(f->name, name)) return f;
+  return NULL;
+}
+
+static const pf *next_named(const pf *f, const char *name) {
+  for (f = f->next; f; f = f->next)
+    if (cf_span_is(f->name, name)) return f;
+  return NULL;
+}
+
+/* Decode a scalar's quoted string(s), C escapes included, into the arena
+ * (NUL-terminated; *len may count NULs inside). */
+static cf_status decode_string(pb_reader *r, const pf *f, char **out, size_t *len) {
+  if (f->msg || !f->text.n || (f->text.p[0] != '"' && f->text.p[0] != '\''))
+    return fail(r, f->line, "field '%.*s': expected a string", cf_span_excerpt(f->name), f->name.p);
+  char *d = cf_arena_alloc(&r->scratch, f->text.n + 1);
+  if (!d) return oom(r, f->line);
+  size_t n = 0;
+  const char *p = f->text.p, *e = p + f->text.n;
+  while (p < e) {
+    if (*p != '"' && *p != '\'') {
+      p++; /* whitespace or a comment between adjacent strings */
+      if (p[-1] == '#')
+        while (p < e && *p != '\n')
+          p++;
+      continue;
+    }
+    char q = *p++;
+    while (p < e && *p != q) {
+      if (*p != '\\') {
+        d[n++] = *p++;
+        continue;
+      }
+      p++;
+      char c = *p++;
+      if (c >= '0' && c <= '7') {
+        int v = c - '0';
+        for (int k = 0; k < 2 && p < e && *p >= '0' && *p <= '7'; k++)
+          v = v * 8 + (*p++ - '0');
+        d[n++] = (char)(v & 0xff);
+      } else if (c == 'x' || c == 'X') {
+        int v = 0, k = 0;
+        for (; k < 2 && p < e && isxdigit((unsigned char)*p); k++, p++)
+          v = v * 16 +
+              (isdigit((unsigned char)*p) ? *p - '0' : (tolower((unsigned char)*p) - 'a' + 10));
+        if (!k)
+          return fail(r, f->line, "field '%.*s': \\x without hex digits", cf_span_excerpt(f->name),
+                      f->name.p);
+        d[n++] = (char)v;
+      } else {
+        static const char from[] = "ntrabfv\\'\"?", to[] = "\n\t\r\a\b\f\v\\'\"?";
+        const char *k = memchr(from, c, sizeof from - 1);
+        if (!k)
+          return fail(r, f->line, "field '%.*s': unknown escape '\\%c'", cf_span_excerpt(f->name),
+                      f->name.p, isprint((unsigned char)c) ? c : '?');
+        d[n++] = to[k - from];
+      }
+    }
+    p++;
+  }
+  d[n] = 0;
+  *out = d;
+  *len = n;
+  return CF_OK;
+}
+
+/* A string field used as a name (node, op, group, input): printable ASCII,
+ * as TensorFlow's names are, so it is safe in messages and in written XML. */
+static cf_status text_field(pb_reader *r, const pf *f, const char **out) {
+  char *s;
+  size_t n;
+  cf_status st = decode_string(r, f, &s, &n);
+  if (st) return st;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f)
+      return fail(r, f->line, "field '%.*s': byte 0x%02x in a name (names are printable ASCII)",
+                  cf_span_excerpt(f->name), f->name.p, (unsigned char)s[i]);
+  *out = s;
+  return CF_OK;
+}
+
+static bool parse_i64(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 0);
+  if (end == s || *end || errno == ERANGE) return false;
+  *out = v;
+  return true;
+}
+
+/* An integer scalar, or a string holding one ("8": GE writes rank_size so). */
+static bool field_int(pb_reader *r, const pf *f, int64_t *out) {
+  if (!f || f->msg || !f->text.n) return false;
+  char buf[64];
+  if (f->text.p[0] == '"' || f->text.p[0] == '\'') {
+    char *s;
+    size_t n;
+    if (decode_string(r, f, &s, &n) || n >= sizeof buf) {
+      cf_clear_error(r->ctx);
+      return false;
+    }
+    memcpy(buf, s, n + 1);
+  } else {
+    if (f->text.n >= sizeof buf) return false;
+    memcpy(buf, f->text.p, f->text.n);
+    buf[f->text.n] = 0;
+  }
+  return parse_i64(buf, out);
+}
+
+static bool field_double(const pf *f, double *out) {
+  char buf[64];
+  if (!f || f->msg || !f->text.n || f->text.n >= sizeof buf) return false;
+  memcpy(buf, f->text.p, f->text.n);
+  buf[f->text.n] = 0;
+  size_t n = f->text.n;
+  if (n > 1 && (buf[n - 1] == 'f' || buf[n - 1] == 'F') && !strchr(buf, 'x') &&
+      strcmp(buf, "inf") && strcmp(buf, "-inf"))
+    buf[n - 1] = 0; /* 1.5f */
+  char *end;
+  errno = 0;
+  *out = strtod(buf, &end);
+  return end != buf && !*end && errno != ERANGE;
+}
+
+/* ------------------------------------------------------------------ */
+/* TensorFlow types                                                   */
+
+typedef struct tf_type {
+  const char *name;
+  int code;
+  cf_dtype dt; /* CF_DT_INVALID: none */
+  bool exact;  /* dt is the TF type itself */
+  int size;
+} tf_type;
+
+static const tf_type tf_types[] = {
+    {"DT_FLOAT", 1, CF_DT_FLOAT32, true, 4},      {"DT_DOUBLE", 2, CF_DT_FLOAT64, true, 8},
+    {"DT_INT32", 3, CF_DT_INT32, true, 4},        {"DT_UINT8", 4, CF_DT_UINT8, true, 1},
+    {"DT_INT16", 5, CF_DT_INT16, true, 2},        {"DT_INT8", 6, CF_DT_INT8, true, 1},
+    {"DT_STRING", 7, CF_DT_INVALID, false, 0},    {"DT_COMPLEX64", 8, CF_DT_INVALID, false, 8},
+    {"DT_INT64", 9, CF_DT_INT64, true, 8},        {"DT_BOOL", 10, CF_DT_UINT8, false, 1},
+    {"DT_BFLOAT16", 14, CF_DT_BFLOAT16, true, 2}, {"DT_UINT16", 17, CF_DT_INT16, false, 2},
+    {"DT_HALF", 19, CF_DT_FLOAT16, true, 2},      {"DT_UINT32", 22, CF_DT_INT32, false, 4},
+    {"DT_UINT64", 23, CF_DT_INT64, false, 8},
+};
+
+/* type: DT_FLOAT (or its number; _REF types count as their base type) */
+static const tf_type *field_type(pb_reader *r, const pf *f) {
+  if (!f || f->msg) return NULL;
+  int64_t code = -1;
+  size_t n = f->text.n;
+  if (n > 4 && memcmp(f->text.p + n - 4, "_REF", 4) == 0) n -= 4;
+  if (!field_int(r, f, &code))
+    for (size_t i = 0; i < sizeof tf_types / sizeof tf_types[0]; i++)
+      if (strlen(tf_types[i].name) == n && memcmp(tf_types[i].name, f->text.p, n) == 0)
+        return &tf_types[i];
+  if (code > 100) code -= 100;
+  for (size_t i = 0; i < sizeof tf_types / sizeof tf_types[0]; i++)
+    if (tf_types[i].code == code) return &tf_types[i];
+  return NULL;
+}
+
+/* The AttrValue of node attribute key, or NULL. */
+static const pf *node_attr(pb_reader *r, const pnode *n, const char *key) {
+  for (const pf *a = get(n->msg, "attr"); a; a = next_named(a, "attr")) {
+    const pf *k = get(a, "key");
+    char *s;
+    size_t len;
+    if (!k || decode_string(r, k, &s, &len)) {
+      cf_clear_error(r->ctx);
+      continue;
+    }
+    if (len == strlen(key) && memcmp(s, key, len) == 0) return get(a, "value");
+  }
+  return NULL;
+}
+
+/* TensorShapeProto: dims, all known. */
+static cf_status shape_of(pb_reader *r, const pnode *n, const pf *sh, cf_shape *out) {
+  memset(out, 0, sizeof *out);
+  const pf *ur = get(sh, "unknown_rank");
+  if (!sh->msg || (ur && cf_span_is(ur->text, "true")))
+    return fail(r, sh->line, "node '%s': a shape of unknown rank", n->name);
+  for (const pf *d = get(sh, "dim"); d; d = next_named(d, "dim")) {
+    int64_t v = 0;
+    const pf *size = get(d, "size");
+    if (size && !field_int(r, size, &v))
+      return fail(r, d->line, "node '%s': bad dim size", n->name);
+    if (v < 0)
+      return fail(r, d->line,
+                  "node '%s': unknown dimension (size %lld): collfuse needs static shapes", n->name,
+                  (long long)v);
+    if (out->rank == CF_MAX_RANK)
+      return fail(r, d->line, "node '%s': shape has more than %d dimensions", n->name, CF_MAX_RANK);
+    out->dims[out->rank++] = v;
+  }
+  return CF_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* IR helpers                                                         */
+
+static cf_status set_type(pb_reader *r, int idx, cf_dtype dt, const cf_shape *s, int line) {
+  char buf[CF_MAX_RANK * 24];
+  cf_status st = CF_OK;
+  if (dt != CF_DT_INVALID) st = cf_node_parse_attr(r->g, idx, CF_A_DTYPE, cf_dtype_name(dt), line);
+  if (!st && s)
+    st = cf_node_parse_attr(r->g, idx, CF_A_SHAPE, cf_shape_format(s, buf, sizeof buf), line);
+  return st;
+}
+
+static double half_to_double(uint16_t h) {
+  int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m | 0x400, e - 25);
+  return h & 0x8000 ? -v : v;
+}
+
+static double bf16_to_double(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* Element i of little-endian tensor_content. */
+static double content_elem(const tf_type *t, const unsigned char *b, int64_t i) {
+  uint64_t u = 0;
+  for (int k = t->size - 1; k >= 0; k--)
+    u = u << 8 | b[i * t->size + k];
+  switch (t->code) {
+  case 1: {
+    uint32_t x = (uint32_t)u;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+  }
+  case 2: {
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+  }
+  case 3:
+  case 22: return (double)(int32_t)(uint32_t)u;
+  case 5:
+  case 17: return (double)(int16_t)(uint16_t)u;
+  case 6: return (double)(int8_t)(uint8_t)u;
+  case 9:
+  case 23: return (double)(int64_t)u;
+  case 14: return bf16_to_double((uint16_t)u);
+  case 19: return half_to_double((uint16_t)u);
+  default: return (double)u; /* uint8, bool */
+  }
+}
+
+/* The typed value list of a TensorProto for t (float_val, int_val, ...). */
+static const char *val_field(const tf_type *t) {
+  switch (t->code) {
+  case 1: return "float_val";
+  case 2: return "double_val";
+  case 9: return "int64_val";
+  case 10: return "bool_val";
+  case 14:
+  case 19: return "half_val";
+  case 22: return "uint32_val";
+  case 23: return "uint64_val";
+  default: return "int_val";
+  }
+}
+
+/* Const: one repeated value -> Constant value=, 0, 1, 2, ... -> init=iota,
+ * anything else -> Opaque (the IR keeps no tensor data). */
+static cf_status read_const(pb_reader *r, pnode *n) {
+  const pf *v = node_attr(r, n, "value"), *ten = v ? get(v, "tensor") : NULL;
+  if (!ten || !ten->msg)
+    return fail(r, n->line, "node '%s': Const needs attr value { tensor { ... } }", n->name);
+  const tf_type *t = field_type(r, get(ten, "dtype"));
+  if (!t) return fail(r, ten->line, "node '%s': tensor without a dtype collfuse knows", n->name);
+  if (t->dt == CF_DT_INVALID)
+    return fail(r, ten->line, "node '%s': %s has no IR dtype", n->name, t->name);
+  cf_shape s = {0};
+  const pf *ts = get(ten, "tensor_shape");
+  cf_status st = ts ? shape_of(r, n, ts, &s) : CF_OK;
+  int64_t count;
+  if (st) return st;
+  if (!cf_shape_elements(&s, &count))
+    return fail(r, ten->line, "node '%s': tensor of more than %lld elements", n->name,
+                (long long)CF_MAX_ELEMENTS);
+  const pf *content = get(ten, "tensor_content");
+  double first = 0, x = 0;
+  bool splat = true, iota = true,
+       small = t->exact && !cf_dtype_is_float(t->dt) && count <= CF_MAX_RANK;
+  n->n_ivals = -1;
+  if (content) {
+    char *b;
+    size_t len;
+    if ((st = decode_string(r, content, &b, &len))) return st;
+    int64_t want;
+    if (!cf_mul_i64(count, t->size, &want) || (int64_t)len != want)
+      return fail(r, content->line,
+                  "node '%s': tensor_content has %zu bytes, %lld elements of %s need %lld", n->name,
+                  len, (long long)count, t->name, (long long)want);
+    for (int64_t i = 0; i < count && (splat || iota || small); i++) {
+      x = content_elem(t, (const unsigned char *)b, i);
+      if (!i) first = x;
+      splat &= memcmp(b, b + i * t->size, (size_t)t->size) == 0;
+      iota &= x == (double)i;
+      if (small) n->ivals[i] = (int64_t)x;
+    }
+  } else {
+    const char *vf = val_field(t);
+    int64_t m = 0;
+    for (const pf *f = get(ten, vf); f; f = next_named(f, vf), m++) {
+      if (m >= count)
+        return fail(r, f->line, "node '%s': more %s values than the %lld elements", n->name, vf,
+                    (long long)count);
+      int64_t iv;
+      if (t->code == 10)
+        x = cf_span_is(f->text, "true") || cf_span_is(f->text, "1");
+      else if (t->code == 14 || t->code == 19) {
+        if (!field_int(r, f, &iv)) return fail(r, f->line, "node '%s': bad %s", n->name, vf);
+        x = t->code == 14 ? bf16_to_double((uint16_t)iv) : half_to_double((uint16_t)iv);
+      } else if (cf_dtype_is_float(t->dt)) {
+        if (!field_double(f, &x))
+          return fail(r, f->line, "node '%s': bad %s '%.*s'", n->name, vf, cf_span_excerpt(f->text),
+                      f->text.p);
+      } else {
+        if (!field_int(r, f, &iv))
+          return fail(r, f->line, "node '%s': bad %s '%.*s'", n->name, vf, cf_span_excerpt(f->text),
+                      f->text.p);
+        x = (double)iv;
+      }
+      if (!m) first = x;
+      splat &= x == first;
+      iota &= x == (double)m;
+      if (small) n->ivals[m] = (int64_t)x;
+    }
+    /* TensorFlow repeats the last value over the remaining elements */
+    if (m < count && m > 0) iota = false;
+    if (small)
+      for (int64_t i = m; i < count; i++)
+        n->ivals[i] = m ? n->ivals[m - 1] : 0;
+  }
+  if (small) n->n_ivals = (int)count;
+  bool finite = isfinite(first);
+  int idx;
+  bool opaque = !t->exact || !finite || (!splat && !(iota && count > 1));
+  if ((st = cf_graph_add_node(r->g, n->name, opaque ? CF_OP_OPAQUE : CF_OP_CONSTANT, n->line,
+                              &idx)) ||
+      (st = set_type(r, idx, t->dt, &s, n->line)))
+    return st;
+  n->ir = idx;
+  if (opaque) return cf_node_parse_attr(r->g, idx, CF_A_TYPE, "Const", n->line);
+  if (!splat) return cf_node_parse_attr(r->g, idx, CF_A_INIT, "iota", n->line);
+  cf_attr a = {.id = CF_A_VALUE, .v.f = first};
+  return cf_node_set_attr(r->g, idx, &a);
+}
+
+/* dtype of a node's output from its attributes (T, dtype, out_type, DstT). */
+static const tf_type *out_type(pb_reader *r, const pnode *n, int port) {
+  static const char *scalar[] = {"T", "dtype", "out_type", "DstT", "output_type", "type"};
+  static const char *lists[] = {"Tout", "output_types", "T", "out_types"};
+  for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+    const pf *v = node_attr(r, n, lists[i]), *l = v ? get(v, "list") : NULL;
+    if (!l) continue;
+    const pf *f = get(l, "type");
+    for (int k = 0; f && k < port; k++)
+      f = next_named(f, "type");
+    if (f) return field_type(r, f);
+  }
+  for (size_t i = 0; i < sizeof scalar / sizeof scalar[0]; i++) {
+    const pf *v = node_attr(r, n, scalar[i]);
+    if (v && get(v, "type")) return field_type(r, get(v, "type"));
+  }
+  return NULL;
+}
+
+/* _output_shapes { list { shape {...} ... } }: the count, and shape k. */
+static int output_shapes(pb_reader *r, const pnode *n, const pf **first) {
+  const pf *v = node_attr(r, n, "_output_shapes"), *l = v ? get(v, "list") : NULL;
+  int k = 0;
+  *first = l ? get(l, "shape") : NULL;
+  for (const pf *f = *first; f; f = next_named(f, "shape"))
+    k++;
+  return k;
+}
+
+/* An Opaque node typed by _output_shapes and the dtype attributes. Nodes
+ * nothing uses as data are skipped when they cannot be typed. */
+static cf_status read_opaque(pb_reader *r, pnode *n, bool *skipped) {
+  const pf *sh;
+  int k = output_shapes(r, n, &sh);
+  *skipped = false;
+  const char *why = NULL;
+  const tf_type *t = NULL;
+  if (!k) why = "it has no _output_shapes";
+  for (int i = 0; i < k && !why; i++)
+    if (!(t = out_type(r, n, i)) || t->dt == CF_DT_INVALID)
+      why = "its dtype attribute is missing or has no IR dtype";
+  if (why && !n->referenced) {
+    *skipped = true;
+    cf_log(r->ctx, CF_LOG_INFO, "%s:%d: note: node '%s' (op %s) skipped: nothing uses it and %s",
+           r->file, n->line, n->name, n->op, why);
+    return CF_OK;
+  }
+  if (why) return fail(r, n->line, "node '%s': cannot import op '%s': %s", n->name, n->op, why);
+  int idx;
+  cf_status st = cf_graph_add_node(r->g, n->name, CF_OP_OPAQUE, n->line, &idx);
+  if (!st) st = cf_node_parse_attr(r->g, idx, CF_A_TYPE, n->op, n->line);
+  if (st) return st;
+  n->ir = idx;
+  cf_node *nd = &r->g->nodes[idx];
+  if (!(nd->decl = cf_arena_array(&r->g->arena, (size_t)k, sizeof *nd->decl)))
+    return oom(r, n->line);
+  for (int i = 0; i < k; i++, sh = next_named(sh, "shape")) {
+    cf_decl *d = &nd->decl[i];
+    if ((st = shape_of(r, n, sh, &d->v.shape))) return st;
+    d->v.dtype = out_type(r, n, i)->dt;
+    d->has_dtype = d->has_shape = true;
+    nd->n_decl++;
+  }
+  return CF_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* nodes                                                              */
+
+static cf_status set_int_attr(pb_reader *r, pnode *n, int idx, const char *key, cf_attr_id id) {
+  const pf *v = node_attr(r, n, key);
+  if (!v) return CF_OK;
+  int64_t x;
+  const pf *f = get(v, "i") ? get(v, "i") : get(v, "s");
+  if (!field_int(r, f, &x))
+    return fail(r, v->line, "node '%s': attr %s must be an integer", n->name, key);
+  cf_attr a = {.id = id, .v.i = x};
+  return cf_node_set_attr(r->g, idx, &a);
+}
+
+static cf_status read_collective(pb_reader *r, pnode *n, cf_op op, int layout) {
+  int idx;
+  cf_status st = cf_graph_add_node(r->g, n->name, op, n->line, &idx);
+  if (st) return st;
+  n->ir = idx;
+  const pf *v;
+  if ((v = node_attr(r, n, "reduction")) && cf_op_table[op].allowed & (1u << CF_A_REDUCTION)) {
+    const char *s;
+    if (!get(v, "s") || (st = text_field(r, get(v, "s"), &s)))
+      return st ? st : fail(r, v->line, "node '%s': reduction must be a string", n->name);
+    if ((st = cf_node_parse_attr(r->g, idx, CF_A_REDUCTION, s, v->line))) return st;
+  }
+  const char *group = CF_WORLD_GROUP;
+  if ((v = node_attr(r, n, "group"))) {
+    if (!get(v, "s") || (st = text_field(r, get(v, "s"), &group)))
+      return st ? st : fail(r, v->line, "node '%s': group must be a string", n->name);
+    if ((st = cf_node_parse_attr(r->g, idx, CF_A_GROUP, group, v->line))) return st;
+  }
+  if ((op == CF_OP_ALLREDUCE || op == CF_OP_REDUCE || op == CF_OP_ALLGATHER ||
+       op == CF_OP_REDUCESCATTER) &&
+      ((st = set_int_attr(r, n, idx, "fusion", CF_A_FUSION)) ||
+       (st = set_int_attr(r, n, idx, "fusion_id", CF_A_FUSION_ID))))
+    return st;
+  if ((st = set_int_attr(r, n, idx, "rank_size", CF_A_RANK_SIZE))) return st;
+  if ((op == CF_OP_BROADCAST || op == CF_OP_REDUCE) &&
+      (st = set_int_attr(r, n, idx, "root_rank", CF_A_ROOT)))
+    return st;
+  if (layout >= 0) {
+    cf_attr a = {.id = CF_A_LAYOUT, .v.i = layout};
+    if ((st = cf_node_set_attr(r->g, idx, &a))) return st;
+  }
+  const tf_type *t = out_type(r, n, 0);
+  if (t && t->dt != CF_DT_INVALID && (st = set_type(r, idx, t->dt, NULL, n->line))) return st;
+  /* the group's size: the world from hccl_world_group, else a declared group */
+  int64_t rs = cf_node_int(&r->g->nodes[idx], CF_A_RANK_SIZE, 0);
+  if (rs > CF_MAX_WORLD || rs < 0)
+    return fail(r, n->line, "node '%s': rank_size=%lld must be in 1..%d", n->name, (long long)rs,
+                CF_MAX_WORLD);
+  if (rs > r->world) r->world = rs;
+  if (strcmp(group, CF_WORLD_GROUP) && !cf_graph_group(r->g, group)) {
+    /* a GraphDef does not carry group membership: the first rank_size ranks */
+    if (!rs)
+      return fail(
+          r, n->line,
+          "node '%s': group '%s' needs attr rank_size (a GraphDef does not say which ranks it has)",
+          n->name, group);
+    int *ranks = malloc((size_t)rs * sizeof *ranks);
+    if (!ranks) return oom(r, n->line);
+    for (int i = 0; i < rs; i++)
+      ranks[i] = i;
+    st = cf_graph_add_group(r->g, group, ranks, (int)rs, n->line);
+    free(ranks);
+  }
+  return st;
+}
+
+static int find_node(const pb_reader *r, const char *name);
+
+static cf_status read_node(pb_reader *r, pnode *n) {
+  const char *op = n->op;
+  cf_status st = CF_OK;
+  int idx, layout;
+  const pf *v;
+  n->ir = -1;
+  n->state = 1;
+  if (!strcmp(op, "Identity") || !strcmp(op, "Snapshot") || !strcmp(op, "StopGradient") ||
+      !strcmp(op, "PreventGradient")) {
+    for (int i = 0; i < n->n_in && n->alias < 0; i++)
+      if (!n->in[i].control) n->alias = i;
+    return n->alias < 0 ? fail(r, n->line, "node '%s': %s needs an input", n->name, op) : CF_OK;
+  }
+  if (!strcmp(op, "NoOp")) return CF_OK;
+  if (!strcmp(op, "Const")) return read_const(r, n);
+  if (!strcmp(op, "_Arg") || !strcmp(op, "Placeholder")) {
+    const tf_type *t = out_type(r, n, 0);
+    cf_shape s;
+    const pf *sh = (v = node_attr(r, n, "shape")) ? get(v, "shape") : NULL;
+    if (!sh) output_shapes(r, n, &sh);
+    if (!t || t->dt == CF_DT_INVALID)
+      return fail(r, n->line, "node '%s': %s needs a dtype (attr T or dtype) with an IR dtype",
+                  n->name, op);
+    if (!sh)
+      return fail(r, n->line, "node '%s': %s needs a shape (attr shape or _output_shapes)", n->name,
+                  op);
+    if ((st = shape_of(r, n, sh, &s)) ||
+        (st = cf_graph_add_node(r->g, n->name, CF_OP_INPUT, n->line, &idx)))
+      return st;
+    n->ir = idx;
+    return set_type(r, idx, t->dt, &s, n->line);
+  }
+  if (!strcmp(op, "_Retval")) {
+    if ((st = cf_graph_add_node(r->g, n->name, CF_OP_OUTPUT, n->line, &idx))) return st;
+    n->ir = idx;
+    return CF_OK;
+  }
+  cf_op ir = cf_op_lookup(op, &layout);
+  if (!strncmp(op, "Hcom", 4) && ir != CF_OP_INVALID) return read_collective(r, n, ir, layout);
+  static const struct {
+    const char *tf;
+    cf_op op;
+  } simple[] = {{"Add", CF_OP_ADD},
+                {"AddV2", CF_OP_ADD},
+                {"Sub", CF_OP_SUB},
+                {"Mul", CF_OP_MUL},
+                {"Cast", CF_OP_CAST},
+                {"MatMul", CF_OP_MATMUL},
+                {"BatchMatMul", CF_OP_MATMUL},
+                {"BatchMatMulV2", CF_OP_MATMUL},
+                {"Reshape", CF_OP_RESHAPE}};
+  ir = CF_OP_INVALID;
+  for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
+    if (!strcmp(op, simple[i].tf)) ir = simple[i].op;
+  const pf *sh;
+  int n_sh = output_shapes(r, n, &sh);
+  cf_shape s;
+  if (ir == CF_OP_MATMUL) { /* transposed or batched products are not the IR's MatMul */
+    static const char *flags[] = {"transpose_a", "transpose_b", "adj_x", "adj_y"};
+    for (size_t i = 0; i < 4; i++)
+      if ((v = node_attr(r, n, flags[i])) && get(v, "b") && cf_span_is(get(v, "b")->text, "true"))
+        ir = CF_OP_INVALID;
+    if (n_sh == 1 && !shape_of(r, n, sh, &s) && s.rank != 2) ir = CF_OP_INVALID;
+    cf_clear_error(r->ctx);
+  }
+  if (ir == CF_OP_RESHAPE) { /* the target shape: _output_shapes, else a small Const operand */
+    if (n_sh == 1) {
+      if ((st = shape_of(r, n, sh, &s))) return st;
+    } else {
+      s.rank = -1;
+      if (n->n_in >= 2 && !n->in[1].control) {
+        int k = find_node(r, n->in[1].name);
+        pnode *c = k >= 0 ? &r->nodes[k] : NULL;
+        if (c && !c->state && !strcmp(c->op, "Const") && (st = read_node(r, c))) return st;
+        if (c && c->n_ivals >= 0 && c->ir >= 0 && (s.rank = c->n_ivals) >= 0)
+          for (int i = 0; i < s.rank; i++)
+            s.dims[i] = c->ivals[i];
+      }
+      for (int i = 0; i < s.rank; i++)
+        if (s.dims[i] < 0) s.rank = -1; /* -1: inferred dims need the input's shape */
+      if (s.rank < 0) ir = CF_OP_INVALID;
+    }
+  }
+  if (ir == CF_OP_INVALID) {
+    bool skipped;
+    return read_opaque(r, n, &skipped);
+  }
+  if ((st = cf_graph_add_node(r->g, n->name, ir, n->line, &idx))) return st;
+  n->ir = idx;
+  n->reshape = ir == CF_OP_RESHAPE;
+  const tf_type *t = ir == CF_OP_CAST
+                         ? (v = node_attr(r, n, "DstT")) ? field_type(r, get(v, "type")) : NULL
+                         : out_type(r, n, 0);
+  if (ir == CF_OP_CAST && (!t || t->dt == CF_DT_INVALID))
+    return fail(r, n->line, "node '%s': Cast needs attr DstT with an IR dtype", n->name);
+  if (t && t->dt != CF_DT_INVALID && ir != CF_OP_MATMUL &&
+      (st = set_type(r, idx, t->dt, NULL, n->line)))
+    return st;
+  if (ir == CF_OP_RESHAPE) return set_type(r, idx, CF_DT_INVALID, &s, n->line);
+  return CF_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* operands                                                           */
+
+static int find_node(const pb_reader *r, const char *name) {
+  if (!r->index_cap) return -1;
+  uint64_t h = 1469598103934665603ull;
+  for (const char *s = name; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  for (size_t i = h & (r->index_cap - 1); r->index[i]; i = (i + 1) & (r->index_cap - 1))
+    if (!strcmp(r->nodes[r->index[i] - 1].name, name)) return r->index[i] - 1;
+  return -1;
+}
+
+static cf_status build_index(pb_reader *r) {
+  size_t cap = 16;
+  while (cap < (size_t)r->n_nodes * 2)
+    cap *= 2;
+  if (!(r->index = cf_arena_array(&r->scratch, cap, sizeof(int)))) return oom(r, 0);
+  r->index_cap = cap;
+  for (int k = 0; k < r->n_nodes; k++) {
+    int prev = find_node(r, r->nodes[k].name);
+    if (prev >= 0)
+      return fail(r, r->nodes[k].line, "node '%s': duplicate node name (first defined at line %d)",
+                  r->nodes[k].name, r->nodes[prev].line);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *s = r->nodes[k].name; *s; s++)
+      h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    size_t i = h & (cap - 1);
+    while (r->index[i])
+      i = (i + 1) & (cap - 1);
+    r->index[i] = k + 1;
+  }
+  return CF_OK;
+}
+
+/* The IR output that input x of node n names, looking through aliases. */
+static cf_status resolve(pb_reader *r, const pnode *n, const pin *x, cf_ref *out) {
+  const pin *cur = x;
+  for (int hops = 0;; hops++) {
+    int k = find_node(r, cur->name);
+    if (k < 0)
+      return fail(r, x->line, "node '%s': input '%s' names no node of the graph", n->name,
+                  cur->name);
+    pnode *src = &r->nodes[k];
+    if (src->alias >= 0) {
+      if (cur->port != 0)
+        return fail(r, x->line, "node '%s': input '%s:%d': %s has one output", n->name, cur->name,
+                    cur->port, src->op);
+      if (hops > r->n_nodes)
+        return fail(r, x->line, "node '%s': a cycle of Identity nodes through '%s'", n->name,
+                    src->name);
+      cur = &src->in[src->alias];
+      continue;
+    }
+    if (src->ir < 0)
+      return fail(r, x->line, "node '%s': input '%s' is a %s node, which has no outputs", n->name,
+                  cur->name, src->op);
+    *out = (cf_ref){src->ir, cur->port};
+    return CF_OK;
+  }
+}
+
+static cf_status set_operands(pb_reader *r, pnode *n) {
+  cf_node *nd = &r->g->nodes[n->ir];
+  bool opaque = nd->op == CF_OP_OPAQUE;
+  cf_ref *refs = n->n_in ? cf_arena_array(&r->scratch, (size_t)n->n_in, sizeof *refs) : NULL;
+  if (n->n_in && !refs) return oom(r, n->line);
+  int k = 0;
+  for (int i = 0; i < n->n_in; i++) {
+    const pin *x = &n->in[i];
+    if ((x->control && !opaque) || (n->reshape && k == 1)) continue;
+    if (x->control) { /* dependencies of Opaque nodes stay operands */
+      int s = find_node(r, x->name);
+      if (s < 0)
+        return fail(r, x->line, "node '%s': control input '^%s' names no node of the graph",
+                    n->name, x->name);
+      if (r->nodes[s].ir < 0 && r->nodes[s].alias < 0) continue;
+    }
+    cf_status st = resolve(r, n, x, &refs[k]);
+    if (st) return st;
+    k++;
+  }
+  return cf_node_set_inputs(r->g, n->ir, k, refs);
+}
+
+/* ------------------------------------------------------------------ */
+/* the GraphDef                                                       */
+
+static cf_status read_inputs(pb_reader *r, pnode *n) {
+  int cnt = 0;
+  for (const pf *f = get(n->msg, "input"); f; f = next_named(f, "input"))
+    cnt++;
+  if (cnt > CF_MAX_OPERANDS)
+    return fail(r, n->line, "node '%s': more than %d inputs", n->name, CF_MAX_OPERANDS);
+  n->in = cnt ? cf_arena_array(&r->scratch, (size_t)cnt, sizeof *n->in) : NULL;
+  if (cnt && !n->in) return oom(r, n->line);
+  for (const pf *f = get(n->msg, "input"); f; f = next_named(f, "input")) {
+    const char *s;
+    cf_status st = text_field(r, f, &s);
+    if (st) return st;
+    pin *x = &n->in[n->n_in++];
+    x->line = f->line;
+    x->control = *s == '^';
+    if (x->control) s++;
+    const char *colon = strrchr(s, ':');
+    int64_t port = 0;
+    if (colon && !x->control) {
+      if (!parse_i64(colon + 1, &port) || port < 0 || port >= CF_MAX_OPERANDS ||
+          !isdigit((unsigned char)colon[1]))
+        return fail(r, f->line, "node '%s': input '%s': bad output port", n->name, s);
+      char *nm = cf_arena_strndup(&r->scratch, s, (size_t)(colon - s));
+      if (!nm) return oom(r, f->line);
+      s = nm;
+    }
+    if (!*s) return fail(r, f->line, "node '%s': an empty input name", n->name);
+    x->name = s;
+    x->port = (int)port;
+  }
+  return CF_OK;
+}
+
+static cf_status read_graph(pb_reader *r) {
+  cf_status st;
+  int count = 0;
+  for (const pf *f = get(&r->root, "node"); f; f = next_named(f, "node"))
+    count++;
+  if (!count) return fail(r, 1, "no node { ... } in the GraphDef");
+  if (count > CF_MAX_NODES) return fail(r, 1, "more than %d nodes", CF_MAX_NODES);
+  if (!(r->nodes = cf_arena_array(&r->scratch, (size_t)count, sizeof *r->nodes))) return oom(r, 0);
+  for (const pf *f = get(&r->root, "node"); f; f = next_named(f, "node")) {
+    pnode *n = &r->nodes[r->n_nodes++];
+    n->msg = f;
+    n->line = f->line;
+    n->alias = -1;
+    n->ir = -1;
+    n->n_ivals = -1;
+    const pf *nm = get(f, "name"), *op = get(f, "op");
+    if (!f->msg || !nm || !op)
+      return fail(r, f->line, "node without %s", !f->msg ? "a body" : !nm ? "a name" : "an op");
+    if ((st = text_field(r, nm, &n->name)) || (st = text_field(r, op, &n->op))) return st;
+    if (!*n->name || strlen(n->name) > PB_MAX_NAME)
+      return fail(r, nm->line, "node name must have 1..%d bytes", PB_MAX_NAME);
+    if (!*n->op) return fail(r, op->line, "node '%s': empty op", n->name);
+    if ((st = read_inputs(r, n))) return st;
+  }
+  if ((st = build_index(r))) return st;
+  for (int k = 0; k < r->n_nodes; k++)
+    for (int i = 0; i < r->nodes[k].n_in; i++) {
+      int s = r->nodes[k].in[i].control ? -1 : find_node(r, r->nodes[k].in[i].name);
+      if (s >= 0) r->nodes[s].referenced = true;
+    }
+  for (int k = 0; k < r->n_nodes; k++)
+    if (!r->nodes[k].state && (st = read_node(r, &r->nodes[k]))) return st;
+  bool any_output = false;
+  for (int k = 0; k < r->n_nodes; k++) {
+    pnode *n = &r->nodes[k];
+    if (n->ir >= 0 && (st = set_operands(r, n))) return st;
+    any_output |= n->ir >= 0 && r->g->nodes[n->ir].op == CF_OP_OUTPUT;
+  }
+  if (!any_output) { /* no _Retval: every collective whose result nothing uses is an output */
+    int n0 = r->g->n_nodes;
+    bool *used = calloc((size_t)n0 + 1, 1);
+    if (!used) return oom(r, 0);
+    for (int i = 0; i < n0; i++)
+      for (int j = 0; j < r->g->nodes[i].n_in; j++)
+        used[r->g->nodes[i].in[j].node] = true;
+    for (int i = 0; i < n0 && !st; i++) {
+      const cf_node *nd = &r->g->nodes[i];
+      if (used[i] || !cf_op_is_collective(nd->op) ||
+          cf_op_table[nd->op].cat == CF_CAT_FUSED_COLLECTIVE)
+        continue;
+      size_t len = strlen(nd->name) + 16;
+      char *nm = cf_arena_alloc(&r->scratch, len);
+      int idx, line = nd->line;
+      cf_ref ref = {i, 0};
+      if (!nm)
+        st = oom(r, line);
+      else
+        snprintf(nm, len, "%s:output", nd->name);
+      if (!st) st = cf_graph_add_node(r->g, nm, CF_OP_OUTPUT, line, &idx);
+      if (!st) st = cf_node_set_inputs(r->g, idx, 1, &ref);
+    }
+    free(used);
+    if (st) return st;
+  }
+  r->g->world_size = r->world;
+  return CF_OK;
+}
+
+cf_status cf_pbtxt_read(cf_context *ctx, const char *name, const char *data, size_t size,
+                        cf_graph **out) {
+  *out = NULL;
+  pb_reader r = {.ctx = ctx, .file = name};
+  cf_status st = cf_graph_new(ctx, name, &r.g);
+  if (st) return st;
+  r.file = r.g->file;
+  if (!(r.text = malloc(size + 1))) {
+    st = oom(&r, 0);
+    goto fail;
+  }
+  if (size) memcpy(r.text, data, size);
+  r.text[size] = 0;
+  r.end = r.text + size;
+  const char *p = r.text;
+  int line = 1;
+  if ((st = parse_msg(&r, &p, &line, 0, 0, &r.root)) || (st = read_graph(&r)) ||
+      (st = cf_frontend_finish(r.g)))
+    goto fail;
+  free(r.text);
+  cf_arena_free(&r.scratch);
+  *out = r.g;
+  return CF_OK;
+fail:
+  free(r.text);
+  cf_arena_free(&r.scratch);
+  cf_graph_destroy(r.g);
+  return st;
+}

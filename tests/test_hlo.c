@@ -1,0 +1,441 @@
+/* test_hlo.c - unit tests for the XLA HLO text reader (frontend/hlo.c).
+ *
+ * The JAX exports in shared/data/hlo must import with their collectives,
+ * groups and MatMuls where they are; the files in tests/hlo cover every
+ * replica_groups form, call inlining, tuples, async collectives, constants
+ * and Opaque fallbacks; in-memory modules cover the error messages (each
+ * checked for its line and text) and the limits.
+ */
+#include "cf_graph_test.h"
+
+/* ---- the JAX exports ---- */
+
+static void test_jax_tp_mlp(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SHARED_DIR "/data/hlo/jax_tp_mlp.hlo");
+  assert_string_equal(g->name, "jit_tp_mlp");
+  assert_int_equal(g->world_size, 8);
+  assert_group(g, "tp", "0,1,2,3,4,5,6,7");
+  const cf_node *ag = node(g, "all_gather.1"), *rs = node(g, "reduce_scatter.5");
+  assert_int_equal(ag->op, CF_OP_ALLGATHER);
+  assert_int_equal(cf_node_layout(ag), CF_LAYOUT_CONCAT);
+  assert_string_equal(cf_node_group(ag), "tp");
+  assert_shape(&ag->out[0], CF_DT_BFLOAT16, "1024,512");
+  /* the shard_map body was inlined: parameters are the GlobalToLocalShape outputs */
+  const cf_node *g2l = operand(g, ag, 0);
+  assert_int_equal(g2l->op, CF_OP_OPAQUE);
+  assert_string_equal(cf_node_str(g2l, CF_A_TYPE, ""), "custom-call:xla.sdy.GlobalToLocalShape");
+  assert_int_equal(g2l->n_out, 3);
+  const cf_node *d2 = node(g, "dot_general.2");
+  assert_int_equal(d2->op, CF_OP_MATMUL);
+  assert_ptr_equal(operand(g, d2, 0), ag);
+  assert_int_equal(d2->in[1].port, 1);
+  /* dot -> reduce-scatter, as the MatMul fusion wants it */
+  assert_int_equal(rs->op, CF_OP_REDUCESCATTER);
+  assert_int_equal(cf_node_reduction(rs), CF_RED_SUM);
+  assert_int_equal(operand(g, rs, 0)->op, CF_OP_MATMUL);
+  assert_string_equal(operand(g, rs, 0)->name, "dot_general.3");
+  assert_shape(&rs->out[0], CF_DT_BFLOAT16, "128,512");
+  /* sharding annotations and LocalToGlobalShape forward the rank's shard */
+  assert_ptr_equal(operand(g, node(g, "output"), 0), rs);
+  assert_int_equal(node(g, "tanh.1")->op, CF_OP_OPAQUE);
+  assert_int_equal(node(g, "constant.7")->op, CF_OP_CONSTANT);
+  cf_graph_destroy(g);
+}
+
+static void test_jax_mixed(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SHARED_DIR "/data/hlo/jax_mixed_reductions.hlo");
+  static const struct {
+    const char *name;
+    cf_reduction red;
+    cf_dtype dt;
+  } want[] = {{"psum_invariant.10", CF_RED_SUM, CF_DT_FLOAT32},
+              {"pmax.5", CF_RED_MAX, CF_DT_INT32},
+              {"psum_invariant.11", CF_RED_SUM, CF_DT_BFLOAT16},
+              {"pmin.5", CF_RED_MIN, CF_DT_FLOAT32}};
+  for (size_t i = 0; i < 4; i++) {
+    const cf_node *n = node(g, want[i].name);
+    assert_int_equal(n->op, CF_OP_ALLREDUCE);
+    assert_int_equal(cf_node_reduction(n), want[i].red);
+    assert_int_equal(n->out[0].dtype, want[i].dt);
+    assert_string_equal(cf_node_group(n), "dp");
+  }
+  assert_int_equal(g->n_groups, 1);
+  /* the ROOT tuple's four arrays are the outputs; pmean's divide is Opaque */
+  assert_ptr_equal(operand(g, node(g, "output.0"), 0), node(g, "psum_invariant.10"));
+  assert_ptr_equal(operand(g, node(g, "output.3"), 0), node(g, "pmin.5"));
+  assert_string_equal(cf_node_str(operand(g, node(g, "output.2"), 0), CF_A_TYPE, ""), "divide");
+  cf_graph_destroy(g);
+}
+
+static void test_jax_optimized(void **state) {
+  (void)state;
+  /* sigils, signatures, FileNames/StackFrames tables, fusions, num_partitions */
+  cf_graph *g = load(CF_SHARED_DIR "/data/hlo/jax_tp_mlp.optimized.hlo");
+  assert_int_equal(g->world_size, 8);
+  const cf_node *ag = node(g, "all_gather.3"), *rs = node(g, "reduce_scatter.8");
+  assert_int_equal(ag->op, CF_OP_ALLGATHER);
+  assert_int_equal(rs->op, CF_OP_REDUCESCATTER);
+  assert_shape(&rs->out[0], CF_DT_FLOAT32, "128,512");
+  assert_string_equal(cf_node_str(operand(g, rs, 0), CF_A_TYPE, ""), "fusion:kLoop");
+  assert_string_equal(cf_node_str(node(g, "ynn_fusion"), CF_A_TYPE, ""), "fusion:kCustom");
+  cf_graph_destroy(g);
+}
+
+/* ---- tests/hlo ---- */
+
+static void test_replica_group_forms(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/replica_groups.hlo");
+  /* {{0..7}} and [1,8]<=[8] are the same group, declared once */
+  assert_string_equal(cf_node_group(node(g, "explicit")), "replica_group_1");
+  assert_string_equal(cf_node_group(node(g, "iota1")), "replica_group_1");
+  assert_string_equal(cf_node_group(node(g, "rs")), "replica_group_1");
+  assert_int_equal(cf_node_reduction(node(g, "same")), CF_RED_MAX);
+  assert_group(g, "replica_group_1", "0,1,2,3,4,5,6,7");
+  /* several subgroups: Opaque, with the subgroups declared */
+  const cf_node *pairs = node(g, "pairs");
+  assert_int_equal(pairs->op, CF_OP_OPAQUE);
+  assert_non_null(
+      strstr(cf_node_str(pairs, CF_A_TYPE, ""), "over 4 replica groups replica_group_2.0"));
+  assert_group(g, "replica_group_2.3", "6,7");
+  assert_group(g, "replica_group_3.0", "0,1,2,3"); /* [2,4]<=[8] */
+  assert_group(g, "replica_group_3.1", "4,5,6,7");
+  assert_group(g, "replica_group_4.0", "0,2,4,6"); /* [2,4]<=[4,2]T(1,0) */
+  assert_group(g, "replica_group_4.1", "1,3,5,7");
+  /* no channel_id: cross-replica within each of 8 partitions, 1 replica each */
+  assert_int_equal(node(g, "world")->op, CF_OP_OPAQUE);
+  assert_group(g, "replica_group_0.7", "7");
+  cf_graph_destroy(g);
+}
+
+static void test_mesh(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/mesh.hlo");
+  assert_int_equal(g->world_size, 8);
+  assert_group(g, "tp.0", "0,1,2,3");
+  assert_group(g, "tp.1", "4,5,6,7");
+  assert_group(g, "dp.1", "1,5");
+  assert_group(g, "dp_tp", "0,1,2,3,4,5,6,7");
+  assert_group(g, "tp_dp", "0,4,1,5,2,6,3,7");
+  assert_int_equal(node(g, "tp")->op, CF_OP_OPAQUE);
+  assert_int_equal(node(g, "all")->op, CF_OP_ALLREDUCE);
+  assert_string_equal(cf_node_group(node(g, "ag")), "dp_tp");
+  assert_shape(&node(g, "ag")->out[0], CF_DT_BFLOAT16, "64,32");
+  cf_graph_destroy(g);
+}
+
+/* Replica ids become ranks r * num_partitions + p by XLA's group modes. */
+static void test_group_modes(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/modes.hlo");
+  assert_int_equal(g->world_size, 4);
+  /* no channel_id: replicas 0,1 within each partition: {0,2} and {1,3} */
+  assert_int_equal(node(g, "cross_replica")->op, CF_OP_OPAQUE);
+  assert_group(g, "replica_group_0.0", "0,2");
+  assert_group(g, "replica_group_0.1", "1,3");
+  /* channel_id alone: replicas 0,1 across every partition, one group */
+  assert_string_equal(cf_node_group(node(g, "replica_and_partition")), "replica_group_1");
+  assert_group(g, "replica_group_1", "0,1,2,3");
+  assert_string_equal(cf_node_group(node(g, "flattened")), "replica_group_1");
+  cf_graph_destroy(g);
+}
+
+static void test_structure(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/structure.hlo");
+  assert_int_equal(g->world_size, 4);
+  /* a tuple parameter is one Input per array */
+  assert_shape(&node(g, "q#0")->out[0], CF_DT_INT32, "4");
+  assert_shape(&node(g, "q#1")->out[0], CF_DT_FLOAT32, "8");
+  /* %inner is inlined twice through %outer; the second copy is renamed */
+  const cf_node *ar = node(g, "ar"), *ar2 = node(g, "ar/1"), *m = node(g, "m");
+  assert_int_equal(ar2->op, CF_OP_ALLREDUCE);
+  assert_ptr_equal(operand(g, ar2, 0), m);
+  assert_ptr_equal(operand(g, m, 0), ar);
+  /* while is Opaque with both outputs; the call consumes output 1 */
+  const cf_node *loop = node(g, "loop");
+  assert_int_equal(loop->op, CF_OP_OPAQUE);
+  assert_int_equal(loop->n_out, 2);
+  assert_ptr_equal(operand(g, ar, 0), loop);
+  assert_int_equal(ar->in[0].port, 1);
+  assert_int_equal(node(g, "cv")->op, CF_OP_CAST);
+  assert_int_equal(node(g, "rsh")->op, CF_OP_RESHAPE);
+  assert_int_equal(node(g, "bc")->op, CF_OP_RESHAPE);
+  assert_int_equal(node(g, "d")->op, CF_OP_MATMUL);
+  assert_int_equal(node(g, "dt")->op, CF_OP_OPAQUE); /* contracts lhs dim 0 */
+  assert_int_equal(node(g, "sub")->op, CF_OP_SUB);
+  assert_ptr_equal(operand(g, node(g, "output.1"), 0), node(g, "q#1"));
+  cf_graph_destroy(g);
+}
+
+static void test_tuple_collectives(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/tuple_collectives.hlo");
+  const cf_node *f = node(g, "fused");
+  assert_int_equal(f->op, CF_OP_FUSEDALLREDUCE);
+  assert_string_equal(cf_node_str(f, CF_A_MEMBERS, ""), "fused#0,fused#1");
+  assert_int_equal(f->n_out, 2);
+  assert_ptr_equal(operand(g, node(g, "output.1"), 0), f);
+  assert_int_equal(node(g, "output.1")->in[0].port, 1);
+  /* mixed dtypes cannot share a bucket: one AllReduce each */
+  assert_int_equal(node(g, "mixed#1")->op, CF_OP_ALLREDUCE);
+  assert_int_equal(node(g, "mixed#1")->out[0].dtype, CF_DT_INT32);
+  assert_int_equal(cf_node_reduction(node(g, "ip")), CF_RED_PROD);
+  assert_null(cf_node_str(node(g, "ip"), CF_A_GROUP, NULL)); /* {} over every device */
+  assert_int_equal(node(g, "local")->op, CF_OP_OPAQUE);      /* cross-replica, 1 replica */
+  assert_int_equal(node(g, "pr")->op, CF_OP_OPAQUE);         /* pred has no IR dtype */
+  /* async pairs: -start is the collective, -done forwards it */
+  assert_int_equal(node(g, "start")->op, CF_OP_ALLREDUCE);
+  const cf_node *ags = node(g, "ags");
+  assert_int_equal(ags->op, CF_OP_ALLGATHER);
+  assert_ptr_equal(operand(g, ags, 0), node(g, "start"));
+  assert_ptr_equal(operand(g, node(g, "output.6"), 0), ags);
+  assert_int_equal(node(g, "ag1")->op, CF_OP_OPAQUE); /* dimensions={1} */
+  assert_string_equal(cf_node_str(node(g, "a2a"), CF_A_TYPE, ""), "all-to-all");
+  assert_string_equal(cf_node_str(node(g, "cp"), CF_A_TYPE, ""), "collective-permute");
+  cf_graph_destroy(g);
+}
+
+static void test_constants(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/constants.hlo");
+  const cf_node *s = node(g, "s"), *splat = node(g, "splat");
+  assert_int_equal(s->op, CF_OP_CONSTANT);
+  assert_true(cf_node_attr(s, CF_A_VALUE)->v.f == 2.5);
+  assert_int_equal(splat->op, CF_OP_CONSTANT);
+  assert_true(cf_node_attr(splat, CF_A_VALUE)->v.f == 7);
+  assert_string_equal(cf_node_str(node(g, "iota"), CF_A_INIT, ""), "iota");
+  static const char *opaque[] = {"other", "nan", "flags", "elided"};
+  for (size_t i = 0; i < 4; i++)
+    assert_int_equal(node(g, opaque[i])->op, CF_OP_OPAQUE);
+  assert_shape(&node(g, "flags")->out[0], CF_DT_UINT8, "2");
+  cf_graph_destroy(g);
+}
+
+/* ---- in-memory modules ---- */
+
+static cf_status parse(const char *text, cf_graph **g) {
+  return cf_graph_parse(ctx, "t.hlo", text, strlen(text), g);
+}
+
+#define HDR "HloModule m, num_partitions=4\n"
+#define SUM                                                                                        \
+  "sum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT c = f32[] add(a, b)\n}\n"
+
+static void test_sniff_and_names(void **state) {
+  (void)state;
+  /* no extension: the first word says HLO; names keep their dots and dashes */
+  const char *text = "  HloModule m\nENTRY e {\n  %get-tuple-element.1 = f32[2]{0} parameter(0)\n"
+                     "  ROOT r = f32[2] negate(get-tuple-element.1)\n}\n";
+  cf_graph *g = NULL;
+  assert_int_equal(cf_graph_parse(ctx, "noext", text, strlen(text), &g), CF_OK);
+  assert_int_equal(node(g, "r")->op, CF_OP_OPAQUE);
+  assert_ptr_equal(operand(g, node(g, "r"), 0), node(g, "get-tuple-element.1"));
+  cf_graph_destroy(g);
+  /* an inlined instruction leaves ENTRY's names to ENTRY's instructions */
+  text = HDR SUM "f {\n  x = f32[4] parameter(0)\n  ROOT ar = f32[4] all-reduce(x), "
+                 "replica_groups={}, channel_id=1, use_global_device_ids=true, to_apply=sum\n}\n"
+                 "ENTRY e {\n  p = f32[4] parameter(0)\n  c = f32[4] call(p), to_apply=f\n"
+                 "  ROOT ar = f32[4] all-reduce(c), replica_groups={}, channel_id=2, "
+                 "use_global_device_ids=true, to_apply=sum\n}\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  assert_ptr_equal(operand(g, node(g, "ar"), 0), node(g, "ar/1"));
+  assert_int_equal(g->world_size, 4);
+  cf_graph_destroy(g);
+}
+
+static const cf_bad_input bad_modules[] = {
+    {"ENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n",
+     "t.hlo:1: error: not HLO text: expected 'HloModule NAME'"},
+    {"", "not HLO text"},
+    {"HloModule m\n", "t.hlo:2: error: no computations in the module"},
+    {"HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT r = f32[] negate(p))\n}\n",
+     "t.hlo:4: error: unbalanced ')'"},
+    {"HloModule m\nENTRY e {\n  p = f32[] parameter(0), metadata={op_name=\"x}\n}\n",
+     "t.hlo:3: error: unterminated string"},
+    {"HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n", "t.hlo:2: error: '{' is never closed"},
+    {"HloModule m\nENTRY e {\n  p = f32[] parameter(0) /* note\n}\n",
+     "t.hlo:3: error: unterminated comment"},
+    {"HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT r = f32[] negate(q)\n}\n",
+     "t.hlo:4: error: instruction 'r': operand 'q' is not defined in computation 'e'"},
+    {"HloModule m\nENTRY e {\n  ROOT r = f32[] negate(p)\n  p = f32[] parameter(0)\n}\n",
+     "t.hlo:3: error: instruction 'r': operand 'p' is defined after it (line 4)"},
+    {"HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  p = f32[] parameter(1)\n}\n",
+     "t.hlo:4: error: computation 'e': instruction 'p' defined twice (first at line 3)"},
+    {"HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(0)\n  ROOT q = f32[] parameter(1)\n}\n",
+     "t.hlo:4: error: computation 'e': a second ROOT (the first is 'p' at line 3)"},
+    {"HloModule m\nf {\n  ROOT p = f32[] parameter(0)\n}\nf {\n  ROOT p = f32[] parameter(0)\n}\n",
+     "t.hlo:5: error: computation 'f' defined twice (first at line 2)"},
+    {"HloModule m\nf {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=f\n}\nENTRY e "
+     "{\n"
+     "  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=f\n}\n",
+     "t.hlo:2: error: computation 'f' calls itself"},
+    {"HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), "
+     "to_apply=nowhere\n}\n",
+     "t.hlo:4: error: instruction 'c': call needs to_apply=COMPUTATION of the module"},
+    {"HloModule m\nf {\n  ROOT p = f32[] parameter(1)\n}\nENTRY e {\n  p = f32[] parameter(0)\n"
+     "  ROOT c = f32[] call(p), to_apply=f\n}\n",
+     "t.hlo:3: error: instruction 'p': parameter(1) but the call passes 1 operands"},
+    {"HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT g = f32[] get-tuple-element(p), "
+     "index=0\n}\n",
+     "t.hlo:4: error: instruction 'g': get-tuple-element index=0 of an array"},
+    {"HloModule m\nENTRY e {\n  p = (f32[], f32[]) parameter(0)\n  ROOT g = f32[] "
+     "get-tuple-element(p), index=2\n}\n",
+     "t.hlo:4: error: instruction 'g': get-tuple-element index=2 of a shorter tuple"},
+    {"HloModule m\nENTRY e {\n  p = (f32[], f32[]) parameter(0)\n  ROOT g = f32[] "
+     "get-tuple-element(p)\n}\n",
+     "t.hlo:4: error: instruction 'g': get-tuple-element needs index=N"},
+    {"HloModule m\nENTRY e {\n  ROOT p = f32[1,1,1,1,1,1,1,1,1] parameter(0)\n}\n",
+     "t.hlo:3: error: shape has more than 8 dimensions"},
+    {"HloModule m\nENTRY e {\n  ROOT p = q32[2] parameter(0)\n}\n",
+     "t.hlo:3: error: unknown element type 'q32'"},
+    {"HloModule m\nENTRY e {\n  ROOT p = f32[?] parameter(0)\n}\n",
+     "t.hlo:3: error: unbounded dynamic dimension"},
+    {"HloModule m\nENTRY e {\n  ROOT p = f32[99999999999999999999] parameter(0)\n}\n",
+     "t.hlo:3: error: bad dimension"},
+    {"HloModule m\nENTRY e {\n  ROOT p = f32[4096,4096,4096,4096] parameter(0)\n}\n",
+     "t.hlo:3: error: node 'p': shape '4096,4096,4096,4096' has too many elements"},
+    {"HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0) junk\n}\n",
+     "t.hlo:3: error: instruction 'p': expected ', key=value'"},
+    {"HloModule m\nENTRY e {\n  p = f32[2]\n}\n",
+     "t.hlo:3: error: instruction 'p': expected an opcode"},
+    {"HloModule m\nENTRY e {\n  hello world\n}\n",
+     "t.hlo:3: error: expected an instruction 'NAME = SHAPE OPCODE(OPERANDS)'"},
+    {"HloModule m, num_partitions=0\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n",
+     "t.hlo:1: error: HloModule: num_partitions='0' must be an integer in 1..65536"},
+    {"HloModule m, num_partitions=65536, replica_count=2\nENTRY e {\n  ROOT p = f32[] "
+     "parameter(0)\n}\n",
+     "t.hlo:1: error: HloModule: num_partitions * replica_count is above 65536 devices"},
+    /* collectives */
+    {"HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
+     "replica_groups={{0,1}}\n}\n",
+     "t.hlo:4: error: instruction 'a': all-reduce needs to_apply=COMPUTATION of the module"},
+    {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
+             "use_global_device_ids=true, replica_groups={{0,1},{1,2}}, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': replica_groups list device 1 twice"},
+    {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
+             "use_global_device_ids=true, replica_groups={{0,4}}, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': replica_groups name device 4 but the module has 4"},
+    {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
+             "use_global_device_ids=true, replica_groups={{0,1},{}}, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': replica_groups: an empty group"},
+    {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
+             "use_global_device_ids=true, replica_groups=[2,4]<=[6], to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': iota replica_groups: 2 x 4 groups but 6 devices"},
+    {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
+             "use_global_device_ids=true, replica_groups=[2,2]<=[2,2]T(1,1), to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': iota replica_groups: T() must permute 0..1"},
+    {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
+             "use_global_device_ids=true, replica_groups=[2,2]<=[2,2]T(1,5), to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': iota replica_groups: T() must permute 0..1"},
+    {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
+             "use_global_device_ids=true, replica_groups=mesh['x'=4] {'y'}, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': replica_groups name axis 'y', which the mesh does not have"},
+    {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
+             "use_global_device_ids=true, replica_groups=mesh['x'=4] {'x':(1)2}, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': mesh sub-axes ('axis':(k)n) are not supported"},
+    {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
+             "use_global_device_ids=true, replica_groups=devices, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': unsupported replica_groups 'devices'"},
+    {"HloModule m\n" SUM
+     "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
+     "use_global_device_ids=true, replica_groups={}, to_apply=sum\n}\n",
+     "t.hlo:9: error: replica_groups={} spans every device, but the module does not say how many"},
+    {"HloModule m, num_partitions=2, replica_count=2\n" SUM
+     "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
+     "replica_groups={{0,1,1}}, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': replica_groups list 3 replica ids but replica_count=2"},
+    {"HloModule m, num_partitions=2, replica_count=2\n" SUM
+     "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
+     "replica_groups={{0,2}}, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': replica id 2 but replica_count=2"},
+    /* the IR checks the declared types: gathering 4 ranks cannot give 6 rows */
+    {HDR "ENTRY e {\n  p = f32[2] parameter(0)\n  ROOT a = f32[6] all-gather(p), channel_id=1, "
+         "use_global_device_ids=true, replica_groups={{0,1,2,3}}, dimensions={0}\n}\n",
+     "t.hlo:4: error: node 'a': declared shape (6) but inferred (8)"},
+    {HDR SUM
+     "ENTRY e {\n  p = f32[6] parameter(0)\n  ROOT a = f32[1] reduce-scatter(p), channel_id=1, "
+     "use_global_device_ids=true, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=sum\n}\n",
+     "t.hlo:9: error: node 'a': dim0=6 is not divisible by rank_size=4"},
+};
+
+static void test_errors(void **state) {
+  (void)state;
+  assert_refused("t.hlo", bad_modules, sizeof bad_modules / sizeof bad_modules[0]);
+}
+
+/* Nesting, size and blow-up limits fail cleanly. */
+static void test_limits(void **state) {
+  (void)state;
+  size_t cap = 1 << 20, n = 0;
+  char *t = malloc(cap);
+  assert_non_null(t);
+  cf_graph *g;
+  /* 300 nested brackets in one attribute */
+  n = (size_t)snprintf(t, cap, "HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(0), x=");
+  for (int i = 0; i < 300; i++)
+    t[n++] = '{';
+  for (int i = 0; i < 300; i++)
+    t[n++] = '}';
+  n += (size_t)snprintf(t + n, cap - n, "\n}\n");
+  ASSERT_ERR(cf_graph_parse(ctx, "t.hlo", t, n, &g), CF_ERR_INVALID,
+             "t.hlo:3: error: brackets nested deeper than 256");
+  /* tuple shapes 40 deep */
+  n = (size_t)snprintf(t, cap, "HloModule m\nENTRY e {\n  ROOT p = ");
+  for (int i = 0; i < 40; i++)
+    t[n++] = '(';
+  n += (size_t)snprintf(t + n, cap - n, "f32[]");
+  for (int i = 0; i < 40; i++)
+    t[n++] = ')';
+  n += (size_t)snprintf(t + n, cap - n, " parameter(0)\n}\n");
+  ASSERT_ERR(cf_graph_parse(ctx, "t.hlo", t, n, &g), CF_ERR_INVALID,
+             "t.hlo:3: error: tuple shapes nested deeper than 32");
+  /* 40 computations each calling the next twice: 2^40 inlined instructions */
+  n = (size_t)snprintf(t, cap, "HloModule m\nc0 {\n  ROOT p = f32[] parameter(0)\n}\n");
+  for (int i = 1; i < 40; i++)
+    n += (size_t)snprintf(t + n, cap - n,
+                          "c%d {\n  p = f32[] parameter(0)\n  a = f32[] call(p), to_apply=c%d\n"
+                          "  ROOT b = f32[] call(a), to_apply=c%d\n}\n",
+                          i, i - 1, i - 1);
+  n += (size_t)snprintf(
+      t + n, cap - n,
+      "ENTRY e {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=c39\n}\n");
+  ASSERT_ERR(cf_graph_parse(ctx, "t.hlo", t, n, &g), CF_ERR_INVALID,
+             "the module expands to more than 4000000 instructions");
+  /* calls 70 deep */
+  n = (size_t)snprintf(t, cap, "HloModule m\nc0 {\n  ROOT p = f32[] parameter(0)\n}\n");
+  for (int i = 1; i < 70; i++)
+    n += (size_t)snprintf(
+        t + n, cap - n,
+        "c%d {\n  p = f32[] parameter(0)\n  ROOT a = f32[] call(p), to_apply=c%d\n}\n", i, i - 1);
+  n += (size_t)snprintf(
+      t + n, cap - n,
+      "ENTRY e {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=c69\n}\n");
+  ASSERT_ERR(cf_graph_parse(ctx, "t.hlo", t, n, &g), CF_ERR_INVALID, "calls nested deeper than 64");
+  /* tuples built 40 deep by tuple instructions */
+  n = (size_t)snprintf(t, cap, "HloModule m\nENTRY e {\n  t0 = f32[] parameter(0)\n");
+  for (int i = 1; i <= 40; i++)
+    n += (size_t)snprintf(t + n, cap - n, "  t%d = (f32[]) tuple(t%d)\n", i, i - 1);
+  n += (size_t)snprintf(t + n, cap - n, "}\n");
+  ASSERT_ERR(cf_graph_parse(ctx, "t.hlo", t, n, &g), CF_ERR_INVALID,
+             "instruction 't33': tuples nested deeper than 32");
+  /* a NUL byte */
+  const char nul[] = "HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(0)\0\n}\n";
+  ASSERT_ERR(cf_graph_parse(ctx, "t.hlo", nul, sizeof nul - 1, &g), CF_ERR_INVALID,
+             "t.hlo:3: error: NUL byte");
+  free(t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_jax_tp_mlp),    cmocka_unit_test(test_jax_mixed),
+      cmocka_unit_test(test_jax_optimized), cmocka_unit_test(test_replica_group_forms),
+      cmocka_unit_test(test_mesh),          cmocka_unit_test(test_group_modes),
+      cmocka_unit_test(test_structure),     cmocka_unit_test(test_tuple_collectives),
+      cmocka_unit_test(test_constants),     cmocka_unit_test(test_sniff_and_names),
+      cmocka_unit_test(test_errors),        cmocka_unit_test(test_limits),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
