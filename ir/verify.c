@@ -84,7 +84,7 @@ static cf_status check_attrs(cf_graph *g, cf_node *n) {
     if (ws->v.i <= 0 || ws->v.i > CF_MAX_WORLD)
       return cf_node_error(g, n, CF_ERR_INVALID, "world_size=%lld must be in 1..%d",
                            (long long)ws->v.i, CF_MAX_WORLD);
-    if (cf_node_attr(n, CF_A_GROUP) && gsize >= 0 && ws->v.i != gsize)
+    if (gsize >= 0 && ws->v.i != gsize)
       return cf_node_error(g, n, CF_ERR_INVALID, "world_size=%lld but group '%s' has %lld ranks",
                            (long long)ws->v.i, cf_node_group(n), (long long)gsize);
     gsize = ws->v.i;
