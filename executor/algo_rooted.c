@@ -140,8 +140,11 @@ cf_status cf_algo_broadcast(cf_comm *c, cf_device *dev, const cf_coll_call *call
   if (me == root) {
     for (int i = 0; i < n && !st; i++)
       if (i != me) st = c->ops->send(c, call->ranks[i], call->in, bytes, d);
+    if (!st) st = c->ops->send_wait(c);
+    /* only now, when every receiver has accepted this descriptor: a root
+     * whose count or dtype disagrees with the others writes nothing */
     if (!st) dev->ops->copy(dev, call->out, call->in, bytes);
-    return st ? st : c->ops->send_wait(c);
+    return st;
   }
   const void *p;
   st = c->ops->recv(c, call->ranks[root], call->out, bytes, d, &p);

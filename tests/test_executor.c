@@ -1,0 +1,1407 @@
+/* test_executor.c - unit tests of the executor's runtime: the collective
+ * algorithms over the threads transport and CPU device (executor/coll.c,
+ * algo_*.c, transports/threads.c, backends/cpu.c) and plans run end to end
+ * (plan.c, exec.c).
+ *
+ * The algorithms run as they do under a plan, one pthread per rank calling
+ * cf_coll_run, but on buffers made here: every input, output and scratch has
+ * guard bytes on both sides, inputs are random (cf_fill_random) and must come
+ * back unchanged, outputs start as a fill pattern so an element an algorithm
+ * forgot shows, and every element is checked against a float64/int64 value
+ * computed here from the inputs (forward error bound for floats, exact for
+ * integers; max/min exact). Covered: AllReduce with every algorithm x dtype x
+ * reduction on 1..16 ranks and sizes around the vector width and chunk
+ * boundaries, integer means whose partial sums overflow the type, fused
+ * (several segments) and plain ReduceScatter and AllGather, Reduce to a
+ * non-zero root, Broadcast, groups that are permuted subsets of the world
+ * (also two disjoint groups running at once), long sequences of calls on
+ * one world, and bitwise equality of the rank-order algorithms.
+ *
+ * Safety: a descriptor that differs on one rank (count, dtype, reduction,
+ * root) must fail every rank with CF_ERR_RUNTIME well before the timeout,
+ * with a message naming both ranks and both values; a rank that never
+ * calls must make the others fail after the timeout, not hang.
+ *
+ * Plans: small graphs compiled with the default pipeline and with -O0 run
+ * through cf_plan_build + cf_exec_run and are checked with the float64
+ * reference (cf_reference_run + cf_verify_outputs); --deterministic outputs
+ * are bitwise equal across fused, unfused and other --split layouts; the
+ * fused plan's peak memory stays within the unfused plan's plus one bucket;
+ * the test hooks (a mutated descriptor, a rank that fails, a rank that
+ * vanishes) give CF_ERR_RUNTIME with the right message, in time.
+ */
+#define _GNU_SOURCE
+#include "cf_test.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <time.h>
+
+#include "executor/executor.h"
+#include "ir/ir.h"
+#include "passes/passes.h"
+
+#define MAXR 16
+#define GUARD 64
+#define GUARD_BYTE 0xCD
+#define FILL_BYTE 0xA5
+
+static cf_device *dev; /* the CPU device every algorithm test launches on */
+
+static char *grads_xml(void);
+static const char *plan_xml;
+static char *grads;                 /* grads_xml(), made once */
+static const char *plan_graphs[2];  /* the graphs every plan test runs */
+
+static int setup_all(void **state) {
+  if (setup(state)) return -1;
+  grads = grads_xml();
+  plan_graphs[0] = plan_xml;
+  plan_graphs[1] = grads;
+  return cf_device_cpu_create(ctx, &dev) == CF_OK ? 0 : -1;
+}
+
+static int teardown_all(void **state) {
+  if (dev) dev->ops->destroy(dev);
+  free(grads);
+  return teardown(state);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const cf_dtype all_dts[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16,
+                                   CF_DT_INT8,    CF_DT_INT32,   CF_DT_FLOAT64};
+#define N_DTS ((int)(sizeof all_dts / sizeof all_dts[0]))
+static const cf_algo all_algos[] = {CF_ALGO_DIRECT, CF_ALGO_RSAG, CF_ALGO_RING, CF_ALGO_RD};
+#define N_ALGOS ((int)(sizeof all_algos / sizeof all_algos[0]))
+
+static bool is_int(cf_dtype dt) { return dt >= CF_DT_INT8 && dt <= CF_DT_INT64; }
+
+/* ================= guarded buffers ================= */
+
+typedef struct gbuf {
+  unsigned char *base;
+  size_t off, bytes, total;
+} gbuf;
+
+/* bytes usable at the returned pointer, mis bytes past a 64-byte line,
+ * GUARD_BYTE guards around, the body set to fill. */
+static void *gb_alloc(gbuf *b, size_t bytes, size_t mis, int fill) {
+  b->off = GUARD + mis;
+  b->bytes = bytes;
+  b->total = (b->off + bytes + GUARD + 63) / 64 * 64;
+  b->base = aligned_alloc(64, b->total);
+  assert_non_null(b->base);
+  memset(b->base, GUARD_BYTE, b->total);
+  memset(b->base + b->off, fill, bytes);
+  return b->base + b->off;
+}
+
+static void *gb_ptr(const gbuf *b) { return b->base + b->off; }
+
+static void gb_check(const gbuf *b, const char *what, const char *cfg) {
+  for (size_t i = 0; i < b->total; i++) {
+    if (i == b->off) i += b->bytes;
+    if (i < b->total && b->base[i] != GUARD_BYTE)
+      fail_msg("%s: guard byte %+lld of %s overwritten", cfg,
+               (long long)i - (long long)(i < b->off ? b->off : b->off + b->bytes), what);
+  }
+}
+
+static void gb_free(gbuf *b) {
+  free(b->base);
+  b->base = NULL;
+}
+
+/* ================= ranks as threads ================= */
+
+typedef struct world {
+  int size;
+  cf_threads_world *w;
+  cf_context *rctx[MAXR];
+} world;
+
+static void world_open(world *W, int size, double timeout_s) {
+  assert_true(size >= 1 && size <= MAXR);
+  *W = (world){.size = size};
+  if (cf_threads_world_create(ctx, size, timeout_s, &W->w) != CF_OK)
+    fail_msg("world: %s", cf_context_errmsg(ctx));
+  for (int r = 0; r < size; r++) assert_int_equal(cf_context_create(&W->rctx[r]), CF_OK);
+}
+
+static void world_close(world *W) {
+  cf_threads_world_destroy(W->w);
+  for (int r = 0; r < W->size; r++) cf_context_destroy(W->rctx[r]);
+}
+
+/* One rank's work: calls run in order, stopping at the first error. */
+typedef struct job {
+  cf_comm *comm;
+  const cf_coll_call *calls;
+  int n_calls;
+  bool vanish;       /* never calls (the rank is gone) */
+  cf_threads_world *world;
+  int rank;          /* world rank (for vanish) */
+  cf_status st;
+  int failed_at;     /* index of the call that failed, -1 */
+  double t_end;      /* when it returned */
+} job;
+
+static void *job_main(void *arg) {
+  job *j = arg;
+  j->st = CF_OK;
+  j->failed_at = -1;
+  if (j->vanish) cf_threads_rank_left(j->world, j->rank); /* as exec.c does for a rank that stopped */
+  for (int i = 0; i < j->n_calls && !j->vanish; i++) {
+    j->st = cf_coll_run(j->comm, dev, &j->calls[i]);
+    if (j->st) {
+      j->failed_at = i;
+      break;
+    }
+  }
+  j->t_end = now_s();
+  return NULL;
+}
+
+/* Run jobs[0..n) as threads; returns the start time. */
+static double run_jobs(job *jobs, int n) {
+  pthread_t th[MAXR];
+  double t0 = now_s();
+  for (int i = 0; i < n; i++) assert_int_equal(pthread_create(&th[i], NULL, job_main, &jobs[i]), 0);
+  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+  return t0;
+}
+
+static void prepare(const cf_coll_desc *d, int n) {
+  cf_kernel_key keys[16];
+  int k = cf_coll_kernels(d, n, keys, 16);
+  for (int i = 0; i < k; i++)
+    if (dev->ops->prepare(dev, &keys[i]) != CF_OK) fail_msg("prepare: %s", cf_context_errmsg(ctx));
+}
+
+/* ================= the reference ================= */
+
+/* v wrapped to integer type dt (cf_store_i64 wraps; test_compute checks it) */
+static int64_t wrap_to(int64_t v, cf_dtype dt) {
+  int64_t buf = 0;
+  cf_store_i64(&buf, dt, 0, v);
+  return cf_load_i64(&buf, dt, 0);
+}
+
+typedef struct expect {
+  double val, mag; /* floats */
+  int64_t ival;    /* integers */
+} expect;
+
+/* red over k of element i of src[k] (group order). Integer sums, means and
+ * products are exact in int64 (products modulo 2^64, which wraps like the
+ * type), then wrapped; an integer mean is the exact sum divided toward zero. */
+static expect reduce_ref(cf_dtype dt, int red, int n, const void *const *src, int64_t i) {
+  expect e = {0};
+  if (is_int(dt)) {
+    int64_t acc = cf_load_i64(src[0], dt, i);
+    for (int k = 1; k < n; k++) {
+      int64_t x = cf_load_i64(src[k], dt, i);
+      switch (red) {
+      case CF_RED_MAX: acc = x > acc ? x : acc; break;
+      case CF_RED_MIN: acc = x < acc ? x : acc; break;
+      case CF_RED_PROD: acc = (int64_t)((uint64_t)acc * (uint64_t)x); break;
+      default: acc += x; break;
+      }
+    }
+    if (red == CF_RED_MEAN) acc /= n;
+    e.ival = wrap_to(acc, dt);
+    return e;
+  }
+  double v = cf_load_f64(src[0], dt, i), m = fabs(v);
+  for (int k = 1; k < n; k++) {
+    double x = cf_load_f64(src[k], dt, i);
+    switch (red) {
+    case CF_RED_MAX: v = fmax(v, x); break;
+    case CF_RED_MIN: v = fmin(v, x); break;
+    case CF_RED_PROD: v *= x; m *= fabs(x); break;
+    default: v += x; m += fabs(x); break;
+    }
+  }
+  if (red == CF_RED_MEAN) {
+    v /= n;
+    m /= n;
+  }
+  e.val = v;
+  e.mag = m;
+  return e;
+}
+
+/* dt's unit roundoff, and an absolute slack (its smallest normal or
+ * subnormal step) for products that underflow */
+static void float_format(cf_dtype dt, double *u, double *tiny) {
+  switch (dt) {
+  case CF_DT_FLOAT16: *u = 0x1p-11, *tiny = 0x1p-24; break;
+  case CF_DT_BFLOAT16: *u = 0x1p-8, *tiny = 0x1p-126; break;
+  case CF_DT_FLOAT32: *u = 0x1p-24, *tiny = 0x1p-126; break;
+  default: *u = 0x1p-53, *tiny = 0x1p-1022; break;
+  }
+}
+
+/* Element gi of got against e: exact for integers, max and min; a forward
+ * error bound of n + 2 roundings of the magnitude otherwise. */
+static void check_elem(const char *cfg, const char *what, int rank, cf_dtype dt, int red, int n,
+                       const void *got, int64_t gi, expect e) {
+  if (is_int(dt)) {
+    int64_t g = cf_load_i64(got, dt, gi);
+    if (g != e.ival)
+      fail_msg("%s: %s rank %d index %lld: got %lld, expected %lld", cfg, what, rank, (long long)gi,
+               (long long)g, (long long)e.ival);
+    return;
+  }
+  double g = cf_load_f64(got, dt, gi), u, tiny;
+  float_format(dt, &u, &tiny);
+  double tol = red == CF_RED_MAX || red == CF_RED_MIN ? 0 : (n + 2) * u * e.mag + n * tiny;
+  if (!(fabs(g - e.val) <= tol))
+    fail_msg("%s: %s rank %d index %lld: got %.9g, expected %.9g (tolerance %.3g)", cfg, what, rank,
+             (long long)gi, g, e.val, tol);
+}
+
+/* ================= one collective on a group ================= */
+
+typedef struct cspec {
+  cf_op op;
+  cf_algo algo;            /* AllReduce: requested (resolved by cf_coll_select) */
+  cf_dtype dt;
+  int red;                 /* -1: none */
+  int root;                /* group index; Reduce, Broadcast */
+  int world;               /* world size (0: n) */
+  int n;                   /* group size */
+  const int *ranks;        /* world ranks in group order (NULL: 0..n-1) */
+  int64_t count;           /* AllReduce, Reduce, Broadcast: elements */
+  int n_segs;              /* AllGather, ReduceScatter: members (0: one of count) */
+  const int64_t *seg_count;/* block elements per member */
+  int64_t pad;             /* elements between members (odd: unaligned members) */
+  bool det;
+  uint64_t seed;
+  size_t mis;              /* misalign every buffer by this many bytes */
+  void **keep;             /* receives a malloc'd copy of every rank's output, [me] */
+} cspec;
+
+static void describe(const cspec *s, char *cfg, size_t len, cf_algo a) {
+  snprintf(cfg, len, "%s %s %s%s%s n=%d count=%lld segs=%d root=%d%s", cf_op_table[s->op].name,
+           s->op == CF_OP_ALLREDUCE ? cf_algo_name(a) : "", cf_dtype_name(s->dt),
+           s->red >= 0 ? " " : "", s->red >= 0 ? cf_reduction_name((cf_reduction)s->red) : "", s->n,
+           (long long)s->count, s->n_segs, s->root, s->det ? " det" : "");
+}
+
+static void run_coll(const cspec *s) {
+  int n = s->n, world_n = s->world ? s->world : n;
+  int es = cf_dtype_size(s->dt);
+  int ident[MAXR];
+  for (int i = 0; i < MAXR; i++) ident[i] = i;
+  const int *ranks = s->ranks ? s->ranks : ident;
+  /* members: input and output offsets, in elements */
+  int nseg = s->n_segs ? s->n_segs : 1;
+  int64_t one = s->count;
+  const int64_t *sc = s->n_segs ? s->seg_count : &one;
+  cf_coll_seg segs[16];
+  assert_true(nseg <= 16);
+  int64_t in_n = 0, out_n = 0;
+  for (int j = 0; j < nseg; j++) {
+    int64_t in_c = s->op == CF_OP_REDUCESCATTER ? sc[j] * n : sc[j];
+    int64_t out_c = s->op == CF_OP_ALLGATHER ? sc[j] * n : sc[j];
+    segs[j] = (cf_coll_seg){.in_off = in_n, .out_off = out_n, .count = sc[j]};
+    in_n += in_c + (j + 1 < nseg ? s->pad : 0);
+    out_n += out_c + (j + 1 < nseg ? s->pad : 0);
+  }
+  bool segmented = s->op == CF_OP_ALLGATHER || s->op == CF_OP_REDUCESCATTER;
+  if (!segmented) in_n = out_n = s->count;
+  cf_coll_desc d = {.seq = 0, .op = s->op, .dtype = s->dt, .count = in_n, .red = s->red,
+                    .root = s->root, .layout = s->op == CF_OP_ALLGATHER ? (int)CF_LAYOUT_CONCAT : -1,
+                    .group = "g", .node = "node"};
+  if (s->op != CF_OP_REDUCE && s->op != CF_OP_BROADCAST) d.root = -1;
+  cf_algo a = cf_coll_select(&d, n, s->det, s->algo == CF_ALGO_AUTO ? CF_ALGO_AUTO : s->algo);
+  assert_true(a != CF_ALGO_AUTO);
+  char cfg[200];
+  describe(s, cfg, sizeof cfg, a);
+  prepare(&d, n);
+  size_t scratch = cf_coll_scratch_bytes(&d, n, a, true);
+
+  gbuf in[MAXR], out[MAXR], scr[MAXR];
+  void *orig[MAXR];
+  cf_coll_call calls[MAXR];
+  job jobs[MAXR];
+  world W;
+  world_open(&W, world_n, 30);
+  for (int k = 0; k < n; k++) {
+    size_t ib = (size_t)in_n * (size_t)es, ob = (size_t)out_n * (size_t)es;
+    void *ip = gb_alloc(&in[k], ib, s->mis, 0);
+    cf_fill_random(ip, s->dt, in_n, s->seed, ranks[k], "x");
+    orig[k] = malloc(ib + 1);
+    memcpy(orig[k], ip, ib);
+    gb_alloc(&out[k], ob, s->mis, FILL_BYTE);
+    gb_alloc(&scr[k], scratch, 0, 0);
+    calls[k] = (cf_coll_call){.desc = d, .ranks = ranks, .n = n, .me = k, .in = ip,
+                              .out = gb_ptr(&out[k]), .segs = segs, .n_segs = nseg,
+                              .scratch = gb_ptr(&scr[k]), .scratch_bytes = scratch, .algo = a,
+                              .deterministic = s->det};
+    jobs[k] = (job){.comm = cf_threads_comm(W.w, ranks[k], W.rctx[ranks[k]]), .calls = &calls[k],
+                    .n_calls = 1};
+  }
+  run_jobs(jobs, n);
+  for (int k = 0; k < n; k++)
+    if (jobs[k].st != CF_OK)
+      fail_msg("%s: rank %d: status %d: %s", cfg, ranks[k], jobs[k].st, cf_context_errmsg(W.rctx[ranks[k]]));
+
+  const void *src[MAXR];
+  for (int k = 0; k < n; k++) {
+    gb_check(&in[k], "input", cfg);
+    gb_check(&out[k], "output", cfg);
+    gb_check(&scr[k], "scratch", cfg);
+    if (memcmp(gb_ptr(&in[k]), orig[k], (size_t)in_n * (size_t)es) != 0)
+      fail_msg("%s: rank %d's input changed", cfg, ranks[k]);
+  }
+  for (int k = 0; k < n; k++) src[k] = orig[k];
+  for (int me = 0; me < n; me++) {
+    const unsigned char *o = gb_ptr(&out[me]);
+    int rank = ranks[me];
+    switch (s->op) {
+    case CF_OP_ALLREDUCE:
+      for (int64_t i = 0; i < s->count; i++)
+        check_elem(cfg, "AllReduce", rank, s->dt, s->red, n, o, i, reduce_ref(s->dt, s->red, n, src, i));
+      /* every replica bitwise equal */
+      if (me > 0 && memcmp(o, gb_ptr(&out[0]), (size_t)s->count * (size_t)es) != 0)
+        fail_msg("%s: rank %d's result differs bitwise from rank %d's", cfg, rank, ranks[0]);
+      break;
+    case CF_OP_REDUCE:
+      if (me == s->root)
+        for (int64_t i = 0; i < s->count; i++)
+          check_elem(cfg, "Reduce", rank, s->dt, s->red, n, o, i, reduce_ref(s->dt, s->red, n, src, i));
+      break;
+    case CF_OP_BROADCAST:
+      if (memcmp(o, orig[s->root], (size_t)s->count * (size_t)es) != 0)
+        fail_msg("%s: rank %d did not receive root %d's data", cfg, rank, ranks[s->root]);
+      break;
+    case CF_OP_REDUCESCATTER:
+      for (int j = 0; j < nseg; j++) {
+        const void *blk[MAXR];
+        for (int k = 0; k < n; k++)
+          blk[k] = (const char *)orig[k] + (segs[j].in_off + me * segs[j].count) * es;
+        for (int64_t e = 0; e < segs[j].count; e++)
+          check_elem(cfg, "ReduceScatter", rank, s->dt, s->red, n, o, segs[j].out_off + e,
+                     reduce_ref(s->dt, s->red, n, blk, e));
+      }
+      break;
+    case CF_OP_ALLGATHER:
+      for (int j = 0; j < nseg; j++)
+        for (int p = 0; p < n; p++)
+          if (memcmp(o + (segs[j].out_off + p * segs[j].count) * es,
+                     (const char *)orig[p] + segs[j].in_off * es, (size_t)(segs[j].count * es)) != 0)
+            fail_msg("%s: rank %d member %d block %d is not rank %d's input", cfg, rank, j, p, ranks[p]);
+      break;
+    default: fail_msg("bad op");
+    }
+    if (segmented) /* the padding between members is not the collective's */
+      for (int j = 0; j + 1 < nseg; j++) {
+        int64_t end = segs[j].out_off + (s->op == CF_OP_ALLGATHER ? n : 1) * segs[j].count;
+        for (int64_t b = end * es; b < segs[j + 1].out_off * es; b++)
+          if (o[b] != FILL_BYTE) fail_msg("%s: rank %d wrote padding byte %lld", cfg, rank, (long long)b);
+      }
+  }
+  for (int k = 0; k < n; k++) {
+    if (s->keep) {
+      size_t ob = (size_t)out_n * (size_t)es;
+      s->keep[k] = malloc(ob + 1);
+      memcpy(s->keep[k], gb_ptr(&out[k]), ob);
+    }
+    gb_free(&in[k]);
+    gb_free(&out[k]);
+    gb_free(&scr[k]);
+    free(orig[k]);
+  }
+  world_close(&W);
+}
+
+static void allreduce(cf_algo algo, cf_dtype dt, int red, int n, int64_t count) {
+  cspec s = {.op = CF_OP_ALLREDUCE, .algo = algo, .dt = dt, .red = red, .n = n, .count = count,
+             .seed = (uint64_t)count * 31 + (uint64_t)n, .mis = (size_t)(count & 1) * (size_t)cf_dtype_size(dt)};
+  run_coll(&s);
+}
+
+/* ================= AllReduce ================= */
+
+static void test_allreduce_algos_dtypes(void **state) {
+  (void)state;
+  static const int ranks[] = {1, 2, 3, 4, 5, 8};
+  static const int64_t counts[] = {0, 1, 7, 63, 64, 65, 1000};
+  for (int a = 0; a < N_ALGOS; a++)
+    for (int t = 0; t < N_DTS; t++)
+      for (int r = 0; r < 6; r++)
+        for (int c = 0; c < 7; c++) allreduce(all_algos[a], all_dts[t], CF_RED_SUM, ranks[r], counts[c]);
+}
+
+static void test_allreduce_large(void **state) {
+  (void)state;
+  for (int a = 0; a < N_ALGOS; a++)
+    for (int t = 0; t < N_DTS; t++) {
+      allreduce(all_algos[a], all_dts[t], t % 2 ? CF_RED_MEAN : CF_RED_SUM, 4, 100003);
+      if (all_dts[t] == CF_DT_FLOAT32 || all_dts[t] == CF_DT_INT8) {
+        allreduce(all_algos[a], all_dts[t], CF_RED_SUM, 5, 100003);
+        allreduce(all_algos[a], all_dts[t], CF_RED_MEAN, 8, 100003);
+      }
+    }
+}
+
+static void test_allreduce_reductions(void **state) {
+  (void)state;
+  static const int ranks[] = {3, 4, 8};
+  for (int red = 0; red < CF_RED_COUNT; red++)
+    for (int a = 0; a < N_ALGOS; a++)
+      for (int t = 0; t < N_DTS; t++)
+        for (int r = 0; r < 3; r++) allreduce(all_algos[a], all_dts[t], red, ranks[r], r == 1 ? 65 : 1000);
+}
+
+/* More ranks than the widest kernel (CF_MAX_ARITY): n-ary then accumulate. */
+static void test_allreduce_many_ranks(void **state) {
+  (void)state;
+  static const int ranks[] = {9, 16};
+  for (int red = 0; red < CF_RED_COUNT; red++)
+    for (int a = 0; a < N_ALGOS; a++)
+      for (int t = 0; t < N_DTS; t++)
+        for (int r = 0; r < 2; r++)
+          if (r == 0 || red <= CF_RED_MEAN) allreduce(all_algos[a], all_dts[t], red, ranks[r], 333);
+}
+
+/* Integer mean is the exact sum divided (SPEC 2, reference.c): partial sums
+ * of an algorithm must not wrap in the type before the division. */
+static void test_allreduce_int_mean_no_wrap(void **state) {
+  (void)state;
+  static const cf_dtype dts[] = {CF_DT_INT8, CF_DT_INT32};
+  static const int ranks[] = {2, 4, 8, 9};
+  const int64_t count = 200;
+  char fails[4096] = "";
+  for (int t = 0; t < 2; t++)
+    for (int a = 0; a < N_ALGOS; a++)
+      for (int r = 0; r < 4; r++) {
+        cf_dtype dt = dts[t];
+        int n = ranks[r];
+        cf_coll_desc d = {.op = CF_OP_ALLREDUCE, .dtype = dt, .count = count, .red = CF_RED_MEAN,
+                          .root = -1, .layout = -1, .group = "g", .node = "m"};
+        cf_algo al = cf_coll_select(&d, n, false, all_algos[a]);
+        prepare(&d, n);
+        int es = cf_dtype_size(dt);
+        char *in[MAXR], *out[MAXR], *scr[MAXR];
+        size_t sb = cf_coll_scratch_bytes(&d, n, al, true);
+        cf_coll_call calls[MAXR];
+        job jobs[MAXR];
+        world W;
+        world_open(&W, n, 30);
+        int64_t big = dt == CF_DT_INT8 ? 100 : 2000000000;
+        for (int k = 0; k < n; k++) {
+          in[k] = calloc((size_t)count, (size_t)es);
+          out[k] = calloc((size_t)count, (size_t)es);
+          for (int64_t i = 0; i < count; i++) /* same sign everywhere: sums leave the type */
+            cf_store_i64(in[k], dt, i, (i % 2 ? -big : big) + (int64_t)((k * 7 + i) % 5));
+          scr[k] = malloc(sb + 1);
+          calls[k] = (cf_coll_call){.desc = d, .ranks = NULL, .n = n, .me = k, .in = in[k],
+                                    .out = out[k], .scratch = scr[k], .scratch_bytes = sb, .algo = al};
+          jobs[k] = (job){.comm = cf_threads_comm(W.w, k, W.rctx[k]), .calls = &calls[k], .n_calls = 1};
+        }
+        int ident[MAXR];
+        for (int k = 0; k < MAXR; k++) ident[k] = k;
+        for (int k = 0; k < n; k++) calls[k].ranks = ident;
+        run_jobs(jobs, n);
+        char cfg[96];
+        snprintf(cfg, sizeof cfg, "AllReduce %s (as %s) %s mean n=%d", cf_algo_name(all_algos[a]),
+                 cf_algo_name(al), cf_dtype_name(dt), n);
+        const void *src[MAXR];
+        for (int k = 0; k < n; k++) {
+          if (jobs[k].st) fail_msg("%s: %s", cfg, cf_context_errmsg(W.rctx[k]));
+          src[k] = in[k];
+        }
+        bool reported = false;
+        for (int k = 0; k < n && !reported; k++)
+          for (int64_t i = 0; i < count && !reported; i++) {
+            expect e = reduce_ref(dt, CF_RED_MEAN, n, src, i);
+            int64_t g = cf_load_i64(out[k], dt, i);
+            if (g != e.ival) { /* collect every failing case for one message */
+              size_t l = strlen(fails);
+              snprintf(fails + l, sizeof fails - l, "\n  %s: rank %d index %lld: got %lld, expected %lld", cfg, k,
+                       (long long)i, (long long)g, (long long)e.ival);
+              reported = true;
+            }
+          }
+        for (int k = 0; k < n; k++) {
+          free(in[k]);
+          free(out[k]);
+          free(scr[k]);
+        }
+        world_close(&W);
+      }
+  if (fails[0]) {
+    fprintf(stderr, "integer mean wraps before dividing:%s\n", fails);
+    fail_msg("integer mean: partial sums wrap in the type (list above)");
+  }
+}
+
+/* direct and rsag reduce every element in rank order whatever the chunking,
+ * so they agree bitwise (the --deterministic guarantee); deterministic mode
+ * never picks ring or recursive doubling. */
+static void test_allreduce_deterministic(void **state) {
+  (void)state;
+  static const cf_dtype dts[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16, CF_DT_FLOAT64};
+  static const int64_t counts[] = {1, 7, 63, 64, 65, 1000, 100003};
+  static const int ranks[] = {3, 5, 8, 9};
+  static const int reds[] = {CF_RED_SUM, CF_RED_MEAN};
+  for (int t = 0; t < 4; t++)
+    for (int c = 0; c < 7; c++)
+      for (int r = 0; r < 4; r++)
+        for (int q = 0; q < 2; q++) {
+          if (counts[c] == 100003 && (ranks[r] != 5 || q)) continue; /* time */
+          if (counts[c] == 1000 && ranks[r] == 9 && t) continue;
+          int n = ranks[r];
+          void *res[2][MAXR];
+          for (int v = 0; v < 2; v++) {
+            cspec s = {.op = CF_OP_ALLREDUCE, .algo = v ? CF_ALGO_RSAG : CF_ALGO_DIRECT, .dt = dts[t],
+                       .red = reds[q], .n = n, .count = counts[c], .det = true, .seed = 7,
+                       .keep = res[v]};
+            run_coll(&s);
+          }
+          size_t bytes = (size_t)counts[c] * (size_t)cf_dtype_size(dts[t]);
+          for (int k = 0; k < n; k++) {
+            if (memcmp(res[0][k], res[1][k], bytes) != 0)
+              fail_msg("%s %s n=%d count=%lld: direct and rsag differ bitwise on rank %d",
+                       cf_dtype_name(dts[t]), cf_reduction_name((cf_reduction)reds[q]), n,
+                       (long long)counts[c], k);
+            free(res[0][k]);
+            free(res[1][k]);
+          }
+        }
+  cf_coll_desc d = {.op = CF_OP_ALLREDUCE, .dtype = CF_DT_FLOAT32, .count = 1 << 20, .red = CF_RED_SUM,
+                    .root = -1, .layout = -1, .group = "g"};
+  for (int a = 0; a < CF_ALGO_COUNT; a++)
+    for (int n = 1; n <= 16; n++) {
+      cf_algo got = cf_coll_select(&d, n, true, (cf_algo)a);
+      assert_true(got == CF_ALGO_DIRECT || got == CF_ALGO_RSAG);
+      got = cf_coll_select(&d, n, false, (cf_algo)a);
+      assert_true(got != CF_ALGO_AUTO);
+      if (got == CF_ALGO_RD) assert_true((n & (n - 1)) == 0);
+    }
+}
+
+/* ================= the other collectives ================= */
+
+static void test_reduce_scatter(void **state) {
+  (void)state;
+  static const int64_t fused[] = {7, 1, 64, 0, 100};
+  static const int ranks[] = {1, 2, 3, 4, 8};
+  for (int t = 0; t < N_DTS; t++)
+    for (int r = 0; r < 5; r++)
+      for (int red = 0; red < CF_RED_COUNT; red++) {
+        /* one member (a plain ReduceScatter), then a fused bucket of five,
+         * packed and with odd padding between the members */
+        int64_t c1 = 33;
+        cspec s = {.op = CF_OP_REDUCESCATTER, .dt = all_dts[t], .red = red, .n = ranks[r],
+                   .n_segs = 1, .seg_count = &c1, .seed = 3};
+        run_coll(&s);
+        s.n_segs = 5;
+        s.seg_count = fused;
+        run_coll(&s);
+        s.pad = 5;
+        s.mis = (size_t)cf_dtype_size(all_dts[t]);
+        run_coll(&s);
+      }
+}
+
+static void test_all_gather(void **state) {
+  (void)state;
+  static const int64_t fused[] = {7, 1, 64, 0, 100, 3};
+  static const int ranks[] = {1, 2, 3, 4, 8};
+  for (int t = 0; t < N_DTS; t++)
+    for (int r = 0; r < 5; r++) {
+      int64_t c1 = 1000;
+      cspec s = {.op = CF_OP_ALLGATHER, .dt = all_dts[t], .red = -1, .n = ranks[r], .n_segs = 1,
+                 .seg_count = &c1, .seed = 4};
+      run_coll(&s);
+      s.n_segs = 6;
+      s.seg_count = fused;
+      run_coll(&s);
+      s.pad = 3;
+      run_coll(&s);
+    }
+}
+
+/* (group size, root, count) of the rooted tests: a middle, the last, the
+ * only, and a root past CF_MAX_ARITY ranks */
+static const struct rooted { int n, root; int64_t count; } rooted[] = {
+    {4, 2, 1001}, {5, 4, 1}, {1, 0, 64}, {9, 3, 100}, {3, 1, 777}, {8, 7, 0}, {8, 5, 100003}};
+
+static void test_reduce_root(void **state) {
+  (void)state;
+  static const int reds[] = {CF_RED_SUM, CF_RED_PROD, CF_RED_MAX, CF_RED_MIN};
+  for (int t = 0; t < N_DTS; t++)
+    for (int q = 0; q < 4; q++)
+      for (int k = 0; k < 4; k++) {
+        cspec s = {.op = CF_OP_REDUCE, .dt = all_dts[t], .red = reds[q], .n = rooted[k].n,
+                   .root = rooted[k].root, .count = rooted[k].count, .seed = 5};
+        run_coll(&s);
+      }
+}
+
+static void test_broadcast(void **state) {
+  (void)state;
+  for (int t = 0; t < N_DTS; t++)
+    for (int k = 0; k < (int)(sizeof rooted / sizeof rooted[0]); k++) {
+      cspec s = {.op = CF_OP_BROADCAST, .dt = all_dts[t], .red = -1, .n = rooted[k].n,
+                 .root = rooted[k].root, .count = rooted[k].count, .seed = 6};
+      run_coll(&s);
+    }
+}
+
+/* A group that is a permuted subset of a bigger world: group order, not
+ * rank order, decides blocks and roots; the ranks outside never call. */
+static void test_group_subset(void **state) {
+  (void)state;
+  static const int g31[] = {3, 1}, g402[] = {4, 0, 2};
+  static const int64_t segs[] = {5, 64, 1};
+  for (int t = 0; t < N_DTS; t++) {
+    for (int a = 0; a < N_ALGOS; a++) {
+      cspec s = {.op = CF_OP_ALLREDUCE, .algo = all_algos[a], .dt = all_dts[t], .red = CF_RED_SUM,
+                 .world = 4, .n = 2, .ranks = g31, .count = 1000, .seed = 8};
+      run_coll(&s);
+      s.world = 5;
+      s.n = 3;
+      s.ranks = g402;
+      s.red = CF_RED_MAX;
+      run_coll(&s);
+    }
+    cspec rs = {.op = CF_OP_REDUCESCATTER, .dt = all_dts[t], .red = CF_RED_SUM, .world = 4, .n = 2,
+                .ranks = g31, .n_segs = 3, .seg_count = segs, .seed = 9};
+    run_coll(&rs);
+    rs.world = 5, rs.n = 3, rs.ranks = g402;
+    run_coll(&rs);
+    cspec ag = {.op = CF_OP_ALLGATHER, .dt = all_dts[t], .red = -1, .world = 4, .n = 2, .ranks = g31,
+                .n_segs = 3, .seg_count = segs, .seed = 10};
+    run_coll(&ag);
+    ag.world = 5, ag.n = 3, ag.ranks = g402;
+    run_coll(&ag);
+    for (int root = 0; root < 2; root++) {
+      cspec re = {.op = CF_OP_REDUCE, .dt = all_dts[t], .red = CF_RED_SUM, .world = 4, .n = 2,
+                  .ranks = g31, .root = root, .count = 99, .seed = 11};
+      run_coll(&re);
+      cspec bc = {.op = CF_OP_BROADCAST, .dt = all_dts[t], .red = -1, .world = 4, .n = 2, .ranks = g31,
+                  .root = root, .count = 99, .seed = 12};
+      run_coll(&bc);
+    }
+  }
+}
+
+/* Many calls in a row on one world (channel slots wrap, tickets grow), and
+ * two disjoint groups running at the same time on it. */
+static void test_sequences(void **state) {
+  (void)state;
+  enum { N = 4, CALLS = 40, COUNT = 300 };
+  static const int world4[] = {0, 1, 2, 3}, ga[] = {3, 1}, gb[] = {0, 2};
+  world W;
+  world_open(&W, N, 30);
+  cf_coll_call calls[N][CALLS];
+  float *in[N], *out[N][CALLS];
+  void *scr[N][CALLS];
+  int ncalls[N] = {0};
+  for (int r = 0; r < N; r++) {
+    in[r] = malloc(sizeof(float) * COUNT * N);
+    cf_fill_random(in[r], CF_DT_FLOAT32, COUNT * N, 1, r, "seq");
+  }
+  static cf_coll_seg seg_rs = {0, 0, COUNT}, seg_ag = {0, 0, COUNT};
+  int64_t seq_w = 0, seq_a = 0, seq_b = 0;
+  for (int i = 0; i < CALLS; i++) {
+    int kind = i % 5; /* AllReduce (cycling algorithms), RS, AG, pair groups, Broadcast */
+    cf_coll_desc d = {.op = CF_OP_ALLREDUCE, .dtype = CF_DT_FLOAT32, .count = COUNT, .red = CF_RED_SUM,
+                      .root = -1, .layout = -1, .group = "world", .node = "s"};
+    if (kind == 1) d.op = CF_OP_REDUCESCATTER, d.count = COUNT * N;
+    if (kind == 2) d.op = CF_OP_ALLGATHER, d.red = -1, d.layout = CF_LAYOUT_CONCAT;
+    if (kind == 4) d.op = CF_OP_BROADCAST, d.red = -1, d.root = i % N;
+    prepare(&d, N);
+    prepare(&d, 2);
+    for (int r = 0; r < N; r++) {
+      const int *ranks = world4;
+      int n = N, me = r;
+      cf_coll_desc dr = d;
+      if (kind == 3) {
+        bool in_a = r == 3 || r == 1;
+        ranks = in_a ? ga : gb;
+        n = 2;
+        me = (r == 3 || r == 0) ? 0 : 1;
+        dr.group = in_a ? "a" : "b";
+        dr.seq = in_a ? seq_a : seq_b;
+      } else {
+        dr.seq = seq_w;
+      }
+      out[r][i] = calloc(COUNT * N, sizeof(float));
+      cf_algo a = cf_coll_select(&dr, n, false, all_algos[(i / 5) % N_ALGOS]);
+      size_t sb = cf_coll_scratch_bytes(&dr, n, a, true);
+      scr[r][i] = malloc(sb + 1);
+      cf_coll_call *c = &calls[r][ncalls[r]++];
+      *c = (cf_coll_call){.desc = dr, .ranks = ranks, .n = n, .me = me, .in = in[r], .out = out[r][i],
+                          .segs = kind == 1 ? &seg_rs : &seg_ag, .n_segs = 1, .scratch = scr[r][i],
+                          .scratch_bytes = sb, .algo = a};
+    }
+    if (kind == 3) seq_a++, seq_b++;
+    else seq_w++;
+  }
+  job jobs[N];
+  for (int r = 0; r < N; r++)
+    jobs[r] = (job){.comm = cf_threads_comm(W.w, r, W.rctx[r]), .calls = calls[r], .n_calls = ncalls[r]};
+  run_jobs(jobs, N);
+  for (int r = 0; r < N; r++)
+    if (jobs[r].st) fail_msg("rank %d call %d: %s", r, jobs[r].failed_at, cf_context_errmsg(W.rctx[r]));
+  for (int i = 0; i < CALLS; i++) {
+    int kind = i % 5;
+    for (int r = 0; r < N; r++) {
+      const float *o = out[r][i];
+      for (int e = 0; e < COUNT; e++) {
+        double want = 0;
+        if (kind == 0) want = (double)in[0][e] + in[1][e] + in[2][e] + in[3][e];
+        if (kind == 1) want = (double)in[0][r * COUNT + e] + in[1][r * COUNT + e] + in[2][r * COUNT + e] + in[3][r * COUNT + e];
+        if (kind == 3) want = (double)in[r][e] + in[r == 3 ? 1 : r == 1 ? 3 : r == 0 ? 2 : 0][e];
+        if (kind == 4) want = in[i % N][e];
+        if (kind == 2) {
+          for (int p = 0; p < N; p++)
+            if (o[p * COUNT + e] != in[p][e]) fail_msg("call %d AllGather rank %d block %d index %d", i, r, p, e);
+          continue;
+        }
+        if (!(fabs(o[e] - want) <= 1e-6 * 4))
+          fail_msg("call %d (kind %d) rank %d index %d: got %g, expected %g", i, kind, r, e, o[e], want);
+      }
+      free(out[r][i]);
+      free(scr[r][i]);
+    }
+  }
+  for (int r = 0; r < N; r++) free(in[r]);
+  world_close(&W);
+}
+
+/* ================= safety: mismatches and vanished ranks ================= */
+
+typedef enum mfield { M_COUNT, M_DTYPE, M_RED, M_ROOT } mfield;
+
+/* "FIELD is A on rank X but B on rank Y" somewhere in msg, with {A, B} the
+ * good and bad values and the bad value on the bad rank. */
+static void check_mismatch_text(const char *msg, const char *field, const char *good, const char *bad,
+                                int bad_rank, const char *cfg) {
+  char key[32], a[64], b[64];
+  int ra, rb;
+  snprintf(key, sizeof key, "%s is ", field);
+  const char *p = strstr(msg, key);
+  if (!p || !strstr(msg, "mismatch"))
+    fail_msg("%s: message '%s' does not report a %s mismatch", cfg, msg, field);
+  p += strlen(key);
+  if (sscanf(p, "%63s on rank %d but %63s on rank %d", a, &ra, b, &rb) != 4)
+    fail_msg("%s: message '%s' does not name both values and ranks", cfg, msg);
+  bool ok = (!strcmp(a, good) && !strcmp(b, bad) && rb == bad_rank && ra != bad_rank) ||
+            (!strcmp(a, bad) && !strcmp(b, good) && ra == bad_rank && rb != bad_rank);
+  if (!ok) fail_msg("%s: message '%s' names the wrong values or ranks", cfg, msg);
+}
+
+/* n ranks run op; bad_rank's descriptor differs in field (its own buffers
+ * sized to its own descriptor, as a real rank's would be). Every rank must
+ * fail with CF_ERR_RUNTIME well before the 2 s timeout. */
+static void mismatch_case(cf_op op, cf_algo algo, int n, int bad_rank, mfield f) {
+  static const char *fname[] = {"count", "dtype", "reduction", "root"};
+  int ident[MAXR];
+  for (int i = 0; i < MAXR; i++) ident[i] = i;
+  cf_coll_desc good = {.op = op, .dtype = CF_DT_FLOAT32, .count = 8, .red = CF_RED_SUM, .root = -1,
+                       .layout = -1, .group = "g", .node = "mm"};
+  if (op == CF_OP_REDUCE || op == CF_OP_BROADCAST) good.root = 0;
+  if (op == CF_OP_BROADCAST || op == CF_OP_ALLGATHER) good.red = -1;
+  if (op == CF_OP_ALLGATHER) good.layout = CF_LAYOUT_CONCAT;
+  if (op == CF_OP_REDUCESCATTER) good.count = 8 * n;
+  cf_coll_desc bad = good;
+  char gv[32], bv[32];
+  switch (f) {
+  case M_COUNT: bad.count = good.count * 2; break;
+  case M_DTYPE: bad.dtype = CF_DT_FLOAT16; break;
+  case M_RED: bad.red = CF_RED_MAX; break;
+  case M_ROOT: bad.root = n - 1; break;
+  }
+  switch (f) {
+  case M_COUNT:
+    snprintf(gv, sizeof gv, "%lld", (long long)good.count);
+    snprintf(bv, sizeof bv, "%lld", (long long)bad.count);
+    break;
+  case M_DTYPE:
+    snprintf(gv, sizeof gv, "%s", cf_dtype_name(good.dtype));
+    snprintf(bv, sizeof bv, "%s", cf_dtype_name(bad.dtype));
+    break;
+  case M_RED:
+    snprintf(gv, sizeof gv, "%s", cf_reduction_name((cf_reduction)good.red));
+    snprintf(bv, sizeof bv, "%s", cf_reduction_name((cf_reduction)bad.red));
+    break;
+  case M_ROOT:
+    snprintf(gv, sizeof gv, "%d", good.root);
+    snprintf(bv, sizeof bv, "%d", bad.root);
+    break;
+  }
+  char cfg[128];
+  snprintf(cfg, sizeof cfg, "%s %s n=%d: %s differs on rank %d", cf_op_table[op].name,
+           cf_algo_name(algo), n, fname[f], bad_rank);
+  world W;
+  world_open(&W, n, 2.0);
+  cf_coll_call calls[MAXR];
+  job jobs[MAXR];
+  cf_coll_seg segs[MAXR];
+  void *in[MAXR], *out[MAXR], *scr[MAXR];
+  for (int k = 0; k < n; k++) {
+    cf_coll_desc d = k == bad_rank ? bad : good;
+    prepare(&d, n);
+    int64_t es = cf_dtype_size(d.dtype);
+    int64_t out_count = op == CF_OP_ALLGATHER ? d.count * n : op == CF_OP_REDUCESCATTER ? d.count / n : d.count;
+    segs[k] = (cf_coll_seg){0, 0, op == CF_OP_REDUCESCATTER ? d.count / n : d.count};
+    in[k] = calloc((size_t)(d.count * es) + 1, 1);
+    out[k] = calloc((size_t)(out_count * es) + 1, 1);
+    cf_algo a = cf_coll_select(&d, n, false, algo);
+    size_t sb = cf_coll_scratch_bytes(&d, n, a, true);
+    scr[k] = calloc(sb + 1, 1);
+    calls[k] = (cf_coll_call){.desc = d, .ranks = ident, .n = n, .me = k, .in = in[k], .out = out[k],
+                              .segs = &segs[k], .n_segs = 1, .scratch = scr[k], .scratch_bytes = sb,
+                              .algo = a};
+    jobs[k] = (job){.comm = cf_threads_comm(W.w, k, W.rctx[k]), .calls = &calls[k], .n_calls = 1};
+  }
+  double t0 = run_jobs(jobs, n);
+  int root = op == CF_OP_REDUCE || op == CF_OP_BROADCAST ? good.root : -1;
+  for (int k = 0; k < n; k++) {
+    /* a Broadcast receiver whose data matched the root's has done its part */
+    bool bystander = op == CF_OP_BROADCAST && f != M_ROOT && k != root && root != bad_rank && k != bad_rank;
+    if (bystander && jobs[k].st == CF_OK) {
+      free(in[k]);
+      free(out[k]);
+      free(scr[k]);
+      continue;
+    }
+    if (jobs[k].st != CF_ERR_RUNTIME)
+      fail_msg("%s: rank %d returned %d, expected CF_ERR_RUNTIME (%s)", cfg, k, jobs[k].st,
+               cf_context_errmsg(W.rctx[k]));
+    if (jobs[k].t_end - t0 > 1.5)
+      fail_msg("%s: rank %d took %.2f s: a timeout (%s), not a mismatch", cfg, k, jobs[k].t_end - t0,
+               cf_context_errmsg(W.rctx[k]));
+    check_mismatch_text(cf_context_errmsg(W.rctx[k]), fname[f], gv, bv, bad_rank, cfg);
+    free(in[k]);
+    free(out[k]);
+    free(scr[k]);
+  }
+  world_close(&W);
+}
+
+static void test_mismatch_allreduce(void **state) {
+  (void)state;
+  for (int a = 0; a < N_ALGOS; a++)
+    for (int n = 2; n <= 4; n++)
+      for (int f = M_COUNT; f <= M_RED; f++)
+        for (int bad = 0; bad < n; bad += n - 1) mismatch_case(CF_OP_ALLREDUCE, all_algos[a], n, bad, (mfield)f);
+}
+
+static void test_mismatch_other(void **state) {
+  (void)state;
+  static const cf_op ops[] = {CF_OP_REDUCESCATTER, CF_OP_ALLGATHER, CF_OP_REDUCE, CF_OP_BROADCAST};
+  for (int o = 0; o < 4; o++)
+    for (int n = 2; n <= 3; n++)
+      for (int bad = 0; bad < n; bad++) {
+        mismatch_case(ops[o], CF_ALGO_AUTO, n, bad, M_COUNT);
+        mismatch_case(ops[o], CF_ALGO_AUTO, n, bad, M_DTYPE);
+        if (ops[o] == CF_OP_REDUCESCATTER || ops[o] == CF_OP_REDUCE)
+          mismatch_case(ops[o], CF_ALGO_AUTO, n, bad, M_RED);
+      }
+}
+
+/* Ranks that disagree on the root of a Reduce or Broadcast: each side sends
+ * to or waits for a different rank, so only an explicit check of the
+ * descriptor turns this into an error instead of a timeout. */
+static void test_mismatch_root(void **state) {
+  (void)state;
+  for (int n = 2; n <= 3; n++) {
+    mismatch_case(CF_OP_REDUCE, CF_ALGO_AUTO, n, n - 1, M_ROOT);
+    mismatch_case(CF_OP_BROADCAST, CF_ALGO_AUTO, n, n - 1, M_ROOT);
+  }
+}
+
+/* A rank that never calls: the others give up after the timeout, naming it. */
+static void vanish_case(cf_op op, cf_algo algo, int n, int gone) {
+  int ident[MAXR];
+  for (int i = 0; i < MAXR; i++) ident[i] = i;
+  cf_coll_desc d = {.op = op, .dtype = CF_DT_FLOAT32, .count = 4096, .red = CF_RED_SUM, .root = -1,
+                    .layout = -1, .group = "g", .node = "v"};
+  if (op == CF_OP_BROADCAST || op == CF_OP_REDUCE) d.root = gone == 0 ? 1 : 0;
+  if (op == CF_OP_BROADCAST) d.red = -1;
+  prepare(&d, n);
+  cf_algo a = cf_coll_select(&d, n, false, algo);
+  char cfg[96];
+  snprintf(cfg, sizeof cfg, "%s %s n=%d, rank %d never calls", cf_op_table[op].name, cf_algo_name(a), n, gone);
+  world W;
+  world_open(&W, n, 1.0);
+  cf_coll_call calls[MAXR];
+  job jobs[MAXR];
+  cf_coll_seg seg = {0, 0, d.count / n};
+  float *buf[MAXR][3];
+  size_t sb = cf_coll_scratch_bytes(&d, n, a, true);
+  for (int k = 0; k < n; k++) {
+    buf[k][0] = calloc((size_t)d.count, sizeof(float));
+    buf[k][1] = calloc((size_t)d.count, sizeof(float));
+    buf[k][2] = malloc(sb + 1);
+    calls[k] = (cf_coll_call){.desc = d, .ranks = ident, .n = n, .me = k, .in = buf[k][0],
+                              .out = buf[k][1], .segs = &seg, .n_segs = 1, .scratch = buf[k][2],
+                              .scratch_bytes = sb, .algo = a};
+    jobs[k] = (job){.comm = cf_threads_comm(W.w, k, W.rctx[k]), .calls = &calls[k], .n_calls = 1,
+                    .vanish = k == gone, .world = W.w, .rank = k};
+  }
+  double t0 = run_jobs(jobs, n);
+  char rk[32];
+  snprintf(rk, sizeof rk, "rank %d", gone);
+  for (int k = 0; k < n; k++) {
+    if (k == gone) continue;
+    /* a Broadcast non-root that got the root's data is done, whoever is gone */
+    if (op == CF_OP_BROADCAST && k != d.root && gone != d.root && jobs[k].st == CF_OK) continue;
+    double dt = jobs[k].t_end - t0;
+    const char *msg = cf_context_errmsg(W.rctx[k]);
+    if (jobs[k].st != CF_ERR_RUNTIME) fail_msg("%s: rank %d returned %d (%s)", cfg, k, jobs[k].st, msg);
+    if (dt < 0.8 || dt > 4.0) fail_msg("%s: rank %d gave up after %.2f s (timeout 1 s)", cfg, k, dt);
+    if (!strstr(msg, "timed out")) fail_msg("%s: rank %d's message '%s' does not say it timed out", cfg, k, msg);
+    /* a Reduce to a live root: the non-roots are done once the root has their data */
+    char gone_list[48];
+    snprintf(gone_list, sizeof gone_list, "stopped: %d", gone);
+    if (op != CF_OP_REDUCE && !strstr(msg, rk) && !strstr(msg, gone_list)) fail_msg("%s: rank %d's message '%s' does not name %s", cfg, k, msg, rk);
+  }
+  for (int k = 0; k < n; k++) {
+    free(buf[k][0]);
+    free(buf[k][1]);
+    free(buf[k][2]);
+  }
+  world_close(&W);
+}
+
+static void test_vanished_rank(void **state) {
+  (void)state;
+  for (int a = 0; a < N_ALGOS; a++) vanish_case(CF_OP_ALLREDUCE, all_algos[a], 4, 2);
+  vanish_case(CF_OP_ALLREDUCE, CF_ALGO_RING, 3, 0);
+  vanish_case(CF_OP_REDUCESCATTER, CF_ALGO_AUTO, 3, 1);
+  vanish_case(CF_OP_ALLGATHER, CF_ALGO_AUTO, 3, 2);
+  vanish_case(CF_OP_BROADCAST, CF_ALGO_AUTO, 3, 2);
+  vanish_case(CF_OP_BROADCAST, CF_ALGO_AUTO, 3, 0); /* the root itself */
+}
+
+/* ================= plans and runs ================= */
+
+/* A data/tensor-parallel mix on 4 ranks: fusion=2 buckets (one member made
+ * by a MatMul straight into the bucket), fusion=1 gradients of several
+ * dtypes, fusion=0, one input in two buckets (a COPY), a chain (an
+ * AllReduce of an Add of AllReduce results; collectives that read a bucket
+ * member in place at its offset), a permuted subgroup, fused AllGather and
+ * ReduceScatter, Reduce and Broadcast, and outputs that read inputs and
+ * bucket members directly. */
+static const char *plan_xml =
+    "<graph name='p' version='1' world_size='4'>"
+    " <group name='pair' ranks='3,1'/>"
+    " <node name='a' op='Input' dtype='float32' shape='33'/>"
+    " <node name='b' op='Input' dtype='float32' shape='7,9'/>"
+    " <node name='w' op='Input' dtype='float32' shape='9,16'/>"
+    " <node name='c' op='Input' dtype='float16' shape='100'/>"
+    " <node name='c2' op='Input' dtype='float16' shape='3,5'/>"
+    " <node name='d' op='Input' dtype='bfloat16' shape='64'/>"
+    " <node name='e' op='Input' dtype='int32' shape='5'/>"
+    " <node name='r1' op='Input' dtype='float32' shape='8,3'/>"
+    " <node name='r2' op='Input' dtype='float32' shape='4'/>"
+    " <node name='mm' op='MatMul'><input ref='b'/><input ref='w'/></node>"
+    " <node name='ar_a' op='AllReduce' reduction='sum' fusion='2' fusion_id='1'><input ref='a'/></node>"
+    " <node name='ar_mm' op='AllReduce' reduction='sum' fusion='2' fusion_id='1'><input ref='mm'/></node>"
+    " <node name='ar_b' op='AllReduce' reduction='sum'><input ref='b'/></node>"
+    " <node name='ar_a2' op='AllReduce' reduction='sum'><input ref='a'/></node>"
+    " <node name='ar_c' op='AllReduce' reduction='mean'><input ref='c'/></node>"
+    " <node name='ar_c2' op='AllReduce' reduction='mean'><input ref='c2'/></node>"
+    " <node name='ar_d' op='AllReduce' reduction='max' fusion='2' fusion_id='3'><input ref='d'/></node>"
+    " <node name='ar_dp' op='AllReduce' reduction='min' group='pair'><input ref='d'/></node>"
+    " <node name='ar_e' op='AllReduce' reduction='sum' fusion='0'><input ref='e'/></node>"
+    " <node name='sum' op='Add'><input ref='ar_a'/><input ref='ar_a2'/></node>"
+    " <node name='ar_sum' op='AllReduce' reduction='mean'><input ref='sum'/></node>"
+    " <node name='ag1' op='AllGather' layout='concat' fusion='2' fusion_id='5'><input ref='a'/></node>"
+    " <node name='ag2' op='AllGather' layout='concat' fusion='2' fusion_id='5'><input ref='mm'/></node>"
+    " <node name='rs1' op='ReduceScatter' reduction='sum' fusion='2' fusion_id='6'><input ref='r1'/></node>"
+    " <node name='rs2' op='ReduceScatter' reduction='sum' fusion='2' fusion_id='6'><input ref='r2'/></node>"
+    " <node name='bc' op='Broadcast' root='1' group='pair'><input ref='c2'/></node>"
+    " <node name='mul' op='Mul'><input ref='ar_mm'/><input ref='mm'/></node>"
+    " <node name='ar_chain' op='AllReduce' reduction='max' fusion='0'><input ref='ar_mm'/></node>"
+    " <node name='ag_chain' op='AllGather' layout='stack'><input ref='ar_mm'/></node>"
+    " <node name='red' op='Reduce' reduction='sum' root='2'><input ref='b'/></node>"
+    " <node name='o_a' op='Output'><input ref='ar_a'/></node>"
+    " <node name='o_mm' op='Output'><input ref='ar_mm'/></node>"
+    " <node name='o_b' op='Output'><input ref='ar_b'/></node>"
+    " <node name='o_a2' op='Output'><input ref='ar_a2'/></node>"
+    " <node name='o_c' op='Output'><input ref='ar_c'/></node>"
+    " <node name='o_c2' op='Output'><input ref='ar_c2'/></node>"
+    " <node name='o_d' op='Output'><input ref='ar_d'/></node>"
+    " <node name='o_dp' op='Output'><input ref='ar_dp'/></node>"
+    " <node name='o_e' op='Output'><input ref='ar_e'/></node>"
+    " <node name='o_sum' op='Output'><input ref='ar_sum'/></node>"
+    " <node name='o_ag1' op='Output'><input ref='ag1'/></node>"
+    " <node name='o_ag2' op='Output'><input ref='ag2'/></node>"
+    " <node name='o_rs1' op='Output'><input ref='rs1'/></node>"
+    " <node name='o_rs2' op='Output'><input ref='rs2'/></node>"
+    " <node name='o_bc' op='Output'><input ref='bc'/></node>"
+    " <node name='o_mul' op='Output'><input ref='mul'/></node>"
+    " <node name='o_chain' op='Output'><input ref='ar_chain'/></node>"
+    " <node name='o_agc' op='Output'><input ref='ag_chain'/></node>"
+    " <node name='o_red' op='Output'><input ref='red'/></node>"
+    " <node name='o_rawa' op='Output'><input ref='a'/></node>"
+    " <node name='o_rawmm' op='Output'><input ref='mm'/></node>"
+    "</graph>";
+
+/* Many float gradients (and two fusion_id buckets) of uneven sizes, so
+ * different split specs give different bucket layouts. */
+static char *grads_xml(void) {
+  size_t cap = 1 << 16, len = 0;
+  char *s = malloc(cap);
+  assert_non_null(s);
+  len += (size_t)snprintf(s + len, cap - len, "<graph name='grads' version='1' world_size='4'>");
+  static const int sizes[] = {1, 1000, 17, 4096, 64, 65, 3000, 7, 250, 128, 999, 2, 5000, 33, 640, 100};
+  for (int i = 0; i < 16; i++) {
+    const char *dt = i % 5 == 3 ? "float16" : i % 7 == 5 ? "bfloat16" : "float32";
+    const char *red = i % 3 == 1 ? "mean" : "sum";
+    char fus[64] = "";
+    if (i % 6 == 2) snprintf(fus, sizeof fus, " fusion='2' fusion_id='%d'", i % 4);
+    len += (size_t)snprintf(s + len, cap - len,
+                            " <node name='g%d' op='Input' dtype='%s' shape='%d'/>"
+                            " <node name='ar%d' op='AllReduce' reduction='%s'%s><input ref='g%d'/></node>"
+                            " <node name='o%d' op='Output'><input ref='ar%d'/></node>",
+                            i, dt, sizes[i], i, red, fus, i, i, i);
+  }
+  snprintf(s + len, cap - len, "</graph>");
+  return s;
+}
+
+static cf_graph *compile_graph(const char *xml, const char *pipeline, const char *split) {
+  cf_graph *g = NULL;
+  if (cf_graph_parse(ctx, "plan.xml", xml, strlen(xml), &g) != CF_OK) fail_msg("parse: %s", cf_context_errmsg(ctx));
+  cf_pass_options popt = {.split = split};
+  if (cf_graph_verify(g, NULL) != CF_OK || cf_passes_run(g, pipeline, &popt, NULL, NULL) != CF_OK ||
+      cf_graph_verify(g, NULL) != CF_OK)
+    fail_msg("compile (%s, split %s): %s", pipeline, split ? split : "auto", cf_context_errmsg(ctx));
+  return g;
+}
+
+static int count_op(const cf_graph *g, cf_op op) {
+  int k = 0;
+  for (int i = 0; i < g->n_nodes; i++) k += g->nodes[i].op == op;
+  return k;
+}
+
+/* Run g with opt (inputs from the seed); the outputs stay in res. */
+static cf_status run_plan(const cf_graph *g, const cf_run_options *opt, cf_run_result *res, int64_t *peak) {
+  cf_plan *p = NULL;
+  cf_status st = cf_plan_build(ctx, g, opt, &p);
+  if (st) fail_msg("plan: %s", cf_context_errmsg(ctx));
+  if (peak) *peak = cf_plan_peak_bytes(p);
+  st = cf_exec_run(ctx, p, NULL, res);
+  cf_plan_destroy(p);
+  return st;
+}
+
+/* Check res (from any compilation of xml) against the reference of the
+ * unfused graph, matching outputs by name. */
+static void verify_run(const char *xml, const cf_run_result *res, uint64_t seed, const char *what) {
+  cf_graph *ug = compile_graph(xml, cf_pipeline_O0, NULL);
+  int ranks = res->ranks;
+  cf_inputs in = {.ranks = ranks};
+  for (int i = 0; i < ug->n_nodes; i++) in.n += ug->nodes[i].op == CF_OP_INPUT;
+  in.names = calloc((size_t)in.n + 1, sizeof *in.names);
+  in.data = calloc((size_t)in.n * (size_t)ranks + 1, sizeof *in.data);
+  for (int i = 0, k = 0; i < ug->n_nodes; i++) {
+    const cf_node *nd = &ug->nodes[i];
+    if (nd->op != CF_OP_INPUT) continue;
+    in.names[k] = nd->name;
+    for (int r = 0; r < ranks; r++) {
+      cf_tensor *t = &in.data[r * in.n + k];
+      t->dtype = nd->out[0].dtype;
+      t->shape = nd->out[0].shape;
+      assert_true(cf_shape_elements(&t->shape, &t->count));
+      t->data = calloc((size_t)t->count + 1, (size_t)cf_dtype_size(t->dtype));
+      cf_fill_node(nd, t->data, t->dtype, t->count, seed, r);
+    }
+    k++;
+  }
+  cf_ref_value *ref = NULL;
+  int nref = 0;
+  if (cf_reference_run(ctx, ug, &in, seed, &ref, &nref) != CF_OK) fail_msg("%s: reference: %s", what, cf_context_errmsg(ctx));
+  assert_int_equal(nref, res->n_outputs);
+  cf_tensor *got = calloc((size_t)nref * (size_t)ranks + 1, sizeof *got);
+  for (int i = 0, j = 0; i < ug->n_nodes; i++) {
+    if (ug->nodes[i].op != CF_OP_OUTPUT) continue;
+    int k = -1;
+    for (int x = 0; x < res->n_outputs; x++)
+      if (!strcmp(res->output_names[x], ug->nodes[i].name)) k = x;
+    if (k < 0) fail_msg("%s: output '%s' missing", what, ug->nodes[i].name);
+    for (int r = 0; r < ranks; r++) got[r * nref + j] = res->outputs[r * res->n_outputs + k];
+    j++;
+  }
+  cf_verify_stats vs;
+  if (cf_verify_outputs(ctx, ug, got, ref, ranks, nref, &vs) != CF_OK)
+    fail_msg("%s: %s", what, cf_context_errmsg(ctx));
+  assert_true(vs.checked > 0);
+  free(got);
+  cf_ref_free(ref, nref * ranks);
+  for (int i = 0; i < in.n * ranks; i++) free(in.data[i].data);
+  free(in.data);
+  free(in.names);
+  cf_graph_destroy(ug);
+}
+
+static void test_plan_matches_reference(void **state) {
+  (void)state;
+  const char *const *xmls = plan_graphs;
+  static const char *pipes[] = {cf_pipeline_default, cf_pipeline_O0};
+  for (int x = 0; x < 2; x++)
+    for (int p = 0; p < 2; p++)
+      for (int a = 0; a < CF_ALGO_COUNT; a++)
+        for (int det = 0; det < 2; det++) {
+          cf_graph *g = compile_graph(xmls[x], pipes[p], NULL);
+          if (p == 0) assert_true(count_op(g, CF_OP_FUSEDALLREDUCE) > 0);
+          cf_run_options opt = {.seed = 17, .iters = a == 0 ? 3 : 1, .warmup = a == 0, .timeout_s = 30,
+                                .algo = (cf_algo)a, .deterministic = det};
+          cf_run_result res;
+          char what[96];
+          snprintf(what, sizeof what, "graph %d %s algo %s%s", x, p ? "-O0" : "fused",
+                   cf_algo_name((cf_algo)a), det ? " det" : "");
+          if (run_plan(g, &opt, &res, NULL) != CF_OK) fail_msg("%s: run: %s", what, cf_context_errmsg(ctx));
+          assert_int_equal(res.ranks, 4);
+          assert_true(res.collectives_executed > 0);
+          assert_true(res.time_ms_median >= 0);
+          verify_run(xmls[x], &res, 17, what);
+          cf_run_result_free(&res);
+          cf_graph_destroy(g);
+        }
+}
+
+/* --deterministic: fused, unfused and other bucket layouts agree bitwise. */
+static void test_plan_deterministic_bitwise(void **state) {
+  (void)state;
+  const char *const *xmls = plan_graphs;
+  static const struct { const char *pipe, *split; } cfgs[] = {
+      {NULL, NULL}, {"O0", NULL}, {NULL, "bytes:4K"}, {NULL, "size:50,50"}, {NULL, "bytes:1K,first=256"},
+      {NULL, "size:30,30,40"}};
+  for (int x = 0; x < 2; x++) {
+    cf_run_result base = {0};
+    cf_graph *base_g = NULL; /* owns base's output names */
+    for (int c = 0; c < 6; c++) {
+      cf_graph *g = compile_graph(xmls[x], cfgs[c].pipe ? cf_pipeline_O0 : cf_pipeline_default, cfgs[c].split);
+      cf_run_options opt = {.seed = 5, .iters = 1, .timeout_s = 30, .deterministic = true,
+                            .algo = c % 2 ? CF_ALGO_RING : CF_ALGO_AUTO};
+      cf_run_result res;
+      if (run_plan(g, &opt, &res, NULL) != CF_OK) fail_msg("run: %s", cf_context_errmsg(ctx));
+      if (c == 0) {
+        base = res;
+        base_g = g;
+        continue;
+      }
+      {
+        assert_int_equal(res.n_outputs, base.n_outputs);
+        for (int j = 0; j < res.n_outputs; j++) {
+          int k = -1;
+          for (int q = 0; q < base.n_outputs; q++)
+            if (!strcmp(base.output_names[q], res.output_names[j])) k = q;
+          assert_true(k >= 0);
+          for (int r = 0; r < res.ranks; r++) {
+            const cf_tensor *t1 = &res.outputs[r * res.n_outputs + j], *t0 = &base.outputs[r * base.n_outputs + k];
+            if ((!strcmp(res.output_names[j], "o_dp") || !strcmp(res.output_names[j], "o_bc")) && r != 1 &&
+                r != 3)
+              continue; /* not in the group: undefined */
+            if (!strcmp(res.output_names[j], "o_red") && r != 2) continue; /* Reduce: the root only */
+            assert_int_equal(t1->count, t0->count);
+            if (memcmp(t1->data, t0->data, (size_t)t1->count * (size_t)cf_dtype_size(t1->dtype)) != 0)
+              fail_msg("graph %d: output '%s' rank %d differs bitwise between the default compile and %s %s",
+                       x, res.output_names[j], r, cfgs[c].pipe ? "-O0" : "split", cfgs[c].split ? cfgs[c].split : "");
+          }
+        }
+        cf_run_result_free(&res);
+      }
+      cf_graph_destroy(g);
+    }
+    cf_run_result_free(&base);
+    cf_graph_destroy(base_g);
+  }
+}
+
+static void test_plan_peak_memory(void **state) {
+  (void)state;
+  const char *const *xmls = plan_graphs;
+  for (int x = 0; x < 2; x++) {
+    int64_t peak[2];
+    int64_t biggest = 0;
+    for (int p = 0; p < 2; p++) {
+      cf_graph *g = compile_graph(xmls[x], p ? cf_pipeline_O0 : cf_pipeline_default, NULL);
+      cf_run_options opt = {.iters = 1, .timeout_s = 30};
+      cf_plan *pl = NULL;
+      if (cf_plan_build(ctx, g, &opt, &pl) != CF_OK) fail_msg("plan: %s", cf_context_errmsg(ctx));
+      peak[p] = cf_plan_peak_bytes(pl);
+      assert_true(peak[p] > 0);
+      for (int c = 0; c < pl->n_colls && !p; c++) {
+        int64_t b = pl->colls[c].desc.count * cf_dtype_size(pl->colls[c].desc.dtype);
+        if (b > biggest) biggest = b;
+      }
+      cf_plan_destroy(pl);
+      cf_graph_destroy(g);
+    }
+    if (peak[0] > peak[1] + biggest)
+      fail_msg("graph %d: fused plan peak %lld > unfused %lld + largest bucket %lld", x, (long long)peak[0],
+               (long long)peak[1], (long long)biggest);
+  }
+}
+
+typedef struct mutation {
+  int rank, coll;
+  mfield field;
+} mutation;
+
+static void mutate(void *user, int rank, cf_coll_desc *d, int index) {
+  const mutation *m = user;
+  if (rank != m->rank || index != m->coll) return;
+  switch (m->field) {
+  case M_COUNT: d->count *= 2; break;
+  case M_DTYPE: d->dtype = d->dtype == CF_DT_FLOAT32 ? CF_DT_FLOAT64 : CF_DT_FLOAT32; break;
+  case M_RED: d->red = d->red == CF_RED_SUM ? CF_RED_MAX : CF_RED_SUM; break;
+  case M_ROOT: d->root = (d->root + 1) % 2; break;
+  }
+}
+
+static void test_plan_hooks(void **state) {
+  (void)state;
+  cf_graph *g = compile_graph(grads, cf_pipeline_O0, NULL);
+  static const char *what[] = {"count is", "dtype is", "reduction is"};
+  for (int f = M_COUNT; f <= M_RED; f++)
+    for (int coll = 0; coll < 16; coll += 5) {
+      mutation m = {.rank = 2, .coll = coll, .field = (mfield)f};
+      cf_run_options opt = {.iters = 2, .timeout_s = 2, .test_mutate = mutate, .test_user = &m};
+      cf_run_result res;
+      double t0 = now_s();
+      cf_status st = run_plan(g, &opt, &res, NULL);
+      double dt = now_s() - t0;
+      const char *msg = cf_context_errmsg(ctx);
+      if (st != CF_ERR_RUNTIME) fail_msg("mutated %s of coll %d: status %d (%s)", what[f], coll, st, msg);
+      if (!strstr(msg, "cross-rank mismatch") || !strstr(msg, what[f]) || !strstr(msg, "rank 2"))
+        fail_msg("mutated %s of coll %d: message '%s'", what[f], coll, msg);
+      if (dt > 1.5) fail_msg("mutated %s: took %.2f s (a timeout, not a mismatch)", what[f], dt);
+      assert_null(res.outputs);
+    }
+  /* mode 1: rank 3 fails loudly, everyone stops at once; mode 2: rank 1
+   * vanishes, the others notice by the 2 s timeout */
+  for (int mode = 1; mode <= 2; mode++)
+    for (int step = 0; step < 3; step++) {
+      int rank = mode == 1 ? 3 : 1;
+      cf_run_options opt = {.iters = 1, .timeout_s = 2, .test_fail_mode = mode, .test_fail_rank = rank,
+                            .test_fail_step = step};
+      cf_run_result res;
+      double t0 = now_s();
+      ASSERT_ERR(run_plan(g, &opt, &res, NULL), CF_ERR_RUNTIME, mode == 1 ? "failed at step" : "timed out");
+      double dt = now_s() - t0;
+      char rk[16];
+      snprintf(rk, sizeof rk, mode == 1 ? "rank %d" : "%d", rank);
+      if (!strstr(cf_context_errmsg(ctx), rk))
+        fail_msg("mode %d: message '%s' does not name rank %d", mode, cf_context_errmsg(ctx), rank);
+      if (mode == 1 ? dt > 1.5 : dt < 1.5 || dt > 6)
+        fail_msg("mode %d step %d: the run took %.2f s with a 2 s timeout", mode, step, dt);
+    }
+  cf_graph_destroy(g);
+
+  /* every step of the schedule can fail, also the WAIT of a collective the
+   * rank thread runs inline (START + WAIT, here steps 0 and 1) */
+  static const char *one =
+      "<graph name='one' version='1' world_size='3'>"
+      " <node name='x' op='Input' dtype='float32' shape='10'/>"
+      " <node name='r' op='Reduce' reduction='sum' root='1'><input ref='x'/></node>"
+      " <node name='o' op='Output'><input ref='r'/></node>"
+      "</graph>";
+  g = compile_graph(one, cf_pipeline_default, NULL);
+  for (int step = 0; step < 2; step++) {
+    cf_run_options opt = {.iters = 1, .timeout_s = 30, .test_fail_mode = 1, .test_fail_rank = 2,
+                          .test_fail_step = step};
+    cf_run_result res;
+    cf_status st = run_plan(g, &opt, &res, NULL);
+    if (st == CF_OK) {
+      cf_run_result_free(&res);
+      fail_msg("test_fail_step %d (of START, WAIT): the injected failure never happened", step);
+    }
+    ASSERT_ERR(st, CF_ERR_RUNTIME, "rank 2 failed at step");
+  }
+  cf_graph_destroy(g);
+}
+
+/* A rank count that is not the graph's world_size is refused; a graph that
+ * arrives already fused (FusedAllReduce without offsets, a
+ * MatmulReduceScatter) runs and matches the reference. */
+static void test_plan_refuses_and_prefused(void **state) {
+  (void)state;
+  static const char *mmrs =
+      "<graph name='u' version='1' world_size='2'>"
+      " <node name='x' op='Input' dtype='float32' shape='4,8'/>"
+      " <node name='w' op='Input' dtype='float32' shape='8,2'/>"
+      " <node name='mm_rs' op='MatmulReduceScatter' world_size='2' reduction='sum' members='mm,rs'>"
+      "  <input ref='x'/><input ref='w'/></node>"
+      " <node name='y' op='Output'><input ref='mm_rs'/></node>"
+      "</graph>";
+  cf_graph *g = compile_graph(mmrs, cf_pipeline_O0, NULL);
+  cf_run_options opt = {.iters = 1, .timeout_s = 30, .ranks = 3};
+  cf_plan *p = NULL;
+  ASSERT_ERR(cf_plan_build(ctx, g, &opt, &p), CF_ERR_USAGE, "world_size 2");
+  assert_null(p);
+  opt.ranks = 0;
+  cf_run_result r0;
+  if (run_plan(g, &opt, &r0, NULL) != CF_OK) fail_msg("MatmulReduceScatter: %s", cf_context_errmsg(ctx));
+  verify_run(mmrs, &r0, 0, "MatmulReduceScatter");
+  cf_run_result_free(&r0);
+  cf_graph_destroy(g);
+
+  static const char *prefused =
+      "<graph name='f' version='1' world_size='3'>"
+      " <node name='q' op='Input' dtype='float32' shape='5,3'/>"
+      " <node name='k' op='Input' dtype='float32' shape='17'/>"
+      " <node name='v' op='Input' dtype='float32' shape='1'/>"
+      " <node name='b0' op='FusedAllReduce' reduction='mean' fusion='2' fusion_id='1' members='ar_q,ar_k,ar_v'>"
+      "  <input ref='q'/><input ref='k'/><input ref='v'/></node>"
+      " <node name='o_q' op='Output'><input ref='b0' port='0'/></node>"
+      " <node name='o_k' op='Output'><input ref='b0' port='1'/></node>"
+      " <node name='o_v' op='Output'><input ref='b0' port='2'/></node>"
+      "</graph>";
+  for (int pipe = 0; pipe < 2; pipe++) {
+    g = compile_graph(prefused, pipe ? cf_pipeline_O0 : cf_pipeline_default, NULL);
+    cf_run_options o2 = {.iters = 2, .timeout_s = 30, .seed = 3};
+    cf_run_result res;
+    if (run_plan(g, &o2, &res, NULL) != CF_OK) fail_msg("prefused: %s", cf_context_errmsg(ctx));
+    verify_run(prefused, &res, 3, "prefused");
+    cf_run_result_free(&res);
+    cf_graph_destroy(g);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_allreduce_algos_dtypes),
+      cmocka_unit_test(test_allreduce_large),
+      cmocka_unit_test(test_allreduce_reductions),
+      cmocka_unit_test(test_allreduce_many_ranks),
+      cmocka_unit_test(test_allreduce_int_mean_no_wrap),
+      cmocka_unit_test(test_allreduce_deterministic),
+      cmocka_unit_test(test_reduce_scatter),
+      cmocka_unit_test(test_all_gather),
+      cmocka_unit_test(test_reduce_root),
+      cmocka_unit_test(test_broadcast),
+      cmocka_unit_test(test_group_subset),
+      cmocka_unit_test(test_sequences),
+      cmocka_unit_test(test_mismatch_allreduce),
+      cmocka_unit_test(test_mismatch_other),
+      cmocka_unit_test(test_mismatch_root),
+      cmocka_unit_test(test_vanished_rank),
+      cmocka_unit_test(test_plan_matches_reference),
+      cmocka_unit_test(test_plan_deterministic_bitwise),
+      cmocka_unit_test(test_plan_peak_memory),
+      cmocka_unit_test(test_plan_hooks),
+      cmocka_unit_test(test_plan_refuses_and_prefused),
+  };
+  if (getenv("CF_TEST_FILTER")) cmocka_set_test_filter(getenv("CF_TEST_FILTER")); /* debugging one test */
+  return cmocka_run_group_tests(tests, setup_all, teardown_all);
+}
