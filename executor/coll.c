@@ -15,13 +15,17 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const algo_names[CF_ALGO_COUNT] = {"auto", "direct", "rd", "ring", "rsag"};
+static const char *const algo_names[CF_ALGO_MPI_NATIVE + 1] = {
+    [CF_ALGO_AUTO] = "auto", [CF_ALGO_DIRECT] = "direct", [CF_ALGO_RD] = "rd",
+    [CF_ALGO_RING] = "ring", [CF_ALGO_RSAG] = "rsag",     [CF_ALGO_MPI_NATIVE] = "mpi-native"};
 
-const char *cf_algo_name(cf_algo a) { return a >= 0 && a < CF_ALGO_COUNT ? algo_names[a] : "?"; }
+const char *cf_algo_name(cf_algo a) {
+  return a >= 0 && a <= CF_ALGO_MPI_NATIVE && algo_names[a] ? algo_names[a] : "?";
+}
 
 int cf_algo_parse(const char *s) {
-  for (int a = 0; a < CF_ALGO_COUNT; a++)
-    if (s && strcmp(s, algo_names[a]) == 0) return a;
+  for (int a = 0; a <= CF_ALGO_MPI_NATIVE; a++)
+    if (s && algo_names[a] && strcmp(s, algo_names[a]) == 0) return a;
   if (s && strcmp(s, "recursive-doubling") == 0) return CF_ALGO_RD;
   return -1;
 }
@@ -33,6 +37,10 @@ int cf_algo_parse(const char *s) {
 static bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo forced) {
+  if (forced == CF_ALGO_MPI_NATIVE) { /* every op, as asked; --deterministic keeps rank order */
+    if (n > 1 && !deterministic) return CF_ALGO_MPI_NATIVE;
+    forced = CF_ALGO_AUTO;
+  }
   if (d->op != CF_OP_ALLREDUCE || n <= 1) return CF_ALGO_DIRECT;
   cf_algo a = forced;
   if (a == CF_ALGO_AUTO) {
@@ -45,10 +53,29 @@ cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo
   return a;
 }
 
+/* What the transport's native collectives (MPI's, transports/mpi.c) may
+ * use: integer mean sums in int64 (like the kernels), a fused AllGather
+ * gathers whole input buckets before placing members, a fused
+ * ReduceScatter packs every member's block p together. */
+static size_t native_scratch(const cf_coll_desc *d, int n) {
+  size_t es = (size_t)cf_dtype_size(d->dtype), count = (size_t)(d->count > 0 ? d->count : 0);
+  bool int_mean = d->red == CF_RED_MEAN && d->dtype != CF_DT_FLOAT16 && d->dtype != CF_DT_BFLOAT16 &&
+                  d->dtype != CF_DT_FLOAT32 && d->dtype != CF_DT_FLOAT64;
+  size_t ws = int_mean ? 8 : es;
+  switch (d->op) {
+  case CF_OP_ALLREDUCE:
+  case CF_OP_REDUCE: return int_mean ? 8 * count : 0;
+  case CF_OP_ALLGATHER: return (size_t)n * count * es;
+  case CF_OP_REDUCESCATTER: return ws * (count + count / (size_t)(n > 0 ? n : 1) + 1);
+  default: return 0;
+  }
+}
+
 size_t cf_coll_scratch_bytes(const cf_coll_desc *d, int n, cf_algo a, bool zero_copy) {
   size_t es = (size_t)cf_dtype_size(d->dtype), bytes = (size_t)d->count * es;
   size_t chunk = ((size_t)d->count + (size_t)n - 1) / (size_t)n * es + 128;
   size_t peers = n > 1 ? (size_t)n - 1 : 0;
+  if (a == CF_ALGO_MPI_NATIVE) return native_scratch(d, n);
   if (d->op != CF_OP_ALLREDUCE) /* staging for what peers send: one buffer or one per peer */
     return zero_copy ? 0 : (d->op == CF_OP_ALLGATHER || d->op == CF_OP_BROADCAST ? bytes : peers * bytes);
   switch (a) {
@@ -152,7 +179,17 @@ void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const v
   }
 }
 
+/* The transport's own collective (an optional slot: absent on threads). */
+static cf_status coll_native(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  if (!c->ops->native)
+    return cf_error(c->ctx, CF_ERR_UNSUPPORTED, NULL, 0,
+                    "--algo mpi-native: the %s transport has no native collectives (use --backend mpi)",
+                    c->ops->name);
+  return c->ops->native(c, dev, call);
+}
+
 cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  if (call->algo == CF_ALGO_MPI_NATIVE) return coll_native(c, dev, call);
   switch (call->desc.op) {
   case CF_OP_ALLREDUCE:
     switch (call->algo) {

@@ -217,6 +217,8 @@ bool cf_coll_desc_mismatch(const cf_coll_desc *mine, int my_rank, const cf_coll_
                            int their_rank, char *text, size_t len);
 
 typedef struct cf_comm cf_comm;
+struct cf_coll_call; /* below: one call of a collective */
+struct cf_plan;      /* below: a plan */
 /* A transport endpoint of one rank: two-sided, in-order messages per
  * (sender, receiver) pair. send() is nonblocking; the sender must not
  * change buf until send_wait() says the receiver is done with it. recv()
@@ -244,6 +246,12 @@ typedef struct cf_comm_ops {
   void (*abort)(cf_comm *c, const char *msg);
   /* True when another rank aborted; its message goes to *msg. */
   bool (*aborted)(cf_comm *c, const char **msg);
+  /* Optional (NULL when absent; coll.c calls it only for calls whose algo
+   * is CF_ALGO_MPI_NATIVE and reports its absence as an error): run the
+   * whole collective with the transport's own implementation (MPI's
+   * collectives), within the scratch cf_coll_scratch_bytes gives
+   * CF_ALGO_MPI_NATIVE. */
+  cf_status (*native)(cf_comm *c, cf_device *dev, const struct cf_coll_call *call);
 } cf_comm_ops;
 
 struct cf_comm {
@@ -263,6 +271,38 @@ cf_comm *cf_threads_comm(cf_threads_world *w, int rank, cf_context *rank_ctx);
 void cf_threads_rank_left(cf_threads_world *w, int rank);
 void cf_threads_world_destroy(cf_threads_world *w);
 
+/* transports/mpi.c: this process is one rank of an MPI job (mpirun), over
+ * a duplicate of MPI_COMM_WORLD; not zero copy (recv fills the staging
+ * buffer: plan with cf_run_options.staged). Tools never include mpi.h:
+ * these calls are the whole interface. */
+typedef struct cf_mpi_world cf_mpi_world;
+/* MPI_Init_thread (MPI_THREAD_MULTIPLE, at least SERIALIZED) unless MPI is
+ * already initialized, and the transport; every wait gives up after
+ * timeout_s (exit 3). */
+cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **out);
+/* This process's endpoint (rank and size are MPI's). */
+cf_comm *cf_mpi_comm(cf_mpi_world *w);
+/* Ranks of the job on this node (MPI_COMM_TYPE_SHARED), and its name. */
+int cf_mpi_local_size(const cf_mpi_world *w);
+const char *cf_mpi_host(const cf_mpi_world *w);
+/* For --algo mpi-native: one MPI communicator per group of plan p's
+ * collectives (MPI_Comm_create_group, in plan order, so every rank must
+ * call it with the same plan before cf_exec_run_comm). No-op otherwise. */
+cf_status cf_mpi_prepare_native(cf_mpi_world *w, const struct cf_plan *p);
+/* v[i] = the maximum of v[i] over every rank (for combining verification
+ * results); honours the timeout and the abort flag. */
+cf_status cf_mpi_max(cf_mpi_world *w, double *v, int n);
+/* Fail every rank with text (e.g. this rank could not even build its plan). */
+void cf_mpi_abort(cf_mpi_world *w, const char *text);
+/* Test hook: this process SIGKILLs itself just before it sends its
+ * (k+1)-th collective message (k < 0: off). */
+void cf_mpi_test_kill(cf_mpi_world *w, int64_t k);
+/* Free the transport and MPI_Finalize (when cf_mpi_world_create
+ * initialized MPI). exit_code != 0: this rank failed and printed why; the
+ * process then ends with exit_code within a few seconds even if a peer
+ * never finalizes. */
+void cf_mpi_world_destroy(cf_mpi_world *w, int exit_code);
+
 /* ================= coll.c, algo_*.c: collective algorithms ================= */
 
 typedef enum cf_algo {
@@ -271,7 +311,9 @@ typedef enum cf_algo {
   CF_ALGO_RD,     /* recursive doubling (powers of two; else direct) */
   CF_ALGO_RING,   /* ring reduce-scatter + ring all-gather */
   CF_ALGO_RSAG,   /* direct reduce-scatter + direct all-gather (rank order) */
-  CF_ALGO_COUNT
+  CF_ALGO_COUNT,  /* collfuse's own algorithms (every transport runs them) are below */
+  CF_ALGO_MPI_NATIVE = CF_ALGO_COUNT + 1 /* the transport's own collectives (MPI's, the
+                                          * native slot): every op, for comparison */
 } cf_algo;
 const char *cf_algo_name(cf_algo a);
 int cf_algo_parse(const char *s); /* -1 when unknown */

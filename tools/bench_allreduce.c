@@ -61,6 +61,7 @@ typedef struct ar_options {
   double timeout_s;
   const char *mpi_args; /* extra mpirun arguments, split at spaces */
   bool json, no_mpi;
+  bool mpi;      /* --backend mpi: this process is one rank under mpirun */
 } ar_options;
 
 /* Calls per loop: enough to move about 32 MiB per rank, 1..1000. */
@@ -472,9 +473,9 @@ static double busbw_factor(int n) { return 2.0 * (n - 1) / n; }
 static double gbps(int64_t bytes, double us) { return us > 0 ? (double)bytes / (us * 1e3) : 0; }
 
 static void print_header(const ar_options *o, const mpi_peer *m) {
-  printf("collfuse bench allreduce: %d ranks (threads transport, CPU device), float32 sum, out of "
+  printf("collfuse bench allreduce: %d ranks (%s, CPU device), float32 sum, out of "
          "place\n",
-         o->ranks);
+         o->ranks, o->mpi ? "MPI transport, one process per rank" : "threads transport");
   printf("  us: median over %d loops of K back-to-back calls, per call; algbw = bytes / time,\n"
          "  busbw = algbw * 2(n-1)/n = algbw * %.2f (GB/s, 1 GB = 1e9 B); auto = cf_coll_select's "
          "choice\n",
@@ -618,6 +619,10 @@ static int parse_options(int argc, char **argv, ar_options *o) {
       o->json = true;
     } else if (strcmp(argv[i], "--no-mpi") == 0) {
       o->no_mpi = true;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--backend"))) {
+      if (strcmp(v, "mpi") != 0 && strcmp(v, "threads") != 0)
+        return usage("--backend wants threads or mpi, got '%s'", v);
+      o->mpi = strcmp(v, "mpi") == 0;
     } else {
       return usage("unknown option '%s'", argv[i]);
     }
@@ -632,6 +637,193 @@ static int parse_options(int argc, char **argv, ar_options *o) {
   return 0;
 }
 
+/* ---------------- --backend mpi: one process per rank ---------------- */
+
+/* Under `mpirun -np N collfuse bench allreduce --backend mpi` each process
+ * is one rank of the MPI transport (transports/mpi.c): it times collfuse's
+ * algorithms over the transport and MPI_Allreduce itself (the transport's
+ * native collective, as --algo mpi-native runs it) in the same processes,
+ * on the same buffers, with the same loops between barriers; rank 0 prints.
+ * Every algorithm's result is checked against MPI_Allreduce's: inputs lie
+ * in [-1, 1), so any two summation orders agree within 2 n^2 eps. direct
+ * and rd stage every peer's whole vector (the transport copies): above
+ * 64 MiB they are left out, as the memory would be n times the vector. */
+typedef struct mpi_bench {
+  cf_mpi_world *w;
+  cf_comm *c;
+  cf_device *dev;
+  int me, n;
+  int64_t seq;     /* collectives so far (every rank runs the same) */
+  int *ranks;      /* 0..n-1 */
+  char error[512]; /* why this rank stopped */
+} mpi_bench;
+
+static bool mpi_sync(mpi_bench *B) {
+  double x = 0;
+  cf_status st = cf_mpi_max(B->w, &x, 1);
+  if (st) snprintf(B->error, sizeof B->error, "%s", cf_context_errmsg(B->c->ctx));
+  return !st;
+}
+
+static bool mpi_calls(mpi_bench *B, cf_coll_call *call, int iters) {
+  for (int k = 0; k < iters; k++) {
+    call->desc.seq = B->seq++;
+    cf_status st = cf_coll_run(B->c, B->dev, call);
+    if (st) { /* the transport has told the other ranks */
+      snprintf(B->error, sizeof B->error, "%s", cf_context_errmsg(B->c->ctx));
+      return false;
+    }
+  }
+  return true;
+}
+
+static bool mpi_check(mpi_bench *B, const float *out, const float *ref, int64_t count, cf_algo a) {
+  int64_t stride = count > (1 << 18) ? (count >> 18) | 1 : 1;
+  double tol = 2.0 * B->n * B->n * FLT_EPSILON;
+  for (int64_t j = 0; j <= count; j += stride) {
+    int64_t i = j < count ? j : count - 1; /* the sample, and the last element */
+    if (!(fabs((double)out[i] - (double)ref[i]) <= tol)) {
+      snprintf(B->error, sizeof B->error,
+               "%s: wrong result on rank %d at %lld bytes, index %lld: %.9g, MPI_Allreduce gave %.9g",
+               cf_algo_name(a), B->me, (long long)(count * 4), (long long)i, (double)out[i], (double)ref[i]);
+      cf_mpi_abort(B->w, B->error);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* One size: every selected column and MPI_Allreduce; false with B->error. */
+static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
+  int64_t count = row->bytes / 4;
+  size_t bytes = (size_t)row->bytes, scratch_bytes = 0;
+  cf_coll_desc desc = bench_desc(count);
+  cf_algo algos[N_COLS + 1];
+  int n_algos = 1, slot[N_COLS];
+  algos[0] = CF_ALGO_MPI_NATIVE; /* first: its result is the reference */
+  for (int k = 0; k < N_COLS; k++) {
+    slot[k] = -1;
+    row->us[k] = 0;
+    row->run[k] = cf_coll_select(&desc, B->n, false, columns[k]);
+    if (k > 0 && o->algo >= 0 && (int)columns[k] != o->algo) continue;
+    if (bytes > ((size_t)64 << 20) && (row->run[k] == CF_ALGO_DIRECT || row->run[k] == CF_ALGO_RD)) continue;
+    for (int a = 0; a < n_algos; a++)
+      if (algos[a] == row->run[k]) slot[k] = a;
+    if (slot[k] < 0) {
+      slot[k] = n_algos;
+      algos[n_algos++] = row->run[k];
+    }
+  }
+  for (int a = 0; a < n_algos; a++) {
+    size_t sb = cf_coll_scratch_bytes(&desc, B->n, algos[a], B->c->ops->zero_copy);
+    if (sb > scratch_bytes) scratch_bytes = sb;
+  }
+  cf_device *dev = B->dev;
+  float *in = dev->ops->alloc(dev, bytes), *out = dev->ops->alloc(dev, bytes), *ref = dev->ops->alloc(dev, bytes);
+  void *scratch = dev->ops->alloc(dev, scratch_bytes ? scratch_bytes : 64);
+  bool ok = in && out && ref && scratch;
+  if (!ok) {
+    snprintf(B->error, sizeof B->error, "rank %d: out of memory for %zu-byte buffers", B->me, bytes);
+    cf_mpi_abort(B->w, B->error);
+  } else {
+    cf_fill_random(in, CF_DT_FLOAT32, count, 1, B->me, "bench");
+  }
+  double loop_s[MAX_LOOPS], us[N_COLS + 1] = {0};
+  for (int a = 0; a < n_algos && ok; a++) {
+    cf_coll_call call = {.desc = desc, .ranks = B->ranks, .n = B->n, .me = B->me, .in = in, .out = out,
+                         .scratch = scratch, .scratch_bytes = scratch_bytes ? scratch_bytes : 64,
+                         .algo = algos[a]};
+    memset(out, 0, bytes);
+    ok = mpi_calls(B, &call, row->iters) && mpi_sync(B); /* warm-up */
+    if (ok && a == 0) memcpy(ref, out, bytes);
+    if (ok && a > 0) ok = mpi_check(B, out, ref, count, algos[a]);
+    for (int l = 0; l < o->loops && ok; l++) {
+      ok = mpi_sync(B);
+      double t0 = now_s();
+      ok = ok && mpi_calls(B, &call, row->iters) && mpi_sync(B);
+      loop_s[l] = (now_s() - t0) / row->iters;
+    }
+    if (ok) us[a] = 1e6 * median(loop_s, o->loops);
+  }
+  if (ok) {
+    row->mpi_us = us[0];
+    for (int k = 0; k < N_COLS; k++) row->us[k] = slot[k] < 0 ? 0 : us[slot[k]];
+  }
+  dev->ops->free(dev, in);
+  dev->ops->free(dev, out);
+  dev->ops->free(dev, ref);
+  dev->ops->free(dev, scratch);
+  return ok;
+}
+
+/* The whole benchmark as one rank of an mpirun job; the exit code. */
+static int bench_mpi(cf_context *ctx, ar_options *o, ar_row *rows) {
+  mpi_bench B = {0};
+  cf_status st = cf_mpi_world_create(ctx, o->timeout_s, &B.w);
+  if (st) return cf_tool_fail(ctx, st);
+  B.c = cf_mpi_comm(B.w);
+  B.me = B.c->rank;
+  B.n = o->ranks = B.c->size;
+  int rc = 0;
+  if (B.n < 2) {
+    if (B.me == 0)
+      fprintf(stderr, "collfuse bench allreduce: --backend mpi runs one rank per process: start it as "
+                      "`mpirun -np N collfuse bench allreduce --backend mpi` with N >= 2\n");
+    cf_mpi_world_destroy(B.w, EXIT_USAGE);
+    return EXIT_USAGE;
+  }
+  B.ranks = calloc((size_t)B.n, sizeof *B.ranks);
+  for (int r = 0; B.ranks && r < B.n; r++) B.ranks[r] = r;
+  st = B.ranks ? cf_device_cpu_create(ctx, &B.dev) : cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  cf_coll_desc desc = bench_desc(1 << 20);
+  cf_kernel_key keys[8];
+  int nk = st ? 0 : cf_coll_kernels(&desc, B.n, keys, 8);
+  for (int k = 0; k < nk && !st; k++) st = B.dev->ops->prepare(B.dev, &keys[k]);
+  mpi_peer m = {.up = true};
+  snprintf(m.library, sizeof m.library, "in the same processes (the transport's native collective)");
+  snprintf(m.command, sizeof m.command, "MPI_Allreduce on MPI_COMM_WORLD's duplicate");
+  cJSON *root = NULL, *results = NULL;
+  if (st) {
+    rc = cf_tool_fail(ctx, st);
+    cf_mpi_abort(B.w, cf_context_errmsg(ctx));
+  } else if (B.me == 0) {
+    if (!o->json) print_header(o, &m);
+    root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "bench", "allreduce");
+    cJSON_AddNumberToObject(root, "ranks", B.n);
+    cJSON_AddStringToObject(root, "transport", "mpi");
+    cJSON_AddStringToObject(root, "device", "cpu");
+    cJSON_AddNumberToObject(root, "local_ranks", cf_mpi_local_size(B.w));
+    cJSON_AddNumberToObject(root, "loops", o->loops);
+    cJSON_AddNumberToObject(root, "busbw_factor", busbw_factor(B.n));
+    cJSON *mj = cJSON_AddObjectToObject(cJSON_AddObjectToObject(root, "peers"), "mpi");
+    cJSON_AddBoolToObject(mj, "available", true);
+    cJSON_AddStringToObject(mj, "library", m.library);
+    results = cJSON_AddArrayToObject(root, "results");
+  }
+  for (int s = 0; s < o->n_sizes && !rc; s++) {
+    if (!mpi_measure_size(&B, o, &rows[s])) {
+      fprintf(stderr, "collfuse bench allreduce: rank %d: %lld bytes: %s\n", B.me, (long long)rows[s].bytes,
+              B.error);
+      rc = EXIT_RUNTIME;
+    } else if (B.me == 0) {
+      if (!o->json) print_row(o, &rows[s]);
+      cJSON_AddItemToArray(results, row_json(o, &rows[s]));
+    }
+  }
+  if (!rc && root && o->json) {
+    char *text = cJSON_PrintUnformatted(root);
+    if (text) puts(text);
+    free(text);
+  }
+  cJSON_Delete(root);
+  if (B.dev) B.dev->ops->destroy(B.dev);
+  free(B.ranks);
+  fflush(stdout);
+  cf_mpi_world_destroy(B.w, rc);
+  return rc;
+}
+
 /* ---------------- the benchmark ---------------- */
 
 int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
@@ -641,6 +833,7 @@ int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
   ar_row rows[MAX_SIZES];
   for (int s = 0; s < o.n_sizes; s++)
     rows[s] = (ar_row){.bytes = o.sizes[s], .iters = iters_for(&o, o.sizes[s])};
+  if (o.mpi) return bench_mpi(ctx, &o, rows);
 
   /* MPI first, before any thread or JIT state exists */
   mpi_peer m;

@@ -58,6 +58,7 @@ static const char help_main[] =
     "  compile  FILE [-o OUT.xml] ...     run the pass pipeline, write the result\n"
     "  run      FILE [--ranks N] ...      compile and execute on N ranks (--verify, --json)\n"
     "  dot      FILE [-o OUT] [--fused]   draw a graph as DOT, SVG or PNG\n"
+    "  ranktable FILE.json               HCCL rank table -> OpenMPI hostfile and rankfile\n"
     "  bench    compile [--sizes N,..]    time parse, verify and passes on 1k..1M nodes\n"
     "  bench    reduce [--quick]          reduction kernels vs memcpy, C loop, MPI_Reduce_local\n"
     "  bench    allreduce [--ranks N]     AllReduce algorithms on rank threads vs MPI_Allreduce\n"
@@ -487,7 +488,9 @@ int main(int argc, char **argv) {
               "collfuse bench: expected a benchmark name: compile, reduce, allreduce, fusion\n");
       rc = EXIT_USAGE;
     }
-  } else if (strcmp(cmd, "dot") == 0)
+  } else if (strcmp(cmd, "ranktable") == 0)
+    rc = cf_tool_help(sub_argc, sub_argv, cf_help_ranktable) ? 0 : cf_cmd_ranktable(ctx, sub_argc, sub_argv);
+  else if (strcmp(cmd, "dot") == 0)
     rc = cf_tool_help(sub_argc, sub_argv, help_dot) ? 0 : cmd_dot(ctx, sub_argc, sub_argv);
   else {
     fprintf(stderr, "collfuse: unknown command '%s'\n\n", cmd);

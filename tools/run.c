@@ -6,6 +6,14 @@
  * --verify, to the float64 reference of the unfused graph, so the check
  * compares like with like. Outputs are matched to the reference by name
  * because passes may reorder nodes.
+ *
+ * With --backend mpi every process of an mpirun job is one rank (the world
+ * is MPI's): each compiles the graph, makes every rank's inputs (the
+ * reference needs them all) and runs its own rank over the MPI transport
+ * (transports/mpi.c; this file never includes mpi.h). --verify checks each
+ * process's own outputs and combines the verdicts, so rank 0 prints the
+ * JSON or summary for everyone and every process exits non-zero when any
+ * rank failed; --save-outputs writes each process's DIR/rank<R>/.
  */
 #include "tools.h"
 
@@ -16,36 +24,43 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cblas.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const char cf_help_run[] =
-    "usage: collfuse run FILE [--ranks N] [--backend threads] [--device cpu] [--iters K]\n"
+    "usage: collfuse run FILE [--ranks N] [--backend threads|mpi] [--device cpu] [--iters K]\n"
     "                    [--warmup W] [--seed S] [-O0 | --passes LIST] [--split SPEC]\n"
-    "                    [--algo auto|direct|rd|ring|rsag] [--verify] [--deterministic]\n"
+    "                    [--algo auto|direct|rd|ring|rsag|mpi-native] [--verify] [--deterministic]\n"
     "                    [--timeout SEC] [--input NAME=FILE.npy]... [--save-outputs DIR]\n"
-    "                    [--target T] [-v] [--json]\n"
+    "                    [--rank-table FILE.json] [--target T] [-v] [--json]\n"
     "\n"
     "Compile FILE (the default pipeline fuses; -O0 does not) and run it on N ranks,\n"
-    "threads of this process (the default backend) on the CPU device.\n"
-    "  --ranks N          ranks (default: the graph's world_size, else 1)\n"
+    "threads of this process (the default backend) on the CPU device, or with\n"
+    "--backend mpi one rank per process of `mpirun -np N collfuse run FILE --backend mpi`.\n"
+    "  --ranks N          ranks (default: the graph's world_size, else 1; with mpi\n"
+    "                     the number of processes, which --ranks must then equal)\n"
     "  --iters K          timed iterations (default 1); --warmup W untimed ones (0)\n"
     "  --seed S           inputs differ per rank and are reproducible (default 0)\n"
     "  --input NAME=F.npy an Input's data; {rank} in F is replaced by the rank\n"
     "  --verify           check every output of every rank against a float64\n"
     "                     reference of the unfused graph (integers exactly)\n"
     "  --deterministic    reduce in rank order: bitwise equal results for any fusion\n"
-    "  --algo A           force the AllReduce algorithm (auto picks by size)\n"
+    "  --algo A           force the AllReduce algorithm (auto picks by size);\n"
+    "                     mpi-native (--backend mpi): MPI's own collectives, every op\n"
+    "  --rank-table F     (mpi) check the job against an HCCL rank table: its size,\n"
+    "                     and that each rank runs on its server\n"
     "  --timeout SEC      every wait gives up after SEC seconds (default 60): exit 3\n"
     "  --save-outputs DIR write DIR/rank<R>/<output>.npy\n"
     "  -v                 peak memory of the fused and the unfused plan, algorithms\n"
     "  --json             one JSON object on stdout\n";
 
 typedef struct run_args {
-  const char *file, *passes, *split, *cost, *target, *save, *backend, *device, *algo;
+  const char *file, *passes, *split, *cost, *target, *save, *backend, *device, *algo, *rank_table;
   int ranks, iters, warmup;
   uint64_t seed;
   double timeout;
-  bool o0, verify, deterministic, json, verbose;
+  bool o0, verify, deterministic, json, verbose, mpi;
   const char **input; /* NAME=PATH */
   int n_input;
 } run_args;
@@ -96,8 +111,12 @@ static int parse_args(int argc, char **argv, run_args *a) {
     } else if ((v = cf_tool_opt(argc, argv, &i, "--device"))) {
       a->device = v;
     } else if ((v = cf_tool_opt(argc, argv, &i, "--algo"))) {
-      if (cf_algo_parse(v) < 0) return cf_tool_usage(cmd, "--algo wants auto, direct, rd, ring or rsag, got '%s'", v);
+      if (cf_algo_parse(v) < 0)
+        return cf_tool_usage(cmd, "--algo wants auto, direct, rd, ring, rsag or mpi-native, got '%s'", v);
       a->algo = v;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--rank-table"))) {
+      if (!*v) return cf_tool_usage(cmd, "%s needs a file", "--rank-table");
+      a->rank_table = v;
     } else if ((v = cf_tool_opt(argc, argv, &i, "--passes"))) {
       a->passes = v;
     } else if ((v = cf_tool_opt(argc, argv, &i, "--split"))) {
@@ -126,13 +145,17 @@ static int parse_args(int argc, char **argv, run_args *a) {
   }
   if (!a->file) return cf_tool_usage(cmd, "%s", "no input file");
   if (a->o0 && a->passes) return cf_tool_usage(cmd, "%s", "--passes and -O0 exclude each other");
-  if (a->backend && strcmp(a->backend, "threads") != 0) {
-    if (strcmp(a->backend, "mpi") == 0) {
-      fprintf(stderr, "collfuse run: --backend mpi: this build has no MPI transport yet; use threads\n");
-      return EXIT_USAGE;
-    }
+  if (a->backend && strcmp(a->backend, "threads") != 0 && strcmp(a->backend, "mpi") != 0)
     return cf_tool_usage(cmd, "--backend wants threads or mpi, got '%s'", a->backend);
-  }
+  a->mpi = a->backend && strcmp(a->backend, "mpi") == 0;
+  bool native = a->algo && cf_algo_parse(a->algo) == CF_ALGO_MPI_NATIVE;
+  if (native && !a->mpi)
+    return cf_tool_usage(cmd, "%s", "--algo mpi-native runs MPI's collectives: it needs --backend mpi");
+  if (native && a->deterministic)
+    return cf_tool_usage(cmd, "%s",
+                         "--algo mpi-native and --deterministic exclude each other (MPI reduces in its own order)");
+  if (a->rank_table && !a->mpi)
+    return cf_tool_usage(cmd, "%s", "--rank-table checks an MPI job: it needs --backend mpi");
   if (a->device && strcmp(a->device, "cpu") != 0) {
     if (strcmp(a->device, "cuda") == 0) {
       fprintf(stderr, "collfuse run: --device cuda: this build has no CUDA backend yet; use cpu\n");
@@ -236,11 +259,12 @@ static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args 
   return st;
 }
 
-static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_result *res) {
+/* DIR/rank<R>/ for ranks lo..hi-1 (an MPI process has only its own). */
+static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_result *res, int lo, int hi) {
   char path[4096];
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     return cf_error(ctx, CF_ERR_IO, NULL, 0, "%s: cannot create: %s", dir, strerror(errno));
-  for (int r = 0; r < res->ranks; r++) {
+  for (int r = lo; r < hi; r++) {
     snprintf(path, sizeof path, "%s/rank%d", dir, r);
     if (mkdir(path, 0777) != 0 && errno != EEXIST)
       return cf_error(ctx, CF_ERR_IO, NULL, 0, "%s: cannot create: %s", path, strerror(errno));
@@ -307,7 +331,7 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
                        const cf_verify_stats *vs, int64_t peak, int64_t peak_unfused) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "ranks", res->ranks);
-  cJSON_AddStringToObject(o, "backend", "threads");
+  cJSON_AddStringToObject(o, "backend", a->mpi ? "mpi" : "threads");
   cJSON_AddStringToObject(o, "device", "cpu");
   cJSON_AddNumberToObject(o, "iters", a->iters);
   cJSON_AddNumberToObject(o, "warmup", a->warmup);
@@ -326,6 +350,41 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
   if (text) printf("%s\n", text);
   free(text);
   cJSON_Delete(o);
+}
+
+/* --backend mpi: the job must match the rank table: its size, and this
+ * process's rank on its server. */
+static cf_status check_rank_table(cf_context *ctx, const char *path, int rank, int size, const char *host) {
+  cf_rank_table t;
+  char err[1024];
+  int line;
+  if (!cf_ranktable_load(path, &t, &line, err, sizeof err)) return cf_error(ctx, CF_ERR_INVALID, path, line, "%s", err);
+  cf_status st = CF_OK;
+  if (t.n_ranks != size) {
+    st = cf_error(ctx, CF_ERR_INVALID, path, 0, "the rank table has %d ranks but mpirun started %d processes",
+                  t.n_ranks, size);
+  } else {
+    const cf_rank_server *s = &t.servers[t.ranks[rank].server];
+    if (!cf_ranktable_host_is_local(s->host, host))
+      st = cf_error(ctx, CF_ERR_INVALID, path, 0,
+                    "rank %d belongs to server '%s' (host %s, device %d) but runs on '%s' "
+                    "(`collfuse ranktable %s` prints the hostfile and rankfile that place it)",
+                    rank, s->server_id, s->host, t.ranks[rank].device_id, host, path);
+  }
+  cf_ranktable_free(&t);
+  return st;
+}
+
+/* Verify this process's rank only (MPI): the other ranks' references are
+ * marked undefined, so messages still name the right rank. */
+static cf_status verify_rank(cf_context *ctx, const cf_graph *ref_g, const cf_tensor *got, const cf_ref_value *ref,
+                             int ranks, int n_ref, int me, cf_verify_stats *vs) {
+  cf_ref_value *mine = calloc((size_t)ranks * (size_t)n_ref + 1, sizeof *mine);
+  if (!mine) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  for (int j = 0; j < n_ref; j++) mine[(size_t)me * (size_t)n_ref + (size_t)j] = ref[(size_t)me * (size_t)n_ref + (size_t)j];
+  cf_status st = cf_verify_outputs(ctx, ref_g, got, mine, ranks, n_ref, vs);
+  free(mine); /* shallow: the values belong to ref */
+  return st;
 }
 
 int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
@@ -349,9 +408,39 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   cf_run_options opt = {.iters = a.iters, .warmup = a.warmup, .seed = a.seed,
                         .deterministic = a.deterministic, .timeout_s = a.timeout,
                         .algo = a.algo ? (cf_algo)cf_algo_parse(a.algo) : CF_ALGO_AUTO,
-                        .verbose = a.verbose};
+                        .verbose = a.verbose, .staged = a.mpi};
   test_hooks(&opt, &hook);
-  cf_status st = compile(ctx, &a, a.o0 ? cf_pipeline_O0 : a.passes ? a.passes : cf_pipeline_default, &ranks, &g);
+  /* --backend mpi: this process is rank `me` of MPI's world */
+  cf_mpi_world *world = NULL;
+  cf_comm *comm = NULL;
+  int me = 0;
+  cf_status st = CF_OK;
+  if (a.mpi) {
+    st = cf_mpi_world_create(ctx, a.timeout, &world);
+    if (st) {
+      rc = cf_tool_fail(ctx, st);
+      free(a.input);
+      return rc;
+    }
+    comm = cf_mpi_comm(world);
+    me = comm->rank;
+    if (a.ranks && a.ranks != comm->size)
+      st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                    "collfuse run: --ranks %d, but mpirun started %d processes (leave --ranks out with "
+                    "--backend mpi)", a.ranks, comm->size);
+    ranks = comm->size;
+    if (!st && a.rank_table) st = check_rank_table(ctx, a.rank_table, me, comm->size, cf_mpi_host(world));
+    /* the node's cores are shared by its processes: so are BLAS threads
+     * (an explicit OPENBLAS_NUM_THREADS wins) */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = cf_mpi_local_size(world);
+    if (!getenv("OPENBLAS_NUM_THREADS") && cores > 0)
+      openblas_set_num_threads(cores / local > 1 ? (int)(cores / local) : 1);
+    /* test hook mode 3: this process SIGKILLs itself at collective message STEP */
+    if (opt.test_fail_mode == 3 && opt.test_fail_rank == me) cf_mpi_test_kill(world, opt.test_fail_step);
+  }
+  if (opt.test_fail_mode == 3) opt.test_fail_mode = 0; /* MPI only, and not exec.c's */
+  if (!st) st = compile(ctx, &a, a.o0 ? cf_pipeline_O0 : a.passes ? a.passes : cf_pipeline_default, &ranks, &g);
   opt.ranks = ranks;
   /* the unfused graph: the reference's input, and -v's memory comparison */
   if (!st && (a.verify || a.verbose || a.json)) st = compile(ctx, &a, cf_pipeline_O0, &ranks, &ref_g);
@@ -364,7 +453,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     if (cf_plan_build(ctx, ref_g, &uo, &up) == CF_OK) peak_unfused = cf_plan_peak_bytes(up);
     cf_plan_destroy(up);
   }
-  if (!st && a.verbose) {
+  if (!st && a.verbose && me == 0) {
     char b1[32], b2[32];
     cf_tool_bytes(cf_plan_peak_bytes(plan), b1, sizeof b1);
     cf_tool_bytes(peak_unfused, b2, sizeof b2);
@@ -378,30 +467,76 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
               pc->inline_ok ? "" : " (overlapped)");
     }
   }
-  if (!st) st = cf_exec_run(ctx, plan, &in, &res);
-  if (!st && a.verify) {
+  /* MPI: every rank learns whether any could not get ready (usage, input,
+   * rank table), so all skip the run and exit alike; the failing ones say
+   * why. A failure later, in the run, reaches the others as an abort. */
+  int setup_rc = 0;
+  if (a.mpi) {
+    if (st) setup_rc = cf_tool_fail(ctx, st);
+    double v[2] = {setup_rc, setup_rc ? (double)(ranks - me) : 0};
+    cf_status s2 = cf_mpi_max(world, v, 2);
+    if (s2 && !setup_rc) setup_rc = cf_tool_fail(ctx, s2);
+    if (!s2 && v[0] > 0 && !setup_rc) {
+      setup_rc = (int)v[0];
+      if (me == 0) fprintf(stderr, "collfuse run: rank %d could not start (its message above)\n", ranks - (int)v[1]);
+    }
+    if (!setup_rc) st = cf_mpi_prepare_native(world, plan);
+  }
+  bool ran = false;
+  if (!st && !setup_rc) {
+    st = a.mpi ? cf_exec_run_comm(ctx, plan, comm, &in, &res) : cf_exec_run(ctx, plan, &in, &res);
+    ran = !st;
+  }
+  if (ran && a.verify) {
     st = cf_reference_run(ctx, ref_g, &in, a.seed, &ref, &n_ref);
     got = st ? NULL : calloc((size_t)n_ref * (size_t)ranks + 1, sizeof *got);
     if (!st && !got) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
     if (!st) st = align_outputs(ctx, ref_g, &res, got, n_ref);
-    if (!st) st = cf_verify_outputs(ctx, ref_g, got, ref, ranks, n_ref, &vs);
+    if (!st)
+      st = a.mpi ? verify_rank(ctx, ref_g, got, ref, ranks, n_ref, me, &vs)
+                 : cf_verify_outputs(ctx, ref_g, got, ref, ranks, n_ref, &vs);
     if (!st) verified = true;
   }
   /* outputs are saved even when verification failed: they help find why */
   if (a.save && res.outputs) {
-    cf_status s2 = save_outputs(ctx, a.save, &res);
+    cf_status s2 = save_outputs(ctx, a.save, &res, a.mpi ? me : 0, a.mpi ? me + 1 : res.ranks);
     if (!st) st = s2;
   }
-  if (!st && a.json) {
+  if (a.mpi && st && opt.test_fail_mode == 2 && opt.test_fail_rank == me) {
+    /* test hook mode 2 on MPI: a rank that silently stops stays silent
+     * until the others have timed out and the job is torn down */
+    fflush(stdout);
+    sleep((unsigned)a.timeout + 30);
+    _exit(EXIT_RUNTIME);
+  }
+  rc = setup_rc ? setup_rc : st ? cf_tool_fail(ctx, st) : 0;
+  /* MPI: every rank that ran learns whether any failed (the lowest one
+   * failing, its exit code) and the largest errors, so rank 0 reports for
+   * all and every process exits alike */
+  if (a.mpi && ran) {
+    double v[4] = {rc ? (double)(ranks - me) : 0, rc, vs.max_abs_err, vs.max_rel_err};
+    cf_status s3 = cf_mpi_max(world, v, 4);
+    if (s3) {
+      if (!rc) rc = cf_tool_fail(ctx, s3);
+    } else {
+      vs.max_abs_err = v[2];
+      vs.max_rel_err = v[3];
+      if (v[0] > 0 && !rc) {
+        rc = (int)v[1];
+        if (me == 0)
+          fprintf(stderr, "collfuse run: rank %d failed (its message above)\n", ranks - (int)v[0]);
+      }
+    }
+  }
+  if (!rc && me == 0 && a.json) {
     print_json(&a, &res, verified, &vs, cf_plan_peak_bytes(plan), peak_unfused);
-  } else if (!st) {
-    printf("%s: %d ranks, %lld collectives per iteration, median %.3f ms over %d iteration%s",
-           a.file, ranks, (long long)res.collectives_executed, res.time_ms_median, a.iters,
-           a.iters == 1 ? "" : "s");
+  } else if (!rc && me == 0) {
+    printf("%s: %d ranks%s, %lld collectives per iteration, median %.3f ms over %d iteration%s",
+           a.file, ranks, a.mpi ? " (mpi)" : "", (long long)res.collectives_executed, res.time_ms_median,
+           a.iters, a.iters == 1 ? "" : "s");
     if (verified) printf("; verified (max rel err %.3g)", vs.max_rel_err);
     printf("\n");
   }
-  rc = st ? cf_tool_fail(ctx, st) : 0;
   if (ref) cf_ref_free(ref, n_ref * ranks);
   free(got);
   cf_run_result_free(&res);
@@ -410,5 +545,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   cf_graph_destroy(g);
   cf_graph_destroy(ref_g);
   free(a.input);
+  fflush(stdout);
+  cf_mpi_world_destroy(world, rc);
   return rc;
 }

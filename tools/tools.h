@@ -49,6 +49,32 @@ void cf_tool_bytes(int64_t b, char *buf, size_t len);
 extern const char cf_help_run[];
 int cf_cmd_run(cf_context *ctx, int argc, char **argv);
 
+/* ranktable.c: HCCL rank tables (versions 1.0 and 1.2). */
+typedef struct cf_rank_server {
+  char *server_id, *host; /* host: host_ip when given, else server_id */
+  int devices;            /* its devices: OpenMPI slots */
+} cf_rank_server;
+typedef struct cf_rank_entry {
+  int server;    /* index into servers; -1 while unassigned */
+  int device_id; /* the device's id on its server */
+  int local;     /* its position among the server's devices (rankfile slot) */
+} cf_rank_entry;
+typedef struct cf_rank_table {
+  char version[8];
+  int n_servers, n_ranks;
+  cf_rank_server *servers;
+  cf_rank_entry *ranks; /* [rank_id], rank_ids are 0..n_ranks-1 */
+} cf_rank_table;
+/* Parse and check the table at path; false with what is wrong in err (and
+ * the line in *line for JSON syntax errors, else 0). */
+bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err, size_t len);
+void cf_ranktable_free(cf_rank_table *t);
+/* host names this machine (hostname, loopback or an interface address). */
+bool cf_ranktable_host_is_local(const char *host, const char *hostname);
+/* `collfuse ranktable FILE.json`: hostfile and rankfile; the exit code. */
+extern const char cf_help_ranktable[];
+int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv);
+
 /* Base collective name of a node ("AllReduce" for FusedAllReduce). */
 const char *cf_report_base_op(cf_op op);
 

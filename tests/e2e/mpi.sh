@@ -1,0 +1,319 @@
+#!/bin/sh
+# mpi.sh COLLFUSE SRCDIR
+#
+# End-to-end checks of `collfuse run --backend mpi` under mpirun (one rank
+# per process) and of `collfuse ranktable`:
+#  - a graph with every collective kind, dtype and a sub-group, at 2 and 4
+#    processes (oversubscribed on small machines), once over shared memory
+#    (btl self,vader) and once over TCP (btl self,tcp): --verify, and
+#    --deterministic outputs bitwise equal to the threads backend's; the
+#    examples at their sizes; --algo mpi-native (MPI's own collectives);
+#  - failures, none of which may hang: graphs that differ between ranks
+#    (MPMD) and a descriptor that differs (count) stop every rank with exit 3
+#    and a message naming both ranks; a rank that SIGKILLs itself, a rank
+#    that silently stops and a rank that fails loudly end the job non-zero
+#    within --timeout, naming the rank;
+#  - HCCL rank tables (tests/ranktable/): hostfile and rankfile for versions
+#    1.0 and 1.2, errors for malformed tables, `run --rank-table` accepting a
+#    matching job (placed by the generated files) and refusing others.
+# Every mpirun runs under `timeout 120`. Exits 77 (skip) without mpirun;
+# prints one line per failure and exits 1 if there was any.
+set -u
+
+if [ $# -ne 2 ]; then
+  echo "usage: mpi.sh COLLFUSE SRCDIR" >&2
+  exit 2
+fi
+cf=$1
+src=$2
+command -v mpirun >/dev/null 2>&1 || { echo "mpi.sh: mpirun not found: skipped" >&2; exit 77; }
+command -v python3 >/dev/null 2>&1 || { echo "mpi.sh: python3 is needed" >&2; exit 2; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/cf-mpi.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+
+root=""
+[ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# Sanitizer builds: OpenMPI keeps allocations until exit, and its libraries
+# have no frame pointers, so its leaks only get stacks (and suppressions,
+# below) with the slow unwinder, which costs ~15 s a run: one run is
+# leak-checked that way ($leak_env), the others check everything but leaks
+run_env=""
+leak_env=""
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+  supp="$work/lsan.supp"
+  cat "$src/tests/lsan.supp" >"$supp" 2>/dev/null
+  printf 'leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libhwloc.so\nleak:libevent\nleak:mca_\nleak:libucs\nleak:libucp\nleak:libfabric\n' >>"$supp"
+  leak_env="ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$supp:print_suppressions=0:fast_unwind_on_malloc=0"
+  export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
+fi
+
+fails=0
+checks=0
+OUT="$work/stdout"
+ERR="$work/stderr"
+SHM="--mca btl self,vader"
+TCP="--mca btl self,tcp"
+
+fail() {
+  fails=$((fails + 1))
+  echo "FAIL: $*" >&2
+  if [ -s "$ERR" ]; then head -n 12 "$ERR" | sed 's/^/    stderr| /' >&2; fi
+}
+
+# mpi ARGS...: `timeout 120 mpirun` with ARGS; stdout in $OUT, stderr in
+# $ERR, exit status in $rc, seconds in $took
+mpi() {
+  checks=$((checks + 1))
+  t0=$(date +%s)
+  env $run_env timeout -k 5 120 mpirun $root --oversubscribe --bind-to none "$@" >"$OUT" 2>"$ERR"
+  rc=$?
+  took=$(($(date +%s) - t0))
+  if grep -Eq 'ERROR: (Address|Leak|Memory|Thread|UndefinedBehavior)Sanitizer|runtime error:' "$ERR"; then
+    fail "sanitizer error: mpirun $*"
+  fi
+}
+
+# cf ARGS...: collfuse without mpirun, like mpi()
+cf() {
+  checks=$((checks + 1))
+  timeout -k 5 60 "$cf" "$@" >"$OUT" 2>"$ERR"
+  rc=$?
+}
+
+expect_rc() { # WANT WHAT
+  [ "$rc" -eq "$1" ] || { fail "$2: exit $rc, expected $1"; return 1; }
+}
+
+has() { # FILE TEXT WHAT
+  grep -Fq -- "$2" "$1" || { fail "$3: no '$2' in $(basename "$1")"; return 1; }
+}
+
+# gen N OUT: every collective kind for N (2 or 4) ranks: fused AllReduce,
+# AllGather and ReduceScatter buckets, float16/bfloat16/int means and
+# maxima, a sub-group in reverse rank order, Reduce and Broadcast off rank
+# 0, MatMul -> ReduceScatter, a MatmulReduceScatter
+gen() {
+  if [ "$1" -ge 4 ]; then sub="3,1"; else sub="1,0"; fi
+  cat >"$2" <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<graph name="mpi_mixed" version="1" world_size="$1">
+  <group name="sub" ranks="$sub"/>
+  <node name="a32" op="Input" dtype="float32" shape="300,257"/>
+  <node name="b32" op="Input" dtype="float32" shape="1000"/>
+  <node name="c16" op="Input" dtype="float16" shape="4097"/>
+  <node name="dbf" op="Input" dtype="bfloat16" shape="64,33"/>
+  <node name="e32" op="Input" dtype="int32" shape="77"/>
+  <node name="f8"  op="Input" dtype="int8" shape="5000"/>
+  <node name="gsub" op="Input" dtype="bfloat16" shape="129"/>
+  <node name="h64" op="Input" dtype="float64" shape="10,3"/>
+  <node name="i16" op="Input" dtype="int16" shape="31"/>
+  <node name="ag" op="Input" dtype="float32" shape="3,5"/>
+  <node name="ag2" op="Input" dtype="float32" shape="7"/>
+  <node name="rs1" op="Input" dtype="float32" shape="32,9"/>
+  <node name="rs2" op="Input" dtype="float32" shape="64"/>
+  <node name="x" op="Input" dtype="float32" shape="64,32"/>
+  <node name="w" op="Input" dtype="float32" shape="32,16"/>
+  <node name="xb" op="Input" dtype="bfloat16" shape="32,64"/>
+  <node name="wb" op="Input" dtype="bfloat16" shape="64,8"/>
+  <node name="ar_a" op="AllReduce" reduction="sum" fusion="2" fusion_id="1"><input ref="a32"/></node>
+  <node name="ar_b" op="AllReduce" reduction="sum" fusion="2" fusion_id="1"><input ref="b32"/></node>
+  <node name="ar_c" op="AllReduce" reduction="mean" fusion="0"><input ref="c16"/></node>
+  <node name="ar_d" op="AllReduce" reduction="max" fusion="0"><input ref="dbf"/></node>
+  <node name="ar_e" op="AllReduce" reduction="mean" fusion="0"><input ref="e32"/></node>
+  <node name="ar_f" op="AllReduce" reduction="sum" fusion="0"><input ref="f8"/></node>
+  <node name="ar_g" op="AllReduce" reduction="sum" fusion="0" group="sub"><input ref="gsub"/></node>
+  <node name="red"  op="Reduce" reduction="prod" root="1"><input ref="h64"/></node>
+  <node name="bc"   op="Broadcast" root="1" group="sub"><input ref="i16"/></node>
+  <node name="agc"  op="AllGather" layout="concat" fusion="2" fusion_id="3"><input ref="ag"/></node>
+  <node name="agc2" op="AllGather" layout="concat" fusion="2" fusion_id="3"><input ref="ag2"/></node>
+  <node name="ags"  op="AllGather" layout="stack"><input ref="ag"/></node>
+  <node name="rsa"  op="ReduceScatter" reduction="sum" fusion="2" fusion_id="4"><input ref="rs1"/></node>
+  <node name="rsb"  op="ReduceScatter" reduction="sum" fusion="2" fusion_id="4"><input ref="rs2"/></node>
+  <node name="mm"   op="MatMul"><input ref="x"/><input ref="w"/></node>
+  <node name="rsm"  op="ReduceScatter" reduction="sum"><input ref="mm"/></node>
+  <node name="mmrs" op="MatmulReduceScatter" world_size="$1" reduction="sum"><input ref="xb"/><input ref="wb"/></node>
+  <node name="o1" op="Output"><input ref="ar_a"/></node>
+  <node name="o2" op="Output"><input ref="ar_b"/></node>
+  <node name="o3" op="Output"><input ref="ar_c"/></node>
+  <node name="o4" op="Output"><input ref="ar_d"/></node>
+  <node name="o5" op="Output"><input ref="ar_e"/></node>
+  <node name="o6" op="Output"><input ref="ar_f"/></node>
+  <node name="o7" op="Output"><input ref="ar_g"/></node>
+  <node name="o8" op="Output"><input ref="red"/></node>
+  <node name="o9" op="Output"><input ref="bc"/></node>
+  <node name="o10" op="Output"><input ref="agc"/></node>
+  <node name="o11" op="Output"><input ref="agc2"/></node>
+  <node name="o12" op="Output"><input ref="ags"/></node>
+  <node name="o13" op="Output"><input ref="rsa"/></node>
+  <node name="o14" op="Output"><input ref="rsb"/></node>
+  <node name="o15" op="Output"><input ref="rsm"/></node>
+  <node name="o16" op="Output"><input ref="mmrs"/></node>
+</graph>
+EOF
+}
+
+# json_ok N: $OUT is exactly one JSON line (rank 0's) for N verified mpi ranks
+json_ok() {
+  python3 - "$OUT" "$1" 2>>"$ERR" <<'EOF'
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+assert len(lines) == 1, "%d lines on stdout" % len(lines)
+d = json.loads(lines[0])
+assert d["ranks"] == int(sys.argv[2]) and d["backend"] == "mpi" and d["verified"] is True, d
+assert d["collectives_executed"] > 0 and d["time_ms_median"] > 0, d
+EOF
+}
+
+# ---- the graph with every collective, 2 and 4 ranks, shared memory and TCP
+for n in 2 4; do
+  g="$work/mixed$n.xml"
+  gen "$n" "$g"
+  cf run "$g" --ranks "$n" --deterministic --save-outputs "$work/threads$n"
+  expect_rc 0 "threads reference run of the mixed graph on $n ranks"
+  for net in shm tcp; do
+    if [ "$net" = shm ]; then btl=$SHM; else btl=$TCP; fi
+    what="mixed graph, $n ranks, $net"
+    [ "$n$net" = 2shm ] && run_env=$leak_env
+    mpi $btl -np "$n" "$cf" run "$g" --backend mpi --verify --json --iters 2
+    run_env=""
+    expect_rc 0 "$what --verify --json" && { json_ok "$n" || fail "$what: --json output"; }
+    mpi $btl -np "$n" "$cf" run "$g" --backend mpi --deterministic --verify --save-outputs "$work/mpi$n$net"
+    if expect_rc 0 "$what --deterministic"; then
+      diff -r "$work/threads$n" "$work/mpi$n$net" >/dev/null ||
+        fail "$what: --deterministic outputs differ from the threads backend's"
+      [ "$(grep -c 'verified' "$OUT")" -eq 1 ] || fail "$what: not exactly one summary line (rank 0 only)"
+    fi
+  done
+  mpi $SHM -np "$n" "$cf" run "$g" --backend mpi --algo mpi-native --verify
+  expect_rc 0 "mixed graph, $n ranks, --algo mpi-native --verify"
+done
+
+# ---- the examples at their sizes (shared memory), bitwise against threads
+for ex in allgather_layouts:2 fused_buckets:4 reduce_root:4 tp_mlp:4; do
+  name=${ex%:*}
+  n=${ex#*:}
+  cf run "$src/examples/$name.xml" --ranks "$n" --deterministic --save-outputs "$work/ex_t_$name"
+  expect_rc 0 "threads run of $name" || continue
+  mpi $SHM -np "$n" "$cf" run "$src/examples/$name.xml" --backend mpi --verify --deterministic \
+    --save-outputs "$work/ex_m_$name"
+  expect_rc 0 "examples/$name.xml on $n processes --verify --deterministic" &&
+    { diff -r "$work/ex_t_$name" "$work/ex_m_$name" >/dev/null || fail "$name: outputs differ from threads"; }
+done
+
+# ---- failures: nothing hangs, every rank stops, the message names the ranks
+mk() { # NAME COUNT: a two-rank graph whose second AllReduce has COUNT elements
+  cat >"$work/$1.xml" <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<graph name="mm" version="1" world_size="2">
+  <node name="a" op="Input" dtype="float32" shape="4096"/>
+  <node name="b" op="Input" dtype="float32" shape="$2"/>
+  <node name="ra" op="AllReduce" reduction="sum" fusion="0"><input ref="a"/></node>
+  <node name="rb" op="AllReduce" reduction="sum" fusion="0"><input ref="b"/></node>
+  <node name="oa" op="Output"><input ref="ra"/></node>
+  <node name="ob" op="Output"><input ref="rb"/></node>
+</graph>
+EOF
+}
+mk ga 1024
+mk gb 2048
+# MPMD: rank 0 and rank 1 compiled different graphs
+mpi $SHM -np 1 "$cf" run "$work/ga.xml" --backend mpi --timeout 10 : -np 1 "$cf" run "$work/gb.xml" --backend mpi --timeout 10
+if expect_rc 3 "MPMD graphs that differ"; then
+  has "$ERR" "cross-rank mismatch" "MPMD graphs that differ" &&
+    has "$ERR" "rank 0" "MPMD graphs that differ" && has "$ERR" "rank 1" "MPMD graphs that differ"
+  [ "$(grep -c 'cross-rank mismatch' "$ERR")" -ge 2 ] || fail "MPMD graphs that differ: not every rank said why"
+  [ "$took" -le 25 ] || fail "MPMD graphs that differ: took $took s (--timeout 10)"
+fi
+# one rank's descriptor differs after the fingerprint check: both name count and both ranks, alike
+for net in shm tcp; do
+  if [ "$net" = shm ]; then btl=$SHM; else btl=$TCP; fi
+  mpi $btl -x COLLFUSE_TEST_MISMATCH=1:1:count -np 2 "$cf" run "$work/ga.xml" --backend mpi --timeout 10
+  if expect_rc 3 "descriptor mismatch ($net)"; then
+    msg="cross-rank mismatch in AllReduce 'rb' (collective #1 of group 'hccl_world_group'): count is 1024 on rank 0 but 2048 on rank 1"
+    [ "$(grep -cF "$msg" "$ERR")" -eq 2 ] || fail "descriptor mismatch ($net): not the same message from both ranks"
+  fi
+done
+# a rank SIGKILLs itself at its 3rd collective message: the job ends, naming it
+for net in shm tcp; do
+  if [ "$net" = shm ]; then btl=$SHM; else btl=$TCP; fi
+  mpi $btl -x COLLFUSE_TEST_FAIL=3:1:2 -np 4 "$cf" run "$src/examples/fused_buckets.xml" --backend mpi --timeout 10 --iters 3
+  [ "$rc" -ne 0 ] || fail "rank 1 killed ($net): exit 0"
+  [ "$rc" -ne 124 ] && [ "$took" -le 25 ] || fail "rank 1 killed ($net): took $took s (--timeout 10)"
+  grep -Eq 'rank 1( |$|\))' "$ERR" || fail "rank 1 killed ($net): no message names rank 1"
+done
+# a rank that stops without a word: the others time out naming it
+mpi $SHM -x COLLFUSE_TEST_FAIL=2:1:3 -np 4 "$cf" run "$src/examples/fused_buckets.xml" --backend mpi --timeout 3
+if expect_rc 3 "rank 1 stops silently"; then
+  has "$ERR" "timed out after 3 s waiting for" "rank 1 stops silently" &&
+    has "$ERR" "rank 1 may have failed" "rank 1 stops silently"
+  [ "$took" -le 20 ] || fail "rank 1 stops silently: took $took s (--timeout 3)"
+fi
+# a rank that fails loudly: every rank stops with its message
+mpi $SHM -x COLLFUSE_TEST_FAIL=1:2:1 -np 4 "$cf" run "$work/mixed4.xml" --backend mpi --timeout 10
+if expect_rc 3 "rank 2 fails"; then
+  [ "$(grep -c 'rank 2 failed at step 1 (injected failure)' "$ERR")" -eq 4 ] ||
+    fail "rank 2 fails: not every rank printed its message"
+fi
+# --ranks must match the job; mpi-native needs MPI and excludes --deterministic
+mpi $SHM -np 2 "$cf" run "$work/ga.xml" --backend mpi --ranks 4
+expect_rc 2 "--ranks 4 under mpirun -np 2" && has "$ERR" "mpirun started 2 processes" "--ranks 4 under -np 2"
+cf run "$work/ga.xml" --algo mpi-native
+expect_rc 2 "--algo mpi-native on threads" && has "$ERR" "needs --backend mpi" "--algo mpi-native on threads"
+cf run "$work/ga.xml" --backend mpi --algo mpi-native --deterministic
+expect_rc 2 "--algo mpi-native --deterministic"
+
+# ---- HCCL rank tables
+rt="$src/tests/ranktable"
+cf ranktable "$rt/v1.0_two_servers.json"
+if expect_rc 0 "ranktable v1.0"; then
+  grep -v '^#' "$OUT" >"$work/got"
+  printf '192.0.2.10 slots=2\n192.0.2.11 slots=2\nrank 0=192.0.2.10 slot=0\nrank 1=192.0.2.10 slot=1\nrank 2=192.0.2.11 slot=0\nrank 3=192.0.2.11 slot=1\n' >"$work/want"
+  cmp -s "$work/got" "$work/want" || fail "ranktable v1.0: unexpected hostfile/rankfile: $(tr '\n' ';' <"$work/got")"
+fi
+cf ranktable "$rt/v1.2_super_pod.json" --hostfile "$work/h" --rankfile "$work/r"
+if expect_rc 0 "ranktable v1.2"; then
+  printf '172.16.0.100 slots=3\n172.16.0.101 slots=3\n' | cmp -s - "$work/h" || fail "ranktable v1.2: hostfile"
+  printf 'rank 0=172.16.0.100 slot=0\nrank 1=172.16.0.101 slot=0\nrank 2=172.16.0.100 slot=1\nrank 3=172.16.0.101 slot=1\nrank 4=172.16.0.100 slot=2\nrank 5=172.16.0.101 slot=2\n' |
+    cmp -s - "$work/r" || fail "ranktable v1.2: rankfile (host_ip, ranks interleaved)"
+fi
+cf ranktable "$rt/v1.2_super_pod.json" --json
+expect_rc 0 "ranktable --json" && python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["version"] == "1.2" and d["ranks"] == 6 and len(d["servers"]) == 2, d
+assert [r["rank_id"] for r in d["servers"][1]["ranks"]] == [1, 3, 5], d
+assert d["servers"][1]["ranks"][2]["device_id"] == 3, d
+' "$OUT" || fail "ranktable --json: unexpected object"
+for bad in "bad_duplicate_rank:rank_id 0 is also given" "bad_missing_rank_id:device[1]: no rank_id" \
+  "bad_version:version '2.0' is not supported" "bad_status:status is 'initializing'" \
+  "bad_server_count:server_count is 3 but server_list has 1" "bad_rank_gap:rank_id 5" \
+  "bad_json:bad_json.json:2: error: not valid JSON" "bad_rank_text:rank_id \"zero\" is not a rank number" \
+  "missing:cannot open"; do
+  f=${bad%%:*}
+  cf ranktable "$rt/$f.json"
+  expect_rc 1 "ranktable $f" && has "$ERR" "$f.json" "ranktable $f" && has "$ERR" "${bad#*:}" "ranktable $f"
+done
+cf ranktable
+expect_rc 2 "ranktable without a file"
+# a job placed by the generated hostfile and rankfile matches its table
+cf ranktable "$rt/v1.0_local_2.json" --hostfile "$work/h2" --rankfile "$work/r2"
+if expect_rc 0 "ranktable v1.0_local_2"; then
+  mpi --hostfile "$work/h2" --rankfile "$work/r2" -np 2 "$cf" run "$work/ga.xml" --backend mpi \
+    --rank-table "$rt/v1.0_local_2.json" --verify
+  expect_rc 0 "run --rank-table with the generated hostfile and rankfile"
+fi
+mpi $SHM -np 2 "$cf" run "$work/ga.xml" --backend mpi --rank-table "$rt/v1.2_local_4.json"
+expect_rc 1 "run --rank-table of 4 ranks on 2 processes" &&
+  has "$ERR" "the rank table has 4 ranks but mpirun started 2 processes" "--rank-table size"
+mpi $SHM -np 2 "$cf" run "$work/ga.xml" --backend mpi --rank-table "$rt/remote_rank1.json"
+expect_rc 1 "run --rank-table with rank 1 elsewhere" &&
+  has "$ERR" "rank 1 belongs to server '192.0.2.1'" "--rank-table placement"
+
+if [ "$fails" -ne 0 ]; then
+  echo "mpi.sh: $fails of $checks checks failed" >&2
+  exit 1
+fi
+echo "mpi.sh: $checks checks ok"

@@ -1,0 +1,429 @@
+/* ranktable.c - HCCL rank tables: `collfuse ranktable FILE.json` and the
+ * check behind `run --backend mpi --rank-table FILE.json`.
+ *
+ * An HCCL rank table (versions 1.0 and 1.2, as Ascend's HCCL documents
+ * them) lists the servers of a job and, per server, its devices with their
+ * rank_id. collfuse runs on MPI instead of HCCL's own launcher, so the table
+ * becomes an OpenMPI hostfile (one line per server, slots = its devices) and
+ * a rankfile that puts each rank_id on its server, bound to the core of its
+ * position among the server's devices. The host of a server is host_ip when
+ * the table has one (version 1.2), else server_id (which HCCL tables usually
+ * set to the server's IP). Numbers are accepted as JSON strings, as HCCL
+ * writes them, or as JSON numbers. Anything malformed is an error naming
+ * the file, the place in the table and what is wrong.
+ */
+#define _GNU_SOURCE
+#include "tools.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+const char cf_help_ranktable[] =
+    "usage: collfuse ranktable FILE.json [--hostfile OUT] [--rankfile OUT] [--json]\n"
+    "\n"
+    "Read an HCCL rank table (version 1.0 or 1.2: server_list, server_id or host_ip,\n"
+    "device, device_id, rank_id) and print an OpenMPI hostfile and rankfile that\n"
+    "place every rank_id on its server:\n"
+    "  <host> slots=<devices of the server>\n"
+    "  rank <rank_id>=<host> slot=<position of the device on its server>\n"
+    "The host is host_ip when the table has one, else server_id. Then run\n"
+    "  mpirun --hostfile HOSTS --rankfile RANKS -np N collfuse run G.xml --backend mpi \\\n"
+    "         --rank-table FILE.json\n"
+    "  --hostfile OUT   write the hostfile to OUT (instead of stdout)\n"
+    "  --rankfile OUT   write the rankfile to OUT (instead of stdout)\n"
+    "  --json           print the table as read: {\"version\",\"ranks\",\"servers\":[..]}\n"
+    "Exit 1 naming the file and the problem when the table is malformed.\n";
+
+static bool fail(char *err, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, len, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+/* A non-negative integer given as "12" or 12; false otherwise. */
+static bool get_index(const cJSON *o, const char *key, long *out, bool *present) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  *present = v != NULL;
+  if (!v) return false;
+  if (cJSON_IsNumber(v)) {
+    double d = v->valuedouble;
+    if (d < 0 || d > 1e9 || d != (double)(long)d) return false;
+    *out = (long)d;
+    return true;
+  }
+  if (!cJSON_IsString(v) || !v->valuestring[0]) return false;
+  char *e;
+  errno = 0;
+  long x = strtol(v->valuestring, &e, 10);
+  if (errno || *e || x < 0 || x > 1000000000 || v->valuestring[0] == '+' || v->valuestring[0] == '-' ||
+      v->valuestring[0] == ' ')
+    return false;
+  *out = x;
+  return true;
+}
+
+static const char *value_text(const cJSON *o, const char *key, char *buf, size_t len) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  char *t = v ? cJSON_PrintUnformatted(v) : NULL;
+  snprintf(buf, len, "%s", t ? t : "?");
+  free(t);
+  return buf;
+}
+
+static const char *get_string(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static char *read_file(const char *path, char *err, size_t len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fail(err, len, "cannot open: %s", strerror(errno));
+    return NULL;
+  }
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap + 1);
+  while (buf) {
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (n < cap) break;
+    if (cap > ((size_t)64 << 20)) {
+      free(buf);
+      fclose(f);
+      fail(err, len, "larger than 64 MiB: not a rank table");
+      return NULL;
+    }
+    char *nb = realloc(buf, 2 * cap + 1);
+    if (!nb) free(buf);
+    buf = nb;
+    cap *= 2;
+  }
+  bool bad = ferror(f);
+  fclose(f);
+  if (!buf || bad) {
+    free(buf);
+    fail(err, len, bad ? "read error" : "out of memory");
+    return NULL;
+  }
+  buf[n] = 0;
+  return buf;
+}
+
+void cf_ranktable_free(cf_rank_table *t) {
+  if (!t) return;
+  for (int s = 0; s < t->n_servers; s++) {
+    free(t->servers[s].server_id);
+    free(t->servers[s].host);
+  }
+  free(t->servers);
+  free(t->ranks);
+  memset(t, 0, sizeof *t);
+}
+
+static char *dup_str(const char *s) {
+  char *d = malloc(strlen(s) + 1);
+  if (d) strcpy(d, s);
+  return d;
+}
+
+bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err, size_t len) {
+  memset(t, 0, sizeof *t);
+  *line = 0;
+  char *text = read_file(path, err, len);
+  if (!text) return false;
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithOpts(text, &end, true);
+  bool ok = false;
+  char vb[64];
+  if (!root) {
+    const char *at = end ? end : text;
+    *line = 1;
+    for (const char *p = text; p < at && *p; p++) *line += *p == '\n';
+    int n = (int)strcspn(at, "\r\n");
+    snprintf(err, len, "not valid JSON near '%.*s'", n < 20 ? n : 20, at);
+    free(text);
+    return false;
+  }
+  if (!cJSON_IsObject(root)) {
+    fail(err, len, "a rank table is a JSON object");
+    goto done;
+  }
+  if (cJSON_GetObjectItemCaseSensitive(root, "server_group_list") &&
+      !cJSON_GetObjectItemCaseSensitive(root, "server_list")) {
+    fail(err, len, "server_group_list (a cluster-wide global rank table) is not supported: give the "
+                         "job's rank table with server_list");
+    goto done;
+  }
+  const char *version = get_string(root, "version");
+  if (!version) {
+    fail(err, len, "no \"version\" string (1.0 or 1.2)");
+    goto done;
+  }
+  if (strcmp(version, "1.0") != 0 && strcmp(version, "1.2") != 0) {
+    fail(err, len, "version '%s' is not supported (1.0 or 1.2)", version);
+    goto done;
+  }
+  snprintf(t->version, sizeof t->version, "%s", version);
+  const char *status = get_string(root, "status");
+  if (status && strcmp(status, "completed") != 0) {
+    fail(err, len, "status is '%s', not 'completed' (the table is not ready)", status);
+    goto done;
+  }
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "server_list");
+  if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) == 0) {
+    fail(err, len, "\"server_list\" must be a non-empty array of servers");
+    goto done;
+  }
+  int ns = cJSON_GetArraySize(list);
+  long declared;
+  bool present;
+  if (!get_index(root, "server_count", &declared, &present) && present) {
+    fail(err, len, "server_count %s is not a count", value_text(root, "server_count", vb, sizeof vb));
+    goto done;
+  }
+  if (present && declared != ns) {
+    fail(err, len, "server_count is %ld but server_list has %d servers", declared, ns);
+    goto done;
+  }
+  int total = 0;
+  const cJSON *srv;
+  cJSON_ArrayForEach(srv, list) {
+    const cJSON *dev = cJSON_IsObject(srv) ? cJSON_GetObjectItemCaseSensitive(srv, "device") : NULL;
+    if (cJSON_IsArray(dev)) total += cJSON_GetArraySize(dev);
+  }
+  t->servers = calloc((size_t)ns, sizeof *t->servers);
+  t->ranks = calloc((size_t)total + 1, sizeof *t->ranks);
+  if (!t->servers || !t->ranks) {
+    fail(err, len, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i <= total; i++) t->ranks[i].server = -1;
+  int s = 0;
+  cJSON_ArrayForEach(srv, list) {
+    if (!cJSON_IsObject(srv)) {
+      fail(err, len, "server_list[%d] is not an object", s);
+      goto done;
+    }
+    const char *id = get_string(srv, "server_id"), *host_ip = get_string(srv, "host_ip");
+    if (!id || !id[0]) {
+      fail(err, len, "server_list[%d] has no \"server_id\" string", s);
+      goto done;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(srv, "host_ip") && (!host_ip || !host_ip[0])) {
+      fail(err, len, "server_list[%d] ('%s'): host_ip %s is not a host", s, id,
+           value_text(srv, "host_ip", vb, sizeof vb));
+      goto done;
+    }
+    for (int k = 0; k < s; k++)
+      if (strcmp(t->servers[k].server_id, id) == 0) {
+        fail(err, len, "server_list[%d]: server_id '%s' is also server_list[%d]'s", s, id, k);
+        goto done;
+      }
+    cf_rank_server *rs = &t->servers[s];
+    rs->server_id = dup_str(id);
+    rs->host = dup_str(host_ip ? host_ip : id);
+    t->n_servers = s + 1;
+    if (!rs->server_id || !rs->host) {
+      fail(err, len, "out of memory");
+      goto done;
+    }
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive(srv, "device");
+    if (!cJSON_IsArray(devs) || cJSON_GetArraySize(devs) == 0) {
+      fail(err, len, "server_list[%d] ('%s'): \"device\" must be a non-empty array", s, id);
+      goto done;
+    }
+    int d = 0;
+    const cJSON *dv;
+    cJSON_ArrayForEach(dv, devs) {
+      long device_id, rank_id;
+      if (!cJSON_IsObject(dv)) {
+        fail(err, len, "server_list[%d].device[%d] is not an object", s, d);
+        goto done;
+      }
+      if (!get_index(dv, "device_id", &device_id, &present)) {
+        fail(err, len, present ? "server_list[%d].device[%d]: device_id %s is not a device number"
+                                     : "server_list[%d].device[%d]: no device_id%s",
+             s, d, present ? value_text(dv, "device_id", vb, sizeof vb) : "");
+        goto done;
+      }
+      if (!get_index(dv, "rank_id", &rank_id, &present)) {
+        fail(err, len, present ? "server_list[%d].device[%d]: rank_id %s is not a rank number"
+                                     : "server_list[%d].device[%d]: no rank_id%s",
+             s, d, present ? value_text(dv, "rank_id", vb, sizeof vb) : "");
+        goto done;
+      }
+      if (rank_id >= total) {
+        fail(err, len, "server_list[%d].device[%d]: rank_id %ld, but the table has %d devices (ranks are 0..%d)",
+             s, d, rank_id, total, total - 1);
+        goto done;
+      }
+      if (t->ranks[rank_id].server >= 0) {
+        fail(err, len, "server_list[%d].device[%d]: rank_id %ld is also given to device %d of server '%s'",
+             s, d, rank_id, t->ranks[rank_id].device_id, t->servers[t->ranks[rank_id].server].server_id);
+        goto done;
+      }
+      for (int r = 0; r < total; r++)
+        if (t->ranks[r].server == s && t->ranks[r].device_id == device_id) {
+          fail(err, len, "server_list[%d].device[%d]: device_id %ld appears twice on server '%s'", s, d,
+               device_id, id);
+          goto done;
+        }
+      t->ranks[rank_id] = (cf_rank_entry){.server = s, .device_id = (int)device_id, .local = d};
+      d++;
+    }
+    rs->devices = d;
+    s++;
+  }
+  t->n_ranks = total;
+  ok = true;
+done:
+  cJSON_Delete(root);
+  free(text);
+  if (!ok) cf_ranktable_free(t);
+  return ok;
+}
+
+/* Is host this machine: its name (or short name), an address of one of
+ * its interfaces, or a loopback name? */
+bool cf_ranktable_host_is_local(const char *host, const char *hostname) {
+  char me[256] = "";
+  if (strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0) return true;
+  if (hostname && strcmp(host, hostname) == 0) return true;
+  if (gethostname(me, sizeof me - 1) == 0) {
+    if (strcmp(host, me) == 0) return true;
+    size_t n = strcspn(me, ".");
+    if (strlen(host) == n && strncmp(host, me, n) == 0) return true;
+  }
+  struct ifaddrs *ifs = NULL;
+  bool found = false;
+  if (getifaddrs(&ifs) != 0) return false;
+  for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    char addr[NI_MAXHOST];
+    socklen_t sl = i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    if (getnameinfo(i->ifa_addr, sl, addr, sizeof addr, NULL, 0, NI_NUMERICHOST) != 0) continue;
+    char *pct = strchr(addr, '%'); /* fe80::1%eth0 */
+    if (pct) *pct = 0;
+    found = strcmp(addr, host) == 0;
+  }
+  freeifaddrs(ifs);
+  return found;
+}
+
+static bool write_out(const char *path, const char *text) {
+  if (!path) {
+    fputs(text, stdout);
+    return true;
+  }
+  FILE *f = fopen(path, "w");
+  if (!f) return false;
+  bool ok = fputs(text, f) >= 0;
+  return fclose(f) == 0 && ok;
+}
+
+int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
+  const char *file = NULL, *hostfile = NULL, *rankfile = NULL;
+  bool json = false;
+  (void)ctx;
+  for (int i = 0; i < argc; i++) {
+    const char *v;
+    if ((v = cf_tool_opt(argc, argv, &i, "--hostfile"))) {
+      if (!*v) return cf_tool_usage("ranktable", "%s needs a file name", "--hostfile");
+      hostfile = v;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--rankfile"))) {
+      if (!*v) return cf_tool_usage("ranktable", "%s needs a file name", "--rankfile");
+      rankfile = v;
+    } else if (strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      return cf_tool_usage("ranktable", "unknown option '%s'", argv[i]);
+    } else if (file) {
+      return cf_tool_usage("ranktable", "unexpected argument '%s'", argv[i]);
+    } else {
+      file = argv[i];
+    }
+  }
+  if (!file) return cf_tool_usage("ranktable", "%s", "no rank table file");
+  cf_rank_table t;
+  char err[1024];
+  int line;
+  if (!cf_ranktable_load(file, &t, &line, err, sizeof err)) {
+    if (line > 0) fprintf(stderr, "%s:%d: error: %s\n", file, line, err);
+    else fprintf(stderr, "%s: error: %s\n", file, err);
+    return EXIT_INVALID;
+  }
+  int rc = 0;
+  if (json) {
+    cJSON *o = cJSON_CreateObject(), *servers = cJSON_AddArrayToObject(o, "servers");
+    cJSON_AddStringToObject(o, "version", t.version);
+    cJSON_AddNumberToObject(o, "ranks", t.n_ranks);
+    for (int s = 0; s < t.n_servers; s++) {
+      cJSON *so = cJSON_CreateObject(), *rk = NULL;
+      cJSON_AddStringToObject(so, "server_id", t.servers[s].server_id);
+      cJSON_AddStringToObject(so, "host", t.servers[s].host);
+      cJSON_AddNumberToObject(so, "slots", t.servers[s].devices);
+      rk = cJSON_AddArrayToObject(so, "ranks");
+      for (int r = 0; r < t.n_ranks; r++)
+        if (t.ranks[r].server == s) {
+          cJSON *ro = cJSON_CreateObject();
+          cJSON_AddNumberToObject(ro, "rank_id", r);
+          cJSON_AddNumberToObject(ro, "device_id", t.ranks[r].device_id);
+          cJSON_AddNumberToObject(ro, "slot", t.ranks[r].local);
+          cJSON_AddItemToArray(rk, ro);
+        }
+      cJSON_AddItemToArray(servers, so);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) printf("%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+  }
+  /* hostfile and rankfile texts */
+  size_t cap = 256 + strlen(file);
+  for (int s = 0; s < t.n_servers; s++) cap += strlen(t.servers[s].host) + 32;
+  for (int k = 0; k < t.n_ranks; k++) cap += strlen(t.servers[t.ranks[k].server].host) + 48;
+  char *hosts = malloc(cap), *ranks = malloc(cap);
+  if (!hosts || !ranks) {
+    free(hosts);
+    free(ranks);
+    cf_ranktable_free(&t);
+    fprintf(stderr, "collfuse ranktable: out of memory\n");
+    return EXIT_RUNTIME;
+  }
+  size_t h = 0, r = 0;
+  if (!hostfile) h += (size_t)snprintf(hosts + h, cap - h, "# OpenMPI hostfile (mpirun --hostfile): %d server%s, from %s\n", t.n_servers, t.n_servers == 1 ? "" : "s", file);
+  for (int s = 0; s < t.n_servers; s++)
+    h += (size_t)snprintf(hosts + h, cap - h, "%s slots=%d\n", t.servers[s].host, t.servers[s].devices);
+  if (!rankfile) r += (size_t)snprintf(ranks + r, cap - r, "# OpenMPI rankfile (mpirun --rankfile): %d rank%s\n", t.n_ranks, t.n_ranks == 1 ? "" : "s");
+  for (int k = 0; k < t.n_ranks; k++)
+    r += (size_t)snprintf(ranks + r, cap - r, "rank %d=%s slot=%d\n", k, t.servers[t.ranks[k].server].host,
+                          t.ranks[k].local);
+  if (json) { /* JSON on stdout only: files are still written when asked */
+    if (hostfile && !write_out(hostfile, hosts)) rc = EXIT_RUNTIME;
+    if (rankfile && !write_out(rankfile, ranks)) rc = EXIT_RUNTIME;
+  } else {
+    if (!write_out(hostfile, hosts)) {
+      fprintf(stderr, "collfuse ranktable: %s: cannot write: %s\n", hostfile, strerror(errno));
+      rc = EXIT_RUNTIME;
+    }
+    if (!rc && !write_out(rankfile, ranks)) {
+      fprintf(stderr, "collfuse ranktable: %s: cannot write: %s\n", rankfile, strerror(errno));
+      rc = EXIT_RUNTIME;
+    }
+  }
+  if (rc == EXIT_RUNTIME && json) fprintf(stderr, "collfuse ranktable: cannot write the hostfile or rankfile\n");
+  free(hosts);
+  free(ranks);
+  cf_ranktable_free(&t);
+  return rc;
+}
