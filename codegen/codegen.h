@@ -95,6 +95,10 @@ cf_status cf_codegen_graph_kernels(const cf_graph *g, cf_kernel_key **keys, int 
  * targets nvptx64-nvidia-cuda sm_90, the others the host). */
 cf_status cf_codegen_emit(cf_context *ctx, const cf_kernel_key *keys, int n, cf_emit_format fmt,
                           const char *path);
+/* keys[0..n) as one PTX module (nvptx64-nvidia-cuda, PTX ISA 8.0) for sm
+ * ("sm_80" or "sm_90"; NULL: sm_90), in memory: *ptx is a malloc'd,
+ * NUL-terminated text the caller frees (what cuModuleLoadData takes). */
+cf_status cf_codegen_ptx(cf_context *ctx, const cf_kernel_key *keys, int n, const char *sm, char **ptx);
 
 /* ---- internal: codegen/ and its tests only (they see LLVM types) ---- */
 #ifdef CF_CODEGEN_INTERNAL

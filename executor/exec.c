@@ -29,6 +29,7 @@ typedef struct rank_run {
   int rank;
   cf_context *ctx;
   cf_comm *comm;
+  cf_device *dev, *cdev; /* p->dev's views for this rank: compute, collectives (own streams on CUDA) */
   char *arena;
   void **vptr;     /* value -> its buffer: arena + addr, or a caller's (cf_plan_binds) */
   cf_coll_call *calls;
@@ -58,7 +59,8 @@ static double now_ms(void) {
 
 static cf_status run_call(rank_run *r, const cf_coll_call *call) {
   if (call->me < 0) return CF_OK; /* not in this collective's group */
-  return cf_coll_run(r->comm, r->p->dev, call);
+  cf_status st = cf_coll_run(r->comm, r->cdev, call);
+  return st ? st : cf_device_error(r->cdev, r->ctx);
 }
 
 static void *comm_main(void *arg) {
@@ -160,6 +162,7 @@ static cf_status bind_values(rank_run *r) {
   const cf_plan *p = r->p;
   const cf_graph *g = p->g;
   const cf_inputs *in = r->in;
+  bool host = cf_device_is_host(r->dev); /* caller buffers are host memory: a device copies */
   r->vptr = malloc(sizeof *r->vptr * ((size_t)p->n_vals + 1));
   if (!r->vptr) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   for (int v = 0; v < p->n_vals; v++) r->vptr[v] = r->arena + p->vals[v].addr;
@@ -172,8 +175,8 @@ static cf_status bind_values(rank_run *r) {
       if (!t || !t->data) continue;
       cf_status st = check_caller(r, n, "output", t, v);
       if (st) return st;
-      if (cf_plan_binds(p, i)) r->vptr[v] = t->data;
-    } else if (n->op == CF_OP_INPUT && in && in->borrow && cf_plan_binds(p, i)) {
+      if (host && cf_plan_binds(p, i)) r->vptr[v] = t->data;
+    } else if (n->op == CF_OP_INPUT && in && in->borrow && host && cf_plan_binds(p, i)) {
       for (int k = 0; k < in->n; k++)
         if (strcmp(in->names[k], n->name) == 0) {
           const cf_tensor *t = &in->data[(size_t)r->rank * (size_t)in->n + (size_t)k];
@@ -186,6 +189,21 @@ static cf_status bind_values(rank_run *r) {
   return CF_OK;
 }
 
+/* cf_fill_node into a value's buffer (on a device, through a host copy). */
+static cf_status fill_value(rank_run *r, const cf_node *n, const cf_tensor *t) {
+  if (cf_device_is_host(r->dev)) {
+    cf_fill_node(n, t->data, t->dtype, t->count, r->p->opt.seed, r->rank);
+    return CF_OK;
+  }
+  size_t bytes = (size_t)t->count * (size_t)cf_dtype_size(t->dtype);
+  void *h = malloc(bytes ? bytes : 1);
+  if (!h) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  cf_fill_node(n, h, t->dtype, t->count, r->p->opt.seed, r->rank);
+  cf_status st = cf_device_upload(r->dev, t->data, h, bytes);
+  free(h);
+  return st;
+}
+
 static cf_status fill_inputs(rank_run *r) {
   const cf_graph *g = r->p->g;
   for (int i = 0; i < g->n_nodes; i++) {
@@ -196,7 +214,8 @@ static cf_status fill_inputs(rank_run *r) {
     for (int j = 0; r->in && n->op == CF_OP_INPUT && j < r->in->n; j++)
       if (strcmp(r->in->names[j], n->name) == 0) k = j;
     if (k < 0) {
-      cf_fill_node(n, t.data, t.dtype, t.count, r->p->opt.seed, r->rank);
+      cf_status st = fill_value(r, n, &t);
+      if (st) return st;
       continue;
     }
     const cf_tensor *src = &r->in->data[(size_t)r->rank * (size_t)r->in->n + (size_t)k];
@@ -204,7 +223,9 @@ static cf_status fill_inputs(rank_run *r) {
       return cf_node_error(g, n, CF_ERR_INVALID, "input data has %s x %lld, the graph wants %s x %lld",
                            cf_dtype_name(src->dtype), (long long)src->count, cf_dtype_name(t.dtype),
                            (long long)t.count);
-    if (t.data != src->data) memcpy(t.data, src->data, (size_t)t.count * (size_t)cf_dtype_size(t.dtype));
+    cf_status st = t.data == src->data ? CF_OK
+                   : cf_device_upload(r->dev, t.data, src->data, (size_t)t.count * (size_t)cf_dtype_size(t.dtype));
+    if (st) return st;
   }
   return CF_OK;
 }
@@ -214,8 +235,8 @@ static cf_status compute(rank_run *r, const cf_node *n, cf_tensor *tin, cf_tenso
   for (int j = 0; j < n->n_in; j++) tin[j] = tensor_of(r, p->val_base[n->in[j].node] + n->in[j].port);
   int node = (int)(n - p->g->nodes);
   for (int k = 0; k < n->n_out; k++) tout[k] = tensor_of(r, p->val_base[node] + k);
-  return cf_compute_run(r->ctx, p->g, n, tin, tout, r->rank, p->opt.seed,
-                        p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
+  return cf_device_compute(r->dev, r->ctx, p->g, n, tin, tout, r->rank, p->opt.seed,
+                           p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
 }
 
 static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *tout) {
@@ -238,7 +259,7 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     if (r->comm->ops->aborted(r->comm, &why)) return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
     switch (sp->kind) {
     case CF_STEP_COMPUTE: st = compute(r, &p->g->nodes[sp->node], tin, tout); break;
-    case CF_STEP_COPY: memcpy(r->arena + sp->dst, r->vptr[sp->val], (size_t)sp->bytes); break;
+    case CF_STEP_COPY: r->dev->ops->copy(r->dev, r->arena + sp->dst, r->vptr[sp->val], (size_t)sp->bytes); break;
     case CF_STEP_START:
       if (p->colls[sp->coll].inline_ok) {
         st = run_call(r, &r->calls[sp->coll]);
@@ -249,7 +270,7 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
       break;
     case CF_STEP_WAIT: st = wait_ticket(r, (uint64_t)r->ticket[sp->coll]); break;
     case CF_STEP_FUSED: {
-      cf_rank_io io = {.ctx = r->ctx, .rank = r->rank, .arena = r->arena, .vptr = r->vptr, .dev = p->dev, .impl = r,
+      cf_rank_io io = {.ctx = r->ctx, .rank = r->rank, .arena = r->arena, .vptr = r->vptr, .dev = r->dev, .impl = r,
                        .start = start_call, .wait = wait_ticket};
       st = cf_fused_matmul_run(p, sp->coll, &io, &r->calls[sp->coll]);
       break;
@@ -257,7 +278,7 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     }
     if (st) return st;
   }
-  return CF_OK;
+  return cf_device_error(r->dev, r->ctx); /* the copies' */
 }
 
 static int max_ports(const cf_graph *g) {
@@ -273,7 +294,7 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   cf_plan *p = r->p;
   const cf_graph *g = p->g;
   cf_status st;
-  r->arena = p->dev->ops->alloc(p->dev, (size_t)p->arena_bytes);
+  r->arena = r->dev->ops->alloc(r->dev, (size_t)p->arena_bytes);
   if (!r->arena) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "rank %d: cannot allocate %lld bytes", r->rank, (long long)p->arena_bytes);
   if ((st = bind_values(r))) return st;
   for (int c = 0; c < p->n_colls; c++) {
@@ -312,12 +333,13 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
     size_t bytes = (size_t)src.count * (size_t)cf_dtype_size(src.dtype);
     if (r->in && r->in->outputs) { /* the caller's buffer, unless it was produced there */
       dst->data = r->in->outputs[at].data;
-      if (dst->data && dst->data != src.data) memcpy(dst->data, src.data, bytes);
+      if (dst->data && dst->data != src.data && (st = cf_device_download(r->dev, dst->data, src.data, bytes)))
+        return st;
       continue;
     }
     dst->data = malloc(bytes ? bytes : 1);
     if (!dst->data) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-    memcpy(dst->data, src.data, bytes);
+    if ((st = cf_device_download(r->dev, dst->data, src.data, bytes))) return st;
   }
   return CF_OK;
 }
@@ -366,11 +388,14 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
     x->ctx->log_user = ctx->log_user;
   }
   if (!x->queue || !x->ticket || st) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if ((st = cf_device_view(p->dev, x->ctx, rank, 0, &x->dev)) ||
+      (st = cf_device_view(p->dev, x->ctx, rank, 1, &x->cdev)))
+    return cf_error(ctx, st, NULL, 0, "%s", cf_context_errmsg(x->ctx));
   return CF_OK;
 }
 
 static void rank_free(rank_run *x) {
-  if (x->arena) x->p->dev->ops->free(x->p->dev, x->arena);
+  if (x->arena) x->dev->ops->free(x->dev, x->arena);
   free(x->vptr);
   free(x->calls);
   free(x->queue);
@@ -422,6 +447,10 @@ cf_status cf_exec_run_comm(cf_context *ctx, cf_plan *p, cf_comm *comm, const cf_
   if (comm->size != p->ranks)
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "the transport has %d ranks, the plan %d", comm->size,
                     p->ranks);
+  if (!cf_device_is_host(p->dev) && !comm->ops->zero_copy)
+    return cf_error(ctx, CF_ERR_UNSUPPORTED, NULL, 0,
+                    "the %s transport moves host memory: --device %s needs the threads transport",
+                    comm->ops->name, p->dev->ops->name);
   rank_run x = {0};
   cf_status st = result_init(ctx, p, in, res);
   if (!st) st = rank_setup(&x, ctx, p, comm->rank, in, res);

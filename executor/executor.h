@@ -168,7 +168,9 @@ cf_status cf_verify_outputs(cf_context *ctx, const cf_graph *g, const cf_tensor 
 
 typedef struct cf_device cf_device;
 /* A device backend: buffers and kernel launches (STYLE: a vtable + impl).
- * All slots are required. */
+ * The slots up to destroy are required; the rest are optional (NULL on the
+ * CPU device, whose buffers are host memory) and only ever called through
+ * the cf_device_* wrappers below, which fall back to host behaviour. */
 typedef struct cf_device_ops {
   const char *name;                                      /* "cpu", "cuda" */
   void *(*alloc)(cf_device *d, size_t bytes);            /* zeroed, 64-aligned; NULL on OOM */
@@ -183,6 +185,28 @@ typedef struct cf_device_ops {
   void (*scale)(cf_device *d, const cf_kernel_key *key, void *dst, int64_t n, double div);
   void (*sync)(cf_device *d);
   void (*destroy)(cf_device *d);
+  /* ---- optional ---- */
+  /* The handle rank's lane (0: its compute, 1: its collectives) works
+   * through: on CUDA its own stream on the rank's GPU. Owned by d; its
+   * messages go to ctx (the rank's) until the next view() call for it. */
+  cf_status (*view)(cf_device *d, cf_context *ctx, int rank, int lane, cf_device **out);
+  /* Buffers that are not host memory: host -> device and device -> host. */
+  cf_status (*upload)(cf_device *d, void *dst, const void *src, size_t bytes);
+  cf_status (*download)(cf_device *d, void *dst, const void *src, size_t bytes);
+  /* cf_compute_run / cf_compute_product on device buffers (ctx gets the
+   * message). */
+  cf_status (*compute)(cf_device *d, cf_context *ctx, const cf_graph *g, const cf_node *n,
+                       const cf_tensor *in, cf_tensor *out, int rank, uint64_t seed, unsigned flags);
+  cf_status (*product)(cf_device *d, cf_context *ctx, const cf_graph *g, const cf_node *n,
+                       const cf_tensor *x1, const cf_tensor *x2, const cf_tensor *x1_scale,
+                       const cf_tensor *x2_scale, const cf_tensor *bias, cf_tensor *out,
+                       unsigned flags);
+  /* The first failure of a void slot (copy, nary, acc, scale, sync) since
+   * d was made, as a status with its message in ctx; CF_OK when none. */
+  cf_status (*error)(cf_device *d, cf_context *ctx);
+  /* Milliseconds per call of fn(arg), called reps times back to back with
+   * the device's launches queued without waiting (timed by device events). */
+  cf_status (*time)(cf_device *d, void (*fn)(void *arg), void *arg, int reps, double *ms);
 } cf_device_ops;
 
 struct cf_device {
@@ -191,8 +215,49 @@ struct cf_device {
   void *impl;
 };
 
+typedef enum cf_device_kind {
+  CF_DEVICE_CPU,  /* backends/cpu.c */
+  CF_DEVICE_CUDA  /* backends/cuda.c */
+} cf_device_kind;
+
 /* backends/cpu.c */
 cf_status cf_device_cpu_create(cf_context *ctx, cf_device **out);
+
+/* backends/cuda.c: an NVIDIA GPU through the CUDA driver API, which is
+ * loaded with dlopen("libcuda.so.1") here (nothing links CUDA): without a
+ * driver or a GPU, CF_ERR_UNSUPPORTED with a message that says so
+ * ("no CUDA driver (libcuda.so.1 not found); ..."). device_index >= 0 uses
+ * that GPU for every rank; -1 spreads ranks over every visible GPU (rank r
+ * on GPU r mod count, peer access between them), ranks sharing a GPU each
+ * with their own streams. Reductions are the codegen's PTX kernels (sm_80
+ * or sm_90 by the GPU), MatMul is cuBLAS (dlopen'd: CUBLAS_LIBRARY, else
+ * libcublas.so.* on the library path), other compute ops run on the host
+ * through copies. */
+cf_status cf_device_cuda_create(cf_context *ctx, int device_index, cf_device **out);
+/* The GPU behind d (a CUDA device or one of its views) for reports: its
+ * name, compute capability and the PTX target; false for other devices. */
+bool cf_device_cuda_info(const cf_device *d, char *name, size_t len, int *cc_major, int *cc_minor,
+                         const char **sm);
+
+/* backends/device.c: the optional slots, wrapped */
+/* True when d's buffers are host memory (no upload slot). */
+bool cf_device_is_host(const cf_device *d);
+/* d's view for rank and lane, or d itself when it has none. */
+cf_status cf_device_view(cf_device *d, cf_context *ctx, int rank, int lane, cf_device **out);
+/* memcpy on the host. */
+cf_status cf_device_upload(cf_device *d, void *dst, const void *src, size_t bytes);
+cf_status cf_device_download(cf_device *d, void *dst, const void *src, size_t bytes);
+/* cf_compute_run / cf_compute_product on the host. */
+cf_status cf_device_compute(cf_device *d, cf_context *ctx, const cf_graph *g, const cf_node *n,
+                            const cf_tensor *in, cf_tensor *out, int rank, uint64_t seed, unsigned flags);
+cf_status cf_device_product(cf_device *d, cf_context *ctx, const cf_graph *g, const cf_node *n,
+                            const cf_tensor *x1, const cf_tensor *x2, const cf_tensor *x1_scale,
+                            const cf_tensor *x2_scale, const cf_tensor *bias, cf_tensor *out,
+                            unsigned flags);
+/* CF_OK on the host. */
+cf_status cf_device_error(cf_device *d, cf_context *ctx);
+/* Wall-clock time on the host. */
+cf_status cf_device_time(cf_device *d, void (*fn)(void *arg), void *arg, int reps, double *ms);
 
 /* ================= transports/: moving bytes between ranks ================= */
 
@@ -395,6 +460,9 @@ typedef struct cf_run_options {
   /* The transport copies into staging (MPI): size the algorithms' scratch
    * for it. False for the threads transport, which reads in place. */
   bool staged;
+  /* Where buffers and kernels live: the CPU (default) or CUDA GPUs (ranks
+   * spread over every visible GPU: cf_device_cuda_create(ctx, -1)). */
+  cf_device_kind device;
 } cf_run_options;
 
 typedef struct cf_run_result {

@@ -85,9 +85,9 @@ static cf_status product(const cf_plan *p, const cf_rank_io *io, const cf_node *
   cf_tensor out = {.data = dst, .dtype = dt, .shape = {.rank = 2, .dims = {len, cols}}, .count = len * cols};
   cf_tensor s1;
   if (o->quant) s1 = rows_of(&o->x1s, row, len);
-  return cf_compute_product(io->ctx, p->g, n, &a, &o->x2, o->quant ? &s1 : NULL, o->quant ? &o->x2s : NULL,
-                            o->has_bias ? &o->bias : NULL, &out,
-                            p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
+  return cf_device_product(io->dev, io->ctx, p->g, n, &a, &o->x2, o->quant ? &s1 : NULL,
+                           o->quant ? &o->x2s : NULL, o->has_bias ? &o->bias : NULL, &out,
+                           p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
 }
 
 /* The chunk call i: the template with its own buffers and count. */
@@ -170,15 +170,15 @@ static cf_status gather_pipeline(const cf_plan *p, const cf_pcoll *pc, cf_rank_i
     for (int b = 0; b < ws && !st; b++) {
       const char *part = buf + (int64_t)b * len * k * es;
       int64_t grow = (int64_t)b * m + row; /* row in the gathered x1 */
-      memcpy((char *)gathered.data + grow * k * es, part, (size_t)(len * k * es));
+      io->dev->ops->copy(io->dev, (char *)gathered.data + grow * k * es, part, (size_t)(len * k * es));
       cf_tensor a = {.data = (void *)part, .dtype = x1.dtype, .shape = {.rank = 2, .dims = {len, k}},
                      .count = len * k};
       for (int j = 1; j < n->n_in && !st; j++) {
         cf_tensor x2 = value(p, io, n->in[j]);
         cf_tensor o = output(p, io, pc->node, j - 1);
         cf_tensor ob = rows_of(&o, grow, len);
-        st = cf_compute_product(io->ctx, p->g, n, &a, &x2, NULL, NULL, NULL, &ob,
-                                p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
+        st = cf_device_product(io->dev, io->ctx, p->g, n, &a, &x2, NULL, NULL, NULL, &ob,
+                               p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
       }
     }
   }

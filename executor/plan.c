@@ -611,7 +611,8 @@ cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options
   b.p = p;
   b.g = g;
   if ((st = build(&b))) goto fail;
-  if ((st = cf_device_cpu_create(ctx, &p->dev))) goto fail;
+  st = opt->device == CF_DEVICE_CUDA ? cf_device_cuda_create(ctx, -1, &p->dev) : cf_device_cpu_create(ctx, &p->dev);
+  if (st) goto fail;
   if ((st = prepare_kernels(p))) goto fail;
   *out = p;
   p_colls = p->n_colls;

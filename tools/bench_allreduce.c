@@ -827,6 +827,7 @@ static int bench_mpi(cf_context *ctx, ar_options *o, ar_row *rows) {
 /* ---------------- the benchmark ---------------- */
 
 int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
+  if (cf_bench_wants_cuda(argc, argv)) return cf_bench_allreduce_cuda(ctx, argc, argv); /* bench_cuda.c */
   ar_options o;
   int rc = parse_options(argc, argv, &o);
   if (rc) return rc;

@@ -736,6 +736,7 @@ static int parse_options(int argc, char **argv, options *o) {
 /* ---------------- the benchmark ---------------- */
 
 int cf_bench_reduce(cf_context *ctx, int argc, char **argv) {
+  if (cf_bench_wants_cuda(argc, argv)) return cf_bench_reduce_cuda(ctx, argc, argv); /* bench_cuda.c */
   options o;
   int rc = parse_options(argc, argv, &o);
   if (rc) return rc;

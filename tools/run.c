@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 const char cf_help_run[] =
-    "usage: collfuse run FILE [--ranks N] [--backend threads|mpi] [--device cpu] [--iters K]\n"
+    "usage: collfuse run FILE [--ranks N] [--backend threads|mpi] [--device cpu|cuda] [--iters K]\n"
     "                    [--warmup W] [--seed S] [-O0 | --passes LIST] [--split SPEC]\n"
     "                    [--algo auto|direct|rd|ring|rsag|mpi-native] [--verify] [--deterministic]\n"
     "                    [--timeout SEC] [--input NAME=FILE.npy]... [--save-outputs DIR]\n"
@@ -40,6 +40,8 @@ const char cf_help_run[] =
     "--backend mpi one rank per process of `mpirun -np N collfuse run FILE --backend mpi`.\n"
     "  --ranks N          ranks (default: the graph's world_size, else 1; with mpi\n"
     "                     the number of processes, which --ranks must then equal)\n"
+    "  --device cuda      buffers and reductions on NVIDIA GPUs (threads backend; ranks\n"
+    "                     share a GPU when there are fewer GPUs than ranks)\n"
     "  --iters K          timed iterations (default 1); --warmup W untimed ones (0)\n"
     "  --seed S           inputs differ per rank and are reproducible (default 0)\n"
     "  --input NAME=F.npy an Input's data; {rank} in F is replaced by the rank\n"
@@ -156,13 +158,10 @@ static int parse_args(int argc, char **argv, run_args *a) {
                          "--algo mpi-native and --deterministic exclude each other (MPI reduces in its own order)");
   if (a->rank_table && !a->mpi)
     return cf_tool_usage(cmd, "%s", "--rank-table checks an MPI job: it needs --backend mpi");
-  if (a->device && strcmp(a->device, "cpu") != 0) {
-    if (strcmp(a->device, "cuda") == 0) {
-      fprintf(stderr, "collfuse run: --device cuda: this build has no CUDA backend yet; use cpu\n");
-      return EXIT_USAGE;
-    }
+  if (a->device && strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0)
     return cf_tool_usage(cmd, "--device wants cpu or cuda, got '%s'", a->device);
-  }
+  if (a->device && strcmp(a->device, "cuda") == 0 && a->mpi)
+    return cf_tool_usage(cmd, "%s", "--device cuda needs --backend threads (the MPI transport moves host memory)");
   char why[256];
   cf_split sp;
   cf_cost cm;
@@ -332,7 +331,7 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "ranks", res->ranks);
   cJSON_AddStringToObject(o, "backend", a->mpi ? "mpi" : "threads");
-  cJSON_AddStringToObject(o, "device", "cpu");
+  cJSON_AddStringToObject(o, "device", a->device ? a->device : "cpu");
   cJSON_AddNumberToObject(o, "iters", a->iters);
   cJSON_AddNumberToObject(o, "warmup", a->warmup);
   cJSON_AddNumberToObject(o, "time_ms_median", res->time_ms_median);
@@ -408,7 +407,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   cf_run_options opt = {.iters = a.iters, .warmup = a.warmup, .seed = a.seed,
                         .deterministic = a.deterministic, .timeout_s = a.timeout,
                         .algo = a.algo ? (cf_algo)cf_algo_parse(a.algo) : CF_ALGO_AUTO,
-                        .verbose = a.verbose, .staged = a.mpi};
+                        .verbose = a.verbose, .staged = a.mpi,
+                        .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA : CF_DEVICE_CPU};
   test_hooks(&opt, &hook);
   /* --backend mpi: this process is rank `me` of MPI's world */
   cf_mpi_world *world = NULL;
@@ -450,6 +450,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     cf_plan *up = NULL;
     cf_run_options uo = opt;
     uo.test_mutate = NULL;
+    uo.device = CF_DEVICE_CPU; /* only its memory plan is wanted */
     if (cf_plan_build(ctx, ref_g, &uo, &up) == CF_OK) peak_unfused = cf_plan_peak_bytes(up);
     cf_plan_destroy(up);
   }

@@ -24,6 +24,12 @@ int cf_bench_reduce(cf_context *ctx, int argc, char **argv);
  * collfuse's AllReduce algorithms on rank threads against MPI_Allreduce
  * under mpirun; returns the exit code. */
 int cf_bench_allreduce(cf_context *ctx, int argc, char **argv);
+/* bench_cuda.c: `bench reduce --device cuda` and `bench allreduce --device
+ * cuda` (the CUDA backend against the GPU's copy rate); return the exit
+ * code (1 without a CUDA driver). True when argv asks for --device cuda. */
+bool cf_bench_wants_cuda(int argc, char **argv);
+int cf_bench_reduce_cuda(cf_context *ctx, int argc, char **argv);
+int cf_bench_allreduce_cuda(cf_context *ctx, int argc, char **argv);
 /* An option's integer value in [lo, hi] (whole string); false otherwise. */
 bool cf_bench_parse_int(const char *v, long lo, long hi, int *out);
 /* bench_fusion.c: `collfuse bench fusion FILE [--ranks N] [--iters K]

@@ -1,0 +1,66 @@
+/* backends/device.c - the optional slots of cf_device_ops, wrapped.
+ *
+ * STYLE: callers never call an optional slot directly. Each wrapper here
+ * calls the slot when the device has it and otherwise does what the CPU
+ * device means by it: buffers are host memory, so an upload is a memcpy,
+ * compute is cf_compute_run on the buffers themselves, and time is the
+ * host's clock. That keeps the executor's CPU path exactly what it was.
+ */
+#include "../executor.h"
+
+#include <string.h>
+#include <time.h>
+
+bool cf_device_is_host(const cf_device *d) { return !d || !d->ops->upload; }
+
+cf_status cf_device_view(cf_device *d, cf_context *ctx, int rank, int lane, cf_device **out) {
+  *out = d;
+  if (!d || !d->ops->view) return CF_OK;
+  return d->ops->view(d, ctx, rank, lane, out);
+}
+
+cf_status cf_device_upload(cf_device *d, void *dst, const void *src, size_t bytes) {
+  if (d && d->ops->upload) return d->ops->upload(d, dst, src, bytes);
+  if (bytes && dst != src) memcpy(dst, src, bytes);
+  return CF_OK;
+}
+
+cf_status cf_device_download(cf_device *d, void *dst, const void *src, size_t bytes) {
+  if (d && d->ops->download) return d->ops->download(d, dst, src, bytes);
+  if (bytes && dst != src) memcpy(dst, src, bytes);
+  return CF_OK;
+}
+
+cf_status cf_device_compute(cf_device *d, cf_context *ctx, const cf_graph *g, const cf_node *n,
+                            const cf_tensor *in, cf_tensor *out, int rank, uint64_t seed, unsigned flags) {
+  if (d && d->ops->compute) return d->ops->compute(d, ctx, g, n, in, out, rank, seed, flags);
+  return cf_compute_run(ctx, g, n, in, out, rank, seed, flags);
+}
+
+cf_status cf_device_product(cf_device *d, cf_context *ctx, const cf_graph *g, const cf_node *n,
+                            const cf_tensor *x1, const cf_tensor *x2, const cf_tensor *x1_scale,
+                            const cf_tensor *x2_scale, const cf_tensor *bias, cf_tensor *out,
+                            unsigned flags) {
+  if (d && d->ops->product) return d->ops->product(d, ctx, g, n, x1, x2, x1_scale, x2_scale, bias, out, flags);
+  return cf_compute_product(ctx, g, n, x1, x2, x1_scale, x2_scale, bias, out, flags);
+}
+
+cf_status cf_device_error(cf_device *d, cf_context *ctx) {
+  if (d && d->ops->error) return d->ops->error(d, ctx);
+  return CF_OK;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+cf_status cf_device_time(cf_device *d, void (*fn)(void *arg), void *arg, int reps, double *ms) {
+  if (d && d->ops->time) return d->ops->time(d, fn, arg, reps, ms);
+  if (reps < 1) reps = 1;
+  double t0 = now_ms();
+  for (int i = 0; i < reps; i++) fn(arg);
+  *ms = (now_ms() - t0) / reps;
+  return CF_OK;
+}

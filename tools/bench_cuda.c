@@ -1,0 +1,764 @@
+/* bench_cuda.c - `collfuse bench reduce --device cuda` and `collfuse bench
+ * allreduce --device cuda`: the CUDA backend's kernels and AllReduce on a
+ * GPU, against the GPU's own device-to-device copy rate measured in the
+ * same run (SPEC section 6: a peer side by side; docs/executor.md, CUDA).
+ *
+ * reduce: for every dtype, sum and max, 2 and 8 sources (256 MiB per
+ * buffer by default), the n-ary kernel (dst = op(src0..srcK-1), one pass,
+ * (K+1)*bytes moved) and the accumulate kernel (K-1 in-place calls,
+ * 3*(K-1)*bytes), timed with device events around back-to-back launches
+ * (cf_device_time), median of --samples samples; copy = one cuMemcpyDtoD
+ * of a buffer, 2*bytes. Sources hold random values of the dtype: a 4 MiB
+ * random block, repeated by device copies; every kernel's result on that
+ * block is checked against the CPU backend's kernel on the same data (bit
+ * for bit, NaN = NaN) before anything is timed. torch.sum is not called
+ * from C: bench/gpu-check.sh times it in the same job.
+ *
+ * allreduce: N rank threads on the threads transport, each with its own
+ * stream (the device's view for its rank) and buffers on the GPU(s),
+ * float32 sum out of place, every algorithm; a loop is K back-to-back calls
+ * between two barriers, timed on rank 0 (every call has finished on the
+ * GPU when it returns: the backend waits for its streams), the cell is the
+ * median loop / K. algbw = bytes / time, busbw = algbw * 2(n-1)/n as
+ * nccl-tests define them, and busbw against the copy rate. The result of
+ * each algorithm is checked against a float64 sum (a sample of elements).
+ *
+ * Without a CUDA driver both fail at once: "no CUDA driver (...)", exit 1
+ * (cf_tool_fail of CF_ERR_UNSUPPORTED).
+ */
+#include "tools.h"
+
+#include "../executor/executor.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { MAX_SIZES = 32, MAX_RANKS = 64, MAX_SAMPLES = 100 };
+#define BLOCK_BYTES ((int64_t)4 << 20) /* the random block sources repeat */
+
+bool cf_bench_wants_cuda(int argc, char **argv) {
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--device=cuda") == 0) return true;
+    if (strcmp(argv[i], "--device") == 0 && i + 1 < argc && strcmp(argv[i + 1], "cuda") == 0) return true;
+  }
+  return false;
+}
+
+static int usage(const char *what, const char *fmt, const char *arg) {
+  fprintf(stderr, "collfuse bench %s --device cuda: ", what);
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nTry 'collfuse bench --help'.\n");
+  return EXIT_USAGE;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void size_text(int64_t b, char *buf, size_t len) {
+  if (b >= (1 << 30) && b % (1 << 30) == 0)
+    snprintf(buf, len, "%lldG", (long long)(b >> 30));
+  else if (b >= (1 << 20) && b % (1 << 20) == 0)
+    snprintf(buf, len, "%lldM", (long long)(b >> 20));
+  else if (b >= 1024 && b % 1024 == 0)
+    snprintf(buf, len, "%lldK", (long long)(b >> 10));
+  else
+    snprintf(buf, len, "%lld", (long long)b);
+}
+
+/* "256M", "4K", "1G", "1000" (bytes, > 0, multiple of 4, at most 4 GiB). */
+static bool parse_sizes(const char *v, int64_t *sizes, int *n) {
+  *n = 0;
+  for (const char *p = v; *p;) {
+    char *e;
+    errno = 0;
+    long long x = strtoll(p, &e, 10);
+    if (e == p || errno || x <= 0 || *n == MAX_SIZES) return false;
+    int shift = *e == 'K' || *e == 'k' ? 10 : *e == 'M' || *e == 'm' ? 20 : *e == 'G' || *e == 'g' ? 30 : 0;
+    if (shift) e++;
+    if (shift && *e == 'i') e++;
+    if (shift && *e == 'B') e++;
+    if (x > (4ll << 30) >> shift || (*e && *e != ',')) return false;
+    sizes[(*n)++] = (int64_t)x << shift;
+    if (sizes[*n - 1] % 4) return false;
+    p = *e ? e + 1 : e;
+  }
+  return *n > 0;
+}
+
+static bool parse_int(const char *v, long lo, long hi, int *out) {
+  char *e;
+  errno = 0;
+  long x = strtol(v, &e, 10);
+  if (e == v || *e || errno || x < lo || x > hi) return false;
+  *out = (int)x;
+  return true;
+}
+
+/* Option with a value: "--opt V" or "--opt=V". */
+static const char *opt_value(int argc, char **argv, int *i, const char *name) {
+  size_t n = strlen(name);
+  if (strncmp(argv[*i], name, n) != 0) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n] != '\0') return NULL;
+  return *i + 1 < argc ? argv[++*i] : "";
+}
+
+static void print_gpu(cf_device *dev, cJSON *root) {
+  char name[128] = "?";
+  int major = 0, minor = 0;
+  const char *sm = "?";
+  cf_device_cuda_info(dev, name, sizeof name, &major, &minor, &sm);
+  if (root) {
+    cJSON_AddStringToObject(root, "gpu", name);
+    char cc[16];
+    snprintf(cc, sizeof cc, "%d.%d", major, minor);
+    cJSON_AddStringToObject(root, "compute_capability", cc);
+    cJSON_AddStringToObject(root, "ptx_target", sm);
+  } else {
+    printf("  GPU: %s, compute capability %d.%d, kernels: PTX for %s from codegen/\n", name, major, minor, sm);
+  }
+}
+
+/* ---- the copy peer ---- */
+
+typedef struct copy_job {
+  cf_device *d;
+  void *dst;
+  const void *src;
+  size_t bytes;
+} copy_job;
+
+static void run_copy(void *arg) {
+  copy_job *j = arg;
+  j->d->ops->copy(j->d, j->dst, j->src, j->bytes);
+}
+
+/* GB/s of a device-to-device copy of bytes (read + written), median of
+ * samples; 0 on failure (ctx says why). */
+static double copy_rate(cf_device *dev, void *dst, const void *src, size_t bytes, int samples, int reps) {
+  copy_job j = {.d = dev, .dst = dst, .src = src, .bytes = bytes};
+  double t[MAX_SAMPLES], ms;
+  run_copy(&j);
+  for (int s = 0; s < samples; s++) {
+    if (cf_device_time(dev, run_copy, &j, reps, &ms)) return 0;
+    t[s] = ms;
+  }
+  double m = median(t, samples);
+  return m > 0 ? 2.0 * (double)bytes / (m * 1e6) : 0;
+}
+
+/* ================= bench reduce --device cuda ================= */
+
+static const cf_dtype red_dtypes[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16, CF_DT_FLOAT64, CF_DT_INT8,
+                                      CF_DT_UINT8,   CF_DT_INT16,   CF_DT_INT32,    CF_DT_INT64};
+static const cf_reduction red_ops[] = {CF_RED_SUM, CF_RED_MAX};
+static const int red_sources[] = {2, 8};
+
+typedef struct red_job {
+  cf_device *d;
+  cf_kernel_key nary, acc;
+  void *dst;
+  const void *src[CF_MAX_ARITY];
+  int k;
+  int64_t n;
+} red_job;
+
+static void run_nary(void *arg) {
+  red_job *j = arg;
+  j->d->ops->nary(j->d, &j->nary, j->dst, j->src, j->n, j->k);
+}
+
+static void run_acc(void *arg) {
+  red_job *j = arg;
+  for (int s = 1; s < j->k; s++) j->d->ops->acc(j->d, &j->acc, j->dst, j->src[s], j->n);
+}
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Random nonzero values of dt: floats +-[1, 2) (no NaN, no subnormal),
+ * integers over their whole range (sums wrap, as the kernels promise). */
+static void fill_block(void *p, cf_dtype dt, int64_t n, uint64_t seed) {
+  uint64_t s = seed;
+  int es = cf_dtype_size(dt);
+  bool fl = dt == CF_DT_FLOAT16 || dt == CF_DT_BFLOAT16 || dt == CF_DT_FLOAT32 || dt == CF_DT_FLOAT64;
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t r = splitmix(&s);
+    if (fl)
+      cf_store_f64(p, dt, i, ((r >> 63) ? -1.0 : 1.0) * (1.0 + (double)(r & 0xfffff) / 1048576.0));
+    else
+      memcpy((char *)p + (size_t)i * (size_t)es, &r, (size_t)es);
+  }
+}
+
+typedef struct red_row {
+  cf_dtype dt;
+  cf_reduction op;
+  int k;
+  int64_t bytes;
+  double nary, acc, copy; /* GB/s */
+  char error[256];
+} red_row;
+
+typedef struct red_bufs {
+  void *src[CF_MAX_ARITY], *dst;
+  void *hsrc[CF_MAX_ARITY], *hdst, *hwant;
+  int64_t bytes;
+} red_bufs;
+
+/* Fill the device sources with dt's random block, repeated. */
+static cf_status fill_sources(cf_context *ctx, cf_device *dev, red_bufs *b, cf_dtype dt) {
+  int64_t blk = b->bytes < BLOCK_BYTES ? b->bytes : BLOCK_BYTES;
+  int es = cf_dtype_size(dt);
+  for (int j = 0; j < CF_MAX_ARITY; j++) {
+    fill_block(b->hsrc[j], dt, blk / es, 0xbe5c0000u + (uint64_t)dt * 16 + (uint64_t)j);
+    cf_status st = cf_device_upload(dev, b->src[j], b->hsrc[j], (size_t)blk);
+    if (st) return st;
+    for (int64_t off = blk; off < b->bytes; off += blk) {
+      int64_t len = b->bytes - off < blk ? b->bytes - off : blk;
+      dev->ops->copy(dev, (char *)b->src[j] + off, b->src[j], (size_t)len);
+    }
+  }
+  return cf_device_error(dev, ctx);
+}
+
+/* The first block of dst against the CPU backend's kernel (nary: fresh;
+ * acc: dst started as src0). */
+static bool check_block(cf_device *dev, cf_device *cpu, red_bufs *b, const cf_kernel_key *k, int K, bool acc,
+                        char *why, size_t len) {
+  int es = cf_dtype_size(k->dtype);
+  int64_t blk = (b->bytes < BLOCK_BYTES ? b->bytes : BLOCK_BYTES) / es;
+  if (acc) {
+    memcpy(b->hwant, b->hsrc[0], (size_t)(blk * es));
+    for (int s = 1; s < K; s++) cpu->ops->acc(cpu, k, b->hwant, b->hsrc[s], blk);
+  } else {
+    cpu->ops->nary(cpu, k, b->hwant, (const void *const *)b->hsrc, blk, K);
+  }
+  if (cf_device_download(dev, b->hdst, b->dst, (size_t)(blk * es))) {
+    snprintf(why, len, "%s", cf_context_errmsg(dev->ctx));
+    return false;
+  }
+  for (int64_t i = 0; i < blk; i++)
+    if (memcmp((char *)b->hdst + i * es, (char *)b->hwant + i * es, (size_t)es) != 0) {
+      char name[96];
+      snprintf(why, len, "%s differs from the CPU backend at element %lld: %.9g, expected %.9g",
+               cf_kernel_name(k, name, sizeof name), (long long)i, cf_load_f64(b->hdst, k->dtype, i),
+               cf_load_f64(b->hwant, k->dtype, i));
+      return false;
+    }
+  return true;
+}
+
+static double time_gbps(cf_device *dev, void (*fn)(void *), red_job *j, int samples, int reps, double bytes) {
+  double t[MAX_SAMPLES], ms;
+  fn(j); /* warm up */
+  for (int s = 0; s < samples; s++) {
+    if (cf_device_time(dev, fn, j, reps, &ms)) return 0;
+    t[s] = ms;
+  }
+  double m = median(t, samples);
+  return m > 0 ? bytes / (m * 1e6) : 0;
+}
+
+static cJSON *red_row_json(const red_row *r) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "dtype", cf_dtype_name(r->dt));
+  cJSON_AddStringToObject(o, "op", cf_reduction_name(r->op));
+  cJSON_AddNumberToObject(o, "sources", r->k);
+  cJSON_AddNumberToObject(o, "bytes", (double)r->bytes);
+  cJSON *g = cJSON_AddObjectToObject(o, "gbps");
+  cJSON_AddNumberToObject(g, "collfuse_nary", r->nary);
+  cJSON_AddNumberToObject(g, "collfuse_acc", r->acc);
+  cJSON_AddNumberToObject(g, "copy", r->copy);
+  cJSON *q = cJSON_AddObjectToObject(o, "ratio");
+  cJSON_AddNumberToObject(q, "nary_vs_copy", r->copy > 0 ? r->nary / r->copy : 0);
+  cJSON_AddNumberToObject(q, "acc_vs_copy", r->copy > 0 ? r->acc / r->copy : 0);
+  if (r->error[0])
+    cJSON_AddStringToObject(o, "error", r->error);
+  else
+    cJSON_AddNullToObject(o, "error");
+  return o;
+}
+
+int cf_bench_reduce_cuda(cf_context *ctx, int argc, char **argv) {
+  int64_t sizes[MAX_SIZES] = {(int64_t)256 << 20};
+  int n_sizes = 1, samples = 7, reps = 10;
+  bool json = false;
+  for (int i = 0; i < argc; i++) {
+    const char *v;
+    if ((v = opt_value(argc, argv, &i, "--device"))) {
+      if (strcmp(v, "cuda") != 0) return usage("reduce", "--device wants cuda here, got '%s'", v);
+    } else if ((v = opt_value(argc, argv, &i, "--sizes"))) {
+      if (!parse_sizes(v, sizes, &n_sizes))
+        return usage("reduce", "--sizes takes up to 32 byte counts such as 64M,256M (multiples of 4, at most 4G), got '%s'", v);
+    } else if ((v = opt_value(argc, argv, &i, "--samples"))) {
+      if (!parse_int(v, 1, MAX_SAMPLES, &samples)) return usage("reduce", "--samples takes 1..100, got '%s'", v);
+    } else if ((v = opt_value(argc, argv, &i, "--reps"))) {
+      if (!parse_int(v, 1, 100000, &reps)) return usage("reduce", "--reps takes 1..100000, got '%s'", v);
+    } else if (strcmp(argv[i], "--quick") == 0) {
+      sizes[0] = (int64_t)1 << 20, n_sizes = 1, samples = 3, reps = 3;
+    } else if (strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else {
+      return usage("reduce", "unknown option '%s' (--device cuda takes --sizes, --samples, --reps, --quick, --json)", argv[i]);
+    }
+  }
+  cf_device *dev = NULL, *cpu = NULL;
+  cf_status st = cf_device_cuda_create(ctx, 0, &dev);
+  if (st) return cf_tool_fail(ctx, st);
+  if ((st = cf_device_cpu_create(ctx, &cpu))) {
+    dev->ops->destroy(dev);
+    return cf_tool_fail(ctx, st);
+  }
+  int64_t max_bytes = 0;
+  for (int s = 0; s < n_sizes; s++) max_bytes = sizes[s] > max_bytes ? sizes[s] : max_bytes;
+  red_bufs b = {0};
+  int64_t blk = max_bytes < BLOCK_BYTES ? max_bytes : BLOCK_BYTES;
+  for (int j = 0; j < CF_MAX_ARITY && !st; j++) {
+    b.src[j] = dev->ops->alloc(dev, (size_t)max_bytes);
+    b.hsrc[j] = malloc((size_t)blk);
+    if (!b.src[j] || !b.hsrc[j]) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "bench reduce: out of memory for %lld-byte buffers", (long long)max_bytes);
+  }
+  if (!st) {
+    b.dst = dev->ops->alloc(dev, (size_t)max_bytes);
+    b.hdst = malloc((size_t)blk);
+    b.hwant = malloc((size_t)blk);
+    if (!b.dst || !b.hdst || !b.hwant) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "bench reduce: out of memory");
+  }
+  cJSON *root = cJSON_CreateObject(), *rows = NULL;
+  cJSON_AddStringToObject(root, "bench", "reduce");
+  cJSON_AddStringToObject(root, "device", "cuda");
+  cJSON_AddStringToObject(root, "unit", "GB/s (1e9 bytes read + written per second)");
+  cJSON_AddNumberToObject(root, "samples", samples);
+  cJSON_AddNumberToObject(root, "reps", reps);
+  print_gpu(dev, root);
+  cJSON *bc = cJSON_AddObjectToObject(root, "bytes_counted");
+  cJSON_AddStringToObject(bc, "collfuse_nary", "(K+1)*bytes per call");
+  cJSON_AddStringToObject(bc, "collfuse_acc", "3*(K-1)*bytes per K-1 calls");
+  cJSON_AddStringToObject(bc, "copy", "2*bytes per cuMemcpyDtoD");
+  rows = cJSON_AddArrayToObject(root, "results");
+  if (!json && !st) {
+    printf("collfuse bench reduce --device cuda: GB/s = 1e9 bytes read + written per second, median of %d samples of %d "
+           "back-to-back launches (device events)\n",
+           samples, reps);
+    print_gpu(dev, NULL);
+    printf("  n-ary (K+1)*bytes/call; acc 3*(K-1)*bytes per K-1 in-place calls; copy: cuMemcpyDtoD, 2*bytes, same "
+           "run\n");
+    printf("%8s %-9s %-4s %2s | %9s %9s %9s | %7s %7s\n", "size", "dtype", "op", "K", "n-ary", "acc", "copy",
+           "nary/cp", "acc/cp");
+  }
+  bool failed_row = false;
+  for (int s = 0; s < n_sizes && !st; s++) {
+    b.bytes = sizes[s];
+    double copy = copy_rate(dev, b.dst, b.src[0], (size_t)b.bytes, samples, reps);
+    if (copy <= 0 && !(st = cf_device_error(dev, ctx)))
+      st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "bench reduce: cannot measure the copy rate");
+    for (size_t d = 0; d < sizeof red_dtypes / sizeof *red_dtypes && !st; d++) {
+      cf_dtype dt = red_dtypes[d];
+      int es = cf_dtype_size(dt);
+      if ((st = fill_sources(ctx, dev, &b, dt))) break;
+      for (size_t o = 0; o < 2 && !st; o++)
+        for (size_t kk = 0; kk < 2 && !st; kk++) {
+          red_row r = {.dt = dt, .op = red_ops[o], .k = red_sources[kk], .bytes = b.bytes, .copy = copy};
+          red_job j = {.d = dev, .k = r.k, .n = b.bytes / es, .dst = b.dst};
+          j.nary = (cf_kernel_key){.kind = CF_K_NARY, .dtype = dt, .red = r.op, .arity = r.k};
+          j.acc = (cf_kernel_key){.kind = CF_K_ACC, .dtype = dt, .red = r.op};
+          for (int q = 0; q < r.k; q++) j.src[q] = b.src[q];
+          if ((st = dev->ops->prepare(dev, &j.nary)) || (st = dev->ops->prepare(dev, &j.acc)) ||
+              (st = cpu->ops->prepare(cpu, &j.nary)) || (st = cpu->ops->prepare(cpu, &j.acc)))
+            break;
+          double kb = (double)b.bytes;
+          run_nary(&j);
+          if (check_block(dev, cpu, &b, &j.nary, r.k, false, r.error, sizeof r.error)) {
+            r.nary = time_gbps(dev, run_nary, &j, samples, reps, (r.k + 1) * kb);
+            dev->ops->copy(dev, b.dst, b.src[0], (size_t)b.bytes);
+            run_acc(&j);
+            if (check_block(dev, cpu, &b, &j.acc, r.k, true, r.error, sizeof r.error))
+              r.acc = time_gbps(dev, run_acc, &j, samples, reps, 3.0 * (r.k - 1) * kb);
+          }
+          if ((st = cf_device_error(dev, ctx))) break;
+          if (r.error[0]) {
+            failed_row = true;
+            fprintf(stderr, "collfuse bench reduce --device cuda: %s %s K=%d: %s\n", cf_dtype_name(dt),
+                    cf_reduction_name(r.op), r.k, r.error);
+          }
+          if (!json) {
+            char sz[24];
+            size_text(r.bytes, sz, sizeof sz);
+            printf("%8s %-9s %-4s %2d | %9.1f %9.1f %9.1f | %7.3f %7.3f\n", sz, cf_dtype_name(dt),
+                   cf_reduction_name(r.op), r.k, r.nary, r.acc, r.copy, copy > 0 ? r.nary / copy : 0,
+                   copy > 0 ? r.acc / copy : 0);
+            fflush(stdout);
+          }
+          cJSON_AddItemToArray(rows, red_row_json(&r));
+        }
+    }
+  }
+  for (int j = 0; j < CF_MAX_ARITY; j++) {
+    if (b.src[j]) dev->ops->free(dev, b.src[j]);
+    free(b.hsrc[j]);
+  }
+  if (b.dst) dev->ops->free(dev, b.dst);
+  free(b.hdst);
+  free(b.hwant);
+  int rc = 0;
+  if (st) {
+    rc = cf_tool_fail(ctx, st);
+  } else if (json) {
+    char *text = cJSON_PrintUnformatted(root);
+    if (text) puts(text);
+    free(text);
+  }
+  cJSON_Delete(root);
+  cpu->ops->destroy(cpu);
+  dev->ops->destroy(dev);
+  return rc ? rc : failed_row ? EXIT_RUNTIME : 0;
+}
+
+/* ================= bench allreduce --device cuda ================= */
+
+static const cf_algo ar_columns[] = {CF_ALGO_AUTO, CF_ALGO_DIRECT, CF_ALGO_RSAG, CF_ALGO_RING, CF_ALGO_RD};
+enum { AR_COLS = sizeof ar_columns / sizeof ar_columns[0] };
+
+typedef struct ar_world {
+  int n, loops, iters;
+  int64_t count;
+  cf_device *dev;
+  cf_threads_world *w;
+  cf_context **rctx;
+  pthread_barrier_t bar;
+  atomic_int failed;
+  pthread_mutex_t lock;
+  char error[512];
+  cf_algo algos[AR_COLS];
+  int n_algos;
+  double loop_s[AR_COLS][MAX_SAMPLES];
+  int *ranks;
+  float **hin; /* every rank's input on the host, for the check */
+  int64_t *seq;
+} ar_world;
+
+typedef struct ar_rank {
+  ar_world *W;
+  int rank;
+} ar_rank;
+
+static cf_coll_desc ar_desc(int64_t count) {
+  return (cf_coll_desc){.op = CF_OP_ALLREDUCE, .dtype = CF_DT_FLOAT32, .count = count, .red = CF_RED_SUM,
+                        .root = -1, .layout = -1, .group = CF_WORLD_GROUP, .node = "bench"};
+}
+
+static void ar_fail(ar_world *W, const char *text) {
+  pthread_mutex_lock(&W->lock);
+  if (!W->error[0]) snprintf(W->error, sizeof W->error, "%s", text);
+  pthread_mutex_unlock(&W->lock);
+  atomic_store(&W->failed, 1);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool ar_calls(ar_world *W, int rank, cf_comm *c, cf_device *dev, cf_coll_call *call) {
+  for (int k = 0; k < W->iters; k++) {
+    if (atomic_load(&W->failed)) return false;
+    call->desc.seq = W->seq[rank]++;
+    cf_status st = cf_coll_run(c, dev, call);
+    if (!st) st = cf_device_error(dev, c->ctx);
+    if (st) {
+      const char *why;
+      if (!c->ops->aborted(c, &why)) c->ops->abort(c, cf_context_errmsg(c->ctx));
+      ar_fail(W, cf_context_errmsg(c->ctx));
+      return false;
+    }
+  }
+  return true;
+}
+
+/* A sample of out against the float64 sum of the inputs. */
+static void ar_check(ar_world *W, int rank, cf_device *dev, const float *out, cf_algo a) {
+  int64_t stride = W->count > 4096 ? W->count / 4093 : 1;
+  float v;
+  for (int64_t i = 0; i < W->count && !atomic_load(&W->failed); i += stride) {
+    if (cf_device_download(dev, &v, out + i, sizeof v)) {
+      ar_fail(W, cf_context_errmsg(dev->ctx));
+      return;
+    }
+    double want = 0, mag = 0;
+    for (int r = 0; r < W->n; r++) want += W->hin[r][i], mag += fabs(W->hin[r][i]);
+    if (fabs(v - want) > 2.0 * W->n * FLT_EPSILON * mag) {
+      char text[256];
+      snprintf(text, sizeof text, "%s: wrong result on rank %d at %lld bytes, index %lld: %.9g, expected %.9g",
+               cf_algo_name(a), rank, (long long)(W->count * 4), (long long)i, (double)v, want);
+      ar_fail(W, text);
+    }
+  }
+}
+
+static void *ar_rank_main(void *arg) {
+  ar_rank *R = arg;
+  ar_world *W = R->W;
+  int me = R->rank, n = W->n;
+  cf_comm *c = cf_threads_comm(W->w, me, W->rctx[me]);
+  cf_device *dev = NULL;
+  size_t bytes = (size_t)W->count * sizeof(float), scratch_bytes = 0;
+  cf_coll_desc desc = ar_desc(W->count);
+  for (int a = 0; a < W->n_algos; a++) {
+    size_t s = cf_coll_scratch_bytes(&desc, n, W->algos[a], c->ops->zero_copy);
+    scratch_bytes = s > scratch_bytes ? s : scratch_bytes;
+  }
+  float *in = NULL, *out = NULL;
+  void *scratch = NULL;
+  if (cf_device_view(W->dev, W->rctx[me], me, 1, &dev)) {
+    ar_fail(W, cf_context_errmsg(W->rctx[me]));
+  } else {
+    in = dev->ops->alloc(dev, bytes);
+    out = dev->ops->alloc(dev, bytes);
+    scratch = dev->ops->alloc(dev, scratch_bytes);
+    if (!in || !out || !scratch) {
+      char text[128];
+      snprintf(text, sizeof text, "rank %d: out of GPU memory for %zu-byte buffers", me, bytes);
+      ar_fail(W, text);
+    } else if (cf_device_upload(dev, in, W->hin[me], bytes)) {
+      ar_fail(W, cf_context_errmsg(W->rctx[me]));
+    }
+  }
+  pthread_barrier_wait(&W->bar);
+  for (int a = 0; a < W->n_algos; a++) {
+    cf_coll_call call = {.desc = desc, .ranks = W->ranks, .n = n, .me = me, .in = in, .out = out,
+                         .scratch = scratch, .scratch_bytes = scratch_bytes, .algo = W->algos[a]};
+    ar_calls(W, me, c, dev, &call); /* warm-up */
+    pthread_barrier_wait(&W->bar);
+    if (!atomic_load(&W->failed)) ar_check(W, me, dev, out, W->algos[a]);
+    pthread_barrier_wait(&W->bar);
+    for (int l = 0; l < W->loops; l++) {
+      pthread_barrier_wait(&W->bar);
+      double t0 = now_s();
+      ar_calls(W, me, c, dev, &call);
+      pthread_barrier_wait(&W->bar);
+      if (me == 0) W->loop_s[a][l] = (now_s() - t0) / W->iters;
+    }
+  }
+  if (dev) {
+    dev->ops->free(dev, in);
+    dev->ops->free(dev, out);
+    dev->ops->free(dev, scratch);
+  }
+  return NULL;
+}
+
+typedef struct ar_row {
+  int64_t bytes;
+  int iters;
+  cf_algo run[AR_COLS];
+  double us[AR_COLS];
+} ar_row;
+
+static bool ar_measure(ar_world *W, ar_row *row, int only) {
+  W->count = row->bytes / 4;
+  W->iters = row->iters;
+  W->n_algos = 0;
+  cf_coll_desc desc = ar_desc(W->count);
+  int slot[AR_COLS];
+  for (int k = 0; k < AR_COLS; k++) {
+    slot[k] = -1;
+    row->run[k] = cf_coll_select(&desc, W->n, false, ar_columns[k]);
+    if (k > 0 && only >= 0 && (int)ar_columns[k] != only) continue;
+    for (int a = 0; a < W->n_algos; a++)
+      if (W->algos[a] == row->run[k]) slot[k] = a;
+    if (slot[k] < 0) slot[k] = W->n_algos, W->algos[W->n_algos++] = row->run[k];
+  }
+  for (int r = 0; r < W->n; r++) {
+    W->hin[r] = malloc((size_t)W->count * sizeof(float) + 4);
+    if (!W->hin[r]) {
+      ar_fail(W, "out of host memory");
+      break;
+    }
+    cf_fill_random(W->hin[r], CF_DT_FLOAT32, W->count, 1, r, "bench");
+  }
+  pthread_t th[MAX_RANKS];
+  ar_rank R[MAX_RANKS];
+  int started = 0;
+  for (int r = 0; r < W->n && !atomic_load(&W->failed); r++, started++) {
+    R[r] = (ar_rank){.W = W, .rank = r};
+    if (pthread_create(&th[r], NULL, ar_rank_main, &R[r]) != 0) {
+      fprintf(stderr, "collfuse bench allreduce: cannot start %d threads\n", W->n);
+      exit(EXIT_RUNTIME); /* the started ranks would wait at the barrier forever */
+    }
+  }
+  for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < W->n; r++) free(W->hin[r]), W->hin[r] = NULL;
+  if (atomic_load(&W->failed)) return false;
+  for (int k = 0; k < AR_COLS; k++) row->us[k] = slot[k] < 0 ? 0 : 1e6 * median(W->loop_s[slot[k]], W->loops);
+  return true;
+}
+
+static double gbps(int64_t bytes, double us) { return us > 0 ? (double)bytes / (us * 1e3) : 0; }
+
+int cf_bench_allreduce_cuda(cf_context *ctx, int argc, char **argv) {
+  static const int64_t defaults[] = {8,         64,        512,       4 << 10,   32 << 10,  256 << 10,
+                                     1 << 20,   4 << 20,   16 << 20,  64 << 20,  256 << 20, (int64_t)1 << 30};
+  int64_t sizes[MAX_SIZES];
+  int n_sizes = (int)(sizeof defaults / sizeof *defaults), ranks = 8, loops = 10, iters = 0, only = -1;
+  memcpy(sizes, defaults, sizeof defaults);
+  bool json = false;
+  for (int i = 0; i < argc; i++) {
+    const char *v;
+    if ((v = opt_value(argc, argv, &i, "--device"))) {
+      if (strcmp(v, "cuda") != 0) return usage("allreduce", "--device wants cuda here, got '%s'", v);
+    } else if ((v = opt_value(argc, argv, &i, "--ranks"))) {
+      if (!parse_int(v, 1, MAX_RANKS, &ranks)) return usage("allreduce", "--ranks takes 1..64, got '%s'", v);
+    } else if ((v = opt_value(argc, argv, &i, "--sizes"))) {
+      if (!parse_sizes(v, sizes, &n_sizes))
+        return usage("allreduce", "--sizes takes up to 32 byte counts such as 8,64K,256M (multiples of 4, at most 4G), got '%s'", v);
+    } else if ((v = opt_value(argc, argv, &i, "--loops"))) {
+      if (!parse_int(v, 1, MAX_SAMPLES, &loops)) return usage("allreduce", "--loops takes 1..100, got '%s'", v);
+    } else if ((v = opt_value(argc, argv, &i, "--iters"))) {
+      if (!parse_int(v, 1, 100000, &iters)) return usage("allreduce", "--iters takes 1..100000, got '%s'", v);
+    } else if ((v = opt_value(argc, argv, &i, "--algo"))) {
+      only = cf_algo_parse(v);
+      if (only < 0 || only == CF_ALGO_MPI_NATIVE) return usage("allreduce", "--algo takes auto, direct, rsag, ring or rd, got '%s'", v);
+    } else if (strcmp(argv[i], "--quick") == 0) {
+      sizes[0] = 4096, sizes[1] = 1 << 20, n_sizes = 2, loops = 3;
+    } else if (strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else {
+      return usage("allreduce", "unknown option '%s' (--device cuda takes --ranks, --sizes, --loops, --iters, --algo, --quick, --json)", argv[i]);
+    }
+  }
+  ar_world W = {.n = ranks, .loops = loops};
+  cf_status st = cf_device_cuda_create(ctx, -1, &W.dev);
+  if (st) return cf_tool_fail(ctx, st);
+  int64_t max_bytes = 0;
+  for (int s = 0; s < n_sizes; s++) max_bytes = sizes[s] > max_bytes ? sizes[s] : max_bytes;
+  /* the copy peer: one buffer pair of the largest size (at most 1 GiB) on GPU 0 */
+  int64_t cbytes = max_bytes < ((int64_t)256 << 20) ? (int64_t)256 << 20 : max_bytes;
+  void *ca = W.dev->ops->alloc(W.dev, (size_t)cbytes), *cb = W.dev->ops->alloc(W.dev, (size_t)cbytes);
+  double copy = ca && cb ? copy_rate(W.dev, cb, ca, (size_t)cbytes, 7, 10) : 0;
+  if (ca) W.dev->ops->free(W.dev, ca);
+  if (cb) W.dev->ops->free(W.dev, cb);
+  if (copy <= 0) {
+    st = cf_device_error(W.dev, ctx);
+    if (!st) st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "bench allreduce: cannot measure the copy rate (GPU memory?)");
+  }
+  if (!st) st = cf_threads_world_create(ctx, ranks, 60, &W.w);
+  W.rctx = calloc((size_t)ranks, sizeof *W.rctx);
+  W.hin = calloc((size_t)ranks, sizeof *W.hin);
+  W.seq = calloc((size_t)ranks, sizeof *W.seq);
+  W.ranks = calloc((size_t)ranks, sizeof *W.ranks);
+  if (!st && (!W.rctx || !W.hin || !W.seq || !W.ranks)) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  for (int r = 0; !st && r < ranks; r++) W.ranks[r] = r, st = cf_context_create(&W.rctx[r]);
+  cf_coll_desc desc = ar_desc(1 << 20);
+  cf_kernel_key keys[8];
+  int nk = st ? 0 : cf_coll_kernels(&desc, ranks, keys, 8);
+  for (int k = 0; k < nk && !st; k++) st = W.dev->ops->prepare(W.dev, &keys[k]);
+  int rc = 0;
+  if (st) {
+    rc = cf_tool_fail(ctx, st);
+    goto done;
+  }
+  pthread_barrier_init(&W.bar, NULL, (unsigned)ranks);
+  pthread_mutex_init(&W.lock, NULL);
+  double f = ranks > 1 ? 2.0 * (ranks - 1) / ranks : 1;
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "bench", "allreduce");
+  cJSON_AddStringToObject(root, "device", "cuda");
+  cJSON_AddStringToObject(root, "transport", "threads");
+  cJSON_AddNumberToObject(root, "ranks", ranks);
+  cJSON_AddStringToObject(root, "dtype", "float32");
+  cJSON_AddStringToObject(root, "reduction", "sum");
+  cJSON_AddNumberToObject(root, "loops", loops);
+  cJSON_AddNumberToObject(root, "busbw_factor", f);
+  cJSON_AddNumberToObject(root, "copy_gbps", copy);
+  print_gpu(W.dev, root);
+  cJSON *results = cJSON_AddArrayToObject(root, "results");
+  if (!json) {
+    printf("collfuse bench allreduce --device cuda: %d ranks (threads transport, a stream each), float32 sum, out of place\n",
+           ranks);
+    print_gpu(W.dev, NULL);
+    printf("  us: median over %d loops of K back-to-back calls; algbw = bytes/time, busbw = algbw * %.2f (GB/s);\n"
+           "  copy: cuMemcpyDtoD on one GPU, %.1f GB/s (bytes read + written), busbw/copy against it\n",
+           loops, f, copy);
+    printf("%6s %5s | %6s %10s %8s %8s %7s | %10s %10s %10s %10s\n", "size", "K", "auto", "us", "algbw", "busbw",
+           "bb/copy", "direct", "rsag", "ring", "rd");
+  }
+  for (int s = 0; s < n_sizes; s++) {
+    int64_t k = ((int64_t)256 << 20) / sizes[s];
+    ar_row row = {.bytes = sizes[s], .iters = iters ? iters : (int)(k < 1 ? 1 : k > 200 ? 200 : k)};
+    if (!ar_measure(&W, &row, only)) {
+      fprintf(stderr, "collfuse bench allreduce --device cuda: %lld bytes: %s\n", (long long)sizes[s], W.error);
+      rc = EXIT_RUNTIME;
+      break;
+    }
+    double ab = gbps(row.bytes, row.us[0]);
+    if (!json) {
+      char sz[24], c[AR_COLS][24];
+      size_text(row.bytes, sz, sizeof sz);
+      for (int q = 1; q < AR_COLS; q++) {
+        if (row.us[q] > 0)
+          snprintf(c[q], sizeof c[q], row.run[q] != ar_columns[q] ? "%.1f*" : "%.1f", row.us[q]);
+        else
+          snprintf(c[q], sizeof c[q], "-");
+      }
+      printf("%6s %5d | %6s %10.1f %8.2f %8.2f %7.3f | %10s %10s %10s %10s\n", sz, row.iters,
+             cf_algo_name(row.run[0]), row.us[0], ab, ab * f, copy > 0 ? ab * f / copy : 0, c[1], c[2], c[3], c[4]);
+      fflush(stdout);
+    }
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "bytes", (double)row.bytes);
+    cJSON_AddNumberToObject(j, "iters", row.iters);
+    cJSON_AddStringToObject(j, "auto_algo", cf_algo_name(row.run[0]));
+    cJSON *cols = cJSON_AddObjectToObject(j, "collfuse");
+    for (int q = 0; q < AR_COLS; q++) {
+      if (row.us[q] <= 0) {
+        cJSON_AddNullToObject(cols, cf_algo_name(ar_columns[q]));
+        continue;
+      }
+      cJSON *t = cJSON_AddObjectToObject(cols, cf_algo_name(ar_columns[q]));
+      cJSON_AddNumberToObject(t, "us", row.us[q]);
+      cJSON_AddNumberToObject(t, "algbw_gbps", gbps(row.bytes, row.us[q]));
+      cJSON_AddNumberToObject(t, "busbw_gbps", gbps(row.bytes, row.us[q]) * f);
+      cJSON_AddNumberToObject(t, "busbw_vs_copy", copy > 0 ? gbps(row.bytes, row.us[q]) * f / copy : 0);
+      cJSON_AddStringToObject(t, "algo_run", cf_algo_name(row.run[q]));
+    }
+    cJSON_AddItemToArray(results, j);
+  }
+  if (!rc && json) {
+    char *text = cJSON_PrintUnformatted(root);
+    if (text) puts(text);
+    free(text);
+  }
+  cJSON_Delete(root);
+  pthread_barrier_destroy(&W.bar);
+  pthread_mutex_destroy(&W.lock);
+done:
+  for (int r = 0; W.rctx && r < ranks; r++) cf_context_destroy(W.rctx[r]);
+  free(W.rctx);
+  free(W.hin);
+  free(W.seq);
+  free(W.ranks);
+  cf_threads_world_destroy(W.w);
+  if (W.dev) W.dev->ops->destroy(W.dev);
+  return rc;
+}
