@@ -15,12 +15,13 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const algo_names[CF_ALGO_MPI_NATIVE + 1] = {
+static const char *const algo_names[CF_ALGO_AUTO_NATIVE + 1] = {
     [CF_ALGO_AUTO] = "auto", [CF_ALGO_DIRECT] = "direct", [CF_ALGO_RD] = "rd",
-    [CF_ALGO_RING] = "ring", [CF_ALGO_RSAG] = "rsag",     [CF_ALGO_MPI_NATIVE] = "mpi-native"};
+    [CF_ALGO_RING] = "ring", [CF_ALGO_RSAG] = "rsag",     [CF_ALGO_MPI_NATIVE] = "mpi-native",
+    [CF_ALGO_AUTO_NATIVE] = "auto"};
 
 const char *cf_algo_name(cf_algo a) {
-  return a >= 0 && a <= CF_ALGO_MPI_NATIVE && algo_names[a] ? algo_names[a] : "?";
+  return a >= 0 && a <= CF_ALGO_AUTO_NATIVE && algo_names[a] ? algo_names[a] : "?";
 }
 
 int cf_algo_parse(const char *s) {
@@ -34,6 +35,11 @@ int cf_algo_parse(const char *s) {
  * algorithms; chosen from `collfuse bench allreduce` (docs/executor.md). */
 #define SMALL_BYTES ((int64_t)64 << 10)
 
+/* On the MPI transport, AUTO runs MPI_Allreduce itself up to this many
+ * bytes per rank, where one MPI call beats collfuse's direct exchange over
+ * MPI point-to-point (bench allreduce --backend mpi, docs/executor.md). */
+#define NATIVE_BYTES ((int64_t)2 << 10)
+
 static bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo forced) {
@@ -41,14 +47,26 @@ cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo
     if (n > 1 && !deterministic) return CF_ALGO_MPI_NATIVE;
     forced = CF_ALGO_AUTO;
   }
+  if (forced == CF_ALGO_AUTO_NATIVE) { /* MPI's own AllReduce where it measured faster */
+    if (n > 1 && !deterministic && d->op == CF_OP_ALLREDUCE &&
+        d->count * cf_dtype_size(d->dtype) <= NATIVE_BYTES)
+      return CF_ALGO_MPI_NATIVE;
+    forced = CF_ALGO_AUTO;
+  }
   if (d->op != CF_OP_ALLREDUCE || n <= 1) return CF_ALGO_DIRECT;
   cf_algo a = forced;
   if (a == CF_ALGO_AUTO) {
     int64_t bytes = d->count * cf_dtype_size(d->dtype);
-    if (bytes <= SMALL_BYTES || d->count < n) a = CF_ALGO_DIRECT;
-    else a = deterministic ? CF_ALGO_RSAG : CF_ALGO_RING;
+    /* measured (bench allreduce, docs/executor.md): on a single-copy
+     * transport the two-exchange rsag beats the 2(n-1)-step ring at every
+     * size where direct stops winning */
+    a = bytes <= SMALL_BYTES || d->count < n ? CF_ALGO_DIRECT : CF_ALGO_RSAG;
   }
-  if (deterministic && a == CF_ALGO_RING) a = CF_ALGO_RSAG;
+  /* integer mean sums exactly in int64 inside one n-ary kernel; ring and
+   * rd would round partial sums to the type */
+  bool int_mean = d->red == CF_RED_MEAN && !cf_dtype_is_float(d->dtype);
+  if ((deterministic || int_mean) && a == CF_ALGO_RING) a = CF_ALGO_RSAG;
+  if (int_mean && a == CF_ALGO_RD) a = CF_ALGO_DIRECT;
   if ((deterministic || !pow2(n)) && a == CF_ALGO_RD) a = CF_ALGO_DIRECT;
   return a;
 }
@@ -92,6 +110,15 @@ bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b,
                            size_t len) {
   char va[128], vb[128];
   const char *what = NULL;
+  if (a->op == CF_OP_INVALID || b->op == CF_OP_INVALID) { /* exec.c's barriers */
+    if (a->op == b->op) return false;
+    snprintf(text, len,
+             "cross-rank mismatch: rank %d is at %s but rank %d is at %s (the ranks run different "
+             "collective sequences)",
+             ra, a->op == CF_OP_INVALID ? "an iteration barrier" : a->node ? a->node : "a collective", rb,
+             b->op == CF_OP_INVALID ? "an iteration barrier" : b->node ? b->node : "a collective");
+    return true;
+  }
   if (a->op != b->op || strcmp(a->group, b->group) != 0 || a->seq != b->seq) {
     what = "collective";
     snprintf(va, sizeof va, "%s #%lld of group '%s'", cf_op_table[a->op].name, (long long)a->seq,
@@ -168,6 +195,14 @@ void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const v
     dev->ops->nary(dev, &nk, dst, src, n, div);
     return;
   }
+  if (mean && !cf_dtype_is_float(dt)) { /* exact: sum in int64, divide, truncate */
+    for (int64_t i = 0; i < n; i++) {
+      int64_t sum = 0;
+      for (int j = 0; j < k; j++) sum += cf_load_i64(src[j], dt, i);
+      cf_store_i64(dst, dt, i, final ? sum / (int64_t)call->n : sum);
+    }
+    return;
+  }
   int base = mean ? CF_RED_SUM : red;
   cf_kernel_key nk = key_of(CF_K_NARY, dt, base, CF_MAX_ARITY);
   cf_kernel_key ak = key_of(CF_K_ACC, dt, base, 0);
@@ -188,16 +223,45 @@ static cf_status coll_native(cf_comm *c, cf_device *dev, const cf_coll_call *cal
   return c->ops->native(c, dev, call);
 }
 
-cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
-  if (call->algo == CF_ALGO_MPI_NATIVE) return coll_native(c, dev, call);
-  switch (call->desc.op) {
-  case CF_OP_ALLREDUCE:
+static cf_status allreduce(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     switch (call->algo) {
     case CF_ALGO_RING: return cf_algo_ring(c, dev, call);
     case CF_ALGO_RD: return cf_algo_rd(c, dev, call);
     case CF_ALGO_RSAG: return cf_algo_rsag(c, dev, call);
     default: return cf_algo_direct(c, dev, call);
     }
+}
+
+/* A large AllReduce runs as segments of SEGMENT_BYTES, one after the
+ * other: what a peer reads in the all-gather was written moments before
+ * and is still in the shared cache, where one pass over 100 MiB would
+ * fetch it from DRAM twice (bench fusion: one 97 MiB call was slower than
+ * four 25 MiB buckets). Each element's reduction is unchanged. */
+#define SEGMENT_BYTES ((int64_t)4 << 20)
+
+static cf_status allreduce_segments(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  int64_t es = cf_dtype_size(call->desc.dtype), seg = SEGMENT_BYTES / es;
+  if (call->algo == CF_ALGO_DIRECT || call->desc.count <= 2 * seg) return allreduce(c, dev, call);
+  cf_coll_call part = *call;
+  cf_status st = CF_OK;
+  for (int64_t off = 0; off < call->desc.count && !st; off += seg) {
+    part.desc.count = call->desc.count - off < seg ? call->desc.count - off : seg;
+    part.in = (const char *)call->in + off * es;
+    part.out = (char *)call->out + off * es;
+    st = allreduce(c, dev, &part);
+  }
+  return st;
+}
+
+cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  if ((call->desc.op == CF_OP_REDUCE || call->desc.op == CF_OP_BROADCAST) &&
+      (call->desc.root < 0 || call->desc.root >= call->n))
+    return cf_error(c->ctx, CF_ERR_INVALID, NULL, 0, "%s '%s': root %d is not a rank of group '%s' (%d ranks)",
+                    cf_op_table[call->desc.op].name, call->desc.node ? call->desc.node : "?",
+                    call->desc.root, call->desc.group, call->n);
+  if (call->algo == CF_ALGO_MPI_NATIVE) return coll_native(c, dev, call);
+  switch (call->desc.op) {
+  case CF_OP_ALLREDUCE: return allreduce_segments(c, dev, call);
   case CF_OP_REDUCESCATTER: return cf_algo_reduce_scatter(c, dev, call);
   case CF_OP_ALLGATHER: return cf_algo_all_gather(c, dev, call);
   case CF_OP_REDUCE: return cf_algo_reduce(c, dev, call);

@@ -107,10 +107,13 @@ static cf_status wait_ticket(void *impl, uint64_t ticket) {
 /* Dissemination barrier over the transport (log2 n rounds). */
 static cf_status barrier(rank_run *r) {
   int n = r->p->ranks, me = r->rank;
+  /* a descriptor of its own, so a rank still in a collective says so */
+  static const cf_coll_desc bar = {.op = CF_OP_INVALID, .red = -1, .root = -1, .layout = -1,
+                                   .group = CF_WORLD_GROUP, .node = "<barrier>"};
   for (int d = 1; d < n; d <<= 1) {
     const void *p;
-    cf_status st = r->comm->ops->send(r->comm, (me + d) % n, NULL, 0, NULL);
-    if (!st) st = r->comm->ops->recv(r->comm, (me - d + n) % n, NULL, 0, NULL, &p);
+    cf_status st = r->comm->ops->send(r->comm, (me + d) % n, NULL, 0, &bar);
+    if (!st) st = r->comm->ops->recv(r->comm, (me - d + n) % n, NULL, 0, &bar, &p);
     if (!st) st = r->comm->ops->release(r->comm, (me - d + n) % n);
     if (st) return st;
   }
@@ -261,9 +264,10 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     case CF_STEP_COMPUTE: st = compute(r, &p->g->nodes[sp->node], tin, tout); break;
     case CF_STEP_COPY: r->dev->ops->copy(r->dev, r->arena + sp->dst, r->vptr[sp->val], (size_t)sp->bytes); break;
     case CF_STEP_START:
-      if (p->colls[sp->coll].inline_ok) {
-        st = run_call(r, &r->calls[sp->coll]);
-        s++; /* its WAIT */
+      if (p->colls[sp->coll].inline_ok) { /* after what is in flight, on this thread */
+        st = wait_ticket(r, (uint64_t)r->started);
+        if (!st) st = run_call(r, &r->calls[sp->coll]);
+        r->ticket[sp->coll] = 0; /* its WAIT has nothing to wait for */
       } else {
         r->ticket[sp->coll] = (int64_t)start_call(r, &r->calls[sp->coll]);
       }

@@ -350,9 +350,10 @@ cf_comm *cf_mpi_comm(cf_mpi_world *w);
 /* Ranks of the job on this node (MPI_COMM_TYPE_SHARED), and its name. */
 int cf_mpi_local_size(const cf_mpi_world *w);
 const char *cf_mpi_host(const cf_mpi_world *w);
-/* For --algo mpi-native: one MPI communicator per group of plan p's
- * collectives (MPI_Comm_create_group, in plan order, so every rank must
- * call it with the same plan before cf_exec_run_comm). No-op otherwise. */
+/* For --algo mpi-native and CF_ALGO_AUTO_NATIVE: one MPI communicator per
+ * group of plan p's collectives (MPI_Comm_create_group, in plan order, so
+ * every rank must call it with the same plan before cf_exec_run_comm).
+ * No-op for other algorithms. */
 cf_status cf_mpi_prepare_native(cf_mpi_world *w, const struct cf_plan *p);
 /* v[i] = the maximum of v[i] over every rank (for combining verification
  * results); honours the timeout and the abort flag. */
@@ -377,8 +378,10 @@ typedef enum cf_algo {
   CF_ALGO_RING,   /* ring reduce-scatter + ring all-gather */
   CF_ALGO_RSAG,   /* direct reduce-scatter + direct all-gather (rank order) */
   CF_ALGO_COUNT,  /* collfuse's own algorithms (every transport runs them) are below */
-  CF_ALGO_MPI_NATIVE = CF_ALGO_COUNT + 1 /* the transport's own collectives (MPI's, the
-                                          * native slot): every op, for comparison */
+  CF_ALGO_MPI_NATIVE = CF_ALGO_COUNT + 1, /* the transport's own collectives (MPI's, the
+                                           * native slot): every op, for comparison */
+  CF_ALGO_AUTO_NATIVE /* AUTO on a transport with a native slot: its collective where it
+                       * measured faster (small AllReduce), else as AUTO */
 } cf_algo;
 const char *cf_algo_name(cf_algo a);
 int cf_algo_parse(const char *s); /* -1 when unknown */

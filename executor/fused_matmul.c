@@ -96,7 +96,8 @@ static void chunk_call(const cf_plan *p, const cf_pcoll *pc, const cf_coll_call 
   *call = *tmpl;
   call->in = in;
   call->out = out;
-  call->desc.count = count;
+  /* a rank whose descriptor differs from the plan's keeps differing */
+  call->desc.count = count + (tmpl->desc.count - pc->desc.count);
   *seg = (cf_coll_seg){.in_off = 0, .out_off = 0, .count = seg_count};
   call->segs = seg;
   call->n_segs = 1;

@@ -237,6 +237,10 @@ static cf_status place(builder *b) {
   int64_t peak = 0;
   for (int i = 0; i < b->n_blocks; i++) {
     block *bl = &b->blocks[order[i]];
+    if (bl->bytes == 0) { /* nothing is ever read or written there */
+      bl->addr = 0;
+      continue;
+    }
     if (bl->last < bl->first) bl->first = bl->last = 0; /* never used: still give it room */
     int64_t addr = 0;
     for (bool moved = true; moved;) {
@@ -519,16 +523,19 @@ static cf_status build(builder *b) {
     }
   free(waited);
   if (st) return st;
-  /* a collective's blocks live from START to WAIT; inline when adjacent */
-  int outstanding = 0;
+  /* a collective's blocks live from START to WAIT. A collective with no
+   * compute between its START and WAIT has nothing to overlap with: it runs
+   * inline on the rank thread (after whatever is still in flight), which
+   * saves the hand-off to the communication thread (two context switches) */
   for (int s = 0; s < p->n_steps; s++) {
     cf_step *sp = &p->steps[s];
     if (sp->kind == CF_STEP_START) {
-      p->colls[sp->coll].inline_ok = outstanding == 0 && s + 1 < p->n_steps &&
-                                     p->steps[s + 1].kind == CF_STEP_WAIT && p->steps[s + 1].coll == sp->coll;
-      outstanding++;
+      bool alone = true;
+      int w = s + 1;
+      for (; w < p->n_steps && !(p->steps[w].kind == CF_STEP_WAIT && p->steps[w].coll == sp->coll); w++)
+        if (p->steps[w].kind != CF_STEP_START && p->steps[w].kind != CF_STEP_WAIT) alone = false;
+      p->colls[sp->coll].inline_ok = alone;
     } else if (sp->kind == CF_STEP_WAIT) {
-      outstanding--;
       int c = sp->coll;
       live(&b->blocks[b->coll_in[c]], s, s);
       live(&b->blocks[b->coll_out[c]], s, s);

@@ -332,6 +332,15 @@ static void test_infer_fused_matmul(void **state) {
   ASSERT_ERR(cf_target_check(g, cf_target_find("atlas-910")), CF_ERR_INVALID,
              "MatmulReduceScatter is not supported");
   attr(g, mrs, "world_size", "3");
+  ASSERT_ERR(finish(g), CF_ERR_INVALID, "world_size=3 but group 'hccl_world_group' has 16 ranks");
+  cf_graph_destroy(g);
+
+  g = new_graph(3);
+  x1 = add(g, "x1", "Input", "float16", "32,128");
+  x2 = add(g, "x2", "Input", "float16", "128,32");
+  mrs = add(g, "mrs", "MatmulReduceScatter", NULL, NULL);
+  attr(g, mrs, "world_size", "3");
+  inputs(g, mrs, 2, x1, x2);
   ASSERT_ERR(finish(g), CF_ERR_INVALID, "m=32 is not divisible by world_size=3");
   cf_graph_destroy(g);
 }

@@ -704,7 +704,8 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   for (int k = 0; k < N_COLS; k++) {
     slot[k] = -1;
     row->us[k] = 0;
-    row->run[k] = cf_coll_select(&desc, B->n, false, columns[k]);
+    /* auto is what `run --backend mpi` picks: MPI's own for small messages */
+    row->run[k] = cf_coll_select(&desc, B->n, false, k == 0 ? CF_ALGO_AUTO_NATIVE : columns[k]);
     if (k > 0 && o->algo >= 0 && (int)columns[k] != o->algo) continue;
     if (bytes > ((size_t)64 << 20) && (row->run[k] == CF_ALGO_DIRECT || row->run[k] == CF_ALGO_RD)) continue;
     for (int a = 0; a < n_algos; a++)
@@ -728,23 +729,27 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   } else {
     cf_fill_random(in, CF_DT_FLOAT32, count, 1, B->me, "bench");
   }
-  double loop_s[MAX_LOOPS], us[N_COLS + 1] = {0};
+  /* warm-up and check every algorithm, then time them round-robin, so a
+   * noisy neighbour or a frequency change hits every column alike */
+  double loop_s[N_COLS + 1][MAX_LOOPS], us[N_COLS + 1] = {0};
+  cf_coll_call call[N_COLS + 1];
   for (int a = 0; a < n_algos && ok; a++) {
-    cf_coll_call call = {.desc = desc, .ranks = B->ranks, .n = B->n, .me = B->me, .in = in, .out = out,
-                         .scratch = scratch, .scratch_bytes = scratch_bytes ? scratch_bytes : 64,
-                         .algo = algos[a]};
+    call[a] = (cf_coll_call){.desc = desc, .ranks = B->ranks, .n = B->n, .me = B->me, .in = in, .out = out,
+                             .scratch = scratch, .scratch_bytes = scratch_bytes ? scratch_bytes : 64,
+                             .algo = algos[a]};
     memset(out, 0, bytes);
-    ok = mpi_calls(B, &call, row->iters) && mpi_sync(B); /* warm-up */
+    ok = mpi_calls(B, &call[a], row->iters) && mpi_sync(B);
     if (ok && a == 0) memcpy(ref, out, bytes);
     if (ok && a > 0) ok = mpi_check(B, out, ref, count, algos[a]);
-    for (int l = 0; l < o->loops && ok; l++) {
+  }
+  for (int l = 0; l < o->loops && ok; l++)
+    for (int a = 0; a < n_algos && ok; a++) {
       ok = mpi_sync(B);
       double t0 = now_s();
-      ok = ok && mpi_calls(B, &call, row->iters) && mpi_sync(B);
-      loop_s[l] = (now_s() - t0) / row->iters;
+      ok = ok && mpi_calls(B, &call[a], row->iters) && mpi_sync(B);
+      loop_s[a][l] = (now_s() - t0) / row->iters;
     }
-    if (ok) us[a] = 1e6 * median(loop_s, o->loops);
-  }
+  for (int a = 0; a < n_algos && ok; a++) us[a] = 1e6 * median(loop_s[a], o->loops);
   if (ok) {
     row->mpi_us = us[0];
     for (int k = 0; k < N_COLS; k++) row->us[k] = slot[k] < 0 ? 0 : us[slot[k]];

@@ -179,7 +179,7 @@ static cf_status compile(cf_context *ctx, const run_args *a, const char *pipelin
   if (!st) {
     if (*ranks == 0) *ranks = g->world_size > 0 ? (int)g->world_size : 1;
     g->world_size = *ranks;
-    cf_pass_options popt = {.split = a->split, .cost = a->cost};
+    cf_pass_options popt = {.split = a->split, .cost = a->cost, .target = a->target};
     st = cf_graph_verify(g, a->target);
     if (!st) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
     if (!st) st = cf_graph_verify(g, a->target);
@@ -296,7 +296,7 @@ static void mutate(void *user, int rank, cf_coll_desc *d, int index) {
   if (strcmp(h->field, "count") == 0) d->count *= 2;
   else if (strcmp(h->field, "dtype") == 0) d->dtype = d->dtype == CF_DT_FLOAT32 ? CF_DT_FLOAT16 : CF_DT_FLOAT32;
   else if (strcmp(h->field, "reduction") == 0) d->red = d->red == CF_RED_SUM ? CF_RED_MAX : CF_RED_SUM;
-  else if (strcmp(h->field, "root") == 0) d->root = d->root + 1;
+  else if (strcmp(h->field, "root") == 0) d->root = d->root == 0 ? 1 : 0;
 }
 
 static void test_hooks(cf_run_options *o, mismatch_hook *h) {
@@ -410,6 +410,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                         .verbose = a.verbose, .staged = a.mpi,
                         .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA : CF_DEVICE_CPU};
   test_hooks(&opt, &hook);
+  /* on MPI, auto may pick MPI's own AllReduce for small messages */
+  if (a.mpi && opt.algo == CF_ALGO_AUTO) opt.algo = CF_ALGO_AUTO_NATIVE;
   /* --backend mpi: this process is rank `me` of MPI's world */
   cf_mpi_world *world = NULL;
   cf_comm *comm = NULL;

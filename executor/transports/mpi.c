@@ -6,10 +6,14 @@
  * so collfuse's own algorithms and kernels run unchanged (as UCC runs its
  * algorithms over UCX). A message is a header on one tag (the collective's
  * descriptor with its group and node names, the payload size, and the
- * payload itself when all of it fits in MSG_INLINE bytes, below the shared
- * memory eager limit, so a small message is one eager MPI message) and,
- * for larger payloads, the payload on a second tag, received straight into
- * the caller's staging buffer. Each peer's next header receive is always posted, so headers land
+ * payload itself up to INLINE_BYTES, so that the message stays below the
+ * shared memory eager limit and a small message is one eager MPI message)
+ * and, for larger payloads, the payload on a second tag, received straight
+ * into the caller's staging buffer once the header has been checked (a
+ * payload that does not belong is never received). Payloads up to
+ * SPLIT_MAX go in eager pieces, which beats the rendezvous a single
+ * message would need; larger ones go whole (shared memory's single copy
+ * then reads them straight from the sender). Each peer's next header receive is always posted, so headers land
  * without an unexpected-message copy. A send is released when its MPI
  * requests complete: the data then sit in the receiver's staging (or MPI's
  * buffers) and the sender may reuse its buffer.
@@ -33,8 +37,11 @@
  * one communicator per graph group, created before the run
  * (cf_mpi_prepare_native); float16/bfloat16 reductions use user-defined
  * MPI_Ops that compute in float32; integer mean sums in int64 as collfuse's
- * kernels do. MPI's blocking collectives honour neither the deadline nor the
- * descriptor checks (the fingerprint check still runs before them).
+ * kernels do. MPI's collectives block inside MPI, where no deadline or abort
+ * check can run: a watchdog thread does it for them, and ends the whole job
+ * (MPI_Abort, exit 3) with the reason if a native collective outlives the
+ * run's timeout or another rank fails meanwhile. They carry no descriptor
+ * (the fingerprint check still runs before them).
  */
 #define _GNU_SOURCE
 #include "../executor.h"
@@ -62,8 +69,10 @@ enum {
   MSG_MAX = 1024,   /* abort reasons */
   MAX_PARTS = 16,   /* payload pieces per message */
 };
-#define MSG_INLINE ((size_t)4000)  /* header messages up to this carry the payload (vader eager: 4 KiB) */
+#define INLINE_BYTES ((size_t)3584) /* payloads the header carries (header + names + this < 4 KiB eager) */
 #define PART_MAX ((size_t)1 << 30) /* MPI counts are int: payloads go in 1 GiB pieces */
+#define SPLIT_MAX ((size_t)12 << 10) /* payloads up to this go in eager pieces */
+#define EAGER_PIECE ((size_t)4032)   /* a piece + MPI's match header < 4 KiB (vader's eager limit) */
 
 /* The header of every message; group_len and node_len bytes of the names
  * follow it (no NUL), then the payload when inline is set. */
@@ -73,7 +82,7 @@ typedef struct wire_hdr {
   uint8_t has_desc, inline_data;
   uint16_t group_len, node_len;
 } wire_hdr;
-#define HDR_CAP (sizeof(wire_hdr) + GROUP_MAX + NODE_MAX + MSG_INLINE)
+#define HDR_CAP (sizeof(wire_hdr) + GROUP_MAX + NODE_MAX + INLINE_BYTES)
 
 typedef struct send_slot {
   MPI_Request req[1 + MAX_PARTS];
@@ -119,6 +128,13 @@ struct cf_mpi_world {
   MPI_Datatype half;    /* 2-byte elements for float16/bfloat16 user ops */
   MPI_Op half_op[2][CF_RED_COUNT]; /* [bf16?][red] */
   char host[MPI_MAX_PROCESSOR_NAME + 1];
+  /* the watchdog of native collectives */
+  pthread_t dog;
+  bool dog_started, dog_stop;
+  pthread_mutex_t dog_lock; /* the fields below */
+  pthread_cond_t dog_cond;
+  double native_deadline;   /* 0: no native collective running */
+  char native_what[256];    /* which one, for the timeout message */
 };
 
 static double now_s(void) {
@@ -308,6 +324,9 @@ static cf_status wait_all(cf_comm *c, MPI_Request *req, int n, MPI_Status *st0, 
 
 /* ---------------- messages ---------------- */
 
+/* How a payload that travels apart is cut (both sides agree by its size). */
+static size_t piece_bytes(size_t bytes) { return bytes <= SPLIT_MAX ? EAGER_PIECE : PART_MAX; }
+
 static send_slot *next_slot(cf_comm *c, peer *p) {
   if (p->posted - p->done == p->cap) { /* full: double the ring, keep slots in flight at i % cap */
     uint64_t cap = p->cap ? 2 * p->cap : 8;
@@ -339,8 +358,8 @@ static cf_status m_send(cf_comm *c, int dst, const void *buf, size_t bytes, cons
   size_t glen = d && d->group ? strnlen(d->group, GROUP_MAX - 1) : 0;
   size_t nlen = d && d->node ? strnlen(d->node, NODE_MAX - 1) : 0;
   size_t head = sizeof(wire_hdr) + glen + nlen;
-  bool inl = head + bytes <= MSG_INLINE;
-  size_t parts = inl ? 0 : (bytes + PART_MAX - 1) / PART_MAX;
+  bool inl = bytes <= INLINE_BYTES;
+  size_t piece = piece_bytes(bytes), parts = inl ? 0 : (bytes + piece - 1) / piece;
   if (parts > MAX_PARTS)
     return cf_error(c->ctx, CF_ERR_UNSUPPORTED, NULL, 0, "mpi transport: a message of %zu bytes is too large",
                     bytes);
@@ -371,7 +390,7 @@ static cf_status m_send(cf_comm *c, int dst, const void *buf, size_t bytes, cons
   lk(w);
   int rc = MPI_Isend(s->buf, (int)(head + (inl ? bytes : 0)), MPI_BYTE, dst, TAG_HDR, w->world, &s->req[s->nreq++]);
   for (size_t k = 0; k < parts && rc == MPI_SUCCESS; k++) {
-    size_t off = k * PART_MAX, len = bytes - off < PART_MAX ? bytes - off : PART_MAX;
+    size_t off = k * piece, len = bytes - off < piece ? bytes - off : piece;
     rc = MPI_Isend((const char *)buf + off, (int)len, MPI_BYTE, dst, TAG_DATA, w->world, &s->req[s->nreq++]);
   }
   ulk(w);
@@ -412,7 +431,8 @@ static cf_status m_recv(cf_comm *c, int src, void *staging, size_t bytes, const 
   if (got >= (int)sizeof h) memcpy(&h, p->rbuf, sizeof h);
   size_t head = sizeof h + (got >= (int)sizeof h ? (size_t)h.group_len + h.node_len : 0);
   if (got < (int)sizeof h || h.group_len >= GROUP_MAX || h.node_len >= NODE_MAX || h.bytes < 0 ||
-      (size_t)got != head + (h.inline_data ? (size_t)h.bytes : 0)) {
+      (size_t)got != head + (h.inline_data ? (size_t)h.bytes : 0) ||
+      (bool)h.inline_data != ((size_t)h.bytes <= INLINE_BYTES)) {
     snprintf(text, sizeof text, "rank %d received a malformed message (%d bytes) from rank %d", c->rank, got, src);
     return fail_all(c, text);
   }
@@ -441,15 +461,15 @@ static cf_status m_recv(cf_comm *c, int src, void *staging, size_t bytes, const 
   if (bytes && !staging)
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "mpi transport: a receive of %zu bytes without staging", bytes);
   if (h.inline_data && bytes) memcpy(staging, p->rbuf + head, bytes);
-  bool separate = !h.inline_data;
   if ((st = post_header(c, src))) return st;
-  if (separate && poll_abort(w)) return aborted_error(c); /* never start reading a failed run's data */
-  if (separate) {
+  if (!h.inline_data) {
+    if (poll_abort(w)) return aborted_error(c); /* never start reading a failed run's data */
     MPI_Request req[MAX_PARTS];
+    size_t piece = piece_bytes(bytes);
     int n = 0, rc = MPI_SUCCESS;
     lk(w);
-    for (size_t off = 0; off < bytes && rc == MPI_SUCCESS; off += PART_MAX) {
-      size_t len = bytes - off < PART_MAX ? bytes - off : PART_MAX;
+    for (size_t off = 0; off < bytes && rc == MPI_SUCCESS; off += piece) {
+      size_t len = bytes - off < piece ? bytes - off : piece;
       rc = MPI_Irecv((char *)staging + off, (int)len, MPI_BYTE, src, TAG_DATA, w->world, &req[n++]);
     }
     ulk(w);
@@ -677,6 +697,57 @@ static int native_call(cf_mpi_world *w, cf_device *dev, const cf_coll_call *call
   }
 }
 
+/* End the job from the watchdog: this rank's message, then MPI_Abort (the
+ * blocked collective can neither return nor be interrupted). */
+static void dog_bite(cf_mpi_world *w, const char *text) {
+  fprintf(stderr, "error: %s\n", text);
+  fflush(stdout);
+  fflush(stderr);
+  MPI_Abort(w->world, 3);
+  _exit(3);
+}
+
+static void *dog_main(void *arg) {
+  cf_mpi_world *w = arg;
+  pthread_mutex_lock(&w->dog_lock);
+  for (;;) {
+    while (!w->dog_stop && w->native_deadline == 0) pthread_cond_wait(&w->dog_cond, &w->dog_lock);
+    if (w->dog_stop) break;
+    double deadline = w->native_deadline;
+    char what[sizeof w->native_what];
+    snprintf(what, sizeof what, "%s", w->native_what);
+    pthread_mutex_unlock(&w->dog_lock);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    bool gone = poll_abort(w), late = now_s() > deadline;
+    pthread_mutex_lock(&w->dog_lock);
+    if (w->native_deadline != deadline) continue; /* that call has returned */
+    if (gone) dog_bite(w, w->msg);
+    if (late) {
+      char text[512];
+      snprintf(text, sizeof text,
+               "rank %d timed out after %g s in %s: a rank of the group did not join (or has failed)",
+               w->comm.rank, w->timeout_s, what);
+      world_abort(w, text);
+      dog_bite(w, text);
+    }
+  }
+  pthread_mutex_unlock(&w->dog_lock);
+  return NULL;
+}
+
+/* Arm (what != NULL) or disarm the watchdog around a native collective. */
+static bool dog_watch(cf_mpi_world *w, const char *what) {
+  pthread_mutex_lock(&w->dog_lock);
+  if (what && !w->dog_started) w->dog_started = pthread_create(&w->dog, NULL, dog_main, w) == 0;
+  bool ok = !what || w->dog_started;
+  if (what) snprintf(w->native_what, sizeof w->native_what, "%s", what);
+  w->native_deadline = what ? now_s() + w->timeout_s : 0;
+  pthread_cond_broadcast(&w->dog_cond);
+  pthread_mutex_unlock(&w->dog_lock);
+  return ok;
+}
+
 static cf_status m_native(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   cf_mpi_world *w = c->impl;
   const cf_coll_desc *d = &call->desc;
@@ -695,9 +766,15 @@ static cf_status m_native(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
   if (call->scratch_bytes < cf_coll_scratch_bytes(d, call->n, CF_ALGO_MPI_NATIVE, false))
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "mpi-native: %s '%s': the plan gave too little scratch",
                     cf_op_table[d->op].name, d->node ? d->node : "?");
+  char what[256];
+  snprintf(what, sizeof what, "MPI's %s '%s' (#%lld of group %s, mpi-native)", cf_op_table[d->op].name,
+           d->node ? d->node : "?", (long long)d->seq, d->group);
+  if (!dog_watch(w, what))
+    return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "mpi-native: cannot start the watchdog thread");
   lk(w);
   int rc = native_call(w, dev, call, comm);
   ulk(w);
+  dog_watch(w, NULL);
   if (rc != MPI_SUCCESS) {
     char e[MPI_MAX_ERROR_STRING], text[768];
     snprintf(text, sizeof text, "rank %d: MPI's %s failed in '%s' (group %s): %s", c->rank,
@@ -734,6 +811,8 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
   if (!w) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "mpi transport: out of memory");
   pthread_mutex_init(&w->mpi_lock, NULL);
   pthread_mutex_init(&w->abort_lock, NULL);
+  pthread_mutex_init(&w->dog_lock, NULL);
+  pthread_cond_init(&w->dog_cond, NULL);
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
   w->kill_at = -1;
   w->world = MPI_COMM_NULL;
@@ -781,7 +860,7 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
     MPI_Comm_free(&node);
   }
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  w->spin = w->local_size < cpus ? 4000 : 16; /* oversubscribed: get off the core soon */
+  w->spin = w->local_size <= cpus ? 64 : 16; /* then yield: a peer may share this core */
   MPI_Type_contiguous(2, MPI_BYTE, &w->half);
   MPI_Type_commit(&w->half);
   MPI_User_function *fns[2][CF_RED_COUNT] = {
@@ -829,7 +908,7 @@ void cf_mpi_test_kill(cf_mpi_world *w, int64_t k) {
 
 cf_status cf_mpi_prepare_native(cf_mpi_world *w, const struct cf_plan *p) {
   cf_context *ctx = w->comm.ctx;
-  if (p->opt.algo != CF_ALGO_MPI_NATIVE) return CF_OK;
+  if (p->opt.algo != CF_ALGO_MPI_NATIVE && p->opt.algo != CF_ALGO_AUTO_NATIVE) return CF_OK;
   MPI_Group world_group;
   MPI_Comm_group(w->world, &world_group);
   cf_status st = CF_OK;
@@ -897,6 +976,11 @@ static void *watchdog_main(void *arg) {
 
 void cf_mpi_world_destroy(cf_mpi_world *w, int exit_code) {
   if (!w) return;
+  pthread_mutex_lock(&w->dog_lock);
+  w->dog_stop = true;
+  pthread_cond_broadcast(&w->dog_cond);
+  pthread_mutex_unlock(&w->dog_lock);
+  if (w->dog_started) pthread_join(w->dog, NULL);
   if (exit_code && w->we_initialized) {
     fflush(stdout);
     fflush(stderr);
@@ -960,5 +1044,7 @@ void cf_mpi_world_destroy(cf_mpi_world *w, int exit_code) {
   free(w->groups);
   pthread_mutex_destroy(&w->mpi_lock);
   pthread_mutex_destroy(&w->abort_lock);
+  pthread_mutex_destroy(&w->dog_lock);
+  pthread_cond_destroy(&w->dog_cond);
   free(w);
 }

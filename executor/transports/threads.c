@@ -127,9 +127,11 @@ static cf_status stop(cf_comm *c, const wait_what *ww) {
 static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const wait_what *ww) {
   cf_threads_world *w = c->impl;
   if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
+  /* every rank has a core: poll (a message is usually microseconds away);
+   * oversubscribed: yield the core to the rank we wait for */
   for (int i = 0; i < w->spin; i++) {
     if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
-    if (i & 15)
+    if (w->spin > 1000 && (i & 1023))
       __builtin_ia32_pause();
     else
       sched_yield();
@@ -272,7 +274,7 @@ cf_status cf_threads_world_create(cf_context *ctx, int size, double timeout_s,
   w->size = size;
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  w->spin = size <= cpus ? 4000 : 64; /* oversubscribed: get off the core soon */
+  w->spin = size <= cpus ? 40000 : 64; /* ~1-2 ms of polling; oversubscribed: get off the core soon */
   pthread_mutex_init(&w->lock, NULL);
   w->ch = aligned_alloc(64, sizeof(chan) * (size_t)size * (size_t)size);
   w->bells = aligned_alloc(64, sizeof(bell) * (size_t)size);
