@@ -15,13 +15,14 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const algo_names[CF_ALGO_AUTO_NATIVE + 1] = {
-    [CF_ALGO_AUTO] = "auto", [CF_ALGO_DIRECT] = "direct", [CF_ALGO_RD] = "rd",
-    [CF_ALGO_RING] = "ring", [CF_ALGO_RSAG] = "rsag",     [CF_ALGO_MPI_NATIVE] = "mpi-native",
-    [CF_ALGO_AUTO_NATIVE] = "auto"};
+static const char *const algo_names[CF_ALGO_AUTO_MPI_NET + 1] = {
+    [CF_ALGO_AUTO] = "auto",         [CF_ALGO_DIRECT] = "direct",
+    [CF_ALGO_RD] = "rd",             [CF_ALGO_RING] = "ring",
+    [CF_ALGO_RSAG] = "rsag",         [CF_ALGO_MPI_NATIVE] = "mpi-native",
+    [CF_ALGO_AUTO_MPI_SHM] = "auto", [CF_ALGO_AUTO_MPI_NET] = "auto"};
 
 const char *cf_algo_name(cf_algo a) {
-  return a >= 0 && a <= CF_ALGO_AUTO_NATIVE && algo_names[a] ? algo_names[a] : "?";
+  return a >= 0 && a <= CF_ALGO_AUTO_MPI_NET && algo_names[a] ? algo_names[a] : "?";
 }
 
 int cf_algo_parse(const char *s) {
@@ -35,10 +36,14 @@ int cf_algo_parse(const char *s) {
  * algorithms; chosen from `collfuse bench allreduce` (docs/executor.md). */
 #define SMALL_BYTES ((int64_t)64 << 10)
 
-/* On the MPI transport, AUTO runs MPI_Allreduce itself up to this many
- * bytes per rank, where one MPI call beats collfuse's direct exchange over
- * MPI point-to-point (bench allreduce --backend mpi, docs/executor.md). */
-#define NATIVE_BYTES ((int64_t)2 << 10)
+/* AUTO on the MPI transport, from `bench allreduce --backend mpi`
+ * (docs/executor.md): two ranks exchange whole vectors (direct) up to
+ * PAIR_DIRECT_BYTES, where staging copies the same bytes as rsag in one
+ * round instead of two; over a network MPI's own AllReduce beats collfuse's
+ * exchanges on 3+ ranks between NATIVE_MIN and NATIVE_MAX bytes per rank. */
+#define PAIR_DIRECT_BYTES ((int64_t)1 << 20)
+#define NATIVE_MIN ((int64_t)4 << 10)
+#define NATIVE_MAX ((int64_t)1 << 20)
 
 static bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
@@ -47,11 +52,13 @@ cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo
     if (n > 1 && !deterministic) return CF_ALGO_MPI_NATIVE;
     forced = CF_ALGO_AUTO;
   }
-  if (forced == CF_ALGO_AUTO_NATIVE) { /* MPI's own AllReduce where it measured faster */
-    if (n > 1 && !deterministic && d->op == CF_OP_ALLREDUCE &&
-        d->count * cf_dtype_size(d->dtype) <= NATIVE_BYTES)
+  if (forced == CF_ALGO_AUTO_MPI_SHM || forced == CF_ALGO_AUTO_MPI_NET) {
+    int64_t bytes = d->count * cf_dtype_size(d->dtype);
+    bool ar = d->op == CF_OP_ALLREDUCE;
+    if (forced == CF_ALGO_AUTO_MPI_NET && ar && n > 2 && !deterministic && bytes >= NATIVE_MIN &&
+        bytes <= NATIVE_MAX)
       return CF_ALGO_MPI_NATIVE;
-    forced = CF_ALGO_AUTO;
+    forced = ar && n == 2 && bytes <= PAIR_DIRECT_BYTES ? CF_ALGO_DIRECT : CF_ALGO_AUTO;
   }
   if (d->op != CF_OP_ALLREDUCE || n <= 1) return CF_ALGO_DIRECT;
   cf_algo a = forced;

@@ -350,7 +350,7 @@ cf_comm *cf_mpi_comm(cf_mpi_world *w);
 /* Ranks of the job on this node (MPI_COMM_TYPE_SHARED), and its name. */
 int cf_mpi_local_size(const cf_mpi_world *w);
 const char *cf_mpi_host(const cf_mpi_world *w);
-/* For --algo mpi-native and CF_ALGO_AUTO_NATIVE: one MPI communicator per
+/* For --algo mpi-native and CF_ALGO_AUTO_MPI_NET: one MPI communicator per
  * group of plan p's collectives (MPI_Comm_create_group, in plan order, so
  * every rank must call it with the same plan before cf_exec_run_comm).
  * No-op for other algorithms. */
@@ -380,9 +380,15 @@ typedef enum cf_algo {
   CF_ALGO_COUNT,  /* collfuse's own algorithms (every transport runs them) are below */
   CF_ALGO_MPI_NATIVE = CF_ALGO_COUNT + 1, /* the transport's own collectives (MPI's, the
                                            * native slot): every op, for comparison */
-  CF_ALGO_AUTO_NATIVE /* AUTO on a transport with a native slot: its collective where it
-                       * measured faster (small AllReduce), else as AUTO */
+  /* AUTO as measured on the MPI transport (coll.c; picked by cf_mpi_auto) */
+  CF_ALGO_AUTO_MPI_SHM, /* every rank reaches every other through shared memory */
+  CF_ALGO_AUTO_MPI_NET  /* some ranks talk over a network: MPI's own AllReduce where it won */
 } cf_algo;
+/* transports/mpi.c: what AUTO means on this MPI job (the same on every
+ * rank): CF_ALGO_AUTO_MPI_SHM when every rank reaches every other through
+ * shared memory (one node, and OpenMPI's btl list allows vader/sm), else
+ * CF_ALGO_AUTO_MPI_NET. */
+cf_algo cf_mpi_auto(const cf_mpi_world *w);
 const char *cf_algo_name(cf_algo a);
 int cf_algo_parse(const char *s); /* -1 when unknown */
 

@@ -704,8 +704,8 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   for (int k = 0; k < N_COLS; k++) {
     slot[k] = -1;
     row->us[k] = 0;
-    /* auto is what `run --backend mpi` picks: MPI's own for small messages */
-    row->run[k] = cf_coll_select(&desc, B->n, false, k == 0 ? CF_ALGO_AUTO_NATIVE : columns[k]);
+    /* auto is what `run --backend mpi` picks on this job */
+    row->run[k] = cf_coll_select(&desc, B->n, false, k == 0 ? cf_mpi_auto(B->w) : columns[k]);
     if (k > 0 && o->algo >= 0 && (int)columns[k] != o->algo) continue;
     if (bytes > ((size_t)64 << 20) && (row->run[k] == CF_ALGO_DIRECT || row->run[k] == CF_ALGO_RD)) continue;
     for (int a = 0; a < n_algos; a++)

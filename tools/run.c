@@ -410,8 +410,6 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                         .verbose = a.verbose, .staged = a.mpi,
                         .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA : CF_DEVICE_CPU};
   test_hooks(&opt, &hook);
-  /* on MPI, auto may pick MPI's own AllReduce for small messages */
-  if (a.mpi && opt.algo == CF_ALGO_AUTO) opt.algo = CF_ALGO_AUTO_NATIVE;
   /* --backend mpi: this process is rank `me` of MPI's world */
   cf_mpi_world *world = NULL;
   cf_comm *comm = NULL;
@@ -426,6 +424,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     }
     comm = cf_mpi_comm(world);
     me = comm->rank;
+    if (opt.algo == CF_ALGO_AUTO) opt.algo = cf_mpi_auto(world); /* as measured on MPI */
     if (a.ranks && a.ranks != comm->size)
       st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
                     "collfuse run: --ranks %d, but mpirun started %d processes (leave --ranks out with "

@@ -11,8 +11,9 @@
 #  - failures, none of which may hang: graphs that differ between ranks
 #    (MPMD) and a descriptor that differs (count) stop every rank with exit 3
 #    and a message naming both ranks; a rank that SIGKILLs itself, a rank
-#    that silently stops and a rank that fails loudly end the job non-zero
-#    within --timeout, naming the rank;
+#    that silently stops (in collfuse's algorithms and in MPI's own
+#    collectives) and a rank that fails loudly end the job non-zero within
+#    --timeout, naming the rank;
 #  - HCCL rank tables (tests/ranktable/): hostfile and rankfile for versions
 #    1.0 and 1.2, errors for malformed tables, `run --rank-table` accepting a
 #    matching job (placed by the generated files) and refusing others.
@@ -250,6 +251,12 @@ if expect_rc 3 "rank 1 stops silently"; then
   has "$ERR" "timed out after 3 s waiting for" "rank 1 stops silently" &&
     has "$ERR" "rank 1 may have failed" "rank 1 stops silently"
   [ "$took" -le 20 ] || fail "rank 1 stops silently: took $took s (--timeout 3)"
+fi
+# ... also inside MPI's own blocking collectives (the watchdog of mpi-native)
+mpi $SHM -x COLLFUSE_TEST_FAIL=2:1:3 -np 4 "$cf" run "$work/mixed4.xml" --backend mpi --algo mpi-native --timeout 3
+if expect_rc 3 "rank 1 stops silently (mpi-native)"; then
+  has "$ERR" "timed out after 3 s in MPI's" "rank 1 stops silently (mpi-native)"
+  [ "$took" -le 20 ] || fail "rank 1 stops silently (mpi-native): took $took s (--timeout 3)"
 fi
 # a rank that fails loudly: every rank stops with its message
 mpi $SHM -x COLLFUSE_TEST_FAIL=1:2:1 -np 4 "$cf" run "$work/mixed4.xml" --backend mpi --timeout 10
