@@ -37,6 +37,11 @@ bool cf_bench_parse_int(const char *v, long lo, long hi, int *out);
  * several ways, against one flat AllReduce of all its bytes; returns the
  * exit code. */
 int cf_bench_fusion(cf_context *ctx, int argc, char **argv);
+/* bench_mmrs.c: `collfuse bench mmrs [--ranks N,..] [--shapes MxKxN,..]
+ * [--dtypes D,..] [--iters K] [--warmup W] [--rounds R] [--comm-turn T]
+ * [--quick] [--json]`: the fused MatmulReduceScatter against MatMul then
+ * ReduceScatter, and each part alone; returns the exit code. */
+int cf_bench_mmrs(cf_context *ctx, int argc, char **argv);
 
 /* collfuse.c: shared by the commands */
 enum { EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
