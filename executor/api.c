@@ -158,7 +158,7 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     int a = cf_algo_parse(value);
     if (a < 0)
       return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0,
-                      "option algo wants auto, direct, rd, ring or rsag, got '%s'", value);
+                      "option algo wants auto, direct, rd, ring, rsag or mpi-native, got '%s'", value);
     o->algo = (cf_algo)a;
     return CF_OK;
   }
@@ -225,6 +225,12 @@ struct cf_executable {
   int n_io[2];     /* Inputs, Outputs */
   int *io_node[2]; /* their node indices, graph order */
   double last_ms;
+  cf_run_options ro; /* what plan was built with */
+  /* cf_executable_run_rank: this process's MPI world and a plan for its
+   * staging transport, made by the first call */
+  cf_mpi_world *mpi;
+  cf_plan *mpi_plan;
+  bool mpi_failed; /* a run failed: the job's ranks have stopped */
 };
 
 cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable **out) {
@@ -247,6 +253,7 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
                        .deterministic = opt && opt->deterministic,
                        .timeout_s = opt ? opt->timeout_s : 60,
                        .algo = opt ? opt->algo : CF_ALGO_AUTO};
+  e->ro = ro;
   if ((st = cf_plan_build(ctx, g, &ro, &e->plan))) goto fail;
   for (int io = 0; io < 2; io++) {
     cf_op want = io == CF_IO_INPUT ? CF_OP_INPUT : CF_OP_OUTPUT;
@@ -267,6 +274,8 @@ fail:
 
 void cf_executable_destroy(cf_executable *e) {
   if (!e) return;
+  cf_plan_destroy(e->mpi_plan);
+  cf_mpi_world_destroy(e->mpi, 0);
   cf_plan_destroy(e->plan);
   free(e->io_node[0]);
   free(e->io_node[1]);
@@ -425,16 +434,61 @@ cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *c
   return st;
 }
 
+/* The first cf_executable_run_rank: join MPI's world (initializing MPI
+ * unless the application did), check that it is this executable's, and plan
+ * for the MPI transport, which stages what it receives. */
+static cf_status mpi_setup(cf_executable *e, int rank) {
+  cf_status st = cf_mpi_world_create(e->ctx, e->ro.timeout_s, &e->mpi);
+  if (st) return st;
+  cf_comm *comm = cf_mpi_comm(e->mpi);
+  if (comm->size != e->ranks)
+    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "cf_executable_run_rank: the executable has %d ranks, but this MPI job has %d "
+                    "process%s (start it with mpirun -np %d)",
+                    e->ranks, comm->size, comm->size == 1 ? "" : "es", e->ranks);
+  if (comm->rank != rank)
+    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "cf_executable_run_rank: rank %d asked for, but this process is rank %d of "
+                    "MPI_COMM_WORLD",
+                    rank, comm->rank);
+  cf_run_options ro = e->ro;
+  ro.staged = true;
+  if (ro.algo == CF_ALGO_AUTO) ro.algo = cf_mpi_auto(e->mpi); /* as `run --backend mpi` */
+  if ((st = cf_plan_build(e->ctx, e->g, &ro, &e->mpi_plan))) return st;
+  return cf_mpi_prepare_native(e->mpi, e->mpi_plan);
+}
+
 cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,
                                  void *const *outputs) {
   if (!e) return CF_ERR_USAGE;
   if (rank < 0 || rank >= e->ranks)
     return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
                     "rank %d is not a rank of this %d-rank executable", rank, e->ranks);
-  (void)inputs;
-  (void)outputs;
-  return cf_error(
-      e->ctx, CF_ERR_UNSUPPORTED, NULL, 0,
-      "cf_executable_run_rank: this build has no MPI transport yet; run every rank in this process "
-      "with cf_executable_run");
+  if (e->mpi_failed)
+    return cf_error(e->ctx, CF_ERR_RUNTIME, NULL, 0,
+                    "cf_executable_run_rank: an earlier run of this executable failed and stopped "
+                    "the job's ranks; destroy it");
+  cf_status st = CF_OK;
+  if (!e->mpi_plan) {
+    /* a failed setup is not retried: MPI may be half way */
+    if (e->mpi) return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0, "cf_executable_run_rank: %s",
+                                "this executable could not join the MPI job (its first error)");
+    if ((st = mpi_setup(e, rank))) return st;
+  }
+  cf_comm *comm = cf_mpi_comm(e->mpi);
+  if (comm->rank != rank)
+    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "cf_executable_run_rank: rank %d asked for, but this process is rank %d", rank,
+                    comm->rank);
+  io_buffers b;
+  cf_run_result res = {0};
+  st = io_make(e, rank, inputs, outputs, &b);
+  if (!st) {
+    st = cf_exec_run_comm(e->ctx, e->mpi_plan, comm, &b.in, &res);
+    if (st) e->mpi_failed = true;
+  }
+  if (!st) e->last_ms = res.time_ms_median;
+  cf_run_result_free(&res);
+  io_free(&b);
+  return st;
 }

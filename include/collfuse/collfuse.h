@@ -271,9 +271,22 @@ int cf_executable_io_in_place(const cf_executable *e, cf_io io, size_t k);
  * every rank). */
 cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *const *outputs);
 /* Run one rank of a multi-process run (the MPI transport): every process
- * creates the same executable and calls this with its own rank;
- * inputs[k] / outputs[j] are that rank's buffers, with cf_executable_run's
- * rules. CF_ERR_UNSUPPORTED in a build without the MPI transport. */
+ * of an MPI job (mpirun -np RANKS) creates the same executable and calls
+ * this with its own rank of MPI_COMM_WORLD; inputs[k] / outputs[j] are that
+ * rank's buffers, with cf_executable_run's rules (NULL inputs come from the
+ * seed as they would for that rank there, so both runs agree). Calls on the
+ * ranks pair up in order: every rank makes the same calls.
+ * The first call joins the job: when MPI is not initialized yet, collfuse
+ * initializes it (MPI_THREAD_MULTIPLE) and finalizes it when this
+ * executable is destroyed; a process that runs more than one executable
+ * over MPI, or uses MPI itself, initializes MPI before (at least
+ * MPI_THREAD_SERIALIZED) and finalizes it after, as frameworks do.
+ * CF_ERR_USAGE when the job's size is not the executable's rank count or
+ * rank is not this process's. A failure (a mismatch between ranks, a rank
+ * that stops, the "timeout" option) stops every rank's call with
+ * CF_ERR_RUNTIME and the same message; the executable then refuses further
+ * runs. Waits inside MPI's own collectives (algo "mpi-native") cannot be
+ * interrupted: there a timeout ends the job with MPI_Abort. */
 cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,
                                  void *const *outputs);
 /* Wall time of the last successful run in milliseconds (rank 0's, or this

@@ -458,8 +458,12 @@ class Executable:
         return outs
 
     def run_rank(self, rank, inputs):
-        """One rank of a multi-process (MPI) run: inputs for this rank only;
-        returns its outputs. Needs a build with the MPI transport."""
+        """One rank of a multi-process run under mpirun (the MPI transport):
+        every process calls it with its own rank of MPI_COMM_WORLD and its
+        inputs only; returns its outputs. collfuse initializes MPI at the
+        first call unless the process did (cf_executable_run_rank)."""
+        if not 0 <= int(rank) < self.ranks:  # the library's usage error
+            self.ctx.check(lib.cf_executable_run_rank(self._h, int(rank), None, None))
         names = [n for n, _, _ in self.inputs]
         table = self._inputs([inputs if r == rank else None for r in range(self.ranks)], self.ranks)[rank]
         outs = {n: np.empty(s, dtype=DTYPES[d]) for n, d, s in self.outputs}

@@ -1,5 +1,5 @@
 #!/bin/sh
-# mpi.sh COLLFUSE SRCDIR
+# mpi.sh COLLFUSE SRCDIR [API_MPI]
 #
 # End-to-end checks of `collfuse run --backend mpi` under mpirun (one rank
 # per process) and of `collfuse ranktable`:
@@ -14,6 +14,9 @@
 #    that silently stops (in collfuse's algorithms and in MPI's own
 #    collectives) and a rank that fails loudly end the job non-zero within
 #    --timeout, naming the rank;
+#  - the embedding API's cf_executable_run_rank (API_MPI, e2e/api_mpi.c) at
+#    2 and 4 processes, over shared memory and TCP, and with MPI's own
+#    collectives;
 #  - HCCL rank tables (tests/ranktable/): hostfile and rankfile for versions
 #    1.0 and 1.2, errors for malformed tables, `run --rank-table` accepting a
 #    matching job (placed by the generated files) and refusing others.
@@ -21,12 +24,13 @@
 # prints one line per failure and exits 1 if there was any.
 set -u
 
-if [ $# -ne 2 ]; then
-  echo "usage: mpi.sh COLLFUSE SRCDIR" >&2
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then
+  echo "usage: mpi.sh COLLFUSE SRCDIR [API_MPI]" >&2
   exit 2
 fi
 cf=$1
 src=$2
+api=${3:-}
 command -v mpirun >/dev/null 2>&1 || { echo "mpi.sh: mpirun not found: skipped" >&2; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "mpi.sh: python3 is needed" >&2; exit 2; }
 
@@ -271,6 +275,33 @@ cf run "$work/ga.xml" --algo mpi-native
 expect_rc 2 "--algo mpi-native on threads" && has "$ERR" "needs --backend mpi" "--algo mpi-native on threads"
 cf run "$work/ga.xml" --backend mpi --algo mpi-native --deterministic
 expect_rc 2 "--algo mpi-native --deterministic"
+
+# ---- the embedding API: cf_executable_run_rank, one rank per process
+if [ -n "$api" ]; then
+  # api_run NP ALGO BTL...: every rank prints "ok"
+  api_run() {
+    np=$1
+    a=$2
+    shift 2
+    mpi "$@" -np "$np" "$api" "$a"
+    if expect_rc 0 "api run_rank -np $np $* $a"; then
+      [ "$(grep -c ': ok$' "$OUT")" -eq "$np" ] || fail "api run_rank -np $np $* $a: not every rank said ok"
+    fi
+  }
+  api_run 2 auto $SHM
+  api_run 4 auto $SHM
+  api_run 4 mpi-native $SHM
+  api_run 2 auto $TCP
+fi
+# ... and from Python (Graph.compile().run_rank), where the package and the
+# library are given (not in sanitizer builds)
+if [ -n "${COLLFUSE_LIBRARY:-}" ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  mpi $SHM -x COLLFUSE_LIBRARY -x PYTHONPATH="$src/python" -x PYTHONDONTWRITEBYTECODE=1 -np 2 \
+    /usr/bin/python3 "$src/tests/python/mpi_run_rank.py"
+  if expect_rc 0 "python run_rank -np 2"; then
+    [ "$(grep -c ': ok$' "$OUT")" -eq 2 ] || fail "python run_rank -np 2: not every rank said ok"
+  fi
+fi
 
 # ---- HCCL rank tables
 rt="$src/tests/ranktable"

@@ -156,13 +156,15 @@ class TestRun(unittest.TestCase):
         np.testing.assert_array_equal(collfuse.bf16_to_float32(outs[0]["bs"]), 2 * vals)
         np.testing.assert_array_equal(outs[1]["im"], np.arange(5, dtype=np.int8))
 
-    def test_run_rank_needs_mpi(self):
+    def test_run_rank_range(self):
+        """run_rank under mpirun is tested by tests/e2e/api_mpi.c; a rank out
+        of range is refused before MPI is touched."""
         g = dp_graph(2, 2, 8, "sum")
         exe = g.compile()
-        try:
-            exe.run_rank(0, {"g0": np.zeros(8, np.float32), "g1": np.zeros(9, np.float32)})
-        except collfuse.CollfuseError as e:
-            self.assertIn(e.status, ("unsupported", "runtime"))
+        with self.assertRaises(collfuse.CollfuseError) as cm:
+            exe.run_rank(2, {"g0": np.ones(8, np.float32), "g1": np.ones(9, np.float32)})
+        self.assertEqual(cm.exception.status, "usage")
+        self.assertIn("rank 2 is not a rank of this 2-rank executable", str(cm.exception))
 
     def test_two_threads(self):
         """Graphs in two Python threads (two contexts) compile and run at once."""

@@ -1,0 +1,308 @@
+/* api_mpi.c - cf_executable_run_rank under mpirun: one rank per
+ * process through the public API only (tests/e2e/mpi.sh runs it with 2 and
+ * 4 processes).
+ *
+ *   mpirun -np N collfuse_api_mpi [mpi-native]
+ *
+ * The process learns its rank as a framework's launcher tells it
+ * (OMPI_COMM_WORLD_RANK/SIZE); collfuse itself initializes MPI at the first
+ * run_rank and finalizes it when that executable is destroyed. Checked:
+ *  - a graph with fused gradient AllReduces (mean), an int32 AllReduce, an
+ *    AllGather (concat) and MatMul -> ReduceScatter (fused into
+ *    MatmulReduceScatter), run twice with the caller's buffers (guard bytes
+ *    around every output): every output equals the exact expected value
+ *    (the data are multiples of 1/8, so every sum is exact);
+ *  - NULL inputs come from the seed as cf_executable_run makes them for
+ *    this rank: the outputs equal the threads run's bitwise
+ *    (deterministic);
+ *  - an executable of another size and a wrong rank are CF_ERR_USAGE;
+ *  - a graph that differs on one rank (a count) fails every rank with
+ *    CF_ERR_RUNTIME naming both ranks, and the executable refuses more runs.
+ * With "mpi-native" the same runs use MPI's own collectives. Prints one
+ * line per failure; exits 0 when all passed, 77 outside mpirun.
+ */
+#include <collfuse/collfuse.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { GRADS = 9, GUARD = 64, M = 16, K = 24, NN = 10, AGN = 5, IN = 33 };
+
+static int me, R, fails;
+static const char *algo = "auto";
+
+#define FAIL(...)                                                                                  \
+  do {                                                                                             \
+    fails++;                                                                                       \
+    fprintf(stderr, "api_mpi rank %d: FAIL line %d: ", me, __LINE__);                         \
+    fprintf(stderr, __VA_ARGS__);                                                                  \
+    fputc('\n', stderr);                                                                           \
+  } while (0)
+
+#define OK(ctx, expr)                                                                              \
+  do {                                                                                             \
+    if ((expr) != CF_OK) {                                                                         \
+      FAIL("%s: %s", #expr, cf_context_errmsg(ctx));                                              \
+      goto done;                                                                                   \
+    }                                                                                              \
+  } while (0)
+
+static int64_t grad_len(int i) { return 100 + 77 * i; }
+
+/* The value of element x of input k on rank r in call `call`: a multiple
+ * of 1/8 in [-6, 6], different per rank, input and call. */
+static double val(int call, int r, int k, int64_t x) {
+  return (double)((r * 131 + k * 17 + x * 7 + call * 29) % 97) / 8.0 - 6.0;
+}
+
+static cf_status build(cf_context *ctx, int ranks, int grad0_extra, cf_graph **out) {
+  cf_graph *g = NULL;
+  cf_status st = cf_graph_create(ctx, "api_mpi", ranks, &g);
+  for (int i = 0; i < GRADS && !st; i++) {
+    char gn[16], an[16], on[16];
+    int64_t d[1] = {grad_len(i) + (i == 0 ? grad0_extra : 0)};
+    snprintf(gn, sizeof gn, "g%d", i);
+    snprintf(an, sizeof an, "ar%d", i);
+    snprintf(on, sizeof on, "o%d", i);
+    st = cf_graph_add_input(g, gn, "float32", d, 1);
+    if (!st) st = cf_graph_add_allreduce(g, an, gn, "mean", NULL, 1, -1);
+    if (!st) st = cf_graph_add_output(g, on, an);
+  }
+  int64_t di[1] = {IN}, dag[2] = {3, AGN}, dx[2] = {(int64_t)M * ranks, K}, dw[2] = {K, NN};
+  if (!st) st = cf_graph_add_input(g, "iv", "int32", di, 1);
+  if (!st) st = cf_graph_add_allreduce(g, "iar", "iv", "sum", NULL, 0, -1);
+  if (!st) st = cf_graph_add_output(g, "io", "iar");
+  if (!st) st = cf_graph_add_input(g, "agv", "float32", dag, 2);
+  if (!st) st = cf_graph_add_allgather(g, "ag", "agv", NULL, "concat");
+  if (!st) st = cf_graph_add_output(g, "ago", "ag");
+  if (!st) st = cf_graph_add_input(g, "x", "float32", dx, 2);
+  if (!st) st = cf_graph_add_input(g, "w", "float32", dw, 2);
+  if (!st) st = cf_graph_add_matmul(g, "mm", "x", "w");
+  if (!st) st = cf_graph_add_reducescatter(g, "rs", "mm", "sum", NULL);
+  if (!st) st = cf_graph_add_output(g, "rso", "rs");
+  if (st) {
+    cf_graph_destroy(g);
+    return st;
+  }
+  *out = g;
+  return CF_OK;
+}
+
+static cf_status make_options(cf_context *ctx, const char *a, bool timeout_short, cf_options **o) {
+  cf_status st = cf_options_create(ctx, o);
+  if (!st) st = cf_options_set(*o, "deterministic", strcmp(a, "mpi-native") ? "1" : "0");
+  if (!st) st = cf_options_set(*o, "algo", a);
+  if (!st) st = cf_options_set(*o, "seed", "11");
+  if (!st && timeout_short) st = cf_options_set(*o, "timeout", "10");
+  return st;
+}
+
+/* Input k's value for rank r, call c, as the graph's element type. */
+static void fill(cf_executable *e, size_t k, int c, int r, void *buf) {
+  size_t n = cf_executable_io_bytes(e, CF_IO_INPUT, k);
+  if (strcmp(cf_executable_io_dtype(e, CF_IO_INPUT, k), "int32") == 0) {
+    for (size_t x = 0; x < n / 4; x++) ((int32_t *)buf)[x] = (int32_t)(val(c, r, (int)k, (int64_t)x) * 8);
+  } else {
+    for (size_t x = 0; x < n / 4; x++) ((float *)buf)[x] = (float)val(c, r, (int)k, (int64_t)x);
+  }
+}
+
+/* The expected element x of output name (the graph above) in call c. */
+static double expect(cf_executable *e, const char *name, int c, int64_t x) {
+  int ki;
+  if (name[0] == 'o') { /* mean of gradient i */
+    ki = cf_executable_io_find(e, CF_IO_INPUT, (char[]){'g', name[1], 0});
+    double s = 0;
+    for (int r = 0; r < R; r++) s += val(c, r, ki, x);
+    return s / R;
+  }
+  if (strcmp(name, "io") == 0) {
+    ki = cf_executable_io_find(e, CF_IO_INPUT, "iv");
+    double s = 0;
+    for (int r = 0; r < R; r++) s += val(c, r, ki, x) * 8;
+    return s;
+  }
+  if (strcmp(name, "ago") == 0) { /* rank x / (3*AGN)'s block */
+    ki = cf_executable_io_find(e, CF_IO_INPUT, "agv");
+    return val(c, (int)(x / (3 * AGN)), ki, x % (3 * AGN));
+  }
+  /* rso: rows [me*M, me*M+M) of sum_r x_r @ w_r */
+  int kx = cf_executable_io_find(e, CF_IO_INPUT, "x"), kw = cf_executable_io_find(e, CF_IO_INPUT, "w");
+  int64_t i = me * M + x / NN, j = x % NN;
+  double s = 0;
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < K; t++) s += val(c, r, kx, i * K + t) * val(c, r, kw, t * NN + j);
+  return s;
+}
+
+/* Run the executable's rank `me` twice with the caller's data, checking
+ * every output exactly and the guard bytes around it. */
+static void run_checked(cf_context *ctx, cf_executable *e) {
+  size_t ni = cf_executable_io_count(e, CF_IO_INPUT), no = cf_executable_io_count(e, CF_IO_OUTPUT);
+  void **in = calloc(ni, sizeof *in);
+  unsigned char **ob = calloc(no, sizeof *ob);
+  void **out = calloc(no, sizeof *out);
+  if (!in || !ob || !out) {
+    FAIL("out of memory");
+    goto done;
+  }
+  for (size_t k = 0; k < ni; k++)
+    if (!(in[k] = malloc(cf_executable_io_bytes(e, CF_IO_INPUT, k)))) goto done;
+  for (size_t j = 0; j < no; j++) {
+    size_t bytes = cf_executable_io_bytes(e, CF_IO_OUTPUT, j);
+    if (!(ob[j] = malloc(bytes + 2 * GUARD))) goto done;
+    out[j] = ob[j] + GUARD;
+  }
+  for (int c = 0; c < 2; c++) {
+    for (size_t k = 0; k < ni; k++) fill(e, k, c, me, in[k]);
+    for (size_t j = 0; j < no; j++) memset(ob[j], 0xA5, cf_executable_io_bytes(e, CF_IO_OUTPUT, j) + 2 * GUARD);
+    OK(ctx, cf_executable_run_rank(e, me, (const void *const *)in, out));
+    for (size_t j = 0; j < no; j++) {
+      const char *name = cf_executable_io_name(e, CF_IO_OUTPUT, j);
+      size_t bytes = cf_executable_io_bytes(e, CF_IO_OUTPUT, j);
+      for (int q = 0; q < GUARD; q++)
+        if (ob[j][q] != 0xA5 || ob[j][GUARD + bytes + q] != 0xA5) {
+          FAIL("call %d: output '%s': guard byte %d overwritten", c, name, q);
+          break;
+        }
+      bool i32 = strcmp(cf_executable_io_dtype(e, CF_IO_OUTPUT, j), "int32") == 0;
+      for (size_t x = 0; x < bytes / 4; x++) {
+        double got = i32 ? ((int32_t *)out[j])[x] : ((float *)out[j])[x];
+        double want = expect(e, name, c, (int64_t)x);
+        if (got != (double)(float)want) {
+          FAIL("call %d: output '%s'[%zu] = %.9g, expected %.9g", c, name, x, got, want);
+          break;
+        }
+      }
+    }
+  }
+  if (cf_executable_last_time_ms(e) <= 0) FAIL("no run time recorded");
+done:
+  for (size_t k = 0; in && k < ni; k++) free(in[k]);
+  for (size_t j = 0; ob && j < no; j++) free(ob[j]);
+  free(in);
+  free(ob);
+  free(out);
+}
+
+/* NULL inputs: seeded data, the same as the threads run of ref (e itself,
+ * or one of the same graph with collfuse's algorithms) makes for this rank. */
+static void run_seeded(cf_context *ctx, cf_executable *e, cf_executable *ref) {
+  size_t no = cf_executable_io_count(e, CF_IO_OUTPUT);
+  void **mine = calloc(no, sizeof *mine), **all = calloc(no * (size_t)R, sizeof *all);
+  if (!mine || !all) {
+    FAIL("out of memory");
+    goto done;
+  }
+  for (size_t j = 0; j < no; j++) {
+    size_t bytes = cf_executable_io_bytes(e, CF_IO_OUTPUT, j);
+    if (!(mine[j] = malloc(bytes))) goto done;
+    for (int r = 0; r < R; r++)
+      if (!(all[(size_t)r * no + j] = malloc(bytes))) goto done;
+  }
+  OK(ctx, cf_executable_run_rank(e, me, NULL, mine));
+  OK(ctx, cf_executable_run(ref, NULL, all)); /* every rank in this process */
+  for (size_t j = 0; j < no; j++) {
+    size_t bytes = cf_executable_io_bytes(e, CF_IO_OUTPUT, j);
+    bool exact = strcmp(algo, "mpi-native") != 0; /* MPI reduces in its own order */
+    const float *a = mine[j], *b = all[(size_t)me * no + j];
+    for (size_t x = 0; x < bytes / 4; x++)
+      if (exact ? memcmp(&a[x], &b[x], 4) != 0
+                : fabs((double)a[x] - (double)b[x]) > 1e-4 * (1 + fabs((double)b[x]))) {
+        FAIL("seeded output '%s'[%zu]: MPI %.9g, threads %.9g",
+             cf_executable_io_name(e, CF_IO_OUTPUT, j), x, (double)a[x], (double)b[x]);
+        break;
+      }
+  }
+done:
+  for (size_t j = 0; mine && j < no; j++) free(mine[j]);
+  for (size_t q = 0; all && q < no * (size_t)R; q++) free(all[q]);
+  free(mine);
+  free(all);
+}
+
+static bool has(const cf_context *ctx, const char *text) {
+  return strstr(cf_context_errmsg(ctx), text) != NULL;
+}
+
+int main(int argc, char **argv) {
+  const char *r = getenv("OMPI_COMM_WORLD_RANK"), *n = getenv("OMPI_COMM_WORLD_SIZE");
+  if (!r || !n) {
+    fprintf(stderr, "api_mpi: run it under mpirun: skipped\n");
+    return 77;
+  }
+  me = atoi(r);
+  R = atoi(n);
+  if (argc > 1) algo = argv[1];
+  cf_context *ctx = NULL;
+  cf_graph *g = NULL, *g2 = NULL, *g3 = NULL;
+  cf_options *o = NULL;
+  cf_executable *e = NULL, *e2 = NULL, *e3 = NULL;
+  if (cf_context_create(&ctx) != CF_OK) return 1;
+  OK(ctx, build(ctx, R, 0, &g));
+  OK(ctx, make_options(ctx, algo, false, &o));
+  size_t before = cf_graph_collective_count(g);
+  OK(ctx, cf_graph_run_pipeline(g, "default", o));
+  if (cf_graph_collective_count(g) >= before) FAIL("nothing fused (%zu collectives)", before);
+  OK(ctx, cf_executable_create(g, o, &e));
+  if (cf_executable_ranks(e) != R) FAIL("executable has %d ranks", cf_executable_ranks(e));
+  run_checked(ctx, e); /* joins the job: MPI initialized here */
+  if (strcmp(algo, "mpi-native") == 0) { /* the threads transport has no MPI_Allreduce */
+    cf_options *oa = NULL;
+    cf_status st = make_options(ctx, "auto", false, &oa);
+    if (!st) st = cf_executable_create(g, oa, &e2);
+    cf_options_destroy(oa);
+    OK(ctx, st);
+  }
+  run_seeded(ctx, e, e2 ? e2 : e);
+  cf_executable_destroy(e2);
+  e2 = NULL;
+
+  /* usage errors: the job's size, the process's rank */
+  OK(ctx, build(ctx, R + 1, 0, &g2));
+  OK(ctx, cf_executable_create(g2, o, &e2));
+  if (cf_executable_run_rank(e2, me, NULL, NULL) != CF_ERR_USAGE || !has(ctx, "this MPI job has"))
+    FAIL("size mismatch: %s", cf_context_errmsg(ctx));
+  cf_executable_destroy(e2);
+  e2 = NULL;
+  OK(ctx, cf_executable_create(g, o, &e2));
+  if (cf_executable_run_rank(e2, (me + 1) % R, NULL, NULL) != CF_ERR_USAGE ||
+      !has(ctx, "this process is rank"))
+    FAIL("wrong rank: %s", cf_context_errmsg(ctx));
+  cf_executable_destroy(e2);
+  e2 = NULL;
+
+  /* a graph that differs on the last rank: every rank fails, none hangs */
+  if (strcmp(algo, "mpi-native") != 0) {
+    cf_options *os = NULL;
+    OK(ctx, make_options(ctx, algo, true, &os));
+    cf_status st = build(ctx, R, me == R - 1 ? 8 : 0, &g3);
+    if (!st) st = cf_graph_run_pipeline(g3, "O0", os);
+    if (!st) st = cf_executable_create(g3, os, &e3);
+    cf_options_destroy(os);
+    OK(ctx, st);
+    st = cf_executable_run_rank(e3, me, NULL, NULL);
+    if (getenv("API_MPI_SHOW")) fprintf(stderr, "rank %d: %s\n", me, cf_context_errmsg(ctx));
+    char last[32];
+    snprintf(last, sizeof last, "rank %d", R - 1);
+    if (st != CF_ERR_RUNTIME || !has(ctx, "cross-rank mismatch") || !has(ctx, last))
+      FAIL("mismatch: status %d: %s", st, cf_context_errmsg(ctx));
+    if (cf_executable_run_rank(e3, me, NULL, NULL) != CF_ERR_RUNTIME || !has(ctx, "destroy it"))
+      FAIL("run after a failure: %s", cf_context_errmsg(ctx));
+  }
+done:
+  cf_executable_destroy(e3);
+  cf_executable_destroy(e2);
+  cf_executable_destroy(e); /* MPI_Finalize: collfuse initialized it */
+  cf_options_destroy(o);
+  cf_graph_destroy(g3);
+  cf_graph_destroy(g2);
+  cf_graph_destroy(g);
+  cf_context_destroy(ctx);
+  if (!fails) printf("api_mpi rank %d of %d (%s): ok\n", me, R, algo);
+  return fails ? 1 : 0;
+}
