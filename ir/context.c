@@ -54,10 +54,17 @@ cf_status cf_verror(cf_context *ctx, cf_status st, const char *file, int line, c
     snprintf(prefix, sizeof prefix, "%s:%d: ", file, line);
   else if (file)
     snprintf(prefix, sizeof prefix, "%s: ", file);
-  size_t n = strlen(prefix) + strlen(msg) + sizeof("error: ");
+  /* a message passed on from another context ("error: ...", or
+   * "FILE:LINE: error: ...") keeps its one "error: " */
+  const char *tag = "error: ";
+  if (!file) {
+    const char *e = strstr(msg, ": error: "), *sp = strchr(msg, ' ');
+    if (strncmp(msg, "error: ", 7) == 0 || (e && sp == e + 1)) tag = "";
+  }
+  size_t n = strlen(prefix) + strlen(msg) + strlen(tag) + 1;
   char *s = malloc(n);
   if (!s) return st; /* keep the old message rather than crash */
-  snprintf(s, n, "%serror: %s", prefix, msg);
+  snprintf(s, n, "%s%s%s", prefix, tag, msg);
   free(ctx->errmsg);
   ctx->errmsg = s;
   return st;
