@@ -112,6 +112,9 @@ LLVMValueRef cf_kernel_emit_ir(LLVMModuleRef mod, const cf_codegen_target *t,
 
 /* kernels.c */
 
+/* Whether host target t lists "+name" among its features ("avx512dq");
+ * false for NVPTX. */
+bool cf_target_has(const cf_codegen_target *t, const char *name);
 /* Process-wide LLVM target registration (native + NVPTX), done once. */
 void cf_codegen_init_llvm(void);
 /* Lanes of the explicit vector loop of key's kernel on t (1 on NVPTX,
@@ -126,6 +129,11 @@ cf_status cf_codegen_module(cf_context *ctx, const cf_codegen_target *t, const c
 cf_status cf_codegen_module_tm(cf_context *ctx, const cf_codegen_target *t, LLVMTargetMachineRef tm,
                                const cf_kernel_key *keys, int n, LLVMContextRef lc,
                                LLVMModuleRef *out);
+/* jit.c: compile ctx's kernels for t, a host target with some of the
+ * host's features taken away (tests of the paths that other CPUs take:
+ * "-avx512bf16", "-avx512dq"), instead of the host's own. Only before ctx
+ * compiles its first kernel (CF_ERR_USAGE after). t must run on the host. */
+cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t);
 /* A target machine for t at -O3, PIC; the caller disposes it. */
 cf_status cf_codegen_machine(cf_context *ctx, const cf_codegen_target *t, LLVMTargetMachineRef *out);
 

@@ -53,7 +53,8 @@ static void jit_free(void *p) {
   free(J);
 }
 
-static cf_status jit_get(cf_context *ctx, cf_jit **out) {
+/* ctx's JIT state, created on first use for target t (NULL: the host). */
+static cf_status jit_get(cf_context *ctx, const cf_codegen_target *t, cf_jit **out) {
   *out = NULL;
   if (ctx->codegen) {
     *out = ctx->codegen;
@@ -61,8 +62,11 @@ static cf_status jit_get(cf_context *ctx, cf_jit **out) {
   }
   cf_jit *J = calloc(1, sizeof *J);
   if (!J) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "codegen: out of memory");
-  cf_status st = cf_codegen_target_host(ctx, &J->target);
-  if (st != CF_OK) goto fail;
+  cf_status st = CF_OK;
+  if (t)
+    J->target = *t;
+  else if ((st = cf_codegen_target_host(ctx, &J->target)) != CF_OK)
+    goto fail;
   if ((st = cf_codegen_machine(ctx, &J->target, &J->tm)) != CF_OK) goto fail;
   LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
   LLVMErrorRef e = LLVMOrcCreateLLJIT(&J->jit, jb); /* takes jb */
@@ -156,7 +160,7 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
   if (!cf_kernel_key_valid(key, why, sizeof why))
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: kernel %s: %s", name, why);
   cf_jit *J;
-  cf_status st = jit_get(ctx, &J);
+  cf_status st = jit_get(ctx, NULL, &J);
   if (st != CF_OK) return st;
   bool per_red = key->kind == CF_K_NARY || key->kind == CF_K_ACC;
   void **slot = &J->fns[key->kind][key->dtype][per_red ? key->red : 0][key->arity];
@@ -194,4 +198,15 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
     if (*compile_ms <= 0) *compile_ms = 1e-6; /* 0 means "from a cache" */
   }
   return CF_OK;
+}
+
+cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t) {
+  if (!ctx) return CF_ERR_USAGE;
+  if (!t || t->arch != CF_ARCH_HOST)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: JIT targets must be host targets");
+  if (ctx->codegen)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                    "codegen: the context has compiled kernels already; set its target first");
+  cf_jit *J;
+  return jit_get(ctx, t, &J);
 }

@@ -98,6 +98,10 @@ static bool has_feature(const char *features, char sign, const char *name) {
   return false;
 }
 
+bool cf_target_has(const cf_codegen_target *t, const char *name) {
+  return t && t->arch == CF_ARCH_HOST && has_feature(t->features, '+', name);
+}
+
 /* Copy features into out; when the host's list is too long, keep only the
  * "+" entries (the "-" ones restate defaults of the CPU, mostly). */
 static bool copy_features(const char *f, char *out, size_t cap) {

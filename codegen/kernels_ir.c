@@ -35,6 +35,8 @@ typedef struct kg {
   LLVMValueRef fn;
   bool ptx; /* NVPTX: scalar per thread, grid-stride loop */
   const char *triple;
+  int range_bits; /* x86 vrangeps/pd usable on vectors of up to these bits (0: none) */
+  int bf16_bits;  /* x86 vcvtne2ps2bf16 usable on float32 vectors of up to these bits */
   LLVMTypeRef i8, i16, i32, i64, f16, f32, f64, ptr, vd;
 } kg;
 
@@ -100,9 +102,30 @@ static LLVMValueRef cint(kg *g, LLVMTypeRef t, unsigned long long v, int lanes) 
   return splat(g, LLVMConstInt(t, v, 0), lanes);
 }
 
+/* scalar s splatted to as many lanes as v has (s itself for a scalar v) */
+static LLVMValueRef splat_like(kg *g, LLVMValueRef s, LLVMValueRef v) {
+  LLVMTypeRef t = LLVMTypeOf(v);
+  return splat(g, s, LLVMGetTypeKind(t) == LLVMVectorTypeKind ? (int)LLVMGetVectorSize(t) : 1);
+}
+
+static bool half_bits_op(cf_dtype dt, cf_reduction red) {
+  return is_half_float(dt) && (red == CF_RED_MAX || red == CF_RED_MIN);
+}
+
+/* Bits of one lane of key's host vector loop: float16/bfloat16 max/min
+ * work on their 16-bit patterns (half_maxmin), the other bfloat16
+ * kernels on pairs of elements (bf16_load), float16 and QUANT in float32. */
+static int lane_bits(const cf_kernel_key *key) {
+  if (key->kind == CF_K_QUANT) return 32;
+  if (key->dtype == CF_DT_BFLOAT16) return 16;
+  if (key->dtype == CF_DT_FLOAT16)
+    return key->kind != CF_K_SCALE && half_bits_op(key->dtype, key->red) ? 16 : 32;
+  return storage_bits(key->dtype);
+}
+
 int cf_kernel_lanes(const cf_codegen_target *t, const cf_kernel_key *key) {
   if (t->arch == CF_ARCH_NVPTX) return 1;
-  int bits = key->kind == CF_K_QUANT || is_half_float(key->dtype) ? 32 : storage_bits(key->dtype);
+  int bits = lane_bits(key);
   int lanes = 1; /* a power of two: the vector loop's bound is n & -lanes */
   while (lanes * 2 <= MAX_LANES && lanes * 2 * bits <= t->vector_bits)
     lanes *= 2;
@@ -117,6 +140,17 @@ static LLVMValueRef call_intrinsic(kg *g, const char *name, LLVMTypeRef overload
   LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->mod, id, tys, ntys);
   LLVMTypeRef ft = LLVMIntrinsicGetType(g->lc, id, tys, ntys);
   return LLVMBuildCall2(g->b, ft, f, args, nargs, "");
+}
+
+/* if (cond) goto rare; else goto usual; with rare marked unlikely */
+static void weighted_br(kg *g, LLVMValueRef cond, LLVMBasicBlockRef rare, LLVMBasicBlockRef usual) {
+  LLVMValueRef br = LLVMBuildCondBr(g->b, cond, rare, usual);
+  const char *bw = "branch_weights";
+  LLVMMetadataRef w[3] = {LLVMMDStringInContext2(g->lc, bw, strlen(bw)),
+                          LLVMValueAsMetadata(LLVMConstInt(g->i32, 1, 0)),
+                          LLVMValueAsMetadata(LLVMConstInt(g->i32, 1000, 0))};
+  LLVMSetMetadata(br, LLVMGetMDKindIDInContext(g->lc, "prof", 4),
+                  LLVMMetadataAsValue(g->lc, LLVMMDNodeInContext2(g->lc, w, 3)));
 }
 
 /* ---- memory ---- */
@@ -149,13 +183,16 @@ static void store(kg *g, LLVMTypeRef et, LLVMValueRef v, LLVMValueRef base, LLVM
   LLVMSetAlignment(s, elem_align(g, et));
 }
 
-/* A store of the NARY streaming loop: vectors are !nontemporal and aligned
- * (x86 emits vmovntps/vmovntdq only for aligned addresses); its scalar
- * peel and tail are ordinary stores. */
+/* A store of v at element idx of base (elements of type et; v may be a
+ * vector of another type, as bf16_store's pairs are). In the NARY
+ * streaming loop vectors are !nontemporal and aligned (x86 emits
+ * vmovntps/vmovntdq only for aligned addresses); its scalar peel and tail,
+ * and every other loop, store ordinarily. */
 static void store_nt(kg *g, kenv *e, LLVMTypeRef et, LLVMValueRef v, LLVMValueRef base,
                      LLVMValueRef idx) {
   if (!e->nt_align || LLVMGetTypeKind(LLVMTypeOf(v)) != LLVMVectorTypeKind) {
-    store(g, et, v, base, idx);
+    LLVMValueRef s = LLVMBuildStore(g->b, v, elem_ptr(g, et, base, idx));
+    LLVMSetAlignment(s, elem_align(g, et));
     return;
   }
   LLVMValueRef s = LLVMBuildStore(g->b, v, elem_ptr(g, et, base, idx));
@@ -177,9 +214,11 @@ static LLVMValueRef to_comp(kg *g, LLVMValueRef v, cf_dtype dt, int lanes) {
   return v;
 }
 
-/* float32 -> bfloat16, round to nearest even; a NaN gets its quiet bit set
- * first so that truncating its low payload bits cannot turn it into Inf. */
-static LLVMValueRef f32_to_bf16(kg *g, LLVMValueRef v, int lanes) {
+/* float32 -> bfloat16 rounded to nearest even, in the high 16 bits of an
+ * i32 (the low 16 are left over); a NaN gets its quiet bit set instead
+ * of being rounded, so that its low payload bits can neither make it Inf
+ * nor carry into the sign. */
+static LLVMValueRef bf16_round_hi(kg *g, LLVMValueRef v, int lanes) {
   LLVMTypeRef it = vec(g->i32, lanes);
   LLVMValueRef bits = LLVMBuildBitCast(g->b, v, it, "");
   LLVMValueRef lsb = LLVMBuildAnd(g->b, LLVMBuildLShr(g->b, bits, cint(g, g->i32, 16, lanes), ""),
@@ -188,8 +227,11 @@ static LLVMValueRef f32_to_bf16(kg *g, LLVMValueRef v, int lanes) {
   r = LLVMBuildAdd(g->b, r, lsb, "rne");
   LLVMValueRef nan = LLVMBuildFCmp(g->b, LLVMRealUNO, v, v, "isnan");
   LLVMValueRef q = LLVMBuildOr(g->b, bits, cint(g, g->i32, 0x400000, lanes), "");
-  r = LLVMBuildSelect(g->b, nan, q, r, "");
-  r = LLVMBuildLShr(g->b, r, cint(g, g->i32, 16, lanes), "");
+  return LLVMBuildSelect(g->b, nan, q, r, "");
+}
+
+static LLVMValueRef f32_to_bf16(kg *g, LLVMValueRef v, int lanes) {
+  LLVMValueRef r = LLVMBuildLShr(g->b, bf16_round_hi(g, v, lanes), cint(g, g->i32, 16, lanes), "");
   return LLVMBuildTrunc(g->b, r, vec(g->i16, lanes), "");
 }
 
@@ -197,6 +239,108 @@ static LLVMValueRef from_comp(kg *g, LLVMValueRef v, cf_dtype dt, int lanes) {
   if (dt == CF_DT_FLOAT16) return LLVMBuildFPTrunc(g->b, v, vec(g->f16, lanes), "");
   if (dt == CF_DT_BFLOAT16) return f32_to_bf16(g, v, lanes);
   return v;
+}
+
+/* A host vector of lanes bfloat16 elements as lanes/2 i32 pairs: the low
+ * halves (even elements) shifted up and the high halves (odd elements)
+ * masked are float32 values already. So widening takes two bit
+ * operations and no shuffle, where zext <N x i16> to <N x i32> takes
+ * cross-lane vpmovzxwd; the even and odd elements are combined apart
+ * and merged again by bf16_store, so the order never changes. */
+static void bf16_load(kg *g, LLVMValueRef base, LLVMValueRef idx, int lanes, LLVMValueRef p[2]) {
+  int h = lanes / 2;
+  LLVMValueRef w = LLVMBuildLoad2(g->b, vec(g->i32, h), elem_ptr(g, g->i16, base, idx), "");
+  LLVMSetAlignment(w, 1);
+  LLVMTypeRef ft = vec(g->f32, h);
+  p[0] = LLVMBuildBitCast(g->b, LLVMBuildShl(g->b, w, cint(g, g->i32, 16, h), ""), ft, "even");
+  p[1] =
+      LLVMBuildBitCast(g->b, LLVMBuildAnd(g->b, w, cint(g, g->i32, 0xffff0000u, h), ""), ft, "odd");
+}
+
+/* The even and odd float32 results p[0..1] rounded to bfloat16 and merged
+ * back into lanes/2 i32 pairs, by integer arithmetic. */
+static LLVMValueRef bf16_merge_int(kg *g, LLVMValueRef p[2], int h) {
+  LLVMValueRef lo = LLVMBuildLShr(g->b, bf16_round_hi(g, p[0], h), cint(g, g->i32, 16, h), "");
+  LLVMValueRef hi =
+      LLVMBuildAnd(g->b, bf16_round_hi(g, p[1], h), cint(g, g->i32, 0xffff0000u, h), "");
+  return LLVMBuildOr(g->b, hi, lo, "");
+}
+
+/* The same with AVX512_BF16: vcvtne2ps2bf16 rounds both halves to nearest
+ * even in one instruction (a NaN stays NaN, quieted), and one vpermw puts
+ * the even and odd elements back in place. But it flushes subnormal
+ * results to zero (it runs with DAZ semantics), so a block with one takes
+ * the integer rounding instead: one vfpclassps per half decides. */
+static LLVMValueRef bf16_merge_native(kg *g, LLVMValueRef p[2], int h) {
+  /* vfpclassps class 0x20: denormal (llvm.is.fpclass becomes 3 integer
+   * operations per vector instead) */
+  char fpc[40];
+  snprintf(fpc, sizeof fpc, "llvm.x86.avx512.fpclass.ps.%d", h * 32);
+  LLVMValueRef tst[2] = {NULL, LLVMConstInt(g->i32, 0x20, 0)};
+  LLVMValueRef sub = NULL;
+  for (int j = 0; j < 2; j++) {
+    tst[0] = p[j];
+    LLVMValueRef c = call_intrinsic(g, fpc, NULL, tst, 2);
+    sub = sub ? LLVMBuildOr(g->b, sub, c, "") : c;
+  }
+  LLVMValueRef any = LLVMBuildICmp(
+      g->b, LLVMIntNE, LLVMBuildBitCast(g->b, sub, LLVMIntTypeInContext(g->lc, (unsigned)h), ""),
+      LLVMConstInt(LLVMIntTypeInContext(g->lc, (unsigned)h), 0, 0), "subnormal");
+  LLVMBasicBlockRef fast = LLVMAppendBasicBlockInContext(g->lc, g->fn, "bf16cvt");
+  LLVMBasicBlockRef slow = LLVMAppendBasicBlockInContext(g->lc, g->fn, "bf16sub");
+  LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->lc, g->fn, "bf16st");
+  weighted_br(g, any, slow, fast);
+  LLVMPositionBuilderAtEnd(g->b, fast);
+  char name[48];
+  snprintf(name, sizeof name, "llvm.x86.avx512bf16.cvtne2ps2bf16.%d", h * 32);
+  LLVMValueRef args[2] = {p[1], p[0]}; /* the second operand's go to the low half */
+  LLVMValueRef c = call_intrinsic(g, name, NULL, args, 2);
+  c = LLVMBuildBitCast(g->b, c, vec(g->i16, 2 * h), "");
+  LLVMValueRef mask[MAX_LANES];
+  for (int i = 0; i < 2 * h; i++) /* even i from the low half, odd from the high */
+    mask[i] = LLVMConstInt(g->i32, (unsigned)(i / 2 + (i & 1) * h), 0);
+  c = LLVMBuildShuffleVector(g->b, c, LLVMGetPoison(LLVMTypeOf(c)),
+                             LLVMConstVector(mask, (unsigned)(2 * h)), "");
+  c = LLVMBuildBitCast(g->b, c, vec(g->i32, h), "");
+  LLVMBuildBr(g->b, join);
+  LLVMPositionBuilderAtEnd(g->b, slow);
+  LLVMValueRef r = bf16_merge_int(g, p, h);
+  LLVMBasicBlockRef slow_end = LLVMGetInsertBlock(g->b);
+  LLVMBuildBr(g->b, join);
+  LLVMPositionBuilderAtEnd(g->b, join);
+  LLVMValueRef phi = LLVMBuildPhi(g->b, vec(g->i32, h), "");
+  LLVMValueRef vals[2] = {c, r};
+  LLVMBasicBlockRef bbs[2] = {fast, slow_end};
+  LLVMAddIncoming(phi, vals, bbs, 2);
+  return phi;
+}
+
+static void bf16_store(kg *g, kenv *e, LLVMValueRef p[2], LLVMValueRef base, LLVMValueRef idx,
+                       int lanes) {
+  int h = lanes / 2;
+  LLVMValueRef m = h * 32 <= g->bf16_bits && h * 32 >= 128 ? bf16_merge_native(g, p, h)
+                                                           : bf16_merge_int(g, p, h);
+  store_nt(g, e, g->i16, m, base, idx);
+}
+
+/* The value at idx in the compute type, as parts[0..return): one vector
+ * (or scalar), or bfloat16's even and odd elements. */
+static int load_comp(kg *g, cf_dtype dt, LLVMValueRef base, LLVMValueRef idx, int lanes,
+                     LLVMValueRef parts[2]) {
+  if (dt == CF_DT_BFLOAT16 && lanes > 1) {
+    bf16_load(g, base, idx, lanes, parts);
+    return 2;
+  }
+  parts[0] = to_comp(g, load(g, store_ty(g, dt), base, idx, lanes), dt, lanes);
+  return 1;
+}
+
+static void store_comp(kg *g, kenv *e, cf_dtype dt, LLVMValueRef *parts, int np, LLVMValueRef base,
+                       LLVMValueRef idx, int lanes) {
+  if (np == 2)
+    bf16_store(g, e, parts, base, idx, lanes);
+  else
+    store_nt(g, e, store_ty(g, dt), from_comp(g, parts[0], dt, lanes), base, idx);
 }
 
 /* ---- the reductions ---- */
@@ -277,13 +421,7 @@ static LLVMValueRef maxmin_fast(kg *g, cf_reduction red, cf_dtype dt, LLVMValueR
   LLVMBasicBlockRef here = LLVMGetInsertBlock(g->b);
   LLVMBasicBlockRef slow = LLVMAppendBasicBlockInContext(g->lc, g->fn, "nan");
   LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->lc, g->fn, "maxmin");
-  LLVMValueRef br = LLVMBuildCondBr(g->b, any, slow, join);
-  const char *bw = "branch_weights";
-  LLVMMetadataRef w[3] = {LLVMMDStringInContext2(g->lc, bw, strlen(bw)),
-                          LLVMValueAsMetadata(LLVMConstInt(g->i32, 1, 0)),
-                          LLVMValueAsMetadata(LLVMConstInt(g->i32, 1000, 0))};
-  LLVMSetMetadata(br, LLVMGetMDKindIDInContext(g->lc, "prof", 4),
-                  LLVMMetadataAsValue(g->lc, LLVMMDNodeInContext2(g->lc, w, 3)));
+  weighted_br(g, any, slow, join);
   LLVMPositionBuilderAtEnd(g->b, slow);
   LLVMValueRef exact = x[0];
   for (int i = 1; i < k; i++)
@@ -298,40 +436,100 @@ static LLVMValueRef maxmin_fast(kg *g, cf_reduction red, cf_dtype dt, LLVMValueR
   return phi;
 }
 
-/* Where the fast path pays (measured on znver5, 256 KiB, against the exact
- * chain): 1.07x at 4 sources, 1.7x (float32/64) and 2x (bfloat16) at 8,
- * 1.05x for bfloat16 at 2; even for float32/float64 with 2 sources and
- * 0.94x for their accumulate, which keep the exact chain. float16 max/min
- * compare bit patterns instead (f16_maxmin). */
+/* Where the vmaxps fast path pays when vrangeps is missing (measured on
+ * znver5, 256 KiB, against the exact chain): 1.07x at 4 sources, 1.7x at
+ * 8; even with 2 sources and 0.94x for the accumulate, which keep the
+ * exact chain. */
 static bool fast_maxmin_op(kg *g, cf_dtype dt, cf_reduction red, int k, int lanes) {
-  return !g->ptx && lanes > 1 && (red == CF_RED_MAX || red == CF_RED_MIN) && is_float(dt) &&
-         dt != CF_DT_FLOAT16 && (k >= 3 || dt == CF_DT_BFLOAT16);
+  return !g->ptx && lanes > 1 && (red == CF_RED_MAX || red == CF_RED_MIN) &&
+         (dt == CF_DT_FLOAT32 || dt == CF_DT_FLOAT64) && k >= 3;
 }
 
-/* float16 max/min on the bits: InstCombine narrows
- * fptrunc(maximum(fpext a, fpext b)) to a half maximum, which x86 without
- * AVX512-FP16 scalarizes (8-ary kernels took 70 ms to compile). Instead:
- * key(x) = x ^ ((x >>s 15) & 0x7fff) orders half bit patterns like their
- * values, -0 below +0 (as llvm.maximum does); a NaN operand wins, quieted. */
-static LLVMValueRef f16_key(kg *g, LLVMValueRef x, int lanes) {
-  LLVMValueRef sign = LLVMBuildAShr(g->b, x, cint(g, g->i16, 15, lanes), "");
-  return LLVMBuildXor(g->b, x, LLVMBuildAnd(g->b, sign, cint(g, g->i16, 0x7fff, lanes), ""), "");
+/* ---- float max/min with AVX512DQ's vrangeps/vrangepd ----
+ * vrange with imm 5 (max) or 4 (min; sign from the comparison) orders
+ * -0 below +0 exactly as llvm.maximum/minimum do, but a quiet NaN operand
+ * is ignored (like maxNum). So a pair is one vrange, one unordered
+ * compare and a masked add that puts a NaN (a + b: the first NaN operand,
+ * quieted) in the lanes with one: 3 instructions where LLVM's lowering of
+ * llvm.maximum takes 6. Checked against the reference on every pair of
+ * specials, NaN payloads and signed zeros included (test_specials). */
+static bool range_op(kg *g, cf_dtype dt, cf_reduction red, int lanes) {
+  if (!g->range_bits || lanes == 1 || (red != CF_RED_MAX && red != CF_RED_MIN) ||
+      (dt != CF_DT_FLOAT32 && dt != CF_DT_FLOAT64))
+    return false;
+  int bits = lanes * storage_bits(dt);
+  return (bits == 128 || bits == 256 || bits == 512) && bits <= g->range_bits;
 }
 
-static LLVMValueRef f16_maxmin(kg *g, cf_reduction red, LLVMValueRef a, LLVMValueRef b, int lanes) {
-  LLVMValueRef ka = f16_key(g, a, lanes), kb = f16_key(g, b, lanes);
-  LLVMValueRef c = LLVMBuildICmp(g->b, red == CF_RED_MAX ? LLVMIntSGT : LLVMIntSLT, ka, kb, "");
-  LLVMValueRef r = LLVMBuildSelect(g->b, c, a, b, "");
-  LLVMValueRef mag = cint(g, g->i16, 0x7fff, lanes), inf = cint(g, g->i16, 0x7c00, lanes);
-  LLVMValueRef qbit = cint(g, g->i16, 0x200, lanes);
-  LLVMValueRef nb = LLVMBuildICmp(g->b, LLVMIntUGT, LLVMBuildAnd(g->b, b, mag, ""), inf, "");
-  r = LLVMBuildSelect(g->b, nb, LLVMBuildOr(g->b, b, qbit, ""), r, "");
-  LLVMValueRef na = LLVMBuildICmp(g->b, LLVMIntUGT, LLVMBuildAnd(g->b, a, mag, ""), inf, "");
-  return LLVMBuildSelect(g->b, na, LLVMBuildOr(g->b, a, qbit, ""), r, "");
+static LLVMValueRef range_pair(kg *g, cf_reduction red, LLVMValueRef a, LLVMValueRef b) {
+  LLVMTypeRef vt = LLVMTypeOf(a);
+  bool dbl = LLVMGetTypeKind(LLVMGetElementType(vt)) == LLVMDoubleTypeKind;
+  unsigned n = LLVMGetVectorSize(vt);
+  int bits = (int)n * (dbl ? 64 : 32);
+  char name[48];
+  snprintf(name, sizeof name, "llvm.x86.avx512.mask.range.%s.%d", dbl ? "pd" : "ps", bits);
+  LLVMTypeRef mt = n > 8 ? g->i16 : g->i8;
+  LLVMValueRef imm = LLVMConstInt(g->i32, red == CF_RED_MAX ? 5 : 4, 0);
+  LLVMValueRef rounding = LLVMConstInt(g->i32, 4, 0); /* the current mode */
+  LLVMValueRef args[6] = {a, b, imm, a, LLVMConstAllOnes(mt), rounding};
+  LLVMValueRef r = call_intrinsic(g, name, NULL, args, bits == 512 ? 6 : 5);
+  LLVMValueRef nan = LLVMBuildFCmp(g->b, LLVMRealUNO, a, b, "");
+  return LLVMBuildSelect(g->b, nan, LLVMBuildFAdd(g->b, a, b, ""), r, "");
 }
 
-static bool f16_bits_op(cf_dtype dt, cf_reduction red) {
-  return dt == CF_DT_FLOAT16 && (red == CF_RED_MAX || red == CF_RED_MIN);
+/* x[0..k) folded as a balanced tree of range_pair (max/min of values
+ * other than NaN is associative, so any order gives the same bits). */
+static LLVMValueRef range_maxmin(kg *g, cf_reduction red, LLVMValueRef *x, int k) {
+  LLVMValueRef t[CF_MAX_ARITY];
+  for (int i = 0; i < k; i++)
+    t[i] = x[i];
+  for (int c = k; c > 1;) {
+    int o = 0;
+    for (int i = 0; i + 1 < c; i += 2)
+      t[o++] = range_pair(g, red, t[i], t[i + 1]);
+    if (c & 1) t[o++] = t[c - 1];
+    c = o;
+  }
+  return t[0];
+}
+
+/* ---- float16/bfloat16 max/min on their bit patterns ----
+ * Both are sign and magnitude in 16 bits, so their maximum and minimum
+ * can be read off three integer reductions of the raw patterns, with no
+ * conversion: S = smax, U = umin, V = umax over all sources.
+ *   max: S >= 0 (some source is positive or +0): S, the largest positive;
+ *        else all are negative and the smallest magnitude, U, is the max.
+ *   min: V has the sign bit (some source is negative, and negatives are
+ *        above positives unsigned): V, the largest negative magnitude;
+ *        else U, the smallest positive.
+ * -0 (0x8000) is below +0 in both (max(-0, +0) = +0, min = -0), as
+ * llvm.maximum/minimum say. NaN wins: a positive NaN makes S > Inf, a
+ * negative one V > -Inf (unsigned); either then is the result, quieted.
+ * Three vpmaxsw/vpminuw/vpmaxuw per source, whose loads fold in, on full
+ * 16-bit vectors: no fpext/fptrunc (float16 max through float32 let
+ * InstCombine narrow it to a half maximum that x86 scalarizes). The same
+ * IR serves the scalar tails and NVPTX, so every path gives the same bits. */
+static LLVMValueRef half_maxmin(kg *g, cf_reduction red, cf_dtype dt, LLVMValueRef *x, int k,
+                                int lanes) {
+  LLVMTypeRef t = LLVMTypeOf(x[0]);
+  LLVMValueRef s = x[0], u = x[0], v = x[0];
+  for (int i = 1; i < k; i++) {
+    LLVMValueRef as[2] = {s, x[i]}, au[2] = {u, x[i]}, av[2] = {v, x[i]};
+    s = call_intrinsic(g, "llvm.smax", t, as, 2);
+    u = call_intrinsic(g, "llvm.umin", t, au, 2);
+    v = call_intrinsic(g, "llvm.umax", t, av, 2);
+  }
+  unsigned inf = dt == CF_DT_FLOAT16 ? 0x7c00 : 0x7f80, quiet = dt == CF_DT_FLOAT16 ? 0x200 : 0x40;
+  LLVMValueRef zero = LLVMConstNull(t), r;
+  if (red == CF_RED_MAX)
+    r = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSGE, s, zero, ""), s, u, "max");
+  else
+    r = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, v, zero, ""), v, u, "min");
+  LLVMValueRef q = cint(g, g->i16, quiet, lanes);
+  LLVMValueRef nneg = LLVMBuildICmp(g->b, LLVMIntUGT, v, cint(g, g->i16, 0x8000 | inf, lanes), "");
+  r = LLVMBuildSelect(g->b, nneg, LLVMBuildOr(g->b, v, q, ""), r, "");
+  LLVMValueRef npos = LLVMBuildICmp(g->b, LLVMIntSGT, s, cint(g, g->i16, inf, lanes), "");
+  return LLVMBuildSelect(g->b, npos, LLVMBuildOr(g->b, s, q, ""), r, "");
 }
 
 /* Integer v (any width, uint8 zero- and the others sign-extended) divided
@@ -367,54 +565,67 @@ static void body_nary(kg *g, kenv *e, LLVMValueRef idx, int lanes) {
       r = r ? LLVMBuildAdd(g->b, r, x, "") : x;
     }
     r = int_div(g, e, r, dt, lanes);
-  } else if (f16_bits_op(dt, red)) {
-    r = load(g, g->i16, e->src[0], idx, lanes);
-    for (int k = 1; k < e->key->arity; k++)
-      r = f16_maxmin(g, red, r, load(g, g->i16, e->src[k], idx, lanes), lanes);
-    st = g->i16;
+  } else if (half_bits_op(dt, red)) {
+    LLVMValueRef x[CF_MAX_ARITY];
+    for (int k = 0; k < e->key->arity; k++)
+      x[k] = load(g, g->i16, e->src[k], idx, lanes);
+    r = half_maxmin(g, red, dt, x, e->key->arity, lanes);
+  } else if (range_op(g, dt, red, lanes)) {
+    LLVMValueRef x[CF_MAX_ARITY];
+    for (int k = 0; k < e->key->arity; k++)
+      x[k] = load(g, st, e->src[k], idx, lanes);
+    r = range_maxmin(g, red, x, e->key->arity);
   } else if (fast_maxmin_op(g, dt, red, e->key->arity, lanes)) {
     LLVMValueRef x[CF_MAX_ARITY];
     for (int k = 0; k < e->key->arity; k++)
       x[k] = to_comp(g, load(g, st, e->src[k], idx, lanes), dt, lanes);
     r = from_comp(g, maxmin_fast(g, red, dt, x, e->key->arity, lanes), dt, lanes);
   } else {
-    r = to_comp(g, load(g, st, e->src[0], idx, lanes), dt, lanes);
-    for (int k = 1; k < e->key->arity; k++)
-      r = combine(g, red, dt, r, to_comp(g, load(g, st, e->src[k], idx, lanes), dt, lanes));
-    if (red == CF_RED_MEAN) r = LLVMBuildFMul(g->b, r, splat(g, e->inv, lanes), "mean");
-    r = from_comp(g, r, dt, lanes);
+    LLVMValueRef p[2], x[2];
+    int np = load_comp(g, dt, e->src[0], idx, lanes, p);
+    for (int k = 1; k < e->key->arity; k++) {
+      load_comp(g, dt, e->src[k], idx, lanes, x);
+      for (int j = 0; j < np; j++)
+        p[j] = combine(g, red, dt, p[j], x[j]);
+    }
+    for (int j = 0; j < np && red == CF_RED_MEAN; j++)
+      p[j] = LLVMBuildFMul(g->b, p[j], splat_like(g, e->inv, p[j]), "mean");
+    store_comp(g, e, dt, p, np, e->dst, idx, lanes);
+    return;
   }
   store_nt(g, e, st, r, e->dst, idx);
 }
 
 static void body_acc(kg *g, kenv *e, LLVMValueRef idx, int lanes) {
   cf_dtype dt = e->key->dtype;
-  LLVMTypeRef st = store_ty(g, dt);
-  if (f16_bits_op(dt, e->key->red)) {
-    LLVMValueRef a = load(g, g->i16, e->dst, idx, lanes),
-                 b = load(g, g->i16, e->src[0], idx, lanes);
-    store(g, g->i16, f16_maxmin(g, e->key->red, a, b, lanes), e->dst, idx);
+  cf_reduction red = e->key->red == CF_RED_MEAN ? CF_RED_SUM : e->key->red;
+  if (half_bits_op(dt, red)) {
+    LLVMValueRef x[2] = {load(g, g->i16, e->dst, idx, lanes),
+                         load(g, g->i16, e->src[0], idx, lanes)};
+    store(g, g->i16, half_maxmin(g, red, dt, x, 2, lanes), e->dst, idx);
     return;
   }
-  LLVMValueRef a = to_comp(g, load(g, st, e->dst, idx, lanes), dt, lanes);
-  LLVMValueRef b = to_comp(g, load(g, st, e->src[0], idx, lanes), dt, lanes);
-  cf_reduction red = e->key->red == CF_RED_MEAN ? CF_RED_SUM : e->key->red;
-  LLVMValueRef x[2] = {a, b};
-  LLVMValueRef r = fast_maxmin_op(g, dt, red, 2, lanes) ? maxmin_fast(g, red, dt, x, 2, lanes)
-                                                      : combine(g, red, dt, a, b);
-  store(g, st, from_comp(g, r, dt, lanes), e->dst, idx);
+  LLVMValueRef a[2], b[2];
+  int np = load_comp(g, dt, e->dst, idx, lanes, a);
+  load_comp(g, dt, e->src[0], idx, lanes, b);
+  for (int j = 0; j < np; j++)
+    a[j] = range_op(g, dt, red, lanes) ? range_pair(g, red, a[j], b[j])
+                                       : combine(g, red, dt, a[j], b[j]);
+  store_comp(g, e, dt, a, np, e->dst, idx, lanes);
 }
 
 static void body_scale(kg *g, kenv *e, LLVMValueRef idx, int lanes) {
   cf_dtype dt = e->key->dtype;
-  LLVMTypeRef st = store_ty(g, dt);
-  LLVMValueRef v = load(g, st, e->dst, idx, lanes);
-  if (is_float(dt))
-    v = from_comp(g, LLVMBuildFMul(g->b, to_comp(g, v, dt, lanes), splat(g, e->inv, lanes), ""), dt,
-                  lanes);
-  else
-    v = int_div(g, e, v, dt, lanes);
-  store(g, st, v, e->dst, idx);
+  if (!is_float(dt)) {
+    LLVMTypeRef st = store_ty(g, dt);
+    store(g, st, int_div(g, e, load(g, st, e->dst, idx, lanes), dt, lanes), e->dst, idx);
+    return;
+  }
+  LLVMValueRef p[2];
+  int np = load_comp(g, dt, e->dst, idx, lanes, p);
+  for (int j = 0; j < np; j++)
+    p[j] = LLVMBuildFMul(g->b, p[j], splat_like(g, e->inv, p[j]), "");
+  store_comp(g, e, dt, p, np, e->dst, idx, lanes);
 }
 
 /* dst[j] = (dtype)((float)acc[j] * x1_scale[i] * x2_scale[j]) for row i */
@@ -499,19 +710,16 @@ static void elementwise(kg *g, kenv *e, LLVMValueRef n, int lanes, body_fn body)
   }
   LLVMValueRef zero = LLVMConstInt(g->i64, 0, 0), nv = zero;
   LLVMBasicBlockRef done = NULL;
-  /* not float16 max/min: their bit-pattern compares are compute-bound at
-   * high arity, and a second copy of that loop took 8-ary kernels past
-   * 50 ms of compile time */
-  if (lanes > 1 && e->key->kind == CF_K_NARY && !f16_bits_op(e->key->dtype, e->key->red)) {
+  if (lanes > 1 && e->key->kind == CF_K_NARY) {
     /* Streaming path for large n: a scalar peel up to the first 64-byte
      * aligned dst element, the vector loop with non-temporal stores, a
      * store fence (streaming stores are weakly ordered), the scalar tail.
      * Only when dst is element-aligned, so that it can be peeled to 64. */
     int es = storage_bits(e->key->dtype) / 8;
-    /* float16/bfloat16 compute in float32, whose vectors narrow to half a
+    /* float16 sums compute in float32, whose vectors narrow to half a
      * register on the way back; x86 folds that narrowing into the store
-     * (vpmovdw/vcvtps2ph to memory), which has no non-temporal form, so
-     * the streaming loop takes two registers' worth: one full-width store */
+     * (vcvtps2ph to memory), which has no non-temporal form, so the
+     * streaming loop takes two registers' worth: one full-width store */
     int nl = lanes * es < 64 && lanes < MAX_LANES ? 64 / es : lanes;
     LLVMValueRef addr = LLVMBuildPtrToInt(g->b, e->dst, g->i64, "");
     LLVMValueRef mis = LLVMBuildAnd(g->b, addr, LLVMConstInt(g->i64, 63, 0), "mis");
@@ -641,6 +849,11 @@ LLVMValueRef cf_kernel_emit_ir(LLVMModuleRef mod, const cf_codegen_target *t,
   g->b = LLVMCreateBuilderInContext(g->lc);
   g->ptx = t->arch == CF_ARCH_NVPTX;
   g->triple = t->triple;
+  /* vrangeps/pd: AVX512DQ; below 512 bits also AVX512VL */
+  if (!g->ptx && cf_target_has(t, "avx512dq"))
+    g->range_bits = cf_target_has(t, "avx512vl") ? t->vector_bits : t->vector_bits >= 512 ? 512 : 0;
+  /* vcvtne2ps2bf16 (and vfpclassps, AVX512DQ, for its subnormal check) */
+  if (g->range_bits && cf_target_has(t, "avx512bf16")) g->bf16_bits = g->range_bits;
   g->i8 = LLVMInt8TypeInContext(g->lc);
   g->i16 = LLVMInt16TypeInContext(g->lc);
   g->i32 = LLVMInt32TypeInContext(g->lc);

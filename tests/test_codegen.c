@@ -3,8 +3,11 @@
  * reduction against a reference computed here in plain C, at lengths 0, 1,
  * lanes-1, lanes, lanes+1 and beyond, aligned and not, with guard bytes
  * around every buffer; the edge values (NaN, Inf, -0.0, integer wrap,
- * 16-bit rounding ties); the vector width of the generated code; NVPTX
- * output; and the on-disk object cache (hit, corruption, switched off).
+ * 16-bit rounding ties, also inside the vector loops); the vector width of
+ * the generated code; NVPTX output; and the on-disk object cache (hit,
+ * corruption, switched off). The kernel tests run twice: for the host, and
+ * for the host without AVX512_BF16 and AVX512DQ (setup_reduced), so the
+ * paths of CPUs without vrangeps and vcvtne2ps2bf16 stay tested here.
  *
  * References (codegen_ref.h): integers exactly (wrapping like the kernels),
  * floats in the same order and precision as the kernels, so results must
@@ -402,18 +405,30 @@ static void test_maxmin_zeros(void **state) {
   }
 }
 
+/* NaNs as bit patterns, per dtype: signalling, negative, with payloads
+ * in the low bits (which a careless narrowing would round into Inf) */
+static const uint64_t nan_bits[4][4] = {
+    {0x7c01, 0xfc01, 0x7fff, 0xfe00},                 /* float16 */
+    {0x7f81, 0xff81, 0x7fff, 0xffc0},                 /* bfloat16 */
+    {0x7f800001, 0xff800001, 0x7fffffff, 0xffc00001}, /* float32 */
+    {0x7ff0000000000001, 0xfff0000000000001, 0x7fffffffffffffff, 0xfff8000000000001}};
+
 static void test_specials(void **state) {
   (void)state;
   const cf_dtype fts[] = {CF_DT_FLOAT16, CF_DT_BFLOAT16, CF_DT_FLOAT32, CF_DT_FLOAT64};
-  enum { NS = sizeof specials / sizeof *specials };
+  enum { NF = sizeof specials / sizeof *specials, NS = NF + 4 };
   for (int f = 0; f < 4; f++) {
     cf_dtype dt = fts[f];
-    uint64_t a[NS * NS], b[NS * NS], out[NS * NS];
+    uint64_t sp[NS], a[NS * NS], b[NS * NS], out[NS * NS];
     unsigned char ab[NS * NS * 8], bb[NS * NS * 8], ob[NS * NS * 8];
     for (int i = 0; i < NS; i++)
+      sp[i] = i >= NF               ? nan_bits[f][i - NF]
+              : dt == CF_DT_FLOAT64 ? from_d(specials[i])
+                                    : from_f(specials[i], dt);
+    for (int i = 0; i < NS; i++)
       for (int j = 0; j < NS; j++) {
-        a[i * NS + j] = dt == CF_DT_FLOAT64 ? from_d(specials[i]) : from_f(specials[i], dt);
-        b[i * NS + j] = dt == CF_DT_FLOAT64 ? from_d(specials[j]) : from_f(specials[j], dt);
+        a[i * NS + j] = sp[i];
+        b[i * NS + j] = sp[j];
         st(ab, i * NS + j, dt, a[i * NS + j]);
         st(bb, i * NS + j, dt, b[i * NS + j]);
       }
@@ -437,7 +452,132 @@ static void test_specials(void **state) {
         assert_true(out[5 * NS + 4] == (r == CF_RED_MAX ? pz : nz));
       }
       if (r == CF_RED_SUM) assert_true(is_nan_bits(out[2 * NS + 3], dt));
+      /* the accumulate kernel on the same pairs */
+      k = (cf_kernel_key){CF_K_ACC, dt, (cf_reduction)r, 0};
+      cf_kernel_acc_fn acc;
+      p = kernel(ctx, k, NULL);
+      memcpy(&acc, &p, sizeof acc);
+      memcpy(ob, ab, sizeof ob);
+      acc(ob, bb, NS * NS);
+      for (int i = 0; i < NS * NS; i++) {
+        uint64_t x[2] = {a[i], b[i]};
+        check(&k, i, ld(ob, i, dt),
+              ref_nary(dt, r == CF_RED_MEAN ? CF_RED_SUM : (cf_reduction)r, 2, x, 1), "specials");
+      }
     }
+  }
+}
+
+/* float16/bfloat16 rounding in the vector loops (not only the scalar
+ * tails): ties to even, carries into the exponent, overflow to Inf, NaNs
+ * with payloads, signed zeros, and subnormal results, which the native
+ * bfloat16 conversion (vcvtne2ps2bf16 flushes them to zero) must leave to
+ * the integer rounding. Pairs (a, b) of cases fill every third element of
+ * 4 vectors and a tail, random values the rest; a second run leaves out
+ * the cases with subnormal results, so that whole blocks take the fast
+ * conversion. Sum, product and mean of 2 and 3 sources (the third +0),
+ * accumulate, and scale by 2 and 3, against the reference. */
+typedef struct case16 {
+  uint16_t a, b;
+  bool sub; /* a subnormal sum, product, mean or quotient */
+} case16;
+
+static const case16 bf16_cases[] = {
+    {0x3f80, 0x3b80, 0}, /* 1 + 2^-8: tie, down to even 1.0 */
+    {0x3f81, 0x3b80, 0}, /* tie, up to even 0x3f82 */
+    {0x3fff, 0x3b80, 0}, /* carries into the exponent: 2.0 */
+    {0xbf81, 0xbb80, 0}, /* negative tie */
+    {0x7f7f, 0x7f7f, 0}, /* overflows to Inf */
+    {0x7f80, 0xff80, 0}, /* Inf - Inf = NaN */
+    {0x7f81, 0x3f80, 0}, /* signalling NaN */
+    {0xffff, 0x3f80, 0}, /* NaN, all payload bits */
+    {0x8000, 0x8000, 0}, /* -0 */
+    {0x0040, 0x0001, 1}, /* subnormal sum */
+    {0x8040, 0x0001, 1}, /* negative subnormal sum */
+    {0x0080, 0x8001, 1}, /* smallest normal - subnormal */
+    {0x0041, 0x3fc0, 1}, /* 65 * 1.5 = 97.5 units: a subnormal tie (product, mean) */
+    {0x0043, 0x3fc0, 1}, /* 100.5 units */
+    {0x4000, 0x3f81, 0}, /* 2 * 1.0078125: exact product */
+    {0x3f81, 0x3f81, 0}, /* 1.0078125^2: rounds */
+};
+
+static const case16 f16_cases[] = {
+    {0x3c00, 0x1000, 0}, /* 1 + 2^-11: tie, down to even */
+    {0x3c01, 0x1000, 0}, /* tie, up */
+    {0x7bff, 0x4c00, 0}, /* 65504 + 16: halfway to 65536, to Inf */
+    {0x7c01, 0x3c00, 0}, /* signalling NaN */
+    {0xfc01, 0x3c00, 0}, /* negative signalling NaN */
+    {0x7c00, 0xfc00, 0}, /* Inf - Inf */
+    {0x8000, 0x8000, 0}, /* -0 */
+    {0x0001, 0x0001, 1}, /* subnormals */
+    {0x0003, 0x3800, 1}, /* 3 * 0.5 = 1.5 units: tie (product) */
+    {0x0400, 0x8001, 1}, /* smallest normal - subnormal */
+    {0x3555, 0x3555, 0}, /* 1/3 * 1/3 rounds */
+};
+
+static void run_cases16(cf_dtype dt, bool with_sub) {
+  const case16 *cs = dt == CF_DT_BFLOAT16 ? bf16_cases : f16_cases;
+  int nc = dt == CF_DT_BFLOAT16 ? (int)(sizeof bf16_cases / sizeof *bf16_cases)
+                                : (int)(sizeof f16_cases / sizeof *f16_cases);
+  cf_kernel_key probe = {CF_K_NARY, dt, CF_RED_SUM, 2};
+  int lanes = cf_kernel_lanes(&host, &probe), n = 4 * lanes + 7;
+  uint16_t a[1024], b[1024], z[1024], o[1024];
+  assert_true(n <= 1024);
+  int c = 0;
+  for (int i = 0; i < n; i++) {
+    if (i % 3 == 0) {
+      while (cs[c % nc].sub && !with_sub)
+        c++;
+      a[i] = cs[c % nc].a;
+      b[i] = cs[c % nc].b;
+      c++;
+    } else {
+      a[i] = (uint16_t)rand_elem(dt, false);
+      b[i] = (uint16_t)rand_elem(dt, false);
+    }
+    z[i] = 0;
+  }
+  const cf_reduction reds[] = {CF_RED_SUM, CF_RED_PROD, CF_RED_MEAN, CF_RED_MAX, CF_RED_MIN};
+  for (int r = 0; r < 5; r++)
+    for (int ar = 2; ar <= 3; ar++) {
+      cf_kernel_key k = {CF_K_NARY, dt, reds[r], ar};
+      cf_kernel_nary_fn fn;
+      void *p = kernel(ctx, k, NULL);
+      memcpy(&fn, &p, sizeof fn);
+      fn(o, (const void *[]){a, b, z}, n, ar);
+      for (int i = 0; i < n; i++) {
+        uint64_t x[3] = {a[i], b[i], z[i]};
+        check(&k, i, o[i], ref_nary(dt, reds[r], ar, x, ar), "cases");
+      }
+      if (ar == 3 || reds[r] == CF_RED_MEAN) continue;
+      k = (cf_kernel_key){CF_K_ACC, dt, reds[r], 0};
+      cf_kernel_acc_fn acc;
+      p = kernel(ctx, k, NULL);
+      memcpy(&acc, &p, sizeof acc);
+      memcpy(o, a, sizeof o);
+      acc(o, b, n);
+      for (int i = 0; i < n; i++) {
+        uint64_t x[2] = {a[i], b[i]};
+        check(&k, i, o[i], ref_nary(dt, reds[r], 2, x, 1), "cases");
+      }
+    }
+  cf_kernel_key k = {CF_K_SCALE, dt, CF_RED_SUM, 0};
+  cf_kernel_scale_fn sc;
+  void *p = kernel(ctx, k, NULL);
+  memcpy(&sc, &p, sizeof sc);
+  for (int d = 2; d <= 3; d++) {
+    memcpy(o, a, sizeof o);
+    sc(o, n, d);
+    for (int i = 0; i < n; i++)
+      check(&k, i, o[i], ref_scale(dt, a[i], d), "cases");
+  }
+}
+
+static void test_16bit_vectors(void **state) {
+  (void)state;
+  for (int sub = 0; sub < 2; sub++) {
+    run_cases16(CF_DT_BFLOAT16, sub);
+    run_cases16(CF_DT_FLOAT16, sub);
   }
 }
 
@@ -751,21 +891,59 @@ static void test_object_cache(void **state) {
   rm_tree(dir2);
 }
 
+/* The second group's context: kernels for the host without AVX512_BF16
+ * and AVX512DQ, so that the paths other x86 CPUs take (integer bfloat16
+ * rounding, llvm.maximum and the vmaxps fast path instead of vrangeps) are
+ * tested here too. On a host without those features it is the host. */
+static int setup_reduced(void **state) {
+  (void)state;
+  cf_codegen_target t = host;
+  const char *off[] = {"+avx512bf16,", "+avx512dq,"};
+  size_t len = strlen(t.features);
+  if (len + 1 < sizeof t.features) {
+    t.features[len] = ','; /* every entry ends in a comma while we look */
+    t.features[len + 1] = '\0';
+  }
+  for (int i = 0; i < 2; i++) {
+    char *f = strstr(t.features, off[i]);
+    if (f && (f == t.features || f[-1] == ',')) f[0] = '-';
+  }
+  t.features[len] = '\0';
+  if (cf_context_create(&ctx) != CF_OK) return -1;
+  if (cf_codegen_use_target(ctx, &t) != CF_OK) return -1;
+  /* and only before the first kernel */
+  cf_kernel_key k = {CF_K_ACC, CF_DT_FLOAT32, CF_RED_SUM, 0};
+  void *fn;
+  if (cf_codegen_kernel(ctx, &k, &fn, NULL) != CF_OK) return -1;
+  if (cf_codegen_use_target(ctx, &t) != CF_ERR_USAGE ||
+      !strstr(cf_context_errmsg(ctx), "set its target first"))
+    return -1;
+  return 0;
+}
+
 int main(void) {
   /* the bulk of the tests must not read or fill the user's cache */
   setenv("COLLFUSE_CACHE", "off", 1);
   cf_context *c;
   if (cf_context_create(&c) != CF_OK || cf_codegen_target_host(c, &host) != CF_OK) return 1;
   cf_context_destroy(c);
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_keys),         cmocka_unit_test(test_vector_width),
-      cmocka_unit_test(test_nvptx),        cmocka_unit_test(test_nary),
-      cmocka_unit_test(test_nary_large),   cmocka_unit_test(test_acc),
-      cmocka_unit_test(test_scale),        cmocka_unit_test(test_int_truncation),
-      cmocka_unit_test(test_quant),        cmocka_unit_test(test_specials),
-      cmocka_unit_test(test_int_wrap),     cmocka_unit_test(test_16bit_ties),
-      cmocka_unit_test(test_nary_stream),  cmocka_unit_test(test_maxmin_zeros),
-      cmocka_unit_test(test_object_cache),
+  const struct CMUnitTest reduced[] = {
+      cmocka_unit_test(test_nary),        cmocka_unit_test(test_acc),
+      cmocka_unit_test(test_scale),       cmocka_unit_test(test_specials),
+      cmocka_unit_test(test_16bit_ties),  cmocka_unit_test(test_16bit_vectors),
+      cmocka_unit_test(test_nary_stream), cmocka_unit_test(test_maxmin_zeros),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_keys),          cmocka_unit_test(test_vector_width),
+      cmocka_unit_test(test_nvptx),         cmocka_unit_test(test_nary),
+      cmocka_unit_test(test_nary_large),    cmocka_unit_test(test_acc),
+      cmocka_unit_test(test_scale),         cmocka_unit_test(test_int_truncation),
+      cmocka_unit_test(test_quant),         cmocka_unit_test(test_specials),
+      cmocka_unit_test(test_int_wrap),      cmocka_unit_test(test_16bit_ties),
+      cmocka_unit_test(test_nary_stream),   cmocka_unit_test(test_maxmin_zeros),
+      cmocka_unit_test(test_16bit_vectors), cmocka_unit_test(test_object_cache),
+  };
+  int failed = cmocka_run_group_tests_name("host", tests, setup, teardown);
+  return failed +
+         cmocka_run_group_tests_name("no avx512bf16/avx512dq", reduced, setup_reduced, teardown);
 }
