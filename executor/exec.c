@@ -310,8 +310,11 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
                            .segs = pc->segs, .n_segs = pc->n_segs,
                            .scratch = r->arena + pc->scratch_addr, .scratch_bytes = pc->scratch_bytes,
                            .algo = pc->algo, .deterministic = p->opt.deterministic};
-    for (int i = 0; i < pc->n; i++)
-      if (pc->ranks[i] == r->rank) call->me = i;
+    for (int i = 0; i < pc->n * pc->n_parts; i++)
+      if (pc->ranks[i] == r->rank) { /* the part that holds this rank is its communicator */
+        call->ranks = pc->ranks + i / pc->n * pc->n;
+        call->me = i % pc->n;
+      }
   }
   if ((st = fill_inputs(r))) return st;
   if ((st = check_fingerprints(r))) return st;

@@ -515,8 +515,9 @@ typedef struct cf_pvalue {
 typedef struct cf_pcoll {
   int node;
   cf_coll_desc desc;   /* seq is per group; same on every rank */
-  const int *ranks;    /* group's world ranks (graph arena or plan) */
-  int n;
+  const int *ranks;    /* group's world ranks, part after part (graph arena or plan) */
+  int n;               /* ranks in one part: the communicator size */
+  int n_parts;         /* a partitioned group's parts; each rank runs with its own */
   int64_t in_addr, out_addr, scratch_addr;
   size_t scratch_bytes;
   cf_coll_seg *segs;

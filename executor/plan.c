@@ -120,7 +120,11 @@ static void member_offsets(const cf_plan *p, const cf_node *n, int64_t *off, int
   *total = n->n_in == 1 ? p->vals[val_index(p, n->in[0])].bytes : align_up(end);
 }
 
-static cf_status group_ranks(cf_plan *p, const cf_node *n, const int **ranks, int *size) {
+/* The world ranks of n's group, part after part (a partitioned group is
+ * one communicator per part: each rank runs with the part that holds it,
+ * exec.c), the size of one part and the number of parts. */
+static cf_status group_ranks(cf_plan *p, const cf_node *n, const int **ranks, int *size,
+                             int *parts) {
   const char *name = cf_node_group(n);
   const cf_group *gr = cf_graph_group(p->g, name);
   if (!gr) {
@@ -128,14 +132,16 @@ static cf_status group_ranks(cf_plan *p, const cf_node *n, const int **ranks, in
       return cf_node_error(p->g, n, CF_ERR_INVALID, "unknown group '%s'", name);
     *ranks = p->world_ranks;
     *size = p->ranks;
+    *parts = 1;
     return CF_OK;
   }
-  for (int i = 0; i < gr->n_ranks; i++)
+  for (int i = 0; i < gr->n_ranks * gr->n_parts; i++)
     if (gr->ranks[i] < 0 || gr->ranks[i] >= p->ranks)
       return cf_node_error(p->g, n, CF_ERR_INVALID, "group '%s' has rank %d but the run has %d ranks",
                            name, gr->ranks[i], p->ranks);
   *ranks = gr->ranks;
   *size = gr->n_ranks;
+  *parts = gr->n_parts;
   return CF_OK;
 }
 
@@ -143,7 +149,7 @@ static cf_status group_ranks(cf_plan *p, const cf_node *n, const int **ranks, in
 static cf_status describe(builder *b, const cf_node *n, cf_pcoll *c, const int64_t *off,
                           int64_t in_bytes, int64_t *out_bytes, int64_t **out_off) {
   cf_plan *p = b->p;
-  cf_status st = group_ranks(p, n, &c->ranks, &c->n);
+  cf_status st = group_ranks(p, n, &c->ranks, &c->n, &c->n_parts);
   if (st) return st;
   cf_op op = base_op(n->op);
   const cf_pvalue *v0 = &p->vals[val_index(p, n->in[0])];
@@ -271,7 +277,7 @@ static cf_status place(builder *b) {
 static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc, int64_t *seq) {
   cf_plan *p = b->p;
   const cf_graph *g = b->g;
-  cf_status st = group_ranks(p, n, &c->ranks, &c->n);
+  cf_status st = group_ranks(p, n, &c->ranks, &c->n, &c->n_parts);
   if (st) return st;
   int64_t ws = c->n;
   const cf_pvalue *x1 = &p->vals[val_index(p, n->in[0])];

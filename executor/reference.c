@@ -320,10 +320,11 @@ static cf_status compute(ref_run *r, const cf_node *n, int rank) {
 
 /* ================= collectives ================= */
 
-/* The world ranks of n's group, in group order, and its size (SPEC 2:
- * world_size, else rank_size, else the group's size; hccl_world_group
- * without a definition is ranks 0..size-1). */
-static cf_status group_of(ref_run *r, const cf_node *n, const int **ranks, int *size) {
+/* The world ranks of n's group, in group order and part after part, the
+ * size of one part (SPEC 2: world_size, else rank_size, else the group's
+ * size; hccl_world_group without a definition is ranks 0..size-1) and the
+ * number of parts (each part reduces on its own). */
+static cf_status group_of(ref_run *r, const cf_node *n, const int **ranks, int *size, int *parts) {
   const char *name = cf_node_group(n);
   const cf_group *gr = cf_graph_group(r->g, name);
   int64_t s = cf_node_int(n, CF_A_WORLD_SIZE, cf_node_int(n, CF_A_RANK_SIZE, -1));
@@ -337,7 +338,8 @@ static cf_status group_of(ref_run *r, const cf_node *n, const int **ranks, int *
                          (long long)s, r->R);
   *ranks = gr ? gr->ranks : r->world;
   *size = (int)s;
-  for (int i = 0; i < *size; i++)
+  *parts = gr ? gr->n_parts : 1;
+  for (int i = 0; i < *size * *parts; i++)
     if ((*ranks)[i] >= r->R)
       return cf_node_error(r->g, n, CF_ERR_USAGE,
                            "reference: group '%s' has rank %d but the run has %d ranks", name,
@@ -522,12 +524,9 @@ static cf_status allgather_matmul(ref_run *r, coll *c) {
   return CF_OK;
 }
 
-static cf_status collective(ref_run *r, const cf_node *n) {
-  cf_status st;
-  coll c = {.n = n};
-  if ((st = group_of(r, n, &c.ranks, &c.size))) return st;
-  c.src = calloc((size_t)c.size, sizeof *c.src);
-  if (!c.src) return cf_node_error(r->g, n, CF_ERR_NO_MEMORY, "reference: out of memory");
+/* One part of n's group (the whole group when it has one). */
+static cf_status collective_part(ref_run *r, coll *c) {
+  const cf_node *n = c->n;
   switch (n->op) {
   case CF_OP_FUSEDALLREDUCE:
   case CF_OP_FUSEDALLGATHER:
@@ -535,14 +534,28 @@ static cf_status collective(ref_run *r, const cf_node *n) {
     cf_op base = n->op == CF_OP_FUSEDALLREDUCE   ? CF_OP_ALLREDUCE
                  : n->op == CF_OP_FUSEDALLGATHER ? CF_OP_ALLGATHER
                                                  : CF_OP_REDUCESCATTER;
-    st = CF_OK;
-    for (int j = 0; j < n->n_in && !st; j++) st = coll_port(r, &c, base, j, j);
-    break;
+    cf_status st = CF_OK;
+    for (int j = 0; j < n->n_in && !st; j++) st = coll_port(r, c, base, j, j);
+    return st;
   }
   case CF_OP_MATMULREDUCESCATTER:
-  case CF_OP_MATMULALLREDUCE: st = fused_matmul(r, &c); break;
-  case CF_OP_ALLGATHERMATMUL: st = allgather_matmul(r, &c); break;
-  default: st = coll_port(r, &c, n->op, 0, 0); break;
+  case CF_OP_MATMULALLREDUCE: return fused_matmul(r, c);
+  case CF_OP_ALLGATHERMATMUL: return allgather_matmul(r, c);
+  default: return coll_port(r, c, n->op, 0, 0);
+  }
+}
+
+static cf_status collective(ref_run *r, const cf_node *n) {
+  cf_status st;
+  coll c = {.n = n};
+  const int *ranks = NULL;
+  int parts = 1;
+  if ((st = group_of(r, n, &ranks, &c.size, &parts))) return st;
+  c.src = calloc((size_t)c.size, sizeof *c.src);
+  if (!c.src) return cf_node_error(r->g, n, CF_ERR_NO_MEMORY, "reference: out of memory");
+  for (int k = 0; k < parts && !st; k++) {
+    c.ranks = ranks + (size_t)k * (size_t)c.size;
+    st = collective_part(r, &c);
   }
   free(c.src);
   return st;

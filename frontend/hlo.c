@@ -15,11 +15,13 @@
  * where the IR has the instruction's exact semantics, Opaque (shape, dtype
  * and operands kept) where it has not.
  *
- * replica_groups in every printed form become device ranks, then IR groups.
- * A node names one group, so a collective over several disjoint subgroups
- * ({{0,1},{2,3}}, iota [2,4]<=[8], a mesh axis of a 2-D mesh) cannot be a
- * single IR collective: it is imported as Opaque, its subgroups are still
- * declared as groups NAME.0, NAME.1, ... and a warning goes to the log sink.
+ * replica_groups in every printed form become device ranks, then IR groups:
+ * one per distinct set, partitioned into one part per replica group when
+ * there are several ({{0,1},{2,3}}, iota [2,4]<=[8], one axis of a 2-D
+ * mesh), so every rank runs the collective with the part that holds it, as
+ * XLA does. Replica groups of different sizes (which only all-reduce
+ * allows) cannot be an IR group: such a collective is imported as Opaque
+ * and a warning goes to the log sink.
  */
 #include "frontend.h"
 
@@ -92,13 +94,13 @@ typedef struct hval {
   struct hval *elem;  /* tuple elements */
 } hval;
 
-/* A set of replica groups, as ranks, with the IR group(s) that hold it. */
+/* A set of replica groups, as ranks, with the IR group that holds it. */
 struct hgset {
   int n_sub; /* subgroups; 0 means every device */
   int *off;  /* n_sub + 1 offsets into ranks */
   int *ranks;
   const char *axes; /* mesh form: the axes' names joined by '_' */
-  const char *name; /* IR group (one subgroup) or prefix of NAME.0, NAME.1, ... */
+  const char *name; /* its IR group (parts when n_sub > 1); NULL: sizes differ */
   int line;
   hgset *next;
 };
@@ -1082,46 +1084,32 @@ static bool gset_equal(const hgset *a, int n_sub, const int *off, const int *ran
          memcmp(a->ranks, ranks, (size_t)off[n_sub] * sizeof *ranks) == 0;
 }
 
-/* Name the set's IR group(s) and declare them: NAME for one subgroup, NAME.0,
- * NAME.1, ... for several; a name already taken gets _2, _3, ... */
+/* Name the set's IR group and declare it: one rank list, or one part per
+ * replica group when there are several (each part is a communicator); a
+ * name already taken gets _2, _3, ... Replica groups of different sizes
+ * cannot be one IR group: the set gets no name and its collectives stay
+ * Opaque. */
 static cf_status gset_declare(hlo_reader *r, hgset *s, const char *axes) {
   cf_graph *g = r->g;
-  char base[CF_MAX_GROUP_NAME + 1], name[CF_MAX_GROUP_NAME + 64];
+  for (int i = 1; i < s->n_sub; i++)
+    if (s->off[i + 1] - s->off[i] != s->off[1] - s->off[0]) return CF_OK;
+  char base[CF_MAX_GROUP_NAME + 1], cand[CF_MAX_GROUP_NAME + 16];
   if (axes && *axes)
     snprintf(base, sizeof base, "%s", axes);
   else
     snprintf(base, sizeof base, "replica_group_%d", r->n_anon++);
   size_t bl = strlen(base);
   for (int k = 1;; k++) {
-    char cand[CF_MAX_GROUP_NAME + 16];
     if (k == 1)
       snprintf(cand, sizeof cand, "%s", base);
     else
       snprintf(cand, sizeof cand, "%.*s_%d", (int)(bl > 100 ? 100 : bl), base, k);
-    bool free_ = true;
-    for (int i = 0; i < (s->n_sub > 1 ? s->n_sub : 1) && free_; i++) {
-      if (s->n_sub > 1)
-        snprintf(name, sizeof name, "%s.%d", cand, i);
-      else
-        snprintf(name, sizeof name, "%s", cand);
-      free_ = strlen(name) <= CF_MAX_GROUP_NAME && !cf_graph_group(g, name) &&
-              strcmp(name, CF_WORLD_GROUP);
-    }
-    if (free_) {
-      if (!(s->name = str(r, cand, strlen(cand)))) return oom(r, s->line);
+    if (strlen(cand) <= CF_MAX_GROUP_NAME && !cf_graph_group(g, cand) &&
+        strcmp(cand, CF_WORLD_GROUP))
       break;
-    }
   }
-  for (int i = 0; i < s->n_sub; i++) {
-    if (s->n_sub > 1)
-      snprintf(name, sizeof name, "%s.%d", s->name, i);
-    else
-      snprintf(name, sizeof name, "%s", s->name);
-    cf_status st =
-        cf_graph_add_group(g, name, s->ranks + s->off[i], s->off[i + 1] - s->off[i], s->line);
-    if (st) return st;
-  }
-  return CF_OK;
+  if (!(s->name = str(r, cand, strlen(cand)))) return oom(r, s->line);
+  return cf_graph_add_group_parts(g, s->name, s->ranks, s->off, s->n_sub, s->line);
 }
 
 /* The collective's replica groups as ranks, declared as IR groups (cached on
@@ -1536,14 +1524,12 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   }
   const hgset *gs = NULL;
   if ((st = coll_groups(r, in, &gs))) return st;
-  if (gs->n_sub > 1) {
-    snprintf(note, sizeof note, "%s over %d replica groups %.*s.0..%.*s.%d", opc, gs->n_sub, 100,
-             gs->name, 100, gs->name, gs->n_sub - 1);
-    cf_log(
-        r->ctx, CF_LOG_WARN,
-        "%s:%d: warning: instruction '%s': %s runs in %d disjoint replica groups; an IR node names "
-        "one group, so it is imported as Opaque (groups %s.0..%s.%d are declared)",
-        r->file, in->line, in->name, opc, gs->n_sub, gs->name, gs->name, gs->n_sub - 1);
+  if (gs->n_sub && !gs->name) {
+    snprintf(note, sizeof note, "%s over %d replica groups of different sizes", opc, gs->n_sub);
+    cf_log(r->ctx, CF_LOG_WARN,
+           "%s:%d: warning: instruction '%s': %s runs in %d replica groups of different sizes; "
+           "the parts of an IR group are communicators of one size, so it is imported as Opaque",
+           r->file, in->line, in->name, opc, gs->n_sub);
     return emit_opaque(r, in, at_entry, ops, note, out);
   }
   bool same_dt = true;
@@ -1567,7 +1553,7 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
     for (int i = 0; i < m; i++)
       if ((st = push_ref(r, ops[fuse ? i : k]->ref, in->line))) return st;
     if ((st = cf_node_set_inputs(r->g, idx, m, r->refs))) return st;
-    if (gs->n_sub == 1 && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
+    if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
     if (red >= 0 &&
         (st = set_str(r, idx, CF_A_REDUCTION, cf_reduction_name((cf_reduction)red), in->line)))
       return st;

@@ -80,19 +80,60 @@ static bool is_elem(xmlNodePtr n, const char *name) {
 /* xmlGetProp copy -> arena-free temporary; caller xmlFree()s */
 static char *prop(xmlNodePtr n, const char *name) { return (char *)xmlGetProp(n, BAD_CAST name); }
 
+/* ranks="0,1,2,3", or parts "0,1|2,3" of a partitioned group. */
 static cf_status read_group(cf_graph *g, xmlNodePtr x) {
   char *nm = prop(x, "name"), *rk = prop(x, "ranks");
-  int *ranks = NULL, n = 0;
+  int *ranks = NULL, *off = NULL, n = 0, n_parts = 1;
   char why[160];
-  cf_status st;
+  cf_status st = CF_OK;
   int line = cf_xml_line(x);
-  if (!nm || !rk)
+  if (!nm || !rk) {
     st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group needs name and ranks");
-  else if (!cf_parse_int_list(rk, &ranks, &n, why, sizeof why))
-    st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group '%s': %s", nm, why);
-  else
-    st = cf_graph_add_group(g, nm, ranks, n, line);
+    goto done;
+  }
+  for (const char *c = rk; *c; c++) n_parts += *c == '|';
+  if (n_parts > CF_MAX_WORLD) {
+    st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group '%s': more than %d parts", nm,
+                  CF_MAX_WORLD);
+    goto done;
+  }
+  off = calloc((size_t)n_parts + 1, sizeof *off);
+  if (!off) {
+    st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+    goto done;
+  }
+  char *part = rk;
+  for (int k = 0; k < n_parts; k++) {
+    char *bar = strchr(part, '|');
+    if (bar) *bar = '\0';
+    int *pr = NULL, pn = 0;
+    if (!cf_parse_int_list(part, &pr, &pn, why, sizeof why)) {
+      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group '%s': %s", nm, why);
+      goto done;
+    }
+    if (n > CF_MAX_WORLD - pn) {
+      free(pr);
+      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group '%s': more than %d ranks", nm,
+                    CF_MAX_WORLD);
+      goto done;
+    }
+    int *nr = pn ? realloc(ranks, (size_t)(n + pn) * sizeof *nr) : ranks;
+    if (pn && !nr) {
+      free(pr);
+      st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+      goto done;
+    }
+    ranks = nr;
+    if (pn) memcpy(ranks + n, pr, (size_t)pn * sizeof *pr);
+    free(pr);
+    n += pn;
+    off[k + 1] = n;
+    part = bar ? bar + 1 : part + strlen(part);
+  }
+  st = cf_graph_add_group_parts(g, nm, ranks, off, n_parts, line);
+done:
   free(ranks);
+  free(off);
   xmlFree(nm);
   xmlFree(rk);
   return st;

@@ -58,7 +58,8 @@ cf_status cf_xml_write(const cf_graph *g, FILE *f) {
     fputs("  <group", f);
     put_attr(f, "name", gr->name);
     fputs(" ranks=\"", f);
-    for (int j = 0; j < gr->n_ranks; j++) fprintf(f, j ? ",%d" : "%d", gr->ranks[j]);
+    for (int j = 0; j < gr->n_ranks * gr->n_parts; j++)
+      fprintf(f, !j ? "%d" : j % gr->n_ranks ? ",%d" : "|%d", gr->ranks[j]);
     fputs("\"/>\n", f);
   }
   for (int i = 0; i < g->n_nodes; i++) {

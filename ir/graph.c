@@ -317,11 +317,35 @@ cf_status cf_node_parse_attr(cf_graph *g, int node, cf_attr_id id, const char *t
 }
 
 cf_status cf_graph_add_group(cf_graph *g, const char *name, const int *ranks, int n, int line) {
+  int off[2] = {0, n};
+  return cf_graph_add_group_parts(g, name, ranks, off, 1, line);
+}
+
+cf_status cf_graph_add_group_parts(cf_graph *g, const char *name, const int *ranks,
+                                   const int *off, int n_parts, int line) {
   if (strlen(name) > CF_MAX_GROUP_NAME)
     return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
                     "group '%.40s...': name longer than %d bytes", name, CF_MAX_GROUP_NAME);
   if (cf_graph_group(g, name))
     return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group '%s' defined twice", name);
+  if (n_parts < 1 || n_parts > CF_MAX_WORLD)
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group '%s': %d parts, need 1..%d",
+                    name, n_parts, CF_MAX_WORLD);
+  int size = off[1] - off[0], n = off[n_parts] - off[0];
+  for (int k = 0; k < n_parts && n_parts > 1; k++) {
+    int sk = off[k + 1] - off[k];
+    if (sk <= 0)
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group '%s': part %d is empty", name,
+                      k);
+    if (sk != size)
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                      "group '%s': part %d has %d ranks but part 0 has %d (the parts of a group "
+                      "are communicators of one size)",
+                      name, k, sk, size);
+  }
+  if (n < 0 || n > CF_MAX_WORLD)
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group '%s': %d ranks, above %d", name,
+                    n, CF_MAX_WORLD);
   if (g->n_groups == g->cap_groups) {
     int cap = g->cap_groups ? g->cap_groups * 2 : 8;
     cf_group *ng = realloc(g->groups, (size_t)cap * sizeof *ng);
@@ -334,8 +358,9 @@ cf_status cf_graph_add_group(cf_graph *g, const char *name, const int *ranks, in
   gr->ranks = n ? cf_arena_array(&g->arena, (size_t)n, sizeof(int)) : NULL;
   if (!gr->name || (n && !gr->ranks))
     return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
-  if (n) memcpy(gr->ranks, ranks, (size_t)n * sizeof(int));
-  gr->n_ranks = n;
+  if (n) memcpy(gr->ranks, ranks + off[0], (size_t)n * sizeof(int));
+  gr->n_ranks = size;
+  gr->n_parts = n_parts;
   gr->line = line;
   g->n_groups++;
   return CF_OK;
@@ -344,6 +369,16 @@ cf_status cf_graph_add_group(cf_graph *g, const char *name, const int *ranks, in
 const cf_group *cf_graph_group(const cf_graph *g, const char *name) {
   for (int i = 0; i < g->n_groups; i++)
     if (strcmp(g->groups[i].name, name) == 0) return &g->groups[i];
+  return NULL;
+}
+
+const int *cf_group_part_of(const cf_group *gr, int rank, int *index) {
+  int64_t n = (int64_t)gr->n_ranks * gr->n_parts;
+  for (int64_t i = 0; i < n; i++)
+    if (gr->ranks[i] == rank) {
+      if (index) *index = (int)(i % gr->n_ranks);
+      return gr->ranks + (i / gr->n_ranks) * gr->n_ranks;
+    }
   return NULL;
 }
 

@@ -215,10 +215,15 @@ typedef struct cf_node {
   bool dead;          /* marked for removal by a pass */
 } cf_node;
 
+/* A communicator group. It may be partitioned into n_parts disjoint parts
+ * of n_ranks ranks each (XLA's replica_groups {{0,1},{2,3}}, the colours of
+ * MPI_Comm_split): every part is one communicator, and a rank runs a
+ * collective of the group with the part that holds it. */
 typedef struct cf_group {
   const char *name;
-  int n_ranks;
-  int *ranks;
+  int n_ranks;  /* ranks in one part: the communicator size (rank_size) */
+  int n_parts;  /* >= 1; 1 for a plain rank list */
+  int *ranks;   /* n_parts * n_ranks world ranks, part after part */
   int line;
 } cf_group;
 
@@ -255,7 +260,16 @@ const char *cf_node_str(const cf_node *n, cf_attr_id id, const char *dflt);
 /* Parse text for attribute id of node and set it; messages name file:line. */
 cf_status cf_node_parse_attr(cf_graph *g, int node, cf_attr_id id, const char *text, int line);
 cf_status cf_graph_add_group(cf_graph *g, const char *name, const int *ranks, int n, int line);
+/* A partitioned group: part k is ranks[off[k]..off[k+1]) for k < n_parts
+ * (off has n_parts + 1 entries, off[0] = 0). Every part must be non-empty
+ * and of the same size (an error naming file, line and group otherwise);
+ * disjointness and the world's bounds are the verifier's checks. */
+cf_status cf_graph_add_group_parts(cf_graph *g, const char *name, const int *ranks,
+                                   const int *off, int n_parts, int line);
 const cf_group *cf_graph_group(const cf_graph *g, const char *name);
+/* The part of gr that holds world rank `rank` (n_ranks ranks) and, through
+ * *index when not NULL, rank's position in it; NULL when no part has it. */
+const int *cf_group_part_of(const cf_group *gr, int rank, int *index);
 /* Size of a group; the world group has world_size ranks. -1 when unknown. */
 int64_t cf_graph_group_size(const cf_graph *g, const char *name);
 /* Remove nodes with dead set, remapping operands. Operands of live nodes

@@ -81,6 +81,13 @@ void cf_graph_fingerprint(const cf_graph *g, char buf[17]) {
                        cf_dtype_name(in->dtype), red ? cf_reduction_name(cf_node_reduction(n)) : "-",
                        (long long)cf_node_comm_bytes(g, n), n->n_in);
     h = fnv(h, rec, (size_t)(len < (int)sizeof rec ? len : (int)sizeof rec - 1));
+    /* a partitioned group's parts too: ranks that split one name differently
+     * would otherwise wait for peers in other parts */
+    const cf_group *gr = cf_graph_group(g, cf_node_group(n));
+    for (int j = 0; gr && gr->n_parts > 1 && j < gr->n_parts * gr->n_ranks; j++) {
+      len = snprintf(rec, sizeof rec, "%s%d", j % gr->n_ranks ? "," : "|", gr->ranks[j]);
+      h = fnv(h, rec, (size_t)len);
+    }
   }
   snprintf(buf, 17, "%016llx", (unsigned long long)h);
 }

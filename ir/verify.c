@@ -110,27 +110,54 @@ static cf_status check_attrs(cf_graph *g, cf_node *n) {
   return CF_OK;
 }
 
+/* Every rank of a group once (in one part, at one place), inside the world;
+ * the world group is every rank and is never partitioned. */
 static cf_status check_groups(cf_graph *g) {
-  for (int i = 0; i < g->n_groups; i++) {
+  int *where = NULL; /* world rank -> 1 + its index in the group being checked */
+  cf_status st = CF_OK;
+  for (int i = 0; i < g->n_groups && !st; i++) {
     const cf_group *gr = &g->groups[i];
-    if (gr->n_ranks == 0)
-      return cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line, "group '%s' has no ranks",
-                      gr->name);
-    for (int j = 0; j < gr->n_ranks; j++) {
-      if (gr->ranks[j] < 0 || (g->world_size > 0 && gr->ranks[j] >= g->world_size))
-        return cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line,
-                        "group '%s': rank %d outside the world (world_size=%lld)", gr->name,
-                        gr->ranks[j], (long long)g->world_size);
-      for (int k = 0; k < j; k++)
-        if (gr->ranks[k] == gr->ranks[j])
-          return cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line,
-                          "group '%s': rank %d listed twice", gr->name, gr->ranks[j]);
+    int total = gr->n_ranks * gr->n_parts;
+    if (gr->n_ranks == 0) {
+      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line, "group '%s' has no ranks", gr->name);
+      break;
     }
-    if (strcmp(gr->name, CF_WORLD_GROUP) == 0 && g->world_size > 0 && gr->n_ranks != g->world_size)
-      return cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line,
-                      "group '%s' must have all %lld ranks", gr->name, (long long)g->world_size);
+    if (!where && !(where = calloc(CF_MAX_WORLD, sizeof *where))) {
+      st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, gr->line, "out of memory");
+      break;
+    }
+    for (int j = 0; j < total && !st; j++) {
+      int rk = gr->ranks[j];
+      if (rk < 0 || rk >= CF_MAX_WORLD || (g->world_size > 0 && rk >= g->world_size)) {
+        st = cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line,
+                      "group '%s': rank %d outside the world (world_size=%lld)", gr->name, rk,
+                      (long long)g->world_size);
+      } else if (where[rk]) {
+        int a = (where[rk] - 1) / gr->n_ranks, b = j / gr->n_ranks;
+        if (a == b)
+          st = cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line,
+                        "group '%s': rank %d listed twice", gr->name, rk);
+        else
+          st = cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line,
+                        "group '%s': rank %d is in parts %d and %d (parts must be disjoint)",
+                        gr->name, rk, a, b);
+      } else {
+        where[rk] = j + 1;
+      }
+    }
+    for (int j = 0; j < total; j++)
+      if (gr->ranks[j] >= 0 && gr->ranks[j] < CF_MAX_WORLD) where[gr->ranks[j]] = 0;
+    if (st) break;
+    if (strcmp(gr->name, CF_WORLD_GROUP) == 0 && gr->n_parts > 1)
+      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line,
+                    "group '%s' is every rank and cannot be partitioned", gr->name);
+    else if (strcmp(gr->name, CF_WORLD_GROUP) == 0 && g->world_size > 0 &&
+             gr->n_ranks != g->world_size)
+      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, gr->line,
+                    "group '%s' must have all %lld ranks", gr->name, (long long)g->world_size);
   }
-  return CF_OK;
+  free(where);
+  return st;
 }
 
 /* Report one cycle among the nodes Kahn's algorithm could not order. */

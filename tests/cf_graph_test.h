@@ -88,8 +88,9 @@ static inline void assert_group(const cf_graph *g, const char *name, const char 
   if (!gr) fail_msg("no group '%s'", name);
   char buf[512] = "";
   size_t o = 0;
-  for (int i = 0; i < gr->n_ranks && o < sizeof buf; i++)
-    o += (size_t)snprintf(buf + o, sizeof buf - o, i ? ",%d" : "%d", gr->ranks[i]);
+  for (int i = 0; i < gr->n_ranks * gr->n_parts && o < sizeof buf; i++) /* parts "0,1|2,3" */
+    o += (size_t)snprintf(buf + o, sizeof buf - o, !i ? "%d" : i % gr->n_ranks ? ",%d" : "|%d",
+                          gr->ranks[i]);
   assert_string_equal(buf, ranks);
 }
 

@@ -1378,6 +1378,123 @@ static void test_plan_refuses_and_prefused(void **state) {
   }
 }
 
+/* A graph whose collectives run over partitioned group g (ranks, parts
+ * split by '|'): AllReduce buckets of several dtypes and reductions, fused
+ * AllGathers and ReduceScatters, MatMul -> ReduceScatter (fused into a
+ * MatmulReduceScatter by the default pipeline), Reduce and Broadcast with a
+ * root in each part, and one world AllReduce between them. Dim0s of 12 and
+ * 24 divide by part sizes 2, 3 and 4. */
+static char *partitioned_xml(int n_ranks, const char *ranks) {
+  char *s = malloc(1 << 13);
+  assert_non_null(s);
+  snprintf(s, 1 << 13,
+           "<graph name='parts' version='1' world_size='%d'>"
+           " <group name='g' ranks='%s'/>"
+           " <node name='a' op='Input' dtype='float32' shape='37'/>"
+           " <node name='b' op='Input' dtype='float32' shape='5,6'/>"
+           " <node name='c' op='Input' dtype='float16' shape='40'/>"
+           " <node name='d' op='Input' dtype='bfloat16' shape='16'/>"
+           " <node name='e' op='Input' dtype='int32' shape='9'/>"
+           " <node name='x1' op='Input' dtype='float32' shape='12,16'/>"
+           " <node name='w' op='Input' dtype='float32' shape='16,10'/>"
+           " <node name='r1' op='Input' dtype='float32' shape='12,3'/>"
+           " <node name='r2' op='Input' dtype='float32' shape='24'/>"
+           " <node name='ar_a' op='AllReduce' reduction='sum' group='g'><input ref='a'/></node>"
+           " <node name='ar_b' op='AllReduce' reduction='mean' group='g'><input ref='b'/></node>"
+           " <node name='ar_a2' op='AllReduce' reduction='max' group='g'><input ref='a'/></node>"
+           " <node name='ar_c' op='AllReduce' reduction='sum' group='g'><input ref='c'/></node>"
+           " <node name='ar_c2' op='AllReduce' reduction='sum' group='g'><input ref='c'/></node>"
+           " <node name='ar_d' op='AllReduce' reduction='min' group='g' fusion='2' fusion_id='4'><input ref='d'/></node>"
+           " <node name='ar_e' op='AllReduce' reduction='sum' group='g' fusion='0'><input ref='e'/></node>"
+           " <node name='ar_w' op='AllReduce' reduction='sum'><input ref='ar_a'/></node>"
+           " <node name='ag1' op='AllGather' layout='concat' group='g' fusion='2' fusion_id='1'><input ref='a'/></node>"
+           " <node name='ag2' op='AllGather' layout='concat' group='g' fusion='2' fusion_id='1'><input ref='b'/></node>"
+           " <node name='ag3' op='AllGather' layout='stack' group='g'><input ref='d'/></node>"
+           " <node name='rs1' op='ReduceScatter' reduction='sum' group='g' fusion='2' fusion_id='2'><input ref='r1'/></node>"
+           " <node name='rs2' op='ReduceScatter' reduction='sum' group='g' fusion='2' fusion_id='2'><input ref='r2'/></node>"
+           " <node name='mm' op='MatMul'><input ref='x1'/><input ref='w'/></node>"
+           " <node name='rs_mm' op='ReduceScatter' reduction='sum' group='g'><input ref='mm'/></node>"
+           " <node name='red' op='Reduce' reduction='sum' root='1' group='g'><input ref='b'/></node>"
+           " <node name='bc' op='Broadcast' root='1' group='g'><input ref='c'/></node>"
+           " <node name='o_a' op='Output'><input ref='ar_a'/></node>"
+           " <node name='o_b' op='Output'><input ref='ar_b'/></node>"
+           " <node name='o_a2' op='Output'><input ref='ar_a2'/></node>"
+           " <node name='o_c' op='Output'><input ref='ar_c'/></node>"
+           " <node name='o_c2' op='Output'><input ref='ar_c2'/></node>"
+           " <node name='o_d' op='Output'><input ref='ar_d'/></node>"
+           " <node name='o_e' op='Output'><input ref='ar_e'/></node>"
+           " <node name='o_w' op='Output'><input ref='ar_w'/></node>"
+           " <node name='o_ag1' op='Output'><input ref='ag1'/></node>"
+           " <node name='o_ag2' op='Output'><input ref='ag2'/></node>"
+           " <node name='o_ag3' op='Output'><input ref='ag3'/></node>"
+           " <node name='o_rs1' op='Output'><input ref='rs1'/></node>"
+           " <node name='o_rs2' op='Output'><input ref='rs2'/></node>"
+           " <node name='o_rsmm' op='Output'><input ref='rs_mm'/></node>"
+           " <node name='o_red' op='Output'><input ref='red'/></node>"
+           " <node name='o_bc' op='Output'><input ref='bc'/></node>"
+           "</graph>",
+           n_ranks, ranks);
+  return s;
+}
+
+/* Collectives over a partitioned group: every rank runs with its own part
+ * (fused or not, every algorithm), as the float64 reference says; and,
+ * independently of the reference, an int32 sum is exactly the sum over the
+ * rank's part. Ranks outside every part skip the group's collectives. */
+static void test_plan_partitioned_groups(void **state) {
+  (void)state;
+  static const struct { int world; const char *ranks; } cfgs[] = {
+      {4, "0,1|2,3"}, {4, "0,2|1,3"}, {8, "0,1,2,3|4,5,6,7"}, {8, "0,4|1,5|2,6|3,7"},
+      {6, "0,2,4|1,3,5"}, {6, "5,1|2,0"}};
+  static const cf_algo algos[] = {CF_ALGO_AUTO, CF_ALGO_DIRECT, CF_ALGO_RD, CF_ALGO_RING, CF_ALGO_RSAG};
+  for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+    char *xml = partitioned_xml(cfgs[k].world, cfgs[k].ranks);
+    for (int p = 0; p < 2; p++)
+      for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++) {
+        cf_graph *g = compile_graph(xml, p ? cf_pipeline_O0 : cf_pipeline_default, NULL);
+        if (!p) { /* the passes fuse over the partitioned group as over any other */
+          assert_true(count_op(g, CF_OP_FUSEDALLREDUCE) > 0);
+          assert_int_equal(count_op(g, CF_OP_FUSEDALLGATHER), 1);
+          assert_int_equal(count_op(g, CF_OP_FUSEDREDUCESCATTER), 1);
+          assert_int_equal(count_op(g, CF_OP_MATMULREDUCESCATTER), 1);
+          for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i].op == CF_OP_MATMULREDUCESCATTER)
+              assert_string_equal(cf_node_group(&g->nodes[i]), "g");
+        }
+        cf_run_options opt = {.seed = 11, .iters = 1, .timeout_s = 30, .algo = algos[a],
+                              .deterministic = a % 2 == 1};
+        cf_run_result res;
+        char what[128];
+        snprintf(what, sizeof what, "%d ranks, group %s, %s, algo %s", cfgs[k].world, cfgs[k].ranks,
+                 p ? "-O0" : "fused", cf_algo_name(algos[a]));
+        if (run_plan(g, &opt, &res, NULL) != CF_OK) fail_msg("%s: run: %s", what, cf_context_errmsg(ctx));
+        assert_int_equal(res.ranks, cfgs[k].world);
+        verify_run(xml, &res, 11, what);
+        /* o_e: each rank's sum is over its own part, exactly */
+        const cf_group *gr = cf_graph_group(g, "g");
+        int oe = -1;
+        for (int j = 0; j < res.n_outputs; j++)
+          if (!strcmp(res.output_names[j], "o_e")) oe = j;
+        assert_true(oe >= 0);
+        const cf_node *e = &g->nodes[cf_graph_find(g, "e")];
+        for (int r = 0; r < res.ranks; r++) {
+          const int *part = cf_group_part_of(gr, r, NULL);
+          if (!part) continue; /* outside every part: undefined */
+          int32_t want[9] = {0}, v[9];
+          for (int m = 0; m < gr->n_ranks; m++) {
+            cf_fill_node(e, v, CF_DT_INT32, 9, 11, part[m]);
+            for (int i = 0; i < 9; i++) want[i] += v[i];
+          }
+          if (memcmp(res.outputs[r * res.n_outputs + oe].data, want, sizeof want) != 0)
+            fail_msg("%s: rank %d's int32 sum is not the sum over its part", what, r);
+        }
+        cf_run_result_free(&res);
+        cf_graph_destroy(g);
+      }
+    free(xml);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_allreduce_algos_dtypes),
@@ -1401,6 +1518,7 @@ int main(void) {
       cmocka_unit_test(test_plan_peak_memory),
       cmocka_unit_test(test_plan_hooks),
       cmocka_unit_test(test_plan_refuses_and_prefused),
+      cmocka_unit_test(test_plan_partitioned_groups),
   };
   if (getenv("CF_TEST_FILTER")) cmocka_set_test_filter(getenv("CF_TEST_FILTER")); /* debugging one test */
   return cmocka_run_group_tests(tests, setup_all, teardown_all);

@@ -94,19 +94,21 @@ static void test_replica_group_forms(void **state) {
   assert_string_equal(cf_node_group(node(g, "rs")), "replica_group_1");
   assert_int_equal(cf_node_reduction(node(g, "same")), CF_RED_MAX);
   assert_group(g, "replica_group_1", "0,1,2,3,4,5,6,7");
-  /* several subgroups: Opaque, with the subgroups declared */
+  /* several replica groups: one group partitioned into them, a real collective */
   const cf_node *pairs = node(g, "pairs");
-  assert_int_equal(pairs->op, CF_OP_OPAQUE);
-  assert_non_null(
-      strstr(cf_node_str(pairs, CF_A_TYPE, ""), "over 4 replica groups replica_group_2.0"));
-  assert_group(g, "replica_group_2.3", "6,7");
-  assert_group(g, "replica_group_3.0", "0,1,2,3"); /* [2,4]<=[8] */
-  assert_group(g, "replica_group_3.1", "4,5,6,7");
-  assert_group(g, "replica_group_4.0", "0,2,4,6"); /* [2,4]<=[4,2]T(1,0) */
-  assert_group(g, "replica_group_4.1", "1,3,5,7");
+  assert_int_equal(pairs->op, CF_OP_ALLREDUCE);
+  assert_string_equal(cf_node_group(pairs), "replica_group_2");
+  assert_group(g, "replica_group_2", "0,1|2,3|4,5|6,7");
+  assert_int_equal(cf_graph_group_size(g, "replica_group_2"), 2);
+  assert_int_equal(node(g, "iota24")->op, CF_OP_ALLREDUCE);
+  assert_string_equal(cf_node_group(node(g, "iota24")), "replica_group_3");
+  assert_group(g, "replica_group_3", "0,1,2,3|4,5,6,7"); /* [2,4]<=[8] */
+  assert_string_equal(cf_node_group(node(g, "iotaT")), "replica_group_4");
+  assert_group(g, "replica_group_4", "0,2,4,6|1,3,5,7"); /* [2,4]<=[4,2]T(1,0) */
   /* no channel_id: cross-replica within each of 8 partitions, 1 replica each */
-  assert_int_equal(node(g, "world")->op, CF_OP_OPAQUE);
-  assert_group(g, "replica_group_0.7", "7");
+  assert_int_equal(node(g, "world")->op, CF_OP_ALLREDUCE);
+  assert_group(g, "replica_group_0", "0|1|2|3|4|5|6|7");
+  assert_int_equal(g->n_groups, 5);
   cf_graph_destroy(g);
 }
 
@@ -114,12 +116,14 @@ static void test_mesh(void **state) {
   (void)state;
   cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/mesh.hlo");
   assert_int_equal(g->world_size, 8);
-  assert_group(g, "tp.0", "0,1,2,3");
-  assert_group(g, "tp.1", "4,5,6,7");
-  assert_group(g, "dp.1", "1,5");
+  /* one axis of the 2-D mesh: a group partitioned along the other axis */
+  assert_group(g, "tp", "0,1,2,3|4,5,6,7");
+  assert_group(g, "dp", "0,4|1,5|2,6|3,7");
   assert_group(g, "dp_tp", "0,1,2,3,4,5,6,7");
   assert_group(g, "tp_dp", "0,4,1,5,2,6,3,7");
-  assert_int_equal(node(g, "tp")->op, CF_OP_OPAQUE);
+  assert_int_equal(node(g, "tp")->op, CF_OP_ALLREDUCE);
+  assert_string_equal(cf_node_group(node(g, "tp")), "tp");
+  assert_string_equal(cf_node_group(node(g, "dp")), "dp");
   assert_int_equal(node(g, "all")->op, CF_OP_ALLREDUCE);
   assert_string_equal(cf_node_group(node(g, "ag")), "dp_tp");
   assert_shape(&node(g, "ag")->out[0], CF_DT_BFLOAT16, "64,32");
@@ -132,13 +136,81 @@ static void test_group_modes(void **state) {
   cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/modes.hlo");
   assert_int_equal(g->world_size, 4);
   /* no channel_id: replicas 0,1 within each partition: {0,2} and {1,3} */
-  assert_int_equal(node(g, "cross_replica")->op, CF_OP_OPAQUE);
-  assert_group(g, "replica_group_0.0", "0,2");
-  assert_group(g, "replica_group_0.1", "1,3");
+  assert_int_equal(node(g, "cross_replica")->op, CF_OP_ALLREDUCE);
+  assert_string_equal(cf_node_group(node(g, "cross_replica")), "replica_group_0");
+  assert_group(g, "replica_group_0", "0,2|1,3");
   /* channel_id alone: replicas 0,1 across every partition, one group */
   assert_string_equal(cf_node_group(node(g, "replica_and_partition")), "replica_group_1");
   assert_group(g, "replica_group_1", "0,1,2,3");
   assert_string_equal(cf_node_group(node(g, "flattened")), "replica_group_1");
+  cf_graph_destroy(g);
+}
+
+/* tests/hlo/partitioned*.hlo: every form on a 2x2 and a 2x4 mesh; one
+ * group per distinct set of replica groups, each collective real. */
+static void test_partitioned(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/partitioned.hlo");
+  assert_int_equal(g->world_size, 4);
+  assert_int_equal(g->n_groups, 2);
+  assert_group(g, "replica_group_0", "0,1|2,3"); /* {{0,1},{2,3}} and [2,2]<=[4] */
+  assert_group(g, "replica_group_1", "0,2|1,3"); /* {{0,2},{1,3}} and [2,2]<=[2,2]T(1,0) */
+  static const struct { const char *node, *group; cf_op op; } want[] = {
+      {"rows", "replica_group_0", CF_OP_ALLREDUCE},     {"cols", "replica_group_1", CF_OP_ALLREDUCE},
+      {"ag", "replica_group_0", CF_OP_ALLGATHER},       {"rs", "replica_group_1", CF_OP_REDUCESCATTER},
+      {"grads#0", "replica_group_0", CF_OP_ALLREDUCE},  {"part", "replica_group_0", CF_OP_REDUCESCATTER},
+      {"world", CF_WORLD_GROUP, CF_OP_ALLREDUCE}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    assert_int_equal(node(g, want[i].node)->op, want[i].op);
+    assert_string_equal(cf_node_group(node(g, want[i].node)), want[i].group);
+  }
+  /* shapes follow the part's size (2), not the world's */
+  assert_shape(&node(g, "ag")->out[0], CF_DT_FLOAT32, "16,16");
+  assert_shape(&node(g, "rs")->out[0], CF_DT_FLOAT32, "4,6");
+  cf_graph_destroy(g);
+
+  g = load(CF_SOURCE_DIR "/tests/hlo/partitioned8.hlo");
+  assert_int_equal(g->world_size, 8);
+  assert_group(g, "tp", "0,1,2,3|4,5,6,7");       /* mesh {'tp'}, [2,4]<=[8], explicit */
+  assert_group(g, "dp", "0,4|1,5|2,6|3,7");       /* mesh {'dp'}, [4,2]<=[2,4]T(1,0) */
+  assert_group(g, "replica_group_0", "0,2,4,6|1,3,5,7"); /* [2,4]<=[4,2]T(1,0) */
+  assert_group(g, "replica_group_1", "0|1|2|3|4|5|6|7"); /* cross-replica, one replica */
+  assert_int_equal(g->n_groups, 4);
+  assert_string_equal(cf_node_group(node(g, "ag")), "tp");
+  assert_string_equal(cf_node_group(node(g, "rs")), "tp"); /* inlined from tp_body */
+  assert_string_equal(cf_node_group(node(g, "dpT")), "dp");
+  assert_string_equal(cf_node_group(node(g, "hx")), "replica_group_0");
+  assert_shape(&node(g, "hx")->out[0], CF_DT_BFLOAT16, "96");
+  assert_int_equal(node(g, "local")->op, CF_OP_ALLREDUCE);
+  cf_graph_destroy(g);
+}
+
+static void log_to(void *user, cf_log_level level, const char *msg) {
+  if (level == CF_LOG_WARN) snprintf(user, 512, "%s", msg);
+}
+
+/* Replica groups of different sizes (all-reduce allows them) are no IR
+ * group: the collective stays Opaque, with a warning. */
+static void test_uneven_replica_groups(void **state) {
+  (void)state;
+  const char *text = "HloModule m, num_partitions=4\n"
+                     "sum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                     "  ROOT c = f32[] add(a, b)\n}\n"
+                     "ENTRY e {\n  p = f32[4] parameter(0)\n"
+                     "  ROOT a = f32[4] all-reduce(p), channel_id=1, use_global_device_ids=true, "
+                     "replica_groups={{0,1,2},{3}}, to_apply=sum\n}\n";
+  char warn[512] = "";
+  cf_context_set_log(ctx, log_to, warn);
+  cf_graph *g = NULL;
+  assert_int_equal(cf_graph_parse(ctx, "u.hlo", text, strlen(text), &g), CF_OK);
+  cf_context_set_log(ctx, NULL, NULL);
+  assert_int_equal(node(g, "a")->op, CF_OP_OPAQUE);
+  assert_string_equal(cf_node_str(node(g, "a"), CF_A_TYPE, ""),
+                      "all-reduce over 2 replica groups of different sizes");
+  assert_int_equal(g->n_groups, 0);
+  if (!strstr(warn, "u.hlo:9: warning: instruction 'a': all-reduce runs in 2 replica groups "
+                               "of different sizes"))
+    fail_msg("warning '%s'", warn);
   cf_graph_destroy(g);
 }
 
@@ -184,7 +256,9 @@ static void test_tuple_collectives(void **state) {
   assert_int_equal(node(g, "mixed#1")->out[0].dtype, CF_DT_INT32);
   assert_int_equal(cf_node_reduction(node(g, "ip")), CF_RED_PROD);
   assert_null(cf_node_str(node(g, "ip"), CF_A_GROUP, NULL)); /* {} over every device */
-  assert_int_equal(node(g, "local")->op, CF_OP_OPAQUE);      /* cross-replica, 1 replica */
+  /* cross-replica with 1 replica: every rank alone, 4 parts of one */
+  assert_int_equal(node(g, "local")->op, CF_OP_ALLREDUCE);
+  assert_group(g, cf_node_group(node(g, "local")), "0|1|2|3");
   assert_int_equal(node(g, "pr")->op, CF_OP_OPAQUE);         /* pred has no IR dtype */
   /* async pairs: -start is the collective, -done forwards it */
   assert_int_equal(node(g, "start")->op, CF_OP_ALLREDUCE);
@@ -436,6 +510,7 @@ int main(void) {
       cmocka_unit_test(test_structure),     cmocka_unit_test(test_tuple_collectives),
       cmocka_unit_test(test_constants),     cmocka_unit_test(test_sniff_and_names),
       cmocka_unit_test(test_errors),        cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_partitioned),   cmocka_unit_test(test_uneven_replica_groups),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -374,13 +374,69 @@ static void test_targets(void **state) {
   assert_string_equal(cf_target_name(0), "cpu");
 }
 
+/* Partitioned groups: parts of one size, disjoint, inside the world; the
+ * group's size is a part's, and a rank finds its own part. */
+static void test_partitioned_groups(void **state) {
+  (void)state;
+  cf_graph *g = new_graph(8);
+  static const int r8[] = {0, 4, 1, 5, 2, 6, 3, 7}, off4[] = {0, 2, 4, 6, 8};
+  assert_int_equal(cf_graph_add_group_parts(g, "dp", r8, off4, 4, 3), CF_OK);
+  const cf_group *dp = cf_graph_group(g, "dp");
+  assert_int_equal(dp->n_parts, 4);
+  assert_int_equal(cf_graph_group_size(g, "dp"), 2);
+  int at;
+  for (int r = 0; r < 8; r++) {
+    const int *part = cf_group_part_of(dp, r, &at);
+    assert_non_null(part);
+    assert_int_equal(part[at], r);
+    assert_int_equal(part - dp->ranks, (r % 4) * 2);
+  }
+  assert_null(cf_group_part_of(dp, 8, &at));
+  int ar = add(g, "ar", "AllReduce", NULL, NULL);
+  inputs(g, ar, 1, add(g, "x", "Input", "float32", "4"));
+  attr(g, ar, "group", "dp");
+  attr(g, ar, "rank_size", "2");
+  assert_int_equal(finish(g), CF_OK);
+  /* the parts are part of the fingerprint: splitting them differently differs */
+  char fp1[17], fp2[17];
+  cf_graph_fingerprint(g, fp1);
+  ((cf_group *)dp)->ranks[1] = 2, ((cf_group *)dp)->ranks[4] = 4;
+  cf_graph_fingerprint(g, fp2);
+  assert_string_not_equal(fp1, fp2);
+  cf_graph_destroy(g);
+
+  /* at construction: parts of one size, none empty */
+  g = new_graph(8);
+  static const int off_uneven[] = {0, 3, 5}, off_empty[] = {0, 2, 2, 4};
+  ASSERT_ERR(cf_graph_add_group_parts(g, "u", r8, off_uneven, 2, 7), CF_ERR_INVALID,
+             ":7: error: group 'u': part 1 has 2 ranks but part 0 has 3");
+  ASSERT_ERR(cf_graph_add_group_parts(g, "e", r8, off_empty, 3, 9), CF_ERR_INVALID,
+             ":9: error: group 'e': part 1 is empty");
+  ASSERT_ERR(cf_graph_add_group_parts(g, "z", r8, off4, 0, 9), CF_ERR_INVALID, "group 'z': 0 parts");
+  assert_null(cf_graph_group(g, "u"));
+  cf_graph_destroy(g);
+
+  /* in the verifier: disjoint parts inside the world */
+  static const int overlap[] = {0, 1, 1, 2}, outside[] = {0, 1, 2, 9}, off2[] = {0, 2, 4};
+  g = new_graph(8);
+  assert_int_equal(cf_graph_add_group_parts(g, "o", overlap, off2, 2, 4), CF_OK);
+  ASSERT_ERR(cf_verify_structure(g), CF_ERR_INVALID,
+             ":4: error: group 'o': rank 1 is in parts 0 and 1 (parts must be disjoint)");
+  cf_graph_destroy(g);
+  g = new_graph(8);
+  assert_int_equal(cf_graph_add_group_parts(g, "w", outside, off2, 2, 5), CF_OK);
+  ASSERT_ERR(cf_verify_structure(g), CF_ERR_INVALID,
+             ":5: error: group 'w': rank 9 outside the world (world_size=8)");
+  cf_graph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dtypes),           cmocka_unit_test(test_shapes),
       cmocka_unit_test(test_graph_container),  cmocka_unit_test(test_cycle_named),
       cmocka_unit_test(test_structure_errors), cmocka_unit_test(test_infer_collectives),
       cmocka_unit_test(test_infer_compute),    cmocka_unit_test(test_infer_fused_matmul),
-      cmocka_unit_test(test_targets),
+      cmocka_unit_test(test_targets),          cmocka_unit_test(test_partitioned_groups),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -40,7 +40,9 @@ static void assert_same_graph(const cf_graph *a, const cf_graph *b) {
     const cf_group *gb = cf_graph_group(b, a->groups[i].name);
     assert_non_null(gb);
     assert_int_equal(gb->n_ranks, a->groups[i].n_ranks);
-    assert_memory_equal(gb->ranks, a->groups[i].ranks, sizeof(int) * (size_t)gb->n_ranks);
+    assert_int_equal(gb->n_parts, a->groups[i].n_parts);
+    assert_memory_equal(gb->ranks, a->groups[i].ranks,
+                        sizeof(int) * (size_t)gb->n_ranks * (size_t)gb->n_parts);
   }
   for (int i = 0; i < a->n_nodes; i++) {
     const cf_node *na = &a->nodes[i];
@@ -213,6 +215,87 @@ static void test_file_errors(void **state) {
   cf_graph_destroy(g2);
 }
 
+/* A group partitioned into disjoint parts of one size ("0,1|2,3"): each
+ * part is a communicator; rank_size and shapes follow the part's size. */
+static void test_partitioned_groups(void **state) {
+  (void)state;
+  const char *text =
+      "<graph name='pg' world_size='8'>\n"
+      "  <group name='dp' ranks=' 0, 2 | 1,3|4,6|5,7 '/>\n"
+      "  <group name='tp' ranks='0,1,2,3|4,5,6,7'/>\n"
+      "  <node name='x' op='Input' dtype='float32' shape='8,4'/>\n"
+      "  <node name='ar' op='AllReduce' group='dp' rank_size='2'><input ref='x'/></node>\n"
+      "  <node name='ag' op='AllGather' group='tp' layout='concat'><input ref='x'/></node>\n"
+      "  <node name='rs' op='ReduceScatter' group='tp'><input ref='x'/></node>\n"
+      "  <node name='o1' op='Output'><input ref='ar'/></node>\n"
+      "  <node name='o2' op='Output'><input ref='ag'/></node>\n"
+      "  <node name='o3' op='Output'><input ref='rs'/></node>\n"
+      "</graph>\n";
+  cf_graph *g, *g2;
+  assert_int_equal(parse(text, &g), CF_OK);
+  const cf_group *dp = cf_graph_group(g, "dp");
+  assert_non_null(dp);
+  assert_int_equal(dp->n_parts, 4);
+  assert_int_equal(dp->n_ranks, 2);
+  static const int want[] = {0, 2, 1, 3, 4, 6, 5, 7};
+  assert_memory_equal(dp->ranks, want, sizeof want);
+  assert_int_equal(cf_graph_group_size(g, "tp"), 4);
+  char buf[32];
+  assert_string_equal(cf_shape_format(&g->nodes[cf_graph_find(g, "ag")].out[0].shape, buf, sizeof buf),
+                      "32,4");
+  assert_string_equal(cf_shape_format(&g->nodes[cf_graph_find(g, "rs")].out[0].shape, buf, sizeof buf),
+                      "2,4");
+  /* the part that holds a rank, and the rank's place in it */
+  int at = -1;
+  const int *part = cf_group_part_of(dp, 6, &at);
+  assert_ptr_equal(part, dp->ranks + 4);
+  assert_int_equal(at, 1);
+  assert_ptr_equal(cf_group_part_of(cf_graph_group(g, "tp"), 5, &at), cf_graph_group(g, "tp")->ranks + 4);
+  assert_int_equal(at, 1);
+  /* written as parts, read back the same, and the writer is a fixpoint */
+  char *t = write_to_string(g);
+  assert_non_null(strstr(t, "<group name=\"dp\" ranks=\"0,2|1,3|4,6|5,7\"/>"));
+  assert_non_null(strstr(t, "<group name=\"tp\" ranks=\"0,1,2,3|4,5,6,7\"/>"));
+  assert_int_equal(parse(t, &g2), CF_OK);
+  assert_same_graph(g, g2);
+  char *t2 = write_to_string(g2);
+  assert_string_equal(t, t2);
+  free(t);
+  free(t2);
+  cf_graph_destroy(g);
+  cf_graph_destroy(g2);
+  /* a rank outside every part skips the group's collectives: allowed */
+  assert_int_equal(parse("<graph world_size='6'><group name='p' ranks='0,1|2,3'/></graph>", &g), CF_OK);
+  assert_null(cf_group_part_of(cf_graph_group(g, "p"), 5, NULL));
+  cf_graph_destroy(g);
+
+  /* errors name the file, the line and the group */
+  ASSERT_FAILS("<graph world_size='4'>\n<group name='dp' ranks='0,1|1,2'/>\n</graph>",
+               "mem.xml:2: error: group 'dp': rank 1 is in parts 0 and 1 (parts must be disjoint)");
+  ASSERT_FAILS("<graph world_size='4'>\n<group name='dp' ranks='0,1|2,0'/>\n</graph>",
+               "mem.xml:2: error: group 'dp': rank 0 is in parts 0 and 1");
+  ASSERT_FAILS("<graph world_size='4'>\n<group name='dp' ranks='0,1|2,2'/>\n</graph>",
+               "mem.xml:2: error: group 'dp': rank 2 listed twice");
+  ASSERT_FAILS("<graph world_size='8'>\n\n<group name='dp' ranks='0,1,2|3,4'/>\n</graph>",
+               "mem.xml:3: error: group 'dp': part 1 has 2 ranks but part 0 has 3");
+  ASSERT_FAILS("<graph world_size='4'>\n<group name='dp' ranks='0,1|2,4'/>\n</graph>",
+               "mem.xml:2: error: group 'dp': rank 4 outside the world (world_size=4)");
+  /* an empty part is not a rank list (the schema's pattern) */
+  ASSERT_FAILS("<graph world_size='4'>\n<group name='dp' ranks='0,1||2,3'/>\n</graph>",
+               "mem.xml:2: error: ");
+  assert_non_null(strstr(cf_context_errmsg(ctx), "ranks"));
+  ASSERT_FAILS("<graph world_size='4'>\n<group name='dp' ranks='0,1|'/>\n</graph>",
+               "mem.xml:2: error: ");
+  ASSERT_FAILS("<graph world_size='4'>\n<group name='hccl_world_group' ranks='0,1|2,3'/>\n</graph>",
+               "mem.xml:2: error: group 'hccl_world_group' is every rank and cannot be partitioned");
+  /* a node's rank_size is the size of one part */
+  ASSERT_FAILS("<graph world_size='4'>\n<group name='dp' ranks='0,1|2,3'/>\n"
+               "<node name='x' op='Input' dtype='float32' shape='4'/>\n"
+               "<node name='ar' op='AllReduce' group='dp' rank_size='4'><input ref='x'/></node>\n"
+               "</graph>",
+               "mem.xml:4: error: node 'ar': rank_size=4 but group 'dp' has 2 ranks");
+}
+
 /* The writer's exact output is part of the interface: golden files. */
 static void test_writer_golden(void **state) {
   (void)state;
@@ -239,6 +322,7 @@ int main(void) {
       cmocka_unit_test(test_examples_round_trip), cmocka_unit_test(test_forward_refs_and_ports),
       cmocka_unit_test(test_escaping),            cmocka_unit_test(test_hostile),
       cmocka_unit_test(test_file_errors),         cmocka_unit_test(test_writer_golden),
+      cmocka_unit_test(test_partitioned_groups),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,10 +6,13 @@
  * Groups map to communicators, one per graph group, made with
  * MPI_Comm_create_group in plan order before the run (group order is the
  * communicator's rank order, so root and ReduceScatter blocks mean the
- * same). float16/bfloat16 reduce through user-defined MPI_Ops computing in
- * float32; mean is MPI_SUM then the scale kernel; integer mean sums in
- * int64 as collfuse's kernels do. Fused AllGather and ReduceScatter buckets
- * are packed into the call's scratch and moved in one call.
+ * same). A partitioned group is one communicator per part: each rank
+ * creates its own part's (the call is collective over the part only, so
+ * the parts never wait on each other). float16/bfloat16 reduce through
+ * user-defined MPI_Ops computing in float32; mean is MPI_SUM then the
+ * scale kernel; integer mean sums in int64 as collfuse's kernels do. Fused
+ * AllGather and ReduceScatter buckets are packed into the call's scratch
+ * and moved in one call.
  *
  * MPI's collectives block inside MPI, where no deadline or abort check can
  * run: a watchdog thread does it for them, and ends the whole job
@@ -320,10 +323,14 @@ cf_status cf_mpi_prepare_native(cf_mpi_world *w, const struct cf_plan *p) {
   cf_status st = CF_OK;
   for (int c = 0; c < p->n_colls && !st; c++) {
     const cf_pcoll *pc = &p->colls[c];
-    bool seen = false, member = false, identity = pc->n == w->comm.size;
+    bool seen = false, member = false, identity = pc->n == w->comm.size && pc->n_parts == 1;
+    const int *part = pc->ranks; /* a partitioned group: the part that holds this rank */
     for (int i = 0; i < w->n_groups && !seen; i++) seen = strcmp(w->groups[i].name, pc->desc.group) == 0;
-    for (int i = 0; i < pc->n; i++) {
-      member |= pc->ranks[i] == w->comm.rank;
+    for (int i = 0; i < pc->n * pc->n_parts; i++) {
+      if (pc->ranks[i] == w->comm.rank) {
+        member = true;
+        part = pc->ranks + i / pc->n * pc->n;
+      }
       identity &= pc->ranks[i] == i;
     }
     if (seen || identity) continue;
@@ -336,9 +343,9 @@ cf_status cf_mpi_prepare_native(cf_mpi_world *w, const struct cf_plan *p) {
     native_group *g = &w->groups[w->n_groups++];
     snprintf(g->name, sizeof g->name, "%s", pc->desc.group);
     g->comm = MPI_COMM_NULL;
-    if (!member) continue; /* only the group's ranks create it */
+    if (!member) continue; /* only the group's ranks create it, each part its own */
     MPI_Group grp;
-    int rc = MPI_Group_incl(world_group, pc->n, pc->ranks, &grp);
+    int rc = MPI_Group_incl(world_group, pc->n, part, &grp);
     if (rc == MPI_SUCCESS) {
       rc = MPI_Comm_create_group(w->world, grp, TAG_GROUP + w->n_groups, &g->comm);
       MPI_Group_free(&grp);

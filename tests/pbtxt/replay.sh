@@ -3,7 +3,10 @@
 #
 # hccl_op.pbtxt (Ascend tf_adapter) on 8 ranks: verified, and every rank's
 # output is the gather of the constant, 16 float32 10.0 (8 ranks x 2). The
-# JAX tensor-parallel MLP and mixed reductions: verified on 8 ranks.
+# JAX tensor-parallel MLP (as lowered and as optimized) and mixed
+# reductions: verified on 8 ranks. tests/hlo's collectives over several
+# disjoint replica groups (partitioned IR groups, each rank in its own
+# part): verified on 4 and 8 ranks, fused and unfused.
 set -eu
 cf=$1
 shared=$2
@@ -27,3 +30,9 @@ print("hccl_op.pbtxt: 8 ranks, each output 16 x 10.0")
 PY
 "$cf" run "$shared/data/hlo/jax_tp_mlp.hlo" --ranks 8 --verify
 "$cf" run "$shared/data/hlo/jax_mixed_reductions.hlo" --ranks 8 --verify
+"$cf" run "$shared/data/hlo/jax_tp_mlp.optimized.hlo" --ranks 8 --verify
+hlo=$(dirname "$0")/../hlo
+for f in partitioned.hlo:4 partitioned8.hlo:8 mesh.hlo:8 replica_groups.hlo:8 modes.hlo:4; do
+  "$cf" run "$hlo/${f%%:*}" --ranks "${f#*:}" --verify
+  "$cf" run "$hlo/${f%%:*}" --ranks "${f#*:}" --verify -O0 --deterministic
+done
