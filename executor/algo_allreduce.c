@@ -68,8 +68,13 @@ cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   ptrs src;
   if (!ptrs_init(&src, n)) return oom(c);
   cf_status st = CF_OK;
+  /* every rank receives from every rank it sends to, so small payloads may
+   * go eagerly: no wait for the peers' release (one trip instead of two) */
+  bool eager = c->ops->send_eager && bytes <= c->ops->eager_max;
   for (int i = 0; i < n && !st; i++)
-    if (i != me) st = c->ops->send(c, call->ranks[i], call->in, bytes, d);
+    if (i != me)
+      st = eager ? c->ops->send_eager(c, call->ranks[i], call->in, bytes, d)
+                 : c->ops->send(c, call->ranks[i], call->in, bytes, d);
   for (int i = 0, k = 0; i < n && !st; i++) {
     if (i == me) {
       src.p[i] = call->in;

@@ -305,8 +305,18 @@ typedef struct cf_comm_ops {
   /* Wait until the first count messages this rank sent to peer have been
    * released (their buffers may then change). */
   cf_status (*wait_released)(cf_comm *c, int peer, uint64_t count);
-  /* Wait until every message this rank sent has been released. */
+  /* Wait until every message this rank sent has been released (eager
+   * messages excepted: their buffers were free at once). */
   cf_status (*send_wait)(cf_comm *c);
+  /* Optional (NULL when absent): send bytes <= eager_max by copying them
+   * into the message, so buf is free when it returns and neither send_wait
+   * nor wait_released waits for the peer to read it. The peer still
+   * recv()s and release()s it. Only for exchanges where every rank also
+   * receives from every rank it sends to, so a descriptor mismatch is still
+   * seen by both sides (a sender no longer learns of it from the release). */
+  cf_status (*send_eager)(cf_comm *c, int peer, const void *buf, size_t bytes,
+                          const cf_coll_desc *d);
+  size_t eager_max;
   /* Fail every rank (sets the shared abort flag with msg; first one wins). */
   void (*abort)(cf_comm *c, const char *msg);
   /* True when another rank aborted; its message goes to *msg. */

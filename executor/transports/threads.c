@@ -29,16 +29,20 @@
 #include <unistd.h>
 
 #define CHAN_SLOTS 8 /* messages in flight per ordered pair */
+#define EAGER_MAX 64 /* payload bytes a slot carries itself (send_eager) */
 
 typedef struct msg {
   const void *ptr;
   size_t bytes;
   bool has_desc;
   cf_coll_desc desc;
+  _Alignas(64) unsigned char inl[EAGER_MAX]; /* an eager message's payload */
 } msg;
 
 typedef struct chan {
   _Alignas(64) _Atomic uint64_t head; /* messages posted by the sender */
+  uint64_t need;                       /* sender only: messages send_wait waits for
+                                        * (up to the last one that was not eager) */
   _Alignas(64) _Atomic uint64_t acked; /* messages released by the receiver */
   _Alignas(64) uint64_t tail;          /* messages received (receiver only) */
   msg slot[CHAN_SLOTS];
@@ -73,11 +77,17 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Wake rank if it sleeps. The event (a counter the waiter polls) was
+ * stored sequentially consistent before this, and the waiter stores its
+ * sleeping flag before it polls again (wait_ge): one of the two sees the
+ * other, so a waiter that missed the event is woken, and a polling one
+ * costs the sender no write to its cache line. */
 static void ring(cf_threads_world *w, int rank) {
   bell *b = &w->bells[rank];
-  atomic_fetch_add(&b->word, 1);
-  if (atomic_load(&b->sleeping))
+  if (atomic_load(&b->sleeping)) {
+    atomic_fetch_add(&b->word, 1);
     syscall(SYS_futex, &b->word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  }
 }
 
 static void world_abort(cf_threads_world *w, const char *text) {
@@ -127,11 +137,12 @@ static cf_status stop(cf_comm *c, const wait_what *ww) {
 static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const wait_what *ww) {
   cf_threads_world *w = c->impl;
   if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
-  /* every rank has a core: poll (a message is usually microseconds away);
+  /* every rank has a core: poll (a message is usually microseconds away),
+   * giving the core away only now and then after the first ~100 us;
    * oversubscribed: yield the core to the rank we wait for */
   for (int i = 0; i < w->spin; i++) {
     if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
-    if (w->spin > 1000 && (i & 1023))
+    if (w->spin > 1000 && (i < 8192 || (i & 1023)))
       __builtin_ia32_pause();
     else
       sched_yield();
@@ -163,7 +174,9 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
 
 static chan *channel(cf_threads_world *w, int src, int dst) { return &w->ch[(size_t)src * w->size + dst]; }
 
-static cf_status t_send(cf_comm *c, int peer, const void *buf, size_t bytes, const cf_coll_desc *d) {
+/* Post a message to peer: the sender's pointer, or (eager) a copy in the slot. */
+static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const cf_coll_desc *d,
+                      bool eager) {
   cf_threads_world *w = c->impl;
   chan *ch = channel(w, c->rank, peer);
   uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
@@ -177,9 +190,25 @@ static cf_status t_send(cf_comm *c, int peer, const void *buf, size_t bytes, con
   m->bytes = bytes;
   m->has_desc = d != NULL;
   if (d) m->desc = *d;
-  atomic_store_explicit(&ch->head, h + 1, memory_order_release);
+  if (eager) {
+    memcpy(m->inl, buf, bytes);
+    m->ptr = m->inl;
+  } else {
+    ch->need = h + 1;
+  }
+  atomic_store(&ch->head, h + 1); /* seq_cst: ring() relies on it */
   ring(w, peer);
   return CF_OK;
+}
+
+static cf_status t_send(cf_comm *c, int peer, const void *buf, size_t bytes, const cf_coll_desc *d) {
+  return post(c, peer, buf, bytes, d, false);
+}
+
+static cf_status t_send_eager(cf_comm *c, int peer, const void *buf, size_t bytes,
+                              const cf_coll_desc *d) {
+  if (bytes > EAGER_MAX) return post(c, peer, buf, bytes, d, false);
+  return post(c, peer, buf, bytes, d, true);
 }
 
 static cf_status t_recv(cf_comm *c, int peer, void *staging, size_t bytes, const cf_coll_desc *d,
@@ -213,7 +242,7 @@ static cf_status t_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
 static cf_status t_release(cf_comm *c, int peer) {
   cf_threads_world *w = c->impl;
   chan *ch = channel(w, peer, c->rank);
-  atomic_fetch_add_explicit(&ch->acked, 1, memory_order_release);
+  atomic_fetch_add(&ch->acked, 1); /* seq_cst: ring() relies on it */
   ring(w, peer);
   return CF_OK;
 }
@@ -234,9 +263,8 @@ static cf_status t_send_wait(cf_comm *c) {
   for (int p = 0; p < w->size; p++) {
     if (p == c->rank) continue;
     chan *ch = channel(w, c->rank, p);
-    uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
     wait_what ww = {"the release of a message by", p, NULL};
-    cf_status st = wait_ge(c, &ch->acked, h, &ww);
+    cf_status st = wait_ge(c, &ch->acked, ch->need, &ww);
     if (st) return st;
   }
   return CF_OK;
@@ -260,6 +288,8 @@ static const cf_comm_ops threads_ops = {
     .sent = t_sent,
     .wait_released = t_wait_released,
     .send_wait = t_send_wait,
+    .send_eager = t_send_eager,
+    .eager_max = EAGER_MAX,
     .abort = t_abort,
     .aborted = t_aborted,
 };
