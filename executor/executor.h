@@ -582,9 +582,16 @@ typedef struct cf_plan cf_plan;
  * (or, for AllGatherMatmul, chunk i+1 gathered while chunk i multiplies).
  * tmpl is the rank's call for c (group, scratch, algorithm). */
 cf_status cf_fused_matmul_run(const cf_plan *p, int c, cf_rank_io *io, const cf_coll_call *tmpl);
-/* Chunks the pipeline uses for node n of m rows per block: comm_turn when
- * set, else enough that each chunk's collective moves >= 512 KiB, at most 8. */
-int cf_fused_matmul_chunks(const cf_node *n, int64_t rows, int64_t row_bytes);
+/* Chunks the pipeline uses for node n of rows rows per block: comm_turn
+ * when set; else 1 unless overlaps, and then enough that each chunk's
+ * collective moves >= 512 KiB, at most 8, each of >= 32 rows. */
+int cf_fused_matmul_chunks(const cf_node *n, int64_t rows, int64_t row_bytes, bool overlaps);
+/* The cost model's question: can a chunk's collective run while the next
+ * chunk multiplies, for a plan of opt on ranks ranks? Not on the CPU device
+ * with the threads transport when the ranks' GEMMs take every core (the
+ * default: each rank gets cores/ranks BLAS threads); yes on a GPU and under
+ * MPI (where every process must decide alike, so local facts cannot). */
+bool cf_fused_matmul_overlaps(const cf_run_options *opt, int ranks);
 
 typedef struct cf_plan cf_plan;
 /* Plan compiled graph g (verified, inferred, passes already run) for opt. */

@@ -11,6 +11,13 @@
  * MatmulAllReduce chunks plain rows the same way. AllGatherMatmul gathers
  * chunk i+1 of every rank's x1 while chunk i multiplies.
  *
+ * How many chunks: comm_turn when the graph sets it; else a cost model
+ * (cf_fused_matmul_overlaps) asks whether the communication has a resource
+ * of its own. Where it has none (rank threads whose GEMMs fill the cores)
+ * the op runs as one chunk, one GEMM over all rows and one collective,
+ * which is what MatMul followed by the collective costs; where it has one,
+ * chunks of >= 512 KiB of traffic, at most 8.
+ *
  * Every chunk is an ordinary collective call (same algorithms, kernels and
  * rank-order reductions), so the results are those of MatMul followed by
  * the collective, and bitwise so under --deterministic: a product row does
@@ -20,15 +27,40 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CHUNK_BYTES ((int64_t)512 << 10) /* aim: each chunk's collective moves >= this */
 #define MAX_CHUNKS 8
+#define MIN_CHUNK_ROWS 32 /* automatic chunks keep their GEMMs this tall */
 
-int cf_fused_matmul_chunks(const cf_node *n, int64_t rows, int64_t row_bytes) {
+/* Whether the communication of chunk i can run while chunk i+1 multiplies.
+ * On the CPU device with the threads transport every rank's GEMM runs on
+ * the cores (exec.c gives each of the ranks cores/ranks BLAS threads, or
+ * OPENBLAS_NUM_THREADS), and the communication threads' copies and
+ * reductions run on the same cores: unless some core is left over, a chunk
+ * "overlaps" only by taking turns with the GEMMs, and chunking just adds
+ * thinner GEMMs and one synchronisation per chunk (bench mmrs: 1.1-1.7x
+ * slower than MatMul then ReduceScatter on 2 cores). On a GPU the products
+ * run on the device's own stream, so they overlap. Under MPI every process
+ * plans for itself and all must choose the same chunks, so nothing local
+ * (cores, other processes on the node) may decide: those keep chunking. */
+bool cf_fused_matmul_overlaps(const cf_run_options *opt, int ranks) {
+  if (opt->device != CF_DEVICE_CPU || opt->staged) return true;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores <= 0 || ranks <= 0) return false;
+  const char *env = getenv("OPENBLAS_NUM_THREADS");
+  long blas = env && atol(env) > 0 ? atol(env) : cores / ranks > 1 ? cores / ranks : 1;
+  return cores - ranks * blas >= 1; /* a core no GEMM uses */
+}
+
+int cf_fused_matmul_chunks(const cf_node *n, int64_t rows, int64_t row_bytes, bool overlaps) {
   if (rows <= 0) return 1;
   int64_t turn = cf_node_int(n, CF_A_COMM_TURN, 0);
-  int64_t c = turn > 0 ? turn : (rows * row_bytes) / CHUNK_BYTES;
-  if (turn <= 0 && c > MAX_CHUNKS) c = MAX_CHUNKS;
+  int64_t c = turn > 0 ? turn : overlaps ? (rows * row_bytes) / CHUNK_BYTES : 1;
+  if (turn <= 0) {
+    if (c > MAX_CHUNKS) c = MAX_CHUNKS;
+    if (c > rows / MIN_CHUNK_ROWS) c = rows / MIN_CHUNK_ROWS;
+  }
   if (c < 1) c = 1;
   if (c > rows) c = rows;
   return (int)c;
@@ -124,7 +156,9 @@ static cf_status reduce_pipeline(const cf_plan *p, const cf_pcoll *pc, cf_rank_i
     char *buf = stage[i & 1];
     if (i >= 2 && (st = io->wait(io->impl, tickets[i - 2]))) break;
     if (rs) {
-      for (int b = 0; b < ws && !st; b++) /* rows of every rank's block */
+      if (len == rows) /* one chunk: the stage [ws][rows][n] is the whole product, one GEMM */
+        st = product(p, io, n, &o, 0, (int64_t)ws * rows, buf, dt, cols);
+      for (int b = 0; b < ws && !st && len < rows; b++) /* rows of every rank's block */
         st = product(p, io, n, &o, (int64_t)b * rows + row, len, buf + (int64_t)b * len * cols * es, dt, cols);
       chunk_call(p, pc, tmpl, &calls[i], &segs[i], buf, (char *)out.data + row * cols * es,
                  (int64_t)ws * len * cols, len * cols);
@@ -154,14 +188,27 @@ static cf_status gather_pipeline(const cf_plan *p, const cf_pcoll *pc, cf_rank_i
   int64_t m = x1.shape.dims[0], k = x1.shape.dims[1];
   char *stage[2] = {io->arena + pc->stage_addr, io->arena + pc->stage_addr + pc->stage_bytes};
   cf_status st = CF_OK;
+  /* one chunk: gathered straight into the gathered output ([ws][m][k] is
+   * its layout), then one GEMM per x2 */
+  bool whole = pc->chunks == 1;
   /* chunk i: rows [i*cb, ..) of every rank's x1, gathered as [ws][len][k] */
   for (int i = 0; i < pc->chunks && !st; i++) {
     int64_t row = (int64_t)i * pc->chunk_rows;
     int64_t len = row + pc->chunk_rows > m ? m - row : pc->chunk_rows;
-    chunk_call(p, pc, tmpl, &calls[i], &segs[i], (char *)x1.data + row * k * es, stage[i & 1], len * k,
-               len * k);
+    chunk_call(p, pc, tmpl, &calls[i], &segs[i], (char *)x1.data + row * k * es,
+               whole ? gathered.data : stage[i & 1], len * k, len * k);
   }
   if (pc->chunks > 0) tickets[0] = io->start(io->impl, &calls[0]);
+  if (whole) {
+    if ((st = io->wait(io->impl, tickets[0]))) return st;
+    for (int j = 1; j < n->n_in && !st; j++) {
+      cf_tensor x2 = value(p, io, n->in[j]);
+      cf_tensor o = output(p, io, pc->node, j - 1);
+      st = cf_device_product(io->dev, io->ctx, p->g, n, &gathered, &x2, NULL, NULL, NULL, &o,
+                             p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
+    }
+    return st;
+  }
   for (int i = 0; i < pc->chunks && !st; i++) {
     int64_t row = (int64_t)i * pc->chunk_rows;
     int64_t len = row + pc->chunk_rows > m ? m - row : pc->chunk_rows;

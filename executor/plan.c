@@ -292,7 +292,8 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
   c->node = (int)(n - g->nodes);
   c->fused_mm = true;
   c->in_val = c->out_val = -1;
-  c->chunks = cf_fused_matmul_chunks(n, rows, row_elems * es);
+  c->chunks = cf_fused_matmul_chunks(n, rows, row_elems * es,
+                                     cf_fused_matmul_overlaps(&p->opt, p->ranks));
   c->chunk_rows = rows ? (rows + c->chunks - 1) / c->chunks : 0;
   c->chunks = c->chunk_rows ? (int)((rows + c->chunk_rows - 1) / c->chunk_rows) : 0;
   c->desc = (cf_coll_desc){.op = op, .dtype = dt, .count = (op == CF_OP_REDUCESCATTER ? m : rows) * cols,
@@ -315,7 +316,10 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
     if (sb > scratch) scratch = sb;
   }
   c->scratch_bytes = scratch;
-  int bs = new_block(b, 2 * c->stage_bytes), bsc = bs < 0 ? -1 : new_block(b, (int64_t)scratch);
+  /* double-buffered; one chunk needs one buffer (none for AllGatherMatmul,
+   * which then gathers straight into its gathered output) */
+  int64_t stage = c->chunks > 1 ? 2 * c->stage_bytes : op == CF_OP_ALLGATHER ? 0 : c->stage_bytes;
+  int bs = new_block(b, stage), bsc = bs < 0 ? -1 : new_block(b, (int64_t)scratch);
   if (bs < 0 || bsc < 0) return oom(p);
   b->coll_in[nc] = bs;
   b->coll_out[nc] = bs;
