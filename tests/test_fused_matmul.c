@@ -454,70 +454,37 @@ static void run_matrix(const cfg *c) {
   free(xml);
 }
 
-static const int world_sizes[] = {2, 4, 8};
+/* The matrix, one row per op and dtype, each run on 2, 4 and 8 ranks; m
+ * of a MatmulReduceScatter is 13 rows per rank. */
+static const cfg matrix[] = {
+    {K_MMRS, CF_DT_FLOAT32, CF_DT_FLOAT32, false, 0, 13, 37, 19, 0},
+    {K_MMRS, CF_DT_FLOAT16, CF_DT_FLOAT16, false, 0, 13, 37, 19, 0},
+    {K_MMRS, CF_DT_BFLOAT16, CF_DT_BFLOAT16, false, 0, 13, 37, 19, 0},
+    {K_QMMRS, CF_DT_INT8, CF_DT_BFLOAT16, false, 0, 13, 1030, 19, 0},
+    {K_QMMRS, CF_DT_INT8, CF_DT_FLOAT16, false, 0, 13, 1030, 19, 0},
+    {K_QMMRS, CF_DT_INT8, CF_DT_BFLOAT16, true, 0, 13, 1030, 19, 0},
+    {K_MMAR, CF_DT_FLOAT32, CF_DT_FLOAT32, false, 0, 29, 37, 19, 0},
+    {K_MMAR, CF_DT_FLOAT16, CF_DT_FLOAT16, false, 0, 29, 37, 19, 0},
+    {K_MMAR, CF_DT_BFLOAT16, CF_DT_BFLOAT16, false, 0, 29, 37, 19, 0},
+    {K_MMAR, CF_DT_FLOAT32, CF_DT_FLOAT32, true, 0, 29, 37, 19, 0},
+    {K_AGMM, CF_DT_FLOAT32, CF_DT_FLOAT32, false, 0, 11, 37, 19, 8},
+    {K_AGMM, CF_DT_FLOAT16, CF_DT_FLOAT16, false, 0, 11, 37, 19, 8},
+    {K_AGMM, CF_DT_BFLOAT16, CF_DT_BFLOAT16, false, 0, 11, 37, 19, 8},
+};
 
-static void test_mmrs(void **state) {
-  (void)state;
-  static const cf_dtype dts[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16};
-  for (int w = 0; w < 3; w++)
-    for (int t = 0; t < 3; t++) {
-      int ws = world_sizes[w];
-      cfg c = {
-          .op = K_MMRS, .dt = dts[t], .out_dt = dts[t], .ws = ws, .m = 13 * ws, .k = 37, .n = 19};
+static void run_op(op_kind op) {
+  static const int world_sizes[] = {2, 4, 8};
+  for (size_t i = 0; i < sizeof matrix / sizeof *matrix; i++)
+    for (int w = 0; w < 3 && matrix[i].op == op; w++) {
+      cfg c = matrix[i];
+      c.ws = world_sizes[w];
+      if (op == K_MMRS || op == K_QMMRS) c.m *= c.ws;
       run_matrix(&c);
     }
 }
 
-static void test_quant_mmrs(void **state) {
-  (void)state;
-  for (int w = 0; w < 3; w++)
-    for (int v = 0; v < 3; v++) {
-      int ws = world_sizes[w];
-      cfg c = {.op = K_QMMRS,
-               .dt = CF_DT_INT8,
-               .out_dt = v == 1 ? CF_DT_FLOAT16 : CF_DT_BFLOAT16,
-               .bias = v == 2,
-               .ws = ws,
-               .m = 13 * ws,
-               .k = 1030,
-               .n = 19};
-      run_matrix(&c);
-    }
-}
-
-static void test_mmar(void **state) {
-  (void)state;
-  static const cf_dtype dts[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16, CF_DT_FLOAT32};
-  for (int w = 0; w < 3; w++)
-    for (int t = 0; t < 4; t++) {
-      cfg c = {.op = K_MMAR,
-               .dt = dts[t],
-               .out_dt = dts[t],
-               .bias = t == 3,
-               .ws = world_sizes[w],
-               .m = 29,
-               .k = 37,
-               .n = 19};
-      run_matrix(&c);
-    }
-}
-
-static void test_agmm(void **state) {
-  (void)state;
-  static const cf_dtype dts[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16};
-  for (int w = 0; w < 3; w++)
-    for (int t = 0; t < 3; t++) {
-      cfg c = {.op = K_AGMM,
-               .dt = dts[t],
-               .out_dt = dts[t],
-               .ws = world_sizes[w],
-               .m = 11,
-               .k = 37,
-               .n = 19,
-               .n2 = 8};
-      run_matrix(&c);
-    }
-}
+/* state: the op_kind */
+static void test_op(void **state) { run_op(*(const op_kind *)*state); }
 
 /* ================= the cost model, the rules, exact int8 ================= */
 
@@ -634,10 +601,14 @@ static void test_int8_matmul_exact(void **state) {
 }
 
 int main(void) {
+  static const op_kind ops[] = {K_MMRS, K_QMMRS, K_MMAR, K_AGMM};
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_chunk_model), cmocka_unit_test(test_int8_matmul_exact),
-      cmocka_unit_test(test_mmrs),        cmocka_unit_test(test_quant_mmrs),
-      cmocka_unit_test(test_mmar),        cmocka_unit_test(test_agmm),
+      cmocka_unit_test(test_chunk_model),
+      cmocka_unit_test(test_int8_matmul_exact),
+      {"test_mmrs", test_op, NULL, NULL, (void *)&ops[0]},
+      {"test_quant_mmrs", test_op, NULL, NULL, (void *)&ops[1]},
+      {"test_mmar", test_op, NULL, NULL, (void *)&ops[2]},
+      {"test_agmm", test_op, NULL, NULL, (void *)&ops[3]},
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
