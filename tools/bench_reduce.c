@@ -14,6 +14,9 @@
  * place), n-ary against the C loop (both out of place), and each kernel
  * against memcpy's rate, the rate of a kernel that only moves its bytes.
  *
+ * --dtypes, --ops and --sources pick rows (to rerun the ones that matter
+ * on a quiet machine); --sources takes any of 2..8.
+ *
  * Every cell is the median of >= 5 samples and >= 50 ms in all; a sample
  * repeats the call often enough to last about 1 ms, so in-cache sizes are
  * not timer noise. Sources hold random nonzero data; every kernel's result
@@ -66,12 +69,15 @@ static const dtype_info dtypes[] = {
 };
 enum { N_DTYPES = sizeof dtypes / sizeof dtypes[0] };
 static const cf_reduction ops[] = {CF_RED_SUM, CF_RED_MAX};
-static const int sources[] = {2, 8};
-enum { MAX_K = 8, MAX_SIZES = 8 };
+enum { MAX_K = 8, MAX_SIZES = 8, N_OPS = 2 };
 
 typedef struct options {
   int64_t sizes[MAX_SIZES];
   int n_sizes;
+  bool dtype[N_DTYPES]; /* rows of these dtypes (index into dtypes[]) */
+  bool op[N_OPS];       /* and of these reductions (index into ops[]) */
+  int ks[MAX_K];        /* and these numbers of sources */
+  int n_ks;
   int min_reps;  /* samples per cell, at least */
   double min_ms; /* time per cell, at least */
   bool json;
@@ -679,14 +685,43 @@ static int usage(const char *fmt, const char *arg) {
   return 2;
 }
 
+/* A comma-separated list of names into want[0..n) (names[i] for want[i]);
+ * false on an unknown or empty one. */
+static bool parse_names(const char *v, const char *const *names, int n, bool *want) {
+  memset(want, 0, (size_t)n * sizeof *want);
+  bool any = false;
+  for (const char *p = v; *p;) {
+    size_t len = strcspn(p, ",");
+    int i = 0;
+    while (i < n && (strlen(names[i]) != len || strncmp(p, names[i], len) != 0))
+      i++;
+    if (i == n) return false;
+    want[i] = any = true;
+    p += len + (p[len] == ',');
+  }
+  return any;
+}
+
+static const char *const value_options[] = {"--sizes", "--reps", "--min-ms", "--dtypes", "--ops",
+                                            "--sources"};
+
 static int parse_options(int argc, char **argv, options *o) {
-  *o = (options){.sizes = {256 << 10, 64 << 20}, .n_sizes = 2, .min_reps = 5, .min_ms = 50};
+  *o = (options){.sizes = {256 << 10, 64 << 20},
+                 .n_sizes = 2,
+                 .min_reps = 5,
+                 .min_ms = 50,
+                 .ks = {2, 8},
+                 .n_ks = 2};
+  for (int d = 0; d < N_DTYPES; d++)
+    o->dtype[d] = true;
+  for (int op = 0; op < N_OPS; op++)
+    o->op[op] = true;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = NULL;
     size_t n = strcspn(a, "=");
-    bool has_value = strcmp(a, "--sizes") == 0 || strncmp(a, "--sizes=", 8) == 0 ||
-                     strcmp(a, "--reps") == 0 || strncmp(a, "--reps=", 7) == 0 ||
-                     strcmp(a, "--min-ms") == 0 || strncmp(a, "--min-ms=", 9) == 0;
+    bool has_value = false;
+    for (size_t j = 0; j < sizeof value_options / sizeof *value_options; j++)
+      has_value |= strlen(value_options[j]) == n && strncmp(a, value_options[j], n) == 0;
     if (has_value) {
       if (a[n] == '=')
         v = a + n + 1;
@@ -716,6 +751,26 @@ static int parse_options(int argc, char **argv, options *o) {
         p = *e ? e + 1 : e;
       }
       if (!o->n_sizes) return usage("%s", "--sizes needs at least one size");
+    } else if (strncmp(a, "--dtypes", 8) == 0 && has_value) {
+      const char *names[N_DTYPES];
+      for (int d = 0; d < N_DTYPES; d++)
+        names[d] = cf_dtype_name(dtypes[d].dt);
+      if (!parse_names(v, names, N_DTYPES, o->dtype))
+        return usage("--dtypes takes float32, float16, bfloat16, int8 separated by commas, got "
+                     "'%s'",
+                     v);
+    } else if (strncmp(a, "--ops", 5) == 0 && has_value) {
+      const char *names[N_OPS] = {cf_reduction_name(ops[0]), cf_reduction_name(ops[1])};
+      if (!parse_names(v, names, N_OPS, o->op))
+        return usage("--ops takes sum, max or sum,max, got '%s'", v);
+    } else if (strncmp(a, "--sources", 9) == 0 && has_value) {
+      const char *names[MAX_K - 1] = {"2", "3", "4", "5", "6", "7", "8"};
+      bool want[MAX_K - 1];
+      if (!parse_names(v, names, MAX_K - 1, want))
+        return usage("--sources takes numbers of sources 2..8 separated by commas, got '%s'", v);
+      o->n_ks = 0;
+      for (int k = 0; k < MAX_K - 1; k++)
+        if (want[k]) o->ks[o->n_ks++] = k + 2;
     } else if (strncmp(a, "--reps", 6) == 0 && has_value) {
       char *e;
       long r = strtol(v, &e, 10);
@@ -780,14 +835,15 @@ int cf_bench_reduce(cf_context *ctx, int argc, char **argv) {
   bool failed_row = false;
   for (int s = 0; !st && s < o.n_sizes; s++)
     for (int d = 0; !st && d < N_DTYPES; d++) {
+      if (!o.dtype[d]) continue;
       if (!buffers_get(&b, &dtypes[d], o.sizes[s])) {
         st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0,
                       "bench reduce: out of memory for %lld-byte buffers", (long long)o.sizes[s]);
         break;
       }
-      for (int op = 0; !st && op < 2; op++)
-        for (int k = 0; !st && k < 2; k++) {
-          row r = {.dtype = d, .op = op, .k = sources[k], .bytes = o.sizes[s]};
+      for (int op = 0; !st && op < N_OPS; op++)
+        for (int k = 0; !st && o.op[op] && k < o.n_ks; k++) {
+          row r = {.dtype = d, .op = op, .k = o.ks[k], .bytes = o.sizes[s]};
           cf_kernel_nary_fn nary;
           cf_kernel_acc_fn acc;
           if ((st = row_kernels(ctx, kernels, &r, &nary, &acc))) break;
