@@ -8,6 +8,7 @@
 #    (btl self,vader) and once over TCP (btl self,tcp): --verify, and
 #    --deterministic outputs bitwise equal to the threads backend's; the
 #    examples at their sizes; --algo mpi-native (MPI's own collectives);
+#    an HLO module over partitioned groups ({{0,1},{2,3}}, iota forms);
 #  - failures, none of which may hang: graphs that differ between ranks
 #    (MPMD) and a descriptor that differs (count) stop every rank with exit 3
 #    and a message naming both ranks; a rank that SIGKILLs itself, a rank
@@ -206,6 +207,14 @@ for ex in allgather_layouts:2 fused_buckets:4 reduce_root:4 tp_mlp:4; do
     --save-outputs "$work/ex_m_$name"
   expect_rc 0 "examples/$name.xml on $n processes --verify --deterministic" &&
     { diff -r "$work/ex_t_$name" "$work/ex_m_$name" >/dev/null || fail "$name: outputs differ from threads"; }
+done
+
+# ---- collectives over partitioned groups (several disjoint replica groups
+# of an HLO module): every process runs them with its own part, over
+# collfuse's algorithms and over MPI's (one communicator per part)
+for algo in auto mpi-native; do
+  mpi $SHM -np 4 "$cf" run "$src/tests/hlo/partitioned.hlo" --backend mpi --algo "$algo" --verify
+  expect_rc 0 "tests/hlo/partitioned.hlo on 4 processes --algo $algo --verify"
 done
 
 # ---- failures: nothing hangs, every rank stops, the message names the ranks
