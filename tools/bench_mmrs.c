@@ -11,12 +11,14 @@
  * input of the product's dtype. The four run on N rank threads (threads
  * transport, CPU device) through cf_plan_build + cf_exec_run, as `collfuse
  * run` does, on the same caller-owned inputs (borrowed, so no run pays for
- * filling them). Each round runs every variant once, in an order that
- * rotates from round to round, so drifting load on a shared machine hits
+ * filling them). Each round runs every variant once, fused and sequential
+ * back to back (in turn first), so drifting load on a shared machine hits
  * all four alike; a cell is the median of every timed iteration of every
- * round. overlap = (t_mm + t_rs - t_fused) / min(t_mm, t_rs): 1 when the
- * shorter part is hidden entirely, 0 when nothing overlaps, negative when
- * the fused op is slower than the parts one after the other.
+ * round, "paired" the median over rounds of the fused run's time over
+ * the sequential run's next to it, and "min" the fastest fused iteration
+ * over the fastest sequential one (what other load disturbs least). overlap = (t_mm + t_rs -
+ * t_fused) / min(t_mm, t_rs): 1 when the shorter part is hidden entirely, 0 when nothing overlaps,
+ * negative when the fused op is slower than the parts one after the other.
  *
  * Numbers never come from broken runs: the first round's outputs of the
  * fused and the sequential graph are compared element by element, and a
@@ -40,22 +42,23 @@ enum { MAX_SHAPES = 32, MAX_RANK_COUNTS = 4, MAX_DTYPES = 4, MAX_ROUNDS = 50, MA
 enum { V_FUSED, V_SEQ, V_MM, V_RS, N_VARIANTS };
 enum { SAMPLES = 48 }; /* reference-checked elements per rank */
 
-static const char *const variant_names[N_VARIANTS] = {"fused", "sequential", "matmul", "reduce_scatter"};
+static const char *const variant_names[N_VARIANTS] = {"fused", "sequential", "matmul",
+                                                      "reduce_scatter"};
 
 /* Default pipeline without fuse-matmul-collective: MatMul, then ReduceScatter. */
-static const char pipeline_sequential[] = "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter";
+static const char pipeline_sequential[] =
+    "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter";
 
 typedef struct mm_shape {
   int64_t m, k, n;
 } mm_shape;
 
-/* Spans m 1024..16384, k and n 1024..8192 one dimension at a time, plus a
- * square middle: about two minutes on two cores for both rank counts and
- * all three dtypes. */
+/* Spans m 1024..16384, k and n 1024..8192 one dimension at a time: about
+ * 70 GFLOP per rank for one pass over the shapes, so three rounds of the
+ * three variants that multiply, both rank counts and all three dtypes take
+ * a few minutes on two cores. Larger shapes: --shapes. */
 static const mm_shape default_shapes[] = {
-    {1024, 1024, 1024}, {4096, 1024, 1024}, {16384, 1024, 1024},
-    {1024, 8192, 1024}, {1024, 1024, 8192}, {2048, 2048, 2048},
-};
+    {1024, 1024, 1024}, {16384, 1024, 1024}, {1024, 8192, 1024}, {1024, 1024, 8192}};
 static const mm_shape quick_shapes[] = {{1024, 512, 512}};
 
 typedef struct mm_options {
@@ -74,16 +77,21 @@ typedef struct mm_row {
   int ranks;
   cf_dtype dt;
   mm_shape s;
-  int chunks;                   /* the fused op's pipeline */
-  double ms[N_VARIANTS];        /* medians */
+  int chunks;            /* the fused op's pipeline */
+  double ms[N_VARIANTS]; /* medians */
   double samples[N_VARIANTS][MAX_ROUNDS * MAX_ITERS];
   int n_samples[N_VARIANTS];
-  double max_diff;              /* fused vs sequential, over the mean magnitude */
-  double max_ref_err;           /* either vs float64, over each element's magnitude */
-  int64_t checked;              /* elements compared against the reference */
+  double run_ms[N_VARIANTS][MAX_ROUNDS]; /* each round's median */
+  double paired;      /* median over rounds of fused / sequential of that round */
+  double min_ratio;   /* fastest fused / fastest sequential iteration */
+  double max_diff;    /* fused vs sequential, over the mean magnitude */
+  double max_ref_err; /* either vs float64, over each element's magnitude */
+  int64_t checked;    /* elements compared against the reference */
 } mm_row;
 
-static const char *dtype_label(cf_dtype dt) { return dt == CF_DT_INT8 ? "int8-quant" : cf_dtype_name(dt); }
+static const char *dtype_label(cf_dtype dt) {
+  return dt == CF_DT_INT8 ? "int8-quant" : cf_dtype_name(dt);
+}
 
 /* The product's dtype: the quantized form gives bfloat16. */
 static cf_dtype out_dtype(cf_dtype dt) { return dt == CF_DT_INT8 ? CF_DT_BFLOAT16 : dt; }
@@ -125,7 +133,8 @@ static char *graph_xml(graph_kind kind, int ranks, cf_dtype dt, const mm_shape *
                   "<node name='rs' op='ReduceScatter' reduction='sum'><input ref='mm'/></node>"
                   "<node name='y' op='Output'><input ref='rs'/></node></graph>");
   else
-    o += snprintf(buf + o, sizeof buf - o, "<node name='y' op='Output'><input ref='mm'/></node></graph>");
+    o += snprintf(buf + o, sizeof buf - o,
+                  "<node name='y' op='Output'><input ref='mm'/></node></graph>");
   return strdup(buf);
 }
 
@@ -168,23 +177,26 @@ static void data_free(mm_data *d) {
   cf_inputs *in[2] = {&d->full, &d->rs};
   for (int j = 0; j < 2; j++) {
     if (in[j]->data)
-      for (int i = 0; i < in[j]->n * in[j]->ranks; i++) free(in[j]->data[i].data);
+      for (int i = 0; i < in[j]->n * in[j]->ranks; i++)
+        free(in[j]->data[i].data);
     free(in[j]->data);
   }
   memset(d, 0, sizeof *d);
 }
 
-static cf_status tensor_alloc(cf_context *ctx, cf_tensor *t, cf_dtype dt, int64_t rows, int64_t cols) {
+static cf_status tensor_alloc(cf_context *ctx, cf_tensor *t, cf_dtype dt, int64_t rows,
+                              int64_t cols) {
   size_t bytes = (size_t)(rows * cols * cf_dtype_size(dt));
   *t = (cf_tensor){.dtype = dt, .shape = {.rank = 2, .dims = {rows, cols}}, .count = rows * cols};
   t->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!t->data) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "bench mmrs: out of memory for inputs");
+  if (!t->data)
+    return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "bench mmrs: out of memory for inputs");
   return CF_OK;
 }
 
 /* Every rank's inputs, filled as `collfuse run --seed` fills them. */
-static cf_status data_make(cf_context *ctx, const cf_graph *g, int ranks, cf_dtype dt, const mm_shape *s,
-                           uint64_t seed, mm_data *d) {
+static cf_status data_make(cf_context *ctx, const cf_graph *g, int ranks, cf_dtype dt,
+                           const mm_shape *s, uint64_t seed, mm_data *d) {
   memset(d, 0, sizeof *d);
   int n_in = dt == CF_DT_INT8 ? 4 : 2;
   static const char *const names[4] = {"x", "w", "x1_scale", "x2_scale"};
@@ -193,16 +205,19 @@ static cf_status data_make(cf_context *ctx, const cf_graph *g, int ranks, cf_dty
   d->rs_names[0] = "p";
   d->full.data = calloc((size_t)(n_in * ranks), sizeof *d->full.data);
   d->rs.data = calloc((size_t)ranks, sizeof *d->rs.data);
-  if (!d->full.data || !d->rs.data) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (!d->full.data || !d->rs.data)
+    return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   cf_status st = CF_OK;
   for (int k = 0; k < n_in && !st; k++) {
     d->names[k] = names[k];
     int idx = cf_graph_find(g, names[k]);
-    if (idx < 0) return cf_error(ctx, CF_ERR_INVALID, NULL, 0, "bench mmrs: no input '%s'", names[k]);
+    if (idx < 0)
+      return cf_error(ctx, CF_ERR_INVALID, NULL, 0, "bench mmrs: no input '%s'", names[k]);
     const cf_node *nd = &g->nodes[idx];
     for (int r = 0; r < ranks && !st; r++) {
       cf_tensor *t = &d->full.data[r * n_in + k];
-      st = tensor_alloc(ctx, t, nd->out[0].dtype, nd->out[0].shape.dims[0], nd->out[0].shape.dims[1]);
+      st = tensor_alloc(ctx, t, nd->out[0].dtype, nd->out[0].shape.dims[0],
+                        nd->out[0].shape.dims[1]);
       if (!st) cf_fill_node(nd, t->data, t->dtype, t->count, seed, r);
     }
   }
@@ -218,8 +233,8 @@ static cf_status data_make(cf_context *ctx, const cf_graph *g, int ranks, cf_dty
 
 /* Element (i, j) of rank's output in float64 from the inputs, and the sum
  * of the magnitudes of its terms. */
-static double reference_at(const mm_data *d, int ranks, cf_dtype dt, const mm_shape *s, int rank, int64_t i,
-                           int64_t j, double *mag) {
+static double reference_at(const mm_data *d, int ranks, cf_dtype dt, const mm_shape *s, int rank,
+                           int64_t i, int64_t j, double *mag) {
   int64_t row = rank * (s->m / ranks) + i;
   int n_in = d->full.n;
   double sum = 0;
@@ -228,7 +243,8 @@ static double reference_at(const mm_data *d, int ranks, cf_dtype dt, const mm_sh
     const cf_tensor *x = &d->full.data[q * n_in], *w = &d->full.data[q * n_in + 1];
     double acc = 0, am = 0;
     for (int64_t p = 0; p < s->k; p++) {
-      double t = cf_load_f64(x->data, x->dtype, row * s->k + p) * cf_load_f64(w->data, w->dtype, p * s->n + j);
+      double t = cf_load_f64(x->data, x->dtype, row * s->k + p) *
+                 cf_load_f64(w->data, w->dtype, p * s->n + j);
       acc += t;
       am += fabs(t);
     }
@@ -262,7 +278,11 @@ static bool check_outputs(cf_context *ctx, const mm_data *d, const cf_run_result
   for (int r = 0; r < ranks; r++)
     for (int k = 0; k < SAMPLES; k++) {
       /* the corners, then spread pseudo-randomly */
-      int64_t e = k == 0 ? 0 : k == 1 ? count - 1 : (int64_t)((h = h * 6364136223846793005ull + 1442695040888963407ull) >> 17) % count;
+      int64_t e =
+          k == 0 ? 0
+          : k == 1
+              ? count - 1
+              : (int64_t)((h = h * 6364136223846793005ull + 1442695040888963407ull) >> 17) % count;
       double mag, want = reference_at(d, ranks, row->dt, s, r, e / s->n, e % s->n, &mag);
       mag_sum += mag;
       for (int v = 0; v < 2; v++) {
@@ -288,11 +308,12 @@ static bool check_outputs(cf_context *ctx, const mm_data *d, const cf_run_result
     for (int64_t e = 0; e < count; e++) {
       double diff = fabs(cf_load_f64(a->data, a->dtype, e) - cf_load_f64(b->data, b->dtype, e));
       if (!(diff <= 2 * tol * mean_mag)) {
-        cf_error(ctx, CF_ERR_INVALID, NULL, 0,
-                 "bench mmrs: %s %lldx%lldx%lld on %d ranks: fused and sequential differ at rank %d "
-                 "index %lld: %.9g vs %.9g",
-                 dtype_label(row->dt), (long long)s->m, (long long)s->k, (long long)s->n, ranks, r,
-                 (long long)e, cf_load_f64(a->data, a->dtype, e), cf_load_f64(b->data, b->dtype, e));
+        cf_error(
+            ctx, CF_ERR_INVALID, NULL, 0,
+            "bench mmrs: %s %lldx%lldx%lld on %d ranks: fused and sequential differ at rank %d "
+            "index %lld: %.9g vs %.9g",
+            dtype_label(row->dt), (long long)s->m, (long long)s->k, (long long)s->n, ranks, r,
+            (long long)e, cf_load_f64(a->data, a->dtype, e), cf_load_f64(b->data, b->dtype, e));
         return false;
       }
       if (mean_mag > 0 && diff / mean_mag > row->max_diff) row->max_diff = diff / mean_mag;
@@ -325,27 +346,46 @@ static cf_status measure(cf_context *ctx, const mm_options *o, mm_row *row) {
   mm_data d = {0};
   cf_run_result keep[2] = {0}; /* fused, sequential: first round */
   cf_status st = CF_OK;
-  if (!text[0] || !text[1] || !text[2]) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (!text[0] || !text[1] || !text[2])
+    st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (!st) st = compile(ctx, text[0], cf_pipeline_default, &g[V_FUSED]);
   if (!st) st = check_fused(ctx, g[V_FUSED], o->comm_turn);
   if (!st) st = compile(ctx, text[0], pipeline_sequential, &g[V_SEQ]);
   if (!st) st = compile(ctx, text[1], cf_pipeline_default, &g[V_MM]);
   if (!st) st = compile(ctx, text[2], cf_pipeline_default, &g[V_RS]);
   if (!st) st = data_make(ctx, g[V_SEQ], row->ranks, row->dt, &row->s, o->seed, &d);
-  cf_run_options opt = {.ranks = row->ranks, .iters = o->iters, .warmup = o->warmup, .seed = o->seed,
+  cf_run_options opt = {.ranks = row->ranks,
+                        .iters = o->iters,
+                        .warmup = o->warmup,
+                        .seed = o->seed,
                         .timeout_s = 600};
-  for (int v = 0; v < N_VARIANTS && !st; v++) st = cf_plan_build(ctx, g[v], &opt, &p[v]);
+  for (int v = 0; v < N_VARIANTS && !st; v++)
+    st = cf_plan_build(ctx, g[v], &opt, &p[v]);
   row->chunks = 0;
   for (int c = 0; !st && c < p[V_FUSED]->n_colls; c++)
     if (p[V_FUSED]->colls[c].fused_mm) row->chunks = p[V_FUSED]->colls[c].chunks;
   memset(row->n_samples, 0, sizeof row->n_samples);
+  /* one untimed MatMul first: whatever is cold at a new shape (the BLAS
+   * library, the allocator's sizes) would otherwise land on round 0's
+   * first variant */
+  if (!st) {
+    cf_run_result res = {0};
+    st = cf_exec_run(ctx, p[V_MM], &d.full, &res);
+    cf_run_result_free(&res);
+  }
+  /* fused and sequential back to back, first one then the other */
+  static const int order[2][N_VARIANTS] = {{V_FUSED, V_SEQ, V_MM, V_RS},
+                                           {V_SEQ, V_FUSED, V_RS, V_MM}};
   for (int r = 0; r < o->rounds && !st; r++)
     for (int j = 0; j < N_VARIANTS && !st; j++) {
-      int v = (j + r) % N_VARIANTS; /* rotate the order */
+      int v = order[r & 1][j];
       cf_run_result res = {0};
       st = cf_exec_run(ctx, p[v], v == V_RS ? &d.rs : &d.full, &res);
-      if (!st)
-        for (int i = 0; i < o->iters; i++) row->samples[v][row->n_samples[v]++] = res.time_ms[i];
+      if (!st) {
+        for (int i = 0; i < o->iters; i++)
+          row->samples[v][row->n_samples[v]++] = res.time_ms[i];
+        row->run_ms[v][r] = res.time_ms_median;
+      }
       if (!st && r == 0 && v <= V_SEQ)
         keep[v] = res;
       else
@@ -357,6 +397,15 @@ static cf_status measure(cf_context *ctx, const mm_options *o, mm_row *row) {
     memcpy(tmp, row->samples[v], sizeof *tmp * (size_t)row->n_samples[v]);
     row->ms[v] = median(tmp, row->n_samples[v]);
   }
+  double pr[MAX_ROUNDS];
+  for (int r = 0; r < o->rounds && !st; r++)
+    pr[r] = row->run_ms[V_SEQ][r] > 0 ? row->run_ms[V_FUSED][r] / row->run_ms[V_SEQ][r] : 0;
+  if (!st) row->paired = median(pr, o->rounds);
+  double lo[2] = {0, 0};
+  for (int v = 0; v < 2 && !st; v++)
+    for (int i = 0; i < row->n_samples[v]; i++)
+      if (!lo[v] || row->samples[v][i] < lo[v]) lo[v] = row->samples[v][i];
+  row->min_ratio = lo[1] > 0 ? lo[0] / lo[1] : 0;
   cf_run_result_free(&keep[0]);
   cf_run_result_free(&keep[1]);
   for (int v = 0; v < N_VARIANTS; v++) {
@@ -364,11 +413,14 @@ static cf_status measure(cf_context *ctx, const mm_options *o, mm_row *row) {
     cf_graph_destroy(g[v]);
   }
   data_free(&d);
-  for (int i = 0; i < 3; i++) free(text[i]);
+  for (int i = 0; i < 3; i++)
+    free(text[i]);
   return st;
 }
 
-static double ratio(const mm_row *r) { return r->ms[V_SEQ] > 0 ? r->ms[V_FUSED] / r->ms[V_SEQ] : 0; }
+static double ratio(const mm_row *r) {
+  return r->ms[V_SEQ] > 0 ? r->ms[V_FUSED] / r->ms[V_SEQ] : 0;
+}
 
 static double overlap(const mm_row *r) {
   double lo = r->ms[V_MM] < r->ms[V_RS] ? r->ms[V_MM] : r->ms[V_RS];
@@ -378,20 +430,24 @@ static double overlap(const mm_row *r) {
 /* ---------------- report ---------------- */
 
 static void print_header(const mm_options *o) {
-  printf("collfuse bench mmrs: MatMul -> ReduceScatter(sum), fused (MatmulReduceScatter) vs sequential\n");
-  printf("  rank threads (threads transport, CPU device, %ld cores); median ms per iteration over %d "
-         "round(s) x %d iteration(s) after %d warm-up, variants interleaved; comm_turn %s\n",
-         sysconf(_SC_NPROCESSORS_ONLN), o->rounds, o->iters, o->warmup,
-         o->comm_turn < 0 ? "as compiled (0 = auto)" : "forced");
-  printf("%5s %-10s %6s %5s %5s %6s %10s %10s %9s %9s %9s %8s\n", "ranks", "dtype", "m", "k", "n", "chunks",
-         "fused_ms", "seq_ms", "mm_ms", "rs_ms", "fused/seq", "overlap");
+  printf("collfuse bench mmrs: MatMul -> ReduceScatter(sum), fused (MatmulReduceScatter) vs "
+         "sequential\n");
+  printf(
+      "  rank threads (threads transport, CPU device, %ld cores); median ms per iteration over %d "
+      "round(s) x %d iteration(s) after %d warm-up, variants interleaved; comm_turn %s\n",
+      sysconf(_SC_NPROCESSORS_ONLN), o->rounds, o->iters, o->warmup,
+      o->comm_turn < 0 ? "as compiled (0 = auto)" : "forced");
+  printf("%5s %-10s %6s %5s %5s %6s %10s %10s %9s %9s %9s %7s %7s %8s\n", "ranks", "dtype", "m",
+         "k", "n", "chunks", "fused_ms", "seq_ms", "mm_ms", "rs_ms", "fused/seq", "paired", "min",
+         "overlap");
   fflush(stdout);
 }
 
 static void print_row(const mm_row *r) {
-  printf("%5d %-10s %6lld %5lld %5lld %6d %10.2f %10.2f %9.2f %9.2f %8.3fx %8.2f\n", r->ranks,
-         dtype_label(r->dt), (long long)r->s.m, (long long)r->s.k, (long long)r->s.n, r->chunks,
-         r->ms[V_FUSED], r->ms[V_SEQ], r->ms[V_MM], r->ms[V_RS], ratio(r), overlap(r));
+  printf("%5d %-10s %6lld %5lld %5lld %6d %10.2f %10.2f %9.2f %9.2f %8.3fx %6.3fx %6.3fx %8.2f\n",
+         r->ranks, dtype_label(r->dt), (long long)r->s.m, (long long)r->s.k, (long long)r->s.n,
+         r->chunks, r->ms[V_FUSED], r->ms[V_SEQ], r->ms[V_MM], r->ms[V_RS], ratio(r), r->paired,
+         r->min_ratio, overlap(r));
   fflush(stdout);
 }
 
@@ -410,10 +466,13 @@ static cJSON *row_json(const mm_row *r) {
   cJSON_AddNumberToObject(j, "t_mm_ms", r->ms[V_MM]);
   cJSON_AddNumberToObject(j, "t_rs_ms", r->ms[V_RS]);
   cJSON_AddNumberToObject(j, "ratio_fused_vs_sequential", ratio(r));
+  cJSON_AddNumberToObject(j, "ratio_paired_median", r->paired);
+  cJSON_AddNumberToObject(j, "ratio_min", r->min_ratio);
   cJSON_AddNumberToObject(j, "overlap_efficiency", overlap(r));
   cJSON *s = cJSON_AddObjectToObject(j, "samples_ms");
   for (int v = 0; v < N_VARIANTS; v++)
-    cJSON_AddItemToObject(s, variant_names[v], cJSON_CreateDoubleArray(r->samples[v], r->n_samples[v]));
+    cJSON_AddItemToObject(s, variant_names[v],
+                          cJSON_CreateDoubleArray(r->samples[v], r->n_samples[v]));
   cJSON *c = cJSON_AddObjectToObject(j, "check");
   cJSON_AddNumberToObject(c, "reference_elements", (double)r->checked);
   cJSON_AddNumberToObject(c, "max_rel_err_vs_float64", r->max_ref_err);
@@ -455,11 +514,16 @@ static int parse_dtypes(const char *v, mm_options *o) {
   o->n_dtypes = 0;
   for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
     cf_dtype dt;
-    if (!strcmp(t, "float32") || !strcmp(t, "f32")) dt = CF_DT_FLOAT32;
-    else if (!strcmp(t, "float16") || !strcmp(t, "f16")) dt = CF_DT_FLOAT16;
-    else if (!strcmp(t, "bfloat16") || !strcmp(t, "bf16")) dt = CF_DT_BFLOAT16;
-    else if (!strcmp(t, "int8") || !strcmp(t, "int8-quant")) dt = CF_DT_INT8;
-    else return usage("--dtypes takes float32, float16, bfloat16 and int8 (quantized), got '%s'", v);
+    if (!strcmp(t, "float32") || !strcmp(t, "f32"))
+      dt = CF_DT_FLOAT32;
+    else if (!strcmp(t, "float16") || !strcmp(t, "f16"))
+      dt = CF_DT_FLOAT16;
+    else if (!strcmp(t, "bfloat16") || !strcmp(t, "bf16"))
+      dt = CF_DT_BFLOAT16;
+    else if (!strcmp(t, "int8") || !strcmp(t, "int8-quant"))
+      dt = CF_DT_INT8;
+    else
+      return usage("--dtypes takes float32, float16, bfloat16 and int8 (quantized), got '%s'", v);
     if (o->n_dtypes == MAX_DTYPES) return usage("--dtypes takes at most 4 dtypes, got '%s'", v);
     o->dtypes[o->n_dtypes++] = dt;
   }
@@ -480,9 +544,15 @@ static int parse_ranks(const char *v, mm_options *o) {
 }
 
 static int parse_options(int argc, char **argv, mm_options *o) {
-  *o = (mm_options){.ranks = {2, 4}, .n_ranks = 2, .dtypes = {CF_DT_FLOAT32, CF_DT_BFLOAT16, CF_DT_INT8},
-                    .n_dtypes = 3, .iters = 3, .warmup = 1, .rounds = 3, .comm_turn = -1};
-  bool quick = false, shapes = false, iters = false, warmup = false, rounds = false;
+  *o = (mm_options){.ranks = {2, 4},
+                    .n_ranks = 2,
+                    .dtypes = {CF_DT_FLOAT32, CF_DT_BFLOAT16, CF_DT_INT8},
+                    .n_dtypes = 3,
+                    .iters = 1,
+                    .warmup = 0,
+                    .rounds = 3,
+                    .comm_turn = -1};
+  bool quick = false, shapes = false, rounds = false;
   int rc = 0;
   for (int i = 0; i < argc && !rc; i++) {
     const char *v;
@@ -494,13 +564,14 @@ static int parse_options(int argc, char **argv, mm_options *o) {
     } else if ((v = cf_tool_opt(argc, argv, &i, "--dtypes"))) {
       rc = parse_dtypes(v, o);
     } else if ((v = cf_tool_opt(argc, argv, &i, "--iters"))) {
-      if (!cf_bench_parse_int(v, 1, MAX_ITERS, &o->iters)) return usage("--iters wants 1..50, got '%s'", v);
-      iters = true;
+      if (!cf_bench_parse_int(v, 1, MAX_ITERS, &o->iters))
+        return usage("--iters wants 1..50, got '%s'", v);
     } else if ((v = cf_tool_opt(argc, argv, &i, "--warmup"))) {
-      if (!cf_bench_parse_int(v, 0, 100, &o->warmup)) return usage("--warmup wants 0..100, got '%s'", v);
-      warmup = true;
+      if (!cf_bench_parse_int(v, 0, 100, &o->warmup))
+        return usage("--warmup wants 0..100, got '%s'", v);
     } else if ((v = cf_tool_opt(argc, argv, &i, "--rounds"))) {
-      if (!cf_bench_parse_int(v, 1, MAX_ROUNDS, &o->rounds)) return usage("--rounds wants 1..50, got '%s'", v);
+      if (!cf_bench_parse_int(v, 1, MAX_ROUNDS, &o->rounds))
+        return usage("--rounds wants 1..50, got '%s'", v);
       rounds = true;
     } else if ((v = cf_tool_opt(argc, argv, &i, "--comm-turn"))) {
       if (!cf_bench_parse_int(v, 0, 1 << 20, &o->comm_turn))
@@ -521,17 +592,15 @@ static int parse_options(int argc, char **argv, mm_options *o) {
   const mm_shape *def = quick ? quick_shapes : default_shapes;
   size_t n_def = quick ? sizeof quick_shapes / sizeof *def : sizeof default_shapes / sizeof *def;
   if (!shapes)
-    for (size_t i = 0; i < n_def; i++) o->shapes[o->n_shapes++] = def[i];
-  if (quick) { /* a smoke test: one round of one iteration */
-    if (!iters) o->iters = 1;
-    if (!warmup) o->warmup = 0;
-    if (!rounds) o->rounds = 1;
-  }
+    for (size_t i = 0; i < n_def; i++)
+      o->shapes[o->n_shapes++] = def[i];
+  if (quick && !rounds) o->rounds = 1; /* a smoke test: one round of one iteration */
   for (int s = 0; s < o->n_shapes; s++)
     for (int r = 0; r < o->n_ranks; r++)
       if (o->shapes[s].m % o->ranks[r]) {
         char b[96];
-        snprintf(b, sizeof b, "m=%lld is not divisible by %d ranks", (long long)o->shapes[s].m, o->ranks[r]);
+        snprintf(b, sizeof b, "m=%lld is not divisible by %d ranks", (long long)o->shapes[s].m,
+                 o->ranks[r]);
         return usage("--shapes: %s", b);
       }
   return 0;
@@ -568,17 +637,22 @@ int cf_bench_mmrs(cf_context *ctx, int argc, char **argv) {
     cJSON_AddNumberToObject(root, "iters", o.iters);
     cJSON_AddNumberToObject(root, "warmup", o.warmup);
     cJSON_AddNumberToObject(root, "rounds", o.rounds);
-    if (o.comm_turn >= 0) cJSON_AddNumberToObject(root, "comm_turn", o.comm_turn);
-    else cJSON_AddNullToObject(root, "comm_turn");
+    if (o.comm_turn >= 0)
+      cJSON_AddNumberToObject(root, "comm_turn", o.comm_turn);
+    else
+      cJSON_AddNullToObject(root, "comm_turn");
     cJSON *arr = cJSON_AddArrayToObject(root, "results");
-    for (int i = 0; i < done; i++) cJSON_AddItemToArray(arr, row_json(&rows[i]));
+    for (int i = 0; i < done; i++)
+      cJSON_AddItemToArray(arr, row_json(&rows[i]));
     char *s = cJSON_PrintUnformatted(root);
     if (s) puts(s);
     free(s);
     cJSON_Delete(root);
   } else {
-    printf("overlap = (mm_ms + rs_ms - fused_ms) / min(mm_ms, rs_ms); every row checked: fused vs "
-           "sequential everywhere, both vs float64 on %d elements per rank\n",
+    printf("fused/seq: ratio of the medians; paired: median over rounds of fused / sequential run\n"
+           "back to back; min: fastest fused / fastest sequential iteration;\n"
+           "overlap = (mm_ms + rs_ms - fused_ms) / min(mm_ms, rs_ms). Every row is checked: fused\n"
+           "vs sequential everywhere, both vs float64 on %d elements per rank.\n",
            SAMPLES);
   }
   free(rows);
