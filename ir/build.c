@@ -69,6 +69,24 @@ cf_status cf_graph_define_group(cf_graph *g, const char *name, const int *ranks,
   return st;
 }
 
+cf_status cf_graph_define_group_parts(cf_graph *g, const char *name, const int *ranks,
+                                      size_t n_parts, size_t part_size) {
+  if (!g) return CF_ERR_USAGE;
+  if (!name || !*name || !ranks || !n_parts || !part_size)
+    return cf_error(g->ctx, CF_ERR_USAGE, g->file, 0,
+                    "cf_graph_define_group_parts: needs a name, ranks and non-zero part counts");
+  if (n_parts > CF_MAX_WORLD || part_size > CF_MAX_WORLD || n_parts * part_size > CF_MAX_WORLD)
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, 0, "group '%s': %zu parts of %zu ranks, above %d",
+                    name, n_parts, part_size, CF_MAX_WORLD);
+  int *off = malloc(sizeof *off * (n_parts + 1));
+  if (!off) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  for (size_t k = 0; k <= n_parts; k++) off[k] = (int)(k * part_size);
+  cf_status st = cf_graph_add_group_parts(g, name, ranks, off, (int)n_parts, 0);
+  free(off);
+  if (!st) edited(g);
+  return st;
+}
+
 /* Node index of an operand: a node name, or "NAME:K" for port K. */
 static cf_status resolve(cf_graph *g, const char *node, size_t k, const char *s, cf_ref *r) {
   if (!s)

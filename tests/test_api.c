@@ -478,6 +478,59 @@ static void test_run_copies(void **state) {
   cf_graph_destroy(g);
 }
 
+/* A partitioned group built through the API: {0,2} and {1,3} of 4 ranks,
+ * an int32 sum and a concat AllGather within each part; its errors. */
+static void test_run_partitioned_group(void **state) {
+  (void)state;
+  cf_graph *g;
+  int64_t d[1] = {16};
+  int cols[4] = {0, 2, 1, 3};
+  OK(cf_graph_create(ctx, "parts", 4, &g));
+  ASSERT_ERR(cf_graph_define_group_parts(g, "none", cols, 0, 2), CF_ERR_USAGE, "non-zero part");
+  OK(cf_graph_define_group_parts(g, "cols", cols, 2, 2));
+  OK(cf_graph_add_input(g, "x", "int32", d, 1));
+  OK(cf_graph_add_allreduce(g, "ar", "x", "sum", "cols", 0, -1));
+  OK(cf_graph_add_allgather(g, "ag", "x", "cols", "concat"));
+  OK(cf_graph_add_output(g, "s", "ar"));
+  OK(cf_graph_add_output(g, "all", "ag"));
+  cf_executable *e;
+  OK(cf_executable_create(g, NULL, &e));
+  size_t ks = (size_t)cf_executable_io_find(e, CF_IO_OUTPUT, "s");
+  size_t ka = (size_t)cf_executable_io_find(e, CF_IO_OUTPUT, "all");
+  int64_t dims[4];
+  assert_int_equal(cf_executable_io_shape(e, CF_IO_OUTPUT, ka, dims), 1);
+  assert_int_equal(dims[0], 32); /* rank_size is the part's size */
+  int32_t x[4][16], sum[4][16], all[4][32];
+  for (int r = 0; r < 4; r++)
+    for (int i = 0; i < 16; i++) x[r][i] = (r + 1) * 1000 + i * 7 - 50;
+  const void *in[4] = {x[0], x[1], x[2], x[3]};
+  void *out[8];
+  for (int r = 0; r < 4; r++) {
+    out[r * 2 + (int)ks] = sum[r];
+    out[r * 2 + (int)ka] = all[r];
+  }
+  OK(cf_executable_run(e, in, out));
+  for (int r = 0; r < 4; r++) {
+    int lo = r % 2, hi = lo + 2; /* the part: {0,2} or {1,3} */
+    for (int i = 0; i < 16; i++) {
+      assert_int_equal(sum[r][i], x[lo][i] + x[hi][i]);
+      assert_int_equal(all[r][i], x[lo][i]);
+      assert_int_equal(all[r][16 + i], x[hi][i]);
+    }
+  }
+  cf_executable_destroy(e);
+  cf_graph_destroy(g);
+  /* parts that overlap are the verifier's error */
+  int bad[4] = {0, 1, 1, 2};
+  OK(cf_graph_create(ctx, "overlap", 4, &g));
+  OK(cf_graph_define_group_parts(g, "o", bad, 2, 2));
+  OK(cf_graph_add_input(g, "x", "int32", d, 1));
+  OK(cf_graph_add_allreduce(g, "ar", "x", "sum", "o", 0, -1));
+  OK(cf_graph_add_output(g, "s", "ar"));
+  ASSERT_ERR(cf_graph_verify(g, NULL), CF_ERR_INVALID, "rank 1 is in parts 0 and 1");
+  cf_graph_destroy(g);
+}
+
 /* --deterministic: fused and unfused runs are bitwise equal. */
 static void test_deterministic(void **state) {
   (void)state;
@@ -684,6 +737,7 @@ int main(void) {
       cmocka_unit_test(test_run_dp),
       cmocka_unit_test(test_run_tp_in_place),
       cmocka_unit_test(test_run_copies),
+      cmocka_unit_test(test_run_partitioned_group),
       cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_log),
       cmocka_unit_test(test_two_contexts_two_threads),

@@ -123,6 +123,13 @@ cf_status cf_graph_set_world_size(cf_graph *g, int world_size);
 /* Define communicator group name over world ranks ranks[0..n) (copied).
  * "hccl_world_group" is every rank and needs no definition. */
 cf_status cf_graph_define_group(cf_graph *g, const char *name, const int *ranks, size_t n);
+/* Define a partitioned group: n_parts disjoint parts of part_size ranks
+ * each, part k being ranks[k * part_size .. (k + 1) * part_size) (copied).
+ * Each part is one communicator (XLA's replica_groups {{0,1},{2,3}}, MPI
+ * colours): a collective over the group runs within the part of each rank,
+ * and rank_size is part_size. The XML form is ranks="0,1|2,3". */
+cf_status cf_graph_define_group_parts(cf_graph *g, const char *name, const int *ranks,
+                                      size_t n_parts, size_t part_size);
 
 /* Add node name running op (e.g. "MatMul", "AllReduce", "HcomAllGather")
  * with operands inputs[0..n_inputs) (strings copied). */

@@ -175,6 +175,18 @@ class Graph:
         self.ctx.check(lib.cf_graph_set_world_size(self._h, int(n)))
 
     def define_group(self, name, ranks):
+        """A communicator group over world ranks [0, 2, ...], or partitioned
+        into disjoint parts of one size [[0, 1], [2, 3]] (one communicator
+        per part, as XLA's replica_groups)."""
+        ranks = list(ranks)
+        if ranks and isinstance(ranks[0], (list, tuple)):
+            flat = [int(r) for part in ranks for r in part]
+            size = len(ranks[0])
+            if any(len(part) != size for part in ranks):
+                raise ValueError("define_group %r: parts of different sizes" % name)
+            arr = (ctypes.c_int * max(1, len(flat)))(*flat)
+            self.ctx.check(lib.cf_graph_define_group_parts(self._h, _b(name), arr, len(ranks), size))
+            return
         arr = (ctypes.c_int * max(1, len(ranks)))(*[int(r) for r in ranks])
         self.ctx.check(lib.cf_graph_define_group(self._h, _b(name), arr, len(ranks)))
 

@@ -83,6 +83,7 @@ _PROTOS = {
     "cf_graph_create": (c_int, [c_void_p, c_char_p, c_int, P(c_void_p)]),
     "cf_graph_set_world_size": (c_int, [c_void_p, c_int]),
     "cf_graph_define_group": (c_int, [c_void_p, c_char_p, P(c_int), c_size_t]),
+    "cf_graph_define_group_parts": (c_int, [c_void_p, c_char_p, P(c_int), c_size_t, c_size_t]),
     "cf_graph_add_op": (c_int, [c_void_p, c_char_p, c_char_p, P(c_char_p), c_size_t]),
     "cf_graph_add_op_attrs": (c_int, [c_void_p, c_char_p, c_char_p, P(c_char_p), c_size_t, P(c_char_p),
                                       P(c_char_p), c_size_t]),

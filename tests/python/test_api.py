@@ -156,6 +156,20 @@ class TestRun(unittest.TestCase):
         np.testing.assert_array_equal(collfuse.bf16_to_float32(outs[0]["bs"]), 2 * vals)
         np.testing.assert_array_equal(outs[1]["im"], np.arange(5, dtype=np.int8))
 
+    def test_partitioned_group(self):
+        """define_group with parts: each part is its own communicator."""
+        g = collfuse.Graph("parts", world_size=4)
+        g.define_group("cols", [[0, 2], [1, 3]])
+        g.input("x", "int32", (5,))
+        g.output("s", g.all_reduce("x", reduction="sum", group="cols", fusion=0))
+        exe = g.compile()
+        xs = [np.arange(5, dtype=np.int32) * (r + 1) + 100 * r for r in range(4)]
+        outs = exe.run([{"x": x} for x in xs])
+        for r in range(4):
+            np.testing.assert_array_equal(outs[r]["s"], xs[r % 2] + xs[r % 2 + 2])
+        with self.assertRaises(ValueError):
+            g.define_group("bad", [[0, 1], [2]])
+
     def test_run_rank_range(self):
         """run_rank under mpirun is tested by tests/e2e/api_mpi.c; a rank out
         of range is refused before MPI is touched."""
