@@ -583,15 +583,20 @@ typedef struct cf_plan cf_plan;
  * tmpl is the rank's call for c (group, scratch, algorithm). */
 cf_status cf_fused_matmul_run(const cf_plan *p, int c, cf_rank_io *io, const cf_coll_call *tmpl);
 /* Chunks the pipeline uses for node n of rows rows per block: comm_turn
- * when set; else 1 unless overlaps, and then enough that each chunk's
- * collective moves >= 512 KiB, at most 8, each of >= 32 rows. */
-int cf_fused_matmul_chunks(const cf_node *n, int64_t rows, int64_t row_bytes, bool overlaps);
+ * when set; else 1 when min_rows is 0, and otherwise enough that each
+ * chunk's collective moves >= 512 KiB, at most 8, each of >= min_rows rows. */
+int cf_fused_matmul_chunks(const cf_node *n, int64_t rows, int64_t row_bytes, int64_t min_rows);
 /* The cost model's question: can a chunk's collective run while the next
  * chunk multiplies, for a plan of opt on ranks ranks? Not on the CPU device
  * with the threads transport when the ranks' GEMMs take every core (the
  * default: each rank gets cores/ranks BLAS threads); yes on a GPU and under
  * MPI (where every process must decide alike, so local facts cannot). */
 bool cf_fused_matmul_overlaps(const cf_run_options *opt, int ranks);
+/* The rows an automatic chunk needs at the least for a fused op whose x1
+ * has dtype dt: 0 (do not chunk) unless cf_fused_matmul_overlaps; 256 for
+ * CPU products that convert x2 on every call (float16, bfloat16, int8);
+ * else 32. */
+int64_t cf_fused_matmul_min_rows(const cf_run_options *opt, int ranks, cf_dtype dt);
 
 typedef struct cf_plan cf_plan;
 /* Plan compiled graph g (verified, inferred, passes already run) for opt. */

@@ -293,7 +293,7 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
   c->fused_mm = true;
   c->in_val = c->out_val = -1;
   c->chunks = cf_fused_matmul_chunks(n, rows, row_elems * es,
-                                     cf_fused_matmul_overlaps(&p->opt, p->ranks));
+                                     cf_fused_matmul_min_rows(&p->opt, p->ranks, x1->dtype));
   c->chunk_rows = rows ? (rows + c->chunks - 1) / c->chunks : 0;
   c->chunks = c->chunk_rows ? (int)((rows + c->chunk_rows - 1) / c->chunk_rows) : 0;
   c->desc = (cf_coll_desc){.op = op, .dtype = dt, .count = (op == CF_OP_REDUCESCATTER ? m : rows) * cols,

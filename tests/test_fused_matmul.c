@@ -503,22 +503,28 @@ static void test_chunk_model(void **state) {
   assert_int_equal(cf_graph_parse(ctx, "c.xml", xml, strlen(xml), &g), CF_OK);
   const cf_node *f0 = &g->nodes[cf_graph_find(g, "f0")], *f5 = &g->nodes[cf_graph_find(g, "f5")];
   /* comm_turn wins, clamped to the rows */
-  assert_int_equal(cf_fused_matmul_chunks(f5, 4096, 64, false), 5);
-  assert_int_equal(cf_fused_matmul_chunks(f5, 4096, 64, true), 5);
-  assert_int_equal(cf_fused_matmul_chunks(f5, 3, 64, true), 3);
+  assert_int_equal(cf_fused_matmul_chunks(f5, 4096, 64, 0), 5);
+  assert_int_equal(cf_fused_matmul_chunks(f5, 4096, 64, 32), 5);
+  assert_int_equal(cf_fused_matmul_chunks(f5, 3, 64, 32), 3);
   /* automatic: one chunk when the communication cannot overlap */
-  assert_int_equal(cf_fused_matmul_chunks(f0, 4096, 8192, false), 1);
-  /* else >= 512 KiB per chunk, at most 8, each of >= 32 rows */
-  assert_int_equal(cf_fused_matmul_chunks(f0, 4096, 8192, true), 8);
-  assert_int_equal(cf_fused_matmul_chunks(f0, 4096, 256, true), 2);
-  assert_int_equal(cf_fused_matmul_chunks(f0, 100, 1 << 20, true), 3);
-  assert_int_equal(cf_fused_matmul_chunks(f0, 16, 1 << 20, true), 1);
-  assert_int_equal(cf_fused_matmul_chunks(f0, 0, 64, true), 1);
+  assert_int_equal(cf_fused_matmul_chunks(f0, 4096, 8192, 0), 1);
+  /* else >= 512 KiB per chunk, at most 8, each of >= min_rows rows */
+  assert_int_equal(cf_fused_matmul_chunks(f0, 4096, 8192, 32), 8);
+  assert_int_equal(cf_fused_matmul_chunks(f0, 4096, 256, 32), 2);
+  assert_int_equal(cf_fused_matmul_chunks(f0, 100, 1 << 20, 32), 3);
+  assert_int_equal(cf_fused_matmul_chunks(f0, 1000, 1 << 20, 256), 3);
+  assert_int_equal(cf_fused_matmul_chunks(f0, 16, 1 << 20, 32), 1);
+  assert_int_equal(cf_fused_matmul_chunks(f0, 0, 64, 32), 1);
   /* overlap: on a GPU and under MPI yes; rank threads on the CPU only with
    * a core no rank's GEMM uses */
   cf_run_options gpu = {.device = CF_DEVICE_CUDA}, mpi = {.staged = true}, cpu = {0};
   assert_true(cf_fused_matmul_overlaps(&gpu, 8));
   assert_true(cf_fused_matmul_overlaps(&mpi, 8));
+  /* products that convert x2 on every call need taller chunks on the CPU */
+  assert_int_equal(cf_fused_matmul_min_rows(&gpu, 8, CF_DT_BFLOAT16), 32);
+  assert_int_equal(cf_fused_matmul_min_rows(&mpi, 8, CF_DT_FLOAT32), 32);
+  assert_int_equal(cf_fused_matmul_min_rows(&mpi, 8, CF_DT_BFLOAT16), 256);
+  assert_int_equal(cf_fused_matmul_min_rows(&mpi, 8, CF_DT_INT8), 256);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   char *saved = getenv("OPENBLAS_NUM_THREADS") ? strdup(getenv("OPENBLAS_NUM_THREADS")) : NULL;
   unsetenv("OPENBLAS_NUM_THREADS");
@@ -528,6 +534,7 @@ static void test_chunk_model(void **state) {
       fail_msg("%ld cores, %d ranks: overlaps says %d", cores, r, !(cores - r * blas >= 1));
   }
   assert_false(cf_fused_matmul_overlaps(&cpu, (int)cores));
+  assert_int_equal(cf_fused_matmul_min_rows(&cpu, (int)cores, CF_DT_FLOAT32), 0);
   setenv("OPENBLAS_NUM_THREADS", "1", 1); /* one BLAS thread each: cores - ranks are free */
   assert_int_equal(cf_fused_matmul_overlaps(&cpu, 1), cores >= 2);
   assert_false(cf_fused_matmul_overlaps(&cpu, (int)cores));

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""bench_coll.py COLLFUSE SRCDIR - smoke test of `collfuse bench allreduce`
-and `collfuse bench fusion`.
+"""bench_coll.py COLLFUSE SRCDIR - smoke test of `collfuse bench allreduce`,
+`collfuse bench fusion` and `collfuse bench mmrs`.
 
 A quick run of each prints its table (exit 0) and, with --json, one JSON
 object of the documented shape (bench/README.md); bad options are usage
@@ -106,6 +106,45 @@ def main() -> int:
             r = run(want, "bench", "fusion", *args)
             if r:
                 check(text in r[1], f"bench fusion {' '.join(args)}: no '{text}' in stderr")
+
+    # ---- bench mmrs: fused MatmulReduceScatter vs MatMul then ReduceScatter
+    r = run(0, "bench", "mmrs", "--quick", "--ranks", "2", "--dtypes", "float32")
+    if r:
+        for text in ("fused/seq", "overlap", "float32", " 1024 "):
+            check(text in r[0], f"bench mmrs --quick: no '{text}' in the table")
+    r = run(0, "bench", "mmrs", "--ranks", "2,4", "--dtypes", "bf16,int8", "--shapes", "64x32x16",
+            "--rounds", "2", "--json")
+    if r:
+        try:
+            d = json.loads(r[0])
+            assert d["bench"] == "mmrs" and d["rounds"] == 2, d
+            rows = d["results"]
+            assert [(x["ranks"], x["dtype"]) for x in rows] == \
+                [(2, "bfloat16"), (2, "int8"), (4, "bfloat16"), (4, "int8")], rows
+            for x in rows:
+                assert (x["m"], x["k"], x["n"]) == (64, 32, 16), x
+                assert x["quantized"] == (x["dtype"] == "int8") and x["output_dtype"] == "bfloat16", x
+                assert x["chunks"] >= 1, x
+                for k in ("t_fused_ms", "t_sequential_ms", "t_mm_ms", "t_rs_ms"):
+                    assert x[k] > 0, (k, x)
+                assert all(len(v) == 2 for v in x["samples_ms"].values()), x
+                assert x["ratio_fused_vs_sequential"] > 0 and "overlap_efficiency" in x, x
+                assert x["check"]["reference_elements"] == 2 * 48 * x["ranks"], x
+        except (ValueError, KeyError, AssertionError) as e:
+            failures.append(f"bench mmrs --json: unexpected object: {e!r}")
+    r = run(0, "bench", "mmrs", "--ranks", "2", "--dtypes", "float32", "--shapes", "64x32x16",
+            "--comm-turn", "3", "--json")
+    if r:
+        try:
+            assert json.loads(r[0])["results"][0]["chunks"] == 3
+        except (ValueError, KeyError, IndexError, AssertionError) as e:
+            failures.append(f"bench mmrs --comm-turn 3: {e!r}")
+    for args, text in ((["--shapes", "10x8x8", "--ranks", "4"], "not divisible"),
+                       (["--dtypes", "int4"], "--dtypes"), (["--shapes", "8x8"], "--shapes"),
+                       (["--ranks", "1"], "--ranks"), (["--bogus"], "unknown option '--bogus'")):
+        r = run(2, "bench", "mmrs", *args)
+        if r:
+            check(text in r[1], f"bench mmrs {' '.join(args)}: no '{text}' in stderr")
 
     for f in failures:
         print(f"FAIL: {f}", file=sys.stderr)
