@@ -2,22 +2,25 @@
  * scale, QuantMatMul epilogue), for the host or for NVPTX.
  *
  * Host kernels are explicit vector code: a main loop over <L x T> vectors,
- * L = the host's widest register / element width (float32 for the 16-bit
- * floats), then a scalar tail; both loops carry metadata that keeps the
- * optimizer from vectorizing or unrolling them again, which only cost
- * compile time.
+ * L = the host's widest register / lane width (lane_bits: float32 for
+ * float16 arithmetic, 16 bits for bfloat16 pairs and 16-bit max/min),
+ * then a scalar tail; both loops carry metadata that keeps the optimizer
+ * from vectorizing or unrolling them again, which only cost compile time.
  * Writing the vectors ourselves, rather than leaving a scalar loop to the
  * loop vectorizer, makes the width a decision of ours, the same for every
  * dtype, and testable at exactly L-1, L and L+1. NVPTX kernels are scalar
  * per thread in a grid-stride loop (tid/ntid/ctaid/nctaid sregs).
  *
  * Element semantics: integers wrap; float16/bfloat16 are widened to float32,
- * combined there, and rounded back to nearest even (bfloat16 by integer
- * arithmetic that keeps NaN a NaN); float max/min are llvm.maximum/minimum
- * (NaN wins, -0 < +0; float16 compares bit patterns to the same effect),
- * with a vmaxps-based fast path for NaN-free vector blocks (maxmin_fast);
- * n-ary kernels with a destination of >= 4 MiB use non-temporal stores;
- * integer means divide exactly, truncating toward zero.
+ * combined there, and rounded back to nearest even (bfloat16 in even/odd
+ * pairs, by vcvtne2ps2bf16 where the host has it, else by integer
+ * arithmetic that keeps NaN a NaN); float max/min propagate NaN with
+ * -0 < +0: vrangeps plus a NaN fix-up on AVX512DQ hosts, else
+ * llvm.maximum/minimum with a vmaxps fast path for NaN-free blocks
+ * (maxmin_fast), and float16/bfloat16 read off integer max/min of their
+ * bit patterns (half_maxmin); n-ary kernels with a destination of >= 4 MiB
+ * use non-temporal stores; integer means divide exactly, truncating
+ * toward zero.
  */
 #define CF_CODEGEN_INTERNAL
 #include "codegen.h"

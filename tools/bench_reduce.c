@@ -702,8 +702,8 @@ static bool parse_names(const char *v, const char *const *names, int n, bool *wa
   return any;
 }
 
-static const char *const value_options[] = {"--sizes", "--reps", "--min-ms", "--dtypes", "--ops",
-                                            "--sources"};
+static const char *const value_options[] = {"--sizes",  "--reps", "--min-ms",
+                                            "--dtypes", "--ops",  "--sources"};
 
 static int parse_options(int argc, char **argv, options *o) {
   *o = (options){.sizes = {256 << 10, 64 << 20},
