@@ -104,6 +104,14 @@ static cf_status wait_ticket(void *impl, uint64_t ticket) {
   return st;
 }
 
+/* A call on the rank thread itself, after what is in flight (a collective
+ * with no compute before its WAIT, or a fused op of one chunk). */
+static cf_status run_inline(void *impl, const cf_coll_call *call) {
+  rank_run *r = impl;
+  cf_status st = wait_ticket(r, (uint64_t)r->started);
+  return st ? st : run_call(r, call);
+}
+
 /* Dissemination barrier over the transport (log2 n rounds). */
 static cf_status barrier(rank_run *r) {
   int n = r->p->ranks, me = r->rank;
@@ -265,8 +273,7 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     case CF_STEP_COPY: r->dev->ops->copy(r->dev, r->arena + sp->dst, r->vptr[sp->val], (size_t)sp->bytes); break;
     case CF_STEP_START:
       if (p->colls[sp->coll].inline_ok) { /* after what is in flight, on this thread */
-        st = wait_ticket(r, (uint64_t)r->started);
-        if (!st) st = run_call(r, &r->calls[sp->coll]);
+        st = run_inline(r, &r->calls[sp->coll]);
         r->ticket[sp->coll] = 0; /* its WAIT has nothing to wait for */
       } else {
         r->ticket[sp->coll] = (int64_t)start_call(r, &r->calls[sp->coll]);
@@ -275,7 +282,7 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     case CF_STEP_WAIT: st = wait_ticket(r, (uint64_t)r->ticket[sp->coll]); break;
     case CF_STEP_FUSED: {
       cf_rank_io io = {.ctx = r->ctx, .rank = r->rank, .arena = r->arena, .vptr = r->vptr, .dev = r->dev, .impl = r,
-                       .start = start_call, .wait = wait_ticket};
+                       .start = start_call, .wait = wait_ticket, .run = run_inline};
       st = cf_fused_matmul_run(p, sp->coll, &io, &r->calls[sp->coll]);
       break;
     }

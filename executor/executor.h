@@ -574,6 +574,10 @@ typedef struct cf_rank_io {
   /* queue call on the rank's communication thread; returns its ticket */
   uint64_t (*start)(void *impl, const cf_coll_call *call);
   cf_status (*wait)(void *impl, uint64_t ticket);
+  /* run call on this thread after every call queued before it (a fused op
+   * of one chunk has nothing to overlap: it runs as MatMul then the
+   * collective would, with no hand-off) */
+  cf_status (*run)(void *impl, const cf_coll_call *call);
 } cf_rank_io;
 
 typedef struct cf_plan cf_plan;

@@ -14,8 +14,9 @@
  * How many chunks: comm_turn when the graph sets it; else a cost model
  * (cf_fused_matmul_overlaps) asks whether the communication has a resource
  * of its own. Where it has none (rank threads whose GEMMs fill the cores)
- * the op runs as one chunk, one GEMM over all rows and one collective,
- * which is what MatMul followed by the collective costs; where it has one,
+ * the op runs as one chunk, one GEMM over all rows and one collective on
+ * the rank thread (cf_rank_io.run), which is what MatMul followed by the
+ * collective costs; where it has one,
  * chunks of >= 512 KiB of traffic, at most 8, each tall enough that its
  * products stay efficient (cf_fused_matmul_min_rows).
  *
@@ -179,7 +180,10 @@ static cf_status reduce_pipeline(const cf_plan *p, const cf_pcoll *pc, cf_rank_i
       chunk_call(p, pc, tmpl, &calls[i], &segs[i], buf, (char *)out.data + row * cols * es, len * cols,
                  len * cols);
     }
-    if (!st) tickets[i] = io->start(io->impl, &calls[i]);
+    if (!st && pc->chunks == 1 && io->run)
+      st = io->run(io->impl, &calls[i]);
+    else if (!st)
+      tickets[i] = io->start(io->impl, &calls[i]);
   }
   /* wait for everything started, even after an error (buffers stay ours) */
   for (int i = 0; i < pc->chunks; i++)
@@ -210,9 +214,10 @@ static cf_status gather_pipeline(const cf_plan *p, const cf_pcoll *pc, cf_rank_i
     chunk_call(p, pc, tmpl, &calls[i], &segs[i], (char *)x1.data + row * k * es,
                whole ? gathered.data : stage[i & 1], len * k, len * k);
   }
-  if (pc->chunks > 0) tickets[0] = io->start(io->impl, &calls[0]);
   if (whole) {
-    if ((st = io->wait(io->impl, tickets[0]))) return st;
+    if ((st = io->run ? io->run(io->impl, &calls[0])
+                      : io->wait(io->impl, io->start(io->impl, &calls[0]))))
+      return st;
     for (int j = 1; j < n->n_in && !st; j++) {
       cf_tensor x2 = value(p, io, n->in[j]);
       cf_tensor o = output(p, io, pc->node, j - 1);
@@ -221,6 +226,7 @@ static cf_status gather_pipeline(const cf_plan *p, const cf_pcoll *pc, cf_rank_i
     }
     return st;
   }
+  if (pc->chunks > 0) tickets[0] = io->start(io->impl, &calls[0]);
   for (int i = 0; i < pc->chunks && !st; i++) {
     int64_t row = (int64_t)i * pc->chunk_rows;
     int64_t len = row + pc->chunk_rows > m ? m - row : pc->chunk_rows;
