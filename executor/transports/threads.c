@@ -9,7 +9,11 @@
  *
  * Waiting spins briefly and then sleeps on the waiting rank's futex
  * doorbell, so oversubscribed runs (8 ranks on 2 cores) do not burn the
- * cores the other ranks need. Every wait has the run's timeout and watches
+ * cores the other ranks need. A sender posts with a plain store and reads
+ * the peer's sleeping flag without a fence; the waiter that goes to sleep
+ * pays for both sides with membarrier(2) (an asymmetric fence: every
+ * running thread of the process passes a full barrier), so the message
+ * path has no locked instruction. Without membarrier, both sides fence. Every wait has the run's timeout and watches
  * the world's abort flag: a rank that fails stops all others promptly, and
  * a wait that times out names the peer it was waiting for.
  */
@@ -18,6 +22,7 @@
 
 #include <errno.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -63,6 +68,7 @@ struct cf_threads_world {
   int size;
   double timeout_s;
   int spin;             /* polls before sleeping */
+  bool asym;            /* membarrier(2) fences for the sleepers (see the top) */
   chan *ch;             /* [src * size + dst] */
   bell *bells;          /* [rank] */
   rank_state *ranks;    /* [rank] */
@@ -77,14 +83,27 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Publish an event counter (a single writer's): plain with the
+ * sleepers' membarrier, else sequentially consistent. */
+static void publish(const cf_threads_world *w, _Atomic uint64_t *a, uint64_t v) {
+  if (w->asym)
+    atomic_store_explicit(a, v, memory_order_release);
+  else
+    atomic_store(a, v);
+}
+
 /* Wake rank if it sleeps. The event (a counter the waiter polls) was
- * stored sequentially consistent before this, and the waiter stores its
- * sleeping flag before it polls again (wait_ge): one of the two sees the
- * other, so a waiter that missed the event is woken, and a polling one
- * costs the sender no write to its cache line. */
+ * stored before this, and the waiter stores its sleeping flag before it
+ * polls again (wait_ge), with a full fence between on both sides (the
+ * waiter's membarrier, or seq_cst): one of the two sees the other, so a
+ * waiter that missed the event is woken, and a polling one costs the
+ * sender no write to its cache line. */
 static void ring(cf_threads_world *w, int rank) {
   bell *b = &w->bells[rank];
-  if (atomic_load(&b->sleeping)) {
+  /* (the orders must be constants: a variable one compiles as seq_cst) */
+  int asleep = w->asym ? atomic_load_explicit(&b->sleeping, memory_order_relaxed)
+                       : atomic_load(&b->sleeping);
+  if (asleep) {
     atomic_fetch_add(&b->word, 1);
     syscall(SYS_futex, &b->word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
   }
@@ -151,6 +170,8 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
   double deadline = now_s() + w->timeout_s;
   for (;;) {
     atomic_store(&b->sleeping, 1);
+    /* the senders' half of the fence (see the top) */
+    if (w->asym) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
     uint32_t v = atomic_load(&b->word);
     if (atomic_load(a) >= target) break;
     if (atomic_load(&w->aborted)) {
@@ -196,7 +217,7 @@ static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const
   } else {
     ch->need = h + 1;
   }
-  atomic_store(&ch->head, h + 1); /* seq_cst: ring() relies on it */
+  publish(w, &ch->head, h + 1);
   ring(w, peer);
   return CF_OK;
 }
@@ -242,7 +263,9 @@ static cf_status t_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
 static cf_status t_release(cf_comm *c, int peer) {
   cf_threads_world *w = c->impl;
   chan *ch = channel(w, peer, c->rank);
-  atomic_fetch_add(&ch->acked, 1); /* seq_cst: ring() relies on it */
+  /* the receiver is the only writer of acked */
+  uint64_t a = atomic_load_explicit(&ch->acked, memory_order_relaxed);
+  publish(w, &ch->acked, a + 1);
   ring(w, peer);
   return CF_OK;
 }
@@ -305,6 +328,7 @@ cf_status cf_threads_world_create(cf_context *ctx, int size, double timeout_s,
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   w->spin = size <= cpus ? 40000 : 64; /* ~1-2 ms of polling; oversubscribed: get off the core soon */
+  w->asym = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   pthread_mutex_init(&w->lock, NULL);
   w->ch = aligned_alloc(64, sizeof(chan) * (size_t)size * (size_t)size);
   w->bells = aligned_alloc(64, sizeof(bell) * (size_t)size);
