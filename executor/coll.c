@@ -34,7 +34,7 @@ int cf_algo_parse(const char *s) {
 
 /* Above this many bytes per rank AllReduce moves to the bandwidth-optimal
  * algorithms; chosen from `collfuse bench allreduce` (docs/executor.md). */
-#define SMALL_BYTES ((int64_t)64 << 10)
+#define SMALL_BYTES ((int64_t)1 << 20)
 
 /* AUTO on the MPI transport, from `bench allreduce --backend mpi`
  * (docs/executor.md): two ranks exchange whole vectors (direct) up to
@@ -42,6 +42,7 @@ int cf_algo_parse(const char *s) {
  * round instead of two; over a network MPI's own AllReduce beats collfuse's
  * exchanges on 3+ ranks between NATIVE_MIN and NATIVE_MAX bytes per rank. */
 #define PAIR_DIRECT_BYTES ((int64_t)1 << 20)
+#define MPI_SMALL_BYTES ((int64_t)64 << 10) /* direct on 3+ ranks up to here */
 #define NATIVE_MIN ((int64_t)4 << 10)
 #define NATIVE_MAX ((int64_t)1 << 20)
 
@@ -58,16 +59,20 @@ cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo
     if (forced == CF_ALGO_AUTO_MPI_NET && ar && n > 2 && !deterministic && bytes >= NATIVE_MIN &&
         bytes <= NATIVE_MAX)
       return CF_ALGO_MPI_NATIVE;
-    forced = ar && n == 2 && bytes <= PAIR_DIRECT_BYTES ? CF_ALGO_DIRECT : CF_ALGO_AUTO;
+    if (!ar || n <= 1) return CF_ALGO_DIRECT;
+    int64_t direct_max = n == 2 ? PAIR_DIRECT_BYTES : MPI_SMALL_BYTES;
+    forced = bytes <= direct_max || d->count < n ? CF_ALGO_DIRECT : CF_ALGO_RSAG;
   }
   if (d->op != CF_OP_ALLREDUCE || n <= 1) return CF_ALGO_DIRECT;
   cf_algo a = forced;
   if (a == CF_ALGO_AUTO) {
     int64_t bytes = d->count * cf_dtype_size(d->dtype);
     /* measured (bench allreduce, docs/executor.md): on a single-copy
-     * transport the two-exchange rsag beats the 2(n-1)-step ring at every
-     * size where direct stops winning */
-    a = bytes <= SMALL_BYTES || d->count < n ? CF_ALGO_DIRECT : CF_ALGO_RSAG;
+     * transport two ranks reduce each other's whole vector fastest at every
+     * size (one exchange; rsag's second one costs more than the halved
+     * reduction saves), more ranks up to 1 MiB; above, the two-exchange
+     * rsag beats the 2(n-1)-step ring */
+    a = n == 2 || bytes <= SMALL_BYTES || d->count < n ? CF_ALGO_DIRECT : CF_ALGO_RSAG;
   }
   /* integer mean sums exactly in int64 inside one n-ary kernel; ring and
    * rd would round partial sums to the type */
