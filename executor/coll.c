@@ -41,7 +41,10 @@ int cf_algo_parse(const char *s) {
  * PAIR_DIRECT_BYTES, where staging copies the same bytes as rsag in one
  * round instead of two; over a network (TCP) MPI's own AllReduce was
  * ahead of or level with collfuse's exchanges between NATIVE_MIN and
- * NATIVE_MAX bytes per rank (2 and 4 ranks), and far behind above. */
+ * NATIVE_MAX bytes per rank on 4 ranks, and far behind above. Two ranks
+ * keep collfuse's algorithms: there the two were within the noise, and
+ * only collfuse's messages carry descriptors (a count that differs between
+ * ranks is named instead of truncating inside MPI). */
 #define PAIR_DIRECT_BYTES ((int64_t)1 << 20)
 #define MPI_SMALL_BYTES ((int64_t)64 << 10) /* direct on 3+ ranks up to here */
 #define NATIVE_MIN ((int64_t)4 << 10)
@@ -57,7 +60,7 @@ cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo
   if (forced == CF_ALGO_AUTO_MPI_SHM || forced == CF_ALGO_AUTO_MPI_NET) {
     int64_t bytes = d->count * cf_dtype_size(d->dtype);
     bool ar = d->op == CF_OP_ALLREDUCE;
-    if (forced == CF_ALGO_AUTO_MPI_NET && ar && n >= 2 && !deterministic && bytes >= NATIVE_MIN &&
+    if (forced == CF_ALGO_AUTO_MPI_NET && ar && n > 2 && !deterministic && bytes >= NATIVE_MIN &&
         bytes <= NATIVE_MAX)
       return CF_ALGO_MPI_NATIVE;
     if (!ar || n <= 1) return CF_ALGO_DIRECT;
