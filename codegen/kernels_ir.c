@@ -38,8 +38,9 @@ typedef struct kg {
   LLVMValueRef fn;
   bool ptx; /* NVPTX: scalar per thread, grid-stride loop */
   const char *triple;
-  int range_bits; /* x86 vrangeps/pd usable on vectors of up to these bits (0: none) */
-  int bf16_bits;  /* x86 vcvtne2ps2bf16 usable on float32 vectors of up to these bits */
+  int vector_bits; /* the target's widest registers */
+  bool dq, vl;     /* x86 AVX512DQ (vrangeps, vfpclassps), AVX512VL (them below 512 bits) */
+  bool bf16;       /* x86 AVX512_BF16 (vcvtne2ps2bf16) */
   LLVMTypeRef i8, i16, i32, i64, f16, f32, f64, ptr, vd;
 } kg;
 
@@ -143,6 +144,12 @@ static LLVMValueRef call_intrinsic(kg *g, const char *name, LLVMTypeRef overload
   LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->mod, id, tys, ntys);
   LLVMTypeRef ft = LLVMIntrinsicGetType(g->lc, id, tys, ntys);
   return LLVMBuildCall2(g->b, ft, f, args, nargs, "");
+}
+
+/* Whether AVX-512 instructions may work on vectors of bits: 512 bits
+ * within the target's width, 128 and 256 with AVX512VL. */
+static bool avx512_width(kg *g, int bits) {
+  return bits <= g->vector_bits && (bits == 512 || (g->vl && (bits == 128 || bits == 256)));
 }
 
 /* if (cond) goto rare; else goto usual; with rare marked unlikely */
@@ -321,8 +328,8 @@ static LLVMValueRef bf16_merge_native(kg *g, LLVMValueRef p[2], int h) {
 static void bf16_store(kg *g, kenv *e, LLVMValueRef p[2], LLVMValueRef base, LLVMValueRef idx,
                        int lanes) {
   int h = lanes / 2;
-  LLVMValueRef m = h * 32 <= g->bf16_bits && h * 32 >= 128 ? bf16_merge_native(g, p, h)
-                                                           : bf16_merge_int(g, p, h);
+  LLVMValueRef m = g->bf16 && g->dq && avx512_width(g, h * 32) ? bf16_merge_native(g, p, h)
+                                                                : bf16_merge_int(g, p, h);
   store_nt(g, e, g->i16, m, base, idx);
 }
 
@@ -457,11 +464,8 @@ static bool fast_maxmin_op(kg *g, cf_dtype dt, cf_reduction red, int k, int lane
  * llvm.maximum takes 6. Checked against the reference on every pair of
  * specials, NaN payloads and signed zeros included (test_specials). */
 static bool range_op(kg *g, cf_dtype dt, cf_reduction red, int lanes) {
-  if (!g->range_bits || lanes == 1 || (red != CF_RED_MAX && red != CF_RED_MIN) ||
-      (dt != CF_DT_FLOAT32 && dt != CF_DT_FLOAT64))
-    return false;
-  int bits = lanes * storage_bits(dt);
-  return (bits == 128 || bits == 256 || bits == 512) && bits <= g->range_bits;
+  return g->dq && lanes > 1 && (red == CF_RED_MAX || red == CF_RED_MIN) &&
+         (dt == CF_DT_FLOAT32 || dt == CF_DT_FLOAT64) && avx512_width(g, lanes * storage_bits(dt));
 }
 
 static LLVMValueRef range_pair(kg *g, cf_reduction red, LLVMValueRef a, LLVMValueRef b) {
@@ -852,11 +856,10 @@ LLVMValueRef cf_kernel_emit_ir(LLVMModuleRef mod, const cf_codegen_target *t,
   g->b = LLVMCreateBuilderInContext(g->lc);
   g->ptx = t->arch == CF_ARCH_NVPTX;
   g->triple = t->triple;
-  /* vrangeps/pd: AVX512DQ; below 512 bits also AVX512VL */
-  if (!g->ptx && cf_target_has(t, "avx512dq"))
-    g->range_bits = cf_target_has(t, "avx512vl") ? t->vector_bits : t->vector_bits >= 512 ? 512 : 0;
-  /* vcvtne2ps2bf16 (and vfpclassps, AVX512DQ, for its subnormal check) */
-  if (g->range_bits && cf_target_has(t, "avx512bf16")) g->bf16_bits = g->range_bits;
+  g->vector_bits = t->vector_bits;
+  g->dq = cf_target_has(t, "avx512dq"); /* false for NVPTX */
+  g->vl = cf_target_has(t, "avx512vl");
+  g->bf16 = cf_target_has(t, "avx512bf16");
   g->i8 = LLVMInt8TypeInContext(g->lc);
   g->i16 = LLVMInt16TypeInContext(g->lc);
   g->i32 = LLVMInt32TypeInContext(g->lc);
