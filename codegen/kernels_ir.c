@@ -329,7 +329,7 @@ static void bf16_store(kg *g, kenv *e, LLVMValueRef p[2], LLVMValueRef base, LLV
                        int lanes) {
   int h = lanes / 2;
   LLVMValueRef m = g->bf16 && g->dq && avx512_width(g, h * 32) ? bf16_merge_native(g, p, h)
-                                                                : bf16_merge_int(g, p, h);
+                                                               : bf16_merge_int(g, p, h);
   store_nt(g, e, g->i16, m, base, idx);
 }
 
