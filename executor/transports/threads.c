@@ -1,11 +1,15 @@
 /* transports/threads.c - ranks as threads of one process (the default).
  *
- * Every ordered pair of ranks has a channel: a small ring of message slots
- * the sender fills (pointer, size, collective descriptor) and the receiver
- * reads. A message is never copied: the receiver gets the sender's pointer
- * and reduces or copies straight from the sender's buffer (single copy),
- * then releases the slot, which is what the sender's send_wait() waits for
- * before it may touch the buffer again.
+ * Every ordered pair of ranks has a channel: a small ring of message cells
+ * the sender fills (pointer, size, a 64-bit key of the collective
+ * descriptor) and publishes by storing the cell's sequence word last; the
+ * receiver polls that word, so a small message is one cache line. A message
+ * is never copied: the receiver gets the sender's pointer and reduces or
+ * copies straight from the sender's buffer (single copy), then releases the
+ * cell, which is what the sender's send_wait() waits for before it may
+ * touch the buffer again. Eager messages (up to 104 bytes) travel inside
+ * the cell instead. The full descriptor sits beside the cell and is read
+ * only when the keys differ, to name the difference.
  *
  * Waiting spins briefly and then sleeps on the waiting rank's futex
  * doorbell, so oversubscribed runs (8 ranks on 2 cores) do not burn the
@@ -13,9 +17,10 @@
  * the peer's sleeping flag without a fence; the waiter that goes to sleep
  * pays for both sides with membarrier(2) (an asymmetric fence: every
  * running thread of the process passes a full barrier), so the message
- * path has no locked instruction. Without membarrier, both sides fence. Every wait has the run's timeout and watches
- * the world's abort flag: a rank that fails stops all others promptly, and
- * a wait that times out names the peer it was waiting for.
+ * path has no locked instruction. Without membarrier, both sides fence.
+ * Every wait has the run's timeout and watches the world's abort flag: a
+ * rank that fails stops all others promptly, and a wait that times out
+ * names the peer it was waiting for.
  */
 #define _GNU_SOURCE
 #include "../executor.h"
@@ -33,24 +38,35 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHAN_SLOTS 8 /* messages in flight per ordered pair */
-#define EAGER_MAX 64 /* payload bytes a slot carries itself (send_eager) */
+#define CHAN_SLOTS 8  /* messages in flight per ordered pair */
+#define EAGER_MAX 104 /* payload bytes a cell carries itself (send_eager) */
+#define INLINE_BIT (UINT64_C(1) << 63)
 
-typedef struct msg {
-  const void *ptr;
-  size_t bytes;
-  bool has_desc;
-  cf_coll_desc desc;
-  _Alignas(64) unsigned char inl[EAGER_MAX]; /* an eager message's payload */
-} msg;
+/* One message: two cache lines. The first holds everything a receiver of a
+ * small message needs (the publication word, a key of the collective
+ * descriptor, the size and the pointer or the first 40 payload bytes), so
+ * an 8-byte exchange costs one cache-line transfer each way. The full
+ * descriptor is read only when the keys differ, to name the difference. */
+typedef struct cell {
+  _Alignas(64) _Atomic uint64_t seq; /* message number + 1; stored last */
+  uint64_t key;                      /* desc_key() of the descriptor, 0 without one */
+  uint64_t bytes;                    /* | INLINE_BIT when the payload is in inl */
+  union {
+    const void *ptr;
+    unsigned char inl[EAGER_MAX];
+  } u;
+} cell;
 
 typedef struct chan {
-  _Alignas(64) _Atomic uint64_t head; /* messages posted by the sender */
-  uint64_t need;                       /* sender only: messages send_wait waits for
-                                        * (up to the last one that was not eager) */
+  /* the sender's own line */
+  _Alignas(64) uint64_t head; /* messages posted */
+  uint64_t need;       /* messages send_wait waits for (up to the last one that was not eager) */
+  uint64_t acked_seen; /* the last value of acked the sender read */
   _Alignas(64) _Atomic uint64_t acked; /* messages released by the receiver */
   _Alignas(64) uint64_t tail;          /* messages received (receiver only) */
-  msg slot[CHAN_SLOTS];
+  cell slot[CHAN_SLOTS];
+  bool has_desc[CHAN_SLOTS]; /* the full descriptors, read on a key mismatch */
+  cf_coll_desc desc[CHAN_SLOTS];
 } chan;
 
 typedef struct bell {
@@ -67,11 +83,11 @@ typedef struct rank_state {
 struct cf_threads_world {
   int size;
   double timeout_s;
-  int spin;             /* polls before sleeping */
-  bool asym;            /* membarrier(2) fences for the sleepers (see the top) */
-  chan *ch;             /* [src * size + dst] */
-  bell *bells;          /* [rank] */
-  rank_state *ranks;    /* [rank] */
+  int spin;          /* polls before sleeping */
+  bool asym;         /* membarrier(2) fences for the sleepers (see the top) */
+  chan *ch;          /* [src * size + dst] */
+  bell *bells;       /* [rank] */
+  rank_state *ranks; /* [rank] */
   _Atomic int aborted;
   pthread_mutex_t lock; /* guards msg */
   char msg[1024];
@@ -116,7 +132,8 @@ static void world_abort(cf_threads_world *w, const char *text) {
     atomic_store(&w->aborted, 1);
   }
   pthread_mutex_unlock(&w->lock);
-  for (int r = 0; r < w->size; r++) ring(w, r);
+  for (int r = 0; r < w->size; r++)
+    ring(w, r);
 }
 
 /* What a rank is waiting for, so a timeout can say so. */
@@ -139,7 +156,8 @@ static cf_status stop(cf_comm *c, const wait_what *ww) {
   size_t g = 0;
   for (int r = 0; r < w->size && g + 16 < sizeof gone; r++)
     if (atomic_load(&w->ranks[r].left))
-      g += (size_t)snprintf(gone + g, sizeof gone - g, "%s%d", g ? ", " : "; rank(s) that stopped: ", r);
+      g += (size_t)snprintf(gone + g, sizeof gone - g, "%s%d",
+                            g ? ", " : "; rank(s) that stopped: ", r);
   if (ww->d)
     snprintf(text, sizeof text,
              "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s)%s",
@@ -193,43 +211,80 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
   return CF_OK;
 }
 
-static chan *channel(cf_threads_world *w, int src, int dst) { return &w->ch[(size_t)src * w->size + dst]; }
+static chan *channel(cf_threads_world *w, int src, int dst) {
+  return &w->ch[(size_t)src * w->size + dst];
+}
 
-/* Post a message to peer: the sender's pointer, or (eager) a copy in the slot. */
+/* The fields two ranks' descriptors must agree on, mixed into 64 bits
+ * (never 0, which means "no descriptor"). Equal keys are taken as equal
+ * descriptors; a chance collision of two different ones is 2^-64. */
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h = (h ^ v) * UINT64_C(0xff51afd7ed558ccd);
+  return h ^ (h >> 33);
+}
+
+static uint64_t desc_key(const cf_coll_desc *d) {
+  if (!d) return 0;
+  uint64_t g = UINT64_C(0xcbf29ce484222325); /* FNV-1a of the group's name */
+  for (const char *s = d->group ? d->group : ""; *s; s++)
+    g = (g ^ (unsigned char)*s) * UINT64_C(0x100000001b3);
+  uint64_t h = mix(UINT64_C(0x9e3779b97f4a7c15), (uint64_t)d->seq);
+  h = mix(h, (uint64_t)d->count);
+  h = mix(h, (uint64_t)(uint32_t)d->op | (uint64_t)(uint32_t)d->dtype << 32);
+  h = mix(h, (uint64_t)(uint32_t)d->red | (uint64_t)(uint32_t)d->root << 32);
+  h = mix(h, (uint64_t)(uint32_t)d->layout);
+  h = mix(h, g);
+  return h ? h : 1;
+}
+
+/* Wait until the peer released the first target messages of ch (sender
+ * side). The last value read is kept, so a sender that is not waiting does
+ * not pull the receiver's line over for every message. */
+static cf_status wait_acked(cf_comm *c, chan *ch, uint64_t target, const wait_what *ww) {
+  if (ch->acked_seen >= target) return CF_OK;
+  cf_status st = wait_ge(c, &ch->acked, target, ww);
+  if (!st) ch->acked_seen = atomic_load_explicit(&ch->acked, memory_order_relaxed);
+  return st;
+}
+
+/* Post a message to peer: the sender's pointer, or (eager) a copy in the cell. */
 static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const cf_coll_desc *d,
                       bool eager) {
   cf_threads_world *w = c->impl;
   chan *ch = channel(w, c->rank, peer);
-  uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
+  uint64_t h = ch->head;
   if (h >= CHAN_SLOTS) {
     wait_what ww = {"a free message slot to", peer, d};
-    cf_status st = wait_ge(c, &ch->acked, h - CHAN_SLOTS + 1, &ww);
+    cf_status st = wait_acked(c, ch, h - CHAN_SLOTS + 1, &ww);
     if (st) return st;
   }
-  msg *m = &ch->slot[h % CHAN_SLOTS];
-  m->ptr = buf;
-  m->bytes = bytes;
-  m->has_desc = d != NULL;
-  if (d) m->desc = *d;
+  unsigned i = (unsigned)(h % CHAN_SLOTS);
+  cell *m = &ch->slot[i];
+  m->key = desc_key(d);
+  ch->has_desc[i] = d != NULL;
+  if (d) ch->desc[i] = *d;
   if (eager) {
-    memcpy(m->inl, buf, bytes);
-    m->ptr = m->inl;
+    memcpy(m->u.inl, buf, bytes);
+    m->bytes = bytes | INLINE_BIT;
   } else {
+    m->u.ptr = buf;
+    m->bytes = bytes;
     ch->need = h + 1;
   }
-  publish(w, &ch->head, h + 1);
+  ch->head = h + 1;
+  publish(w, &m->seq, h + 1);
   ring(w, peer);
   return CF_OK;
 }
 
-static cf_status t_send(cf_comm *c, int peer, const void *buf, size_t bytes, const cf_coll_desc *d) {
+static cf_status t_send(cf_comm *c, int peer, const void *buf, size_t bytes,
+                        const cf_coll_desc *d) {
   return post(c, peer, buf, bytes, d, false);
 }
 
 static cf_status t_send_eager(cf_comm *c, int peer, const void *buf, size_t bytes,
                               const cf_coll_desc *d) {
-  if (bytes > EAGER_MAX) return post(c, peer, buf, bytes, d, false);
-  return post(c, peer, buf, bytes, d, true);
+  return post(c, peer, buf, bytes, d, bytes <= EAGER_MAX);
 }
 
 static cf_status t_recv(cf_comm *c, int peer, void *staging, size_t bytes, const cf_coll_desc *d,
@@ -238,25 +293,28 @@ static cf_status t_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   *data = NULL;
   cf_threads_world *w = c->impl;
   chan *ch = channel(w, peer, c->rank);
+  unsigned i = (unsigned)(ch->tail % CHAN_SLOTS);
+  cell *m = &ch->slot[i];
   wait_what ww = {"a message from", peer, d};
-  cf_status st = wait_ge(c, &ch->head, ch->tail + 1, &ww);
+  cf_status st = wait_ge(c, &m->seq, ch->tail + 1, &ww);
   if (st) return st;
-  msg *m = &ch->slot[ch->tail % CHAN_SLOTS];
   char text[768];
-  if (d && m->has_desc && cf_coll_desc_mismatch(d, c->rank, &m->desc, peer, text, sizeof text)) {
+  if (d && m->key && m->key != desc_key(d) && ch->has_desc[i] &&
+      cf_coll_desc_mismatch(d, c->rank, &ch->desc[i], peer, text, sizeof text)) {
     world_abort(w, text);
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
   }
-  if (m->bytes != bytes) {
+  size_t got = (size_t)(m->bytes & ~INLINE_BIT);
+  if (got != bytes) {
     snprintf(text, sizeof text,
              "cross-rank mismatch: rank %d expected %zu bytes from rank %d, which sent %zu%s%s%s",
-             c->rank, bytes, peer, m->bytes, d ? " (in '" : "", d && d->node ? d->node : "",
+             c->rank, bytes, peer, got, d ? " (in '" : "", d && d->node ? d->node : "",
              d ? "')" : "");
     world_abort(w, text);
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
   }
   ch->tail++;
-  *data = m->ptr;
+  *data = m->bytes & INLINE_BIT ? (const void *)m->u.inl : m->u.ptr;
   return CF_OK;
 }
 
@@ -272,13 +330,13 @@ static cf_status t_release(cf_comm *c, int peer) {
 
 static uint64_t t_sent(cf_comm *c, int peer) {
   cf_threads_world *w = c->impl;
-  return atomic_load_explicit(&channel(w, c->rank, peer)->head, memory_order_relaxed);
+  return channel(w, c->rank, peer)->head;
 }
 
 static cf_status t_wait_released(cf_comm *c, int peer, uint64_t count) {
   cf_threads_world *w = c->impl;
   wait_what ww = {"the release of a message by", peer, NULL};
-  return wait_ge(c, &channel(w, c->rank, peer)->acked, count, &ww);
+  return wait_acked(c, channel(w, c->rank, peer), count, &ww);
 }
 
 static cf_status t_send_wait(cf_comm *c) {
@@ -287,7 +345,7 @@ static cf_status t_send_wait(cf_comm *c) {
     if (p == c->rank) continue;
     chan *ch = channel(w, c->rank, p);
     wait_what ww = {"the release of a message by", p, NULL};
-    cf_status st = wait_ge(c, &ch->acked, ch->need, &ww);
+    cf_status st = wait_acked(c, ch, ch->need, &ww);
     if (st) return st;
   }
   return CF_OK;
@@ -327,7 +385,8 @@ cf_status cf_threads_world_create(cf_context *ctx, int size, double timeout_s,
   w->size = size;
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  w->spin = size <= cpus ? 40000 : 64; /* ~1-2 ms of polling; oversubscribed: get off the core soon */
+  w->spin =
+      size <= cpus ? 40000 : 64; /* ~1-2 ms of polling; oversubscribed: get off the core soon */
   w->asym = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   pthread_mutex_init(&w->lock, NULL);
   w->ch = aligned_alloc(64, sizeof(chan) * (size_t)size * (size_t)size);
@@ -361,7 +420,8 @@ cf_comm *cf_threads_comm(cf_threads_world *w, int rank, cf_context *rank_ctx) {
 void cf_threads_rank_left(cf_threads_world *w, int rank) {
   if (!w || rank < 0 || rank >= w->size) return;
   atomic_store(&w->ranks[rank].left, 1);
-  for (int r = 0; r < w->size; r++) ring(w, r);
+  for (int r = 0; r < w->size; r++)
+    ring(w, r);
 }
 
 void cf_threads_world_destroy(cf_threads_world *w) {
