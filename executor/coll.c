@@ -39,16 +39,17 @@ int cf_algo_parse(const char *s) {
 /* AUTO on the MPI transport, from `bench allreduce --backend mpi`
  * (docs/executor.md): two ranks exchange whole vectors (direct) up to
  * PAIR_DIRECT_BYTES, where staging copies the same bytes as rsag in one
- * round instead of two; over a network (TCP) MPI's own AllReduce was
- * ahead of or level with collfuse's exchanges between NATIVE_MIN and
- * NATIVE_MAX bytes per rank on 4 ranks, and far behind above. Two ranks
- * keep collfuse's algorithms: there the two were within the noise, and
- * only collfuse's messages carry descriptors (a count that differs between
+ * round instead of two; over a network (TCP) on 4 ranks collfuse's direct
+ * exchange led below NATIVE_MIN, MPI's own AllReduce was level with
+ * collfuse's best (rsag, rd, ring, which differs by size) from NATIVE_MIN
+ * to NATIVE_MAX bytes per rank, and behind above. Two ranks keep
+ * collfuse's algorithms: there the two were within the noise, and only
+ * collfuse's messages carry descriptors (a count that differs between
  * ranks is named instead of truncating inside MPI). */
 #define PAIR_DIRECT_BYTES ((int64_t)1 << 20)
 #define MPI_SMALL_BYTES ((int64_t)64 << 10) /* direct on 3+ ranks up to here */
-#define NATIVE_MIN ((int64_t)4 << 10)
-#define NATIVE_MAX ((int64_t)16 << 20)
+#define NATIVE_MIN ((int64_t)64 << 10)
+#define NATIVE_MAX ((int64_t)4 << 20)
 
 static bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 

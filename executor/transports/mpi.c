@@ -6,8 +6,9 @@
  * so collfuse's own algorithms and kernels run unchanged (as UCC runs its
  * algorithms over UCX). A message is a header on one tag (the collective's
  * descriptor with its group and node names, the payload size, and the
- * payload itself up to INLINE_BYTES, so that the message stays below the
- * shared memory eager limit and a small message is one eager MPI message)
+ * payload itself up to inline_max, so that the message stays below the
+ * eager limit of shared memory or TCP and a small message is one eager MPI
+ * message)
  * and, for larger payloads, the payload on a second tag, received straight
  * into the caller's staging buffer once the header has been checked (a
  * payload that does not belong is never received). Payloads up to
@@ -51,10 +52,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#define INLINE_BYTES ((size_t)3584) /* payloads the header carries (header + names + this < 4 KiB eager) */
-#define PART_MAX ((size_t)1 << 30) /* MPI counts are int: payloads go in 1 GiB pieces */
-#define SPLIT_MAX ((size_t)12 << 10) /* payloads up to this go in eager pieces */
-#define EAGER_PIECE ((size_t)4032)   /* a piece + MPI's match header < 4 KiB (vader's eager limit) */
+/* Payloads the header carries: over shared memory header + names + this
+ * stay below vader's 4 KiB eager limit; over a network below TCP's 64 KiB
+ * one, since there every MPI message costs system calls and a separate
+ * payload a second message (or a rendezvous). */
+#define INLINE_SHM ((size_t)3584)
+#define INLINE_NET ((size_t)63 << 10)
+#define PART_MAX ((size_t)1 << 30)   /* MPI counts are int: payloads go in 1 GiB pieces */
+#define SPLIT_MAX ((size_t)12 << 10) /* shared memory: payloads up to this go in eager pieces */
+#define EAGER_PIECE ((size_t)4032)   /* a piece + MPI's match header < 4 KiB (vader's eager limit) \
+                                      */
+#define NET_PIECE ((size_t)63 << 10) /* network: eager pieces (< TCP's 64 KiB eager limit) */
+/* network: payloads up to this go in eager pieces; larger ones whole (a
+ * rendezvous, pipelined by MPI), measured faster for 1 MiB at 2 ranks */
+#define NET_SPLIT_MAX ((size_t)256 << 10)
 
 /* The header of every message; group_len and node_len bytes of the names
  * follow it (no NUL), then the payload when inline is set. */
@@ -64,7 +75,7 @@ typedef struct wire_hdr {
   uint8_t has_desc, inline_data;
   uint16_t group_len, node_len;
 } wire_hdr;
-#define HDR_CAP (sizeof(wire_hdr) + GROUP_MAX + NODE_MAX + INLINE_BYTES)
+#define HDR_CAP(w) (sizeof(wire_hdr) + GROUP_MAX + NODE_MAX + (w)->inline_max)
 
 double cf_mpi_now(void) {
   struct timespec ts;
@@ -82,7 +93,8 @@ void cf_mpi_unlock(cf_mpi_world *w) {
 
 const char *cf_mpi_error_text(int rc, char *buf) {
   int len = 0;
-  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) snprintf(buf, MPI_MAX_ERROR_STRING, "MPI error %d", rc);
+  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS)
+    snprintf(buf, MPI_MAX_ERROR_STRING, "MPI error %d", rc);
   return buf;
 }
 
@@ -122,7 +134,8 @@ bool cf_mpi_poll_abort(cf_mpi_world *w) {
   if (atomic_load(&w->aborted)) return true;
   if (pthread_mutex_trylock(&w->abort_lock) != 0) return false; /* the other thread is testing */
   int done = 0;
-  if (w->abort_req != MPI_REQUEST_NULL && (w->multiple || pthread_mutex_trylock(&w->mpi_lock) == 0)) {
+  if (w->abort_req != MPI_REQUEST_NULL &&
+      (w->multiple || pthread_mutex_trylock(&w->mpi_lock) == 0)) {
     MPI_Test(&w->abort_req, &done, MPI_STATUS_IGNORE);
     if (!w->multiple) pthread_mutex_unlock(&w->mpi_lock);
   }
@@ -164,7 +177,8 @@ static void drain(cf_comm *c) {
 cf_status cf_mpi_aborted_error(cf_comm *c) {
   cf_mpi_world *w = c->impl;
   drain(c);
-  return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", w->msg); /* msg is final once the flag is set */
+  return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s",
+                  w->msg); /* msg is final once the flag is set */
 }
 
 /* Fail every rank with text; the caller's error. */
@@ -198,20 +212,21 @@ static cf_status timed_out(cf_comm *c, const wait_what *ww) {
              c->rank, w->timeout_s, ww->verb, ww->peer, cf_op_table[ww->d->op].name,
              ww->d->node ? ww->d->node : "?", (long long)ww->d->seq, ww->d->group, ww->peer);
   else if (ww->peer >= 0)
-    snprintf(text, sizeof text,
-             "rank %d timed out after %g s waiting for %s rank %d; rank %d may have failed or stopped",
-             c->rank, w->timeout_s, ww->verb, ww->peer, ww->peer);
+    snprintf(
+        text, sizeof text,
+        "rank %d timed out after %g s waiting for %s rank %d; rank %d may have failed or stopped",
+        c->rank, w->timeout_s, ww->verb, ww->peer, ww->peer);
   else
-    snprintf(text, sizeof text, "rank %d timed out after %g s waiting for %s", c->rank, w->timeout_s,
-             ww->verb);
+    snprintf(text, sizeof text, "rank %d timed out after %g s waiting for %s", c->rank,
+             w->timeout_s, ww->verb);
   return cf_mpi_fail_all(c, text);
 }
 
 static cf_status mpi_failed(cf_comm *c, int rc, const wait_what *ww) {
   char e[MPI_MAX_ERROR_STRING], text[768];
   if (ww->peer >= 0)
-    snprintf(text, sizeof text, "rank %d: MPI failed while waiting for %s rank %d: %s", c->rank, ww->verb,
-             ww->peer, cf_mpi_error_text(rc, e));
+    snprintf(text, sizeof text, "rank %d: MPI failed while waiting for %s rank %d: %s", c->rank,
+             ww->verb, ww->peer, cf_mpi_error_text(rc, e));
   else
     snprintf(text, sizeof text, "rank %d: MPI failed while waiting for %s: %s", c->rank, ww->verb,
              cf_mpi_error_text(rc, e));
@@ -231,7 +246,8 @@ static void backoff(const cf_mpi_world *w, long i, double waited) {
 }
 
 /* Wait until every request in req[0..n) completes; status of req[0] in *st0. */
-static cf_status wait_all(cf_comm *c, MPI_Request *req, int n, MPI_Status *st0, const wait_what *ww) {
+static cf_status wait_all(cf_comm *c, MPI_Request *req, int n, MPI_Status *st0,
+                          const wait_what *ww) {
   cf_mpi_world *w = c->impl;
   MPI_Status sts[1 + MAX_PARTS];
   double start = 0;
@@ -259,7 +275,10 @@ static cf_status wait_all(cf_comm *c, MPI_Request *req, int n, MPI_Status *st0, 
 /* ---------------- messages ---------------- */
 
 /* How a payload that travels apart is cut (both sides agree by its size). */
-static size_t piece_bytes(size_t bytes) { return bytes <= SPLIT_MAX ? EAGER_PIECE : PART_MAX; }
+static size_t piece_bytes(const cf_mpi_world *w, size_t bytes) {
+  if (w->shm) return bytes <= SPLIT_MAX ? EAGER_PIECE : PART_MAX;
+  return bytes <= NET_SPLIT_MAX ? NET_PIECE : PART_MAX;
+}
 
 static send_slot *next_slot(cf_comm *c, peer *p) {
   if (p->posted - p->done == p->cap) { /* full: double the ring, keep slots in flight at i % cap */
@@ -270,14 +289,14 @@ static send_slot *next_slot(cf_comm *c, peer *p) {
       ns[i % cap] = p->slots[i % p->cap];
       p->slots[i % p->cap].buf = NULL;
     }
-    for (uint64_t i = 0; i < p->cap; i++) free(p->slots[i].buf); /* free ones, not in flight */
+    for (uint64_t i = 0; i < p->cap; i++)
+      free(p->slots[i].buf); /* free ones, not in flight */
     free(p->slots);
     p->slots = ns;
     p->cap = cap;
   }
   send_slot *s = &p->slots[p->posted % p->cap];
-  if (!s->buf && !(s->buf = malloc(HDR_CAP))) return NULL;
-  (void)c;
+  if (!s->buf && !(s->buf = malloc(HDR_CAP((cf_mpi_world *)c->impl)))) return NULL;
   return s;
 }
 
@@ -292,11 +311,11 @@ static cf_status m_send(cf_comm *c, int dst, const void *buf, size_t bytes, cons
   size_t glen = d && d->group ? strnlen(d->group, GROUP_MAX - 1) : 0;
   size_t nlen = d && d->node ? strnlen(d->node, NODE_MAX - 1) : 0;
   size_t head = sizeof(wire_hdr) + glen + nlen;
-  bool inl = bytes <= INLINE_BYTES;
-  size_t piece = piece_bytes(bytes), parts = inl ? 0 : (bytes + piece - 1) / piece;
+  bool inl = bytes <= w->inline_max;
+  size_t piece = piece_bytes(w, bytes), parts = inl ? 0 : (bytes + piece - 1) / piece;
   if (parts > MAX_PARTS)
-    return cf_error(c->ctx, CF_ERR_UNSUPPORTED, NULL, 0, "mpi transport: a message of %zu bytes is too large",
-                    bytes);
+    return cf_error(c->ctx, CF_ERR_UNSUPPORTED, NULL, 0,
+                    "mpi transport: a message of %zu bytes is too large", bytes);
   peer *p = &w->peers[dst];
   send_slot *s = next_slot(c, p);
   if (!s) return cf_error(c->ctx, CF_ERR_NO_MEMORY, NULL, 0, "mpi transport: out of memory");
@@ -322,10 +341,12 @@ static cf_status m_send(cf_comm *c, int dst, const void *buf, size_t bytes, cons
   if (inl && bytes) memcpy(s->buf + head, buf, bytes);
   s->nreq = 0;
   cf_mpi_lock(w);
-  int rc = MPI_Isend(s->buf, (int)(head + (inl ? bytes : 0)), MPI_BYTE, dst, TAG_HDR, w->world, &s->req[s->nreq++]);
+  int rc = MPI_Isend(s->buf, (int)(head + (inl ? bytes : 0)), MPI_BYTE, dst, TAG_HDR, w->world,
+                     &s->req[s->nreq++]);
   for (size_t k = 0; k < parts && rc == MPI_SUCCESS; k++) {
     size_t off = k * piece, len = bytes - off < piece ? bytes - off : piece;
-    rc = MPI_Isend((const char *)buf + off, (int)len, MPI_BYTE, dst, TAG_DATA, w->world, &s->req[s->nreq++]);
+    rc = MPI_Isend((const char *)buf + off, (int)len, MPI_BYTE, dst, TAG_DATA, w->world,
+                   &s->req[s->nreq++]);
   }
   cf_mpi_unlock(w);
   p->posted++;
@@ -340,7 +361,7 @@ static cf_status post_header(cf_comm *c, int src) {
   cf_mpi_world *w = c->impl;
   peer *p = &w->peers[src];
   cf_mpi_lock(w);
-  int rc = MPI_Irecv(p->rbuf, (int)HDR_CAP, MPI_BYTE, src, TAG_HDR, w->world, &p->hreq);
+  int rc = MPI_Irecv(p->rbuf, (int)HDR_CAP(w), MPI_BYTE, src, TAG_HDR, w->world, &p->hreq);
   cf_mpi_unlock(w);
   if (rc != MPI_SUCCESS) {
     wait_what ww = {"a message from", src, NULL};
@@ -349,10 +370,45 @@ static cf_status post_header(cf_comm *c, int src) {
   return CF_OK;
 }
 
-static cf_status m_recv(cf_comm *c, int src, void *staging, size_t bytes, const cf_coll_desc *d,
-                        const void **data) {
+/* Post the receives of a payload of bytes (not inline) into staging. */
+static int post_data(cf_mpi_world *w, int src, void *staging, size_t bytes, MPI_Request *req,
+                     int *n) {
+  size_t piece = piece_bytes(w, bytes);
+  int rc = MPI_SUCCESS;
+  *n = 0;
+  if ((bytes + piece - 1) / piece > MAX_PARTS) return MPI_ERR_COUNT; /* the sender refuses it too */
+  cf_mpi_lock(w);
+  for (size_t off = 0; off < bytes && rc == MPI_SUCCESS; off += piece) {
+    size_t len = bytes - off < piece ? bytes - off : piece;
+    rc =
+        MPI_Irecv((char *)staging + off, (int)len, MPI_BYTE, src, TAG_DATA, w->world, &req[(*n)++]);
+  }
+  cf_mpi_unlock(w);
+  return rc;
+}
+
+/* A failed receive withdraws the payload receives it posted early: cancel
+ * them and give MPI a moment to complete the cancellation (the caller's
+ * staging is freed once the run ends). */
+static void cancel_data(cf_mpi_world *w, MPI_Request *req, int n) {
+  cf_mpi_lock(w);
+  for (int k = 0; k < n; k++)
+    if (req[k] != MPI_REQUEST_NULL) MPI_Cancel(&req[k]);
+  double end = cf_mpi_now() + 0.5;
+  int done = 0;
+  while (!done && cf_mpi_now() < end)
+    MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
+  for (int k = 0; k < n && !done; k++)
+    if (req[k] != MPI_REQUEST_NULL) MPI_Request_free(&req[k]);
+  cf_mpi_unlock(w);
+}
+
+/* Wait for src's next header, check it against d and bytes, and receive
+ * the payload into staging (into the receives in req[0..*n) when posted
+ * early; *n is 0 once they completed). */
+static cf_status recv_msg(cf_comm *c, int src, void *staging, size_t bytes, const cf_coll_desc *d,
+                          MPI_Request *req, int *n) {
   cf_mpi_world *w = c->impl;
-  *data = NULL;
   peer *p = &w->peers[src];
   wait_what ww = {"a message from", src, d};
   MPI_Status ms;
@@ -366,8 +422,9 @@ static cf_status m_recv(cf_comm *c, int src, void *staging, size_t bytes, const 
   size_t head = sizeof h + (got >= (int)sizeof h ? (size_t)h.group_len + h.node_len : 0);
   if (got < (int)sizeof h || h.group_len >= GROUP_MAX || h.node_len >= NODE_MAX || h.bytes < 0 ||
       (size_t)got != head + (h.inline_data ? (size_t)h.bytes : 0) ||
-      (bool)h.inline_data != ((size_t)h.bytes <= INLINE_BYTES)) {
-    snprintf(text, sizeof text, "rank %d received a malformed message (%d bytes) from rank %d", c->rank, got, src);
+      (bool)h.inline_data != ((size_t)h.bytes <= w->inline_max)) {
+    snprintf(text, sizeof text, "rank %d received a malformed message (%d bytes) from rank %d",
+             c->rank, got, src);
     return cf_mpi_fail_all(c, text);
   }
   memcpy(group, p->rbuf + sizeof h, h.group_len);
@@ -375,41 +432,77 @@ static cf_status m_recv(cf_comm *c, int src, void *staging, size_t bytes, const 
   memcpy(node, p->rbuf + sizeof h + h.group_len, h.node_len);
   node[h.node_len] = 0;
   if (d && h.has_desc) {
-    cf_coll_desc theirs = {.seq = h.seq, .op = (cf_op)h.op, .dtype = (cf_dtype)h.dtype, .count = h.count,
-                           .red = h.red, .root = h.root, .layout = h.layout, .group = group, .node = node};
+    cf_coll_desc theirs = {.seq = h.seq,
+                           .op = (cf_op)h.op,
+                           .dtype = (cf_dtype)h.dtype,
+                           .count = h.count,
+                           .red = h.red,
+                           .root = h.root,
+                           .layout = h.layout,
+                           .group = group,
+                           .node = node};
     if (h.op < 0 || h.op >= CF_OP_COUNT || h.dtype < 0 || h.dtype >= CF_DT_COUNT) {
       snprintf(text, sizeof text, "rank %d received a malformed header from rank %d", c->rank, src);
       return cf_mpi_fail_all(c, text);
     }
     /* the lower rank first, so both sides of a mismatch print the same text */
-    bool differ = c->rank < src ? cf_coll_desc_mismatch(d, c->rank, &theirs, src, text, sizeof text)
-                                : cf_coll_desc_mismatch(&theirs, src, d, c->rank, text, sizeof text);
+    bool differ = c->rank < src
+                      ? cf_coll_desc_mismatch(d, c->rank, &theirs, src, text, sizeof text)
+                      : cf_coll_desc_mismatch(&theirs, src, d, c->rank, text, sizeof text);
     if (differ) return cf_mpi_fail_all(c, text);
   }
   if ((size_t)h.bytes != bytes) {
     snprintf(text, sizeof text,
-             "cross-rank mismatch: rank %d expected %zu bytes from rank %d, which sent %lld%s%s%s", c->rank,
-             bytes, src, (long long)h.bytes, d ? " (in '" : "", d && d->node ? d->node : "", d ? "')" : "");
+             "cross-rank mismatch: rank %d expected %zu bytes from rank %d, which sent %lld%s%s%s",
+             c->rank, bytes, src, (long long)h.bytes, d ? " (in '" : "",
+             d && d->node ? d->node : "", d ? "')" : "");
     return cf_mpi_fail_all(c, text);
   }
   if (bytes && !staging)
-    return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "mpi transport: a receive of %zu bytes without staging", bytes);
+    return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0,
+                    "mpi transport: a receive of %zu bytes without staging", bytes);
   if (h.inline_data && bytes) memcpy(staging, p->rbuf + head, bytes);
   if ((st = post_header(c, src))) return st;
   if (!h.inline_data) {
-    if (cf_mpi_poll_abort(w)) return cf_mpi_aborted_error(c); /* never start reading a failed run's data */
-    MPI_Request req[MAX_PARTS];
-    size_t piece = piece_bytes(bytes);
-    int n = 0, rc = MPI_SUCCESS;
-    cf_mpi_lock(w);
-    for (size_t off = 0; off < bytes && rc == MPI_SUCCESS; off += piece) {
-      size_t len = bytes - off < piece ? bytes - off : piece;
-      rc = MPI_Irecv((char *)staging + off, (int)len, MPI_BYTE, src, TAG_DATA, w->world, &req[n++]);
-    }
-    cf_mpi_unlock(w);
     ww.verb = "the data of a message from";
-    if (rc != MPI_SUCCESS) return mpi_failed(c, rc, &ww);
-    if ((st = wait_all(c, req, n, NULL, &ww))) return st;
+    if (!*n) {
+      if (cf_mpi_poll_abort(w))
+        return cf_mpi_aborted_error(c); /* never start reading a failed run's data */
+      int rc = post_data(w, src, staging, bytes, req, n);
+      if (rc != MPI_SUCCESS) return mpi_failed(c, rc, &ww);
+    }
+    if ((st = wait_all(c, req, *n, NULL, &ww))) return st;
+  }
+  *n = 0;
+  return CF_OK;
+}
+
+/* Over a network a payload that travels in eager pieces has its receives
+ * posted before its header arrives (the size expected is known), so the
+ * pieces land in staging at once instead of as unexpected messages; a
+ * header that does not match withdraws them (a piece from a sender with
+ * more bytes is truncated or never matched). A payload sent whole, and
+ * every payload over shared memory, is received only after its header was
+ * checked: a rendezvous larger than the receive must never start. */
+static cf_status m_recv(cf_comm *c, int src, void *staging, size_t bytes, const cf_coll_desc *d,
+                        const void **data) {
+  cf_mpi_world *w = c->impl;
+  *data = NULL;
+  MPI_Request req[MAX_PARTS];
+  int n = 0;
+  if (!w->shm && staging && bytes > w->inline_max && bytes <= NET_SPLIT_MAX) {
+    if (cf_mpi_poll_abort(w)) return cf_mpi_aborted_error(c);
+    int rc = post_data(w, src, staging, bytes, req, &n);
+    if (rc != MPI_SUCCESS) {
+      wait_what ww = {"the data of a message from", src, d};
+      cancel_data(w, req, n);
+      return mpi_failed(c, rc, &ww);
+    }
+  }
+  cf_status st = recv_msg(c, src, staging, bytes, d, req, &n);
+  if (st) {
+    if (n) cancel_data(w, req, n);
+    return st;
   }
   *data = staging;
   return CF_OK;
@@ -476,7 +569,8 @@ static const cf_comm_ops mpi_ops = {
 
 static cf_status mpi_error(cf_context *ctx, const char *what, int rc) {
   char e[MPI_MAX_ERROR_STRING];
-  return cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "mpi transport: %s: %s", what, cf_mpi_error_text(rc, e));
+  return cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "mpi transport: %s: %s", what,
+                  cf_mpi_error_text(rc, e));
 }
 
 /* Does OpenMPI's btl list (mpirun --mca btl ...) allow shared memory? */
@@ -509,7 +603,8 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
     rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) {
       free(w);
-      return cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "mpi transport: MPI_Init_thread failed (%d)", rc);
+      return cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "mpi transport: MPI_Init_thread failed (%d)",
+                      rc);
     }
     w->we_initialized = true;
   } else {
@@ -540,7 +635,8 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
   w->host[len < 0 ? 0 : len] = 0;
   MPI_Comm node;
   w->local_size = 1;
-  if (MPI_Comm_split_type(w->world, MPI_COMM_TYPE_SHARED, w->comm.rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+  if (MPI_Comm_split_type(w->world, MPI_COMM_TYPE_SHARED, w->comm.rank, MPI_INFO_NULL, &node) ==
+      MPI_SUCCESS) {
     MPI_Comm_size(node, &w->local_size);
     MPI_Comm_free(&node);
   }
@@ -548,6 +644,7 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
   int shm = w->local_size == w->comm.size && btl_allows_shm(getenv("OMPI_MCA_btl"));
   MPI_Allreduce(MPI_IN_PLACE, &shm, 1, MPI_INT, MPI_MIN, w->world);
   w->shm = shm;
+  w->inline_max = shm ? INLINE_SHM : INLINE_NET;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   w->spin = w->local_size <= cpus ? 64 : 16; /* then yield: a peer may share this core */
   cf_mpi_native_init(w);
@@ -559,15 +656,15 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
     w->peers[r].hreq = MPI_REQUEST_NULL;
     w->abort_out[r] = MPI_REQUEST_NULL;
     if (r == w->comm.rank) continue;
-    if (!(w->peers[r].rbuf = malloc(HDR_CAP))) goto oom;
+    if (!(w->peers[r].rbuf = malloc(HDR_CAP(w)))) goto oom;
     cf_status st = post_header(&w->comm, r);
     if (st) {
       cf_mpi_world_destroy(w, 0);
       return st;
     }
   }
-  rc = MPI_Irecv(w->abort_in, (int)sizeof w->abort_in, MPI_CHAR, MPI_ANY_SOURCE, TAG_ABORT, w->world,
-                 &w->abort_req);
+  rc = MPI_Irecv(w->abort_in, (int)sizeof w->abort_in, MPI_CHAR, MPI_ANY_SOURCE, TAG_ABORT,
+                 w->world, &w->abort_req);
   if (rc != MPI_SUCCESS) {
     cf_status st = mpi_error(ctx, "MPI_Irecv", rc);
     cf_mpi_world_destroy(w, 0);
@@ -584,15 +681,15 @@ cf_comm *cf_mpi_comm(cf_mpi_world *w) { return w ? &w->comm : NULL; }
 
 int cf_mpi_local_size(const cf_mpi_world *w) { return w ? w->local_size : 1; }
 
-cf_algo cf_mpi_auto(const cf_mpi_world *w) { return w && w->shm ? CF_ALGO_AUTO_MPI_SHM : CF_ALGO_AUTO_MPI_NET; }
-
+cf_algo cf_mpi_auto(const cf_mpi_world *w) {
+  return w && w->shm ? CF_ALGO_AUTO_MPI_SHM : CF_ALGO_AUTO_MPI_NET;
+}
 
 const char *cf_mpi_host(const cf_mpi_world *w) { return w ? w->host : ""; }
 
 void cf_mpi_test_kill(cf_mpi_world *w, int64_t k) {
   if (w) w->kill_at = k;
 }
-
 
 cf_status cf_mpi_max(cf_mpi_world *w, double *v, int n) {
   MPI_Request req;
@@ -632,7 +729,8 @@ typedef struct watchdog {
 
 static void *watchdog_main(void *arg) {
   const watchdog *wd = arg;
-  struct timespec ts = {(time_t)wd->seconds, (long)((wd->seconds - (double)(time_t)wd->seconds) * 1e9)};
+  struct timespec ts = {(time_t)wd->seconds,
+                        (long)((wd->seconds - (double)(time_t)wd->seconds) * 1e9)};
   nanosleep(&ts, NULL);
   fflush(stdout);
   fflush(stderr);
@@ -659,8 +757,10 @@ void cf_mpi_world_destroy(cf_mpi_world *w, int exit_code) {
     if (wd) {
       wd->seconds = w->timeout_s < 5 ? w->timeout_s : 5;
       wd->code = exit_code;
-      if (pthread_create(&t, NULL, watchdog_main, wd) == 0) pthread_detach(t);
-      else free(wd);
+      if (pthread_create(&t, NULL, watchdog_main, wd) == 0)
+        pthread_detach(t);
+      else
+        free(wd);
     }
   }
   int fin = 0;
@@ -697,7 +797,8 @@ void cf_mpi_world_destroy(cf_mpi_world *w, int exit_code) {
   if (!fin && w->we_initialized) MPI_Finalize();
   for (int r = 0; w->peers && r < w->comm.size; r++) {
     peer *p = &w->peers[r];
-    for (uint64_t i = 0; i < p->cap; i++) free(p->slots[i].buf);
+    for (uint64_t i = 0; i < p->cap; i++)
+      free(p->slots[i].buf);
     free(p->slots);
     free(p->rbuf);
   }

@@ -25,7 +25,7 @@ enum {
 typedef struct send_slot {
   MPI_Request req[1 + MAX_PARTS];
   int nreq;
-  char *buf; /* header + inline payload (HDR_CAP) */
+  char *buf; /* header + inline payload (HDR_CAP(w)) */
 } send_slot;
 
 typedef struct peer {
@@ -47,6 +47,7 @@ struct cf_mpi_world {
   MPI_Comm world;       /* our duplicate of MPI_COMM_WORLD */
   int local_size;       /* ranks on this node */
   bool shm;             /* every rank reaches every other through shared memory */
+  size_t inline_max;    /* payloads the header message carries (INLINE_SHM / INLINE_NET) */
   bool multiple;        /* MPI_THREAD_MULTIPLE (else SERIALIZED: lock every call) */
   bool we_initialized;  /* we called MPI_Init_thread (and finalize) */
   double timeout_s;

@@ -250,6 +250,17 @@ for net in shm tcp; do
     [ "$(grep -cF "$msg" "$ERR")" -eq 2 ] || fail "descriptor mismatch ($net): not the same message from both ranks"
   fi
 done
+# ... with payloads that travel apart from their header over TCP: eager
+# pieces whose receives were posted before the header came (80 KB), and a
+# rendezvous that must not start (400 KB)
+for count in 20000 100000; do
+  mk "gl$count" "$count"
+  mpi $TCP -x COLLFUSE_TEST_MISMATCH=1:1:count -np 2 "$cf" run "$work/gl$count.xml" --backend mpi --timeout 10
+  if expect_rc 3 "descriptor mismatch (tcp, $count elements)"; then
+    msg="count is $count on rank 0 but $((2 * count)) on rank 1"
+    [ "$(grep -cF "$msg" "$ERR")" -eq 2 ] || fail "descriptor mismatch (tcp, $count elements): not the same message from both ranks"
+  fi
+done
 # a rank SIGKILLs itself at its 3rd collective message: the job ends, naming it
 for net in shm tcp; do
   if [ "$net" = shm ]; then btl=$SHM; else btl=$TCP; fi
