@@ -37,17 +37,20 @@ int cf_algo_parse(const char *s) {
 #define SMALL_BYTES ((int64_t)1 << 20)
 
 /* AUTO on the MPI transport, from `bench allreduce --backend mpi`
- * (docs/executor.md): two ranks exchange whole vectors (direct) up to
- * PAIR_DIRECT_BYTES, where staging copies the same bytes as rsag in one
- * round instead of two; over a network (TCP) on 4 ranks collfuse's direct
- * exchange led below NATIVE_MIN, MPI's own AllReduce was level with
- * collfuse's best (rsag, rd, ring, which differs by size) from NATIVE_MIN
- * to NATIVE_MAX bytes per rank, and behind above. Two ranks keep
- * collfuse's algorithms: there the two were within the noise, and only
- * collfuse's messages carry descriptors (a count that differs between
- * ranks is named instead of truncating inside MPI). */
-#define PAIR_DIRECT_BYTES ((int64_t)1 << 20)
-#define MPI_SMALL_BYTES ((int64_t)64 << 10) /* direct on 3+ ranks up to here */
+ * (docs/executor.md, bench/results/mpi.md). Over shared memory direct
+ * (one exchange of whole vectors) led rsag up to 4 MiB on two ranks and
+ * up to 128 KiB on four. Over a network (TCP) two ranks' direct led up to
+ * 256 KiB and rsag above; on four ranks collfuse's direct led below
+ * NATIVE_MIN, MPI's own AllReduce was level with collfuse's best (rsag,
+ * rd or ring by size) from NATIVE_MIN to NATIVE_MAX bytes per rank, and
+ * behind above. Two ranks keep collfuse's algorithms: there they were
+ * level with MPI or ahead, and only collfuse's messages carry descriptors
+ * (a count that differs between ranks is named instead of truncating
+ * inside MPI). */
+#define PAIR_DIRECT_SHM ((int64_t)4 << 20)
+#define PAIR_DIRECT_NET ((int64_t)256 << 10)
+#define MPI_SMALL_SHM ((int64_t)128 << 10) /* direct on 3+ ranks up to here */
+#define MPI_SMALL_NET ((int64_t)64 << 10)
 #define NATIVE_MIN ((int64_t)64 << 10)
 #define NATIVE_MAX ((int64_t)4 << 20)
 
@@ -65,7 +68,9 @@ cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo
         bytes <= NATIVE_MAX)
       return CF_ALGO_MPI_NATIVE;
     if (!ar || n <= 1) return CF_ALGO_DIRECT;
-    int64_t direct_max = n == 2 ? PAIR_DIRECT_BYTES : MPI_SMALL_BYTES;
+    bool net = forced == CF_ALGO_AUTO_MPI_NET;
+    int64_t direct_max = n == 2 ? (net ? PAIR_DIRECT_NET : PAIR_DIRECT_SHM)
+                                : (net ? MPI_SMALL_NET : MPI_SMALL_SHM);
     forced = bytes <= direct_max || d->count < n ? CF_ALGO_DIRECT : CF_ALGO_RSAG;
   }
   if (d->op != CF_OP_ALLREDUCE || n <= 1) return CF_ALGO_DIRECT;
