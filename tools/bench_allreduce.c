@@ -71,32 +71,6 @@ static int iters_for(const ar_options *o, int64_t bytes) {
   return k < 1 ? 1 : k > 1000 ? 1000 : (int)k;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void size_text(int64_t b, char *buf, size_t len) {
-  static const char *unit[] = {"B", "K", "M", "G"};
-  int k = 0;
-  while (k < 3 && b >= 1024 && b % 1024 == 0) {
-    b /= 1024;
-    k++;
-  }
-  snprintf(buf, len, "%lld%s", (long long)b, unit[k]);
-}
-
 /* ---------------- collfuse's side: rank threads ---------------- */
 
 typedef struct ar_world {
@@ -227,10 +201,10 @@ static void *rank_main(void *arg) {
     sync_ranks(W);
     for (int l = 0; l < W->o->loops; l++) {
       sync_ranks(W);
-      double t0 = now_s();
+      double t0 = cf_bench_now_s();
       calls(W, me, c, &call);
       sync_ranks(W);
-      if (me == 0) W->loop_s[a][l] = (now_s() - t0) / W->iters;
+      if (me == 0) W->loop_s[a][l] = (cf_bench_now_s() - t0) / W->iters;
     }
   }
   /* every call ended with send_wait and the check is behind a barrier: no
@@ -284,7 +258,7 @@ static bool measure_size(ar_world *W, ar_row *row) {
     pthread_join(th[r], NULL);
   if (atomic_load(&W->failed)) return false;
   for (int k = 0; k < N_COLS; k++)
-    row->us[k] = slot[k] < 0 ? 0 : 1e6 * median(W->loop_s[slot[k]], o->loops);
+    row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], o->loops);
   return true;
 }
 
@@ -424,10 +398,10 @@ static void run_mpi(const ar_options *o, ar_row *rows, mpi_peer *m) {
   char line[512];
   int got = 0;
   bool timed_out = false;
-  double deadline = now_s() + 1800;
+  double deadline = cf_bench_now_s() + 1800;
   while (f) {
     struct pollfd p = {.fd = fd[0], .events = POLLIN};
-    int left = (int)((deadline - now_s()) * 1000);
+    int left = (int)((deadline - cf_bench_now_s()) * 1000);
     if (left <= 0 || poll(&p, 1, left) == 0) {
       timed_out = true;
       kill(-pid, SIGKILL);
@@ -470,7 +444,6 @@ static void run_mpi(const ar_options *o, ar_row *rows, mpi_peer *m) {
 /* ---------------- report ---------------- */
 
 static double busbw_factor(int n) { return 2.0 * (n - 1) / n; }
-static double gbps(int64_t bytes, double us) { return us > 0 ? (double)bytes / (us * 1e3) : 0; }
 
 static void print_header(const ar_options *o, const mpi_peer *m) {
   printf("collfuse bench allreduce: %d ranks (%s, CPU device), float32 sum, out of "
@@ -499,13 +472,13 @@ static void cell(double v, const char *fmt, char *buf, size_t len) {
 static void print_row(const ar_options *o, const ar_row *r) {
   char sz[16], c[N_COLS][16], ab[16], bb[16], mu[16], mb[16], q[16];
   double f = busbw_factor(o->ranks);
-  size_text(r->bytes, sz, sizeof sz);
+  cf_bench_size_text(r->bytes, sz, sizeof sz);
   for (int k = 0; k < N_COLS; k++) /* '*': the algorithm fell back to another */
     cell(r->us[k], k && r->run[k] != columns[k] ? "%.1f*" : "%.1f", c[k], sizeof c[k]);
-  cell(gbps(r->bytes, r->us[0]), "%.2f", ab, sizeof ab);
-  cell(gbps(r->bytes, r->us[0]) * f, "%.2f", bb, sizeof bb);
+  cell(cf_bench_gbps(r->bytes, r->us[0]), "%.2f", ab, sizeof ab);
+  cell(cf_bench_gbps(r->bytes, r->us[0]) * f, "%.2f", bb, sizeof bb);
   cell(r->mpi_us, "%.1f", mu, sizeof mu);
-  cell(gbps(r->bytes, r->mpi_us) * f, "%.2f", mb, sizeof mb);
+  cell(cf_bench_gbps(r->bytes, r->mpi_us) * f, "%.2f", mb, sizeof mb);
   cell(r->us[0] > 0 && r->mpi_us > 0 ? r->mpi_us / r->us[0] : 0, "%.2f", q, sizeof q);
   printf("%6s %5d | %6s %9s %7s %7s | %9s %9s %9s %9s | %9s %7s | %6s\n", sz, r->iters,
          cf_algo_name(r->run[0]), c[0], ab, bb, c[1], c[2], c[3], c[4], mu, mb, q);
@@ -516,8 +489,8 @@ static cJSON *timing_json(int64_t bytes, double us, int n) {
   if (us <= 0) return cJSON_CreateNull();
   cJSON *t = cJSON_CreateObject();
   cJSON_AddNumberToObject(t, "us", us);
-  cJSON_AddNumberToObject(t, "algbw_gbps", gbps(bytes, us));
-  cJSON_AddNumberToObject(t, "busbw_gbps", gbps(bytes, us) * busbw_factor(n));
+  cJSON_AddNumberToObject(t, "algbw_gbps", cf_bench_gbps(bytes, us));
+  cJSON_AddNumberToObject(t, "busbw_gbps", cf_bench_gbps(bytes, us) * busbw_factor(n));
   return t;
 }
 
@@ -546,37 +519,6 @@ static int usage(const char *fmt, const char *arg) {
   return cf_tool_usage("bench allreduce", fmt, arg);
 }
 
-/* "8", "64K", "1MiB", "256M" (K/M/G = KiB/MiB/GiB) */
-static bool parse_bytes(const char *p, char **end, int64_t *out) {
-  errno = 0;
-  long long v = strtoll(p, end, 10);
-  if (*end == p || errno || v <= 0) return false;
-  int shift = 0;
-  switch (**end) {
-  case 'K':
-  case 'k': shift = 10; break;
-  case 'M':
-  case 'm': shift = 20; break;
-  case 'G':
-  case 'g': shift = 30; break;
-  }
-  if (shift && (*end)[1] == 'i') (*end)++;
-  if (shift) (*end)++;
-  if (**end == 'B') (*end)++;
-  if (v > (1ll << 30) >> shift) return false;
-  *out = (int64_t)v << shift;
-  return *out % 4 == 0;
-}
-
-bool cf_bench_parse_int(const char *v, long lo, long hi, int *out) {
-  char *e;
-  errno = 0;
-  long x = strtol(v, &e, 10);
-  if (e == v || *e || errno || x < lo || x > hi) return false;
-  *out = (int)x;
-  return true;
-}
-
 static int parse_options(int argc, char **argv, ar_options *o) {
   *o = (ar_options){.ranks = 4, .loops = 5, .algo = -1, .timeout_s = 120};
   o->n_sizes = (int)(sizeof default_sizes / sizeof default_sizes[0]);
@@ -598,19 +540,11 @@ static int parse_options(int argc, char **argv, ar_options *o) {
       o->algo = cf_algo_parse(v);
       if (o->algo < 0) return usage("--algo wants auto, direct, rd, ring or rsag, got '%s'", v);
     } else if ((v = cf_tool_opt(argc, argv, &i, "--sizes"))) {
-      o->n_sizes = 0;
-      for (const char *p = v; *p;) {
-        char *e;
-        if (o->n_sizes == MAX_SIZES || !parse_bytes(p, &e, &o->sizes[o->n_sizes]) ||
-            (*e && *e != ','))
-          return usage(
-              "--sizes wants up to 32 byte counts such as 8,64K,1M (multiples of 4, at most "
-              "1G), got '%s'",
-              v);
-        o->n_sizes++;
-        p = *e ? e + 1 : e;
-      }
-      if (!o->n_sizes) return usage("%s", "--sizes needs at least one size");
+      if (!cf_bench_parse_sizes(v, (int64_t)1 << 30, o->sizes, MAX_SIZES, &o->n_sizes))
+        return usage(
+            "--sizes wants up to 32 byte counts such as 8,64K,1M (multiples of 4, at most "
+            "1G), got '%s'",
+            v);
     } else if ((v = cf_tool_opt(argc, argv, &i, "--mpi-args"))) {
       o->mpi_args = v;
     } else if (strcmp(argv[i], "--quick") == 0) {
@@ -745,11 +679,11 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   for (int l = 0; l < o->loops && ok; l++)
     for (int a = 0; a < n_algos && ok; a++) {
       ok = mpi_sync(B);
-      double t0 = now_s();
+      double t0 = cf_bench_now_s();
       ok = ok && mpi_calls(B, &call[a], row->iters) && mpi_sync(B);
-      loop_s[a][l] = (now_s() - t0) / row->iters;
+      loop_s[a][l] = (cf_bench_now_s() - t0) / row->iters;
     }
-  for (int a = 0; a < n_algos && ok; a++) us[a] = 1e6 * median(loop_s[a], o->loops);
+  for (int a = 0; a < n_algos && ok; a++) us[a] = 1e6 * cf_bench_median(loop_s[a], o->loops);
   if (ok) {
     row->mpi_us = us[0];
     for (int k = 0; k < N_COLS; k++) row->us[k] = slot[k] < 0 ? 0 : us[slot[k]];

@@ -59,65 +59,6 @@ static int usage(const char *what, const char *fmt, const char *arg) {
   return EXIT_USAGE;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void size_text(int64_t b, char *buf, size_t len) {
-  if (b >= (1 << 30) && b % (1 << 30) == 0)
-    snprintf(buf, len, "%lldG", (long long)(b >> 30));
-  else if (b >= (1 << 20) && b % (1 << 20) == 0)
-    snprintf(buf, len, "%lldM", (long long)(b >> 20));
-  else if (b >= 1024 && b % 1024 == 0)
-    snprintf(buf, len, "%lldK", (long long)(b >> 10));
-  else
-    snprintf(buf, len, "%lld", (long long)b);
-}
-
-/* "256M", "4K", "1G", "1000" (bytes, > 0, multiple of 4, at most 4 GiB). */
-static bool parse_sizes(const char *v, int64_t *sizes, int *n) {
-  *n = 0;
-  for (const char *p = v; *p;) {
-    char *e;
-    errno = 0;
-    long long x = strtoll(p, &e, 10);
-    if (e == p || errno || x <= 0 || *n == MAX_SIZES) return false;
-    int shift = *e == 'K' || *e == 'k' ? 10 : *e == 'M' || *e == 'm' ? 20 : *e == 'G' || *e == 'g' ? 30 : 0;
-    if (shift) e++;
-    if (shift && *e == 'i') e++;
-    if (shift && *e == 'B') e++;
-    if (x > (4ll << 30) >> shift || (*e && *e != ',')) return false;
-    sizes[(*n)++] = (int64_t)x << shift;
-    if (sizes[*n - 1] % 4) return false;
-    p = *e ? e + 1 : e;
-  }
-  return *n > 0;
-}
-
-static bool parse_int(const char *v, long lo, long hi, int *out) {
-  char *e;
-  errno = 0;
-  long x = strtol(v, &e, 10);
-  if (e == v || *e || errno || x < lo || x > hi) return false;
-  *out = (int)x;
-  return true;
-}
-
-/* Option with a value: "--opt V" or "--opt=V". */
-static const char *opt_value(int argc, char **argv, int *i, const char *name) {
-  size_t n = strlen(name);
-  if (strncmp(argv[*i], name, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != '\0') return NULL;
-  return *i + 1 < argc ? argv[++*i] : "";
-}
-
 static void print_gpu(cf_device *dev, cJSON *root) {
   char name[128] = "?";
   int major = 0, minor = 0;
@@ -158,7 +99,7 @@ static double copy_rate(cf_device *dev, void *dst, const void *src, size_t bytes
     if (cf_device_time(dev, run_copy, &j, reps, &ms)) return 0;
     t[s] = ms;
   }
-  double m = median(t, samples);
+  double m = cf_bench_median(t, samples);
   return m > 0 ? 2.0 * (double)bytes / (m * 1e6) : 0;
 }
 
@@ -275,7 +216,7 @@ static double time_gbps(cf_device *dev, void (*fn)(void *), red_job *j, int samp
     if (cf_device_time(dev, fn, j, reps, &ms)) return 0;
     t[s] = ms;
   }
-  double m = median(t, samples);
+  double m = cf_bench_median(t, samples);
   return m > 0 ? bytes / (m * 1e6) : 0;
 }
 
@@ -305,15 +246,15 @@ int cf_bench_reduce_cuda(cf_context *ctx, int argc, char **argv) {
   bool json = false;
   for (int i = 0; i < argc; i++) {
     const char *v;
-    if ((v = opt_value(argc, argv, &i, "--device"))) {
+    if ((v = cf_tool_opt(argc, argv, &i, "--device"))) {
       if (strcmp(v, "cuda") != 0) return usage("reduce", "--device wants cuda here, got '%s'", v);
-    } else if ((v = opt_value(argc, argv, &i, "--sizes"))) {
-      if (!parse_sizes(v, sizes, &n_sizes))
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--sizes"))) {
+      if (!cf_bench_parse_sizes(v, (int64_t)4 << 30, sizes, MAX_SIZES, &n_sizes))
         return usage("reduce", "--sizes takes up to 32 byte counts such as 64M,256M (multiples of 4, at most 4G), got '%s'", v);
-    } else if ((v = opt_value(argc, argv, &i, "--samples"))) {
-      if (!parse_int(v, 1, MAX_SAMPLES, &samples)) return usage("reduce", "--samples takes 1..100, got '%s'", v);
-    } else if ((v = opt_value(argc, argv, &i, "--reps"))) {
-      if (!parse_int(v, 1, 100000, &reps)) return usage("reduce", "--reps takes 1..100000, got '%s'", v);
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--samples"))) {
+      if (!cf_bench_parse_int(v, 1, MAX_SAMPLES, &samples)) return usage("reduce", "--samples takes 1..100, got '%s'", v);
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--reps"))) {
+      if (!cf_bench_parse_int(v, 1, 100000, &reps)) return usage("reduce", "--reps takes 1..100000, got '%s'", v);
     } else if (strcmp(argv[i], "--quick") == 0) {
       sizes[0] = (int64_t)1 << 20, n_sizes = 1, samples = 3, reps = 3;
     } else if (strcmp(argv[i], "--json") == 0) {
@@ -403,7 +344,7 @@ int cf_bench_reduce_cuda(cf_context *ctx, int argc, char **argv) {
           }
           if (!json) {
             char sz[24];
-            size_text(r.bytes, sz, sizeof sz);
+            cf_bench_size_text(r.bytes, sz, sizeof sz);
             printf("%8s %-9s %-4s %2d | %9.1f %9.1f %9.1f | %7.3f %7.3f\n", sz, cf_dtype_name(dt),
                    cf_reduction_name(r.op), r.k, r.nary, r.acc, r.copy, copy > 0 ? r.nary / copy : 0,
                    copy > 0 ? r.acc / copy : 0);
@@ -472,12 +413,6 @@ static void ar_fail(ar_world *W, const char *text) {
   if (!W->error[0]) snprintf(W->error, sizeof W->error, "%s", text);
   pthread_mutex_unlock(&W->lock);
   atomic_store(&W->failed, 1);
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static bool ar_calls(ar_world *W, int rank, cf_comm *c, cf_device *dev, cf_coll_call *call) {
@@ -554,10 +489,10 @@ static void *ar_rank_main(void *arg) {
     pthread_barrier_wait(&W->bar);
     for (int l = 0; l < W->loops; l++) {
       pthread_barrier_wait(&W->bar);
-      double t0 = now_s();
+      double t0 = cf_bench_now_s();
       ar_calls(W, me, c, dev, &call);
       pthread_barrier_wait(&W->bar);
-      if (me == 0) W->loop_s[a][l] = (now_s() - t0) / W->iters;
+      if (me == 0) W->loop_s[a][l] = (cf_bench_now_s() - t0) / W->iters;
     }
   }
   if (dev) {
@@ -610,11 +545,10 @@ static bool ar_measure(ar_world *W, ar_row *row, int only) {
   for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
   for (int r = 0; r < W->n; r++) free(W->hin[r]), W->hin[r] = NULL;
   if (atomic_load(&W->failed)) return false;
-  for (int k = 0; k < AR_COLS; k++) row->us[k] = slot[k] < 0 ? 0 : 1e6 * median(W->loop_s[slot[k]], W->loops);
+  for (int k = 0; k < AR_COLS; k++) row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], W->loops);
   return true;
 }
 
-static double gbps(int64_t bytes, double us) { return us > 0 ? (double)bytes / (us * 1e3) : 0; }
 
 int cf_bench_allreduce_cuda(cf_context *ctx, int argc, char **argv) {
   static const int64_t defaults[] = {8,         64,        512,       4 << 10,   32 << 10,  256 << 10,
@@ -625,18 +559,18 @@ int cf_bench_allreduce_cuda(cf_context *ctx, int argc, char **argv) {
   bool json = false;
   for (int i = 0; i < argc; i++) {
     const char *v;
-    if ((v = opt_value(argc, argv, &i, "--device"))) {
+    if ((v = cf_tool_opt(argc, argv, &i, "--device"))) {
       if (strcmp(v, "cuda") != 0) return usage("allreduce", "--device wants cuda here, got '%s'", v);
-    } else if ((v = opt_value(argc, argv, &i, "--ranks"))) {
-      if (!parse_int(v, 1, MAX_RANKS, &ranks)) return usage("allreduce", "--ranks takes 1..64, got '%s'", v);
-    } else if ((v = opt_value(argc, argv, &i, "--sizes"))) {
-      if (!parse_sizes(v, sizes, &n_sizes))
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--ranks"))) {
+      if (!cf_bench_parse_int(v, 1, MAX_RANKS, &ranks)) return usage("allreduce", "--ranks takes 1..64, got '%s'", v);
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--sizes"))) {
+      if (!cf_bench_parse_sizes(v, (int64_t)4 << 30, sizes, MAX_SIZES, &n_sizes))
         return usage("allreduce", "--sizes takes up to 32 byte counts such as 8,64K,256M (multiples of 4, at most 4G), got '%s'", v);
-    } else if ((v = opt_value(argc, argv, &i, "--loops"))) {
-      if (!parse_int(v, 1, MAX_SAMPLES, &loops)) return usage("allreduce", "--loops takes 1..100, got '%s'", v);
-    } else if ((v = opt_value(argc, argv, &i, "--iters"))) {
-      if (!parse_int(v, 1, 100000, &iters)) return usage("allreduce", "--iters takes 1..100000, got '%s'", v);
-    } else if ((v = opt_value(argc, argv, &i, "--algo"))) {
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--loops"))) {
+      if (!cf_bench_parse_int(v, 1, MAX_SAMPLES, &loops)) return usage("allreduce", "--loops takes 1..100, got '%s'", v);
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--iters"))) {
+      if (!cf_bench_parse_int(v, 1, 100000, &iters)) return usage("allreduce", "--iters takes 1..100000, got '%s'", v);
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--algo"))) {
       only = cf_algo_parse(v);
       if (only < 0 || only == CF_ALGO_MPI_NATIVE) return usage("allreduce", "--algo takes auto, direct, rsag, ring or rd, got '%s'", v);
     } else if (strcmp(argv[i], "--quick") == 0) {
@@ -711,10 +645,10 @@ int cf_bench_allreduce_cuda(cf_context *ctx, int argc, char **argv) {
       rc = EXIT_RUNTIME;
       break;
     }
-    double ab = gbps(row.bytes, row.us[0]);
+    double ab = cf_bench_gbps(row.bytes, row.us[0]);
     if (!json) {
       char sz[24], c[AR_COLS][24];
-      size_text(row.bytes, sz, sizeof sz);
+      cf_bench_size_text(row.bytes, sz, sizeof sz);
       for (int q = 1; q < AR_COLS; q++) {
         if (row.us[q] > 0)
           snprintf(c[q], sizeof c[q], row.run[q] != ar_columns[q] ? "%.1f*" : "%.1f", row.us[q]);
@@ -737,9 +671,9 @@ int cf_bench_allreduce_cuda(cf_context *ctx, int argc, char **argv) {
       }
       cJSON *t = cJSON_AddObjectToObject(cols, cf_algo_name(ar_columns[q]));
       cJSON_AddNumberToObject(t, "us", row.us[q]);
-      cJSON_AddNumberToObject(t, "algbw_gbps", gbps(row.bytes, row.us[q]));
-      cJSON_AddNumberToObject(t, "busbw_gbps", gbps(row.bytes, row.us[q]) * f);
-      cJSON_AddNumberToObject(t, "busbw_vs_copy", copy > 0 ? gbps(row.bytes, row.us[q]) * f / copy : 0);
+      cJSON_AddNumberToObject(t, "algbw_gbps", cf_bench_gbps(row.bytes, row.us[q]));
+      cJSON_AddNumberToObject(t, "busbw_gbps", cf_bench_gbps(row.bytes, row.us[q]) * f);
+      cJSON_AddNumberToObject(t, "busbw_vs_copy", copy > 0 ? cf_bench_gbps(row.bytes, row.us[q]) * f / copy : 0);
       cJSON_AddStringToObject(t, "algo_run", cf_algo_name(row.run[q]));
     }
     cJSON_AddItemToArray(results, j);

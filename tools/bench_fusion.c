@@ -153,16 +153,10 @@ static cf_status run_variant(cf_context *ctx, variant *v, int round) {
   return st;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static double median_of(const double *v, int n) {
   double s[MAX_ROUNDS];
   memcpy(s, v, sizeof *s * (size_t)n);
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  return cf_bench_median(s, n);
 }
 
 static double ratio(double a, double b) { return a > 0 && b > 0 ? a / b : 0; }

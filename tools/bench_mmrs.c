@@ -324,17 +324,6 @@ static bool check_outputs(cf_context *ctx, const mm_data *d, const cf_run_result
 
 /* ---------------- measuring ---------------- */
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  if (n <= 0) return 0;
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* One row: compile and plan the four variants, run them round-robin,
  * check the first round's results. */
 static cf_status measure(cf_context *ctx, const mm_options *o, mm_row *row) {
@@ -395,12 +384,12 @@ static cf_status measure(cf_context *ctx, const mm_options *o, mm_row *row) {
   for (int v = 0; v < N_VARIANTS && !st; v++) {
     double tmp[MAX_ROUNDS * MAX_ITERS];
     memcpy(tmp, row->samples[v], sizeof *tmp * (size_t)row->n_samples[v]);
-    row->ms[v] = median(tmp, row->n_samples[v]);
+    row->ms[v] = cf_bench_median(tmp, row->n_samples[v]);
   }
   double pr[MAX_ROUNDS];
   for (int r = 0; r < o->rounds && !st; r++)
     pr[r] = row->run_ms[V_SEQ][r] > 0 ? row->run_ms[V_FUSED][r] / row->run_ms[V_SEQ][r] : 0;
-  if (!st) row->paired = median(pr, o->rounds);
+  if (!st) row->paired = cf_bench_median(pr, o->rounds);
   double lo[2] = {0, 0};
   for (int v = 0; v < 2 && !st; v++)
     for (int i = 0; i < row->n_samples[v]; i++)

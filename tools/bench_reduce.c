@@ -83,12 +83,6 @@ typedef struct options {
   bool json;
 } options;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void size_text(int64_t b, char *buf, size_t len) {
   if (b >= (1 << 30) && b % (1 << 30) == 0)
     snprintf(buf, len, "%lld GiB", (long long)(b >> 30));
@@ -245,34 +239,28 @@ static void run_mpi(job *j) {
       j->failed = true;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* Median seconds of one call of fn (module comment); 0 when out of memory. */
 static double median_s(void (*fn)(job *), job *j, int min_reps, double min_ms) {
   enum { MAX_SAMPLES = 2000 };
   double *t = malloc(MAX_SAMPLES * sizeof *t);
   if (!t) return 0;
   fn(j); /* warm up: caches, TLB */
-  double t0 = now_s();
+  double t0 = cf_bench_now_s();
   fn(j);
-  double one = now_s() - t0;
+  double one = cf_bench_now_s() - t0;
   long inner = 1;
   if (min_ms > 0 && one < 1e-3) inner = one > 1e-8 ? (long)(1e-3 / one) + 1 : 100000;
   int ns = 0;
   double total = 0;
   while (ns < MAX_SAMPLES && (ns < min_reps || total * 1e3 < min_ms)) {
-    t0 = now_s();
+    t0 = cf_bench_now_s();
     for (long r = 0; r < inner; r++)
       fn(j);
-    double dt = now_s() - t0;
+    double dt = cf_bench_now_s() - t0;
     total += dt;
     t[ns++] = dt / (double)inner;
   }
-  qsort(t, (size_t)ns, sizeof *t, cmp_double);
-  double m = ns % 2 ? t[ns / 2] : (t[ns / 2 - 1] + t[ns / 2]) / 2;
+  double m = cf_bench_median(t, ns);
   free(t);
   return m;
 }

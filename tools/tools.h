@@ -30,6 +30,15 @@ int cf_bench_allreduce(cf_context *ctx, int argc, char **argv);
 bool cf_bench_wants_cuda(int argc, char **argv);
 int cf_bench_reduce_cuda(cf_context *ctx, int argc, char **argv);
 int cf_bench_allreduce_cuda(cf_context *ctx, int argc, char **argv);
+/* bench_util.c: what the bench subcommands share. */
+double cf_bench_now_s(void);                /* CLOCK_MONOTONIC seconds */
+double cf_bench_median(double *v, int n);  /* sorts v; 0 when n <= 0 */
+double cf_bench_gbps(int64_t bytes, double us); /* 1e9 bytes/s; 0 when us <= 0 */
+/* "8B", "64K", "256M", "1G": the largest unit that divides b. */
+void cf_bench_size_text(int64_t b, char *buf, size_t len);
+/* "8,64K,1MiB,256M" (K/M/G = KiB/MiB/GiB): at most max sizes, each > 0, a
+ * multiple of 4 and at most limit bytes; false otherwise. */
+bool cf_bench_parse_sizes(const char *v, int64_t limit, int64_t *sizes, int max, int *n);
 /* An option's integer value in [lo, hi] (whole string); false otherwise. */
 bool cf_bench_parse_int(const char *v, long lo, long hi, int *out);
 /* bench_fusion.c: `collfuse bench fusion FILE [--ranks N] [--iters K]

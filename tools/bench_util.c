@@ -1,0 +1,65 @@
+/* bench_util.c - what every `collfuse bench` subcommand shares: the clock,
+ * medians, byte counts in options and tables, integer options. */
+#include "tools.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+double cf_bench_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double cf_bench_median(double *v, int n) {
+  if (n <= 0) return 0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double cf_bench_gbps(int64_t bytes, double us) { return us > 0 ? (double)bytes / (us * 1e3) : 0; }
+
+void cf_bench_size_text(int64_t b, char *buf, size_t len) {
+  static const char *unit[] = {"B", "K", "M", "G"};
+  int k = 0;
+  while (k < 3 && b >= 1024 && b % 1024 == 0) {
+    b /= 1024;
+    k++;
+  }
+  snprintf(buf, len, "%lld%s", (long long)b, unit[k]);
+}
+
+bool cf_bench_parse_sizes(const char *v, int64_t limit, int64_t *sizes, int max, int *n) {
+  *n = 0;
+  for (const char *p = v; *p;) {
+    char *e;
+    errno = 0;
+    long long x = strtoll(p, &e, 10);
+    if (e == p || errno || x <= 0 || *n == max) return false;
+    int shift = *e == 'K' || *e == 'k' ? 10 : *e == 'M' || *e == 'm' ? 20 : *e == 'G' || *e == 'g' ? 30 : 0;
+    if (shift) e++;
+    if (shift && *e == 'i') e++;
+    if (*e == 'B') e++;
+    if (x > limit >> shift || (*e && *e != ',')) return false;
+    sizes[*n] = (int64_t)x << shift;
+    if (sizes[(*n)++] % 4) return false;
+    p = *e ? e + 1 : e;
+  }
+  return *n > 0;
+}
+
+bool cf_bench_parse_int(const char *v, long lo, long hi, int *out) {
+  char *e;
+  errno = 0;
+  long x = strtol(v, &e, 10);
+  if (e == v || *e || errno || x < lo || x > hi) return false;
+  *out = (int)x;
+  return true;
+}
