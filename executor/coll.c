@@ -39,8 +39,9 @@ int cf_algo_parse(const char *s) {
 /* AUTO on the MPI transport, from `bench allreduce --backend mpi`
  * (docs/executor.md, bench/results/mpi.md). Over shared memory direct
  * (one exchange of whole vectors) led rsag up to 4 MiB on two ranks and
- * up to 256 KiB on four (medians of four runs). Over a network (TCP) two ranks' direct led up to
- * 256 KiB and rsag above; on four ranks collfuse's direct led below
+ * up to 256 KiB on four (medians of four runs). Over a network (TCP) two
+ * ranks' direct led up to 256 KiB and rsag above; on four ranks
+ * collfuse's direct led below
  * NATIVE_MIN, MPI's own AllReduce was level with collfuse's best (rsag,
  * rd or ring by size) from NATIVE_MIN to NATIVE_MAX bytes per rank, and
  * behind above. Two ranks keep collfuse's algorithms: there they were
