@@ -1077,6 +1077,52 @@ static cf_status rg_apply_mode(hlo_reader *r, const hinstr *in, rgroups *g) {
   return st;
 }
 
+/* Replica groups in the order of their first device: the order of the
+ * groups themselves means nothing ({{2,3},{0,1}} is {{0,1},{2,3}}), so
+ * collectives that list them differently share one IR group and may fuse.
+ * The order inside a group is kept: it orders AllGather's and
+ * ReduceScatter's blocks. */
+typedef struct rg_part {
+  int first, start, len;
+} rg_part;
+
+static int rg_part_cmp(const void *a, const void *b) {
+  const rg_part *x = a, *y = b;
+  return (x->first > y->first) - (x->first < y->first);
+}
+
+static cf_status rg_canonical(hlo_reader *r, const hinstr *in, rgroups *g) {
+  size_t n = g->off.n ? g->off.n - 1 : 0;
+  if (g->all || n < 2) return CF_OK;
+  bool sorted = true;
+  for (size_t i = 0; i < n; i++) {
+    if (g->off.v[i + 1] == g->off.v[i]) return CF_OK; /* an empty group: left as written */
+    if (i && g->ids.v[g->off.v[i]] < g->ids.v[g->off.v[i - 1]]) sorted = false;
+  }
+  if (sorted) return CF_OK;
+  rg_part *parts = malloc(n * sizeof *parts);
+  int *ids = malloc(g->ids.n * sizeof *ids);
+  if (!parts || !ids) {
+    free(parts);
+    free(ids);
+    return oom(r, in->line);
+  }
+  for (size_t i = 0; i < n; i++)
+    parts[i] = (rg_part){g->ids.v[g->off.v[i]], g->off.v[i], g->off.v[i + 1] - g->off.v[i]};
+  qsort(parts, n, sizeof *parts, rg_part_cmp);
+  int k = 0;
+  for (size_t i = 0; i < n; i++) {
+    g->off.v[i] = k;
+    memcpy(ids + k, g->ids.v + parts[i].start, (size_t)parts[i].len * sizeof *ids);
+    k += parts[i].len;
+  }
+  g->off.v[n] = k;
+  memcpy(g->ids.v, ids, (size_t)k * sizeof *ids);
+  free(parts);
+  free(ids);
+  return CF_OK;
+}
+
 static bool gset_equal(const hgset *a, int n_sub, const int *off, const int *ranks) {
   if (a->n_sub != n_sub) return false;
   if (!n_sub) return true;
@@ -1134,6 +1180,7 @@ static cf_status coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
     st = fail(r, in->line, "instruction '%s': unsupported replica_groups '%.*s'", in->name,
               cf_span_excerpt(a->val), a->val.p);
   if (!st) st = rg_apply_mode(r, in, &g);
+  if (!st) st = rg_canonical(r, in, &g);
   int n_sub = g.all ? 0 : (int)g.off.n - 1;
   /* ranks: each once, inside the module's devices when it says how many */
   int64_t world = r->partitions || r->replicas

@@ -214,6 +214,34 @@ static void test_uneven_replica_groups(void **state) {
   cf_graph_destroy(g);
 }
 
+/* The order of the replica groups themselves means nothing, the order
+ * inside a group does (it orders AllGather's blocks): {{2,3},{0,1}} is the
+ * group of {{0,1},{2,3}}, {{1,0},{3,2}} is another. */
+static void test_replica_group_order(void **state) {
+  (void)state;
+  const char *text =
+      "HloModule m, num_partitions=4\n"
+      "sum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+      "  ROOT c = f32[] add(a, b)\n}\n"
+      "ENTRY e {\n  p = f32[4] parameter(0)\n"
+      "  a = f32[4] all-reduce(p), channel_id=1, use_global_device_ids=true, "
+      "replica_groups={{0,1},{2,3}}, to_apply=sum\n"
+      "  b = f32[4] all-reduce(p), channel_id=2, use_global_device_ids=true, "
+      "replica_groups={{2,3},{0,1}}, to_apply=sum\n"
+      "  c = f32[4] all-reduce(p), channel_id=3, use_global_device_ids=true, "
+      "replica_groups={{1,0},{3,2}}, to_apply=sum\n"
+      "  ROOT t = (f32[4], f32[4], f32[4]) tuple(a, b, c)\n}\n";
+  cf_graph *g = NULL;
+  assert_int_equal(cf_graph_parse(ctx, "o.hlo", text, strlen(text), &g), CF_OK);
+  assert_int_equal(g->n_groups, 2);
+  assert_group(g, "replica_group_0", "0,1|2,3");
+  assert_group(g, "replica_group_1", "1,0|3,2");
+  assert_string_equal(cf_node_group(node(g, "a")), "replica_group_0");
+  assert_string_equal(cf_node_group(node(g, "b")), "replica_group_0");
+  assert_string_equal(cf_node_group(node(g, "c")), "replica_group_1");
+  cf_graph_destroy(g);
+}
+
 static void test_structure(void **state) {
   (void)state;
   cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/structure.hlo");
@@ -511,6 +539,7 @@ int main(void) {
       cmocka_unit_test(test_constants),     cmocka_unit_test(test_sniff_and_names),
       cmocka_unit_test(test_errors),        cmocka_unit_test(test_limits),
       cmocka_unit_test(test_partitioned),   cmocka_unit_test(test_uneven_replica_groups),
+      cmocka_unit_test(test_replica_group_order),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
