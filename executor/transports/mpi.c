@@ -275,6 +275,12 @@ static cf_status wait_all(cf_comm *c, MPI_Request *req, int n, MPI_Status *st0,
 /* ---------------- messages ---------------- */
 
 /* How a payload that travels apart is cut (both sides agree by its size). */
+/* Eager pieces and whole payloads travel on tags of their own: a receive
+ * posted early for pieces can then never match a whole payload (a
+ * rendezvous) from a sender whose size differs, which Open MPI's TCP
+ * transport does not survive when the receive is the smaller. */
+static int data_tag(size_t piece) { return piece == PART_MAX ? TAG_BULK : TAG_DATA; }
+
 static size_t piece_bytes(const cf_mpi_world *w, size_t bytes) {
   if (w->shm) return bytes <= SPLIT_MAX ? EAGER_PIECE : PART_MAX;
   return bytes <= NET_SPLIT_MAX ? NET_PIECE : PART_MAX;
@@ -345,7 +351,7 @@ static cf_status m_send(cf_comm *c, int dst, const void *buf, size_t bytes, cons
                      &s->req[s->nreq++]);
   for (size_t k = 0; k < parts && rc == MPI_SUCCESS; k++) {
     size_t off = k * piece, len = bytes - off < piece ? bytes - off : piece;
-    rc = MPI_Isend((const char *)buf + off, (int)len, MPI_BYTE, dst, TAG_DATA, w->world,
+    rc = MPI_Isend((const char *)buf + off, (int)len, MPI_BYTE, dst, data_tag(piece), w->world,
                    &s->req[s->nreq++]);
   }
   cf_mpi_unlock(w);
@@ -381,7 +387,7 @@ static int post_data(cf_mpi_world *w, int src, void *staging, size_t bytes, MPI_
   for (size_t off = 0; off < bytes && rc == MPI_SUCCESS; off += piece) {
     size_t len = bytes - off < piece ? bytes - off : piece;
     rc =
-        MPI_Irecv((char *)staging + off, (int)len, MPI_BYTE, src, TAG_DATA, w->world, &req[(*n)++]);
+        MPI_Irecv((char *)staging + off, (int)len, MPI_BYTE, src, data_tag(piece), w->world, &req[(*n)++]);
   }
   cf_mpi_unlock(w);
   return rc;

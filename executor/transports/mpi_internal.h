@@ -13,7 +13,8 @@
 
 enum {
   TAG_HDR = 7101,   /* headers (+ inline payloads) */
-  TAG_DATA = 7102,  /* payloads that do not fit in the header message */
+  TAG_DATA = 7102,  /* payloads that do not fit in the header message, in eager pieces */
+  TAG_BULK = 7104,  /* ... sent whole (in 1 GiB parts) */
   TAG_ABORT = 7103, /* abort reasons */
   TAG_GROUP = 7200, /* + group index: MPI_Comm_create_group */
   GROUP_MAX = 128,  /* group names are at most 127 bytes (SPEC) */
