@@ -39,9 +39,9 @@ int cf_algo_parse(const char *s) {
 /* AUTO on the MPI transport, from `bench allreduce --backend mpi`
  * (docs/executor.md, bench/results/mpi.md). Over shared memory direct
  * (one exchange of whole vectors) led rsag up to 4 MiB on two ranks and
- * up to 256 KiB on four (medians of four runs). Over a network (TCP) two
- * ranks' direct led up to 256 KiB and rsag above; on four ranks
- * collfuse's direct led below
+ * up to 128 KiB on four (at 256 KiB, medians of five runs: rsag 0.96,
+ * direct 0.92 of MPI's speed). Over a network (TCP) two ranks' direct led
+ * up to 256 KiB and rsag above; on four ranks collfuse's direct led below
  * NATIVE_MIN, MPI's own AllReduce was level with collfuse's best (rsag,
  * rd or ring by size) from NATIVE_MIN to NATIVE_MAX bytes per rank, and
  * behind above. Two ranks keep collfuse's algorithms: there they were
@@ -50,7 +50,7 @@ int cf_algo_parse(const char *s) {
  * inside MPI). */
 #define PAIR_DIRECT_SHM ((int64_t)4 << 20)
 #define PAIR_DIRECT_NET ((int64_t)256 << 10)
-#define MPI_SMALL_SHM ((int64_t)256 << 10) /* direct on 3+ ranks up to here */
+#define MPI_SMALL_SHM ((int64_t)128 << 10) /* direct on 3+ ranks up to here */
 #define MPI_SMALL_NET ((int64_t)64 << 10)
 #define NATIVE_MIN ((int64_t)64 << 10)
 #define NATIVE_MAX ((int64_t)4 << 20)
