@@ -243,7 +243,7 @@ static uint64_t desc_key(const cf_coll_desc *d) {
 static cf_status wait_acked(cf_comm *c, chan *ch, uint64_t target, const wait_what *ww) {
   if (ch->acked_seen >= target) return CF_OK;
   cf_status st = wait_ge(c, &ch->acked, target, ww);
-  if (!st) ch->acked_seen = atomic_load_explicit(&ch->acked, memory_order_relaxed);
+  if (!st) ch->acked_seen = atomic_load_explicit(&ch->acked, memory_order_acquire);
   return st;
 }
 
