@@ -1,0 +1,647 @@
+/* hlo_eval.c - HLO instructions to IR nodes.
+ *
+ * The ENTRY computation is evaluated symbolically: each instruction yields a
+ * value, either one IR output or a tuple of values. `call` is inlined by
+ * evaluating the callee with its parameters bound to the arguments (XLA's
+ * CallInliner), `tuple` and `get-tuple-element` only move values around, and
+ * every other instruction becomes IR nodes: the IR op where the IR has the
+ * instruction's exact semantics, Opaque (shape, dtype and operands kept)
+ * where it has not.
+ */
+#include "hlo_internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A fresh node name: base (+ suffix) unless taken; taken names get /N. An
+ * inlined instruction leaves the names of ENTRY's instructions to them. */
+static cf_status add_node(hlo_reader *r, const char *base, const char *suffix, bool at_entry,
+                          cf_op op, int line, int *idx) {
+  size_t n = strlen(base) + strlen(suffix) + 24;
+  char *nm = cf_arena_alloc(&r->scratch, n);
+  if (!nm) return cf_hlo_oom(r, line);
+  snprintf(nm, n, "%s%s", base, suffix);
+  bool taken =
+      cf_graph_find(r->g, nm) >= 0 || (!at_entry && cf_hlo_map_find(&r->entry->map, nm) >= 0);
+  while (taken) { /* '/' never occurs in an HLO name, so the second try is free */
+    snprintf(nm, n, "%s%s/%llu", base, suffix, ++r->serial);
+    taken = cf_graph_find(r->g, nm) >= 0;
+  }
+  return cf_graph_add_node(r->g, nm, op, line, idx);
+}
+
+static cf_status set_type(hlo_reader *r, int idx, const hshape *t, int line) {
+  char buf[CF_MAX_RANK * 24];
+  cf_status st = cf_node_parse_attr(r->g, idx, CF_A_DTYPE, cf_dtype_name(t->dt), line);
+  if (!st)
+    st = cf_node_parse_attr(r->g, idx, CF_A_SHAPE, cf_shape_format(&t->s, buf, sizeof buf), line);
+  return st;
+}
+
+static cf_status set_str(hlo_reader *r, int idx, cf_attr_id id, const char *s, int line) {
+  return cf_node_parse_attr(r->g, idx, id, s, line);
+}
+
+static cf_status push_ref(hlo_reader *r, cf_ref ref, int line) {
+  if (r->n_refs == r->cap_refs) {
+    size_t cap = r->cap_refs ? r->cap_refs * 2 : 64;
+    cf_ref *nr = realloc(r->refs, cap * sizeof *nr);
+    if (!nr) return cf_hlo_oom(r, line);
+    r->refs = nr;
+    r->cap_refs = cap;
+  }
+  r->refs[r->n_refs++] = ref;
+  return CF_OK;
+}
+
+/* Append the arrays of v to r->refs (leaves in order). */
+static cf_status push_leaves(hlo_reader *r, const hval *v, int line) {
+  if (v->n < 0) return push_ref(r, v->ref, line);
+  if ((r->work -= v->n) < 0)
+    return cf_hlo_fail(r, line, "the module expands to more than %d instructions and operands",
+                       HLO_MAX_WORK);
+  for (int i = 0; i < v->n; i++) {
+    cf_status st = push_leaves(r, &v->elem[i], line);
+    if (st) return st;
+  }
+  return CF_OK;
+}
+
+static int count_leaves(const hshape *t) {
+  if (t->n < 0) return 1;
+  int n = 0;
+  for (int i = 0; i < t->n; i++)
+    n += count_leaves(&t->elem[i]);
+  return n;
+}
+
+/* The value of shape t whose arrays are outputs *port, *port+1, ... of node. */
+static cf_status shape_value(hlo_reader *r, const hshape *t, int node, int *port, hval *out,
+                             int line) {
+  memset(out, 0, sizeof *out);
+  out->n = t->n;
+  if (t->n < 0) {
+    out->ref = (cf_ref){node, (*port)++};
+    out->type = t;
+    return CF_OK;
+  }
+  if (t->n && !(out->elem = cf_arena_array(&r->scratch, (size_t)t->n, sizeof *out->elem)))
+    return cf_hlo_oom(r, line);
+  for (int i = 0; i < t->n; i++) {
+    cf_status st = shape_value(r, &t->elem[i], node, port, &out->elem[i], line);
+    if (st) return st;
+    if (out->elem[i].depth + 1 > out->depth) out->depth = out->elem[i].depth + 1;
+  }
+  return CF_OK;
+}
+
+static void collect_types(const hshape *t, cf_decl *d, int *k) {
+  if (t->n < 0) {
+    d[*k].has_dtype = d[*k].has_shape = true;
+    d[*k].v.dtype = t->dt;
+    d[*k].v.shape = t->s;
+    ++*k;
+    return;
+  }
+  for (int i = 0; i < t->n; i++)
+    collect_types(&t->elem[i], d, k);
+}
+
+/* An Opaque node for in: operands are every array of ops, outputs every
+ * array of in's shape, type the opcode (or note). */
+static cf_status emit_opaque(hlo_reader *r, const hinstr *in, bool at_entry, const hval *const *ops,
+                             const char *type, hval *out) {
+  cf_status st;
+  int leaves = count_leaves(&in->shape);
+  if (!leaves)
+    return shape_value(r, &in->shape, -1, &leaves, out, in->line); /* () carries nothing */
+  r->n_refs = 0;
+  for (int i = 0; i < in->n_opnd; i++)
+    if ((st = push_leaves(r, ops[i], in->line))) return st;
+  if (r->n_refs > CF_MAX_OPERANDS)
+    return cf_hlo_fail(r, in->line, "instruction '%s': more than %d operand arrays", in->name,
+                       CF_MAX_OPERANDS);
+  int idx, port = 0;
+  if ((st = add_node(r, in->name, "", at_entry, CF_OP_OPAQUE, in->line, &idx)) ||
+      (st = cf_node_set_inputs(r->g, idx, (int)r->n_refs, r->refs)) ||
+      (st = set_str(r, idx, CF_A_TYPE, type, in->line)))
+    return st;
+  if (leaves == 1) {
+    const hshape *t = &in->shape;
+    while (t->n >= 0) /* (f32[8]): the one array inside */
+      for (int i = 0; i < t->n; i++)
+        if (count_leaves(&t->elem[i])) {
+          t = &t->elem[i];
+          break;
+        }
+    if ((st = set_type(r, idx, t, in->line))) return st;
+  } else {
+    cf_node *n = &r->g->nodes[idx];
+    if (!(n->decl = cf_arena_array(&r->g->arena, (size_t)leaves, sizeof *n->decl)))
+      return cf_hlo_oom(r, in->line);
+    collect_types(&in->shape, n->decl, &n->n_decl);
+  }
+  return shape_value(r, &in->shape, idx, &port, out, in->line);
+}
+
+/* An IR op with operands ops (arrays) and in's shape (an array) declared. */
+static cf_status emit_op(hlo_reader *r, const hinstr *in, bool at_entry, cf_op op,
+                         const hval *const *ops, int n, int *idx_out, hval *out) {
+  cf_ref refs[2];
+  int idx, port = 0;
+  for (int i = 0; i < n; i++)
+    refs[i] = ops[i]->ref;
+  cf_status st = add_node(r, in->name, "", at_entry, op, in->line, &idx);
+  if (!st) st = cf_node_set_inputs(r->g, idx, n, refs);
+  if (!st) st = set_type(r, idx, &in->shape, in->line);
+  if (!st) st = shape_value(r, &in->shape, idx, &port, out, in->line);
+  if (idx_out) *idx_out = idx;
+  return st;
+}
+
+static bool exact_array(const hval *v) { return v->n < 0 && v->type->exact; }
+
+/* {1} or {} into v[0..*n) */
+static bool int_set(const hattr *a, int64_t *v, int max, int *n) {
+  *n = 0;
+  if (!a) return true;
+  const char *p = a->val.p, *e = p + a->val.n;
+  return p < e && *p == '{' && (p = cf_hlo_int_list(p, e, '}', INT32_MAX, v, max, n)) &&
+         cf_hlo_skip(p, e) == e;
+}
+
+/* dot as MatMul: lhs (m,k) . rhs (k,n), no batch dims, the IR's result type. */
+static bool dot_is_matmul(const hinstr *in, const hval *a, const hval *b) {
+  int64_t lc[2], rc[2], bd[1];
+  int nl, nr, nb;
+  const hshape *t = &in->shape;
+  if (!exact_array(a) || !exact_array(b) || t->n >= 0 || !t->exact) return false;
+  const cf_shape *x = &a->type->s, *y = &b->type->s;
+  if (x->rank != 2 || y->rank != 2 || a->type->dt != b->type->dt) return false;
+  if (!int_set(cf_hlo_attr(in, "lhs_contracting_dims"), lc, 2, &nl) || nl != 1 || lc[0] != 1)
+    return false;
+  if (!int_set(cf_hlo_attr(in, "rhs_contracting_dims"), rc, 2, &nr) || nr != 1 || rc[0] != 0)
+    return false;
+  if (!int_set(cf_hlo_attr(in, "lhs_batch_dims"), bd, 1, &nb) || nb) return false;
+  if (!int_set(cf_hlo_attr(in, "rhs_batch_dims"), bd, 1, &nb) || nb) return false;
+  cf_dtype dt = a->type->dt;
+  cf_dtype want = dt == CF_DT_INT8 || dt == CF_DT_UINT8 || dt == CF_DT_INT16 ? CF_DT_INT32 : dt;
+  return t->dt == want && t->s.rank == 2 && x->dims[1] == y->dims[0] &&
+         t->s.dims[0] == x->dims[0] && t->s.dims[1] == y->dims[1];
+}
+
+enum { LIT_OTHER = 1, LIT_SPLAT, LIT_IOTA };
+
+/* What a constant's literal holds, for count elements: one repeated value,
+ * 0, 1, 2, ... (iota), or anything else (Opaque data). */
+static int classify_literal(cf_span lit, int64_t count, double *value) {
+  const char *p = lit.p, *e = lit.p + lit.n;
+  int64_t n = 0;
+  bool splat = true, iota = true;
+  double first = 0;
+  for (;;) {
+    while (p < e && (is_space(*p) || *p == '{' || *p == '}' || *p == ','))
+      p++;
+    if (p < e && at_comment(p, e)) {
+      p = cf_hlo_past(p, e);
+      continue;
+    }
+    if (p >= e) break;
+    const char *ts = p;
+    while (p < e && (isalnum((unsigned char)*p) || *p == '.' || *p == '-' || *p == '+'))
+      p++;
+    char tok[64];
+    size_t tl = (size_t)(p - ts);
+    if (!tl || tl >= sizeof tok || n >= count) return LIT_OTHER;
+    memcpy(tok, ts, tl);
+    tok[tl] = 0;
+    double v;
+    char *end;
+    if (!strcmp(tok, "true"))
+      v = 1;
+    else if (!strcmp(tok, "false"))
+      v = 0;
+    else {
+      errno = 0;
+      v = strtod(tok, &end);
+      if (*end || errno == ERANGE || !isfinite(v) || isalpha((unsigned char)tok[tl - 1]))
+        return LIT_OTHER;
+    }
+    if (!n) first = v;
+    splat &= v == first;
+    iota &= v == (double)n;
+    n++;
+  }
+  if (n != count && !(count == 0 && n == 0)) return LIT_OTHER;
+  *value = first;
+  return splat ? LIT_SPLAT : iota ? LIT_IOTA : LIT_OTHER;
+}
+
+static cf_status eval_constant(hlo_reader *r, hinstr *in, bool at_entry, hval *out) {
+  int64_t count;
+  if (in->shape.n >= 0 || !in->shape.exact || !cf_shape_elements(&in->shape.s, &count))
+    return emit_opaque(r, in, at_entry, NULL, "constant", out);
+  if (!in->lit) in->lit = classify_literal(in->args, count, &in->lit_value);
+  if (in->lit == LIT_OTHER) return emit_opaque(r, in, at_entry, NULL, "constant", out);
+  int idx;
+  cf_status st = emit_op(r, in, at_entry, CF_OP_CONSTANT, NULL, 0, &idx, out);
+  if (st) return st;
+  if (in->lit == LIT_IOTA) return set_str(r, idx, CF_A_INIT, "iota", in->line);
+  cf_attr a = {.id = CF_A_VALUE, .v.f = in->lit_value};
+  return cf_node_set_attr(r->g, idx, &a);
+}
+
+/* Give every array of v (an ENTRY parameter) its own Input node. */
+static cf_status make_inputs(hlo_reader *r, const hinstr *in, hval *v, int *seen) {
+  if (v->n >= 0) {
+    for (int i = 0; i < v->n; i++) {
+      cf_status st = make_inputs(r, in, &v->elem[i], seen);
+      if (st) return st;
+    }
+    return CF_OK;
+  }
+  char suffix[24] = "";
+  if (in->shape.n >= 0) snprintf(suffix, sizeof suffix, "#%d", (*seen)++);
+  int idx;
+  cf_status st = add_node(r, in->name, suffix, true, CF_OP_INPUT, in->line, &idx);
+  if (!st) st = set_type(r, idx, v->type, in->line);
+  v->ref = (cf_ref){idx, 0};
+  return st;
+}
+
+static cf_status eval_parameter(hlo_reader *r, const hinstr *in, bool at_entry, const hval *args,
+                                int n_args, hval *out) {
+  int64_t k;
+  const char *p = in->args.p;
+  if (!cf_hlo_read_int(&p, in->args.p + in->args.n, INT32_MAX, &k) || p != in->args.p + in->args.n)
+    return cf_hlo_fail(r, in->line, "instruction '%s': parameter(N) needs a parameter number",
+                       in->name);
+  if (!at_entry) {
+    if (k >= n_args)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': parameter(%lld) but the call passes %d operands",
+                         in->name, (long long)k, n_args);
+    if (args[k].n != in->shape.n)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': parameter(%lld) is %s but the call passes %s", in->name,
+                         (long long)k, in->shape.n < 0 ? "an array" : "a tuple",
+                         args[k].n < 0 ? "an array" : "a tuple");
+    *out = args[k];
+    return CF_OK;
+  }
+  /* ENTRY: an Input per array (NAME#i for the arrays of a tuple) */
+  int port = 0, seen = 0;
+  cf_status st = shape_value(r, &in->shape, -1, &port, out, in->line);
+  return st ? st : make_inputs(r, in, out, &seen);
+}
+
+static int reducer(hlo_reader *r, const hinstr *in, const char **why) {
+  hcomp *c = cf_hlo_attr_comp(r, in, "to_apply");
+  *why = "to_apply names no computation of the module";
+  if (!c) return -1;
+  const char *op = c->ins[c->root].opcode;
+  *why = op;
+  return !strcmp(op, "add")        ? CF_RED_SUM
+         : !strcmp(op, "multiply") ? CF_RED_PROD
+         : !strcmp(op, "maximum")  ? CF_RED_MAX
+         : !strcmp(op, "minimum")  ? CF_RED_MIN
+                                   : -1;
+}
+
+/* all-reduce, all-gather, reduce-scatter (and the async -start forms). */
+static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
+                                 hval *out) {
+  static const cf_op plain[] = {CF_OP_ALLREDUCE, CF_OP_ALLGATHER, CF_OP_REDUCESCATTER};
+  static const cf_op fused[] = {CF_OP_FUSEDALLREDUCE, CF_OP_FUSEDALLGATHER,
+                                CF_OP_FUSEDREDUCESCATTER};
+  const char *opc = in->opcode;
+  int kind = !strncmp(opc, "all-reduce", 10) ? 0 : !strncmp(opc, "all-gather", 10) ? 1 : 2;
+  bool start = strstr(opc, "-start") != NULL;
+  char note[320];
+  cf_status st;
+  /* all-gather-start's shape is (operands, results) */
+  const hshape *res = &in->shape;
+  if (start && kind == 1) {
+    if (res->n != 2) return emit_opaque(r, in, at_entry, ops, opc, out);
+    res = &res->elem[1];
+  }
+  int n = in->n_opnd;
+  bool tuple = res->n >= 0;
+  if (!n || (tuple && res->n != n) || (!tuple && n != 1))
+    return emit_opaque(r, in, at_entry, ops, opc, out);
+  for (int i = 0; i < n; i++) {
+    const hshape *t = tuple ? &res->elem[i] : res;
+    if (!exact_array(ops[i]) || t->n >= 0 || !t->exact) {
+      snprintf(note, sizeof note, "%s (element type without an IR dtype)", opc);
+      return emit_opaque(r, in, at_entry, ops, note, out);
+    }
+  }
+  int red = -1;
+  if (kind != 1) {
+    const char *why;
+    if ((red = reducer(r, in, &why)) < 0) {
+      if (!cf_hlo_attr_comp(r, in, "to_apply"))
+        return cf_hlo_fail(r, in->line,
+                           "instruction '%s': %s needs to_apply=COMPUTATION of the module",
+                           in->name, opc);
+      snprintf(note, sizeof note, "%s (reducer '%.40s')", opc, why);
+      return emit_opaque(r, in, at_entry, ops, note, out);
+    }
+  }
+  if (kind != 0) {
+    int64_t dims[2];
+    int nd;
+    if (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != 1 || dims[0] != 0) {
+      snprintf(note, sizeof note, "%s (not along dimension 0)", opc);
+      return emit_opaque(r, in, at_entry, ops, note, out);
+    }
+  }
+  const hgset *gs = NULL;
+  if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
+  if (gs->n_sub && !gs->name) {
+    snprintf(note, sizeof note, "%s over %d replica groups of different sizes", opc, gs->n_sub);
+    cf_log(r->ctx, CF_LOG_WARN,
+           "%s:%d: warning: instruction '%s': %s runs in %d replica groups of different sizes; "
+           "the parts of an IR group are communicators of one size, so it is imported as Opaque",
+           r->file, in->line, in->name, opc, gs->n_sub);
+    return emit_opaque(r, in, at_entry, ops, note, out);
+  }
+  bool same_dt = true;
+  for (int i = 1; i < n; i++)
+    same_dt &= ops[i]->type->dt == ops[0]->type->dt;
+  /* one node: a plain collective, or a fused one for a tuple of one dtype */
+  int nodes = tuple && !same_dt ? n : 1;
+  hval v = {.n = tuple ? n : -1};
+  if (tuple && !(v.elem = cf_arena_array(&r->scratch, (size_t)n, sizeof *v.elem)))
+    return cf_hlo_oom(r, in->line);
+  v.depth = tuple;
+  for (int k = 0; k < nodes; k++) {
+    bool fuse = tuple && same_dt;
+    char suffix[24] = "";
+    if (nodes > 1) snprintf(suffix, sizeof suffix, "#%d", k);
+    int idx, m = fuse ? n : 1;
+    if ((st = add_node(r, in->name, suffix, at_entry, fuse ? fused[kind] : plain[kind], in->line,
+                       &idx)))
+      return st;
+    r->n_refs = 0;
+    for (int i = 0; i < m; i++)
+      if ((st = push_ref(r, ops[fuse ? i : k]->ref, in->line))) return st;
+    if ((st = cf_node_set_inputs(r->g, idx, m, r->refs))) return st;
+    if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
+    if (red >= 0 &&
+        (st = set_str(r, idx, CF_A_REDUCTION, cf_reduction_name((cf_reduction)red), in->line)))
+      return st;
+    if (kind == 1 && (st = set_str(r, idx, CF_A_LAYOUT, "concat", in->line))) return st;
+    if (fuse) {
+      size_t len = (strlen(in->name) + 12) * (size_t)n + 1;
+      if (len > ((size_t)1 << 24))
+        return cf_hlo_fail(
+            r, in->line,
+            "instruction '%s': %d operands with this name make a members list above 16 MiB",
+            in->name, n);
+      char *members = cf_arena_alloc(&r->scratch, len);
+      if (!members) return cf_hlo_oom(r, in->line);
+      for (int i = 0, o = 0; i < n; i++)
+        o += snprintf(members + o, len - (size_t)o, "%s%s#%d", i ? "," : "", in->name, i);
+      if ((st = set_str(r, idx, CF_A_MEMBERS, members, in->line)) ||
+          (st = set_str(r, idx, CF_A_REASON, "HLO tuple collective", in->line)))
+        return st;
+    } else if ((st = set_type(r, idx, tuple ? &res->elem[k] : res, in->line))) {
+      return st;
+    }
+    for (int i = 0; i < m; i++) {
+      hval *dst = tuple ? &v.elem[fuse ? i : k] : &v;
+      *dst = (hval){
+          .n = -1, .ref = {idx, fuse ? i : 0}, .type = tuple ? &res->elem[fuse ? i : k] : res};
+    }
+  }
+  if (!start || kind != 1) {
+    *out = v;
+    return CF_OK;
+  }
+  /* all-gather-start: (operands, results) for all-gather-done */
+  hval *pair = cf_arena_array(&r->scratch, 2, sizeof *pair);
+  if (!pair) return cf_hlo_oom(r, in->line);
+  if (n == 1) {
+    pair[0] = *ops[0];
+  } else {
+    pair[0] =
+        (hval){.n = n, .depth = 1, .elem = cf_arena_array(&r->scratch, (size_t)n, sizeof(hval))};
+    if (!pair[0].elem) return cf_hlo_oom(r, in->line);
+    for (int i = 0; i < n; i++)
+      pair[0].elem[i] = *ops[i];
+  }
+  pair[1] = v;
+  *out = (hval){.n = 2, .depth = 2, .elem = pair};
+  return CF_OK;
+}
+
+static cf_status eval_comp(hlo_reader *r, hcomp *c, const hval *args, int n_args, hval *out);
+
+/* The tuple of in's operands. */
+static cf_status emit_tuple(hlo_reader *r, const hinstr *in, const hval *const *ops, hval *out) {
+  *out = (hval){.n = in->n_opnd};
+  if (in->n_opnd &&
+      !(out->elem = cf_arena_array(&r->scratch, (size_t)in->n_opnd, sizeof *out->elem)))
+    return cf_hlo_oom(r, in->line);
+  for (int i = 0; i < in->n_opnd; i++) {
+    out->elem[i] = *ops[i];
+    if (ops[i]->depth + 1 > out->depth) out->depth = ops[i]->depth + 1;
+  }
+  return CF_OK;
+}
+
+/* Custom calls that are the identity in the per-rank program collfuse runs:
+ * sharding annotations, and the shard_map exits (local -> global shape),
+ * whose per-rank value is the rank's local shard, as in XLA's partitioned
+ * module. The entries (GlobalToLocalShape) stay Opaque: each rank's shard of
+ * a global input is deterministic data of the local shape. */
+static bool forwards_operands(const hinstr *in) {
+  static const char *targets[] = {"\"Sharding\"", "\"xla.sdy.FuncResultSharding\"",
+                                  "\"xla.sdy.LocalToGlobalShape\"", "\"SPMDShardToFullShape\""};
+  const hattr *t = cf_hlo_attr(in, "custom_call_target");
+  for (size_t i = 0; t && i < sizeof targets / sizeof targets[0]; i++)
+    if (cf_span_is(t->val, targets[i])) return true;
+  return false;
+}
+
+static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hval *args,
+                            int n_args) {
+  hinstr *in = &c->ins[k];
+  hval *out = &vals[k];
+  bool at_entry = c == r->entry;
+  const char *op = in->opcode;
+  if ((r->work -= 1 + in->n_opnd) < 0)
+    return cf_hlo_fail(r, in->line, "the module expands to more than %d instructions and operands",
+                       HLO_MAX_WORK);
+  const hval *small[8], **ops = small;
+  if (in->n_opnd > 8 && !(ops = malloc((size_t)in->n_opnd * sizeof *ops)))
+    return cf_hlo_oom(r, in->line);
+  cf_status st = CF_OK;
+  for (int i = 0; i < in->n_opnd && !st; i++) {
+    int j = cf_hlo_map_find(&c->map, in->opnd[i]);
+    if (j < 0)
+      st = cf_hlo_fail(r, in->line,
+                       "instruction '%s': operand '%s' is not defined in computation '%s'",
+                       in->name, in->opnd[i], c->name);
+    else if (j >= k)
+      st = cf_hlo_fail(r, in->line, "instruction '%s': operand '%s' is defined after it (line %d)",
+                       in->name, in->opnd[i], c->ins[j].line);
+    else
+      ops[i] = &vals[j];
+  }
+  if (st) goto done;
+  bool binary = !strcmp(op, "add") || !strcmp(op, "subtract") || !strcmp(op, "multiply");
+  const hshape *t = &in->shape;
+  if (!strcmp(op, "parameter")) {
+    st = eval_parameter(r, in, at_entry, args, n_args, out);
+  } else if (!strcmp(op, "constant")) {
+    st = eval_constant(r, in, at_entry, out);
+  } else if (!strcmp(op, "tuple")) {
+    st = emit_tuple(r, in, ops, out);
+    if (!st && out->depth > HLO_MAX_TUPLE)
+      st = cf_hlo_fail(r, in->line, "instruction '%s': tuples nested deeper than %d", in->name,
+                       HLO_MAX_TUPLE);
+  } else if (!strcmp(op, "get-tuple-element")) {
+    const hattr *ia = cf_hlo_attr(in, "index");
+    int64_t idx = -1;
+    const char *p = ia ? ia->val.p : NULL;
+    if (!ia || !cf_hlo_read_int(&p, ia->val.p + ia->val.n, INT32_MAX, &idx) ||
+        p != ia->val.p + ia->val.n)
+      st = cf_hlo_fail(r, in->line, "instruction '%s': get-tuple-element needs index=N", in->name);
+    else if (in->n_opnd != 1 || ops[0]->n < 0 || idx >= ops[0]->n)
+      st = cf_hlo_fail(r, in->line, "instruction '%s': get-tuple-element index=%lld of %s",
+                       in->name, (long long)idx,
+                       in->n_opnd != 1 ? "other than one operand"
+                       : ops[0]->n < 0 ? "an array"
+                                       : "a shorter tuple");
+    else
+      *out = ops[0]->elem[idx];
+  } else if (!strcmp(op, "call")) {
+    hcomp *callee = cf_hlo_attr_comp(r, in, "to_apply");
+    if (!callee) callee = cf_hlo_attr_comp(r, in, "calls");
+    hval *argv = in->n_opnd ? malloc((size_t)in->n_opnd * sizeof *argv) : NULL;
+    if (!callee)
+      st = cf_hlo_fail(r, in->line,
+                       "instruction '%s': call needs to_apply=COMPUTATION of the module", in->name);
+    else if (in->n_opnd && !argv)
+      st = cf_hlo_oom(r, in->line);
+    for (int i = 0; i < in->n_opnd && !st; i++)
+      argv[i] = *ops[i];
+    if (!st) st = eval_comp(r, callee, argv, in->n_opnd, out);
+    free(argv);
+  } else if (!strcmp(op, "all-reduce") || !strcmp(op, "all-reduce-start") ||
+             !strcmp(op, "all-gather") || !strcmp(op, "all-gather-start") ||
+             !strcmp(op, "reduce-scatter")) {
+    st = eval_collective(r, in, at_entry, ops, out);
+  } else if (!strcmp(op, "all-reduce-done") && in->n_opnd == 1) {
+    *out = *ops[0];
+  } else if (!strcmp(op, "all-gather-done") && in->n_opnd == 1 && ops[0]->n == 2) {
+    *out = ops[0]->elem[1];
+  } else if (binary && in->n_opnd == 2 && exact_array(ops[0]) && exact_array(ops[1]) && t->n < 0 &&
+             ops[0]->type->dt == t->dt && ops[1]->type->dt == t->dt &&
+             cf_shape_equal(&ops[0]->type->s, &t->s) && cf_shape_equal(&ops[1]->type->s, &t->s)) {
+    cf_op ir = op[0] == 'a' ? CF_OP_ADD : op[0] == 's' ? CF_OP_SUB : CF_OP_MUL;
+    st = emit_op(r, in, at_entry, ir, ops, 2, NULL, out);
+  } else if (!strcmp(op, "convert") && in->n_opnd == 1 && exact_array(ops[0]) && t->n < 0 &&
+             t->exact && cf_shape_equal(&ops[0]->type->s, &t->s)) {
+    st = emit_op(r, in, at_entry, CF_OP_CAST, ops, 1, NULL, out);
+  } else if ((!strcmp(op, "reshape") || !strcmp(op, "bitcast")) && in->n_opnd == 1 &&
+             exact_array(ops[0]) && t->n < 0 && ops[0]->type->dt == t->dt) {
+    int64_t a, b;
+    if (cf_shape_elements(&ops[0]->type->s, &a) && cf_shape_elements(&t->s, &b) && a == b)
+      st = emit_op(r, in, at_entry, CF_OP_RESHAPE, ops, 1, NULL, out);
+    else
+      st = emit_opaque(r, in, at_entry, ops, op, out);
+  } else if (!strcmp(op, "dot") && in->n_opnd == 2 && dot_is_matmul(in, ops[0], ops[1])) {
+    st = emit_op(r, in, at_entry, CF_OP_MATMUL, ops, 2, NULL, out);
+  } else if (!strcmp(op, "custom-call") && in->n_opnd && forwards_operands(in)) {
+    /* per-rank, a value's local shard is the value: see forwards_operands */
+    if (in->n_opnd == 1) {
+      *out = *ops[0];
+    } else if (!(st = emit_tuple(r, in, ops, out))) {
+      if (out->depth > HLO_MAX_TUPLE)
+        st = cf_hlo_fail(r, in->line, "instruction '%s': tuples nested deeper than %d", in->name,
+                         HLO_MAX_TUPLE);
+    }
+  } else {
+    /* everything else keeps shape, dtype and dependencies */
+    char type[200];
+    const hattr *target = cf_hlo_attr(in, "custom_call_target");
+    const hattr *kind = cf_hlo_attr(in, "kind");
+    cf_span extra = target ? target->val : kind ? kind->val : (cf_span){"", 0};
+    if (extra.n >= 2 && extra.p[0] == '"') extra = (cf_span){extra.p + 1, extra.n - 2};
+    bool printable = true;
+    for (size_t i = 0; i < extra.n; i++)
+      printable &= extra.p[i] > ' ' && extra.p[i] < 127;
+    if (extra.n && printable)
+      snprintf(type, sizeof type, "%s:%.*s", op, (int)(extra.n > 120 ? 120 : extra.n), extra.p);
+    else
+      snprintf(type, sizeof type, "%s", op);
+    st = emit_opaque(r, in, at_entry, ops, type, out);
+  }
+done:
+  if (ops != small) free(ops);
+  return st;
+}
+
+static cf_status eval_comp(hlo_reader *r, hcomp *c, const hval *args, int n_args, hval *out) {
+  if (c->active) return cf_hlo_fail(r, c->line, "computation '%s' calls itself", c->name);
+  if (r->depth >= HLO_MAX_CALLS)
+    return cf_hlo_fail(r, c->line, "calls nested deeper than %d", HLO_MAX_CALLS);
+  hval *vals = calloc((size_t)c->n_ins, sizeof *vals);
+  if (!vals) return cf_hlo_oom(r, c->line);
+  c->active = true;
+  r->depth++;
+  cf_status st = CF_OK;
+  for (int k = 0; k < c->n_ins && !st; k++)
+    st = eval_instr(r, c, k, vals, args, n_args);
+  if (!st) *out = vals[c->root];
+  c->active = false;
+  r->depth--;
+  free(vals);
+  return st;
+}
+
+/* Outputs for the arrays of the ENTRY result: output, or output.0, output.1, ... */
+static cf_status emit_outputs(hlo_reader *r, const hval *v, bool many, int *k) {
+  if (v->n >= 0) {
+    for (int i = 0; i < v->n; i++) {
+      cf_status st = emit_outputs(r, &v->elem[i], true, k);
+      if (st) return st;
+    }
+    return CF_OK;
+  }
+  char name[32];
+  int line = r->entry->ins[r->entry->root].line, idx;
+  if (many)
+    snprintf(name, sizeof name, "output.%d", (*k)++);
+  else
+    snprintf(name, sizeof name, "output");
+  cf_status st = add_node(r, name, "", true, CF_OP_OUTPUT, line, &idx);
+  return st ? st : cf_node_set_inputs(r->g, idx, 1, &v->ref);
+}
+
+cf_status cf_hlo_build(hlo_reader *r) {
+  hval root;
+  cf_status st = eval_comp(r, r->entry, NULL, -1, &root);
+  int k = 0;
+  if (!st) st = emit_outputs(r, &root, root.n >= 0, &k);
+  if (st) return st;
+  int64_t world = r->partitions || r->replicas
+                      ? (r->partitions ? r->partitions : 1) * (r->replicas ? r->replicas : 1)
+                      : (r->max_rank + 1 > r->mesh_world ? r->max_rank + 1 : r->mesh_world);
+  if (!world && r->world_line)
+    return cf_hlo_fail(
+        r, r->world_line,
+        "replica_groups={} spans every device, but the module does not say how many: give "
+        "num_partitions= (or replica_count=) on the HloModule line");
+  r->g->world_size = world;
+  if (r->module && !(r->g->name = cf_arena_strdup(&r->g->arena, r->module)))
+    return cf_hlo_oom(r, 0);
+  return CF_OK;
+}

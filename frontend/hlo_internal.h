@@ -1,0 +1,160 @@
+/* hlo_internal.h - what the files of the XLA HLO text reader share.
+ *
+ * The reader is three files: hlo.c splits the text into statements and
+ * parses them into computations of instructions (and holds cf_hlo_read),
+ * hlo_groups.c turns a collective's replica_groups into IR groups, and
+ * hlo_eval.c evaluates the ENTRY computation into IR nodes. This header holds
+ * the parsed module, the reader's state and the helpers that cross files.
+ * Private to frontend/: nothing outside the HLO reader includes it.
+ */
+#ifndef COLLFUSE_HLO_INTERNAL_H
+#define COLLFUSE_HLO_INTERNAL_H
+
+#include "frontend.h"
+
+#include <ctype.h>
+
+enum {
+  HLO_MAX_NEST = 256,  /* brackets open at once in one statement */
+  HLO_MAX_TUPLE = 32,  /* tuples nested in tuples (shapes and values) */
+  HLO_MAX_CALLS = 64,  /* call instructions nested through computations */
+  HLO_MAX_NAME = 1024, /* bytes of an instruction or computation name */
+  HLO_MAX_AXES = 16,   /* axes of a mesh */
+};
+#define HLO_MAX_WORK 4000000 /* instructions and operands evaluated, inlined calls included */
+
+typedef struct hshape {
+  int n;               /* -1: an array; >= 0: a tuple of n elements */
+  struct hshape *elem; /* tuple elements */
+  cf_dtype dt;         /* array: the IR dtype (a same-size stand-in when !exact) */
+  bool exact;          /* dt is the HLO element type itself */
+  cf_shape s;          /* array dims */
+} hshape;
+
+typedef struct hattr {
+  cf_span key, val;
+} hattr;
+
+typedef struct hgset hgset;
+
+typedef struct hinstr {
+  const char *name, *opcode;
+  int line;
+  hshape shape;
+  cf_span args; /* the text between the opcode's parentheses */
+  int n_opnd;
+  const char **opnd; /* operand names, sigils removed */
+  int n_attr;
+  hattr *attr;
+  const hgset *groups; /* collectives: replica groups, resolved on first use */
+  int lit;             /* constants: LIT_* once classified, 0 before */
+  double lit_value;
+} hinstr;
+
+typedef struct strmap {
+  const char **keys;
+  int *slot; /* open addressing: key index + 1, 0 when empty */
+  size_t cap;
+} strmap;
+
+typedef struct hcomp {
+  const char *name;
+  int line;
+  hinstr *ins;
+  int n_ins, root;
+  strmap map;
+  bool active; /* being evaluated (a call back into it is recursion) */
+} hcomp;
+
+/* What an instruction evaluates to: one IR output, or a tuple of values. */
+typedef struct hval {
+  int n;              /* -1: an array; >= 0: a tuple of n values */
+  int depth;          /* tuple nesting */
+  cf_ref ref;         /* array: the IR output */
+  const hshape *type; /* array: its HLO type */
+  struct hval *elem;  /* tuple elements */
+} hval;
+
+/* A set of replica groups, as ranks, with the IR group that holds it. */
+struct hgset {
+  int n_sub; /* subgroups; 0 means every device */
+  int *off;  /* n_sub + 1 offsets into ranks */
+  int *ranks;
+  const char *axes; /* mesh form: the axes' names joined by '_' */
+  const char *name; /* its IR group (parts when n_sub > 1); NULL: sizes differ */
+  int line;
+  hgset *next;
+};
+
+typedef struct hlo_reader {
+  cf_context *ctx;
+  cf_graph *g;
+  const char *file;
+  cf_arena scratch;
+  char *text; /* NUL-terminated copy of the input */
+  const char *end;
+  hcomp *comps;
+  int n_comps;
+  strmap comp_map;
+  hcomp *entry;
+  const char *module;
+  int64_t partitions, replicas; /* from the HloModule line, 0 when absent */
+  int64_t max_rank;             /* largest rank in any group, -1 when none */
+  int64_t mesh_world;           /* largest mesh seen */
+  int world_line;               /* first collective over every device */
+  int64_t work;
+  int depth;
+  unsigned long long serial; /* suffix of names that were taken */
+  cf_ref *refs;              /* operands of the node being built */
+  size_t n_refs, cap_refs;
+  hgset *sets;
+  int n_anon;          /* replica_group_K */
+  unsigned char *seen; /* CF_MAX_WORLD flags, all 0 between uses */
+  bool oom;
+} hlo_reader;
+
+/* ---- hlo.c: errors, strings, maps, scanning, parsing ---- */
+
+/* Report "FILE:LINE: error: ..." through the context; returns the status. */
+cf_status cf_hlo_fail(hlo_reader *r, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+cf_status cf_hlo_oom(hlo_reader *r, int line);
+/* A NUL-terminated copy of p[0..n) in the scratch arena; NULL (r->oom set) on failure. */
+const char *cf_hlo_str(hlo_reader *r, const char *p, size_t n);
+/* The index of key k in m, -1 when absent. */
+int cf_hlo_map_find(const strmap *m, const char *k);
+
+static inline bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+static inline bool is_name_char(char c) {
+  return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-';
+}
+static inline bool at_comment(const char *p, const char *e) {
+  return e - p >= 2 && p[0] == '/' && p[1] == '*';
+}
+/* Past spaces, newlines and comments. */
+const char *cf_hlo_skip(const char *p, const char *e);
+/* Past the quoted string that starts at p. */
+const char *cf_hlo_past_quoted(const char *p, const char *e);
+/* Past the bracket group, string or comment that starts at p. */
+const char *cf_hlo_past(const char *p, const char *e);
+const char *cf_hlo_read_name(const char *p, const char *e, cf_span *out);
+bool cf_hlo_word_at(const char *p, const char *e, const char *w);
+bool cf_hlo_read_int(const char **pp, const char *e, int64_t max, int64_t *out);
+const char *cf_hlo_int_list(const char *p, const char *e, char close, int64_t hi, int64_t *v,
+                            int max, int *n);
+/* The instruction's attribute key, NULL when absent. */
+const hattr *cf_hlo_attr(const hinstr *in, const char *key);
+/* The computation an attribute names (to_apply=%name), NULL when none. */
+hcomp *cf_hlo_attr_comp(hlo_reader *r, const hinstr *in, const char *key);
+
+/* ---- hlo_groups.c: replica groups ---- */
+
+/* The collective's replica groups as ranks, declared as IR groups. */
+cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out);
+
+/* ---- hlo_eval.c: instructions to IR nodes ---- */
+
+/* Evaluate ENTRY into r->g: nodes, outputs, world size and name. */
+cf_status cf_hlo_build(hlo_reader *r);
+
+#endif /* COLLFUSE_HLO_INTERNAL_H */
