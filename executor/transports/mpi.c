@@ -60,8 +60,8 @@
 #define INLINE_NET ((size_t)63 << 10)
 #define PART_MAX ((size_t)1 << 30)   /* MPI counts are int: payloads go in 1 GiB pieces */
 #define SPLIT_MAX ((size_t)12 << 10) /* shared memory: payloads up to this go in eager pieces */
-#define EAGER_PIECE ((size_t)4032)   /* a piece + MPI's match header < 4 KiB (vader's eager limit) \
-                                      */
+/* a piece + MPI's match header < 4 KiB (vader's eager limit) */
+#define EAGER_PIECE ((size_t)4032)
 #define NET_PIECE ((size_t)63 << 10) /* network: eager pieces (< TCP's 64 KiB eager limit) */
 /* network: payloads up to this go in eager pieces; larger ones whole (a
  * rendezvous, pipelined by MPI), measured faster for 1 MiB at 2 ranks */

@@ -37,4 +37,4 @@ try:
     sys.exit("rank %d: a wrong rank was accepted" % me)
 except collfuse.CollfuseError as e:
     assert e.status == "usage" and "this process is rank %d" % me in str(e), str(e)
-print("rank %d: ok" % me)
+print("rank %d: ok" % me, flush=True)  # before teardown finalizes MPI
