@@ -8,55 +8,8 @@
 #include "cf_test.h"
 #include "frontend/frontend.h"
 
-#ifndef CF_SHARED_DIR
-#define CF_SHARED_DIR "/work/shared"
-/* An input a reader must refuse, and a substring of its message. */
-typedef struct cf_bad_input {
-  const char *text;
-  const char *msg;
-} cf_bad_input;
-
-/* Parse each case as file name (the extension picks the reader); every one
- * must fail with CF_ERR_INVALID, no graph and its message. Lists them all. */
-static inline void assert_refused(const char *name, const cf_bad_input *cases, size_t n) {
-  int failed = 0;
-  for (size_t i = 0; i < n; i++) {
-    cf_graph *g = (cf_graph *)0x1;
-    cf_status st = cf_graph_parse(ctx, name, cases[i].text, strlen(cases[i].text), &g);
-    if (st != CF_ERR_INVALID || g || !strstr(cf_context_errmsg(ctx), cases[i].msg)) {
-      print_error("case %zu: status %d, message '%s', expected '%s'\n", i, st,
-                  cf_context_errmsg(ctx), cases[i].msg);
-      failed++;
-    }
-  }
-  assert_int_equal(failed, 0);
-}
-
-#endif
 #ifndef CF_SOURCE_DIR
-#define CF_SOURCE_DIR "."
-/* An input a reader must refuse, and a substring of its message. */
-typedef struct cf_bad_input {
-  const char *text;
-  const char *msg;
-} cf_bad_input;
-
-/* Parse each case as file name (the extension picks the reader); every one
- * must fail with CF_ERR_INVALID, no graph and its message. Lists them all. */
-static inline void assert_refused(const char *name, const cf_bad_input *cases, size_t n) {
-  int failed = 0;
-  for (size_t i = 0; i < n; i++) {
-    cf_graph *g = (cf_graph *)0x1;
-    cf_status st = cf_graph_parse(ctx, name, cases[i].text, strlen(cases[i].text), &g);
-    if (st != CF_ERR_INVALID || g || !strstr(cf_context_errmsg(ctx), cases[i].msg)) {
-      print_error("case %zu: status %d, message '%s', expected '%s'\n", i, st,
-                  cf_context_errmsg(ctx), cases[i].msg);
-      failed++;
-    }
-  }
-  assert_int_equal(failed, 0);
-}
-
+#define CF_SOURCE_DIR "." /* the source tree; tests/CMakeLists.txt defines it */
 #endif
 
 static inline cf_graph *load(const char *path) {

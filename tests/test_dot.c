@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #ifndef CF_SOURCE_DIR
-#define CF_SOURCE_DIR "/work/main"
+#define CF_SOURCE_DIR "."
 #endif
 
 /* Under LeakSanitizer: graphviz 2.42's dot layout, its pango plugin and

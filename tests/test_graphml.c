@@ -5,9 +5,9 @@
  *   target_link_libraries(test_graphml PRIVATE collfuse_static cmocka)
  *   add_test(NAME test_graphml COMMAND test_graphml)
  *   set_tests_properties(test_graphml PROPERTIES LABELS unit)
- * with CF_SHARED_DIR defined as the absolute path of the shared/ directory.
+ * with CF_SOURCE_DIR defined as the absolute path of the source tree.
  *
- * The real networkx exports must load and verify; in-memory documents cover
+ * The real networkx exports in examples/graphml must load and verify; in-memory documents cover
  * what those files do not: key ids that do not follow attr.name, operand
  * order from dst_port, src_port into a multi-output node, op aliases, and
  * the error messages for broken input.
@@ -23,8 +23,8 @@
 
 #include <cmocka.h>
 
-#ifndef CF_SHARED_DIR
-#define CF_SHARED_DIR "/work/shared"
+#ifndef CF_SOURCE_DIR
+#define CF_SOURCE_DIR "."
 #endif
 
 /* networkx-style prologue: key ids deliberately unrelated to attr.name */
@@ -90,10 +90,10 @@ static void expect_error(void **state, const char *doc, const char *substr) {
   assert_non_null(strstr(msg, "t.graphml:")); /* file:line prefix */
 }
 
-static void load_shared(void **state, const char *file, int nodes, int allreduce) {
+static void load_example(void **state, const char *file, int nodes, int allreduce) {
   fixture *f = *state;
   char path[1024];
-  snprintf(path, sizeof path, "%s/data/graphml/%s", CF_SHARED_DIR, file);
+  snprintf(path, sizeof path, "%s/examples/graphml/%s", CF_SOURCE_DIR, file);
   cf_status st = cf_graph_load(f->ctx, path, &f->g);
   if (st) fail_msg("%s: %s", path, cf_context_errmsg(f->ctx));
   cf_graph_stats s;
@@ -107,12 +107,12 @@ static void load_shared(void **state, const char *file, int nodes, int allreduce
 }
 
 static void test_resnet50(void **state) {
-  load_shared(state, "resnet50.dp8.graphml", 483, 161);
+  load_example(state, "resnet50.dp8.graphml", 483, 161);
   assert_string_equal(((fixture *)*state)->g->name, "resnet50_dp8");
 }
 
 static void test_bert(void **state) {
-  load_shared(state, "bert-base-uncased.dp8.graphml", 606, 202);
+  load_example(state, "bert-base-uncased.dp8.graphml", 606, 202);
   assert_string_equal(((fixture *)*state)->g->name, "bert-base-uncased_dp8");
 }
 

@@ -1,6 +1,6 @@
 /* test_hlo.c - unit tests for the XLA HLO text reader (frontend/hlo.c).
  *
- * The JAX exports in shared/data/hlo must import with their collectives,
+ * The JAX exports in examples/hlo must import with their collectives,
  * groups and MatMuls where they are; the files in tests/hlo cover every
  * replica_groups form, call inlining, tuples, async collectives, constants
  * and Opaque fallbacks; in-memory modules cover the error messages (each
@@ -12,7 +12,7 @@
 
 static void test_jax_tp_mlp(void **state) {
   (void)state;
-  cf_graph *g = load(CF_SHARED_DIR "/data/hlo/jax_tp_mlp.hlo");
+  cf_graph *g = load(CF_SOURCE_DIR "/examples/hlo/jax_tp_mlp.hlo");
   assert_string_equal(g->name, "jit_tp_mlp");
   assert_int_equal(g->world_size, 8);
   assert_group(g, "tp", "0,1,2,3,4,5,6,7");
@@ -45,7 +45,7 @@ static void test_jax_tp_mlp(void **state) {
 
 static void test_jax_mixed(void **state) {
   (void)state;
-  cf_graph *g = load(CF_SHARED_DIR "/data/hlo/jax_mixed_reductions.hlo");
+  cf_graph *g = load(CF_SOURCE_DIR "/examples/hlo/jax_mixed_reductions.hlo");
   static const struct {
     const char *name;
     cf_reduction red;
@@ -72,7 +72,7 @@ static void test_jax_mixed(void **state) {
 static void test_jax_optimized(void **state) {
   (void)state;
   /* sigils, signatures, FileNames/StackFrames tables, fusions, num_partitions */
-  cf_graph *g = load(CF_SHARED_DIR "/data/hlo/jax_tp_mlp.optimized.hlo");
+  cf_graph *g = load(CF_SOURCE_DIR "/examples/hlo/jax_tp_mlp.optimized.hlo");
   assert_int_equal(g->world_size, 8);
   const cf_node *ag = node(g, "all_gather.3"), *rs = node(g, "reduce_scatter.8");
   assert_int_equal(ag->op, CF_OP_ALLGATHER);

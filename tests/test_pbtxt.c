@@ -1,7 +1,7 @@
 /* test_pbtxt.c - unit tests for the protobuf-text GraphDef reader
  * (frontend/pbtxt.c).
  *
- * The Ascend tf_adapter graph in shared/data/pbtxt must import as its
+ * The Ascend tf_adapter graph in examples/pbtxt must import as its
  * AllGather of a constant; tests/pbtxt covers every mapped op and the
  * protobuf text spellings; in-memory graphs cover the error messages.
  */
@@ -9,7 +9,7 @@
 
 static void test_hccl_op(void **state) {
   (void)state;
-  cf_graph *g = load(CF_SHARED_DIR "/data/pbtxt/hccl_op.pbtxt");
+  cf_graph *g = load(CF_SOURCE_DIR "/examples/pbtxt/hccl_op.pbtxt");
   assert_int_equal(g->world_size, 8);
   assert_int_equal(g->n_nodes, 3);
   /* tensor_content "\000\000 A" twice: two little-endian 10.0f */

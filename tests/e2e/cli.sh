@@ -246,7 +246,6 @@ EOF
 fi
 
 # ---------------------------------------------------------------- fusion
-shared="$src/../shared/data/graphml"
 dp="$src/examples/dp_gradients.xml"
 if run compile "$dp" --explain; then
   expect_rc 0 "compile --explain" &&
@@ -264,17 +263,15 @@ for spec in "bytes:" "size:50,40" "size:10,10,10,10,10,10,10,10,20" "index:5,3" 
     expect_rc 2 "compile --split $spec" && has "$ERR" "--split" "compile --split $spec"
   fi
 done
-if [ -d "$shared" ]; then
-  for case in "size:96.54,3.46|2" "index:20,100,160|3" "bytes:25M,first=1M|6" "auto|9"; do
-    spec=${case%|*}
-    want=${case#*|}
-    if run compile "$shared/resnet50.dp8.graphml" --split "$spec" --json; then
-      expect_rc 0 "resnet50 --split $spec" &&
-        python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["collectives_before"] == 161 and d["collectives_after"] == int(sys.argv[2]), (d["collectives_after"], sys.argv[2]); assert sum(len(b["members"]) for b in d["buckets"]) == 161' "$OUT" "$want" ||
-        fail "resnet50 --split $spec: expected 161 -> $want collectives"
-    fi
-  done
-fi
+for case in "size:96.54,3.46|2" "index:20,100,160|3" "bytes:25M,first=1M|6" "auto|9"; do
+  spec=${case%|*}
+  want=${case#*|}
+  if run compile "$src/examples/graphml/resnet50.dp8.graphml" --split "$spec" --json; then
+    expect_rc 0 "resnet50 --split $spec" &&
+      python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["collectives_before"] == 161 and d["collectives_after"] == int(sys.argv[2]), (d["collectives_after"], sys.argv[2]); assert sum(len(b["members"]) for b in d["buckets"]) == 161' "$OUT" "$want" ||
+      fail "resnet50 --split $spec: expected 161 -> $want collectives"
+  fi
+done
 # the fused graph reads back, and a tampered one is refused by its fingerprint
 fused="$work/dp.fused.xml"
 if run compile "$dp" -o "$fused" && run check "$fused"; then

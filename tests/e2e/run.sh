@@ -1,5 +1,5 @@
 #!/bin/sh
-# run.sh COLLFUSE SRCDIR [SHAREDDIR]
+# run.sh COLLFUSE SRCDIR
 #
 # End-to-end checks of `collfuse run` (SPEC section 4): every example runs and
 # passes --verify at its world size and at other --ranks its groups allow;
@@ -9,22 +9,21 @@
 # header; --input NAME=FILE.npy with {rank} feeds the run (the outputs
 # follow the files; a wrong shape or name is an error); --deterministic gives
 # byte-identical outputs fused (default), unfused (-O0) and with two other
-# --split layouts, on the shared ResNet-50 gradients and on random graphs
-# from gen_random_graphs.py, every run also verified; exit codes (usage 2,
-# invalid graph 1, runtime 3) for bad options, cross-rank mismatches
-# (COLLFUSE_TEST_MISMATCH), a failing rank and a vanished rank
+# --split layouts, on the ResNet-50 gradients (examples/graphml) and on
+# random graphs from gen_random_graphs.py, every run also verified; exit
+# codes (usage 2, invalid graph 1, runtime 3) for bad options, cross-rank
+# mismatches (COLLFUSE_TEST_MISMATCH), a failing rank and a vanished rank
 # (COLLFUSE_TEST_FAIL), the latter within the --timeout, never a hang.
 # Every command runs under `timeout`; a sanitizer report is a failure.
 # Prints one line per failure and exits 1 if there was any.
 set -u
 
-if [ $# -ne 2 ] && [ $# -ne 3 ]; then
-  echo "usage: run.sh COLLFUSE SRCDIR [SHAREDDIR]" >&2
+if [ $# -ne 2 ]; then
+  echo "usage: run.sh COLLFUSE SRCDIR" >&2
   exit 2
 fi
 cf=$1
 src=$2
-shared=${3:-$src/../shared}
 command -v python3 >/dev/null 2>&1 || { echo "run.sh: python3 is needed" >&2; exit 2; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cf-run.XXXXXX") || exit 2
@@ -322,14 +321,9 @@ det() {
   rm -rf "$work/det_$dn".*
 }
 section deterministic
-resnet="$shared/data/graphml/resnet50.dp8.graphml"
-if [ -f "$resnet" ]; then
-  LIMIT=120
-  det resnet50 some "$resnet" --ranks 2
-  LIMIT=60
-else
-  echo "run.sh: $resnet not found, skipping it" >&2
-fi
+LIMIT=120
+det resnet50 some "$src/examples/graphml/resnet50.dp8.graphml" --ranks 2
+LIMIT=60
 section random graphs
 python3 "$src/tests/e2e/gen_random_graphs.py" "$work/rand" 20 7 || fail "gen_random_graphs.py failed"
 for f in "$work"/rand/rand*.xml; do

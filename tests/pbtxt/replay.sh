@@ -1,7 +1,7 @@
 #!/bin/sh
-# replay.sh COLLFUSE SHARED_DIR OUT_DIR - the imported real graphs run.
+# replay.sh COLLFUSE SRCDIR OUT_DIR - the imported real graphs run.
 #
-# hccl_op.pbtxt (Ascend tf_adapter) on 8 ranks: verified, and every rank's
+# examples/pbtxt/hccl_op.pbtxt (Ascend tf_adapter) on 8 ranks: verified, and every rank's
 # output is the gather of the constant, 16 float32 10.0 (8 ranks x 2). The
 # JAX tensor-parallel MLP (as lowered and as optimized) and mixed
 # reductions: verified on 8 ranks. tests/hlo's collectives over several
@@ -9,10 +9,10 @@
 # part): verified on 4 and 8 ranks, fused and unfused.
 set -eu
 cf=$1
-shared=$2
+src=$2
 out=$3
 rm -rf "$out"
-"$cf" run "$shared/data/pbtxt/hccl_op.pbtxt" --ranks 8 --verify --save-outputs "$out"
+"$cf" run "$src/examples/pbtxt/hccl_op.pbtxt" --ranks 8 --verify --save-outputs "$out"
 python3 - "$out" <<'PY'
 import glob, struct, sys
 files = sorted(glob.glob(sys.argv[1] + "/rank*/retval_Add_0_0.npy"))
@@ -28,10 +28,10 @@ for f in files:
     assert all(v == 10.0 for v in vals), (f, vals)
 print("hccl_op.pbtxt: 8 ranks, each output 16 x 10.0")
 PY
-"$cf" run "$shared/data/hlo/jax_tp_mlp.hlo" --ranks 8 --verify
-"$cf" run "$shared/data/hlo/jax_mixed_reductions.hlo" --ranks 8 --verify
-"$cf" run "$shared/data/hlo/jax_tp_mlp.optimized.hlo" --ranks 8 --verify
-hlo=$(dirname "$0")/../hlo
+"$cf" run "$src/examples/hlo/jax_tp_mlp.hlo" --ranks 8 --verify
+"$cf" run "$src/examples/hlo/jax_mixed_reductions.hlo" --ranks 8 --verify
+"$cf" run "$src/examples/hlo/jax_tp_mlp.optimized.hlo" --ranks 8 --verify
+hlo=$src/tests/hlo
 for f in partitioned.hlo:4 partitioned8.hlo:8 mesh.hlo:8 replica_groups.hlo:8 modes.hlo:4; do
   "$cf" run "$hlo/${f%%:*}" --ranks "${f#*:}" --verify
   "$cf" run "$hlo/${f%%:*}" --ranks "${f#*:}" --verify -O0 --deterministic
