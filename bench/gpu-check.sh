@@ -1,11 +1,18 @@
 #!/bin/bash
 # bench/gpu-check.sh - the CUDA backend's whole check on a GPU machine, in
-# one call well inside 10 minutes (issue 10). Prepare here, run there:
+# one run of a few minutes (every step has a timeout; the whole stays under
+# 570 s). Either with a build on that machine:
 #
-#   sh bench/gpu-pack.sh                          # here: .gpu-bundle/bundle.tar.xz
-#   device run: command "bash bench/gpu-check.sh", carry [".gpu-bundle"], timeout_s 600
+#   CF_BUILD=build bash bench/gpu-check.sh
 #
-# It unpacks the bundle (binaries + their shared libraries, made here), then:
+# or, on a GPU machine without collfuse's build dependencies, with a bundle
+# made on the build machine and copied there with the source tree:
+#
+#   sh bench/gpu-pack.sh                          # build machine: .gpu-bundle/bundle.tar.xz
+#   bash bench/gpu-check.sh                       # GPU machine
+#
+# It unpacks the bundle (binaries + their shared libraries) if there is no
+# CF_BUILD, then:
 #   1. test_cuda on the GPU: every n-ary / accumulate / scale kernel (all
 #      dtypes x reductions x arities) against the CPU backend with guard
 #      bytes, views, whole graphs against the float64 reference, and
@@ -18,8 +25,8 @@
 #      sources, 256 MiB per buffer, against the copy rate of the same run),
 #      and torch.sum / amax on the same shapes where PyTorch is there;
 #   4. `collfuse bench allreduce --device cuda` (8 ranks on one GPU).
-# Results go to $OUT (at most 8 files, as the device tool returns them):
-# summary.txt, env.txt, test_cuda.log, run.tsv, run.log, bench_reduce.txt,
+# Results go to $OUT (default gpu-out/ in the source tree): summary.txt,
+# env.txt, test_cuda.log, run.tsv, run.log, bench_reduce.txt,
 # torch_reduce.txt, bench_allreduce.txt. The summary is printed last.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,7 +55,11 @@ late() {
 
 # ---- unpack ----
 bundle=$src/.gpu-bundle/bundle.tar.xz
-if [ ! -e "$B/bin/collfuse" ]; then
+if [ -n "${CF_BUILD:-}" ]; then
+  CF_BUILD=$(cd "$CF_BUILD" && pwd) || { say "gpu-check: no build folder $CF_BUILD"; exit 2; }
+  [ -x "$CF_BUILD/collfuse" ] && [ -x "$CF_BUILD/tests/test_cuda" ] ||
+    { say "gpu-check: $CF_BUILD has no collfuse and tests/test_cuda (build it first)"; exit 2; }
+elif [ ! -e "$B/bin/collfuse" ]; then
   [ -e "$bundle" ] || { say "gpu-check: no $bundle (run bench/gpu-pack.sh here and carry .gpu-bundle)"; exit 2; }
   mkdir -p "$B"
   if command -v xz >/dev/null 2>&1; then
@@ -72,15 +83,24 @@ if [ -z "${CUBLAS_LIBRARY:-}" ]; then
   done
 fi
 export COLLFUSE_CACHE=/tmp/collfuse-cache XDG_CACHE_HOME=/tmp/collfuse-xdg
-libpath=$B/lib${drv:+:$drv}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-if LD_LIBRARY_PATH=$libpath "$B/bin/collfuse" --version >/dev/null 2>&1; then
-  mode="the machine's loader, LD_LIBRARY_PATH=bundle/lib"
-  X=(env "LD_LIBRARY_PATH=$libpath")
+if [ -n "${CF_BUILD:-}" ]; then
+  mode="the build in $CF_BUILD"
+  libpath=${drv}${LD_LIBRARY_PATH:+${drv:+:}$LD_LIBRARY_PATH}
+  X=(env ${libpath:+"LD_LIBRARY_PATH=$libpath"})
+  CF=$CF_BUILD/collfuse
+  TC=$CF_BUILD/tests/test_cuda
 else
-  mode="the carried loader (this machine's glibc is older than the bundle's)"
-  X=("$B/sys/ld-linux-x86-64.so.2" --library-path "$B/sys:$libpath")
+  libpath=$B/lib${drv:+:$drv}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if LD_LIBRARY_PATH=$libpath "$B/bin/collfuse" --version >/dev/null 2>&1; then
+    mode="the machine's loader, LD_LIBRARY_PATH=bundle/lib"
+    X=(env "LD_LIBRARY_PATH=$libpath")
+  else
+    mode="the carried loader (this machine's glibc is older than the bundle's)"
+    X=("$B/sys/ld-linux-x86-64.so.2" --library-path "$B/sys:$libpath")
+  fi
+  CF=$B/bin/collfuse
+  TC=$B/bin/test_cuda
 fi
-CF=$B/bin/collfuse
 quick=()
 [ -n "${CF_CHECK_QUICK:-}" ] && quick=(--quick) # a dry run (e.g. with tests/mock_cuda.c), not a measurement
 
@@ -99,7 +119,7 @@ say "== collfuse CUDA check: $(nvidia-smi --query-gpu=name,driver_version --form
 say "   cuBLAS: ${CUBLAS_LIBRARY:-not found (MatMul on the host)}"
 
 # ---- 1. test_cuda ----
-timeout $(tmo 300) "${X[@]}" "$B/bin/test_cuda" > "$OUT/test_cuda.log" 2>&1
+timeout $(tmo 300) "${X[@]}" "$TC" > "$OUT/test_cuda.log" 2>&1
 rc=$?
 say "== 1. test_cuda: exit $rc after $(elapsed) s: $(grep -E '^\[  (PASSED|FAILED)  \]|^skipped' "$OUT/test_cuda.log" | tr '\n' ' ')"
 grep -E "FAILED|ERROR|differs|guard" "$OUT/test_cuda.log" | head -20 | tee -a "$summary"

@@ -1,11 +1,12 @@
 /* target.c - target profiles: one data table of each device's documented
- * limits, taken from the support tables in shared/seeds/ (HCCL AllReduce,
- * ATB AllGather, HcclReduce, torch_npu.npu_mm_reduce_scatter_base).
+ * limits, taken from the support tables of the Ascend API documents (TF
+ * Adapter's npu.distribute.all_reduce, ATB's AllGatherOperation, HCCL's
+ * HcclReduce, torch_npu.npu_mm_reduce_scatter_base; docs/format.md).
  *
  * A profile row says, per collective kind, whether the device has it at all,
  * which dtypes and reductions it takes, which dtypes forbid prod or allow only
  * sum, and for MatmulReduceScatter the world sizes and the k range. Kinds a
- * seed does not describe for a device keep the permissive default.
+ * document does not describe for a device keep the permissive default.
  * Fused collectives are checked as the collective they fuse.
  *
  * torch_npu's MatmulReduceScatter adds three rules on the Atlas profiles:
