@@ -39,7 +39,7 @@ summary=$OUT/summary.txt
 : > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
 elapsed() { echo $(($(date +%s) - T0)); }
-# every step checks the clock: the call must end inside the device tool's limit
+# every step checks the clock: the whole check ends within about 10 minutes
 budget=${CF_CHECK_BUDGET:-500}
 # a step's timeout: its own, cut to what is left before 570 s
 tmo() {

@@ -1,5 +1,5 @@
 /* mpi_allreduce.c - collfuse-mpi-allreduce, the OpenMPI peer of
- * `collfuse bench allreduce` (SPEC section 6).
+ * `collfuse bench allreduce` (bench/README.md).
  *
  * Started by the benchmark as `mpirun -np N collfuse-mpi-allreduce --sizes
  * B1,B2,.. --iters K1,K2,.. [--loops L]`, it times MPI_Allreduce (float32,

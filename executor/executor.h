@@ -141,7 +141,7 @@ typedef struct cf_inputs {
 
 /* Evaluate the unfused graph g (verified and inferred; fused ops are
  * evaluated by their definition too) for ranks 0..in->ranks-1 in float64
- * (integers exactly). Collectives follow SPEC section 2 with groups;
+ * (integers exactly). Collectives follow docs/format.md with groups;
  * Reduce's non-root outputs are undefined and left NaN/0 (verify skips
  * them). out[rank * n_outputs + j] is the j-th Output node (node order) of
  * rank; the caller frees with cf_ref_free(out, count). */

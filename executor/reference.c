@@ -321,7 +321,7 @@ static cf_status compute(ref_run *r, const cf_node *n, int rank) {
 /* ================= collectives ================= */
 
 /* The world ranks of n's group, in group order and part after part, the
- * size of one part (SPEC 2: world_size, else rank_size, else the group's
+ * size of one part (docs/format.md: world_size, else rank_size, else the group's
  * size; hccl_world_group without a definition is ranks 0..size-1) and the
  * number of parts (each part reduces on its own). */
 static cf_status group_of(ref_run *r, const cf_node *n, const int **ranks, int *size, int *parts) {

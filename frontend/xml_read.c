@@ -1,4 +1,4 @@
-/* xml_read.c - reader for collfuse's native XML format (SPEC section 3).
+/* xml_read.c - reader for collfuse's native XML format (docs/format.md).
  *
  * The document is parsed by the hardened cf_xml_parse, validated against the
  * XSD compiled into the library (docs/collfuse-graph.xsd), and then walked

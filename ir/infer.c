@@ -1,5 +1,5 @@
 /* infer.c - shape and dtype inference, one case per op, in topological order.
- * Each case checks the op's rules (SPEC section 2) on its operands' types,
+ * Each case checks the op's rules (docs/format.md) on its operands' types,
  * writes the node's output types, and finally the declared dtype/shape of the
  * node (if any) must agree with what was inferred.
  */

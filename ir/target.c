@@ -65,7 +65,7 @@ struct cf_target {
 #define NO(src) {.unsupported = true, .source = src}
 
 static const cf_target targets[] = {
-    {.name = "cpu", .desc = "collfuse's CPU executor: everything in the SPEC"},
+    {.name = "cpu", .desc = "collfuse's CPU executor: no device limits"},
     {.name = "atlas-a2",
      .desc = "Atlas A2 training/inference series",
      .k = {[K_ALLREDUCE] = A2A3_ALLREDUCE,

@@ -1,6 +1,6 @@
 /* fuse_matmul_collective.c - `fuse-matmul-collective`: a matrix product and
  * the collective next to it become one op that overlaps the two (torch_npu's
- * MC2 ops, SPEC section 2).
+ * MC2 ops, docs/fusion.md).
  *
  * Requires: a verified, inferred graph. In the default pipeline it runs after
  * fuse-allreduce, fuse-allgather and fuse-reducescatter, so bucketing comes

@@ -1,4 +1,4 @@
-/* split.c - how fusion=1 collectives are split into buckets (SPEC section 5).
+/* split.c - how fusion=1 collectives are split into buckets (docs/fusion.md).
  *
  *   bytes:CAP[,first=F][,count=C]  greedy buckets in gradient-ready order up to
  *                                  CAP bytes; the first bucket up to F (DDP's

@@ -472,7 +472,7 @@ static void test_allreduce_many_ranks(void **state) {
           if (r == 0 || red <= CF_RED_MEAN) allreduce(all_algos[a], all_dts[t], red, ranks[r], 333);
 }
 
-/* Integer mean is the exact sum divided (SPEC 2, reference.c): partial sums
+/* Integer mean is the exact sum divided (docs/format.md, reference.c): partial sums
  * of an algorithm must not wrap in the type before the division. */
 static void test_allreduce_int_mean_no_wrap(void **state) {
   (void)state;

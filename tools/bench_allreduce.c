@@ -1,5 +1,5 @@
 /* bench_allreduce.c - `collfuse bench allreduce`: collfuse's AllReduce
- * against OpenMPI's MPI_Allreduce at the same rank count (SPEC section 6).
+ * against OpenMPI's MPI_Allreduce at the same rank count (bench/README.md).
  *
  * collfuse's side is the executor's own path without a graph: N rank
  * threads of this process on one threads-transport world and the CPU

@@ -1,7 +1,7 @@
 /* bench_cuda.c - `collfuse bench reduce --device cuda` and `collfuse bench
  * allreduce --device cuda`: the CUDA backend's kernels and AllReduce on a
  * GPU, against the GPU's own device-to-device copy rate measured in the
- * same run (SPEC section 6: a peer side by side; docs/executor.md, CUDA).
+ * same run (bench/README.md: a peer side by side; docs/executor.md, CUDA).
  *
  * reduce: for every dtype, sum and max, 2 and 8 sources (256 MiB per
  * buffer by default), the n-ary kernel (dst = op(src0..srcK-1), one pass,

@@ -1,6 +1,6 @@
 /* bench_fusion.c - `collfuse bench fusion FILE`: what fusion buys on a
- * real graph, against the unfused graph and against the ideal (SPEC
- * section 6).
+ * real graph, against the unfused graph and against the ideal
+ * (bench/README.md).
  *
  * The graph runs on N rank threads (its world_size is overridden, as `run
  * --ranks` does) once per variant: unfused (-O0), fused by the default

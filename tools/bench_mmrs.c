@@ -1,5 +1,5 @@
 /* bench_mmrs.c - `collfuse bench mmrs`: the fused MatmulReduceScatter
- * against MatMul followed by ReduceScatter (issue 6, SPEC section 6).
+ * against MatMul followed by ReduceScatter (bench/README.md).
  *
  * For each rank count, dtype and shape (m, k, n) the graph x (m,k) @ w (k,n)
  * -> ReduceScatter(sum) -> Output is built in memory as native XML (for

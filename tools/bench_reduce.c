@@ -1,5 +1,5 @@
 /* bench_reduce.c - `collfuse bench reduce`: collfuse's JIT reduction
- * kernels side by side with their peers (SPEC section 6).
+ * kernels side by side with their peers (bench/README.md).
  *
  * For float32, float16, bfloat16 and int8, sum and max, 2 and 8 sources, at
  * 256 KiB (in cache) and 64 MiB (DRAM) per buffer, one row holds:

@@ -1,4 +1,4 @@
-/* collfuse.c - the `collfuse` command-line driver (SPEC section 4).
+/* collfuse.c - the `collfuse` command-line driver (docs/cli.md).
  *
  * Each command parses its own options, calls the library and maps cf_status
  * to the documented exit codes: 0 success, 1 invalid input or failed

@@ -5,7 +5,7 @@
 #include "../ir/ir.h"
 #include "../passes/passes.h"
 
-/* json_report.c: the `compile --json` object (SPEC section 4), printed on
+/* json_report.c: the `compile --json` object (docs/cli.md), printed on
  * stdout. before is the collective count of the input graph. */
 cf_status cf_report_compile_json(const cf_graph *g, int collectives_before,
                                  const cf_pass_timing *timing, int n_timing);
@@ -65,7 +65,7 @@ const char *cf_tool_opt(int argc, char **argv, int *i, const char *name);
 bool cf_tool_help(int argc, char **argv, const char *text);
 void cf_tool_bytes(int64_t b, char *buf, size_t len);
 
-/* run.c: `collfuse run` (SPEC section 4); returns the exit code. */
+/* run.c: `collfuse run` (docs/cli.md); returns the exit code. */
 extern const char cf_help_run[];
 int cf_cmd_run(cf_context *ctx, int argc, char **argv);
 

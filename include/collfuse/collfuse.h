@@ -199,7 +199,7 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
 /* ================= compiling and running (executor/api.c) ================= */
 
 /* Options of cf_graph_run_pipeline and cf_executable_create, set by name as
- * the command line spells them (SPEC section 4):
+ * the command line spells them (docs/cli.md):
  *   "passes"        "default" (every fusion), "O0" (none) or a comma list
  *   "split"         fusion=1 strategy: auto | bytes:25M[,first=1M][,count=N] |
  *                   size:96.54,3.46 | index:20,100,159

@@ -1,7 +1,7 @@
 #!/bin/sh
 # cli.sh COLLFUSE SRCDIR
 #
-# End-to-end checks of the command line (SPEC section 4) on the examples:
+# End-to-end checks of the command line (docs/cli.md) on the examples:
 # version and help texts, usage errors (exit 2), `check` on every example,
 # `compile -o` round trips (the output is valid input, and compiling it again
 # is a byte-identical fixpoint), `compile --json` (one JSON object with the

@@ -1,7 +1,7 @@
 #!/bin/sh
 # run.sh COLLFUSE SRCDIR
 #
-# End-to-end checks of `collfuse run` (SPEC section 4): every example runs and
+# End-to-end checks of `collfuse run` (docs/cli.md): every example runs and
 # passes --verify at its world size and at other --ranks its groups allow;
 # --json is one object with the documented keys; --iters/--warmup; --seed
 # changes the outputs and the same seed reproduces them; --save-outputs
@@ -93,7 +93,7 @@ same() {
 # ---------------------------------------------------------------- python helpers
 cat >"$work/json_check.py" <<'EOF'
 import json, sys
-# json_check.py FILE RANKS ITERS [WARMUP]: one run --json object with SPEC's keys
+# json_check.py FILE RANKS ITERS [WARMUP]: one run --json object with docs/cli.md's keys
 with open(sys.argv[1]) as f:
     text = f.read()
 try:
