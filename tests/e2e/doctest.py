@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Docs that are tested: README.md and docs/*.md against the program.
 
-    doctest.py commands BUILD SRC   run every `$ ` command shown, compare output
+    doctest.py commands BUILD SRC [--no-python]
+                                    run every `$ ` command shown, compare output
     doctest.py code BUILD SRC [--no-python]
                                     compile and run the ```c blocks, run the
                                     ```python blocks
@@ -14,14 +15,16 @@ Conventions of the documents (README.md says them in short):
 
 Commands. In a fenced code block, a line `$ CMD` is a command and the lines
 after it, up to the next `$ ` line or the end of the block, are its output
-(stdout and stderr together, as a terminal shows them). Commands run with
-`sh -c` in a scratch directory that holds a link to every top-level entry of
+(stdout and stderr together on a pseudo-terminal, as a user sees them).
+Commands run with `sh -c` in a scratch directory that holds a link to every top-level entry of
 the repository and `build` -> the build directory, so `build/collfuse`,
 `examples/...` and `python` mean what they mean in a checkout, and the files
 a command writes stay out of the source tree. The commands of one document
 run in order in one scratch directory (a command may read what an earlier one
 wrote); each gets a fresh kernel cache, so `-v` shows the JIT compiling. A
 command must exit 0, unless its shown output has an `error:`, then non-zero.
+--no-python (sanitizer builds, whose library cannot load into python3) skips
+the commands and blocks that run python3.
 Commands that are not to be run (make, mpirun, a GPU) are shown without `$ `.
 
 Output matching, line by line after trailing blanks are dropped:
@@ -48,11 +51,15 @@ imports torch is skipped when torch is missing.
 """
 
 import os
+import pty
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 FAILED = []
 
@@ -94,7 +101,7 @@ def scratch_dir(src, build):
     for name in os.listdir(src):
         if name == ".git" or name == "build" or name.startswith("build-"):
             continue
-        os.symlink(os.path.join(src, name), os.path.join(tmp, name))
+        os.symlink(os.path.join(os.path.abspath(src), name), os.path.join(tmp, name))
     os.symlink(os.path.abspath(build), os.path.join(tmp, "build"))
     return tmp
 
@@ -154,6 +161,32 @@ def match(patterns, actual):
     return go(0, 0)
 
 
+def run_on_terminal(cmd, cwd, env, timeout):
+    """Run cmd with stdout and stderr on one pseudo-terminal, so the two
+    interleave as a user sees them; (exit code or None on timeout, text)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen(["sh", "-c", cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                         stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    out, deadline = [], time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([master], [], [], left)[0]:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            os.close(master)
+            return None, ""
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: every writer has closed the terminal
+            data = b""
+        if not data:
+            break
+        out.append(data)
+    os.close(master)
+    return p.wait(), b"".join(out).decode("utf-8", "replace").replace("\r\n", "\n")
+
+
 def commands_of(src, rel):
     for lang, start, body in blocks(src, rel):
         cur = None
@@ -168,23 +201,23 @@ def commands_of(src, rel):
             yield cur
 
 
-def run_commands(build, src):
+def run_commands(build, src, python):
     n = 0
     for rel in doc_files(src):
         tmp = None
         for line, cmd, shown in commands_of(src, rel):
             where = "%s:%d" % (rel, line)
+            if not python and "python3" in cmd:
+                print("skip %s: python (sanitizer build)" % where)
+                continue
             if tmp is None:
                 tmp = scratch_dir(src, build)
             n += 1
             env = dict(os.environ, XDG_CACHE_HOME=tempfile.mkdtemp(dir=tmp, prefix=".cache-"))
-            try:
-                p = subprocess.run(["sh", "-c", cmd], cwd=tmp, env=env, timeout=300,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            except subprocess.TimeoutExpired:
+            rc, text = run_on_terminal(cmd, tmp, env, 300)
+            if rc is None:
                 fail(where, "`%s` did not finish in 300 s" % cmd)
                 continue
-            text = p.stdout.decode("utf-8", "replace")
             actual = [ln.rstrip() for ln in normalise(text, tmp).split("\n")]
             while actual and not actual[-1]:
                 actual.pop()
@@ -193,10 +226,10 @@ def run_commands(build, src):
             if not match(want, actual):
                 fail(where, "`%s`: output differs from the document\n--- shown (normalised)\n%s\n"
                      "--- printed (normalised, exit %d)\n%s\n---"
-                     % (cmd, "\n".join(want), p.returncode, "\n".join(actual)))
-            elif wants_error != (p.returncode != 0):
+                     % (cmd, "\n".join(want), rc, "\n".join(actual)))
+            elif wants_error != (rc != 0):
                 fail(where, "`%s` exited %d; the document %s" %
-                     (cmd, p.returncode, "shows an error" if wants_error else "shows no error"))
+                     (cmd, rc, "shows an error" if wants_error else "shows no error"))
             else:
                 print("ok %s: %s" % (where, cmd))
         if tmp:
@@ -215,7 +248,7 @@ HARNESS_HEAD = r"""#include <collfuse/collfuse.h>
 
 static cf_context *doc_ctx; /* the first context a block creates, for messages */
 
-static cf_status doc_check(cf_status st, const char *call, const char *file, int line) {
+static inline cf_status doc_check(cf_status st, const char *call, const char *file, int line) {
   if (st != CF_OK) {
     fprintf(stderr, "%s:%d: %s returned %d: %s\n", file, line, call, (int)st,
             doc_ctx ? cf_context_errmsg(doc_ctx) : "(no context)");
@@ -224,7 +257,7 @@ static cf_status doc_check(cf_status st, const char *call, const char *file, int
   return st;
 }
 
-static cf_status doc_check_ctx(cf_status st, cf_context **ctx, const char *file, int line) {
+static inline cf_status doc_check_ctx(cf_status st, cf_context **ctx, const char *file, int line) {
   doc_check(st, "cf_context_create", file, line);
   if (!doc_ctx) doc_ctx = *ctx;
   return st;
@@ -350,9 +383,9 @@ def main(argv):
     if len(argv) < 4 or argv[1] not in ("commands", "code", "ops"):
         sys.stderr.write(__doc__)
         return 2
-    mode, first, src = argv[1], argv[2], argv[3]
+    mode, first, src = argv[1], os.path.abspath(argv[2]), os.path.abspath(argv[3])
     if mode == "commands":
-        run_commands(first, src)
+        run_commands(first, src, "--no-python" not in argv[4:])
     elif mode == "code":
         run_code(first, src, "--no-python" not in argv[4:])
     else:
