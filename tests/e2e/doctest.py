@@ -16,16 +16,16 @@ Conventions of the documents (README.md says them in short):
 Commands. In a fenced code block, a line `$ CMD` is a command and the lines
 after it, up to the next `$ ` line or the end of the block, are its output
 (stdout and stderr together on a pseudo-terminal, as a user sees them).
-Commands run with `sh -c` in a scratch directory that holds a link to every top-level entry of
-the repository and `build` -> the build directory, so `build/collfuse`,
-`examples/...` and `python` mean what they mean in a checkout, and the files
-a command writes stay out of the source tree. The commands of one document
+Commands run with `sh -c` in a scratch directory that holds a link to every
+top-level entry of the repository and `build` -> the build directory, so
+`build/collfuse`, `examples/...` and `python` mean what they mean in a
+checkout, and the files a command writes stay out of the source tree. The commands of one document
 run in order in one scratch directory (a command may read what an earlier one
 wrote); each gets a fresh kernel cache, so `-v` shows the JIT compiling. A
 command must exit 0, unless its shown output has an `error:`, then non-zero.
+Commands that are not to be run (make, mpirun, a GPU) are shown without `$ `.
 --no-python (sanitizer builds, whose library cannot load into python3) skips
 the commands and blocks that run python3.
-Commands that are not to be run (make, mpirun, a GPU) are shown without `$ `.
 
 Output matching, line by line after trailing blanks are dropped:
 - a line `...` matches any number of lines (none too);
