@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo install clean
+.PHONY: all deps configure build test demo install doc-ops clean
 
 all: build
 
@@ -24,6 +24,10 @@ demo: build
 
 install: build
 	@cmake --install $(BUILD)
+
+# docs/format.md's ops and attributes, generated from ir/ops.def
+doc-ops: configure
+	@cmake --build $(BUILD) --target doc-ops
 
 clean:
 	@rm -rf $(BUILD)

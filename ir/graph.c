@@ -20,30 +20,27 @@ const cf_op_info cf_op_table[CF_OP_COUNT] = {
 };
 
 const cf_attr_info cf_attr_table[CF_A_COUNT] = {
-#define ATTR(id, nm, kind) [CF_A_##id] = {nm, CF_AK_##kind},
+#define ATTR(id, nm, kind, dflt, doc) [CF_A_##id] = {nm, CF_AK_##kind},
 #include "ops.def"
 #undef ATTR
 };
 
-static const struct {
-  const char *name;
-  cf_op op;
-  int layout;
-} op_aliases[] = {
+const cf_op_alias cf_op_aliases[] = {
 #define ALIAS(nm, id, layout) {nm, CF_OP_##id, layout},
 #include "ops.def"
 #undef ALIAS
 };
+const size_t cf_op_alias_count = sizeof cf_op_aliases / sizeof cf_op_aliases[0];
 
 cf_op cf_op_lookup(const char *name, int *layout) {
   if (layout) *layout = -1;
   if (!name) return CF_OP_INVALID;
   for (int i = 1; i < CF_OP_COUNT; i++)
     if (strcmp(name, cf_op_table[i].name) == 0) return (cf_op)i;
-  for (size_t i = 0; i < sizeof op_aliases / sizeof op_aliases[0]; i++)
-    if (strcmp(name, op_aliases[i].name) == 0) {
-      if (layout) *layout = op_aliases[i].layout;
-      return op_aliases[i].op;
+  for (size_t i = 0; i < cf_op_alias_count; i++)
+    if (strcmp(name, cf_op_aliases[i].name) == 0) {
+      if (layout) *layout = cf_op_aliases[i].layout;
+      return cf_op_aliases[i].op;
     }
   return CF_OP_INVALID;
 }

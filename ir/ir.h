@@ -109,7 +109,7 @@ bool cf_value_bytes(const cf_value *v, int64_t *out);
 /* ================= graph.c: ops, attributes, nodes, graph ================= */
 
 typedef enum cf_attr_id {
-#define ATTR(id, name, kind) CF_A_##id,
+#define ATTR(id, name, kind, dflt, doc) CF_A_##id,
 #include "ops.def"
 #undef ATTR
   CF_A_COUNT
@@ -166,8 +166,16 @@ typedef struct cf_attr_info {
   cf_attr_kind kind;
 } cf_attr_info;
 
+typedef struct cf_op_alias {
+  const char *name;
+  cf_op op;
+  int layout; /* the layout the alias implies, -1 when none */
+} cf_op_alias;
+
 extern const cf_op_info cf_op_table[CF_OP_COUNT];
 extern const cf_attr_info cf_attr_table[CF_A_COUNT];
+extern const cf_op_alias cf_op_aliases[]; /* ops.def's ALIAS rows */
+extern const size_t cf_op_alias_count;
 
 /* Look up an op by name or alias; *layout gets the alias's default layout
  * (-1 when none). Returns CF_OP_INVALID when unknown. */
