@@ -18,7 +18,8 @@
 typedef struct cf_format {
   const char *ext[2]; /* file name endings, the first the usual one; NULL if none */
   const char *name;   /* what it is, for help texts */
-  cf_status (*read)(cf_context *ctx, const char *name, const char *data, size_t size, cf_graph **out);
+  cf_status (*read)(cf_context *ctx, const char *name, const char *data, size_t size,
+                    cf_graph **out);
 } cf_format;
 /* The i-th input format, NULL past the end. */
 const cf_format *cf_format_at(size_t i);

@@ -157,7 +157,10 @@ cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, si
     char list[128] = "";
     size_t o = 0;
     for (size_t i = 0; i < N_FORMATS && o < sizeof list; i++)
-      o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i == 0 ? "" : i + 1 < N_FORMATS ? ", " : " or ",
+      o += (size_t)snprintf(list + o, sizeof list - o, "%s%s",
+                            i == 0              ? ""
+                            : i + 1 < N_FORMATS ? ", "
+                                                : " or ",
                             formats[i].ext[0]);
     return cf_error(ctx, CF_ERR_INVALID, name, 0, "unknown graph format (expected %s)", list);
   }
@@ -182,7 +185,8 @@ cf_status cf_graph_verify(cf_graph *g, const char *target) {
   const cf_target *t = cf_target_find(target);
   if (!t) {
     char why[256];
-    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s", cf_target_unknown(target, why, sizeof why));
+    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s",
+                    cf_target_unknown(target, why, sizeof why));
   }
   cf_status st = cf_frontend_finish(g);
   if (!st) st = cf_target_check(g, t);

@@ -158,8 +158,9 @@ static cf_status read_outputs(cf_graph *g, int idx, xmlNodePtr x) {
     if (!dt || !sh)
       st = cf_node_error(g, n, CF_ERR_INVALID, "<output> needs dtype and shape");
     else if ((d->v.dtype = cf_dtype_parse(dt)) == CF_DT_INVALID)
-      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(c), "node '%s': unknown dtype '%s'%s",
-                    n->name, dt, cf_did_you_mean(cf_dtype_suggest(dt), why, sizeof why));
+      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(c),
+                    "node '%s': unknown dtype '%s'%s", n->name, dt,
+                    cf_did_you_mean(cf_dtype_suggest(dt), why, sizeof why));
     else if (!cf_shape_parse(sh, &d->v.shape, why, sizeof why))
       st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(c), "node '%s': %s", n->name, why);
     d->has_dtype = d->has_shape = true;

@@ -33,6 +33,10 @@
  * check this one limit (docs/format.md, "Limits"). */
 #define CF_MAX_WORLD 256
 
+/* The plural ending of a count in a message: "" for 1, else "s" ("1 rank",
+ * "2 ranks"). */
+static inline const char *cf_s(long long n) { return n == 1 ? "" : "s"; }
+
 /* ================= context.c: context, errors, arena ================= */
 
 struct cf_context {

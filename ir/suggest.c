@@ -20,8 +20,10 @@ int cf_edit_distance(const char *a, const char *b) {
   size_t n = strlen(a), m = strlen(b);
   if (n > SUGGEST_MAX_LEN || m > SUGGEST_MAX_LEN) return (int)(n > m ? n : m);
   int d[SUGGEST_MAX_LEN + 1][SUGGEST_MAX_LEN + 1];
-  for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
-  for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+  for (size_t i = 0; i <= n; i++)
+    d[i][0] = (int)i;
+  for (size_t j = 0; j <= m; j++)
+    d[0][j] = (int)j;
   for (size_t i = 1; i <= n; i++)
     for (size_t j = 1; j <= m; j++) {
       int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
@@ -66,28 +68,33 @@ const char *cf_did_you_mean(const char *best, char *buf, size_t len) {
 const char *cf_op_suggest(const char *name) {
   cf_suggest s;
   cf_suggest_init(&s, name);
-  for (int i = 1; i < CF_OP_COUNT; i++) cf_suggest_add(&s, cf_op_table[i].name);
-  for (size_t i = 0; cf_op_alias_name(i); i++) cf_suggest_add(&s, cf_op_alias_name(i));
+  for (int i = 1; i < CF_OP_COUNT; i++)
+    cf_suggest_add(&s, cf_op_table[i].name);
+  for (size_t i = 0; cf_op_alias_name(i); i++)
+    cf_suggest_add(&s, cf_op_alias_name(i));
   return s.best;
 }
 
 const char *cf_dtype_suggest(const char *name) {
   cf_suggest s;
   cf_suggest_init(&s, name);
-  for (int i = 1; i < CF_DT_COUNT; i++) cf_suggest_add(&s, cf_dtype_name((cf_dtype)i));
+  for (int i = 1; i < CF_DT_COUNT; i++)
+    cf_suggest_add(&s, cf_dtype_name((cf_dtype)i));
   return s.best;
 }
 
 const char *cf_reduction_suggest(const char *name) {
   cf_suggest s;
   cf_suggest_init(&s, name);
-  for (int i = 0; i < CF_RED_COUNT; i++) cf_suggest_add(&s, cf_reduction_name((cf_reduction)i));
+  for (int i = 0; i < CF_RED_COUNT; i++)
+    cf_suggest_add(&s, cf_reduction_name((cf_reduction)i));
   return s.best;
 }
 
 const char *cf_target_suggest(const char *name) {
   cf_suggest s;
   cf_suggest_init(&s, name);
-  for (size_t i = 0; cf_target_name(i); i++) cf_suggest_add(&s, cf_target_name(i));
+  for (size_t i = 0; cf_target_name(i); i++)
+    cf_suggest_add(&s, cf_target_name(i));
   return s.best;
 }

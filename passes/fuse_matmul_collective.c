@@ -635,7 +635,8 @@ static cf_status run(cf_graph *g, const cf_pass_options *opt) {
   fuser f = {.g = g, .opt = opt, .n0 = g->n_nodes};
   char why[256];
   if (opt->target && !(f.target = cf_target_find(opt->target)))
-    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s", cf_target_unknown(opt->target, why, sizeof why));
+    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s",
+                    cf_target_unknown(opt->target, why, sizeof why));
   if (!g->topo && ((st = cf_verify_structure(g)) || (st = cf_infer(g)))) return st;
   int limit = g->node_limit;
   g->node_limit = INT_MAX; /* briefly both the fused nodes and what they replace */

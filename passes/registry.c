@@ -35,7 +35,8 @@ const cf_pass *cf_pass_find(const char *name) {
 const char *cf_pass_unknown(const char *name, char *buf, size_t len) {
   cf_suggest s;
   cf_suggest_init(&s, name);
-  for (int i = 0; cf_pass_registry[i]; i++) cf_suggest_add(&s, cf_pass_registry[i]->name);
+  for (int i = 0; cf_pass_registry[i]; i++)
+    cf_suggest_add(&s, cf_pass_registry[i]->name);
   size_t o = (size_t)snprintf(buf, len, "unknown pass '%s'", name);
   if (s.best) {
     if (o < len) snprintf(buf + o, len - o, "; did you mean '%s'?", s.best);

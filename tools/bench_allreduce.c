@@ -450,10 +450,10 @@ static void print_header(const ar_options *o, const mpi_peer *m) {
   printf("collfuse bench allreduce: %d ranks (%s, CPU device), float32 sum, out of "
          "place\n",
          o->ranks, o->mpi ? "MPI transport, one process per rank" : "threads transport");
-  printf("  us: median over %d loops of K back-to-back calls, per call; algbw = bytes / time,\n"
+  printf("  us: median over %d loop%s of K back-to-back calls, per call; algbw = bytes / time,\n"
          "  busbw = algbw * 2(n-1)/n = algbw * %.2f (GB/s, 1 GB = 1e9 B); auto = cf_coll_select's "
          "choice\n",
-         o->loops, busbw_factor(o->ranks));
+         o->loops, cf_s(o->loops), busbw_factor(o->ranks));
   if (m->up)
     printf("  mpi: MPI_Allreduce, %s, %s\n", m->library[0] ? m->library : "OpenMPI", m->command);
   if (m->why[0]) printf("  mpi: %s%s\n", m->up ? "partial results: " : "not measured: ", m->why);
@@ -526,7 +526,8 @@ static const cf_opt ar_opts[] = {
     {"--sizes", NULL, "S,S,...", CF_OPT_STR, offsetof(cf_ar_args, sizes),
      .help = "byte counts such as 8,64K,1M (multiples of 4, at most 1G;\n"
              "--device cuda 4G; default 8 B..256 MiB)"},
-    {"--algo", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, algo), .choices = "auto|direct|rd|ring|rsag",
+    {"--algo", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, algo),
+     .choices = "auto|direct|rd|ring|rsag",
      .help = "keep only this algorithm's column (and auto's)"},
     {"--iters", NULL, "K", CF_OPT_INT, offsetof(cf_ar_args, iters), 1, 1000000,
      .help = "calls per loop (default about 32 MiB per loop)"},
@@ -534,7 +535,8 @@ static const cf_opt ar_opts[] = {
      .help = "timed loops per cell, the median is reported (default 5)"},
     {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, quick),
      .help = "8 B, 64 KiB and 1 MiB, short loops: a smoke test"},
-    {"--no-mpi", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, no_mpi), .help = "skip MPI_Allreduce"},
+    {"--no-mpi", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, no_mpi),
+     .help = "skip MPI_Allreduce"},
     {"--mpi-args", NULL, "ARGS", CF_OPT_STR, offsetof(cf_ar_args, mpi_args),
      .help = "more mpirun options for the MPI_Allreduce peer,\n"
              "such as '--mca coll basic,self,libnbc'"},
@@ -543,7 +545,8 @@ static const cf_opt ar_opts[] = {
              "MPI_Allreduce runs in the same processes"},
     {"--device", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, device), .choices = "cpu|cuda",
      .help = "cuda: the ranks on the CUDA backend, against the GPU's copy rate"},
-    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, json), .help = "one JSON object on stdout"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, json),
+     .help = "one JSON object on stdout"},
     {0},
 };
 
@@ -569,8 +572,10 @@ static int parse_options(const cf_ar_args *a, ar_options *o) {
   if (a->loops) o->loops = a->loops;
   o->iters = a->iters;
   if (a->algo) o->algo = cf_algo_parse(a->algo);
-  if (a->sizes && !cf_bench_parse_sizes(a->sizes, (int64_t)1 << 30, o->sizes, MAX_SIZES, &o->n_sizes))
-    return usage("--sizes wants up to 32 byte counts such as 8,64K,1M (multiples of 4, at most 1G), got '%s'",
+  if (a->sizes &&
+      !cf_bench_parse_sizes(a->sizes, (int64_t)1 << 30, o->sizes, MAX_SIZES, &o->n_sizes))
+    return usage("--sizes wants up to 32 byte counts such as 8,64K,1M (multiples of 4, at most "
+                 "1G), got '%s'",
                  a->sizes);
   o->mpi_args = a->mpi_args;
   o->json = a->json;
@@ -785,7 +790,8 @@ int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
   int rc = cf_opts_parse(&cf_command_bench_allreduce, argc, argv, &a);
   cf_opts_free(&cf_command_bench_allreduce, &a);
   if (rc) return rc == CF_OPTS_HELP ? 0 : rc;
-  if (a.device && strcmp(a.device, "cuda") == 0) return cf_bench_allreduce_cuda(ctx, &a); /* bench_cuda.c */
+  if (a.device && strcmp(a.device, "cuda") == 0)
+    return cf_bench_allreduce_cuda(ctx, &a); /* bench_cuda.c */
   ar_options o;
   if ((rc = parse_options(&a, &o))) return rc;
   ar_row rows[MAX_SIZES];

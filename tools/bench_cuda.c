@@ -242,13 +242,19 @@ int cf_bench_reduce_cuda(cf_context *ctx, const cf_red_args *a) {
   bool json = a->json;
   if (a->quick) sizes[0] = (int64_t)1 << 20, n_sizes = 1, samples = 3, reps = 3;
   if (a->dtypes || a->ops || a->sources || a->min_ms)
-    return cpu_only("reduce", a->dtypes ? "--dtypes" : a->ops ? "--ops" : a->sources ? "--sources" : "--min-ms");
+    return cpu_only("reduce", a->dtypes    ? "--dtypes"
+                              : a->ops     ? "--ops"
+                              : a->sources ? "--sources"
+                                           : "--min-ms");
   if (a->sizes && !cf_bench_parse_sizes(a->sizes, (int64_t)4 << 30, sizes, MAX_SIZES, &n_sizes))
-    return usage("reduce", "--sizes takes up to 32 byte counts such as 64M,256M (multiples of 4, at most 4G), got '%s'",
+    return usage("reduce",
+                 "--sizes takes up to 32 byte counts such as 64M,256M (multiples of 4, at most "
+                 "4G), got '%s'",
                  a->sizes);
   char got[16];
   snprintf(got, sizeof got, "%d", a->reps);
-  if (a->reps > 100000) return usage("reduce", "--reps takes 1..100000 with --device cuda, got '%s'", got);
+  if (a->reps > 100000)
+    return usage("reduce", "--reps takes 1..100000 with --device cuda, got '%s'", got);
   if (a->samples) samples = a->samples;
   if (a->reps) reps = a->reps;
   cf_device *dev = NULL, *cpu = NULL;
@@ -286,9 +292,10 @@ int cf_bench_reduce_cuda(cf_context *ctx, const cf_red_args *a) {
   cJSON_AddStringToObject(bc, "copy", "2*bytes per cuMemcpyDtoD");
   rows = cJSON_AddArrayToObject(root, "results");
   if (!json && !st) {
-    printf("collfuse bench reduce --device cuda: GB/s = 1e9 bytes read + written per second, median of %d samples of %d "
-           "back-to-back launches (device events)\n",
-           samples, reps);
+    printf("collfuse bench reduce --device cuda: GB/s = 1e9 bytes read + written per second, "
+           "median of %d sample%s of %d "
+           "back-to-back launch%s (device events)\n",
+           samples, cf_s(samples), reps, reps == 1 ? "" : "es");
     print_gpu(dev, NULL);
     printf("  n-ary (K+1)*bytes/call; acc 3*(K-1)*bytes per K-1 in-place calls; copy: cuMemcpyDtoD, 2*bytes, same "
            "run\n");
@@ -537,7 +544,6 @@ static bool ar_measure(ar_world *W, ar_row *row, int only) {
   return true;
 }
 
-
 int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
   static const int64_t defaults[] = {8,         64,        512,       4 << 10,   32 << 10,  256 << 10,
                                      1 << 20,   4 << 20,   16 << 20,  64 << 20,  256 << 20, (int64_t)1 << 30};
@@ -550,12 +556,15 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
     return cpu_only("allreduce", a->no_mpi ? "--no-mpi" : a->mpi_args ? "--mpi-args" : "--backend");
   if (a->ranks) ranks = a->ranks;
   if (a->sizes && !cf_bench_parse_sizes(a->sizes, (int64_t)4 << 30, sizes, MAX_SIZES, &n_sizes))
-    return usage("allreduce", "--sizes takes up to 32 byte counts such as 8,64K,256M (multiples of 4, at most 4G), got '%s'",
+    return usage("allreduce",
+                 "--sizes takes up to 32 byte counts such as 8,64K,256M (multiples of 4, at most "
+                 "4G), got '%s'",
                  a->sizes);
   if (a->loops) loops = a->loops;
   char got[16];
   snprintf(got, sizeof got, "%d", a->iters);
-  if (a->iters > 100000) return usage("allreduce", "--iters takes 1..100000 with --device cuda, got '%s'", got);
+  if (a->iters > 100000)
+    return usage("allreduce", "--iters takes 1..100000 with --device cuda, got '%s'", got);
   if (a->iters) iters = a->iters;
   if (a->algo) only = cf_algo_parse(a->algo);
   ar_world W = {.n = ranks, .loops = loops};
@@ -605,12 +614,15 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
   print_gpu(W.dev, root);
   cJSON *results = cJSON_AddArrayToObject(root, "results");
   if (!json) {
-    printf("collfuse bench allreduce --device cuda: %d ranks (threads transport, a stream each), float32 sum, out of place\n",
-           ranks);
+    printf("collfuse bench allreduce --device cuda: %d rank%s (threads transport, a stream each), "
+           "float32 sum, out of place\n",
+           ranks, cf_s(ranks));
     print_gpu(W.dev, NULL);
-    printf("  us: median over %d loops of K back-to-back calls; algbw = bytes/time, busbw = algbw * %.2f (GB/s);\n"
-           "  copy: cuMemcpyDtoD on one GPU, %.1f GB/s (bytes read + written), busbw/copy against it\n",
-           loops, f, copy);
+    printf("  us: median over %d loop%s of K back-to-back calls; algbw = bytes/time, busbw = algbw "
+           "* %.2f (GB/s);\n"
+           "  copy: cuMemcpyDtoD on one GPU, %.1f GB/s (bytes read + written), busbw/copy against "
+           "it\n",
+           loops, cf_s(loops), f, copy);
     printf("%6s %5s | %6s %10s %8s %8s %7s | %10s %10s %10s %10s\n", "size", "K", "auto", "us", "algbw", "busbw",
            "bb/copy", "direct", "rsag", "ring", "rd");
   }

@@ -166,13 +166,13 @@ static void print_table(const fu_options *o, const ar_totals *t, const variant *
                         const variant *ideal, const variant *unfused) {
   char b[32];
   cf_tool_bytes(t->bytes, b, sizeof b);
-  printf("collfuse bench fusion: %s on %d ranks (threads transport, CPU device)\n", o->file,
-         o->ranks);
-  printf("  %d AllReduce, %s in all%s; median ms per iteration over %d iterations after %d "
+  printf("collfuse bench fusion: %s on %d rank%s (threads transport, CPU device)\n", o->file,
+         o->ranks, cf_s(o->ranks));
+  printf("  %d AllReduce%s, %s in all%s; median ms per iteration over %d iteration%s after %d "
          "warm-up",
-         t->count, b,
+         t->count, cf_s(t->count), b,
          t->other ? " (the graph has other collectives too: the ideal leaves them out)" : "",
-         o->iters, o->warmup);
+         o->iters, cf_s(o->iters), o->warmup);
   if (o->rounds > 1) printf(", median of %d rounds (variants round-robin)", o->rounds);
   printf("\n");
   printf("%-34s %6s %10s %10s %9s %11s\n", "variant", "colls", "ms/iter", "peak/rank", "vs ideal",
@@ -259,7 +259,8 @@ static const cf_opt fu_opts[] = {
              "size:50,50)"},
     {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, quick),
      .help = "2 iterations, no extra splits: a smoke test"},
-    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, json), .help = "one JSON object on stdout"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, json),
+     .help = "one JSON object on stdout"},
     {0},
 };
 
@@ -283,11 +284,12 @@ const cf_command cf_command_bench_fusion = {
 static int parse_options(int argc, char **argv, fu_options *o) {
   fu_args a = {.ranks = 4, .iters = -1, .warmup = -1, .rounds = 1};
   int rc = cf_opts_parse(&cf_command_bench_fusion, argc, argv, &a);
-  *o = (fu_options){.ranks = a.ranks, .iters = a.iters, .warmup = a.warmup, .rounds = a.rounds,
-                    .json = a.json};
+  *o = (fu_options){
+      .ranks = a.ranks, .iters = a.iters, .warmup = a.warmup, .rounds = a.rounds, .json = a.json};
   if (!rc) {
     o->file = a.file.v[0];
-    for (int k = 0; k < a.split.n; k++) o->splits[o->n_splits++] = a.split.v[k];
+    for (int k = 0; k < a.split.n; k++)
+      o->splits[o->n_splits++] = a.split.v[k];
     if (o->iters < 0) o->iters = a.quick ? 2 : 10;
     if (o->warmup < 0) o->warmup = a.quick ? 1 : 2;
     if (!a.quick && !o->n_splits) /* --quick: a smoke test, no extra splits */

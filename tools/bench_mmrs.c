@@ -492,10 +492,12 @@ static bool check_shapes(void *out, const char *v, char *why, size_t len) {
   o->n_shapes = 0;
   while (*p) {
     mm_shape s;
-    if (o->n_shapes == MAX_SHAPES) return fail(why, len, "--shapes takes at most 32 shapes, got '%s'", v);
+    if (o->n_shapes == MAX_SHAPES)
+      return fail(why, len, "--shapes takes at most 32 shapes, got '%s'", v);
     if (!parse_dim(&p, 1, 1 << 20, &s.m) || *p++ != 'x' || !parse_dim(&p, 1, 1 << 20, &s.k) ||
         *p++ != 'x' || !parse_dim(&p, 1, 1 << 20, &s.n) || (*p && *p != ','))
-      return fail(why, len, "--shapes wants MxKxN[,MxKxN...] with dimensions in 1..1048576, got '%s'", v);
+      return fail(why, len,
+                  "--shapes wants MxKxN[,MxKxN...] with dimensions in 1..1048576, got '%s'", v);
     o->shapes[o->n_shapes++] = s;
     if (*p == ',') p++;
   }
@@ -519,11 +521,13 @@ static bool check_dtypes(void *out, const char *v, char *why, size_t len) {
       dt = CF_DT_INT8;
     else {
       char dym[96];
-      snprintf(why, len, "--dtypes takes float32, float16, bfloat16 and int8 (quantized), got '%s'%s", t,
+      snprintf(why, len,
+               "--dtypes takes float32, float16, bfloat16 and int8 (quantized), got '%s'%s", t,
                cf_did_you_mean(cf_dtype_suggest(t), dym, sizeof dym));
       return false;
     }
-    if (o->n_dtypes == MAX_DTYPES) return fail(why, len, "--dtypes takes at most 4 dtypes, got '%s'", v);
+    if (o->n_dtypes == MAX_DTYPES)
+      return fail(why, len, "--dtypes takes at most 4 dtypes, got '%s'", v);
     o->dtypes[o->n_dtypes++] = dt;
   }
   return o->n_dtypes ? true : fail(why, len, "--dtypes wants at least one dtype, got '%s'", v);
@@ -545,7 +549,8 @@ static bool check_ranks(void *out, const char *v, char *why, size_t len) {
 
 static bool check_seed(void *out, const char *v, char *why, size_t len) {
   int s;
-  if (!cf_bench_parse_int(v, 0, 1 << 30, &s)) return fail(why, len, "--seed wants 0..2^30, got '%s'", v);
+  if (!cf_bench_parse_int(v, 0, 1 << 30, &s))
+    return fail(why, len, "--seed wants 0..2^30, got '%s'", v);
   ((mm_options *)out)->seed = (uint64_t)s;
   return true;
 }
@@ -570,7 +575,8 @@ static const cf_opt mm_opts[] = {
     {"--seed", NULL, "S", CF_OPT_CALL, 0, .check = check_seed, .help = "inputs' seed (default 0)"},
     {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(mm_options, quick),
      .help = "1024x512x512, one round: a smoke test"},
-    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(mm_options, json), .help = "one JSON object on stdout"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(mm_options, json),
+     .help = "one JSON object on stdout"},
     {0},
 };
 
@@ -611,8 +617,8 @@ static int parse_options(int argc, char **argv, mm_options *o) {
     for (int r = 0; r < o->n_ranks; r++)
       if (o->shapes[s].m % o->ranks[r]) {
         char b[96];
-        snprintf(b, sizeof b, "--shapes: m=%lld is not divisible by %d ranks", (long long)o->shapes[s].m,
-                 o->ranks[r]);
+        snprintf(b, sizeof b, "--shapes: m=%lld is not divisible by %d ranks",
+                 (long long)o->shapes[s].m, o->ranks[r]);
         return cf_tool_usage("bench mmrs", "%s", b);
       }
   return 0;

@@ -505,8 +505,8 @@ static double ratio(double a, double b) { return a > 0 && b > 0 ? a / b : 0; }
 
 static void print_header(const options *o, const cf_codegen_target *host, const mpi_peer *mpi) {
   printf("collfuse bench reduce: GB/s counts every byte read and written (1 GB = 1e9 B);\n"
-         "median of >= %d samples and >= %.0f ms per cell; host %s, %d-bit vectors\n",
-         o->min_reps, o->min_ms, host->cpu, host->vector_bits);
+         "median of >= %d sample%s and >= %.0f ms per cell; host %s, %d-bit vectors\n",
+         o->min_reps, cf_s(o->min_reps), o->min_ms, host->cpu, host->vector_bits);
   printf("  nary   collfuse n-ary, dst = op(src0..srcK-1): (K+1)*size per call\n"
          "  acc    collfuse accumulate, dst = op(dst, src), K-1 calls: 3*(K-1)*size\n"
          "  c_loop plain C n-ary loop, gcc %s -O3 -march=native: (K+1)*size\n"
@@ -667,7 +667,9 @@ static bool parse_size(const char *p, const char **end, int64_t *out) {
   return *out % 4 == 0;
 }
 
-static int usage(const char *fmt, const char *arg) { return cf_tool_usage("bench reduce", fmt, arg); }
+static int usage(const char *fmt, const char *arg) {
+  return cf_tool_usage("bench reduce", fmt, arg);
+}
 
 /* A comma-separated list of names into want[0..n) (names[i] for want[i]);
  * false on an unknown or empty one. */
@@ -707,7 +709,8 @@ static const cf_opt red_opts[] = {
      .help = "cuda: the CUDA backend's kernels against the GPU's copy rate"},
     {"--samples", NULL, "N", CF_OPT_INT, offsetof(cf_red_args, samples), 1, 100,
      .help = "(--device cuda) samples per cell (default 7)"},
-    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_red_args, json), .help = "one JSON object on stdout"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_red_args, json),
+     .help = "one JSON object on stdout"},
     {0},
 };
 
@@ -761,17 +764,20 @@ static int parse_options(const cf_red_args *a, options *o) {
     for (int d = 0; d < N_DTYPES; d++)
       names[d] = cf_dtype_name(dtypes[d].dt);
     if (!parse_names(a->dtypes, names, N_DTYPES, o->dtype))
-      return usage("--dtypes takes float32, float16, bfloat16, int8 separated by commas, got '%s'", a->dtypes);
+      return usage("--dtypes takes float32, float16, bfloat16, int8 separated by commas, got '%s'",
+                   a->dtypes);
   }
   if (a->ops) {
     const char *names[N_OPS] = {cf_reduction_name(ops[0]), cf_reduction_name(ops[1])};
-    if (!parse_names(a->ops, names, N_OPS, o->op)) return usage("--ops takes sum, max or sum,max, got '%s'", a->ops);
+    if (!parse_names(a->ops, names, N_OPS, o->op))
+      return usage("--ops takes sum, max or sum,max, got '%s'", a->ops);
   }
   if (a->sources) {
     const char *names[MAX_K - 1] = {"2", "3", "4", "5", "6", "7", "8"};
     bool want[MAX_K - 1];
     if (!parse_names(a->sources, names, MAX_K - 1, want))
-      return usage("--sources takes numbers of sources 2..8 separated by commas, got '%s'", a->sources);
+      return usage("--sources takes numbers of sources 2..8 separated by commas, got '%s'",
+                   a->sources);
     o->n_ks = 0;
     for (int k = 0; k < MAX_K - 1; k++)
       if (want[k]) o->ks[o->n_ks++] = k + 2;
@@ -799,7 +805,8 @@ int cf_bench_reduce(cf_context *ctx, int argc, char **argv) {
   int rc = cf_opts_parse(&cf_command_bench_reduce, argc, argv, &a);
   cf_opts_free(&cf_command_bench_reduce, &a);
   if (rc) return rc == CF_OPTS_HELP ? 0 : rc;
-  if (a.device && strcmp(a.device, "cuda") == 0) return cf_bench_reduce_cuda(ctx, &a); /* bench_cuda.c */
+  if (a.device && strcmp(a.device, "cuda") == 0)
+    return cf_bench_reduce_cuda(ctx, &a); /* bench_cuda.c */
   options o;
   if ((rc = parse_options(&a, &o))) return rc;
   void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN); /* a dead MPI child is not our death */

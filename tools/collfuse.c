@@ -118,10 +118,10 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
         o += (size_t)snprintf(kinds + o, sizeof kinds - o, "%s%s %d", o ? ", " : "",
                               cf_op_table[op].name, s.by_op[op]);
     cf_tool_bytes(s.comm_bytes, hb, sizeof hb);
-    printf("%s: ok: %d node%s, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n",
-           files[k], s.nodes, s.nodes == 1 ? "" : "s", s.collectives, s.collectives == 1 ? "" : "s", o ? " (" : "", kinds,
-           o ? ")" : "", (long long)s.comm_bytes, hb, target ? ", target " : "",
-           target ? target : "");
+    printf("%s: ok: %d node%s, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n", files[k],
+           s.nodes, s.nodes == 1 ? "" : "s", s.collectives, s.collectives == 1 ? "" : "s",
+           o ? " (" : "", kinds, o ? ")" : "", (long long)s.comm_bytes, hb,
+           target ? ", target " : "", target ? target : "");
     cf_graph_destroy(g);
   }
   cf_opts_free(&cf_command_check, &a);
@@ -193,7 +193,8 @@ const cf_command cf_command_dot = {
 static int cmd_dot(cf_context *ctx, int argc, char **argv) {
   dot_args a = {0};
   int rc = cf_opts_parse(&cf_command_dot, argc, argv, &a);
-  if (!rc && a.fused && a.passes) rc = cf_tool_usage("dot", "%s", "--passes and --fused exclude each other");
+  if (!rc && a.fused && a.passes)
+    rc = cf_tool_usage("dot", "%s", "--passes and --fused exclude each other");
   if (rc) {
     cf_opts_free(&cf_command_dot, &a);
     return rc == CF_OPTS_HELP ? 0 : rc;
@@ -267,18 +268,21 @@ typedef struct compile_args {
 static const cf_opt compile_opts[] = {
     {"-o", NULL, "OUT.xml", CF_OPT_STR, offsetof(compile_args, out),
      .help = "write the result as native XML (valid collfuse input)"},
-    {"--passes", NULL, "LIST", CF_OPT_STR, offsetof(compile_args, passes), .check = cf_opt_check_passes,
+    {"--passes", NULL, "LIST", CF_OPT_STR, offsetof(compile_args, passes),
+     .check = cf_opt_check_passes,
      .help = "comma-separated passes instead of the default pipeline"},
     {"-O0", NULL, NULL, CF_OPT_FLAG, offsetof(compile_args, o0), .help = "no fusion passes"},
-    {"--split", NULL, "SPEC", CF_OPT_STR, offsetof(compile_args, split), .check = cf_opt_check_split,
+    {"--split", NULL, "SPEC", CF_OPT_STR, offsetof(compile_args, split),
+     .check = cf_opt_check_split,
      .help = "how fusion=1 collectives are bucketed:\n"
              "  auto (default; cost model), bytes:25M[,first=1M][,count=256],\n"
              "  size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL)"},
-    {"--cost", NULL, "A,B[,G]", CF_OPT_STR, offsetof(compile_args, cost), .check = cf_opt_check_cost,
+    {"--cost", NULL, "A,B[,G]", CF_OPT_STR, offsetof(compile_args, cost),
+     .check = cf_opt_check_cost,
      .help = "auto's model: A us per collective, B GB/s link, G GB/s\n"
              "gradients (default 250,8,4)"},
-    {"--target", NULL, "T", CF_OPT_STR, offsetof(compile_args, target), .check = cf_opt_check_target,
-     .help = "check the graph against a target profile"},
+    {"--target", NULL, "T", CF_OPT_STR, offsetof(compile_args, target),
+     .check = cf_opt_check_target, .help = "check the graph against a target profile"},
     {"--dot", NULL, "OUT", CF_OPT_STR, offsetof(compile_args, dot),
      .help = "also draw the result (.dot, .svg or .png)"},
     {"--emit-llvm", NULL, "OUT.ll", CF_OPT_STR, offsetof(compile_args, emit[CF_EMIT_LLVM]),
@@ -323,15 +327,18 @@ const cf_command cf_command_compile = {
 static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   compile_args a = {0};
   int rc = cf_opts_parse(&cf_command_compile, argc, argv, &a);
-  if (!rc && a.o0 && a.passes) rc = cf_tool_usage("compile", "%s", "--passes and -O0 exclude each other");
+  if (!rc && a.o0 && a.passes)
+    rc = cf_tool_usage("compile", "%s", "--passes and -O0 exclude each other");
   if (rc) {
     cf_opts_free(&cf_command_compile, &a);
     return rc == CF_OPTS_HELP ? 0 : rc;
   }
-  const char *file = a.file.v[0], *out = a.out, *passes = a.passes, *target = a.target, *dot = a.dot;
+  const char *file = a.file.v[0], *out = a.out, *passes = a.passes, *target = a.target,
+             *dot = a.dot;
   const char *const *emit = a.emit;
   bool json = a.json, o0 = a.o0, explain = a.explain, jit = a.jit, any_emit = false;
-  for (int f = 0; f < N_EMIT; f++) any_emit |= emit[f] != NULL;
+  for (int f = 0; f < N_EMIT; f++)
+    any_emit |= emit[f] != NULL;
   cf_pass_options popt = {.split = a.split, .cost = a.cost, .target = target};
   if (explain) {
     popt.explain = explain_line;
@@ -354,8 +361,8 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   if (!st && (any_emit || jit)) st = compile_kernels(ctx, g, file, emit, jit, json ? stderr : stdout);
   if (!st && json) st = cf_report_compile_json(g, before, timing, n_timing);
   if (!st && !json && !out && !dot && !any_emit)
-    printf("%s: %d nodes, %d collectives before, %zu after\n", file, g->n_nodes, before,
-           cf_graph_collective_count(g));
+    printf("%s: %d node%s, %d collective%s before, %zu after\n", file, g->n_nodes, cf_s(g->n_nodes),
+           before, cf_s(before), cf_graph_collective_count(g));
   rc = st ? cf_tool_fail(ctx, st) : 0;
   cf_graph_destroy(g);
   cf_opts_free(&cf_command_compile, &a);
@@ -365,10 +372,17 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
 /* ---------------- the commands ---------------- */
 
 const cf_command *const cf_commands[] = {
-    &cf_command_check,         &cf_command_compile,      &cf_command_run,
-    &cf_command_dot,           &cf_command_ranktable,    &cf_command_bench_compile,
-    &cf_command_bench_reduce,  &cf_command_bench_allreduce, &cf_command_bench_fusion,
-    &cf_command_bench_mmrs,    NULL,
+    &cf_command_check,
+    &cf_command_compile,
+    &cf_command_run,
+    &cf_command_dot,
+    &cf_command_ranktable,
+    &cf_command_bench_compile,
+    &cf_command_bench_reduce,
+    &cf_command_bench_allreduce,
+    &cf_command_bench_fusion,
+    &cf_command_bench_mmrs,
+    NULL,
 };
 
 /* "  NAME ARGS   summary" for every command whose name starts with prefix. */
@@ -384,13 +398,15 @@ static void command_list(FILE *f, const char *prefix) {
 
 static void help_main(FILE *f) {
   char text[1024];
-  size_t o = (size_t)snprintf(text, sizeof text, "collfuse compiles graphs with collective operations: it reads them (");
+  size_t o = (size_t)snprintf(
+      text, sizeof text, "collfuse compiles graphs with collective operations: it reads them (");
   for (size_t i = 0; cf_format_at(i) && o < sizeof text; i++)
-    o += (size_t)snprintf(text + o, sizeof text - o, "%s%s (%s)", i ? ", " : "", cf_format_at(i)->name,
-                          cf_format_at(i)->ext[0]);
+    o += (size_t)snprintf(text + o, sizeof text - o, "%s%s (%s)", i ? ", " : "",
+                          cf_format_at(i)->name, cf_format_at(i)->ext[0]);
   if (o < sizeof text)
-    snprintf(text + o, sizeof text - o, "), verifies them against a target profile, runs passes, executes "
-                                        "them on ranks and draws them.");
+    snprintf(text + o, sizeof text - o,
+             "), verifies them against a target profile, runs passes, executes "
+             "them on ranks and draws them.");
   fprintf(f, "usage: collfuse COMMAND [options]\n\n");
   cf_opts_wrap(f, text, 0, 0);
   fprintf(f, "\n\ncommands:\n");
@@ -417,7 +433,8 @@ static int bench_usage(const char *name) {
     o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", b);
   }
   if (name)
-    fprintf(stderr, "collfuse bench: unknown benchmark '%s'%s\n", name, cf_did_you_mean(s.best, dym, sizeof dym));
+    fprintf(stderr, "collfuse bench: unknown benchmark '%s'%s\n", name,
+            cf_did_you_mean(s.best, dym, sizeof dym));
   else
     fprintf(stderr, "collfuse bench: expected a benchmark name: %s\n", list);
   fprintf(stderr, "Try 'collfuse bench --help'.\n");

@@ -60,7 +60,10 @@ static int bad_choice(const cf_command *c, const cf_opt *o, const char *v) {
   size_t len = 0;
   for (int i = 0; i < n; i++) {
     cf_suggest_add(&s, words[i]);
-    len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ",
+    len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+                            i == 0       ? ""
+                            : i == n - 1 ? " or "
+                                         : ", ",
                             words[i]);
   }
   snprintf(msg, sizeof msg, "%s wants %s, got '%s'%s", o->name, list, v,
@@ -78,7 +81,8 @@ static int unknown_option(const cf_command *c, const char *arg, size_t n) {
     cf_suggest_add(&s, o->alias);
   }
   cf_suggest_add(&s, "--help");
-  snprintf(msg, sizeof msg, "unknown option '%s'%s", word, cf_did_you_mean(s.best, dym, sizeof dym));
+  snprintf(msg, sizeof msg, "unknown option '%s'%s", word,
+           cf_did_you_mean(s.best, dym, sizeof dym));
   return cf_tool_usage(c->name, "%s", msg);
 }
 
@@ -101,7 +105,8 @@ static int set_value(const cf_command *c, const cf_opt *o, const char *v, void *
     errno = 0;
     long long x = strtoll(v, &e, 10);
     if (errno || e == v || *e || x < o->lo || x > o->hi) {
-      snprintf(why, sizeof why, "%s wants an integer in %lld..%lld, got '%s'", o->name, o->lo, o->hi, v);
+      snprintf(why, sizeof why, "%s wants an integer in %lld..%lld, got '%s'", o->name, o->lo,
+               o->hi, v);
       return cf_tool_usage(c->name, "%s", why);
     }
     *(int *)field = (int)x;
@@ -183,7 +188,8 @@ void cf_opts_wrap(FILE *f, const char *text, int col, int indent) {
     fprintf(f, "%.*s", (int)k, p);
     col += (int)k;
     p += k;
-    while (*p == ' ') p++;
+    while (*p == ' ')
+      p++;
   }
 }
 
@@ -195,7 +201,8 @@ static void synopsis(const cf_command *c, FILE *f) {
   if (c->args) col += fprintf(f, " %s", c->args);
   for (const cf_opt *o = c->opts; o && o->name; o++) {
     const char *vn = value_name(o);
-    int k = vn ? snprintf(item, sizeof item, "[%s %s]%s", o->name, vn, o->kind == CF_OPT_LIST ? "..." : "")
+    int k = vn ? snprintf(item, sizeof item, "[%s %s]%s", o->name, vn,
+                          o->kind == CF_OPT_LIST ? "..." : "")
                : snprintf(item, sizeof item, "[%s]", o->name);
     if (col + 1 + k > HELP_WIDTH) {
       fprintf(f, "\n%*s%s", indent, "", item);
@@ -244,20 +251,22 @@ void cf_opts_help(const cf_command *c, FILE *f) {
     char list[512];
     size_t o = (size_t)snprintf(list, sizeof list, "input formats:");
     for (size_t i = 0; cf_format_at(i) && o < sizeof list; i++)
-      o += (size_t)snprintf(list + o, sizeof list - o, "%s %s (%s)", i ? "," : "", cf_format_at(i)->ext[0],
-                            cf_format_at(i)->name);
+      o += (size_t)snprintf(list + o, sizeof list - o, "%s %s (%s)", i ? "," : "",
+                            cf_format_at(i)->ext[0], cf_format_at(i)->name);
     fputc('\n', f);
     cf_opts_wrap(f, list, 0, 2);
     fputc('\n', f);
   }
   if (has_opt(c, "--target")) {
     fprintf(f, "%stargets:", c->reads_graph ? "" : "\n");
-    for (size_t i = 0; cf_target_name(i); i++) fprintf(f, " %s", cf_target_name(i));
+    for (size_t i = 0; cf_target_name(i); i++)
+      fprintf(f, " %s", cf_target_name(i));
     fprintf(f, "\n");
   }
   if (has_opt(c, "--passes")) {
     fprintf(f, "passes:");
-    for (int k = 0; cf_pass_registry[k]; k++) fprintf(f, " %s", cf_pass_registry[k]->name);
+    for (int k = 0; cf_pass_registry[k]; k++)
+      fprintf(f, " %s", cf_pass_registry[k]->name);
     fprintf(f, "\n");
   }
 }

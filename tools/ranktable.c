@@ -17,10 +17,10 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <stddef.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,7 +177,7 @@ bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err,
     goto done;
   }
   if (present && declared != ns) {
-    fail(err, len, "server_count is %ld but server_list has %d servers", declared, ns);
+    fail(err, len, "server_count is %ld but server_list has %d server%s", declared, ns, cf_s(ns));
     goto done;
   }
   int total = 0;
@@ -248,8 +248,10 @@ bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err,
         goto done;
       }
       if (rank_id >= total) {
-        fail(err, len, "server_list[%d].device[%d]: rank_id %ld, but the table has %d devices (ranks are 0..%d)",
-             s, d, rank_id, total, total - 1);
+        fail(err, len,
+             "server_list[%d].device[%d]: rank_id %ld, but the table has %d device%s (ranks are "
+             "0..%d)",
+             s, d, rank_id, total, cf_s(total), total - 1);
         goto done;
       }
       if (t->ranks[rank_id].server >= 0) {
@@ -340,14 +342,15 @@ const cf_command cf_command_ranktable = {
     .missing = "no rank table file",
     .args_field = offsetof(ranktable_args, file),
     .summary = "HCCL rank table -> OpenMPI hostfile and rankfile",
-    .about = "Read an HCCL rank table (version 1.0 or 1.2: server_list, server_id or host_ip,\n"
-             "device, device_id, rank_id) and print an OpenMPI hostfile and rankfile that\n"
-             "place every rank_id on its server:\n"
-             "  <host> slots=<devices of the server>\n"
-             "  rank <rank_id>=<host> slot=<position of the device on its server>\n"
-             "The host is host_ip when the table has one, else server_id. Then run\n"
-             "  mpirun --hostfile HOSTS --rankfile RANKS -np N collfuse run G.xml --backend mpi \\\n"
-             "         --rank-table FILE.json\n",
+    .about =
+        "Read an HCCL rank table (version 1.0 or 1.2: server_list, server_id or host_ip,\n"
+        "device, device_id, rank_id) and print an OpenMPI hostfile and rankfile that\n"
+        "place every rank_id on its server:\n"
+        "  <host> slots=<devices of the server>\n"
+        "  rank <rank_id>=<host> slot=<position of the device on its server>\n"
+        "The host is host_ip when the table has one, else server_id. Then run\n"
+        "  mpirun --hostfile HOSTS --rankfile RANKS -np N collfuse run G.xml --backend mpi \\\n"
+        "         --rank-table FILE.json\n",
     .opts = ranktable_opts,
     .after = "Exit 1 naming the file and the problem when the table is malformed.\n",
     .run = cf_cmd_ranktable,
@@ -408,10 +411,15 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
     return EXIT_RUNTIME;
   }
   size_t h = 0, r = 0;
-  if (!hostfile) h += (size_t)snprintf(hosts + h, cap - h, "# OpenMPI hostfile (mpirun --hostfile): %d server%s, from %s\n", t.n_servers, cf_s(t.n_servers), file);
+  if (!hostfile)
+    h += (size_t)snprintf(hosts + h, cap - h,
+                          "# OpenMPI hostfile (mpirun --hostfile): %d server%s, from %s\n",
+                          t.n_servers, cf_s(t.n_servers), file);
   for (int s = 0; s < t.n_servers; s++)
     h += (size_t)snprintf(hosts + h, cap - h, "%s slots=%d\n", t.servers[s].host, t.servers[s].devices);
-  if (!rankfile) r += (size_t)snprintf(ranks + r, cap - r, "# OpenMPI rankfile (mpirun --rankfile): %d rank%s\n", t.n_ranks, cf_s(t.n_ranks));
+  if (!rankfile)
+    r += (size_t)snprintf(ranks + r, cap - r, "# OpenMPI rankfile (mpirun --rankfile): %d rank%s\n",
+                          t.n_ranks, cf_s(t.n_ranks));
   for (int k = 0; k < t.n_ranks; k++)
     r += (size_t)snprintf(ranks + r, cap - r, "rank %d=%s slot=%d\n", k, t.servers[t.ranks[k].server].host,
                           t.ranks[k].local);

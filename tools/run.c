@@ -19,13 +19,13 @@
 
 #include "../executor/executor.h"
 
+#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cblas.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,8 +80,10 @@ static const cf_opt run_opts[] = {
     {"--device", NULL, NULL, CF_OPT_STR, RUN_FIELD(device), .choices = "cpu|cuda",
      .help = "cuda: buffers and reductions on NVIDIA GPUs (threads backend;\n"
              "ranks share a GPU when there are fewer GPUs than ranks)"},
-    {"--iters", NULL, "K", CF_OPT_INT, RUN_FIELD(iters), 1, 1000000, .help = "timed iterations (default 1)"},
-    {"--warmup", NULL, "W", CF_OPT_INT, RUN_FIELD(warmup), 0, 1000000, .help = "untimed iterations first (default 0)"},
+    {"--iters", NULL, "K", CF_OPT_INT, RUN_FIELD(iters), 1, 1000000,
+     .help = "timed iterations (default 1)"},
+    {"--warmup", NULL, "W", CF_OPT_INT, RUN_FIELD(warmup), 0, 1000000,
+     .help = "untimed iterations first (default 0)"},
     {"--seed", NULL, "S", CF_OPT_CALL, 0, .check = check_seed,
      .help = "inputs differ per rank and are reproducible (default 0)"},
     {"-O0", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(o0), .help = "no fusion passes"},
@@ -91,7 +93,8 @@ static const cf_opt run_opts[] = {
      .help = "how fusion=1 collectives are bucketed (see compile --help)"},
     {"--cost", NULL, "A,B[,G]", CF_OPT_STR, RUN_FIELD(cost), .check = cf_opt_check_cost,
      .help = "--split auto's cost model (see compile --help)"},
-    {"--algo", NULL, NULL, CF_OPT_STR, RUN_FIELD(algo), .choices = "auto|direct|rd|ring|rsag|mpi-native",
+    {"--algo", NULL, NULL, CF_OPT_STR, RUN_FIELD(algo),
+     .choices = "auto|direct|rd|ring|rsag|mpi-native",
      .help = "force the AllReduce algorithm (auto picks by size);\n"
              "mpi-native (--backend mpi): MPI's own collectives, every op"},
     {"--verify", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(verify),
@@ -103,7 +106,8 @@ static const cf_opt run_opts[] = {
      .help = "every wait gives up after SEC seconds (default 60): exit 3"},
     {"--input", NULL, "NAME=FILE.npy", CF_OPT_LIST, RUN_FIELD(input), .check = check_input,
      .help = "an Input's data; {rank} in FILE is replaced by the rank"},
-    {"--save-outputs", NULL, "DIR", CF_OPT_STR, RUN_FIELD(save), .help = "write DIR/rank<R>/<output>.npy"},
+    {"--save-outputs", NULL, "DIR", CF_OPT_STR, RUN_FIELD(save),
+     .help = "write DIR/rank<R>/<output>.npy"},
     {"--rank-table", NULL, "FILE.json", CF_OPT_STR, RUN_FIELD(rank_table),
      .help = "(mpi) check the job against an HCCL rank table: its size,\n"
              "and that each rank runs on its server"},
@@ -124,9 +128,10 @@ const cf_command cf_command_run = {
     .args_field = RUN_FIELD(file),
     .reads_graph = true,
     .summary = "compile and execute on N ranks (--verify, --json)",
-    .about = "Compile FILE (the default pipeline fuses; -O0 does not) and run it on N ranks,\n"
-             "threads of this process (the default backend) on the CPU device, or with\n"
-             "--backend mpi one rank per process of `mpirun -np N collfuse run FILE --backend mpi`.\n",
+    .about =
+        "Compile FILE (the default pipeline fuses; -O0 does not) and run it on N ranks,\n"
+        "threads of this process (the default backend) on the CPU device, or with\n"
+        "--backend mpi one rank per process of `mpirun -np N collfuse run FILE --backend mpi`.\n",
     .opts = run_opts,
     .run = cf_cmd_run,
 };
@@ -148,7 +153,8 @@ static int parse_args(int argc, char **argv, run_args *a) {
   if (a->rank_table && !a->mpi)
     return cf_tool_usage(cmd, "%s", "--rank-table checks an MPI job: it needs --backend mpi");
   if (a->device && strcmp(a->device, "cuda") == 0 && a->mpi)
-    return cf_tool_usage(cmd, "%s", "--device cuda needs --backend threads (the MPI transport moves host memory)");
+    return cf_tool_usage(
+        cmd, "%s", "--device cuda needs --backend threads (the MPI transport moves host memory)");
   return 0;
 }
 
@@ -208,7 +214,8 @@ static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args 
     const char *path = NULL;
     for (int j = 0; j < a->input.n; j++) {
       size_t len = (size_t)(strchr(a->input.v[j], '=') - a->input.v[j]);
-      if (strlen(n->name) == len && strncmp(n->name, a->input.v[j], len) == 0) path = a->input.v[j] + len + 1;
+      if (strlen(n->name) == len && strncmp(n->name, a->input.v[j], len) == 0)
+        path = a->input.v[j] + len + 1;
     }
     for (int r = 0; r < ranks && !st; r++) {
       cf_tensor *t = &in->data[(size_t)r * (size_t)in->n + (size_t)k];
@@ -341,8 +348,9 @@ static cf_status check_rank_table(cf_context *ctx, const char *path, int rank, i
   if (!cf_ranktable_load(path, &t, &line, err, sizeof err)) return cf_error(ctx, CF_ERR_INVALID, path, line, "%s", err);
   cf_status st = CF_OK;
   if (t.n_ranks != size) {
-    st = cf_error(ctx, CF_ERR_INVALID, path, 0, "the rank table has %d ranks but mpirun started %d processes",
-                  t.n_ranks, size);
+    st = cf_error(ctx, CF_ERR_INVALID, path, 0,
+                  "the rank table has %d rank%s but mpirun started %d process%s", t.n_ranks,
+                  cf_s(t.n_ranks), size, size == 1 ? "" : "es");
   } else {
     const cf_rank_server *s = &t.servers[t.ranks[rank].server];
     if (!cf_ranktable_host_is_local(s->host, host))
@@ -407,9 +415,11 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     me = comm->rank;
     if (opt.algo == CF_ALGO_AUTO) opt.algo = cf_mpi_auto(world); /* as measured on MPI */
     if (a.ranks && a.ranks != comm->size)
-      st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
-                    "collfuse run: --ranks %d, but mpirun started %d processes (leave --ranks out with "
-                    "--backend mpi)", a.ranks, comm->size);
+      st = cf_error(
+          ctx, CF_ERR_USAGE, NULL, 0,
+          "collfuse run: --ranks %d, but mpirun started %d process%s (leave --ranks out with "
+          "--backend mpi)",
+          a.ranks, comm->size, comm->size == 1 ? "" : "es");
     ranks = comm->size;
     if (!st && a.rank_table) st = check_rank_table(ctx, a.rank_table, me, comm->size, cf_mpi_host(world));
     /* the node's cores are shared by its processes: so are BLAS threads
@@ -440,14 +450,17 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     char b1[32], b2[32];
     cf_tool_bytes(cf_plan_peak_bytes(plan), b1, sizeof b1);
     cf_tool_bytes(peak_unfused, b2, sizeof b2);
-    fprintf(stderr, "run: %d rank%s, %d collective%s, %d step%s; peak memory per rank %s (unfused plan %s)\n",
-            ranks, cf_s(ranks), plan->n_colls, cf_s(plan->n_colls), plan->n_steps, cf_s(plan->n_steps), b1, b2);
+    fprintf(
+        stderr,
+        "run: %d rank%s, %d collective%s, %d step%s; peak memory per rank %s (unfused plan %s)\n",
+        ranks, cf_s(ranks), plan->n_colls, cf_s(plan->n_colls), plan->n_steps, cf_s(plan->n_steps),
+        b1, b2);
     for (int c = 0; c < plan->n_colls; c++) {
       const cf_pcoll *pc = &plan->colls[c];
       cf_tool_bytes(pc->desc.count * cf_dtype_size(pc->desc.dtype), b1, sizeof b1);
       fprintf(stderr, "run:   %s '%s' %s %s over %d rank%s: %s%s\n", cf_op_table[pc->desc.op].name,
-              pc->desc.node, b1, cf_dtype_name(pc->desc.dtype), pc->n, cf_s(pc->n), cf_algo_name(pc->algo),
-              pc->inline_ok ? "" : " (overlapped)");
+              pc->desc.node, b1, cf_dtype_name(pc->desc.dtype), pc->n, cf_s(pc->n),
+              cf_algo_name(pc->algo), pc->inline_ok ? "" : " (overlapped)");
     }
   }
   /* MPI: every rank learns whether any could not get ready (usage, input,
@@ -515,8 +528,9 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     print_json(&a, &res, verified, &vs, cf_plan_peak_bytes(plan), peak_unfused);
   } else if (!rc && me == 0) {
     printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
-           a.file.v[0], ranks, cf_s(ranks), a.mpi ? " (mpi)" : "", (long long)res.collectives_executed,
-           cf_s(res.collectives_executed), res.time_ms_median, a.iters, cf_s(a.iters));
+           a.file.v[0], ranks, cf_s(ranks), a.mpi ? " (mpi)" : "",
+           (long long)res.collectives_executed, cf_s(res.collectives_executed), res.time_ms_median,
+           a.iters, cf_s(a.iters));
     if (verified) printf("; verified (max rel err %.3g)", vs.max_rel_err);
     printf("\n");
   }

@@ -79,9 +79,9 @@ typedef struct cf_opt_list {
   int n;
 } cf_opt_list;
 typedef struct cf_opt {
-  const char *name;    /* "--ranks", "-o" */
-  const char *alias;   /* another spelling ("--verbose" for -v) or NULL */
-  const char *value;   /* the value's name in help ("N"); NULL: choices, or a flag */
+  const char *name;  /* "--ranks", "-o" */
+  const char *alias; /* another spelling ("--verbose" for -v) or NULL */
+  const char *value; /* the value's name in help ("N"); NULL: choices, or a flag */
   cf_opt_kind kind;
   size_t field;        /* offsetof the field it sets in the command's struct */
   long long lo, hi;    /* CF_OPT_INT's range */
@@ -92,16 +92,16 @@ typedef struct cf_opt {
   const char *help; /* one line, or lines joined by '\n' */
 } cf_opt;
 typedef struct cf_command {
-  const char *name;    /* "run", "bench mmrs": as typed after collfuse */
-  const char *args;    /* positional arguments in the synopsis ("FILE"); NULL: none */
+  const char *name;       /* "run", "bench mmrs": as typed after collfuse */
+  const char *args;       /* positional arguments in the synopsis ("FILE"); NULL: none */
   int min_args, max_args; /* how many (max -1: any) */
-  const char *missing; /* the usage error when fewer are given ("no input file") */
-  size_t args_field;   /* offsetof the cf_opt_list that gets them */
-  bool reads_graph;    /* FILE is a graph: help lists the input formats */
-  const char *summary; /* one line for the list of commands */
-  const char *about;   /* prose between the synopsis and the options */
-  const cf_opt *opts;  /* ends with a row whose name is NULL */
-  const char *after;   /* prose after the options, or NULL */
+  const char *missing;    /* the usage error when fewer are given ("no input file") */
+  size_t args_field;      /* offsetof the cf_opt_list that gets them */
+  bool reads_graph;       /* FILE is a graph: help lists the input formats */
+  const char *summary;    /* one line for the list of commands */
+  const char *about;      /* prose between the synopsis and the options */
+  const cf_opt *opts;     /* ends with a row whose name is NULL */
+  const char *after;      /* prose after the options, or NULL */
   int (*run)(cf_context *ctx, int argc, char **argv); /* argv after the name */
 } cf_command;
 enum { CF_OPTS_HELP = -1 }; /* cf_opts_parse printed the help: exit 0 */
@@ -134,8 +134,6 @@ int cf_tool_exit_code(cf_status st);
 int cf_tool_fail(cf_context *ctx, cf_status st);
 /* "collfuse CMD: <fmt with arg>" + a hint; returns EXIT_USAGE. */
 int cf_tool_usage(const char *cmd, const char *fmt, const char *arg);
-/* The plural ending of a count: "" for 1, else "s" ("1 rank", "2 ranks"). */
-static inline const char *cf_s(long long n) { return n == 1 ? "" : "s"; }
 void cf_tool_bytes(int64_t b, char *buf, size_t len);
 
 /* run.c: `collfuse run` (SPEC section 4); returns the exit code. */
