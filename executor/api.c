@@ -87,12 +87,10 @@ static cf_status check_passes(cf_context *ctx, const char *v) {
       return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "option passes: bad pass list '%s'", v);
     memcpy(name, p, len);
     name[len] = 0;
+    char why[640];
     if (!cf_pass_find(name))
-      return cf_error(
-          ctx, CF_ERR_USAGE, NULL, 0,
-          "option passes: unknown pass '%s' (a comma list of: verify, infer, dce, fuse-allreduce, "
-          "fuse-allgather, fuse-reducescatter, fuse-matmul-collective; or default, O0)",
-          name);
+      return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "option passes: %s; or the pipelines default, O0",
+                      cf_pass_unknown(name, why, sizeof why));
     p += len + (p[len] == ',');
   }
   return CF_OK;
@@ -130,14 +128,9 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return set_str(o, &o->cost, value);
   }
   if (strcmp(key, "target") == 0) {
-    if (!cf_target_find(value)) {
-      char list[256] = "";
-      size_t n = 0;
-      for (size_t i = 0; cf_target_name(i) && n < sizeof list; i++)
-        n += (size_t)snprintf(list + n, sizeof list - n, i ? ", %s" : "%s", cf_target_name(i));
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0,
-                      "option target: unknown target '%s' (one of: %s)", value, list);
-    }
+    if (!cf_target_find(value))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option target: %s",
+                      cf_target_unknown(value, why, sizeof why));
     return set_str(o, &o->target, value);
   }
   if (strcmp(key, "explain") == 0 || strcmp(key, "deterministic") == 0) {

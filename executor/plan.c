@@ -137,8 +137,9 @@ static cf_status group_ranks(cf_plan *p, const cf_node *n, const int **ranks, in
   }
   for (int i = 0; i < gr->n_ranks * gr->n_parts; i++)
     if (gr->ranks[i] < 0 || gr->ranks[i] >= p->ranks)
-      return cf_node_error(p->g, n, CF_ERR_INVALID, "group '%s' has rank %d but the run has %d ranks",
-                           name, gr->ranks[i], p->ranks);
+      return cf_node_error(p->g, n, CF_ERR_INVALID,
+                           "group '%s' has rank %d but the run has %d rank%s", name, gr->ranks[i],
+                           p->ranks, cf_s(p->ranks));
   *ranks = gr->ranks;
   *size = gr->n_ranks;
   *parts = gr->n_parts;
@@ -608,9 +609,9 @@ cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options
   if (p->opt.timeout_s <= 0) p->opt.timeout_s = 60;
   p->ranks = opt->ranks > 0 ? opt->ranks : (int)g->world_size;
   cf_status st = CF_OK;
-  if (p->ranks < 1 || p->ranks > 256) {
-    st = cf_error(ctx, CF_ERR_USAGE, g->file, 0, "%d ranks: the threads backend runs 1 to 256",
-                  p->ranks);
+  if (p->ranks < 1 || p->ranks > CF_MAX_WORLD) {
+    st = cf_error(ctx, CF_ERR_INVALID, g->file, 0, "%d ranks: collfuse runs 1 to %d ranks",
+                  p->ranks, CF_MAX_WORLD);
     goto fail;
   }
   if (g->world_size > 0 && g->world_size != p->ranks) {

@@ -14,6 +14,16 @@
 
 /* ---- load.c: file reading, format dispatch, public load/write API ---- */
 
+/* One input format: the readers' table (help texts list it). */
+typedef struct cf_format {
+  const char *ext[2]; /* file name endings, the first the usual one; NULL if none */
+  const char *name;   /* what it is, for help texts */
+  cf_status (*read)(cf_context *ctx, const char *name, const char *data, size_t size,
+                    cf_graph **out);
+} cf_format;
+/* The i-th input format, NULL past the end. */
+const cf_format *cf_format_at(size_t i);
+
 /* Read a whole file, refusing files above CF_MAX_FILE_BYTES. *data is
  * malloc'd and NUL-terminated. */
 cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *size);

@@ -227,8 +227,11 @@ static cf_status read_node(gml_reader *r, const xmlNode *xn) {
     return fail(r, line, "%s: missing op attribute (a <data> whose key has attr.name=\"op\")",
                 what);
   cf_op op = cf_op_lookup(v.v[SLOT_OP], &layout);
-  if (op == CF_OP_INVALID)
-    return fail(r, v.line[SLOT_OP], "node '%s': unknown op '%s'", id, v.v[SLOT_OP]);
+  if (op == CF_OP_INVALID) {
+    char dym[96];
+    return fail(r, v.line[SLOT_OP], "node '%s': unknown op '%s'%s", id, v.v[SLOT_OP],
+                cf_did_you_mean(cf_op_suggest(v.v[SLOT_OP]), dym, sizeof dym));
+  }
   if ((st = cf_graph_add_node(g, id, op, line, &idx))) return st;
   for (int a = 0; a < CF_A_COUNT; a++) {
     if (!v.v[a]) continue;

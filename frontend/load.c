@@ -113,11 +113,27 @@ static bool has_ext(const char *name, const char *ext) {
 
 typedef cf_status (*reader_fn)(cf_context *, const char *, const char *, size_t, cf_graph **);
 
+/* The readers, by file name ending (.graphml before .xml: both end so) */
+static const cf_format formats[] = {
+    {{".xml", NULL}, "native XML", cf_xml_read},
+    {{".graphml", NULL}, "GraphML", cf_graphml_read},
+    {{".hlo", ".hlo.txt"}, "XLA HLO text", cf_hlo_read},
+    {{".pbtxt", ".pb.txt"}, "TensorFlow/GE GraphDef text", cf_pbtxt_read},
+};
+enum { N_FORMATS = sizeof formats / sizeof formats[0] };
+
+const cf_format *cf_format_at(size_t i) { return i < N_FORMATS ? &formats[i] : NULL; }
+
 static reader_fn pick_reader(const char *name, const char *data, size_t size) {
-  if (has_ext(name, ".graphml")) return cf_graphml_read;
-  if (has_ext(name, ".xml")) return cf_xml_read;
-  if (has_ext(name, ".hlo") || has_ext(name, ".hlo.txt")) return cf_hlo_read;
-  if (has_ext(name, ".pbtxt") || has_ext(name, ".pb.txt")) return cf_pbtxt_read;
+  const cf_format *best = NULL; /* the longest ending that matches */
+  size_t best_len = 0;
+  for (size_t i = 0; i < N_FORMATS; i++)
+    for (int k = 0; k < 2 && formats[i].ext[k]; k++)
+      if (has_ext(name, formats[i].ext[k]) && strlen(formats[i].ext[k]) > best_len) {
+        best = &formats[i];
+        best_len = strlen(formats[i].ext[k]);
+      }
+  if (best) return best->read;
   /* no known extension: sniff HLO's first word, else the first element */
   size_t lim = size < 4096 ? size : 4096, i = 0;
   while (i < lim && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n')) i++;
@@ -137,9 +153,17 @@ cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, si
   if (!ctx || !name || (!data && size)) return CF_ERR_USAGE;
   cf_clear_error(ctx);
   reader_fn rd = pick_reader(name, data ? data : "", size);
-  if (!rd)
-    return cf_error(ctx, CF_ERR_INVALID, name, 0,
-                    "unknown graph format (expected .xml, .graphml, .hlo or .pbtxt)");
+  if (!rd) {
+    char list[128] = "";
+    size_t o = 0;
+    for (size_t i = 0; i < N_FORMATS && o < sizeof list; i++)
+      o += (size_t)snprintf(list + o, sizeof list - o, "%s%s",
+                            i == 0              ? ""
+                            : i + 1 < N_FORMATS ? ", "
+                                                : " or ",
+                            formats[i].ext[0]);
+    return cf_error(ctx, CF_ERR_INVALID, name, 0, "unknown graph format (expected %s)", list);
+  }
   return rd(ctx, name, data ? data : "", size, out);
 }
 
@@ -160,12 +184,9 @@ cf_status cf_graph_verify(cf_graph *g, const char *target) {
   if (!g) return CF_ERR_USAGE;
   const cf_target *t = cf_target_find(target);
   if (!t) {
-    char list[256] = "";
-    size_t o = 0;
-    for (size_t i = 0; cf_target_name(i) && o < sizeof list; i++)
-      o += (size_t)snprintf(list + o, sizeof list - o, i ? ", %s" : "%s", cf_target_name(i));
-    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "unknown target '%s' (one of: %s)", target,
-                    list);
+    char why[256];
+    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s",
+                    cf_target_unknown(target, why, sizeof why));
   }
   cf_status st = cf_frontend_finish(g);
   if (!st) st = cf_target_check(g, t);

@@ -158,8 +158,9 @@ static cf_status read_outputs(cf_graph *g, int idx, xmlNodePtr x) {
     if (!dt || !sh)
       st = cf_node_error(g, n, CF_ERR_INVALID, "<output> needs dtype and shape");
     else if ((d->v.dtype = cf_dtype_parse(dt)) == CF_DT_INVALID)
-      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(c), "node '%s': unknown dtype '%s'",
-                    n->name, dt);
+      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(c),
+                    "node '%s': unknown dtype '%s'%s", n->name, dt,
+                    cf_did_you_mean(cf_dtype_suggest(dt), why, sizeof why));
     else if (!cf_shape_parse(sh, &d->v.shape, why, sizeof why))
       st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(c), "node '%s': %s", n->name, why);
     d->has_dtype = d->has_shape = true;
@@ -185,7 +186,9 @@ static cf_status read_node(cf_graph *g, xmlNodePtr x) {
   }
   cf_op op = cf_op_lookup(opname, &layout);
   if (op == CF_OP_INVALID) {
-    st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': unknown op '%s'", nm, opname);
+    char dym[96];
+    st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': unknown op '%s'%s", nm, opname,
+                  cf_did_you_mean(cf_op_suggest(opname), dym, sizeof dym));
     goto done;
   }
   if ((st = cf_graph_add_node(g, nm, op, line, &idx))) goto done;

@@ -137,8 +137,11 @@ cf_status cf_graph_add_op(cf_graph *g, const char *op, const char *name, const c
     return cf_error(g->ctx, CF_ERR_USAGE, g->file, 0, "node '%s': inputs is NULL", name);
   int layout;
   cf_op o = cf_op_lookup(op, &layout);
-  if (o == CF_OP_INVALID)
-    return cf_error(g->ctx, CF_ERR_INVALID, g->file, 0, "node '%s': unknown op '%s'", name, op);
+  if (o == CF_OP_INVALID) {
+    char dym[96];
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, 0, "node '%s': unknown op '%s'%s", name, op,
+                    cf_did_you_mean(cf_op_suggest(op), dym, sizeof dym));
+  }
   if (n_inputs > CF_MAX_OPERANDS)
     return cf_error(g->ctx, CF_ERR_INVALID, g->file, 0,
                     "node '%s': too many operands (%zu, limit %d)", name, n_inputs,

@@ -45,6 +45,10 @@ cf_op cf_op_lookup(const char *name, int *layout) {
   return CF_OP_INVALID;
 }
 
+const char *cf_op_alias_name(size_t i) {
+  return i < sizeof op_aliases / sizeof op_aliases[0] ? op_aliases[i].name : NULL;
+}
+
 cf_attr_id cf_attr_lookup(const char *name) {
   for (int i = 0; i < CF_A_COUNT; i++)
     if (strcmp(name, cf_attr_table[i].name) == 0) return (cf_attr_id)i;
@@ -269,6 +273,9 @@ cf_status cf_node_parse_attr(cf_graph *g, int node, cf_attr_id id, const char *t
     break;
   case CF_AK_DTYPE:
     a.v.i = cf_dtype_parse(text);
+    if (a.v.i == CF_DT_INVALID && cf_dtype_suggest(text))
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': unknown dtype %s='%s'%s",
+                      n->name, an, text, cf_did_you_mean(cf_dtype_suggest(text), why, sizeof why));
     if (a.v.i == CF_DT_INVALID)
       return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
                       "node '%s': unknown dtype %s='%s' (int8, uint8, int16, int32, int64, "
@@ -283,6 +290,9 @@ cf_status cf_node_parse_attr(cf_graph *g, int node, cf_attr_id id, const char *t
     break;
   case CF_AK_RED:
     a.v.i = cf_reduction_parse(text);
+    if (a.v.i < 0 && cf_reduction_suggest(text))
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': unknown reduction '%s'%s",
+                      n->name, text, cf_did_you_mean(cf_reduction_suggest(text), why, sizeof why));
     if (a.v.i < 0)
       return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
                       "node '%s': unknown reduction '%s' (sum, mean, max, min, prod)", n->name,

@@ -25,7 +25,17 @@
 #define CF_MAX_FILE_BYTES ((size_t)256 << 20) /* input file size */
 #define CF_MAX_XML_ELEMENTS 4000000          /* elements in one XML document */
 #define CF_MAX_GROUP_NAME 127                /* HCCL: 128 bytes with the NUL */
-#define CF_MAX_WORLD 65536                   /* ranks */
+/* Ranks of a graph and of a run: what the executor can run. The threads
+ * transport keeps a 1.7 KiB channel for every ordered pair of ranks (108 MiB
+ * at 256, growing with the square) and one thread per rank, and --verify's
+ * reference holds every rank's data in one process; the MPI backend runs
+ * the same plans. Readers, the verifier, `run --ranks` and the executor all
+ * check this one limit (docs/format.md, "Limits"). */
+#define CF_MAX_WORLD 256
+
+/* The plural ending of a count in a message: "" for 1, else "s" ("1 rank",
+ * "2 ranks"). */
+static inline const char *cf_s(long long n) { return n == 1 ? "" : "s"; }
 
 /* ================= context.c: context, errors, arena ================= */
 
@@ -181,6 +191,7 @@ extern const size_t cf_op_alias_count;
  * (-1 when none). Returns CF_OP_INVALID when unknown. */
 cf_op cf_op_lookup(const char *name, int *layout);
 cf_attr_id cf_attr_lookup(const char *name); /* CF_A_COUNT when unknown */
+const char *cf_op_alias_name(size_t i);      /* i-th alias of ops.def, NULL past the end */
 const char *cf_reduction_name(cf_reduction r);
 int cf_reduction_parse(const char *s); /* -1 when unknown */
 const char *cf_layout_name(cf_layout l);
@@ -317,6 +328,9 @@ cf_status cf_infer_node(cf_graph *g, cf_node *n);
 
 typedef struct cf_target cf_target;
 const cf_target *cf_target_find(const char *name); /* NULL when unknown */
+/* "unknown target 'NAME'" and the closest profile, else the list of them,
+ * into buf; returns buf. */
+const char *cf_target_unknown(const char *name, char *buf, size_t len);
 const char *cf_target_profile_name(const cf_target *t);
 /* Check every node against the target's limits. Needs inferred types. */
 cf_status cf_target_check(const cf_graph *g, const cf_target *t);
@@ -348,5 +362,27 @@ cf_status cf_graph_seal(cf_graph *g);
 /* Bytes a collective node moves: the size of the full (unscattered /
  * gathered) tensor, summed over ports. */
 int64_t cf_node_comm_bytes(const cf_graph *g, const cf_node *n);
+
+/* ================= suggest.c: "did you mean" ================= */
+
+/* Edit distance (Damerau-Levenshtein, case-insensitive) of a and b. */
+int cf_edit_distance(const char *a, const char *b);
+/* The closest of the candidates fed to it, if close enough to be a typo of
+ * word: init with the word, add every candidate of a table, read best. */
+typedef struct cf_suggest {
+  const char *word; /* what the user typed */
+  const char *best; /* the closest candidate so far, NULL when none is close */
+  int dist;         /* best's distance (the limit + 1 before any) */
+} cf_suggest;
+void cf_suggest_init(cf_suggest *s, const char *word);
+void cf_suggest_add(cf_suggest *s, const char *candidate);
+/* "; did you mean 'BEST'?", or "" when best is NULL, into buf; returns buf. */
+const char *cf_did_you_mean(const char *best, char *buf, size_t len);
+/* The closest op (name or alias), dtype, reduction or target profile; NULL
+ * when none is close. */
+const char *cf_op_suggest(const char *name);
+const char *cf_dtype_suggest(const char *name);
+const char *cf_reduction_suggest(const char *name);
+const char *cf_target_suggest(const char *name);
 
 #endif /* COLLFUSE_IR_H */

@@ -127,6 +127,19 @@ const cf_target *cf_target_find(const char *name) {
 
 const char *cf_target_profile_name(const cf_target *t) { return t->name; }
 
+const char *cf_target_unknown(const char *name, char *buf, size_t len) {
+  const char *near = cf_target_suggest(name);
+  size_t o = (size_t)snprintf(buf, len, "unknown target '%s'", name);
+  if (near) {
+    if (o < len) snprintf(buf + o, len - o, "; did you mean '%s'?", near);
+    return buf;
+  }
+  for (size_t i = 0; cf_target_name(i) && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, i ? ", %s" : " (one of: %s", cf_target_name(i));
+  if (o < len) snprintf(buf + o, len - o, ")");
+  return buf;
+}
+
 static int kind_of(cf_op op) {
   switch (op) {
   case CF_OP_ALLREDUCE:

@@ -713,8 +713,8 @@ static void report(combiner *m) {
       const bucket *b = &m->b[c->bucket];
       const char *split = "";
       if (b->fusion == 2 && b->split) split = ", fusion_id split by dependency";
-      explain(m, "%s '%s' -> '%s' (%s, %d members, %lld bytes%s)", kind_name(m), nm, b->name,
-              b->detail, b->n, (long long)b->bytes, split);
+      explain(m, "%s '%s' -> '%s' (%s, %d member%s, %lld bytes%s)", kind_name(m), nm, b->name,
+              b->detail, b->n, cf_s(b->n), (long long)b->bytes, split);
     } else {
       explain(m, "%s '%s' stays alone: %s", kind_name(m), nm, c->why ? c->why : "no partner");
     }
@@ -781,8 +781,8 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
     report(&m);
     int fused = 0;
     for (int k = 0; k < buckets; k++) fused += m.b[k].n;
-    cf_log(g->ctx, CF_LOG_INFO, "fuse-%s: %d %s into %d buckets, %d left alone", m.prefix, fused,
-           kind_name(&m), buckets, before - fused);
+    cf_log(g->ctx, CF_LOG_INFO, "fuse-%s: %d %s%s into %d bucket%s, %d left alone", m.prefix, fused,
+           kind_name(&m), cf_s(fused), buckets, cf_s(buckets), before - fused);
   } else {
     report(&m);
   }

@@ -633,8 +633,10 @@ static cf_status run(cf_graph *g, const cf_pass_options *opt) {
   if (!opt) opt = &none;
   cf_status st = CF_OK;
   fuser f = {.g = g, .opt = opt, .n0 = g->n_nodes};
+  char why[256];
   if (opt->target && !(f.target = cf_target_find(opt->target)))
-    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "unknown target '%s'", opt->target);
+    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s",
+                    cf_target_unknown(opt->target, why, sizeof why));
   if (!g->topo && ((st = cf_verify_structure(g)) || (st = cf_infer(g)))) return st;
   int limit = g->node_limit;
   g->node_limit = INT_MAX; /* briefly both the fused nodes and what they replace */

@@ -32,6 +32,41 @@ const cf_pass *cf_pass_find(const char *name) {
   return NULL;
 }
 
+const char *cf_pass_unknown(const char *name, char *buf, size_t len) {
+  cf_suggest s;
+  cf_suggest_init(&s, name);
+  for (int i = 0; cf_pass_registry[i]; i++)
+    cf_suggest_add(&s, cf_pass_registry[i]->name);
+  size_t o = (size_t)snprintf(buf, len, "unknown pass '%s'", name);
+  if (s.best) {
+    if (o < len) snprintf(buf + o, len - o, "; did you mean '%s'?", s.best);
+    return buf;
+  }
+  for (int i = 0; cf_pass_registry[i] && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, i ? ", %s" : " (known: %s", cf_pass_registry[i]->name);
+  if (o < len) snprintf(buf + o, len - o, ")");
+  return buf;
+}
+
+bool cf_pass_list_check(const char *list, char *why, size_t len) {
+  char name[64];
+  for (const char *p = list; *p;) {
+    size_t n = strcspn(p, ",");
+    if (n >= sizeof name) {
+      snprintf(why, len, "bad pass list '%s'", list);
+      return false;
+    }
+    memcpy(name, p, n);
+    name[n] = 0;
+    p += n + (p[n] == ',');
+    if (n && !cf_pass_find(name)) {
+      cf_pass_unknown(name, why, len);
+      return false;
+    }
+  }
+  return true;
+}
+
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -60,12 +95,8 @@ cf_status cf_passes_run(cf_graph *g, const char *list, const cf_pass_options *op
     p += len + (p[len] == ',');
     const cf_pass *pass = cf_pass_find(name);
     if (!pass) {
-      char known[512] = "";
-      size_t o = 0;
-      for (int i = 0; cf_pass_registry[i] && o < sizeof known; i++)
-        o += (size_t)snprintf(known + o, sizeof known - o, i ? ", %s" : "%s",
-                              cf_pass_registry[i]->name);
-      return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "unknown pass '%s' (known: %s)", name, known);
+      char why[640];
+      return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s", cf_pass_unknown(name, why, sizeof why));
     }
     double t0 = now_ms();
     cf_status st = pass->run(g, opt);

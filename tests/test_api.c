@@ -164,7 +164,8 @@ static void test_options(void **state) {
   OK(cf_options_create(ctx, &o));
   ASSERT_ERR(cf_options_set(o, "colour", "red"), CF_ERR_USAGE, "unknown option 'colour'");
   ASSERT_ERR(cf_options_set(o, "split", "bytes:lots"), CF_ERR_USAGE, "option split:");
-  ASSERT_ERR(cf_options_set(o, "target", "tpu"), CF_ERR_USAGE, "unknown target 'tpu' (one of: cpu");
+  ASSERT_ERR(cf_options_set(o, "target", "tpu"), CF_ERR_USAGE,
+             "unknown target 'tpu'; did you mean 'cpu'?");
   ASSERT_ERR(cf_options_set(o, "passes", "verify,fuse-all"), CF_ERR_USAGE,
              "unknown pass 'fuse-all'");
   ASSERT_ERR(cf_options_set(o, "deterministic", "maybe"), CF_ERR_USAGE,

@@ -406,10 +406,10 @@ static const cf_bad_input bad_modules[] = {
     {"HloModule m\nENTRY e {\n  hello world\n}\n",
      "t.hlo:3: error: expected an instruction 'NAME = SHAPE OPCODE(OPERANDS)'"},
     {"HloModule m, num_partitions=0\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n",
-     "t.hlo:1: error: HloModule: num_partitions='0' must be an integer in 1..65536"},
-    {"HloModule m, num_partitions=65536, replica_count=2\nENTRY e {\n  ROOT p = f32[] "
+     "t.hlo:1: error: HloModule: num_partitions='0' must be an integer in 1..256"},
+    {"HloModule m, num_partitions=256, replica_count=2\nENTRY e {\n  ROOT p = f32[] "
      "parameter(0)\n}\n",
-     "t.hlo:1: error: HloModule: num_partitions * replica_count is above 65536 devices"},
+     "t.hlo:1: error: HloModule: num_partitions * replica_count is above 256 devices"},
     /* collectives */
     {"HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
      "replica_groups={{0,1}}\n}\n",

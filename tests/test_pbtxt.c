@@ -171,7 +171,7 @@ static const cf_bad_input bad_graphs[] = {
      "t.pbtxt:3: error: node 'ar': attr rank_size must be an integer"},
     {PH("a") "node {\n name: 'ag' op: 'HcomAllGather' input: 'a' attr { key: 'rank_size' value { "
              "i: 70000 } } }\n",
-     "t.pbtxt:2: error: node 'ag': rank_size=70000 must be in 1..65536"},
+     "t.pbtxt:2: error: node 'ag': rank_size=70000 must be in 1..256"},
     {PH("a") "node {\n name: 'c' op: 'Cast' input: 'a' }\n",
      "t.pbtxt:2: error: node 'c': Cast needs attr DstT"},
     {PH("a") PH("b") "node {\n name: 'm' op: 'MatMul' input: 'a' input: 'b' }\n",

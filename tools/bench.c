@@ -10,6 +10,7 @@
 #include "tools.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,36 +177,63 @@ static int run_child(const char *kind, int nodes, compile_result *r) {
   return got == sizeof *r && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
-int cf_bench_compile(int argc, char **argv) {
-  int sizes[8] = {1000, 10000, 100000, 1000000}, ns = 4;
-  bool json = false;
-  for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else if (strncmp(argv[i], "--sizes=", 8) == 0 || (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc)) {
-      const char *p = argv[i][7] == '=' ? argv[i] + 8 : argv[++i];
-      ns = 0;
-      while (*p && ns < 8) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 9 || v > CF_MAX_NODES) {
-          fprintf(stderr, "collfuse bench compile: --sizes takes node counts in 9..%d\n", CF_MAX_NODES);
-          return 2;
-        }
-        sizes[ns++] = (int)v;
-        p = *end == ',' ? end + 1 : end;
-      }
-    } else {
-      fprintf(stderr, "collfuse bench compile: unknown option '%s'\n", argv[i]);
-      return 2;
+typedef struct compile_bench_args {
+  int sizes[8], ns;
+  bool json;
+} compile_bench_args;
+
+static bool check_sizes(void *out, const char *v, char *why, size_t len) {
+  compile_bench_args *a = out;
+  a->ns = 0;
+  for (const char *p = v; *p;) {
+    char *end;
+    long n = strtol(p, &end, 10);
+    if (end == p || n < 9 || n > CF_MAX_NODES || a->ns == 8 || (*end && *end != ',')) {
+      snprintf(why, len, "--sizes takes up to 8 node counts in 9..%d, got '%s'", CF_MAX_NODES, v);
+      return false;
     }
+    a->sizes[a->ns++] = (int)n;
+    p = *end == ',' ? end + 1 : end;
   }
+  return true;
+}
+
+static const cf_opt compile_bench_opts[] = {
+    {"--sizes", NULL, "N,N,...", CF_OPT_CALL, 0, .check = check_sizes,
+     .help = "node counts of the generated graphs (default 1000,10000,100000,1000000)"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(compile_bench_args, json),
+     .help = "one JSON object, with the time of each pass"},
+    {0},
+};
+
+const cf_command cf_command_bench_compile = {
+    .name = "bench compile",
+    .summary = "time parse, verify and passes on 1k..1M nodes",
+    .about = "Generate data-parallel and tensor-parallel graphs (default 1k, 10k, 100k and\n"
+             "1M nodes) and time parse, verify and each pass of the default pipeline next\n"
+             "to the unfused -O0 pipeline, with the peak memory of each size.\n",
+    .opts = compile_bench_opts,
+    .run = cf_bench_compile,
+};
+
+const cf_command *const cf_bench_commands[] = {
+    &cf_command_bench_compile, &cf_command_bench_reduce, &cf_command_bench_allreduce,
+    &cf_command_bench_fusion,  &cf_command_bench_mmrs,   NULL,
+};
+
+int cf_bench_compile(cf_context *ctx, int argc, char **argv) {
+  compile_bench_args a = {.sizes = {1000, 10000, 100000, 1000000}, .ns = 4};
+  (void)ctx;
+  int rc = cf_opts_parse(&cf_command_bench_compile, argc, argv, &a);
+  cf_opts_free(&cf_command_bench_compile, &a);
+  if (rc) return rc == CF_OPTS_HELP ? 0 : rc;
+  int *sizes = a.sizes, ns = a.ns;
+  bool json = a.json;
   static const char *kinds[] = {"dp", "tp"};
   cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "results");
   if (!json)
     printf("%-4s %9s %6s %6s %10s %10s %10s %10s %10s %9s %9s\n", "kind", "nodes", "coll", "after",
            "parse_ms", "verify_ms", "passes_ms", "total_ms", "us/node", "-O0_ms", "peak_MiB");
-  int rc = 0;
   for (int k = 0; k < 2; k++)
     for (int s = 0; s < ns; s++) {
       compile_result r;

@@ -33,6 +33,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -449,10 +450,10 @@ static void print_header(const ar_options *o, const mpi_peer *m) {
   printf("collfuse bench allreduce: %d ranks (%s, CPU device), float32 sum, out of "
          "place\n",
          o->ranks, o->mpi ? "MPI transport, one process per rank" : "threads transport");
-  printf("  us: median over %d loops of K back-to-back calls, per call; algbw = bytes / time,\n"
+  printf("  us: median over %d loop%s of K back-to-back calls, per call; algbw = bytes / time,\n"
          "  busbw = algbw * 2(n-1)/n = algbw * %.2f (GB/s, 1 GB = 1e9 B); auto = cf_coll_select's "
          "choice\n",
-         o->loops, busbw_factor(o->ranks));
+         o->loops, cf_s(o->loops), busbw_factor(o->ranks));
   if (m->up)
     printf("  mpi: MPI_Allreduce, %s, %s\n", m->library[0] ? m->library : "OpenMPI", m->command);
   if (m->why[0]) printf("  mpi: %s%s\n", m->up ? "partial results: " : "not measured: ", m->why);
@@ -519,54 +520,73 @@ static int usage(const char *fmt, const char *arg) {
   return cf_tool_usage("bench allreduce", fmt, arg);
 }
 
-static int parse_options(int argc, char **argv, ar_options *o) {
+static const cf_opt ar_opts[] = {
+    {"--ranks", NULL, "N", CF_OPT_INT, offsetof(cf_ar_args, ranks), 1, MAX_RANKS,
+     .help = "rank threads, 2..64 (default 4; --device cuda 1..64, default 8)"},
+    {"--sizes", NULL, "S,S,...", CF_OPT_STR, offsetof(cf_ar_args, sizes),
+     .help = "byte counts such as 8,64K,1M (multiples of 4, at most 1G;\n"
+             "--device cuda 4G; default 8 B..256 MiB)"},
+    {"--algo", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, algo),
+     .choices = "auto|direct|rd|ring|rsag",
+     .help = "keep only this algorithm's column (and auto's)"},
+    {"--iters", NULL, "K", CF_OPT_INT, offsetof(cf_ar_args, iters), 1, 1000000,
+     .help = "calls per loop (default about 32 MiB per loop)"},
+    {"--loops", NULL, "L", CF_OPT_INT, offsetof(cf_ar_args, loops), 1, MAX_LOOPS,
+     .help = "timed loops per cell, the median is reported (default 5)"},
+    {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, quick),
+     .help = "8 B, 64 KiB and 1 MiB, short loops: a smoke test"},
+    {"--no-mpi", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, no_mpi),
+     .help = "skip MPI_Allreduce"},
+    {"--mpi-args", NULL, "ARGS", CF_OPT_STR, offsetof(cf_ar_args, mpi_args),
+     .help = "more mpirun options for the MPI_Allreduce peer,\n"
+             "such as '--mca coll basic,self,libnbc'"},
+    {"--backend", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, backend), .choices = "threads|mpi",
+     .help = "mpi: under `mpirun -np N`, every process is one rank and\n"
+             "MPI_Allreduce runs in the same processes"},
+    {"--device", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, device), .choices = "cpu|cuda",
+     .help = "cuda: the ranks on the CUDA backend, against the GPU's copy rate"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, json),
+     .help = "one JSON object on stdout"},
+    {0},
+};
+
+const cf_command cf_command_bench_allreduce = {
+    .name = "bench allreduce",
+    .summary = "AllReduce algorithms on rank threads vs MPI_Allreduce",
+    .about = "float32 sum on N rank threads for sizes 8 B..256 MiB: microseconds per call,\n"
+             "algbw = bytes/time and busbw = algbw*2(n-1)/n for the algorithm AUTO picks and\n"
+             "for each forced one (direct, rsag, ring, rd), next to OpenMPI's MPI_Allreduce\n"
+             "on N processes under mpirun (collfuse-mpi-allreduce). Each cell is the median\n"
+             "of L loops of K calls. See bench/README.md.\n",
+    .opts = ar_opts,
+    .run = cf_bench_allreduce,
+};
+
+/* The CPU run's options from the table's; 0 or a usage error. */
+static int parse_options(const cf_ar_args *a, ar_options *o) {
   *o = (ar_options){.ranks = 4, .loops = 5, .algo = -1, .timeout_s = 120};
   o->n_sizes = (int)(sizeof default_sizes / sizeof default_sizes[0]);
   memcpy(o->sizes, default_sizes, sizeof default_sizes);
-  bool quick = false, loops_given = false;
-  for (int i = 0; i < argc; i++) {
-    const char *v;
-    if ((v = cf_tool_opt(argc, argv, &i, "--ranks"))) {
-      if (!cf_bench_parse_int(v, 2, MAX_RANKS, &o->ranks))
-        return usage("--ranks wants 2..64, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--iters"))) {
-      if (!cf_bench_parse_int(v, 1, 1000000, &o->iters))
-        return usage("--iters wants a count >= 1, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--loops"))) {
-      if (!cf_bench_parse_int(v, 1, MAX_LOOPS, &o->loops))
-        return usage("--loops wants 1..100, got '%s'", v);
-      loops_given = true;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--algo"))) {
-      o->algo = cf_algo_parse(v);
-      if (o->algo < 0) return usage("--algo wants auto, direct, rd, ring or rsag, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--sizes"))) {
-      if (!cf_bench_parse_sizes(v, (int64_t)1 << 30, o->sizes, MAX_SIZES, &o->n_sizes))
-        return usage(
-            "--sizes wants up to 32 byte counts such as 8,64K,1M (multiples of 4, at most "
-            "1G), got '%s'",
-            v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--mpi-args"))) {
-      o->mpi_args = v;
-    } else if (strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else if (strcmp(argv[i], "--json") == 0) {
-      o->json = true;
-    } else if (strcmp(argv[i], "--no-mpi") == 0) {
-      o->no_mpi = true;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--backend"))) {
-      if (strcmp(v, "mpi") != 0 && strcmp(v, "threads") != 0)
-        return usage("--backend wants threads or mpi, got '%s'", v);
-      o->mpi = strcmp(v, "mpi") == 0;
-    } else {
-      return usage("unknown option '%s'", argv[i]);
-    }
-  }
-  if (quick) { /* a smoke test: three sizes, short loops */
+  if (a->ranks && a->ranks < 2) return usage("--ranks wants 2..64, got '%s'", "1");
+  if (a->ranks) o->ranks = a->ranks;
+  if (a->loops) o->loops = a->loops;
+  o->iters = a->iters;
+  if (a->algo) o->algo = cf_algo_parse(a->algo);
+  if (a->sizes &&
+      !cf_bench_parse_sizes(a->sizes, (int64_t)1 << 30, o->sizes, MAX_SIZES, &o->n_sizes))
+    return usage("--sizes wants up to 32 byte counts such as 8,64K,1M (multiples of 4, at most "
+                 "1G), got '%s'",
+                 a->sizes);
+  o->mpi_args = a->mpi_args;
+  o->json = a->json;
+  o->no_mpi = a->no_mpi;
+  o->mpi = a->backend && strcmp(a->backend, "mpi") == 0;
+  if (a->quick) { /* a smoke test: three sizes, short loops */
     static const int64_t q[] = {8, 64 << 10, 1 << 20};
     o->n_sizes = 3;
     memcpy(o->sizes, q, sizeof q);
     if (!o->iters) o->iters = 4;
-    if (!loops_given) o->loops = 2;
+    if (!a->loops) o->loops = 2;
   }
   return 0;
 }
@@ -766,10 +786,14 @@ static int bench_mpi(cf_context *ctx, ar_options *o, ar_row *rows) {
 /* ---------------- the benchmark ---------------- */
 
 int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
-  if (cf_bench_wants_cuda(argc, argv)) return cf_bench_allreduce_cuda(ctx, argc, argv); /* bench_cuda.c */
+  cf_ar_args a = {0};
+  int rc = cf_opts_parse(&cf_command_bench_allreduce, argc, argv, &a);
+  cf_opts_free(&cf_command_bench_allreduce, &a);
+  if (rc) return rc == CF_OPTS_HELP ? 0 : rc;
+  if (a.device && strcmp(a.device, "cuda") == 0)
+    return cf_bench_allreduce_cuda(ctx, &a); /* bench_cuda.c */
   ar_options o;
-  int rc = parse_options(argc, argv, &o);
-  if (rc) return rc;
+  if ((rc = parse_options(&a, &o))) return rc;
   ar_row rows[MAX_SIZES];
   for (int s = 0; s < o.n_sizes; s++)
     rows[s] = (ar_row){.bytes = o.sizes[s], .iters = iters_for(&o, o.sizes[s])};

@@ -44,19 +44,15 @@
 enum { MAX_SIZES = 32, MAX_RANKS = 64, MAX_SAMPLES = 100 };
 #define BLOCK_BYTES ((int64_t)4 << 20) /* the random block sources repeat */
 
-bool cf_bench_wants_cuda(int argc, char **argv) {
-  for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--device=cuda") == 0) return true;
-    if (strcmp(argv[i], "--device") == 0 && i + 1 < argc && strcmp(argv[i + 1], "cuda") == 0) return true;
-  }
-  return false;
+static int usage(const char *what, const char *fmt, const char *arg) {
+  char cmd[32];
+  snprintf(cmd, sizeof cmd, "bench %s", what);
+  return cf_tool_usage(cmd, fmt, arg);
 }
 
-static int usage(const char *what, const char *fmt, const char *arg) {
-  fprintf(stderr, "collfuse bench %s --device cuda: ", what);
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nTry 'collfuse bench --help'.\n");
-  return EXIT_USAGE;
+/* An option of the CPU run given with --device cuda. */
+static int cpu_only(const char *what, const char *opt) {
+  return usage(what, "%s is not taken with --device cuda", opt);
 }
 
 static void print_gpu(cf_device *dev, cJSON *root) {
@@ -240,29 +236,27 @@ static cJSON *red_row_json(const red_row *r) {
   return o;
 }
 
-int cf_bench_reduce_cuda(cf_context *ctx, int argc, char **argv) {
+int cf_bench_reduce_cuda(cf_context *ctx, const cf_red_args *a) {
   int64_t sizes[MAX_SIZES] = {(int64_t)256 << 20};
   int n_sizes = 1, samples = 7, reps = 10;
-  bool json = false;
-  for (int i = 0; i < argc; i++) {
-    const char *v;
-    if ((v = cf_tool_opt(argc, argv, &i, "--device"))) {
-      if (strcmp(v, "cuda") != 0) return usage("reduce", "--device wants cuda here, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--sizes"))) {
-      if (!cf_bench_parse_sizes(v, (int64_t)4 << 30, sizes, MAX_SIZES, &n_sizes))
-        return usage("reduce", "--sizes takes up to 32 byte counts such as 64M,256M (multiples of 4, at most 4G), got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--samples"))) {
-      if (!cf_bench_parse_int(v, 1, MAX_SAMPLES, &samples)) return usage("reduce", "--samples takes 1..100, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--reps"))) {
-      if (!cf_bench_parse_int(v, 1, 100000, &reps)) return usage("reduce", "--reps takes 1..100000, got '%s'", v);
-    } else if (strcmp(argv[i], "--quick") == 0) {
-      sizes[0] = (int64_t)1 << 20, n_sizes = 1, samples = 3, reps = 3;
-    } else if (strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else {
-      return usage("reduce", "unknown option '%s' (--device cuda takes --sizes, --samples, --reps, --quick, --json)", argv[i]);
-    }
-  }
+  bool json = a->json;
+  if (a->quick) sizes[0] = (int64_t)1 << 20, n_sizes = 1, samples = 3, reps = 3;
+  if (a->dtypes || a->ops || a->sources || a->min_ms)
+    return cpu_only("reduce", a->dtypes    ? "--dtypes"
+                              : a->ops     ? "--ops"
+                              : a->sources ? "--sources"
+                                           : "--min-ms");
+  if (a->sizes && !cf_bench_parse_sizes(a->sizes, (int64_t)4 << 30, sizes, MAX_SIZES, &n_sizes))
+    return usage("reduce",
+                 "--sizes takes up to 32 byte counts such as 64M,256M (multiples of 4, at most "
+                 "4G), got '%s'",
+                 a->sizes);
+  char got[16];
+  snprintf(got, sizeof got, "%d", a->reps);
+  if (a->reps > 100000)
+    return usage("reduce", "--reps takes 1..100000 with --device cuda, got '%s'", got);
+  if (a->samples) samples = a->samples;
+  if (a->reps) reps = a->reps;
   cf_device *dev = NULL, *cpu = NULL;
   cf_status st = cf_device_cuda_create(ctx, 0, &dev);
   if (st) return cf_tool_fail(ctx, st);
@@ -298,9 +292,10 @@ int cf_bench_reduce_cuda(cf_context *ctx, int argc, char **argv) {
   cJSON_AddStringToObject(bc, "copy", "2*bytes per cuMemcpyDtoD");
   rows = cJSON_AddArrayToObject(root, "results");
   if (!json && !st) {
-    printf("collfuse bench reduce --device cuda: GB/s = 1e9 bytes read + written per second, median of %d samples of %d "
-           "back-to-back launches (device events)\n",
-           samples, reps);
+    printf("collfuse bench reduce --device cuda: GB/s = 1e9 bytes read + written per second, "
+           "median of %d sample%s of %d "
+           "back-to-back launch%s (device events)\n",
+           samples, cf_s(samples), reps, reps == 1 ? "" : "es");
     print_gpu(dev, NULL);
     printf("  n-ary (K+1)*bytes/call; acc 3*(K-1)*bytes per K-1 in-place calls; copy: cuMemcpyDtoD, 2*bytes, same "
            "run\n");
@@ -549,38 +544,29 @@ static bool ar_measure(ar_world *W, ar_row *row, int only) {
   return true;
 }
 
-
-int cf_bench_allreduce_cuda(cf_context *ctx, int argc, char **argv) {
+int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
   static const int64_t defaults[] = {8,         64,        512,       4 << 10,   32 << 10,  256 << 10,
                                      1 << 20,   4 << 20,   16 << 20,  64 << 20,  256 << 20, (int64_t)1 << 30};
   int64_t sizes[MAX_SIZES];
   int n_sizes = (int)(sizeof defaults / sizeof *defaults), ranks = 8, loops = 10, iters = 0, only = -1;
   memcpy(sizes, defaults, sizeof defaults);
-  bool json = false;
-  for (int i = 0; i < argc; i++) {
-    const char *v;
-    if ((v = cf_tool_opt(argc, argv, &i, "--device"))) {
-      if (strcmp(v, "cuda") != 0) return usage("allreduce", "--device wants cuda here, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--ranks"))) {
-      if (!cf_bench_parse_int(v, 1, MAX_RANKS, &ranks)) return usage("allreduce", "--ranks takes 1..64, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--sizes"))) {
-      if (!cf_bench_parse_sizes(v, (int64_t)4 << 30, sizes, MAX_SIZES, &n_sizes))
-        return usage("allreduce", "--sizes takes up to 32 byte counts such as 8,64K,256M (multiples of 4, at most 4G), got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--loops"))) {
-      if (!cf_bench_parse_int(v, 1, MAX_SAMPLES, &loops)) return usage("allreduce", "--loops takes 1..100, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--iters"))) {
-      if (!cf_bench_parse_int(v, 1, 100000, &iters)) return usage("allreduce", "--iters takes 1..100000, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--algo"))) {
-      only = cf_algo_parse(v);
-      if (only < 0 || only == CF_ALGO_MPI_NATIVE) return usage("allreduce", "--algo takes auto, direct, rsag, ring or rd, got '%s'", v);
-    } else if (strcmp(argv[i], "--quick") == 0) {
-      sizes[0] = 4096, sizes[1] = 1 << 20, n_sizes = 2, loops = 3;
-    } else if (strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else {
-      return usage("allreduce", "unknown option '%s' (--device cuda takes --ranks, --sizes, --loops, --iters, --algo, --quick, --json)", argv[i]);
-    }
-  }
+  bool json = a->json;
+  if (a->quick) sizes[0] = 4096, sizes[1] = 1 << 20, n_sizes = 2, loops = 3;
+  if (a->no_mpi || a->mpi_args || a->backend)
+    return cpu_only("allreduce", a->no_mpi ? "--no-mpi" : a->mpi_args ? "--mpi-args" : "--backend");
+  if (a->ranks) ranks = a->ranks;
+  if (a->sizes && !cf_bench_parse_sizes(a->sizes, (int64_t)4 << 30, sizes, MAX_SIZES, &n_sizes))
+    return usage("allreduce",
+                 "--sizes takes up to 32 byte counts such as 8,64K,256M (multiples of 4, at most "
+                 "4G), got '%s'",
+                 a->sizes);
+  if (a->loops) loops = a->loops;
+  char got[16];
+  snprintf(got, sizeof got, "%d", a->iters);
+  if (a->iters > 100000)
+    return usage("allreduce", "--iters takes 1..100000 with --device cuda, got '%s'", got);
+  if (a->iters) iters = a->iters;
+  if (a->algo) only = cf_algo_parse(a->algo);
   ar_world W = {.n = ranks, .loops = loops};
   cf_status st = cf_device_cuda_create(ctx, -1, &W.dev);
   if (st) return cf_tool_fail(ctx, st);
@@ -628,12 +614,15 @@ int cf_bench_allreduce_cuda(cf_context *ctx, int argc, char **argv) {
   print_gpu(W.dev, root);
   cJSON *results = cJSON_AddArrayToObject(root, "results");
   if (!json) {
-    printf("collfuse bench allreduce --device cuda: %d ranks (threads transport, a stream each), float32 sum, out of place\n",
-           ranks);
+    printf("collfuse bench allreduce --device cuda: %d rank%s (threads transport, a stream each), "
+           "float32 sum, out of place\n",
+           ranks, cf_s(ranks));
     print_gpu(W.dev, NULL);
-    printf("  us: median over %d loops of K back-to-back calls; algbw = bytes/time, busbw = algbw * %.2f (GB/s);\n"
-           "  copy: cuMemcpyDtoD on one GPU, %.1f GB/s (bytes read + written), busbw/copy against it\n",
-           loops, f, copy);
+    printf("  us: median over %d loop%s of K back-to-back calls; algbw = bytes/time, busbw = algbw "
+           "* %.2f (GB/s);\n"
+           "  copy: cuMemcpyDtoD on one GPU, %.1f GB/s (bytes read + written), busbw/copy against "
+           "it\n",
+           loops, cf_s(loops), f, copy);
     printf("%6s %5s | %6s %10s %8s %8s %7s | %10s %10s %10s %10s\n", "size", "K", "auto", "us", "algbw", "busbw",
            "bb/copy", "direct", "rsag", "ring", "rd");
   }

@@ -21,6 +21,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,13 +166,13 @@ static void print_table(const fu_options *o, const ar_totals *t, const variant *
                         const variant *ideal, const variant *unfused) {
   char b[32];
   cf_tool_bytes(t->bytes, b, sizeof b);
-  printf("collfuse bench fusion: %s on %d ranks (threads transport, CPU device)\n", o->file,
-         o->ranks);
-  printf("  %d AllReduce, %s in all%s; median ms per iteration over %d iterations after %d "
+  printf("collfuse bench fusion: %s on %d rank%s (threads transport, CPU device)\n", o->file,
+         o->ranks, cf_s(o->ranks));
+  printf("  %d AllReduce%s, %s in all%s; median ms per iteration over %d iteration%s after %d "
          "warm-up",
-         t->count, b,
+         t->count, cf_s(t->count), b,
          t->other ? " (the graph has other collectives too: the ideal leaves them out)" : "",
-         o->iters, o->warmup);
+         o->iters, cf_s(o->iters), o->warmup);
   if (o->rounds > 1) printf(", median of %d rounds (variants round-robin)", o->rounds);
   printf("\n");
   printf("%-34s %6s %10s %10s %9s %11s\n", "variant", "colls", "ms/iter", "peak/rank", "vs ideal",
@@ -229,62 +230,80 @@ static void print_json(const fu_options *o, const char *graph_name, const ar_tot
   cJSON_Delete(root);
 }
 
-static int usage(const char *fmt, const char *arg) {
-  return cf_tool_usage("bench fusion", fmt, arg);
+/* What the table fills; parse_options turns it into fu_options. */
+typedef struct fu_args {
+  cf_opt_list file, split;
+  int ranks, iters, warmup, rounds;
+  bool quick, json;
+} fu_args;
+
+static bool check_split(void *out, const char *v, char *why, size_t len) {
+  if (((fu_args *)out)->split.n > MAX_SPLITS) {
+    snprintf(why, len, "at most %d --split specs, got '%s'", MAX_SPLITS, v);
+    return false;
+  }
+  return cf_opt_check_split(out, v, why, len);
 }
 
+static const cf_opt fu_opts[] = {
+    {"--ranks", NULL, "N", CF_OPT_INT, offsetof(fu_args, ranks), 1, CF_MAX_WORLD,
+     .help = "rank threads (default 4; the graph's world_size is overridden)"},
+    {"--iters", NULL, "K", CF_OPT_INT, offsetof(fu_args, iters), 1, 100000,
+     .help = "timed iterations per variant (default 10; --quick 2)"},
+    {"--warmup", NULL, "W", CF_OPT_INT, offsetof(fu_args, warmup), 0, 100000,
+     .help = "untimed iterations first (default 2; --quick 1)"},
+    {"--rounds", NULL, "R", CF_OPT_INT, offsetof(fu_args, rounds), 1, MAX_ROUNDS,
+     .help = "run every variant once per round, round-robin (default 1)"},
+    {"--split", NULL, "SPEC", CF_OPT_LIST, offsetof(fu_args, split), .check = check_split,
+     .help = "a fused variant with this split (default bytes:25M, bytes:4M,\n"
+             "size:50,50)"},
+    {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, quick),
+     .help = "2 iterations, no extra splits: a smoke test"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, json),
+     .help = "one JSON object on stdout"},
+    {0},
+};
+
+const cf_command cf_command_bench_fusion = {
+    .name = "bench fusion",
+    .args = "FILE",
+    .min_args = 1,
+    .max_args = 1,
+    .missing = "no input file",
+    .args_field = offsetof(fu_args, file),
+    .reads_graph = true,
+    .summary = "a graph unfused, fused and split vs one flat AllReduce",
+    .about = "Run FILE on N rank threads unfused (-O0), fused by the default pipeline\n"
+             "(--split auto) and with each --split SPEC, next to one flat AllReduce of all\n"
+             "the graph's AllReduce bytes (the ideal): median ms per iteration and the\n"
+             "ratios to the ideal and to the unfused graph. See bench/README.md.\n",
+    .opts = fu_opts,
+    .run = cf_bench_fusion,
+};
+
 static int parse_options(int argc, char **argv, fu_options *o) {
-  *o = (fu_options){.ranks = 4, .iters = 10, .warmup = 2, .rounds = 1};
-  bool quick = false, iters_given = false, warmup_given = false;
-  for (int i = 0; i < argc; i++) {
-    const char *v;
-    if ((v = cf_tool_opt(argc, argv, &i, "--ranks"))) {
-      if (!cf_bench_parse_int(v, 1, 256, &o->ranks))
-        return usage("--ranks wants 1..256, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--iters"))) {
-      if (!cf_bench_parse_int(v, 1, 100000, &o->iters))
-        return usage("--iters wants a count >= 1, got '%s'", v);
-      iters_given = true;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--warmup"))) {
-      if (!cf_bench_parse_int(v, 0, 100000, &o->warmup))
-        return usage("--warmup wants a count >= 0, got '%s'", v);
-      warmup_given = true;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--rounds"))) {
-      if (!cf_bench_parse_int(v, 1, MAX_ROUNDS, &o->rounds))
-        return usage("--rounds wants 1..100, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--split"))) {
-      char why[256];
-      cf_split sp;
-      if (!cf_split_parse(v, &sp, why, sizeof why)) return usage("%s", why);
-      if (o->n_splits == MAX_SPLITS) return usage("at most 16 --split specs, got '%s'", v);
-      o->splits[o->n_splits++] = v;
-    } else if (strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else if (strcmp(argv[i], "--json") == 0) {
-      o->json = true;
-    } else if (argv[i][0] == '-' && argv[i][1]) {
-      return usage("unknown option '%s'", argv[i]);
-    } else if (o->file) {
-      return usage("unexpected argument '%s'", argv[i]);
-    } else {
-      o->file = argv[i];
-    }
+  fu_args a = {.ranks = 4, .iters = -1, .warmup = -1, .rounds = 1};
+  int rc = cf_opts_parse(&cf_command_bench_fusion, argc, argv, &a);
+  *o = (fu_options){
+      .ranks = a.ranks, .iters = a.iters, .warmup = a.warmup, .rounds = a.rounds, .json = a.json};
+  if (!rc) {
+    o->file = a.file.v[0];
+    for (int k = 0; k < a.split.n; k++)
+      o->splits[o->n_splits++] = a.split.v[k];
+    if (o->iters < 0) o->iters = a.quick ? 2 : 10;
+    if (o->warmup < 0) o->warmup = a.quick ? 1 : 2;
+    if (!a.quick && !o->n_splits) /* --quick: a smoke test, no extra splits */
+      for (size_t k = 0; k < sizeof default_splits / sizeof *default_splits; k++)
+        o->splits[o->n_splits++] = default_splits[k];
   }
-  if (!o->file) return usage("%s", "no input file");
-  if (quick) { /* a smoke test: no extra splits, two iterations */
-    if (!iters_given) o->iters = 2;
-    if (!warmup_given) o->warmup = 1;
-  } else if (!o->n_splits) {
-    for (size_t k = 0; k < sizeof default_splits / sizeof *default_splits; k++)
-      o->splits[o->n_splits++] = default_splits[k];
-  }
-  return 0;
+  cf_opts_free(&cf_command_bench_fusion, &a);
+  return rc;
 }
 
 int cf_bench_fusion(cf_context *ctx, int argc, char **argv) {
   fu_options o;
   int rc = parse_options(argc, argv, &o);
-  if (rc) return rc;
+  if (rc) return rc == CF_OPTS_HELP ? 0 : rc;
   variant v[MAX_SPLITS + 3];
   int nv = 0;
   memset(v, 0, sizeof v);

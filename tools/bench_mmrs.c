@@ -33,6 +33,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,7 @@ typedef struct mm_options {
   int iters, warmup, rounds;
   int comm_turn; /* -1: the executor's choice; else set on the fused op */
   uint64_t seed;
-  bool json;
+  bool json, quick;
 } mm_options;
 
 typedef struct mm_row {
@@ -471,8 +472,6 @@ static cJSON *row_json(const mm_row *r) {
 
 /* ---------------- options ---------------- */
 
-static int usage(const char *fmt, const char *arg) { return cf_tool_usage("bench mmrs", fmt, arg); }
-
 static bool parse_dim(const char **p, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
   long long v = strtoll(*p, &end, 10);
@@ -482,22 +481,31 @@ static bool parse_dim(const char **p, int64_t lo, int64_t hi, int64_t *out) {
   return true;
 }
 
-static int parse_shapes(const char *v, mm_options *o) {
+static bool fail(char *why, size_t len, const char *fmt, const char *v) {
+  snprintf(why, len, fmt, v);
+  return false;
+}
+
+static bool check_shapes(void *out, const char *v, char *why, size_t len) {
+  mm_options *o = out;
   const char *p = v;
   o->n_shapes = 0;
   while (*p) {
     mm_shape s;
-    if (o->n_shapes == MAX_SHAPES) return usage("--shapes takes at most 32 shapes, got '%s'", v);
+    if (o->n_shapes == MAX_SHAPES)
+      return fail(why, len, "--shapes takes at most 32 shapes, got '%s'", v);
     if (!parse_dim(&p, 1, 1 << 20, &s.m) || *p++ != 'x' || !parse_dim(&p, 1, 1 << 20, &s.k) ||
         *p++ != 'x' || !parse_dim(&p, 1, 1 << 20, &s.n) || (*p && *p != ','))
-      return usage("--shapes wants MxKxN[,MxKxN...] with dimensions in 1..1048576, got '%s'", v);
+      return fail(why, len,
+                  "--shapes wants MxKxN[,MxKxN...] with dimensions in 1..1048576, got '%s'", v);
     o->shapes[o->n_shapes++] = s;
     if (*p == ',') p++;
   }
-  return o->n_shapes ? 0 : usage("--shapes wants at least one MxKxN, got '%s'", v);
+  return o->n_shapes ? true : fail(why, len, "--shapes wants at least one MxKxN, got '%s'", v);
 }
 
-static int parse_dtypes(const char *v, mm_options *o) {
+static bool check_dtypes(void *out, const char *v, char *why, size_t len) {
+  mm_options *o = out;
   char buf[128];
   snprintf(buf, sizeof buf, "%s", v);
   o->n_dtypes = 0;
@@ -511,26 +519,81 @@ static int parse_dtypes(const char *v, mm_options *o) {
       dt = CF_DT_BFLOAT16;
     else if (!strcmp(t, "int8") || !strcmp(t, "int8-quant"))
       dt = CF_DT_INT8;
-    else
-      return usage("--dtypes takes float32, float16, bfloat16 and int8 (quantized), got '%s'", v);
-    if (o->n_dtypes == MAX_DTYPES) return usage("--dtypes takes at most 4 dtypes, got '%s'", v);
+    else {
+      char dym[96];
+      snprintf(why, len,
+               "--dtypes takes float32, float16, bfloat16 and int8 (quantized), got '%s'%s", t,
+               cf_did_you_mean(cf_dtype_suggest(t), dym, sizeof dym));
+      return false;
+    }
+    if (o->n_dtypes == MAX_DTYPES)
+      return fail(why, len, "--dtypes takes at most 4 dtypes, got '%s'", v);
     o->dtypes[o->n_dtypes++] = dt;
   }
-  return o->n_dtypes ? 0 : usage("--dtypes wants at least one dtype, got '%s'", v);
+  return o->n_dtypes ? true : fail(why, len, "--dtypes wants at least one dtype, got '%s'", v);
 }
 
-static int parse_ranks(const char *v, mm_options *o) {
+static bool check_ranks(void *out, const char *v, char *why, size_t len) {
+  mm_options *o = out;
   const char *p = v;
   o->n_ranks = 0;
   while (*p) {
     int64_t r;
     if (o->n_ranks == MAX_RANK_COUNTS || !parse_dim(&p, 2, 64, &r) || (*p && *p != ','))
-      return usage("--ranks wants up to 4 rank counts in 2..64 (e.g. 2,4), got '%s'", v);
+      return fail(why, len, "--ranks wants up to 4 rank counts in 2..64 (e.g. 2,4), got '%s'", v);
     o->ranks[o->n_ranks++] = (int)r;
     if (*p == ',') p++;
   }
-  return o->n_ranks ? 0 : usage("--ranks wants a rank count, got '%s'", v);
+  return o->n_ranks ? true : fail(why, len, "--ranks wants a rank count, got '%s'", v);
 }
+
+static bool check_seed(void *out, const char *v, char *why, size_t len) {
+  int s;
+  if (!cf_bench_parse_int(v, 0, 1 << 30, &s))
+    return fail(why, len, "--seed wants 0..2^30, got '%s'", v);
+  ((mm_options *)out)->seed = (uint64_t)s;
+  return true;
+}
+
+static const cf_opt mm_opts[] = {
+    {"--ranks", NULL, "N,..", CF_OPT_CALL, 0, .check = check_ranks,
+     .help = "rank counts, each 2..64 (default 2,4)"},
+    {"--shapes", NULL, "MxKxN,..", CF_OPT_CALL, 0, .check = check_shapes,
+     .help = "x (m,k) @ w (k,n) (default 1024x1024x1024, 16384x1024x1024,\n"
+             "1024x8192x1024, 1024x1024x8192)"},
+    {"--dtypes", NULL, "D,..", CF_OPT_CALL, 0, .check = check_dtypes,
+     .help = "float32, float16, bfloat16, int8 (quantized)\n"
+             "(default float32,bfloat16,int8)"},
+    {"--iters", NULL, "K", CF_OPT_INT, offsetof(mm_options, iters), 1, MAX_ITERS,
+     .help = "timed iterations per round (default 1)"},
+    {"--warmup", NULL, "W", CF_OPT_INT, offsetof(mm_options, warmup), 0, 100,
+     .help = "untimed iterations first (default 0)"},
+    {"--rounds", NULL, "R", CF_OPT_INT, offsetof(mm_options, rounds), 1, MAX_ROUNDS,
+     .help = "round-robin rounds (default 3; --quick 1)"},
+    {"--comm-turn", NULL, "T", CF_OPT_INT, offsetof(mm_options, comm_turn), 0, 1 << 20,
+     .help = "the fused op's chunks (0 = auto)"},
+    {"--seed", NULL, "S", CF_OPT_CALL, 0, .check = check_seed, .help = "inputs' seed (default 0)"},
+    {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(mm_options, quick),
+     .help = "1024x512x512, one round: a smoke test"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(mm_options, json),
+     .help = "one JSON object on stdout"},
+    {0},
+};
+
+const cf_command cf_command_bench_mmrs = {
+    .name = "bench mmrs",
+    .summary = "fused MatmulReduceScatter vs MatMul then ReduceScatter",
+    .about = "x (m,k) @ w (k,n) -> ReduceScatter(sum) on N rank threads, compiled fused\n"
+             "(MatmulReduceScatter) and sequential (the default pipeline without\n"
+             "fuse-matmul-collective), next to the MatMul alone and the ReduceScatter alone,\n"
+             "round-robin: median ms, fused/sequential (also paired per round and fastest vs\n"
+             "fastest) and the overlap efficiency (mm + rs - fused) / min(mm, rs). int8 is\n"
+             "quantized: QuantMatMul with x1_scale (m,1) and x2_scale (1,n) -> bfloat16.\n"
+             "Every row is checked (fused vs sequential, both vs float64 on a sample); a\n"
+             "mismatch exits 1. See bench/README.md.\n",
+    .opts = mm_opts,
+    .run = cf_bench_mmrs,
+};
 
 static int parse_options(int argc, char **argv, mm_options *o) {
   *o = (mm_options){.ranks = {2, 4},
@@ -539,58 +602,24 @@ static int parse_options(int argc, char **argv, mm_options *o) {
                     .n_dtypes = 3,
                     .iters = 1,
                     .warmup = 0,
-                    .rounds = 3,
+                    .rounds = -1,
                     .comm_turn = -1};
-  bool quick = false, shapes = false, rounds = false;
-  int rc = 0;
-  for (int i = 0; i < argc && !rc; i++) {
-    const char *v;
-    if ((v = cf_tool_opt(argc, argv, &i, "--ranks"))) {
-      rc = parse_ranks(v, o);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--shapes"))) {
-      rc = parse_shapes(v, o);
-      shapes = true;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--dtypes"))) {
-      rc = parse_dtypes(v, o);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--iters"))) {
-      if (!cf_bench_parse_int(v, 1, MAX_ITERS, &o->iters))
-        return usage("--iters wants 1..50, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--warmup"))) {
-      if (!cf_bench_parse_int(v, 0, 100, &o->warmup))
-        return usage("--warmup wants 0..100, got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--rounds"))) {
-      if (!cf_bench_parse_int(v, 1, MAX_ROUNDS, &o->rounds))
-        return usage("--rounds wants 1..50, got '%s'", v);
-      rounds = true;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--comm-turn"))) {
-      if (!cf_bench_parse_int(v, 0, 1 << 20, &o->comm_turn))
-        return usage("--comm-turn wants a chunk count >= 0 (0 = auto), got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--seed"))) {
-      int s;
-      if (!cf_bench_parse_int(v, 0, 1 << 30, &s)) return usage("--seed wants 0..2^30, got '%s'", v);
-      o->seed = (uint64_t)s;
-    } else if (!strcmp(argv[i], "--quick")) {
-      quick = true;
-    } else if (!strcmp(argv[i], "--json")) {
-      o->json = true;
-    } else {
-      return usage(argv[i][0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", argv[i]);
-    }
-  }
+  int rc = cf_opts_parse(&cf_command_bench_mmrs, argc, argv, o);
+  cf_opts_free(&cf_command_bench_mmrs, o);
   if (rc) return rc;
-  const mm_shape *def = quick ? quick_shapes : default_shapes;
-  size_t n_def = quick ? sizeof quick_shapes / sizeof *def : sizeof default_shapes / sizeof *def;
-  if (!shapes)
+  const mm_shape *def = o->quick ? quick_shapes : default_shapes;
+  size_t n_def = o->quick ? sizeof quick_shapes / sizeof *def : sizeof default_shapes / sizeof *def;
+  if (!o->n_shapes)
     for (size_t i = 0; i < n_def; i++)
       o->shapes[o->n_shapes++] = def[i];
-  if (quick && !rounds) o->rounds = 1; /* a smoke test: one round of one iteration */
+  if (o->rounds < 0) o->rounds = o->quick ? 1 : 3; /* a smoke test: one round of one iteration */
   for (int s = 0; s < o->n_shapes; s++)
     for (int r = 0; r < o->n_ranks; r++)
       if (o->shapes[s].m % o->ranks[r]) {
         char b[96];
-        snprintf(b, sizeof b, "m=%lld is not divisible by %d ranks", (long long)o->shapes[s].m,
-                 o->ranks[r]);
-        return usage("--shapes: %s", b);
+        snprintf(b, sizeof b, "--shapes: m=%lld is not divisible by %d ranks",
+                 (long long)o->shapes[s].m, o->ranks[r]);
+        return cf_tool_usage("bench mmrs", "%s", b);
       }
   return 0;
 }
@@ -598,7 +627,7 @@ static int parse_options(int argc, char **argv, mm_options *o) {
 int cf_bench_mmrs(cf_context *ctx, int argc, char **argv) {
   mm_options o;
   int rc = parse_options(argc, argv, &o);
-  if (rc) return rc;
+  if (rc) return rc == CF_OPTS_HELP ? 0 : rc;
   int total = o.n_ranks * o.n_dtypes * o.n_shapes;
   mm_row *rows = calloc((size_t)total, sizeof *rows);
   if (!rows) return cf_tool_fail(ctx, cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory"));

@@ -44,6 +44,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -504,8 +505,8 @@ static double ratio(double a, double b) { return a > 0 && b > 0 ? a / b : 0; }
 
 static void print_header(const options *o, const cf_codegen_target *host, const mpi_peer *mpi) {
   printf("collfuse bench reduce: GB/s counts every byte read and written (1 GB = 1e9 B);\n"
-         "median of >= %d samples and >= %.0f ms per cell; host %s, %d-bit vectors\n",
-         o->min_reps, o->min_ms, host->cpu, host->vector_bits);
+         "median of >= %d sample%s and >= %.0f ms per cell; host %s, %d-bit vectors\n",
+         o->min_reps, cf_s(o->min_reps), o->min_ms, host->cpu, host->vector_bits);
   printf("  nary   collfuse n-ary, dst = op(src0..srcK-1): (K+1)*size per call\n"
          "  acc    collfuse accumulate, dst = op(dst, src), K-1 calls: 3*(K-1)*size\n"
          "  c_loop plain C n-ary loop, gcc %s -O3 -march=native: (K+1)*size\n"
@@ -667,10 +668,7 @@ static bool parse_size(const char *p, const char **end, int64_t *out) {
 }
 
 static int usage(const char *fmt, const char *arg) {
-  fprintf(stderr, "collfuse bench reduce: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\nTry 'collfuse bench --help'.\n");
-  return 2;
+  return cf_tool_usage("bench reduce", fmt, arg);
 }
 
 /* A comma-separated list of names into want[0..n) (names[i] for want[i]);
@@ -690,88 +688,112 @@ static bool parse_names(const char *v, const char *const *names, int n, bool *wa
   return any;
 }
 
-static const char *const value_options[] = {"--sizes",  "--reps", "--min-ms",
-                                            "--dtypes", "--ops",  "--sources"};
+static const cf_opt red_opts[] = {
+    {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(cf_red_args, quick),
+     .help = "64 KiB with one sample: a smoke test"},
+    {"--sizes", NULL, "S,S,...", CF_OPT_STR, offsetof(cf_red_args, sizes),
+     .help = "bytes per buffer such as 256K,64M (multiples of 4, at most 1G;\n"
+             "--device cuda 4G; default 256K,64M, --device cuda 256M)"},
+    {"--reps", NULL, "N", CF_OPT_INT, offsetof(cf_red_args, reps), 1, 100000,
+     .help = "samples per cell, at least (1..1000, default 5); --device cuda:\n"
+             "calls per sample (default 10)"},
+    {"--min-ms", NULL, "MS", CF_OPT_STR, offsetof(cf_red_args, min_ms),
+     .help = "time per cell, at least (0..60000, default 50)"},
+    {"--dtypes", NULL, "D,..", CF_OPT_STR, offsetof(cf_red_args, dtypes),
+     .help = "rows of these dtypes: float32, float16, bfloat16, int8 (default all)"},
+    {"--ops", NULL, "sum,max", CF_OPT_STR, offsetof(cf_red_args, ops),
+     .help = "rows of these reductions (default both)"},
+    {"--sources", NULL, "K,..", CF_OPT_STR, offsetof(cf_red_args, sources),
+     .help = "rows of these numbers of sources, 2..8 (default 2,8)"},
+    {"--device", NULL, NULL, CF_OPT_STR, offsetof(cf_red_args, device), .choices = "cpu|cuda",
+     .help = "cuda: the CUDA backend's kernels against the GPU's copy rate"},
+    {"--samples", NULL, "N", CF_OPT_INT, offsetof(cf_red_args, samples), 1, 100,
+     .help = "(--device cuda) samples per cell (default 7)"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_red_args, json),
+     .help = "one JSON object on stdout"},
+    {0},
+};
 
-static int parse_options(int argc, char **argv, options *o) {
+const cf_command cf_command_bench_reduce = {
+    .name = "bench reduce",
+    .summary = "reduction kernels vs memcpy, C loop, MPI_Reduce_local",
+    .about = "Time collfuse's JIT reduction kernels (n-ary and accumulate) for float32,\n"
+             "float16, bfloat16 and int8, sum and max, 2 and 8 sources, side by side with\n"
+             "memcpy, a plain C loop built -O3 -march=native and OpenMPI's MPI_Reduce_local\n"
+             "(in place, so set against the accumulate form). GB/s counts every byte read\n"
+             "and written; each cell is the median of its samples. See bench/README.md.\n",
+    .opts = red_opts,
+    .run = cf_bench_reduce,
+};
+
+/* The CPU run's options from the table's; 0 or a usage error. */
+static int parse_options(const cf_red_args *a, options *o) {
   *o = (options){.sizes = {256 << 10, 64 << 20},
                  .n_sizes = 2,
                  .min_reps = 5,
                  .min_ms = 50,
                  .ks = {2, 8},
-                 .n_ks = 2};
+                 .n_ks = 2,
+                 .json = a->json};
   for (int d = 0; d < N_DTYPES; d++)
     o->dtype[d] = true;
   for (int op = 0; op < N_OPS; op++)
     o->op[op] = true;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i], *v = NULL;
-    size_t n = strcspn(a, "=");
-    bool has_value = false;
-    for (size_t j = 0; j < sizeof value_options / sizeof *value_options; j++)
-      has_value |= strlen(value_options[j]) == n && strncmp(a, value_options[j], n) == 0;
-    if (has_value) {
-      if (a[n] == '=')
-        v = a + n + 1;
-      else if (i + 1 < argc)
-        v = argv[++i];
-      else
-        return usage("%s needs a value", a);
-    }
-    if (strcmp(a, "--json") == 0) {
-      o->json = true;
-    } else if (strcmp(a, "--quick") == 0) {
-      o->sizes[0] = 64 << 10;
-      o->n_sizes = 1;
-      o->min_reps = 1;
-      o->min_ms = 0;
-    } else if (strncmp(a, "--sizes", 7) == 0 && has_value) {
-      o->n_sizes = 0;
-      const char *p = v;
-      while (*p) {
-        const char *e;
-        if (o->n_sizes == MAX_SIZES || !parse_size(p, &e, &o->sizes[o->n_sizes]) ||
-            (*e && *e != ','))
-          return usage("--sizes takes up to 8 byte counts such as 256K,64M (multiples of 4, at "
-                       "most 1G), got '%s'",
-                       v);
-        o->n_sizes++;
-        p = *e ? e + 1 : e;
-      }
-      if (!o->n_sizes) return usage("%s", "--sizes needs at least one size");
-    } else if (strncmp(a, "--dtypes", 8) == 0 && has_value) {
-      const char *names[N_DTYPES];
-      for (int d = 0; d < N_DTYPES; d++)
-        names[d] = cf_dtype_name(dtypes[d].dt);
-      if (!parse_names(v, names, N_DTYPES, o->dtype))
-        return usage("--dtypes takes float32, float16, bfloat16, int8 separated by commas, got "
-                     "'%s'",
+  if (a->samples) return usage("%s", "--samples needs --device cuda");
+  if (a->quick) {
+    o->sizes[0] = 64 << 10;
+    o->n_sizes = 1;
+    o->min_reps = 1;
+    o->min_ms = 0;
+  }
+  if (a->sizes) {
+    const char *v = a->sizes, *p = v;
+    o->n_sizes = 0;
+    while (*p) {
+      const char *e;
+      if (o->n_sizes == MAX_SIZES || !parse_size(p, &e, &o->sizes[o->n_sizes]) || (*e && *e != ','))
+        return usage("--sizes takes up to 8 byte counts such as 256K,64M (multiples of 4, at "
+                     "most 1G), got '%s'",
                      v);
-    } else if (strncmp(a, "--ops", 5) == 0 && has_value) {
-      const char *names[N_OPS] = {cf_reduction_name(ops[0]), cf_reduction_name(ops[1])};
-      if (!parse_names(v, names, N_OPS, o->op))
-        return usage("--ops takes sum, max or sum,max, got '%s'", v);
-    } else if (strncmp(a, "--sources", 9) == 0 && has_value) {
-      const char *names[MAX_K - 1] = {"2", "3", "4", "5", "6", "7", "8"};
-      bool want[MAX_K - 1];
-      if (!parse_names(v, names, MAX_K - 1, want))
-        return usage("--sources takes numbers of sources 2..8 separated by commas, got '%s'", v);
-      o->n_ks = 0;
-      for (int k = 0; k < MAX_K - 1; k++)
-        if (want[k]) o->ks[o->n_ks++] = k + 2;
-    } else if (strncmp(a, "--reps", 6) == 0 && has_value) {
-      char *e;
-      long r = strtol(v, &e, 10);
-      if (*e || r < 1 || r > 1000) return usage("--reps takes 1..1000, got '%s'", v);
-      o->min_reps = (int)r;
-    } else if (strncmp(a, "--min-ms", 8) == 0 && has_value) {
-      char *e;
-      double ms = strtod(v, &e);
-      if (*e || !(ms >= 0 && ms <= 60000)) return usage("--min-ms takes 0..60000, got '%s'", v);
-      o->min_ms = ms;
-    } else {
-      return usage("unknown option '%s'", a);
+      o->n_sizes++;
+      p = *e ? e + 1 : e;
     }
+  }
+  if (a->dtypes) {
+    const char *names[N_DTYPES];
+    for (int d = 0; d < N_DTYPES; d++)
+      names[d] = cf_dtype_name(dtypes[d].dt);
+    if (!parse_names(a->dtypes, names, N_DTYPES, o->dtype))
+      return usage("--dtypes takes float32, float16, bfloat16, int8 separated by commas, got '%s'",
+                   a->dtypes);
+  }
+  if (a->ops) {
+    const char *names[N_OPS] = {cf_reduction_name(ops[0]), cf_reduction_name(ops[1])};
+    if (!parse_names(a->ops, names, N_OPS, o->op))
+      return usage("--ops takes sum, max or sum,max, got '%s'", a->ops);
+  }
+  if (a->sources) {
+    const char *names[MAX_K - 1] = {"2", "3", "4", "5", "6", "7", "8"};
+    bool want[MAX_K - 1];
+    if (!parse_names(a->sources, names, MAX_K - 1, want))
+      return usage("--sources takes numbers of sources 2..8 separated by commas, got '%s'",
+                   a->sources);
+    o->n_ks = 0;
+    for (int k = 0; k < MAX_K - 1; k++)
+      if (want[k]) o->ks[o->n_ks++] = k + 2;
+  }
+  if (a->reps > 1000) {
+    char got[16];
+    snprintf(got, sizeof got, "%d", a->reps);
+    return usage("--reps takes 1..1000, got '%s'", got);
+  }
+  if (a->reps) o->min_reps = a->reps;
+  if (a->min_ms) {
+    char *e;
+    double ms = strtod(a->min_ms, &e);
+    if (*e || e == a->min_ms || !(ms >= 0 && ms <= 60000))
+      return usage("--min-ms takes 0..60000, got '%s'", a->min_ms);
+    o->min_ms = ms;
   }
   return 0;
 }
@@ -779,10 +801,14 @@ static int parse_options(int argc, char **argv, options *o) {
 /* ---------------- the benchmark ---------------- */
 
 int cf_bench_reduce(cf_context *ctx, int argc, char **argv) {
-  if (cf_bench_wants_cuda(argc, argv)) return cf_bench_reduce_cuda(ctx, argc, argv); /* bench_cuda.c */
+  cf_red_args a = {0};
+  int rc = cf_opts_parse(&cf_command_bench_reduce, argc, argv, &a);
+  cf_opts_free(&cf_command_bench_reduce, &a);
+  if (rc) return rc == CF_OPTS_HELP ? 0 : rc;
+  if (a.device && strcmp(a.device, "cuda") == 0)
+    return cf_bench_reduce_cuda(ctx, &a); /* bench_cuda.c */
   options o;
-  int rc = parse_options(argc, argv, &o);
-  if (rc) return rc;
+  if ((rc = parse_options(&a, &o))) return rc;
   void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN); /* a dead MPI child is not our death */
   mpi_peer mpi;
   mpi_start(&mpi); /* first: nothing of the JIT gets forked */

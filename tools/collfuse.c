@@ -11,6 +11,7 @@
 #include "../frontend/frontend.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,165 +45,6 @@ static void log_to_stderr(void *user, cf_log_level lvl, const char *msg) {
   if (lvl <= CF_LOG_WARN || verbose) fprintf(stderr, "collfuse: %s\n", msg);
 }
 
-/* ---------------- help texts ---------------- */
-
-static const char help_main[] =
-    "usage: collfuse COMMAND [options]\n"
-    "\n"
-    "collfuse compiles graphs with collective operations: it reads them (native\n"
-    "XML, GraphML), verifies them against a target profile, runs passes and\n"
-    "draws them.\n"
-    "\n"
-    "commands:\n"
-    "  check    FILE... [--target T]      parse + verify, one summary line per file\n"
-    "  compile  FILE [-o OUT.xml] ...     run the pass pipeline, write the result\n"
-    "  run      FILE [--ranks N] ...      compile and execute on N ranks (--verify, --json)\n"
-    "  dot      FILE [-o OUT] [--fused]   draw a graph as DOT, SVG or PNG\n"
-    "  ranktable FILE.json               HCCL rank table -> OpenMPI hostfile and rankfile\n"
-    "  bench    compile [--sizes N,..]    time parse, verify and passes on 1k..1M nodes\n"
-    "  bench    reduce [--quick]          reduction kernels vs memcpy, C loop, MPI_Reduce_local\n"
-    "  bench    allreduce [--ranks N]     AllReduce algorithms on rank threads vs MPI_Allreduce\n"
-    "  bench    fusion FILE [--ranks N]   a graph unfused, fused and split vs one flat AllReduce\n"
-    "  bench    mmrs [--quick]            fused MatmulReduceScatter vs MatMul then ReduceScatter\n"
-    "\n"
-    "  collfuse --version | --help | COMMAND --help\n"
-    "\n"
-    "exit codes: 0 ok, 1 invalid input, 2 usage error, 3 runtime failure\n";
-
-static void help_targets(FILE *f) {
-  fprintf(f, "targets:");
-  for (size_t i = 0; cf_target_name(i); i++) fprintf(f, " %s", cf_target_name(i));
-  fprintf(f, "\n");
-}
-
-static const char help_check[] =
-    "usage: collfuse check FILE... [--target T]\n"
-    "\n"
-    "Parse and verify each FILE (.xml, .graphml) and print one line per file:\n"
-    "nodes, collectives by kind and the bytes they communicate. With --target\n"
-    "the graph must also meet that device's documented limits.\n";
-
-static const char help_compile[] =
-    "usage: collfuse compile FILE [-o OUT.xml] [--passes LIST | -O0] [--split SPEC]\n"
-    "                        [--cost ALPHA_US,BETA_GBPS[,GAMMA]] [--target T]\n"
-    "                        [--dot OUT.dot|.svg|.png] [--emit-llvm OUT.ll] [--emit-asm OUT.s]\n"
-    "                        [--emit-obj OUT.o] [--emit-ptx OUT.ptx] [-v] [--explain] [--json]\n"
-    "\n"
-    "Verify FILE, run the pass pipeline and write the compiled graph.\n"
-    "  -o OUT.xml       write the result as native XML (valid collfuse input)\n"
-    "  --passes LIST    comma-separated passes instead of the default pipeline\n"
-    "  -O0              no fusion passes\n"
-    "  --split SPEC     how fusion=1 collectives are bucketed:\n"
-    "                     auto (default; cost model), bytes:25M[,first=1M][,count=256],\n"
-    "                     size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL)\n"
-    "  --cost A,B[,G]   auto's model: A us per collective, B GB/s link, G GB/s gradients (250,8,4)\n"
-    "  --target T       check the graph against a target profile\n"
-    "  --dot OUT        also draw the result (.dot, .svg or .png)\n"
-    "  --emit-llvm OUT  write the reduction kernels the graph needs as LLVM IR (host)\n"
-    "  --emit-asm OUT   ... as assembly for this host\n"
-    "  --emit-obj OUT   ... as an ELF object file for this host\n"
-    "  --emit-ptx OUT   ... as PTX for nvptx64-nvidia-cuda sm_90 (grid-stride kernels)\n"
-    "                   kernels: for each reducing collective over G ranks the n-ary\n"
-    "                   reduction of min(G,8) sources, the accumulate step, and the\n"
-    "                   scale for mean; quantized matmuls add their int32 epilogue.\n"
-    "                   A graph without reducing collectives gets an empty module.\n"
-    "  -v               JIT those kernels for this host and print one line per kernel\n"
-    "                   with its compile time, or (cached)\n"
-    "  --explain        say for every collective which bucket it joined, or why not\n"
-    "                   (-v and --explain print on stderr when --json is given)\n"
-    "  --json           print one JSON object with counts, buckets and pass times\n";
-
-static const char help_dot[] =
-    "usage: collfuse dot FILE [-o OUT.dot|.svg|.png] [--fused]\n"
-    "\n"
-    "Draw FILE with graphviz; the format comes from the extension of OUT\n"
-    "(DOT on stdout without -o). --fused runs the default pipeline first.\n";
-
-static const char help_bench[] =
-    "usage: collfuse bench compile [--sizes N,N,...] [--json]\n"
-    "       collfuse bench reduce [--quick] [--sizes S,S,...] [--reps N] [--min-ms MS]\n"
-    "                             [--dtypes D,..] [--ops sum,max] [--sources K,..] [--json]\n"
-    "       collfuse bench reduce --device cuda [--sizes S,..] [--samples N] [--reps N] [--quick]\n"
-    "                             [--json]\n"
-    "       collfuse bench allreduce [--ranks N] [--sizes S,S,...] [--algo A] [--iters K]\n"
-    "                                [--loops L] [--quick] [--no-mpi] [--mpi-args ARGS] [--json]\n"
-    "       mpirun -np N collfuse bench allreduce --backend mpi [--sizes S,..] [--algo A] [--json]\n"
-    "       collfuse bench allreduce --device cuda [--ranks N] [--sizes S,..] [--loops L]\n"
-    "                                [--iters K] [--algo A] [--quick] [--json]\n"
-    "       collfuse bench fusion FILE [--ranks N] [--iters K] [--warmup W] [--split SPEC]...\n"
-    "                                [--quick] [--json]\n"
-    "       collfuse bench mmrs [--ranks N,..] [--shapes MxKxN,..] [--dtypes D,..] [--iters K]\n"
-    "                           [--warmup W] [--rounds R] [--comm-turn T] [--quick] [--json]\n"
-    "\n"
-    "compile: generate data-parallel and tensor-parallel graphs (default 1k, 10k,\n"
-    "100k and 1M nodes) and time parse, verify and each pass of the default\n"
-    "pipeline next to the unfused -O0 pipeline, with the peak memory of each size.\n"
-    "\n"
-    "reduce: time collfuse's JIT reduction kernels (n-ary and accumulate) for\n"
-    "float32, float16, bfloat16 and int8, sum and max, 2 and 8 sources, at 256 KiB\n"
-    "and 64 MiB per buffer (--sizes 256K,64M), side by side with memcpy, a plain C\n"
-    "loop built -O3 -march=native and OpenMPI's MPI_Reduce_local (in place, so set\n"
-    "against the accumulate form). GB/s counts every byte read and written; each\n"
-    "cell is the median of >= 5 samples (--reps) and >= 50 ms (--min-ms). --quick\n"
-    "runs 64 KiB with one sample, as a smoke test. --dtypes (float32, float16,\n"
-    "bfloat16, int8), --ops and --sources (2..8) pick rows. --device cuda: the\n"
-    "CUDA backend's kernels against the GPU's copy rate.\n"
-    "\n"
-    "allreduce: float32 sum on N rank threads (default 4) for sizes 8 B..256 MiB:\n"
-    "microseconds per call, algbw = bytes/time and busbw = algbw*2(n-1)/n for the\n"
-    "algorithm AUTO picks and for each forced one (direct, rsag, ring, rd; --algo A\n"
-    "keeps only A), next to OpenMPI's MPI_Allreduce on N processes under mpirun\n"
-    "(collfuse-mpi-allreduce; --no-mpi skips it, --mpi-args adds mpirun options\n"
-    "such as '--mca coll basic,self,libnbc'). Each cell is the median of L\n"
-    "loops (--loops, default 5) of K calls (--iters; default about 32 MiB per loop).\n"
-    "--quick: 8 B, 64 KiB and 1 MiB, short loops, as a smoke test. Under mpirun\n"
-    "with --backend mpi every process is one rank and MPI_Allreduce runs in the\n"
-    "same processes; --device cuda: the ranks on the CUDA backend.\n"
-    "\n"
-    "fusion: run FILE on N rank threads (default 4; the graph's world_size is\n"
-    "overridden) unfused (-O0), fused by the default pipeline (--split auto) and\n"
-    "with each --split SPEC (default bytes:25M, bytes:4M, size:50,50), next to one\n"
-    "flat AllReduce of all the graph's AllReduce bytes (the ideal): median ms per\n"
-    "iteration (--iters, default 10, after --warmup, default 2) and the ratios to\n"
-    "the ideal and to the unfused graph. --quick: 2 iterations, no extra splits.\n"
-    "\n"
-    "mmrs: x (m,k) @ w (k,n) -> ReduceScatter(sum) on N rank threads (default 2\n"
-    "and 4), compiled fused (MatmulReduceScatter) and sequential (the default\n"
-    "pipeline without fuse-matmul-collective), next to the MatMul alone and the\n"
-    "ReduceScatter alone, round-robin (--rounds, default 3, of --iters 1 after\n"
-    "--warmup 0): median ms, fused/sequential (also paired per round and fastest\n"
-    "vs fastest) and the overlap efficiency (mm + rs - fused) / min(mm, rs).\n"
-    "Shapes MxKxN (default 1024^3, 16384x1024x1024, 1024x8192x1024 and\n"
-    "1024x1024x8192); dtypes float32, float16, bfloat16, int8 (quantized:\n"
-    "QuantMatMul with x1_scale (m,1) and x2_scale (1,n) -> bfloat16; default\n"
-    "float32,bfloat16,int8). --comm-turn T sets the fused op's chunks (0 = auto).\n"
-    "Every row is checked (fused vs sequential, both vs float64 on a sample); a\n"
-    "mismatch exits 1. --quick: 1024x512x512, one round.\n"
-    "See bench/README.md.\n";
-
-bool cf_tool_help(int argc, char **argv, const char *text) {
-  for (int i = 0; i < argc; i++)
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      fputs(text, stdout);
-      help_targets(stdout);
-      printf("passes:");
-      for (int k = 0; cf_pass_registry[k]; k++) printf(" %s", cf_pass_registry[k]->name);
-      printf("\n");
-      return true;
-    }
-  return false;
-}
-
-/* Option with a value: "--opt V" or "--opt=V". */
-const char *cf_tool_opt(int argc, char **argv, int *i, const char *name) {
-  size_t n = strlen(name);
-  if (strncmp(argv[*i], name, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != 0) return NULL;
-  if (*i + 1 >= argc) return "";
-  return argv[++*i];
-}
-
 void cf_tool_bytes(int64_t b, char *buf, size_t len) {
   const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = (double)b;
@@ -219,30 +61,43 @@ void cf_tool_bytes(int64_t b, char *buf, size_t len) {
 
 /* ---------------- check ---------------- */
 
+typedef struct check_args {
+  cf_opt_list files;
+  const char *target;
+} check_args;
+
+static const cf_opt check_opts[] = {
+    {"--target", NULL, "T", CF_OPT_STR, offsetof(check_args, target), .check = cf_opt_check_target,
+     .help = "the graph must also meet this device's documented limits"},
+    {0},
+};
+
+static int cmd_check(cf_context *ctx, int argc, char **argv);
+
+const cf_command cf_command_check = {
+    .name = "check",
+    .args = "FILE...",
+    .min_args = 1,
+    .max_args = -1,
+    .missing = "no input file",
+    .args_field = offsetof(check_args, files),
+    .reads_graph = true,
+    .summary = "parse + verify, one summary line per file",
+    .about = "Parse and verify each FILE and print one line per file: nodes, collectives by\n"
+             "kind and the bytes they communicate.\n",
+    .opts = check_opts,
+    .run = cmd_check,
+};
+
 static int cmd_check(cf_context *ctx, int argc, char **argv) {
-  const char *target = NULL;
-  const char **files = calloc((size_t)argc + 1, sizeof *files);
-  int nf = 0, rc = 0;
-  if (!files) return EXIT_RUNTIME;
-  for (int i = 0; i < argc; i++) {
-    const char *v;
-    if ((v = cf_tool_opt(argc, argv, &i, "--target"))) {
-      if (!*v) return free(files), cf_tool_usage("check", "%s needs a value", "--target");
-      target = v;
-    } else if (argv[i][0] == '-' && argv[i][1]) {
-      free(files);
-      return cf_tool_usage("check", "unknown option '%s'", argv[i]);
-    } else {
-      files[nf++] = argv[i];
-    }
+  check_args a = {0};
+  int rc = cf_opts_parse(&cf_command_check, argc, argv, &a);
+  if (rc) {
+    cf_opts_free(&cf_command_check, &a);
+    return rc == CF_OPTS_HELP ? 0 : rc;
   }
-  if (!nf) return free(files), cf_tool_usage("check", "%s", "no input file");
-  if (target && !cf_target_find(target)) {
-    free(files);
-    fprintf(stderr, "collfuse check: unknown target '%s'\n", target);
-    help_targets(stderr);
-    return EXIT_USAGE;
-  }
+  const char *target = a.target, **files = a.files.v;
+  int nf = a.files.n;
   for (int k = 0; k < nf; k++) {
     cf_graph *g;
     cf_status st = cf_graph_load(ctx, files[k], &g);
@@ -263,13 +118,13 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
         o += (size_t)snprintf(kinds + o, sizeof kinds - o, "%s%s %d", o ? ", " : "",
                               cf_op_table[op].name, s.by_op[op]);
     cf_tool_bytes(s.comm_bytes, hb, sizeof hb);
-    printf("%s: ok: %d nodes, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n",
-           files[k], s.nodes, s.collectives, s.collectives == 1 ? "" : "s", o ? " (" : "", kinds,
-           o ? ")" : "", (long long)s.comm_bytes, hb, target ? ", target " : "",
-           target ? target : "");
+    printf("%s: ok: %d node%s, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n", files[k],
+           s.nodes, s.nodes == 1 ? "" : "s", s.collectives, s.collectives == 1 ? "" : "s",
+           o ? " (" : "", kinds, o ? ")" : "", (long long)s.comm_bytes, hb,
+           target ? ", target " : "", target ? target : "");
     cf_graph_destroy(g);
   }
-  free(files);
+  cf_opts_free(&cf_command_check, &a);
   return rc;
 }
 
@@ -299,32 +154,62 @@ static cf_status draw(cf_context *ctx, cf_graph *g, const char *out) {
   return st;
 }
 
+typedef struct dot_args {
+  cf_opt_list file;
+  const char *out, *target, *passes;
+  bool fused;
+} dot_args;
+
+static const cf_opt dot_opts[] = {
+    {"-o", NULL, "OUT.dot|.svg|.png", CF_OPT_STR, offsetof(dot_args, out),
+     .help = "write the drawing to OUT; the format comes from its extension\n"
+             "(DOT on stdout without -o)"},
+    {"--fused", NULL, NULL, CF_OPT_FLAG, offsetof(dot_args, fused),
+     .help = "run the default pipeline first: draw the fused graph"},
+    {"--passes", NULL, "LIST", CF_OPT_STR, offsetof(dot_args, passes), .check = cf_opt_check_passes,
+     .help = "run these comma-separated passes first instead"},
+    {"--target", NULL, "T", CF_OPT_STR, offsetof(dot_args, target), .check = cf_opt_check_target,
+     .help = "check the graph against a target profile before drawing\n"
+             "(and again after the passes)"},
+    {0},
+};
+
+static int cmd_dot(cf_context *ctx, int argc, char **argv);
+
+const cf_command cf_command_dot = {
+    .name = "dot",
+    .args = "FILE",
+    .min_args = 1,
+    .max_args = 1,
+    .missing = "no input file",
+    .args_field = offsetof(dot_args, file),
+    .reads_graph = true,
+    .summary = "draw a graph as DOT, SVG or PNG",
+    .about = "Draw FILE with graphviz, as read or after passes.\n",
+    .opts = dot_opts,
+    .run = cmd_dot,
+};
+
 static int cmd_dot(cf_context *ctx, int argc, char **argv) {
-  const char *file = NULL, *out = NULL;
-  bool fused = false;
-  for (int i = 0; i < argc; i++) {
-    const char *v;
-    if ((v = cf_tool_opt(argc, argv, &i, "-o"))) {
-      if (!*v) return cf_tool_usage("dot", "%s needs a value", "-o");
-      out = v;
-    } else if (strcmp(argv[i], "--fused") == 0) {
-      fused = true;
-    } else if (argv[i][0] == '-' && argv[i][1]) {
-      return cf_tool_usage("dot", "unknown option '%s'", argv[i]);
-    } else if (file) {
-      return cf_tool_usage("dot", "unexpected argument '%s'", argv[i]);
-    } else {
-      file = argv[i];
-    }
+  dot_args a = {0};
+  int rc = cf_opts_parse(&cf_command_dot, argc, argv, &a);
+  if (!rc && a.fused && a.passes)
+    rc = cf_tool_usage("dot", "%s", "--passes and --fused exclude each other");
+  if (rc) {
+    cf_opts_free(&cf_command_dot, &a);
+    return rc == CF_OPTS_HELP ? 0 : rc;
   }
-  if (!file) return cf_tool_usage("dot", "%s", "no input file");
   cf_graph *g;
-  cf_status st = cf_graph_load(ctx, file, &g);
-  if (!st) st = cf_graph_verify(g, NULL);
-  if (!st && fused) st = cf_passes_run(g, cf_pipeline_default, NULL, NULL, NULL);
-  if (!st) st = draw(ctx, g, out);
-  int rc = st ? cf_tool_fail(ctx, st) : 0;
+  cf_status st = cf_graph_load(ctx, a.file.v[0], &g);
+  if (!st) st = cf_graph_verify(g, a.target);
+  const char *pipeline = a.passes ? a.passes : a.fused ? cf_pipeline_default : NULL;
+  cf_pass_options popt = {.target = a.target};
+  if (!st && pipeline) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
+  if (!st && pipeline) st = cf_graph_verify(g, a.target);
+  if (!st) st = draw(ctx, g, a.out);
+  rc = st ? cf_tool_fail(ctx, st) : 0;
   cf_graph_destroy(g);
+  cf_opts_free(&cf_command_dot, &a);
   return rc;
 }
 
@@ -334,9 +219,7 @@ static void explain_line(void *user, const char *line) {
   fprintf((FILE *)user, "explain: %s\n", line);
 }
 
-/* --emit-* options, indexed by cf_emit_format */
-static const char *const emit_flags[] = {"--emit-llvm", "--emit-asm", "--emit-obj", "--emit-ptx"};
-enum { N_EMIT = sizeof emit_flags / sizeof emit_flags[0] };
+enum { N_EMIT = CF_EMIT_PTX + 1 }; /* --emit-* options, indexed by cf_emit_format */
 
 /* The kernels the compiled graph needs: written ahead of time for every
  * --emit-* option, JIT-compiled with one line per kernel for -v. */
@@ -376,66 +259,90 @@ static cf_status compile_kernels(cf_context *ctx, const cf_graph *g, const char 
   return st;
 }
 
+typedef struct compile_args {
+  cf_opt_list file;
+  const char *out, *passes, *target, *dot, *split, *cost, *emit[N_EMIT];
+  bool json, o0, explain, jit;
+} compile_args;
+
+static const cf_opt compile_opts[] = {
+    {"-o", NULL, "OUT.xml", CF_OPT_STR, offsetof(compile_args, out),
+     .help = "write the result as native XML (valid collfuse input)"},
+    {"--passes", NULL, "LIST", CF_OPT_STR, offsetof(compile_args, passes),
+     .check = cf_opt_check_passes,
+     .help = "comma-separated passes instead of the default pipeline"},
+    {"-O0", NULL, NULL, CF_OPT_FLAG, offsetof(compile_args, o0), .help = "no fusion passes"},
+    {"--split", NULL, "SPEC", CF_OPT_STR, offsetof(compile_args, split),
+     .check = cf_opt_check_split,
+     .help = "how fusion=1 collectives are bucketed:\n"
+             "  auto (default; cost model), bytes:25M[,first=1M][,count=256],\n"
+             "  size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL)"},
+    {"--cost", NULL, "A,B[,G]", CF_OPT_STR, offsetof(compile_args, cost),
+     .check = cf_opt_check_cost,
+     .help = "auto's model: A us per collective, B GB/s link, G GB/s\n"
+             "gradients (default 250,8,4)"},
+    {"--target", NULL, "T", CF_OPT_STR, offsetof(compile_args, target),
+     .check = cf_opt_check_target, .help = "check the graph against a target profile"},
+    {"--dot", NULL, "OUT", CF_OPT_STR, offsetof(compile_args, dot),
+     .help = "also draw the result (.dot, .svg or .png)"},
+    {"--emit-llvm", NULL, "OUT.ll", CF_OPT_STR, offsetof(compile_args, emit[CF_EMIT_LLVM]),
+     .help = "write the reduction kernels the graph needs as LLVM IR (host)"},
+    {"--emit-asm", NULL, "OUT.s", CF_OPT_STR, offsetof(compile_args, emit[CF_EMIT_ASM]),
+     .help = "... as assembly for this host"},
+    {"--emit-obj", NULL, "OUT.o", CF_OPT_STR, offsetof(compile_args, emit[CF_EMIT_OBJ]),
+     .help = "... as an ELF object file for this host"},
+    {"--emit-ptx", NULL, "OUT.ptx", CF_OPT_STR, offsetof(compile_args, emit[CF_EMIT_PTX]),
+     .help = "... as PTX for nvptx64-nvidia-cuda sm_90 (grid-stride kernels)"},
+    {"-v", "--verbose", NULL, CF_OPT_FLAG, offsetof(compile_args, jit),
+     .help = "JIT those kernels for this host and print one line per kernel\n"
+             "with its compile time, or (cached)"},
+    {"--explain", NULL, NULL, CF_OPT_FLAG, offsetof(compile_args, explain),
+     .help = "say for every collective which bucket it joined, or why not"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(compile_args, json),
+     .help = "print one JSON object with counts, buckets and pass times\n"
+             "(-v and --explain then print on stderr)"},
+    {0},
+};
+
+static int cmd_compile(cf_context *ctx, int argc, char **argv);
+
+const cf_command cf_command_compile = {
+    .name = "compile",
+    .args = "FILE",
+    .min_args = 1,
+    .max_args = 1,
+    .missing = "no input file",
+    .args_field = offsetof(compile_args, file),
+    .reads_graph = true,
+    .summary = "run the pass pipeline, write the result",
+    .about = "Verify FILE, run the pass pipeline and write the compiled graph.\n",
+    .opts = compile_opts,
+    .after = "The kernels of --emit-*: for each reducing collective over G ranks the n-ary\n"
+             "reduction of min(G,8) sources, the accumulate step, and the scale for mean;\n"
+             "quantized matmuls add their int32 epilogue. A graph without reducing\n"
+             "collectives gets an empty module.\n",
+    .run = cmd_compile,
+};
+
 static int cmd_compile(cf_context *ctx, int argc, char **argv) {
-  const char *file = NULL, *out = NULL, *passes = NULL, *target = NULL, *dot = NULL;
-  const char *split = NULL, *cost = NULL, *emit[N_EMIT] = {NULL};
-  bool json = false, o0 = false, explain = false, jit = false, any_emit = false;
-  for (int i = 0; i < argc; i++) {
-    const char *v = NULL;
-    int ef = -1;
-    for (int f = 0; f < N_EMIT && ef < 0; f++)
-      if ((v = cf_tool_opt(argc, argv, &i, emit_flags[f]))) ef = f;
-    if (ef >= 0) {
-      if (!*v) return cf_tool_usage("compile", "%s needs a value", emit_flags[ef]);
-      emit[ef] = v;
-      any_emit = true;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "-o"))) {
-      if (!*v) return cf_tool_usage("compile", "%s needs a value", "-o");
-      out = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--passes"))) {
-      passes = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--target"))) {
-      if (!*v) return cf_tool_usage("compile", "%s needs a value", "--target");
-      target = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--dot"))) {
-      if (!*v) return cf_tool_usage("compile", "%s needs a value", "--dot");
-      dot = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--split"))) {
-      split = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--cost"))) {
-      cost = v;
-    } else if (strcmp(argv[i], "-O0") == 0) {
-      o0 = true;
-    } else if (strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else if (strcmp(argv[i], "--explain") == 0) {
-      explain = true;
-    } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
-      jit = true;
-    } else if (argv[i][0] == '-' && argv[i][1]) {
-      return cf_tool_usage("compile", "unknown option '%s'", argv[i]);
-    } else if (file) {
-      return cf_tool_usage("compile", "unexpected argument '%s'", argv[i]);
-    } else {
-      file = argv[i];
-    }
+  compile_args a = {0};
+  int rc = cf_opts_parse(&cf_command_compile, argc, argv, &a);
+  if (!rc && a.o0 && a.passes)
+    rc = cf_tool_usage("compile", "%s", "--passes and -O0 exclude each other");
+  if (rc) {
+    cf_opts_free(&cf_command_compile, &a);
+    return rc == CF_OPTS_HELP ? 0 : rc;
   }
-  if (!file) return cf_tool_usage("compile", "%s", "no input file");
-  if (o0 && passes) return cf_tool_usage("compile", "%s", "--passes and -O0 exclude each other");
-  char why[256];
-  cf_split sp;
-  cf_cost cm;
-  if (split && !cf_split_parse(split, &sp, why, sizeof why)) return cf_tool_usage("compile", "%s", why);
-  if (cost && !cf_cost_parse(cost, &cm, why, sizeof why)) return cf_tool_usage("compile", "%s", why);
-  cf_pass_options popt = {.split = split, .cost = cost, .target = target};
+  const char *file = a.file.v[0], *out = a.out, *passes = a.passes, *target = a.target,
+             *dot = a.dot;
+  const char *const *emit = a.emit;
+  bool json = a.json, o0 = a.o0, explain = a.explain, jit = a.jit, any_emit = false;
+  for (int f = 0; f < N_EMIT; f++)
+    any_emit |= emit[f] != NULL;
+  cf_pass_options popt = {.split = a.split, .cost = a.cost, .target = target};
   if (explain) {
     popt.explain = explain_line;
     popt.explain_user = json ? stderr : stdout;
-  }
-  if (target && !cf_target_find(target)) {
-    fprintf(stderr, "collfuse compile: unknown target '%s'\n", target);
-    help_targets(stderr);
-    return EXIT_USAGE;
   }
   cf_graph *g = NULL;
   cf_pass_timing timing[CF_MAX_PIPELINE];
@@ -454,16 +361,116 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   if (!st && (any_emit || jit)) st = compile_kernels(ctx, g, file, emit, jit, json ? stderr : stdout);
   if (!st && json) st = cf_report_compile_json(g, before, timing, n_timing);
   if (!st && !json && !out && !dot && !any_emit)
-    printf("%s: %d nodes, %d collectives before, %zu after\n", file, g->n_nodes, before,
-           cf_graph_collective_count(g));
-  int rc = st ? cf_tool_fail(ctx, st) : 0;
+    printf("%s: %d node%s, %d collective%s before, %zu after\n", file, g->n_nodes, cf_s(g->n_nodes),
+           before, cf_s(before), cf_graph_collective_count(g));
+  rc = st ? cf_tool_fail(ctx, st) : 0;
   cf_graph_destroy(g);
+  cf_opts_free(&cf_command_compile, &a);
   return rc;
+}
+
+/* ---------------- the commands ---------------- */
+
+const cf_command *const cf_commands[] = {
+    &cf_command_check,
+    &cf_command_compile,
+    &cf_command_run,
+    &cf_command_dot,
+    &cf_command_ranktable,
+    &cf_command_bench_compile,
+    &cf_command_bench_reduce,
+    &cf_command_bench_allreduce,
+    &cf_command_bench_fusion,
+    &cf_command_bench_mmrs,
+    NULL,
+};
+
+/* "  NAME ARGS   summary" for every command whose name starts with prefix. */
+static void command_list(FILE *f, const char *prefix) {
+  for (int i = 0; cf_commands[i]; i++) {
+    const cf_command *c = cf_commands[i];
+    if (strncmp(c->name, prefix, strlen(prefix)) != 0) continue;
+    char left[64];
+    snprintf(left, sizeof left, "%s%s%s", c->name, c->args ? " " : "", c->args ? c->args : "");
+    fprintf(f, "  %-24s %s\n", left, c->summary);
+  }
+}
+
+static void help_main(FILE *f) {
+  char text[1024];
+  size_t o = (size_t)snprintf(
+      text, sizeof text, "collfuse compiles graphs with collective operations: it reads them (");
+  for (size_t i = 0; cf_format_at(i) && o < sizeof text; i++)
+    o += (size_t)snprintf(text + o, sizeof text - o, "%s%s (%s)", i ? ", " : "",
+                          cf_format_at(i)->name, cf_format_at(i)->ext[0]);
+  if (o < sizeof text)
+    snprintf(text + o, sizeof text - o,
+             "), verifies them against a target profile, runs passes, executes "
+             "them on ranks and draws them.");
+  fprintf(f, "usage: collfuse COMMAND [options]\n\n");
+  cf_opts_wrap(f, text, 0, 0);
+  fprintf(f, "\n\ncommands:\n");
+  command_list(f, "");
+  fprintf(f, "\n  collfuse --version | --help | COMMAND --help\n\n"
+             "exit codes: 0 ok, 1 invalid input, 2 usage error, 3 runtime failure\n");
+}
+
+/* `bench` without a benchmark, or with --help. */
+static int bench_usage(const char *name) {
+  if (name && (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0)) {
+    printf("usage: collfuse bench BENCHMARK [options]\n\nbenchmarks:\n");
+    command_list(stdout, "bench ");
+    printf("\n'collfuse bench BENCHMARK --help' describes one; see bench/README.md.\n");
+    return 0;
+  }
+  char list[256] = "", dym[96];
+  size_t o = 0;
+  cf_suggest s;
+  cf_suggest_init(&s, name);
+  for (int i = 0; cf_bench_commands[i]; i++) {
+    const char *b = cf_bench_commands[i]->name + strlen("bench ");
+    cf_suggest_add(&s, b);
+    o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", b);
+  }
+  if (name)
+    fprintf(stderr, "collfuse bench: unknown benchmark '%s'%s\n", name,
+            cf_did_you_mean(s.best, dym, sizeof dym));
+  else
+    fprintf(stderr, "collfuse bench: expected a benchmark name: %s\n", list);
+  fprintf(stderr, "Try 'collfuse bench --help'.\n");
+  return EXIT_USAGE;
+}
+
+/* The command argv names (argv[1], "bench" + argv[2]); NULL after saying why. */
+static const cf_command *find_command(int argc, char **argv, int *rc) {
+  char name[64];
+  bool bench = strcmp(argv[1], "bench") == 0;
+  if (bench && argc < 3) {
+    *rc = bench_usage(NULL);
+    return NULL;
+  }
+  snprintf(name, sizeof name, bench ? "bench %s" : "%s", argv[bench ? 2 : 1]);
+  for (int i = 0; cf_commands[i]; i++)
+    if (strcmp(cf_commands[i]->name, name) == 0) return cf_commands[i];
+  if (bench) {
+    *rc = bench_usage(argv[2]);
+    return NULL;
+  }
+  char dym[96];
+  cf_suggest s;
+  cf_suggest_init(&s, argv[1]);
+  for (int i = 0; cf_commands[i]; i++)
+    if (!strchr(cf_commands[i]->name, ' ')) cf_suggest_add(&s, cf_commands[i]->name);
+  cf_suggest_add(&s, "bench");
+  fprintf(stderr, "collfuse: unknown command '%s'%s\nTry 'collfuse --help'.\n", argv[1],
+          cf_did_you_mean(s.best, dym, sizeof dym));
+  *rc = EXIT_USAGE;
+  return NULL;
 }
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fputs(help_main, stderr);
+    help_main(stderr);
     return EXIT_USAGE;
   }
   const char *cmd = argv[1];
@@ -472,9 +479,12 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-    fputs(help_main, stdout);
+    help_main(stdout);
     return 0;
   }
+  int rc = 0;
+  const cf_command *c = find_command(argc, argv, &rc);
+  if (!c) return rc;
   cf_context *ctx;
   if (cf_context_create(&ctx)) {
     fprintf(stderr, "collfuse: out of memory\n");
@@ -482,51 +492,8 @@ int main(int argc, char **argv) {
   }
   int verbose = getenv("COLLFUSE_VERBOSE") != NULL;
   cf_context_set_log(ctx, log_to_stderr, &verbose);
-  int rc;
-  int sub_argc = argc - 2;
-  char **sub_argv = argv + 2;
-  if (strcmp(cmd, "check") == 0)
-    rc = cf_tool_help(sub_argc, sub_argv, help_check) ? 0 : cmd_check(ctx, sub_argc, sub_argv);
-  else if (strcmp(cmd, "compile") == 0)
-    rc = cf_tool_help(sub_argc, sub_argv, help_compile) ? 0 : cmd_compile(ctx, sub_argc, sub_argv);
-  else if (strcmp(cmd, "run") == 0)
-    rc = cf_tool_help(sub_argc, sub_argv, cf_help_run) ? 0 : cf_cmd_run(ctx, sub_argc, sub_argv);
-  else if (strcmp(cmd, "bench") == 0) {
-    if (sub_argc > 0 && strcmp(sub_argv[0], "compile") == 0)
-      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench) ? 0
-                                                            : cf_bench_compile(sub_argc - 1, sub_argv + 1);
-    else if (sub_argc > 0 && strcmp(sub_argv[0], "reduce") == 0)
-      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
-               ? 0
-               : cf_bench_reduce(ctx, sub_argc - 1, sub_argv + 1);
-    else if (sub_argc > 0 && strcmp(sub_argv[0], "allreduce") == 0)
-      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
-               ? 0
-               : cf_bench_allreduce(ctx, sub_argc - 1, sub_argv + 1);
-    else if (sub_argc > 0 && strcmp(sub_argv[0], "fusion") == 0)
-      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
-               ? 0
-               : cf_bench_fusion(ctx, sub_argc - 1, sub_argv + 1);
-    else if (sub_argc > 0 && strcmp(sub_argv[0], "mmrs") == 0)
-      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
-               ? 0
-               : cf_bench_mmrs(ctx, sub_argc - 1, sub_argv + 1);
-    else if (cf_tool_help(sub_argc, sub_argv, help_bench))
-      rc = 0;
-    else {
-      fprintf(stderr,
-              "collfuse bench: expected a benchmark name: compile, reduce, allreduce, fusion, mmrs\n");
-      rc = EXIT_USAGE;
-    }
-  } else if (strcmp(cmd, "ranktable") == 0)
-    rc = cf_tool_help(sub_argc, sub_argv, cf_help_ranktable) ? 0 : cf_cmd_ranktable(ctx, sub_argc, sub_argv);
-  else if (strcmp(cmd, "dot") == 0)
-    rc = cf_tool_help(sub_argc, sub_argv, help_dot) ? 0 : cmd_dot(ctx, sub_argc, sub_argv);
-  else {
-    fprintf(stderr, "collfuse: unknown command '%s'\n\n", cmd);
-    fputs(help_main, stderr);
-    rc = EXIT_USAGE;
-  }
+  int skip = strchr(c->name, ' ') ? 3 : 2; /* "bench NAME" takes two words */
+  rc = c->run(ctx, argc - skip, argv + skip);
   cf_context_destroy(ctx);
   return rc;
 }

@@ -20,27 +20,12 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-const char cf_help_ranktable[] =
-    "usage: collfuse ranktable FILE.json [--hostfile OUT] [--rankfile OUT] [--json]\n"
-    "\n"
-    "Read an HCCL rank table (version 1.0 or 1.2: server_list, server_id or host_ip,\n"
-    "device, device_id, rank_id) and print an OpenMPI hostfile and rankfile that\n"
-    "place every rank_id on its server:\n"
-    "  <host> slots=<devices of the server>\n"
-    "  rank <rank_id>=<host> slot=<position of the device on its server>\n"
-    "The host is host_ip when the table has one, else server_id. Then run\n"
-    "  mpirun --hostfile HOSTS --rankfile RANKS -np N collfuse run G.xml --backend mpi \\\n"
-    "         --rank-table FILE.json\n"
-    "  --hostfile OUT   write the hostfile to OUT (instead of stdout)\n"
-    "  --rankfile OUT   write the rankfile to OUT (instead of stdout)\n"
-    "  --json           print the table as read: {\"version\",\"ranks\",\"servers\":[..]}\n"
-    "Exit 1 naming the file and the problem when the table is malformed.\n";
 
 static bool fail(char *err, size_t len, const char *fmt, ...) {
   va_list ap;
@@ -192,7 +177,7 @@ bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err,
     goto done;
   }
   if (present && declared != ns) {
-    fail(err, len, "server_count is %ld but server_list has %d servers", declared, ns);
+    fail(err, len, "server_count is %ld but server_list has %d server%s", declared, ns, cf_s(ns));
     goto done;
   }
   int total = 0;
@@ -263,8 +248,10 @@ bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err,
         goto done;
       }
       if (rank_id >= total) {
-        fail(err, len, "server_list[%d].device[%d]: rank_id %ld, but the table has %d devices (ranks are 0..%d)",
-             s, d, rank_id, total, total - 1);
+        fail(err, len,
+             "server_list[%d].device[%d]: rank_id %ld, but the table has %d device%s (ranks are "
+             "0..%d)",
+             s, d, rank_id, total, cf_s(total), total - 1);
         goto done;
       }
       if (t->ranks[rank_id].server >= 0) {
@@ -331,29 +318,52 @@ static bool write_out(const char *path, const char *text) {
   return fclose(f) == 0 && ok;
 }
 
+typedef struct ranktable_args {
+  cf_opt_list file;
+  const char *hostfile, *rankfile;
+  bool json;
+} ranktable_args;
+
+static const cf_opt ranktable_opts[] = {
+    {"--hostfile", NULL, "OUT", CF_OPT_STR, offsetof(ranktable_args, hostfile),
+     .help = "write the hostfile to OUT (instead of stdout)"},
+    {"--rankfile", NULL, "OUT", CF_OPT_STR, offsetof(ranktable_args, rankfile),
+     .help = "write the rankfile to OUT (instead of stdout)"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(ranktable_args, json),
+     .help = "print the table as read: {\"version\",\"ranks\",\"servers\":[..]}"},
+    {0},
+};
+
+const cf_command cf_command_ranktable = {
+    .name = "ranktable",
+    .args = "FILE.json",
+    .min_args = 1,
+    .max_args = 1,
+    .missing = "no rank table file",
+    .args_field = offsetof(ranktable_args, file),
+    .summary = "HCCL rank table -> OpenMPI hostfile and rankfile",
+    .about =
+        "Read an HCCL rank table (version 1.0 or 1.2: server_list, server_id or host_ip,\n"
+        "device, device_id, rank_id) and print an OpenMPI hostfile and rankfile that\n"
+        "place every rank_id on its server:\n"
+        "  <host> slots=<devices of the server>\n"
+        "  rank <rank_id>=<host> slot=<position of the device on its server>\n"
+        "The host is host_ip when the table has one, else server_id. Then run\n"
+        "  mpirun --hostfile HOSTS --rankfile RANKS -np N collfuse run G.xml --backend mpi \\\n"
+        "         --rank-table FILE.json\n",
+    .opts = ranktable_opts,
+    .after = "Exit 1 naming the file and the problem when the table is malformed.\n",
+    .run = cf_cmd_ranktable,
+};
+
 int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
-  const char *file = NULL, *hostfile = NULL, *rankfile = NULL;
-  bool json = false;
+  ranktable_args a = {0};
   (void)ctx;
-  for (int i = 0; i < argc; i++) {
-    const char *v;
-    if ((v = cf_tool_opt(argc, argv, &i, "--hostfile"))) {
-      if (!*v) return cf_tool_usage("ranktable", "%s needs a file name", "--hostfile");
-      hostfile = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--rankfile"))) {
-      if (!*v) return cf_tool_usage("ranktable", "%s needs a file name", "--rankfile");
-      rankfile = v;
-    } else if (strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else if (argv[i][0] == '-' && argv[i][1]) {
-      return cf_tool_usage("ranktable", "unknown option '%s'", argv[i]);
-    } else if (file) {
-      return cf_tool_usage("ranktable", "unexpected argument '%s'", argv[i]);
-    } else {
-      file = argv[i];
-    }
-  }
-  if (!file) return cf_tool_usage("ranktable", "%s", "no rank table file");
+  int prc = cf_opts_parse(&cf_command_ranktable, argc, argv, &a);
+  const char *file = a.file.n ? a.file.v[0] : NULL, *hostfile = a.hostfile, *rankfile = a.rankfile;
+  bool json = a.json;
+  cf_opts_free(&cf_command_ranktable, &a); /* file still points into argv */
+  if (prc) return prc == CF_OPTS_HELP ? 0 : prc;
   cf_rank_table t;
   char err[1024];
   int line;
@@ -401,10 +411,15 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
     return EXIT_RUNTIME;
   }
   size_t h = 0, r = 0;
-  if (!hostfile) h += (size_t)snprintf(hosts + h, cap - h, "# OpenMPI hostfile (mpirun --hostfile): %d server%s, from %s\n", t.n_servers, t.n_servers == 1 ? "" : "s", file);
+  if (!hostfile)
+    h += (size_t)snprintf(hosts + h, cap - h,
+                          "# OpenMPI hostfile (mpirun --hostfile): %d server%s, from %s\n",
+                          t.n_servers, cf_s(t.n_servers), file);
   for (int s = 0; s < t.n_servers; s++)
     h += (size_t)snprintf(hosts + h, cap - h, "%s slots=%d\n", t.servers[s].host, t.servers[s].devices);
-  if (!rankfile) r += (size_t)snprintf(ranks + r, cap - r, "# OpenMPI rankfile (mpirun --rankfile): %d rank%s\n", t.n_ranks, t.n_ranks == 1 ? "" : "s");
+  if (!rankfile)
+    r += (size_t)snprintf(ranks + r, cap - r, "# OpenMPI rankfile (mpirun --rankfile): %d rank%s\n",
+                          t.n_ranks, cf_s(t.n_ranks));
   for (int k = 0; k < t.n_ranks; k++)
     r += (size_t)snprintf(ranks + r, cap - r, "rank %d=%s slot=%d\n", k, t.servers[t.ranks[k].server].host,
                           t.ranks[k].local);

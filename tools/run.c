@@ -19,136 +19,130 @@
 
 #include "../executor/executor.h"
 
+#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cblas.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char cf_help_run[] =
-    "usage: collfuse run FILE [--ranks N] [--backend threads|mpi] [--device cpu|cuda] [--iters K]\n"
-    "                    [--warmup W] [--seed S] [-O0 | --passes LIST] [--split SPEC]\n"
-    "                    [--algo auto|direct|rd|ring|rsag|mpi-native] [--verify] [--deterministic]\n"
-    "                    [--timeout SEC] [--input NAME=FILE.npy]... [--save-outputs DIR]\n"
-    "                    [--rank-table FILE.json] [--target T] [-v] [--json]\n"
-    "\n"
-    "Compile FILE (the default pipeline fuses; -O0 does not) and run it on N ranks,\n"
-    "threads of this process (the default backend) on the CPU device, or with\n"
-    "--backend mpi one rank per process of `mpirun -np N collfuse run FILE --backend mpi`.\n"
-    "  --ranks N          ranks (default: the graph's world_size, else 1; with mpi\n"
-    "                     the number of processes, which --ranks must then equal)\n"
-    "  --device cuda      buffers and reductions on NVIDIA GPUs (threads backend; ranks\n"
-    "                     share a GPU when there are fewer GPUs than ranks)\n"
-    "  --iters K          timed iterations (default 1); --warmup W untimed ones (0)\n"
-    "  --seed S           inputs differ per rank and are reproducible (default 0)\n"
-    "  --input NAME=F.npy an Input's data; {rank} in F is replaced by the rank\n"
-    "  --verify           check every output of every rank against a float64\n"
-    "                     reference of the unfused graph (integers exactly)\n"
-    "  --deterministic    reduce in rank order: bitwise equal results for any fusion\n"
-    "  --algo A           force the AllReduce algorithm (auto picks by size);\n"
-    "                     mpi-native (--backend mpi): MPI's own collectives, every op\n"
-    "  --rank-table F     (mpi) check the job against an HCCL rank table: its size,\n"
-    "                     and that each rank runs on its server\n"
-    "  --timeout SEC      every wait gives up after SEC seconds (default 60): exit 3\n"
-    "  --save-outputs DIR write DIR/rank<R>/<output>.npy\n"
-    "  -v                 peak memory of the fused and the unfused plan, algorithms\n"
-    "  --json             one JSON object on stdout\n";
-
 typedef struct run_args {
-  const char *file, *passes, *split, *cost, *target, *save, *backend, *device, *algo, *rank_table;
+  cf_opt_list file;
+  const char *passes, *split, *cost, *target, *save, *backend, *device, *algo, *rank_table;
   int ranks, iters, warmup;
   uint64_t seed;
   double timeout;
   bool o0, verify, deterministic, json, verbose, mpi;
-  const char **input; /* NAME=PATH */
-  int n_input;
+  cf_opt_list input; /* NAME=PATH */
 } run_args;
 
-static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
+static bool check_seed(void *out, const char *v, char *why, size_t len) {
   char *e;
   errno = 0;
-  long long v = strtoll(s, &e, 10);
-  if (errno || e == s || *e || v < lo || v > hi) return false;
-  *out = v;
+  long long x = strtoll(v, &e, 10);
+  if (errno || e == v || *e || x < 0) {
+    snprintf(why, len, "--seed wants a number >= 0, got '%s'", v);
+    return false;
+  }
+  ((run_args *)out)->seed = (uint64_t)x;
   return true;
 }
+
+static bool check_timeout(void *out, const char *v, char *why, size_t len) {
+  char *e;
+  double t = strtod(v, &e);
+  if (e == v || *e || !(t > 0) || t > 86400) {
+    snprintf(why, len, "--timeout wants seconds in (0, 86400], got '%s'", v);
+    return false;
+  }
+  ((run_args *)out)->timeout = t;
+  return true;
+}
+
+static bool check_input(void *out, const char *v, char *why, size_t len) {
+  (void)out;
+  if (strchr(v, '=') && v[0] != '=') return true;
+  snprintf(why, len, "--input wants NAME=FILE.npy, got '%s'", v);
+  return false;
+}
+
+#define RUN_FIELD(f) offsetof(run_args, f)
+static const cf_opt run_opts[] = {
+    {"--ranks", NULL, "N", CF_OPT_INT, RUN_FIELD(ranks), 1, CF_MAX_WORLD,
+     .help = "ranks (default: the graph's world_size, else 1; with mpi\n"
+             "the number of processes, which --ranks must then equal)"},
+    {"--backend", NULL, NULL, CF_OPT_STR, RUN_FIELD(backend), .choices = "threads|mpi",
+     .help = "threads of this process (default), or one rank per process\n"
+             "of `mpirun -np N collfuse run FILE --backend mpi`"},
+    {"--device", NULL, NULL, CF_OPT_STR, RUN_FIELD(device), .choices = "cpu|cuda",
+     .help = "cuda: buffers and reductions on NVIDIA GPUs (threads backend;\n"
+             "ranks share a GPU when there are fewer GPUs than ranks)"},
+    {"--iters", NULL, "K", CF_OPT_INT, RUN_FIELD(iters), 1, 1000000,
+     .help = "timed iterations (default 1)"},
+    {"--warmup", NULL, "W", CF_OPT_INT, RUN_FIELD(warmup), 0, 1000000,
+     .help = "untimed iterations first (default 0)"},
+    {"--seed", NULL, "S", CF_OPT_CALL, 0, .check = check_seed,
+     .help = "inputs differ per rank and are reproducible (default 0)"},
+    {"-O0", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(o0), .help = "no fusion passes"},
+    {"--passes", NULL, "LIST", CF_OPT_STR, RUN_FIELD(passes), .check = cf_opt_check_passes,
+     .help = "comma-separated passes instead of the default pipeline"},
+    {"--split", NULL, "SPEC", CF_OPT_STR, RUN_FIELD(split), .check = cf_opt_check_split,
+     .help = "how fusion=1 collectives are bucketed (see compile --help)"},
+    {"--cost", NULL, "A,B[,G]", CF_OPT_STR, RUN_FIELD(cost), .check = cf_opt_check_cost,
+     .help = "--split auto's cost model (see compile --help)"},
+    {"--algo", NULL, NULL, CF_OPT_STR, RUN_FIELD(algo),
+     .choices = "auto|direct|rd|ring|rsag|mpi-native",
+     .help = "force the AllReduce algorithm (auto picks by size);\n"
+             "mpi-native (--backend mpi): MPI's own collectives, every op"},
+    {"--verify", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(verify),
+     .help = "check every output of every rank against a float64\n"
+             "reference of the unfused graph (integers exactly)"},
+    {"--deterministic", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(deterministic),
+     .help = "reduce in rank order: bitwise equal results for any fusion"},
+    {"--timeout", NULL, "SEC", CF_OPT_CALL, 0, .check = check_timeout,
+     .help = "every wait gives up after SEC seconds (default 60): exit 3"},
+    {"--input", NULL, "NAME=FILE.npy", CF_OPT_LIST, RUN_FIELD(input), .check = check_input,
+     .help = "an Input's data; {rank} in FILE is replaced by the rank"},
+    {"--save-outputs", NULL, "DIR", CF_OPT_STR, RUN_FIELD(save),
+     .help = "write DIR/rank<R>/<output>.npy"},
+    {"--rank-table", NULL, "FILE.json", CF_OPT_STR, RUN_FIELD(rank_table),
+     .help = "(mpi) check the job against an HCCL rank table: its size,\n"
+             "and that each rank runs on its server"},
+    {"--target", NULL, "T", CF_OPT_STR, RUN_FIELD(target), .check = cf_opt_check_target,
+     .help = "check the graph against a target profile"},
+    {"-v", "--verbose", NULL, CF_OPT_FLAG, RUN_FIELD(verbose),
+     .help = "peak memory of the fused and the unfused plan, algorithms"},
+    {"--json", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(json), .help = "one JSON object on stdout"},
+    {0},
+};
+
+const cf_command cf_command_run = {
+    .name = "run",
+    .args = "FILE",
+    .min_args = 1,
+    .max_args = 1,
+    .missing = "no input file",
+    .args_field = RUN_FIELD(file),
+    .reads_graph = true,
+    .summary = "compile and execute on N ranks (--verify, --json)",
+    .about =
+        "Compile FILE (the default pipeline fuses; -O0 does not) and run it on N ranks,\n"
+        "threads of this process (the default backend) on the CPU device, or with\n"
+        "--backend mpi one rank per process of `mpirun -np N collfuse run FILE --backend mpi`.\n",
+    .opts = run_opts,
+    .run = cf_cmd_run,
+};
 
 static int parse_args(int argc, char **argv, run_args *a) {
   static const char *cmd = "run";
   a->iters = 1;
   a->timeout = 60;
-  a->input = calloc((size_t)argc + 1, sizeof *a->input);
-  if (!a->input) return EXIT_RUNTIME;
-  for (int i = 0; i < argc; i++) {
-    const char *v;
-    long long x;
-    if ((v = cf_tool_opt(argc, argv, &i, "--ranks"))) {
-      if (!parse_int(v, 1, 256, &x)) return cf_tool_usage(cmd, "--ranks wants 1..256, got '%s'", v);
-      a->ranks = (int)x;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--iters"))) {
-      if (!parse_int(v, 1, 1000000, &x)) return cf_tool_usage(cmd, "--iters wants a count >= 1, got '%s'", v);
-      a->iters = (int)x;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--warmup"))) {
-      if (!parse_int(v, 0, 1000000, &x)) return cf_tool_usage(cmd, "--warmup wants a count >= 0, got '%s'", v);
-      a->warmup = (int)x;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--seed"))) {
-      if (!parse_int(v, 0, INT64_MAX, &x)) return cf_tool_usage(cmd, "--seed wants a number >= 0, got '%s'", v);
-      a->seed = (uint64_t)x;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--timeout"))) {
-      char *e;
-      a->timeout = strtod(v, &e);
-      if (e == v || *e || !(a->timeout > 0) || a->timeout > 86400)
-        return cf_tool_usage(cmd, "--timeout wants seconds in (0, 86400], got '%s'", v);
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--input"))) {
-      if (!strchr(v, '=') || v[0] == '=') return cf_tool_usage(cmd, "--input wants NAME=FILE.npy, got '%s'", v);
-      a->input[a->n_input++] = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--save-outputs"))) {
-      if (!*v) return cf_tool_usage(cmd, "%s needs a directory", "--save-outputs");
-      a->save = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--backend"))) {
-      a->backend = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--device"))) {
-      a->device = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--algo"))) {
-      if (cf_algo_parse(v) < 0)
-        return cf_tool_usage(cmd, "--algo wants auto, direct, rd, ring, rsag or mpi-native, got '%s'", v);
-      a->algo = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--rank-table"))) {
-      if (!*v) return cf_tool_usage(cmd, "%s needs a file", "--rank-table");
-      a->rank_table = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--passes"))) {
-      a->passes = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--split"))) {
-      a->split = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--cost"))) {
-      a->cost = v;
-    } else if ((v = cf_tool_opt(argc, argv, &i, "--target"))) {
-      a->target = v;
-    } else if (strcmp(argv[i], "-O0") == 0) {
-      a->o0 = true;
-    } else if (strcmp(argv[i], "--verify") == 0) {
-      a->verify = true;
-    } else if (strcmp(argv[i], "--deterministic") == 0) {
-      a->deterministic = true;
-    } else if (strcmp(argv[i], "--json") == 0) {
-      a->json = true;
-    } else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
-      a->verbose = true;
-    } else if (argv[i][0] == '-' && argv[i][1]) {
-      return cf_tool_usage(cmd, "unknown option '%s'", argv[i]);
-    } else if (a->file) {
-      return cf_tool_usage(cmd, "unexpected argument '%s'", argv[i]);
-    } else {
-      a->file = argv[i];
-    }
-  }
-  if (!a->file) return cf_tool_usage(cmd, "%s", "no input file");
+  int rc = cf_opts_parse(&cf_command_run, argc, argv, a);
+  if (rc) return rc;
   if (a->o0 && a->passes) return cf_tool_usage(cmd, "%s", "--passes and -O0 exclude each other");
-  if (a->backend && strcmp(a->backend, "threads") != 0 && strcmp(a->backend, "mpi") != 0)
-    return cf_tool_usage(cmd, "--backend wants threads or mpi, got '%s'", a->backend);
   a->mpi = a->backend && strcmp(a->backend, "mpi") == 0;
   bool native = a->algo && cf_algo_parse(a->algo) == CF_ALGO_MPI_NATIVE;
   if (native && !a->mpi)
@@ -158,16 +152,9 @@ static int parse_args(int argc, char **argv, run_args *a) {
                          "--algo mpi-native and --deterministic exclude each other (MPI reduces in its own order)");
   if (a->rank_table && !a->mpi)
     return cf_tool_usage(cmd, "%s", "--rank-table checks an MPI job: it needs --backend mpi");
-  if (a->device && strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0)
-    return cf_tool_usage(cmd, "--device wants cpu or cuda, got '%s'", a->device);
   if (a->device && strcmp(a->device, "cuda") == 0 && a->mpi)
-    return cf_tool_usage(cmd, "%s", "--device cuda needs --backend threads (the MPI transport moves host memory)");
-  char why[256];
-  cf_split sp;
-  cf_cost cm;
-  if (a->split && !cf_split_parse(a->split, &sp, why, sizeof why)) return cf_tool_usage(cmd, "%s", why);
-  if (a->cost && !cf_cost_parse(a->cost, &cm, why, sizeof why)) return cf_tool_usage(cmd, "%s", why);
-  if (a->target && !cf_target_find(a->target)) return cf_tool_usage(cmd, "unknown target '%s'", a->target);
+    return cf_tool_usage(
+        cmd, "%s", "--device cuda needs --backend threads (the MPI transport moves host memory)");
   return 0;
 }
 
@@ -175,7 +162,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
 static cf_status compile(cf_context *ctx, const run_args *a, const char *pipeline, int *ranks,
                          cf_graph **out) {
   cf_graph *g = NULL;
-  cf_status st = cf_graph_load(ctx, a->file, &g);
+  cf_status st = cf_graph_load(ctx, a->file.v[0], &g);
   if (!st) {
     if (*ranks == 0) *ranks = g->world_size > 0 ? (int)g->world_size : 1;
     g->world_size = *ranks;
@@ -207,16 +194,16 @@ static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args 
   in->names = calloc((size_t)in->n + 1, sizeof *in->names);
   in->data = calloc((size_t)in->n * (size_t)ranks + 1, sizeof *in->data);
   if (!in->names || !in->data) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-  for (int j = 0; j < a->n_input; j++) {
-    size_t len = (size_t)(strchr(a->input[j], '=') - a->input[j]);
+  for (int j = 0; j < a->input.n; j++) {
+    size_t len = (size_t)(strchr(a->input.v[j], '=') - a->input.v[j]);
     int found = -1;
     for (int i = 0; i < g->n_nodes && found < 0; i++)
       if (g->nodes[i].op == CF_OP_INPUT && strlen(g->nodes[i].name) == len &&
-          strncmp(g->nodes[i].name, a->input[j], len) == 0)
+          strncmp(g->nodes[i].name, a->input.v[j], len) == 0)
         found = i;
     if (found < 0)
       return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "--input %s: the graph has no Input named '%.*s'",
-                      a->input[j], (int)len, a->input[j]);
+                      a->input.v[j], (int)len, a->input.v[j]);
   }
   int k = 0;
   cf_status st = CF_OK;
@@ -225,9 +212,10 @@ static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args 
     if (n->op != CF_OP_INPUT) continue;
     in->names[k] = n->name;
     const char *path = NULL;
-    for (int j = 0; j < a->n_input; j++) {
-      size_t len = (size_t)(strchr(a->input[j], '=') - a->input[j]);
-      if (strlen(n->name) == len && strncmp(n->name, a->input[j], len) == 0) path = a->input[j] + len + 1;
+    for (int j = 0; j < a->input.n; j++) {
+      size_t len = (size_t)(strchr(a->input.v[j], '=') - a->input.v[j]);
+      if (strlen(n->name) == len && strncmp(n->name, a->input.v[j], len) == 0)
+        path = a->input.v[j] + len + 1;
     }
     for (int r = 0; r < ranks && !st; r++) {
       cf_tensor *t = &in->data[(size_t)r * (size_t)in->n + (size_t)k];
@@ -360,8 +348,9 @@ static cf_status check_rank_table(cf_context *ctx, const char *path, int rank, i
   if (!cf_ranktable_load(path, &t, &line, err, sizeof err)) return cf_error(ctx, CF_ERR_INVALID, path, line, "%s", err);
   cf_status st = CF_OK;
   if (t.n_ranks != size) {
-    st = cf_error(ctx, CF_ERR_INVALID, path, 0, "the rank table has %d ranks but mpirun started %d processes",
-                  t.n_ranks, size);
+    st = cf_error(ctx, CF_ERR_INVALID, path, 0,
+                  "the rank table has %d rank%s but mpirun started %d process%s", t.n_ranks,
+                  cf_s(t.n_ranks), size, size == 1 ? "" : "es");
   } else {
     const cf_rank_server *s = &t.servers[t.ranks[rank].server];
     if (!cf_ranktable_host_is_local(s->host, host))
@@ -390,8 +379,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   run_args a = {0};
   int rc = parse_args(argc, argv, &a);
   if (rc) {
-    free(a.input);
-    return rc;
+    cf_opts_free(&cf_command_run, &a);
+    return rc == CF_OPTS_HELP ? 0 : rc;
   }
   cf_graph *g = NULL, *ref_g = NULL;
   cf_plan *plan = NULL;
@@ -419,16 +408,18 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     st = cf_mpi_world_create(ctx, a.timeout, &world);
     if (st) {
       rc = cf_tool_fail(ctx, st);
-      free(a.input);
+      cf_opts_free(&cf_command_run, &a);
       return rc;
     }
     comm = cf_mpi_comm(world);
     me = comm->rank;
     if (opt.algo == CF_ALGO_AUTO) opt.algo = cf_mpi_auto(world); /* as measured on MPI */
     if (a.ranks && a.ranks != comm->size)
-      st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
-                    "collfuse run: --ranks %d, but mpirun started %d processes (leave --ranks out with "
-                    "--backend mpi)", a.ranks, comm->size);
+      st = cf_error(
+          ctx, CF_ERR_USAGE, NULL, 0,
+          "collfuse run: --ranks %d, but mpirun started %d process%s (leave --ranks out with "
+          "--backend mpi)",
+          a.ranks, comm->size, comm->size == 1 ? "" : "es");
     ranks = comm->size;
     if (!st && a.rank_table) st = check_rank_table(ctx, a.rank_table, me, comm->size, cf_mpi_host(world));
     /* the node's cores are shared by its processes: so are BLAS threads
@@ -459,14 +450,17 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     char b1[32], b2[32];
     cf_tool_bytes(cf_plan_peak_bytes(plan), b1, sizeof b1);
     cf_tool_bytes(peak_unfused, b2, sizeof b2);
-    fprintf(stderr, "run: %d ranks, %d collectives, %d steps; peak memory per rank %s (unfused plan %s)\n",
-            ranks, plan->n_colls, plan->n_steps, b1, b2);
+    fprintf(
+        stderr,
+        "run: %d rank%s, %d collective%s, %d step%s; peak memory per rank %s (unfused plan %s)\n",
+        ranks, cf_s(ranks), plan->n_colls, cf_s(plan->n_colls), plan->n_steps, cf_s(plan->n_steps),
+        b1, b2);
     for (int c = 0; c < plan->n_colls; c++) {
       const cf_pcoll *pc = &plan->colls[c];
       cf_tool_bytes(pc->desc.count * cf_dtype_size(pc->desc.dtype), b1, sizeof b1);
-      fprintf(stderr, "run:   %s '%s' %s %s over %d ranks: %s%s\n", cf_op_table[pc->desc.op].name,
-              pc->desc.node, b1, cf_dtype_name(pc->desc.dtype), pc->n, cf_algo_name(pc->algo),
-              pc->inline_ok ? "" : " (overlapped)");
+      fprintf(stderr, "run:   %s '%s' %s %s over %d rank%s: %s%s\n", cf_op_table[pc->desc.op].name,
+              pc->desc.node, b1, cf_dtype_name(pc->desc.dtype), pc->n, cf_s(pc->n),
+              cf_algo_name(pc->algo), pc->inline_ok ? "" : " (overlapped)");
     }
   }
   /* MPI: every rank learns whether any could not get ready (usage, input,
@@ -533,9 +527,10 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   if (!rc && me == 0 && a.json) {
     print_json(&a, &res, verified, &vs, cf_plan_peak_bytes(plan), peak_unfused);
   } else if (!rc && me == 0) {
-    printf("%s: %d ranks%s, %lld collectives per iteration, median %.3f ms over %d iteration%s",
-           a.file, ranks, a.mpi ? " (mpi)" : "", (long long)res.collectives_executed, res.time_ms_median,
-           a.iters, a.iters == 1 ? "" : "s");
+    printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
+           a.file.v[0], ranks, cf_s(ranks), a.mpi ? " (mpi)" : "",
+           (long long)res.collectives_executed, cf_s(res.collectives_executed), res.time_ms_median,
+           a.iters, cf_s(a.iters));
     if (verified) printf("; verified (max rel err %.3g)", vs.max_rel_err);
     printf("\n");
   }
@@ -546,7 +541,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   cf_plan_destroy(plan);
   cf_graph_destroy(g);
   cf_graph_destroy(ref_g);
-  free(a.input);
+  cf_opts_free(&cf_command_run, &a);
   fflush(stdout);
   cf_mpi_world_destroy(world, rc);
   return rc;

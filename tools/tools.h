@@ -5,6 +5,8 @@
 #include "../ir/ir.h"
 #include "../passes/passes.h"
 
+#include <stdio.h>
+
 /* json_report.c: the `compile --json` object (docs/cli.md), printed on
  * stdout. before is the collective count of the input graph. */
 cf_status cf_report_compile_json(const cf_graph *g, int collectives_before,
@@ -13,7 +15,7 @@ cf_status cf_report_compile_json(const cf_graph *g, int collectives_before,
 const char *cf_report_reason(const cf_node *n, char *buf, size_t len);
 /* bench.c: `collfuse bench compile [--sizes N,...] [--json]`; returns the
  * exit code. */
-int cf_bench_compile(int argc, char **argv);
+int cf_bench_compile(cf_context *ctx, int argc, char **argv);
 /* bench_reduce.c: `collfuse bench reduce [--quick] [--sizes S,..] [--reps N]
  * [--min-ms MS] [--json]`: collfuse's JIT kernels against memcpy, a plain C
  * loop and MPI_Reduce_local; returns the exit code. */
@@ -24,12 +26,24 @@ int cf_bench_reduce(cf_context *ctx, int argc, char **argv);
  * collfuse's AllReduce algorithms on rank threads against MPI_Allreduce
  * under mpirun; returns the exit code. */
 int cf_bench_allreduce(cf_context *ctx, int argc, char **argv);
+/* The options of bench reduce and bench allreduce as their tables read
+ * them (bench_reduce.c, bench_allreduce.c); each device's run checks and
+ * converts them to its own ranges. 0 / NULL: not given. */
+typedef struct cf_red_args {
+  const char *sizes, *dtypes, *ops, *sources, *min_ms, *device;
+  int reps, samples;
+  bool quick, json;
+} cf_red_args;
+typedef struct cf_ar_args {
+  const char *sizes, *algo, *mpi_args, *backend, *device;
+  int ranks, iters, loops;
+  bool quick, json, no_mpi;
+} cf_ar_args;
 /* bench_cuda.c: `bench reduce --device cuda` and `bench allreduce --device
  * cuda` (the CUDA backend against the GPU's copy rate); return the exit
- * code (1 without a CUDA driver). True when argv asks for --device cuda. */
-bool cf_bench_wants_cuda(int argc, char **argv);
-int cf_bench_reduce_cuda(cf_context *ctx, int argc, char **argv);
-int cf_bench_allreduce_cuda(cf_context *ctx, int argc, char **argv);
+ * code (1 without a CUDA driver). */
+int cf_bench_reduce_cuda(cf_context *ctx, const cf_red_args *a);
+int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a);
 /* bench_util.c: what the bench subcommands share. */
 double cf_bench_now_s(void);                /* CLOCK_MONOTONIC seconds */
 double cf_bench_median(double *v, int n);  /* sorts v; 0 when n <= 0 */
@@ -52,6 +66,67 @@ int cf_bench_fusion(cf_context *ctx, int argc, char **argv);
  * ReduceScatter, and each part alone; returns the exit code. */
 int cf_bench_mmrs(cf_context *ctx, int argc, char **argv);
 
+/* options.c: one table per command drives its parser and its --help. */
+typedef enum cf_opt_kind {
+  CF_OPT_FLAG, /* no value: sets a bool */
+  CF_OPT_STR,  /* one value: sets a const char * (the last one given wins) */
+  CF_OPT_INT,  /* one integer in [lo, hi]: sets an int */
+  CF_OPT_LIST, /* a value, repeatable: appends to a cf_opt_list */
+  CF_OPT_CALL, /* one value given only to check (which converts and stores it) */
+} cf_opt_kind;
+typedef struct cf_opt_list {
+  const char **v; /* the values in order (argv's strings); freed by cf_opts_free */
+  int n;
+} cf_opt_list;
+typedef struct cf_opt {
+  const char *name;  /* "--ranks", "-o" */
+  const char *alias; /* another spelling ("--verbose" for -v) or NULL */
+  const char *value; /* the value's name in help ("N"); NULL: choices, or a flag */
+  cf_opt_kind kind;
+  size_t field;        /* offsetof the field it sets in the command's struct */
+  long long lo, hi;    /* CF_OPT_INT's range */
+  const char *choices; /* "threads|mpi": the only values accepted, or NULL */
+  /* Checks (and may convert and store) the value once the kind has stored
+   * it; false with why (a usage error). out is the command's struct. */
+  bool (*check)(void *out, const char *v, char *why, size_t len);
+  const char *help; /* one line, or lines joined by '\n' */
+} cf_opt;
+typedef struct cf_command {
+  const char *name;       /* "run", "bench mmrs": as typed after collfuse */
+  const char *args;       /* positional arguments in the synopsis ("FILE"); NULL: none */
+  int min_args, max_args; /* how many (max -1: any) */
+  const char *missing;    /* the usage error when fewer are given ("no input file") */
+  size_t args_field;      /* offsetof the cf_opt_list that gets them */
+  bool reads_graph;       /* FILE is a graph: help lists the input formats */
+  const char *summary;    /* one line for the list of commands */
+  const char *about;      /* prose between the synopsis and the options */
+  const cf_opt *opts;     /* ends with a row whose name is NULL */
+  const char *after;      /* prose after the options, or NULL */
+  int (*run)(cf_context *ctx, int argc, char **argv); /* argv after the name */
+} cf_command;
+enum { CF_OPTS_HELP = -1 }; /* cf_opts_parse printed the help: exit 0 */
+/* Parse argv (after the command's name) into out, whose fields the table
+ * names: 0, CF_OPTS_HELP when -h/--help was given (help printed), or the
+ * exit code of a usage error (printed, with a suggestion for a mistyped
+ * option). Call cf_opts_free(c, out) after either. */
+int cf_opts_parse(const cf_command *c, int argc, char **argv, void *out);
+void cf_opts_free(const cf_command *c, void *out);
+void cf_opts_help(const cf_command *c, FILE *f);
+/* The words of text from column col, wrapped at 80 columns with indent. */
+void cf_opts_wrap(FILE *f, const char *text, int col, int indent);
+/* Checks of values the tables share: --target, --passes, --split, --cost. */
+bool cf_opt_check_target(void *out, const char *v, char *why, size_t len);
+bool cf_opt_check_passes(void *out, const char *v, char *why, size_t len);
+bool cf_opt_check_split(void *out, const char *v, char *why, size_t len);
+bool cf_opt_check_cost(void *out, const char *v, char *why, size_t len);
+/* The commands: collfuse.c (check, compile, dot), run.c, ranktable.c, and
+ * bench.c with the bench subcommands (cf_bench_commands, NULL-terminated). */
+extern const cf_command cf_command_check, cf_command_compile, cf_command_dot, cf_command_run,
+    cf_command_ranktable, cf_command_bench_compile, cf_command_bench_reduce,
+    cf_command_bench_allreduce, cf_command_bench_fusion, cf_command_bench_mmrs;
+extern const cf_command *const cf_commands[];       /* collfuse.c: every command, in help order */
+extern const cf_command *const cf_bench_commands[]; /* bench.c: the benchmarks */
+
 /* collfuse.c: shared by the commands */
 enum { EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
 int cf_tool_exit_code(cf_status st);
@@ -59,14 +134,9 @@ int cf_tool_exit_code(cf_status st);
 int cf_tool_fail(cf_context *ctx, cf_status st);
 /* "collfuse CMD: <fmt with arg>" + a hint; returns EXIT_USAGE. */
 int cf_tool_usage(const char *cmd, const char *fmt, const char *arg);
-/* Option with a value: "--opt V" or "--opt=V"; "" when V is missing. */
-const char *cf_tool_opt(int argc, char **argv, int *i, const char *name);
-/* --help/-h among the arguments: print text (+ targets, passes), true. */
-bool cf_tool_help(int argc, char **argv, const char *text);
 void cf_tool_bytes(int64_t b, char *buf, size_t len);
 
 /* run.c: `collfuse run` (docs/cli.md); returns the exit code. */
-extern const char cf_help_run[];
 int cf_cmd_run(cf_context *ctx, int argc, char **argv);
 
 /* ranktable.c: HCCL rank tables (versions 1.0 and 1.2). */
@@ -92,7 +162,6 @@ void cf_ranktable_free(cf_rank_table *t);
 /* host names this machine (hostname, loopback or an interface address). */
 bool cf_ranktable_host_is_local(const char *host, const char *hostname);
 /* `collfuse ranktable FILE.json`: hostfile and rankfile; the exit code. */
-extern const char cf_help_ranktable[];
 int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv);
 
 /* Base collective name of a node ("AllReduce" for FusedAllReduce). */

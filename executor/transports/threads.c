@@ -378,8 +378,9 @@ static const cf_comm_ops threads_ops = {
 cf_status cf_threads_world_create(cf_context *ctx, int size, double timeout_s,
                                   cf_threads_world **out) {
   *out = NULL;
-  if (size < 1 || size > 256)
-    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "threads transport: %d ranks (1..256)", size);
+  if (size < 1 || size > CF_MAX_WORLD)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "threads transport: %d ranks (1..%d)", size,
+                    CF_MAX_WORLD);
   cf_threads_world *w = calloc(1, sizeof *w);
   if (!w) goto oom;
   w->size = size;

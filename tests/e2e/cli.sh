@@ -362,7 +362,7 @@ if run bench reduce --bogus; then
   expect_rc 2 "bench reduce --bogus" && has "$ERR" "unknown option '--bogus'" "bench reduce --bogus"
 fi
 if run bench --help; then
-  expect_rc 0 "bench --help" && has "$OUT" "collfuse bench reduce" "bench --help"
+  expect_rc 0 "bench --help" && has "$OUT" "bench reduce" "bench --help"
 fi
 if run compile --help; then
   expect_rc 0 "compile --help" && has "$OUT" "--emit-ptx OUT" "compile --help" && has "$OUT" "-v " "compile --help"
