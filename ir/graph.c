@@ -46,7 +46,7 @@ cf_op cf_op_lookup(const char *name, int *layout) {
 }
 
 const char *cf_op_alias_name(size_t i) {
-  return i < sizeof op_aliases / sizeof op_aliases[0] ? op_aliases[i].name : NULL;
+  return i < cf_op_alias_count ? cf_op_aliases[i].name : NULL;
 }
 
 cf_attr_id cf_attr_lookup(const char *name) {
