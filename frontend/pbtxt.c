@@ -702,9 +702,12 @@ static cf_status read_collective(pb_reader *r, pnode *n, cf_op op, int layout) {
        (st = set_int_attr(r, n, idx, "fusion_id", CF_A_FUSION_ID))))
     return st;
   if ((st = set_int_attr(r, n, idx, "rank_size", CF_A_RANK_SIZE))) return st;
-  if ((op == CF_OP_BROADCAST || op == CF_OP_REDUCE) &&
-      (st = set_int_attr(r, n, idx, "root_rank", CF_A_ROOT)))
-    return st;
+  if (op == CF_OP_BROADCAST || op == CF_OP_REDUCE) {
+    if (!node_attr(r, n, "root_rank"))
+      return fail(r, n->line, "node '%s': %s needs attr root_rank (HCCL has no default root)", n->name,
+                  n->op);
+    if ((st = set_int_attr(r, n, idx, "root_rank", CF_A_ROOT))) return st;
+  }
   if (layout >= 0) {
     cf_attr a = {.id = CF_A_LAYOUT, .v.i = layout};
     if ((st = cf_node_set_attr(r->g, idx, &a))) return st;
