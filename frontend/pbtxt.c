@@ -704,8 +704,8 @@ static cf_status read_collective(pb_reader *r, pnode *n, cf_op op, int layout) {
   if ((st = set_int_attr(r, n, idx, "rank_size", CF_A_RANK_SIZE))) return st;
   if (op == CF_OP_BROADCAST || op == CF_OP_REDUCE) {
     if (!node_attr(r, n, "root_rank"))
-      return fail(r, n->line, "node '%s': %s needs attr root_rank (HCCL has no default root)", n->name,
-                  n->op);
+      return fail(r, n->line, "node '%s': %s needs attr root_rank (HCCL has no default root)",
+                  n->name, n->op);
     if ((st = set_int_attr(r, n, idx, "root_rank", CF_A_ROOT))) return st;
   }
   if (layout >= 0) {

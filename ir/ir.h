@@ -295,6 +295,13 @@ int64_t cf_node_fusion(const cf_node *n);
 cf_status cf_verify_structure(cf_graph *g);
 /* Number of output ports a node has, from its op and operands. */
 int cf_node_n_outputs(const cf_node *n);
+/* Size g's world to the job's ranks (`run --ranks`, mpirun's processes, the
+ * API's "ranks" option), which job names for messages ("--ranks 2"). A graph
+ * that declares world_size W and verifies at W but not at ranks is refused
+ * with what is wrong ("the graph is for 4 ranks (world_size=4) and the job has
+ * 2 (--ranks 2); run it with 4 ranks"), not with the line the smaller world
+ * breaks; other errors pass through. Verifies structure and types. */
+cf_status cf_graph_size_world(cf_graph *g, int ranks, const char *job);
 
 /* ================= infer.c: shape and dtype inference ================= */
 

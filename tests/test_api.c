@@ -166,6 +166,16 @@ static void test_build_errors(void **state) {
   ASSERT_ERR(cf_graph_verify(g, NULL), CF_ERR_INVALID, "node 'bc': Broadcast needs attribute 'root'");
   OK(cf_graph_set_attr_int(g, "bc", "root", 0));
   OK(cf_graph_verify(g, NULL));
+  /* the "ranks" option on a graph whose root needs its 4 ranks: the job is named */
+  OK(cf_graph_set_attr_int(g, "red", "root", 3));
+  cf_options *o;
+  OK(cf_options_create(ctx, &o));
+  OK(cf_options_set(o, "ranks", "2"));
+  ASSERT_ERR(
+      cf_graph_run_pipeline(g, "O0", o), CF_ERR_INVALID,
+      "rooted: error: the graph is for 4 ranks (world_size=4) and the job has 2 (option ranks=2); "
+      "run it with 4 ranks");
+  cf_options_destroy(o);
   cf_graph_destroy(g);
 }
 

@@ -68,9 +68,11 @@ static cf_status compile(cf_context *ctx, const fu_options *o, const char *text,
   cf_status st = text ? cf_graph_parse(ctx, "ideal.xml", text, strlen(text), &g)
                       : cf_graph_load(ctx, o->file, &g);
   if (!st) {
-    g->world_size = o->ranks;
+    char job[32];
+    snprintf(job, sizeof job, "--ranks %d", o->ranks);
     cf_pass_options popt = {.split = split};
-    st = cf_graph_verify(g, NULL);
+    st = cf_graph_size_world(g, o->ranks, job);
+    if (!st) st = cf_graph_verify(g, NULL);
     if (!st) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
     if (!st) st = cf_graph_verify(g, NULL);
   }

@@ -39,7 +39,9 @@ const char cf_help_run[] =
     "threads of this process (the default backend) on the CPU device, or with\n"
     "--backend mpi one rank per process of `mpirun -np N collfuse run FILE --backend mpi`.\n"
     "  --ranks N          ranks (default: the graph's world_size, else 1; with mpi\n"
-    "                     the number of processes, which --ranks must then equal)\n"
+    "                     the number of processes, which --ranks must then equal);\n"
+    "                     a graph whose groups or roots need its own world_size\n"
+    "                     is refused at another size (exit 1)\n"
     "  --device cuda      buffers and reductions on NVIDIA GPUs (threads backend; ranks\n"
     "                     share a GPU when there are fewer GPUs than ranks)\n"
     "  --iters K          timed iterations (default 1); --warmup W untimed ones (0)\n"
@@ -177,10 +179,15 @@ static cf_status compile(cf_context *ctx, const run_args *a, const char *pipelin
   cf_graph *g = NULL;
   cf_status st = cf_graph_load(ctx, a->file, &g);
   if (!st) {
+    char job[64];
+    if (a->mpi)
+      snprintf(job, sizeof job, "mpirun -np %d", *ranks);
+    else
+      snprintf(job, sizeof job, "--ranks %d", *ranks);
     if (*ranks == 0) *ranks = g->world_size > 0 ? (int)g->world_size : 1;
-    g->world_size = *ranks;
     cf_pass_options popt = {.split = a->split, .cost = a->cost, .target = a->target};
-    st = cf_graph_verify(g, a->target);
+    st = cf_graph_size_world(g, *ranks, job);
+    if (!st) st = cf_graph_verify(g, a->target);
     if (!st) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
     if (!st) st = cf_graph_verify(g, a->target);
   }
@@ -351,6 +358,14 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
   cJSON_Delete(o);
 }
 
+/* 1..2^32 from a message, 0 for none: whether the ranks' setup errors are one */
+static uint32_t msg_hash(const char *s) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 16777619u;
+  return h ? h : 1;
+}
+
 /* --backend mpi: the job must match the rank table: its size, and this
  * process's rank on its server. */
 static cf_status check_rank_table(cf_context *ctx, const char *path, int rank, int size, const char *host) {
@@ -474,9 +489,12 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
    * why. A failure later, in the run, reaches the others as an abort. */
   int setup_rc = 0;
   if (a.mpi) {
-    if (st) setup_rc = cf_tool_fail(ctx, st);
-    double v[2] = {setup_rc, setup_rc ? (double)(ranks - me) : 0};
-    cf_status s2 = cf_mpi_max(world, v, 2);
+    /* a message every rank has (the graph's) is printed once, by rank 0 */
+    double h = st ? (double)msg_hash(cf_context_errmsg(ctx)) : 0;
+    double v[4] = {st ? cf_tool_exit_code(st) : 0, st ? (double)(ranks - me) : 0, h, -h};
+    cf_status s2 = cf_mpi_max(world, v, 4);
+    bool same = !s2 && v[2] > 0 && v[2] == -v[3];
+    if (st) setup_rc = same && me != 0 ? cf_tool_exit_code(st) : cf_tool_fail(ctx, st);
     if (s2 && !setup_rc) setup_rc = cf_tool_fail(ctx, s2);
     if (!s2 && v[0] > 0 && !setup_rc) {
       setup_rc = (int)v[0];
