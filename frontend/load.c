@@ -94,10 +94,11 @@ bool cf_span_is(cf_span s, const char *lit) {
   return s.n == n && memcmp(s.p, lit, n) == 0;
 }
 
-int cf_span_excerpt(cf_span s) {
+const char *cf_span_quote(char *buf, cf_span s) {
   size_t n = 0;
-  while (n < s.n && n < 60 && s.p[n] != '\n' && s.p[n] != '\r') n++;
-  return (int)n;
+  while (n < s.n && s.p[n] != '\n' && s.p[n] != '\r')
+    n++;
+  return cf_excerpt(buf, CF_EXCERPT_BUF, s.p, n);
 }
 
 cf_status cf_reader_verror(cf_context *ctx, bool oom, const char *file, int line, const char *fmt,

@@ -31,7 +31,8 @@
 const char cf_help_run[] =
     "usage: collfuse run FILE [--ranks N] [--backend threads|mpi] [--device cpu|cuda] [--iters K]\n"
     "                    [--warmup W] [--seed S] [-O0 | --passes LIST] [--split SPEC]\n"
-    "                    [--algo auto|direct|rd|ring|rsag|mpi-native] [--verify] [--deterministic]\n"
+    "                    [--algo auto|direct|rd|ring|rsag|mpi-native] [--verify] "
+    "[--deterministic]\n"
     "                    [--timeout SEC] [--input NAME=FILE.npy]... [--save-outputs DIR]\n"
     "                    [--rank-table FILE.json] [--target T] [-v] [--json]\n"
     "\n"
@@ -55,7 +56,9 @@ const char cf_help_run[] =
     "  --rank-table F     (mpi) check the job against an HCCL rank table: its size,\n"
     "                     and that each rank runs on its server\n"
     "  --timeout SEC      every wait gives up after SEC seconds (default 60): exit 3\n"
-    "  --save-outputs DIR write DIR/rank<R>/<output>.npy\n"
+    "  --save-outputs DIR write DIR/rank<R>/<output>.npy ('/' in a name becomes '_';\n"
+    "                     a name that meets another's gets ~1, ~2, ...) and\n"
+    "                     DIR/outputs.json, each output's file, dtype and shape\n"
     "  -v                 peak memory of the fused and the unfused plan, algorithms\n"
     "  --json             one JSON object on stdout\n";
 
@@ -265,28 +268,107 @@ static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args 
   return st;
 }
 
-/* DIR/rank<R>/ for ranks lo..hi-1 (an MPI process has only its own). */
-static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_result *res, int lo, int hi) {
+/* The file of each output under DIR/rank<R>/ (SPEC 4: '/' becomes '_', and
+ * two outputs never share a file): a name without '/' is its own file name;
+ * a sanitised name takes the first of NAME, NAME~1, NAME~2, ... that no
+ * other output has, in output order. files[j] is "NAME.npy" (malloc'd). */
+static cf_status output_files(cf_context *ctx, const cf_run_result *res, char ***out) {
+  int n = res->n_outputs;
+  char **files = calloc((size_t)n + 1, sizeof *files);
+  if (!files) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  *out = files;
+  for (int pass = 0; pass < 2; pass++)
+    for (int j = 0; j < n; j++) {
+      const char *name = res->output_names[j];
+      if ((strchr(name, '/') != NULL) != pass) continue;
+      size_t len = strlen(name) + 32;
+      char *f = malloc(len);
+      if (!f) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+      files[j] = f;
+      for (int k = 0;; k++) {
+        int o = snprintf(f, len, "%s", name);
+        for (char *c = f; *c; c++)
+          if (*c == '/') *c = '_';
+        snprintf(f + o, len - (size_t)o, k ? "~%d.npy" : ".npy", k);
+        bool taken = false;
+        for (int i = 0; i < n && !taken; i++)
+          taken = i != j && files[i] && strcmp(files[i], f) == 0;
+        if (!taken) break;
+      }
+    }
+  return CF_OK;
+}
+
+static void free_files(char **files, int n) {
+  for (int j = 0; files && j < n; j++)
+    free(files[j]);
+  free(files);
+}
+
+/* DIR/outputs.json: every output's name, file, dtype and shape. */
+static cf_status write_manifest(cf_context *ctx, const char *dir, const cf_run_result *res,
+                                int ranks, char **files) {
   char path[4096];
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    return cf_error(ctx, CF_ERR_IO, NULL, 0, "%s: cannot create: %s", dir, strerror(errno));
-  for (int r = lo; r < hi; r++) {
+  if ((size_t)snprintf(path, sizeof path, "%s/outputs.json", dir) >= sizeof path)
+    return cf_error(ctx, CF_ERR_IO, dir, 0, "cannot write: path too long");
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "ranks", ranks);
+  cJSON *outs = cJSON_AddArrayToObject(o, "outputs");
+  for (int j = 0; j < res->n_outputs; j++) {
+    const cf_tensor *t = &res->outputs[j];
+    cJSON *e = cJSON_CreateObject(), *shape = cJSON_CreateArray();
+    cJSON_AddStringToObject(e, "name", res->output_names[j]);
+    cJSON_AddStringToObject(e, "file", files[j]);
+    cJSON_AddStringToObject(e, "dtype", cf_dtype_name(t->dtype));
+    for (int d = 0; d < t->shape.rank; d++)
+      cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape.dims[d]));
+    cJSON_AddItemToObject(e, "shape", shape);
+    cJSON_AddItemToArray(outs, e);
+  }
+  char *text = cJSON_Print(o);
+  cJSON_Delete(o);
+  if (!text) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  FILE *f = fopen(path, "w");
+  int err = f ? 0 : errno;
+  if (f && (fprintf(f, "%s\n", text) < 0 || fflush(f) != 0)) err = errno ? errno : EIO;
+  if (f && fclose(f) != 0 && !err) err = errno;
+  free(text);
+  return err ? cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(err)) : CF_OK;
+}
+
+/* DIR/rank<R>/ for ranks lo..hi-1 (an MPI process has only its own); the
+ * process with rank 0 writes DIR/outputs.json and names the outputs that
+ * were renamed to keep them apart. */
+static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_result *res, int lo,
+                              int hi, int ranks) {
+  char path[4096], **files = NULL;
+  cf_status st = output_files(ctx, res, &files);
+  if (!st && mkdir(dir, 0777) != 0 && errno != EEXIST)
+    st = cf_error(ctx, CF_ERR_IO, dir, 0, "cannot create directory: %s", strerror(errno));
+  for (int r = lo; r < hi && !st; r++) {
     snprintf(path, sizeof path, "%s/rank%d", dir, r);
     if (mkdir(path, 0777) != 0 && errno != EEXIST)
-      return cf_error(ctx, CF_ERR_IO, NULL, 0, "%s: cannot create: %s", path, strerror(errno));
-    for (int j = 0; j < res->n_outputs; j++) {
-      char name[1024];
-      snprintf(name, sizeof name, "%s", res->output_names[j]);
-      for (char *c = name; *c; c++)
-        if (*c == '/') *c = '_';
-      if ((size_t)snprintf(path, sizeof path, "%s/rank%d/%s.npy", dir, r, name) >= sizeof path)
-        return cf_error(ctx, CF_ERR_IO, NULL, 0, "%s: output path too long", dir);
+      st = cf_error(ctx, CF_ERR_IO, path, 0, "cannot create directory: %s", strerror(errno));
+    for (int j = 0; j < res->n_outputs && !st; j++) {
+      if ((size_t)snprintf(path, sizeof path, "%s/rank%d/%s", dir, r, files[j]) >= sizeof path)
+        st = cf_error(ctx, CF_ERR_IO, dir, 0, "cannot write: the path of output '%s' is too long",
+                      res->output_names[j]);
       const cf_tensor *t = &res->outputs[(size_t)r * (size_t)res->n_outputs + (size_t)j];
-      cf_status st = cf_npy_write(ctx, path, t->dtype, &t->shape, t->data);
-      if (st) return st;
+      if (!st) st = cf_npy_write(ctx, path, t->dtype, &t->shape, t->data);
     }
   }
-  return CF_OK;
+  if (!st && lo == 0) st = write_manifest(ctx, dir, res, ranks, files);
+  for (int j = 0; j < res->n_outputs && !st && lo == 0; j++) {
+    int n = (int)strlen(res->output_names[j]);
+    if (files[j][n] == '~')
+      fprintf(
+          stderr,
+          "collfuse run: output '%s' saved as %s (%.*s.npy is taken; %s/outputs.json lists every "
+          "output's file)\n",
+          res->output_names[j], files[j], n, files[j], dir);
+  }
+  free_files(files, res->n_outputs);
+  return st;
 }
 
 /* Test hooks (tests/e2e only): COLLFUSE_TEST_FAIL=MODE:RANK:STEP makes a rank
@@ -519,7 +601,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   }
   /* outputs are saved even when verification failed: they help find why */
   if (a.save && res.outputs) {
-    cf_status s2 = save_outputs(ctx, a.save, &res, a.mpi ? me : 0, a.mpi ? me + 1 : res.ranks);
+    cf_status s2 =
+        save_outputs(ctx, a.save, &res, a.mpi ? me : 0, a.mpi ? me + 1 : res.ranks, ranks);
     if (!st) st = s2;
   }
   if (a.mpi && st && opt.test_fail_mode == 2 && opt.test_fail_rank == me) {

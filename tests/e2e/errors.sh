@@ -79,5 +79,50 @@ expect 1 "oob.xml:3: error: node 'r': root=5 out of range: need 0 <= root < 4" "
 run run "$ex/allgather_layouts.xml" --ranks 2
 expect 0 "" "allgather_layouts.xml at --ranks 2"
 
+# ---- --save-outputs: names that sanitise alike keep apart, deterministically
+cat >"$work/names.xml" <<'X'
+<graph name="names" version="1" world_size="2">
+  <node name="x" op="Input" dtype="float32" shape="3" init="iota"/>
+  <node name="y" op="Input" dtype="int32" shape="2,2" init="ones"/>
+  <node name="a/b/c" op="Output"><input ref="x"/></node>
+  <node name="a_b_c" op="Output"><input ref="y"/></node>
+  <node name="a/b_c" op="Output"><input ref="x"/></node>
+  <node name="p/q" op="Output"><input ref="y"/></node>
+</graph>
+X
+run run "$work/names.xml" --save-outputs "$work/saved"
+if expect 0 "collfuse run: output 'a/b/c' saved as a_b_c~1.npy (a_b_c.npy is taken; $work/saved/outputs.json lists every output's file)"   "--save-outputs clash"; then
+  grep -Fq "output 'a/b_c' saved as a_b_c~2.npy" "$ERR" || fail "--save-outputs clash: a/b_c not reported"
+  [ "$(grep -c 'saved as' "$ERR")" -eq 2 ] || fail "--save-outputs clash: not exactly 2 renames reported"
+  for r in 0 1; do
+    [ "$(cd "$work/saved/rank$r" && ls | tr '\n' ' ')" = "a_b_c.npy a_b_c~1.npy a_b_c~2.npy p_q.npy " ] ||
+      fail "--save-outputs clash: rank$r holds $(ls "$work/saved/rank$r" | tr '\n' ' ')"
+  done
+  # the int32 ones is a_b_c itself, the float32 iota the renamed ones
+  od -An -tx1 -j 128 "$work/saved/rank0/a_b_c.npy" | tr -d ' \n' | grep -q '^01000000' ||
+    fail "--save-outputs clash: a_b_c.npy is not output a_b_c"
+  python3 - "$work/saved/outputs.json" <<'P' || fail "--save-outputs: outputs.json"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["ranks"] == 2, m
+got = [(o["name"], o["file"], o["dtype"], o["shape"]) for o in m["outputs"]]
+assert got == [("a/b/c", "a_b_c~1.npy", "float32", [3]), ("a_b_c", "a_b_c.npy", "int32", [2, 2]),
+               ("a/b_c", "a_b_c~2.npy", "float32", [3]), ("p/q", "p_q.npy", "int32", [2, 2])], got
+P
+fi
+
+# ---- messages never echo raw binary, and cut long excerpts
+run check "$src/tests/hlo/bad_binary_type.hlo"
+expect 1 "bad_binary_type.hlo:5: error: expected a shape at '\\x01\\xFFqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq...'" \
+  "binary bytes in HLO"
+run check "$src/tests/malformed/xsd_ranks.xml"
+expect 1 "xsd_ranks.xml:3: error: group 'tp': attribute 'ranks': '0:1' is not a rank list: expected comma-separated ranks such as \"0,1,2,3\", or parts split by '|' such as \"0,1|2,3\"" \
+  "bad rank list"
+for f in "$src/tests/malformed/binary_garbage.xml" "$src/tests/hlo/binary_garbage.hlo" "$src/tests/hlo/bad_binary_type.hlo" \
+  "$src/tests/pbtxt/bad_binary_op.pbtxt" "$src/tests/malformed/not_utf8.xml"; do
+  run check "$f"
+  if LC_ALL=C grep -q '[^[:print:][:space:]]' "$ERR"; then fail "$(basename "$f"): raw bytes on stderr"; fi
+done
+
 echo "errors.sh: $checks checks, $fails failures"
 [ "$fails" -eq 0 ]
