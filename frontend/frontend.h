@@ -14,8 +14,10 @@
 
 /* ---- load.c: file reading, format dispatch, public load/write API ---- */
 
-/* Read a whole file, refusing files above CF_MAX_FILE_BYTES. *data is
- * malloc'd and NUL-terminated. */
+/* Read a whole file, refusing files above CF_MAX_FILE_BYTES; "-" reads
+ * standard input, named CF_STDIN_NAME in messages. *data is malloc'd and
+ * NUL-terminated. */
+#define CF_STDIN_NAME "<stdin>"
 cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *size);
 /* Output files are written to PATH.tmp and renamed into place on success, so
  * a failure never leaves a partial result. A path that exists and is not a

@@ -66,7 +66,7 @@ static cf_status compile(cf_context *ctx, const fu_options *o, const char *text,
                          const char *pipeline, const char *split, cf_graph **out) {
   cf_graph *g = NULL;
   cf_status st = text ? cf_graph_parse(ctx, "ideal.xml", text, strlen(text), &g)
-                      : cf_graph_load(ctx, o->file, &g);
+                      : cf_tool_load(ctx, o->file, &g);
   if (!st) {
     char job[32];
     snprintf(job, sizeof job, "--ranks %d", o->ranks);
@@ -167,8 +167,8 @@ static void print_table(const fu_options *o, const ar_totals *t, const variant *
                         const variant *ideal, const variant *unfused) {
   char b[32];
   cf_tool_bytes(t->bytes, b, sizeof b);
-  printf("collfuse bench fusion: %s on %d ranks (threads transport, CPU device)\n", o->file,
-         o->ranks);
+  printf("collfuse bench fusion: %s on %d ranks (threads transport, CPU device)\n",
+         cf_tool_name(o->file), o->ranks);
   printf("  %d AllReduce, %s in all%s; median ms per iteration over %d iterations after %d "
          "warm-up",
          t->count, b,
@@ -196,7 +196,7 @@ static void print_json(const fu_options *o, const char *graph_name, const ar_tot
                        const variant *v, int nv, const variant *ideal, const variant *unfused) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "bench", "fusion");
-  cJSON_AddStringToObject(root, "file", o->file);
+  cJSON_AddStringToObject(root, "file", cf_tool_name(o->file));
   cJSON_AddStringToObject(root, "graph", graph_name ? graph_name : "");
   cJSON_AddNumberToObject(root, "ranks", o->ranks);
   cJSON_AddNumberToObject(root, "iters", o->iters);

@@ -67,7 +67,11 @@ static const char help_main[] =
     "\n"
     "  collfuse --version | --help | COMMAND --help\n"
     "\n"
-    "exit codes: 0 ok, 1 invalid input, 2 usage error, 3 runtime failure\n";
+    "A FILE of '-' is standard input (the format is told from how it starts: <graph>,\n"
+    "<graphml>, HloModule, node {); an output of '-' is standard output.\n"
+    "\n"
+    "exit codes: 0 ok, 1 invalid input (or an output that cannot be written),\n"
+    "2 usage error, 3 runtime failure\n";
 
 static void help_targets(FILE *f) {
   fprintf(f, "targets:");
@@ -78,7 +82,8 @@ static void help_targets(FILE *f) {
 static const char help_check[] =
     "usage: collfuse check FILE... [--target T]\n"
     "\n"
-    "Parse and verify each FILE (.xml, .graphml) and print one line per file:\n"
+    "Parse and verify each FILE (.xml, .graphml; '-': standard input) and print one line per "
+    "file:\n"
     "nodes, collectives by kind and the bytes they communicate. With --target\n"
     "the graph must also meet that device's documented limits.\n";
 
@@ -90,12 +95,15 @@ static const char help_compile[] =
     "\n"
     "Verify FILE, run the pass pipeline and write the compiled graph.\n"
     "  -o OUT.xml       write the result as native XML (valid collfuse input)\n"
+    "  -                FILE '-' reads standard input; an output '-' (-o, --dot, --emit-*)\n"
+    "                   writes standard output, one of them (not with --json)\n"
     "  --passes LIST    comma-separated passes instead of the default pipeline\n"
     "  -O0              no fusion passes\n"
     "  --split SPEC     how fusion=1 collectives are bucketed:\n"
     "                     auto (default; cost model), bytes:25M[,first=1M][,count=256],\n"
     "                     size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL)\n"
-    "  --cost A,B[,G]   auto's model: A us per collective, B GB/s link, G GB/s gradients (250,8,4)\n"
+    "  --cost A,B[,G]   auto's model: A us per collective, B GB/s link, G GB/s gradients "
+    "(250,8,4)\n"
     "  --target T       check the graph against a target profile\n"
     "  --dot OUT        also draw the result (.dot, .svg or .png)\n"
     "  --emit-llvm OUT  write the reduction kernels the graph needs as LLVM IR (host)\n"
@@ -115,8 +123,9 @@ static const char help_compile[] =
 static const char help_dot[] =
     "usage: collfuse dot FILE [-o OUT.dot|.svg|.png] [--fused]\n"
     "\n"
-    "Draw FILE with graphviz; the format comes from the extension of OUT\n"
-    "(DOT on stdout without -o). --fused runs the default pipeline first.\n";
+    "Draw FILE ('-': standard input) with graphviz; the format comes from the\n"
+    "extension of OUT (DOT on stdout without -o or with -o -). --fused runs the\n"
+    "default pipeline first.\n";
 
 static const char help_bench[] =
     "usage: collfuse bench compile [--sizes N,N,...] [--json]\n"
@@ -217,6 +226,33 @@ void cf_tool_bytes(int64_t b, char *buf, size_t len) {
     snprintf(buf, len, "%.1f %s", v, u[k]);
 }
 
+/* Standard input, read once */
+static struct {
+  char *data;
+  size_t size;
+  bool read;
+} stdin_graph;
+
+cf_status cf_tool_load(cf_context *ctx, const char *path, cf_graph **out) {
+  if (!cf_tool_is_std(path)) return cf_graph_load(ctx, path, out);
+  *out = NULL;
+  if (!stdin_graph.read) {
+    cf_status st = cf_read_file(ctx, "-", &stdin_graph.data, &stdin_graph.size);
+    if (st) return st;
+    stdin_graph.read = true;
+  }
+  return cf_graph_parse(ctx, CF_STDIN_NAME, stdin_graph.data, stdin_graph.size, out);
+}
+
+void cf_tool_stdin_free(void) {
+  free(stdin_graph.data);
+  stdin_graph.data = NULL;
+}
+
+bool cf_tool_is_std(const char *path) { return path && strcmp(path, "-") == 0; }
+
+const char *cf_tool_name(const char *path) { return cf_tool_is_std(path) ? CF_STDIN_NAME : path; }
+
 /* ---------------- check ---------------- */
 
 static int cmd_check(cf_context *ctx, int argc, char **argv) {
@@ -245,7 +281,7 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
   }
   for (int k = 0; k < nf; k++) {
     cf_graph *g;
-    cf_status st = cf_graph_load(ctx, files[k], &g);
+    cf_status st = cf_tool_load(ctx, files[k], &g);
     if (!st) st = cf_graph_verify(g, target);
     if (st) {
       fprintf(stderr, "%s\n", cf_context_errmsg(ctx));
@@ -264,9 +300,9 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
                               cf_op_table[op].name, s.by_op[op]);
     cf_tool_bytes(s.comm_bytes, hb, sizeof hb);
     printf("%s: ok: %d nodes, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n",
-           files[k], s.nodes, s.collectives, s.collectives == 1 ? "" : "s", o ? " (" : "", kinds,
-           o ? ")" : "", (long long)s.comm_bytes, hb, target ? ", target " : "",
-           target ? target : "");
+           cf_tool_name(files[k]), s.nodes, s.collectives, s.collectives == 1 ? "" : "s",
+           o ? " (" : "", kinds, o ? ")" : "", (long long)s.comm_bytes, hb,
+           target ? ", target " : "", target ? target : "");
     cf_graph_destroy(g);
   }
   free(files);
@@ -299,6 +335,14 @@ static cf_status draw(cf_context *ctx, cf_graph *g, const char *out) {
   return st;
 }
 
+/* compile -o -: the graph as XML on stdout */
+static cf_status write_xml_stdout(cf_context *ctx, const cf_graph *g) {
+  cf_status st = cf_xml_write(g, stdout);
+  if (!st && (fflush(stdout) != 0 || ferror(stdout)))
+    st = cf_error(ctx, CF_ERR_IO, "<stdout>", 0, "cannot write: %s", strerror(errno ? errno : EIO));
+  return st;
+}
+
 static int cmd_dot(cf_context *ctx, int argc, char **argv) {
   const char *file = NULL, *out = NULL;
   bool fused = false;
@@ -306,7 +350,7 @@ static int cmd_dot(cf_context *ctx, int argc, char **argv) {
     const char *v;
     if ((v = cf_tool_opt(argc, argv, &i, "-o"))) {
       if (!*v) return cf_tool_usage("dot", "%s needs a value", "-o");
-      out = v;
+      out = cf_tool_is_std(v) ? NULL : v; /* -o -: DOT on stdout, as without -o */
     } else if (strcmp(argv[i], "--fused") == 0) {
       fused = true;
     } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -319,7 +363,7 @@ static int cmd_dot(cf_context *ctx, int argc, char **argv) {
   }
   if (!file) return cf_tool_usage("dot", "%s", "no input file");
   cf_graph *g;
-  cf_status st = cf_graph_load(ctx, file, &g);
+  cf_status st = cf_tool_load(ctx, file, &g);
   if (!st) st = cf_graph_verify(g, NULL);
   if (!st && fused) st = cf_passes_run(g, cf_pipeline_default, NULL, NULL, NULL);
   if (!st) st = draw(ctx, g, out);
@@ -422,6 +466,14 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   }
   if (!file) return cf_tool_usage("compile", "%s", "no input file");
   if (o0 && passes) return cf_tool_usage("compile", "%s", "--passes and -O0 exclude each other");
+  /* "-" writes to stdout: one output there at a time, and the logs go to stderr */
+  int to_stdout = cf_tool_is_std(out) + cf_tool_is_std(dot) + json;
+  for (int f = 0; f < N_EMIT; f++)
+    to_stdout += cf_tool_is_std(emit[f]);
+  if (to_stdout > 1)
+    return cf_tool_usage(
+        "compile", "%s",
+        "-o -, --dot -, --emit-* - and --json each write to standard output: give one");
   char why[256];
   cf_split sp;
   cf_cost cm;
@@ -430,7 +482,7 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   cf_pass_options popt = {.split = split, .cost = cost, .target = target};
   if (explain) {
     popt.explain = explain_line;
-    popt.explain_user = json ? stderr : stdout;
+    popt.explain_user = to_stdout ? stderr : stdout;
   }
   if (target && !cf_target_find(target)) {
     fprintf(stderr, "collfuse compile: unknown target '%s'\n", target);
@@ -440,7 +492,7 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   cf_graph *g = NULL;
   cf_pass_timing timing[CF_MAX_PIPELINE];
   int n_timing = 0;
-  cf_status st = cf_graph_load(ctx, file, &g);
+  cf_status st = cf_tool_load(ctx, file, &g);
   if (!st) st = cf_graph_verify(g, target);
   int before = st ? 0 : (int)cf_graph_collective_count(g);
   if (!st)
@@ -449,13 +501,17 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   /* the result must still meet the target after the passes */
   if (!st) st = cf_graph_verify(g, target);
   if (!st) st = cf_graph_seal(g);
-  if (!st && out) st = cf_graph_write_xml(g, out);
-  if (!st && dot) st = cf_graph_write_dot(g, dot);
-  if (!st && (any_emit || jit)) st = compile_kernels(ctx, g, file, emit, jit, json ? stderr : stdout);
+  if (!st && out) st = cf_tool_is_std(out) ? write_xml_stdout(ctx, g) : cf_graph_write_xml(g, out);
+  if (!st && dot) st = draw(ctx, g, cf_tool_is_std(dot) ? NULL : dot);
+  /* LLVM's emitters write to a path: the standard output's, for "-" */
+  for (int f = 0; f < N_EMIT; f++)
+    if (cf_tool_is_std(emit[f])) emit[f] = "/dev/stdout";
+  if (!st && (any_emit || jit))
+    st = compile_kernels(ctx, g, cf_tool_name(file), emit, jit, to_stdout ? stderr : stdout);
   if (!st && json) st = cf_report_compile_json(g, before, timing, n_timing);
   if (!st && !json && !out && !dot && !any_emit)
-    printf("%s: %d nodes, %d collectives before, %zu after\n", file, g->n_nodes, before,
-           cf_graph_collective_count(g));
+    printf("%s: %d nodes, %d collectives before, %zu after\n", cf_tool_name(file), g->n_nodes,
+           before, cf_graph_collective_count(g));
   int rc = st ? cf_tool_fail(ctx, st) : 0;
   cf_graph_destroy(g);
   return rc;
@@ -528,5 +584,6 @@ int main(int argc, char **argv) {
     rc = EXIT_USAGE;
   }
   cf_context_destroy(ctx);
+  cf_tool_stdin_free();
   return rc;
 }

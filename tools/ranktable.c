@@ -37,10 +37,11 @@ const char cf_help_ranktable[] =
     "The host is host_ip when the table has one, else server_id. Then run\n"
     "  mpirun --hostfile HOSTS --rankfile RANKS -np N collfuse run G.xml --backend mpi \\\n"
     "         --rank-table FILE.json\n"
-    "  --hostfile OUT   write the hostfile to OUT (instead of stdout)\n"
-    "  --rankfile OUT   write the rankfile to OUT (instead of stdout)\n"
+    "  --hostfile OUT   write the hostfile to OUT (instead of stdout; '-' is stdout)\n"
+    "  --rankfile OUT   write the rankfile to OUT (instead of stdout; '-' is stdout)\n"
     "  --json           print the table as read: {\"version\",\"ranks\",\"servers\":[..]}\n"
-    "Exit 1 naming the file and the problem when the table is malformed.\n";
+    "FILE.json '-' reads standard input. Exit 1 naming the file and the problem\n"
+    "when the table is malformed or an OUT cannot be written.\n";
 
 static bool fail(char *err, size_t len, const char *fmt, ...) {
   va_list ap;
@@ -86,7 +87,7 @@ static const char *get_string(const cJSON *o, const char *key) {
 }
 
 static char *read_file(const char *path, char *err, size_t len) {
-  FILE *f = fopen(path, "rb");
+  FILE *f = cf_tool_is_std(path) ? stdin : fopen(path, "rb");
   if (!f) {
     fail(err, len, "cannot open: %s", strerror(errno));
     return NULL;
@@ -99,7 +100,7 @@ static char *read_file(const char *path, char *err, size_t len) {
     if (n < cap) break;
     if (cap > ((size_t)64 << 20)) {
       free(buf);
-      fclose(f);
+      if (f != stdin) fclose(f);
       fail(err, len, "larger than 64 MiB: not a rank table");
       return NULL;
     }
@@ -109,7 +110,7 @@ static char *read_file(const char *path, char *err, size_t len) {
     cap *= 2;
   }
   bool bad = ferror(f);
-  fclose(f);
+  if (f != stdin) fclose(f);
   if (!buf || bad) {
     free(buf);
     fail(err, len, bad ? "read error" : "out of memory");
@@ -320,15 +321,19 @@ bool cf_ranktable_host_is_local(const char *host, const char *hostname) {
   return found;
 }
 
+/* text to path, or to stdout for NULL; false with a message naming path
+ * and the reason */
 static bool write_out(const char *path, const char *text) {
   if (!path) {
     fputs(text, stdout);
     return true;
   }
   FILE *f = fopen(path, "w");
-  if (!f) return false;
-  bool ok = fputs(text, f) >= 0;
-  return fclose(f) == 0 && ok;
+  int err = f ? 0 : errno;
+  if (f && fputs(text, f) < 0) err = errno ? errno : EIO;
+  if (f && fclose(f) != 0 && !err) err = errno;
+  if (err) fprintf(stderr, "%s: error: cannot write: %s\n", path, strerror(err));
+  return !err;
 }
 
 int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
@@ -339,10 +344,10 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
     const char *v;
     if ((v = cf_tool_opt(argc, argv, &i, "--hostfile"))) {
       if (!*v) return cf_tool_usage("ranktable", "%s needs a file name", "--hostfile");
-      hostfile = v;
+      hostfile = cf_tool_is_std(v) ? NULL : v; /* "-": stdout, as without the option */
     } else if ((v = cf_tool_opt(argc, argv, &i, "--rankfile"))) {
       if (!*v) return cf_tool_usage("ranktable", "%s needs a file name", "--rankfile");
-      rankfile = v;
+      rankfile = cf_tool_is_std(v) ? NULL : v;
     } else if (strcmp(argv[i], "--json") == 0) {
       json = true;
     } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -358,8 +363,10 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
   char err[1024];
   int line;
   if (!cf_ranktable_load(file, &t, &line, err, sizeof err)) {
-    if (line > 0) fprintf(stderr, "%s:%d: error: %s\n", file, line, err);
-    else fprintf(stderr, "%s: error: %s\n", file, err);
+    if (line > 0)
+      fprintf(stderr, "%s:%d: error: %s\n", cf_tool_name(file), line, err);
+    else
+      fprintf(stderr, "%s: error: %s\n", cf_tool_name(file), err);
     return EXIT_INVALID;
   }
   int rc = 0;
@@ -401,27 +408,19 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
     return EXIT_RUNTIME;
   }
   size_t h = 0, r = 0;
-  if (!hostfile) h += (size_t)snprintf(hosts + h, cap - h, "# OpenMPI hostfile (mpirun --hostfile): %d server%s, from %s\n", t.n_servers, t.n_servers == 1 ? "" : "s", file);
+  if (!hostfile)
+    h += (size_t)snprintf(hosts + h, cap - h,
+                          "# OpenMPI hostfile (mpirun --hostfile): %d server%s, from %s\n",
+                          t.n_servers, t.n_servers == 1 ? "" : "s", cf_tool_name(file));
   for (int s = 0; s < t.n_servers; s++)
     h += (size_t)snprintf(hosts + h, cap - h, "%s slots=%d\n", t.servers[s].host, t.servers[s].devices);
   if (!rankfile) r += (size_t)snprintf(ranks + r, cap - r, "# OpenMPI rankfile (mpirun --rankfile): %d rank%s\n", t.n_ranks, t.n_ranks == 1 ? "" : "s");
   for (int k = 0; k < t.n_ranks; k++)
     r += (size_t)snprintf(ranks + r, cap - r, "rank %d=%s slot=%d\n", k, t.servers[t.ranks[k].server].host,
                           t.ranks[k].local);
-  if (json) { /* JSON on stdout only: files are still written when asked */
-    if (hostfile && !write_out(hostfile, hosts)) rc = EXIT_RUNTIME;
-    if (rankfile && !write_out(rankfile, ranks)) rc = EXIT_RUNTIME;
-  } else {
-    if (!write_out(hostfile, hosts)) {
-      fprintf(stderr, "collfuse ranktable: %s: cannot write: %s\n", hostfile, strerror(errno));
-      rc = EXIT_RUNTIME;
-    }
-    if (!rc && !write_out(rankfile, ranks)) {
-      fprintf(stderr, "collfuse ranktable: %s: cannot write: %s\n", rankfile, strerror(errno));
-      rc = EXIT_RUNTIME;
-    }
-  }
-  if (rc == EXIT_RUNTIME && json) fprintf(stderr, "collfuse ranktable: cannot write the hostfile or rankfile\n");
+  /* with --json only the files asked for are written (stdout holds the JSON) */
+  if ((hostfile || !json) && !write_out(hostfile, hosts)) rc = cf_tool_exit_code(CF_ERR_IO);
+  if (!rc && (rankfile || !json) && !write_out(rankfile, ranks)) rc = cf_tool_exit_code(CF_ERR_IO);
   free(hosts);
   free(ranks);
   cf_ranktable_free(&t);

@@ -36,9 +36,10 @@ const char cf_help_run[] =
     "                    [--timeout SEC] [--input NAME=FILE.npy]... [--save-outputs DIR]\n"
     "                    [--rank-table FILE.json] [--target T] [-v] [--json]\n"
     "\n"
-    "Compile FILE (the default pipeline fuses; -O0 does not) and run it on N ranks,\n"
-    "threads of this process (the default backend) on the CPU device, or with\n"
-    "--backend mpi one rank per process of `mpirun -np N collfuse run FILE --backend mpi`.\n"
+    "Compile FILE ('-': standard input, not with --backend mpi; the default pipeline\n"
+    "fuses, -O0 does not) and run it on N ranks, threads of this process (the default\n"
+    "backend) on the CPU device, or with --backend mpi one rank per process of\n"
+    "`mpirun -np N collfuse run FILE --backend mpi`.\n"
     "  --ranks N          ranks (default: the graph's world_size, else 1; with mpi\n"
     "                     the number of processes, which --ranks must then equal);\n"
     "                     a graph whose groups or roots need its own world_size\n"
@@ -47,7 +48,8 @@ const char cf_help_run[] =
     "                     share a GPU when there are fewer GPUs than ranks)\n"
     "  --iters K          timed iterations (default 1); --warmup W untimed ones (0)\n"
     "  --seed S           inputs differ per rank and are reproducible (default 0)\n"
-    "  --input NAME=F.npy an Input's data; {rank} in F is replaced by the rank\n"
+    "  --input NAME=F.npy an Input's data; {rank} in F is replaced by the rank (a file,\n"
+    "                     not '-')\n"
     "  --verify           check every output of every rank against a float64\n"
     "                     reference of the unfused graph (integers exactly)\n"
     "  --deterministic    reduce in rank order: bitwise equal results for any fusion\n"
@@ -109,9 +111,19 @@ static int parse_args(int argc, char **argv, run_args *a) {
         return cf_tool_usage(cmd, "--timeout wants seconds in (0, 86400], got '%s'", v);
     } else if ((v = cf_tool_opt(argc, argv, &i, "--input"))) {
       if (!strchr(v, '=') || v[0] == '=') return cf_tool_usage(cmd, "--input wants NAME=FILE.npy, got '%s'", v);
+      if (cf_tool_is_std(strchr(v, '=') + 1))
+        return cf_tool_usage(
+            cmd,
+            "--input %s: inputs are .npy files, one per rank ({rank} in the path), not "
+            "standard input",
+            v);
       a->input[a->n_input++] = v;
     } else if ((v = cf_tool_opt(argc, argv, &i, "--save-outputs"))) {
       if (!*v) return cf_tool_usage(cmd, "%s needs a directory", "--save-outputs");
+      if (cf_tool_is_std(v))
+        return cf_tool_usage(
+            cmd, "%s",
+            "--save-outputs wants a directory (one .npy file per output and rank), not '-'");
       a->save = v;
     } else if ((v = cf_tool_opt(argc, argv, &i, "--backend"))) {
       a->backend = v;
@@ -123,6 +135,9 @@ static int parse_args(int argc, char **argv, run_args *a) {
       a->algo = v;
     } else if ((v = cf_tool_opt(argc, argv, &i, "--rank-table"))) {
       if (!*v) return cf_tool_usage(cmd, "%s needs a file", "--rank-table");
+      if (cf_tool_is_std(v))
+        return cf_tool_usage(cmd, "%s",
+                             "--rank-table wants a file every process can read, not '-'");
       a->rank_table = v;
     } else if ((v = cf_tool_opt(argc, argv, &i, "--passes"))) {
       a->passes = v;
@@ -155,6 +170,10 @@ static int parse_args(int argc, char **argv, run_args *a) {
   if (a->backend && strcmp(a->backend, "threads") != 0 && strcmp(a->backend, "mpi") != 0)
     return cf_tool_usage(cmd, "--backend wants threads or mpi, got '%s'", a->backend);
   a->mpi = a->backend && strcmp(a->backend, "mpi") == 0;
+  if (a->mpi && cf_tool_is_std(a->file))
+    return cf_tool_usage(cmd, "%s",
+                         "--backend mpi reads FILE in every process: give a file, not '-' (mpirun "
+                         "passes standard input to rank 0 only)");
   bool native = a->algo && cf_algo_parse(a->algo) == CF_ALGO_MPI_NATIVE;
   if (native && !a->mpi)
     return cf_tool_usage(cmd, "%s", "--algo mpi-native runs MPI's collectives: it needs --backend mpi");
@@ -180,7 +199,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
 static cf_status compile(cf_context *ctx, const run_args *a, const char *pipeline, int *ranks,
                          cf_graph **out) {
   cf_graph *g = NULL;
-  cf_status st = cf_graph_load(ctx, a->file, &g);
+  cf_status st = cf_tool_load(ctx, a->file, &g);
   if (!st) {
     char job[64];
     if (a->mpi)
@@ -635,8 +654,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     print_json(&a, &res, verified, &vs, cf_plan_peak_bytes(plan), peak_unfused);
   } else if (!rc && me == 0) {
     printf("%s: %d ranks%s, %lld collectives per iteration, median %.3f ms over %d iteration%s",
-           a.file, ranks, a.mpi ? " (mpi)" : "", (long long)res.collectives_executed, res.time_ms_median,
-           a.iters, a.iters == 1 ? "" : "s");
+           cf_tool_name(a.file), ranks, a.mpi ? " (mpi)" : "", (long long)res.collectives_executed,
+           res.time_ms_median, a.iters, a.iters == 1 ? "" : "s");
     if (verified) printf("; verified (max rel err %.3g)", vs.max_rel_err);
     printf("\n");
   }

@@ -64,6 +64,14 @@ const char *cf_tool_opt(int argc, char **argv, int *i, const char *name);
 /* --help/-h among the arguments: print text (+ targets, passes), true. */
 bool cf_tool_help(int argc, char **argv, const char *text);
 void cf_tool_bytes(int64_t b, char *buf, size_t len);
+/* cf_graph_load, where "-" is standard input, read once however often it is
+ * loaded (`run -` compiles the graph twice); cf_tool_stdin_free at exit. */
+cf_status cf_tool_load(cf_context *ctx, const char *path, cf_graph **out);
+void cf_tool_stdin_free(void);
+/* A file argument as messages name it: "<stdin>" for "-". */
+const char *cf_tool_name(const char *path);
+/* "-" names standard input or output. */
+bool cf_tool_is_std(const char *path);
 
 /* run.c: `collfuse run` (SPEC section 4); returns the exit code. */
 extern const char cf_help_run[];

@@ -3,8 +3,8 @@
 #
 # End-to-end checks that the messages a user acts on say what is wrong, with
 # their exit codes: a job sized unlike its graph, --save-outputs names that
-# meet in one file, standard input and output as `-`, and output paths that
-# cannot be written. Every command runs under `timeout 20`. Prints one line
+# meet in one file, escaped and cut excerpts of bad input, standard input and
+# output as `-`, and output paths that cannot be written. Every command runs under `timeout 20`. Prints one line
 # per failure and exits 1 if there was any.
 set -u
 
@@ -122,6 +122,75 @@ for f in "$src/tests/malformed/binary_garbage.xml" "$src/tests/hlo/binary_garbag
   "$src/tests/pbtxt/bad_binary_op.pbtxt" "$src/tests/malformed/not_utf8.xml"; do
   run check "$f"
   if LC_ALL=C grep -q '[^[:print:][:space:]]' "$ERR"; then fail "$(basename "$f"): raw bytes on stderr"; fi
+done
+
+# ---- '-' is standard input (format told from the text) and standard output
+for f in examples/tp_mlp.xml tests/malformed/gml_cycle.graphml tests/hlo/mesh.hlo tests/pbtxt/ge_ops.pbtxt; do
+  IN=$src/$f
+  run check -
+  case $f in
+    *gml_cycle*) expect 1 "<stdin>:11: error: node 'a': cycle: 'a' -> 'b' -> 'a'" "check - <$f" ;;
+    *) expect 0 "" "check - <$f" && { grep -q '^<stdin>: ok: ' "$OUT" || fail "check - <$f: no '<stdin>: ok' line"; } ;;
+  esac
+done
+printf 'garbage\n' >"$work/garbage"
+IN=$work/garbage
+run check -
+expect 1 "<stdin>: error: unknown graph format (expected .xml, .graphml, .hlo or .pbtxt, or text that starts like one: <graph>, <graphml>, HloModule, node {)" \
+  "check - <garbage"
+IN=$ex/tp_mlp.xml
+run compile - -o -
+if expect 0 "" "compile - -o -"; then
+  cp "$OUT" "$work/from_stdin.xml"
+  run compile "$ex/tp_mlp.xml" -o "$work/from_file.xml"
+  cmp -s "$work/from_stdin.xml" "$work/from_file.xml" || fail "compile - -o -: differs from compile FILE -o FILE"
+fi
+IN=$ex/tp_mlp.xml
+run compile - -o - --json
+expect 2 "collfuse compile: -o -, --dot -, --emit-* - and --json each write to standard output: give one" "compile -o - --json"
+IN=$ex/tp_mlp.xml
+run compile - --dot - --explain
+expect 0 "explain: " "compile --dot - --explain (explain on stderr)" && { head -n 1 "$OUT" | grep -q '^digraph' || fail "compile --dot -: no DOT on stdout"; }
+IN=$ex/dp_gradients.xml
+run compile - --emit-llvm -
+expect 0 "" "compile --emit-llvm -" && { grep -q '^define ' "$OUT" || fail "compile --emit-llvm -: no LLVM IR on stdout"; }
+IN=$ex/tp_mlp.xml
+run dot - -o -
+expect 0 "" "dot - -o -" && { head -n 1 "$OUT" | grep -q '^digraph tp_mlp' || fail "dot - -o -: no DOT on stdout"; }
+IN=$ex/tp_mlp.xml
+run run - --verify
+expect 0 "" "run - --verify" && { grep -q '^<stdin>: 4 ranks, .*verified' "$OUT" || fail "run -: summary does not name <stdin>"; }
+run run "$ex/tp_mlp.xml" --input x=-
+expect 2 "collfuse run: --input x=-: inputs are .npy files, one per rank ({rank} in the path), not standard input" "--input x=-"
+run run "$ex/tp_mlp.xml" --save-outputs -
+expect 2 "collfuse run: --save-outputs wants a directory (one .npy file per output and rank), not '-'" "--save-outputs -"
+run run - --backend mpi
+expect 2 "collfuse run: --backend mpi reads FILE in every process: give a file, not '-' (mpirun passes standard input to rank 0 only)" \
+  "run - --backend mpi"
+IN=$src/tests/ranktable/v1.0_two_servers.json
+run ranktable - --hostfile - --rankfile "$work/ranks"
+expect 0 "" "ranktable - --hostfile -" && { grep -q '^# OpenMPI hostfile (mpirun --hostfile): 2 servers, from <stdin>' "$OUT" || fail "ranktable -: hostfile header"; }
+IN=$src/tests/ranktable/bad_duplicate_rank.json
+run ranktable -
+expect 1 "<stdin>: error: server_list[0].device[1]: rank_id 0 is also given to device 0 of server" "ranktable - <bad table"
+
+# ---- outputs that cannot be written name the path and the reason, exit 1
+nd=$work/no-such-dir
+for o in "compile:-o:x.xml" "compile:--dot:x.svg" "compile:--dot:x.dot" "compile:--emit-llvm:x.ll" "compile:--emit-obj:x.o" "dot:-o:x.png"; do
+  cmd=${o%%:*}
+  rest=${o#*:}
+  run "$cmd" "$ex/dp_gradients.xml" "${rest%%:*}" "$nd/${rest#*:}"
+  expect 1 "$nd/${rest#*:}: error: cannot write: No such file or directory" "$cmd ${rest%%:*} into a missing directory"
+done
+run compile "$ex/tp_mlp.xml" -o "$work"
+expect 1 "$work: error: cannot write: is a directory" "compile -o DIR"
+run run "$ex/tp_mlp.xml" --save-outputs "$nd/out"
+expect 1 "$nd/out: error: cannot create directory: No such file or directory" "--save-outputs in a missing directory"
+for opt in --hostfile --rankfile; do
+  run ranktable "$src/tests/ranktable/v1.0_two_servers.json" $opt "$nd/f"
+  expect 1 "$nd/f: error: cannot write: No such file or directory" "ranktable $opt into a missing directory"
+  run ranktable "$src/tests/ranktable/v1.0_two_servers.json" --json $opt "$nd/f"
+  expect 1 "$nd/f: error: cannot write: No such file or directory" "ranktable --json $opt into a missing directory"
 done
 
 echo "errors.sh: $checks checks, $fails failures"
