@@ -163,7 +163,8 @@ static void test_build_errors(void **state) {
   ASSERT_ERR(cf_graph_verify(g, NULL), CF_ERR_INVALID, "node 'red': Reduce needs attribute 'root'");
   OK(cf_graph_set_attr_int(g, "red", "root", 3));
   OK(cf_graph_add_op(g, "Broadcast", "bc", x, 1));
-  ASSERT_ERR(cf_graph_verify(g, NULL), CF_ERR_INVALID, "node 'bc': Broadcast needs attribute 'root'");
+  ASSERT_ERR(cf_graph_verify(g, NULL), CF_ERR_INVALID,
+             "node 'bc': Broadcast needs attribute 'root'");
   OK(cf_graph_set_attr_int(g, "bc", "root", 0));
   OK(cf_graph_verify(g, NULL));
   /* the "ranks" option on a graph whose root needs its 4 ranks: the job is named */
