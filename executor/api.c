@@ -185,9 +185,12 @@ static void explain_to_log(void *user, const char *line) {
 }
 
 /* The run's world: the "ranks" option sizes the graph as `collfuse run
- * --ranks` does. */
-static void size_world(cf_graph *g, const cf_options *opt) {
-  if (opt && opt->ranks > 0) g->world_size = opt->ranks;
+ * --ranks` does, and is named when the graph is for another size. */
+static cf_status size_world(cf_graph *g, const cf_options *opt) {
+  if (!opt || opt->ranks <= 0) return CF_OK;
+  char job[48];
+  snprintf(job, sizeof job, "option ranks=%d", opt->ranks);
+  return cf_graph_size_world(g, opt->ranks, job);
 }
 
 cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_options *opt) {
@@ -201,8 +204,8 @@ cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_opti
                         .target = target,
                         .explain = opt && opt->explain ? explain_to_log : NULL,
                         .explain_user = g->ctx};
-  size_world(g, opt);
-  st = cf_graph_verify(g, target);
+  st = size_world(g, opt);
+  if (!st) st = cf_graph_verify(g, target);
   if (!st) st = cf_passes_run(g, pipeline_list(p), &po, NULL, NULL);
   if (!st) st = cf_graph_verify(g, target);
   return st;
@@ -235,10 +238,10 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
   if (!e) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   e->ctx = ctx;
   e->g = g;
-  size_world(g, opt);
+  cf_status st = size_world(g, opt);
   if (g->world_size <= 0) g->world_size = 1;
   e->ranks = (int)g->world_size;
-  cf_status st = cf_graph_verify(g, opt ? opt->target : NULL);
+  if (!st) st = cf_graph_verify(g, opt ? opt->target : NULL);
   if (st) goto fail;
   cf_run_options ro = {.ranks = e->ranks,
                        .iters = 1,

@@ -24,8 +24,10 @@ typedef struct cf_format {
 /* The i-th input format, NULL past the end. */
 const cf_format *cf_format_at(size_t i);
 
-/* Read a whole file, refusing files above CF_MAX_FILE_BYTES. *data is
- * malloc'd and NUL-terminated. */
+/* Read a whole file, refusing files above CF_MAX_FILE_BYTES; "-" reads
+ * standard input, named CF_STDIN_NAME in messages. *data is malloc'd and
+ * NUL-terminated. */
+#define CF_STDIN_NAME "<stdin>"
 cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *size);
 /* Output files are written to PATH.tmp and renamed into place on success, so
  * a failure never leaves a partial result. A path that exists and is not a
@@ -51,8 +53,11 @@ typedef struct cf_span {
   size_t n;
 } cf_span;
 bool cf_span_is(cf_span s, const char *lit);
-/* How much of s to quote in a message: at most 60 bytes, up to a newline. */
-int cf_span_excerpt(cf_span s);
+/* s as a message quotes it: its first line through cf_excerpt (escaped, cut
+ * after CF_EXCERPT_CHARS characters with "..."); buf holds CF_EXCERPT_BUF
+ * bytes. CF_SPAN_QUOTE gives it a buffer that lives to the end of the block. */
+const char *cf_span_quote(char *buf, cf_span s);
+#define CF_SPAN_QUOTE(s) cf_span_quote((char[CF_EXCERPT_BUF]){0}, (s))
 /* A reader's error: "out of memory" once an allocation failed (oom), else
  * "FILE:LINE: error: MESSAGE". Returns the status recorded. */
 cf_status cf_reader_verror(cf_context *ctx, bool oom, const char *file, int line, const char *fmt,
@@ -67,6 +72,9 @@ struct _xmlNode;
 cf_status cf_xml_parse(cf_context *ctx, const char *name, const char *data, size_t size,
                        struct _xmlDoc **out);
 void cf_xml_free(struct _xmlDoc *doc);
+/* A libxml2 message as one line: line breaks and runs of spaces become one
+ * space, none at the ends (in place). */
+void cf_xml_message_line(char *msg);
 int cf_xml_line(const struct _xmlNode *n);
 /* Split "0,1,2" into ints (malloc'd); false with why on a bad list. */
 bool cf_parse_int_list(const char *s, int **out, int *n, char *why, size_t why_len);

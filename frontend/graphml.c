@@ -208,7 +208,7 @@ static cf_status read_graph_attrs(gml_reader *r, const xmlNode *gr) {
     return fail(r, v.line[G_NAME], "out of memory");
   if (v.v[G_WORLD_SIZE] && !parse_int(v.v[G_WORLD_SIZE], 0, CF_MAX_WORLD, &g->world_size))
     return fail(r, v.line[G_WORLD_SIZE], "graph: world_size='%s' must be an integer in 0..%d",
-                v.v[G_WORLD_SIZE], CF_MAX_WORLD);
+                CF_QUOTE(v.v[G_WORLD_SIZE]), CF_MAX_WORLD);
   return CF_OK;
 }
 
@@ -229,7 +229,7 @@ static cf_status read_node(gml_reader *r, const xmlNode *xn) {
   cf_op op = cf_op_lookup(v.v[SLOT_OP], &layout);
   if (op == CF_OP_INVALID) {
     char dym[96];
-    return fail(r, v.line[SLOT_OP], "node '%s': unknown op '%s'%s", id, v.v[SLOT_OP],
+    return fail(r, v.line[SLOT_OP], "node '%s': unknown op '%s'%s", id, CF_QUOTE(v.v[SLOT_OP]),
                 cf_did_you_mean(cf_op_suggest(v.v[SLOT_OP]), dym, sizeof dym));
   }
   if ((st = cf_graph_add_node(g, id, op, line, &idx))) return st;
@@ -258,7 +258,7 @@ static cf_status read_edge(gml_reader *r, const xmlNode *xe, gml_edge *e) {
   char what[300];
   snprintf(what, sizeof what, "edge '%.120s' -> '%.120s'", src, dst);
   if (dir && strcmp(dir, "true") && strcmp(dir, "false"))
-    return fail(r, line, "%s: directed='%s' must be true or false", what, dir);
+    return fail(r, line, "%s: directed='%s' must be true or false", what, CF_QUOTE(dir));
   if (dir ? strcmp(dir, "false") == 0 : r->undirected)
     return fail(r, line,
                 "%s is undirected: operands need directed edges (edgedefault=\"directed\" or "
@@ -277,10 +277,10 @@ static cf_status read_edge(gml_reader *r, const xmlNode *xe, gml_edge *e) {
   /* no node has more outputs than CF_MAX_OPERANDS, nor more operands */
   if (v.v[E_SRC_PORT] && !parse_int(v.v[E_SRC_PORT], 0, CF_MAX_OPERANDS - 1, &sp))
     return fail(r, v.line[E_SRC_PORT], "%s: src_port='%s' must be an integer in 0..%d", what,
-                v.v[E_SRC_PORT], CF_MAX_OPERANDS - 1);
+                CF_QUOTE(v.v[E_SRC_PORT]), CF_MAX_OPERANDS - 1);
   if (v.v[E_DST_PORT] && !parse_int(v.v[E_DST_PORT], 0, CF_MAX_OPERANDS - 1, &dp))
     return fail(r, v.line[E_DST_PORT], "%s: dst_port='%s' must be an integer in 0..%d", what,
-                v.v[E_DST_PORT], CF_MAX_OPERANDS - 1);
+                CF_QUOTE(v.v[E_DST_PORT]), CF_MAX_OPERANDS - 1);
   e->src.port = (int)sp;
   e->dst_port = (int)dp;
   return CF_OK;
@@ -336,7 +336,8 @@ static cf_status read_doc(gml_reader *r, const xmlNode *root) {
   if (!gr) return fail(r, cf_xml_line(root), "no <graph> element");
   const char *ed = prop(r, gr, "edgedefault");
   if (ed && strcmp(ed, "directed") && strcmp(ed, "undirected"))
-    return fail(r, cf_xml_line(gr), "edgedefault='%s' must be directed or undirected", ed);
+    return fail(r, cf_xml_line(gr), "edgedefault='%s' must be directed or undirected",
+                CF_QUOTE(ed));
   r->undirected = ed && strcmp(ed, "undirected") == 0;
   if ((st = no_nesting(r, gr, "graph")) || (st = read_graph_attrs(r, gr))) return st;
 

@@ -314,8 +314,8 @@ static cf_status parse_shape(hlo_reader *r, const char **pp, const char *e, int 
       if (p < close - 1 && *p == ',')
         p++;
       else if (p != close - 1)
-        return cf_hlo_fail(r, line, "malformed tuple shape at '%.*s'",
-                           cf_span_excerpt((cf_span){p, (size_t)(e - p)}), p);
+        return cf_hlo_fail(r, line, "malformed tuple shape at '%s'",
+                           CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - p)})));
     }
     *pp = close;
     return CF_OK;
@@ -326,8 +326,8 @@ static cf_status parse_shape(hlo_reader *r, const char **pp, const char *e, int 
     p++;
   ty.n = (size_t)(p - ty.p);
   if (!ty.n)
-    return cf_hlo_fail(r, line, "expected a shape at '%.*s'",
-                       cf_span_excerpt((cf_span){p, (size_t)(e - p)}), p);
+    return cf_hlo_fail(r, line, "expected a shape at '%s'",
+                       CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - p)})));
   size_t k = 0, nt = sizeof hlo_types / sizeof hlo_types[0];
   while (k < nt && !cf_span_is(ty, hlo_types[k].name))
     k++;
@@ -337,11 +337,10 @@ static cf_status parse_shape(hlo_reader *r, const char **pp, const char *e, int 
   } else if (ty.n > 2 && (memcmp(ty.p, "f8", 2) == 0 || memcmp(ty.p, "f4", 2) == 0)) {
     sh->dt = CF_DT_UINT8; /* float8 / float4 variants */
   } else {
-    return cf_hlo_fail(r, line, "unknown element type '%.*s'", cf_span_excerpt(ty), ty.p);
+    return cf_hlo_fail(r, line, "unknown element type '%s'", CF_SPAN_QUOTE(ty));
   }
   if (p >= e || *p != '[')
-    return cf_hlo_fail(r, line, "expected '[' after element type '%.*s'", cf_span_excerpt(ty),
-                       ty.p);
+    return cf_hlo_fail(r, line, "expected '[' after element type '%s'", CF_SPAN_QUOTE(ty));
   p = cf_hlo_skip(p + 1, e);
   while (p < e && *p != ']') {
     if (e - p >= 2 && p[0] == '<' && p[1] == '=')
@@ -350,7 +349,7 @@ static cf_status parse_shape(hlo_reader *r, const char **pp, const char *e, int 
     if (p < e && *p == '?')
       return cf_hlo_fail(r, line, "unbounded dynamic dimension '?' in a shape");
     if (!cf_hlo_read_int(&p, e, INT64_MAX, &d))
-      return cf_hlo_fail(r, line, "bad dimension in shape '%.*s'", cf_span_excerpt(ty), ty.p);
+      return cf_hlo_fail(r, line, "bad dimension in shape '%s'", CF_SPAN_QUOTE(ty));
     if (sh->s.rank == CF_MAX_RANK)
       return cf_hlo_fail(r, line, "shape has more than %d dimensions", CF_MAX_RANK);
     sh->s.dims[sh->s.rank++] = d;
@@ -358,9 +357,9 @@ static cf_status parse_shape(hlo_reader *r, const char **pp, const char *e, int 
     if (p < e && *p == ',')
       p = cf_hlo_skip(p + 1, e);
     else if (p >= e || *p != ']')
-      return cf_hlo_fail(r, line, "bad dimension list in shape '%.*s'", cf_span_excerpt(ty), ty.p);
+      return cf_hlo_fail(r, line, "bad dimension list in shape '%s'", CF_SPAN_QUOTE(ty));
   }
-  if (p >= e) return cf_hlo_fail(r, line, "unterminated shape '%.*s'", cf_span_excerpt(ty), ty.p);
+  if (p >= e) return cf_hlo_fail(r, line, "unterminated shape '%s'", CF_SPAN_QUOTE(ty));
   p++;
   const char *q = cf_hlo_skip(p, e);
   if (q < e && *q == '{') p = cf_hlo_past(q, e);         /* layout */
@@ -389,15 +388,15 @@ static cf_status parse_attrs(hlo_reader *r, const char *p, const char *e, int li
   if (cap && !a) return cf_hlo_oom(r, line);
   for (p = cf_hlo_skip(p, e); p < e; p = cf_hlo_skip(p, e)) {
     if (*p != ',' || n == cap)
-      return cf_hlo_fail(r, line, "%s: expected ', key=value' at '%.*s'", what,
-                         cf_span_excerpt((cf_span){p, (size_t)(e - p)}), p);
+      return cf_hlo_fail(r, line, "%s: expected ', key=value' at '%s'", what,
+                         CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - p)})));
     p = cf_hlo_skip(p + 1, e);
     cf_span key;
     p = cf_hlo_read_name(p, e, &key);
     p = cf_hlo_skip(p, e);
     if (!key.n || p >= e || *p != '=')
-      return cf_hlo_fail(r, line, "%s: expected an attribute 'key=value' at '%.*s'", what,
-                         cf_span_excerpt((cf_span){key.p, (size_t)(e - key.p)}), key.p);
+      return cf_hlo_fail(r, line, "%s: expected an attribute 'key=value' at '%s'", what,
+                         CF_SPAN_QUOTE(((cf_span){key.p, (size_t)(e - key.p)})));
     const char *ve = find_top(p + 1, e, ',');
     a[n].key = key;
     a[n++].val = trim(p + 1, ve ? ve : e);
@@ -446,8 +445,8 @@ static cf_status operand_name(hlo_reader *r, const hinstr *in, cf_span piece, co
     *out = cf_hlo_str(r, nm.p, nm.n);
     return *out ? CF_OK : cf_hlo_oom(r, in->line);
   }
-  return cf_hlo_fail(r, in->line, "instruction '%s': bad operand '%.*s'", in->name,
-                     cf_span_excerpt(piece), piece.p);
+  return cf_hlo_fail(r, in->line, "instruction '%s': bad operand '%s'", in->name,
+                     CF_SPAN_QUOTE(piece));
 }
 
 static cf_status parse_instr(hlo_reader *r, const char *s, const char *e, int line, hinstr *in,
@@ -462,9 +461,8 @@ static cf_status parse_instr(hlo_reader *r, const char *s, const char *e, int li
   p = cf_hlo_read_name(p, e, &nm);
   const char *eq = cf_hlo_skip(p, e);
   if (!nm.n || eq >= e || *eq != '=')
-    return cf_hlo_fail(r, line,
-                       "expected an instruction 'NAME = SHAPE OPCODE(OPERANDS)', got '%.*s'",
-                       cf_span_excerpt((cf_span){s, (size_t)(e - s)}), s);
+    return cf_hlo_fail(r, line, "expected an instruction 'NAME = SHAPE OPCODE(OPERANDS)', got '%s'",
+                       CF_SPAN_QUOTE(((cf_span){s, (size_t)(e - s)})));
   if (nm.n > HLO_MAX_NAME)
     return cf_hlo_fail(r, line, "instruction name longer than %d bytes", HLO_MAX_NAME);
   if (!(in->name = cf_hlo_str(r, nm.p, nm.n))) return cf_hlo_oom(r, line);
@@ -597,9 +595,8 @@ static cf_status parse_header(hlo_reader *r, const char *s, const char *e, int l
     const char *v = a[i].val.p;
     if (dst && (!cf_hlo_read_int(&v, v + a[i].val.n, CF_MAX_WORLD, dst) ||
                 v != a[i].val.p + a[i].val.n || !*dst))
-      return cf_hlo_fail(r, line, "HloModule: %.*s='%.*s' must be an integer in 1..%d",
-                         cf_span_excerpt(a[i].key), a[i].key.p, cf_span_excerpt(a[i].val),
-                         a[i].val.p, CF_MAX_WORLD);
+      return cf_hlo_fail(r, line, "HloModule: %s='%s' must be an integer in 1..%d",
+                         CF_SPAN_QUOTE(a[i].key), CF_SPAN_QUOTE(a[i].val), CF_MAX_WORLD);
   }
   int64_t w;
   if (!cf_mul_i64(r->partitions ? r->partitions : 1, r->replicas ? r->replicas : 1, &w) ||

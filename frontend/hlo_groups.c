@@ -185,8 +185,7 @@ static cf_status rg_mesh(hlo_reader *r, const hinstr *in, const char *p, const c
               in->name, CF_MAX_WORLD);
     for (int k = 0; k < na; k++)
       if (name[k].n == name[na].n && memcmp(name[k].p, name[na].p, name[k].n) == 0)
-        RG_FAIL("instruction '%s': mesh axis '%.*s' given twice", in->name,
-                cf_span_excerpt(name[na]), name[na].p);
+        RG_FAIL("instruction '%s': mesh axis '%s' given twice", in->name, CF_SPAN_QUOTE(name[na]));
     na++;
     p = cf_hlo_skip(p, e);
     if (p < e && *p == ',')
@@ -208,12 +207,12 @@ static cf_status rg_mesh(hlo_reader *r, const hinstr *in, const char *p, const c
     while (k < na && !(name[k].n == ax.n && memcmp(name[k].p, ax.p, ax.n) == 0))
       k++;
     if (!ax.n || k == na)
-      RG_FAIL("instruction '%s': replica_groups name axis '%.*s', which the mesh does not have",
-              in->name, cf_span_excerpt(ax), ax.p);
+      RG_FAIL("instruction '%s': replica_groups name axis '%s', which the mesh does not have",
+              in->name, CF_SPAN_QUOTE(ax));
     for (int j = 0; j < ns; j++)
       if (sel[j] == k)
-        RG_FAIL("instruction '%s': replica_groups list axis '%.*s' twice", in->name,
-                cf_span_excerpt(ax), ax.p);
+        RG_FAIL("instruction '%s': replica_groups list axis '%s' twice", in->name,
+                CF_SPAN_QUOTE(ax));
     sel[ns++] = k;
     if (p < e && *p == ',')
       p = cf_hlo_skip(p + 1, e);
@@ -420,8 +419,8 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
   else if (cf_hlo_word_at(p, e, "mesh"))
     st = rg_mesh(r, in, p, e, &g);
   else
-    st = cf_hlo_fail(r, in->line, "instruction '%s': unsupported replica_groups '%.*s'", in->name,
-                     cf_span_excerpt(a->val), a->val.p);
+    st = cf_hlo_fail(r, in->line, "instruction '%s': unsupported replica_groups '%s'", in->name,
+                     CF_SPAN_QUOTE(a->val));
   if (!st) st = rg_apply_mode(r, in, &g);
   if (!st) st = rg_canonical(r, in, &g);
   int n_sub = g.all ? 0 : (int)g.off.n - 1;

@@ -1,6 +1,7 @@
-/* load.c - the public load/verify/write entry points: read a file within the
- * size limit, pick the reader by extension (or by sniffing HLO's first word
- * or the root element), finish the graph (structure + inference), and
+/* load.c - the public load/verify/write entry points: read a file (or
+ * standard input, "-") within the size limit, pick the reader by extension
+ * (or by sniffing HLO's first word, a GraphDef's first field or the root
+ * element), finish the graph (structure + inference), and
  * dispatch the writers. Also the small helpers the text readers share.
  */
 #include "frontend.h"
@@ -10,33 +11,39 @@
 #include <string.h>
 #include <sys/stat.h>
 
+static void close_in(FILE *f) {
+  if (f != stdin) fclose(f);
+}
+
 cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *size) {
   *data = NULL;
   *size = 0;
-  FILE *f = fopen(path, "rb");
+  bool in = strcmp(path, "-") == 0;
+  if (in) path = CF_STDIN_NAME;
+  FILE *f = in ? stdin : fopen(path, "rb");
   if (!f) return cf_error(ctx, CF_ERR_IO, path, 0, "cannot open: %s", strerror(errno));
   struct stat sb;
   if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-    fclose(f);
+    close_in(f);
     return cf_error(ctx, CF_ERR_IO, path, 0, "is a directory");
   }
   /* refuse oversized regular files before reading a byte */
   if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > CF_MAX_FILE_BYTES) {
-    fclose(f);
+    close_in(f);
     return cf_error(ctx, CF_ERR_INVALID, path, 0, "file is %lld bytes, above the limit of %zu",
                     (long long)sb.st_size, CF_MAX_FILE_BYTES);
   }
   size_t cap = 1 << 16, n = 0;
   char *buf = malloc(cap + 1);
   if (!buf) {
-    fclose(f);
+    close_in(f);
     return cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
   }
   for (;;) {
     if (n == cap) {
       if (cap > CF_MAX_FILE_BYTES) {
         free(buf);
-        fclose(f);
+        close_in(f);
         return cf_error(ctx, CF_ERR_INVALID, path, 0, "file is larger than the limit of %zu bytes",
                         CF_MAX_FILE_BYTES);
       }
@@ -46,7 +53,7 @@ cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *s
       char *nb = realloc(buf, cap + 1);
       if (!nb) {
         free(buf);
-        fclose(f);
+        close_in(f);
         return cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
       }
       buf = nb;
@@ -56,7 +63,7 @@ cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *s
     if (got == 0) break;
   }
   int err = ferror(f);
-  fclose(f);
+  close_in(f);
   if (err) {
     free(buf);
     return cf_error(ctx, CF_ERR_IO, path, 0, "read error");
@@ -94,10 +101,11 @@ bool cf_span_is(cf_span s, const char *lit) {
   return s.n == n && memcmp(s.p, lit, n) == 0;
 }
 
-int cf_span_excerpt(cf_span s) {
+const char *cf_span_quote(char *buf, cf_span s) {
   size_t n = 0;
-  while (n < s.n && n < 60 && s.p[n] != '\n' && s.p[n] != '\r') n++;
-  return (int)n;
+  while (n < s.n && s.p[n] != '\n' && s.p[n] != '\r')
+    n++;
+  return cf_excerpt(buf, CF_EXCERPT_BUF, s.p, n);
 }
 
 cf_status cf_reader_verror(cf_context *ctx, bool oom, const char *file, int line, const char *fmt,
@@ -138,6 +146,21 @@ static reader_fn pick_reader(const char *name, const char *data, size_t size) {
   size_t lim = size < 4096 ? size : 4096, i = 0;
   while (i < lim && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n')) i++;
   if (lim - i >= 10 && strncmp(data + i, "HloModule ", 10) == 0) return cf_hlo_read;
+  /* a GraphDef in text form: '#' comments, then node { (or versions, library) */
+  while (i < lim && data[i] == '#') {
+    while (i < lim && data[i] != '\n')
+      i++;
+    while (i < lim && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n'))
+      i++;
+  }
+  static const char *const fields[] = {"node", "versions", "library"};
+  for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+    size_t n = strlen(fields[k]), j = i + n;
+    if (lim - i <= n || strncmp(data + i, fields[k], n) != 0) continue;
+    while (j < lim && (data[j] == ' ' || data[j] == '\t'))
+      j++;
+    if (j < lim && data[j] == '{') return cf_pbtxt_read;
+  }
   for (i = 0; i + 8 < lim; i++)
     if (data[i] == '<' && data[i + 1] != '?' && data[i + 1] != '!')
       return strncmp(data + i + 1, "graphml", 7) == 0 ? cf_graphml_read
@@ -162,7 +185,9 @@ cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, si
                             : i + 1 < N_FORMATS ? ", "
                                                 : " or ",
                             formats[i].ext[0]);
-    return cf_error(ctx, CF_ERR_INVALID, name, 0, "unknown graph format (expected %s)", list);
+    return cf_error(ctx, CF_ERR_INVALID, name, 0, "unknown graph format (expected %s, or text that starts like one: "
+                    "<graph>, <graphml>, HloModule, node {)",
+                    list);
   }
   return rd(ctx, name, data ? data : "", size, out);
 }
@@ -175,7 +200,7 @@ cf_status cf_graph_load(cf_context *ctx, const char *path, cf_graph **out) {
   size_t size;
   cf_status st = cf_read_file(ctx, path, &data, &size);
   if (st) return st;
-  st = cf_graph_parse(ctx, path, data, size, out);
+  st = cf_graph_parse(ctx, strcmp(path, "-") == 0 ? CF_STDIN_NAME : path, data, size, out);
   free(data);
   return st;
 }

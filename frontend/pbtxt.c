@@ -138,9 +138,7 @@ static cf_status parse_value(pb_reader *r, const char **pp, int *line, int depth
     int ln = *line;
     while (p < e && (*p == '"' || *p == '\'')) {
       const char *q = past_string(p, e);
-      if (!q)
-        return fail(r, *line, "field '%.*s': unterminated string", cf_span_excerpt(f->name),
-                    f->name.p);
+      if (!q) return fail(r, *line, "field '%s': unterminated string", CF_SPAN_QUOTE(f->name));
       last = q;
       *line = ln;
       p = skip(q, e, &ln);
@@ -153,8 +151,8 @@ static cf_status parse_value(pb_reader *r, const char **pp, int *line, int depth
     p++;
   f->text.n = (size_t)(p - f->text.p);
   if (!f->text.n)
-    return fail(r, *line, "field '%.*s': expected a value, got '%.*s'", cf_span_excerpt(f->name),
-                f->name.p, cf_span_excerpt((cf_span){p, (size_t)(e - p)}), p);
+    return fail(r, *line, "field '%s': expected a value, got '%s'", CF_SPAN_QUOTE(f->name),
+                CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - p)})));
   *pp = p;
   return CF_OK;
 }
@@ -201,8 +199,8 @@ static cf_status parse_msg(pb_reader *r, const char **pp, int *line, int depth, 
     name.n = (size_t)(p - name.p);
     if (!name.n) {
       if (*p == 0) return fail(r, *line, "NUL byte in protobuf text");
-      return fail(r, *line, "expected a field name, got '%.*s'",
-                  cf_span_excerpt((cf_span){p, (size_t)(e - p)}), p);
+      return fail(r, *line, "expected a field name, got '%s'",
+                  CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - p)})));
     }
     int fline = *line;
     p = skip(p, e, line);
@@ -218,15 +216,13 @@ static cf_status parse_msg(pb_reader *r, const char **pp, int *line, int depth, 
         if (p < e && *p == ',')
           p = skip(p + 1, e, line);
         else if (p >= e || *p != ']')
-          return fail(r, *line, "field '%.*s': expected ',' or ']' in a list",
-                      cf_span_excerpt(name), name.p);
+          return fail(r, *line, "field '%s': expected ',' or ']' in a list", CF_SPAN_QUOTE(name));
       }
-      if (p >= e)
-        return fail(r, fline, "field '%.*s': '[' is never closed", cf_span_excerpt(name), name.p);
+      if (p >= e) return fail(r, fline, "field '%s': '[' is never closed", CF_SPAN_QUOTE(name));
       p++;
     } else {
       if (!colon && (p >= e || (*p != '{' && *p != '<')))
-        return fail(r, fline, "field '%.*s': expected ':' or '{'", cf_span_excerpt(name), name.p);
+        return fail(r, fline, "field '%s': expected ':' or '{'", CF_SPAN_QUOTE(name));
       pf *f = new_field(r, name, fline, &tail);
       if (!f) return oom(r, *line);
       if ((st = parse_value(r, &p, line, depth, f))) return st;
@@ -254,7 +250,7 @@ static const pf *next_named(const pf *f, const char *name) {
  * (NUL-terminated; *len may count NULs inside). */
 static cf_status decode_string(pb_reader *r, const pf *f, char **out, size_t *len) {
   if (f->msg || !f->text.n || (f->text.p[0] != '"' && f->text.p[0] != '\''))
-    return fail(r, f->line, "field '%.*s': expected a string", cf_span_excerpt(f->name), f->name.p);
+    return fail(r, f->line, "field '%s': expected a string", CF_SPAN_QUOTE(f->name));
   char *d = cf_arena_alloc(&r->scratch, f->text.n + 1);
   if (!d) return oom(r, f->line);
   size_t n = 0;
@@ -286,15 +282,14 @@ static cf_status decode_string(pb_reader *r, const pf *f, char **out, size_t *le
           v = v * 16 +
               (isdigit((unsigned char)*p) ? *p - '0' : (tolower((unsigned char)*p) - 'a' + 10));
         if (!k)
-          return fail(r, f->line, "field '%.*s': \\x without hex digits", cf_span_excerpt(f->name),
-                      f->name.p);
+          return fail(r, f->line, "field '%s': \\x without hex digits", CF_SPAN_QUOTE(f->name));
         d[n++] = (char)v;
       } else {
         static const char from[] = "ntrabfv\\'\"?", to[] = "\n\t\r\a\b\f\v\\'\"?";
         const char *k = memchr(from, c, sizeof from - 1);
         if (!k)
-          return fail(r, f->line, "field '%.*s': unknown escape '\\%c'", cf_span_excerpt(f->name),
-                      f->name.p, isprint((unsigned char)c) ? c : '?');
+          return fail(r, f->line, "field '%s': unknown escape '\\%c'", CF_SPAN_QUOTE(f->name),
+                      isprint((unsigned char)c) ? c : '?');
         d[n++] = to[k - from];
       }
     }
@@ -315,8 +310,8 @@ static cf_status text_field(pb_reader *r, const pf *f, const char **out) {
   if (st) return st;
   for (size_t i = 0; i < n; i++)
     if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f)
-      return fail(r, f->line, "field '%.*s': byte 0x%02x in a name (names are printable ASCII)",
-                  cf_span_excerpt(f->name), f->name.p, (unsigned char)s[i]);
+      return fail(r, f->line, "field '%s': byte 0x%02x in a name (names are printable ASCII)",
+                  CF_SPAN_QUOTE(f->name), (unsigned char)s[i]);
   *out = s;
   return CF_OK;
 }
@@ -564,12 +559,10 @@ static cf_status read_const(pb_reader *r, pnode *n) {
         x = t->code == 14 ? bf16_to_double((uint16_t)iv) : half_to_double((uint16_t)iv);
       } else if (cf_dtype_is_float(t->dt)) {
         if (!field_double(f, &x))
-          return fail(r, f->line, "node '%s': bad %s '%.*s'", n->name, vf, cf_span_excerpt(f->text),
-                      f->text.p);
+          return fail(r, f->line, "node '%s': bad %s '%s'", n->name, vf, CF_SPAN_QUOTE(f->text));
       } else {
         if (!field_int(r, f, &iv))
-          return fail(r, f->line, "node '%s': bad %s '%.*s'", n->name, vf, cf_span_excerpt(f->text),
-                      f->text.p);
+          return fail(r, f->line, "node '%s': bad %s '%s'", n->name, vf, CF_SPAN_QUOTE(f->text));
         x = (double)iv;
       }
       if (!m) first = x;
@@ -702,9 +695,12 @@ static cf_status read_collective(pb_reader *r, pnode *n, cf_op op, int layout) {
        (st = set_int_attr(r, n, idx, "fusion_id", CF_A_FUSION_ID))))
     return st;
   if ((st = set_int_attr(r, n, idx, "rank_size", CF_A_RANK_SIZE))) return st;
-  if ((op == CF_OP_BROADCAST || op == CF_OP_REDUCE) &&
-      (st = set_int_attr(r, n, idx, "root_rank", CF_A_ROOT)))
-    return st;
+  if (op == CF_OP_BROADCAST || op == CF_OP_REDUCE) {
+    if (!node_attr(r, n, "root_rank"))
+      return fail(r, n->line, "node '%s': %s needs attr root_rank (HCCL has no default root)",
+                  n->name, n->op);
+    if ((st = set_int_attr(r, n, idx, "root_rank", CF_A_ROOT))) return st;
+  }
   if (layout >= 0) {
     cf_attr a = {.id = CF_A_LAYOUT, .v.i = layout};
     if ((st = cf_node_set_attr(r->g, idx, &a))) return st;

@@ -18,34 +18,165 @@
 extern const unsigned char cf_graph_xsd[];
 extern const size_t cf_graph_xsd_len;
 
+/* What the values of the format look like, by XSD type (docs/collfuse-graph.xsd):
+ * a value the schema refuses is said in these words, not in libxml2's, which
+ * quote the schema's regular expressions. dtype, reduction and layout list
+ * the IR's names. */
+typedef struct xsd_type {
+  const char *type, *what, *expected;
+} xsd_type;
+static const xsd_type xsd_types[] = {
+    {"shape", "a shape",
+     "comma-separated non-negative integers such as \"1024,512\" (\"\" for a scalar)"},
+    {"dtype", "a dtype", NULL},
+    {"reduction", "a reduction", NULL},
+    {"layout", "a layout", NULL},
+    {"init", "an init", "random, zeros, ones or iota"},
+    {"ranks", "a rank list",
+     "comma-separated ranks such as \"0,1,2,3\", or parts split by '|' such as \"0,1|2,3\""},
+    {"name", "a name", "1 to 4096 characters"},
+    {"integer", "an integer", "a whole number such as \"7\" or \"-1\""},
+    {"nonNegativeInteger", "a non-negative integer", "a whole number >= 0 such as \"0\" or \"8\""},
+    {"positiveInteger", "a positive integer", "a whole number >= 1 such as \"1\""},
+    {"double", "a number", "a decimal number such as \"0.5\", \"-2\" or \"1e-3\""},
+    {"fingerprint", "a fingerprint", "16 lowercase hexadecimal digits, as compile writes them"},
+};
+static bool is_xs(const xmlNode *n, const char *kind, const char *name) {
+  if (n->type != XML_ELEMENT_NODE || xmlStrcmp(n->name, BAD_CAST kind) != 0) return false;
+  xmlChar *v = xmlGetProp(n, BAD_CAST "name");
+  bool same = v && strcmp((const char *)v, name) == 0;
+  xmlFree(v);
+  return same;
+}
+
+/* The xs:attribute attr below x, not inside a nested xs:element. */
+static const xmlNode *find_xs_attr(const xmlNode *x, const char *attr) {
+  for (const xmlNode *c = x->children; c; c = c->next) {
+    if (is_xs(c, "attribute", attr)) return c;
+    if (c->type != XML_ELEMENT_NODE || xmlStrcmp(c->name, BAD_CAST "element") == 0) continue;
+    const xmlNode *a = find_xs_attr(c, attr);
+    if (a) return a;
+  }
+  return NULL;
+}
+
+static const xmlNode *find_xs_elem(const xmlNode *x, const char *elem) {
+  for (const xmlNode *c = x->children; c; c = c->next) {
+    if (is_xs(c, "element", elem)) return c;
+    const xmlNode *e = c->type == XML_ELEMENT_NODE ? find_xs_elem(c, elem) : NULL;
+    if (e) return e;
+  }
+  return NULL;
+}
+
+/* Words for attribute attr of <elem>, by its type in the schema itself (an
+ * anonymous type goes by the attribute's name); NULL for a plain string. */
+static const xsd_type *attr_type(const char *elem, const char *attr) {
+  xmlDocPtr d =
+      xmlReadMemory((const char *)cf_graph_xsd, (int)cf_graph_xsd_len, "collfuse-graph.xsd", NULL,
+                    XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+  const xmlNode *root = d ? xmlDocGetRootElement(d) : NULL,
+                *e = root ? find_xs_elem(root, elem) : NULL;
+  const xmlNode *a = e ? find_xs_attr(e, attr) : NULL;
+  xmlChar *type = a ? xmlGetProp(a, BAD_CAST "type") : NULL;
+  const char *name = type ? (const char *)type : attr, *colon = strchr(name, ':');
+  if (colon) name = colon + 1;
+  const xsd_type *t = NULL;
+  for (size_t k = 0; a && !t && k < sizeof xsd_types / sizeof xsd_types[0]; k++)
+    if (strcmp(xsd_types[k].type, name) == 0) t = &xsd_types[k];
+  xmlFree(type);
+  xmlFreeDoc(d);
+  return t;
+}
+
+/* "one of a, b or c" for the types whose values are IR names */
+static const char *expected_text(const xsd_type *t, char *buf, size_t len) {
+  if (t->expected) return t->expected;
+  const char *names[CF_DT_COUNT + CF_RED_COUNT + 2];
+  int n = 0;
+  if (strcmp(t->type, "dtype") == 0)
+    for (int d = 1; d < CF_DT_COUNT; d++)
+      names[n++] = cf_dtype_name((cf_dtype)d);
+  else if (strcmp(t->type, "reduction") == 0)
+    for (int r = 0; r < CF_RED_COUNT; r++)
+      names[n++] = cf_reduction_name((cf_reduction)r);
+  else
+    for (int l = CF_LAYOUT_STACK; l <= CF_LAYOUT_CONCAT; l++)
+      names[n++] = cf_layout_name((cf_layout)l);
+  size_t o = (size_t)snprintf(buf, len, n > 2 ? "one of " : "");
+  for (int i = 0; i < n && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, "%s%s",
+                          i == 0       ? ""
+                          : i == n - 1 ? " or "
+                                       : ", ",
+                          names[i]);
+  return buf;
+}
+
 typedef struct schema_err {
-  char msg[512];
+  char msg[768];
   int line;
-  char node[160];
+  char where[200]; /* "node 'x': ", "group 'tp': ", "graph: " or "" */
   bool set;
 } schema_err;
+
+/* The quoted name after `key '` in libxml2's message ("attribute 'shape'") */
+static bool quoted_after(const char *msg, const char *key, char *out, size_t len) {
+  const char *p = strstr(msg, key), *q;
+  if (!p || !(q = strchr(p += strlen(key), '\'')) || (size_t)(q - p) >= len) return false;
+  memcpy(out, p, (size_t)(q - p));
+  out[q - p] = 0;
+  return true;
+}
 
 static void on_schema_error(void *user, xmlErrorPtr e) {
   schema_err *se = user;
   if (se->set || !e) return;
   se->set = true;
   se->line = e->line;
-  snprintf(se->msg, sizeof se->msg, "%s", e->message ? e->message : "schema violation");
-  size_t l = strlen(se->msg);
-  while (l && (se->msg[l - 1] == '\n' || se->msg[l - 1] == ' ')) se->msg[--l] = 0;
-  /* drop libxml2's "[facet 'pattern'] " tag: it names XSD machinery, not the
-   * problem, which the rest of the message states */
-  char *fa = strstr(se->msg, "[facet '"), *fe = fa ? strstr(fa, "'] ") : NULL;
-  if (fe) memmove(fa, fe + 3, strlen(fe + 3) + 1);
-  /* name the graph node the offending element belongs to */
-  for (xmlNodePtr n = e->node; n && n->type == XML_ELEMENT_NODE; n = n->parent) {
-    if (xmlStrcmp(n->name, BAD_CAST "node") == 0) {
+  char raw[512];
+  snprintf(raw, sizeof raw, "%s", e->message ? e->message : "schema violation");
+  cf_xml_message_line(raw);
+  xmlNodePtr el = e->node && ((xmlNodePtr)e->node)->type == XML_ELEMENT_NODE ? e->node : NULL;
+  /* name the graph node (or group) the offending element belongs to */
+  for (xmlNodePtr n = el; n && n->type == XML_ELEMENT_NODE; n = n->parent) {
+    bool node = xmlStrcmp(n->name, BAD_CAST "node") == 0,
+         group = xmlStrcmp(n->name, BAD_CAST "group") == 0;
+    if (node || group) {
       xmlChar *nm = xmlGetProp(n, BAD_CAST "name");
-      if (nm) snprintf(se->node, sizeof se->node, "%s", (const char *)nm);
+      if (nm && *nm)
+        snprintf(se->where, sizeof se->where, "%s '%s': ", node ? "node" : "group",
+                 CF_QUOTE((char *)nm));
       xmlFree(nm);
       break;
     }
+    if (n == el && xmlStrcmp(n->name, BAD_CAST "graph") == 0)
+      snprintf(se->where, sizeof se->where, "graph: ");
   }
+  const char *elem = el ? (const char *)el->name : "";
+  const char *sub = strcmp(elem, "input") == 0    ? "<input> "
+                    : strcmp(elem, "output") == 0 ? "<output> "
+                                                  : "";
+  char attr[64];
+  bool has_attr = quoted_after(raw, "attribute '", attr, sizeof attr);
+  if (!has_attr && strcmp(se->where, "graph: ") == 0) se->where[0] = 0; /* libxml2 names it */
+  const xsd_type *t = has_attr && el ? attr_type(elem, attr) : NULL;
+  xmlChar *val = t ? xmlGetProp(el, BAD_CAST attr) : NULL;
+  char list[256];
+  if (val &&
+      (e->code == XML_SCHEMAV_CVC_PATTERN_VALID || e->code == XML_SCHEMAV_CVC_ENUMERATION_VALID ||
+       e->code == XML_SCHEMAV_CVC_DATATYPE_VALID_1_2_1 ||
+       e->code == XML_SCHEMAV_CVC_MINLENGTH_VALID || e->code == XML_SCHEMAV_CVC_MAXLENGTH_VALID))
+    snprintf(se->msg, sizeof se->msg, "%sattribute '%s': '%s' is not %s: expected %s", sub, attr,
+             CF_QUOTE((char *)val), t->what, expected_text(t, list, sizeof list));
+  else if (has_attr && e->code == XML_SCHEMAV_CVC_COMPLEX_TYPE_3_2_1)
+    snprintf(se->msg, sizeof se->msg, "attribute '%s' is not allowed on <%s>", attr, elem);
+  else if (e->code == XML_SCHEMAV_CVC_COMPLEX_TYPE_4 &&
+           quoted_after(raw, "The attribute '", attr, sizeof attr))
+    snprintf(se->msg, sizeof se->msg, "<%s> needs attribute '%s'", elem, attr);
+  else
+    snprintf(se->msg, sizeof se->msg, "%s", raw);
+  xmlFree(val);
 }
 
 static cf_status validate(cf_context *ctx, const char *name, xmlDocPtr doc) {
@@ -61,10 +192,8 @@ static cf_status validate(cf_context *ctx, const char *name, xmlDocPtr doc) {
   }
   xmlSchemaSetValidStructuredErrors(vc, on_schema_error, &se);
   if (xmlSchemaValidateDoc(vc, doc) != 0) {
-    if (se.node[0])
-      st = cf_error(ctx, CF_ERR_INVALID, name, se.line, "node '%s': %s", se.node, se.msg);
-    else
-      st = cf_error(ctx, CF_ERR_INVALID, name, se.line, "%s", se.set ? se.msg : "schema violation");
+    st = cf_error(ctx, CF_ERR_INVALID, name, se.line, "%s%s", se.where,
+                  se.set ? se.msg : "schema violation");
   }
 fail:
   xmlSchemaFreeValidCtxt(vc);
@@ -159,7 +288,7 @@ static cf_status read_outputs(cf_graph *g, int idx, xmlNodePtr x) {
       st = cf_node_error(g, n, CF_ERR_INVALID, "<output> needs dtype and shape");
     else if ((d->v.dtype = cf_dtype_parse(dt)) == CF_DT_INVALID)
       st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(c),
-                    "node '%s': unknown dtype '%s'%s", n->name, dt,
+                    "node '%s': unknown dtype '%s'%s", n->name, CF_QUOTE(dt),
                     cf_did_you_mean(cf_dtype_suggest(dt), why, sizeof why));
     else if (!cf_shape_parse(sh, &d->v.shape, why, sizeof why))
       st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(c), "node '%s': %s", n->name, why);
@@ -187,7 +316,7 @@ static cf_status read_node(cf_graph *g, xmlNodePtr x) {
   cf_op op = cf_op_lookup(opname, &layout);
   if (op == CF_OP_INVALID) {
     char dym[96];
-    st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': unknown op '%s'%s", nm, opname,
+    st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': unknown op '%s'%s", nm, CF_QUOTE(opname),
                   cf_did_you_mean(cf_op_suggest(opname), dym, sizeof dym));
     goto done;
   }
@@ -197,7 +326,8 @@ static cf_status read_node(cf_graph *g, xmlNodePtr x) {
     if (strcmp(an, "name") == 0 || strcmp(an, "op") == 0) continue;
     cf_attr_id id = cf_attr_lookup(an);
     if (id == CF_A_COUNT) {
-      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': unknown attribute '%s'", nm, an);
+      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': unknown attribute '%s'", nm,
+                    CF_QUOTE(an));
       break;
     }
     xmlChar *v = xmlNodeListGetString(x->doc, a->children, 1);
@@ -267,12 +397,12 @@ static cf_status graph_attrs(cf_graph *g, xmlNodePtr root) {
     long long v = strtoll(ws, &end, 10);
     if (end == ws || *end || v < 0 || v > CF_MAX_WORLD)
       st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(root),
-                    "world_size='%s' must be an integer in 0..%d", ws, CF_MAX_WORLD);
+                    "world_size='%s' must be an integer in 0..%d", CF_QUOTE(ws), CF_MAX_WORLD);
     g->world_size = v;
   }
   if (!st && ver && strcmp(ver, "1") != 0)
     st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(root),
-                  "unsupported format version '%s' (this collfuse reads version 1)", ver);
+                  "unsupported format version '%s' (this collfuse reads version 1)", CF_QUOTE(ver));
   xmlFree(nm);
   xmlFree(ws);
   xmlFree(ver);

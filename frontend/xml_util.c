@@ -156,8 +156,7 @@ cf_status cf_xml_parse(cf_context *ctx, const char *name, const char *data, size
     int line = 0;
     if (e && e->message) {
       snprintf(msg, sizeof msg, "malformed XML: %s", e->message);
-      size_t l = strlen(msg);
-      while (l && (msg[l - 1] == '\n' || msg[l - 1] == ' ')) msg[--l] = 0;
+      cf_xml_message_line(msg);
       line = e->line;
     }
     if (doc) xmlFreeDoc(doc);
@@ -183,6 +182,18 @@ cf_status cf_xml_parse(cf_context *ctx, const char *name, const char *data, size
   return CF_OK;
 }
 
+void cf_xml_message_line(char *msg) {
+  char *o = msg;
+  for (const char *p = msg; *p; p++) {
+    bool space = *p == '\n' || *p == '\r' || *p == '\t' || *p == ' ';
+    if (space && (o == msg || o[-1] == ' ')) continue;
+    *o++ = space ? ' ' : *p;
+  }
+  while (o > msg && o[-1] == ' ')
+    o--;
+  *o = 0;
+}
+
 void cf_xml_free(struct _xmlDoc *doc) {
   if (doc) xmlFreeDoc(doc);
 }
@@ -202,7 +213,8 @@ bool cf_parse_int_list(const char *s, int **out, int *n, char *why, size_t why_l
     errno = 0;
     long v = strtol(p, &end, 10);
     if (end == p || errno == ERANGE || v < 0 || v > CF_MAX_WORLD) {
-      snprintf(why, why_len, "bad rank list '%.64s': expected integers in 0..%d", s, CF_MAX_WORLD);
+      snprintf(why, why_len, "bad rank list '%s': expected integers in 0..%d", CF_QUOTE(s),
+               CF_MAX_WORLD);
       free(*out);
       *out = NULL;
       return false;
@@ -229,7 +241,8 @@ bool cf_parse_int_list(const char *s, int **out, int *n, char *why, size_t why_l
     while (*p == ' ') p++;
     if (!*p) return true;
     if (*p != ',') {
-      snprintf(why, why_len, "bad rank list '%.64s': unexpected '%c'", s, *p);
+      snprintf(why, why_len, "bad rank list '%s': unexpected '%s'", CF_QUOTE(s),
+               CF_QUOTE(((char[2]){*p, 0})));
       free(*out);
       *out = NULL;
       return false;

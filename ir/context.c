@@ -44,12 +44,63 @@ void cf_clear_error(cf_context *ctx) {
   ctx->errmsg = NULL;
 }
 
+/* Length of the UTF-8 character at s[0..n), 0 when it is not valid UTF-8
+ * (overlong forms and surrogates included). */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+  unsigned char c = s[0];
+  size_t k = c < 0x80                 ? 1
+             : c >= 0xC2 && c <= 0xDF ? 2
+             : c >= 0xE0 && c <= 0xEF ? 3
+             : c >= 0xF0 && c <= 0xF4 ? 4
+                                      : 0;
+  if (k == 0 || k > n) return 0;
+  for (size_t i = 1; i < k; i++)
+    if ((s[i] & 0xC0) != 0x80) return 0;
+  if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] >= 0xA0) || (c == 0xF0 && s[1] < 0x90) ||
+      (c == 0xF4 && s[1] >= 0x90))
+    return 0;
+  return k;
+}
+
+/* Copy s[0..n) to out (cap >= 5) with control bytes and bytes that are not
+ * UTF-8 written as \xNN (newline and tab kept when keep_lines), stopping
+ * after max characters with "..." when more follow. */
+static void escape(char *out, size_t cap, const char *s, size_t n, size_t max, bool keep_lines) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t o = 0, chars = 0, i = 0;
+  while (i < n) {
+    size_t k = utf8_len(u + i, n - i);
+    bool plain = k > 1 || (k == 1 && u[i] >= 0x20 && u[i] != 0x7F) ||
+                 (keep_lines && (u[i] == '\n' || u[i] == '\t'));
+    size_t need = plain ? k : 4;
+    if (chars == max || o + need + 4 > cap) {
+      memcpy(out + o, "...", 4);
+      return;
+    }
+    if (plain)
+      memcpy(out + o, s + i, k);
+    else
+      snprintf(out + o, 5, "\\x%02X", u[i]);
+    o += need;
+    i += plain ? k : 1;
+    chars++;
+  }
+  out[o] = 0;
+}
+
+const char *cf_excerpt(char *buf, size_t len, const char *s, size_t n) {
+  escape(buf, len, s, n, CF_EXCERPT_CHARS, false);
+  return buf;
+}
+
 cf_status cf_verror(cf_context *ctx, cf_status st, const char *file, int line, const char *fmt,
                     va_list ap) {
-  char msg[2048];
+  char raw[2048], msg[2048];
   char prefix[1024] = "";
   if (!ctx) return st;
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
+  /* whatever a message quotes, it never carries raw binary to a terminal */
+  escape(msg, sizeof msg, raw, strlen(raw), SIZE_MAX, true);
   if (file && line > 0)
     snprintf(prefix, sizeof prefix, "%s:%d: ", file, line);
   else if (file)
@@ -81,11 +132,12 @@ cf_status cf_error(cf_context *ctx, cf_status st, const char *file, int line, co
 
 void cf_log(cf_context *ctx, cf_log_level lvl, const char *fmt, ...) {
   if (!ctx || !ctx->log_fn) return;
-  char msg[2048];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  char raw[2048], msg[2048];
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  escape(msg, sizeof msg, raw, strlen(raw), SIZE_MAX, true);
   ctx->log_fn(ctx->log_user, lvl, msg);
 }
 

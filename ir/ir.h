@@ -53,6 +53,16 @@ cf_status cf_error(cf_context *ctx, cf_status st, const char *file, int line, co
                    ...) __attribute__((format(printf, 5, 6)));
 cf_status cf_verror(cf_context *ctx, cf_status st, const char *file, int line, const char *fmt,
                     va_list ap);
+/* s[0..n) as a message quotes input: bytes that are not printable UTF-8
+ * become \xNN and more than CF_EXCERPT_CHARS characters are cut with "...".
+ * buf holds CF_EXCERPT_BUF bytes; returns it. cf_verror escapes every message
+ * the same way (without cutting). */
+#define CF_EXCERPT_CHARS 60
+#define CF_EXCERPT_BUF (CF_EXCERPT_CHARS * 4 + 4)
+const char *cf_excerpt(char *buf, size_t len, const char *s, size_t n);
+/* cf_excerpt of a NUL-terminated string, in a buffer that lives until the end
+ * of the enclosing block: fail(..., "unknown op '%s'", CF_QUOTE(op)). */
+#define CF_QUOTE(s) cf_excerpt((char[CF_EXCERPT_BUF]){0}, CF_EXCERPT_BUF, (s), strlen(s))
 void cf_log(cf_context *ctx, cf_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void cf_clear_error(cf_context *ctx);
@@ -314,6 +324,13 @@ int64_t cf_node_fusion(const cf_node *n);
 cf_status cf_verify_structure(cf_graph *g);
 /* Number of output ports a node has, from its op and operands. */
 int cf_node_n_outputs(const cf_node *n);
+/* Size g's world to the job's ranks (`run --ranks`, mpirun's processes, the
+ * API's "ranks" option), which job names for messages ("--ranks 2"). A graph
+ * that declares world_size W and verifies at W but not at ranks is refused
+ * with what is wrong ("the graph is for 4 ranks (world_size=4) and the job has
+ * 2 (--ranks 2); run it with 4 ranks"), not with the line the smaller world
+ * breaks; other errors pass through. Verifies structure and types. */
+cf_status cf_graph_size_world(cf_graph *g, int ranks, const char *job);
 
 /* ================= infer.c: shape and dtype inference ================= */
 

@@ -299,3 +299,32 @@ cf_status cf_verify_structure(cf_graph *g) {
   }
   return topo_sort(g);
 }
+
+static cf_status verify_at(cf_graph *g, int64_t world) {
+  g->world_size = world;
+  cf_status st = cf_verify_structure(g);
+  return st ? st : cf_infer(g);
+}
+
+cf_status cf_graph_size_world(cf_graph *g, int ranks, const char *job) {
+  int64_t declared = g->world_size;
+  cf_status st = verify_at(g, ranks);
+  if (!st || declared <= 0 || declared == ranks) return st;
+  /* the job, not the file, is wrong when the graph holds at its own size */
+  cf_context *ctx = g->ctx;
+  char *why = ctx->errmsg;
+  ctx->errmsg = NULL;
+  if (verify_at(g, declared) != CF_OK) {
+    free(ctx->errmsg); /* broken at either size: keep the job's message */
+    ctx->errmsg = why;
+    g->world_size = ranks;
+    return st;
+  }
+  free(why);
+  g->world_size = ranks;
+  return cf_error(ctx, CF_ERR_INVALID, g->file, 0,
+                  "the graph is for %lld rank%s (world_size=%lld) and the job has %d (%s); run it "
+                  "with %lld rank%s",
+                  (long long)declared, declared == 1 ? "" : "s", (long long)declared, ranks, job,
+                  (long long)declared, declared == 1 ? "" : "s");
+}

@@ -154,6 +154,30 @@ static void test_build_errors(void **state) {
   OK(cf_graph_add_output(g, "y2", "a2"));
   ASSERT_ERR(cf_graph_verify(g, NULL), CF_ERR_INVALID, "'elsewhere'");
   cf_graph_destroy(g);
+
+  /* Reduce and Broadcast have no default root (HcclReduce, HcclBroadcast) */
+  OK(cf_graph_create(ctx, "rooted", 4, &g));
+  OK(cf_graph_add_input(g, "x", "float32", d, 2));
+  const char *x[] = {"x"};
+  OK(cf_graph_add_op(g, "HcomReduce", "red", x, 1));
+  ASSERT_ERR(cf_graph_verify(g, NULL), CF_ERR_INVALID, "node 'red': Reduce needs attribute 'root'");
+  OK(cf_graph_set_attr_int(g, "red", "root", 3));
+  OK(cf_graph_add_op(g, "Broadcast", "bc", x, 1));
+  ASSERT_ERR(cf_graph_verify(g, NULL), CF_ERR_INVALID,
+             "node 'bc': Broadcast needs attribute 'root'");
+  OK(cf_graph_set_attr_int(g, "bc", "root", 0));
+  OK(cf_graph_verify(g, NULL));
+  /* the "ranks" option on a graph whose root needs its 4 ranks: the job is named */
+  OK(cf_graph_set_attr_int(g, "red", "root", 3));
+  cf_options *o;
+  OK(cf_options_create(ctx, &o));
+  OK(cf_options_set(o, "ranks", "2"));
+  ASSERT_ERR(
+      cf_graph_run_pipeline(g, "O0", o), CF_ERR_INVALID,
+      "rooted: error: the graph is for 4 ranks (world_size=4) and the job has 2 (option ranks=2); "
+      "run it with 4 ranks");
+  cf_options_destroy(o);
+  cf_graph_destroy(g);
 }
 
 static void test_options(void **state) {

@@ -363,6 +363,7 @@ static void test_targets(void **state) {
     int x = add(g, "x", "Input", cases[i].dtype, "4");
     int c = add(g, "c", cases[i].op, NULL, NULL);
     if (cases[i].red) attr(g, c, "reduction", cases[i].red);
+    if (strcmp(cases[i].op, "Reduce") == 0) attr(g, c, "root", "0");
     inputs(g, c, 1, x);
     assert_int_equal(finish(g), CF_OK);
     assert_int_equal(cf_target_check(g, cf_target_find("cpu")), CF_OK);
@@ -430,13 +431,51 @@ static void test_partitioned_groups(void **state) {
   cf_graph_destroy(g);
 }
 
+/* Messages never carry raw binary: excerpts are escaped and cut, and so is
+ * every message (without the cut). */
+static void test_excerpts(void **state) {
+  (void)state;
+  char buf[CF_EXCERPT_BUF], long_in[200];
+  assert_string_equal(cf_excerpt(buf, sizeof buf,
+                                 "a\x01"
+                                 "b\xff\x00"
+                                 "c",
+                                 6),
+                      "a\\x01b\\xFF\\x00c");
+  /* UTF-8 stays; a lone continuation byte, an overlong form and a surrogate do not */
+  assert_string_equal(cf_excerpt(buf, sizeof buf, "caf\xc3\xa9 \xe5\x9b\xbe", 9),
+                      "caf\xc3\xa9 \xe5\x9b\xbe");
+  assert_string_equal(cf_excerpt(buf, sizeof buf, "\x80\xc0\xaf\xed\xa0\x80", 6),
+                      "\\x80\\xC0\\xAF\\xED\\xA0\\x80");
+  memset(long_in, 'z', sizeof long_in);
+  cf_excerpt(buf, sizeof buf, long_in, sizeof long_in);
+  assert_int_equal(strlen(buf), CF_EXCERPT_CHARS + 3);
+  assert_string_equal(buf + CF_EXCERPT_CHARS, "...");
+  cf_excerpt(buf, sizeof buf, long_in, CF_EXCERPT_CHARS);
+  assert_int_equal(strlen(buf), CF_EXCERPT_CHARS);
+  /* 60 characters that each need 4 bytes still fit */
+  memset(long_in, 1, sizeof long_in);
+  cf_excerpt(buf, sizeof buf, long_in, sizeof long_in);
+  assert_int_equal(strlen(buf), CF_EXCERPT_CHARS * 4 + 3);
+  assert_string_equal(CF_QUOTE("ok"), "ok");
+  ASSERT_ERR(
+      cf_error(ctx, CF_ERR_INVALID, "f.xml", 3, "node 'n\x01': op '%s'\tnext\nline", "\x7f\xfe"),
+      CF_ERR_INVALID, "f.xml:3: error: node 'n\\x01': op '\\x7F\\xFE'\tnext\nline");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dtypes),           cmocka_unit_test(test_shapes),
-      cmocka_unit_test(test_graph_container),  cmocka_unit_test(test_cycle_named),
-      cmocka_unit_test(test_structure_errors), cmocka_unit_test(test_infer_collectives),
-      cmocka_unit_test(test_infer_compute),    cmocka_unit_test(test_infer_fused_matmul),
-      cmocka_unit_test(test_targets),          cmocka_unit_test(test_partitioned_groups),
+      cmocka_unit_test(test_excerpts),
+      cmocka_unit_test(test_dtypes),
+      cmocka_unit_test(test_shapes),
+      cmocka_unit_test(test_graph_container),
+      cmocka_unit_test(test_cycle_named),
+      cmocka_unit_test(test_structure_errors),
+      cmocka_unit_test(test_infer_collectives),
+      cmocka_unit_test(test_infer_compute),
+      cmocka_unit_test(test_infer_fused_matmul),
+      cmocka_unit_test(test_targets),
+      cmocka_unit_test(test_partitioned_groups),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -67,11 +67,13 @@ static cf_status compile(cf_context *ctx, const fu_options *o, const char *text,
                          const char *pipeline, const char *split, cf_graph **out) {
   cf_graph *g = NULL;
   cf_status st = text ? cf_graph_parse(ctx, "ideal.xml", text, strlen(text), &g)
-                      : cf_graph_load(ctx, o->file, &g);
+                      : cf_tool_load(ctx, o->file, &g);
   if (!st) {
-    g->world_size = o->ranks;
+    char job[32];
+    snprintf(job, sizeof job, "--ranks %d", o->ranks);
     cf_pass_options popt = {.split = split};
-    st = cf_graph_verify(g, NULL);
+    st = cf_graph_size_world(g, o->ranks, job);
+    if (!st) st = cf_graph_verify(g, NULL);
     if (!st) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
     if (!st) st = cf_graph_verify(g, NULL);
   }
@@ -166,7 +168,7 @@ static void print_table(const fu_options *o, const ar_totals *t, const variant *
                         const variant *ideal, const variant *unfused) {
   char b[32];
   cf_tool_bytes(t->bytes, b, sizeof b);
-  printf("collfuse bench fusion: %s on %d rank%s (threads transport, CPU device)\n", o->file,
+  printf("collfuse bench fusion: %s on %d rank%s (threads transport, CPU device)\n", cf_tool_name(o->file),
          o->ranks, cf_s(o->ranks));
   printf("  %d AllReduce%s, %s in all%s; median ms per iteration over %d iteration%s after %d "
          "warm-up",
@@ -195,7 +197,7 @@ static void print_json(const fu_options *o, const char *graph_name, const ar_tot
                        const variant *v, int nv, const variant *ideal, const variant *unfused) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "bench", "fusion");
-  cJSON_AddStringToObject(root, "file", o->file);
+  cJSON_AddStringToObject(root, "file", cf_tool_name(o->file));
   cJSON_AddStringToObject(root, "graph", graph_name ? graph_name : "");
   cJSON_AddNumberToObject(root, "ranks", o->ranks);
   cJSON_AddNumberToObject(root, "iters", o->iters);

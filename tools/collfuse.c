@@ -59,6 +59,33 @@ void cf_tool_bytes(int64_t b, char *buf, size_t len) {
     snprintf(buf, len, "%.1f %s", v, u[k]);
 }
 
+/* Standard input, read once */
+static struct {
+  char *data;
+  size_t size;
+  bool read;
+} stdin_graph;
+
+cf_status cf_tool_load(cf_context *ctx, const char *path, cf_graph **out) {
+  if (!cf_tool_is_std(path)) return cf_graph_load(ctx, path, out);
+  *out = NULL;
+  if (!stdin_graph.read) {
+    cf_status st = cf_read_file(ctx, "-", &stdin_graph.data, &stdin_graph.size);
+    if (st) return st;
+    stdin_graph.read = true;
+  }
+  return cf_graph_parse(ctx, CF_STDIN_NAME, stdin_graph.data, stdin_graph.size, out);
+}
+
+void cf_tool_stdin_free(void) {
+  free(stdin_graph.data);
+  stdin_graph.data = NULL;
+}
+
+bool cf_tool_is_std(const char *path) { return path && strcmp(path, "-") == 0; }
+
+const char *cf_tool_name(const char *path) { return cf_tool_is_std(path) ? CF_STDIN_NAME : path; }
+
 /* ---------------- check ---------------- */
 
 typedef struct check_args {
@@ -83,8 +110,8 @@ const cf_command cf_command_check = {
     .args_field = offsetof(check_args, files),
     .reads_graph = true,
     .summary = "parse + verify, one summary line per file",
-    .about = "Parse and verify each FILE and print one line per file: nodes, collectives by\n"
-             "kind and the bytes they communicate.\n",
+    .about = "Parse and verify each FILE ('-': standard input) and print one line per file:\n"
+             "nodes, collectives by kind and the bytes they communicate.\n",
     .opts = check_opts,
     .run = cmd_check,
 };
@@ -100,7 +127,7 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
   int nf = a.files.n;
   for (int k = 0; k < nf; k++) {
     cf_graph *g;
-    cf_status st = cf_graph_load(ctx, files[k], &g);
+    cf_status st = cf_tool_load(ctx, files[k], &g);
     if (!st) st = cf_graph_verify(g, target);
     if (st) {
       fprintf(stderr, "%s\n", cf_context_errmsg(ctx));
@@ -118,7 +145,7 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
         o += (size_t)snprintf(kinds + o, sizeof kinds - o, "%s%s %d", o ? ", " : "",
                               cf_op_table[op].name, s.by_op[op]);
     cf_tool_bytes(s.comm_bytes, hb, sizeof hb);
-    printf("%s: ok: %d node%s, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n", files[k],
+    printf("%s: ok: %d node%s, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n", cf_tool_name(files[k]),
            s.nodes, s.nodes == 1 ? "" : "s", s.collectives, s.collectives == 1 ? "" : "s",
            o ? " (" : "", kinds, o ? ")" : "", (long long)s.comm_bytes, hb,
            target ? ", target " : "", target ? target : "");
@@ -154,6 +181,14 @@ static cf_status draw(cf_context *ctx, cf_graph *g, const char *out) {
   return st;
 }
 
+/* compile -o -: the graph as XML on stdout */
+static cf_status write_xml_stdout(cf_context *ctx, const cf_graph *g) {
+  cf_status st = cf_xml_write(g, stdout);
+  if (!st && (fflush(stdout) != 0 || ferror(stdout)))
+    st = cf_error(ctx, CF_ERR_IO, "<stdout>", 0, "cannot write: %s", strerror(errno ? errno : EIO));
+  return st;
+}
+
 typedef struct dot_args {
   cf_opt_list file;
   const char *out, *target, *passes;
@@ -163,7 +198,7 @@ typedef struct dot_args {
 static const cf_opt dot_opts[] = {
     {"-o", NULL, "OUT.dot|.svg|.png", CF_OPT_STR, offsetof(dot_args, out),
      .help = "write the drawing to OUT; the format comes from its extension\n"
-             "(DOT on stdout without -o)"},
+             "(DOT on stdout without -o or with -o -)"},
     {"--fused", NULL, NULL, CF_OPT_FLAG, offsetof(dot_args, fused),
      .help = "run the default pipeline first: draw the fused graph"},
     {"--passes", NULL, "LIST", CF_OPT_STR, offsetof(dot_args, passes), .check = cf_opt_check_passes,
@@ -185,7 +220,7 @@ const cf_command cf_command_dot = {
     .args_field = offsetof(dot_args, file),
     .reads_graph = true,
     .summary = "draw a graph as DOT, SVG or PNG",
-    .about = "Draw FILE with graphviz, as read or after passes.\n",
+    .about = "Draw FILE ('-': standard input) with graphviz, as read or after passes.\n",
     .opts = dot_opts,
     .run = cmd_dot,
 };
@@ -200,13 +235,13 @@ static int cmd_dot(cf_context *ctx, int argc, char **argv) {
     return rc == CF_OPTS_HELP ? 0 : rc;
   }
   cf_graph *g;
-  cf_status st = cf_graph_load(ctx, a.file.v[0], &g);
+  cf_status st = cf_tool_load(ctx, a.file.v[0], &g);
   if (!st) st = cf_graph_verify(g, a.target);
   const char *pipeline = a.passes ? a.passes : a.fused ? cf_pipeline_default : NULL;
   cf_pass_options popt = {.target = a.target};
   if (!st && pipeline) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
   if (!st && pipeline) st = cf_graph_verify(g, a.target);
-  if (!st) st = draw(ctx, g, a.out);
+  if (!st) st = draw(ctx, g, cf_tool_is_std(a.out) ? NULL : a.out);
   rc = st ? cf_tool_fail(ctx, st) : 0;
   cf_graph_destroy(g);
   cf_opts_free(&cf_command_dot, &a);
@@ -317,7 +352,9 @@ const cf_command cf_command_compile = {
     .summary = "run the pass pipeline, write the result",
     .about = "Verify FILE, run the pass pipeline and write the compiled graph.\n",
     .opts = compile_opts,
-    .after = "The kernels of --emit-*: for each reducing collective over G ranks the n-ary\n"
+    .after = "FILE '-' reads standard input; an output '-' (-o, --dot, --emit-*) writes\n"
+             "standard output, one of them and not with --json.\n"
+             "The kernels of --emit-*: for each reducing collective over G ranks the n-ary\n"
              "reduction of min(G,8) sources, the accumulate step, and the scale for mean;\n"
              "quantized matmuls add their int32 epilogue. A graph without reducing\n"
              "collectives gets an empty module.\n",
@@ -335,19 +372,29 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   }
   const char *file = a.file.v[0], *out = a.out, *passes = a.passes, *target = a.target,
              *dot = a.dot;
-  const char *const *emit = a.emit;
+  const char **emit = a.emit;
   bool json = a.json, o0 = a.o0, explain = a.explain, jit = a.jit, any_emit = false;
   for (int f = 0; f < N_EMIT; f++)
     any_emit |= emit[f] != NULL;
+  /* "-" writes to stdout: one output there at a time, and the logs go to stderr */
+  int to_stdout = cf_tool_is_std(out) + cf_tool_is_std(dot) + json;
+  for (int f = 0; f < N_EMIT; f++)
+    to_stdout += cf_tool_is_std(emit[f]);
+  if (to_stdout > 1) {
+    cf_opts_free(&cf_command_compile, &a);
+    return cf_tool_usage(
+        "compile", "%s",
+        "-o -, --dot -, --emit-* - and --json each write to standard output: give one");
+  }
   cf_pass_options popt = {.split = a.split, .cost = a.cost, .target = target};
   if (explain) {
     popt.explain = explain_line;
-    popt.explain_user = json ? stderr : stdout;
+    popt.explain_user = to_stdout ? stderr : stdout;
   }
   cf_graph *g = NULL;
   cf_pass_timing timing[CF_MAX_PIPELINE];
   int n_timing = 0;
-  cf_status st = cf_graph_load(ctx, file, &g);
+  cf_status st = cf_tool_load(ctx, file, &g);
   if (!st) st = cf_graph_verify(g, target);
   int before = st ? 0 : (int)cf_graph_collective_count(g);
   if (!st)
@@ -356,12 +403,16 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   /* the result must still meet the target after the passes */
   if (!st) st = cf_graph_verify(g, target);
   if (!st) st = cf_graph_seal(g);
-  if (!st && out) st = cf_graph_write_xml(g, out);
-  if (!st && dot) st = cf_graph_write_dot(g, dot);
-  if (!st && (any_emit || jit)) st = compile_kernels(ctx, g, file, emit, jit, json ? stderr : stdout);
+  if (!st && out) st = cf_tool_is_std(out) ? write_xml_stdout(ctx, g) : cf_graph_write_xml(g, out);
+  if (!st && dot) st = draw(ctx, g, cf_tool_is_std(dot) ? NULL : dot);
+  /* LLVM's emitters write to a path: the standard output's, for "-" */
+  for (int f = 0; f < N_EMIT; f++)
+    if (cf_tool_is_std(emit[f])) emit[f] = "/dev/stdout";
+  if (!st && (any_emit || jit))
+    st = compile_kernels(ctx, g, cf_tool_name(file), emit, jit, to_stdout ? stderr : stdout);
   if (!st && json) st = cf_report_compile_json(g, before, timing, n_timing);
   if (!st && !json && !out && !dot && !any_emit)
-    printf("%s: %d node%s, %d collective%s before, %zu after\n", file, g->n_nodes, cf_s(g->n_nodes),
+    printf("%s: %d node%s, %d collective%s before, %zu after\n", cf_tool_name(file), g->n_nodes, cf_s(g->n_nodes),
            before, cf_s(before), cf_graph_collective_count(g));
   rc = st ? cf_tool_fail(ctx, st) : 0;
   cf_graph_destroy(g);
@@ -412,7 +463,10 @@ static void help_main(FILE *f) {
   fprintf(f, "\n\ncommands:\n");
   command_list(f, "");
   fprintf(f, "\n  collfuse --version | --help | COMMAND --help\n\n"
-             "exit codes: 0 ok, 1 invalid input, 2 usage error, 3 runtime failure\n");
+             "A FILE of '-' is standard input (the format is told from how it starts: <graph>,\n"
+             "<graphml>, HloModule, node {); an output of '-' is standard output.\n\n"
+             "exit codes: 0 ok, 1 invalid input (or an output that cannot be written),\n"
+             "2 usage error, 3 runtime failure\n");
 }
 
 /* `bench` without a benchmark, or with --help. */
@@ -495,5 +549,6 @@ int main(int argc, char **argv) {
   int skip = strchr(c->name, ' ') ? 3 : 2; /* "bench NAME" takes two words */
   rc = c->run(ctx, argc - skip, argv + skip);
   cf_context_destroy(ctx);
+  cf_tool_stdin_free();
   return rc;
 }

@@ -71,7 +71,7 @@ static const char *get_string(const cJSON *o, const char *key) {
 }
 
 static char *read_file(const char *path, char *err, size_t len) {
-  FILE *f = fopen(path, "rb");
+  FILE *f = cf_tool_is_std(path) ? stdin : fopen(path, "rb");
   if (!f) {
     fail(err, len, "cannot open: %s", strerror(errno));
     return NULL;
@@ -84,7 +84,7 @@ static char *read_file(const char *path, char *err, size_t len) {
     if (n < cap) break;
     if (cap > ((size_t)64 << 20)) {
       free(buf);
-      fclose(f);
+      if (f != stdin) fclose(f);
       fail(err, len, "larger than 64 MiB: not a rank table");
       return NULL;
     }
@@ -94,7 +94,7 @@ static char *read_file(const char *path, char *err, size_t len) {
     cap *= 2;
   }
   bool bad = ferror(f);
-  fclose(f);
+  if (f != stdin) fclose(f);
   if (!buf || bad) {
     free(buf);
     fail(err, len, bad ? "read error" : "out of memory");
@@ -307,15 +307,19 @@ bool cf_ranktable_host_is_local(const char *host, const char *hostname) {
   return found;
 }
 
+/* text to path, or to stdout for NULL; false with a message naming path
+ * and the reason */
 static bool write_out(const char *path, const char *text) {
   if (!path) {
     fputs(text, stdout);
     return true;
   }
   FILE *f = fopen(path, "w");
-  if (!f) return false;
-  bool ok = fputs(text, f) >= 0;
-  return fclose(f) == 0 && ok;
+  int err = f ? 0 : errno;
+  if (f && fputs(text, f) < 0) err = errno ? errno : EIO;
+  if (f && fclose(f) != 0 && !err) err = errno;
+  if (err) fprintf(stderr, "%s: error: cannot write: %s\n", path, strerror(err));
+  return !err;
 }
 
 typedef struct ranktable_args {
@@ -326,9 +330,9 @@ typedef struct ranktable_args {
 
 static const cf_opt ranktable_opts[] = {
     {"--hostfile", NULL, "OUT", CF_OPT_STR, offsetof(ranktable_args, hostfile),
-     .help = "write the hostfile to OUT (instead of stdout)"},
+     .help = "write the hostfile to OUT (instead of stdout; '-' is stdout)"},
     {"--rankfile", NULL, "OUT", CF_OPT_STR, offsetof(ranktable_args, rankfile),
-     .help = "write the rankfile to OUT (instead of stdout)"},
+     .help = "write the rankfile to OUT (instead of stdout; '-' is stdout)"},
     {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(ranktable_args, json),
      .help = "print the table as read: {\"version\",\"ranks\",\"servers\":[..]}"},
     {0},
@@ -352,7 +356,8 @@ const cf_command cf_command_ranktable = {
         "  mpirun --hostfile HOSTS --rankfile RANKS -np N collfuse run G.xml --backend mpi \\\n"
         "         --rank-table FILE.json\n",
     .opts = ranktable_opts,
-    .after = "Exit 1 naming the file and the problem when the table is malformed.\n",
+    .after = "FILE.json '-' reads standard input. Exit 1 naming the file and the problem\n"
+             "when the table is malformed or an OUT cannot be written.\n",
     .run = cf_cmd_ranktable,
 };
 
@@ -360,7 +365,10 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
   ranktable_args a = {0};
   (void)ctx;
   int prc = cf_opts_parse(&cf_command_ranktable, argc, argv, &a);
-  const char *file = a.file.n ? a.file.v[0] : NULL, *hostfile = a.hostfile, *rankfile = a.rankfile;
+  const char *file = a.file.n ? a.file.v[0] : NULL;
+  /* "-": stdout, as without the option */
+  const char *hostfile = cf_tool_is_std(a.hostfile) ? NULL : a.hostfile;
+  const char *rankfile = cf_tool_is_std(a.rankfile) ? NULL : a.rankfile;
   bool json = a.json;
   cf_opts_free(&cf_command_ranktable, &a); /* file still points into argv */
   if (prc) return prc == CF_OPTS_HELP ? 0 : prc;
@@ -368,8 +376,10 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
   char err[1024];
   int line;
   if (!cf_ranktable_load(file, &t, &line, err, sizeof err)) {
-    if (line > 0) fprintf(stderr, "%s:%d: error: %s\n", file, line, err);
-    else fprintf(stderr, "%s: error: %s\n", file, err);
+    if (line > 0)
+      fprintf(stderr, "%s:%d: error: %s\n", cf_tool_name(file), line, err);
+    else
+      fprintf(stderr, "%s: error: %s\n", cf_tool_name(file), err);
     return EXIT_INVALID;
   }
   int rc = 0;
@@ -414,7 +424,7 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
   if (!hostfile)
     h += (size_t)snprintf(hosts + h, cap - h,
                           "# OpenMPI hostfile (mpirun --hostfile): %d server%s, from %s\n",
-                          t.n_servers, cf_s(t.n_servers), file);
+                          t.n_servers, cf_s(t.n_servers), cf_tool_name(file));
   for (int s = 0; s < t.n_servers; s++)
     h += (size_t)snprintf(hosts + h, cap - h, "%s slots=%d\n", t.servers[s].host, t.servers[s].devices);
   if (!rankfile)
@@ -423,20 +433,9 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
   for (int k = 0; k < t.n_ranks; k++)
     r += (size_t)snprintf(ranks + r, cap - r, "rank %d=%s slot=%d\n", k, t.servers[t.ranks[k].server].host,
                           t.ranks[k].local);
-  if (json) { /* JSON on stdout only: files are still written when asked */
-    if (hostfile && !write_out(hostfile, hosts)) rc = EXIT_RUNTIME;
-    if (rankfile && !write_out(rankfile, ranks)) rc = EXIT_RUNTIME;
-  } else {
-    if (!write_out(hostfile, hosts)) {
-      fprintf(stderr, "collfuse ranktable: %s: cannot write: %s\n", hostfile, strerror(errno));
-      rc = EXIT_RUNTIME;
-    }
-    if (!rc && !write_out(rankfile, ranks)) {
-      fprintf(stderr, "collfuse ranktable: %s: cannot write: %s\n", rankfile, strerror(errno));
-      rc = EXIT_RUNTIME;
-    }
-  }
-  if (rc == EXIT_RUNTIME && json) fprintf(stderr, "collfuse ranktable: cannot write the hostfile or rankfile\n");
+  /* with --json only the files asked for are written (stdout holds the JSON) */
+  if ((hostfile || !json) && !write_out(hostfile, hosts)) rc = cf_tool_exit_code(CF_ERR_IO);
+  if (!rc && (rankfile || !json) && !write_out(rankfile, ranks)) rc = cf_tool_exit_code(CF_ERR_IO);
   free(hosts);
   free(ranks);
   cf_ranktable_free(&t);

@@ -73,7 +73,9 @@ static bool check_input(void *out, const char *v, char *why, size_t len) {
 static const cf_opt run_opts[] = {
     {"--ranks", NULL, "N", CF_OPT_INT, RUN_FIELD(ranks), 1, CF_MAX_WORLD,
      .help = "ranks (default: the graph's world_size, else 1; with mpi\n"
-             "the number of processes, which --ranks must then equal)"},
+             "the number of processes, which --ranks must then equal);\n"
+             "a graph whose groups or roots need its own world_size\n"
+             "is refused at another size (exit 1)"},
     {"--backend", NULL, NULL, CF_OPT_STR, RUN_FIELD(backend), .choices = "threads|mpi",
      .help = "threads of this process (default), or one rank per process\n"
              "of `mpirun -np N collfuse run FILE --backend mpi`"},
@@ -105,9 +107,12 @@ static const cf_opt run_opts[] = {
     {"--timeout", NULL, "SEC", CF_OPT_CALL, 0, .check = check_timeout,
      .help = "every wait gives up after SEC seconds (default 60): exit 3"},
     {"--input", NULL, "NAME=FILE.npy", CF_OPT_LIST, RUN_FIELD(input), .check = check_input,
-     .help = "an Input's data; {rank} in FILE is replaced by the rank"},
+     .help = "an Input's data; {rank} in FILE is replaced by the rank (a file,\n"
+             "not '-')"},
     {"--save-outputs", NULL, "DIR", CF_OPT_STR, RUN_FIELD(save),
-     .help = "write DIR/rank<R>/<output>.npy"},
+     .help = "write DIR/rank<R>/<output>.npy ('/' in a name becomes '_';\n"
+             "a name that meets another's gets ~1, ~2, ...) and\n"
+             "DIR/outputs.json, each output's file, dtype and shape"},
     {"--rank-table", NULL, "FILE.json", CF_OPT_STR, RUN_FIELD(rank_table),
      .help = "(mpi) check the job against an HCCL rank table: its size,\n"
              "and that each rank runs on its server"},
@@ -129,9 +134,10 @@ const cf_command cf_command_run = {
     .reads_graph = true,
     .summary = "compile and execute on N ranks (--verify, --json)",
     .about =
-        "Compile FILE (the default pipeline fuses; -O0 does not) and run it on N ranks,\n"
-        "threads of this process (the default backend) on the CPU device, or with\n"
-        "--backend mpi one rank per process of `mpirun -np N collfuse run FILE --backend mpi`.\n",
+        "Compile FILE ('-': standard input, not with --backend mpi; the default pipeline\n"
+        "fuses, -O0 does not) and run it on N ranks, threads of this process (the default\n"
+        "backend) on the CPU device, or with --backend mpi one rank per process of\n"
+        "`mpirun -np N collfuse run FILE --backend mpi`.\n",
     .opts = run_opts,
     .run = cf_cmd_run,
 };
@@ -142,8 +148,24 @@ static int parse_args(int argc, char **argv, run_args *a) {
   a->timeout = 60;
   int rc = cf_opts_parse(&cf_command_run, argc, argv, a);
   if (rc) return rc;
+  const char *file = a->file.v[0];
+  for (int j = 0; j < a->input.n; j++)
+    if (cf_tool_is_std(strchr(a->input.v[j], '=') + 1))
+      return cf_tool_usage(cmd,
+                           "--input %s: inputs are .npy files, one per rank ({rank} in the path), "
+                           "not standard input",
+                           a->input.v[j]);
+  if (cf_tool_is_std(a->save))
+    return cf_tool_usage(
+        cmd, "%s", "--save-outputs wants a directory (one .npy file per output and rank), not '-'");
+  if (cf_tool_is_std(a->rank_table))
+    return cf_tool_usage(cmd, "%s", "--rank-table wants a file every process can read, not '-'");
   if (a->o0 && a->passes) return cf_tool_usage(cmd, "%s", "--passes and -O0 exclude each other");
   a->mpi = a->backend && strcmp(a->backend, "mpi") == 0;
+  if (a->mpi && cf_tool_is_std(file))
+    return cf_tool_usage(cmd, "%s",
+                         "--backend mpi reads FILE in every process: give a file, not '-' (mpirun "
+                         "passes standard input to rank 0 only)");
   bool native = a->algo && cf_algo_parse(a->algo) == CF_ALGO_MPI_NATIVE;
   if (native && !a->mpi)
     return cf_tool_usage(cmd, "%s", "--algo mpi-native runs MPI's collectives: it needs --backend mpi");
@@ -162,12 +184,17 @@ static int parse_args(int argc, char **argv, run_args *a) {
 static cf_status compile(cf_context *ctx, const run_args *a, const char *pipeline, int *ranks,
                          cf_graph **out) {
   cf_graph *g = NULL;
-  cf_status st = cf_graph_load(ctx, a->file.v[0], &g);
+  cf_status st = cf_tool_load(ctx, a->file.v[0], &g);
   if (!st) {
+    char job[64];
+    if (a->mpi)
+      snprintf(job, sizeof job, "mpirun -np %d", *ranks);
+    else
+      snprintf(job, sizeof job, "--ranks %d", *ranks);
     if (*ranks == 0) *ranks = g->world_size > 0 ? (int)g->world_size : 1;
-    g->world_size = *ranks;
     cf_pass_options popt = {.split = a->split, .cost = a->cost, .target = a->target};
-    st = cf_graph_verify(g, a->target);
+    st = cf_graph_size_world(g, *ranks, job);
+    if (!st) st = cf_graph_verify(g, a->target);
     if (!st) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
     if (!st) st = cf_graph_verify(g, a->target);
   }
@@ -246,28 +273,107 @@ static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args 
   return st;
 }
 
-/* DIR/rank<R>/ for ranks lo..hi-1 (an MPI process has only its own). */
-static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_result *res, int lo, int hi) {
+/* The file of each output under DIR/rank<R>/ (SPEC 4: '/' becomes '_', and
+ * two outputs never share a file): a name without '/' is its own file name;
+ * a sanitised name takes the first of NAME, NAME~1, NAME~2, ... that no
+ * other output has, in output order. files[j] is "NAME.npy" (malloc'd). */
+static cf_status output_files(cf_context *ctx, const cf_run_result *res, char ***out) {
+  int n = res->n_outputs;
+  char **files = calloc((size_t)n + 1, sizeof *files);
+  if (!files) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  *out = files;
+  for (int pass = 0; pass < 2; pass++)
+    for (int j = 0; j < n; j++) {
+      const char *name = res->output_names[j];
+      if ((strchr(name, '/') != NULL) != pass) continue;
+      size_t len = strlen(name) + 32;
+      char *f = malloc(len);
+      if (!f) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+      files[j] = f;
+      for (int k = 0;; k++) {
+        int o = snprintf(f, len, "%s", name);
+        for (char *c = f; *c; c++)
+          if (*c == '/') *c = '_';
+        snprintf(f + o, len - (size_t)o, k ? "~%d.npy" : ".npy", k);
+        bool taken = false;
+        for (int i = 0; i < n && !taken; i++)
+          taken = i != j && files[i] && strcmp(files[i], f) == 0;
+        if (!taken) break;
+      }
+    }
+  return CF_OK;
+}
+
+static void free_files(char **files, int n) {
+  for (int j = 0; files && j < n; j++)
+    free(files[j]);
+  free(files);
+}
+
+/* DIR/outputs.json: every output's name, file, dtype and shape. */
+static cf_status write_manifest(cf_context *ctx, const char *dir, const cf_run_result *res,
+                                int ranks, char **files) {
   char path[4096];
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    return cf_error(ctx, CF_ERR_IO, NULL, 0, "%s: cannot create: %s", dir, strerror(errno));
-  for (int r = lo; r < hi; r++) {
+  if ((size_t)snprintf(path, sizeof path, "%s/outputs.json", dir) >= sizeof path)
+    return cf_error(ctx, CF_ERR_IO, dir, 0, "cannot write: path too long");
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "ranks", ranks);
+  cJSON *outs = cJSON_AddArrayToObject(o, "outputs");
+  for (int j = 0; j < res->n_outputs; j++) {
+    const cf_tensor *t = &res->outputs[j];
+    cJSON *e = cJSON_CreateObject(), *shape = cJSON_CreateArray();
+    cJSON_AddStringToObject(e, "name", res->output_names[j]);
+    cJSON_AddStringToObject(e, "file", files[j]);
+    cJSON_AddStringToObject(e, "dtype", cf_dtype_name(t->dtype));
+    for (int d = 0; d < t->shape.rank; d++)
+      cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape.dims[d]));
+    cJSON_AddItemToObject(e, "shape", shape);
+    cJSON_AddItemToArray(outs, e);
+  }
+  char *text = cJSON_Print(o);
+  cJSON_Delete(o);
+  if (!text) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  FILE *f = fopen(path, "w");
+  int err = f ? 0 : errno;
+  if (f && (fprintf(f, "%s\n", text) < 0 || fflush(f) != 0)) err = errno ? errno : EIO;
+  if (f && fclose(f) != 0 && !err) err = errno;
+  free(text);
+  return err ? cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(err)) : CF_OK;
+}
+
+/* DIR/rank<R>/ for ranks lo..hi-1 (an MPI process has only its own); the
+ * process with rank 0 writes DIR/outputs.json and names the outputs that
+ * were renamed to keep them apart. */
+static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_result *res, int lo,
+                              int hi, int ranks) {
+  char path[4096], **files = NULL;
+  cf_status st = output_files(ctx, res, &files);
+  if (!st && mkdir(dir, 0777) != 0 && errno != EEXIST)
+    st = cf_error(ctx, CF_ERR_IO, dir, 0, "cannot create directory: %s", strerror(errno));
+  for (int r = lo; r < hi && !st; r++) {
     snprintf(path, sizeof path, "%s/rank%d", dir, r);
     if (mkdir(path, 0777) != 0 && errno != EEXIST)
-      return cf_error(ctx, CF_ERR_IO, NULL, 0, "%s: cannot create: %s", path, strerror(errno));
-    for (int j = 0; j < res->n_outputs; j++) {
-      char name[1024];
-      snprintf(name, sizeof name, "%s", res->output_names[j]);
-      for (char *c = name; *c; c++)
-        if (*c == '/') *c = '_';
-      if ((size_t)snprintf(path, sizeof path, "%s/rank%d/%s.npy", dir, r, name) >= sizeof path)
-        return cf_error(ctx, CF_ERR_IO, NULL, 0, "%s: output path too long", dir);
+      st = cf_error(ctx, CF_ERR_IO, path, 0, "cannot create directory: %s", strerror(errno));
+    for (int j = 0; j < res->n_outputs && !st; j++) {
+      if ((size_t)snprintf(path, sizeof path, "%s/rank%d/%s", dir, r, files[j]) >= sizeof path)
+        st = cf_error(ctx, CF_ERR_IO, dir, 0, "cannot write: the path of output '%s' is too long",
+                      res->output_names[j]);
       const cf_tensor *t = &res->outputs[(size_t)r * (size_t)res->n_outputs + (size_t)j];
-      cf_status st = cf_npy_write(ctx, path, t->dtype, &t->shape, t->data);
-      if (st) return st;
+      if (!st) st = cf_npy_write(ctx, path, t->dtype, &t->shape, t->data);
     }
   }
-  return CF_OK;
+  if (!st && lo == 0) st = write_manifest(ctx, dir, res, ranks, files);
+  for (int j = 0; j < res->n_outputs && !st && lo == 0; j++) {
+    int n = (int)strlen(res->output_names[j]);
+    if (files[j][n] == '~')
+      fprintf(
+          stderr,
+          "collfuse run: output '%s' saved as %s (%.*s.npy is taken; %s/outputs.json lists every "
+          "output's file)\n",
+          res->output_names[j], files[j], n, files[j], dir);
+  }
+  free_files(files, res->n_outputs);
+  return st;
 }
 
 /* Test hooks (tests/e2e only): COLLFUSE_TEST_FAIL=MODE:RANK:STEP makes a rank
@@ -337,6 +443,14 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
   if (text) printf("%s\n", text);
   free(text);
   cJSON_Delete(o);
+}
+
+/* 1..2^32 from a message, 0 for none: whether the ranks' setup errors are one */
+static uint32_t msg_hash(const char *s) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 16777619u;
+  return h ? h : 1;
 }
 
 /* --backend mpi: the job must match the rank table: its size, and this
@@ -468,9 +582,12 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
    * why. A failure later, in the run, reaches the others as an abort. */
   int setup_rc = 0;
   if (a.mpi) {
-    if (st) setup_rc = cf_tool_fail(ctx, st);
-    double v[2] = {setup_rc, setup_rc ? (double)(ranks - me) : 0};
-    cf_status s2 = cf_mpi_max(world, v, 2);
+    /* a message every rank has (the graph's) is printed once, by rank 0 */
+    double h = st ? (double)msg_hash(cf_context_errmsg(ctx)) : 0;
+    double v[4] = {st ? cf_tool_exit_code(st) : 0, st ? (double)(ranks - me) : 0, h, -h};
+    cf_status s2 = cf_mpi_max(world, v, 4);
+    bool same = !s2 && v[2] > 0 && v[2] == -v[3];
+    if (st) setup_rc = same && me != 0 ? cf_tool_exit_code(st) : cf_tool_fail(ctx, st);
     if (s2 && !setup_rc) setup_rc = cf_tool_fail(ctx, s2);
     if (!s2 && v[0] > 0 && !setup_rc) {
       setup_rc = (int)v[0];
@@ -495,7 +612,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   }
   /* outputs are saved even when verification failed: they help find why */
   if (a.save && res.outputs) {
-    cf_status s2 = save_outputs(ctx, a.save, &res, a.mpi ? me : 0, a.mpi ? me + 1 : res.ranks);
+    cf_status s2 =
+        save_outputs(ctx, a.save, &res, a.mpi ? me : 0, a.mpi ? me + 1 : res.ranks, ranks);
     if (!st) st = s2;
   }
   if (a.mpi && st && opt.test_fail_mode == 2 && opt.test_fail_rank == me) {
@@ -528,7 +646,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     print_json(&a, &res, verified, &vs, cf_plan_peak_bytes(plan), peak_unfused);
   } else if (!rc && me == 0) {
     printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
-           a.file.v[0], ranks, cf_s(ranks), a.mpi ? " (mpi)" : "",
+           cf_tool_name(a.file.v[0]), ranks, cf_s(ranks), a.mpi ? " (mpi)" : "",
            (long long)res.collectives_executed, cf_s(res.collectives_executed), res.time_ms_median,
            a.iters, cf_s(a.iters));
     if (verified) printf("; verified (max rel err %.3g)", vs.max_rel_err);

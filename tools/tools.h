@@ -135,6 +135,14 @@ int cf_tool_fail(cf_context *ctx, cf_status st);
 /* "collfuse CMD: <fmt with arg>" + a hint; returns EXIT_USAGE. */
 int cf_tool_usage(const char *cmd, const char *fmt, const char *arg);
 void cf_tool_bytes(int64_t b, char *buf, size_t len);
+/* cf_graph_load, where "-" is standard input, read once however often it is
+ * loaded (`run -` compiles the graph twice); cf_tool_stdin_free at exit. */
+cf_status cf_tool_load(cf_context *ctx, const char *path, cf_graph **out);
+void cf_tool_stdin_free(void);
+/* A file argument as messages name it: "<stdin>" for "-". */
+const char *cf_tool_name(const char *path);
+/* "-" names standard input or output. */
+bool cf_tool_is_std(const char *path);
 
 /* run.c: `collfuse run` (docs/cli.md); returns the exit code. */
 int cf_cmd_run(cf_context *ctx, int argc, char **argv);

@@ -70,8 +70,10 @@ void cf_context_destroy(cf_context *ctx);
 const char *cf_context_errmsg(const cf_context *ctx);
 void cf_context_set_log(cf_context *ctx, cf_log_fn fn, void *user);
 
-/* Load a graph from a file; the format comes from the extension
- * (.xml native, .graphml). The graph is structurally verified (names, refs,
+/* Load a graph from a file ("-": standard input, named <stdin> in
+ * messages); the format comes from the extension (.xml native, .graphml,
+ * .hlo, .pbtxt), else from how the text starts (<graph>, <graphml>,
+ * HloModule, node {). The graph is structurally verified (names, refs,
  * arity, cycles) and its types inferred, but not checked against a target:
  * call cf_graph_verify for that. The graph keeps a pointer to ctx. */
 cf_status cf_graph_load(cf_context *ctx, const char *path, cf_graph **out);

@@ -243,10 +243,12 @@ class Graph:
     def reduce_scatter(self, x, reduction="sum", group=None, name=None):
         return self.op("ReduceScatter", (x,), name, reduction=reduction, group=group)
 
-    def reduce(self, x, reduction="sum", root=0, group=None, name=None):
+    # root is required: HcclReduce/HcclBroadcast (like torch.distributed's
+    # dst/src) have no default
+    def reduce(self, x, root, reduction="sum", group=None, name=None):
         return self.op("Reduce", (x,), name, reduction=reduction, root=root, group=group)
 
-    def broadcast(self, x, root=0, group=None, name=None):
+    def broadcast(self, x, root, group=None, name=None):
         return self.op("Broadcast", (x,), name, root=root, group=group)
 
     def matmul_reduce_scatter(self, x1, x2, world_size, bias=None, group=None, name=None):

@@ -291,6 +291,13 @@ fi
 # --ranks must match the job; mpi-native needs MPI and excludes --deterministic
 mpi $SHM -np 2 "$cf" run "$work/ga.xml" --backend mpi --ranks 4
 expect_rc 2 "--ranks 4 under mpirun -np 2" && has "$ERR" "mpirun started 2 processes" "--ranks 4 under -np 2"
+# a graph for 4 ranks under -np 2: the job is named, once, exit 1
+mpi $SHM -np 2 "$cf" run "$src/examples/tp_mlp.xml" --backend mpi
+if expect_rc 1 "tp_mlp.xml under -np 2"; then
+  msg="tp_mlp.xml: error: the graph is for 4 ranks (world_size=4) and the job has 2 (mpirun -np 2); run it with 4 ranks"
+  has "$ERR" "$msg" "tp_mlp.xml under -np 2"
+  [ "$(grep -cF -- "$msg" "$ERR")" -eq 1 ] || fail "tp_mlp.xml under -np 2: not printed once"
+fi
 cf run "$work/ga.xml" --algo mpi-native
 expect_rc 2 "--algo mpi-native on threads" && has "$ERR" "needs --backend mpi" "--algo mpi-native on threads"
 cf run "$work/ga.xml" --backend mpi --algo mpi-native --deterministic

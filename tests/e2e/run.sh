@@ -249,7 +249,8 @@ for r in 0 1 2 3; do
   npy check "$work/s1a/rank$r/o_ag.npy" '<f2' 32,4 2>"$work/why" || fail "o_ag.npy: $(cat "$work/why")"
   npy check "$work/s1a/rank$r/o_rs.npy" '<f2' 2,4 2>"$work/why" || fail "o_rs.npy: $(cat "$work/why")"
 done
-[ "$(find "$work/s1a" -type f | wc -l)" -eq 20 ] || fail "--save-outputs wrote $(find "$work/s1a" -type f | wc -l) files, expected 20"
+[ "$(find "$work/s1a" -name '*.npy' | wc -l)" -eq 20 ] || fail "--save-outputs wrote $(find "$work/s1a" -name '*.npy' | wc -l) .npy files, expected 20"
+[ -f "$work/s1a/outputs.json" ] || fail "--save-outputs wrote no outputs.json"
 od -An -c -N 6 "$work/s1a/rank2/o_sq.npy" | grep -q 'N   U   M   P   Y' || fail "o_sq.npy lacks the NumPy magic"
 
 # ---------------------------------------------------------------- --input with {rank}
