@@ -320,18 +320,6 @@ static void draw_plain(dot_state *s, int i) {
              fam >= 0 ? families[fam].node : NULL);
 }
 
-static void fmt_bytes(int64_t bytes, char *buf, size_t len) {
-  static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024 && u < 4)
-    v /= 1024, u++;
-  if (u == 0)
-    snprintf(buf, len, "%lld B", (long long)bytes);
-  else
-    snprintf(buf, len, "%.1f %s", v, unit[u]);
-}
-
 /* The cluster of a fused node: "Op name: [N members, ]BYTES[, world_size=W]
  * [(reason)]", then the shared reduction/layout/group of a fused collective or
  * the original nodes of a fused matmul. */
@@ -344,7 +332,7 @@ static Agraph_t *open_cluster(dot_state *s, const cf_node *n, int members) {
   unique_id(s, true);
   if (s->failed || !(sub = agsubg(s->G, s->id.s, 1))) return s->failed = true, NULL;
   char bytes[32];
-  fmt_bytes(cf_node_comm_bytes(s->g, n), bytes, sizeof bytes);
+  cf_bytes_text(cf_node_comm_bytes(s->g, n), bytes, sizeof bytes);
   sb_reset(&s->b);
   sb_printf(&s->b, "%s ", cf_op_table[n->op].name);
   sb_text(&s->b, n->name);

@@ -26,6 +26,7 @@
 #define CF_MAX_XML_ELEMENTS 4000000          /* elements in one XML document */
 #define CF_MAX_GROUP_NAME 127                /* HCCL: 128 bytes with the NUL */
 #define CF_MAX_WORLD 65536                   /* ranks */
+#define CF_MAX_MEMORY ((int64_t)1 << 50)     /* a memory budget (--max-memory): 1 PiB */
 
 /* ================= context.c: context, errors, arena ================= */
 
@@ -105,6 +106,13 @@ bool cf_shape_equal(const cf_shape *a, const cf_shape *b);
 /* Elements and bytes, false on overflow or above CF_MAX_ELEMENTS/BYTES. */
 bool cf_shape_elements(const cf_shape *s, int64_t *out);
 bool cf_value_bytes(const cf_value *v, int64_t *out);
+/* A byte count for people: "512 B", "1.5 KiB", "8.6 GiB" (binary units,
+ * one decimal); returns buf. */
+char *cf_bytes_text(int64_t bytes, char *buf, size_t len);
+/* A byte count as the command line writes it: "4096", "64K", "1.5MiB",
+ * "25M", "4G", "1T" (K/M/G/T binary, optional "i" and "B"), s[0..len); at
+ * least 1 and at most max bytes, else false. */
+bool cf_bytes_parse(const char *s, size_t len, int64_t max, int64_t *out);
 
 /* ================= graph.c: ops, attributes, nodes, graph ================= */
 

@@ -35,6 +35,7 @@ typedef struct fu_options {
   int rounds; /* every variant runs once per round, round-robin */
   const char *splits[MAX_SPLITS];
   int n_splits;
+  int64_t max_memory; /* 0: what the machine has available */
   bool json;
 } fu_options;
 
@@ -113,7 +114,7 @@ static char *ideal_xml(const ar_totals *t, int ranks, char *label, size_t len) {
   int es = cf_dtype_size(dt);
   long long count = (long long)((t->bytes + es - 1) / es);
   char b[32];
-  cf_tool_bytes(count * es, b, sizeof b);
+  cf_bytes_text(count * es, b, sizeof b);
   snprintf(label, len, "ideal: 1 x %s %s", b, cf_dtype_name(dt));
   const char *fmt =
       "<graph name='ideal' version='1' world_size='%d'>"
@@ -164,7 +165,7 @@ static double ratio(double a, double b) { return a > 0 && b > 0 ? a / b : 0; }
 static void print_table(const fu_options *o, const ar_totals *t, const variant *v, int nv,
                         const variant *ideal, const variant *unfused) {
   char b[32];
-  cf_tool_bytes(t->bytes, b, sizeof b);
+  cf_bytes_text(t->bytes, b, sizeof b);
   printf("collfuse bench fusion: %s on %d ranks (threads transport, CPU device)\n", o->file,
          o->ranks);
   printf("  %d AllReduce, %s in all%s; median ms per iteration over %d iterations after %d "
@@ -182,7 +183,7 @@ static void print_table(const fu_options *o, const ar_totals *t, const variant *
       continue;
     }
     char pk[32], qi[16] = "-", qu[16] = "-";
-    cf_tool_bytes(v[i].peak_bytes, pk, sizeof pk);
+    cf_bytes_text(v[i].peak_bytes, pk, sizeof pk);
     if (ratio(v[i].ms, ideal->ms) > 0) snprintf(qi, sizeof qi, "%.2fx", ratio(v[i].ms, ideal->ms));
     if (ratio(v[i].ms, unfused->ms) > 0)
       snprintf(qu, sizeof qu, "%.3fx", ratio(v[i].ms, unfused->ms));
@@ -258,6 +259,9 @@ static int parse_options(int argc, char **argv, fu_options *o) {
       if (!cf_split_parse(v, &sp, why, sizeof why)) return usage("%s", why);
       if (o->n_splits == MAX_SPLITS) return usage("at most 16 --split specs, got '%s'", v);
       o->splits[o->n_splits++] = v;
+    } else if ((v = cf_tool_opt(argc, argv, &i, "--max-memory"))) {
+      int rc = cf_tool_max_memory("bench fusion", v, &o->max_memory);
+      if (rc) return rc;
     } else if (strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (strcmp(argv[i], "--json") == 0) {
@@ -315,6 +319,13 @@ int cf_bench_fusion(cf_context *ctx, int argc, char **argv) {
   }
   for (int i = 0; i < nv && !st; i++)
     if (!v[i].skipped[0]) st = plan_variant(ctx, &o, &v[i] == ideal ? text : NULL, &v[i]);
+  /* the variants run one after the other: the largest must fit */
+  cf_mem_need need = {
+      .file = o.file, .ranks = o.ranks, .hint = o.ranks > 1 ? "use fewer ranks (--ranks)" : NULL};
+  for (int i = 0; i < nv && !st; i++)
+    if (v[i].plan && cf_plan_run_bytes(v[i].plan, false) > need.per_rank)
+      need.per_rank = cf_plan_run_bytes(v[i].plan, false);
+  if (!st) st = cf_mem_check(ctx, &need, o.max_memory, "--max-memory");
   /* round-robin, so a change in the machine's load hits every variant alike */
   for (int r = 0; r < o.rounds && !st; r++)
     for (int i = 0; i < nv && !st; i++) {

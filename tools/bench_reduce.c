@@ -38,6 +38,7 @@
 
 #include "../bench/bench.h"
 #include "../codegen/codegen.h"
+#include "../executor/executor.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -80,6 +81,7 @@ typedef struct options {
   int n_ks;
   int min_reps;  /* samples per cell, at least */
   double min_ms; /* time per cell, at least */
+  int64_t max_memory; /* 0: what the machine has available */
   bool json;
 } options;
 
@@ -690,8 +692,8 @@ static bool parse_names(const char *v, const char *const *names, int n, bool *wa
   return any;
 }
 
-static const char *const value_options[] = {"--sizes",  "--reps", "--min-ms",
-                                            "--dtypes", "--ops",  "--sources"};
+static const char *const value_options[] = {"--sizes", "--reps",    "--min-ms",    "--dtypes",
+                                            "--ops",   "--sources", "--max-memory"};
 
 static int parse_options(int argc, char **argv, options *o) {
   *o = (options){.sizes = {256 << 10, 64 << 20},
@@ -720,6 +722,9 @@ static int parse_options(int argc, char **argv, options *o) {
     }
     if (strcmp(a, "--json") == 0) {
       o->json = true;
+    } else if (strncmp(a, "--max-memory", 12) == 0 && has_value) {
+      int rc = cf_tool_max_memory("bench reduce", v, &o->max_memory);
+      if (rc) return rc;
     } else if (strcmp(a, "--quick") == 0) {
       o->sizes[0] = 64 << 10;
       o->n_sizes = 1;
@@ -783,6 +788,20 @@ int cf_bench_reduce(cf_context *ctx, int argc, char **argv) {
   options o;
   int rc = parse_options(argc, argv, &o);
   if (rc) return rc;
+  /* the buffers of the largest size, before any exists */
+  int64_t most = 0;
+  for (int s = 0; s < o.n_sizes; s++)
+    if (o.sizes[s] > most) most = o.sizes[s];
+  char who[96], mb[32];
+  snprintf(who, sizeof who, "%d buffers of %s (%d sources, destination, reference) need", MAX_K + 2,
+           cf_bytes_text(most, mb, sizeof mb), MAX_K);
+  cf_mem_need need = {.file = "bench reduce",
+                      .ranks = 1,
+                      .per_rank = (MAX_K + 2) * most,
+                      .who = who,
+                      .hint = "use smaller --sizes"};
+  cf_status mst = cf_mem_check(ctx, &need, o.max_memory, "--max-memory");
+  if (mst) return cf_tool_fail(ctx, mst);
   void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN); /* a dead MPI child is not our death */
   mpi_peer mpi;
   mpi_start(&mpi); /* first: nothing of the JIT gets forked */

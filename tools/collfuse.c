@@ -121,19 +121,25 @@ static const char help_dot[] =
 static const char help_bench[] =
     "usage: collfuse bench compile [--sizes N,N,...] [--json]\n"
     "       collfuse bench reduce [--quick] [--sizes S,S,...] [--reps N] [--min-ms MS]\n"
-    "                             [--dtypes D,..] [--ops sum,max] [--sources K,..] [--json]\n"
+    "                             [--dtypes D,..] [--ops sum,max] [--sources K,..]\n"
+    "                             [--max-memory SIZE] [--json]\n"
     "       collfuse bench reduce --device cuda [--sizes S,..] [--samples N] [--reps N] [--quick]\n"
     "                             [--json]\n"
     "       collfuse bench allreduce [--ranks N] [--sizes S,S,...] [--algo A] [--iters K]\n"
-    "                                [--loops L] [--quick] [--no-mpi] [--mpi-args ARGS] [--json]\n"
-    "       mpirun -np N collfuse bench allreduce --backend mpi [--sizes S,..] [--algo A] [--json]\n"
+    "                                [--loops L] [--quick] [--no-mpi] [--mpi-args ARGS]\n"
+    "                                [--max-memory SIZE] [--json]\n"
+    "       mpirun -np N collfuse bench allreduce --backend mpi [--sizes S,..] [--algo A] "
+    "[--json]\n"
     "       collfuse bench allreduce --device cuda [--ranks N] [--sizes S,..] [--loops L]\n"
     "                                [--iters K] [--algo A] [--quick] [--json]\n"
     "       collfuse bench fusion FILE [--ranks N] [--iters K] [--warmup W] [--split SPEC]...\n"
-    "                                [--quick] [--json]\n"
+    "                                [--quick] [--max-memory SIZE] [--json]\n"
     "       collfuse bench mmrs [--ranks N,..] [--shapes MxKxN,..] [--dtypes D,..] [--iters K]\n"
-    "                           [--warmup W] [--rounds R] [--comm-turn T] [--quick] [--json]\n"
-    "\n"
+    "                           [--warmup W] [--rounds R] [--comm-turn T] [--quick]\n"
+    "                           [--max-memory SIZE] [--json]\n"
+    "\n";
+/* (two literals: C99 compilers need only take 4095 characters in one) */
+static const char help_bench_about[] =
     "compile: generate data-parallel and tensor-parallel graphs (default 1k, 10k,\n"
     "100k and 1M nodes) and time parse, verify and each pass of the default\n"
     "pipeline next to the unfused -O0 pipeline, with the peak memory of each size.\n"
@@ -178,6 +184,10 @@ static const char help_bench[] =
     "float32,bfloat16,int8). --comm-turn T sets the fused op's chunks (0 = auto).\n"
     "Every row is checked (fused vs sequential, both vs float64 on a sample); a\n"
     "mismatch exits 1. --quick: 1024x512x512, one round.\n"
+    "\n"
+    "reduce, allreduce, fusion and mmrs compute the memory their buffers and plans\n"
+    "need before allocating them and refuse (exit 1) what exceeds the memory\n"
+    "available (MemAvailable or the cgroup's limit) or --max-memory SIZE (512M, 4G).\n"
     "See bench/README.md.\n";
 
 bool cf_tool_help(int argc, char **argv, const char *text) {
@@ -193,6 +203,11 @@ bool cf_tool_help(int argc, char **argv, const char *text) {
   return false;
 }
 
+int cf_tool_max_memory(const char *cmd, const char *v, int64_t *out) {
+  if (cf_bytes_parse(v, strlen(v), CF_MAX_MEMORY, out)) return 0;
+  return cf_tool_usage(cmd, "--max-memory wants a size such as 512M or 4G, got '%s'", v);
+}
+
 /* Option with a value: "--opt V" or "--opt=V". */
 const char *cf_tool_opt(int argc, char **argv, int *i, const char *name) {
   size_t n = strlen(name);
@@ -201,20 +216,6 @@ const char *cf_tool_opt(int argc, char **argv, int *i, const char *name) {
   if (argv[*i][n] != 0) return NULL;
   if (*i + 1 >= argc) return "";
   return argv[++*i];
-}
-
-void cf_tool_bytes(int64_t b, char *buf, size_t len) {
-  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)b;
-  int k = 0;
-  while (v >= 1024 && k < 4) {
-    v /= 1024;
-    k++;
-  }
-  if (k == 0)
-    snprintf(buf, len, "%lld B", (long long)b);
-  else
-    snprintf(buf, len, "%.1f %s", v, u[k]);
 }
 
 /* ---------------- check ---------------- */
@@ -262,7 +263,7 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
       if (cf_op_is_collective((cf_op)op) && s.by_op[op])
         o += (size_t)snprintf(kinds + o, sizeof kinds - o, "%s%s %d", o ? ", " : "",
                               cf_op_table[op].name, s.by_op[op]);
-    cf_tool_bytes(s.comm_bytes, hb, sizeof hb);
+    cf_bytes_text(s.comm_bytes, hb, sizeof hb);
     printf("%s: ok: %d nodes, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n",
            files[k], s.nodes, s.collectives, s.collectives == 1 ? "" : "s", o ? " (" : "", kinds,
            o ? ")" : "", (long long)s.comm_bytes, hb, target ? ", target " : "",
@@ -492,26 +493,29 @@ int main(int argc, char **argv) {
   else if (strcmp(cmd, "run") == 0)
     rc = cf_tool_help(sub_argc, sub_argv, cf_help_run) ? 0 : cf_cmd_run(ctx, sub_argc, sub_argv);
   else if (strcmp(cmd, "bench") == 0) {
+    char help_bench_all[sizeof help_bench + sizeof help_bench_about];
+    snprintf(help_bench_all, sizeof help_bench_all, "%s%s", help_bench, help_bench_about);
     if (sub_argc > 0 && strcmp(sub_argv[0], "compile") == 0)
-      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench) ? 0
-                                                            : cf_bench_compile(sub_argc - 1, sub_argv + 1);
+      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench_all)
+               ? 0
+               : cf_bench_compile(sub_argc - 1, sub_argv + 1);
     else if (sub_argc > 0 && strcmp(sub_argv[0], "reduce") == 0)
-      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
+      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench_all)
                ? 0
                : cf_bench_reduce(ctx, sub_argc - 1, sub_argv + 1);
     else if (sub_argc > 0 && strcmp(sub_argv[0], "allreduce") == 0)
-      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
+      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench_all)
                ? 0
                : cf_bench_allreduce(ctx, sub_argc - 1, sub_argv + 1);
     else if (sub_argc > 0 && strcmp(sub_argv[0], "fusion") == 0)
-      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
+      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench_all)
                ? 0
                : cf_bench_fusion(ctx, sub_argc - 1, sub_argv + 1);
     else if (sub_argc > 0 && strcmp(sub_argv[0], "mmrs") == 0)
-      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench)
+      rc = cf_tool_help(sub_argc - 1, sub_argv + 1, help_bench_all)
                ? 0
                : cf_bench_mmrs(ctx, sub_argc - 1, sub_argv + 1);
-    else if (cf_tool_help(sub_argc, sub_argv, help_bench))
+    else if (cf_tool_help(sub_argc, sub_argv, help_bench_all))
       rc = 0;
     else {
       fprintf(stderr,

@@ -63,7 +63,9 @@ int cf_tool_usage(const char *cmd, const char *fmt, const char *arg);
 const char *cf_tool_opt(int argc, char **argv, int *i, const char *name);
 /* --help/-h among the arguments: print text (+ targets, passes), true. */
 bool cf_tool_help(int argc, char **argv, const char *text);
-void cf_tool_bytes(int64_t b, char *buf, size_t len);
+/* --max-memory V into *out (a size: 512M, 4G); 0, or the usage error's
+ * exit code. */
+int cf_tool_max_memory(const char *cmd, const char *v, int64_t *out);
 
 /* run.c: `collfuse run` (SPEC section 4); returns the exit code. */
 extern const char cf_help_run[];
