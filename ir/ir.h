@@ -297,6 +297,32 @@ int64_t cf_node_fusion(const cf_node *n);
 
 /* ================= verify.c: structure, topology ================= */
 
+/* One verification error and what it is about, for showing every error of
+ * a graph at once (a drawing of a broken graph): the message as
+ * cf_context_errmsg gives it, the node it names (-1: the graph or a group)
+ * and, for a cycle, the cycle's nodes along its edges. */
+typedef struct cf_diag {
+  char *msg;  /* "FILE:LINE: error: node 'x': ..." (owned) */
+  int node;   /* node index, -1 when none */
+  int *cycle; /* cycle[k] -> cycle[k+1] -> ... -> cycle[0] (owned), else NULL */
+  int n_cycle;
+} cf_diag;
+typedef struct cf_diags {
+  cf_diag *v;
+  int n, cap;
+} cf_diags;
+/* Append a copy of msg (and of cycle[0..n_cycle)). */
+void cf_diags_add(cf_diags *d, const char *msg, int node, const int *cycle, int n_cycle);
+void cf_diags_free(cf_diags *d); /* leaves d empty */
+/* Verify g's structure and infer its types like cf_verify_structure +
+ * cf_infer, but go on after an error: every node is checked, a cycle is
+ * reported with its nodes, and nodes whose operands failed are not inferred
+ * (their errors would only repeat). Every error goes to d, in the order
+ * found; the first one is the context's message and its status is
+ * returned. On success g is verified and inferred; on failure g->topo is
+ * NULL. */
+cf_status cf_verify_collect(cf_graph *g, cf_diags *d);
+
 /* Structural checks (arity, attributes allowed/required and their ranges,
  * refs, ports, groups) and a topological order in g->topo; a cycle is
  * reported with the names of the nodes on it. */

@@ -116,7 +116,10 @@ static const char help_dot[] =
     "usage: collfuse dot FILE [-o OUT.dot|.svg|.png] [--fused]\n"
     "\n"
     "Draw FILE with graphviz; the format comes from the extension of OUT\n"
-    "(DOT on stdout without -o). --fused runs the default pipeline first.\n";
+    "(DOT on stdout without -o). --fused runs the default pipeline first.\n"
+    "A graph that fails verification is drawn as it is, each error marked on\n"
+    "its node (a cycle's edges in red); every error is printed and the exit\n"
+    "code is 1.\n";
 
 static const char help_bench[] =
     "usage: collfuse bench compile [--sizes N,N,...] [--json]\n"
@@ -286,14 +289,15 @@ static int copy_to_stdout(const char *path) {
   return 0;
 }
 
-/* Draw g to out, or DOT to stdout when out is NULL. */
-static cf_status draw(cf_context *ctx, cf_graph *g, const char *out) {
-  if (out) return cf_graph_write_dot(g, out);
+/* Draw g to out, or DOT to stdout when out is NULL; the errors of d (a
+ * graph that failed verification) marked. */
+static cf_status draw(cf_context *ctx, cf_graph *g, const char *out, const cf_diags *d) {
+  if (out) return cf_graph_write_dot_diags(g, out, d);
   char dir[] = "/tmp/collfuse-dot-XXXXXX";
   if (!mkdtemp(dir)) return cf_error(ctx, CF_ERR_IO, dir, 0, "cannot create: %s", strerror(errno));
   char path[64];
   snprintf(path, sizeof path, "%s/graph.dot", dir);
-  cf_status st = cf_graph_write_dot(g, path);
+  cf_status st = cf_graph_write_dot_diags(g, path, d);
   if (!st) copy_to_stdout(path);
   remove(path);
   rmdir(dir);
@@ -319,12 +323,26 @@ static int cmd_dot(cf_context *ctx, int argc, char **argv) {
     }
   }
   if (!file) return cf_tool_usage("dot", "%s", "no input file");
+  /* a graph that fails verification is drawn all the same, its errors
+   * marked (a drawing helps most when the graph is wrong), and they are
+   * printed, every one; one that cannot be parsed has nothing to draw */
   cf_graph *g;
-  cf_status st = cf_graph_load(ctx, file, &g);
-  if (!st) st = cf_graph_verify(g, NULL);
-  if (!st && fused) st = cf_passes_run(g, cf_pipeline_default, NULL, NULL, NULL);
-  if (!st) st = draw(ctx, g, out);
-  int rc = st ? cf_tool_fail(ctx, st) : 0;
+  cf_diags d = {0};
+  cf_status st = cf_graph_load_diags(ctx, file, &g, &d);
+  int rc = 0;
+  if (st && g) {
+    for (int k = 0; k < d.n; k++)
+      fprintf(stderr, "%s\n", d.v[k].msg);
+    rc = cf_tool_exit_code(st);
+    st = draw(ctx, g, out, &d);
+    if (st) cf_tool_fail(ctx, st);
+  } else {
+    if (!st) st = cf_graph_verify(g, NULL);
+    if (!st && fused) st = cf_passes_run(g, cf_pipeline_default, NULL, NULL, NULL);
+    if (!st) st = draw(ctx, g, out, NULL);
+    rc = st ? cf_tool_fail(ctx, st) : 0;
+  }
+  cf_diags_free(&d);
   cf_graph_destroy(g);
   return rc;
 }
