@@ -30,6 +30,7 @@ struct cf_options {
   cf_algo algo;
   double timeout_s;
   uint64_t seed;
+  int64_t max_memory; /* 0: what the machine has available */
 };
 
 cf_status cf_options_create(cf_context *ctx, cf_options **out) {
@@ -164,6 +165,14 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     o->timeout_s = t;
     return CF_OK;
   }
+  if (strcmp(key, "max_memory") == 0) {
+    int64_t b;
+    if (!cf_bytes_parse(value, strlen(value), CF_MAX_MEMORY, &b))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0,
+                      "option max_memory wants a size such as 512M or 4G, got '%s'", value);
+    o->max_memory = b;
+    return CF_OK;
+  }
   if (strcmp(key, "seed") == 0) {
     if (!parse_ll(value, 0, INT64_MAX, &x))
       return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option seed wants a number >= 0, got '%s'",
@@ -174,7 +183,7 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
   return cf_error(
       o->ctx, CF_ERR_USAGE, NULL, 0,
       "unknown option '%s' (passes, split, cost, target, explain, ranks, deterministic, algo, "
-      "timeout, seed)",
+      "timeout, seed, max_memory)",
       key);
 }
 
@@ -222,12 +231,25 @@ struct cf_executable {
   int *io_node[2]; /* their node indices, graph order */
   double last_ms;
   cf_run_options ro; /* what plan was built with */
+  int64_t max_memory; /* the max_memory option; 0: what the machine has */
   /* cf_executable_run_rank: this process's MPI world and a plan for its
    * staging transport, made by the first call */
   cf_mpi_world *mpi;
   cf_plan *mpi_plan;
   bool mpi_failed; /* a run failed: the job's ranks have stopped */
 };
+
+/* Refuse a run of ranks of e's ranks in this process that needs more memory
+ * than the machine has (or the max_memory option allows), before its arenas
+ * are allocated. Caller buffers are the caller's: only the arenas count. */
+static cf_status check_memory(const cf_executable *e, int ranks, const char *hint) {
+  cf_mem_need need = {.file = e->g->file,
+                      .ranks = ranks,
+                      .world = e->ranks,
+                      .per_rank = cf_plan_run_bytes(e->plan, true),
+                      .hint = hint};
+  return cf_mem_check(e->ctx, &need, e->max_memory, "the max_memory option");
+}
 
 cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable **out) {
   if (!out) return CF_ERR_USAGE;
@@ -250,7 +272,10 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
                        .timeout_s = opt ? opt->timeout_s : 60,
                        .algo = opt ? opt->algo : CF_ALGO_AUTO};
   e->ro = ro;
+  e->max_memory = opt ? opt->max_memory : 0;
   if ((st = cf_plan_build(ctx, g, &ro, &e->plan))) goto fail;
+  /* every way to run it needs one rank's memory in a process */
+  if ((st = check_memory(e, 1, NULL))) goto fail;
   for (int io = 0; io < 2; io++) {
     cf_op want = io == CF_IO_INPUT ? CF_OP_INPUT : CF_OP_OUTPUT;
     e->io_node[io] = malloc(sizeof(int) * ((size_t)g->n_nodes + 1));
@@ -420,9 +445,11 @@ static cf_status io_make(cf_executable *e, int rank, const void *const *inputs,
 
 cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *const *outputs) {
   if (!e) return CF_ERR_USAGE;
-  io_buffers b;
+  io_buffers b = {0};
   cf_run_result res = {0};
-  cf_status st = io_make(e, -1, inputs, outputs, &b);
+  cf_status st = check_memory(
+      e, e->ranks, "use fewer ranks, or one rank per process with cf_executable_run_rank");
+  if (!st) st = io_make(e, -1, inputs, outputs, &b);
   if (!st) st = cf_exec_run(e->ctx, e->plan, &b.in, &res);
   if (!st) e->last_ms = res.time_ms_median;
   cf_run_result_free(&res);

@@ -22,6 +22,17 @@
 
 #define SHAPE_STR(s, buf) cf_shape_format((s), (buf), sizeof(buf))
 
+/* A size for a message, by value (C11 keeps the temporary alive through
+ * the call it is an argument of). */
+typedef struct size_text {
+  char s[32];
+} size_text;
+static size_text bytes_text(int64_t bytes) {
+  size_text t;
+  cf_bytes_text(bytes, t.s, sizeof t.s);
+  return t;
+}
+
 /* cf_node_error's message, but in ctx: g->ctx is shared by every rank. */
 __attribute__((format(printf, 5, 6))) static cf_status node_err(cf_context *ctx, const cf_graph *g,
                                                                   const cf_node *n, cf_status st,
@@ -166,15 +177,19 @@ static cf_status imatmul32(cf_context *ctx, const cf_graph *g, const cf_node *n,
   if ((a->dtype == CF_DT_INT8 || a->dtype == CF_DT_UINT8) && a->dtype == b->dtype && m > 0 &&
       k > 0 && nn > 0) {
     if (!imatmul8(a, b, c, m, k, nn))
-      return node_err(ctx, g, n, CF_ERR_NO_MEMORY,
-                      "out of memory for the float copies of the 8-bit operands");
+      return node_err(
+          ctx, g, n, CF_ERR_NO_MEMORY,
+          "cannot allocate %s for the float copies of the 8-bit operands: out of memory",
+          bytes_text((a->count + b->count) * 4).s);
     return CF_OK;
   }
   uint32_t *oa, *ob;
   const uint32_t *wa = widen_u32(a, &oa), *wb = widen_u32(b, &ob);
   cf_status st = CF_OK;
   if (!wa || !wb)
-    st = node_err(ctx, g, n, CF_ERR_NO_MEMORY, "out of memory widening the int operands");
+    st = node_err(ctx, g, n, CF_ERR_NO_MEMORY,
+                  "cannot allocate %s widening the int operands: out of memory",
+                  bytes_text((a->count + b->count) * 4).s);
   else
     gemm_u32(m, k, nn, wa, wb, c);
   free(oa);
@@ -235,7 +250,9 @@ static cf_status matmul_half(cf_context *ctx, const cf_graph *g, const cf_node *
   float *fa = alloc_n(a->count, 4), *fb = alloc_n(b->count, 4), *fc = alloc_n(c->count, 4);
   cf_status st = CF_OK;
   if (!fa || !fb || !fc) {
-    st = node_err(ctx, g, n, CF_ERR_NO_MEMORY, "out of memory for the float32 copies");
+    st = node_err(ctx, g, n, CF_ERR_NO_MEMORY,
+                  "cannot allocate %s for the float32 copies: out of memory",
+                  bytes_text((a->count + b->count + c->count) * 4).s);
     goto fail;
   }
   to_f32(a, fa);
@@ -322,7 +339,9 @@ static cf_status quant_core(cf_context *ctx, const cf_graph *g, const cf_node *n
   memcpy(&fn, &p, sizeof fn); /* ISO C has no object -> function pointer cast */
   if (!out->count) return CF_OK;
   if (!(acc = alloc_n(out->count, 4)))
-    return node_err(ctx, g, n, CF_ERR_NO_MEMORY, "out of memory for the int32 accumulator");
+    return node_err(ctx, g, n, CF_ERR_NO_MEMORY,
+                    "cannot allocate %s for the int32 accumulator: out of memory",
+                    bytes_text(out->count * 4).s);
   if ((st = imatmul32(ctx, g, n, a, b, acc, m, k, nn))) goto fail;
   if (bias) {
     const uint32_t *bv = bias->data;

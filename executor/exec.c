@@ -208,7 +208,12 @@ static cf_status fill_value(rank_run *r, const cf_node *n, const cf_tensor *t) {
   }
   size_t bytes = (size_t)t->count * (size_t)cf_dtype_size(t->dtype);
   void *h = malloc(bytes ? bytes : 1);
-  if (!h) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (!h) {
+    char b[32];
+    return cf_error(r->ctx, CF_ERR_NO_MEMORY, r->p->g->file, 0,
+                    "cannot allocate %s to fill '%s' on rank %d: out of memory",
+                    cf_bytes_text((int64_t)bytes, b, sizeof b), n->name, r->rank);
+  }
   cf_fill_node(n, h, t->dtype, t->count, r->p->opt.seed, r->rank);
   cf_status st = cf_device_upload(r->dev, t->data, h, bytes);
   free(h);
@@ -306,7 +311,13 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   const cf_graph *g = p->g;
   cf_status st;
   r->arena = r->dev->ops->alloc(r->dev, (size_t)p->arena_bytes);
-  if (!r->arena) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "rank %d: cannot allocate %lld bytes", r->rank, (long long)p->arena_bytes);
+  if (!r->arena) {
+    char b[32];
+    return cf_error(r->ctx, CF_ERR_NO_MEMORY, p->g->file, 0,
+                    "cannot allocate %s for rank %d's memory plan (its tensors, buckets and "
+                    "scratch): out of memory",
+                    cf_bytes_text(p->arena_bytes, b, sizeof b), r->rank);
+  }
   if ((st = bind_values(r))) return st;
   for (int c = 0; c < p->n_colls; c++) {
     const cf_pcoll *pc = &p->colls[c];
@@ -352,7 +363,12 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
       continue;
     }
     dst->data = malloc(bytes ? bytes : 1);
-    if (!dst->data) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+    if (!dst->data) {
+      char b[32];
+      return cf_error(r->ctx, CF_ERR_NO_MEMORY, g->file, 0,
+                      "cannot allocate %s for rank %d's copy of output '%s': out of memory",
+                      cf_bytes_text((int64_t)bytes, b, sizeof b), r->rank, n->name);
+    }
     if ((st = cf_device_download(r->dev, dst->data, src.data, bytes))) return st;
   }
   return CF_OK;

@@ -148,6 +148,11 @@ typedef struct cf_inputs {
 cf_status cf_reference_run(cf_context *ctx, const cf_graph *g, const cf_inputs *in, uint64_t seed,
                            cf_ref_value **out, int *n_outputs);
 void cf_ref_free(cf_ref_value *v, int count);
+/* The most memory cf_reference_run holds for g on ranks ranks: the live
+ * float64 values (value and magnitude, 16 bytes an element; integers 8)
+ * of every rank, the Output copies it returns, and the buffers a node uses
+ * while it runs (an upper bound for fused MatMul+collective ops). */
+int64_t cf_reference_bytes(const cf_graph *g, int ranks);
 
 typedef struct cf_verify_stats {
   double max_abs_err, max_rel_err; /* over every checked element */
@@ -581,6 +586,44 @@ typedef struct cf_rank_io {
 } cf_rank_io;
 
 typedef struct cf_plan cf_plan;
+/* ================= memory.c: a run's memory against the machine's ================= */
+
+/* Bytes this process can still get: the least of MemAvailable
+ * (/proc/meminfo) and its cgroup's room (v2 memory.max - memory.current,
+ * v1 memory.limit_in_bytes - memory.usage_in_bytes, each plus the inactive
+ * file cache, over its cgroup and those above); -1 when neither is known.
+ * *source (optional) names the one that set it ("MemAvailable", "the
+ * cgroup's memory limit"). */
+int64_t cf_mem_available(const char **source);
+/* Host bytes one rank holds while plan p runs once: its arena (on a host
+ * device; a GPU's is device memory) and the copies of its outputs unless
+ * the caller gives output buffers. */
+int64_t cf_plan_run_bytes(const cf_plan *p, bool caller_outputs);
+/* Bytes per rank of g's Input nodes (op CF_OP_INPUT) or of what its Output
+ * nodes read (CF_OP_OUTPUT). */
+int64_t cf_graph_io_bytes(const cf_graph *g, cf_op op);
+
+/* What a run will hold, for cf_mem_check. */
+typedef struct cf_mem_need {
+  const char *file;        /* the graph, for the message (may be NULL) */
+  int ranks;               /* rank threads in this process (threads backend) */
+  int world;               /* the run's ranks when this checks fewer (1: "each of its N ranks") */
+  int64_t per_rank;        /* host bytes each rank holds */
+  int64_t shared;          /* bytes held once besides (e.g. the reference), 0: none */
+  const char *shared_what; /* what shared is for ("--verify's float64 reference") */
+  int processes;           /* MPI: this host's processes, each per_rank + shared; 0: threads */
+  int rank;                /* MPI: this process's rank (for the message) */
+  const char *hint;        /* what to do instead (NULL: none) */
+  const char *who;         /* subject and verb instead of "N ranks need" (no breakdown) */
+} cf_mem_need;
+/* CF_OK when need fits in limit bytes (limit <= 0: cf_mem_available; when
+ * that is unknown, CF_OK). Else CF_ERR_INVALID with the sizes: "FILE: error:
+ * 4 ranks need 34.3 GiB (8.6 GiB per rank), 21.9 GiB available
+ * (MemAvailable); HINT", limit_what naming an explicit limit ("--max-memory":
+ * "512.0 MiB allowed by --max-memory"). */
+cf_status cf_mem_check(cf_context *ctx, const cf_mem_need *need, int64_t limit,
+                       const char *limit_what);
+
 /* fused_matmul.c: run fused op plan coll c on one rank: the product of
  * chunk i+1 is computed while chunk i is reduce-scattered / all-reduced
  * (or, for AllGatherMatmul, chunk i+1 gathered while chunk i multiplies).

@@ -319,7 +319,10 @@ cf_status cf_npy_read(cf_context *ctx, const char *path, cf_dtype dt, const cf_s
     goto fail;
   }
   if (!(buf = malloc(bytes ? (size_t)bytes : 1))) {
-    st = cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory for %lld bytes", (long long)bytes);
+    char b[32];
+    st = cf_error(ctx, CF_ERR_NO_MEMORY, path, 0,
+                  "cannot allocate %s for the array's data: out of memory",
+                  cf_bytes_text(bytes, b, sizeof b));
     goto fail;
   }
   unsigned char extra;

@@ -86,7 +86,11 @@ static cf_status val_alloc(ref_run *r, rv *v) {
   return CF_OK;
 fail:
   val_free(v);
-  return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "reference: out of memory (%lld elements)",
+  char b[32];
+  return cf_error(r->ctx, CF_ERR_NO_MEMORY, r->g->file, 0,
+                  "cannot allocate %s for --verify's float64 reference (a value of %lld elements): "
+                  "out of memory",
+                  cf_bytes_text(v->count * (is_int(v->dtype) ? 8 : 16), b, sizeof b),
                   (long long)v->count);
 }
 
@@ -250,7 +254,12 @@ static cf_status fill(ref_run *r, const cf_node *n, rv *v, int rank, const char 
   if (!cf_value_bytes(&t, &bytes) || (uint64_t)bytes > SIZE_MAX)
     return cf_node_error(r->g, n, CF_ERR_NO_MEMORY, "reference: tensor too large");
   void *buf = malloc(bytes > 0 ? (size_t)bytes : 1);
-  if (!buf) return cf_node_error(r->g, n, CF_ERR_NO_MEMORY, "reference: out of memory");
+  if (!buf) {
+    char b[32];
+    return cf_node_error(r->g, n, CF_ERR_NO_MEMORY,
+                         "cannot allocate %s to fill the reference's copy: out of memory",
+                         cf_bytes_text(bytes, b, sizeof b));
+  }
   if (name)
     cf_fill_random(buf, v->dtype, v->count, r->seed, rank, name);
   else
@@ -639,6 +648,58 @@ static cf_status run_node(ref_run *r, int i, cf_ref_value *out, int n_outputs) {
     if (--r->uses[r->base[in.node] + in.port] == 0) drop_port(r, in.node, in.port);
   }
   return st;
+}
+
+/* The storage of one value on every rank: float64 value and magnitude, or
+ * int64 (at least one element each, as val_alloc gives). */
+static int64_t value_bytes(const cf_value *v, int ranks) {
+  int64_t n;
+  if (!cf_shape_elements(&v->shape, &n)) return 0;
+  return (n > 0 ? n : 1) * (cf_dtype_is_float(v->dtype) ? 16 : 8) * ranks;
+}
+
+int64_t cf_reference_bytes(const cf_graph *g, int ranks) {
+  int64_t base = 0, live = 0, peak = 0;
+  int *first = calloc((size_t)g->n_nodes + 2, sizeof *first), *uses = NULL;
+  if (!first) return 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    first[i + 1] = first[i] + g->nodes[i].n_out;
+  uses = calloc((size_t)first[g->n_nodes] + 1, sizeof *uses);
+  if (!uses) {
+    free(first);
+    return 0;
+  }
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int j = 0; j < g->nodes[i].n_in; j++)
+      uses[first[g->nodes[i].in[j].node] + g->nodes[i].in[j].port]++;
+  /* run_node's order: a node's results appear, unused ones go at once, then
+   * its operands' last uses free them; Output copies stay to the end */
+  for (int k = 0; k < g->n_nodes; k++) {
+    const cf_node *n = &g->nodes[g->topo[k]];
+    int64_t extra = 0; /* freed within the node: fill buffers, fused products */
+    if (n->op == CF_OP_OUTPUT) {
+      base += value_bytes(&g->nodes[n->in[0].node].out[n->in[0].port], ranks);
+    } else {
+      for (int p = 0; p < n->n_out; p++)
+        live += value_bytes(&n->out[p], ranks);
+      if (n->op == CF_OP_CONSTANT || n->op == CF_OP_OPAQUE) extra = value_bytes(&n->out[0], 1) / 2;
+      if (n->op == CF_OP_MATMULREDUCESCATTER || n->op == CF_OP_MATMULALLREDUCE ||
+          n->op == CF_OP_ALLGATHERMATMUL) /* every rank's product: at most world x the output */
+        extra = value_bytes(&n->out[0], ranks) * ranks;
+    }
+    if (base + live + extra > peak) peak = base + live + extra;
+    for (int p = 0; p < n->n_out; p++)
+      if (n->op != CF_OP_OUTPUT && uses[first[g->topo[k]] + p] == 0)
+        live -= value_bytes(&n->out[p], ranks);
+    for (int j = 0; j < n->n_in; j++) {
+      const cf_ref in = n->in[j];
+      if (--uses[first[in.node] + in.port] == 0)
+        live -= value_bytes(&g->nodes[in.node].out[in.port], ranks);
+    }
+  }
+  free(uses);
+  free(first);
+  return peak;
 }
 
 void cf_ref_free(cf_ref_value *v, int count) {

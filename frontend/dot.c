@@ -221,6 +221,7 @@ typedef struct drawn {
 
 typedef struct dot_state {
   const cf_graph *g;
+  const cf_diags *diags; /* a graph that failed verification: what to mark, else NULL */
   Agraph_t *G;
   drawn *d;
   sbuf b, id;  /* label and id being built */
@@ -277,7 +278,7 @@ static void op_extras(sbuf *b, const cf_node *n, const char *sep) {
 /* One line per port in [from, to): "dtype [shape]", "pK: " first when the
  * node has several outputs. */
 static void type_lines(sbuf *b, const cf_node *n, int from, int to) {
-  for (int p = from; p < to; p++) {
+  for (int p = from; p < to && n->out; p++) {
     sb_printf(b, "\\n");
     if (n->n_out > 1) sb_printf(b, "p%d: ", p);
     sb_value(b, &n->out[p]);
@@ -286,6 +287,64 @@ static void type_lines(sbuf *b, const cf_node *n, int from, int to) {
 
 static const cf_value *operand(const cf_graph *g, const cf_node *n, int j) {
   return &g->nodes[n->in[j].node].out[n->in[j].port];
+}
+
+/* Outputs allocated as the op has them: inferred, or at least drawable (a
+ * graph that failed verification has nodes that never got that far). */
+static bool typed(const cf_node *n) {
+  return n->n_out == cf_node_n_outputs(n) && (n->out || !n->n_out);
+}
+
+/* The message of an error without its "FILE:LINE: error: node 'NAME': "
+ * prefix, for a label next to the node it is about. */
+static const char *short_msg(const char *msg) {
+  const char *e = strstr(msg, "error: ");
+  e = e ? e + 7 : msg;
+  if (strncmp(e, "node '", 6) == 0) {
+    const char *q = strstr(e + 6, "': ");
+    if (q) e = q + 3;
+  }
+  return e;
+}
+
+static bool has_error(const dot_state *s, int i) {
+  for (int k = 0; s->diags && k < s->diags->n; k++)
+    if (s->diags->v[k].node == i) return true;
+  return false;
+}
+
+/* A node an error is about: a label line per message, a red border, and
+ * the whole messages as its tooltip (SVG). */
+static void error_lines(dot_state *s, int i) {
+  for (int k = 0; s->diags && k < s->diags->n; k++)
+    if (s->diags->v[k].node == i) {
+      sb_printf(&s->b, "\\nerror: ");
+      sb_text(&s->b, short_msg(s->diags->v[k].msg));
+    }
+}
+
+static void mark_node(dot_state *s, int i, Agnode_t *an) {
+  sb_reset(&s->id);
+  for (int k = 0; s->diags && k < s->diags->n; k++)
+    if (s->diags->v[k].node == i) {
+      sb_printf(&s->id, "%s", s->id.len ? "\\n" : "");
+      sb_text(&s->id, s->diags->v[k].msg);
+    }
+  if (!s->id.len) return;
+  set(s, an, "tooltip", s->id.s);
+  set(s, an, "color", "red");
+  set(s, an, "fontcolor", "red");
+  set(s, an, "penwidth", "2");
+}
+
+/* Is src -> dst an edge of a cycle an error reports? */
+static bool on_cycle(const dot_state *s, int src, int dst) {
+  for (int k = 0; s->diags && k < s->diags->n; k++) {
+    const cf_diag *x = &s->diags->v[k];
+    for (int c = 0; c < x->n_cycle; c++)
+      if (x->cycle[c] == src && x->cycle[(c + 1) % x->n_cycle] == dst) return true;
+  }
+  return false;
 }
 
 static void draw_plain(dot_state *s, int i) {
@@ -298,12 +357,17 @@ static void draw_plain(dot_state *s, int i) {
   sb_text(&s->b, n->name);
   sb_printf(&s->b, "\\n%s", cf_op_table[n->op].name);
   op_extras(&s->b, n, " ");
-  if (n->op == CF_OP_OUTPUT && n->n_in == 1) {
-    sb_printf(&s->b, "\\n");
-    sb_value(&s->b, operand(s->g, n, 0));
-  } else {
+  bool error = has_error(s, i); /* its types, if any, are what failed */
+  const cf_node *src = n->n_in == 1 ? &s->g->nodes[n->in[0].node] : NULL;
+  if (n->op == CF_OP_OUTPUT && src) {
+    if (!error && typed(src) && n->in[0].port >= 0 && n->in[0].port < src->n_out) {
+      sb_printf(&s->b, "\\n");
+      sb_value(&s->b, operand(s->g, n, 0));
+    }
+  } else if (!error) {
     type_lines(&s->b, n, 0, n->n_out);
   }
+  error_lines(s, i);
   set(s, an, "label", s->b.s);
   /* collectives are filled with their family's colour, the rest stays neutral */
   static const struct {
@@ -318,18 +382,7 @@ static void draw_plain(dot_state *s, int i) {
   cf_category cat = cf_op_table[n->op].cat;
   style_node(s, an, looks[cat].shape, n->op == CF_OP_CONSTANT ? "dashed" : looks[cat].style,
              fam >= 0 ? families[fam].node : NULL);
-}
-
-static void fmt_bytes(int64_t bytes, char *buf, size_t len) {
-  static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024 && u < 4)
-    v /= 1024, u++;
-  if (u == 0)
-    snprintf(buf, len, "%lld B", (long long)bytes);
-  else
-    snprintf(buf, len, "%.1f %s", v, unit[u]);
+  mark_node(s, i, an);
 }
 
 /* The cluster of a fused node: "Op name: [N members, ]BYTES[, world_size=W]
@@ -344,7 +397,7 @@ static Agraph_t *open_cluster(dot_state *s, const cf_node *n, int members) {
   unique_id(s, true);
   if (s->failed || !(sub = agsubg(s->G, s->id.s, 1))) return s->failed = true, NULL;
   char bytes[32];
-  fmt_bytes(cf_node_comm_bytes(s->g, n), bytes, sizeof bytes);
+  cf_bytes_text(cf_node_comm_bytes(s->g, n), bytes, sizeof bytes);
   sb_reset(&s->b);
   sb_printf(&s->b, "%s ", cf_op_table[n->op].name);
   sb_text(&s->b, n->name);
@@ -449,7 +502,7 @@ static Agnode_t *head_of(const cf_node *n, const drawn *d, int j) {
 }
 
 static Agnode_t *tail_of(const cf_node *n, const drawn *d, int p) {
-  if (d->member) return d->member[p];
+  if (d->member) return p >= 0 && p < n->n_in ? d->member[p] : NULL;
   return n->op == CF_OP_ALLGATHERMATMUL && p < n->n_out - 1 ? d->alt : d->tail;
 }
 
@@ -460,6 +513,7 @@ static void draw_edges(dot_state *s, int i) {
   for (int j = 0; j < n->n_in && !s->failed; j++) {
     const cf_node *src = &s->g->nodes[n->in[j].node];
     Agnode_t *t = tail_of(src, &s->d[n->in[j].node], n->in[j].port), *h = head_of(n, &s->d[i], j);
+    if (!t && s->diags) t = s->d[n->in[j].node].tail; /* a port the source lacks */
     Agedge_t *e = t && h ? agedge(s->G, t, h, NULL, 1) : NULL;
     sb_reset(&s->b);
     if (src->n_out > 1) sb_printf(&s->b, "p%d", n->in[j].port);
@@ -468,6 +522,10 @@ static void draw_edges(dot_state *s, int i) {
       s->failed = true;
     else if (s->b.len)
       set(s, e, "label", s->b.s);
+    if (e && on_cycle(s, n->in[j].node, i)) {
+      set(s, e, "color", "red");
+      set(s, e, "penwidth", "2");
+    }
   }
 }
 
@@ -488,20 +546,32 @@ static cf_status build(dot_state *s) {
   sb_reset(&s->b);
   sb_text(&s->b, g->name ? g->name : "graph");
   if (g->world_size > 0) sb_printf(&s->b, " (world_size=%lld)", (long long)g->world_size);
+  for (int k = 0; s->diags && k < s->diags->n; k++) /* errors about no node: under the title */
+    if (s->diags->v[k].node < 0) {
+      sb_printf(&s->b, "\\nerror: ");
+      sb_text(&s->b, short_msg(s->diags->v[k].msg));
+    }
   set(s, s->G, "label", s->b.s);
 
   for (int i = 0; i < g->n_nodes; i++) { /* writers never infer: the caller must have */
     const cf_node *n = &g->nodes[i];
-    bool ok = n->n_out == cf_node_n_outputs(n) && (n->out || !n->n_out);
+    bool ok = typed(n);
     for (int j = 0; ok && j < n->n_in; j++)
       ok = n->in[j].node >= 0 && n->in[j].node < g->n_nodes &&
            n->in[j].port < cf_node_n_outputs(&g->nodes[n->in[j].node]);
-    if (!ok && !n->dead)
+    if (!ok && !n->dead && !s->diags)
       return cf_node_error(g, n, CF_ERR_USAGE, "cannot draw: graph not verified and inferred");
+    for (int j = 0; !ok && j < n->n_in; j++) /* a broken graph: every edge must still land */
+      if (n->in[j].node < 0 || n->in[j].node >= g->n_nodes)
+        return cf_node_error(g, n, CF_ERR_INVALID, "cannot draw: operand %d refers to no node", j);
   }
   for (int i = 0; i < g->n_nodes && !s->failed; i++) {
     const cf_node *n = &g->nodes[i];
     if (n->dead) continue;
+    if (has_error(s, i) || !typed(n)) { /* drawn plain, with its messages */
+      draw_plain(s, i);
+      continue;
+    }
     switch (cf_op_table[n->op].cat) {
     case CF_CAT_FUSED_COLLECTIVE: draw_fused_collective(s, i); break;
     case CF_CAT_FUSED_MATMUL: draw_fused_matmul(s, i); break;
@@ -554,6 +624,11 @@ static cf_status render(const cf_graph *g, Agraph_t *G, const char *path, const 
 }
 
 cf_status cf_dot_write(const cf_graph *g, const char *path, const char *format) {
+  return cf_dot_write_diags(g, path, format, NULL);
+}
+
+cf_status cf_dot_write_diags(const cf_graph *g, const char *path, const char *format,
+                             const cf_diags *diags) {
   if (!g) return CF_ERR_USAGE;
   if (!path || !format)
     return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "cf_dot_write: path and format are required");
@@ -563,7 +638,7 @@ cf_status cf_dot_write(const cf_graph *g, const char *path, const char *format) 
                     format);
   cf_status st = CF_OK;
   dot_ids ids;
-  dot_state s = {.g = g};
+  dot_state s = {.g = g, .diags = diags && diags->n ? diags : NULL};
   cf_outfile out = {0};
   ids_init(&ids);
   pthread_mutex_lock(&gv_lock);

@@ -1,8 +1,8 @@
 /* frontend.h - readers and writers (one header for the frontend/ module).
  *
  * frontend/ is the only module that includes libxml2 and graphviz. Readers
- * turn bytes into a cf_graph and finish with cf_frontend_finish (structure,
- * topology, inference); writers never change the graph.
+ * turn bytes into a cf_graph, which load.c finishes with cf_frontend_finish
+ * (structure, topology, inference); writers never change the graph.
  */
 #ifndef COLLFUSE_FRONTEND_H
 #define COLLFUSE_FRONTEND_H
@@ -43,8 +43,16 @@ cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile
  * Returns CF_ERR_IO (with a message) when ok and finishing failed. */
 cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok);
 
-/* Verify structure and infer types of a freshly read graph. */
+/* Verify structure and infer types of a freshly read graph (the readers
+ * only parse; cf_graph_parse and cf_graph_load finish). */
 cf_status cf_frontend_finish(cf_graph *g);
+/* Read path like cf_graph_load, but a graph that fails verification is
+ * kept: every error goes to d with what it refers to (cf_verify_collect),
+ * and the graph is returned (unverified, to be drawn) with the first
+ * error's status. A file that cannot be read or parsed gives no graph. */
+cf_status cf_graph_load_diags(cf_context *ctx, const char *path, cf_graph **out, cf_diags *d);
+/* cf_graph_write_dot with the errors of d marked (cf_dot_write_diags). */
+cf_status cf_graph_write_dot_diags(const cf_graph *g, const char *path, const cf_diags *diags);
 
 /* Helpers of the text readers (hlo.c, pbtxt.c). A span is a piece of the
  * input, not NUL-terminated. */
@@ -108,5 +116,12 @@ cf_status cf_pbtxt_read(cf_context *ctx, const char *name, const char *data, siz
 
 /* format: "dot", "svg" or "png". */
 cf_status cf_dot_write(const cf_graph *g, const char *path, const char *format);
+/* cf_dot_write for a graph that failed verification (cf_graph_load_diags):
+ * every node an error is about gets a red border and the message as a label
+ * line (and tooltip), the edges of a reported cycle are red, and errors
+ * about no node go under the title. Nodes that were never inferred show no
+ * types; fused ops with errors are drawn as plain nodes. */
+cf_status cf_dot_write_diags(const cf_graph *g, const char *path, const char *format,
+                             const cf_diags *diags);
 
 #endif /* COLLFUSE_FRONTEND_H */

@@ -367,7 +367,6 @@ cf_status cf_graphml_read(cf_context *ctx, const char *name, const char *data, s
   if ((st = cf_graph_new(ctx, name, &r.g))) goto fail;
   r.file = r.g->file;
   if ((st = read_doc(&r, xmlDocGetRootElement(doc)))) goto fail;
-  if ((st = cf_frontend_finish(r.g))) goto fail;
   cf_arena_free(&r.scratch);
   cf_xml_free(doc);
   *out = r.g;

@@ -671,8 +671,7 @@ cf_status cf_hlo_read(cf_context *ctx, const char *name, const char *data, size_
   if (size) memcpy(r.text, data, size);
   r.text[size] = 0;
   r.end = r.text + size;
-  if ((st = parse_module(&r)) || (st = cf_hlo_build(&r)) || (st = cf_frontend_finish(r.g)))
-    goto fail;
+  if ((st = parse_module(&r)) || (st = cf_hlo_build(&r))) goto fail;
   free(r.text);
   free(r.refs);
   free(r.seen);

@@ -169,8 +169,9 @@ static reader_fn pick_reader(const char *name, const char *data, size_t size) {
   return NULL;
 }
 
-cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, size_t size,
-                         cf_graph **out) {
+/* The reader alone: the graph as the file says, not finished. */
+static cf_status parse_raw(cf_context *ctx, const char *name, const char *data, size_t size,
+                           cf_graph **out) {
   if (!out) return CF_ERR_USAGE;
   *out = NULL;
   if (!ctx || !name || (!data && size)) return CF_ERR_USAGE;
@@ -192,7 +193,7 @@ cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, si
   return rd(ctx, name, data ? data : "", size, out);
 }
 
-cf_status cf_graph_load(cf_context *ctx, const char *path, cf_graph **out) {
+static cf_status load_raw(cf_context *ctx, const char *path, cf_graph **out) {
   if (!out) return CF_ERR_USAGE;
   *out = NULL;
   if (!ctx || !path) return CF_ERR_USAGE;
@@ -200,8 +201,35 @@ cf_status cf_graph_load(cf_context *ctx, const char *path, cf_graph **out) {
   size_t size;
   cf_status st = cf_read_file(ctx, path, &data, &size);
   if (st) return st;
-  st = cf_graph_parse(ctx, strcmp(path, "-") == 0 ? CF_STDIN_NAME : path, data, size, out);
+  st = parse_raw(ctx, strcmp(path, "-") == 0 ? CF_STDIN_NAME : path, data, size, out);
   free(data);
+  return st;
+}
+
+/* A read graph, finished; on failure destroyed. */
+static cf_status finished(cf_status st, cf_graph **out) {
+  if (!st && (st = cf_frontend_finish(*out))) {
+    cf_graph_destroy(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, size_t size,
+                         cf_graph **out) {
+  return finished(parse_raw(ctx, name, data, size, out), out);
+}
+
+cf_status cf_graph_load(cf_context *ctx, const char *path, cf_graph **out) {
+  return finished(load_raw(ctx, path, out), out);
+}
+
+cf_status cf_graph_load_diags(cf_context *ctx, const char *path, cf_graph **out, cf_diags *d) {
+  cf_status st = load_raw(ctx, path, out);
+  if (st) return st;
+  st = cf_verify_collect(*out, d);
+  if (!st && (*out)->fingerprint) st = cf_frontend_finish(*out); /* the fingerprint's check */
+  if (st && d->n == 0) cf_diags_add(d, cf_context_errmsg(ctx), -1, NULL, 0);
   return st;
 }
 
@@ -266,6 +294,10 @@ cf_status cf_graph_write_xml(const cf_graph *g, const char *path) {
 }
 
 cf_status cf_graph_write_dot(const cf_graph *g, const char *path) {
+  return cf_graph_write_dot_diags(g, path, NULL);
+}
+
+cf_status cf_graph_write_dot_diags(const cf_graph *g, const char *path, const cf_diags *diags) {
   if (!g || !path) return CF_ERR_USAGE;
   const char *fmt = has_ext(path, ".svg")   ? "svg"
                     : has_ext(path, ".png") ? "png"
@@ -273,5 +305,5 @@ cf_status cf_graph_write_dot(const cf_graph *g, const char *path) {
                                                                     : NULL;
   if (!fmt)
     return cf_error(g->ctx, CF_ERR_USAGE, path, 0, "unknown drawing format (use .dot, .svg or .png)");
-  return cf_dot_write(g, path, fmt);
+  return cf_dot_write_diags(g, path, fmt, diags);
 }

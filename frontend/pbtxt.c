@@ -1039,9 +1039,7 @@ cf_status cf_pbtxt_read(cf_context *ctx, const char *name, const char *data, siz
   r.end = r.text + size;
   const char *p = r.text;
   int line = 1;
-  if ((st = parse_msg(&r, &p, &line, 0, 0, &r.root)) || (st = read_graph(&r)) ||
-      (st = cf_frontend_finish(r.g)))
-    goto fail;
+  if ((st = parse_msg(&r, &p, &line, 0, 0, &r.root)) || (st = read_graph(&r))) goto fail;
   free(r.text);
   cf_arena_free(&r.scratch);
   *out = r.g;

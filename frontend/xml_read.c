@@ -442,7 +442,6 @@ cf_status cf_xml_read(cf_context *ctx, const char *name, const char *data, size_
   if (st) goto fail;
   cf_xml_free(doc);
   doc = NULL;
-  if ((st = cf_frontend_finish(g))) goto fail;
   *out = g;
   return CF_OK;
 fail:

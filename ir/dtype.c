@@ -4,6 +4,7 @@
  */
 #include "ir.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,5 +130,44 @@ bool cf_value_bytes(const cf_value *v, int64_t *out) {
   if (!cf_shape_elements(&v->shape, &n)) return false;
   if (!cf_mul_i64(n, cf_dtype_size(v->dtype), &n) || n > CF_MAX_BYTES) return false;
   *out = n;
+  return true;
+}
+
+char *cf_bytes_text(int64_t bytes, char *buf, size_t len) {
+  static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024 && u < 4)
+    v /= 1024, u++;
+  if (u == 0)
+    snprintf(buf, len, "%lld B", (long long)bytes);
+  else
+    snprintf(buf, len, "%.1f %s", v, unit[u]);
+  return buf;
+}
+
+bool cf_bytes_parse(const char *s, size_t len, int64_t max, int64_t *out) {
+  char buf[64];
+  if (len == 0 || len >= sizeof buf) return false;
+  memcpy(buf, s, len);
+  buf[len] = 0;
+  char *end;
+  errno = 0;
+  double v = strtod(buf, &end);
+  if (end == buf || errno || !(v > 0)) return false;
+  static const char units[] = "KMGT";
+  const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+  double mul = 1;
+  if (u) {
+    for (const char *k = units; k <= u; k++)
+      mul *= 1024;
+    end++;
+    if (*end == 'i' || *end == 'I') end++;
+  }
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end) return false;
+  v *= mul;
+  if (v < 1 || v > (double)max) return false;
+  *out = (int64_t)v;
   return true;
 }

@@ -32,6 +32,7 @@
  * the same plans. Readers, the verifier, `run --ranks` and the executor all
  * check this one limit (docs/format.md, "Limits"). */
 #define CF_MAX_WORLD 256
+#define CF_MAX_MEMORY ((int64_t)1 << 50) /* a memory budget (--max-memory): 1 PiB */
 
 /* The plural ending of a count in a message: "" for 1, else "s" ("1 rank",
  * "2 ranks"). */
@@ -125,6 +126,13 @@ bool cf_shape_equal(const cf_shape *a, const cf_shape *b);
 /* Elements and bytes, false on overflow or above CF_MAX_ELEMENTS/BYTES. */
 bool cf_shape_elements(const cf_shape *s, int64_t *out);
 bool cf_value_bytes(const cf_value *v, int64_t *out);
+/* A byte count for people: "512 B", "1.5 KiB", "8.6 GiB" (binary units,
+ * one decimal); returns buf. */
+char *cf_bytes_text(int64_t bytes, char *buf, size_t len);
+/* A byte count as the command line writes it: "4096", "64K", "1.5MiB",
+ * "25M", "4G", "1T" (K/M/G/T binary, optional "i" and "B"), s[0..len); at
+ * least 1 and at most max bytes, else false. */
+bool cf_bytes_parse(const char *s, size_t len, int64_t max, int64_t *out);
 
 /* ================= graph.c: ops, attributes, nodes, graph ================= */
 
@@ -317,6 +325,32 @@ const char *cf_node_group(const cf_node *n);
 int64_t cf_node_fusion(const cf_node *n);
 
 /* ================= verify.c: structure, topology ================= */
+
+/* One verification error and what it is about, for showing every error of
+ * a graph at once (a drawing of a broken graph): the message as
+ * cf_context_errmsg gives it, the node it names (-1: the graph or a group)
+ * and, for a cycle, the cycle's nodes along its edges. */
+typedef struct cf_diag {
+  char *msg;  /* "FILE:LINE: error: node 'x': ..." (owned) */
+  int node;   /* node index, -1 when none */
+  int *cycle; /* cycle[k] -> cycle[k+1] -> ... -> cycle[0] (owned), else NULL */
+  int n_cycle;
+} cf_diag;
+typedef struct cf_diags {
+  cf_diag *v;
+  int n, cap;
+} cf_diags;
+/* Append a copy of msg (and of cycle[0..n_cycle)). */
+void cf_diags_add(cf_diags *d, const char *msg, int node, const int *cycle, int n_cycle);
+void cf_diags_free(cf_diags *d); /* leaves d empty */
+/* Verify g's structure and infer its types like cf_verify_structure +
+ * cf_infer, but go on after an error: every node is checked, a cycle is
+ * reported with its nodes, and nodes whose operands failed are not inferred
+ * (their errors would only repeat). Every error goes to d, in the order
+ * found; the first one is the context's message and its status is
+ * returned. On success g is verified and inferred; on failure g->topo is
+ * NULL. */
+cf_status cf_verify_collect(cf_graph *g, cf_diags *d);
 
 /* Structural checks (arity, attributes allowed/required and their ranges,
  * refs, ports, groups) and a topological order in g->topo; a cycle is

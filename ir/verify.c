@@ -160,8 +160,9 @@ static cf_status check_groups(cf_graph *g) {
   return st;
 }
 
-/* Report one cycle among the nodes Kahn's algorithm could not order. */
-static cf_status report_cycle(cf_graph *g, const int *indeg) {
+/* Report one cycle among the nodes Kahn's algorithm could not order; its
+ * nodes along the edges go to d (with the message) when d is given. */
+static cf_status report_cycle(cf_graph *g, const int *indeg, cf_diags *d) {
   int start = -1;
   for (int i = 0; i < g->n_nodes && start < 0; i++)
     if (indeg[i] > 0) start = i;
@@ -194,13 +195,19 @@ static cf_status report_cycle(cf_graph *g, const int *indeg) {
   for (int k = 0; k <= clen && o < sizeof buf - 64; k++)
     o += (size_t)snprintf(buf + o, sizeof buf - o, k ? " -> '%s'" : "'%s'",
                           g->nodes[path[len - 1 - (rot + k) % clen]].name);
+  for (int k = 0; k < clen; k++) /* reuse seen[] for the cycle in edge order */
+    seen[k] = path[len - 1 - (rot + k) % clen];
   const cf_node *n = &g->nodes[path[len - 1 - rot]];
+  cf_status st = cf_node_error(g, n, CF_ERR_INVALID, "cycle: %s", buf);
+  if (d) cf_diags_add(d, cf_context_errmsg(g->ctx), (int)(n - g->nodes), seen, clen);
   free(seen);
   free(path);
-  return cf_node_error(g, n, CF_ERR_INVALID, "cycle: %s", buf);
+  return st;
 }
 
-static cf_status topo_sort(cf_graph *g) {
+/* g->topo, by Kahn's algorithm. On a cycle, *partial (when given) is the
+ * order of the n_partial nodes no cycle holds back (in the graph's arena). */
+static cf_status topo_sort(cf_graph *g, cf_diags *d, int **partial, int *n_partial) {
   int nn = g->n_nodes;
   size_t nsz = nn > 0 ? (size_t)nn : 1;
   cf_status st = CF_OK;
@@ -247,7 +254,8 @@ static cf_status topo_sort(cf_graph *g) {
       if (--indeg[users[k]] == 0) topo[tail++] = users[k];
   }
   if (tail != nn) {
-    st = report_cycle(g, indeg);
+    st = report_cycle(g, indeg, d);
+    if (partial) *partial = topo, *n_partial = tail;
     goto fail;
   }
   g->topo = topo;
@@ -258,46 +266,133 @@ fail:
   return st;
 }
 
-cf_status cf_verify_structure(cf_graph *g) {
+/* Node n's arity, attributes and operand references. */
+static cf_status verify_node(cf_graph *g, cf_node *n) {
+  const cf_op_info *oi = &cf_op_table[n->op];
   cf_status st;
+  if (n->op <= CF_OP_INVALID || n->op >= CF_OP_COUNT)
+    return cf_node_error(g, n, CF_ERR_INVALID, "unknown op");
+  if (n->n_in < oi->min_in || (oi->max_in >= 0 && n->n_in > oi->max_in)) {
+    if (oi->min_in == oi->max_in)
+      return cf_node_error(g, n, CF_ERR_INVALID, "%s takes %d operand%s, got %d", oi->name,
+                           oi->min_in, oi->min_in == 1 ? "" : "s", n->n_in);
+    if (oi->max_in < 0)
+      return cf_node_error(g, n, CF_ERR_INVALID, "%s takes at least %d operands, got %d", oi->name,
+                           oi->min_in, n->n_in);
+    return cf_node_error(g, n, CF_ERR_INVALID, "%s takes %d to %d operands, got %d", oi->name,
+                         oi->min_in, oi->max_in, n->n_in);
+  }
+  if (n->n_decl > 1 && n->op != CF_OP_OPAQUE)
+    return cf_node_error(g, n, CF_ERR_INVALID, "only Opaque declares several outputs");
+  if ((st = check_attrs(g, n))) return st;
+  for (int j = 0; j < n->n_in; j++) {
+    cf_ref r = n->in[j];
+    if (r.node < 0 || r.node >= g->n_nodes)
+      return cf_node_error(g, n, CF_ERR_INVALID, "operand %d refers to no node", j);
+    const cf_node *src = &g->nodes[r.node];
+    int nout = cf_node_n_outputs(src);
+    if (nout == 0)
+      return cf_node_error(g, n, CF_ERR_INVALID, "operand %d refers to '%s', an %s with no result",
+                           j, src->name, cf_op_table[src->op].name);
+    if (r.port < 0 || r.port >= nout)
+      return cf_node_error(g, n, CF_ERR_INVALID,
+                           "operand %d refers to port %d of '%s', which has %d output%s", j, r.port,
+                           src->name, nout, nout == 1 ? "" : "s");
+  }
+  return CF_OK;
+}
+
+static cf_status verify_world(cf_graph *g) {
   if (g->world_size < 0 || g->world_size > CF_MAX_WORLD)
     return cf_error(g->ctx, CF_ERR_INVALID, g->file, 0, "world_size=%lld must be in 0..%d",
                     (long long)g->world_size, CF_MAX_WORLD);
-  if ((st = check_groups(g))) return st;
-  for (int i = 0; i < g->n_nodes; i++) {
-    cf_node *n = &g->nodes[i];
-    const cf_op_info *oi = &cf_op_table[n->op];
-    if (n->op <= CF_OP_INVALID || n->op >= CF_OP_COUNT)
-      return cf_node_error(g, n, CF_ERR_INVALID, "unknown op");
-    if (n->n_in < oi->min_in || (oi->max_in >= 0 && n->n_in > oi->max_in)) {
-      if (oi->min_in == oi->max_in)
-        return cf_node_error(g, n, CF_ERR_INVALID, "%s takes %d operand%s, got %d", oi->name,
-                             oi->min_in, oi->min_in == 1 ? "" : "s", n->n_in);
-      if (oi->max_in < 0)
-        return cf_node_error(g, n, CF_ERR_INVALID, "%s takes at least %d operands, got %d",
-                             oi->name, oi->min_in, n->n_in);
-      return cf_node_error(g, n, CF_ERR_INVALID, "%s takes %d to %d operands, got %d", oi->name,
-                           oi->min_in, oi->max_in, n->n_in);
-    }
-    if (n->n_decl > 1 && n->op != CF_OP_OPAQUE)
-      return cf_node_error(g, n, CF_ERR_INVALID, "only Opaque declares several outputs");
-    if ((st = check_attrs(g, n))) return st;
-    for (int j = 0; j < n->n_in; j++) {
-      cf_ref r = n->in[j];
-      if (r.node < 0 || r.node >= g->n_nodes)
-        return cf_node_error(g, n, CF_ERR_INVALID, "operand %d refers to no node", j);
-      const cf_node *src = &g->nodes[r.node];
-      int nout = cf_node_n_outputs(src);
-      if (nout == 0)
-        return cf_node_error(g, n, CF_ERR_INVALID, "operand %d refers to '%s', an %s with no result",
-                             j, src->name, cf_op_table[src->op].name);
-      if (r.port < 0 || r.port >= nout)
-        return cf_node_error(g, n, CF_ERR_INVALID,
-                             "operand %d refers to port %d of '%s', which has %d output%s", j,
-                             r.port, src->name, nout, nout == 1 ? "" : "s");
-    }
+  return check_groups(g);
+}
+
+cf_status cf_verify_structure(cf_graph *g) {
+  cf_status st;
+  if ((st = verify_world(g))) return st;
+  for (int i = 0; i < g->n_nodes; i++)
+    if ((st = verify_node(g, &g->nodes[i]))) return st;
+  return topo_sort(g, NULL, NULL, NULL);
+}
+
+/* ---- every error at once ---- */
+
+void cf_diags_add(cf_diags *d, const char *msg, int node, const int *cycle, int n_cycle) {
+  if (d->n == d->cap) {
+    int cap = d->cap ? 2 * d->cap : 8;
+    cf_diag *nv = realloc(d->v, sizeof *nv * (size_t)cap);
+    if (!nv) return; /* the message is lost, not the run */
+    d->v = nv;
+    d->cap = cap;
   }
-  return topo_sort(g);
+  cf_diag *x = &d->v[d->n];
+  *x = (cf_diag){.msg = strdup(msg ? msg : ""), .node = node};
+  if (!x->msg) return;
+  if (cycle && n_cycle > 0 && (x->cycle = malloc(sizeof *x->cycle * (size_t)n_cycle))) {
+    memcpy(x->cycle, cycle, sizeof *x->cycle * (size_t)n_cycle);
+    x->n_cycle = n_cycle;
+  }
+  d->n++;
+}
+
+void cf_diags_free(cf_diags *d) {
+  for (int i = 0; d && i < d->n; i++) {
+    free(d->v[i].msg);
+    free(d->v[i].cycle);
+  }
+  if (d) free(d->v);
+  if (d) *d = (cf_diags){0};
+}
+
+cf_status cf_verify_collect(cf_graph *g, cf_diags *d) {
+  cf_status first = CF_OK, st;
+  char *first_msg = NULL;
+#define NOTE(expr, node)                                                                           \
+  do {                                                                                             \
+    if ((st = (expr))) {                                                                           \
+      cf_diags_add(d, cf_context_errmsg(g->ctx), (node), NULL, 0);                                 \
+      if (!first) {                                                                                \
+        first = st;                                                                                \
+        first_msg = strdup(cf_context_errmsg(g->ctx));                                             \
+      }                                                                                            \
+    }                                                                                              \
+  } while (0)
+  g->topo = NULL;
+  NOTE(verify_world(g), -1);
+  bool *bad = calloc((size_t)g->n_nodes + 1, sizeof *bad), refs_ok = true;
+  if (!bad) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  for (int i = 0; i < g->n_nodes; i++) {
+    NOTE(verify_node(g, &g->nodes[i]), i);
+    bad[i] = st != CF_OK;
+    for (int j = 0; j < g->nodes[i].n_in; j++)
+      refs_ok &= g->nodes[i].in[j].node >= 0 && g->nodes[i].in[j].node < g->n_nodes;
+  }
+  /* the order needs every reference; inference needs the order, and skips
+   * what a broken node feeds (its types would only repeat its error) */
+  int *order = NULL, n_order = 0; /* behind a cycle: what comes before it */
+  if (refs_ok && (st = topo_sort(g, d, &order, &n_order)) && !first) {
+    first = st;
+    first_msg = strdup(cf_context_errmsg(g->ctx));
+  }
+  if (g->topo) order = g->topo, n_order = g->n_nodes;
+  for (int k = 0; order && k < n_order; k++) {
+    int i = order[k];
+    for (int j = 0; j < g->nodes[i].n_in; j++)
+      bad[i] |= bad[g->nodes[i].in[j].node];
+    if (bad[i]) continue;
+    NOTE(cf_infer_node(g, &g->nodes[i]), i);
+    bad[i] = st != CF_OK;
+  }
+#undef NOTE
+  free(bad);
+  if (first) {
+    g->topo = NULL; /* not verified: nothing may take it for a valid graph */
+    cf_error(g->ctx, first, NULL, 0, "%s", first_msg ? first_msg : "invalid graph");
+  }
+  free(first_msg);
+  return first;
 }
 
 static cf_status verify_at(cf_graph *g, int64_t world) {

@@ -39,29 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* "25M", "1.5MiB", "4096", "64K" -> bytes */
-static bool parse_bytes(const char *s, size_t len, int64_t *out) {
-  char buf[64];
-  if (len == 0 || len >= sizeof buf) return false;
-  memcpy(buf, s, len);
-  buf[len] = 0;
-  char *end;
-  errno = 0;
-  double v = strtod(buf, &end);
-  if (end == buf || errno || !(v > 0)) return false;
-  double mul = 1;
-  if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
-  else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
-  else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
-  if (mul > 1 && (*end == 'i' || *end == 'I')) end++;
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end) return false;
-  v *= mul;
-  if (v < 1 || v > (double)CF_MAX_BYTES) return false;
-  *out = (int64_t)v;
-  return true;
-}
-
 char *cf_split_format_bytes(int64_t b, char *buf, size_t len) {
   static const char units[] = "KMG";
   int u = -1;
@@ -110,13 +87,13 @@ bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
     while (*p) {
       size_t k = strcspn(p, ",");
       if (!have_cap) {
-        if (!parse_bytes(p, k, &out->cap)) {
+        if (!cf_bytes_parse(p, k, CF_MAX_BYTES, &out->cap)) {
           snprintf(why, len, "--split %s: bad cap '%.*s' (e.g. 25M, 64K, 1G)", spec, (int)k, p);
           return false;
         }
         have_cap = true;
       } else if (strncmp(p, "first=", 6) == 0) {
-        if (!parse_bytes(p + 6, k - 6, &out->first)) {
+        if (!cf_bytes_parse(p + 6, k - 6, CF_MAX_BYTES, &out->first)) {
           snprintf(why, len, "--split %s: bad first bucket size '%.*s'", spec, (int)k, p);
           return false;
         }

@@ -503,6 +503,50 @@ static void test_run_copies(void **state) {
   cf_graph_destroy(g);
 }
 
+/* The memory an executable needs against the max_memory option (and the
+ * machine's): cf_executable_create refuses when one rank does not fit,
+ * cf_executable_run when its ranks do not fit together, before allocating. */
+static void test_memory(void **state) {
+  (void)state;
+  cf_options *o;
+  OK(cf_options_create(ctx, &o));
+  ASSERT_ERR(cf_options_set(o, "max_memory", "lots"), CF_ERR_USAGE,
+             "option max_memory wants a size such as 512M or 4G, got 'lots'");
+  cf_graph *g = dp_graph(ctx, 4, 1, 1 << 20, "sum"); /* 4 MiB in and out per rank */
+  assert_non_null(g);
+  cf_executable *e = (cf_executable *)&e;
+  OK(cf_options_set(o, "max_memory", "1M"));
+  ASSERT_ERR(cf_executable_create(g, o, &e), CF_ERR_INVALID, "each of its 4 ranks needs ");
+  assert_null(e);
+  assert_non_null(strstr(cf_context_errmsg(ctx), ", 1.0 MiB allowed by the max_memory option"));
+  /* one rank fits in 20 MiB, four do not: the run refuses, naming both */
+  OK(cf_options_set(o, "max_memory", "20M"));
+  OK(cf_executable_create(g, o, &e));
+  ASSERT_ERR(cf_executable_run(e, NULL, NULL), CF_ERR_INVALID, "4 ranks need ");
+  const char *msg = cf_context_errmsg(ctx);
+  assert_non_null(strstr(msg,
+                         " per rank), 20.0 MiB allowed by the max_memory option; use fewer ranks, "
+                         "or one rank per process with cf_executable_run_rank"));
+  cf_executable_destroy(e);
+  OK(cf_options_set(o, "max_memory", "1G"));
+  OK(cf_executable_create(g, o, &e));
+  OK(cf_executable_run(e, NULL, NULL));
+  cf_executable_destroy(e);
+  cf_graph_destroy(g);
+  /* more than the machine has: refused by what it has available */
+  cf_graph *h;
+  int64_t d[1] = {(int64_t)1 << 36}; /* 256 GiB of float32 */
+  OK(cf_graph_create(ctx, "huge", 1, &h));
+  OK(cf_graph_add_input(h, "x", "float32", d, 1));
+  OK(cf_graph_add_allreduce(h, "ar", "x", "sum", NULL, 0, -1));
+  OK(cf_graph_add_output(h, "y", "ar"));
+  ASSERT_ERR(cf_executable_create(h, NULL, &e), CF_ERR_INVALID, "1 rank needs ");
+  assert_non_null(strstr(cf_context_errmsg(ctx), " available ("));
+  assert_null(e);
+  cf_graph_destroy(h);
+  cf_options_destroy(o);
+}
+
 /* A partitioned group built through the API: {0,2} and {1,3} of 4 ranks,
  * an int32 sum and a concat AllGather within each part; its errors. */
 static void test_run_partitioned_group(void **state) {
@@ -762,6 +806,7 @@ int main(void) {
       cmocka_unit_test(test_run_dp),
       cmocka_unit_test(test_run_tp_in_place),
       cmocka_unit_test(test_run_copies),
+      cmocka_unit_test(test_memory),
       cmocka_unit_test(test_run_partitioned_group),
       cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_log),

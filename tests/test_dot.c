@@ -374,15 +374,8 @@ static void test_allgather_matmul(void **state) {
   cf_context_destroy(ctx);
 }
 
-static void test_golden(void **state) {
-  fixture *fx = *state;
-  const char *golden = CF_SOURCE_DIR "/tests/golden/dot/small.dot";
-  char path[128];
-  join(path, sizeof path, fx->dir, "small.dot");
-  const char *update = getenv("CF_UPDATE_GOLDEN");
-  if (update && *update && strcmp(update, "0"))
-    assert_int_equal(cf_dot_write(fx->g, golden, "dot"), CF_OK);
-  assert_int_equal(cf_dot_write(fx->g, path, "dot"), CF_OK);
+/* The file at path is byte for byte the golden file. */
+static void same_as_golden(const char *path, const char *golden) {
   size_t n_got, n_want;
   char *got = slurp(path, &n_got), *want = slurp(golden, &n_want);
   assert_non_null(got);
@@ -391,6 +384,76 @@ static void test_golden(void **state) {
     fail_msg("%s differs from %s (CF_UPDATE_GOLDEN=1 rewrites it)", path, golden);
   free(got);
   free(want);
+}
+
+static bool updating_golden(void) {
+  const char *update = getenv("CF_UPDATE_GOLDEN");
+  return update && *update && strcmp(update, "0");
+}
+
+static void test_golden(void **state) {
+  fixture *fx = *state;
+  const char *golden = CF_SOURCE_DIR "/tests/golden/dot/small.dot";
+  char path[128];
+  join(path, sizeof path, fx->dir, "small.dot");
+  if (updating_golden()) assert_int_equal(cf_dot_write(fx->g, golden, "dot"), CF_OK);
+  assert_int_equal(cf_dot_write(fx->g, path, "dot"), CF_OK);
+  same_as_golden(path, golden);
+}
+
+/* Graphs that fail verification are drawn with their errors marked: a
+ * cycle's edges in red, each node an error is about with a red border and
+ * the message (cf_graph_load_diags collects every error, not the first). The
+ * files are read from tests/malformed by their plain names, so the messages
+ * in the drawing do not depend on where the checkout is. */
+static void test_golden_errors(void **state) {
+  fixture *fx = *state;
+  static const struct {
+    const char *file;
+    int n_errors;
+    const char *first; /* the first error, as `check` prints it */
+  } cases[] = {
+      {"cycle.xml", 1, "cycle.xml:4: error: node 'a': cycle: 'a' -> 'b' -> 'c' -> 'a'"},
+      {"several_errors.xml", 3,
+       "several_errors.xml:7: error: node 'b': attribute 'reduction' is not allowed on Input"},
+  };
+  char cwd[4096];
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  assert_int_equal(chdir(CF_SOURCE_DIR "/tests/malformed"), 0);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    cf_graph *g = NULL;
+    cf_diags d = {0};
+    assert_int_equal(cf_graph_load_diags(fx->ctx, cases[k].file, &g, &d), CF_ERR_INVALID);
+    assert_non_null(g);
+    assert_int_equal(d.n, cases[k].n_errors);
+    assert_string_equal(d.v[0].msg, cases[k].first);
+    assert_string_equal(cf_context_errmsg(fx->ctx), cases[k].first);
+    char golden[512], name[64], path[192];
+    snprintf(name, sizeof name, "%.*s.dot", (int)(strlen(cases[k].file) - 4), cases[k].file);
+    snprintf(golden, sizeof golden, "%s/tests/golden/dot/%s", CF_SOURCE_DIR, name);
+    join(path, sizeof path, fx->dir, name);
+    if (updating_golden()) assert_int_equal(cf_graph_write_dot_diags(g, golden, &d), CF_OK);
+    assert_int_equal(cf_graph_write_dot_diags(g, path, &d), CF_OK);
+    same_as_golden(path, golden);
+    remove(path);
+    cf_diags_free(&d);
+    cf_graph_destroy(g);
+  }
+  /* the cycle's nodes along its edges, for the drawing */
+  cf_graph *g = NULL;
+  cf_diags d = {0};
+  assert_int_equal(cf_graph_load_diags(fx->ctx, "cycle.xml", &g, &d), CF_ERR_INVALID);
+  assert_int_equal(d.v[0].n_cycle, 3);
+  assert_string_equal(g->nodes[d.v[0].cycle[0]].name, "a");
+  assert_string_equal(g->nodes[d.v[0].cycle[1]].name, "b");
+  assert_string_equal(g->nodes[d.v[0].cycle[2]].name, "c");
+  assert_string_equal(g->nodes[d.v[0].node].name, "a");
+  cf_diags_free(&d);
+  cf_graph_destroy(g);
+  /* a file that does not parse gives no graph and no drawing */
+  assert_int_equal(cf_graph_load_diags(fx->ctx, "truncated.xml", &g, &d), CF_ERR_INVALID);
+  assert_null(g);
+  assert_int_equal(chdir(cwd), 0);
 }
 
 int main(void) {
@@ -405,6 +468,7 @@ int main(void) {
       cmocka_unit_test(test_odd_names),
       cmocka_unit_test(test_allgather_matmul),
       cmocka_unit_test_setup_teardown(test_golden, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_golden_errors, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

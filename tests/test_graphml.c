@@ -72,7 +72,7 @@ static int teardown(void **state) {
 static cf_status parse(fixture *f, const char *doc) {
   cf_graph_destroy(f->g);
   f->g = (cf_graph *)0x1; /* must be overwritten, NULL on failure */
-  return cf_graphml_read(f->ctx, "t.graphml", doc, strlen(doc), &f->g);
+  return cf_graph_parse(f->ctx, "t.graphml", doc, strlen(doc), &f->g);
 }
 
 static const cf_node *node(const fixture *f, const char *name) {

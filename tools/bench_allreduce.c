@@ -63,6 +63,7 @@ typedef struct ar_options {
   const char *mpi_args; /* extra mpirun arguments, split at spaces */
   bool json, no_mpi;
   bool mpi;      /* --backend mpi: this process is one rank under mpirun */
+  int64_t max_memory; /* 0: what the machine has available */
 } ar_options;
 
 /* Calls per loop: enough to move about 32 MiB per rank, 1..1000. */
@@ -109,6 +110,27 @@ static cf_coll_desc bench_desc(int64_t count) {
                         .layout = -1,
                         .group = CF_WORLD_GROUP,
                         .node = "bench"};
+}
+
+/* What the benchmark will hold per rank on n ranks at its largest size:
+ * input, output (with the MPI transport also the check's copy) and the
+ * largest scratch of any algorithm; a check against the machine's memory
+ * (or --max-memory) before any of it is allocated. */
+static cf_status check_memory(cf_context *ctx, const ar_options *o, int n, bool zero_copy,
+                              cf_mem_need *need) {
+  for (int s = 0; s < o->n_sizes; s++) {
+    cf_coll_desc d = bench_desc(o->sizes[s] / 4);
+    int64_t scratch = 0;
+    for (int a = CF_ALGO_DIRECT; a < CF_ALGO_COUNT; a++) {
+      int64_t sb = (int64_t)cf_coll_scratch_bytes(&d, n, (cf_algo)a, zero_copy);
+      if (sb > scratch) scratch = sb;
+    }
+    int64_t b = (zero_copy ? 2 : 3) * o->sizes[s] + scratch;
+    if (b > need->per_rank) need->per_rank = b;
+  }
+  need->file = "bench allreduce";
+  need->hint = "use fewer ranks or smaller --sizes";
+  return cf_mem_check(ctx, need, o->max_memory, "--max-memory");
 }
 
 static void fail(ar_world *W, const char *text) {
@@ -545,6 +567,7 @@ static const cf_opt ar_opts[] = {
              "MPI_Allreduce runs in the same processes"},
     {"--device", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, device), .choices = "cpu|cuda",
      .help = "cuda: the ranks on the CUDA backend, against the GPU's copy rate"},
+    CF_OPT_MAX_MEMORY(offsetof(cf_ar_args, max_memory)),
     {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, json),
      .help = "one JSON object on stdout"},
     {0},
@@ -578,6 +601,7 @@ static int parse_options(const cf_ar_args *a, ar_options *o) {
                  "1G), got '%s'",
                  a->sizes);
   o->mpi_args = a->mpi_args;
+  o->max_memory = a->max_memory;
   o->json = a->json;
   o->no_mpi = a->no_mpi;
   o->mpi = a->backend && strcmp(a->backend, "mpi") == 0;
@@ -738,6 +762,8 @@ static int bench_mpi(cf_context *ctx, ar_options *o, ar_row *rows) {
   cf_kernel_key keys[8];
   int nk = st ? 0 : cf_coll_kernels(&desc, B.n, keys, 8);
   for (int k = 0; k < nk && !st; k++) st = B.dev->ops->prepare(B.dev, &keys[k]);
+  cf_mem_need need = {.processes = cf_mpi_local_size(B.w), .rank = B.me};
+  if (!st) st = check_memory(ctx, o, B.n, B.c->ops->zero_copy, &need);
   mpi_peer m = {.up = true};
   snprintf(m.library, sizeof m.library, "in the same processes (the transport's native collective)");
   snprintf(m.command, sizeof m.command, "MPI_Allreduce on MPI_COMM_WORLD's duplicate");
@@ -799,6 +825,9 @@ int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
     rows[s] = (ar_row){.bytes = o.sizes[s], .iters = iters_for(&o, o.sizes[s])};
   if (o.mpi) return bench_mpi(ctx, &o, rows);
 
+  cf_mem_need need = {.ranks = o.ranks};
+  cf_status st = check_memory(ctx, &o, o.ranks, true, &need);
+  if (st) return cf_tool_fail(ctx, st);
   /* MPI first, before any thread or JIT state exists */
   mpi_peer m;
   if (!o.json && !o.no_mpi) {
@@ -808,7 +837,7 @@ int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
   run_mpi(&o, rows, &m);
 
   ar_world W = {.o = &o, .n = o.ranks};
-  cf_status st = cf_device_cpu_create(ctx, &W.dev);
+  st = cf_device_cpu_create(ctx, &W.dev);
   if (!st) st = cf_threads_world_create(ctx, o.ranks, o.timeout_s, &W.w);
   W.rctx = calloc((size_t)o.ranks, sizeof *W.rctx);
   W.in = calloc((size_t)o.ranks, sizeof *W.in);

@@ -241,11 +241,12 @@ int cf_bench_reduce_cuda(cf_context *ctx, const cf_red_args *a) {
   int n_sizes = 1, samples = 7, reps = 10;
   bool json = a->json;
   if (a->quick) sizes[0] = (int64_t)1 << 20, n_sizes = 1, samples = 3, reps = 3;
-  if (a->dtypes || a->ops || a->sources || a->min_ms)
+  if (a->dtypes || a->ops || a->sources || a->min_ms || a->max_memory)
     return cpu_only("reduce", a->dtypes    ? "--dtypes"
                               : a->ops     ? "--ops"
                               : a->sources ? "--sources"
-                                           : "--min-ms");
+                              : a->min_ms  ? "--min-ms"
+                                           : "--max-memory");
   if (a->sizes && !cf_bench_parse_sizes(a->sizes, (int64_t)4 << 30, sizes, MAX_SIZES, &n_sizes))
     return usage("reduce",
                  "--sizes takes up to 32 byte counts such as 64M,256M (multiples of 4, at most "
@@ -552,8 +553,11 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
   memcpy(sizes, defaults, sizeof defaults);
   bool json = a->json;
   if (a->quick) sizes[0] = 4096, sizes[1] = 1 << 20, n_sizes = 2, loops = 3;
-  if (a->no_mpi || a->mpi_args || a->backend)
-    return cpu_only("allreduce", a->no_mpi ? "--no-mpi" : a->mpi_args ? "--mpi-args" : "--backend");
+  if (a->no_mpi || a->mpi_args || a->backend || a->max_memory)
+    return cpu_only("allreduce", a->no_mpi     ? "--no-mpi"
+                                 : a->mpi_args ? "--mpi-args"
+                                 : a->backend  ? "--backend"
+                                               : "--max-memory");
   if (a->ranks) ranks = a->ranks;
   if (a->sizes && !cf_bench_parse_sizes(a->sizes, (int64_t)4 << 30, sizes, MAX_SIZES, &n_sizes))
     return usage("allreduce",

@@ -36,6 +36,7 @@ typedef struct fu_options {
   int rounds; /* every variant runs once per round, round-robin */
   const char *splits[MAX_SPLITS];
   int n_splits;
+  int64_t max_memory; /* 0: what the machine has available */
   bool json;
 } fu_options;
 
@@ -116,7 +117,7 @@ static char *ideal_xml(const ar_totals *t, int ranks, char *label, size_t len) {
   int es = cf_dtype_size(dt);
   long long count = (long long)((t->bytes + es - 1) / es);
   char b[32];
-  cf_tool_bytes(count * es, b, sizeof b);
+  cf_bytes_text(count * es, b, sizeof b);
   snprintf(label, len, "ideal: 1 x %s %s", b, cf_dtype_name(dt));
   const char *fmt =
       "<graph name='ideal' version='1' world_size='%d'>"
@@ -167,7 +168,7 @@ static double ratio(double a, double b) { return a > 0 && b > 0 ? a / b : 0; }
 static void print_table(const fu_options *o, const ar_totals *t, const variant *v, int nv,
                         const variant *ideal, const variant *unfused) {
   char b[32];
-  cf_tool_bytes(t->bytes, b, sizeof b);
+  cf_bytes_text(t->bytes, b, sizeof b);
   printf("collfuse bench fusion: %s on %d rank%s (threads transport, CPU device)\n", cf_tool_name(o->file),
          o->ranks, cf_s(o->ranks));
   printf("  %d AllReduce%s, %s in all%s; median ms per iteration over %d iteration%s after %d "
@@ -185,7 +186,7 @@ static void print_table(const fu_options *o, const ar_totals *t, const variant *
       continue;
     }
     char pk[32], qi[16] = "-", qu[16] = "-";
-    cf_tool_bytes(v[i].peak_bytes, pk, sizeof pk);
+    cf_bytes_text(v[i].peak_bytes, pk, sizeof pk);
     if (ratio(v[i].ms, ideal->ms) > 0) snprintf(qi, sizeof qi, "%.2fx", ratio(v[i].ms, ideal->ms));
     if (ratio(v[i].ms, unfused->ms) > 0)
       snprintf(qu, sizeof qu, "%.3fx", ratio(v[i].ms, unfused->ms));
@@ -236,6 +237,7 @@ static void print_json(const fu_options *o, const char *graph_name, const ar_tot
 typedef struct fu_args {
   cf_opt_list file, split;
   int ranks, iters, warmup, rounds;
+  int64_t max_memory;
   bool quick, json;
 } fu_args;
 
@@ -261,6 +263,7 @@ static const cf_opt fu_opts[] = {
              "size:50,50)"},
     {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, quick),
      .help = "2 iterations, no extra splits: a smoke test"},
+    CF_OPT_MAX_MEMORY(offsetof(fu_args, max_memory)),
     {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, json),
      .help = "one JSON object on stdout"},
     {0},
@@ -287,7 +290,8 @@ static int parse_options(int argc, char **argv, fu_options *o) {
   fu_args a = {.ranks = 4, .iters = -1, .warmup = -1, .rounds = 1};
   int rc = cf_opts_parse(&cf_command_bench_fusion, argc, argv, &a);
   *o = (fu_options){
-      .ranks = a.ranks, .iters = a.iters, .warmup = a.warmup, .rounds = a.rounds, .json = a.json};
+      .ranks = a.ranks, .iters = a.iters, .warmup = a.warmup, .rounds = a.rounds, .json = a.json,
+      .max_memory = a.max_memory};
   if (!rc) {
     o->file = a.file.v[0];
     for (int k = 0; k < a.split.n; k++)
@@ -336,6 +340,13 @@ int cf_bench_fusion(cf_context *ctx, int argc, char **argv) {
   }
   for (int i = 0; i < nv && !st; i++)
     if (!v[i].skipped[0]) st = plan_variant(ctx, &o, &v[i] == ideal ? text : NULL, &v[i]);
+  /* the variants run one after the other: the largest must fit */
+  cf_mem_need need = {
+      .file = o.file, .ranks = o.ranks, .hint = o.ranks > 1 ? "use fewer ranks (--ranks)" : NULL};
+  for (int i = 0; i < nv && !st; i++)
+    if (v[i].plan && cf_plan_run_bytes(v[i].plan, false) > need.per_rank)
+      need.per_rank = cf_plan_run_bytes(v[i].plan, false);
+  if (!st) st = cf_mem_check(ctx, &need, o.max_memory, "--max-memory");
   /* round-robin, so a change in the machine's load hits every variant alike */
   for (int r = 0; r < o.rounds && !st; r++)
     for (int i = 0; i < nv && !st; i++) {

@@ -71,6 +71,7 @@ typedef struct mm_options {
   int iters, warmup, rounds;
   int comm_turn; /* -1: the executor's choice; else set on the fused op */
   uint64_t seed;
+  int64_t max_memory; /* 0: what the machine has available */
   bool json, quick;
 } mm_options;
 
@@ -190,8 +191,12 @@ static cf_status tensor_alloc(cf_context *ctx, cf_tensor *t, cf_dtype dt, int64_
   size_t bytes = (size_t)(rows * cols * cf_dtype_size(dt));
   *t = (cf_tensor){.dtype = dt, .shape = {.rank = 2, .dims = {rows, cols}}, .count = rows * cols};
   t->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!t->data)
-    return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "bench mmrs: out of memory for inputs");
+  if (!t->data) {
+    char b[32];
+    return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0,
+                    "bench mmrs: cannot allocate %s for an input: out of memory",
+                    cf_bytes_text((int64_t)bytes, b, sizeof b));
+  }
   return CF_OK;
 }
 
@@ -325,6 +330,22 @@ static bool check_outputs(cf_context *ctx, const mm_data *d, const cf_run_result
 
 /* ---------------- measuring ---------------- */
 
+/* A row's memory against the machine's (or --max-memory), before its data
+ * exists: every rank's inputs (of both graphs), the two results kept for
+ * the check, and the largest variant's run (its arena and output copies). */
+static cf_status check_memory(cf_context *ctx, const mm_options *o, cf_graph *const *g,
+                              cf_plan *const *p, int ranks) {
+  int64_t run = 0;
+  for (int v = 0; v < N_VARIANTS; v++)
+    if (cf_plan_run_bytes(p[v], false) > run) run = cf_plan_run_bytes(p[v], false);
+  cf_mem_need need = {
+      .file = "bench mmrs", .ranks = ranks, .hint = "use fewer ranks or smaller --shapes"};
+  need.per_rank = cf_graph_io_bytes(g[V_SEQ], CF_OP_INPUT) +
+                  cf_graph_io_bytes(g[V_RS], CF_OP_INPUT) +
+                  2 * cf_graph_io_bytes(g[V_FUSED], CF_OP_OUTPUT) + run;
+  return cf_mem_check(ctx, &need, o->max_memory, "--max-memory");
+}
+
 /* One row: compile and plan the four variants, run them round-robin,
  * check the first round's results. */
 static cf_status measure(cf_context *ctx, const mm_options *o, mm_row *row) {
@@ -343,7 +364,6 @@ static cf_status measure(cf_context *ctx, const mm_options *o, mm_row *row) {
   if (!st) st = compile(ctx, text[0], pipeline_sequential, &g[V_SEQ]);
   if (!st) st = compile(ctx, text[1], cf_pipeline_default, &g[V_MM]);
   if (!st) st = compile(ctx, text[2], cf_pipeline_default, &g[V_RS]);
-  if (!st) st = data_make(ctx, g[V_SEQ], row->ranks, row->dt, &row->s, o->seed, &d);
   cf_run_options opt = {.ranks = row->ranks,
                         .iters = o->iters,
                         .warmup = o->warmup,
@@ -351,6 +371,8 @@ static cf_status measure(cf_context *ctx, const mm_options *o, mm_row *row) {
                         .timeout_s = 600};
   for (int v = 0; v < N_VARIANTS && !st; v++)
     st = cf_plan_build(ctx, g[v], &opt, &p[v]);
+  if (!st) st = check_memory(ctx, o, g, p, row->ranks);
+  if (!st) st = data_make(ctx, g[V_SEQ], row->ranks, row->dt, &row->s, o->seed, &d);
   row->chunks = 0;
   for (int c = 0; !st && c < p[V_FUSED]->n_colls; c++)
     if (p[V_FUSED]->colls[c].fused_mm) row->chunks = p[V_FUSED]->colls[c].chunks;
@@ -575,6 +597,7 @@ static const cf_opt mm_opts[] = {
     {"--seed", NULL, "S", CF_OPT_CALL, 0, .check = check_seed, .help = "inputs' seed (default 0)"},
     {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(mm_options, quick),
      .help = "1024x512x512, one round: a smoke test"},
+    CF_OPT_MAX_MEMORY(offsetof(mm_options, max_memory)),
     {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(mm_options, json),
      .help = "one JSON object on stdout"},
     {0},

@@ -38,6 +38,7 @@
 
 #include "../bench/bench.h"
 #include "../codegen/codegen.h"
+#include "../executor/executor.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -81,6 +82,7 @@ typedef struct options {
   int n_ks;
   int min_reps;  /* samples per cell, at least */
   double min_ms; /* time per cell, at least */
+  int64_t max_memory; /* 0: what the machine has available */
   bool json;
 } options;
 
@@ -709,6 +711,7 @@ static const cf_opt red_opts[] = {
      .help = "cuda: the CUDA backend's kernels against the GPU's copy rate"},
     {"--samples", NULL, "N", CF_OPT_INT, offsetof(cf_red_args, samples), 1, 100,
      .help = "(--device cuda) samples per cell (default 7)"},
+    CF_OPT_MAX_MEMORY(offsetof(cf_red_args, max_memory)),
     {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_red_args, json),
      .help = "one JSON object on stdout"},
     {0},
@@ -740,6 +743,7 @@ static int parse_options(const cf_red_args *a, options *o) {
   for (int op = 0; op < N_OPS; op++)
     o->op[op] = true;
   if (a->samples) return usage("%s", "--samples needs --device cuda");
+  o->max_memory = a->max_memory;
   if (a->quick) {
     o->sizes[0] = 64 << 10;
     o->n_sizes = 1;
@@ -809,6 +813,20 @@ int cf_bench_reduce(cf_context *ctx, int argc, char **argv) {
     return cf_bench_reduce_cuda(ctx, &a); /* bench_cuda.c */
   options o;
   if ((rc = parse_options(&a, &o))) return rc;
+  /* the buffers of the largest size, before any exists */
+  int64_t most = 0;
+  for (int s = 0; s < o.n_sizes; s++)
+    if (o.sizes[s] > most) most = o.sizes[s];
+  char who[96], mb[32];
+  snprintf(who, sizeof who, "%d buffers of %s (%d sources, destination, reference) need", MAX_K + 2,
+           cf_bytes_text(most, mb, sizeof mb), MAX_K);
+  cf_mem_need need = {.file = "bench reduce",
+                      .ranks = 1,
+                      .per_rank = (MAX_K + 2) * most,
+                      .who = who,
+                      .hint = "use smaller --sizes"};
+  cf_status mst = cf_mem_check(ctx, &need, o.max_memory, "--max-memory");
+  if (mst) return cf_tool_fail(ctx, mst);
   void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN); /* a dead MPI child is not our death */
   mpi_peer mpi;
   mpi_start(&mpi); /* first: nothing of the JIT gets forked */

@@ -45,20 +45,6 @@ static void log_to_stderr(void *user, cf_log_level lvl, const char *msg) {
   if (lvl <= CF_LOG_WARN || verbose) fprintf(stderr, "collfuse: %s\n", msg);
 }
 
-void cf_tool_bytes(int64_t b, char *buf, size_t len) {
-  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)b;
-  int k = 0;
-  while (v >= 1024 && k < 4) {
-    v /= 1024;
-    k++;
-  }
-  if (k == 0)
-    snprintf(buf, len, "%lld B", (long long)b);
-  else
-    snprintf(buf, len, "%.1f %s", v, u[k]);
-}
-
 /* Standard input, read once */
 static struct {
   char *data;
@@ -144,7 +130,7 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
       if (cf_op_is_collective((cf_op)op) && s.by_op[op])
         o += (size_t)snprintf(kinds + o, sizeof kinds - o, "%s%s %d", o ? ", " : "",
                               cf_op_table[op].name, s.by_op[op]);
-    cf_tool_bytes(s.comm_bytes, hb, sizeof hb);
+    cf_bytes_text(s.comm_bytes, hb, sizeof hb);
     printf("%s: ok: %d node%s, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n", cf_tool_name(files[k]),
            s.nodes, s.nodes == 1 ? "" : "s", s.collectives, s.collectives == 1 ? "" : "s",
            o ? " (" : "", kinds, o ? ")" : "", (long long)s.comm_bytes, hb,
@@ -167,14 +153,15 @@ static int copy_to_stdout(const char *path) {
   return 0;
 }
 
-/* Draw g to out, or DOT to stdout when out is NULL. */
-static cf_status draw(cf_context *ctx, cf_graph *g, const char *out) {
-  if (out) return cf_graph_write_dot(g, out);
+/* Draw g to out, or DOT to stdout when out is NULL; the errors of d (a
+ * graph that failed verification) marked. */
+static cf_status draw(cf_context *ctx, cf_graph *g, const char *out, const cf_diags *d) {
+  if (out) return cf_graph_write_dot_diags(g, out, d);
   char dir[] = "/tmp/collfuse-dot-XXXXXX";
   if (!mkdtemp(dir)) return cf_error(ctx, CF_ERR_IO, dir, 0, "cannot create: %s", strerror(errno));
   char path[64];
   snprintf(path, sizeof path, "%s/graph.dot", dir);
-  cf_status st = cf_graph_write_dot(g, path);
+  cf_status st = cf_graph_write_dot_diags(g, path, d);
   if (!st) copy_to_stdout(path);
   remove(path);
   rmdir(dir);
@@ -220,7 +207,10 @@ const cf_command cf_command_dot = {
     .args_field = offsetof(dot_args, file),
     .reads_graph = true,
     .summary = "draw a graph as DOT, SVG or PNG",
-    .about = "Draw FILE ('-': standard input) with graphviz, as read or after passes.\n",
+    .about = "Draw FILE ('-': standard input) with graphviz, as read or after passes.\n"
+             "A graph that fails verification is drawn as it is, each error marked on\n"
+             "its node (a cycle's edges in red); every error is printed and the exit\n"
+             "code is 1.\n",
     .opts = dot_opts,
     .run = cmd_dot,
 };
@@ -234,15 +224,29 @@ static int cmd_dot(cf_context *ctx, int argc, char **argv) {
     cf_opts_free(&cf_command_dot, &a);
     return rc == CF_OPTS_HELP ? 0 : rc;
   }
+  /* a graph that fails verification is drawn all the same, its errors
+   * marked (a drawing helps most when the graph is wrong), and they are
+   * printed, every one; one that cannot be parsed has nothing to draw */
   cf_graph *g;
-  cf_status st = cf_tool_load(ctx, a.file.v[0], &g);
-  if (!st) st = cf_graph_verify(g, a.target);
-  const char *pipeline = a.passes ? a.passes : a.fused ? cf_pipeline_default : NULL;
-  cf_pass_options popt = {.target = a.target};
-  if (!st && pipeline) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
-  if (!st && pipeline) st = cf_graph_verify(g, a.target);
-  if (!st) st = draw(ctx, g, cf_tool_is_std(a.out) ? NULL : a.out);
-  rc = st ? cf_tool_fail(ctx, st) : 0;
+  cf_diags d = {0};
+  const char *out = cf_tool_is_std(a.out) ? NULL : a.out;
+  cf_status st = cf_graph_load_diags(ctx, a.file.v[0], &g, &d);
+  if (st && g) {
+    for (int k = 0; k < d.n; k++)
+      fprintf(stderr, "%s\n", d.v[k].msg);
+    rc = cf_tool_exit_code(st);
+    st = draw(ctx, g, out, &d);
+    if (st) cf_tool_fail(ctx, st);
+  } else {
+    if (!st) st = cf_graph_verify(g, a.target);
+    const char *pipeline = a.passes ? a.passes : a.fused ? cf_pipeline_default : NULL;
+    cf_pass_options popt = {.target = a.target};
+    if (!st && pipeline) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
+    if (!st && pipeline) st = cf_graph_verify(g, a.target);
+    if (!st) st = draw(ctx, g, out, NULL);
+    rc = st ? cf_tool_fail(ctx, st) : 0;
+  }
+  cf_diags_free(&d);
   cf_graph_destroy(g);
   cf_opts_free(&cf_command_dot, &a);
   return rc;
@@ -404,7 +408,7 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   if (!st) st = cf_graph_verify(g, target);
   if (!st) st = cf_graph_seal(g);
   if (!st && out) st = cf_tool_is_std(out) ? write_xml_stdout(ctx, g) : cf_graph_write_xml(g, out);
-  if (!st && dot) st = draw(ctx, g, cf_tool_is_std(dot) ? NULL : dot);
+  if (!st && dot) st = draw(ctx, g, cf_tool_is_std(dot) ? NULL : dot, NULL);
   /* LLVM's emitters write to a path: the standard output's, for "-" */
   for (int f = 0; f < N_EMIT; f++)
     if (cf_tool_is_std(emit[f])) emit[f] = "/dev/stdout";

@@ -112,6 +112,12 @@ static int set_value(const cf_command *c, const cf_opt *o, const char *v, void *
     *(int *)field = (int)x;
     break;
   }
+  case CF_OPT_SIZE:
+    if (!cf_bytes_parse(v, strlen(v), o->hi, (int64_t *)field) || *(int64_t *)field < o->lo) {
+      snprintf(why, sizeof why, "%s wants a size such as 512M or 4G, got '%s'", o->name, v);
+      return cf_tool_usage(c->name, "%s", why);
+    }
+    break;
   case CF_OPT_LIST:
     if (!list_add((cf_opt_list *)field, v, cap)) {
       fprintf(stderr, "collfuse %s: out of memory\n", c->name);

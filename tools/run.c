@@ -34,6 +34,7 @@ typedef struct run_args {
   const char *passes, *split, *cost, *target, *save, *backend, *device, *algo, *rank_table;
   int ranks, iters, warmup;
   uint64_t seed;
+  int64_t max_memory; /* 0: what the machine has available */
   double timeout;
   bool o0, verify, deterministic, json, verbose, mpi;
   cf_opt_list input; /* NAME=PATH */
@@ -118,6 +119,7 @@ static const cf_opt run_opts[] = {
              "and that each rank runs on its server"},
     {"--target", NULL, "T", CF_OPT_STR, RUN_FIELD(target), .check = cf_opt_check_target,
      .help = "check the graph against a target profile"},
+    CF_OPT_MAX_MEMORY(RUN_FIELD(max_memory)),
     {"-v", "--verbose", NULL, CF_OPT_FLAG, RUN_FIELD(verbose),
      .help = "peak memory of the fused and the unfused plan, algorithms"},
     {"--json", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(json), .help = "one JSON object on stdout"},
@@ -213,8 +215,10 @@ static void free_inputs(cf_inputs *in) {
   free(in->names);
 }
 
-/* Every Input of g on every rank: from an --input file or the seed. */
-static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args *a, int ranks, cf_inputs *in) {
+/* Every Input of g on every rank (only: on that rank alone, when >= 0):
+ * from an --input file or the seed. */
+static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args *a, int ranks,
+                             int only, cf_inputs *in) {
   memset(in, 0, sizeof *in);
   in->ranks = ranks;
   for (int i = 0; i < g->n_nodes; i++) in->n += g->nodes[i].op == CF_OP_INPUT;
@@ -249,6 +253,7 @@ static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args 
       t->dtype = n->out[0].dtype;
       t->shape = n->out[0].shape;
       cf_shape_elements(&t->shape, &t->count);
+      if (only >= 0 && r != only) continue; /* another process's */
       if (path) {
         char file[4096], *o = file;
         for (const char *s = path; *s && o < file + sizeof file - 16; s++) {
@@ -264,8 +269,14 @@ static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args 
       } else {
         size_t bytes = (size_t)t->count * (size_t)cf_dtype_size(t->dtype);
         t->data = malloc(bytes ? bytes : 1);
-        if (!t->data) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-        else cf_fill_node(n, t->data, t->dtype, t->count, a->seed, r);
+        if (!t->data) {
+          char b[32];
+          st = cf_error(ctx, CF_ERR_NO_MEMORY, cf_tool_name(a->file.v[0]), 0,
+                        "cannot allocate %s for rank %d's Input '%s': out of memory",
+                        cf_bytes_text((int64_t)bytes, b, sizeof b), r, n->name);
+        } else {
+          cf_fill_node(n, t->data, t->dtype, t->count, a->seed, r);
+        }
       }
     }
     k++;
@@ -374,6 +385,34 @@ static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_res
   }
   free_files(files, res->n_outputs);
   return st;
+}
+
+/* What the run will hold, against what the machine has (or --max-memory),
+ * before anything big is allocated: each rank's arena, output copies and
+ * inputs, and --verify's reference (with MPI, every rank's inputs too: the
+ * reference needs them). */
+static cf_status check_memory(cf_context *ctx, const run_args *a, const cf_plan *plan,
+                              const cf_graph *ref_g, int ranks, int me, cf_mpi_world *world) {
+  int64_t inputs = cf_graph_io_bytes(ref_g ? ref_g : plan->g, CF_OP_INPUT);
+  cf_mem_need need = {
+      .file = cf_tool_name(a->file.v[0]), .ranks = ranks, .per_rank = cf_plan_run_bytes(plan, false) + inputs};
+  if (a->verify) {
+    need.shared = cf_reference_bytes(ref_g, ranks);
+    need.shared_what = "--verify's float64 reference";
+  }
+  if (a->mpi) {
+    need.ranks = 1;
+    need.rank = me;
+    need.processes = cf_mpi_local_size(world);
+    if (a->verify) {
+      need.shared += (int64_t)(ranks - 1) * inputs;
+      need.shared_what = "--verify's float64 reference and every rank's inputs";
+    }
+    if (need.processes > 1) need.hint = "start fewer processes on each host";
+  } else if (ranks > 1) {
+    need.hint = "use fewer ranks or --backend mpi across machines";
+  }
+  return cf_mem_check(ctx, &need, a->max_memory, "--max-memory");
 }
 
 /* Test hooks (tests/e2e only): COLLFUSE_TEST_FAIL=MODE:RANK:STEP makes a rank
@@ -549,8 +588,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   if (!st) st = compile(ctx, &a, a.o0 ? cf_pipeline_O0 : a.passes ? a.passes : cf_pipeline_default, &ranks, &g);
   opt.ranks = ranks;
   /* the unfused graph: the reference's input, and -v's memory comparison */
-  if (!st && (a.verify || a.verbose || a.json)) st = compile(ctx, &a, cf_pipeline_O0, &ranks, &ref_g);
-  if (!st) st = make_inputs(ctx, ref_g ? ref_g : g, &a, ranks, &in);
+  if (!st && (a.verify || a.verbose || a.json))
+    st = compile(ctx, &a, cf_pipeline_O0, &ranks, &ref_g);
   if (!st) st = cf_plan_build(ctx, g, &opt, &plan);
   if (!st && ref_g) {
     cf_plan *up = NULL;
@@ -562,8 +601,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   }
   if (!st && a.verbose && me == 0) {
     char b1[32], b2[32];
-    cf_tool_bytes(cf_plan_peak_bytes(plan), b1, sizeof b1);
-    cf_tool_bytes(peak_unfused, b2, sizeof b2);
+    cf_bytes_text(cf_plan_peak_bytes(plan), b1, sizeof b1);
+    cf_bytes_text(peak_unfused, b2, sizeof b2);
     fprintf(
         stderr,
         "run: %d rank%s, %d collective%s, %d step%s; peak memory per rank %s (unfused plan %s)\n",
@@ -571,12 +610,14 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
         b1, b2);
     for (int c = 0; c < plan->n_colls; c++) {
       const cf_pcoll *pc = &plan->colls[c];
-      cf_tool_bytes(pc->desc.count * cf_dtype_size(pc->desc.dtype), b1, sizeof b1);
+      cf_bytes_text(pc->desc.count * cf_dtype_size(pc->desc.dtype), b1, sizeof b1);
       fprintf(stderr, "run:   %s '%s' %s %s over %d rank%s: %s%s\n", cf_op_table[pc->desc.op].name,
               pc->desc.node, b1, cf_dtype_name(pc->desc.dtype), pc->n, cf_s(pc->n),
               cf_algo_name(pc->algo), pc->inline_ok ? "" : " (overlapped)");
     }
   }
+  if (!st) st = check_memory(ctx, &a, plan, ref_g, ranks, me, world);
+  if (!st) st = make_inputs(ctx, ref_g ? ref_g : g, &a, ranks, a.mpi && !a.verify ? me : -1, &in);
   /* MPI: every rank learns whether any could not get ready (usage, input,
    * rank table), so all skip the run and exit alike; the failing ones say
    * why. A failure later, in the run, reaches the others as an abort. */

@@ -32,11 +32,13 @@ int cf_bench_allreduce(cf_context *ctx, int argc, char **argv);
 typedef struct cf_red_args {
   const char *sizes, *dtypes, *ops, *sources, *min_ms, *device;
   int reps, samples;
+  int64_t max_memory; /* --max-memory (the CPU run only) */
   bool quick, json;
 } cf_red_args;
 typedef struct cf_ar_args {
   const char *sizes, *algo, *mpi_args, *backend, *device;
   int ranks, iters, loops;
+  int64_t max_memory; /* --max-memory (the CPU run only) */
   bool quick, json, no_mpi;
 } cf_ar_args;
 /* bench_cuda.c: `bench reduce --device cuda` and `bench allreduce --device
@@ -71,6 +73,7 @@ typedef enum cf_opt_kind {
   CF_OPT_FLAG, /* no value: sets a bool */
   CF_OPT_STR,  /* one value: sets a const char * (the last one given wins) */
   CF_OPT_INT,  /* one integer in [lo, hi]: sets an int */
+  CF_OPT_SIZE, /* one size in bytes ("512M", "4G") in [lo, hi]: sets an int64_t */
   CF_OPT_LIST, /* a value, repeatable: appends to a cf_opt_list */
   CF_OPT_CALL, /* one value given only to check (which converts and stores it) */
 } cf_opt_kind;
@@ -84,7 +87,7 @@ typedef struct cf_opt {
   const char *value; /* the value's name in help ("N"); NULL: choices, or a flag */
   cf_opt_kind kind;
   size_t field;        /* offsetof the field it sets in the command's struct */
-  long long lo, hi;    /* CF_OPT_INT's range */
+  long long lo, hi;    /* CF_OPT_INT's and CF_OPT_SIZE's range */
   const char *choices; /* "threads|mpi": the only values accepted, or NULL */
   /* Checks (and may convert and store) the value once the kind has stored
    * it; false with why (a usage error). out is the command's struct. */
@@ -134,7 +137,6 @@ int cf_tool_exit_code(cf_status st);
 int cf_tool_fail(cf_context *ctx, cf_status st);
 /* "collfuse CMD: <fmt with arg>" + a hint; returns EXIT_USAGE. */
 int cf_tool_usage(const char *cmd, const char *fmt, const char *arg);
-void cf_tool_bytes(int64_t b, char *buf, size_t len);
 /* cf_graph_load, where "-" is standard input, read once however often it is
  * loaded (`run -` compiles the graph twice); cf_tool_stdin_free at exit. */
 cf_status cf_tool_load(cf_context *ctx, const char *path, cf_graph **out);
@@ -143,6 +145,13 @@ void cf_tool_stdin_free(void);
 const char *cf_tool_name(const char *path);
 /* "-" names standard input or output. */
 bool cf_tool_is_std(const char *path);
+/* The --max-memory row of a command whose struct has int64_t field f: a
+ * size that replaces the memory the machine has available. */
+#define CF_OPT_MAX_MEMORY(f)                                                                        \
+  {"--max-memory", NULL, "SIZE", CF_OPT_SIZE, (f), 1, CF_MAX_MEMORY,                                \
+   .help = "refuse (exit 1) what needs more memory than SIZE (512M, 4G;\n"                         \
+           "default: what the machine has available, MemAvailable or\n"                            \
+           "the cgroup's limit)"}
 
 /* run.c: `collfuse run` (docs/cli.md); returns the exit code. */
 int cf_cmd_run(cf_context *ctx, int argc, char **argv);

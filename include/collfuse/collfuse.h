@@ -216,6 +216,8 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
  *   "algo"          AllReduce algorithm: auto | direct | rd | ring | rsag
  *   "timeout"       seconds every wait of a run may take (default 60)
  *   "seed"          seed of the data of Inputs the caller does not give
+ *   "max_memory"    bytes a run may hold ("512M", "4G"; default: what the
+ *                   machine has available): more is refused before allocating
  * A bad key or value fails at once with a message. The caller owns *out
  * (cf_options_destroy); it keeps a pointer to ctx. */
 typedef struct cf_options cf_options;
@@ -233,10 +235,13 @@ cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_opti
 typedef struct cf_executable cf_executable;
 
 /* Plan g for running with the options' ranks, target, deterministic, algo,
- * timeout and seed (opt may be NULL), verifying g first; no passes are run
- * (cf_graph_run_pipeline does that). g is borrowed, not copied: it must not
- * be changed or destroyed while *out exists. The caller owns *out
- * (cf_executable_destroy), which holds the plan and its kernels. */
+ * timeout, seed and max_memory (opt may be NULL), verifying g first; no
+ * passes are run (cf_graph_run_pipeline does that). CF_ERR_INVALID, with the
+ * sizes, when one rank's memory exceeds max_memory or what the machine has
+ * available (cf_executable_run checks every rank's together). g is
+ * borrowed, not copied: it must not be changed or destroyed while *out
+ * exists. The caller owns *out (cf_executable_destroy), which holds the plan
+ * and its kernels. */
 cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable **out);
 void cf_executable_destroy(cf_executable *e);
 /* Ranks one run has (the world size). */

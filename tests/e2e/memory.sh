@@ -1,0 +1,124 @@
+#!/bin/sh
+# memory.sh COLLFUSE
+#
+# `run` and the benches compute a plan's memory before allocating it and
+# refuse (exit 1) what exceeds the memory available or --max-memory, naming
+# the sizes; an allocation that still fails (here: under a small address
+# space limit, which MemAvailable does not see) is exit 3 and names the size
+# and what it was for. The graphs are generated in a temporary directory:
+#   small.xml  an AllReduce of 4 MiB on 4 ranks (a few MiB per rank)
+#   huge.xml   an AllReduce of a 128 GiB Input on 64 ranks: more than any
+#              machine has, refused at once, before anything is allocated
+#   const.xml  a 1 GiB Constant, for the address space limit
+#   input.xml  a 1 GiB Input, likewise
+set -u
+
+if [ $# -ne 1 ]; then
+  echo "usage: memory.sh COLLFUSE" >&2
+  exit 2
+fi
+cf=$1
+dir=$(mktemp -d "${TMPDIR:-/tmp}/cf-memory.XXXXXX") || exit 2
+trap 'rm -rf "$dir"' EXIT
+trap 'exit 130' INT TERM
+fails=0
+pre= # a command the cases run collfuse under
+
+# case WANT_EXIT MAX_MS PATTERN -- ARGS...: collfuse ARGS exits WANT_EXIT
+# within MAX_MS milliseconds and its stderr matches the extended regex
+# PATTERN.
+case_() {
+  want=$1 max_ms=$2 pat=$3
+  shift 4
+  t0=$(date +%s%N)
+  # shellcheck disable=SC2086 # $pre is a command prefix, split on purpose
+  timeout -k 5 60 $pre "$cf" "$@" >"$dir/out" 2>"$dir/err"
+  rc=$?
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  problem=
+  if [ "$rc" -ne "$want" ]; then
+    problem="exit code $rc, expected $want"
+  elif [ -n "$pat" ] && ! grep -Eq -- "$pat" "$dir/err"; then
+    problem="stderr does not match: $pat"
+  elif [ "$ms" -gt "$max_ms" ]; then
+    problem="took $ms ms, more than $max_ms"
+  fi
+  if [ -n "$problem" ]; then
+    echo "FAIL: collfuse $*"
+    echo "  $problem"
+    sed 's/^/    | /' "$dir/err" | head -n 20
+    fails=$((fails + 1))
+  fi
+}
+
+graph() { # NAME WORLD OPS...
+  name=$1 world=$2
+  shift 2
+  {
+    printf '<?xml version="1.0" encoding="UTF-8"?>\n'
+    printf '<graph name="%s" version="1" world_size="%s">\n' "$name" "$world"
+    for line in "$@"; do printf '  %s\n' "$line"; done
+    printf '</graph>\n'
+  } >"$dir/$name.xml"
+}
+graph small 4 '<node name="x" op="Input" dtype="float32" shape="1048576"/>' \
+  '<node name="ar" op="AllReduce" reduction="sum"><input ref="x"/></node>' \
+  '<node name="y" op="Output"><input ref="ar"/></node>'
+graph huge 64 '<node name="x" op="Input" dtype="float32" shape="34359738368"/>' \
+  '<node name="ar" op="AllReduce" reduction="sum"><input ref="x"/></node>' \
+  '<node name="y" op="Output"><input ref="ar"/></node>'
+graph const 1 '<node name="c" op="Constant" dtype="float32" shape="268435456" value="1"/>' \
+  '<node name="y" op="Output"><input ref="c"/></node>'
+graph input 1 '<node name="x" op="Input" dtype="float32" shape="268435456"/>' \
+  '<node name="y" op="Output"><input ref="x"/></node>'
+size='[0-9]+\.[0-9] [KMGT]iB'
+avail="$size available \((MemAvailable|the cgroup's memory limit)\)"
+
+# --max-memory below the need: the sizes, per rank and in all
+case_ 1 3000 "small\.xml: error: 4 ranks need $size \($size per rank\), 8\.0 MiB allowed by --max-memory; use fewer ranks or --backend mpi across machines" \
+  -- run "$dir/small.xml" --max-memory 8M
+case_ 0 20000 "" -- run "$dir/small.xml" --max-memory 1G
+# --verify's float64 reference counts (16 bytes an element, every rank)
+case_ 1 3000 "4 ranks need $size \($size per rank, $size for --verify's float64 reference\), 100\.0 MiB allowed by --max-memory" \
+  -- run "$dir/small.xml" --max-memory 100M --verify
+case_ 1 3000 "small\.xml: error: 1 rank needs $size \($size of it for --verify's float64 reference\), 1\.0 MiB allowed by --max-memory\$" \
+  -- run "$dir/small.xml" --ranks 1 --max-memory 1M --verify
+# more than the machine has: refused at once, nothing allocated
+case_ 1 3000 "huge\.xml: error: 64 ranks need $size \($size per rank\), $avail; use fewer ranks or --backend mpi across machines" \
+  -- run "$dir/huge.xml"
+case_ 1 3000 "huge\.xml: error: 1 rank needs 512\.0 GiB, $avail\$" -- run "$dir/huge.xml" --ranks 1
+case_ 2 3000 "collfuse run: --max-memory wants a size such as 512M or 4G, got '12X'" \
+  -- run "$dir/small.xml" --max-memory 12X
+# the benches that execute graphs or allocate rank buffers
+case_ 1 3000 "huge\.xml: error: 4 ranks need $size \($size per rank\), $avail; use fewer ranks \(--ranks\)" \
+  -- bench fusion "$dir/huge.xml" --ranks 4
+case_ 1 3000 "small\.xml: error: 4 ranks need $size \($size per rank\), 1\.0 MiB allowed by --max-memory" \
+  -- bench fusion "$dir/small.xml" --quick --max-memory 1M
+case_ 1 3000 "bench mmrs: error: 4 ranks need $size \($size per rank\), $avail; use fewer ranks or smaller --shapes" \
+  -- bench mmrs --shapes 1048576x65536x65536 --ranks 4 --dtypes float32
+case_ 1 3000 "bench allreduce: error: 64 ranks need $size \($size per rank\), 1\.0 GiB allowed by --max-memory; use fewer ranks or smaller --sizes" \
+  -- bench allreduce --sizes 1G --ranks 64 --no-mpi --max-memory 1G
+case_ 1 3000 "bench reduce: error: 10 buffers of 1\.0 GiB \(8 sources, destination, reference\) need 10\.0 GiB, 4\.0 GiB allowed by --max-memory; use smaller --sizes" \
+  -- bench reduce --sizes 1G --max-memory 4G
+case_ 2 3000 "collfuse bench fusion: --max-memory wants a size such as 512M or 4G, got '0'" \
+  -- bench fusion "$dir/small.xml" --max-memory 0
+
+# an allocation that fails anyway (an address space limit: MemAvailable does
+# not see it) names its size and purpose, exit 3. Sanitizers reserve more
+# address space than any such limit leaves, so not under them.
+if command -v prlimit >/dev/null 2>&1 && [ -z "${ASAN_OPTIONS:-}" ]; then
+  pre="prlimit --as=$((640 * 1024 * 1024))"
+  case_ 3 20000 "const\.xml: error: cannot allocate 1\.0 GiB for rank 0's memory plan \(its tensors, buckets and scratch\): out of memory" \
+    -- run "$dir/const.xml" --max-memory 100G
+  case_ 3 20000 "input\.xml: error: cannot allocate 1\.0 GiB for rank 0's Input 'x': out of memory" \
+    -- run "$dir/input.xml" --max-memory 100G
+  pre=
+else
+  echo "memory.sh: the address space cases are skipped (no prlimit, or sanitizers)"
+fi
+
+if [ "$fails" -ne 0 ]; then
+  echo "memory.sh: $fails case(s) failed" >&2
+  exit 1
+fi
+echo "memory.sh: all cases passed"
