@@ -10,6 +10,8 @@
                                     docs/format.md's ops and attributes section
                                     against tests/gen_ops_doc.c's output (GEN);
                                     --write rewrites the section
+    doctest.py cli COLLFUSE SRC     docs/cli.md's commands, synopses and option
+                                    tables against the program's --help
 
 Conventions of the documents (README.md says them in short):
 
@@ -379,8 +381,258 @@ def check_ops(gen, src, write):
              "cmake --build BUILD --target doc-ops)\n" + "\n".join(diff))
 
 
+# ---- docs/cli.md against --help --------------------------------------------
+#
+# A command section of docs/cli.md is a heading whose text is a command as
+# typed after `collfuse` (`## run`, `### bench fusion`: lowercase words); a
+# heading that only groups others (`## bench`) is no command. Its first code
+# block is the synopsis, which must equal the usage line(s) of `collfuse CMD
+# --help` (whitespace aside), and its first table whose header starts
+# `| option |` lists its options: every spelling in the first column (`-v`,
+# `--verbose`, without the value) must be one the help lists and every option
+# the help lists must have a row (-h/--help aside: the conventions cover
+# them). The sections are the commands and benchmarks `collfuse --help` and
+# `collfuse bench --help` list, no more, no fewer; so is the page's opening
+# synopsis. A `collfuse CMD ...` line in a section's code blocks uses only
+# options of CMD, and so does a paragraph of the other documents that links
+# CMD's section or names `collfuse CMD --help`.
+
+CLI_DOC = "docs/cli.md"
+
+
+def help_of(exe, args):
+    p = subprocess.run([exe] + args + ["--help"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    text = p.stdout.decode("utf-8", "replace")
+    if p.returncode != 0:
+        fail(CLI_DOC, "`collfuse %s --help` exited %d:\n%s"
+             % (" ".join(args), p.returncode, text))
+    return text
+
+
+def help_commands(text, heading):
+    """The names in a help's `commands:` or `benchmarks:` list."""
+    names, on = [], False
+    for ln in text.split("\n"):
+        if ln == heading:
+            on = True
+        elif on and not ln.strip():
+            break
+        elif on:
+            words = []
+            for w in re.split(r"\s{2,}", ln.strip())[0].split():
+                if not re.fullmatch(r"[a-z][a-z0-9-]*", w):
+                    break
+                words.append(w)
+            if words:
+                names.append(" ".join(words))
+    return names
+
+
+def help_usage(text):
+    """The usage lines, joined, without `usage: `, whitespace normalised."""
+    lines = text.split("\n")
+    out = []
+    for ln in lines:
+        if not ln.strip():
+            break
+        out.append(ln)
+    return " ".join(" ".join(out).split())[len("usage: "):] if out else ""
+
+
+def help_options(text):
+    """Every spelling the help's option list names, -h/--help aside."""
+    opts, on = set(), False
+    for ln in text.split("\n"):
+        if ln == "options:":
+            on = True
+        elif on and not ln.strip():
+            break
+        elif on and re.match(r"  -", ln):
+            left = re.split(r"\s{2,}", ln.strip())[0]
+            opts.update(part.split()[0] for part in left.split(", "))
+    return opts - {"-h", "--help"}
+
+
+def cli_sections(src):
+    """{name: (heading line, synopsis (line, text) or None, table (line, rows) or None,
+    [(line, text) of code lines])} for docs/cli.md's command sections, and
+    the page's opening synopsis as (line, lines)."""
+    lines = open(os.path.join(src, CLI_DOC), encoding="utf-8").read().split("\n")
+    sections, cur, opening, fence = {}, None, None, None
+    for i, ln in enumerate(lines, 1):
+        if ln.startswith("```"):
+            if fence is None:
+                fence = (i, [])
+                continue
+            start, body = fence
+            fence = None
+            if opening is None and cur is None:
+                opening = (start + 1, body)
+            if cur is not None:
+                if cur["synopsis"] is None:
+                    cur["synopsis"] = (start + 1, " ".join(" ".join(body).split()))
+                cur["code"] += [(start + 1 + k, b) for k, b in enumerate(body)]
+            continue
+        if fence is not None:
+            fence[1].append(ln)
+            continue
+        m = re.match(r"^(#{2,})\s+(.*?)\s*$", ln)
+        if m:
+            name = m.group(2)
+            cur = None
+            if re.fullmatch(r"[a-z][a-z0-9-]*( [a-z][a-z0-9-]*)*", name):
+                if name in sections:
+                    fail("%s:%d" % (CLI_DOC, i), "a second section '%s'" % name)
+                cur = sections[name] = {"line": i, "synopsis": None, "table": None,
+                                        "code": [], "in_table": False}
+            continue
+        if cur is None:
+            continue
+        if cur["table"] is None and re.match(r"^\|\s*option\s*\|", ln):
+            cur["table"], cur["in_table"] = (i, []), True
+        elif cur["in_table"] and ln.startswith("|"):
+            if not re.match(r"^\|[\s:|-]+\|\s*$", ln):  # not the |---| line
+                cur["table"][1].append((i, ln.split("|")[1]))
+        else:
+            cur["in_table"] = False
+    # a heading that only groups other sections (## bench) is no command
+    for name in [n for n in sections if any(o.startswith(n + " ") for o in sections)]:
+        if sections[name]["synopsis"] or sections[name]["table"]:
+            fail("%s:%d" % (CLI_DOC, sections[name]["line"]),
+                 "'%s' groups other sections but has a synopsis or an options table" % name)
+        del sections[name]
+    return sections, opening
+
+
+def row_options(cell):
+    """`-v`, `--verbose` -> {-v, --verbose}; `--target T` -> {--target}."""
+    return {re.split(r"[\s=]", span.strip())[0]
+            for span in re.findall(r"`([^`]*)`", cell) if span.strip().startswith("-")}
+
+
+def check_cli_links(src, options):
+    """A paragraph of README.md, docs/*.md or bench/README.md that links a
+    command's section of docs/cli.md (`cli.md#run`) or names its help
+    (`collfuse run --help`) names only options of that command."""
+    anchors = {n.replace(" ", "-"): n for n in options}
+    failed = len(FAILED)
+    for rel in doc_files(src) + ["bench/README.md"]:
+        if rel == CLI_DOC:
+            continue
+        lines = open(os.path.join(src, rel), encoding="utf-8").read().split("\n")
+        start = 0
+        for i in range(len(lines) + 1):
+            if i < len(lines) and lines[i].strip():
+                continue
+            para = " ".join(lines[start:i])
+            cmds = {anchors[a] for a in re.findall(r"cli\.md#([a-z-]+)", para) if a in anchors}
+            cmds |= {c for c in re.findall(r"`collfuse ([a-z]+(?: [a-z]+)?) --help`", para)
+                     if c in options}
+            for c in sorted(cmds):
+                for span in re.findall(r"`(-[^`]*)`", para):
+                    o = re.split(r"[\s=]", span)[0]
+                    if o not in options[c]:
+                        fail("%s:%d" % (rel, start + 1), "names %s with `collfuse %s`, which "
+                             "does not take it" % (o, c))
+            start = i + 1
+    if len(FAILED) == failed:
+        print("ok options named next to links to docs/cli.md's sections")
+
+
+def check_cli(exe, src):
+    top = help_of(exe, [])
+    bench = help_of(exe, ["bench"])
+    program = help_commands(top, "commands:")
+    for b in help_commands(bench, "benchmarks:"):
+        if b not in program:
+            program.append(b)
+    if not program:
+        fail(CLI_DOC, "`collfuse --help` lists no commands")
+        return
+    helps = {name: help_of(exe, name.split()) for name in program}
+    options = {name: help_options(text) for name, text in helps.items()}
+    check_cli_links(src, options)
+    sections, opening = cli_sections(src)
+    for name in program:
+        if name not in sections:
+            fail(CLI_DOC, "`collfuse --help` lists the command '%s', which has no section "
+                 "(## %s)" % (name, name))
+    for name, sec in sections.items():
+        if name not in program:
+            fail("%s:%d" % (CLI_DOC, sec["line"]), "a section '%s', a command `collfuse --help` "
+                 "does not list" % name)
+    # the page's opening synopsis: one `collfuse CMD` line per command
+    if opening is None:
+        fail(CLI_DOC, "no opening synopsis")
+    else:
+        shown = {}
+        for k, ln in enumerate(opening[1]):
+            w = ln.split()
+            if len(w) >= 2 and w[0] == "collfuse" and not w[1].startswith("-"):
+                subs = w[2].split("|") if w[1] == "bench" and len(w) > 2 else [None]
+                for s in subs:
+                    shown[w[1] + (" " + s if s else "")] = opening[0] + k
+        for name in program:
+            if name not in shown:
+                fail(CLI_DOC, "the opening synopsis (line %d) lacks '%s'" % (opening[0], name))
+        for name, line in shown.items():
+            if name not in program:
+                fail("%s:%d" % (CLI_DOC, line), "the opening synopsis shows '%s', a command "
+                     "`collfuse --help` does not list" % name)
+    for name in program:
+        sec = sections.get(name)
+        if sec is None:
+            continue
+        text = helps[name]
+        failed = len(FAILED)
+        where = "%s:%d" % (CLI_DOC, sec["line"])
+        usage = help_usage(text)
+        if not usage.startswith("collfuse " + name):
+            fail(where, "`collfuse %s --help` prints no usage line" % name)
+        if sec["synopsis"] is None:
+            fail(where, "%s: no synopsis block" % name)
+        elif sec["synopsis"][1] != usage:
+            fail("%s:%d" % (CLI_DOC, sec["synopsis"][0]),
+                 "%s: the synopsis differs from `collfuse %s --help`'s usage\n  doc:  %s\n"
+                 "  help: %s" % (name, name, sec["synopsis"][1], usage))
+        opts = options[name]
+        if not opts:
+            fail(where, "`collfuse %s --help` lists no options" % name)
+        if sec["table"] is None:
+            fail(where, "%s: no options table (| option | value | default | meaning |)" % name)
+            continue
+        documented = {}
+        for line, cell in sec["table"][1]:
+            got = row_options(cell)
+            if not got:
+                fail("%s:%d" % (CLI_DOC, line), "%s: a row that names no option" % name)
+            for o in got:
+                if o in documented:
+                    fail("%s:%d" % (CLI_DOC, line), "%s: option %s has a second row (line %d)"
+                         % (name, o, documented[o]))
+                documented[o] = line
+        for o in sorted(opts - set(documented)):
+            fail("%s:%d" % (CLI_DOC, sec["table"][0]), "%s: option %s is in `collfuse %s "
+                 "--help` but not in the options table" % (name, o, name))
+        for o in sorted(set(documented) - opts - {"-h", "--help"}):
+            fail("%s:%d" % (CLI_DOC, documented[o]), "%s: the options table lists %s, which "
+                 "`collfuse %s --help` does not" % (name, o, name))
+        # the section's command lines use only this command's options
+        for line, ln in sec["code"]:
+            m = re.search(r"(?:^|\s)collfuse %s(\s|$)" % re.escape(name), ln)
+            if not m:
+                continue
+            for o in re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", ln[m.end():]):
+                if o not in opts and o not in ("-h", "--help"):
+                    fail("%s:%d" % (CLI_DOC, line), "%s: `%s` uses %s, which `collfuse %s "
+                         "--help` does not list" % (name, ln.strip(), o, name))
+        if len(FAILED) == failed:
+            print("ok %s: %s" % (where, name))
+
+
 def main(argv):
-    if len(argv) < 4 or argv[1] not in ("commands", "code", "ops"):
+    if len(argv) < 4 or argv[1] not in ("commands", "code", "ops", "cli"):
         sys.stderr.write(__doc__)
         return 2
     mode, first, src = argv[1], os.path.abspath(argv[2]), os.path.abspath(argv[3])
@@ -388,6 +640,8 @@ def main(argv):
         run_commands(first, src, "--no-python" not in argv[4:])
     elif mode == "code":
         run_code(first, src, "--no-python" not in argv[4:])
+    elif mode == "cli":
+        check_cli(first, src)
     else:
         check_ops(first, src, "--write" in argv[4:])
     if FAILED:
