@@ -466,9 +466,9 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
   cf_comm *comm = cf_mpi_comm(e->mpi);
   if (comm->size != e->ranks)
     return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
-                    "cf_executable_run_rank: the executable has %d ranks, but this MPI job has %d "
+                    "cf_executable_run_rank: the executable has %d rank%s, but this MPI job has %d "
                     "process%s (start it with mpirun -np %d)",
-                    e->ranks, comm->size, comm->size == 1 ? "" : "es", e->ranks);
+                    e->ranks, cf_s(e->ranks), comm->size, comm->size == 1 ? "" : "es", e->ranks);
   if (comm->rank != rank)
     return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
                     "cf_executable_run_rank: rank %d asked for, but this process is rank %d of "

@@ -475,8 +475,8 @@ cf_status cf_exec_run_comm(cf_context *ctx, cf_plan *p, cf_comm *comm, const cf_
   if (p->opt.iters < 1) p->opt.iters = 1;
   if (p->opt.warmup < 0) p->opt.warmup = 0;
   if (comm->size != p->ranks)
-    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "the transport has %d ranks, the plan %d", comm->size,
-                    p->ranks);
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "the transport has %d rank%s, the plan %d", comm->size,
+                    cf_s(comm->size), p->ranks);
   if (!cf_device_is_host(p->dev) && !comm->ops->zero_copy)
     return cf_error(ctx, CF_ERR_UNSUPPORTED, NULL, 0,
                     "the %s transport moves host memory: --device %s needs the threads transport",

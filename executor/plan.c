@@ -615,8 +615,8 @@ cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options
     goto fail;
   }
   if (g->world_size > 0 && g->world_size != p->ranks) {
-    st = cf_error(ctx, CF_ERR_USAGE, g->file, 0, "the graph is compiled for world_size %lld, not %d ranks",
-                  (long long)g->world_size, p->ranks);
+    st = cf_error(ctx, CF_ERR_USAGE, g->file, 0, "the graph is compiled for world_size %lld, not %d rank%s",
+                  (long long)g->world_size, p->ranks, cf_s(p->ranks));
     goto fail;
   }
   p->world_ranks = malloc(sizeof(int) * (size_t)p->ranks);

@@ -339,20 +339,20 @@ static cf_status group_of(ref_run *r, const cf_node *n, const int **ranks, int *
   int64_t s = cf_node_int(n, CF_A_WORLD_SIZE, cf_node_int(n, CF_A_RANK_SIZE, -1));
   if (s < 0) s = cf_graph_group_size(r->g, name);
   if (gr && s != gr->n_ranks)
-    return cf_node_error(r->g, n, CF_ERR_INVALID, "reference: size %lld but group '%s' has %d ranks",
-                         (long long)s, name, gr->n_ranks);
+    return cf_node_error(r->g, n, CF_ERR_INVALID, "reference: size %lld but group '%s' has %d rank%s",
+                         (long long)s, name, gr->n_ranks, cf_s(gr->n_ranks));
   if (s <= 0 || s > r->R)
     return cf_node_error(r->g, n, CF_ERR_USAGE,
-                         "reference: group '%s' spans %lld ranks but the run has %d", name,
-                         (long long)s, r->R);
+                         "reference: group '%s' spans %lld rank%s but the run has %d", name,
+                         (long long)s, cf_s(s), r->R);
   *ranks = gr ? gr->ranks : r->world;
   *size = (int)s;
   *parts = gr ? gr->n_parts : 1;
   for (int i = 0; i < *size * *parts; i++)
     if ((*ranks)[i] >= r->R)
       return cf_node_error(r->g, n, CF_ERR_USAGE,
-                           "reference: group '%s' has rank %d but the run has %d ranks", name,
-                           (*ranks)[i], r->R);
+                           "reference: group '%s' has rank %d but the run has %d rank%s", name,
+                           (*ranks)[i], r->R, cf_s(r->R));
   return CF_OK;
 }
 

@@ -69,8 +69,8 @@ cf_status cf_verify_outputs(cf_context *ctx, const cf_graph *g, const cf_tensor 
   for (int i = 0; i < g->n_nodes; i++) found += g->nodes[i].op == CF_OP_OUTPUT;
   if (found != n_outputs || ranks <= 0 || (n_outputs > 0 && (!got || !ref))) {
     status = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
-                      "verify: %d outputs on %d ranks given, the graph has %d Output nodes",
-                      n_outputs, ranks, found);
+                      "verify: %d output%s on %d rank%s given, the graph has %d Output node%s",
+                      n_outputs, cf_s(n_outputs), ranks, cf_s(ranks), found, cf_s(found));
     goto fail;
   }
   for (int rank = 0; rank < ranks; rank++) {

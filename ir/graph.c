@@ -346,9 +346,9 @@ cf_status cf_graph_add_group_parts(cf_graph *g, const char *name, const int *ran
                       k);
     if (sk != size)
       return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
-                      "group '%s': part %d has %d ranks but part 0 has %d (the parts of a group "
+                      "group '%s': part %d has %d rank%s but part 0 has %d (the parts of a group "
                       "are communicators of one size)",
-                      name, k, sk, size);
+                      name, k, sk, cf_s(sk), size);
   }
   if (n < 0 || n > CF_MAX_WORLD)
     return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group '%s': %d ranks, above %d", name,
