@@ -128,7 +128,7 @@ static cf_status check_memory(cf_context *ctx, const ar_options *o, int n, bool 
     int64_t b = (zero_copy ? 2 : 3) * o->sizes[s] + scratch;
     if (b > need->per_rank) need->per_rank = b;
   }
-  need->file = "bench allreduce";
+  need->file = "collfuse bench allreduce";
   need->hint = "use fewer ranks or smaller --sizes";
   return cf_mem_check(ctx, need, o->max_memory, "--max-memory");
 }

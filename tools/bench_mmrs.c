@@ -339,7 +339,7 @@ static cf_status check_memory(cf_context *ctx, const mm_options *o, cf_graph *co
   for (int v = 0; v < N_VARIANTS; v++)
     if (cf_plan_run_bytes(p[v], false) > run) run = cf_plan_run_bytes(p[v], false);
   cf_mem_need need = {
-      .file = "bench mmrs", .ranks = ranks, .hint = "use fewer ranks or smaller --shapes"};
+      .file = "collfuse bench mmrs", .ranks = ranks, .hint = "use fewer ranks or smaller --shapes"};
   need.per_rank = cf_graph_io_bytes(g[V_SEQ], CF_OP_INPUT) +
                   cf_graph_io_bytes(g[V_RS], CF_OP_INPUT) +
                   2 * cf_graph_io_bytes(g[V_FUSED], CF_OP_OUTPUT) + run;

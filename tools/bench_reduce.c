@@ -820,7 +820,7 @@ int cf_bench_reduce(cf_context *ctx, int argc, char **argv) {
   char who[96], mb[32];
   snprintf(who, sizeof who, "%d buffers of %s (%d sources, destination, reference) need", MAX_K + 2,
            cf_bytes_text(most, mb, sizeof mb), MAX_K);
-  cf_mem_need need = {.file = "bench reduce",
+  cf_mem_need need = {.file = "collfuse bench reduce",
                       .ranks = 1,
                       .per_rank = (MAX_K + 2) * most,
                       .who = who,
@@ -896,7 +896,7 @@ int cf_bench_reduce(cf_context *ctx, int argc, char **argv) {
   signal(SIGPIPE, old_pipe);
 
   if (st) {
-    fprintf(stderr, "%s\n", cf_context_errmsg(ctx));
+    cf_tool_fail(ctx, st);
     rc = 3;
   } else if (o.json) {
     char *text = cJSON_PrintUnformatted(root);

@@ -28,8 +28,23 @@ int cf_tool_exit_code(cf_status st) {
   }
 }
 
+const char *cf_tool_command = "";
+
 int cf_tool_fail(cf_context *ctx, cf_status st) {
-  fprintf(stderr, "%s\n", cf_context_errmsg(ctx));
+  const char *msg = cf_context_errmsg(ctx);
+  bool no_file = strncmp(msg, "error: ", 7) == 0;
+  if (st == CF_ERR_USAGE) {
+    /* "FILE: error: MSG" -> "collfuse CMD: FILE: MSG", "error: MSG" -> "collfuse CMD: MSG" */
+    const char *e = no_file ? msg : strstr(msg, ": error: ");
+    int keep = no_file || !e ? 0 : (int)(e - msg) + 2;
+    const char *rest = no_file ? msg + 7 : e ? e + 9 : msg;
+    fprintf(stderr, "collfuse %s: %.*s%s\nTry 'collfuse %s --help'.\n", cf_tool_command, keep, msg,
+            rest, cf_tool_command);
+  } else if (no_file) {
+    fprintf(stderr, "collfuse %s: %s\n", cf_tool_command, msg);
+  } else {
+    fprintf(stderr, "%s\n", msg);
+  }
   return cf_tool_exit_code(st);
 }
 
@@ -116,8 +131,7 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
     cf_status st = cf_tool_load(ctx, files[k], &g);
     if (!st) st = cf_graph_verify(g, target);
     if (st) {
-      fprintf(stderr, "%s\n", cf_context_errmsg(ctx));
-      int c = cf_tool_exit_code(st);
+      int c = cf_tool_fail(ctx, st);
       if (c > rc) rc = c;
       cf_graph_destroy(g);
       continue;
@@ -550,6 +564,7 @@ int main(int argc, char **argv) {
   }
   int verbose = getenv("COLLFUSE_VERBOSE") != NULL;
   cf_context_set_log(ctx, log_to_stderr, &verbose);
+  cf_tool_command = c->name;
   int skip = strchr(c->name, ' ') ? 3 : 2; /* "bench NAME" takes two words */
   rc = c->run(ctx, argc - skip, argv + skip);
   cf_context_destroy(ctx);

@@ -570,7 +570,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     if (a.ranks && a.ranks != comm->size)
       st = cf_error(
           ctx, CF_ERR_USAGE, NULL, 0,
-          "collfuse run: --ranks %d, but mpirun started %d process%s (leave --ranks out with "
+          "--ranks %d, but mpirun started %d process%s (leave --ranks out with "
           "--backend mpi)",
           a.ranks, comm->size, comm->size == 1 ? "" : "es");
     ranks = comm->size;

@@ -133,7 +133,11 @@ extern const cf_command *const cf_bench_commands[]; /* bench.c: the benchmarks *
 /* collfuse.c: shared by the commands */
 enum { EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
 int cf_tool_exit_code(cf_status st);
-/* Print the context's message and return the exit code of st. */
+/* The command running ("run", "bench fusion"), for messages; set by main. */
+extern const char *cf_tool_command;
+/* Print the context's message and return the exit code of st. A usage error
+ * (CF_ERR_USAGE) reads as cf_tool_usage's: "collfuse CMD: MESSAGE" and the
+ * hint; a message that names no file reads "collfuse CMD: error: MESSAGE". */
 int cf_tool_fail(cf_context *ctx, cf_status st);
 /* "collfuse CMD: <fmt with arg>" + a hint; returns EXIT_USAGE. */
 int cf_tool_usage(const char *cmd, const char *fmt, const char *arg);

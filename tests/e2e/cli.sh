@@ -22,42 +22,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/cf-cli.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
-fails=0
-checks=0
-OUT="$work/stdout"
-ERR="$work/stderr"
-
-fail() {
-  fails=$((fails + 1))
-  echo "FAIL: $*" >&2
-  if [ -s "$ERR" ]; then head -n 20 "$ERR" | sed 's/^/    stderr| /' >&2; fi
-}
-
-# run ARGS...: runs collfuse, leaves stdout in $OUT, stderr in $ERR, status in $rc
-run() {
-  checks=$((checks + 1))
-  timeout -k 5 20 "$cf" "$@" >"$OUT" 2>"$ERR"
-  rc=$?
-  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    fail "timed out: collfuse $*"
-    return 1
-  fi
-  if grep -Eq 'ERROR: (Address|Leak|Memory|Thread|UndefinedBehavior)Sanitizer|runtime error:' "$ERR"; then
-    fail "sanitizer error: collfuse $*"
-    return 1
-  fi
-  return 0
-}
-
-# expect_rc WANT DESCRIPTION
-expect_rc() {
-  [ "$rc" -eq "$1" ] || { fail "$2: exit $rc, expected $1"; return 1; }
-}
-
-# has FILE TEXT DESCRIPTION: FILE contains TEXT (fixed string)
-has() {
-  grep -Fq -- "$2" "$1" || { fail "$3: no '$2' in $(basename "$1")"; return 1; }
-}
+. "$(dirname "$0")/lib.sh"
 
 # ---------------------------------------------------------------- version/help
 if run --version; then
@@ -409,8 +374,4 @@ if run compile "$bad" --json; then
   [ -s "$OUT" ] && fail "compile --json of an invalid graph printed on stdout"
 fi
 
-if [ "$fails" -ne 0 ]; then
-  echo "cli.sh: $fails failure(s) in $checks commands" >&2
-  exit 1
-fi
-echo "cli.sh: all $checks checks passed"
+finish cli.sh

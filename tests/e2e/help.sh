@@ -25,43 +25,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/cf-help.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
-fails=0
-checks=0
-OUT="$work/stdout"
-ERR="$work/stderr"
+. "$(dirname "$0")/lib.sh"
+FAIL_LINES=5
 BOGUS=--zz-not-an-option
-
-fail() {
-  fails=$((fails + 1))
-  echo "FAIL: $*" >&2
-  if [ -s "$ERR" ]; then head -n 5 "$ERR" | sed 's/^/    stderr| /' >&2; fi
-}
-
-# run ARGS...: stdout in $OUT, stderr in $ERR, status in $rc
-run() {
-  checks=$((checks + 1))
-  timeout -k 5 20 "$cf" "$@" >"$OUT" 2>"$ERR"
-  rc=$?
-  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    fail "timed out: collfuse $*"
-    return 1
-  fi
-  if grep -Eq 'ERROR: (Address|Leak|Memory|Thread|UndefinedBehavior)Sanitizer|runtime error:' "$ERR"; then
-    fail "sanitizer error: collfuse $*"
-    return 1
-  fi
-  return 0
-}
-
-# expect WANT_RC TEXT ARGS...: exit WANT_RC and TEXT in stderr (or stdout)
-expect() {
-  want=$1
-  text=$2
-  shift 2
-  run "$@" || return 0
-  [ "$rc" -eq "$want" ] || { fail "collfuse $*: exit $rc, expected $want"; return 0; }
-  grep -Fq -- "$text" "$ERR" || grep -Fq -- "$text" "$OUT" || fail "collfuse $*: no '$text' in the output"
-}
 
 # ------------------------------------------------ every --help against its parser
 run --help || exit 1
@@ -229,5 +195,4 @@ if run --help; then
   for ext in .xml .graphml .hlo .pbtxt; do grep -Fq "$ext" "$OUT" || fail "--help does not list $ext"; done
 fi
 
-echo "help.sh: $checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+finish help.sh

@@ -94,11 +94,11 @@ case_ 1 3000 "huge\.xml: error: 4 ranks need $size \($size per rank\), $avail; u
   -- bench fusion "$dir/huge.xml" --ranks 4
 case_ 1 3000 "small\.xml: error: 4 ranks need $size \($size per rank\), 1\.0 MiB allowed by --max-memory" \
   -- bench fusion "$dir/small.xml" --quick --max-memory 1M
-case_ 1 3000 "bench mmrs: error: 4 ranks need $size \($size per rank\), $avail; use fewer ranks or smaller --shapes" \
+case_ 1 3000 "collfuse bench mmrs: error: 4 ranks need $size \($size per rank\), $avail; use fewer ranks or smaller --shapes" \
   -- bench mmrs --shapes 1048576x65536x65536 --ranks 4 --dtypes float32
-case_ 1 3000 "bench allreduce: error: 64 ranks need $size \($size per rank\), 1\.0 GiB allowed by --max-memory; use fewer ranks or smaller --sizes" \
+case_ 1 3000 "collfuse bench allreduce: error: 64 ranks need $size \($size per rank\), 1\.0 GiB allowed by --max-memory; use fewer ranks or smaller --sizes" \
   -- bench allreduce --sizes 1G --ranks 64 --no-mpi --max-memory 1G
-case_ 1 3000 "bench reduce: error: 10 buffers of 1\.0 GiB \(8 sources, destination, reference\) need 10\.0 GiB, 4\.0 GiB allowed by --max-memory; use smaller --sizes" \
+case_ 1 3000 "collfuse bench reduce: error: 10 buffers of 1\.0 GiB \(8 sources, destination, reference\) need 10\.0 GiB, 4\.0 GiB allowed by --max-memory; use smaller --sizes" \
   -- bench reduce --sizes 1G --max-memory 4G
 case_ 2 3000 "collfuse bench fusion: --max-memory wants a size such as 512M or 4G, got '0'" \
   -- bench fusion "$dir/small.xml" --max-memory 0

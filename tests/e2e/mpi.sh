@@ -56,18 +56,10 @@ if [ -n "${ASAN_OPTIONS:-}" ]; then
   export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
 fi
 
-fails=0
-checks=0
-OUT="$work/stdout"
-ERR="$work/stderr"
+. "$(dirname "$0")/lib.sh"
+FAIL_LINES=12
 SHM="--mca btl self,vader"
 TCP="--mca btl self,tcp"
-
-fail() {
-  fails=$((fails + 1))
-  echo "FAIL: $*" >&2
-  if [ -s "$ERR" ]; then head -n 12 "$ERR" | sed 's/^/    stderr| /' >&2; fi
-}
 
 # mpi ARGS...: `timeout 120 mpirun` with ARGS; stdout in $OUT, stderr in
 # $ERR, exit status in $rc, seconds in $took
@@ -77,9 +69,7 @@ mpi() {
   env $run_env timeout -k 5 120 mpirun $root --oversubscribe --bind-to none "$@" >"$OUT" 2>"$ERR"
   rc=$?
   took=$(($(date +%s) - t0))
-  if grep -Eq 'ERROR: (Address|Leak|Memory|Thread|UndefinedBehavior)Sanitizer|runtime error:' "$ERR"; then
-    fail "sanitizer error: mpirun $*"
-  fi
+  sanitized "mpirun $*"
 }
 
 # cf ARGS...: collfuse without mpirun, like mpi()
@@ -87,14 +77,6 @@ cf() {
   checks=$((checks + 1))
   timeout -k 5 60 "$cf" "$@" >"$OUT" 2>"$ERR"
   rc=$?
-}
-
-expect_rc() { # WANT WHAT
-  [ "$rc" -eq "$1" ] || { fail "$2: exit $rc, expected $1"; return 1; }
-}
-
-has() { # FILE TEXT WHAT
-  grep -Fq -- "$2" "$1" || { fail "$3: no '$2' in $(basename "$1")"; return 1; }
 }
 
 # gen N OUT: every collective kind for N (2 or 4) ranks: fused AllReduce,

@@ -30,51 +30,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/cf-run.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
-fails=0
-checks=0
 t_start=$(date +%s)
 section() { echo "run.sh: $(($(date +%s) - t_start))s: $*" >&2; }
-OUT="$work/stdout"
-ERR="$work/stderr"
+. "$(dirname "$0")/lib.sh"
+CF_SUB=run
 LIMIT=60
-
-fail() {
-  fails=$((fails + 1))
-  echo "FAIL: $*" >&2
-  if [ -s "$ERR" ]; then head -n 8 "$ERR" | sed 's/^/    stderr| /' >&2; fi
-}
-
-# run ARGS...: `collfuse run ARGS`, stdout in $OUT, stderr in $ERR, status in
-# $rc, seconds in $secs; false (after reporting) on a timeout or a sanitizer
-# report
-run() {
-  checks=$((checks + 1))
-  t0=$(date +%s)
-  timeout -k 5 "$LIMIT" "$cf" run "$@" >"$OUT" 2>"$ERR" </dev/null
-  rc=$?
-  secs=$(($(date +%s) - t0))
-  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    fail "timed out after ${LIMIT}s: collfuse run $*"
-    return 1
-  fi
-  if grep -Eq 'ERROR: (Address|Leak|Memory|Thread|UndefinedBehavior)Sanitizer|runtime error:' "$ERR"; then
-    fail "sanitizer error: collfuse run $*"
-    return 1
-  fi
-  if [ "$rc" -gt 3 ]; then
-    fail "crashed (exit $rc): collfuse run $*"
-    return 1
-  fi
-  return 0
-}
-
-expect_rc() {
-  [ "$rc" -eq "$1" ] || { fail "$2: exit $rc, expected $1"; return 1; }
-}
-
-has() {
-  grep -Fq -- "$2" "$1" || { fail "$3: no '$2' in $(basename "$1")"; return 1; }
-}
+FAIL_LINES=8
 
 # same DIR1 DIR2 WHAT: the two --save-outputs trees are byte-identical
 same() {
