@@ -3,8 +3,11 @@
  *
  * This is the library's top layer, doing what tools/run.c does for the
  * command line: verify, run a pipeline, plan, run. An executable is a plan
- * over a borrowed graph plus the lists of its Input and Output nodes in graph
- * order, which number the caller's buffers. A run hands the caller's buffers
+ * over a held graph plus the lists of its Input and Output nodes in graph
+ * order, which number the caller's buffers. The plan reads the graph's nodes
+ * when it runs, so the executable records the graph's generation and refuses
+ * (CF_ERR_USAGE) to run or describe itself once the graph has changed, and
+ * its hold keeps the graph alive past the caller's cf_graph_destroy. A run hands the caller's buffers
  * to the executor as they are (cf_inputs.borrow and .outputs): the plan says
  * which ones it can use in place (cf_plan_binds) and copies only the others,
  * into a fused bucket or out of one, because a bucket is one contiguous
@@ -199,7 +202,10 @@ static cf_status size_world(cf_graph *g, const cf_options *opt) {
   if (!opt || opt->ranks <= 0) return CF_OK;
   char job[48];
   snprintf(job, sizeof job, "option ranks=%d", opt->ranks);
-  return cf_graph_size_world(g, opt->ranks, job);
+  int64_t before = g->world_size;
+  cf_status st = cf_graph_size_world(g, opt->ranks, job);
+  if (g->world_size != before) g->generation++; /* resized: types change */
+  return st;
 }
 
 cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_options *opt) {
@@ -207,6 +213,7 @@ cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_opti
   const char *p = pipeline ? pipeline : opt && opt->passes ? opt->passes : "default";
   cf_status st = check_passes(g->ctx, p);
   if (st) return st;
+  g->generation++; /* the passes rewrite g: executables made before are stale */
   const char *target = opt ? opt->target : NULL;
   cf_pass_options po = {.split = opt ? opt->split : NULL,
                         .cost = opt ? opt->cost : NULL,
@@ -224,7 +231,8 @@ cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_opti
 
 struct cf_executable {
   cf_context *ctx;
-  cf_graph *g; /* borrowed */
+  cf_graph *g;         /* held (cf_graph_hold) */
+  uint64_t generation; /* g's when the plan was made */
   cf_plan *plan;
   int ranks;
   int n_io[2];     /* Inputs, Outputs */
@@ -260,8 +268,12 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
   if (!e) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   e->ctx = ctx;
   e->g = g;
+  cf_graph_hold(g);
   cf_status st = size_world(g, opt);
-  if (g->world_size <= 0) g->world_size = 1;
+  if (g->world_size <= 0) {
+    g->world_size = 1;
+    g->generation++;
+  }
   e->ranks = (int)g->world_size;
   if (!st) st = cf_graph_verify(g, opt ? opt->target : NULL);
   if (st) goto fail;
@@ -286,6 +298,7 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
     for (int i = 0; i < g->n_nodes; i++)
       if (g->nodes[i].op == want) e->io_node[io][e->n_io[io]++] = i;
   }
+  e->generation = g->generation;
   *out = e;
   return CF_OK;
 fail:
@@ -300,7 +313,19 @@ void cf_executable_destroy(cf_executable *e) {
   cf_plan_destroy(e->plan);
   free(e->io_node[0]);
   free(e->io_node[1]);
+  cf_graph_unhold(e->g);
   free(e);
+}
+
+static bool fresh(const cf_executable *e) { return e->generation == e->g->generation; }
+
+cf_status cf_executable_check(const cf_executable *e) {
+  if (!e) return CF_ERR_USAGE;
+  if (fresh(e)) return CF_OK;
+  return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                  "graph '%s' was changed after this executable was made from it (a node added, "
+                  "an attribute set, passes run or the world resized); make the executable again",
+                  e->g->name);
 }
 
 int cf_executable_ranks(const cf_executable *e) { return e ? e->ranks : 0; }
@@ -308,7 +333,7 @@ int cf_executable_ranks(const cf_executable *e) { return e ? e->ranks : 0; }
 double cf_executable_last_time_ms(const cf_executable *e) { return e ? e->last_ms : 0; }
 
 static bool io_ok(const cf_executable *e, cf_io io) {
-  return e && (io == CF_IO_INPUT || io == CF_IO_OUTPUT);
+  return e && fresh(e) && (io == CF_IO_INPUT || io == CF_IO_OUTPUT);
 }
 
 size_t cf_executable_io_count(const cf_executable *e, cf_io io) {
@@ -447,7 +472,8 @@ cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *c
   if (!e) return CF_ERR_USAGE;
   io_buffers b = {0};
   cf_run_result res = {0};
-  cf_status st = check_memory(
+  cf_status st = cf_executable_check(e);
+  if (!st) st = check_memory(
       e, e->ranks, "use fewer ranks, or one rank per process with cf_executable_run_rank");
   if (!st) st = io_make(e, -1, inputs, outputs, &b);
   if (!st) st = cf_exec_run(e->ctx, e->plan, &b.in, &res);
@@ -483,7 +509,8 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
 
 cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,
                                  void *const *outputs) {
-  if (!e) return CF_ERR_USAGE;
+  cf_status st = cf_executable_check(e);
+  if (st) return st;
   if (rank < 0 || rank >= e->ranks)
     return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
                     "rank %d is not a rank of this %d-rank executable", rank, e->ranks);
@@ -491,7 +518,6 @@ cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *
     return cf_error(e->ctx, CF_ERR_RUNTIME, NULL, 0,
                     "cf_executable_run_rank: an earlier run of this executable failed and stopped "
                     "the job's ranks; destroy it");
-  cf_status st = CF_OK;
   if (!e->mpi_plan) {
     /* a failed setup is not retried: MPI may be half way */
     if (e->mpi) return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0, "cf_executable_run_rank: %s",

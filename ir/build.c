@@ -6,7 +6,8 @@
  * left to the verifier, which every consumer runs. Each call either succeeds
  * or leaves the graph as it was, so a caller can report the error and go on.
  * Any edit drops the verified state (topological order, sealed fingerprint):
- * the graph is verified again before it is used.
+ * the graph is verified again before it is used, and bumps the graph's
+ * generation, which makes the executables made from it stale.
  */
 #include "ir.h"
 
@@ -16,6 +17,7 @@
 #include <string.h>
 
 static void edited(cf_graph *g) {
+  g->generation++; /* executables made before refuse to run */
   if (g->topo) /* the first edit after verification: types may change */
     for (int i = 0; i < g->n_nodes; i++) {
       g->nodes[i].out = NULL;

@@ -3,6 +3,7 @@
  */
 #include "ir.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -99,13 +100,28 @@ cf_status cf_graph_new(cf_context *ctx, const char *file, cf_graph **out) {
   return CF_OK;
 }
 
-void cf_graph_destroy(cf_graph *g) {
-  if (!g) return;
+static void graph_free(cf_graph *g) {
   free(g->nodes);
   free(g->groups);
   free(g->index);
   cf_arena_free(&g->arena);
   free(g);
+}
+
+void cf_graph_destroy(cf_graph *g) {
+  if (!g) return;
+  if (g->holders > 0)
+    g->released = true; /* the caller's handle is gone: nothing can change it any more */
+  else
+    graph_free(g);
+}
+
+void cf_graph_hold(cf_graph *g) { g->holders++; }
+
+void cf_graph_unhold(cf_graph *g) {
+  if (!g) return;
+  assert(g->holders > 0);
+  if (--g->holders == 0 && g->released) graph_free(g);
 }
 
 static uint64_t hash_str(const char *s) {

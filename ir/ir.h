@@ -280,11 +280,19 @@ struct cf_graph {
   int *topo;            /* topological order after verification (arena) */
   const char *fingerprint; /* of the collective sequence, when compiled (arena) */
   int node_limit;       /* CF_MAX_NODES; a pass may exceed it while rewriting */
+  uint64_t generation;  /* bumped by every change made through the public API; an
+                           executable made at one generation refuses to run at another */
+  int holders;          /* executables holding the graph (cf_graph_hold) */
+  bool released;        /* cf_graph_destroy was called while holders > 0 */
 };
 
 #define CF_WORLD_GROUP "hccl_world_group"
 
 cf_status cf_graph_new(cf_context *ctx, const char *file, cf_graph **out);
+/* An executable's hold on its graph: cf_graph_destroy of a held graph only
+ * marks it released, and the last cf_graph_unhold frees it. */
+void cf_graph_hold(cf_graph *g);
+void cf_graph_unhold(cf_graph *g);
 /* Add a node (name copied); returns its index through *idx. Fails on a
  * duplicate name or the node limit. */
 cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, int *idx);

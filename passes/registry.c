@@ -119,5 +119,6 @@ cf_status cf_passes_run(cf_graph *g, const char *list, const cf_pass_options *op
 
 cf_status cf_graph_run_passes(cf_graph *g, const char *passes) {
   if (!g) return CF_ERR_USAGE;
+  g->generation++; /* passes rewrite the graph: executables made before are stale */
   return cf_passes_run(g, passes, NULL, NULL, NULL);
 }

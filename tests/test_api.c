@@ -2,7 +2,9 @@
  * building graphs (and every way that fails, with its message, leaving the
  * graph as it was), options, pipelines, inspection, executables run with
  * caller buffers (results, which buffers are used in place, bad buffers),
- * the log sink, versions, NULL-safe destructors, and two contexts compiling
+ * stale executables (their graph changed since) refused and executables
+ * keeping a destroyed graph alive, the log sink, versions, NULL-safe
+ * destructors, and two contexts compiling
  * and running different graphs from two threads at once. */
 #include "cf_test.h"
 
@@ -506,6 +508,106 @@ static void test_run_copies(void **state) {
 /* The memory an executable needs against the max_memory option (and the
  * machine's): cf_executable_create refuses when one rank does not fit,
  * cf_executable_run when its ranks do not fit together, before allocating. */
+/* An executable made from a graph that changed since refuses to run (the
+ * plan reads the graph's nodes); one whose graph was destroyed keeps it. */
+static cf_status change(cf_graph *g, int how) {
+  int64_t d[1] = {8};
+  int ranks[2] = {0, 1};
+  cf_executable *e2 = NULL;
+  cf_options *o = NULL;
+  cf_status st;
+  switch (how) {
+  case 0: return cf_graph_add_input(g, "extra", "float32", d, 1);
+  case 1: return cf_graph_set_attr(g, "o0", "shape", "16");
+  case 2: return cf_graph_set_attr_int(g, cf_graph_collective_name(g, 0), "fusion_id", 3);
+  case 3: return cf_graph_run_pipeline(g, "default", NULL); /* compiling again */
+  case 4: return cf_graph_run_passes(g, "verify,infer");
+  case 5: return cf_graph_set_world_size(g, 2);
+  case 6: return cf_graph_define_group(g, "pair", ranks, 2);
+  default: /* another executable for another world size resizes the graph */
+    if ((st = cf_options_create(ctx, &o)) || (st = cf_options_set(o, "ranks", "4")) ||
+        (st = cf_executable_create(g, o, &e2))) {
+      cf_options_destroy(o);
+      return st;
+    }
+    cf_executable_destroy(e2);
+    cf_options_destroy(o);
+    return CF_OK;
+  }
+}
+
+static void test_stale_executable(void **state) {
+  (void)state;
+  enum { R = 2, N = 3, E = 16 };
+  static float in[R * N][E + N], out[R * N][E + N];
+  const void *ip[R * N];
+  void *op[R * N];
+  for (int k = 0; k < R * N; k++) {
+    ip[k] = in[k];
+    op[k] = out[k];
+    for (int x = 0; x < E + N; x++) in[k][x] = (float)(k / N + 1);
+  }
+  for (int how = 0; how <= 7; how++) {
+    cf_graph *g = dp_graph(ctx, R, N, E, "sum");
+    assert_non_null(g);
+    cf_executable *e, *same;
+    OK(cf_graph_run_pipeline(g, "default", NULL));
+    OK(cf_executable_create(g, NULL, &e));
+    /* verifying changes nothing: a second executable leaves the first valid */
+    OK(cf_graph_verify(g, NULL));
+    OK(cf_executable_create(g, NULL, &same));
+    OK(cf_executable_run(e, ip, op));
+    OK(cf_executable_check(e));
+    if (change(g, how) != CF_OK) fail_msg("change %d: %s", how, cf_context_errmsg(ctx));
+    for (int i = 0; i < 2; i++) {
+      cf_executable *x = i ? same : e;
+      ASSERT_ERR(cf_executable_run(x, ip, op), CF_ERR_USAGE,
+                 "error: graph 'dp' was changed after this executable was made from it (a node "
+                 "added, an attribute set, passes run or the world resized); make the executable "
+                 "again");
+      ASSERT_ERR(cf_executable_run_rank(x, 0, NULL, NULL), CF_ERR_USAGE, "graph 'dp' was changed");
+      ASSERT_ERR(cf_executable_check(x), CF_ERR_USAGE, "graph 'dp' was changed");
+      /* the io queries answer as for an index out of range, never from the old nodes */
+      assert_int_equal(cf_executable_io_count(x, CF_IO_INPUT), 0);
+      assert_int_equal(cf_executable_io_find(x, CF_IO_OUTPUT, "o0"), -1);
+      assert_null(cf_executable_io_name(x, CF_IO_INPUT, 0));
+      assert_null(cf_executable_io_dtype(x, CF_IO_OUTPUT, 0));
+      assert_int_equal(cf_executable_io_shape(x, CF_IO_INPUT, 0, (int64_t[CF_MAX_DIMS]){0}), -1);
+      assert_int_equal(cf_executable_io_bytes(x, CF_IO_INPUT, 0), 0);
+      assert_int_equal(cf_executable_io_in_place(x, CF_IO_OUTPUT, 0), 0);
+    }
+    cf_executable_destroy(e);
+    cf_executable_destroy(same);
+    /* made again, it runs (the changes above leave a valid graph) */
+    if (how != 0 && how != 1) {
+      OK(cf_executable_create(g, NULL, &e));
+      OK(cf_executable_run(e, NULL, NULL));
+      cf_executable_destroy(e);
+    }
+    cf_graph_destroy(g);
+  }
+
+  /* the graph destroyed first: its executables hold it and keep running */
+  cf_graph *g = dp_graph(ctx, R, N, E, "sum");
+  assert_non_null(g);
+  cf_executable *e1, *e2;
+  OK(cf_graph_run_pipeline(g, "default", NULL));
+  OK(cf_executable_create(g, NULL, &e1));
+  OK(cf_executable_create(g, NULL, &e2));
+  cf_graph_destroy(g);
+  for (int i = 0; i < 2; i++) {
+    cf_executable *x = i ? e2 : e1;
+    OK(cf_executable_check(x));
+    assert_string_equal(cf_executable_io_name(x, CF_IO_OUTPUT, 2), "o2");
+    memset(out, 0, sizeof out);
+    OK(cf_executable_run(x, ip, op));
+    for (int k = 0; k < R * N; k++)
+      assert_true(out[k][E - 1] == 3.0f); /* 1 + 2 */
+    if (!i) cf_executable_destroy(e1); /* e2 still holds the graph */
+  }
+  cf_executable_destroy(e2); /* frees the graph: ASan checks it is freed once */
+}
+
 static void test_memory(void **state) {
   (void)state;
   cf_options *o;
@@ -806,6 +908,7 @@ int main(void) {
       cmocka_unit_test(test_run_dp),
       cmocka_unit_test(test_run_tp_in_place),
       cmocka_unit_test(test_run_copies),
+      cmocka_unit_test(test_stale_executable),
       cmocka_unit_test(test_memory),
       cmocka_unit_test(test_run_partitioned_group),
       cmocka_unit_test(test_deterministic),

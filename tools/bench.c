@@ -199,7 +199,7 @@ static bool check_sizes(void *out, const char *v, char *why, size_t len) {
 }
 
 static const cf_opt compile_bench_opts[] = {
-    {"--sizes", NULL, "N,N,...", CF_OPT_CALL, 0, .check = check_sizes,
+    {"--sizes", NULL, "N,N,...", CF_OPT_CALL, 0, .comma_list = true, .check = check_sizes,
      .help = "node counts of the generated graphs (default 1000,10000,100000,1000000)"},
     {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(compile_bench_args, json),
      .help = "one JSON object, with the time of each pass"},

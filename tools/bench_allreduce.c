@@ -545,7 +545,7 @@ static int usage(const char *fmt, const char *arg) {
 static const cf_opt ar_opts[] = {
     {"--ranks", NULL, "N", CF_OPT_INT, offsetof(cf_ar_args, ranks), 1, MAX_RANKS,
      .help = "rank threads, 2..64 (default 4; --device cuda 1..64, default 8)"},
-    {"--sizes", NULL, "S,S,...", CF_OPT_STR, offsetof(cf_ar_args, sizes),
+    {"--sizes", NULL, "S,S,...", CF_OPT_STR, offsetof(cf_ar_args, sizes), .comma_list = true,
      .help = "byte counts such as 8,64K,1M (multiples of 4, at most 1G;\n"
              "--device cuda 4G; default 8 B..256 MiB)"},
     {"--algo", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, algo),

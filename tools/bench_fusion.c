@@ -258,7 +258,8 @@ static const cf_opt fu_opts[] = {
      .help = "untimed iterations first (default 2; --quick 1)"},
     {"--rounds", NULL, "R", CF_OPT_INT, offsetof(fu_args, rounds), 1, MAX_ROUNDS,
      .help = "run every variant once per round, round-robin (default 1)"},
-    {"--split", NULL, "SPEC", CF_OPT_LIST, offsetof(fu_args, split), .check = check_split,
+    {"--split", NULL, "SPEC", CF_OPT_LIST, offsetof(fu_args, split), .comma_list = true,
+     .check = check_split,
      .help = "a fused variant with this split (default bytes:25M, bytes:4M,\n"
              "size:50,50)"},
     {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, quick),

@@ -578,12 +578,12 @@ static bool check_seed(void *out, const char *v, char *why, size_t len) {
 }
 
 static const cf_opt mm_opts[] = {
-    {"--ranks", NULL, "N,..", CF_OPT_CALL, 0, .check = check_ranks,
+    {"--ranks", NULL, "N,..", CF_OPT_CALL, 0, .comma_list = true, .check = check_ranks,
      .help = "rank counts, each 2..64 (default 2,4)"},
-    {"--shapes", NULL, "MxKxN,..", CF_OPT_CALL, 0, .check = check_shapes,
+    {"--shapes", NULL, "MxKxN,..", CF_OPT_CALL, 0, .comma_list = true, .check = check_shapes,
      .help = "x (m,k) @ w (k,n) (default 1024x1024x1024, 16384x1024x1024,\n"
              "1024x8192x1024, 1024x1024x8192)"},
-    {"--dtypes", NULL, "D,..", CF_OPT_CALL, 0, .check = check_dtypes,
+    {"--dtypes", NULL, "D,..", CF_OPT_CALL, 0, .comma_list = true, .check = check_dtypes,
      .help = "float32, float16, bfloat16, int8 (quantized)\n"
              "(default float32,bfloat16,int8)"},
     {"--iters", NULL, "K", CF_OPT_INT, offsetof(mm_options, iters), 1, MAX_ITERS,

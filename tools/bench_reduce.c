@@ -693,7 +693,7 @@ static bool parse_names(const char *v, const char *const *names, int n, bool *wa
 static const cf_opt red_opts[] = {
     {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(cf_red_args, quick),
      .help = "64 KiB with one sample: a smoke test"},
-    {"--sizes", NULL, "S,S,...", CF_OPT_STR, offsetof(cf_red_args, sizes),
+    {"--sizes", NULL, "S,S,...", CF_OPT_STR, offsetof(cf_red_args, sizes), .comma_list = true,
      .help = "bytes per buffer such as 256K,64M (multiples of 4, at most 1G;\n"
              "--device cuda 4G; default 256K,64M, --device cuda 256M)"},
     {"--reps", NULL, "N", CF_OPT_INT, offsetof(cf_red_args, reps), 1, 100000,
@@ -701,11 +701,11 @@ static const cf_opt red_opts[] = {
              "calls per sample (default 10)"},
     {"--min-ms", NULL, "MS", CF_OPT_STR, offsetof(cf_red_args, min_ms),
      .help = "time per cell, at least (0..60000, default 50)"},
-    {"--dtypes", NULL, "D,..", CF_OPT_STR, offsetof(cf_red_args, dtypes),
+    {"--dtypes", NULL, "D,..", CF_OPT_STR, offsetof(cf_red_args, dtypes), .comma_list = true,
      .help = "rows of these dtypes: float32, float16, bfloat16, int8 (default all)"},
-    {"--ops", NULL, "sum,max", CF_OPT_STR, offsetof(cf_red_args, ops),
+    {"--ops", NULL, "sum,max", CF_OPT_STR, offsetof(cf_red_args, ops), .comma_list = true,
      .help = "rows of these reductions (default both)"},
-    {"--sources", NULL, "K,..", CF_OPT_STR, offsetof(cf_red_args, sources),
+    {"--sources", NULL, "K,..", CF_OPT_STR, offsetof(cf_red_args, sources), .comma_list = true,
      .help = "rows of these numbers of sources, 2..8 (default 2,8)"},
     {"--device", NULL, NULL, CF_OPT_STR, offsetof(cf_red_args, device), .choices = "cpu|cuda",
      .help = "cuda: the CUDA backend's kernels against the GPU's copy rate"},

@@ -202,8 +202,8 @@ static const cf_opt dot_opts[] = {
              "(DOT on stdout without -o or with -o -)"},
     {"--fused", NULL, NULL, CF_OPT_FLAG, offsetof(dot_args, fused),
      .help = "run the default pipeline first: draw the fused graph"},
-    {"--passes", NULL, "LIST", CF_OPT_STR, offsetof(dot_args, passes), .check = cf_opt_check_passes,
-     .help = "run these comma-separated passes first instead"},
+    {"--passes", NULL, "LIST", CF_OPT_STR, offsetof(dot_args, passes), .comma_list = true,
+     .check = cf_opt_check_passes, .help = "run these comma-separated passes first instead"},
     {"--target", NULL, "T", CF_OPT_STR, offsetof(dot_args, target), .check = cf_opt_check_target,
      .help = "check the graph against a target profile before drawing\n"
              "(and again after the passes)"},
@@ -321,16 +321,16 @@ typedef struct compile_args {
 static const cf_opt compile_opts[] = {
     {"-o", NULL, "OUT.xml", CF_OPT_STR, offsetof(compile_args, out),
      .help = "write the result as native XML (valid collfuse input)"},
-    {"--passes", NULL, "LIST", CF_OPT_STR, offsetof(compile_args, passes),
+    {"--passes", NULL, "LIST", CF_OPT_STR, offsetof(compile_args, passes), .comma_list = true,
      .check = cf_opt_check_passes,
      .help = "comma-separated passes instead of the default pipeline"},
     {"-O0", NULL, NULL, CF_OPT_FLAG, offsetof(compile_args, o0), .help = "no fusion passes"},
-    {"--split", NULL, "SPEC", CF_OPT_STR, offsetof(compile_args, split),
+    {"--split", NULL, "SPEC", CF_OPT_STR, offsetof(compile_args, split), .comma_list = true,
      .check = cf_opt_check_split,
      .help = "how fusion=1 collectives are bucketed:\n"
              "  auto (default; cost model), bytes:25M[,first=1M][,count=256],\n"
              "  size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL)"},
-    {"--cost", NULL, "A,B[,G]", CF_OPT_STR, offsetof(compile_args, cost),
+    {"--cost", NULL, "A,B[,G]", CF_OPT_STR, offsetof(compile_args, cost), .comma_list = true,
      .check = cf_opt_check_cost,
      .help = "auto's model: A us per collective, B GB/s link, G GB/s\n"
              "gradients (default 250,8,4)"},

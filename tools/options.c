@@ -92,10 +92,21 @@ static bool list_add(cf_opt_list *l, const char *v, int cap) {
   return true;
 }
 
+/* An empty item of a comma list: leading, trailing or doubled comma. */
+static bool has_empty_item(const char *v) {
+  size_t n = strlen(v);
+  return v[0] == ',' || (n && v[n - 1] == ',') || strstr(v, ",,");
+}
+
 /* Store v for option o in out; 0 or the exit code of a usage error. */
 static int set_value(const cf_command *c, const cf_opt *o, const char *v, void *out, int cap) {
   char *field = (char *)out + o->field;
   char why[640];
+  if (o->comma_list && has_empty_item(v)) {
+    snprintf(why, sizeof why, "%s has an empty item in '%s' (separate items with one comma)",
+             o->name, v);
+    return cf_tool_usage(c->name, "%s", why);
+  }
   if (o->choices && !is_choice(o->choices, v)) return bad_choice(c, o, v);
   switch (o->kind) {
   case CF_OPT_FLAG: break;

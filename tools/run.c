@@ -65,7 +65,8 @@ static bool check_timeout(void *out, const char *v, char *why, size_t len) {
 
 static bool check_input(void *out, const char *v, char *why, size_t len) {
   (void)out;
-  if (strchr(v, '=') && v[0] != '=') return true;
+  const char *eq = strchr(v, '=');
+  if (eq && eq != v && eq[1]) return true; /* neither NAME nor FILE empty */
   snprintf(why, len, "--input wants NAME=FILE.npy, got '%s'", v);
   return false;
 }
@@ -90,12 +91,14 @@ static const cf_opt run_opts[] = {
     {"--seed", NULL, "S", CF_OPT_CALL, 0, .check = check_seed,
      .help = "inputs differ per rank and are reproducible (default 0)"},
     {"-O0", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(o0), .help = "no fusion passes"},
-    {"--passes", NULL, "LIST", CF_OPT_STR, RUN_FIELD(passes), .check = cf_opt_check_passes,
+    {"--passes", NULL, "LIST", CF_OPT_STR, RUN_FIELD(passes), .comma_list = true,
+     .check = cf_opt_check_passes,
      .help = "comma-separated passes instead of the default pipeline"},
-    {"--split", NULL, "SPEC", CF_OPT_STR, RUN_FIELD(split), .check = cf_opt_check_split,
+    {"--split", NULL, "SPEC", CF_OPT_STR, RUN_FIELD(split), .comma_list = true,
+     .check = cf_opt_check_split,
      .help = "how fusion=1 collectives are bucketed (see compile --help)"},
-    {"--cost", NULL, "A,B[,G]", CF_OPT_STR, RUN_FIELD(cost), .check = cf_opt_check_cost,
-     .help = "--split auto's cost model (see compile --help)"},
+    {"--cost", NULL, "A,B[,G]", CF_OPT_STR, RUN_FIELD(cost), .comma_list = true,
+     .check = cf_opt_check_cost, .help = "--split auto's cost model (see compile --help)"},
     {"--algo", NULL, NULL, CF_OPT_STR, RUN_FIELD(algo),
      .choices = "auto|direct|rd|ring|rsag|mpi-native",
      .help = "force the AllReduce algorithm (auto picks by size);\n"

@@ -93,6 +93,7 @@ typedef struct cf_opt {
    * it; false with why (a usage error). out is the command's struct. */
   bool (*check)(void *out, const char *v, char *why, size_t len);
   const char *help; /* one line, or lines joined by '\n' */
+  bool comma_list;  /* the value is items joined by commas: an empty item is a usage error */
 } cf_opt;
 typedef struct cf_command {
   const char *name;       /* "run", "bench mmrs": as typed after collfuse */

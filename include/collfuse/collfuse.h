@@ -81,6 +81,9 @@ cf_status cf_graph_load(cf_context *ctx, const char *path, cf_graph **out);
  * by extension like cf_graph_load. */
 cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, size_t size,
                          cf_graph **out);
+/* Release the caller's graph. While executables made from g exist, they
+ * hold it: it is freed with the last of them, and they keep running (no
+ * one can change it any more). */
 void cf_graph_destroy(cf_graph *g);
 
 /* Full verification and inference, then the rules of target profile `target`
@@ -238,12 +241,27 @@ typedef struct cf_executable cf_executable;
  * timeout, seed and max_memory (opt may be NULL), verifying g first; no
  * passes are run (cf_graph_run_pipeline does that). CF_ERR_INVALID, with the
  * sizes, when one rank's memory exceeds max_memory or what the machine has
- * available (cf_executable_run checks every rank's together). g is
- * borrowed, not copied: it must not be changed or destroyed while *out
- * exists. The caller owns *out (cf_executable_destroy), which holds the plan
- * and its kernels. */
+ * available (cf_executable_run checks every rank's together). The caller
+ * owns *out (cf_executable_destroy), which holds the plan and its kernels.
+ *
+ * g is held, not copied, and the plan reads it when it runs. Hence:
+ *  - Changing g makes *out stale: every call that changes a graph (adding a
+ *    node or group, setting an attribute or the world size, running passes
+ *    or a pipeline, or creating an executable with another "ranks") bumps
+ *    the graph's generation, which the executable recorded when it was
+ *    made. A stale executable refuses to run with CF_ERR_USAGE and a
+ *    message (cf_executable_check says so without running), its io queries
+ *    answer as for an index out of range, and it can only be destroyed.
+ *    Verifying g (cf_graph_verify, or creating another executable with the
+ *    same ranks) is no change: several executables of one graph may coexist.
+ *  - cf_graph_destroy(g) while *out exists releases the caller's handle
+ *    only: the graph lives on until the last executable made from it is
+ *    destroyed, and those keep running. */
 cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable **out);
 void cf_executable_destroy(cf_executable *e);
+/* CF_OK while e's graph is as it was when e was made; CF_ERR_USAGE with a
+ * message once it has changed (see cf_executable_create). */
+cf_status cf_executable_check(const cf_executable *e);
 /* Ranks one run has (the world size). */
 int cf_executable_ranks(const cf_executable *e);
 

@@ -24,6 +24,7 @@ has the whole story; collfuse.fx is the torch.fx front door.
 """
 
 import ctypes
+import operator
 import os
 import tempfile
 
@@ -75,14 +76,50 @@ def targets():
         i += 1
 
 
-def _b(s):
-    return None if s is None else str(s).encode()
+# What goes to C is checked, never truncated: ctypes cuts a string at its
+# first NUL and keeps the low 32 bits of an integer for a C int.
+
+def _nul_free(b, what, orig):
+    if b"\0" in b:
+        raise ValueError("collfuse: %s %r contains a NUL character (a C string would end there)" % (what, orig))
+    return b
+
+
+def _b(s, what="string"):
+    """A C string of s (a str, or bytes as they are)."""
+    if s is None:
+        return None
+    return _nul_free(s if isinstance(s, bytes) else str(s).encode(), what, s)
+
+
+def _path(p):
+    """A C string of a path (str, bytes or os.PathLike), as the file system spells it."""
+    return _nul_free(os.fsencode(p), "path", p)
+
+
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+
+
+def _int(v, what):
+    """v as a Python int: an integer (Python or numpy), never a float cut short."""
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError("collfuse: %s: an integer is wanted, got %r" % (what, v)) from None
+
+
+def _cint(v, what):
+    """v for a C int parameter."""
+    i = _int(v, what)
+    if not _INT_MIN <= i <= _INT_MAX:
+        raise OverflowError("collfuse: %s: %d does not fit a C int (%d..%d)" % (what, i, _INT_MIN, _INT_MAX))
+    return i
 
 
 def _attr_text(v):
     """An attribute's XML text: shapes as "4,8", booleans as 1/0."""
     if isinstance(v, (tuple, list)):
-        return ",".join(str(int(d)) for d in v)
+        return ",".join(str(_int(d, "dimension")) for d in v)
     if isinstance(v, bool):
         return "1" if v else "0"
     return str(v)
@@ -126,18 +163,83 @@ class Context:
             self._h = None
 
 
+def _check_int_range(lo, hi, want, what):
+    """OverflowError unless the Python ints lo..hi fit integer dtype want."""
+    info = np.iinfo(want)
+    bad = lo if lo < info.min else hi if hi > info.max else None
+    if bad is not None:
+        raise OverflowError("collfuse: %s: value %d does not fit %s (%d..%d)"
+                            % (what, bad, np.dtype(want).name, info.min, info.max))
+
+
+def _fit_ints(a, want, what):
+    """a (an integer array) as dtype want; OverflowError when a value does not fit."""
+    if a.size:
+        _check_int_range(int(a.min()), int(a.max()), want, what)
+    return np.ascontiguousarray(a, dtype=want)
+
+
+def _overflowed(src, dst, what, dtype_name):
+    """Raise OverflowError where a finite value of src became infinite in dst."""
+    bad = np.isfinite(src) & ~np.isfinite(dst)
+    if bad.any():
+        raise OverflowError("collfuse: %s: value %r overflows %s (it would become infinite)"
+                            % (what, src[bad].flat[0].item(), dtype_name))
+
+
+def _fit_floats(a, want, what):
+    """a (a float array) as float dtype want; OverflowError when a finite value overflows."""
+    if np.dtype(want).itemsize >= a.dtype.itemsize:
+        return np.ascontiguousarray(a, dtype=want)
+    with np.errstate(over="ignore"):
+        out = np.ascontiguousarray(a, dtype=want)
+    _overflowed(a, out, what, np.dtype(want).name)
+    return out
+
+
+def _constant_fits(name, dtype, value):
+    """Refuse a Constant value its dtype would saturate, truncate or make infinite."""
+    if dtype not in DTYPES:
+        return  # the library names the unknown dtype
+    what = "constant '%s'" % name
+    want = np.dtype(DTYPES[dtype])
+    if dtype != "bfloat16" and want.kind in "iu":
+        if isinstance(value, (int, np.integer)):
+            iv = int(value)
+        else:
+            fv = float(value)
+            if not np.isfinite(fv) or fv != int(fv):
+                raise ValueError("collfuse: %s is %s: value %r is not an integer" % (what, dtype, value))
+            iv = int(fv)
+        _check_int_range(iv, iv, want, what)
+    elif dtype == "bfloat16":
+        float32_to_bf16(np.array([float(value)]), what)
+    else:
+        _fit_floats(np.array([float(value)]), want, what)
+
+
 def bf16_to_float32(bits):
-    """float32 values of bfloat16 raw bits (a uint16 array)."""
-    b = np.asarray(bits, dtype=np.uint16)
+    """float32 values of bfloat16 raw bits (a uint16 array, or integers in 0..65535)."""
+    b = np.asarray(bits)
+    if b.dtype != np.uint16:
+        if b.dtype.kind not in "iu":
+            raise TypeError("collfuse: bfloat16 raw bits are integers, got a %s array" % b.dtype)
+        b = _fit_ints(b, np.uint16, "bfloat16 raw bits")
     return (b.astype(np.uint32) << 16).view(np.float32)
 
 
-def float32_to_bf16(a):
-    """bfloat16 raw bits (uint16) of float values, rounded to nearest even."""
-    f = np.ascontiguousarray(a, dtype=np.float32)
+def float32_to_bf16(a, what="value"):
+    """bfloat16 raw bits (uint16) of float values, rounded to nearest even;
+    OverflowError for a finite value beyond bfloat16's range."""
+    src = np.asarray(a)
+    with np.errstate(over="ignore"):
+        f = np.ascontiguousarray(src, dtype=np.float32)
     u = f.view(np.uint32)
     rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(f), np.uint16(0x7FC0), rounded).astype(np.uint16)
+    bits = np.where(np.isnan(f), np.uint16(0x7FC0), rounded).astype(np.uint16)
+    if src.dtype.kind in "fiu":
+        _overflowed(src, bf16_to_float32(bits).reshape(src.shape), what, "bfloat16")
+    return bits
 
 
 class Graph:
@@ -154,7 +256,8 @@ class Graph:
             self._h = _handle
             return
         h = ctypes.c_void_p()
-        self.ctx.check(lib.cf_graph_create(self.ctx._h, _b(name), int(world_size), ctypes.byref(h)))
+        self.ctx.check(lib.cf_graph_create(self.ctx._h, _b(name, "graph name"), _cint(world_size, "world_size"),
+                                           ctypes.byref(h)))
         self._h = h
 
     def __del__(self):
@@ -172,42 +275,50 @@ class Graph:
         return "%s_%d" % (op.lower(), self._count)
 
     def set_world_size(self, n):
-        self.ctx.check(lib.cf_graph_set_world_size(self._h, int(n)))
+        self.ctx.check(lib.cf_graph_set_world_size(self._h, _cint(n, "world_size")))
 
     def define_group(self, name, ranks):
         """A communicator group over world ranks [0, 2, ...], or partitioned
         into disjoint parts of one size [[0, 1], [2, 3]] (one communicator
         per part, as XLA's replica_groups)."""
         ranks = list(ranks)
+        what = "group %r: rank" % name
         if ranks and isinstance(ranks[0], (list, tuple)):
-            flat = [int(r) for part in ranks for r in part]
+            flat = [_cint(r, what) for part in ranks for r in part]
             size = len(ranks[0])
             if any(len(part) != size for part in ranks):
                 raise ValueError("define_group %r: parts of different sizes" % name)
             arr = (ctypes.c_int * max(1, len(flat)))(*flat)
-            self.ctx.check(lib.cf_graph_define_group_parts(self._h, _b(name), arr, len(ranks), size))
+            self.ctx.check(lib.cf_graph_define_group_parts(self._h, _b(name, "group name"), arr, len(ranks), size))
             return
-        arr = (ctypes.c_int * max(1, len(ranks)))(*[int(r) for r in ranks])
-        self.ctx.check(lib.cf_graph_define_group(self._h, _b(name), arr, len(ranks)))
+        arr = (ctypes.c_int * max(1, len(ranks)))(*[_cint(r, what) for r in ranks])
+        self.ctx.check(lib.cf_graph_define_group(self._h, _b(name, "group name"), arr, len(ranks)))
 
     def op(self, op, inputs=(), name=None, **attrs):
         """Add a node of any op with operands and attributes (None skipped)."""
         name = self._name(name, op)
-        ins = [str(i) for i in inputs]
-        kv = [(k, _attr_text(v)) for k, v in attrs.items() if v is not None]
-        arr = (ctypes.c_char_p * max(1, len(ins)))(*[i.encode() for i in ins])
-        keys = (ctypes.c_char_p * max(1, len(kv)))(*[k.encode() for k, _ in kv])
-        vals = (ctypes.c_char_p * max(1, len(kv)))(*[v.encode() for _, v in kv])
-        self.ctx.check(lib.cf_graph_add_op_attrs(self._h, _b(op), _b(name), arr, len(ins), keys, vals, len(kv)))
+        ins = [_b(i, "operand") for i in inputs]
+        kv = [(_b(k, "attribute name"), _b(_attr_text(v), "attribute %s" % k)) for k, v in attrs.items()
+              if v is not None]
+        arr = (ctypes.c_char_p * max(1, len(ins)))(*ins)
+        keys = (ctypes.c_char_p * max(1, len(kv)))(*[k for k, _ in kv])
+        vals = (ctypes.c_char_p * max(1, len(kv)))(*[v for _, v in kv])
+        self.ctx.check(lib.cf_graph_add_op_attrs(self._h, _b(op, "op"), _b(name, "node name"), arr, len(ins), keys,
+                                                 vals, len(kv)))
         return name
 
     def set_attr(self, node, attr, value):
-        self.ctx.check(lib.cf_graph_set_attr(self._h, _b(node), _b(attr), _b(_attr_text(value))))
+        self.ctx.check(lib.cf_graph_set_attr(self._h, _b(node, "node name"), _b(attr, "attribute name"),
+                                             _b(_attr_text(value), "attribute %s" % attr)))
 
     def input(self, name, dtype, shape, init=None):
         return self.op("Input", (), name, dtype=dtype, shape=tuple(shape), init=init)
 
     def constant(self, name, dtype, shape, value):
+        """A Constant whose every element is value, which must be exact in
+        dtype: an integer in range for an integer dtype, a value that does
+        not overflow a float dtype."""
+        _constant_fits(name, dtype, value)
         return self.op("Constant", (), name, dtype=dtype, shape=tuple(shape), value=repr(float(value)))
 
     def output(self, name, x):
@@ -273,14 +384,15 @@ class Graph:
         return [lib.cf_graph_collective_name(self._h, i).decode() for i in range(self.collective_count)]
 
     def op_of(self, node):
-        o = lib.cf_graph_node_op(self._h, _b(node))
+        o = lib.cf_graph_node_op(self._h, _b(node, "node name"))
         return o.decode() if o else None
 
     def attr(self, node, attr):
         """An attribute as text (defaults applied; "op", "dtype", "shape",
         "bytes" and "members" too, see cf_graph_get_attr)."""
         buf = ctypes.create_string_buffer(1 << 16)
-        self.ctx.check(lib.cf_graph_get_attr(self._h, _b(node), _b(attr), buf, len(buf)))
+        self.ctx.check(lib.cf_graph_get_attr(self._h, _b(node, "node name"), _b(attr, "attribute name"), buf,
+                                             len(buf)))
         return buf.value.decode()
 
     def _try_attr(self, node, attr):
@@ -310,31 +422,33 @@ class Graph:
     # ---- checking, compiling, writing ----
 
     def verify(self, target=None):
-        self.ctx.check(lib.cf_graph_verify(self._h, _b(target)))
+        self.ctx.check(lib.cf_graph_verify(self._h, _b(target, "target")))
 
     def run_pipeline(self, pipeline="default", **options):
         """Fuse in place: pipeline "default", "O0" or a comma list of
         passes; options as Graph.compile's."""
         opts = _Options(self.ctx, options)
-        self.ctx.check(lib.cf_graph_run_pipeline(self._h, _b(pipeline), opts._h))
+        self.ctx.check(lib.cf_graph_run_pipeline(self._h, _b(pipeline, "pipeline"), opts._h))
 
     def compile(self, passes="default", **options):
         """Run the pipeline (passes="default" fuses, "O0" does not, or a
         comma list), then plan: an Executable. options: split, cost,
         target, explain, ranks, deterministic, algo, timeout, seed (the
-        command line's meanings). The graph stays borrowed by the
-        Executable: do not change it while that exists."""
+        command line's meanings). The graph is fused in place and the
+        Executable keeps it alive; changing the graph afterwards (another
+        compile or run_pipeline, set_attr, a new node) invalidates the
+        Executable: its run() then raises CollfuseError (status "usage")."""
         opts = _Options(self.ctx, options)
         if passes is not None:
-            self.ctx.check(lib.cf_graph_run_pipeline(self._h, _b(passes), opts._h))
+            self.ctx.check(lib.cf_graph_run_pipeline(self._h, _b(passes, "passes"), opts._h))
         return Executable(self, opts)
 
     def write_xml(self, path):
-        self.ctx.check(lib.cf_graph_write_xml(self._h, _b(os.fspath(path))))
+        self.ctx.check(lib.cf_graph_write_xml(self._h, _path(path)))
 
     def write_dot(self, path):
         """Draw into path: .dot, .svg or .png (verify the graph first)."""
-        self.ctx.check(lib.cf_graph_write_dot(self._h, _b(os.fspath(path))))
+        self.ctx.check(lib.cf_graph_write_dot(self._h, _path(path)))
 
     def to_dot(self, path=None):
         """The graph as DOT text, or drawn into path (.dot, .svg, .png)."""
@@ -368,7 +482,7 @@ class _Options:
                 continue
             if isinstance(v, bool):
                 v = "1" if v else "0"
-            ctx.check(lib.cf_options_set(self._h, _b(k), _b(v)))
+            ctx.check(lib.cf_options_set(self._h, _b(k, "option name"), _b(v, "option %s" % k)))
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -378,10 +492,13 @@ class _Options:
 
 
 class Executable:
-    """A compiled graph ready to run on every rank of this process."""
+    """A compiled graph ready to run on every rank of this process. It keeps
+    its Graph alive, and is invalid once the graph changes (the library
+    checks the graph's generation): run(), run_rank() and in_place() then
+    raise CollfuseError with status "usage"."""
 
     def __init__(self, graph, opts):
-        self.graph = graph  # borrowed by the C executable: kept alive here
+        self.graph = graph  # the C executable holds it too: kept alive here
         self.ctx = graph.ctx
         h = ctypes.c_void_p()
         self.ctx.check(lib.cf_executable_create(graph._h, opts._h, ctypes.byref(h)))
@@ -409,6 +526,7 @@ class Executable:
     def in_place(self, name):
         """Whether a run uses the caller's buffer of input or output `name`
         in place (else it copies: into or out of a fused bucket)."""
+        self.ctx.check(lib.cf_executable_check(self._h))
         for io, lst in ((_lib.CF_IO_INPUT, self.inputs), (_lib.CF_IO_OUTPUT, self.outputs)):
             for k, (n, _, _) in enumerate(lst):
                 if n == name:
@@ -423,14 +541,19 @@ class Executable:
         a = np.asarray(value)
         if tuple(a.shape) != tuple(shape):
             raise ValueError("collfuse: input '%s' has shape %s, the graph wants %s" % (name, tuple(a.shape), tuple(shape)))
+        what = "input '%s'" % name
         if dtype == "bfloat16" and a.dtype != np.uint16:
             if a.dtype.kind != "f":
                 raise TypeError("collfuse: input '%s' is bfloat16: give uint16 raw bits or floats" % name)
-            return float32_to_bf16(a)
+            return float32_to_bf16(a, what)
         want = np.dtype(DTYPES[dtype])
         if a.dtype != want and a.dtype.kind != want.kind and not (a.dtype.kind in "iu" and want.kind in "iu"):
             raise TypeError("collfuse: input '%s' is %s, got a %s array" % (name, dtype, a.dtype))
-        return np.ascontiguousarray(a, dtype=want)
+        if a.dtype == want:
+            return np.ascontiguousarray(a)
+        if want.kind in "iu":
+            return _fit_ints(a, want, what)
+        return _fit_floats(a, want, what)
 
     def _inputs(self, per_rank, ranks):
         """Arrays by [rank][k]; None where the input comes from the seed."""
@@ -476,14 +599,15 @@ class Executable:
         every process calls it with its own rank of MPI_COMM_WORLD and its
         inputs only; returns its outputs. collfuse initializes MPI at the
         first call unless the process did (cf_executable_run_rank)."""
-        if not 0 <= int(rank) < self.ranks:  # the library's usage error
-            self.ctx.check(lib.cf_executable_run_rank(self._h, int(rank), None, None))
+        rank = _cint(rank, "rank")
+        if not 0 <= rank < self.ranks:  # the library's usage error
+            self.ctx.check(lib.cf_executable_run_rank(self._h, rank, None, None))
         names = [n for n, _, _ in self.inputs]
         table = self._inputs([inputs if r == rank else None for r in range(self.ranks)], self.ranks)[rank]
         outs = {n: np.empty(s, dtype=DTYPES[d]) for n, d, s in self.outputs}
         in_ptrs = (ctypes.c_void_p * max(1, len(names)))(*[a.ctypes.data if a is not None else None for a in table])
         out_ptrs = (ctypes.c_void_p * max(1, len(self.outputs)))(*[outs[n].ctypes.data for n, _, _ in self.outputs])
-        self.ctx.check(lib.cf_executable_run_rank(self._h, int(rank), in_ptrs, out_ptrs))
+        self.ctx.check(lib.cf_executable_run_rank(self._h, rank, in_ptrs, out_ptrs))
         return outs
 
 
@@ -492,7 +616,7 @@ def load(path, context=None):
     verified and inferred."""
     ctx = context if context is not None else Context()
     h = ctypes.c_void_p()
-    ctx.check(lib.cf_graph_load(ctx._h, _b(os.fspath(path)), ctypes.byref(h)))
+    ctx.check(lib.cf_graph_load(ctx._h, _path(path), ctypes.byref(h)))
     return Graph(context=ctx, _handle=h)
 
 
@@ -501,7 +625,7 @@ def parse(text, name="graph.xml", context=None):
     ctx = context if context is not None else Context()
     data = text.encode() if isinstance(text, str) else bytes(text)
     h = ctypes.c_void_p()
-    ctx.check(lib.cf_graph_parse(ctx._h, _b(name), data, len(data), ctypes.byref(h)))
+    ctx.check(lib.cf_graph_parse(ctx._h, _b(name, "name"), data, len(data), ctypes.byref(h)))
     return Graph(context=ctx, _handle=h)
 
 

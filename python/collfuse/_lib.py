@@ -98,6 +98,7 @@ _PROTOS = {
     "cf_graph_run_pipeline": (c_int, [c_void_p, c_char_p, c_void_p]),
     "cf_executable_create": (c_int, [c_void_p, c_void_p, P(c_void_p)]),
     "cf_executable_destroy": (None, [c_void_p]),
+    "cf_executable_check": (c_int, [c_void_p]),
     "cf_executable_ranks": (c_int, [c_void_p]),
     "cf_executable_io_count": (c_size_t, [c_void_p, c_int]),
     "cf_executable_io_find": (c_int, [c_void_p, c_int, c_char_p]),

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 import torch.fx
 
-from . import Graph
+from . import Graph, _cint
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "matmul_reduce_scatter", "compile", "CompiledModule"]
 
@@ -459,7 +459,7 @@ def compile(graph_module, example_inputs, world_size, groups=None, passes="defau
     group other than hccl_world_group."""
     if not isinstance(graph_module, torch.fx.GraphModule):
         graph_module = torch.fx.symbolic_trace(graph_module)
-    conv = _Converter(graph_module, int(world_size), groups,
+    conv = _Converter(graph_module, _cint(world_size, "world_size"), groups,
                       name or type(graph_module).__name__.replace("GraphModule", "") or "fx")
     with torch.no_grad():
         _ShapeProp(graph_module, conv.group_size).run(*example_inputs)

@@ -10,7 +10,9 @@
 # that option. Then the messages of issue 16: did-you-mean for options,
 # commands, benchmarks, choices, targets, passes, ops, dtypes and
 # reductions; singular counts; the rank limit (256) for a graph's world_size
-# (exit 1) and for --ranks (exit 2); dot --target and --passes. Prints one
+# (exit 1) and for --ranks (exit 2); dot --target and --passes. Then
+# issue 17's option values: missing or empty values and empty list items
+# are usage errors for every option of every command. Prints one
 # line per failure and exits 1 if there was any.
 set -u
 
@@ -182,6 +184,34 @@ fi
 if run dot "$src/examples/tp_block.xml"; then
   grep -q MatmulReduceScatter "$OUT" && fail "dot without passes draws a MatmulReduceScatter"
 fi
+
+# ------------------------------------------------ option values (issue 17)
+# Every option with a value, as each command's --help lists it: a missing
+# value (the option last on the line), an empty one and an empty --opt= are
+# usage errors, never a default; a comma list (a value name with a comma,
+# LIST or SPEC) refuses empty items.
+while read -r cmd; do
+  run $cmd --help || continue
+  sed -n '/^options:/,/^$/p' "$OUT" | grep '^  -' | sed 's/^  //; s/   */\t/' | cut -f1 |
+    sed 's/, / /' >"$work/opts"
+  while read -r name rest; do
+    value=${rest##* }
+    case $value in -* | "") continue ;; esac # a flag
+    expect 2 "collfuse $cmd: $name needs a value" $cmd "$name"
+    expect 2 "collfuse $cmd: $name needs a value" $cmd "$name" ''
+    expect 2 "collfuse $cmd: $name needs a value" $cmd "$name="
+    case $value in
+    *,* | LIST | SPEC)
+      for v in ,,, a,,b a, ,a; do
+        expect 2 "collfuse $cmd: $name has an empty item in '$v' (separate items with one comma)" \
+          $cmd "$name" "$v"
+      done
+      ;;
+    esac
+  done <"$work/opts"
+done <"$work/cmds"
+expect 2 "collfuse run: --input wants NAME=FILE.npy, got 'x='" run "$src/examples/tp_mlp.xml" --input x=
+expect 0 "over 1 iteration" run "$src/examples/tp_mlp.xml" --passes verify,dce
 
 # ------------------------------------------------ input formats from the readers
 for cmd in check compile run dot; do

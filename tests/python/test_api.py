@@ -6,6 +6,7 @@ build's library and PYTHONPATH at python/ (tests/CMakeLists.txt sets both).
 """
 
 import os
+import pathlib
 import sys
 import tempfile
 import threading
@@ -223,6 +224,185 @@ class TestRun(unittest.TestCase):
         g.run_pipeline(explain=True)
         explain = [m for lv, m in lines if m.startswith("explain: ")]
         self.assertEqual(len(explain), 4)
+
+
+STALE = "graph 'dp' was changed after this executable was made from it"
+
+
+class TestMisuse(unittest.TestCase):
+    """API misuse gives a clean exception, never a crash or a silent conversion."""
+
+    def test_stale_executable(self):
+        """Compile changes the graph in place: an executable made before any
+        change to its graph refuses to run instead of reading freed nodes."""
+        changes = {
+            "compile again": lambda g: g.compile(),
+            "run_pipeline": lambda g: g.run_pipeline("O0"),
+            "set_attr": lambda g: g.set_attr("o0", "shape", (9,)),
+            "a new node": lambda g: g.input("extra", "float32", (3,)),
+            "set_world_size": lambda g: g.set_world_size(2),
+            "define_group": lambda g: g.define_group("pair", [0, 1]),
+            "compile for other ranks": lambda g: g.compile(passes=None, ranks=4),
+        }
+        for what, change in changes.items():
+            with self.subTest(change=what):
+                g = dp_graph(2, 3, 8, "sum")
+                exe = g.compile()
+                exe.run()
+                change(g)
+                for call in (lambda: exe.run(), lambda: exe.in_place("g0"), lambda: exe.run_rank(0, {})):
+                    with self.assertRaises(collfuse.CollfuseError) as cm:
+                        call()
+                    self.assertEqual(cm.exception.status, "usage")
+                    self.assertIn(STALE, str(cm.exception))
+                    self.assertIn("make the executable again", str(cm.exception))
+                if what not in ("set_attr", "a new node"):  # those leave a graph that runs
+                    g.compile(passes=None).run()
+
+    def test_executables_of_an_unchanged_graph(self):
+        """Verifying and planning change nothing: two executables coexist."""
+        g = dp_graph(2, 3, 8, "sum")
+        e1 = g.compile()
+        g.verify()
+        e2 = g.compile(passes=None, algo="ring")
+        ones = [{"g0": np.ones(8, np.float32)}] * 2
+        for e in (e1, e2):
+            np.testing.assert_array_equal(e.run(ones)[1]["o0"], np.full(8, 2, np.float32))
+
+    def test_graph_deleted(self):
+        """An executable keeps its graph: deleting the Graph (even its C
+        handle) leaves the executable running."""
+        exe = dp_graph(2, 3, 8, "sum").compile()
+        g = exe.graph
+        del exe.graph
+        g.__del__()  # the C graph released: the executable still holds it
+        del g
+        outs = exe.run([{"g0": np.full(8, r + 1, np.float32)} for r in range(2)])
+        np.testing.assert_array_equal(outs[0]["o0"], np.full(8, 3, np.float32))
+        self.assertFalse(exe.in_place("g0"))
+
+    def test_input_values_must_fit(self):
+        g = collfuse.Graph("types", world_size=1)
+        for n, dt in (("i8", "int8"), ("i32", "int32"), ("u8", "uint8"), ("f16", "float16"),
+                      ("f32", "float32"), ("bf", "bfloat16")):
+            g.input(n, dt, (2,))
+            g.output("o_" + n, n)
+        exe = g.compile()
+        bad = [("i8", np.array([1, 128]), OverflowError, "input 'i8': value 128 does not fit int8 (-128..127)"),
+               ("i8", [-129, 0], OverflowError, "value -129 does not fit int8"),
+               ("i32", np.array([2**31, 0], np.int64), OverflowError, "value 2147483648 does not fit int32"),
+               ("u8", np.array([-1, 0], np.int8), OverflowError, "value -1 does not fit uint8 (0..255)"),
+               ("i32", np.array([2**64 - 1, 0], np.uint64), OverflowError, "value 18446744073709551615 does"),
+               ("f16", np.array([1.0, 70000.0]), OverflowError,
+                "input 'f16': value 70000.0 overflows float16 (it would become infinite)"),
+               ("f32", np.array([1e39, 0.0]), OverflowError, "value 1e+39 overflows float32"),
+               ("bf", np.array([3.4e38, 0.0], np.float32), OverflowError, "overflows bfloat16"),
+               ("bf", np.array([1e39, 0.0]), OverflowError, "value 1e+39 overflows bfloat16"),
+               ("i8", np.array([1.0, 2.0]), TypeError, "input 'i8' is int8, got a float64 array")]
+        for name, value, exc, msg in bad:
+            with self.subTest(input=name, value=value):
+                with self.assertRaises(exc) as cm:
+                    exe.run([{name: value}])
+                self.assertIn(msg, str(cm.exception))
+        # what fits goes through: narrower or wider integers, infinities, NaN, rounding
+        outs = exe.run([{"i8": np.array([-128, 127], np.int64), "i32": np.array([2**31 - 1, 0], np.uint64),
+                         "f16": np.array([np.inf, 65504.0]), "f32": np.array([np.nan, 0.1]),
+                         "bf": np.array([-np.inf, 1.0])}])[0]
+        np.testing.assert_array_equal(outs["o_i8"], [-128, 127])
+        np.testing.assert_array_equal(outs["o_i32"], [2**31 - 1, 0])
+        np.testing.assert_array_equal(outs["o_f16"], np.array([np.inf, 65504], np.float16))
+        self.assertTrue(np.isnan(outs["o_f32"][0]))
+        self.assertEqual(outs["o_f32"][1], np.float32(0.1))
+        np.testing.assert_array_equal(collfuse.bf16_to_float32(outs["o_bf"]), [-np.inf, 1.0])
+        with self.assertRaises(OverflowError) as cm:
+            collfuse.bf16_to_float32(np.array([70000]))
+        self.assertIn("bfloat16 raw bits: value 70000 does not fit uint16 (0..65535)", str(cm.exception))
+        with self.assertRaises(OverflowError):
+            collfuse.float32_to_bf16([1e39])
+
+    def test_constant_values_must_fit(self):
+        g = collfuse.Graph("c", world_size=1)
+        for dt, v, exc, msg in (("int8", 300, OverflowError, "constant 'c': value 300 does not fit int8 (-128..127)"),
+                                ("int32", 2**40, OverflowError, "value 1099511627776 does not fit int32"),
+                                ("int8", 2.5, ValueError, "constant 'c' is int8: value 2.5 is not an integer"),
+                                ("int64", float("nan"), ValueError, "value nan is not an integer"),
+                                ("float16", 70000.0, OverflowError, "value 70000.0 overflows float16"),
+                                ("float32", 1e39, OverflowError, "value 1e+39 overflows float32"),
+                                ("bfloat16", 1e39, OverflowError, "overflows bfloat16")):
+            with self.subTest(dtype=dt, value=v):
+                with self.assertRaises(exc) as cm:
+                    g.constant("c", dt, (2,), v)
+                self.assertIn(msg, str(cm.exception))
+        self.assertEqual(g.node_count, 0)
+        g.constant("c", "int8", (2,), -128.0)
+        g.constant("d", "float16", (2,), 65504.0)
+        self.assertEqual(g.node_count, 2)
+
+    def test_integers_for_c_ints(self):
+        """ctypes keeps the low 32 bits of an int for a C int: checked first."""
+        with self.assertRaises(OverflowError) as cm:
+            collfuse.Graph(world_size=2**40)
+        self.assertIn("world_size: 1099511627776 does not fit a C int", str(cm.exception))
+        with self.assertRaises(TypeError) as cm:
+            collfuse.Graph(world_size=2.0)
+        self.assertIn("world_size: an integer is wanted, got 2.0", str(cm.exception))
+        g = collfuse.Graph("g", world_size=np.int64(2))  # numpy integers are integers
+        with self.assertRaises(OverflowError) as cm:
+            g.set_world_size(2**32 + 2)
+        self.assertIn("world_size: 4294967298 does not fit a C int", str(cm.exception))
+        with self.assertRaises(OverflowError) as cm:
+            g.define_group("big", [0, 2**40])
+        self.assertIn("group 'big': rank: 1099511627776 does not fit a C int", str(cm.exception))
+        with self.assertRaises(OverflowError):
+            g.define_group("parts", [[0, 1], [2**32, 2**32 + 1]])  # would be [[0, 1], [0, 1]]
+        with self.assertRaises(TypeError):
+            g.define_group("half", [0.5, 1])
+        with self.assertRaises(TypeError) as cm:
+            g.input("x", "float32", (4.5,))  # not cut to 4
+        self.assertIn("dimension: an integer is wanted, got 4.5", str(cm.exception))
+        self.assertEqual(g.node_count, 0)
+        g.input("x", "float32", (4,))
+        g.output("y", g.all_reduce("x"))
+        exe = g.compile()
+        with self.assertRaises(OverflowError):
+            exe.run_rank(2**32, {})  # would be rank 0
+        with self.assertRaises(TypeError):
+            exe.run_rank(0.0, {})
+
+    def test_no_embedded_nul(self):
+        """A C string ends at a NUL: a name or path holding one is refused,
+        not cut short (load("/tmp/a\\0b.xml") would open /tmp/a)."""
+        with tempfile.TemporaryDirectory() as d:
+            stub = os.path.join(d, "a")
+            dp_graph(2, 1, 4).write_xml(stub)  # a graph where the cut path would lead
+            for call in (lambda: collfuse.load(stub + "\0b.xml"),
+                         lambda: dp_graph(2, 1, 4).write_xml(stub + "\0.xml"),
+                         lambda: dp_graph(2, 1, 4).write_dot(stub.encode() + b"\0.dot")):
+                with self.assertRaises(ValueError) as cm:
+                    call()
+                self.assertIn("contains a NUL character (a C string would end there)", str(cm.exception))
+            # bytes and PathLike paths are paths, not "b'...'"
+            g = dp_graph(2, 1, 4)
+            g.verify()
+            g.write_xml(os.fsencode(os.path.join(d, "bytes.xml")))
+            self.assertEqual(collfuse.load(pathlib.Path(d) / "bytes.xml").node_count, g.node_count)
+        g = collfuse.Graph("g", world_size=2)
+        g.input("x", "float32", (4,))
+        for call, what in ((lambda: collfuse.Graph("a\0b"), "graph name 'a\\x00b'"),
+                           (lambda: g.input("x\0y", "float32", (4,)), "node name 'x\\x00y'"),
+                           (lambda: g.all_reduce("x\0", name="ar"), "operand 'x\\x00'"),
+                           (lambda: g.all_reduce("x", group="hccl_world_group\0x", name="ar"), "attribute group"),
+                           (lambda: g.define_group("p\0q", [0, 1]), "group name"),
+                           (lambda: g.attr("x", "dtype\0"), "attribute name"),
+                           (lambda: g.verify("cpu\0"), "target"),
+                           (lambda: g.compile(split="auto\0junk"), "option split"),
+                           (lambda: collfuse.parse("<graph/>", name="g\0.xml"), "name")):
+            with self.subTest(what=what):
+                with self.assertRaises(ValueError) as cm:
+                    call()
+                self.assertIn(what, str(cm.exception))
+                self.assertIn("contains a NUL character", str(cm.exception))
+        self.assertEqual(g.nodes(), ["x"])
 
 
 if __name__ == "__main__":
