@@ -24,8 +24,7 @@
 #include <string.h>
 
 enum {
-  PB_MAX_NEST = 100,  /* messages inside messages */
-  PB_MAX_NAME = 1024, /* bytes of a node name */
+  PB_MAX_NEST = 100, /* messages inside messages */
 };
 
 /* One field of a protobuf text message. */
@@ -974,8 +973,9 @@ static cf_status read_graph(pb_reader *r) {
     if (!f->msg || !nm || !op)
       return fail(r, f->line, "node without %s", !f->msg ? "a body" : !nm ? "a name" : "an op");
     if ((st = text_field(r, nm, &n->name)) || (st = text_field(r, op, &n->op))) return st;
-    if (!*n->name || strlen(n->name) > PB_MAX_NAME)
-      return fail(r, nm->line, "node name must have 1..%d bytes", PB_MAX_NAME);
+    if (!*n->name) return fail(r, nm->line, "node with an empty name");
+    if (strlen(n->name) > CF_MAX_NAME)
+      return fail(r, nm->line, "node '%.40s...': name longer than %d bytes", n->name, CF_MAX_NAME);
     if (!*n->op) return fail(r, op->line, "node '%s': empty op", n->name);
     if ((st = read_inputs(r, n))) return st;
   }
@@ -1005,14 +1005,17 @@ static cf_status read_graph(pb_reader *r) {
       if (used[i] || !cf_op_is_collective(nd->op) ||
           cf_op_table[nd->op].cat == CF_CAT_FUSED_COLLECTIVE)
         continue;
-      size_t len = strlen(nd->name) + 16;
-      char *nm = cf_arena_alloc(&r->scratch, len);
+      /* "NAME:output", NAME cut to keep it within CF_MAX_NAME, numbered
+       * when the name is taken */
+      char tail[32] = ":output";
       int idx, line = nd->line;
       cf_ref ref = {i, 0};
-      if (!nm)
-        st = oom(r, line);
-      else
-        snprintf(nm, len, "%s:output", nd->name);
+      char *nm = cf_arena_name(&r->scratch, nd->name, tail);
+      for (int k = 1; nm && cf_graph_find(r->g, nm) >= 0; k++) {
+        snprintf(tail, sizeof tail, ":output%d", k);
+        nm = cf_arena_name(&r->scratch, nd->name, tail);
+      }
+      if (!nm) st = oom(r, line);
       if (!st) st = cf_graph_add_node(r->g, nm, CF_OP_OUTPUT, line, &idx);
       if (!st) st = cf_node_set_inputs(r->g, idx, 1, &ref);
     }

@@ -194,6 +194,22 @@ char *cf_arena_strndup(cf_arena *a, const char *s, size_t n) {
 
 char *cf_arena_strdup(cf_arena *a, const char *s) { return cf_arena_strndup(a, s, strlen(s)); }
 
+char *cf_arena_name(cf_arena *a, const char *base, const char *tail) {
+  size_t nb = strlen(base), nt = strlen(tail);
+  if (nt > CF_MAX_NAME / 2) nt = CF_MAX_NAME / 2; /* callers pass short tails */
+  if (nb + nt > CF_MAX_NAME) {
+    nb = CF_MAX_NAME - nt;
+    while (nb && ((unsigned char)base[nb] & 0xc0) == 0x80)
+      nb--; /* not inside a character */
+  }
+  char *d = cf_arena_alloc(a, nb + nt + 1);
+  if (!d) return NULL;
+  memcpy(d, base, nb);
+  memcpy(d + nb, tail, nt);
+  d[nb + nt] = 0;
+  return d;
+}
+
 void cf_arena_free(cf_arena *a) {
   cf_arena_chunk *c = a->head;
   while (c) {

@@ -141,6 +141,9 @@ int cf_graph_find(const cf_graph *g, const char *name) {
 
 cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, int *idx) {
   if (!name || !*name) return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node without a name");
+  if (strlen(name) > CF_MAX_NAME)
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                    "node '%.40s...': name longer than %d bytes", name, CF_MAX_NAME);
   int prev = cf_graph_find(g, name);
   if (prev >= 0) {
     const cf_node *p = &g->nodes[prev];
