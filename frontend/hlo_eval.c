@@ -247,6 +247,12 @@ static cf_status eval_constant(hlo_reader *r, hinstr *in, bool at_entry, hval *o
   if (in->shape.n >= 0 || !in->shape.exact || !cf_shape_elements(&in->shape.s, &count))
     return emit_opaque(r, in, at_entry, NULL, "constant", out);
   if (!in->lit) in->lit = classify_literal(in->args, count, &in->lit_value);
+  /* a Constant's value is a double: an integer literal it cannot hold
+   * exactly (beyond +-2^53, or with a fraction) stays an opaque constant */
+  double v = in->lit_value;
+  if (in->lit == LIT_SPLAT && !cf_dtype_is_float(in->shape.dt) &&
+      (v != trunc(v) || fabs(v) > 0x1p53))
+    in->lit = LIT_OTHER;
   if (in->lit == LIT_OTHER) return emit_opaque(r, in, at_entry, NULL, "constant", out);
   int idx;
   cf_status st = emit_op(r, in, at_entry, CF_OP_CONSTANT, NULL, 0, &idx, out);
