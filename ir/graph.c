@@ -333,6 +333,8 @@ cf_status cf_graph_add_group(cf_graph *g, const char *name, const int *ranks, in
 
 cf_status cf_graph_add_group_parts(cf_graph *g, const char *name, const int *ranks,
                                    const int *off, int n_parts, int line) {
+  if (!*name) /* the format's name type has at least one character */
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group with an empty name");
   if (strlen(name) > CF_MAX_GROUP_NAME)
     return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
                     "group '%.40s...': name longer than %d bytes", name, CF_MAX_GROUP_NAME);

@@ -199,6 +199,7 @@ static void test_build_errors(void **state) {
   group[128] = 0;
   ASSERT_ERR(cf_graph_define_group(g, group, ranks, 2), CF_ERR_INVALID,
              "name longer than 127 bytes");
+  ASSERT_ERR(cf_graph_define_group(g, "", ranks, 2), CF_ERR_USAGE, "needs a name");
   group[127] = 0;
   OK(cf_graph_define_group(g, group, ranks, 2));
   OK(cf_graph_set_attr(g, "ar", "group", group));
