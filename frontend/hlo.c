@@ -420,8 +420,8 @@ hcomp *cf_hlo_attr_comp(hlo_reader *r, const hinstr *in, const char *key) {
   cf_span nm;
   const char *p = cf_hlo_read_name(a->val.p, a->val.p + a->val.n, &nm);
   if (!nm.n || p != a->val.p + a->val.n) return NULL;
-  char buf[HLO_MAX_NAME + 1];
-  if (nm.n > HLO_MAX_NAME) return NULL;
+  char buf[CF_MAX_NAME + 1];
+  if (nm.n > CF_MAX_NAME) return NULL;
   memcpy(buf, nm.p, nm.n);
   buf[nm.n] = 0;
   int k = cf_hlo_map_find(&r->comp_map, buf);
@@ -441,7 +441,7 @@ static cf_status operand_name(hlo_reader *r, const hinstr *in, cf_span piece, co
     te = p;
   }
   cf_span nm = {NULL, 0};
-  if (ts && cf_hlo_read_name(ts, te, &nm) == te && nm.n && nm.n <= HLO_MAX_NAME) {
+  if (ts && cf_hlo_read_name(ts, te, &nm) == te && nm.n && nm.n <= CF_MAX_NAME) {
     *out = cf_hlo_str(r, nm.p, nm.n);
     return *out ? CF_OK : cf_hlo_oom(r, in->line);
   }
@@ -463,8 +463,9 @@ static cf_status parse_instr(hlo_reader *r, const char *s, const char *e, int li
   if (!nm.n || eq >= e || *eq != '=')
     return cf_hlo_fail(r, line, "expected an instruction 'NAME = SHAPE OPCODE(OPERANDS)', got '%s'",
                        CF_SPAN_QUOTE(((cf_span){s, (size_t)(e - s)})));
-  if (nm.n > HLO_MAX_NAME)
-    return cf_hlo_fail(r, line, "instruction name longer than %d bytes", HLO_MAX_NAME);
+  if (nm.n > CF_MAX_NAME)
+    return cf_hlo_fail(r, line, "instruction '%.40s...': name longer than %d bytes", nm.p,
+                       CF_MAX_NAME);
   if (!(in->name = cf_hlo_str(r, nm.p, nm.n))) return cf_hlo_oom(r, line);
   p = eq + 1;
   int64_t leaves = 0;
@@ -498,7 +499,7 @@ static cf_status parse_instr(hlo_reader *r, const char *s, const char *e, int li
       a = ce + 1;
     }
   }
-  char what[HLO_MAX_NAME + 32];
+  char what[CF_MAX_NAME + 32];
   snprintf(what, sizeof what, "instruction '%s'", in->name);
   return parse_attrs(r, close, e, line, what, &in->attr, &in->n_attr);
 }
@@ -531,8 +532,9 @@ static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int lin
     return CF_OK;
   }
   *is_comp = true;
-  if (nm.n > HLO_MAX_NAME)
-    return cf_hlo_fail(r, line, "computation name longer than %d bytes", HLO_MAX_NAME);
+  if (nm.n > CF_MAX_NAME)
+    return cf_hlo_fail(r, line, "computation '%.40s...': name longer than %d bytes", nm.p,
+                       CF_MAX_NAME);
   memset(c, 0, sizeof *c);
   c->line = line;
   c->root = -1;
@@ -581,8 +583,8 @@ static cf_status parse_header(hlo_reader *r, const char *s, const char *e, int l
   cf_span nm;
   p = cf_hlo_read_name(p, e, &nm);
   if (!nm.n) return cf_hlo_fail(r, line, "HloModule needs a name");
-  if (nm.n > HLO_MAX_NAME)
-    return cf_hlo_fail(r, line, "module name longer than %d bytes", HLO_MAX_NAME);
+  if (nm.n > CF_MAX_NAME)
+    return cf_hlo_fail(r, line, "module '%.40s...': name longer than %d bytes", nm.p, CF_MAX_NAME);
   if (!(r->module = cf_hlo_str(r, nm.p, nm.n))) return cf_hlo_oom(r, line);
   hattr *a;
   int n;

@@ -17,18 +17,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A fresh node name: base (+ suffix) unless taken; taken names get /N. An
- * inlined instruction leaves the names of ENTRY's instructions to them. */
+/* A fresh node name: base (+ suffix) unless taken; taken names get /N, base
+ * cut to keep the name within CF_MAX_NAME. An inlined instruction leaves the
+ * names of ENTRY's instructions to them. */
 static cf_status add_node(hlo_reader *r, const char *base, const char *suffix, bool at_entry,
                           cf_op op, int line, int *idx) {
-  size_t n = strlen(base) + strlen(suffix) + 24;
-  char *nm = cf_arena_alloc(&r->scratch, n);
+  char *nm = cf_arena_name(&r->scratch, base, suffix);
   if (!nm) return cf_hlo_oom(r, line);
-  snprintf(nm, n, "%s%s", base, suffix);
   bool taken =
       cf_graph_find(r->g, nm) >= 0 || (!at_entry && cf_hlo_map_find(&r->entry->map, nm) >= 0);
   while (taken) { /* '/' never occurs in an HLO name, so the second try is free */
-    snprintf(nm, n, "%s%s/%llu", base, suffix, ++r->serial);
+    char tail[48];
+    snprintf(tail, sizeof tail, "%s/%llu", suffix, ++r->serial);
+    if (!(nm = cf_arena_name(&r->scratch, base, tail))) return cf_hlo_oom(r, line);
     taken = cf_graph_find(r->g, nm) >= 0;
   }
   return cf_graph_add_node(r->g, nm, op, line, idx);
@@ -246,6 +247,12 @@ static cf_status eval_constant(hlo_reader *r, hinstr *in, bool at_entry, hval *o
   if (in->shape.n >= 0 || !in->shape.exact || !cf_shape_elements(&in->shape.s, &count))
     return emit_opaque(r, in, at_entry, NULL, "constant", out);
   if (!in->lit) in->lit = classify_literal(in->args, count, &in->lit_value);
+  /* a Constant's value is a double: an integer literal it cannot hold
+   * exactly (beyond +-2^53, or with a fraction) stays an opaque constant */
+  double v = in->lit_value;
+  if (in->lit == LIT_SPLAT && !cf_dtype_is_float(in->shape.dt) &&
+      (v != trunc(v) || fabs(v) > 0x1p53))
+    in->lit = LIT_OTHER;
   if (in->lit == LIT_OTHER) return emit_opaque(r, in, at_entry, NULL, "constant", out);
   int idx;
   cf_status st = emit_op(r, in, at_entry, CF_OP_CONSTANT, NULL, 0, &idx, out);

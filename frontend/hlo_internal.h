@@ -15,11 +15,10 @@
 #include <ctype.h>
 
 enum {
-  HLO_MAX_NEST = 256,  /* brackets open at once in one statement */
-  HLO_MAX_TUPLE = 32,  /* tuples nested in tuples (shapes and values) */
-  HLO_MAX_CALLS = 64,  /* call instructions nested through computations */
-  HLO_MAX_NAME = 1024, /* bytes of an instruction or computation name */
-  HLO_MAX_AXES = 16,   /* axes of a mesh */
+  HLO_MAX_NEST = 256, /* brackets open at once in one statement */
+  HLO_MAX_TUPLE = 32, /* tuples nested in tuples (shapes and values) */
+  HLO_MAX_CALLS = 64, /* call instructions nested through computations */
+  HLO_MAX_AXES = 16,  /* axes of a mesh */
 };
 #define HLO_MAX_WORK 4000000 /* instructions and operands evaluated, inlined calls included */
 

@@ -24,8 +24,7 @@
 #include <string.h>
 
 enum {
-  PB_MAX_NEST = 100,  /* messages inside messages */
-  PB_MAX_NAME = 1024, /* bytes of a node name */
+  PB_MAX_NEST = 100, /* messages inside messages */
 };
 
 /* One field of a protobuf text message. */
@@ -490,6 +489,20 @@ static double content_elem(const tf_type *t, const unsigned char *b, int64_t i) 
   }
 }
 
+/* Element i of little-endian tensor_content of an integer type t, exact
+ * (content_elem's double cannot hold every int64). */
+static int64_t content_int(const tf_type *t, const unsigned char *b, int64_t i) {
+  uint64_t u = 0;
+  for (int k = t->size - 1; k >= 0; k--)
+    u = u << 8 | b[i * t->size + k];
+  switch (t->size) {
+  case 1: return t->code == 6 ? (int8_t)(uint8_t)u : (int64_t)u;
+  case 2: return (int16_t)(uint16_t)u;
+  case 4: return (int32_t)(uint32_t)u;
+  default: return (int64_t)u; /* two's complement, as int64 */
+  }
+}
+
 /* The typed value list of a TensorProto for t (float_val, int_val, ...). */
 static const char *val_field(const tf_type *t) {
   switch (t->code) {
@@ -506,7 +519,10 @@ static const char *val_field(const tf_type *t) {
 }
 
 /* Const: one repeated value -> Constant value=, 0, 1, 2, ... -> init=iota,
- * anything else -> Opaque (the IR keeps no tensor data). */
+ * anything else -> Opaque (the IR keeps no tensor data). A Constant's value
+ * is a double: an integer tensor with a value beyond +-2^53 stays Opaque
+ * rather than being rounded, and the small integer tensors a Reshape reads
+ * its shape from are kept as integers, never through a double. */
 static cf_status read_const(pb_reader *r, pnode *n) {
   const pf *v = node_attr(r, n, "value"), *ten = v ? get(v, "tensor") : NULL;
   if (!ten || !ten->msg)
@@ -525,8 +541,9 @@ static cf_status read_const(pb_reader *r, pnode *n) {
                 (long long)CF_MAX_ELEMENTS);
   const pf *content = get(ten, "tensor_content");
   double first = 0, x = 0;
-  bool splat = true, iota = true,
-       small = t->exact && !cf_dtype_is_float(t->dt) && count <= CF_MAX_RANK;
+  bool integer = t->exact && !cf_dtype_is_float(t->dt), splat = true, iota = true,
+       small = integer && count <= CF_MAX_RANK, fits = true;
+  const int64_t exact = (int64_t)1 << 53; /* integers a double holds exactly */
   n->n_ivals = -1;
   if (content) {
     char *b;
@@ -539,10 +556,14 @@ static cf_status read_const(pb_reader *r, pnode *n) {
                   len, (long long)count, t->name, (long long)want);
     for (int64_t i = 0; i < count && (splat || iota || small); i++) {
       x = content_elem(t, (const unsigned char *)b, i);
+      if (integer) {
+        int64_t iv = content_int(t, (const unsigned char *)b, i);
+        fits &= iv >= -exact && iv <= exact;
+        if (small) n->ivals[i] = iv;
+      }
       if (!i) first = x;
       splat &= memcmp(b, b + i * t->size, (size_t)t->size) == 0;
       iota &= x == (double)i;
-      if (small) n->ivals[i] = (int64_t)x;
     }
   } else {
     const char *vf = val_field(t);
@@ -564,11 +585,12 @@ static cf_status read_const(pb_reader *r, pnode *n) {
         if (!field_int(r, f, &iv))
           return fail(r, f->line, "node '%s': bad %s '%s'", n->name, vf, CF_SPAN_QUOTE(f->text));
         x = (double)iv;
+        fits &= iv >= -exact && iv <= exact;
+        if (small) n->ivals[m] = iv;
       }
       if (!m) first = x;
       splat &= x == first;
       iota &= x == (double)m;
-      if (small) n->ivals[m] = (int64_t)x;
     }
     /* TensorFlow repeats the last value over the remaining elements */
     if (m < count && m > 0) iota = false;
@@ -579,7 +601,7 @@ static cf_status read_const(pb_reader *r, pnode *n) {
   if (small) n->n_ivals = (int)count;
   bool finite = isfinite(first);
   int idx;
-  bool opaque = !t->exact || !finite || (!splat && !(iota && count > 1));
+  bool opaque = !t->exact || !finite || !fits || (!splat && !(iota && count > 1));
   if ((st = cf_graph_add_node(r->g, n->name, opaque ? CF_OP_OPAQUE : CF_OP_CONSTANT, n->line,
                               &idx)) ||
       (st = set_type(r, idx, t->dt, &s, n->line)))
@@ -974,8 +996,9 @@ static cf_status read_graph(pb_reader *r) {
     if (!f->msg || !nm || !op)
       return fail(r, f->line, "node without %s", !f->msg ? "a body" : !nm ? "a name" : "an op");
     if ((st = text_field(r, nm, &n->name)) || (st = text_field(r, op, &n->op))) return st;
-    if (!*n->name || strlen(n->name) > PB_MAX_NAME)
-      return fail(r, nm->line, "node name must have 1..%d bytes", PB_MAX_NAME);
+    if (!*n->name) return fail(r, nm->line, "node with an empty name");
+    if (strlen(n->name) > CF_MAX_NAME)
+      return fail(r, nm->line, "node '%.40s...': name longer than %d bytes", n->name, CF_MAX_NAME);
     if (!*n->op) return fail(r, op->line, "node '%s': empty op", n->name);
     if ((st = read_inputs(r, n))) return st;
   }
@@ -1005,14 +1028,17 @@ static cf_status read_graph(pb_reader *r) {
       if (used[i] || !cf_op_is_collective(nd->op) ||
           cf_op_table[nd->op].cat == CF_CAT_FUSED_COLLECTIVE)
         continue;
-      size_t len = strlen(nd->name) + 16;
-      char *nm = cf_arena_alloc(&r->scratch, len);
+      /* "NAME:output", NAME cut to keep it within CF_MAX_NAME, numbered
+       * when the name is taken */
+      char tail[32] = ":output";
       int idx, line = nd->line;
       cf_ref ref = {i, 0};
-      if (!nm)
-        st = oom(r, line);
-      else
-        snprintf(nm, len, "%s:output", nd->name);
+      char *nm = cf_arena_name(&r->scratch, nd->name, tail);
+      for (int k = 1; nm && cf_graph_find(r->g, nm) >= 0; k++) {
+        snprintf(tail, sizeof tail, ":output%d", k);
+        nm = cf_arena_name(&r->scratch, nd->name, tail);
+      }
+      if (!nm) st = oom(r, line);
       if (!st) st = cf_graph_add_node(r->g, nm, CF_OP_OUTPUT, line, &idx);
       if (!st) st = cf_node_set_inputs(r->g, idx, 1, &ref);
     }

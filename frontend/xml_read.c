@@ -34,7 +34,7 @@ static const xsd_type xsd_types[] = {
     {"init", "an init", "random, zeros, ones or iota"},
     {"ranks", "a rank list",
      "comma-separated ranks such as \"0,1,2,3\", or parts split by '|' such as \"0,1|2,3\""},
-    {"name", "a name", "1 to 4096 characters"},
+    {"name", "a name", NULL},
     {"integer", "an integer", "a whole number such as \"7\" or \"-1\""},
     {"nonNegativeInteger", "a non-negative integer", "a whole number >= 0 such as \"0\" or \"8\""},
     {"positiveInteger", "a positive integer", "a whole number >= 1 such as \"1\""},
@@ -89,9 +89,13 @@ static const xsd_type *attr_type(const char *elem, const char *attr) {
   return t;
 }
 
-/* "one of a, b or c" for the types whose values are IR names */
+/* "one of a, b or c" for the types whose values are IR names; a name's length */
 static const char *expected_text(const xsd_type *t, char *buf, size_t len) {
   if (t->expected) return t->expected;
+  if (strcmp(t->type, "name") == 0) { /* the schema's maxLength, which the build checks */
+    snprintf(buf, len, "1 to %d characters", CF_MAX_NAME);
+    return buf;
+  }
   const char *names[CF_DT_COUNT + CF_RED_COUNT + 2];
   int n = 0;
   if (strcmp(t->type, "dtype") == 0)

@@ -73,7 +73,7 @@ cf_status cf_xml_write(const cf_graph *g, FILE *f) {
     if (typed && !multi_decl) {
       put_attr(f, "dtype", cf_dtype_name(n->out[0].dtype));
       put_attr(f, "shape", cf_shape_format(&n->out[0].shape, buf, sizeof buf));
-    } else if (n->op == CF_OP_OUTPUT && n->n_decl) {
+    } else if (n->n_decl && !multi_decl) { /* an Output, or a graph not inferred yet */
       if (n->decl[0].has_dtype) put_attr(f, "dtype", cf_dtype_name(n->decl[0].v.dtype));
       if (n->decl[0].has_shape)
         put_attr(f, "shape", cf_shape_format(&n->decl[0].v.shape, buf, sizeof buf));

@@ -95,12 +95,26 @@ const char *cf_excerpt(char *buf, size_t len, const char *s, size_t n) {
 
 cf_status cf_verror(cf_context *ctx, cf_status st, const char *file, int line, const char *fmt,
                     va_list ap) {
-  char raw[2048], msg[2048];
   char prefix[1024] = "";
   if (!ctx) return st;
-  vsnprintf(raw, sizeof raw, fmt, ap);
+  /* sized to the message: one quoting node names of CF_MAX_NAME bytes still
+   * ends with what went wrong (up to 64 KiB, then cut with "...") */
+  va_list again;
+  va_copy(again, ap);
+  int len = vsnprintf(NULL, 0, fmt, ap);
+  size_t n_raw = len < 0 ? 0 : len > 65536 ? 65536 : (size_t)len;
+  char *raw = malloc(n_raw + 1), *msg = malloc(4 * n_raw + 8);
+  if (!raw || !msg) {
+    va_end(again);
+    free(raw);
+    free(msg);
+    return st; /* keep the old message rather than crash */
+  }
+  vsnprintf(raw, n_raw + 1, fmt, again);
+  va_end(again);
   /* whatever a message quotes, it never carries raw binary to a terminal */
-  escape(msg, sizeof msg, raw, strlen(raw), SIZE_MAX, true);
+  escape(msg, 4 * n_raw + 8, raw, strlen(raw), SIZE_MAX, true);
+  free(raw);
   if (file && line > 0)
     snprintf(prefix, sizeof prefix, "%s:%d: ", file, line);
   else if (file)
@@ -114,8 +128,9 @@ cf_status cf_verror(cf_context *ctx, cf_status st, const char *file, int line, c
   }
   size_t n = strlen(prefix) + strlen(msg) + strlen(tag) + 1;
   char *s = malloc(n);
+  if (s) snprintf(s, n, "%s%s%s", prefix, tag, msg);
+  free(msg);
   if (!s) return st; /* keep the old message rather than crash */
-  snprintf(s, n, "%s%s%s", prefix, tag, msg);
   free(ctx->errmsg);
   ctx->errmsg = s;
   return st;
@@ -193,6 +208,22 @@ char *cf_arena_strndup(cf_arena *a, const char *s, size_t n) {
 }
 
 char *cf_arena_strdup(cf_arena *a, const char *s) { return cf_arena_strndup(a, s, strlen(s)); }
+
+char *cf_arena_name(cf_arena *a, const char *base, const char *tail) {
+  size_t nb = strlen(base), nt = strlen(tail);
+  if (nt > CF_MAX_NAME / 2) nt = CF_MAX_NAME / 2; /* callers pass short tails */
+  if (nb + nt > CF_MAX_NAME) {
+    nb = CF_MAX_NAME - nt;
+    while (nb && ((unsigned char)base[nb] & 0xc0) == 0x80)
+      nb--; /* not inside a character */
+  }
+  char *d = cf_arena_alloc(a, nb + nt + 1);
+  if (!d) return NULL;
+  memcpy(d, base, nb);
+  memcpy(d + nb, tail, nt);
+  d[nb + nt] = 0;
+  return d;
+}
 
 void cf_arena_free(cf_arena *a) {
   cf_arena_chunk *c = a->head;

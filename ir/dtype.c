@@ -167,7 +167,7 @@ bool cf_bytes_parse(const char *s, size_t len, int64_t max, int64_t *out) {
   if (*end == 'B' || *end == 'b') end++;
   if (*end) return false;
   v *= mul;
-  if (v < 1 || v > (double)max) return false;
+  if (v < 1 || v > (double)max || v >= 0x1p63) return false; /* (int64_t)v is defined */
   *out = (int64_t)v;
   return true;
 }

@@ -157,6 +157,9 @@ int cf_graph_find(const cf_graph *g, const char *name) {
 
 cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, int *idx) {
   if (!name || !*name) return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node without a name");
+  if (strlen(name) > CF_MAX_NAME)
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                    "node '%.40s...': name longer than %d bytes", name, CF_MAX_NAME);
   int prev = cf_graph_find(g, name);
   if (prev >= 0) {
     const cf_node *p = &g->nodes[prev];
@@ -346,6 +349,8 @@ cf_status cf_graph_add_group(cf_graph *g, const char *name, const int *ranks, in
 
 cf_status cf_graph_add_group_parts(cf_graph *g, const char *name, const int *ranks,
                                    const int *off, int n_parts, int line) {
+  if (!*name) /* the format's name type has at least one character */
+    return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group with an empty name");
   if (strlen(name) > CF_MAX_GROUP_NAME)
     return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
                     "group '%.40s...': name longer than %d bytes", name, CF_MAX_GROUP_NAME);

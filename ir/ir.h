@@ -25,6 +25,11 @@
 #define CF_MAX_FILE_BYTES ((size_t)256 << 20) /* input file size */
 #define CF_MAX_XML_ELEMENTS 4000000          /* elements in one XML document */
 #define CF_MAX_GROUP_NAME 127                /* HCCL: 128 bytes with the NUL */
+/* Bytes of a node name, whichever reader or builder makes the node: the
+ * native XML format's name type (docs/collfuse-graph.xsd, whose maxLength
+ * the build checks against this) allows as many characters, so every graph
+ * collfuse accepts can be written and read back. */
+#define CF_MAX_NAME 4096
 /* Ranks of a graph and of a run: what the executor can run. The threads
  * transport keeps a 1.7 KiB channel for every ordered pair of ranks (108 MiB
  * at 256, growing with the square) and one thread per rank, and --verify's
@@ -77,6 +82,11 @@ void *cf_arena_alloc(cf_arena *a, size_t size);           /* zeroed, 16-aligned;
 void *cf_arena_array(cf_arena *a, size_t n, size_t elem); /* overflow-checked */
 char *cf_arena_strdup(cf_arena *a, const char *s);
 char *cf_arena_strndup(cf_arena *a, const char *s, size_t n);
+/* "<base><tail>" for a name made from another name (a fused node, an
+ * inlined call, a made-up output): base is cut, at a UTF-8 character
+ * boundary, so that the whole holds at most CF_MAX_NAME bytes; tail (a
+ * short suffix) is kept whole. NULL on OOM. */
+char *cf_arena_name(cf_arena *a, const char *base, const char *tail);
 void cf_arena_free(cf_arena *a);
 
 /* write(2) all of p[0..n), retrying on EINTR and short writes. */

@@ -81,12 +81,14 @@ static cf_status oom(fuser *f) {
 
 static const char *fmt(fuser *f, const char *format, ...) __attribute__((format(printf, 2, 3)));
 static const char *fmt(fuser *f, const char *format, ...) {
-  char buf[1024];
-  va_list ap;
+  va_list ap, again;
   va_start(ap, format);
-  vsnprintf(buf, sizeof buf, format, ap);
+  va_copy(again, ap);
+  int n = vsnprintf(NULL, 0, format, ap); /* whole: names in it may be CF_MAX_NAME long */
   va_end(ap);
-  const char *s = cf_arena_strdup(&f->scratch, buf);
+  char *s = n >= 0 ? cf_arena_alloc(&f->scratch, (size_t)n + 1) : NULL;
+  if (s) vsnprintf(s, (size_t)n + 1, format, again);
+  va_end(again);
   return s ? s : "(out of memory)";
 }
 
@@ -131,11 +133,16 @@ static const char *member(fuser *f, const cf_node *n, int port) {
   return fmt(f, "%s port %d", n->name, port);
 }
 
+/* A node named base, or base_K when that is taken, base cut to keep the
+ * name within CF_MAX_NAME. */
 static cf_status add_node(fuser *f, const char *base, cf_op op, int line, int anchor, int *idx) {
-  char name[600];
-  snprintf(name, sizeof name, "%s", base);
-  for (int k = 1; cf_graph_find(f->g, name) >= 0; k++)
-    snprintf(name, sizeof name, "%s_%d", base, k);
+  const char *name = cf_arena_name(&f->scratch, base, "");
+  for (int k = 1; name && cf_graph_find(f->g, name) >= 0; k++) {
+    char tail[24];
+    snprintf(tail, sizeof tail, "_%d", k);
+    name = cf_arena_name(&f->scratch, base, tail);
+  }
+  if (!name) return oom(f);
   cf_status st = cf_graph_add_node(f->g, name, op, line, idx);
   if (st) return st;
   if (f->n_added == f->cap_added) {
@@ -212,17 +219,17 @@ static cf_status add_cand(fuser *f, int coll, int mm, int port) {
  * constant 1/world_size (a scalar of the result's dtype). */
 static cf_status add_mean(fuser *f, mm_cand *c, int64_t ws) {
   cf_graph *g = f->g;
-  char base[600], text[64];
+  char text[64];
   int k, m, line = g->nodes[c->coll].line;
   cf_dtype dt = g->nodes[c->fused].out[0].dtype;
-  snprintf(base, sizeof base, "%s_scale", g->nodes[c->fused].name);
-  cf_status st = add_node(f, base, CF_OP_CONSTANT, line, c->coll, &k);
+  cf_status st =
+      add_node(f, fmt(f, "%s_scale", g->nodes[c->fused].name), CF_OP_CONSTANT, line, c->coll, &k);
   snprintf(text, sizeof text, "%.17g", 1.0 / (double)ws);
   if (!st) st = cf_node_parse_attr(g, k, CF_A_DTYPE, cf_dtype_name(dt), line);
   if (!st) st = cf_node_parse_attr(g, k, CF_A_SHAPE, "", line);
   if (!st) st = cf_node_parse_attr(g, k, CF_A_VALUE, text, line);
-  snprintf(base, sizeof base, "%s_mean", g->nodes[c->fused].name);
-  if (!st) st = add_node(f, base, CF_OP_MUL, line, c->coll, &m);
+  if (!st)
+    st = add_node(f, fmt(f, "%s_mean", g->nodes[c->fused].name), CF_OP_MUL, line, c->coll, &m);
   cf_ref in[2] = {{c->fused, 0}, {k, 0}};
   if (!st) st = cf_node_set_inputs(g, m, 2, in);
   if (!st) c->value = m;
@@ -271,9 +278,8 @@ static cf_status try_mm_coll(fuser *f, mm_cand *c) {
     in[nin++] = mm->in[2];
     in[nin++] = mm->in[3];
   }
-  char name[600], members[600];
-  snprintf(name, sizeof name, "%s_%s", mm->name, coll->name);
-  snprintf(members, sizeof members, "%s,%s", mm->name, coll->name);
+  const char *name = fmt(f, "%s_%s", mm->name, coll->name),
+             *members = fmt(f, "%s,%s", mm->name, coll->name);
   const cf_attr *odt = quant ? cf_node_attr(mm, CF_A_OUTPUT_DTYPE) : NULL;
   cf_attr odt_copy = odt ? *odt : (cf_attr){0};
   int line = coll->line, idx;
@@ -499,14 +505,11 @@ static cf_status fuse_ag(fuser *f, int ag, const int *pos, const int *last, int 
       p += sprintf(p, "%s,", g->nodes[prod[i]].name);
     }
     sprintf(p, "%s", a->name);
-    char name[600];
     int first = 0;
     while (why[first])
       first++;
-    if (nok == 1)
-      snprintf(name, sizeof name, "%s_%s", a->name, g->nodes[prod[first]].name);
-    else
-      snprintf(name, sizeof name, "%s_matmul", a->name);
+    const char *name = nok == 1 ? fmt(f, "%s_%s", a->name, g->nodes[prod[first]].name)
+                                : fmt(f, "%s_matmul", a->name);
     cf_node a_copy = *a;
     st = add_node(f, name, CF_OP_ALLGATHERMATMUL, a->line, ag, &idx);
     if (!st) st = cf_node_set_inputs(g, idx, nok + 1, in);

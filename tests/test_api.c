@@ -180,6 +180,40 @@ static void test_build_errors(void **state) {
       "run it with 4 ranks");
   cf_options_destroy(o);
   cf_graph_destroy(g);
+
+  /* names: 4096 bytes as in every input format (docs/collfuse-graph.xsd),
+   * groups 127; what the builder takes, compile -o writes and reads back */
+  static char name[4098];
+  memset(name, 'n', 4097);
+  OK(cf_graph_create(ctx, "names", 4, &g));
+  ASSERT_ERR(cf_graph_add_input(g, name, "float32", d, 2), CF_ERR_INVALID,
+             "node 'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn...': name longer than 4096 bytes");
+  name[4096] = 0;
+  OK(cf_graph_add_input(g, name, "float32", d, 2));
+  /* a message quoting such a name still says what is wrong */
+  ASSERT_ERR(cf_graph_set_attr(g, name, "fusion", "lots"), CF_ERR_INVALID,
+             "nnnn': attribute fusion='lots' is not an integer");
+  const char *nx[] = {name};
+  OK(cf_graph_add_op(g, "AllReduce", "ar", nx, 1));
+  OK(cf_graph_add_output(g, "y", "ar"));
+  char group[129];
+  memset(group, 'g', 128);
+  group[128] = 0;
+  ASSERT_ERR(cf_graph_define_group(g, group, ranks, 2), CF_ERR_INVALID,
+             "name longer than 127 bytes");
+  ASSERT_ERR(cf_graph_define_group(g, "", ranks, 2), CF_ERR_USAGE, "needs a name");
+  group[127] = 0;
+  OK(cf_graph_define_group(g, group, ranks, 2));
+  OK(cf_graph_set_attr(g, "ar", "group", group));
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/cf_names_%ld.xml", (long)getpid());
+  OK(cf_graph_write_xml(g, path));
+  cf_graph_destroy(g);
+  OK(cf_graph_load(ctx, path, &g));
+  OK(cf_graph_verify(g, NULL));
+  assert_string_equal(cf_graph_node_name(g, 0), name);
+  cf_graph_destroy(g);
+  unlink(path);
 }
 
 static void test_options(void **state) {

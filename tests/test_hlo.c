@@ -316,6 +316,17 @@ static void test_constants(void **state) {
   cf_graph_destroy(g);
 }
 
+/* integer literals a double cannot hold (int64 near 2^63, 1.5 as s32,
+ * 1e300 as s32) stay opaque constants: no rounding, no float-to-int cast */
+static void test_integer_constants_out_of_range(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/int64_const_range.hlo");
+  static const char *opaque[] = {"big", "frac", "huge"};
+  for (size_t i = 0; i < 3; i++)
+    assert_int_equal(node(g, opaque[i])->op, CF_OP_OPAQUE);
+  cf_graph_destroy(g);
+}
+
 /* ---- in-memory modules ---- */
 
 static cf_status parse(const char *text, cf_graph **g) {
@@ -532,13 +543,21 @@ static void test_limits(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_jax_tp_mlp),    cmocka_unit_test(test_jax_mixed),
-      cmocka_unit_test(test_jax_optimized), cmocka_unit_test(test_replica_group_forms),
-      cmocka_unit_test(test_mesh),          cmocka_unit_test(test_group_modes),
-      cmocka_unit_test(test_structure),     cmocka_unit_test(test_tuple_collectives),
-      cmocka_unit_test(test_constants),     cmocka_unit_test(test_sniff_and_names),
-      cmocka_unit_test(test_errors),        cmocka_unit_test(test_limits),
-      cmocka_unit_test(test_partitioned),   cmocka_unit_test(test_uneven_replica_groups),
+      cmocka_unit_test(test_jax_tp_mlp),
+      cmocka_unit_test(test_jax_mixed),
+      cmocka_unit_test(test_jax_optimized),
+      cmocka_unit_test(test_replica_group_forms),
+      cmocka_unit_test(test_mesh),
+      cmocka_unit_test(test_group_modes),
+      cmocka_unit_test(test_structure),
+      cmocka_unit_test(test_tuple_collectives),
+      cmocka_unit_test(test_constants),
+      cmocka_unit_test(test_integer_constants_out_of_range),
+      cmocka_unit_test(test_sniff_and_names),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_partitioned),
+      cmocka_unit_test(test_uneven_replica_groups),
       cmocka_unit_test(test_replica_group_order),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -87,6 +87,16 @@ static void test_no_retval(void **state) {
   cf_graph_destroy(g);
 }
 
+/* int64 values beyond what a double holds exactly (written as int64_val
+ * and as tensor_content): Opaque, not a rounded Constant value */
+static void test_int64_const_range(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/pbtxt/int64_const_range.pbtxt");
+  assert_int_equal(node(g, "big")->op, CF_OP_OPAQUE);
+  assert_int_equal(node(g, "bytes")->op, CF_OP_OPAQUE);
+  cf_graph_destroy(g);
+}
+
 static void test_control_inputs_of_opaque(void **state) {
   (void)state;
   const char *text =
@@ -201,9 +211,13 @@ static void test_limits(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_hccl_op),   cmocka_unit_test(test_ge_ops),
-      cmocka_unit_test(test_no_retval), cmocka_unit_test(test_control_inputs_of_opaque),
-      cmocka_unit_test(test_errors),    cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_hccl_op),
+      cmocka_unit_test(test_ge_ops),
+      cmocka_unit_test(test_no_retval),
+      cmocka_unit_test(test_control_inputs_of_opaque),
+      cmocka_unit_test(test_int64_const_range),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_limits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

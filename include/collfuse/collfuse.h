@@ -137,7 +137,9 @@ cf_status cf_graph_define_group_parts(cf_graph *g, const char *name, const int *
                                       size_t n_parts, size_t part_size);
 
 /* Add node name running op (e.g. "MatMul", "AllReduce", "HcomAllGather")
- * with operands inputs[0..n_inputs) (strings copied). */
+ * with operands inputs[0..n_inputs) (strings copied). A node name has 1 to
+ * 4096 bytes, as in every input format; a group name (cf_graph_define_group)
+ * at most 127. */
 cf_status cf_graph_add_op(cf_graph *g, const char *op, const char *name, const char *const *inputs,
                           size_t n_inputs);
 /* cf_graph_add_op, then attrs[i] = values[i] for i < n_attrs (NULL values
