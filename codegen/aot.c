@@ -26,9 +26,8 @@
  *
  * cf_codegen_emit builds one module for a list with cf_codegen_module (O3)
  * and writes it as LLVM IR text, host assembly, a host ELF object, or PTX
- * for sm_90. Files are written as PATH.tmp and renamed over PATH, so a
- * failure never leaves a partial file; a device, FIFO or symlink
- * (/dev/stdout) is written in place instead of being replaced.
+ * for sm_90, from a memory buffer through cf_write_file (a temporary beside
+ * PATH renamed over it; a device or FIFO written in place).
  * cf_codegen_ptx is the in-memory form for the CUDA backend, which loads
  * the text with cuModuleLoadData: PTX for sm_80 or sm_90.
  */
@@ -39,11 +38,9 @@
 #include <llvm-c/Core.h>
 #include <llvm-c/TargetMachine.h>
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* ---------------- the kernels a graph needs ---------------- */
 
@@ -166,36 +163,6 @@ cf_status cf_codegen_graph_kernels(const cf_graph *g, cf_kernel_key **keys, int 
 
 /* ---------------- emitters ---------------- */
 
-/* Write data to path atomically: PATH.tmp, then rename. A device, FIFO or
- * symlink is written through in place (as frontend/ does for -o). */
-static cf_status write_file(cf_context *ctx, const char *path, const char *data, size_t size) {
-  struct stat sb;
-  char *tmp = NULL;
-  FILE *f;
-  if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-    if (S_ISDIR(sb.st_mode))
-      return cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: is a directory");
-    f = fopen(path, "wb");
-  } else {
-    size_t len = strlen(path) + sizeof ".tmp";
-    if (!(tmp = malloc(len))) return cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
-    snprintf(tmp, len, "%s.tmp", path);
-    f = fopen(tmp, "wb");
-  }
-  if (!f) {
-    int err = errno;
-    free(tmp);
-    return cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(err));
-  }
-  int err = 0;
-  if (size && fwrite(data, 1, size, f) != size) err = errno ? errno : EIO;
-  if (fclose(f) != 0 && !err) err = errno;
-  if (!err && tmp && rename(tmp, path) != 0) err = errno;
-  if (err && tmp) remove(tmp);
-  free(tmp);
-  return err ? cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(err)) : CF_OK;
-}
-
 static const char *format_name(cf_emit_format fmt) {
   switch (fmt) {
   case CF_EMIT_LLVM: return "LLVM IR";
@@ -286,7 +253,7 @@ cf_status cf_codegen_emit(cf_context *ctx, const cf_kernel_key *keys, int n, cf_
   if ((st = emit_buffer(ctx, &t, keys, n, fmt, path, &buf))) return st;
   size_t size = LLVMGetBufferSize(buf);
   if (fmt == CF_EMIT_LLVM && size) size--; /* the copy's terminating NUL */
-  st = write_file(ctx, path, LLVMGetBufferStart(buf), size);
+  st = cf_write_file(ctx, path, LLVMGetBufferStart(buf), size);
   LLVMDisposeMemoryBuffer(buf);
   return st;
 }

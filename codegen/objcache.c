@@ -213,7 +213,7 @@ static bool mkdir_p(char *dir) {
 
 bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t,
                        const cf_kernel_key *key, const void *data, size_t size) {
-  char path[4352], tmp[4400], dir[sizeof oc->dir];
+  char path[4352], dir[sizeof oc->dir];
   if (!oc->enabled || size > MAX_PAYLOAD || !cf_objcache_path(oc, t, key, path, sizeof path))
     return false;
   memcpy(dir, oc->dir, sizeof dir);
@@ -222,21 +222,25 @@ bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_
            strerror(errno));
     return false;
   }
-  snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    cf_log(ctx, CF_LOG_WARN, "%s: cannot write the kernel cache: %s", tmp, strerror(errno));
-    return false;
-  }
+  /* the writer every output uses: readers of the cache see whole entries */
   unsigned char h[HDR_SIZE];
   header(h, t, key, data, size);
-  bool ok = cf_write_all(fd, h, sizeof h) && cf_write_all(fd, data, size);
-  int err = errno;
-  if (close(fd) != 0 && ok) ok = false, err = errno;
-  if (ok && rename(tmp, path) != 0) ok = false, err = errno;
+  cf_outfile o;
+  bool ok = cf_out_open(ctx, path, true, &o) == CF_OK;
+  if (ok) {
+    errno = 0;
+    bool wrote = fwrite(h, 1, sizeof h, o.f) == sizeof h && fwrite(data, 1, size, o.f) == size;
+    int err = errno ? errno : EIO;
+    ok = cf_out_close(ctx, &o, wrote) == CF_OK;
+    if (ok && !wrote) {
+      cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(err));
+      ok = false;
+    }
+  }
   if (!ok) {
-    cf_log(ctx, CF_LOG_WARN, "%s: cannot write the kernel cache: %s", path, strerror(err));
-    unlink(tmp);
+    /* a cache that cannot be written is no error of the caller's */
+    cf_log(ctx, CF_LOG_WARN, "kernel cache entry not saved: %s", cf_context_errmsg(ctx));
+    cf_clear_error(ctx);
   }
   return ok;
 }

@@ -100,9 +100,13 @@ cf_status cf_compute_product(cf_context *ctx, const cf_graph *g, const cf_node *
  * malloc'd. */
 cf_status cf_npy_read(cf_context *ctx, const char *path, cf_dtype dt, const cf_shape *shape,
                       void **data);
+/* cf_npy_read that gives up after timeout_s seconds (> 0; 0 waits forever)
+ * with CF_ERR_RUNTIME: a FIFO with no writer does not hang the run. */
+cf_status cf_npy_read_timeout(cf_context *ctx, const char *path, cf_dtype dt, const cf_shape *shape,
+                              double timeout_s, void **data);
 /* Write data as a .npy file (format 1.0, little endian; bfloat16 as '<V2'
- * raw records, which ml_dtypes reads back with .view(bfloat16)). Atomic:
- * temporary file + rename. */
+ * raw records, which ml_dtypes reads back with .view(bfloat16)) through
+ * cf_out_open: a temporary beside path renamed over it. */
 cf_status cf_npy_write(cf_context *ctx, const char *path, cf_dtype dt, const cf_shape *shape,
                        const void *data);
 

@@ -25,21 +25,13 @@
 
 /* ---------------- reading ---------------- */
 
-/* read(2) up to n bytes, retrying on EINTR and short reads; the count read
- * (< n only at end of file), -1 on error. */
-static ssize_t read_full(int fd, void *p, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = read(fd, (char *)p + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -1;
-    if (r == 0) break;
-    got += (size_t)r;
-  }
-  return (ssize_t)got;
-}
-
-static cf_status read_error(cf_context *ctx, const char *path) {
+/* The error of a failed read: a timeout is the run's (exit 3), the rest
+ * the file's. */
+static cf_status read_error(cf_context *ctx, const char *path, double timeout_s) {
+  if (errno == ETIMEDOUT)
+    return cf_error(ctx, CF_ERR_RUNTIME, path, 0,
+                    "cannot read: no data within the timeout of %g s (a FIFO with no writer?)",
+                    timeout_s);
   return cf_error(ctx, CF_ERR_IO, path, 0, "cannot read: %s", strerror(errno));
 }
 
@@ -227,12 +219,18 @@ static cf_status check_header(cf_context *ctx, const char *path, const npy_heade
 
 cf_status cf_npy_read(cf_context *ctx, const char *path, cf_dtype dt, const cf_shape *shape,
                       void **data) {
+  return cf_npy_read_timeout(ctx, path, dt, shape, 0, data);
+}
+
+cf_status cf_npy_read_timeout(cf_context *ctx, const char *path, cf_dtype dt, const cf_shape *shape,
+                              double timeout_s, void **data) {
   unsigned char pre[12];
   char *hdr = NULL;
   void *buf = NULL;
   cf_status st = CF_OK;
   *data = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  double deadline = timeout_s > 0 ? cf_now() + timeout_s : 0;
+  int fd = cf_open_read(path, deadline);
   if (fd < 0) return cf_error(ctx, CF_ERR_IO, path, 0, "cannot open: %s", strerror(errno));
   /* the size of a regular file bounds every length; a pipe is read to EOF */
   struct stat sb;
@@ -242,9 +240,9 @@ cf_status cf_npy_read(cf_context *ctx, const char *path, cf_dtype dt, const cf_s
     st = cf_error(ctx, CF_ERR_IO, path, 0, "cannot read: is a directory");
     goto fail;
   }
-  ssize_t got = read_full(fd, pre, 10);
+  ssize_t got = cf_read_full(fd, pre, 10, deadline);
   if (got < 0) {
-    st = read_error(ctx, path);
+    st = read_error(ctx, path, timeout_s);
     goto fail;
   }
   if (got < 6 || memcmp(pre, NPY_MAGIC, 6)) {
@@ -262,9 +260,9 @@ cf_status cf_npy_read(cf_context *ctx, const char *path, cf_dtype dt, const cf_s
   }
   size_t pre_len = major == 1 ? 10 : 12;
   if (major > 1 && got == 10) {
-    ssize_t more = read_full(fd, pre + 10, 2);
+    ssize_t more = cf_read_full(fd, pre + 10, 2, deadline);
     if (more < 0) {
-      st = read_error(ctx, path);
+      st = read_error(ctx, path, timeout_s);
       goto fail;
     }
     got += more;
@@ -291,8 +289,8 @@ cf_status cf_npy_read(cf_context *ctx, const char *path, cf_dtype dt, const cf_s
     st = cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
     goto fail;
   }
-  if ((got = read_full(fd, hdr, hlen)) < 0) {
-    st = read_error(ctx, path);
+  if ((got = cf_read_full(fd, hdr, hlen, deadline)) < 0) {
+    st = read_error(ctx, path, timeout_s);
     goto fail;
   }
   if ((size_t)got < hlen) {
@@ -326,10 +324,10 @@ cf_status cf_npy_read(cf_context *ctx, const char *path, cf_dtype dt, const cf_s
     goto fail;
   }
   unsigned char extra;
-  got = read_full(fd, buf, (size_t)bytes);
-  ssize_t tail = got == bytes ? read_full(fd, &extra, 1) : 0;
+  got = cf_read_full(fd, buf, (size_t)bytes, deadline);
+  ssize_t tail = got == bytes ? cf_read_full(fd, &extra, 1, deadline) : 0;
   if (got < 0 || tail < 0) {
-    st = read_error(ctx, path);
+    st = read_error(ctx, path, timeout_s);
     goto fail;
   }
   if (got != bytes || tail) {
@@ -393,43 +391,21 @@ static size_t format_header(char *buf, size_t len, cf_dtype dt, const cf_shape *
 
 cf_status cf_npy_write(cf_context *ctx, const char *path, cf_dtype dt, const cf_shape *shape,
                        const void *data) {
-  char hdr[512], *tmp = NULL;
+  char hdr[512];
   int64_t count, bytes;
-  int fd = -1, err = 0;
   if (!descr_of(dt))
     return cf_error(ctx, CF_ERR_USAGE, path, 0, "cannot write dtype %s as .npy", cf_dtype_name(dt));
   if (!cf_shape_elements(shape, &count) || !cf_mul_i64(count, cf_dtype_size(dt), &bytes))
     return cf_error(ctx, CF_ERR_USAGE, path, 0, "array too large");
   size_t hn = format_header(hdr, sizeof hdr, dt, shape);
-  /* A device, FIFO or symlink (/dev/stdout) is written in place; a
-   * regular file goes to a temporary file in the same directory first, so
-   * a reader never sees a partial file. O_EXCL with the pid and a counter
-   * keeps concurrent writers (ranks, processes) apart. */
-  struct stat sb;
-  if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-    if (S_ISDIR(sb.st_mode)) return cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: is a directory");
-    fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
-  } else {
-    size_t len = strlen(path) + 48;
-    if (!(tmp = malloc(len))) return cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
-    for (int k = 0; k < 100 && fd < 0; k++) {
-      snprintf(tmp, len, "%s.tmp.%ld.%d", path, (long)getpid(), k);
-      fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd < 0 && errno != EEXIST) break;
-    }
-  }
-  if (fd < 0) {
-    err = errno;
-    goto fail;
-  }
-  if (!cf_write_all(fd, hdr, hn) || !cf_write_all(fd, data, (size_t)bytes)) err = errno ? errno : EIO;
-  if (close(fd) != 0 && !err) err = errno;
-  if (!err && tmp && rename(tmp, path) != 0) err = errno;
-  if (err && tmp) unlink(tmp);
-  if (err) goto fail;
-  free(tmp);
-  return CF_OK;
-fail:
-  free(tmp);
-  return cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(err));
+  /* a regular file is replaced atomically, a device or FIFO written in place */
+  cf_outfile o;
+  cf_status st = cf_out_open(ctx, path, true, &o);
+  if (st) return st;
+  errno = 0;
+  bool ok = fwrite(hdr, 1, hn, o.f) == hn &&
+            (bytes == 0 || fwrite(data, 1, (size_t)bytes, o.f) == (size_t)bytes);
+  int err = errno ? errno : EIO;
+  st = cf_out_close(ctx, &o, ok);
+  return ok ? st : cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(err));
 }

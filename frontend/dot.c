@@ -11,8 +11,9 @@
  * reproducible (golden tests). cgraph's default id discipline makes interned
  * string addresses the ids of named objects and agwrite orders clusters by id,
  * i.e. by heap layout; our own discipline numbers names in creation order.
- * Output goes to PATH.tmp and is renamed into place, so a failure never leaves
- * a partial file. graphviz keeps process-wide state, see gv_lock below.
+ * graphviz renders into cf_out_open's FILE (a temporary beside PATH, renamed
+ * over it), so a failure never leaves a partial file. graphviz keeps
+ * process-wide state, see gv_lock below.
  */
 #include "frontend.h"
 

@@ -26,22 +26,12 @@ const cf_format *cf_format_at(size_t i);
 
 /* Read a whole file, refusing files above CF_MAX_FILE_BYTES; "-" reads
  * standard input, named CF_STDIN_NAME in messages. *data is malloc'd and
- * NUL-terminated. */
+ * NUL-terminated. A FIFO or pipe (`check <(gen)`) is read to its end like
+ * standard input, and one with no writer yet is waited for, as cat and cc
+ * do (a signal ends the wait): graphs have no deadline, unlike run's
+ * --input files (cf_npy_read_timeout). */
 #define CF_STDIN_NAME "<stdin>"
 cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *size);
-/* Output files are written to PATH.tmp and renamed into place on success, so
- * a failure never leaves a partial result. A path that exists and is not a
- * regular file (/dev/null, a FIFO, a symlink such as /dev/stdout) is written
- * directly. */
-typedef struct cf_outfile {
-  FILE *f;
-  char *tmp;        /* temporary name, NULL when writing directly */
-  const char *path; /* final name */
-} cf_outfile;
-cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile *o);
-/* ok: flush, close and move into place; !ok: close and remove the temporary.
- * Returns CF_ERR_IO (with a message) when ok and finishing failed. */
-cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok);
 
 /* Verify structure and infer types of a freshly read graph (the readers
  * only parse; cf_graph_parse and cf_graph_load finish). */

@@ -246,43 +246,6 @@ cf_status cf_graph_verify(cf_graph *g, const char *target) {
   return st;
 }
 
-cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile *o) {
-  struct stat sb;
-  *o = (cf_outfile){.path = path};
-  /* lstat: a symlink (/dev/stdout) is written through, never replaced */
-  if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-    if (S_ISDIR(sb.st_mode)) return cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: is a directory");
-    o->f = fopen(path, binary ? "wb" : "w");
-  } else {
-    size_t n = strlen(path) + sizeof ".tmp";
-    if (!(o->tmp = malloc(n))) return cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
-    snprintf(o->tmp, n, "%s.tmp", path);
-    o->f = fopen(o->tmp, binary ? "wb" : "w");
-  }
-  if (!o->f) {
-    cf_status st = cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
-    free(o->tmp);
-    o->tmp = NULL;
-    return st;
-  }
-  return CF_OK;
-}
-
-cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok) {
-  cf_status st = CF_OK;
-  if (!o->f) return CF_OK;
-  int err = ferror(o->f) ? EIO : 0;
-  if (fclose(o->f) != 0 && !err) err = errno;
-  o->f = NULL;
-  if (ok && err) st = cf_error(ctx, CF_ERR_IO, o->path, 0, "cannot write: %s", strerror(err));
-  if (ok && !err && o->tmp && rename(o->tmp, o->path) != 0)
-    st = cf_error(ctx, CF_ERR_IO, o->path, 0, "cannot write: %s", strerror(errno));
-  if ((!ok || st) && o->tmp) remove(o->tmp);
-  free(o->tmp);
-  o->tmp = NULL;
-  return st;
-}
-
 cf_status cf_graph_write_xml(const cf_graph *g, const char *path) {
   if (!g || !path) return CF_ERR_USAGE;
   cf_outfile o;

@@ -15,6 +15,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
 
 /* ---- limits (checked with overflow-safe arithmetic) ---- */
 #define CF_MAX_RANK 8                        /* dims of a shape */
@@ -95,6 +97,36 @@ bool cf_write_all(int fd, const void *p, size_t n);
 /* Overflow-safe helpers: return false on overflow. */
 bool cf_mul_i64(int64_t a, int64_t b, int64_t *out);
 bool cf_add_i64(int64_t a, int64_t b, int64_t *out);
+
+/* ================= file.c: writing output files, reading with a deadline ================= */
+
+/* An output file being written. cf_out_open creates a fresh ".cf-XXXXXX"
+ * beside path (O_EXCL: nothing existing is followed or truncated);
+ * cf_out_close fsyncs it and renames it over path, so a symlink at path is
+ * replaced, not written through. A path that is not a regular file (a
+ * device, FIFO or socket) or lies under /dev/ or /proc/ (/dev/stdout) is
+ * written in place; a directory is an error. Errors name path and say why. */
+typedef struct cf_outfile {
+  FILE *f;          /* where to write */
+  char *tmp;        /* the temporary's name, NULL when writing in place */
+  const char *path; /* the target, as given */
+} cf_outfile;
+cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile *o);
+/* ok: flush, fsync, close and move into place; !ok: close and remove the
+ * temporary (the target untouched). A no-op once closed. Returns CF_ERR_IO
+ * (with a message) when ok and finishing failed. */
+cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok);
+/* data[0..size) as the file path, through cf_out_open/cf_out_close. */
+cf_status cf_write_file(cf_context *ctx, const char *path, const void *data, size_t size);
+
+/* Seconds on the monotonic clock (deadlines). */
+double cf_now(void);
+/* open(path, O_RDONLY) that does not wait for a FIFO's writer when a
+ * deadline (cf_now() seconds, > 0) is given; -1 with errno. */
+int cf_open_read(const char *path, double deadline);
+/* Read up to n bytes, stopping early only at end of file; with a deadline
+ * (> 0) each read waits at most until then: -1 with errno ETIMEDOUT. */
+ssize_t cf_read_full(int fd, void *buf, size_t n, double deadline);
 
 /* ================= dtype.c: dtypes, shapes, values ================= */
 

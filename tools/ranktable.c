@@ -307,19 +307,16 @@ bool cf_ranktable_host_is_local(const char *host, const char *hostname) {
   return found;
 }
 
-/* text to path, or to stdout for NULL; false with a message naming path
- * and the reason */
-static bool write_out(const char *path, const char *text) {
+/* text to path (through cf_write_file), or to stdout for NULL; false with
+ * a message naming path and the reason */
+static bool write_out(cf_context *ctx, const char *path, const char *text) {
   if (!path) {
     fputs(text, stdout);
     return true;
   }
-  FILE *f = fopen(path, "w");
-  int err = f ? 0 : errno;
-  if (f && fputs(text, f) < 0) err = errno ? errno : EIO;
-  if (f && fclose(f) != 0 && !err) err = errno;
-  if (err) fprintf(stderr, "%s: error: cannot write: %s\n", path, strerror(err));
-  return !err;
+  if (cf_write_file(ctx, path, text, strlen(text)) == CF_OK) return true;
+  fprintf(stderr, "%s\n", cf_context_errmsg(ctx));
+  return false;
 }
 
 typedef struct ranktable_args {
@@ -363,7 +360,6 @@ const cf_command cf_command_ranktable = {
 
 int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
   ranktable_args a = {0};
-  (void)ctx;
   int prc = cf_opts_parse(&cf_command_ranktable, argc, argv, &a);
   const char *file = a.file.n ? a.file.v[0] : NULL;
   /* "-": stdout, as without the option */
@@ -434,8 +430,9 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
     r += (size_t)snprintf(ranks + r, cap - r, "rank %d=%s slot=%d\n", k, t.servers[t.ranks[k].server].host,
                           t.ranks[k].local);
   /* with --json only the files asked for are written (stdout holds the JSON) */
-  if ((hostfile || !json) && !write_out(hostfile, hosts)) rc = cf_tool_exit_code(CF_ERR_IO);
-  if (!rc && (rankfile || !json) && !write_out(rankfile, ranks)) rc = cf_tool_exit_code(CF_ERR_IO);
+  if ((hostfile || !json) && !write_out(ctx, hostfile, hosts)) rc = cf_tool_exit_code(CF_ERR_IO);
+  if (!rc && (rankfile || !json) && !write_out(ctx, rankfile, ranks))
+    rc = cf_tool_exit_code(CF_ERR_IO);
   free(hosts);
   free(ranks);
   cf_ranktable_free(&t);

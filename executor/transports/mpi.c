@@ -77,12 +77,6 @@ typedef struct wire_hdr {
 } wire_hdr;
 #define HDR_CAP(w) (sizeof(wire_hdr) + GROUP_MAX + NODE_MAX + (w)->inline_max)
 
-double cf_mpi_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void cf_mpi_lock(cf_mpi_world *w) {
   if (!w->multiple) pthread_mutex_lock(&w->mpi_lock);
 }
@@ -156,13 +150,13 @@ bool cf_mpi_poll_abort(cf_mpi_world *w) {
 static void drain(cf_comm *c) {
   cf_mpi_world *w = c->impl;
   if (atomic_exchange(&w->drained, 1)) return;
-  double end = cf_mpi_now() + (w->timeout_s < 2 ? w->timeout_s / 2 : 1.0);
+  double end = cf_now() + (w->timeout_s < 2 ? w->timeout_s / 2 : 1.0);
   for (int r = 0; r < c->size; r++) {
     peer *p = &w->peers[r];
     for (uint64_t i = p->done; i < p->posted; i++) {
       send_slot *s = &p->slots[i % p->cap];
       int done = 0;
-      while (!done && cf_mpi_now() < end) {
+      while (!done && cf_now() < end) {
         cf_mpi_lock(w);
         int rc = MPI_Testall(s->nreq, s->req, &done, MPI_STATUSES_IGNORE);
         cf_mpi_unlock(w);
@@ -263,10 +257,10 @@ static cf_status wait_all(cf_comm *c, MPI_Request *req, int n, MPI_Status *st0,
     }
     if ((i & 15) == 15 && cf_mpi_poll_abort(w)) return cf_mpi_aborted_error(c);
     if (i == 0) {
-      start = cf_mpi_now();
+      start = cf_now();
       continue;
     }
-    double waited = i < w->spin && (i & 255) ? 0 : cf_mpi_now() - start;
+    double waited = i < w->spin && (i & 255) ? 0 : cf_now() - start;
     if (waited > w->timeout_s) return timed_out(c, ww);
     backoff(w, i, waited);
   }
@@ -400,9 +394,9 @@ static void cancel_data(cf_mpi_world *w, MPI_Request *req, int n) {
   cf_mpi_lock(w);
   for (int k = 0; k < n; k++)
     if (req[k] != MPI_REQUEST_NULL) MPI_Cancel(&req[k]);
-  double end = cf_mpi_now() + 0.5;
+  double end = cf_now() + 0.5;
   int done = 0;
-  while (!done && cf_mpi_now() < end)
+  while (!done && cf_now() < end)
     MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
   for (int k = 0; k < n && !done; k++)
     if (req[k] != MPI_REQUEST_NULL) MPI_Request_free(&req[k]);
@@ -716,12 +710,12 @@ void cf_mpi_abort(cf_mpi_world *w, const char *text) {
 static bool all_stopped(cf_mpi_world *w) {
   MPI_Request req;
   if (MPI_Ibarrier(w->world, &req) != MPI_SUCCESS) return false;
-  double end = cf_mpi_now() + (w->timeout_s < 5 ? w->timeout_s : 5);
+  double end = cf_now() + (w->timeout_s < 5 ? w->timeout_s : 5);
   for (;;) {
     int done = 0;
     if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
     if (done) return true;
-    if (cf_mpi_now() > end) return false; /* the request is left to MPI_Abort */
+    if (cf_now() > end) return false; /* the request is left to MPI_Abort */
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }

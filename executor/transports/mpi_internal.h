@@ -79,7 +79,6 @@ struct cf_mpi_world {
 };
 
 /* mpi.c */
-double cf_mpi_now(void);                         /* seconds, monotonic */
 void cf_mpi_lock(cf_mpi_world *w);               /* around MPI calls when only SERIALIZED */
 void cf_mpi_unlock(cf_mpi_world *w);
 const char *cf_mpi_error_text(int rc, char *buf); /* buf: MPI_MAX_ERROR_STRING bytes */

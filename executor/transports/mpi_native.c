@@ -222,7 +222,7 @@ static void *dog_main(void *arg) {
     pthread_mutex_unlock(&w->dog_lock);
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);
-    bool gone = cf_mpi_poll_abort(w), late = cf_mpi_now() > deadline;
+    bool gone = cf_mpi_poll_abort(w), late = cf_now() > deadline;
     pthread_mutex_lock(&w->dog_lock);
     if (w->native_deadline != deadline) continue; /* that call has returned */
     if (gone) dog_bite(w, w->msg);
@@ -245,7 +245,7 @@ static bool dog_watch(cf_mpi_world *w, const char *what) {
   if (what && !w->dog_started) w->dog_started = pthread_create(&w->dog, NULL, dog_main, w) == 0;
   bool ok = !what || w->dog_started;
   if (what) snprintf(w->native_what, sizeof w->native_what, "%s", what);
-  w->native_deadline = what ? cf_mpi_now() + w->timeout_s : 0;
+  w->native_deadline = what ? cf_now() + w->timeout_s : 0;
   pthread_cond_broadcast(&w->dog_cond);
   pthread_mutex_unlock(&w->dog_lock);
   return ok;

@@ -93,12 +93,6 @@ struct cf_threads_world {
   char msg[1024];
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Publish an event counter (a single writer's): plain with the
  * sleepers' membarrier, else sequentially consistent. */
 static void publish(const cf_threads_world *w, _Atomic uint64_t *a, uint64_t v) {
@@ -185,7 +179,7 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
       sched_yield();
   }
   bell *b = &w->bells[c->rank];
-  double deadline = now_s() + w->timeout_s;
+  double deadline = cf_now() + w->timeout_s;
   for (;;) {
     atomic_store(&b->sleeping, 1);
     /* the senders' half of the fence (see the top) */
@@ -196,7 +190,7 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
       atomic_store(&b->sleeping, 0);
       return stop(c, ww);
     }
-    double left = deadline - now_s();
+    double left = deadline - cf_now();
     if (left <= 0) {
       atomic_store(&b->sleeping, 0);
       return stop(c, ww);
