@@ -21,7 +21,14 @@ enum {
   HLO_MAX_NAME = 1024, /* bytes of an instruction or computation name */
   HLO_MAX_AXES = 16,   /* axes of a mesh */
 };
-#define HLO_MAX_WORK 4000000 /* instructions and operands evaluated, inlined calls included */
+/* Instructions and operands evaluated, inlined calls and result tuples
+ * included: HLO_WORK_PER_BYTE per byte of the module, at least
+ * HLO_MIN_WORK and at most HLO_MAX_WORK, so that a few calls that call each
+ * other (or tuples of tuples) cannot make a small text cost seconds and
+ * hundreds of megabytes: what a module costs stays linear in its size. */
+#define HLO_WORK_PER_BYTE 32
+#define HLO_MIN_WORK 65536
+#define HLO_MAX_WORK 4000000
 
 typedef struct hshape {
   int n;               /* -1: an array; >= 0: a tuple of n elements */
@@ -102,7 +109,8 @@ typedef struct hlo_reader {
   int64_t max_rank;             /* largest rank in any group, -1 when none */
   int64_t mesh_world;           /* largest mesh seen */
   int world_line;               /* first collective over every device */
-  int64_t work;
+  int64_t work;                 /* what is left of the budget above */
+  int64_t work_limit;           /* the budget */
   int depth;
   unsigned long long serial; /* suffix of names that were taken */
   cf_ref *refs;              /* operands of the node being built */
