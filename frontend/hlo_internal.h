@@ -89,6 +89,9 @@ struct hgset {
   int *ranks;
   const char *axes; /* mesh form: the axes' names joined by '_' */
   const char *name; /* its IR group (parts when n_sub > 1); NULL: sizes differ */
+  const char *base; /* name is base or base_K: base is the axes, or replica_group_N */
+  int suffix;       /* that K, 1 for base itself */
+  uint64_t hash;    /* of n_sub, off and ranks */
   int line;
   hgset *next;
 };
@@ -115,7 +118,10 @@ typedef struct hlo_reader {
   unsigned long long serial; /* suffix of names that were taken */
   cf_ref *refs;              /* operands of the node being built */
   size_t n_refs, cap_refs;
-  hgset *sets;
+  hgset *sets;     /* newest first */
+  hgset **by_ranks; /* sets hashed by their ranks, open addressing (scratch) */
+  hgset **by_base;  /* the set that took each base's last suffix, by base */
+  size_t sets_cap, n_sets;
   int n_anon;          /* replica_group_K */
   unsigned char *seen; /* CF_MAX_WORLD flags, all 0 between uses */
   bool oom;

@@ -383,6 +383,24 @@ static void hlo_groups(sbuf *b, int n) {
   hlo_root_tuple(b, "ar", n);
 }
 
+/* n all-reduces over n different meshes, all grouped along an axis named
+ * 'b': their IR groups are b, b_2, b_3, ... */
+static void hlo_mesh_axes(sbuf *b, int n) {
+  put(b, "HloModule m, num_partitions=256\nsum {\n  x = f32[] parameter(0)\n"
+         "  y = f32[] parameter(1)\n  ROOT z = f32[] add(x, y)\n}\n"
+         "ENTRY e {\n  p = f32[4] parameter(0)\n");
+  int k = 0;
+  for (int x = 1; x <= 128 && k < n; x++)
+    for (int y = 2; x * y <= 256 && k < n; y++)
+      for (int z = 1; x * y * z <= 256 && k < n; z++, k++)
+        put(b,
+            "  ar%d = f32[4] all-reduce(p), channel_id=1, use_global_device_ids=true, "
+            "replica_groups=mesh['a'=%d,'b'=%d,'c'=%d] {'b'}, to_apply=sum\n",
+            k, x, y, z);
+  assert_int_equal(k, n);
+  hlo_root_tuple(b, "ar", n);
+}
+
 /* ---- rank tables, through the driver ---- */
 
 /* servers of per devices each, n devices in all */
@@ -476,6 +494,7 @@ int main(void) {
       SHAPE("hlo_tuple_expansion", "t.hlo", hlo_tuple_bomb, 100, CF_ERR_INVALID,
             "the limit is 32 per byte of the module"),
       SHAPE("hlo_replica_groups", "t.hlo", hlo_groups, 500, CF_OK, NULL),
+      SHAPE("hlo_mesh_axes", "t.hlo", hlo_mesh_axes, 300, CF_OK, NULL),
       cmocka_unit_test(test_ranktable),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
