@@ -26,7 +26,7 @@ enum {
  * HLO_MIN_WORK and at most HLO_MAX_WORK, so that a few calls that call each
  * other (or tuples of tuples) cannot make a small text cost seconds and
  * hundreds of megabytes: what a module costs stays linear in its size. */
-#define HLO_WORK_PER_BYTE 32
+#define HLO_WORK_PER_BYTE 8
 #define HLO_MIN_WORK 65536
 #define HLO_MAX_WORK 4000000
 
