@@ -118,7 +118,7 @@ typedef struct hlo_reader {
   unsigned long long serial; /* suffix of names that were taken */
   cf_ref *refs;              /* operands of the node being built */
   size_t n_refs, cap_refs;
-  hgset *sets;     /* newest first */
+  hgset *sets;      /* newest first */
   hgset **by_ranks; /* sets hashed by their ranks, open addressing (scratch) */
   hgset **by_base;  /* the set that took each base's last suffix, by base */
   size_t sets_cap, n_sets;
