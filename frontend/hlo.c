@@ -662,7 +662,11 @@ static cf_status parse_module(hlo_reader *r) {
 cf_status cf_hlo_read(cf_context *ctx, const char *name, const char *data, size_t size,
                       cf_graph **out) {
   *out = NULL;
-  hlo_reader r = {.ctx = ctx, .file = name, .max_rank = -1, .work = HLO_MAX_WORK};
+  hlo_reader r = {.ctx = ctx, .file = name, .max_rank = -1};
+  r.work_limit = size < (HLO_MAX_WORK - HLO_MIN_WORK) / HLO_WORK_PER_BYTE
+                     ? HLO_MIN_WORK + (int64_t)size * HLO_WORK_PER_BYTE
+                     : HLO_MAX_WORK;
+  r.work = r.work_limit;
   cf_status st = cf_graph_new(ctx, name, &r.g);
   if (st) return st;
   r.file = r.g->file;

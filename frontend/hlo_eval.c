@@ -59,17 +59,23 @@ static cf_status push_ref(hlo_reader *r, cf_ref ref, int line) {
   return CF_OK;
 }
 
+/* Spend n of the work budget (hlo_internal.h). */
+static cf_status charge(hlo_reader *r, int64_t n, int line) {
+  if ((r->work -= n) >= 0) return CF_OK;
+  return cf_hlo_fail(r, line,
+                     "the module expands to more than %lld instructions and operands (the limit "
+                     "is %d per byte of the module, at least %d and at most %d)",
+                     (long long)r->work_limit, HLO_WORK_PER_BYTE, HLO_MIN_WORK, HLO_MAX_WORK);
+}
+
 /* Append the arrays of v to r->refs (leaves in order). */
 static cf_status push_leaves(hlo_reader *r, const hval *v, int line) {
   if (v->n < 0) return push_ref(r, v->ref, line);
-  if ((r->work -= v->n) < 0)
-    return cf_hlo_fail(r, line, "the module expands to more than %d instructions and operands",
-                       HLO_MAX_WORK);
-  for (int i = 0; i < v->n; i++) {
-    cf_status st = push_leaves(r, &v->elem[i], line);
-    if (st) return st;
-  }
-  return CF_OK;
+  cf_status st = charge(r, v->n, line);
+  if (st) return st;
+  for (int i = 0; i < v->n && !st; i++)
+    st = push_leaves(r, &v->elem[i], line);
+  return st;
 }
 
 static int count_leaves(const hshape *t) {
@@ -482,13 +488,11 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
   hval *out = &vals[k];
   bool at_entry = c == r->entry;
   const char *op = in->opcode;
-  if ((r->work -= 1 + in->n_opnd) < 0)
-    return cf_hlo_fail(r, in->line, "the module expands to more than %d instructions and operands",
-                       HLO_MAX_WORK);
+  cf_status st = charge(r, 1 + (int64_t)in->n_opnd, in->line);
+  if (st) return st;
   const hval *small[8], **ops = small;
   if (in->n_opnd > 8 && !(ops = malloc((size_t)in->n_opnd * sizeof *ops)))
     return cf_hlo_oom(r, in->line);
-  cf_status st = CF_OK;
   for (int i = 0; i < in->n_opnd && !st; i++) {
     int j = cf_hlo_map_find(&c->map, in->opnd[i]);
     if (j < 0)
@@ -614,17 +618,18 @@ static cf_status eval_comp(hlo_reader *r, hcomp *c, const hval *args, int n_args
   return st;
 }
 
-/* Outputs for the arrays of the ENTRY result: output, or output.0, output.1, ... */
+/* Outputs for the arrays of the ENTRY result: output, or output.0, output.1, ...
+ * A tuple may hold one value many times (tuple(t, t) of tuple(t, t) ...), so
+ * its leaves are paid for from the work budget. */
 static cf_status emit_outputs(hlo_reader *r, const hval *v, bool many, int *k) {
+  int line = r->entry->ins[r->entry->root].line, idx;
   if (v->n >= 0) {
-    for (int i = 0; i < v->n; i++) {
-      cf_status st = emit_outputs(r, &v->elem[i], true, k);
-      if (st) return st;
-    }
-    return CF_OK;
+    cf_status st = charge(r, v->n, line);
+    for (int i = 0; i < v->n && !st; i++)
+      st = emit_outputs(r, &v->elem[i], true, k);
+    return st;
   }
   char name[32];
-  int line = r->entry->ins[r->entry->root].line, idx;
   if (many)
     snprintf(name, sizeof name, "output.%d", (*k)++);
   else

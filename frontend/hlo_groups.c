@@ -372,6 +372,63 @@ static bool gset_equal(const hgset *a, int n_sub, const int *off, const int *ran
          memcmp(a->ranks, ranks, (size_t)off[n_sub] * sizeof *ranks) == 0;
 }
 
+/* Sets are found by their ranks, and a base's next free suffix by the base,
+ * through two hash tables (at most half full), so N collectives with N
+ * different groups cost O(N), not a scan of every set (and of every suffix
+ * taken) per collective. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+  return h;
+}
+
+static uint64_t gset_hash(int n_sub, const int *off, const int *ranks) {
+  uint64_t h = fnv(1469598103934665603ull, &n_sub, sizeof n_sub);
+  if (!n_sub) return h;
+  h = fnv(h, off, (size_t)(n_sub + 1) * sizeof *off);
+  return fnv(h, ranks, (size_t)off[n_sub] * sizeof *ranks);
+}
+
+static uint64_t base_hash(const char *base) {
+  return fnv(1469598103934665603ull, base, strlen(base));
+}
+
+/* The slot of the set with these ranks, or the empty slot where it goes. */
+static hgset **by_ranks_slot(hlo_reader *r, uint64_t h, int n_sub, const int *off,
+                             const int *ranks) {
+  size_t i = h & (r->sets_cap - 1);
+  while (r->by_ranks[i] &&
+         (r->by_ranks[i]->hash != h || !gset_equal(r->by_ranks[i], n_sub, off, ranks)))
+    i = (i + 1) & (r->sets_cap - 1);
+  return &r->by_ranks[i];
+}
+
+/* The slot of the set that took base last, or the empty slot for it. */
+static hgset **by_base_slot(hlo_reader *r, const char *base) {
+  size_t i = base_hash(base) & (r->sets_cap - 1);
+  while (r->by_base[i] && strcmp(r->by_base[i]->base, base))
+    i = (i + 1) & (r->sets_cap - 1);
+  return &r->by_base[i];
+}
+
+/* Room for one more set in both tables. */
+static bool sets_reserve(hlo_reader *r) {
+  if ((r->n_sets + 1) * 2 <= r->sets_cap) return true;
+  size_t cap = r->sets_cap ? r->sets_cap * 2 : 64;
+  hgset **a = cf_arena_array(&r->scratch, cap, sizeof *a),
+        **b = cf_arena_array(&r->scratch, cap, sizeof *b);
+  if (!a || !b) return false;
+  r->by_ranks = a;
+  r->by_base = b;
+  r->sets_cap = cap;
+  for (hgset *c = r->sets; c; c = c->next) { /* newest first: the first per base is its last */
+    *by_ranks_slot(r, c->hash, c->n_sub, c->off, c->ranks) = c;
+    hgset **bs = c->base ? by_base_slot(r, c->base) : NULL;
+    if (bs && !*bs) *bs = c;
+  }
+  return true;
+}
+
 /* Name the set's IR group and declare it: one rank list, or one part per
  * replica group when there are several (each part is a communicator); a
  * name already taken gets _2, _3, ... Replica groups of different sizes
@@ -387,7 +444,9 @@ static cf_status gset_declare(hlo_reader *r, hgset *s, const char *axes) {
   else
     snprintf(base, sizeof base, "replica_group_%d", r->n_anon++);
   size_t bl = strlen(base);
-  for (int k = 1;; k++) {
+  hgset **last = by_base_slot(r, base);
+  int k = *last ? (*last)->suffix + 1 : 1; /* the suffixes below are taken */
+  for (;; k++) {
     if (k == 1)
       snprintf(cand, sizeof cand, "%s", base);
     else
@@ -396,7 +455,10 @@ static cf_status gset_declare(hlo_reader *r, hgset *s, const char *axes) {
         strcmp(cand, CF_WORLD_GROUP))
       break;
   }
-  if (!(s->name = cf_hlo_str(r, cand, strlen(cand)))) return cf_hlo_oom(r, s->line);
+  if (!(s->name = cf_hlo_str(r, cand, strlen(cand))) || !(s->base = cf_hlo_str(r, base, bl)))
+    return cf_hlo_oom(r, s->line);
+  s->suffix = k;
+  *last = s;
   return cf_graph_add_group_parts(g, s->name, s->ranks, s->off, s->n_sub, s->line);
 }
 
@@ -446,9 +508,10 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
     seen[g.ids.v[i]] = 0;
   if (!st && g.mesh > r->mesh_world) r->mesh_world = g.mesh;
   if (!st && g.all && !r->world_line) r->world_line = in->line;
-  hgset *s = NULL;
-  for (hgset *c = r->sets; !st && c && !s; c = c->next)
-    if (gset_equal(c, n_sub, g.off.v, g.ids.v)) s = c;
+  hgset *s = NULL, **slot = NULL;
+  uint64_t h = st ? 0 : gset_hash(n_sub, g.off.v, g.ids.v);
+  if (!st && !sets_reserve(r)) st = cf_hlo_oom(r, in->line);
+  if (!st) s = *(slot = by_ranks_slot(r, h, n_sub, g.off.v, g.ids.v));
   if (!st && !s) {
     if (!(s = cf_arena_alloc(&r->scratch, sizeof *s))) st = cf_hlo_oom(r, in->line);
     if (!st && n_sub) {
@@ -458,6 +521,7 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
     }
     if (!st) {
       s->n_sub = n_sub;
+      s->hash = h;
       s->line = in->line;
       if (n_sub) {
         memcpy(s->off, g.off.v, ((size_t)n_sub + 1) * sizeof(int));
@@ -466,6 +530,8 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
       }
       s->next = r->sets;
       r->sets = s;
+      *slot = s;
+      r->n_sets++;
     }
   }
   free(g.ids.v);

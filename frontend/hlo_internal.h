@@ -20,7 +20,14 @@ enum {
   HLO_MAX_CALLS = 64, /* call instructions nested through computations */
   HLO_MAX_AXES = 16,  /* axes of a mesh */
 };
-#define HLO_MAX_WORK 4000000 /* instructions and operands evaluated, inlined calls included */
+/* Instructions and operands evaluated, inlined calls and result tuples
+ * included: HLO_WORK_PER_BYTE per byte of the module, at least
+ * HLO_MIN_WORK and at most HLO_MAX_WORK, so that a few calls that call each
+ * other (or tuples of tuples) cannot make a small text cost seconds and
+ * hundreds of megabytes: what a module costs stays linear in its size. */
+#define HLO_WORK_PER_BYTE 8
+#define HLO_MIN_WORK 65536
+#define HLO_MAX_WORK 4000000
 
 typedef struct hshape {
   int n;               /* -1: an array; >= 0: a tuple of n elements */
@@ -81,6 +88,9 @@ struct hgset {
   int *ranks;
   const char *axes; /* mesh form: the axes' names joined by '_' */
   const char *name; /* its IR group (parts when n_sub > 1); NULL: sizes differ */
+  const char *base; /* name is base or base_K: base is the axes, or replica_group_N */
+  int suffix;       /* that K, 1 for base itself */
+  uint64_t hash;    /* of n_sub, off and ranks */
   int line;
   hgset *next;
 };
@@ -101,12 +111,16 @@ typedef struct hlo_reader {
   int64_t max_rank;             /* largest rank in any group, -1 when none */
   int64_t mesh_world;           /* largest mesh seen */
   int world_line;               /* first collective over every device */
-  int64_t work;
+  int64_t work;                 /* what is left of the budget above */
+  int64_t work_limit;           /* the budget */
   int depth;
   unsigned long long serial; /* suffix of names that were taken */
   cf_ref *refs;              /* operands of the node being built */
   size_t n_refs, cap_refs;
-  hgset *sets;
+  hgset *sets;      /* newest first */
+  hgset **by_ranks; /* sets hashed by their ranks, open addressing (scratch) */
+  hgset **by_base;  /* the set that took each base's last suffix, by base */
+  size_t sets_cap, n_sets;
   int n_anon;          /* replica_group_K */
   unsigned char *seen; /* CF_MAX_WORLD flags, all 0 between uses */
   bool oom;

@@ -44,9 +44,18 @@ typedef struct pin {
   int line;
 } pin;
 
+/* A node attribute: its key decoded once, its AttrValue. */
+typedef struct pattr {
+  const char *key;
+  size_t len;
+  const pf *value;
+} pattr;
+
 /* A GraphDef node and what it became. */
 typedef struct pnode {
   const pf *msg;
+  pattr *attrs; /* in file order; lookups compare decoded keys, never re-decode */
+  int n_attrs;
   const char *name, *op;
   int line;
   int n_in;
@@ -54,6 +63,8 @@ typedef struct pnode {
   int ir;                     /* IR node, -1 when none (alias, NoOp, skipped) */
   int state;                  /* 0 not read yet, 1 read */
   int alias;                  /* Identity-like: the input it forwards (index into in), else -1 */
+  int resolving;              /* alias: 0 not yet, 1 on the walk now, 2 done (res holds it) */
+  cf_ref res;                 /* alias: the IR output it forwards, once resolving == 2 */
   bool referenced;            /* some node uses one of its outputs as data */
   bool reshape;               /* Reshape: only input 0 is an IR operand */
   int64_t ivals[CF_MAX_RANK]; /* a small integer Const (Reshape's shape), n_ivals >= 0 */
@@ -397,18 +408,37 @@ static const tf_type *field_type(pb_reader *r, const pf *f) {
   return NULL;
 }
 
-/* The AttrValue of node attribute key, or NULL. */
-static const pf *node_attr(pb_reader *r, const pnode *n, const char *key) {
+/* Decode every attr { key value } of n once (keys that are no string are
+ * skipped, as TensorFlow would reject them anyway): lookups then cost a
+ * compare per attribute, not a decode, however many keys a node has. */
+static cf_status read_attrs(pb_reader *r, pnode *n) {
+  int cnt = 0;
+  for (const pf *a = get(n->msg, "attr"); a; a = next_named(a, "attr"))
+    cnt++;
+  if (!cnt) return CF_OK;
+  if (!(n->attrs = cf_arena_array(&r->scratch, (size_t)cnt, sizeof *n->attrs)))
+    return oom(r, n->line);
   for (const pf *a = get(n->msg, "attr"); a; a = next_named(a, "attr")) {
     const pf *k = get(a, "key");
+    pattr *x = &n->attrs[n->n_attrs];
     char *s;
-    size_t len;
-    if (!k || decode_string(r, k, &s, &len)) {
+    if (!k || decode_string(r, k, &s, &x->len)) {
+      if (r->oom) return CF_ERR_NO_MEMORY;
       cf_clear_error(r->ctx);
       continue;
     }
-    if (len == strlen(key) && memcmp(s, key, len) == 0) return get(a, "value");
+    x->key = s;
+    x->value = get(a, "value");
+    n->n_attrs++;
   }
+  return CF_OK;
+}
+
+/* The AttrValue of node attribute key (the first of that key), or NULL. */
+static const pf *node_attr(const pnode *n, const char *key) {
+  size_t len = strlen(key);
+  for (int i = 0; i < n->n_attrs; i++)
+    if (n->attrs[i].len == len && memcmp(n->attrs[i].key, key, len) == 0) return n->attrs[i].value;
   return NULL;
 }
 
@@ -524,7 +554,7 @@ static const char *val_field(const tf_type *t) {
  * rather than being rounded, and the small integer tensors a Reshape reads
  * its shape from are kept as integers, never through a double. */
 static cf_status read_const(pb_reader *r, pnode *n) {
-  const pf *v = node_attr(r, n, "value"), *ten = v ? get(v, "tensor") : NULL;
+  const pf *v = node_attr(n, "value"), *ten = v ? get(v, "tensor") : NULL;
   if (!ten || !ten->msg)
     return fail(r, n->line, "node '%s': Const needs attr value { tensor { ... } }", n->name);
   const tf_type *t = field_type(r, get(ten, "dtype"));
@@ -613,28 +643,50 @@ static cf_status read_const(pb_reader *r, pnode *n) {
   return cf_node_set_attr(r->g, idx, &a);
 }
 
-/* dtype of a node's output from its attributes (T, dtype, out_type, DstT). */
-static const tf_type *out_type(pb_reader *r, const pnode *n, int port) {
+/* Where a node's output dtypes come from, walked port by port: the first
+ * list attribute (Tout, output_types, T, out_types) long enough for the
+ * port, else the scalar one (T, dtype, out_type, DstT, output_type, type).
+ * One cursor per list, so typing k outputs reads each list once. */
+typedef struct type_walk {
+  const pf *cur[4]; /* the port's type field of each list, NULL past its end */
+  const pf *scalar; /* the scalar type field, or NULL */
+} type_walk;
+
+static void types_begin(pb_reader *r, const pnode *n, type_walk *w) {
   static const char *scalar[] = {"T", "dtype", "out_type", "DstT", "output_type", "type"};
   static const char *lists[] = {"Tout", "output_types", "T", "out_types"};
+  memset(w, 0, sizeof *w);
   for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
-    const pf *v = node_attr(r, n, lists[i]), *l = v ? get(v, "list") : NULL;
-    if (!l) continue;
-    const pf *f = get(l, "type");
-    for (int k = 0; f && k < port; k++)
-      f = next_named(f, "type");
-    if (f) return field_type(r, f);
+    const pf *v = node_attr(n, lists[i]), *l = v ? get(v, "list") : NULL;
+    w->cur[i] = l ? get(l, "type") : NULL;
   }
-  for (size_t i = 0; i < sizeof scalar / sizeof scalar[0]; i++) {
-    const pf *v = node_attr(r, n, scalar[i]);
-    if (v && get(v, "type")) return field_type(r, get(v, "type"));
+  for (size_t i = 0; i < sizeof scalar / sizeof scalar[0] && !w->scalar; i++) {
+    const pf *v = node_attr(n, scalar[i]);
+    w->scalar = v ? get(v, "type") : NULL;
   }
-  return NULL;
+}
+
+/* The dtype of the next port, NULL when none is given. */
+static const tf_type *types_next(pb_reader *r, type_walk *w) {
+  const pf *f = NULL;
+  for (size_t i = 0; i < sizeof w->cur / sizeof w->cur[0]; i++)
+    if (w->cur[i]) {
+      if (!f) f = w->cur[i];
+      w->cur[i] = next_named(w->cur[i], "type");
+    }
+  return field_type(r, f ? f : w->scalar);
+}
+
+/* dtype of a node's output 0. */
+static const tf_type *out_type(pb_reader *r, const pnode *n) {
+  type_walk w;
+  types_begin(r, n, &w);
+  return types_next(r, &w);
 }
 
 /* _output_shapes { list { shape {...} ... } }: the count, and shape k. */
 static int output_shapes(pb_reader *r, const pnode *n, const pf **first) {
-  const pf *v = node_attr(r, n, "_output_shapes"), *l = v ? get(v, "list") : NULL;
+  const pf *v = node_attr(n, "_output_shapes"), *l = v ? get(v, "list") : NULL;
   int k = 0;
   *first = l ? get(l, "shape") : NULL;
   for (const pf *f = *first; f; f = next_named(f, "shape"))
@@ -649,11 +701,13 @@ static cf_status read_opaque(pb_reader *r, pnode *n, bool *skipped) {
   int k = output_shapes(r, n, &sh);
   *skipped = false;
   const char *why = NULL;
-  const tf_type *t = NULL;
+  type_walk w;
+  types_begin(r, n, &w);
   if (!k) why = "it has no _output_shapes";
-  for (int i = 0; i < k && !why; i++)
-    if (!(t = out_type(r, n, i)) || t->dt == CF_DT_INVALID)
-      why = "its dtype attribute is missing or has no IR dtype";
+  for (int i = 0; i < k && !why; i++) {
+    const tf_type *t = types_next(r, &w);
+    if (!t || t->dt == CF_DT_INVALID) why = "its dtype attribute is missing or has no IR dtype";
+  }
   if (why && !n->referenced) {
     *skipped = true;
     cf_log(r->ctx, CF_LOG_INFO, "%s:%d: note: node '%s' (op %s) skipped: nothing uses it and %s",
@@ -669,10 +723,11 @@ static cf_status read_opaque(pb_reader *r, pnode *n, bool *skipped) {
   cf_node *nd = &r->g->nodes[idx];
   if (!(nd->decl = cf_arena_array(&r->g->arena, (size_t)k, sizeof *nd->decl)))
     return oom(r, n->line);
+  types_begin(r, n, &w);
   for (int i = 0; i < k; i++, sh = next_named(sh, "shape")) {
     cf_decl *d = &nd->decl[i];
     if ((st = shape_of(r, n, sh, &d->v.shape))) return st;
-    d->v.dtype = out_type(r, n, i)->dt;
+    d->v.dtype = types_next(r, &w)->dt;
     d->has_dtype = d->has_shape = true;
     nd->n_decl++;
   }
@@ -683,7 +738,7 @@ static cf_status read_opaque(pb_reader *r, pnode *n, bool *skipped) {
 /* nodes                                                              */
 
 static cf_status set_int_attr(pb_reader *r, pnode *n, int idx, const char *key, cf_attr_id id) {
-  const pf *v = node_attr(r, n, key);
+  const pf *v = node_attr(n, key);
   if (!v) return CF_OK;
   int64_t x;
   const pf *f = get(v, "i") ? get(v, "i") : get(v, "s");
@@ -699,14 +754,14 @@ static cf_status read_collective(pb_reader *r, pnode *n, cf_op op, int layout) {
   if (st) return st;
   n->ir = idx;
   const pf *v;
-  if ((v = node_attr(r, n, "reduction")) && cf_op_table[op].allowed & (1u << CF_A_REDUCTION)) {
+  if ((v = node_attr(n, "reduction")) && cf_op_table[op].allowed & (1u << CF_A_REDUCTION)) {
     const char *s;
     if (!get(v, "s") || (st = text_field(r, get(v, "s"), &s)))
       return st ? st : fail(r, v->line, "node '%s': reduction must be a string", n->name);
     if ((st = cf_node_parse_attr(r->g, idx, CF_A_REDUCTION, s, v->line))) return st;
   }
   const char *group = CF_WORLD_GROUP;
-  if ((v = node_attr(r, n, "group"))) {
+  if ((v = node_attr(n, "group"))) {
     if (!get(v, "s") || (st = text_field(r, get(v, "s"), &group)))
       return st ? st : fail(r, v->line, "node '%s': group must be a string", n->name);
     if ((st = cf_node_parse_attr(r->g, idx, CF_A_GROUP, group, v->line))) return st;
@@ -718,7 +773,7 @@ static cf_status read_collective(pb_reader *r, pnode *n, cf_op op, int layout) {
     return st;
   if ((st = set_int_attr(r, n, idx, "rank_size", CF_A_RANK_SIZE))) return st;
   if (op == CF_OP_BROADCAST || op == CF_OP_REDUCE) {
-    if (!node_attr(r, n, "root_rank"))
+    if (!node_attr(n, "root_rank"))
       return fail(r, n->line, "node '%s': %s needs attr root_rank (HCCL has no default root)",
                   n->name, n->op);
     if ((st = set_int_attr(r, n, idx, "root_rank", CF_A_ROOT))) return st;
@@ -727,7 +782,7 @@ static cf_status read_collective(pb_reader *r, pnode *n, cf_op op, int layout) {
     cf_attr a = {.id = CF_A_LAYOUT, .v.i = layout};
     if ((st = cf_node_set_attr(r->g, idx, &a))) return st;
   }
-  const tf_type *t = out_type(r, n, 0);
+  const tf_type *t = out_type(r, n);
   if (t && t->dt != CF_DT_INVALID && (st = set_type(r, idx, t->dt, NULL, n->line))) return st;
   /* the group's size: the world from hccl_world_group, else a declared group */
   int64_t rs = cf_node_int(&r->g->nodes[idx], CF_A_RANK_SIZE, 0);
@@ -770,9 +825,9 @@ static cf_status read_node(pb_reader *r, pnode *n) {
   if (!strcmp(op, "NoOp")) return CF_OK;
   if (!strcmp(op, "Const")) return read_const(r, n);
   if (!strcmp(op, "_Arg") || !strcmp(op, "Placeholder")) {
-    const tf_type *t = out_type(r, n, 0);
+    const tf_type *t = out_type(r, n);
     cf_shape s;
-    const pf *sh = (v = node_attr(r, n, "shape")) ? get(v, "shape") : NULL;
+    const pf *sh = (v = node_attr(n, "shape")) ? get(v, "shape") : NULL;
     if (!sh) output_shapes(r, n, &sh);
     if (!t || t->dt == CF_DT_INVALID)
       return fail(r, n->line, "node '%s': %s needs a dtype (attr T or dtype) with an IR dtype",
@@ -814,7 +869,7 @@ static cf_status read_node(pb_reader *r, pnode *n) {
   if (ir == CF_OP_MATMUL) { /* transposed or batched products are not the IR's MatMul */
     static const char *flags[] = {"transpose_a", "transpose_b", "adj_x", "adj_y"};
     for (size_t i = 0; i < 4; i++)
-      if ((v = node_attr(r, n, flags[i])) && get(v, "b") && cf_span_is(get(v, "b")->text, "true"))
+      if ((v = node_attr(n, flags[i])) && get(v, "b") && cf_span_is(get(v, "b")->text, "true"))
         ir = CF_OP_INVALID;
     if (n_sh == 1 && !shape_of(r, n, sh, &s) && s.rank != 2) ir = CF_OP_INVALID;
     cf_clear_error(r->ctx);
@@ -845,8 +900,8 @@ static cf_status read_node(pb_reader *r, pnode *n) {
   n->ir = idx;
   n->reshape = ir == CF_OP_RESHAPE;
   const tf_type *t = ir == CF_OP_CAST
-                         ? (v = node_attr(r, n, "DstT")) ? field_type(r, get(v, "type")) : NULL
-                         : out_type(r, n, 0);
+                         ? (v = node_attr(n, "DstT")) ? field_type(r, get(v, "type")) : NULL
+                         : out_type(r, n);
   if (ir == CF_OP_CAST && (!t || t->dt == CF_DT_INVALID))
     return fail(r, n->line, "node '%s': Cast needs attr DstT with an IR dtype", n->name);
   if (t && t->dt != CF_DT_INVALID && ir != CF_OP_MATMUL &&
@@ -891,10 +946,14 @@ static cf_status build_index(pb_reader *r) {
   return CF_OK;
 }
 
-/* The IR output that input x of node n names, looking through aliases. */
+/* The IR output that input x of node n names, looking through aliases.
+ * Each alias is resolved once: the walk marks the aliases it passes, and a
+ * second walk over the same chain stores the result in every one of them, so
+ * N readers of an N-long Identity chain cost O(N), not O(N^2). */
 static cf_status resolve(pb_reader *r, const pnode *n, const pin *x, cf_ref *out) {
   const pin *cur = x;
-  for (int hops = 0;; hops++) {
+  cf_ref res;
+  for (;;) {
     int k = find_node(r, cur->name);
     if (k < 0)
       return fail(r, x->line, "node '%s': input '%s' names no node of the graph", n->name,
@@ -904,18 +963,32 @@ static cf_status resolve(pb_reader *r, const pnode *n, const pin *x, cf_ref *out
       if (cur->port != 0)
         return fail(r, x->line, "node '%s': input '%s:%d': %s has one output", n->name, cur->name,
                     cur->port, src->op);
-      if (hops > r->n_nodes)
+      if (src->resolving == 2) {
+        res = src->res;
+        break;
+      }
+      if (src->resolving == 1)
         return fail(r, x->line, "node '%s': a cycle of Identity nodes through '%s'", n->name,
                     src->name);
+      src->resolving = 1;
       cur = &src->in[src->alias];
       continue;
     }
     if (src->ir < 0)
       return fail(r, x->line, "node '%s': input '%s' is a %s node, which has no outputs", n->name,
                   cur->name, src->op);
-    *out = (cf_ref){src->ir, cur->port};
-    return CF_OK;
+    res = (cf_ref){src->ir, cur->port};
+    break;
   }
+  for (cur = x;;) { /* the aliases marked above, in the same order */
+    pnode *src = &r->nodes[find_node(r, cur->name)];
+    if (src->alias < 0 || src->resolving == 2) break;
+    src->resolving = 2;
+    src->res = res;
+    cur = &src->in[src->alias];
+  }
+  *out = res;
+  return CF_OK;
 }
 
 static cf_status set_operands(pb_reader *r, pnode *n) {
@@ -995,7 +1068,9 @@ static cf_status read_graph(pb_reader *r) {
     const pf *nm = get(f, "name"), *op = get(f, "op");
     if (!f->msg || !nm || !op)
       return fail(r, f->line, "node without %s", !f->msg ? "a body" : !nm ? "a name" : "an op");
-    if ((st = text_field(r, nm, &n->name)) || (st = text_field(r, op, &n->op))) return st;
+    if ((st = text_field(r, nm, &n->name)) || (st = text_field(r, op, &n->op)) ||
+        (st = read_attrs(r, n)))
+      return st;
     if (!*n->name) return fail(r, nm->line, "node with an empty name");
     if (strlen(n->name) > CF_MAX_NAME)
       return fail(r, nm->line, "node '%.40s...': name longer than %d bytes", n->name, CF_MAX_NAME);

@@ -21,8 +21,14 @@ targets=("$@")
 work=$(mktemp -d "${TMPDIR:-/tmp}/collfuse-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# the round trip writes no files; keep libFuzzer's own output short
-common=(-timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=0)
+# Limits that make an input whose cost is not linear in its size fail: inputs
+# up to 256 KiB (enough for thousands of attributes, nodes or groups), and no
+# run over 10 s or 1 GiB. The costliest inputs a reader accepts at that size
+# (HLO calls and tuples expanded up to their work budget, round trip
+# included) take about 3.5 s and 500 MiB in this build; a quadratic reader
+# needs minutes and gigabytes. The round trip writes no files; keep
+# libFuzzer's own output short.
+common=(-timeout=10 -rss_limit_mb=1024 -max_len=262144 -print_final_stats=0)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 

@@ -6,6 +6,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,7 @@ static void graph_free(cf_graph *g) {
   free(g->nodes);
   free(g->groups);
   free(g->index);
+  free(g->group_index);
   cf_arena_free(&g->arena);
   free(g);
 }
@@ -130,14 +132,40 @@ static uint64_t hash_str(const char *s) {
   return h;
 }
 
+/* Open-addressed name indexes (nodes, groups): slot -> item index + 1, at
+ * most half full. Item i's name pointer sits off + i * stride bytes into
+ * items, so one routine serves any array of structs with a name field. */
+static const char *item_name(const void *items, size_t off, size_t stride, int i) {
+  const char *name;
+  memcpy(&name, (const char *)items + (size_t)i * stride + off, sizeof name);
+  return name;
+}
+
+static void slot_put(int *slots, int cap, const char *name, int i) {
+  size_t h = hash_str(name) & (size_t)(cap - 1);
+  while (slots[h])
+    h = (h + 1) & (size_t)(cap - 1);
+  slots[h] = i + 1;
+}
+
+static int *slots_build(int cap, const void *items, size_t off, size_t stride, int n) {
+  int *slots = calloc((size_t)cap, sizeof(int));
+  for (int i = 0; slots && i < n; i++)
+    slot_put(slots, cap, item_name(items, off, stride, i), i);
+  return slots;
+}
+
+static int slots_find(const int *slots, int cap, const void *items, size_t off, size_t stride,
+                      const char *name) {
+  if (!cap) return -1;
+  for (size_t h = hash_str(name) & (size_t)(cap - 1); slots[h]; h = (h + 1) & (size_t)(cap - 1))
+    if (strcmp(item_name(items, off, stride, slots[h] - 1), name) == 0) return slots[h] - 1;
+  return -1;
+}
+
 static bool index_rebuild(cf_graph *g, int cap) {
-  int *idx = calloc((size_t)cap, sizeof(int));
+  int *idx = slots_build(cap, g->nodes, offsetof(cf_node, name), sizeof(cf_node), g->n_nodes);
   if (!idx) return false;
-  for (int i = 0; i < g->n_nodes; i++) {
-    size_t h = hash_str(g->nodes[i].name) & (size_t)(cap - 1);
-    while (idx[h]) h = (h + 1) & (size_t)(cap - 1);
-    idx[h] = i + 1;
-  }
   free(g->index);
   g->index = idx;
   g->index_cap = cap;
@@ -145,14 +173,8 @@ static bool index_rebuild(cf_graph *g, int cap) {
 }
 
 int cf_graph_find(const cf_graph *g, const char *name) {
-  if (!g->index_cap) return -1;
-  size_t h = hash_str(name) & (size_t)(g->index_cap - 1);
-  while (g->index[h]) {
-    int i = g->index[h] - 1;
-    if (strcmp(g->nodes[i].name, name) == 0) return i;
-    h = (h + 1) & (size_t)(g->index_cap - 1);
-  }
-  return -1;
+  return slots_find(g->index, g->index_cap, g->nodes, offsetof(cf_node, name), sizeof(cf_node),
+                    name);
 }
 
 cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, int *idx) {
@@ -191,9 +213,7 @@ cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, i
       return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
     }
   } else {
-    size_t h = hash_str(n->name) & (size_t)(g->index_cap - 1);
-    while (g->index[h]) h = (h + 1) & (size_t)(g->index_cap - 1);
-    g->index[h] = g->n_nodes;
+    slot_put(g->index, g->index_cap, n->name, g->n_nodes - 1);
   }
   if (idx) *idx = g->n_nodes - 1;
   return CF_OK;
@@ -374,6 +394,14 @@ cf_status cf_graph_add_group_parts(cf_graph *g, const char *name, const int *ran
   if (n < 0 || n > CF_MAX_WORLD)
     return cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "group '%s': %d ranks, above %d", name,
                     n, CF_MAX_WORLD);
+  if ((int64_t)(g->n_groups + 1) * 2 > g->group_index_cap) {
+    int cap = g->group_index_cap ? g->group_index_cap * 2 : 16;
+    int *idx = slots_build(cap, g->groups, offsetof(cf_group, name), sizeof(cf_group), g->n_groups);
+    if (!idx) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+    free(g->group_index);
+    g->group_index = idx;
+    g->group_index_cap = cap;
+  }
   if (g->n_groups == g->cap_groups) {
     int cap = g->cap_groups ? g->cap_groups * 2 : 8;
     cf_group *ng = realloc(g->groups, (size_t)cap * sizeof *ng);
@@ -390,14 +418,14 @@ cf_status cf_graph_add_group_parts(cf_graph *g, const char *name, const int *ran
   gr->n_ranks = size;
   gr->n_parts = n_parts;
   gr->line = line;
-  g->n_groups++;
+  slot_put(g->group_index, g->group_index_cap, gr->name, g->n_groups++);
   return CF_OK;
 }
 
 const cf_group *cf_graph_group(const cf_graph *g, const char *name) {
-  for (int i = 0; i < g->n_groups; i++)
-    if (strcmp(g->groups[i].name, name) == 0) return &g->groups[i];
-  return NULL;
+  int i = slots_find(g->group_index, g->group_index_cap, g->groups, offsetof(cf_group, name),
+                     sizeof(cf_group), name);
+  return i >= 0 ? &g->groups[i] : NULL;
 }
 
 const int *cf_group_part_of(const cf_group *gr, int rank, int *index) {

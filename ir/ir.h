@@ -319,6 +319,8 @@ struct cf_graph {
   int n_groups, cap_groups;
   int *index;           /* open-addressed hash: name -> node index + 1 */
   int index_cap;
+  int *group_index; /* the same for group names -> group index + 1 */
+  int group_index_cap;
   int *topo;            /* topological order after verification (arena) */
   const char *fingerprint; /* of the collective sequence, when compiled (arena) */
   int node_limit;       /* CF_MAX_NODES; a pass may exceed it while rewriting */

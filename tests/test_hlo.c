@@ -516,7 +516,8 @@ static void test_limits(void **state) {
       t + n, cap - n,
       "ENTRY e {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=c39\n}\n");
   ASSERT_ERR(cf_graph_parse(ctx, "t.hlo", t, n, &g), CF_ERR_INVALID,
-             "the module expands to more than 4000000 instructions");
+             "instructions and operands (the limit is 8 per byte of the module, at least 65536 "
+             "and at most 4000000)");
   /* calls 70 deep */
   n = (size_t)snprintf(t, cap, "HloModule m\nc0 {\n  ROOT p = f32[] parameter(0)\n}\n");
   for (int i = 1; i < 70; i++)

@@ -115,6 +115,41 @@ void cf_ranktable_free(cf_rank_table *t) {
   memset(t, 0, sizeof *t);
 }
 
+/* Duplicate checks in O(1) each, so a table of N devices costs O(N): open
+ * addressing over a power-of-two table at most half full. Slots hold an
+ * index + 1 (server ids) or a key + 1 (server, device_id pairs); 0 is empty. */
+static size_t set_cap(size_t n) {
+  size_t cap = 16;
+  while (cap < 2 * n) cap *= 2;
+  return cap;
+}
+
+static uint64_t hash_u64(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ h >> 33;
+}
+
+/* The server already holding id, or -1 after recording server s under it. */
+static int server_seen(int *slots, size_t cap, const cf_rank_server *servers, const char *id, int s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const char *c = id; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  size_t i = hash_u64(h) & (cap - 1);
+  for (; slots[i]; i = (i + 1) & (cap - 1))
+    if (strcmp(servers[slots[i] - 1].server_id, id) == 0) return slots[i] - 1;
+  slots[i] = s + 1;
+  return -1;
+}
+
+/* Whether key was recorded before (it is recorded now). */
+static bool key_seen(uint64_t *slots, size_t cap, uint64_t key) {
+  size_t i = hash_u64(key) & (cap - 1);
+  for (; slots[i]; i = (i + 1) & (cap - 1))
+    if (slots[i] == key + 1) return true;
+  slots[i] = key + 1;
+  return false;
+}
+
 static char *dup_str(const char *s) {
   char *d = malloc(strlen(s) + 1);
   if (d) strcpy(d, s);
@@ -129,6 +164,9 @@ bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err,
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithOpts(text, &end, true);
   bool ok = false;
+  int *ids = NULL;        /* server ids seen */
+  uint64_t *pairs = NULL; /* (server, device_id) pairs seen */
+  size_t ids_cap = 0, pairs_cap = 0;
   char vb[64];
   if (!root) {
     const char *at = end ? end : text;
@@ -188,7 +226,11 @@ bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err,
   }
   t->servers = calloc((size_t)ns, sizeof *t->servers);
   t->ranks = calloc((size_t)total + 1, sizeof *t->ranks);
-  if (!t->servers || !t->ranks) {
+  ids_cap = set_cap((size_t)ns);
+  pairs_cap = set_cap((size_t)total);
+  ids = calloc(ids_cap, sizeof *ids);
+  pairs = calloc(pairs_cap, sizeof *pairs);
+  if (!t->servers || !t->ranks || !ids || !pairs) {
     fail(err, len, "out of memory");
     goto done;
   }
@@ -209,17 +251,17 @@ bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err,
            value_text(srv, "host_ip", vb, sizeof vb));
       goto done;
     }
-    for (int k = 0; k < s; k++)
-      if (strcmp(t->servers[k].server_id, id) == 0) {
-        fail(err, len, "server_list[%d]: server_id '%s' is also server_list[%d]'s", s, id, k);
-        goto done;
-      }
     cf_rank_server *rs = &t->servers[s];
     rs->server_id = dup_str(id);
     rs->host = dup_str(host_ip ? host_ip : id);
     t->n_servers = s + 1;
     if (!rs->server_id || !rs->host) {
       fail(err, len, "out of memory");
+      goto done;
+    }
+    int k = server_seen(ids, ids_cap, t->servers, id, s);
+    if (k >= 0) {
+      fail(err, len, "server_list[%d]: server_id '%s' is also server_list[%d]'s", s, id, k);
       goto done;
     }
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive(srv, "device");
@@ -259,12 +301,11 @@ bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err,
              s, d, rank_id, t->ranks[rank_id].device_id, t->servers[t->ranks[rank_id].server].server_id);
         goto done;
       }
-      for (int r = 0; r < total; r++)
-        if (t->ranks[r].server == s && t->ranks[r].device_id == device_id) {
-          fail(err, len, "server_list[%d].device[%d]: device_id %ld appears twice on server '%s'", s, d,
-               device_id, id);
-          goto done;
-        }
+      if (key_seen(pairs, pairs_cap, (uint64_t)s << 32 | (uint64_t)device_id)) {
+        fail(err, len, "server_list[%d].device[%d]: device_id %ld appears twice on server '%s'", s, d,
+             device_id, id);
+        goto done;
+      }
       t->ranks[rank_id] = (cf_rank_entry){.server = s, .device_id = (int)device_id, .local = d};
       d++;
     }
@@ -274,6 +315,8 @@ bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err,
   t->n_ranks = total;
   ok = true;
 done:
+  free(ids);
+  free(pairs);
   cJSON_Delete(root);
   free(text);
   if (!ok) cf_ranktable_free(t);
@@ -379,7 +422,27 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
     return EXIT_INVALID;
   }
   int rc = 0;
+  /* the hostfile and rankfile texts, and each server's ranks in rank order
+   * for --json (a counting sort, not a pass over every rank per server) */
+  size_t cap = 256 + strlen(file);
+  for (int s = 0; s < t.n_servers; s++) cap += strlen(t.servers[s].host) + 32;
+  for (int k = 0; k < t.n_ranks; k++) cap += strlen(t.servers[t.ranks[k].server].host) + 48;
+  char *hosts = malloc(cap), *ranks = malloc(cap);
+  int *start = calloc((size_t)t.n_servers + 1, sizeof *start);
+  int *by_server = malloc(((size_t)t.n_ranks + 1) * sizeof *by_server);
+  if (!hosts || !ranks || !start || !by_server) {
+    free(hosts);
+    free(ranks);
+    free(start);
+    free(by_server);
+    cf_ranktable_free(&t);
+    fprintf(stderr, "collfuse ranktable: out of memory\n");
+    return EXIT_RUNTIME;
+  }
   if (json) {
+    for (int r = 0; r < t.n_ranks; r++) start[t.ranks[r].server + 1]++;
+    for (int s = 0; s < t.n_servers; s++) start[s + 1] += start[s];
+    for (int r = 0; r < t.n_ranks; r++) by_server[start[t.ranks[r].server]++] = r;
     cJSON *o = cJSON_CreateObject(), *servers = cJSON_AddArrayToObject(o, "servers");
     cJSON_AddStringToObject(o, "version", t.version);
     cJSON_AddNumberToObject(o, "ranks", t.n_ranks);
@@ -389,14 +452,14 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
       cJSON_AddStringToObject(so, "host", t.servers[s].host);
       cJSON_AddNumberToObject(so, "slots", t.servers[s].devices);
       rk = cJSON_AddArrayToObject(so, "ranks");
-      for (int r = 0; r < t.n_ranks; r++)
-        if (t.ranks[r].server == s) {
-          cJSON *ro = cJSON_CreateObject();
-          cJSON_AddNumberToObject(ro, "rank_id", r);
-          cJSON_AddNumberToObject(ro, "device_id", t.ranks[r].device_id);
-          cJSON_AddNumberToObject(ro, "slot", t.ranks[r].local);
-          cJSON_AddItemToArray(rk, ro);
-        }
+      for (int i = s ? start[s - 1] : 0; i < start[s]; i++) {
+        int r = by_server[i];
+        cJSON *ro = cJSON_CreateObject();
+        cJSON_AddNumberToObject(ro, "rank_id", r);
+        cJSON_AddNumberToObject(ro, "device_id", t.ranks[r].device_id);
+        cJSON_AddNumberToObject(ro, "slot", t.ranks[r].local);
+        cJSON_AddItemToArray(rk, ro);
+      }
       cJSON_AddItemToArray(servers, so);
     }
     char *s = cJSON_PrintUnformatted(o);
@@ -404,18 +467,8 @@ int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv) {
     free(s);
     cJSON_Delete(o);
   }
-  /* hostfile and rankfile texts */
-  size_t cap = 256 + strlen(file);
-  for (int s = 0; s < t.n_servers; s++) cap += strlen(t.servers[s].host) + 32;
-  for (int k = 0; k < t.n_ranks; k++) cap += strlen(t.servers[t.ranks[k].server].host) + 48;
-  char *hosts = malloc(cap), *ranks = malloc(cap);
-  if (!hosts || !ranks) {
-    free(hosts);
-    free(ranks);
-    cf_ranktable_free(&t);
-    fprintf(stderr, "collfuse ranktable: out of memory\n");
-    return EXIT_RUNTIME;
-  }
+  free(start);
+  free(by_server);
   size_t h = 0, r = 0;
   if (!hostfile)
     h += (size_t)snprintf(hosts + h, cap - h,

@@ -1,0 +1,501 @@
+/* test_linear.c - every reader's cost is linear in its input, whatever the
+ * input's shape.
+ *
+ * Each case generates an input that stresses one shape (many attributes,
+ * long alias chains, wide fan-in and fan-out, deep nesting within the
+ * limits, many groups, calls and tuples that expand) at sizes n and 8n,
+ * parses and verifies it in a child process, and compares the CPU time and
+ * peak memory the child spent on that (getrusage, never wall-clock): 8n may
+ * cost at most RATIO times what n costs, plus a little slack for timer and
+ * page granularity. Linear costs give about 8, quadratic ones 64. Sizes are
+ * small enough that the whole test takes seconds, ASan included. The rank
+ * table check (tools/ranktable.c) is measured on the collfuse driver the
+ * same way, through wait4.
+ */
+#define _GNU_SOURCE
+#include "cf_test.h"
+
+#include <stdarg.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { RATIO = 20 };
+#define CPU_SLACK 0.02 /* seconds */
+#define RSS_SLACK 4096 /* KiB */
+
+/* ---- a growing text buffer ---- */
+
+typedef struct sbuf {
+  char *p;
+  size_t n, cap;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...) {
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    assert_true(k >= 0);
+    if (b->p && b->n + (size_t)k < b->cap) {
+      b->n += (size_t)k;
+      return;
+    }
+    b->cap = (b->cap + (size_t)k + 1) * 2;
+    b->p = realloc(b->p, b->cap);
+    assert_non_null(b->p);
+  }
+}
+
+/* ---- measuring one parse in a child ---- */
+
+typedef void (*gen_fn)(sbuf *b, int n);
+
+typedef struct cost {
+  double cpu; /* seconds of user + system time */
+  long rss;   /* KiB the peak resident set grew by */
+  int status; /* of parse, then verify */
+  char msg[240];
+} cost;
+
+static double cpu_of(const struct rusage *u) {
+  return (double)u->ru_utime.tv_sec + u->ru_utime.tv_usec / 1e6 + (double)u->ru_stime.tv_sec +
+         u->ru_stime.tv_usec / 1e6;
+}
+
+static cost measure(const char *name, gen_fn gen, int n) {
+  int fd[2];
+  assert_int_equal(pipe(fd), 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (!pid) {
+    sbuf b = {0};
+    gen(&b, n);
+    cost c = {0};
+    cf_context *cx;
+    cf_graph *g = NULL;
+    struct rusage u0, u1;
+    if (cf_context_create(&cx)) _exit(2);
+    getrusage(RUSAGE_SELF, &u0);
+    c.status = cf_graph_parse(cx, name, b.p, b.n, &g);
+    if (!c.status) c.status = cf_graph_verify(g, NULL);
+    getrusage(RUSAGE_SELF, &u1);
+    c.cpu = cpu_of(&u1) - cpu_of(&u0);
+    c.rss = u1.ru_maxrss - u0.ru_maxrss;
+    snprintf(c.msg, sizeof c.msg, "%s", cf_context_errmsg(cx));
+    _exit(write(fd[1], &c, sizeof c) == (ssize_t)sizeof c ? 0 : 3); /* no cleanup: measured */
+  }
+  close(fd[1]);
+  cost c;
+  ssize_t got = read(fd[0], &c, sizeof c);
+  close(fd[0]);
+  int ws;
+  assert_int_equal(waitpid(pid, &ws, 0), pid);
+  assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  assert_int_equal(got, (ssize_t)sizeof c);
+  return c;
+}
+
+static void expect_linear(const char *what, cost a, cost b) {
+  print_message("%-28s cpu %.3f -> %.3f s, rss +%ld -> +%ld KiB\n", what, a.cpu, b.cpu, a.rss,
+                b.rss);
+  if (b.cpu > RATIO * a.cpu + CPU_SLACK)
+    fail_msg("%s: 8x the input took %.3f s of CPU, %.3f s at 1x: more than %dx", what, b.cpu, a.cpu,
+             RATIO);
+  if (b.rss > RATIO * a.rss + RSS_SLACK)
+    fail_msg("%s: 8x the input grew the peak memory by %ld KiB, %ld KiB at 1x: more than %dx", what,
+             b.rss, a.rss, RATIO);
+}
+
+/* One amplifying shape of one reader's input. */
+typedef struct shape {
+  const char *what;
+  const char *file; /* the name the input is parsed under: it picks the reader */
+  gen_fn gen;       /* writes the input of size n */
+  int n;
+  cf_status st;       /* what parsing and verifying it gives */
+  const char *substr; /* in the message when st is an error */
+} shape;
+
+/* Sizes n and 8n give st at a near-linear cost. */
+static void test_shape(void **state) {
+  const shape *s = *state;
+  const char *what = s->what;
+  cost a = measure(s->file, s->gen, s->n), b = measure(s->file, s->gen, 8 * s->n);
+  for (int i = 0; i < 2; i++) {
+    const cost *c = i ? &b : &a;
+    if (c->status != (int)s->st || (s->substr && !strstr(c->msg, s->substr)))
+      fail_msg("%s at %dn: status %d '%s', expected %d '%s'", what, i ? 8 : 1, c->status, c->msg,
+               s->st, s->substr ? s->substr : "");
+  }
+  expect_linear(what, a, b);
+}
+
+/* ---- GraphDef text ---- */
+
+static void pb_arg(sbuf *b, const char *name) {
+  put(b,
+      "node { name: \"%s\" op: \"_Arg\" attr { key: \"T\" value { type: DT_FLOAT } }\n"
+      "  attr { key: \"shape\" value { shape { dim { size: 4 } } } } }\n",
+      name);
+}
+
+/* one node with n attributes, n _output_shapes and n output types */
+static void pb_attrs(sbuf *b, int n) {
+  pb_arg(b, "a");
+  put(b, "node { name: \"x\" op: \"Foo\" input: \"a\"\n");
+  for (int i = 0; i < n; i++)
+    put(b, "  attr { key: \"extra_%d\" value { i: %d } }\n", i, i);
+  put(b, "  attr { key: \"_output_shapes\" value { list {");
+  for (int i = 0; i < n; i++)
+    put(b, " shape { dim { size: 4 } }");
+  put(b, " } } }\n  attr { key: \"Tout\" value { list {");
+  for (int i = 0; i < n; i++)
+    put(b, " type: DT_FLOAT");
+  put(b, " } } }\n}\nnode { name: \"r\" op: \"_Retval\" input: \"x:%d\" }\n", n - 1);
+}
+
+/* n Identity nodes in a chain, its end read by n _Retvals */
+static void pb_chain(sbuf *b, int n) {
+  pb_arg(b, "i0");
+  for (int i = 1; i <= n; i++)
+    put(b, "node { name: \"i%d\" op: \"Identity\" input: \"i%d\" }\n", i, i - 1);
+  for (int i = 0; i < n; i++)
+    put(b, "node { name: \"r%d\" op: \"_Retval\" input: \"i%d\" }\n", i, n);
+}
+
+/* n collectives, each in a group of its own */
+static void pb_groups(sbuf *b, int n) {
+  pb_arg(b, "a");
+  for (int i = 0; i < n; i++)
+    put(b,
+        "node { name: \"ar%d\" op: \"HcomAllReduce\" input: \"a\"\n"
+        "  attr { key: \"group\" value { s: \"g%d\" } }\n"
+        "  attr { key: \"rank_size\" value { i: 2 } }\n"
+        "  attr { key: \"reduction\" value { s: \"sum\" } }\n"
+        "  attr { key: \"T\" value { type: DT_FLOAT } } }\n"
+        "node { name: \"r%d\" op: \"_Retval\" input: \"ar%d\" }\n",
+        i, i, i, i);
+}
+
+/* one node reading n inputs, and one input read by n nodes */
+static void pb_fan(sbuf *b, int n) {
+  pb_arg(b, "a");
+  for (int i = 0; i < n; i++)
+    put(b,
+        "node { name: \"c%d\" op: \"Cast\" input: \"a\"\n"
+        "  attr { key: \"DstT\" value { type: DT_FLOAT } } }\n",
+        i);
+  put(b, "node { name: \"sum\" op: \"AddN\"");
+  for (int i = 0; i < n; i++)
+    put(b, " input: \"c%d\"", i);
+  put(b, "\n  attr { key: \"T\" value { type: DT_FLOAT } }\n"
+         "  attr { key: \"_output_shapes\" value { list { shape { dim { size: 4 } } } } } }\n"
+         "node { name: \"r\" op: \"_Retval\" input: \"sum\" }\n");
+}
+
+/* n nodes each carrying an unknown field nested 90 deep (the limit is 100) */
+static void pb_nesting(sbuf *b, int n) {
+  pb_arg(b, "a");
+  for (int i = 0; i < n; i++) {
+    put(b, "node { name: \"n%d\" op: \"NoOp\" ", i);
+    for (int k = 0; k < 90; k++)
+      put(b, "x { ");
+    for (int k = 0; k < 90; k++)
+      put(b, "} ");
+    put(b, "}\n");
+  }
+  put(b, "node { name: \"r\" op: \"_Retval\" input: \"a\" }\n");
+}
+
+/* ---- native XML ---- */
+
+static void xml_head(sbuf *b, int world) {
+  put(b,
+      "<graph name=\"t\" version=\"1\" world_size=\"%d\">\n"
+      "<node name=\"a\" op=\"Input\" dtype=\"float32\" shape=\"4\"/>\n",
+      world);
+}
+
+/* n groups of two ranks, a collective in each */
+static void xml_groups(sbuf *b, int n) {
+  xml_head(b, 2);
+  for (int i = 0; i < n; i++)
+    put(b, "<group name=\"g%d\" ranks=\"0,1\"/>\n", i);
+  for (int i = 0; i < n; i++)
+    put(b,
+        "<node name=\"ar%d\" op=\"AllReduce\" reduction=\"sum\" group=\"g%d\"><input "
+        "ref=\"a\"/></node>\n<node name=\"o%d\" op=\"Output\"><input ref=\"ar%d\"/></node>\n",
+        i, i, i, i);
+  put(b, "</graph>\n");
+}
+
+/* n groups of 256 one-rank parts */
+static void xml_parts(sbuf *b, int n) {
+  xml_head(b, 256);
+  for (int i = 0; i < n; i++) {
+    put(b, "<group name=\"g%d\" ranks=\"0", i);
+    for (int k = 1; k < 256; k++)
+      put(b, "|%d", k);
+    put(b, "\"/>\n");
+  }
+  put(b, "<node name=\"o\" op=\"Output\"><input ref=\"a\"/></node>\n</graph>\n");
+}
+
+/* one Opaque node with n inputs and n outputs, each output read */
+static void xml_fan(sbuf *b, int n) {
+  xml_head(b, 1);
+  put(b, "<node name=\"x\" op=\"Opaque\" type=\"Foo\">");
+  for (int i = 0; i < n; i++)
+    put(b, "<input ref=\"a\"/>");
+  for (int i = 0; i < n; i++)
+    put(b, "<output dtype=\"float32\" shape=\"4\"/>");
+  put(b, "</node>\n");
+  for (int i = 0; i < n; i++)
+    put(b, "<node name=\"o%d\" op=\"Output\"><input ref=\"x\" port=\"%d\"/></node>\n", i, i);
+  put(b, "</graph>\n");
+}
+
+/* a chain of n collectives */
+static void xml_chain(sbuf *b, int n) {
+  xml_head(b, 2);
+  put(b, "<node name=\"c0\" op=\"Cast\" dtype=\"float32\"><input ref=\"a\"/></node>\n");
+  for (int i = 1; i <= n; i++)
+    put(b, "<node name=\"c%d\" op=\"AllReduce\" reduction=\"sum\"><input ref=\"c%d\"/></node>\n", i,
+        i - 1);
+  put(b, "<node name=\"o\" op=\"Output\"><input ref=\"c%d\"/></node>\n</graph>\n", n);
+}
+
+/* ---- GraphML ---- */
+
+static void gml_head(sbuf *b) {
+  put(b, "<graphml xmlns=\"http://graphml.graphdrawing.org/xmlns\">\n"
+         "<key id=\"op\" for=\"node\" attr.name=\"op\" attr.type=\"string\"/>\n"
+         "<key id=\"ty\" for=\"node\" attr.name=\"type\" attr.type=\"string\"/>\n"
+         "<key id=\"dt\" for=\"node\" attr.name=\"dtype\" attr.type=\"string\"/>\n"
+         "<key id=\"sh\" for=\"node\" attr.name=\"shape\" attr.type=\"string\"/>\n"
+         "<key id=\"red\" for=\"node\" attr.name=\"reduction\" attr.type=\"string\"/>\n"
+         "<key id=\"ws\" for=\"graph\" attr.name=\"world_size\" attr.type=\"long\"/>\n"
+         "<key id=\"dp\" for=\"edge\" attr.name=\"dst_port\" attr.type=\"long\"/>\n");
+}
+
+/* n keys nothing reads, all given on one node */
+static void gml_keys(sbuf *b, int n) {
+  gml_head(b);
+  for (int i = 0; i < n; i++)
+    put(b, "<key id=\"k%d\" for=\"node\" attr.name=\"extra_%d\" attr.type=\"long\"/>\n", i, i);
+  put(b, "<graph edgedefault=\"directed\"><data key=\"ws\">2</data>\n"
+         "<node id=\"a\"><data key=\"op\">Input</data><data key=\"dt\">float32</data>"
+         "<data key=\"sh\">4</data>");
+  for (int i = 0; i < n; i++)
+    put(b, "<data key=\"k%d\">%d</data>", i, i);
+  put(b, "</node>\n<node id=\"o\"><data key=\"op\">Output</data></node>\n"
+         "<edge source=\"a\" target=\"o\"/>\n</graph></graphml>\n");
+}
+
+/* a chain of n collectives through edges, and one node fed by all of them */
+static void gml_edges(sbuf *b, int n) {
+  gml_head(b);
+  put(b,
+      "<graph edgedefault=\"directed\"><data key=\"ws\">2</data>\n"
+      "<node id=\"a\"><data key=\"op\">Input</data><data key=\"dt\">float32</data>"
+      "<data key=\"sh\">4</data></node>\n"
+      "<node id=\"x\"><data key=\"op\">Opaque</data><data key=\"ty\">Foo</data>"
+      "<data key=\"dt\">float32</data><data key=\"sh\">4</data></node>\n"
+      "<node id=\"o\"><data key=\"op\">Output</data></node>\n<edge source=\"x\" target=\"o\"/>\n");
+  put(b, "<node id=\"c0\"><data key=\"op\">Cast</data><data key=\"dt\">float32</data></node>\n"
+         "<edge source=\"a\" target=\"c0\"/>\n");
+  for (int i = 1; i <= n; i++)
+    put(b,
+        "<node id=\"c%d\"><data key=\"op\">AllReduce</data><data key=\"red\">sum</data></node>\n"
+        "<edge source=\"c%d\" target=\"c%d\"/>\n"
+        "<edge source=\"c%d\" target=\"x\"><data key=\"dp\">%d</data></edge>\n",
+        i, i - 1, i, i, i - 1);
+  put(b, "</graph></graphml>\n");
+}
+
+/* ---- HLO text ---- */
+
+/* n computations nothing calls: text that costs only its parse */
+static void hlo_pad(sbuf *b, int n) {
+  for (int i = 0; i < n; i++)
+    put(b, "pad%d {\n  p = f32[4] parameter(0)\n  ROOT m = f32[4] multiply(p, p)\n}\n", i);
+}
+
+/* ROOT: the tuple of the f32[4] values NAME0..NAME(n-1), and the end of ENTRY */
+static void hlo_root_tuple(sbuf *b, const char *name, int n) {
+  put(b, "  ROOT t = (");
+  for (int i = 0; i < n; i++)
+    put(b, "%sf32[4]", i ? "," : "");
+  put(b, ") tuple(");
+  for (int i = 0; i < n; i++)
+    put(b, "%s%s%d", i ? "," : "", name, i);
+  put(b, ")\n}\n");
+}
+
+/* one computation called n times, the calls' tuple the result */
+static void hlo_calls(sbuf *b, int n) {
+  put(b, "HloModule m\nc {\n  p = f32[4] parameter(0)\n  ROOT m = f32[4] multiply(p, p)\n}\n"
+         "ENTRY e {\n  p = f32[4] parameter(0)\n");
+  for (int i = 0; i < n; i++)
+    put(b, "  k%d = f32[4] call(p), to_apply=c\n", i);
+  hlo_root_tuple(b, "k", n);
+}
+
+/* 30 computations each calling the next twice (2^30 instructions), padded
+ * to the size n: the expansion stops at a budget that grows with the text */
+static void hlo_call_bomb(sbuf *b, int n) {
+  put(b, "HloModule m\nc0 {\n  ROOT p = f32[4] parameter(0)\n}\n");
+  for (int i = 1; i < 30; i++)
+    put(b,
+        "c%d {\n  p = f32[4] parameter(0)\n  a = f32[4] call(p), to_apply=c%d\n"
+        "  ROOT b = f32[4] call(a), to_apply=c%d\n}\n",
+        i, i - 1, i - 1);
+  hlo_pad(b, n);
+  put(b, "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT c = f32[4] call(p), to_apply=c29\n}\n");
+}
+
+/* tuples of tuples 30 deep, each holding the one below twice: 2^30 result
+ * arrays from a few lines, padded to the size n */
+static void hlo_tuple_bomb(sbuf *b, int n) {
+  put(b, "HloModule m\n");
+  hlo_pad(b, n);
+  put(b, "ENTRY e {\n  t0 = f32[4] parameter(0)\n");
+  for (int i = 1; i < 30; i++)
+    put(b, "  t%d = () tuple(t%d, t%d)\n", i, i - 1, i - 1);
+  put(b, "  ROOT r = () tuple(t29, t29)\n}\n");
+}
+
+/* n all-reduces over n different replica groups */
+static void hlo_groups(sbuf *b, int n) {
+  put(b, "HloModule m, num_partitions=256\nsum {\n  x = f32[] parameter(0)\n"
+         "  y = f32[] parameter(1)\n  ROOT z = f32[] add(x, y)\n}\n"
+         "ENTRY e {\n  p = f32[4] parameter(0)\n");
+  for (int i = 0; i < n; i++)
+    put(b,
+        "  ar%d = f32[4] all-reduce(p), channel_id=1, use_global_device_ids=true, "
+        "replica_groups={{%d,%d}}, to_apply=sum\n",
+        i, i / 255, i / 255 + 1 + i % 255 % (255 - i / 255));
+  hlo_root_tuple(b, "ar", n);
+}
+
+/* n all-reduces over n different meshes, all grouped along an axis named
+ * 'b': their IR groups are b, b_2, b_3, ... */
+static void hlo_mesh_axes(sbuf *b, int n) {
+  put(b, "HloModule m, num_partitions=256\nsum {\n  x = f32[] parameter(0)\n"
+         "  y = f32[] parameter(1)\n  ROOT z = f32[] add(x, y)\n}\n"
+         "ENTRY e {\n  p = f32[4] parameter(0)\n");
+  int k = 0;
+  for (int x = 1; x <= 128 && k < n; x++)
+    for (int y = 2; x * y <= 256 && k < n; y++)
+      for (int z = 1; x * y * z <= 256 && k < n; z++, k++)
+        put(b,
+            "  ar%d = f32[4] all-reduce(p), channel_id=1, use_global_device_ids=true, "
+            "replica_groups=mesh['a'=%d,'b'=%d,'c'=%d] {'b'}, to_apply=sum\n",
+            k, x, y, z);
+  assert_int_equal(k, n);
+  hlo_root_tuple(b, "ar", n);
+}
+
+/* ---- rank tables, through the driver ---- */
+
+/* servers of per devices each, n devices in all */
+static void write_ranktable(const char *path, int n, int per) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "{\"version\": \"1.0\", \"status\": \"completed\", \"server_count\": \"%d\",\n"
+          " \"server_list\": [\n",
+          n / per);
+  for (int s = 0; s < n / per; s++) {
+    fprintf(f, "%s  {\"server_id\": \"10.%d.%d.%d\", \"device\": [", s ? ",\n" : "", s >> 16,
+            s >> 8 & 255, s & 255);
+    for (int d = 0; d < per; d++)
+      fprintf(f, "%s{\"device_id\": \"%d\", \"device_ip\": \"192.168.0.1\", \"rank_id\": \"%d\"}",
+              d ? ", " : "", d, s * per + per - 1 - d);
+    fprintf(f, "]}");
+  }
+  fprintf(f, "\n]}\n");
+  assert_int_equal(fclose(f), 0);
+}
+
+/* `collfuse ranktable --json FILE`'s CPU time and peak memory */
+static cost run_ranktable(const char *path) {
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (!pid) {
+    if (!freopen("/dev/null", "w", stdout)) _exit(126);
+    execl(CF_CLI, CF_CLI, "ranktable", "--json", path, (char *)NULL);
+    _exit(127);
+  }
+  int ws;
+  struct rusage u;
+  assert_int_equal(wait4(pid, &ws, 0, &u), pid);
+  cost c = {.cpu = cpu_of(&u), .rss = u.ru_maxrss, .status = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1};
+  return c;
+}
+
+static void test_ranktable(void **state) {
+  (void)state;
+  const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  char path[512];
+  snprintf(path, sizeof path, "%s/cf_linear_rt_XXXXXX", tmp);
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  static const struct {
+    const char *what;
+    int per; /* devices per server (0: all on one) */
+  } shapes[] = {
+      {"ranktable servers", 1}, {"ranktable servers of 8", 8}, {"ranktable one server", 0}};
+  const int n = 4000;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    write_ranktable(path, n, shapes[i].per ? shapes[i].per : n);
+    cost a = run_ranktable(path);
+    write_ranktable(path, 8 * n, shapes[i].per ? shapes[i].per : 8 * n);
+    cost b = run_ranktable(path);
+    assert_int_equal(a.status, 0);
+    assert_int_equal(b.status, 0);
+    /* the driver's own start-up is the baseline both share */
+    write_ranktable(path, 1, 1);
+    cost base = run_ranktable(path);
+    a.cpu -= base.cpu, b.cpu -= base.cpu, a.rss -= base.rss, b.rss -= base.rss;
+    expect_linear(shapes[i].what, a, b);
+  }
+  unlink(path);
+}
+
+#define SHAPE(what, file, gen, n, st, substr)                                                      \
+  {                                                                                                \
+    what, test_shape, NULL, NULL, &(shape) { what, file, gen, n, st, substr }                      \
+  }
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      SHAPE("pbtxt_attributes", "t.pbtxt", pb_attrs, 200, CF_OK, NULL),
+      SHAPE("pbtxt_identity_chain", "t.pbtxt", pb_chain, 1500, CF_OK, NULL),
+      SHAPE("pbtxt_groups", "t.pbtxt", pb_groups, 1000, CF_OK, NULL),
+      SHAPE("pbtxt_fan", "t.pbtxt", pb_fan, 1000, CF_OK, NULL),
+      SHAPE("pbtxt_nesting", "t.pbtxt", pb_nesting, 100, CF_OK, NULL),
+      SHAPE("xml_groups", "t.xml", xml_groups, 1000, CF_OK, NULL),
+      SHAPE("xml_group_parts", "t.xml", xml_parts, 40, CF_OK, NULL),
+      SHAPE("xml_fan", "t.xml", xml_fan, 1000, CF_OK, NULL),
+      SHAPE("xml_chain", "t.xml", xml_chain, 1000, CF_OK, NULL),
+      SHAPE("graphml_keys", "t.graphml", gml_keys, 1000, CF_OK, NULL),
+      SHAPE("graphml_edges", "t.graphml", gml_edges, 1000, CF_OK, NULL),
+      SHAPE("hlo_calls", "t.hlo", hlo_calls, 1000, CF_OK, NULL),
+      SHAPE("hlo_call_expansion", "t.hlo", hlo_call_bomb, 100, CF_ERR_INVALID,
+            "the limit is 8 per byte of the module"),
+      SHAPE("hlo_tuple_expansion", "t.hlo", hlo_tuple_bomb, 100, CF_ERR_INVALID,
+            "the limit is 8 per byte of the module"),
+      SHAPE("hlo_replica_groups", "t.hlo", hlo_groups, 500, CF_OK, NULL),
+      SHAPE("hlo_mesh_axes", "t.hlo", hlo_mesh_axes, 300, CF_OK, NULL),
+      cmocka_unit_test(test_ranktable),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
