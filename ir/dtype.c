@@ -44,6 +44,32 @@ bool cf_dtype_is_float(cf_dtype dt) {
   return dt == CF_DT_FLOAT16 || dt == CF_DT_BFLOAT16 || dt == CF_DT_FLOAT32 || dt == CF_DT_FLOAT64;
 }
 
+bool cf_dtype_holds(cf_dtype dt, double v, char *why, size_t len) {
+  static const struct {
+    double lo, hi; /* integers: the range; floats: hi is the largest finite value */
+  } range[CF_DT_COUNT] = {
+      [CF_DT_INT8] = {-128.0, 127.0},
+      [CF_DT_UINT8] = {0.0, 255.0},
+      [CF_DT_INT16] = {-32768.0, 32767.0},
+      [CF_DT_INT32] = {-2147483648.0, 2147483647.0},
+      [CF_DT_INT64] = {-9223372036854775808.0, 9223372036854774784.0}, /* largest double below 2^63 */
+      [CF_DT_FLOAT16] = {0, 65504.0},
+      [CF_DT_BFLOAT16] = {0, 3.3895313892515355e38},
+      [CF_DT_FLOAT32] = {0, 3.4028234663852886e38},
+      [CF_DT_FLOAT64] = {0, 1.7976931348623157e308},
+  };
+  if (dt <= CF_DT_INVALID || dt >= CF_DT_COUNT) return false;
+  if (cf_dtype_is_float(dt)) {
+    if (v != v || v - v != 0 || (v <= range[dt].hi && v >= -range[dt].hi)) return true;
+    snprintf(why, len, "%g is beyond %s's largest value %g", v, cf_dtype_name(dt), range[dt].hi);
+    return false;
+  }
+  if (v >= range[dt].lo && v <= range[dt].hi && v == (double)(int64_t)v) return true;
+  snprintf(why, len, "%g is not an integer in %s's range %.0f..%.0f", v, cf_dtype_name(dt),
+           range[dt].lo, range[dt].hi);
+  return false;
+}
+
 cf_dtype cf_dtype_parse(const char *s) {
   if (!s) return CF_DT_INVALID;
   for (int i = 1; i < CF_DT_COUNT; i++)

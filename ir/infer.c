@@ -217,8 +217,16 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
   cf_value *out = n->out;
   int64_t rs;
   switch (n->op) {
+  case CF_OP_CONSTANT: {
+    /* the value must fit the dtype: a saturated or rounded-away constant
+     * would be a silent change */
+    const cf_attr *val = cf_node_attr(n, CF_A_VALUE);
+    char why[160];
+    if (val && !cf_dtype_holds(n->decl[0].v.dtype, val->v.f, why, sizeof why))
+      return cf_node_error(g, n, CF_ERR_INVALID, "value %s", why);
+  }
+    /* fall through */
   case CF_OP_INPUT:
-  case CF_OP_CONSTANT:
   case CF_OP_OPAQUE:
     for (int i = 0; i < n->n_out; i++) out[i] = n->decl[i].v;
     return CF_OK;

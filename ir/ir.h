@@ -158,6 +158,11 @@ const char *cf_dtype_name(cf_dtype dt);
 cf_dtype cf_dtype_parse(const char *s); /* accepts aliases (f32, bf16, half...) */
 int cf_dtype_size(cf_dtype dt);
 bool cf_dtype_is_float(cf_dtype dt);
+/* Whether dt holds v without a silent change: an integer type an integral
+ * value in its range, a float type any value up to its largest finite one
+ * (or an infinity or NaN, which it holds as such). False with the range in
+ * why otherwise. */
+bool cf_dtype_holds(cf_dtype dt, double v, char *why, size_t len);
 
 /* Parse "1024,512" ("" = scalar). On failure returns false and writes a
  * human-readable reason into why. */

@@ -76,9 +76,20 @@ static bool parse_list(const char *s, double *vals, int *n, char *why, size_t le
   return true;
 }
 
+/* A comma list with an empty item (",,", or a comma first or last). */
+static bool empty_item(const char *list) {
+  size_t n = strlen(list);
+  return n == 0 || list[0] == ',' || list[n - 1] == ',' || strstr(list, ",,");
+}
+
 bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
   memset(out, 0, sizeof *out);
   if (!spec || strcmp(spec, "auto") == 0) return true;
+  const char *colon = strchr(spec, ':');
+  if (colon && colon[1] && empty_item(colon + 1)) {
+    snprintf(why, len, "--split %s: an empty item (separate items with one comma)", spec);
+    return false;
+  }
   double vals[CF_MAX_SEGMENTS];
   if (strncmp(spec, "bytes:", 6) == 0) {
     out->kind = CF_SPLIT_BYTES;

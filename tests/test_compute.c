@@ -249,7 +249,7 @@ static void test_fill_node(void **state) {
                       "<node name='o' op='Input' dtype='float16' shape='4' init='ones'/>"
                       "<node name='i' op='Input' dtype='int8' shape='300' init='iota'/>"
                       "<node name='r' op='Input' dtype='float32' shape='4'/>"
-                      "<node name='c' op='Constant' dtype='int32' shape='4' value='2.75'/>"
+                      "<node name='c' op='Constant' dtype='int32' shape='4' value='-3'/>"
                       "<node name='d' op='Constant' dtype='bfloat16' shape='4'/>"
                       "</graph>");
   _Alignas(16) char buf[300 * 4], want[16];
@@ -265,7 +265,7 @@ static void test_fill_node(void **state) {
   cf_fill_random(want, CF_DT_FLOAT32, 4, 9, 2, "r");
   assert_memory_equal(buf, want, 16);
   cf_fill_node(node(g, "c"), buf, CF_DT_INT32, 4, 1, 0);
-  for (int i = 0; i < 4; i++) assert_int_equal(cf_load_i64(buf, CF_DT_INT32, i), 2);
+  for (int i = 0; i < 4; i++) assert_int_equal(cf_load_i64(buf, CF_DT_INT32, i), -3);
   memset(buf, 7, sizeof buf);
   cf_fill_node(node(g, "d"), buf, CF_DT_BFLOAT16, 4, 1, 0);
   assert_memory_equal(buf, "\0\0\0\0\0\0\0\0", 8);

@@ -267,6 +267,9 @@ static void test_split_parse(void **state) {
 
   /* bytes errors */
   expect_split_error("bytes:", "--split bytes:: missing the byte cap");
+  expect_split_error("bytes:25M,", "--split bytes:25M,: an empty item (separate items with one comma)");
+  expect_split_error("size:50,,50", "--split size:50,,50: an empty item");
+  expect_split_error("index:,20", "--split index:,20: an empty item");
   expect_split_error("bytes:0", "bad cap '0' (e.g. 25M, 64K, 1G)");
   expect_split_error("bytes:-4K", "bad cap '-4K'");
   expect_split_error("bytes:25X", "bad cap '25X'");
@@ -284,7 +287,6 @@ static void test_split_parse(void **state) {
   expect_split_error("size:0,100", "percentages must be positive");
   expect_split_error("size:-10,110", "percentages must be positive");
   expect_split_error("size:", "empty list");
-  expect_split_error("size:50,,50", "bad number at ',50'");
   expect_split_error("size:abc", "bad number at 'abc'");
   expect_split_error("size:nan,100", "bad number");
   /* index errors: unsorted, more than 8, not integers */
