@@ -1,57 +1,93 @@
 """Loading libcollfuse.so with ctypes and declaring its C API.
 
-The library is looked for, in order:
-  1. $COLLFUSE_LIBRARY: a path to libcollfuse.so (the build tree's tests set it);
-  2. the installed layout: `cmake --install` writes _install.py next to this
-     file with the library directory relative to the package;
-  3. the package's own directory and its parents' lib*/ folders (a copy of
-     the package dropped next to the library);
-  4. ctypes.util.find_library("collfuse") (ldconfig, LD_LIBRARY_PATH).
+find_library() looks for the library in this order and loads the first
+candidate that exists and loads:
+  1. $COLLFUSE_LIBRARY, when set and not empty: that path and nothing else
+     (an override: a path, or a bare name for the system loader).
+  2. The installed layout: when this package sits in
+     PREFIX/lib*/python3*/{dist,site}-packages/collfuse (Debian's
+     /usr/lib/python3/dist-packages, /usr/local/lib/python3.11/dist-packages,
+     a venv's lib/python3.11/site-packages), the prefix's library directories
+     PREFIX/lib/<multiarch> (e.g. /usr/lib/x86_64-linux-gnu) and PREFIX/lib,
+     each with libcollfuse.so.<major> (the runtime library's SONAME) and then
+     libcollfuse.so.
+  3. The build tree: when this package is the source tree's python/collfuse
+     (python/'s parent holds CMakeLists.txt), ROOT/build/libcollfuse.so (the
+     README's `cmake -B build`; other build directories need step 1).
+  4. The system loader: ctypes.util.find_library("collfuse") (ldconfig's
+     cache, LD_LIBRARY_PATH), loaded by the name it returns.
+When nothing loads, ImportError lists every place looked at and why each
+failed.
 """
 
 import ctypes
 import ctypes.util
 import os
+import sys
+import sysconfig
+
+from ._version import __version__
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_NAMES = ("libcollfuse.so." + __version__.split(".")[0], "libcollfuse.so")
 
 
-def _candidates():
-    env = os.environ.get("COLLFUSE_LIBRARY")
+def _prefix_of(pkg_dir):
+    """PREFIX when pkg_dir is PREFIX/lib*/python3*/{dist,site}-packages/collfuse, else None."""
+    packages = os.path.dirname(pkg_dir)
+    pyver = os.path.dirname(packages)
+    libdir = os.path.dirname(pyver)
+    if (os.path.basename(packages) in ("dist-packages", "site-packages")
+            and os.path.basename(pyver).startswith("python3")
+            and os.path.basename(libdir).startswith("lib")):
+        return os.path.dirname(libdir)
+    return None
+
+
+def _candidates(pkg_dir=_HERE, environ=os.environ):
+    """(step, candidate) pairs in find_library()'s order (see the module's doc)."""
+    env = environ.get("COLLFUSE_LIBRARY")
     if env:
-        yield env
+        yield "COLLFUSE_LIBRARY", env
         return
-    try:
-        from . import _install  # written by cmake --install
+    prefix = _prefix_of(pkg_dir)
+    if prefix is not None:
+        multiarch = sysconfig.get_config_var("MULTIARCH") or getattr(sys.implementation, "_multiarch", "")
+        dirs = [os.path.join(prefix, "lib", multiarch)] if multiarch else []
+        for d in dirs + [os.path.join(prefix, "lib")]:
+            for name in _NAMES:
+                yield "installed", os.path.join(d, name)
+    root = os.path.dirname(os.path.dirname(pkg_dir))
+    if (os.path.basename(os.path.dirname(pkg_dir)) == "python"
+            and os.path.isfile(os.path.join(root, "CMakeLists.txt"))):
+        yield "build tree", os.path.join(root, "build", "libcollfuse.so")
+    yield "system loader", None
 
-        yield os.path.normpath(os.path.join(_HERE, _install.LIBDIR_FROM_PACKAGE, "libcollfuse.so.0"))
-        yield os.path.normpath(os.path.join(_HERE, _install.LIBDIR_FROM_PACKAGE, "libcollfuse.so"))
-    except ImportError:
-        pass
-    for d in (_HERE, os.path.dirname(_HERE)):
-        yield os.path.join(d, "libcollfuse.so")
-    found = ctypes.util.find_library("collfuse")
-    if found:
-        yield found
 
+def find_library(pkg_dir=_HERE, environ=os.environ):
+    """Load libcollfuse.so as the module's doc says; returns the ctypes.CDLL.
 
-def _load():
+    Raises ImportError naming each place looked at when none loads."""
     tried = []
-    for path in _candidates():
-        if os.path.sep in path and not os.path.exists(path):
-            tried.append(path + " (missing)")
+    for step, path in _candidates(pkg_dir, environ):
+        if path is None:
+            path = ctypes.util.find_library("collfuse")
+            if not path:
+                tried.append('%s: ctypes.util.find_library("collfuse") found nothing' % step)
+                continue
+        elif os.path.sep in path and not os.path.exists(path):
+            tried.append("%s: %s (missing)" % (step, path))
             continue
         try:
             return ctypes.CDLL(path)
         except OSError as e:
-            tried.append("%s (%s)" % (path, e))
+            tried.append("%s: %s (%s)" % (step, path, e))
     raise ImportError(
-        "collfuse: cannot find libcollfuse.so; set COLLFUSE_LIBRARY to its path. Tried: "
-        + ("; ".join(tried) if tried else "nothing (no install record, find_library found nothing)")
-    )
+        "collfuse: cannot load libcollfuse.so; install collfuse, build it in the source"
+        " tree's build/, or set COLLFUSE_LIBRARY to its path. Looked at:\n  " + "\n  ".join(tried))
 
 
-lib = _load()
+lib = find_library()
 
 c_void_p = ctypes.c_void_p
 c_char_p = ctypes.c_char_p

@@ -50,11 +50,38 @@ cmake --build "$tmp/ebuild" >/dev/null || fail "examples/embed: build against th
 out=$(LD_LIBRARY_PATH="$lib" "$tmp/ebuild/collfuse_embed") || fail "examples/embed failed: $out"
 echo "$out" | grep -q "^ok: " || fail "examples/embed printed: $out"
 
-# the Python package is installed and finds the installed library by itself
-# (not in sanitizer builds: an ASan library cannot load into python3)
-py="$tmp/prefix/lib/python3/dist-packages"
-for f in __init__.py _lib.py _install.py fx.py; do
-  [ -e "$py/collfuse/$f" ] || fail "missing lib/python3/dist-packages/collfuse/$f"
+# The Python package goes where the build's interpreter (COLLFUSE_PYTHON)
+# imports from for the configured prefix: cmake/python_dir.py's answer for
+# /usr and /usr/local is on that interpreter's sys.path (for Debian's python3:
+# lib/python3/dist-packages and lib/python3.X/dist-packages), and the install
+# used the answer for the build's prefix.
+cache() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD/CMakeCache.txt"; }
+python=$(cache COLLFUSE_PYTHON)
+pydir=$(cache COLLFUSE_PYTHON_DIR)
+configured=$(cache CMAKE_INSTALL_PREFIX)
+[ -n "$python" ] && [ -n "$pydir" ] || fail "COLLFUSE_PYTHON or COLLFUSE_PYTHON_DIR missing from the cache"
+path=$("$python" -c 'import sys; print("\n".join(sys.path))')
+for prefix in /usr /usr/local "$configured"; do
+  dir=$("$python" "$SRC/cmake/python_dir.py" "$prefix") || fail "cmake/python_dir.py $prefix failed"
+  # (unless COLLFUSE_PYTHON_DIR was set by hand)
+  [ "$prefix" = "$configured" ] && [ "$pydir" = "$(cache cf_python_dir_auto)" ] && [ "$dir" != "$pydir" ] &&
+    fail "COLLFUSE_PYTHON_DIR is $pydir, $python says $dir for $prefix"
+  case "$prefix" in /usr | /usr/local) ;; *) continue ;; esac
+  echo "$path" | grep -qx "$prefix/$dir" || fail "$python does not import from $prefix/$dir: $path"
+done
+if "$python" -c 'import sysconfig, sys; sys.exit("deb_system" not in sysconfig.get_scheme_names())'; then
+  v=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  [ "$("$python" "$SRC/cmake/python_dir.py" /usr)" = lib/python3/dist-packages ] ||
+    fail "Debian's python3: /usr should give lib/python3/dist-packages"
+  [ "$("$python" "$SRC/cmake/python_dir.py" /usr/local)" = "lib/python$v/dist-packages" ] ||
+    fail "Debian's python3: /usr/local should give lib/python$v/dist-packages"
+fi
+
+# the Python package is installed there and finds the installed library by
+# itself (not in sanitizer builds: an ASan library cannot load into python3)
+py="$tmp/prefix/$pydir"
+for f in __init__.py _lib.py _version.py fx.py; do
+  [ -e "$py/collfuse/$f" ] || fail "missing $pydir/collfuse/$f"
 done
 if [ -z "${CF_CONSUMER_FLAGS:-}" ] && /usr/bin/python3 -c "import numpy" 2>/dev/null; then
   out=$(cd "$tmp" && env -u COLLFUSE_LIBRARY PYTHONPATH="$py" /usr/bin/python3 -c '
