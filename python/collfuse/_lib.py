@@ -16,7 +16,8 @@ candidate that exists and loads:
      README's `cmake -B build`; other build directories need step 1).
   4. The system loader: ctypes.util.find_library("collfuse") (ldconfig's
      cache, LD_LIBRARY_PATH), loaded by the name it returns.
-When nothing loads, ImportError lists every place looked at and why each
+Paths are the package's as imported (os.path.abspath of this file, links not
+resolved). When nothing loads, ImportError lists every place looked at and why each
 failed.
 """
 
