@@ -32,6 +32,7 @@ import numpy as np
 
 from . import _lib
 from ._lib import lib
+from ._version import __version__
 
 __all__ = [
     "CollfuseError", "Context", "Graph", "Executable", "load", "parse", "compile", "version",
