@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo install doc-ops clean
+.PHONY: all deps configure build test demo install deb doc-ops clean
 
 all: build
 
@@ -24,6 +24,11 @@ demo: build
 
 install: build
 	@cmake --install $(BUILD)
+
+# $(BUILD)/collfuse_<version>_<arch>.deb: what `install` installs, under /usr
+# (cmake/package.cmake)
+deb: build
+	@cd $(BUILD) && cpack -G DEB
 
 # docs/format.md's ops and attributes, generated from ir/ops.def
 doc-ops: configure
