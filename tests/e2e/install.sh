@@ -10,7 +10,8 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 fail() { echo "install.sh: $*" >&2; exit 1; }
 
 cmake --install "$BUILD" --prefix "$tmp/prefix" >/dev/null || fail "cmake --install failed"
-for f in bin/collfuse include/collfuse/collfuse.h share/collfuse/collfuse-graph.xsd; do
+for f in bin/collfuse include/collfuse/collfuse.h share/collfuse/collfuse-graph.xsd \
+  share/man/man1/collfuse.1 share/bash-completion/completions/collfuse; do
   [ -e "$tmp/prefix/$f" ] || fail "missing $f after install"
 done
 lib=$(ls -d "$tmp"/prefix/lib*/ | head -n 1)
