@@ -23,9 +23,10 @@ set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # (the synopsis is CPACK_PACKAGE_DESCRIPTION_SUMMARY; these are the lines under it)
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
-    "collfuse reads collective-communication graphs (its XML format, GraphML,
-DOT, HLO text, GraphDef text), verifies them, fuses collectives with their
-neighbours, and runs them on CPU ranks (threads or MPI).
+    "collfuse reads graphs with collective operations (its own XML, GraphML,
+XLA HLO text, TensorFlow/Ascend GraphDef text), verifies them, buckets and
+fuses their collectives and MatMul with its collective, runs them on CPU
+ranks (threads or MPI) and draws them as DOT, SVG or PNG.
 .
 This package holds the collfuse driver, libcollfuse with its header,
 pkg-config file and CMake package, and the collfuse Python package.")
