@@ -25,10 +25,15 @@ demo: build
 install: build
 	@cmake --install $(BUILD)
 
-# $(BUILD)/collfuse_<version>_<arch>.deb: what `install` installs, under /usr
-# (cmake/package.cmake)
-deb: build
-	@cd $(BUILD) && cpack -G DEB
+# $(DEB_BUILD)/collfuse_<version>_<arch>.deb: what `install` installs from a
+# tree configured for /usr, so the package has Debian's layout (the library
+# in lib/<multiarch>, the Python package in lib/python3/dist-packages) while
+# $(BUILD) keeps the prefix `make install` uses (cmake/package.cmake)
+DEB_BUILD ?= build-deb
+deb: deps
+	@cmake -S . -B $(DEB_BUILD) -DCMAKE_INSTALL_PREFIX=/usr -DCOLLFUSE_TESTS=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(DEB_BUILD) -j $(JOBS)
+	@cd $(DEB_BUILD) && cpack -G DEB
 
 # docs/format.md's ops and attributes, generated from ir/ops.def
 doc-ops: configure

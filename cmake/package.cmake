@@ -3,9 +3,9 @@
 # relocated to /usr. Its version is project(VERSION); Depends is what
 # dpkg-shlibdeps finds for the ELF files actually linked (libxml2, LLVM,
 # graphviz, OpenBLAS, OpenMPI, cJSON, libc) plus the Python package's
-# python3 and python3-numpy. The library directory is the build's
-# CMAKE_INSTALL_LIBDIR (lib/<multiarch> when configured with
-# -DCMAKE_INSTALL_PREFIX=/usr, lib otherwise: both on the loader's path); no
+# python3 and python3-numpy. `make deb` packages a tree configured with
+# -DCMAKE_INSTALL_PREFIX=/usr (build-deb/), so the library goes to
+# lib/<multiarch> and the Python package to lib/python3/dist-packages; no
 # RPATH, so the libraries are found by ld.so like any other package's.
 #
 # One package, not Debian's libcollfuse0/-dev/python3-collfuse split: that

@@ -8,14 +8,14 @@
 # collfuse package is already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${1:-build}
+BUILD=${1:-build-deb}
 fail() { echo "deb-smoke: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || fail "needs root (it installs and removes the collfuse package)"
 if dpkg-query -W -f='${Status}' collfuse 2>/dev/null | grep -q 'install ok installed'; then
   fail "a collfuse package is installed already; remove it first (apt-get remove collfuse)"
 fi
 
-make deb BUILD="$BUILD"
+make deb DEB_BUILD="$BUILD"
 version=$(sed -n 's/^set(CPACK_PACKAGE_VERSION "\(.*\)")$/\1/p' "$BUILD/CPackConfig.cmake")
 deb="$BUILD/collfuse_${version}_$(dpkg --print-architecture).deb"
 [ -f "$deb" ] || fail "make deb made no $deb"
