@@ -20,8 +20,12 @@
  * mean as the fused sum followed by a Mul with the constant 1/world_size
  * where that is exact (world sizes that are powers of two: scaling by one
  * commutes with rounding, so the result is the unfused mean's, subnormals
- * aside). A MatMul whose product has users besides the fused collectives
- * is kept for them, and the fused op computes the product again.
+ * aside). A MatMul whose product has any user besides its collective
+ * (another node, an Output, a second collective) stays unfused: the fused op
+ * would compute the product a second time, and a second GEMM costs more
+ * than overlapping the collective saves. An AllGatherMatmul duplicates
+ * nothing: the MatMuls' other users read its ports, and the gathered x1 is
+ * its last port.
  *
  * Every fused node is tried before it is committed: cf_infer_node applies the
  * fused op's own rules (dtypes, zero bias, scale shapes, m % world_size) and,
@@ -64,7 +68,6 @@ typedef struct fuser {
   int n0;                  /* nodes before the pass */
   int *ustart, *users;     /* users of each original node, one entry per operand (CSR) */
   cf_ref *repl;            /* per original node: what its result became (node -1: itself) */
-  bool *coll_fused;        /* per original node: a collective replaced by a fused op */
   int *claim;              /* per original node: the fused op that took this MatMul away, or -1 */
   int *anchor;             /* per node added: the original node it is placed after */
   int n_added, cap_added;
@@ -236,6 +239,25 @@ static cf_status add_mean(fuser *f, mm_cand *c, int64_t ws) {
   return st;
 }
 
+/* The distinct users of mm besides coll: "'y'" / "'a', 'b', 'c'" / "'a', 'b',
+ * 'c' and 2 more"; NULL when there are none. A node's users are sorted, so
+ * repeats are adjacent. */
+static const char *other_users(fuser *f, int mm, int coll) {
+  char buf[512];
+  size_t o = 0;
+  int n = 0;
+  for (int k = f->ustart[mm]; k < f->ustart[mm + 1]; k++) {
+    int u = f->users[k];
+    if (u == coll || (k > f->ustart[mm] && f->users[k - 1] == u)) continue;
+    if (n < 3 && o < sizeof buf)
+      o += (size_t)snprintf(buf + o, sizeof buf - o, "%s'%s'", n ? ", " : "", f->g->nodes[u].name);
+    n++;
+  }
+  if (!n) return NULL;
+  if (n > 3 && o < sizeof buf) snprintf(buf + o, sizeof buf - o, " and %d more", n - 3);
+  return fmt(f, "%s", buf);
+}
+
 static cf_status try_mm_coll(fuser *f, mm_cand *c) {
   cf_graph *g = f->g;
   const cf_node *coll = &g->nodes[c->coll], *mm = &g->nodes[c->mm];
@@ -243,6 +265,12 @@ static cf_status try_mm_coll(fuser *f, mm_cand *c) {
   cf_reduction red = cf_node_reduction(coll);
   int64_t ws = ranks_of(g, coll);
   const char *mode = quant ? "aiv" : "ai_cpu";
+  const char *others = other_users(f, c->mm, c->coll);
+  if (others) {
+    c->why =
+        fmt(f, "its result is also used by %s (fusing would compute the product twice)", others);
+    return CF_OK;
+  }
   if (strchr(mm->name, ',') || strchr(coll->name, ',')) {
     c->why = "a name contains ',' (members is a comma list)";
     return CF_OK;
@@ -297,31 +325,10 @@ static cf_status try_mm_coll(fuser *f, mm_cand *c) {
   c->fused = c->value = idx;
   if (red == CF_RED_MEAN && ws > 1 && (st = add_mean(f, c, ws))) return st;
   f->repl[c->coll] = (cf_ref){c->value, 0};
-  f->coll_fused[c->coll] = true;
   g->nodes[c->coll].dead = true;
   if (!f->mc2_group && strcmp(mode, "ai_cpu") == 0) f->mc2_group = cf_node_group(&g->nodes[idx]);
   f->fused_mm++;
   return CF_OK;
-}
-
-/* "its other user 'y'" / "its 3 other users 'a', 'b', 'c'" / "... and 2 more" */
-static const char *other_users(fuser *f, int mm, int n_other) {
-  char buf[512];
-  size_t o = (size_t)snprintf(buf, sizeof buf,
-                              n_other == 1 ? "its other user" : "its %d other users", n_other);
-  int listed = 0;
-  for (int k = f->ustart[mm]; k < f->ustart[mm + 1] && o < sizeof buf; k++) {
-    int u = f->users[k];
-    if (f->coll_fused[u] || (k > f->ustart[mm] && f->users[k - 1] == u)) continue;
-    if (listed == 3) {
-      o += (size_t)snprintf(buf + o, sizeof buf - o, " and %d more", n_other - 3);
-      break;
-    }
-    o += (size_t)snprintf(buf + o, sizeof buf - o, "%s '%s'", listed ? "," : "",
-                          f->g->nodes[u].name);
-    listed++;
-  }
-  return fmt(f, "%s", buf);
 }
 
 static cf_status fuse_mm_coll(fuser *f) {
@@ -346,8 +353,7 @@ static cf_status fuse_mm_coll(fuser *f) {
     else if ((st = try_mm_coll(f, c)))
       return st;
   }
-  /* a MatMul whose product only the fused collectives read goes; one with
-   * other users stays for them */
+  /* a fused MatMul had no other user: it goes */
   for (int i = 0; i < f->nc; i++) {
     mm_cand *c = &f->c[i];
     const cf_node *coll = &g->nodes[c->coll], *mm = &g->nodes[c->mm];
@@ -362,36 +368,23 @@ static cf_status fuse_mm_coll(fuser *f) {
               collname, c->why);
       continue;
     }
-    int other = 0; /* distinct users left (a node's users are sorted: repeats are adjacent) */
-    for (int k = f->ustart[c->mm]; k < f->ustart[c->mm + 1]; k++)
-      other +=
-          !f->coll_fused[f->users[k]] && (k == f->ustart[c->mm] || f->users[k - 1] != f->users[k]);
     const cf_node *fn = &g->nodes[c->fused];
     bool mean = c->value != c->fused;
-    const char *kept = other ? other_users(f, c->mm, other) : NULL;
     char reason[1024], line[1536];
     size_t o = (size_t)snprintf(reason, sizeof reason, "%s -> %s(%s)", cf_op_table[mm->op].name,
                                 kind, cf_reduction_name(cf_node_reduction(coll)));
     if (mean && o < sizeof reason)
-      o += (size_t)snprintf(reason + o, sizeof reason - o, ", scaled by '%s'",
-                            g->nodes[c->value].name);
-    if (kept && o < sizeof reason)
-      snprintf(reason + o, sizeof reason - o, ", MatMul kept for %s", kept);
+      snprintf(reason + o, sizeof reason - o, ", scaled by '%s'", g->nodes[c->value].name);
     o = (size_t)snprintf(line, sizeof line, "%s '%s' -> %s '%s' -> '%s' (%s%s, world_size %lld)",
                          cf_op_table[mm->op].name, mm->name, kind, coll->name, fn->name,
                          mm->op == CF_OP_QUANTMATMUL ? "quantized " : "", cf_op_table[fn->op].name,
                          (long long)cf_node_int(fn, CF_A_WORLD_SIZE, 0));
     if (mean && o < sizeof line)
-      o += (size_t)snprintf(line + o, sizeof line - o, "; mean: the sum times 1/world_size in '%s'",
-                            g->nodes[c->value].name);
-    if (kept && o < sizeof line)
-      snprintf(line + o, sizeof line - o,
-               "; '%s' is kept for %s (the fused op computes the product again)", mm->name, kept);
+      snprintf(line + o, sizeof line - o, "; mean: the sum times 1/world_size in '%s'",
+               g->nodes[c->value].name);
     if ((st = set_str(g, c->fused, CF_A_REASON, reason))) return st;
-    if (!other) {
-      g->nodes[c->mm].dead = true;
-      f->claim[c->mm] = c->fused;
-    }
+    g->nodes[c->mm].dead = true;
+    f->claim[c->mm] = c->fused;
     explain(f, "%s", line);
   }
   return CF_OK;
@@ -650,10 +643,9 @@ static cf_status run(cf_graph *g, const cf_pass_options *opt) {
   f.ustart = calloc(nsz + 1, sizeof(int));
   f.users = malloc((size_t)(edges ? edges : 1) * sizeof(int));
   f.repl = malloc(nsz * sizeof(cf_ref));
-  f.coll_fused = calloc(nsz, sizeof(bool));
   f.claim = malloc(nsz * sizeof(int));
   int *fill = calloc(nsz, sizeof(int));
-  if (!f.ustart || !f.users || !f.repl || !f.coll_fused || !f.claim || !fill) {
+  if (!f.ustart || !f.users || !f.repl || !f.claim || !fill) {
     st = oom(&f);
     goto done;
   }
@@ -683,8 +675,7 @@ static cf_status run(cf_graph *g, const cf_pass_options *opt) {
            f.fused_mm, f.fused_ag);
 done:
   g->node_limit = limit > g->n_nodes ? limit : g->n_nodes;
-  free(fill), free(f.ustart), free(f.users), free(f.repl), free(f.coll_fused), free(f.claim),
-      free(f.anchor), free(f.c);
+  free(fill), free(f.ustart), free(f.users), free(f.repl), free(f.claim), free(f.anchor), free(f.c);
   cf_arena_free(&f.scratch);
   return st;
 }

@@ -15,7 +15,8 @@
  *    a MatMul claimed by its collective, the Atlas A2 limits (k, dtype,
  *    world_size, one communicator); m not divisible and scales of the wrong
  *    shape are rejected before the pass runs.
- *  - a MatMul with other users is kept and the fused op recomputes it.
+ *  - a MatMul whose product has another user (a node, an Output, a second
+ *    collective) stays unfused with its collective: no product computed twice.
  *  - the fused graph verifies, round-trips through the XML writer and
  *    reader, and compiling it again changes nothing; compile --json lists
  *    the fused ops.
@@ -336,12 +337,16 @@ static void test_reductions(void **state) {
   cf_graph_destroy(g);
 }
 
-/* a MatMul with users besides the collective stays for them; a MatMul read
- * only by collectives that all fuse goes */
-static void test_kept_matmul(void **state) {
+/* A MatMul whose product has any user besides its collective stays unfused
+ * with it: the fused op would compute the product a second time. That holds
+ * for plain users, Outputs and a second collective alike, and for
+ * MatmulAllReduce as for MatmulReduceScatter; a MatMul read only by its
+ * collective goes. An AllGatherMatmul duplicates nothing: the product whose
+ * ReduceScatter stays unfused joins it, and every reader reads its port. */
+static void test_shared_matmul(void **state) {
   (void)state;
   static const char xml[] =
-      "<graph name='kept' world_size='4'>\n"
+      "<graph name='shared' world_size='4'>\n"
       "  <node name='x' op='Input' dtype='float16' shape='64,128'/>\n"
       "  <node name='w' op='Input' dtype='float16' shape='128,64'/>\n"
       "  <node name='mm' op='MatMul'><input ref='x'/><input ref='w'/></node>\n"
@@ -350,32 +355,89 @@ static void test_kept_matmul(void **state) {
       "  <node name='m2' op='MatMul'><input ref='x'/><input ref='w'/></node>\n"
       "  <node name='rs2' op='ReduceScatter'><input ref='m2'/></node>\n"
       "  <node name='ar2' op='AllReduce' fusion='0'><input ref='m2'/></node>\n"
+      "  <node name='m3' op='MatMul'><input ref='x'/><input ref='w'/></node>\n"
+      "  <node name='ar3' op='AllReduce' fusion='0'><input ref='m3'/></node>\n"
+      "  <node name='m4' op='MatMul'><input ref='x'/><input ref='w'/></node>\n"
+      "  <node name='rs4' op='ReduceScatter'><input ref='m4'/></node>\n"
+      "  <node name='m5' op='MatMul'><input ref='x'/><input ref='w'/></node>\n"
+      "  <node name='rs5' op='ReduceScatter'><input ref='m5'/></node>\n"
       "  <node name='y' op='Output'><input ref='rs'/></node>\n"
       "  <node name='y2' op='Output'><input ref='mm'/></node>\n"
       "  <node name='y3' op='Output'><input ref='a'/></node>\n"
       "  <node name='y4' op='Output'><input ref='rs2'/></node>\n"
       "  <node name='y5' op='Output'><input ref='ar2'/></node>\n"
+      "  <node name='y6' op='Output'><input ref='ar3'/></node>\n"
+      "  <node name='y7' op='Output'><input ref='m3'/></node>\n"
+      "  <node name='y8' op='Output'><input ref='rs4'/></node>\n"
+      "  <node name='o1' op='Output'><input ref='m4'/></node>\n"
+      "  <node name='o2' op='Output'><input ref='m4'/></node>\n"
+      "  <node name='o3' op='Output'><input ref='m4'/></node>\n"
+      "  <node name='o4' op='Output'><input ref='m4'/></node>\n"
+      "  <node name='y9' op='Output'><input ref='rs5'/></node>\n"
       "</graph>\n";
   cf_graph *g = parse(xml);
   lines ex = {0};
   fuse_ok(g, NULL, &ex);
-  expect_in(g, "mm_rs", 0, "x", 0);
-  expect_in(g, "mm_rs", 1, "w", 0);
-  expect_in(g, "y", 0, "mm_rs", 0);
-  expect_in(g, "y2", 0, "mm", 0);
+  /* only m5, read by rs5 alone, fuses */
+  assert_int_equal(count_op(g, CF_OP_MATMULREDUCESCATTER), 1);
+  assert_int_equal(count_op(g, CF_OP_MATMULALLREDUCE), 0);
+  assert_int_equal(count_op(g, CF_OP_MATMUL), 4);
+  absent(g, "m5");
+  expect_in(g, "y9", 0, "m5_rs5", 0);
+  expect_str(node(g, "m5_rs5"), CF_A_REASON, "MatMul -> ReduceScatter(sum)");
+  expect_line(&ex, "MatMul 'm5' -> ReduceScatter 'rs5'", "-> 'm5_rs5' (MatmulReduceScatter, world_size 4)");
+  /* the others stay as they were, each with its reason */
+  expect_in(g, "rs", 0, "mm", 0);
   expect_in(g, "a", 0, "mm", 0);
+  expect_in(g, "y2", 0, "mm", 0);
   expect_in(g, "mm", 0, "x", 0);
-  expect_str(node(g, "mm_rs"), CF_A_REASON, "MatMul -> ReduceScatter(sum), MatMul kept for its 2 other users 'a', 'y2'");
   expect_line(&ex, "MatMul 'mm' -> ReduceScatter 'rs'",
-              "-> 'mm_rs' (MatmulReduceScatter, world_size 4); 'mm' is kept for its 2 other users 'a', "
-              "'y2' (the fused op computes the product again)");
-  /* m2 feeds two collectives that both fuse: it goes */
-  absent(g, "m2");
-  assert_int_equal(node(g, "m2_rs2")->op, CF_OP_MATMULREDUCESCATTER);
-  assert_int_equal(node(g, "m2_ar2")->op, CF_OP_MATMULALLREDUCE);
-  expect_line(&ex, "MatMul 'm2' -> ReduceScatter 'rs2'", "-> 'm2_rs2' (MatmulReduceScatter, world_size 4)");
-  expect_line(&ex, "MatMul 'm2' -> AllReduce 'ar2'", "-> 'm2_ar2' (MatmulAllReduce, world_size 4)");
-  for (int i = 0; i < ex.n; i++) assert_null(strstr(ex.v[i], "'m2' is kept"));
+              "MatMul 'mm' -> ReduceScatter 'rs' not fused: its result is also used by 'a', 'y2' (fusing "
+              "would compute the product twice)");
+  /* two collectives on one product: fusing both would compute it twice */
+  expect_in(g, "rs2", 0, "m2", 0);
+  expect_in(g, "ar2", 0, "m2", 0);
+  expect_line(&ex, "MatMul 'm2' -> ReduceScatter 'rs2'",
+              "not fused: its result is also used by 'ar2' (fusing would compute the product twice)");
+  expect_line(&ex, "MatMul 'm2' -> AllReduce 'ar2'",
+              "not fused: its result is also used by 'rs2' (fusing would compute the product twice)");
+  expect_in(g, "ar3", 0, "m3", 0);
+  expect_line(&ex, "MatMul 'm3' -> AllReduce 'ar3'",
+              "not fused: its result is also used by 'y7' (fusing would compute the product twice)");
+  expect_in(g, "rs4", 0, "m4", 0);
+  expect_line(&ex, "MatMul 'm4' -> ReduceScatter 'rs4'",
+              "not fused: its result is also used by 'o1', 'o2', 'o3' and 1 more (fusing would compute "
+              "the product twice)");
+  for (int i = 0; i < ex.n; i++) assert_null(strstr(ex.v[i], "again"));
+  round_trip(g);
+  lines_free(&ex);
+  cf_graph_destroy(g);
+
+  /* an AllGather's MatMul whose product a ReduceScatter and an Output read:
+   * the ReduceScatter stays unfused, the product joins the AllGatherMatmul
+   * once, and both readers read its port 0 */
+  static const char agx[] =
+      "<graph name='agshared' world_size='4'>\n"
+      "  <node name='x' op='Input' dtype='float16' shape='16,128'/>\n"
+      "  <node name='w' op='Input' dtype='float16' shape='128,64'/>\n"
+      "  <node name='ag' op='AllGather' layout='concat'><input ref='x'/></node>\n"
+      "  <node name='q' op='MatMul'><input ref='ag'/><input ref='w'/></node>\n"
+      "  <node name='rs' op='ReduceScatter'><input ref='q'/></node>\n"
+      "  <node name='y' op='Output'><input ref='rs'/></node>\n"
+      "  <node name='yq' op='Output'><input ref='q'/></node>\n"
+      "  <node name='yg' op='Output'><input ref='ag'/></node>\n"
+      "</graph>\n";
+  g = parse(agx);
+  fuse_ok(g, NULL, &ex);
+  assert_int_equal(count_op(g, CF_OP_MATMUL), 0);
+  assert_int_equal(count_op(g, CF_OP_MATMULREDUCESCATTER), 0);
+  assert_int_equal(count_op(g, CF_OP_ALLGATHERMATMUL), 1);
+  expect_in(g, "rs", 0, "ag_q", 0);
+  expect_in(g, "yq", 0, "ag_q", 0);
+  expect_in(g, "yg", 0, "ag_q", 1);
+  expect_line(&ex, "MatMul 'q' -> ReduceScatter 'rs'",
+              "not fused: its result is also used by 'yq' (fusing would compute the product twice)");
+  expect_line(&ex, "AllGather 'ag' -> MatMul 'q'", "-> 'ag_q' port 0 (AllGatherMatmul, 1 product;");
   round_trip(g);
   lines_free(&ex);
   cf_graph_destroy(g);
@@ -985,7 +1047,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_registered),      cmocka_unit_test(test_mmrs),
       cmocka_unit_test(test_mmar_and_buckets), cmocka_unit_test(test_reductions),
-      cmocka_unit_test(test_kept_matmul),     cmocka_unit_test(test_quant),
+      cmocka_unit_test(test_shared_matmul),     cmocka_unit_test(test_quant),
       cmocka_unit_test(test_dtype_rules),     cmocka_unit_test(test_m_not_divisible),
       cmocka_unit_test(test_target),          cmocka_unit_test(test_target_one_group),
       cmocka_unit_test(test_agmm_shared),     cmocka_unit_test(test_agmm_illegal),

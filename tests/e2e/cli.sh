@@ -223,6 +223,23 @@ if run compile "$dp" --explain --json; then
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["collectives_after"] == 5, d; assert len(d["fingerprint"]) == 16' "$OUT" ||
     fail "compile --explain --json: stdout is not the JSON object"
 fi
+# a MatMul whose product has another user stays unfused (no second GEMM)
+cat >"$work/shared_mm.xml" <<'EOF'
+<graph name="shared_mm" world_size="4">
+  <node name="x" op="Input" dtype="float16" shape="64,256"/>
+  <node name="w" op="Input" dtype="float16" shape="256,64"/>
+  <node name="mm2" op="MatMul"><input ref="x"/><input ref="w"/></node>
+  <node name="rs2" op="ReduceScatter"><input ref="mm2"/></node>
+  <node name="o2" op="Output"><input ref="rs2"/></node>
+  <node name="o3" op="Output"><input ref="mm2"/></node>
+</graph>
+EOF
+if run compile "$work/shared_mm.xml" --explain --json; then
+  expect_rc 0 "compile --explain (shared MatMul)" &&
+    has "$ERR" "explain: MatMul 'mm2' -> ReduceScatter 'rs2' not fused: its result is also used by 'o3' (fusing would compute the product twice)" "compile --explain (shared MatMul)"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["fused_matmul"] == [] and d["collectives_after"] == 1, d' "$OUT" ||
+    fail "compile --json (shared MatMul): a fused matmul op, or not one collective"
+fi
 for spec in "bytes:" "size:50,40" "size:10,10,10,10,10,10,10,10,20" "index:5,3" "index:1,5" "index:0,1" "nonsense"; do
   if run compile "$dp" --split "$spec"; then
     expect_rc 2 "compile --split $spec" && has "$ERR" "--split" "compile --split $spec"
