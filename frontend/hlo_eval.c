@@ -377,10 +377,8 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
   if (gs->n_sub && !gs->name) {
     snprintf(note, sizeof note, "%s over %d replica groups of different sizes", opc, gs->n_sub);
-    cf_log(r->ctx, CF_LOG_WARN,
-           "%s:%d: warning: instruction '%s': %s runs in %d replica groups of different sizes; "
-           "the parts of an IR group are communicators of one size, so it is imported as Opaque",
-           r->file, in->line, in->name, opc, gs->n_sub);
+    /* the parts of an IR group are communicators of one size (reported with
+     * every other Opaque op: cf_graph_note_opaque) */
     return emit_opaque(r, in, at_entry, ops, note, out);
   }
   bool same_dt = true;

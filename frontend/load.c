@@ -190,7 +190,14 @@ static cf_status parse_raw(cf_context *ctx, const char *name, const char *data, 
                     "<graph>, <graphml>, HloModule, node {)",
                     list);
   }
-  return rd(ctx, name, data ? data : "", size, out);
+  cf_status st = rd(ctx, name, data ? data : "", size, out);
+  /* in the native formats Opaque is written on purpose; elsewhere it is
+   * what became of every op the reader does not know */
+  if (!st && rd != cf_xml_read && rd != cf_graphml_read && (st = cf_graph_note_opaque(*out))) {
+    cf_graph_destroy(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 static cf_status load_raw(cf_context *ctx, const char *path, cf_graph **out) {

@@ -333,6 +333,8 @@ struct cf_graph {
                            executable made at one generation refuses to run at another */
   int holders;          /* executables holding the graph (cf_graph_hold) */
   bool released;        /* cf_graph_destroy was called while holders > 0 */
+  struct cf_opaque_op *opaque; /* foreign ops a reader imported as Opaque, by */
+  int n_opaque;                /* first line (cf_graph_note_opaque; arena) */
 };
 
 #define CF_WORLD_GROUP "hccl_world_group"
@@ -460,6 +462,26 @@ typedef struct cf_graph_stats {
 } cf_graph_stats;
 
 void cf_graph_stats_compute(const cf_graph *g, cf_graph_stats *st);
+
+/* One foreign op type a reader (HLO, pbtxt: not the native formats, where
+ * Opaque is written on purpose) imported as Opaque. */
+typedef struct cf_opaque_op {
+  const char *type;    /* the Opaque nodes' type attribute: the foreign op */
+  int count;           /* its nodes */
+  int line;            /* the first one's source line (0 when unknown) */
+  const char *first;   /* the first one's name */
+  const char *suggest; /* a collective's spelling the type is a typo of, or NULL */
+} cf_opaque_op;
+/* Record every Opaque node of g in g->opaque, one entry per type in order
+ * of first line: the readers of foreign formats call it on what they read. */
+cf_status cf_graph_note_opaque(cf_graph *g);
+/* "N nodes of foreign op 'T' imported as Opaque (first 'NAME')[; did you
+ * mean 'S'?]" into buf; returns buf. */
+const char *cf_opaque_text(const cf_opaque_op *o, char *buf, size_t len);
+/* CF_OK when no foreign op became Opaque, else an error naming the first
+ * ("... (first 'NAME') and N more foreign ops[; did you mean 'S'?]"): for
+ * callers that refuse them (--strict). */
+cf_status cf_graph_refuse_opaque(const cf_graph *g);
 /* Fingerprint of the collective sequence in execution order (kind, group,
  * dtype, reduction, bytes): 16 hex digits into buf[17]. Needs g->topo and
  * inferred types. Ranks compare it before they communicate. */
@@ -492,5 +514,9 @@ const char *cf_op_suggest(const char *name);
 const char *cf_dtype_suggest(const char *name);
 const char *cf_reduction_suggest(const char *name);
 const char *cf_target_suggest(const char *name);
+/* The collective spelling (IR name, ops.def alias, HLO opcode) a foreign op
+ * name is a typo of; NULL when none, when the name is one of them up to case
+ * (HLO's reduce is not the Reduce collective) or extends one (all-reduce-done). */
+const char *cf_collective_suggest(const char *name);
 
 #endif /* COLLFUSE_IR_H */

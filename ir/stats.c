@@ -5,10 +5,15 @@
  * per rank: the input of AllReduce/Reduce/Broadcast/ReduceScatter and the
  * gathered output of AllGather, summed over a fused node's ports. It is the
  * quantity nccl-tests' algbw divides by, so the numbers compare across tools.
+ *
+ * Also the foreign ops a reader imported as Opaque, one record per op type,
+ * which the CLI reports (a misspelt collective must not vanish silently).
  */
 #include "ir.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static int64_t value_bytes(const cf_value *v) {
   int64_t b;
@@ -98,4 +103,78 @@ cf_status cf_graph_seal(cf_graph *g) {
   if (!(g->fingerprint = cf_arena_strdup(&g->arena, fp)))
     return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   return CF_OK;
+}
+
+static int by_line(const void *a, const void *b) {
+  const cf_opaque_op *x = a, *y = b;
+  if (x->line != y->line) return (x->line > y->line) - (x->line < y->line);
+  return strcmp(x->first, y->first);
+}
+
+cf_status cf_graph_note_opaque(cf_graph *g) {
+  int n = 0, last = -1;
+  cf_opaque_op *ops = NULL;
+  g->opaque = NULL;
+  g->n_opaque = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const cf_node *nd = &g->nodes[i];
+    if (nd->op != CF_OP_OPAQUE) continue;
+    const char *type = cf_node_str(nd, CF_A_TYPE, "Opaque");
+    int k = last >= 0 && strcmp(ops[last].type, type) == 0 ? last : -1;
+    for (int j = 0; j < n && k < 0; j++)
+      if (strcmp(ops[j].type, type) == 0) k = j;
+    if (k < 0) {
+      if ((n & (n - 1)) == 0) { /* grow at powers of two */
+        cf_opaque_op *more = realloc(ops, (size_t)(n ? 2 * n : 1) * sizeof *ops);
+        if (!more) {
+          free(ops);
+          return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+        }
+        ops = more;
+      }
+      k = n++;
+      ops[k] = (cf_opaque_op){.type = type, .line = nd->line, .first = nd->name};
+    } else if (nd->line && (!ops[k].line || nd->line < ops[k].line)) {
+      ops[k].line = nd->line;
+      ops[k].first = nd->name;
+    }
+    ops[k].count++;
+    last = k;
+  }
+  if (!n) return CF_OK;
+  qsort(ops, (size_t)n, sizeof *ops, by_line);
+  g->opaque = cf_arena_array(&g->arena, (size_t)n, sizeof *ops);
+  if (!g->opaque) {
+    free(ops);
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  }
+  for (int k = 0; k < n; k++) {
+    ops[k].suggest = cf_collective_suggest(ops[k].type);
+    g->opaque[k] = ops[k];
+  }
+  g->n_opaque = n;
+  free(ops);
+  return CF_OK;
+}
+
+/* The text of o; more > 0 adds how many other foreign op types there are. */
+static const char *opaque_text(const cf_opaque_op *o, int more, char *buf, size_t len) {
+  char dym[128], others[64] = "";
+  if (more)
+    snprintf(others, sizeof others, " and %d more foreign op%s", more, more == 1 ? "" : "s");
+  snprintf(buf, len, "%d node%s of foreign op '%s' imported as Opaque (first '%s')%s%s", o->count,
+           o->count == 1 ? "" : "s", o->type, o->first, others,
+           cf_did_you_mean(o->suggest, dym, sizeof dym));
+  return buf;
+}
+
+const char *cf_opaque_text(const cf_opaque_op *o, char *buf, size_t len) {
+  return opaque_text(o, 0, buf, len);
+}
+
+cf_status cf_graph_refuse_opaque(const cf_graph *g) {
+  if (!g->n_opaque) return CF_OK;
+  char text[512];
+  return cf_error(g->ctx, CF_ERR_INVALID, g->file, g->opaque[0].line, "%s",
+                  opaque_text(&g->opaque[0], g->n_opaque - 1, text, sizeof text));
 }

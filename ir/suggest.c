@@ -98,3 +98,40 @@ const char *cf_target_suggest(const char *name) {
     cf_suggest_add(&s, cf_target_name(i));
   return s.best;
 }
+
+/* HLO's collective opcodes (the IR names and ops.def's aliases cover the
+ * others): a foreign op close to one of these was probably meant as it. */
+static const char *const hlo_collectives[] = {
+    "all-reduce",     "all-reduce-start", "all-gather",         "all-gather-start",
+    "reduce-scatter", "all-to-all",       "collective-permute", "collective-broadcast",
+};
+
+static bool starts_nocase(const char *s, const char *prefix) {
+  for (; *prefix; s++, prefix++)
+    if (tolower((unsigned char)*s) != tolower((unsigned char)*prefix)) return false;
+  return true;
+}
+
+/* a name that only differs in case or that extends a collective's is
+ * another op (HLO's reduce and broadcast, all-reduce-done, BroadcastTo),
+ * and one that is a collective's in another format is no typo either */
+static void add_collective(cf_suggest *s, const char *candidate, bool *exact) {
+  if (!starts_nocase(s->word, candidate))
+    cf_suggest_add(s, candidate);
+  else if (strlen(s->word) == strlen(candidate))
+    *exact = true;
+}
+
+const char *cf_collective_suggest(const char *name) {
+  cf_suggest s;
+  bool exact = false;
+  if (!name) return NULL;
+  cf_suggest_init(&s, name);
+  for (int i = 1; i < CF_OP_COUNT; i++)
+    if (cf_op_is_collective((cf_op)i)) add_collective(&s, cf_op_table[i].name, &exact);
+  for (size_t i = 0; i < cf_op_alias_count; i++)
+    if (cf_op_is_collective(cf_op_aliases[i].op)) add_collective(&s, cf_op_aliases[i].name, &exact);
+  for (size_t i = 0; i < sizeof hlo_collectives / sizeof hlo_collectives[0]; i++)
+    add_collective(&s, hlo_collectives[i], &exact);
+  return exact ? NULL : s.best;
+}

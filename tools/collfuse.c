@@ -73,6 +73,16 @@ cf_status cf_tool_load(cf_context *ctx, const char *path, cf_graph **out) {
   return cf_graph_parse(ctx, CF_STDIN_NAME, stdin_graph.data, stdin_graph.size, out);
 }
 
+int cf_tool_opaque(const cf_graph *g, bool strict) {
+  for (int i = 0; i < g->n_opaque; i++) {
+    char text[512], at[32] = "";
+    if (g->opaque[i].line) snprintf(at, sizeof at, ":%d", g->opaque[i].line);
+    fprintf(stderr, "%s%s: %s: %s\n", g->file, at, strict ? "error" : "warning",
+            cf_opaque_text(&g->opaque[i], text, sizeof text));
+  }
+  return strict && g->n_opaque ? EXIT_INVALID : 0;
+}
+
 void cf_tool_stdin_free(void) {
   free(stdin_graph.data);
   stdin_graph.data = NULL;
@@ -87,11 +97,13 @@ const char *cf_tool_name(const char *path) { return cf_tool_is_std(path) ? CF_ST
 typedef struct check_args {
   cf_opt_list files;
   const char *target;
+  bool strict;
 } check_args;
 
 static const cf_opt check_opts[] = {
     {"--target", NULL, "T", CF_OPT_STR, offsetof(check_args, target), .check = cf_opt_check_target,
      .help = "the graph must also meet this device's documented limits"},
+    CF_OPT_STRICT(offsetof(check_args, strict)),
     {0},
 };
 
@@ -131,6 +143,12 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
       cf_graph_destroy(g);
       continue;
     }
+    int c = cf_tool_opaque(g, a.strict);
+    if (c) {
+      if (c > rc) rc = c;
+      cf_graph_destroy(g);
+      continue;
+    }
     cf_graph_stats s;
     cf_graph_stats_compute(g, &s);
     char kinds[1024] = "", hb[64];
@@ -140,10 +158,13 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
         o += (size_t)snprintf(kinds + o, sizeof kinds - o, "%s%s %d", o ? ", " : "",
                               cf_op_table[op].name, s.by_op[op]);
     cf_bytes_text(s.comm_bytes, hb, sizeof hb);
-    printf("%s: ok: %d node%s, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s\n", cf_tool_name(files[k]),
-           s.nodes, s.nodes == 1 ? "" : "s", s.collectives, s.collectives == 1 ? "" : "s",
-           o ? " (" : "", kinds, o ? ")" : "", (long long)s.comm_bytes, hb,
-           target ? ", target " : "", target ? target : "");
+    char opaque[64] = ""; /* only when there are any: most graphs have none */
+    int n_opaque = s.by_op[CF_OP_OPAQUE];
+    if (n_opaque) snprintf(opaque, sizeof opaque, ", %d opaque node%s", n_opaque, cf_s(n_opaque));
+    printf("%s: ok: %d node%s, %d collective%s%s%s%s, %lld bytes communicated (%s)%s%s%s\n",
+           cf_tool_name(files[k]), s.nodes, s.nodes == 1 ? "" : "s", s.collectives,
+           s.collectives == 1 ? "" : "s", o ? " (" : "", kinds, o ? ")" : "",
+           (long long)s.comm_bytes, hb, opaque, target ? ", target " : "", target ? target : "");
     cf_graph_destroy(g);
   }
   cf_opts_free(&cf_command_check, &a);
@@ -310,7 +331,7 @@ static cf_status compile_kernels(cf_context *ctx, const cf_graph *g, const char 
 typedef struct compile_args {
   cf_opt_list file;
   const char *out, *passes, *target, *dot, *split, *cost, *emit[N_EMIT];
-  bool json, o0, explain, jit;
+  bool json, o0, explain, jit, strict;
 } compile_args;
 
 static const cf_opt compile_opts[] = {
@@ -349,6 +370,7 @@ static const cf_opt compile_opts[] = {
     {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(compile_args, json),
      .help = "print one JSON object with counts, buckets and pass times\n"
              "(-v and --explain then print on stderr)"},
+    CF_OPT_STRICT(offsetof(compile_args, strict)),
     {0},
 };
 
@@ -409,6 +431,11 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   int n_timing = 0;
   cf_status st = cf_tool_load(ctx, file, &g);
   if (!st) st = cf_graph_verify(g, target);
+  if (!st && cf_tool_opaque(g, a.strict)) {
+    cf_graph_destroy(g);
+    cf_opts_free(&cf_command_compile, &a);
+    return EXIT_INVALID;
+  }
   int before = st ? 0 : (int)cf_graph_collective_count(g);
   if (!st)
     st = cf_passes_run(g, o0 ? cf_pipeline_O0 : passes ? passes : cf_pipeline_default, &popt,

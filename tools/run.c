@@ -36,7 +36,7 @@ typedef struct run_args {
   uint64_t seed;
   int64_t max_memory; /* 0: what the machine has available */
   double timeout;
-  bool o0, verify, deterministic, json, verbose, mpi;
+  bool o0, verify, deterministic, json, verbose, mpi, strict;
   cf_opt_list input; /* NAME=PATH */
 } run_args;
 
@@ -126,6 +126,7 @@ static const cf_opt run_opts[] = {
     {"-v", "--verbose", NULL, CF_OPT_FLAG, RUN_FIELD(verbose),
      .help = "peak memory of the fused and the unfused plan, algorithms"},
     {"--json", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(json), .help = "one JSON object on stdout"},
+    CF_OPT_STRICT(RUN_FIELD(strict)),
     {0},
 };
 
@@ -198,7 +199,8 @@ static cf_status compile(cf_context *ctx, const run_args *a, const char *pipelin
       snprintf(job, sizeof job, "--ranks %d", *ranks);
     if (*ranks == 0) *ranks = g->world_size > 0 ? (int)g->world_size : 1;
     cf_pass_options popt = {.split = a->split, .cost = a->cost, .target = a->target};
-    st = cf_graph_size_world(g, *ranks, job);
+    st = a->strict ? cf_graph_refuse_opaque(g) : CF_OK;
+    if (!st) st = cf_graph_size_world(g, *ranks, job);
     if (!st) st = cf_graph_verify(g, a->target);
     if (!st) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
     if (!st) st = cf_graph_verify(g, a->target);

@@ -150,6 +150,14 @@ int cf_tool_usage(const char *cmd, const char *fmt, const char *arg);
  * loaded (`run -` compiles the graph twice); cf_tool_stdin_free at exit. */
 cf_status cf_tool_load(cf_context *ctx, const char *path, cf_graph **out);
 void cf_tool_stdin_free(void);
+/* Print one line per foreign op type g's reader imported as Opaque on
+ * stderr, "FILE:LINE: warning: ..." (error: when strict); returns
+ * EXIT_INVALID when strict and there is one, else 0. */
+int cf_tool_opaque(const cf_graph *g, bool strict);
+/* The --strict row, for a command whose struct has bool field f. */
+#define CF_OPT_STRICT(f)                                                                            \
+  {"--strict", NULL, NULL, CF_OPT_FLAG, (f),                                                        \
+   .help = "foreign ops imported as Opaque are errors (exit 1), not warnings"}
 /* A file argument as messages name it: "<stdin>" for "-". */
 const char *cf_tool_name(const char *path);
 /* "-" names standard input or output. */

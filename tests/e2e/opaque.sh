@@ -1,0 +1,106 @@
+#!/bin/sh
+# opaque.sh COLLFUSE SRCDIR
+#
+# Nothing a reader imports as Opaque goes unreported: `check` and `compile`
+# print one warning per foreign op type (count, first FILE:LINE and node, and
+# "did you mean" when the name is a typo of a collective), `check`'s summary
+# counts the Opaque nodes, and --strict (check, compile, run) makes them
+# errors (exit 1). The native formats have no foreign ops: a misspelt op there
+# is an error of its own. Prints one line per failure and exits 1 if any.
+set -u
+
+if [ $# -ne 2 ]; then
+  echo "usage: opaque.sh COLLFUSE SRCDIR" >&2
+  exit 2
+fi
+cf=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+src=$(cd "$2" && pwd)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/cf-opaque.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+
+. "$(dirname "$0")/lib.sh"
+
+cd "$src/tests" || exit 2
+
+# same WHAT FILE TEXT: FILE is exactly TEXT
+same() {
+  [ "$(cat "$2")" = "$3" ] || {
+    fail "$1: got"
+    sed 's/^/    | /' "$2" >&2
+  }
+}
+
+pb=pbtxt/typo_collectives.pbtxt
+pb_warn="$pb:7: warning: 3 nodes of foreign op 'HcomAllReduse' imported as Opaque (first 'ar0'); did you mean 'HcomAllReduce'?
+$pb:25: warning: 1 node of foreign op 'AllRedcue' imported as Opaque (first 'ar2'); did you mean 'AllReduce'?"
+run check "$pb"
+expect_rc 0 "check $pb"
+same "check $pb (stderr)" "$ERR" "$pb_warn"
+same "check $pb (stdout)" "$OUT" \
+  "$pb: ok: 7 nodes, 1 collective (AllGather 1), 32 bytes communicated (32 B), 4 opaque nodes"
+run compile "$pb"
+expect_rc 0 "compile $pb"
+same "compile $pb (stderr)" "$ERR" "$pb_warn"
+run check --strict "$pb"
+expect_rc 1 "check --strict $pb"
+same "check --strict $pb (stderr)" "$ERR" "$(echo "$pb_warn" | sed 's/: warning: /: error: /')"
+[ -s "$OUT" ] && fail "check --strict $pb: a summary line for a refused graph"
+run compile --strict "$pb" -o "$work/out.xml"
+expect_rc 1 "compile --strict $pb"
+[ -e "$work/out.xml" ] && fail "compile --strict $pb: wrote the graph"
+run run --strict "$pb" --ranks 2
+expect_last 1 "$pb:7: error: 3 nodes of foreign op 'HcomAllReduse' imported as Opaque (first 'ar0') and 1 more foreign op; did you mean 'HcomAllReduce'?" \
+  "run --strict $pb"
+
+hlo=hlo/typo_collectives.hlo
+hlo_warn="$hlo:11: warning: 1 node of foreign op 'all-reduse' imported as Opaque (first 'ar.1'); did you mean 'all-reduce'?
+$hlo:13: warning: 1 node of foreign op 'exponential' imported as Opaque (first 'e.1')"
+run check "$hlo"
+expect_rc 0 "check $hlo"
+same "check $hlo (stderr)" "$ERR" "$hlo_warn"
+same "check $hlo (stdout)" "$OUT" \
+  "$hlo: ok: 5 nodes, 1 collective (AllReduce 1), 32 bytes communicated (32 B), 2 opaque nodes"
+run compile "$hlo"
+expect_rc 0 "compile $hlo"
+same "compile $hlo (stderr)" "$ERR" "$hlo_warn"
+run compile --strict "$hlo"
+expect_rc 1 "compile --strict $hlo"
+same "compile --strict $hlo (stderr)" "$ERR" "$(echo "$hlo_warn" | sed 's/: warning: /: error: /')"
+# without --strict, run says nothing of them (check and compile do)
+run run "$hlo"
+expect_last 0 "" "run $hlo"
+grep -Fq "imported as Opaque" "$ERR" && fail "run $hlo: warned without --strict"
+run run --strict "$hlo"
+expect_last 1 "$hlo:11: error: 1 node of foreign op 'all-reduse' imported as Opaque (first 'ar.1') and 1 more foreign op; did you mean 'all-reduce'?" \
+  "run --strict $hlo"
+# standard input names <stdin>
+IN=$hlo
+run check --strict -
+expect_last 1 "<stdin>:11: error: 1 node of foreign op 'all-reduse'" "check --strict - < $hlo"
+
+# a graph without foreign ops: no warning, no opaque count, --strict passes
+run check --strict "$src/examples/pbtxt/hccl_op.pbtxt"
+expect_rc 0 "check --strict hccl_op.pbtxt"
+[ -s "$ERR" ] && fail "check hccl_op.pbtxt: printed on stderr"
+grep -q "opaque node" "$OUT" && fail "check hccl_op.pbtxt: an opaque count"
+
+# the native formats: Opaque is written on purpose (counted, never a
+# warning), and a misspelt op is an error with its own suggestion
+cat >"$work/o.xml" <<'X'
+<graph name="o" version="1">
+  <node name="x" op="Input" dtype="float32" shape="4"/>
+  <node name="t" op="Opaque" type="tanh" dtype="float32" shape="4"><input ref="x"/></node>
+  <node name="y" op="Output"><input ref="t"/></node>
+</graph>
+X
+run check --strict "$work/o.xml"
+expect_rc 0 "check --strict o.xml"
+[ -s "$ERR" ] && fail "check --strict o.xml: printed on stderr"
+has "$OUT" ", 1 opaque node" "check o.xml"
+sed 's/op="Opaque" type="tanh"/op="AllRedcue"/' "$work/o.xml" >"$work/typo.xml"
+run check "$work/typo.xml"
+expect_last 1 "typo.xml:3: error: node 't': unknown op 'AllRedcue'; did you mean 'AllReduce'?" "check typo.xml"
+
+finish opaque
