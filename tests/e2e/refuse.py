@@ -35,6 +35,8 @@ def cf(*args, want=0):
     p = subprocess.run([CF, *args], capture_output=True, text=True, timeout=120)
     if p.returncode != want:
         fail(f"collfuse {' '.join(args)}: exit {p.returncode}, expected {want}\n{p.stderr}")
+    if "runtime error:" in p.stderr or "Sanitizer" in p.stderr:
+        fail(f"collfuse {' '.join(args)}: sanitizer error\n{p.stderr}")
     return p
 
 
