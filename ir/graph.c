@@ -511,7 +511,8 @@ cf_layout cf_node_layout(const cf_node *n) {
 const char *cf_node_group(const cf_node *n) { return cf_node_str(n, CF_A_GROUP, CF_WORLD_GROUP); }
 
 int64_t cf_node_fusion(const cf_node *n) {
-  return cf_node_int(n, CF_A_FUSION, n->op == CF_OP_ALLREDUCE ? 1 : 0);
+  return cf_node_int(n, CF_A_FUSION,
+                     n->op == CF_OP_ALLREDUCE || n->op == CF_OP_FUSEDALLREDUCE ? 1 : 0);
 }
 
 size_t cf_graph_node_count(const cf_graph *g) { return g ? (size_t)g->n_nodes : 0; }

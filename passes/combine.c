@@ -5,6 +5,11 @@
  * every Output; replaces each bucket of two or more collectives with one
  * Fused* node whose port i is member i.
  *
+ * A Fused* node in the input (an XLA tuple collective, a bucket of an
+ * earlier compile) is a candidate like the plain op, a unit of several
+ * members that joins a bucket whole, its ports in order; the splits decide
+ * per member, so compiling compile's output again changes nothing.
+ *
  * Safety without myopia. Fusing a set of collectives into one node creates a
  * cycle exactly when one member reaches another; fusing several sets at once
  * can also create a cycle between buckets. XLA's combiner avoids both by
@@ -23,7 +28,10 @@
  * gradients). fusion=1 then counts depth on the graph with the fusion_id
  * buckets already contracted (each bucket one node, which is acyclic by the
  * argument above), and every fusion_id bucket and fusion=1 candidate counts,
- * so the two kinds of bucket together still form a DAG. Depth is computed
+ * so the two kinds of bucket together still form a DAG. A fusion=2
+ * collective left alone counts too: compiled again, a fusion_id bucket is
+ * one fused node alone in its fusion_id, and the depths (so the buckets)
+ * must come out as they did the first time. Depth is computed
  * in topological sweeps, grouping is a sort: the pass is O(E + n log n).
  */
 #include "passes.h"
@@ -43,16 +51,18 @@ typedef struct cand {
   int fusion;     /* 0, 1, 2 */
   int64_t fid;    /* fusion_id */
   int64_t bytes;  /* bytes this collective communicates */
-  int64_t in_bytes; /* bytes of its operand (its slot in the bucket buffer) */
   int key;        /* interned (group, reduction, dtype, layout, rank_size) */
   int seg;        /* fusion=1 split segment */
   int bucket;     /* bucket id, -1 when alone */
-  int port;       /* its port (position) in the bucket */
+  int port;       /* its first port in the bucket (a fused unit has nmem) */
+  int nmem;       /* members: 1, or the operands of a fused input node */
+  cf_op op;       /* the node's op: the plain kind or its fused form */
   const char *why; /* why alone (static or arena text) */
 } cand;
 
 typedef struct bucket {
-  int first, n;   /* members: order[first .. first+n) */
+  int first, n; /* units: order[first .. first+n) */
+  int ports;    /* members: the fused node's operands */
   int fusion;
   int64_t fid, bytes;
   int node;       /* the fused node, once built */
@@ -255,14 +265,14 @@ static cf_status compute_depth1(combiner *m) {
         int u = n->in[j].node, ru = rep[u];
         if (dout[ru] <= din) continue;
         int cu = m->by_node[u];
-        bool counted = unit_b[ru] >= 0 || (cu >= 0 && m->c[cu].fusion == 1);
+        bool counted = unit_b[ru] >= 0 || (cu >= 0 && m->c[cu].fusion >= 1);
         din = dout[ru];
         dv = counted ? u : via[ru];
       }
     }
     int ci = m->by_node[r];
-    if (unit_b[r] >= 0 || (ci >= 0 && m->c[ci].fusion == 1)) {
-      if (unit_b[r] < 0) m->c[ci].depth = din, m->c[ci].dep = dv;
+    if (unit_b[r] >= 0 || (ci >= 0 && m->c[ci].fusion >= 1)) {
+      if (unit_b[r] < 0 && m->c[ci].fusion == 1) m->c[ci].depth = din, m->c[ci].dep = dv;
       dout[r] = din + 1;
     } else {
       dout[r] = din;
@@ -330,10 +340,12 @@ static bool sort_cands(const combiner *m, int *v, int n, cand_cmp cmp) {
 static cf_status add_bucket(combiner *m, int first, int n, int fusion, const char *detail) {
   /* a node takes at most CF_MAX_OPERANDS operands: larger buckets are cut
    * into consecutive chunks (equal depth keeps them mutually independent) */
-  while (n > CF_MAX_OPERANDS) {
-    add_bucket(m, first, CF_MAX_OPERANDS, fusion, detail);
-    first += CF_MAX_OPERANDS;
-    n -= CF_MAX_OPERANDS;
+  int units = 0, mem = 0;
+  while (units < n && mem + m->c[m->order[first + units]].nmem <= CF_MAX_OPERANDS)
+    mem += m->c[m->order[first + units++]].nmem;
+  if (units < n) {
+    add_bucket(m, first, units ? units : 1, fusion, detail);
+    return add_bucket(m, first + (units ? units : 1), n - (units ? units : 1), fusion, detail);
   }
   if (n < 2) {
     if (n == 1 && !m->c[m->order[first]].why) m->c[m->order[first]].why = detail;
@@ -341,10 +353,12 @@ static cf_status add_bucket(combiner *m, int first, int n, int fusion, const cha
   }
   bucket *b = &m->b[m->nb];
   *b = (bucket){.first = first, .n = n, .fusion = fusion, .detail = detail, .last_pos = -1};
-  for (int i = 0; i < n; i++) {
+  for (int i = 0, port = 0; i < n; i++) {
     cand *c = &m->c[m->order[first + i]];
     c->bucket = m->nb;
-    c->port = i;
+    c->port = port;
+    port += c->nmem;
+    b->ports = port;
     b->bytes += c->bytes;
     b->fid = c->fid;
     if (c->node > b->last_pos) b->last_pos = c->node;
@@ -417,37 +431,87 @@ static cf_status group_fusion2(combiner *m, int *v, int n) {
 /* fusion=1: the split strategy. size/index segments are global over the
  * kind's fusion=1 gradients in ready order; buckets never cross a key or a
  * depth; bytes/auto pack greedily within each (key, depth) class. */
+/* The splits decide per gradient: the units v[0..n) expanded to their
+ * members' bytes (a fused unit's bytes shared by its operands' sizes), with
+ * first[k] the index of unit k's first member. Splitting members and then
+ * keeping each unit whole in its first member's part gives back an
+ * earlier compile's buckets: compile is idempotent. NULL when out of memory. */
+static int64_t *member_bytes(const combiner *m, const int *v, int n, int **first, int *total) {
+  int nm = 0;
+  for (int k = 0; k < n; k++)
+    nm += m->c[v[k]].nmem;
+  int64_t *b = malloc(((size_t)nm + 1) * sizeof(int64_t));
+  *first = malloc(((size_t)n + 1) * sizeof(int));
+  if (!b || !*first) {
+    free(b), free(*first);
+    *first = NULL;
+    return NULL;
+  }
+  for (int k = 0, at = 0; k < n; k++) {
+    const cand *c = &m->c[v[k]];
+    const cf_node *nd = &m->g->nodes[c->node];
+    (*first)[k] = at;
+    if (c->nmem == 1) {
+      b[at++] = c->bytes;
+      continue;
+    }
+    int64_t in = 0, sz[CF_MAX_OPERANDS], left = c->bytes;
+    for (int i = 0; i < nd->n_in; i++) {
+      sz[i] = 0;
+      cf_value_bytes(&m->g->nodes[nd->in[i].node].out[nd->in[i].port], &sz[i]);
+      in += sz[i];
+    }
+    for (int i = 0; i < nd->n_in; i++) {
+      int64_t x = i + 1 < nd->n_in && in > 0
+                      ? (int64_t)((double)c->bytes * (double)sz[i] / (double)in)
+                      : left;
+      b[at++] = x;
+      left -= x;
+    }
+  }
+  *total = nm;
+  return b;
+}
+
 /* auto on one (key, depth) class v[lo..hi) in ready order: the simulated
- * overlap model of split.c picks the bucket boundaries. */
+ * overlap model of split.c picks the bucket boundaries between gradients. */
 static cf_status group_auto(combiner *m, const int *v, int lo, int hi, int at, const cf_cost *cost) {
-  int n = hi - lo;
-  int64_t *sizes = malloc((size_t)n * sizeof(int64_t));
-  int *part = malloc((size_t)n * sizeof(int));
-  if (!sizes || !part) {
-    free(sizes), free(part);
+  int n = hi - lo, nm = 0, *first = NULL;
+  int64_t *sizes = member_bytes(m, v + lo, n, &first, &nm);
+  int *part = sizes ? malloc((size_t)nm * sizeof(int)) : NULL;
+  if (!part) {
+    free(sizes), free(first);
     return cf_error(m->g->ctx, CF_ERR_NO_MEMORY, m->g->file, 0, "out of memory");
   }
-  for (int k = 0; k < n; k++) sizes[k] = m->c[v[lo + k]].bytes;
-  double exposed;
-  int nb = cf_split_auto_partition(cost, sizes, n, part, &exposed);
+  cf_split_auto_partition(cost, sizes, nm, part, NULL);
+  /* units whole: every member in its unit's first member's part, numbered again */
+  int nb = 0;
+  for (int k = 0; k < n; k++) {
+    int p = part[first[k]], e = k + 1 < n ? first[k + 1] : nm;
+    if (k == 0 || p != part[first[k - 1]]) nb++;
+    for (int i = first[k]; i < e; i++)
+      part[i] = p;
+  }
+  double exposed = cf_split_exposed(cost, sizes, nm, part);
   char why[192];
   snprintf(why, sizeof why, "split auto: %d bucket%s, model exposes %.0f us", nb, nb == 1 ? "" : "s",
            exposed);
   const char *detail = cf_arena_strdup(&m->scratch, why);
-  int start = 0;
+  int start = 0, b = 0;
   for (int k = 0; k < n; k++) {
     m->order[at + k] = v[lo + k];
-    if (k + 1 < n && part[k + 1] == part[k]) continue;
+    if (k + 1 < n && part[first[k + 1]] == part[first[k]]) continue;
+    b++;
     if (k == start) {
       snprintf(why, sizeof why,
                "split auto: the cost model sends it alone (bucket %d of %d, model exposes %.0f us)",
-               part[k] + 1, nb, exposed);
+               b, nb, exposed);
       m->c[v[lo + k]].why = cf_arena_strdup(&m->scratch, why);
     }
     add_bucket(m, at + start, k - start + 1, 1, detail);
     start = k + 1;
   }
-  free(sizes), free(part);
+  free(sizes), free(part), free(first);
   return CF_OK;
 }
 
@@ -458,16 +522,17 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
   char why[256], b1[32], b2[32];
   if (!sort_cands(m, v, n, cmp_ready)) return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (sp->kind == CF_SPLIT_SIZE || sp->kind == CF_SPLIT_INDEX) {
-    int64_t *bytes = malloc(((size_t)n + 1) * sizeof(int64_t));
-    int *seg = malloc(((size_t)n + 1) * sizeof(int));
-    if (!bytes || !seg) {
-      free(bytes), free(seg);
+    int nm = 0, *first = NULL;
+    int64_t *bytes = member_bytes(m, v, n, &first, &nm);
+    int *seg = bytes ? malloc(((size_t)nm + 1) * sizeof(int)) : NULL;
+    if (!seg) {
+      free(bytes), free(first);
       return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
     }
-    for (int i = 0; i < n; i++) bytes[i] = m->c[v[i]].bytes;
-    bool ok = cf_split_segments(sp, bytes, n, seg, why, sizeof why);
-    for (int i = 0; ok && i < n; i++) m->c[v[i]].seg = seg[i];
-    free(bytes), free(seg);
+    bool ok = cf_split_segments(sp, bytes, nm, seg, why, sizeof why);
+    for (int i = 0; ok && i < n; i++)
+      m->c[v[i]].seg = seg[first[i]];
+    free(bytes), free(seg), free(first);
     if (!ok) return cf_error(g->ctx, CF_ERR_USAGE, g->file, 0, "%s (%s)", why, kind_name(m));
   }
   if (!sort_cands(m, v, n, cmp_class)) return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
@@ -505,26 +570,28 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
     int64_t count = sp->count;
     snprintf(why, sizeof why, "split bytes cap=%s", cf_split_format_bytes(cap, b1, sizeof b1));
     const char *detail = cf_arena_strdup(&m->scratch, why);
-    int start = at, nmem = 0, nbuckets = 0;
+    int start = at, nmem = 0, nbuckets = 0, ports = 0; /* units and members in the open bucket */
     int64_t cur = 0;
     for (int k = lo; k < hi; k++) {
       cand *c = &m->c[v[k]];
       int64_t limit = nbuckets == 0 ? first : cap;
-      bool full = nmem > 0 && (cur + c->bytes > limit || (count && nmem == count));
+      bool full = nmem > 0 && (cur + c->bytes > limit || (count && ports + c->nmem > count));
       if (full || (c->bytes > cap && nmem > 0)) {
         if (nmem == 1) {
           snprintf(why, sizeof why, "bucket cap %s reached: the next gradient '%s' (%lld bytes) did not fit",
                    cf_split_format_bytes(limit, b1, sizeof b1), cname(m, v[k]), (long long)c->bytes);
-          if (count && nmem == count) snprintf(why, sizeof why, "count=%lld reached", (long long)count);
+          if (count && ports + c->nmem > count)
+            snprintf(why, sizeof why, "count=%lld reached", (long long)count);
           m->c[m->order[start]].why = cf_arena_strdup(&m->scratch, why);
         }
         add_bucket(m, start, nmem, 1, detail);
         start += nmem;
-        nmem = 0;
+        nmem = ports = 0;
         cur = 0;
         nbuckets++;
       }
       m->order[start + nmem++] = v[k];
+      ports += c->nmem;
       cur += c->bytes;
       if (c->bytes > cap) {
         snprintf(why, sizeof why, "cap reached: %lld bytes is more than the cap %s", (long long)c->bytes,
@@ -532,7 +599,7 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
         c->why = cf_arena_strdup(&m->scratch, why);
         add_bucket(m, start, 1, 1, detail);
         start += 1;
-        nmem = 0;
+        nmem = ports = 0;
         cur = 0;
         nbuckets++;
       }
@@ -571,31 +638,58 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
 
 /* ---- rewriting ---- */
 
+/* Member i of a unit: the node itself, or item i of a fused input node's
+ * `members` (what XLA or an earlier compile fused; the verifier made the
+ * list as long as the operands). */
+static void unit_member(const combiner *m, int ci, int i, const char **s, size_t *len) {
+  const cand *c = &m->c[ci];
+  if (c->op == m->kind) {
+    *s = c->name, *len = strlen(c->name);
+    return;
+  }
+  const char *list = cf_node_str(&m->g->nodes[c->node], CF_A_MEMBERS, "");
+  for (int k = 0; k < i; k++)
+    list = strchr(list, ',') + 1;
+  const char *e = strchr(list, ',');
+  *s = list, *len = e ? (size_t)(e - list) : strlen(list);
+}
+
 static char *join_members(combiner *m, const bucket *b) {
-  size_t len = 1;
-  for (int i = 0; i < b->n; i++) len += strlen(cname(m, m->order[b->first + i])) + 1;
+  const char *nm;
+  size_t len = 1, k;
+  for (int u = 0; u < b->n; u++)
+    for (int i = 0; i < m->c[m->order[b->first + u]].nmem; i++) {
+      unit_member(m, m->order[b->first + u], i, &nm, &k);
+      len += k + 1;
+    }
   char *s = cf_arena_alloc(&m->g->arena, len), *p = s;
   if (!s) return NULL;
-  for (int i = 0; i < b->n; i++) {
-    const char *nm = cname(m, m->order[b->first + i]);
-    size_t k = strlen(nm);
-    if (i) *p++ = ',';
-    memcpy(p, nm, k);
-    p += k;
-  }
+  for (int u = 0; u < b->n; u++)
+    for (int i = 0; i < m->c[m->order[b->first + u]].nmem; i++) {
+      unit_member(m, m->order[b->first + u], i, &nm, &k);
+      if (p != s) *p++ = ',';
+      memcpy(p, nm, k);
+      p += k;
+    }
   *p = 0;
   return s;
 }
 
+/* Offsets are recomputed over all members: a fused unit's own layout is
+ * replaced by its place in the new bucket. */
 static char *offsets_of(combiner *m, const bucket *b) {
-  char *s = cf_arena_alloc(&m->g->arena, (size_t)b->n * 21 + 1), *p = s;
+  char *s = cf_arena_alloc(&m->g->arena, (size_t)b->ports * 21 + 1), *p = s;
   if (!s) return NULL;
   int64_t off = 0;
-  for (int i = 0; i < b->n; i++) {
-    const cand *c = &m->c[m->order[b->first + i]];
-    off = (off + BUCKET_ALIGN - 1) / BUCKET_ALIGN * BUCKET_ALIGN;
-    p += sprintf(p, i ? ",%lld" : "%lld", (long long)off);
-    off += c->in_bytes;
+  for (int u = 0; u < b->n; u++) {
+    const cf_node *n = &m->g->nodes[m->c[m->order[b->first + u]].node];
+    for (int i = 0; i < n->n_in; i++) {
+      int64_t bytes = 0;
+      cf_value_bytes(&m->g->nodes[n->in[i].node].out[n->in[i].port], &bytes);
+      off = (off + BUCKET_ALIGN - 1) / BUCKET_ALIGN * BUCKET_ALIGN;
+      p += sprintf(p, p != s ? ",%lld" : "%lld", (long long)off);
+      off += bytes;
+    }
   }
   return s;
 }
@@ -614,11 +708,15 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
     const cf_attr *a = cf_node_attr(proto, keep[k]);
     if (a) copy[ncopy++] = *a;
   }
-  cf_ref *refs = malloc((size_t)b->n * sizeof(cf_ref));
+  cf_ref *refs = malloc((size_t)b->ports * sizeof(cf_ref));
   if (!refs) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
-  for (int i = 0; i < b->n; i++) refs[i] = g->nodes[m->c[m->order[b->first + i]].node].in[0];
+  for (int u = 0, k = 0; u < b->n; u++) {
+    const cf_node *n = &g->nodes[m->c[m->order[b->first + u]].node];
+    for (int i = 0; i < n->n_in; i++)
+      refs[k++] = n->in[i];
+  }
   cf_status st = cf_graph_add_node(g, name, m->fused, line, &idx);
-  if (!st) st = cf_node_set_inputs(g, idx, b->n, refs);
+  if (!st) st = cf_node_set_inputs(g, idx, b->ports, refs);
   free(refs);
   for (int k = 0; !st && k < ncopy; k++) st = cf_node_set_attr(g, idx, &copy[k]);
   cf_attr a = {.id = CF_A_FUSION, .v.i = b->fusion};
@@ -668,7 +766,7 @@ static cf_status rewrite(combiner *m) {
       int u = n->in[j].node;
       int ci = u < old_n ? m->by_node[u] : -1;
       if (ci < 0 || m->c[ci].bucket < 0) continue;
-      n->in[j] = (cf_ref){m->b[m->c[ci].bucket].node, m->c[ci].port};
+      n->in[j] = (cf_ref){m->b[m->c[ci].bucket].node, m->c[ci].port + n->in[j].port};
     }
   }
   /* the fused node takes the place of its last member */
@@ -708,15 +806,18 @@ static void report(combiner *m) {
   }
   for (int k = 0; k < m->nc; k++) {
     const cand *c = &m->c[v[k]];
-    const char *nm = cname(m, v[k]);
+    const char *nm = cname(m, v[k]), *op = cf_op_table[c->op].name;
     if (c->bucket >= 0) {
       const bucket *b = &m->b[c->bucket];
       const char *split = "";
       if (b->fusion == 2 && b->split) split = ", fusion_id split by dependency";
-      explain(m, "%s '%s' -> '%s' (%s, %d member%s, %lld bytes%s)", kind_name(m), nm, b->name,
-              b->detail, b->n, cf_s(b->n), (long long)b->bytes, split);
+      char unit[48] = "";
+      if (c->op != m->kind)
+        snprintf(unit, sizeof unit, " as ports %d-%d", c->port, c->port + c->nmem - 1);
+      explain(m, "%s '%s' -> '%s'%s (%s, %d member%s, %lld bytes%s)", op, nm, b->name, unit,
+              b->detail, b->ports, cf_s(b->ports), (long long)b->bytes, split);
     } else {
-      explain(m, "%s '%s' stays alone: %s", kind_name(m), nm, c->why ? c->why : "no partner");
+      explain(m, "%s '%s' stays alone: %s", op, nm, c->why ? c->why : "no partner");
     }
   }
   free(v);
@@ -754,13 +855,22 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
   for (int v = 0; v < g->n_nodes; v++) {
     const cf_node *n = &g->nodes[v];
     m.by_node[v] = -1;
-    if (n->op != kind) continue;
+    /* a fused input node (an XLA tuple collective, an earlier compile's
+     * bucket) is a candidate like the plain op and joins a bucket whole */
+    if (n->op != kind && n->op != m.fused) continue;
     cand *c = &m.c[m.nc];
-    *c = (cand){.name = n->name, .node = v, .dep = -1, .bucket = -1, .fusion = (int)cf_node_fusion(n),
-                .fid = cf_node_int(n, CF_A_FUSION_ID, -1), .bytes = cf_node_comm_bytes(g, n)};
-    cf_value_bytes(&g->nodes[n->in[0].node].out[n->in[0].port], &c->in_bytes);
+    *c = (cand){.name = n->name,
+                .node = v,
+                .dep = -1,
+                .bucket = -1,
+                .fusion = (int)cf_node_fusion(n),
+                .fid = cf_node_int(n, CF_A_FUSION_ID, -1),
+                .bytes = cf_node_comm_bytes(g, n),
+                .nmem = n->op == kind ? 1 : n->n_in,
+                .op = n->op};
     if (c->fusion == 0) c->why = "fusion=0";
-    if (c->fusion && strchr(n->name, ',')) c->fusion = 0, c->why = "its name contains ',' (members are a comma list)";
+    if (c->fusion && n->op == kind && strchr(n->name, ','))
+      c->fusion = 0, c->why = "its name contains ',' (members are a comma list)";
     m.by_node[v] = m.nc++;
   }
   if (intern_keys(&m) < 0 || (st = compute_depth2(&m))) {
