@@ -264,6 +264,43 @@ static cf_status read_input(cf_context *ctx, const char *file, cf_tensor *t, dou
 
 /* Every Input of g on every rank (only: on that rank alone, when >= 0):
  * from an --input file (waiting at most --timeout for it) or the seed. */
+/* Whether data flowing out of node i can reach a collective: Opaque nodes
+ * are not executed, so the data stops there. The readers of every node are
+ * listed once (CSR over the operand edges), then each node is visited at
+ * most once. */
+static bool reaches_collective(const cf_graph *g, int i) {
+  int n = g->n_nodes;
+  size_t edges = 0;
+  for (int w = 0; w < n; w++) edges += (size_t)g->nodes[w].n_in;
+  int *first = calloc((size_t)n + 2, sizeof *first), *reader = calloc(edges + 1, sizeof *reader);
+  int *stack = calloc((size_t)n + 1, sizeof *stack);
+  char *seen = calloc((size_t)n + 1, 1);
+  bool found = !first || !reader || !stack || !seen; /* out of memory: say nothing */
+  for (int w = 0; w < n && !found; w++)
+    for (int k = 0; k < g->nodes[w].n_in; k++) first[g->nodes[w].in[k].node + 2]++;
+  for (int v = 0; v < n && !found; v++) first[v + 2] += first[v + 1];
+  for (int w = 0; w < n && !found; w++)
+    for (int k = 0; k < g->nodes[w].n_in; k++) reader[first[g->nodes[w].in[k].node + 1]++] = w;
+  /* now first[v] .. first[v + 1] are v's readers */
+  int top = 0;
+  if (!found) stack[top++] = i, seen[i] = 1;
+  while (!found && top > 0) {
+    int v = stack[--top];
+    for (int e = first[v]; e < first[v + 1] && !found; e++) {
+      int w = reader[e];
+      if (seen[w] || g->nodes[w].op == CF_OP_OPAQUE) continue;
+      found = cf_op_is_collective(g->nodes[w].op);
+      seen[w] = 1;
+      stack[top++] = w;
+    }
+  }
+  free(first);
+  free(reader);
+  free(stack);
+  free(seen);
+  return found;
+}
+
 static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args *a, int ranks,
                              int only, cf_inputs *in) {
   memset(in, 0, sizeof *in);
@@ -282,6 +319,12 @@ static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args 
     if (found < 0)
       return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "--input %s: the graph has no Input named '%.*s'",
                       a->input.v[j], (int)len, a->input.v[j]);
+    if (only <= 0 && !reaches_collective(g, found))
+      fprintf(stderr,
+              "collfuse run: warning: --input %s: Input '%s' reaches no collective (only Opaque "
+              "nodes, which collfuse does not run, or none read it): its data cannot affect "
+              "the collectives\n",
+              a->input.v[j], g->nodes[found].name);
   }
   int k = 0;
   cf_status st = CF_OK;

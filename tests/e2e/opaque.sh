@@ -103,4 +103,26 @@ sed 's/op="Opaque" type="tanh"/op="AllRedcue"/' "$work/o.xml" >"$work/typo.xml"
 run check "$work/typo.xml"
 expect_last 1 "typo.xml:3: error: node 't': unknown op 'AllRedcue'; did you mean 'AllReduce'?" "check typo.xml"
 
+# run --input for an Input whose data stops at Opaque nodes: a warning, and
+# the run goes on; an Input that reaches a collective gets none
+cat >"$work/feed.xml" <<'X'
+<graph name="feed" version="1" world_size="2">
+  <node name="x" op="Input" dtype="float32" shape="4"/>
+  <node name="t" op="Opaque" type="tanh" dtype="float32" shape="4"><input ref="x"/></node>
+  <node name="ar" op="AllReduce" reduction="sum"><input ref="t"/></node>
+  <node name="z" op="Input" dtype="float32" shape="4"/>
+  <node name="r" op="Reshape" shape="2,2"><input ref="z"/></node>
+  <node name="ar2" op="AllReduce" reduction="sum"><input ref="r"/></node>
+  <node name="y" op="Output"><input ref="ar"/></node>
+  <node name="y2" op="Output"><input ref="ar2"/></node>
+</graph>
+X
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  /usr/bin/python3 -c 'import numpy as np, sys; np.save(sys.argv[1], np.arange(4, dtype=np.float32) + 1)' "$work/x.npy"
+  run run "$work/feed.xml" --input "x=$work/x.npy" --input "z=$work/x.npy"
+  expect_rc 0 "run feed.xml --input"
+  has "$ERR" "collfuse run: warning: --input x=$work/x.npy: Input 'x' reaches no collective (only Opaque nodes, which collfuse does not run, or none read it): its data cannot affect the collectives" "run feed.xml --input x"
+  grep -q "Input 'z'" "$ERR" && fail "run feed.xml --input z: warned though z reaches ar2"
+fi
+
 finish opaque
