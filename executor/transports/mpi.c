@@ -23,7 +23,9 @@
  * Every wait polls its requests with the run's deadline and watches for an
  * abort: abort() sends the reason to every rank on a third tag, where a
  * receive from any source is always posted, so all ranks stop with the same
- * message. A descriptor mismatch is reported with the lower rank first, so
+ * message. A rank that times out asks along the chain of waits for the
+ * rank at its end before it names one (see "asking along the chain").
+ * A descriptor mismatch is reported with the lower rank first, so
  * both sides of a mismatch print the same text. Polls spin briefly, then
  * yield, then sleep a little, so oversubscribed runs (4 ranks on 2 cores)
  * leave the cores to the ranks that have work.
@@ -191,28 +193,156 @@ typedef struct wait_what {
   const cf_coll_desc *d;
 } wait_what;
 
+/* ---- asking along the chain ----
+ * A rank that times out waiting for a peer may be one link of a chain: it
+ * waits for rank 2 at a barrier while rank 2 waits for rank 1, which
+ * stopped. Every rank's timer runs alike, so which one fires first is a
+ * matter of timing, and blaming rank 2 would send the user to the wrong
+ * process. So before it gives up, the timed-out rank asks its peer whom
+ * that one waits for (every wait answers such questions as it polls, on a
+ * receive from any source that is always posted), follows the answers to
+ * the rank that does not answer, and names that rank; ranks that answer
+ * each other in a circle are a deadlock and are named as one. */
+
+/* Answer the questions that arrived: whom this rank's wait is for. */
+static void answer_questions(cf_mpi_world *w) {
+  if (pthread_mutex_trylock(&w->ask_lock) != 0) return; /* the other thread answers */
+  for (int k = 0; k < 4 && w->ask_req != MPI_REQUEST_NULL; k++) {
+    int done = 0;
+    MPI_Status s;
+    cf_mpi_lock(w);
+    if (MPI_Test(&w->ask_req, &done, &s) == MPI_SUCCESS && done) {
+      int src = s.MPI_SOURCE, free_slot = 1;
+      if (src >= 0 && src < w->comm.size && src != w->comm.rank) {
+        if (w->answer_out[src] != MPI_REQUEST_NULL)
+          MPI_Test(&w->answer_out[src], &free_slot, MPI_STATUS_IGNORE);
+        if (free_slot) { /* else an earlier answer is still on its way: this one is dropped */
+          w->answer[src][0] = w->ask_in;
+          w->answer[src][1] = atomic_load(&w->waiting_for);
+          MPI_Isend(w->answer[src], 2, MPI_INT, src, TAG_ANSWER, w->world, &w->answer_out[src]);
+        }
+      }
+      if (MPI_Irecv(&w->ask_in, 1, MPI_INT, MPI_ANY_SOURCE, TAG_ASK, w->world, &w->ask_req) !=
+          MPI_SUCCESS)
+        w->ask_req = MPI_REQUEST_NULL;
+    }
+    cf_mpi_unlock(w);
+    if (!done) break;
+  }
+  pthread_mutex_unlock(&w->ask_lock);
+}
+
+enum { NO_ANSWER = -2, ABORTED = -3 };
+
+/* Ask rank who whom it waits for: a rank, -1 (no one rank), NO_ANSWER within
+ * seconds, or ABORTED (another rank's reason arrived meanwhile). */
+static int ask(cf_mpi_world *w, int who, double seconds) {
+  int got[2] = {0, 0}, done = 0, rc;
+  MPI_Request req = MPI_REQUEST_NULL;
+  cf_mpi_lock(w);
+  if (w->question_out[who] != MPI_REQUEST_NULL) /* an earlier question never left */
+    MPI_Test(&w->question_out[who], &done, MPI_STATUS_IGNORE);
+  else
+    done = 1;
+  int q = ++w->questions;
+  rc = done ? MPI_Irecv(got, 2, MPI_INT, who, TAG_ANSWER, w->world, &req) : MPI_ERR_OTHER;
+  if (rc == MPI_SUCCESS) {
+    w->question[who] = q;
+    rc = MPI_Isend(&w->question[who], 1, MPI_INT, who, TAG_ASK, w->world, &w->question_out[who]);
+  }
+  cf_mpi_unlock(w);
+  int result = NO_ANSWER;
+  double end = cf_now() + seconds;
+  while (rc == MPI_SUCCESS && cf_now() < end) {
+    done = 0;
+    cf_mpi_lock(w);
+    rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && done && got[0] != q) /* a late answer to an earlier question */
+      rc = MPI_Irecv(got, 2, MPI_INT, who, TAG_ANSWER, w->world, &req), done = 0;
+    cf_mpi_unlock(w);
+    if (done) {
+      result = got[1] >= 0 && got[1] < w->comm.size ? got[1] : -1;
+      break;
+    }
+    answer_questions(w); /* whoever asks us meanwhile learns we wait too */
+    if (cf_mpi_poll_abort(w)) {
+      result = ABORTED;
+      break;
+    }
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+  if (req != MPI_REQUEST_NULL) { /* no answer: withdraw the receive */
+    cf_mpi_lock(w);
+    MPI_Cancel(&req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    cf_mpi_unlock(w);
+  }
+  return result;
+}
+
+/* Follow the waits from who; append to text what was found. Returns
+ * false when another rank's reason arrived meanwhile (that one wins). */
+static bool follow_chain(cf_comm *c, int who, char *text, size_t cap) {
+  cf_mpi_world *w = c->impl;
+  double hop = w->timeout_s / 3;
+  hop = hop < 0.25 ? 0.25 : hop > 2 ? 2 : hop;
+  int chain[64], n = 0;
+  chain[n++] = who;
+  for (;;) {
+    int cur = chain[n - 1], next = ask(w, cur, hop);
+    if (next == ABORTED) return false;
+    size_t len = strlen(text);
+    if (next == -1) {
+      snprintf(text + len, cap - len, "; rank %d is waiting too, for no one rank", cur);
+      return true;
+    }
+    if (next == NO_ANSWER || n == (int)(sizeof chain / sizeof *chain)) {
+      if (n > 1) snprintf(text + len, cap - len, ", which does not answer");
+      len = strlen(text);
+      snprintf(text + len, cap - len, "; rank %d may have failed or stopped", cur);
+      return true;
+    }
+    len = strlen(text);
+    snprintf(text + len, cap - len, "; rank %d waits for rank %d", cur, next);
+    int seen = next == c->rank ? 0 : -1;
+    for (int i = 0; i < n && seen < 0; i++)
+      if (chain[i] == next) seen = i + 1;
+    if (seen >= 0) { /* a circle: from next (or this rank) round to it again */
+      len = strlen(text);
+      snprintf(text + len, cap - len, ": ranks %d", next);
+      for (int i = seen ? seen : 0; i < n; i++) {
+        len = strlen(text);
+        snprintf(text + len, cap - len, ", %d", chain[i]);
+      }
+      len = strlen(text);
+      snprintf(text + len, cap - len, " wait for each other (a deadlock)");
+      return true;
+    }
+    chain[n++] = next;
+  }
+}
+
 static cf_status timed_out(cf_comm *c, const wait_what *ww) {
   cf_mpi_world *w = c->impl;
-  char text[512];
+  char text[MSG_MAX];
   if (ww->d && ww->d->op == CF_OP_INVALID) /* exec.c's barrier between iterations */
     snprintf(text, sizeof text,
-             "rank %d timed out after %g s waiting for %s rank %d at a barrier between iterations; "
-             "rank %d may have failed or stopped",
-             c->rank, w->timeout_s, ww->verb, ww->peer, ww->peer);
+             "rank %d timed out after %g s waiting for %s rank %d at a barrier between iterations",
+             c->rank, w->timeout_s, ww->verb, ww->peer);
   else if (ww->d)
     snprintf(text, sizeof text,
-             "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s); "
-             "rank %d may have failed or stopped",
+             "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s)",
              c->rank, w->timeout_s, ww->verb, ww->peer, cf_op_table[ww->d->op].name,
-             ww->d->node ? ww->d->node : "?", (long long)ww->d->seq, ww->d->group, ww->peer);
+             ww->d->node ? ww->d->node : "?", (long long)ww->d->seq, ww->d->group);
   else if (ww->peer >= 0)
-    snprintf(
-        text, sizeof text,
-        "rank %d timed out after %g s waiting for %s rank %d; rank %d may have failed or stopped",
-        c->rank, w->timeout_s, ww->verb, ww->peer, ww->peer);
+    snprintf(text, sizeof text, "rank %d timed out after %g s waiting for %s rank %d", c->rank,
+             w->timeout_s, ww->verb, ww->peer);
   else
     snprintf(text, sizeof text, "rank %d timed out after %g s waiting for %s", c->rank,
              w->timeout_s, ww->verb);
+  if (ww->peer >= 0 && !follow_chain(c, ww->peer, text, sizeof text))
+    return cf_mpi_aborted_error(c);
   return cf_mpi_fail_all(c, text);
 }
 
@@ -255,8 +385,12 @@ static cf_status wait_all(cf_comm *c, MPI_Request *req, int n, MPI_Status *st0,
       if (st0) *st0 = sts[0];
       return CF_OK;
     }
-    if ((i & 15) == 15 && cf_mpi_poll_abort(w)) return cf_mpi_aborted_error(c);
+    if ((i & 15) == 15) {
+      if (cf_mpi_poll_abort(w)) return cf_mpi_aborted_error(c);
+      answer_questions(w);
+    }
     if (i == 0) {
+      atomic_store(&w->waiting_for, ww->peer);
       start = cf_now();
       continue;
     }
@@ -380,8 +514,8 @@ static int post_data(cf_mpi_world *w, int src, void *staging, size_t bytes, MPI_
   cf_mpi_lock(w);
   for (size_t off = 0; off < bytes && rc == MPI_SUCCESS; off += piece) {
     size_t len = bytes - off < piece ? bytes - off : piece;
-    rc =
-        MPI_Irecv((char *)staging + off, (int)len, MPI_BYTE, src, data_tag(piece), w->world, &req[(*n)++]);
+    rc = MPI_Irecv((char *)staging + off, (int)len, MPI_BYTE, src, data_tag(piece), w->world,
+                   &req[(*n)++]);
   }
   cf_mpi_unlock(w);
   return rc;
@@ -590,6 +724,9 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
   if (!w) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "mpi transport: out of memory");
   pthread_mutex_init(&w->mpi_lock, NULL);
   pthread_mutex_init(&w->abort_lock, NULL);
+  pthread_mutex_init(&w->ask_lock, NULL);
+  w->ask_req = MPI_REQUEST_NULL;
+  atomic_store(&w->waiting_for, -1);
   pthread_mutex_init(&w->dog_lock, NULL);
   pthread_cond_init(&w->dog_cond, NULL);
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
@@ -651,10 +788,16 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
   int n = w->comm.size;
   w->peers = calloc((size_t)n, sizeof *w->peers);
   w->abort_out = calloc((size_t)n, sizeof *w->abort_out);
-  if (!w->peers || !w->abort_out) goto oom;
+  w->answer = calloc((size_t)n, sizeof *w->answer);
+  w->answer_out = calloc((size_t)n, sizeof *w->answer_out);
+  w->question = calloc((size_t)n, sizeof *w->question);
+  w->question_out = calloc((size_t)n, sizeof *w->question_out);
+  if (!w->peers || !w->abort_out || !w->answer || !w->answer_out || !w->question ||
+      !w->question_out)
+    goto oom;
   for (int r = 0; r < n; r++) {
     w->peers[r].hreq = MPI_REQUEST_NULL;
-    w->abort_out[r] = MPI_REQUEST_NULL;
+    w->abort_out[r] = w->answer_out[r] = w->question_out[r] = MPI_REQUEST_NULL;
     if (r == w->comm.rank) continue;
     if (!(w->peers[r].rbuf = malloc(HDR_CAP(w)))) goto oom;
     cf_status st = post_header(&w->comm, r);
@@ -665,6 +808,8 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
   }
   rc = MPI_Irecv(w->abort_in, (int)sizeof w->abort_in, MPI_CHAR, MPI_ANY_SOURCE, TAG_ABORT,
                  w->world, &w->abort_req);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Irecv(&w->ask_in, 1, MPI_INT, MPI_ANY_SOURCE, TAG_ASK, w->world, &w->ask_req);
   if (rc != MPI_SUCCESS) {
     cf_status st = mpi_error(ctx, "MPI_Irecv", rc);
     cf_mpi_world_destroy(w, 0);
@@ -779,6 +924,12 @@ void cf_mpi_world_destroy(cf_mpi_world *w, int exit_code) {
       MPI_Wait(&w->abort_req, MPI_STATUS_IGNORE);
     }
     pthread_mutex_unlock(&w->abort_lock);
+    pthread_mutex_lock(&w->ask_lock);
+    if (w->ask_req != MPI_REQUEST_NULL) {
+      MPI_Cancel(&w->ask_req);
+      MPI_Wait(&w->ask_req, MPI_STATUS_IGNORE);
+    }
+    pthread_mutex_unlock(&w->ask_lock);
     /* sends: complete ones are freed; after a failure the rest are left to MPI */
     for (int r = 0; w->peers && r < w->comm.size; r++) {
       peer *p = &w->peers[r];
@@ -790,6 +941,10 @@ void cf_mpi_world_destroy(cf_mpi_world *w, int exit_code) {
     }
     for (int r = 0; w->abort_out && r < w->comm.size; r++)
       if (w->abort_out[r] != MPI_REQUEST_NULL) MPI_Request_free(&w->abort_out[r]);
+    for (int r = 0; w->answer_out && w->question_out && r < w->comm.size; r++) {
+      if (w->answer_out[r] != MPI_REQUEST_NULL) MPI_Request_free(&w->answer_out[r]);
+      if (w->question_out[r] != MPI_REQUEST_NULL) MPI_Request_free(&w->question_out[r]);
+    }
     cf_mpi_native_free(w);
     MPI_Comm_free(&w->world);
     cf_mpi_unlock(w);
@@ -804,9 +959,14 @@ void cf_mpi_world_destroy(cf_mpi_world *w, int exit_code) {
   }
   free(w->peers);
   free(w->abort_out);
+  free(w->answer);
+  free(w->answer_out);
+  free(w->question);
+  free(w->question_out);
   free(w->groups);
   pthread_mutex_destroy(&w->mpi_lock);
   pthread_mutex_destroy(&w->abort_lock);
+  pthread_mutex_destroy(&w->ask_lock);
   pthread_mutex_destroy(&w->dog_lock);
   pthread_cond_destroy(&w->dog_cond);
   free(w);

@@ -12,15 +12,17 @@
 #include <stdatomic.h>
 
 enum {
-  TAG_HDR = 7101,   /* headers (+ inline payloads) */
-  TAG_DATA = 7102,  /* payloads that do not fit in the header message, in eager pieces */
-  TAG_BULK = 7104,  /* ... sent whole (in 1 GiB parts) */
-  TAG_ABORT = 7103, /* abort reasons */
-  TAG_GROUP = 7200, /* + group index: MPI_Comm_create_group */
-  GROUP_MAX = 128,  /* group names are at most 127 bytes (SPEC) */
-  NODE_MAX = 128,   /* node names in headers (truncated; messages only) */
-  MSG_MAX = 1024,   /* abort reasons */
-  MAX_PARTS = 16,   /* payload pieces per message */
+  TAG_HDR = 7101,    /* headers (+ inline payloads) */
+  TAG_DATA = 7102,   /* payloads that do not fit in the header message, in eager pieces */
+  TAG_BULK = 7104,   /* ... sent whole (in 1 GiB parts) */
+  TAG_ABORT = 7103,  /* abort reasons */
+  TAG_ASK = 7105,    /* "whom do you wait for?" (a timed-out rank asks) */
+  TAG_ANSWER = 7106, /* ... and the answer */
+  TAG_GROUP = 7200,  /* + group index: MPI_Comm_create_group */
+  GROUP_MAX = 128,   /* group names are at most 127 bytes (SPEC) */
+  NODE_MAX = 128,    /* node names in headers (truncated; messages only) */
+  MSG_MAX = 1024,    /* abort reasons */
+  MAX_PARTS = 16,    /* payload pieces per message */
 };
 /* A message in flight to one peer: its header's and payload pieces' sends. */
 typedef struct send_slot {
@@ -45,14 +47,14 @@ typedef struct native_group {
 
 struct cf_mpi_world {
   cf_comm comm;
-  MPI_Comm world;       /* our duplicate of MPI_COMM_WORLD */
-  int local_size;       /* ranks on this node */
-  bool shm;             /* every rank reaches every other through shared memory */
-  size_t inline_max;    /* payloads the header message carries (INLINE_SHM / INLINE_NET) */
-  bool multiple;        /* MPI_THREAD_MULTIPLE (else SERIALIZED: lock every call) */
-  bool we_initialized;  /* we called MPI_Init_thread (and finalize) */
+  MPI_Comm world;      /* our duplicate of MPI_COMM_WORLD */
+  int local_size;      /* ranks on this node */
+  bool shm;            /* every rank reaches every other through shared memory */
+  size_t inline_max;   /* payloads the header message carries (INLINE_SHM / INLINE_NET) */
+  bool multiple;       /* MPI_THREAD_MULTIPLE (else SERIALIZED: lock every call) */
+  bool we_initialized; /* we called MPI_Init_thread (and finalize) */
   double timeout_s;
-  int spin;             /* polls before yielding */
+  int spin;                   /* polls before yielding */
   pthread_mutex_t mpi_lock;   /* around MPI calls when !multiple */
   pthread_mutex_t abort_lock; /* abort_req, msg */
   peer *peers;
@@ -61,12 +63,23 @@ struct cf_mpi_world {
   MPI_Request *abort_out;
   char abort_text[MSG_MAX]; /* what we sent (must outlive the sends) */
   _Atomic int aborted;
-  _Atomic int drained;  /* a failing wait gave in-flight sends their chance */
+  _Atomic int drained; /* a failing wait gave in-flight sends their chance */
   char msg[MSG_MAX];
+  /* who waits for whom, so that a timeout names the rank at the end of
+   * the chain of waits (mpi.c, "asking along the chain") */
+  _Atomic int waiting_for;    /* the peer this rank's current wait is for; -1: none */
+  pthread_mutex_t ask_lock;   /* the fields below */
+  MPI_Request ask_req;        /* posted receive of a question from any source */
+  int ask_in;                 /* its question number */
+  int (*answer)[2];           /* per peer: {question, waiting_for} being sent */
+  MPI_Request *answer_out;    /* per peer: that send */
+  int *question;              /* per peer: our question being sent */
+  MPI_Request *question_out;  /* per peer: that send */
+  int questions;              /* numbers our questions */
   int64_t coll_msgs, kill_at; /* test hook: SIGKILL at collective message kill_at */
   native_group *groups;
   int n_groups;
-  MPI_Datatype half;    /* 2-byte elements for float16/bfloat16 user ops */
+  MPI_Datatype half;               /* 2-byte elements for float16/bfloat16 user ops */
   MPI_Op half_op[2][CF_RED_COUNT]; /* [bf16?][red] */
   char host[MPI_MAX_PROCESSOR_NAME + 1];
   /* the watchdog of native collectives */
@@ -74,12 +87,12 @@ struct cf_mpi_world {
   bool dog_started, dog_stop;
   pthread_mutex_t dog_lock; /* the fields below */
   pthread_cond_t dog_cond;
-  double native_deadline;   /* 0: no native collective running */
-  char native_what[256];    /* which one, for the timeout message */
+  double native_deadline; /* 0: no native collective running */
+  char native_what[256];  /* which one, for the timeout message */
 };
 
 /* mpi.c */
-void cf_mpi_lock(cf_mpi_world *w);               /* around MPI calls when only SERIALIZED */
+void cf_mpi_lock(cf_mpi_world *w); /* around MPI calls when only SERIALIZED */
 void cf_mpi_unlock(cf_mpi_world *w);
 const char *cf_mpi_error_text(int rc, char *buf); /* buf: MPI_MAX_ERROR_STRING bytes */
 /* Record an abort reason (first one wins) and send it to every rank. */
