@@ -544,6 +544,14 @@ cf_status cf_compute_run(cf_context *ctx, const cf_graph *g, const cf_node *n, c
     if (out->data != in->data)
       memmove(out->data, in->data, (size_t)(in->count * cf_dtype_size(in->dtype)));
     return CF_OK;
+  case CF_OP_SHARD: {
+    cf_shape local;
+    int64_t origin[CF_MAX_RANK];
+    if ((st = cf_shard_block(g, n, &in->shape, rank, &local, origin))) return st;
+    cf_copy_block(in->data, &in->shape, origin, &local, (size_t)cf_dtype_size(in->dtype),
+                  out->data);
+    return CF_OK;
+  }
   case CF_OP_OPAQUE: return run_opaque(ctx, g, n, out, rank, seed);
   default:
     return node_err(ctx, g, n, CF_ERR_INVALID, "%s is not a compute op the executor runs here",

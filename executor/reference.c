@@ -321,6 +321,17 @@ static cf_status compute(ref_run *r, const cf_node *n, int rank) {
   case CF_OP_SUB:
   case CF_OP_MUL: binary(n->op, a, b, o); return CF_OK;
   case CF_OP_CAST: cast(a, o); return CF_OK;
+  case CF_OP_SHARD: {
+    cf_shape local;
+    int64_t origin[CF_MAX_RANK];
+    if ((st = cf_shard_block(r->g, n, &a->shape, rank, &local, origin))) return st;
+    if (a->ival) cf_copy_block(a->ival, &a->shape, origin, &local, sizeof *a->ival, o->ival);
+    if (a->val) {
+      cf_copy_block(a->val, &a->shape, origin, &local, sizeof *a->val, o->val);
+      cf_copy_block(a->mag, &a->shape, origin, &local, sizeof *a->mag, o->mag);
+    }
+    return CF_OK;
+  }
   default:
     return cf_node_error(r->g, n, CF_ERR_INVALID, "reference: %s is not a compute op",
                          cf_op_table[n->op].name);

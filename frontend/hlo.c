@@ -591,6 +591,7 @@ static cf_status parse_header(hlo_reader *r, const char *s, const char *e, int l
   cf_status st = parse_attrs(r, p, e, line, "HloModule", &a, &n);
   if (st) return st;
   for (int i = 0; i < n; i++) {
+    if (cf_span_is(a[i].key, "frontend_attributes")) r->module_attrs = a[i].val;
     int64_t *dst = cf_span_is(a[i].key, "num_partitions")  ? &r->partitions
                    : cf_span_is(a[i].key, "replica_count") ? &r->replicas
                                                            : NULL;

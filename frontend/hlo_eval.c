@@ -469,8 +469,8 @@ static cf_status emit_tuple(hlo_reader *r, const hinstr *in, const hval *const *
 /* Custom calls that are the identity in the per-rank program collfuse runs:
  * sharding annotations, and the shard_map exits (local -> global shape),
  * whose per-rank value is the rank's local shard, as in XLA's partitioned
- * module. The entries (GlobalToLocalShape) stay Opaque: each rank's shard of
- * a global input is deterministic data of the local shape. */
+ * module. The entries (global -> local shape) take each rank's block: see
+ * eval_shard_entry. */
 static bool forwards_operands(const hinstr *in) {
   static const char *targets[] = {"\"Sharding\"", "\"xla.sdy.FuncResultSharding\"",
                                   "\"xla.sdy.LocalToGlobalShape\"", "\"SPMDShardToFullShape\""};
@@ -478,6 +478,91 @@ static bool forwards_operands(const hinstr *in) {
   for (size_t i = 0; t && i < sizeof targets / sizeof targets[0]; i++)
     if (cf_span_is(t->val, targets[i])) return true;
   return false;
+}
+
+static bool is_target(const hinstr *in, const char *quoted_name) {
+  const hattr *t = cf_hlo_attr(in, "custom_call_target");
+  return t && cf_span_is(t->val, quoted_name);
+}
+
+/* The entry into a shard_map body (xla.sdy.GlobalToLocalShape with its
+ * in_shardings, or SPMDFullToShardShape after a Sharding custom-call): each
+ * rank goes on with its block of each operand, a Shard node (ir/shard.c;
+ * the cut from hlo_sharding.c), or the operand itself where nothing is cut.
+ * *imported is false (and nothing is emitted) when the sharding is not one
+ * collfuse runs or its blocks are not the shapes the call declares: then
+ * the call stays Opaque, which check reports. */
+static cf_status eval_shard_entry(hlo_reader *r, hcomp *c, const hinstr *in, bool at_entry,
+                                  const hval *const *ops, hval *out, bool *imported) {
+  int n = in->n_opnd;
+  *imported = false;
+  const hshape *t = &in->shape;
+  if (n > CF_MAX_OPERANDS || (n == 1 ? t->n >= 0 && t->n != 1 : t->n != n)) return CF_OK;
+  int ranks[CF_MAX_OPERANDS];
+  for (int i = 0; i < n; i++) {
+    const hshape *ti = t->n >= 0 ? &t->elem[i] : t;
+    if (!exact_array(ops[i]) || ti->n >= 0 || ti->dt != ops[i]->type->dt) return CF_OK;
+    ranks[i] = ops[i]->type->s.rank;
+  }
+  hcut *cut = calloc((size_t)n, sizeof *cut);
+  if (!cut) return cf_hlo_oom(r, in->line);
+  char why[200];
+  bool ok;
+  if (is_target(in, "\"SPMDFullToShardShape\"")) {
+    int j = cf_hlo_map_find(&c->map, in->opnd[0]);
+    const hinstr *def = j >= 0 ? &c->ins[j] : NULL;
+    const hattr *sh = def && !strcmp(def->opcode, "custom-call") && is_target(def, "\"Sharding\"")
+                          ? cf_hlo_attr(def, "sharding")
+                          : NULL;
+    ok = n == 1 && sh && cf_hlo_sharding_cut(sh->val, ranks[0], &cut[0], why, sizeof why);
+  } else {
+    ok = cf_hlo_sdy_cuts(r, in, ranks, n, cut, why, sizeof why);
+  }
+  for (int i = 0; i < n && ok; i++) { /* the blocks must be what the call declares */
+    const hshape *ti = t->n >= 0 ? &t->elem[i] : t;
+    cf_shape local = ops[i]->type->s;
+    for (int d = 0; d < local.rank && cut[i].n_dev; d++)
+      ok = ok && local.dims[d] % cut[i].tiles[d] == 0 && (local.dims[d] /= cut[i].tiles[d], true);
+    ok = ok && cf_shape_equal(&local, &ti->s);
+  }
+  cf_status st = CF_OK;
+  hval *elem = ok && t->n >= 0 ? cf_arena_array(&r->scratch, (size_t)n, sizeof *elem) : NULL;
+  if (ok && t->n >= 0 && !elem) st = cf_hlo_oom(r, in->line);
+  for (int i = 0; i < n && ok && !st; i++) {
+    const hshape *ti = t->n >= 0 ? &t->elem[i] : t;
+    hval *dst = t->n >= 0 ? &elem[i] : out;
+    bool cuts = false;
+    for (int d = 0; d < cut[i].rank && cut[i].n_dev; d++)
+      cuts |= cut[i].tiles[d] > 1;
+    if (!cuts) {
+      *dst = *ops[i];
+      continue;
+    }
+    char suffix[24], buf[CF_MAX_WORLD * 4 + 8];
+    snprintf(suffix, sizeof suffix, "/%d", i);
+    int idx, port = 0;
+    cf_shape tiles = {.rank = cut[i].rank};
+    memcpy(tiles.dims, cut[i].tiles, sizeof tiles.dims);
+    bool iota = true;
+    size_t len = 0;
+    for (int k = 0; k < cut[i].n_dev; k++) {
+      iota &= cut[i].dev[k] == k;
+      len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%d", k ? "," : "", cut[i].dev[k]);
+    }
+    if ((st = add_node(r, in->name, n > 1 ? suffix : "", at_entry, CF_OP_SHARD, in->line, &idx)) ||
+        (st = cf_node_set_inputs(r->g, idx, 1, &ops[i]->ref)) ||
+        (st = set_type(r, idx, ti, in->line)) ||
+        (st = set_str(r, idx, CF_A_TILES, cf_shape_format(&tiles, suffix, sizeof suffix),
+                      in->line)) ||
+        (!iota && (st = set_str(r, idx, CF_A_DEVICES, buf, in->line))) ||
+        (st = shape_value(r, ti, idx, &port, dst, in->line)))
+      break;
+    if (cut[i].n_dev > r->mesh_world) r->mesh_world = cut[i].n_dev;
+  }
+  if (ok && !st && t->n >= 0) *out = (hval){.n = n, .depth = 1, .elem = elem};
+  *imported = ok;
+  free(cut);
+  return st;
 }
 
 static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hval *args,
@@ -505,6 +590,7 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
   }
   if (st) goto done;
   bool binary = !strcmp(op, "add") || !strcmp(op, "subtract") || !strcmp(op, "multiply");
+  bool imported = false;
   const hshape *t = &in->shape;
   if (!strcmp(op, "parameter")) {
     st = eval_parameter(r, in, at_entry, args, n_args, out);
@@ -568,6 +654,13 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
       st = emit_opaque(r, in, at_entry, ops, op, out);
   } else if (!strcmp(op, "dot") && in->n_opnd == 2 && dot_is_matmul(in, ops[0], ops[1])) {
     st = emit_op(r, in, at_entry, CF_OP_MATMUL, ops, 2, NULL, out);
+  } else if (!strcmp(op, "custom-call") && in->n_opnd &&
+             (is_target(in, "\"xla.sdy.GlobalToLocalShape\"") ||
+              is_target(in, "\"SPMDFullToShardShape\"")) &&
+             !(st = eval_shard_entry(r, c, in, at_entry, ops, out, &imported)) && imported) {
+    /* each rank's block: see eval_shard_entry */
+  } else if (st) {
+    /* eval_shard_entry failed */
   } else if (!strcmp(op, "custom-call") && in->n_opnd && forwards_operands(in)) {
     /* per-rank, a value's local shard is the value: see forwards_operands */
     if (in->n_opnd == 1) {

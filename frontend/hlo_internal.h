@@ -110,6 +110,7 @@ typedef struct hlo_reader {
   int64_t partitions, replicas; /* from the HloModule line, 0 when absent */
   int64_t max_rank;             /* largest rank in any group, -1 when none */
   int64_t mesh_world;           /* largest mesh seen */
+  cf_span module_attrs;         /* the HloModule line's frontend_attributes (xla.sdy.meshes) */
   int world_line;               /* first collective over every device */
   int64_t work;                 /* what is left of the budget above */
   int64_t work_limit;           /* the budget */
@@ -164,6 +165,25 @@ hcomp *cf_hlo_attr_comp(hlo_reader *r, const hinstr *in, const char *key);
 
 /* The collective's replica groups as ranks, declared as IR groups. */
 cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out);
+
+/* ---- hlo_sharding.c: how a sharding cuts an array across the devices ---- */
+
+/* Blocks per dim and the device holding each block (row-major blocks,
+ * replicas consecutive): a Shard node's tiles and devices. n_dev 0: no cut. */
+typedef struct hcut {
+  int rank;
+  int64_t tiles[CF_MAX_RANK];
+  int n_dev;
+  int dev[CF_MAX_WORLD];
+} hcut;
+
+/* An HLO sharding ({devices=[2,1]<=[2]}, {replicated}, ...) of an array of
+ * rank dims; false with why when it is not a form collfuse runs. */
+bool cf_hlo_sharding_cut(cf_span text, int rank, hcut *out, char *why, size_t why_len);
+/* The cuts of in's xla.sdy.in_shardings, one per operand (of ranks[i]
+ * dims), against the module's xla.sdy.meshes; false with why. */
+bool cf_hlo_sdy_cuts(hlo_reader *r, const hinstr *in, const int *ranks, int n, hcut *out,
+                     char *why, size_t why_len);
 
 /* ---- hlo_eval.c: instructions to IR nodes ---- */
 

@@ -278,6 +278,9 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
                            SHAPE_STR(&x->shape, b1), SHAPE_STR(&out->shape, b2));
     return CF_OK;
   }
+  case CF_OP_SHARD:
+    out->dtype = operand(g, n, 0)->dtype;
+    return cf_shard_block(g, n, &operand(g, n, 0)->shape, -1, &out->shape, NULL);
   case CF_OP_ALLREDUCE:
   case CF_OP_REDUCE:
   case CF_OP_BROADCAST:

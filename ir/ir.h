@@ -493,6 +493,16 @@ cf_status cf_graph_seal(cf_graph *g);
  * gathered) tensor, summed over ports. */
 int64_t cf_node_comm_bytes(const cf_graph *g, const cf_node *n);
 
+/* Shard (ir/shard.c): check n against its operand's global shape and give
+ * the block's shape; with rank >= 0 also where rank's block starts
+ * (origin[d] per dim). Errors name the node. */
+cf_status cf_shard_block(const cf_graph *g, const cf_node *n, const cf_shape *global, int rank,
+                         cf_shape *local, int64_t *origin);
+/* Copy the block of local's shape at origin out of the row-major tensor src
+ * of shape global (elements of esize bytes) into dst, row-major. */
+void cf_copy_block(const void *src, const cf_shape *global, const int64_t *origin,
+                   const cf_shape *local, size_t esize, void *dst);
+
 /* ================= suggest.c: "did you mean" ================= */
 
 /* Edit distance (Damerau-Levenshtein, case-insensitive) of a and b. */

@@ -21,15 +21,20 @@ static void test_jax_tp_mlp(void **state) {
   assert_int_equal(cf_node_layout(ag), CF_LAYOUT_CONCAT);
   assert_string_equal(cf_node_group(ag), "tp");
   assert_shape(&ag->out[0], CF_DT_BFLOAT16, "1024,512");
-  /* the shard_map body was inlined: parameters are the GlobalToLocalShape outputs */
-  const cf_node *g2l = operand(g, ag, 0);
-  assert_int_equal(g2l->op, CF_OP_OPAQUE);
-  assert_string_equal(cf_node_str(g2l, CF_A_TYPE, ""), "custom-call:xla.sdy.GlobalToLocalShape");
-  assert_int_equal(g2l->n_out, 3);
+  /* the shard_map body was inlined: its parameters are each rank's blocks
+   * of the global Inputs (GlobalToLocalShape's in_shardings, as Shard) */
+  const cf_node *x = operand(g, ag, 0);
+  assert_int_equal(x->op, CF_OP_SHARD);
+  assert_string_equal(x->name, "shard_map.14/0");
+  assert_string_equal(operand(g, x, 0)->name, "x.1");
+  assert_shape(&x->out[0], CF_DT_BFLOAT16, "128,512");
   const cf_node *d2 = node(g, "dot_general.2");
   assert_int_equal(d2->op, CF_OP_MATMUL);
   assert_ptr_equal(operand(g, d2, 0), ag);
-  assert_int_equal(d2->in[1].port, 1);
+  const cf_node *w1 = operand(g, d2, 1);
+  assert_int_equal(w1->op, CF_OP_SHARD);
+  assert_int_equal(cf_node_attr(w1, CF_A_TILES)->v.shape->dims[1], 8); /* [{}, {"tp"}] */
+  assert_null(cf_node_str(w1, CF_A_DEVICES, NULL));                   /* iota: ranks in order */
   /* dot -> reduce-scatter, as the MatMul fusion wants it */
   assert_int_equal(rs->op, CF_OP_REDUCESCATTER);
   assert_int_equal(cf_node_reduction(rs), CF_RED_SUM);

@@ -21,23 +21,11 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import cf, fail  # noqa: E402
+import checks  # noqa: E402
+
 SPLITS = ["auto", "bytes:4K", "bytes:2K,count=3", "bytes:1K,first=512", "size:60,40"]
-fails = 0
-
-
-def fail(msg):
-    global fails
-    fails += 1
-    print("FAIL:", msg)
-
-
-def cf(*args, want=0):
-    p = subprocess.run([CF, *args], capture_output=True, text=True, timeout=120)
-    if p.returncode != want:
-        fail(f"collfuse {' '.join(args)}: exit {p.returncode}, expected {want}\n{p.stderr}")
-    if "runtime error:" in p.stderr or "Sanitizer" in p.stderr:
-        fail(f"collfuse {' '.join(args)}: sanitizer error\n{p.stderr}")
-    return p
 
 
 def tuple_dump(levels=2, tuples=34, world=4):
@@ -192,9 +180,9 @@ def test_fusion_attrs(d):
 
 
 CF, SRC = sys.argv[1], sys.argv[2]
+checks.CF = CF
 with tempfile.TemporaryDirectory(prefix="cf-refuse.") as tmp:
     test_xla_dump(tmp)
     test_fusion_attrs(tmp)
     test_idempotent(tmp)
-print(f"refuse.py: {fails} failure(s)")
-sys.exit(1 if fails else 0)
+checks.finish("refuse.py")
