@@ -543,10 +543,8 @@ static cf_status eval_shard_entry(hlo_reader *r, hcomp *c, const hinstr *in, boo
     int idx, port = 0;
     cf_shape tiles = {.rank = cut[i].rank};
     memcpy(tiles.dims, cut[i].tiles, sizeof tiles.dims);
-    bool iota = true;
     size_t len = 0;
     for (int k = 0; k < cut[i].n_dev; k++) {
-      iota &= cut[i].dev[k] == k;
       len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%d", k ? "," : "", cut[i].dev[k]);
     }
     if ((st = add_node(r, in->name, n > 1 ? suffix : "", at_entry, CF_OP_SHARD, in->line, &idx)) ||
@@ -554,7 +552,7 @@ static cf_status eval_shard_entry(hlo_reader *r, hcomp *c, const hinstr *in, boo
         (st = set_type(r, idx, ti, in->line)) ||
         (st = set_str(r, idx, CF_A_TILES, cf_shape_format(&tiles, suffix, sizeof suffix),
                       in->line)) ||
-        (!iota && (st = set_str(r, idx, CF_A_DEVICES, buf, in->line))) ||
+        (st = set_str(r, idx, CF_A_DEVICES, buf, in->line)) ||
         (st = shape_value(r, ti, idx, &port, dst, in->line)))
       break;
     if (cut[i].n_dev > r->mesh_world) r->mesh_world = cut[i].n_dev;

@@ -15,10 +15,11 @@
 #include <ctype.h>
 
 enum {
-  HLO_MAX_NEST = 256, /* brackets open at once in one statement */
-  HLO_MAX_TUPLE = 32, /* tuples nested in tuples (shapes and values) */
-  HLO_MAX_CALLS = 64, /* call instructions nested through computations */
-  HLO_MAX_AXES = 16,  /* axes of a mesh */
+  HLO_MAX_NEST = 256,  /* brackets open at once in one statement */
+  HLO_MAX_TUPLE = 32,  /* tuples nested in tuples (shapes and values) */
+  HLO_MAX_CALLS = 64,  /* call instructions nested through computations */
+  HLO_MAX_AXES = 16,   /* axes of a mesh */
+  HLO_MAX_MESHES = 16, /* meshes of a module */
 };
 /* Instructions and operands evaluated, inlined calls and result tuples
  * included: HLO_WORK_PER_BYTE per byte of the module, at least
@@ -111,9 +112,12 @@ typedef struct hlo_reader {
   int64_t max_rank;             /* largest rank in any group, -1 when none */
   int64_t mesh_world;           /* largest mesh seen */
   cf_span module_attrs;         /* the HloModule line's frontend_attributes (xla.sdy.meshes) */
-  int world_line;               /* first collective over every device */
-  int64_t work;                 /* what is left of the budget above */
-  int64_t work_limit;           /* the budget */
+  struct hmesh *meshes;         /* xla.sdy.meshes, read on first use (hlo_sharding.c) */
+  int n_meshes;
+  bool meshes_loaded;
+  int world_line;     /* first collective over every device */
+  int64_t work;       /* what is left of the budget above */
+  int64_t work_limit; /* the budget */
   int depth;
   unsigned long long serial; /* suffix of names that were taken */
   cf_ref *refs;              /* operands of the node being built */
@@ -168,6 +172,15 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out);
 
 /* ---- hlo_sharding.c: how a sharding cuts an array across the devices ---- */
 
+/* A Shardy mesh: its axes and their sizes (device_ids: an explicit order). */
+typedef struct hmesh {
+  cf_span name;
+  int n;
+  cf_span axis[HLO_MAX_AXES];
+  int64_t size[HLO_MAX_AXES];
+  bool device_ids;
+} hmesh;
+
 /* Blocks per dim and the device holding each block (row-major blocks,
  * replicas consecutive): a Shard node's tiles and devices. n_dev 0: no cut. */
 typedef struct hcut {
@@ -182,8 +195,8 @@ typedef struct hcut {
 bool cf_hlo_sharding_cut(cf_span text, int rank, hcut *out, char *why, size_t why_len);
 /* The cuts of in's xla.sdy.in_shardings, one per operand (of ranks[i]
  * dims), against the module's xla.sdy.meshes; false with why. */
-bool cf_hlo_sdy_cuts(hlo_reader *r, const hinstr *in, const int *ranks, int n, hcut *out,
-                     char *why, size_t why_len);
+bool cf_hlo_sdy_cuts(hlo_reader *r, const hinstr *in, const int *ranks, int n, hcut *out, char *why,
+                     size_t why_len);
 
 /* ---- hlo_eval.c: instructions to IR nodes ---- */
 

@@ -145,12 +145,6 @@ bool cf_hlo_sharding_cut(cf_span text, int rank, hcut *out, char *why, size_t wh
 
 /* ---- Shardy ---- */
 
-typedef struct mesh {
-  int n;
-  cf_span name[HLO_MAX_AXES];
-  int64_t size[HLO_MAX_AXES];
-} mesh;
-
 /* "name" (escapes already removed) */
 static bool quoted(const char **pp, const char *e, cf_span *out) {
   const char *p = skip_sp(*pp, e);
@@ -164,26 +158,32 @@ static bool quoted(const char **pp, const char *e, cf_span *out) {
   return true;
 }
 
-/* The mesh called name in the module's meshes text: `name = #sdy.mesh<["a"=2, ...]>`. */
-static bool find_mesh(cf_span meshes, cf_span name, mesh *m, char *why, size_t why_len) {
+/* The module's meshes (`{name = #sdy.mesh<["a"=2, ...]>, ...}`), read once
+ * into r->meshes, so a lookup never rescans the text. */
+static bool load_meshes(hlo_reader *r, cf_span meshes, char *why, size_t why_len) {
   const char *p = meshes.p, *e = meshes.p + meshes.n;
+  r->meshes_loaded = true;
   while (p < e) {
     const char *at = p;
-    while (at < e && (is_space(*at) || *at == '{' || *at == ','))
+    while (at < e && (is_space(*at) || *at == '{' || *at == ',' || *at == '}'))
       at++;
+    if (at == e) break;
     const char *ne = at;
     while (ne < e && is_name_char(*ne))
       ne++;
     p = ne;
     if (!lit(&p, e, "=") || !lit(&p, e, "#sdy.mesh<"))
       return WHY("xla.sdy.meshes: expected NAME = #sdy.mesh<...>");
-    bool match = (size_t)(ne - at) == name.n && !memcmp(at, name.p, name.n);
+    if (r->n_meshes == HLO_MAX_MESHES)
+      return WHY("xla.sdy.meshes: more than %d meshes", HLO_MAX_MESHES);
+    hmesh *m = &r->meshes[r->n_meshes++];
+    m->name = (cf_span){at, (size_t)(ne - at)};
     m->n = 0;
     if (!lit(&p, e, "[")) return WHY("xla.sdy.meshes: expected '['");
     if (!lit(&p, e, "]")) {
       do {
         if (m->n == HLO_MAX_AXES) return WHY("mesh with more than %d axes", HLO_MAX_AXES);
-        if (!quoted(&p, e, &m->name[m->n]) || !lit(&p, e, "=") ||
+        if (!quoted(&p, e, &m->axis[m->n]) || !lit(&p, e, "=") ||
             !cf_hlo_read_int(&p, e, CF_MAX_WORLD, &m->size[m->n]) || m->size[m->n] < 1)
           return WHY("xla.sdy.meshes: expected \"axis\"=size");
         p = skip_sp(p, e);
@@ -191,20 +191,30 @@ static bool find_mesh(cf_span meshes, cf_span name, mesh *m, char *why, size_t w
       } while (lit(&p, e, ","));
       if (!lit(&p, e, "]")) return WHY("xla.sdy.meshes: expected ']'");
     }
-    bool ids = lit(&p, e, ",");
-    if (match && ids)
-      return WHY("mesh '%.*s' lists device_ids, which collfuse does not run", (int)name.n, name.p);
-    while (p < e && *p != '>') /* device_ids of another mesh */
+    m->device_ids = lit(&p, e, ",");
+    while (p < e && *p != '>') /* device_ids=[...] */
       p++;
     if (!lit(&p, e, ">")) return WHY("xla.sdy.meshes: expected '>'");
-    if (match) return true;
   }
-  return WHY("mesh '%.*s' is not declared in the module's xla.sdy.meshes", (int)name.n, name.p);
+  return true;
+}
+
+static const hmesh *find_mesh(const hlo_reader *r, cf_span name, char *why, size_t why_len) {
+  for (int i = 0; i < r->n_meshes; i++)
+    if (r->meshes[i].name.n == name.n && !memcmp(r->meshes[i].name.p, name.p, name.n)) {
+      if (!r->meshes[i].device_ids) return &r->meshes[i];
+      snprintf(why, why_len, "mesh '%.*s' lists device_ids, which collfuse does not run",
+               (int)name.n, name.p);
+      return NULL;
+    }
+  snprintf(why, why_len, "mesh '%.*s' is not declared in the module's xla.sdy.meshes", (int)name.n,
+           name.p);
+  return NULL;
 }
 
 /* One value's sharding `<@mesh, [{"a"}, {}]>` into a cut of an array of rank dims. */
-static bool sdy_cut(const char **pp, const char *e, cf_span meshes, int rank, hcut *out, char *why,
-                    size_t why_len) {
+static bool sdy_cut(const hlo_reader *r, const char **pp, const char *e, int rank, hcut *out,
+                    char *why, size_t why_len) {
   const char *p = *pp;
   memset(out, 0, sizeof *out);
   out->rank = rank;
@@ -213,8 +223,9 @@ static bool sdy_cut(const char **pp, const char *e, cf_span meshes, int rank, hc
   while (p < e && is_name_char(*p))
     p++;
   cf_span name = {ns, (size_t)(p - ns)};
-  mesh m;
-  if (!find_mesh(meshes, name, &m, why, why_len)) return false;
+  const hmesh *mp = find_mesh(r, name, why, why_len);
+  if (!mp) return false;
+  const hmesh m = *mp;
   if (!lit(&p, e, ",") || !lit(&p, e, "[")) return WHY("sdy sharding: expected [dims]");
   int axis_dim[HLO_MAX_AXES], axis_pos[HLO_MAX_AXES], d = 0;
   for (int k = 0; k < m.n; k++)
@@ -230,7 +241,7 @@ static bool sdy_cut(const char **pp, const char *e, cf_span meshes, int rank, hc
           if (!quoted(&p, e, &ax))
             return WHY("sdy sharding: expected \"axis\" (open dims '?' are not run)");
           int k = 0;
-          while (k < m.n && !(m.name[k].n == ax.n && !memcmp(m.name[k].p, ax.p, ax.n)))
+          while (k < m.n && !(m.axis[k].n == ax.n && !memcmp(m.axis[k].p, ax.p, ax.n)))
             k++;
           if (k == m.n)
             return WHY("sdy sharding: axis '%.*s' is not in mesh '%.*s'", (int)ax.n, ax.p,
@@ -323,14 +334,21 @@ bool cf_hlo_sdy_cuts(hlo_reader *r, const hinstr *in, const int *ranks, int n, h
   const hattr *fa = cf_hlo_attr(in, "frontend_attributes");
   cf_span v = fa ? sub_value(r, fa->val, "xla.sdy.in_shardings") : (cf_span){NULL, 0};
   if (!v.p) return WHY("no xla.sdy.in_shardings");
-  cf_span meshes = sub_value(r, r->module_attrs, "xla.sdy.meshes");
-  if (!meshes.p) return WHY("the module declares no xla.sdy.meshes");
+  if (!r->meshes_loaded) {
+    cf_span meshes = sub_value(r, r->module_attrs, "xla.sdy.meshes");
+    if (!(r->meshes = cf_arena_array(&r->scratch, HLO_MAX_MESHES, sizeof *r->meshes)))
+      return WHY("out of memory");
+    if (meshes.p && !load_meshes(r, meshes, why, why_len)) {
+      r->n_meshes = 0; /* every lookup fails alike */
+      return false;
+    }
+  }
   const char *p = v.p, *e = v.p + v.n;
   if (!lit(&p, e, "#sdy.sharding_per_value<") || !lit(&p, e, "["))
     return WHY("xla.sdy.in_shardings: expected #sdy.sharding_per_value<[...]>");
   for (int i = 0; i < n; i++) {
     if (i && !lit(&p, e, ",")) return WHY("xla.sdy.in_shardings: fewer shardings than operands");
-    if (!sdy_cut(&p, e, meshes, ranks[i], &out[i], why, why_len)) return false;
+    if (!sdy_cut(r, &p, e, ranks[i], &out[i], why, why_len)) return false;
   }
   if (!lit(&p, e, "]")) return WHY("xla.sdy.in_shardings: more shardings than operands");
   return true;

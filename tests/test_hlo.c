@@ -34,7 +34,7 @@ static void test_jax_tp_mlp(void **state) {
   const cf_node *w1 = operand(g, d2, 1);
   assert_int_equal(w1->op, CF_OP_SHARD);
   assert_int_equal(cf_node_attr(w1, CF_A_TILES)->v.shape->dims[1], 8); /* [{}, {"tp"}] */
-  assert_null(cf_node_str(w1, CF_A_DEVICES, NULL));                   /* iota: ranks in order */
+  assert_string_equal(cf_node_str(w1, CF_A_DEVICES, NULL), "0,1,2,3,4,5,6,7");
   /* dot -> reduce-scatter, as the MatMul fusion wants it */
   assert_int_equal(rs->op, CF_OP_REDUCESCATTER);
   assert_int_equal(cf_node_reduction(rs), CF_RED_SUM);

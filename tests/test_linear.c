@@ -401,6 +401,23 @@ static void hlo_mesh_axes(sbuf *b, int n) {
   hlo_root_tuple(b, "ar", n);
 }
 
+/* n shard_map entries, each cutting its own global parameter over one of
+ * 16 meshes declared on the module line (looked up, never rescanned) */
+static void hlo_shard_entries(sbuf *b, int n) {
+  put(b, "HloModule m, frontend_attributes={xla.sdy.meshes={");
+  for (int i = 0; i < 16; i++)
+    put(b, "%smesh%d = #sdy.mesh<[\"x\"=4, \"y\"=1]>", i ? ", " : "", i);
+  put(b, "}}\nENTRY e {\n");
+  for (int i = 0; i < n; i++)
+    put(b,
+        "  p%d = f32[16] parameter(%d)\n"
+        "  s%d = f32[4] custom-call(p%d), custom_call_target=\"xla.sdy.GlobalToLocalShape\", "
+        "frontend_attributes={xla.sdy.in_shardings=\"#sdy.sharding_per_value<[<@mesh%d, "
+        "[{\\\"x\\\"}]>]>\"}\n",
+        i, i, i, i, i % 16);
+  hlo_root_tuple(b, "s", n);
+}
+
 /* ---- rank tables, through the driver ---- */
 
 /* servers of per devices each, n devices in all */
@@ -501,6 +518,7 @@ int main(void) {
             "the limit is 8 per byte of the module"),
       SHAPE("hlo_replica_groups", "t.hlo", hlo_groups, 500, CF_OK, NULL),
       SHAPE("hlo_mesh_axes", "t.hlo", hlo_mesh_axes, 300, CF_OK, NULL),
+      SHAPE("hlo_shard_entries", "t.hlo", hlo_shard_entries, 500, CF_OK, NULL),
       cmocka_unit_test(test_ranktable),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
