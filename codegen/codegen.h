@@ -50,7 +50,7 @@ typedef void (*cf_kernel_scale_fn)(void *dst, int64_t n, double div);
 typedef void (*cf_kernel_quant_fn)(void *dst, const int32_t *acc, const float *x1_scale,
                                    const float *x2_scale, int64_t m, int64_t n);
 
-/* ---- kernels.c: IR generation ---- */
+/* ---- kernels.c: kernel keys and targets ---- */
 
 /* "cf_nary_sum_float32_4", "cf_acc_max_bfloat16", "cf_scale_int8",
  * "cf_quant_bfloat16". */
@@ -105,11 +105,6 @@ cf_status cf_codegen_ptx(cf_context *ctx, const cf_kernel_key *keys, int n, cons
 #include <llvm-c/Core.h>
 #include <llvm-c/TargetMachine.h>
 
-/* kernels_ir.c: the IR of one kernel, added to mod (whose data layout and
- * triple are set); key must be valid. Returns the function. */
-LLVMValueRef cf_kernel_emit_ir(LLVMModuleRef mod, const cf_codegen_target *t,
-                               const cf_kernel_key *key);
-
 /* kernels.c */
 
 /* Whether host target t lists "+name" among its features ("avx512dq");
@@ -117,10 +112,19 @@ LLVMValueRef cf_kernel_emit_ir(LLVMModuleRef mod, const cf_codegen_target *t,
 bool cf_target_has(const cf_codegen_target *t, const char *name);
 /* Process-wide LLVM target registration (native + NVPTX), done once. */
 void cf_codegen_init_llvm(void);
+/* A target machine for t at -O3, PIC; the caller disposes it. */
+cf_status cf_codegen_machine(cf_context *ctx, const cf_codegen_target *t,
+                             LLVMTargetMachineRef *out);
+
+/* kernels_ir.c: the IR of one kernel, added to mod (whose data layout and
+ * triple are set); key must be valid. Returns the function. */
+LLVMValueRef cf_kernel_emit_ir(LLVMModuleRef mod, const cf_codegen_target *t,
+                               const cf_kernel_key *key);
 /* Lanes of the explicit vector loop of key's kernel on t (1 on NVPTX,
  * where every thread handles one element per grid-stride step). */
 int cf_kernel_lanes(const cf_codegen_target *t, const cf_kernel_key *key);
-/* Build keys[0..n) into a new module in lc for target t, optimized with
+
+/* module.c: build keys[0..n) into a new module in lc for target t, optimized with
  * default<O3> (loop+SLP vectorization on). *out is owned by the caller
  * (LLVMDisposeModule, before lc goes). */
 cf_status cf_codegen_module(cf_context *ctx, const cf_codegen_target *t, const cf_kernel_key *keys,
@@ -134,8 +138,6 @@ cf_status cf_codegen_module_tm(cf_context *ctx, const cf_codegen_target *t, LLVM
  * "-avx512bf16", "-avx512dq"), instead of the host's own. Only before ctx
  * compiles its first kernel (CF_ERR_USAGE after). t must run on the host. */
 cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t);
-/* A target machine for t at -O3, PIC; the caller disposes it. */
-cf_status cf_codegen_machine(cf_context *ctx, const cf_codegen_target *t, LLVMTargetMachineRef *out);
 
 /* objcache.c: compiled kernels as files "NAME-TARGETHASH.o" holding a header
  * (format, LLVM version, key, target hash, payload size and checksum) and

@@ -1,6 +1,6 @@
 /* kernels.c - kernel keys and names, code generation targets (the host from
- * its CPU features, NVPTX), target machines, and modules of kernels: IR from
- * kernels_ir.c, verified, then optimized with default<O3>.
+ * its CPU features, NVPTX) and their target machines: what kernels_ir.c
+ * generates code for and module.c builds modules with.
  *
  * A target carries everything that changes the generated code (triple, CPU,
  * features, vector width), so it is also what the JIT and the object cache
@@ -9,9 +9,7 @@
 #define CF_CODEGEN_INTERNAL
 #include "codegen.h"
 
-#include <llvm-c/Analysis.h>
 #include <llvm-c/Target.h>
-#include <llvm-c/Transforms/PassBuilder.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -202,68 +200,4 @@ cf_status cf_codegen_machine(cf_context *ctx, const cf_codegen_target *t,
     return cf_error(ctx, CF_ERR_UNSUPPORTED, NULL, 0,
                     "codegen: no target machine for '%s' cpu '%s'", t->triple, t->cpu);
   return CF_OK;
-}
-
-/* ---- modules ---- */
-
-cf_status cf_codegen_module_tm(cf_context *ctx, const cf_codegen_target *t, LLVMTargetMachineRef tm,
-                               const cf_kernel_key *keys, int n, LLVMContextRef lc,
-                               LLVMModuleRef *out) {
-  if (out) *out = NULL;
-  if (!t || !tm || (!keys && n > 0) || n < 0 || !lc || !out)
-    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: bad arguments to cf_codegen_module");
-  char why[128], name[64];
-  for (int i = 0; i < n; i++)
-    if (!cf_kernel_key_valid(&keys[i], why, sizeof why))
-      return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: kernel %s: %s",
-                      cf_kernel_name(&keys[i], name, sizeof name), why);
-  LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("collfuse_kernels", lc);
-  LLVMSetTarget(mod, t->triple);
-  LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
-  LLVMSetModuleDataLayout(mod, dl);
-  LLVMDisposeTargetData(dl);
-  cf_status st = CF_OK;
-  for (int i = 0; i < n; i++) {
-    cf_kernel_name(&keys[i], name, sizeof name);
-    if (LLVMGetNamedFunction(mod, name)) continue; /* a duplicate key */
-    cf_kernel_emit_ir(mod, t, &keys[i]);
-  }
-  char *msg = NULL;
-  if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
-    /* an internal invariant: our generator produced invalid IR */
-    st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "codegen: internal error: invalid IR: %s",
-                  msg ? msg : "");
-    goto fail;
-  }
-  LLVMDisposeMessage(msg);
-  msg = NULL;
-  LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
-  LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
-  LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
-  LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
-  LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, po);
-  LLVMDisposePassBuilderOptions(po);
-  if (e) {
-    char *em = LLVMGetErrorMessage(e);
-    st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "codegen: default<O3> failed: %s", em);
-    LLVMDisposeErrorMessage(em);
-    goto fail;
-  }
-  *out = mod;
-  return CF_OK;
-fail:
-  LLVMDisposeMessage(msg);
-  LLVMDisposeModule(mod);
-  return st;
-}
-
-cf_status cf_codegen_module(cf_context *ctx, const cf_codegen_target *t, const cf_kernel_key *keys,
-                            int n, LLVMContextRef lc, LLVMModuleRef *out) {
-  if (out) *out = NULL;
-  LLVMTargetMachineRef tm;
-  cf_status st = cf_codegen_machine(ctx, t, &tm);
-  if (st != CF_OK) return st;
-  st = cf_codegen_module_tm(ctx, t, tm, keys, n, lc, out);
-  LLVMDisposeTargetMachine(tm);
-  return st;
 }

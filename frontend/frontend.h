@@ -44,8 +44,9 @@ cf_status cf_graph_load_diags(cf_context *ctx, const char *path, cf_graph **out,
 /* cf_graph_write_dot with the errors of d marked (cf_dot_write_diags). */
 cf_status cf_graph_write_dot_diags(const cf_graph *g, const char *path, const cf_diags *diags);
 
-/* Helpers of the text readers (hlo.c, pbtxt.c). A span is a piece of the
- * input, not NUL-terminated. */
+/* ---- text_util.c: helpers of the text readers (hlo*.c, prototext.c, pbtxt.c) ---- */
+
+/* A span is a piece of the input, not NUL-terminated. */
 typedef struct cf_span {
   const char *p;
   size_t n;

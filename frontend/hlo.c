@@ -1,5 +1,5 @@
-/* hlo.c - reader for XLA HLO text, as JAX and XLA print it: scanning,
- * parsing, and the entry point cf_hlo_read.
+/* hlo.c - reader for XLA HLO text, as JAX and XLA print it: parsing, and
+ * the entry point cf_hlo_read.
  *
  * Three steps. (1) Split the text into statements: a statement ends at a
  * newline outside brackets, strings and comments, so a whole computation is
@@ -8,252 +8,18 @@
  * mesh['tp'=8] {'tp'}) is skipped by bracket balance alone. Top-level text
  * that is not a computation (FileNames, StackFrames tables) is skipped.
  * (2) Parse each instruction into name, shape, opcode, operand names and raw
- * attribute spans. Both are done here. (3) Evaluate the ENTRY computation
- * symbolically into IR nodes (hlo_eval.c), turning replica_groups into IR
- * groups on the way (hlo_groups.c). hlo_internal.h holds what they share.
+ * attribute spans. Both are done here, over the scanner of hlo_scan.c.
+ * (3) Evaluate the ENTRY computation symbolically into IR nodes
+ * (hlo_eval.c), turning replica_groups into IR groups on the way
+ * (hlo_groups.c). hlo_reader.h holds what they share.
  */
-#include "hlo_internal.h"
+#include "hlo_reader.h"
 
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------------ */
-/* errors, strings, maps                                              */
-
-cf_status cf_hlo_fail(hlo_reader *r, int line, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  cf_status st = cf_reader_verror(r->ctx, r->oom, r->file, line, fmt, ap);
-  va_end(ap);
-  return st;
-}
-
-cf_status cf_hlo_oom(hlo_reader *r, int line) {
-  r->oom = true;
-  return cf_hlo_fail(r, line, "out of memory");
-}
-
-const char *cf_hlo_str(hlo_reader *r, const char *p, size_t n) {
-  char *s = cf_arena_strndup(&r->scratch, p, n);
-  if (!s) r->oom = true;
-  return s;
-}
-
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-/* Index keys[0..n); *dup gets the first key seen twice (-1 when none). */
-static bool map_build(cf_arena *a, strmap *m, const char **keys, int n, int *dup) {
-  size_t cap = 16;
-  while (cap < (size_t)n * 2)
-    cap *= 2;
-  m->keys = keys;
-  m->cap = cap;
-  if (!(m->slot = cf_arena_array(a, cap, sizeof(int)))) return false;
-  *dup = -1;
-  for (int i = 0; i < n; i++) {
-    size_t h = hash_str(keys[i]) & (cap - 1);
-    bool seen = false;
-    while (m->slot[h] && !seen) {
-      seen = strcmp(keys[m->slot[h] - 1], keys[i]) == 0;
-      h = (h + 1) & (cap - 1);
-    }
-    if (seen) {
-      if (*dup < 0) *dup = i;
-      continue;
-    }
-    m->slot[h] = i + 1;
-  }
-  return true;
-}
-
-int cf_hlo_map_find(const strmap *m, const char *k) {
-  if (!m->cap) return -1;
-  size_t h = hash_str(k) & (m->cap - 1);
-  while (m->slot[h]) {
-    if (strcmp(m->keys[m->slot[h] - 1], k) == 0) return m->slot[h] - 1;
-    h = (h + 1) & (m->cap - 1);
-  }
-  return -1;
-}
-
-/* ------------------------------------------------------------------ */
-/* scanning                                                           */
-
-static bool is_open(char c) { return c == '(' || c == '[' || c == '{'; }
-static bool is_close(char c) { return c == ')' || c == ']' || c == '}'; }
-
-/* Past spaces, newlines and comments, counting newlines into *line. An
- * unterminated comment is left for scan_stmt to report. */
-static const char *skip_nl(const char *p, const char *e, int *line) {
-  for (;;) {
-    while (p < e && is_space(*p))
-      *line += *p++ == '\n';
-    if (!at_comment(p, e)) return p;
-    const char *q = p + 2;
-    int l = *line;
-    while (e - q >= 2 && !(q[0] == '*' && q[1] == '/'))
-      l += *q++ == '\n';
-    if (e - q < 2) return p;
-    *line = l;
-    p = q + 2;
-  }
-}
-
-const char *cf_hlo_skip(const char *p, const char *e) {
-  int line = 0;
-  return skip_nl(p, e, &line);
-}
-
-const char *cf_hlo_past_quoted(const char *p, const char *e) {
-  char q = *p++;
-  while (p < e && *p != q)
-    p += (*p == '\\' && e - p >= 2) ? 2 : 1;
-  return p < e ? p + 1 : e;
-}
-
-/* Just past the bracket group, string or comment that starts at p (inside a
- * statement scan_stmt has checked, so brackets pair up). */
-const char *cf_hlo_past(const char *p, const char *e) {
-  int depth = 0;
-  while (p < e) {
-    char c = *p;
-    if (c == '"' || c == '\'')
-      p = cf_hlo_past_quoted(p, e);
-    else if (at_comment(p, e)) {
-      for (p += 2; e - p >= 2 && !(p[0] == '*' && p[1] == '/'); p++) {
-      }
-      p = e - p >= 2 ? p + 2 : e;
-    } else {
-      p++;
-      depth += is_open(c) - is_close(c);
-    }
-    if (depth <= 0) return p;
-  }
-  return e;
-}
-
-static bool at_group(const char *p, const char *e) {
-  return is_open(*p) || *p == '"' || *p == '\'' || at_comment(p, e);
-}
-
-/* The first ch outside brackets, strings and comments in [p, e), or NULL. */
-static const char *find_top(const char *p, const char *e, char ch) {
-  while (p < e) {
-    if (*p == ch) return p;
-    p = at_group(p, e) ? cf_hlo_past(p, e) : p + 1;
-  }
-  return NULL;
-}
-
-/* Top-level occurrences of ch in [p, e). */
-static int count_top(const char *p, const char *e, char ch) {
-  int n = 0;
-  while ((p = find_top(p, e, ch))) {
-    n++;
-    p++;
-  }
-  return n;
-}
-
-/* The end of the statement at p: the first newline outside brackets, strings
- * and comments, or e. *line advances over the newlines inside. */
-static cf_status scan_stmt(hlo_reader *r, const char *p, const char *e, int *line,
-                           const char **out) {
-  char open[HLO_MAX_NEST];
-  int open_line[HLO_MAX_NEST], depth = 0;
-  for (; p < e; p++) {
-    char c = *p;
-    if (c == '\n') {
-      if (!depth) break;
-      ++*line;
-    } else if (c == '"' || c == '\'') {
-      const char *q = p + 1;
-      while (q < e && *q != c && *q != '\n')
-        q += (*q == '\\' && e - q >= 2 && q[1] != '\n') ? 2 : 1;
-      if (q >= e || *q != c) return cf_hlo_fail(r, *line, "unterminated string");
-      p = q;
-    } else if (at_comment(p, e)) {
-      const char *q = p + 2;
-      int l = *line;
-      while (e - q >= 2 && !(q[0] == '*' && q[1] == '/'))
-        l += *q++ == '\n';
-      if (e - q < 2) return cf_hlo_fail(r, *line, "unterminated comment");
-      *line = l;
-      p = q + 1;
-    } else if (is_open(c)) {
-      if (depth == HLO_MAX_NEST)
-        return cf_hlo_fail(r, *line, "brackets nested deeper than %d", HLO_MAX_NEST);
-      open[depth] = c;
-      open_line[depth++] = *line;
-    } else if (is_close(c)) {
-      char want = c == ')' ? '(' : c == ']' ? '[' : '{';
-      if (!depth || open[depth - 1] != want) return cf_hlo_fail(r, *line, "unbalanced '%c'", c);
-      depth--;
-    } else if (c == 0) {
-      return cf_hlo_fail(r, *line, "NUL byte in HLO text");
-    }
-  }
-  if (depth) return cf_hlo_fail(r, open_line[depth - 1], "'%c' is never closed", open[depth - 1]);
-  *out = p;
-  return CF_OK;
-}
-
-/* A name at p (a leading % sigil dropped): its cf_span, empty when none. */
-const char *cf_hlo_read_name(const char *p, const char *e, cf_span *out) {
-  if (p < e && *p == '%') p++;
-  out->p = p;
-  while (p < e && is_name_char(*p))
-    p++;
-  out->n = (size_t)(p - out->p);
-  return p;
-}
-
-bool cf_hlo_word_at(const char *p, const char *e, const char *w) {
-  size_t n = strlen(w);
-  return (size_t)(e - p) >= n && memcmp(p, w, n) == 0 &&
-         ((size_t)(e - p) == n || !is_name_char(p[n]));
-}
-
-/* A non-negative decimal at *pp, at most max. */
-bool cf_hlo_read_int(const char **pp, const char *e, int64_t max, int64_t *out) {
-  const char *p = *pp;
-  int64_t v = 0;
-  if (p >= e || !isdigit((unsigned char)*p)) return false;
-  for (; p < e && isdigit((unsigned char)*p); p++) {
-    int d = *p - '0';
-    if (d > max || v > (max - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  *pp = p;
-  *out = v;
-  return true;
-}
-
-/* A list of at most max integers in 0..hi between the bracket at p and
- * close ("[2,4]", "T(1,0)", "{0}"): the position past close, NULL when
- * malformed. */
-const char *cf_hlo_int_list(const char *p, const char *e, char close, int64_t hi, int64_t *v,
-                            int max, int *n) {
-  *n = 0;
-  p = cf_hlo_skip(p + 1, e);
-  if (p < e && *p == close) return p + 1;
-  for (;;) {
-    if (*n == max || !cf_hlo_read_int(&p, e, hi, &v[*n])) return NULL;
-    ++*n;
-    p = cf_hlo_skip(p, e);
-    if (p < e && *p == close) return p + 1;
-    if (p >= e || *p != ',') return NULL;
-    p = cf_hlo_skip(p + 1, e);
-  }
-}
 
 static cf_span trim(const char *p, const char *e) {
   p = cf_hlo_skip(p, e);
@@ -303,7 +69,7 @@ static cf_status parse_shape(hlo_reader *r, const char **pp, const char *e, int 
       return cf_hlo_fail(r, line, "tuple shapes nested deeper than %d", HLO_MAX_TUPLE);
     const char *close = cf_hlo_past(p, e); /* just past ')' */
     cf_span in = trim(p + 1, close - 1);
-    sh->n = in.n ? count_top(in.p, in.p + in.n, ',') + 1 : 0;
+    sh->n = in.n ? cf_hlo_count_top(in.p, in.p + in.n, ',') + 1 : 0;
     if (sh->n && !(sh->elem = cf_arena_array(&r->scratch, (size_t)sh->n, sizeof *sh->elem)))
       return cf_hlo_oom(r, line);
     p++;
@@ -383,7 +149,7 @@ static cf_status parse_shape(hlo_reader *r, const char **pp, const char *e, int 
 /* Parse ", key=value" pairs from p to e; values are raw spans. */
 static cf_status parse_attrs(hlo_reader *r, const char *p, const char *e, int line,
                              const char *what, hattr **out, int *n_out) {
-  int n = 0, cap = count_top(p, e, ',');
+  int n = 0, cap = cf_hlo_count_top(p, e, ',');
   hattr *a = cap ? cf_arena_array(&r->scratch, (size_t)cap, sizeof *a) : NULL;
   if (cap && !a) return cf_hlo_oom(r, line);
   for (p = cf_hlo_skip(p, e); p < e; p = cf_hlo_skip(p, e)) {
@@ -397,7 +163,7 @@ static cf_status parse_attrs(hlo_reader *r, const char *p, const char *e, int li
     if (!key.n || p >= e || *p != '=')
       return cf_hlo_fail(r, line, "%s: expected an attribute 'key=value' at '%s'", what,
                          CF_SPAN_QUOTE(((cf_span){key.p, (size_t)(e - key.p)})));
-    const char *ve = find_top(p + 1, e, ',');
+    const char *ve = cf_hlo_find_top(p + 1, e, ',');
     a[n].key = key;
     a[n++].val = trim(p + 1, ve ? ve : e);
     p = ve ? ve : e;
@@ -407,36 +173,15 @@ static cf_status parse_attrs(hlo_reader *r, const char *p, const char *e, int li
   return CF_OK;
 }
 
-const hattr *cf_hlo_attr(const hinstr *in, const char *key) {
-  for (int i = 0; i < in->n_attr; i++)
-    if (cf_span_is(in->attr[i].key, key)) return &in->attr[i];
-  return NULL;
-}
-
-/* A computation reference (to_apply=%name): the name without sigil. */
-hcomp *cf_hlo_attr_comp(hlo_reader *r, const hinstr *in, const char *key) {
-  const hattr *a = cf_hlo_attr(in, key);
-  if (!a) return NULL;
-  cf_span nm;
-  const char *p = cf_hlo_read_name(a->val.p, a->val.p + a->val.n, &nm);
-  if (!nm.n || p != a->val.p + a->val.n) return NULL;
-  char buf[CF_MAX_NAME + 1];
-  if (nm.n > CF_MAX_NAME) return NULL;
-  memcpy(buf, nm.p, nm.n);
-  buf[nm.n] = 0;
-  int k = cf_hlo_map_find(&r->comp_map, buf);
-  return k < 0 ? NULL : &r->comps[k];
-}
-
 /* The operand name in one comma piece: its last token ("f32[8]{0} %a" -> a). */
 static cf_status operand_name(hlo_reader *r, const hinstr *in, cf_span piece, const char **out) {
   const char *p = piece.p, *e = piece.p + piece.n, *ts = NULL, *te = NULL;
   for (p = cf_hlo_skip(p, e); p < e; p = cf_hlo_skip(p, e)) {
     ts = p;
-    if (at_group(p, e))
+    if (cf_hlo_at_group(p, e))
       p = cf_hlo_past(p, e);
     else
-      while (p < e && !is_space(*p) && !at_group(p, e))
+      while (p < e && !is_space(*p) && !cf_hlo_at_group(p, e))
         p++;
     te = p;
   }
@@ -486,14 +231,14 @@ static cf_status parse_instr(hlo_reader *r, const char *s, const char *e, int li
   in->args = trim(p + 1, close - 1);
   if (strcmp(in->opcode, "constant") && strcmp(in->opcode, "parameter") && in->args.n) {
     const char *a = in->args.p, *ae = a + in->args.n;
-    in->n_opnd = count_top(a, ae, ',') + 1;
+    in->n_opnd = cf_hlo_count_top(a, ae, ',') + 1;
     if (in->n_opnd > CF_MAX_OPERANDS)
       return cf_hlo_fail(r, line, "instruction '%s': more than %d operands", in->name,
                          CF_MAX_OPERANDS);
     if (!(in->opnd = cf_arena_array(&r->scratch, (size_t)in->n_opnd, sizeof *in->opnd)))
       return cf_hlo_oom(r, line);
     for (int i = 0; i < in->n_opnd; i++) {
-      const char *ce = find_top(a, ae, ',');
+      const char *ce = cf_hlo_find_top(a, ae, ',');
       if (!ce) ce = ae;
       if ((st = operand_name(r, in, (cf_span){a, (size_t)(ce - a)}, &in->opnd[i]))) return st;
       a = ce + 1;
@@ -510,7 +255,7 @@ static const char *body_brace(const char *p, const char *e) {
   const char *cand = NULL;
   while (p < e) {
     if (*p == '{') cand = p;
-    p = at_group(p, e) ? cf_hlo_past(p, e) : p + 1;
+    p = cf_hlo_at_group(p, e) ? cf_hlo_past(p, e) : p + 1;
   }
   return cand && cf_hlo_skip(cf_hlo_past(cand, e), e) == e ? cand : NULL;
 }
@@ -545,8 +290,8 @@ static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int lin
   for (const char *q = s; q < bs; q++)
     body_line += *q == '\n';
   int n = 0, ln = body_line;
-  for (const char *q = skip_nl(bs, be, &ln); q < be; q = skip_nl(q, be, &ln)) {
-    if ((st = scan_stmt(r, q, be, &ln, &q))) return st;
+  for (const char *q = cf_hlo_skip_nl(bs, be, &ln); q < be; q = cf_hlo_skip_nl(q, be, &ln)) {
+    if ((st = cf_hlo_scan_stmt(r, q, be, &ln, &q))) return st;
     n++;
   }
   if (!n) return cf_hlo_fail(r, line, "computation '%s' has no instructions", c->name);
@@ -554,11 +299,11 @@ static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int lin
   const char **keys = cf_arena_array(&r->scratch, (size_t)n, sizeof *keys);
   if (!c->ins || !keys) return cf_hlo_oom(r, line);
   ln = body_line;
-  for (const char *q = skip_nl(bs, be, &ln); q < be; q = skip_nl(q, be, &ln)) {
+  for (const char *q = cf_hlo_skip_nl(bs, be, &ln); q < be; q = cf_hlo_skip_nl(q, be, &ln)) {
     const char *qe;
     int l0 = ln;
     bool root;
-    if ((st = scan_stmt(r, q, be, &ln, &qe))) return st;
+    if ((st = cf_hlo_scan_stmt(r, q, be, &ln, &qe))) return st;
     hinstr *in = &c->ins[c->n_ins];
     if ((st = parse_instr(r, q, qe, l0, in, &root))) return st;
     if (root && c->root >= 0)
@@ -570,7 +315,7 @@ static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int lin
   }
   if (c->root < 0) c->root = c->n_ins - 1; /* XLA: the last instruction */
   int dup;
-  if (!map_build(&r->scratch, &c->map, keys, c->n_ins, &dup)) return cf_hlo_oom(r, line);
+  if (!cf_hlo_map_build(&r->scratch, &c->map, keys, c->n_ins, &dup)) return cf_hlo_oom(r, line);
   if (dup >= 0)
     return cf_hlo_fail(r, c->ins[dup].line,
                        "computation '%s': instruction '%s' defined twice (first at line %d)",
@@ -613,12 +358,12 @@ static cf_status parse_module(hlo_reader *r) {
   cf_status st;
   const char *e = r->end;
   int line = 1, n = 0;
-  const char *p = skip_nl(r->text, e, &line);
+  const char *p = cf_hlo_skip_nl(r->text, e, &line);
   if (!cf_hlo_word_at(p, e, "HloModule"))
     return cf_hlo_fail(r, line, "not HLO text: expected 'HloModule NAME' at the start");
   /* statements at the top level: an upper bound on the computations */
-  for (const char *q = p; q < e; q = skip_nl(q, e, &line)) {
-    if ((st = scan_stmt(r, q, e, &line, &q))) return st;
+  for (const char *q = p; q < e; q = cf_hlo_skip_nl(q, e, &line)) {
+    if ((st = cf_hlo_scan_stmt(r, q, e, &line, &q))) return st;
     n++;
   }
   if (!(r->comps = cf_arena_array(&r->scratch, (size_t)n, sizeof *r->comps)))
@@ -626,13 +371,13 @@ static cf_status parse_module(hlo_reader *r) {
   const char **keys = cf_arena_array(&r->scratch, (size_t)n, sizeof *keys);
   if (!keys) return cf_hlo_oom(r, 0);
   line = 1;
-  p = skip_nl(r->text, e, &line);
+  p = cf_hlo_skip_nl(r->text, e, &line);
   int entry_line = 0;
-  for (bool first = true; p < e; p = skip_nl(p, e, &line), first = false) {
+  for (bool first = true; p < e; p = cf_hlo_skip_nl(p, e, &line), first = false) {
     int l0 = line;
     const char *pe;
     bool is_comp, is_entry;
-    if ((st = scan_stmt(r, p, e, &line, &pe))) return st;
+    if ((st = cf_hlo_scan_stmt(r, p, e, &line, &pe))) return st;
     if (first)
       st = parse_header(r, p, pe, l0);
     else if (!(st = parse_comp(r, p, pe, l0, &r->comps[r->n_comps], &is_comp, &is_entry)) &&
@@ -653,7 +398,7 @@ static cf_status parse_module(hlo_reader *r) {
   if (!r->n_comps) return cf_hlo_fail(r, line, "no computations in the module");
   if (!r->entry) r->entry = &r->comps[r->n_comps - 1]; /* XLA: the last one */
   int dup;
-  if (!map_build(&r->scratch, &r->comp_map, keys, r->n_comps, &dup)) return cf_hlo_oom(r, 0);
+  if (!cf_hlo_map_build(&r->scratch, &r->comp_map, keys, r->n_comps, &dup)) return cf_hlo_oom(r, 0);
   if (dup >= 0)
     return cf_hlo_fail(r, r->comps[dup].line, "computation '%s' defined twice (first at line %d)",
                        keys[dup], r->comps[cf_hlo_map_find(&r->comp_map, keys[dup])].line);

@@ -8,7 +8,7 @@
  * instruction's exact semantics, Opaque (shape, dtype and operands kept)
  * where it has not.
  */
-#include "hlo_internal.h"
+#include "hlo_reader.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -59,7 +59,7 @@ static cf_status push_ref(hlo_reader *r, cf_ref ref, int line) {
   return CF_OK;
 }
 
-/* Spend n of the work budget (hlo_internal.h). */
+/* Spend n of the work budget (hlo_reader.h). */
 static cf_status charge(hlo_reader *r, int64_t n, int line) {
   if ((r->work -= n) >= 0) return CF_OK;
   return cf_hlo_fail(r, line,

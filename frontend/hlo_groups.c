@@ -8,7 +8,7 @@
  * allows) cannot be an IR group: such a collective is imported as Opaque
  * and a warning goes to the log sink (hlo_eval.c).
  */
-#include "hlo_internal.h"
+#include "hlo_reader.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -21,7 +21,7 @@
  * shardings, sub-axes, open dims, explicit device_ids) leave the entry
  * Opaque, which check reports.
  */
-#include "hlo_internal.h"
+#include "hlo_reader.h"
 
 #include <stdio.h>
 #include <stdlib.h>

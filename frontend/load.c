@@ -2,7 +2,7 @@
  * standard input, "-") within the size limit, pick the reader by extension
  * (or by sniffing HLO's first word, a GraphDef's first field or the root
  * element), finish the graph (structure + inference), and
- * dispatch the writers. Also the small helpers the text readers share.
+ * dispatch the writers.
  */
 #include "frontend.h"
 
@@ -94,24 +94,6 @@ cf_status cf_frontend_finish(cf_graph *g) {
                     g->fingerprint, fp);
   }
   return st;
-}
-
-bool cf_span_is(cf_span s, const char *lit) {
-  size_t n = strlen(lit);
-  return s.n == n && memcmp(s.p, lit, n) == 0;
-}
-
-const char *cf_span_quote(char *buf, cf_span s) {
-  size_t n = 0;
-  while (n < s.n && s.p[n] != '\n' && s.p[n] != '\r')
-    n++;
-  return cf_excerpt(buf, CF_EXCERPT_BUF, s.p, n);
-}
-
-cf_status cf_reader_verror(cf_context *ctx, bool oom, const char *file, int line, const char *fmt,
-                           va_list ap) {
-  if (oom) return cf_error(ctx, CF_ERR_NO_MEMORY, file, line, "out of memory");
-  return cf_verror(ctx, CF_ERR_INVALID, file, line, fmt, ap);
 }
 
 static bool has_ext(const char *name, const char *ext) {

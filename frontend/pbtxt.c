@@ -2,10 +2,9 @@
  * format: node { name op input attr { key value { s i f b type shape list
  * tensor } } }.
  *
- * Two steps. First the text is parsed into a generic tree of fields
- * (protobuf text needs no schema to be parsed: a field is `name: scalar`,
- * `name { ... }`, `name < ... >` or `name: [ ... ]`), so the GraphDef
- * reading below only looks fields up by name and ignores what it does not
+ * Two steps. First prototext.c parses the text into a generic tree of
+ * fields (protobuf text needs no schema to be parsed), so the GraphDef
+ * reading here only looks fields up by name and ignores what it does not
  * know (device, versions, library, _class ...). Then every node becomes an
  * IR node in file order, its operands are resolved by name (a GraphDef may
  * use a node before it defines it), and Identity-like nodes are looked
@@ -13,29 +12,14 @@
  * _Arg/Placeholder and _Retval map onto IR ops; every other op becomes
  * Opaque with the types its _output_shapes and dtype attributes give.
  */
-#include "frontend.h"
+#include "prototext.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum {
-  PB_MAX_NEST = 100, /* messages inside messages */
-};
-
-/* One field of a protobuf text message. */
-typedef struct pf {
-  cf_span name;
-  int line;
-  bool msg;         /* a message (child holds its fields), else a scalar */
-  cf_span text;     /* scalar: the token, or adjacent quoted strings */
-  struct pf *child; /* message fields, in order */
-  struct pf *next;
-} pf;
 
 typedef struct pin {
   const char *name;
@@ -72,19 +56,15 @@ typedef struct pnode {
 } pnode;
 
 typedef struct pb_reader {
-  cf_context *ctx;
+  pb_text pb; /* context, file, scratch arena and oom flag, shared with the parser */
   cf_graph *g;
-  const char *file;
-  cf_arena scratch;
   char *text;
-  const char *end;
   pf root;
   pnode *nodes;
   int n_nodes;
   int *index; /* name -> node + 1, open addressing */
   size_t index_cap;
   int64_t world;
-  bool oom;
 } pb_reader;
 
 static cf_status fail(pb_reader *r, int line, const char *fmt, ...)
@@ -92,282 +72,14 @@ static cf_status fail(pb_reader *r, int line, const char *fmt, ...)
 static cf_status fail(pb_reader *r, int line, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  cf_status st = cf_reader_verror(r->ctx, r->oom, r->file, line, fmt, ap);
+  cf_status st = cf_reader_verror(r->pb.ctx, r->pb.oom, r->pb.file, line, fmt, ap);
   va_end(ap);
   return st;
 }
 
 static cf_status oom(pb_reader *r, int line) {
-  r->oom = true;
+  r->pb.oom = true;
   return fail(r, line, "out of memory");
-}
-
-/* ------------------------------------------------------------------ */
-/* protobuf text                                                      */
-
-static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
-static bool scalar_char(char c) {
-  return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-' || c == '+';
-}
-
-/* Past spaces, newlines and # comments. */
-static const char *skip(const char *p, const char *e, int *line) {
-  for (;;) {
-    while (p < e &&
-           (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == '\f' || *p == '\v'))
-      *line += *p++ == '\n';
-    if (p >= e || *p != '#') return p;
-    while (p < e && *p != '\n')
-      p++;
-  }
-}
-
-/* p at a quote: just past the string, NULL when unterminated (no newline
- * may appear inside). */
-static const char *past_string(const char *p, const char *e) {
-  char q = *p++;
-  while (p < e && *p != q && *p != '\n')
-    p += *p == '\\' && e - p >= 2 && p[1] != '\n' ? 2 : 1;
-  return p < e && *p == q ? p + 1 : NULL;
-}
-
-static cf_status parse_msg(pb_reader *r, const char **pp, int *line, int depth, char closer,
-                           pf *out);
-
-/* One scalar value or message after "name:" (or inside a [list]). */
-static cf_status parse_value(pb_reader *r, const char **pp, int *line, int depth, pf *f) {
-  const char *p = *pp, *e = r->end;
-  if (p < e && (*p == '{' || *p == '<')) {
-    *pp = p + 1;
-    return parse_msg(r, pp, line, depth + 1, *p == '{' ? '}' : '>', f);
-  }
-  f->text.p = p;
-  if (p < e && (*p == '"' || *p == '\'')) {
-    /* adjacent strings concatenate: "ab" 'cd' */
-    const char *last = p;
-    int ln = *line;
-    while (p < e && (*p == '"' || *p == '\'')) {
-      const char *q = past_string(p, e);
-      if (!q) return fail(r, *line, "field '%s': unterminated string", CF_SPAN_QUOTE(f->name));
-      last = q;
-      *line = ln;
-      p = skip(q, e, &ln);
-    }
-    f->text.n = (size_t)(last - f->text.p);
-    *pp = last;
-    return CF_OK;
-  }
-  while (p < e && scalar_char(*p))
-    p++;
-  f->text.n = (size_t)(p - f->text.p);
-  if (!f->text.n)
-    return fail(r, *line, "field '%s': expected a value, got '%s'", CF_SPAN_QUOTE(f->name),
-                CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - p)})));
-  *pp = p;
-  return CF_OK;
-}
-
-static pf *new_field(pb_reader *r, cf_span name, int line, pf ***tail) {
-  pf *f = cf_arena_alloc(&r->scratch, sizeof *f);
-  if (!f) return r->oom = true, NULL;
-  f->name = name;
-  f->line = line;
-  **tail = f;
-  *tail = &f->next;
-  return f;
-}
-
-/* Fields up to closer (0: the end of the text) into out->child. */
-static cf_status parse_msg(pb_reader *r, const char **pp, int *line, int depth, char closer,
-                           pf *out) {
-  const char *p = *pp, *e = r->end;
-  int open_line = *line;
-  pf **tail = &out->child;
-  cf_status st;
-  out->msg = true;
-  if (depth > PB_MAX_NEST) return fail(r, *line, "messages nested deeper than %d", PB_MAX_NEST);
-  for (;;) {
-    p = skip(p, e, line);
-    if (p >= e) {
-      if (closer) return fail(r, open_line, "'%c' is never closed", closer == '}' ? '{' : '<');
-      break;
-    }
-    if (closer && *p == closer) {
-      p++;
-      break;
-    }
-    cf_span name = {p, 0};
-    if (*p == '[') { /* [extension] or [type.googleapis.com/Any] */
-      while (p < e && *p != ']' && *p != '\n')
-        p++;
-      if (p >= e || *p != ']') return fail(r, *line, "unterminated '[' in a field name");
-      p++;
-    } else {
-      while (p < e && ident_char(*p))
-        p++;
-    }
-    name.n = (size_t)(p - name.p);
-    if (!name.n) {
-      if (*p == 0) return fail(r, *line, "NUL byte in protobuf text");
-      return fail(r, *line, "expected a field name, got '%s'",
-                  CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - p)})));
-    }
-    int fline = *line;
-    p = skip(p, e, line);
-    bool colon = p < e && *p == ':';
-    if (colon) p = skip(p + 1, e, line);
-    if (p < e && *p == '[' && colon) { /* name: [v, v, ...] */
-      p = skip(p + 1, e, line);
-      while (p < e && *p != ']') {
-        pf *f = new_field(r, name, *line, &tail);
-        if (!f) return oom(r, *line);
-        if ((st = parse_value(r, &p, line, depth, f))) return st;
-        p = skip(p, e, line);
-        if (p < e && *p == ',')
-          p = skip(p + 1, e, line);
-        else if (p >= e || *p != ']')
-          return fail(r, *line, "field '%s': expected ',' or ']' in a list", CF_SPAN_QUOTE(name));
-      }
-      if (p >= e) return fail(r, fline, "field '%s': '[' is never closed", CF_SPAN_QUOTE(name));
-      p++;
-    } else {
-      if (!colon && (p >= e || (*p != '{' && *p != '<')))
-        return fail(r, fline, "field '%s': expected ':' or '{'", CF_SPAN_QUOTE(name));
-      pf *f = new_field(r, name, fline, &tail);
-      if (!f) return oom(r, *line);
-      if ((st = parse_value(r, &p, line, depth, f))) return st;
-    }
-    p = skip(p, e, line);
-    if (p < e && (*p == ',' || *p == ';')) p++;
-  }
-  *pp = p;
-  return CF_OK;
-}
-
-static const pf *get(const pf *m, const char *name) {
-  for (const pf *f = m ? m->child : NULL; f; f = f->next)
-    if (cf_span_is(f->name, name)) return f;
-  return NULL;
-}
-
-static const pf *next_named(const pf *f, const char *name) {
-  for (f = f->next; f; f = f->next)
-    if (cf_span_is(f->name, name)) return f;
-  return NULL;
-}
-
-/* Decode a scalar's quoted string(s), C escapes included, into the arena
- * (NUL-terminated; *len may count NULs inside). */
-static cf_status decode_string(pb_reader *r, const pf *f, char **out, size_t *len) {
-  if (f->msg || !f->text.n || (f->text.p[0] != '"' && f->text.p[0] != '\''))
-    return fail(r, f->line, "field '%s': expected a string", CF_SPAN_QUOTE(f->name));
-  char *d = cf_arena_alloc(&r->scratch, f->text.n + 1);
-  if (!d) return oom(r, f->line);
-  size_t n = 0;
-  const char *p = f->text.p, *e = p + f->text.n;
-  while (p < e) {
-    if (*p != '"' && *p != '\'') {
-      p++; /* whitespace or a comment between adjacent strings */
-      if (p[-1] == '#')
-        while (p < e && *p != '\n')
-          p++;
-      continue;
-    }
-    char q = *p++;
-    while (p < e && *p != q) {
-      if (*p != '\\') {
-        d[n++] = *p++;
-        continue;
-      }
-      p++;
-      char c = *p++;
-      if (c >= '0' && c <= '7') {
-        int v = c - '0';
-        for (int k = 0; k < 2 && p < e && *p >= '0' && *p <= '7'; k++)
-          v = v * 8 + (*p++ - '0');
-        d[n++] = (char)(v & 0xff);
-      } else if (c == 'x' || c == 'X') {
-        int v = 0, k = 0;
-        for (; k < 2 && p < e && isxdigit((unsigned char)*p); k++, p++)
-          v = v * 16 +
-              (isdigit((unsigned char)*p) ? *p - '0' : (tolower((unsigned char)*p) - 'a' + 10));
-        if (!k)
-          return fail(r, f->line, "field '%s': \\x without hex digits", CF_SPAN_QUOTE(f->name));
-        d[n++] = (char)v;
-      } else {
-        static const char from[] = "ntrabfv\\'\"?", to[] = "\n\t\r\a\b\f\v\\'\"?";
-        const char *k = memchr(from, c, sizeof from - 1);
-        if (!k)
-          return fail(r, f->line, "field '%s': unknown escape '\\%c'", CF_SPAN_QUOTE(f->name),
-                      isprint((unsigned char)c) ? c : '?');
-        d[n++] = to[k - from];
-      }
-    }
-    p++;
-  }
-  d[n] = 0;
-  *out = d;
-  *len = n;
-  return CF_OK;
-}
-
-/* A string field used as a name (node, op, group, input): printable ASCII,
- * as TensorFlow's names are, so it is safe in messages and in written XML. */
-static cf_status text_field(pb_reader *r, const pf *f, const char **out) {
-  char *s;
-  size_t n;
-  cf_status st = decode_string(r, f, &s, &n);
-  if (st) return st;
-  for (size_t i = 0; i < n; i++)
-    if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f)
-      return fail(r, f->line, "field '%s': byte 0x%02x in a name (names are printable ASCII)",
-                  CF_SPAN_QUOTE(f->name), (unsigned char)s[i]);
-  *out = s;
-  return CF_OK;
-}
-
-static bool parse_i64(const char *s, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 0);
-  if (end == s || *end || errno == ERANGE) return false;
-  *out = v;
-  return true;
-}
-
-/* An integer scalar, or a string holding one ("8": GE writes rank_size so). */
-static bool field_int(pb_reader *r, const pf *f, int64_t *out) {
-  if (!f || f->msg || !f->text.n) return false;
-  char buf[64];
-  if (f->text.p[0] == '"' || f->text.p[0] == '\'') {
-    char *s;
-    size_t n;
-    if (decode_string(r, f, &s, &n) || n >= sizeof buf) {
-      cf_clear_error(r->ctx);
-      return false;
-    }
-    memcpy(buf, s, n + 1);
-  } else {
-    if (f->text.n >= sizeof buf) return false;
-    memcpy(buf, f->text.p, f->text.n);
-    buf[f->text.n] = 0;
-  }
-  return parse_i64(buf, out);
-}
-
-static bool field_double(const pf *f, double *out) {
-  char buf[64];
-  if (!f || f->msg || !f->text.n || f->text.n >= sizeof buf) return false;
-  memcpy(buf, f->text.p, f->text.n);
-  buf[f->text.n] = 0;
-  size_t n = f->text.n;
-  if (n > 1 && (buf[n - 1] == 'f' || buf[n - 1] == 'F') && !strchr(buf, 'x') &&
-      strcmp(buf, "inf") && strcmp(buf, "-inf"))
-    buf[n - 1] = 0; /* 1.5f */
-  char *end;
-  errno = 0;
-  *out = strtod(buf, &end);
-  return end != buf && !*end && errno != ERANGE;
 }
 
 /* ------------------------------------------------------------------ */
@@ -398,7 +110,7 @@ static const tf_type *field_type(pb_reader *r, const pf *f) {
   int64_t code = -1;
   size_t n = f->text.n;
   if (n > 4 && memcmp(f->text.p + n - 4, "_REF", 4) == 0) n -= 4;
-  if (!field_int(r, f, &code))
+  if (!cf_pb_int(&r->pb, f, &code))
     for (size_t i = 0; i < sizeof tf_types / sizeof tf_types[0]; i++)
       if (strlen(tf_types[i].name) == n && memcmp(tf_types[i].name, f->text.p, n) == 0)
         return &tf_types[i];
@@ -413,22 +125,22 @@ static const tf_type *field_type(pb_reader *r, const pf *f) {
  * compare per attribute, not a decode, however many keys a node has. */
 static cf_status read_attrs(pb_reader *r, pnode *n) {
   int cnt = 0;
-  for (const pf *a = get(n->msg, "attr"); a; a = next_named(a, "attr"))
+  for (const pf *a = cf_pb_get(n->msg, "attr"); a; a = cf_pb_next(a, "attr"))
     cnt++;
   if (!cnt) return CF_OK;
-  if (!(n->attrs = cf_arena_array(&r->scratch, (size_t)cnt, sizeof *n->attrs)))
+  if (!(n->attrs = cf_arena_array(&r->pb.scratch, (size_t)cnt, sizeof *n->attrs)))
     return oom(r, n->line);
-  for (const pf *a = get(n->msg, "attr"); a; a = next_named(a, "attr")) {
-    const pf *k = get(a, "key");
+  for (const pf *a = cf_pb_get(n->msg, "attr"); a; a = cf_pb_next(a, "attr")) {
+    const pf *k = cf_pb_get(a, "key");
     pattr *x = &n->attrs[n->n_attrs];
     char *s;
-    if (!k || decode_string(r, k, &s, &x->len)) {
-      if (r->oom) return CF_ERR_NO_MEMORY;
-      cf_clear_error(r->ctx);
+    if (!k || cf_pb_string(&r->pb, k, &s, &x->len)) {
+      if (r->pb.oom) return CF_ERR_NO_MEMORY;
+      cf_clear_error(r->pb.ctx);
       continue;
     }
     x->key = s;
-    x->value = get(a, "value");
+    x->value = cf_pb_get(a, "value");
     n->n_attrs++;
   }
   return CF_OK;
@@ -445,13 +157,13 @@ static const pf *node_attr(const pnode *n, const char *key) {
 /* TensorShapeProto: dims, all known. */
 static cf_status shape_of(pb_reader *r, const pnode *n, const pf *sh, cf_shape *out) {
   memset(out, 0, sizeof *out);
-  const pf *ur = get(sh, "unknown_rank");
+  const pf *ur = cf_pb_get(sh, "unknown_rank");
   if (!sh->msg || (ur && cf_span_is(ur->text, "true")))
     return fail(r, sh->line, "node '%s': a shape of unknown rank", n->name);
-  for (const pf *d = get(sh, "dim"); d; d = next_named(d, "dim")) {
+  for (const pf *d = cf_pb_get(sh, "dim"); d; d = cf_pb_next(d, "dim")) {
     int64_t v = 0;
-    const pf *size = get(d, "size");
-    if (size && !field_int(r, size, &v))
+    const pf *size = cf_pb_get(d, "size");
+    if (size && !cf_pb_int(&r->pb, size, &v))
       return fail(r, d->line, "node '%s': bad dim size", n->name);
     if (v < 0)
       return fail(r, d->line,
@@ -554,22 +266,22 @@ static const char *val_field(const tf_type *t) {
  * rather than being rounded, and the small integer tensors a Reshape reads
  * its shape from are kept as integers, never through a double. */
 static cf_status read_const(pb_reader *r, pnode *n) {
-  const pf *v = node_attr(n, "value"), *ten = v ? get(v, "tensor") : NULL;
+  const pf *v = node_attr(n, "value"), *ten = v ? cf_pb_get(v, "tensor") : NULL;
   if (!ten || !ten->msg)
     return fail(r, n->line, "node '%s': Const needs attr value { tensor { ... } }", n->name);
-  const tf_type *t = field_type(r, get(ten, "dtype"));
+  const tf_type *t = field_type(r, cf_pb_get(ten, "dtype"));
   if (!t) return fail(r, ten->line, "node '%s': tensor without a dtype collfuse knows", n->name);
   if (t->dt == CF_DT_INVALID)
     return fail(r, ten->line, "node '%s': %s has no IR dtype", n->name, t->name);
   cf_shape s = {0};
-  const pf *ts = get(ten, "tensor_shape");
+  const pf *ts = cf_pb_get(ten, "tensor_shape");
   cf_status st = ts ? shape_of(r, n, ts, &s) : CF_OK;
   int64_t count;
   if (st) return st;
   if (!cf_shape_elements(&s, &count))
     return fail(r, ten->line, "node '%s': tensor of more than %lld elements", n->name,
                 (long long)CF_MAX_ELEMENTS);
-  const pf *content = get(ten, "tensor_content");
+  const pf *content = cf_pb_get(ten, "tensor_content");
   double first = 0, x = 0;
   bool integer = t->exact && !cf_dtype_is_float(t->dt), splat = true, iota = true,
        small = integer && count <= CF_MAX_RANK, fits = true;
@@ -578,7 +290,7 @@ static cf_status read_const(pb_reader *r, pnode *n) {
   if (content) {
     char *b;
     size_t len;
-    if ((st = decode_string(r, content, &b, &len))) return st;
+    if ((st = cf_pb_string(&r->pb, content, &b, &len))) return st;
     int64_t want;
     if (!cf_mul_i64(count, t->size, &want) || (int64_t)len != want)
       return fail(r, content->line,
@@ -598,7 +310,7 @@ static cf_status read_const(pb_reader *r, pnode *n) {
   } else {
     const char *vf = val_field(t);
     int64_t m = 0;
-    for (const pf *f = get(ten, vf); f; f = next_named(f, vf), m++) {
+    for (const pf *f = cf_pb_get(ten, vf); f; f = cf_pb_next(f, vf), m++) {
       if (m >= count)
         return fail(r, f->line, "node '%s': more %s values than the %lld elements", n->name, vf,
                     (long long)count);
@@ -606,13 +318,13 @@ static cf_status read_const(pb_reader *r, pnode *n) {
       if (t->code == 10)
         x = cf_span_is(f->text, "true") || cf_span_is(f->text, "1");
       else if (t->code == 14 || t->code == 19) {
-        if (!field_int(r, f, &iv)) return fail(r, f->line, "node '%s': bad %s", n->name, vf);
+        if (!cf_pb_int(&r->pb, f, &iv)) return fail(r, f->line, "node '%s': bad %s", n->name, vf);
         x = t->code == 14 ? bf16_to_double((uint16_t)iv) : half_to_double((uint16_t)iv);
       } else if (cf_dtype_is_float(t->dt)) {
-        if (!field_double(f, &x))
+        if (!cf_pb_double(f, &x))
           return fail(r, f->line, "node '%s': bad %s '%s'", n->name, vf, CF_SPAN_QUOTE(f->text));
       } else {
-        if (!field_int(r, f, &iv))
+        if (!cf_pb_int(&r->pb, f, &iv))
           return fail(r, f->line, "node '%s': bad %s '%s'", n->name, vf, CF_SPAN_QUOTE(f->text));
         x = (double)iv;
         fits &= iv >= -exact && iv <= exact;
@@ -657,12 +369,12 @@ static void types_begin(pb_reader *r, const pnode *n, type_walk *w) {
   static const char *lists[] = {"Tout", "output_types", "T", "out_types"};
   memset(w, 0, sizeof *w);
   for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
-    const pf *v = node_attr(n, lists[i]), *l = v ? get(v, "list") : NULL;
-    w->cur[i] = l ? get(l, "type") : NULL;
+    const pf *v = node_attr(n, lists[i]), *l = v ? cf_pb_get(v, "list") : NULL;
+    w->cur[i] = l ? cf_pb_get(l, "type") : NULL;
   }
   for (size_t i = 0; i < sizeof scalar / sizeof scalar[0] && !w->scalar; i++) {
     const pf *v = node_attr(n, scalar[i]);
-    w->scalar = v ? get(v, "type") : NULL;
+    w->scalar = v ? cf_pb_get(v, "type") : NULL;
   }
 }
 
@@ -672,7 +384,7 @@ static const tf_type *types_next(pb_reader *r, type_walk *w) {
   for (size_t i = 0; i < sizeof w->cur / sizeof w->cur[0]; i++)
     if (w->cur[i]) {
       if (!f) f = w->cur[i];
-      w->cur[i] = next_named(w->cur[i], "type");
+      w->cur[i] = cf_pb_next(w->cur[i], "type");
     }
   return field_type(r, f ? f : w->scalar);
 }
@@ -686,10 +398,10 @@ static const tf_type *out_type(pb_reader *r, const pnode *n) {
 
 /* _output_shapes { list { shape {...} ... } }: the count, and shape k. */
 static int output_shapes(pb_reader *r, const pnode *n, const pf **first) {
-  const pf *v = node_attr(n, "_output_shapes"), *l = v ? get(v, "list") : NULL;
+  const pf *v = node_attr(n, "_output_shapes"), *l = v ? cf_pb_get(v, "list") : NULL;
   int k = 0;
-  *first = l ? get(l, "shape") : NULL;
-  for (const pf *f = *first; f; f = next_named(f, "shape"))
+  *first = l ? cf_pb_get(l, "shape") : NULL;
+  for (const pf *f = *first; f; f = cf_pb_next(f, "shape"))
     k++;
   return k;
 }
@@ -710,8 +422,8 @@ static cf_status read_opaque(pb_reader *r, pnode *n, bool *skipped) {
   }
   if (why && !n->referenced) {
     *skipped = true;
-    cf_log(r->ctx, CF_LOG_INFO, "%s:%d: note: node '%s' (op %s) skipped: nothing uses it and %s",
-           r->file, n->line, n->name, n->op, why);
+    cf_log(r->pb.ctx, CF_LOG_INFO, "%s:%d: note: node '%s' (op %s) skipped: nothing uses it and %s",
+           r->pb.file, n->line, n->name, n->op, why);
     return CF_OK;
   }
   if (why) return fail(r, n->line, "node '%s': cannot import op '%s': %s", n->name, n->op, why);
@@ -724,7 +436,7 @@ static cf_status read_opaque(pb_reader *r, pnode *n, bool *skipped) {
   if (!(nd->decl = cf_arena_array(&r->g->arena, (size_t)k, sizeof *nd->decl)))
     return oom(r, n->line);
   types_begin(r, n, &w);
-  for (int i = 0; i < k; i++, sh = next_named(sh, "shape")) {
+  for (int i = 0; i < k; i++, sh = cf_pb_next(sh, "shape")) {
     cf_decl *d = &nd->decl[i];
     if ((st = shape_of(r, n, sh, &d->v.shape))) return st;
     d->v.dtype = types_next(r, &w)->dt;
@@ -741,8 +453,8 @@ static cf_status set_int_attr(pb_reader *r, pnode *n, int idx, const char *key, 
   const pf *v = node_attr(n, key);
   if (!v) return CF_OK;
   int64_t x;
-  const pf *f = get(v, "i") ? get(v, "i") : get(v, "s");
-  if (!field_int(r, f, &x))
+  const pf *f = cf_pb_get(v, "i") ? cf_pb_get(v, "i") : cf_pb_get(v, "s");
+  if (!cf_pb_int(&r->pb, f, &x))
     return fail(r, v->line, "node '%s': attr %s must be an integer", n->name, key);
   cf_attr a = {.id = id, .v.i = x};
   return cf_node_set_attr(r->g, idx, &a);
@@ -756,13 +468,13 @@ static cf_status read_collective(pb_reader *r, pnode *n, cf_op op, int layout) {
   const pf *v;
   if ((v = node_attr(n, "reduction")) && cf_op_table[op].allowed & (1u << CF_A_REDUCTION)) {
     const char *s;
-    if (!get(v, "s") || (st = text_field(r, get(v, "s"), &s)))
+    if (!cf_pb_get(v, "s") || (st = cf_pb_name(&r->pb, cf_pb_get(v, "s"), &s)))
       return st ? st : fail(r, v->line, "node '%s': reduction must be a string", n->name);
     if ((st = cf_node_parse_attr(r->g, idx, CF_A_REDUCTION, s, v->line))) return st;
   }
   const char *group = CF_WORLD_GROUP;
   if ((v = node_attr(n, "group"))) {
-    if (!get(v, "s") || (st = text_field(r, get(v, "s"), &group)))
+    if (!cf_pb_get(v, "s") || (st = cf_pb_name(&r->pb, cf_pb_get(v, "s"), &group)))
       return st ? st : fail(r, v->line, "node '%s': group must be a string", n->name);
     if ((st = cf_node_parse_attr(r->g, idx, CF_A_GROUP, group, v->line))) return st;
   }
@@ -827,7 +539,7 @@ static cf_status read_node(pb_reader *r, pnode *n) {
   if (!strcmp(op, "_Arg") || !strcmp(op, "Placeholder")) {
     const tf_type *t = out_type(r, n);
     cf_shape s;
-    const pf *sh = (v = node_attr(n, "shape")) ? get(v, "shape") : NULL;
+    const pf *sh = (v = node_attr(n, "shape")) ? cf_pb_get(v, "shape") : NULL;
     if (!sh) output_shapes(r, n, &sh);
     if (!t || t->dt == CF_DT_INVALID)
       return fail(r, n->line, "node '%s': %s needs a dtype (attr T or dtype) with an IR dtype",
@@ -869,10 +581,11 @@ static cf_status read_node(pb_reader *r, pnode *n) {
   if (ir == CF_OP_MATMUL) { /* transposed or batched products are not the IR's MatMul */
     static const char *flags[] = {"transpose_a", "transpose_b", "adj_x", "adj_y"};
     for (size_t i = 0; i < 4; i++)
-      if ((v = node_attr(n, flags[i])) && get(v, "b") && cf_span_is(get(v, "b")->text, "true"))
+      if ((v = node_attr(n, flags[i])) && cf_pb_get(v, "b") &&
+          cf_span_is(cf_pb_get(v, "b")->text, "true"))
         ir = CF_OP_INVALID;
     if (n_sh == 1 && !shape_of(r, n, sh, &s) && s.rank != 2) ir = CF_OP_INVALID;
-    cf_clear_error(r->ctx);
+    cf_clear_error(r->pb.ctx);
   }
   if (ir == CF_OP_RESHAPE) { /* the target shape: _output_shapes, else a small Const operand */
     if (n_sh == 1) {
@@ -900,7 +613,7 @@ static cf_status read_node(pb_reader *r, pnode *n) {
   n->ir = idx;
   n->reshape = ir == CF_OP_RESHAPE;
   const tf_type *t = ir == CF_OP_CAST
-                         ? (v = node_attr(n, "DstT")) ? field_type(r, get(v, "type")) : NULL
+                         ? (v = node_attr(n, "DstT")) ? field_type(r, cf_pb_get(v, "type")) : NULL
                          : out_type(r, n);
   if (ir == CF_OP_CAST && (!t || t->dt == CF_DT_INVALID))
     return fail(r, n->line, "node '%s': Cast needs attr DstT with an IR dtype", n->name);
@@ -928,7 +641,7 @@ static cf_status build_index(pb_reader *r) {
   size_t cap = 16;
   while (cap < (size_t)r->n_nodes * 2)
     cap *= 2;
-  if (!(r->index = cf_arena_array(&r->scratch, cap, sizeof(int)))) return oom(r, 0);
+  if (!(r->index = cf_arena_array(&r->pb.scratch, cap, sizeof(int)))) return oom(r, 0);
   r->index_cap = cap;
   for (int k = 0; k < r->n_nodes; k++) {
     int prev = find_node(r, r->nodes[k].name);
@@ -994,7 +707,7 @@ static cf_status resolve(pb_reader *r, const pnode *n, const pin *x, cf_ref *out
 static cf_status set_operands(pb_reader *r, pnode *n) {
   cf_node *nd = &r->g->nodes[n->ir];
   bool opaque = nd->op == CF_OP_OPAQUE;
-  cf_ref *refs = n->n_in ? cf_arena_array(&r->scratch, (size_t)n->n_in, sizeof *refs) : NULL;
+  cf_ref *refs = n->n_in ? cf_arena_array(&r->pb.scratch, (size_t)n->n_in, sizeof *refs) : NULL;
   if (n->n_in && !refs) return oom(r, n->line);
   int k = 0;
   for (int i = 0; i < n->n_in; i++) {
@@ -1019,15 +732,15 @@ static cf_status set_operands(pb_reader *r, pnode *n) {
 
 static cf_status read_inputs(pb_reader *r, pnode *n) {
   int cnt = 0;
-  for (const pf *f = get(n->msg, "input"); f; f = next_named(f, "input"))
+  for (const pf *f = cf_pb_get(n->msg, "input"); f; f = cf_pb_next(f, "input"))
     cnt++;
   if (cnt > CF_MAX_OPERANDS)
     return fail(r, n->line, "node '%s': more than %d inputs", n->name, CF_MAX_OPERANDS);
-  n->in = cnt ? cf_arena_array(&r->scratch, (size_t)cnt, sizeof *n->in) : NULL;
+  n->in = cnt ? cf_arena_array(&r->pb.scratch, (size_t)cnt, sizeof *n->in) : NULL;
   if (cnt && !n->in) return oom(r, n->line);
-  for (const pf *f = get(n->msg, "input"); f; f = next_named(f, "input")) {
+  for (const pf *f = cf_pb_get(n->msg, "input"); f; f = cf_pb_next(f, "input")) {
     const char *s;
-    cf_status st = text_field(r, f, &s);
+    cf_status st = cf_pb_name(&r->pb, f, &s);
     if (st) return st;
     pin *x = &n->in[n->n_in++];
     x->line = f->line;
@@ -1036,10 +749,10 @@ static cf_status read_inputs(pb_reader *r, pnode *n) {
     const char *colon = strrchr(s, ':');
     int64_t port = 0;
     if (colon && !x->control) {
-      if (!parse_i64(colon + 1, &port) || port < 0 || port >= CF_MAX_OPERANDS ||
+      if (!cf_pb_i64(colon + 1, &port) || port < 0 || port >= CF_MAX_OPERANDS ||
           !isdigit((unsigned char)colon[1]))
         return fail(r, f->line, "node '%s': input '%s': bad output port", n->name, s);
-      char *nm = cf_arena_strndup(&r->scratch, s, (size_t)(colon - s));
+      char *nm = cf_arena_strndup(&r->pb.scratch, s, (size_t)(colon - s));
       if (!nm) return oom(r, f->line);
       s = nm;
     }
@@ -1053,22 +766,23 @@ static cf_status read_inputs(pb_reader *r, pnode *n) {
 static cf_status read_graph(pb_reader *r) {
   cf_status st;
   int count = 0;
-  for (const pf *f = get(&r->root, "node"); f; f = next_named(f, "node"))
+  for (const pf *f = cf_pb_get(&r->root, "node"); f; f = cf_pb_next(f, "node"))
     count++;
   if (!count) return fail(r, 1, "no node { ... } in the GraphDef");
   if (count > CF_MAX_NODES) return fail(r, 1, "more than %d nodes", CF_MAX_NODES);
-  if (!(r->nodes = cf_arena_array(&r->scratch, (size_t)count, sizeof *r->nodes))) return oom(r, 0);
-  for (const pf *f = get(&r->root, "node"); f; f = next_named(f, "node")) {
+  if (!(r->nodes = cf_arena_array(&r->pb.scratch, (size_t)count, sizeof *r->nodes)))
+    return oom(r, 0);
+  for (const pf *f = cf_pb_get(&r->root, "node"); f; f = cf_pb_next(f, "node")) {
     pnode *n = &r->nodes[r->n_nodes++];
     n->msg = f;
     n->line = f->line;
     n->alias = -1;
     n->ir = -1;
     n->n_ivals = -1;
-    const pf *nm = get(f, "name"), *op = get(f, "op");
+    const pf *nm = cf_pb_get(f, "name"), *op = cf_pb_get(f, "op");
     if (!f->msg || !nm || !op)
       return fail(r, f->line, "node without %s", !f->msg ? "a body" : !nm ? "a name" : "an op");
-    if ((st = text_field(r, nm, &n->name)) || (st = text_field(r, op, &n->op)) ||
+    if ((st = cf_pb_name(&r->pb, nm, &n->name)) || (st = cf_pb_name(&r->pb, op, &n->op)) ||
         (st = read_attrs(r, n)))
       return st;
     if (!*n->name) return fail(r, nm->line, "node with an empty name");
@@ -1108,10 +822,10 @@ static cf_status read_graph(pb_reader *r) {
       char tail[32] = ":output";
       int idx, line = nd->line;
       cf_ref ref = {i, 0};
-      char *nm = cf_arena_name(&r->scratch, nd->name, tail);
+      char *nm = cf_arena_name(&r->pb.scratch, nd->name, tail);
       for (int k = 1; nm && cf_graph_find(r->g, nm) >= 0; k++) {
         snprintf(tail, sizeof tail, ":output%d", k);
-        nm = cf_arena_name(&r->scratch, nd->name, tail);
+        nm = cf_arena_name(&r->pb.scratch, nd->name, tail);
       }
       if (!nm) st = oom(r, line);
       if (!st) st = cf_graph_add_node(r->g, nm, CF_OP_OUTPUT, line, &idx);
@@ -1127,27 +841,24 @@ static cf_status read_graph(pb_reader *r) {
 cf_status cf_pbtxt_read(cf_context *ctx, const char *name, const char *data, size_t size,
                         cf_graph **out) {
   *out = NULL;
-  pb_reader r = {.ctx = ctx, .file = name};
+  pb_reader r = {.pb = {.ctx = ctx, .file = name}};
   cf_status st = cf_graph_new(ctx, name, &r.g);
   if (st) return st;
-  r.file = r.g->file;
+  r.pb.file = r.g->file;
   if (!(r.text = malloc(size + 1))) {
     st = oom(&r, 0);
     goto fail;
   }
   if (size) memcpy(r.text, data, size);
   r.text[size] = 0;
-  r.end = r.text + size;
-  const char *p = r.text;
-  int line = 1;
-  if ((st = parse_msg(&r, &p, &line, 0, 0, &r.root)) || (st = read_graph(&r))) goto fail;
+  if ((st = cf_pb_parse(&r.pb, r.text, size, &r.root)) || (st = read_graph(&r))) goto fail;
   free(r.text);
-  cf_arena_free(&r.scratch);
+  cf_arena_free(&r.pb.scratch);
   *out = r.g;
   return CF_OK;
 fail:
   free(r.text);
-  cf_arena_free(&r.scratch);
+  cf_arena_free(&r.pb.scratch);
   cf_graph_destroy(r.g);
   return st;
 }

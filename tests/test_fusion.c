@@ -18,17 +18,13 @@
  *    counts hold, size/index segments hold, and the sealed graph round-trips
  *    through the XML writer and reader.
  */
-#include "cf_test.h"
+#include "cf_pass_test.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "frontend/frontend.h"
-#include "ir/ir.h"
-#include "passes/passes.h"
 
 /* ================= helpers ================= */
 
@@ -62,54 +58,21 @@ static void sb_free(sb *b) {
   *b = (sb){0};
 }
 
-/* --explain lines */
-typedef struct lines {
-  char **v;
-  int n;
-} lines;
-
-static void collect(void *user, const char *line) {
-  lines *l = user;
-  l->v = realloc(l->v, (size_t)(l->n + 1) * sizeof *l->v);
-  l->v[l->n++] = strdup(line);
-}
-
-static void lines_free(lines *l) {
-  for (int i = 0; i < l->n; i++)
-    free(l->v[i]);
-  free(l->v);
-  *l = (lines){0};
+/* "AllReduce 'name' ...": the explain line of collective name */
+static bool explains(const char *line, const char *name) {
+  const char *sp = strchr(line, ' ');
+  size_t k = strlen(name);
+  return sp && sp[1] == '\'' && strncmp(sp + 2, name, k) == 0 && sp[2 + k] == '\'' &&
+         sp[3 + k] == ' ';
 }
 
 /* the explain line of collective name (exactly one) holds want */
 static void expect_explain(const lines *l, const char *name, const char *want) {
-  char key[160];
-  snprintf(key, sizeof key, " '%s' ", name);
-  int hits = 0;
-  const char *line = NULL;
-  for (int i = 0; i < l->n; i++) { /* "AllReduce 'name' ..." */
-    const char *sp = strchr(l->v[i], ' ');
-    if (sp && strncmp(sp, key, strlen(key)) == 0) hits++, line = l->v[i];
-  }
-  if (hits != 1) {
-    for (int i = 0; i < l->n; i++)
-      print_message("  explain: %s\n", l->v[i]);
-    fail_msg("%d explain lines for '%s', want 1", hits, name);
-  }
-  if (!strstr(line, want)) fail_msg("explain line '%s' lacks '%s'", line, want);
-}
-
-static cf_graph *parse(const char *text) {
-  cf_graph *g = NULL;
-  if (cf_graph_parse(ctx, "mem.xml", text, strlen(text), &g) != CF_OK)
-    fail_msg("parse: %s", cf_context_errmsg(ctx));
-  return g;
+  expect_one_line(l, explains, name, want);
 }
 
 static cf_status fuse(cf_graph *g, const char *passes, const char *split, lines *ex) {
-  cf_pass_options o = {
-      .split = split, .cost = NULL, .explain = ex ? collect : NULL, .explain_user = ex};
-  return cf_passes_run(g, passes ? passes : cf_pipeline_default, &o, NULL, NULL);
+  return run_passes(g, passes ? passes : cf_pipeline_default, split, NULL, ex);
 }
 
 static void fuse_ok(cf_graph *g, const char *passes, const char *split, lines *ex) {
@@ -147,12 +110,6 @@ static int list_count(const char *csv) {
   return n;
 }
 
-static const cf_node *node_named(const cf_graph *g, const char *name) {
-  int i = cf_graph_find(g, name);
-  if (i < 0) fail_msg("no node '%s'", name);
-  return &g->nodes[i];
-}
-
 /* the fused node whose members are exactly csv (in this order) */
 static const cf_node *bucket_with(const cf_graph *g, const char *csv) {
   for (int i = 0; i < g->n_nodes; i++) {
@@ -188,19 +145,12 @@ static void expect_buckets(const cf_graph *g, cf_op op, const char *const *want,
 
 /* collective name is still there, unfused */
 static void expect_alone(const cf_graph *g, const char *name, cf_op op) {
-  const cf_node *n = node_named(g, name);
+  const cf_node *n = node(g, name);
   assert_int_equal(n->op, op);
   for (int i = 0; i < g->n_nodes; i++)
     if (is_fused(g->nodes[i].op) &&
         list_index(cf_node_str(&g->nodes[i], CF_A_MEMBERS, ""), name) >= 0)
       fail_msg("'%s' is both alone and in '%s'", name, g->nodes[i].name);
-}
-
-static int count_op(const cf_graph *g, cf_op op) {
-  int n = 0;
-  for (int i = 0; i < g->n_nodes; i++)
-    n += g->nodes[i].op == op;
-  return n;
 }
 
 static int64_t operand_bytes(const cf_graph *g, const cf_node *n, int j) {
@@ -589,16 +539,16 @@ static void test_fusion2_fusion_id(void **state) {
     assert_int_equal(b->out[j].shape.rank, 2);
   }
   /* users read their member's port */
-  const cf_node *use = node_named(g, "use");
+  const cf_node *use = node(g, "use");
   assert_string_equal(g->nodes[use->in[0].node].name, b->name);
   assert_int_equal(use->in[0].port, 1);
   assert_int_equal(use->in[1].port, 0);
-  assert_int_equal(node_named(g, "o2")->in[0].port, 2);
+  assert_int_equal(node(g, "o2")->in[0].port, 2);
   /* offsets are 64-byte aligned and never overlap: 36 bytes after 100 */
   const cf_node *b9 = bucket_with(g, "ar_s,ar_t,ar_u");
   assert_string_equal(cf_node_str(b9, CF_A_OFFSETS, ""), "0,128,192");
   assert_string_equal(cf_node_str(b9, CF_A_REASON, ""), "fusion_id=9");
-  assert_int_equal(node_named(g, "o3")->in[0].port, 1);
+  assert_int_equal(node(g, "o3")->in[0].port, 1);
 
   expect_alone(g, "ar_h", CF_OP_ALLREDUCE);
   expect_alone(g, "ar_e", CF_OP_ALLREDUCE);
@@ -1069,7 +1019,7 @@ static void test_chains_global(void **state) {
     BUCKETS(g, CF_OP_FUSEDALLREDUCE, "a1,b1", "a2,b2");
     const cf_node *f1 = bucket_with(g, "a1,b1"), *f2 = bucket_with(g, "a2,b2");
     /* ha reads port 0 of the first bucket, the second bucket reads ha and port 1 */
-    const cf_node *ha = node_named(g, "ha");
+    const cf_node *ha = node(g, "ha");
     assert_string_equal(g->nodes[ha->in[0].node].name, f1->name);
     assert_int_equal(ha->in[0].port, 0);
     assert_string_equal(g->nodes[f2->in[0].node].name, "ha");

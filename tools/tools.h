@@ -130,12 +130,12 @@ extern const cf_command cf_command_check, cf_command_compile, cf_command_dot, cf
     cf_command_bench_allreduce, cf_command_bench_fusion, cf_command_bench_mmrs;
 extern const cf_command *const cf_commands[];       /* collfuse.c: every command, in help order */
 extern const cf_command *const cf_bench_commands[]; /* bench.c: the benchmarks */
-/* collfuse.c: what collfuse does (the formats it reads), one paragraph for
+/* tool.c: what collfuse does (the formats it reads), one paragraph for
  * `collfuse --help` and the man page; and what '-' means as a file. */
 void cf_tool_about(char *text, size_t len);
 extern const char cf_tool_std_note[];
 
-/* collfuse.c: shared by the commands */
+/* tool.c: shared by the commands */
 enum { EXIT_INVALID = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
 int cf_tool_exit_code(cf_status st);
 /* The command running ("run", "bench fusion"), for messages; set by main. */

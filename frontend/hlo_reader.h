@@ -1,14 +1,16 @@
-/* hlo_internal.h - what the files of the XLA HLO text reader share.
+/* hlo_reader.h - what the files of the XLA HLO text reader share.
  *
- * The reader is three files: hlo.c splits the text into statements and
- * parses them into computations of instructions (and holds cf_hlo_read),
- * hlo_groups.c turns a collective's replica_groups into IR groups, and
- * hlo_eval.c evaluates the ENTRY computation into IR nodes. This header holds
- * the parsed module, the reader's state and the helpers that cross files.
+ * The reader is four files, each calling only those below it: hlo.c splits
+ * the text into statements and parses them into computations of
+ * instructions (and holds cf_hlo_read), hlo_eval.c evaluates the ENTRY
+ * computation into IR nodes, hlo_groups.c turns a collective's
+ * replica_groups into IR groups, and hlo_scan.c at the bottom holds the
+ * errors, maps and scanner they all use. This header holds the parsed
+ * module, the reader's state and the helpers that cross files.
  * Private to frontend/: nothing outside the HLO reader includes it.
  */
-#ifndef COLLFUSE_HLO_INTERNAL_H
-#define COLLFUSE_HLO_INTERNAL_H
+#ifndef COLLFUSE_HLO_READER_H
+#define COLLFUSE_HLO_READER_H
 
 #include "frontend.h"
 
@@ -131,7 +133,7 @@ typedef struct hlo_reader {
   bool oom;
 } hlo_reader;
 
-/* ---- hlo.c: errors, strings, maps, scanning, parsing ---- */
+/* ---- hlo_scan.c: errors, strings, maps, scanning, attributes ---- */
 
 /* Report "FILE:LINE: error: ..." through the context; returns the status. */
 cf_status cf_hlo_fail(hlo_reader *r, int line, const char *fmt, ...)
@@ -139,6 +141,9 @@ cf_status cf_hlo_fail(hlo_reader *r, int line, const char *fmt, ...)
 cf_status cf_hlo_oom(hlo_reader *r, int line);
 /* A NUL-terminated copy of p[0..n) in the scratch arena; NULL (r->oom set) on failure. */
 const char *cf_hlo_str(hlo_reader *r, const char *p, size_t n);
+/* Index keys[0..n) into m (slots from a); *dup gets the first key seen
+ * twice (-1 when none). false when out of memory. */
+bool cf_hlo_map_build(cf_arena *a, strmap *m, const char **keys, int n, int *dup);
 /* The index of key k in m, -1 when absent. */
 int cf_hlo_map_find(const strmap *m, const char *k);
 
@@ -149,12 +154,26 @@ static inline bool is_name_char(char c) {
 static inline bool at_comment(const char *p, const char *e) {
   return e - p >= 2 && p[0] == '/' && p[1] == '*';
 }
+/* Past spaces, newlines and comments, counting newlines into *line. An
+ * unterminated comment is left for cf_hlo_scan_stmt to report. */
+const char *cf_hlo_skip_nl(const char *p, const char *e, int *line);
 /* Past spaces, newlines and comments. */
 const char *cf_hlo_skip(const char *p, const char *e);
 /* Past the quoted string that starts at p. */
 const char *cf_hlo_past_quoted(const char *p, const char *e);
 /* Past the bracket group, string or comment that starts at p. */
 const char *cf_hlo_past(const char *p, const char *e);
+/* Whether p starts a bracket group, a string or a comment. */
+bool cf_hlo_at_group(const char *p, const char *e);
+/* The first ch outside brackets, strings and comments in [p, e), or NULL. */
+const char *cf_hlo_find_top(const char *p, const char *e, char ch);
+/* Top-level occurrences of ch in [p, e). */
+int cf_hlo_count_top(const char *p, const char *e, char ch);
+/* The end of the statement at p into *out: the first newline outside
+ * brackets, strings and comments, or e. *line advances over the newlines
+ * inside; unbalanced brackets, unterminated strings and comments are errors. */
+cf_status cf_hlo_scan_stmt(hlo_reader *r, const char *p, const char *e, int *line,
+                           const char **out);
 const char *cf_hlo_read_name(const char *p, const char *e, cf_span *out);
 bool cf_hlo_word_at(const char *p, const char *e, const char *w);
 bool cf_hlo_read_int(const char **pp, const char *e, int64_t max, int64_t *out);
@@ -203,4 +222,4 @@ bool cf_hlo_sdy_cuts(hlo_reader *r, const hinstr *in, const int *ranks, int n, h
 /* Evaluate ENTRY into r->g: nodes, outputs, world size and name. */
 cf_status cf_hlo_build(hlo_reader *r);
 
-#endif /* COLLFUSE_HLO_INTERNAL_H */
+#endif /* COLLFUSE_HLO_READER_H */

@@ -1,4 +1,4 @@
-/* test_fuse_matmul.c - unit tests of the fuse-matmul-collective pass
+/* test_fuse_matmul_collective.c - unit tests of the fuse-matmul-collective pass
  * (passes/fuse_matmul_collective.c) and of the fused matmul ops' rules it
  * relies on (ir/infer.c, ir/target.c).
  *
@@ -24,7 +24,7 @@
  *    Output's type, one collective per original collective, and gives one
  *    --explain line per candidate.
  */
-#include "cf_test.h"
+#include "cf_pass_test.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -32,58 +32,21 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "frontend/frontend.h"
-#include "ir/ir.h"
-#include "passes/passes.h"
-
 #define PASSES "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter,fuse-matmul-collective"
 
 /* ================= helpers ================= */
 
-typedef struct lines {
-  char **v;
-  int n;
-} lines;
-
-static void collect(void *user, const char *line) {
-  lines *l = user;
-  l->v = realloc(l->v, (size_t)(l->n + 1) * sizeof *l->v);
-  l->v[l->n++] = strdup(line);
-}
-
-static void lines_free(lines *l) {
-  for (int i = 0; i < l->n; i++) free(l->v[i]);
-  free(l->v);
-  *l = (lines){0};
-}
-
-static void dump(const lines *l) {
-  for (int i = 0; i < l->n; i++) print_message("  explain: %s\n", l->v[i]);
+static bool starts_with(const char *line, const char *prefix) {
+  return strncmp(line, prefix, strlen(prefix)) == 0;
 }
 
 /* exactly one explain line starts with prefix, and it holds want */
 static void expect_line(const lines *l, const char *prefix, const char *want) {
-  int hits = 0;
-  const char *line = NULL;
-  for (int i = 0; i < l->n; i++)
-    if (strncmp(l->v[i], prefix, strlen(prefix)) == 0) hits++, line = l->v[i];
-  if (hits != 1) {
-    dump(l);
-    fail_msg("%d explain lines start with \"%s\", want 1", hits, prefix);
-  }
-  if (!strstr(line, want)) fail_msg("explain line '%s' lacks '%s'", line, want);
-}
-
-static cf_graph *parse(const char *text) {
-  cf_graph *g = NULL;
-  if (cf_graph_parse(ctx, "mem.xml", text, strlen(text), &g) != CF_OK)
-    fail_msg("parse: %s", cf_context_errmsg(ctx));
-  return g;
+  expect_one_line(l, starts_with, prefix, want);
 }
 
 static cf_status fuse(cf_graph *g, const char *passes, const char *target, lines *ex) {
-  cf_pass_options o = {.explain = ex ? collect : NULL, .explain_user = ex, .target = target};
-  return cf_passes_run(g, passes ? passes : PASSES, &o, NULL, NULL);
+  return run_passes(g, passes ? passes : PASSES, NULL, target, ex);
 }
 
 static void fuse_ok(cf_graph *g, const char *target, lines *ex) {
@@ -91,12 +54,6 @@ static void fuse_ok(cf_graph *g, const char *target, lines *ex) {
   /* the result verifies on its own */
   assert_int_equal(cf_verify_structure(g), CF_OK);
   assert_int_equal(cf_infer(g), CF_OK);
-}
-
-static const cf_node *node(const cf_graph *g, const char *name) {
-  int i = cf_graph_find(g, name);
-  if (i < 0) fail_msg("no node '%s'", name);
-  return &g->nodes[i];
 }
 
 static void absent(const cf_graph *g, const char *name) {
@@ -117,12 +74,6 @@ static void expect_str(const cf_node *n, cf_attr_id id, const char *want) {
   const char *got = cf_node_str(n, id, NULL);
   if (!got || strcmp(got, want))
     fail_msg("'%s': %s is '%s', want '%s'", n->name, cf_attr_table[id].name, got ? got : "(none)", want);
-}
-
-static int count_op(const cf_graph *g, cf_op op) {
-  int n = 0;
-  for (int i = 0; i < g->n_nodes; i++) n += g->nodes[i].op == op;
-  return n;
 }
 
 static void expect_type(const cf_graph *g, const char *name, int port, cf_dtype dt, const char *shape) {
@@ -1016,7 +967,7 @@ static void test_random(void **state) {
     assert_int_equal(cf_verify_structure(g), CF_OK); /* acyclic */
     assert_int_equal(cf_infer(g), CF_OK);
     if (ex.n != cands) {
-      dump(&ex);
+      lines_dump(&ex);
       fail_msg("graph %d: %d explain lines for %d candidates\n%s", t, ex.n, cands, text);
     }
     /* every original collective is one collective of the result */
