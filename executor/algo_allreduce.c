@@ -17,7 +17,7 @@
  * sender's memory and the reduction reads it in place; otherwise it lands in
  * the call's scratch.
  */
-#include "executor.h"
+#include "backends/backends.h"
 
 #include <stdlib.h>
 

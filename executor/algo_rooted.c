@@ -7,7 +7,7 @@
  * bucket once per peer and the receiver scatters the members to their
  * outputs; a fused ReduceScatter reduces block `me` of every member.
  */
-#include "executor.h"
+#include "backends/backends.h"
 
 #include <stdlib.h>
 

@@ -242,7 +242,7 @@ struct cf_executable {
   int64_t max_memory; /* the max_memory option; 0: what the machine has */
   /* cf_executable_run_rank: this process's MPI world and a plan for its
    * staging transport, made by the first call */
-  cf_mpi_world *mpi;
+  cf_world *mpi;
   cf_plan *mpi_plan;
   bool mpi_failed; /* a run failed: the job's ranks have stopped */
 };
@@ -309,7 +309,7 @@ fail:
 void cf_executable_destroy(cf_executable *e) {
   if (!e) return;
   cf_plan_destroy(e->mpi_plan);
-  cf_mpi_world_destroy(e->mpi, 0);
+  cf_world_destroy(e->mpi, 0);
   cf_plan_destroy(e->plan);
   free(e->io_node[0]);
   free(e->io_node[1]);
@@ -487,19 +487,19 @@ cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *c
  * unless the application did), check that it is this executable's, and plan
  * for the MPI transport, which stages what it receives. */
 static cf_status mpi_setup(cf_executable *e, int rank) {
-  cf_status st = cf_mpi_world_create(e->ctx, e->ro.timeout_s, &e->mpi);
+  cf_status st = cf_world_create(e->ctx, &cf_world_mpi, 0, e->ro.timeout_s, &e->mpi);
   if (st) return st;
-  cf_comm *comm = cf_mpi_comm(e->mpi);
-  if (comm->size != e->ranks)
+  const cf_world *w = e->mpi;
+  if (w->size != e->ranks)
     return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
                     "cf_executable_run_rank: the executable has %d rank%s, but this MPI job has %d "
                     "process%s (start it with mpirun -np %d)",
-                    e->ranks, cf_s(e->ranks), comm->size, comm->size == 1 ? "" : "es", e->ranks);
-  if (comm->rank != rank)
+                    e->ranks, cf_s(e->ranks), w->size, w->size == 1 ? "" : "es", e->ranks);
+  if (w->first != rank)
     return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
                     "cf_executable_run_rank: rank %d asked for, but this process is rank %d of "
                     "MPI_COMM_WORLD",
-                    rank, comm->rank);
+                    rank, w->first);
   cf_run_options ro = e->ro;
   ro.staged = true;
   if (ro.algo == CF_ALGO_AUTO) ro.algo = cf_mpi_auto(e->mpi); /* as `run --backend mpi` */
@@ -524,16 +524,15 @@ cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *
                                 "this executable could not join the MPI job (its first error)");
     if ((st = mpi_setup(e, rank))) return st;
   }
-  cf_comm *comm = cf_mpi_comm(e->mpi);
-  if (comm->rank != rank)
+  if (e->mpi->first != rank)
     return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
                     "cf_executable_run_rank: rank %d asked for, but this process is rank %d", rank,
-                    comm->rank);
+                    e->mpi->first);
   io_buffers b;
   cf_run_result res = {0};
   st = io_make(e, rank, inputs, outputs, &b);
   if (!st) {
-    st = cf_exec_run_comm(e->ctx, e->mpi_plan, comm, &b.in, &res);
+    st = cf_exec_run_world(e->ctx, e->mpi_plan, e->mpi, &b.in, &res);
     if (st) e->mpi_failed = true;
   }
   if (!st) e->last_ms = res.time_ms_median;

@@ -13,7 +13,7 @@
  * message with CF_ERR_RUNTIME (or the failing rank's own status).
  */
 #define _GNU_SOURCE
-#include "executor.h"
+#include "plan.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -25,7 +25,7 @@
 
 typedef struct rank_run {
   cf_plan *p;
-  cf_threads_world *world;
+  cf_world *world;
   int rank;
   cf_context *ctx;
   cf_comm *comm;
@@ -38,6 +38,7 @@ typedef struct rank_run {
   cf_status st;
   bool vanished;
   bool solo;       /* the only rank of this process (MPI): records its own times */
+  int fail_at;     /* test hook: the step of the first iteration this rank fails at, else -1 */
   /* communication thread: a FIFO of started collectives */
   pthread_t thread;
   bool has_thread;
@@ -255,22 +256,26 @@ static cf_status compute(rank_run *r, const cf_node *n, cf_tensor *tin, cf_tenso
                            p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
 }
 
+/* Test hook: this rank stops at step s, loudly (mode 1) or without a word
+ * (mode 2). */
+static cf_status injected_failure(rank_run *r, int s) {
+  if (r->p->opt.hooks->fail_mode == 2) {
+    r->vanished = true;
+    return CF_ERR_RUNTIME;
+  }
+  char text[160];
+  snprintf(text, sizeof text, "rank %d failed at step %d (injected failure)", r->rank, s);
+  r->comm->ops->abort(r->comm, text);
+  return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+}
+
 static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *tout) {
   const cf_plan *p = r->p;
-  const cf_run_options *o = &p->opt;
-  for (int s = 0; s < p->n_steps; s++) {
+  /* a test's injected failure cuts the first iteration short */
+  int end = first && r->fail_at >= 0 && r->fail_at < p->n_steps ? r->fail_at : p->n_steps;
+  for (int s = 0; s < end; s++) {
     const cf_step *sp = &p->steps[s];
     cf_status st = CF_OK;
-    if (first && o->test_fail_mode && r->rank == o->test_fail_rank && s == o->test_fail_step) {
-      if (o->test_fail_mode == 2) {
-        r->vanished = true;
-        return CF_ERR_RUNTIME;
-      }
-      char text[160];
-      snprintf(text, sizeof text, "rank %d failed at step %d (injected failure)", r->rank, s);
-      r->comm->ops->abort(r->comm, text);
-      return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
-    }
     const char *why;
     if (r->comm->ops->aborted(r->comm, &why)) return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
     switch (sp->kind) {
@@ -294,6 +299,7 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     }
     if (st) return st;
   }
+  if (end < p->n_steps) return injected_failure(r, end);
   return cf_device_error(r->dev, r->ctx); /* the copies' */
 }
 
@@ -336,8 +342,9 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   }
   if ((st = fill_inputs(r))) return st;
   if ((st = check_fingerprints(r))) return st;
-  if (p->opt.test_mutate)
-    for (int c = 0; c < p->n_colls; c++) p->opt.test_mutate(p->opt.test_user, r->rank, &r->calls[c].desc, c);
+  if (p->opt.hooks && p->opt.hooks->mutate)
+    for (int c = 0; c < p->n_colls; c++)
+      p->opt.hooks->mutate(p->opt.hooks->user, r->rank, &r->calls[c].desc, c);
   int total = p->opt.warmup + p->opt.iters;
   for (int it = 0; it < total; it++) {
     if ((st = barrier(r))) return st;
@@ -388,7 +395,7 @@ static void *rank_main(void *arg) {
     const char *why;
     if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_context_errmsg(r->ctx));
   }
-  if (r->st && r->world) cf_threads_rank_left(r->world, r->rank);
+  if (r->st) cf_world_rank_left(r->world, r->rank);
   /* stop the communication thread (it finishes what was started) */
   pthread_mutex_lock(&r->lock);
   r->stop = true;
@@ -405,6 +412,8 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
   x->rank = rank;
   x->in = in;
   x->res = res;
+  const cf_run_hooks *h = p->opt.hooks;
+  x->fail_at = h && h->fail_mode && h->fail_rank == rank ? h->fail_step : -1;
   pthread_mutex_init(&x->lock, NULL);
   pthread_cond_init(&x->cond, NULL);
   x->queue_cap = p->n_colls + 2;
@@ -470,22 +479,16 @@ static void result_finish(const cf_plan *p, cf_run_result *res) {
   free(sorted);
 }
 
-cf_status cf_exec_run_comm(cf_context *ctx, cf_plan *p, cf_comm *comm, const cf_inputs *in,
-                           cf_run_result *res) {
-  if (p->opt.iters < 1) p->opt.iters = 1;
-  if (p->opt.warmup < 0) p->opt.warmup = 0;
-  if (comm->size != p->ranks)
-    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "the transport has %d rank%s, the plan %d", comm->size,
-                    cf_s(comm->size), p->ranks);
-  if (!cf_device_is_host(p->dev) && !comm->ops->zero_copy)
-    return cf_error(ctx, CF_ERR_UNSUPPORTED, NULL, 0,
-                    "the %s transport moves host memory: --device %s needs the threads transport",
-                    comm->ops->name, p->dev->ops->name);
+/* This process's one rank of world w (an MPI process), on this thread. */
+static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inputs *in,
+                          cf_run_result *res) {
+  cf_comm *comm = cf_world_comm(w, w->first);
   rank_run x = {0};
   cf_status st = result_init(ctx, p, in, res);
-  if (!st) st = rank_setup(&x, ctx, p, comm->rank, in, res);
+  if (!st) st = rank_setup(&x, ctx, p, w->first, in, res);
   if (!st) {
     x.solo = true;
+    x.world = w;
     x.comm = comm;
     cf_context *saved = comm->ctx;
     comm->ctx = x.ctx;
@@ -511,17 +514,16 @@ cf_status cf_exec_run_comm(cf_context *ctx, cf_plan *p, cf_comm *comm, const cf_
   return st;
 }
 
-cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_result *res) {
+/* Every rank of world w as a thread of this process. */
+static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inputs *in,
+                             cf_run_result *res) {
   int n = p->ranks;
-  if (p->opt.iters < 1) p->opt.iters = 1;
-  if (p->opt.warmup < 0) p->opt.warmup = 0;
   rank_run *rr = calloc((size_t)n, sizeof *rr);
   pthread_t *th = calloc((size_t)n, sizeof *th);
-  cf_threads_world *w = NULL;
+  cf_context **saved = calloc((size_t)n, sizeof *saved);
   cf_status st = result_init(ctx, p, in, res);
-  if (!st && (!rr || !th)) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (!st && (!rr || !th || !saved)) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (st) goto done;
-  if ((st = cf_threads_world_create(ctx, n, p->opt.timeout_s, &w))) goto done;
   /* n ranks share the cores: each rank's GEMMs get cores/n BLAS threads
    * (OpenBLAS' setting is per process: restored below; an explicit
    * OPENBLAS_NUM_THREADS wins) */
@@ -533,7 +535,11 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
   for (int r = 0; r < n && !st; r++) {
     st = rank_setup(&rr[r], ctx, p, r, in, res);
     rr[r].world = w;
-    if (!st) rr[r].comm = cf_threads_comm(w, r, rr[r].ctx);
+    if (!st) {
+      rr[r].comm = cf_world_comm(w, r);
+      saved[r] = rr[r].comm->ctx;
+      rr[r].comm->ctx = rr[r].ctx;
+    }
   }
   for (int r = 0; r < n && !st; r++) {
     if (pthread_create(&rr[r].thread, NULL, comm_main, &rr[r]) != 0) {
@@ -545,7 +551,7 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
   for (int r = 0; r < n && !st; r++, started++)
     if (pthread_create(&th[r], NULL, rank_main, &rr[r]) != 0) {
       st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "cannot start a thread for rank %d", r);
-      cf_threads_comm(w, 0, ctx)->ops->abort(cf_threads_comm(w, 0, ctx), "could not start every rank");
+      rr[0].comm->ops->abort(rr[0].comm, "could not start every rank");
     }
   for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
   for (int r = 0; r < n; r++)
@@ -568,7 +574,7 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
         who = r;
     if (who >= 0) {
       const char *why = NULL;
-      cf_comm *c0 = cf_threads_comm(w, who, rr[who].ctx);
+      cf_comm *c0 = rr[who].comm;
       if (rr[who].st == CF_ERR_RUNTIME && c0->ops->aborted(c0, &why))
         st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
       else
@@ -577,11 +583,38 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
   }
   if (!st) result_finish(p, res);
 done:
-  for (int r = 0; rr && r < n; r++) rank_free(&rr[r]);
+  for (int r = 0; rr && r < n; r++) {
+    if (rr[r].comm) rr[r].comm->ctx = saved[r];
+    rank_free(&rr[r]);
+  }
   free(rr);
   free(th);
-  cf_threads_world_destroy(w);
+  free(saved);
   if (st) cf_run_result_free(res);
+  return st;
+}
+
+cf_status cf_exec_run_world(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inputs *in,
+                            cf_run_result *res) {
+  if (p->opt.iters < 1) p->opt.iters = 1;
+  if (p->opt.warmup < 0) p->opt.warmup = 0;
+  if (w->size != p->ranks)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "the transport has %d rank%s, the plan %d", w->size,
+                    cf_s(w->size), p->ranks);
+  cf_comm *comm = cf_world_comm(w, w->first);
+  if (!cf_device_is_host(p->dev) && !comm->ops->zero_copy)
+    return cf_error(ctx, CF_ERR_UNSUPPORTED, NULL, 0,
+                    "the %s transport moves host memory: --device %s needs the threads transport",
+                    comm->ops->name, p->dev->ops->name);
+  return w->local == w->size ? run_threads(ctx, p, w, in, res) : run_solo(ctx, p, w, in, res);
+}
+
+cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_result *res) {
+  cf_world *w = NULL;
+  memset(res, 0, sizeof *res);
+  cf_status st = cf_world_create(ctx, &cf_world_threads, p->ranks, p->opt.timeout_s, &w);
+  if (!st) st = cf_exec_run_world(ctx, p, w, in, res);
+  cf_world_destroy(w, 0);
   return st;
 }
 

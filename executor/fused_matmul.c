@@ -25,7 +25,7 @@
  * the collective, and bitwise so under --deterministic: a product row does
  * not depend on which other rows are computed with it.
  */
-#include "executor.h"
+#include "plan.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -13,7 +13,7 @@
  * the inactive file cache the kernel would reclaim first, as the kubelet's
  * working set does); a caller's explicit limit replaces both.
  */
-#include "executor.h"
+#include "plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -18,7 +18,7 @@
  * WAIT). Inputs, constants and what Output nodes read stay for the whole
  * run, so iterations can repeat.
  */
-#include "executor.h"
+#include "plan.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "executor/executor.h"
+#include "check/check.h"
 
 /* ---- xorshift64* (the tests' only randomness; fixed seed) ---- */
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

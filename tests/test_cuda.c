@@ -29,7 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "executor/executor.h"
+#include "check/check.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
 

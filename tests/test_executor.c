@@ -37,7 +37,8 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "executor/executor.h"
+#include "check/check.h"
+#include "executor/plan.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
 
@@ -121,20 +122,27 @@ static void gb_free(gbuf *b) {
 
 typedef struct world {
   int size;
-  cf_threads_world *w;
+  cf_world *w;
   cf_context *rctx[MAXR];
 } world;
 
 static void world_open(world *W, int size, double timeout_s) {
   assert_true(size >= 1 && size <= MAXR);
   *W = (world){.size = size};
-  if (cf_threads_world_create(ctx, size, timeout_s, &W->w) != CF_OK)
+  if (cf_world_create(ctx, &cf_world_threads, size, timeout_s, &W->w) != CF_OK)
     fail_msg("world: %s", cf_context_errmsg(ctx));
   for (int r = 0; r < size; r++) assert_int_equal(cf_context_create(&W->rctx[r]), CF_OK);
 }
 
+/* Rank r's endpoint, its messages going to its own context. */
+static cf_comm *rank_comm(world *W, int r) {
+  cf_comm *c = cf_world_comm(W->w, r);
+  c->ctx = W->rctx[r];
+  return c;
+}
+
 static void world_close(world *W) {
-  cf_threads_world_destroy(W->w);
+  cf_world_destroy(W->w, 0);
   for (int r = 0; r < W->size; r++) cf_context_destroy(W->rctx[r]);
 }
 
@@ -144,7 +152,7 @@ typedef struct job {
   const cf_coll_call *calls;
   int n_calls;
   bool vanish;       /* never calls (the rank is gone) */
-  cf_threads_world *world;
+  cf_world *world;
   int rank;          /* world rank (for vanish) */
   cf_status st;
   int failed_at;     /* index of the call that failed, -1 */
@@ -155,7 +163,7 @@ static void *job_main(void *arg) {
   job *j = arg;
   j->st = CF_OK;
   j->failed_at = -1;
-  if (j->vanish) cf_threads_rank_left(j->world, j->rank); /* as exec.c does for a rank that stopped */
+  if (j->vanish) cf_world_rank_left(j->world, j->rank); /* as exec.c does for a rank that stopped */
   for (int i = 0; i < j->n_calls && !j->vanish; i++) {
     j->st = cf_coll_run(j->comm, dev, &j->calls[i]);
     if (j->st) {
@@ -345,7 +353,7 @@ static void run_coll(const cspec *s) {
                               .out = gb_ptr(&out[k]), .segs = segs, .n_segs = nseg,
                               .scratch = gb_ptr(&scr[k]), .scratch_bytes = scratch, .algo = a,
                               .deterministic = s->det};
-    jobs[k] = (job){.comm = cf_threads_comm(W.w, ranks[k], W.rctx[ranks[k]]), .calls = &calls[k],
+    jobs[k] = (job){.comm = rank_comm(&W, ranks[k]), .calls = &calls[k],
                     .n_calls = 1};
   }
   run_jobs(jobs, n);
@@ -505,7 +513,7 @@ static void test_allreduce_int_mean_no_wrap(void **state) {
           scr[k] = malloc(sb + 1);
           calls[k] = (cf_coll_call){.desc = d, .ranks = NULL, .n = n, .me = k, .in = in[k],
                                     .out = out[k], .scratch = scr[k], .scratch_bytes = sb, .algo = al};
-          jobs[k] = (job){.comm = cf_threads_comm(W.w, k, W.rctx[k]), .calls = &calls[k], .n_calls = 1};
+          jobs[k] = (job){.comm = rank_comm(&W, k), .calls = &calls[k], .n_calls = 1};
         }
         int ident[MAXR];
         for (int k = 0; k < MAXR; k++) ident[k] = k;
@@ -751,7 +759,7 @@ static void test_sequences(void **state) {
   }
   job jobs[N];
   for (int r = 0; r < N; r++)
-    jobs[r] = (job){.comm = cf_threads_comm(W.w, r, W.rctx[r]), .calls = calls[r], .n_calls = ncalls[r]};
+    jobs[r] = (job){.comm = rank_comm(&W, r), .calls = calls[r], .n_calls = ncalls[r]};
   run_jobs(jobs, N);
   for (int r = 0; r < N; r++)
     if (jobs[r].st) fail_msg("rank %d call %d: %s", r, jobs[r].failed_at, cf_context_errmsg(W.rctx[r]));
@@ -865,7 +873,7 @@ static void mismatch_case(cf_op op, cf_algo algo, int n, int bad_rank, mfield f)
     calls[k] = (cf_coll_call){.desc = d, .ranks = ident, .n = n, .me = k, .in = in[k], .out = out[k],
                               .segs = &segs[k], .n_segs = 1, .scratch = scr[k], .scratch_bytes = sb,
                               .algo = a};
-    jobs[k] = (job){.comm = cf_threads_comm(W.w, k, W.rctx[k]), .calls = &calls[k], .n_calls = 1};
+    jobs[k] = (job){.comm = rank_comm(&W, k), .calls = &calls[k], .n_calls = 1};
   }
   double t0 = run_jobs(jobs, n);
   int root = op == CF_OP_REDUCE || op == CF_OP_BROADCAST ? good.root : -1;
@@ -950,7 +958,7 @@ static void vanish_case(cf_op op, cf_algo algo, int n, int gone) {
     calls[k] = (cf_coll_call){.desc = d, .ranks = ident, .n = n, .me = k, .in = buf[k][0],
                               .out = buf[k][1], .segs = &seg, .n_segs = 1, .scratch = buf[k][2],
                               .scratch_bytes = sb, .algo = a};
-    jobs[k] = (job){.comm = cf_threads_comm(W.w, k, W.rctx[k]), .calls = &calls[k], .n_calls = 1,
+    jobs[k] = (job){.comm = rank_comm(&W, k), .calls = &calls[k], .n_calls = 1,
                     .vanish = k == gone, .world = W.w, .rank = k};
   }
   double t0 = run_jobs(jobs, n);
@@ -1276,7 +1284,8 @@ static void test_plan_hooks(void **state) {
   for (int f = M_COUNT; f <= M_RED; f++)
     for (int coll = 0; coll < 16; coll += 5) {
       mutation m = {.rank = 2, .coll = coll, .field = (mfield)f};
-      cf_run_options opt = {.iters = 2, .timeout_s = 2, .test_mutate = mutate, .test_user = &m};
+      cf_run_hooks hooks = {.mutate = mutate, .user = &m};
+      cf_run_options opt = {.iters = 2, .timeout_s = 2, .hooks = &hooks};
       cf_run_result res;
       double t0 = now_s();
       cf_status st = run_plan(g, &opt, &res, NULL);
@@ -1293,8 +1302,8 @@ static void test_plan_hooks(void **state) {
   for (int mode = 1; mode <= 2; mode++)
     for (int step = 0; step < 3; step++) {
       int rank = mode == 1 ? 3 : 1;
-      cf_run_options opt = {.iters = 1, .timeout_s = 2, .test_fail_mode = mode, .test_fail_rank = rank,
-                            .test_fail_step = step};
+      cf_run_hooks hooks = {.fail_mode = mode, .fail_rank = rank, .fail_step = step};
+      cf_run_options opt = {.iters = 1, .timeout_s = 2, .hooks = &hooks};
       cf_run_result res;
       double t0 = now_s();
       ASSERT_ERR(run_plan(g, &opt, &res, NULL), CF_ERR_RUNTIME, mode == 1 ? "failed at step" : "timed out");
@@ -1318,13 +1327,13 @@ static void test_plan_hooks(void **state) {
       "</graph>";
   g = compile_graph(one, cf_pipeline_default, NULL);
   for (int step = 0; step < 2; step++) {
-    cf_run_options opt = {.iters = 1, .timeout_s = 30, .test_fail_mode = 1, .test_fail_rank = 2,
-                          .test_fail_step = step};
+    cf_run_hooks hooks = {.fail_mode = 1, .fail_rank = 2, .fail_step = step};
+    cf_run_options opt = {.iters = 1, .timeout_s = 30, .hooks = &hooks};
     cf_run_result res;
     cf_status st = run_plan(g, &opt, &res, NULL);
     if (st == CF_OK) {
       cf_run_result_free(&res);
-      fail_msg("test_fail_step %d (of START, WAIT): the injected failure never happened", step);
+      fail_msg("fail_step %d (of START, WAIT): the injected failure never happened", step);
     }
     ASSERT_ERR(st, CF_ERR_RUNTIME, "rank 2 failed at step");
   }

@@ -34,7 +34,7 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "executor/executor.h"
+#include "executor/plan.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
 

@@ -1,5 +1,5 @@
-/* test_reference.c - unit tests of the float64 reference (executor/reference.c)
- * and of the output verifier (executor/verify.c).
+/* test_reference.c - unit tests of the float64 reference (check/reference.c)
+ * and of the output verifier (check/verify.c).
  *
  * Small graphs parsed from XML run on random inputs (cf_fill_node, some
  * elements set by hand to hit wrap-around, truncation and NaN), and every
@@ -18,7 +18,7 @@
 
 #include <math.h>
 
-#include "executor/executor.h"
+#include "check/check.h"
 #include "ir/ir.h"
 
 #define SEED 42

@@ -78,7 +78,7 @@ static int iters_for(const ar_options *o, int64_t bytes) {
 typedef struct ar_world {
   const ar_options *o;
   int n;
-  cf_threads_world *w;
+  cf_world *w;
   cf_device *dev;
   cf_context **rctx; /* per rank, for its messages */
   pthread_barrier_t bar;
@@ -187,7 +187,8 @@ static void *rank_main(void *arg) {
   ar_rank *R = arg;
   ar_world *W = R->W;
   int me = R->rank, n = W->n;
-  cf_comm *c = cf_threads_comm(W->w, me, W->rctx[me]);
+  cf_comm *c = cf_world_comm(W->w, me);
+  c->ctx = W->rctx[me];
   cf_device *dev = W->dev;
   size_t bytes = (size_t)W->count * sizeof(float), scratch_bytes = 0;
   cf_coll_desc desc = bench_desc(W->count);
@@ -627,7 +628,7 @@ static int parse_options(const cf_ar_args *a, ar_options *o) {
  * and rd stage every peer's whole vector (the transport copies): above
  * 64 MiB they are left out, as the memory would be n times the vector. */
 typedef struct mpi_bench {
-  cf_mpi_world *w;
+  cf_world *w;
   cf_comm *c;
   cf_device *dev;
   int me, n;
@@ -742,9 +743,9 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
 /* The whole benchmark as one rank of an mpirun job; the exit code. */
 static int bench_mpi(cf_context *ctx, ar_options *o, ar_row *rows) {
   mpi_bench B = {0};
-  cf_status st = cf_mpi_world_create(ctx, o->timeout_s, &B.w);
+  cf_status st = cf_world_create(ctx, &cf_world_mpi, 0, o->timeout_s, &B.w);
   if (st) return cf_tool_fail(ctx, st);
-  B.c = cf_mpi_comm(B.w);
+  B.c = cf_world_comm(B.w, B.w->first);
   B.me = B.c->rank;
   B.n = o->ranks = B.c->size;
   int rc = 0;
@@ -752,7 +753,7 @@ static int bench_mpi(cf_context *ctx, ar_options *o, ar_row *rows) {
     if (B.me == 0)
       fprintf(stderr, "collfuse bench allreduce: --backend mpi runs one rank per process: start it as "
                       "`mpirun -np N collfuse bench allreduce --backend mpi` with N >= 2\n");
-    cf_mpi_world_destroy(B.w, EXIT_USAGE);
+    cf_world_destroy(B.w, EXIT_USAGE);
     return EXIT_USAGE;
   }
   B.ranks = calloc((size_t)B.n, sizeof *B.ranks);
@@ -805,7 +806,7 @@ static int bench_mpi(cf_context *ctx, ar_options *o, ar_row *rows) {
   if (B.dev) B.dev->ops->destroy(B.dev);
   free(B.ranks);
   fflush(stdout);
-  cf_mpi_world_destroy(B.w, rc);
+  cf_world_destroy(B.w, rc);
   return rc;
 }
 
@@ -838,7 +839,7 @@ int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
 
   ar_world W = {.o = &o, .n = o.ranks};
   st = cf_device_cpu_create(ctx, &W.dev);
-  if (!st) st = cf_threads_world_create(ctx, o.ranks, o.timeout_s, &W.w);
+  if (!st) st = cf_world_create(ctx, &cf_world_threads, o.ranks, o.timeout_s, &W.w);
   W.rctx = calloc((size_t)o.ranks, sizeof *W.rctx);
   W.in = calloc((size_t)o.ranks, sizeof *W.in);
   W.seq = calloc((size_t)o.ranks, sizeof *W.seq);
@@ -905,7 +906,7 @@ done:
   free(W.in);
   free(W.seq);
   free(W.ranks);
-  cf_threads_world_destroy(W.w);
+  cf_world_destroy(W.w, 0);
   if (W.dev) W.dev->ops->destroy(W.dev);
   return rc;
 }

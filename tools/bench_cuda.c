@@ -380,7 +380,7 @@ typedef struct ar_world {
   int n, loops, iters;
   int64_t count;
   cf_device *dev;
-  cf_threads_world *w;
+  cf_world *w;
   cf_context **rctx;
   pthread_barrier_t bar;
   atomic_int failed;
@@ -451,7 +451,8 @@ static void *ar_rank_main(void *arg) {
   ar_rank *R = arg;
   ar_world *W = R->W;
   int me = R->rank, n = W->n;
-  cf_comm *c = cf_threads_comm(W->w, me, W->rctx[me]);
+  cf_comm *c = cf_world_comm(W->w, me);
+  c->ctx = W->rctx[me];
   cf_device *dev = NULL;
   size_t bytes = (size_t)W->count * sizeof(float), scratch_bytes = 0;
   cf_coll_desc desc = ar_desc(W->count);
@@ -586,7 +587,7 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
     st = cf_device_error(W.dev, ctx);
     if (!st) st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "bench allreduce: cannot measure the copy rate (GPU memory?)");
   }
-  if (!st) st = cf_threads_world_create(ctx, ranks, 60, &W.w);
+  if (!st) st = cf_world_create(ctx, &cf_world_threads, ranks, 60, &W.w);
   W.rctx = calloc((size_t)ranks, sizeof *W.rctx);
   W.hin = calloc((size_t)ranks, sizeof *W.hin);
   W.seq = calloc((size_t)ranks, sizeof *W.seq);
@@ -685,7 +686,7 @@ done:
   free(W.hin);
   free(W.seq);
   free(W.ranks);
-  cf_threads_world_destroy(W.w);
+  cf_world_destroy(W.w, 0);
   if (W.dev) W.dev->ops->destroy(W.dev);
   return rc;
 }

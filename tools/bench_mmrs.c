@@ -29,7 +29,7 @@
  */
 #include "tools.h"
 
-#include "../executor/executor.h"
+#include "../executor/plan.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -17,7 +17,8 @@
  */
 #include "tools.h"
 
-#include "../executor/executor.h"
+#include "../check/check.h"
+#include "../executor/plan.h"
 
 #include <cblas.h>
 #include <cjson/cJSON.h>
@@ -491,7 +492,7 @@ static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_res
  * inputs, and --verify's reference (with MPI, every rank's inputs too: the
  * reference needs them). */
 static cf_status check_memory(cf_context *ctx, const run_args *a, const cf_plan *plan,
-                              const cf_graph *ref_g, int ranks, int me, cf_mpi_world *world) {
+                              const cf_graph *ref_g, int ranks, int me, cf_world *world) {
   int64_t inputs = cf_graph_io_bytes(ref_g ? ref_g : plan->g, CF_OP_INPUT);
   cf_mem_need need = {
       .file = cf_tool_name(a->file.v[0]), .ranks = ranks, .per_rank = cf_plan_run_bytes(plan, false) + inputs};
@@ -531,13 +532,15 @@ static void mutate(void *user, int rank, cf_coll_desc *d, int index) {
   else if (strcmp(h->field, "root") == 0) d->root = d->root == 0 ? 1 : 0;
 }
 
-static void test_hooks(cf_run_options *o, mismatch_hook *h) {
+/* The hooks the environment asks for; NULL when none (every real run). */
+static const cf_run_hooks *test_hooks(cf_run_hooks *o, mismatch_hook *h) {
   const char *f = getenv("COLLFUSE_TEST_FAIL"), *m = getenv("COLLFUSE_TEST_MISMATCH");
-  if (f) sscanf(f, "%d:%d:%d", &o->test_fail_mode, &o->test_fail_rank, &o->test_fail_step);
+  if (f) sscanf(f, "%d:%d:%d", &o->fail_mode, &o->fail_rank, &o->fail_step);
   if (m && sscanf(m, "%d:%d:%15s", &h->rank, &h->coll, h->field) == 3) {
-    o->test_mutate = mutate;
-    o->test_user = h;
+    o->mutate = mutate;
+    o->user = h;
   }
+  return f || o->mutate ? o : NULL;
 }
 
 /* Outputs of the run in the reference graph's Output order (by name). */
@@ -645,35 +648,34 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   bool verified = false;
   int64_t peak_unfused = -1;
   mismatch_hook hook = {0};
+  cf_run_hooks hooks = {0};
   cf_run_options opt = {.iters = a.iters, .warmup = a.warmup, .seed = a.seed,
                         .deterministic = a.deterministic, .timeout_s = a.timeout,
                         .algo = a.algo ? (cf_algo)cf_algo_parse(a.algo) : CF_ALGO_AUTO,
                         .verbose = a.verbose, .staged = a.mpi,
                         .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA : CF_DEVICE_CPU};
-  test_hooks(&opt, &hook);
+  opt.hooks = test_hooks(&hooks, &hook);
   /* --backend mpi: this process is rank `me` of MPI's world */
-  cf_mpi_world *world = NULL;
-  cf_comm *comm = NULL;
+  cf_world *world = NULL;
   int me = 0;
   cf_status st = CF_OK;
   if (a.mpi) {
-    st = cf_mpi_world_create(ctx, a.timeout, &world);
+    st = cf_world_create(ctx, &cf_world_mpi, 0, a.timeout, &world);
     if (st) {
       rc = cf_tool_fail(ctx, st);
       cf_opts_free(&cf_command_run, &a);
       return rc;
     }
-    comm = cf_mpi_comm(world);
-    me = comm->rank;
+    me = world->first;
     if (opt.algo == CF_ALGO_AUTO) opt.algo = cf_mpi_auto(world); /* as measured on MPI */
-    if (a.ranks && a.ranks != comm->size)
-      st = cf_error(
-          ctx, CF_ERR_USAGE, NULL, 0,
-          "--ranks %d, but mpirun started %d process%s (leave --ranks out with "
-          "--backend mpi)",
-          a.ranks, comm->size, comm->size == 1 ? "" : "es");
-    ranks = comm->size;
-    if (!st && a.rank_table) st = check_rank_table(ctx, a.rank_table, me, comm->size, cf_mpi_host(world));
+    if (a.ranks && a.ranks != world->size)
+      st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                    "--ranks %d, but mpirun started %d process%s (leave --ranks out with "
+                    "--backend mpi)",
+                    a.ranks, world->size, world->size == 1 ? "" : "es");
+    ranks = world->size;
+    if (!st && a.rank_table)
+      st = check_rank_table(ctx, a.rank_table, me, world->size, cf_mpi_host(world));
     /* the node's cores are shared by its processes: so are BLAS threads
      * (an explicit OPENBLAS_NUM_THREADS wins) */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -681,9 +683,9 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     if (!getenv("OPENBLAS_NUM_THREADS") && cores > 0)
       openblas_set_num_threads(cores / local > 1 ? (int)(cores / local) : 1);
     /* test hook mode 3: this process SIGKILLs itself at collective message STEP */
-    if (opt.test_fail_mode == 3 && opt.test_fail_rank == me) cf_mpi_test_kill(world, opt.test_fail_step);
+    if (hooks.fail_mode == 3 && hooks.fail_rank == me) cf_mpi_test_kill(world, hooks.fail_step);
   }
-  if (opt.test_fail_mode == 3) opt.test_fail_mode = 0; /* MPI only, and not exec.c's */
+  if (hooks.fail_mode == 3) hooks.fail_mode = 0; /* MPI only, and not exec.c's */
   if (!st) st = compile(ctx, &a, a.o0 ? cf_pipeline_O0 : a.passes ? a.passes : cf_pipeline_default, &ranks, &g);
   opt.ranks = ranks;
   /* the unfused graph: the reference's input, and -v's memory comparison */
@@ -693,7 +695,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   if (!st && ref_g) {
     cf_plan *up = NULL;
     cf_run_options uo = opt;
-    uo.test_mutate = NULL;
+    uo.hooks = NULL;
     uo.device = CF_DEVICE_CPU; /* only its memory plan is wanted */
     if (cf_plan_build(ctx, ref_g, &uo, &up) == CF_OK) peak_unfused = cf_plan_peak_bytes(up);
     cf_plan_destroy(up);
@@ -737,7 +739,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   }
   bool ran = false;
   if (!st && !setup_rc) {
-    st = a.mpi ? cf_exec_run_comm(ctx, plan, comm, &in, &res) : cf_exec_run(ctx, plan, &in, &res);
+    st = a.mpi ? cf_exec_run_world(ctx, plan, world, &in, &res) : cf_exec_run(ctx, plan, &in, &res);
     ran = !st;
   }
   if (ran && a.verify) {
@@ -756,7 +758,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
         save_outputs(ctx, a.save, &res, a.mpi ? me : 0, a.mpi ? me + 1 : res.ranks, ranks);
     if (!st) st = s2;
   }
-  if (a.mpi && st && opt.test_fail_mode == 2 && opt.test_fail_rank == me) {
+  if (a.mpi && st && hooks.fail_mode == 2 && hooks.fail_rank == me) {
     /* test hook mode 2 on MPI: a rank that silently stops stays silent
      * until the others have timed out and the job is torn down */
     fflush(stdout);
@@ -801,6 +803,6 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   cf_graph_destroy(ref_g);
   cf_opts_free(&cf_command_run, &a);
   fflush(stdout);
-  cf_mpi_world_destroy(world, rc);
+  cf_world_destroy(world, rc);
   return rc;
 }

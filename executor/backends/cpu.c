@@ -6,7 +6,7 @@
  * the launches the ranks make concurrently afterwards only read a function
  * pointer. It is the reference every other backend is tested against.
  */
-#include "../executor.h"
+#include "backends.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -40,7 +40,8 @@
  * skip further work on it, and error() reports it.
  *
  * Compute ops (MatMul on cuBLAS, the rest through the host) are in
- * cuda_blas.c; the structures both files use, in cuda_internal.h.
+ * cuda_blas.c; the structures both files use, in cuda_internal.h; the
+ * messages of driver results both give, in cuda_error.c.
  */
 #define _GNU_SOURCE
 #include "cuda_internal.h"
@@ -58,23 +59,6 @@
 static const cf_device_ops cuda_ops;
 
 /* ---------------- driver calls and messages ---------------- */
-
-const char *cf_cuda_text(const cu_api *a, CUresult r, char *buf, size_t len) {
-  const char *name = NULL, *str = NULL;
-  if (a->cuGetErrorName) a->cuGetErrorName(r, &name);
-  if (a->cuGetErrorString) a->cuGetErrorString(r, &str);
-  snprintf(buf, len, "%s: %s", name ? name : "CUDA error", str ? str : "unknown");
-  return buf;
-}
-
-cf_status cf_cuda_fail(cf_context *ctx, const cu_api *a, CUresult r, const char *fmt, ...) {
-  char what[256], err[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
-  va_end(ap);
-  return cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "CUDA: %s: %s", what, cf_cuda_text(a, r, err, sizeof err));
-}
 
 /* A void slot's failure: kept (the first one) for error(). */
 static void remember(view *v, CUresult r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -1,6 +1,7 @@
-/* backends/cuda_internal.h - what the CUDA backend's two files share:
- * cuda.c (driver, GPUs, kernels, views, the slots) and cuda_blas.c (MatMul
- * on cuBLAS, every other compute op through the host). Only they include it.
+/* backends/cuda_internal.h - what the CUDA backend's files share:
+ * cuda.c (driver, GPUs, kernels, views, the slots), cuda_blas.c (MatMul
+ * on cuBLAS, every other compute op through the host) and cuda_error.c (the
+ * messages of driver results). Only they include it.
  */
 #ifndef COLLFUSE_CUDA_INTERNAL_H
 #define COLLFUSE_CUDA_INTERNAL_H
@@ -75,7 +76,7 @@ struct cuda_root {
   pthread_mutex_t lock;
 };
 
-/* cuda.c */
+/* cuda_error.c */
 /* "CUDA_ERROR_X: text" of a driver result. */
 const char *cf_cuda_text(const cu_api *a, CUresult r, char *buf, size_t len);
 /* An error "CUDA: WHAT: CUDA_ERROR_X: text" in ctx (CF_ERR_RUNTIME). */

@@ -40,7 +40,8 @@
  * A failed rank never hangs in MPI_Finalize: it waits a few seconds for
  * every rank to stop too (a barrier with a deadline), then all finalize, or
  * MPI_Abort ends the job when a rank is gone. The native slot (MPI's own
- * collectives, --algo mpi-native) lives in mpi_native.c.
+ * collectives, --algo mpi-native) lives in mpi_native.c; the abort protocol
+ * and the MPI call lock, which both use, in mpi_abort.c.
  */
 #define _GNU_SOURCE
 #include "mpi_internal.h"
@@ -78,111 +79,6 @@ typedef struct wire_hdr {
   uint16_t group_len, node_len;
 } wire_hdr;
 #define HDR_CAP(w) (sizeof(wire_hdr) + GROUP_MAX + NODE_MAX + (w)->inline_max)
-
-void cf_mpi_lock(cf_mpi_world *w) {
-  if (!w->multiple) pthread_mutex_lock(&w->mpi_lock);
-}
-
-void cf_mpi_unlock(cf_mpi_world *w) {
-  if (!w->multiple) pthread_mutex_unlock(&w->mpi_lock);
-}
-
-const char *cf_mpi_error_text(int rc, char *buf) {
-  int len = 0;
-  if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS)
-    snprintf(buf, MPI_MAX_ERROR_STRING, "MPI error %d", rc);
-  return buf;
-}
-
-/* ---------------- abort ---------------- */
-
-/* Record reason (first one wins) and tell every other rank. A reason
- * that is a context's formatted message ("error: M", "FILE: error: M")
- * loses its "error: ": every rank formats it again when it stops. */
-void cf_mpi_world_abort(cf_mpi_world *w, const char *text) {
-  pthread_mutex_lock(&w->abort_lock);
-  if (atomic_load(&w->aborted)) {
-    pthread_mutex_unlock(&w->abort_lock);
-    return;
-  }
-  const char *e = strncmp(text, "error: ", 7) == 0 ? text : strstr(text, ": error: ");
-  if (e == text)
-    snprintf(w->msg, sizeof w->msg, "%s", text + 7);
-  else if (e)
-    snprintf(w->msg, sizeof w->msg, "%.*s: %s", (int)(e - text), text, e + 9);
-  else
-    snprintf(w->msg, sizeof w->msg, "%s", text);
-  snprintf(w->abort_text, sizeof w->abort_text, "%s", w->msg);
-  atomic_store(&w->aborted, 1);
-  pthread_mutex_unlock(&w->abort_lock);
-  /* under SERIALIZED the other thread may hold mpi_lock in a blocking
-   * native collective: then the flag alone has to do */
-  if (!w->multiple && pthread_mutex_trylock(&w->mpi_lock) != 0) return;
-  int len = (int)strlen(w->abort_text) + 1;
-  for (int r = 0; r < w->comm.size; r++)
-    if (r != w->comm.rank)
-      MPI_Isend(w->abort_text, len, MPI_CHAR, r, TAG_ABORT, w->world, &w->abort_out[r]);
-  if (!w->multiple) pthread_mutex_unlock(&w->mpi_lock);
-}
-
-/* Has a reason arrived from another rank? (never blocks) */
-bool cf_mpi_poll_abort(cf_mpi_world *w) {
-  if (atomic_load(&w->aborted)) return true;
-  if (pthread_mutex_trylock(&w->abort_lock) != 0) return false; /* the other thread is testing */
-  int done = 0;
-  if (w->abort_req != MPI_REQUEST_NULL &&
-      (w->multiple || pthread_mutex_trylock(&w->mpi_lock) == 0)) {
-    MPI_Test(&w->abort_req, &done, MPI_STATUS_IGNORE);
-    if (!w->multiple) pthread_mutex_unlock(&w->mpi_lock);
-  }
-  if (done && !atomic_load(&w->aborted)) {
-    w->abort_in[sizeof w->abort_in - 1] = 0;
-    snprintf(w->msg, sizeof w->msg, "%s", w->abort_in);
-    atomic_store(&w->aborted, 1);
-  }
-  pthread_mutex_unlock(&w->abort_lock);
-  return atomic_load(&w->aborted);
-}
-
-/* Before a failing wait returns (and the run frees its buffers), let the
- * sends in flight finish for a moment: a peer that has matched one may be
- * copying out of this process's memory (shared memory's single copy reads
- * it in place), and freeing it under the copy would crash that peer. Sends
- * no peer will receive any more are given up after the moment. Once. */
-static void drain(cf_comm *c) {
-  cf_mpi_world *w = c->impl;
-  if (atomic_exchange(&w->drained, 1)) return;
-  double end = cf_now() + (w->timeout_s < 2 ? w->timeout_s / 2 : 1.0);
-  for (int r = 0; r < c->size; r++) {
-    peer *p = &w->peers[r];
-    for (uint64_t i = p->done; i < p->posted; i++) {
-      send_slot *s = &p->slots[i % p->cap];
-      int done = 0;
-      while (!done && cf_now() < end) {
-        cf_mpi_lock(w);
-        int rc = MPI_Testall(s->nreq, s->req, &done, MPI_STATUSES_IGNORE);
-        cf_mpi_unlock(w);
-        if (rc != MPI_SUCCESS) return;
-        if (!done) sched_yield();
-      }
-      if (!done) return;
-    }
-  }
-}
-
-cf_status cf_mpi_aborted_error(cf_comm *c) {
-  cf_mpi_world *w = c->impl;
-  drain(c);
-  return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s",
-                  w->msg); /* msg is final once the flag is set */
-}
-
-/* Fail every rank with text; the caller's error. */
-cf_status cf_mpi_fail_all(cf_comm *c, const char *text) {
-  cf_mpi_world_abort(c->impl, text);
-  drain(c);
-  return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
-}
 
 /* ---------------- waiting ---------------- */
 
@@ -437,11 +333,6 @@ static send_slot *next_slot(cf_comm *c, peer *p) {
 static cf_status m_send(cf_comm *c, int dst, const void *buf, size_t bytes, const cf_coll_desc *d) {
   cf_mpi_world *w = c->impl;
   if (atomic_load(&w->aborted)) return cf_mpi_aborted_error(c);
-  if (d && w->kill_at >= 0 && w->coll_msgs++ == w->kill_at) {
-    fflush(stdout);
-    fflush(stderr);
-    raise(SIGKILL); /* test hook: vanish mid-run */
-  }
   size_t glen = d && d->group ? strnlen(d->group, GROUP_MAX - 1) : 0;
   size_t nlen = d && d->node ? strnlen(d->node, NODE_MAX - 1) : 0;
   size_t head = sizeof(wire_hdr) + glen + nlen;
@@ -718,7 +609,10 @@ static bool btl_allows_shm(const char *list) {
   return excl ? !named : named;
 }
 
-cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **out) {
+static void world_free(cf_mpi_world *w, int exit_code);
+
+/* The world's create slot: size is mpirun's (the argument is not used). */
+static cf_status mpi_create(cf_context *ctx, int size, double timeout_s, cf_world **out) {
   *out = NULL;
   cf_mpi_world *w = calloc(1, sizeof *w);
   if (!w) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "mpi transport: out of memory");
@@ -752,13 +646,13 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
                             "mpi transport: this MPI gives thread level %d; collfuse needs "
                             "MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE",
                             provided);
-    cf_mpi_world_destroy(w, 0);
+    world_free(w, 0);
     return st;
   }
   w->multiple = provided >= MPI_THREAD_MULTIPLE;
   if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &w->world)) != MPI_SUCCESS) {
     cf_status st = mpi_error(ctx, "MPI_Comm_dup", rc);
-    cf_mpi_world_destroy(w, 0);
+    world_free(w, 0);
     return st;
   }
   MPI_Comm_set_errhandler(w->world, MPI_ERRORS_RETURN);
@@ -802,7 +696,7 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
     if (!(w->peers[r].rbuf = malloc(HDR_CAP(w)))) goto oom;
     cf_status st = post_header(&w->comm, r);
     if (st) {
-      cf_mpi_world_destroy(w, 0);
+      world_free(w, 0);
       return st;
     }
   }
@@ -812,31 +706,69 @@ cf_status cf_mpi_world_create(cf_context *ctx, double timeout_s, cf_mpi_world **
     rc = MPI_Irecv(&w->ask_in, 1, MPI_INT, MPI_ANY_SOURCE, TAG_ASK, w->world, &w->ask_req);
   if (rc != MPI_SUCCESS) {
     cf_status st = mpi_error(ctx, "MPI_Irecv", rc);
-    cf_mpi_world_destroy(w, 0);
+    world_free(w, 0);
     return st;
   }
-  *out = w;
+  w->base = (cf_world){
+      .ops = &cf_world_mpi, .size = w->comm.size, .first = w->comm.rank, .local = 1, .impl = w};
+  *out = &w->base;
   return CF_OK;
 oom:
-  cf_mpi_world_destroy(w, 0);
+  world_free(w, 0);
   return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "mpi transport: out of memory");
 }
 
-cf_comm *cf_mpi_comm(cf_mpi_world *w) { return w ? &w->comm : NULL; }
+static cf_comm *mpi_comm(cf_world *base, int rank) {
+  cf_mpi_world *w = base->impl;
+  return rank == w->comm.rank ? &w->comm : NULL;
+}
 
-int cf_mpi_local_size(const cf_mpi_world *w) { return w ? w->local_size : 1; }
+/* The MPI world behind w, NULL for any other world. */
+static cf_mpi_world *mpi_of(const cf_world *w) {
+  return w && w->ops == &cf_world_mpi ? w->impl : NULL;
+}
 
-cf_algo cf_mpi_auto(const cf_mpi_world *w) {
+int cf_mpi_local_size(const cf_world *base) {
+  const cf_mpi_world *w = mpi_of(base);
+  return w ? w->local_size : 1;
+}
+
+cf_algo cf_mpi_auto(const cf_world *base) {
+  const cf_mpi_world *w = mpi_of(base);
   return w && w->shm ? CF_ALGO_AUTO_MPI_SHM : CF_ALGO_AUTO_MPI_NET;
 }
 
-const char *cf_mpi_host(const cf_mpi_world *w) { return w ? w->host : ""; }
-
-void cf_mpi_test_kill(cf_mpi_world *w, int64_t k) {
-  if (w) w->kill_at = k;
+const char *cf_mpi_host(const cf_world *base) {
+  const cf_mpi_world *w = mpi_of(base);
+  return w ? w->host : "";
 }
 
-cf_status cf_mpi_max(cf_mpi_world *w, double *v, int n) {
+/* The test hook's send: counts collective messages and SIGKILLs this
+ * process before sending message kill_at + 1 (cf_mpi_test_kill swaps it
+ * in, so the send every other run uses carries no hook). */
+static cf_status m_send_kill(cf_comm *c, int dst, const void *buf, size_t bytes,
+                             const cf_coll_desc *d) {
+  cf_mpi_world *w = c->impl;
+  if (d && !atomic_load(&w->aborted) && w->coll_msgs++ == w->kill_at) {
+    fflush(stdout);
+    fflush(stderr);
+    raise(SIGKILL); /* vanish mid-run */
+  }
+  return m_send(c, dst, buf, bytes, d);
+}
+
+void cf_mpi_test_kill(cf_world *base, int64_t k) {
+  cf_mpi_world *w = mpi_of(base);
+  if (!w || k < 0) return;
+  w->kill_at = k;
+  w->kill_ops = mpi_ops;
+  w->kill_ops.send = m_send_kill;
+  w->comm.ops = &w->kill_ops;
+}
+
+cf_status cf_mpi_max(cf_world *base, double *v, int n) {
+  cf_mpi_world *w = mpi_of(base);
+  if (!w) return CF_OK;
   MPI_Request req;
   cf_mpi_lock(w);
   int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, w->world, &req);
@@ -846,8 +778,14 @@ cf_status cf_mpi_max(cf_mpi_world *w, double *v, int n) {
   return wait_all(&w->comm, &req, 1, NULL, &ww);
 }
 
-void cf_mpi_abort(cf_mpi_world *w, const char *text) {
+void cf_mpi_abort(cf_world *base, const char *text) {
+  cf_mpi_world *w = mpi_of(base);
   if (w) cf_mpi_world_abort(w, text);
+}
+
+cf_status cf_mpi_prepare_native(cf_world *base, const struct cf_plan *p) {
+  cf_mpi_world *w = mpi_of(base);
+  return w ? cf_mpi_native_prepare(w, p) : CF_OK;
 }
 
 /* After a failure: do all ranks get here (each has printed its message)
@@ -883,7 +821,7 @@ static void *watchdog_main(void *arg) {
   return NULL;
 }
 
-void cf_mpi_world_destroy(cf_mpi_world *w, int exit_code) {
+static void world_free(cf_mpi_world *w, int exit_code) {
   if (!w) return;
   cf_mpi_native_stop(w);
   if (exit_code && w->we_initialized) {
@@ -971,3 +909,14 @@ void cf_mpi_world_destroy(cf_mpi_world *w, int exit_code) {
   pthread_cond_destroy(&w->dog_cond);
   free(w);
 }
+
+static void mpi_destroy(cf_world *base, int exit_code) {
+  if (base) world_free(base->impl, exit_code);
+}
+
+const cf_world_ops cf_world_mpi = {
+    .name = "mpi",
+    .create = mpi_create,
+    .comm = mpi_comm,
+    .destroy = mpi_destroy,
+};

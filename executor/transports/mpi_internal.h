@@ -5,7 +5,7 @@
 #ifndef COLLFUSE_TRANSPORTS_MPI_INTERNAL_H
 #define COLLFUSE_TRANSPORTS_MPI_INTERNAL_H
 
-#include "../executor.h"
+#include "transports.h"
 
 #include <mpi.h>
 #include <pthread.h>
@@ -45,7 +45,9 @@ typedef struct native_group {
   MPI_Comm comm;
 } native_group;
 
+typedef struct cf_mpi_world cf_mpi_world;
 struct cf_mpi_world {
+  cf_world base;        /* what callers hold (base.impl is this world) */
   cf_comm comm;
   MPI_Comm world;      /* our duplicate of MPI_COMM_WORLD */
   int local_size;      /* ranks on this node */
@@ -76,7 +78,10 @@ struct cf_mpi_world {
   int *question;              /* per peer: our question being sent */
   MPI_Request *question_out;  /* per peer: that send */
   int questions;              /* numbers our questions */
-  int64_t coll_msgs, kill_at; /* test hook: SIGKILL at collective message kill_at */
+  /* test hook (cf_mpi_test_kill): comm.ops is then kill_ops, whose send
+   * SIGKILLs at collective message kill_at */
+  int64_t coll_msgs, kill_at;
+  cf_comm_ops kill_ops;
   native_group *groups;
   int n_groups;
   MPI_Datatype half;               /* 2-byte elements for float16/bfloat16 user ops */
@@ -91,8 +96,8 @@ struct cf_mpi_world {
   char native_what[256];  /* which one, for the timeout message */
 };
 
-/* mpi.c */
-void cf_mpi_lock(cf_mpi_world *w); /* around MPI calls when only SERIALIZED */
+/* mpi_abort.c */
+void cf_mpi_lock(cf_mpi_world *w);               /* around MPI calls when only SERIALIZED */
 void cf_mpi_unlock(cf_mpi_world *w);
 const char *cf_mpi_error_text(int rc, char *buf); /* buf: MPI_MAX_ERROR_STRING bytes */
 /* Record an abort reason (first one wins) and send it to every rank. */
@@ -109,5 +114,7 @@ cf_status cf_mpi_native(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 void cf_mpi_native_init(cf_mpi_world *w); /* float16/bfloat16 type and ops, after MPI_Init */
 void cf_mpi_native_stop(cf_mpi_world *w); /* end the watchdog thread */
 void cf_mpi_native_free(cf_mpi_world *w); /* group communicators, ops, type (before finalize) */
+/* cf_mpi_prepare_native of transports.h on the MPI world w. */
+cf_status cf_mpi_native_prepare(cf_mpi_world *w, const struct cf_plan *p);
 
 #endif

@@ -20,6 +20,7 @@
  * run's timeout or another rank fails meanwhile.
  */
 #define _GNU_SOURCE
+#include "../plan.h"
 #include "mpi_internal.h"
 
 #include <math.h>
@@ -315,7 +316,7 @@ void cf_mpi_native_free(cf_mpi_world *w) {
   if (w->half != MPI_DATATYPE_NULL) MPI_Type_free(&w->half);
 }
 
-cf_status cf_mpi_prepare_native(cf_mpi_world *w, const struct cf_plan *p) {
+cf_status cf_mpi_native_prepare(cf_mpi_world *w, const struct cf_plan *p) {
   cf_context *ctx = w->comm.ctx;
   if (p->opt.algo != CF_ALGO_MPI_NATIVE && p->opt.algo != CF_ALGO_AUTO_MPI_NET) return CF_OK;
   MPI_Group world_group;

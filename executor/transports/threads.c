@@ -23,7 +23,7 @@
  * names the peer it was waiting for.
  */
 #define _GNU_SOURCE
-#include "../executor.h"
+#include "transports.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -80,7 +80,8 @@ typedef struct rank_state {
   _Atomic int left;    /* the rank's thread has returned */
 } rank_state;
 
-struct cf_threads_world {
+typedef struct cf_threads_world {
+  cf_world base; /* what callers hold (base.impl is this world) */
   int size;
   double timeout_s;
   int spin;          /* polls before sleeping */
@@ -91,7 +92,7 @@ struct cf_threads_world {
   _Atomic int aborted;
   pthread_mutex_t lock; /* guards msg */
   char msg[1024];
-};
+} cf_threads_world;
 
 /* Publish an event counter (a single writer's): plain with the
  * sleepers' membarrier, else sequentially consistent. */
@@ -369,14 +370,17 @@ static const cf_comm_ops threads_ops = {
     .aborted = t_aborted,
 };
 
-cf_status cf_threads_world_create(cf_context *ctx, int size, double timeout_s,
-                                  cf_threads_world **out) {
+static void threads_destroy(cf_world *base, int exit_code);
+
+static cf_status threads_create(cf_context *ctx, int size, double timeout_s, cf_world **out) {
   *out = NULL;
   if (size < 1 || size > CF_MAX_WORLD)
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "threads transport: %d ranks (1..%d)", size,
                     CF_MAX_WORLD);
   cf_threads_world *w = calloc(1, sizeof *w);
   if (!w) goto oom;
+  w->base =
+      (cf_world){.ops = &cf_world_threads, .size = size, .first = 0, .local = size, .impl = w};
   w->size = size;
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -398,32 +402,40 @@ cf_status cf_threads_world_create(cf_context *ctx, int size, double timeout_s,
     c->size = size;
     c->impl = w;
   }
-  *out = w;
+  *out = &w->base;
   return CF_OK;
 oom:
-  cf_threads_world_destroy(w);
+  threads_destroy(w ? &w->base : NULL, 0);
   return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "threads transport: out of memory");
 }
 
-cf_comm *cf_threads_comm(cf_threads_world *w, int rank, cf_context *rank_ctx) {
-  if (!w || rank < 0 || rank >= w->size) return NULL;
-  cf_comm *c = &w->ranks[rank].comm;
-  c->ctx = rank_ctx;
-  return c;
+static cf_comm *threads_comm(cf_world *base, int rank) {
+  cf_threads_world *w = base->impl;
+  return rank < 0 || rank >= w->size ? NULL : &w->ranks[rank].comm;
 }
 
-void cf_threads_rank_left(cf_threads_world *w, int rank) {
-  if (!w || rank < 0 || rank >= w->size) return;
+static void threads_rank_left(cf_world *base, int rank) {
+  cf_threads_world *w = base->impl;
+  if (rank < 0 || rank >= w->size) return;
   atomic_store(&w->ranks[rank].left, 1);
   for (int r = 0; r < w->size; r++)
     ring(w, r);
 }
 
-void cf_threads_world_destroy(cf_threads_world *w) {
-  if (!w) return;
+static void threads_destroy(cf_world *base, int exit_code) {
+  if (!base) return;
+  cf_threads_world *w = base->impl;
   free(w->ch);
   free(w->bells);
   free(w->ranks);
   pthread_mutex_destroy(&w->lock);
   free(w);
 }
+
+const cf_world_ops cf_world_threads = {
+    .name = "threads",
+    .create = threads_create,
+    .comm = threads_comm,
+    .destroy = threads_destroy,
+    .rank_left = threads_rank_left,
+};

@@ -25,7 +25,7 @@
  * Inputs come from cf_inputs by name; Constant and Opaque are filled with
  * cf_fill_node and cf_fill_random exactly as the executor fills them.
  */
-#include "executor.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * strict scanner (no eval), every length is checked against the file, and
  * every error names the file and what was wrong with it.
  */
-#include "executor.h"
+#include "check.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -13,7 +13,7 @@
  * (val, mag and ival all NULL: Reduce off the root, ranks outside a group)
  * are skipped.
  */
-#include "executor.h"
+#include "check.h"
 
 #include <float.h>
 #include <math.h>

@@ -1,0 +1,137 @@
+/* plan.h - the executor's private plan: what plan.c builds and exec.c and
+ * fused_matmul.c run (steps, values, collectives), and the test hooks a run
+ * may carry. Outside executor/ only `run -v` and the tests read it.
+ *
+ * A compiled graph becomes a plan: one schedule of steps that every rank
+ * runs (compute ops, collective start, collective wait), a memory plan that
+ * gives every value a buffer (fused buckets are one contiguous buffer whose
+ * members are views at their offsets, so producers write into the bucket
+ * and consumers read from it, with no pack/unpack copies), and the kernels
+ * the collectives need, resolved before any rank starts.
+ */
+#ifndef COLLFUSE_EXECUTOR_PLAN_H
+#define COLLFUSE_EXECUTOR_PLAN_H
+
+#include "executor.h"
+
+/* Fault injection for tests (tests/, and `run`'s COLLFUSE_TEST_* variables):
+ * cf_run_options.hooks points at one; NULL in every production run. */
+typedef struct cf_run_hooks {
+  /* Called on every rank's copy of the plan after the fingerprint check,
+   * so a test can make one rank differ. */
+  void (*mutate)(void *user, int rank, cf_coll_desc *d, int index);
+  void *user;
+  /* Rank fail_rank stops at schedule step fail_step of the first
+   * iteration, either failing loudly (mode 1: an error that stops
+   * everyone) or vanishing without a word (mode 2: the others must notice
+   * by their timeout). Mode 0: off. (`run` also knows mode 3, MPI's
+   * SIGKILL: cf_mpi_test_kill.) */
+  int fail_mode, fail_rank, fail_step;
+} cf_run_hooks;
+
+typedef enum cf_step_kind {
+  CF_STEP_COMPUTE, /* a compute node on this rank */
+  CF_STEP_COPY,    /* a value into its place in a bucket it could not be produced in */
+  CF_STEP_START,   /* hand a collective to the rank's communication thread */
+  CF_STEP_WAIT,    /* wait for it before its first consumer */
+  CF_STEP_FUSED    /* a fused MatMul+collective op, pipelined (fused_matmul.c) */
+} cf_step_kind;
+
+typedef struct cf_step {
+  cf_step_kind kind;
+  int node;         /* COMPUTE */
+  int coll;         /* START, WAIT: index into plan colls */
+  int64_t src, dst; /* COPY: byte addresses in the rank's arena */
+  int64_t bytes;    /* COPY */
+  int val;          /* COPY: the value copied (src is its arena address) */
+} cf_step;
+
+typedef struct cf_pvalue {
+  int64_t addr; /* byte offset in the rank's arena; -1 when not placed */
+  cf_dtype dtype;
+  cf_shape shape;
+  int64_t count, bytes;
+  bool own; /* alone in its buffer (no bucket around it): may live in a caller's buffer */
+} cf_pvalue;
+
+typedef struct cf_pcoll {
+  int node;
+  cf_coll_desc desc; /* seq is per group; same on every rank */
+  const int *ranks;  /* group's world ranks, part after part (graph arena or plan) */
+  int n;             /* ranks in one part: the communicator size */
+  int n_parts;       /* a partitioned group's parts; each rank runs with its own */
+  int64_t in_addr, out_addr, scratch_addr;
+  size_t scratch_bytes;
+  cf_coll_seg *segs;
+  int n_segs;
+  cf_algo algo;
+  int in_val, out_val; /* the value the call reads / writes when its buffer is exactly that value,
+                          else -1 */
+  bool inline_ok;      /* START is followed by its WAIT: run on the rank thread */
+  /* fused MatMul+collective ops: desc is one chunk's collective (count of
+   * the whole product), chunks of chunk_rows rows, double-buffered stage */
+  bool fused_mm;
+  int chunks;
+  int64_t chunk_rows;
+  int64_t stage_addr, stage_bytes; /* two buffers of stage_bytes */
+} cf_pcoll;
+
+struct cf_plan {
+  cf_context *ctx;
+  const cf_graph *g;
+  cf_run_options opt;
+  int ranks;
+  int *val_base; /* node -> first value index */
+  cf_pvalue *vals;
+  int n_vals;
+  cf_step *steps;
+  int n_steps;
+  cf_pcoll *colls;
+  int n_colls;
+  int *world_ranks;    /* 0..ranks-1 for the world group */
+  int64_t arena_bytes; /* per rank: the peak of the memory plan */
+  int64_t naive_bytes; /* every value its own buffer (for -v) */
+  char fingerprint[17];
+  cf_device *dev; /* the CPU device, kernels prepared */
+  bool *binds;    /* node -> cf_plan_binds */
+};
+
+/* What a fused op needs of its rank (exec.c provides it). */
+typedef struct cf_rank_io {
+  cf_context *ctx;
+  int rank;
+  char *arena;
+  void *const *vptr; /* value -> its buffer on this rank (arena or a caller's) */
+  cf_device *dev;
+  void *impl;
+  /* queue call on the rank's communication thread; returns its ticket */
+  uint64_t (*start)(void *impl, const cf_coll_call *call);
+  cf_status (*wait)(void *impl, uint64_t ticket);
+  /* run call on this thread after every call queued before it (a fused op
+   * of one chunk has nothing to overlap: it runs as MatMul then the
+   * collective would, with no hand-off) */
+  cf_status (*run)(void *impl, const cf_coll_call *call);
+} cf_rank_io;
+
+/* fused_matmul.c: run fused op plan coll c on one rank: the product of
+ * chunk i+1 is computed while chunk i is reduce-scattered / all-reduced
+ * (or, for AllGatherMatmul, chunk i+1 gathered while chunk i multiplies).
+ * tmpl is the rank's call for c (group, scratch, algorithm). */
+cf_status cf_fused_matmul_run(const cf_plan *p, int c, cf_rank_io *io, const cf_coll_call *tmpl);
+/* Chunks the pipeline uses for node n of rows rows per block: comm_turn
+ * when set; else 1 when min_rows is 0, and otherwise enough that each
+ * chunk's collective moves >= 512 KiB, at most 8, each of >= min_rows rows. */
+int cf_fused_matmul_chunks(const cf_node *n, int64_t rows, int64_t row_bytes, int64_t min_rows);
+/* The cost model's question: can a chunk's collective run while the next
+ * chunk multiplies, for a plan of opt on ranks ranks? Not on the CPU device
+ * with the threads transport when the ranks' GEMMs take every core (the
+ * default: each rank gets cores/ranks BLAS threads); yes on a GPU and under
+ * MPI (where every process must decide alike, so local facts cannot). */
+bool cf_fused_matmul_overlaps(const cf_run_options *opt, int ranks);
+/* The rows an automatic chunk needs at the least for a fused op whose x1
+ * has dtype dt: 0 (do not chunk) unless cf_fused_matmul_overlaps; 256 for
+ * CPU products that convert x2 on every call (float16, bfloat16, int8);
+ * else 32. */
+int64_t cf_fused_matmul_min_rows(const cf_run_options *opt, int ranks, cf_dtype dt);
+
+#endif /* COLLFUSE_EXECUTOR_PLAN_H */
