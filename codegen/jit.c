@@ -28,12 +28,6 @@ typedef struct cf_jit {
   void *fns[CF_K_QUANT + 1][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1];
 } cf_jit;
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Turn an LLVMErrorRef into a context error (consuming it). */
 static cf_status llvm_error(cf_context *ctx, LLVMErrorRef e, const char *what, const char *name) {
   char *m = LLVMGetErrorMessage(e);
@@ -169,7 +163,7 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
     return CF_OK;
   }
 
-  double t0 = now_ms();
+  double t0 = 1e3 * cf_now();
   void *data;
   size_t size;
   if (cf_objcache_load(ctx, &J->cache, &J->target, key, &data, &size)) {
@@ -194,7 +188,7 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
   if (st != CF_OK) return st;
   *fn = *slot;
   if (compile_ms) {
-    *compile_ms = now_ms() - t0;
+    *compile_ms = 1e3 * cf_now() - t0;
     if (*compile_ms <= 0) *compile_ms = 1e-6; /* 0 means "from a cache" */
   }
   return CF_OK;

@@ -66,15 +66,6 @@ static bool parse_bool(const char *v, bool *out) {
   return false;
 }
 
-static bool parse_ll(const char *v, long long lo, long long hi, long long *out) {
-  char *e;
-  errno = 0;
-  long long x = strtoll(v, &e, 10);
-  if (errno || e == v || *e || x < lo || x > hi) return false;
-  *out = x;
-  return true;
-}
-
 /* The pass list a pipeline name stands for. */
 static const char *pipeline_list(const char *p) {
   if (strcmp(p, "default") == 0) return cf_pipeline_default;
@@ -113,7 +104,7 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
   if (!key || !value)
     return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "cf_options_set: key and value are required");
   char why[256];
-  long long x;
+  int64_t x;
   cf_status st;
   if (strcmp(key, "passes") == 0) {
     if ((st = check_passes(o->ctx, value))) return st;
@@ -145,7 +136,7 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return CF_OK;
   }
   if (strcmp(key, "ranks") == 0) {
-    if (!parse_ll(value, 1, CF_MAX_WORLD, &x))
+    if (!cf_parse_int(value, 1, CF_MAX_WORLD, &x))
       return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option ranks wants 1..%d, got '%s'",
                       CF_MAX_WORLD, value);
     o->ranks = (int)x;
@@ -177,7 +168,7 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return CF_OK;
   }
   if (strcmp(key, "seed") == 0) {
-    if (!parse_ll(value, 0, INT64_MAX, &x))
+    if (!cf_parse_int(value, 0, INT64_MAX, &x))
       return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option seed wants a number >= 0, got '%s'",
                       value);
     o->seed = (uint64_t)x;

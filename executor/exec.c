@@ -51,12 +51,6 @@ typedef struct rank_run {
   bool stop;
 } rank_run;
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 static cf_status run_call(rank_run *r, const cf_coll_call *call) {
   if (call->me < 0) return CF_OK; /* not in this collective's group */
   cf_status st = cf_coll_run(r->comm, r->cdev, call);
@@ -341,10 +335,11 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   int total = p->opt.warmup + p->opt.iters;
   for (int it = 0; it < total; it++) {
     if ((st = barrier(r))) return st;
-    double t0 = now_ms();
+    double t0 = 1e3 * cf_now();
     if ((st = iteration(r, it == 0, tin, tout))) return st;
     if ((st = barrier(r))) return st;
-    if ((r->rank == 0 || r->solo) && it >= p->opt.warmup) r->res->time_ms[it - p->opt.warmup] = now_ms() - t0;
+    if ((r->rank == 0 || r->solo) && it >= p->opt.warmup)
+      r->res->time_ms[it - p->opt.warmup] = 1e3 * cf_now() - t0;
   }
   /* outputs of the last iteration */
   int j = 0;

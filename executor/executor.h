@@ -56,11 +56,6 @@ void cf_store_f64(void *data, cf_dtype dt, int64_t i, double v);
 /* Integer element i as int64 (integer dtypes only). */
 int64_t cf_load_i64(const void *data, cf_dtype dt, int64_t i);
 void cf_store_i64(void *data, cf_dtype dt, int64_t i, int64_t v); /* wraps */
-/* float <-> half/bfloat16 bits, round to nearest even, NaN stays NaN. */
-float cf_f16_to_f32(uint16_t h);
-uint16_t cf_f32_to_f16(float f);
-float cf_bf16_to_f32(uint16_t h);
-uint16_t cf_f32_to_bf16(float f);
 
 /* ================= compute.c: compute ops ================= */
 

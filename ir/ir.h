@@ -10,6 +10,7 @@
 #define COLLFUSE_IR_H
 
 #include "collfuse/collfuse.h"
+#include "util.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -119,8 +120,6 @@ cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok);
 /* data[0..size) as the file path, through cf_out_open/cf_out_close. */
 cf_status cf_write_file(cf_context *ctx, const char *path, const void *data, size_t size);
 
-/* Seconds on the monotonic clock (deadlines). */
-double cf_now(void);
 /* open(path, O_RDONLY) that does not wait for a FIFO's writer when a
  * deadline (cf_now() seconds, > 0) is given; -1 with errno. */
 int cf_open_read(const char *path, double deadline);
@@ -180,6 +179,11 @@ char *cf_bytes_text(int64_t bytes, char *buf, size_t len);
  * "25M", "4G", "1T" (K/M/G/T binary, optional "i" and "B"), s[0..len); at
  * least 1 and at most max bytes, else false. */
 bool cf_bytes_parse(const char *s, size_t len, int64_t max, int64_t *out);
+/* float <-> half/bfloat16 bits, round to nearest even, NaN stays NaN. */
+float cf_f16_to_f32(uint16_t h);
+uint16_t cf_f32_to_f16(float f);
+float cf_bf16_to_f32(uint16_t h);
+uint16_t cf_f32_to_bf16(float f);
 
 /* ================= graph.c: ops, attributes, nodes, graph ================= */
 

@@ -67,12 +67,6 @@ bool cf_pass_list_check(const char *list, char *why, size_t len) {
   return true;
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 cf_status cf_passes_run(cf_graph *g, const char *list, const cf_pass_options *opt,
                         cf_pass_timing *timing, int *n_timing) {
   static const cf_pass_options none = {0};
@@ -98,7 +92,7 @@ cf_status cf_passes_run(cf_graph *g, const char *list, const cf_pass_options *op
       char why[640];
       return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s", cf_pass_unknown(name, why, sizeof why));
     }
-    double t0 = now_ms();
+    double t0 = 1e3 * cf_now();
     cf_status st = pass->run(g, opt);
     if (st) return st;
 #ifdef CF_VERIFY_EACH_PASS
@@ -110,7 +104,7 @@ cf_status cf_passes_run(cf_graph *g, const char *list, const cf_pass_options *op
 #endif
     if (timing && n_timing && *n_timing < CF_MAX_PIPELINE) {
       timing[*n_timing].name = pass->name;
-      timing[*n_timing].ms = now_ms() - t0;
+      timing[*n_timing].ms = 1e3 * cf_now() - t0;
       (*n_timing)++;
     }
   }

@@ -67,12 +67,6 @@ static int teardown_all(void **state) {
   return teardown(state);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static const cf_dtype all_dts[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16,
                                    CF_DT_INT8,    CF_DT_INT32,   CF_DT_FLOAT64};
 #define N_DTS ((int)(sizeof all_dts / sizeof all_dts[0]))
@@ -163,14 +157,14 @@ static void *job_main(void *arg) {
       break;
     }
   }
-  j->t_end = now_s();
+  j->t_end = cf_now();
   return NULL;
 }
 
 /* Run jobs[0..n) as threads; returns the start time. */
 static double run_jobs(job *jobs, int n) {
   pthread_t th[MAXR];
-  double t0 = now_s();
+  double t0 = cf_now();
   for (int i = 0; i < n; i++) assert_int_equal(pthread_create(&th[i], NULL, job_main, &jobs[i]), 0);
   for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
   return t0;
@@ -1278,9 +1272,9 @@ static void test_plan_hooks(void **state) {
       mutation m = {.rank = 2, .coll = coll, .field = (mfield)f};
       cf_run_options opt = {.iters = 2, .timeout_s = 2, .test_mutate = mutate, .test_user = &m};
       cf_run_result res;
-      double t0 = now_s();
+      double t0 = cf_now();
       cf_status st = run_plan(g, &opt, &res, NULL);
-      double dt = now_s() - t0;
+      double dt = cf_now() - t0;
       const char *msg = cf_context_errmsg(ctx);
       if (st != CF_ERR_RUNTIME) fail_msg("mutated %s of coll %d: status %d (%s)", what[f], coll, st, msg);
       if (!strstr(msg, "cross-rank mismatch") || !strstr(msg, what[f]) || !strstr(msg, "rank 2"))
@@ -1296,9 +1290,9 @@ static void test_plan_hooks(void **state) {
       cf_run_options opt = {.iters = 1, .timeout_s = 2, .test_fail_mode = mode, .test_fail_rank = rank,
                             .test_fail_step = step};
       cf_run_result res;
-      double t0 = now_s();
+      double t0 = cf_now();
       ASSERT_ERR(run_plan(g, &opt, &res, NULL), CF_ERR_RUNTIME, mode == 1 ? "failed at step" : "timed out");
-      double dt = now_s() - t0;
+      double dt = cf_now() - t0;
       char rk[16];
       snprintf(rk, sizeof rk, mode == 1 ? "rank %d" : "%d", rank);
       if (!strstr(cf_context_errmsg(ctx), rk))

@@ -41,10 +41,8 @@ typedef struct run_args {
 } run_args;
 
 static bool check_seed(void *out, const char *v, char *why, size_t len) {
-  char *e;
-  errno = 0;
-  long long x = strtoll(v, &e, 10);
-  if (errno || e == v || *e || x < 0) {
+  int64_t x;
+  if (!cf_parse_int(v, 0, INT64_MAX, &x)) {
     snprintf(why, len, "--seed wants a number >= 0, got '%s'", v);
     return false;
   }
@@ -585,9 +583,8 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
 
 /* 1..2^32 from a message, 0 for none: whether the ranks' setup errors are one */
 static uint32_t msg_hash(const char *s) {
-  uint32_t h = 2166136261u; /* FNV-1a */
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 16777619u;
+  uint64_t h64 = cf_hash_str(s);
+  uint32_t h = (uint32_t)(h64 ^ h64 >> 32);
   return h ? h : 1;
 }
 
