@@ -9,7 +9,7 @@
  * the graph is verified again before it is used, and bumps the graph's
  * generation, which makes the executables made from it stale.
  */
-#include "ir.h"
+#include "../ir/ir.h"
 
 #include <ctype.h>
 #include <stdio.h>

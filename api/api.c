@@ -13,7 +13,7 @@
  * into a fused bucket or out of one, because a bucket is one contiguous
  * buffer that the collective moves in one call.
  */
-#include "executor.h"
+#include "../executor/executor.h"
 
 #include "../passes/passes.h"
 
