@@ -16,6 +16,7 @@
 #include "../executor/executor.h"
 
 #include "../passes/passes.h"
+#include "api.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -66,15 +67,8 @@ static bool parse_bool(const char *v, bool *out) {
   return false;
 }
 
-/* The pass list a pipeline name stands for. */
-static const char *pipeline_list(const char *p) {
-  if (strcmp(p, "default") == 0) return cf_pipeline_default;
-  if (!*p || strcmp(p, "O0") == 0 || strcmp(p, "-O0") == 0) return cf_pipeline_O0;
-  return p;
-}
-
 static cf_status check_passes(cf_context *ctx, const char *v) {
-  const char *list = pipeline_list(v);
+  const char *list = cf_pipeline_list(v);
   char name[64];
   for (const char *p = list; *p;) {
     size_t len = strcspn(p, ",");
@@ -205,16 +199,14 @@ cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_opti
   cf_status st = check_passes(g->ctx, p);
   if (st) return st;
   g->generation++; /* the passes rewrite g: executables made before are stale */
-  const char *target = opt ? opt->target : NULL;
-  cf_pass_options po = {.split = opt ? opt->split : NULL,
-                        .cost = opt ? opt->cost : NULL,
-                        .target = target,
-                        .explain = opt && opt->explain ? explain_to_log : NULL,
-                        .explain_user = g->ctx};
+  cf_compile_options co = {.pipeline = p,
+                           .pass = {.split = opt ? opt->split : NULL,
+                                    .cost = opt ? opt->cost : NULL,
+                                    .target = opt ? opt->target : NULL,
+                                    .explain = opt && opt->explain ? explain_to_log : NULL,
+                                    .explain_user = g->ctx}};
   st = size_world(g, opt);
-  if (!st) st = cf_graph_verify(g, target);
-  if (!st) st = cf_passes_run(g, pipeline_list(p), &po, NULL, NULL);
-  if (!st) st = cf_graph_verify(g, target);
+  if (!st) st = cf_compile(g, &co);
   return st;
 }
 

@@ -106,6 +106,10 @@ bool cf_pass_list_check(const char *list, char *why, size_t len);
 /* The default pipeline (everything) and the -O0 one (no fusion). */
 extern const char cf_pipeline_default[];
 extern const char cf_pipeline_O0[];
+/* The pass list a pipeline name stands for: NULL and "default" the default
+ * pipeline; "O0", "-O0" and "" cf_pipeline_O0 (verification and inference,
+ * no fusion); anything else is a pass list and stands for itself. */
+const char *cf_pipeline_list(const char *name);
 
 /* Run a comma-separated list of passes; timing (may be NULL) receives up to
  * CF_MAX_PIPELINE entries and *n_timing their count. */

@@ -26,6 +26,12 @@ const char cf_pipeline_default[] =
     "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter,fuse-matmul-collective";
 const char cf_pipeline_O0[] = "verify,infer";
 
+const char *cf_pipeline_list(const char *name) {
+  if (!name || strcmp(name, "default") == 0) return cf_pipeline_default;
+  if (!*name || strcmp(name, "O0") == 0 || strcmp(name, "-O0") == 0) return cf_pipeline_O0;
+  return name;
+}
+
 const cf_pass *cf_pass_find(const char *name) {
   for (int i = 0; cf_pass_registry[i]; i++)
     if (strcmp(cf_pass_registry[i]->name, name) == 0) return cf_pass_registry[i];

@@ -37,6 +37,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "api/api.h"
 #include "executor/executor.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
@@ -1073,9 +1074,8 @@ static char *grads_xml(void) {
 static cf_graph *compile_graph(const char *xml, const char *pipeline, const char *split) {
   cf_graph *g = NULL;
   if (cf_graph_parse(ctx, "plan.xml", xml, strlen(xml), &g) != CF_OK) fail_msg("parse: %s", cf_context_errmsg(ctx));
-  cf_pass_options popt = {.split = split};
-  if (cf_graph_verify(g, NULL) != CF_OK || cf_passes_run(g, pipeline, &popt, NULL, NULL) != CF_OK ||
-      cf_graph_verify(g, NULL) != CF_OK)
+  cf_compile_options co = {.pipeline = pipeline, .pass = {.split = split}};
+  if (cf_compile(g, &co) != CF_OK)
     fail_msg("compile (%s, split %s): %s", pipeline, split ? split : "auto", cf_context_errmsg(ctx));
   return g;
 }

@@ -143,9 +143,8 @@ static char *graph_xml(graph_kind kind, int ranks, cf_dtype dt, const mm_shape *
 static cf_status compile(cf_context *ctx, const char *text, const char *pipeline, cf_graph **out) {
   cf_graph *g = NULL;
   cf_status st = cf_graph_parse(ctx, "bench_mmrs.xml", text, strlen(text), &g);
-  if (!st) st = cf_graph_verify(g, NULL);
-  if (!st) st = cf_passes_run(g, pipeline, NULL, NULL, NULL);
-  if (!st) st = cf_graph_verify(g, NULL);
+  cf_compile_options co = {.pipeline = pipeline};
+  if (!st) st = cf_compile(g, &co);
   if (st) {
     cf_graph_destroy(g);
     g = NULL;

@@ -196,12 +196,11 @@ static cf_status compile(cf_context *ctx, const run_args *a, const char *pipelin
     else
       snprintf(job, sizeof job, "--ranks %d", *ranks);
     if (*ranks == 0) *ranks = g->world_size > 0 ? (int)g->world_size : 1;
-    cf_pass_options popt = {.split = a->split, .cost = a->cost, .target = a->target};
+    cf_compile_options co = {.pipeline = pipeline,
+                             .pass = {.split = a->split, .cost = a->cost, .target = a->target}};
     st = a->strict ? cf_graph_refuse_opaque(g) : CF_OK;
     if (!st) st = cf_graph_size_world(g, *ranks, job);
-    if (!st) st = cf_graph_verify(g, a->target);
-    if (!st) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
-    if (!st) st = cf_graph_verify(g, a->target);
+    if (!st) st = cf_compile(g, &co);
   }
   if (st) {
     cf_graph_destroy(g);

@@ -2,6 +2,7 @@
 #ifndef COLLFUSE_TOOLS_H
 #define COLLFUSE_TOOLS_H
 
+#include "../api/api.h"
 #include "../ir/ir.h"
 #include "../passes/passes.h"
 
