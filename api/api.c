@@ -15,6 +15,7 @@
  */
 #include "../executor/executor.h"
 
+#include "../frontend/frontend.h"
 #include "../passes/passes.h"
 #include "api.h"
 
@@ -258,7 +259,7 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
     g->generation++;
   }
   e->ranks = (int)g->world_size;
-  if (!st) st = cf_graph_verify(g, opt ? opt->target : NULL);
+  if (!st) st = cf_frontend_verify(g, opt ? opt->target : NULL);
   if (st) goto fail;
   cf_run_options ro = {.ranks = e->ranks,
                        .iters = 1,

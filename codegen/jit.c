@@ -174,7 +174,7 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
       return CF_OK; /* compile_ms stays 0 */
     }
     cf_log(ctx, CF_LOG_INFO, "codegen: cached %s did not link (%s); rebuilding", name,
-           cf_context_errmsg(ctx));
+           cf_errmsg(ctx));
     cf_clear_error(ctx);
   }
 

@@ -231,7 +231,7 @@ bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_
   }
   if (!ok) {
     /* a cache that cannot be written is no error of the caller's */
-    cf_log(ctx, CF_LOG_WARN, "kernel cache entry not saved: %s", cf_context_errmsg(ctx));
+    cf_log(ctx, CF_LOG_WARN, "kernel cache entry not saved: %s", cf_errmsg(ctx));
     cf_clear_error(ctx);
   }
   return ok;

@@ -381,7 +381,7 @@ static void *rank_main(void *arg) {
   }
   if (r->st && !r->vanished) {
     const char *why;
-    if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_context_errmsg(r->ctx));
+    if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_errmsg(r->ctx));
   }
   if (r->st && r->world) cf_threads_rank_left(r->world, r->rank);
   /* stop the communication thread (it finishes what was started) */
@@ -405,7 +405,7 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
   x->queue_cap = p->n_colls + 2;
   x->queue = calloc((size_t)x->queue_cap, sizeof *x->queue);
   x->ticket = calloc((size_t)p->n_colls + 1, sizeof *x->ticket);
-  cf_status st = cf_context_create(&x->ctx);
+  cf_status st = cf_ctx_create(&x->ctx);
   if (st == CF_OK) {
     x->ctx->codegen = ctx->codegen; /* borrowed: kernels already resolved */
     x->ctx->codegen_free = NULL;
@@ -415,7 +415,7 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
   if (!x->queue || !x->ticket || st) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if ((st = cf_device_view(p->dev, x->ctx, rank, 0, &x->dev)) ||
       (st = cf_device_view(p->dev, x->ctx, rank, 1, &x->cdev)))
-    return cf_error(ctx, st, NULL, 0, "%s", cf_context_errmsg(x->ctx));
+    return cf_error(ctx, st, NULL, 0, "%s", cf_errmsg(x->ctx));
   return CF_OK;
 }
 
@@ -425,7 +425,7 @@ static void rank_free(rank_run *x) {
   free(x->calls);
   free(x->queue);
   free(x->ticket);
-  cf_context_destroy(x->ctx);
+  cf_ctx_destroy(x->ctx);
   if (x->p) {
     pthread_mutex_destroy(&x->lock);
     pthread_cond_destroy(&x->cond);
@@ -495,7 +495,7 @@ cf_status cf_exec_run_comm(cf_context *ctx, cf_plan *p, cf_comm *comm, const cf_
         if (st == CF_ERR_RUNTIME && comm->ops->aborted(comm, &why))
           cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
         else
-          cf_error(ctx, st, NULL, 0, "%s", cf_context_errmsg(x.ctx));
+          cf_error(ctx, st, NULL, 0, "%s", cf_errmsg(x.ctx));
       }
     }
     comm->ctx = saved;
@@ -567,7 +567,7 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
       if (rr[who].st == CF_ERR_RUNTIME && c0->ops->aborted(c0, &why))
         st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
       else
-        st = cf_error(ctx, rr[who].st, NULL, 0, "%s", cf_context_errmsg(rr[who].ctx));
+        st = cf_error(ctx, rr[who].st, NULL, 0, "%s", cf_errmsg(rr[who].ctx));
     }
   }
   if (!st) result_finish(p, res);

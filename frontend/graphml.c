@@ -365,6 +365,6 @@ cf_status cf_graphml_read(cf_context *ctx, const char *name, const char *data, s
 fail:
   cf_arena_free(&r.scratch);
   cf_xml_free(doc);
-  cf_graph_destroy(r.g);
+  cf_graph_release(r.g);
   return st;
 }

@@ -670,6 +670,6 @@ fail:
   free(r.refs);
   free(r.seen);
   cf_arena_free(&r.scratch);
-  cf_graph_destroy(r.g);
+  cf_graph_release(r.g);
   return st;
 }

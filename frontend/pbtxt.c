@@ -1124,6 +1124,6 @@ cf_status cf_pbtxt_read(cf_context *ctx, const char *name, const char *data, siz
 fail:
   free(r.text);
   cf_arena_free(&r.scratch);
-  cf_graph_destroy(r.g);
+  cf_graph_release(r.g);
   return st;
 }

@@ -446,6 +446,6 @@ cf_status cf_xml_read(cf_context *ctx, const char *name, const char *data, size_
   return CF_OK;
 fail:
   cf_xml_free(doc);
-  cf_graph_destroy(g);
+  cf_graph_release(g);
   return st;
 }

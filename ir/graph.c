@@ -94,7 +94,7 @@ cf_status cf_graph_new(cf_context *ctx, const char *file, cf_graph **out) {
   g->version = 1;
   g->node_limit = CF_MAX_NODES;
   if (!g->file || !g->name) {
-    cf_graph_destroy(g);
+    cf_graph_release(g);
     return cf_error(ctx, CF_ERR_NO_MEMORY, file, 0, "out of memory");
   }
   *out = g;
@@ -110,7 +110,7 @@ static void graph_free(cf_graph *g) {
   free(g);
 }
 
-void cf_graph_destroy(cf_graph *g) {
+void cf_graph_release(cf_graph *g) {
   if (!g) return;
   if (g->holders > 0)
     g->released = true; /* the caller's handle is gone: nothing can change it any more */
@@ -490,12 +490,4 @@ const char *cf_node_group(const cf_node *n) { return cf_node_str(n, CF_A_GROUP, 
 int64_t cf_node_fusion(const cf_node *n) {
   return cf_node_int(n, CF_A_FUSION,
                      n->op == CF_OP_ALLREDUCE || n->op == CF_OP_FUSEDALLREDUCE ? 1 : 0);
-}
-
-size_t cf_graph_node_count(const cf_graph *g) { return g ? (size_t)g->n_nodes : 0; }
-
-size_t cf_graph_collective_count(const cf_graph *g) {
-  size_t c = 0;
-  for (int i = 0; g && i < g->n_nodes; i++) c += cf_op_is_collective(g->nodes[i].op);
-  return c;
 }

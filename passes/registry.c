@@ -104,7 +104,7 @@ cf_status cf_passes_run(cf_graph *g, const char *list, const cf_pass_options *op
 #ifdef CF_VERIFY_EACH_PASS
     if ((st = cf_verify_structure(g)) || (st = cf_infer(g))) {
       char msg[1024];
-      snprintf(msg, sizeof msg, "%s", cf_context_errmsg(g->ctx));
+      snprintf(msg, sizeof msg, "%s", cf_errmsg(g->ctx));
       return cf_error(g->ctx, st, NULL, 0, "pass '%s' left an invalid graph: %s", pass->name, msg);
     }
 #endif
@@ -115,10 +115,4 @@ cf_status cf_passes_run(cf_graph *g, const char *list, const cf_pass_options *op
     }
   }
   return CF_OK;
-}
-
-cf_status cf_graph_run_passes(cf_graph *g, const char *passes) {
-  if (!g) return CF_ERR_USAGE;
-  g->generation++; /* passes rewrite the graph: executables made before are stale */
-  return cf_passes_run(g, passes, NULL, NULL, NULL);
 }

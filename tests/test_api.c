@@ -315,6 +315,38 @@ static void test_pipeline_and_inspection(void **state) {
   cf_options_destroy(o);
 }
 
+/* -O0 is one thing whichever call names it: "O0", "-O0" and "" run
+ * verification and inference without fusing, through cf_graph_run_passes as
+ * through cf_graph_run_pipeline; NULL and "default" fuse through both. */
+static void test_o0_agrees(void **state) {
+  (void)state;
+  static const char *o0[] = {"O0", "-O0", ""};
+  for (int i = 0; i < 3; i++)
+    for (int via_pipeline = 0; via_pipeline < 2; via_pipeline++) {
+      cf_graph *g = dp_graph(ctx, 4, 20, 1000, "sum");
+      assert_non_null(g);
+      OK(via_pipeline ? cf_graph_run_pipeline(g, o0[i], NULL) : cf_graph_run_passes(g, o0[i]));
+      assert_int_equal(cf_graph_collective_count(g), 20);
+      /* it verifies: a built graph with an unknown group is refused */
+      OK(cf_graph_set_attr(g, "ar3", "group", "nobody"));
+      cf_status st =
+          via_pipeline ? cf_graph_run_pipeline(g, o0[i], NULL) : cf_graph_run_passes(g, o0[i]);
+      assert_int_equal(st, CF_ERR_INVALID);
+      assert_non_null(strstr(cf_context_errmsg(ctx), "node 'ar3'"));
+      cf_graph_destroy(g);
+    }
+  static const char *fused[] = {NULL, "default"};
+  for (int i = 0; i < 2; i++)
+    for (int via_pipeline = 0; via_pipeline < 2; via_pipeline++) {
+      cf_graph *g = dp_graph(ctx, 4, 20, 1000, "sum");
+      assert_non_null(g);
+      OK(via_pipeline ? cf_graph_run_pipeline(g, fused[i], NULL)
+                      : cf_graph_run_passes(g, fused[i]));
+      assert_int_equal(cf_graph_collective_count(g), 1);
+      cf_graph_destroy(g);
+    }
+}
+
 /* ---- runs ---- */
 
 /* All ranks of a DP graph with caller buffers: every output is the mean
@@ -939,6 +971,7 @@ int main(void) {
       cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_options),
       cmocka_unit_test(test_pipeline_and_inspection),
+      cmocka_unit_test(test_o0_agrees),
       cmocka_unit_test(test_run_dp),
       cmocka_unit_test(test_run_tp_in_place),
       cmocka_unit_test(test_run_copies),
