@@ -69,21 +69,11 @@ static bool parse_bool(const char *v, bool *out) {
 }
 
 static cf_status check_passes(cf_context *ctx, const char *v) {
-  const char *list = cf_pipeline_list(v);
-  char name[64];
-  for (const char *p = list; *p;) {
-    size_t len = strcspn(p, ",");
-    if (len == 0 || len >= sizeof name)
-      return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "option passes: bad pass list '%s'", v);
-    memcpy(name, p, len);
-    name[len] = 0;
-    char why[640];
-    if (!cf_pass_find(name))
-      return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "option passes: %s; or the pipelines default, O0",
-                      cf_pass_unknown(name, why, sizeof why));
-    p += len + (p[len] == ',');
-  }
-  return CF_OK;
+  char why[640];
+  bool unknown;
+  if (cf_pass_list_check(cf_pipeline_list(v), why, sizeof why, &unknown)) return CF_OK;
+  return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "option passes: %s%s", why,
+                  unknown ? "; or the pipelines default, O0" : "");
 }
 
 static cf_status set_str(cf_options *o, char **slot, const char *v) {
@@ -146,12 +136,8 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return CF_OK;
   }
   if (strcmp(key, "timeout") == 0) {
-    char *e;
-    double t = strtod(value, &e);
-    if (e == value || *e || !(t > 0) || t > 86400)
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0,
-                      "option timeout wants seconds in (0, 86400], got '%s'", value);
-    o->timeout_s = t;
+    if (!cf_option_timeout("option timeout", value, &o->timeout_s, why, sizeof why))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
     return CF_OK;
   }
   if (strcmp(key, "max_memory") == 0) {
@@ -163,10 +149,8 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return CF_OK;
   }
   if (strcmp(key, "seed") == 0) {
-    if (!cf_parse_int(value, 0, INT64_MAX, &x))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option seed wants a number >= 0, got '%s'",
-                      value);
-    o->seed = (uint64_t)x;
+    if (!cf_option_seed("option seed", value, &o->seed, why, sizeof why))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
     return CF_OK;
   }
   return cf_error(

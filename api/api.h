@@ -31,4 +31,12 @@ typedef struct cf_compile_options {
  * NULL. */
 cf_status cf_compile(cf_graph *g, const cf_compile_options *opt);
 
+/* ================= options.c: option values, checked once ================= */
+
+/* The checks behind both cf_options_set and the driver's options: true with
+ * the value in *out, or false with "NAME wants ..., got 'V'" in why (NAME:
+ * "option seed" for the API, "--seed" for the driver). */
+bool cf_option_seed(const char *name, const char *v, uint64_t *out, char *why, size_t len);
+bool cf_option_timeout(const char *name, const char *v, double *out, char *why, size_t len);
+
 #endif /* COLLFUSE_API_H */

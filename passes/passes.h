@@ -101,8 +101,10 @@ extern const cf_pass *const cf_pass_registry[];
 const cf_pass *cf_pass_find(const char *name);
 /* "unknown pass 'NAME'" with the closest pass, else the list; returns buf. */
 const char *cf_pass_unknown(const char *name, char *buf, size_t len);
-/* True when every name of the comma list is a pass; else false with why. */
-bool cf_pass_list_check(const char *list, char *why, size_t len);
+/* True when every name of the comma list is a pass; else false with why
+ * ("bad pass list" for an empty or overlong name; cf_pass_unknown's text,
+ * and *unknown set when unknown is not NULL, for a name that is no pass). */
+bool cf_pass_list_check(const char *list, char *why, size_t len, bool *unknown);
 /* The default pipeline (everything) and the -O0 one (no fusion). */
 extern const char cf_pipeline_default[];
 extern const char cf_pipeline_O0[];

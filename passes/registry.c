@@ -54,19 +54,21 @@ const char *cf_pass_unknown(const char *name, char *buf, size_t len) {
   return buf;
 }
 
-bool cf_pass_list_check(const char *list, char *why, size_t len) {
+bool cf_pass_list_check(const char *list, char *why, size_t len, bool *unknown) {
   char name[64];
+  if (unknown) *unknown = false;
   for (const char *p = list; *p;) {
     size_t n = strcspn(p, ",");
-    if (n >= sizeof name) {
+    if (n == 0 || n >= sizeof name) {
       snprintf(why, len, "bad pass list '%s'", list);
       return false;
     }
     memcpy(name, p, n);
     name[n] = 0;
     p += n + (p[n] == ',');
-    if (n && !cf_pass_find(name)) {
+    if (!cf_pass_find(name)) {
       cf_pass_unknown(name, why, len);
+      if (unknown) *unknown = true;
       return false;
     }
   }

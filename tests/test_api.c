@@ -233,6 +233,17 @@ static void test_options(void **state) {
   ASSERT_ERR(cf_options_set(o, "ranks", "0"), CF_ERR_USAGE, "option ranks wants 1..");
   ASSERT_ERR(cf_options_set(o, "algo", "tree"), CF_ERR_USAGE, "option algo wants auto");
   ASSERT_ERR(cf_options_set(o, "timeout", "-1"), CF_ERR_USAGE, "option timeout wants seconds");
+  /* the driver's --seed, --timeout and --passes checks, with the API's names */
+  ASSERT_ERR(cf_options_set(o, "timeout", "1e9"), CF_ERR_USAGE,
+             "option timeout wants seconds in (0, 86400], got '1e9'");
+  ASSERT_ERR(cf_options_set(o, "seed", "-3"), CF_ERR_USAGE,
+             "option seed wants a number >= 0, got '-3'");
+  ASSERT_ERR(cf_options_set(o, "passes", "dce,,fuse-allreduce"), CF_ERR_USAGE,
+             "option passes: bad pass list 'dce,,fuse-allreduce'");
+  ASSERT_ERR(cf_options_set(o, "passes", "dce,fuse-all"), CF_ERR_USAGE,
+             "option passes: unknown pass 'fuse-all' (known: verify, infer, dce, fuse-allreduce, "
+             "fuse-allgather, fuse-reducescatter, fuse-matmul-collective); or the pipelines "
+             "default, O0");
   OK(cf_options_set(o, "split", "bytes:25M,first=1M"));
   OK(cf_options_set(o, "split", "size:96.54,3.46"));
   OK(cf_options_set(o, "target", "atlas-a2"));

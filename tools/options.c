@@ -297,7 +297,7 @@ bool cf_opt_check_target(void *out, const char *v, char *why, size_t len) {
 
 bool cf_opt_check_passes(void *out, const char *v, char *why, size_t len) {
   (void)out;
-  return cf_pass_list_check(v, why, len);
+  return cf_pass_list_check(v, why, len, NULL);
 }
 
 bool cf_opt_check_split(void *out, const char *v, char *why, size_t len) {

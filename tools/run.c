@@ -41,24 +41,11 @@ typedef struct run_args {
 } run_args;
 
 static bool check_seed(void *out, const char *v, char *why, size_t len) {
-  int64_t x;
-  if (!cf_parse_int(v, 0, INT64_MAX, &x)) {
-    snprintf(why, len, "--seed wants a number >= 0, got '%s'", v);
-    return false;
-  }
-  ((run_args *)out)->seed = (uint64_t)x;
-  return true;
+  return cf_option_seed("--seed", v, &((run_args *)out)->seed, why, len);
 }
 
 static bool check_timeout(void *out, const char *v, char *why, size_t len) {
-  char *e;
-  double t = strtod(v, &e);
-  if (e == v || *e || !(t > 0) || t > 86400) {
-    snprintf(why, len, "--timeout wants seconds in (0, 86400], got '%s'", v);
-    return false;
-  }
-  ((run_args *)out)->timeout = t;
-  return true;
+  return cf_option_timeout("--timeout", v, &((run_args *)out)->timeout, why, len);
 }
 
 static bool check_input(void *out, const char *v, char *why, size_t len) {
