@@ -16,7 +16,6 @@
 #include <llvm-c/Orc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct cf_jit {
   LLVMOrcLLJITRef jit;

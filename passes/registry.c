@@ -6,7 +6,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 const cf_pass *const cf_pass_registry[] = {
     &cf_pass_verify,

@@ -35,7 +35,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <time.h>
 
 #include "api/api.h"
 #include "executor/executor.h"
