@@ -126,7 +126,7 @@ typedef struct cf_inputs {
   int n, ranks;
   const char **names;
   cf_tensor *data;
-  /* Caller buffers (the embedding API, executor/api.c). borrow: a run may
+  /* Caller buffers (the embedding API, api/api.c). borrow: a run may
    * read data[] in place where cf_plan_binds says so (the data must stay
    * unchanged until the run returns); else it copies them into its arena.
    * outputs (optional): caller-owned buffers [rank * n_outputs + j] for the
