@@ -16,7 +16,6 @@
 #include <llvm-c/Orc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct cf_jit {
   LLVMOrcLLJITRef jit;
@@ -27,12 +26,6 @@ typedef struct cf_jit {
    * fixed per context, so it needs no slot of its own */
   void *fns[CF_K_QUANT + 1][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1];
 } cf_jit;
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* Turn an LLVMErrorRef into a context error (consuming it). */
 static cf_status llvm_error(cf_context *ctx, LLVMErrorRef e, const char *what, const char *name) {
@@ -169,7 +162,7 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
     return CF_OK;
   }
 
-  double t0 = now_ms();
+  double t0 = 1e3 * cf_now();
   void *data;
   size_t size;
   if (cf_objcache_load(ctx, &J->cache, &J->target, key, &data, &size)) {
@@ -180,7 +173,7 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
       return CF_OK; /* compile_ms stays 0 */
     }
     cf_log(ctx, CF_LOG_INFO, "codegen: cached %s did not link (%s); rebuilding", name,
-           cf_context_errmsg(ctx));
+           cf_errmsg(ctx));
     cf_clear_error(ctx);
   }
 
@@ -194,7 +187,7 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
   if (st != CF_OK) return st;
   *fn = *slot;
   if (compile_ms) {
-    *compile_ms = now_ms() - t0;
+    *compile_ms = 1e3 * cf_now() - t0;
     if (*compile_ms <= 0) *compile_ms = 1e-6; /* 0 means "from a cache" */
   }
   return CF_OK;

@@ -34,14 +34,6 @@
 #define MAX_PAYLOAD ((size_t)64 << 20)
 static const char magic[8] = {'C', 'F', 'K', 'O', 'B', 'J', '\0', '\n'};
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-#define FNV_SEED 0xcbf29ce484222325ull
-
 static void put32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++)
     p[i] = (unsigned char)(v >> (8 * i));
@@ -64,12 +56,12 @@ static uint64_t get64(const unsigned char *p) {
 }
 
 static uint64_t target_hash(const cf_codegen_target *t) {
-  uint64_t h = fnv1a(FNV_SEED, t->triple, strlen(t->triple) + 1);
-  h = fnv1a(h, t->cpu, strlen(t->cpu) + 1);
-  h = fnv1a(h, t->features, strlen(t->features) + 1);
+  uint64_t h = cf_fnv1a(CF_FNV_SEED, t->triple, strlen(t->triple) + 1);
+  h = cf_fnv1a(h, t->cpu, strlen(t->cpu) + 1);
+  h = cf_fnv1a(h, t->features, strlen(t->features) + 1);
   unsigned char vb[4];
   put32(vb, (uint32_t)t->vector_bits);
-  return fnv1a(h, vb, 4);
+  return cf_fnv1a(h, vb, 4);
 }
 
 static void llvm_version(uint32_t v[3]) {
@@ -107,7 +99,7 @@ bool cf_objcache_path(const cf_objcache *oc, const cf_codegen_target *t, const c
   put32(vb + 4, v[0]);
   put32(vb + 8, v[1]);
   put32(vb + 12, v[2]);
-  uint64_t h = fnv1a(target_hash(t), vb, sizeof vb);
+  uint64_t h = cf_fnv1a(target_hash(t), vb, sizeof vb);
   int n = snprintf(buf, len, "%s/%s-%016llx.o", oc->dir, cf_kernel_name(key, name, sizeof name),
                    (unsigned long long)h);
   return n > 0 && (size_t)n < len;
@@ -129,8 +121,8 @@ static void header(unsigned char *h, const cf_codegen_target *t, const cf_kernel
   put32(h + 40, (uint32_t)key->arity);
   put64(h + 48, target_hash(t));
   put64(h + 56, size);
-  put64(h + 64, fnv1a(FNV_SEED, data, size));
-  put64(h + 72, fnv1a(FNV_SEED, h, 72));
+  put64(h + 64, cf_fnv1a(CF_FNV_SEED, data, size));
+  put64(h + 72, cf_fnv1a(CF_FNV_SEED, h, 72));
 }
 
 /* Why a file is not a valid entry for (t, key), or NULL when it is. */
@@ -138,7 +130,7 @@ static const char *check(const unsigned char *f, size_t size, const cf_codegen_t
                          const cf_kernel_key *key) {
   if (size < HDR_SIZE) return "truncated header";
   if (memcmp(f, magic, 8)) return "bad magic";
-  if (get64(f + 72) != fnv1a(FNV_SEED, f, 72)) return "header checksum mismatch";
+  if (get64(f + 72) != cf_fnv1a(CF_FNV_SEED, f, 72)) return "header checksum mismatch";
   if (get32(f + 8) != FORMAT || get32(f + 12) != HDR_SIZE) return "other cache format";
   uint32_t v[3];
   llvm_version(v);
@@ -149,7 +141,7 @@ static const char *check(const unsigned char *f, size_t size, const cf_codegen_t
     return "holds another kernel";
   if (get64(f + 48) != target_hash(t)) return "built for another target";
   if (get64(f + 56) != size - HDR_SIZE) return "payload truncated or extended";
-  if (get64(f + 64) != fnv1a(FNV_SEED, f + HDR_SIZE, size - HDR_SIZE))
+  if (get64(f + 64) != cf_fnv1a(CF_FNV_SEED, f + HDR_SIZE, size - HDR_SIZE))
     return "payload checksum mismatch";
   return NULL;
 }
@@ -239,7 +231,7 @@ bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_
   }
   if (!ok) {
     /* a cache that cannot be written is no error of the caller's */
-    cf_log(ctx, CF_LOG_WARN, "kernel cache entry not saved: %s", cf_context_errmsg(ctx));
+    cf_log(ctx, CF_LOG_WARN, "kernel cache entry not saved: %s", cf_errmsg(ctx));
     cf_clear_error(ctx);
   }
   return ok;

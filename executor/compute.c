@@ -335,7 +335,7 @@ static cf_status quant_core(cf_context *ctx, const cf_graph *g, const cf_node *n
   cf_kernel_quant_fn fn;
   cf_kernel_key key = {.kind = CF_K_QUANT, .dtype = out->dtype, .red = CF_RED_SUM, .arity = 0};
   if ((st = cf_codegen_kernel(ctx, &key, &p, NULL)))
-    return node_err(ctx, g, n, st, "quantized epilogue: %s", cf_context_errmsg(ctx));
+    return node_err(ctx, g, n, st, "quantized epilogue: %s", cf_errmsg(ctx));
   memcpy(&fn, &p, sizeof fn); /* ISO C has no object -> function pointer cast */
   if (!out->count) return CF_OK;
   if (!(acc = alloc_n(out->count, 4)))

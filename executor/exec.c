@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct rank_run {
@@ -51,12 +50,6 @@ typedef struct rank_run {
   cf_status comm_st;
   bool stop;
 } rank_run;
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static cf_status run_call(rank_run *r, const cf_coll_call *call) {
   if (call->me < 0) return CF_OK; /* not in this collective's group */
@@ -348,10 +341,11 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   int total = p->opt.warmup + p->opt.iters;
   for (int it = 0; it < total; it++) {
     if ((st = barrier(r))) return st;
-    double t0 = now_ms();
+    double t0 = 1e3 * cf_now();
     if ((st = iteration(r, it == 0, tin, tout))) return st;
     if ((st = barrier(r))) return st;
-    if ((r->rank == 0 || r->solo) && it >= p->opt.warmup) r->res->time_ms[it - p->opt.warmup] = now_ms() - t0;
+    if ((r->rank == 0 || r->solo) && it >= p->opt.warmup)
+      r->res->time_ms[it - p->opt.warmup] = 1e3 * cf_now() - t0;
   }
   /* outputs of the last iteration */
   int j = 0;
@@ -393,7 +387,7 @@ static void *rank_main(void *arg) {
   }
   if (r->st && !r->vanished) {
     const char *why;
-    if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_context_errmsg(r->ctx));
+    if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_errmsg(r->ctx));
   }
   if (r->st) cf_world_rank_left(r->world, r->rank);
   /* stop the communication thread (it finishes what was started) */
@@ -419,7 +413,7 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
   x->queue_cap = p->n_colls + 2;
   x->queue = calloc((size_t)x->queue_cap, sizeof *x->queue);
   x->ticket = calloc((size_t)p->n_colls + 1, sizeof *x->ticket);
-  cf_status st = cf_context_create(&x->ctx);
+  cf_status st = cf_ctx_create(&x->ctx);
   if (st == CF_OK) {
     x->ctx->codegen = ctx->codegen; /* borrowed: kernels already resolved */
     x->ctx->codegen_free = NULL;
@@ -429,7 +423,7 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
   if (!x->queue || !x->ticket || st) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if ((st = cf_device_view(p->dev, x->ctx, rank, 0, &x->dev)) ||
       (st = cf_device_view(p->dev, x->ctx, rank, 1, &x->cdev)))
-    return cf_error(ctx, st, NULL, 0, "%s", cf_context_errmsg(x->ctx));
+    return cf_error(ctx, st, NULL, 0, "%s", cf_errmsg(x->ctx));
   return CF_OK;
 }
 
@@ -439,7 +433,7 @@ static void rank_free(rank_run *x) {
   free(x->calls);
   free(x->queue);
   free(x->ticket);
-  cf_context_destroy(x->ctx);
+  cf_ctx_destroy(x->ctx);
   if (x->p) {
     pthread_mutex_destroy(&x->lock);
     pthread_cond_destroy(&x->cond);
@@ -503,7 +497,7 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
         if (st == CF_ERR_RUNTIME && comm->ops->aborted(comm, &why))
           cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
         else
-          cf_error(ctx, st, NULL, 0, "%s", cf_context_errmsg(x.ctx));
+          cf_error(ctx, st, NULL, 0, "%s", cf_errmsg(x.ctx));
       }
     }
     comm->ctx = saved;
@@ -578,7 +572,7 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
       if (rr[who].st == CF_ERR_RUNTIME && c0->ops->aborted(c0, &why))
         st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
       else
-        st = cf_error(ctx, rr[who].st, NULL, 0, "%s", cf_context_errmsg(rr[who].ctx));
+        st = cf_error(ctx, rr[who].st, NULL, 0, "%s", cf_errmsg(rr[who].ctx));
     }
   }
   if (!st) result_finish(p, res);

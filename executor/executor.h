@@ -39,11 +39,6 @@ void cf_store_f64(void *data, cf_dtype dt, int64_t i, double v);
 /* Integer element i as int64 (integer dtypes only). */
 int64_t cf_load_i64(const void *data, cf_dtype dt, int64_t i);
 void cf_store_i64(void *data, cf_dtype dt, int64_t i, int64_t v); /* wraps */
-/* float <-> half/bfloat16 bits, round to nearest even, NaN stays NaN. */
-float cf_f16_to_f32(uint16_t h);
-uint16_t cf_f32_to_f16(float f);
-float cf_bf16_to_f32(uint16_t h);
-uint16_t cf_f32_to_bf16(float f);
 
 /* ================= compute.c: compute ops ================= */
 
@@ -83,7 +78,7 @@ typedef struct cf_inputs {
   int n, ranks;
   const char **names;
   cf_tensor *data;
-  /* Caller buffers (the embedding API, executor/api.c). borrow: a run may
+  /* Caller buffers (the embedding API, api/api.c). borrow: a run may
    * read data[] in place where cf_plan_binds says so (the data must stay
    * unchanged until the run returns); else it copies them into its arena.
    * outputs (optional): caller-owned buffers [rank * n_outputs + j] for the

@@ -5,64 +5,14 @@
  * same whichever thread writes it and however a buffer is split; the
  * executor and the float64 reference therefore see the same inputs without
  * sharing any state. The element accessors below are the executor's single
- * definition of dtype conversion: float16/bfloat16 round to nearest even,
- * float -> integer truncates toward zero and saturates (NaN -> 0), integer
- * -> integer wraps.
+ * definition of dtype conversion: float16/bfloat16 round to nearest even
+ * (ir/dtype.c's cf_f32_to_f16 and kin), float -> integer truncates toward
+ * zero and saturates (NaN -> 0), integer -> integer wraps.
  */
 #include "executor.h"
 
 #include <math.h>
 #include <string.h>
-
-/* ---------------- float16 / bfloat16 ---------------- */
-
-static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-static float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-float cf_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  if (e == 0) { /* zero or subnormal: m * 2^-24, exact in float */
-    float v = ldexpf((float)m, -24);
-    return sign ? -v : v;
-  }
-  if (e == 31) return bits_f32(sign | 0x7f800000 | m << 13); /* Inf, NaN keeps its payload */
-  return bits_f32(sign | (e - 15 + 127) << 23 | m << 13);
-}
-
-uint16_t cf_f32_to_f16(float f) {
-  uint32_t x = f32_bits(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
-  if (ax > 0x7f800000) /* NaN: quiet, keep the payload's top bits */
-    return (uint16_t)(sign | 0x7e00 | ((ax >> 13) & 0x3ff));
-  if (ax >= 0x477ff000) return (uint16_t)(sign | 0x7c00); /* >= 65520 rounds to Inf */
-  if (ax < 0x38800000) { /* below 2^-14: a float16 subnormal in units of 2^-24 */
-    if (ax <= 0x33000000) return (uint16_t)sign; /* <= 2^-25: the tie goes to even 0 */
-    uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
-    uint32_t shift = 126 - e; /* 14..24: value = m * 2^(e-150) = (m >> shift) * 2^-24 */
-    uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (r & 1))) r++;
-    return (uint16_t)(sign | r);
-  }
-  uint32_t h = ((ax >> 23) - 127 + 15) << 10 | ((ax >> 13) & 0x3ff), rem = ax & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* a carry moves into the exponent */
-  return (uint16_t)(sign | h);
-}
-
-float cf_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
-uint16_t cf_f32_to_bf16(float f) {
-  uint32_t x = f32_bits(f);
-  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
-  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16); /* overflow carries to Inf */
-}
 
 /* d rounded to float with round-to-odd: a float that is never a tie of the
  * 16-bit formats unless d was one, so rounding it again to float16 or
@@ -71,7 +21,11 @@ static float f32_round_odd(double d) {
   float t = (float)d;
   if ((double)t == d || isnan(d)) return t;
   if (fabs((double)t) > fabs(d)) t = nextafterf(t, 0.0f); /* toward zero */
-  return bits_f32(f32_bits(t) | 1);
+  uint32_t u;
+  memcpy(&u, &t, sizeof u);
+  u |= 1;
+  memcpy(&t, &u, sizeof t);
+  return t;
 }
 
 /* ---------------- element access ---------------- */
@@ -162,9 +116,7 @@ static uint64_t mix64(uint64_t z) {
 /* The stream of one (seed, rank, name): FNV-1a of the name, each part mixed
  * so that nearby seeds and ranks give unrelated streams. */
 static uint64_t stream_base(uint64_t seed, int rank, const char *name) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (const unsigned char *p = (const unsigned char *)(name ? name : ""); *p; p++)
-    h = (h ^ *p) * 0x100000001b3ull;
+  uint64_t h = cf_hash_str(name ? name : "");
   return mix64(seed ^ mix64(h ^ mix64((uint64_t)(int64_t)rank * CF_GOLDEN + 1)));
 }
 

@@ -42,13 +42,7 @@ typedef struct dot_ids {
 } dot_ids;
 
 static int *ids_probe(dot_ids *t, const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (const char *p = s; *p; p++)
-    h = (h ^ (unsigned char)*p) * 1099511628211ull;
-  size_t mask = (size_t)t->cap_hash - 1, i = (size_t)h & mask;
-  while (t->hash[i] && strcmp(t->names[t->hash[i] - 1], s))
-    i = (i + 1) & mask;
-  return &t->hash[i];
+  return cf_name_slot(t->hash, (size_t)t->cap_hash, t->names, 0, sizeof *t->names, s);
 }
 
 static bool ids_grow(dot_ids *t) {

@@ -34,14 +34,24 @@ const cf_format *cf_format_at(size_t i);
 cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *size);
 
 /* Verify structure and infer types of a freshly read graph (the readers
- * only parse; cf_graph_parse and cf_graph_load finish). */
+ * only parse; cf_frontend_parse and cf_frontend_load finish). */
 cf_status cf_frontend_finish(cf_graph *g);
-/* Read path like cf_graph_load, but a graph that fails verification is
+/* cf_graph_parse, cf_graph_load, cf_graph_verify and cf_graph_write_xml of
+ * the public header (api/ wraps these): a graph from memory or a file, in
+ * any of the formats of cf_frontend_load; full verification against a target
+ * profile; the native XML. */
+cf_status cf_frontend_parse(cf_context *ctx, const char *name, const char *data, size_t size,
+                            cf_graph **out);
+cf_status cf_frontend_load(cf_context *ctx, const char *path, cf_graph **out);
+cf_status cf_frontend_verify(cf_graph *g, const char *target);
+cf_status cf_frontend_write_xml(const cf_graph *g, const char *path);
+/* Read path like cf_frontend_load, but a graph that fails verification is
  * kept: every error goes to d with what it refers to (cf_verify_collect),
  * and the graph is returned (unverified, to be drawn) with the first
  * error's status. A file that cannot be read or parsed gives no graph. */
 cf_status cf_graph_load_diags(cf_context *ctx, const char *path, cf_graph **out, cf_diags *d);
-/* cf_graph_write_dot with the errors of d marked (cf_dot_write_diags). */
+/* Draw g to path (.dot/.gv, .svg or .png) with the errors of d (NULL:
+ * none) marked (cf_dot_write_diags); cf_graph_write_dot wraps it. */
 cf_status cf_graph_write_dot_diags(const cf_graph *g, const char *path, const cf_diags *diags);
 
 /* ---- text_util.c: helpers of the text readers (hlo*.c, prototext.c, pbtxt.c) ---- */

@@ -183,15 +183,6 @@ static cf_status collect(gml_reader *r, const xmlNode *elem, int dom, const char
   return CF_OK;
 }
 
-static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (end == s || *end || errno == ERANGE || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 static cf_status no_nesting(gml_reader *r, const xmlNode *elem, const char *what) {
   for (const xmlNode *c = elem->children; c; c = c->next)
     if (is_elem(r, c, "graph"))
@@ -206,7 +197,7 @@ static cf_status read_graph_attrs(gml_reader *r, const xmlNode *gr) {
   if (st) return st;
   if (v.v[G_NAME] && !(g->name = cf_arena_strdup(&g->arena, v.v[G_NAME])))
     return fail(r, v.line[G_NAME], "out of memory");
-  if (v.v[G_WORLD_SIZE] && !parse_int(v.v[G_WORLD_SIZE], 0, CF_MAX_WORLD, &g->world_size))
+  if (v.v[G_WORLD_SIZE] && !cf_parse_int(v.v[G_WORLD_SIZE], 0, CF_MAX_WORLD, &g->world_size))
     return fail(r, v.line[G_WORLD_SIZE], "graph: world_size='%s' must be an integer in 0..%d",
                 CF_QUOTE(v.v[G_WORLD_SIZE]), CF_MAX_WORLD);
   return CF_OK;
@@ -275,10 +266,10 @@ static cf_status read_edge(gml_reader *r, const xmlNode *xe, gml_edge *e) {
   if (e->dst < 0) return fail(r, line, "%s: dangling target '%s' (no such node)", what, dst);
   int64_t sp = 0, dp = 0;
   /* no node has more outputs than CF_MAX_OPERANDS, nor more operands */
-  if (v.v[E_SRC_PORT] && !parse_int(v.v[E_SRC_PORT], 0, CF_MAX_OPERANDS - 1, &sp))
+  if (v.v[E_SRC_PORT] && !cf_parse_int(v.v[E_SRC_PORT], 0, CF_MAX_OPERANDS - 1, &sp))
     return fail(r, v.line[E_SRC_PORT], "%s: src_port='%s' must be an integer in 0..%d", what,
                 CF_QUOTE(v.v[E_SRC_PORT]), CF_MAX_OPERANDS - 1);
-  if (v.v[E_DST_PORT] && !parse_int(v.v[E_DST_PORT], 0, CF_MAX_OPERANDS - 1, &dp))
+  if (v.v[E_DST_PORT] && !cf_parse_int(v.v[E_DST_PORT], 0, CF_MAX_OPERANDS - 1, &dp))
     return fail(r, v.line[E_DST_PORT], "%s: dst_port='%s' must be an integer in 0..%d", what,
                 CF_QUOTE(v.v[E_DST_PORT]), CF_MAX_OPERANDS - 1);
   e->src.port = (int)sp;
@@ -374,6 +365,6 @@ cf_status cf_graphml_read(cf_context *ctx, const char *name, const char *data, s
 fail:
   cf_arena_free(&r.scratch);
   cf_xml_free(doc);
-  cf_graph_destroy(r.g);
+  cf_graph_release(r.g);
   return st;
 }

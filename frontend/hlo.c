@@ -435,6 +435,6 @@ fail:
   free(r.refs);
   free(r.seen);
   cf_arena_free(&r.scratch);
-  cf_graph_destroy(r.g);
+  cf_graph_release(r.g);
   return st;
 }

@@ -376,21 +376,11 @@ static bool gset_equal(const hgset *a, int n_sub, const int *off, const int *ran
  * through two hash tables (at most half full), so N collectives with N
  * different groups cost O(N), not a scan of every set (and of every suffix
  * taken) per collective. */
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
-  return h;
-}
-
 static uint64_t gset_hash(int n_sub, const int *off, const int *ranks) {
-  uint64_t h = fnv(1469598103934665603ull, &n_sub, sizeof n_sub);
+  uint64_t h = cf_fnv1a(CF_FNV_SEED, &n_sub, sizeof n_sub);
   if (!n_sub) return h;
-  h = fnv(h, off, (size_t)(n_sub + 1) * sizeof *off);
-  return fnv(h, ranks, (size_t)off[n_sub] * sizeof *ranks);
-}
-
-static uint64_t base_hash(const char *base) {
-  return fnv(1469598103934665603ull, base, strlen(base));
+  h = cf_fnv1a(h, off, (size_t)(n_sub + 1) * sizeof *off);
+  return cf_fnv1a(h, ranks, (size_t)off[n_sub] * sizeof *ranks);
 }
 
 /* The slot of the set with these ranks, or the empty slot where it goes. */
@@ -405,7 +395,7 @@ static hgset **by_ranks_slot(hlo_reader *r, uint64_t h, int n_sub, const int *of
 
 /* The slot of the set that took base last, or the empty slot for it. */
 static hgset **by_base_slot(hlo_reader *r, const char *base) {
-  size_t i = base_hash(base) & (r->sets_cap - 1);
+  size_t i = cf_hash_str(base) & (r->sets_cap - 1);
   while (r->by_base[i] && strcmp(r->by_base[i]->base, base))
     i = (i + 1) & (r->sets_cap - 1);
   return &r->by_base[i];

@@ -32,13 +32,6 @@ const char *cf_hlo_str(hlo_reader *r, const char *p, size_t n) {
   return s;
 }
 
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
 bool cf_hlo_map_build(cf_arena *a, strmap *m, const char **keys, int n, int *dup) {
   size_t cap = 16;
   while (cap < (size_t)n * 2)
@@ -48,29 +41,17 @@ bool cf_hlo_map_build(cf_arena *a, strmap *m, const char **keys, int n, int *dup
   if (!(m->slot = cf_arena_array(a, cap, sizeof(int)))) return false;
   *dup = -1;
   for (int i = 0; i < n; i++) {
-    size_t h = hash_str(keys[i]) & (cap - 1);
-    bool seen = false;
-    while (m->slot[h] && !seen) {
-      seen = strcmp(keys[m->slot[h] - 1], keys[i]) == 0;
-      h = (h + 1) & (cap - 1);
-    }
-    if (seen) {
-      if (*dup < 0) *dup = i;
-      continue;
-    }
-    m->slot[h] = i + 1;
+    int *slot = cf_name_slot(m->slot, cap, keys, 0, sizeof *keys, keys[i]);
+    if (!*slot)
+      *slot = i + 1;
+    else if (*dup < 0)
+      *dup = i;
   }
   return true;
 }
 
 int cf_hlo_map_find(const strmap *m, const char *k) {
-  if (!m->cap) return -1;
-  size_t h = hash_str(k) & (m->cap - 1);
-  while (m->slot[h]) {
-    if (strcmp(m->keys[m->slot[h] - 1], k) == 0) return m->slot[h] - 1;
-    h = (h + 1) & (m->cap - 1);
-  }
-  return -1;
+  return cf_name_find(m->slot, m->cap, m->keys, 0, sizeof *m->keys, k);
 }
 
 /* ------------------------------------------------------------------ */

@@ -176,7 +176,7 @@ static cf_status parse_raw(cf_context *ctx, const char *name, const char *data, 
   /* in the native formats Opaque is written on purpose; elsewhere it is
    * what became of every op the reader does not know */
   if (!st && rd != cf_xml_read && rd != cf_graphml_read && (st = cf_graph_note_opaque(*out))) {
-    cf_graph_destroy(*out);
+    cf_graph_release(*out);
     *out = NULL;
   }
   return st;
@@ -198,18 +198,18 @@ static cf_status load_raw(cf_context *ctx, const char *path, cf_graph **out) {
 /* A read graph, finished; on failure destroyed. */
 static cf_status finished(cf_status st, cf_graph **out) {
   if (!st && (st = cf_frontend_finish(*out))) {
-    cf_graph_destroy(*out);
+    cf_graph_release(*out);
     *out = NULL;
   }
   return st;
 }
 
-cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, size_t size,
-                         cf_graph **out) {
+cf_status cf_frontend_parse(cf_context *ctx, const char *name, const char *data, size_t size,
+                            cf_graph **out) {
   return finished(parse_raw(ctx, name, data, size, out), out);
 }
 
-cf_status cf_graph_load(cf_context *ctx, const char *path, cf_graph **out) {
+cf_status cf_frontend_load(cf_context *ctx, const char *path, cf_graph **out) {
   return finished(load_raw(ctx, path, out), out);
 }
 
@@ -218,11 +218,11 @@ cf_status cf_graph_load_diags(cf_context *ctx, const char *path, cf_graph **out,
   if (st) return st;
   st = cf_verify_collect(*out, d);
   if (!st && (*out)->fingerprint) st = cf_frontend_finish(*out); /* the fingerprint's check */
-  if (st && d->n == 0) cf_diags_add(d, cf_context_errmsg(ctx), -1, NULL, 0);
+  if (st && d->n == 0) cf_diags_add(d, cf_errmsg(ctx), -1, NULL, 0);
   return st;
 }
 
-cf_status cf_graph_verify(cf_graph *g, const char *target) {
+cf_status cf_frontend_verify(cf_graph *g, const char *target) {
   if (!g) return CF_ERR_USAGE;
   const cf_target *t = cf_target_find(target);
   if (!t) {
@@ -235,7 +235,7 @@ cf_status cf_graph_verify(cf_graph *g, const char *target) {
   return st;
 }
 
-cf_status cf_graph_write_xml(const cf_graph *g, const char *path) {
+cf_status cf_frontend_write_xml(const cf_graph *g, const char *path) {
   if (!g || !path) return CF_ERR_USAGE;
   cf_outfile o;
   cf_status st = cf_out_open(g->ctx, path, false, &o);
@@ -243,10 +243,6 @@ cf_status cf_graph_write_xml(const cf_graph *g, const char *path) {
   st = cf_xml_write(g, o.f);
   cf_status cst = cf_out_close(g->ctx, &o, st == CF_OK);
   return st ? st : cst;
-}
-
-cf_status cf_graph_write_dot(const cf_graph *g, const char *path) {
-  return cf_graph_write_dot_diags(g, path, NULL);
 }
 
 cf_status cf_graph_write_dot_diags(const cf_graph *g, const char *path, const cf_diags *diags) {

@@ -188,19 +188,6 @@ static cf_status set_type(pb_reader *r, int idx, cf_dtype dt, const cf_shape *s,
   return st;
 }
 
-static double half_to_double(uint16_t h) {
-  int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m | 0x400, e - 25);
-  return h & 0x8000 ? -v : v;
-}
-
-static double bf16_to_double(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 /* Element i of little-endian tensor_content. */
 static double content_elem(const tf_type *t, const unsigned char *b, int64_t i) {
   uint64_t u = 0;
@@ -225,8 +212,8 @@ static double content_elem(const tf_type *t, const unsigned char *b, int64_t i) 
   case 6: return (double)(int8_t)(uint8_t)u;
   case 9:
   case 23: return (double)(int64_t)u;
-  case 14: return bf16_to_double((uint16_t)u);
-  case 19: return half_to_double((uint16_t)u);
+  case 14: return cf_bf16_to_f32((uint16_t)u);
+  case 19: return cf_f16_to_f32((uint16_t)u);
   default: return (double)u; /* uint8, bool */
   }
 }
@@ -319,7 +306,7 @@ static cf_status read_const(pb_reader *r, pnode *n) {
         x = cf_span_is(f->text, "true") || cf_span_is(f->text, "1");
       else if (t->code == 14 || t->code == 19) {
         if (!cf_pb_int(&r->pb, f, &iv)) return fail(r, f->line, "node '%s': bad %s", n->name, vf);
-        x = t->code == 14 ? bf16_to_double((uint16_t)iv) : half_to_double((uint16_t)iv);
+        x = t->code == 14 ? cf_bf16_to_f32((uint16_t)iv) : cf_f16_to_f32((uint16_t)iv);
       } else if (cf_dtype_is_float(t->dt)) {
         if (!cf_pb_double(f, &x))
           return fail(r, f->line, "node '%s': bad %s '%s'", n->name, vf, CF_SPAN_QUOTE(f->text));
@@ -628,13 +615,7 @@ static cf_status read_node(pb_reader *r, pnode *n) {
 /* operands                                                           */
 
 static int find_node(const pb_reader *r, const char *name) {
-  if (!r->index_cap) return -1;
-  uint64_t h = 1469598103934665603ull;
-  for (const char *s = name; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  for (size_t i = h & (r->index_cap - 1); r->index[i]; i = (i + 1) & (r->index_cap - 1))
-    if (!strcmp(r->nodes[r->index[i] - 1].name, name)) return r->index[i] - 1;
-  return -1;
+  return cf_name_find(r->index, r->index_cap, r->nodes, offsetof(pnode, name), sizeof(pnode), name);
 }
 
 static cf_status build_index(pb_reader *r) {
@@ -644,17 +625,12 @@ static cf_status build_index(pb_reader *r) {
   if (!(r->index = cf_arena_array(&r->pb.scratch, cap, sizeof(int)))) return oom(r, 0);
   r->index_cap = cap;
   for (int k = 0; k < r->n_nodes; k++) {
-    int prev = find_node(r, r->nodes[k].name);
-    if (prev >= 0)
+    int *slot = cf_name_slot(r->index, cap, r->nodes, offsetof(pnode, name), sizeof(pnode),
+                             r->nodes[k].name);
+    if (*slot)
       return fail(r, r->nodes[k].line, "node '%s': duplicate node name (first defined at line %d)",
-                  r->nodes[k].name, r->nodes[prev].line);
-    uint64_t h = 1469598103934665603ull;
-    for (const char *s = r->nodes[k].name; *s; s++)
-      h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    size_t i = h & (cap - 1);
-    while (r->index[i])
-      i = (i + 1) & (cap - 1);
-    r->index[i] = k + 1;
+                  r->nodes[k].name, r->nodes[*slot - 1].line);
+    *slot = k + 1;
   }
   return CF_OK;
 }
@@ -859,6 +835,6 @@ cf_status cf_pbtxt_read(cf_context *ctx, const char *name, const char *data, siz
 fail:
   free(r.text);
   cf_arena_free(&r.pb.scratch);
-  cf_graph_destroy(r.g);
+  cf_graph_release(r.g);
   return st;
 }

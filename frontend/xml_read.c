@@ -372,9 +372,8 @@ static cf_status read_inputs(cf_graph *g, int idx, xmlNodePtr x) {
       st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
                     "node '%s': input %d refers to unknown node '%s'", n->name, k, ref);
     } else {
-      char *end = NULL;
-      long p = port ? strtol(port, &end, 10) : 0;
-      if (port && (end == port || *end || p < 0 || p > CF_MAX_OPERANDS))
+      int64_t p = 0;
+      if (port && !cf_parse_int(port, 0, CF_MAX_OPERANDS, &p))
         st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': bad port '%s'", n->name,
                       port);
       refs[k++].port = (int)p;
@@ -397,12 +396,9 @@ static cf_status graph_attrs(cf_graph *g, xmlNodePtr root) {
   if (nm && !(g->name = cf_arena_strdup(&g->arena, nm)))
     st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   if (!st && ws) {
-    char *end;
-    long long v = strtoll(ws, &end, 10);
-    if (end == ws || *end || v < 0 || v > CF_MAX_WORLD)
+    if (!cf_parse_int(ws, 0, CF_MAX_WORLD, &g->world_size))
       st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(root),
                     "world_size='%s' must be an integer in 0..%d", CF_QUOTE(ws), CF_MAX_WORLD);
-    g->world_size = v;
   }
   if (!st && ver && strcmp(ver, "1") != 0)
     st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(root),
@@ -450,6 +446,6 @@ cf_status cf_xml_read(cf_context *ctx, const char *name, const char *data, size_
   return CF_OK;
 fail:
   cf_xml_free(doc);
-  cf_graph_destroy(g);
+  cf_graph_release(g);
   return st;
 }

@@ -12,31 +12,20 @@
 #include <errno.h>
 #include <unistd.h>
 
-const char *cf_version(void) { return CF_VERSION_STRING; }
-int cf_version_number(void) { return CF_VERSION_NUMBER; }
-
-cf_status cf_context_create(cf_context **out) {
+cf_status cf_ctx_create(cf_context **out) {
   if (!out) return CF_ERR_USAGE;
   *out = calloc(1, sizeof(cf_context));
   return *out ? CF_OK : CF_ERR_NO_MEMORY;
 }
 
-void cf_context_destroy(cf_context *ctx) {
+void cf_ctx_destroy(cf_context *ctx) {
   if (!ctx) return;
   if (ctx->codegen && ctx->codegen_free) ctx->codegen_free(ctx->codegen);
   free(ctx->errmsg);
   free(ctx);
 }
 
-const char *cf_context_errmsg(const cf_context *ctx) {
-  return ctx && ctx->errmsg ? ctx->errmsg : "";
-}
-
-void cf_context_set_log(cf_context *ctx, cf_log_fn fn, void *user) {
-  if (!ctx) return;
-  ctx->log_fn = fn;
-  ctx->log_user = user;
-}
+const char *cf_errmsg(const cf_context *ctx) { return ctx && ctx->errmsg ? ctx->errmsg : ""; }
 
 void cf_clear_error(cf_context *ctx) {
   if (!ctx) return;

@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,4 +197,54 @@ bool cf_bytes_parse(const char *s, size_t len, int64_t max, int64_t *out) {
   if (v < 1 || v > (double)max || v >= 0x1p63) return false; /* (int64_t)v is defined */
   *out = (int64_t)v;
   return true;
+}
+
+/* ---- float16 / bfloat16: round to nearest even, NaN stays NaN ---- */
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+float cf_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  if (e == 0) { /* zero or subnormal: m * 2^-24, exact in float */
+    float v = ldexpf((float)m, -24);
+    return sign ? -v : v;
+  }
+  if (e == 31) return bits_f32(sign | 0x7f800000 | m << 13); /* Inf, NaN keeps its payload */
+  return bits_f32(sign | (e - 15 + 127) << 23 | m << 13);
+}
+
+uint16_t cf_f32_to_f16(float f) {
+  uint32_t x = f32_bits(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
+  if (ax > 0x7f800000) /* NaN: quiet, keep the payload's top bits */
+    return (uint16_t)(sign | 0x7e00 | ((ax >> 13) & 0x3ff));
+  if (ax >= 0x477ff000) return (uint16_t)(sign | 0x7c00); /* >= 65520 rounds to Inf */
+  if (ax < 0x38800000) { /* below 2^-14: a float16 subnormal in units of 2^-24 */
+    if (ax <= 0x33000000) return (uint16_t)sign; /* <= 2^-25: the tie goes to even 0 */
+    uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
+    uint32_t shift = 126 - e; /* 14..24: value = m * 2^(e-150) = (m >> shift) * 2^-24 */
+    uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t h = ((ax >> 23) - 127 + 15) << 10 | ((ax >> 13) & 0x3ff), rem = ax & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* a carry moves into the exponent */
+  return (uint16_t)(sign | h);
+}
+
+float cf_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t cf_f32_to_bf16(float f) {
+  uint32_t x = f32_bits(f);
+  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16); /* overflow carries to Inf */
 }

@@ -136,12 +136,6 @@ cf_status cf_write_file(cf_context *ctx, const char *path, const void *data, siz
 
 /* ---- reading with a deadline ---- */
 
-double cf_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int cf_open_read(const char *path, double deadline) {
   if (deadline <= 0) return open(path, O_RDONLY | O_CLOEXEC);
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);

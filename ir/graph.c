@@ -94,7 +94,7 @@ cf_status cf_graph_new(cf_context *ctx, const char *file, cf_graph **out) {
   g->version = 1;
   g->node_limit = CF_MAX_NODES;
   if (!g->file || !g->name) {
-    cf_graph_destroy(g);
+    cf_graph_release(g);
     return cf_error(ctx, CF_ERR_NO_MEMORY, file, 0, "out of memory");
   }
   *out = g;
@@ -110,7 +110,7 @@ static void graph_free(cf_graph *g) {
   free(g);
 }
 
-void cf_graph_destroy(cf_graph *g) {
+void cf_graph_release(cf_graph *g) {
   if (!g) return;
   if (g->holders > 0)
     g->released = true; /* the caller's handle is gone: nothing can change it any more */
@@ -126,41 +126,16 @@ void cf_graph_unhold(cf_graph *g) {
   if (--g->holders == 0 && g->released) graph_free(g);
 }
 
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-/* Open-addressed name indexes (nodes, groups): slot -> item index + 1, at
- * most half full. Item i's name pointer sits off + i * stride bytes into
- * items, so one routine serves any array of structs with a name field. */
-static const char *item_name(const void *items, size_t off, size_t stride, int i) {
-  const char *name;
-  memcpy(&name, (const char *)items + (size_t)i * stride + off, sizeof name);
-  return name;
-}
-
-static void slot_put(int *slots, int cap, const char *name, int i) {
-  size_t h = hash_str(name) & (size_t)(cap - 1);
-  while (slots[h])
-    h = (h + 1) & (size_t)(cap - 1);
-  slots[h] = i + 1;
-}
-
+/* Name indexes (nodes, groups) are util.h's cf_name_slot tables, at most
+ * half full; names are unique, so a put lands on an empty slot. */
 static int *slots_build(int cap, const void *items, size_t off, size_t stride, int n) {
   int *slots = calloc((size_t)cap, sizeof(int));
-  for (int i = 0; slots && i < n; i++)
-    slot_put(slots, cap, item_name(items, off, stride, i), i);
+  for (int i = 0; slots && i < n; i++) {
+    const char *name;
+    memcpy(&name, (const char *)items + (size_t)i * stride + off, sizeof name);
+    *cf_name_slot(slots, (size_t)cap, items, off, stride, name) = i + 1;
+  }
   return slots;
-}
-
-static int slots_find(const int *slots, int cap, const void *items, size_t off, size_t stride,
-                      const char *name) {
-  if (!cap) return -1;
-  for (size_t h = hash_str(name) & (size_t)(cap - 1); slots[h]; h = (h + 1) & (size_t)(cap - 1))
-    if (strcmp(item_name(items, off, stride, slots[h] - 1), name) == 0) return slots[h] - 1;
-  return -1;
 }
 
 static bool index_rebuild(cf_graph *g, int cap) {
@@ -173,8 +148,8 @@ static bool index_rebuild(cf_graph *g, int cap) {
 }
 
 int cf_graph_find(const cf_graph *g, const char *name) {
-  return slots_find(g->index, g->index_cap, g->nodes, offsetof(cf_node, name), sizeof(cf_node),
-                    name);
+  return cf_name_find(g->index, (size_t)g->index_cap, g->nodes, offsetof(cf_node, name),
+                      sizeof(cf_node), name);
 }
 
 cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, int *idx) {
@@ -213,7 +188,8 @@ cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, i
       return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
     }
   } else {
-    slot_put(g->index, g->index_cap, n->name, g->n_nodes - 1);
+    *cf_name_slot(g->index, (size_t)g->index_cap, g->nodes, offsetof(cf_node, name),
+                  sizeof(cf_node), n->name) = g->n_nodes;
   }
   if (idx) *idx = g->n_nodes - 1;
   return CF_OK;
@@ -418,13 +394,14 @@ cf_status cf_graph_add_group_parts(cf_graph *g, const char *name, const int *ran
   gr->n_ranks = size;
   gr->n_parts = n_parts;
   gr->line = line;
-  slot_put(g->group_index, g->group_index_cap, gr->name, g->n_groups++);
+  *cf_name_slot(g->group_index, (size_t)g->group_index_cap, g->groups, offsetof(cf_group, name),
+                sizeof(cf_group), gr->name) = ++g->n_groups;
   return CF_OK;
 }
 
 const cf_group *cf_graph_group(const cf_graph *g, const char *name) {
-  int i = slots_find(g->group_index, g->group_index_cap, g->groups, offsetof(cf_group, name),
-                     sizeof(cf_group), name);
+  int i = cf_name_find(g->group_index, (size_t)g->group_index_cap, g->groups,
+                       offsetof(cf_group, name), sizeof(cf_group), name);
   return i >= 0 ? &g->groups[i] : NULL;
 }
 
@@ -513,12 +490,4 @@ const char *cf_node_group(const cf_node *n) { return cf_node_str(n, CF_A_GROUP, 
 int64_t cf_node_fusion(const cf_node *n) {
   return cf_node_int(n, CF_A_FUSION,
                      n->op == CF_OP_ALLREDUCE || n->op == CF_OP_FUSEDALLREDUCE ? 1 : 0);
-}
-
-size_t cf_graph_node_count(const cf_graph *g) { return g ? (size_t)g->n_nodes : 0; }
-
-size_t cf_graph_collective_count(const cf_graph *g) {
-  size_t c = 0;
-  for (int i = 0; g && i < g->n_nodes; i++) c += cf_op_is_collective(g->nodes[i].op);
-  return c;
 }

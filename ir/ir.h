@@ -10,6 +10,7 @@
 #define COLLFUSE_IR_H
 
 #include "collfuse/collfuse.h"
+#include "util.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -19,7 +20,7 @@
 #include <sys/types.h>
 
 /* ---- limits (checked with overflow-safe arithmetic) ---- */
-#define CF_MAX_RANK 8                        /* dims of a shape */
+#define CF_MAX_RANK CF_MAX_DIMS              /* dims of a shape (the public header's) */
 #define CF_MAX_ELEMENTS ((int64_t)1 << 36)   /* elements of one tensor */
 #define CF_MAX_BYTES ((int64_t)1 << 38)      /* bytes of one tensor */
 #define CF_MAX_NODES 1000000                 /* nodes of one graph */
@@ -74,6 +75,11 @@ const char *cf_excerpt(char *buf, size_t len, const char *s, size_t n);
 void cf_log(cf_context *ctx, cf_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void cf_clear_error(cf_context *ctx);
+/* What cf_context_create, cf_context_destroy and cf_context_errmsg of the
+ * public header do (api/ wraps these). */
+cf_status cf_ctx_create(cf_context **out);
+void cf_ctx_destroy(cf_context *ctx);
+const char *cf_errmsg(const cf_context *ctx); /* "" when none */
 
 typedef struct cf_arena_chunk cf_arena_chunk;
 typedef struct cf_arena {
@@ -119,8 +125,6 @@ cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok);
 /* data[0..size) as the file path, through cf_out_open/cf_out_close. */
 cf_status cf_write_file(cf_context *ctx, const char *path, const void *data, size_t size);
 
-/* Seconds on the monotonic clock (deadlines). */
-double cf_now(void);
 /* open(path, O_RDONLY) that does not wait for a FIFO's writer when a
  * deadline (cf_now() seconds, > 0) is given; -1 with errno. */
 int cf_open_read(const char *path, double deadline);
@@ -180,6 +184,11 @@ char *cf_bytes_text(int64_t bytes, char *buf, size_t len);
  * "25M", "4G", "1T" (K/M/G/T binary, optional "i" and "B"), s[0..len); at
  * least 1 and at most max bytes, else false. */
 bool cf_bytes_parse(const char *s, size_t len, int64_t max, int64_t *out);
+/* float <-> half/bfloat16 bits, round to nearest even, NaN stays NaN. */
+float cf_f16_to_f32(uint16_t h);
+uint16_t cf_f32_to_f16(float f);
+float cf_bf16_to_f32(uint16_t h);
+uint16_t cf_f32_to_bf16(float f);
 
 /* ================= graph.c: ops, attributes, nodes, graph ================= */
 
@@ -332,7 +341,7 @@ struct cf_graph {
   uint64_t generation;  /* bumped by every change made through the public API; an
                            executable made at one generation refuses to run at another */
   int holders;          /* executables holding the graph (cf_graph_hold) */
-  bool released;        /* cf_graph_destroy was called while holders > 0 */
+  bool released;        /* cf_graph_release was called while holders > 0 */
   struct cf_opaque_op *opaque; /* foreign ops a reader imported as Opaque, by */
   int n_opaque;                /* first line (cf_graph_note_opaque; arena) */
 };
@@ -340,8 +349,10 @@ struct cf_graph {
 #define CF_WORLD_GROUP "hccl_world_group"
 
 cf_status cf_graph_new(cf_context *ctx, const char *file, cf_graph **out);
-/* An executable's hold on its graph: cf_graph_destroy of a held graph only
+/* The caller's release of g (cf_graph_destroy); NULL is a no-op. An
+ * executable's hold on its graph: cf_graph_release of a held graph only
  * marks it released, and the last cf_graph_unhold frees it. */
+void cf_graph_release(cf_graph *g);
 void cf_graph_hold(cf_graph *g);
 void cf_graph_unhold(cf_graph *g);
 /* Add a node (name copied); returns its index through *idx. Fails on a
@@ -387,7 +398,7 @@ int64_t cf_node_fusion(const cf_node *n);
 
 /* One verification error and what it is about, for showing every error of
  * a graph at once (a drawing of a broken graph): the message as
- * cf_context_errmsg gives it, the node it names (-1: the graph or a group)
+ * cf_errmsg gives it, the node it names (-1: the graph or a group)
  * and, for a cycle, the cycle's nodes along its edges. */
 typedef struct cf_diag {
   char *msg;  /* "FILE:LINE: error: node 'x': ..." (owned) */
@@ -438,6 +449,7 @@ cf_status cf_infer_node(cf_graph *g, cf_node *n);
 
 typedef struct cf_target cf_target;
 const cf_target *cf_target_find(const char *name); /* NULL when unknown */
+const char *cf_target_at(size_t i);                /* profile i's name, NULL past the last */
 /* "unknown target 'NAME'" and the closest profile, else the list of them,
  * into buf; returns buf. */
 const char *cf_target_unknown(const char *name, char *buf, size_t len);

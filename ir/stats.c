@@ -59,12 +59,6 @@ void cf_graph_stats_compute(const cf_graph *g, cf_graph_stats *st) {
   }
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
 static const char *base_kind(cf_op op) {
   switch (op) {
   case CF_OP_FUSEDALLREDUCE: return "AllReduce";
@@ -75,6 +69,8 @@ static const char *base_kind(cf_op op) {
 }
 
 void cf_graph_fingerprint(const cf_graph *g, char buf[17]) {
+  /* FNV-1a from this seed (the offset basis less its last digit), kept:
+   * compiled files carry the result */
   uint64_t h = 1469598103934665603ull;
   char rec[512];
   for (int k = 0; k < g->n_nodes; k++) {
@@ -85,13 +81,13 @@ void cf_graph_fingerprint(const cf_graph *g, char buf[17]) {
     int len = snprintf(rec, sizeof rec, "%s|%s|%s|%s|%lld|%d;", base_kind(n->op), cf_node_group(n),
                        cf_dtype_name(in->dtype), red ? cf_reduction_name(cf_node_reduction(n)) : "-",
                        (long long)cf_node_comm_bytes(g, n), n->n_in);
-    h = fnv(h, rec, (size_t)(len < (int)sizeof rec ? len : (int)sizeof rec - 1));
+    h = cf_fnv1a(h, rec, (size_t)(len < (int)sizeof rec ? len : (int)sizeof rec - 1));
     /* a partitioned group's parts too: ranks that split one name differently
      * would otherwise wait for peers in other parts */
     const cf_group *gr = cf_graph_group(g, cf_node_group(n));
     for (int j = 0; gr && gr->n_parts > 1 && j < gr->n_parts * gr->n_ranks; j++) {
       len = snprintf(rec, sizeof rec, "%s%d", j % gr->n_ranks ? "," : "|", gr->ranks[j]);
-      h = fnv(h, rec, (size_t)len);
+      h = cf_fnv1a(h, rec, (size_t)len);
     }
   }
   snprintf(buf, 17, "%016llx", (unsigned long long)h);

@@ -94,8 +94,8 @@ const char *cf_reduction_suggest(const char *name) {
 const char *cf_target_suggest(const char *name) {
   cf_suggest s;
   cf_suggest_init(&s, name);
-  for (size_t i = 0; cf_target_name(i); i++)
-    cf_suggest_add(&s, cf_target_name(i));
+  for (size_t i = 0; cf_target_at(i); i++)
+    cf_suggest_add(&s, cf_target_at(i));
   return s.best;
 }
 

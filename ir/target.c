@@ -116,7 +116,7 @@ static const cf_target targets[] = {
 
 #define N_TARGETS (sizeof targets / sizeof targets[0])
 
-const char *cf_target_name(size_t i) { return i < N_TARGETS ? targets[i].name : NULL; }
+const char *cf_target_at(size_t i) { return i < N_TARGETS ? targets[i].name : NULL; }
 
 const cf_target *cf_target_find(const char *name) {
   if (!name) return &targets[0];
@@ -134,8 +134,8 @@ const char *cf_target_unknown(const char *name, char *buf, size_t len) {
     if (o < len) snprintf(buf + o, len - o, "; did you mean '%s'?", near);
     return buf;
   }
-  for (size_t i = 0; cf_target_name(i) && o < len; i++)
-    o += (size_t)snprintf(buf + o, len - o, i ? ", %s" : " (one of: %s", cf_target_name(i));
+  for (size_t i = 0; cf_target_at(i) && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, i ? ", %s" : " (one of: %s", cf_target_at(i));
   if (o < len) snprintf(buf + o, len - o, ")");
   return buf;
 }

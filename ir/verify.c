@@ -199,7 +199,7 @@ static cf_status report_cycle(cf_graph *g, const int *indeg, cf_diags *d) {
     seen[k] = path[len - 1 - (rot + k) % clen];
   const cf_node *n = &g->nodes[path[len - 1 - rot]];
   cf_status st = cf_node_error(g, n, CF_ERR_INVALID, "cycle: %s", buf);
-  if (d) cf_diags_add(d, cf_context_errmsg(g->ctx), (int)(n - g->nodes), seen, clen);
+  if (d) cf_diags_add(d, cf_errmsg(g->ctx), (int)(n - g->nodes), seen, clen);
   free(seen);
   free(path);
   return st;
@@ -352,10 +352,10 @@ cf_status cf_verify_collect(cf_graph *g, cf_diags *d) {
 #define NOTE(expr, node)                                                                           \
   do {                                                                                             \
     if ((st = (expr))) {                                                                           \
-      cf_diags_add(d, cf_context_errmsg(g->ctx), (node), NULL, 0);                                 \
+      cf_diags_add(d, cf_errmsg(g->ctx), (node), NULL, 0);                                         \
       if (!first) {                                                                                \
         first = st;                                                                                \
-        first_msg = strdup(cf_context_errmsg(g->ctx));                                             \
+        first_msg = strdup(cf_errmsg(g->ctx));                                                     \
       }                                                                                            \
     }                                                                                              \
   } while (0)
@@ -374,7 +374,7 @@ cf_status cf_verify_collect(cf_graph *g, cf_diags *d) {
   int *order = NULL, n_order = 0; /* behind a cycle: what comes before it */
   if (refs_ok && (st = topo_sort(g, d, &order, &n_order)) && !first) {
     first = st;
-    first_msg = strdup(cf_context_errmsg(g->ctx));
+    first_msg = strdup(cf_errmsg(g->ctx));
   }
   if (g->topo) order = g->topo, n_order = g->n_nodes;
   for (int k = 0; order && k < n_order; k++) {

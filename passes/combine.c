@@ -161,15 +161,12 @@ static int intern_keys(combiner *m) {
   }
   int next = 0;
   for (int i = 0; i < m->nc; i++) {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = txt[i]; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    size_t s = h & (size_t)(cap - 1);
-    while (tab[s] && strcmp(txt[tab[s] - 1], txt[i])) s = (s + 1) & (size_t)(cap - 1);
-    if (!tab[s]) {
-      tab[s] = i + 1;
+    int *s = cf_name_slot(tab, (size_t)cap, txt, 0, sizeof *txt, txt[i]);
+    if (!*s) {
+      *s = i + 1;
       m->c[i].key = next++;
     } else {
-      m->c[i].key = m->c[tab[s] - 1].key;
+      m->c[i].key = m->c[*s - 1].key;
     }
   }
   free(tab);

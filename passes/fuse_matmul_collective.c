@@ -109,7 +109,7 @@ static void explain(fuser *f, const char *format, ...) {
 /* The context's message without its "FILE:LINE: error: node 'NAME': "
  * prefix, in the scratch arena; the error is cleared (it was only a try). */
 static const char *refusal(fuser *f, const char *node) {
-  const char *msg = cf_context_errmsg(f->g->ctx);
+  const char *msg = cf_errmsg(f->g->ctx);
   char key[512];
   snprintf(key, sizeof key, "node '%s': ", node);
   const char *p = strstr(msg, key);

@@ -101,11 +101,17 @@ extern const cf_pass *const cf_pass_registry[];
 const cf_pass *cf_pass_find(const char *name);
 /* "unknown pass 'NAME'" with the closest pass, else the list; returns buf. */
 const char *cf_pass_unknown(const char *name, char *buf, size_t len);
-/* True when every name of the comma list is a pass; else false with why. */
-bool cf_pass_list_check(const char *list, char *why, size_t len);
+/* True when every name of the comma list is a pass; else false with why
+ * ("bad pass list" for an empty or overlong name; cf_pass_unknown's text,
+ * and *unknown set when unknown is not NULL, for a name that is no pass). */
+bool cf_pass_list_check(const char *list, char *why, size_t len, bool *unknown);
 /* The default pipeline (everything) and the -O0 one (no fusion). */
 extern const char cf_pipeline_default[];
 extern const char cf_pipeline_O0[];
+/* The pass list a pipeline name stands for: NULL and "default" the default
+ * pipeline; "O0", "-O0" and "" cf_pipeline_O0 (verification and inference,
+ * no fusion); anything else is a pass list and stands for itself. */
+const char *cf_pipeline_list(const char *name);
 
 /* Run a comma-separated list of passes; timing (may be NULL) receives up to
  * CF_MAX_PIPELINE entries and *n_timing their count. */

@@ -6,7 +6,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 const cf_pass *const cf_pass_registry[] = {
     &cf_pass_verify,
@@ -25,6 +24,12 @@ const cf_pass *const cf_pass_registry[] = {
 const char cf_pipeline_default[] =
     "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter,fuse-matmul-collective";
 const char cf_pipeline_O0[] = "verify,infer";
+
+const char *cf_pipeline_list(const char *name) {
+  if (!name || strcmp(name, "default") == 0) return cf_pipeline_default;
+  if (!*name || strcmp(name, "O0") == 0 || strcmp(name, "-O0") == 0) return cf_pipeline_O0;
+  return name;
+}
 
 const cf_pass *cf_pass_find(const char *name) {
   for (int i = 0; cf_pass_registry[i]; i++)
@@ -48,29 +53,25 @@ const char *cf_pass_unknown(const char *name, char *buf, size_t len) {
   return buf;
 }
 
-bool cf_pass_list_check(const char *list, char *why, size_t len) {
+bool cf_pass_list_check(const char *list, char *why, size_t len, bool *unknown) {
   char name[64];
+  if (unknown) *unknown = false;
   for (const char *p = list; *p;) {
     size_t n = strcspn(p, ",");
-    if (n >= sizeof name) {
+    if (n == 0 || n >= sizeof name) {
       snprintf(why, len, "bad pass list '%s'", list);
       return false;
     }
     memcpy(name, p, n);
     name[n] = 0;
     p += n + (p[n] == ',');
-    if (n && !cf_pass_find(name)) {
+    if (!cf_pass_find(name)) {
       cf_pass_unknown(name, why, len);
+      if (unknown) *unknown = true;
       return false;
     }
   }
   return true;
-}
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 cf_status cf_passes_run(cf_graph *g, const char *list, const cf_pass_options *opt,
@@ -98,27 +99,21 @@ cf_status cf_passes_run(cf_graph *g, const char *list, const cf_pass_options *op
       char why[640];
       return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s", cf_pass_unknown(name, why, sizeof why));
     }
-    double t0 = now_ms();
+    double t0 = 1e3 * cf_now();
     cf_status st = pass->run(g, opt);
     if (st) return st;
 #ifdef CF_VERIFY_EACH_PASS
     if ((st = cf_verify_structure(g)) || (st = cf_infer(g))) {
       char msg[1024];
-      snprintf(msg, sizeof msg, "%s", cf_context_errmsg(g->ctx));
+      snprintf(msg, sizeof msg, "%s", cf_errmsg(g->ctx));
       return cf_error(g->ctx, st, NULL, 0, "pass '%s' left an invalid graph: %s", pass->name, msg);
     }
 #endif
     if (timing && n_timing && *n_timing < CF_MAX_PIPELINE) {
       timing[*n_timing].name = pass->name;
-      timing[*n_timing].ms = now_ms() - t0;
+      timing[*n_timing].ms = 1e3 * cf_now() - t0;
       (*n_timing)++;
     }
   }
   return CF_OK;
-}
-
-cf_status cf_graph_run_passes(cf_graph *g, const char *passes) {
-  if (!g) return CF_ERR_USAGE;
-  g->generation++; /* passes rewrite the graph: executables made before are stale */
-  return cf_passes_run(g, passes, NULL, NULL, NULL);
 }

@@ -233,6 +233,17 @@ static void test_options(void **state) {
   ASSERT_ERR(cf_options_set(o, "ranks", "0"), CF_ERR_USAGE, "option ranks wants 1..");
   ASSERT_ERR(cf_options_set(o, "algo", "tree"), CF_ERR_USAGE, "option algo wants auto");
   ASSERT_ERR(cf_options_set(o, "timeout", "-1"), CF_ERR_USAGE, "option timeout wants seconds");
+  /* the driver's --seed, --timeout and --passes checks, with the API's names */
+  ASSERT_ERR(cf_options_set(o, "timeout", "1e9"), CF_ERR_USAGE,
+             "option timeout wants seconds in (0, 86400], got '1e9'");
+  ASSERT_ERR(cf_options_set(o, "seed", "-3"), CF_ERR_USAGE,
+             "option seed wants a number >= 0, got '-3'");
+  ASSERT_ERR(cf_options_set(o, "passes", "dce,,fuse-allreduce"), CF_ERR_USAGE,
+             "option passes: bad pass list 'dce,,fuse-allreduce'");
+  ASSERT_ERR(cf_options_set(o, "passes", "dce,fuse-all"), CF_ERR_USAGE,
+             "option passes: unknown pass 'fuse-all' (known: verify, infer, dce, fuse-allreduce, "
+             "fuse-allgather, fuse-reducescatter, fuse-matmul-collective); or the pipelines "
+             "default, O0");
   OK(cf_options_set(o, "split", "bytes:25M,first=1M"));
   OK(cf_options_set(o, "split", "size:96.54,3.46"));
   OK(cf_options_set(o, "target", "atlas-a2"));
@@ -313,6 +324,38 @@ static void test_pipeline_and_inspection(void **state) {
   rmdir(dir);
   cf_graph_destroy(g);
   cf_options_destroy(o);
+}
+
+/* -O0 is one thing whichever call names it: "O0", "-O0" and "" run
+ * verification and inference without fusing, through cf_graph_run_passes as
+ * through cf_graph_run_pipeline; NULL and "default" fuse through both. */
+static void test_o0_agrees(void **state) {
+  (void)state;
+  static const char *o0[] = {"O0", "-O0", ""};
+  for (int i = 0; i < 3; i++)
+    for (int via_pipeline = 0; via_pipeline < 2; via_pipeline++) {
+      cf_graph *g = dp_graph(ctx, 4, 20, 1000, "sum");
+      assert_non_null(g);
+      OK(via_pipeline ? cf_graph_run_pipeline(g, o0[i], NULL) : cf_graph_run_passes(g, o0[i]));
+      assert_int_equal(cf_graph_collective_count(g), 20);
+      /* it verifies: a built graph with an unknown group is refused */
+      OK(cf_graph_set_attr(g, "ar3", "group", "nobody"));
+      cf_status st =
+          via_pipeline ? cf_graph_run_pipeline(g, o0[i], NULL) : cf_graph_run_passes(g, o0[i]);
+      assert_int_equal(st, CF_ERR_INVALID);
+      assert_non_null(strstr(cf_context_errmsg(ctx), "node 'ar3'"));
+      cf_graph_destroy(g);
+    }
+  static const char *fused[] = {NULL, "default"};
+  for (int i = 0; i < 2; i++)
+    for (int via_pipeline = 0; via_pipeline < 2; via_pipeline++) {
+      cf_graph *g = dp_graph(ctx, 4, 20, 1000, "sum");
+      assert_non_null(g);
+      OK(via_pipeline ? cf_graph_run_pipeline(g, fused[i], NULL)
+                      : cf_graph_run_passes(g, fused[i]));
+      assert_int_equal(cf_graph_collective_count(g), 1);
+      cf_graph_destroy(g);
+    }
 }
 
 /* ---- runs ---- */
@@ -939,6 +982,7 @@ int main(void) {
       cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_options),
       cmocka_unit_test(test_pipeline_and_inspection),
+      cmocka_unit_test(test_o0_agrees),
       cmocka_unit_test(test_run_dp),
       cmocka_unit_test(test_run_tp_in_place),
       cmocka_unit_test(test_run_copies),

@@ -29,7 +29,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "api/api.h"
 #include "check/check.h"
+#include "executor/executor.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
 
@@ -410,10 +412,8 @@ static cf_graph *compile_graph(const char *pipeline) {
   cf_graph *g = NULL;
   if (cf_graph_parse(ctx, "cuda.xml", graph_xml, strlen(graph_xml), &g) != CF_OK)
     fail_msg("parse: %s", cf_context_errmsg(ctx));
-  cf_pass_options popt = {0};
-  if (cf_graph_verify(g, NULL) != CF_OK || cf_passes_run(g, pipeline, &popt, NULL, NULL) != CF_OK ||
-      cf_graph_verify(g, NULL) != CF_OK)
-    fail_msg("compile: %s", cf_context_errmsg(ctx));
+  cf_compile_options co = {.pipeline = pipeline};
+  if (cf_compile(g, &co) != CF_OK) fail_msg("compile: %s", cf_context_errmsg(ctx));
   return g;
 }
 

@@ -35,9 +35,10 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <time.h>
 
+#include "api/api.h"
 #include "check/check.h"
+#include "executor/executor.h"
 #include "executor/plan.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
@@ -66,12 +67,6 @@ static int teardown_all(void **state) {
   if (dev) dev->ops->destroy(dev);
   free(grads);
   return teardown(state);
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static const cf_dtype all_dts[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16,
@@ -171,14 +166,14 @@ static void *job_main(void *arg) {
       break;
     }
   }
-  j->t_end = now_s();
+  j->t_end = cf_now();
   return NULL;
 }
 
 /* Run jobs[0..n) as threads; returns the start time. */
 static double run_jobs(job *jobs, int n) {
   pthread_t th[MAXR];
-  double t0 = now_s();
+  double t0 = cf_now();
   for (int i = 0; i < n; i++) assert_int_equal(pthread_create(&th[i], NULL, job_main, &jobs[i]), 0);
   for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
   return t0;
@@ -1087,9 +1082,8 @@ static char *grads_xml(void) {
 static cf_graph *compile_graph(const char *xml, const char *pipeline, const char *split) {
   cf_graph *g = NULL;
   if (cf_graph_parse(ctx, "plan.xml", xml, strlen(xml), &g) != CF_OK) fail_msg("parse: %s", cf_context_errmsg(ctx));
-  cf_pass_options popt = {.split = split};
-  if (cf_graph_verify(g, NULL) != CF_OK || cf_passes_run(g, pipeline, &popt, NULL, NULL) != CF_OK ||
-      cf_graph_verify(g, NULL) != CF_OK)
+  cf_compile_options co = {.pipeline = pipeline, .pass = {.split = split}};
+  if (cf_compile(g, &co) != CF_OK)
     fail_msg("compile (%s, split %s): %s", pipeline, split ? split : "auto", cf_context_errmsg(ctx));
   return g;
 }
@@ -1287,9 +1281,9 @@ static void test_plan_hooks(void **state) {
       cf_run_hooks hooks = {.mutate = mutate, .user = &m};
       cf_run_options opt = {.iters = 2, .timeout_s = 2, .hooks = &hooks};
       cf_run_result res;
-      double t0 = now_s();
+      double t0 = cf_now();
       cf_status st = run_plan(g, &opt, &res, NULL);
-      double dt = now_s() - t0;
+      double dt = cf_now() - t0;
       const char *msg = cf_context_errmsg(ctx);
       if (st != CF_ERR_RUNTIME) fail_msg("mutated %s of coll %d: status %d (%s)", what[f], coll, st, msg);
       if (!strstr(msg, "cross-rank mismatch") || !strstr(msg, what[f]) || !strstr(msg, "rank 2"))
@@ -1305,9 +1299,9 @@ static void test_plan_hooks(void **state) {
       cf_run_hooks hooks = {.fail_mode = mode, .fail_rank = rank, .fail_step = step};
       cf_run_options opt = {.iters = 1, .timeout_s = 2, .hooks = &hooks};
       cf_run_result res;
-      double t0 = now_s();
+      double t0 = cf_now();
       ASSERT_ERR(run_plan(g, &opt, &res, NULL), CF_ERR_RUNTIME, mode == 1 ? "failed at step" : "timed out");
-      double dt = now_s() - t0;
+      double dt = cf_now() - t0;
       char rk[16];
       snprintf(rk, sizeof rk, mode == 1 ? "rank %d" : "%d", rank);
       if (!strstr(cf_context_errmsg(ctx), rk))

@@ -34,6 +34,8 @@
 #include <math.h>
 #include <unistd.h>
 
+#include "api/api.h"
+#include "executor/executor.h"
 #include "executor/plan.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
@@ -319,8 +321,8 @@ static double unit_roundoff(cf_dtype dt) {
  * must be there) and plan it; *rows_out: the fused op's chunk count. */
 static cf_graph *compile(const char *xml, const char *pipeline, int comm_turn, const char *what) {
   cf_graph *g = NULL;
-  if (cf_graph_parse(ctx, "fmm.xml", xml, strlen(xml), &g) || cf_graph_verify(g, NULL) ||
-      cf_passes_run(g, pipeline, NULL, NULL, NULL) || cf_graph_verify(g, NULL))
+  cf_compile_options co = {.pipeline = pipeline};
+  if (cf_graph_parse(ctx, "fmm.xml", xml, strlen(xml), &g) || cf_compile(g, &co))
     fail_msg("%s: compile: %s", what, cf_context_errmsg(ctx));
   const cf_node *f = NULL;
   for (int i = 0; i < g->n_nodes; i++)

@@ -102,6 +102,20 @@ typedef struct compile_result {
   char err[256];
 } compile_result;
 
+/* when the first verification ended, and the graph it passed */
+typedef struct compile_mark {
+  compile_result *r;
+  double verified_ms;
+} compile_mark;
+
+static cf_status compile_verified(cf_graph *g, void *user) {
+  compile_mark *m = user;
+  m->verified_ms = cf_now() * 1e3;
+  m->r->nodes = g->n_nodes;
+  m->r->coll_before = (int)cf_graph_collective_count(g);
+  return CF_OK;
+}
+
 static void measure(const char *kind, int nodes, compile_result *r) {
   memset(r, 0, sizeof *r);
   sbuf b = {0};
@@ -113,17 +127,14 @@ static void measure(const char *kind, int nodes, compile_result *r) {
   cf_graph *g;
   cf_pass_timing t[CF_MAX_PIPELINE];
   if (cf_context_create(&ctx)) return;
-  double t0 = (cf_bench_now_s() * 1e3);
+  double t0 = (cf_now() * 1e3);
   cf_status st = cf_graph_parse(ctx, "bench.xml", b.s, b.len, &g);
-  double t1 = (cf_bench_now_s() * 1e3);
-  if (!st) st = cf_graph_verify(g, NULL);
-  double t2 = (cf_bench_now_s() * 1e3);
-  if (!st) {
-    r->nodes = g->n_nodes;
-    r->coll_before = (int)cf_graph_collective_count(g);
-    st = cf_passes_run(g, cf_pipeline_default, NULL, t, &r->n_pass);
-  }
-  double t3 = (cf_bench_now_s() * 1e3);
+  double t1 = (cf_now() * 1e3);
+  compile_mark m = {.r = r, .verified_ms = t1};
+  cf_compile_options co = {
+      .verified = compile_verified, .user = &m, .timing = t, .n_timing = &r->n_pass};
+  if (!st) st = cf_compile(g, &co);
+  double t2 = m.verified_ms, t3 = (cf_now() * 1e3);
   if (!st) {
     r->coll_after = (int)cf_graph_collective_count(g);
     for (int i = 0; i < r->n_pass; i++) {
@@ -136,11 +147,11 @@ static void measure(const char *kind, int nodes, compile_result *r) {
   r->total_ms = t3 - t0;
   cf_graph_destroy(g);
   if (!st) { /* the unfused peer: parse + verify + -O0 */
-    double u0 = (cf_bench_now_s() * 1e3);
+    double u0 = (cf_now() * 1e3);
     st = cf_graph_parse(ctx, "bench.xml", b.s, b.len, &g);
-    if (!st) st = cf_graph_verify(g, NULL);
-    if (!st) st = cf_passes_run(g, cf_pipeline_O0, NULL, NULL, NULL);
-    r->o0_ms = (cf_bench_now_s() * 1e3) - u0;
+    cf_compile_options o0 = {.pipeline = cf_pipeline_O0};
+    if (!st) st = cf_compile(g, &o0);
+    r->o0_ms = (cf_now() * 1e3) - u0;
     cf_graph_destroy(g);
   }
   if (st) snprintf(r->err, sizeof r->err, "%s", cf_context_errmsg(ctx));
@@ -186,14 +197,13 @@ static bool check_sizes(void *out, const char *v, char *why, size_t len) {
   compile_bench_args *a = out;
   a->ns = 0;
   for (const char *p = v; *p;) {
-    char *end;
-    long n = strtol(p, &end, 10);
-    if (end == p || n < 9 || n > CF_MAX_NODES || a->ns == 8 || (*end && *end != ',')) {
+    int64_t n;
+    if (a->ns == 8 || !cf_parse_int_prefix(&p, 9, CF_MAX_NODES, &n) || (*p && *p != ',')) {
       snprintf(why, len, "--sizes takes up to 8 node counts in 9..%d, got '%s'", CF_MAX_NODES, v);
       return false;
     }
     a->sizes[a->ns++] = (int)n;
-    p = *end == ',' ? end + 1 : end;
+    p += *p == ',';
   }
   return true;
 }

@@ -225,10 +225,10 @@ static void *rank_main(void *arg) {
     sync_ranks(W);
     for (int l = 0; l < W->o->loops; l++) {
       sync_ranks(W);
-      double t0 = cf_bench_now_s();
+      double t0 = cf_now();
       calls(W, me, c, &call);
       sync_ranks(W);
-      if (me == 0) W->loop_s[a][l] = (cf_bench_now_s() - t0) / W->iters;
+      if (me == 0) W->loop_s[a][l] = (cf_now() - t0) / W->iters;
     }
   }
   /* every call ended with send_wait and the check is behind a barrier: no
@@ -422,10 +422,10 @@ static void run_mpi(const ar_options *o, ar_row *rows, mpi_peer *m) {
   char line[512];
   int got = 0;
   bool timed_out = false;
-  double deadline = cf_bench_now_s() + 1800;
+  double deadline = cf_now() + 1800;
   while (f) {
     struct pollfd p = {.fd = fd[0], .events = POLLIN};
-    int left = (int)((deadline - cf_bench_now_s()) * 1000);
+    int left = (int)((deadline - cf_now()) * 1000);
     if (left <= 0 || poll(&p, 1, left) == 0) {
       timed_out = true;
       kill(-pid, SIGKILL);
@@ -724,9 +724,9 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   for (int l = 0; l < o->loops && ok; l++)
     for (int a = 0; a < n_algos && ok; a++) {
       ok = mpi_sync(B);
-      double t0 = cf_bench_now_s();
+      double t0 = cf_now();
       ok = ok && mpi_calls(B, &call[a], row->iters) && mpi_sync(B);
-      loop_s[a][l] = (cf_bench_now_s() - t0) / row->iters;
+      loop_s[a][l] = (cf_now() - t0) / row->iters;
     }
   for (int a = 0; a < n_algos && ok; a++) us[a] = 1e6 * cf_bench_median(loop_s[a], o->loops);
   if (ok) {

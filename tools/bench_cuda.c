@@ -486,10 +486,10 @@ static void *ar_rank_main(void *arg) {
     pthread_barrier_wait(&W->bar);
     for (int l = 0; l < W->loops; l++) {
       pthread_barrier_wait(&W->bar);
-      double t0 = cf_bench_now_s();
+      double t0 = cf_now();
       ar_calls(W, me, c, dev, &call);
       pthread_barrier_wait(&W->bar);
-      if (me == 0) W->loop_s[a][l] = (cf_bench_now_s() - t0) / W->iters;
+      if (me == 0) W->loop_s[a][l] = (cf_now() - t0) / W->iters;
     }
   }
   if (dev) {

@@ -72,11 +72,9 @@ static cf_status compile(cf_context *ctx, const fu_options *o, const char *text,
   if (!st) {
     char job[32];
     snprintf(job, sizeof job, "--ranks %d", o->ranks);
-    cf_pass_options popt = {.split = split};
+    cf_compile_options co = {.pipeline = pipeline, .pass = {.split = split}};
     st = cf_graph_size_world(g, o->ranks, job);
-    if (!st) st = cf_graph_verify(g, NULL);
-    if (!st) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
-    if (!st) st = cf_graph_verify(g, NULL);
+    if (!st) st = cf_compile(g, &co);
   }
   if (st) {
     cf_graph_destroy(g);

@@ -143,9 +143,8 @@ static char *graph_xml(graph_kind kind, int ranks, cf_dtype dt, const mm_shape *
 static cf_status compile(cf_context *ctx, const char *text, const char *pipeline, cf_graph **out) {
   cf_graph *g = NULL;
   cf_status st = cf_graph_parse(ctx, "bench_mmrs.xml", text, strlen(text), &g);
-  if (!st) st = cf_graph_verify(g, NULL);
-  if (!st) st = cf_passes_run(g, pipeline, NULL, NULL, NULL);
-  if (!st) st = cf_graph_verify(g, NULL);
+  cf_compile_options co = {.pipeline = pipeline};
+  if (!st) st = cf_compile(g, &co);
   if (st) {
     cf_graph_destroy(g);
     g = NULL;
@@ -494,15 +493,6 @@ static cJSON *row_json(const mm_row *r) {
 
 /* ---------------- options ---------------- */
 
-static bool parse_dim(const char **p, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  long long v = strtoll(*p, &end, 10);
-  if (end == *p || v < lo || v > hi) return false;
-  *out = v;
-  *p = end;
-  return true;
-}
-
 static bool fail(char *why, size_t len, const char *fmt, const char *v) {
   snprintf(why, len, fmt, v);
   return false;
@@ -516,8 +506,9 @@ static bool check_shapes(void *out, const char *v, char *why, size_t len) {
     mm_shape s;
     if (o->n_shapes == MAX_SHAPES)
       return fail(why, len, "--shapes takes at most 32 shapes, got '%s'", v);
-    if (!parse_dim(&p, 1, 1 << 20, &s.m) || *p++ != 'x' || !parse_dim(&p, 1, 1 << 20, &s.k) ||
-        *p++ != 'x' || !parse_dim(&p, 1, 1 << 20, &s.n) || (*p && *p != ','))
+    if (!cf_parse_int_prefix(&p, 1, 1 << 20, &s.m) || *p++ != 'x' ||
+        !cf_parse_int_prefix(&p, 1, 1 << 20, &s.k) || *p++ != 'x' ||
+        !cf_parse_int_prefix(&p, 1, 1 << 20, &s.n) || (*p && *p != ','))
       return fail(why, len,
                   "--shapes wants MxKxN[,MxKxN...] with dimensions in 1..1048576, got '%s'", v);
     o->shapes[o->n_shapes++] = s;
@@ -561,7 +552,7 @@ static bool check_ranks(void *out, const char *v, char *why, size_t len) {
   o->n_ranks = 0;
   while (*p) {
     int64_t r;
-    if (o->n_ranks == MAX_RANK_COUNTS || !parse_dim(&p, 2, 64, &r) || (*p && *p != ','))
+    if (o->n_ranks == MAX_RANK_COUNTS || !cf_parse_int_prefix(&p, 2, 64, &r) || (*p && *p != ','))
       return fail(why, len, "--ranks wants up to 4 rank counts in 2..64 (e.g. 2,4), got '%s'", v);
     o->ranks[o->n_ranks++] = (int)r;
     if (*p == ',') p++;

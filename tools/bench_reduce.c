@@ -167,22 +167,11 @@ static bool buffers_get(buffers *b, const dtype_info *d, int64_t bytes) {
   return true;
 }
 
-static double half_to_double(uint16_t h) {
-  int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m | 0x400, e - 25);
-  return h >> 15 ? -v : v;
-}
-
 static double value(const dtype_info *d, const void *p, int64_t i) {
   switch (d->bdt) {
   case CF_BENCH_F32: return ((const float *)p)[i];
-  case CF_BENCH_F16: return half_to_double(((const uint16_t *)p)[i]);
-  case CF_BENCH_BF16: {
-    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-  }
+  case CF_BENCH_F16: return cf_f16_to_f32(((const uint16_t *)p)[i]);
+  case CF_BENCH_BF16: return cf_bf16_to_f32(((const uint16_t *)p)[i]);
   case CF_BENCH_I8: return ((const int8_t *)p)[i];
   }
   return 0;
@@ -248,18 +237,18 @@ static double median_s(void (*fn)(job *), job *j, int min_reps, double min_ms) {
   double *t = malloc(MAX_SAMPLES * sizeof *t);
   if (!t) return 0;
   fn(j); /* warm up: caches, TLB */
-  double t0 = cf_bench_now_s();
+  double t0 = cf_now();
   fn(j);
-  double one = cf_bench_now_s() - t0;
+  double one = cf_now() - t0;
   long inner = 1;
   if (min_ms > 0 && one < 1e-3) inner = one > 1e-8 ? (long)(1e-3 / one) + 1 : 100000;
   int ns = 0;
   double total = 0;
   while (ns < MAX_SAMPLES && (ns < min_reps || total * 1e3 < min_ms)) {
-    t0 = cf_bench_now_s();
+    t0 = cf_now();
     for (long r = 0; r < inner; r++)
       fn(j);
-    double dt = cf_bench_now_s() - t0;
+    double dt = cf_now() - t0;
     total += dt;
     t[ns++] = dt / (double)inner;
   }
@@ -646,29 +635,6 @@ static cf_status row_kernels(cf_context *ctx, cJSON *kernels, const row *r, cf_k
 
 /* ---------------- options ---------------- */
 
-static bool parse_size(const char *p, const char **end, int64_t *out) {
-  char *e;
-  errno = 0;
-  long long v = strtoll(p, &e, 10);
-  if (e == p || errno || v <= 0) return false;
-  int shift = 0;
-  if (*e == 'K' || *e == 'k')
-    shift = 10;
-  else if (*e == 'M' || *e == 'm')
-    shift = 20;
-  else if (*e == 'G' || *e == 'g')
-    shift = 30;
-  if (shift) {
-    e++;
-    if (*e == 'i') e++;
-    if (*e == 'B') e++;
-  }
-  if (v > (1ll << 30) >> shift) return false; /* at most 1 GiB per buffer */
-  *out = (int64_t)v << shift;
-  *end = e;
-  return *out % 4 == 0;
-}
-
 static int usage(const char *fmt, const char *arg) {
   return cf_tool_usage("bench reduce", fmt, arg);
 }
@@ -750,19 +716,12 @@ static int parse_options(const cf_red_args *a, options *o) {
     o->min_reps = 1;
     o->min_ms = 0;
   }
-  if (a->sizes) {
-    const char *v = a->sizes, *p = v;
-    o->n_sizes = 0;
-    while (*p) {
-      const char *e;
-      if (o->n_sizes == MAX_SIZES || !parse_size(p, &e, &o->sizes[o->n_sizes]) || (*e && *e != ','))
-        return usage("--sizes takes up to 8 byte counts such as 256K,64M (multiples of 4, at "
-                     "most 1G), got '%s'",
-                     v);
-      o->n_sizes++;
-      p = *e ? e + 1 : e;
-    }
-  }
+  /* at most 1 GiB per buffer */
+  if (a->sizes &&
+      !cf_bench_parse_sizes(a->sizes, (int64_t)1 << 30, o->sizes, MAX_SIZES, &o->n_sizes))
+    return usage("--sizes takes up to 8 byte counts such as 256K,64M (multiples of 4, at "
+                 "most 1G), got '%s'",
+                 a->sizes);
   if (a->dtypes) {
     const char *names[N_DTYPES];
     for (int d = 0; d < N_DTYPES; d++)

@@ -2,16 +2,9 @@
  * medians, byte counts in options and tables, integer options. */
 #include "tools.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-
-double cf_bench_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include <string.h>
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -39,27 +32,16 @@ void cf_bench_size_text(int64_t b, char *buf, size_t len) {
 bool cf_bench_parse_sizes(const char *v, int64_t limit, int64_t *sizes, int max, int *n) {
   *n = 0;
   for (const char *p = v; *p;) {
-    char *e;
-    errno = 0;
-    long long x = strtoll(p, &e, 10);
-    if (e == p || errno || x <= 0 || *n == max) return false;
-    int shift = *e == 'K' || *e == 'k' ? 10 : *e == 'M' || *e == 'm' ? 20 : *e == 'G' || *e == 'g' ? 30 : 0;
-    if (shift) e++;
-    if (shift && *e == 'i') e++;
-    if (*e == 'B') e++;
-    if (x > limit >> shift || (*e && *e != ',')) return false;
-    sizes[*n] = (int64_t)x << shift;
-    if (sizes[(*n)++] % 4) return false;
-    p = *e ? e + 1 : e;
+    size_t k = strcspn(p, ",");
+    if (*n == max || !cf_bytes_parse(p, k, limit, &sizes[*n]) || sizes[(*n)++] % 4) return false;
+    p += k + (p[k] == ',');
   }
   return *n > 0;
 }
 
 bool cf_bench_parse_int(const char *v, long lo, long hi, int *out) {
-  char *e;
-  errno = 0;
-  long x = strtol(v, &e, 10);
-  if (e == v || *e || errno || x < lo || x > hi) return false;
+  int64_t x;
+  if (!cf_parse_int(v, lo, hi, &x)) return false;
   *out = (int)x;
   return true;
 }

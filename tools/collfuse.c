@@ -194,11 +194,9 @@ static int cmd_dot(cf_context *ctx, int argc, char **argv) {
     st = draw(ctx, g, out, &d);
     if (st) cf_tool_fail(ctx, st);
   } else {
-    if (!st) st = cf_graph_verify(g, a.target);
     const char *pipeline = a.passes ? a.passes : a.fused ? cf_pipeline_default : NULL;
-    cf_pass_options popt = {.target = a.target};
-    if (!st && pipeline) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
-    if (!st && pipeline) st = cf_graph_verify(g, a.target);
+    cf_compile_options co = {.pipeline = pipeline, .pass = {.target = a.target}};
+    if (!st) st = pipeline ? cf_compile(g, &co) : cf_graph_verify(g, a.target);
     if (!st) st = draw(ctx, g, out, NULL);
     rc = st ? cf_tool_fail(ctx, st) : 0;
   }
@@ -322,6 +320,23 @@ const cf_command cf_command_compile = {
     .run = cmd_compile,
 };
 
+/* compile's look at the verified graph, before the passes: its Opaque nodes
+ * (refused under --strict) and its collectives */
+typedef struct compile_check {
+  bool strict, refused;
+  int before; /* collectives before the passes */
+} compile_check;
+
+static cf_status compile_verified(cf_graph *g, void *user) {
+  compile_check *c = user;
+  if (cf_tool_opaque(g, c->strict)) {
+    c->refused = true;
+    return CF_ERR_INVALID;
+  }
+  c->before = (int)cf_graph_collective_count(g);
+  return CF_OK;
+}
+
 static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   compile_args a = {0};
   int rc = cf_opts_parse(&cf_command_compile, argc, argv, &a);
@@ -355,19 +370,21 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   cf_graph *g = NULL;
   cf_pass_timing timing[CF_MAX_PIPELINE];
   int n_timing = 0;
+  compile_check check = {.strict = a.strict};
+  cf_compile_options co = {.pipeline = o0 ? cf_pipeline_O0 : passes,
+                           .pass = popt,
+                           .verified = compile_verified,
+                           .user = &check,
+                           .timing = timing,
+                           .n_timing = &n_timing};
   cf_status st = cf_tool_load(ctx, file, &g);
-  if (!st) st = cf_graph_verify(g, target);
-  if (!st && cf_tool_opaque(g, a.strict)) {
+  if (!st) st = cf_compile(g, &co);
+  if (check.refused) {
     cf_graph_destroy(g);
     cf_opts_free(&cf_command_compile, &a);
     return EXIT_INVALID;
   }
-  int before = st ? 0 : (int)cf_graph_collective_count(g);
-  if (!st)
-    st = cf_passes_run(g, o0 ? cf_pipeline_O0 : passes ? passes : cf_pipeline_default, &popt,
-                       timing, &n_timing);
-  /* the result must still meet the target after the passes */
-  if (!st) st = cf_graph_verify(g, target);
+  int before = check.before;
   if (!st) st = cf_graph_seal(g);
   if (!st && out) st = cf_tool_is_std(out) ? write_xml_stdout(ctx, g) : cf_graph_write_xml(g, out);
   if (!st && dot) st = draw(ctx, g, cf_tool_is_std(dot) ? NULL : dot, NULL);

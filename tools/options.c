@@ -112,10 +112,8 @@ static int set_value(const cf_command *c, const cf_opt *o, const char *v, void *
   case CF_OPT_FLAG: break;
   case CF_OPT_STR: *(const char **)field = v; break;
   case CF_OPT_INT: {
-    char *e;
-    errno = 0;
-    long long x = strtoll(v, &e, 10);
-    if (errno || e == v || *e || x < o->lo || x > o->hi) {
+    int64_t x;
+    if (!cf_parse_int(v, o->lo, o->hi, &x)) {
       snprintf(why, sizeof why, "%s wants an integer in %lld..%lld, got '%s'", o->name, o->lo,
                o->hi, v);
       return cf_tool_usage(c->name, "%s", why);
@@ -299,7 +297,7 @@ bool cf_opt_check_target(void *out, const char *v, char *why, size_t len) {
 
 bool cf_opt_check_passes(void *out, const char *v, char *why, size_t len) {
   (void)out;
-  return cf_pass_list_check(v, why, len);
+  return cf_pass_list_check(v, why, len, NULL);
 }
 
 bool cf_opt_check_split(void *out, const char *v, char *why, size_t len) {

@@ -132,12 +132,10 @@ static uint64_t hash_u64(uint64_t h) {
 
 /* The server already holding id, or -1 after recording server s under it. */
 static int server_seen(int *slots, size_t cap, const cf_rank_server *servers, const char *id, int s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (const char *c = id; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-  size_t i = hash_u64(h) & (cap - 1);
-  for (; slots[i]; i = (i + 1) & (cap - 1))
-    if (strcmp(servers[slots[i] - 1].server_id, id) == 0) return slots[i] - 1;
-  slots[i] = s + 1;
+  int *slot =
+      cf_name_slot(slots, cap, servers, offsetof(cf_rank_server, server_id), sizeof *servers, id);
+  if (*slot) return *slot - 1;
+  *slot = s + 1;
   return -1;
 }
 

@@ -42,26 +42,11 @@ typedef struct run_args {
 } run_args;
 
 static bool check_seed(void *out, const char *v, char *why, size_t len) {
-  char *e;
-  errno = 0;
-  long long x = strtoll(v, &e, 10);
-  if (errno || e == v || *e || x < 0) {
-    snprintf(why, len, "--seed wants a number >= 0, got '%s'", v);
-    return false;
-  }
-  ((run_args *)out)->seed = (uint64_t)x;
-  return true;
+  return cf_option_seed("--seed", v, &((run_args *)out)->seed, why, len);
 }
 
 static bool check_timeout(void *out, const char *v, char *why, size_t len) {
-  char *e;
-  double t = strtod(v, &e);
-  if (e == v || *e || !(t > 0) || t > 86400) {
-    snprintf(why, len, "--timeout wants seconds in (0, 86400], got '%s'", v);
-    return false;
-  }
-  ((run_args *)out)->timeout = t;
-  return true;
+  return cf_option_timeout("--timeout", v, &((run_args *)out)->timeout, why, len);
 }
 
 static bool check_input(void *out, const char *v, char *why, size_t len) {
@@ -199,12 +184,11 @@ static cf_status compile(cf_context *ctx, const run_args *a, const char *pipelin
     else
       snprintf(job, sizeof job, "--ranks %d", *ranks);
     if (*ranks == 0) *ranks = g->world_size > 0 ? (int)g->world_size : 1;
-    cf_pass_options popt = {.split = a->split, .cost = a->cost, .target = a->target};
+    cf_compile_options co = {.pipeline = pipeline,
+                             .pass = {.split = a->split, .cost = a->cost, .target = a->target}};
     st = a->strict ? cf_graph_refuse_opaque(g) : CF_OK;
     if (!st) st = cf_graph_size_world(g, *ranks, job);
-    if (!st) st = cf_graph_verify(g, a->target);
-    if (!st) st = cf_passes_run(g, pipeline, &popt, NULL, NULL);
-    if (!st) st = cf_graph_verify(g, a->target);
+    if (!st) st = cf_compile(g, &co);
   }
   if (st) {
     cf_graph_destroy(g);
@@ -588,9 +572,8 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
 
 /* 1..2^32 from a message, 0 for none: whether the ranks' setup errors are one */
 static uint32_t msg_hash(const char *s) {
-  uint32_t h = 2166136261u; /* FNV-1a */
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 16777619u;
+  uint64_t h64 = cf_hash_str(s);
+  uint32_t h = (uint32_t)(h64 ^ h64 >> 32);
   return h ? h : 1;
 }
 

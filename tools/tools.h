@@ -2,6 +2,7 @@
 #ifndef COLLFUSE_TOOLS_H
 #define COLLFUSE_TOOLS_H
 
+#include "../api/api.h"
 #include "../ir/ir.h"
 #include "../passes/passes.h"
 
@@ -47,7 +48,6 @@ typedef struct cf_ar_args {
 int cf_bench_reduce_cuda(cf_context *ctx, const cf_red_args *a);
 int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a);
 /* bench_util.c: what the bench subcommands share. */
-double cf_bench_now_s(void);                /* CLOCK_MONOTONIC seconds */
 double cf_bench_median(double *v, int n);  /* sorts v; 0 when n <= 0 */
 double cf_bench_gbps(int64_t bytes, double us); /* 1e9 bytes/s; 0 when us <= 0 */
 /* "8B", "64K", "256M", "1G": the largest unit that divides b. */

@@ -50,17 +50,11 @@ cf_status cf_device_error(cf_device *d, cf_context *ctx) {
   return CF_OK;
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 cf_status cf_device_time(cf_device *d, void (*fn)(void *arg), void *arg, int reps, double *ms) {
   if (d && d->ops->time) return d->ops->time(d, fn, arg, reps, ms);
   if (reps < 1) reps = 1;
-  double t0 = now_ms();
+  double t0 = 1e3 * cf_now();
   for (int i = 0; i < reps; i++) fn(arg);
-  *ms = (now_ms() - t0) / reps;
+  *ms = (1e3 * cf_now() - t0) / reps;
   return CF_OK;
 }

@@ -220,9 +220,7 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 
 static uint64_t desc_key(const cf_coll_desc *d) {
   if (!d) return 0;
-  uint64_t g = UINT64_C(0xcbf29ce484222325); /* FNV-1a of the group's name */
-  for (const char *s = d->group ? d->group : ""; *s; s++)
-    g = (g ^ (unsigned char)*s) * UINT64_C(0x100000001b3);
+  uint64_t g = cf_hash_str(d->group ? d->group : ""); /* the group's name */
   uint64_t h = mix(UINT64_C(0x9e3779b97f4a7c15), (uint64_t)d->seq);
   h = mix(h, (uint64_t)d->count);
   h = mix(h, (uint64_t)(uint32_t)d->op | (uint64_t)(uint32_t)d->dtype << 32);

@@ -32,7 +32,8 @@ extern "C" {
 #define CF_VERSION_STRING "0.1.0"
 /* MAJOR * 10000 + MINOR * 100 + PATCH, for #if checks. */
 #define CF_VERSION_NUMBER (CF_VERSION_MAJOR * 10000 + CF_VERSION_MINOR * 100 + CF_VERSION_PATCH)
-/* Most dimensions a shape has. */
+/* Most dimensions a shape has (the IR's own limit: ir/ir.h's CF_MAX_RANK is
+ * this constant). */
 #define CF_MAX_DIMS 8
 
 typedef enum cf_status {
@@ -71,14 +72,15 @@ const char *cf_context_errmsg(const cf_context *ctx);
 void cf_context_set_log(cf_context *ctx, cf_log_fn fn, void *user);
 
 /* Load a graph from a file ("-": standard input, named <stdin> in
- * messages); the format comes from the extension (.xml native, .graphml,
- * .hlo, .pbtxt), else from how the text starts (<graph>, <graphml>,
- * HloModule, node {). The graph is structurally verified (names, refs,
+ * messages) in any of four formats: native XML (.xml), GraphML (.graphml),
+ * XLA HLO text (.hlo, .hlo.txt) and TensorFlow/GE GraphDef text (.pbtxt,
+ * .pb.txt). The format comes from the extension, else from how the text
+ * starts (<graph>, <graphml>, HloModule, node {). The graph is structurally verified (names, refs,
  * arity, cycles) and its types inferred, but not checked against a target:
  * call cf_graph_verify for that. The graph keeps a pointer to ctx. */
 cf_status cf_graph_load(cf_context *ctx, const char *path, cf_graph **out);
-/* Parse a graph from memory; name is used in messages and picks the format
- * by extension like cf_graph_load. */
+/* Parse a graph from memory, in the same four formats; name is used in
+ * messages and picks the format as cf_graph_load's path does. */
 cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, size_t size,
                          cf_graph **out);
 /* Release the caller's graph. While executables made from g exist, they
@@ -90,8 +92,12 @@ void cf_graph_destroy(cf_graph *g);
  * (NULL or "cpu" for the default; see cf_target_name). */
 cf_status cf_graph_verify(cf_graph *g, const char *target);
 
-/* Run a comma-separated list of passes ("verify,infer,dce"), or the default
- * pipeline when passes is NULL, or no fusion at all when passes is "" (-O0). */
+/* Run passes over g: a comma-separated list of passes ("verify,infer,dce"),
+ * or a pipeline named as cf_graph_run_pipeline names them: NULL or "default"
+ * for the default pipeline, "O0" (also "" and "-O0") for no fusion at all,
+ * which verifies and infers types ("verify,infer") as -O0 does on the
+ * command line. Unlike cf_graph_run_pipeline it takes no options and does
+ * not check a target profile. */
 cf_status cf_graph_run_passes(cf_graph *g, const char *passes);
 
 /* Write the graph as native XML. */
@@ -106,7 +112,7 @@ size_t cf_graph_collective_count(const cf_graph *g);
 /* Target profiles: index 0.. until NULL. */
 const char *cf_target_name(size_t i);
 
-/* ================= building a graph in memory (ir/build.c) =================
+/* ================= building a graph in memory (api/build.c) =================
  *
  * A graph is built node by node in operand order: every operand names a node
  * added before. Names are node names, or "NAME:K" for output port K of a
@@ -179,7 +185,7 @@ cf_status cf_graph_add_opaque(cf_graph *g, const char *name, const char *type,
                               const char *const *inputs, size_t n_inputs, const char *dtype,
                               const int64_t *dims, int rank);
 
-/* ================= inspecting a graph (ir/build.c) ================= */
+/* ================= inspecting a graph (api/build.c) ================= */
 
 /* Name of node i (0 .. cf_graph_node_count - 1) in execution order once
  * the graph is verified (insertion order before); NULL when out of range.
@@ -203,7 +209,7 @@ const char *cf_graph_node_op(const cf_graph *g, const char *node);
 cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *attr, char *buf,
                             size_t len);
 
-/* ================= compiling and running (executor/api.c) ================= */
+/* ================= compiling and running (api/api.c) ================= */
 
 /* Options of cf_graph_run_pipeline and cf_executable_create, set by name as
  * the command line spells them (docs/cli.md):
@@ -230,9 +236,10 @@ cf_status cf_options_create(cf_context *ctx, cf_options **out);
 cf_status cf_options_set(cf_options *o, const char *key, const char *value);
 void cf_options_destroy(cf_options *o);
 
-/* Verify g against the target, run pipeline ("default", "O0", a comma list
- * of pass names; NULL: the "passes" option, else "default") with the
- * options (opt may be NULL), and verify the result again. g is changed in
+/* Verify g against the target, run pipeline ("default", "O0" - also "" and
+ * "-O0" -, or a comma list of pass names; NULL: the "passes" option, else
+ * "default") with the options (opt may be NULL), and verify the result
+ * again. g is changed in
  * place (buckets replace the collectives they fuse). */
 cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_options *opt);
 

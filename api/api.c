@@ -13,9 +13,11 @@
  * into a fused bucket or out of one, because a bucket is one contiguous
  * buffer that the collective moves in one call.
  */
-#include "executor.h"
+#include "../executor/executor.h"
 
+#include "../frontend/frontend.h"
 #include "../passes/passes.h"
+#include "api.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -66,38 +68,12 @@ static bool parse_bool(const char *v, bool *out) {
   return false;
 }
 
-static bool parse_ll(const char *v, long long lo, long long hi, long long *out) {
-  char *e;
-  errno = 0;
-  long long x = strtoll(v, &e, 10);
-  if (errno || e == v || *e || x < lo || x > hi) return false;
-  *out = x;
-  return true;
-}
-
-/* The pass list a pipeline name stands for. */
-static const char *pipeline_list(const char *p) {
-  if (strcmp(p, "default") == 0) return cf_pipeline_default;
-  if (!*p || strcmp(p, "O0") == 0 || strcmp(p, "-O0") == 0) return cf_pipeline_O0;
-  return p;
-}
-
 static cf_status check_passes(cf_context *ctx, const char *v) {
-  const char *list = pipeline_list(v);
-  char name[64];
-  for (const char *p = list; *p;) {
-    size_t len = strcspn(p, ",");
-    if (len == 0 || len >= sizeof name)
-      return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "option passes: bad pass list '%s'", v);
-    memcpy(name, p, len);
-    name[len] = 0;
-    char why[640];
-    if (!cf_pass_find(name))
-      return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "option passes: %s; or the pipelines default, O0",
-                      cf_pass_unknown(name, why, sizeof why));
-    p += len + (p[len] == ',');
-  }
-  return CF_OK;
+  char why[640];
+  bool unknown;
+  if (cf_pass_list_check(cf_pipeline_list(v), why, sizeof why, &unknown)) return CF_OK;
+  return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "option passes: %s%s", why,
+                  unknown ? "; or the pipelines default, O0" : "");
 }
 
 static cf_status set_str(cf_options *o, char **slot, const char *v) {
@@ -113,7 +89,7 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
   if (!key || !value)
     return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "cf_options_set: key and value are required");
   char why[256];
-  long long x;
+  int64_t x;
   cf_status st;
   if (strcmp(key, "passes") == 0) {
     if ((st = check_passes(o->ctx, value))) return st;
@@ -145,7 +121,7 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return CF_OK;
   }
   if (strcmp(key, "ranks") == 0) {
-    if (!parse_ll(value, 1, CF_MAX_WORLD, &x))
+    if (!cf_parse_int(value, 1, CF_MAX_WORLD, &x))
       return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option ranks wants 1..%d, got '%s'",
                       CF_MAX_WORLD, value);
     o->ranks = (int)x;
@@ -160,12 +136,8 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return CF_OK;
   }
   if (strcmp(key, "timeout") == 0) {
-    char *e;
-    double t = strtod(value, &e);
-    if (e == value || *e || !(t > 0) || t > 86400)
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0,
-                      "option timeout wants seconds in (0, 86400], got '%s'", value);
-    o->timeout_s = t;
+    if (!cf_option_timeout("option timeout", value, &o->timeout_s, why, sizeof why))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
     return CF_OK;
   }
   if (strcmp(key, "max_memory") == 0) {
@@ -177,10 +149,8 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return CF_OK;
   }
   if (strcmp(key, "seed") == 0) {
-    if (!parse_ll(value, 0, INT64_MAX, &x))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option seed wants a number >= 0, got '%s'",
-                      value);
-    o->seed = (uint64_t)x;
+    if (!cf_option_seed("option seed", value, &o->seed, why, sizeof why))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
     return CF_OK;
   }
   return cf_error(
@@ -214,16 +184,14 @@ cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_opti
   cf_status st = check_passes(g->ctx, p);
   if (st) return st;
   g->generation++; /* the passes rewrite g: executables made before are stale */
-  const char *target = opt ? opt->target : NULL;
-  cf_pass_options po = {.split = opt ? opt->split : NULL,
-                        .cost = opt ? opt->cost : NULL,
-                        .target = target,
-                        .explain = opt && opt->explain ? explain_to_log : NULL,
-                        .explain_user = g->ctx};
+  cf_compile_options co = {.pipeline = p,
+                           .pass = {.split = opt ? opt->split : NULL,
+                                    .cost = opt ? opt->cost : NULL,
+                                    .target = opt ? opt->target : NULL,
+                                    .explain = opt && opt->explain ? explain_to_log : NULL,
+                                    .explain_user = g->ctx}};
   st = size_world(g, opt);
-  if (!st) st = cf_graph_verify(g, target);
-  if (!st) st = cf_passes_run(g, pipeline_list(p), &po, NULL, NULL);
-  if (!st) st = cf_graph_verify(g, target);
+  if (!st) st = cf_compile(g, &co);
   return st;
 }
 
@@ -275,7 +243,7 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
     g->generation++;
   }
   e->ranks = (int)g->world_size;
-  if (!st) st = cf_graph_verify(g, opt ? opt->target : NULL);
+  if (!st) st = cf_frontend_verify(g, opt ? opt->target : NULL);
   if (st) goto fail;
   cf_run_options ro = {.ranks = e->ranks,
                        .iters = 1,

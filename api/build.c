@@ -9,7 +9,7 @@
  * the graph is verified again before it is used, and bumps the graph's
  * generation, which makes the executables made from it stale.
  */
-#include "ir.h"
+#include "api.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -40,7 +40,7 @@ cf_status cf_graph_create(cf_context *ctx, const char *name, int world_size, cf_
   cf_status st = cf_graph_new(ctx, name, &g);
   if (st) return st;
   if (!(g->name = cf_arena_strdup(&g->arena, name))) {
-    cf_graph_destroy(g);
+    cf_graph_release(g);
     return cf_error(ctx, CF_ERR_NO_MEMORY, name, 0, "out of memory");
   }
   g->world_size = world_size;
