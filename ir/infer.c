@@ -212,10 +212,38 @@ static cf_status scatter_shape(cf_graph *g, cf_node *n, const cf_value *v, int64
   return CF_OK;
 }
 
+/* The output of plain collective coll for one operand v over rs ranks: a
+ * plain collective's rule, and each member's of a fused one. */
+static cf_status coll_value(cf_graph *g, cf_node *n, cf_op coll, const cf_value *v, int64_t rs,
+                            cf_value *out) {
+  switch (coll) {
+  case CF_OP_ALLGATHER: return gather_shape(g, n, v, rs, cf_node_layout(n), out);
+  case CF_OP_REDUCESCATTER: return scatter_shape(g, n, v, rs, out);
+  case CF_OP_ALLREDUCE:
+  case CF_OP_REDUCE:
+  case CF_OP_BROADCAST: *out = *v; return CF_OK;
+  default:
+    return cf_node_error(g, n, CF_ERR_INVALID, "no inference rule for %s", cf_op_table[coll].name);
+  }
+}
+
 static cf_status infer_node(cf_graph *g, cf_node *n) {
   cf_status st = CF_OK;
   cf_value *out = n->out;
   int64_t rs;
+  cf_category cat = cf_op_table[n->op].cat;
+  if (cat == CF_CAT_COLLECTIVE || cat == CF_CAT_FUSED_COLLECTIVE) { /* one value per operand */
+    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
+    for (int j = 0; j < n->n_in; j++) {
+      const cf_value *v = operand(g, n, j);
+      if (v->dtype != operand(g, n, 0)->dtype)
+        return cf_node_error(g, n, CF_ERR_INVALID,
+                             "fused operands must share a dtype: %d is %s, 0 is %s", j,
+                             cf_dtype_name(v->dtype), cf_dtype_name(operand(g, n, 0)->dtype));
+      if ((st = coll_value(g, n, cf_op_coll(n->op), v, rs, &out[j]))) return st;
+    }
+    return CF_OK;
+  }
   switch (n->op) {
   case CF_OP_CONSTANT: {
     /* the value must fit the dtype: a saturated or rounded-away constant
@@ -278,36 +306,6 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
                            SHAPE_STR(&x->shape, b1), SHAPE_STR(&out->shape, b2));
     return CF_OK;
   }
-  case CF_OP_ALLREDUCE:
-  case CF_OP_REDUCE:
-  case CF_OP_BROADCAST:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    *out = *operand(g, n, 0);
-    return CF_OK;
-  case CF_OP_ALLGATHER:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    return gather_shape(g, n, operand(g, n, 0), rs, cf_node_layout(n), out);
-  case CF_OP_REDUCESCATTER:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    return scatter_shape(g, n, operand(g, n, 0), rs, out);
-  case CF_OP_FUSEDALLREDUCE:
-  case CF_OP_FUSEDALLGATHER:
-  case CF_OP_FUSEDREDUCESCATTER:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    for (int j = 0; j < n->n_in; j++) {
-      const cf_value *v = operand(g, n, j);
-      if (v->dtype != operand(g, n, 0)->dtype)
-        return cf_node_error(g, n, CF_ERR_INVALID, "fused operands must share a dtype: %d is %s, 0 is %s",
-                             j, cf_dtype_name(v->dtype), cf_dtype_name(operand(g, n, 0)->dtype));
-      if (n->op == CF_OP_FUSEDALLREDUCE)
-        out[j] = *v;
-      else if (n->op == CF_OP_FUSEDALLGATHER)
-        st = gather_shape(g, n, v, rs, cf_node_layout(n), &out[j]);
-      else
-        st = scatter_shape(g, n, v, rs, &out[j]);
-      if (st) return st;
-    }
-    return CF_OK;
   case CF_OP_MATMULREDUCESCATTER:
   case CF_OP_MATMULALLREDUCE:
     return fused_matmul(g, n, out);
