@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ALIGN 64
 #define FOREVER INT_MAX
 
 typedef struct block {
@@ -48,7 +47,9 @@ typedef struct builder {
 
 static cf_status oom(cf_plan *p) { return cf_error(p->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory"); }
 
-static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+static int64_t align_up(int64_t x) {
+  return (x + CF_BUFFER_ALIGN - 1) / CF_BUFFER_ALIGN * CF_BUFFER_ALIGN;
+}
 
 static int new_block(builder *b, int64_t bytes) {
   if (b->n_blocks == b->cap_blocks) {
@@ -76,27 +77,20 @@ static bool is_coll(cf_op op) {
 
 static bool is_fused_mm(cf_op op) { return cf_op_table[op].cat == CF_CAT_FUSED_MATMUL; }
 
-/* Member byte offsets of a collective's input bucket: the combiner's
- * `offsets` when present and consistent, else packed at 64-byte lines. */
+/* Member byte offsets of a collective's input bucket: its `offsets` (the
+ * verifier checked one per member, in order, none overlapping) when each
+ * is at a CF_BUFFER_ALIGN line, as the combiner writes them; else (a
+ * file's own, aligned to the element only) the members packed at lines. */
 static void member_offsets(const cf_plan *p, const cf_node *n, int64_t *off, int64_t *total) {
-  const char *s = cf_node_str(n, CF_A_OFFSETS, NULL);
-  bool ok = s != NULL && n->n_in > 1;
+  cf_ints offs = cf_node_ints(n, CF_A_OFFSETS);
+  bool given = offs.n == n->n_in && n->n_in > 1;
+  for (int j = 0; j < n->n_in && given; j++)
+    given = offs.v[j] % CF_BUFFER_ALIGN == 0;
   int64_t end = 0;
-  for (int j = 0; j < n->n_in && ok; j++) {
-    char *e;
-    long long v = strtoll(s, &e, 10);
+  for (int j = 0; j < n->n_in; j++) {
     int64_t bytes = p->vals[val_index(p, n->in[j])].bytes;
-    if (e == s || v < end || v % ALIGN || (*e != ',' && *e != '\0')) ok = false;
-    off[j] = v;
-    end = v + bytes;
-    s = *e ? e + 1 : e;
-  }
-  if (!ok) {
-    end = 0;
-    for (int j = 0; j < n->n_in; j++) {
-      off[j] = end;
-      end = align_up(end + p->vals[val_index(p, n->in[j])].bytes);
-    }
+    off[j] = given ? offs.v[j] : end;
+    end = given ? off[j] + bytes : align_up(end + bytes);
   }
   *total = n->n_in == 1 ? p->vals[val_index(p, n->in[0])].bytes : align_up(end);
 }

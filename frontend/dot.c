@@ -385,8 +385,8 @@ static Agraph_t *open_cluster(dot_state *s, const cf_node *n, int members) {
   sb_printf(&s->b, "%s", bytes);
   if (cf_node_attr(n, CF_A_WORLD_SIZE))
     sb_printf(&s->b, ", world_size=%lld", (long long)cf_node_int(n, CF_A_WORLD_SIZE, 0));
-  const char *reason = cf_node_str(n, CF_A_REASON, NULL),
-             *from = cf_node_str(n, CF_A_MEMBERS, NULL);
+  const char *reason = cf_node_str(n, CF_A_REASON, NULL);
+  cf_strs from = cf_node_strs(n, CF_A_MEMBERS);
   if (reason) {
     sb_printf(&s->b, " (");
     sb_text(&s->b, reason);
@@ -396,10 +396,12 @@ static Agraph_t *open_cluster(dot_state *s, const cf_node *n, int members) {
   }
   if (members > 0) {
     op_extras(&s->b, n, "\\n");
-  } else if (from) {
+  } else if (from.n >= 0) {
     sb_printf(&s->b, "\\nfrom ");
-    for (; *from; from++)
-      *from == ',' ? sb_printf(&s->b, ", ") : sb_textn(&s->b, from, 1);
+    for (int k = 0; k < from.n; k++) {
+      if (k) sb_printf(&s->b, ", ");
+      sb_text(&s->b, from.v[k]);
+    }
   }
   set(s, sub, "label", s->b.s);
   set(s, sub, "style", "rounded,filled");
@@ -427,10 +429,10 @@ static void draw_fused_collective(dot_state *s, int i) {
     s->failed = true;
     return;
   }
-  const char *m = cf_node_str(n, CF_A_MEMBERS, ""); /* comma list: port j is member j */
+  cf_strs m = cf_node_strs(n, CF_A_MEMBERS); /* port j is member j */
   for (int j = 0; j < n->n_in && !s->failed; j++) {
-    const char *end = strchr(m, ','), *name = m;
-    size_t len = end ? (size_t)(end - m) : strlen(m);
+    const char *name = j < m.n ? m.v[j] : "";
+    size_t len = strlen(name);
     char port[32];
     if (len == 0) { /* an empty name or a short list: name the port */
       len = (size_t)snprintf(port, sizeof port, "port%d", j);
@@ -441,7 +443,6 @@ static void draw_fused_collective(dot_state *s, int i) {
     sb_printf(&s->b, "\\n");
     sb_value(&s->b, &n->out[j]);
     s->d[i].member[j] = part_node(s, sub, n, name, len);
-    m = end ? end + 1 : m + strlen(m);
   }
 }
 

@@ -336,31 +336,32 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
  * one offset per member, aligned to the element size, members not
  * overlapping. */
 static cf_status check_offsets(cf_graph *g, cf_node *n) {
-  const char *s = cf_node_str(n, CF_A_OFFSETS, NULL);
-  if (!s) return CF_OK;
+  cf_ints offs = cf_node_ints(n, CF_A_OFFSETS);
+  if (offs.n < 0) return CF_OK;
   int64_t end = 0;
-  int k = 0;
-  const char *p = s;
-  while (*p) {
-    char *e;
-    long long off = strtoll(p, &e, 10);
-    if (e == p || (*e && *e != ',') || k >= n->n_in)
-      return cf_node_error(g, n, CF_ERR_INVALID, "offsets='%.64s' must list %d byte offsets", s,
-                           n->n_in);
+  for (int k = 0; k < offs.n && k < n->n_in; k++) {
+    int64_t off = offs.v[k];
     const cf_value *v = operand(g, n, k);
     int64_t bytes = 0;
     cf_value_bytes(v, &bytes);
     if (off < end || off % cf_dtype_size(v->dtype))
-      return cf_node_error(g, n, CF_ERR_INVALID,
-                           "offset %lld of member %d overlaps the previous member or is not aligned to %d bytes",
-                           off, k, cf_dtype_size(v->dtype));
+      return cf_node_error(
+          g, n, CF_ERR_INVALID,
+          "offset %lld of member %d overlaps the previous member or is not aligned to %d bytes",
+          (long long)off, k, cf_dtype_size(v->dtype));
     if (!cf_add_i64(off, bytes, &end) || end > CF_MAX_BYTES)
-      return cf_node_error(g, n, CF_ERR_INVALID, "bucket larger than %lld bytes", (long long)CF_MAX_BYTES);
-    k++;
-    p = *e ? e + 1 : e;
+      return cf_node_error(g, n, CF_ERR_INVALID, "bucket larger than %lld bytes",
+                           (long long)CF_MAX_BYTES);
   }
-  if (k != n->n_in)
-    return cf_node_error(g, n, CF_ERR_INVALID, "offsets lists %d offsets for %d members", k, n->n_in);
+  if (offs.n > n->n_in) {
+    char text[80];
+    cf_attr_text(cf_node_attr(n, CF_A_OFFSETS), text, sizeof text);
+    return cf_node_error(g, n, CF_ERR_INVALID, "offsets='%.64s' must list %d byte offsets", text,
+                         n->n_in);
+  }
+  if (offs.n < n->n_in)
+    return cf_node_error(g, n, CF_ERR_INVALID, "offsets lists %d offsets for %d members", offs.n,
+                         n->n_in);
   return CF_OK;
 }
 

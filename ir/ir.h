@@ -40,6 +40,9 @@
  * check this one limit (docs/format.md, "Limits"). */
 #define CF_MAX_WORLD 256
 #define CF_MAX_MEMORY ((int64_t)1 << 50) /* a memory budget (--max-memory): 1 PiB */
+/* Bytes the executor aligns its buffers to and the combiner a bucket's
+ * members (their `offsets`): a cache line, a multiple of every dtype. */
+#define CF_BUFFER_ALIGN 64
 
 /* The plural ending of a count in a message: "" for 1, else "s" ("1 rank",
  * "2 ranks"). */
@@ -197,7 +200,9 @@ typedef enum cf_attr_kind {
   CF_AK_SHAPE,
   CF_AK_FLOAT,
   CF_AK_RED,
-  CF_AK_LAYOUT
+  CF_AK_LAYOUT,
+  CF_AK_STRS, /* a list of strings: a bucket's members */
+  CF_AK_INTS  /* a list of integers: a bucket's offsets */
 } cf_attr_kind;
 
 typedef enum cf_category {
@@ -298,6 +303,16 @@ cf_op cf_op_unfused(cf_op op);
  * when none does. */
 cf_op cf_op_fused(cf_op coll);
 
+/* A list attribute's items (arena); n is -1 where an accessor finds none. */
+typedef struct cf_strs {
+  const char **v;
+  int n;
+} cf_strs;
+typedef struct cf_ints {
+  const int64_t *v;
+  int n;
+} cf_ints;
+
 typedef struct cf_attr {
   cf_attr_id id;
   union {
@@ -305,6 +320,8 @@ typedef struct cf_attr {
     double f;         /* FLOAT */
     const char *s;    /* STR (arena) */
     cf_shape *shape;  /* SHAPE (arena) */
+    cf_strs strs;     /* STRS */
+    cf_ints ints;     /* INTS */
   } v;
 } cf_attr;
 
@@ -388,6 +405,18 @@ cf_status cf_node_set_attr(cf_graph *g, int node, const cf_attr *a); /* replaces
 const cf_attr *cf_node_attr(const cf_node *n, cf_attr_id id);
 int64_t cf_node_int(const cf_node *n, cf_attr_id id, int64_t dflt);
 const char *cf_node_str(const cf_node *n, cf_attr_id id, const char *dflt);
+/* A list attribute's items, n = -1 when unset. */
+cf_strs cf_node_strs(const cf_node *n, cf_attr_id id);
+cf_ints cf_node_ints(const cf_node *n, cf_attr_id id);
+/* Set a list attribute to v[0..n), copied into the graph's arena. */
+cf_status cf_node_set_strs(cf_graph *g, int node, cf_attr_id id, const char *const *v, int n);
+cf_status cf_node_set_ints(cf_graph *g, int node, cf_attr_id id, const int64_t *v, int n);
+/* An attribute's value as text, the form cf_node_parse_attr reads: a list
+ * is comma-separated ("0,64,128"; an item's `,` is written `\,`, and a `\`
+ * as `\\` where it would otherwise read as an escape). Writes at most len
+ * bytes with the terminator (buf may be NULL when len is 0) and returns the
+ * length of the whole text, as snprintf does. */
+size_t cf_attr_text(const cf_attr *a, char *buf, size_t len);
 /* Parse text for attribute id of node and set it; messages name file:line. */
 cf_status cf_node_parse_attr(cf_graph *g, int node, cf_attr_id id, const char *text, int line);
 cf_status cf_graph_add_group(cf_graph *g, const char *name, const int *ranks, int n, int line);

@@ -6,6 +6,7 @@
  * and Opaque fallbacks; in-memory modules cover the error messages (each
  * checked for its line and text) and the limits.
  */
+#include "cf_attr_test.h"
 #include "cf_graph_test.h"
 
 /* ---- the JAX exports ---- */
@@ -320,7 +321,7 @@ static void test_tuple_collectives(void **state) {
   cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/tuple_collectives.hlo");
   const cf_node *f = node(g, "fused");
   assert_int_equal(f->op, CF_OP_FUSEDALLREDUCE);
-  assert_string_equal(cf_node_str(f, CF_A_MEMBERS, ""), "fused#0,fused#1");
+  assert_string_equal(attr_text(f, CF_A_MEMBERS, ""), "fused#0,fused#1");
   assert_int_equal(f->n_out, 2);
   assert_ptr_equal(operand(g, node(g, "output.1"), 0), f);
   assert_int_equal(node(g, "output.1")->in[0].port, 1);
