@@ -347,10 +347,11 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
     return CF_OK;
   }
   if (strcmp(attr, "members") == 0) {
-    const char *m = cf_node_str(n, CF_A_MEMBERS, NULL);
+    const cf_attr *m = cf_node_attr(n, CF_A_MEMBERS);
     if (!m && !cf_op_is_collective(n->op))
       return cf_node_error(g, n, CF_ERR_INVALID, "not a collective: it has no members");
-    put(buf, len, m ? m : n->name);
+    const char *self[1] = {n->name}; /* a plain collective: the list of itself */
+    cf_attr_text(m ? m : &(cf_attr){.id = CF_A_MEMBERS, .v.strs = {self, 1}}, buf, len);
     return CF_OK;
   }
   if (strcmp(attr, "bytes") == 0) {
@@ -385,14 +386,6 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
     default: return cf_node_error(g, n, CF_ERR_INVALID, "attribute '%s' is not set", attr);
     }
   }
-  switch (cf_attr_table[id].kind) {
-  case CF_AK_INT: snprintf(buf, len, "%lld", (long long)a->v.i); break;
-  case CF_AK_FLOAT: snprintf(buf, len, "%.17g", a->v.f); break;
-  case CF_AK_STR: put(buf, len, a->v.s); break;
-  case CF_AK_DTYPE: put(buf, len, cf_dtype_name((cf_dtype)a->v.i)); break;
-  case CF_AK_SHAPE: cf_shape_format(a->v.shape, buf, len); break;
-  case CF_AK_RED: put(buf, len, cf_reduction_name((cf_reduction)a->v.i)); break;
-  case CF_AK_LAYOUT: put(buf, len, cf_layout_name((cf_layout)a->v.i)); break;
-  }
+  cf_attr_text(a, buf, len);
   return CF_OK;
 }

@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ALIGN 64
 #define FOREVER INT_MAX
 
 typedef struct block {
@@ -48,7 +47,9 @@ typedef struct builder {
 
 static cf_status oom(cf_plan *p) { return cf_error(p->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory"); }
 
-static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+static int64_t align_up(int64_t x) {
+  return (x + CF_BUFFER_ALIGN - 1) / CF_BUFFER_ALIGN * CF_BUFFER_ALIGN;
+}
 
 static int new_block(builder *b, int64_t bytes) {
   if (b->n_blocks == b->cap_blocks) {
@@ -69,53 +70,27 @@ static void live(block *bl, int first, int last) {
   if (last > bl->last) bl->last = last;
 }
 
+/* plain and fused collectives; the fused matmul ops run their own pipeline */
 static bool is_coll(cf_op op) {
-  switch (op) {
-  case CF_OP_ALLREDUCE: case CF_OP_ALLGATHER: case CF_OP_REDUCESCATTER: case CF_OP_REDUCE:
-  case CF_OP_BROADCAST: case CF_OP_FUSEDALLREDUCE: case CF_OP_FUSEDALLGATHER:
-  case CF_OP_FUSEDREDUCESCATTER:
-    return true;
-  default: return false;
-  }
+  return cf_op_is_collective(op) && cf_op_table[op].cat != CF_CAT_FUSED_MATMUL;
 }
 
-static bool is_fused_mm(cf_op op) {
-  return op == CF_OP_MATMULREDUCESCATTER || op == CF_OP_MATMULALLREDUCE || op == CF_OP_ALLGATHERMATMUL;
-}
+static bool is_fused_mm(cf_op op) { return cf_op_table[op].cat == CF_CAT_FUSED_MATMUL; }
 
-static cf_op base_op(cf_op op) {
-  switch (op) {
-  case CF_OP_FUSEDALLREDUCE: return CF_OP_ALLREDUCE;
-  case CF_OP_FUSEDALLGATHER: return CF_OP_ALLGATHER;
-  case CF_OP_FUSEDREDUCESCATTER: return CF_OP_REDUCESCATTER;
-  case CF_OP_MATMULREDUCESCATTER: return CF_OP_REDUCESCATTER;
-  case CF_OP_MATMULALLREDUCE: return CF_OP_ALLREDUCE;
-  case CF_OP_ALLGATHERMATMUL: return CF_OP_ALLGATHER;
-  default: return op;
-  }
-}
-
-/* Member byte offsets of a collective's input bucket: the combiner's
- * `offsets` when present and consistent, else packed at 64-byte lines. */
+/* Member byte offsets of a collective's input bucket: its `offsets` (the
+ * verifier checked one per member, in order, none overlapping) when each
+ * is at a CF_BUFFER_ALIGN line, as the combiner writes them; else (a
+ * file's own, aligned to the element only) the members packed at lines. */
 static void member_offsets(const cf_plan *p, const cf_node *n, int64_t *off, int64_t *total) {
-  const char *s = cf_node_str(n, CF_A_OFFSETS, NULL);
-  bool ok = s != NULL && n->n_in > 1;
+  cf_ints offs = cf_node_ints(n, CF_A_OFFSETS);
+  bool given = offs.n == n->n_in && n->n_in > 1;
+  for (int j = 0; j < n->n_in && given; j++)
+    given = offs.v[j] % CF_BUFFER_ALIGN == 0;
   int64_t end = 0;
-  for (int j = 0; j < n->n_in && ok; j++) {
-    char *e;
-    long long v = strtoll(s, &e, 10);
+  for (int j = 0; j < n->n_in; j++) {
     int64_t bytes = p->vals[val_index(p, n->in[j])].bytes;
-    if (e == s || v < end || v % ALIGN || (*e != ',' && *e != '\0')) ok = false;
-    off[j] = v;
-    end = v + bytes;
-    s = *e ? e + 1 : e;
-  }
-  if (!ok) {
-    end = 0;
-    for (int j = 0; j < n->n_in; j++) {
-      off[j] = end;
-      end = align_up(end + p->vals[val_index(p, n->in[j])].bytes);
-    }
+    off[j] = given ? offs.v[j] : end;
+    end = given ? off[j] + bytes : align_up(end + bytes);
   }
   *total = n->n_in == 1 ? p->vals[val_index(p, n->in[0])].bytes : align_up(end);
 }
@@ -152,15 +127,14 @@ static cf_status describe(builder *b, const cf_node *n, cf_pcoll *c, const int64
   cf_plan *p = b->p;
   cf_status st = group_ranks(p, n, &c->ranks, &c->n, &c->n_parts);
   if (st) return st;
-  cf_op op = base_op(n->op);
+  cf_op op = cf_op_coll(n->op);
   const cf_pvalue *v0 = &p->vals[val_index(p, n->in[0])];
   int es = cf_dtype_size(v0->dtype);
   c->node = (int)(n - p->g->nodes);
   c->desc = (cf_coll_desc){.op = op, .dtype = v0->dtype, .count = in_bytes / es, .red = -1,
                            .root = -1, .layout = -1, .group = cf_node_group(n), .node = n->name};
-  if (op == CF_OP_ALLREDUCE || op == CF_OP_REDUCESCATTER || op == CF_OP_REDUCE)
-    c->desc.red = (int)cf_node_reduction(n);
-  if (op == CF_OP_REDUCE || op == CF_OP_BROADCAST) {
+  if (cf_op_reduces(op)) c->desc.red = (int)cf_node_reduction(n);
+  if (cf_op_rooted(op)) {
     c->desc.root = (int)cf_node_int(n, CF_A_ROOT, 0);
     if (c->desc.root < 0 || c->desc.root >= c->n)
       return cf_node_error(p->g, n, CF_ERR_INVALID, "root %d is not a rank of group '%s' (size %d)",
@@ -282,7 +256,7 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
   if (st) return st;
   int64_t ws = c->n;
   const cf_pvalue *x1 = &p->vals[val_index(p, n->in[0])];
-  cf_op op = base_op(n->op);
+  cf_op op = cf_op_coll(n->op);
   cf_dtype dt = op == CF_OP_ALLGATHER ? x1->dtype : n->out[0].dtype;
   int es = cf_dtype_size(dt);
   int64_t m = x1->shape.dims[0], k = x1->shape.dims[1];
@@ -297,10 +271,14 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
                                      cf_fused_matmul_min_rows(&p->opt, p->ranks, x1->dtype));
   c->chunk_rows = rows ? (rows + c->chunks - 1) / c->chunks : 0;
   c->chunks = c->chunk_rows ? (int)((rows + c->chunk_rows - 1) / c->chunk_rows) : 0;
-  c->desc = (cf_coll_desc){.op = op, .dtype = dt, .count = (op == CF_OP_REDUCESCATTER ? m : rows) * cols,
-                           .red = op == CF_OP_ALLGATHER ? -1 : CF_RED_SUM, .root = -1,
+  c->desc = (cf_coll_desc){.op = op,
+                           .dtype = dt,
+                           .count = (op == CF_OP_REDUCESCATTER ? m : rows) * cols,
+                           .red = cf_op_reduces(op) ? CF_RED_SUM : -1,
+                           .root = -1,
                            .layout = op == CF_OP_ALLGATHER ? CF_LAYOUT_CONCAT : -1,
-                           .group = cf_node_group(n), .node = n->name};
+                           .group = cf_node_group(n),
+                           .node = n->name};
   const cf_group *gr = cf_graph_group(g, cf_node_group(n));
   c->desc.seq = seq[gr ? gr - g->groups : g->n_groups]++;
   c->algo = p->opt.algo;

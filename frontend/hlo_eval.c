@@ -538,21 +538,20 @@ static cf_status eval_shard_entry(hlo_reader *r, hcomp *c, const hinstr *in, boo
       *dst = *ops[i];
       continue;
     }
-    char suffix[24], buf[CF_MAX_WORLD * 4 + 8];
+    char suffix[24];
     snprintf(suffix, sizeof suffix, "/%d", i);
     int idx, port = 0;
     cf_shape tiles = {.rank = cut[i].rank};
     memcpy(tiles.dims, cut[i].tiles, sizeof tiles.dims);
-    size_t len = 0;
-    for (int k = 0; k < cut[i].n_dev; k++) {
-      len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%d", k ? "," : "", cut[i].dev[k]);
-    }
+    int64_t devices[CF_MAX_WORLD];
+    for (int k = 0; k < cut[i].n_dev; k++)
+      devices[k] = cut[i].dev[k];
     if ((st = add_node(r, in->name, n > 1 ? suffix : "", at_entry, CF_OP_SHARD, in->line, &idx)) ||
         (st = cf_node_set_inputs(r->g, idx, 1, &ops[i]->ref)) ||
         (st = set_type(r, idx, ti, in->line)) ||
         (st = set_str(r, idx, CF_A_TILES, cf_shape_format(&tiles, suffix, sizeof suffix),
                       in->line)) ||
-        (st = set_str(r, idx, CF_A_DEVICES, buf, in->line)) ||
+        (st = cf_node_set_ints(r->g, idx, CF_A_DEVICES, devices, cut[i].n_dev)) ||
         (st = shape_value(r, ti, idx, &port, dst, in->line)))
       break;
     if (cut[i].n_dev > r->mesh_world) r->mesh_world = cut[i].n_dev;

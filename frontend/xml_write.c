@@ -7,6 +7,7 @@
  */
 #include "frontend.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static void put_escaped(FILE *f, const char *s) {
@@ -30,19 +31,17 @@ static void put_attr(FILE *f, const char *name, const char *value) {
   fputc('"', f);
 }
 
-static void put_value(FILE *f, const cf_attr *a) {
-  char buf[256];
-  const char *name = cf_attr_table[a->id].name;
-  switch (cf_attr_table[a->id].kind) {
-  case CF_AK_INT: snprintf(buf, sizeof buf, "%lld", (long long)a->v.i); break;
-  case CF_AK_FLOAT: snprintf(buf, sizeof buf, "%.17g", a->v.f); break;
-  case CF_AK_STR: put_attr(f, name, a->v.s); return;
-  case CF_AK_DTYPE: snprintf(buf, sizeof buf, "%s", cf_dtype_name((cf_dtype)a->v.i)); break;
-  case CF_AK_SHAPE: cf_shape_format(a->v.shape, buf, sizeof buf); break;
-  case CF_AK_RED: snprintf(buf, sizeof buf, "%s", cf_reduction_name((cf_reduction)a->v.i)); break;
-  case CF_AK_LAYOUT: snprintf(buf, sizeof buf, "%s", cf_layout_name((cf_layout)a->v.i)); break;
+/* false when out of memory */
+static bool put_value(FILE *f, const cf_attr *a) {
+  char buf[256], *text = buf;
+  size_t need = cf_attr_text(a, buf, sizeof buf);
+  if (need >= sizeof buf) { /* a long string or list */
+    if (!(text = malloc(need + 1))) return false;
+    cf_attr_text(a, text, need + 1);
   }
-  put_attr(f, name, buf);
+  put_attr(f, cf_attr_table[a->id].name, text);
+  if (text != buf) free(text);
+  return true;
 }
 
 cf_status cf_xml_write(const cf_graph *g, FILE *f) {
@@ -81,7 +80,8 @@ cf_status cf_xml_write(const cf_graph *g, FILE *f) {
     for (int id = 0; id < CF_A_COUNT; id++) {
       if (id == CF_A_DTYPE || id == CF_A_SHAPE) continue;
       const cf_attr *a = cf_node_attr(n, (cf_attr_id)id);
-      if (a) put_value(f, a);
+      if (a && !put_value(f, a))
+        return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
     }
     if (!n->n_in && !multi_decl) {
       fputs("/>\n", f);

@@ -12,11 +12,24 @@
 #include <string.h>
 
 #define A(id) (1u << CF_A_##id)
+#define F(id) CF_OPF_##id
+/* the attributes an op's flags imply: required, allowed */
+#define FLAG_REQUIRED(flags) ((flags)&F(ROOTED) ? A(ROOT) : 0u)
+#define FLAG_ALLOWED(flags) ((flags)&F(REDUCES) ? A(REDUCTION) : 0u)
 
 const cf_op_info cf_op_table[CF_OP_COUNT] = {
-    [CF_OP_INVALID] = {"Invalid", 0, 0, CF_CAT_COMPUTE, 0, 0},
-#define OP(id, nm, mn, mx, cat, req, allowed) \
-  [CF_OP_##id] = {nm, mn, mx, CF_CAT_##cat, (req), (req) | (allowed)},
+    [CF_OP_INVALID] = {"Invalid", 0, 0, CF_CAT_COMPUTE, CF_OP_INVALID, 0, CF_LOOK_ROUNDED_BOX, 0,
+                       0},
+#define OP(id, nm, mn, mx, cat, coll, flags, look, req, allowed)                                   \
+  [CF_OP_##id] = {nm,                                                                              \
+                  mn,                                                                              \
+                  mx,                                                                              \
+                  CF_CAT_##cat,                                                                    \
+                  CF_OP_##coll,                                                                    \
+                  (flags),                                                                         \
+                  CF_LOOK_##look,                                                                  \
+                  (req) | FLAG_REQUIRED(flags),                                                    \
+                  (req) | (allowed) | FLAG_REQUIRED(flags) | FLAG_ALLOWED(flags)},
 #include "ops.def"
 #undef OP
 };
@@ -75,6 +88,21 @@ int cf_layout_parse(const char *s) {
   if (strcmp(s, "stack") == 0) return CF_LAYOUT_STACK;
   if (strcmp(s, "concat") == 0) return CF_LAYOUT_CONCAT;
   return -1;
+}
+
+cf_op cf_op_coll(cf_op op) { return cf_op_table[op].coll; }
+bool cf_op_reduces(cf_op op) { return cf_op_table[op].flags & CF_OPF_REDUCES; }
+bool cf_op_rooted(cf_op op) { return cf_op_table[op].flags & CF_OPF_ROOTED; }
+
+cf_op cf_op_unfused(cf_op op) {
+  return cf_op_table[op].cat == CF_CAT_FUSED_COLLECTIVE ? cf_op_table[op].coll : op;
+}
+
+cf_op cf_op_fused(cf_op coll) {
+  for (int i = 1; i < CF_OP_COUNT; i++)
+    if (cf_op_table[i].cat == CF_CAT_FUSED_COLLECTIVE && cf_op_table[i].coll == coll)
+      return (cf_op)i;
+  return CF_OP_INVALID;
 }
 
 bool cf_op_is_collective(cf_op op) {
@@ -220,8 +248,37 @@ int64_t cf_node_int(const cf_node *n, cf_attr_id id, int64_t dflt) {
 }
 
 const char *cf_node_str(const cf_node *n, cf_attr_id id, const char *dflt) {
+  assert(cf_attr_table[id].kind == CF_AK_STR);
   const cf_attr *a = cf_node_attr(n, id);
   return a ? a->v.s : dflt;
+}
+
+cf_strs cf_node_strs(const cf_node *n, cf_attr_id id) {
+  const cf_attr *a = cf_node_attr(n, id);
+  return a ? a->v.strs : (cf_strs){NULL, -1};
+}
+
+cf_ints cf_node_ints(const cf_node *n, cf_attr_id id) {
+  const cf_attr *a = cf_node_attr(n, id);
+  return a ? a->v.ints : (cf_ints){NULL, -1};
+}
+
+cf_status cf_node_set_strs(cf_graph *g, int node, cf_attr_id id, const char *const *v, int n) {
+  cf_attr a = {.id = id,
+               .v.strs = {cf_arena_array(&g->arena, n > 0 ? (size_t)n : 1, sizeof(char *)), n}};
+  bool ok = a.v.strs.v != NULL;
+  for (int i = 0; ok && i < n; i++)
+    ok = (a.v.strs.v[i] = cf_arena_strdup(&g->arena, v[i])) != NULL;
+  if (!ok) return cf_node_error(g, &g->nodes[node], CF_ERR_NO_MEMORY, "out of memory");
+  return cf_node_set_attr(g, node, &a);
+}
+
+cf_status cf_node_set_ints(cf_graph *g, int node, cf_attr_id id, const int64_t *v, int n) {
+  int64_t *c = cf_arena_array(&g->arena, n > 0 ? (size_t)n : 1, sizeof *c);
+  if (!c) return cf_node_error(g, &g->nodes[node], CF_ERR_NO_MEMORY, "out of memory");
+  if (n > 0) memcpy(c, v, (size_t)n * sizeof *c);
+  cf_attr a = {.id = id, .v.ints = {c, n}};
+  return cf_node_set_attr(g, node, &a);
 }
 
 cf_status cf_node_set_attr(cf_graph *g, int node, const cf_attr *a) {
@@ -257,6 +314,117 @@ static bool parse_int(const char *s, int64_t *out, bool *range) {
   if (*end) return false;
   *out = v;
   return true;
+}
+
+/* ---- list attributes as text ----
+ * Items are comma-separated. An item's `,` is `\,`; its `\` is `\\` where a
+ * lone one would read as an escape (before `,` or `\`, or last in the item),
+ * and itself elsewhere: names without a comma read and write as they did
+ * when members were one comma string, byte for byte. */
+
+static bool is_escape(const char *p) { return p[0] == '\\' && (p[1] == ',' || p[1] == '\\'); }
+
+/* text's items into the arena; false when out of memory */
+static bool parse_strs(cf_arena *ar, const char *text, cf_strs *out) {
+  int n = 1;
+  for (const char *p = text; *p; p++) {
+    if (is_escape(p))
+      p++;
+    else
+      n += *p == ',';
+  }
+  char *s = cf_arena_alloc(ar, strlen(text) + 1);
+  out->v = cf_arena_array(ar, (size_t)n, sizeof(char *));
+  out->n = n;
+  if (!s || !out->v) return false;
+  int k = 0;
+  out->v[0] = s;
+  for (const char *p = text; *p; p++) {
+    if (is_escape(p)) {
+      *s++ = *++p;
+    } else if (*p == ',') {
+      *s++ = 0;
+      out->v[++k] = s;
+    } else {
+      *s++ = *p;
+    }
+  }
+  *s = 0;
+  return true;
+}
+
+/* "" is no items; each item an integer strtoll reads whole. *bad set when
+ * the text is not such a list, false when out of memory. */
+static bool parse_ints(cf_arena *ar, const char *text, cf_ints *out, bool *bad) {
+  int n = *text ? 1 : 0;
+  for (const char *p = text; *p; p++)
+    n += *p == ',';
+  int64_t *v = cf_arena_array(ar, n ? (size_t)n : 1, sizeof *v);
+  *out = (cf_ints){v, n};
+  *bad = false;
+  if (!v) return false;
+  const char *p = text;
+  for (int k = 0; k < n; k++) {
+    char *e;
+    errno = 0;
+    long long x = strtoll(p, &e, 10);
+    if (e == p || errno == ERANGE || (*e && *e != ',')) return *bad = true;
+    v[k] = x;
+    p = *e ? e + 1 : e;
+  }
+  return true;
+}
+
+static void put_char(char *buf, size_t len, size_t *o, char c) {
+  if (*o + 1 < len) buf[*o] = c;
+  ++*o;
+}
+
+static void put_text(char *buf, size_t len, size_t *o, const char *s) {
+  while (*s)
+    put_char(buf, len, o, *s++);
+}
+
+size_t cf_attr_text(const cf_attr *a, char *buf, size_t len) {
+  char tmp[64];
+  size_t o = 0;
+  switch (cf_attr_table[a->id].kind) {
+  case CF_AK_INT:
+    snprintf(tmp, sizeof tmp, "%lld", (long long)a->v.i);
+    put_text(buf, len, &o, tmp);
+    break;
+  case CF_AK_FLOAT:
+    snprintf(tmp, sizeof tmp, "%.17g", a->v.f);
+    put_text(buf, len, &o, tmp);
+    break;
+  case CF_AK_STR: put_text(buf, len, &o, a->v.s); break;
+  case CF_AK_DTYPE: put_text(buf, len, &o, cf_dtype_name((cf_dtype)a->v.i)); break;
+  case CF_AK_SHAPE: {
+    char sh[CF_MAX_RANK * 21 + 1];
+    put_text(buf, len, &o, cf_shape_format(a->v.shape, sh, sizeof sh));
+    break;
+  }
+  case CF_AK_RED: put_text(buf, len, &o, cf_reduction_name((cf_reduction)a->v.i)); break;
+  case CF_AK_LAYOUT: put_text(buf, len, &o, cf_layout_name((cf_layout)a->v.i)); break;
+  case CF_AK_STRS:
+    for (int i = 0; i < a->v.strs.n; i++) {
+      if (i) put_char(buf, len, &o, ',');
+      for (const char *p = a->v.strs.v[i]; *p; p++) {
+        if (*p == ',' || (*p == '\\' && (p[1] == ',' || p[1] == '\\' || !p[1])))
+          put_char(buf, len, &o, '\\');
+        put_char(buf, len, &o, *p);
+      }
+    }
+    break;
+  case CF_AK_INTS:
+    for (int i = 0; i < a->v.ints.n; i++) {
+      snprintf(tmp, sizeof tmp, i ? ",%lld" : "%lld", (long long)a->v.ints.v[i]);
+      put_text(buf, len, &o, tmp);
+    }
+    break;
+  }
+  if (len) buf[o < len ? o : len - 1] = 0;
+  return o;
 }
 
 cf_status cf_node_parse_attr(cf_graph *g, int node, cf_attr_id id, const char *text, int line) {
@@ -319,6 +487,20 @@ cf_status cf_node_parse_attr(cf_graph *g, int node, cf_attr_id id, const char *t
       return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
                       "node '%s': unknown layout '%s' (stack, concat)", n->name, text);
     break;
+  case CF_AK_STRS:
+    if (!parse_strs(&g->arena, text, &a.v.strs))
+      return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+    break;
+  case CF_AK_INTS: {
+    bool bad;
+    if (!parse_ints(&g->arena, text, &a.v.ints, &bad) && !bad)
+      return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+    if (bad)
+      return cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                      "node '%s': attribute %s='%.64s' is not a comma-separated list of integers",
+                      n->name, an, text);
+    break;
+  }
   }
   /* dtype and shape are the node's declared output type */
   if (id == CF_A_DTYPE || id == CF_A_SHAPE) {

@@ -212,10 +212,38 @@ static cf_status scatter_shape(cf_graph *g, cf_node *n, const cf_value *v, int64
   return CF_OK;
 }
 
+/* The output of plain collective coll for one operand v over rs ranks: a
+ * plain collective's rule, and each member's of a fused one. */
+static cf_status coll_value(cf_graph *g, cf_node *n, cf_op coll, const cf_value *v, int64_t rs,
+                            cf_value *out) {
+  switch (coll) {
+  case CF_OP_ALLGATHER: return gather_shape(g, n, v, rs, cf_node_layout(n), out);
+  case CF_OP_REDUCESCATTER: return scatter_shape(g, n, v, rs, out);
+  case CF_OP_ALLREDUCE:
+  case CF_OP_REDUCE:
+  case CF_OP_BROADCAST: *out = *v; return CF_OK;
+  default:
+    return cf_node_error(g, n, CF_ERR_INVALID, "no inference rule for %s", cf_op_table[coll].name);
+  }
+}
+
 static cf_status infer_node(cf_graph *g, cf_node *n) {
   cf_status st = CF_OK;
   cf_value *out = n->out;
   int64_t rs;
+  cf_category cat = cf_op_table[n->op].cat;
+  if (cat == CF_CAT_COLLECTIVE || cat == CF_CAT_FUSED_COLLECTIVE) { /* one value per operand */
+    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
+    for (int j = 0; j < n->n_in; j++) {
+      const cf_value *v = operand(g, n, j);
+      if (v->dtype != operand(g, n, 0)->dtype)
+        return cf_node_error(g, n, CF_ERR_INVALID,
+                             "fused operands must share a dtype: %d is %s, 0 is %s", j,
+                             cf_dtype_name(v->dtype), cf_dtype_name(operand(g, n, 0)->dtype));
+      if ((st = coll_value(g, n, cf_op_coll(n->op), v, rs, &out[j]))) return st;
+    }
+    return CF_OK;
+  }
   switch (n->op) {
   case CF_OP_CONSTANT: {
     /* the value must fit the dtype: a saturated or rounded-away constant
@@ -281,36 +309,6 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
   case CF_OP_SHARD:
     out->dtype = operand(g, n, 0)->dtype;
     return cf_shard_block(g, n, &operand(g, n, 0)->shape, -1, &out->shape, NULL);
-  case CF_OP_ALLREDUCE:
-  case CF_OP_REDUCE:
-  case CF_OP_BROADCAST:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    *out = *operand(g, n, 0);
-    return CF_OK;
-  case CF_OP_ALLGATHER:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    return gather_shape(g, n, operand(g, n, 0), rs, cf_node_layout(n), out);
-  case CF_OP_REDUCESCATTER:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    return scatter_shape(g, n, operand(g, n, 0), rs, out);
-  case CF_OP_FUSEDALLREDUCE:
-  case CF_OP_FUSEDALLGATHER:
-  case CF_OP_FUSEDREDUCESCATTER:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    for (int j = 0; j < n->n_in; j++) {
-      const cf_value *v = operand(g, n, j);
-      if (v->dtype != operand(g, n, 0)->dtype)
-        return cf_node_error(g, n, CF_ERR_INVALID, "fused operands must share a dtype: %d is %s, 0 is %s",
-                             j, cf_dtype_name(v->dtype), cf_dtype_name(operand(g, n, 0)->dtype));
-      if (n->op == CF_OP_FUSEDALLREDUCE)
-        out[j] = *v;
-      else if (n->op == CF_OP_FUSEDALLGATHER)
-        st = gather_shape(g, n, v, rs, cf_node_layout(n), &out[j]);
-      else
-        st = scatter_shape(g, n, v, rs, &out[j]);
-      if (st) return st;
-    }
-    return CF_OK;
   case CF_OP_MATMULREDUCESCATTER:
   case CF_OP_MATMULALLREDUCE:
     return fused_matmul(g, n, out);
@@ -341,31 +339,32 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
  * one offset per member, aligned to the element size, members not
  * overlapping. */
 static cf_status check_offsets(cf_graph *g, cf_node *n) {
-  const char *s = cf_node_str(n, CF_A_OFFSETS, NULL);
-  if (!s) return CF_OK;
+  cf_ints offs = cf_node_ints(n, CF_A_OFFSETS);
+  if (offs.n < 0) return CF_OK;
   int64_t end = 0;
-  int k = 0;
-  const char *p = s;
-  while (*p) {
-    char *e;
-    long long off = strtoll(p, &e, 10);
-    if (e == p || (*e && *e != ',') || k >= n->n_in)
-      return cf_node_error(g, n, CF_ERR_INVALID, "offsets='%.64s' must list %d byte offsets", s,
-                           n->n_in);
+  for (int k = 0; k < offs.n && k < n->n_in; k++) {
+    int64_t off = offs.v[k];
     const cf_value *v = operand(g, n, k);
     int64_t bytes = 0;
     cf_value_bytes(v, &bytes);
     if (off < end || off % cf_dtype_size(v->dtype))
-      return cf_node_error(g, n, CF_ERR_INVALID,
-                           "offset %lld of member %d overlaps the previous member or is not aligned to %d bytes",
-                           off, k, cf_dtype_size(v->dtype));
+      return cf_node_error(
+          g, n, CF_ERR_INVALID,
+          "offset %lld of member %d overlaps the previous member or is not aligned to %d bytes",
+          (long long)off, k, cf_dtype_size(v->dtype));
     if (!cf_add_i64(off, bytes, &end) || end > CF_MAX_BYTES)
-      return cf_node_error(g, n, CF_ERR_INVALID, "bucket larger than %lld bytes", (long long)CF_MAX_BYTES);
-    k++;
-    p = *e ? e + 1 : e;
+      return cf_node_error(g, n, CF_ERR_INVALID, "bucket larger than %lld bytes",
+                           (long long)CF_MAX_BYTES);
   }
-  if (k != n->n_in)
-    return cf_node_error(g, n, CF_ERR_INVALID, "offsets lists %d offsets for %d members", k, n->n_in);
+  if (offs.n > n->n_in) {
+    char text[80];
+    cf_attr_text(cf_node_attr(n, CF_A_OFFSETS), text, sizeof text);
+    return cf_node_error(g, n, CF_ERR_INVALID, "offsets='%.64s' must list %d byte offsets", text,
+                         n->n_in);
+  }
+  if (offs.n < n->n_in)
+    return cf_node_error(g, n, CF_ERR_INVALID, "offsets lists %d offsets for %d members", offs.n,
+                         n->n_in);
   return CF_OK;
 }
 

@@ -41,6 +41,9 @@
  * check this one limit (docs/format.md, "Limits"). */
 #define CF_MAX_WORLD 256
 #define CF_MAX_MEMORY ((int64_t)1 << 50) /* a memory budget (--max-memory): 1 PiB */
+/* Bytes the executor aligns its buffers to and the combiner a bucket's
+ * members (their `offsets`): a cache line, a multiple of every dtype. */
+#define CF_BUFFER_ALIGN 64
 
 /* The plural ending of a count in a message: "" for 1, else "s" ("1 rank",
  * "2 ranks"). */
@@ -206,7 +209,9 @@ typedef enum cf_attr_kind {
   CF_AK_SHAPE,
   CF_AK_FLOAT,
   CF_AK_RED,
-  CF_AK_LAYOUT
+  CF_AK_LAYOUT,
+  CF_AK_STRS, /* a list of strings: a bucket's members */
+  CF_AK_INTS  /* a list of integers: a bucket's offsets */
 } cf_attr_kind;
 
 typedef enum cf_category {
@@ -220,7 +225,7 @@ typedef enum cf_category {
 
 typedef enum cf_op {
   CF_OP_INVALID = 0,
-#define OP(id, name, mn, mx, cat, req, allowed) CF_OP_##id,
+#define OP(id, name, mn, mx, cat, coll, flags, look, req, allowed) CF_OP_##id,
 #include "ops.def"
 #undef OP
   CF_OP_COUNT
@@ -237,10 +242,34 @@ typedef enum cf_reduction {
 
 typedef enum cf_layout { CF_LAYOUT_STACK, CF_LAYOUT_CONCAT } cf_layout;
 
+typedef enum cf_op_flag {
+  CF_OPF_REDUCES = 1u << 0, /* combines ranks' data with a reduction */
+  CF_OPF_ROOTED = 1u << 1   /* one rank of the group is its root */
+} cf_op_flag;
+
+/* How `collfuse dot` draws an op (frontend/dot.c gives each its shape, style
+ * and colours). */
+typedef enum cf_look {
+  CF_LOOK_ELLIPSE,
+  CF_LOOK_DASHED_ELLIPSE,
+  CF_LOOK_OCTAGON,
+  CF_LOOK_ROUNDED_BOX,
+  CF_LOOK_BLUE, /* collectives: a filled box, a cluster when fused */
+  CF_LOOK_GREEN,
+  CF_LOOK_ORANGE,
+  CF_LOOK_PURPLE,
+  CF_LOOK_YELLOW,
+  CF_LOOK_RED,
+  CF_LOOK_COUNT
+} cf_look;
+
 typedef struct cf_op_info {
   const char *name;
   int min_in, max_in;   /* max_in -1: variadic */
   cf_category cat;
+  cf_op coll;     /* the plain collective it performs, CF_OP_INVALID when none */
+  uint32_t flags; /* mask of cf_op_flag */
+  cf_look look;
   uint32_t required;    /* mask of 1u << cf_attr_id */
   uint32_t allowed;     /* includes required */
 } cf_op_info;
@@ -271,6 +300,27 @@ int cf_reduction_parse(const char *s); /* -1 when unknown */
 const char *cf_layout_name(cf_layout l);
 int cf_layout_parse(const char *s); /* -1 when unknown */
 bool cf_op_is_collective(cf_op op);  /* plain or fused collective, fused matmul */
+/* ops.def's columns: the plain collective op performs (CF_OP_INVALID when
+ * none), whether it reduces, whether it has a root. */
+cf_op cf_op_coll(cf_op op);
+bool cf_op_reduces(cf_op op);
+bool cf_op_rooted(cf_op op);
+/* The op a node stands for in reports and target checks: a fused collective
+ * stands for the collective it buckets, any other op for itself. */
+cf_op cf_op_unfused(cf_op op);
+/* The fused collective that buckets the plain collective coll, CF_OP_INVALID
+ * when none does. */
+cf_op cf_op_fused(cf_op coll);
+
+/* A list attribute's items (arena); n is -1 where an accessor finds none. */
+typedef struct cf_strs {
+  const char **v;
+  int n;
+} cf_strs;
+typedef struct cf_ints {
+  const int64_t *v;
+  int n;
+} cf_ints;
 
 typedef struct cf_attr {
   cf_attr_id id;
@@ -279,6 +329,8 @@ typedef struct cf_attr {
     double f;         /* FLOAT */
     const char *s;    /* STR (arena) */
     cf_shape *shape;  /* SHAPE (arena) */
+    cf_strs strs;     /* STRS */
+    cf_ints ints;     /* INTS */
   } v;
 } cf_attr;
 
@@ -364,6 +416,18 @@ cf_status cf_node_set_attr(cf_graph *g, int node, const cf_attr *a); /* replaces
 const cf_attr *cf_node_attr(const cf_node *n, cf_attr_id id);
 int64_t cf_node_int(const cf_node *n, cf_attr_id id, int64_t dflt);
 const char *cf_node_str(const cf_node *n, cf_attr_id id, const char *dflt);
+/* A list attribute's items, n = -1 when unset. */
+cf_strs cf_node_strs(const cf_node *n, cf_attr_id id);
+cf_ints cf_node_ints(const cf_node *n, cf_attr_id id);
+/* Set a list attribute to v[0..n), copied into the graph's arena. */
+cf_status cf_node_set_strs(cf_graph *g, int node, cf_attr_id id, const char *const *v, int n);
+cf_status cf_node_set_ints(cf_graph *g, int node, cf_attr_id id, const int64_t *v, int n);
+/* An attribute's value as text, the form cf_node_parse_attr reads: a list
+ * is comma-separated ("0,64,128"; an item's `,` is written `\,`, and a `\`
+ * as `\\` where it would otherwise read as an escape). Writes at most len
+ * bytes with the terminator (buf may be NULL when len is 0) and returns the
+ * length of the whole text, as snprintf does. */
+size_t cf_attr_text(const cf_attr *a, char *buf, size_t len);
 /* Parse text for attribute id of node and set it; messages name file:line. */
 cf_status cf_node_parse_attr(cf_graph *g, int node, cf_attr_id id, const char *text, int line);
 cf_status cf_graph_add_group(cf_graph *g, const char *name, const int *ranks, int n, int line);

@@ -25,40 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The devices list of n: count entries into out (up to cap), each checked
- * to be a rank below world; false with why on a malformed list. */
-static bool parse_devices(const char *s, int64_t world, int *out, int cap, int *count, char *why,
-                          size_t why_len) {
-  int n = 0;
-  const char *p = s;
-  while (*p) {
-    char *end;
-    long long v = strtoll(p, &end, 10);
-    if (end == p || v < 0 || (*end && *end != ',')) {
-      snprintf(why, why_len, "devices: expected comma-separated ranks, got '%s'", s);
-      return false;
-    }
-    if (v >= world) {
-      snprintf(why, why_len, "devices: rank %lld is not below world_size %lld", v,
-               (long long)world);
-      return false;
-    }
-    if (n == cap) {
-      snprintf(why, why_len, "devices: more than world_size (%lld) entries", (long long)world);
-      return false;
-    }
-    out[n++] = (int)v;
-    p = *end ? end + 1 : end;
-  }
-  *count = n;
-  return true;
-}
-
 cf_status cf_shard_block(const cf_graph *g, const cf_node *n, const cf_shape *global, int rank,
                          cf_shape *local, int64_t *origin) {
   const cf_attr *ta = cf_node_attr(n, CF_A_TILES);
   const cf_shape *tiles = ta ? ta->v.shape : NULL;
-  char b1[160], b2[160], why[200];
+  char b1[160], b2[160];
   if (!tiles) return cf_node_error(g, n, CF_ERR_INVALID, "Shard needs tiles");
   if (tiles->rank != global->rank)
     return cf_node_error(
@@ -89,19 +60,22 @@ cf_status cf_shard_block(const cf_graph *g, const cf_node *n, const cf_shape *gl
                          "%lld blocks cannot be shared evenly by world_size %lld ranks",
                          (long long)blocks, (long long)world);
   int dev[CF_MAX_WORLD], nd = (int)world;
-  const char *ds = cf_node_str(n, CF_A_DEVICES, NULL);
-  if (ds) {
-    if (!parse_devices(ds, world, dev, (int)world, &nd, why, sizeof why))
-      return cf_node_error(g, n, CF_ERR_INVALID, "%s", why);
-    if (nd != world)
+  cf_ints ds = cf_node_ints(n, CF_A_DEVICES);
+  if (ds.n >= 0) {
+    if (ds.n != world)
       return cf_node_error(g, n, CF_ERR_INVALID,
                            "devices lists %d ranks; every one of world_size %lld must appear once",
-                           nd, (long long)world);
+                           ds.n, (long long)world);
     bool seen[CF_MAX_WORLD] = {false};
     for (int i = 0; i < nd; i++) {
-      if (seen[dev[i]])
-        return cf_node_error(g, n, CF_ERR_INVALID, "devices lists rank %d twice", dev[i]);
-      seen[dev[i]] = true;
+      if (ds.v[i] < 0 || ds.v[i] >= world)
+        return cf_node_error(g, n, CF_ERR_INVALID, "devices: rank %lld is not below world_size %lld",
+                             (long long)ds.v[i], (long long)world);
+      if (seen[ds.v[i]])
+        return cf_node_error(g, n, CF_ERR_INVALID, "devices lists rank %lld twice",
+                             (long long)ds.v[i]);
+      seen[ds.v[i]] = true;
+      dev[i] = (int)ds.v[i];
     }
   } else {
     for (int i = 0; i < nd; i++)

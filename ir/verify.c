@@ -20,12 +20,6 @@ int cf_node_n_outputs(const cf_node *n) {
   return 1;
 }
 
-static int count_list(const char *s) {
-  int n = 1;
-  for (; *s; s++) n += *s == ',';
-  return n;
-}
-
 static cf_status check_attrs(cf_graph *g, cf_node *n) {
   const cf_op_info *oi = &cf_op_table[n->op];
   for (int i = 0; i < n->n_attr; i++)
@@ -103,10 +97,10 @@ static cf_status check_attrs(cf_graph *g, cf_node *n) {
   const char *cm = cf_node_str(n, CF_A_COMM_MODE, NULL);
   if (cm && strcmp(cm, "ai_cpu") && strcmp(cm, "aiv"))
     return cf_node_error(g, n, CF_ERR_INVALID, "comm_mode='%s' must be ai_cpu or aiv", cm);
-  const char *members = cf_node_str(n, CF_A_MEMBERS, NULL);
-  if (members && oi->cat == CF_CAT_FUSED_COLLECTIVE && count_list(members) != n->n_in)
-    return cf_node_error(g, n, CF_ERR_INVALID, "members lists %d names but the node has %d operands",
-                         count_list(members), n->n_in);
+  cf_strs members = cf_node_strs(n, CF_A_MEMBERS);
+  if (members.n >= 0 && oi->cat == CF_CAT_FUSED_COLLECTIVE && members.n != n->n_in)
+    return cf_node_error(g, n, CF_ERR_INVALID,
+                         "members lists %d names but the node has %d operands", members.n, n->n_in);
   return CF_OK;
 }
 

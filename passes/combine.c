@@ -36,11 +36,10 @@
  */
 #include "passes.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define BUCKET_ALIGN 64 /* member offsets in the flat bucket: cache line, any dtype */
 
 typedef struct cand {
   const char *name; /* the node's name (arena: survives the rewrite) */
@@ -76,7 +75,7 @@ typedef struct combiner {
   cf_graph *g;
   const cf_pass_options *opt;
   cf_op kind, fused;
-  const char *prefix;    /* allreduce, allgather, reducescatter */
+  char prefix[32]; /* the op's name in lower case: allreduce, allgather, ... */
   cand *c;
   int nc;
   int *by_node;          /* node -> candidate index or -1 */
@@ -638,57 +637,30 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
 /* Member i of a unit: the node itself, or item i of a fused input node's
  * `members` (what XLA or an earlier compile fused; the verifier made the
  * list as long as the operands). */
-static void unit_member(const combiner *m, int ci, int i, const char **s, size_t *len) {
+static const char *unit_member(const combiner *m, int ci, int i) {
   const cand *c = &m->c[ci];
-  if (c->op == m->kind) {
-    *s = c->name, *len = strlen(c->name);
-    return;
-  }
-  const char *list = cf_node_str(&m->g->nodes[c->node], CF_A_MEMBERS, "");
-  for (int k = 0; k < i; k++)
-    list = strchr(list, ',') + 1;
-  const char *e = strchr(list, ',');
-  *s = list, *len = e ? (size_t)(e - list) : strlen(list);
+  if (c->op == m->kind) return c->name;
+  return cf_node_strs(&m->g->nodes[c->node], CF_A_MEMBERS).v[i];
 }
 
-static char *join_members(combiner *m, const bucket *b) {
-  const char *nm;
-  size_t len = 1, k;
-  for (int u = 0; u < b->n; u++)
-    for (int i = 0; i < m->c[m->order[b->first + u]].nmem; i++) {
-      unit_member(m, m->order[b->first + u], i, &nm, &k);
-      len += k + 1;
-    }
-  char *s = cf_arena_alloc(&m->g->arena, len), *p = s;
-  if (!s) return NULL;
-  for (int u = 0; u < b->n; u++)
-    for (int i = 0; i < m->c[m->order[b->first + u]].nmem; i++) {
-      unit_member(m, m->order[b->first + u], i, &nm, &k);
-      if (p != s) *p++ = ',';
-      memcpy(p, nm, k);
-      p += k;
-    }
-  *p = 0;
-  return s;
-}
-
-/* Offsets are recomputed over all members: a fused unit's own layout is
+/* The bucket's members and their offsets, one per port (arrays of b->ports).
+ * Offsets are recomputed over all members: a fused unit's own layout is
  * replaced by its place in the new bucket. */
-static char *offsets_of(combiner *m, const bucket *b) {
-  char *s = cf_arena_alloc(&m->g->arena, (size_t)b->ports * 21 + 1), *p = s;
-  if (!s) return NULL;
+static void layout_of(combiner *m, const bucket *b, const char **names, int64_t *offs) {
   int64_t off = 0;
+  int k = 0;
   for (int u = 0; u < b->n; u++) {
-    const cf_node *n = &m->g->nodes[m->c[m->order[b->first + u]].node];
-    for (int i = 0; i < n->n_in; i++) {
+    int ci = m->order[b->first + u];
+    const cf_node *n = &m->g->nodes[m->c[ci].node];
+    for (int i = 0; i < n->n_in; i++, k++) {
       int64_t bytes = 0;
       cf_value_bytes(&m->g->nodes[n->in[i].node].out[n->in[i].port], &bytes);
-      off = (off + BUCKET_ALIGN - 1) / BUCKET_ALIGN * BUCKET_ALIGN;
-      p += sprintf(p, p != s ? ",%lld" : "%lld", (long long)off);
+      off = (off + CF_BUFFER_ALIGN - 1) / CF_BUFFER_ALIGN * CF_BUFFER_ALIGN;
+      names[k] = unit_member(m, ci, i);
+      offs[k] = off;
       off += bytes;
     }
   }
-  return s;
 }
 
 static cf_status build_node(combiner *m, bucket *b, int *serial) {
@@ -722,13 +694,12 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
     a = (cf_attr){.id = CF_A_FUSION_ID, .v.i = b->fid};
     st = cf_node_set_attr(g, idx, &a);
   }
-  const char *members = st ? NULL : join_members(m, b);
-  const char *offsets = st ? NULL : offsets_of(m, b);
-  if (!st && (!members || !offsets)) st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
-  if (!st) {
-    a = (cf_attr){.id = CF_A_MEMBERS, .v.s = members};
-    st = cf_node_set_attr(g, idx, &a);
-  }
+  const char **names = st ? NULL : malloc((size_t)b->ports * sizeof *names);
+  int64_t *offs = st ? NULL : malloc((size_t)b->ports * sizeof *offs);
+  if (!st && (!names || !offs))
+    st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  if (!st) layout_of(m, b, names, offs);
+  if (!st) st = cf_node_set_strs(g, idx, CF_A_MEMBERS, names, b->ports);
   if (!st) {
     /* the graph keeps the pointer: the text must live in its arena, not in
      * the combiner's scratch arena that is freed when the pass ends */
@@ -737,10 +708,9 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
     st = reason ? cf_node_set_attr(g, idx, &a)
                 : cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   }
-  if (!st) {
-    a = (cf_attr){.id = CF_A_OFFSETS, .v.s = offsets};
-    st = cf_node_set_attr(g, idx, &a);
-  }
+  if (!st) st = cf_node_set_ints(g, idx, CF_A_OFFSETS, offs, b->ports);
+  free(names);
+  free(offs);
   b->node = idx;
   b->name = g->nodes[idx].name;
   return st;
@@ -835,10 +805,9 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
     sp = (cf_split){.kind = CF_SPLIT_AUTO};
   if (!g->topo && (st = cf_verify_structure(g))) return st;
   combiner m = {.g = g, .opt = opt, .kind = kind};
-  m.fused = kind == CF_OP_ALLREDUCE   ? CF_OP_FUSEDALLREDUCE
-            : kind == CF_OP_ALLGATHER ? CF_OP_FUSEDALLGATHER
-                                      : CF_OP_FUSEDREDUCESCATTER;
-  m.prefix = kind == CF_OP_ALLREDUCE ? "allreduce" : kind == CF_OP_ALLGATHER ? "allgather" : "reducescatter";
+  m.fused = cf_op_fused(kind);
+  for (size_t i = 0; i + 1 < sizeof m.prefix && cf_op_table[kind].name[i]; i++)
+    m.prefix[i] = (char)tolower((unsigned char)cf_op_table[kind].name[i]);
   size_t nn = g->n_nodes > 0 ? (size_t)g->n_nodes : 1;
   m.by_node = malloc(nn * sizeof(int));
   m.c = malloc(nn * sizeof(cand));
@@ -866,8 +835,6 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
                 .nmem = n->op == kind ? 1 : n->n_in,
                 .op = n->op};
     if (c->fusion == 0) c->why = "fusion=0";
-    if (c->fusion && n->op == kind && strchr(n->name, ','))
-      c->fusion = 0, c->why = "its name contains ',' (members are a comma list)";
     m.by_node[v] = m.nc++;
   }
   if (intern_keys(&m) < 0 || (st = compute_depth2(&m))) {

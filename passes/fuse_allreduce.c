@@ -13,7 +13,7 @@ static void explain_unfusable(const cf_graph *g, const cf_pass_options *opt) {
   char line[512];
   for (int i = 0; opt->explain && i < g->n_nodes; i++) {
     const cf_node *n = &g->nodes[i];
-    if (n->op != CF_OP_REDUCE && n->op != CF_OP_BROADCAST) continue;
+    if (!cf_op_rooted(n->op)) continue;
     snprintf(line, sizeof line, "%s '%s' stays alone: %s is never fused (rooted collectives have no bucketed form)",
              cf_op_table[n->op].name, n->name, cf_op_table[n->op].name);
     opt->explain(opt->explain_user, line);

@@ -127,13 +127,8 @@ static int64_t ranks_of(const cf_graph *g, const cf_node *n) {
 
 /* Name at position port of a fused collective's members list. */
 static const char *member(fuser *f, const cf_node *n, int port) {
-  const char *m = cf_node_str(n, CF_A_MEMBERS, "");
-  for (int i = 0; *m; i++) {
-    size_t len = strcspn(m, ",");
-    if (i == port) return cf_arena_strndup(&f->scratch, m, len);
-    m += len + (m[len] == ',');
-  }
-  return fmt(f, "%s port %d", n->name, port);
+  cf_strs m = cf_node_strs(n, CF_A_MEMBERS);
+  return port < m.n ? m.v[port] : fmt(f, "%s port %d", n->name, port);
 }
 
 /* A node named base, or base_K when that is taken, base cut to keep the
@@ -170,13 +165,15 @@ static cf_status set_str(cf_graph *g, int idx, cf_attr_id id, const char *s) {
   return cf_node_set_attr(g, idx, &a);
 }
 
-/* The attributes every fused matmul op shares. */
-static cf_status set_common(fuser *f, int idx, const cf_node *coll, const char *members) {
+/* The attributes every fused matmul op shares; members: its n original
+ * nodes. */
+static cf_status set_common(fuser *f, int idx, const cf_node *coll, const char *const *members,
+                            int n) {
   cf_graph *g = f->g;
   cf_status st = set_int(g, idx, CF_A_WORLD_SIZE, ranks_of(g, coll));
   const cf_attr *grp = cf_node_attr(coll, CF_A_GROUP);
   if (!st && grp) st = cf_node_set_attr(g, idx, grp);
-  if (!st) st = set_str(g, idx, CF_A_MEMBERS, members);
+  if (!st) st = cf_node_set_strs(g, idx, CF_A_MEMBERS, members, n);
   return st;
 }
 
@@ -271,10 +268,6 @@ static cf_status try_mm_coll(fuser *f, mm_cand *c) {
         fmt(f, "its result is also used by %s (fusing would compute the product twice)", others);
     return CF_OK;
   }
-  if (strchr(mm->name, ',') || strchr(coll->name, ',')) {
-    c->why = "a name contains ',' (members is a comma list)";
-    return CF_OK;
-  }
   if (red != CF_RED_SUM && red != CF_RED_MEAN) {
     c->why = fmt(f,
                  "reduction %s does not distribute over the matmul (only sum does, and mean as "
@@ -306,8 +299,7 @@ static cf_status try_mm_coll(fuser *f, mm_cand *c) {
     in[nin++] = mm->in[2];
     in[nin++] = mm->in[3];
   }
-  const char *name = fmt(f, "%s_%s", mm->name, coll->name),
-             *members = fmt(f, "%s,%s", mm->name, coll->name);
+  const char *name = fmt(f, "%s_%s", mm->name, coll->name), *members[2] = {mm->name, coll->name};
   const cf_attr *odt = quant ? cf_node_attr(mm, CF_A_OUTPUT_DTYPE) : NULL;
   cf_attr odt_copy = odt ? *odt : (cf_attr){0};
   int line = coll->line, idx;
@@ -316,7 +308,7 @@ static cf_status try_mm_coll(fuser *f, mm_cand *c) {
   cf_status st = add_node(f, name, rs ? CF_OP_MATMULREDUCESCATTER : CF_OP_MATMULALLREDUCE, line,
                           c->coll, &idx);
   if (!st) st = cf_node_set_inputs(g, idx, nin, in);
-  if (!st) st = set_common(f, idx, &coll_copy, members);
+  if (!st) st = set_common(f, idx, &coll_copy, members, 2);
   if (!st) st = set_int(g, idx, CF_A_REDUCTION, CF_RED_SUM);
   if (!st && odt) st = cf_node_set_attr(g, idx, &odt_copy);
   if (!st && quant) st = set_str(g, idx, CF_A_COMM_MODE, "aiv");
@@ -336,8 +328,8 @@ static cf_status fuse_mm_coll(fuser *f) {
   cf_status st;
   for (int v = 0; v < f->n0; v++) {
     const cf_node *n = &g->nodes[v];
-    bool plain = n->op == CF_OP_REDUCESCATTER || n->op == CF_OP_ALLREDUCE;
-    if (!plain && n->op != CF_OP_FUSEDREDUCESCATTER && n->op != CF_OP_FUSEDALLREDUCE) continue;
+    cf_op u = cf_op_unfused(n->op); /* a bucket's members too */
+    if (u != CF_OP_REDUCESCATTER && u != CF_OP_ALLREDUCE) continue;
     for (int j = 0; j < n->n_in; j++) {
       cf_op p = g->nodes[n->in[j].node].op;
       if (p == CF_OP_MATMUL || p == CF_OP_QUANTMATMUL)
@@ -347,7 +339,7 @@ static cf_status fuse_mm_coll(fuser *f) {
   for (int i = 0; i < f->nc; i++) {
     mm_cand *c = &f->c[i];
     const cf_node *coll = &g->nodes[c->coll];
-    if (coll->op == CF_OP_FUSEDREDUCESCATTER || coll->op == CF_OP_FUSEDALLREDUCE)
+    if (cf_op_table[coll->op].cat == CF_CAT_FUSED_COLLECTIVE)
       c->why = fmt(f, "'%s' is in bucket '%s' (bucketing comes first)", member(f, coll, c->port),
                    coll->name);
     else if ((st = try_mm_coll(f, c)))
@@ -357,12 +349,9 @@ static cf_status fuse_mm_coll(fuser *f) {
   for (int i = 0; i < f->nc; i++) {
     mm_cand *c = &f->c[i];
     const cf_node *coll = &g->nodes[c->coll], *mm = &g->nodes[c->mm];
-    bool bucket = coll->op == CF_OP_FUSEDREDUCESCATTER || coll->op == CF_OP_FUSEDALLREDUCE;
+    bool bucket = cf_op_table[coll->op].cat == CF_CAT_FUSED_COLLECTIVE;
     const char *collname = bucket ? member(f, coll, c->port) : coll->name;
-    const char *kind = cf_op_table[coll->op == CF_OP_FUSEDREDUCESCATTER ? CF_OP_REDUCESCATTER
-                                   : coll->op == CF_OP_FUSEDALLREDUCE   ? CF_OP_ALLREDUCE
-                                                                        : coll->op]
-                           .name;
+    const char *kind = cf_op_table[cf_op_unfused(coll->op)].name;
     if (c->fused < 0) {
       explain(f, "%s '%s' -> %s '%s' not fused: %s", cf_op_table[mm->op].name, mm->name, kind,
               collname, c->why);
@@ -455,8 +444,6 @@ static cf_status fuse_ag(fuser *f, int ag, const int *pos, const int *last, int 
     else if (cf_node_layout(a) != CF_LAYOUT_CONCAT)
       w = "layout stack gathers along a new leading dimension, not along m (AllGatherMatmul needs "
           "layout concat)";
-    else if (strchr(a->name, ',') || strchr(mm->name, ','))
-      w = "a name contains ',' (members is a comma list)";
     else if (f->claim[u] >= 0)
       w = fmt(f, "'%s' is fused into '%s' with its collective", mm->name,
               g->nodes[f->claim[u]].name);
@@ -482,10 +469,7 @@ static cf_status fuse_ag(fuser *f, int ag, const int *pos, const int *last, int 
   if (nok) {
     /* x1, then one x2 per product; members: the MatMuls, then the AllGather */
     cf_ref *in = malloc((size_t)(nok + 1) * sizeof *in);
-    size_t mlen = strlen(a->name) + 1;
-    for (int i = 0; i < np; i++)
-      if (!why[i]) mlen += strlen(g->nodes[prod[i]].name) + 1;
-    char *members = cf_arena_alloc(&f->scratch, mlen), *p = members;
+    const char **members = cf_arena_array(&f->scratch, (size_t)nok + 1, sizeof *members);
     if (!in || !members) {
       free(in);
       return oom(f);
@@ -494,10 +478,10 @@ static cf_status fuse_ag(fuser *f, int ag, const int *pos, const int *last, int 
     int k = 1;
     for (int i = 0; i < np; i++) {
       if (why[i]) continue;
+      members[k - 1] = g->nodes[prod[i]].name;
       in[k++] = g->nodes[prod[i]].in[1];
-      p += sprintf(p, "%s,", g->nodes[prod[i]].name);
     }
-    sprintf(p, "%s", a->name);
+    members[nok] = a->name;
     int first = 0;
     while (why[first])
       first++;
@@ -507,7 +491,7 @@ static cf_status fuse_ag(fuser *f, int ag, const int *pos, const int *last, int 
     st = add_node(f, name, CF_OP_ALLGATHERMATMUL, a->line, ag, &idx);
     if (!st) st = cf_node_set_inputs(g, idx, nok + 1, in);
     free(in);
-    if (!st) st = set_common(f, idx, &a_copy, members);
+    if (!st) st = set_common(f, idx, &a_copy, members, nok + 1);
     if (!st)
       st = set_str(g, idx, CF_A_REASON,
                    fmt(f, "AllGather(concat) -> %d MatMul%s", nok, nok == 1 ? "" : "s"));

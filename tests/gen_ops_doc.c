@@ -48,6 +48,8 @@ static void print_kind(cf_attr_kind k) {
   case CF_AK_LAYOUT:
     printf("`%s` `%s`", cf_layout_name(CF_LAYOUT_STACK), cf_layout_name(CF_LAYOUT_CONCAT));
     return;
+  case CF_AK_STRS: printf("list of strings"); return;
+  case CF_AK_INTS: printf("list of integers"); return;
   }
 }
 

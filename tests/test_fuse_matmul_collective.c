@@ -24,6 +24,7 @@
  *    Output's type, one collective per original collective, and gives one
  *    --explain line per candidate.
  */
+#include "cf_attr_test.h"
 #include "cf_pass_test.h"
 
 #include <stdbool.h>
@@ -71,7 +72,7 @@ static void expect_in(const cf_graph *g, const char *name, int j, const char *sr
 }
 
 static void expect_str(const cf_node *n, cf_attr_id id, const char *want) {
-  const char *got = cf_node_str(n, id, NULL);
+  const char *got = attr_text(n, id, NULL);
   if (!got || strcmp(got, want))
     fail_msg("'%s': %s is '%s', want '%s'", n->name, cf_attr_table[id].name, got ? got : "(none)", want);
 }
@@ -102,7 +103,7 @@ static void round_trip(const cf_graph *g) {
     const cf_node *a = &g->nodes[i], *b = node(r, a->name);
     assert_int_equal(a->op, b->op);
     assert_int_equal(a->n_in, b->n_in);
-    const char *ma = cf_node_str(a, CF_A_MEMBERS, ""), *mb = cf_node_str(b, CF_A_MEMBERS, "");
+    const char *ma = attr_text(a, CF_A_MEMBERS, ""), *mb = attr_text(b, CF_A_MEMBERS, "");
     assert_string_equal(ma, mb);
   }
   lines ex = {0};

@@ -18,6 +18,7 @@
  *    counts hold, size/index segments hold, and the sealed graph round-trips
  *    through the XML writer and reader.
  */
+#include "cf_attr_test.h"
 #include "cf_pass_test.h"
 
 #include <math.h>
@@ -113,7 +114,7 @@ static int list_count(const char *csv) {
 /* the fused node whose members are exactly csv (in this order) */
 static const cf_node *bucket_with(const cf_graph *g, const char *csv) {
   for (int i = 0; i < g->n_nodes; i++) {
-    const char *m = cf_node_str(&g->nodes[i], CF_A_MEMBERS, NULL);
+    const char *m = attr_text(&g->nodes[i], CF_A_MEMBERS, NULL);
     if (is_fused(g->nodes[i].op) && m && strcmp(m, csv) == 0) return &g->nodes[i];
   }
   return NULL;
@@ -129,8 +130,7 @@ static void expect_buckets(const cf_graph *g, cf_op op, const char *const *want,
     if (!b || b->op != op) {
       for (int i = 0; i < g->n_nodes; i++)
         if (is_fused(g->nodes[i].op))
-          print_message("  %s: %s\n", g->nodes[i].name,
-                        cf_node_str(&g->nodes[i], CF_A_MEMBERS, ""));
+          print_message("  %s: %s\n", g->nodes[i].name, attr_text(&g->nodes[i], CF_A_MEMBERS, ""));
       fail_msg("no %s with members '%s'", cf_op_table[op].name, want[k]);
     }
   }
@@ -149,7 +149,7 @@ static void expect_alone(const cf_graph *g, const char *name, cf_op op) {
   assert_int_equal(n->op, op);
   for (int i = 0; i < g->n_nodes; i++)
     if (is_fused(g->nodes[i].op) &&
-        list_index(cf_node_str(&g->nodes[i], CF_A_MEMBERS, ""), name) >= 0)
+        list_index(attr_text(&g->nodes[i], CF_A_MEMBERS, ""), name) >= 0)
       fail_msg("'%s' is both alone and in '%s'", name, g->nodes[i].name);
 }
 
@@ -531,7 +531,7 @@ static void test_fusion2_fusion_id(void **state) {
   assert_int_equal(cf_node_reduction(b), CF_RED_MEAN);
   assert_string_equal(cf_node_group(b), CF_WORLD_GROUP);
   assert_string_equal(cf_node_str(b, CF_A_REASON, ""), "fusion_id=7");
-  assert_string_equal(cf_node_str(b, CF_A_OFFSETS, ""), "0,16384,32768");
+  assert_string_equal(attr_text(b, CF_A_OFFSETS, ""), "0,16384,32768");
   for (int j = 0; j < 3; j++) {
     static const char *const in[] = {"q", "k", "v"};
     assert_string_equal(g->nodes[b->in[j].node].name, in[j]);
@@ -546,7 +546,7 @@ static void test_fusion2_fusion_id(void **state) {
   assert_int_equal(node(g, "o2")->in[0].port, 2);
   /* offsets are 64-byte aligned and never overlap: 36 bytes after 100 */
   const cf_node *b9 = bucket_with(g, "ar_s,ar_t,ar_u");
-  assert_string_equal(cf_node_str(b9, CF_A_OFFSETS, ""), "0,128,192");
+  assert_string_equal(attr_text(b9, CF_A_OFFSETS, ""), "0,128,192");
   assert_string_equal(cf_node_str(b9, CF_A_REASON, ""), "fusion_id=9");
   assert_int_equal(node(g, "o3")->in[0].port, 1);
 
@@ -615,8 +615,8 @@ static void test_split_bytes(void **state) {
   assert_string_equal(cf_node_str(b, CF_A_REASON, ""), "split");
   assert_int_equal(cf_node_fusion(b), 1);
   assert_null(cf_node_attr(b, CF_A_FUSION_ID));
-  assert_string_equal(cf_node_str(b, CF_A_OFFSETS, ""), "0,256,512");
-  assert_string_equal(cf_node_str(bucket_with(g, "ar5,ar6,ar7"), CF_A_OFFSETS, ""), "0,256,384");
+  assert_string_equal(attr_text(b, CF_A_OFFSETS, ""), "0,256,512");
+  assert_string_equal(attr_text(bucket_with(g, "ar5,ar6,ar7"), CF_A_OFFSETS, ""), "0,256,384");
   expect_explain(&ex, "ar0", "(split bytes cap=1K, 3 members, 768 bytes)");
   expect_explain(
       &ex, "ar3",
@@ -662,7 +662,7 @@ static void test_split_bytes(void **state) {
   fuse_ok(g, NULL, "bytes:25M", NULL);
   BUCKETS(g, CF_OP_FUSEDALLREDUCE, "ar0,ar1,ar2,ar3,ar4,ar5,ar6,ar7");
   assert_string_equal(
-      cf_node_str(bucket_with(g, "ar0,ar1,ar2,ar3,ar4,ar5,ar6,ar7"), CF_A_OFFSETS, ""),
+      attr_text(bucket_with(g, "ar0,ar1,ar2,ar3,ar4,ar5,ar6,ar7"), CF_A_OFFSETS, ""),
       "0,256,512,768,1280,3328,3584,3712");
   cf_graph_destroy(g);
   free(xml);
@@ -774,10 +774,10 @@ static void test_split_index(void **state) {
   BUCKETS(g, CF_OP_FUSEDALLREDUCE, want[0].s, want[1].s, want[2].s);
   const cf_node *b = bucket_with(g, want[1].s);
   assert_int_equal(b->n_in, 80);
-  assert_int_equal(list_count(cf_node_str(b, CF_A_MEMBERS, "")), 80);
-  assert_int_equal(list_count(cf_node_str(b, CF_A_OFFSETS, "")), 80);
-  assert_int_equal(list_count(cf_node_str(bucket_with(g, want[0].s), CF_A_MEMBERS, "")), 21);
-  assert_int_equal(list_count(cf_node_str(bucket_with(g, want[2].s), CF_A_MEMBERS, "")), 59);
+  assert_int_equal(list_count(attr_text(b, CF_A_MEMBERS, "")), 80);
+  assert_int_equal(list_count(attr_text(b, CF_A_OFFSETS, "")), 80);
+  assert_int_equal(list_count(attr_text(bucket_with(g, want[0].s), CF_A_MEMBERS, "")), 21);
+  assert_int_equal(list_count(attr_text(bucket_with(g, want[2].s), CF_A_MEMBERS, "")), 59);
   expect_explain(&ex, "ar21", "(split index segment 1, 80 members, 5120 bytes)");
   expect_explain(&ex, "ar159", "(split index segment 2, 59 members, 3776 bytes)");
   assert_int_equal(ex.n, 160);
@@ -951,7 +951,7 @@ static void test_allgather_reducescatter(void **state) {
     assert_int_equal(ag->out[j].shape.dims[1], 4);
   }
   /* the bucket buffer holds the inputs: 128 bytes each */
-  assert_string_equal(cf_node_str(ag, CF_A_OFFSETS, ""), "0,128");
+  assert_string_equal(attr_text(ag, CF_A_OFFSETS, ""), "0,128");
   const cf_node *ag45 = bucket_with(g, "ag4,ag5");
   assert_int_equal(cf_node_layout(ag45), CF_LAYOUT_STACK);
   assert_string_equal(cf_node_str(ag45, CF_A_REASON, ""), "split");
@@ -1156,8 +1156,8 @@ static void test_fusion_id_unrelated_dependency(void **state) {
   cf_graph_destroy(g);
 }
 
-/* rank_size stated or left to the group is one key; a ',' in a name keeps
- * a collective out of buckets (members are a comma list) */
+/* rank_size stated or left to the group is one key; a ',' in a name is an
+ * ordinary character (members is a list: its text writes it `\,`) */
 static void test_key_details(void **state) {
   (void)state;
   static const char xml[] =
@@ -1177,9 +1177,11 @@ static void test_key_details(void **state) {
   cf_graph *g = parse(xml);
   lines ex = {0};
   fuse_ok(g, NULL, NULL, &ex);
-  BUCKETS(g, CF_OP_FUSEDALLREDUCE, "c,d,e", "p1,p2");
-  expect_alone(g, "a,b", CF_OP_ALLREDUCE);
-  expect_explain(&ex, "a,b", "stays alone: its name contains ',' (members are a comma list)");
+  BUCKETS(g, CF_OP_FUSEDALLREDUCE, "a\\,b,c,d,e", "p1,p2");
+  cf_strs m = cf_node_strs(bucket_with(g, "a\\,b,c,d,e"), CF_A_MEMBERS);
+  assert_int_equal(m.n, 4);
+  assert_string_equal(m.v[0], "a,b");
+  expect_explain(&ex, "a,b", "-> 'allreduce_bucket_1'");
   assert_string_equal(cf_node_group(bucket_with(g, "p1,p2")), "pair");
   lines_free(&ex);
   cf_graph_destroy(g);
@@ -1510,7 +1512,7 @@ static void check_fused(const cf_graph *g0, const uint64_t *anc0, int w0, cf_gra
     const cf_node *F = &g->nodes[f];
     if (!is_fused(F->op)) continue;
     n_fused++;
-    const char *mem = cf_node_str(F, CF_A_MEMBERS, NULL);
+    const char *mem = attr_text(F, CF_A_MEMBERS, NULL);
     assert_non_null(mem);
     int cnt = list_count(mem);
     if (cnt < 2 || cnt != F->n_in) fail_msg("%s: %d members, %d operands", F->name, cnt, F->n_in);
@@ -1571,7 +1573,7 @@ static void check_fused(const cf_graph *g0, const uint64_t *anc0, int w0, cf_gra
       if (!same_value(&F->out[k], &M->out[0])) fail_msg("%s port %d changed type", F->name, k);
     }
     /* offsets: one per member, 64-byte aligned, in order, not overlapping */
-    const char *offs = cf_node_str(F, CF_A_OFFSETS, NULL);
+    const char *offs = attr_text(F, CF_A_OFFSETS, NULL);
     assert_non_null(offs);
     assert_int_equal(list_count(offs), cnt);
     int64_t end = 0;

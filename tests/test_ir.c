@@ -106,6 +106,91 @@ static cf_status finish(cf_graph *g) {
   return st ? st : cf_infer(g);
 }
 
+/* ops.def's columns agree with each other: what a fused op stands for, the
+ * attributes its flags imply, one colour per plain collective. */
+static void test_op_table(void **state) {
+  (void)state;
+  assert_int_equal(cf_op_coll(CF_OP_FUSEDALLREDUCE), CF_OP_ALLREDUCE);
+  assert_int_equal(cf_op_coll(CF_OP_MATMULREDUCESCATTER), CF_OP_REDUCESCATTER);
+  assert_int_equal(cf_op_coll(CF_OP_ALLGATHERMATMUL), CF_OP_ALLGATHER);
+  assert_int_equal(cf_op_coll(CF_OP_MATMUL), CF_OP_INVALID);
+  assert_int_equal(cf_op_unfused(CF_OP_FUSEDREDUCESCATTER), CF_OP_REDUCESCATTER);
+  assert_int_equal(cf_op_unfused(CF_OP_MATMULALLREDUCE), CF_OP_MATMULALLREDUCE);
+  assert_int_equal(cf_op_fused(CF_OP_ALLGATHER), CF_OP_FUSEDALLGATHER);
+  assert_int_equal(cf_op_fused(CF_OP_BROADCAST), CF_OP_INVALID);
+  assert_true(cf_op_reduces(CF_OP_REDUCE) && cf_op_rooted(CF_OP_REDUCE));
+  assert_true(!cf_op_reduces(CF_OP_BROADCAST) && cf_op_rooted(CF_OP_BROADCAST));
+  assert_true(!cf_op_reduces(CF_OP_ALLGATHERMATMUL) && !cf_op_rooted(CF_OP_ALLREDUCE));
+  for (int i = 1; i < CF_OP_COUNT; i++) {
+    const cf_op_info *o = &cf_op_table[i];
+    cf_op c = o->coll;
+    assert_int_equal(cf_op_is_collective((cf_op)i), c != CF_OP_INVALID);
+    assert_int_equal(cf_op_reduces((cf_op)i), (o->allowed >> CF_A_REDUCTION) & 1);
+    assert_int_equal(cf_op_rooted((cf_op)i), (o->required >> CF_A_ROOT) & 1);
+    if (c == CF_OP_INVALID) continue;
+    assert_int_equal(cf_op_table[c].cat, CF_CAT_COLLECTIVE);
+    assert_int_equal(cf_op_table[c].coll, c);
+    if (o->cat != CF_CAT_FUSED_MATMUL) { /* a bucket is drawn as its members' op */
+      assert_int_equal(o->look, cf_op_table[c].look);
+      assert_int_equal(cf_op_reduces((cf_op)i), cf_op_reduces(c));
+    }
+    if (o->cat == CF_CAT_FUSED_COLLECTIVE) assert_int_equal(cf_op_fused(c), i);
+  }
+}
+
+/* List attributes read and write the XML's comma form: `\,` is a comma
+ * within an item, `\\` a backslash where a lone one would read as an
+ * escape; other text (a backslash elsewhere) stands for itself. */
+static void test_list_attrs(void **state) {
+  (void)state;
+  cf_graph *g = NULL;
+  int f;
+  char buf[64];
+  assert_int_equal(cf_graph_new(ctx, "lists.xml", &g), CF_OK);
+  assert_int_equal(cf_graph_add_node(g, "f", CF_OP_FUSEDALLREDUCE, 1, &f), CF_OK);
+  static const struct {
+    const char *text;
+    int n;
+    const char *items[4];
+  } cases[] = {
+      {"a,b", 2, {"a", "b"}},       {"", 1, {""}},
+      {"a\\,b,c", 2, {"a,b", "c"}}, {"x\\y,z\\\\", 2, {"x\\y", "z\\"}},
+      {"p\\\\\\,q", 1, {"p\\,q"}},  {",", 2, {"", ""}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    assert_int_equal(cf_node_parse_attr(g, f, CF_A_MEMBERS, cases[c].text, 1), CF_OK);
+    cf_strs m = cf_node_strs(&g->nodes[f], CF_A_MEMBERS);
+    assert_int_equal(m.n, cases[c].n);
+    for (int k = 0; k < m.n; k++)
+      assert_string_equal(m.v[k], cases[c].items[k]);
+    /* the text again, and snprintf's contract on a short buffer */
+    const cf_attr *a = cf_node_attr(&g->nodes[f], CF_A_MEMBERS);
+    assert_int_equal(cf_attr_text(a, buf, sizeof buf), strlen(cases[c].text));
+    assert_string_equal(buf, cases[c].text);
+    assert_int_equal(cf_attr_text(a, buf, 2), strlen(cases[c].text));
+    assert_true(strlen(buf) <= 1 && strncmp(buf, cases[c].text, strlen(buf)) == 0);
+  }
+  const char *names[] = {"a,b", "c\\"};
+  assert_int_equal(cf_node_set_strs(g, f, CF_A_MEMBERS, names, 2), CF_OK);
+  cf_attr_text(cf_node_attr(&g->nodes[f], CF_A_MEMBERS), buf, sizeof buf);
+  assert_string_equal(buf, "a\\,b,c\\\\");
+
+  assert_int_equal(cf_node_parse_attr(g, f, CF_A_OFFSETS, "0,64, 128", 1), CF_OK);
+  cf_ints o = cf_node_ints(&g->nodes[f], CF_A_OFFSETS);
+  assert_int_equal(o.n, 3);
+  assert_int_equal(o.v[2], 128);
+  cf_attr_text(cf_node_attr(&g->nodes[f], CF_A_OFFSETS), buf, sizeof buf);
+  assert_string_equal(buf, "0,64,128");
+  assert_int_equal(cf_node_parse_attr(g, f, CF_A_OFFSETS, "", 1), CF_OK);
+  assert_int_equal(cf_node_ints(&g->nodes[f], CF_A_OFFSETS).n, 0);
+  static const char *bad[] = {"0,", "x", "0;64", "1,99999999999999999999", ",0"};
+  for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++)
+    ASSERT_ERR(cf_node_parse_attr(g, f, CF_A_OFFSETS, bad[b], 3), CF_ERR_INVALID,
+               "is not a comma-separated list of integers");
+  assert_int_equal(cf_node_ints(&g->nodes[f], CF_A_OFFSETS).n, 0); /* unchanged */
+  cf_graph_destroy(g);
+}
+
 static void test_graph_container(void **state) {
   (void)state;
   cf_graph *g = new_graph(2);
@@ -468,6 +553,8 @@ int main(void) {
       cmocka_unit_test(test_excerpts),
       cmocka_unit_test(test_dtypes),
       cmocka_unit_test(test_shapes),
+      cmocka_unit_test(test_op_table),
+      cmocka_unit_test(test_list_attrs),
       cmocka_unit_test(test_graph_container),
       cmocka_unit_test(test_cycle_named),
       cmocka_unit_test(test_structure_errors),

@@ -69,6 +69,16 @@ static void assert_same_graph(const cf_graph *a, const cf_graph *b) {
       case CF_AK_STR: assert_string_equal(x->v.s, y->v.s); break;
       case CF_AK_FLOAT: assert_true(x->v.f == y->v.f); break;
       case CF_AK_SHAPE: assert_true(cf_shape_equal(x->v.shape, y->v.shape)); break;
+      case CF_AK_STRS:
+        assert_int_equal(x->v.strs.n, y->v.strs.n);
+        for (int k = 0; k < x->v.strs.n; k++)
+          assert_string_equal(x->v.strs.v[k], y->v.strs.v[k]);
+        break;
+      case CF_AK_INTS:
+        assert_int_equal(x->v.ints.n, y->v.ints.n);
+        for (int k = 0; k < x->v.ints.n; k++)
+          assert_int_equal(x->v.ints.v[k], y->v.ints.v[k]);
+        break;
       default: assert_int_equal(x->v.i, y->v.i);
       }
     }

@@ -88,12 +88,12 @@ static void totals_of(const cf_graph *g, ar_totals *t) {
   memset(t, 0, sizeof *t);
   for (int i = 0; i < g->n_nodes; i++) {
     const cf_node *n = &g->nodes[i];
-    if (n->op != CF_OP_ALLREDUCE && n->op != CF_OP_FUSEDALLREDUCE) {
+    if (cf_op_unfused(n->op) != CF_OP_ALLREDUCE) { /* AllReduce and its buckets */
       t->other += cf_op_is_collective(n->op);
       continue;
     }
     int64_t b = cf_node_comm_bytes(g, n);
-    t->count += n->op == CF_OP_ALLREDUCE ? 1 : n->n_in;
+    t->count += n->op == CF_OP_ALLREDUCE ? 1 : n->n_in; /* a bucket's members */
     t->bytes += b;
     t->by_dtype[n->out[0].dtype] += b;
     t->by_red[cf_node_reduction(n)] += b;

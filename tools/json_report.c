@@ -8,15 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *cf_report_base_op(cf_op op) {
-  switch (op) {
-  case CF_OP_FUSEDALLREDUCE: return "AllReduce";
-  case CF_OP_FUSEDALLGATHER: return "AllGather";
-  case CF_OP_FUSEDREDUCESCATTER: return "ReduceScatter";
-  default: return cf_op_table[op].name;
-  }
-}
-
 const char *cf_report_reason(const cf_node *n, char *buf, size_t len) {
   const char *r = cf_node_str(n, CF_A_REASON, NULL);
   if (r) return r;
@@ -37,21 +28,13 @@ const char *cf_report_reason(const cf_node *n, char *buf, size_t len) {
 
 static cJSON *members_of(const cf_node *n) {
   cJSON *arr = cJSON_CreateArray();
-  const char *m = cf_node_str(n, CF_A_MEMBERS, NULL);
-  if (!m || cf_op_table[n->op].cat != CF_CAT_FUSED_COLLECTIVE) {
+  cf_strs m = cf_node_strs(n, CF_A_MEMBERS);
+  if (m.n < 0 || cf_op_table[n->op].cat != CF_CAT_FUSED_COLLECTIVE) {
     cJSON_AddItemToArray(arr, cJSON_CreateString(n->name));
     return arr;
   }
-  char buf[4096];
-  while (*m) {
-    size_t k = 0;
-    while (m[k] && m[k] != ',') k++;
-    size_t c = k < sizeof buf - 1 ? k : sizeof buf - 1;
-    memcpy(buf, m, c);
-    buf[c] = 0;
-    cJSON_AddItemToArray(arr, cJSON_CreateString(buf));
-    m += k + (m[k] == ',');
-  }
+  for (int k = 0; k < m.n; k++)
+    cJSON_AddItemToArray(arr, cJSON_CreateString(m.v[k]));
   return arr;
 }
 
@@ -78,26 +61,25 @@ cf_status cf_report_compile_json(const cf_graph *g, int collectives_before,
       cJSON_AddStringToObject(o, "op", cf_op_table[n->op].name);
       /* members: the MatMuls (several for an AllGatherMatmul), then the
        * collective; "matmul" joins the MatMuls' names, "matmuls" lists them */
-      const char *m = cf_node_str(n, CF_A_MEMBERS, "");
-      const char *cut = strrchr(m, ',');
-      size_t mm_len = cut ? (size_t)(cut - m) : 0;
-      char *mm = malloc(mm_len + 1);
+      cf_strs m = cf_node_strs(n, CF_A_MEMBERS);
+      int n_mm = m.n >= 2 ? m.n - 1 : 0;
+      size_t mm_len = 1;
+      for (int j = 0; j < n_mm; j++)
+        mm_len += strlen(m.v[j]) + 1;
+      char *mm = malloc(mm_len), *p = mm;
       if (!mm) {
         cJSON_Delete(o);
         cJSON_Delete(root);
         return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
       }
-      memcpy(mm, m, mm_len);
-      mm[mm_len] = 0;
+      for (int j = 0; j < n_mm; j++)
+        p += sprintf(p, j ? ",%s" : "%s", m.v[j]);
+      *p = 0;
       cJSON_AddStringToObject(o, "matmul", mm);
-      cJSON_AddStringToObject(o, "collective", cut ? cut + 1 : "");
+      cJSON_AddStringToObject(o, "collective", n_mm ? m.v[m.n - 1] : "");
       cJSON *list = cJSON_AddArrayToObject(o, "matmuls");
-      for (char *p = mm; *mm && p;) {
-        char *e = strchr(p, ',');
-        if (e) *e = 0;
-        cJSON_AddItemToArray(list, cJSON_CreateString(p));
-        p = e ? e + 1 : NULL;
-      }
+      for (int j = 0; j < n_mm; j++)
+        cJSON_AddItemToArray(list, cJSON_CreateString(m.v[j]));
       free(mm);
       cJSON_AddItemToArray(fused_mm, o);
     }
@@ -105,11 +87,11 @@ cf_status cf_report_compile_json(const cf_graph *g, int collectives_before,
     const cf_value *in = &g->nodes[n->in[0].node].out[n->in[0].port];
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "name", n->name);
-    cJSON_AddStringToObject(b, "op", cf_report_base_op(n->op));
+    cJSON_AddStringToObject(b, "op", cf_op_table[cf_op_unfused(n->op)].name);
     cJSON_AddItemToObject(b, "members", members_of(n));
     cJSON_AddNumberToObject(b, "bytes", (double)cf_node_comm_bytes(g, n));
     cJSON_AddStringToObject(b, "dtype", cf_dtype_name(in->dtype));
-    if (cf_op_table[n->op].allowed & (1u << CF_A_REDUCTION))
+    if (cf_op_reduces(n->op))
       cJSON_AddStringToObject(b, "reduction", cf_reduction_name(cf_node_reduction(n)));
     else
       cJSON_AddNullToObject(b, "reduction");

@@ -203,8 +203,9 @@ const char *cf_graph_node_op(const cf_graph *g, const char *node);
  * "dtype" and "shape" (of output 0, inferred once verified), "bytes" (what a
  * collective communicates: its full tensor, summed over members; else the
  * output's size) and "members" (a bucket's original collectives, comma
- * separated; a plain collective is its own member; a fused MatMul+collective
- * op lists its MatMuls, then its collective). CF_ERR_INVALID with a
+ * separated as in the XML, where `\,` is a comma within a name; a plain
+ * collective is its own member; a fused MatMul+collective op lists its
+ * MatMuls, then its collective). CF_ERR_INVALID with a
  * message when the node or a value for attr does not exist. */
 cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *attr, char *buf,
                             size_t len);

@@ -93,6 +93,27 @@ def _b(s, what="string"):
     return _nul_free(s if isinstance(s, bytes) else str(s).encode(), what, s)
 
 
+def _split_list(text):
+    """The items of a list attribute's text ("members"): comma-separated,
+    "\\," a comma within an item and "\\\\" a backslash before one (the
+    form collfuse writes, cf_attr_text)."""
+    items, cur, i = [], [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and text[i + 1:i + 2] in (",", "\\"):
+            cur.append(text[i + 1])
+            i += 2
+            continue
+        if c == ",":
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    items.append("".join(cur))
+    return items
+
+
 def _path(p):
     """A C string of a path (str, bytes or os.PathLike), as the file system spells it."""
     return _nul_free(os.fsencode(p), "path", p)
@@ -411,7 +432,7 @@ class Graph:
         MatMul+collective op also has "matmuls", the MatMuls it absorbed."""
         out = []
         for c in self.collectives():
-            op, members = self.op_of(c), self.attr(c, "members").split(",")
+            op, members = self.op_of(c), _split_list(self.attr(c, "members"))
             b = {"name": c, "op": op, "members": members, "bytes": int(self.attr(c, "bytes")),
                  "dtype": self._try_attr(c, "dtype"), "reduction": self._try_attr(c, "reduction"),
                  "group": self._try_attr(c, "group")}

@@ -4,8 +4,9 @@
 # End-to-end checks of the command line (docs/cli.md) on the examples:
 # version and help texts, usage errors (exit 2), `check` on every example,
 # `compile -o` round trips (the output is valid input, and compiling it again
-# is a byte-identical fixpoint), `compile --json` (one JSON object with the
-# documented keys), and that a failed compile leaves no output file behind.
+# is a byte-identical fixpoint, with names holding ',' in fused ops too),
+# `compile --json` (one JSON object with the documented keys), and that a
+# failed compile leaves no output file behind.
 # Every command runs under `timeout 20`. Prints one line per failure and
 # exits 1 if there was any.
 set -u
@@ -131,6 +132,45 @@ for f in "$src"/examples/*.xml; do
     if run check "$work/$b.O0.xml"; then expect_rc 0 "check of -O0 output of $b"; fi
   fi
 done
+
+# ---------------------------------------------------------------- names with ',' in a fused op
+# members is a list: the XML writes an item's ',' as '\,' and a '\' that
+# would read as an escape as '\\'; the output reads back (a fixpoint), runs
+# and verifies, and --json lists the names as they are
+cat >"$work/comma.xml" <<'EOF'
+<graph name="comma" world_size="2">
+  <node name="x" op="Input" dtype="float32" shape="8"/>
+  <node name="y" op="Input" dtype="float32" shape="4"/>
+  <node name="a" op="Input" dtype="float32" shape="4,8"/>
+  <node name="b" op="Input" dtype="float32" shape="8,6"/>
+  <node name="grad,1" op="AllReduce"><input ref="x"/></node>
+  <node name="grad\" op="AllReduce"><input ref="y"/></node>
+  <node name="mm,1" op="MatMul"><input ref="a"/><input ref="b"/></node>
+  <node name="rs,1" op="ReduceScatter"><input ref="mm,1"/></node>
+  <node name="o1" op="Output"><input ref="grad,1"/></node>
+  <node name="o2" op="Output"><input ref="grad\"/></node>
+  <node name="o3" op="Output"><input ref="rs,1"/></node>
+</graph>
+EOF
+if run compile "$work/comma.xml" -o "$work/comma.1.xml" && expect_rc 0 "compile comma.xml"; then
+  has "$work/comma.1.xml" 'members="grad\,1,grad\\"' "comma.xml's bucket" &&
+    has "$work/comma.1.xml" 'members="mm\,1,rs\,1"' "comma.xml's MatmulReduceScatter"
+  if run compile "$work/comma.1.xml" -o "$work/comma.2.xml" && expect_rc 0 "compile comma.1.xml"; then
+    cmp -s "$work/comma.1.xml" "$work/comma.2.xml" ||
+      fail "compile is not a fixpoint on comma.xml: $(diff "$work/comma.1.xml" "$work/comma.2.xml" | head -n 6 | tr '\n' ' ')"
+  fi
+  if run run "$work/comma.1.xml" --verify; then
+    expect_rc 0 "run comma.1.xml --verify" && has "$OUT" "verified" "run comma.1.xml --verify"
+  fi
+fi
+if run compile "$work/comma.xml" --json && expect_rc 0 "compile comma.xml --json"; then
+  python3 - "$OUT" <<'EOF' || fail "compile comma.xml --json: the members are not the names"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [b["members"] for b in d["buckets"]] == [["grad,1", "grad\\"]], d["buckets"]
+assert [m["matmuls"] + [m["collective"]] for m in d["fused_matmul"]] == [["mm,1", "rs,1"]], d
+EOF
+fi
 
 # ---------------------------------------------------------------- compile --json
 cat >"$work/json_check.py" <<'EOF'

@@ -80,6 +80,36 @@ class TestBasics(unittest.TestCase):
         self.assertIn("<graph", g.to_xml())
 
 
+    def test_comma_names(self):
+        # a bucket's members are a list: names holding ',' (or ending in a backslash)
+        # come back whole from buckets(), as `compile --json` lists them
+        xml = """<graph name="comma" world_size="2">
+  <node name="x" op="Input" dtype="float32" shape="8"/>
+  <node name="y" op="Input" dtype="float32" shape="4"/>
+  <node name="a" op="Input" dtype="float32" shape="4,8"/>
+  <node name="b" op="Input" dtype="float32" shape="8,6"/>
+  <node name="grad,1" op="AllReduce"><input ref="x"/></node>
+  <node name="grad\\" op="AllReduce"><input ref="y"/></node>
+  <node name="mm,1" op="MatMul"><input ref="a"/><input ref="b"/></node>
+  <node name="rs,1" op="ReduceScatter"><input ref="mm,1"/></node>
+  <node name="ag,1" op="AllGather"><input ref="x"/></node>
+  <node name="o1" op="Output"><input ref="grad,1"/></node>
+  <node name="o2" op="Output"><input ref="grad\\"/></node>
+  <node name="o3" op="Output"><input ref="rs,1"/></node>
+  <node name="o4" op="Output"><input ref="ag,1"/></node>
+</graph>
+"""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "comma.xml")
+            with open(path, "w") as f:
+                f.write(xml)
+            g = collfuse.load(path)
+            g.compile()
+            got = sorted((b["members"], b.get("matmuls")) for b in g.buckets())
+            self.assertEqual(got, [(["ag,1"], None), (["grad,1", "grad\\"], None),
+                                   (["rs,1"], ["mm,1"])])
+
+
 class TestRun(unittest.TestCase):
     def test_dp_fused_mean(self):
         R, n = 4, 20
