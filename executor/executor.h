@@ -20,6 +20,7 @@
 
 #include "../codegen/codegen.h"
 #include "../ir/ir.h"
+#include "algo.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -369,7 +370,7 @@ cf_comm *cf_mpi_comm(cf_mpi_world *w);
 /* Ranks of the job on this node (MPI_COMM_TYPE_SHARED), and its name. */
 int cf_mpi_local_size(const cf_mpi_world *w);
 const char *cf_mpi_host(const cf_mpi_world *w);
-/* For --algo mpi-native and CF_ALGO_AUTO_MPI_NET: one MPI communicator per
+/* For --algo mpi-native and CF_POLICY_AUTO_MPI_NET: one MPI communicator per
  * group of plan p's collectives (MPI_Comm_create_group, in plan order, so
  * every rank must call it with the same plan before cf_exec_run_comm).
  * No-op for other algorithms. */
@@ -388,28 +389,13 @@ void cf_mpi_test_kill(cf_mpi_world *w, int64_t k);
  * never finalizes. */
 void cf_mpi_world_destroy(cf_mpi_world *w, int exit_code);
 
-/* ================= coll.c, algo_*.c: collective algorithms ================= */
+/* ================= coll.c: collective calls (algo.h: the algorithms) ================= */
 
-typedef enum cf_algo {
-  CF_ALGO_AUTO,   /* by size and mode */
-  CF_ALGO_DIRECT, /* every rank reduces everything from every peer: 1 step */
-  CF_ALGO_RD,     /* recursive doubling (powers of two; else direct) */
-  CF_ALGO_RING,   /* ring reduce-scatter + ring all-gather */
-  CF_ALGO_RSAG,   /* direct reduce-scatter + direct all-gather (rank order) */
-  CF_ALGO_COUNT,  /* collfuse's own algorithms (every transport runs them) are below */
-  CF_ALGO_MPI_NATIVE = CF_ALGO_COUNT + 1, /* the transport's own collectives (MPI's, the
-                                           * native slot): every op, for comparison */
-  /* AUTO as measured on the MPI transport (coll.c; picked by cf_mpi_auto) */
-  CF_ALGO_AUTO_MPI_SHM, /* every rank reaches every other through shared memory */
-  CF_ALGO_AUTO_MPI_NET  /* some ranks talk over a network: MPI's own AllReduce where it won */
-} cf_algo;
-/* transports/mpi.c: what AUTO means on this MPI job (the same on every
- * rank): CF_ALGO_AUTO_MPI_SHM when every rank reaches every other through
+/* transports/mpi.c: what auto means on this MPI job (the same on every
+ * rank): CF_POLICY_AUTO_MPI_SHM when every rank reaches every other through
  * shared memory (one node, and OpenMPI's btl list allows vader/sm), else
- * CF_ALGO_AUTO_MPI_NET. */
-cf_algo cf_mpi_auto(const cf_mpi_world *w);
-const char *cf_algo_name(cf_algo a);
-int cf_algo_parse(const char *s); /* -1 when unknown */
+ * CF_POLICY_AUTO_MPI_NET. */
+cf_algo_policy cf_mpi_auto(const cf_mpi_world *w);
 
 /* A member of an AllGather or ReduceScatter call, in elements: its input
  * at in + in_off and output at out + out_off; count is the elements of one
@@ -435,37 +421,12 @@ typedef struct cf_coll_call {
   int n_segs;
   void *scratch;       /* algorithm scratch, scratch_bytes */
   size_t scratch_bytes;
-  cf_algo algo;        /* resolved: never AUTO */
+  int algo;            /* resolved: a row of cf_algo_table (algo.h) */
   bool deterministic;  /* reduce in rank order */
 } cf_coll_call;
 
-/* Scratch bytes an algorithm needs for a call (so the plan can size it);
- * zero_copy: the transport's recv() reads in place (no staging). */
-size_t cf_coll_scratch_bytes(const cf_coll_desc *d, int n, cf_algo a, bool zero_copy);
-/* The algorithm AUTO picks for desc on n ranks (a pure function of desc, n
- * and the mode, so every rank picks the same). */
-cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo forced);
 /* Run one collective call on this rank. */
 cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call);
-/* The kernels any algorithm may launch for d on n ranks (at most max, 8 is
- * enough); the plan prepares them before ranks start. Returns how many. */
-int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max);
-/* dst = op(src[0], ..., src[k-1]) over n elements, in that order (for the
- * algorithms). final: mean divides by the group size (else sums). */
-void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,
-                    int k, int64_t n, bool final);
-
-/* algo_allreduce.c: AllReduce algorithms */
-cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call);
-cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call);
-cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call);
-cf_status cf_algo_rd(cf_comm *c, cf_device *dev, const cf_coll_call *call);
-/* algo_rooted.c: the other collectives (rank-order, direct) */
-cf_status cf_algo_reduce_scatter(cf_comm *c, cf_device *dev, const cf_coll_call *call);
-cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *call);
-cf_status cf_algo_reduce(cf_comm *c, cf_device *dev, const cf_coll_call *call);
-cf_status cf_algo_broadcast(cf_comm *c, cf_device *dev, const cf_coll_call *call);
-
 /* ================= plan.c, exec.c: plans and runs ================= */
 
 typedef struct cf_run_options {
@@ -474,7 +435,7 @@ typedef struct cf_run_options {
   uint64_t seed;
   bool deterministic;
   double timeout_s;     /* every wait; default 60 */
-  cf_algo algo;         /* forced algorithm or AUTO */
+  cf_algo_req algo;     /* a policy (auto) or a forced algorithm */
   int verbose;
   /* Test hook: called on every rank's copy of the plan after the
    * fingerprint check, so a test can make one rank differ. */
@@ -541,7 +502,8 @@ typedef struct cf_pcoll {
   size_t scratch_bytes;
   cf_coll_seg *segs;
   int n_segs;
-  cf_algo algo;
+  int algo;            /* resolved row of cf_algo_table; fused MatMul ops: -1 (each chunk
+                        * resolves the plan's opt.algo) */
   int in_val, out_val; /* the value the call reads / writes when its buffer is exactly that value, else -1 */
   bool inline_ok;      /* START is followed by its WAIT: run on the rank thread */
   /* fused MatMul+collective ops: desc is one chunk's collective (count of

@@ -63,3 +63,17 @@ bool cf_bench_parse_int(const char *v, long lo, long hi, int *out) {
   *out = (int)x;
   return true;
 }
+
+int cf_bench_ar_columns(cf_algo_req *cols, int max) {
+  int n = 0;
+  if (max > 0) cols[n++] = (cf_algo_req){.policy = CF_POLICY_AUTO};
+  for (int a = 0; a < cf_algo_count && n < max; a++)
+    if (!cf_algo_table[a].native) cols[n++] = cf_algo_forced(a);
+  return n;
+}
+
+int cf_bench_ar_only(const char *word) {
+  cf_algo_req r;
+  if (!word || !cf_algo_parse(word, false, &r)) return -1;
+  return r.policy == CF_POLICY_FORCED ? r.algo : cf_algo_count;
+}

@@ -681,8 +681,8 @@ cf_comm *cf_mpi_comm(cf_mpi_world *w) { return w ? &w->comm : NULL; }
 
 int cf_mpi_local_size(const cf_mpi_world *w) { return w ? w->local_size : 1; }
 
-cf_algo cf_mpi_auto(const cf_mpi_world *w) {
-  return w && w->shm ? CF_ALGO_AUTO_MPI_SHM : CF_ALGO_AUTO_MPI_NET;
+cf_algo_policy cf_mpi_auto(const cf_mpi_world *w) {
+  return w && w->shm ? CF_POLICY_AUTO_MPI_SHM : CF_POLICY_AUTO_MPI_NET;
 }
 
 const char *cf_mpi_host(const cf_mpi_world *w) { return w ? w->host : ""; }
