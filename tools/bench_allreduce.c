@@ -249,20 +249,10 @@ static bool measure_size(ar_world *W, ar_row *row) {
   const ar_options *o = W->o;
   W->count = row->bytes / 4;
   W->iters = row->iters;
-  W->n_algos = 0;
   cf_coll_desc desc = bench_desc(W->count);
   int slot[MAX_COLS];
-  for (int k = 0; k < o->n_cols; k++) {
-    slot[k] = -1;
-    row->run[k] = cf_coll_select(&desc, W->n, false, o->columns[k]);
-    if (k > 0 && o->algo >= 0 && o->columns[k].algo != o->algo) continue;
-    for (int a = 0; a < W->n_algos; a++)
-      if (W->algos[a] == row->run[k]) slot[k] = a;
-    if (slot[k] < 0) {
-      slot[k] = W->n_algos;
-      W->algos[W->n_algos++] = row->run[k];
-    }
-  }
+  W->n_algos = cf_bench_ar_slots(o->columns, o->n_cols, o->algo, &desc, W->n, NULL, row->run, slot,
+                                 W->algos, 0);
   pthread_t th[MAX_RANKS];
   ar_rank R[MAX_RANKS];
   int started = 0;
@@ -674,29 +664,25 @@ static bool mpi_check(mpi_bench *B, const float *out, const float *ref, int64_t 
   return true;
 }
 
+/* direct and rd stage every peer's whole vector: left out above 64 MiB. */
+static bool stages_whole(int algo, const cf_coll_desc *d) {
+  return d->count * 4 > ((int64_t)64 << 20) && (algo == CF_ALGO_DIRECT || algo == CF_ALGO_RD);
+}
+
 /* One size: every selected column and MPI_Allreduce; false with B->error. */
 static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   int64_t count = row->bytes / 4;
   size_t bytes = (size_t)row->bytes, scratch_bytes = 0;
   cf_coll_desc desc = bench_desc(count);
   int algos[MAX_COLS + 1];
-  int n_algos = 1, slot[MAX_COLS];
+  int slot[MAX_COLS];
   algos[0] = CF_ALGO_MPI_NATIVE; /* first: its result is the reference */
-  for (int k = 0; k < o->n_cols; k++) {
-    slot[k] = -1;
-    row->us[k] = 0;
-    /* auto is what `run --backend mpi` picks on this job */
-    cf_algo_req req = k == 0 ? (cf_algo_req){.policy = cf_mpi_auto(B->w)} : o->columns[k];
-    row->run[k] = cf_coll_select(&desc, B->n, false, req);
-    if (k > 0 && o->algo >= 0 && o->columns[k].algo != o->algo) continue;
-    if (bytes > ((size_t)64 << 20) && (row->run[k] == CF_ALGO_DIRECT || row->run[k] == CF_ALGO_RD)) continue;
-    for (int a = 0; a < n_algos; a++)
-      if (algos[a] == row->run[k]) slot[k] = a;
-    if (slot[k] < 0) {
-      slot[k] = n_algos;
-      algos[n_algos++] = row->run[k];
-    }
-  }
+  cf_algo_req cols[MAX_COLS];
+  memcpy(cols, o->columns, sizeof cols);
+  cols[0] = (cf_algo_req){.policy = cf_mpi_auto(B->w)}; /* what `run --backend mpi` picks here */
+  int n_algos = cf_bench_ar_slots(cols, o->n_cols, o->algo, &desc, B->n, stages_whole, row->run,
+                                  slot, algos, 1);
+  for (int k = 0; k < o->n_cols; k++) row->us[k] = 0;
   for (int a = 0; a < n_algos; a++) {
     size_t sb = cf_coll_scratch_bytes(&desc, B->n, algos[a], B->c->ops->zero_copy);
     if (sb > scratch_bytes) scratch_bytes = sb;

@@ -510,17 +510,9 @@ typedef struct ar_row {
 static bool ar_measure(ar_world *W, ar_row *row, int only) {
   W->count = row->bytes / 4;
   W->iters = row->iters;
-  W->n_algos = 0;
   cf_coll_desc desc = ar_desc(W->count);
   int slot[AR_COLS];
-  for (int k = 0; k < W->n_cols; k++) {
-    slot[k] = -1;
-    row->run[k] = cf_coll_select(&desc, W->n, false, W->cols[k]);
-    if (k > 0 && only >= 0 && W->cols[k].algo != only) continue;
-    for (int a = 0; a < W->n_algos; a++)
-      if (W->algos[a] == row->run[k]) slot[k] = a;
-    if (slot[k] < 0) slot[k] = W->n_algos, W->algos[W->n_algos++] = row->run[k];
-  }
+  W->n_algos = cf_bench_ar_slots(W->cols, W->n_cols, only, &desc, W->n, NULL, row->run, slot, W->algos, 0);
   for (int r = 0; r < W->n; r++) {
     W->hin[r] = malloc((size_t)W->count * sizeof(float) + 4);
     if (!W->hin[r]) {

@@ -2,6 +2,8 @@
  * medians, byte counts in options and tables, integer options. */
 #include "tools.h"
 
+#include "../executor/executor.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +45,10 @@ bool cf_bench_parse_sizes(const char *v, int64_t limit, int64_t *sizes, int max,
     errno = 0;
     long long x = strtoll(p, &e, 10);
     if (e == p || errno || x <= 0 || *n == max) return false;
-    int shift = *e == 'K' || *e == 'k' ? 10 : *e == 'M' || *e == 'm' ? 20 : *e == 'G' || *e == 'g' ? 30 : 0;
+    int shift = *e == 'K' || *e == 'k'   ? 10
+                : *e == 'M' || *e == 'm' ? 20
+                : *e == 'G' || *e == 'g' ? 30
+                                         : 0;
     if (shift) e++;
     if (shift && *e == 'i') e++;
     if (*e == 'B') e++;
@@ -76,4 +81,22 @@ int cf_bench_ar_only(const char *word) {
   cf_algo_req r;
   if (!word || !cf_algo_parse(word, false, &r)) return -1;
   return r.policy == CF_POLICY_FORCED ? r.algo : cf_algo_count;
+}
+
+int cf_bench_ar_slots(const cf_algo_req *cols, int n_cols, int only, const cf_coll_desc *d, int n,
+                      bool (*skip)(int algo, const cf_coll_desc *d), int *run, int *slot,
+                      int *algos, int n_algos) {
+  for (int k = 0; k < n_cols; k++) {
+    slot[k] = -1;
+    run[k] = cf_coll_select(d, n, false, cols[k]);
+    if (k > 0 && only >= 0 && cols[k].algo != only) continue;
+    if (skip && skip(run[k], d)) continue;
+    for (int a = 0; a < n_algos; a++)
+      if (algos[a] == run[k]) slot[k] = a;
+    if (slot[k] < 0) {
+      slot[k] = n_algos;
+      algos[n_algos++] = run[k];
+    }
+  }
+  return n_algos;
 }

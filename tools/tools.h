@@ -66,6 +66,15 @@ int cf_bench_ar_columns(cf_algo_req *cols, int max);
 /* bench allreduce --algo WORD: the row whose column alone is kept besides
  * auto's; -1 (no WORD: every column) or cf_algo_count (auto: auto alone). */
 int cf_bench_ar_only(const char *word);
+/* What one size of bench allreduce measures: column k's request resolved
+ * for d on n ranks (run[k]) and the slot of algos that times it (slot[k];
+ * -1 when only, a cf_bench_ar_only row, keeps another column or skip says
+ * the algorithm sits this size out). Columns that resolve to one algorithm
+ * share its slot. algos holds n_algos entries already (the MPI run's
+ * reference); returns how many it holds after. */
+int cf_bench_ar_slots(const cf_algo_req *cols, int n_cols, int only, const cf_coll_desc *d, int n,
+                      bool (*skip)(int algo, const cf_coll_desc *d), int *run, int *slot, int *algos,
+                      int n_algos);
 /* bench_fusion.c: `collfuse bench fusion FILE [--ranks N] [--iters K]
  * [--warmup W] [--split SPEC].. [--quick] [--json]`: the graph unfused, fused and split
  * several ways, against one flat AllReduce of all its bytes; returns the
