@@ -501,7 +501,8 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
                     rank, comm->rank);
   cf_run_options ro = e->ro;
   ro.staged = true;
-  if (ro.algo.policy == CF_POLICY_AUTO) ro.algo.policy = cf_mpi_auto(e->mpi); /* as `run --backend mpi` */
+  if (ro.algo.policy == CF_POLICY_AUTO)
+    ro.algo.policy = cf_mpi_auto(e->mpi); /* as `run --backend mpi` */
   if ((st = cf_plan_build(e->ctx, e->g, &ro, &e->mpi_plan))) return st;
   return cf_mpi_prepare_native(e->mpi, e->mpi_plan);
 }

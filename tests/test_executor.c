@@ -79,7 +79,8 @@ static const cf_dtype all_dts[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16,
 static const cf_algo all_algos[] = {CF_ALGO_DIRECT, CF_ALGO_RSAG, CF_ALGO_RING, CF_ALGO_RD};
 #define N_ALGOS ((int)(sizeof all_algos / sizeof all_algos[0]))
 #define REQ_AUTO ((cf_algo_req){.policy = CF_POLICY_AUTO})
-#define FORCED(a) {.policy = CF_POLICY_FORCED, .algo = (a)}
+#define FORCED(a)                                                                                  \
+  { .policy = CF_POLICY_FORCED, .algo = (a) }
 
 static bool is_int(cf_dtype dt) { return dt >= CF_DT_INT8 && dt <= CF_DT_INT64; }
 
@@ -272,7 +273,7 @@ static void check_elem(const char *cfg, const char *what, int rank, cf_dtype dt,
 
 typedef struct cspec {
   cf_op op;
-  cf_algo_req algo;        /* AllReduce: requested (resolved by cf_coll_select) */
+  cf_algo_req algo; /* AllReduce: requested (resolved by cf_coll_select) */
   cf_dtype dt;
   int red;                 /* -1: none */
   int root;                /* group index; Reduce, Broadcast */
@@ -425,8 +426,14 @@ static void run_coll(const cspec *s) {
 }
 
 static void allreduce(cf_algo algo, cf_dtype dt, int red, int n, int64_t count) {
-  cspec s = {.op = CF_OP_ALLREDUCE, .algo = cf_algo_forced(algo), .dt = dt, .red = red, .n = n, .count = count,
-             .seed = (uint64_t)count * 31 + (uint64_t)n, .mis = (size_t)(count & 1) * (size_t)cf_dtype_size(dt)};
+  cspec s = {.op = CF_OP_ALLREDUCE,
+             .algo = cf_algo_forced(algo),
+             .dt = dt,
+             .red = red,
+             .n = n,
+             .count = count,
+             .seed = (uint64_t)count * 31 + (uint64_t)n,
+             .mis = (size_t)(count & 1) * (size_t)cf_dtype_size(dt)};
   run_coll(&s);
 }
 
@@ -564,8 +571,14 @@ static void test_allreduce_deterministic(void **state) {
           int n = ranks[r];
           void *res[2][MAXR];
           for (int v = 0; v < 2; v++) {
-            cspec s = {.op = CF_OP_ALLREDUCE, .algo = cf_algo_forced(v ? CF_ALGO_RSAG : CF_ALGO_DIRECT), .dt = dts[t],
-                       .red = reds[q], .n = n, .count = counts[c], .det = true, .seed = 7,
+            cspec s = {.op = CF_OP_ALLREDUCE,
+                       .algo = cf_algo_forced(v ? CF_ALGO_RSAG : CF_ALGO_DIRECT),
+                       .dt = dts[t],
+                       .red = reds[q],
+                       .n = n,
+                       .count = counts[c],
+                       .det = true,
+                       .seed = 7,
                        .keep = res[v]};
             run_coll(&s);
           }
@@ -669,8 +682,15 @@ static void test_group_subset(void **state) {
   static const int64_t segs[] = {5, 64, 1};
   for (int t = 0; t < N_DTS; t++) {
     for (int a = 0; a < N_ALGOS; a++) {
-      cspec s = {.op = CF_OP_ALLREDUCE, .algo = cf_algo_forced(all_algos[a]), .dt = all_dts[t], .red = CF_RED_SUM,
-                 .world = 4, .n = 2, .ranks = g31, .count = 1000, .seed = 8};
+      cspec s = {.op = CF_OP_ALLREDUCE,
+                 .algo = cf_algo_forced(all_algos[a]),
+                 .dt = all_dts[t],
+                 .red = CF_RED_SUM,
+                 .world = 4,
+                 .n = 2,
+                 .ranks = g31,
+                 .count = 1000,
+                 .seed = 8};
       run_coll(&s);
       s.world = 5;
       s.n = 3;
@@ -900,7 +920,8 @@ static void test_mismatch_allreduce(void **state) {
   for (int a = 0; a < N_ALGOS; a++)
     for (int n = 2; n <= 4; n++)
       for (int f = M_COUNT; f <= M_RED; f++)
-        for (int bad = 0; bad < n; bad += n - 1) mismatch_case(CF_OP_ALLREDUCE, cf_algo_forced(all_algos[a]), n, bad, (mfield)f);
+        for (int bad = 0; bad < n; bad += n - 1)
+          mismatch_case(CF_OP_ALLREDUCE, cf_algo_forced(all_algos[a]), n, bad, (mfield)f);
 }
 
 static void test_mismatch_other(void **state) {
@@ -983,7 +1004,8 @@ static void vanish_case(cf_op op, cf_algo_req algo, int n, int gone) {
 
 static void test_vanished_rank(void **state) {
   (void)state;
-  for (int a = 0; a < N_ALGOS; a++) vanish_case(CF_OP_ALLREDUCE, cf_algo_forced(all_algos[a]), 4, 2);
+  for (int a = 0; a < N_ALGOS; a++)
+    vanish_case(CF_OP_ALLREDUCE, cf_algo_forced(all_algos[a]), 4, 2);
   vanish_case(CF_OP_ALLREDUCE, cf_algo_forced(CF_ALGO_RING), 3, 0);
   vanish_case(CF_OP_REDUCESCATTER, REQ_AUTO, 3, 1);
   vanish_case(CF_OP_ALLGATHER, REQ_AUTO, 3, 2);
@@ -1166,8 +1188,12 @@ static void test_plan_matches_reference(void **state) {
           cf_graph *g = compile_graph(xmls[x], pipes[p], NULL);
           if (p == 0) assert_true(count_op(g, CF_OP_FUSEDALLREDUCE) > 0);
           cf_algo_req req = a < 0 ? REQ_AUTO : cf_algo_forced(all_algos[a]);
-          cf_run_options opt = {.seed = 17, .iters = a < 0 ? 3 : 1, .warmup = a < 0, .timeout_s = 30,
-                                .algo = req, .deterministic = det};
+          cf_run_options opt = {.seed = 17,
+                                .iters = a < 0 ? 3 : 1,
+                                .warmup = a < 0,
+                                .timeout_s = 30,
+                                .algo = req,
+                                .deterministic = det};
           cf_run_result res;
           char what[96];
           snprintf(what, sizeof what, "graph %d %s algo %s%s", x, p ? "-O0" : "fused",
@@ -1194,7 +1220,10 @@ static void test_plan_deterministic_bitwise(void **state) {
     cf_graph *base_g = NULL; /* owns base's output names */
     for (int c = 0; c < 6; c++) {
       cf_graph *g = compile_graph(xmls[x], cfgs[c].pipe ? cf_pipeline_O0 : cf_pipeline_default, cfgs[c].split);
-      cf_run_options opt = {.seed = 5, .iters = 1, .timeout_s = 30, .deterministic = true,
+      cf_run_options opt = {.seed = 5,
+                            .iters = 1,
+                            .timeout_s = 30,
+                            .deterministic = true,
                             .algo = c % 2 ? cf_algo_forced(CF_ALGO_RING) : REQ_AUTO};
       cf_run_result res;
       if (run_plan(g, &opt, &res, NULL) != CF_OK) fail_msg("run: %s", cf_context_errmsg(ctx));
@@ -1450,8 +1479,11 @@ static void test_plan_partitioned_groups(void **state) {
   static const struct { int world; const char *ranks; } cfgs[] = {
       {4, "0,1|2,3"}, {4, "0,2|1,3"}, {8, "0,1,2,3|4,5,6,7"}, {8, "0,4|1,5|2,6|3,7"},
       {6, "0,2,4|1,3,5"}, {6, "5,1|2,0"}};
-  static const cf_algo_req algos[] = {{.policy = CF_POLICY_AUTO}, FORCED(CF_ALGO_DIRECT), FORCED(CF_ALGO_RD),
-                                      FORCED(CF_ALGO_RING), FORCED(CF_ALGO_RSAG)};
+  static const cf_algo_req algos[] = {{.policy = CF_POLICY_AUTO},
+                                      FORCED(CF_ALGO_DIRECT),
+                                      FORCED(CF_ALGO_RD),
+                                      FORCED(CF_ALGO_RING),
+                                      FORCED(CF_ALGO_RSAG)};
   for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
     char *xml = partitioned_xml(cfgs[k].world, cfgs[k].ranks);
     for (int p = 0; p < 2; p++)

@@ -239,7 +239,7 @@ static void *rank_main(void *arg) {
 typedef struct ar_row {
   int64_t bytes;
   int iters;
-  int run[MAX_COLS];    /* the algorithm each column ran (auto resolved) */
+  int run[MAX_COLS];   /* the algorithm each column ran (auto resolved) */
   double us[MAX_COLS]; /* median microseconds per call; 0: not measured */
   double mpi_us;       /* 0: not measured */
 } ar_row;
@@ -682,7 +682,8 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   cols[0] = (cf_algo_req){.policy = cf_mpi_auto(B->w)}; /* what `run --backend mpi` picks here */
   int n_algos = cf_bench_ar_slots(cols, o->n_cols, o->algo, &desc, B->n, stages_whole, row->run,
                                   slot, algos, 1);
-  for (int k = 0; k < o->n_cols; k++) row->us[k] = 0;
+  for (int k = 0; k < o->n_cols; k++)
+    row->us[k] = 0;
   for (int a = 0; a < n_algos; a++) {
     size_t sb = cf_coll_scratch_bytes(&desc, B->n, algos[a], B->c->ops->zero_copy);
     if (sb > scratch_bytes) scratch_bytes = sb;
@@ -720,7 +721,8 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   for (int a = 0; a < n_algos && ok; a++) us[a] = 1e6 * cf_bench_median(loop_s[a], o->loops);
   if (ok) {
     row->mpi_us = us[0];
-    for (int k = 0; k < o->n_cols; k++) row->us[k] = slot[k] < 0 ? 0 : us[slot[k]];
+    for (int k = 0; k < o->n_cols; k++)
+      row->us[k] = slot[k] < 0 ? 0 : us[slot[k]];
   }
   dev->ops->free(dev, in);
   dev->ops->free(dev, out);

@@ -512,7 +512,8 @@ static bool ar_measure(ar_world *W, ar_row *row, int only) {
   W->iters = row->iters;
   cf_coll_desc desc = ar_desc(W->count);
   int slot[AR_COLS];
-  W->n_algos = cf_bench_ar_slots(W->cols, W->n_cols, only, &desc, W->n, NULL, row->run, slot, W->algos, 0);
+  W->n_algos =
+      cf_bench_ar_slots(W->cols, W->n_cols, only, &desc, W->n, NULL, row->run, slot, W->algos, 0);
   for (int r = 0; r < W->n; r++) {
     W->hin[r] = malloc((size_t)W->count * sizeof(float) + 4);
     if (!W->hin[r]) {
@@ -534,7 +535,8 @@ static bool ar_measure(ar_world *W, ar_row *row, int only) {
   for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
   for (int r = 0; r < W->n; r++) free(W->hin[r]), W->hin[r] = NULL;
   if (atomic_load(&W->failed)) return false;
-  for (int k = 0; k < W->n_cols; k++) row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], W->loops);
+  for (int k = 0; k < W->n_cols; k++)
+    row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], W->loops);
   return true;
 }
 
@@ -621,7 +623,8 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
            "  copy: cuMemcpyDtoD on one GPU, %.1f GB/s (bytes read + written), busbw/copy against "
            "it\n",
            loops, cf_s(loops), f, copy);
-    printf("%6s %5s | %6s %10s %8s %8s %7s |", "size", "K", "auto", "us", "algbw", "busbw", "bb/copy");
+    printf("%6s %5s | %6s %10s %8s %8s %7s |", "size", "K", "auto", "us", "algbw", "busbw",
+           "bb/copy");
     for (int q = 1; q < W.n_cols; q++)
       printf(" %10s", cf_algo_req_name(W.cols[q]));
     printf("\n");
@@ -644,8 +647,8 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
         else
           snprintf(c[q], sizeof c[q], "-");
       }
-      printf("%6s %5d | %6s %10.1f %8.2f %8.2f %7.3f |", sz, row.iters, cf_algo_name(row.run[0]), row.us[0],
-             ab, ab * f, copy > 0 ? ab * f / copy : 0);
+      printf("%6s %5d | %6s %10.1f %8.2f %8.2f %7.3f |", sz, row.iters, cf_algo_name(row.run[0]),
+             row.us[0], ab, ab * f, copy > 0 ? ab * f / copy : 0);
       for (int q = 1; q < W.n_cols; q++)
         printf(" %10s", c[q]);
       printf("\n");

@@ -99,8 +99,7 @@ static const cf_opt run_opts[] = {
      .help = "how fusion=1 collectives are bucketed (see compile --help)"},
     {"--cost", NULL, "A,B[,G]", CF_OPT_STR, RUN_FIELD(cost), .comma_list = true,
      .check = cf_opt_check_cost, .help = "--split auto's cost model (see compile --help)"},
-    {"--algo", NULL, NULL, CF_OPT_STR, RUN_FIELD(algo),
-     .choices_of = cf_opt_algo_choices,
+    {"--algo", NULL, NULL, CF_OPT_STR, RUN_FIELD(algo), .choices_of = cf_opt_algo_choices,
      .help = "force the AllReduce algorithm (auto picks by size);\n"
              "mpi-native (--backend mpi): MPI's own collectives, every op"},
     {"--verify", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(verify),
@@ -654,11 +653,16 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   bool verified = false;
   int64_t peak_unfused = -1;
   mismatch_hook hook = {0};
-  cf_run_options opt = {.iters = a.iters, .warmup = a.warmup, .seed = a.seed,
-                        .deterministic = a.deterministic, .timeout_s = a.timeout,
+  cf_run_options opt = {.iters = a.iters,
+                        .warmup = a.warmup,
+                        .seed = a.seed,
+                        .deterministic = a.deterministic,
+                        .timeout_s = a.timeout,
                         .algo = parse_algo(a.algo),
-                        .verbose = a.verbose, .staged = a.mpi,
-                        .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA : CF_DEVICE_CPU};
+                        .verbose = a.verbose,
+                        .staged = a.mpi,
+                        .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA
+                                                                            : CF_DEVICE_CPU};
   test_hooks(&opt, &hook);
   /* --backend mpi: this process is rank `me` of MPI's world */
   cf_mpi_world *world = NULL;
@@ -674,7 +678,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     }
     comm = cf_mpi_comm(world);
     me = comm->rank;
-    if (opt.algo.policy == CF_POLICY_AUTO) opt.algo.policy = cf_mpi_auto(world); /* as measured on MPI */
+    if (opt.algo.policy == CF_POLICY_AUTO)
+      opt.algo.policy = cf_mpi_auto(world); /* as measured on MPI */
     if (a.ranks && a.ranks != comm->size)
       st = cf_error(
           ctx, CF_ERR_USAGE, NULL, 0,
@@ -721,7 +726,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
       cf_bytes_text(pc->desc.count * cf_dtype_size(pc->desc.dtype), b1, sizeof b1);
       fprintf(stderr, "run:   %s '%s' %s %s over %d rank%s: %s%s\n", cf_op_table[pc->desc.op].name,
               pc->desc.node, b1, cf_dtype_name(pc->desc.dtype), pc->n, cf_s(pc->n),
-              pc->fused_mm ? cf_algo_req_name(opt.algo) : cf_algo_name(pc->algo), pc->inline_ok ? "" : " (overlapped)");
+              pc->fused_mm ? cf_algo_req_name(opt.algo) : cf_algo_name(pc->algo),
+              pc->inline_ok ? "" : " (overlapped)");
     }
   }
   if (!st) st = check_memory(ctx, &a, plan, ref_g, ranks, me, world);

@@ -73,8 +73,8 @@ int cf_bench_ar_only(const char *word);
  * share its slot. algos holds n_algos entries already (the MPI run's
  * reference); returns how many it holds after. */
 int cf_bench_ar_slots(const cf_algo_req *cols, int n_cols, int only, const cf_coll_desc *d, int n,
-                      bool (*skip)(int algo, const cf_coll_desc *d), int *run, int *slot, int *algos,
-                      int n_algos);
+                      bool (*skip)(int algo, const cf_coll_desc *d), int *run, int *slot,
+                      int *algos, int n_algos);
 /* bench_fusion.c: `collfuse bench fusion FILE [--ranks N] [--iters K]
  * [--warmup W] [--split SPEC].. [--quick] [--json]`: the graph unfused, fused and split
  * several ways, against one flat AllReduce of all its bytes; returns the
