@@ -32,7 +32,7 @@ struct cf_options {
   char *passes, *split, *cost, *target; /* NULL: default */
   bool explain, deterministic;
   int ranks; /* 0: the graph's world_size */
-  cf_algo algo;
+  cf_algo_req algo;
   double timeout_s;
   uint64_t seed;
   int64_t max_memory; /* 0: what the machine has available */
@@ -128,11 +128,10 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return CF_OK;
   }
   if (strcmp(key, "algo") == 0) {
-    int a = cf_algo_parse(value);
-    if (a < 0)
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0,
-                      "option algo wants auto, direct, rd, ring, rsag or mpi-native, got '%s'", value);
-    o->algo = (cf_algo)a;
+    char words[256];
+    if (!cf_algo_parse(value, true, &o->algo))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option algo wants %s, got '%s'",
+                      cf_algo_choices(true, ", ", " or ", words, sizeof words), value);
     return CF_OK;
   }
   if (strcmp(key, "timeout") == 0) {
@@ -250,7 +249,7 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
                        .seed = opt ? opt->seed : 0,
                        .deterministic = opt && opt->deterministic,
                        .timeout_s = opt ? opt->timeout_s : 60,
-                       .algo = opt ? opt->algo : CF_ALGO_AUTO};
+                       .algo = opt ? opt->algo : (cf_algo_req){.policy = CF_POLICY_AUTO}};
   e->ro = ro;
   e->max_memory = opt ? opt->max_memory : 0;
   if ((st = cf_plan_build(ctx, g, &ro, &e->plan))) goto fail;
@@ -470,7 +469,8 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
                     rank, w->first);
   cf_run_options ro = e->ro;
   ro.staged = true;
-  if (ro.algo == CF_ALGO_AUTO) ro.algo = cf_mpi_auto(e->mpi); /* as `run --backend mpi` */
+  if (ro.algo.policy == CF_POLICY_AUTO)
+    ro.algo.policy = cf_mpi_auto(e->mpi); /* as `run --backend mpi` */
   if ((st = cf_plan_build(e->ctx, e->g, &ro, &e->mpi_plan))) return st;
   return cf_mpi_prepare_native(e->mpi, e->mpi_plan);
 }

@@ -1,48 +1,145 @@
-/* algo.h - the collective algorithms (coll.c, algo_*.c): which ones exist,
- * how AUTO picks one, and how a collective call runs on one rank. They are
- * written only against the runtime contract (runtime.h: a device and a
- * transport endpoint), so every transport runs every algorithm.
+/* algo.h - collective algorithms as rows of one table, and the policies
+ * that choose among them (algo.c), in the manner of UCC's algorithm tables
+ * (tl/ucp/allreduce/: name, description, run, scratch, supports).
+ *
+ * An algorithm is a row of cf_algo_table: its name (what --algo, the C
+ * API's `algo` option, bench allreduce's columns and docs/executor.md's
+ * table show), what it does, how it runs one call, how much scratch a call
+ * needs, which calls it supports, and what runs instead where it does not.
+ * A policy (`auto` on the threads transport, or on an MPI job over shared
+ * memory or a network) is a short list of measured rules, data in
+ * cf_algo_policies next to the table, that picks a row by rank count and
+ * bytes per rank. A request names either a policy or one row.
+ *
+ * Adding an algorithm: write its run (and scratch and supports) functions
+ * in algo.c, or in a file of its own declared below, and add one row at
+ * the end of cf_algo_table. Nothing else lists algorithms; only the rows
+ * the selection rules and the tests refer to by name have a cf_algo
+ * constant.
+ *
+ * Layering: coll.c (checks, dispatch) -> algo.c (the table, selection) ->
+ * algo_*.c (the algorithms) -> reduce.c (the ordered reduction). Nothing
+ * calls upward.
  */
-#ifndef COLLFUSE_EXECUTOR_ALGO_H
-#define COLLFUSE_EXECUTOR_ALGO_H
+#ifndef CF_EXECUTOR_ALGO_H
+#define CF_EXECUTOR_ALGO_H
 
 #include "../codegen/codegen.h"
+#include "../ir/ir.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+typedef struct cf_comm cf_comm;           /* executor.h: a rank's transport endpoint */
+typedef struct cf_device cf_device;       /* executor.h: a rank's device */
+typedef struct cf_coll_desc cf_coll_desc; /* executor.h: what a rank says about a call */
+typedef struct cf_coll_call cf_coll_call; /* executor.h: one call on one rank */
+
+/* The rows the selection rules and the tests name: indices into
+ * cf_algo_table (a row added at its end needs no constant). */
 typedef enum cf_algo {
-  CF_ALGO_AUTO,   /* by size and mode */
-  CF_ALGO_DIRECT, /* every rank reduces everything from every peer: 1 step */
-  CF_ALGO_RD,     /* recursive doubling (powers of two; else direct) */
-  CF_ALGO_RING,   /* ring reduce-scatter + ring all-gather */
-  CF_ALGO_RSAG,   /* direct reduce-scatter + direct all-gather (rank order) */
-  CF_ALGO_COUNT,  /* collfuse's own algorithms (every transport runs them) are below */
-  CF_ALGO_MPI_NATIVE = CF_ALGO_COUNT + 1, /* the transport's own collectives (MPI's, the
-                                           * native slot): every op, for comparison */
-  /* AUTO as measured on the MPI transport (coll.c; picked by cf_mpi_auto) */
-  CF_ALGO_AUTO_MPI_SHM, /* every rank reaches every other through shared memory */
-  CF_ALGO_AUTO_MPI_NET  /* some ranks talk over a network: MPI's own AllReduce where it won */
+  CF_ALGO_DIRECT,     /* every rank reduces everything from every peer: 1 step; every kind */
+  CF_ALGO_RSAG,       /* direct reduce-scatter + direct all-gather (rank order) */
+  CF_ALGO_RING,       /* ring reduce-scatter + ring all-gather */
+  CF_ALGO_RD,         /* recursive doubling (powers of two; else direct) */
+  CF_ALGO_MPI_NATIVE, /* the transport's own collectives (MPI's, the native slot): every kind */
 } cf_algo;
-const char *cf_algo_name(cf_algo a);
-int cf_algo_parse(const char *s); /* -1 when unknown */
 
-/* The runtime contract's types (runtime.h, which includes this header for
- * cf_algo). */
-typedef struct cf_comm cf_comm;
-typedef struct cf_device cf_device;
-typedef struct cf_coll_desc cf_coll_desc;
-typedef struct cf_coll_call cf_coll_call;
+typedef struct cf_algo_info {
+  const char *name;        /* --algo's word */
+  const char *alias;       /* another accepted spelling, or NULL */
+  const char *description; /* what it does (docs/executor.md's table) */
+  const char *steps;       /* its message rounds, in words (the same table) */
+  const char *order;       /* the order each element is reduced in (the same table) */
+  bool rank_order;         /* reduces each element from all ranks in rank order in one n-ary
+                            * call: bitwise the same for any chunking (--deterministic) */
+  bool exact_mean;         /* integer mean sums in int64 (else partial sums round to the type) */
+  bool native;             /* the transport's own collectives, not collfuse's (run only) */
+  bool segmented;          /* a large AllReduce runs as CF_ALGO_SEGMENT_BYTES pieces */
+  int fallback;            /* the row that runs where this one may not; -1: the auto policy */
+  /* Run one call on this rank (call->algo is this row). */
+  cf_status (*run)(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+  /* Scratch bytes a call on n ranks needs; zero_copy: recv() reads in place. */
+  size_t (*scratch_bytes)(const cf_coll_desc *d, int n, bool zero_copy);
+  /* Whether it runs a collective of this kind on this many ranks and bytes per rank. */
+  bool (*supports)(cf_op kind, int ranks, int64_t bytes);
+} cf_algo_info;
 
-/* Scratch bytes an algorithm needs for a call (so the plan can size it);
- * zero_copy: the transport's recv() reads in place (no staging). */
-size_t cf_coll_scratch_bytes(const cf_coll_desc *d, int n, cf_algo a, bool zero_copy);
-/* The algorithm AUTO picks for desc on n ranks (a pure function of desc, n
- * and the mode, so every rank picks the same). */
-cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo forced);
+extern const cf_algo_info cf_algo_table[];
+extern const int cf_algo_count; /* rows of cf_algo_table */
+
+/* What chooses the algorithm of a call. */
+typedef enum cf_algo_policy {
+  CF_POLICY_AUTO,         /* by size and ranks, as measured on the threads transport */
+  CF_POLICY_AUTO_MPI_SHM, /* as measured on MPI, every rank reaching every other through shm */
+  CF_POLICY_AUTO_MPI_NET, /* as measured on MPI over a network: MPI's own AllReduce where it won */
+  CF_POLICY_FORCED,       /* the row asked for (or its fallback where it may not run) */
+} cf_algo_policy;
+
+/* A request: a policy, or (CF_POLICY_FORCED) one row. Zero is auto. */
+typedef struct cf_algo_req {
+  cf_algo_policy policy;
+  int algo; /* a row of cf_algo_table; CF_POLICY_FORCED only */
+} cf_algo_req;
+
+/* Forcing row a. */
+static inline cf_algo_req cf_algo_forced(int a) {
+  return (cf_algo_req){.policy = CF_POLICY_FORCED, .algo = a};
+}
+
+/* One measured rule of a policy: calls on min_ranks..max_ranks ranks with
+ * min_bytes..max_bytes per rank (0: unbounded) run algo. */
+typedef struct cf_algo_rule {
+  int min_ranks, max_ranks;
+  int64_t min_bytes, max_bytes;
+  int algo;
+} cf_algo_rule;
+
+/* A policy's AllReduce rules, first match wins; a rule whose algorithm may
+ * not run the call (MPI's own under --deterministic) is passed over. When
+ * none matches, otherwise runs (direct when there are fewer elements than
+ * ranks). Other kinds run the first row that supports them. */
+typedef struct cf_algo_policy_info {
+  const char *name;     /* what --algo calls it */
+  const char *measured; /* where the thresholds come from */
+  const cf_algo_rule *rules;
+  int n_rules;
+  int otherwise;
+} cf_algo_policy_info;
+
+extern const cf_algo_policy_info cf_algo_policies[CF_POLICY_FORCED];
+
+/* A large AllReduce runs as segments of this many bytes (algo.c). */
+#define CF_ALGO_SEGMENT_BYTES ((int64_t)4 << 20)
+
+/* ---------------- algo.c: names and selection ---------------- */
+
+/* Row a's name ("?" when out of range). */
+const char *cf_algo_name(int a);
+/* "auto" for a policy, else the forced row's name. */
+const char *cf_algo_req_name(cf_algo_req r);
+/* A policy or row by name (or alias); false when unknown. with_native:
+ * the transport's own rows are accepted. */
+bool cf_algo_parse(const char *s, bool with_native, cf_algo_req *out);
+/* The accepted words joined by sep ("auto|direct|rd|..."), auto first,
+ * then collfuse's rows alphabetically, then (with_native) the transport's:
+ * into buf, truncated to len. Returns buf. */
+const char *cf_algo_choices(bool with_native, const char *sep, const char *last_sep, char *buf,
+                            size_t len);
+/* The row a request resolves to for desc on n ranks (a pure function of
+ * desc, n and the mode, so every rank picks the same). */
+int cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo_req req);
+/* Scratch bytes row a needs for a call (so the plan can size it). */
+size_t cf_coll_scratch_bytes(const cf_coll_desc *d, int n, int a, bool zero_copy);
+
+/* ---------------- coll.c: checks and dispatch ---------------- */
+
 /* Run one collective call on this rank. */
 cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+
+/* ---------------- reduce.c: what every algorithm reduces with ---------------- */
+
 /* The kernels any algorithm may launch for d on n ranks (at most max, 8 is
  * enough); the plan prepares them before ranks start. Returns how many. */
 int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max);
@@ -51,15 +148,18 @@ int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max);
 void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,
                     int k, int64_t n, bool final);
 
-/* algo_allreduce.c: AllReduce algorithms */
+/* ---------------- algo_allreduce.c: AllReduce algorithms ---------------- */
+
 cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_rd(cf_comm *c, cf_device *dev, const cf_coll_call *call);
-/* algo_rooted.c: the other collectives (rank-order, direct) */
+
+/* ---------------- algo_rooted.c: the other collectives (rank order, direct) ---------------- */
+
 cf_status cf_algo_reduce_scatter(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_reduce(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_broadcast(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 
-#endif /* COLLFUSE_EXECUTOR_ALGO_H */
+#endif

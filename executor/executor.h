@@ -96,7 +96,7 @@ typedef struct cf_run_options {
   uint64_t seed;
   bool deterministic;
   double timeout_s; /* every wait; default 60 */
-  cf_algo algo;     /* forced algorithm or AUTO */
+  cf_algo_req algo; /* a policy (auto) or a forced algorithm */
   int verbose;
   const struct cf_run_hooks *hooks; /* tests only (plan.h); NULL in production */
   /* The transport copies into staging (MPI): size the algorithms' scratch

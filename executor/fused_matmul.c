@@ -146,7 +146,7 @@ static void chunk_call(const cf_plan *p, const cf_pcoll *pc, const cf_coll_call 
   *seg = (cf_coll_seg){.in_off = 0, .out_off = 0, .count = seg_count};
   call->segs = seg;
   call->n_segs = 1;
-  call->algo = cf_coll_select(&call->desc, pc->n, p->opt.deterministic, pc->algo);
+  call->algo = cf_coll_select(&call->desc, pc->n, p->opt.deterministic, p->opt.algo);
 }
 
 static cf_status reduce_pipeline(const cf_plan *p, const cf_pcoll *pc, cf_rank_io *io,

@@ -281,7 +281,7 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
                            .node = n->name};
   const cf_group *gr = cf_graph_group(g, cf_node_group(n));
   c->desc.seq = seq[gr ? gr - g->groups : g->n_groups]++;
-  c->algo = p->opt.algo;
+  c->algo = -1; /* each chunk resolves p->opt.algo (fused_matmul.c) */
   c->stage_bytes = align_up(c->chunk_rows * row_elems * es);
   /* scratch: enough for any algorithm the first or the last chunk picks */
   size_t scratch = 0;
@@ -290,7 +290,7 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
   for (int i = 0; i < 2; i++) {
     cf_coll_desc d = c->desc;
     d.count = per_call[i] * (op == CF_OP_ALLGATHER ? cols : row_elems);
-    cf_algo a = cf_coll_select(&d, c->n, p->opt.deterministic, p->opt.algo);
+    int a = cf_coll_select(&d, c->n, p->opt.deterministic, p->opt.algo);
     size_t sb = cf_coll_scratch_bytes(&d, c->n, a, !p->opt.staged);
     if (sb > scratch) scratch = sb;
   }

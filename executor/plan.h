@@ -64,7 +64,8 @@ typedef struct cf_pcoll {
   size_t scratch_bytes;
   cf_coll_seg *segs;
   int n_segs;
-  cf_algo algo;
+  int algo; /* resolved row of cf_algo_table; fused MatMul ops: -1 (each chunk resolves the
+             * plan's opt.algo) */
   int in_val, out_val; /* the value the call reads / writes when its buffer is exactly that value,
                           else -1 */
   bool inline_ok;      /* START is followed by its WAIT: run on the rank thread */

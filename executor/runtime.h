@@ -131,7 +131,7 @@ typedef struct cf_coll_call {
   int n_segs;
   void *scratch; /* algorithm scratch, scratch_bytes */
   size_t scratch_bytes;
-  cf_algo algo;       /* resolved: never AUTO */
+  int algo;           /* resolved: a row of cf_algo_table (algo.h) */
   bool deterministic; /* reduce in rank order */
 } cf_coll_call;
 
@@ -173,8 +173,8 @@ typedef struct cf_comm_ops {
   void (*abort)(cf_comm *c, const char *msg);
   /* True when another rank aborted; its message goes to *msg. */
   bool (*aborted)(cf_comm *c, const char **msg);
-  /* Optional (NULL when absent; coll.c calls it only for calls whose algo
-   * is CF_ALGO_MPI_NATIVE and reports its absence as an error): run the
+  /* Optional (NULL when absent; algo.c's mpi-native row calls it, only for
+   * calls whose algo is CF_ALGO_MPI_NATIVE, and reports its absence as an error): run the
    * whole collective with the transport's own implementation (MPI's
    * collectives), within the scratch cf_coll_scratch_bytes gives
    * CF_ALGO_MPI_NATIVE. */

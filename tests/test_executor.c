@@ -74,6 +74,9 @@ static const cf_dtype all_dts[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16,
 #define N_DTS ((int)(sizeof all_dts / sizeof all_dts[0]))
 static const cf_algo all_algos[] = {CF_ALGO_DIRECT, CF_ALGO_RSAG, CF_ALGO_RING, CF_ALGO_RD};
 #define N_ALGOS ((int)(sizeof all_algos / sizeof all_algos[0]))
+#define REQ_AUTO ((cf_algo_req){.policy = CF_POLICY_AUTO})
+#define FORCED(a)                                                                                  \
+  { .policy = CF_POLICY_FORCED, .algo = (a) }
 
 static bool is_int(cf_dtype dt) { return dt >= CF_DT_INT8 && dt <= CF_DT_INT64; }
 
@@ -273,7 +276,7 @@ static void check_elem(const char *cfg, const char *what, int rank, cf_dtype dt,
 
 typedef struct cspec {
   cf_op op;
-  cf_algo algo;            /* AllReduce: requested (resolved by cf_coll_select) */
+  cf_algo_req algo; /* AllReduce: requested (resolved by cf_coll_select) */
   cf_dtype dt;
   int red;                 /* -1: none */
   int root;                /* group index; Reduce, Broadcast */
@@ -323,8 +326,8 @@ static void run_coll(const cspec *s) {
                     .root = s->root, .layout = s->op == CF_OP_ALLGATHER ? (int)CF_LAYOUT_CONCAT : -1,
                     .group = "g", .node = "node"};
   if (s->op != CF_OP_REDUCE && s->op != CF_OP_BROADCAST) d.root = -1;
-  cf_algo a = cf_coll_select(&d, n, s->det, s->algo == CF_ALGO_AUTO ? CF_ALGO_AUTO : s->algo);
-  assert_true(a != CF_ALGO_AUTO);
+  int a = cf_coll_select(&d, n, s->det, s->algo);
+  assert_true(a >= 0 && a < cf_algo_count);
   char cfg[200];
   describe(s, cfg, sizeof cfg, a);
   prepare(&d, n);
@@ -426,8 +429,14 @@ static void run_coll(const cspec *s) {
 }
 
 static void allreduce(cf_algo algo, cf_dtype dt, int red, int n, int64_t count) {
-  cspec s = {.op = CF_OP_ALLREDUCE, .algo = algo, .dt = dt, .red = red, .n = n, .count = count,
-             .seed = (uint64_t)count * 31 + (uint64_t)n, .mis = (size_t)(count & 1) * (size_t)cf_dtype_size(dt)};
+  cspec s = {.op = CF_OP_ALLREDUCE,
+             .algo = cf_algo_forced(algo),
+             .dt = dt,
+             .red = red,
+             .n = n,
+             .count = count,
+             .seed = (uint64_t)count * 31 + (uint64_t)n,
+             .mis = (size_t)(count & 1) * (size_t)cf_dtype_size(dt)};
   run_coll(&s);
 }
 
@@ -490,7 +499,7 @@ static void test_allreduce_int_mean_no_wrap(void **state) {
         int n = ranks[r];
         cf_coll_desc d = {.op = CF_OP_ALLREDUCE, .dtype = dt, .count = count, .red = CF_RED_MEAN,
                           .root = -1, .layout = -1, .group = "g", .node = "m"};
-        cf_algo al = cf_coll_select(&d, n, false, all_algos[a]);
+        cf_algo al = cf_coll_select(&d, n, false, cf_algo_forced(all_algos[a]));
         prepare(&d, n);
         int es = cf_dtype_size(dt);
         char *in[MAXR], *out[MAXR], *scr[MAXR];
@@ -565,8 +574,14 @@ static void test_allreduce_deterministic(void **state) {
           int n = ranks[r];
           void *res[2][MAXR];
           for (int v = 0; v < 2; v++) {
-            cspec s = {.op = CF_OP_ALLREDUCE, .algo = v ? CF_ALGO_RSAG : CF_ALGO_DIRECT, .dt = dts[t],
-                       .red = reds[q], .n = n, .count = counts[c], .det = true, .seed = 7,
+            cspec s = {.op = CF_OP_ALLREDUCE,
+                       .algo = cf_algo_forced(v ? CF_ALGO_RSAG : CF_ALGO_DIRECT),
+                       .dt = dts[t],
+                       .red = reds[q],
+                       .n = n,
+                       .count = counts[c],
+                       .det = true,
+                       .seed = 7,
                        .keep = res[v]};
             run_coll(&s);
           }
@@ -582,12 +597,13 @@ static void test_allreduce_deterministic(void **state) {
         }
   cf_coll_desc d = {.op = CF_OP_ALLREDUCE, .dtype = CF_DT_FLOAT32, .count = 1 << 20, .red = CF_RED_SUM,
                     .root = -1, .layout = -1, .group = "g"};
-  for (int a = 0; a < CF_ALGO_COUNT; a++)
+  for (int a = -1; a < N_ALGOS; a++) /* auto, then each algorithm forced */
     for (int n = 1; n <= 16; n++) {
-      cf_algo got = cf_coll_select(&d, n, true, (cf_algo)a);
+      cf_algo_req req = a < 0 ? REQ_AUTO : cf_algo_forced(all_algos[a]);
+      int got = cf_coll_select(&d, n, true, req);
       assert_true(got == CF_ALGO_DIRECT || got == CF_ALGO_RSAG);
-      got = cf_coll_select(&d, n, false, (cf_algo)a);
-      assert_true(got != CF_ALGO_AUTO);
+      got = cf_coll_select(&d, n, false, req);
+      assert_true(got >= 0 && got < cf_algo_count && !cf_algo_table[got].native);
       if (got == CF_ALGO_RD) assert_true((n & (n - 1)) == 0);
     }
 }
@@ -669,8 +685,15 @@ static void test_group_subset(void **state) {
   static const int64_t segs[] = {5, 64, 1};
   for (int t = 0; t < N_DTS; t++) {
     for (int a = 0; a < N_ALGOS; a++) {
-      cspec s = {.op = CF_OP_ALLREDUCE, .algo = all_algos[a], .dt = all_dts[t], .red = CF_RED_SUM,
-                 .world = 4, .n = 2, .ranks = g31, .count = 1000, .seed = 8};
+      cspec s = {.op = CF_OP_ALLREDUCE,
+                 .algo = cf_algo_forced(all_algos[a]),
+                 .dt = all_dts[t],
+                 .red = CF_RED_SUM,
+                 .world = 4,
+                 .n = 2,
+                 .ranks = g31,
+                 .count = 1000,
+                 .seed = 8};
       run_coll(&s);
       s.world = 5;
       s.n = 3;
@@ -741,7 +764,7 @@ static void test_sequences(void **state) {
         dr.seq = seq_w;
       }
       out[r][i] = calloc(COUNT * N, sizeof(float));
-      cf_algo a = cf_coll_select(&dr, n, false, all_algos[(i / 5) % N_ALGOS]);
+      cf_algo a = cf_coll_select(&dr, n, false, cf_algo_forced(all_algos[(i / 5) % N_ALGOS]));
       size_t sb = cf_coll_scratch_bytes(&dr, n, a, true);
       scr[r][i] = malloc(sb + 1);
       cf_coll_call *c = &calls[r][ncalls[r]++];
@@ -809,7 +832,7 @@ static void check_mismatch_text(const char *msg, const char *field, const char *
 /* n ranks run op; bad_rank's descriptor differs in field (its own buffers
  * sized to its own descriptor, as a real rank's would be). Every rank must
  * fail with CF_ERR_RUNTIME well before the 2 s timeout. */
-static void mismatch_case(cf_op op, cf_algo algo, int n, int bad_rank, mfield f) {
+static void mismatch_case(cf_op op, cf_algo_req algo, int n, int bad_rank, mfield f) {
   static const char *fname[] = {"count", "dtype", "reduction", "root"};
   int ident[MAXR];
   for (int i = 0; i < MAXR; i++) ident[i] = i;
@@ -847,7 +870,7 @@ static void mismatch_case(cf_op op, cf_algo algo, int n, int bad_rank, mfield f)
   }
   char cfg[128];
   snprintf(cfg, sizeof cfg, "%s %s n=%d: %s differs on rank %d", cf_op_table[op].name,
-           cf_algo_name(algo), n, fname[f], bad_rank);
+           cf_algo_req_name(algo), n, fname[f], bad_rank);
   world W;
   world_open(&W, n, 2.0);
   cf_coll_call calls[MAXR];
@@ -900,7 +923,8 @@ static void test_mismatch_allreduce(void **state) {
   for (int a = 0; a < N_ALGOS; a++)
     for (int n = 2; n <= 4; n++)
       for (int f = M_COUNT; f <= M_RED; f++)
-        for (int bad = 0; bad < n; bad += n - 1) mismatch_case(CF_OP_ALLREDUCE, all_algos[a], n, bad, (mfield)f);
+        for (int bad = 0; bad < n; bad += n - 1)
+          mismatch_case(CF_OP_ALLREDUCE, cf_algo_forced(all_algos[a]), n, bad, (mfield)f);
 }
 
 static void test_mismatch_other(void **state) {
@@ -909,10 +933,10 @@ static void test_mismatch_other(void **state) {
   for (int o = 0; o < 4; o++)
     for (int n = 2; n <= 3; n++)
       for (int bad = 0; bad < n; bad++) {
-        mismatch_case(ops[o], CF_ALGO_AUTO, n, bad, M_COUNT);
-        mismatch_case(ops[o], CF_ALGO_AUTO, n, bad, M_DTYPE);
+        mismatch_case(ops[o], REQ_AUTO, n, bad, M_COUNT);
+        mismatch_case(ops[o], REQ_AUTO, n, bad, M_DTYPE);
         if (ops[o] == CF_OP_REDUCESCATTER || ops[o] == CF_OP_REDUCE)
-          mismatch_case(ops[o], CF_ALGO_AUTO, n, bad, M_RED);
+          mismatch_case(ops[o], REQ_AUTO, n, bad, M_RED);
       }
 }
 
@@ -922,13 +946,13 @@ static void test_mismatch_other(void **state) {
 static void test_mismatch_root(void **state) {
   (void)state;
   for (int n = 2; n <= 3; n++) {
-    mismatch_case(CF_OP_REDUCE, CF_ALGO_AUTO, n, n - 1, M_ROOT);
-    mismatch_case(CF_OP_BROADCAST, CF_ALGO_AUTO, n, n - 1, M_ROOT);
+    mismatch_case(CF_OP_REDUCE, REQ_AUTO, n, n - 1, M_ROOT);
+    mismatch_case(CF_OP_BROADCAST, REQ_AUTO, n, n - 1, M_ROOT);
   }
 }
 
 /* A rank that never calls: the others give up after the timeout, naming it. */
-static void vanish_case(cf_op op, cf_algo algo, int n, int gone) {
+static void vanish_case(cf_op op, cf_algo_req algo, int n, int gone) {
   int ident[MAXR];
   for (int i = 0; i < MAXR; i++) ident[i] = i;
   cf_coll_desc d = {.op = op, .dtype = CF_DT_FLOAT32, .count = 4096, .red = CF_RED_SUM, .root = -1,
@@ -983,12 +1007,13 @@ static void vanish_case(cf_op op, cf_algo algo, int n, int gone) {
 
 static void test_vanished_rank(void **state) {
   (void)state;
-  for (int a = 0; a < N_ALGOS; a++) vanish_case(CF_OP_ALLREDUCE, all_algos[a], 4, 2);
-  vanish_case(CF_OP_ALLREDUCE, CF_ALGO_RING, 3, 0);
-  vanish_case(CF_OP_REDUCESCATTER, CF_ALGO_AUTO, 3, 1);
-  vanish_case(CF_OP_ALLGATHER, CF_ALGO_AUTO, 3, 2);
-  vanish_case(CF_OP_BROADCAST, CF_ALGO_AUTO, 3, 2);
-  vanish_case(CF_OP_BROADCAST, CF_ALGO_AUTO, 3, 0); /* the root itself */
+  for (int a = 0; a < N_ALGOS; a++)
+    vanish_case(CF_OP_ALLREDUCE, cf_algo_forced(all_algos[a]), 4, 2);
+  vanish_case(CF_OP_ALLREDUCE, cf_algo_forced(CF_ALGO_RING), 3, 0);
+  vanish_case(CF_OP_REDUCESCATTER, REQ_AUTO, 3, 1);
+  vanish_case(CF_OP_ALLGATHER, REQ_AUTO, 3, 2);
+  vanish_case(CF_OP_BROADCAST, REQ_AUTO, 3, 2);
+  vanish_case(CF_OP_BROADCAST, REQ_AUTO, 3, 0); /* the root itself */
 }
 
 /* ================= plans and runs ================= */
@@ -1160,16 +1185,21 @@ static void test_plan_matches_reference(void **state) {
   static const char *pipes[] = {cf_pipeline_default, cf_pipeline_O0};
   for (int x = 0; x < 2; x++)
     for (int p = 0; p < 2; p++)
-      for (int a = 0; a < CF_ALGO_COUNT; a++)
+      for (int a = -1; a < N_ALGOS; a++) /* auto, then each algorithm forced */
         for (int det = 0; det < 2; det++) {
           cf_graph *g = compile_graph(xmls[x], pipes[p], NULL);
           if (p == 0) assert_true(count_op(g, CF_OP_FUSEDALLREDUCE) > 0);
-          cf_run_options opt = {.seed = 17, .iters = a == 0 ? 3 : 1, .warmup = a == 0, .timeout_s = 30,
-                                .algo = (cf_algo)a, .deterministic = det};
+          cf_algo_req req = a < 0 ? REQ_AUTO : cf_algo_forced(all_algos[a]);
+          cf_run_options opt = {.seed = 17,
+                                .iters = a < 0 ? 3 : 1,
+                                .warmup = a < 0,
+                                .timeout_s = 30,
+                                .algo = req,
+                                .deterministic = det};
           cf_run_result res;
           char what[96];
           snprintf(what, sizeof what, "graph %d %s algo %s%s", x, p ? "-O0" : "fused",
-                   cf_algo_name((cf_algo)a), det ? " det" : "");
+                   cf_algo_req_name(req), det ? " det" : "");
           if (run_plan(g, &opt, &res, NULL) != CF_OK) fail_msg("%s: run: %s", what, cf_context_errmsg(ctx));
           assert_int_equal(res.ranks, 4);
           assert_true(res.collectives_executed > 0);
@@ -1192,8 +1222,11 @@ static void test_plan_deterministic_bitwise(void **state) {
     cf_graph *base_g = NULL; /* owns base's output names */
     for (int c = 0; c < 6; c++) {
       cf_graph *g = compile_graph(xmls[x], cfgs[c].pipe ? cf_pipeline_O0 : cf_pipeline_default, cfgs[c].split);
-      cf_run_options opt = {.seed = 5, .iters = 1, .timeout_s = 30, .deterministic = true,
-                            .algo = c % 2 ? CF_ALGO_RING : CF_ALGO_AUTO};
+      cf_run_options opt = {.seed = 5,
+                            .iters = 1,
+                            .timeout_s = 30,
+                            .deterministic = true,
+                            .algo = c % 2 ? cf_algo_forced(CF_ALGO_RING) : REQ_AUTO};
       cf_run_result res;
       if (run_plan(g, &opt, &res, NULL) != CF_OK) fail_msg("run: %s", cf_context_errmsg(ctx));
       if (c == 0) {
@@ -1449,7 +1482,11 @@ static void test_plan_partitioned_groups(void **state) {
   static const struct { int world; const char *ranks; } cfgs[] = {
       {4, "0,1|2,3"}, {4, "0,2|1,3"}, {8, "0,1,2,3|4,5,6,7"}, {8, "0,4|1,5|2,6|3,7"},
       {6, "0,2,4|1,3,5"}, {6, "5,1|2,0"}};
-  static const cf_algo algos[] = {CF_ALGO_AUTO, CF_ALGO_DIRECT, CF_ALGO_RD, CF_ALGO_RING, CF_ALGO_RSAG};
+  static const cf_algo_req algos[] = {{.policy = CF_POLICY_AUTO},
+                                      FORCED(CF_ALGO_DIRECT),
+                                      FORCED(CF_ALGO_RD),
+                                      FORCED(CF_ALGO_RING),
+                                      FORCED(CF_ALGO_RSAG)};
   for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
     char *xml = partitioned_xml(cfgs[k].world, cfgs[k].ranks);
     for (int p = 0; p < 2; p++)
@@ -1469,7 +1506,7 @@ static void test_plan_partitioned_groups(void **state) {
         cf_run_result res;
         char what[128];
         snprintf(what, sizeof what, "%d ranks, group %s, %s, algo %s", cfgs[k].world, cfgs[k].ranks,
-                 p ? "-O0" : "fused", cf_algo_name(algos[a]));
+                 p ? "-O0" : "fused", cf_algo_req_name(algos[a]));
         if (run_plan(g, &opt, &res, NULL) != CF_OK) fail_msg("%s: run: %s", what, cf_context_errmsg(ctx));
         assert_int_equal(res.ranks, cfgs[k].world);
         verify_run(xml, &res, 11, what);

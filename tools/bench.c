@@ -6,6 +6,20 @@
  * target, and every pass of the default pipeline, next to the -O0 pipeline
  * as the unfused peer. Each size runs in a child process so the peak RSS it
  * reports belongs to that size alone.
+ *
+ * Where the benchmarks live. The ~3,600 lines of bench_*.c stay in the
+ * collfuse driver rather than a bench/ program of their own: `collfuse
+ * bench ...` is a documented command (docs/cli.md, with its synopses and
+ * option tables held to --help by e2e/doc_cli, the man page, the bash
+ * completion, e2e/bench_coll and e2e/help), and each benchmark measures
+ * the installed executor through the same option tables, compile routine
+ * and error conventions as `run`, so a result reads as what a user gets.
+ * A second program would change that contract (another binary to install,
+ * document and complete) for no gain in layering: the benchmarks already
+ * sit on the top floor (tools/), use only the executor's and passes'
+ * internal headers, and nothing below calls them. bench/ holds what must
+ * not be collfuse: the peers (MPI_Allreduce under its own mpirun, a plain C
+ * loop, BLAS) that the tables compare against.
  */
 #include "tools.h"
 

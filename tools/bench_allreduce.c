@@ -42,11 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MAX_SIZES = 32, MAX_LOOPS = 100, MAX_RANKS = 64, N_COLS = 5 };
-
-/* Table columns: AUTO, then every algorithm forced. */
-static const cf_algo columns[N_COLS] = {CF_ALGO_AUTO, CF_ALGO_DIRECT, CF_ALGO_RSAG, CF_ALGO_RING,
-                                        CF_ALGO_RD};
+enum { MAX_SIZES = 32, MAX_LOOPS = 100, MAX_RANKS = 64, MAX_COLS = CF_BENCH_MAX_COLS };
 
 static const int64_t default_sizes[] = {8,        64,       512,       4 << 10,   16 << 10,
                                         32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20,
@@ -58,7 +54,9 @@ typedef struct ar_options {
   int n_sizes;
   int iters; /* calls per loop; 0: by size */
   int loops; /* timed loops per cell */
-  int algo;  /* -1: every algorithm; else only this column besides AUTO */
+  int algo;  /* -1: every algorithm; else only this row's column besides auto (none: auto alone) */
+  cf_algo_req columns[MAX_COLS]; /* auto, then every algorithm forced (cf_bench_ar_columns) */
+  int n_cols;
   double timeout_s;
   const char *mpi_args; /* extra mpirun arguments, split at spaces */
   bool json, no_mpi;
@@ -88,8 +86,8 @@ typedef struct ar_world {
   /* the current size */
   int64_t count;
   int iters, n_algos;
-  cf_algo algos[N_COLS];            /* distinct algorithms to measure */
-  double loop_s[N_COLS][MAX_LOOPS]; /* rank 0: seconds per call of each loop */
+  int algos[MAX_COLS];                /* distinct algorithms to measure */
+  double loop_s[MAX_COLS][MAX_LOOPS]; /* rank 0: seconds per call of each loop */
   int *ranks;                       /* 0..n-1: the world group */
   const float **in;                 /* every rank's input, for the check */
   int64_t *seq;                     /* per rank: collectives so far */
@@ -121,8 +119,8 @@ static cf_status check_memory(cf_context *ctx, const ar_options *o, int n, bool 
   for (int s = 0; s < o->n_sizes; s++) {
     cf_coll_desc d = bench_desc(o->sizes[s] / 4);
     int64_t scratch = 0;
-    for (int a = CF_ALGO_DIRECT; a < CF_ALGO_COUNT; a++) {
-      int64_t sb = (int64_t)cf_coll_scratch_bytes(&d, n, (cf_algo)a, zero_copy);
+    for (int k = 1; k < o->n_cols; k++) {
+      int64_t sb = (int64_t)cf_coll_scratch_bytes(&d, n, o->columns[k].algo, zero_copy);
       if (sb > scratch) scratch = sb;
     }
     int64_t b = (zero_copy ? 2 : 3) * o->sizes[s] + scratch;
@@ -145,7 +143,7 @@ static void sync_ranks(ar_world *W) { pthread_barrier_wait(&W->bar); }
 /* out against the float64 sum of every rank's input (a sample of at most
  * ~256k elements at large sizes); any summation order is within (n-1)
  * unit roundoffs of the sum of magnitudes. */
-static bool check_at(ar_world *W, int rank, const float *out, cf_algo a, int64_t i) {
+static bool check_at(ar_world *W, int rank, const float *out, int a, int64_t i) {
   double want = 0, mag = 0;
   for (int r = 0; r < W->n; r++) {
     want += W->in[r][i];
@@ -160,7 +158,7 @@ static bool check_at(ar_world *W, int rank, const float *out, cf_algo a, int64_t
   return false;
 }
 
-static bool check(ar_world *W, int rank, const float *out, cf_algo a) {
+static bool check(ar_world *W, int rank, const float *out, int a) {
   int64_t stride = W->count > (1 << 18) ? (W->count >> 18) | 1 : 1;
   for (int64_t i = 0; i < W->count; i += stride)
     if (!check_at(W, rank, out, a, i)) return false;
@@ -242,8 +240,8 @@ static void *rank_main(void *arg) {
 typedef struct ar_row {
   int64_t bytes;
   int iters;
-  cf_algo run[N_COLS]; /* the algorithm each column ran (AUTO resolved) */
-  double us[N_COLS];   /* median microseconds per call; 0: not measured */
+  int run[MAX_COLS];   /* the algorithm each column ran (auto resolved) */
+  double us[MAX_COLS]; /* median microseconds per call; 0: not measured */
   double mpi_us;       /* 0: not measured */
 } ar_row;
 
@@ -252,20 +250,10 @@ static bool measure_size(ar_world *W, ar_row *row) {
   const ar_options *o = W->o;
   W->count = row->bytes / 4;
   W->iters = row->iters;
-  W->n_algos = 0;
   cf_coll_desc desc = bench_desc(W->count);
-  int slot[N_COLS];
-  for (int k = 0; k < N_COLS; k++) {
-    slot[k] = -1;
-    row->run[k] = cf_coll_select(&desc, W->n, false, columns[k]);
-    if (k > 0 && o->algo >= 0 && (int)columns[k] != o->algo) continue;
-    for (int a = 0; a < W->n_algos; a++)
-      if (W->algos[a] == row->run[k]) slot[k] = a;
-    if (slot[k] < 0) {
-      slot[k] = W->n_algos;
-      W->algos[W->n_algos++] = row->run[k];
-    }
-  }
+  int slot[MAX_COLS];
+  W->n_algos = cf_bench_ar_slots(o->columns, o->n_cols, o->algo, &desc, W->n, NULL, row->run, slot,
+                                 W->algos, 0);
   pthread_t th[MAX_RANKS];
   ar_rank R[MAX_RANKS];
   int started = 0;
@@ -281,7 +269,7 @@ static bool measure_size(ar_world *W, ar_row *row) {
   for (int r = 0; r < W->n; r++)
     pthread_join(th[r], NULL);
   if (atomic_load(&W->failed)) return false;
-  for (int k = 0; k < N_COLS; k++)
+  for (int k = 0; k < o->n_cols; k++)
     row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], o->loops);
   return true;
 }
@@ -482,8 +470,10 @@ static void print_header(const ar_options *o, const mpi_peer *m) {
   if (m->why[0]) printf("  mpi: %s%s\n", m->up ? "partial results: " : "not measured: ", m->why);
   if (o->ranks & (o->ranks - 1))
     printf("  rd needs a power-of-two rank count: its column (*) is what ran instead (direct)\n");
-  printf("%6s %5s | %6s %9s %7s %7s | %9s %9s %9s %9s | %9s %7s | %6s\n", "size", "K", "auto", "us",
-         "algbw", "busbw", "direct", "rsag", "ring", "rd", "mpi us", "busbw", "cf/mpi");
+  printf("%6s %5s | %6s %9s %7s %7s |", "size", "K", "auto", "us", "algbw", "busbw");
+  for (int k = 1; k < o->n_cols; k++)
+    printf(" %9s", cf_algo_req_name(o->columns[k]));
+  printf(" | %9s %7s | %6s\n", "mpi us", "busbw", "cf/mpi");
 }
 
 static void cell(double v, const char *fmt, char *buf, size_t len) {
@@ -494,18 +484,20 @@ static void cell(double v, const char *fmt, char *buf, size_t len) {
 }
 
 static void print_row(const ar_options *o, const ar_row *r) {
-  char sz[16], c[N_COLS][16], ab[16], bb[16], mu[16], mb[16], q[16];
+  char sz[16], c[MAX_COLS][16], ab[16], bb[16], mu[16], mb[16], q[16];
   double f = busbw_factor(o->ranks);
   cf_bench_size_text(r->bytes, sz, sizeof sz);
-  for (int k = 0; k < N_COLS; k++) /* '*': the algorithm fell back to another */
-    cell(r->us[k], k && r->run[k] != columns[k] ? "%.1f*" : "%.1f", c[k], sizeof c[k]);
+  for (int k = 0; k < o->n_cols; k++) /* '*': the algorithm fell back to another */
+    cell(r->us[k], k && r->run[k] != o->columns[k].algo ? "%.1f*" : "%.1f", c[k], sizeof c[k]);
   cell(cf_bench_gbps(r->bytes, r->us[0]), "%.2f", ab, sizeof ab);
   cell(cf_bench_gbps(r->bytes, r->us[0]) * f, "%.2f", bb, sizeof bb);
   cell(r->mpi_us, "%.1f", mu, sizeof mu);
   cell(cf_bench_gbps(r->bytes, r->mpi_us) * f, "%.2f", mb, sizeof mb);
   cell(r->us[0] > 0 && r->mpi_us > 0 ? r->mpi_us / r->us[0] : 0, "%.2f", q, sizeof q);
-  printf("%6s %5d | %6s %9s %7s %7s | %9s %9s %9s %9s | %9s %7s | %6s\n", sz, r->iters,
-         cf_algo_name(r->run[0]), c[0], ab, bb, c[1], c[2], c[3], c[4], mu, mb, q);
+  printf("%6s %5d | %6s %9s %7s %7s |", sz, r->iters, cf_algo_name(r->run[0]), c[0], ab, bb);
+  for (int k = 1; k < o->n_cols; k++)
+    printf(" %9s", c[k]);
+  printf(" | %9s %7s | %6s\n", mu, mb, q);
   fflush(stdout);
 }
 
@@ -524,10 +516,10 @@ static cJSON *row_json(const ar_options *o, const ar_row *r) {
   cJSON_AddNumberToObject(j, "iters", r->iters);
   cJSON_AddStringToObject(j, "auto_algo", cf_algo_name(r->run[0]));
   cJSON *c = cJSON_AddObjectToObject(j, "collfuse");
-  for (int k = 0; k < N_COLS; k++) {
+  for (int k = 0; k < o->n_cols; k++) {
     cJSON *t = timing_json(r->bytes, r->us[k], o->ranks);
     if (cJSON_IsObject(t)) cJSON_AddStringToObject(t, "algo_run", cf_algo_name(r->run[k]));
-    cJSON_AddItemToObject(c, cf_algo_name(columns[k]), t);
+    cJSON_AddItemToObject(c, cf_algo_req_name(o->columns[k]), t);
   }
   cJSON_AddItemToObject(j, "mpi", timing_json(r->bytes, r->mpi_us, o->ranks));
   if (r->us[0] > 0 && r->mpi_us > 0)
@@ -550,7 +542,7 @@ static const cf_opt ar_opts[] = {
      .help = "byte counts such as 8,64K,1M (multiples of 4, at most 1G;\n"
              "--device cuda 4G; default 8 B..256 MiB)"},
     {"--algo", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, algo),
-     .choices = "auto|direct|rd|ring|rsag",
+     .choices_of = cf_opt_algo_choices_own,
      .help = "keep only this algorithm's column (and auto's)"},
     {"--iters", NULL, "K", CF_OPT_INT, offsetof(cf_ar_args, iters), 1, 1000000,
      .help = "calls per loop (default about 32 MiB per loop)"},
@@ -595,7 +587,8 @@ static int parse_options(const cf_ar_args *a, ar_options *o) {
   if (a->ranks) o->ranks = a->ranks;
   if (a->loops) o->loops = a->loops;
   o->iters = a->iters;
-  if (a->algo) o->algo = cf_algo_parse(a->algo);
+  o->n_cols = cf_bench_ar_columns(o->columns, MAX_COLS);
+  o->algo = cf_bench_ar_only(a->algo);
   if (a->sizes &&
       !cf_bench_parse_sizes(a->sizes, (int64_t)1 << 30, o->sizes, MAX_SIZES, &o->n_sizes))
     return usage("--sizes wants up to 32 byte counts such as 8,64K,1M (multiples of 4, at most "
@@ -656,7 +649,7 @@ static bool mpi_calls(mpi_bench *B, cf_coll_call *call, int iters) {
   return true;
 }
 
-static bool mpi_check(mpi_bench *B, const float *out, const float *ref, int64_t count, cf_algo a) {
+static bool mpi_check(mpi_bench *B, const float *out, const float *ref, int64_t count, int a) {
   int64_t stride = count > (1 << 18) ? (count >> 18) | 1 : 1;
   double tol = 2.0 * B->n * B->n * FLT_EPSILON;
   for (int64_t j = 0; j <= count; j += stride) {
@@ -672,28 +665,26 @@ static bool mpi_check(mpi_bench *B, const float *out, const float *ref, int64_t 
   return true;
 }
 
+/* direct and rd stage every peer's whole vector: left out above 64 MiB. */
+static bool stages_whole(int algo, const cf_coll_desc *d) {
+  return d->count * 4 > ((int64_t)64 << 20) && (algo == CF_ALGO_DIRECT || algo == CF_ALGO_RD);
+}
+
 /* One size: every selected column and MPI_Allreduce; false with B->error. */
 static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   int64_t count = row->bytes / 4;
   size_t bytes = (size_t)row->bytes, scratch_bytes = 0;
   cf_coll_desc desc = bench_desc(count);
-  cf_algo algos[N_COLS + 1];
-  int n_algos = 1, slot[N_COLS];
+  int algos[MAX_COLS + 1];
+  int slot[MAX_COLS];
   algos[0] = CF_ALGO_MPI_NATIVE; /* first: its result is the reference */
-  for (int k = 0; k < N_COLS; k++) {
-    slot[k] = -1;
+  cf_algo_req cols[MAX_COLS];
+  memcpy(cols, o->columns, sizeof cols);
+  cols[0] = (cf_algo_req){.policy = cf_mpi_auto(B->w)}; /* what `run --backend mpi` picks here */
+  int n_algos = cf_bench_ar_slots(cols, o->n_cols, o->algo, &desc, B->n, stages_whole, row->run,
+                                  slot, algos, 1);
+  for (int k = 0; k < o->n_cols; k++)
     row->us[k] = 0;
-    /* auto is what `run --backend mpi` picks on this job */
-    row->run[k] = cf_coll_select(&desc, B->n, false, k == 0 ? cf_mpi_auto(B->w) : columns[k]);
-    if (k > 0 && o->algo >= 0 && (int)columns[k] != o->algo) continue;
-    if (bytes > ((size_t)64 << 20) && (row->run[k] == CF_ALGO_DIRECT || row->run[k] == CF_ALGO_RD)) continue;
-    for (int a = 0; a < n_algos; a++)
-      if (algos[a] == row->run[k]) slot[k] = a;
-    if (slot[k] < 0) {
-      slot[k] = n_algos;
-      algos[n_algos++] = row->run[k];
-    }
-  }
   for (int a = 0; a < n_algos; a++) {
     size_t sb = cf_coll_scratch_bytes(&desc, B->n, algos[a], B->c->ops->zero_copy);
     if (sb > scratch_bytes) scratch_bytes = sb;
@@ -710,8 +701,8 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   }
   /* warm-up and check every algorithm, then time them round-robin, so a
    * noisy neighbour or a frequency change hits every column alike */
-  double loop_s[N_COLS + 1][MAX_LOOPS], us[N_COLS + 1] = {0};
-  cf_coll_call call[N_COLS + 1];
+  double loop_s[MAX_COLS + 1][MAX_LOOPS], us[MAX_COLS + 1] = {0};
+  cf_coll_call call[MAX_COLS + 1];
   for (int a = 0; a < n_algos && ok; a++) {
     call[a] = (cf_coll_call){.desc = desc, .ranks = B->ranks, .n = B->n, .me = B->me, .in = in, .out = out,
                              .scratch = scratch, .scratch_bytes = scratch_bytes ? scratch_bytes : 64,
@@ -731,7 +722,8 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   for (int a = 0; a < n_algos && ok; a++) us[a] = 1e6 * cf_bench_median(loop_s[a], o->loops);
   if (ok) {
     row->mpi_us = us[0];
-    for (int k = 0; k < N_COLS; k++) row->us[k] = slot[k] < 0 ? 0 : us[slot[k]];
+    for (int k = 0; k < o->n_cols; k++)
+      row->us[k] = slot[k] < 0 ? 0 : us[slot[k]];
   }
   dev->ops->free(dev, in);
   dev->ops->free(dev, out);

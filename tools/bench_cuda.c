@@ -373,8 +373,7 @@ int cf_bench_reduce_cuda(cf_context *ctx, const cf_red_args *a) {
 
 /* ================= bench allreduce --device cuda ================= */
 
-static const cf_algo ar_columns[] = {CF_ALGO_AUTO, CF_ALGO_DIRECT, CF_ALGO_RSAG, CF_ALGO_RING, CF_ALGO_RD};
-enum { AR_COLS = sizeof ar_columns / sizeof ar_columns[0] };
+enum { AR_COLS = CF_BENCH_MAX_COLS };
 
 typedef struct ar_world {
   int n, loops, iters;
@@ -386,7 +385,9 @@ typedef struct ar_world {
   atomic_int failed;
   pthread_mutex_t lock;
   char error[512];
-  cf_algo algos[AR_COLS];
+  cf_algo_req cols[AR_COLS]; /* auto, then every algorithm forced (cf_bench_ar_columns) */
+  int n_cols;
+  int algos[AR_COLS];
   int n_algos;
   double loop_s[AR_COLS][MAX_SAMPLES];
   int *ranks;
@@ -428,7 +429,7 @@ static bool ar_calls(ar_world *W, int rank, cf_comm *c, cf_device *dev, cf_coll_
 }
 
 /* A sample of out against the float64 sum of the inputs. */
-static void ar_check(ar_world *W, int rank, cf_device *dev, const float *out, cf_algo a) {
+static void ar_check(ar_world *W, int rank, cf_device *dev, const float *out, int a) {
   int64_t stride = W->count > 4096 ? W->count / 4093 : 1;
   float v;
   for (int64_t i = 0; i < W->count && !atomic_load(&W->failed); i += stride) {
@@ -503,24 +504,17 @@ static void *ar_rank_main(void *arg) {
 typedef struct ar_row {
   int64_t bytes;
   int iters;
-  cf_algo run[AR_COLS];
+  int run[AR_COLS];
   double us[AR_COLS];
 } ar_row;
 
 static bool ar_measure(ar_world *W, ar_row *row, int only) {
   W->count = row->bytes / 4;
   W->iters = row->iters;
-  W->n_algos = 0;
   cf_coll_desc desc = ar_desc(W->count);
   int slot[AR_COLS];
-  for (int k = 0; k < AR_COLS; k++) {
-    slot[k] = -1;
-    row->run[k] = cf_coll_select(&desc, W->n, false, ar_columns[k]);
-    if (k > 0 && only >= 0 && (int)ar_columns[k] != only) continue;
-    for (int a = 0; a < W->n_algos; a++)
-      if (W->algos[a] == row->run[k]) slot[k] = a;
-    if (slot[k] < 0) slot[k] = W->n_algos, W->algos[W->n_algos++] = row->run[k];
-  }
+  W->n_algos =
+      cf_bench_ar_slots(W->cols, W->n_cols, only, &desc, W->n, NULL, row->run, slot, W->algos, 0);
   for (int r = 0; r < W->n; r++) {
     W->hin[r] = malloc((size_t)W->count * sizeof(float) + 4);
     if (!W->hin[r]) {
@@ -542,7 +536,8 @@ static bool ar_measure(ar_world *W, ar_row *row, int only) {
   for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
   for (int r = 0; r < W->n; r++) free(W->hin[r]), W->hin[r] = NULL;
   if (atomic_load(&W->failed)) return false;
-  for (int k = 0; k < AR_COLS; k++) row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], W->loops);
+  for (int k = 0; k < W->n_cols; k++)
+    row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], W->loops);
   return true;
 }
 
@@ -571,8 +566,9 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
   if (a->iters > 100000)
     return usage("allreduce", "--iters takes 1..100000 with --device cuda, got '%s'", got);
   if (a->iters) iters = a->iters;
-  if (a->algo) only = cf_algo_parse(a->algo);
+  only = cf_bench_ar_only(a->algo);
   ar_world W = {.n = ranks, .loops = loops};
+  W.n_cols = cf_bench_ar_columns(W.cols, AR_COLS);
   cf_status st = cf_device_cuda_create(ctx, -1, &W.dev);
   if (st) return cf_tool_fail(ctx, st);
   int64_t max_bytes = 0;
@@ -628,8 +624,11 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
            "  copy: cuMemcpyDtoD on one GPU, %.1f GB/s (bytes read + written), busbw/copy against "
            "it\n",
            loops, cf_s(loops), f, copy);
-    printf("%6s %5s | %6s %10s %8s %8s %7s | %10s %10s %10s %10s\n", "size", "K", "auto", "us", "algbw", "busbw",
-           "bb/copy", "direct", "rsag", "ring", "rd");
+    printf("%6s %5s | %6s %10s %8s %8s %7s |", "size", "K", "auto", "us", "algbw", "busbw",
+           "bb/copy");
+    for (int q = 1; q < W.n_cols; q++)
+      printf(" %10s", cf_algo_req_name(W.cols[q]));
+    printf("\n");
   }
   for (int s = 0; s < n_sizes; s++) {
     int64_t k = ((int64_t)256 << 20) / sizes[s];
@@ -643,14 +642,17 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
     if (!json) {
       char sz[24], c[AR_COLS][24];
       cf_bench_size_text(row.bytes, sz, sizeof sz);
-      for (int q = 1; q < AR_COLS; q++) {
+      for (int q = 1; q < W.n_cols; q++) {
         if (row.us[q] > 0)
-          snprintf(c[q], sizeof c[q], row.run[q] != ar_columns[q] ? "%.1f*" : "%.1f", row.us[q]);
+          snprintf(c[q], sizeof c[q], row.run[q] != W.cols[q].algo ? "%.1f*" : "%.1f", row.us[q]);
         else
           snprintf(c[q], sizeof c[q], "-");
       }
-      printf("%6s %5d | %6s %10.1f %8.2f %8.2f %7.3f | %10s %10s %10s %10s\n", sz, row.iters,
-             cf_algo_name(row.run[0]), row.us[0], ab, ab * f, copy > 0 ? ab * f / copy : 0, c[1], c[2], c[3], c[4]);
+      printf("%6s %5d | %6s %10.1f %8.2f %8.2f %7.3f |", sz, row.iters, cf_algo_name(row.run[0]),
+             row.us[0], ab, ab * f, copy > 0 ? ab * f / copy : 0);
+      for (int q = 1; q < W.n_cols; q++)
+        printf(" %10s", c[q]);
+      printf("\n");
       fflush(stdout);
     }
     cJSON *j = cJSON_CreateObject();
@@ -658,12 +660,12 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
     cJSON_AddNumberToObject(j, "iters", row.iters);
     cJSON_AddStringToObject(j, "auto_algo", cf_algo_name(row.run[0]));
     cJSON *cols = cJSON_AddObjectToObject(j, "collfuse");
-    for (int q = 0; q < AR_COLS; q++) {
+    for (int q = 0; q < W.n_cols; q++) {
       if (row.us[q] <= 0) {
-        cJSON_AddNullToObject(cols, cf_algo_name(ar_columns[q]));
+        cJSON_AddNullToObject(cols, cf_algo_req_name(W.cols[q]));
         continue;
       }
-      cJSON *t = cJSON_AddObjectToObject(cols, cf_algo_name(ar_columns[q]));
+      cJSON *t = cJSON_AddObjectToObject(cols, cf_algo_req_name(W.cols[q]));
       cJSON_AddNumberToObject(t, "us", row.us[q]);
       cJSON_AddNumberToObject(t, "algbw_gbps", cf_bench_gbps(row.bytes, row.us[q]));
       cJSON_AddNumberToObject(t, "busbw_gbps", cf_bench_gbps(row.bytes, row.us[q]) * f);

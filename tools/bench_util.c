@@ -45,3 +45,35 @@ bool cf_bench_parse_int(const char *v, long lo, long hi, int *out) {
   *out = (int)x;
   return true;
 }
+
+int cf_bench_ar_columns(cf_algo_req *cols, int max) {
+  int n = 0;
+  if (max > 0) cols[n++] = (cf_algo_req){.policy = CF_POLICY_AUTO};
+  for (int a = 0; a < cf_algo_count && n < max; a++)
+    if (!cf_algo_table[a].native) cols[n++] = cf_algo_forced(a);
+  return n;
+}
+
+int cf_bench_ar_only(const char *word) {
+  cf_algo_req r;
+  if (!word || !cf_algo_parse(word, false, &r)) return -1;
+  return r.policy == CF_POLICY_FORCED ? r.algo : cf_algo_count;
+}
+
+int cf_bench_ar_slots(const cf_algo_req *cols, int n_cols, int only, const cf_coll_desc *d, int n,
+                      bool (*skip)(int algo, const cf_coll_desc *d), int *run, int *slot,
+                      int *algos, int n_algos) {
+  for (int k = 0; k < n_cols; k++) {
+    slot[k] = -1;
+    run[k] = cf_coll_select(d, n, false, cols[k]);
+    if (k > 0 && only >= 0 && cols[k].algo != only) continue;
+    if (skip && skip(run[k], d)) continue;
+    for (int a = 0; a < n_algos; a++)
+      if (algos[a] == run[k]) slot[k] = a;
+    if (slot[k] < 0) {
+      slot[k] = n_algos;
+      algos[n_algos++] = run[k];
+    }
+  }
+  return n_algos;
+}

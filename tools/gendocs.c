@@ -65,16 +65,19 @@ static void roff_prose(FILE *f, const char *text) {
   if (literal) fputs(".fi\n", f);
 }
 
-static const char *value_name(const cf_opt *o) { return o->value ? o->value : o->choices; }
+static const char *value_name(const cf_opt *o, char *buf) {
+  return o->value ? o->value : cf_opt_choices(o, buf);
+}
 
 /* "[\fB--name\fR \fIVALUE\fR]..." */
 static void roff_synopsis_item(FILE *f, const cf_opt *o) {
   fputs("[\\fB", f);
   roff_str(f, o->name);
   fputs("\\fR", f);
-  if (value_name(o)) {
+  char buf[CF_OPT_CHOICES_MAX];
+  if (value_name(o, buf)) {
     fputs("\\ \\fI", f); /* an unbreakable space: option and value stay on one line */
-    roff_str(f, value_name(o));
+    roff_str(f, value_name(o, buf));
     fputs("\\fR", f);
   }
   fputs(o->kind == CF_OPT_LIST ? "]...\n" : "]\n", f);
@@ -103,9 +106,10 @@ static void man_command(FILE *f, const cf_command *c) {
       roff_str(f, o->alias);
     }
     fputs("\\fR", f);
-    if (value_name(o)) {
+    char buf[CF_OPT_CHOICES_MAX];
+    if (value_name(o, buf)) {
       fputs(" \\fI", f);
-      roff_str(f, value_name(o));
+      roff_str(f, value_name(o, buf));
       fputs("\\fR", f);
     }
     fputc('\n', f);
@@ -199,7 +203,7 @@ static void man_page(FILE *f) {
 static const char *value_kind(const cf_opt *o) {
   const char *v = o->value ? o->value : "";
   if (o->kind == CF_OPT_FLAG) return NULL;
-  if (o->choices) return "choice";
+  if (o->choices || o->choices_of) return "choice";
   if (o->check == cf_opt_check_target) return "target";
   if (o->check == cf_opt_check_passes) return "passes";
   /* bench fusion's --split wraps cf_opt_check_split in a check of its own */
@@ -220,9 +224,10 @@ static void bash_option_case(FILE *f, const cf_command *c, const cf_opt *o, cons
   const char *kind = value_kind(o);
   if (!kind) return;
   fprintf(f, "    '%s %s') _cf_kind=%s", c->name, spelling, kind);
-  if (o->choices) {
+  char buf[CF_OPT_CHOICES_MAX];
+  if (cf_opt_choices(o, buf)) {
     fputs(" _cf_words='", f);
-    words(f, o->choices);
+    words(f, cf_opt_choices(o, buf));
     fputc('\'', f);
   }
   fputs(" ;;\n", f);

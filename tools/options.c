@@ -12,6 +12,7 @@
  */
 #include "tools.h"
 
+#include "../executor/algo.h"
 #include "../frontend/frontend.h"
 
 #include <errno.h>
@@ -48,9 +49,9 @@ static bool is_choice(const char *choices, const char *v) {
 
 /* "--backend wants threads or mpi, got 'x'" + the closest choice. */
 static int bad_choice(const cf_command *c, const cf_opt *o, const char *v) {
-  char words[16][32], list[600] = "", dym[96], msg[800];
+  char words[16][32], list[600] = "", dym[96], msg[800], buf[CF_OPT_CHOICES_MAX];
   int n = 0;
-  for (const char *p = o->choices; *p && n < 16;) {
+  for (const char *p = cf_opt_choices(o, buf); *p && n < 16;) {
     size_t k = strcspn(p, "|");
     snprintf(words[n++], sizeof words[0], "%.*s", (int)k, p);
     p += k + (p[k] == '|');
@@ -107,7 +108,9 @@ static int set_value(const cf_command *c, const cf_opt *o, const char *v, void *
              o->name, v);
     return cf_tool_usage(c->name, "%s", why);
   }
-  if (o->choices && !is_choice(o->choices, v)) return bad_choice(c, o, v);
+  char buf[CF_OPT_CHOICES_MAX];
+  const char *choices = cf_opt_choices(o, buf);
+  if (choices && !is_choice(choices, v)) return bad_choice(c, o, v);
   switch (o->kind) {
   case CF_OPT_FLAG: break;
   case CF_OPT_STR: *(const char **)field = v; break;
@@ -208,14 +211,21 @@ void cf_opts_wrap(FILE *f, const char *text, int col, int indent) {
   }
 }
 
-static const char *value_name(const cf_opt *o) { return o->value ? o->value : o->choices; }
+const char *cf_opt_choices(const cf_opt *o, char *buf) {
+  return o->choices_of ? o->choices_of(buf, CF_OPT_CHOICES_MAX) : o->choices;
+}
+
+static const char *value_name(const cf_opt *o, char *buf) {
+  return o->value ? o->value : cf_opt_choices(o, buf);
+}
 
 static void synopsis(const cf_command *c, FILE *f) {
   int col = fprintf(f, "usage: collfuse %s", c->name), indent = col + 1;
   char item[160];
   if (c->args) col += fprintf(f, " %s", c->args);
   for (const cf_opt *o = c->opts; o && o->name; o++) {
-    const char *vn = value_name(o);
+    char buf[CF_OPT_CHOICES_MAX];
+    const char *vn = value_name(o, buf);
     int k = vn ? snprintf(item, sizeof item, "[%s %s]%s", o->name, vn,
                           o->kind == CF_OPT_LIST ? "..." : "")
                : snprintf(item, sizeof item, "[%s]", o->name);
@@ -252,13 +262,13 @@ void cf_opts_help(const cf_command *c, FILE *f) {
   synopsis(c, f);
   if (c->about) fprintf(f, "\n%s", c->about);
   fprintf(f, "\noptions:\n");
-  char names[96];
+  char names[96], buf[CF_OPT_CHOICES_MAX];
   for (const cf_opt *o = c->opts; o && o->name; o++) {
     if (o->alias)
       snprintf(names, sizeof names, "%s, %s", o->name, o->alias);
     else
       snprintf(names, sizeof names, "%s", o->name);
-    option_line(f, names, value_name(o), o->help);
+    option_line(f, names, value_name(o, buf), o->help);
   }
   option_line(f, "-h, --help", NULL, "print this help");
   if (c->after) fprintf(f, "\n%s", c->after);
@@ -293,6 +303,14 @@ bool cf_opt_check_target(void *out, const char *v, char *why, size_t len) {
   if (cf_target_find(v)) return true;
   cf_target_unknown(v, why, len);
   return false;
+}
+
+const char *cf_opt_algo_choices(char *buf, size_t len) {
+  return cf_algo_choices(true, "|", "|", buf, len);
+}
+
+const char *cf_opt_algo_choices_own(char *buf, size_t len) {
+  return cf_algo_choices(false, "|", "|", buf, len);
 }
 
 bool cf_opt_check_passes(void *out, const char *v, char *why, size_t len) {

@@ -85,8 +85,7 @@ static const cf_opt run_opts[] = {
      .help = "how fusion=1 collectives are bucketed (see compile --help)"},
     {"--cost", NULL, "A,B[,G]", CF_OPT_STR, RUN_FIELD(cost), .comma_list = true,
      .check = cf_opt_check_cost, .help = "--split auto's cost model (see compile --help)"},
-    {"--algo", NULL, NULL, CF_OPT_STR, RUN_FIELD(algo),
-     .choices = "auto|direct|rd|ring|rsag|mpi-native",
+    {"--algo", NULL, NULL, CF_OPT_STR, RUN_FIELD(algo), .choices_of = cf_opt_algo_choices,
      .help = "force the AllReduce algorithm (auto picks by size);\n"
              "mpi-native (--backend mpi): MPI's own collectives, every op"},
     {"--verify", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(verify),
@@ -134,6 +133,13 @@ const cf_command cf_command_run = {
     .run = cf_cmd_run,
 };
 
+/* --algo's request (the option table has checked the word); auto when absent. */
+static cf_algo_req parse_algo(const char *word) {
+  cf_algo_req r = {.policy = CF_POLICY_AUTO};
+  if (word) cf_algo_parse(word, true, &r);
+  return r;
+}
+
 static int parse_args(int argc, char **argv, run_args *a) {
   static const char *cmd = "run";
   a->iters = 1;
@@ -158,7 +164,9 @@ static int parse_args(int argc, char **argv, run_args *a) {
     return cf_tool_usage(cmd, "%s",
                          "--backend mpi reads FILE in every process: give a file, not '-' (mpirun "
                          "passes standard input to rank 0 only)");
-  bool native = a->algo && cf_algo_parse(a->algo) == CF_ALGO_MPI_NATIVE;
+  cf_algo_req req;
+  bool native = a->algo && cf_algo_parse(a->algo, true, &req) && req.policy == CF_POLICY_FORCED &&
+                cf_algo_table[req.algo].native;
   if (native && !a->mpi)
     return cf_tool_usage(cmd, "%s", "--algo mpi-native runs MPI's collectives: it needs --backend mpi");
   if (native && a->deterministic)
@@ -634,7 +642,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   cf_run_hooks hooks = {0};
   cf_run_options opt = {.iters = a.iters, .warmup = a.warmup, .seed = a.seed,
                         .deterministic = a.deterministic, .timeout_s = a.timeout,
-                        .algo = a.algo ? (cf_algo)cf_algo_parse(a.algo) : CF_ALGO_AUTO,
+                        .algo = parse_algo(a.algo),
                         .verbose = a.verbose, .staged = a.mpi,
                         .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA : CF_DEVICE_CPU};
   opt.hooks = test_hooks(&hooks, &hook);
@@ -650,7 +658,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
       return rc;
     }
     me = world->first;
-    if (opt.algo == CF_ALGO_AUTO) opt.algo = cf_mpi_auto(world); /* as measured on MPI */
+    if (opt.algo.policy == CF_POLICY_AUTO)
+      opt.algo.policy = cf_mpi_auto(world); /* as measured on MPI */
     if (a.ranks && a.ranks != world->size)
       st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
                     "--ranks %d, but mpirun started %d process%s (leave --ranks out with "
@@ -697,7 +706,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
       cf_bytes_text(pc->desc.count * cf_dtype_size(pc->desc.dtype), b1, sizeof b1);
       fprintf(stderr, "run:   %s '%s' %s %s over %d rank%s: %s%s\n", cf_op_table[pc->desc.op].name,
               pc->desc.node, b1, cf_dtype_name(pc->desc.dtype), pc->n, cf_s(pc->n),
-              cf_algo_name(pc->algo), pc->inline_ok ? "" : " (overlapped)");
+              pc->fused_mm ? cf_algo_req_name(opt.algo) : cf_algo_name(pc->algo),
+              pc->inline_ok ? "" : " (overlapped)");
     }
   }
   if (!st) st = check_memory(ctx, &a, plan, ref_g, ranks, me, world);

@@ -3,6 +3,7 @@
 #define COLLFUSE_TOOLS_H
 
 #include "../api/api.h"
+#include "../executor/algo.h"
 #include "../ir/ir.h"
 #include "../passes/passes.h"
 
@@ -57,6 +58,23 @@ void cf_bench_size_text(int64_t b, char *buf, size_t len);
 bool cf_bench_parse_sizes(const char *v, int64_t limit, int64_t *sizes, int max, int *n);
 /* An option's integer value in [lo, hi] (whole string); false otherwise. */
 bool cf_bench_parse_int(const char *v, long lo, long hi, int *out);
+/* bench allreduce's columns, read off the algorithm table: auto, then
+ * each of collfuse's own algorithms (not the transport's) forced, in table
+ * order; at most max. Returns how many. */
+enum { CF_BENCH_MAX_COLS = 16 };
+int cf_bench_ar_columns(cf_algo_req *cols, int max);
+/* bench allreduce --algo WORD: the row whose column alone is kept besides
+ * auto's; -1 (no WORD: every column) or cf_algo_count (auto: auto alone). */
+int cf_bench_ar_only(const char *word);
+/* What one size of bench allreduce measures: column k's request resolved
+ * for d on n ranks (run[k]) and the slot of algos that times it (slot[k];
+ * -1 when only, a cf_bench_ar_only row, keeps another column or skip says
+ * the algorithm sits this size out). Columns that resolve to one algorithm
+ * share its slot. algos holds n_algos entries already (the MPI run's
+ * reference); returns how many it holds after. */
+int cf_bench_ar_slots(const cf_algo_req *cols, int n_cols, int only, const cf_coll_desc *d, int n,
+                      bool (*skip)(int algo, const cf_coll_desc *d), int *run, int *slot,
+                      int *algos, int n_algos);
 /* bench_fusion.c: `collfuse bench fusion FILE [--ranks N] [--iters K]
  * [--warmup W] [--split SPEC].. [--quick] [--json]`: the graph unfused, fused and split
  * several ways, against one flat AllReduce of all its bytes; returns the
@@ -89,12 +107,20 @@ typedef struct cf_opt {
   size_t field;        /* offsetof the field it sets in the command's struct */
   long long lo, hi;    /* CF_OPT_INT's and CF_OPT_SIZE's range */
   const char *choices; /* "threads|mpi": the only values accepted, or NULL */
+  /* Choices kept in a table of their own (--algo's: executor/algo.h):
+   * writes "a|b|c" into buf (CF_OPT_CHOICES_MAX bytes) and returns it; NULL
+   * when the row has none or its choices are a string. */
+  const char *(*choices_of)(char *buf, size_t len);
   /* Checks (and may convert and store) the value once the kind has stored
    * it; false with why (a usage error). out is the command's struct. */
   bool (*check)(void *out, const char *v, char *why, size_t len);
   const char *help; /* one line, or lines joined by '\n' */
   bool comma_list;  /* the value is items joined by commas: an empty item is a usage error */
 } cf_opt;
+enum { CF_OPT_CHOICES_MAX = 256 };
+/* o's choices ("a|b|c"), from its string or its table (into buf of
+ * CF_OPT_CHOICES_MAX bytes); NULL when it has none. */
+const char *cf_opt_choices(const cf_opt *o, char *buf);
 typedef struct cf_command {
   const char *name;       /* "run", "bench mmrs": as typed after collfuse */
   const char *args;       /* positional arguments in the synopsis ("FILE"); NULL: none */
@@ -123,6 +149,10 @@ bool cf_opt_check_target(void *out, const char *v, char *why, size_t len);
 bool cf_opt_check_passes(void *out, const char *v, char *why, size_t len);
 bool cf_opt_check_split(void *out, const char *v, char *why, size_t len);
 bool cf_opt_check_cost(void *out, const char *v, char *why, size_t len);
+/* --algo's choices, read off the algorithm table (executor/algo.h): auto
+ * and every algorithm (run), or auto and collfuse's own (bench allreduce). */
+const char *cf_opt_algo_choices(char *buf, size_t len);
+const char *cf_opt_algo_choices_own(char *buf, size_t len);
 /* The commands: collfuse.c (check, compile, dot), run.c, ranktable.c, and
  * bench.c with the bench subcommands (cf_bench_commands, NULL-terminated). */
 extern const cf_command cf_command_check, cf_command_compile, cf_command_dot, cf_command_run,

@@ -733,9 +733,9 @@ int cf_mpi_local_size(const cf_world *base) {
   return w ? w->local_size : 1;
 }
 
-cf_algo cf_mpi_auto(const cf_world *base) {
+cf_algo_policy cf_mpi_auto(const cf_world *base) {
   const cf_mpi_world *w = mpi_of(base);
-  return w && w->shm ? CF_ALGO_AUTO_MPI_SHM : CF_ALGO_AUTO_MPI_NET;
+  return w && w->shm ? CF_POLICY_AUTO_MPI_SHM : CF_POLICY_AUTO_MPI_NET;
 }
 
 const char *cf_mpi_host(const cf_world *base) {

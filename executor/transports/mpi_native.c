@@ -318,7 +318,8 @@ void cf_mpi_native_free(cf_mpi_world *w) {
 
 cf_status cf_mpi_native_prepare(cf_mpi_world *w, const struct cf_plan *p) {
   cf_context *ctx = w->comm.ctx;
-  if (p->opt.algo != CF_ALGO_MPI_NATIVE && p->opt.algo != CF_ALGO_AUTO_MPI_NET) return CF_OK;
+  bool forced = p->opt.algo.policy == CF_POLICY_FORCED && cf_algo_table[p->opt.algo.algo].native;
+  if (!forced && p->opt.algo.policy != CF_POLICY_AUTO_MPI_NET) return CF_OK;
   MPI_Group world_group;
   MPI_Comm_group(w->world, &world_group);
   cf_status st = CF_OK;

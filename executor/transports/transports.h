@@ -34,12 +34,12 @@ void cf_world_destroy(cf_world *w, int exit_code); /* accepts NULL */
 /* Ranks of the job on this node (MPI_COMM_TYPE_SHARED), and its name. */
 int cf_mpi_local_size(const cf_world *w);
 const char *cf_mpi_host(const cf_world *w);
-/* What AUTO means on this MPI job (the same on every rank):
- * CF_ALGO_AUTO_MPI_SHM when every rank reaches every other through shared
+/* What auto means on this MPI job (the same on every rank):
+ * CF_POLICY_AUTO_MPI_SHM when every rank reaches every other through shared
  * memory (one node, and OpenMPI's btl list allows vader/sm), else
- * CF_ALGO_AUTO_MPI_NET. */
-cf_algo cf_mpi_auto(const cf_world *w);
-/* For --algo mpi-native and CF_ALGO_AUTO_MPI_NET: one MPI communicator per
+ * CF_POLICY_AUTO_MPI_NET. */
+cf_algo_policy cf_mpi_auto(const cf_world *w);
+/* For --algo mpi-native and CF_POLICY_AUTO_MPI_NET: one MPI communicator per
  * group of plan p's collectives (MPI_Comm_create_group, in plan order, so
  * every rank must call it with the same plan before running it). No-op for
  * other algorithms. */

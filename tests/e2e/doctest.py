@@ -10,6 +10,11 @@
                                     docs/format.md's ops and attributes section
                                     against tests/gen_ops_doc.c's output (GEN);
                                     --write rewrites the section
+    doctest.py algos GEN SRC [--write]
+                                    docs/executor.md's table of AllReduce
+                                    algorithms against tests/gen_algo_doc.c's
+                                    output (GEN), read off executor/algo.c's
+                                    table; --write rewrites the section
     doctest.py cli COLLFUSE SRC     docs/cli.md's commands, synopses and option
                                     tables against the program's --help
 
@@ -351,34 +356,40 @@ def run_code(build, src, python):
         fail("docs", "no code blocks found")
 
 
-# ---- docs/format.md's ops and attributes ---------------------------------
+# ---- generated sections: docs/format.md's ops, docs/executor.md's algorithms
 
-BEGIN = "<!-- BEGIN generated from ir/ops.def"
-END = "<!-- END generated from ir/ops.def -->"
+# A generated section: the lines between BEGIN and END markers of a page,
+# which a test-only program prints from the program's own table.
+GENERATED = {
+    # mode: (page, the table it comes from, what it holds, the target that rewrites it)
+    "ops": ("docs/format.md", "ir/ops.def", "ops and attributes", "doc-ops"),
+    "algos": ("docs/executor.md", "executor/algo.c", "AllReduce algorithms", "doc-algos"),
+}
 
 
-def check_ops(gen, src, write):
-    path = os.path.join(src, "docs/format.md")
+def check_generated(mode, gen, src, write):
+    page, table, what, target = GENERATED[mode]
+    begin, end = "<!-- BEGIN generated from %s" % table, "<!-- END generated from %s -->" % table
+    path = os.path.join(src, page)
     text = open(path, encoding="utf-8").read()
-    b = text.find(BEGIN)
-    e = text.find(END)
+    b = text.find(begin)
+    e = text.find(end)
     if b < 0 or e < b:
-        fail("docs/format.md", "no section between '%s ...' and '%s'" % (BEGIN, END))
+        fail(page, "no section between '%s ...' and '%s'" % (begin, end))
         return
     b = text.index("\n", b) + 1
     want = subprocess.run([gen], check=True, stdout=subprocess.PIPE).stdout.decode("utf-8")
     have = text[b:e]
     if have == want:
-        print("ok docs/format.md: ops and attributes match ir/ops.def")
+        print("ok %s: %s match %s" % (page, what, table))
     elif write:
         open(path, "w", encoding="utf-8").write(text[:b] + want + text[e:])
-        print("docs/format.md: ops and attributes rewritten from ir/ops.def")
+        print("%s: %s rewritten from %s" % (page, what, table))
     else:
         import difflib
-        diff = difflib.unified_diff(have.splitlines(), want.splitlines(), "docs/format.md",
-                                    "ir/ops.def", lineterm="")
-        fail("docs/format.md", "the ops and attributes differ from ir/ops.def (regenerate: "
-             "cmake --build BUILD --target doc-ops)\n" + "\n".join(diff))
+        diff = difflib.unified_diff(have.splitlines(), want.splitlines(), page, table, lineterm="")
+        fail(page, "the %s differ from %s (regenerate: cmake --build BUILD --target %s)\n"
+             % (what, table, target) + "\n".join(diff))
 
 
 # ---- docs/cli.md against --help --------------------------------------------
@@ -632,7 +643,7 @@ def check_cli(exe, src):
 
 
 def main(argv):
-    if len(argv) < 4 or argv[1] not in ("commands", "code", "ops", "cli"):
+    if len(argv) < 4 or argv[1] not in ("commands", "code", "ops", "algos", "cli"):
         sys.stderr.write(__doc__)
         return 2
     mode, first, src = argv[1], os.path.abspath(argv[2]), os.path.abspath(argv[3])
@@ -643,7 +654,7 @@ def main(argv):
     elif mode == "cli":
         check_cli(first, src)
     else:
-        check_ops(first, src, "--write" in argv[4:])
+        check_generated(mode, first, src, "--write" in argv[4:])
     if FAILED:
         print("%d failed: %s" % (len(FAILED), ", ".join(FAILED)))
         return 1

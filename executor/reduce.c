@@ -1,0 +1,71 @@
+/* reduce.c - the ordered reduction every algorithm uses, and the kernels it
+ * may launch (so the plan can prepare them before ranks start).
+ *
+ * cf_coll_reduce applies op(src[0], ..., src[k-1]) element by element in
+ * the order given: the n-ary kernel for up to CF_MAX_ARITY sources, then
+ * accumulate for the rest, then scale for mean. The algorithms decide the
+ * order (algo.c: rank order is what --deterministic keeps); this file only
+ * keeps it. It sits below every algorithm and calls none of them.
+ */
+#include "executor.h"
+
+static cf_kernel_key key_of(cf_kernel_kind kind, cf_dtype dt, int red, int arity) {
+  return (cf_kernel_key){.kind = kind, .dtype = dt, .red = (cf_reduction)red, .arity = arity};
+}
+
+int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max) {
+  int k = 0;
+  if (d->red < 0 || n <= 1) return 0;
+  int reds[2] = {d->red, CF_RED_SUM};
+  int nred = d->red == CF_RED_MEAN ? 2 : 1;
+  int top = n < CF_MAX_ARITY ? n : CF_MAX_ARITY;
+  for (int r = 0; r < nred && k + 3 <= max; r++) {
+    keys[k++] = key_of(CF_K_NARY, d->dtype, reds[r], 2);
+    if (top > 2) keys[k++] = key_of(CF_K_NARY, d->dtype, reds[r], top);
+    if (n > CF_MAX_ARITY) keys[k++] = key_of(CF_K_NARY, d->dtype, reds[r], CF_MAX_ARITY);
+    keys[k++] = key_of(CF_K_ACC, d->dtype, reds[r], 0);
+  }
+  if (d->red == CF_RED_MEAN && k < max) keys[k++] = key_of(CF_K_SCALE, d->dtype, 0, 0);
+  return k;
+}
+
+void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,
+                    int k, int64_t n, bool final) {
+  cf_dtype dt = call->desc.dtype;
+  int red = call->desc.red;
+  double div = (double)call->n;
+  bool mean = red == CF_RED_MEAN;
+  if (n <= 0) return;
+  if (k == 1) {
+    dev->ops->copy(dev, dst, src[0], (size_t)n * (size_t)cf_dtype_size(dt));
+    if (mean && final && call->n > 1) {
+      cf_kernel_key sk = key_of(CF_K_SCALE, dt, 0, 0);
+      dev->ops->scale(dev, &sk, dst, n, div);
+    }
+    return;
+  }
+  if (k <= CF_MAX_ARITY) {
+    cf_kernel_key nk = key_of(CF_K_NARY, dt, mean && !final ? CF_RED_SUM : red, k);
+    dev->ops->nary(dev, &nk, dst, src, n, div);
+    return;
+  }
+  if (mean && !cf_dtype_is_float(dt)) { /* exact: sum in int64, divide, truncate */
+    for (int64_t i = 0; i < n; i++) {
+      int64_t sum = 0;
+      for (int j = 0; j < k; j++)
+        sum += cf_load_i64(src[j], dt, i);
+      cf_store_i64(dst, dt, i, final ? sum / (int64_t)call->n : sum);
+    }
+    return;
+  }
+  int base = mean ? CF_RED_SUM : red;
+  cf_kernel_key nk = key_of(CF_K_NARY, dt, base, CF_MAX_ARITY);
+  cf_kernel_key ak = key_of(CF_K_ACC, dt, base, 0);
+  dev->ops->nary(dev, &nk, dst, src, n, 1.0);
+  for (int i = CF_MAX_ARITY; i < k; i++)
+    dev->ops->acc(dev, &ak, dst, src[i], n);
+  if (mean && final) {
+    cf_kernel_key sk = key_of(CF_K_SCALE, dt, 0, 0);
+    dev->ops->scale(dev, &sk, dst, n, div);
+  }
+}
