@@ -288,8 +288,7 @@ static cf_status allreduce_segments(cf_comm *c, cf_device *dev, const cf_coll_ca
 }
 
 cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
-  if ((call->desc.op == CF_OP_REDUCE || call->desc.op == CF_OP_BROADCAST) &&
-      (call->desc.root < 0 || call->desc.root >= call->n))
+  if (cf_op_rooted(call->desc.op) && (call->desc.root < 0 || call->desc.root >= call->n))
     return cf_error(c->ctx, CF_ERR_INVALID, NULL, 0,
                     "%s '%s': root %d is not a rank of group '%s' (%d rank%s)",
                     cf_op_table[call->desc.op].name, call->desc.node ? call->desc.node : "?",

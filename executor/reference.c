@@ -505,7 +505,7 @@ static cf_status fused_matmul(ref_run *r, coll *c) {
   for (int k = 0; k < c->size && all && !st; k++) {
     rv *o = result(r, n, 0, c->ranks[k]);
     if ((st = val_alloc(r, o))) break;
-    int64_t off = n->op == CF_OP_MATMULREDUCESCATTER ? k * o->count : 0;
+    int64_t off = cf_op_coll(n->op) == CF_OP_REDUCESCATTER ? k * o->count : 0;
     reduce_into(CF_RED_SUM, c->src, c->size, off, o, 0, o->count);
   }
   for (int k = 0; k < c->size; k++) val_free(&prod[k]);
@@ -598,23 +598,20 @@ static cf_status permute(ref_run *r, coll *c) {
 /* One part of n's group (the whole group when it has one). */
 static cf_status collective_part(ref_run *r, coll *c) {
   const cf_node *n = c->n;
-  switch (n->op) {
-  case CF_OP_FUSEDALLREDUCE:
-  case CF_OP_FUSEDALLGATHER:
-  case CF_OP_FUSEDREDUCESCATTER: {
-    cf_op base = n->op == CF_OP_FUSEDALLREDUCE   ? CF_OP_ALLREDUCE
-                 : n->op == CF_OP_FUSEDALLGATHER ? CF_OP_ALLGATHER
-                                                 : CF_OP_REDUCESCATTER;
+  cf_op kind = cf_op_coll(n->op);
+  switch (cf_op_table[n->op].cat) {
+  case CF_CAT_FUSED_COLLECTIVE: { /* each member as its plain collective */
     cf_status st = CF_OK;
-    for (int j = 0; j < n->n_in && !st; j++) st = coll_port(r, c, base, j, j);
+    for (int j = 0; j < n->n_in && !st; j++)
+      st = coll_port(r, c, kind, j, j);
     return st;
   }
-  case CF_OP_MATMULREDUCESCATTER:
-  case CF_OP_MATMULALLREDUCE: return fused_matmul(r, c);
-  case CF_OP_ALLGATHERMATMUL: return allgather_matmul(r, c);
-  case CF_OP_ALLTOALL: return alltoall(r, c);
-  case CF_OP_COLLECTIVEPERMUTE: return permute(r, c);
-  default: return coll_port(r, c, n->op, 0, 0);
+  case CF_CAT_FUSED_MATMUL:
+    return kind == CF_OP_ALLGATHER ? allgather_matmul(r, c) : fused_matmul(r, c);
+  default:
+    if (kind == CF_OP_ALLTOALL) return alltoall(r, c);
+    if (kind == CF_OP_COLLECTIVEPERMUTE) return permute(r, c);
+    return coll_port(r, c, kind, 0, 0);
   }
 }
 
@@ -747,8 +744,8 @@ int64_t cf_reference_bytes(const cf_graph *g, int ranks) {
       for (int p = 0; p < n->n_out; p++)
         live += value_bytes(&n->out[p], ranks);
       if (n->op == CF_OP_CONSTANT || n->op == CF_OP_OPAQUE) extra = value_bytes(&n->out[0], 1) / 2;
-      if (n->op == CF_OP_MATMULREDUCESCATTER || n->op == CF_OP_MATMULALLREDUCE ||
-          n->op == CF_OP_ALLGATHERMATMUL) /* every rank's product: at most world x the output */
+      /* a fused matmul op: every rank's product, at most world x the output */
+      if (cf_op_table[n->op].cat == CF_CAT_FUSED_MATMUL)
         extra = value_bytes(&n->out[0], ranks) * ranks;
     }
     if (base + live + extra > peak) peak = base + live + extra;

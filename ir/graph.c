@@ -12,11 +12,24 @@
 #include <string.h>
 
 #define A(id) (1u << CF_A_##id)
+#define F(id) CF_OPF_##id
+/* the attributes an op's flags imply: required, allowed */
+#define FLAG_REQUIRED(flags) ((flags)&F(ROOTED) ? A(ROOT) : 0u)
+#define FLAG_ALLOWED(flags) ((flags)&F(REDUCES) ? A(REDUCTION) : 0u)
 
 const cf_op_info cf_op_table[CF_OP_COUNT] = {
-    [CF_OP_INVALID] = {"Invalid", 0, 0, CF_CAT_COMPUTE, 0, 0},
-#define OP(id, nm, mn, mx, cat, req, allowed) \
-  [CF_OP_##id] = {nm, mn, mx, CF_CAT_##cat, (req), (req) | (allowed)},
+    [CF_OP_INVALID] = {"Invalid", 0, 0, CF_CAT_COMPUTE, CF_OP_INVALID, 0, CF_LOOK_ROUNDED_BOX, 0,
+                       0},
+#define OP(id, nm, mn, mx, cat, coll, flags, look, req, allowed)                                   \
+  [CF_OP_##id] = {nm,                                                                              \
+                  mn,                                                                              \
+                  mx,                                                                              \
+                  CF_CAT_##cat,                                                                    \
+                  CF_OP_##coll,                                                                    \
+                  (flags),                                                                         \
+                  CF_LOOK_##look,                                                                  \
+                  (req) | FLAG_REQUIRED(flags),                                                    \
+                  (req) | (allowed) | FLAG_REQUIRED(flags) | FLAG_ALLOWED(flags)},
 #include "ops.def"
 #undef OP
 };
@@ -75,6 +88,21 @@ int cf_layout_parse(const char *s) {
   if (strcmp(s, "stack") == 0) return CF_LAYOUT_STACK;
   if (strcmp(s, "concat") == 0) return CF_LAYOUT_CONCAT;
   return -1;
+}
+
+cf_op cf_op_coll(cf_op op) { return cf_op_table[op].coll; }
+bool cf_op_reduces(cf_op op) { return cf_op_table[op].flags & CF_OPF_REDUCES; }
+bool cf_op_rooted(cf_op op) { return cf_op_table[op].flags & CF_OPF_ROOTED; }
+
+cf_op cf_op_unfused(cf_op op) {
+  return cf_op_table[op].cat == CF_CAT_FUSED_COLLECTIVE ? cf_op_table[op].coll : op;
+}
+
+cf_op cf_op_fused(cf_op coll) {
+  for (int i = 1; i < CF_OP_COUNT; i++)
+    if (cf_op_table[i].cat == CF_CAT_FUSED_COLLECTIVE && cf_op_table[i].coll == coll)
+      return (cf_op)i;
+  return CF_OP_INVALID;
 }
 
 bool cf_op_is_collective(cf_op op) {
