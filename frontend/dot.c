@@ -256,6 +256,14 @@ static void op_extras(sbuf *b, const cf_node *n, const char *sep) {
   if (allowed & (1u << CF_A_LAYOUT)) sb_printf(b, "%s%s", SEP, cf_layout_name(cf_node_layout(n)));
   if (allowed & (1u << CF_A_ROOT))
     sb_printf(b, "%sroot=%lld", SEP, (long long)cf_node_int(n, CF_A_ROOT, 0));
+  if ((allowed & (1u << CF_A_SPLIT_DIMENSION)) && n->n_in == 1)
+    sb_printf(b, "%ssplit=%lld concat=%lld", SEP,
+              (long long)cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
+              (long long)cf_node_int(n, CF_A_CONCAT_DIMENSION, 0));
+  if (cf_node_str(n, CF_A_SOURCE_TARGET_PAIRS, NULL)) {
+    sb_printf(b, "%spairs=", SEP);
+    sb_text(b, cf_node_str(n, CF_A_SOURCE_TARGET_PAIRS, ""));
+  }
   if (cf_node_str(n, CF_A_TYPE, NULL)) {
     sb_printf(b, "%s(", SEP);
     sb_text(b, cf_node_str(n, CF_A_TYPE, ""));
