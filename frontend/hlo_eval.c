@@ -479,7 +479,8 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
   const hgset *gs = NULL;
   if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
   if (gs->n_sub && !gs->name) {
-    snprintf(note, sizeof note, "%s over %d replica groups of different sizes", in->opcode, gs->n_sub);
+    snprintf(note, sizeof note, "%s over %d replica groups of different sizes", in->opcode,
+             gs->n_sub);
     return emit_opaque(r, in, at_entry, ops, note, out);
   }
   if ((st = add_node(r, in->name, "", at_entry, CF_OP_ALLTOALL, in->line, &idx))) return st;

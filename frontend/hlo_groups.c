@@ -287,8 +287,10 @@ static cf_status rg_apply_mode(hlo_reader *r, const hinstr *in, rgroups *g) {
     bool ok = ivec_push(&off, 0);
     for (int64_t rep = 0; rep < R && ok; rep++)
       for (size_t s = 0; s < nsub && ok; s++) {
-        size_t lo = g->all ? 0 : (size_t)g->off.v[s], hi = g->all ? (size_t)P : (size_t)g->off.v[s + 1];
-        for (size_t i = lo; i < hi && ok; i++) ok = ivec_push(&ids, (int)(rep * P + (g->all ? (int64_t)i : g->ids.v[i])));
+        size_t lo = g->all ? 0 : (size_t)g->off.v[s],
+               hi = g->all ? (size_t)P : (size_t)g->off.v[s + 1];
+        for (size_t i = lo; i < hi && ok; i++)
+          ok = ivec_push(&ids, (int)(rep * P + (g->all ? (int64_t)i : g->ids.v[i])));
         ok = ok && ivec_push(&off, (int)ids.n);
       }
     free(g->ids.v);

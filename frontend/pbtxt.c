@@ -831,14 +831,16 @@ static cf_status read_alltoallv(pb_reader *r, pnode *n) {
   }
   int64_t cnt = why ? 0 : lists[0][0];
   for (int j = 0; j < m && !why; j++)
-    if (lists[0][j] != cnt || lists[2][j] != cnt || lists[1][j] != j * cnt || lists[3][j] != j * cnt)
+    if (lists[0][j] != cnt || lists[2][j] != cnt || lists[1][j] != j * cnt ||
+        lists[3][j] != j * cnt)
       why = "counts or displacements that differ between ranks";
   const pf *sh;
   cf_shape s;
   if (!why && output_shapes(r, n, &sh) == 1 && !shape_of(r, n, sh, &s)) {
     int64_t e = 0, row = 1;
     cf_shape_elements(&s, &e);
-    for (int d = 1; d < s.rank; d++) row *= s.dims[d];
+    for (int d = 1; d < s.rank; d++)
+      row *= s.dims[d];
     if (s.rank < 1 || e != m * cnt || (row && cnt % row))
       why = "counts that do not cut send_data into whole rows";
   }
@@ -855,7 +857,7 @@ static cf_status read_alltoallv(pb_reader *r, pnode *n) {
   cf_attr a = {.id = CF_A_RANK_SIZE, .v.i = m};
   if (m > r->world) r->world = m;
   return cf_node_attr(&r->g->nodes[n->ir], CF_A_RANK_SIZE) ? CF_OK
-                                                            : cf_node_set_attr(r->g, n->ir, &a);
+                                                           : cf_node_set_attr(r->g, n->ir, &a);
 }
 
 static cf_status read_node(pb_reader *r, pnode *n) {

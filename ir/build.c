@@ -303,8 +303,8 @@ cf_status cf_graph_add_collective_permute(cf_graph *g, const char *name, const c
   if (!g) return CF_ERR_USAGE;
   if (n_pairs > CF_MAX_WORLD || (n_pairs && !pairs))
     return cf_error(g->ctx, CF_ERR_USAGE, g->file, 0,
-                    "node '%s': %zu source-target pairs: at most %d, one per rank", name ? name : "",
-                    n_pairs, CF_MAX_WORLD);
+                    "node '%s': %zu source-target pairs: at most %d, one per rank",
+                    name ? name : "", n_pairs, CF_MAX_WORLD);
   char text[CF_MAX_WORLD * 26 + 1];
   size_t o = 0;
   for (size_t k = 0; k < n_pairs; k++)
