@@ -289,6 +289,32 @@ cf_status cf_graph_add_reducescatter(cf_graph *g, const char *name, const char *
   return add_with(g, "ReduceScatter", name, &input, 1, attrs, vals, 2);
 }
 
+cf_status cf_graph_add_alltoall(cf_graph *g, const char *name, const char *input,
+                                int split_dimension, int concat_dimension, const char *group) {
+  char sd[16], cd[16];
+  snprintf(sd, sizeof sd, "%d", split_dimension);
+  snprintf(cd, sizeof cd, "%d", concat_dimension);
+  const char *attrs[] = {"split_dimension", "concat_dimension", "group"}, *vals[] = {sd, cd, group};
+  return add_with(g, "AllToAll", name, &input, 1, attrs, vals, 3);
+}
+
+cf_status cf_graph_add_collective_permute(cf_graph *g, const char *name, const char *input,
+                                          const int *pairs, size_t n_pairs, const char *group) {
+  if (!g) return CF_ERR_USAGE;
+  if (n_pairs > CF_MAX_WORLD || (n_pairs && !pairs))
+    return cf_error(g->ctx, CF_ERR_USAGE, g->file, 0,
+                    "node '%s': %zu source-target pairs: at most %d, one per rank",
+                    name ? name : "", n_pairs, CF_MAX_WORLD);
+  char text[CF_MAX_WORLD * 26 + 1];
+  size_t o = 0;
+  for (size_t k = 0; k < n_pairs; k++)
+    o += (size_t)snprintf(text + o, sizeof text - o, "%s{%d,%d}", k ? "," : "", pairs[2 * k],
+                          pairs[2 * k + 1]);
+  text[o] = 0;
+  const char *attrs[] = {"source_target_pairs", "group"}, *vals[] = {text, group};
+  return add_with(g, "CollectivePermute", name, &input, 1, attrs, vals, 2);
+}
+
 cf_status cf_graph_add_opaque(cf_graph *g, const char *name, const char *type,
                               const char *const *inputs, size_t n_inputs, const char *dtype,
                               const int64_t *dims, int rank) {

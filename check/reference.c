@@ -544,6 +544,68 @@ static cf_status allgather_matmul(ref_run *r, coll *c) {
   return CF_OK;
 }
 
+/* AllToAll by its definition, element by element: output element idx of
+ * rank k lies in the block that rank t = idx[cd] / block[cd] sent, which
+ * is block k of t's input along sd (the tuple form: output port t of rank
+ * k is operand k of rank t). */
+static cf_status alltoall(ref_run *r, coll *c) {
+  cf_status st;
+  const cf_node *n = c->n;
+  if (n->n_in > 1) {
+    for (int k = 0; k < c->size; k++)
+      for (int t = 0; t < c->size; t++) {
+        const rv *s = opnd(r, n, k, c->ranks[t]);
+        if (defined(s) && (st = val_copy(r, result(r, n, t, c->ranks[k]), s))) return st;
+      }
+    return CF_OK;
+  }
+  if (!gather_src(r, c, 0)) return CF_OK;
+  int sd = (int)cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
+      cd = (int)cf_node_int(n, CF_A_CONCAT_DIMENSION, 0);
+  const cf_shape *in = &c->src[0]->shape, *os = &n->out[0].shape;
+  int64_t bsplit = in->dims[sd] / c->size, bconcat = os->dims[cd] / c->size;
+  for (int k = 0; k < c->size; k++) {
+    rv *o = result(r, n, 0, c->ranks[k]);
+    if ((st = val_alloc(r, o))) return st;
+    for (int64_t e = 0; e < o->count; e++) {
+      int64_t idx[CF_MAX_RANK], rest = e;
+      for (int d = os->rank - 1; d >= 0; d--) {
+        idx[d] = rest % os->dims[d];
+        rest /= os->dims[d];
+      }
+      int t = (int)(idx[cd] / bconcat);
+      idx[cd] %= bconcat;
+      idx[sd] += k * bsplit;
+      int64_t f = 0;
+      for (int d = 0; d < in->rank; d++) f = f * in->dims[d] + idx[d];
+      copy_into(c->src[t], f, o, e, 1);
+    }
+  }
+  return CF_OK;
+}
+
+/* CollectivePermute: a target gets its source's input, a rank that is no
+ * target zeros (val_alloc's). */
+static cf_status permute(ref_run *r, coll *c) {
+  cf_status st;
+  const cf_node *n = c->n;
+  int target[CF_MAX_WORLD], source[CF_MAX_WORLD];
+  char why[128];
+  if (!cf_pairs_parse(cf_node_str(n, CF_A_SOURCE_TARGET_PAIRS, ""), c->size, target, source, why,
+                      sizeof why))
+    return cf_node_error(r->g, n, CF_ERR_INVALID, "reference: source_target_pairs: %s", why);
+  for (int k = 0; k < c->size; k++) {
+    rv *o = result(r, n, 0, c->ranks[k]);
+    if (source[k] < 0) {
+      if ((st = val_alloc(r, o))) return st;
+      continue;
+    }
+    const rv *s = opnd(r, n, 0, c->ranks[source[k]]);
+    if (defined(s) && (st = val_copy(r, o, s))) return st;
+  }
+  return CF_OK;
+}
+
 /* One part of n's group (the whole group when it has one). */
 static cf_status collective_part(ref_run *r, coll *c) {
   const cf_node *n = c->n;
@@ -557,7 +619,10 @@ static cf_status collective_part(ref_run *r, coll *c) {
   }
   case CF_CAT_FUSED_MATMUL:
     return kind == CF_OP_ALLGATHER ? allgather_matmul(r, c) : fused_matmul(r, c);
-  default: return coll_port(r, c, kind, 0, 0);
+  default:
+    if (kind == CF_OP_ALLTOALL) return alltoall(r, c);
+    if (kind == CF_OP_COLLECTIVEPERMUTE) return permute(r, c);
+    return coll_port(r, c, kind, 0, 0);
   }
 }
 

@@ -27,10 +27,15 @@ static bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 /* ---------------- supports ---------------- */
 
-static bool any_kind(cf_op kind, int ranks, int64_t bytes) {
-  (void)ranks, (void)bytes;
+/* The kinds MPI's own collectives run (mpi_native.c). */
+static bool native_kind(cf_op kind) {
   return kind == CF_OP_ALLREDUCE || kind == CF_OP_REDUCESCATTER || kind == CF_OP_ALLGATHER ||
          kind == CF_OP_REDUCE || kind == CF_OP_BROADCAST;
+}
+
+static bool any_kind(cf_op kind, int ranks, int64_t bytes) {
+  (void)ranks, (void)bytes;
+  return native_kind(kind) || kind == CF_OP_ALLTOALL || kind == CF_OP_COLLECTIVEPERMUTE;
 }
 
 static bool allreduce_pairs(cf_op kind, int ranks, int64_t bytes) {
@@ -42,8 +47,9 @@ static bool allreduce_pow2(cf_op kind, int ranks, int64_t bytes) {
   return allreduce_pairs(kind, ranks, bytes) && pow2(ranks);
 }
 
-static bool any_kind_pairs(cf_op kind, int ranks, int64_t bytes) {
-  return any_kind(kind, ranks, bytes) && ranks > 1;
+static bool native_pairs(cf_op kind, int ranks, int64_t bytes) {
+  (void)bytes;
+  return native_kind(kind) && ranks > 1;
 }
 
 /* ---------------- scratch ---------------- */
@@ -59,6 +65,8 @@ static size_t chunk_bytes(const cf_coll_desc *d, int n) {
 /* Staging for what peers send: one buffer for AllGather and Broadcast (one
  * peer at a time), one per peer otherwise. */
 static size_t direct_scratch(const cf_coll_desc *d, int n, bool zero_copy) {
+  if (d->op == CF_OP_ALLTOALL || d->op == CF_OP_COLLECTIVEPERMUTE)
+    return cf_alltoall_scratch_bytes(d, n, zero_copy);
   if (zero_copy) return 0;
   if (d->op == CF_OP_ALLGATHER || d->op == CF_OP_BROADCAST) return call_bytes(d);
   return peers(n) * call_bytes(d);
@@ -105,6 +113,8 @@ static cf_status direct_run(cf_comm *c, cf_device *dev, const cf_coll_call *call
   case CF_OP_ALLGATHER: return cf_algo_all_gather(c, dev, call);
   case CF_OP_REDUCE: return cf_algo_reduce(c, dev, call);
   case CF_OP_BROADCAST: return cf_algo_broadcast(c, dev, call);
+  case CF_OP_ALLTOALL: return cf_algo_alltoall(c, dev, call);
+  case CF_OP_COLLECTIVEPERMUTE: return cf_algo_permute(c, dev, call);
   default:
     return cf_error(c->ctx, CF_ERR_UNSUPPORTED, NULL, 0, "no algorithm for %s",
                     cf_op_table[call->desc.op].name);
@@ -176,7 +186,7 @@ const cf_algo_info cf_algo_table[] = {
                             .fallback = -1,
                             .run = native_run,
                             .scratch_bytes = native_scratch,
-                            .supports = any_kind_pairs},
+                            .supports = native_pairs},
 };
 
 const int cf_algo_count = (int)(sizeof cf_algo_table / sizeof cf_algo_table[0]);

@@ -161,5 +161,16 @@ cf_status cf_algo_reduce_scatter(cf_comm *c, cf_device *dev, const cf_coll_call 
 cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_reduce(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_broadcast(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+/* Each rank shows its descriptor to the next rank of the group (an empty
+ * message), for collectives whose ranks do not all meet: a disagreement is
+ * then an error naming both, not a wait for a message that never comes. */
+cf_status cf_coll_handshake(cf_comm *c, const cf_coll_call *call);
+
+/* ---------------- algo_alltoall.c: AllToAll and CollectivePermute (direct) ---------------- */
+
+cf_status cf_algo_alltoall(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+cf_status cf_algo_permute(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+/* Their staging (in bytes) when the transport is not zero copy. */
+size_t cf_alltoall_scratch_bytes(const cf_coll_desc *d, int n, bool zero_copy);
 
 #endif

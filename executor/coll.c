@@ -52,6 +52,14 @@ bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b,
     what = "reduction";
     snprintf(va, sizeof va, "%s", red_text(a->red));
     snprintf(vb, sizeof vb, "%s", red_text(b->red));
+  } else if (a->op == CF_OP_ALLTOALL && (a->root != b->root || a->layout != b->layout)) {
+    what = "split/concat dimensions";
+    snprintf(va, sizeof va, "%d/%d", a->root, a->layout);
+    snprintf(vb, sizeof vb, "%d/%d", b->root, b->layout);
+  } else if (a->op == CF_OP_COLLECTIVEPERMUTE && a->layout != b->layout) {
+    what = "source_target_pairs";
+    snprintf(va, sizeof va, "#%08x", (unsigned)a->layout);
+    snprintf(vb, sizeof vb, "#%08x", (unsigned)b->layout);
   } else if (a->root != b->root) {
     what = "root";
     snprintf(va, sizeof va, "%d", a->root);

@@ -121,6 +121,52 @@ static cf_status group_ranks(cf_plan *p, const cf_node *n, const int **ranks, in
   return CF_OK;
 }
 
+/* AllToAll's blocks (executor.h, algo_alltoall.c): the array form's rows
+ * from its shape, split and concat dims; the tuple form's operands and
+ * results where they sit in the buckets. */
+static cf_status alltoall_blocks(cf_plan *p, const cf_node *n, cf_pcoll *c, const int64_t *off,
+                                 const int64_t *oo, int es) {
+  c->segs = calloc((size_t)c->n, sizeof *c->segs);
+  if (!c->segs) return oom(p);
+  c->n_segs = c->n;
+  if (n->n_in > 1) {
+    for (int j = 0; j < c->n; j++)
+      c->segs[j] = (cf_coll_seg){off[j] / es, oo[j] / es, p->vals[val_index(p, n->in[j])].count};
+    return CF_OK;
+  }
+  const cf_shape *in = &p->vals[val_index(p, n->in[0])].shape;
+  int sd = (int)cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
+      cd = (int)cf_node_int(n, CF_A_CONCAT_DIMENSION, 0);
+  cf_shape blk = *in;
+  blk.dims[sd] /= c->n;
+  int64_t count = 1;
+  c->in_row = c->out_row = 1;
+  for (int d = blk.rank - 1; d >= 0; d--) {
+    count *= blk.dims[d];
+    if (d >= sd) c->in_row *= blk.dims[d];
+    if (d >= cd) c->out_row *= blk.dims[d];
+  }
+  for (int j = 0; j < c->n; j++) c->segs[j] = (cf_coll_seg){j * c->in_row, j * c->out_row, count};
+  c->desc.root = sd;
+  c->desc.layout = cd;
+  return CF_OK;
+}
+
+/* CollectivePermute's pairs as positions in the group, and their hash in
+ * the descriptor (so ranks that disagree on them fail). */
+static cf_status permute_pairs(cf_plan *p, const cf_node *n, cf_pcoll *c) {
+  char why[128];
+  c->pairs = malloc(sizeof *c->pairs * 2 * (size_t)c->n);
+  if (!c->pairs) return oom(p);
+  if (!cf_pairs_parse(cf_node_str(n, CF_A_SOURCE_TARGET_PAIRS, ""), c->n, c->pairs, c->pairs + c->n,
+                      why, sizeof why))
+    return cf_node_error(p->g, n, CF_ERR_INVALID, "source_target_pairs: %s", why);
+  uint32_t h = 2166136261u;
+  for (int k = 0; k < c->n; k++) h = (h ^ (uint32_t)(c->pairs[k] + 1)) * 16777619u;
+  c->desc.layout = (int)(h & 0x7fffffff);
+  return CF_OK;
+}
+
 /* Describe collective node n as plan coll c (desc, group, segments). */
 static cf_status describe(builder *b, const cf_node *n, cf_pcoll *c, const int64_t *off,
                           int64_t in_bytes, int64_t *out_bytes, int64_t **out_off) {
@@ -153,6 +199,8 @@ static cf_status describe(builder *b, const cf_node *n, cf_pcoll *c, const int64
   }
   *out_bytes = op == CF_OP_ALLREDUCE ? in_bytes : (n->n_in == 1 ? p->vals[p->val_base[c->node]].bytes : end);
   *out_off = oo;
+  if (op == CF_OP_ALLTOALL) return alltoall_blocks(p, n, c, off, oo, es);
+  if (op == CF_OP_COLLECTIVEPERMUTE) return permute_pairs(p, n, c);
   if (op == CF_OP_ALLGATHER || op == CF_OP_REDUCESCATTER) {
     c->segs = calloc((size_t)n->n_in, sizeof *c->segs);
     if (!c->segs) return oom(p);
@@ -639,7 +687,10 @@ bool cf_plan_binds(const cf_plan *p, int node) {
 
 void cf_plan_destroy(cf_plan *p) {
   if (!p) return;
-  for (int c = 0; p->colls && c < p->n_colls; c++) free(p->colls[c].segs);
+  for (int c = 0; p->colls && c < p->n_colls; c++) {
+    free(p->colls[c].segs);
+    free(p->colls[c].pairs);
+  }
   free(p->colls);
   free(p->vals);
   free(p->val_base);

@@ -64,6 +64,8 @@ typedef struct cf_pcoll {
   size_t scratch_bytes;
   cf_coll_seg *segs;
   int n_segs;
+  int64_t in_row, out_row; /* AllToAll (cf_coll_call) */
+  int *pairs;              /* CollectivePermute (cf_coll_call), owned */
   int algo; /* resolved row of cf_algo_table; fused MatMul ops: -1 (each chunk resolves the
              * plan's opt.algo) */
   int in_val, out_val; /* the value the call reads / writes when its buffer is exactly that value,

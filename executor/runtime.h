@@ -96,8 +96,9 @@ typedef struct cf_coll_desc {
   cf_dtype dtype;
   int64_t count; /* elements per rank's input */
   int red;       /* cf_reduction, -1 when none */
-  int root;      /* -1 when none */
-  int layout;    /* AllGather layout, -1 otherwise */
+  int root;      /* -1 when none; AllToAll: split_dimension */
+  int layout;    /* AllGather layout, -1 otherwise; AllToAll: concat_dimension;
+                    CollectivePermute: a hash of its pairs */
   const char *group;
   const char *node; /* node name (for messages only, not compared) */
 } cf_coll_desc;
@@ -127,8 +128,10 @@ typedef struct cf_coll_call {
   int me;           /* my index in ranks */
   const void *in;
   void *out;
-  const cf_coll_seg *segs; /* AllGather, ReduceScatter */
+  const cf_coll_seg *segs; /* AllGather, ReduceScatter; AllToAll: one block per rank */
   int n_segs;
+  int64_t in_row, out_row; /* AllToAll: a block's rows, n * row elements apart (algo_alltoall.c) */
+  const int *pairs;        /* CollectivePermute: target[0..n) then source[0..n), -1 none */
   void *scratch; /* algorithm scratch, scratch_bytes */
   size_t scratch_bytes;
   int algo;           /* resolved: a row of cf_algo_table (algo.h) */

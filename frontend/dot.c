@@ -190,6 +190,8 @@ static const struct {
     [CF_LOOK_PURPLE] = {"box", "filled", "#c5b3e6", "#f1ecf9", "#6f42c1"},
     [CF_LOOK_YELLOW] = {"box", "filled", "#ffe69c", "#fff8e1", "#b8860b"},
     [CF_LOOK_RED] = {"box", "filled", "#f1aeb5", "#fcebec", "#dc3545"},
+    [CF_LOOK_TEAL] = {"box", "filled", "#a2e3e3", "#e6f7f7", "#20a0a0"},
+    [CF_LOOK_PINK] = {"box", "filled", "#f7b5d9", "#fdebf4", "#d63384"},
 };
 
 #define LOOK(n) (&looks[cf_op_table[(n)->op].look])
@@ -248,6 +250,14 @@ static void op_extras(sbuf *b, const cf_node *n, const char *sep) {
   if (allowed & (1u << CF_A_LAYOUT)) sb_printf(b, "%s%s", SEP, cf_layout_name(cf_node_layout(n)));
   if (allowed & (1u << CF_A_ROOT))
     sb_printf(b, "%sroot=%lld", SEP, (long long)cf_node_int(n, CF_A_ROOT, 0));
+  if ((allowed & (1u << CF_A_SPLIT_DIMENSION)) && n->n_in == 1)
+    sb_printf(b, "%ssplit=%lld concat=%lld", SEP,
+              (long long)cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
+              (long long)cf_node_int(n, CF_A_CONCAT_DIMENSION, 0));
+  if (cf_node_str(n, CF_A_SOURCE_TARGET_PAIRS, NULL)) {
+    sb_printf(b, "%spairs=", SEP);
+    sb_text(b, cf_node_str(n, CF_A_SOURCE_TARGET_PAIRS, ""));
+  }
   if (cf_node_str(n, CF_A_TYPE, NULL)) {
     sb_printf(b, "%s(", SEP);
     sb_text(b, cf_node_str(n, CF_A_TYPE, ""));

@@ -669,6 +669,51 @@ cf_layout cf_node_layout(const cf_node *n) {
 
 const char *cf_node_group(const cf_node *n) { return cf_node_str(n, CF_A_GROUP, CF_WORLD_GROUP); }
 
+static const char *skip_space(const char *s) {
+  while (*s == ' ' || *s == '\t' || *s == '\n')
+    s++;
+  return s;
+}
+
+/* A rank of a pair: digits, 0..n-1. */
+static bool pair_rank(const char **p, int n, int *out, char *why, size_t len) {
+  const char *s = skip_space(*p);
+  long v = 0;
+  if (*s < '0' || *s > '9') return snprintf(why, len, "a rank number expected"), false;
+  for (; *s >= '0' && *s <= '9'; s++)
+    if ((v = v * 10 + (*s - '0')) > CF_MAX_WORLD) v = CF_MAX_WORLD + 1;
+  if (v >= n) return snprintf(why, len, "rank %ld is outside the group's %d ranks", v, n), false;
+  *out = (int)v;
+  *p = skip_space(s);
+  return true;
+}
+
+bool cf_pairs_parse(const char *s, int n, int *target, int *source, char *why, size_t len) {
+  for (int i = 0; i < n; i++)
+    target[i] = source[i] = -1;
+  s = skip_space(s);
+  bool outer = *s == '{' && *skip_space(s + 1) == '{';
+  if (outer) s = skip_space(s + 1);
+  for (bool first = true; *s && *s != '}'; first = false) {
+    int a, b;
+    if (!first && *s++ != ',') return snprintf(why, len, "',' expected between pairs"), false;
+    s = skip_space(s);
+    if (*s++ != '{') return snprintf(why, len, "a pair is written {source,target}"), false;
+    if (!pair_rank(&s, n, &a, why, len)) return false;
+    if (*s++ != ',') return snprintf(why, len, "a pair is written {source,target}"), false;
+    if (!pair_rank(&s, n, &b, why, len)) return false;
+    if (*s++ != '}') return snprintf(why, len, "a pair is written {source,target}"), false;
+    if (target[a] >= 0) return snprintf(why, len, "rank %d is a source twice", a), false;
+    if (source[b] >= 0) return snprintf(why, len, "rank %d is a target twice", b), false;
+    target[a] = b;
+    source[b] = a;
+    s = skip_space(s);
+  }
+  if (outer && *s++ != '}') return snprintf(why, len, "'}' expected at the end"), false;
+  if (*skip_space(s)) return snprintf(why, len, "unexpected text after the pairs"), false;
+  return true;
+}
+
 int64_t cf_node_fusion(const cf_node *n) {
   return cf_node_int(n, CF_A_FUSION,
                      n->op == CF_OP_ALLREDUCE || n->op == CF_OP_FUSEDALLREDUCE ? 1 : 0);

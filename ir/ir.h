@@ -260,6 +260,8 @@ typedef enum cf_look {
   CF_LOOK_PURPLE,
   CF_LOOK_YELLOW,
   CF_LOOK_RED,
+  CF_LOOK_TEAL,
+  CF_LOOK_PINK,
   CF_LOOK_COUNT
 } cf_look;
 
@@ -456,6 +458,12 @@ cf_status cf_node_error(const cf_graph *g, const cf_node *n, cf_status st, const
 cf_reduction cf_node_reduction(const cf_node *n);
 cf_layout cf_node_layout(const cf_node *n);
 const char *cf_node_group(const cf_node *n);
+/* CollectivePermute's source_target_pairs, "{s,t},{s,t},..." (XLA's text;
+ * outer braces and spaces allowed, no pairs is ""): target[s] = t and
+ * source[t] = s for every pair, -1 elsewhere, over the group's n ranks
+ * (arrays of n entries). False with why when the text does not parse, a
+ * rank is outside 0..n-1, or a rank is a source or a target twice. */
+bool cf_pairs_parse(const char *s, int n, int *target, int *source, char *why, size_t len);
 int64_t cf_node_fusion(const cf_node *n);
 
 /* ================= verify.c: structure, topology ================= */

@@ -89,6 +89,34 @@ static void test_null_safety(void **state) {
   assert_int_equal(cf_executable_io_count(NULL, CF_IO_INPUT), 0);
 }
 
+/* The AllToAll and CollectivePermute helpers write XLA's attributes; the
+ * verifier checks them; a permute of more pairs than ranks is refused. */
+static void test_build_alltoall_permute(void **state) {
+  (void)state;
+  cf_graph *g;
+  char buf[64];
+  OK(cf_graph_create(ctx, "moe", 4, &g));
+  int64_t d[2] = {8, 2};
+  OK(cf_graph_add_input(g, "x", "float32", d, 2));
+  OK(cf_graph_add_alltoall(g, "a", "x", 0, 1, NULL));
+  int pairs[] = {0, 1, 1, 2, 2, 3, 3, 0};
+  OK(cf_graph_add_collective_permute(g, "p", "a", pairs, 4, NULL));
+  OK(cf_graph_add_output(g, "y", "p"));
+  OK(cf_graph_verify(g, NULL));
+  OK(cf_graph_get_attr(g, "a", "shape", buf, sizeof buf));
+  assert_string_equal(buf, "2,8");
+  OK(cf_graph_get_attr(g, "p", "source_target_pairs", buf, sizeof buf));
+  assert_string_equal(buf, "{0,1},{1,2},{2,3},{3,0}");
+  OK(cf_graph_add_collective_permute(g, "q", "x", pairs, 0, NULL)); /* no pairs: zeros */
+  int dup[] = {0, 1, 2, 1};
+  OK(cf_graph_add_collective_permute(g, "r", "x", dup, 2, NULL));
+  ASSERT_ERR(cf_graph_verify(g, NULL), CF_ERR_INVALID,
+             "node 'r': source_target_pairs='{0,1},{2,1}': rank 1 is a target twice");
+  ASSERT_ERR(cf_graph_add_collective_permute(g, "s", "x", pairs, 300, NULL), CF_ERR_USAGE,
+             "moe: error: node 's': 300 source-target pairs: at most 256, one per rank");
+  cf_graph_destroy(g);
+}
+
 static void test_build_errors(void **state) {
   (void)state;
   cf_graph *g = (cf_graph *)&g;
@@ -980,6 +1008,7 @@ int main(void) {
       cmocka_unit_test(test_version),
       cmocka_unit_test(test_null_safety),
       cmocka_unit_test(test_build_errors),
+      cmocka_unit_test(test_build_alltoall_permute),
       cmocka_unit_test(test_options),
       cmocka_unit_test(test_pipeline_and_inspection),
       cmocka_unit_test(test_o0_agrees),

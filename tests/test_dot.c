@@ -197,6 +197,57 @@ static void test_dot_contents(void **state) {
   assert_false(exists(path));
 }
 
+/* A new empty graph of world ranks in a new context (*ctx). */
+static cf_graph *new_graph(cf_context **ctx, int world) {
+  cf_graph *g = NULL;
+  assert_int_equal(cf_context_create(ctx), CF_OK);
+  assert_int_equal(cf_graph_new(*ctx, NULL, &g), CF_OK);
+  g->world_size = world;
+  return g;
+}
+
+/* cf_dot_write g as DOT to dir/file (dir a mkdtemp template, created here);
+ * the file's text, to free. */
+static char *draw(cf_graph *g, char *dir, const char *file) {
+  char path[128];
+  assert_non_null(mkdtemp(dir));
+  join(path, sizeof path, dir, file);
+  assert_int_equal(cf_dot_write(g, path, "dot"), CF_OK);
+  char *s = slurp(path, NULL);
+  assert_non_null(s);
+  return s;
+}
+
+/* AllToAll and CollectivePermute: their own colours, their dims and pairs
+ * in the label. */
+static void test_alltoall_permute(void **state) {
+  (void)state;
+  cf_context *ctx = NULL;
+  cf_graph *g = new_graph(&ctx, 2);
+  char dir[] = "/tmp/cf_test_dot_XXXXXX", path[128];
+  int x = input(g, "x", "float32", "4,2");
+  int a = add(g, "a", CF_OP_ALLTOALL), p = add(g, "p", CF_OP_COLLECTIVEPERMUTE);
+  attr(g, a, CF_A_SPLIT_DIMENSION, "0");
+  attr(g, a, CF_A_CONCAT_DIMENSION, "1");
+  attr(g, p, CF_A_SOURCE_TARGET_PAIRS, "{0,1}");
+  inputs(g, a, 1, (cf_ref[]){{x, 0}});
+  inputs(g, p, 1, (cf_ref[]){{a, 0}});
+  int y = add(g, "y", CF_OP_OUTPUT);
+  inputs(g, y, 1, (cf_ref[]){{p, 0}});
+  finish(g);
+  char *s = draw(g, dir, "a2a.dot");
+  assert_non_null(strstr(s, "label=\"a\\nAllToAll split=0 concat=1\\nfloat32 [2,4]\""));
+  assert_non_null(strstr(s, "label=\"p\\nCollectivePermute pairs={0,1}\\nfloat32 [2,4]\""));
+  assert_non_null(strstr(s, "fillcolor=\"#a2e3e3\""));
+  assert_non_null(strstr(s, "fillcolor=\"#f7b5d9\""));
+  free(s);
+  join(path, sizeof path, dir, "a2a.dot");
+  remove(path);
+  rmdir(dir);
+  cf_graph_destroy(g);
+  cf_context_destroy(ctx);
+}
+
 /* Same graph, same bytes: the id discipline keeps cluster order fixed. */
 static void test_dot_deterministic(void **state) {
   fixture *fx = *state;
@@ -292,11 +343,8 @@ static void test_bad_format(void **state) {
 static void test_odd_names(void **state) {
   (void)state;
   cf_context *ctx = NULL;
-  cf_graph *g = NULL;
+  cf_graph *g = new_graph(&ctx, 4);
   char dir[] = "/tmp/cf_test_dot_XXXXXX", path[128];
-  assert_int_equal(cf_context_create(&ctx), CF_OK);
-  assert_int_equal(cf_graph_new(ctx, NULL, &g), CF_OK);
-  g->world_size = 4;
   int a = input(g, "%p.1", "float16", "8");
   int b = input(g, "a\\b \"q\" -> {x}", "float16", "8");
   int c = input(g, "f/m", "float16", "8"); /* the id a member box would get */
@@ -308,11 +356,7 @@ static void test_odd_names(void **state) {
   int o = add(g, "o", CF_OP_OUTPUT);
   inputs(g, o, 1, (cf_ref[]){{f, 2}});
   finish(g);
-  assert_non_null(mkdtemp(dir));
-  join(path, sizeof path, dir, "odd.dot");
-  assert_int_equal(cf_dot_write(g, path, "dot"), CF_OK);
-  char *s = slurp(path, NULL);
-  assert_non_null(s);
+  char *s = draw(g, dir, "odd.dot");
   assert_non_null(strstr(s, "FusedAllGather f: 3 members, 192 B (split)\\nconcat"));
   assert_non_null(strstr(s, "\"f/m~1\""));
   assert_non_null(strstr(s, "\"f/m~2\""));
@@ -467,6 +511,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bad_format, setup, teardown),
       cmocka_unit_test(test_odd_names),
       cmocka_unit_test(test_allgather_matmul),
+      cmocka_unit_test(test_alltoall_permute),
       cmocka_unit_test_setup_teardown(test_golden, setup, teardown),
       cmocka_unit_test_setup_teardown(test_golden_errors, setup, teardown),
   };

@@ -179,6 +179,18 @@ cf_status cf_graph_add_allgather(cf_graph *g, const char *name, const char *inpu
                                  const char *group, const char *layout);
 cf_status cf_graph_add_reducescatter(cf_graph *g, const char *name, const char *input,
                                      const char *reduction, const char *group);
+/* An AllToAll (XLA's): input is cut into rank_size equal blocks along
+ * split_dimension, block j goes to rank j of group, and the blocks received
+ * are concatenated in rank order along concat_dimension (0 and 0: HCCL's
+ * HcclAlltoAll on a flat buffer). */
+cf_status cf_graph_add_alltoall(cf_graph *g, const char *name, const char *input,
+                                int split_dimension, int concat_dimension, const char *group);
+/* A CollectivePermute: for k < n_pairs, rank pairs[2k] of group sends its
+ * input to rank pairs[2k + 1]; a rank is at most one source and one
+ * target, and a rank that is no target receives zeros (XLA's
+ * source_target_pairs). */
+cf_status cf_graph_add_collective_permute(cf_graph *g, const char *name, const char *input,
+                                          const int *pairs, size_t n_pairs, const char *group);
 /* An op the executor does not run (foreign type, kept as a string): it
  * declares its one output's dtype and shape and keeps its dependencies. */
 cf_status cf_graph_add_opaque(cf_graph *g, const char *name, const char *type,

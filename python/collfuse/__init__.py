@@ -376,6 +376,24 @@ class Graph:
     def reduce_scatter(self, x, reduction="sum", group=None, name=None):
         return self.op("ReduceScatter", (x,), name, reduction=reduction, group=group)
 
+    def all_to_all(self, x, split_dimension=0, concat_dimension=0, group=None, name=None):
+        """XLA's AllToAll: x cut into rank_size blocks along split_dimension,
+        block j to rank j, the blocks received concatenated in rank order
+        along concat_dimension. A list of rank_size operands is the tuple
+        form (operand j to rank j; result i, "NAME:i", came from rank i)."""
+        if isinstance(x, (list, tuple)):
+            return self.op("AllToAll", tuple(x), name, group=group)
+        return self.op("AllToAll", (x,), name, split_dimension=split_dimension,
+                       concat_dimension=concat_dimension, group=group)
+
+    def collective_permute(self, x, source_target_pairs, group=None, name=None):
+        """XLA's CollectivePermute: for each (s, t) in source_target_pairs,
+        rank s of the group sends x to rank t; a rank that is no target
+        receives zeros."""
+        pairs = ",".join("{%d,%d}" % (_cint(s, "source rank"), _cint(t, "target rank"))
+                         for s, t in source_target_pairs)
+        return self.op("CollectivePermute", (x,), name, source_target_pairs=pairs, group=group)
+
     # root is required: HcclReduce/HcclBroadcast (like torch.distributed's
     # dst/src) have no default
     def reduce(self, x, root, reduction="sum", group=None, name=None):

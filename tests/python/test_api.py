@@ -173,6 +173,41 @@ class TestRun(unittest.TestCase):
             np.testing.assert_allclose(outs[r]["y"], total[r * m // R:(r + 1) * m // R], rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(outs[r]["z"], total, rtol=1e-12, atol=1e-12)
 
+    def test_all_to_all_and_permute(self):
+        """XLA's definitions, as numpy: all_to_all(x, sd, cd) on rank k is the
+        concatenation along cd of block k (along sd) of every rank's x; the
+        tuple form's result i on rank k is operand k of rank i; a permute
+        target gets its source's x, other ranks zeros."""
+        R = 4
+        g = collfuse.Graph("a2a", world_size=R)
+        g.define_group("pairs", [[0, 1], [2, 3]])
+        g.input("x", "float32", (8, 3))
+        g.input("t0", "int16", (5,))
+        g.input("t1", "int16", (5,))
+        g.output("a", g.all_to_all("x", split_dimension=0, concat_dimension=1, name="a2a"))
+        tup = g.all_to_all(["t0", "t1"], group="pairs", name="tup")
+        g.output("u0", tup + ":0")
+        g.output("u1", tup + ":1")
+        g.output("p", g.collective_permute("x", [(0, 1), (1, 3), (3, 0)], name="perm"))
+        self.assertEqual(g.attr("perm", "source_target_pairs"), "{0,1},{1,3},{3,0}")
+        exe = g.compile()
+        rng = np.random.default_rng(19)
+        xs = [rng.standard_normal((8, 3)).astype(np.float32) for _ in range(R)]
+        ts = [[rng.integers(-999, 999, 5).astype(np.int16) for _ in range(2)] for _ in range(R)]
+        outs = exe.run([{"x": xs[r], "t0": ts[r][0], "t1": ts[r][1]} for r in range(R)])
+        parts = [[0, 1], [2, 3]]
+        for k in range(R):
+            want = np.concatenate([np.split(xs[t], R, axis=0)[k] for t in range(R)], axis=1)
+            np.testing.assert_array_equal(outs[k]["a"], want)
+            part = parts[k // 2]
+            me = part.index(k)
+            np.testing.assert_array_equal(outs[k]["u0"], ts[part[0]][me])
+            np.testing.assert_array_equal(outs[k]["u1"], ts[part[1]][me])
+        src = {1: 0, 3: 1, 0: 3}
+        for k in range(R):
+            want = xs[src[k]] if k in src else np.zeros((8, 3), np.float32)
+            np.testing.assert_array_equal(outs[k]["p"], want)
+
     def test_bfloat16_and_ints(self):
         g = collfuse.Graph("types", world_size=2)
         g.input("b", "bfloat16", (5,))
