@@ -91,14 +91,6 @@ const char *cf_reduction_suggest(const char *name) {
   return s.best;
 }
 
-const char *cf_target_suggest(const char *name) {
-  cf_suggest s;
-  cf_suggest_init(&s, name);
-  for (size_t i = 0; cf_target_at(i); i++)
-    cf_suggest_add(&s, cf_target_at(i));
-  return s.best;
-}
-
 /* HLO's collective opcodes (the IR names and ops.def's aliases cover the
  * others): a foreign op close to one of these was probably meant as it. */
 static const char *const hlo_collectives[] = {

@@ -120,6 +120,14 @@ const cf_target *cf_target_find(const char *name) {
   return NULL;
 }
 
+const char *cf_target_suggest(const char *name) {
+  cf_suggest s;
+  cf_suggest_init(&s, name);
+  for (size_t i = 0; cf_target_at(i); i++)
+    cf_suggest_add(&s, cf_target_at(i));
+  return s.best;
+}
+
 const char *cf_target_profile_name(const cf_target *t) { return t->name; }
 
 const char *cf_target_unknown(const char *name, char *buf, size_t len) {

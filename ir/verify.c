@@ -9,18 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cf_node_n_outputs(const cf_node *n) {
-  switch (cf_op_table[n->op].cat) {
-  case CF_CAT_SINK: return 0;
-  case CF_CAT_FUSED_COLLECTIVE: return n->n_in;
-  default: break;
-  }
-  if (n->op == CF_OP_ALLGATHERMATMUL) return n->n_in; /* n_in-1 products + gathered x1 */
-  if (n->op == CF_OP_ALLTOALL) return n->n_in;         /* the tuple form: one per operand */
-  if (n->op == CF_OP_OPAQUE) return n->n_decl > 0 ? n->n_decl : 1;
-  return 1;
-}
-
 static cf_status check_attrs(cf_graph *g, cf_node *n) {
   const cf_op_info *oi = &cf_op_table[n->op];
   for (int i = 0; i < n->n_attr; i++)
