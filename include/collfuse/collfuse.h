@@ -237,7 +237,9 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
  *                   the graph's world_size, as `collfuse run --ranks` does
  *   "deterministic" "1": reductions add contributions in rank order, so fused
  *                   and unfused graphs give bitwise-identical outputs
- *   "algo"          AllReduce algorithm: auto | direct | rd | ring | rsag
+ *   "algo"          "auto" or an algorithm row's name, as `collfuse run --algo`
+ *                   lists them (docs/executor.md's table; "mpi-native" with
+ *                   an MPI world); an unknown one is refused naming the choices
  *   "timeout"       seconds every wait of a run may take (default 60)
  *   "seed"          seed of the data of Inputs the caller does not give
  *   "max_memory"    bytes a run may hold ("512M", "4G"; default: what the
