@@ -49,8 +49,7 @@ static uint64_t hash_str(const char *s) {
   return h;
 }
 
-/* Index keys[0..n); *dup gets the first key seen twice (-1 when none). */
-static bool map_build(cf_arena *a, strmap *m, const char **keys, int n, int *dup) {
+bool cf_hlo_map_build(cf_arena *a, strmap *m, const char **keys, int n, int *dup) {
   size_t cap = 16;
   while (cap < (size_t)n * 2)
     cap *= 2;
@@ -570,7 +569,7 @@ static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int lin
   }
   if (c->root < 0) c->root = c->n_ins - 1; /* XLA: the last instruction */
   int dup;
-  if (!map_build(&r->scratch, &c->map, keys, c->n_ins, &dup)) return cf_hlo_oom(r, line);
+  if (!cf_hlo_map_build(&r->scratch, &c->map, keys, c->n_ins, &dup)) return cf_hlo_oom(r, line);
   if (dup >= 0)
     return cf_hlo_fail(r, c->ins[dup].line,
                        "computation '%s': instruction '%s' defined twice (first at line %d)",
@@ -652,15 +651,15 @@ static cf_status parse_module(hlo_reader *r) {
   if (!r->n_comps) return cf_hlo_fail(r, line, "no computations in the module");
   if (!r->entry) r->entry = &r->comps[r->n_comps - 1]; /* XLA: the last one */
   int dup;
-  if (!map_build(&r->scratch, &r->comp_map, keys, r->n_comps, &dup)) return cf_hlo_oom(r, 0);
+  if (!cf_hlo_map_build(&r->scratch, &r->comp_map, keys, r->n_comps, &dup)) return cf_hlo_oom(r, 0);
   if (dup >= 0)
     return cf_hlo_fail(r, r->comps[dup].line, "computation '%s' defined twice (first at line %d)",
                        keys[dup], r->comps[cf_hlo_map_find(&r->comp_map, keys[dup])].line);
   return CF_OK;
 }
 
-cf_status cf_hlo_read(cf_context *ctx, const char *name, const char *data, size_t size,
-                      cf_graph **out) {
+cf_status cf_hlo_run(cf_context *ctx, const char *name, const char *data, size_t size,
+                     cf_status (*parse)(hlo_reader *r), cf_graph **out) {
   *out = NULL;
   hlo_reader r = {.ctx = ctx, .file = name, .max_rank = -1};
   r.work_limit = size < (HLO_MAX_WORK - HLO_MIN_WORK) / HLO_WORK_PER_BYTE
@@ -677,7 +676,7 @@ cf_status cf_hlo_read(cf_context *ctx, const char *name, const char *data, size_
   if (size) memcpy(r.text, data, size);
   r.text[size] = 0;
   r.end = r.text + size;
-  if ((st = parse_module(&r)) || (st = cf_hlo_build(&r))) goto fail;
+  if ((st = parse(&r)) || (st = cf_hlo_build(&r))) goto fail;
   free(r.text);
   free(r.refs);
   free(r.seen);
@@ -691,4 +690,9 @@ fail:
   cf_arena_free(&r.scratch);
   cf_graph_destroy(r.g);
   return st;
+}
+
+cf_status cf_hlo_read(cf_context *ctx, const char *name, const char *data, size_t size,
+                      cf_graph **out) {
+  return cf_hlo_run(ctx, name, data, size, parse_module, out);
 }

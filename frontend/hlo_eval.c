@@ -201,10 +201,7 @@ static bool dot_is_matmul(const hinstr *in, const hval *a, const hval *b) {
          t->s.dims[0] == x->dims[0] && t->s.dims[1] == y->dims[1];
 }
 
-enum { LIT_OTHER = 1, LIT_SPLAT, LIT_IOTA };
-
-/* What a constant's literal holds, for count elements: one repeated value,
- * 0, 1, 2, ... (iota), or anything else (Opaque data). */
+/* What a constant's literal holds, for count elements (LIT_*). */
 static int classify_literal(cf_span lit, int64_t count, double *value) {
   const char *p = lit.p, *e = lit.p + lit.n;
   int64_t n = 0;
@@ -451,6 +448,27 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   return CF_OK;
 }
 
+/* collective-broadcast: the first device of each replica group sends its
+ * operand to the others (a Broadcast from group rank 0). */
+static cf_status eval_cbcast(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
+                             hval *out) {
+  const hgset *gs = NULL;
+  if (in->n_opnd != 1 || !exact_array(ops[0]) || in->shape.n >= 0 || !in->shape.exact)
+    return emit_opaque(r, in, at_entry, ops, in->opcode, out);
+  cf_status st = cf_hlo_coll_groups(r, in, &gs);
+  if (st) return st;
+  if (gs->n_sub && !gs->name) {
+    char note[96];
+    snprintf(note, sizeof note, "%s over %d replica groups of different sizes", in->opcode,
+             gs->n_sub);
+    return emit_opaque(r, in, at_entry, ops, note, out);
+  }
+  int idx;
+  if ((st = emit_op(r, in, at_entry, CF_OP_BROADCAST, ops, 1, &idx, out))) return st;
+  if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
+  return set_str(r, idx, CF_A_ROOT, "0", in->line);
+}
+
 static cf_status eval_comp(hlo_reader *r, hcomp *c, const hval *args, int n_args, hval *out);
 
 /* The tuple of in's operands. */
@@ -547,6 +565,8 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
              !strcmp(op, "all-gather") || !strcmp(op, "all-gather-start") ||
              !strcmp(op, "reduce-scatter")) {
     st = eval_collective(r, in, at_entry, ops, out);
+  } else if (!strcmp(op, "collective-broadcast")) {
+    st = eval_cbcast(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "all-reduce-done") && in->n_opnd == 1) {
     *out = *ops[0];
   } else if (!strcmp(op, "all-gather-done") && in->n_opnd == 1 && ops[0]->n == 2) {

@@ -1,0 +1,65 @@
+/* stablehlo_internal.h - what the two files of the StableHLO reader share.
+ *
+ * The reader turns StableHLO MLIR text into the HLO reader's parsed module
+ * (hlo_internal.h): every func.func and every region it needs becomes a
+ * computation, every op an instruction with the HLO opcode of the same
+ * semantics (or its MLIR name when collfuse has none), so that the HLO
+ * reader's evaluator inlines calls, fuses variadic collectives and resolves
+ * replica groups for both formats alike. stablehlo.c scans the text and
+ * builds the computations; stablehlo_attr.c reads types, dense literals,
+ * replica groups, meshes and shardings. Private to frontend/.
+ */
+#ifndef COLLFUSE_STABLEHLO_INTERNAL_H
+#define COLLFUSE_STABLEHLO_INTERNAL_H
+
+#include "hlo_internal.h"
+
+/* A mesh declared by `sdy.mesh @NAME = <["a"=2, "b"=4]>`. */
+typedef struct shmesh {
+  const char *name; /* without '@' */
+  int na;
+  cf_span axis[HLO_MAX_AXES];
+  int64_t size[HLO_MAX_AXES];
+  int64_t total;
+} shmesh;
+
+typedef struct sh_reader {
+  hlo_reader *r;
+  hcomp *comps; /* malloc'd; moved to r->comps at the end */
+  int n_comps, cap_comps;
+  shmesh *meshes; /* malloc'd */
+  int n_meshes, cap_meshes;
+  int n_regions; /* names of region computations: -region-N */
+} sh_reader;
+
+/* ---- stablehlo.c: scanning helpers the attribute readers use ---- */
+
+/* The first ch in [p, e) outside brackets, strings and <...>, or NULL. */
+const char *cf_sh_find_top(const char *p, const char *e, char ch);
+/* The value of `key = VALUE` (or a unit attribute `key`) in [p, e): *val
+ * spans VALUE up to the next top-level ',' or the end; false when absent. */
+bool cf_sh_attr(const char *p, const char *e, const char *key, cf_span *val);
+
+/* ---- stablehlo_attr.c: types, literals, groups, meshes, shardings ---- */
+
+/* A type at *pp: tensor<...>, tuple<...>, !stablehlo.token or a bare
+ * element type; *pp moves past it. */
+cf_status cf_sh_type(sh_reader *s, const char **pp, const char *e, int line, hshape *out);
+/* A comma list of types (a function type's side, without parentheses). */
+cf_status cf_sh_type_list(sh_reader *s, const char *p, const char *e, int line, hshape **out,
+                          int *n);
+/* Classify the dense<...> literal at p for a constant of type t into
+ * in->lit and in->lit_value (LIT_*). */
+void cf_sh_dense(const char *p, const char *e, const hshape *t, hinstr *in);
+/* replica_groups = dense<[[...]]> or #stablehlo.replica_group_mesh_axes<...>
+ * in [p, e) (the value span) into in->rg. */
+cf_status cf_sh_groups(sh_reader *s, hinstr *in, cf_span val);
+/* `sdy.mesh @NAME = <[...]>` (or stablehlo.mesh) at [p, e). */
+cf_status cf_sh_mesh_decl(sh_reader *s, const char *p, const char *e, int line);
+/* The local shape of global under sharding <@mesh, [{"a"}, {}]> in [p, e):
+ * each dimension divided by the sizes of its axes that are in manual (all
+ * of them when manual is empty). */
+cf_status cf_sh_local_shape(sh_reader *s, cf_span sharding, cf_span manual, const cf_shape *global,
+                            int line, cf_shape *out);
+
+#endif /* COLLFUSE_STABLEHLO_INTERNAL_H */
