@@ -131,11 +131,28 @@ static const char *find_last_top(const char *p, const char *e, char ch) {
   return last;
 }
 
-/* The end of the statement at p: the first newline outside brackets. */
+/* A line that continues the op before it with a region: `cond {`, `do {`,
+ * `reducer(%a: T, %b: T) {` (a bare word, no dialect, then a brace). */
+static bool continues(const char *p, const char *e) {
+  p = cf_hlo_skip(p, e);
+  const char *w = p;
+  while (p < e && (isalnum((unsigned char)*p) || *p == '_'))
+    p++;
+  if (p == w || (p < e && *p == '.')) return false;
+  p = cf_hlo_skip(p, e);
+  if (p < e && *p == '(') p = cf_hlo_skip(cf_hlo_past(p, e), e);
+  return p < e && *p == '{';
+}
+
+/* The end of the statement at p: the first newline outside brackets that
+ * no region line continues. */
 static const char *stmt_end(const char *p, const char *e) {
-  while (p < e && *p != '\n')
-    p = step(p, e);
-  return p;
+  for (;;) {
+    while (p < e && *p != '\n')
+      p = step(p, e);
+    if (p >= e || !continues(p, e)) return p;
+    p++;
+  }
 }
 
 /* word at p, ending at a character that is no part of a name */
@@ -236,10 +253,12 @@ static const char *read_use(const char *p, const char *e, cf_span *out) {
   return p;
 }
 
-/* Is the % token at q (ending at qe) a definition: followed by ':' or '='? */
+/* Is the % token ending at qe a definition: a block argument `%a: T`, a
+ * result count `%0:2`, or followed by '='? (`%b : T` is a use.) */
 static bool is_def(const char *qe, const char *e) {
+  if (qe < e && *qe == ':') return true;
   qe = cf_hlo_skip(qe, e);
-  return qe < e && (*qe == ':' || *qe == '=');
+  return qe < e && *qe == '=';
 }
 
 /* The %uses in [p, e): top level and inside (...) / [...] groups; brace
@@ -642,6 +661,10 @@ static cf_status collective(sh_reader *s, hinstr *in, const char *p, const char 
         return cf_hlo_fail(r, in->line, "op '%s': channel_handle: bad handle", in->name);
     }
     if (id > 0) kv[n++] = "channel_id", kv[n++] = "1";
+    /* collective_broadcast with a channel is cross_partition: partition ids,
+     * which are the devices when there is one replica */
+    if (id > 0 && !strcmp(hlo_opcode, "collective-broadcast") && r->replicas <= 1)
+      kv[n++] = "use_global_device_ids", kv[n++] = "true";
   }
   if (cf_sh_attr(p, e, "use_global_device_ids", &v))
     kv[n++] = "use_global_device_ids", kv[n++] = "true";
@@ -1028,8 +1051,8 @@ static cf_status module_attrs(sh_reader *s, const char *p, const char *e, int li
 }
 
 /* The statements of a module body (or of a file without `module`). */
-static cf_status module_body(sh_reader *s, const char *p, const char *e, int line, int *main_idx,
-                             int *public_idx, int *n_public, int *main_line) {
+static cf_status module_body(sh_reader *s, const char *p, const char *e, int line, bool meshes,
+                             int *main_idx, int *public_idx, int *n_public, int *main_line) {
   hlo_reader *r = s->r;
   cf_status st = CF_OK;
   while (!st && p < e) {
@@ -1053,10 +1076,11 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
       const char *attrs = NULL;
       for (const char *t = p; t < open; t = step(t, open))
         if (*t == '{') attrs = t;
-      if (attrs && (st = module_attrs(s, attrs, cf_hlo_past(attrs, open), line))) return st;
-      st = module_body(s, open + 1, cf_hlo_past(open, pe) - 1, line + count_nl(p, open + 1),
+      if (meshes && attrs && (st = module_attrs(s, attrs, cf_hlo_past(attrs, open), line)))
+        return st;
+      st = module_body(s, open + 1, cf_hlo_past(open, pe) - 1, line + count_nl(p, open + 1), meshes,
                        main_idx, public_idx, n_public, main_line);
-    } else if (word_at(p, e, "func.func")) {
+    } else if (!meshes && word_at(p, e, "func.func")) {
       bool pub;
       int idx;
       if (!(st = parse_func(s, p, pe, line, &pub, &idx))) {
@@ -1069,7 +1093,7 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
           ++*n_public;
         }
       }
-    } else if (word_at(p, e, "sdy.mesh") || word_at(p, e, "stablehlo.mesh")) {
+    } else if (meshes && (word_at(p, e, "sdy.mesh") || word_at(p, e, "stablehlo.mesh"))) {
       st = cf_sh_mesh_decl(s, p, pe, line);
     } /* #alias = ..., other top-level ops: nothing to import */
     line += count_nl(p, pe);
@@ -1082,7 +1106,10 @@ static cf_status parse_module(hlo_reader *r) {
   sh_reader s = {.r = r};
   cf_status st = clean(r);
   int main_idx = -1, public_idx = -1, n_public = 0, main_line = 0;
-  if (!st) st = module_body(&s, r->text, r->end, 1, &main_idx, &public_idx, &n_public, &main_line);
+  /* meshes first: a symbol may be used above its declaration */
+  for (int pass = 0; pass < 2 && !st; pass++)
+    st = module_body(&s, r->text, r->end, 1, pass == 0, &main_idx, &public_idx, &n_public,
+                     &main_line);
   if (!st && !s.n_comps) st = cf_hlo_fail(r, 1, "not StableHLO text: no func.func in the module");
   if (!st && main_idx < 0 && n_public != 1)
     st = cf_hlo_fail(r, 1, "no entry function: %d public functions and none named @main", n_public);

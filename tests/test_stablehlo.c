@@ -75,7 +75,8 @@ static void collectives(const cf_graph *g, char *buf, size_t len) {
       o += (size_t)snprintf(buf + o, len - o, " %d", gr->ranks[k]);
     for (int k = 0; k < n->n_out && o < len; k++) {
       char s[64];
-      o += (size_t)snprintf(buf + o, len - o, " [%s]", cf_shape_format(&n->out[k].shape, s, sizeof s));
+      o += (size_t)snprintf(buf + o, len - o, " [%s]",
+                            cf_shape_format(&n->out[k].shape, s, sizeof s));
     }
     if (o < len) o += (size_t)snprintf(buf + o, len - o, "\n");
   }
@@ -274,29 +275,29 @@ static void test_collectives(void **state) {
 
 static void test_calls_and_manual(void **state) {
   (void)state;
-  cf_graph *g = parse(
-      "m.mlir",
-      "module @m {\n"
-      "  sdy.mesh @mesh = <[\"x\"=2, \"y\"=2]>\n"
-      "  func.func private @f(%a: tensor<2x4xf32>) -> tensor<2x4xf32> {\n"
-      "    %0 = call @g(%a) : (tensor<2x4xf32>) -> tensor<2x4xf32>\n"
-      "    return %0 : tensor<2x4xf32>\n"
-      "  }\n"
-      "  func.func private @g(%a: tensor<2x4xf32>) -> tensor<2x4xf32> {\n"
-      "    %0 = stablehlo.multiply %a, %a : tensor<2x4xf32>\n"
-      "    return %0 : tensor<2x4xf32>\n"
-      "  }\n"
-      "  func.func public @step(%arg0: tensor<4x8xf32>) -> tensor<4x8xf32> {\n"
-      "    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{\"x\"}, {\"y\", ?}]>] "
-      "out_shardings=[<@mesh, [{\"x\"}, {\"y\"}]>] manual_axes={\"x\", \"y\"} "
-      "(%arg1: tensor<2x4xf32>) {\n"
-      "      %1 = func.call @f(%arg1) : (tensor<2x4xf32>) -> tensor<2x4xf32>\n"
-      "      %2 = func.call @f(%1) : (tensor<2x4xf32>) -> tensor<2x4xf32>\n"
-      "      sdy.return %2 : tensor<2x4xf32>\n"
-      "    } : (tensor<4x8xf32>) -> tensor<4x8xf32>\n"
-      "    return %0 : tensor<4x8xf32>\n"
-      "  }\n"
-      "}\n");
+  cf_graph *g =
+      parse("m.mlir",
+            "module @m {\n"
+            "  sdy.mesh @mesh = <[\"x\"=2, \"y\"=2]>\n"
+            "  func.func private @f(%a: tensor<2x4xf32>) -> tensor<2x4xf32> {\n"
+            "    %0 = call @g(%a) : (tensor<2x4xf32>) -> tensor<2x4xf32>\n"
+            "    return %0 : tensor<2x4xf32>\n"
+            "  }\n"
+            "  func.func private @g(%a: tensor<2x4xf32>) -> tensor<2x4xf32> {\n"
+            "    %0 = stablehlo.multiply %a, %a : tensor<2x4xf32>\n"
+            "    return %0 : tensor<2x4xf32>\n"
+            "  }\n"
+            "  func.func public @step(%arg0: tensor<4x8xf32>) -> tensor<4x8xf32> {\n"
+            "    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{\"x\"}, {\"y\", ?}]>] "
+            "out_shardings=[<@mesh, [{\"x\"}, {\"y\"}]>] manual_axes={\"x\", \"y\"} "
+            "(%arg1: tensor<2x4xf32>) {\n"
+            "      %1 = func.call @f(%arg1) : (tensor<2x4xf32>) -> tensor<2x4xf32>\n"
+            "      %2 = func.call @f(%1) : (tensor<2x4xf32>) -> tensor<2x4xf32>\n"
+            "      sdy.return %2 : tensor<2x4xf32>\n"
+            "    } : (tensor<4x8xf32>) -> tensor<4x8xf32>\n"
+            "    return %0 : tensor<4x8xf32>\n"
+            "  }\n"
+            "}\n");
   /* the only public function is the entry; the world is the mesh */
   assert_int_equal(g->world_size, 4);
   const cf_node *l = node(g, "0.local0");
@@ -370,8 +371,7 @@ static const cf_bad_input bad_modules[] = {
         "[{\"x\"}]>] manual_axes={\"x\"} (%b: tensor<2xf32>) {\n    sdy.return %b : "
         "tensor<2xf32>\n  } : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
      "t.mlir:2: error: mesh '@m' is not declared (sdy.mesh @m = <[...]>)"},
-    {"sdy.mesh @m = <[\"x\"=2]>\n" FN
-     "  %0 = \"stablehlo.all_reduce\"(%a) <{replica_groups = "
+    {"sdy.mesh @m = <[\"x\"=2]>\n" FN "  %0 = \"stablehlo.all_reduce\"(%a) <{replica_groups = "
      "#stablehlo.replica_group_mesh_axes<mesh = @m, axes = [\"z\"]>}> ({\n  ^bb0(%x: "
      "tensor<f32>, %y: tensor<f32>):\n    %s = stablehlo.add %x, %y : tensor<f32>\n"
      "    stablehlo.return %s : tensor<f32>\n  }) : (tensor<4xf32>) -> tensor<4xf32>\n"
