@@ -108,25 +108,14 @@ cf_status cf_codegen_graph_kernels(const cf_graph *g, cf_kernel_key **keys, int 
   for (int i = 0; i < g->n_nodes && !st; i++) {
     const cf_node *nd = &g->nodes[i];
     if (nd->dead) continue;
-    bool reducing = false, quant = false;
-    cf_reduction red = CF_RED_SUM;
-    switch (nd->op) {
-    case CF_OP_ALLREDUCE:
-    case CF_OP_REDUCESCATTER:
-    case CF_OP_REDUCE:
-    case CF_OP_FUSEDALLREDUCE:
-    case CF_OP_FUSEDREDUCESCATTER:
-      reducing = true;
-      red = cf_node_reduction(nd);
-      break;
-    case CF_OP_MATMULREDUCESCATTER: /* always sum (verified) */
-    case CF_OP_MATMULALLREDUCE:
-      reducing = true;
-      quant = nd->n_in > 0 && operand_dtype(g, nd, 0) == CF_DT_INT8;
-      break;
-    case CF_OP_QUANTMATMUL: quant = true; break;
-    default: continue;
-    }
+    /* a reducing op reduces with a kernel (a fused matmul op always sums,
+     * verified); quantized matmuls (QuantMatMul, a reducing fused matmul op
+     * on int8) dequantize with one */
+    bool fused_mm = cf_op_table[nd->op].cat == CF_CAT_FUSED_MATMUL;
+    bool reducing = cf_op_reduces(nd->op), quant = nd->op == CF_OP_QUANTMATMUL;
+    if (reducing && fused_mm) quant = nd->n_in > 0 && operand_dtype(g, nd, 0) == CF_DT_INT8;
+    if (!reducing && !quant) continue;
+    cf_reduction red = reducing && !fused_mm ? cf_node_reduction(nd) : CF_RED_SUM;
     if (nd->n_out < 1 || !nd->out || nd->out[0].dtype == CF_DT_INVALID) {
       st = cf_node_error(g, nd, CF_ERR_USAGE, "no inferred output type: verify the graph first");
       break;

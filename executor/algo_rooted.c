@@ -108,10 +108,8 @@ cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *cal
 
 /* Rooted collectives send along different pairs on different ranks when
  * the ranks disagree on the root, so the descriptors would never meet and
- * the mismatch would end as a timeout. Each rank first shows its
- * descriptor to the next rank of the group (an empty message), so a
- * disagreement is reported with both ranks and both roots. */
-static cf_status handshake(cf_comm *c, const cf_coll_call *call) {
+ * the mismatch would end as a timeout: cf_coll_handshake first. */
+cf_status cf_coll_handshake(cf_comm *c, const cf_coll_call *call) {
   int n = call->n, me = call->me;
   if (n < 2) return CF_OK;
   const void *p;
@@ -125,7 +123,7 @@ cf_status cf_algo_reduce(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   const cf_coll_desc *d = &call->desc;
   int es = cf_dtype_size(d->dtype), n = call->n, me = call->me, root = d->root;
   size_t bytes = (size_t)d->count * (size_t)es;
-  cf_status hs = handshake(c, call);
+  cf_status hs = cf_coll_handshake(c, call);
   if (hs) return hs;
   if (me != root) {
     cf_status st = c->ops->send(c, call->ranks[root], call->in, bytes, d);
@@ -153,7 +151,7 @@ cf_status cf_algo_broadcast(cf_comm *c, cf_device *dev, const cf_coll_call *call
   const cf_coll_desc *d = &call->desc;
   int es = cf_dtype_size(d->dtype), n = call->n, me = call->me, root = d->root;
   size_t bytes = (size_t)d->count * (size_t)es;
-  cf_status st = handshake(c, call);
+  cf_status st = cf_coll_handshake(c, call);
   if (st) return st;
   if (me == root) {
     for (int i = 0; i < n && !st; i++)

@@ -58,6 +58,7 @@ int cf_algo_parse(const char *s) {
 static bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 cf_algo cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo forced) {
+  if (d->op == CF_OP_ALLTOALL || d->op == CF_OP_COLLECTIVEPERMUTE) return CF_ALGO_DIRECT;
   if (forced == CF_ALGO_MPI_NATIVE) { /* every op, as asked; --deterministic keeps rank order */
     if (n > 1 && !deterministic) return CF_ALGO_MPI_NATIVE;
     forced = CF_ALGO_AUTO;
@@ -117,6 +118,8 @@ size_t cf_coll_scratch_bytes(const cf_coll_desc *d, int n, cf_algo a, bool zero_
   size_t chunk = ((size_t)d->count + (size_t)n - 1) / (size_t)n * es + 128;
   size_t peers = n > 1 ? (size_t)n - 1 : 0;
   if (a == CF_ALGO_MPI_NATIVE) return native_scratch(d, n);
+  if (d->op == CF_OP_ALLTOALL || d->op == CF_OP_COLLECTIVEPERMUTE)
+    return cf_alltoall_scratch_bytes(d, n, zero_copy);
   if (d->op != CF_OP_ALLREDUCE) /* staging for what peers send: one buffer or one per peer */
     return zero_copy ? 0 : (d->op == CF_OP_ALLGATHER || d->op == CF_OP_BROADCAST ? bytes : peers * bytes);
   switch (a) {
@@ -160,6 +163,14 @@ bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b,
     what = "reduction";
     snprintf(va, sizeof va, "%s", red_text(a->red));
     snprintf(vb, sizeof vb, "%s", red_text(b->red));
+  } else if (a->op == CF_OP_ALLTOALL && (a->root != b->root || a->layout != b->layout)) {
+    what = "split/concat dimensions";
+    snprintf(va, sizeof va, "%d/%d", a->root, a->layout);
+    snprintf(vb, sizeof vb, "%d/%d", b->root, b->layout);
+  } else if (a->op == CF_OP_COLLECTIVEPERMUTE && a->layout != b->layout) {
+    what = "source_target_pairs";
+    snprintf(va, sizeof va, "#%08x", (unsigned)a->layout);
+    snprintf(vb, sizeof vb, "#%08x", (unsigned)b->layout);
   } else if (a->root != b->root) {
     what = "root";
     snprintf(va, sizeof va, "%d", a->root);
@@ -277,8 +288,7 @@ static cf_status allreduce_segments(cf_comm *c, cf_device *dev, const cf_coll_ca
 }
 
 cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
-  if ((call->desc.op == CF_OP_REDUCE || call->desc.op == CF_OP_BROADCAST) &&
-      (call->desc.root < 0 || call->desc.root >= call->n))
+  if (cf_op_rooted(call->desc.op) && (call->desc.root < 0 || call->desc.root >= call->n))
     return cf_error(c->ctx, CF_ERR_INVALID, NULL, 0,
                     "%s '%s': root %d is not a rank of group '%s' (%d rank%s)",
                     cf_op_table[call->desc.op].name, call->desc.node ? call->desc.node : "?",
@@ -290,6 +300,8 @@ cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   case CF_OP_ALLGATHER: return cf_algo_all_gather(c, dev, call);
   case CF_OP_REDUCE: return cf_algo_reduce(c, dev, call);
   case CF_OP_BROADCAST: return cf_algo_broadcast(c, dev, call);
+  case CF_OP_ALLTOALL: return cf_algo_alltoall(c, dev, call);
+  case CF_OP_COLLECTIVEPERMUTE: return cf_algo_permute(c, dev, call);
   default:
     return cf_error(c->ctx, CF_ERR_UNSUPPORTED, NULL, 0, "no algorithm for %s",
                     cf_op_table[call->desc.op].name);

@@ -279,8 +279,9 @@ typedef struct cf_coll_desc {
   cf_dtype dtype;
   int64_t count;      /* elements per rank's input */
   int red;            /* cf_reduction, -1 when none */
-  int root;           /* -1 when none */
-  int layout;         /* AllGather layout, -1 otherwise */
+  int root;           /* -1 when none; AllToAll: split_dimension */
+  int layout;         /* AllGather layout, -1 otherwise; AllToAll: concat_dimension;
+                         CollectivePermute: a hash of its pairs */
   const char *group;
   const char *node;   /* node name (for messages only, not compared) */
 } cf_coll_desc;
@@ -431,8 +432,10 @@ typedef struct cf_coll_call {
   int me;              /* my index in ranks */
   const void *in;
   void *out;
-  const cf_coll_seg *segs; /* AllGather, ReduceScatter */
+  const cf_coll_seg *segs; /* AllGather, ReduceScatter; AllToAll: one block per rank */
   int n_segs;
+  int64_t in_row, out_row; /* AllToAll: a block's rows, n * row elements apart (algo_alltoall.c) */
+  const int *pairs;        /* CollectivePermute: target[0..n) then source[0..n), -1 none */
   void *scratch;       /* algorithm scratch, scratch_bytes */
   size_t scratch_bytes;
   cf_algo algo;        /* resolved: never AUTO */
@@ -465,6 +468,15 @@ cf_status cf_algo_reduce_scatter(cf_comm *c, cf_device *dev, const cf_coll_call 
 cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_reduce(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_broadcast(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+/* Each rank shows its descriptor to the next rank of the group (an empty
+ * message), for collectives whose ranks do not all meet: a disagreement is
+ * then an error naming both, not a wait for a message that never comes. */
+cf_status cf_coll_handshake(cf_comm *c, const cf_coll_call *call);
+/* algo_alltoall.c: AllToAll and CollectivePermute (direct) */
+cf_status cf_algo_alltoall(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+cf_status cf_algo_permute(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+/* Their staging (in bytes) when the transport is not zero copy. */
+size_t cf_alltoall_scratch_bytes(const cf_coll_desc *d, int n, bool zero_copy);
 
 /* ================= plan.c, exec.c: plans and runs ================= */
 
@@ -541,6 +553,8 @@ typedef struct cf_pcoll {
   size_t scratch_bytes;
   cf_coll_seg *segs;
   int n_segs;
+  int64_t in_row, out_row; /* AllToAll (cf_coll_call) */
+  int *pairs;              /* CollectivePermute (cf_coll_call), owned */
   cf_algo algo;
   int in_val, out_val; /* the value the call reads / writes when its buffer is exactly that value, else -1 */
   bool inline_ok;      /* START is followed by its WAIT: run on the rank thread */

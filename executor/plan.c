@@ -69,31 +69,12 @@ static void live(block *bl, int first, int last) {
   if (last > bl->last) bl->last = last;
 }
 
+/* plain and fused collectives; the fused matmul ops run their own pipeline */
 static bool is_coll(cf_op op) {
-  switch (op) {
-  case CF_OP_ALLREDUCE: case CF_OP_ALLGATHER: case CF_OP_REDUCESCATTER: case CF_OP_REDUCE:
-  case CF_OP_BROADCAST: case CF_OP_FUSEDALLREDUCE: case CF_OP_FUSEDALLGATHER:
-  case CF_OP_FUSEDREDUCESCATTER:
-    return true;
-  default: return false;
-  }
+  return cf_op_is_collective(op) && cf_op_table[op].cat != CF_CAT_FUSED_MATMUL;
 }
 
-static bool is_fused_mm(cf_op op) {
-  return op == CF_OP_MATMULREDUCESCATTER || op == CF_OP_MATMULALLREDUCE || op == CF_OP_ALLGATHERMATMUL;
-}
-
-static cf_op base_op(cf_op op) {
-  switch (op) {
-  case CF_OP_FUSEDALLREDUCE: return CF_OP_ALLREDUCE;
-  case CF_OP_FUSEDALLGATHER: return CF_OP_ALLGATHER;
-  case CF_OP_FUSEDREDUCESCATTER: return CF_OP_REDUCESCATTER;
-  case CF_OP_MATMULREDUCESCATTER: return CF_OP_REDUCESCATTER;
-  case CF_OP_MATMULALLREDUCE: return CF_OP_ALLREDUCE;
-  case CF_OP_ALLGATHERMATMUL: return CF_OP_ALLGATHER;
-  default: return op;
-  }
-}
+static bool is_fused_mm(cf_op op) { return cf_op_table[op].cat == CF_CAT_FUSED_MATMUL; }
 
 /* Member byte offsets of a collective's input bucket: the combiner's
  * `offsets` when present and consistent, else packed at 64-byte lines. */
@@ -146,21 +127,66 @@ static cf_status group_ranks(cf_plan *p, const cf_node *n, const int **ranks, in
   return CF_OK;
 }
 
+/* AllToAll's blocks (executor.h, algo_alltoall.c): the array form's rows
+ * from its shape, split and concat dims; the tuple form's operands and
+ * results where they sit in the buckets. */
+static cf_status alltoall_blocks(cf_plan *p, const cf_node *n, cf_pcoll *c, const int64_t *off,
+                                 const int64_t *oo, int es) {
+  c->segs = calloc((size_t)c->n, sizeof *c->segs);
+  if (!c->segs) return oom(p);
+  c->n_segs = c->n;
+  if (n->n_in > 1) {
+    for (int j = 0; j < c->n; j++)
+      c->segs[j] = (cf_coll_seg){off[j] / es, oo[j] / es, p->vals[val_index(p, n->in[j])].count};
+    return CF_OK;
+  }
+  const cf_shape *in = &p->vals[val_index(p, n->in[0])].shape;
+  int sd = (int)cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
+      cd = (int)cf_node_int(n, CF_A_CONCAT_DIMENSION, 0);
+  cf_shape blk = *in;
+  blk.dims[sd] /= c->n;
+  int64_t count = 1;
+  c->in_row = c->out_row = 1;
+  for (int d = blk.rank - 1; d >= 0; d--) {
+    count *= blk.dims[d];
+    if (d >= sd) c->in_row *= blk.dims[d];
+    if (d >= cd) c->out_row *= blk.dims[d];
+  }
+  for (int j = 0; j < c->n; j++) c->segs[j] = (cf_coll_seg){j * c->in_row, j * c->out_row, count};
+  c->desc.root = sd;
+  c->desc.layout = cd;
+  return CF_OK;
+}
+
+/* CollectivePermute's pairs as positions in the group, and their hash in
+ * the descriptor (so ranks that disagree on them fail). */
+static cf_status permute_pairs(cf_plan *p, const cf_node *n, cf_pcoll *c) {
+  char why[128];
+  c->pairs = malloc(sizeof *c->pairs * 2 * (size_t)c->n);
+  if (!c->pairs) return oom(p);
+  if (!cf_pairs_parse(cf_node_str(n, CF_A_SOURCE_TARGET_PAIRS, ""), c->n, c->pairs, c->pairs + c->n,
+                      why, sizeof why))
+    return cf_node_error(p->g, n, CF_ERR_INVALID, "source_target_pairs: %s", why);
+  uint32_t h = 2166136261u;
+  for (int k = 0; k < c->n; k++) h = (h ^ (uint32_t)(c->pairs[k] + 1)) * 16777619u;
+  c->desc.layout = (int)(h & 0x7fffffff);
+  return CF_OK;
+}
+
 /* Describe collective node n as plan coll c (desc, group, segments). */
 static cf_status describe(builder *b, const cf_node *n, cf_pcoll *c, const int64_t *off,
                           int64_t in_bytes, int64_t *out_bytes, int64_t **out_off) {
   cf_plan *p = b->p;
   cf_status st = group_ranks(p, n, &c->ranks, &c->n, &c->n_parts);
   if (st) return st;
-  cf_op op = base_op(n->op);
+  cf_op op = cf_op_coll(n->op);
   const cf_pvalue *v0 = &p->vals[val_index(p, n->in[0])];
   int es = cf_dtype_size(v0->dtype);
   c->node = (int)(n - p->g->nodes);
   c->desc = (cf_coll_desc){.op = op, .dtype = v0->dtype, .count = in_bytes / es, .red = -1,
                            .root = -1, .layout = -1, .group = cf_node_group(n), .node = n->name};
-  if (op == CF_OP_ALLREDUCE || op == CF_OP_REDUCESCATTER || op == CF_OP_REDUCE)
-    c->desc.red = (int)cf_node_reduction(n);
-  if (op == CF_OP_REDUCE || op == CF_OP_BROADCAST) {
+  if (cf_op_reduces(op)) c->desc.red = (int)cf_node_reduction(n);
+  if (cf_op_rooted(op)) {
     c->desc.root = (int)cf_node_int(n, CF_A_ROOT, 0);
     if (c->desc.root < 0 || c->desc.root >= c->n)
       return cf_node_error(p->g, n, CF_ERR_INVALID, "root %d is not a rank of group '%s' (size %d)",
@@ -179,6 +205,8 @@ static cf_status describe(builder *b, const cf_node *n, cf_pcoll *c, const int64
   }
   *out_bytes = op == CF_OP_ALLREDUCE ? in_bytes : (n->n_in == 1 ? p->vals[p->val_base[c->node]].bytes : end);
   *out_off = oo;
+  if (op == CF_OP_ALLTOALL) return alltoall_blocks(p, n, c, off, oo, es);
+  if (op == CF_OP_COLLECTIVEPERMUTE) return permute_pairs(p, n, c);
   if (op == CF_OP_ALLGATHER || op == CF_OP_REDUCESCATTER) {
     c->segs = calloc((size_t)n->n_in, sizeof *c->segs);
     if (!c->segs) return oom(p);
@@ -282,7 +310,7 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
   if (st) return st;
   int64_t ws = c->n;
   const cf_pvalue *x1 = &p->vals[val_index(p, n->in[0])];
-  cf_op op = base_op(n->op);
+  cf_op op = cf_op_coll(n->op);
   cf_dtype dt = op == CF_OP_ALLGATHER ? x1->dtype : n->out[0].dtype;
   int es = cf_dtype_size(dt);
   int64_t m = x1->shape.dims[0], k = x1->shape.dims[1];
@@ -297,10 +325,14 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
                                      cf_fused_matmul_min_rows(&p->opt, p->ranks, x1->dtype));
   c->chunk_rows = rows ? (rows + c->chunks - 1) / c->chunks : 0;
   c->chunks = c->chunk_rows ? (int)((rows + c->chunk_rows - 1) / c->chunk_rows) : 0;
-  c->desc = (cf_coll_desc){.op = op, .dtype = dt, .count = (op == CF_OP_REDUCESCATTER ? m : rows) * cols,
-                           .red = op == CF_OP_ALLGATHER ? -1 : CF_RED_SUM, .root = -1,
+  c->desc = (cf_coll_desc){.op = op,
+                           .dtype = dt,
+                           .count = (op == CF_OP_REDUCESCATTER ? m : rows) * cols,
+                           .red = cf_op_reduces(op) ? CF_RED_SUM : -1,
+                           .root = -1,
                            .layout = op == CF_OP_ALLGATHER ? CF_LAYOUT_CONCAT : -1,
-                           .group = cf_node_group(n), .node = n->name};
+                           .group = cf_node_group(n),
+                           .node = n->name};
   const cf_group *gr = cf_graph_group(g, cf_node_group(n));
   c->desc.seq = seq[gr ? gr - g->groups : g->n_groups]++;
   c->algo = p->opt.algo;
@@ -661,7 +693,10 @@ bool cf_plan_binds(const cf_plan *p, int node) {
 
 void cf_plan_destroy(cf_plan *p) {
   if (!p) return;
-  for (int c = 0; p->colls && c < p->n_colls; c++) free(p->colls[c].segs);
+  for (int c = 0; p->colls && c < p->n_colls; c++) {
+    free(p->colls[c].segs);
+    free(p->colls[c].pairs);
+  }
   free(p->colls);
   free(p->vals);
   free(p->val_base);

@@ -505,7 +505,7 @@ static cf_status fused_matmul(ref_run *r, coll *c) {
   for (int k = 0; k < c->size && all && !st; k++) {
     rv *o = result(r, n, 0, c->ranks[k]);
     if ((st = val_alloc(r, o))) break;
-    int64_t off = n->op == CF_OP_MATMULREDUCESCATTER ? k * o->count : 0;
+    int64_t off = cf_op_coll(n->op) == CF_OP_REDUCESCATTER ? k * o->count : 0;
     reduce_into(CF_RED_SUM, c->src, c->size, off, o, 0, o->count);
   }
   for (int k = 0; k < c->size; k++) val_free(&prod[k]);
@@ -533,24 +533,85 @@ static cf_status allgather_matmul(ref_run *r, coll *c) {
   return CF_OK;
 }
 
+/* AllToAll by its definition, element by element: output element idx of
+ * rank k lies in the block that rank t = idx[cd] / block[cd] sent, which
+ * is block k of t's input along sd (the tuple form: output port t of rank
+ * k is operand k of rank t). */
+static cf_status alltoall(ref_run *r, coll *c) {
+  cf_status st;
+  const cf_node *n = c->n;
+  if (n->n_in > 1) {
+    for (int k = 0; k < c->size; k++)
+      for (int t = 0; t < c->size; t++) {
+        const rv *s = opnd(r, n, k, c->ranks[t]);
+        if (defined(s) && (st = val_copy(r, result(r, n, t, c->ranks[k]), s))) return st;
+      }
+    return CF_OK;
+  }
+  if (!gather_src(r, c, 0)) return CF_OK;
+  int sd = (int)cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
+      cd = (int)cf_node_int(n, CF_A_CONCAT_DIMENSION, 0);
+  const cf_shape *in = &c->src[0]->shape, *os = &n->out[0].shape;
+  int64_t bsplit = in->dims[sd] / c->size, bconcat = os->dims[cd] / c->size;
+  for (int k = 0; k < c->size; k++) {
+    rv *o = result(r, n, 0, c->ranks[k]);
+    if ((st = val_alloc(r, o))) return st;
+    for (int64_t e = 0; e < o->count; e++) {
+      int64_t idx[CF_MAX_RANK], rest = e;
+      for (int d = os->rank - 1; d >= 0; d--) {
+        idx[d] = rest % os->dims[d];
+        rest /= os->dims[d];
+      }
+      int t = (int)(idx[cd] / bconcat);
+      idx[cd] %= bconcat;
+      idx[sd] += k * bsplit;
+      int64_t f = 0;
+      for (int d = 0; d < in->rank; d++) f = f * in->dims[d] + idx[d];
+      copy_into(c->src[t], f, o, e, 1);
+    }
+  }
+  return CF_OK;
+}
+
+/* CollectivePermute: a target gets its source's input, a rank that is no
+ * target zeros (val_alloc's). */
+static cf_status permute(ref_run *r, coll *c) {
+  cf_status st;
+  const cf_node *n = c->n;
+  int target[CF_MAX_WORLD], source[CF_MAX_WORLD];
+  char why[128];
+  if (!cf_pairs_parse(cf_node_str(n, CF_A_SOURCE_TARGET_PAIRS, ""), c->size, target, source, why,
+                      sizeof why))
+    return cf_node_error(r->g, n, CF_ERR_INVALID, "reference: source_target_pairs: %s", why);
+  for (int k = 0; k < c->size; k++) {
+    rv *o = result(r, n, 0, c->ranks[k]);
+    if (source[k] < 0) {
+      if ((st = val_alloc(r, o))) return st;
+      continue;
+    }
+    const rv *s = opnd(r, n, 0, c->ranks[source[k]]);
+    if (defined(s) && (st = val_copy(r, o, s))) return st;
+  }
+  return CF_OK;
+}
+
 /* One part of n's group (the whole group when it has one). */
 static cf_status collective_part(ref_run *r, coll *c) {
   const cf_node *n = c->n;
-  switch (n->op) {
-  case CF_OP_FUSEDALLREDUCE:
-  case CF_OP_FUSEDALLGATHER:
-  case CF_OP_FUSEDREDUCESCATTER: {
-    cf_op base = n->op == CF_OP_FUSEDALLREDUCE   ? CF_OP_ALLREDUCE
-                 : n->op == CF_OP_FUSEDALLGATHER ? CF_OP_ALLGATHER
-                                                 : CF_OP_REDUCESCATTER;
+  cf_op kind = cf_op_coll(n->op);
+  switch (cf_op_table[n->op].cat) {
+  case CF_CAT_FUSED_COLLECTIVE: { /* each member as its plain collective */
     cf_status st = CF_OK;
-    for (int j = 0; j < n->n_in && !st; j++) st = coll_port(r, c, base, j, j);
+    for (int j = 0; j < n->n_in && !st; j++)
+      st = coll_port(r, c, kind, j, j);
     return st;
   }
-  case CF_OP_MATMULREDUCESCATTER:
-  case CF_OP_MATMULALLREDUCE: return fused_matmul(r, c);
-  case CF_OP_ALLGATHERMATMUL: return allgather_matmul(r, c);
-  default: return coll_port(r, c, n->op, 0, 0);
+  case CF_CAT_FUSED_MATMUL:
+    return kind == CF_OP_ALLGATHER ? allgather_matmul(r, c) : fused_matmul(r, c);
+  default:
+    if (kind == CF_OP_ALLTOALL) return alltoall(r, c);
+    if (kind == CF_OP_COLLECTIVEPERMUTE) return permute(r, c);
+    return coll_port(r, c, kind, 0, 0);
   }
 }
 
@@ -683,8 +744,8 @@ int64_t cf_reference_bytes(const cf_graph *g, int ranks) {
       for (int p = 0; p < n->n_out; p++)
         live += value_bytes(&n->out[p], ranks);
       if (n->op == CF_OP_CONSTANT || n->op == CF_OP_OPAQUE) extra = value_bytes(&n->out[0], 1) / 2;
-      if (n->op == CF_OP_MATMULREDUCESCATTER || n->op == CF_OP_MATMULALLREDUCE ||
-          n->op == CF_OP_ALLGATHERMATMUL) /* every rank's product: at most world x the output */
+      /* a fused matmul op: every rank's product, at most world x the output */
+      if (cf_op_table[n->op].cat == CF_CAT_FUSED_MATMUL)
         extra = value_bytes(&n->out[0], ranks) * ranks;
     }
     if (base + live + extra > peak) peak = base + live + extra;

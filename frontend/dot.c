@@ -180,35 +180,27 @@ static void sb_value(sbuf *b, const cf_value *v) {
 
 /* ---- drawing ---- */
 
-enum { FAM_ALLREDUCE, FAM_ALLGATHER, FAM_REDUCESCATTER, FAM_REDUCE, FAM_BROADCAST, FAM_MATMUL };
-
+/* ops.def's looks: a plain node's shape and style; a collective's colours
+ * (its box, and the cluster and border of a fused one), shared by the ops
+ * of one plain collective. */
 static const struct {
-  char *node, *cluster, *border;
-} families[] = {
-    [FAM_ALLREDUCE] = {"#9ec5fe", "#e7f1ff", "#0d6efd"},     /* blues */
-    [FAM_ALLGATHER] = {"#a3cfbb", "#e8f5ee", "#198754"},     /* greens */
-    [FAM_REDUCESCATTER] = {"#fecba1", "#fff3e8", "#fd7e14"}, /* oranges */
-    [FAM_REDUCE] = {"#c5b3e6", "#f1ecf9", "#6f42c1"},        /* purples */
-    [FAM_BROADCAST] = {"#ffe69c", "#fff8e1", "#b8860b"},     /* yellows */
-    [FAM_MATMUL] = {"#f1aeb5", "#fcebec", "#dc3545"},        /* reds: fused matmul */
+  char *shape, *style, *node, *cluster, *border;
+} looks[CF_LOOK_COUNT] = {
+    [CF_LOOK_ELLIPSE] = {"ellipse", "", NULL, NULL, NULL},
+    [CF_LOOK_DASHED_ELLIPSE] = {"ellipse", "dashed", NULL, NULL, NULL},
+    [CF_LOOK_OCTAGON] = {"doubleoctagon", "", NULL, NULL, NULL},
+    [CF_LOOK_ROUNDED_BOX] = {"box", "rounded", NULL, NULL, NULL},
+    [CF_LOOK_BLUE] = {"box", "filled", "#9ec5fe", "#e7f1ff", "#0d6efd"},
+    [CF_LOOK_GREEN] = {"box", "filled", "#a3cfbb", "#e8f5ee", "#198754"},
+    [CF_LOOK_ORANGE] = {"box", "filled", "#fecba1", "#fff3e8", "#fd7e14"},
+    [CF_LOOK_PURPLE] = {"box", "filled", "#c5b3e6", "#f1ecf9", "#6f42c1"},
+    [CF_LOOK_YELLOW] = {"box", "filled", "#ffe69c", "#fff8e1", "#b8860b"},
+    [CF_LOOK_RED] = {"box", "filled", "#f1aeb5", "#fcebec", "#dc3545"},
+    [CF_LOOK_TEAL] = {"box", "filled", "#a2e3e3", "#e6f7f7", "#20a0a0"},
+    [CF_LOOK_PINK] = {"box", "filled", "#f7b5d9", "#fdebf4", "#d63384"},
 };
 
-static int family(cf_op op) {
-  switch (op) {
-  case CF_OP_ALLREDUCE:
-  case CF_OP_FUSEDALLREDUCE: return FAM_ALLREDUCE;
-  case CF_OP_ALLGATHER:
-  case CF_OP_FUSEDALLGATHER: return FAM_ALLGATHER;
-  case CF_OP_REDUCESCATTER:
-  case CF_OP_FUSEDREDUCESCATTER: return FAM_REDUCESCATTER;
-  case CF_OP_REDUCE: return FAM_REDUCE;
-  case CF_OP_BROADCAST: return FAM_BROADCAST;
-  case CF_OP_MATMULREDUCESCATTER:
-  case CF_OP_MATMULALLREDUCE:
-  case CF_OP_ALLGATHERMATMUL: return FAM_MATMUL;
-  default: return -1;
-  }
-}
+#define LOOK(n) (&looks[cf_op_table[(n)->op].look])
 
 /* Where a node's edges attach. Plain nodes: head == tail. Fused collectives:
  * member[j] for operand and port j. Fused matmul: operands enter head, results
@@ -370,19 +362,7 @@ static void draw_plain(dot_state *s, int i) {
   }
   error_lines(s, i);
   set(s, an, "label", s->b.s);
-  /* collectives are filled with their family's colour, the rest stays neutral */
-  static const struct {
-    char *shape, *style;
-  } looks[] = {
-      [CF_CAT_SOURCE] = {"ellipse", ""},
-      [CF_CAT_SINK] = {"doubleoctagon", ""},
-      [CF_CAT_COMPUTE] = {"box", "rounded"},
-      [CF_CAT_COLLECTIVE] = {"box", "filled"},
-  };
-  int fam = family(n->op);
-  cf_category cat = cf_op_table[n->op].cat;
-  style_node(s, an, looks[cat].shape, n->op == CF_OP_CONSTANT ? "dashed" : looks[cat].style,
-             fam >= 0 ? families[fam].node : NULL);
+  style_node(s, an, LOOK(n)->shape, LOOK(n)->style, LOOK(n)->node);
   mark_node(s, i, an);
 }
 
@@ -425,8 +405,8 @@ static Agraph_t *open_cluster(dot_state *s, const cf_node *n, int members) {
   }
   set(s, sub, "label", s->b.s);
   set(s, sub, "style", "rounded,filled");
-  set(s, sub, "fillcolor", families[family(n->op)].cluster);
-  set(s, sub, "color", families[family(n->op)].border);
+  set(s, sub, "fillcolor", LOOK(n)->cluster);
+  set(s, sub, "color", LOOK(n)->border);
   return sub;
 }
 
@@ -438,7 +418,7 @@ static Agnode_t *part_node(dot_state *s, Agraph_t *sub, const cf_node *n, const 
   unique_id(s, false);
   Agnode_t *an = s->failed ? NULL : agnode(sub, s->id.s, 1);
   set(s, an, "label", s->b.s);
-  style_node(s, an, "box", "filled", families[family(n->op)].node);
+  style_node(s, an, "box", "filled", LOOK(n)->node);
   return an;
 }
 
@@ -471,7 +451,7 @@ static void draw_fused_matmul(dot_state *s, int i) {
   const cf_node *n = &s->g->nodes[i];
   Agraph_t *sub = open_cluster(s, n, 0);
   if (!sub) return;
-  bool agmm = n->op == CF_OP_ALLGATHERMATMUL;
+  bool agmm = cf_op_coll(n->op) == CF_OP_ALLGATHER; /* gathers first, then multiplies */
   char a[CF_MAX_RANK * 21 + 1], c[CF_MAX_RANK * 21 + 1];
   sb_reset(&s->b); /* the matmul part */
   sb_printf(&s->b, "MatMul");
@@ -482,9 +462,7 @@ static void draw_fused_matmul(dot_state *s, int i) {
               cf_shape_format(&operand(s->g, n, 1)->shape, c, sizeof c));
   Agnode_t *mm = part_node(s, sub, n, "matmul", 6);
   set(s, mm, "fillcolor", "white");
-  const char *coll = n->op == CF_OP_MATMULREDUCESCATTER ? "ReduceScatter"
-                     : n->op == CF_OP_MATMULALLREDUCE   ? "AllReduce"
-                                                        : "AllGather";
+  const char *coll = cf_op_table[cf_op_coll(n->op)].name;
   sb_reset(&s->b); /* the collective part */
   sb_printf(&s->b, "%s", coll);
   op_extras(&s->b, n, " ");
@@ -499,12 +477,12 @@ static void draw_fused_matmul(dot_state *s, int i) {
 
 static Agnode_t *head_of(const cf_node *n, const drawn *d, int j) {
   if (d->member) return d->member[j];
-  return n->op == CF_OP_ALLGATHERMATMUL && j > 0 ? d->alt : d->head;
+  return d->alt && j > 0 ? d->alt : d->head;
 }
 
 static Agnode_t *tail_of(const cf_node *n, const drawn *d, int p) {
   if (d->member) return p >= 0 && p < n->n_in ? d->member[p] : NULL;
-  return n->op == CF_OP_ALLGATHERMATMUL && p < n->n_out - 1 ? d->alt : d->tail;
+  return d->alt && p < n->n_out - 1 ? d->alt : d->tail;
 }
 
 /* Edges in operand order, labelled "pK" when the source has several outputs

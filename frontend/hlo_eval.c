@@ -469,6 +469,108 @@ static cf_status eval_cbcast(hlo_reader *r, hinstr *in, bool at_entry, const hva
   return set_str(r, idx, CF_A_ROOT, "0", in->line);
 }
 
+/* all-to-all: the array form (one operand, dimensions={d}: split and
+ * concatenated along d, the shape kept) or the tuple form (one operand per
+ * rank of the group, operand j to rank j), as an AllToAll node. */
+static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
+                               hval *out) {
+  const hshape *res = &in->shape;
+  int n = in->n_opnd, nd, idx, port = 0;
+  int64_t dims[2];
+  char note[320], buf[24];
+  cf_status st;
+  bool tuple = res->n >= 0;
+  if (!n || (tuple && res->n != n) || (!tuple && n != 1))
+    return emit_opaque(r, in, at_entry, ops, in->opcode, out);
+  for (int i = 0; i < n; i++) {
+    const hshape *t = tuple ? &res->elem[i] : res;
+    if (!exact_array(ops[i]) || t->n >= 0 || !t->exact) {
+      snprintf(note, sizeof note, "%s (element type without an IR dtype)", in->opcode);
+      return emit_opaque(r, in, at_entry, ops, note, out);
+    }
+  }
+  if (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != !tuple)
+    return cf_hlo_fail(r, in->line,
+                       "instruction '%s': all-to-all needs dimensions={d} with one operand and "
+                       "none with a tuple of operands",
+                       in->name);
+  const hgset *gs = NULL;
+  if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
+  if (gs->n_sub && !gs->name) {
+    snprintf(note, sizeof note, "%s over %d replica groups of different sizes", in->opcode, gs->n_sub);
+    return emit_opaque(r, in, at_entry, ops, note, out);
+  }
+  if ((st = add_node(r, in->name, "", at_entry, CF_OP_ALLTOALL, in->line, &idx))) return st;
+  r->n_refs = 0;
+  for (int i = 0; i < n; i++)
+    if ((st = push_ref(r, ops[i]->ref, in->line))) return st;
+  if ((st = cf_node_set_inputs(r->g, idx, n, r->refs))) return st;
+  if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
+  if (!tuple) {
+    snprintf(buf, sizeof buf, "%lld", (long long)dims[0]);
+    if ((st = set_str(r, idx, CF_A_SPLIT_DIMENSION, buf, in->line)) ||
+        (st = set_str(r, idx, CF_A_CONCAT_DIMENSION, buf, in->line)) ||
+        (st = set_type(r, idx, res, in->line)))
+      return st;
+  }
+  return shape_value(r, res, idx, &port, out, in->line);
+}
+
+/* collective-permute (and -start, whose shape is (operand, result, ...) for
+ * -done): source_target_pairs over devices, as a CollectivePermute of the
+ * world group. */
+static cf_status eval_permute(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
+                              hval *out) {
+  const hshape *res = &in->shape;
+  bool start = strstr(in->opcode, "-start") != NULL;
+  int idx, port = 0;
+  char note[320], why[128];
+  cf_status st;
+  if (start) {
+    if (res->n < 2) return emit_opaque(r, in, at_entry, ops, in->opcode, out);
+    res = &res->elem[1];
+  }
+  if (in->n_opnd != 1 || res->n >= 0) return emit_opaque(r, in, at_entry, ops, in->opcode, out);
+  if (!exact_array(ops[0]) || !res->exact) {
+    snprintf(note, sizeof note, "%s (element type without an IR dtype)", in->opcode);
+    return emit_opaque(r, in, at_entry, ops, note, out);
+  }
+  /* pairs of partition ids (with a channel_id) or of replica ids: devices
+   * when the module has only one kind */
+  if (r->partitions > 1 && r->replicas > 1) {
+    snprintf(note, sizeof note, "%s (pairs in a module of replicas and partitions)", in->opcode);
+    return emit_opaque(r, in, at_entry, ops, note, out);
+  }
+  const hattr *a = cf_hlo_attr(in, "source_target_pairs");
+  char *text = a ? cf_arena_strndup(&r->scratch, a->val.p, a->val.n) : NULL;
+  int target[CF_MAX_WORLD], source[CF_MAX_WORLD];
+  if (a && !text) return cf_hlo_oom(r, in->line);
+  if (!a)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s needs source_target_pairs", in->name,
+                       in->opcode);
+  if (!cf_pairs_parse(text, CF_MAX_WORLD, target, source, why, sizeof why))
+    return cf_hlo_fail(r, in->line, "instruction '%s': source_target_pairs: %s", in->name, why);
+  for (int d = 0; d < CF_MAX_WORLD; d++)
+    if ((target[d] >= 0 || source[d] >= 0) && d > r->max_rank) r->max_rank = d;
+  if ((st = add_node(r, in->name, "", at_entry, CF_OP_COLLECTIVEPERMUTE, in->line, &idx)) ||
+      (st = cf_node_set_inputs(r->g, idx, 1, &ops[0]->ref)) ||
+      (st = set_str(r, idx, CF_A_SOURCE_TARGET_PAIRS, text, in->line)) ||
+      (st = set_type(r, idx, res, in->line)))
+    return st;
+  hval v;
+  if ((st = shape_value(r, res, idx, &port, &v, in->line))) return st;
+  if (!start) {
+    *out = v;
+    return CF_OK;
+  }
+  hval *pair = cf_arena_array(&r->scratch, 2, sizeof *pair);
+  if (!pair) return cf_hlo_oom(r, in->line);
+  pair[0] = *ops[0];
+  pair[1] = v;
+  *out = (hval){.n = 2, .depth = 1 + ops[0]->depth, .elem = pair};
+  return CF_OK;
+}
+
 static cf_status eval_comp(hlo_reader *r, hcomp *c, const hval *args, int n_args, hval *out);
 
 /* The tuple of in's operands. */
@@ -567,6 +669,12 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
     st = eval_collective(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "collective-broadcast")) {
     st = eval_cbcast(r, in, at_entry, ops, out);
+  } else if (!strcmp(op, "all-to-all")) {
+    st = eval_alltoall(r, in, at_entry, ops, out);
+  } else if (!strcmp(op, "collective-permute") || !strcmp(op, "collective-permute-start")) {
+    st = eval_permute(r, in, at_entry, ops, out);
+  } else if (!strcmp(op, "collective-permute-done") && in->n_opnd == 1 && ops[0]->n == 2) {
+    *out = ops[0]->elem[1];
   } else if (!strcmp(op, "all-reduce-done") && in->n_opnd == 1) {
     *out = *ops[0];
   } else if (!strcmp(op, "all-gather-done") && in->n_opnd == 1 && ops[0]->n == 2) {

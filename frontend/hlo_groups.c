@@ -297,6 +297,26 @@ static cf_status rg_apply_mode(hlo_reader *r, const hinstr *in, rgroups *g) {
        global = ugdi && cf_span_is(ugdi->val, "true");
   int64_t P = r->partitions ? r->partitions : 1, R = r->replicas ? r->replicas : 1;
   if ((channel && global) || P == 1) return CF_OK;
+  /* all-to-all has no use_global_device_ids: with a channel_id its groups
+   * are partition ids within each replica (XLA's cross-partition mode) */
+  if (channel && !ugdi && !strcmp(in->opcode, "all-to-all")) {
+    if (R == 1) return CF_OK;
+    ivec ids = {0}, off = {0};
+    size_t nsub = g->all ? 1 : g->off.n - 1;
+    bool ok = ivec_push(&off, 0);
+    for (int64_t rep = 0; rep < R && ok; rep++)
+      for (size_t s = 0; s < nsub && ok; s++) {
+        size_t lo = g->all ? 0 : (size_t)g->off.v[s], hi = g->all ? (size_t)P : (size_t)g->off.v[s + 1];
+        for (size_t i = lo; i < hi && ok; i++) ok = ivec_push(&ids, (int)(rep * P + (g->all ? (int64_t)i : g->ids.v[i])));
+        ok = ok && ivec_push(&off, (int)ids.n);
+      }
+    free(g->ids.v);
+    free(g->off.v);
+    g->ids = ids;
+    g->off = off;
+    g->all = false;
+    return ok ? CF_OK : cf_hlo_oom(r, in->line);
+  }
   /* replica ids: cross-replica (no channel_id) groups replicas within each
    * partition; cross-replica-and-partition groups them across all partitions */
   /* ids below R, each once, expand to at most R * P ranks */

@@ -66,7 +66,7 @@ typedef struct pnode {
   int resolving;              /* alias: 0 not yet, 1 on the walk now, 2 done (res holds it) */
   cf_ref res;                 /* alias: the IR output it forwards, once resolving == 2 */
   bool referenced;            /* some node uses one of its outputs as data */
-  bool reshape;               /* Reshape: only input 0 is an IR operand */
+  bool reshape;               /* Reshape, HcomAllToAllV: only input 0 is an IR operand */
   int64_t ivals[CF_MAX_RANK]; /* a small integer Const (Reshape's shape), n_ivals >= 0 */
   int n_ivals;
 } pnode;
@@ -808,6 +808,55 @@ static cf_status read_collective(pb_reader *r, pnode *n, cf_op op, int layout) {
 }
 
 static int find_node(const pb_reader *r, const char *name);
+static cf_status read_node(pb_reader *r, pnode *n);
+
+/* HcomAllToAllV (send_data, send_counts, send_displacements, recv_counts,
+ * recv_displacements): an AllToAll of send_data when the four lists are
+ * small Consts (at most CF_MAX_RANK ranks) that say every rank sends and
+ * receives c elements at i * c, in whole rows of send_data; else Opaque,
+ * its type saying why. */
+static cf_status read_alltoallv(pb_reader *r, pnode *n) {
+  const int64_t *lists[4];
+  int m = -1;
+  const char *why = NULL;
+  cf_status st;
+  for (int i = 0; i < 4 && !why; i++) {
+    int k = i + 1 < n->n_in && !n->in[i + 1].control ? find_node(r, n->in[i + 1].name) : -1;
+    pnode *c = k >= 0 ? &r->nodes[k] : NULL;
+    if (c && !c->state && !strcmp(c->op, "Const") && (st = read_node(r, c))) return st;
+    if (!c || strcmp(c->op, "Const") || c->n_ivals < 1 || (m >= 0 && c->n_ivals != m))
+      why = "counts that are not constants of one length up to 8";
+    else
+      lists[i] = c->ivals, m = c->n_ivals;
+  }
+  int64_t cnt = why ? 0 : lists[0][0];
+  for (int j = 0; j < m && !why; j++)
+    if (lists[0][j] != cnt || lists[2][j] != cnt || lists[1][j] != j * cnt || lists[3][j] != j * cnt)
+      why = "counts or displacements that differ between ranks";
+  const pf *sh;
+  cf_shape s;
+  if (!why && output_shapes(r, n, &sh) == 1 && !shape_of(r, n, sh, &s)) {
+    int64_t e = 0, row = 1;
+    cf_shape_elements(&s, &e);
+    for (int d = 1; d < s.rank; d++) row *= s.dims[d];
+    if (s.rank < 1 || e != m * cnt || (row && cnt % row))
+      why = "counts that do not cut send_data into whole rows";
+  }
+  cf_clear_error(r->ctx);
+  if (why) {
+    bool skipped;
+    char type[96];
+    snprintf(type, sizeof type, "HcomAllToAllV (%s)", why);
+    if ((st = read_opaque(r, n, &skipped)) || skipped) return st;
+    return cf_node_parse_attr(r->g, n->ir, CF_A_TYPE, type, n->line);
+  }
+  if ((st = read_collective(r, n, CF_OP_ALLTOALL, -1))) return st;
+  n->reshape = true; /* the counts are not operands */
+  cf_attr a = {.id = CF_A_RANK_SIZE, .v.i = m};
+  if (m > r->world) r->world = m;
+  return cf_node_attr(&r->g->nodes[n->ir], CF_A_RANK_SIZE) ? CF_OK
+                                                            : cf_node_set_attr(r->g, n->ir, &a);
+}
 
 static cf_status read_node(pb_reader *r, pnode *n) {
   const char *op = n->op;
@@ -846,6 +895,7 @@ static cf_status read_node(pb_reader *r, pnode *n) {
     n->ir = idx;
     return CF_OK;
   }
+  if (!strcmp(op, "HcomAllToAllV")) return read_alltoallv(r, n);
   cf_op ir = cf_op_lookup(op, &layout);
   if (!strncmp(op, "Hcom", 4) && ir != CF_OP_INVALID) return read_collective(r, n, ir, layout);
   static const struct {

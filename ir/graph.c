@@ -12,11 +12,24 @@
 #include <string.h>
 
 #define A(id) (1u << CF_A_##id)
+#define F(id) CF_OPF_##id
+/* the attributes an op's flags imply: required, allowed */
+#define FLAG_REQUIRED(flags) ((flags)&F(ROOTED) ? A(ROOT) : 0u)
+#define FLAG_ALLOWED(flags) ((flags)&F(REDUCES) ? A(REDUCTION) : 0u)
 
 const cf_op_info cf_op_table[CF_OP_COUNT] = {
-    [CF_OP_INVALID] = {"Invalid", 0, 0, CF_CAT_COMPUTE, 0, 0},
-#define OP(id, nm, mn, mx, cat, req, allowed) \
-  [CF_OP_##id] = {nm, mn, mx, CF_CAT_##cat, (req), (req) | (allowed)},
+    [CF_OP_INVALID] = {"Invalid", 0, 0, CF_CAT_COMPUTE, CF_OP_INVALID, 0, CF_LOOK_ROUNDED_BOX, 0,
+                       0},
+#define OP(id, nm, mn, mx, cat, coll, flags, look, req, allowed)                                   \
+  [CF_OP_##id] = {nm,                                                                              \
+                  mn,                                                                              \
+                  mx,                                                                              \
+                  CF_CAT_##cat,                                                                    \
+                  CF_OP_##coll,                                                                    \
+                  (flags),                                                                         \
+                  CF_LOOK_##look,                                                                  \
+                  (req) | FLAG_REQUIRED(flags),                                                    \
+                  (req) | (allowed) | FLAG_REQUIRED(flags) | FLAG_ALLOWED(flags)},
 #include "ops.def"
 #undef OP
 };
@@ -75,6 +88,21 @@ int cf_layout_parse(const char *s) {
   if (strcmp(s, "stack") == 0) return CF_LAYOUT_STACK;
   if (strcmp(s, "concat") == 0) return CF_LAYOUT_CONCAT;
   return -1;
+}
+
+cf_op cf_op_coll(cf_op op) { return cf_op_table[op].coll; }
+bool cf_op_reduces(cf_op op) { return cf_op_table[op].flags & CF_OPF_REDUCES; }
+bool cf_op_rooted(cf_op op) { return cf_op_table[op].flags & CF_OPF_ROOTED; }
+
+cf_op cf_op_unfused(cf_op op) {
+  return cf_op_table[op].cat == CF_CAT_FUSED_COLLECTIVE ? cf_op_table[op].coll : op;
+}
+
+cf_op cf_op_fused(cf_op coll) {
+  for (int i = 1; i < CF_OP_COUNT; i++)
+    if (cf_op_table[i].cat == CF_CAT_FUSED_COLLECTIVE && cf_op_table[i].coll == coll)
+      return (cf_op)i;
+  return CF_OP_INVALID;
 }
 
 bool cf_op_is_collective(cf_op op) {
@@ -509,6 +537,51 @@ cf_layout cf_node_layout(const cf_node *n) {
 }
 
 const char *cf_node_group(const cf_node *n) { return cf_node_str(n, CF_A_GROUP, CF_WORLD_GROUP); }
+
+static const char *skip_space(const char *s) {
+  while (*s == ' ' || *s == '\t' || *s == '\n')
+    s++;
+  return s;
+}
+
+/* A rank of a pair: digits, 0..n-1. */
+static bool pair_rank(const char **p, int n, int *out, char *why, size_t len) {
+  const char *s = skip_space(*p);
+  long v = 0;
+  if (*s < '0' || *s > '9') return snprintf(why, len, "a rank number expected"), false;
+  for (; *s >= '0' && *s <= '9'; s++)
+    if ((v = v * 10 + (*s - '0')) > CF_MAX_WORLD) v = CF_MAX_WORLD + 1;
+  if (v >= n) return snprintf(why, len, "rank %ld is outside the group's %d ranks", v, n), false;
+  *out = (int)v;
+  *p = skip_space(s);
+  return true;
+}
+
+bool cf_pairs_parse(const char *s, int n, int *target, int *source, char *why, size_t len) {
+  for (int i = 0; i < n; i++)
+    target[i] = source[i] = -1;
+  s = skip_space(s);
+  bool outer = *s == '{' && *skip_space(s + 1) == '{';
+  if (outer) s = skip_space(s + 1);
+  for (bool first = true; *s && *s != '}'; first = false) {
+    int a, b;
+    if (!first && *s++ != ',') return snprintf(why, len, "',' expected between pairs"), false;
+    s = skip_space(s);
+    if (*s++ != '{') return snprintf(why, len, "a pair is written {source,target}"), false;
+    if (!pair_rank(&s, n, &a, why, len)) return false;
+    if (*s++ != ',') return snprintf(why, len, "a pair is written {source,target}"), false;
+    if (!pair_rank(&s, n, &b, why, len)) return false;
+    if (*s++ != '}') return snprintf(why, len, "a pair is written {source,target}"), false;
+    if (target[a] >= 0) return snprintf(why, len, "rank %d is a source twice", a), false;
+    if (source[b] >= 0) return snprintf(why, len, "rank %d is a target twice", b), false;
+    target[a] = b;
+    source[b] = a;
+    s = skip_space(s);
+  }
+  if (outer && *s++ != '}') return snprintf(why, len, "'}' expected at the end"), false;
+  if (*skip_space(s)) return snprintf(why, len, "unexpected text after the pairs"), false;
+  return true;
+}
 
 int64_t cf_node_fusion(const cf_node *n) {
   return cf_node_int(n, CF_A_FUSION,

@@ -212,10 +212,85 @@ static cf_status scatter_shape(cf_graph *g, cf_node *n, const cf_value *v, int64
   return CF_OK;
 }
 
+/* AllToAll (XLA) for operand v: one operand is cut into rs blocks along
+ * split_dimension and the rs blocks received are concatenated along
+ * concat_dimension; rs operands of one type (the tuple form) are exchanged
+ * whole, operand j to rank j, so output i is what rank i sent. */
+static cf_status alltoall_value(cf_graph *g, cf_node *n, const cf_value *v, int64_t rs,
+                                cf_value *out) {
+  const cf_value *v0 = operand(g, n, 0);
+  char b[160];
+  int64_t sc = cf_node_int(n, CF_A_SPLIT_COUNT, rs);
+  if (sc != rs)
+    return cf_node_error(g, n, CF_ERR_INVALID, "split_count=%lld but the group has %lld ranks",
+                         (long long)sc, (long long)rs);
+  if (n->n_in > 1) {
+    if (n->n_in != rs)
+      return cf_node_error(g, n, CF_ERR_INVALID,
+                           "AllToAll with %d operands (the tuple form) needs one per rank: the "
+                           "group has %lld ranks",
+                           n->n_in, (long long)rs);
+    if (!cf_shape_equal(&v->shape, &v0->shape))
+      return cf_node_error(g, n, CF_ERR_INVALID,
+                           "the tuple form's operands must share a shape: (%s) is not operand 0's",
+                           SHAPE_STR(&v->shape, b));
+    *out = *v;
+    return CF_OK;
+  }
+  int64_t sd = cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
+          cd = cf_node_int(n, CF_A_CONCAT_DIMENSION, 0);
+  if (v->shape.rank < 1)
+    return cf_node_error(g, n, CF_ERR_INVALID, "AllToAll needs an input of rank >= 1");
+  if (sd < 0 || sd >= v->shape.rank || cd < 0 || cd >= v->shape.rank)
+    return cf_node_error(g, n, CF_ERR_INVALID,
+                         "split_dimension=%lld and concat_dimension=%lld must be dims of the "
+                         "%d-D input",
+                         (long long)sd, (long long)cd, v->shape.rank);
+  if (v->shape.dims[sd] % rs)
+    return cf_node_error(g, n, CF_ERR_INVALID,
+                         "dim %lld (%lld) is not divisible by split_count=%lld", (long long)sd,
+                         (long long)v->shape.dims[sd], (long long)rs);
+  *out = *v;
+  out->shape.dims[sd] /= rs;
+  if (!cf_mul_i64(out->shape.dims[cd], rs, &out->shape.dims[cd]))
+    return cf_node_error(g, n, CF_ERR_INVALID, "concatenated dim %lld overflows", (long long)cd);
+  return CF_OK;
+}
+
+/* The output of plain collective coll for one operand v over rs ranks: a
+ * plain collective's rule, and each member's of a fused one. */
+static cf_status coll_value(cf_graph *g, cf_node *n, cf_op coll, const cf_value *v, int64_t rs,
+                            cf_value *out) {
+  switch (coll) {
+  case CF_OP_ALLGATHER: return gather_shape(g, n, v, rs, cf_node_layout(n), out);
+  case CF_OP_REDUCESCATTER: return scatter_shape(g, n, v, rs, out);
+  case CF_OP_ALLREDUCE:
+  case CF_OP_REDUCE:
+  case CF_OP_BROADCAST:
+  case CF_OP_COLLECTIVEPERMUTE: *out = *v; return CF_OK;
+  case CF_OP_ALLTOALL: return alltoall_value(g, n, v, rs, out);
+  default:
+    return cf_node_error(g, n, CF_ERR_INVALID, "no inference rule for %s", cf_op_table[coll].name);
+  }
+}
+
 static cf_status infer_node(cf_graph *g, cf_node *n) {
   cf_status st = CF_OK;
   cf_value *out = n->out;
   int64_t rs;
+  cf_category cat = cf_op_table[n->op].cat;
+  if (cat == CF_CAT_COLLECTIVE || cat == CF_CAT_FUSED_COLLECTIVE) { /* one value per operand */
+    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
+    for (int j = 0; j < n->n_in; j++) {
+      const cf_value *v = operand(g, n, j);
+      if (v->dtype != operand(g, n, 0)->dtype)
+        return cf_node_error(g, n, CF_ERR_INVALID,
+                             "fused operands must share a dtype: %d is %s, 0 is %s", j,
+                             cf_dtype_name(v->dtype), cf_dtype_name(operand(g, n, 0)->dtype));
+      if ((st = coll_value(g, n, cf_op_coll(n->op), v, rs, &out[j]))) return st;
+    }
+    return CF_OK;
+  }
   switch (n->op) {
   case CF_OP_CONSTANT: {
     /* the value must fit the dtype: a saturated or rounded-away constant
@@ -278,36 +353,6 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
                            SHAPE_STR(&x->shape, b1), SHAPE_STR(&out->shape, b2));
     return CF_OK;
   }
-  case CF_OP_ALLREDUCE:
-  case CF_OP_REDUCE:
-  case CF_OP_BROADCAST:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    *out = *operand(g, n, 0);
-    return CF_OK;
-  case CF_OP_ALLGATHER:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    return gather_shape(g, n, operand(g, n, 0), rs, cf_node_layout(n), out);
-  case CF_OP_REDUCESCATTER:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    return scatter_shape(g, n, operand(g, n, 0), rs, out);
-  case CF_OP_FUSEDALLREDUCE:
-  case CF_OP_FUSEDALLGATHER:
-  case CF_OP_FUSEDREDUCESCATTER:
-    if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
-    for (int j = 0; j < n->n_in; j++) {
-      const cf_value *v = operand(g, n, j);
-      if (v->dtype != operand(g, n, 0)->dtype)
-        return cf_node_error(g, n, CF_ERR_INVALID, "fused operands must share a dtype: %d is %s, 0 is %s",
-                             j, cf_dtype_name(v->dtype), cf_dtype_name(operand(g, n, 0)->dtype));
-      if (n->op == CF_OP_FUSEDALLREDUCE)
-        out[j] = *v;
-      else if (n->op == CF_OP_FUSEDALLGATHER)
-        st = gather_shape(g, n, v, rs, cf_node_layout(n), &out[j]);
-      else
-        st = scatter_shape(g, n, v, rs, &out[j]);
-      if (st) return st;
-    }
-    return CF_OK;
   case CF_OP_MATMULREDUCESCATTER:
   case CF_OP_MATMULALLREDUCE:
     return fused_matmul(g, n, out);

@@ -211,7 +211,7 @@ typedef enum cf_category {
 
 typedef enum cf_op {
   CF_OP_INVALID = 0,
-#define OP(id, name, mn, mx, cat, req, allowed) CF_OP_##id,
+#define OP(id, name, mn, mx, cat, coll, flags, look, req, allowed) CF_OP_##id,
 #include "ops.def"
 #undef OP
   CF_OP_COUNT
@@ -228,10 +228,36 @@ typedef enum cf_reduction {
 
 typedef enum cf_layout { CF_LAYOUT_STACK, CF_LAYOUT_CONCAT } cf_layout;
 
+typedef enum cf_op_flag {
+  CF_OPF_REDUCES = 1u << 0, /* combines ranks' data with a reduction */
+  CF_OPF_ROOTED = 1u << 1   /* one rank of the group is its root */
+} cf_op_flag;
+
+/* How `collfuse dot` draws an op (frontend/dot.c gives each its shape, style
+ * and colours). */
+typedef enum cf_look {
+  CF_LOOK_ELLIPSE,
+  CF_LOOK_DASHED_ELLIPSE,
+  CF_LOOK_OCTAGON,
+  CF_LOOK_ROUNDED_BOX,
+  CF_LOOK_BLUE, /* collectives: a filled box, a cluster when fused */
+  CF_LOOK_GREEN,
+  CF_LOOK_ORANGE,
+  CF_LOOK_PURPLE,
+  CF_LOOK_YELLOW,
+  CF_LOOK_RED,
+  CF_LOOK_TEAL,
+  CF_LOOK_PINK,
+  CF_LOOK_COUNT
+} cf_look;
+
 typedef struct cf_op_info {
   const char *name;
   int min_in, max_in;   /* max_in -1: variadic */
   cf_category cat;
+  cf_op coll;     /* the plain collective it performs, CF_OP_INVALID when none */
+  uint32_t flags; /* mask of cf_op_flag */
+  cf_look look;
   uint32_t required;    /* mask of 1u << cf_attr_id */
   uint32_t allowed;     /* includes required */
 } cf_op_info;
@@ -262,6 +288,17 @@ int cf_reduction_parse(const char *s); /* -1 when unknown */
 const char *cf_layout_name(cf_layout l);
 int cf_layout_parse(const char *s); /* -1 when unknown */
 bool cf_op_is_collective(cf_op op);  /* plain or fused collective, fused matmul */
+/* ops.def's columns: the plain collective op performs (CF_OP_INVALID when
+ * none), whether it reduces, whether it has a root. */
+cf_op cf_op_coll(cf_op op);
+bool cf_op_reduces(cf_op op);
+bool cf_op_rooted(cf_op op);
+/* The op a node stands for in reports and target checks: a fused collective
+ * stands for the collective it buckets, any other op for itself. */
+cf_op cf_op_unfused(cf_op op);
+/* The fused collective that buckets the plain collective coll, CF_OP_INVALID
+ * when none does. */
+cf_op cf_op_fused(cf_op coll);
 
 typedef struct cf_attr {
   cf_attr_id id;
@@ -381,6 +418,12 @@ cf_status cf_node_error(const cf_graph *g, const cf_node *n, cf_status st, const
 cf_reduction cf_node_reduction(const cf_node *n);
 cf_layout cf_node_layout(const cf_node *n);
 const char *cf_node_group(const cf_node *n);
+/* CollectivePermute's source_target_pairs, "{s,t},{s,t},..." (XLA's text;
+ * outer braces and spaces allowed, no pairs is ""): target[s] = t and
+ * source[t] = s for every pair, -1 elsewhere, over the group's n ranks
+ * (arrays of n entries). False with why when the text does not parse, a
+ * rank is outside 0..n-1, or a rank is a source or a target twice. */
+bool cf_pairs_parse(const char *s, int n, int *target, int *source, char *why, size_t len);
 int64_t cf_node_fusion(const cf_node *n);
 
 /* ================= verify.c: structure, topology ================= */

@@ -22,30 +22,24 @@ static int64_t value_bytes(const cf_value *v) {
 
 int64_t cf_node_comm_bytes(const cf_graph *g, const cf_node *n) {
   int64_t total = 0;
-  switch (n->op) {
-  case CF_OP_ALLREDUCE:
-  case CF_OP_REDUCE:
-  case CF_OP_BROADCAST:
-  case CF_OP_REDUCESCATTER:
-  case CF_OP_FUSEDALLREDUCE:
-  case CF_OP_FUSEDREDUCESCATTER:
-    for (int j = 0; j < n->n_in; j++)
-      total += value_bytes(&g->nodes[n->in[j].node].out[n->in[j].port]);
-    return total;
-  case CF_OP_ALLGATHER:
-  case CF_OP_FUSEDALLGATHER:
-    for (int j = 0; j < n->n_out; j++) total += value_bytes(&n->out[j]);
-    return total;
-  case CF_OP_MATMULREDUCESCATTER: {
+  cf_op coll = cf_op_coll(n->op);
+  if (coll == CF_OP_INVALID) return 0;
+  if (cf_op_table[n->op].cat == CF_CAT_FUSED_MATMUL) {
+    if (coll == CF_OP_ALLGATHER) return value_bytes(&n->out[n->n_out - 1]); /* gathered x1 */
+    int64_t b = value_bytes(&n->out[0]);
+    if (coll != CF_OP_REDUCESCATTER) return b;
     /* the (m, n) product is what gets reduce-scattered */
     int64_t ws = cf_node_int(n, CF_A_WORLD_SIZE, 1);
-    int64_t b = value_bytes(&n->out[0]);
     return cf_mul_i64(b, ws, &b) ? b : 0;
   }
-  case CF_OP_MATMULALLREDUCE: return value_bytes(&n->out[0]);
-  case CF_OP_ALLGATHERMATMUL: return value_bytes(&n->out[n->n_out - 1]);
-  default: return 0;
+  if (coll == CF_OP_ALLGATHER) { /* what it gathers */
+    for (int j = 0; j < n->n_out; j++)
+      total += value_bytes(&n->out[j]);
+    return total;
   }
+  for (int j = 0; j < n->n_in; j++)
+    total += value_bytes(&g->nodes[n->in[j].node].out[n->in[j].port]);
+  return total;
 }
 
 void cf_graph_stats_compute(const cf_graph *g, cf_graph_stats *st) {
@@ -65,15 +59,6 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
-static const char *base_kind(cf_op op) {
-  switch (op) {
-  case CF_OP_FUSEDALLREDUCE: return "AllReduce";
-  case CF_OP_FUSEDALLGATHER: return "AllGather";
-  case CF_OP_FUSEDREDUCESCATTER: return "ReduceScatter";
-  default: return cf_op_table[op].name;
-  }
-}
-
 void cf_graph_fingerprint(const cf_graph *g, char buf[17]) {
   uint64_t h = 1469598103934665603ull;
   char rec[512];
@@ -81,10 +66,12 @@ void cf_graph_fingerprint(const cf_graph *g, char buf[17]) {
     const cf_node *n = &g->nodes[g->topo ? g->topo[k] : k];
     if (!cf_op_is_collective(n->op)) continue;
     const cf_value *in = &g->nodes[n->in[0].node].out[n->in[0].port];
-    bool red = cf_op_table[n->op].allowed & (1u << CF_A_REDUCTION);
-    int len = snprintf(rec, sizeof rec, "%s|%s|%s|%s|%lld|%d;", base_kind(n->op), cf_node_group(n),
-                       cf_dtype_name(in->dtype), red ? cf_reduction_name(cf_node_reduction(n)) : "-",
-                       (long long)cf_node_comm_bytes(g, n), n->n_in);
+    bool red = cf_op_reduces(n->op);
+    int len =
+        snprintf(rec, sizeof rec, "%s|%s|%s|%s|%lld|%d;", cf_op_table[cf_op_unfused(n->op)].name,
+                 cf_node_group(n), cf_dtype_name(in->dtype),
+                 red ? cf_reduction_name(cf_node_reduction(n)) : "-",
+                 (long long)cf_node_comm_bytes(g, n), n->n_in);
     h = fnv(h, rec, (size_t)(len < (int)sizeof rec ? len : (int)sizeof rec - 1));
     /* a partitioned group's parts too: ranks that split one name differently
      * would otherwise wait for peers in other parts */

@@ -27,12 +27,6 @@
 #define ALL_DT 0x3FEu /* every valid dtype */
 #define ALL_RED 0x1Fu
 
-enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCESCATTER, K_REDUCE, K_BROADCAST, K_MMRS, K_MMAR, K_AGMM, K_COUNT };
-
-static const char *kind_names[K_COUNT] = {"AllReduce", "AllGather", "ReduceScatter", "Reduce",
-                                          "Broadcast", "MatmulReduceScatter", "MatmulAllReduce",
-                                          "AllGatherMatmul"};
-
 typedef struct kind_rule {
   bool unsupported;     /* the device has no such op */
   uint32_t dtypes;      /* allowed dtypes (0 = all) */
@@ -45,7 +39,7 @@ typedef struct kind_rule {
 struct cf_target {
   const char *name;
   const char *desc;
-  kind_rule k[K_COUNT];
+  kind_rule k[CF_OP_COUNT]; /* by plain collective or fused matmul op */
   int mmrs_ws[8];       /* allowed world sizes, 0-terminated; empty = any */
   int64_t k_min, k_max; /* matmul k in [k_min, k_max); 0 = no limit */
   bool mc2_rules;       /* comm_turn 0 only, quantized form only in comm_mode aiv */
@@ -68,10 +62,10 @@ static const cf_target targets[] = {
     {.name = "cpu", .desc = "collfuse's CPU executor: no device limits"},
     {.name = "atlas-a2",
      .desc = "Atlas A2 training/inference series",
-     .k = {[K_ALLREDUCE] = A2A3_ALLREDUCE,
-           [K_ALLGATHER] = ATB_ALLGATHER,
-           [K_REDUCE] = {.no_prod = DT(INT16) | DT(BFLOAT16), .source = "HcclReduce"},
-           [K_MMRS] = MMRS_DTYPES},
+     .k = {[CF_OP_ALLREDUCE] = A2A3_ALLREDUCE,
+           [CF_OP_ALLGATHER] = ATB_ALLGATHER,
+           [CF_OP_REDUCE] = {.no_prod = DT(INT16) | DT(BFLOAT16), .source = "HcclReduce"},
+           [CF_OP_MATMULREDUCESCATTER] = MMRS_DTYPES},
      .mmrs_ws = {2, 4, 8},
      .k_min = 256,
      .k_max = 65535,
@@ -79,39 +73,40 @@ static const cf_target targets[] = {
      .mc2_one_group = true},
     {.name = "atlas-a3",
      .desc = "Atlas A3 training/inference series",
-     .k = {[K_ALLREDUCE] = A2A3_ALLREDUCE,
-           [K_ALLGATHER] = ATB_ALLGATHER,
-           [K_REDUCE] = {.no_prod = DT(INT16) | DT(BFLOAT16), .source = "HcclReduce"},
-           [K_MMRS] = MMRS_DTYPES},
+     .k = {[CF_OP_ALLREDUCE] = A2A3_ALLREDUCE,
+           [CF_OP_ALLGATHER] = ATB_ALLGATHER,
+           [CF_OP_REDUCE] = {.no_prod = DT(INT16) | DT(BFLOAT16), .source = "HcclReduce"},
+           [CF_OP_MATMULREDUCESCATTER] = MMRS_DTYPES},
      .mmrs_ws = {2, 4, 8, 16, 32},
      .k_min = 256,
      .k_max = 65535,
      .mc2_rules = true},
     {.name = "atlas-910",
      .desc = "Atlas training series (910)",
-     .k = {[K_ALLREDUCE] = {.dtypes = DT(INT8) | DT(INT32) | DT(FLOAT16) | DT(FLOAT32),
-                            .source = "npu.distribute.all_reduce"},
-           [K_ALLGATHER] = NO("ATB AllGatherOperation"),
-           [K_MMRS] = NO("torch_npu.npu_mm_reduce_scatter_base"),
-           [K_MMAR] = NO("torch_npu.npu_mm_reduce_scatter_base"),
-           [K_AGMM] = NO("torch_npu.npu_mm_reduce_scatter_base")}},
+     .k = {[CF_OP_ALLREDUCE] = {.dtypes = DT(INT8) | DT(INT32) | DT(FLOAT16) | DT(FLOAT32),
+                                .source = "npu.distribute.all_reduce"},
+           [CF_OP_ALLGATHER] = NO("ATB AllGatherOperation"),
+           [CF_OP_MATMULREDUCESCATTER] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [CF_OP_MATMULALLREDUCE] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [CF_OP_ALLGATHERMATMUL] = NO("torch_npu.npu_mm_reduce_scatter_base")}},
     {.name = "atlas-310p",
      .desc = "Atlas inference series (310P)",
-     .k = {[K_ALLREDUCE] = {.dtypes = DT(INT8) | DT(INT16) | DT(INT32) | DT(FLOAT16) | DT(FLOAT32),
-                            .sum_only = DT(INT16),
-                            .source = "npu.distribute.all_reduce"},
-           [K_ALLGATHER] = ATB_ALLGATHER,
-           [K_REDUCE] = NO("HcclReduce"),
-           [K_MMRS] = NO("torch_npu.npu_mm_reduce_scatter_base"),
-           [K_MMAR] = NO("torch_npu.npu_mm_reduce_scatter_base"),
-           [K_AGMM] = NO("torch_npu.npu_mm_reduce_scatter_base")}},
+     .k = {[CF_OP_ALLREDUCE] = {.dtypes =
+                                    DT(INT8) | DT(INT16) | DT(INT32) | DT(FLOAT16) | DT(FLOAT32),
+                                .sum_only = DT(INT16),
+                                .source = "npu.distribute.all_reduce"},
+           [CF_OP_ALLGATHER] = ATB_ALLGATHER,
+           [CF_OP_REDUCE] = NO("HcclReduce"),
+           [CF_OP_MATMULREDUCESCATTER] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [CF_OP_MATMULALLREDUCE] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [CF_OP_ALLGATHERMATMUL] = NO("torch_npu.npu_mm_reduce_scatter_base")}},
     {.name = "ascend-950",
      .desc = "Ascend 950PR/950DT (Atlas 350)",
-     .k = {[K_ALLGATHER] = NO("ATB AllGatherOperation"),
-           [K_REDUCE] = {.reds = RED(SUM) | RED(MAX) | RED(MIN), .source = "HcclReduce"},
-           [K_MMRS] = NO("torch_npu.npu_mm_reduce_scatter_base"),
-           [K_MMAR] = NO("torch_npu.npu_mm_reduce_scatter_base"),
-           [K_AGMM] = NO("torch_npu.npu_mm_reduce_scatter_base")}},
+     .k = {[CF_OP_ALLGATHER] = NO("ATB AllGatherOperation"),
+           [CF_OP_REDUCE] = {.reds = RED(SUM) | RED(MAX) | RED(MIN), .source = "HcclReduce"},
+           [CF_OP_MATMULREDUCESCATTER] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [CF_OP_MATMULALLREDUCE] = NO("torch_npu.npu_mm_reduce_scatter_base"),
+           [CF_OP_ALLGATHERMATMUL] = NO("torch_npu.npu_mm_reduce_scatter_base")}},
 };
 
 #define N_TARGETS (sizeof targets / sizeof targets[0])
@@ -140,23 +135,6 @@ const char *cf_target_unknown(const char *name, char *buf, size_t len) {
   return buf;
 }
 
-static int kind_of(cf_op op) {
-  switch (op) {
-  case CF_OP_ALLREDUCE:
-  case CF_OP_FUSEDALLREDUCE: return K_ALLREDUCE;
-  case CF_OP_ALLGATHER:
-  case CF_OP_FUSEDALLGATHER: return K_ALLGATHER;
-  case CF_OP_REDUCESCATTER:
-  case CF_OP_FUSEDREDUCESCATTER: return K_REDUCESCATTER;
-  case CF_OP_REDUCE: return K_REDUCE;
-  case CF_OP_BROADCAST: return K_BROADCAST;
-  case CF_OP_MATMULREDUCESCATTER: return K_MMRS;
-  case CF_OP_MATMULALLREDUCE: return K_MMAR;
-  case CF_OP_ALLGATHERMATMUL: return K_AGMM;
-  default: return -1;
-  }
-}
-
 static cf_status violation(const cf_graph *g, const cf_node *n, const cf_target *t,
                            const kind_rule *r, const char *rule) {
   return cf_node_error(g, n, CF_ERR_INVALID, "target %s: %s (%s)", t->name, rule, r->source);
@@ -166,36 +144,38 @@ const char *cf_node_comm_mode(const cf_node *n) { return cf_node_str(n, CF_A_COM
 
 bool cf_target_one_mc2_group(const cf_target *t) { return t && t->mc2_one_group; }
 
-static const kind_rule *mmrs_source(const cf_target *t) { return &t->k[K_MMRS]; }
+static const kind_rule *mmrs_source(const cf_target *t) { return &t->k[CF_OP_MATMULREDUCESCATTER]; }
 
 cf_status cf_target_check_node(const cf_graph *g, const cf_node *n, const cf_target *t) {
   char rule[256];
-  int k = kind_of(n->op);
-  if (k < 0) return CF_OK;
+  if (!cf_op_is_collective(n->op)) return CF_OK;
+  cf_op k = cf_op_unfused(n->op);
   const kind_rule *r = &t->k[k];
   if (r->unsupported) {
-    snprintf(rule, sizeof rule, "%s is not supported on %s", kind_names[k], t->desc);
+    snprintf(rule, sizeof rule, "%s is not supported on %s", cf_op_table[k].name, t->desc);
     return violation(g, n, t, r, rule);
   }
   const cf_node *src = &g->nodes[n->in[0].node];
   cf_dtype dt = src->out[n->in[0].port].dtype;
-  bool has_red = cf_op_table[n->op].allowed & (1u << CF_A_REDUCTION);
+  bool has_red = cf_op_reduces(n->op);
   cf_reduction red = cf_node_reduction(n);
   if (r->dtypes && !(r->dtypes & (1u << dt))) {
-    snprintf(rule, sizeof rule, "%s does not support dtype %s", kind_names[k], cf_dtype_name(dt));
+    snprintf(rule, sizeof rule, "%s does not support dtype %s", cf_op_table[k].name,
+             cf_dtype_name(dt));
     return violation(g, n, t, r, rule);
   }
   if (has_red && r->reds && !(r->reds & (1u << red))) {
-    snprintf(rule, sizeof rule, "%s does not support reduction %s", kind_names[k],
+    snprintf(rule, sizeof rule, "%s does not support reduction %s", cf_op_table[k].name,
              cf_reduction_name(red));
     return violation(g, n, t, r, rule);
   }
   if (has_red && red == CF_RED_PROD && (r->no_prod & (1u << dt))) {
-    snprintf(rule, sizeof rule, "%s does not support prod on %s", kind_names[k], cf_dtype_name(dt));
+    snprintf(rule, sizeof rule, "%s does not support prod on %s", cf_op_table[k].name,
+             cf_dtype_name(dt));
     return violation(g, n, t, r, rule);
   }
   if (has_red && red != CF_RED_SUM && (r->sum_only & (1u << dt))) {
-    snprintf(rule, sizeof rule, "%s supports only sum on %s, not %s", kind_names[k],
+    snprintf(rule, sizeof rule, "%s supports only sum on %s, not %s", cf_op_table[k].name,
              cf_dtype_name(dt), cf_reduction_name(red));
     return violation(g, n, t, r, rule);
   }
@@ -210,7 +190,7 @@ cf_status cf_target_check_node(const cf_graph *g, const cf_node *n, const cf_tar
       return violation(g, n, t, mmrs_source(t), rule);
     }
   }
-  if (k == K_MMRS) {
+  if (k == CF_OP_MATMULREDUCESCATTER) {
     int64_t ws = cf_node_int(n, CF_A_WORLD_SIZE, 0);
     if (t->mmrs_ws[0]) {
       bool ok = false;

@@ -16,6 +16,7 @@ int cf_node_n_outputs(const cf_node *n) {
   default: break;
   }
   if (n->op == CF_OP_ALLGATHERMATMUL) return n->n_in; /* n_in-1 products + gathered x1 */
+  if (n->op == CF_OP_ALLTOALL) return n->n_in;         /* the tuple form: one per operand */
   if (n->op == CF_OP_OPAQUE) return n->n_decl > 0 ? n->n_decl : 1;
   return 1;
 }
@@ -98,6 +99,19 @@ static cf_status check_attrs(cf_graph *g, cf_node *n) {
                            cf_attr_table[bounded[i]].name, (long long)a->v.i,
                            cf_attr_table[bounded[i]].name, (long long)(gsize >= 0 ? gsize : 0));
   }
+  const char *pairs = cf_node_str(n, CF_A_SOURCE_TARGET_PAIRS, NULL);
+  if (pairs) {
+    int n_ranks = gsize > 0 ? (int)gsize : CF_MAX_WORLD, tgt[CF_MAX_WORLD], src[CF_MAX_WORLD];
+    char why[128];
+    if (!cf_pairs_parse(pairs, n_ranks, tgt, src, why, sizeof why))
+      return cf_node_error(g, n, CF_ERR_INVALID, "source_target_pairs='%s': %s", pairs, why);
+  }
+  if (n->op == CF_OP_ALLTOALL && n->n_in > 1 &&
+      (cf_node_attr(n, CF_A_SPLIT_DIMENSION) || cf_node_attr(n, CF_A_CONCAT_DIMENSION)))
+    return cf_node_error(g, n, CF_ERR_INVALID,
+                         "AllToAll with %d operands (the tuple form: operand j goes to rank j) "
+                         "takes no split_dimension or concat_dimension",
+                         n->n_in);
   int64_t ct = cf_node_int(n, CF_A_COMM_TURN, 0);
   if (ct < 0) return cf_node_error(g, n, CF_ERR_INVALID, "comm_turn=%lld must be >= 0", (long long)ct);
   const char *cm = cf_node_str(n, CF_A_COMM_MODE, NULL);

@@ -36,6 +36,7 @@
  */
 #include "passes.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +77,7 @@ typedef struct combiner {
   cf_graph *g;
   const cf_pass_options *opt;
   cf_op kind, fused;
-  const char *prefix;    /* allreduce, allgather, reducescatter */
+  char prefix[32]; /* the op's name in lower case: allreduce, allgather, ... */
   cand *c;
   int nc;
   int *by_node;          /* node -> candidate index or -1 */
@@ -838,10 +839,9 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
     sp = (cf_split){.kind = CF_SPLIT_AUTO};
   if (!g->topo && (st = cf_verify_structure(g))) return st;
   combiner m = {.g = g, .opt = opt, .kind = kind};
-  m.fused = kind == CF_OP_ALLREDUCE   ? CF_OP_FUSEDALLREDUCE
-            : kind == CF_OP_ALLGATHER ? CF_OP_FUSEDALLGATHER
-                                      : CF_OP_FUSEDREDUCESCATTER;
-  m.prefix = kind == CF_OP_ALLREDUCE ? "allreduce" : kind == CF_OP_ALLGATHER ? "allgather" : "reducescatter";
+  m.fused = cf_op_fused(kind);
+  for (size_t i = 0; i + 1 < sizeof m.prefix && cf_op_table[kind].name[i]; i++)
+    m.prefix[i] = (char)tolower((unsigned char)cf_op_table[kind].name[i]);
   size_t nn = g->n_nodes > 0 ? (size_t)g->n_nodes : 1;
   m.by_node = malloc(nn * sizeof(int));
   m.c = malloc(nn * sizeof(cand));

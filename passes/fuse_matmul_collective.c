@@ -336,8 +336,8 @@ static cf_status fuse_mm_coll(fuser *f) {
   cf_status st;
   for (int v = 0; v < f->n0; v++) {
     const cf_node *n = &g->nodes[v];
-    bool plain = n->op == CF_OP_REDUCESCATTER || n->op == CF_OP_ALLREDUCE;
-    if (!plain && n->op != CF_OP_FUSEDREDUCESCATTER && n->op != CF_OP_FUSEDALLREDUCE) continue;
+    cf_op u = cf_op_unfused(n->op); /* a bucket's members too */
+    if (u != CF_OP_REDUCESCATTER && u != CF_OP_ALLREDUCE) continue;
     for (int j = 0; j < n->n_in; j++) {
       cf_op p = g->nodes[n->in[j].node].op;
       if (p == CF_OP_MATMUL || p == CF_OP_QUANTMATMUL)
@@ -347,7 +347,7 @@ static cf_status fuse_mm_coll(fuser *f) {
   for (int i = 0; i < f->nc; i++) {
     mm_cand *c = &f->c[i];
     const cf_node *coll = &g->nodes[c->coll];
-    if (coll->op == CF_OP_FUSEDREDUCESCATTER || coll->op == CF_OP_FUSEDALLREDUCE)
+    if (cf_op_table[coll->op].cat == CF_CAT_FUSED_COLLECTIVE)
       c->why = fmt(f, "'%s' is in bucket '%s' (bucketing comes first)", member(f, coll, c->port),
                    coll->name);
     else if ((st = try_mm_coll(f, c)))
@@ -357,12 +357,9 @@ static cf_status fuse_mm_coll(fuser *f) {
   for (int i = 0; i < f->nc; i++) {
     mm_cand *c = &f->c[i];
     const cf_node *coll = &g->nodes[c->coll], *mm = &g->nodes[c->mm];
-    bool bucket = coll->op == CF_OP_FUSEDREDUCESCATTER || coll->op == CF_OP_FUSEDALLREDUCE;
+    bool bucket = cf_op_table[coll->op].cat == CF_CAT_FUSED_COLLECTIVE;
     const char *collname = bucket ? member(f, coll, c->port) : coll->name;
-    const char *kind = cf_op_table[coll->op == CF_OP_FUSEDREDUCESCATTER ? CF_OP_REDUCESCATTER
-                                   : coll->op == CF_OP_FUSEDALLREDUCE   ? CF_OP_ALLREDUCE
-                                                                        : coll->op]
-                           .name;
+    const char *kind = cf_op_table[cf_op_unfused(coll->op)].name;
     if (c->fused < 0) {
       explain(f, "%s '%s' -> %s '%s' not fused: %s", cf_op_table[mm->op].name, mm->name, kind,
               collname, c->why);

@@ -783,7 +783,7 @@ static void test_sequences(void **state) {
 
 /* ================= safety: mismatches and vanished ranks ================= */
 
-typedef enum mfield { M_COUNT, M_DTYPE, M_RED, M_ROOT } mfield;
+typedef enum mfield { M_COUNT, M_DTYPE, M_RED, M_ROOT, M_DIMS, M_PAIRS } mfield;
 
 /* "FIELD is A on rank X but B on rank Y" somewhere in msg, with {A, B} the
  * good and bad values and the bad value on the bad rank. */
@@ -807,7 +807,8 @@ static void check_mismatch_text(const char *msg, const char *field, const char *
  * sized to its own descriptor, as a real rank's would be). Every rank must
  * fail with CF_ERR_RUNTIME well before the 2 s timeout. */
 static void mismatch_case(cf_op op, cf_algo algo, int n, int bad_rank, mfield f) {
-  static const char *fname[] = {"count", "dtype", "reduction", "root"};
+  static const char *fname[] = {"count", "dtype", "reduction", "root", "split/concat dimensions",
+                                "source_target_pairs"};
   int ident[MAXR];
   for (int i = 0; i < MAXR; i++) ident[i] = i;
   cf_coll_desc good = {.op = op, .dtype = CF_DT_FLOAT32, .count = 8, .red = CF_RED_SUM, .root = -1,
@@ -815,7 +816,10 @@ static void mismatch_case(cf_op op, cf_algo algo, int n, int bad_rank, mfield f)
   if (op == CF_OP_REDUCE || op == CF_OP_BROADCAST) good.root = 0;
   if (op == CF_OP_BROADCAST || op == CF_OP_ALLGATHER) good.red = -1;
   if (op == CF_OP_ALLGATHER) good.layout = CF_LAYOUT_CONCAT;
-  if (op == CF_OP_REDUCESCATTER) good.count = 8 * n;
+  if (op == CF_OP_REDUCESCATTER || op == CF_OP_ALLTOALL) good.count = 8 * n;
+  if (op == CF_OP_ALLTOALL) good.root = good.layout = 0; /* split and concat dims */
+  if (op == CF_OP_ALLTOALL || op == CF_OP_COLLECTIVEPERMUTE) good.red = -1;
+  if (op == CF_OP_COLLECTIVEPERMUTE) good.layout = 1234; /* a hash of the pairs */
   cf_coll_desc bad = good;
   char gv[32], bv[32];
   switch (f) {
@@ -823,6 +827,8 @@ static void mismatch_case(cf_op op, cf_algo algo, int n, int bad_rank, mfield f)
   case M_DTYPE: bad.dtype = CF_DT_FLOAT16; break;
   case M_RED: bad.red = CF_RED_MAX; break;
   case M_ROOT: bad.root = n - 1; break;
+  case M_DIMS: bad.root = 1; break;
+  case M_PAIRS: bad.layout = 4321; break;
   }
   switch (f) {
   case M_COUNT:
@@ -841,7 +847,19 @@ static void mismatch_case(cf_op op, cf_algo algo, int n, int bad_rank, mfield f)
     snprintf(gv, sizeof gv, "%d", good.root);
     snprintf(bv, sizeof bv, "%d", bad.root);
     break;
+  case M_DIMS:
+    snprintf(gv, sizeof gv, "%d/%d", good.root, good.layout);
+    snprintf(bv, sizeof bv, "%d/%d", bad.root, bad.layout);
+    break;
+  case M_PAIRS:
+    snprintf(gv, sizeof gv, "#%08x", (unsigned)good.layout);
+    snprintf(bv, sizeof bv, "#%08x", (unsigned)bad.layout);
+    break;
   }
+  /* CollectivePermute: a ring {k, k+1}; the bad rank of M_PAIRS thinks there
+   * are no pairs, so without the handshake its neighbours would wait for it */
+  int pairs[MAXR][2 * MAXR];
+  cf_coll_seg a2a[MAXR][MAXR];
   char cfg[128];
   snprintf(cfg, sizeof cfg, "%s %s n=%d: %s differs on rank %d", cf_op_table[op].name,
            cf_algo_name(algo), n, fname[f], bad_rank);
@@ -857,6 +875,11 @@ static void mismatch_case(cf_op op, cf_algo algo, int n, int bad_rank, mfield f)
     int64_t es = cf_dtype_size(d.dtype);
     int64_t out_count = op == CF_OP_ALLGATHER ? d.count * n : op == CF_OP_REDUCESCATTER ? d.count / n : d.count;
     segs[k] = (cf_coll_seg){0, 0, op == CF_OP_REDUCESCATTER ? d.count / n : d.count};
+    for (int j = 0; j < n; j++) {
+      a2a[k][j] = (cf_coll_seg){j * d.count / n, j * d.count / n, d.count / n};
+      pairs[k][j] = f == M_PAIRS && k == bad_rank ? -1 : (j + 1) % n;
+      pairs[k][n + j] = f == M_PAIRS && k == bad_rank ? -1 : (j + n - 1) % n;
+    }
     in[k] = calloc((size_t)(d.count * es) + 1, 1);
     out[k] = calloc((size_t)(out_count * es) + 1, 1);
     cf_algo a = cf_coll_select(&d, n, false, algo);
@@ -864,7 +887,8 @@ static void mismatch_case(cf_op op, cf_algo algo, int n, int bad_rank, mfield f)
     scr[k] = calloc(sb + 1, 1);
     calls[k] = (cf_coll_call){.desc = d, .ranks = ident, .n = n, .me = k, .in = in[k], .out = out[k],
                               .segs = &segs[k], .n_segs = 1, .scratch = scr[k], .scratch_bytes = sb,
-                              .algo = a};
+                              .algo = a, .pairs = pairs[k]};
+    if (op == CF_OP_ALLTOALL) calls[k].segs = a2a[k], calls[k].n_segs = n;
     jobs[k] = (job){.comm = cf_threads_comm(W.w, k, W.rctx[k]), .calls = &calls[k], .n_calls = 1};
   }
   double t0 = run_jobs(jobs, n);
@@ -922,6 +946,21 @@ static void test_mismatch_root(void **state) {
     mismatch_case(CF_OP_REDUCE, CF_ALGO_AUTO, n, n - 1, M_ROOT);
     mismatch_case(CF_OP_BROADCAST, CF_ALGO_AUTO, n, n - 1, M_ROOT);
   }
+}
+
+/* AllToAll and CollectivePermute: a count, dtype, split/concat dims or
+ * pairs that differ on one rank fail every rank at once. */
+static void test_mismatch_alltoall_permute(void **state) {
+  (void)state;
+  for (int n = 2; n <= 4; n++)
+    for (int bad = 0; bad < n; bad++) {
+      mismatch_case(CF_OP_ALLTOALL, CF_ALGO_AUTO, n, bad, M_COUNT);
+      mismatch_case(CF_OP_ALLTOALL, CF_ALGO_AUTO, n, bad, M_DTYPE);
+      mismatch_case(CF_OP_ALLTOALL, CF_ALGO_AUTO, n, bad, M_DIMS);
+      mismatch_case(CF_OP_COLLECTIVEPERMUTE, CF_ALGO_AUTO, n, bad, M_COUNT);
+      mismatch_case(CF_OP_COLLECTIVEPERMUTE, CF_ALGO_AUTO, n, bad, M_DTYPE);
+      mismatch_case(CF_OP_COLLECTIVEPERMUTE, CF_ALGO_AUTO, n, bad, M_PAIRS);
+    }
 }
 
 /* A rank that never calls: the others give up after the timeout, naming it. */
@@ -1266,6 +1305,8 @@ static void mutate(void *user, int rank, cf_coll_desc *d, int index) {
   case M_DTYPE: d->dtype = d->dtype == CF_DT_FLOAT32 ? CF_DT_FLOAT64 : CF_DT_FLOAT32; break;
   case M_RED: d->red = d->red == CF_RED_SUM ? CF_RED_MAX : CF_RED_SUM; break;
   case M_ROOT: d->root = (d->root + 1) % 2; break;
+  case M_DIMS: d->root ^= 1; break;
+  case M_PAIRS: d->layout ^= 1; break;
   }
 }
 
@@ -1512,6 +1553,7 @@ int main(void) {
       cmocka_unit_test(test_mismatch_allreduce),
       cmocka_unit_test(test_mismatch_other),
       cmocka_unit_test(test_mismatch_root),
+      cmocka_unit_test(test_mismatch_alltoall_permute),
       cmocka_unit_test(test_vanished_rank),
       cmocka_unit_test(test_plan_matches_reference),
       cmocka_unit_test(test_plan_deterministic_bitwise),

@@ -212,6 +212,46 @@ static void test_hcom_allgather_alias(void **state) {
   assert_int_equal(sn->out[0].shape.dims[0], 4);
 }
 
+/* AllToAll (array and tuple form) and CollectivePermute with their
+ * attributes as GraphML keys. */
+static void test_alltoall_permute(void **state) {
+  fixture *f = *state;
+  const char *doc =
+      "<?xml version='1.0' encoding='utf-8'?>\n"
+      "<graphml xmlns=\"http://graphml.graphdrawing.org/xmlns\">\n"
+      "<key id=\"w\" for=\"graph\" attr.name=\"world_size\" attr.type=\"long\"/>\n"
+      "<key id=\"o\" for=\"node\" attr.name=\"op\" attr.type=\"string\"/>\n"
+      "<key id=\"t\" for=\"node\" attr.name=\"dtype\" attr.type=\"string\"/>\n"
+      "<key id=\"s\" for=\"node\" attr.name=\"shape\" attr.type=\"string\"/>\n"
+      "<key id=\"sd\" for=\"node\" attr.name=\"split_dimension\" attr.type=\"long\"/>\n"
+      "<key id=\"cd\" for=\"node\" attr.name=\"concat_dimension\" attr.type=\"long\"/>\n"
+      "<key id=\"pp\" for=\"node\" attr.name=\"source_target_pairs\" attr.type=\"string\"/>\n"
+      "<key id=\"sp\" for=\"edge\" attr.name=\"src_port\" attr.type=\"long\"/>\n"
+      "<key id=\"dp\" for=\"edge\" attr.name=\"dst_port\" attr.type=\"long\"/>\n"
+      "<graph edgedefault=\"directed\"><data key=\"w\">2</data>\n"
+      "<node id=\"x\"><data key=\"o\">Input</data><data key=\"t\">float16</data>"
+      "<data key=\"s\">4,6</data></node>\n"
+      "<node id=\"a\"><data key=\"o\">AllToAll</data><data key=\"sd\">0</data>"
+      "<data key=\"cd\">1</data></node>\n"
+      "<node id=\"tu\"><data key=\"o\">AllToAll</data></node>\n"
+      "<node id=\"p\"><data key=\"o\">CollectivePermute</data>"
+      "<data key=\"pp\">{0,1},{1,0}</data></node>\n"
+      "<node id=\"y\"><data key=\"o\">Output</data></node>\n"
+      "<node id=\"z\"><data key=\"o\">Output</data></node>\n" EDGE("x", "a", "0", "0")
+          EDGE("x", "tu", "0", "0") EDGE("x", "tu", "0", "1") EDGE("a", "p", "0", "0")
+              EDGE("p", "y", "0", "0") EDGE("tu", "z", "1", "0") TAIL;
+  cf_status st = parse(f, doc);
+  if (st) fail_msg("%s", cf_context_errmsg(f->ctx));
+  const cf_node *a = node(f, "a"), *tu = node(f, "tu"), *p = node(f, "p");
+  assert_int_equal(a->op, CF_OP_ALLTOALL);
+  assert_int_equal(a->out[0].shape.dims[0], 2);
+  assert_int_equal(a->out[0].shape.dims[1], 12);
+  assert_int_equal(tu->n_out, 2);
+  assert_int_equal(node(f, "z")->in[0].port, 1);
+  assert_int_equal(p->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_string_equal(cf_node_str(p, CF_A_SOURCE_TARGET_PAIRS, ""), "{0,1},{1,0}");
+}
+
 static void test_err_unknown_op(void **state) {
   expect_error(state, HEAD GRAPH("8") NODE("n1", "Foo") TAIL,
                "t.graphml:12: error: node 'n1': unknown op 'Foo'");
@@ -285,6 +325,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_dst_port_order, setup, teardown),
       cmocka_unit_test_setup_teardown(test_src_port, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hcom_allgather_alias, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_alltoall_permute, setup, teardown),
       cmocka_unit_test_setup_teardown(test_err_unknown_op, setup, teardown),
       cmocka_unit_test_setup_teardown(test_err_dangling, setup, teardown),
       cmocka_unit_test_setup_teardown(test_err_duplicate_dst_port, setup, teardown),

@@ -340,8 +340,45 @@ static void test_tuple_collectives(void **state) {
   assert_ptr_equal(operand(g, ags, 0), node(g, "start"));
   assert_ptr_equal(operand(g, node(g, "output.6"), 0), ags);
   assert_int_equal(node(g, "ag1")->op, CF_OP_OPAQUE); /* dimensions={1} */
-  assert_string_equal(cf_node_str(node(g, "a2a"), CF_A_TYPE, ""), "all-to-all");
-  assert_string_equal(cf_node_str(node(g, "cp"), CF_A_TYPE, ""), "collective-permute");
+  assert_int_equal(node(g, "a2a")->op, CF_OP_ALLTOALL);
+  assert_int_equal(node(g, "cp")->op, CF_OP_COLLECTIVEPERMUTE);
+  cf_graph_destroy(g);
+}
+
+/* tests/hlo/alltoall_*.hlo: all-to-all's array form (dimensions={d}: split
+ * and concatenated along d) and tuple form (an operand per rank, a result
+ * per rank), collective-permute and its async pair; all-to-all's channel_id
+ * groups are partitions inside each replica. */
+static void test_alltoall_permute(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/alltoall_permute.hlo");
+  assert_int_equal(g->world_size, 4);
+  const cf_node *a = node(g, "a2a"), *t = node(g, "t");
+  assert_int_equal(a->op, CF_OP_ALLTOALL);
+  assert_int_equal(cf_node_int(a, CF_A_SPLIT_DIMENSION, -1), 1);
+  assert_int_equal(cf_node_int(a, CF_A_CONCAT_DIMENSION, -1), 1);
+  assert_shape(&a->out[0], CF_DT_FLOAT32, "6,8");
+  assert_int_equal(t->op, CF_OP_ALLTOALL);
+  assert_int_equal(t->n_in, 2);
+  assert_int_equal(t->n_out, 2);
+  assert_null(cf_node_attr(t, CF_A_SPLIT_DIMENSION));
+  assert_group(g, cf_node_group(t), "0,1|2,3");
+  assert_ptr_equal(operand(g, node(g, "output.2"), 0), t);
+  assert_int_equal(node(g, "output.2")->in[0].port, 1);
+  const cf_node *cp = node(g, "cp"), *cps = node(g, "cps");
+  assert_int_equal(cp->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_string_equal(cf_node_str(cp, CF_A_SOURCE_TARGET_PAIRS, ""), "{{0,1},{1,2},{2,3},{3,0}}");
+  assert_string_equal(cf_node_group(cp), CF_WORLD_GROUP);
+  assert_int_equal(cps->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_ptr_equal(operand(g, cps, 0), cp);
+  assert_ptr_equal(operand(g, node(g, "output.3"), 0), cps);
+  cf_graph_destroy(g);
+
+  g = load(CF_SOURCE_DIR "/tests/hlo/alltoall_replicas.hlo");
+  assert_int_equal(node(g, "a")->op, CF_OP_ALLTOALL);
+  assert_group(g, cf_node_group(node(g, "a")), "0,1|2,3");
+  /* pairs of partition ids in a module of 2 replicas: no IR group says which */
+  assert_int_equal(node(g, "cp")->op, CF_OP_OPAQUE);
   cf_graph_destroy(g);
 }
 
@@ -509,6 +546,31 @@ static const cf_bad_input bad_modules[] = {
      "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
      "replica_groups={{0,2}}, to_apply=sum\n}\n",
      "t.hlo:9: error: instruction 'a': replica id 2 but replica_count=2"},
+    /* all-to-all and collective-permute */
+    {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT a = f32[8] all-to-all(p), channel_id=1, "
+         "replica_groups={{0,1,2,3}}\n}\n",
+     "t.hlo:4: error: instruction 'a': all-to-all needs dimensions={d} with one operand and none "
+     "with a tuple of operands"},
+    {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT a = (f32[8], f32[8]) all-to-all(p, p), "
+         "channel_id=1, replica_groups={{0,1},{2,3}}, dimensions={0}\n}\n",
+     "t.hlo:4: error: instruction 'a': all-to-all needs dimensions={d} with one operand and none "
+     "with a tuple of operands"},
+    {HDR "ENTRY e {\n  p = f32[6] parameter(0)\n  ROOT a = f32[6] all-to-all(p), channel_id=1, "
+         "replica_groups={{0,1,2,3}}, dimensions={0}\n}\n",
+     "t.hlo:4: error: node 'a': dim 0 (6) is not divisible by split_count=4"},
+    {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT a = (f32[8], f32[8], f32[8]) all-to-all(p, p, "
+         "p), channel_id=1, replica_groups={{0,1,2,3}}\n}\n",
+     "t.hlo:4: error: node 'a': AllToAll with 3 operands (the tuple form) needs one per rank: the "
+     "group has 4 ranks"},
+    {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT c = f32[8] collective-permute(p), "
+         "channel_id=1\n}\n",
+     "t.hlo:4: error: instruction 'c': collective-permute needs source_target_pairs"},
+    {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT c = f32[8] collective-permute(p), "
+         "channel_id=1, source_target_pairs={{0,1},{0,2}}\n}\n",
+     "t.hlo:4: error: instruction 'c': source_target_pairs: rank 0 is a source twice"},
+    {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT c = f32[8] collective-permute(p), "
+         "channel_id=1, source_target_pairs={{0,7}}\n}\n",
+     "t.hlo:4: error: node 'c': source_target_pairs='{{0,7}}': rank 7 is outside the group's 4 ranks"},
     /* the IR checks the declared types: gathering 4 ranks cannot give 6 rows */
     {HDR "ENTRY e {\n  p = f32[2] parameter(0)\n  ROOT a = f32[6] all-gather(p), channel_id=1, "
          "use_global_device_ids=true, replica_groups={{0,1,2,3}}, dimensions={0}\n}\n",
@@ -597,6 +659,7 @@ int main(void) {
       cmocka_unit_test(test_group_modes),
       cmocka_unit_test(test_structure),
       cmocka_unit_test(test_tuple_collectives),
+      cmocka_unit_test(test_alltoall_permute),
       cmocka_unit_test(test_constants),
       cmocka_unit_test(test_integer_constants_out_of_range),
       cmocka_unit_test(test_sniff_and_names),

@@ -106,6 +106,38 @@ static cf_status finish(cf_graph *g) {
   return st ? st : cf_infer(g);
 }
 
+/* ops.def's columns agree with each other: what a fused op stands for, the
+ * attributes its flags imply, one colour per plain collective. */
+static void test_op_table(void **state) {
+  (void)state;
+  assert_int_equal(cf_op_coll(CF_OP_FUSEDALLREDUCE), CF_OP_ALLREDUCE);
+  assert_int_equal(cf_op_coll(CF_OP_MATMULREDUCESCATTER), CF_OP_REDUCESCATTER);
+  assert_int_equal(cf_op_coll(CF_OP_ALLGATHERMATMUL), CF_OP_ALLGATHER);
+  assert_int_equal(cf_op_coll(CF_OP_MATMUL), CF_OP_INVALID);
+  assert_int_equal(cf_op_unfused(CF_OP_FUSEDREDUCESCATTER), CF_OP_REDUCESCATTER);
+  assert_int_equal(cf_op_unfused(CF_OP_MATMULALLREDUCE), CF_OP_MATMULALLREDUCE);
+  assert_int_equal(cf_op_fused(CF_OP_ALLGATHER), CF_OP_FUSEDALLGATHER);
+  assert_int_equal(cf_op_fused(CF_OP_BROADCAST), CF_OP_INVALID);
+  assert_true(cf_op_reduces(CF_OP_REDUCE) && cf_op_rooted(CF_OP_REDUCE));
+  assert_true(!cf_op_reduces(CF_OP_BROADCAST) && cf_op_rooted(CF_OP_BROADCAST));
+  assert_true(!cf_op_reduces(CF_OP_ALLGATHERMATMUL) && !cf_op_rooted(CF_OP_ALLREDUCE));
+  for (int i = 1; i < CF_OP_COUNT; i++) {
+    const cf_op_info *o = &cf_op_table[i];
+    cf_op c = o->coll;
+    assert_int_equal(cf_op_is_collective((cf_op)i), c != CF_OP_INVALID);
+    assert_int_equal(cf_op_reduces((cf_op)i), (o->allowed >> CF_A_REDUCTION) & 1);
+    assert_int_equal(cf_op_rooted((cf_op)i), (o->required >> CF_A_ROOT) & 1);
+    if (c == CF_OP_INVALID) continue;
+    assert_int_equal(cf_op_table[c].cat, CF_CAT_COLLECTIVE);
+    assert_int_equal(cf_op_table[c].coll, c);
+    if (o->cat != CF_CAT_FUSED_MATMUL) { /* a bucket is drawn as its members' op */
+      assert_int_equal(o->look, cf_op_table[c].look);
+      assert_int_equal(cf_op_reduces((cf_op)i), cf_op_reduces(c));
+    }
+    if (o->cat == CF_CAT_FUSED_COLLECTIVE) assert_int_equal(cf_op_fused(c), i);
+  }
+}
+
 static void test_graph_container(void **state) {
   (void)state;
   cf_graph *g = new_graph(2);
@@ -465,17 +497,12 @@ static void test_excerpts(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_excerpts),
-      cmocka_unit_test(test_dtypes),
-      cmocka_unit_test(test_shapes),
-      cmocka_unit_test(test_graph_container),
-      cmocka_unit_test(test_cycle_named),
-      cmocka_unit_test(test_structure_errors),
-      cmocka_unit_test(test_infer_collectives),
-      cmocka_unit_test(test_infer_compute),
-      cmocka_unit_test(test_infer_fused_matmul),
-      cmocka_unit_test(test_targets),
-      cmocka_unit_test(test_partitioned_groups),
+      cmocka_unit_test(test_excerpts),         cmocka_unit_test(test_dtypes),
+      cmocka_unit_test(test_shapes),           cmocka_unit_test(test_op_table),
+      cmocka_unit_test(test_graph_container),  cmocka_unit_test(test_cycle_named),
+      cmocka_unit_test(test_structure_errors), cmocka_unit_test(test_infer_collectives),
+      cmocka_unit_test(test_infer_compute),    cmocka_unit_test(test_infer_fused_matmul),
+      cmocka_unit_test(test_targets),          cmocka_unit_test(test_partitioned_groups),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

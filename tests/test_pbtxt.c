@@ -30,6 +30,28 @@ static void test_hccl_op(void **state) {
   cf_graph_destroy(g);
 }
 
+/* HcomAllToAll is an AllToAll; HcomAllToAllV one of send_data when its
+ * constant counts are equal (the counts are no operands), else Opaque with
+ * the reason in its type. */
+static void test_alltoall(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/pbtxt/alltoall.pbtxt");
+  assert_int_equal(g->world_size, 4);
+  const cf_node *a = node(g, "a2a"), *v = node(g, "v");
+  assert_int_equal(a->op, CF_OP_ALLTOALL);
+  assert_shape(&a->out[0], CF_DT_FLOAT32, "8,2");
+  assert_int_equal(v->op, CF_OP_ALLTOALL);
+  assert_int_equal(v->n_in, 1);
+  assert_ptr_equal(operand(g, v, 0), a);
+  assert_int_equal(cf_node_int(v, CF_A_RANK_SIZE, 0), 4);
+  assert_int_equal(node(g, "v_uneven")->op, CF_OP_OPAQUE);
+  assert_string_equal(cf_node_str(node(g, "v_uneven"), CF_A_TYPE, ""),
+                      "HcomAllToAllV (counts or displacements that differ between ranks)");
+  assert_string_equal(cf_node_str(node(g, "v_runtime"), CF_A_TYPE, ""),
+                      "HcomAllToAllV (counts that are not constants of one length up to 8)");
+  cf_graph_destroy(g);
+}
+
 static void test_ge_ops(void **state) {
   (void)state;
   cf_graph *g = load(CF_SOURCE_DIR "/tests/pbtxt/ge_ops.pbtxt");
@@ -213,6 +235,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hccl_op),
       cmocka_unit_test(test_ge_ops),
+      cmocka_unit_test(test_alltoall),
       cmocka_unit_test(test_no_retval),
       cmocka_unit_test(test_control_inputs_of_opaque),
       cmocka_unit_test(test_int64_const_range),

@@ -8,15 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *cf_report_base_op(cf_op op) {
-  switch (op) {
-  case CF_OP_FUSEDALLREDUCE: return "AllReduce";
-  case CF_OP_FUSEDALLGATHER: return "AllGather";
-  case CF_OP_FUSEDREDUCESCATTER: return "ReduceScatter";
-  default: return cf_op_table[op].name;
-  }
-}
-
 const char *cf_report_reason(const cf_node *n, char *buf, size_t len) {
   const char *r = cf_node_str(n, CF_A_REASON, NULL);
   if (r) return r;
@@ -105,11 +96,11 @@ cf_status cf_report_compile_json(const cf_graph *g, int collectives_before,
     const cf_value *in = &g->nodes[n->in[0].node].out[n->in[0].port];
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "name", n->name);
-    cJSON_AddStringToObject(b, "op", cf_report_base_op(n->op));
+    cJSON_AddStringToObject(b, "op", cf_op_table[cf_op_unfused(n->op)].name);
     cJSON_AddItemToObject(b, "members", members_of(n));
     cJSON_AddNumberToObject(b, "bytes", (double)cf_node_comm_bytes(g, n));
     cJSON_AddStringToObject(b, "dtype", cf_dtype_name(in->dtype));
-    if (cf_op_table[n->op].allowed & (1u << CF_A_REDUCTION))
+    if (cf_op_reduces(n->op))
       cJSON_AddStringToObject(b, "reduction", cf_reduction_name(cf_node_reduction(n)));
     else
       cJSON_AddNullToObject(b, "reduction");

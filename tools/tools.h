@@ -198,7 +198,4 @@ bool cf_ranktable_host_is_local(const char *host, const char *hostname);
 /* `collfuse ranktable FILE.json`: hostfile and rankfile; the exit code. */
 int cf_cmd_ranktable(cf_context *ctx, int argc, char **argv);
 
-/* Base collective name of a node ("AllReduce" for FusedAllReduce). */
-const char *cf_report_base_op(cf_op op);
-
 #endif
