@@ -489,7 +489,10 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
   }
-  if (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != !tuple)
+  /* StableHLO's split_dimension and concat_dimension (decimal), else dimensions={d} */
+  const hattr *sd = cf_hlo_attr(in, "split_dimension"), *cd = cf_hlo_attr(in, "concat_dimension");
+  bool split_concat = !tuple && sd && cd;
+  if (!split_concat && (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != !tuple))
     return cf_hlo_fail(r, in->line,
                        "instruction '%s': all-to-all needs dimensions={d} with one operand and "
                        "none with a tuple of operands",
@@ -497,9 +500,20 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
   const hgset *gs = NULL;
   if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
   if (gs->n_sub && !gs->name) {
-    snprintf(note, sizeof note, "%s over %d replica groups of different sizes", in->opcode, gs->n_sub);
+    snprintf(note, sizeof note, "%s over %d replica groups of different sizes", in->opcode,
+             gs->n_sub);
     return emit_opaque(r, in, at_entry, ops, note, out);
   }
+  const hattr *sc = cf_hlo_attr(in, "split_count"); /* StableHLO: must be the group size */
+  int64_t count = -1,
+          size = gs->n_sub ? gs->off[1] - gs->off[0]
+                           : (r->partitions ? r->partitions : 1) * (r->replicas ? r->replicas : 1);
+  const char *q = sc ? sc->val.p : NULL;
+  if (sc && (!cf_hlo_read_int(&q, sc->val.p + sc->val.n, INT32_MAX, &count) || count != size))
+    return cf_hlo_fail(r, in->line,
+                       "instruction '%s': split_count=%lld but its replica groups have %lld "
+                       "devices",
+                       in->name, (long long)count, (long long)size);
   if ((st = add_node(r, in->name, "", at_entry, CF_OP_ALLTOALL, in->line, &idx))) return st;
   r->n_refs = 0;
   for (int i = 0; i < n; i++)
@@ -507,9 +521,13 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
   if ((st = cf_node_set_inputs(r->g, idx, n, r->refs))) return st;
   if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
   if (!tuple) {
-    snprintf(buf, sizeof buf, "%lld", (long long)dims[0]);
-    if ((st = set_str(r, idx, CF_A_SPLIT_DIMENSION, buf, in->line)) ||
-        (st = set_str(r, idx, CF_A_CONCAT_DIMENSION, buf, in->line)) ||
+    const char *split = buf, *concat = buf;
+    snprintf(buf, sizeof buf, "%lld", split_concat ? 0 : (long long)dims[0]);
+    if (split_concat && (!(split = cf_hlo_str(r, sd->val.p, sd->val.n)) ||
+                         !(concat = cf_hlo_str(r, cd->val.p, cd->val.n))))
+      return cf_hlo_oom(r, in->line);
+    if ((st = set_str(r, idx, CF_A_SPLIT_DIMENSION, split, in->line)) ||
+        (st = set_str(r, idx, CF_A_CONCAT_DIMENSION, concat, in->line)) ||
         (st = set_type(r, idx, res, in->line)))
       return st;
   }

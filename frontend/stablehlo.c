@@ -678,6 +678,25 @@ static cf_status collective(sh_reader *s, hinstr *in, const char *p, const char 
   return set_attrs(s, in, n / 2, kv);
 }
 
+/* all_to_all's split_dimension, concat_dimension and split_count as
+ * attributes (their digits) for the HLO evaluator. */
+static cf_status dim_attrs(sh_reader *s, hinstr *in, const char *p, const char *e) {
+  static const char *keys[] = {"split_dimension", "concat_dimension", "split_count"};
+  hattr *a = cf_arena_array(&s->r->scratch, (size_t)in->n_attr + 3, sizeof *a);
+  if (!a) return cf_hlo_oom(s->r, in->line);
+  memcpy(a, in->attr, (size_t)in->n_attr * sizeof *a);
+  for (int i = 0; i < 3; i++) {
+    cf_span v;
+    const char *q;
+    int64_t d;
+    if (!cf_sh_attr(p, e, keys[i], &v) || !((q = v.p), cf_hlo_read_int(&q, v.p + v.n, 64, &d)))
+      return cf_hlo_fail(s->r, in->line, "op '%s': all_to_all needs %s = N", in->name, keys[i]);
+    a[in->n_attr++] = (hattr){{keys[i], strlen(keys[i])}, {v.p, (size_t)(q - v.p)}};
+  }
+  in->attr = a;
+  return CF_OK;
+}
+
 /* A collective's reduction region `({ ... })` in [p, colon) as its to_apply
  * computation (line is p's). */
 static cf_status reducer_region(sh_reader *s, hinstr *in, const char *p, const char *colon,
@@ -774,6 +793,17 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
       return st;
   } else if (sn.p != op.p && cf_span_is(sn, "all_gather")) {
     if ((st = collective(s, in, after, colon, "all-gather", "all_gather_dim"))) return st;
+  } else if (sn.p != op.p && cf_span_is(sn, "all_to_all") && in->n_opnd == 1) {
+    /* one operand (several are each exchanged on their own, no IR op) */
+    if ((st = collective(s, in, after, colon, "all-to-all", NULL)) ||
+        (st = dim_attrs(s, in, after, colon)))
+      return st;
+  } else if (sn.p != op.p && cf_span_is(sn, "collective_permute")) {
+    cf_span v;
+    if ((st = collective(s, in, after, colon, "collective-permute", NULL))) return st;
+    if (!cf_sh_attr(after, colon, "source_target_pairs", &v))
+      return cf_hlo_fail(r, line, "op '%%%s': collective_permute needs source_target_pairs", base);
+    if ((st = cf_sh_pairs(s, in, v))) return st;
   } else if (sn.p != op.p && cf_span_is(sn, "collective_broadcast")) {
     if ((st = collective(s, in, after, colon, "collective-broadcast", NULL))) return st;
   } else if (cf_span_is(op, "func.call") || cf_span_is(op, "call")) {

@@ -619,6 +619,34 @@ cf_status cf_sh_groups(sh_reader *s, hinstr *in, cf_span val) {
   return st;
 }
 
+cf_status cf_sh_pairs(sh_reader *s, hinstr *in, cf_span val) {
+  hlo_reader *r = s->r;
+  const char *p = val.p, *e = val.p + val.n;
+  hrg g;
+  cf_status st = CF_OK;
+  if (e - p < 6 || memcmp(p, "dense<", 6) != 0)
+    return cf_hlo_fail(r, in->line, "op '%s': source_target_pairs: expected dense<[[s, t], ...]>",
+                       in->name);
+  memset(&g, 0, sizeof g);
+  if ((st = groups_dense(s, in, p, e, &g))) return st;
+  size_t cap = (size_t)g.n_sub * 24 + 1, o = 0;
+  char *text = cf_arena_alloc(&r->scratch, cap);
+  if (!text) return cf_hlo_oom(r, in->line);
+  for (int i = 0; i < g.n_sub; i++) {
+    if (g.off[i + 1] - g.off[i] != 2)
+      return cf_hlo_fail(r, in->line,
+                         "op '%s': source_target_pairs: every pair is [source, target]", in->name);
+    o += (size_t)snprintf(text + o, cap - o, "%s{%d,%d}", i ? "," : "", g.ids[g.off[i]],
+                          g.ids[g.off[i] + 1]);
+  }
+  hattr *a = cf_arena_array(&r->scratch, (size_t)in->n_attr + 1, sizeof *a);
+  if (!a) return cf_hlo_oom(r, in->line);
+  memcpy(a, in->attr, (size_t)in->n_attr * sizeof *a);
+  a[in->n_attr++] = (hattr){{"source_target_pairs", 19}, {text, o}};
+  in->attr = a;
+  return CF_OK;
+}
+
 /* ------------------------------------------------------------------ */
 /* shardings                                                          */
 

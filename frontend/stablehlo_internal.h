@@ -54,6 +54,9 @@ void cf_sh_dense(const char *p, const char *e, const hshape *t, hinstr *in);
 /* replica_groups = dense<[[...]]> or #stablehlo.replica_group_mesh_axes<...>
  * in [p, e) (the value span) into in->rg. */
 cf_status cf_sh_groups(sh_reader *s, hinstr *in, cf_span val);
+/* source_target_pairs = dense<[[0, 1], [1, 2]]> in val as the attribute
+ * source_target_pairs="{0,1},{1,2}" of in (the IR's text of pairs). */
+cf_status cf_sh_pairs(sh_reader *s, hinstr *in, cf_span val);
 /* `sdy.mesh @NAME = <[...]>` (or stablehlo.mesh) at [p, e). */
 cf_status cf_sh_mesh_decl(sh_reader *s, const char *p, const char *e, int line);
 /* The local shape of global under sharding <@mesh, [{"a"}, {}]> in [p, e):

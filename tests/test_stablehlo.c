@@ -223,9 +223,10 @@ static const char collectives_module[] =
     "    %4 = \"stablehlo.all_gather\"(%3) <{all_gather_dim = 1 : i64, replica_groups = "
     "dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>}> : (tensor<8x4xf32>) -> "
     "tensor<8x32xf32>\n"
-    "    %5 = \"stablehlo.all_to_all\"(%3) <{concat_dimension = 0 : i64, split_count = 8 : "
-    "i64, split_dimension = 0 : i64}> : (tensor<8x4xf32>) -> tensor<8x4xf32>\n"
-    "    %6 = \"stablehlo.all_reduce\"(%5) <{channel_handle = #stablehlo.channel_handle<handle = "
+    "    %5:2 = \"stablehlo.all_to_all\"(%3, %3) <{concat_dimension = 0 : i64, split_count = 8 : "
+    "i64, split_dimension = 0 : i64}> : (tensor<8x4xf32>, tensor<8x4xf32>) -> "
+    "(tensor<8x4xf32>, tensor<8x4xf32>)\n"
+    "    %6 = \"stablehlo.all_reduce\"(%5#0) <{channel_handle = #stablehlo.channel_handle<handle = "
     "5, type = 1>, replica_groups = dense<[[0, 1, 2], [3, 4, -1]]> : tensor<2x3xi64>, "
     "use_global_device_ids}> ({\n"
     "    ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
@@ -261,7 +262,8 @@ static void test_collectives(void **state) {
   assert_string_equal(cf_node_group(rs), cf_node_group(ag));
   assert_int_equal(bc->op, CF_OP_BROADCAST);
   assert_int_equal(cf_node_attr(bc, CF_A_ROOT)->v.i, 0);
-  /* along dimension 1, all_to_all, groups of different sizes: Opaque */
+  /* along dimension 1, a variadic all_to_all (each operand exchanged on its
+   * own), groups of different sizes: Opaque */
   assert_string_equal(type_of(node(g, "4")), "all-gather (not along dimension 0)");
   assert_string_equal(type_of(node(g, "5")), "stablehlo.all_to_all");
   assert_string_equal(type_of(node(g, "6")), "all-reduce over 2 replica groups of different sizes");
@@ -270,6 +272,25 @@ static void test_collectives(void **state) {
   assert_int_equal(f->op, CF_OP_FUSEDALLREDUCE);
   assert_int_equal(cf_node_reduction(f), CF_RED_PROD);
   assert_string_equal(cf_node_str(f, CF_A_MEMBERS, ""), "7#0,7#1");
+  cf_graph_destroy(g);
+}
+
+static void test_alltoall_permute(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/stablehlo/alltoall_permute.mlir");
+  const cf_node *a0 = node(g, "0"), *a1 = node(g, "1"), *cp = node(g, "2");
+  assert_int_equal(a0->op, CF_OP_ALLTOALL);
+  assert_int_equal(cf_node_attr(a0, CF_A_SPLIT_DIMENSION)->v.i, 0);
+  assert_group(g, cf_node_group(a0), "0,1,2,3");
+  /* split along 1, concatenated along 0, in two groups of two */
+  assert_int_equal(a1->op, CF_OP_ALLTOALL);
+  assert_int_equal(cf_node_attr(a1, CF_A_SPLIT_DIMENSION)->v.i, 1);
+  assert_int_equal(cf_node_attr(a1, CF_A_CONCAT_DIMENSION)->v.i, 0);
+  assert_group(g, cf_node_group(a1), "0,1|2,3");
+  assert_shape(&a1->out[0], CF_DT_FLOAT32, "16,2");
+  assert_int_equal(cp->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_string_equal(cf_node_str(cp, CF_A_SOURCE_TARGET_PAIRS, ""), "{0,1},{1,2},{2,3},{3,0}");
+  assert_ptr_equal(operand(g, cp, 0), a0);
   cf_graph_destroy(g);
 }
 
@@ -392,6 +413,17 @@ static const cf_bad_input bad_modules[] = {
      "t.mlir:2: error: results listed one by one ('%a, %b = ...') are not supported"},
     {FN "  ^bb1:\n  return %a : tensor<4xf32>\n}\n",
      "t.mlir:2: error: function 'main': several blocks (a control-flow graph) are not supported"},
+    {"module attributes {mhlo.num_partitions = 4 : i32} {\n" FN
+     "  %0 = \"stablehlo.all_to_all\"(%a) <{channel_handle = #stablehlo.channel_handle<handle = "
+     "1, type = 1>, concat_dimension = 0 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : "
+     "tensor<1x4xi64>, split_count = 2 : i64, split_dimension = 0 : i64, "
+     "use_global_device_ids}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
+     "tensor<4xf32>\n}\n}\n",
+     "t.mlir:3: error: instruction '0': split_count=2 but its replica groups have 4 devices"},
+    {FN "  %0 = \"stablehlo.collective_permute\"(%a) <{source_target_pairs = dense<[[0, 1, "
+        "2]]> : tensor<1x3xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
+        "tensor<4xf32>\n}\n",
+     "t.mlir:2: error: op '0': source_target_pairs: every pair is [source, target]"},
     {"module attributes {mhlo.num_partitions = 0 : i32} {\n" FN
      "  return %a : tensor<4xf32>\n}\n}\n",
      "t.mlir:1: error: module: mhlo.num_partitions = '0 : i32' must be an integer in 1..256"},
@@ -404,10 +436,15 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dp_step),     cmocka_unit_test(test_hlo_twin),
-      cmocka_unit_test(test_forms),       cmocka_unit_test(test_captures),
-      cmocka_unit_test(test_collectives), cmocka_unit_test(test_calls_and_manual),
-      cmocka_unit_test(test_sniff),       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_dp_step),
+      cmocka_unit_test(test_hlo_twin),
+      cmocka_unit_test(test_forms),
+      cmocka_unit_test(test_captures),
+      cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_alltoall_permute),
+      cmocka_unit_test(test_calls_and_manual),
+      cmocka_unit_test(test_sniff),
+      cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

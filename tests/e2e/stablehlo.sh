@@ -5,7 +5,7 @@
 # HLO text XLA makes from it: `check` finds the same collectives in the same
 # groups with the same bytes, `compile` fuses both to the same collectives
 # and buckets, `run --verify` passes on the .mlir (4 ranks, as its module
-# says), and its foreign ops are reported like every reader's (--strict
+# says), as do its AllToAll and CollectivePermute, and its foreign ops are reported like every reader's (--strict
 # refuses them). A file without extension that starts with `module` is
 # StableHLO. Prints one line per failure and exits 1 if any.
 set -u
@@ -66,6 +66,14 @@ has "$OUT" "verified" "run $mlir --verify"
 
 run check --strict "$mlir"
 expect_last 1 "$mlir:38: error: 2 nodes of foreign op 'stablehlo.reduce' imported as Opaque (first '1/2')" "check --strict $mlir"
+
+# AllToAll (split and concatenated along different dimensions, partitioned
+# groups) and CollectivePermute (a ring) against the float64 reference
+a2a=$src/tests/stablehlo/alltoall_permute.mlir
+run run "$a2a" --verify
+expect_rc 0 "run alltoall_permute.mlir --verify"
+has "$OUT" "4 ranks, 3 collectives per iteration" "run alltoall_permute.mlir --verify"
+has "$OUT" "verified" "run alltoall_permute.mlir --verify"
 
 # told from how it starts
 IN=$mlir
