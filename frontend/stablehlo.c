@@ -183,7 +183,9 @@ bool cf_sh_attr(const char *p, const char *e, const char *key, cf_span *val) {
     const char *v = cf_hlo_skip(q + n, e);
     if (v < e && *v == '=') {
       v = cf_hlo_skip(v + 1, e);
-      const char *ve = value_end(v, e);
+      /* a bracketed value ends with its bracket (pretty attributes such as
+       * in_shardings=[...] out_shardings=[...] are separated by spaces) */
+      const char *ve = v < e && (*v == '[' || *v == '{') ? cf_hlo_past(v, e) : value_end(v, e);
       while (ve > v && is_space(ve[-1]))
         ve--;
       *val = (cf_span){v, (size_t)(ve - v)};
@@ -475,6 +477,19 @@ static const char *sh_name(sh_reader *s, const char *base, const char *suffix, i
   return str(s, nm, strlen(nm));
 }
 
+static bool is_list(cf_span v) { return v.n >= 2 && v.p[0] == '[' && v.p[v.n - 1] == ']'; }
+
+/* The next comma-separated entry of a list in [*pp, e): false at the end. */
+static bool next_entry(const char **pp, const char *e, cf_span *out) {
+  const char *p = cf_hlo_skip(*pp, e);
+  if (p >= e) return false;
+  const char *pe = cf_sh_find_top(p, e, ',');
+  if (!pe) pe = e;
+  *out = (cf_span){p, (size_t)(pe - p)};
+  *pp = pe < e ? pe + 1 : e;
+  return out->n > 0;
+}
+
 /* sdy.manual_computation(%a, ...) in_shardings=[...] out_shardings=[...]
  * manual_axes={...} (%x: T, ...) { body } : (GLOBAL...) -> GLOBAL...
  * -> each operand to its local shape (GlobalToLocalShape where the sharding
@@ -524,16 +539,17 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
   /* operands to local shapes */
   const char **callargs = cf_arena_array(&r->scratch, (size_t)tmp.n_opnd + 1, sizeof *callargs);
   if (!callargs) return cf_hlo_oom(r, line);
+  if (!is_list(ins) || !is_list(outs))
+    return cf_hlo_fail(r, line,
+                       "sdy.manual_computation: in_shardings and out_shardings are lists "
+                       "'[<@mesh, [...]>, ...]'");
   const char *sp = ins.p + 1, *se = ins.p + ins.n - 1; /* inside [...] */
   for (int i = 0; i < tmp.n_opnd; i++) {
-    const char *pe = cf_sh_find_top(sp, se, ',');
-    if (!pe) pe = se;
-    cf_span one = {sp, (size_t)(pe - sp)};
-    sp = pe + 1;
-    const hshape *gt = &g->in[i], *lt = i < bc->n_ins ? &bc->ins[i].shape : NULL;
-    if (!one.n || (sp > se + 1 && i + 1 < tmp.n_opnd))
+    cf_span one;
+    if (!next_entry(&sp, se, &one))
       return cf_hlo_fail(r, line, "sdy.manual_computation: in_shardings has fewer than %d entries",
                          tmp.n_opnd);
+    const hshape *gt = &g->in[i], *lt = i < bc->n_ins ? &bc->ins[i].shape : NULL;
     callargs[i] = tmp.opnd[i];
     if (gt->n >= 0) continue;
     cf_shape local;
@@ -581,14 +597,11 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
       gte->n_opnd = 1;
       if ((st = set_attrs(s, gte, 1, gkv))) return st;
     }
-    const char *pe = cf_sh_find_top(sp, se, ',');
-    if (!pe) pe = se;
-    cf_span one = {sp, (size_t)(pe - sp)};
-    sp = pe + 1;
-    bool split = false;
+    cf_span one;
+    bool split = false, have = next_entry(&sp, se, &one);
     if (g->out[i].n < 0) {
       cf_shape local;
-      if (!one.n)
+      if (!have)
         return cf_hlo_fail(
             r, line, "sdy.manual_computation: out_shardings has fewer than %d entries", n_res);
       if ((st = cf_sh_local_shape(s, one, manual, &g->out[i].s, line, &local))) return st;
@@ -619,7 +632,7 @@ static bool dot_plain(const char *p, const char *e) {
   if (cf_sh_attr(p, e, "batching_dims", &v) || cf_sh_attr(p, e, "lhs_batching_dimensions", &v))
     return false;
   if (cf_sh_attr(p, e, "contracting_dims", &v)) { /* [1] x [0] */
-    const char *q = v.p, *qe = v.p + v.n;
+    const char *q = v.p, *qe = e; /* v is the first [...] */
     if (q >= qe || *q != '[' || !(q = cf_hlo_int_list(q, qe, ']', 64, l, 2, &nl))) return false;
     SKIP(q, qe);
     if (q >= qe || *q != 'x') return false;
@@ -851,23 +864,28 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
   return CF_OK;
 }
 
-/* Region uses of values defined before the op become operands too. */
+/* Region uses of values defined before the op become operands too (each
+ * value once: mark[j] == k + 1 when instruction j is an operand of k). */
 static cf_status add_captures(sh_reader *s, hcomp *c, ibuf *b) {
-  for (int k = 0; k < c->n_ins; k++) {
+  int *mark = NULL;
+  cf_status st = CF_OK;
+  for (int k = 0; k < c->n_ins && !st; k++) {
     if (!b->captures[k].n) continue;
+    if (!mark && !(mark = calloc((size_t)c->n_ins, sizeof *mark))) return cf_hlo_oom(s->r, 0);
     hinstr *in = &c->ins[k];
     const char **v = NULL;
     int n = 0, cap = 0, keep = 0;
-    cf_status st = collect_uses(s, in->line, b->captures[k].p, b->captures[k].p + b->captures[k].n,
-                                true, &v, &n, &cap);
+    for (int m = 0; m < in->n_opnd; m++) {
+      int j = cf_hlo_map_find(&c->map, in->opnd[m]);
+      if (j >= 0) mark[j] = k + 1;
+    }
+    st = collect_uses(s, in->line, b->captures[k].p, b->captures[k].p + b->captures[k].n, true, &v,
+                      &n, &cap);
     for (int i = 0; i < n && !st; i++) {
       int j = cf_hlo_map_find(&c->map, v[i]);
-      bool dup = j < 0 || j >= k;
-      for (int m = 0; m < in->n_opnd && !dup; m++)
-        dup = !strcmp(in->opnd[m], v[i]);
-      for (int m = 0; m < keep && !dup; m++)
-        dup = !strcmp(v[m], v[i]);
-      if (!dup) v[keep++] = v[i];
+      if (j < 0 || j >= k || mark[j] == k + 1) continue;
+      mark[j] = k + 1;
+      v[keep++] = v[i];
     }
     if (!st && keep) {
       if (in->n_opnd + keep > CF_MAX_OPERANDS)
@@ -883,9 +901,9 @@ static cf_status add_captures(sh_reader *s, hcomp *c, ibuf *b) {
       }
     }
     free(v);
-    if (st) return st;
   }
-  return CF_OK;
+  free(mark);
+  return st;
 }
 
 /* Function or region arguments `%a: T {attrs}, ...` as parameter instructions. */

@@ -65,6 +65,7 @@ static cf_status elem_type(sh_reader *s, const char **pp, const char *e, int lin
     memset(&part, 0, sizeof part);
     if (p >= e || *p != '<') return cf_hlo_fail(r, line, "expected 'complex<TYPE>'");
     p++;
+    if (cf_hlo_word_at(p, e, "complex")) return cf_hlo_fail(r, line, "complex of a complex type");
     cf_status st = elem_type(s, &p, e, line, &part);
     if (st) return st;
     if (p >= e || *p != '>') return cf_hlo_fail(r, line, "expected '>' closing 'complex<'");

@@ -424,6 +424,19 @@ static const cf_bad_input bad_modules[] = {
         "2]]> : tensor<1x3xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
         "tensor<4xf32>\n}\n",
      "t.mlir:2: error: op '0': source_target_pairs: every pair is [source, target]"},
+    {FN "  %0 = stablehlo.real %a : (tensor<4xcomplex<complex<f32>>>) -> tensor<4xf32>\n"
+        "  return %a : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: complex of a complex type"},
+    {"sdy.mesh @m = <[\"x\"=2]>\n" FN
+     "  %0 = sdy.manual_computation(%a) in_shardings=<@m, [{\"x\"}]> out_shardings=[<@m, "
+     "[{\"x\"}]>] manual_axes={\"x\"} (%b: tensor<2xf32>) {\n    sdy.return %b : "
+     "tensor<2xf32>\n  } : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:3: error: sdy.manual_computation: in_shardings and out_shardings are lists"},
+    {"sdy.mesh @m = <[\"x\"=2]>\n" FN
+     "  %0 = sdy.manual_computation(%a) in_shardings=[] out_shardings=[<@m, [{\"x\"}]>] "
+     "manual_axes={\"x\"} (%b: tensor<2xf32>) {\n    sdy.return %b : tensor<2xf32>\n  } : "
+     "(tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:3: error: sdy.manual_computation: in_shardings has fewer than 1 entries"},
     {"module attributes {mhlo.num_partitions = 0 : i32} {\n" FN
      "  return %a : tensor<4xf32>\n}\n}\n",
      "t.mlir:1: error: module: mhlo.num_partitions = '0 : i32' must be an integer in 1..256"},
