@@ -632,7 +632,7 @@ static bool dot_plain(const char *p, const char *e) {
   if (cf_sh_attr(p, e, "batching_dims", &v) || cf_sh_attr(p, e, "lhs_batching_dimensions", &v))
     return false;
   if (cf_sh_attr(p, e, "contracting_dims", &v)) { /* [1] x [0] */
-    const char *q = v.p, *qe = e; /* v is the first [...] */
+    const char *q = v.p, *qe = e;                 /* v is the first [...] */
     if (q >= qe || *q != '[' || !(q = cf_hlo_int_list(q, qe, ']', 64, l, 2, &nl))) return false;
     SKIP(q, qe);
     if (q >= qe || *q != 'x') return false;
@@ -754,7 +754,10 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     op.n = (size_t)(q - op.p);
     after = q;
   }
-  if (!op.n) return cf_hlo_fail(r, line, "value '%%%s': expected an op name", base);
+  bool ok = op.n > 0;
+  for (size_t i = 0; i < op.n && ok; i++)
+    ok = isalnum((unsigned char)op.p[i]) || op.p[i] == '_' || op.p[i] == '.' || op.p[i] == '$';
+  if (!ok) return cf_hlo_fail(r, line, "value '%%%s': expected an op name", base);
   const char *colon = find_last_top(after, e, ':');
   if (!colon)
     return cf_hlo_fail(r, line, "op '%s': expected ': TYPE' after the op", CF_SPAN_QUOTE(op));

@@ -367,6 +367,9 @@ static const cf_bad_input bad_modules[] = {
      "t.mlir:2: error: dynamic dimension '?' in a tensor type"},
     {FN "  %0 = stablehlo.add %a, %a : tensor<4xq7>\n  return %0 : tensor<4xf32>\n}\n",
      "t.mlir:2: error: unknown element type 'q7'"},
+    {FN "  %0 = \"stable\xa6hlo.abs\"(%a) : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
+        "tensor<4xf32>\n}\n",
+     "t.mlir:2: error: value '%0': expected an op name"},
     {FN "  %0 = stablehlo.add %a, %a\n  return %0 : tensor<4xf32>\n}\n",
      "t.mlir:2: error: op 'stablehlo.add': expected ': TYPE' after the op"},
     {FN "  %0 = stablehlo.add %a, %a : tensor<4xf32>\n}\n",
