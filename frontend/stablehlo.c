@@ -2,10 +2,8 @@
  * (`jax.jit(f).lower(x).as_text()`): scanning, functions and ops, and the
  * entry point cf_stablehlo_read.
  *
- * The text is first cleaned in place: `// comments` and every `loc(...)`
- * become spaces (so line numbers stay), and brackets are checked to pair up.
- * Then, as in the HLO reader, a statement ends at a newline outside
- * brackets, so an op with regions is one statement. Each func.func, each
+ * The text is cleaned and cut into statements by stablehlo_scan.c (as in
+ * the HLO reader, an op with regions is one statement). Each func.func, each
  * sdy.manual_computation body and each collective's reduction region becomes
  * a computation of the HLO reader's parsed module, each op an instruction
  * with the HLO opcode of the same semantics (stablehlo.add is add,
@@ -22,183 +20,6 @@
 #include <string.h>
 
 #define SKIP(p, e) ((p) = cf_hlo_skip((p), (e)))
-
-static bool is_open(char c) { return c == '(' || c == '[' || c == '{'; }
-static bool is_close(char c) { return c == ')' || c == ']' || c == '}'; }
-
-static int count_nl(const char *p, const char *e) {
-  int n = 0;
-  for (; p < e; p++)
-    n += *p == '\n';
-  return n;
-}
-
-/* ------------------------------------------------------------------ */
-/* scanning                                                           */
-
-/* Blank `// ...` and loc(...) (outside strings) and check that brackets
- * pair up and strings end on their line. */
-static cf_status clean(hlo_reader *r) {
-  char *p = r->text, *e = (char *)r->end;
-  char open[HLO_MAX_NEST];
-  int open_line[HLO_MAX_NEST], depth = 0, line = 1;
-  while (p < e) {
-    char c = *p;
-    if (c == '\n') {
-      line++;
-      p++;
-    } else if (c == '"') {
-      char *q = p + 1;
-      while (q < e && *q != '"' && *q != '\n')
-        q += (*q == '\\' && e - q >= 2 && q[1] != '\n') ? 2 : 1;
-      if (q >= e || *q != '"') return cf_hlo_fail(r, line, "unterminated string");
-      p = q + 1;
-    } else if (c == '/' && e - p >= 2 && p[1] == '*') {
-      return cf_hlo_fail(r, line, "unexpected '/*' (MLIR comments are '//')");
-    } else if (c == '/' && e - p >= 2 && p[1] == '/') {
-      while (p < e && *p != '\n')
-        *p++ = ' ';
-    } else if (c == 'l' && e - p >= 4 && !memcmp(p, "loc(", 4) &&
-               (p == r->text || !(is_name_char(p[-1]) || p[-1] == '#'))) {
-      int d = 0, l0 = line;
-      char *q = p + 3;
-      memset(p, ' ', 3);
-      do { /* blank through the matching ')', strings included */
-        if (*q == '"') {
-          *q++ = ' ';
-          while (q < e && *q != '"' && *q != '\n') {
-            if (*q == '\\' && e - q >= 2 && q[1] != '\n') *q++ = ' ';
-            *q++ = ' ';
-          }
-          if (q >= e || *q != '"') return cf_hlo_fail(r, line, "unterminated string");
-        } else if (*q == '\n') {
-          line++;
-          q++;
-          continue;
-        } else {
-          d += (*q == '(') - (*q == ')');
-        }
-        *q++ = ' ';
-      } while (q < e && d > 0);
-      if (d > 0) return cf_hlo_fail(r, l0, "'loc(' is never closed");
-      p = q;
-    } else if (is_open(c)) {
-      if (depth == HLO_MAX_NEST)
-        return cf_hlo_fail(r, line, "brackets nested deeper than %d", HLO_MAX_NEST);
-      open[depth] = c;
-      open_line[depth++] = line;
-      p++;
-    } else if (is_close(c)) {
-      char want = c == ')' ? '(' : c == ']' ? '[' : '{';
-      if (!depth || open[depth - 1] != want) return cf_hlo_fail(r, line, "unbalanced '%c'", c);
-      depth--;
-      p++;
-    } else if (c == 0 || c == '\'') {
-      return cf_hlo_fail(r, line, c ? "unexpected character '''" : "NUL byte in MLIR text");
-    } else {
-      p++;
-    }
-  }
-  if (depth) return cf_hlo_fail(r, open_line[depth - 1], "'%c' is never closed", open[depth - 1]);
-  return CF_OK;
-}
-
-/* Past a bracket group or string at p, else one character. */
-static const char *step(const char *p, const char *e) {
-  return is_open(*p) || *p == '"' ? cf_hlo_past(p, e) : p + 1;
-}
-
-const char *cf_sh_find_top(const char *p, const char *e, char ch) {
-  int angle = 0;
-  const char *prev = NULL;
-  while (p < e) {
-    if (*p == ch && !angle) return p;
-    if (*p == '<') angle++;
-    if (*p == '>' && angle && !(prev && *prev == '-')) angle--;
-    prev = p;
-    p = step(p, e);
-  }
-  return NULL;
-}
-
-/* The last top-level ch in [p, e), or NULL. */
-static const char *find_last_top(const char *p, const char *e, char ch) {
-  const char *last = NULL;
-  while ((p = cf_sh_find_top(p, e, ch))) {
-    last = p;
-    p++;
-  }
-  return last;
-}
-
-/* A line that continues the op before it with a region: `cond {`, `do {`,
- * `reducer(%a: T, %b: T) {` (a bare word, no dialect, then a brace). */
-static bool continues(const char *p, const char *e) {
-  p = cf_hlo_skip(p, e);
-  const char *w = p;
-  while (p < e && (isalnum((unsigned char)*p) || *p == '_'))
-    p++;
-  if (p == w || (p < e && *p == '.')) return false;
-  p = cf_hlo_skip(p, e);
-  if (p < e && *p == '(') p = cf_hlo_skip(cf_hlo_past(p, e), e);
-  return p < e && *p == '{';
-}
-
-/* The end of the statement at p: the first newline outside brackets that
- * no region line continues. */
-static const char *stmt_end(const char *p, const char *e) {
-  for (;;) {
-    while (p < e && *p != '\n')
-      p = step(p, e);
-    if (p >= e || !continues(p, e)) return p;
-    p++;
-  }
-}
-
-/* word at p, ending at a character that is no part of a name */
-static bool word_at(const char *p, const char *e, const char *w) {
-  size_t n = strlen(w);
-  return (size_t)(e - p) >= n && !memcmp(p, w, n) &&
-         ((size_t)(e - p) == n || !(isalnum((unsigned char)p[n]) || p[n] == '_' || p[n] == '.'));
-}
-
-/* The end of an attribute value at p: a ',' or an unmatched closer. */
-static const char *value_end(const char *p, const char *e) {
-  int angle = 0;
-  for (const char *q = p; q < e; q = step(q, e)) {
-    if ((*q == ',' && !angle) || is_close(*q)) return q;
-    if (*q == '<') angle++;
-    if (*q == '>' && q > p && q[-1] != '-' && !angle--) return q;
-  }
-  return e;
-}
-
-bool cf_sh_attr(const char *p, const char *e, const char *key, cf_span *val) {
-  size_t n = strlen(key);
-  for (const char *q = p; q < e;) {
-    if (!word_at(q, e, key) || (q > p && (is_name_char(q[-1]) || q[-1] == '#'))) {
-      q = *q == '"' ? cf_hlo_past(q, e) : q + 1;
-      continue;
-    }
-    const char *v = cf_hlo_skip(q + n, e);
-    if (v < e && *v == '=') {
-      v = cf_hlo_skip(v + 1, e);
-      /* a bracketed value ends with its bracket (pretty attributes such as
-       * in_shardings=[...] out_shardings=[...] are separated by spaces) */
-      const char *ve = v < e && (*v == '[' || *v == '{') ? cf_hlo_past(v, e) : value_end(v, e);
-      while (ve > v && is_space(ve[-1]))
-        ve--;
-      *val = (cf_span){v, (size_t)(ve - v)};
-      return true;
-    }
-    if (v >= e || *v == ',' || *v == '}' || *v == '>') { /* a unit attribute */
-      *val = (cf_span){q, 0};
-      return true;
-    }
-    q += n;
-  }
-  return false;
-}
 
 /* ------------------------------------------------------------------ */
 /* building computations                                              */
@@ -233,6 +54,7 @@ static hinstr *ibuf_add(sh_reader *s, ibuf *b, int line) {
 static const char *str(sh_reader *s, const char *p, size_t n) { return cf_hlo_str(s->r, p, n); }
 
 static cf_status set_attrs(sh_reader *s, hinstr *in, int n, const char *const *kv) {
+  if (!n) return CF_OK;
   if (!(in->attr = cf_arena_array(&s->r->scratch, (size_t)n, sizeof *in->attr)))
     return cf_hlo_oom(s->r, in->line);
   for (int i = 0; i < n; i++) {
@@ -243,65 +65,11 @@ static cf_status set_attrs(sh_reader *s, hinstr *in, int n, const char *const *k
   return CF_OK;
 }
 
-/* An SSA use at p (%name or %name#k): its name without '%'. */
-static const char *read_use(const char *p, const char *e, cf_span *out) {
-  out->p = ++p;
-  while (p < e && (isalnum((unsigned char)*p) || *p == '_' || *p == '$' || *p == '.' || *p == '-'))
-    p++;
-  if (p < e && *p == '#' && p + 1 < e && isdigit((unsigned char)p[1]))
-    for (p++; p < e && isdigit((unsigned char)*p); p++) {
-    }
-  out->n = (size_t)(p - out->p);
-  return p;
-}
-
-/* Is the % token ending at qe a definition: a block argument `%a: T`, a
- * result count `%0:2`, or followed by '='? (`%b : T` is a use.) */
-static bool is_def(const char *qe, const char *e) {
-  if (qe < e && *qe == ':') return true;
-  qe = cf_hlo_skip(qe, e);
-  return qe < e && *qe == '=';
-}
-
-/* The %uses in [p, e): top level and inside (...) / [...] groups; brace
- * groups (regions, attribute dicts) only when deep. */
-static cf_status collect_uses(sh_reader *s, int line, const char *p, const char *e, bool deep,
-                              const char ***out, int *n, int *cap) {
-  while (p < e) {
-    if (*p == '"') {
-      p = cf_hlo_past(p, e);
-    } else if (*p == '{' && !deep) {
-      p = cf_hlo_past(p, e);
-    } else if (*p == '%') {
-      cf_span u;
-      const char *q = read_use(p, e, &u);
-      if (u.n && !is_def(q, e)) {
-        if (*n == CF_MAX_OPERANDS)
-          return cf_hlo_fail(s->r, line, "op with more than %d operands", CF_MAX_OPERANDS);
-        if (*n == *cap) {
-          int nc = *cap ? 2 * *cap : 8;
-          const char **more = realloc(*out, (size_t)nc * sizeof *more);
-          if (!more) return cf_hlo_oom(s->r, line);
-          *out = more;
-          *cap = nc;
-        }
-        if (u.n > CF_MAX_NAME)
-          return cf_hlo_fail(s->r, line, "value name longer than %d bytes", CF_MAX_NAME);
-        if (!((*out)[(*n)++] = str(s, u.p, u.n))) return cf_hlo_oom(s->r, line);
-      }
-      p = q > p + 1 ? q : p + 1;
-    } else {
-      p++;
-    }
-  }
-  return CF_OK;
-}
-
 /* The operands: the uses in [p, e) in order, copied to the arena. */
 static cf_status set_operands(sh_reader *s, hinstr *in, const char *p, const char *e, bool deep) {
   const char **v = NULL;
   int n = 0, cap = 0;
-  cf_status st = collect_uses(s, in->line, p, e, deep, &v, &n, &cap);
+  cf_status st = cf_sh_collect_uses(s, in->line, p, e, deep, &v, &n, &cap);
   if (!st && n && !(in->opnd = cf_arena_array(&s->r->scratch, (size_t)n, sizeof *v)))
     st = cf_hlo_oom(s->r, in->line);
   if (!st && n) memcpy(in->opnd, v, (size_t)n * sizeof *v);
@@ -320,19 +88,20 @@ static cf_status region_comp(sh_reader *s, const char *p, const char *e, int lin
                              const char **name) {
   const char *bs = p + 1, *be = cf_hlo_past(p, e) - 1, *args = NULL, *args_e = NULL;
   const char *q = cf_hlo_skip(bs, be);
-  int body_line = line + count_nl(p, q);
+  int body_line = line;      /* the line at bs, where parse_body starts counting */
   if (q < be && *q == '^') { /* ^bb0(%a: T, %b: T): */
+    body_line += cf_sh_count_nl(p, q);
     const char *lp = memchr(q, '(', (size_t)(be - q));
-    const char *nl = stmt_end(q, be);
+    const char *nl = cf_sh_stmt_end(q, be);
     if (lp && lp < nl) {
       args = lp + 1;
       args_e = cf_hlo_past(lp, be) - 1;
     }
     bs = nl;
-    body_line += count_nl(q, nl);
+    body_line += cf_sh_count_nl(q, nl);
   }
   char nm[32];
-  snprintf(nm, sizeof nm, "-region-%d", s->n_regions++);
+  snprintf(nm, sizeof nm, "region-line-%d", line); /* '-': no MLIR symbol */
   if (!(*name = str(s, nm, strlen(nm)))) return cf_hlo_oom(s->r, line);
   int idx;
   return parse_body(s, *name, line, bs, be, body_line, args, args_e, &idx);
@@ -343,7 +112,7 @@ static cf_status parse_results(sh_reader *s, const char *p, const char *e, int l
                                int *n) {
   p = cf_hlo_skip(p, e);
   if (p >= e || *p != '%') return cf_hlo_fail(s->r, line, "expected '%%NAME = ...'");
-  const char *q = read_use(p, e, name);
+  const char *q = cf_sh_read_use(p, e, name);
   *n = 1;
   q = cf_hlo_skip(q, e);
   if (q < e && *q == ':') {
@@ -369,34 +138,12 @@ typedef struct sig {
   int n_in, n_out;
 } sig;
 
-/* The end of the types at p: the end, or a region or keyword after them
- * (stablehlo.while's `cond {...} do {...}`). */
-static const char *types_end(const char *p, const char *e) {
-  int angle = 0;
-  for (const char *q = p; q < e; q = step(q, e)) {
-    if (*q == '<') angle++;
-    if (*q == '>' && angle && q[-1] != '-') angle--;
-    if (angle) continue;
-    if (*q == '{' && q > p && is_space(q[-1])) return q;
-    if (isalpha((unsigned char)*q) && q > p && is_space(q[-1])) {
-      const char *w = q;
-      while (w < e && (isalnum((unsigned char)*w) || *w == '_' || *w == '.'))
-        w++;
-      bool type = w < e && *w == '<'; /* tensor<...>, tuple<...> */
-      type |= w - q <= 4 && (*q == 'f' || *q == 'i' || *q == 'u' || *q == 'b') &&
-              isdigit((unsigned char)w[-1]); /* a bare element type */
-      if (!type) return q;
-    }
-  }
-  return e;
-}
-
 static cf_status parse_sig(sh_reader *s, const char *colon, const char *e, int line, int n_res,
                            sig *g) {
   memset(g, 0, sizeof *g);
   const char *p = cf_hlo_skip(colon + 1, e);
   cf_status st;
-  const char *te = types_end(p, e);
+  const char *te = cf_sh_types_end(p, e);
   if (p < te && *p == '(') {
     const char *pe = cf_hlo_past(p, te);
     if ((st = cf_sh_type_list(s, p + 1, pe - 1, line, &g->in, &g->n_in))) return st;
@@ -504,7 +251,7 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
   const char *ope = cf_hlo_past(p, colon);
   /* the body: the brace group right after the (%ARG: TYPE, ...) group */
   const char *body = NULL, *args = NULL;
-  for (const char *q = ope; q < colon; q = step(q, colon)) {
+  for (const char *q = ope; q < colon; q = cf_sh_step(q, colon)) {
     const char *nx = *q == '(' ? cf_hlo_skip(cf_hlo_past(q, colon), colon) : NULL;
     if (nx && nx < colon && *nx == '{') {
       args = q;
@@ -528,12 +275,12 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
                        tmp.n_opnd, n_res, g->n_in, g->n_out);
   int bidx;
   char nm[CF_MAX_NAME + 16];
-  snprintf(nm, sizeof nm, "-region-%d", s->n_regions++);
+  snprintf(nm, sizeof nm, "sdy.manual_computation-line-%d", line); /* '-': no MLIR symbol */
   const char *body_name = str(s, nm, strlen(nm));
   if (!body_name) return cf_hlo_oom(r, line);
   const char *aend = cf_hlo_past(args, colon) - 1;
   if ((st = parse_body(s, body_name, line, body + 1, cf_hlo_past(body, colon) - 1,
-                       line + count_nl(p, body + 1), args + 1, aend, &bidx)))
+                       line + cf_sh_count_nl(p, body + 1), args + 1, aend, &bidx)))
     return st;
   hcomp *bc = &s->comps[bidx];
   /* operands to local shapes */
@@ -697,7 +444,7 @@ static cf_status dim_attrs(sh_reader *s, hinstr *in, const char *p, const char *
   static const char *keys[] = {"split_dimension", "concat_dimension", "split_count"};
   hattr *a = cf_arena_array(&s->r->scratch, (size_t)in->n_attr + 3, sizeof *a);
   if (!a) return cf_hlo_oom(s->r, in->line);
-  memcpy(a, in->attr, (size_t)in->n_attr * sizeof *a);
+  if (in->n_attr) memcpy(a, in->attr, (size_t)in->n_attr * sizeof *a);
   for (int i = 0; i < 3; i++) {
     cf_span v;
     const char *q;
@@ -715,16 +462,16 @@ static cf_status dim_attrs(sh_reader *s, hinstr *in, const char *p, const char *
 static cf_status reducer_region(sh_reader *s, hinstr *in, const char *p, const char *colon,
                                 const char *e, int line) {
   const char *reg = NULL, *rn;
-  for (const char *t = p; t < colon && !reg; t = step(t, colon))
+  for (const char *t = p; t < colon && !reg; t = cf_sh_step(t, colon))
     if (*t == '(' && *cf_hlo_skip(t + 1, colon) == '{') reg = cf_hlo_skip(t + 1, colon);
   if (!reg)
     return cf_hlo_fail(s->r, in->line, "op '%%%s': %s needs its reduction region '({ ... })'",
                        in->name, in->opcode);
-  cf_status st = region_comp(s, reg, e, line + count_nl(p, reg), &rn);
+  cf_status st = region_comp(s, reg, e, line + cf_sh_count_nl(p, reg), &rn);
   hattr *a = st ? NULL : cf_arena_array(&s->r->scratch, (size_t)in->n_attr + 1, sizeof *a);
   if (!st && !a) st = cf_hlo_oom(s->r, in->line);
   if (st) return st;
-  memcpy(a, in->attr, (size_t)in->n_attr * sizeof *a);
+  if (in->n_attr) memcpy(a, in->attr, (size_t)in->n_attr * sizeof *a);
   a[in->n_attr++] = (hattr){{"to_apply", 8}, {rn, strlen(rn)}};
   in->attr = a;
   return CF_OK;
@@ -758,7 +505,7 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
   for (size_t i = 0; i < op.n && ok; i++)
     ok = isalnum((unsigned char)op.p[i]) || op.p[i] == '_' || op.p[i] == '.' || op.p[i] == '$';
   if (!ok) return cf_hlo_fail(r, line, "value '%%%s': expected an op name", base);
-  const char *colon = find_last_top(after, e, ':');
+  const char *colon = cf_sh_find_last_top(after, e, ':');
   if (!colon)
     return cf_hlo_fail(r, line, "op '%s': expected ': TYPE' after the op", CF_SPAN_QUOTE(op));
   sig g;
@@ -805,7 +552,7 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     bool ar = cf_span_is(sn, "all_reduce");
     if ((st = collective(s, in, after, colon, ar ? "all-reduce" : "reduce-scatter",
                          ar ? NULL : "scatter_dimension")) ||
-        (st = reducer_region(s, in, oe, colon, e, line + count_nl(p, oe))))
+        (st = reducer_region(s, in, oe, colon, e, line + cf_sh_count_nl(p, oe))))
       return st;
   } else if (sn.p != op.p && cf_span_is(sn, "all_gather")) {
     if ((st = collective(s, in, after, colon, "all-gather", "all_gather_dim"))) return st;
@@ -882,8 +629,8 @@ static cf_status add_captures(sh_reader *s, hcomp *c, ibuf *b) {
       int j = cf_hlo_map_find(&c->map, in->opnd[m]);
       if (j >= 0) mark[j] = k + 1;
     }
-    st = collect_uses(s, in->line, b->captures[k].p, b->captures[k].p + b->captures[k].n, true, &v,
-                      &n, &cap);
+    st = cf_sh_collect_uses(s, in->line, b->captures[k].p, b->captures[k].p + b->captures[k].n,
+                            true, &v, &n, &cap);
     for (int i = 0; i < n && !st; i++) {
       int j = cf_hlo_map_find(&c->map, v[i]);
       if (j < 0 || j >= k || mark[j] == k + 1) continue;
@@ -917,7 +664,7 @@ static cf_status parse_args(sh_reader *s, ibuf *b, const char *p, const char *e,
     if (!pe) pe = e;
     cf_span nm;
     if (*p != '%') return cf_hlo_fail(s->r, line, "expected an argument '%%NAME: TYPE'");
-    const char *q = cf_hlo_skip(read_use(p, pe, &nm), pe);
+    const char *q = cf_hlo_skip(cf_sh_read_use(p, pe, &nm), pe);
     if (!nm.n || nm.n > CF_MAX_NAME || q >= pe || *q != ':')
       return cf_hlo_fail(s->r, line, "expected an argument '%%NAME: TYPE'");
     hinstr *in = ibuf_add(s, b, line);
@@ -938,15 +685,20 @@ static cf_status parse_args(sh_reader *s, ibuf *b, const char *p, const char *e,
 
 static bool is_return(const char *p, const char *e) {
   if (p < e && *p == '"') p++;
-  return word_at(p, e, "return") || word_at(p, e, "func.return") ||
-         word_at(p, e, "stablehlo.return") || word_at(p, e, "mhlo.return") ||
-         word_at(p, e, "sdy.return");
+  return cf_sh_word_at(p, e, "return") || cf_sh_word_at(p, e, "func.return") ||
+         cf_sh_word_at(p, e, "stablehlo.return") || cf_sh_word_at(p, e, "mhlo.return") ||
+         cf_sh_word_at(p, e, "sdy.return");
 }
 
 static cf_status parse_body(sh_reader *s, const char *name, int line, const char *bs,
                             const char *be, int body_line, const char *args, const char *args_e,
                             int *out) {
   hlo_reader *r = s->r;
+  char who[CF_MAX_NAME + 32]; /* "function 'f'", or "region" */
+  if (strstr(name, "-line-")) /* a region, named where it is */
+    snprintf(who, sizeof who, "region");
+  else
+    snprintf(who, sizeof who, "function '%s'", name);
   ibuf b = {0};
   cf_status st = CF_OK;
   hcomp c = {.name = name, .line = line, .root = -1};
@@ -959,26 +711,29 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
     while (q < be && is_space(*q))
       ln += *q++ == '\n';
     if (q >= be) break;
-    const char *qe = stmt_end(q, be);
+    const char *qe = cf_sh_stmt_end(q, be);
     if (ret) {
-      st = cf_hlo_fail(r, ln, "function '%s': an op after its return (line %d)", name, ret_line);
+      st = cf_hlo_fail(r, ln, "%s: an op after its return (line %d)", who, ret_line);
     } else if (is_return(q, qe)) {
-      const char *colon = find_last_top(q, qe, ':');
+      const char *colon = cf_sh_find_last_top(q, qe, ':');
       ret_line = ln;
-      st = collect_uses(s, ln, q, colon ? colon : qe, false, &ret, &n_ret, &ret_cap);
+      st = cf_sh_collect_uses(s, ln, q, colon ? colon : qe, false, &ret, &n_ret, &ret_cap);
       if (!st && !ret && !(ret = malloc(sizeof *ret))) st = cf_hlo_oom(r, ln);
     } else if (*q == '^') {
       st = cf_hlo_fail(r, ln,
-                       "function '%s': several blocks (a control-flow graph) are not "
+                       "%s: several blocks (a control-flow graph) are not "
                        "supported",
-                       name);
+                       who);
     } else if (*q == '%') {
       st = parse_op(s, &b, q, qe, ln);
+    } else if (!isalpha((unsigned char)*q) && *q != '"') {
+      st = cf_hlo_fail(r, ln, "%s: expected an op at '%s'", who,
+                       CF_SPAN_QUOTE(((cf_span){q, (size_t)(qe - q)})));
     } /* ops without results carry no data: nothing to import */
-    ln += count_nl(q, qe);
+    ln += cf_sh_count_nl(q, qe);
     p = qe;
   }
-  if (!st && !ret) st = cf_hlo_fail(r, line, "function '%s' has no return", name);
+  if (!st && !ret) st = cf_hlo_fail(r, line, "%s has no return", who);
   if (!st && n_ret != 1) { /* the results' tuple */
     hinstr *in = ibuf_add(s, &b, ret_line);
     if (!in) st = CF_ERR_NO_MEMORY;
@@ -998,7 +753,7 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
       st ? NULL : cf_arena_array(&r->scratch, (size_t)(b.n ? b.n : 1), sizeof *keys);
   if (!st && !keys) st = cf_hlo_oom(r, line);
   if (!st) {
-    memcpy(c.ins, b.v, (size_t)b.n * sizeof *c.ins);
+    if (b.n) memcpy(c.ins, b.v, (size_t)b.n * sizeof *c.ins);
     c.n_ins = b.n;
     for (int i = 0; i < b.n; i++)
       keys[i] = c.ins[i].name;
@@ -1007,17 +762,17 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
       st = cf_hlo_oom(r, line);
     else if (dup >= 0)
       st = cf_hlo_fail(r, c.ins[dup].line,
-                       "function '%s': value '%%%s' defined twice (first at "
+                       "%s: value '%%%s' defined twice (first at "
                        "line %d)",
-                       name, keys[dup], c.ins[cf_hlo_map_find(&c.map, keys[dup])].line);
+                       who, keys[dup], c.ins[cf_hlo_map_find(&c.map, keys[dup])].line);
   }
   if (!st && n_ret == 1) {
     c.root = cf_hlo_map_find(&c.map, ret[0]);
     if (c.root < 0)
       st = cf_hlo_fail(r, ret_line,
-                       "function '%s' returns '%%%s', which it does not "
+                       "%s returns '%%%s', which it does not "
                        "define",
-                       name, ret[0]);
+                       who, ret[0]);
   } else if (!st) {
     c.root = c.n_ins - 1;
   }
@@ -1073,12 +828,12 @@ static cf_status parse_func(sh_reader *s, const char *p, const char *e, int line
     return cf_hlo_fail(r, line, "function '%s': expected '(' with its arguments", name);
   const char *ae = cf_hlo_past(q, e);
   const char *body = NULL;
-  for (const char *t = ae; t < e; t = step(t, e))
+  for (const char *t = ae; t < e; t = cf_sh_step(t, e))
     if (*t == '{') body = t;
   if (!body || cf_hlo_skip(cf_hlo_past(body, e), e) != e)
     return cf_hlo_fail(r, line, "function '%s': expected a body '{ ... }'", name);
-  return parse_body(s, name, line, body + 1, cf_hlo_past(body, e) - 1, line + count_nl(p, body + 1),
-                    q + 1, ae - 1, idx);
+  return parse_body(s, name, line, body + 1, cf_hlo_past(body, e) - 1,
+                    line + cf_sh_count_nl(p, body + 1), q + 1, ae - 1, idx);
 }
 
 static cf_status module_attrs(sh_reader *s, const char *p, const char *e, int line) {
@@ -1110,10 +865,10 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
     while (p < e && is_space(*p))
       line += *p++ == '\n';
     if (p >= e) break;
-    const char *pe = stmt_end(p, e);
-    if (word_at(p, e, "module")) {
+    const char *pe = cf_sh_stmt_end(p, e);
+    if (cf_sh_word_at(p, e, "module")) {
       const char *open = NULL;
-      for (const char *t = p; t < pe; t = step(t, pe))
+      for (const char *t = p; t < pe; t = cf_sh_step(t, pe))
         if (*t == '{') open = t;
       if (!open || cf_hlo_skip(cf_hlo_past(open, pe), pe) != pe)
         return cf_hlo_fail(r, line, "module: expected a body '{ ... }'");
@@ -1125,13 +880,13 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
           return cf_hlo_oom(r, line);
       }
       const char *attrs = NULL;
-      for (const char *t = p; t < open; t = step(t, open))
+      for (const char *t = p; t < open; t = cf_sh_step(t, open))
         if (*t == '{') attrs = t;
       if (meshes && attrs && (st = module_attrs(s, attrs, cf_hlo_past(attrs, open), line)))
         return st;
-      st = module_body(s, open + 1, cf_hlo_past(open, pe) - 1, line + count_nl(p, open + 1), meshes,
-                       main_idx, public_idx, n_public, main_line);
-    } else if (!meshes && word_at(p, e, "func.func")) {
+      st = module_body(s, open + 1, cf_hlo_past(open, pe) - 1, line + cf_sh_count_nl(p, open + 1),
+                       meshes, main_idx, public_idx, n_public, main_line);
+    } else if (!meshes && cf_sh_word_at(p, e, "func.func")) {
       bool pub;
       int idx;
       if (!(st = parse_func(s, p, pe, line, &pub, &idx))) {
@@ -1144,10 +899,11 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
           ++*n_public;
         }
       }
-    } else if (meshes && (word_at(p, e, "sdy.mesh") || word_at(p, e, "stablehlo.mesh"))) {
+    } else if (meshes &&
+               (cf_sh_word_at(p, e, "sdy.mesh") || cf_sh_word_at(p, e, "stablehlo.mesh"))) {
       st = cf_sh_mesh_decl(s, p, pe, line);
     } /* #alias = ..., other top-level ops: nothing to import */
-    line += count_nl(p, pe);
+    line += cf_sh_count_nl(p, pe);
     p = pe;
   }
   return st;
@@ -1155,7 +911,7 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
 
 static cf_status parse_module(hlo_reader *r) {
   sh_reader s = {.r = r};
-  cf_status st = clean(r);
+  cf_status st = cf_sh_clean(r);
   int main_idx = -1, public_idx = -1, n_public = 0, main_line = 0;
   /* meshes first: a symbol may be used above its declaration */
   for (int pass = 0; pass < 2 && !st; pass++)

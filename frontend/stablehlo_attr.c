@@ -642,7 +642,7 @@ cf_status cf_sh_pairs(sh_reader *s, hinstr *in, cf_span val) {
   }
   hattr *a = cf_arena_array(&r->scratch, (size_t)in->n_attr + 1, sizeof *a);
   if (!a) return cf_hlo_oom(r, in->line);
-  memcpy(a, in->attr, (size_t)in->n_attr * sizeof *a);
+  if (in->n_attr) memcpy(a, in->attr, (size_t)in->n_attr * sizeof *a);
   a[in->n_attr++] = (hattr){{"source_target_pairs", 19}, {text, o}};
   in->attr = a;
   return CF_OK;

@@ -5,9 +5,9 @@
  * computation, every op an instruction with the HLO opcode of the same
  * semantics (or its MLIR name when collfuse has none), so that the HLO
  * reader's evaluator inlines calls, fuses variadic collectives and resolves
- * replica groups for both formats alike. stablehlo.c scans the text and
- * builds the computations; stablehlo_attr.c reads types, dense literals,
- * replica groups, meshes and shardings. Private to frontend/.
+ * replica groups for both formats alike. stablehlo_scan.c scans the text,
+ * stablehlo_attr.c reads types, dense literals, replica groups, meshes and
+ * shardings, and stablehlo.c builds the computations. Private to frontend/.
  */
 #ifndef COLLFUSE_STABLEHLO_INTERNAL_H
 #define COLLFUSE_STABLEHLO_INTERNAL_H
@@ -29,16 +29,39 @@ typedef struct sh_reader {
   int n_comps, cap_comps;
   shmesh *meshes; /* malloc'd */
   int n_meshes, cap_meshes;
-  int n_regions; /* names of region computations: -region-N */
 } sh_reader;
 
-/* ---- stablehlo.c: scanning helpers the attribute readers use ---- */
+/* ---- stablehlo_scan.c: cleaning, statements, top-level searches, uses ---- */
 
+/* Blank `// ...` and loc(...) in r->text (outside strings) and check that
+ * brackets pair up and strings end on their line. */
+cf_status cf_sh_clean(hlo_reader *r);
+int cf_sh_count_nl(const char *p, const char *e);
+/* Past a bracket group or string at p, else one character. */
+const char *cf_sh_step(const char *p, const char *e);
 /* The first ch in [p, e) outside brackets, strings and <...>, or NULL. */
 const char *cf_sh_find_top(const char *p, const char *e, char ch);
+/* The last such ch, or NULL. */
+const char *cf_sh_find_last_top(const char *p, const char *e, char ch);
+/* The end of the statement at p: the first newline outside brackets that
+ * no region line (`cond {`, `do {`) continues. */
+const char *cf_sh_stmt_end(const char *p, const char *e);
+/* The word w at p, ending where a name cannot go on. */
+bool cf_sh_word_at(const char *p, const char *e, const char *w);
 /* The value of `key = VALUE` (or a unit attribute `key`) in [p, e): *val
- * spans VALUE up to the next top-level ',' or the end; false when absent. */
+ * spans VALUE (a bracketed value up to its bracket, else up to the next
+ * top-level ','); false when absent. */
 bool cf_sh_attr(const char *p, const char *e, const char *key, cf_span *val);
+/* An SSA use at p (%name or %name#k): *out is the name without '%'. */
+const char *cf_sh_read_use(const char *p, const char *e, cf_span *out);
+/* Append the %uses in [p, e) to *out (malloc'd, *n of *cap): top level and
+ * inside (...) / [...]; brace groups (regions, attribute dicts) only when
+ * deep. Definitions (`%a: T`, `%x = ...`) are no uses. */
+cf_status cf_sh_collect_uses(sh_reader *s, int line, const char *p, const char *e, bool deep,
+                             const char ***out, int *n, int *cap);
+/* The end of the types at p: the end, or a region or keyword after them
+ * (stablehlo.while's `cond {...} do {...}`). */
+const char *cf_sh_types_end(const char *p, const char *e);
 
 /* ---- stablehlo_attr.c: types, literals, groups, meshes, shardings ---- */
 

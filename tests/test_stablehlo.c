@@ -414,6 +414,12 @@ static const cf_bad_input bad_modules[] = {
      "t.mlir:2: error: op '0': all-gather needs all_gather_dim = N"},
     {FN "  %0, %1 = stablehlo.add %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
      "t.mlir:2: error: results listed one by one ('%a, %b = ...') are not supported"},
+    {FN "  %0 = \"stablehlo.all_reduce\"(%a) <{replica_groups = dense<[[0, 1]]> : "
+        "tensor<1x2xi64>}> ({\n    stablehlo.return %z : tensor<f32>\n  }) : (tensor<4xf32>) -> "
+        "tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:3: error: region returns '%z', which it does not define"},
+    {FN "  = 3\n  return %a : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: function 'main': expected an op at '= 3'"},
     {FN "  ^bb1:\n  return %a : tensor<4xf32>\n}\n",
      "t.mlir:2: error: function 'main': several blocks (a control-flow graph) are not supported"},
     {"module attributes {mhlo.num_partitions = 4 : i32} {\n" FN
