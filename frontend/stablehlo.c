@@ -505,6 +505,11 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
   for (size_t i = 0; i < op.n && ok; i++)
     ok = isalnum((unsigned char)op.p[i]) || op.p[i] == '_' || op.p[i] == '.' || op.p[i] == '$';
   if (!ok) return cf_hlo_fail(r, line, "value '%%%s': expected an op name", base);
+  /* every op but func's `call` names its dialect (and so never reads as
+   * one of the HLO opcodes the evaluator knows) */
+  if (!memchr(op.p, '.', op.n) && !cf_span_is(op, "call"))
+    return cf_hlo_fail(r, line, "value '%%%s': op '%s' has no dialect (stablehlo.%s?)", base,
+                       CF_SPAN_QUOTE(op), CF_SPAN_QUOTE(op));
   const char *colon = cf_sh_find_last_top(after, e, ':');
   if (!colon)
     return cf_hlo_fail(r, line, "op '%s': expected ': TYPE' after the op", CF_SPAN_QUOTE(op));

@@ -418,6 +418,8 @@ static const cf_bad_input bad_modules[] = {
         "tensor<1x2xi64>}> ({\n    stablehlo.return %z : tensor<f32>\n  }) : (tensor<4xf32>) -> "
         "tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
      "t.mlir:3: error: region returns '%z', which it does not define"},
+    {FN "  %0 = constant dense<1.0> : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: value '%0': op 'constant' has no dialect (stablehlo.constant?)"},
     {FN "  = 3\n  return %a : tensor<4xf32>\n}\n",
      "t.mlir:2: error: function 'main': expected an op at '= 3'"},
     {FN "  ^bb1:\n  return %a : tensor<4xf32>\n}\n",
