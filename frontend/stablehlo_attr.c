@@ -547,7 +547,8 @@ static cf_status groups_mesh_axes(sh_reader *s, hinstr *in, const char *p, const
 }
 
 /* dense<[[0, 1], [2, 3]]> : tensor<2x2xi64> (-1 pads groups of fewer devices) */
-static cf_status groups_dense(sh_reader *s, hinstr *in, const char *p, const char *e, hrg *out) {
+static cf_status groups_dense(sh_reader *s, hinstr *in, const char *p, const char *e, int max_ids,
+                              hrg *out) {
   hlo_reader *r = s->r;
   const char *close = cf_sh_find_top(p + 6, e, '>');
   if (!close) return cf_hlo_fail(r, in->line, "op '%s': unterminated replica_groups", in->name);
@@ -577,9 +578,8 @@ static cf_status groups_dense(sh_reader *s, hinstr *in, const char *p, const cha
         return cf_hlo_fail(r, in->line, "op '%s': replica_groups: expected a device id in 0..%d",
                            in->name, CF_MAX_WORLD - 1);
       if (!neg) {
-        if ((size_t)n >= cap || n >= CF_MAX_WORLD)
-          return cf_hlo_fail(r, in->line, "op '%s': replica_groups list more than %d ids", in->name,
-                             CF_MAX_WORLD);
+        if ((size_t)n >= cap || n >= max_ids)
+          return cf_hlo_fail(r, in->line, "op '%s': more than %d device ids", in->name, max_ids);
         ids[n++] = (int)id;
       }
       p = cf_hlo_skip(p, close);
@@ -610,7 +610,7 @@ cf_status cf_sh_groups(sh_reader *s, hinstr *in, cf_span val) {
   const char *p = val.p, *e = val.p + val.n;
   cf_status st;
   if (e - p >= 6 && !memcmp(p, "dense<", 6))
-    st = groups_dense(s, in, p, e, g);
+    st = groups_dense(s, in, p, e, CF_MAX_WORLD, g);
   else if (e - p > 35 && !memcmp(p, "#stablehlo.replica_group_mesh_axes<", 35))
     st = groups_mesh_axes(s, in, p, e, g);
   else
@@ -629,7 +629,7 @@ cf_status cf_sh_pairs(sh_reader *s, hinstr *in, cf_span val) {
     return cf_hlo_fail(r, in->line, "op '%s': source_target_pairs: expected dense<[[s, t], ...]>",
                        in->name);
   memset(&g, 0, sizeof g);
-  if ((st = groups_dense(s, in, p, e, &g))) return st;
+  if ((st = groups_dense(s, in, p, e, 2 * CF_MAX_WORLD, &g))) return st; /* pairs */
   size_t cap = (size_t)g.n_sub * 24 + 1, o = 0;
   char *text = cf_arena_alloc(&r->scratch, cap);
   if (!text) return cf_hlo_oom(r, in->line);

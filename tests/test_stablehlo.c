@@ -294,6 +294,32 @@ static void test_alltoall_permute(void **state) {
   cf_graph_destroy(g);
 }
 
+static void test_permute_ring(void **state) {
+  (void)state;
+  /* a ring over every device: 256 pairs, 512 ids */
+  size_t cap = 16384, n = 0;
+  char *t = malloc(cap);
+  assert_non_null(t);
+  n += (size_t)snprintf(t + n, cap - n,
+                        "module @r attributes {mhlo.num_partitions = 256 : i32} {\n"
+                        "  func.func public @main(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                        "    %%0 = \"stablehlo.collective_permute\"(%%a) <{channel_handle = "
+                        "#stablehlo.channel_handle<handle = 1, type = 1>, source_target_pairs = "
+                        "dense<[");
+  for (int i = 0; i < 256; i++)
+    n += (size_t)snprintf(t + n, cap - n, "%s[%d, %d]", i ? ", " : "", i, (i + 1) % 256);
+  n += (size_t)snprintf(t + n, cap - n,
+                        "]> : tensor<256x2xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n"
+                        "    return %%0 : tensor<4xf32>\n  }\n}\n");
+  cf_graph *g = parse("ring.mlir", t);
+  const cf_node *cp = node(g, "0");
+  assert_int_equal(cp->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_non_null(strstr(cf_node_str(cp, CF_A_SOURCE_TARGET_PAIRS, ""), "{254,255},{255,0}"));
+  assert_int_equal(g->world_size, 256);
+  cf_graph_destroy(g);
+  free(t);
+}
+
 static void test_calls_and_manual(void **state) {
   (void)state;
   cf_graph *g =
@@ -460,15 +486,11 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dp_step),
-      cmocka_unit_test(test_hlo_twin),
-      cmocka_unit_test(test_forms),
-      cmocka_unit_test(test_captures),
-      cmocka_unit_test(test_collectives),
-      cmocka_unit_test(test_alltoall_permute),
-      cmocka_unit_test(test_calls_and_manual),
-      cmocka_unit_test(test_sniff),
-      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_dp_step),      cmocka_unit_test(test_hlo_twin),
+      cmocka_unit_test(test_forms),        cmocka_unit_test(test_captures),
+      cmocka_unit_test(test_collectives),  cmocka_unit_test(test_alltoall_permute),
+      cmocka_unit_test(test_permute_ring), cmocka_unit_test(test_calls_and_manual),
+      cmocka_unit_test(test_sniff),        cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
