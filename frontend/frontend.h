@@ -108,6 +108,14 @@ cf_status cf_graphml_read(cf_context *ctx, const char *name, const char *data, s
 cf_status cf_hlo_read(cf_context *ctx, const char *name, const char *data, size_t size,
                       cf_graph **out);
 
+/* ---- stablehlo.c: StableHLO MLIR text (.mlir) ---- */
+
+/* Read StableHLO as JAX prints it: the entry function (@main, or the only
+ * public one) evaluated with calls and shard_map bodies inlined, through
+ * the HLO reader's evaluator (see docs/format.md). */
+cf_status cf_stablehlo_read(cf_context *ctx, const char *name, const char *data, size_t size,
+                            cf_graph **out);
+
 /* ---- pbtxt.c: TensorFlow / Ascend GE GraphDef in protobuf text (.pbtxt) ---- */
 
 cf_status cf_pbtxt_read(cf_context *ctx, const char *name, const char *data, size_t size,

@@ -405,8 +405,8 @@ static cf_status parse_module(hlo_reader *r) {
   return CF_OK;
 }
 
-cf_status cf_hlo_read(cf_context *ctx, const char *name, const char *data, size_t size,
-                      cf_graph **out) {
+cf_status cf_hlo_run(cf_context *ctx, const char *name, const char *data, size_t size,
+                     cf_status (*parse)(hlo_reader *r), cf_graph **out) {
   *out = NULL;
   hlo_reader r = {.ctx = ctx, .file = name, .max_rank = -1};
   r.work_limit = size < (HLO_MAX_WORK - HLO_MIN_WORK) / HLO_WORK_PER_BYTE
@@ -423,7 +423,7 @@ cf_status cf_hlo_read(cf_context *ctx, const char *name, const char *data, size_
   if (size) memcpy(r.text, data, size);
   r.text[size] = 0;
   r.end = r.text + size;
-  if ((st = parse_module(&r)) || (st = cf_hlo_build(&r))) goto fail;
+  if ((st = parse(&r)) || (st = cf_hlo_build(&r))) goto fail;
   free(r.text);
   free(r.refs);
   free(r.seen);
@@ -437,4 +437,9 @@ fail:
   cf_arena_free(&r.scratch);
   cf_graph_release(r.g);
   return st;
+}
+
+cf_status cf_hlo_read(cf_context *ctx, const char *name, const char *data, size_t size,
+                      cf_graph **out) {
+  return cf_hlo_run(ctx, name, data, size, parse_module, out);
 }

@@ -201,10 +201,7 @@ static bool dot_is_matmul(const hinstr *in, const hval *a, const hval *b) {
          t->s.dims[0] == x->dims[0] && t->s.dims[1] == y->dims[1];
 }
 
-enum { LIT_OTHER = 1, LIT_SPLAT, LIT_IOTA };
-
-/* What a constant's literal holds, for count elements: one repeated value,
- * 0, 1, 2, ... (iota), or anything else (Opaque data). */
+/* What a constant's literal holds, for count elements (LIT_*). */
 static int classify_literal(cf_span lit, int64_t count, double *value) {
   const char *p = lit.p, *e = lit.p + lit.n;
   int64_t n = 0;
@@ -451,6 +448,27 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   return CF_OK;
 }
 
+/* collective-broadcast: the first device of each replica group sends its
+ * operand to the others (a Broadcast from group rank 0). */
+static cf_status eval_cbcast(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
+                             hval *out) {
+  const hgset *gs = NULL;
+  if (in->n_opnd != 1 || !exact_array(ops[0]) || in->shape.n >= 0 || !in->shape.exact)
+    return emit_opaque(r, in, at_entry, ops, in->opcode, out);
+  cf_status st = cf_hlo_coll_groups(r, in, &gs);
+  if (st) return st;
+  if (gs->n_sub && !gs->name) {
+    char note[96];
+    snprintf(note, sizeof note, "%s over %d replica groups of different sizes", in->opcode,
+             gs->n_sub);
+    return emit_opaque(r, in, at_entry, ops, note, out);
+  }
+  int idx;
+  if ((st = emit_op(r, in, at_entry, CF_OP_BROADCAST, ops, 1, &idx, out))) return st;
+  if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
+  return set_str(r, idx, CF_A_ROOT, "0", in->line);
+}
+
 /* all-to-all: the array form (one operand, dimensions={d}: split and
  * concatenated along d, the shape kept) or the tuple form (one operand per
  * rank of the group, operand j to rank j), as an AllToAll node. */
@@ -471,7 +489,10 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
   }
-  if (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != !tuple)
+  /* StableHLO's split_dimension and concat_dimension (decimal), else dimensions={d} */
+  const hattr *sd = cf_hlo_attr(in, "split_dimension"), *cd = cf_hlo_attr(in, "concat_dimension");
+  bool split_concat = !tuple && sd && cd;
+  if (!split_concat && (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != !tuple))
     return cf_hlo_fail(r, in->line,
                        "instruction '%s': all-to-all needs dimensions={d} with one operand and "
                        "none with a tuple of operands",
@@ -483,6 +504,16 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
              gs->n_sub);
     return emit_opaque(r, in, at_entry, ops, note, out);
   }
+  const hattr *sc = cf_hlo_attr(in, "split_count"); /* StableHLO: must be the group size */
+  int64_t count = -1,
+          size = gs->n_sub ? gs->off[1] - gs->off[0]
+                           : (r->partitions ? r->partitions : 1) * (r->replicas ? r->replicas : 1);
+  const char *q = sc ? sc->val.p : NULL;
+  if (sc && (!cf_hlo_read_int(&q, sc->val.p + sc->val.n, INT32_MAX, &count) || count != size))
+    return cf_hlo_fail(r, in->line,
+                       "instruction '%s': split_count=%lld but its replica groups have %lld "
+                       "devices",
+                       in->name, (long long)count, (long long)size);
   if ((st = add_node(r, in->name, "", at_entry, CF_OP_ALLTOALL, in->line, &idx))) return st;
   r->n_refs = 0;
   for (int i = 0; i < n; i++)
@@ -490,9 +521,13 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
   if ((st = cf_node_set_inputs(r->g, idx, n, r->refs))) return st;
   if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
   if (!tuple) {
-    snprintf(buf, sizeof buf, "%lld", (long long)dims[0]);
-    if ((st = set_str(r, idx, CF_A_SPLIT_DIMENSION, buf, in->line)) ||
-        (st = set_str(r, idx, CF_A_CONCAT_DIMENSION, buf, in->line)) ||
+    const char *split = buf, *concat = buf;
+    snprintf(buf, sizeof buf, "%lld", split_concat ? 0 : (long long)dims[0]);
+    if (split_concat && (!(split = cf_hlo_str(r, sd->val.p, sd->val.n)) ||
+                         !(concat = cf_hlo_str(r, cd->val.p, cd->val.n))))
+      return cf_hlo_oom(r, in->line);
+    if ((st = set_str(r, idx, CF_A_SPLIT_DIMENSION, split, in->line)) ||
+        (st = set_str(r, idx, CF_A_CONCAT_DIMENSION, concat, in->line)) ||
         (st = set_type(r, idx, res, in->line)))
       return st;
   }
@@ -733,6 +768,8 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
              !strcmp(op, "all-gather") || !strcmp(op, "all-gather-start") ||
              !strcmp(op, "reduce-scatter")) {
     st = eval_collective(r, in, at_entry, ops, out);
+  } else if (!strcmp(op, "collective-broadcast")) {
+    st = eval_cbcast(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "all-to-all")) {
     st = eval_alltoall(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "collective-permute") || !strcmp(op, "collective-permute-start")) {

@@ -162,12 +162,57 @@ static const char *mesh_axis(const char *p, const char *e, cf_span *out) {
   return cf_hlo_read_name(p, e, out);
 }
 
+cf_status cf_hlo_mesh_groups(hlo_reader *r, int line, const int64_t *size, int na, const int *sel,
+                             int ns, hrg *out) {
+  int64_t stride[HLO_MAX_AXES], gsize = 1, ngroups = 1, total = 1;
+  int other[HLO_MAX_AXES], no = 0;
+  for (int k = na - 1; k >= 0; k--) {
+    stride[k] = total;
+    total *= size[k];
+  }
+  for (int k = 0; k < na; k++) {
+    bool is_sel = false;
+    for (int j = 0; j < ns; j++)
+      is_sel |= sel[j] == k;
+    if (!is_sel) {
+      other[no++] = k;
+      ngroups *= size[k];
+    }
+  }
+  for (int j = 0; j < ns; j++)
+    gsize *= size[sel[j]];
+  int *off = cf_arena_array(&r->scratch, (size_t)ngroups + 1, sizeof *off);
+  int *ids = cf_arena_array(&r->scratch, (size_t)total, sizeof *ids);
+  if (!off || !ids) return cf_hlo_oom(r, line);
+  int n = 0;
+  off[0] = 0;
+  for (int64_t gi = 0; gi < ngroups; gi++) {
+    int64_t base = 0, rest = gi;
+    for (int k = no - 1; k >= 0; k--) {
+      base += (rest % size[other[k]]) * stride[other[k]];
+      rest /= size[other[k]];
+    }
+    for (int64_t j = 0; j < gsize; j++) {
+      int64_t id = base;
+      rest = j;
+      for (int k = ns - 1; k >= 0; k--) {
+        id += (rest % size[sel[k]]) * stride[sel[k]];
+        rest /= size[sel[k]];
+      }
+      ids[n++] = (int)id;
+    }
+    off[gi + 1] = n;
+  }
+  *out = (hrg){.n_sub = (int)ngroups, .off = off, .ids = ids, .mesh = total};
+  return CF_OK;
+}
+
 /* mesh['a'=2,'b'=4] {'b'}: devices laid out row-major over the mesh; a group
  * is the devices that differ only along the listed axes (in listed order). */
 static cf_status rg_mesh(hlo_reader *r, const hinstr *in, const char *p, const char *e,
                          rgroups *g) {
   cf_span name[HLO_MAX_AXES];
-  int64_t size[HLO_MAX_AXES], stride[HLO_MAX_AXES], total = 1;
+  int64_t size[HLO_MAX_AXES], total = 1;
   int na = 0, sel[HLO_MAX_AXES], ns = 0;
   p = cf_hlo_skip(p + 4, e);
   if (p >= e || *p != '[') RG_FAIL("instruction '%s': mesh replica_groups: expected '['", in->name);
@@ -221,38 +266,12 @@ static cf_status rg_mesh(hlo_reader *r, const hinstr *in, const char *p, const c
   }
   if (p >= e || cf_hlo_skip(p + 1, e) != e)
     RG_FAIL("instruction '%s': junk after mesh replica_groups", in->name);
-  for (int k = na - 1, s = 1; k >= 0; k--) {
-    stride[k] = s;
-    s *= (int)size[k];
-  }
-  int other[HLO_MAX_AXES], no = 0;
-  int64_t gsize = 1, ngroups = 1;
-  for (int k = 0; k < na; k++) {
-    bool is_sel = false;
-    for (int j = 0; j < ns; j++)
-      is_sel |= sel[j] == k;
-    if (!is_sel) {
-      other[no++] = k;
-      ngroups *= size[k];
-    }
-  }
-  for (int j = 0; j < ns; j++)
-    gsize *= size[sel[j]];
-  for (int64_t gi = 0; gi < ngroups; gi++) {
-    int64_t base = 0, rest = gi;
-    for (int k = no - 1; k >= 0; k--) {
-      base += (rest % size[other[k]]) * stride[other[k]];
-      rest /= size[other[k]];
-    }
-    for (int64_t j = 0; j < gsize; j++) {
-      int64_t id = base;
-      rest = j;
-      for (int k = ns - 1; k >= 0; k--) {
-        id += (rest % size[sel[k]]) * stride[sel[k]];
-        rest /= size[sel[k]];
-      }
-      if (!ivec_push(&g->ids, (int)id)) return cf_hlo_oom(r, in->line);
-    }
+  hrg m;
+  cf_status st = cf_hlo_mesh_groups(r, in->line, size, na, sel, ns, &m);
+  if (st) return st;
+  for (int i = 0; i < m.n_sub; i++) {
+    for (int j = m.off[i]; j < m.off[i + 1]; j++)
+      if (!ivec_push(&g->ids, m.ids[j])) return cf_hlo_oom(r, in->line);
     if (!ivec_push(&g->off, (int)g->ids.n)) return cf_hlo_oom(r, in->line);
   }
   g->mesh = total;
@@ -486,7 +505,16 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
   const hattr *a = cf_hlo_attr(in, "replica_groups");
   const char *p = a ? a->val.p : "{}", *e = a ? a->val.p + a->val.n : p + 2;
   if (!ivec_push(&g.off, 0)) return cf_hlo_oom(r, in->line);
-  if (*p == '{')
+  if (in->rg) { /* parsed by another reader */
+    g.all = in->rg->all;
+    g.mesh = in->rg->mesh;
+    snprintf(g.axes, sizeof g.axes, "%s", in->rg->axes ? in->rg->axes : "");
+    for (int i = 0; i < in->rg->n_sub && !st; i++) {
+      for (int j = in->rg->off[i]; j < in->rg->off[i + 1] && !st; j++)
+        if (!ivec_push(&g.ids, in->rg->ids[j])) st = cf_hlo_oom(r, in->line);
+      if (!st && !ivec_push(&g.off, (int)g.ids.n)) st = cf_hlo_oom(r, in->line);
+    }
+  } else if (*p == '{')
     st = rg_explicit(r, in, p, e, &g);
   else if (*p == '[')
     st = rg_iota(r, in, p, e, &g);

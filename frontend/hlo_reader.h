@@ -46,6 +46,21 @@ typedef struct hattr {
 
 typedef struct hgset hgset;
 
+/* Replica groups another reader has already parsed (StableHLO's dense<...>
+ * and mesh-axes forms): device ids before the collective's mode is applied. */
+typedef struct hrg {
+  bool all;         /* every device */
+  int n_sub;        /* groups (0 with all) */
+  const int *off;   /* n_sub + 1 offsets into ids */
+  const int *ids;   /* device ids, group after group */
+  const char *axes; /* mesh form: the axes' names joined by '_', else NULL */
+  int64_t mesh;     /* mesh form: its devices, else 0 */
+} hrg;
+
+/* What a constant's literal holds: one repeated value, 0, 1, 2, ... (iota),
+ * or anything else (Opaque data). */
+enum { LIT_OTHER = 1, LIT_SPLAT, LIT_IOTA };
+
 typedef struct hinstr {
   const char *name, *opcode;
   int line;
@@ -56,6 +71,7 @@ typedef struct hinstr {
   int n_attr;
   hattr *attr;
   const hgset *groups; /* collectives: replica groups, resolved on first use */
+  const hrg *rg;       /* replica groups parsed already (StableHLO), else NULL */
   int lit;             /* constants: LIT_* once classified, 0 before */
   double lit_value;
 } hinstr;
@@ -146,6 +162,10 @@ const char *cf_hlo_str(hlo_reader *r, const char *p, size_t n);
 bool cf_hlo_map_build(cf_arena *a, strmap *m, const char **keys, int n, int *dup);
 /* The index of key k in m, -1 when absent. */
 int cf_hlo_map_find(const strmap *m, const char *k);
+/* Run a reader built on hlo_reader: parse (which fills the computations and
+ * r->entry from r->text), then evaluate the entry into a graph. */
+cf_status cf_hlo_run(cf_context *ctx, const char *name, const char *data, size_t size,
+                     cf_status (*parse)(hlo_reader *r), cf_graph **out);
 
 static inline bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 static inline bool is_name_char(char c) {
@@ -188,6 +208,11 @@ hcomp *cf_hlo_attr_comp(hlo_reader *r, const hinstr *in, const char *key);
 
 /* The collective's replica groups as ranks, declared as IR groups. */
 cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out);
+/* The groups of a mesh of na axes (size[], devices row-major) along the
+ * axes sel[0..ns) (in that order): the devices that differ only along them.
+ * out's arrays are in r's scratch arena; line is for errors. */
+cf_status cf_hlo_mesh_groups(hlo_reader *r, int line, const int64_t *size, int na, const int *sel,
+                             int ns, hrg *out);
 
 /* ---- hlo_sharding.c: how a sharding cuts an array across the devices ---- */
 

@@ -108,6 +108,7 @@ static const cf_format formats[] = {
     {{".xml", NULL}, "native XML", cf_xml_read},
     {{".graphml", NULL}, "GraphML", cf_graphml_read},
     {{".hlo", ".hlo.txt"}, "XLA HLO text", cf_hlo_read},
+    {{".mlir", NULL}, "StableHLO MLIR text", cf_stablehlo_read},
     {{".pbtxt", ".pb.txt"}, "TensorFlow/GE GraphDef text", cf_pbtxt_read},
 };
 enum { N_FORMATS = sizeof formats / sizeof formats[0] };
@@ -128,6 +129,10 @@ static reader_fn pick_reader(const char *name, const char *data, size_t size) {
   size_t lim = size < 4096 ? size : 4096, i = 0;
   while (i < lim && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n')) i++;
   if (lim - i >= 10 && strncmp(data + i, "HloModule ", 10) == 0) return cf_hlo_read;
+  if ((lim - i >= 7 && strncmp(data + i, "module ", 7) == 0) ||
+      (lim - i >= 5 && strncmp(data + i, "#loc", 4) == 0) ||
+      (lim - i >= 10 && strncmp(data + i, "func.func ", 10) == 0))
+    return cf_stablehlo_read;
   /* a GraphDef in text form: '#' comments, then node { (or versions, library) */
   while (i < lim && data[i] == '#') {
     while (i < lim && data[i] != '\n')
@@ -169,7 +174,7 @@ static cf_status parse_raw(cf_context *ctx, const char *name, const char *data, 
                                                 : " or ",
                             formats[i].ext[0]);
     return cf_error(ctx, CF_ERR_INVALID, name, 0, "unknown graph format (expected %s, or text that starts like one: "
-                    "<graph>, <graphml>, HloModule, node {)",
+                    "<graph>, <graphml>, HloModule, module, node {)",
                     list);
   }
   cf_status st = rd(ctx, name, data ? data : "", size, out);

@@ -1,7 +1,7 @@
 /* fuzz_reader.c - libFuzzer target for one of collfuse's readers, picked at
- * build time with -DCF_FUZZ_FORMAT_<xml|graphml|hlo|pbtxt> (CMake builds one
- * executable per format from this file: fuzz_xml, fuzz_graphml, fuzz_hlo,
- * fuzz_pbtxt).
+ * build time with -DCF_FUZZ_FORMAT_<xml|graphml|hlo|stablehlo|pbtxt> (CMake
+ * builds one executable per format from this file: fuzz_xml, fuzz_graphml,
+ * fuzz_hlo, fuzz_stablehlo, fuzz_pbtxt).
  *
  * Every input must either be refused with a message naming the file (never a
  * crash, a sanitizer report, a hang or a leak) or give a graph that survives
@@ -22,10 +22,12 @@
 #define NAME "fuzz.graphml"
 #elif defined(CF_FUZZ_FORMAT_hlo)
 #define NAME "fuzz.hlo"
+#elif defined(CF_FUZZ_FORMAT_stablehlo)
+#define NAME "fuzz.mlir"
 #elif defined(CF_FUZZ_FORMAT_pbtxt)
 #define NAME "fuzz.pbtxt"
 #else
-#error "define CF_FUZZ_FORMAT_xml, _graphml, _hlo or _pbtxt"
+#error "define CF_FUZZ_FORMAT_xml, _graphml, _hlo, _stablehlo or _pbtxt"
 #endif
 
 static void round_trip(cf_context *ctx, const cf_graph *g) {

@@ -16,7 +16,7 @@ build=${1:?usage: fuzz/run.sh BUILD_DIR [SECONDS] [TARGET...]}
 secs=${2:-60}
 shift $(($# >= 2 ? 2 : $#))
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(xml graphml hlo pbtxt)
+[ ${#targets[@]} -eq 0 ] && targets=(xml graphml hlo stablehlo pbtxt)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/collfuse-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT

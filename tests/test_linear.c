@@ -418,6 +418,118 @@ static void hlo_shard_entries(sbuf *b, int n) {
   hlo_root_tuple(b, "s", n);
 }
 
+/* ---- StableHLO ---- */
+
+/* n f32[4] tensor types, comma-separated */
+static void shlo_types(sbuf *b, int n) {
+  for (int i = 0; i < n; i++)
+    put(b, "%stensor<4xf32>", i ? ", " : "");
+}
+
+/* n functions nothing calls: text that costs only its parse */
+static void shlo_pad(sbuf *b, int n) {
+  for (int i = 0; i < n; i++)
+    put(b,
+        "  func.func private @pad%d(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "    %%0 = stablehlo.multiply %%a, %%a : tensor<4xf32> loc(#loc1)\n"
+        "    return %%0 : tensor<4xf32>\n  }\n",
+        i);
+}
+
+/* return: the n f32[4] values %NAME0..%NAME(n-1), and the end of @main */
+static void shlo_return(sbuf *b, const char *name, int n) {
+  put(b, "    return ");
+  for (int i = 0; i < n; i++)
+    put(b, "%s%%%s%d", i ? ", " : "", name, i);
+  put(b, " : ");
+  shlo_types(b, n);
+  put(b, "\n  }\n");
+}
+
+static void shlo_main(sbuf *b, int n) {
+  put(b, "#loc1 = loc(\"x\")\nmodule @m attributes {mhlo.num_partitions = 256 : i32} {\n"
+         "  func.func @main(%%a: tensor<4xf32>) -> (");
+  shlo_types(b, n);
+  put(b, ") {\n");
+}
+
+/* a chain of n adds in one function, generic and pretty forms */
+static void shlo_ops(sbuf *b, int n) {
+  shlo_main(b, 1);
+  put(b, "    %%v0 = stablehlo.add %%a, %%a : tensor<4xf32> loc(#loc1)\n");
+  for (int i = 1; i < n; i++)
+    put(b,
+        i % 2 ? "    %%v%d = \"stablehlo.multiply\"(%%v%d, %%a) : (tensor<4xf32>, tensor<4xf32>) "
+                "-> tensor<4xf32> loc(\"m\")\n"
+              : "    %%v%d = stablehlo.subtract %%v%d, %%a : tensor<4xf32>\n",
+        i, i - 1);
+  put(b, "    return %%v%d : tensor<4xf32>\n  }\n}\n", n - 1);
+}
+
+/* one function called n times */
+static void shlo_calls(sbuf *b, int n) {
+  shlo_main(b, n);
+  for (int i = 0; i < n; i++)
+    put(b, "    %%k%d = func.call @c(%%a) : (tensor<4xf32>) -> tensor<4xf32>\n", i);
+  shlo_return(b, "k", n);
+  put(b, "  func.func private @c(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+         "    %%0 = stablehlo.multiply %%a, %%a : tensor<4xf32>\n"
+         "    return %%0 : tensor<4xf32>\n  }\n}\n");
+}
+
+/* 30 functions each calling the next twice (2^30 ops), padded to the size
+ * n: the expansion stops at the HLO evaluator's budget */
+static void shlo_call_bomb(sbuf *b, int n) {
+  shlo_main(b, 1);
+  put(b, "    %%0 = call @c29(%%a) : (tensor<4xf32>) -> tensor<4xf32>\n"
+         "    return %%0 : tensor<4xf32>\n  }\n"
+         "  func.func private @c0(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+         "    return %%a : tensor<4xf32>\n  }\n");
+  for (int i = 1; i < 30; i++)
+    put(b,
+        "  func.func private @c%d(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "    %%0 = call @c%d(%%a) : (tensor<4xf32>) -> tensor<4xf32>\n"
+        "    %%1 = call @c%d(%%0) : (tensor<4xf32>) -> tensor<4xf32>\n"
+        "    return %%1 : tensor<4xf32>\n  }\n",
+        i, i - 1, i - 1);
+  shlo_pad(b, n);
+  put(b, "}\n");
+}
+
+/* n all-reduces over n different replica groups, in manual computations */
+static void shlo_groups(sbuf *b, int n) {
+  shlo_main(b, n);
+  put(b, "    %%m:%d = sdy.manual_computation(%%a) in_shardings=[<@mesh, [{}]>] out_shardings=[",
+      n);
+  for (int i = 0; i < n; i++)
+    put(b, "%s<@mesh, [{}]>", i ? ", " : "");
+  put(b, "] manual_axes={\"x\"} (%%b: tensor<4xf32>) {\n");
+  for (int i = 0; i < n; i++)
+    put(b,
+        "      %%ar%d = \"stablehlo.all_reduce\"(%%b) <{channel_handle = "
+        "#stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[%d, %d]]> : "
+        "tensor<1x2xi64>, use_global_device_ids}> ({\n"
+        "      ^bb0(%%x: tensor<f32>, %%y: tensor<f32>):\n"
+        "        %%s = stablehlo.add %%x, %%y : tensor<f32>\n"
+        "        stablehlo.return %%s : tensor<f32>\n"
+        "      }) : (tensor<4xf32>) -> tensor<4xf32>\n",
+        i, i / 255, i / 255 + 1 + i % 255 % (255 - i / 255));
+  put(b, "      sdy.return ");
+  for (int i = 0; i < n; i++)
+    put(b, "%s%%ar%d", i ? ", " : "", i);
+  put(b, " : ");
+  shlo_types(b, n);
+  put(b, "\n    } : (tensor<4xf32>) -> (");
+  shlo_types(b, n);
+  put(b, ")\n");
+  put(b, "    return ");
+  for (int i = 0; i < n; i++)
+    put(b, "%s%%m#%d", i ? ", " : "", i);
+  put(b, " : ");
+  shlo_types(b, n);
+  put(b, "\n  }\n  sdy.mesh @mesh = <[\"x\"=256]>\n}\n");
+}
+
 /* ---- rank tables, through the driver ---- */
 
 /* servers of per devices each, n devices in all */
@@ -519,6 +631,11 @@ int main(void) {
       SHAPE("hlo_replica_groups", "t.hlo", hlo_groups, 500, CF_OK, NULL),
       SHAPE("hlo_mesh_axes", "t.hlo", hlo_mesh_axes, 300, CF_OK, NULL),
       SHAPE("hlo_shard_entries", "t.hlo", hlo_shard_entries, 500, CF_OK, NULL),
+      SHAPE("stablehlo_ops", "t.mlir", shlo_ops, 1500, CF_OK, NULL),
+      SHAPE("stablehlo_calls", "t.mlir", shlo_calls, 1000, CF_OK, NULL),
+      SHAPE("stablehlo_call_expansion", "t.mlir", shlo_call_bomb, 100, CF_ERR_INVALID,
+            "the limit is 8 per byte of the module"),
+      SHAPE("stablehlo_replica_groups", "t.mlir", shlo_groups, 500, CF_OK, NULL),
       cmocka_unit_test(test_ranktable),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -102,4 +102,4 @@ void cf_tool_about(char *text, size_t len) {
 
 const char cf_tool_std_note[] =
     "A FILE of '-' is standard input (the format is told from how it starts: <graph>,\n"
-    "<graphml>, HloModule, node {); an output of '-' is standard output.\n";
+    "<graphml>, HloModule, module, node {); an output of '-' is standard output.\n";

@@ -652,7 +652,7 @@ class Executable:
 
 
 def load(path, context=None):
-    """Load a graph file (.xml, .graphml, .hlo, .pbtxt), structurally
+    """Load a graph file (.xml, .graphml, .hlo, .mlir, .pbtxt), structurally
     verified and inferred."""
     ctx = context if context is not None else Context()
     h = ctypes.c_void_p()

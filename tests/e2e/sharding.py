@@ -5,7 +5,7 @@ A JAX shard_map in HLO enters its per-device body through a custom-call
 that takes each device's block of a global array (xla.sdy.GlobalToLocalShape
 with Shardy in_shardings, or Sharding + SPMDFullToShardShape with an HLO
 sharding). collfuse imports that entry as Shard nodes, so the data a user
-passes with --input is what reaches the collectives. This test runs two
+passes with --input is what reaches the collectives. This test runs three
 such modules on 4 ranks with random global inputs and compares every rank's
 outputs with a numpy model written from XLA's definitions (the mesh is
 row-major over its axes; a dim's axes are major to minor; an HLO tile
@@ -82,6 +82,16 @@ with tempfile.TemporaryDirectory() as tmp:
         close(load(tmp, d, "output.0"), r0, f"gspmd rank {d} output.0")
         peer = {0: 3, 3: 0, 1: 2, 2: 1}[d]      # replica_groups={{0,3},{1,2}}
         close(load(tmp, d, "output.1"), m1[d].astype(np.float64) + m1[peer], f"gspmd rank {d} output.1")
+
+# ---- StableHLO: sdy.manual_computation's in_shardings, mesh ["dp"=2, "tp"=2]
+with tempfile.TemporaryDirectory() as tmp:
+    X = rng.standard_normal((8, 6)).astype(np.float32)
+    W = rng.standard_normal((6, 4)).astype(np.float32)
+    run(os.path.join(SRC, "tests/stablehlo/shard_input.mlir"), {"arg0": X, "arg1": W}, tmp)
+    for d in range(4):
+        tp = d % 2                                # all_reduce over {0,2},{1,3}: the dp pair
+        want = sum(X[4 * dp:4 * dp + 4].astype(np.float64) @ W[:, 2 * tp:2 * tp + 2] for dp in (0, 1))
+        close(load(tmp, d, "output"), want, f"stablehlo rank {d}")
 
 # ---- the Shard op's checks, in the native format
 SHARD = """<graph name="s" version="1"{ws}>

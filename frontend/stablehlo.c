@@ -1,0 +1,986 @@
+/* stablehlo.c - reader for StableHLO MLIR text, as JAX prints it
+ * (`jax.jit(f).lower(x).as_text()`): scanning, functions and ops, and the
+ * entry point cf_stablehlo_read.
+ *
+ * The text is cleaned and cut into statements by stablehlo_scan.c (as in
+ * the HLO reader, an op with regions is one statement). Each func.func, each
+ * sdy.manual_computation body and each collective's reduction region becomes
+ * a computation of the HLO reader's parsed module, each op an instruction
+ * with the HLO opcode of the same semantics (stablehlo.add is add,
+ * all_reduce is all-reduce, func.call is call, a manual computation is a
+ * call between the shard_map's global-to-local and local-to-global custom
+ * calls), and the HLO reader's evaluator does the rest (hlo_eval.c): calls
+ * inlined with the cycle check, variadic collectives fused, replica groups
+ * declared, everything it has no IR op for imported as Opaque.
+ */
+#include "stablehlo_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SKIP(p, e) ((p) = cf_hlo_skip((p), (e)))
+
+/* ------------------------------------------------------------------ */
+/* building computations                                              */
+
+typedef struct ibuf {
+  hinstr *v;
+  cf_span *captures; /* text of regions whose uses of outer values are operands */
+  int n, cap;
+} ibuf;
+
+static hinstr *ibuf_add(sh_reader *s, ibuf *b, int line) {
+  if (b->n == b->cap) {
+    int cap = b->cap ? 2 * b->cap : 16;
+    hinstr *v = realloc(b->v, (size_t)cap * sizeof *v);
+    if (v) b->v = v;
+    cf_span *c = v ? realloc(b->captures, (size_t)cap * sizeof *c) : NULL;
+    if (c) b->captures = c;
+    if (!v || !c) {
+      cf_hlo_oom(s->r, line);
+      return NULL;
+    }
+    b->cap = cap;
+  }
+  hinstr *in = &b->v[b->n];
+  memset(in, 0, sizeof *in);
+  b->captures[b->n++] = (cf_span){NULL, 0};
+  in->line = line;
+  in->shape.n = -1;
+  return in;
+}
+
+static const char *str(sh_reader *s, const char *p, size_t n) { return cf_hlo_str(s->r, p, n); }
+
+static cf_status set_attrs(sh_reader *s, hinstr *in, int n, const char *const *kv) {
+  if (!n) return CF_OK;
+  if (!(in->attr = cf_arena_array(&s->r->scratch, (size_t)n, sizeof *in->attr)))
+    return cf_hlo_oom(s->r, in->line);
+  for (int i = 0; i < n; i++) {
+    const char *k = kv[2 * i], *v = kv[2 * i + 1];
+    in->attr[i] = (hattr){{k, strlen(k)}, {v, strlen(v)}};
+  }
+  in->n_attr = n;
+  return CF_OK;
+}
+
+/* The operands: the uses in [p, e) in order, copied to the arena. */
+static cf_status set_operands(sh_reader *s, hinstr *in, const char *p, const char *e, bool deep) {
+  const char **v = NULL;
+  int n = 0, cap = 0;
+  cf_status st = cf_sh_collect_uses(s, in->line, p, e, deep, &v, &n, &cap);
+  if (!st && n && !(in->opnd = cf_arena_array(&s->r->scratch, (size_t)n, sizeof *v)))
+    st = cf_hlo_oom(s->r, in->line);
+  if (!st && n) memcpy(in->opnd, v, (size_t)n * sizeof *v);
+  in->n_opnd = st ? 0 : n;
+  free(v);
+  return st;
+}
+
+static cf_status parse_body(sh_reader *s, const char *name, int line, const char *bs,
+                            const char *be, int body_line, const char *args, const char *args_e,
+                            int *out);
+
+/* A region `{ ^bb0(%a: T, ...): ops; stablehlo.return %x }` at p as a new
+ * computation; its name (for to_apply) in *name. */
+static cf_status region_comp(sh_reader *s, const char *p, const char *e, int line,
+                             const char **name) {
+  const char *bs = p + 1, *be = cf_hlo_past(p, e) - 1, *args = NULL, *args_e = NULL;
+  const char *q = cf_hlo_skip(bs, be);
+  int body_line = line;      /* the line at bs, where parse_body starts counting */
+  if (q < be && *q == '^') { /* ^bb0(%a: T, %b: T): */
+    body_line += cf_sh_count_nl(p, q);
+    const char *lp = memchr(q, '(', (size_t)(be - q));
+    const char *nl = cf_sh_stmt_end(q, be);
+    if (lp && lp < nl) {
+      args = lp + 1;
+      args_e = cf_hlo_past(lp, be) - 1;
+    }
+    bs = nl;
+    body_line += cf_sh_count_nl(q, nl);
+  }
+  char nm[32];
+  snprintf(nm, sizeof nm, "region-line-%d", line); /* '-': no MLIR symbol */
+  if (!(*name = str(s, nm, strlen(nm)))) return cf_hlo_oom(s->r, line);
+  int idx;
+  return parse_body(s, *name, line, bs, be, body_line, args, args_e, &idx);
+}
+
+/* Results: "%0" or "%0:3"; *n is the count. */
+static cf_status parse_results(sh_reader *s, const char *p, const char *e, int line, cf_span *name,
+                               int *n) {
+  p = cf_hlo_skip(p, e);
+  if (p >= e || *p != '%') return cf_hlo_fail(s->r, line, "expected '%%NAME = ...'");
+  const char *q = cf_sh_read_use(p, e, name);
+  *n = 1;
+  q = cf_hlo_skip(q, e);
+  if (q < e && *q == ':') {
+    int64_t k;
+    q = cf_hlo_skip(q + 1, e);
+    if (!cf_hlo_read_int(&q, e, CF_MAX_OPERANDS, &k) || !k)
+      return cf_hlo_fail(s->r, line, "expected a result count after ':'");
+    *n = (int)k;
+  }
+  if (cf_hlo_skip(q, e) != e || !name->n || memchr(name->p, '#', name->n))
+    return cf_hlo_fail(s->r, line,
+                       "results listed one by one ('%%a, %%b = ...') are not supported; "
+                       "expected '%%NAME' or '%%NAME:N'");
+  if (name->n > CF_MAX_NAME - 8)
+    return cf_hlo_fail(s->r, line, "value name longer than %d bytes", CF_MAX_NAME - 8);
+  return CF_OK;
+}
+
+/* The op's type signature after its last top-level ':': operand types (a
+ * function type's inputs) and result types. */
+typedef struct sig {
+  hshape *in, *out;
+  int n_in, n_out;
+} sig;
+
+static cf_status parse_sig(sh_reader *s, const char *colon, const char *e, int line, int n_res,
+                           sig *g) {
+  memset(g, 0, sizeof *g);
+  const char *p = cf_hlo_skip(colon + 1, e);
+  cf_status st;
+  const char *te = cf_sh_types_end(p, e);
+  if (p < te && *p == '(') {
+    const char *pe = cf_hlo_past(p, te);
+    if ((st = cf_sh_type_list(s, p + 1, pe - 1, line, &g->in, &g->n_in))) return st;
+    p = cf_hlo_skip(pe, te);
+    if (te - p < 2 || p[0] != '-' || p[1] != '>')
+      return cf_hlo_fail(s->r, line, "expected '->' in the op's function type");
+    p = cf_hlo_skip(p + 2, te);
+    if (p < te && *p == '(') {
+      const char *oe = cf_hlo_past(p, te);
+      return cf_sh_type_list(s, p + 1, oe - 1, line, &g->out, &g->n_out);
+    }
+    return cf_sh_type_list(s, p, te, line, &g->out, &g->n_out);
+  }
+  if ((st = cf_sh_type_list(s, p, te, line, &g->out, &g->n_out))) return st;
+  if (g->n_out == 1 && n_res == 1) { /* `stablehlo.add %a, %b : T`: T for all */
+    g->in = g->out;
+    g->n_in = 1;
+  }
+  return CF_OK;
+}
+
+/* The result shape of an op with n results. */
+static cf_status result_shape(sh_reader *s, hinstr *in, const sig *g, int n) {
+  if (g->n_out != n)
+    return cf_hlo_fail(s->r, in->line, "op '%s': %d results but %d result types", in->name, n,
+                       g->n_out);
+  if (n == 1) {
+    in->shape = g->out[0];
+    return CF_OK;
+  }
+  in->shape = (hshape){.n = n, .elem = g->out};
+  return CF_OK;
+}
+
+/* get-tuple-element instructions NAME#i for the results of a multi-result op. */
+static cf_status split_results(sh_reader *s, ibuf *b, const char *base, const sig *g, int n,
+                               int line, const char *const *res_names) {
+  for (int i = 0; i < n; i++) {
+    char idx[16], nm[CF_MAX_NAME + 1];
+    snprintf(idx, sizeof idx, "%d", i);
+    snprintf(nm, sizeof nm, "%s#%d", base, i);
+    hinstr *in = ibuf_add(s, b, line);
+    if (!in) return CF_ERR_NO_MEMORY;
+    in->opcode = "get-tuple-element";
+    const char *rn = res_names ? res_names[i] : nm;
+    const char *kv[] = {"index", str(s, idx, strlen(idx))};
+    if (!(in->name = str(s, rn, strlen(rn))) || !kv[1] ||
+        !(in->opnd = cf_arena_array(&s->r->scratch, 1, sizeof *in->opnd)))
+      return cf_hlo_oom(s->r, line);
+    in->opnd[0] = base;
+    in->n_opnd = 1;
+    in->shape = g->out[i];
+    cf_status st = set_attrs(s, in, 1, kv);
+    if (st) return st;
+  }
+  return CF_OK;
+}
+
+/* An instruction `name = custom-call(operand)` to target (quoted). */
+/* A one-operand custom-call to target; sharding (an entry's Shardy text
+ * `<@mesh, [{"x"}, {}]>`, or NULL) becomes its xla.sdy.in_shardings, as
+ * JAX writes them into HLO, so the HLO evaluator takes the rank's block
+ * (hlo_sharding.c). */
+static cf_status custom_call(sh_reader *s, ibuf *b, const char *name, const char *operand,
+                             const char *target, const hshape *shape, cf_span sharding,
+                             int line) {
+  hinstr *in = ibuf_add(s, b, line);
+  if (!in) return CF_ERR_NO_MEMORY;
+  in->name = name;
+  in->opcode = "custom-call";
+  in->shape = *shape;
+  if (!(in->opnd = cf_arena_array(&s->r->scratch, 1, sizeof *in->opnd)))
+    return cf_hlo_oom(s->r, line);
+  in->opnd[0] = operand;
+  in->n_opnd = 1;
+  const char *kv[] = {"custom_call_target", target, "frontend_attributes", NULL};
+  if (!sharding.p) return set_attrs(s, in, 1, kv);
+  static const char head[] = "{xla.sdy.in_shardings=\"#sdy.sharding_per_value<[",
+                    tail[] = "]>\"}";
+  size_t cap = sizeof head + 2 * sharding.n + sizeof tail, o = 0;
+  char *fa = cf_arena_alloc(&s->r->scratch, cap);
+  if (!fa) return cf_hlo_oom(s->r, line);
+  memcpy(fa, head, sizeof head - 1);
+  o = sizeof head - 1;
+  for (size_t i = 0; i < sharding.n; i++) { /* quoted inside the attribute's string */
+    if (sharding.p[i] == '"' || sharding.p[i] == '\\') fa[o++] = '\\';
+    fa[o++] = sharding.p[i];
+  }
+  memcpy(fa + o, tail, sizeof tail);
+  kv[3] = fa;
+  return set_attrs(s, in, 2, kv);
+}
+
+static const char *sh_name(sh_reader *s, const char *base, const char *suffix, int k) {
+  char nm[CF_MAX_NAME + 32];
+  snprintf(nm, sizeof nm, "%s%s%d", base, suffix, k);
+  return str(s, nm, strlen(nm));
+}
+
+static bool is_list(cf_span v) { return v.n >= 2 && v.p[0] == '[' && v.p[v.n - 1] == ']'; }
+
+/* The next comma-separated entry of a list in [*pp, e): false at the end. */
+static bool next_entry(const char **pp, const char *e, cf_span *out) {
+  const char *p = cf_hlo_skip(*pp, e);
+  if (p >= e) return false;
+  const char *pe = cf_sh_find_top(p, e, ',');
+  if (!pe) pe = e;
+  *out = (cf_span){p, (size_t)(pe - p)};
+  *pp = pe < e ? pe + 1 : e;
+  return out->n > 0;
+}
+
+/* sdy.manual_computation(%a, ...) in_shardings=[...] out_shardings=[...]
+ * manual_axes={...} (%x: T, ...) { body } : (GLOBAL...) -> GLOBAL...
+ * -> each operand to its local shape (GlobalToLocalShape where the sharding
+ * splits it, the value itself where not), a call of the body, and each
+ * result back (LocalToGlobalShape, the per-rank identity). */
+static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int n_res,
+                                    const char *p, const char *colon, const sig *g, int line) {
+  hlo_reader *r = s->r;
+  cf_status st;
+  p = cf_hlo_skip(p, colon);
+  if (p >= colon || *p != '(') return cf_hlo_fail(r, line, "sdy.manual_computation: expected '('");
+  const char *ope = cf_hlo_past(p, colon);
+  /* the body: the brace group right after the (%ARG: TYPE, ...) group */
+  const char *body = NULL, *args = NULL;
+  for (const char *q = ope; q < colon; q = cf_sh_step(q, colon)) {
+    const char *nx = *q == '(' ? cf_hlo_skip(cf_hlo_past(q, colon), colon) : NULL;
+    if (nx && nx < colon && *nx == '{') {
+      args = q;
+      body = nx;
+    }
+  }
+  if (!args || !body)
+    return cf_hlo_fail(r, line, "sdy.manual_computation: expected '(%%ARG: TYPE, ...) { BODY }'");
+  cf_span ins, outs, manual = {NULL, 0};
+  if (!cf_sh_attr(ope, args, "in_shardings", &ins) ||
+      !cf_sh_attr(ope, args, "out_shardings", &outs))
+    return cf_hlo_fail(r, line,
+                       "sdy.manual_computation needs in_shardings=[...] and "
+                       "out_shardings=[...]");
+  cf_sh_attr(ope, args, "manual_axes", &manual);
+  hinstr tmp = {.line = line};
+  if ((st = set_operands(s, &tmp, p + 1, ope - 1, false))) return st;
+  if (tmp.n_opnd != g->n_in || n_res != g->n_out)
+    return cf_hlo_fail(r, line,
+                       "sdy.manual_computation: %d operands and %d results but a type of %d -> %d",
+                       tmp.n_opnd, n_res, g->n_in, g->n_out);
+  int bidx;
+  char nm[CF_MAX_NAME + 16];
+  snprintf(nm, sizeof nm, "sdy.manual_computation-line-%d", line); /* '-': no MLIR symbol */
+  const char *body_name = str(s, nm, strlen(nm));
+  if (!body_name) return cf_hlo_oom(r, line);
+  const char *aend = cf_hlo_past(args, colon) - 1;
+  if ((st = parse_body(s, body_name, line, body + 1, cf_hlo_past(body, colon) - 1,
+                       line + cf_sh_count_nl(p, body + 1), args + 1, aend, &bidx)))
+    return st;
+  hcomp *bc = &s->comps[bidx];
+  /* operands to local shapes */
+  const char **callargs = cf_arena_array(&r->scratch, (size_t)tmp.n_opnd + 1, sizeof *callargs);
+  if (!callargs) return cf_hlo_oom(r, line);
+  if (!is_list(ins) || !is_list(outs))
+    return cf_hlo_fail(r, line,
+                       "sdy.manual_computation: in_shardings and out_shardings are lists "
+                       "'[<@mesh, [...]>, ...]'");
+  const char *sp = ins.p + 1, *se = ins.p + ins.n - 1; /* inside [...] */
+  for (int i = 0; i < tmp.n_opnd; i++) {
+    cf_span one;
+    if (!next_entry(&sp, se, &one))
+      return cf_hlo_fail(r, line, "sdy.manual_computation: in_shardings has fewer than %d entries",
+                         tmp.n_opnd);
+    const hshape *gt = &g->in[i], *lt = i < bc->n_ins ? &bc->ins[i].shape : NULL;
+    callargs[i] = tmp.opnd[i];
+    if (gt->n >= 0) continue;
+    cf_shape local;
+    if ((st = cf_sh_local_shape(s, one, manual, &gt->s, line, &local))) return st;
+    if (!lt || strcmp(bc->ins[i].opcode, "parameter") || lt->n >= 0 ||
+        !cf_shape_equal(&lt->s, &local))
+      return cf_hlo_fail(r, line,
+                         "sdy.manual_computation: operand %d's sharding gives a local shape that "
+                         "is not the type of the body's argument %d",
+                         i, i);
+    if (cf_shape_equal(&local, &gt->s)) continue; /* replicated: the value itself */
+    const char *ln = sh_name(s, base, ".local", i);
+    if (!ln) return cf_hlo_oom(r, line);
+    if ((st = custom_call(s, b, ln, tmp.opnd[i], "\"xla.sdy.GlobalToLocalShape\"", lt, one, line)))
+      return st;
+    callargs[i] = ln;
+  }
+  hinstr *call = ibuf_add(s, b, line);
+  if (!call) return CF_ERR_NO_MEMORY;
+  const char *cn = sh_name(s, base, ".body", 0);
+  const char *kv[] = {"to_apply", body_name};
+  if (!cn) return cf_hlo_oom(r, line);
+  call->name = cn;
+  call->opcode = "call";
+  call->opnd = callargs;
+  call->n_opnd = tmp.n_opnd;
+  if ((st = set_attrs(s, call, 1, kv))) return st;
+  /* results back to global shapes */
+  sp = outs.p + 1;
+  se = outs.p + outs.n - 1;
+  for (int i = 0; i < n_res; i++) {
+    const char *src = cn, *dst = base;
+    if (n_res > 1) {
+      hinstr *gte;
+      char idx[16];
+      snprintf(idx, sizeof idx, "%d", i);
+      const char *gkv[] = {"index", str(s, idx, strlen(idx))};
+      if (!(gte = ibuf_add(s, b, line))) return CF_ERR_NO_MEMORY;
+      if (!gkv[1] || !(gte->name = src = sh_name(s, cn, "#", i)) ||
+          !(dst = sh_name(s, base, "#", i)) ||
+          !(gte->opnd = cf_arena_array(&r->scratch, 1, sizeof *gte->opnd)))
+        return cf_hlo_oom(r, line);
+      gte->opcode = "get-tuple-element";
+      gte->opnd[0] = cn;
+      gte->n_opnd = 1;
+      if ((st = set_attrs(s, gte, 1, gkv))) return st;
+    }
+    cf_span one;
+    bool split = false, have = next_entry(&sp, se, &one);
+    if (g->out[i].n < 0) {
+      cf_shape local;
+      if (!have)
+        return cf_hlo_fail(
+            r, line, "sdy.manual_computation: out_shardings has fewer than %d entries", n_res);
+      if ((st = cf_sh_local_shape(s, one, manual, &g->out[i].s, line, &local))) return st;
+      split = !cf_shape_equal(&local, &g->out[i].s);
+    }
+    if ((st = custom_call(s, b, dst, src, split ? "\"xla.sdy.LocalToGlobalShape\"" : "\"Sharding\"",
+                          &g->out[i], (cf_span){NULL, 0}, line)))
+      return st;
+  }
+  return CF_OK;
+}
+
+/* The MLIR op name without its dialect, when the dialect is StableHLO's. */
+static cf_span short_name(cf_span op) {
+  static const char *prefixes[] = {"stablehlo.", "mhlo."};
+  for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+    size_t n = strlen(prefixes[i]);
+    if (op.n > n && !memcmp(op.p, prefixes[i], n)) return (cf_span){op.p + n, op.n - n};
+  }
+  return op;
+}
+
+/* dot_general as a plain product: contracting lhs 1 with rhs 0, no batch. */
+static bool dot_plain(const char *p, const char *e) {
+  cf_span v;
+  int64_t l[2], r[2];
+  int nl = 0, nr = 0;
+  if (cf_sh_attr(p, e, "batching_dims", &v) || cf_sh_attr(p, e, "lhs_batching_dimensions", &v))
+    return false;
+  if (cf_sh_attr(p, e, "contracting_dims", &v)) { /* [1] x [0] */
+    const char *q = v.p, *qe = e;                 /* v is the first [...] */
+    if (q >= qe || *q != '[' || !(q = cf_hlo_int_list(q, qe, ']', 64, l, 2, &nl))) return false;
+    SKIP(q, qe);
+    if (q >= qe || *q != 'x') return false;
+    q = cf_hlo_skip(q + 1, qe);
+    if (q >= qe || *q != '[' || !cf_hlo_int_list(q, qe, ']', 64, r, 2, &nr)) return false;
+  } else {
+    cf_span lv, rv;
+    if (!cf_sh_attr(p, e, "lhs_contracting_dimensions", &lv) ||
+        !cf_sh_attr(p, e, "rhs_contracting_dimensions", &rv) || !lv.n || !rv.n || *lv.p != '[' ||
+        *rv.p != '[' || !cf_hlo_int_list(lv.p, lv.p + lv.n, ']', 64, l, 2, &nl) ||
+        !cf_hlo_int_list(rv.p, rv.p + rv.n, ']', 64, r, 2, &nr))
+      return false;
+  }
+  return nl == 1 && nr == 1 && l[0] == 1 && r[0] == 0;
+}
+
+/* A collective's attributes: groups, channel, global ids, and its HLO ones. */
+static cf_status collective(sh_reader *s, hinstr *in, const char *p, const char *e,
+                            const char *hlo_opcode, const char *dim_key) {
+  hlo_reader *r = s->r;
+  cf_span v;
+  cf_status st;
+  const char *kv[8];
+  int n = 0;
+  in->opcode = hlo_opcode;
+  if (cf_sh_attr(p, e, "replica_groups", &v)) {
+    if ((st = cf_sh_groups(s, in, v))) return st;
+  } else {
+    static const hrg all = {.all = true};
+    in->rg = &all;
+  }
+  if (cf_sh_attr(p, e, "channel_handle", &v)) {
+    cf_span h;
+    int64_t id = 0;
+    const char *q;
+    if (v.n && (q = memchr(v.p, '<', v.n)) && cf_sh_attr(q, v.p + v.n, "handle", &h)) {
+      const char *hp = h.p;
+      if (!cf_hlo_read_int(&hp, h.p + h.n, INT32_MAX, &id))
+        return cf_hlo_fail(r, in->line, "op '%s': channel_handle: bad handle", in->name);
+    }
+    if (id > 0) kv[n++] = "channel_id", kv[n++] = "1";
+    /* collective_broadcast with a channel is cross_partition: partition ids,
+     * which are the devices when there is one replica */
+    if (id > 0 && !strcmp(hlo_opcode, "collective-broadcast") && r->replicas <= 1)
+      kv[n++] = "use_global_device_ids", kv[n++] = "true";
+  }
+  if (cf_sh_attr(p, e, "use_global_device_ids", &v))
+    kv[n++] = "use_global_device_ids", kv[n++] = "true";
+  if (dim_key) {
+    int64_t d = -1;
+    const char *q;
+    if (!cf_sh_attr(p, e, dim_key, &v) || !((q = v.p), cf_hlo_read_int(&q, v.p + v.n, 64, &d)))
+      return cf_hlo_fail(r, in->line, "op '%s': %s needs %s = N", in->name, hlo_opcode, dim_key);
+    kv[n++] = "dimensions", kv[n++] = d == 0 ? "{0}" : "{1}"; /* only 0 is imported */
+  }
+  return set_attrs(s, in, n / 2, kv);
+}
+
+/* all_to_all's split_dimension, concat_dimension and split_count as
+ * attributes (their digits) for the HLO evaluator. */
+static cf_status dim_attrs(sh_reader *s, hinstr *in, const char *p, const char *e) {
+  static const char *keys[] = {"split_dimension", "concat_dimension", "split_count"};
+  hattr *a = cf_arena_array(&s->r->scratch, (size_t)in->n_attr + 3, sizeof *a);
+  if (!a) return cf_hlo_oom(s->r, in->line);
+  if (in->n_attr) memcpy(a, in->attr, (size_t)in->n_attr * sizeof *a);
+  for (int i = 0; i < 3; i++) {
+    cf_span v;
+    const char *q;
+    int64_t d;
+    if (!cf_sh_attr(p, e, keys[i], &v) || !((q = v.p), cf_hlo_read_int(&q, v.p + v.n, 64, &d)))
+      return cf_hlo_fail(s->r, in->line, "op '%s': all_to_all needs %s = N", in->name, keys[i]);
+    a[in->n_attr++] = (hattr){{keys[i], strlen(keys[i])}, {v.p, (size_t)(q - v.p)}};
+  }
+  in->attr = a;
+  return CF_OK;
+}
+
+/* A collective's reduction region `({ ... })` in [p, colon) as its to_apply
+ * computation (line is p's). */
+static cf_status reducer_region(sh_reader *s, hinstr *in, const char *p, const char *colon,
+                                const char *e, int line) {
+  const char *reg = NULL, *rn;
+  for (const char *t = p; t < colon && !reg; t = cf_sh_step(t, colon))
+    if (*t == '(' && *cf_hlo_skip(t + 1, colon) == '{') reg = cf_hlo_skip(t + 1, colon);
+  if (!reg)
+    return cf_hlo_fail(s->r, in->line, "op '%%%s': %s needs its reduction region '({ ... })'",
+                       in->name, in->opcode);
+  cf_status st = region_comp(s, reg, e, line + cf_sh_count_nl(p, reg), &rn);
+  hattr *a = st ? NULL : cf_arena_array(&s->r->scratch, (size_t)in->n_attr + 1, sizeof *a);
+  if (!st && !a) st = cf_hlo_oom(s->r, in->line);
+  if (st) return st;
+  if (in->n_attr) memcpy(a, in->attr, (size_t)in->n_attr * sizeof *a);
+  a[in->n_attr++] = (hattr){{"to_apply", 8}, {rn, strlen(rn)}};
+  in->attr = a;
+  return CF_OK;
+}
+
+/* One `%res = op ...` statement into instructions appended to b. */
+static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, int line) {
+  hlo_reader *r = s->r;
+  cf_status st;
+  const char *eq = cf_sh_find_top(p, e, '=');
+  if (!eq) return cf_hlo_fail(r, line, "expected '%%NAME = OP ...'");
+  cf_span res;
+  int n_res = 0;
+  if ((st = parse_results(s, p, eq, line, &res, &n_res))) return st;
+  const char *base = str(s, res.p, res.n);
+  if (!base) return cf_hlo_oom(r, line);
+  const char *q = cf_hlo_skip(eq + 1, e), *after;
+  cf_span op;
+  bool generic = q < e && *q == '"';
+  if (generic) {
+    after = cf_hlo_past(q, e);
+    op = (cf_span){q + 1, (size_t)(after - q - 2)};
+  } else {
+    op.p = q;
+    while (q < e && (isalnum((unsigned char)*q) || *q == '_' || *q == '.'))
+      q++;
+    op.n = (size_t)(q - op.p);
+    after = q;
+  }
+  bool ok = op.n > 0;
+  for (size_t i = 0; i < op.n && ok; i++)
+    ok = isalnum((unsigned char)op.p[i]) || op.p[i] == '_' || op.p[i] == '.' || op.p[i] == '$';
+  if (!ok) return cf_hlo_fail(r, line, "value '%%%s': expected an op name", base);
+  /* every op but func's `call` names its dialect (and so never reads as
+   * one of the HLO opcodes the evaluator knows) */
+  if (!memchr(op.p, '.', op.n) && !cf_span_is(op, "call"))
+    return cf_hlo_fail(r, line, "value '%%%s': op '%s' has no dialect (stablehlo.%s?)", base,
+                       CF_SPAN_QUOTE(op), CF_SPAN_QUOTE(op));
+  const char *colon = cf_sh_find_last_top(after, e, ':');
+  if (!colon)
+    return cf_hlo_fail(r, line, "op '%s': expected ': TYPE' after the op", CF_SPAN_QUOTE(op));
+  sig g;
+  if ((st = parse_sig(s, colon, e, line, n_res, &g))) return st;
+  if (cf_span_is(op, "sdy.manual_computation"))
+    return manual_computation(s, b, base, n_res, after, colon, &g, line);
+  hinstr *in = ibuf_add(s, b, line);
+  if (!in) return CF_ERR_NO_MEMORY;
+  int k = b->n - 1;
+  in->name = base;
+  if ((st = result_shape(s, in, &g, n_res))) return st;
+  /* operands: a generic op's (...) right after its name; else every use up
+   * to the signature outside regions and attribute dicts */
+  const char *os = after, *oe = colon;
+  if (generic) {
+    os = cf_hlo_skip(after, e);
+    if (os >= colon || *os != '(')
+      return cf_hlo_fail(r, line, "op '%s': expected '(' with its operands", CF_SPAN_QUOTE(op));
+    oe = cf_hlo_past(os, colon);
+  }
+  if ((st = set_operands(s, in, os, oe, false))) return st;
+  cf_span sn = short_name(op);
+  const char *opc = NULL;
+  static const char *same[] = {"add",     "subtract", "multiply", "maximum",
+                               "minimum", "convert",  "reshape"};
+  for (size_t i = 0; i < sizeof same / sizeof same[0] && sn.p != op.p; i++)
+    if (cf_span_is(sn, same[i])) opc = same[i];
+  if (opc) {
+    in->opcode = opc;
+  } else if (sn.p != op.p && cf_span_is(sn, "constant")) {
+    in->opcode = "constant";
+    in->n_opnd = 0;
+    const char *d = after;
+    while (d < colon && !(colon - d >= 6 && !memcmp(d, "dense<", 6)))
+      d++;
+    if (in->shape.n >= 0)
+      return cf_hlo_fail(r, line, "value '%%%s': a constant of a tuple type", base);
+    cf_sh_dense(d, e, &in->shape, in);
+  } else if (sn.p != op.p && cf_span_is(sn, "dot_general") && dot_plain(after, colon)) {
+    static const char *kv[] = {"lhs_contracting_dims", "{1}", "rhs_contracting_dims", "{0}"};
+    in->opcode = "dot";
+    if ((st = set_attrs(s, in, 2, kv))) return st;
+  } else if (sn.p != op.p && (cf_span_is(sn, "all_reduce") || cf_span_is(sn, "reduce_scatter"))) {
+    bool ar = cf_span_is(sn, "all_reduce");
+    if ((st = collective(s, in, after, colon, ar ? "all-reduce" : "reduce-scatter",
+                         ar ? NULL : "scatter_dimension")) ||
+        (st = reducer_region(s, in, oe, colon, e, line + cf_sh_count_nl(p, oe))))
+      return st;
+  } else if (sn.p != op.p && cf_span_is(sn, "all_gather")) {
+    if ((st = collective(s, in, after, colon, "all-gather", "all_gather_dim"))) return st;
+  } else if (sn.p != op.p && cf_span_is(sn, "all_to_all") && in->n_opnd == 1) {
+    /* one operand (several are each exchanged on their own, no IR op) */
+    if ((st = collective(s, in, after, colon, "all-to-all", NULL)) ||
+        (st = dim_attrs(s, in, after, colon)))
+      return st;
+  } else if (sn.p != op.p && cf_span_is(sn, "collective_permute")) {
+    cf_span v;
+    if ((st = collective(s, in, after, colon, "collective-permute", NULL))) return st;
+    if (!cf_sh_attr(after, colon, "source_target_pairs", &v))
+      return cf_hlo_fail(r, line, "op '%%%s': collective_permute needs source_target_pairs", base);
+    if ((st = cf_sh_pairs(s, in, v))) return st;
+  } else if (sn.p != op.p && cf_span_is(sn, "collective_broadcast")) {
+    if ((st = collective(s, in, after, colon, "collective-broadcast", NULL))) return st;
+  } else if (cf_span_is(op, "func.call") || cf_span_is(op, "call")) {
+    cf_span callee;
+    const char *at = memchr(after, '@', (size_t)(colon - after));
+    if (!at) return cf_hlo_fail(r, line, "value '%%%s': call needs a callee '@NAME'", base);
+    const char *ce = at + 1;
+    while (ce < colon &&
+           (isalnum((unsigned char)*ce) || *ce == '_' || *ce == '.' || *ce == '$' || *ce == '-'))
+      ce++;
+    callee = (cf_span){at + 1, (size_t)(ce - at - 1)};
+    const char *kv[] = {"to_apply", str(s, callee.p, callee.n)};
+    if (!kv[1]) return cf_hlo_oom(r, line);
+    in->opcode = "call";
+    in->shape = (hshape){.n = n_res, .elem = g.out}; /* a call's value is its callee's */
+    if (n_res == 1) in->shape = g.out[0];
+    if ((st = set_attrs(s, in, 1, kv))) return st;
+  } else if (cf_span_is(op, "sdy.sharding_constraint") || cf_span_is(op, "sdy.reshard")) {
+    static const char *kv[] = {"custom_call_target", "\"Sharding\""}; /* identity per rank */
+    in->opcode = "custom-call";
+    if ((st = set_attrs(s, in, 1, kv))) return st;
+  } else if (sn.p != op.p && cf_span_is(sn, "custom_call")) {
+    cf_span t = {NULL, 0};
+    const char *at = memchr(after, '@', (size_t)(colon - after));
+    if (at) {
+      const char *te = at + 1;
+      while (te < colon && (isalnum((unsigned char)*te) || *te == '_' || *te == '.' || *te == '$'))
+        te++;
+      t = (cf_span){at + 1, (size_t)(te - at - 1)};
+    } else if (cf_sh_attr(after, colon, "call_target_name", &t) && t.n >= 2 && *t.p == '"') {
+      t = (cf_span){t.p + 1, t.n - 2};
+    }
+    char quoted[CF_MAX_NAME + 3];
+    snprintf(quoted, sizeof quoted, "\"%.*s\"", (int)(t.n > CF_MAX_NAME ? CF_MAX_NAME : t.n), t.p);
+    const char *kv[] = {"custom_call_target", str(s, quoted, strlen(quoted))};
+    if (!kv[1]) return cf_hlo_oom(r, line);
+    in->opcode = "custom-call";
+    if ((st = set_attrs(s, in, 1, kv))) return st;
+  } else {
+    /* everything else: Opaque named by its MLIR op, with region captures */
+    if (!(in->opcode = str(s, op.p, op.n))) return cf_hlo_oom(r, line);
+    b->captures[k] = (cf_span){after, (size_t)(e - after)};
+  }
+  if (n_res > 1) return split_results(s, b, base, &g, n_res, line, NULL);
+  return CF_OK;
+}
+
+/* Region uses of values defined before the op become operands too (each
+ * value once: mark[j] == k + 1 when instruction j is an operand of k). */
+static cf_status add_captures(sh_reader *s, hcomp *c, ibuf *b) {
+  int *mark = NULL;
+  cf_status st = CF_OK;
+  for (int k = 0; k < c->n_ins && !st; k++) {
+    if (!b->captures[k].n) continue;
+    if (!mark && !(mark = calloc((size_t)c->n_ins, sizeof *mark))) return cf_hlo_oom(s->r, 0);
+    hinstr *in = &c->ins[k];
+    const char **v = NULL;
+    int n = 0, cap = 0, keep = 0;
+    for (int m = 0; m < in->n_opnd; m++) {
+      int j = cf_hlo_map_find(&c->map, in->opnd[m]);
+      if (j >= 0) mark[j] = k + 1;
+    }
+    st = cf_sh_collect_uses(s, in->line, b->captures[k].p, b->captures[k].p + b->captures[k].n,
+                            true, &v, &n, &cap);
+    for (int i = 0; i < n && !st; i++) {
+      int j = cf_hlo_map_find(&c->map, v[i]);
+      if (j < 0 || j >= k || mark[j] == k + 1) continue;
+      mark[j] = k + 1;
+      v[keep++] = v[i];
+    }
+    if (!st && keep) {
+      if (in->n_opnd + keep > CF_MAX_OPERANDS)
+        st = cf_hlo_fail(s->r, in->line, "op with more than %d operands", CF_MAX_OPERANDS);
+      const char **all =
+          st ? NULL : cf_arena_array(&s->r->scratch, (size_t)(in->n_opnd + keep), sizeof *all);
+      if (!st && !all) st = cf_hlo_oom(s->r, in->line);
+      if (!st) {
+        if (in->n_opnd) memcpy(all, in->opnd, (size_t)in->n_opnd * sizeof *all);
+        memcpy(all + in->n_opnd, v, (size_t)keep * sizeof *all);
+        in->opnd = all;
+        in->n_opnd += keep;
+      }
+    }
+    free(v);
+  }
+  free(mark);
+  return st;
+}
+
+/* Function or region arguments `%a: T {attrs}, ...` as parameter instructions. */
+static cf_status parse_args(sh_reader *s, ibuf *b, const char *p, const char *e, int line) {
+  int k = 0;
+  for (SKIP(p, e); p < e; k++) {
+    const char *pe = cf_sh_find_top(p, e, ',');
+    if (!pe) pe = e;
+    cf_span nm;
+    if (*p != '%') return cf_hlo_fail(s->r, line, "expected an argument '%%NAME: TYPE'");
+    const char *q = cf_hlo_skip(cf_sh_read_use(p, pe, &nm), pe);
+    if (!nm.n || nm.n > CF_MAX_NAME || q >= pe || *q != ':')
+      return cf_hlo_fail(s->r, line, "expected an argument '%%NAME: TYPE'");
+    hinstr *in = ibuf_add(s, b, line);
+    if (!in) return CF_ERR_NO_MEMORY;
+    char num[16];
+    snprintf(num, sizeof num, "%d", k);
+    const char *ns = str(s, num, strlen(num));
+    in->opcode = "parameter";
+    if (!(in->name = str(s, nm.p, nm.n)) || !ns) return cf_hlo_oom(s->r, line);
+    in->args = (cf_span){ns, strlen(ns)};
+    q = cf_hlo_skip(q + 1, pe);
+    cf_status st = cf_sh_type(s, &q, pe, line, &in->shape);
+    if (st) return st;
+    p = pe < e ? cf_hlo_skip(pe + 1, e) : e;
+  }
+  return CF_OK;
+}
+
+static bool is_return(const char *p, const char *e) {
+  if (p < e && *p == '"') p++;
+  return cf_sh_word_at(p, e, "return") || cf_sh_word_at(p, e, "func.return") ||
+         cf_sh_word_at(p, e, "stablehlo.return") || cf_sh_word_at(p, e, "mhlo.return") ||
+         cf_sh_word_at(p, e, "sdy.return");
+}
+
+static cf_status parse_body(sh_reader *s, const char *name, int line, const char *bs,
+                            const char *be, int body_line, const char *args, const char *args_e,
+                            int *out) {
+  hlo_reader *r = s->r;
+  char who[CF_MAX_NAME + 32]; /* "function 'f'", or "region" */
+  if (strstr(name, "-line-")) /* a region, named where it is */
+    snprintf(who, sizeof who, "region");
+  else
+    snprintf(who, sizeof who, "function '%s'", name);
+  ibuf b = {0};
+  cf_status st = CF_OK;
+  hcomp c = {.name = name, .line = line, .root = -1};
+  const char **ret = NULL;
+  int n_ret = 0, ret_cap = 0, ret_line = 0;
+  if (args) st = parse_args(s, &b, args, args_e, line);
+  int ln = body_line;
+  for (const char *p = bs; !st && p < be;) {
+    const char *q = p;
+    while (q < be && is_space(*q))
+      ln += *q++ == '\n';
+    if (q >= be) break;
+    const char *qe = cf_sh_stmt_end(q, be);
+    if (ret) {
+      st = cf_hlo_fail(r, ln, "%s: an op after its return (line %d)", who, ret_line);
+    } else if (is_return(q, qe)) {
+      const char *colon = cf_sh_find_last_top(q, qe, ':');
+      ret_line = ln;
+      st = cf_sh_collect_uses(s, ln, q, colon ? colon : qe, false, &ret, &n_ret, &ret_cap);
+      if (!st && !ret && !(ret = malloc(sizeof *ret))) st = cf_hlo_oom(r, ln);
+    } else if (*q == '^') {
+      st = cf_hlo_fail(r, ln,
+                       "%s: several blocks (a control-flow graph) are not "
+                       "supported",
+                       who);
+    } else if (*q == '%') {
+      st = parse_op(s, &b, q, qe, ln);
+    } else if (!isalpha((unsigned char)*q) && *q != '"') {
+      st = cf_hlo_fail(r, ln, "%s: expected an op at '%s'", who,
+                       CF_SPAN_QUOTE(((cf_span){q, (size_t)(qe - q)})));
+    } /* ops without results carry no data: nothing to import */
+    ln += cf_sh_count_nl(q, qe);
+    p = qe;
+  }
+  if (!st && !ret) st = cf_hlo_fail(r, line, "%s has no return", who);
+  if (!st && n_ret != 1) { /* the results' tuple */
+    hinstr *in = ibuf_add(s, &b, ret_line);
+    if (!in) st = CF_ERR_NO_MEMORY;
+    if (!st && n_ret && !(in->opnd = cf_arena_array(&r->scratch, (size_t)n_ret, sizeof *ret)))
+      st = cf_hlo_oom(r, ret_line);
+    if (!st) {
+      in->name = "-results";
+      in->opcode = "tuple";
+      in->n_opnd = n_ret;
+      in->shape = (hshape){.n = n_ret};
+      if (n_ret) memcpy(in->opnd, ret, (size_t)n_ret * sizeof *ret);
+    }
+  }
+  if (!st && !(c.ins = cf_arena_array(&r->scratch, (size_t)(b.n ? b.n : 1), sizeof *c.ins)))
+    st = cf_hlo_oom(r, line);
+  const char **keys =
+      st ? NULL : cf_arena_array(&r->scratch, (size_t)(b.n ? b.n : 1), sizeof *keys);
+  if (!st && !keys) st = cf_hlo_oom(r, line);
+  if (!st) {
+    if (b.n) memcpy(c.ins, b.v, (size_t)b.n * sizeof *c.ins);
+    c.n_ins = b.n;
+    for (int i = 0; i < b.n; i++)
+      keys[i] = c.ins[i].name;
+    int dup;
+    if (!cf_hlo_map_build(&r->scratch, &c.map, keys, c.n_ins, &dup))
+      st = cf_hlo_oom(r, line);
+    else if (dup >= 0)
+      st = cf_hlo_fail(r, c.ins[dup].line,
+                       "%s: value '%%%s' defined twice (first at "
+                       "line %d)",
+                       who, keys[dup], c.ins[cf_hlo_map_find(&c.map, keys[dup])].line);
+  }
+  if (!st && n_ret == 1) {
+    c.root = cf_hlo_map_find(&c.map, ret[0]);
+    if (c.root < 0)
+      st = cf_hlo_fail(r, ret_line,
+                       "%s returns '%%%s', which it does not "
+                       "define",
+                       who, ret[0]);
+  } else if (!st) {
+    c.root = c.n_ins - 1;
+  }
+  if (!st) st = add_captures(s, &c, &b);
+  if (!st && s->n_comps == s->cap_comps) {
+    int cap = s->cap_comps ? 2 * s->cap_comps : 8;
+    hcomp *more = realloc(s->comps, (size_t)cap * sizeof *more);
+    if (!more)
+      st = cf_hlo_oom(r, line);
+    else {
+      s->comps = more;
+      s->cap_comps = cap;
+    }
+  }
+  if (!st) {
+    *out = s->n_comps;
+    s->comps[s->n_comps++] = c;
+  }
+  free(b.v);
+  free(b.captures);
+  free(ret);
+  return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* module                                                             */
+
+/* func.func [public|private] @NAME(ARGS) [-> RESULTS] [attributes {...}] { BODY } */
+static cf_status parse_func(sh_reader *s, const char *p, const char *e, int line, bool *public,
+                            int *idx) {
+  hlo_reader *r = s->r;
+  const char *at = memchr(p, '@', (size_t)(e - p));
+  *public = !cf_sh_attr(p, at ? at : e, "private", &(cf_span){0});
+  if (!at) return cf_hlo_fail(r, line, "func.func needs a name '@NAME'");
+  const char *q = at + 1;
+  cf_span nm;
+  if (q < e && *q == '"') {
+    const char *qe = cf_hlo_past(q, e);
+    nm = (cf_span){q + 1, (size_t)(qe - q - 2)};
+    q = qe;
+  } else {
+    nm.p = q;
+    while (q < e &&
+           (isalnum((unsigned char)*q) || *q == '_' || *q == '.' || *q == '$' || *q == '-'))
+      q++;
+    nm.n = (size_t)(q - nm.p);
+  }
+  if (!nm.n || nm.n > CF_MAX_NAME) return cf_hlo_fail(r, line, "func.func: bad name");
+  const char *name = str(s, nm.p, nm.n);
+  if (!name) return cf_hlo_oom(r, line);
+  q = cf_hlo_skip(q, e);
+  if (q >= e || *q != '(')
+    return cf_hlo_fail(r, line, "function '%s': expected '(' with its arguments", name);
+  const char *ae = cf_hlo_past(q, e);
+  const char *body = NULL;
+  for (const char *t = ae; t < e; t = cf_sh_step(t, e))
+    if (*t == '{') body = t;
+  if (!body || cf_hlo_skip(cf_hlo_past(body, e), e) != e)
+    return cf_hlo_fail(r, line, "function '%s': expected a body '{ ... }'", name);
+  return parse_body(s, name, line, body + 1, cf_hlo_past(body, e) - 1,
+                    line + cf_sh_count_nl(p, body + 1), q + 1, ae - 1, idx);
+}
+
+static cf_status module_attrs(sh_reader *s, const char *p, const char *e, int line) {
+  hlo_reader *r = s->r;
+  static const char *keys[] = {"mhlo.num_partitions", "mhlo.num_replicas"};
+  int64_t *dst[] = {&r->partitions, &r->replicas};
+  for (int i = 0; i < 2; i++) {
+    cf_span v;
+    if (!cf_sh_attr(p, e, keys[i], &v)) continue;
+    const char *q = v.p;
+    if (!cf_hlo_read_int(&q, v.p + v.n, CF_MAX_WORLD, dst[i]) || !*dst[i])
+      return cf_hlo_fail(r, line, "module: %s = '%s' must be an integer in 1..%d", keys[i],
+                         CF_SPAN_QUOTE(v), CF_MAX_WORLD);
+  }
+  int64_t w;
+  if (!cf_mul_i64(r->partitions ? r->partitions : 1, r->replicas ? r->replicas : 1, &w) ||
+      w > CF_MAX_WORLD)
+    return cf_hlo_fail(r, line, "module: num_partitions * num_replicas is above %d devices",
+                       CF_MAX_WORLD);
+  return CF_OK;
+}
+
+/* The statements of a module body (or of a file without `module`). */
+static cf_status module_body(sh_reader *s, const char *p, const char *e, int line, bool meshes,
+                             int *main_idx, int *public_idx, int *n_public, int *main_line) {
+  hlo_reader *r = s->r;
+  cf_status st = CF_OK;
+  while (!st && p < e) {
+    while (p < e && is_space(*p))
+      line += *p++ == '\n';
+    if (p >= e) break;
+    const char *pe = cf_sh_stmt_end(p, e);
+    if (cf_sh_word_at(p, e, "module")) {
+      const char *open = NULL;
+      for (const char *t = p; t < pe; t = cf_sh_step(t, pe))
+        if (*t == '{') open = t;
+      if (!open || cf_hlo_skip(cf_hlo_past(open, pe), pe) != pe)
+        return cf_hlo_fail(r, line, "module: expected a body '{ ... }'");
+      cf_span nm;
+      const char *at = memchr(p, '@', (size_t)(open - p));
+      if (at && !r->module) {
+        cf_hlo_read_name(at + 1, open, &nm);
+        if (nm.n && nm.n <= CF_MAX_NAME && !(r->module = str(s, nm.p, nm.n)))
+          return cf_hlo_oom(r, line);
+      }
+      const char *attrs = NULL;
+      for (const char *t = p; t < open; t = cf_sh_step(t, open))
+        if (*t == '{') attrs = t;
+      if (meshes && attrs && (st = module_attrs(s, attrs, cf_hlo_past(attrs, open), line)))
+        return st;
+      st = module_body(s, open + 1, cf_hlo_past(open, pe) - 1, line + cf_sh_count_nl(p, open + 1),
+                       meshes, main_idx, public_idx, n_public, main_line);
+    } else if (!meshes && cf_sh_word_at(p, e, "func.func")) {
+      bool pub;
+      int idx;
+      if (!(st = parse_func(s, p, pe, line, &pub, &idx))) {
+        if (!strcmp(s->comps[idx].name, "main")) {
+          *main_idx = idx;
+          *main_line = line;
+        }
+        if (pub) {
+          *public_idx = idx;
+          ++*n_public;
+        }
+      }
+    } else if (meshes &&
+               (cf_sh_word_at(p, e, "sdy.mesh") || cf_sh_word_at(p, e, "stablehlo.mesh"))) {
+      st = cf_sh_mesh_decl(s, p, pe, line);
+    } /* #alias = ..., other top-level ops: nothing to import */
+    line += cf_sh_count_nl(p, pe);
+    p = pe;
+  }
+  return st;
+}
+
+static cf_status parse_module(hlo_reader *r) {
+  sh_reader s = {.r = r};
+  cf_status st = cf_sh_clean(r);
+  int main_idx = -1, public_idx = -1, n_public = 0, main_line = 0;
+  /* meshes first: a symbol may be used above its declaration */
+  for (int pass = 0; pass < 2 && !st; pass++)
+    st = module_body(&s, r->text, r->end, 1, pass == 0, &main_idx, &public_idx, &n_public,
+                     &main_line);
+  /* the meshes for the HLO evaluator's shard_map entries (hlo_sharding.c) */
+  if (!st && !(r->meshes = cf_arena_array(&r->scratch, HLO_MAX_MESHES, sizeof *r->meshes)))
+    st = cf_hlo_oom(r, 0);
+  for (int i = 0; !st && i < s.n_meshes && i < HLO_MAX_MESHES; i++) {
+    hmesh *m = &r->meshes[r->n_meshes++];
+    m->name = (cf_span){s.meshes[i].name, strlen(s.meshes[i].name)};
+    m->n = s.meshes[i].na;
+    memcpy(m->axis, s.meshes[i].axis, sizeof m->axis);
+    memcpy(m->size, s.meshes[i].size, sizeof m->size);
+    m->device_ids = false; /* cf_sh_mesh_decl refuses any other order */
+  }
+  r->meshes_loaded = true;
+  if (!st && !s.n_comps) st = cf_hlo_fail(r, 1, "not StableHLO text: no func.func in the module");
+  if (!st && main_idx < 0 && n_public != 1)
+    st = cf_hlo_fail(r, 1, "no entry function: %d public functions and none named @main", n_public);
+  const char **keys = NULL;
+  if (!st) {
+    r->comps = cf_arena_array(&r->scratch, (size_t)s.n_comps, sizeof *r->comps);
+    keys = cf_arena_array(&r->scratch, (size_t)s.n_comps, sizeof *keys);
+    if (!r->comps || !keys) st = cf_hlo_oom(r, 0);
+  }
+  if (!st) {
+    memcpy(r->comps, s.comps, (size_t)s.n_comps * sizeof *r->comps);
+    r->n_comps = s.n_comps;
+    for (int i = 0; i < s.n_comps; i++)
+      keys[i] = r->comps[i].name;
+    r->entry = &r->comps[main_idx >= 0 ? main_idx : public_idx];
+    int dup;
+    if (!cf_hlo_map_build(&r->scratch, &r->comp_map, keys, r->n_comps, &dup))
+      st = cf_hlo_oom(r, 0);
+    else if (dup >= 0)
+      st = cf_hlo_fail(r, r->comps[dup].line, "function '@%s' defined twice (first at line %d)",
+                       keys[dup], r->comps[cf_hlo_map_find(&r->comp_map, keys[dup])].line);
+  }
+  free(s.comps);
+  free(s.meshes);
+  return st;
+}
+
+cf_status cf_stablehlo_read(cf_context *ctx, const char *name, const char *data, size_t size,
+                            cf_graph **out) {
+  return cf_hlo_run(ctx, name, data, size, parse_module, out);
+}

@@ -1,0 +1,505 @@
+/* test_stablehlo.c - unit tests for the StableHLO reader (frontend/stablehlo*.c).
+ *
+ * The data-parallel step in examples/stablehlo must import with its
+ * collectives, groups and MatMuls where they are, and give the same
+ * collectives in the same groups as its HLO twin; in-memory modules cover
+ * the op forms (generic and pretty), types, constants, replica group forms,
+ * meshes, shardings, calls, and the error messages (each with its line).
+ */
+#include "cf_graph_test.h"
+
+static cf_graph *parse(const char *name, const char *text) {
+  cf_graph *g = NULL;
+  cf_status st = cf_graph_parse(ctx, name, text, strlen(text), &g);
+  if (st) fail_msg("%s", cf_context_errmsg(ctx));
+  return g;
+}
+
+static const char *type_of(const cf_node *n) { return cf_node_str(n, CF_A_TYPE, ""); }
+
+/* ---- the example and its twin ---- */
+
+static void test_dp_step(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/examples/stablehlo/jax_dp_step.mlir");
+  assert_string_equal(g->name, "jit_step");
+  assert_int_equal(g->world_size, 4);
+  assert_group(g, "replica_group_0", "0,1,2,3");
+  assert_int_equal(g->n_groups, 1);
+  /* entry arguments are Inputs named after their SSA names, global shapes */
+  assert_int_equal(node(g, "arg0")->op, CF_OP_INPUT);
+  assert_shape(&node(g, "arg0")->out[0], CF_DT_FLOAT32, "16,8");
+  /* the batch is split over dp: each rank's block of the global argument
+   * (a Shard node); the weights are replicated */
+  const cf_node *x = node(g, "0.local0");
+  assert_int_equal(x->op, CF_OP_SHARD);
+  assert_ptr_equal(operand(g, x, 0), node(g, "arg0"));
+  assert_int_equal(cf_node_attr(x, CF_A_TILES)->v.shape->dims[0], 4);
+  assert_shape(&x->out[0], CF_DT_FLOAT32, "4,8");
+  const cf_node *h = node(g, "1");
+  assert_int_equal(h->op, CF_OP_MATMUL);
+  assert_ptr_equal(operand(g, h, 0), x);
+  assert_ptr_equal(operand(g, h, 1), node(g, "arg1"));
+  assert_int_equal(node(g, "cst")->op, CF_OP_CONSTANT);
+  assert_int_equal(node(g, "3")->op, CF_OP_MUL);
+  /* level 1: one all-reduce per gradient; level 2: one variadic all-reduce */
+  const cf_node *a5 = node(g, "5"), *a7 = node(g, "7");
+  assert_int_equal(a5->op, CF_OP_ALLREDUCE);
+  assert_int_equal(cf_node_reduction(a5), CF_RED_SUM);
+  assert_string_equal(cf_node_group(a5), "replica_group_0");
+  assert_string_equal(type_of(operand(g, a5, 0)), "stablehlo.dot_general"); /* inlined call */
+  assert_int_equal(a7->op, CF_OP_FUSEDALLREDUCE);
+  cf_strs m7 = cf_node_strs(a7, CF_A_MEMBERS);
+  assert_int_equal(m7.n, 2);
+  assert_string_equal(m7.v[0], "7#0");
+  assert_string_equal(m7.v[1], "7#1");
+  /* results in the order of the return */
+  assert_ptr_equal(operand(g, node(g, "output.0"), 0), a7);
+  assert_int_equal(node(g, "output.0")->in[0].port, 0);
+  assert_int_equal(node(g, "output.1")->in[0].port, 1);
+  assert_ptr_equal(operand(g, node(g, "output.2"), 0), a5);
+  assert_ptr_equal(operand(g, node(g, "output.3"), 0), node(g, "6"));
+  /* the pretty stablehlo.reduce keeps both operands */
+  const cf_node *red = node(g, "4");
+  assert_string_equal(type_of(red), "stablehlo.reduce");
+  assert_int_equal(red->n_in, 2);
+  cf_graph_destroy(g);
+}
+
+/* The collectives of g as text, one line each: op, reduction, group ranks,
+ * operand shapes (names differ between the formats). */
+static void collectives(const cf_graph *g, char *buf, size_t len) {
+  size_t o = 0;
+  buf[0] = 0;
+  for (int i = 0; i < g->n_nodes && o < len; i++) {
+    const cf_node *n = &g->nodes[i];
+    if (!cf_op_is_collective(n->op)) continue;
+    const cf_group *gr = cf_graph_group(g, cf_node_group(n));
+    o += (size_t)snprintf(buf + o, len - o, "%s %s ranks", cf_op_table[n->op].name,
+                          cf_reduction_name(cf_node_reduction(n)));
+    for (int k = 0; gr && k < gr->n_ranks * gr->n_parts && o < len; k++)
+      o += (size_t)snprintf(buf + o, len - o, " %d", gr->ranks[k]);
+    for (int k = 0; k < n->n_out && o < len; k++) {
+      char s[64];
+      o += (size_t)snprintf(buf + o, len - o, " [%s]",
+                            cf_shape_format(&n->out[k].shape, s, sizeof s));
+    }
+    if (o < len) o += (size_t)snprintf(buf + o, len - o, "\n");
+  }
+}
+
+static void test_hlo_twin(void **state) {
+  (void)state;
+  cf_graph *m = load(CF_SOURCE_DIR "/examples/stablehlo/jax_dp_step.mlir");
+  cf_graph *h = load(CF_SOURCE_DIR "/examples/stablehlo/jax_dp_step.hlo");
+  char a[2048], b[2048];
+  collectives(m, a, sizeof a);
+  collectives(h, b, sizeof b);
+  assert_string_equal(a, "AllReduce sum ranks 0 1 2 3 [16,4]\n"
+                         "AllReduce sum ranks 0 1 2 3 [4]\n"
+                         "FusedAllReduce sum ranks 0 1 2 3 [8,16] [16]\n");
+  assert_string_equal(a, b);
+  assert_int_equal(m->world_size, h->world_size);
+  cf_graph_destroy(m);
+  cf_graph_destroy(h);
+}
+
+/* ---- op forms ---- */
+
+static const char forms[] =
+    "// a module without `module`: found by func.func\n"
+    "func.func @main(%arg0: tensor<4xf32>, %arg1: tensor<2x2xbf16>, %p: tensor<4xi1>) -> "
+    "(tensor<4xf32>, tensor<4xbf16>) {\n"
+    "  %0 = \"stablehlo.add\"(%arg0, %arg0) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
+    "  %1 = stablehlo.subtract %0, %arg0 : tensor<4xf32>\n"
+    "  %2 = stablehlo.convert %1 : (tensor<4xf32>) -> tensor<4xf64>\n"
+    "  %3 = stablehlo.reshape %arg1 : (tensor<2x2xbf16>) -> tensor<4xbf16>\n"
+    "  %c = stablehlo.constant dense<[0, 1, 2, 3]> : tensor<4xi32>\n"
+    "  %c_0 = stablehlo.constant dense<\"0x0000803F0000803F0000803F0000803F\"> : tensor<4xf32>\n"
+    "  %c_1 = stablehlo.constant dense<0x7FC00000> : tensor<f32>\n"
+    "  %c_2 = stablehlo.constant dense<[1.5, 2.5, 1.5, 1.5]> : tensor<4xf32>\n"
+    "  %c_3 = \"stablehlo.constant\"() <{value = dense<2> : tensor<2x2xi64>}> : () -> "
+    "tensor<2x2xi64>\n"
+    "  %4 = stablehlo.multiply %c_0, %c_2 : tensor<4xf32> loc(\"m\")\n"
+    "  %5 = stablehlo.not %p : tensor<4xi1>\n"
+    "  %6 = sdy.sharding_constraint %4 <@mesh, [{}]> : tensor<4xf32>\n"
+    "  %7 = stablehlo.custom_call @Sharding(%6) {mhlo.sharding = \"{replicated}\"} : "
+    "(tensor<4xf32>) -> tensor<4xf32>\n"
+    "  %8:2 = stablehlo.while(%iterArg = %c, %iterArg_4 = %7) : tensor<4xi32>, tensor<4xf32>\n"
+    "   cond {\n"
+    "    %9 = stablehlo.compare  LT, %iterArg, %iterArg,  SIGNED : (tensor<4xi32>, "
+    "tensor<4xi32>) -> tensor<4xi1>\n"
+    "    stablehlo.return %9 : tensor<4xi1>\n"
+    "  } do {\n"
+    "    %9 = stablehlo.add %iterArg_4, %2x : tensor<4xf32>\n"
+    "    stablehlo.return %iterArg, %9 : tensor<4xi32>, tensor<4xf32>\n"
+    "  }\n"
+    "  return %8#1, %3 : tensor<4xf32>, tensor<4xbf16>\n"
+    "}\n";
+
+static void test_forms(void **state) {
+  (void)state;
+  char text[sizeof forms + 8];
+  /* %2x in the while body is no value of main: it is not captured */
+  snprintf(text, sizeof text, "%s", forms);
+  cf_graph *g = parse("forms.mlir", text);
+  assert_int_equal(node(g, "0")->op, CF_OP_ADD);
+  assert_int_equal(node(g, "1")->op, CF_OP_SUB);
+  assert_int_equal(node(g, "2")->op, CF_OP_CAST);
+  assert_shape(&node(g, "2")->out[0], CF_DT_FLOAT64, "4");
+  assert_int_equal(node(g, "3")->op, CF_OP_RESHAPE);
+  /* constants: iota list, a "0x..." blob of one value, a NaN bit pattern
+   * (no Constant can hold it), mixed values, a generic-form splat */
+  assert_int_equal(node(g, "c")->op, CF_OP_CONSTANT);
+  assert_string_equal(cf_node_str(node(g, "c"), CF_A_INIT, ""), "iota");
+  const cf_node *c0 = node(g, "c_0");
+  assert_int_equal(c0->op, CF_OP_CONSTANT);
+  assert_true(cf_node_attr(c0, CF_A_VALUE)->v.f == 1.0);
+  assert_int_equal(node(g, "c_1")->op, CF_OP_OPAQUE);
+  assert_int_equal(node(g, "c_2")->op, CF_OP_OPAQUE);
+  const cf_node *c3 = node(g, "c_3");
+  assert_int_equal(c3->op, CF_OP_CONSTANT);
+  assert_true(cf_node_attr(c3, CF_A_VALUE)->v.f == 2.0);
+  assert_shape(&c3->out[0], CF_DT_INT64, "2,2");
+  /* i1 has no IR dtype: a stand-in of its size, Opaque only */
+  assert_string_equal(type_of(node(g, "5")), "stablehlo.not");
+  assert_shape(&node(g, "5")->out[0], CF_DT_UINT8, "4");
+  /* sharding ops forward their operand; the while keeps its operands */
+  const cf_node *w = node(g, "8");
+  assert_string_equal(type_of(w), "stablehlo.while");
+  assert_int_equal(w->n_in, 2);
+  assert_ptr_equal(operand(g, w, 0), node(g, "c"));
+  assert_ptr_equal(operand(g, w, 1), node(g, "4"));
+  assert_ptr_equal(operand(g, node(g, "output.0"), 0), w);
+  assert_int_equal(node(g, "output.0")->in[0].port, 1);
+  assert_ptr_equal(operand(g, node(g, "output.1"), 0), node(g, "3"));
+  cf_graph_destroy(g);
+}
+
+static void test_captures(void **state) {
+  (void)state;
+  /* a region's use of an outer value is a dependency */
+  cf_graph *g = parse("t.mlir", "func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> "
+                                "tensor<4xf32> {\n"
+                                "  %0 = stablehlo.while(%x = %a) : tensor<4xf32>\n"
+                                "   cond {\n"
+                                "    %c = stablehlo.constant dense<true> : tensor<i1>\n"
+                                "    stablehlo.return %c : tensor<i1>\n"
+                                "  } do {\n"
+                                "    %1 = stablehlo.add %x, %b : tensor<4xf32>\n"
+                                "    stablehlo.return %1 : tensor<4xf32>\n"
+                                "  }\n"
+                                "  return %0 : tensor<4xf32>\n"
+                                "}\n");
+  const cf_node *w = node(g, "0");
+  assert_int_equal(w->n_in, 2);
+  assert_ptr_equal(operand(g, w, 0), node(g, "a"));
+  assert_ptr_equal(operand(g, w, 1), node(g, "b"));
+  cf_graph_destroy(g);
+}
+
+static const char collectives_module[] =
+    "#loc1 = loc(\"p\")\n"
+    "module @c attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {\n"
+    "  sdy.mesh @mesh = <[\"dp\"=2, \"tp\"=4]>\n"
+    "  func.func public @main(%arg0: tensor<8x4xf32> loc(\"p\")) -> (tensor<8x4xf32>) {\n"
+    "    %0 = \"stablehlo.all_reduce\"(%arg0) <{channel_handle = "
+    "#stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = "
+    "#stablehlo.replica_group_mesh_axes<mesh = @mesh, axes = [\"tp\"]>, "
+    "use_global_device_ids}> ({\n"
+    "    ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
+    "      %m = stablehlo.maximum %a, %b : tensor<f32>\n"
+    "      stablehlo.return %m : tensor<f32>\n"
+    "    }) : (tensor<8x4xf32>) -> tensor<8x4xf32>\n"
+    "    %1 = \"stablehlo.all_gather\"(%0) <{all_gather_dim = 0 : i64, channel_handle = "
+    "#stablehlo.channel_handle<handle = 2, type = 1>, replica_groups = dense<[[0, 4], [1, 5], "
+    "[2, 6], [3, 7]]> : tensor<4x2xi64>, use_global_device_ids}> : (tensor<8x4xf32>) -> "
+    "tensor<16x4xf32>\n"
+    "    %2 = \"stablehlo.reduce_scatter\"(%1) <{channel_handle = "
+    "#stablehlo.channel_handle<handle = 3, type = 1>, replica_groups = dense<[[0, 4], [1, 5], "
+    "[2, 6], [3, 7]]> : tensor<4x2xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> "
+    "({\n"
+    "    ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
+    "      %s = stablehlo.add %a, %b : tensor<f32>\n"
+    "      stablehlo.return %s : tensor<f32>\n"
+    "    }) : (tensor<16x4xf32>) -> tensor<8x4xf32>\n"
+    "    %3 = \"stablehlo.collective_broadcast\"(%2) <{channel_handle = "
+    "#stablehlo.channel_handle<handle = 4, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, "
+    "5, 6, 7]]> : tensor<1x8xi64>}> : (tensor<8x4xf32>) -> tensor<8x4xf32>\n"
+    "    %4 = \"stablehlo.all_gather\"(%3) <{all_gather_dim = 1 : i64, replica_groups = "
+    "dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>}> : (tensor<8x4xf32>) -> "
+    "tensor<8x32xf32>\n"
+    "    %5:2 = \"stablehlo.all_to_all\"(%3, %3) <{concat_dimension = 0 : i64, split_count = 8 : "
+    "i64, split_dimension = 0 : i64}> : (tensor<8x4xf32>, tensor<8x4xf32>) -> "
+    "(tensor<8x4xf32>, tensor<8x4xf32>)\n"
+    "    %6 = \"stablehlo.all_reduce\"(%5#0) <{channel_handle = #stablehlo.channel_handle<handle = "
+    "5, type = 1>, replica_groups = dense<[[0, 1, 2], [3, 4, -1]]> : tensor<2x3xi64>, "
+    "use_global_device_ids}> ({\n"
+    "    ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
+    "      %s = stablehlo.add %a, %b : tensor<f32>\n"
+    "      stablehlo.return %s : tensor<f32>\n"
+    "    }) : (tensor<8x4xf32>) -> tensor<8x4xf32>\n"
+    "    %7:2 = \"mhlo.all_reduce\"(%6, %4) <{channel_handle = #mhlo.channel_handle<handle = 6, "
+    "type = 1>, replica_groups = dense<[[0, 1], [2, 3], [4, 5], [6, 7]]> : tensor<4x2xi64>, "
+    "use_global_device_ids}> ({\n"
+    "    ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
+    "      %s = mhlo.multiply %a, %b : tensor<f32>\n"
+    "      mhlo.return %s : tensor<f32>\n"
+    "    }) : (tensor<8x4xf32>, tensor<8x32xf32>) -> (tensor<8x4xf32>, tensor<8x32xf32>)\n"
+    "    return %7#0 : tensor<8x4xf32>\n"
+    "  }\n"
+    "}\n";
+
+static void test_collectives(void **state) {
+  (void)state;
+  cf_graph *g = parse("c.mlir", collectives_module);
+  assert_int_equal(g->world_size, 8);
+  /* a mesh axis: one part per dp coordinate, named after the axis */
+  const cf_node *ar = node(g, "0");
+  assert_int_equal(ar->op, CF_OP_ALLREDUCE);
+  assert_int_equal(cf_node_reduction(ar), CF_RED_MAX);
+  assert_string_equal(cf_node_group(ar), "tp");
+  assert_group(g, "tp", "0,1,2,3|4,5,6,7");
+  const cf_node *ag = node(g, "1"), *rs = node(g, "2"), *bc = node(g, "3");
+  assert_int_equal(ag->op, CF_OP_ALLGATHER);
+  assert_int_equal(cf_node_layout(ag), CF_LAYOUT_CONCAT);
+  assert_group(g, cf_node_group(ag), "0,4|1,5|2,6|3,7");
+  assert_int_equal(rs->op, CF_OP_REDUCESCATTER);
+  assert_string_equal(cf_node_group(rs), cf_node_group(ag));
+  assert_int_equal(bc->op, CF_OP_BROADCAST);
+  assert_int_equal(cf_node_attr(bc, CF_A_ROOT)->v.i, 0);
+  /* along dimension 1, a variadic all_to_all (each operand exchanged on its
+   * own), groups of different sizes: Opaque */
+  assert_string_equal(type_of(node(g, "4")), "all-gather (not along dimension 0)");
+  assert_string_equal(type_of(node(g, "5")), "stablehlo.all_to_all");
+  assert_string_equal(type_of(node(g, "6")), "all-reduce over 2 replica groups of different sizes");
+  /* a variadic all-reduce: one fused node (mhlo. reads like stablehlo.) */
+  const cf_node *f = node(g, "7");
+  assert_int_equal(f->op, CF_OP_FUSEDALLREDUCE);
+  assert_int_equal(cf_node_reduction(f), CF_RED_PROD);
+  cf_strs members = cf_node_strs(f, CF_A_MEMBERS);
+  assert_int_equal(members.n, 2);
+  assert_string_equal(members.v[0], "7#0");
+  assert_string_equal(members.v[1], "7#1");
+  cf_graph_destroy(g);
+}
+
+static void test_alltoall_permute(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/stablehlo/alltoall_permute.mlir");
+  const cf_node *a0 = node(g, "0"), *a1 = node(g, "1"), *cp = node(g, "2");
+  assert_int_equal(a0->op, CF_OP_ALLTOALL);
+  assert_int_equal(cf_node_attr(a0, CF_A_SPLIT_DIMENSION)->v.i, 0);
+  assert_group(g, cf_node_group(a0), "0,1,2,3");
+  /* split along 1, concatenated along 0, in two groups of two */
+  assert_int_equal(a1->op, CF_OP_ALLTOALL);
+  assert_int_equal(cf_node_attr(a1, CF_A_SPLIT_DIMENSION)->v.i, 1);
+  assert_int_equal(cf_node_attr(a1, CF_A_CONCAT_DIMENSION)->v.i, 0);
+  assert_group(g, cf_node_group(a1), "0,1|2,3");
+  assert_shape(&a1->out[0], CF_DT_FLOAT32, "16,2");
+  assert_int_equal(cp->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_string_equal(cf_node_str(cp, CF_A_SOURCE_TARGET_PAIRS, ""), "{0,1},{1,2},{2,3},{3,0}");
+  assert_ptr_equal(operand(g, cp, 0), a0);
+  cf_graph_destroy(g);
+}
+
+static void test_permute_ring(void **state) {
+  (void)state;
+  /* a ring over every device: 256 pairs, 512 ids */
+  size_t cap = 16384, n = 0;
+  char *t = malloc(cap);
+  assert_non_null(t);
+  n += (size_t)snprintf(t + n, cap - n,
+                        "module @r attributes {mhlo.num_partitions = 256 : i32} {\n"
+                        "  func.func public @main(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                        "    %%0 = \"stablehlo.collective_permute\"(%%a) <{channel_handle = "
+                        "#stablehlo.channel_handle<handle = 1, type = 1>, source_target_pairs = "
+                        "dense<[");
+  for (int i = 0; i < 256; i++)
+    n += (size_t)snprintf(t + n, cap - n, "%s[%d, %d]", i ? ", " : "", i, (i + 1) % 256);
+  n += (size_t)snprintf(t + n, cap - n,
+                        "]> : tensor<256x2xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n"
+                        "    return %%0 : tensor<4xf32>\n  }\n}\n");
+  cf_graph *g = parse("ring.mlir", t);
+  const cf_node *cp = node(g, "0");
+  assert_int_equal(cp->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_non_null(strstr(cf_node_str(cp, CF_A_SOURCE_TARGET_PAIRS, ""), "{254,255},{255,0}"));
+  assert_int_equal(g->world_size, 256);
+  cf_graph_destroy(g);
+  free(t);
+}
+
+static void test_calls_and_manual(void **state) {
+  (void)state;
+  cf_graph *g =
+      parse("m.mlir",
+            "module @m {\n"
+            "  sdy.mesh @mesh = <[\"x\"=2, \"y\"=2]>\n"
+            "  func.func private @f(%a: tensor<2x4xf32>) -> tensor<2x4xf32> {\n"
+            "    %0 = call @g(%a) : (tensor<2x4xf32>) -> tensor<2x4xf32>\n"
+            "    return %0 : tensor<2x4xf32>\n"
+            "  }\n"
+            "  func.func private @g(%a: tensor<2x4xf32>) -> tensor<2x4xf32> {\n"
+            "    %0 = stablehlo.multiply %a, %a : tensor<2x4xf32>\n"
+            "    return %0 : tensor<2x4xf32>\n"
+            "  }\n"
+            "  func.func public @step(%arg0: tensor<4x8xf32>) -> tensor<4x8xf32> {\n"
+            "    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{\"x\"}, {\"y\", ?}]>] "
+            "out_shardings=[<@mesh, [{\"x\"}, {\"y\"}]>] manual_axes={\"x\", \"y\"} "
+            "(%arg1: tensor<2x4xf32>) {\n"
+            "      %1 = func.call @f(%arg1) : (tensor<2x4xf32>) -> tensor<2x4xf32>\n"
+            "      %2 = func.call @f(%1) : (tensor<2x4xf32>) -> tensor<2x4xf32>\n"
+            "      sdy.return %2 : tensor<2x4xf32>\n"
+            "    } : (tensor<4x8xf32>) -> tensor<4x8xf32>\n"
+            "    return %0 : tensor<4x8xf32>\n"
+            "  }\n"
+            "}\n");
+  /* the only public function is the entry; the world is the mesh */
+  assert_int_equal(g->world_size, 4);
+  const cf_node *l = node(g, "0.local0");
+  assert_shape(&l->out[0], CF_DT_FLOAT32, "2,4");
+  /* two inlined copies of @g's multiply, renamed: the entry has a %0 */
+  const cf_node *m1 = node(g, "0/1"), *m2 = node(g, "0/2");
+  assert_int_equal(m1->op, CF_OP_MUL);
+  assert_ptr_equal(operand(g, m1, 0), l);
+  assert_ptr_equal(operand(g, m2, 0), m1);
+  assert_ptr_equal(operand(g, node(g, "output"), 0), m2);
+  cf_graph_destroy(g);
+}
+
+static void test_sniff(void **state) {
+  (void)state;
+  const char text[] = "module {\n  func.func @main(%arg0: tensor<2xf32>) -> tensor<2xf32> {\n"
+                      "    return %arg0 : tensor<2xf32>\n  }\n}\n";
+  cf_graph *g = parse("graph.txt", text);
+  assert_int_equal(node(g, "arg0")->op, CF_OP_INPUT);
+  assert_ptr_equal(operand(g, node(g, "output"), 0), node(g, "arg0"));
+  cf_graph_destroy(g);
+}
+
+/* ---- errors ---- */
+
+#define FN "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+
+static const cf_bad_input bad_modules[] = {
+    {"module {\n}\n", "t.mlir:1: error: not StableHLO text: no func.func in the module"},
+    {"", "no func.func"},
+    {FN "  return %a : tensor<4xf32>\n}\n"
+        "func.func @g(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}\n"
+        "func.func @g(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}\n",
+     "t.mlir:7: error: function '@g' defined twice (first at line 4)"},
+    {"func.func @g(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}\n"
+     "func.func @h(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}\n",
+     "t.mlir:1: error: no entry function: 2 public functions and none named @main"},
+    {FN "  %0 = stablehlo.add %a, %a) : tensor<4xf32>\n}\n", "t.mlir:2: error: unbalanced ')'"},
+    {FN "  %0 = stablehlo.add %a, %a : tensor<4xf32> loc(\"x)\n}\n",
+     "t.mlir:2: error: unterminated string"},
+    {FN "  %0 = stablehlo.add %a, %a : tensor<4xf32>\n", "t.mlir:1: error: '{' is never closed"},
+    {FN "  /* a */ return %a : tensor<4xf32>\n}\n", "t.mlir:2: error: unexpected '/*'"},
+    {FN "  %0 = stablehlo.add %a, %b : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': operand 'b' is not defined in computation 'main'"},
+    {FN "  %0 = stablehlo.add %a, %a : tensor<?xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: dynamic dimension '?' in a tensor type"},
+    {FN "  %0 = stablehlo.add %a, %a : tensor<4xq7>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: unknown element type 'q7'"},
+    {FN "  %0 = \"stable\xa6hlo.abs\"(%a) : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
+        "tensor<4xf32>\n}\n",
+     "t.mlir:2: error: value '%0': expected an op name"},
+    {FN "  %0 = stablehlo.add %a, %a\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: op 'stablehlo.add': expected ': TYPE' after the op"},
+    {FN "  %0 = stablehlo.add %a, %a : tensor<4xf32>\n}\n",
+     "t.mlir:1: error: function 'main' has no return"},
+    {FN "  return %z : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: function 'main' returns '%z', which it does not define"},
+    {FN "  %0 = stablehlo.add %a, %a : tensor<4xf32>\n  %0 = stablehlo.add %a, %a : "
+        "tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:3: error: function 'main': value '%0' defined twice (first at line 2)"},
+    {FN "  %0 = call @main(%a) : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
+        "tensor<4xf32>\n}\n",
+     "t.mlir:1: error: computation 'main' calls itself"},
+    {FN "  %0 = call @nope(%a) : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
+        "tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': call needs to_apply=COMPUTATION of the module"},
+    {"sdy.mesh @m = <[\"x\"=2]>\n" FN
+     "  %0 = sdy.manual_computation(%a) in_shardings=[<@m, [{\"x\"}]>] out_shardings=[<@m, "
+     "[{\"x\"}]>] manual_axes={\"x\"} (%b: tensor<4xf32>) {\n    sdy.return %b : "
+     "tensor<4xf32>\n  } : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:3: error: sdy.manual_computation: operand 0's sharding gives a local shape that is "
+     "not the type of the body's argument 0"},
+    {FN "  %0 = sdy.manual_computation(%a) in_shardings=[<@m, [{\"x\"}]>] out_shardings=[<@m, "
+        "[{\"x\"}]>] manual_axes={\"x\"} (%b: tensor<2xf32>) {\n    sdy.return %b : "
+        "tensor<2xf32>\n  } : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: mesh '@m' is not declared (sdy.mesh @m = <[...]>)"},
+    {"sdy.mesh @m = <[\"x\"=2]>\n" FN "  %0 = \"stablehlo.all_reduce\"(%a) <{replica_groups = "
+     "#stablehlo.replica_group_mesh_axes<mesh = @m, axes = [\"z\"]>}> ({\n  ^bb0(%x: "
+     "tensor<f32>, %y: tensor<f32>):\n    %s = stablehlo.add %x, %y : tensor<f32>\n"
+     "    stablehlo.return %s : tensor<f32>\n  }) : (tensor<4xf32>) -> tensor<4xf32>\n"
+     "  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:3: error: op '0': replica groups name axis 'z', which mesh 'm' does not have"},
+    {FN "  %0 = \"stablehlo.all_reduce\"(%a) <{replica_groups = dense<[[0, 1], [1, 2]]> : "
+        "tensor<2x2xi64>}> ({\n  ^bb0(%x: tensor<f32>, %y: tensor<f32>):\n    %s = "
+        "stablehlo.add %x, %y : tensor<f32>\n    stablehlo.return %s : tensor<f32>\n  }) : "
+        "(tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': replica_groups list device 1 twice"},
+    {FN "  %0 = \"stablehlo.all_reduce\"(%a) <{replica_groups = dense<[[0, 1]]> : "
+        "tensor<1x2xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: op '%0': all-reduce needs its reduction region '({ ... })'"},
+    {FN "  %0 = \"stablehlo.all_gather\"(%a) <{replica_groups = dense<[[0, 1]]> : "
+        "tensor<1x2xi64>}> : (tensor<4xf32>) -> tensor<8xf32>\n  return %a : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: op '0': all-gather needs all_gather_dim = N"},
+    {FN "  %0, %1 = stablehlo.add %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: results listed one by one ('%a, %b = ...') are not supported"},
+    {FN "  %0 = \"stablehlo.all_reduce\"(%a) <{replica_groups = dense<[[0, 1]]> : "
+        "tensor<1x2xi64>}> ({\n    stablehlo.return %z : tensor<f32>\n  }) : (tensor<4xf32>) -> "
+        "tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:3: error: region returns '%z', which it does not define"},
+    {FN "  %0 = constant dense<1.0> : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: value '%0': op 'constant' has no dialect (stablehlo.constant?)"},
+    {FN "  = 3\n  return %a : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: function 'main': expected an op at '= 3'"},
+    {FN "  ^bb1:\n  return %a : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: function 'main': several blocks (a control-flow graph) are not supported"},
+    {"module attributes {mhlo.num_partitions = 4 : i32} {\n" FN
+     "  %0 = \"stablehlo.all_to_all\"(%a) <{channel_handle = #stablehlo.channel_handle<handle = "
+     "1, type = 1>, concat_dimension = 0 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : "
+     "tensor<1x4xi64>, split_count = 2 : i64, split_dimension = 0 : i64, "
+     "use_global_device_ids}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
+     "tensor<4xf32>\n}\n}\n",
+     "t.mlir:3: error: instruction '0': split_count=2 but its replica groups have 4 devices"},
+    {FN "  %0 = \"stablehlo.collective_permute\"(%a) <{source_target_pairs = dense<[[0, 1, "
+        "2]]> : tensor<1x3xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
+        "tensor<4xf32>\n}\n",
+     "t.mlir:2: error: op '0': source_target_pairs: every pair is [source, target]"},
+    {FN "  %0 = stablehlo.real %a : (tensor<4xcomplex<complex<f32>>>) -> tensor<4xf32>\n"
+        "  return %a : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: complex of a complex type"},
+    {"sdy.mesh @m = <[\"x\"=2]>\n" FN
+     "  %0 = sdy.manual_computation(%a) in_shardings=<@m, [{\"x\"}]> out_shardings=[<@m, "
+     "[{\"x\"}]>] manual_axes={\"x\"} (%b: tensor<2xf32>) {\n    sdy.return %b : "
+     "tensor<2xf32>\n  } : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:3: error: sdy.manual_computation: in_shardings and out_shardings are lists"},
+    {"sdy.mesh @m = <[\"x\"=2]>\n" FN
+     "  %0 = sdy.manual_computation(%a) in_shardings=[] out_shardings=[<@m, [{\"x\"}]>] "
+     "manual_axes={\"x\"} (%b: tensor<2xf32>) {\n    sdy.return %b : tensor<2xf32>\n  } : "
+     "(tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:3: error: sdy.manual_computation: in_shardings has fewer than 1 entries"},
+    {"module attributes {mhlo.num_partitions = 0 : i32} {\n" FN
+     "  return %a : tensor<4xf32>\n}\n}\n",
+     "t.mlir:1: error: module: mhlo.num_partitions = '0 : i32' must be an integer in 1..256"},
+};
+
+static void test_errors(void **state) {
+  (void)state;
+  assert_refused("t.mlir", bad_modules, sizeof bad_modules / sizeof bad_modules[0]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dp_step),      cmocka_unit_test(test_hlo_twin),
+      cmocka_unit_test(test_forms),        cmocka_unit_test(test_captures),
+      cmocka_unit_test(test_collectives),  cmocka_unit_test(test_alltoall_permute),
+      cmocka_unit_test(test_permute_ring), cmocka_unit_test(test_calls_and_manual),
+      cmocka_unit_test(test_sniff),        cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
