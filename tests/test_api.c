@@ -657,6 +657,24 @@ static void check_guards(unsigned char *const *base, const size_t *bytes, int n)
         fail_msg("bucket buffer %d: guard byte %d overwritten", i, x);
 }
 
+/* Every member's view in e's bound buckets: view_in / view_out[r * BN + k]
+ * for gradient k's input and output on rank r; the inputs get data's. */
+static void views_of(cf_executable *e, float *const *data, float **view_in, float **view_out) {
+  for (int r = 0; r < BR; r++)
+    for (int k = 0; k < BN; k++) {
+      size_t oi, oo;
+      int bi = cf_executable_io_bucket(e, CF_IO_INPUT, (size_t)k, &oi);
+      int bo = cf_executable_io_bucket(e, CF_IO_OUTPUT, (size_t)k, &oo);
+      assert_true(bi >= 0 && bo >= 0);
+      view_in[r * BN + k] =
+          (float *)((char *)cf_executable_bucket_buffer(e, r, (size_t)bi, CF_IO_INPUT) + oi);
+      view_out[r * BN + k] =
+          (float *)((char *)cf_executable_bucket_buffer(e, r, (size_t)bo, CF_IO_OUTPUT) + oo);
+      memcpy(view_in[r * BN + k], data[r * BN + k],
+             cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)k));
+    }
+}
+
 static void test_bucket_views(void **state) {
   (void)state;
   cf_graph *g = dp_graph(ctx, BR, BN, BE, "mean");
@@ -724,15 +742,7 @@ static void test_bucket_views(void **state) {
         assert_ptr_equal(cf_executable_bucket_buffer(e, r, b, (cf_io)io), base[nbuf] + GUARD);
         nbuf++;
       }
-  for (int r = 0; r < BR; r++)
-    for (int k = 0; k < BN; k++) {
-      char *bi = cf_executable_bucket_buffer(e, r, (size_t)b_in[k], CF_IO_INPUT);
-      char *bo = cf_executable_bucket_buffer(e, r, (size_t)b_out[k], CF_IO_OUTPUT);
-      view_in[r * BN + k] = (float *)(bi + off_in[k]);
-      view_out[r * BN + k] = (float *)(bo + off_out[k]);
-      memcpy(view_in[r * BN + k], sep_in[r * BN + k],
-             cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)k));
-    }
+  views_of(e, sep_in, view_in, view_out);
   for (size_t k = 0; k < BN; k++) {
     assert_int_equal(cf_executable_io_in_place(e, CF_IO_INPUT, k), 1);
     assert_int_equal(cf_executable_io_in_place(e, CF_IO_OUTPUT, k), 1);
@@ -793,17 +803,7 @@ static void test_bucket_views(void **state) {
         for (size_t x = 0; x < cf_executable_bucket_bytes(e, b, (cf_io)io); x++)
           assert_int_equal(c[x], 0);
       }
-  for (int r = 0; r < BR; r++)
-    for (int k = 0; k < BN; k++) {
-      view_in[r * BN + k] =
-          (float *)((char *)cf_executable_bucket_buffer(e, r, (size_t)b_in[k], CF_IO_INPUT) +
-                    off_in[k]);
-      view_out[r * BN + k] =
-          (float *)((char *)cf_executable_bucket_buffer(e, r, (size_t)b_out[k], CF_IO_OUTPUT) +
-                    off_out[k]);
-      memcpy(view_in[r * BN + k], sep_in[r * BN + k],
-             cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)k));
-    }
+  views_of(e, sep_in, view_in, view_out);
   OK(cf_executable_run(e, (const void *const *)view_in, NULL));
   assert_int_equal(cf_executable_last_copies(e, NULL), 0);
   check_means(e, view_in, view_out);
@@ -823,15 +823,7 @@ static void test_bucket_views(void **state) {
         OK(cf_executable_bucket_bind(e, r, b, CF_IO_INPUT, NULL));
         OK(cf_executable_bucket_bind(e, r, b, CF_IO_OUTPUT, NULL));
       }
-    for (int r = 0; r < BR; r++)
-      for (int k = 0; k < BN; k++) {
-        char *bi = cf_executable_bucket_buffer(e, r, (size_t)b_in[k], CF_IO_INPUT);
-        char *bo = cf_executable_bucket_buffer(e, r, (size_t)b_out[k], CF_IO_OUTPUT);
-        view_in[r * BN + k] = (float *)(bi + off_in[k]);
-        view_out[r * BN + k] = (float *)(bo + off_out[k]);
-        memcpy(view_in[r * BN + k], sep_in[r * BN + k],
-               cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)k));
-      }
+    views_of(e, sep_in, view_in, view_out);
     OK(cf_executable_run(e, NULL, NULL));
     assert_int_equal(cf_executable_last_copies(e, NULL), 0);
     check_means(e, view_in, view_out);
