@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "plan.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -184,6 +185,8 @@ static cf_status bind_values(rank_run *r) {
   bool host = cf_device_is_host(r->dev); /* caller buffers are host memory: a device copies */
   r->vptr = malloc(sizeof *r->vptr * ((size_t)p->n_vals + 1));
   if (!r->vptr) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  for (int c = 0; c < p->n_colls && p->opt.external_buckets; c++) /* the plan has no room for them */
+    assert(!p->colls[c].bucket_bytes[0] || (bucket_of(r, 2 * c) && bucket_of(r, 2 * c + 1)));
   for (int v = 0; v < p->n_vals; v++) {
     char *bk = bucket_of(r, p->vals[v].bucket);
     r->vptr[v] = bk ? bk + p->vals[v].boff : r->arena + p->vals[v].addr;

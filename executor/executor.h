@@ -110,6 +110,10 @@ typedef struct cf_run_options {
   /* The transport copies into staging (MPI): size the algorithms' scratch
    * for it. False for the threads transport, which reads in place. */
   bool staged;
+  /* Every bucket's input and output buffers are given by each run
+   * (cf_inputs.buckets, all of them on every rank): the arena keeps no room
+   * for them. */
+  bool external_buckets;
   /* Where buffers and kernels live: the CPU (default) or CUDA GPUs (ranks
    * spread over every visible GPU: cf_device_cuda_create(ctx, -1)). */
   cf_device_kind device;

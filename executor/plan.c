@@ -468,10 +468,10 @@ static cf_status build(builder *b) {
       if (n->n_in == 1 && b->val_block[v0] >= 0) { /* a plain op reads its operand in place */
         bi = b->val_block[v0];
         b->coll_in_off[nc] = b->val_off[v0];
-      } else {
-        bi = new_block(b, in_bytes);
+      } else { /* a bucket whose buffers the runs give takes no room here */
+        bi = new_block(b, n->n_in > 1 && p->opt.external_buckets ? 0 : in_bytes);
       }
-      bo = bi < 0 ? -1 : new_block(b, out_bytes);
+      bo = bi < 0 ? -1 : new_block(b, n->n_in > 1 && p->opt.external_buckets ? 0 : out_bytes);
       if (bi < 0 || bo < 0) st = oom(p);
       b->coll_in[nc] = bi;
       b->coll_out[nc] = bo;

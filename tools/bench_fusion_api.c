@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 typedef struct side {
   const char *name;
@@ -24,7 +25,7 @@ typedef struct side {
   void **in, **out; /* [r * n + k]: what each step passes */
   void **owned;     /* separate buffers this side allocated */
   size_t n_owned;
-  double *ms; /* every timed step */
+  double *ms, *cpu_ms; /* every timed step: wall, and the process's CPU (every thread) */
   size_t copies, copy_bytes;
 } side;
 
@@ -53,7 +54,8 @@ static cf_status make_side(cf_context *ctx, cf_graph *g, const cf_options *opt, 
   s->out = calloc((size_t)R * n[1] + 1, sizeof *s->out);
   s->owned = calloc((size_t)R * (n[0] + n[1]) + 1, sizeof *s->owned);
   s->ms = calloc((size_t)iters + 1, sizeof *s->ms);
-  if (!s->in || !s->out || !s->owned || !s->ms)
+  s->cpu_ms = calloc((size_t)iters + 1, sizeof *s->cpu_ms);
+  if (!s->in || !s->out || !s->owned || !s->ms || !s->cpu_ms)
     return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   for (int r = 0; r < R && views; r++)
     for (size_t b = 0; b < cf_executable_bucket_count(s->e); b++)
@@ -75,10 +77,19 @@ static cf_status make_side(cf_context *ctx, cf_graph *g, const cf_options *opt, 
   return CF_OK;
 }
 
-static cf_status step(side *s, double *ms) {
-  double t0 = cf_now();
+/* User + system CPU seconds of every thread of this process so far. */
+static double cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+static cf_status step(side *s, double *ms, double *cpu_ms) {
+  double t0 = cf_now(), c0 = cpu_s();
   cf_status st = cf_executable_run(s->e, (const void *const *)s->in, (void *const *)s->out);
   *ms = 1e3 * (cf_now() - t0);
+  *cpu_ms = 1e3 * (cpu_s() - c0);
   s->copies = cf_executable_last_copies(s->e, &s->copy_bytes);
   return st;
 }
@@ -90,6 +101,7 @@ static void side_free(side *s) {
   free(s->in);
   free(s->out);
   free(s->ms);
+  free(s->cpu_ms);
   cf_executable_destroy(s->e);
 }
 
@@ -110,11 +122,14 @@ int cf_bench_fusion_api(cf_context *ctx, const cf_bench_api_options *o) {
   if (!st) st = cf_graph_run_pipeline(g, "default", opt);
   for (int i = 0; i < 2 && !st; i++)
     st = make_side(ctx, g, opt, i == 1, o->iters, &s[i]);
-  double ms;
+  double ms, cpu;
   for (int it = 0; it < o->warmup + o->iters && !st; it++)
     for (int i = 0; i < 2 && !st; i++) { /* alternate: load changes hit both */
-      st = step(&s[i], &ms);
-      if (it >= o->warmup) s[i].ms[it - o->warmup] = ms;
+      st = step(&s[i], &ms, &cpu);
+      if (it >= o->warmup) {
+        s[i].ms[it - o->warmup] = ms;
+        s[i].cpu_ms[it - o->warmup] = cpu;
+      }
     }
   int rc = 0;
   if (st) {
@@ -124,9 +139,10 @@ int cf_bench_fusion_api(cf_context *ctx, const cf_bench_api_options *o) {
   size_t grads = cf_executable_io_count(s[0].e, CF_IO_INPUT), bytes = 0;
   for (size_t k = 0; k < grads; k++)
     bytes += cf_executable_io_bytes(s[0].e, CF_IO_INPUT, k);
-  double med[2], per_grad[2];
+  double med[2], cpu_med[2], per_grad[2];
   for (int i = 0; i < 2; i++) {
     med[i] = cf_bench_median(s[i].ms, o->iters);
+    cpu_med[i] = cf_bench_median(s[i].cpu_ms, o->iters);
     per_grad[i] = grads ? (double)s[i].copies / ((double)o->ranks * (double)grads) : 0;
   }
   if (o->json) {
@@ -147,9 +163,11 @@ int cf_bench_fusion_api(cf_context *ctx, const cf_bench_api_options *o) {
       cJSON_AddNumberToObject(j, "copy_bytes", (double)s[i].copy_bytes);
       cJSON_AddNumberToObject(j, "copies_per_input", per_grad[i]);
       cJSON_AddNumberToObject(j, "time_ms", med[i]);
+      cJSON_AddNumberToObject(j, "cpu_ms", cpu_med[i]);
       cJSON_AddItemToArray(arr, j);
     }
     cJSON_AddNumberToObject(root, "ratio", med[0] > 0 ? med[1] / med[0] : 0);
+    cJSON_AddNumberToObject(root, "cpu_ratio", cpu_med[0] > 0 ? cpu_med[1] / cpu_med[0] : 0);
     char *text = cJSON_PrintUnformatted(root);
     if (text) puts(text);
     free(text);
@@ -164,10 +182,12 @@ int cf_bench_fusion_api(cf_context *ctx, const cf_bench_api_options *o) {
          "over %d step%s after %d warm-up\n",
          grads, cf_s((int)grads), b, cf_executable_bucket_count(s[0].e),
          cf_s((int)cf_executable_bucket_count(s[0].e)), o->iters, cf_s(o->iters), o->warmup);
-  printf("%-18s %8s %12s %10s %12s\n", "buffers", "copies", "per input", "ms/step", "vs separate");
+  printf("%-18s %8s %10s %10s %12s %11s %12s\n", "buffers", "copies", "per input", "ms/step",
+         "vs separate", "cpu ms/step", "vs separate");
   for (int i = 0; i < 2; i++)
-    printf("%-18s %8zu %12.2f %10.3f %11.3fx\n", s[i].name, s[i].copies, per_grad[i], med[i],
-           med[0] > 0 ? med[i] / med[0] : 0);
+    printf("%-18s %8zu %10.2f %10.3f %11.3fx %11.3f %11.3fx\n", s[i].name, s[i].copies, per_grad[i],
+           med[i], med[0] > 0 ? med[i] / med[0] : 0, cpu_med[i],
+           cpu_med[0] > 0 ? cpu_med[i] / cpu_med[0] : 0);
 done:
   side_free(&s[0]);
   side_free(&s[1]);

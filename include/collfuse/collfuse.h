@@ -344,8 +344,9 @@ int cf_executable_io_bucket(const cf_executable *e, cf_io io, size_t k, size_t *
  * every rank is read where it lies (not made from the seed), a member
  * output whose buffer is its view or NULL is left there, and any other
  * buffer is copied in or out as before. The run writes the input buffer
- * only by such copies. CF_ERR_USAGE for a bucket, rank or io out of range
- * or a misaligned buffer. */
+ * only by such copies. While every bucket is bound on every rank,
+ * cf_executable_run's arenas keep no room for the buckets. CF_ERR_USAGE for a bucket, rank or io
+ * out of range or a misaligned buffer. */
 cf_status cf_executable_bucket_bind(cf_executable *e, int rank, size_t b, cf_io io, void *buffer);
 /* The buffer bound to bucket b's input/output on rank, NULL when none. */
 void *cf_executable_bucket_buffer(const cf_executable *e, int rank, size_t b, cf_io io);
