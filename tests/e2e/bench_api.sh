@@ -53,7 +53,7 @@ sep, views = j["sides"]
 assert sep["name"] == "separate buffers" and sep["copies"] == 48 and sep["copies_per_input"] == 2, sep
 assert sep["copy_bytes"] == 2 * 2 * sum(4 * (1000 + i) for i in range(12)), sep
 assert views["name"] == "bucket views" and views["copies"] == 0 and views["copy_bytes"] == 0, views
-assert sep["time_ms"] > 0 and views["time_ms"] > 0 and j["ratio"] > 0, j
+assert sep["time_ms"] > 0 and views["time_ms"] > 0 and j["ratio"] > 0 and "cpu_ms" in views and "cpu_ratio" in j, j
 P
 fi
 run bench fusion "$ex/tp_mlp.xml" --api --ranks 2 --quick
