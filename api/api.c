@@ -212,6 +212,15 @@ struct cf_executable {
   cf_world *mpi;
   cf_plan *mpi_plan;
   bool mpi_failed; /* a run failed: the job's ranks have stopped */
+  /* buckets: the plan colls that are buckets, in schedule order, and the
+   * whole buffers bound to them, [(rank * n_colls + c) * 2 + io] (NULL: in
+   * the arena), each either the caller's or the executable's own */
+  int n_buckets;
+  int *bucket_coll;
+  cf_plan *bplan; /* plan's twin with no room for buckets, for runs that give them all */
+  void **buckets;
+  bool *owned;
+  int64_t last_copies, last_copy_bytes;
 };
 
 /* Refuse a run of ranks of e's ranks in this process that needs more memory
@@ -265,6 +274,17 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
     for (int i = 0; i < g->n_nodes; i++)
       if (g->nodes[i].op == want) e->io_node[io][e->n_io[io]++] = i;
   }
+  e->bucket_coll = malloc(sizeof(int) * ((size_t)cf_plan_colls(e->plan) + 1));
+  size_t slots = (size_t)e->ranks * 2 * (size_t)cf_plan_colls(e->plan) + 1;
+  e->buckets = calloc(slots, sizeof *e->buckets);
+  e->owned = calloc(slots, sizeof *e->owned);
+  if (!e->bucket_coll || !e->buckets || !e->owned) {
+    st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+    goto fail;
+  }
+  for (int c = 0; c < cf_plan_colls(e->plan); c++)
+    if (cf_plan_bucket_bytes(e->plan, c, 0) > 0 || cf_plan_bucket_bytes(e->plan, c, 1) > 0)
+      e->bucket_coll[e->n_buckets++] = c;
   e->generation = g->generation;
   *out = e;
   return CF_OK;
@@ -275,6 +295,14 @@ fail:
 
 void cf_executable_destroy(cf_executable *e) {
   if (!e) return;
+  for (size_t i = 0; e->plan && e->buckets && e->owned &&
+                     i < (size_t)e->ranks * 2 * (size_t)cf_plan_colls(e->plan);
+       i++)
+    if (e->owned[i]) free(e->buckets[i]);
+  free(e->buckets);
+  free(e->owned);
+  free(e->bucket_coll);
+  cf_plan_destroy(e->bplan);
   cf_plan_destroy(e->mpi_plan);
   cf_world_destroy(e->mpi, 0);
   cf_plan_destroy(e->plan);
@@ -347,9 +375,123 @@ size_t cf_executable_io_bytes(const cf_executable *e, cf_io io, size_t k) {
   return v && cf_value_bytes(v, &b) ? (size_t)b : 0;
 }
 
+/* The bucket slot (2 * coll + io) holding input/output k, its offset in
+ * *off; -1 when none (or k out of range). */
+static int io_slot(const cf_executable *e, cf_io io, size_t k, int64_t *off) {
+  const cf_node *n = NULL;
+  *off = 0;
+  if (!io_value(e, io, k, &n)) return -1;
+  int node = io == CF_IO_INPUT ? (int)(n - e->g->nodes) : n->in[0].node;
+  return cf_plan_value_bucket(e->plan, node, io == CF_IO_INPUT ? 0 : n->in[0].port, off);
+}
+
+/* Bucket slot 2 * coll + io bound on every rank. */
+static bool bound_everywhere(const cf_executable *e, int slot) {
+  for (int r = 0; r < e->ranks; r++)
+    if (!e->buckets[(size_t)r * 2 * (size_t)cf_plan_colls(e->plan) + (size_t)slot]) return false;
+  return true;
+}
+
 int cf_executable_io_in_place(const cf_executable *e, cf_io io, size_t k) {
+  int64_t off;
   if (!io_value(e, io, k, NULL)) return 0;
-  return cf_plan_binds(e->plan, e->io_node[io][k]) ? 1 : 0;
+  if (cf_plan_binds(e->plan, e->io_node[io][k])) return 1;
+  int slot = io_slot(e, io, k, &off);
+  if (slot < 0 || !bound_everywhere(e, slot)) return 0;
+  /* an Output of an Input or Constant, or one an earlier Output has, is
+   * still a copy out */
+  if (io == CF_IO_OUTPUT) {
+    const cf_node *n = &e->g->nodes[e->io_node[io][k]];
+    cf_op src = e->g->nodes[n->in[0].node].op;
+    if (src == CF_OP_INPUT || src == CF_OP_CONSTANT) return 0;
+    for (size_t j = 0; j < k; j++) {
+      const cf_node *o = &e->g->nodes[e->io_node[io][j]];
+      if (o->in[0].node == n->in[0].node && o->in[0].port == n->in[0].port) return 0;
+    }
+  }
+  return 1;
+}
+
+/* ================= buckets ================= */
+
+size_t cf_executable_bucket_count(const cf_executable *e) {
+  return e && fresh(e) ? (size_t)e->n_buckets : 0;
+}
+
+/* Bucket b's plan collective, -1 when out of range. */
+static int bucket_at(const cf_executable *e, size_t b) {
+  return e && fresh(e) && b < (size_t)e->n_buckets ? e->bucket_coll[b] : -1;
+}
+
+const char *cf_executable_bucket_name(const cf_executable *e, size_t b) {
+  int c = bucket_at(e, b);
+  return c >= 0 ? e->g->nodes[cf_plan_coll_node(e->plan, c)].name : NULL;
+}
+
+size_t cf_executable_bucket_bytes(const cf_executable *e, size_t b, cf_io io) {
+  int c = bucket_at(e, b);
+  return c >= 0 ? (size_t)cf_plan_bucket_bytes(e->plan, c, (int)io) : 0;
+}
+
+int cf_executable_io_bucket(const cf_executable *e, cf_io io, size_t k, size_t *offset) {
+  int64_t off;
+  int slot = io_slot(e, io, k, &off);
+  if (offset) *offset = 0;
+  if (slot < 0 || slot % 2 != (int)io) return -1;
+  for (int b = 0; b < e->n_buckets; b++)
+    if (e->bucket_coll[b] == slot / 2) {
+      if (offset) *offset = (size_t)off;
+      return b;
+    }
+  return -1;
+}
+
+cf_status cf_executable_bucket_bind(cf_executable *e, int rank, size_t b, cf_io io, void *buffer) {
+  cf_status st = cf_executable_check(e);
+  if (st) return st;
+  int c = bucket_at(e, b);
+  if (c < 0 || (io != CF_IO_INPUT && io != CF_IO_OUTPUT) || rank < 0 || rank >= e->ranks)
+    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "cf_executable_bucket_bind: no bucket %zu %s on rank %d (the executable has %d "
+                    "bucket%s and %d rank%s)",
+                    b, io == CF_IO_OUTPUT ? "output" : "input", rank, e->n_buckets,
+                    cf_s(e->n_buckets), e->ranks, cf_s(e->ranks));
+  const char *name = cf_executable_bucket_name(e, b);
+  if (buffer && (uintptr_t)buffer % CF_BUFFER_ALIGN)
+    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "bucket '%s' %s on rank %d: the buffer is not aligned to %d bytes", name,
+                    io == CF_IO_OUTPUT ? "output" : "input", rank, CF_BUFFER_ALIGN);
+  size_t at = (size_t)rank * 2 * (size_t)cf_plan_colls(e->plan) + 2 * (size_t)c + io;
+  if (!buffer && e->owned[at]) return CF_OK; /* the executable's own already */
+  bool own = !buffer;
+  if (own) {
+    size_t bytes = (size_t)cf_plan_bucket_bytes(e->plan, c, (int)io);
+    buffer = aligned_alloc(CF_BUFFER_ALIGN, bytes ? bytes : CF_BUFFER_ALIGN);
+    if (!buffer) {
+      char t[32];
+      return cf_error(e->ctx, CF_ERR_NO_MEMORY, NULL, 0,
+                      "cannot allocate %s for bucket '%s' on rank %d: out of memory",
+                      cf_bytes_text((int64_t)bytes, t, sizeof t), name, rank);
+    }
+    memset(buffer, 0, bytes);
+  }
+  if (e->owned[at]) free(e->buckets[at]);
+  e->owned[at] = own;
+  e->buckets[at] = buffer;
+  return CF_OK;
+}
+
+void *cf_executable_bucket_buffer(const cf_executable *e, int rank, size_t b, cf_io io) {
+  if (bucket_at(e, b) < 0 || rank < 0 || rank >= e->ranks ||
+      (io != CF_IO_INPUT && io != CF_IO_OUTPUT))
+    return NULL;
+  return e->buckets[(size_t)rank * 2 * (size_t)cf_plan_colls(e->plan) +
+                    2 * (size_t)e->bucket_coll[b] + io];
+}
+
+size_t cf_executable_last_copies(const cf_executable *e, size_t *bytes) {
+  if (bytes) *bytes = e ? (size_t)e->last_copy_bytes : 0;
+  return e ? (size_t)e->last_copies : 0;
 }
 
 /* The executor's view of the caller's buffers. rank < 0: every rank's,
@@ -386,7 +528,7 @@ static cf_status io_make(cf_executable *e, int rank, const void *const *inputs,
   int R = e->ranks, ni = e->n_io[CF_IO_INPUT], no = e->n_io[CF_IO_OUTPUT];
   int r0 = rank < 0 ? 0 : rank, r1 = rank < 0 ? R : rank + 1;
   memset(b, 0, sizeof *b);
-  b->in = (cf_inputs){.ranks = R, .borrow = true};
+  b->in = (cf_inputs){.ranks = R, .borrow = true, .buckets = e->buckets};
   b->in.names = calloc((size_t)ni + 1, sizeof *b->in.names);
   b->in.data = calloc((size_t)ni * (size_t)R + 1, sizeof *b->in.data);
   b->outs = calloc((size_t)no * (size_t)R + 1, sizeof *b->outs);
@@ -435,16 +577,44 @@ static cf_status io_make(cf_executable *e, int rank, const void *const *inputs,
   return st;
 }
 
+static void record(cf_executable *e, const cf_run_result *res) {
+  e->last_ms = res->time_ms_median;
+  e->last_copies = res->copies;
+  e->last_copy_bytes = res->copy_bytes;
+}
+
+/* The plan a threads run uses: while every bucket is bound on every rank,
+ * the plan's twin without room for them (made once), which saves each run
+ * allocating and clearing the buckets' share of every rank's arena. */
+static cf_status run_plan(cf_executable *e, cf_plan **out) {
+  *out = e->plan;
+  if (!e->n_buckets) return CF_OK;
+  for (int b = 0; b < e->n_buckets; b++)
+    if (!bound_everywhere(e, 2 * e->bucket_coll[b]) ||
+        !bound_everywhere(e, 2 * e->bucket_coll[b] + 1))
+      return CF_OK;
+  if (!e->bplan) {
+    cf_run_options ro = e->ro;
+    ro.external_buckets = true;
+    cf_status st = cf_plan_build(e->ctx, e->g, &ro, &e->bplan);
+    if (st) return st;
+  }
+  *out = e->bplan;
+  return CF_OK;
+}
+
 cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *const *outputs) {
   if (!e) return CF_ERR_USAGE;
   io_buffers b = {0};
   cf_run_result res = {0};
+  cf_plan *plan = NULL;
   cf_status st = cf_executable_check(e);
   if (!st) st = check_memory(
       e, e->ranks, "use fewer ranks, or one rank per process with cf_executable_run_rank");
+  if (!st) st = run_plan(e, &plan);
   if (!st) st = io_make(e, -1, inputs, outputs, &b);
-  if (!st) st = cf_exec_run(e->ctx, e->plan, &b.in, &res);
-  if (!st) e->last_ms = res.time_ms_median;
+  if (!st) st = cf_exec_run(e->ctx, plan, &b.in, &res);
+  if (!st) record(e, &res);
   cf_run_result_free(&res);
   io_free(&b);
   return st;
@@ -503,7 +673,7 @@ cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *
     st = cf_exec_run_world(e->ctx, e->mpi_plan, e->mpi, &b.in, &res);
     if (st) e->mpi_failed = true;
   }
-  if (!st) e->last_ms = res.time_ms_median;
+  if (!st) record(e, &res);
   cf_run_result_free(&res);
   io_free(&b);
   return st;

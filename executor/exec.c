@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "plan.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@ typedef struct rank_run {
   cf_status st;
   bool vanished;
   bool solo;       /* the only rank of this process (MPI): records its own times */
+  int64_t copies, copy_bytes; /* cf_run_result's, this rank's */
   int fail_at;     /* test hook: the step of the first iteration this rank fails at, else -1 */
   /* communication thread: a FIFO of started collectives */
   pthread_t thread;
@@ -161,8 +163,21 @@ static cf_status check_caller(rank_run *r, const cf_node *n, const char *what, c
                        (long long)pv->count);
 }
 
-/* Every value's buffer on this rank: its place in the arena, or the
- * caller's buffer where the plan lets the run use it in place. */
+/* The caller's whole bucket buffer 2 * c + io on this rank (cf_inputs.buckets), else NULL. */
+static char *bucket_of(const rank_run *r, int slot) {
+  const cf_inputs *in = r->in;
+  if (slot < 0 || !in || !in->buckets || !cf_device_is_host(r->dev)) return NULL;
+  return in->buckets[(size_t)r->rank * 2 * (size_t)r->p->n_colls + (size_t)slot];
+}
+
+static void count_copy(rank_run *r, size_t bytes) {
+  r->copies++;
+  r->copy_bytes += (int64_t)bytes;
+}
+
+/* Every value's buffer on this rank: its place in the arena, its place in
+ * a bucket buffer the caller gave, or the caller's buffer where the plan
+ * lets the run use it in place. */
 static cf_status bind_values(rank_run *r) {
   const cf_plan *p = r->p;
   const cf_graph *g = p->g;
@@ -170,7 +185,12 @@ static cf_status bind_values(rank_run *r) {
   bool host = cf_device_is_host(r->dev); /* caller buffers are host memory: a device copies */
   r->vptr = malloc(sizeof *r->vptr * ((size_t)p->n_vals + 1));
   if (!r->vptr) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-  for (int v = 0; v < p->n_vals; v++) r->vptr[v] = r->arena + p->vals[v].addr;
+  for (int c = 0; c < p->n_colls && p->opt.external_buckets; c++) /* the plan has no room for them */
+    assert(!p->colls[c].bucket_bytes[0] || (bucket_of(r, 2 * c) && bucket_of(r, 2 * c + 1)));
+  for (int v = 0; v < p->n_vals; v++) {
+    char *bk = bucket_of(r, p->vals[v].bucket);
+    r->vptr[v] = bk ? bk + p->vals[v].boff : r->arena + p->vals[v].addr;
+  }
   for (int i = 0, j = 0; i < g->n_nodes; i++) {
     const cf_node *n = &g->nodes[i];
     if (n->op == CF_OP_OUTPUT) {
@@ -223,6 +243,7 @@ static cf_status fill_inputs(rank_run *r) {
     int k = -1;
     for (int j = 0; r->in && n->op == CF_OP_INPUT && j < r->in->n; j++)
       if (strcmp(r->in->names[j], n->name) == 0) k = j;
+    if (k < 0 && bucket_of(r, r->p->vals[r->p->val_base[i]].bucket)) continue; /* in the caller's bucket */
     if (k < 0) {
       cf_status st = fill_value(r, n, &t);
       if (st) return st;
@@ -233,8 +254,10 @@ static cf_status fill_inputs(rank_run *r) {
       return cf_node_error(g, n, CF_ERR_INVALID, "input data has %s x %lld, the graph wants %s x %lld",
                            cf_dtype_name(src->dtype), (long long)src->count, cf_dtype_name(t.dtype),
                            (long long)t.count);
-    cf_status st = t.data == src->data ? CF_OK
-                   : cf_device_upload(r->dev, t.data, src->data, (size_t)t.count * (size_t)cf_dtype_size(t.dtype));
+    if (t.data == src->data) continue;
+    size_t bytes = (size_t)t.count * (size_t)cf_dtype_size(t.dtype);
+    count_copy(r, bytes);
+    cf_status st = cf_device_upload(r->dev, t.data, src->data, bytes);
     if (st) return st;
   }
   return CF_OK;
@@ -273,7 +296,13 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     if (r->comm->ops->aborted(r->comm, &why)) return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
     switch (sp->kind) {
     case CF_STEP_COMPUTE: st = compute(r, &p->g->nodes[sp->node], tin, tout); break;
-    case CF_STEP_COPY: r->dev->ops->copy(r->dev, r->arena + sp->dst, r->vptr[sp->val], (size_t)sp->bytes); break;
+    case CF_STEP_COPY: {
+      const cf_pcoll *pc = &p->colls[sp->coll];
+      char *bk = bucket_of(r, 2 * sp->coll), *dst = bk ? bk + (sp->dst - pc->in_addr) : r->arena + sp->dst;
+      count_copy(r, (size_t)sp->bytes);
+      r->dev->ops->copy(r->dev, dst, r->vptr[sp->val], (size_t)sp->bytes);
+      break;
+    }
     case CF_STEP_START:
       if (p->colls[sp->coll].inline_ok) { /* after what is in flight, on this thread */
         st = run_inline(r, &r->calls[sp->coll]);
@@ -321,9 +350,10 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   for (int c = 0; c < p->n_colls; c++) {
     const cf_pcoll *pc = &p->colls[c];
     cf_coll_call *call = &r->calls[c];
+    char *bin = pc->fused_mm ? NULL : bucket_of(r, 2 * c), *bout = pc->fused_mm ? NULL : bucket_of(r, 2 * c + 1);
     *call = (cf_coll_call){.desc = pc->desc, .ranks = pc->ranks, .n = pc->n, .me = -1,
-                           .in = pc->in_val >= 0 ? r->vptr[pc->in_val] : r->arena + pc->in_addr,
-                           .out = pc->out_val >= 0 ? r->vptr[pc->out_val] : r->arena + pc->out_addr,
+                           .in = pc->in_val >= 0 ? r->vptr[pc->in_val] : bin ? bin : r->arena + pc->in_addr,
+                           .out = pc->out_val >= 0 ? r->vptr[pc->out_val] : bout ? bout : r->arena + pc->out_addr,
                            .segs = pc->segs, .n_segs = pc->n_segs,
                            .in_row = pc->in_row, .out_row = pc->out_row, .pairs = pc->pairs,
                            .scratch = r->arena + pc->scratch_addr, .scratch_bytes = pc->scratch_bytes,
@@ -360,8 +390,9 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
     size_t bytes = (size_t)src.count * (size_t)cf_dtype_size(src.dtype);
     if (r->in && r->in->outputs) { /* the caller's buffer, unless it was produced there */
       dst->data = r->in->outputs[at].data;
-      if (dst->data && dst->data != src.data && (st = cf_device_download(r->dev, dst->data, src.data, bytes)))
-        return st;
+      if (!dst->data || dst->data == src.data) continue;
+      count_copy(r, bytes);
+      if ((st = cf_device_download(r->dev, dst->data, src.data, bytes))) return st;
       continue;
     }
     dst->data = malloc(bytes ? bytes : 1);
@@ -503,7 +534,11 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
     }
     comm->ctx = saved;
   }
-  if (!st) result_finish(p, res);
+  if (!st) {
+    res->copies = x.copies;
+    res->copy_bytes = x.copy_bytes;
+    result_finish(p, res);
+  }
   rank_free(&x);
   if (st) cf_run_result_free(res);
   return st;
@@ -575,6 +610,10 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
       else
         st = cf_error(ctx, rr[who].st, NULL, 0, "%s", cf_errmsg(rr[who].ctx));
     }
+  }
+  for (int r = 0; r < n && !st; r++) {
+    res->copies += rr[r].copies;
+    res->copy_bytes += rr[r].copy_bytes;
   }
   if (!st) result_finish(p, res);
 done:

@@ -88,6 +88,14 @@ typedef struct cf_inputs {
    * the rest there at the end; res->outputs then point at these buffers. */
   bool borrow;
   const cf_tensor *outputs;
+  /* Bucket buffers (optional, host devices): buckets[(rank * n_colls + c) * 2
+   * + io] is plan coll c's whole input (io 0) or output (io 1) bucket on that
+   * rank (plan.h cf_pcoll.bucket_bytes), or NULL to keep it in the arena. A
+   * bound bucket's members live there at their offsets: an input whose
+   * data[] is that view, or an Input not given at all, is read where it lies
+   * (not filled from the seed); an output whose buffer is that view is
+   * produced there. Anything else is copied in or out as without buckets. */
+  void *const *buckets;
 } cf_inputs;
 
 typedef struct cf_run_options {
@@ -102,6 +110,10 @@ typedef struct cf_run_options {
   /* The transport copies into staging (MPI): size the algorithms' scratch
    * for it. False for the threads transport, which reads in place. */
   bool staged;
+  /* Every bucket's input and output buffers are given by each run
+   * (cf_inputs.buckets, all of them on every rank): the arena keeps no room
+   * for them. */
+  bool external_buckets;
   /* Where buffers and kernels live: the CPU (default) or CUDA GPUs (ranks
    * spread over every visible GPU: cf_device_cuda_create(ctx, -1)). */
   cf_device_kind device;
@@ -116,6 +128,10 @@ typedef struct cf_run_result {
   cf_tensor *outputs; /* [rank * n_outputs + j], j-th Output node */
   const char **output_names;
   bool caller_outputs; /* outputs[].data are cf_inputs.outputs' buffers (not freed) */
+  /* memcpys of whole values this process's ranks made, over every iteration:
+   * caller data into the arena or a bucket, values into a bucket (plan
+   * COPY steps), results out to the caller's buffers; and their bytes */
+  int64_t copies, copy_bytes;
 } cf_run_result;
 
 /* ================= memory.c: a run's memory against the machine's ================= */
@@ -166,6 +182,15 @@ int64_t cf_plan_peak_bytes(const cf_plan *p);
  * it copies (the value sits in a fused bucket, feeds an Output directly
  * from an Input or Constant, or an earlier Output already has it). */
 bool cf_plan_binds(const cf_plan *p, int node);
+/* Buckets (cf_inputs.buckets): the plan's collective count, collective c's
+ * node, and its input (io 0) / output (io 1) bucket's bytes, 0 when c is
+ * no bucket (a plain or fused MatMul collective). */
+int cf_plan_colls(const cf_plan *p);
+int cf_plan_coll_node(const cf_plan *p, int c);
+int64_t cf_plan_bucket_bytes(const cf_plan *p, int c, int io);
+/* The bucket slot (2 * coll + io) whose buffer holds output port of node,
+ * with its byte offset in *off; -1 when none. */
+int cf_plan_value_bucket(const cf_plan *p, int node, int port, int64_t *off);
 void cf_plan_destroy(cf_plan *p);
 
 /* Run p on world w's ranks in this process with inputs in (NULL: every

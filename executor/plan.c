@@ -413,6 +413,7 @@ static cf_status build(builder *b) {
     for (int k = 0; k < n->n_out; k++) {
       cf_pvalue *v = &p->vals[p->val_base[i] + k];
       v->addr = -1;
+      v->bucket = -1;
       v->dtype = n->out[k].dtype;
       v->shape = n->out[k].shape;
       if (!cf_shape_elements(&v->shape, &v->count) || !cf_value_bytes(&n->out[k], &v->bytes))
@@ -467,23 +468,33 @@ static cf_status build(builder *b) {
       if (n->n_in == 1 && b->val_block[v0] >= 0) { /* a plain op reads its operand in place */
         bi = b->val_block[v0];
         b->coll_in_off[nc] = b->val_off[v0];
-      } else {
-        bi = new_block(b, in_bytes);
+      } else { /* a bucket whose buffers the runs give takes no room here */
+        bi = new_block(b, n->n_in > 1 && p->opt.external_buckets ? 0 : in_bytes);
       }
-      bo = bi < 0 ? -1 : new_block(b, out_bytes);
+      bo = bi < 0 ? -1 : new_block(b, n->n_in > 1 && p->opt.external_buckets ? 0 : out_bytes);
       if (bi < 0 || bo < 0) st = oom(p);
       b->coll_in[nc] = bi;
       b->coll_out[nc] = bo;
+      bool bucket = n->n_in > 1;
+      if (bucket) {
+        c->bucket_bytes[0] = in_bytes;
+        c->bucket_bytes[1] = out_bytes;
+      }
       for (int j = 0; j < n->n_in && !st; j++) {
         int v = val_index(p, n->in[j]);
         if (b->val_block[v] < 0) { /* the producer writes straight into the bucket */
           b->val_block[v] = bi;
           b->val_off[v] = off[j];
+          p->vals[v].bucket = bucket ? 2 * nc : -1;
+          p->vals[v].boff = off[j];
         }
       }
       for (int j = 0; j < n->n_out && !st; j++) {
-        b->val_block[p->val_base[g->topo[t]] + j] = bo;
-        b->val_off[p->val_base[g->topo[t]] + j] = oo[j];
+        int v = p->val_base[g->topo[t]] + j;
+        b->val_block[v] = bo;
+        b->val_off[v] = oo[j];
+        p->vals[v].bucket = bucket ? 2 * nc + 1 : -1;
+        p->vals[v].boff = oo[j];
       }
       c->algo = cf_coll_select(&c->desc, c->n, p->opt.deterministic, p->opt.algo);
       c->scratch_bytes = cf_coll_scratch_bytes(&c->desc, c->n, c->algo, !p->opt.staged);
@@ -683,6 +694,22 @@ int64_t cf_plan_peak_bytes(const cf_plan *p) { return p ? p->arena_bytes : 0; }
 
 bool cf_plan_binds(const cf_plan *p, int node) {
   return p && p->binds && node >= 0 && node < p->g->n_nodes && p->binds[node];
+}
+
+int cf_plan_colls(const cf_plan *p) { return p ? p->n_colls : 0; }
+
+int cf_plan_coll_node(const cf_plan *p, int c) { return p && c >= 0 && c < p->n_colls ? p->colls[c].node : -1; }
+
+int64_t cf_plan_bucket_bytes(const cf_plan *p, int c, int io) {
+  return p && c >= 0 && c < p->n_colls && (io == 0 || io == 1) ? p->colls[c].bucket_bytes[io] : 0;
+}
+
+int cf_plan_value_bucket(const cf_plan *p, int node, int port, int64_t *off) {
+  *off = 0;
+  if (!p || node < 0 || node >= p->g->n_nodes || port < 0 || port >= p->g->nodes[node].n_out) return -1;
+  const cf_pvalue *v = &p->vals[p->val_base[node] + port];
+  if (v->bucket >= 0) *off = v->boff;
+  return v->bucket;
 }
 
 void cf_plan_destroy(cf_plan *p) {

@@ -52,6 +52,9 @@ typedef struct cf_pvalue {
   cf_shape shape;
   int64_t count, bytes;
   bool own; /* alone in its buffer (no bucket around it): may live in a caller's buffer */
+  int bucket;   /* 2 * coll + io when it lies in that bucket's input (io 0) or output (io 1)
+                 * buffer (a run may be given that buffer: cf_inputs.buckets), else -1 */
+  int64_t boff; /* its byte offset there */
 } cf_pvalue;
 
 typedef struct cf_pcoll {
@@ -71,6 +74,8 @@ typedef struct cf_pcoll {
   int in_val, out_val; /* the value the call reads / writes when its buffer is exactly that value,
                           else -1 */
   bool inline_ok;      /* START is followed by its WAIT: run on the rank thread */
+  int64_t bucket_bytes[2]; /* a bucket (several members): its input and output buffers'
+                            * bytes, which a run may be given whole; 0 and 0 otherwise */
   /* fused MatMul+collective ops: desc is one chunk's collective (count of
    * the whole product), chunks of chunk_rows rows, double-buffered stage */
   bool fused_mm;

@@ -610,6 +610,236 @@ static void test_run_copies(void **state) {
   cf_graph_destroy(g);
 }
 
+/* Bucket buffers (DDP's gradient_as_bucket_view): the layout of every
+ * bucket, runs with the caller's whole bucket buffers (guard bytes around
+ * them, random data against a float64 reference) and with the
+ * executable's own, with views (no copies, every member in place), NULL
+ * members, and separate buffers copied in and out as before. */
+enum { BR = 3, BN = 12, BE = 257, GUARD = 64 };
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+static float rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* Every output j on every rank against the float64 mean of the ranks'
+ * inputs (in[r][k] is the data input k had). */
+static void check_means(cf_executable *e, float *const *in, float *const *out) {
+  size_t n = cf_executable_io_count(e, CF_IO_OUTPUT);
+  for (size_t j = 0; j < n; j++) {
+    const char *name = cf_executable_io_name(e, CF_IO_OUTPUT, j);
+    char gname[16];
+    snprintf(gname, sizeof gname, "g%s", name + 1);
+    int k = cf_executable_io_find(e, CF_IO_INPUT, gname);
+    assert_true(k >= 0);
+    size_t count = cf_executable_io_bytes(e, CF_IO_OUTPUT, j) / sizeof(float);
+    for (size_t x = 0; x < count; x++) {
+      double want = 0;
+      for (int r = 0; r < BR; r++)
+        want += in[r * BN + k][x];
+      want /= BR;
+      for (int r = 0; r < BR; r++) {
+        double got = out[r * BN + (int)j][x];
+        if (fabs(got - want) > 1e-6 * (1 + fabs(want)))
+          fail_msg("rank %d %s[%zu] = %.9g, want %.9g", r, name, x, got, want);
+      }
+    }
+  }
+}
+
+static void check_guards(unsigned char *const *base, const size_t *bytes, int n) {
+  for (int i = 0; i < n; i++)
+    for (int x = 0; x < GUARD; x++)
+      if (base[i][x] != 0xa5 || base[i][GUARD + bytes[i] + (size_t)x] != 0xa5)
+        fail_msg("bucket buffer %d: guard byte %d overwritten", i, x);
+}
+
+/* Every member's view in e's bound buckets: view_in / view_out[r * BN + k]
+ * for gradient k's input and output on rank r; the inputs get data's. */
+static void views_of(cf_executable *e, float *const *data, float **view_in, float **view_out) {
+  for (int r = 0; r < BR; r++)
+    for (int k = 0; k < BN; k++) {
+      size_t oi, oo;
+      int bi = cf_executable_io_bucket(e, CF_IO_INPUT, (size_t)k, &oi);
+      int bo = cf_executable_io_bucket(e, CF_IO_OUTPUT, (size_t)k, &oo);
+      assert_true(bi >= 0 && bo >= 0);
+      view_in[r * BN + k] =
+          (float *)((char *)cf_executable_bucket_buffer(e, r, (size_t)bi, CF_IO_INPUT) + oi);
+      view_out[r * BN + k] =
+          (float *)((char *)cf_executable_bucket_buffer(e, r, (size_t)bo, CF_IO_OUTPUT) + oo);
+      memcpy(view_in[r * BN + k], data[r * BN + k],
+             cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)k));
+    }
+}
+
+static void test_bucket_views(void **state) {
+  (void)state;
+  cf_graph *g = dp_graph(ctx, BR, BN, BE, "mean");
+  assert_non_null(g);
+  OK(cf_graph_run_pipeline(g, "default", NULL));
+  cf_executable *e;
+  OK(cf_executable_create(g, NULL, &e));
+  size_t nb = cf_executable_bucket_count(e);
+  assert_true(nb >= 1);
+  assert_int_equal(nb, cf_graph_collective_count(g)); /* every AllReduce is in a bucket */
+  assert_null(cf_executable_bucket_name(e, nb));
+  assert_int_equal(cf_executable_bucket_bytes(e, nb, CF_IO_INPUT), 0);
+  /* layout: every gradient and every average lies in a bucket, at an
+   * aligned offset, the members of one bucket apart */
+  size_t off_in[BN], off_out[BN];
+  int b_in[BN], b_out[BN];
+  for (size_t k = 0; k < BN; k++) {
+    b_in[k] = cf_executable_io_bucket(e, CF_IO_INPUT, k, &off_in[k]);
+    b_out[k] = cf_executable_io_bucket(e, CF_IO_OUTPUT, k, &off_out[k]);
+    assert_true(b_in[k] >= 0 && b_out[k] >= 0);
+    assert_true(off_in[k] % sizeof(float) == 0);
+    assert_true(off_in[k] + cf_executable_io_bytes(e, CF_IO_INPUT, k) <=
+                cf_executable_bucket_bytes(e, (size_t)b_in[k], CF_IO_INPUT));
+    assert_true(off_out[k] + cf_executable_io_bytes(e, CF_IO_OUTPUT, k) <=
+                cf_executable_bucket_bytes(e, (size_t)b_out[k], CF_IO_OUTPUT));
+    for (size_t j = 0; j < k; j++)
+      if (b_in[j] == b_in[k])
+        assert_true(off_in[j] + cf_executable_io_bytes(e, CF_IO_INPUT, j) <= off_in[k] ||
+                    off_in[k] + cf_executable_io_bytes(e, CF_IO_INPUT, k) <= off_in[j]);
+    assert_int_equal(cf_executable_io_in_place(e, CF_IO_INPUT, k), 0);
+  }
+  size_t off;
+  assert_int_equal(cf_executable_io_bucket(e, CF_IO_INPUT, BN, &off), -1);
+  assert_int_equal(off, 0);
+
+  /* separate buffers: one copy in and one out per gradient and rank */
+  float *sep_in[BR * BN], *sep_out[BR * BN], *view_in[BR * BN], *view_out[BR * BN];
+  for (int r = 0; r < BR; r++)
+    for (int k = 0; k < BN; k++) {
+      size_t bytes = cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)k);
+      sep_in[r * BN + k] = malloc(bytes);
+      sep_out[r * BN + k] = malloc(bytes);
+      for (size_t x = 0; x < bytes / sizeof(float); x++)
+        sep_in[r * BN + k][x] = rnd();
+    }
+  OK(cf_executable_run(e, (const void *const *)sep_in, (void *const *)sep_out));
+  size_t copy_bytes, all_bytes = 0;
+  for (int k = 0; k < BN; k++)
+    all_bytes += 2 * BR * cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)k);
+  assert_int_equal(cf_executable_last_copies(e, &copy_bytes), 2 * BR * BN);
+  assert_int_equal(copy_bytes, all_bytes);
+  check_means(e, sep_in, sep_out);
+
+  /* the caller's bucket buffers, guard bytes around them */
+  unsigned char *base[BR * 2 * BN];
+  size_t bbytes[BR * 2 * BN];
+  int nbuf = 0;
+  for (int r = 0; r < BR; r++)
+    for (size_t b = 0; b < nb; b++)
+      for (int io = 0; io < 2; io++) {
+        bbytes[nbuf] = cf_executable_bucket_bytes(e, b, (cf_io)io);
+        base[nbuf] = aligned_alloc(GUARD, bbytes[nbuf] + 2 * GUARD);
+        memset(base[nbuf], 0xa5, bbytes[nbuf] + 2 * GUARD);
+        OK(cf_executable_bucket_bind(e, r, b, (cf_io)io, base[nbuf] + GUARD));
+        assert_ptr_equal(cf_executable_bucket_buffer(e, r, b, (cf_io)io), base[nbuf] + GUARD);
+        nbuf++;
+      }
+  views_of(e, sep_in, view_in, view_out);
+  for (size_t k = 0; k < BN; k++) {
+    assert_int_equal(cf_executable_io_in_place(e, CF_IO_INPUT, k), 1);
+    assert_int_equal(cf_executable_io_in_place(e, CF_IO_OUTPUT, k), 1);
+  }
+  for (int rep = 0; rep < 2; rep++) { /* views: no copy at all, inputs unchanged */
+    OK(cf_executable_run(e, (const void *const *)view_in, (void *const *)view_out));
+    assert_int_equal(cf_executable_last_copies(e, &copy_bytes), 0);
+    assert_int_equal(copy_bytes, 0);
+    check_means(e, view_in, view_out);
+    for (int i = 0; i < BR * BN; i++)
+      assert_memory_equal(view_in[i], sep_in[i],
+                          cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)(i % BN)));
+  }
+  check_guards(base, bbytes, nbuf);
+  /* NULL members: read from and left in the buckets */
+  for (int i = 0; i < BR * BN; i++)
+    memset(view_out[i], 0, cf_executable_io_bytes(e, CF_IO_OUTPUT, (size_t)(i % BN)));
+  OK(cf_executable_run(e, NULL, NULL));
+  assert_int_equal(cf_executable_last_copies(e, NULL), 0);
+  check_means(e, view_in, view_out);
+  /* separate buffers with bound buckets: copied in and out, as before */
+  for (int i = 0; i < BR * BN; i++) {
+    for (size_t x = 0; x < cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)(i % BN)) / 4; x++)
+      sep_in[i][x] = rnd();
+    memset(sep_out[i], 0, cf_executable_io_bytes(e, CF_IO_OUTPUT, (size_t)(i % BN)));
+  }
+  OK(cf_executable_run(e, (const void *const *)sep_in, (void *const *)sep_out));
+  assert_int_equal(cf_executable_last_copies(e, NULL), 2 * BR * BN);
+  check_means(e, sep_in, sep_out);
+  check_means(e, view_in, view_out); /* the buckets hold the same */
+  check_guards(base, bbytes, nbuf);
+
+  /* bad binds */
+  ASSERT_ERR(cf_executable_bucket_bind(e, 0, nb, CF_IO_INPUT, NULL), CF_ERR_USAGE,
+             "cf_executable_bucket_bind: no bucket");
+  ASSERT_ERR(cf_executable_bucket_bind(e, BR, 0, CF_IO_OUTPUT, NULL), CF_ERR_USAGE,
+             "output on rank 3 (the executable has");
+  ASSERT_ERR(cf_executable_bucket_bind(e, 0, 0, CF_IO_INPUT, base[0] + GUARD + 4), CF_ERR_USAGE,
+             "on rank 0: the buffer is not aligned to 64 bytes");
+  assert_null(cf_executable_bucket_buffer(e, BR, 0, CF_IO_INPUT));
+  cf_executable_destroy(e); /* the caller's buffers stay the caller's */
+  check_guards(base, bbytes, nbuf);
+  for (int i = 0; i < nbuf; i++)
+    free(base[i]);
+
+  /* the executable's own buffers: zeroed, stable, freed with it */
+  OK(cf_executable_create(g, NULL, &e));
+  for (int r = 0; r < BR; r++)
+    for (size_t b = 0; b < nb; b++)
+      for (int io = 0; io < 2; io++) {
+        OK(cf_executable_bucket_bind(e, r, b, (cf_io)io, NULL));
+        void *p = cf_executable_bucket_buffer(e, r, b, (cf_io)io);
+        assert_non_null(p);
+        assert_true((uintptr_t)p % 64 == 0);
+        OK(cf_executable_bucket_bind(e, r, b, (cf_io)io, NULL)); /* the same again */
+        assert_ptr_equal(cf_executable_bucket_buffer(e, r, b, (cf_io)io), p);
+        unsigned char *c = p;
+        for (size_t x = 0; x < cf_executable_bucket_bytes(e, b, (cf_io)io); x++)
+          assert_int_equal(c[x], 0);
+      }
+  views_of(e, sep_in, view_in, view_out);
+  OK(cf_executable_run(e, (const void *const *)view_in, NULL));
+  assert_int_equal(cf_executable_last_copies(e, NULL), 0);
+  check_means(e, view_in, view_out);
+  cf_executable_destroy(e);
+
+  /* every AllReduce algorithm reads the input bucket and writes the output
+   * bucket where they lie, deterministic or not */
+  static const char *const algos[] = {"direct", "rd", "ring", "rsag"};
+  for (int a = 0; a < 8; a++) {
+    cf_options *o;
+    OK(cf_options_create(ctx, &o));
+    OK(cf_options_set(o, "algo", algos[a % 4]));
+    OK(cf_options_set(o, "deterministic", a < 4 ? "0" : "1"));
+    OK(cf_executable_create(g, o, &e));
+    for (int r = 0; r < BR; r++)
+      for (size_t b = 0; b < nb; b++) {
+        OK(cf_executable_bucket_bind(e, r, b, CF_IO_INPUT, NULL));
+        OK(cf_executable_bucket_bind(e, r, b, CF_IO_OUTPUT, NULL));
+      }
+    views_of(e, sep_in, view_in, view_out);
+    OK(cf_executable_run(e, NULL, NULL));
+    assert_int_equal(cf_executable_last_copies(e, NULL), 0);
+    check_means(e, view_in, view_out);
+    for (int i = 0; i < BR * BN; i++) /* the gradients are only read */
+      assert_memory_equal(view_in[i], sep_in[i],
+                          cf_executable_io_bytes(e, CF_IO_INPUT, (size_t)(i % BN)));
+    cf_executable_destroy(e);
+    cf_options_destroy(o);
+  }
+  for (int i = 0; i < BR * BN; i++) {
+    free(sep_in[i]);
+    free(sep_out[i]);
+  }
+  cf_graph_destroy(g);
+}
+
 /* The memory an executable needs against the max_memory option (and the
  * machine's): cf_executable_create refuses when one rank does not fit,
  * cf_executable_run when its ranks do not fit together, before allocating. */
@@ -1015,6 +1245,7 @@ int main(void) {
       cmocka_unit_test(test_run_dp),
       cmocka_unit_test(test_run_tp_in_place),
       cmocka_unit_test(test_run_copies),
+      cmocka_unit_test(test_bucket_views),
       cmocka_unit_test(test_stale_executable),
       cmocka_unit_test(test_memory),
       cmocka_unit_test(test_run_partitioned_group),

@@ -38,6 +38,7 @@ typedef struct fu_options {
   int n_splits;
   int64_t max_memory; /* 0: what the machine has available */
   bool json;
+  bool api; /* --api: bench_fusion_api.c instead of the variants */
 } fu_options;
 
 typedef struct variant {
@@ -236,7 +237,7 @@ typedef struct fu_args {
   cf_opt_list file, split;
   int ranks, iters, warmup, rounds;
   int64_t max_memory;
-  bool quick, json;
+  bool quick, json, api;
 } fu_args;
 
 static bool check_split(void *out, const char *v, char *why, size_t len) {
@@ -262,6 +263,9 @@ static const cf_opt fu_opts[] = {
              "size:50,50)"},
     {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, quick),
      .help = "2 iterations, no extra splits: a smoke test"},
+    {"--api", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, api),
+     .help = "instead: a DP step through the C API, separate buffers vs\n"
+             "bucket views (copies, ms per step, ratio)"},
     CF_OPT_MAX_MEMORY(offsetof(fu_args, max_memory)),
     {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, json),
      .help = "one JSON object on stdout"},
@@ -288,9 +292,13 @@ const cf_command cf_command_bench_fusion = {
 static int parse_options(int argc, char **argv, fu_options *o) {
   fu_args a = {.ranks = 4, .iters = -1, .warmup = -1, .rounds = 1};
   int rc = cf_opts_parse(&cf_command_bench_fusion, argc, argv, &a);
-  *o = (fu_options){
-      .ranks = a.ranks, .iters = a.iters, .warmup = a.warmup, .rounds = a.rounds, .json = a.json,
-      .max_memory = a.max_memory};
+  *o = (fu_options){.ranks = a.ranks,
+                    .iters = a.iters,
+                    .warmup = a.warmup,
+                    .rounds = a.rounds,
+                    .json = a.json,
+                    .max_memory = a.max_memory,
+                    .api = a.api};
   if (!rc) {
     o->file = a.file.v[0];
     for (int k = 0; k < a.split.n; k++)
@@ -309,6 +317,13 @@ int cf_bench_fusion(cf_context *ctx, int argc, char **argv) {
   fu_options o;
   int rc = parse_options(argc, argv, &o);
   if (rc) return rc == CF_OPTS_HELP ? 0 : rc;
+  if (o.api)
+    return cf_bench_fusion_api(ctx, &(cf_bench_api_options){.file = o.file,
+                                                            .ranks = o.ranks,
+                                                            .iters = o.iters,
+                                                            .warmup = o.warmup,
+                                                            .max_memory = o.max_memory,
+                                                            .json = o.json});
   variant v[MAX_SPLITS + 3];
   int nv = 0;
   memset(v, 0, sizeof v);

@@ -80,6 +80,15 @@ int cf_bench_ar_slots(const cf_algo_req *cols, int n_cols, int only, const cf_co
  * several ways, against one flat AllReduce of all its bytes; returns the
  * exit code. */
 int cf_bench_fusion(cf_context *ctx, int argc, char **argv);
+/* bench_fusion_api.c: `bench fusion FILE --api`: a DP step through the C
+ * API with separate buffers against bucket views; returns the exit code. */
+typedef struct cf_bench_api_options {
+  const char *file;
+  int ranks, iters, warmup;
+  int64_t max_memory; /* 0: what the machine has available */
+  bool json;
+} cf_bench_api_options;
+int cf_bench_fusion_api(cf_context *ctx, const cf_bench_api_options *o);
 /* bench_mmrs.c: `collfuse bench mmrs [--ranks N,..] [--shapes MxKxN,..]
  * [--dtypes D,..] [--iters K] [--warmup W] [--rounds R] [--comm-turn T]
  * [--quick] [--json]`: the fused MatmulReduceScatter against MatMul then

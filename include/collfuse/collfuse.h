@@ -310,8 +310,48 @@ size_t cf_executable_io_bytes(const cf_executable *e, cf_io io, size_t k);
  * 0 when it copies: an input that is a member of a fused bucket is copied
  * into the bucket (a bucket is one contiguous buffer), an output that is a
  * member of a bucket is copied out of it, as is an output that is directly
- * an Input or Constant or that an earlier output already has. */
+ * an Input or Constant or that an earlier output already has. A bucket
+ * member is in place once its bucket buffer is bound on every rank
+ * (cf_executable_bucket_bind) and the caller's buffer is its view there
+ * (cf_executable_io_bucket), or NULL. */
 int cf_executable_io_in_place(const cf_executable *e, cf_io io, size_t k);
+
+/* ================= bucket buffers (api/api.c) ================= */
+
+/* A bucket is a fused collective of several members: one input buffer that
+ * holds its member inputs at their byte offsets and one output buffer that
+ * holds its member results, each moved in one call. A framework that
+ * allocates its gradients as views into the input buffer and reads the
+ * averages from views into the output buffer (PyTorch DDP's
+ * gradient_as_bucket_view) makes no copies: bind the buckets' buffers, then
+ * pass the views (or NULL) as the members' inputs[] and outputs[].
+ *
+ * Buckets are numbered 0 .. cf_executable_bucket_count - 1 in schedule
+ * order; name: the fused node's (owned by the graph); bytes: the whole
+ * input (CF_IO_INPUT) or output (CF_IO_OUTPUT) buffer, 0 when out of range. */
+size_t cf_executable_bucket_count(const cf_executable *e);
+const char *cf_executable_bucket_name(const cf_executable *e, size_t b);
+size_t cf_executable_bucket_bytes(const cf_executable *e, size_t b, cf_io io);
+/* The bucket whose input (io CF_IO_INPUT) or output buffer holds input /
+ * output k, and its byte offset there in *offset (may be NULL); -1 (offset
+ * 0) when it lies in none: it is not a member, or its value is copied into
+ * a bucket because an earlier bucket holds it. */
+int cf_executable_io_bucket(const cf_executable *e, cf_io io, size_t k, size_t *offset);
+/* Bind bucket b's input or output buffer on rank to buffer: the caller's,
+ * cf_executable_bucket_bytes bytes aligned to 64, which stays the caller's
+ * and must outlive the runs (bind another to replace it); or NULL for the
+ * executable's own, zeroed, allocated once and freed with the executable.
+ * From then on every run keeps that bucket's members there: a member
+ * input whose buffer is its view (the buffer plus its offset) or NULL on
+ * every rank is read where it lies (not made from the seed), a member
+ * output whose buffer is its view or NULL is left there, and any other
+ * buffer is copied in or out as before. The run writes the input buffer
+ * only by such copies. While every bucket is bound on every rank,
+ * cf_executable_run's arenas keep no room for the buckets. CF_ERR_USAGE for a bucket, rank or io
+ * out of range or a misaligned buffer. */
+cf_status cf_executable_bucket_bind(cf_executable *e, int rank, size_t b, cf_io io, void *buffer);
+/* The buffer bound to bucket b's input/output on rank, NULL when none. */
+void *cf_executable_bucket_buffer(const cf_executable *e, int rank, size_t b, cf_io io);
 
 /* Run every rank in this process (threads transport) once.
  * inputs[r * n_in + k] is input k on rank r: cf_executable_io_bytes(k) bytes
@@ -348,6 +388,12 @@ cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *
 /* Wall time of the last successful run in milliseconds (rank 0's, or this
  * rank's for cf_executable_run_rank); 0 before the first. */
 double cf_executable_last_time_ms(const cf_executable *e);
+/* Copies of whole tensors the last successful run made (every rank of
+ * cf_executable_run, this rank of cf_executable_run_rank): caller inputs
+ * copied in, values copied into a bucket, results copied out; their bytes
+ * in *bytes (may be NULL). 0 before the first run, and 0 for a DP step
+ * whose gradients and averages are bucket views. */
+size_t cf_executable_last_copies(const cf_executable *e, size_t *bytes);
 
 #ifdef __cplusplus
 }

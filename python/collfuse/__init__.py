@@ -546,6 +546,7 @@ class Executable:
         self.ranks = lib.cf_executable_ranks(h)
         self.inputs = self._io(_lib.CF_IO_INPUT)
         self.outputs = self._io(_lib.CF_IO_OUTPUT)
+        self._views = None  # bucket_views(), once bound
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -576,6 +577,67 @@ class Executable:
     @property
     def last_time_ms(self):
         return lib.cf_executable_last_time_ms(self._h)
+
+    @property
+    def last_copies(self):
+        """(copies, bytes) of whole tensors the last run made: inputs copied
+        into the plan's buffers or a bucket, results copied out."""
+        b = ctypes.c_size_t()
+        n = lib.cf_executable_last_copies(self._h, ctypes.byref(b))
+        return n, b.value
+
+    def buckets(self):
+        """Each bucket's layout, in schedule order: a dict with its name,
+        input_bytes and output_bytes (its two buffers) and inputs / outputs,
+        {name: byte offset} of the executable's inputs and outputs that lie
+        there."""
+        self.ctx.check(lib.cf_executable_check(self._h))
+        out = []
+        for b in range(lib.cf_executable_bucket_count(self._h)):
+            out.append({"name": lib.cf_executable_bucket_name(self._h, b).decode(),
+                        "input_bytes": lib.cf_executable_bucket_bytes(self._h, b, _lib.CF_IO_INPUT),
+                        "output_bytes": lib.cf_executable_bucket_bytes(self._h, b, _lib.CF_IO_OUTPUT),
+                        "inputs": {}, "outputs": {}})
+        off = ctypes.c_size_t()
+        for io, lst, key in ((_lib.CF_IO_INPUT, self.inputs, "inputs"), (_lib.CF_IO_OUTPUT, self.outputs, "outputs")):
+            for k, (n, _, _) in enumerate(lst):
+                b = lib.cf_executable_io_bucket(self._h, io, k, ctypes.byref(off))
+                if b >= 0:
+                    out[b][key][n] = off.value
+        return out
+
+    def bucket_views(self):
+        """PyTorch DDP's gradient_as_bucket_view: bind the executable's own
+        bucket buffers (once; they live as long as the executable and the
+        arrays) and return, per rank, {name: numpy array} viewing where each
+        input and output that lies in a bucket sits in them. Write the
+        gradients into the input views; run() then reads them where they lie
+        (a view given as the input, or the input not given at all, is no
+        copy and is not made from the seed) and leaves the results in the
+        output views, which run() returns for those outputs (overwritten by
+        the next run). Other inputs and outputs work as before."""
+        if self._views is not None:
+            return self._views
+        self.ctx.check(lib.cf_executable_check(self._h))
+        layout = self.buckets()
+        dtypes = {n: (d, s) for n, d, s in self.inputs + self.outputs}
+        views = []
+        for r in range(self.ranks):
+            mine = {}
+            for b, bk in enumerate(layout):
+                for io, key in ((_lib.CF_IO_INPUT, "inputs"), (_lib.CF_IO_OUTPUT, "outputs")):
+                    self.ctx.check(lib.cf_executable_bucket_bind(self._h, r, b, io, None))
+                    size = bk["input_bytes" if io == _lib.CF_IO_INPUT else "output_bytes"]
+                    buf = (ctypes.c_char * max(1, size)).from_address(lib.cf_executable_bucket_buffer(self._h, r, b, io))
+                    buf._owner = self  # the buffer is the executable's: keep it alive with every view
+                    for n, at in bk[key].items():
+                        d, shape = dtypes[n]
+                        dt = np.dtype(DTYPES[d])
+                        count = int(np.prod(shape, dtype=np.int64))
+                        mine[n] = np.frombuffer(buf, dtype=dt, count=count, offset=at).reshape(shape)
+            views.append(mine)
+        self._views = views
+        return views
 
     def _array(self, name, dtype, shape, value):
         a = np.asarray(value)
@@ -617,11 +679,14 @@ class Executable:
     def run(self, inputs_per_rank=None):
         """Run every rank once. inputs_per_rank: one entry per rank, each a
         dict name -> array or a sequence in input order; an input given for
-        no rank is made from the seed. Returns one dict name -> numpy array
-        per rank."""
+        no rank is made from the seed (or, after bucket_views(), read where
+        it lies in its bucket). Returns one dict name -> numpy array per
+        rank."""
         R, ni, no = self.ranks, len(self.inputs), len(self.outputs)
         table = self._inputs(inputs_per_rank, R)
-        outs = [{n: np.empty(s, dtype=DTYPES[d]) for n, d, s in self.outputs} for _ in range(R)]
+        views = self._views or [{}] * R  # bucket_views(): results stay in the buckets
+        outs = [{n: views[r][n] if n in views[r] else np.empty(s, dtype=DTYPES[d]) for n, d, s in self.outputs}
+                for r in range(R)]
         in_ptrs = (ctypes.c_void_p * max(1, R * ni))()
         out_ptrs = (ctypes.c_void_p * max(1, R * no))()
         for r in range(R):

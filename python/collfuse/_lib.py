@@ -147,6 +147,13 @@ _PROTOS = {
     "cf_executable_run": (c_int, [c_void_p, P(c_void_p), P(c_void_p)]),
     "cf_executable_run_rank": (c_int, [c_void_p, c_int, P(c_void_p), P(c_void_p)]),
     "cf_executable_last_time_ms": (c_double, [c_void_p]),
+    "cf_executable_last_copies": (c_size_t, [c_void_p, P(c_size_t)]),
+    "cf_executable_bucket_count": (c_size_t, [c_void_p]),
+    "cf_executable_bucket_name": (c_char_p, [c_void_p, c_size_t]),
+    "cf_executable_bucket_bytes": (c_size_t, [c_void_p, c_size_t, c_int]),
+    "cf_executable_io_bucket": (c_int, [c_void_p, c_int, c_size_t, P(c_size_t)]),
+    "cf_executable_bucket_bind": (c_int, [c_void_p, c_int, c_size_t, c_int, c_void_p]),
+    "cf_executable_bucket_buffer": (c_void_p, [c_void_p, c_int, c_size_t, c_int]),
 }
 
 for _name, (_res, _args) in _PROTOS.items():

@@ -431,6 +431,18 @@ class CompiledModule:
     def to_dot(self, path=None):
         return self.graph.to_dot(path)
 
+    def bucket_views(self):
+        """PyTorch DDP's gradient_as_bucket_view: per rank, {placeholder
+        name: torch tensor} viewing where that input (a gradient) lies in
+        its fused bucket (Executable.bucket_views). Write gradients into
+        these tensors (or make them the module's gradient tensors) and pass
+        them as the inputs: the call then copies nothing in, and the results
+        that lie in a bucket come back as tensors viewing the bucket's output
+        (overwritten by the next call) instead of being copied out."""
+        views = self.executable.bucket_views()
+        dtypes = {n: dt for n, dt, _ in self.executable.inputs}
+        return [{n: _to_torch(v[n], dtypes[n]) for n in self._conv.placeholders if n in v} for v in views]
+
     def __call__(self, inputs_per_rank):
         conv, exe = self._conv, self.executable
         if len(inputs_per_rank) != self.world_size:

@@ -189,6 +189,75 @@ done:
   free(out);
 }
 
+/* Bucket views on this rank: the executable's own bucket buffers bound,
+ * every member input written into its view and passed as it, every member
+ * output left in its view (NULL); the others are separate buffers. The
+ * run makes `separate` (what a run with separate buffers made) minus one
+ * copy per member, and the results are exact. */
+static void run_views(cf_context *ctx, cf_graph *g, const cf_options *o, size_t separate) {
+  cf_executable *e = NULL;
+  size_t ni = 0, no = 0, members = 0;
+  void **in = NULL, **out = NULL, **view = NULL;
+  OK(ctx, cf_executable_create(g, o, &e));
+  if (!e) return;
+  ni = cf_executable_io_count(e, CF_IO_INPUT);
+  no = cf_executable_io_count(e, CF_IO_OUTPUT);
+  in = calloc(ni + 1, sizeof *in);
+  out = calloc(no + 1, sizeof *out);
+  view = calloc(no + 1, sizeof *view);
+  if (!in || !out || !view) {
+    FAIL("out of memory");
+    goto done;
+  }
+  for (size_t b = 0; b < cf_executable_bucket_count(e); b++)
+    for (int io = 0; io < 2; io++)
+      OK(ctx, cf_executable_bucket_bind(e, me, b, (cf_io)io, NULL));
+  for (size_t k = 0; k < ni; k++) {
+    size_t off;
+    int b = cf_executable_io_bucket(e, CF_IO_INPUT, k, &off);
+    in[k] = b >= 0 ? (char *)cf_executable_bucket_buffer(e, me, (size_t)b, CF_IO_INPUT) + off
+                   : malloc(cf_executable_io_bytes(e, CF_IO_INPUT, k));
+    members += b >= 0;
+    fill(e, k, 0, me, in[k]);
+  }
+  for (size_t j = 0; j < no; j++) {
+    size_t off;
+    int b = cf_executable_io_bucket(e, CF_IO_OUTPUT, j, &off);
+    if (b >= 0)
+      view[j] = (char *)cf_executable_bucket_buffer(e, me, (size_t)b, CF_IO_OUTPUT) + off;
+    else
+      out[j] = malloc(cf_executable_io_bytes(e, CF_IO_OUTPUT, j));
+    members += b >= 0;
+  }
+  if (!members) FAIL("no input or output lies in a bucket");
+  OK(ctx, cf_executable_run_rank(e, me, (const void *const *)in, out));
+  size_t copies = cf_executable_last_copies(e, NULL);
+  if (copies != separate - members)
+    FAIL("bucket views: %zu copies, expected %zu - %zu members", copies, separate, members);
+  for (size_t j = 0; j < no; j++) {
+    const char *name = cf_executable_io_name(e, CF_IO_OUTPUT, j);
+    const void *p = view[j] ? view[j] : out[j];
+    bool i32 = strcmp(cf_executable_io_dtype(e, CF_IO_OUTPUT, j), "int32") == 0;
+    for (size_t x = 0; x < cf_executable_io_bytes(e, CF_IO_OUTPUT, j) / 4; x++) {
+      double got = i32 ? ((const int32_t *)p)[x] : ((const float *)p)[x];
+      double want = expect(e, name, 0, (int64_t)x);
+      if (got != (double)(float)want) {
+        FAIL("bucket views: output '%s'[%zu] = %.9g, expected %.9g", name, x, got, want);
+        break;
+      }
+    }
+  }
+done:
+  for (size_t k = 0; in && k < ni; k++)
+    if (cf_executable_io_bucket(e, CF_IO_INPUT, k, NULL) < 0) free(in[k]);
+  for (size_t j = 0; out && j < no; j++)
+    free(out[j]);
+  free(in);
+  free(out);
+  free(view);
+  cf_executable_destroy(e);
+}
+
 /* NULL inputs: seeded data, the same as the threads run of ref (e itself,
  * or one of the same graph with collfuse's algorithms) makes for this rank. */
 static void run_seeded(cf_context *ctx, cf_executable *e, cf_executable *ref) {
@@ -251,6 +320,7 @@ int main(int argc, char **argv) {
   OK(ctx, cf_executable_create(g, o, &e));
   if (cf_executable_ranks(e) != R) FAIL("executable has %d ranks", cf_executable_ranks(e));
   run_checked(ctx, e); /* joins the job: MPI initialized here */
+  run_views(ctx, g, o, cf_executable_last_copies(e, NULL));
   if (strcmp(algo, "mpi-native") == 0) { /* the threads transport has no MPI_Allreduce */
     cf_options *oa = NULL;
     cf_status st = make_options(ctx, "auto", false, &oa);
