@@ -148,8 +148,9 @@ const cf_algo_info cf_algo_table[] = {
     [CF_ALGO_RSAG] = {.name = "rsag",
                       .description =
                           "direct reduce-scatter (rank i reduces chunk i from all ranks), "
-                          "then direct all-gather",
-                      .steps = "2 exchanges",
+                          "then direct all-gather (threads: rank i writes chunk i into "
+                          "every output)",
+                      .steps = "2 exchanges (threads: 1)",
                       .order = "rank order",
                       .rank_order = true,
                       .exact_mean = true,
