@@ -148,8 +148,9 @@ const cf_algo_info cf_algo_table[] = {
     [CF_ALGO_RSAG] = {.name = "rsag",
                       .description =
                           "direct reduce-scatter (rank i reduces chunk i from all ranks), "
-                          "then direct all-gather",
-                      .steps = "2 exchanges",
+                          "then direct all-gather (threads: rank i writes chunk i into "
+                          "every output)",
+                      .steps = "2 exchanges (threads: 1)",
                       .order = "rank order",
                       .rank_order = true,
                       .exact_mean = true,
@@ -196,13 +197,21 @@ const int cf_algo_count = (int)(sizeof cf_algo_table / sizeof cf_algo_table[0]);
 #define KIB(x) ((int64_t)(x) << 10)
 #define MIB(x) ((int64_t)(x) << 20)
 
-/* On a single-copy transport two ranks reduce each other's whole vector
- * fastest at every size (one exchange; rsag's second one costs more than
- * the halved reduction saves), more ranks up to 1 MiB; above, the
- * two-exchange rsag beats the 2(n-1)-step ring. */
+/* On a single-copy transport rsag is one exchange too (every rank writes
+ * its reduced chunk into every output): on four ranks it led direct from 64
+ * KiB up (level at 16-32 KiB), and the ring and recursive doubling at every
+ * size from 16 MiB; on two ranks it led direct from 512 KiB to 4 MiB, and
+ * direct (each rank reading both whole vectors) led from 16 MiB up and below
+ * 512 KiB (bench allreduce --ranks 2|4 --no-mpi, 3 runs each, a loaded
+ * 2-core machine; docs/executor.md). */
 static const cf_algo_rule auto_threads[] = {
+    {.min_ranks = 2,
+     .max_ranks = 2,
+     .min_bytes = KIB(512),
+     .max_bytes = MIB(4),
+     .algo = CF_ALGO_RSAG},
     {.min_ranks = 2, .max_ranks = 2, .algo = CF_ALGO_DIRECT},
-    {.max_bytes = MIB(1), .algo = CF_ALGO_DIRECT},
+    {.max_bytes = KIB(32), .algo = CF_ALGO_DIRECT},
 };
 
 /* Over shared memory direct (one exchange of whole vectors) led rsag up to

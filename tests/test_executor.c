@@ -464,6 +464,45 @@ static void test_allreduce_large(void **state) {
     }
 }
 
+/* rsag on the threads transport writes each rank's chunk into the peers'
+ * outputs one 256 KiB segment at a time: chunks of several segments with a
+ * partial last one, mean, more ranks than the n-ary kernel takes, against
+ * the reference with guard bytes; and bitwise equal to direct (both reduce
+ * in rank order). */
+static void test_allreduce_rsag_segments(void **state) {
+  (void)state;
+  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_SUM, 2, 300007);
+  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT64, CF_RED_MEAN, 3, 200003);
+  allreduce(CF_ALGO_RSAG, CF_DT_BFLOAT16, CF_RED_SUM, 4, 600001);
+  allreduce(CF_ALGO_RSAG, CF_DT_INT32, CF_RED_MEAN, 4, 262145);
+  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_MAX, 9, 590001);
+  static const int ranks[] = {2, 4};
+  for (int r = 0; r < 2; r++) {
+    int n = ranks[r];
+    int64_t count = 400009;
+    void *res[2][MAXR];
+    for (int v = 0; v < 2; v++) {
+      cspec s = {.op = CF_OP_ALLREDUCE,
+                 .algo = cf_algo_forced(v ? CF_ALGO_RSAG : CF_ALGO_DIRECT),
+                 .dt = CF_DT_FLOAT32,
+                 .red = CF_RED_MEAN,
+                 .n = n,
+                 .count = count,
+                 .det = true,
+                 .seed = 11,
+                 .keep = res[v]};
+      run_coll(&s);
+    }
+    for (int k = 0; k < n; k++) {
+      if (memcmp(res[0][k], res[1][k], (size_t)count * 4) != 0)
+        fail_msg("n=%d count=%lld: direct and rsag differ bitwise on rank %d", n, (long long)count,
+                 k);
+      free(res[0][k]);
+      free(res[1][k]);
+    }
+  }
+}
+
 static void test_allreduce_reductions(void **state) {
   (void)state;
   static const int ranks[] = {3, 4, 8};
@@ -1580,6 +1619,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_allreduce_algos_dtypes),
       cmocka_unit_test(test_allreduce_large),
+      cmocka_unit_test(test_allreduce_rsag_segments),
       cmocka_unit_test(test_allreduce_reductions),
       cmocka_unit_test(test_allreduce_many_ranks),
       cmocka_unit_test(test_allreduce_int_mean_no_wrap),

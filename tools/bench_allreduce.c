@@ -11,10 +11,18 @@
  *
  * Both sides time the same way: one warm-up loop of K calls, a check of the
  * result, then L timed loops, each K back-to-back calls between two
- * barriers, timed on rank 0; a cell is the median loop divided by K. MPI
+ * barriers, timed on rank 0; a cell is the median loop divided by K (the
+ * columns round-robin, loop by loop). MPI
  * runs first, all sizes in one `mpirun` of bench/mpi_allreduce.c (found
  * next to this executable), so the two never share the cores. algbw =
  * bytes / time and busbw = algbw * 2(n-1)/n, as nccl-tests define them.
+ *
+ * The bound: in the same run, every rank copies its input to its output
+ * (one memcpy of the cell's size on every rank at once, timed the same
+ * way). An AllReduce on one machine can go no faster than that: it must
+ * read every rank's input once and write every rank's output once, and the
+ * copy does exactly that at the machine's rate with all ranks copying at
+ * once. Each cell's fraction of the bound is copy time / its time.
  *
  * The bench's own barrier is a pthread barrier: every rank passes the same
  * barriers whatever happens, and a rank whose collective fails aborts the
@@ -88,9 +96,10 @@ typedef struct ar_world {
   int iters, n_algos;
   int algos[MAX_COLS];                /* distinct algorithms to measure */
   double loop_s[MAX_COLS][MAX_LOOPS]; /* rank 0: seconds per call of each loop */
-  int *ranks;                       /* 0..n-1: the world group */
-  const float **in;                 /* every rank's input, for the check */
-  int64_t *seq;                     /* per rank: collectives so far */
+  double copy_s[MAX_LOOPS];           /* rank 0: seconds per copy of each loop (the bound) */
+  int *ranks;                         /* 0..n-1: the world group */
+  const float **in;                   /* every rank's input, for the check */
+  int64_t *seq;                       /* per rank: collectives so far */
 } ar_world;
 
 typedef struct ar_rank {
@@ -206,25 +215,39 @@ static void *rank_main(void *arg) {
   }
   W->in[me] = in;
   sync_ranks(W);
+  cf_coll_call call[MAX_COLS];
   for (int a = 0; a < W->n_algos; a++) {
-    cf_coll_call call = {.desc = desc,
-                         .ranks = W->ranks,
-                         .n = n,
-                         .me = me,
-                         .in = in,
-                         .out = out,
-                         .scratch = scratch,
-                         .scratch_bytes = scratch_bytes,
-                         .algo = W->algos[a]};
+    call[a] = (cf_coll_call){.desc = desc,
+                             .ranks = W->ranks,
+                             .n = n,
+                             .me = me,
+                             .in = in,
+                             .out = out,
+                             .scratch = scratch,
+                             .scratch_bytes = scratch_bytes,
+                             .algo = W->algos[a]};
     if (!atomic_load(&W->failed)) memset(out, 0, bytes);
-    calls(W, me, c, &call); /* warm-up */
+    calls(W, me, c, &call[a]); /* warm-up */
     sync_ranks(W);
     if (!atomic_load(&W->failed)) check(W, me, out, W->algos[a]);
     sync_ranks(W);
-    for (int l = 0; l < W->o->loops; l++) {
+  }
+  /* the bound's warm-up, then the timed loops round-robin (the bound, then
+   * every algorithm), so a noisy neighbour or a frequency change hits every
+   * column alike */
+  for (int k = 0; k < W->iters && !atomic_load(&W->failed); k++)
+    dev->ops->copy(dev, out, in, bytes);
+  for (int l = 0; l < W->o->loops; l++) {
+    sync_ranks(W);
+    double t0 = cf_now();
+    for (int k = 0; k < W->iters && !atomic_load(&W->failed); k++)
+      dev->ops->copy(dev, out, in, bytes);
+    sync_ranks(W);
+    if (me == 0) W->copy_s[l] = (cf_now() - t0) / W->iters;
+    for (int a = 0; a < W->n_algos; a++) {
       sync_ranks(W);
-      double t0 = cf_now();
-      calls(W, me, c, &call);
+      t0 = cf_now();
+      calls(W, me, c, &call[a]);
       sync_ranks(W);
       if (me == 0) W->loop_s[a][l] = (cf_now() - t0) / W->iters;
     }
@@ -243,6 +266,7 @@ typedef struct ar_row {
   int run[MAX_COLS];   /* the algorithm each column ran (auto resolved) */
   double us[MAX_COLS]; /* median microseconds per call; 0: not measured */
   double mpi_us;       /* 0: not measured */
+  double copy_us;      /* the bound: every rank's memcpy of bytes at once; 0: not measured */
 } ar_row;
 
 /* Measure one size on every selected column; false with W->error. */
@@ -271,6 +295,7 @@ static bool measure_size(ar_world *W, ar_row *row) {
   if (atomic_load(&W->failed)) return false;
   for (int k = 0; k < o->n_cols; k++)
     row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], o->loops);
+  row->copy_us = 1e6 * cf_bench_median(W->copy_s, o->loops);
   return true;
 }
 
@@ -457,6 +482,16 @@ static void run_mpi(const ar_options *o, ar_row *rows, mpi_peer *m) {
 
 static double busbw_factor(int n) { return 2.0 * (n - 1) / n; }
 
+/* The bound's copy rate: read + written bytes of all n ranks per second, GB/s. */
+static double copy_gbps(const ar_row *r, int n) {
+  return r->copy_us > 0 ? 2.0 * n * (double)r->bytes / (r->copy_us * 1e3) : 0;
+}
+
+/* A time's fraction of the bound (bound time / its time); 0: unknown. */
+static double of_bound(const ar_row *r, double us) {
+  return r->copy_us > 0 && us > 0 ? r->copy_us / us : 0;
+}
+
 static void print_header(const ar_options *o, const mpi_peer *m) {
   printf("collfuse bench allreduce: %d ranks (%s, CPU device), float32 sum, out of "
          "place\n",
@@ -468,12 +503,16 @@ static void print_header(const ar_options *o, const mpi_peer *m) {
   if (m->up)
     printf("  mpi: MPI_Allreduce, %s, %s\n", m->library[0] ? m->library : "OpenMPI", m->command);
   if (m->why[0]) printf("  mpi: %s%s\n", m->up ? "partial results: " : "not measured: ", m->why);
+  printf("  bound: every rank copies its input to its output at once (memcpy; copy GB/s = read +\n"
+         "  written bytes of all ranks / time); frac = bound us / auto us (1 = at the memory "
+         "limit)\n");
   if (o->ranks & (o->ranks - 1))
     printf("  rd needs a power-of-two rank count: its column (*) is what ran instead (direct)\n");
   printf("%6s %5s | %6s %9s %7s %7s |", "size", "K", "auto", "us", "algbw", "busbw");
   for (int k = 1; k < o->n_cols; k++)
     printf(" %9s", cf_algo_req_name(o->columns[k]));
-  printf(" | %9s %7s | %6s\n", "mpi us", "busbw", "cf/mpi");
+  printf(" | %9s %7s | %6s | %9s %7s %5s\n", "mpi us", "busbw", "cf/mpi", "bound us", "copy",
+         "frac");
 }
 
 static void cell(double v, const char *fmt, char *buf, size_t len) {
@@ -484,7 +523,7 @@ static void cell(double v, const char *fmt, char *buf, size_t len) {
 }
 
 static void print_row(const ar_options *o, const ar_row *r) {
-  char sz[16], c[MAX_COLS][16], ab[16], bb[16], mu[16], mb[16], q[16];
+  char sz[16], c[MAX_COLS][16], ab[16], bb[16], mu[16], mb[16], q[16], bu[16], cg[16], fr[16];
   double f = busbw_factor(o->ranks);
   cf_bench_size_text(r->bytes, sz, sizeof sz);
   for (int k = 0; k < o->n_cols; k++) /* '*': the algorithm fell back to another */
@@ -494,19 +533,26 @@ static void print_row(const ar_options *o, const ar_row *r) {
   cell(r->mpi_us, "%.1f", mu, sizeof mu);
   cell(cf_bench_gbps(r->bytes, r->mpi_us) * f, "%.2f", mb, sizeof mb);
   cell(r->us[0] > 0 && r->mpi_us > 0 ? r->mpi_us / r->us[0] : 0, "%.2f", q, sizeof q);
+  cell(r->copy_us, "%.1f", bu, sizeof bu);
+  cell(copy_gbps(r, o->ranks), "%.1f", cg, sizeof cg);
+  cell(of_bound(r, r->us[0]), "%.2f", fr, sizeof fr);
   printf("%6s %5d | %6s %9s %7s %7s |", sz, r->iters, cf_algo_name(r->run[0]), c[0], ab, bb);
   for (int k = 1; k < o->n_cols; k++)
     printf(" %9s", c[k]);
-  printf(" | %9s %7s | %6s\n", mu, mb, q);
+  printf(" | %9s %7s | %6s | %9s %7s %5s\n", mu, mb, q, bu, cg, fr);
   fflush(stdout);
 }
 
-static cJSON *timing_json(int64_t bytes, double us, int n) {
+static cJSON *timing_json(const ar_row *r, double us, int n) {
   if (us <= 0) return cJSON_CreateNull();
   cJSON *t = cJSON_CreateObject();
   cJSON_AddNumberToObject(t, "us", us);
-  cJSON_AddNumberToObject(t, "algbw_gbps", cf_bench_gbps(bytes, us));
-  cJSON_AddNumberToObject(t, "busbw_gbps", cf_bench_gbps(bytes, us) * busbw_factor(n));
+  cJSON_AddNumberToObject(t, "algbw_gbps", cf_bench_gbps(r->bytes, us));
+  cJSON_AddNumberToObject(t, "busbw_gbps", cf_bench_gbps(r->bytes, us) * busbw_factor(n));
+  if (r->copy_us > 0)
+    cJSON_AddNumberToObject(t, "fraction_of_bound", of_bound(r, us));
+  else
+    cJSON_AddNullToObject(t, "fraction_of_bound");
   return t;
 }
 
@@ -517,11 +563,18 @@ static cJSON *row_json(const ar_options *o, const ar_row *r) {
   cJSON_AddStringToObject(j, "auto_algo", cf_algo_name(r->run[0]));
   cJSON *c = cJSON_AddObjectToObject(j, "collfuse");
   for (int k = 0; k < o->n_cols; k++) {
-    cJSON *t = timing_json(r->bytes, r->us[k], o->ranks);
+    cJSON *t = timing_json(r, r->us[k], o->ranks);
     if (cJSON_IsObject(t)) cJSON_AddStringToObject(t, "algo_run", cf_algo_name(r->run[k]));
     cJSON_AddItemToObject(c, cf_algo_req_name(o->columns[k]), t);
   }
-  cJSON_AddItemToObject(j, "mpi", timing_json(r->bytes, r->mpi_us, o->ranks));
+  cJSON_AddItemToObject(j, "mpi", timing_json(r, r->mpi_us, o->ranks));
+  if (r->copy_us > 0) {
+    cJSON *b = cJSON_AddObjectToObject(j, "bound");
+    cJSON_AddNumberToObject(b, "us", r->copy_us);
+    cJSON_AddNumberToObject(b, "copy_gbps", copy_gbps(r, o->ranks));
+  } else {
+    cJSON_AddNullToObject(j, "bound");
+  }
   if (r->us[0] > 0 && r->mpi_us > 0)
     cJSON_AddNumberToObject(j, "ratio_busbw_collfuse_vs_mpi", r->mpi_us / r->us[0]);
   else
@@ -701,7 +754,7 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   }
   /* warm-up and check every algorithm, then time them round-robin, so a
    * noisy neighbour or a frequency change hits every column alike */
-  double loop_s[MAX_COLS + 1][MAX_LOOPS], us[MAX_COLS + 1] = {0};
+  double loop_s[MAX_COLS + 1][MAX_LOOPS], us[MAX_COLS + 1] = {0}, copy_s[MAX_LOOPS];
   cf_coll_call call[MAX_COLS + 1];
   for (int a = 0; a < n_algos && ok; a++) {
     call[a] = (cf_coll_call){.desc = desc, .ranks = B->ranks, .n = B->n, .me = B->me, .in = in, .out = out,
@@ -712,16 +765,28 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
     if (ok && a == 0) memcpy(ref, out, bytes);
     if (ok && a > 0) ok = mpi_check(B, out, ref, count, algos[a]);
   }
-  for (int l = 0; l < o->loops && ok; l++)
+  /* the bound: every process copies its input to its output at once,
+   * warmed up, then timed in the same round-robin */
+  for (int k = 0; k < row->iters && ok; k++)
+    dev->ops->copy(dev, out, in, bytes);
+  for (int l = 0; l < o->loops && ok; l++) {
+    ok = mpi_sync(B);
+    double t0 = cf_now();
+    for (int k = 0; k < row->iters && ok; k++)
+      dev->ops->copy(dev, out, in, bytes);
+    ok = ok && mpi_sync(B);
+    copy_s[l] = (cf_now() - t0) / row->iters;
     for (int a = 0; a < n_algos && ok; a++) {
       ok = mpi_sync(B);
-      double t0 = cf_now();
+      t0 = cf_now();
       ok = ok && mpi_calls(B, &call[a], row->iters) && mpi_sync(B);
       loop_s[a][l] = (cf_now() - t0) / row->iters;
     }
+  }
   for (int a = 0; a < n_algos && ok; a++) us[a] = 1e6 * cf_bench_median(loop_s[a], o->loops);
   if (ok) {
     row->mpi_us = us[0];
+    row->copy_us = 1e6 * cf_bench_median(copy_s, o->loops);
     for (int k = 0; k < o->n_cols; k++)
       row->us[k] = slot[k] < 0 ? 0 : us[slot[k]];
   }

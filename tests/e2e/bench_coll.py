@@ -48,7 +48,8 @@ def main() -> int:
     # ---- bench allreduce
     r = run(0, "bench", "allreduce", "--quick", "--ranks", "2")
     if r:
-        for text in ("busbw", "direct", "   64K ", "mpi"):
+        for text in ("busbw", "direct", "   64K ", "mpi", "bound us", "frac",
+                     "bound: every rank copies its input to its output at once"):
             check(text in r[0], f"bench allreduce --quick: no '{text}' in the table")
     r = run(0, "bench", "allreduce", "--quick", "--ranks", "3", "--no-mpi", "--json")
     if r:
@@ -64,6 +65,13 @@ def main() -> int:
                 assert c["auto"]["us"] > 0 and c["auto"]["algo_run"] == x["auto_algo"], x
                 assert c["rd"]["algo_run"] == "direct", c["rd"]  # 3 ranks: no recursive doubling
                 assert x["mpi"] is None and x["ratio_busbw_collfuse_vs_mpi"] is None, x
+                b = x["bound"]
+                assert b["us"] > 0, b
+                gbps = 2 * 3 * x["bytes"] / (b["us"] * 1e3)
+                assert abs(b["copy_gbps"] - gbps) <= 1e-6 * gbps, b
+                for k in c:
+                    f = c[k]["fraction_of_bound"]
+                    assert abs(f - b["us"] / c[k]["us"]) <= 1e-9 * f, (k, c[k], b)
         except (ValueError, KeyError, AssertionError) as e:
             failures.append(f"bench allreduce --json: unexpected object: {e!r}")
     for args, text in ((["--sizes", "3"], "--sizes"), (["--ranks", "1"], "--ranks"),
