@@ -9,7 +9,8 @@
  * A policy (`auto` on the threads transport, or on an MPI job over shared
  * memory or a network) is a short list of measured rules, data in
  * cf_algo_policies next to the table, that picks a row by rank count and
- * bytes per rank. A request names either a policy or one row.
+ * bytes per rank. A request names either a policy or one row; a policy
+ * may carry a measured profile's rules (api/profile.c), tried first.
  *
  * Adding an algorithm: write its run (and scratch and supports) functions
  * in algo.c, or in a file of its own declared below, and add one row at

@@ -245,6 +245,7 @@ typedef struct ar_row {
   int iters;
   int run[MAX_COLS];   /* the algorithm each column ran (auto resolved) */
   double us[MAX_COLS]; /* median microseconds per call; 0: not measured */
+  double min_us[MAX_COLS]; /* the fastest loop's (--save-profile: least disturbed by load) */
   double mpi_us;       /* 0: not measured */
 } ar_row;
 
@@ -272,8 +273,10 @@ static bool measure_size(ar_world *W, ar_row *row) {
   for (int r = 0; r < W->n; r++)
     pthread_join(th[r], NULL);
   if (atomic_load(&W->failed)) return false;
-  for (int k = 0; k < o->n_cols; k++)
+  for (int k = 0; k < o->n_cols; k++) {
     row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], o->loops);
+    row->min_us[k] = slot[k] < 0 ? 0 : 1e6 * W->loop_s[slot[k]][0]; /* sorted by the median */
+  }
   return true;
 }
 
@@ -644,7 +647,7 @@ static int save_profile(cf_context *ctx, const ar_options *o, const ar_row *rows
   for (int s = 0; s < o->n_sizes; s++) {
     cells[s] = (cf_bench_ar_cell){.bytes = rows[s].bytes};
     memcpy(cells[s].run, rows[s].run, sizeof cells[s].run);
-    memcpy(cells[s].us, rows[s].us, sizeof cells[s].us);
+    memcpy(cells[s].us, rows[s].min_us, sizeof cells[s].us);
   }
   char path[4096];
   const char *transport = o->mpi ? "mpi" : "threads";
@@ -766,11 +769,17 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
       ok = ok && mpi_calls(B, &call[a], row->iters) && mpi_sync(B);
       loop_s[a][l] = (cf_now() - t0) / row->iters;
     }
-  for (int a = 0; a < n_algos && ok; a++) us[a] = 1e6 * cf_bench_median(loop_s[a], o->loops);
+  double mins[MAX_COLS + 1] = {0};
+  for (int a = 0; a < n_algos && ok; a++) {
+    us[a] = 1e6 * cf_bench_median(loop_s[a], o->loops);
+    mins[a] = 1e6 * loop_s[a][0]; /* sorted by the median */
+  }
   if (ok) {
     row->mpi_us = us[0];
     for (int k = 0; k < o->n_cols; k++)
       row->us[k] = slot[k] < 0 ? 0 : us[slot[k]];
+    for (int k = 0; k < o->n_cols; k++)
+      row->min_us[k] = slot[k] < 0 ? 0 : mins[slot[k]];
   }
   dev->ops->free(dev, in);
   dev->ops->free(dev, out);

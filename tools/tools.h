@@ -77,8 +77,9 @@ int cf_bench_ar_slots(const cf_algo_req *cols, int n_cols, int only, const cf_co
                       bool (*skip)(int algo, const cf_coll_desc *d), int *run, int *slot,
                       int *algos, int n_algos);
 /* bench_profile.c: one size of bench allreduce as --save-profile reads it:
- * column k (0: auto) ran algorithm run[k] in us[k] microseconds (0: not
- * measured). */
+ * column k (0: auto) ran algorithm run[k] in us[k] microseconds per call,
+ * its fastest loop's (0: not measured): preemption on a loaded machine only
+ * ever adds time, so the fastest loop says best which algorithm is faster. */
 typedef struct cf_bench_ar_cell {
   int64_t bytes;
   int run[CF_BENCH_MAX_COLS];
