@@ -141,6 +141,13 @@ printf 'collfuse-profile 1\nalgo threads 2 0 0 ring\n' >"$work/ring2"
 run bench allreduce --ranks 2 --sizes 64K --no-mpi --loops 1 --iters 1 --algo ring --profile "$work/ring2"
 expect_rc 0 "bench allreduce --profile"
 grep -Eq '^ +64K +1 \| +ring ' "$OUT" || fail "bench's auto column should run ring from the profile"
+# nowhere to save without a home (and no --profile FILE)
+checks=$((checks + 1))
+env -u HOME -u XDG_CONFIG_HOME "$cf" bench allreduce --ranks 2 --quick --no-mpi --save-profile \
+  >"$OUT" 2>"$ERR"
+rc=$?
+expect_last 2 "--save-profile: neither XDG_CONFIG_HOME nor HOME is set (give --profile FILE)" \
+  "--save-profile without a home"
 expect 2 "--save-profile measures every algorithm: leave --algo out" \
   bench allreduce --ranks 2 --quick --no-mpi --algo ring --save-profile
 
