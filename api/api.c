@@ -30,6 +30,7 @@
 struct cf_options {
   cf_context *ctx;
   char *passes, *split, *cost, *target; /* NULL: default */
+  char *profile;                        /* NULL: $COLLFUSE_PROFILE or the user's; "none" */
   bool explain, deterministic;
   int ranks; /* 0: the graph's world_size */
   cf_algo_req algo;
@@ -56,6 +57,7 @@ void cf_options_destroy(cf_options *o) {
   free(o->split);
   free(o->cost);
   free(o->target);
+  free(o->profile);
   free(o);
 }
 
@@ -107,6 +109,14 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
       return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option cost: %s", why);
     return set_str(o, &o->cost, value);
   }
+  if (strcmp(key, "profile") == 0) {
+    /* read now, so a malformed or missing file is refused where it is named */
+    cf_profile *p = NULL;
+    char path[4096];
+    cf_status ps = cf_profile_find(o->ctx, value, &p, path, sizeof path);
+    cf_profile_destroy(p);
+    return ps ? ps : set_str(o, &o->profile, value);
+  }
   if (strcmp(key, "target") == 0) {
     if (!cf_target_find(value))
       return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option target: %s",
@@ -154,8 +164,8 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
   }
   return cf_error(
       o->ctx, CF_ERR_USAGE, NULL, 0,
-      "unknown option '%s' (passes, split, cost, target, explain, ranks, deterministic, algo, "
-      "timeout, seed, max_memory)",
+      "unknown option '%s' (passes, split, cost, profile, target, explain, ranks, deterministic, "
+      "algo, timeout, seed, max_memory)",
       key);
 }
 
@@ -190,6 +200,14 @@ cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_opti
                                     .explain = opt && opt->explain ? explain_to_log : NULL,
                                     .explain_user = g->ctx}};
   st = size_world(g, opt);
+  cf_profile *prof = NULL;
+  cf_cost measured;
+  char path[4096];
+  if (!st) st = cf_profile_find(g->ctx, opt ? opt->profile : NULL, &prof, path, sizeof path);
+  if (!st &&
+      cf_profile_cost(prof, "threads", g->world_size > 0 ? (int)g->world_size : 1, &measured))
+    co.pass.measured_cost = &measured;
+  cf_profile_destroy(prof);
   if (!st) st = cf_compile(g, &co);
   return st;
 }
@@ -221,6 +239,7 @@ struct cf_executable {
   void **buckets;
   bool *owned;
   int64_t last_copies, last_copy_bytes;
+  cf_profile *prof; /* the measured rules the plans' auto reads (kept as long as they) */
 };
 
 /* Refuse a run of ranks of e's ranks in this process that needs more memory
@@ -240,6 +259,7 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
   *out = NULL;
   if (!g) return CF_ERR_USAGE;
   cf_context *ctx = g->ctx;
+  char path[4096];
   cf_executable *e = calloc(1, sizeof *e);
   if (!e) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   e->ctx = ctx;
@@ -252,6 +272,7 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
   }
   e->ranks = (int)g->world_size;
   if (!st) st = cf_frontend_verify(g, opt ? opt->target : NULL);
+  if (!st) st = cf_profile_find(ctx, opt ? opt->profile : NULL, &e->prof, path, sizeof path);
   if (st) goto fail;
   cf_run_options ro = {.ranks = e->ranks,
                        .iters = 1,
@@ -259,6 +280,8 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
                        .deterministic = opt && opt->deterministic,
                        .timeout_s = opt ? opt->timeout_s : 60,
                        .algo = opt ? opt->algo : (cf_algo_req){.policy = CF_POLICY_AUTO}};
+  if (ro.algo.policy != CF_POLICY_FORCED)
+    ro.algo.n_measured = cf_profile_rules(e->prof, "threads", &ro.algo.measured);
   e->ro = ro;
   e->max_memory = opt ? opt->max_memory : 0;
   if ((st = cf_plan_build(ctx, g, &ro, &e->plan))) goto fail;
@@ -309,6 +332,7 @@ void cf_executable_destroy(cf_executable *e) {
   free(e->io_node[0]);
   free(e->io_node[1]);
   cf_graph_unhold(e->g);
+  cf_profile_destroy(e->prof);
   free(e);
 }
 
@@ -632,6 +656,14 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
                     "cf_executable_run_rank: the executable has %d rank%s, but this MPI job has %d "
                     "process%s (start it with mpirun -np %d)",
                     e->ranks, cf_s(e->ranks), w->size, w->size == 1 ? "" : "es", e->ranks);
+  /* every rank must have read the same profile (its MPI rules): checked
+   * while every rank is still here, before the one-sided checks */
+  double h = (double)cf_profile_hash(e->prof, "mpi"), v[2] = {h, -h};
+  if ((st = cf_mpi_max(e->mpi, v, 2))) return st;
+  if (v[0] != -v[1])
+    return cf_error(e->ctx, CF_ERR_INVALID, NULL, 0,
+                    "profile: the ranks read different profiles (every process must see the "
+                    "same file, or set the option profile to none)");
   if (w->first != rank)
     return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
                     "cf_executable_run_rank: rank %d asked for, but this process is rank %d of "
@@ -641,6 +673,8 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
   ro.staged = true;
   if (ro.algo.policy == CF_POLICY_AUTO)
     ro.algo.policy = cf_mpi_auto(e->mpi); /* as `run --backend mpi` */
+  if (ro.algo.policy != CF_POLICY_FORCED)
+    ro.algo.n_measured = cf_profile_rules(e->prof, "mpi", &ro.algo.measured);
   if ((st = cf_plan_build(e->ctx, e->g, &ro, &e->mpi_plan))) return st;
   return cf_mpi_prepare_native(e->mpi, e->mpi_plan);
 }

@@ -39,4 +39,43 @@ cf_status cf_compile(cf_graph *g, const cf_compile_options *opt);
 bool cf_option_seed(const char *name, const char *v, uint64_t *out, char *why, size_t len);
 bool cf_option_timeout(const char *name, const char *v, double *out, char *why, size_t len);
 
+/* ================= profile.c: measured algorithm rules and alpha/beta ================= */
+
+typedef struct cf_algo_rule cf_algo_rule; /* executor/algo.h */
+typedef struct cf_profile cf_profile;     /* one profile file, parsed */
+enum { CF_PROFILE_MAX_ENTRIES = 32, CF_PROFILE_MAX_RULES = 32 };
+
+/* The profile's path: given (--profile, the API's option), else
+ * $COLLFUSE_PROFILE, else $XDG_CONFIG_HOME/collfuse/profile, else
+ * ~/.config/collfuse/profile (into buf); *explicit_path: given or from the
+ * environment. NULL when there is no home to look in. */
+const char *cf_profile_path(const char *given, char *buf, size_t len, bool *explicit_path);
+/* Read path into *out (the caller destroys it). A missing file gives an
+ * empty profile unless must_exist; a malformed one is CF_ERR_INVALID naming
+ * "PATH:LINE". */
+cf_status cf_profile_load(cf_context *ctx, const char *path, bool must_exist, cf_profile **out);
+/* The profile a run reads: given "none" or no path at all: empty; else
+ * cf_profile_path's, which must exist when it was explicit. path receives
+ * the path read ("" when none). */
+cf_status cf_profile_find(cf_context *ctx, const char *given, cf_profile **out, char *path,
+                          size_t len);
+void cf_profile_destroy(cf_profile *p);
+/* A 32-bit hash of transport's rules and links (0: none), for ranks to
+ * check that they read the same profile. */
+uint32_t cf_profile_hash(const cf_profile *p, const char *transport);
+bool cf_profile_empty(const cf_profile *p);
+/* Every measured rule for transport ("threads" or "mpi"), all rank counts,
+ * valid until p changes; returns how many (0: *rules NULL). */
+int cf_profile_rules(cf_profile *p, const char *transport, const cf_algo_rule **rules);
+/* The measured alpha/beta of transport on ranks (gamma = beta/2); false
+ * when the profile has none. */
+bool cf_profile_cost(const cf_profile *p, const char *transport, int ranks, cf_cost *out);
+/* Replace transport's entry for ranks with what a measurement found: the
+ * fastest row best[i] at bytes[i] (ascending, n sizes), and the link. */
+cf_status cf_profile_set(cf_context *ctx, cf_profile *p, const char *transport, int ranks,
+                         const int64_t *bytes, const int *best, int n, double alpha_us,
+                         double beta_gbps);
+/* Write p to path (its directories made as needed) through cf_write_file. */
+cf_status cf_profile_save(cf_context *ctx, cf_profile *p, const char *path);
+
 #endif /* COLLFUSE_API_H */

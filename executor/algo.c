@@ -326,29 +326,39 @@ static bool usable(int a, const cf_coll_desc *d, int n, bool deterministic) {
 
 static bool in(int64_t v, int64_t lo, int64_t hi) { return v >= lo && (hi == 0 || v <= hi); }
 
-static int by_policy(const cf_coll_desc *d, int n, bool deterministic, cf_algo_policy p) {
+/* The first of rules[0..n) that matches a call of bytes on n ranks and
+ * whose row may run it; -1 when none. */
+static int first_rule(const cf_algo_rule *rules, int n_rules, const cf_coll_desc *d, int n,
+                      bool deterministic, int64_t bytes) {
+  for (int i = 0; i < n_rules; i++) {
+    const cf_algo_rule *r = &rules[i];
+    if (in(n, r->min_ranks, r->max_ranks) && in(bytes, r->min_bytes, r->max_bytes) &&
+        r->algo >= 0 && r->algo < cf_algo_count && usable(r->algo, d, n, deterministic))
+      return r->algo;
+  }
+  return -1;
+}
+
+static int by_policy(const cf_coll_desc *d, int n, bool deterministic, cf_algo_req req) {
   if (d->op != CF_OP_ALLREDUCE || n <= 1) {
     for (int a = 0; a < cf_algo_count; a++)
       if (!cf_algo_table[a].native && usable(a, d, n, deterministic)) return a;
     return CF_ALGO_DIRECT;
   }
-  const cf_algo_policy_info *pol = &cf_algo_policies[p];
+  const cf_algo_policy_info *pol = &cf_algo_policies[req.policy];
   int64_t bytes = d->count * cf_dtype_size(d->dtype);
-  for (int i = 0; i < pol->n_rules; i++) {
-    const cf_algo_rule *r = &pol->rules[i];
-    if (in(n, r->min_ranks, r->max_ranks) && in(bytes, r->min_bytes, r->max_bytes) &&
-        usable(r->algo, d, n, deterministic))
-      return r->algo;
-  }
+  int a = first_rule(req.measured, req.n_measured, d, n, deterministic, bytes);
+  if (a < 0) a = first_rule(pol->rules, pol->n_rules, d, n, deterministic, bytes);
+  if (a >= 0) return a;
   /* fewer elements than ranks: the chunked algorithms would leave ranks idle */
   return d->count < n ? CF_ALGO_DIRECT : pol->otherwise;
 }
 
 int cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo_req req) {
-  int a = req.policy == CF_POLICY_FORCED ? req.algo : by_policy(d, n, deterministic, req.policy);
+  int a = req.policy == CF_POLICY_FORCED ? req.algo : by_policy(d, n, deterministic, req);
   for (int hops = 0; hops < cf_algo_count && !usable(a, d, n, deterministic); hops++) {
     int f = cf_algo_table[a].fallback;
-    a = f >= 0 ? f : by_policy(d, n, deterministic, CF_POLICY_AUTO);
+    a = f >= 0 ? f : by_policy(d, n, deterministic, (cf_algo_req){.policy = CF_POLICY_AUTO});
   }
   return a;
 }

@@ -9,7 +9,8 @@
  * A policy (`auto` on the threads transport, or on an MPI job over shared
  * memory or a network) is a short list of measured rules, data in
  * cf_algo_policies next to the table, that picks a row by rank count and
- * bytes per rank. A request names either a policy or one row.
+ * bytes per rank. A request names either a policy or one row; a policy
+ * may carry a measured profile's rules (api/profile.c), tried first.
  *
  * Adding an algorithm: write its run (and scratch and supports) functions
  * in algo.c, or in a file of its own declared below, and add one row at
@@ -77,10 +78,16 @@ typedef enum cf_algo_policy {
   CF_POLICY_FORCED,       /* the row asked for (or its fallback where it may not run) */
 } cf_algo_policy;
 
-/* A request: a policy, or (CF_POLICY_FORCED) one row. Zero is auto. */
+typedef struct cf_algo_rule cf_algo_rule;
+
+/* A request: a policy, or (CF_POLICY_FORCED) one row. Zero is auto. A
+ * policy may carry measured rules (a profile's, api/profile.c) that are
+ * tried before its own; the caller keeps them alive as long as the plan. */
 typedef struct cf_algo_req {
   cf_algo_policy policy;
-  int algo; /* a row of cf_algo_table; CF_POLICY_FORCED only */
+  int algo;                     /* a row of cf_algo_table; CF_POLICY_FORCED only */
+  const cf_algo_rule *measured; /* policies only: rules tried first, or NULL */
+  int n_measured;
 } cf_algo_req;
 
 /* Forcing row a. */
@@ -90,11 +97,11 @@ static inline cf_algo_req cf_algo_forced(int a) {
 
 /* One measured rule of a policy: calls on min_ranks..max_ranks ranks with
  * min_bytes..max_bytes per rank (0: unbounded) run algo. */
-typedef struct cf_algo_rule {
+struct cf_algo_rule {
   int min_ranks, max_ranks;
   int64_t min_bytes, max_bytes;
   int algo;
-} cf_algo_rule;
+};
 
 /* A policy's AllReduce rules, first match wins; a rule whose algorithm may
  * not run the call (MPI's own under --deterministic) is passed over. When

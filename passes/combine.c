@@ -489,9 +489,12 @@ static cf_status group_auto(combiner *m, const int *v, int lo, int hi, int at, c
       part[i] = p;
   }
   double exposed = cf_split_exposed(cost, sizes, nm, part);
-  char why[192];
-  snprintf(why, sizeof why, "split auto: %d bucket%s, model exposes %.0f us", nb, nb == 1 ? "" : "s",
-           exposed);
+  char why[192], from[96] = "";
+  if (m->opt->measured_cost && !m->opt->cost)
+    snprintf(from, sizeof from, ", profile's alpha %.3g us, beta %.3g GB/s", cost->alpha_us,
+             cost->beta_gbps);
+  snprintf(why, sizeof why, "split auto: %d bucket%s, model exposes %.0f us%s", nb,
+           nb == 1 ? "" : "s", exposed, from);
   const char *detail = cf_arena_strdup(&m->scratch, why);
   int start = 0, b = 0;
   for (int k = 0; k < n; k++) {
@@ -799,6 +802,7 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
   if (!opt) opt = &none;
   if (!cf_split_parse(opt->split, &sp, why, sizeof why) || !cf_cost_parse(opt->cost, &cost, why, sizeof why))
     return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
+  if (!opt->cost && opt->measured_cost) cost = *opt->measured_cost;
   /* HCCL's size and index splits describe the gradient AllReduces; a
    * fusion=1 AllGather or ReduceScatter is bucketed by the cost model */
   if (kind != CF_OP_ALLREDUCE && (sp.kind == CF_SPLIT_SIZE || sp.kind == CF_SPLIT_INDEX))

@@ -65,7 +65,8 @@ typedef void (*cf_explain_fn)(void *user, const char *line);
 
 typedef struct cf_pass_options {
   const char *split;       /* --split SPEC for fusion=1 (NULL: auto) */
-  const char *cost;        /* --cost alpha_us,beta_GBps (NULL: defaults) */
+  const char *cost;        /* --cost alpha_us,beta_GBps (NULL: measured_cost, else defaults) */
+  const cf_cost *measured_cost; /* a profile's alpha/beta for the run's transport, or NULL */
   cf_explain_fn explain;   /* receives one line per collective, or NULL */
   void *explain_user;
   const char *target;      /* --target profile the result must meet (NULL: cpu) */

@@ -26,10 +26,12 @@
  * bucket, simulates each and keeps the least exposed one (fewer buckets on
  * a tie within 0.1%). The last bucket - the bytes behind the last-ready
  * gradient - is never more than the tail size it was built for.
- * alpha, beta and gamma come from --cost alpha_us,beta_GBps[,gamma_GBps];
- * the defaults describe 8 ranks on a 100 Gb/s network (250 us, 8 GB/s
- * algorithm bandwidth) with a backward pass that takes twice as long as the
- * bare transfer of its gradients (gamma = beta/2).
+ * alpha, beta and gamma come from --cost alpha_us,beta_GBps[,gamma_GBps],
+ * else from a measured profile's link for the run's transport and rank
+ * count (cf_pass_options.measured_cost: api/profile.c reads the file, the
+ * pass only its numbers); the built-in defaults describe 8 ranks on a 100 Gb/s network (250 us, 8
+ * GB/s algorithm bandwidth) with a backward pass that takes twice as long as the bare transfer of
+ * its gradients (gamma = beta/2).
  */
 #include "passes.h"
 

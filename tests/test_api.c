@@ -283,6 +283,51 @@ static void test_options(void **state) {
   cf_options_destroy(o);
 }
 
+/* The profile option reads the file when it is set: a malformed one names
+ * its line, a missing one is refused, "none" is the built-in rules; a
+ * profile's link changes what split auto makes of the same gradients. */
+static void test_options_profile(void **state) {
+  (void)state;
+  char bad[64], good[64], msg[160];
+  snprintf(bad, sizeof bad, "/tmp/cf_profile_bad_%ld", (long)getpid());
+  snprintf(good, sizeof good, "/tmp/cf_profile_good_%ld", (long)getpid());
+  FILE *f = fopen(bad, "w");
+  assert_non_null(f);
+  fputs("collfuse-profile 1\nalgo threads 4 0 0 rung\n", f);
+  fclose(f);
+  f = fopen(good, "w");
+  assert_non_null(f);
+  fputs("collfuse-profile 1\nlink threads 4 5 20\nalgo threads 4 0 0 ring\n", f);
+  fclose(f);
+  cf_options *o;
+  OK(cf_options_create(ctx, &o));
+  snprintf(msg, sizeof msg, "%s:2: error: profile: unknown algorithm 'rung'", bad);
+  ASSERT_ERR(cf_options_set(o, "profile", bad), CF_ERR_INVALID, msg);
+  ASSERT_ERR(cf_options_set(o, "profile", "/nonexistent/cf-profile"), CF_ERR_IO,
+             "/nonexistent/cf-profile: error: profile: cannot read");
+  OK(cf_options_set(o, "profile", "none"));
+  cf_graph *g = dp_graph(ctx, 4, 20, 1000, "mean");
+  assert_non_null(g);
+  OK(cf_graph_run_pipeline(g, NULL, o));
+  size_t builtin = cf_graph_collective_count(g);
+  cf_graph_destroy(g);
+  OK(cf_options_set(o, "profile", good));
+  g = dp_graph(ctx, 4, 20, 1000, "mean");
+  assert_non_null(g);
+  OK(cf_graph_run_pipeline(g, NULL, o));
+  size_t measured = cf_graph_collective_count(g);
+  if (measured <= builtin)
+    fail_msg("a 5 us link should split into more buckets than 250 us: %zu vs %zu", measured,
+             builtin);
+  cf_executable *e;
+  OK(cf_executable_create(g, o, &e));
+  cf_executable_destroy(e);
+  cf_graph_destroy(g);
+  cf_options_destroy(o);
+  unlink(bad);
+  unlink(good);
+}
+
 /* Fused buckets as the API shows them. */
 static void test_pipeline_and_inspection(void **state) {
   (void)state;
@@ -1240,6 +1285,7 @@ int main(void) {
       cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_build_alltoall_permute),
       cmocka_unit_test(test_options),
+      cmocka_unit_test(test_options_profile),
       cmocka_unit_test(test_pipeline_and_inspection),
       cmocka_unit_test(test_o0_agrees),
       cmocka_unit_test(test_run_dp),

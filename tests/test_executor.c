@@ -647,6 +647,37 @@ static void test_allreduce_deterministic(void **state) {
     }
 }
 
+/* A profile's measured rules come before the policy's: first match wins, a
+ * rank count or size they do not cover keeps the built-in rule, a rule
+ * whose row may not run the call (ring under --deterministic, rd on 3
+ * ranks) is passed over, and a forced row ignores them. */
+static void test_select_measured(void **state) {
+  (void)state;
+  static const cf_algo_rule rules[] = {
+      {.min_ranks = 4, .max_ranks = 4, .min_bytes = 0, .max_bytes = 1000, .algo = CF_ALGO_RING},
+      {.min_ranks = 4, .max_ranks = 4, .min_bytes = 1001, .max_bytes = 0, .algo = CF_ALGO_RD},
+      {.min_ranks = 3, .max_ranks = 3, .min_bytes = 0, .max_bytes = 0, .algo = CF_ALGO_RD},
+  };
+  cf_algo_req req = {.policy = CF_POLICY_AUTO, .measured = rules, .n_measured = 3};
+  cf_coll_desc d = {.op = CF_OP_ALLREDUCE,
+                    .dtype = CF_DT_FLOAT32,
+                    .count = 250,
+                    .red = CF_RED_SUM,
+                    .root = -1,
+                    .layout = -1,
+                    .group = "g"};
+  assert_int_equal(cf_coll_select(&d, 4, false, req), CF_ALGO_RING);
+  assert_int_equal(cf_coll_select(&d, 4, false, REQ_AUTO), CF_ALGO_DIRECT);
+  assert_int_equal(cf_coll_select(&d, 4, true, req), CF_ALGO_DIRECT);  /* ring: not rank order */
+  assert_int_equal(cf_coll_select(&d, 2, false, req), CF_ALGO_DIRECT); /* no rule for 2 ranks */
+  assert_int_equal(cf_coll_select(&d, 3, false, req), CF_ALGO_DIRECT); /* rd needs a power of 2 */
+  d.count = 251;                                                       /* 1004 bytes */
+  assert_int_equal(cf_coll_select(&d, 4, false, req), CF_ALGO_RD);
+  cf_algo_req forced = cf_algo_forced(CF_ALGO_RSAG);
+  forced.measured = rules, forced.n_measured = 3;
+  assert_int_equal(cf_coll_select(&d, 4, false, forced), CF_ALGO_RSAG);
+}
+
 /* ================= the other collectives ================= */
 
 static void test_reduce_scatter(void **state) {
@@ -1620,6 +1651,7 @@ int main(void) {
       cmocka_unit_test(test_allreduce_algos_dtypes),
       cmocka_unit_test(test_allreduce_large),
       cmocka_unit_test(test_allreduce_rsag_segments),
+      cmocka_unit_test(test_select_measured),
       cmocka_unit_test(test_allreduce_reductions),
       cmocka_unit_test(test_allreduce_many_ranks),
       cmocka_unit_test(test_allreduce_int_mean_no_wrap),

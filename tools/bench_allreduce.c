@@ -69,6 +69,9 @@ typedef struct ar_options {
   const char *mpi_args; /* extra mpirun arguments, split at spaces */
   bool json, no_mpi;
   bool mpi;      /* --backend mpi: this process is one rank under mpirun */
+  const char *profile; /* --profile FILE */
+  bool save_profile;   /* --save-profile: write what was measured into the profile */
+  cf_profile *prof;    /* the profile read: auto's measured rules */
   int64_t max_memory; /* 0: what the machine has available */
 } ar_options;
 
@@ -265,6 +268,7 @@ typedef struct ar_row {
   int iters;
   int run[MAX_COLS];   /* the algorithm each column ran (auto resolved) */
   double us[MAX_COLS]; /* median microseconds per call; 0: not measured */
+  double min_us[MAX_COLS]; /* the fastest loop's (--save-profile: least disturbed by load) */
   double mpi_us;       /* 0: not measured */
   double copy_us;      /* the bound: every rank's memcpy of bytes at once; 0: not measured */
 } ar_row;
@@ -293,8 +297,10 @@ static bool measure_size(ar_world *W, ar_row *row) {
   for (int r = 0; r < W->n; r++)
     pthread_join(th[r], NULL);
   if (atomic_load(&W->failed)) return false;
-  for (int k = 0; k < o->n_cols; k++)
+  for (int k = 0; k < o->n_cols; k++) {
     row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], o->loops);
+    row->min_us[k] = slot[k] < 0 ? 0 : 1e6 * W->loop_s[slot[k]][0]; /* sorted by the median */
+  }
   row->copy_us = 1e6 * cf_bench_median(W->copy_s, o->loops);
   return true;
 }
@@ -614,6 +620,11 @@ static const cf_opt ar_opts[] = {
     {"--device", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, device), .choices = "cpu|cuda",
      .help = "cuda: the ranks on the CUDA backend, against the GPU's copy rate"},
     CF_OPT_MAX_MEMORY(offsetof(cf_ar_args, max_memory)),
+    CF_OPT_PROFILE(offsetof(cf_ar_args, profile)),
+    {"--save-profile", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, save_profile),
+     .help = "write each size's fastest algorithm and the transport's\n"
+             "alpha/beta into the profile (--profile's file, else the\n"
+             "default one; other rank counts and transports kept)"},
     {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, json),
      .help = "one JSON object on stdout"},
     {0},
@@ -652,6 +663,10 @@ static int parse_options(const cf_ar_args *a, ar_options *o) {
   o->json = a->json;
   o->no_mpi = a->no_mpi;
   o->mpi = a->backend && strcmp(a->backend, "mpi") == 0;
+  o->profile = a->profile;
+  o->save_profile = a->save_profile;
+  if (a->save_profile && a->algo)
+    return usage("%s", "--save-profile measures every algorithm: leave --algo out");
   if (a->quick) { /* a smoke test: three sizes, short loops */
     static const int64_t q[] = {8, 64 << 10, 1 << 20};
     o->n_sizes = 3;
@@ -659,6 +674,41 @@ static int parse_options(const cf_ar_args *a, ar_options *o) {
     if (!o->iters) o->iters = 4;
     if (!a->loops) o->loops = 2;
   }
+  return 0;
+}
+
+/* ---------------- the profile ---------------- */
+
+/* Read the profile auto's column uses (--save-profile: the file it will
+ * update, which need not exist yet); 0 or the exit code. */
+static int read_profile(cf_context *ctx, ar_options *o) {
+  char path[4096], buf[4096];
+  bool explicit_path;
+  const char *at = cf_profile_path(o->profile, buf, sizeof buf, &explicit_path);
+  cf_status st = o->save_profile && at
+                     ? cf_profile_load(ctx, at, false, &o->prof)
+                     : cf_profile_find(ctx, o->profile, &o->prof, path, sizeof path);
+  if (st) return cf_tool_fail(ctx, st);
+  o->columns[0].n_measured =
+      cf_profile_rules(o->prof, o->mpi ? "mpi" : "threads", &o->columns[0].measured);
+  return 0;
+}
+
+/* --save-profile: what rows measured into the profile; the exit code. */
+static int save_profile(cf_context *ctx, const ar_options *o, const ar_row *rows) {
+  cf_bench_ar_cell cells[MAX_SIZES];
+  for (int s = 0; s < o->n_sizes; s++) {
+    cells[s] = (cf_bench_ar_cell){.bytes = rows[s].bytes};
+    memcpy(cells[s].run, rows[s].run, sizeof cells[s].run);
+    memcpy(cells[s].us, rows[s].min_us, sizeof cells[s].us);
+  }
+  char path[4096];
+  const char *transport = o->mpi ? "mpi" : "threads";
+  cf_status st = cf_bench_ar_save_profile(ctx, o->profile, transport, o->ranks, cells, o->n_sizes,
+                                          o->n_cols, path, sizeof path);
+  if (st) return cf_tool_fail(ctx, st);
+  fprintf(stderr, "collfuse bench allreduce: profile of %s on %d ranks saved to %s\n", transport,
+          o->ranks, path);
   return 0;
 }
 
@@ -733,7 +783,7 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
   algos[0] = CF_ALGO_MPI_NATIVE; /* first: its result is the reference */
   cf_algo_req cols[MAX_COLS];
   memcpy(cols, o->columns, sizeof cols);
-  cols[0] = (cf_algo_req){.policy = cf_mpi_auto(B->w)}; /* what `run --backend mpi` picks here */
+  cols[0].policy = cf_mpi_auto(B->w); /* what `run --backend mpi` picks here */
   int n_algos = cf_bench_ar_slots(cols, o->n_cols, o->algo, &desc, B->n, stages_whole, row->run,
                                   slot, algos, 1);
   for (int k = 0; k < o->n_cols; k++)
@@ -783,12 +833,18 @@ static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
       loop_s[a][l] = (cf_now() - t0) / row->iters;
     }
   }
-  for (int a = 0; a < n_algos && ok; a++) us[a] = 1e6 * cf_bench_median(loop_s[a], o->loops);
+  double mins[MAX_COLS + 1] = {0};
+  for (int a = 0; a < n_algos && ok; a++) {
+    us[a] = 1e6 * cf_bench_median(loop_s[a], o->loops);
+    mins[a] = 1e6 * loop_s[a][0]; /* sorted by the median */
+  }
   if (ok) {
     row->mpi_us = us[0];
     row->copy_us = 1e6 * cf_bench_median(copy_s, o->loops);
     for (int k = 0; k < o->n_cols; k++)
       row->us[k] = slot[k] < 0 ? 0 : us[slot[k]];
+    for (int k = 0; k < o->n_cols; k++)
+      row->min_us[k] = slot[k] < 0 ? 0 : mins[slot[k]];
   }
   dev->ops->free(dev, in);
   dev->ops->free(dev, out);
@@ -860,6 +916,7 @@ static int bench_mpi(cf_context *ctx, ar_options *o, ar_row *rows) {
     free(text);
   }
   cJSON_Delete(root);
+  if (!rc && B.me == 0 && o->save_profile) rc = save_profile(ctx, o, rows);
   if (B.dev) B.dev->ops->destroy(B.dev);
   free(B.ranks);
   fflush(stdout);
@@ -877,15 +934,22 @@ int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
   if (a.device && strcmp(a.device, "cuda") == 0)
     return cf_bench_allreduce_cuda(ctx, &a); /* bench_cuda.c */
   ar_options o;
-  if ((rc = parse_options(&a, &o))) return rc;
+  if ((rc = parse_options(&a, &o)) || (rc = read_profile(ctx, &o))) return rc;
   ar_row rows[MAX_SIZES];
   for (int s = 0; s < o.n_sizes; s++)
     rows[s] = (ar_row){.bytes = o.sizes[s], .iters = iters_for(&o, o.sizes[s])};
-  if (o.mpi) return bench_mpi(ctx, &o, rows);
+  if (o.mpi) {
+    rc = bench_mpi(ctx, &o, rows);
+    cf_profile_destroy(o.prof);
+    return rc;
+  }
 
   cf_mem_need need = {.ranks = o.ranks};
   cf_status st = check_memory(ctx, &o, o.ranks, true, &need);
-  if (st) return cf_tool_fail(ctx, st);
+  if (st) {
+    cf_profile_destroy(o.prof);
+    return cf_tool_fail(ctx, st);
+  }
   /* MPI first, before any thread or JIT state exists */
   mpi_peer m;
   if (!o.json && !o.no_mpi) {
@@ -954,6 +1018,7 @@ int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
     free(text);
   }
   cJSON_Delete(root);
+  if (!rc && o.save_profile) rc = save_profile(ctx, &o, rows);
   pthread_barrier_destroy(&W.bar);
   pthread_mutex_destroy(&W.lock);
 done:
@@ -965,5 +1030,6 @@ done:
   free(W.ranks);
   cf_world_destroy(W.w, 0);
   if (W.dev) W.dev->ops->destroy(W.dev);
+  cf_profile_destroy(o.prof);
   return rc;
 }

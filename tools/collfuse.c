@@ -254,7 +254,7 @@ static cf_status compile_kernels(cf_context *ctx, const cf_graph *g, const char 
 
 typedef struct compile_args {
   cf_opt_list file;
-  const char *out, *passes, *target, *dot, *split, *cost, *emit[N_EMIT];
+  const char *out, *passes, *target, *dot, *split, *cost, *profile, *emit[N_EMIT];
   bool json, o0, explain, jit, strict;
 } compile_args;
 
@@ -273,7 +273,9 @@ static const cf_opt compile_opts[] = {
     {"--cost", NULL, "A,B[,G]", CF_OPT_STR, offsetof(compile_args, cost), .comma_list = true,
      .check = cf_opt_check_cost,
      .help = "auto's model: A us per collective, B GB/s link, G GB/s\n"
-             "gradients (default 250,8,4)"},
+             "gradients (default: the profile's threads link for the\n"
+             "graph's world_size, else 250,8,4)"},
+    CF_OPT_PROFILE(offsetof(compile_args, profile)),
     {"--target", NULL, "T", CF_OPT_STR, offsetof(compile_args, target),
      .check = cf_opt_check_target, .help = "check the graph against a target profile"},
     {"--dot", NULL, "OUT", CF_OPT_STR, offsetof(compile_args, dot),
@@ -377,7 +379,15 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
                            .user = &check,
                            .timing = timing,
                            .n_timing = &n_timing};
+  cf_profile *prof = NULL;
+  cf_cost measured;
+  char prof_path[4096];
   cf_status st = cf_tool_load(ctx, file, &g);
+  if (!st) st = cf_profile_find(ctx, a.profile, &prof, prof_path, sizeof prof_path);
+  if (!st &&
+      cf_profile_cost(prof, "threads", g->world_size > 0 ? (int)g->world_size : 1, &measured))
+    co.pass.measured_cost = &measured;
+  cf_profile_destroy(prof);
   if (!st) st = cf_compile(g, &co);
   if (check.refused) {
     cf_graph_destroy(g);

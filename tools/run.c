@@ -33,12 +33,14 @@
 typedef struct run_args {
   cf_opt_list file;
   const char *passes, *split, *cost, *target, *save, *backend, *device, *algo, *rank_table;
+  const char *profile;
   int ranks, iters, warmup;
   uint64_t seed;
   int64_t max_memory; /* 0: what the machine has available */
   double timeout;
   bool o0, verify, deterministic, json, verbose, mpi, strict;
   cf_opt_list input; /* NAME=PATH */
+  cf_profile *prof;  /* the profile read (empty: the built-in rules) */
 } run_args;
 
 static bool check_seed(void *out, const char *v, char *why, size_t len) {
@@ -88,6 +90,7 @@ static const cf_opt run_opts[] = {
     {"--algo", NULL, NULL, CF_OPT_STR, RUN_FIELD(algo), .choices_of = cf_opt_algo_choices,
      .help = "force the AllReduce algorithm (auto picks by size);\n"
              "mpi-native (--backend mpi): MPI's own collectives, every op"},
+    CF_OPT_PROFILE(RUN_FIELD(profile)),
     {"--verify", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(verify),
      .help = "check every output of every rank against a float64\n"
              "reference of the unfused graph (integers exactly)"},
@@ -192,8 +195,13 @@ static cf_status compile(cf_context *ctx, const run_args *a, const char *pipelin
     else
       snprintf(job, sizeof job, "--ranks %d", *ranks);
     if (*ranks == 0) *ranks = g->world_size > 0 ? (int)g->world_size : 1;
+    cf_cost measured;
+    bool have = cf_profile_cost(a->prof, a->mpi ? "mpi" : "threads", *ranks, &measured);
     cf_compile_options co = {.pipeline = pipeline,
-                             .pass = {.split = a->split, .cost = a->cost, .target = a->target}};
+                             .pass = {.split = a->split,
+                                      .cost = a->cost,
+                                      .measured_cost = have ? &measured : NULL,
+                                      .target = a->target}};
     st = a->strict ? cf_graph_refuse_opaque(g) : CF_OK;
     if (!st) st = cf_graph_size_world(g, *ranks, job);
     if (!st) st = cf_compile(g, &co);
@@ -621,6 +629,18 @@ static cf_status verify_rank(cf_context *ctx, const cf_graph *ref_g, const cf_te
   return st;
 }
 
+/* The profile (--profile, $COLLFUSE_PROFILE or the user's config) into
+ * a->prof; auto's measured rules for this transport into *req (the CPU
+ * device only: a profile measures the CPU's algorithms). Under MPI the
+ * ranks compare cf_profile_hash in the setup agreement below. */
+static cf_status read_profile(cf_context *ctx, run_args *a, cf_algo_req *req) {
+  char path[4096];
+  cf_status st = cf_profile_find(ctx, a->profile, &a->prof, path, sizeof path);
+  if (!st && req->policy != CF_POLICY_FORCED && !(a->device && strcmp(a->device, "cuda") == 0))
+    req->n_measured = cf_profile_rules(a->prof, a->mpi ? "mpi" : "threads", &req->measured);
+  return st;
+}
+
 int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   run_args a = {0};
   int rc = parse_args(argc, argv, &a);
@@ -678,6 +698,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     if (hooks.fail_mode == 3 && hooks.fail_rank == me) cf_mpi_test_kill(world, hooks.fail_step);
   }
   if (hooks.fail_mode == 3) hooks.fail_mode = 0; /* MPI only, and not exec.c's */
+  if (!st) st = read_profile(ctx, &a, &opt.algo);
   if (!st) st = compile(ctx, &a, a.o0 ? cf_pipeline_O0 : a.passes ? a.passes : cf_pipeline_default, &ranks, &g);
   opt.ranks = ranks;
   /* the unfused graph: the reference's input, and -v's memory comparison */
@@ -719,9 +740,17 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   if (a.mpi) {
     /* a message every rank has (the graph's) is printed once, by rank 0 */
     double h = st ? (double)msg_hash(cf_context_errmsg(ctx)) : 0;
-    double v[4] = {st ? cf_tool_exit_code(st) : 0, st ? (double)(ranks - me) : 0, h, -h};
-    cf_status s2 = cf_mpi_max(world, v, 4);
+    /* and whether they read the same profile (its MPI rules) */
+    double ph = a.prof ? (double)cf_profile_hash(a.prof, "mpi") : -1;
+    double v[6] = {st ? cf_tool_exit_code(st) : 0, st ? (double)(ranks - me) : 0, h, -h, ph, -ph};
+    cf_status s2 = cf_mpi_max(world, v, 6);
     bool same = !s2 && v[2] > 0 && v[2] == -v[3];
+    if (!s2 && !st && v[0] == 0 && v[4] != -v[5]) {
+      st = cf_error(ctx, CF_ERR_INVALID, NULL, 0,
+                    "profile: the ranks read different profiles (every process must see the same "
+                    "file, or give --profile none)");
+      same = true; /* every rank has it: rank 0 says it */
+    }
     if (st) setup_rc = same && me != 0 ? cf_tool_exit_code(st) : cf_tool_fail(ctx, st);
     if (s2 && !setup_rc) setup_rc = cf_tool_fail(ctx, s2);
     if (!s2 && v[0] > 0 && !setup_rc) {
@@ -794,6 +823,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   cf_plan_destroy(plan);
   cf_graph_destroy(g);
   cf_graph_destroy(ref_g);
+  cf_profile_destroy(a.prof);
   cf_opts_free(&cf_command_run, &a);
   fflush(stdout);
   cf_world_destroy(world, rc);

@@ -39,9 +39,10 @@ typedef struct cf_red_args {
 } cf_red_args;
 typedef struct cf_ar_args {
   const char *sizes, *algo, *mpi_args, *backend, *device;
+  const char *profile; /* --profile FILE: read by auto, written by --save-profile */
   int ranks, iters, loops;
   int64_t max_memory; /* --max-memory (the CPU run only) */
-  bool quick, json, no_mpi;
+  bool quick, json, no_mpi, save_profile;
 } cf_ar_args;
 /* bench_cuda.c: `bench reduce --device cuda` and `bench allreduce --device
  * cuda` (the CUDA backend against the GPU's copy rate); return the exit
@@ -75,6 +76,21 @@ int cf_bench_ar_only(const char *word);
 int cf_bench_ar_slots(const cf_algo_req *cols, int n_cols, int only, const cf_coll_desc *d, int n,
                       bool (*skip)(int algo, const cf_coll_desc *d), int *run, int *slot,
                       int *algos, int n_algos);
+/* bench_profile.c: one size of bench allreduce as --save-profile reads it:
+ * column k (0: auto) ran algorithm run[k] in us[k] microseconds per call,
+ * its fastest loop's (0: not measured): preemption on a loaded machine only
+ * ever adds time, so the fastest loop says best which algorithm is faster. */
+typedef struct cf_bench_ar_cell {
+  int64_t bytes;
+  int run[CF_BENCH_MAX_COLS];
+  double us[CF_BENCH_MAX_COLS];
+} cf_bench_ar_cell;
+/* The fastest forced column per size and the alpha/beta line through the
+ * table's ends, as transport's entry for ranks, merged into the profile at
+ * cf_profile_path(given) (made when absent); path receives where. */
+cf_status cf_bench_ar_save_profile(cf_context *ctx, const char *given, const char *transport,
+                                   int ranks, const cf_bench_ar_cell *cells, int n_sizes,
+                                   int n_cols, char *path, size_t len);
 /* bench_fusion.c: `collfuse bench fusion FILE [--ranks N] [--iters K]
  * [--warmup W] [--split SPEC].. [--quick] [--json]`: the graph unfused, fused and split
  * several ways, against one flat AllReduce of all its bytes; returns the
@@ -208,6 +224,16 @@ bool cf_tool_is_std(const char *path);
    .help = "refuse (exit 1) what needs more memory than SIZE (512M, 4G;\n"                         \
            "default: what the machine has available, MemAvailable or\n"                            \
            "the cgroup's limit)"}
+
+/* The --profile row of a command whose struct has const char * field f:
+ * the measured profile to read (api/profile.c; docs/executor.md). */
+#define CF_OPT_PROFILE(f)                                                                          \
+  {                                                                                                \
+    "--profile", NULL, "FILE", CF_OPT_STR, (f),                                                    \
+        .help = "the measured profile auto and --split auto read (default:\n"                      \
+                "$COLLFUSE_PROFILE, else $XDG_CONFIG_HOME/collfuse/profile or\n"                   \
+                "~/.config/collfuse/profile when there; none: the built-in rules)"                 \
+  }
 
 /* run.c: `collfuse run` (docs/cli.md); returns the exit code. */
 int cf_cmd_run(cf_context *ctx, int argc, char **argv);

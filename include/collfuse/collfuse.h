@@ -230,6 +230,10 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
  *   "split"         fusion=1 strategy: auto | bytes:25M[,first=1M][,count=N] |
  *                   size:96.54,3.46 | index:20,100,159
  *   "cost"          alpha_us,beta_GBps[,gamma_GBps] of the auto split model
+ *   "profile"       a measured profile (docs/executor.md) whose rules auto and
+ *                   whose alpha/beta split auto use; "none": the built-in
+ *                   ones (default: $COLLFUSE_PROFILE, else the user's
+ *                   $XDG_CONFIG_HOME/collfuse/profile when there)
  *   "target"        target profile the graph must meet (see cf_target_name)
  *   "explain"       "1": one line per collective on why it was (not) fused,
  *                   to the context's log sink at CF_LOG_INFO

@@ -510,7 +510,7 @@ class Graph:
 
 
 class _Options:
-    _KEYS = ("passes", "split", "cost", "target", "explain", "ranks", "deterministic", "algo", "timeout", "seed")
+    _KEYS = ("passes", "split", "cost", "profile", "target", "explain", "ranks", "deterministic", "algo", "timeout", "seed")
 
     def __init__(self, ctx, options):
         self.ctx = ctx
