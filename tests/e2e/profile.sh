@@ -53,10 +53,10 @@ cat >"$work/two.xml" <<'G'
 </graph>
 G
 
-# ---- no profile: the built-in rules (48 KiB on 4 ranks: direct)
+# ---- no profile: the built-in rules (48 KiB on 4 ranks: rsag)
 run run "$ex/fused_buckets.xml" -v
 expect_rc 0 "run without a profile"
-uses direct bucket_0 "run without a profile"
+uses rsag bucket_0 "run without a profile"
 [ ! -e "$prof" ] || fail "run wrote a profile"
 run compile "$ex/dp_gradients.xml" --explain
 has "$OUT" "split auto: 1 bucket, model exposes 282 us, 3 members" "split auto's built-in cost"
@@ -76,23 +76,23 @@ expect_rc 0 "run with the default profile"
 uses ring bucket_0 "the default profile's rule"
 uses ring ar_emb "the default profile's rule"
 run run "$ex/fused_buckets.xml" -v --profile none
-uses direct bucket_0 "--profile none"
-run run "$ex/fused_buckets.xml" -v --algo rsag
-uses rsag bucket_0 "--algo over the profile"
+uses rsag bucket_0 "--profile none"
+run run "$ex/fused_buckets.xml" -v --algo direct
+uses direct bucket_0 "--algo over the profile"
 run run "$ex/fused_buckets.xml" -v --deterministic
-uses direct bucket_0 "--deterministic passes over ring's rule"
+uses rsag bucket_0 "--deterministic passes over ring's rule"
 run run "$work/two.xml" -v --ranks 2
 uses direct ar_small "no rule for 2 ranks: built-in"
-uses direct ar_big "no rule for 2 ranks: built-in"
+uses rsag ar_big "no rule for 2 ranks: built-in"
 run run "$ex/fused_buckets.xml" --verify
 expect_rc 0 "run --verify with the profile"
 has "$OUT" "verified" "run --verify with the profile"
 cp "$prof" "$work/other"
-printf 'algo threads 4 0 1024 direct\n' >"$work/two"
+printf 'algo threads 4 0 0 direct\n' >"$work/two"
 { head -n 1 "$prof"; cat "$work/two"; } >"$work/first"
 COLLFUSE_PROFILE=$work/first run run "$ex/fused_buckets.xml" -v
 unset COLLFUSE_PROFILE
-uses direct bucket_0 "COLLFUSE_PROFILE (0..1024 B: direct)"
+uses direct bucket_0 "COLLFUSE_PROFILE (every size: direct)"
 
 # ---- split auto reads alpha/beta (the threads link for the graph's 8 ranks)
 run compile "$ex/dp_gradients.xml" --explain
