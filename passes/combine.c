@@ -43,20 +43,20 @@
 
 typedef struct cand {
   const char *name; /* the node's name (arena: survives the rewrite) */
-  int node;       /* index in g->nodes before the rewrite */
-  int ready;      /* graph position of the producer: gradient-ready order */
-  int depth;      /* collective depth (fusion=2: among fusion=2 only) */
-  int dep;        /* node of the candidate that set the depth, -1 when none */
-  int fusion;     /* 0, 1, 2 */
-  int64_t fid;    /* fusion_id */
-  int64_t bytes;  /* bytes this collective communicates */
-  int key;        /* interned (group, reduction, dtype, layout, rank_size) */
-  int seg;        /* fusion=1 split segment */
-  int bucket;     /* bucket id, -1 when alone */
-  int port;       /* its first port in the bucket (a fused unit has nmem) */
-  int nmem;       /* members: 1, or the operands of a fused input node */
-  cf_op op;       /* the node's op: the plain kind or its fused form */
-  const char *why; /* why alone (static or arena text) */
+  int node;         /* index in g->nodes before the rewrite */
+  int ready;        /* graph position of the producer: gradient-ready order */
+  int depth;        /* collective depth (fusion=2: among fusion=2 only) */
+  int dep;          /* node of the candidate that set the depth, -1 when none */
+  int fusion;       /* 0, 1, 2 */
+  int64_t fid;      /* fusion_id */
+  int64_t bytes;    /* bytes this collective communicates */
+  int key;          /* interned (group, reduction, dtype, layout, rank_size) */
+  int seg;          /* fusion=1 split segment */
+  int bucket;       /* bucket id, -1 when alone */
+  int port;         /* its first port in the bucket (a fused unit has nmem) */
+  int nmem;         /* members: 1, or the operands of a fused input node */
+  cf_op op;         /* the node's op: the plain kind or its fused form */
+  const char *why;  /* why alone (static or arena text) */
 } cand;
 
 typedef struct bucket {
@@ -64,10 +64,10 @@ typedef struct bucket {
   int ports;    /* members: the fused node's operands */
   int fusion;
   int64_t fid, bytes;
-  int node;       /* the fused node, once built */
+  int node;         /* the fused node, once built */
   const char *name; /* its name */
-  int last_pos;   /* largest array position among the members */
-  bool split;     /* fusion=2: its fusion_id was split by a dependency */
+  int last_pos;     /* largest array position among the members */
+  bool split;       /* fusion=2: its fusion_id was split by a dependency */
   const char *detail;
 } bucket;
 
@@ -78,25 +78,14 @@ typedef struct combiner {
   char prefix[32]; /* the op's name in lower case: allreduce, allgather, ... */
   cand *c;
   int nc;
-  int *by_node;          /* node -> candidate index or -1 */
-  int *order;            /* candidate indices grouped by bucket */
+  int *by_node; /* node -> candidate index or -1 */
+  int *order;   /* candidate indices grouped by bucket */
   bucket *b;
   int nb;
   cf_arena scratch;
 } combiner;
 
 static const char *kind_name(const combiner *m) { return cf_op_table[m->kind].name; }
-
-static void explain(combiner *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void explain(combiner *m, const char *fmt, ...) {
-  if (!m->opt->explain) return;
-  char line[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  m->opt->explain(m->opt->explain_user, line);
-}
 
 static const char *cname(const combiner *m, int ci) { return m->c[ci].name; }
 
@@ -118,7 +107,8 @@ static const char *key_field_diff(const combiner *m, int a, int b, char *buf, si
   if (strcmp(cf_node_group(x), cf_node_group(y)))
     snprintf(buf, len, "group differs (%s vs %s)", cf_node_group(x), cf_node_group(y));
   else if (vx->dtype != vy->dtype)
-    snprintf(buf, len, "dtype differs (%s vs %s)", cf_dtype_name(vx->dtype), cf_dtype_name(vy->dtype));
+    snprintf(buf, len, "dtype differs (%s vs %s)", cf_dtype_name(vx->dtype),
+             cf_dtype_name(vy->dtype));
   else if (cf_node_reduction(x) != cf_node_reduction(y))
     snprintf(buf, len, "reduction differs (%s vs %s)", cf_reduction_name(cf_node_reduction(x)),
              cf_reduction_name(cf_node_reduction(y)));
@@ -142,8 +132,9 @@ static int intern_keys(combiner *m) {
   for (int i = 0; i < m->nc; i++) {
     const cf_node *n = &m->g->nodes[m->c[i].node];
     const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
-    snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld", cf_node_group(n), (int)cf_node_reduction(n),
-             (int)v->dtype, (int)cf_node_layout(n), (long long)rank_size_of(m->g, n));
+    snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld", cf_node_group(n),
+             (int)cf_node_reduction(n), (int)v->dtype, (int)cf_node_layout(n),
+             (long long)rank_size_of(m->g, n));
     if (!(txt[i] = cf_arena_strdup(&m->scratch, buf))) {
       free(idx);
       return -1;
@@ -152,7 +143,8 @@ static int intern_keys(combiner *m) {
   }
   /* insertion into a hash table of texts */
   int cap = 16;
-  while (cap < 2 * m->nc + 2) cap *= 2;
+  while (cap < 2 * m->nc + 2)
+    cap *= 2;
   int *tab = calloc((size_t)cap, sizeof(int));
   if (!tab) {
     free(idx);
@@ -217,7 +209,8 @@ static cf_status compute_depth1(combiner *m) {
   int nn = g->n_nodes;
   size_t nsz = nn > 0 ? (size_t)nn : 1;
   int64_t edges = 0;
-  for (int v = 0; v < nn; v++) edges += g->nodes[v].n_in;
+  for (int v = 0; v < nn; v++)
+    edges += g->nodes[v].n_in;
   int *rep = malloc(nsz * sizeof(int)), *unit_b = malloc(nsz * sizeof(int));
   int *indeg = calloc(nsz, sizeof(int)), *start = calloc(nsz + 1, sizeof(int));
   int *fill = calloc(nsz, sizeof(int)), *queue = malloc(nsz * sizeof(int));
@@ -228,18 +221,21 @@ static cf_status compute_depth1(combiner *m) {
     st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
     goto done;
   }
-  for (int v = 0; v < nn; v++) rep[v] = v, unit_b[v] = -1, via[v] = -1;
+  for (int v = 0; v < nn; v++)
+    rep[v] = v, unit_b[v] = -1, via[v] = -1;
   for (int k = 0; k < m->nb; k++) {
     int r = m->c[m->order[m->b[k].first]].node;
     unit_b[r] = k;
-    for (int i = 0; i < m->b[k].n; i++) rep[m->c[m->order[m->b[k].first + i]].node] = r;
+    for (int i = 0; i < m->b[k].n; i++)
+      rep[m->c[m->order[m->b[k].first + i]].node] = r;
   }
   for (int v = 0; v < nn; v++)
     for (int j = 0; j < g->nodes[v].n_in; j++) {
       int ru = rep[g->nodes[v].in[j].node];
       if (ru != rep[v]) start[ru + 1]++, indeg[rep[v]]++;
     }
-  for (int v = 0; v < nn; v++) start[v + 1] += start[v];
+  for (int v = 0; v < nn; v++)
+    start[v + 1] += start[v];
   for (int v = 0; v < nn; v++)
     for (int j = 0; j < g->nodes[v].n_in; j++) {
       int ru = rep[g->nodes[v].in[j].node];
@@ -319,9 +315,12 @@ static void merge_sort(const combiner *m, int *v, int *tmp, int n, cand_cmp cmp)
   merge_sort(m, v, tmp, h, cmp);
   merge_sort(m, v + h, tmp, n - h, cmp);
   int i = 0, j = h, k = 0;
-  while (i < h && j < n) tmp[k++] = cmp(m, v[j], v[i]) < 0 ? v[j++] : v[i++];
-  while (i < h) tmp[k++] = v[i++];
-  while (j < n) tmp[k++] = v[j++];
+  while (i < h && j < n)
+    tmp[k++] = cmp(m, v[j], v[i]) < 0 ? v[j++] : v[i++];
+  while (i < h)
+    tmp[k++] = v[i++];
+  while (j < n)
+    tmp[k++] = v[j++];
   memcpy(v, tmp, (size_t)n * sizeof(int));
 }
 
@@ -392,21 +391,26 @@ static void why_alone_fid(combiner *m, int *v, int lo, int hi, int self) {
 }
 
 static cf_status group_fusion2(combiner *m, int *v, int n) {
-  if (!sort_cands(m, v, n, cmp_fid)) return cf_error(m->g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (!sort_cands(m, v, n, cmp_fid))
+    return cf_error(m->g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   int at = 0;
   for (int lo = 0; lo < n;) {
     int hi = lo;
-    while (hi < n && m->c[v[hi]].fid == m->c[v[lo]].fid) hi++;
+    while (hi < n && m->c[v[hi]].fid == m->c[v[lo]].fid)
+      hi++;
     /* [lo,hi) share a fusion_id; split by key, then by depth */
     for (int ks = lo; ks < hi;) {
       int ke = ks;
-      while (ke < hi && m->c[v[ke]].key == m->c[v[ks]].key) ke++;
+      while (ke < hi && m->c[v[ke]].key == m->c[v[ks]].key)
+        ke++;
       /* sorted by depth within a key: split when the ends differ */
       bool split = m->c[v[ks]].depth != m->c[v[ke - 1]].depth;
       for (int s = ks; s < ke;) {
         int e = s;
-        while (e < ke && m->c[v[e]].depth == m->c[v[s]].depth) e++;
-        for (int k = s; k < e; k++) m->order[at + k - s] = v[k];
+        while (e < ke && m->c[v[e]].depth == m->c[v[s]].depth)
+          e++;
+        for (int k = s; k < e; k++)
+          m->order[at + k - s] = v[k];
         if (e - s == 1) why_alone_fid(m, v, lo, hi, v[s]);
         char buf[96];
         snprintf(buf, sizeof buf, "fusion_id=%lld", (long long)m->c[v[s]].fid);
@@ -471,7 +475,8 @@ static int64_t *member_bytes(const combiner *m, const int *v, int n, int **first
 
 /* auto on one (key, depth) class v[lo..hi) in ready order: the simulated
  * overlap model of split.c picks the bucket boundaries between gradients. */
-static cf_status group_auto(combiner *m, const int *v, int lo, int hi, int at, const cf_cost *cost) {
+static cf_status group_auto(combiner *m, const int *v, int lo, int hi, int at,
+                            const cf_cost *cost) {
   int n = hi - lo, nm = 0, *first = NULL;
   int64_t *sizes = member_bytes(m, v + lo, n, &first, &nm);
   int *part = sizes ? malloc((size_t)nm * sizeof(int)) : NULL;
@@ -519,7 +524,8 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
   cf_graph *g = m->g;
   cf_status st;
   char why[256], b1[32], b2[32];
-  if (!sort_cands(m, v, n, cmp_ready)) return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (!sort_cands(m, v, n, cmp_ready))
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (sp->kind == CF_SPLIT_SIZE || sp->kind == CF_SPLIT_INDEX) {
     int nm = 0, *first = NULL;
     int64_t *bytes = member_bytes(m, v, n, &first, &nm);
@@ -534,7 +540,8 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
     free(bytes), free(seg), free(first);
     if (!ok) return cf_error(g->ctx, CF_ERR_USAGE, g->file, 0, "%s (%s)", why, kind_name(m));
   }
-  if (!sort_cands(m, v, n, cmp_class)) return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (!sort_cands(m, v, n, cmp_class))
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   int at = at0;
   for (int lo = 0; lo < n;) {
     int hi = lo;
@@ -547,7 +554,8 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
       snprintf(why, sizeof why, "split %s segment %d", sp->kind == CF_SPLIT_SIZE ? "size" : "index",
                c0->seg);
       const char *detail = cf_arena_strdup(&m->scratch, why);
-      for (int k = lo; k < hi; k++) m->order[at + k - lo] = v[k];
+      for (int k = lo; k < hi; k++)
+        m->order[at + k - lo] = v[k];
       if (hi - lo == 1) {
         snprintf(why, sizeof why, "the only fusion=1 %s of its kind in %s segment %d", kind_name(m),
                  sp->kind == CF_SPLIT_SIZE ? "size" : "index", c0->seg);
@@ -577,8 +585,10 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
       bool full = nmem > 0 && (cur + c->bytes > limit || (count && ports + c->nmem > count));
       if (full || (c->bytes > cap && nmem > 0)) {
         if (nmem == 1) {
-          snprintf(why, sizeof why, "bucket cap %s reached: the next gradient '%s' (%lld bytes) did not fit",
-                   cf_split_format_bytes(limit, b1, sizeof b1), cname(m, v[k]), (long long)c->bytes);
+          snprintf(why, sizeof why,
+                   "bucket cap %s reached: the next gradient '%s' (%lld bytes) did not fit",
+                   cf_split_format_bytes(limit, b1, sizeof b1), cname(m, v[k]),
+                   (long long)c->bytes);
           if (count && ports + c->nmem > count)
             snprintf(why, sizeof why, "count=%lld reached", (long long)count);
           m->c[m->order[start]].why = cf_arena_strdup(&m->scratch, why);
@@ -593,8 +603,8 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
       ports += c->nmem;
       cur += c->bytes;
       if (c->bytes > cap) {
-        snprintf(why, sizeof why, "cap reached: %lld bytes is more than the cap %s", (long long)c->bytes,
-                 cf_split_format_bytes(cap, b2, sizeof b2));
+        snprintf(why, sizeof why, "cap reached: %lld bytes is more than the cap %s",
+                 (long long)c->bytes, cf_split_format_bytes(cap, b2, sizeof b2));
         c->why = cf_arena_strdup(&m->scratch, why);
         add_bucket(m, start, 1, 1, detail);
         start += 1;
@@ -613,8 +623,8 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
         if (x == s || x->seg != s->seg) continue;
         char d[160];
         if (x->key != s->key)
-          snprintf(why, sizeof why, "%s from '%s'", key_field_diff(m, m->order[start], v[k], d, sizeof d),
-                   cname(m, v[k]));
+          snprintf(why, sizeof why, "%s from '%s'",
+                   key_field_diff(m, m->order[start], v[k], d, sizeof d), cname(m, v[k]));
         else {
           const cand *deep = x->depth > s->depth ? x : s;
           snprintf(why, sizeof why, "'%s' depends on collective '%s' (fusing would make a cycle)",
@@ -669,7 +679,8 @@ static void layout_of(combiner *m, const bucket *b, const char **names, int64_t 
 static cf_status build_node(combiner *m, bucket *b, int *serial) {
   cf_graph *g = m->g;
   char name[96];
-  do snprintf(name, sizeof name, "%s_bucket_%d", m->prefix, (*serial)++);
+  do
+    snprintf(name, sizeof name, "%s_bucket_%d", m->prefix, (*serial)++);
   while (cf_graph_find(g, name) >= 0);
   const cf_node *proto = &g->nodes[m->c[m->order[b->first]].node];
   int line = proto->line, idx;
@@ -690,7 +701,8 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
   cf_status st = cf_graph_add_node(g, name, m->fused, line, &idx);
   if (!st) st = cf_node_set_inputs(g, idx, b->ports, refs);
   free(refs);
-  for (int k = 0; !st && k < ncopy; k++) st = cf_node_set_attr(g, idx, &copy[k]);
+  for (int k = 0; !st && k < ncopy; k++)
+    st = cf_node_set_attr(g, idx, &copy[k]);
   cf_attr a = {.id = CF_A_FUSION, .v.i = b->fusion};
   if (!st) st = cf_node_set_attr(g, idx, &a);
   if (!st && b->fusion == 2) {
@@ -726,7 +738,8 @@ static cf_status rewrite(combiner *m) {
   /* the members leave once the fused nodes exist: the graph only shrinks,
    * but briefly holds both */
   g->node_limit = old_n + m->nb > limit ? old_n + m->nb : limit;
-  for (int k = 0; k < m->nb && !st; k++) st = build_node(m, &m->b[k], &serial);
+  for (int k = 0; k < m->nb && !st; k++)
+    st = build_node(m, &m->b[k], &serial);
   g->node_limit = limit;
   if (st) return st;
   /* users of member i now read port i of the fused node */
@@ -746,8 +759,10 @@ static cf_status rewrite(combiner *m) {
     free(at_pos), free(order);
     return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   }
-  for (int v = 0; v < old_n; v++) at_pos[v] = -1;
-  for (int k = 0; k < m->nb; k++) at_pos[m->b[k].last_pos] = m->b[k].node;
+  for (int v = 0; v < old_n; v++)
+    at_pos[v] = -1;
+  for (int k = 0; k < m->nb; k++)
+    at_pos[m->b[k].last_pos] = m->b[k].node;
   int no = 0;
   for (int v = 0; v < old_n; v++) {
     int ci = m->by_node[v];
@@ -769,7 +784,8 @@ static void report(combiner *m) {
   /* in gradient-ready order of the original collectives */
   int *v = malloc((size_t)m->nc * sizeof(int) + 1);
   if (!v) return;
-  for (int i = 0; i < m->nc; i++) v[i] = i;
+  for (int i = 0; i < m->nc; i++)
+    v[i] = i;
   if (!sort_cands(m, v, m->nc, cmp_ready)) {
     free(v);
     return;
@@ -784,10 +800,10 @@ static void report(combiner *m) {
       char unit[48] = "";
       if (c->op != m->kind)
         snprintf(unit, sizeof unit, " as ports %d-%d", c->port, c->port + c->nmem - 1);
-      explain(m, "%s '%s' -> '%s'%s (%s, %d member%s, %lld bytes%s)", op, nm, b->name, unit,
-              b->detail, b->ports, cf_s(b->ports), (long long)b->bytes, split);
+      cf_pass_explain(m->opt, "%s '%s' -> '%s'%s (%s, %d member%s, %lld bytes%s)", op, nm, b->name,
+                      unit, b->detail, b->ports, cf_s(b->ports), (long long)b->bytes, split);
     } else {
-      explain(m, "%s '%s' stays alone: %s", op, nm, c->why ? c->why : "no partner");
+      cf_pass_explain(m->opt, "%s '%s' stays alone: %s", op, nm, c->why ? c->why : "no partner");
     }
   }
   free(v);
@@ -800,7 +816,8 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
   cf_split sp;
   cf_cost cost;
   if (!opt) opt = &none;
-  if (!cf_split_parse(opt->split, &sp, why, sizeof why) || !cf_cost_parse(opt->cost, &cost, why, sizeof why))
+  if (!cf_split_parse(opt->split, &sp, why, sizeof why) ||
+      !cf_cost_parse(opt->cost, &cost, why, sizeof why))
     return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
   if (!opt->cost && opt->measured_cost) cost = *opt->measured_cost;
   /* HCCL's size and index splits describe the gradient AllReduces; a
@@ -858,7 +875,8 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
     if ((st = rewrite(&m))) goto done;
     report(&m);
     int fused = 0;
-    for (int k = 0; k < buckets; k++) fused += m.b[k].n;
+    for (int k = 0; k < buckets; k++)
+      fused += m.b[k].n;
     cf_log(g->ctx, CF_LOG_INFO, "fuse-%s: %d %s%s into %d bucket%s, %d left alone", m.prefix, fused,
            kind_name(&m), cf_s(fused), buckets, cf_s(buckets), before - fused);
   } else {

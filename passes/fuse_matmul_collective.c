@@ -95,17 +95,6 @@ static const char *fmt(fuser *f, const char *format, ...) {
   return s ? s : "(out of memory)";
 }
 
-static void explain(fuser *f, const char *format, ...) __attribute__((format(printf, 2, 3)));
-static void explain(fuser *f, const char *format, ...) {
-  if (!f->opt->explain) return;
-  char line[1536];
-  va_list ap;
-  va_start(ap, format);
-  vsnprintf(line, sizeof line, format, ap);
-  va_end(ap);
-  f->opt->explain(f->opt->explain_user, line);
-}
-
 /* The context's message without its "FILE:LINE: error: node 'NAME': "
  * prefix, in the scratch arena; the error is cleared (it was only a try). */
 static const char *refusal(fuser *f, const char *node) {
@@ -353,8 +342,8 @@ static cf_status fuse_mm_coll(fuser *f) {
     const char *collname = bucket ? member(f, coll, c->port) : coll->name;
     const char *kind = cf_op_table[cf_op_unfused(coll->op)].name;
     if (c->fused < 0) {
-      explain(f, "%s '%s' -> %s '%s' not fused: %s", cf_op_table[mm->op].name, mm->name, kind,
-              collname, c->why);
+      cf_pass_explain(f->opt, "%s '%s' -> %s '%s' not fused: %s", cf_op_table[mm->op].name,
+                      mm->name, kind, collname, c->why);
       continue;
     }
     const cf_node *fn = &g->nodes[c->fused];
@@ -374,7 +363,7 @@ static cf_status fuse_mm_coll(fuser *f) {
     if ((st = set_str(g, c->fused, CF_A_REASON, reason))) return st;
     g->nodes[c->mm].dead = true;
     f->claim[c->mm] = c->fused;
-    explain(f, "%s", line);
+    cf_pass_explain(f->opt, "%s", line);
   }
   return CF_OK;
 }
@@ -515,13 +504,14 @@ static cf_status fuse_ag(fuser *f, int ag, const int *pos, const int *last, int 
   for (int i = 0, port = 0; i < np; i++) {
     const cf_node *mm = &g->nodes[prod[i]];
     if (why[i] || fail)
-      explain(f, "AllGather '%s' -> %s '%s' not fused: %s", a->name, cf_op_table[mm->op].name,
-              mm->name, why[i] ? why[i] : fail);
+      cf_pass_explain(f->opt, "AllGather '%s' -> %s '%s' not fused: %s", a->name,
+                      cf_op_table[mm->op].name, mm->name, why[i] ? why[i] : fail);
     else
-      explain(f,
-              "AllGather '%s' -> MatMul '%s' -> '%s' port %d (AllGatherMatmul, %d product%s; the "
-              "gathered x1 is port %d)",
-              a->name, mm->name, g->nodes[idx].name, port++, nok, nok == 1 ? "" : "s", nok);
+      cf_pass_explain(
+          f->opt,
+          "AllGather '%s' -> MatMul '%s' -> '%s' port %d (AllGatherMatmul, %d product%s; the "
+          "gathered x1 is port %d)",
+          a->name, mm->name, g->nodes[idx].name, port++, nok, nok == 1 ? "" : "s", nok);
   }
   return CF_OK;
 }
@@ -540,10 +530,11 @@ static cf_status fuse_allgathers(fuser *f) {
     if (a->op == CF_OP_ALLGATHER) any = true, late[mm->in[0].node] = true;
     if (g->nodes[mm->in[1].node].op == CF_OP_ALLGATHER) any = true;
     if (a->op == CF_OP_FUSEDALLGATHER)
-      explain(f,
-              "AllGather '%s' -> %s '%s' not fused: '%s' is in bucket '%s' (bucketing comes first)",
-              member(f, a, mm->in[0].port), cf_op_table[mm->op].name, mm->name,
-              member(f, a, mm->in[0].port), a->name);
+      cf_pass_explain(
+          f->opt,
+          "AllGather '%s' -> %s '%s' not fused: '%s' is in bucket '%s' (bucketing comes first)",
+          member(f, a, mm->in[0].port), cf_op_table[mm->op].name, mm->name,
+          member(f, a, mm->in[0].port), a->name);
   }
   if (!any) {
     free(late);

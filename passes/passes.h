@@ -72,6 +72,10 @@ typedef struct cf_pass_options {
   const char *target;      /* --target profile the result must meet (NULL: cpu) */
 } cf_pass_options;
 
+/* One --explain line through opt's sink (passes/explain.c); nothing without one. */
+void cf_pass_explain(const cf_pass_options *opt, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 typedef struct cf_pass {
   const char *name;
   cf_status (*run)(cf_graph *g, const cf_pass_options *opt);
