@@ -105,6 +105,9 @@ typedef struct cf_run_options {
   /* Where buffers and kernels live: the CPU (default) or CUDA GPUs (ranks
    * spread over every visible GPU: cf_device_cuda_create(ctx, -1)). */
   cf_device_kind device;
+  /* Every collective gets an output block of its own (no AllReduce in
+   * place): what plans were before in-place collectives, for comparison. */
+  bool out_of_place;
 } cf_run_options;
 
 typedef struct cf_run_result {
