@@ -249,7 +249,8 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
                        .seed = opt ? opt->seed : 0,
                        .deterministic = opt && opt->deterministic,
                        .timeout_s = opt ? opt->timeout_s : 60,
-                       .algo = opt ? opt->algo : (cf_algo_req){.policy = CF_POLICY_AUTO}};
+                       .algo = opt ? opt->algo : (cf_algo_req){.policy = CF_POLICY_AUTO},
+                       .lent_inputs = true};
   e->ro = ro;
   e->max_memory = opt ? opt->max_memory : 0;
   if ((st = cf_plan_build(ctx, g, &ro, &e->plan))) goto fail;

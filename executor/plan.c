@@ -408,6 +408,9 @@ static bool in_place_ok(const builder *b, const cf_node *n, int t, bool own_bloc
   if (!own_block || p->opt.out_of_place || cf_op_coll(n->op) != CF_OP_ALLREDUCE ||
       p->opt.device != CF_DEVICE_CPU || n->n_in != n->n_out)
     return false;
+  /* a plain op on an Input the caller lends keeps it where it lies (read
+   * only, cf_plan_binds): in place, input and output would cost a copy each */
+  if (p->opt.lent_inputs && n->n_in == 1 && b->g->nodes[n->in[0].node].op == CF_OP_INPUT) return false;
   for (int j = 0; j < n->n_in; j++) {
     int v = val_index(p, n->in[j]);
     if (b->val_block[v] >= 0) continue; /* lives elsewhere: copied in */

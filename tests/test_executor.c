@@ -1403,6 +1403,34 @@ static void test_plan_in_place(void **state) {
         }
 }
 
+/* A caller that lends its Inputs (the C API) keeps a plain AllReduce of an
+ * Input out of place, the Input and the Output bound to its buffers; the
+ * buckets still reduce in place. */
+static void test_plan_lent_inputs(void **state) {
+  (void)state;
+  for (int p = 0; p < 2; p++) {
+    cf_graph *g = compile_graph(grads, p ? cf_pipeline_O0 : cf_pipeline_default, NULL);
+    cf_run_options opt = {.iters = 1, .timeout_s = 30, .lent_inputs = true};
+    cf_plan *pl = NULL;
+    if (cf_plan_build(ctx, g, &opt, &pl) != CF_OK) fail_msg("plan: %s", cf_context_errmsg(ctx));
+    int plain = 0, bound = 0;
+    for (int c = 0; c < pl->n_colls; c++) {
+      const cf_node *n = &g->nodes[pl->colls[c].node];
+      if (n->n_in != 1 || g->nodes[n->in[0].node].op != CF_OP_INPUT) {
+        assert_true(pl->colls[c].desc.in_place);
+        continue;
+      }
+      plain++;
+      assert_false(pl->colls[c].desc.in_place);
+      bound += cf_plan_binds(pl, n->in[0].node);
+    }
+    assert_int_equal(bound, plain);
+    if (p) assert_true(plain > 0);
+    cf_plan_destroy(pl);
+    cf_graph_destroy(g);
+  }
+}
+
 static void test_plan_peak_memory(void **state) {
   (void)state;
   const char *const *xmls = plan_graphs;
@@ -1704,6 +1732,7 @@ int main(void) {
       cmocka_unit_test(test_plan_matches_reference),
       cmocka_unit_test(test_plan_deterministic_bitwise),
       cmocka_unit_test(test_plan_in_place),
+      cmocka_unit_test(test_plan_lent_inputs),
       cmocka_unit_test(test_plan_peak_memory),
       cmocka_unit_test(test_plan_hooks),
       cmocka_unit_test(test_plan_refuses_and_prefused),
