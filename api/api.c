@@ -279,7 +279,8 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
                        .seed = opt ? opt->seed : 0,
                        .deterministic = opt && opt->deterministic,
                        .timeout_s = opt ? opt->timeout_s : 60,
-                       .algo = opt ? opt->algo : (cf_algo_req){.policy = CF_POLICY_AUTO}};
+                       .algo = opt ? opt->algo : (cf_algo_req){.policy = CF_POLICY_AUTO},
+                       .lent_inputs = true};
   if (ro.algo.policy != CF_POLICY_FORCED)
     ro.algo.n_measured = cf_profile_rules(e->prof, "threads", &ro.algo.measured);
   e->ro = ro;

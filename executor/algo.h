@@ -161,6 +161,8 @@ cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_rd(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+/* Scratch row a needs beyond its own for an in-place call (desc.in_place). */
+size_t cf_allreduce_in_place_scratch(const cf_coll_desc *d, int n, int a);
 
 /* ---------------- algo_rooted.c: the other collectives (rank order, direct) ---------------- */
 

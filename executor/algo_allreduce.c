@@ -13,11 +13,32 @@
  *   rd      recursive doubling (powers of two): log2(n) pairwise exchanges
  *           of the whole vector.
  *
- * All four are out of place (in is never written) and end with send_wait,
- * so when a call returns no peer still reads this rank's buffers and the
- * memory plan may reuse them. On a zero-copy transport recv() hands out the
- * sender's memory and the reduction reads it in place; otherwise it lands in
- * the call's scratch.
+ * All four end with send_wait, so when a call returns no peer still reads
+ * this rank's buffers and the memory plan may reuse them. On a zero-copy
+ * transport recv() hands out the sender's memory and the reduction reads it
+ * in place; otherwise it lands in the call's scratch.
+ *
+ * In place (desc.in_place: out is in, the memory plan's choice for a
+ * gradient bucket). A peer may read my input until it releases the message
+ * (threads: it reads my buffer itself; MPI: the send may still be in
+ * flight), and no reduction kernel may write a buffer it reads (they are
+ * noalias), so each algorithm writes out only where that holds, at the cost
+ * of the scratch cf_allreduce_in_place_scratch adds (an in-place call runs
+ * in segments, coll.c, so that is one segment's share):
+ *   direct  reduces into scratch and copies to out after send_wait (every
+ *           peer reads all of my input until the very end);
+ *   rsag    reduces my chunk into scratch and copies it to out (peers read
+ *           only their own chunks of my input), and writes a peer's chunk
+ *           of the all-gather only after that peer released the chunk of my
+ *           input it reduced;
+ *   ring    copies each chunk of my input it reduces into scratch first,
+ *           and waits for the right neighbour to release my first chunk
+ *           before the all-gather overwrites it;
+ *   rd      on two ranks reduces into scratch and copies after send_wait;
+ *           on more, the last step (which reads only scratch) writes out
+ *           after the first step's partner released my input.
+ * Each element is reduced by the same kernel from the same operands in the
+ * same order as out of place: the results are bitwise the same.
  */
 #include "backends/backends.h"
 
@@ -63,10 +84,35 @@ static cf_status release_all(cf_comm *c, const cf_coll_call *call) {
   return CF_OK;
 }
 
+/* In place: scratch beyond what the row needs out of place (its layout is
+ * each algorithm's: the extra bytes come after its own staging). */
+size_t cf_allreduce_in_place_scratch(const cf_coll_desc *d, int n, int a) {
+  if (!d->in_place || d->op != CF_OP_ALLREDUCE || n <= 1) return 0;
+  /* an in-place call runs in segments (coll.c): the largest is 2 segments */
+  int64_t es = cf_dtype_size(d->dtype), seg = CF_ALGO_SEGMENT_BYTES / es;
+  size_t count = (size_t)(d->count <= 2 * seg ? d->count : seg);
+  switch (a) {
+  case CF_ALGO_DIRECT: return count * (size_t)es;
+  case CF_ALGO_RSAG:
+  case CF_ALGO_RING: return (count + (size_t)n - 1) / (size_t)n * (size_t)es + 128;
+  default: return 0; /* rd: its own two buffers; MPI's: MPI_IN_PLACE */
+  }
+}
+
+/* The in-place buffer: the end of the scratch (a segment of a segmented
+ * call gets the whole call's scratch; its staging and this fit apart). */
+static char *in_place_buf(const cf_coll_call *call, int a) {
+  return (char *)call->scratch + call->scratch_bytes -
+         cf_allreduce_in_place_scratch(&call->desc, call->n, a);
+}
+
 cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   const cf_coll_desc *d = &call->desc;
   int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
   size_t bytes = (size_t)d->count * (size_t)es;
+  if (d->in_place && n == 1) return CF_OK; /* the sum of one rank is its input */
+  /* in place: the result waits in scratch, after the staging */
+  void *dst = d->in_place ? in_place_buf(call, CF_ALGO_DIRECT) : call->out;
   ptrs src;
   if (!ptrs_init(&src, n)) return oom(c);
   cf_status st = CF_OK;
@@ -86,10 +132,12 @@ cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     st = c->ops->recv(c, call->ranks[i], staging, bytes, d, &src.p[i]);
   }
   if (!st) {
-    cf_coll_reduce(dev, call, call->out, src.p, n, d->count, true);
+    cf_coll_reduce(dev, call, dst, src.p, n, d->count, true);
     st = release_all(c, call);
   }
   if (!st) st = c->ops->send_wait(c);
+  if (!st && dst != call->out)
+    dev->ops->copy(dev, call->out, dst, bytes); /* no peer reads in now */
   ptrs_free(&src);
   return st;
 }
@@ -168,14 +216,23 @@ cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   chunk(d->count, n, es, me, &moff, &mlen);
   ptrs src;
   if (!ptrs_init(&src, n)) return oom(c);
+  /* in place: each peer's ticket for the chunk of my input it reduces */
+  uint64_t *ticket = d->in_place ? malloc(sizeof *ticket * (size_t)n) : NULL;
+  if (d->in_place && !ticket) {
+    ptrs_free(&src);
+    return oom(c);
+  }
   cf_status st = CF_OK;
   /* reduce-scatter: chunk i of my input goes to rank i */
   for (int i = 0; i < n && !st; i++) {
     if (i == me) continue;
     chunk(d->count, n, es, i, &off, &len);
     st = c->ops->send(c, call->ranks[i], at(call->in, off, es), (size_t)(len * es), d);
+    if (ticket) ticket[i] = c->ops->sent(c, call->ranks[i]);
   }
   int64_t stage = (moff + mlen > 0 ? mlen : 0) + 64 / es;
+  /* in place: my chunk is reduced after the staging, then copied to out */
+  char *mine = d->in_place ? in_place_buf(call, CF_ALGO_RSAG) : at(call->out, moff, es);
   for (int i = 0, k = 0; i < n && !st; i++) {
     if (i == me) {
       src.p[i] = at(call->in, moff, es);
@@ -185,7 +242,9 @@ cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     st = c->ops->recv(c, call->ranks[i], staging, (size_t)(mlen * es), d, &src.p[i]);
   }
   if (!st) {
-    cf_coll_reduce(dev, call, at(call->out, moff, es), src.p, n, mlen, true);
+    cf_coll_reduce(dev, call, mine, src.p, n, mlen, true);
+    if (d->in_place && mlen > 0)
+      dev->ops->copy(dev, at(call->out, moff, es), mine, (size_t)(mlen * es));
     st = release_all(c, call);
   }
   /* all-gather: my reduced chunk to everyone, theirs into place */
@@ -196,11 +255,14 @@ cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     chunk(d->count, n, es, i, &off, &len);
     void *dst = at(call->out, off, es);
     const void *p;
-    st = c->ops->recv(c, call->ranks[i], dst, (size_t)(len * es), d, &p);
+    /* in place: dst is the chunk of my input rank i reduced */
+    if (ticket) st = c->ops->wait_released(c, call->ranks[i], ticket[i]);
+    if (!st) st = c->ops->recv(c, call->ranks[i], dst, (size_t)(len * es), d, &p);
     if (!st && p != dst) dev->ops->copy(dev, dst, p, (size_t)(len * es));
     if (!st) st = c->ops->release(c, call->ranks[i]);
   }
   if (!st) st = c->ops->send_wait(c);
+  free(ticket);
   ptrs_free(&src);
   return st;
 }
@@ -209,7 +271,8 @@ cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   const cf_coll_desc *d = &call->desc;
   int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
   int left = call->ranks[(me + n - 1) % n], right = call->ranks[(me + 1) % n];
-  int64_t soff, slen, roff, rlen, half = (int64_t)(call->scratch_bytes / 2) / es;
+  size_t stage = call->scratch_bytes - cf_allreduce_in_place_scratch(d, n, CF_ALGO_RING);
+  int64_t soff, slen, roff, rlen, half = (int64_t)(stage / 2) / es;
   uint64_t *ticket = malloc(sizeof *ticket * (size_t)n);
   if (!ticket) return oom(c);
   cf_status st = CF_OK;
@@ -225,6 +288,11 @@ cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     if (!st) st = c->ops->recv(c, left, staging, (size_t)(rlen * es), d, &p);
     if (st) break;
     const void *src[2] = {p, at(call->in, roff, es)};
+    if (d->in_place) { /* out[roff] is in[roff]: the kernel reads a copy */
+      void *copy = in_place_buf(call, CF_ALGO_RING);
+      dev->ops->copy(dev, copy, src[1], (size_t)(rlen * es));
+      src[1] = copy;
+    }
     cf_coll_reduce(dev, call, at(call->out, roff, es), src, 2, rlen, s == n - 2);
     st = c->ops->release(c, left);
   }
@@ -233,8 +301,9 @@ cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     chunk(d->count, n, es, ((me + 1 - s) % n + n) % n, &soff, &slen);
     chunk(d->count, n, es, ((me - s) % n + n) % n, &roff, &rlen);
     st = c->ops->send(c, right, at(call->out, soff, es), (size_t)(slen * es), d);
-    /* out[chunk me-s] went right at reduce-scatter step s: wait until read */
-    if (!st && s >= 1) st = c->ops->wait_released(c, right, ticket[s]);
+    /* out[chunk me-s] went right at reduce-scatter step s (in place, at
+     * step 0 too, as in[chunk me]): wait until read */
+    if (!st && (s >= 1 || d->in_place)) st = c->ops->wait_released(c, right, ticket[s]);
     void *dst = at(call->out, roff, es);
     const void *p = NULL;
     if (!st) st = c->ops->recv(c, left, dst, (size_t)(rlen * es), d, &p);
@@ -255,18 +324,24 @@ cf_status cf_algo_rd(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   char *buf[2] = {call->scratch, at(call->scratch, d->count, es)};
   void *staging = c->ops->zero_copy ? NULL : at(call->scratch, 2 * d->count, es);
   const void *src = call->in;
-  uint64_t last_ticket = 0;
-  int last_peer = -1;
+  uint64_t last_ticket = 0, first_ticket = 0;
+  int last_peer = -1, first_peer = -1;
+  /* in place on two ranks the partner reads my input until the end: the
+   * result waits in scratch */
+  void *out = d->in_place && steps == 1 ? buf[0] : call->out;
   cf_status st = CF_OK;
   for (int k = 0; k < steps && !st; k++) {
     int partner = me ^ (1 << k), peer = call->ranks[partner];
-    void *dst = k == steps - 1 ? call->out : buf[k & 1];
+    void *dst = k == steps - 1 ? out : buf[k & 1];
     st = c->ops->send(c, peer, src, bytes, d);
     uint64_t ticket = c->ops->sent(c, peer);
+    if (k == 0) first_ticket = ticket, first_peer = peer;
     const void *p = NULL;
     if (!st) st = c->ops->recv(c, peer, staging, bytes, d, &p);
     /* dst was this rank's message of the step before: wait until it was read */
     if (!st && k >= 2 && dst != call->out) st = c->ops->wait_released(c, last_peer, last_ticket);
+    /* in place, dst is my input, which the first step's partner read */
+    if (!st && k >= 1 && dst == call->in) st = c->ops->wait_released(c, first_peer, first_ticket);
     if (st) break;
     const void *pair[2] = {me < partner ? src : p, me < partner ? p : src};
     cf_coll_reduce(dev, call, dst, pair, 2, d->count, k == steps - 1);
@@ -275,7 +350,8 @@ cf_status cf_algo_rd(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     last_ticket = ticket;
     last_peer = peer;
   }
-  if (!st && steps == 0) dev->ops->copy(dev, call->out, call->in, bytes);
+  if (!st && steps == 0 && call->out != call->in) dev->ops->copy(dev, call->out, call->in, bytes);
   if (!st) st = c->ops->send_wait(c);
+  if (!st && out != call->out) dev->ops->copy(dev, call->out, out, bytes);
   return st;
 }

@@ -93,7 +93,6 @@ cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *cal
   cf_status st = CF_OK;
   for (int i = 0; i < n && !st; i++)
     if (i != me) st = c->ops->send(c, call->ranks[i], call->in, bytes, d);
-  if (!st) scatter_members(dev, call, call->in, me, es);
   for (int i = 0; i < n && !st; i++) {
     if (i == me) continue;
     const void *p;
@@ -102,6 +101,9 @@ cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *cal
     scatter_members(dev, call, p, i, es);
     st = c->ops->release(c, call->ranks[i]);
   }
+  /* my own block last: only a descriptor the peers agreed with sizes it
+   * (a rank whose count or dtype differs writes nothing) */
+  if (!st) scatter_members(dev, call, call->in, me, es);
   if (!st) st = c->ops->send_wait(c);
   return st;
 }

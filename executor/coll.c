@@ -111,7 +111,9 @@ cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
    * only a caller that skipped cf_coll_select gets here) runs direct */
   if (!row->supports(call->desc.op, call->n, call->desc.count * cf_dtype_size(call->desc.dtype)))
     row = &cf_algo_table[CF_ALGO_DIRECT];
-  if (row->segmented && call->desc.op == CF_OP_ALLREDUCE)
+  /* in place, every collfuse row runs in segments: its scratch holds one
+   * segment's result (algo_allreduce.c), not the whole call's */
+  if ((row->segmented || (call->desc.in_place && !row->native)) && call->desc.op == CF_OP_ALLREDUCE)
     return allreduce_segments(c, dev, call, row);
   return row->run(c, dev, call);
 }

@@ -117,6 +117,13 @@ typedef struct cf_run_options {
   /* Where buffers and kernels live: the CPU (default) or CUDA GPUs (ranks
    * spread over every visible GPU: cf_device_cuda_create(ctx, -1)). */
   cf_device_kind device;
+  /* Every collective gets an output block of its own (no AllReduce in
+   * place): what plans were before in-place collectives, for comparison. */
+  bool out_of_place;
+  /* The caller lends its Input buffers (cf_inputs.borrow, the C API): a
+   * plain AllReduce of an Input stays out of place, so the Input is read
+   * where it lies and the result goes to the caller's output, no copy. */
+  bool lent_inputs;
 } cf_run_options;
 
 typedef struct cf_run_result {

@@ -43,6 +43,9 @@ typedef struct builder {
   int64_t **member_off;  /* coll -> its members' offsets in the input block */
   int *coll_of_node;   /* node -> coll index or -1 */
   int *steps_cap;
+  int *last_read; /* value -> topological position of its last reader (-1: none) */
+  bool *kept;     /* value -> an Output reads it, or it is a Constant */
+  int scratch;    /* the block every collective's scratch shares, -1 until one needs it */
 } builder;
 
 static cf_status oom(cf_plan *p) { return cf_error(p->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory"); }
@@ -61,6 +64,16 @@ static int new_block(builder *b, int64_t bytes) {
   }
   b->blocks[b->n_blocks] = (block){.bytes = bytes, .addr = -1, .first = FOREVER, .last = -1};
   return b->n_blocks++;
+}
+
+/* The collectives' scratch: one block for all of them, as big as the
+ * biggest needs. A rank runs one collective call at a time (its
+ * communication thread takes them in order, and an inline call waits for
+ * those in flight), so calls in flight together never use it at once. */
+static int scratch_block(builder *b, int64_t bytes) {
+  if (b->scratch < 0) b->scratch = new_block(b, 0);
+  if (b->scratch >= 0 && bytes > b->blocks[b->scratch].bytes) b->blocks[b->scratch].bytes = bytes;
+  return b->scratch;
 }
 
 static int val_index(const cf_plan *p, cf_ref r) { return p->val_base[r.node] + r.port; }
@@ -242,6 +255,8 @@ static cf_status waits_for(builder *b, const cf_node *n, bool *waited) {
 }
 
 /* First-fit placement of blocks over their live intervals. */
+static bool permanent(const block *bl) { return bl->first < 0 && bl->last == FOREVER; }
+
 static cf_status place(builder *b) {
   int *order = malloc(sizeof *order * (size_t)(b->n_blocks ? b->n_blocks : 1));
   int *placed = malloc(sizeof *placed * (size_t)(b->n_blocks ? b->n_blocks : 1));
@@ -251,12 +266,17 @@ static cf_status place(builder *b) {
     return oom(b->p);
   }
   for (int i = 0; i < b->n_blocks; i++) order[i] = i;
-  /* biggest first, then earliest (insertion sort keeps it dependency-free) */
+  /* blocks live for the whole run first (they fence off what nothing else
+   * can share: a transient block placed among them would leave a hole
+   * beside it for the whole run), then biggest first, then earliest
+   * (insertion sort keeps it dependency-free) */
   for (int i = 1; i < b->n_blocks; i++) {
     int x = order[i], j = i - 1;
-    while (j >= 0 && (b->blocks[order[j]].bytes < b->blocks[x].bytes ||
-                      (b->blocks[order[j]].bytes == b->blocks[x].bytes &&
-                       b->blocks[order[j]].first > b->blocks[x].first))) {
+    while (j >= 0 && (permanent(&b->blocks[order[j]]) < permanent(&b->blocks[x]) ||
+                      (permanent(&b->blocks[order[j]]) == permanent(&b->blocks[x]) &&
+                       (b->blocks[order[j]].bytes < b->blocks[x].bytes ||
+                        (b->blocks[order[j]].bytes == b->blocks[x].bytes &&
+                         b->blocks[order[j]].first > b->blocks[x].first))))) {
       order[j + 1] = order[j];
       j--;
     }
@@ -346,12 +366,57 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
   /* double-buffered; one chunk needs one buffer (none for AllGatherMatmul,
    * which then gathers straight into its gathered output) */
   int64_t stage = c->chunks > 1 ? 2 * c->stage_bytes : op == CF_OP_ALLGATHER ? 0 : c->stage_bytes;
-  int bs = new_block(b, stage), bsc = bs < 0 ? -1 : new_block(b, (int64_t)scratch);
+  int bs = new_block(b, stage), bsc = bs < 0 ? -1 : scratch_block(b, (int64_t)scratch);
   if (bs < 0 || bsc < 0) return oom(p);
   b->coll_in[nc] = bs;
   b->coll_out[nc] = bs;
   b->coll_scratch[nc] = bsc;
   return CF_OK;
+}
+
+/* Readers of every value, in topological positions: what decides whether a
+ * collective may overwrite its input. */
+static cf_status find_readers(builder *b) {
+  const cf_graph *g = b->g;
+  cf_plan *p = b->p;
+  b->last_read = malloc(sizeof(int) * ((size_t)p->n_vals + 1));
+  b->kept = calloc((size_t)p->n_vals + 1, sizeof *b->kept);
+  if (!b->last_read || !b->kept) return oom(p);
+  for (int v = 0; v < p->n_vals; v++)
+    b->last_read[v] = -1;
+  for (int t = 0; t < g->n_nodes; t++) {
+    const cf_node *n = &g->nodes[g->topo[t]];
+    if (n->op == CF_OP_CONSTANT) b->kept[p->val_base[g->topo[t]]] = true;
+    for (int j = 0; j < n->n_in; j++) {
+      int v = val_index(p, n->in[j]);
+      b->last_read[v] = t;
+      if (n->op == CF_OP_OUTPUT) b->kept[v] = true;
+    }
+  }
+  return CF_OK;
+}
+
+/* In place: an AllReduce (plain or a fused bucket) at topological position
+ * t whose input block is its own may write its output over it when every
+ * value that lives there (each operand it claims) has no reader after it
+ * and is neither a Constant nor read by an Output. An Input may be
+ * overwritten: iterations after the first then run on the previous results
+ * (docs/executor.md). Not on a device backend: the CUDA path keeps every
+ * collective out of place until it is verified on a GPU. */
+static bool in_place_ok(const builder *b, const cf_node *n, int t, bool own_block) {
+  const cf_plan *p = b->p;
+  if (!own_block || p->opt.out_of_place || cf_op_coll(n->op) != CF_OP_ALLREDUCE ||
+      p->opt.device != CF_DEVICE_CPU || n->n_in != n->n_out)
+    return false;
+  /* a plain op on an Input the caller lends keeps it where it lies (read
+   * only, cf_plan_binds): in place, input and output would cost a copy each */
+  if (p->opt.lent_inputs && n->n_in == 1 && b->g->nodes[n->in[0].node].op == CF_OP_INPUT) return false;
+  for (int j = 0; j < n->n_in; j++) {
+    int v = val_index(p, n->in[j]);
+    if (b->val_block[v] >= 0) continue; /* lives elsewhere: copied in */
+    if (b->kept[v] || b->last_read[v] > t) return false;
+  }
+  return true;
 }
 
 /* Values alone in their block (no other value, not a bucket's block) may
@@ -393,6 +458,81 @@ static cf_status mark_own(builder *b) {
   return CF_OK;
 }
 
+static void touch(int *first, int *last, int s) {
+  if (s < *first) *first = s;
+  if (s > *last) *last = s;
+}
+
+/* What the graph's tensors would take with a buffer each (no bucket, no
+ * value sharing its block): the most bytes live at one step, each value
+ * from the step that produces it to the last that reads it (Inputs,
+ * Constants and what Outputs read: the whole run); and the copies the plan
+ * makes per iteration. */
+static cf_status tally(builder *b) {
+  cf_plan *p = b->p;
+  const cf_graph *g = b->g;
+  int *first = malloc(sizeof(int) * ((size_t)p->n_vals + 1)),
+      *last = malloc(sizeof(int) * ((size_t)p->n_vals + 1));
+  int64_t *delta = calloc((size_t)p->n_steps + 2, sizeof *delta);
+  if (!first || !last || !delta) {
+    free(first);
+    free(last);
+    free(delta);
+    return oom(p);
+  }
+  for (int v = 0; v < p->n_vals; v++)
+    first[v] = FOREVER, last[v] = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const cf_node *n = &g->nodes[i];
+    if (n->op == CF_OP_INPUT || n->op == CF_OP_CONSTANT)
+      for (int k = 0; k < n->n_out; k++)
+        first[p->val_base[i] + k] = -1, last[p->val_base[i] + k] = FOREVER;
+    if (n->op == CF_OP_OUTPUT) last[val_index(p, n->in[0])] = FOREVER;
+  }
+  for (int s = 0; s < p->n_steps; s++) {
+    const cf_step *sp = &p->steps[s];
+    if (sp->kind == CF_STEP_COPY) {
+      touch(&first[sp->val], &last[sp->val], s);
+      p->n_copies++;
+      p->copy_bytes += sp->bytes;
+      continue;
+    }
+    int node = sp->kind == CF_STEP_COMPUTE || sp->kind == CF_STEP_FUSED ? sp->node
+                                                                        : p->colls[sp->coll].node;
+    const cf_node *n = &g->nodes[node];
+    if (sp->kind != CF_STEP_START) /* a collective reads its input until its WAIT */
+      for (int j = 0; j < n->n_in; j++)
+        touch(&first[val_index(p, n->in[j])], &last[val_index(p, n->in[j])], s);
+    if (sp->kind != CF_STEP_WAIT)
+      for (int k = 0; k < n->n_out; k++)
+        touch(&first[p->val_base[node] + k], &last[p->val_base[node] + k], s);
+  }
+  for (int v = 0; v < p->n_vals; v++) {
+    if (first[v] == FOREVER) continue; /* never produced on a rank (a pruned branch) */
+    int64_t bytes = align_up(p->vals[v].bytes);
+    delta[first[v] + 1] += bytes;
+    if (last[v] != FOREVER) delta[(last[v] < first[v] ? first[v] : last[v]) + 2] -= bytes;
+  }
+  int64_t now = 0;
+  for (int s = 0; s <= p->n_steps; s++) {
+    now += delta[s];
+    if (now > p->live_bytes) p->live_bytes = now;
+  }
+  for (int c = 0; c < p->n_colls; c++) {
+    const cf_node *n = &g->nodes[p->colls[c].node];
+    if (!p->colls[c].desc.in_place) continue;
+    p->n_in_place++;
+    for (int j = 0; j < n->n_in; j++)
+      if (g->nodes[n->in[j].node].op == CF_OP_INPUT &&
+          b->val_block[val_index(p, n->in[j])] == b->coll_in[c])
+        p->overwrites_inputs = true;
+  }
+  free(first);
+  free(last);
+  free(delta);
+  return CF_OK;
+}
+
 static cf_status build(builder *b) {
   cf_plan *p = b->p;
   const cf_graph *g = b->g;
@@ -424,6 +564,7 @@ static cf_status build(builder *b) {
     }
     if (is_coll(n->op) || is_fused_mm(n->op)) p->n_colls++;
   }
+  if ((st = find_readers(b))) return st;
   p->colls = calloc((size_t)p->n_colls + 1, sizeof *p->colls);
   b->coll_in = malloc(sizeof(int) * ((size_t)p->n_colls + 1));
   b->coll_out = malloc(sizeof(int) * ((size_t)p->n_colls + 1));
@@ -465,13 +606,17 @@ static cf_status build(builder *b) {
       int bi, bo;
       c->in_val = n->n_in == 1 ? v0 : -1;
       c->out_val = n->n_out == 1 ? p->val_base[g->topo[t]] : -1;
-      if (n->n_in == 1 && b->val_block[v0] >= 0) { /* a plain op reads its operand in place */
+      bool own_block = !(n->n_in == 1 && b->val_block[v0] >= 0);
+      if (!own_block) { /* a plain op reads its operand in place */
         bi = b->val_block[v0];
         b->coll_in_off[nc] = b->val_off[v0];
       } else { /* a bucket whose buffers the runs give takes no room here */
         bi = new_block(b, n->n_in > 1 && p->opt.external_buckets ? 0 : in_bytes);
       }
-      bo = bi < 0 ? -1 : new_block(b, n->n_in > 1 && p->opt.external_buckets ? 0 : out_bytes);
+      /* a bucket whose buffers the runs give stays out of place (two buffers) */
+      bool external = n->n_in > 1 && p->opt.external_buckets;
+      c->desc.in_place = !external && in_place_ok(b, n, t, own_block);
+      bo = bi < 0 || c->desc.in_place ? bi : new_block(b, external ? 0 : out_bytes);
       if (bi < 0 || bo < 0) st = oom(p);
       b->coll_in[nc] = bi;
       b->coll_out[nc] = bo;
@@ -498,7 +643,8 @@ static cf_status build(builder *b) {
       }
       c->algo = cf_coll_select(&c->desc, c->n, p->opt.deterministic, p->opt.algo);
       c->scratch_bytes = cf_coll_scratch_bytes(&c->desc, c->n, c->algo, !p->opt.staged);
-      if (!st && (b->coll_scratch[nc] = new_block(b, (int64_t)c->scratch_bytes)) < 0) st = oom(p);
+      if (!st && (b->coll_scratch[nc] = scratch_block(b, (int64_t)c->scratch_bytes)) < 0)
+        st = oom(p);
     }
     free(oo);
     if (st) {
@@ -591,7 +737,7 @@ static cf_status build(builder *b) {
     }
   }
   /* values produced into a block make it live from their producer */
-  if ((st = place(b))) return st;
+  if ((st = place(b)) || (st = tally(b))) return st;
   for (int v = 0; v < p->n_vals; v++) p->vals[v].addr = b->blocks[b->val_block[v]].addr + b->val_off[v];
   for (int c = 0; c < p->n_colls; c++) {
     if (p->colls[c].fused_mm) {
@@ -637,7 +783,7 @@ cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options
   *out = NULL;
   if (!g->topo) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "plan: the graph is not verified");
   cf_plan *p = calloc(1, sizeof *p);
-  builder b = {0};
+  builder b = {.scratch = -1};
   int p_colls = 0;
   if (!p) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   p->ctx = ctx;
@@ -684,6 +830,8 @@ done:
   free(b.coll_scratch);
   free(b.coll_of_node);
   free(b.coll_in_off);
+  free(b.last_read);
+  free(b.kept);
   if (b.member_off)
     for (int c = 0; c < p_colls; c++) free(b.member_off[c]);
   free(b.member_off);

@@ -96,9 +96,16 @@ struct cf_plan {
   int n_steps;
   cf_pcoll *colls;
   int n_colls;
-  int *world_ranks;    /* 0..ranks-1 for the world group */
-  int64_t arena_bytes; /* per rank: the peak of the memory plan */
-  int64_t naive_bytes; /* every value its own buffer (for -v) */
+  int *world_ranks;       /* 0..ranks-1 for the world group */
+  int64_t arena_bytes;    /* per rank: the peak of the memory plan */
+  int64_t naive_bytes;    /* every value its own buffer (for -v) */
+  int64_t live_bytes;     /* per rank: the most bytes of tensors live at one step, each in a buffer
+                           * of its own (no bucket, nothing in place): what the plan is measured by */
+  int n_copies;           /* COPY steps per iteration */
+  int64_t copy_bytes;     /* the bytes they copy */
+  int n_in_place;         /* collectives whose output shares their input's block (desc.in_place) */
+  bool overwrites_inputs; /* one of them reduces an Input in place: an iteration after the first
+                           * runs on the one before's results; a run returns the first's outputs */
   char fingerprint[17];
   cf_device *dev; /* the CPU device, kernels prepared */
   bool *binds;    /* node -> cf_plan_binds */

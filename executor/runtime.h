@@ -101,6 +101,10 @@ typedef struct cf_coll_desc {
                     CollectivePermute: a hash of its pairs */
   const char *group;
   const char *node; /* node name (for messages only, not compared) */
+  /* AllReduce: out is in (the plan gave both one block). The algorithms
+   * then write a result only where no peer still reads this rank's input,
+   * and scratch bytes count what that needs (not compared between ranks). */
+  bool in_place;
 } cf_coll_desc;
 
 /* True when two ranks' descriptors of the same collective differ; text

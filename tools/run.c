@@ -562,7 +562,7 @@ static cf_status align_outputs(cf_context *ctx, const cf_graph *ref_g, const cf_
 }
 
 static void print_json(const run_args *a, const cf_run_result *res, bool verified,
-                       const cf_verify_stats *vs, int64_t peak, int64_t peak_unfused) {
+                       const cf_verify_stats *vs, const cf_plan *plan, int64_t peak_unfused) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "ranks", res->ranks);
   cJSON_AddStringToObject(o, "backend", a->mpi ? "mpi" : "threads");
@@ -576,8 +576,12 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
   cJSON_AddNumberToObject(o, "collectives_executed", (double)res->collectives_executed);
   cJSON_AddBoolToObject(o, "deterministic", a->deterministic);
   cJSON_AddNumberToObject(o, "seed", (double)a->seed);
-  cJSON_AddNumberToObject(o, "peak_bytes", (double)peak);
+  cJSON_AddNumberToObject(o, "peak_bytes", (double)cf_plan_peak_bytes(plan));
   if (peak_unfused >= 0) cJSON_AddNumberToObject(o, "peak_bytes_unfused", (double)peak_unfused);
+  cJSON_AddNumberToObject(o, "live_bytes", (double)plan->live_bytes);
+  cJSON_AddNumberToObject(o, "in_place_collectives", plan->n_in_place);
+  cJSON_AddNumberToObject(o, "copies", plan->n_copies);
+  cJSON_AddNumberToObject(o, "copy_bytes", (double)plan->copy_bytes);
   cJSON *outs = cJSON_AddArrayToObject(o, "outputs");
   for (int j = 0; j < res->n_outputs; j++) cJSON_AddItemToArray(outs, cJSON_CreateString(res->output_names[j]));
   char *text = cJSON_PrintUnformatted(o);
@@ -714,21 +718,24 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     cf_plan_destroy(up);
   }
   if (!st && a.verbose && me == 0) {
-    char b1[32], b2[32];
+    char b1[32], b2[32], b3[32], b4[32];
     cf_bytes_text(cf_plan_peak_bytes(plan), b1, sizeof b1);
     cf_bytes_text(peak_unfused, b2, sizeof b2);
-    fprintf(
-        stderr,
-        "run: %d rank%s, %d collective%s, %d step%s; peak memory per rank %s (unfused plan %s)\n",
-        ranks, cf_s(ranks), plan->n_colls, cf_s(plan->n_colls), plan->n_steps, cf_s(plan->n_steps),
-        b1, b2);
+    cf_bytes_text(plan->live_bytes, b3, sizeof b3);
+    cf_bytes_text(plan->copy_bytes, b4, sizeof b4);
+    fprintf(stderr,
+            "run: %d rank%s, %d collective%s (%d in place), %d step%s, %d cop%s (%s); peak memory "
+            "per rank %s, tensors live at once %s (unfused plan %s)\n",
+            ranks, cf_s(ranks), plan->n_colls, cf_s(plan->n_colls), plan->n_in_place, plan->n_steps,
+            cf_s(plan->n_steps), plan->n_copies, plan->n_copies == 1 ? "y" : "ies", b4, b1, b3, b2);
     for (int c = 0; c < plan->n_colls; c++) {
       const cf_pcoll *pc = &plan->colls[c];
       cf_bytes_text(pc->desc.count * cf_dtype_size(pc->desc.dtype), b1, sizeof b1);
-      fprintf(stderr, "run:   %s '%s' %s %s over %d rank%s: %s%s\n", cf_op_table[pc->desc.op].name,
-              pc->desc.node, b1, cf_dtype_name(pc->desc.dtype), pc->n, cf_s(pc->n),
+      fprintf(stderr, "run:   %s '%s' %s %s over %d rank%s: %s%s%s\n",
+              cf_op_table[pc->desc.op].name, pc->desc.node, b1, cf_dtype_name(pc->desc.dtype),
+              pc->n, cf_s(pc->n),
               pc->fused_mm ? cf_algo_req_name(opt.algo) : cf_algo_name(pc->algo),
-              pc->inline_ok ? "" : " (overlapped)");
+              pc->desc.in_place ? " in place" : "", pc->inline_ok ? "" : " (overlapped)");
     }
   }
   if (!st) st = check_memory(ctx, &a, plan, ref_g, ranks, me, world);
@@ -807,7 +814,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     }
   }
   if (!rc && me == 0 && a.json) {
-    print_json(&a, &res, verified, &vs, cf_plan_peak_bytes(plan), peak_unfused);
+    print_json(&a, &res, verified, &vs, plan, peak_unfused);
   } else if (!rc && me == 0) {
     printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
            cf_tool_name(a.file.v[0]), ranks, cf_s(ranks), a.mpi ? " (mpi)" : "",

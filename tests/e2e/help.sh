@@ -158,7 +158,7 @@ expect 0 "one.xml: 3 nodes, 1 collective before, 1 after" compile "$work/one.xml
 expect 0 "one.xml: 1 rank, 1 collective per iteration, median" run "$work/one.xml"
 expect 0 "over 1 iteration;" run "$work/one.xml" --verify
 expect 0 "over 2 iterations" run "$work/one.xml" --iters 2
-expect 0 "run: 1 rank, 1 collective, " run "$work/one.xml" -v
+expect 0 "run: 1 rank, 1 collective (1 in place), " run "$work/one.xml" -v
 expect 0 "over 1 rank: " run "$work/one.xml" -v
 
 # ------------------------------------------------ the rank limit

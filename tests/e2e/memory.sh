@@ -86,7 +86,7 @@ case_ 1 3000 "small\.xml: error: 1 rank needs $size \($size of it for --verify's
 # more than the machine has: refused at once, nothing allocated
 case_ 1 3000 "huge\.xml: error: 64 ranks need $size \($size per rank\), $avail; use fewer ranks or --backend mpi across machines" \
   -- run "$dir/huge.xml"
-case_ 1 3000 "huge\.xml: error: 1 rank needs 512\.0 GiB, $avail\$" -- run "$dir/huge.xml" --ranks 1
+case_ 1 3000 "huge\.xml: error: 1 rank needs 384\.0 GiB, $avail\$" -- run "$dir/huge.xml" --ranks 1
 case_ 2 3000 "collfuse run: --max-memory wants a size such as 512M or 4G, got '12X'" \
   -- run "$dir/small.xml" --max-memory 12X
 # the benches that execute graphs or allocate rank buffers

@@ -6,7 +6,9 @@
 #  - a graph with every collective kind, dtype and a sub-group, at 2 and 4
 #    processes (oversubscribed on small machines), once over shared memory
 #    (btl self,vader) and once over TCP (btl self,tcp): --verify, and
-#    --deterministic outputs bitwise equal to the threads backend's; the
+#    --deterministic outputs bitwise equal to the threads backend's; each
+#    AllReduce algorithm in place (--iters 3 saves the first iteration's
+#    outputs, bitwise one iteration's); the
 #    examples at their sizes; --algo mpi-native (MPI's own collectives);
 #    an HLO module over partitioned groups ({{0,1},{2,3}}, iota forms);
 #  - failures, none of which may hang: graphs that differ between ranks
@@ -177,6 +179,21 @@ for n in 2 4; do
   done
   mpi $SHM -np "$n" "$cf" run "$g" --backend mpi --algo mpi-native --verify
   expect_rc 0 "mixed graph, $n ranks, --algo mpi-native --verify"
+done
+
+# ---- in place (the mixed graph's AllReduce buckets reduce their Inputs in
+# place): every algorithm over MPI's staging, three iterations after a
+# warmup save the first iteration's outputs, bitwise one iteration's
+for n in 2 4; do
+  for algo in direct rsag ring rd; do
+    what="mixed graph, $n ranks, --algo $algo in place"
+    mpi $SHM -np "$n" "$cf" run "$work/mixed$n.xml" --backend mpi --algo "$algo" --save-outputs "$work/ip1_$n$algo"
+    expect_rc 0 "$what, one iteration" || continue
+    mpi $SHM -np "$n" "$cf" run "$work/mixed$n.xml" --backend mpi --algo "$algo" --iters 3 --warmup 1 --verify \
+      --save-outputs "$work/ip3_$n$algo"
+    expect_rc 0 "$what, --iters 3 --warmup 1 --verify" &&
+      { diff -r "$work/ip1_$n$algo" "$work/ip3_$n$algo" >/dev/null || fail "$what: --iters 3 saved other outputs"; }
+  done
 done
 
 # ---- the examples at their sizes (shared memory), bitwise against threads
