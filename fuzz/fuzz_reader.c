@@ -39,32 +39,32 @@ static void round_trip(cf_context *ctx, const cf_graph *g) {
   fclose(f);
   if (!st) {
     cf_graph *back = NULL;
-    if (cf_graph_parse(ctx, "roundtrip.xml", buf, len, &back)) {
-      fprintf(stderr, "round trip failed: %s\n--- written XML ---\n%.*s\n", cf_context_errmsg(ctx),
+    if (cf_frontend_parse(ctx, "roundtrip.xml", buf, len, &back)) {
+      fprintf(stderr, "round trip failed: %s\n--- written XML ---\n%.*s\n", cf_errmsg(ctx),
               (int)(len > 4000 ? 4000 : len), buf);
       abort();
     }
-    cf_graph_destroy(back);
+    cf_graph_release(back);
   }
   free(buf);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static cf_context *ctx;
-  if (!ctx && cf_context_create(&ctx)) abort();
+  if (!ctx && cf_ctx_create(&ctx)) abort();
   cf_graph *g = (cf_graph *)0x1;
   /* the reader NAME's extension picks, then the frontend's checks */
-  cf_status st = cf_graph_parse(ctx, NAME, (const char *)data, size, &g);
+  cf_status st = cf_frontend_parse(ctx, NAME, (const char *)data, size, &g);
   if (st) {
     /* refused: no graph, and a message that names the file */
-    if (g || strncmp(cf_context_errmsg(ctx), NAME, strlen(NAME)) != 0) {
+    if (g || strncmp(cf_errmsg(ctx), NAME, strlen(NAME)) != 0) {
       fprintf(stderr, "bad refusal: status %d, graph %p, message '%s'\n", st, (void *)g,
-              cf_context_errmsg(ctx));
+              cf_errmsg(ctx));
       abort();
     }
     return 0;
   }
   round_trip(ctx, g);
-  cf_graph_destroy(g);
+  cf_graph_release(g);
   return 0;
 }
