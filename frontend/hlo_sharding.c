@@ -308,6 +308,7 @@ static bool sdy_cut(const hlo_reader *r, const char **pp, const char *e, int ran
 /* The value of key in an attribute `{k1="v1",k2="v2"}` or `{k={...}}`, with
  * \" escapes removed, in the scratch arena; NULL span when absent. */
 static cf_span sub_value(hlo_reader *r, cf_span attrs, const char *key) {
+  if (!attrs.p) return (cf_span){NULL, 0}; /* no such attribute (no offset on NULL) */
   const char *p = attrs.p, *e = attrs.p + attrs.n;
   size_t kl = strlen(key);
   if (p < e && *p == '{') p++; /* inside the braces */
@@ -315,7 +316,10 @@ static cf_span sub_value(hlo_reader *r, cf_span attrs, const char *key) {
     if ((size_t)(e - p) > kl && !memcmp(p, key, kl) && p[kl] == '=' &&
         (p == attrs.p || p[-1] == '{' || p[-1] == ',' || is_space(p[-1]))) {
       const char *v = p + kl + 1, *ve = cf_hlo_past(v, e);
-      if (v < e && *v == '"') v++, ve--;
+      if (v < ve && *v == '"') { /* a quoted string: without its quotes */
+        v++;
+        if (ve > v && ve[-1] == '"') ve--;
+      }
       char *buf = (char *)cf_hlo_str(r, v, (size_t)(ve - v));
       if (!buf) return (cf_span){NULL, 0};
       size_t n = 0;
