@@ -31,20 +31,23 @@ static char *at(const void *base, int64_t elems, int es) {
 }
 
 /* count elements from src (rows of srow, n * srow apart) to dst (rows of
- * drow, n * drow apart); a zero row means one contiguous run. */
+ * drow, n * drow apart); a zero row means one contiguous run. stream: with
+ * streaming stores (a large output, which this rank does not read again). */
 static void copy_rows(cf_device *dev, void *dst, int64_t drow, const void *src, int64_t srow,
-                      int64_t count, int n, int es) {
+                      int64_t count, int n, int es, bool stream) {
+  void (*copy)(cf_device *, void *, const void *, size_t) =
+      stream ? cf_device_copy_stream : dev->ops->copy;
   if (srow <= 0) srow = count;
   if (drow <= 0) drow = count;
   int64_t piece = srow < drow ? srow : drow;
   if (piece <= 0) return;
   if (piece == count) {
-    dev->ops->copy(dev, dst, src, (size_t)(count * es));
+    copy(dev, dst, src, (size_t)(count * es));
     return;
   }
   for (int64_t k = 0; k < count; k += piece) {
     int64_t s = k / srow * n * srow + k % srow, d = k / drow * n * drow + k % drow;
-    dev->ops->copy(dev, at(dst, d, es), at(src, s, es), (size_t)(piece * es));
+    copy(dev, at(dst, d, es), at(src, s, es), (size_t)(piece * es));
   }
 }
 
@@ -63,6 +66,9 @@ cf_status cf_algo_alltoall(cf_comm *c, cf_device *dev, const cf_coll_call *call)
   int64_t blk = n > 0 ? sg[0].count : 0;
   size_t bb = (size_t)(blk * es);
   bool packed = call->in_row > 0 && call->in_row < blk; /* blocks are not contiguous */
+  /* the output as a whole is written by streaming stores from the size at
+   * which the n-ary kernels stream theirs */
+  bool stream = d->count * es >= CF_KERNEL_STREAM_MIN_BYTES;
   char *out_stage = call->scratch, *in_stage = at(call->scratch, d->count, es);
   cf_status st = CF_OK;
   for (int k = 1; k < n && !st; k++) {
@@ -74,14 +80,14 @@ cf_status cf_algo_alltoall(cf_comm *c, cf_device *dev, const cf_coll_call *call)
     const char *b = at(call->in, sg[j].in_off, es);
     if (packed) {
       char *p = at(out_stage, (int64_t)k * blk, es);
-      copy_rows(dev, p, 0, b, call->in_row, blk, n, es);
+      copy_rows(dev, p, 0, b, call->in_row, blk, n, es, false);
       b = p;
     }
     st = c->ops->send(c, call->ranks[j], b, bb, d);
   }
   if (!st)
     copy_rows(dev, at(call->out, sg[me].out_off, es), call->out_row,
-              at(call->in, sg[me].in_off, es), call->in_row, blk, n, es);
+              at(call->in, sg[me].in_off, es), call->in_row, blk, n, es, stream);
   for (int k = 1; k < n && !st; k++) {
     int i = (me + n - k) % n;
     const void *p;
@@ -93,7 +99,7 @@ cf_status cf_algo_alltoall(cf_comm *c, cf_device *dev, const cf_coll_call *call)
     /* zero copy: rank i's whole input, whose block me is ours */
     const void *from = zc ? at(p, sg[me].in_off, es) : p;
     if (from != place)
-      copy_rows(dev, place, call->out_row, from, zc ? call->in_row : 0, blk, n, es);
+      copy_rows(dev, place, call->out_row, from, zc ? call->in_row : 0, blk, n, es, stream);
     st = c->ops->release(c, call->ranks[i]);
   }
   if (!st) st = c->ops->send_wait(c);

@@ -55,6 +55,10 @@ typedef struct cf_device_ops {
   void (*sync)(cf_device *d);
   void (*destroy)(cf_device *d);
   /* ---- optional ---- */
+  /* A copy into a destination this rank does not read again soon (a
+   * collective's output, a peer's buffer): streaming stores that skip the
+   * cache where the device has them. NULL: copy. */
+  void (*copy_stream)(cf_device *d, void *dst, const void *src, size_t bytes);
   /* The handle rank's lane (0: its compute, 1: its collectives) works
    * through: on CUDA its own stream on the rank's GPU. Owned by d; its
    * messages go to ctx (the rank's) until the next view() call for it. */

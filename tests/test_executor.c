@@ -446,6 +446,37 @@ static void allreduce(cf_algo algo, cf_dtype dt, int red, int n, int64_t count) 
   run_coll(&s);
 }
 
+/* ================= the device's streaming copy ================= */
+
+/* cf_device_copy_stream equals memcpy at every size around its 4 KiB
+ * threshold and every misalignment of either side (the aligned body of
+ * streaming stores, a memcpy'd head and tail), writing nothing outside the
+ * destination. */
+static void test_copy_stream(void **state) {
+  (void)state;
+  static const size_t sizes[] = {0, 1, 63, 64, 4095, 4096, 4097, 65536 + 64, 100013};
+  size_t cap = 100013 + 2 * GUARD + 64;
+  unsigned char *src = malloc(cap), *dst = malloc(cap);
+  assert_non_null(src);
+  assert_non_null(dst);
+  for (size_t i = 0; i < cap; i++)
+    src[i] = (unsigned char)(i * 131 + 7);
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+    for (size_t so = 0; so < 3; so++)
+      for (size_t doff = 0; doff < 66; doff += 13) {
+        size_t n = sizes[s];
+        memset(dst, GUARD_BYTE, cap);
+        cf_device_copy_stream(dev, dst + GUARD + doff, src + so, n);
+        if (memcmp(dst + GUARD + doff, src + so, n) != 0)
+          fail_msg("copy_stream of %zu bytes (src +%zu, dst +%zu) differs", n, so, doff);
+        for (size_t i = 0; i < cap; i++)
+          if ((i < GUARD + doff || i >= GUARD + doff + n) && dst[i] != GUARD_BYTE)
+            fail_msg("copy_stream of %zu bytes (dst +%zu) wrote byte %zu outside", n, doff, i);
+      }
+  free(src);
+  free(dst);
+}
+
 /* ================= AllReduce ================= */
 
 static void test_allreduce_algos_dtypes(void **state) {
@@ -1791,6 +1822,7 @@ static void test_plan_partitioned_groups(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_copy_stream),
       cmocka_unit_test(test_allreduce_algos_dtypes),
       cmocka_unit_test(test_allreduce_large),
       cmocka_unit_test(test_allreduce_rsag_segments),

@@ -36,6 +36,8 @@ bool cf_device_cuda_info(const cf_device *d, char *name, size_t len, int *cc_maj
 bool cf_device_is_host(const cf_device *d);
 /* d's view for rank and lane, or d itself when it has none. */
 cf_status cf_device_view(cf_device *d, cf_context *ctx, int rank, int lane, cf_device **out);
+/* copy_stream, else copy. */
+void cf_device_copy_stream(cf_device *d, void *dst, const void *src, size_t bytes);
 /* memcpy on the host. */
 cf_status cf_device_upload(cf_device *d, void *dst, const void *src, size_t bytes);
 cf_status cf_device_download(cf_device *d, void *dst, const void *src, size_t bytes);

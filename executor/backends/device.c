@@ -13,6 +13,10 @@
 
 bool cf_device_is_host(const cf_device *d) { return !d || !d->ops->upload; }
 
+void cf_device_copy_stream(cf_device *d, void *dst, const void *src, size_t bytes) {
+  (d->ops->copy_stream ? d->ops->copy_stream : d->ops->copy)(d, dst, src, bytes);
+}
+
 cf_status cf_device_view(cf_device *d, cf_context *ctx, int rank, int lane, cf_device **out) {
   *out = d;
   if (!d || !d->ops->view) return CF_OK;

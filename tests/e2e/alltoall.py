@@ -17,8 +17,10 @@ runs at 2, 4 and 8 ranks on the world group and on partitioned groups
 ({{0,1},{2,3}}-style), with the default pipeline and with -O0
 --deterministic, on the threads backend and (with MPIRUN) under mpirun; the
 outputs (--save-outputs) must equal the model bit for bit and --verify
-must pass. A descriptor that differs on one rank is exit 3 with the
-mismatch on every rank. Exits 1 with one line per failure.
+must pass. Worlds of 2 and 4 ranks add a float32 AllToAll of about 4.7 MiB
+a rank, whose output is written with streaming stores (from 4 MiB). A
+descriptor that differs on one rank is exit 3 with the mismatch on every
+rank. Exits 1 with one line per failure.
 """
 import json
 import os
@@ -122,6 +124,20 @@ def case(rng, world, parts):
                 expect[(r, f"op{i}")] = p[k]
                 for j in range(n):
                     expect[(r, f"ot{i}_{j}")] = data[m[j]]  # out[k][t] = in[t][k]
+    if world <= 4:  # large enough for the streaming copies
+        sd, cd = int(rng.integers(0, 2)), int(rng.integers(0, 2))
+        shape = [600, 600]
+        shape[sd] = 2048 // n * n
+        data = {r: rand(rng, "float32", tuple(shape)) for r in range(world)}
+        inputs["big"] = data
+        lines.append(f'  <node name="big" op="Input" dtype="float32" shape="{shape[0]},{shape[1]}"/>')
+        lines.append(f'  <node name="abig" op="AllToAll" split_dimension="{sd}" '
+                     f'concat_dimension="{cd}"{group}><input ref="big"/></node>')
+        lines.append('  <node name="oabig" op="Output"><input ref="abig"/></node>')
+        for m in members:
+            a = model_alltoall([data[r] for r in m], sd, cd)
+            for k, r in enumerate(m):
+                expect[(r, "oabig")] = a[k]
     # AllReduces the default pipeline fuses into one bucket
     lines.append('  <node name="f" op="Input" dtype="float32" shape="64"/>')
     for j in range(3):
@@ -141,6 +157,13 @@ def run_env(mpirun):
     return env
 
 
+def dtype_of(name):
+    """x3, oa3, ot3_1, op3: DTYPES[3]; big, oabig: float32."""
+    if name.endswith("big"):
+        return "float32"
+    return DTYPES[int(name[2 if name.startswith("o") else 1:].split("_")[0])]
+
+
 def load_output(path, dt):
     a = np.load(path)
     if dt == "bfloat16":
@@ -157,7 +180,7 @@ def check(cf, mpirun, world, parts, flags, rng, work, tag):
         f.write(xml)
     args = []
     for x, data in inputs.items():
-        dt = DTYPES[int(x[1:])]
+        dt = dtype_of(x)
         for r, a in data.items():
             save(os.path.join(d, f"{x}_{r}.npy"), dt, a)
         args += ["--input", f"{x}={os.path.join(d, x)}_{{rank}}.npy"]
@@ -178,7 +201,7 @@ def check(cf, mpirun, world, parts, flags, rng, work, tag):
     for o in meta["outputs"] if isinstance(meta, dict) and "outputs" in meta else meta:
         files[o["name"]] = o
     for (r, name), want in expect.items():
-        dt = DTYPES[int(name[2 if name.startswith("o") else 1:].split("_")[0])]
+        dt = dtype_of(name)
         path = os.path.join(outdir, f"rank{r}", f"{name}.npy")
         if not os.path.exists(path):
             fail(f"{tag}: rank {r}: {name}.npy missing")
