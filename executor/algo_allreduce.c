@@ -167,7 +167,9 @@ enum { STREAM_SOURCES = 512 << 10 };
  * cache, which first reads it from memory (read-for-ownership), so that an
  * output costs three memory passes where a streaming store costs one. The
  * repeated reductions read the segment's sources from cache. In place the
- * outputs are the sources, so the segment is reduced once and copied. */
+ * outputs are the sources, so the segment is reduced once, into this
+ * rank's output (the input lines just read, in cache), and copied to the
+ * peers with streaming stores. */
 static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   const cf_coll_desc *d = &call->desc;
   int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
@@ -199,7 +201,9 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
     if (!st) st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &out.p[i]);
   }
   if (!st) {
-    bool stream = !d->in_place && cf_device_is_host(dev) && cf_coll_streams(d, n);
+    bool big = cf_device_is_host(dev) && cf_coll_streams(d, n), stream = big && !d->in_place;
+    void (*copy)(cf_device *, void *, const void *, size_t) =
+        big ? cf_device_copy_stream : dev->ops->copy;
     int64_t moff, mlen, step = (stream ? STREAM_SOURCES / n : PUT_SEGMENT) / es;
     step = (step + 63) / 64 * 64;
     chunk(d->count, n, es, me, &moff, &mlen);
@@ -215,7 +219,7 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
       cf_coll_reduce(dev, call, at(call->out, o, es), seg.p, n, len, true);
       for (int i = 0; i < n; i++)
         if (i != me)
-          dev->ops->copy(dev, at(out.p[i], o, es), at(call->out, o, es), (size_t)(len * es));
+          copy(dev, at(out.p[i], o, es), at(call->out, o, es), (size_t)(len * es));
     }
     for (int k = 0; k < 2 && !st; k++)
       st = release_all(c, call);
