@@ -91,6 +91,40 @@ typedef struct cf_bench_ar_cell {
 cf_status cf_bench_ar_save_profile(cf_context *ctx, const char *given, const char *transport,
                                    int ranks, const cf_bench_ar_cell *cells, int n_sizes,
                                    int n_cols, char *path, size_t len);
+/* bench_ar_loop.c: bench allreduce's measuring loop over any world and
+ * device (the threads and MPI worlds on the CPU device, the threads world
+ * on CUDA): open it on a world and a device (neither is owned; the kernels
+ * every algorithm may launch are prepared), then measure each size on every
+ * rank of this process. */
+enum {
+  CF_BENCH_AR_MAX_ALGOS = CF_BENCH_MAX_COLS + 1, /* every column and the MPI reference */
+  CF_BENCH_AR_MAX_LOOPS = 100,
+  CF_BENCH_AR_MAX_RANKS = 64 /* of this process */
+};
+typedef struct cf_bench_ar cf_bench_ar;
+typedef struct cf_bench_ar_size {
+  int64_t bytes;
+  int iters, loops; /* calls per loop, timed loops */
+  int algos[CF_BENCH_AR_MAX_ALGOS]; /* distinct algorithms, timed round-robin */
+  int n_algos;
+  /* NULL: every output is checked against the float64 sum of every rank's
+   * input (every rank in this process); else algos[0]'s result is the
+   * reference, named so in a message (MPI: "MPI_Allreduce gave") */
+  const char *ref;
+  bool bound;                          /* also time every rank's copy of its input */
+  double us[CF_BENCH_AR_MAX_ALGOS];     /* out: median microseconds per call */
+  double min_us[CF_BENCH_AR_MAX_ALGOS]; /* out: the fastest loop's */
+  double copy_us;                      /* out: the bound's median; 0 without */
+} cf_bench_ar_size;
+struct cf_world;
+/* The AllReduce every rank runs: float32 sum of count elements over the world. */
+cf_coll_desc cf_bench_ar_desc(int64_t count);
+cf_status cf_bench_ar_open(cf_context *ctx, struct cf_world *w, cf_device *dev, cf_bench_ar **out);
+/* One size; false when a rank failed (cf_bench_ar_error says why; every
+ * rank of the world has stopped). */
+bool cf_bench_ar_measure(cf_bench_ar *h, cf_bench_ar_size *s);
+const char *cf_bench_ar_error(const cf_bench_ar *h);
+void cf_bench_ar_close(cf_bench_ar *h); /* accepts NULL; the world and device stay */
 /* bench_fusion.c: `collfuse bench fusion FILE [--ranks N] [--iters K]
  * [--warmup W] [--split SPEC].. [--quick] [--json]`: the graph unfused, fused and split
  * several ways, against one flat AllReduce of all its bytes; returns the
