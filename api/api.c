@@ -131,17 +131,14 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return CF_OK;
   }
   if (strcmp(key, "ranks") == 0) {
-    if (!cf_parse_int(value, 1, CF_MAX_WORLD, &x))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option ranks wants 1..%d, got '%s'",
-                      CF_MAX_WORLD, value);
+    if (!cf_option_int("option ranks", value, 1, CF_MAX_WORLD, &x, why, sizeof why))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
     o->ranks = (int)x;
     return CF_OK;
   }
   if (strcmp(key, "algo") == 0) {
-    char words[256];
-    if (!cf_algo_parse(value, true, &o->algo))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option algo wants %s, got '%s'",
-                      cf_algo_choices(true, ", ", " or ", words, sizeof words), value);
+    if (!cf_option_algo("option algo", value, true, &o->algo, why, sizeof why))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
     return CF_OK;
   }
   if (strcmp(key, "timeout") == 0) {
@@ -150,11 +147,9 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return CF_OK;
   }
   if (strcmp(key, "max_memory") == 0) {
-    int64_t b;
-    if (!cf_bytes_parse(value, strlen(value), CF_MAX_MEMORY, &b))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0,
-                      "option max_memory wants a size such as 512M or 4G, got '%s'", value);
-    o->max_memory = b;
+    if (!cf_option_size("option max_memory", value, 1, CF_MAX_MEMORY, &o->max_memory, why,
+                        sizeof why))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
     return CF_OK;
   }
   if (strcmp(key, "seed") == 0) {

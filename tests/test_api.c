@@ -258,10 +258,21 @@ static void test_options(void **state) {
              "unknown pass 'fuse-all'");
   ASSERT_ERR(cf_options_set(o, "deterministic", "maybe"), CF_ERR_USAGE,
              "option deterministic wants 1 or 0");
-  ASSERT_ERR(cf_options_set(o, "ranks", "0"), CF_ERR_USAGE, "option ranks wants 1..");
   ASSERT_ERR(cf_options_set(o, "algo", "tree"), CF_ERR_USAGE, "option algo wants auto");
   ASSERT_ERR(cf_options_set(o, "timeout", "-1"), CF_ERR_USAGE, "option timeout wants seconds");
-  /* the driver's --seed, --timeout and --passes checks, with the API's names */
+  /* the driver's --seed, --timeout, --passes, --ranks, --algo and
+   * --max-memory checks, with the API's names */
+  ASSERT_ERR(cf_options_set(o, "ranks", "0"), CF_ERR_USAGE,
+             "option ranks wants an integer in 1..256, got '0'");
+  ASSERT_ERR(cf_options_set(o, "ranks", "257"), CF_ERR_USAGE,
+             "option ranks wants an integer in 1..256, got '257'");
+  ASSERT_ERR(cf_options_set(o, "algo", "rign"), CF_ERR_USAGE,
+             "option algo wants auto, direct, rd, ring, rsag or mpi-native, got 'rign'; did you "
+             "mean 'ring'?");
+  OK(cf_options_set(o, "algo", "recursive-doubling")); /* rd's alias, as --algo takes it */
+  OK(cf_options_set(o, "algo", "auto"));
+  ASSERT_ERR(cf_options_set(o, "max_memory", "0"), CF_ERR_USAGE,
+             "option max_memory wants a size such as 512M or 4G, got '0'");
   ASSERT_ERR(cf_options_set(o, "timeout", "1e9"), CF_ERR_USAGE,
              "option timeout wants seconds in (0, 86400], got '1e9'");
   ASSERT_ERR(cf_options_set(o, "seed", "-3"), CF_ERR_USAGE,

@@ -144,7 +144,6 @@ static bool measure_size(cf_bench_ar *h, const ar_options *o, cf_world *w, ar_ro
   return true;
 }
 
-
 /* ---------------- the MPI peer ---------------- */
 
 typedef struct mpi_peer {
@@ -441,7 +440,7 @@ static const cf_opt ar_opts[] = {
      .help = "byte counts such as 8,64K,1M (multiples of 4, at most 1G;\n"
              "--device cuda 4G; default 8 B..256 MiB)"},
     {"--algo", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, algo),
-     .choices_of = cf_opt_algo_choices_own,
+     .choices_of = cf_opt_algo_choices_own, .check = cf_opt_check_algo_own,
      .help = "keep only this algorithm's column (and auto's)"},
     {"--iters", NULL, "K", CF_OPT_INT, offsetof(cf_ar_args, iters), 1, 1000000,
      .help = "calls per loop (default about 32 MiB per loop)"},
@@ -487,7 +486,11 @@ static int parse_options(const cf_ar_args *a, ar_options *o) {
   *o = (ar_options){.ranks = 4, .loops = 5, .algo = -1, .timeout_s = 120};
   o->n_sizes = (int)(sizeof default_sizes / sizeof default_sizes[0]);
   memcpy(o->sizes, default_sizes, sizeof default_sizes);
-  if (a->ranks && a->ranks < 2) return usage("--ranks wants 2..64, got '%s'", "1");
+  char why[128], given[16];
+  int64_t x;
+  snprintf(given, sizeof given, "%d", a->ranks);
+  if (a->ranks && !cf_option_int("--ranks", given, 2, MAX_RANKS, &x, why, sizeof why))
+    return usage("%s", why); /* the table allows 1 for --device cuda */
   if (a->ranks) o->ranks = a->ranks;
   if (a->loops) o->loops = a->loops;
   o->iters = a->iters;
@@ -564,12 +567,14 @@ static int bench(cf_context *ctx, ar_options *o, ar_row *rows) {
   cf_mem_need need = {.ranks = o->ranks};
   cf_status st;
   if (o->mpi) {
-    snprintf(m.library, sizeof m.library, "in the same processes (the transport's native collective)");
+    snprintf(m.library, sizeof m.library,
+             "in the same processes (the transport's native collective)");
     snprintf(m.command, sizeof m.command, "MPI_Allreduce on MPI_COMM_WORLD's duplicate");
   } else {
     if ((st = check_memory(ctx, o, o->ranks, true, &need))) return cf_tool_fail(ctx, st);
     if (!o->json && !o->no_mpi) {
-      printf("collfuse bench allreduce: running MPI_Allreduce on %d processes first...\n", o->ranks);
+      printf("collfuse bench allreduce: running MPI_Allreduce on %d processes first...\n",
+             o->ranks);
       fflush(stdout);
     }
     run_mpi(o, rows, &m);
@@ -615,7 +620,8 @@ static int bench(cf_context *ctx, ar_options *o, ar_row *rows) {
     cJSON_AddNumberToObject(root, "loops", o->loops);
     cJSON_AddNumberToObject(root, "busbw_factor", busbw_factor(o->ranks));
     if (!o->mpi)
-      cJSON_AddStringToObject(root, "units", "us: median microseconds per call; *bw_gbps: 1e9 bytes/s");
+      cJSON_AddStringToObject(root, "units",
+                              "us: median microseconds per call; *bw_gbps: 1e9 bytes/s");
     cJSON *mj = cJSON_AddObjectToObject(cJSON_AddObjectToObject(root, "peers"), "mpi");
     cJSON_AddBoolToObject(mj, "available", m.up);
     if (m.library[0]) cJSON_AddStringToObject(mj, "library", m.library);

@@ -479,8 +479,8 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
     int64_t k = ((int64_t)256 << 20) / sizes[s];
     ar_row row = {.bytes = sizes[s], .iters = iters ? iters : (int)(k < 1 ? 1 : k > 200 ? 200 : k)};
     if (!ar_measure(h, cols, n_cols, only, ranks, loops, &row)) {
-      fprintf(stderr, "collfuse bench allreduce --device cuda: %lld bytes: %s\n", (long long)sizes[s],
-              cf_bench_ar_error(h));
+      fprintf(stderr, "collfuse bench allreduce --device cuda: %lld bytes: %s\n",
+              (long long)sizes[s], cf_bench_ar_error(h));
       rc = EXIT_RUNTIME;
       break;
     }
