@@ -16,12 +16,14 @@
  *
  * allreduce: N rank threads on the threads transport, each with its own
  * stream (the device's view for its rank) and buffers on the GPU(s),
- * float32 sum out of place, every algorithm; a loop is K back-to-back calls
- * between two barriers, timed on rank 0 (every call has finished on the
- * GPU when it returns: the backend waits for its streams), the cell is the
- * median loop / K. algbw = bytes / time, busbw = algbw * 2(n-1)/n as
- * nccl-tests define them, and busbw against the copy rate. The result of
- * each algorithm is checked against a float64 sum (a sample of elements).
+ * float32 sum out of place, every algorithm, measured by the CPU run's own
+ * loop (bench_ar_loop.c) on the CUDA device: a loop is K back-to-back
+ * calls between two barriers, timed on rank 0 (every call has finished on
+ * the GPU when it returns: the backend waits for its streams), the columns
+ * round-robin, the cell is the median loop / K. algbw = bytes / time, busbw
+ * = algbw * 2(n-1)/n as nccl-tests define them, and busbw against the copy
+ * rate, measured once here. The result of each algorithm is checked against
+ * a float64 sum (a sample of elements).
  *
  * Without a CUDA driver both fail at once: "no CUDA driver (...)", exit 1
  * (cf_tool_fail of CF_ERR_UNSUPPORTED).
@@ -32,8 +34,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <float.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
