@@ -130,38 +130,28 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
                       value);
     return CF_OK;
   }
+  /* the checks the driver's options share (options.c) */
+  bool ok = true;
   if (strcmp(key, "ranks") == 0) {
-    if (!cf_option_int("option ranks", value, 1, CF_MAX_WORLD, &x, why, sizeof why))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
-    o->ranks = (int)x;
-    return CF_OK;
+    ok = cf_option_int("option ranks", value, 1, CF_MAX_WORLD, &x, why, sizeof why);
+    if (ok) o->ranks = (int)x;
+  } else if (strcmp(key, "algo") == 0) {
+    ok = cf_option_algo("option algo", value, true, &o->algo, why, sizeof why);
+  } else if (strcmp(key, "timeout") == 0) {
+    ok = cf_option_timeout("option timeout", value, &o->timeout_s, why, sizeof why);
+  } else if (strcmp(key, "max_memory") == 0) {
+    ok = cf_option_size("option max_memory", value, 1, CF_MAX_MEMORY, &o->max_memory, why,
+                        sizeof why);
+  } else if (strcmp(key, "seed") == 0) {
+    ok = cf_option_seed("option seed", value, &o->seed, why, sizeof why);
+  } else {
+    return cf_error(
+        o->ctx, CF_ERR_USAGE, NULL, 0,
+        "unknown option '%s' (passes, split, cost, profile, target, explain, ranks, deterministic, "
+        "algo, timeout, seed, max_memory)",
+        key);
   }
-  if (strcmp(key, "algo") == 0) {
-    if (!cf_option_algo("option algo", value, true, &o->algo, why, sizeof why))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
-    return CF_OK;
-  }
-  if (strcmp(key, "timeout") == 0) {
-    if (!cf_option_timeout("option timeout", value, &o->timeout_s, why, sizeof why))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
-    return CF_OK;
-  }
-  if (strcmp(key, "max_memory") == 0) {
-    if (!cf_option_size("option max_memory", value, 1, CF_MAX_MEMORY, &o->max_memory, why,
-                        sizeof why))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
-    return CF_OK;
-  }
-  if (strcmp(key, "seed") == 0) {
-    if (!cf_option_seed("option seed", value, &o->seed, why, sizeof why))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
-    return CF_OK;
-  }
-  return cf_error(
-      o->ctx, CF_ERR_USAGE, NULL, 0,
-      "unknown option '%s' (passes, split, cost, profile, target, explain, ranks, deterministic, "
-      "algo, timeout, seed, max_memory)",
-      key);
+  return ok ? CF_OK : cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
 }
 
 /* ================= pipelines ================= */
