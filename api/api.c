@@ -130,43 +130,28 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
                       value);
     return CF_OK;
   }
+  /* the checks the driver's options share (options.c) */
+  bool ok = true;
   if (strcmp(key, "ranks") == 0) {
-    if (!cf_parse_int(value, 1, CF_MAX_WORLD, &x))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option ranks wants 1..%d, got '%s'",
-                      CF_MAX_WORLD, value);
-    o->ranks = (int)x;
-    return CF_OK;
+    ok = cf_option_int("option ranks", value, 1, CF_MAX_WORLD, &x, why, sizeof why);
+    if (ok) o->ranks = (int)x;
+  } else if (strcmp(key, "algo") == 0) {
+    ok = cf_option_algo("option algo", value, true, &o->algo, why, sizeof why);
+  } else if (strcmp(key, "timeout") == 0) {
+    ok = cf_option_timeout("option timeout", value, &o->timeout_s, why, sizeof why);
+  } else if (strcmp(key, "max_memory") == 0) {
+    ok = cf_option_size("option max_memory", value, 1, CF_MAX_MEMORY, &o->max_memory, why,
+                        sizeof why);
+  } else if (strcmp(key, "seed") == 0) {
+    ok = cf_option_seed("option seed", value, &o->seed, why, sizeof why);
+  } else {
+    return cf_error(
+        o->ctx, CF_ERR_USAGE, NULL, 0,
+        "unknown option '%s' (passes, split, cost, profile, target, explain, ranks, deterministic, "
+        "algo, timeout, seed, max_memory)",
+        key);
   }
-  if (strcmp(key, "algo") == 0) {
-    char words[256];
-    if (!cf_algo_parse(value, true, &o->algo))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option algo wants %s, got '%s'",
-                      cf_algo_choices(true, ", ", " or ", words, sizeof words), value);
-    return CF_OK;
-  }
-  if (strcmp(key, "timeout") == 0) {
-    if (!cf_option_timeout("option timeout", value, &o->timeout_s, why, sizeof why))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
-    return CF_OK;
-  }
-  if (strcmp(key, "max_memory") == 0) {
-    int64_t b;
-    if (!cf_bytes_parse(value, strlen(value), CF_MAX_MEMORY, &b))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0,
-                      "option max_memory wants a size such as 512M or 4G, got '%s'", value);
-    o->max_memory = b;
-    return CF_OK;
-  }
-  if (strcmp(key, "seed") == 0) {
-    if (!cf_option_seed("option seed", value, &o->seed, why, sizeof why))
-      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
-    return CF_OK;
-  }
-  return cf_error(
-      o->ctx, CF_ERR_USAGE, NULL, 0,
-      "unknown option '%s' (passes, split, cost, profile, target, explain, ranks, deterministic, "
-      "algo, timeout, seed, max_memory)",
-      key);
+  return ok ? CF_OK : cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
 }
 
 /* ================= pipelines ================= */

@@ -38,6 +38,21 @@ cf_status cf_compile(cf_graph *g, const cf_compile_options *opt);
  * "option seed" for the API, "--seed" for the driver). */
 bool cf_option_seed(const char *name, const char *v, uint64_t *out, char *why, size_t len);
 bool cf_option_timeout(const char *name, const char *v, double *out, char *why, size_t len);
+/* An integer in lo..hi ("--ranks", "option ranks": 1..CF_MAX_WORLD). */
+bool cf_option_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out, char *why,
+                   size_t len);
+/* A byte count such as 512M or 4G in lo..hi ("--max-memory", "option
+ * max_memory": 1..CF_MAX_MEMORY). */
+bool cf_option_size(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out,
+                    char *why, size_t len);
+/* One of choices ("a|b|c"): "NAME wants a, b or c, got 'V'" and the closest
+ * choice ("; did you mean 'b'?"). */
+bool cf_option_choice(const char *name, const char *choices, const char *v, char *why, size_t len);
+/* An algorithm request by name or alias (executor/algo.h's cf_algo_parse);
+ * refused as a choice among the table's names. */
+typedef struct cf_algo_req cf_algo_req; /* executor/algo.h */
+bool cf_option_algo(const char *name, const char *v, bool with_native, cf_algo_req *out, char *why,
+                    size_t len);
 
 /* ================= profile.c: measured algorithm rules and alpha/beta ================= */
 

@@ -258,14 +258,27 @@ static void test_options(void **state) {
              "unknown pass 'fuse-all'");
   ASSERT_ERR(cf_options_set(o, "deterministic", "maybe"), CF_ERR_USAGE,
              "option deterministic wants 1 or 0");
-  ASSERT_ERR(cf_options_set(o, "ranks", "0"), CF_ERR_USAGE, "option ranks wants 1..");
   ASSERT_ERR(cf_options_set(o, "algo", "tree"), CF_ERR_USAGE, "option algo wants auto");
   ASSERT_ERR(cf_options_set(o, "timeout", "-1"), CF_ERR_USAGE, "option timeout wants seconds");
-  /* the driver's --seed, --timeout and --passes checks, with the API's names */
-  ASSERT_ERR(cf_options_set(o, "timeout", "1e9"), CF_ERR_USAGE,
-             "option timeout wants seconds in (0, 86400], got '1e9'");
-  ASSERT_ERR(cf_options_set(o, "seed", "-3"), CF_ERR_USAGE,
-             "option seed wants a number >= 0, got '-3'");
+  /* the driver's --seed, --timeout, --passes, --ranks, --algo and
+   * --max-memory checks, with the API's names */
+  static const struct {
+    const char *key, *value, *message;
+  } refused[] = {
+      {"ranks", "0", "option ranks wants an integer in 1..256, got '0'"},
+      {"ranks", "257", "option ranks wants an integer in 1..256, got '257'"},
+      {"algo", "rign",
+       "option algo wants auto, direct, rd, ring, rsag or mpi-native, got 'rign'; did you mean "
+       "'ring'?"},
+      {"max_memory", "0", "option max_memory wants a size such as 512M or 4G, got '0'"},
+      {"timeout", "1e9", "option timeout wants seconds in (0, 86400], got '1e9'"},
+      {"seed", "-3", "option seed wants a number >= 0, got '-3'"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+    ASSERT_ERR(cf_options_set(o, refused[i].key, refused[i].value), CF_ERR_USAGE,
+               refused[i].message);
+  OK(cf_options_set(o, "algo", "recursive-doubling")); /* rd's alias, as --algo takes it */
+  OK(cf_options_set(o, "algo", "auto"));
   ASSERT_ERR(cf_options_set(o, "passes", "dce,,fuse-allreduce"), CF_ERR_USAGE,
              "option passes: bad pass list 'dce,,fuse-allreduce'");
   ASSERT_ERR(cf_options_set(o, "passes", "dce,fuse-all"), CF_ERR_USAGE,

@@ -1,21 +1,24 @@
 /* bench_allreduce.c - `collfuse bench allreduce`: collfuse's AllReduce
  * against OpenMPI's MPI_Allreduce at the same rank count (bench/README.md).
  *
- * collfuse's side is the executor's own path without a graph: N rank
- * threads of this process on one threads-transport world and the CPU
- * device (kernels prepared in the main thread before the ranks start), each
- * rank calling cf_coll_run on float32 sum, out of place, 64-byte aligned
- * buffers filled by cf_fill_random. Every algorithm is measured (direct,
- * rsag, ring, rd) and AUTO is reported as the one cf_coll_select resolves
- * to, so the table shows where the size thresholds belong.
+ * collfuse's side is the executor's own path without a graph: N ranks on
+ * the CPU device, each calling cf_coll_run on float32 sum, out of place,
+ * 64-byte aligned buffers filled by cf_fill_random. The ranks are threads
+ * of this process on the threads world, or with --backend mpi the
+ * processes of an mpirun job on the MPI world; both run the one measuring
+ * loop of bench_ar_loop.c (which --device cuda, bench_cuda.c, runs too).
+ * Every algorithm is measured (direct, rsag, ring, rd) and AUTO is
+ * reported as the one cf_coll_select resolves to, so the table shows where
+ * the size thresholds belong.
  *
  * Both sides time the same way: one warm-up loop of K calls, a check of the
  * result, then L timed loops, each K back-to-back calls between two
  * barriers, timed on rank 0; a cell is the median loop divided by K (the
- * columns round-robin, loop by loop). MPI
- * runs first, all sizes in one `mpirun` of bench/mpi_allreduce.c (found
- * next to this executable), so the two never share the cores. algbw =
- * bytes / time and busbw = algbw * 2(n-1)/n, as nccl-tests define them.
+ * columns round-robin, loop by loop). MPI runs first, all sizes in one
+ * `mpirun` of bench/mpi_allreduce.c (found next to this executable), so the
+ * two never share the cores; with --backend mpi, MPI_Allreduce runs in the
+ * same processes as one more column of the loop. algbw = bytes / time and
+ * busbw = algbw * 2(n-1)/n, as nccl-tests define them.
  *
  * The bound: in the same run, every rank copies its input to its output
  * (one memcpy of the cell's size on every rank at once, timed the same
@@ -23,11 +26,6 @@
  * read every rank's input once and write every rank's output once, and the
  * copy does exactly that at the machine's rate with all ranks copying at
  * once. Each cell's fraction of the bound is copy time / its time.
- *
- * The bench's own barrier is a pthread barrier: every rank passes the same
- * barriers whatever happens, and a rank whose collective fails aborts the
- * world (its peers' calls then fail at once) instead of leaving, so a
- * failure ends the measurement with a message, never a hang.
  */
 #include "tools.h"
 
@@ -35,12 +33,8 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <float.h>
-#include <math.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,45 +76,7 @@ static int iters_for(const ar_options *o, int64_t bytes) {
   return k < 1 ? 1 : k > 1000 ? 1000 : (int)k;
 }
 
-/* ---------------- collfuse's side: rank threads ---------------- */
-
-typedef struct ar_world {
-  const ar_options *o;
-  int n;
-  cf_world *w;
-  cf_device *dev;
-  cf_context **rctx; /* per rank, for its messages */
-  pthread_barrier_t bar;
-  atomic_int failed;    /* some rank failed: the rest only pass barriers */
-  pthread_mutex_t lock; /* guards error */
-  char error[512];      /* the first failure */
-  /* the current size */
-  int64_t count;
-  int iters, n_algos;
-  int algos[MAX_COLS];                /* distinct algorithms to measure */
-  double loop_s[MAX_COLS][MAX_LOOPS]; /* rank 0: seconds per call of each loop */
-  double copy_s[MAX_LOOPS];           /* rank 0: seconds per copy of each loop (the bound) */
-  int *ranks;                         /* 0..n-1: the world group */
-  const float **in;                   /* every rank's input, for the check */
-  int64_t *seq;                       /* per rank: collectives so far */
-} ar_world;
-
-typedef struct ar_rank {
-  ar_world *W;
-  int rank;
-} ar_rank;
-
-/* The AllReduce every rank runs: float32 sum over the world. */
-static cf_coll_desc bench_desc(int64_t count) {
-  return (cf_coll_desc){.op = CF_OP_ALLREDUCE,
-                        .dtype = CF_DT_FLOAT32,
-                        .count = count,
-                        .red = CF_RED_SUM,
-                        .root = -1,
-                        .layout = -1,
-                        .group = CF_WORLD_GROUP,
-                        .node = "bench"};
-}
+/* ---------------- collfuse's side: the measuring loop ---------------- */
 
 /* What the benchmark will hold per rank on n ranks at its largest size:
  * input, output (with the MPI transport also the check's copy) and the
@@ -129,7 +85,7 @@ static cf_coll_desc bench_desc(int64_t count) {
 static cf_status check_memory(cf_context *ctx, const ar_options *o, int n, bool zero_copy,
                               cf_mem_need *need) {
   for (int s = 0; s < o->n_sizes; s++) {
-    cf_coll_desc d = bench_desc(o->sizes[s] / 4);
+    cf_coll_desc d = cf_bench_ar_desc(o->sizes[s] / 4);
     int64_t scratch = 0;
     for (int k = 1; k < o->n_cols; k++) {
       int64_t sb = (int64_t)cf_coll_scratch_bytes(&d, n, o->columns[k].algo, zero_copy);
@@ -143,126 +99,6 @@ static cf_status check_memory(cf_context *ctx, const ar_options *o, int n, bool 
   return cf_mem_check(ctx, need, o->max_memory, "--max-memory");
 }
 
-static void fail(ar_world *W, const char *text) {
-  pthread_mutex_lock(&W->lock);
-  if (!W->error[0]) snprintf(W->error, sizeof W->error, "%s", text);
-  pthread_mutex_unlock(&W->lock);
-  atomic_store(&W->failed, 1);
-}
-
-static void sync_ranks(ar_world *W) { pthread_barrier_wait(&W->bar); }
-
-/* out against the float64 sum of every rank's input (a sample of at most
- * ~256k elements at large sizes); any summation order is within (n-1)
- * unit roundoffs of the sum of magnitudes. */
-static bool check_at(ar_world *W, int rank, const float *out, int a, int64_t i) {
-  double want = 0, mag = 0;
-  for (int r = 0; r < W->n; r++) {
-    want += W->in[r][i];
-    mag += fabs(W->in[r][i]);
-  }
-  if (fabs(out[i] - want) <= 2.0 * W->n * FLT_EPSILON * mag) return true;
-  char text[256];
-  snprintf(text, sizeof text,
-           "%s: wrong result on rank %d at %lld bytes, index %lld: %.9g, expected %.9g",
-           cf_algo_name(a), rank, (long long)(W->count * 4), (long long)i, (double)out[i], want);
-  fail(W, text);
-  return false;
-}
-
-static bool check(ar_world *W, int rank, const float *out, int a) {
-  int64_t stride = W->count > (1 << 18) ? (W->count >> 18) | 1 : 1;
-  for (int64_t i = 0; i < W->count; i += stride)
-    if (!check_at(W, rank, out, a, i)) return false;
-  return check_at(W, rank, out, a, W->count - 1);
-}
-
-/* K calls of algorithm a; false (world aborted) on a failure. */
-static bool calls(ar_world *W, int rank, cf_comm *c, cf_coll_call *call) {
-  for (int k = 0; k < W->iters; k++) {
-    if (atomic_load(&W->failed)) return false;
-    call->desc.seq = W->seq[rank]++;
-    cf_status st = cf_coll_run(c, W->dev, call);
-    if (st) {
-      const char *why;
-      if (!c->ops->aborted(c, &why)) c->ops->abort(c, cf_context_errmsg(c->ctx));
-      fail(W, cf_context_errmsg(c->ctx));
-      return false;
-    }
-  }
-  return true;
-}
-
-static void *rank_main(void *arg) {
-  ar_rank *R = arg;
-  ar_world *W = R->W;
-  int me = R->rank, n = W->n;
-  cf_comm *c = cf_world_comm(W->w, me);
-  c->ctx = W->rctx[me];
-  cf_device *dev = W->dev;
-  size_t bytes = (size_t)W->count * sizeof(float), scratch_bytes = 0;
-  cf_coll_desc desc = bench_desc(W->count);
-  for (int a = 0; a < W->n_algos; a++) {
-    size_t s = cf_coll_scratch_bytes(&desc, n, W->algos[a], c->ops->zero_copy);
-    if (s > scratch_bytes) scratch_bytes = s;
-  }
-  /* allocated and first touched by the rank's own thread */
-  float *in = dev->ops->alloc(dev, bytes), *out = dev->ops->alloc(dev, bytes);
-  void *scratch = dev->ops->alloc(dev, scratch_bytes);
-  if (!in || !out || !scratch) {
-    char text[128];
-    snprintf(text, sizeof text, "rank %d: out of memory for %zu-byte buffers", me, bytes);
-    fail(W, text);
-  } else {
-    cf_fill_random(in, CF_DT_FLOAT32, W->count, 1, me, "bench");
-  }
-  W->in[me] = in;
-  sync_ranks(W);
-  cf_coll_call call[MAX_COLS];
-  for (int a = 0; a < W->n_algos; a++) {
-    call[a] = (cf_coll_call){.desc = desc,
-                             .ranks = W->ranks,
-                             .n = n,
-                             .me = me,
-                             .in = in,
-                             .out = out,
-                             .scratch = scratch,
-                             .scratch_bytes = scratch_bytes,
-                             .algo = W->algos[a]};
-    if (!atomic_load(&W->failed)) memset(out, 0, bytes);
-    calls(W, me, c, &call[a]); /* warm-up */
-    sync_ranks(W);
-    if (!atomic_load(&W->failed)) check(W, me, out, W->algos[a]);
-    sync_ranks(W);
-  }
-  /* the bound's warm-up, then the timed loops round-robin (the bound, then
-   * every algorithm), so a noisy neighbour or a frequency change hits every
-   * column alike */
-  for (int k = 0; k < W->iters && !atomic_load(&W->failed); k++)
-    dev->ops->copy(dev, out, in, bytes);
-  for (int l = 0; l < W->o->loops; l++) {
-    sync_ranks(W);
-    double t0 = cf_now();
-    for (int k = 0; k < W->iters && !atomic_load(&W->failed); k++)
-      dev->ops->copy(dev, out, in, bytes);
-    sync_ranks(W);
-    if (me == 0) W->copy_s[l] = (cf_now() - t0) / W->iters;
-    for (int a = 0; a < W->n_algos; a++) {
-      sync_ranks(W);
-      t0 = cf_now();
-      calls(W, me, c, &call[a]);
-      sync_ranks(W);
-      if (me == 0) W->loop_s[a][l] = (cf_now() - t0) / W->iters;
-    }
-  }
-  /* every call ended with send_wait and the check is behind a barrier: no
-   * peer reads these buffers any more */
-  dev->ops->free(dev, in);
-  dev->ops->free(dev, out);
-  dev->ops->free(dev, scratch);
-  return NULL;
-}
-
 typedef struct ar_row {
   int64_t bytes;
   int iters;
@@ -273,35 +109,38 @@ typedef struct ar_row {
   double copy_us;      /* the bound: every rank's memcpy of bytes at once; 0: not measured */
 } ar_row;
 
-/* Measure one size on every selected column; false with W->error. */
-static bool measure_size(ar_world *W, ar_row *row) {
-  const ar_options *o = W->o;
-  W->count = row->bytes / 4;
-  W->iters = row->iters;
-  cf_coll_desc desc = bench_desc(W->count);
+/* With --backend mpi, direct and rd stage every peer's whole vector (the
+ * transport copies): above 64 MiB they are left out, as the memory would be
+ * n times the vector. */
+static bool stages_whole(int algo, const cf_coll_desc *d) {
+  return d->count * 4 > ((int64_t)64 << 20) && (algo == CF_ALGO_DIRECT || algo == CF_ALGO_RD);
+}
+
+/* Measure one size on every selected column and the bound; with --backend
+ * mpi also MPI_Allreduce (the transport's native collective, as --algo
+ * mpi-native runs it) in the same processes, first: its result is the one
+ * every algorithm's is checked against (bench_ar_loop.c). False with the
+ * loop's error. */
+static bool measure_size(cf_bench_ar *h, const ar_options *o, cf_world *w, ar_row *row) {
+  cf_coll_desc desc = cf_bench_ar_desc(row->bytes / 4);
+  cf_bench_ar_size s = {.bytes = row->bytes, .iters = row->iters, .loops = o->loops, .bound = true};
+  cf_algo_req cols[MAX_COLS];
+  memcpy(cols, o->columns, sizeof cols);
+  if (o->mpi) {
+    s.algos[s.n_algos++] = CF_ALGO_MPI_NATIVE;
+    s.ref = "MPI_Allreduce gave";
+    cols[0].policy = cf_mpi_auto(w); /* what `run --backend mpi` picks here */
+  }
   int slot[MAX_COLS];
-  W->n_algos = cf_bench_ar_slots(o->columns, o->n_cols, o->algo, &desc, W->n, NULL, row->run, slot,
-                                 W->algos, 0);
-  pthread_t th[MAX_RANKS];
-  ar_rank R[MAX_RANKS];
-  int started = 0;
-  for (int r = 0; r < W->n; r++) {
-    R[r] = (ar_rank){.W = W, .rank = r};
-    if (pthread_create(&th[r], NULL, rank_main, &R[r]) != 0) break;
-    started++;
-  }
-  if (started < W->n) { /* cannot happen in practice; the started ranks would wait forever */
-    fprintf(stderr, "collfuse bench allreduce: cannot start %d threads\n", W->n);
-    exit(EXIT_RUNTIME);
-  }
-  for (int r = 0; r < W->n; r++)
-    pthread_join(th[r], NULL);
-  if (atomic_load(&W->failed)) return false;
+  s.n_algos = cf_bench_ar_slots(cols, o->n_cols, o->algo, &desc, w->size,
+                                o->mpi ? stages_whole : NULL, row->run, slot, s.algos, s.n_algos);
+  if (!cf_bench_ar_measure(h, &s)) return false;
   for (int k = 0; k < o->n_cols; k++) {
-    row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], o->loops);
-    row->min_us[k] = slot[k] < 0 ? 0 : 1e6 * W->loop_s[slot[k]][0]; /* sorted by the median */
+    row->us[k] = slot[k] < 0 ? 0 : s.us[slot[k]];
+    row->min_us[k] = slot[k] < 0 ? 0 : s.min_us[slot[k]];
   }
-  row->copy_us = 1e6 * cf_bench_median(W->copy_s, o->loops);
+  if (o->mpi) row->mpi_us = s.us[0];
+  row->copy_us = s.copy_us;
   return true;
 }
 
@@ -601,7 +440,7 @@ static const cf_opt ar_opts[] = {
      .help = "byte counts such as 8,64K,1M (multiples of 4, at most 1G;\n"
              "--device cuda 4G; default 8 B..256 MiB)"},
     {"--algo", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, algo),
-     .choices_of = cf_opt_algo_choices_own,
+     .choices_of = cf_opt_algo_choices_own, .check = cf_opt_check_algo_own,
      .help = "keep only this algorithm's column (and auto's)"},
     {"--iters", NULL, "K", CF_OPT_INT, offsetof(cf_ar_args, iters), 1, 1000000,
      .help = "calls per loop (default about 32 MiB per loop)"},
@@ -647,7 +486,11 @@ static int parse_options(const cf_ar_args *a, ar_options *o) {
   *o = (ar_options){.ranks = 4, .loops = 5, .algo = -1, .timeout_s = 120};
   o->n_sizes = (int)(sizeof default_sizes / sizeof default_sizes[0]);
   memcpy(o->sizes, default_sizes, sizeof default_sizes);
-  if (a->ranks && a->ranks < 2) return usage("--ranks wants 2..64, got '%s'", "1");
+  char why[128], given[16];
+  int64_t x;
+  snprintf(given, sizeof given, "%d", a->ranks);
+  if (a->ranks && !cf_option_int("--ranks", given, 2, MAX_RANKS, &x, why, sizeof why))
+    return usage("%s", why); /* the table allows 1 for --device cuda */
   if (a->ranks) o->ranks = a->ranks;
   if (a->loops) o->loops = a->loops;
   o->iters = a->iters;
@@ -712,200 +555,90 @@ static int save_profile(cf_context *ctx, const ar_options *o, const ar_row *rows
   return 0;
 }
 
-/* ---------------- --backend mpi: one process per rank ---------------- */
+/* ---------------- the benchmark ---------------- */
 
-/* Under `mpirun -np N collfuse bench allreduce --backend mpi` each process
- * is one rank of the MPI transport (transports/mpi.c): it times collfuse's
- * algorithms over the transport and MPI_Allreduce itself (the transport's
- * native collective, as --algo mpi-native runs it) in the same processes,
- * on the same buffers, with the same loops between barriers; rank 0 prints.
- * Every algorithm's result is checked against MPI_Allreduce's: inputs lie
- * in [-1, 1), so any two summation orders agree within 2 n^2 eps. direct
- * and rd stage every peer's whole vector (the transport copies): above
- * 64 MiB they are left out, as the memory would be n times the vector. */
-typedef struct mpi_bench {
-  cf_world *w;
-  cf_comm *c;
-  cf_device *dev;
-  int me, n;
-  int64_t seq;     /* collectives so far (every rank runs the same) */
-  int *ranks;      /* 0..n-1 */
-  char error[512]; /* why this rank stopped */
-} mpi_bench;
-
-static bool mpi_sync(mpi_bench *B) {
-  double x = 0;
-  cf_status st = cf_mpi_max(B->w, &x, 1);
-  if (st) snprintf(B->error, sizeof B->error, "%s", cf_context_errmsg(B->c->ctx));
-  return !st;
-}
-
-static bool mpi_calls(mpi_bench *B, cf_coll_call *call, int iters) {
-  for (int k = 0; k < iters; k++) {
-    call->desc.seq = B->seq++;
-    cf_status st = cf_coll_run(B->c, B->dev, call);
-    if (st) { /* the transport has told the other ranks */
-      snprintf(B->error, sizeof B->error, "%s", cf_context_errmsg(B->c->ctx));
-      return false;
-    }
-  }
-  return true;
-}
-
-static bool mpi_check(mpi_bench *B, const float *out, const float *ref, int64_t count, int a) {
-  int64_t stride = count > (1 << 18) ? (count >> 18) | 1 : 1;
-  double tol = 2.0 * B->n * B->n * FLT_EPSILON;
-  for (int64_t j = 0; j <= count; j += stride) {
-    int64_t i = j < count ? j : count - 1; /* the sample, and the last element */
-    if (!(fabs((double)out[i] - (double)ref[i]) <= tol)) {
-      snprintf(B->error, sizeof B->error,
-               "%s: wrong result on rank %d at %lld bytes, index %lld: %.9g, MPI_Allreduce gave %.9g",
-               cf_algo_name(a), B->me, (long long)(count * 4), (long long)i, (double)out[i], (double)ref[i]);
-      cf_mpi_abort(B->w, B->error);
-      return false;
-    }
-  }
-  return true;
-}
-
-/* direct and rd stage every peer's whole vector: left out above 64 MiB. */
-static bool stages_whole(int algo, const cf_coll_desc *d) {
-  return d->count * 4 > ((int64_t)64 << 20) && (algo == CF_ALGO_DIRECT || algo == CF_ALGO_RD);
-}
-
-/* One size: every selected column and MPI_Allreduce; false with B->error. */
-static bool mpi_measure_size(mpi_bench *B, const ar_options *o, ar_row *row) {
-  int64_t count = row->bytes / 4;
-  size_t bytes = (size_t)row->bytes, scratch_bytes = 0;
-  cf_coll_desc desc = bench_desc(count);
-  int algos[MAX_COLS + 1];
-  int slot[MAX_COLS];
-  algos[0] = CF_ALGO_MPI_NATIVE; /* first: its result is the reference */
-  cf_algo_req cols[MAX_COLS];
-  memcpy(cols, o->columns, sizeof cols);
-  cols[0].policy = cf_mpi_auto(B->w); /* what `run --backend mpi` picks here */
-  int n_algos = cf_bench_ar_slots(cols, o->n_cols, o->algo, &desc, B->n, stages_whole, row->run,
-                                  slot, algos, 1);
-  for (int k = 0; k < o->n_cols; k++)
-    row->us[k] = 0;
-  for (int a = 0; a < n_algos; a++) {
-    size_t sb = cf_coll_scratch_bytes(&desc, B->n, algos[a], B->c->ops->zero_copy);
-    if (sb > scratch_bytes) scratch_bytes = sb;
-  }
-  cf_device *dev = B->dev;
-  float *in = dev->ops->alloc(dev, bytes), *out = dev->ops->alloc(dev, bytes), *ref = dev->ops->alloc(dev, bytes);
-  void *scratch = dev->ops->alloc(dev, scratch_bytes ? scratch_bytes : 64);
-  bool ok = in && out && ref && scratch;
-  if (!ok) {
-    snprintf(B->error, sizeof B->error, "rank %d: out of memory for %zu-byte buffers", B->me, bytes);
-    cf_mpi_abort(B->w, B->error);
+/* The run on a world of rank threads (the default: MPI_Allreduce is
+ * measured first, all sizes in one `mpirun` of the peer, before any thread
+ * or JIT state exists, so the two never share the cores) or, with
+ * --backend mpi, as one rank of an mpirun job (every process one rank,
+ * MPI_Allreduce in the same processes; rank 0 prints); the exit code. */
+static int bench(cf_context *ctx, ar_options *o, ar_row *rows) {
+  mpi_peer m = {.up = true};
+  cf_mem_need need = {.ranks = o->ranks};
+  cf_status st;
+  if (o->mpi) {
+    snprintf(m.library, sizeof m.library,
+             "in the same processes (the transport's native collective)");
+    snprintf(m.command, sizeof m.command, "MPI_Allreduce on MPI_COMM_WORLD's duplicate");
   } else {
-    cf_fill_random(in, CF_DT_FLOAT32, count, 1, B->me, "bench");
-  }
-  /* warm-up and check every algorithm, then time them round-robin, so a
-   * noisy neighbour or a frequency change hits every column alike */
-  double loop_s[MAX_COLS + 1][MAX_LOOPS], us[MAX_COLS + 1] = {0}, copy_s[MAX_LOOPS];
-  cf_coll_call call[MAX_COLS + 1];
-  for (int a = 0; a < n_algos && ok; a++) {
-    call[a] = (cf_coll_call){.desc = desc, .ranks = B->ranks, .n = B->n, .me = B->me, .in = in, .out = out,
-                             .scratch = scratch, .scratch_bytes = scratch_bytes ? scratch_bytes : 64,
-                             .algo = algos[a]};
-    memset(out, 0, bytes);
-    ok = mpi_calls(B, &call[a], row->iters) && mpi_sync(B);
-    if (ok && a == 0) memcpy(ref, out, bytes);
-    if (ok && a > 0) ok = mpi_check(B, out, ref, count, algos[a]);
-  }
-  /* the bound: every process copies its input to its output at once,
-   * warmed up, then timed in the same round-robin */
-  for (int k = 0; k < row->iters && ok; k++)
-    dev->ops->copy(dev, out, in, bytes);
-  for (int l = 0; l < o->loops && ok; l++) {
-    ok = mpi_sync(B);
-    double t0 = cf_now();
-    for (int k = 0; k < row->iters && ok; k++)
-      dev->ops->copy(dev, out, in, bytes);
-    ok = ok && mpi_sync(B);
-    copy_s[l] = (cf_now() - t0) / row->iters;
-    for (int a = 0; a < n_algos && ok; a++) {
-      ok = mpi_sync(B);
-      t0 = cf_now();
-      ok = ok && mpi_calls(B, &call[a], row->iters) && mpi_sync(B);
-      loop_s[a][l] = (cf_now() - t0) / row->iters;
+    if ((st = check_memory(ctx, o, o->ranks, true, &need))) return cf_tool_fail(ctx, st);
+    if (!o->json && !o->no_mpi) {
+      printf("collfuse bench allreduce: running MPI_Allreduce on %d processes first...\n",
+             o->ranks);
+      fflush(stdout);
     }
+    run_mpi(o, rows, &m);
   }
-  double mins[MAX_COLS + 1] = {0};
-  for (int a = 0; a < n_algos && ok; a++) {
-    us[a] = 1e6 * cf_bench_median(loop_s[a], o->loops);
-    mins[a] = 1e6 * loop_s[a][0]; /* sorted by the median */
-  }
-  if (ok) {
-    row->mpi_us = us[0];
-    row->copy_us = 1e6 * cf_bench_median(copy_s, o->loops);
-    for (int k = 0; k < o->n_cols; k++)
-      row->us[k] = slot[k] < 0 ? 0 : us[slot[k]];
-    for (int k = 0; k < o->n_cols; k++)
-      row->min_us[k] = slot[k] < 0 ? 0 : mins[slot[k]];
-  }
-  dev->ops->free(dev, in);
-  dev->ops->free(dev, out);
-  dev->ops->free(dev, ref);
-  dev->ops->free(dev, scratch);
-  return ok;
-}
-
-/* The whole benchmark as one rank of an mpirun job; the exit code. */
-static int bench_mpi(cf_context *ctx, ar_options *o, ar_row *rows) {
-  mpi_bench B = {0};
-  cf_status st = cf_world_create(ctx, &cf_world_mpi, 0, o->timeout_s, &B.w);
+  cf_world *w = NULL;
+  cf_device *dev = NULL;
+  cf_bench_ar *h = NULL;
+  st = cf_world_create(ctx, o->mpi ? &cf_world_mpi : &cf_world_threads, o->mpi ? 0 : o->ranks,
+                       o->timeout_s, &w);
   if (st) return cf_tool_fail(ctx, st);
-  B.c = cf_world_comm(B.w, B.w->first);
-  B.me = B.c->rank;
-  B.n = o->ranks = B.c->size;
-  int rc = 0;
-  if (B.n < 2) {
-    if (B.me == 0)
+  int me = w->first, rc = 0;
+  o->ranks = w->size;
+  if (o->mpi && w->size < 2) {
+    if (me == 0)
       fprintf(stderr, "collfuse bench allreduce: --backend mpi runs one rank per process: start it as "
                       "`mpirun -np N collfuse bench allreduce --backend mpi` with N >= 2\n");
-    cf_world_destroy(B.w, EXIT_USAGE);
+    cf_world_destroy(w, EXIT_USAGE);
     return EXIT_USAGE;
   }
-  B.ranks = calloc((size_t)B.n, sizeof *B.ranks);
-  for (int r = 0; B.ranks && r < B.n; r++) B.ranks[r] = r;
-  st = B.ranks ? cf_device_cpu_create(ctx, &B.dev) : cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-  cf_coll_desc desc = bench_desc(1 << 20);
-  cf_kernel_key keys[8];
-  int nk = st ? 0 : cf_coll_kernels(&desc, B.n, keys, 8);
-  for (int k = 0; k < nk && !st; k++) st = B.dev->ops->prepare(B.dev, &keys[k]);
-  cf_mem_need need = {.processes = cf_mpi_local_size(B.w), .rank = B.me};
-  if (!st) st = check_memory(ctx, o, B.n, B.c->ops->zero_copy, &need);
-  mpi_peer m = {.up = true};
-  snprintf(m.library, sizeof m.library, "in the same processes (the transport's native collective)");
-  snprintf(m.command, sizeof m.command, "MPI_Allreduce on MPI_COMM_WORLD's duplicate");
+  st = cf_device_cpu_create(ctx, &dev);
+  if (!st) st = cf_bench_ar_open(ctx, w, dev, &h);
+  if (!st && o->mpi) {
+    need = (cf_mem_need){.processes = cf_mpi_local_size(w), .rank = me};
+    st = check_memory(ctx, o, w->size, cf_world_comm(w, me)->ops->zero_copy, &need);
+  }
   cJSON *root = NULL, *results = NULL;
   if (st) {
     rc = cf_tool_fail(ctx, st);
-    cf_mpi_abort(B.w, cf_context_errmsg(ctx));
-  } else if (B.me == 0) {
+    cf_mpi_abort(w, cf_context_errmsg(ctx));
+  } else if (me == 0) {
     if (!o->json) print_header(o, &m);
     root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "bench", "allreduce");
-    cJSON_AddNumberToObject(root, "ranks", B.n);
-    cJSON_AddStringToObject(root, "transport", "mpi");
+    cJSON_AddNumberToObject(root, "ranks", o->ranks);
+    cJSON_AddStringToObject(root, "transport", w->ops->name);
     cJSON_AddStringToObject(root, "device", "cpu");
-    cJSON_AddNumberToObject(root, "local_ranks", cf_mpi_local_size(B.w));
+    if (o->mpi) {
+      cJSON_AddNumberToObject(root, "local_ranks", cf_mpi_local_size(w));
+    } else {
+      cJSON_AddStringToObject(root, "dtype", "float32");
+      cJSON_AddStringToObject(root, "reduction", "sum");
+    }
     cJSON_AddNumberToObject(root, "loops", o->loops);
-    cJSON_AddNumberToObject(root, "busbw_factor", busbw_factor(B.n));
+    cJSON_AddNumberToObject(root, "busbw_factor", busbw_factor(o->ranks));
+    if (!o->mpi)
+      cJSON_AddStringToObject(root, "units",
+                              "us: median microseconds per call; *bw_gbps: 1e9 bytes/s");
     cJSON *mj = cJSON_AddObjectToObject(cJSON_AddObjectToObject(root, "peers"), "mpi");
-    cJSON_AddBoolToObject(mj, "available", true);
-    cJSON_AddStringToObject(mj, "library", m.library);
+    cJSON_AddBoolToObject(mj, "available", m.up);
+    if (m.library[0]) cJSON_AddStringToObject(mj, "library", m.library);
+    if (m.command[0] && !o->mpi) cJSON_AddStringToObject(mj, "command", m.command);
+    if (m.why[0]) cJSON_AddStringToObject(mj, "reason", m.why);
     results = cJSON_AddArrayToObject(root, "results");
   }
   for (int s = 0; s < o->n_sizes && !rc; s++) {
-    if (!mpi_measure_size(&B, o, &rows[s])) {
-      fprintf(stderr, "collfuse bench allreduce: rank %d: %lld bytes: %s\n", B.me, (long long)rows[s].bytes,
-              B.error);
+    if (!measure_size(h, o, w, &rows[s])) {
+      if (o->mpi)
+        fprintf(stderr, "collfuse bench allreduce: rank %d: %lld bytes: %s\n", me,
+                (long long)rows[s].bytes, cf_bench_ar_error(h));
+      else
+        fprintf(stderr, "collfuse bench allreduce: %lld bytes: %s\n", (long long)rows[s].bytes,
+                cf_bench_ar_error(h));
       rc = EXIT_RUNTIME;
-    } else if (B.me == 0) {
+    } else if (me == 0) {
       if (!o->json) print_row(o, &rows[s]);
       cJSON_AddItemToArray(results, row_json(o, &rows[s]));
     }
@@ -916,15 +649,13 @@ static int bench_mpi(cf_context *ctx, ar_options *o, ar_row *rows) {
     free(text);
   }
   cJSON_Delete(root);
-  if (!rc && B.me == 0 && o->save_profile) rc = save_profile(ctx, o, rows);
-  if (B.dev) B.dev->ops->destroy(B.dev);
-  free(B.ranks);
+  if (!rc && me == 0 && o->save_profile) rc = save_profile(ctx, o, rows);
+  cf_bench_ar_close(h);
+  if (dev) dev->ops->destroy(dev);
   fflush(stdout);
-  cf_world_destroy(B.w, rc);
+  cf_world_destroy(w, o->mpi ? rc : 0);
   return rc;
 }
-
-/* ---------------- the benchmark ---------------- */
 
 int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
   cf_ar_args a = {0};
@@ -938,98 +669,7 @@ int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
   ar_row rows[MAX_SIZES];
   for (int s = 0; s < o.n_sizes; s++)
     rows[s] = (ar_row){.bytes = o.sizes[s], .iters = iters_for(&o, o.sizes[s])};
-  if (o.mpi) {
-    rc = bench_mpi(ctx, &o, rows);
-    cf_profile_destroy(o.prof);
-    return rc;
-  }
-
-  cf_mem_need need = {.ranks = o.ranks};
-  cf_status st = check_memory(ctx, &o, o.ranks, true, &need);
-  if (st) {
-    cf_profile_destroy(o.prof);
-    return cf_tool_fail(ctx, st);
-  }
-  /* MPI first, before any thread or JIT state exists */
-  mpi_peer m;
-  if (!o.json && !o.no_mpi) {
-    printf("collfuse bench allreduce: running MPI_Allreduce on %d processes first...\n", o.ranks);
-    fflush(stdout);
-  }
-  run_mpi(&o, rows, &m);
-
-  ar_world W = {.o = &o, .n = o.ranks};
-  st = cf_device_cpu_create(ctx, &W.dev);
-  if (!st) st = cf_world_create(ctx, &cf_world_threads, o.ranks, o.timeout_s, &W.w);
-  W.rctx = calloc((size_t)o.ranks, sizeof *W.rctx);
-  W.in = calloc((size_t)o.ranks, sizeof *W.in);
-  W.seq = calloc((size_t)o.ranks, sizeof *W.seq);
-  W.ranks = calloc((size_t)o.ranks, sizeof *W.ranks);
-  for (int r = 0; W.ranks && r < o.ranks; r++)
-    W.ranks[r] = r;
-  if (!st && (!W.rctx || !W.in || !W.seq || !W.ranks))
-    st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-  for (int r = 0; r < o.ranks && !st; r++)
-    st = cf_context_create(&W.rctx[r]);
-  /* the kernels every algorithm may launch, resolved before ranks start */
-  cf_coll_desc desc = bench_desc(1 << 20);
-  cf_kernel_key keys[8];
-  int nk = st ? 0 : cf_coll_kernels(&desc, o.ranks, keys, 8);
-  for (int k = 0; k < nk && !st; k++)
-    st = W.dev->ops->prepare(W.dev, &keys[k]);
-  if (st) {
-    rc = cf_tool_fail(ctx, st);
-    goto done;
-  }
-  pthread_barrier_init(&W.bar, NULL, (unsigned)o.ranks);
-  pthread_mutex_init(&W.lock, NULL);
-
-  if (!o.json) print_header(&o, &m);
-  cJSON *root = cJSON_CreateObject();
-  cJSON_AddStringToObject(root, "bench", "allreduce");
-  cJSON_AddNumberToObject(root, "ranks", o.ranks);
-  cJSON_AddStringToObject(root, "transport", "threads");
-  cJSON_AddStringToObject(root, "device", "cpu");
-  cJSON_AddStringToObject(root, "dtype", "float32");
-  cJSON_AddStringToObject(root, "reduction", "sum");
-  cJSON_AddNumberToObject(root, "loops", o.loops);
-  cJSON_AddNumberToObject(root, "busbw_factor", busbw_factor(o.ranks));
-  cJSON_AddStringToObject(root, "units", "us: median microseconds per call; *bw_gbps: 1e9 bytes/s");
-  cJSON *mj = cJSON_AddObjectToObject(cJSON_AddObjectToObject(root, "peers"), "mpi");
-  cJSON_AddBoolToObject(mj, "available", m.up);
-  if (m.library[0]) cJSON_AddStringToObject(mj, "library", m.library);
-  if (m.command[0]) cJSON_AddStringToObject(mj, "command", m.command);
-  if (m.why[0]) cJSON_AddStringToObject(mj, "reason", m.why);
-  cJSON *results = cJSON_AddArrayToObject(root, "results");
-
-  for (int s = 0; s < o.n_sizes; s++) {
-    if (!measure_size(&W, &rows[s])) {
-      fprintf(stderr, "collfuse bench allreduce: %lld bytes: %s\n", (long long)rows[s].bytes,
-              W.error);
-      rc = EXIT_RUNTIME;
-      break;
-    }
-    if (!o.json) print_row(&o, &rows[s]);
-    cJSON_AddItemToArray(results, row_json(&o, &rows[s]));
-  }
-  if (!rc && o.json) {
-    char *text = cJSON_PrintUnformatted(root);
-    if (text) puts(text);
-    free(text);
-  }
-  cJSON_Delete(root);
-  if (!rc && o.save_profile) rc = save_profile(ctx, &o, rows);
-  pthread_barrier_destroy(&W.bar);
-  pthread_mutex_destroy(&W.lock);
-done:
-  for (int r = 0; W.rctx && r < o.ranks; r++)
-    cf_context_destroy(W.rctx[r]);
-  free(W.rctx);
-  free(W.in);
-  free(W.seq);
-  free(W.ranks);
-  cf_world_destroy(W.w, 0);
-  if (W.dev) W.dev->ops->destroy(W.dev);
+  rc = bench(ctx, &o, rows);
   cf_profile_destroy(o.prof);
   return rc;
 }

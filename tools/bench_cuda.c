@@ -16,12 +16,14 @@
  *
  * allreduce: N rank threads on the threads transport, each with its own
  * stream (the device's view for its rank) and buffers on the GPU(s),
- * float32 sum out of place, every algorithm; a loop is K back-to-back calls
- * between two barriers, timed on rank 0 (every call has finished on the
- * GPU when it returns: the backend waits for its streams), the cell is the
- * median loop / K. algbw = bytes / time, busbw = algbw * 2(n-1)/n as
- * nccl-tests define them, and busbw against the copy rate. The result of
- * each algorithm is checked against a float64 sum (a sample of elements).
+ * float32 sum out of place, every algorithm, measured by the CPU run's own
+ * loop (bench_ar_loop.c) on the CUDA device: a loop is K back-to-back
+ * calls between two barriers, timed on rank 0 (every call has finished on
+ * the GPU when it returns: the backend waits for its streams), the columns
+ * round-robin, the cell is the median loop / K. algbw = bytes / time, busbw
+ * = algbw * 2(n-1)/n as nccl-tests define them, and busbw against the copy
+ * rate, measured once here. The result of each algorithm is checked against
+ * a float64 sum (a sample of elements).
  *
  * Without a CUDA driver both fail at once: "no CUDA driver (...)", exit 1
  * (cf_tool_fail of CF_ERR_UNSUPPORTED).
@@ -32,16 +34,12 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <float.h>
-#include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-enum { MAX_SIZES = 32, MAX_RANKS = 64, MAX_SAMPLES = 100 };
+enum { MAX_SIZES = 32, MAX_SAMPLES = 100 };
 #define BLOCK_BYTES ((int64_t)4 << 20) /* the random block sources repeat */
 
 static int usage(const char *what, const char *fmt, const char *arg) {
@@ -375,132 +373,6 @@ int cf_bench_reduce_cuda(cf_context *ctx, const cf_red_args *a) {
 
 enum { AR_COLS = CF_BENCH_MAX_COLS };
 
-typedef struct ar_world {
-  int n, loops, iters;
-  int64_t count;
-  cf_device *dev;
-  cf_world *w;
-  cf_context **rctx;
-  pthread_barrier_t bar;
-  atomic_int failed;
-  pthread_mutex_t lock;
-  char error[512];
-  cf_algo_req cols[AR_COLS]; /* auto, then every algorithm forced (cf_bench_ar_columns) */
-  int n_cols;
-  int algos[AR_COLS];
-  int n_algos;
-  double loop_s[AR_COLS][MAX_SAMPLES];
-  int *ranks;
-  float **hin; /* every rank's input on the host, for the check */
-  int64_t *seq;
-} ar_world;
-
-typedef struct ar_rank {
-  ar_world *W;
-  int rank;
-} ar_rank;
-
-static cf_coll_desc ar_desc(int64_t count) {
-  return (cf_coll_desc){.op = CF_OP_ALLREDUCE, .dtype = CF_DT_FLOAT32, .count = count, .red = CF_RED_SUM,
-                        .root = -1, .layout = -1, .group = CF_WORLD_GROUP, .node = "bench"};
-}
-
-static void ar_fail(ar_world *W, const char *text) {
-  pthread_mutex_lock(&W->lock);
-  if (!W->error[0]) snprintf(W->error, sizeof W->error, "%s", text);
-  pthread_mutex_unlock(&W->lock);
-  atomic_store(&W->failed, 1);
-}
-
-static bool ar_calls(ar_world *W, int rank, cf_comm *c, cf_device *dev, cf_coll_call *call) {
-  for (int k = 0; k < W->iters; k++) {
-    if (atomic_load(&W->failed)) return false;
-    call->desc.seq = W->seq[rank]++;
-    cf_status st = cf_coll_run(c, dev, call);
-    if (!st) st = cf_device_error(dev, c->ctx);
-    if (st) {
-      const char *why;
-      if (!c->ops->aborted(c, &why)) c->ops->abort(c, cf_context_errmsg(c->ctx));
-      ar_fail(W, cf_context_errmsg(c->ctx));
-      return false;
-    }
-  }
-  return true;
-}
-
-/* A sample of out against the float64 sum of the inputs. */
-static void ar_check(ar_world *W, int rank, cf_device *dev, const float *out, int a) {
-  int64_t stride = W->count > 4096 ? W->count / 4093 : 1;
-  float v;
-  for (int64_t i = 0; i < W->count && !atomic_load(&W->failed); i += stride) {
-    if (cf_device_download(dev, &v, out + i, sizeof v)) {
-      ar_fail(W, cf_context_errmsg(dev->ctx));
-      return;
-    }
-    double want = 0, mag = 0;
-    for (int r = 0; r < W->n; r++) want += W->hin[r][i], mag += fabs(W->hin[r][i]);
-    if (fabs(v - want) > 2.0 * W->n * FLT_EPSILON * mag) {
-      char text[256];
-      snprintf(text, sizeof text, "%s: wrong result on rank %d at %lld bytes, index %lld: %.9g, expected %.9g",
-               cf_algo_name(a), rank, (long long)(W->count * 4), (long long)i, (double)v, want);
-      ar_fail(W, text);
-    }
-  }
-}
-
-static void *ar_rank_main(void *arg) {
-  ar_rank *R = arg;
-  ar_world *W = R->W;
-  int me = R->rank, n = W->n;
-  cf_comm *c = cf_world_comm(W->w, me);
-  c->ctx = W->rctx[me];
-  cf_device *dev = NULL;
-  size_t bytes = (size_t)W->count * sizeof(float), scratch_bytes = 0;
-  cf_coll_desc desc = ar_desc(W->count);
-  for (int a = 0; a < W->n_algos; a++) {
-    size_t s = cf_coll_scratch_bytes(&desc, n, W->algos[a], c->ops->zero_copy);
-    scratch_bytes = s > scratch_bytes ? s : scratch_bytes;
-  }
-  float *in = NULL, *out = NULL;
-  void *scratch = NULL;
-  if (cf_device_view(W->dev, W->rctx[me], me, 1, &dev)) {
-    ar_fail(W, cf_context_errmsg(W->rctx[me]));
-  } else {
-    in = dev->ops->alloc(dev, bytes);
-    out = dev->ops->alloc(dev, bytes);
-    scratch = dev->ops->alloc(dev, scratch_bytes);
-    if (!in || !out || !scratch) {
-      char text[128];
-      snprintf(text, sizeof text, "rank %d: out of GPU memory for %zu-byte buffers", me, bytes);
-      ar_fail(W, text);
-    } else if (cf_device_upload(dev, in, W->hin[me], bytes)) {
-      ar_fail(W, cf_context_errmsg(W->rctx[me]));
-    }
-  }
-  pthread_barrier_wait(&W->bar);
-  for (int a = 0; a < W->n_algos; a++) {
-    cf_coll_call call = {.desc = desc, .ranks = W->ranks, .n = n, .me = me, .in = in, .out = out,
-                         .scratch = scratch, .scratch_bytes = scratch_bytes, .algo = W->algos[a]};
-    ar_calls(W, me, c, dev, &call); /* warm-up */
-    pthread_barrier_wait(&W->bar);
-    if (!atomic_load(&W->failed)) ar_check(W, me, dev, out, W->algos[a]);
-    pthread_barrier_wait(&W->bar);
-    for (int l = 0; l < W->loops; l++) {
-      pthread_barrier_wait(&W->bar);
-      double t0 = cf_now();
-      ar_calls(W, me, c, dev, &call);
-      pthread_barrier_wait(&W->bar);
-      if (me == 0) W->loop_s[a][l] = (cf_now() - t0) / W->iters;
-    }
-  }
-  if (dev) {
-    dev->ops->free(dev, in);
-    dev->ops->free(dev, out);
-    dev->ops->free(dev, scratch);
-  }
-  return NULL;
-}
-
 typedef struct ar_row {
   int64_t bytes;
   int iters;
@@ -508,36 +380,17 @@ typedef struct ar_row {
   double us[AR_COLS];
 } ar_row;
 
-static bool ar_measure(ar_world *W, ar_row *row, int only) {
-  W->count = row->bytes / 4;
-  W->iters = row->iters;
-  cf_coll_desc desc = ar_desc(W->count);
+/* One size on the measuring loop (bench_ar_loop.c, no bound: the copy
+ * peer is measured once); false with the loop's error. */
+static bool ar_measure(cf_bench_ar *h, const cf_algo_req *cols, int n_cols, int only, int ranks,
+                       int loops, ar_row *row) {
+  cf_coll_desc desc = cf_bench_ar_desc(row->bytes / 4);
+  cf_bench_ar_size s = {.bytes = row->bytes, .iters = row->iters, .loops = loops};
   int slot[AR_COLS];
-  W->n_algos =
-      cf_bench_ar_slots(W->cols, W->n_cols, only, &desc, W->n, NULL, row->run, slot, W->algos, 0);
-  for (int r = 0; r < W->n; r++) {
-    W->hin[r] = malloc((size_t)W->count * sizeof(float) + 4);
-    if (!W->hin[r]) {
-      ar_fail(W, "out of host memory");
-      break;
-    }
-    cf_fill_random(W->hin[r], CF_DT_FLOAT32, W->count, 1, r, "bench");
-  }
-  pthread_t th[MAX_RANKS];
-  ar_rank R[MAX_RANKS];
-  int started = 0;
-  for (int r = 0; r < W->n && !atomic_load(&W->failed); r++, started++) {
-    R[r] = (ar_rank){.W = W, .rank = r};
-    if (pthread_create(&th[r], NULL, ar_rank_main, &R[r]) != 0) {
-      fprintf(stderr, "collfuse bench allreduce: cannot start %d threads\n", W->n);
-      exit(EXIT_RUNTIME); /* the started ranks would wait at the barrier forever */
-    }
-  }
-  for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
-  for (int r = 0; r < W->n; r++) free(W->hin[r]), W->hin[r] = NULL;
-  if (atomic_load(&W->failed)) return false;
-  for (int k = 0; k < W->n_cols; k++)
-    row->us[k] = slot[k] < 0 ? 0 : 1e6 * cf_bench_median(W->loop_s[slot[k]], W->loops);
+  s.n_algos = cf_bench_ar_slots(cols, n_cols, only, &desc, ranks, NULL, row->run, slot, s.algos, 0);
+  if (!cf_bench_ar_measure(h, &s)) return false;
+  for (int k = 0; k < n_cols; k++)
+    row->us[k] = slot[k] < 0 ? 0 : s.us[slot[k]];
   return true;
 }
 
@@ -567,40 +420,32 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
     return usage("allreduce", "--iters takes 1..100000 with --device cuda, got '%s'", got);
   if (a->iters) iters = a->iters;
   only = cf_bench_ar_only(a->algo);
-  ar_world W = {.n = ranks, .loops = loops};
-  W.n_cols = cf_bench_ar_columns(W.cols, AR_COLS);
-  cf_status st = cf_device_cuda_create(ctx, -1, &W.dev);
+  cf_algo_req cols[AR_COLS];
+  int n_cols = cf_bench_ar_columns(cols, AR_COLS);
+  cf_device *dev = NULL;
+  cf_world *w = NULL;
+  cf_bench_ar *h = NULL;
+  cf_status st = cf_device_cuda_create(ctx, -1, &dev);
   if (st) return cf_tool_fail(ctx, st);
   int64_t max_bytes = 0;
   for (int s = 0; s < n_sizes; s++) max_bytes = sizes[s] > max_bytes ? sizes[s] : max_bytes;
   /* the copy peer: one buffer pair of the largest size (at most 1 GiB) on GPU 0 */
   int64_t cbytes = max_bytes < ((int64_t)256 << 20) ? (int64_t)256 << 20 : max_bytes;
-  void *ca = W.dev->ops->alloc(W.dev, (size_t)cbytes), *cb = W.dev->ops->alloc(W.dev, (size_t)cbytes);
-  double copy = ca && cb ? copy_rate(W.dev, cb, ca, (size_t)cbytes, 7, 10) : 0;
-  if (ca) W.dev->ops->free(W.dev, ca);
-  if (cb) W.dev->ops->free(W.dev, cb);
+  void *ca = dev->ops->alloc(dev, (size_t)cbytes), *cb = dev->ops->alloc(dev, (size_t)cbytes);
+  double copy = ca && cb ? copy_rate(dev, cb, ca, (size_t)cbytes, 7, 10) : 0;
+  if (ca) dev->ops->free(dev, ca);
+  if (cb) dev->ops->free(dev, cb);
   if (copy <= 0) {
-    st = cf_device_error(W.dev, ctx);
+    st = cf_device_error(dev, ctx);
     if (!st) st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "bench allreduce: cannot measure the copy rate (GPU memory?)");
   }
-  if (!st) st = cf_world_create(ctx, &cf_world_threads, ranks, 60, &W.w);
-  W.rctx = calloc((size_t)ranks, sizeof *W.rctx);
-  W.hin = calloc((size_t)ranks, sizeof *W.hin);
-  W.seq = calloc((size_t)ranks, sizeof *W.seq);
-  W.ranks = calloc((size_t)ranks, sizeof *W.ranks);
-  if (!st && (!W.rctx || !W.hin || !W.seq || !W.ranks)) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-  for (int r = 0; !st && r < ranks; r++) W.ranks[r] = r, st = cf_context_create(&W.rctx[r]);
-  cf_coll_desc desc = ar_desc(1 << 20);
-  cf_kernel_key keys[8];
-  int nk = st ? 0 : cf_coll_kernels(&desc, ranks, keys, 8);
-  for (int k = 0; k < nk && !st; k++) st = W.dev->ops->prepare(W.dev, &keys[k]);
+  if (!st) st = cf_world_create(ctx, &cf_world_threads, ranks, 60, &w);
+  if (!st) st = cf_bench_ar_open(ctx, w, dev, &h);
   int rc = 0;
   if (st) {
     rc = cf_tool_fail(ctx, st);
     goto done;
   }
-  pthread_barrier_init(&W.bar, NULL, (unsigned)ranks);
-  pthread_mutex_init(&W.lock, NULL);
   double f = ranks > 1 ? 2.0 * (ranks - 1) / ranks : 1;
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "bench", "allreduce");
@@ -612,13 +457,13 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
   cJSON_AddNumberToObject(root, "loops", loops);
   cJSON_AddNumberToObject(root, "busbw_factor", f);
   cJSON_AddNumberToObject(root, "copy_gbps", copy);
-  print_gpu(W.dev, root);
+  print_gpu(dev, root);
   cJSON *results = cJSON_AddArrayToObject(root, "results");
   if (!json) {
     printf("collfuse bench allreduce --device cuda: %d rank%s (threads transport, a stream each), "
            "float32 sum, out of place\n",
            ranks, cf_s(ranks));
-    print_gpu(W.dev, NULL);
+    print_gpu(dev, NULL);
     printf("  us: median over %d loop%s of K back-to-back calls; algbw = bytes/time, busbw = algbw "
            "* %.2f (GB/s);\n"
            "  copy: cuMemcpyDtoD on one GPU, %.1f GB/s (bytes read + written), busbw/copy against "
@@ -626,15 +471,16 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
            loops, cf_s(loops), f, copy);
     printf("%6s %5s | %6s %10s %8s %8s %7s |", "size", "K", "auto", "us", "algbw", "busbw",
            "bb/copy");
-    for (int q = 1; q < W.n_cols; q++)
-      printf(" %10s", cf_algo_req_name(W.cols[q]));
+    for (int q = 1; q < n_cols; q++)
+      printf(" %10s", cf_algo_req_name(cols[q]));
     printf("\n");
   }
   for (int s = 0; s < n_sizes; s++) {
     int64_t k = ((int64_t)256 << 20) / sizes[s];
     ar_row row = {.bytes = sizes[s], .iters = iters ? iters : (int)(k < 1 ? 1 : k > 200 ? 200 : k)};
-    if (!ar_measure(&W, &row, only)) {
-      fprintf(stderr, "collfuse bench allreduce --device cuda: %lld bytes: %s\n", (long long)sizes[s], W.error);
+    if (!ar_measure(h, cols, n_cols, only, ranks, loops, &row)) {
+      fprintf(stderr, "collfuse bench allreduce --device cuda: %lld bytes: %s\n",
+              (long long)sizes[s], cf_bench_ar_error(h));
       rc = EXIT_RUNTIME;
       break;
     }
@@ -642,15 +488,15 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
     if (!json) {
       char sz[24], c[AR_COLS][24];
       cf_bench_size_text(row.bytes, sz, sizeof sz);
-      for (int q = 1; q < W.n_cols; q++) {
+      for (int q = 1; q < n_cols; q++) {
         if (row.us[q] > 0)
-          snprintf(c[q], sizeof c[q], row.run[q] != W.cols[q].algo ? "%.1f*" : "%.1f", row.us[q]);
+          snprintf(c[q], sizeof c[q], row.run[q] != cols[q].algo ? "%.1f*" : "%.1f", row.us[q]);
         else
           snprintf(c[q], sizeof c[q], "-");
       }
       printf("%6s %5d | %6s %10.1f %8.2f %8.2f %7.3f |", sz, row.iters, cf_algo_name(row.run[0]),
              row.us[0], ab, ab * f, copy > 0 ? ab * f / copy : 0);
-      for (int q = 1; q < W.n_cols; q++)
+      for (int q = 1; q < n_cols; q++)
         printf(" %10s", c[q]);
       printf("\n");
       fflush(stdout);
@@ -659,13 +505,13 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
     cJSON_AddNumberToObject(j, "bytes", (double)row.bytes);
     cJSON_AddNumberToObject(j, "iters", row.iters);
     cJSON_AddStringToObject(j, "auto_algo", cf_algo_name(row.run[0]));
-    cJSON *cols = cJSON_AddObjectToObject(j, "collfuse");
-    for (int q = 0; q < W.n_cols; q++) {
+    cJSON *cj = cJSON_AddObjectToObject(j, "collfuse");
+    for (int q = 0; q < n_cols; q++) {
       if (row.us[q] <= 0) {
-        cJSON_AddNullToObject(cols, cf_algo_req_name(W.cols[q]));
+        cJSON_AddNullToObject(cj, cf_algo_req_name(cols[q]));
         continue;
       }
-      cJSON *t = cJSON_AddObjectToObject(cols, cf_algo_req_name(W.cols[q]));
+      cJSON *t = cJSON_AddObjectToObject(cj, cf_algo_req_name(cols[q]));
       cJSON_AddNumberToObject(t, "us", row.us[q]);
       cJSON_AddNumberToObject(t, "algbw_gbps", cf_bench_gbps(row.bytes, row.us[q]));
       cJSON_AddNumberToObject(t, "busbw_gbps", cf_bench_gbps(row.bytes, row.us[q]) * f);
@@ -680,15 +526,9 @@ int cf_bench_allreduce_cuda(cf_context *ctx, const cf_ar_args *a) {
     free(text);
   }
   cJSON_Delete(root);
-  pthread_barrier_destroy(&W.bar);
-  pthread_mutex_destroy(&W.lock);
 done:
-  for (int r = 0; W.rctx && r < ranks; r++) cf_context_destroy(W.rctx[r]);
-  free(W.rctx);
-  free(W.hin);
-  free(W.seq);
-  free(W.ranks);
-  cf_world_destroy(W.w, 0);
-  if (W.dev) W.dev->ops->destroy(W.dev);
+  cf_bench_ar_close(h);
+  cf_world_destroy(w, 0);
+  if (dev) dev->ops->destroy(dev);
   return rc;
 }

@@ -36,42 +36,6 @@ static bool has_opt(const cf_command *c, const char *name) {
   return find_opt(c, name, strlen(name)) != NULL;
 }
 
-/* "a|b|c": true when v is one of them. */
-static bool is_choice(const char *choices, const char *v) {
-  size_t n = strlen(v);
-  for (const char *p = choices; *p;) {
-    size_t k = strcspn(p, "|");
-    if (k == n && strncmp(p, v, n) == 0) return true;
-    p += k + (p[k] == '|');
-  }
-  return false;
-}
-
-/* "--backend wants threads or mpi, got 'x'" + the closest choice. */
-static int bad_choice(const cf_command *c, const cf_opt *o, const char *v) {
-  char words[16][32], list[600] = "", dym[96], msg[800], buf[CF_OPT_CHOICES_MAX];
-  int n = 0;
-  for (const char *p = cf_opt_choices(o, buf); *p && n < 16;) {
-    size_t k = strcspn(p, "|");
-    snprintf(words[n++], sizeof words[0], "%.*s", (int)k, p);
-    p += k + (p[k] == '|');
-  }
-  cf_suggest s;
-  cf_suggest_init(&s, v);
-  size_t len = 0;
-  for (int i = 0; i < n; i++) {
-    cf_suggest_add(&s, words[i]);
-    len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
-                            i == 0       ? ""
-                            : i == n - 1 ? " or "
-                                         : ", ",
-                            words[i]);
-  }
-  snprintf(msg, sizeof msg, "%s wants %s, got '%s'%s", o->name, list, v,
-           cf_did_you_mean(s.best, dym, sizeof dym));
-  return cf_tool_usage(c->name, "%s", msg);
-}
-
 static int unknown_option(const cf_command *c, const char *arg, size_t n) {
   char word[128], dym[160], msg[400];
   snprintf(word, sizeof word, "%.*s", (int)(n < 120 ? n : 120), arg);
@@ -110,25 +74,22 @@ static int set_value(const cf_command *c, const cf_opt *o, const char *v, void *
   }
   char buf[CF_OPT_CHOICES_MAX];
   const char *choices = cf_opt_choices(o, buf);
-  if (choices && !is_choice(choices, v)) return bad_choice(c, o, v);
+  /* a row with a check of its own decides with it (the choices are what --help lists) */
+  if (choices && !o->check && !cf_option_choice(o->name, choices, v, why, sizeof why))
+    return cf_tool_usage(c->name, "%s", why);
   switch (o->kind) {
   case CF_OPT_FLAG: break;
   case CF_OPT_STR: *(const char **)field = v; break;
   case CF_OPT_INT: {
     int64_t x;
-    if (!cf_parse_int(v, o->lo, o->hi, &x)) {
-      snprintf(why, sizeof why, "%s wants an integer in %lld..%lld, got '%s'", o->name, o->lo,
-               o->hi, v);
+    if (!cf_option_int(o->name, v, o->lo, o->hi, &x, why, sizeof why))
       return cf_tool_usage(c->name, "%s", why);
-    }
     *(int *)field = (int)x;
     break;
   }
   case CF_OPT_SIZE:
-    if (!cf_bytes_parse(v, strlen(v), o->hi, (int64_t *)field) || *(int64_t *)field < o->lo) {
-      snprintf(why, sizeof why, "%s wants a size such as 512M or 4G, got '%s'", o->name, v);
+    if (!cf_option_size(o->name, v, o->lo, o->hi, (int64_t *)field, why, sizeof why))
       return cf_tool_usage(c->name, "%s", why);
-    }
     break;
   case CF_OPT_LIST:
     if (!list_add((cf_opt_list *)field, v, cap)) {
@@ -311,6 +272,18 @@ const char *cf_opt_algo_choices(char *buf, size_t len) {
 
 const char *cf_opt_algo_choices_own(char *buf, size_t len) {
   return cf_algo_choices(false, "|", "|", buf, len);
+}
+
+bool cf_opt_check_algo(void *out, const char *v, char *why, size_t len) {
+  cf_algo_req r;
+  (void)out;
+  return cf_option_algo("--algo", v, true, &r, why, len);
+}
+
+bool cf_opt_check_algo_own(void *out, const char *v, char *why, size_t len) {
+  cf_algo_req r;
+  (void)out;
+  return cf_option_algo("--algo", v, false, &r, why, len);
 }
 
 bool cf_opt_check_passes(void *out, const char *v, char *why, size_t len) {

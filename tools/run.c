@@ -88,6 +88,7 @@ static const cf_opt run_opts[] = {
     {"--cost", NULL, "A,B[,G]", CF_OPT_STR, RUN_FIELD(cost), .comma_list = true,
      .check = cf_opt_check_cost, .help = "--split auto's cost model (see compile --help)"},
     {"--algo", NULL, NULL, CF_OPT_STR, RUN_FIELD(algo), .choices_of = cf_opt_algo_choices,
+     .check = cf_opt_check_algo,
      .help = "force the AllReduce algorithm (auto picks by size);\n"
              "mpi-native (--backend mpi): MPI's own collectives, every op"},
     CF_OPT_PROFILE(RUN_FIELD(profile)),

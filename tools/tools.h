@@ -91,6 +91,40 @@ typedef struct cf_bench_ar_cell {
 cf_status cf_bench_ar_save_profile(cf_context *ctx, const char *given, const char *transport,
                                    int ranks, const cf_bench_ar_cell *cells, int n_sizes,
                                    int n_cols, char *path, size_t len);
+/* bench_ar_loop.c: bench allreduce's measuring loop over any world and
+ * device (the threads and MPI worlds on the CPU device, the threads world
+ * on CUDA): open it on a world and a device (neither is owned; the kernels
+ * every algorithm may launch are prepared), then measure each size on every
+ * rank of this process. */
+enum {
+  CF_BENCH_AR_MAX_ALGOS = CF_BENCH_MAX_COLS + 1, /* every column and the MPI reference */
+  CF_BENCH_AR_MAX_LOOPS = 100,
+  CF_BENCH_AR_MAX_RANKS = 64 /* of this process */
+};
+typedef struct cf_bench_ar cf_bench_ar;
+typedef struct cf_bench_ar_size {
+  int64_t bytes;
+  int iters, loops;                 /* calls per loop, timed loops */
+  int algos[CF_BENCH_AR_MAX_ALGOS]; /* distinct algorithms, timed round-robin */
+  int n_algos;
+  /* NULL: every output is checked against the float64 sum of every rank's
+   * input (every rank in this process); else algos[0]'s result is the
+   * reference, named so in a message (MPI: "MPI_Allreduce gave") */
+  const char *ref;
+  bool bound;                           /* also time every rank's copy of its input */
+  double us[CF_BENCH_AR_MAX_ALGOS];     /* out: median microseconds per call */
+  double min_us[CF_BENCH_AR_MAX_ALGOS]; /* out: the fastest loop's */
+  double copy_us;                       /* out: the bound's median; 0 without */
+} cf_bench_ar_size;
+struct cf_world;
+/* The AllReduce every rank runs: float32 sum of count elements over the world. */
+cf_coll_desc cf_bench_ar_desc(int64_t count);
+cf_status cf_bench_ar_open(cf_context *ctx, struct cf_world *w, cf_device *dev, cf_bench_ar **out);
+/* One size; false when a rank failed (cf_bench_ar_error says why; every
+ * rank of the world has stopped). */
+bool cf_bench_ar_measure(cf_bench_ar *h, cf_bench_ar_size *s);
+const char *cf_bench_ar_error(const cf_bench_ar *h);
+void cf_bench_ar_close(cf_bench_ar *h); /* accepts NULL; the world and device stay */
 /* bench_fusion.c: `collfuse bench fusion FILE [--ranks N] [--iters K]
  * [--warmup W] [--split SPEC].. [--quick] [--json]`: the graph unfused, fused and split
  * several ways, against one flat AllReduce of all its bytes; returns the
@@ -131,13 +165,15 @@ typedef struct cf_opt {
   cf_opt_kind kind;
   size_t field;        /* offsetof the field it sets in the command's struct */
   long long lo, hi;    /* CF_OPT_INT's and CF_OPT_SIZE's range */
-  const char *choices; /* "threads|mpi": the only values accepted, or NULL */
+  const char *choices; /* "threads|mpi": the only values accepted (unless check decides), or NULL */
   /* Choices kept in a table of their own (--algo's: executor/algo.h):
    * writes "a|b|c" into buf (CF_OPT_CHOICES_MAX bytes) and returns it; NULL
    * when the row has none or its choices are a string. */
   const char *(*choices_of)(char *buf, size_t len);
   /* Checks (and may convert and store) the value once the kind has stored
-   * it; false with why (a usage error). out is the command's struct. */
+   * it; false with why (a usage error). out is the command's struct. A row
+   * with choices and a check: the check alone decides (--algo takes an
+   * alias its choices do not list). */
   bool (*check)(void *out, const char *v, char *why, size_t len);
   const char *help; /* one line, or lines joined by '\n' */
   bool comma_list;  /* the value is items joined by commas: an empty item is a usage error */
@@ -178,6 +214,10 @@ bool cf_opt_check_cost(void *out, const char *v, char *why, size_t len);
  * and every algorithm (run), or auto and collfuse's own (bench allreduce). */
 const char *cf_opt_algo_choices(char *buf, size_t len);
 const char *cf_opt_algo_choices_own(char *buf, size_t len);
+/* --algo's check (cf_option_algo: a name or an alias), with and without
+ * the transport's own rows; the row's choices_of lists the names. */
+bool cf_opt_check_algo(void *out, const char *v, char *why, size_t len);
+bool cf_opt_check_algo_own(void *out, const char *v, char *why, size_t len);
 /* The commands: collfuse.c (check, compile, dot), run.c, ranktable.c, and
  * bench.c with the bench subcommands (cf_bench_commands, NULL-terminated). */
 extern const cf_command cf_command_check, cf_command_compile, cf_command_dot, cf_command_run,

@@ -74,7 +74,8 @@ def main() -> int:
                     assert abs(f - b["us"] / c[k]["us"]) <= 1e-9 * f, (k, c[k], b)
         except (ValueError, KeyError, AssertionError) as e:
             failures.append(f"bench allreduce --json: unexpected object: {e!r}")
-    for args, text in ((["--sizes", "3"], "--sizes"), (["--ranks", "1"], "--ranks"),
+    for args, text in ((["--sizes", "3"], "--sizes"),
+                       (["--ranks", "1"], "collfuse bench allreduce: --ranks wants an integer in 2..64, got '1'"),
                        (["--bogus"], "unknown option '--bogus'")):
         r = run(2, "bench", "allreduce", *args)
         if r:
