@@ -77,12 +77,16 @@ cf_status cf_algo_reduce_scatter(cf_comm *c, cf_device *dev, const cf_coll_call 
   return st;
 }
 
+/* stream: with streaming stores (an output of CF_KERNEL_STREAM_MIN_BYTES
+ * or more, which this rank does not read again during the call). */
 static void scatter_members(cf_device *dev, const cf_coll_call *call, const void *from, int rank,
-                            int es) {
+                            int es, bool stream) {
+  void (*copy)(cf_device *, void *, const void *, size_t) =
+      stream ? cf_device_copy_stream : dev->ops->copy;
   for (int j = 0; j < call->n_segs; j++) {
     const cf_coll_seg *s = &call->segs[j];
-    dev->ops->copy(dev, at(call->out, s->out_off + rank * s->count, es), at(from, s->in_off, es),
-                   (size_t)(s->count * es));
+    copy(dev, at(call->out, s->out_off + rank * s->count, es), at(from, s->in_off, es),
+         (size_t)(s->count * es));
   }
 }
 
@@ -90,6 +94,7 @@ cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *cal
   const cf_coll_desc *d = &call->desc;
   int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
   size_t bytes = (size_t)d->count * (size_t)es;
+  bool stream = (int64_t)bytes * n >= CF_KERNEL_STREAM_MIN_BYTES;
   cf_status st = CF_OK;
   for (int i = 0; i < n && !st; i++)
     if (i != me) st = c->ops->send(c, call->ranks[i], call->in, bytes, d);
@@ -98,12 +103,12 @@ cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *cal
     const void *p;
     st = c->ops->recv(c, call->ranks[i], c->ops->zero_copy ? NULL : call->scratch, bytes, d, &p);
     if (st) break;
-    scatter_members(dev, call, p, i, es);
+    scatter_members(dev, call, p, i, es, stream);
     st = c->ops->release(c, call->ranks[i]);
   }
   /* my own block last: only a descriptor the peers agreed with sizes it
    * (a rank whose count or dtype differs writes nothing) */
-  if (!st) scatter_members(dev, call, call->in, me, es);
+  if (!st) scatter_members(dev, call, call->in, me, es, stream);
   if (!st) st = c->ops->send_wait(c);
   return st;
 }

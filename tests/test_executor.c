@@ -813,6 +813,17 @@ static void test_all_gather(void **state) {
       s.pad = 3;
       run_coll(&s);
     }
+  /* outputs from CF_KERNEL_STREAM_MIN_BYTES are written by streaming
+   * copies: one member, and a fused bucket with odd member sizes */
+  static const int64_t big[] = {300007, 5, 1 << 18};
+  for (int r = 2; r <= 4; r++) {
+    int64_t c1 = 600001;
+    cspec s = {.op = CF_OP_ALLGATHER, .dt = r == 3 ? CF_DT_FLOAT16 : CF_DT_FLOAT32, .red = -1,
+               .n = r, .n_segs = 1, .seg_count = &c1, .seed = 9};
+    run_coll(&s);
+    s.n_segs = 3, s.seg_count = big, s.pad = 1;
+    run_coll(&s);
+  }
 }
 
 /* (group size, root, count) of the rooted tests: a middle, the last, the
