@@ -816,9 +816,10 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
   cf_split sp;
   cf_cost cost;
   if (!opt) opt = &none;
-  if (!cf_split_parse(opt->split, &sp, why, sizeof why) ||
-      !cf_cost_parse(opt->cost, &cost, why, sizeof why))
-    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
+  if (!cf_split_parse(opt->split, &sp, why, sizeof why))
+    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "--split %s", why);
+  if (!cf_cost_parse(opt->cost, &cost, why, sizeof why))
+    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "--cost %s", why);
   if (!opt->cost && opt->measured_cost) cost = *opt->measured_cost;
   /* HCCL's size and index splits describe the gradient AllReduces; a
    * fusion=1 AllGather or ReduceScatter is bucketed by the cost model */

@@ -44,7 +44,7 @@ typedef struct cf_cost {
 #define CF_COST_DEFAULT_BETA_GBPS 8.0
 
 /* Parse "--split SPEC" / "--cost alpha_us,beta_GBps[,gamma_GBps]"; false
- * with why. */
+ * with why = "SPEC: what is wrong" (the caller names the flag or option). */
 bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len);
 bool cf_cost_parse(const char *spec, cf_cost *out, char *why, size_t len);
 /* auto: split gradients (sizes in ready order) into consecutive buckets,

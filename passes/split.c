@@ -89,7 +89,7 @@ bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
   if (!spec || strcmp(spec, "auto") == 0) return true;
   const char *colon = strchr(spec, ':');
   if (colon && colon[1] && empty_item(colon + 1)) {
-    snprintf(why, len, "--split %s: an empty item (separate items with one comma)", spec);
+    snprintf(why, len, "%s: an empty item (separate items with one comma)", spec);
     return false;
   }
   double vals[CF_MAX_SEGMENTS];
@@ -101,31 +101,31 @@ bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
       size_t k = strcspn(p, ",");
       if (!have_cap) {
         if (!cf_bytes_parse(p, k, CF_MAX_BYTES, &out->cap)) {
-          snprintf(why, len, "--split %s: bad cap '%.*s' (e.g. 25M, 64K, 1G)", spec, (int)k, p);
+          snprintf(why, len, "%s: bad cap '%.*s' (e.g. 25M, 64K, 1G)", spec, (int)k, p);
           return false;
         }
         have_cap = true;
       } else if (strncmp(p, "first=", 6) == 0) {
         if (!cf_bytes_parse(p + 6, k - 6, CF_MAX_BYTES, &out->first)) {
-          snprintf(why, len, "--split %s: bad first bucket size '%.*s'", spec, (int)k, p);
+          snprintf(why, len, "%s: bad first bucket size '%.*s'", spec, (int)k, p);
           return false;
         }
       } else if (strncmp(p, "count=", 6) == 0) {
         char *end;
         long long c = strtoll(p + 6, &end, 10);
         if (end != p + k || c < 1 || c > CF_MAX_OPERANDS) {
-          snprintf(why, len, "--split %s: count must be in 1..%d", spec, CF_MAX_OPERANDS);
+          snprintf(why, len, "%s: count must be in 1..%d", spec, CF_MAX_OPERANDS);
           return false;
         }
         out->count = c;
       } else {
-        snprintf(why, len, "--split %s: unknown option '%.*s' (first=, count=)", spec, (int)k, p);
+        snprintf(why, len, "%s: unknown option '%.*s' (first=, count=)", spec, (int)k, p);
         return false;
       }
       p += k + (p[k] == ',');
     }
     if (!have_cap) {
-      snprintf(why, len, "--split %s: missing the byte cap", spec);
+      snprintf(why, len, "%s: missing the byte cap", spec);
       return false;
     }
     return true;
@@ -134,20 +134,20 @@ bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
     out->kind = CF_SPLIT_SIZE;
     char w[128];
     if (!parse_list(spec + 5, vals, &out->n, w, sizeof w)) {
-      snprintf(why, len, "--split %s: %s", spec, w);
+      snprintf(why, len, "%s: %s", spec, w);
       return false;
     }
     double sum = 0;
     for (int i = 0; i < out->n; i++) {
       if (!(vals[i] > 0)) {
-        snprintf(why, len, "--split %s: percentages must be positive", spec);
+        snprintf(why, len, "%s: percentages must be positive", spec);
         return false;
       }
       out->pct[i] = vals[i];
       sum += vals[i];
     }
     if (fabs(sum - 100.0) > 1e-6) {
-      snprintf(why, len, "--split %s: percentages sum to %g, not 100", spec, sum);
+      snprintf(why, len, "%s: percentages sum to %g, not 100", spec, sum);
       return false;
     }
     return true;
@@ -156,24 +156,24 @@ bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
     out->kind = CF_SPLIT_INDEX;
     char w[128];
     if (!parse_list(spec + 6, vals, &out->n, w, sizeof w)) {
-      snprintf(why, len, "--split %s: %s", spec, w);
+      snprintf(why, len, "%s: %s", spec, w);
       return false;
     }
     for (int i = 0; i < out->n; i++) {
       if (vals[i] < 0 || vals[i] != floor(vals[i]) || vals[i] > CF_MAX_NODES) {
-        snprintf(why, len, "--split %s: indices must be non-negative integers", spec);
+        snprintf(why, len, "%s: indices must be non-negative integers", spec);
         return false;
       }
       out->idx[i] = (int64_t)vals[i];
       if (i && out->idx[i] <= out->idx[i - 1]) {
-        snprintf(why, len, "--split %s: indices must be strictly ascending (%lld after %lld)", spec,
+        snprintf(why, len, "%s: indices must be strictly ascending (%lld after %lld)", spec,
                  (long long)out->idx[i], (long long)out->idx[i - 1]);
         return false;
       }
     }
     return true;
   }
-  snprintf(why, len, "--split %s: expected auto, bytes:CAP[,first=F][,count=C], size:P1,P2,... or index:I1,I2,...",
+  snprintf(why, len, "%s: expected auto, bytes:CAP[,first=F][,count=C], size:P1,P2,... or index:I1,I2,...",
            spec);
   return false;
 }
@@ -201,7 +201,7 @@ bool cf_cost_parse(const char *spec, cf_cost *out, char *why, size_t len) {
   out->gamma_gbps = gm > 0 ? gm : b / 2;
   return true;
 bad:
-  snprintf(why, len, "--cost %s: expected alpha_us,beta_GBps[,gamma_GBps] (e.g. 250,8)", spec);
+  snprintf(why, len, "%s: expected alpha_us,beta_GBps[,gamma_GBps] (e.g. 250,8)", spec);
   return false;
 }
 

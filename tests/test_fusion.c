@@ -216,10 +216,10 @@ static void test_split_parse(void **state) {
   assert_int_equal(s.n, 8);
 
   /* bytes errors */
-  expect_split_error("bytes:", "--split bytes:: missing the byte cap");
-  expect_split_error("bytes:25M,", "--split bytes:25M,: an empty item (separate items with one comma)");
-  expect_split_error("size:50,,50", "--split size:50,,50: an empty item");
-  expect_split_error("index:,20", "--split index:,20: an empty item");
+  expect_split_error("bytes:", "bytes:: missing the byte cap");
+  expect_split_error("bytes:25M,", "bytes:25M,: an empty item (separate items with one comma)");
+  expect_split_error("size:50,,50", "size:50,,50: an empty item");
+  expect_split_error("index:,20", "index:,20: an empty item");
   expect_split_error("bytes:0", "bad cap '0' (e.g. 25M, 64K, 1G)");
   expect_split_error("bytes:-4K", "bad cap '-4K'");
   expect_split_error("bytes:25X", "bad cap '25X'");
@@ -231,7 +231,7 @@ static void test_split_parse(void **state) {
   expect_split_error("bytes:25M,last=1M", "unknown option 'last=1M' (first=, count=)");
   expect_split_error("bytes:1T", "bad cap '1T'");
   /* size errors: not summing to 100, more than 8 segments, bad numbers */
-  expect_split_error("size:50,40", "--split size:50,40: percentages sum to 90, not 100");
+  expect_split_error("size:50,40", "size:50,40: percentages sum to 90, not 100");
   expect_split_error("size:60,60", "percentages sum to 120, not 100");
   expect_split_error("size:10,10,10,10,10,10,10,10,20", "more than 8 segments");
   expect_split_error("size:0,100", "percentages must be positive");
@@ -247,7 +247,7 @@ static void test_split_parse(void **state) {
   expect_split_error("index:1.5,3", "indices must be non-negative integers");
   expect_split_error("index:", "empty list");
   /* unknown forms */
-  expect_split_error("greedy", "--split greedy: expected auto, bytes:CAP[,first=F][,count=C], "
+  expect_split_error("greedy", "greedy: expected auto, bytes:CAP[,first=F][,count=C], "
                                "size:P1,P2,... or index:I1,I2,...");
   expect_split_error("bytes", "expected auto, bytes:CAP");
   expect_split_error("", "expected auto");
@@ -360,7 +360,7 @@ static void test_split_format_and_cost(void **state) {
     why[0] = 0;
     if (cf_cost_parse(bad[i], &c, why, sizeof why)) fail_msg("--cost '%s' parsed", bad[i]);
     char want[112];
-    snprintf(want, sizeof want, "--cost %s: expected alpha_us,beta_GBps[,gamma_GBps] (e.g. 250,8)",
+    snprintf(want, sizeof want, "%s: expected alpha_us,beta_GBps[,gamma_GBps] (e.g. 250,8)",
              bad[i]);
     assert_string_equal(why, want);
   }

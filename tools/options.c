@@ -259,10 +259,13 @@ void cf_opts_help(const cf_command *c, FILE *f) {
 
 /* ---------------- checks shared by the commands' tables ---------------- */
 
+/* Each message names the flag, as the C API's name the option ("option
+ * target: ..."), around the same parser's words. */
 bool cf_opt_check_target(void *out, const char *v, char *why, size_t len) {
+  char w[512];
   (void)out;
   if (cf_target_find(v)) return true;
-  cf_target_unknown(v, why, len);
+  snprintf(why, len, "--target: %s", cf_target_unknown(v, w, sizeof w));
   return false;
 }
 
@@ -287,18 +290,27 @@ bool cf_opt_check_algo_own(void *out, const char *v, char *why, size_t len) {
 }
 
 bool cf_opt_check_passes(void *out, const char *v, char *why, size_t len) {
+  char w[512];
   (void)out;
-  return cf_pass_list_check(v, why, len, NULL);
+  if (cf_pass_list_check(v, w, sizeof w, NULL)) return true;
+  snprintf(why, len, "--passes: %s", w);
+  return false;
 }
 
 bool cf_opt_check_split(void *out, const char *v, char *why, size_t len) {
   cf_split sp;
+  char w[512];
   (void)out;
-  return cf_split_parse(v, &sp, why, len);
+  if (cf_split_parse(v, &sp, w, sizeof w)) return true;
+  snprintf(why, len, "--split %s", w);
+  return false;
 }
 
 bool cf_opt_check_cost(void *out, const char *v, char *why, size_t len) {
   cf_cost cm;
+  char w[512];
   (void)out;
-  return cf_cost_parse(v, &cm, why, len);
+  if (cf_cost_parse(v, &cm, w, sizeof w)) return true;
+  snprintf(why, len, "--cost %s", w);
+  return false;
 }

@@ -93,9 +93,9 @@ expect 2 "collfuse run: unknown option '--rank'; did you mean '--ranks'?" run "$
 expect 2 "Try 'collfuse run --help'." run "$src/examples/tp_mlp.xml" --rank 2
 expect 2 "collfuse: unknown command 'chek'; did you mean 'check'?" chek x.xml
 expect 2 "collfuse bench: unknown benchmark 'reduc'; did you mean 'reduce'?" bench reduc
-expect 2 "collfuse check: unknown target 'atlas-a22'; did you mean 'atlas-a2'?" check "$src/examples/tp_block.xml" --target atlas-a22
+expect 2 "collfuse check: --target: unknown target 'atlas-a22'; did you mean 'atlas-a2'?" check "$src/examples/tp_block.xml" --target atlas-a22
 expect 2 "unknown target 'tpu-v9' (one of: cpu, atlas-a2" compile "$src/examples/tp_block.xml" --target tpu-v9
-expect 2 "collfuse compile: unknown pass 'fuse-allreduc'; did you mean 'fuse-allreduce'?" compile "$src/examples/tp_block.xml" --passes dce,fuse-allreduc
+expect 2 "collfuse compile: --passes: unknown pass 'fuse-allreduc'; did you mean 'fuse-allreduce'?" compile "$src/examples/tp_block.xml" --passes dce,fuse-allreduc
 expect 2 "collfuse run: --backend wants threads or mpi, got 'mpii'; did you mean 'mpi'?" run "$src/examples/tp_mlp.xml" --backend mpii
 expect 2 "collfuse run: --algo wants auto, direct, rd, ring, rsag or mpi-native, got 'rign'; did you mean 'ring'?" run "$src/examples/tp_mlp.xml" --algo rign
 expect 0 "median" run "$src/examples/tp_mlp.xml" --algo recursive-doubling   # rd's alias, as the C API takes it
@@ -174,10 +174,10 @@ expect 2 "collfuse bench fusion: --ranks wants an integer in 1..256, got '300'" 
 
 # ------------------------------------------------ dot --target, --passes
 expect 0 "digraph" dot "$src/examples/tp_block.xml" --target atlas-a2
-expect 2 "collfuse dot: unknown target 'atlas-a22'; did you mean 'atlas-a2'?" dot "$src/examples/tp_block.xml" --target atlas-a22
+expect 2 "collfuse dot: --target: unknown target 'atlas-a22'; did you mean 'atlas-a2'?" dot "$src/examples/tp_block.xml" --target atlas-a22
 expect 1 "target atlas-a2: AllReduce does not support dtype int64" dot "$src/tests/malformed/target_a2_int64.xml" --target atlas-a2
 expect 2 "collfuse dot: --passes and --fused exclude each other" dot "$src/examples/tp_block.xml" --fused --passes dce
-expect 2 "collfuse dot: unknown pass 'dcee'; did you mean 'dce'?" dot "$src/examples/tp_block.xml" --passes dcee
+expect 2 "collfuse dot: --passes: unknown pass 'dcee'; did you mean 'dce'?" dot "$src/examples/tp_block.xml" --passes dcee
 if run dot "$src/examples/tp_block.xml" --passes fuse-matmul-collective; then
   [ "$rc" -eq 0 ] || fail "dot --passes fuse-matmul-collective: exit $rc"
   grep -q MatmulReduceScatter "$OUT" || fail "dot --passes fuse-matmul-collective: no MatmulReduceScatter drawn"

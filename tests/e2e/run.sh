@@ -300,6 +300,14 @@ for bad in "--ranks 0" "--ranks 257" "--ranks abc" "--bogus" "--backend bogus" "
   if run "$src/examples/tp_mlp.xml" $bad; then expect_rc 2 "run $bad"; fi
 done
 if run; then expect_rc 2 "run without a file"; fi
+# the driver names its flag (the C API names its option: test_api)
+if run "$src/examples/tp_mlp.xml" --split bytes:lots; then
+  expect_rc 2 "run --split bytes:lots" &&
+    has "$ERR" "--split bytes:lots: bad cap 'lots'" "run --split bytes:lots"
+fi
+if run "$src/examples/tp_mlp.xml" --cost fast; then
+  expect_rc 2 "run --cost fast" && has "$ERR" "--cost fast: expected alpha_us,beta_GBps" "run --cost fast"
+fi
 if run "$src/tests/run/invalid.xml"; then
   expect_rc 1 "run of an invalid graph" && has "$ERR" "invalid.xml:5: error:" "run of an invalid graph"
 fi
