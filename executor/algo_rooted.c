@@ -6,6 +6,19 @@
  * Fused buckets arrive as segments: a fused AllGather sends its whole input
  * bucket once per peer and the receiver scatters the members to their
  * outputs; a fused ReduceScatter reduces block `me` of every member.
+ *
+ * In place (desc.in_place, the memory plan's choice for a plain op, NCCL's
+ * layouts): an AllGather's input is block me of its output, a
+ * ReduceScatter's output block me of its input. Peers read only their own
+ * blocks of my buffer (AllGather: my block; ReduceScatter: theirs), so:
+ *   AllGather      writes every block but mine and leaves mine alone (it is
+ *                  already there);
+ *   ReduceScatter  reduces block me, which no peer reads, but a reduction
+ *                  kernel may not write what it reads (noalias): it reduces
+ *                  a piece at a time into scratch after the staging and
+ *                  copies the piece into place.
+ * The same kernels reduce the same operands in the same order as out of
+ * place: the results are bitwise the same.
  */
 #include "backends/backends.h"
 
@@ -17,17 +30,50 @@ static char *at(const void *base, int64_t elems, int es) {
 
 static cf_status oom(cf_comm *c) { return cf_error(c->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory"); }
 
+/* An in-place ReduceScatter reduces pieces of this many bytes into scratch
+ * (each copied into place while it is still in cache): what it saves is its
+ * output block less one piece. */
+enum { RS_PIECE = 64 << 10 };
+
+size_t cf_rsag_in_place_scratch(const cf_coll_desc *d, int n, int a) {
+  if (!d->in_place || d->op != CF_OP_REDUCESCATTER || n <= 1 || a != CF_ALGO_DIRECT) return 0;
+  size_t block =
+      (size_t)(d->count > 0 ? d->count : 0) / (size_t)n * (size_t)cf_dtype_size(d->dtype);
+  return (block < RS_PIECE ? block : RS_PIECE) + 64;
+}
+
+/* The rank's block of each member, reduced a piece at a time into the end
+ * of the scratch and copied to out (in place, out is my block of in). */
+static void reduce_pieces(cf_device *dev, const cf_coll_call *call, const cf_coll_seg *s,
+                          const void **src, const void **piece) {
+  const cf_coll_desc *d = &call->desc;
+  int es = cf_dtype_size(d->dtype), n = call->n;
+  size_t extra = cf_rsag_in_place_scratch(d, n, CF_ALGO_DIRECT);
+  char *tmp = (char *)call->scratch + call->scratch_bytes - extra;
+  int64_t step = (int64_t)(extra - 64) / es;
+  for (int64_t o = 0; o < s->count; o += step) {
+    int64_t len = s->count - o < step ? s->count - o : step;
+    for (int i = 0; i < n; i++)
+      piece[i] = at(src[i], o, es);
+    cf_coll_reduce(dev, call, tmp, piece, n, len, true);
+    dev->ops->copy(dev, at(call->out, s->out_off + o, es), tmp, (size_t)(len * es));
+  }
+}
+
 cf_status cf_algo_reduce_scatter(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   const cf_coll_desc *d = &call->desc;
   int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
   bool zc = c->ops->zero_copy;
   size_t bytes = (size_t)d->count * (size_t)es;
+  if (d->in_place && n == 1) return CF_OK; /* the reduction of one rank is its block */
   /* base[i]: rank i's input bucket as this rank sees it (zero copy), or
    * this rank's staging of what rank i sent */
-  const void **base = calloc((size_t)n, sizeof *base), **src = calloc((size_t)n, sizeof *src);
-  if (!base || !src) {
+  const void **base = calloc((size_t)n, sizeof *base), **src = calloc((size_t)n, sizeof *src),
+             **piece = calloc((size_t)n, sizeof *piece);
+  if (!base || !src || !piece) {
     free(base);
     free(src);
+    free(piece);
     return oom(c);
   }
   cf_status st = CF_OK;
@@ -67,13 +113,17 @@ cf_status cf_algo_reduce_scatter(cf_comm *c, cf_device *dev, const cf_coll_call 
   for (int j = 0; j < call->n_segs && !st; j++) {
     const cf_coll_seg *s = &call->segs[j];
     for (int i = 0; i < n; i++) src[i] = at(base[i], s->in_off + me * s->count, es);
-    cf_coll_reduce(dev, call, at(call->out, s->out_off, es), src, n, s->count, true);
+    if (d->in_place)
+      reduce_pieces(dev, call, s, src, piece);
+    else
+      cf_coll_reduce(dev, call, at(call->out, s->out_off, es), src, n, s->count, true);
   }
   for (int i = 0; i < n && !st && zc; i++)
     if (i != me) st = c->ops->release(c, call->ranks[i]);
   if (!st) st = c->ops->send_wait(c);
   free(base);
   free(src);
+  free(piece);
   return st;
 }
 
@@ -81,8 +131,10 @@ static void scatter_members(cf_device *dev, const cf_coll_call *call, const void
                             int es) {
   for (int j = 0; j < call->n_segs; j++) {
     const cf_coll_seg *s = &call->segs[j];
-    dev->ops->copy(dev, at(call->out, s->out_off + rank * s->count, es), at(from, s->in_off, es),
-                   (size_t)(s->count * es));
+    char *dst = at(call->out, s->out_off + rank * s->count, es);
+    const char *src = at(from, s->in_off, es);
+    if (dst != src) /* in place, my own block is already there */
+      dev->ops->copy(dev, dst, src, (size_t)(s->count * es));
   }
 }
 

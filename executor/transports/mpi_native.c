@@ -12,7 +12,10 @@
  * user-defined MPI_Ops computing in float32; mean is MPI_SUM then the
  * scale kernel; integer mean sums in int64 as collfuse's kernels do. Fused
  * AllGather and ReduceScatter buckets are packed into the call's scratch
- * and moved in one call.
+ * and moved in one call. In place (desc.in_place, NCCL's layouts): an
+ * AllGather is MPI_Allgather with MPI_IN_PLACE (MPI's in-place layout is
+ * NCCL's); a ReduceScatter reduces into scratch and copies to its block,
+ * since MPI_IN_PLACE would put the result at block 0, not block me.
  *
  * MPI's collectives block inside MPI, where no deadline or abort check can
  * run: a watchdog thread does it for them, and ends the whole job
@@ -150,8 +153,13 @@ static int native_call(cf_mpi_world *w, cf_device *dev, const cf_coll_call *call
   case CF_OP_ALLGATHER: {
     const cf_coll_seg *s = call->segs;
     size_t bytes = (size_t)d->count * (size_t)es;
-    if (call->n_segs == 1 && s->in_off == 0 && s->out_off == 0 && s->count == d->count)
+    if (call->n_segs == 1 && s->in_off == 0 && s->out_off == 0 && s->count == d->count) {
+      /* in place, my input is my block of the output: MPI's own in-place form */
+      if (d->in_place && call->in == at(call->out, (int64_t)me * d->count, es))
+        return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, call->out, (int)bytes, MPI_BYTE,
+                             comm);
       return MPI_Allgather(call->in, (int)bytes, MPI_BYTE, call->out, (int)bytes, MPI_BYTE, comm);
+    }
     /* a fused bucket: gather whole input buckets, then place the members */
     int rc = MPI_Allgather(call->in, (int)bytes, MPI_BYTE, call->scratch, (int)bytes, MPI_BYTE, comm);
     for (int p = 0; p < n && rc == MPI_SUCCESS; p++)
@@ -164,9 +172,14 @@ static int native_call(cf_mpi_world *w, cf_device *dev, const cf_coll_call *call
   case CF_OP_REDUCESCATTER: {
     const cf_coll_seg *s = call->segs;
     if (call->n_segs == 1 && !wide) {
-      int rc = MPI_Reduce_scatter_block(at(call->in, s->in_off, es), at(call->out, s->out_off, es),
-                                        (int)s->count, t, op, comm);
-      if (rc == MPI_SUCCESS && d->red == CF_RED_MEAN) scale_mean(dev, call, at(call->out, s->out_off, es), s->count);
+      /* in place, out is my block of in, which MPI may not write while it
+       * reads (MPI_IN_PLACE would put the result at block 0): into scratch */
+      void *to = at(call->out, s->out_off, es), *recv = d->in_place ? call->scratch : to;
+      int rc =
+          MPI_Reduce_scatter_block(at(call->in, s->in_off, es), recv, (int)s->count, t, op, comm);
+      if (rc == MPI_SUCCESS && recv != to)
+        dev->ops->copy(dev, to, recv, (size_t)s->count * (size_t)es);
+      if (rc == MPI_SUCCESS && d->red == CF_RED_MEAN) scale_mean(dev, call, to, s->count);
       return rc;
     }
     /* pack every member's block p together (widened for integer mean),
