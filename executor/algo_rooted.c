@@ -7,12 +7,14 @@
  * bucket once per peer and the receiver scatters the members to their
  * outputs; a fused ReduceScatter reduces block `me` of every member.
  *
- * In place (desc.in_place, the memory plan's choice for a plain op, NCCL's
- * layouts): an AllGather's input is block me of its output, a
- * ReduceScatter's output block me of its input. Peers read only their own
- * blocks of my buffer (AllGather: my block; ReduceScatter: theirs), so:
+ * In place (desc.in_place, the memory plan's choice, NCCL's layouts
+ * member by member): each member's input is block me of its output
+ * (AllGather), each member's output block me of its input (ReduceScatter);
+ * call->in (AllGather) or call->out (ReduceScatter) is then not read.
+ * Peers read only their own blocks of my buffer (AllGather: my blocks;
+ * ReduceScatter: theirs), so:
  *   AllGather      writes every block but mine and leaves mine alone (it is
- *                  already there);
+ *                  already there), my blocks going out from the output;
  *   ReduceScatter  reduces block me, which no peer reads, but a reduction
  *                  kernel may not write what it reads (noalias): it reduces
  *                  a piece at a time into scratch after the staging and
@@ -42,8 +44,9 @@ size_t cf_rsag_in_place_scratch(const cf_coll_desc *d, int n, int a) {
   return (block < RS_PIECE ? block : RS_PIECE) + 64;
 }
 
-/* The rank's block of each member, reduced a piece at a time into the end
- * of the scratch and copied to out (in place, out is my block of in). */
+/* The rank's block of a member, reduced a piece at a time into the end of
+ * the scratch and copied into place (in place, the member's output is my
+ * block of its input). */
 static void reduce_pieces(cf_device *dev, const cf_coll_call *call, const cf_coll_seg *s,
                           const void **src, const void **piece) {
   const cf_coll_desc *d = &call->desc;
@@ -56,7 +59,8 @@ static void reduce_pieces(cf_device *dev, const cf_coll_call *call, const cf_col
     for (int i = 0; i < n; i++)
       piece[i] = at(src[i], o, es);
     cf_coll_reduce(dev, call, tmp, piece, n, len, true);
-    dev->ops->copy(dev, at(call->out, s->out_off + o, es), tmp, (size_t)(len * es));
+    dev->ops->copy(dev, at(call->in, s->in_off + call->me * s->count + o, es), tmp,
+                   (size_t)(len * es));
   }
 }
 
@@ -131,17 +135,60 @@ static void scatter_members(cf_device *dev, const cf_coll_call *call, const void
                             int es) {
   for (int j = 0; j < call->n_segs; j++) {
     const cf_coll_seg *s = &call->segs[j];
-    char *dst = at(call->out, s->out_off + rank * s->count, es);
-    const char *src = at(from, s->in_off, es);
-    if (dst != src) /* in place, my own block is already there */
-      dev->ops->copy(dev, dst, src, (size_t)(s->count * es));
+    dev->ops->copy(dev, at(call->out, s->out_off + rank * s->count, es), at(from, s->in_off, es),
+                   (size_t)(s->count * es));
   }
+}
+
+/* In place: member j's input is my block of member j's output, which is
+ * all a peer reads of my output while I write the others. Zero copy: one
+ * message of my whole output per peer; staged: one per member, received
+ * straight into its block. */
+static cf_status all_gather_in_place(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  const cf_coll_desc *d = &call->desc;
+  int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
+  bool zc = c->ops->zero_copy;
+  size_t end = 0; /* bytes of the output the members span */
+  for (int j = 0; j < call->n_segs; j++) {
+    size_t e = (size_t)((call->segs[j].out_off + n * call->segs[j].count) * es);
+    if (e > end) end = e;
+  }
+  cf_status st = CF_OK;
+  for (int i = 0; i < n && !st; i++)
+    for (int j = 0; j < (zc ? 1 : call->n_segs) && i != me && !st; j++) {
+      const cf_coll_seg *s = &call->segs[j];
+      st = zc ? c->ops->send(c, call->ranks[i], call->out, end, d)
+              : c->ops->send(c, call->ranks[i], at(call->out, s->out_off + me * s->count, es),
+                             (size_t)(s->count * es), d);
+    }
+  for (int i = 0; i < n && !st; i++) {
+    if (i == me) continue;
+    const void *p = NULL;
+    if (zc && !(st = c->ops->recv(c, call->ranks[i], NULL, end, d, &p))) {
+      for (int j = 0; j < call->n_segs; j++) {
+        const cf_coll_seg *s = &call->segs[j];
+        int64_t o = s->out_off + i * s->count;
+        dev->ops->copy(dev, at(call->out, o, es), at(p, o, es), (size_t)(s->count * es));
+      }
+      st = c->ops->release(c, call->ranks[i]);
+    }
+    for (int j = 0; j < call->n_segs && !zc && !st; j++) {
+      const cf_coll_seg *s = &call->segs[j];
+      char *dst = at(call->out, s->out_off + i * s->count, es);
+      st = c->ops->recv(c, call->ranks[i], dst, (size_t)(s->count * es), d, &p);
+      if (!st && p != dst) dev->ops->copy(dev, dst, p, (size_t)(s->count * es));
+      if (!st) st = c->ops->release(c, call->ranks[i]);
+    }
+  }
+  if (!st) st = c->ops->send_wait(c);
+  return st;
 }
 
 cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   const cf_coll_desc *d = &call->desc;
   int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
   size_t bytes = (size_t)d->count * (size_t)es;
+  if (d->in_place) return all_gather_in_place(c, dev, call);
   cf_status st = CF_OK;
   for (int i = 0; i < n && !st; i++)
     if (i != me) st = c->ops->send(c, call->ranks[i], call->in, bytes, d);

@@ -28,11 +28,12 @@
  * is one for every rank, so that value is a per-rank view: one block, and
  * the value lies rank_stride bytes further per position in the group
  * (cf_plan_value_shift; exec.c binds each rank's pointer), which every
- * rank of a group covering the world has. A fused AllGather/ReduceScatter
- * bucket stays out of place: its members' rank blocks are scattered over
- * the other bucket (member j's block at its own offset plus rank times its
- * size), so its input bucket, one message per peer in the combiner's
- * layout, would become one view per member per rank. Going in place moves
+ * rank of a group covering the world has. A fused bucket does the same
+ * member by member: member j's input (AllGather) lies at its output
+ * offset plus the rank's position times its size, and has no input bucket
+ * (so every member must be produced there: none copied in, none twice);
+ * member j's output (ReduceScatter) at its input offset plus the rank's
+ * position times its size. Going in place moves
  * a block's life, not just its size: an AllGather's output is then live
  * from its input's producer, a ReduceScatter's input as long as its
  * output. So the plan is built with each kind in place and without
@@ -443,11 +444,11 @@ static bool in_place_ok(const builder *b, const cf_node *n, int t, bool own_bloc
   return true;
 }
 
-/* In place, NCCL's way (the head comment): a plain AllGather or
- * ReduceScatter at topological position t whose input is in no block yet
- * may share one block between input and output when the input has no
- * reader after it and is neither a Constant nor read by an Output, and its
- * group gives every rank a position (so every rank has a block). Returns
+/* In place, NCCL's way (the head comment): an AllGather or ReduceScatter
+ * (plain or a bucket) at topological position t whose block is its own may
+ * share one block between input and output when no operand that would
+ * live there has a reader after it or is a Constant or read by an Output,
+ * and its group gives every rank a position (so every rank has a block). Returns
  * the kind (RSAG_*), 0 when not allowed. An Input may be reduced in place
  * as for AllReduce; an AllGather never changes its input. Not on a device
  * backend, nor under the C API (lent_inputs), which reports one place per
@@ -456,12 +457,19 @@ static unsigned rsag_in_place_ok(const builder *b, const cf_node *n, const cf_pc
                                  bool own_block) {
   const cf_plan *p = b->p;
   cf_op op = cf_op_coll(n->op);
-  if ((op != CF_OP_ALLGATHER && op != CF_OP_REDUCESCATTER) || !own_block || n->n_in != 1 ||
-      p->opt.out_of_place || p->opt.lent_inputs || p->opt.device != CF_DEVICE_CPU ||
-      c->n * c->n_parts != p->ranks)
+  if ((op != CF_OP_ALLGATHER && op != CF_OP_REDUCESCATTER) || !own_block ||
+      (n->n_in > 1 && p->opt.external_buckets) || p->opt.out_of_place || p->opt.lent_inputs ||
+      p->opt.device != CF_DEVICE_CPU || c->n * c->n_parts != p->ranks)
     return 0;
-  int v = val_index(p, n->in[0]);
-  if (b->kept[v] || b->last_read[v] > t) return 0;
+  for (int j = 0; j < n->n_in; j++) {
+    int v = val_index(p, n->in[j]);
+    /* a member that lives elsewhere is copied into a ReduceScatter's
+     * bucket; an AllGather's has no input bucket to copy it to */
+    if (b->val_block[v] >= 0 && op == CF_OP_REDUCESCATTER) continue;
+    if (b->val_block[v] >= 0 || b->kept[v] || b->last_read[v] > t) return 0;
+    for (int k = 0; k < j && op == CF_OP_ALLGATHER; k++)
+      if (val_index(p, n->in[k]) == v) return 0; /* one value, two blocks */
+  }
   return op == CF_OP_ALLGATHER ? RSAG_AG : RSAG_RS;
 }
 
@@ -685,12 +693,15 @@ static cf_status build(builder *b) {
         c->bucket_bytes[0] = in_bytes;
         c->bucket_bytes[1] = out_bytes;
       }
+      if (rsag == RSAG_AG) /* each member is produced into its block of the output */
+        for (int j = 0; j < n->n_in; j++)
+          off[j] = oo[j];
       for (int j = 0; j < n->n_in && !st; j++) {
         int v = val_index(p, n->in[j]);
         if (b->val_block[v] < 0) { /* the producer writes straight into the bucket */
           b->val_block[v] = bi;
           b->val_off[v] = off[j];
-          p->vals[v].bucket = bucket ? 2 * nc : -1;
+          p->vals[v].bucket = bucket ? 2 * nc + (rsag == RSAG_AG) : -1;
           p->vals[v].boff = off[j];
           if (rsag == RSAG_AG) /* the rank's block of the output */
             p->vals[v].rank_stride = p->vals[v].bytes, p->vals[v].stride_coll = nc;
@@ -698,10 +709,11 @@ static cf_status build(builder *b) {
       }
       for (int j = 0; j < n->n_out && !st; j++) {
         int v = p->val_base[g->topo[t]] + j;
+        int64_t at = rsag == RSAG_RS ? off[j] : oo[j];
         b->val_block[v] = bo;
-        b->val_off[v] = oo[j];
-        p->vals[v].bucket = bucket ? 2 * nc + 1 : -1;
-        p->vals[v].boff = oo[j];
+        b->val_off[v] = at;
+        p->vals[v].bucket = bucket ? 2 * nc + (rsag != RSAG_RS) : -1;
+        p->vals[v].boff = at;
         if (rsag == RSAG_RS) /* the rank's block of the input */
           p->vals[v].rank_stride = p->vals[v].bytes, p->vals[v].stride_coll = nc;
       }

@@ -335,13 +335,14 @@ static void run_coll(const cspec *s) {
   prepare(&d, n);
   size_t scratch = cf_coll_scratch_bytes(&d, n, a, true);
 
-  /* in place: the buffer that holds both, and where this rank's result is */
+  /* in place, AllGather: each member's input is put in its block of the
+   * output (in stays unused); ReduceScatter: each member's result is in
+   * the rank's block of its input (out stays unused) */
   bool ag_ip = s->in_place && s->op == CF_OP_ALLGATHER,
        rs_ip = s->in_place && s->op == CF_OP_REDUCESCATTER;
-  assert_true(!(ag_ip || rs_ip) || nseg == 1);
   gbuf in[MAXR], out[MAXR], scr[MAXR];
   gbuf *res = s->in_place && !ag_ip ? in : out;
-  size_t res_off[MAXR] = {0}; /* in place: the rank's block (its input's or its result's) */
+  unsigned char *view[MAXR]; /* rs_ip: each rank's results in out's layout (padding FILL_BYTE) */
   void *orig[MAXR];
   cf_coll_call calls[MAXR];
   job jobs[MAXR];
@@ -355,19 +356,15 @@ static void run_coll(const cspec *s) {
     memcpy(orig[k], ip, ib);
     void *op = gb_alloc(&out[k], ob, s->mis, FILL_BYTE);
     gb_alloc(&scr[k], scratch, 0, 0);
-    if (ag_ip || rs_ip) res_off[k] = (size_t)k * (size_t)segs[0].count * (size_t)es;
-    if (ag_ip) { /* the input is put in its block of the output; in stays unused */
-      memcpy((char *)op + res_off[k], ip, ib);
-      ip = (char *)op + res_off[k];
-    }
+    for (int j = 0; j < nseg && ag_ip; j++)
+      memcpy((char *)op + (segs[j].out_off + k * segs[j].count) * es,
+             (char *)ip + segs[j].in_off * es, (size_t)(segs[j].count * es));
     calls[k] = (cf_coll_call){.desc = d,
                               .ranks = ranks,
                               .n = n,
                               .me = k,
                               .in = ip,
-                              .out = rs_ip                   ? (char *)ip + res_off[k]
-                                     : s->in_place && !ag_ip ? ip
-                                                             : op,
+                              .out = s->op == CF_OP_ALLREDUCE && s->in_place ? ip : op,
                               .segs = segs,
                               .n_segs = nseg,
                               .scratch = gb_ptr(&scr[k]),
@@ -389,12 +386,22 @@ static void run_coll(const cspec *s) {
     gb_check(&scr[k], "scratch", cfg);
     if ((!s->in_place || ag_ip) && memcmp(gb_ptr(&in[k]), orig[k], (size_t)in_n * (size_t)es) != 0)
       fail_msg("%s: rank %d's input changed", cfg, ranks[k]);
-    if (rs_ip) /* the blocks of the input that are not this rank's */
-      for (size_t b = 0; b < (size_t)in_n * (size_t)es; b++)
-        if ((b < res_off[k] || b >= res_off[k] + (size_t)out_n * (size_t)es) &&
-            ((unsigned char *)gb_ptr(&in[k]))[b] != ((unsigned char *)orig[k])[b])
-          fail_msg("%s: rank %d changed byte %zu of its input, outside its block", cfg, ranks[k],
-                   b);
+    if (rs_ip) { /* the results out of the rank's blocks, and nothing else changed */
+      const unsigned char *ib = gb_ptr(&in[k]);
+      unsigned char *rest = malloc((size_t)in_n * (size_t)es + 1);
+      memcpy(rest, orig[k], (size_t)in_n * (size_t)es);
+      view[k] = malloc((size_t)out_n * (size_t)es + 1);
+      memset(view[k], FILL_BYTE, (size_t)out_n * (size_t)es);
+      for (int j = 0; j < nseg; j++) {
+        size_t at = (size_t)((segs[j].in_off + k * segs[j].count) * es),
+               len = (size_t)(segs[j].count * es);
+        memcpy(view[k] + segs[j].out_off * es, ib + at, len);
+        memcpy(rest + at, ib + at, len); /* so all the rest must match */
+      }
+      if (memcmp(ib, rest, (size_t)in_n * (size_t)es) != 0)
+        fail_msg("%s: rank %d changed its input outside its blocks", cfg, ranks[k]);
+      free(rest);
+    }
     if (s->in_place && !ag_ip) /* the output buffer was never touched */
       for (size_t b = 0; b < (size_t)out_n * (size_t)es; b++)
         if (((unsigned char *)gb_ptr(&out[k]))[b] != FILL_BYTE)
@@ -403,7 +410,7 @@ static void run_coll(const cspec *s) {
   for (int k = 0; k < n; k++)
     src[k] = orig[k];
   for (int me = 0; me < n; me++) {
-    const unsigned char *o = (const unsigned char *)gb_ptr(&res[me]) + (rs_ip ? res_off[me] : 0);
+    const unsigned char *o = rs_ip ? view[me] : gb_ptr(&res[me]);
     int rank = ranks[me];
     switch (s->op) {
     case CF_OP_ALLREDUCE:
@@ -452,8 +459,9 @@ static void run_coll(const cspec *s) {
     if (s->keep) {
       size_t ob = (size_t)out_n * (size_t)es;
       s->keep[k] = malloc(ob + 1);
-      memcpy(s->keep[k], (char *)gb_ptr(&res[k]) + (rs_ip ? res_off[k] : 0), ob);
+      memcpy(s->keep[k], rs_ip ? view[k] : gb_ptr(&res[k]), ob);
     }
+    if (rs_ip) free(view[k]);
     gb_free(&in[k]);
     gb_free(&out[k]);
     gb_free(&scr[k]);
@@ -712,6 +720,33 @@ static void test_select_measured(void **state) {
   assert_int_equal(cf_coll_select(&d, 4, false, forced), CF_ALGO_RSAG);
 }
 
+/* Run s out of place and in place (a: the algorithm index for the
+ * message): the results must be bitwise the same. */
+static void same_in_place(cspec s, int a) {
+  void *res[2][MAXR];
+  int nseg = s.n_segs ? s.n_segs : 1;
+  int64_t one = s.count, out = 0;
+  const int64_t *sc = s.n_segs ? s.seg_count : &one;
+  for (int j = 0; j < nseg; j++)
+    out += sc[j] * (s.op == CF_OP_ALLGATHER ? s.n : 1) + (j + 1 < nseg ? s.pad : 0);
+  for (int v = 0; v < 2; v++) {
+    s.keep = res[v];
+    s.in_place = v;
+    run_coll(&s);
+  }
+  size_t bytes = (size_t)out * (size_t)cf_dtype_size(s.dt);
+  for (int k = 0; k < s.n; k++) {
+    if (memcmp(res[0][k], res[1][k], bytes) != 0)
+      fail_msg("%s %s %s n=%d count=%lld segs=%d algo %d%s: in place differs bitwise from out of "
+               "place on rank %d",
+               cf_op_table[s.op].name, cf_dtype_name(s.dt),
+               s.red >= 0 ? cf_reduction_name((cf_reduction)s.red) : "-", s.n, (long long)sc[0],
+               nseg, a, s.det ? " det" : "", k);
+    free(res[0][k]);
+    free(res[1][k]);
+  }
+}
+
 /* Every algorithm (auto, then each row forced), dtype, group of 1 to 8
  * ranks, count of counts[] and mode: op's call in place is bitwise the
  * same call out of place, writes nothing past its buffers (guard bytes,
@@ -736,35 +771,18 @@ static void in_place_sweep(cf_op op, const int64_t *counts, int n_counts) {
             int red = op == CF_OP_ALLGATHER   ? -1
                       : op == CF_OP_ALLREDUCE ? ((t + r + c) % 2 ? CF_RED_MEAN : CF_RED_SUM)
                                               : (t + r + c) % CF_RED_COUNT;
-            void *res[2][MAXR];
-            for (int v = 0; v < 2; v++) {
-              cspec s = {.op = op,
-                         .algo = a < 0 ? REQ_AUTO : cf_algo_forced(all_algos[a]),
-                         .dt = all_dts[t],
-                         .red = red,
-                         .n = n,
-                         .count = count,
-                         .n_segs = op == CF_OP_ALLREDUCE ? 0 : 1,
-                         .seg_count = &count,
-                         .det = det,
-                         .seed = (uint64_t)count + 11,
-                         .mis = (size_t)(c & 1) * (size_t)cf_dtype_size(all_dts[t]),
-                         .keep = res[v],
-                         .in_place = v};
-              run_coll(&s);
-            }
-            size_t bytes = (size_t)count * (size_t)cf_dtype_size(all_dts[t]) *
-                           (op == CF_OP_ALLGATHER ? (size_t)n : 1);
-            for (int k = 0; k < n; k++) {
-              if (memcmp(res[0][k], res[1][k], bytes) != 0)
-                fail_msg("%s %s %s n=%d count=%lld algo %d%s: in place differs bitwise from out "
-                         "of place on rank %d",
-                         cf_op_table[op].name, cf_dtype_name(all_dts[t]),
-                         red >= 0 ? cf_reduction_name((cf_reduction)red) : "-", n, (long long)count,
-                         a, det ? " det" : "", k);
-              free(res[0][k]);
-              free(res[1][k]);
-            }
+            cspec s = {.op = op,
+                       .algo = a < 0 ? REQ_AUTO : cf_algo_forced(all_algos[a]),
+                       .dt = all_dts[t],
+                       .red = red,
+                       .n = n,
+                       .count = count,
+                       .n_segs = op == CF_OP_ALLREDUCE ? 0 : 1,
+                       .seg_count = &count,
+                       .det = det,
+                       .seed = (uint64_t)count + 11,
+                       .mis = (size_t)(c & 1) * (size_t)cf_dtype_size(all_dts[t])};
+            same_in_place(s, a);
           }
 }
 
@@ -776,16 +794,37 @@ static void test_allreduce_in_place(void **state) {
   in_place_sweep(CF_OP_ALLREDUCE, counts, 7);
 }
 
-/* ReduceScatter and AllGather in place (NCCL's layouts: the AllGather's
- * input is block me of its output, the ReduceScatter's output block me of
- * its input), every reduction, blocks of 0 to 300000 elements (several of
- * the in-place ReduceScatter's 64 KiB pieces), odd and unaligned
- * (mpi-native: tests/e2e/mpi.sh). */
+/* ReduceScatter and AllGather in place (NCCL's layouts, member by member:
+ * the AllGather's input is block me of its output, the ReduceScatter's
+ * output block me of its input), every reduction, blocks of 0 to 300000
+ * elements (several of the in-place ReduceScatter's 64 KiB pieces), odd
+ * and unaligned, plain and fused (mpi-native: tests/e2e/mpi.sh). */
 static void test_rsag_in_place(void **state) {
   (void)state;
   static const int64_t counts[] = {0, 1, 7, 65, 1000, 100003, 300000};
   in_place_sweep(CF_OP_REDUCESCATTER, counts, 7);
   in_place_sweep(CF_OP_ALLGATHER, counts, 7);
+  /* fused buckets: five members (one empty, one past a piece), packed and
+   * with odd padding between them */
+  static const int64_t fused[] = {7, 1, 20000, 0, 100};
+  static const int ranks[] = {1, 2, 3, 4, 8};
+  for (int o = 0; o < 2; o++)
+    for (int t = 0; t < N_DTS; t++)
+      for (int r = 0; r < 5; r++)
+        for (int pad = 0; pad < 6; pad += 5) {
+          cf_op op = o ? CF_OP_ALLGATHER : CF_OP_REDUCESCATTER;
+          cspec s = {.op = op,
+                     .algo = REQ_AUTO,
+                     .dt = all_dts[t],
+                     .red = o ? -1 : (t + r) % CF_RED_COUNT,
+                     .n = ranks[r],
+                     .n_segs = 5,
+                     .seg_count = fused,
+                     .pad = pad,
+                     .seed = 17,
+                     .mis = pad ? (size_t)cf_dtype_size(all_dts[t]) : 0};
+          same_in_place(s, -1);
+        }
 }
 
 /* ================= the other collectives ================= */
@@ -1529,15 +1568,26 @@ static void test_plan_in_place(void **state) {
         }
 }
 
+/* Two products all-gathered in one bucket (test_plan_rsag_in_place). */
+#define FUSED_AG                                                                                   \
+  "<graph name='p' version='1' world_size='4'>"                                                    \
+  " <node name='x' op='Input' dtype='bfloat16' shape='300,64'/>"                                   \
+  " <node name='p1' op='Mul'><input ref='x'/><input ref='x'/></node>"                              \
+  " <node name='p2' op='Add'><input ref='x'/><input ref='x'/></node>"                              \
+  " <node name='ag1' op='AllGather' layout='concat' fusion='2' fusion_id='1'><input "              \
+  "ref='p1'/></node>"                                                                              \
+  " <node name='ag2' op='AllGather' layout='concat' fusion='2' fusion_id='1'><input "              \
+  "ref='p2'/></node>"
+
 /* ReduceScatter/AllGather in place (plan.c): which of them go in place, on
- * small graphs of 4 ranks at -O0; each runs bitwise like its out-of-place
+ * small graphs of 4 ranks, plain and fused; each runs bitwise like its out-of-place
  * plan (three iterations after a warmup return the first's outputs), with
  * a peak no higher. */
 static void test_plan_rsag_in_place(void **state) {
   (void)state;
   static const struct {
     const char *what, *xml;
-    const char *coll; /* the collective asked about */
+    const char *coll; /* the collective asked about (a prefix: a bucket's name is the combiner's) */
     bool in_place;
   } cases[] = {
       {"an AllGather of a product nothing else reads: in place",
@@ -1585,6 +1635,27 @@ static void test_plan_rsag_in_place(void **state) {
        " <node name='y' op='Output'><input ref='rs'/></node>"
        " <node name='z' op='Output'><input ref='g'/></node></graph>",
        "rs", false},
+      {"a fused ReduceScatter of two Inputs: in place, each member's output its block of its input",
+       "<graph name='p' version='1' world_size='4'>"
+       " <node name='g1' op='Input' dtype='float32' shape='1000,256'/>"
+       " <node name='g2' op='Input' dtype='float32' shape='36,3'/>"
+       " <node name='rs1' op='ReduceScatter' reduction='sum' fusion='2' fusion_id='1'><input "
+       "ref='g1'/></node>"
+       " <node name='rs2' op='ReduceScatter' reduction='sum' fusion='2' fusion_id='1'><input "
+       "ref='g2'/></node>"
+       " <node name='y1' op='Output'><input ref='rs1'/></node>"
+       " <node name='y2' op='Output'><input ref='rs2'/></node></graph>",
+       "reducescatter", true},
+      {"a fused AllGather of two products: in place, each member's input its block of its output",
+       FUSED_AG " <node name='y1' op='Output'><input ref='ag1'/></node>"
+                " <node name='y2' op='Output'><input ref='ag2'/></node></graph>",
+       "allgather", true},
+      {"a fused AllGather with one member read after it: out of place",
+       FUSED_AG " <node name='q' op='Add'><input ref='ag2'/><input ref='ag1'/></node>"
+                " <node name='r' op='Mul'><input ref='p2'/><input ref='x'/></node>"
+                " <node name='y1' op='Output'><input ref='q'/></node>"
+                " <node name='y2' op='Output'><input ref='r'/></node></graph>",
+       "allgather", false},
       {"a ReduceScatter whose input is read after it: out of place",
        "<graph name='p' version='1' world_size='4'>"
        " <node name='a' op='Input' dtype='float32' shape='4000'/>"
@@ -1614,7 +1685,7 @@ static void test_plan_rsag_in_place(void **state) {
        "rs", false},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    cf_graph *g = compile_graph(cases[k].xml, cf_pipeline_O0, NULL);
+    cf_graph *g = compile_graph(cases[k].xml, cf_pipeline_default, NULL);
     cf_run_result res[2];
     int64_t peak[2];
     for (int v = 0; v < 2; v++) {
@@ -1623,11 +1694,19 @@ static void test_plan_rsag_in_place(void **state) {
       cf_plan *pl = NULL;
       if (cf_plan_build(ctx, g, &opt, &pl) != CF_OK) fail_msg("plan: %s", cf_context_errmsg(ctx));
       peak[v] = cf_plan_peak_bytes(pl);
-      for (int c = 0; c < pl->n_colls && !v; c++)
-        if (!strcmp(g->nodes[pl->colls[c].node].name, cases[k].coll) &&
-            pl->colls[c].desc.in_place != cases[k].in_place)
+      int asked = 0;
+      for (int c = 0; c < pl->n_colls; c++) {
+        const cf_node *n = &g->nodes[pl->colls[c].node];
+        if (v || strncmp(n->name, cases[k].coll, strlen(cases[k].coll)) != 0) continue;
+        asked++;
+        if (pl->colls[c].desc.in_place != cases[k].in_place)
           fail_msg("%s: the plan has it %s", cases[k].what,
                    pl->colls[c].desc.in_place ? "in place" : "out of place");
+        if (!strcmp(cases[k].coll, "allgather") || !strcmp(cases[k].coll, "reducescatter"))
+          assert_true(n->n_in > 1); /* the bucket */
+      }
+      if (!v && asked != 1)
+        fail_msg("%s: %d collectives named %s*", cases[k].what, asked, cases[k].coll);
       if (cf_exec_run(ctx, pl, NULL, &res[v]) != CF_OK) fail_msg("run: %s", cf_context_errmsg(ctx));
       cf_plan_destroy(pl);
     }

@@ -10,9 +10,10 @@
 #  - --iters: a run of 3 iterations after a warmup (the later ones reduce
 #    the results before them) saves and verifies the first iteration's
 #    outputs, bitwise those of a single iteration, for every algorithm;
-#  - a plain ReduceScatter of an Input and an AllGather of a product, each
-#    in place (NCCL's layouts), in run -v and --json, with the same --iters
-#    rule (tests/e2e/mpi.sh runs the same graph over MPI).
+#  - a plain ReduceScatter of an Input and an AllGather of a product, and
+#    the same as fused buckets, each in place (NCCL's layouts), in run -v
+#    and --json, with the same --iters rule, bitwise -O0 --deterministic
+#    (tests/e2e/mpi.sh runs the same graphs over MPI).
 set -u
 
 if [ $# -ne 2 ]; then
@@ -84,14 +85,23 @@ assert d["in_place_collectives"] == d["collectives_executed"] == 2, d
 assert d["peak_bytes"] <= d["live_bytes"] - (256 << 10) - (128 << 10) + (64 << 10) + 64, d
 PY
 fi
-run run "$rg" --save-outputs "$work/rsag_one" && expect_rc 0 "rsag_in_place.xml, one iteration"
-run run "$rg" --iters 3 --warmup 1 --verify --save-outputs "$work/rsag_three"
-if expect_rc 0 "rsag_in_place.xml --iters 3 --warmup 1 --verify"; then
-  has "$OUT" "verified" "rsag_in_place.xml --verify"
-  diff -r "$work/rsag_one" "$work/rsag_three" >/dev/null ||
-    fail "rsag_in_place.xml: --iters 3 saved other outputs than one iteration (not the first iteration's)"
+rf="$src/tests/run/rsag_fused_in_place.xml"
+if run run "$rf" -v && expect_rc 0 "rsag_fused_in_place.xml -v"; then
+  has "$ERR" "2 collectives (2 in place)" "rsag_fused_in_place.xml -v: both buckets in place"
+  has "$ERR" "AllGather 'allgather_bucket_0' 256.0 KiB bfloat16 over 4 ranks: direct in place" \
+    "rsag_fused_in_place.xml -v: AllGather bucket line"
 fi
-run run "$rg" --deterministic -O0 --save-outputs "$work/rsag_det" && expect_rc 0 "rsag_in_place.xml --deterministic"
-diff -r "$work/rsag_one" "$work/rsag_det" >/dev/null || fail "rsag_in_place.xml: --deterministic differs"
+for f in "$rg" "$rf"; do
+  b=$(basename "$f" .xml)
+  run run "$f" --save-outputs "$work/${b}_one" && expect_rc 0 "$b, one iteration"
+  run run "$f" --iters 3 --warmup 1 --verify --save-outputs "$work/${b}_three"
+  if expect_rc 0 "$b --iters 3 --warmup 1 --verify"; then
+    has "$OUT" "verified" "$b --verify"
+    diff -r "$work/${b}_one" "$work/${b}_three" >/dev/null ||
+      fail "$b: --iters 3 saved other outputs than one iteration (not the first iteration's)"
+  fi
+  run run "$f" --deterministic -O0 --save-outputs "$work/${b}_det" && expect_rc 0 "$b --deterministic -O0"
+  diff -r "$work/${b}_one" "$work/${b}_det" >/dev/null || fail "$b: --deterministic -O0 differs"
+done
 
 finish in_place.sh

@@ -197,21 +197,22 @@ for n in 2 4; do
   done
 done
 
-# ---- ReduceScatter and AllGather in place (NCCL's layouts, e2e/in_place's
-# graph, exact int32 sums): over MPI's staging and MPI's own
-# collectives (MPI_IN_PLACE), bitwise the threads backend's, and three
-# iterations after a warmup save the first iteration's outputs
-rg="$src/tests/run/rsag_in_place.xml"
-cf run "$rg" --ranks 4 -v --save-outputs "$work/rsag_t"
-if expect_rc 0 "rsag_in_place.xml on threads"; then
-  grep -q "(2 in place)" "$ERR" || fail "rsag_in_place.xml: not both in place on threads"
-fi
-for algo in direct mpi-native; do
-  what="rsag_in_place.xml, 4 processes, --algo $algo in place"
-  mpi $SHM -np 4 "$cf" run "$rg" --backend mpi --algo "$algo" --iters 3 --warmup 1 --verify \
-    --save-outputs "$work/rsag_$algo"
-  expect_rc 0 "$what, --iters 3 --warmup 1 --verify" &&
-    { diff -r "$work/rsag_t" "$work/rsag_$algo" >/dev/null || fail "$what: outputs differ from threads"; }
+# ---- ReduceScatter and AllGather in place, plain and fused (NCCL's
+# layouts, e2e/in_place's graphs, exact int32 sums): over MPI's staging
+# and MPI's own collectives (MPI_IN_PLACE), bitwise the threads backend's,
+# and three iterations after a warmup save the first iteration's outputs
+for b in rsag_in_place rsag_fused_in_place; do
+  cf run "$src/tests/run/$b.xml" --ranks 4 -v --save-outputs "$work/${b}_t"
+  if expect_rc 0 "$b.xml on threads"; then
+    grep -q "(2 in place)" "$ERR" || fail "$b.xml: not both in place on threads"
+  fi
+  for algo in direct mpi-native; do
+    what="$b.xml, 4 processes, --algo $algo in place"
+    mpi $SHM -np 4 "$cf" run "$src/tests/run/$b.xml" --backend mpi --algo "$algo" --iters 3 --warmup 1 \
+      --verify --save-outputs "$work/${b}_$algo"
+    expect_rc 0 "$what, --iters 3 --warmup 1 --verify" &&
+      { diff -r "$work/${b}_t" "$work/${b}_$algo" >/dev/null || fail "$what: outputs differ from threads"; }
+  done
 done
 
 # ---- the examples at their sizes (shared memory), bitwise against threads
