@@ -364,5 +364,6 @@ int cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo_req
 }
 
 size_t cf_coll_scratch_bytes(const cf_coll_desc *d, int n, int a, bool zero_copy) {
-  return cf_algo_table[a].scratch_bytes(d, n, zero_copy) + cf_allreduce_in_place_scratch(d, n, a);
+  return cf_algo_table[a].scratch_bytes(d, n, zero_copy) + cf_allreduce_in_place_scratch(d, n, a) +
+         cf_rsag_in_place_scratch(d, n, a);
 }

@@ -174,6 +174,8 @@ size_t cf_allreduce_in_place_scratch(const cf_coll_desc *d, int n, int a);
 /* ---------------- algo_rooted.c: the other collectives (rank order, direct) ---------------- */
 
 cf_status cf_algo_reduce_scatter(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+/* Scratch row a needs beyond its own for an in-place ReduceScatter (desc.in_place). */
+size_t cf_rsag_in_place_scratch(const cf_coll_desc *d, int n, int a);
 cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_reduce(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_broadcast(cf_comm *c, cf_device *dev, const cf_coll_call *call);

@@ -189,7 +189,8 @@ static cf_status bind_values(rank_run *r) {
     assert(!p->colls[c].bucket_bytes[0] || (bucket_of(r, 2 * c) && bucket_of(r, 2 * c + 1)));
   for (int v = 0; v < p->n_vals; v++) {
     char *bk = bucket_of(r, p->vals[v].bucket);
-    r->vptr[v] = bk ? bk + p->vals[v].boff : r->arena + p->vals[v].addr;
+    r->vptr[v] = (bk ? bk + p->vals[v].boff : r->arena + p->vals[v].addr) +
+                 cf_plan_value_shift(p, v, r->rank);
   }
   for (int i = 0, j = 0; i < g->n_nodes; i++) {
     const cf_node *n = &g->nodes[i];

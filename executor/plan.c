@@ -17,6 +17,27 @@
  * dead after their last reader; a collective reads its input until its
  * WAIT). Inputs, constants and what Output nodes read stay for the whole
  * run, so iterations can repeat.
+ *
+ * In place: an AllReduce (plain or a bucket) writes its output over its
+ * input block when nothing reads the input afterwards (in_place_ok). A
+ * plain AllGather or ReduceScatter goes in place as NCCL defines it, its
+ * input being the rank's block of its output (AllGather: sendbuff ==
+ * recvbuff + rank * sendcount) or its output the rank's block of its input
+ * (ReduceScatter: recvbuff == sendbuff + rank * recvcount), when nothing
+ * reads the input after the collective starts (rsag_in_place_ok). The plan
+ * is one for every rank, so that value is a per-rank view: one block, and
+ * the value lies rank_stride bytes further per position in the group
+ * (cf_plan_value_shift; exec.c binds each rank's pointer), which every
+ * rank of a group covering the world has. A fused bucket does the same
+ * member by member: member j's input (AllGather) lies at its output
+ * offset plus the rank's position times its size, and has no input bucket
+ * (so every member must be produced there: none copied in, none twice);
+ * member j's output (ReduceScatter) at its input offset plus the rank's
+ * position times its size. Going in place moves
+ * a block's life, not just its size: an AllGather's output is then live
+ * from its input's producer, a ReduceScatter's input as long as its
+ * output. So the plan is built with each kind in place and without
+ * (cf_plan_build), and the smallest peak per rank wins (ties: in place).
  */
 #include "plan.h"
 
@@ -46,7 +67,11 @@ typedef struct builder {
   int *last_read; /* value -> topological position of its last reader (-1: none) */
   bool *kept;     /* value -> an Output reads it, or it is a Constant */
   int scratch;    /* the block every collective's scratch shares, -1 until one needs it */
+  unsigned rsag;  /* RSAG_*: the kinds this build puts in place where allowed */
+  unsigned seen;  /* RSAG_*: the kinds some collective could have gone in place */
 } builder;
+
+enum { RSAG_AG = 1, RSAG_RS = 2 }; /* AllGather, ReduceScatter in place */
 
 static cf_status oom(cf_plan *p) { return cf_error(p->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory"); }
 
@@ -419,6 +444,44 @@ static bool in_place_ok(const builder *b, const cf_node *n, int t, bool own_bloc
   return true;
 }
 
+/* In place, NCCL's way (the head comment): an AllGather or ReduceScatter
+ * (plain or a bucket) at topological position t whose block is its own may
+ * share one block between input and output when no operand that would
+ * live there has a reader after it or is a Constant or read by an Output,
+ * and its group gives every rank a position (so every rank has a block). Returns
+ * the kind (RSAG_*), 0 when not allowed. An Input may be reduced in place
+ * as for AllReduce; an AllGather never changes its input. Not on a device
+ * backend, nor under the C API (lent_inputs), which reports one place per
+ * value for every rank. */
+static unsigned rsag_in_place_ok(const builder *b, const cf_node *n, const cf_pcoll *c, int t,
+                                 bool own_block) {
+  const cf_plan *p = b->p;
+  cf_op op = cf_op_coll(n->op);
+  if ((op != CF_OP_ALLGATHER && op != CF_OP_REDUCESCATTER) || !own_block ||
+      (n->n_in > 1 && p->opt.external_buckets) || p->opt.out_of_place || p->opt.lent_inputs ||
+      p->opt.device != CF_DEVICE_CPU || c->n * c->n_parts != p->ranks)
+    return 0;
+  for (int j = 0; j < n->n_in; j++) {
+    int v = val_index(p, n->in[j]);
+    /* a member that lives elsewhere is copied into a ReduceScatter's
+     * bucket; an AllGather's has no input bucket to copy it to */
+    if (b->val_block[v] >= 0 && op == CF_OP_REDUCESCATTER) continue;
+    if (b->val_block[v] >= 0 || b->kept[v] || b->last_read[v] > t) return 0;
+    for (int k = 0; k < j && op == CF_OP_ALLGATHER; k++)
+      if (val_index(p, n->in[k]) == v) return 0; /* one value, two blocks */
+  }
+  return op == CF_OP_ALLGATHER ? RSAG_AG : RSAG_RS;
+}
+
+int64_t cf_plan_value_shift(const cf_plan *p, int v, int rank) {
+  const cf_pvalue *pv = &p->vals[v];
+  if (!pv->rank_stride) return 0;
+  const cf_pcoll *c = &p->colls[pv->stride_coll];
+  for (int i = 0; i < c->n * c->n_parts; i++)
+    if (c->ranks[i] == rank) return pv->rank_stride * (i % c->n);
+  return 0;
+}
+
 /* Values alone in their block (no other value, not a bucket's block) may
  * live in a caller's buffer instead (cf_plan_binds): every access to them
  * goes through the value, or through a collective whose in_val/out_val it
@@ -522,6 +585,7 @@ static cf_status tally(builder *b) {
     const cf_node *n = &g->nodes[p->colls[c].node];
     if (!p->colls[c].desc.in_place) continue;
     p->n_in_place++;
+    if (cf_op_coll(n->op) == CF_OP_ALLGATHER) continue; /* never changes its input */
     for (int j = 0; j < n->n_in; j++)
       if (g->nodes[n->in[j].node].op == CF_OP_INPUT &&
           b->val_block[val_index(p, n->in[j])] == b->coll_in[c])
@@ -607,15 +671,19 @@ static cf_status build(builder *b) {
       c->in_val = n->n_in == 1 ? v0 : -1;
       c->out_val = n->n_out == 1 ? p->val_base[g->topo[t]] : -1;
       bool own_block = !(n->n_in == 1 && b->val_block[v0] >= 0);
+      /* a bucket whose buffers the runs give stays out of place (two buffers) */
+      bool external = n->n_in > 1 && p->opt.external_buckets;
+      c->desc.in_place = !external && in_place_ok(b, n, t, own_block);
+      unsigned rsag = rsag_in_place_ok(b, n, c, t, own_block);
+      b->seen |= rsag;
+      rsag &= b->rsag;
+      if (rsag) c->desc.in_place = true;
       if (!own_block) { /* a plain op reads its operand in place */
         bi = b->val_block[v0];
         b->coll_in_off[nc] = b->val_off[v0];
       } else { /* a bucket whose buffers the runs give takes no room here */
-        bi = new_block(b, n->n_in > 1 && p->opt.external_buckets ? 0 : in_bytes);
+        bi = new_block(b, external ? 0 : rsag == RSAG_AG ? out_bytes : in_bytes);
       }
-      /* a bucket whose buffers the runs give stays out of place (two buffers) */
-      bool external = n->n_in > 1 && p->opt.external_buckets;
-      c->desc.in_place = !external && in_place_ok(b, n, t, own_block);
       bo = bi < 0 || c->desc.in_place ? bi : new_block(b, external ? 0 : out_bytes);
       if (bi < 0 || bo < 0) st = oom(p);
       b->coll_in[nc] = bi;
@@ -625,21 +693,29 @@ static cf_status build(builder *b) {
         c->bucket_bytes[0] = in_bytes;
         c->bucket_bytes[1] = out_bytes;
       }
+      if (rsag == RSAG_AG) /* each member is produced into its block of the output */
+        for (int j = 0; j < n->n_in; j++)
+          off[j] = oo[j];
       for (int j = 0; j < n->n_in && !st; j++) {
         int v = val_index(p, n->in[j]);
         if (b->val_block[v] < 0) { /* the producer writes straight into the bucket */
           b->val_block[v] = bi;
           b->val_off[v] = off[j];
-          p->vals[v].bucket = bucket ? 2 * nc : -1;
+          p->vals[v].bucket = bucket ? 2 * nc + (rsag == RSAG_AG) : -1;
           p->vals[v].boff = off[j];
+          if (rsag == RSAG_AG) /* the rank's block of the output */
+            p->vals[v].rank_stride = p->vals[v].bytes, p->vals[v].stride_coll = nc;
         }
       }
       for (int j = 0; j < n->n_out && !st; j++) {
         int v = p->val_base[g->topo[t]] + j;
+        int64_t at = rsag == RSAG_RS ? off[j] : oo[j];
         b->val_block[v] = bo;
-        b->val_off[v] = oo[j];
-        p->vals[v].bucket = bucket ? 2 * nc + 1 : -1;
-        p->vals[v].boff = oo[j];
+        b->val_off[v] = at;
+        p->vals[v].bucket = bucket ? 2 * nc + (rsag != RSAG_RS) : -1;
+        p->vals[v].boff = at;
+        if (rsag == RSAG_RS) /* the rank's block of the input */
+          p->vals[v].rank_stride = p->vals[v].bytes, p->vals[v].stride_coll = nc;
       }
       c->algo = cf_coll_select(&c->desc, c->n, p->opt.deterministic, p->opt.algo);
       c->scratch_bytes = cf_coll_scratch_bytes(&c->desc, c->n, c->algo, !p->opt.staged);
@@ -779,11 +855,13 @@ static cf_status prepare_kernels(cf_plan *p) {
   return CF_OK;
 }
 
-cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options *opt, cf_plan **out) {
+/* The plan of g for opt with the kinds in rsag (RSAG_*) in place where
+ * allowed; *seen: the kinds that could have been. No device yet. */
+static cf_status plan_make(cf_context *ctx, const cf_graph *g, const cf_run_options *opt,
+                           unsigned rsag, unsigned *seen, cf_plan **out) {
   *out = NULL;
-  if (!g->topo) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "plan: the graph is not verified");
   cf_plan *p = calloc(1, sizeof *p);
-  builder b = {.scratch = -1};
+  builder b = {.scratch = -1, .rsag = rsag};
   int p_colls = 0;
   if (!p) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   p->ctx = ctx;
@@ -812,10 +890,8 @@ cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options
   b.p = p;
   b.g = g;
   if ((st = build(&b))) goto fail;
-  st = opt->device == CF_DEVICE_CUDA ? cf_device_cuda_create(ctx, -1, &p->dev) : cf_device_cpu_create(ctx, &p->dev);
-  if (st) goto fail;
-  if ((st = prepare_kernels(p))) goto fail;
   *out = p;
+  *seen = b.seen;
   p_colls = p->n_colls;
   goto done;
 fail:
@@ -835,6 +911,40 @@ done:
   if (b.member_off)
     for (int c = 0; c < p_colls; c++) free(b.member_off[c]);
   free(b.member_off);
+  return st;
+}
+
+cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options *opt,
+                        cf_plan **out) {
+  *out = NULL;
+  if (!g->topo) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "plan: the graph is not verified");
+  unsigned seen = 0, unused;
+  cf_plan *p;
+  cf_status st = plan_make(ctx, g, opt, RSAG_AG | RSAG_RS, &seen, &p);
+  if (st) return st;
+  /* AllGather/ReduceScatter in place moves blocks' lives (the head
+   * comment): each smaller set of kinds in place, down to none, replaces
+   * the plan only with a smaller peak */
+  static const unsigned fewer[] = {RSAG_AG, RSAG_RS, 0};
+  for (int i = 0; i < 3 && seen; i++) {
+    if ((fewer[i] & seen) != fewer[i] || fewer[i] == seen) continue;
+    cf_plan *q;
+    if ((st = plan_make(ctx, g, opt, fewer[i], &unused, &q))) goto fail;
+    if (q->arena_bytes < p->arena_bytes) {
+      cf_plan_destroy(p);
+      p = q;
+    } else {
+      cf_plan_destroy(q);
+    }
+  }
+  st = opt->device == CF_DEVICE_CUDA ? cf_device_cuda_create(ctx, -1, &p->dev)
+                                     : cf_device_cpu_create(ctx, &p->dev);
+  if (st) goto fail;
+  if ((st = prepare_kernels(p))) goto fail;
+  *out = p;
+  return CF_OK;
+fail:
+  cf_plan_destroy(p);
   return st;
 }
 

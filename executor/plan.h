@@ -47,7 +47,7 @@ typedef struct cf_step {
 } cf_step;
 
 typedef struct cf_pvalue {
-  int64_t addr; /* byte offset in the rank's arena; -1 when not placed */
+  int64_t addr; /* byte offset in the rank's arena (plus cf_plan_value_shift); -1 when not placed */
   cf_dtype dtype;
   cf_shape shape;
   int64_t count, bytes;
@@ -55,6 +55,12 @@ typedef struct cf_pvalue {
   int bucket;   /* 2 * coll + io when it lies in that bucket's input (io 0) or output (io 1)
                  * buffer (a run may be given that buffer: cf_inputs.buckets), else -1 */
   int64_t boff; /* its byte offset there */
+  /* A view at the rank's block of a collective's buffer (an in-place
+   * AllGather's input, an in-place ReduceScatter's output): on the rank at
+   * position q of plan coll stride_coll's group it lies q * rank_stride
+   * bytes past addr. 0 for every other value. */
+  int64_t rank_stride;
+  int stride_coll;
 } cf_pvalue;
 
 typedef struct cf_pcoll {
@@ -110,6 +116,10 @@ struct cf_plan {
   cf_device *dev; /* the CPU device, kernels prepared */
   bool *binds;    /* node -> cf_plan_binds */
 };
+
+/* Bytes past vals[v].addr where value v lies on world rank `rank` (0
+ * unless it is a per-rank view, cf_pvalue.rank_stride). */
+int64_t cf_plan_value_shift(const cf_plan *p, int v, int rank);
 
 /* What a fused op needs of its rank (exec.c provides it). */
 typedef struct cf_rank_io {

@@ -291,7 +291,8 @@ typedef struct cspec {
   uint64_t seed;
   size_t mis;              /* misalign every buffer by this many bytes */
   void **keep;             /* receives a malloc'd copy of every rank's output, [me] */
-  bool in_place;           /* AllReduce: out is in (desc.in_place) */
+  bool in_place;           /* desc.in_place: AllReduce's out is in; a plain AllGather's in is
+                            * block me of out, a plain ReduceScatter's out block me of in */
 } cspec;
 
 static void describe(const cspec *s, char *cfg, size_t len, cf_algo a) {
@@ -334,7 +335,14 @@ static void run_coll(const cspec *s) {
   prepare(&d, n);
   size_t scratch = cf_coll_scratch_bytes(&d, n, a, true);
 
+  /* in place, AllGather: each member's input is put in its block of the
+   * output (in stays unused); ReduceScatter: each member's result is in
+   * the rank's block of its input (out stays unused) */
+  bool ag_ip = s->in_place && s->op == CF_OP_ALLGATHER,
+       rs_ip = s->in_place && s->op == CF_OP_REDUCESCATTER;
   gbuf in[MAXR], out[MAXR], scr[MAXR];
+  gbuf *res = s->in_place && !ag_ip ? in : out;
+  unsigned char *view[MAXR]; /* rs_ip: each rank's results in out's layout (padding FILL_BYTE) */
   void *orig[MAXR];
   cf_coll_call calls[MAXR];
   job jobs[MAXR];
@@ -346,11 +354,22 @@ static void run_coll(const cspec *s) {
     cf_fill_random(ip, s->dt, in_n, s->seed, ranks[k], "x");
     orig[k] = malloc(ib + 1);
     memcpy(orig[k], ip, ib);
-    gb_alloc(&out[k], ob, s->mis, FILL_BYTE);
+    void *op = gb_alloc(&out[k], ob, s->mis, FILL_BYTE);
     gb_alloc(&scr[k], scratch, 0, 0);
-    calls[k] = (cf_coll_call){.desc = d, .ranks = ranks, .n = n, .me = k, .in = ip,
-                              .out = s->in_place ? ip : gb_ptr(&out[k]), .segs = segs, .n_segs = nseg,
-                              .scratch = gb_ptr(&scr[k]), .scratch_bytes = scratch, .algo = a,
+    for (int j = 0; j < nseg && ag_ip; j++)
+      memcpy((char *)op + (segs[j].out_off + k * segs[j].count) * es,
+             (char *)ip + segs[j].in_off * es, (size_t)(segs[j].count * es));
+    calls[k] = (cf_coll_call){.desc = d,
+                              .ranks = ranks,
+                              .n = n,
+                              .me = k,
+                              .in = ip,
+                              .out = s->op == CF_OP_ALLREDUCE && s->in_place ? ip : op,
+                              .segs = segs,
+                              .n_segs = nseg,
+                              .scratch = gb_ptr(&scr[k]),
+                              .scratch_bytes = scratch,
+                              .algo = a,
                               .deterministic = s->det};
     jobs[k] = (job){.comm = rank_comm(&W, ranks[k]), .calls = &calls[k],
                     .n_calls = 1};
@@ -365,17 +384,33 @@ static void run_coll(const cspec *s) {
     gb_check(&in[k], "input", cfg);
     gb_check(&out[k], "output", cfg);
     gb_check(&scr[k], "scratch", cfg);
-    if (!s->in_place && memcmp(gb_ptr(&in[k]), orig[k], (size_t)in_n * (size_t)es) != 0)
+    if ((!s->in_place || ag_ip) && memcmp(gb_ptr(&in[k]), orig[k], (size_t)in_n * (size_t)es) != 0)
       fail_msg("%s: rank %d's input changed", cfg, ranks[k]);
-    if (s->in_place) /* the output buffer was never touched */
+    if (rs_ip) { /* the results out of the rank's blocks, and nothing else changed */
+      const unsigned char *ib = gb_ptr(&in[k]);
+      unsigned char *rest = malloc((size_t)in_n * (size_t)es + 1);
+      memcpy(rest, orig[k], (size_t)in_n * (size_t)es);
+      view[k] = malloc((size_t)out_n * (size_t)es + 1);
+      memset(view[k], FILL_BYTE, (size_t)out_n * (size_t)es);
+      for (int j = 0; j < nseg; j++) {
+        size_t at = (size_t)((segs[j].in_off + k * segs[j].count) * es),
+               len = (size_t)(segs[j].count * es);
+        memcpy(view[k] + segs[j].out_off * es, ib + at, len);
+        memcpy(rest + at, ib + at, len); /* so all the rest must match */
+      }
+      if (memcmp(ib, rest, (size_t)in_n * (size_t)es) != 0)
+        fail_msg("%s: rank %d changed its input outside its blocks", cfg, ranks[k]);
+      free(rest);
+    }
+    if (s->in_place && !ag_ip) /* the output buffer was never touched */
       for (size_t b = 0; b < (size_t)out_n * (size_t)es; b++)
         if (((unsigned char *)gb_ptr(&out[k]))[b] != FILL_BYTE)
           fail_msg("%s: rank %d wrote the unused output", cfg, ranks[k]);
   }
-  for (int k = 0; k < n; k++) src[k] = orig[k];
-  gbuf *res = s->in_place ? in : out;
+  for (int k = 0; k < n; k++)
+    src[k] = orig[k];
   for (int me = 0; me < n; me++) {
-    const unsigned char *o = gb_ptr(&res[me]);
+    const unsigned char *o = rs_ip ? view[me] : gb_ptr(&res[me]);
     int rank = ranks[me];
     switch (s->op) {
     case CF_OP_ALLREDUCE:
@@ -424,8 +459,9 @@ static void run_coll(const cspec *s) {
     if (s->keep) {
       size_t ob = (size_t)out_n * (size_t)es;
       s->keep[k] = malloc(ob + 1);
-      memcpy(s->keep[k], gb_ptr(&res[k]), ob);
+      memcpy(s->keep[k], rs_ip ? view[k] : gb_ptr(&res[k]), ob);
     }
+    if (rs_ip) free(view[k]);
     gb_free(&in[k]);
     gb_free(&out[k]);
     gb_free(&scr[k]);
@@ -725,52 +761,111 @@ static void test_select_measured(void **state) {
   assert_int_equal(cf_coll_select(&d, 4, false, forced), CF_ALGO_RSAG);
 }
 
-/* In place (out is in, as the plan gives a gradient bucket): every
- * algorithm, on 1 to 8 ranks, every dtype, small to segmented sizes, is
- * bitwise what the same call gives out of place, writes nothing past its
- * buffers (guard bytes, run_coll) and leaves the unused output alone. */
-static void test_allreduce_in_place(void **state) {
-  (void)state;
+/* Run s out of place and in place (a: the algorithm index for the
+ * message): the results must be bitwise the same. */
+static void same_in_place(cspec s, int a) {
+  void *res[2][MAXR];
+  int nseg = s.n_segs ? s.n_segs : 1;
+  int64_t one = s.count, out = 0;
+  const int64_t *sc = s.n_segs ? s.seg_count : &one;
+  for (int j = 0; j < nseg; j++)
+    out += sc[j] * (s.op == CF_OP_ALLGATHER ? s.n : 1) + (j + 1 < nseg ? s.pad : 0);
+  for (int v = 0; v < 2; v++) {
+    s.keep = res[v];
+    s.in_place = v;
+    run_coll(&s);
+  }
+  size_t bytes = (size_t)out * (size_t)cf_dtype_size(s.dt);
+  for (int k = 0; k < s.n; k++) {
+    if (memcmp(res[0][k], res[1][k], bytes) != 0)
+      fail_msg("%s %s %s n=%d count=%lld segs=%d algo %d%s: in place differs bitwise from out of "
+               "place on rank %d",
+               cf_op_table[s.op].name, cf_dtype_name(s.dt),
+               s.red >= 0 ? cf_reduction_name((cf_reduction)s.red) : "-", s.n, (long long)sc[0],
+               nseg, a, s.det ? " det" : "", k);
+    free(res[0][k]);
+    free(res[1][k]);
+  }
+}
+
+/* Every algorithm (auto, then each row forced), dtype, group of 1 to 8
+ * ranks, count of counts[] and mode: op's call in place is bitwise the
+ * same call out of place, writes nothing past its buffers (guard bytes,
+ * run_coll) and leaves the unused buffer (and the blocks of the input that
+ * are not its own) alone. AllReduce: counts are the elements; AllGather
+ * and ReduceScatter: one member, counts are a rank's block, and every row
+ * resolves to direct (the forced rows run the small sizes only). */
+static void in_place_sweep(cf_op op, const int64_t *counts, int n_counts) {
   static const int ranks[] = {1, 2, 3, 4, 5, 8};
-  static const int64_t counts[] = {0, 1, 7, 65, 1000, 100003, (int64_t)3 << 20};
   for (int a = -1; a < N_ALGOS; a++)
     for (int t = 0; t < N_DTS; t++)
       for (int r = 0; r < 6; r++)
-        for (int c = 0; c < 7; c++)
+        for (int c = 0; c < n_counts; c++)
           for (int det = 0; det < 2; det++) {
             int n = ranks[r];
             int64_t count = counts[c];
-            if (count > 1000 &&
-                (det || n == 1 || n == 8 ||
-                 (count > 100003 && all_dts[t] != CF_DT_INT8 && all_dts[t] != CF_DT_FLOAT32)))
-              continue; /* time: the big sizes once per algorithm and dtype (3M int8: segmented) */
-            int red = (t + r + c) % 2 ? CF_RED_MEAN : CF_RED_SUM;
-            void *res[2][MAXR];
-            for (int v = 0; v < 2; v++) {
-              cspec s = {.op = CF_OP_ALLREDUCE,
-                         .algo = a < 0 ? REQ_AUTO : cf_algo_forced(all_algos[a]),
-                         .dt = all_dts[t],
-                         .red = red,
-                         .n = n,
-                         .count = count,
-                         .det = det,
-                         .seed = (uint64_t)count + 11,
-                         .mis = (size_t)(c & 1) * (size_t)cf_dtype_size(all_dts[t]),
-                         .keep = res[v],
-                         .in_place = v};
-              run_coll(&s);
-            }
-            size_t bytes = (size_t)count * (size_t)cf_dtype_size(all_dts[t]);
-            for (int k = 0; k < n; k++) {
-              if (memcmp(res[0][k], res[1][k], bytes) != 0)
-                fail_msg("%s %s n=%d count=%lld algo %d%s: in place differs bitwise from out of "
-                         "place on rank %d",
-                         cf_dtype_name(all_dts[t]), cf_reduction_name((cf_reduction)red), n,
-                         (long long)count, a, det ? " det" : "", k);
-              free(res[0][k]);
-              free(res[1][k]);
-            }
+            if ((count > 1000 &&
+                 (det || n == 1 || n == 8 ||
+                  (count > 100003 && all_dts[t] != CF_DT_INT8 && all_dts[t] != CF_DT_FLOAT32))) ||
+                (op != CF_OP_ALLREDUCE && a >= 0 && (count > 1000 || det)))
+              continue; /* time: the big sizes once per algorithm and dtype */
+            int red = op == CF_OP_ALLGATHER   ? -1
+                      : op == CF_OP_ALLREDUCE ? ((t + r + c) % 2 ? CF_RED_MEAN : CF_RED_SUM)
+                                              : (t + r + c) % CF_RED_COUNT;
+            cspec s = {.op = op,
+                       .algo = a < 0 ? REQ_AUTO : cf_algo_forced(all_algos[a]),
+                       .dt = all_dts[t],
+                       .red = red,
+                       .n = n,
+                       .count = count,
+                       .n_segs = op == CF_OP_ALLREDUCE ? 0 : 1,
+                       .seg_count = &count,
+                       .det = det,
+                       .seed = (uint64_t)count + 11,
+                       .mis = (size_t)(c & 1) * (size_t)cf_dtype_size(all_dts[t])};
+            same_in_place(s, a);
           }
+}
+
+/* In place (out is in, as the plan gives a gradient bucket), small to
+ * segmented sizes (3M int8: segmented). */
+static void test_allreduce_in_place(void **state) {
+  (void)state;
+  static const int64_t counts[] = {0, 1, 7, 65, 1000, 100003, (int64_t)3 << 20};
+  in_place_sweep(CF_OP_ALLREDUCE, counts, 7);
+}
+
+/* ReduceScatter and AllGather in place (NCCL's layouts, member by member:
+ * the AllGather's input is block me of its output, the ReduceScatter's
+ * output block me of its input), every reduction, blocks of 0 to 300000
+ * elements (several of the in-place ReduceScatter's 64 KiB pieces), odd
+ * and unaligned, plain and fused (mpi-native: tests/e2e/mpi.sh). */
+static void test_rsag_in_place(void **state) {
+  (void)state;
+  static const int64_t counts[] = {0, 1, 7, 65, 1000, 100003, 300000};
+  in_place_sweep(CF_OP_REDUCESCATTER, counts, 7);
+  in_place_sweep(CF_OP_ALLGATHER, counts, 7);
+  /* fused buckets: five members (one empty, one past a piece), packed and
+   * with odd padding between them */
+  static const int64_t fused[] = {7, 1, 20000, 0, 100};
+  static const int ranks[] = {1, 2, 3, 4, 8};
+  for (int o = 0; o < 2; o++)
+    for (int t = 0; t < N_DTS; t++)
+      for (int r = 0; r < 5; r++)
+        for (int pad = 0; pad < 6; pad += 5) {
+          cf_op op = o ? CF_OP_ALLGATHER : CF_OP_REDUCESCATTER;
+          cspec s = {.op = op,
+                     .algo = REQ_AUTO,
+                     .dt = all_dts[t],
+                     .red = o ? -1 : (t + r) % CF_RED_COUNT,
+                     .n = ranks[r],
+                     .n_segs = 5,
+                     .seg_count = fused,
+                     .pad = pad,
+                     .seed = 17,
+                     .mis = pad ? (size_t)cf_dtype_size(all_dts[t]) : 0};
+          same_in_place(s, -1);
+        }
 }
 
 /* ================= the other collectives ================= */
@@ -1525,6 +1620,164 @@ static void test_plan_in_place(void **state) {
         }
 }
 
+/* Two products all-gathered in one bucket (test_plan_rsag_in_place). */
+#define FUSED_AG                                                                                   \
+  "<graph name='p' version='1' world_size='4'>"                                                    \
+  " <node name='x' op='Input' dtype='bfloat16' shape='300,64'/>"                                   \
+  " <node name='p1' op='Mul'><input ref='x'/><input ref='x'/></node>"                              \
+  " <node name='p2' op='Add'><input ref='x'/><input ref='x'/></node>"                              \
+  " <node name='ag1' op='AllGather' layout='concat' fusion='2' fusion_id='1'><input "              \
+  "ref='p1'/></node>"                                                                              \
+  " <node name='ag2' op='AllGather' layout='concat' fusion='2' fusion_id='1'><input "              \
+  "ref='p2'/></node>"
+
+/* ReduceScatter/AllGather in place (plan.c): which of them go in place, on
+ * small graphs of 4 ranks, plain and fused; each runs bitwise like its out-of-place
+ * plan (three iterations after a warmup return the first's outputs), with
+ * a peak no higher. */
+static void test_plan_rsag_in_place(void **state) {
+  (void)state;
+  static const struct {
+    const char *what, *xml;
+    const char *coll; /* the collective asked about (a prefix: a bucket's name is the combiner's) */
+    bool in_place;
+  } cases[] = {
+      {"an AllGather of a product nothing else reads: in place",
+       "<graph name='p' version='1' world_size='4'>"
+       " <node name='x' op='Input' dtype='float32' shape='1000'/>"
+       " <node name='p' op='Mul'><input ref='x'/><input ref='x'/></node>"
+       " <node name='ag' op='AllGather' layout='concat'><input ref='p'/></node>"
+       " <node name='y' op='Output'><input ref='ag'/></node></graph>",
+       "ag", true},
+      {"an AllGather whose input is read after it: out of place",
+       "<graph name='p' version='1' world_size='4'>"
+       " <node name='x' op='Input' dtype='float32' shape='1000'/>"
+       " <node name='p' op='Mul'><input ref='x'/><input ref='x'/></node>"
+       " <node name='ag' op='AllGather' layout='concat'><input ref='p'/></node>"
+       " <node name='q' op='Add'><input ref='p'/><input ref='x'/></node>"
+       " <node name='y' op='Output'><input ref='ag'/></node>"
+       " <node name='z' op='Output'><input ref='q'/></node></graph>",
+       "ag", false},
+      {"an AllGather over a group of 2 of the 4 ranks: out of place",
+       "<graph name='p' version='1' world_size='4'>"
+       " <group name='pair' ranks='3,1'/>"
+       " <node name='x' op='Input' dtype='float32' shape='1000'/>"
+       " <node name='p' op='Mul'><input ref='x'/><input ref='x'/></node>"
+       " <node name='ag' op='AllGather' layout='concat' group='pair'><input ref='p'/></node>"
+       " <node name='y' op='Output'><input ref='ag'/></node></graph>",
+       "ag", false},
+      {"an AllGather over partitioned groups that cover every rank: in place",
+       "<graph name='p' version='1' world_size='4'>"
+       " <group name='dp' ranks='0,2|3,1'/>"
+       " <node name='x' op='Input' dtype='int32' shape='1000'/>"
+       " <node name='p' op='Mul'><input ref='x'/><input ref='x'/></node>"
+       " <node name='ag' op='AllGather' layout='concat' group='dp'><input ref='p'/></node>"
+       " <node name='y' op='Output'><input ref='ag'/></node></graph>",
+       "ag", true},
+      {"a ReduceScatter of an Input: in place",
+       "<graph name='p' version='1' world_size='4'>"
+       " <node name='g' op='Input' dtype='bfloat16' shape='512,1024'/>"
+       " <node name='rs' op='ReduceScatter' reduction='mean'><input ref='g'/></node>"
+       " <node name='y' op='Output'><input ref='rs'/></node></graph>",
+       "rs", true},
+      {"a ReduceScatter of an Input an Output reads: out of place",
+       "<graph name='p' version='1' world_size='4'>"
+       " <node name='g' op='Input' dtype='float32' shape='4000'/>"
+       " <node name='rs' op='ReduceScatter' reduction='sum'><input ref='g'/></node>"
+       " <node name='y' op='Output'><input ref='rs'/></node>"
+       " <node name='z' op='Output'><input ref='g'/></node></graph>",
+       "rs", false},
+      {"a fused ReduceScatter of two Inputs: in place, each member's output its block of its input",
+       "<graph name='p' version='1' world_size='4'>"
+       " <node name='g1' op='Input' dtype='float32' shape='1000,256'/>"
+       " <node name='g2' op='Input' dtype='float32' shape='36,3'/>"
+       " <node name='rs1' op='ReduceScatter' reduction='sum' fusion='2' fusion_id='1'><input "
+       "ref='g1'/></node>"
+       " <node name='rs2' op='ReduceScatter' reduction='sum' fusion='2' fusion_id='1'><input "
+       "ref='g2'/></node>"
+       " <node name='y1' op='Output'><input ref='rs1'/></node>"
+       " <node name='y2' op='Output'><input ref='rs2'/></node></graph>",
+       "reducescatter", true},
+      {"a fused AllGather of two products: in place, each member's input its block of its output",
+       FUSED_AG " <node name='y1' op='Output'><input ref='ag1'/></node>"
+                " <node name='y2' op='Output'><input ref='ag2'/></node></graph>",
+       "allgather", true},
+      {"a fused AllGather with one member read after it: out of place",
+       FUSED_AG " <node name='q' op='Add'><input ref='ag2'/><input ref='ag1'/></node>"
+                " <node name='r' op='Mul'><input ref='p2'/><input ref='x'/></node>"
+                " <node name='y1' op='Output'><input ref='q'/></node>"
+                " <node name='y2' op='Output'><input ref='r'/></node></graph>",
+       "allgather", false},
+      {"a ReduceScatter whose input is read after it: out of place",
+       "<graph name='p' version='1' world_size='4'>"
+       " <node name='a' op='Input' dtype='float32' shape='4000'/>"
+       " <node name='s' op='Add'><input ref='a'/><input ref='a'/></node>"
+       " <node name='rs' op='ReduceScatter' reduction='sum'><input ref='s'/></node>"
+       " <node name='t' op='Mul'><input ref='rs'/><input ref='rs'/></node>"
+       " <node name='u' op='Add'><input ref='s'/><input ref='a'/></node>"
+       " <node name='y' op='Output'><input ref='t'/></node>"
+       " <node name='z' op='Output'><input ref='u'/></node></graph>",
+       "rs", false},
+      {"a small ReduceScatter: out of place (its piece of scratch is as big as its output)",
+       "<graph name='p' version='1' world_size='4'>"
+       " <node name='g' op='Input' dtype='float32' shape='4000'/>"
+       " <node name='rs' op='ReduceScatter' reduction='sum'><input ref='g'/></node>"
+       " <node name='y' op='Output'><input ref='rs'/></node></graph>",
+       "rs", false},
+      {"a ReduceScatter whose output outlives big tensors made after it: out of place (in place "
+       "would keep its whole input as long)",
+       "<graph name='p' version='1' world_size='4'>"
+       " <node name='a' op='Input' dtype='float32' shape='1024,256'/>"
+       " <node name='s' op='Add'><input ref='a'/><input ref='a'/></node>"
+       " <node name='rs' op='ReduceScatter' reduction='sum'><input ref='s'/></node>"
+       " <node name='ag' op='AllGather' layout='concat'><input ref='rs'/></node>"
+       " <node name='u' op='Add'><input ref='ag'/><input ref='a'/></node>"
+       " <node name='y' op='Output'><input ref='rs'/></node>"
+       " <node name='z' op='Output'><input ref='u'/></node></graph>",
+       "rs", false},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    cf_graph *g = compile_graph(cases[k].xml, cf_pipeline_default, NULL);
+    cf_run_result res[2];
+    int64_t peak[2];
+    for (int v = 0; v < 2; v++) {
+      cf_run_options opt = {
+          .seed = 9, .iters = v ? 1 : 3, .warmup = v ? 0 : 1, .timeout_s = 30, .out_of_place = v};
+      cf_plan *pl = NULL;
+      if (cf_plan_build(ctx, g, &opt, &pl) != CF_OK) fail_msg("plan: %s", cf_context_errmsg(ctx));
+      peak[v] = cf_plan_peak_bytes(pl);
+      int asked = 0;
+      for (int c = 0; c < pl->n_colls; c++) {
+        const cf_node *n = &g->nodes[pl->colls[c].node];
+        if (v || strncmp(n->name, cases[k].coll, strlen(cases[k].coll)) != 0) continue;
+        asked++;
+        if (pl->colls[c].desc.in_place != cases[k].in_place)
+          fail_msg("%s: the plan has it %s", cases[k].what,
+                   pl->colls[c].desc.in_place ? "in place" : "out of place");
+        if (!strcmp(cases[k].coll, "allgather") || !strcmp(cases[k].coll, "reducescatter"))
+          assert_true(n->n_in > 1); /* the bucket */
+      }
+      if (!v && asked != 1)
+        fail_msg("%s: %d collectives named %s*", cases[k].what, asked, cases[k].coll);
+      if (cf_exec_run(ctx, pl, NULL, &res[v]) != CF_OK) fail_msg("run: %s", cf_context_errmsg(ctx));
+      cf_plan_destroy(pl);
+    }
+    if (cases[k].in_place ? peak[0] >= peak[1] : peak[0] != peak[1])
+      fail_msg("%s: peak %lld in place, %lld out of place", cases[k].what, (long long)peak[0],
+               (long long)peak[1]);
+    for (int o = 0; o < res[0].ranks * res[0].n_outputs; o++) {
+      const cf_tensor *t0 = &res[0].outputs[o], *t1 = &res[1].outputs[o];
+      assert_int_equal(t0->count, t1->count);
+      if (memcmp(t0->data, t1->data, (size_t)t0->count * (size_t)cf_dtype_size(t0->dtype)) != 0)
+        fail_msg("%s: output '%s' rank %d differs bitwise from out of place", cases[k].what,
+                 res[0].output_names[o % res[0].n_outputs], o / res[0].n_outputs);
+    }
+    cf_run_result_free(&res[0]);
+    cf_run_result_free(&res[1]);
+    cf_graph_destroy(g);
+  }
+}
+
 /* A caller that lends its Inputs (the C API) keeps a plain AllReduce of an
  * Input out of place, the Input and the Output bound to its buffers; the
  * buckets still reduce in place. */
@@ -1843,6 +2096,7 @@ int main(void) {
       cmocka_unit_test(test_allreduce_int_mean_no_wrap),
       cmocka_unit_test(test_allreduce_deterministic),
       cmocka_unit_test(test_allreduce_in_place),
+      cmocka_unit_test(test_rsag_in_place),
       cmocka_unit_test(test_reduce_scatter),
       cmocka_unit_test(test_all_gather),
       cmocka_unit_test(test_reduce_root),
@@ -1857,6 +2111,7 @@ int main(void) {
       cmocka_unit_test(test_plan_matches_reference),
       cmocka_unit_test(test_plan_deterministic_bitwise),
       cmocka_unit_test(test_plan_in_place),
+      cmocka_unit_test(test_plan_rsag_in_place),
       cmocka_unit_test(test_plan_lent_inputs),
       cmocka_unit_test(test_plan_peak_memory),
       cmocka_unit_test(test_plan_hooks),

@@ -12,7 +12,11 @@
  * user-defined MPI_Ops computing in float32; mean is MPI_SUM then the
  * scale kernel; integer mean sums in int64 as collfuse's kernels do. Fused
  * AllGather and ReduceScatter buckets are packed into the call's scratch
- * and moved in one call.
+ * and moved in one call. In place (desc.in_place, NCCL's layouts, member
+ * by member): an AllGather is MPI_Allgather with MPI_IN_PLACE (MPI's
+ * in-place layout is NCCL's; a bucket's members are packed into scratch
+ * first); a ReduceScatter reduces into scratch and copies to its block,
+ * since MPI_IN_PLACE would put the result at block 0, not block me.
  *
  * MPI's collectives block inside MPI, where no deadline or abort check can
  * run: a watchdog thread does it for them, and ends the whole job
@@ -104,6 +108,13 @@ static void scale_mean(cf_device *dev, const cf_coll_call *call, void *buf, int6
 
 static char *at(const void *base, int64_t elems, int es) { return (char *)base + elems * (int64_t)es; }
 
+/* Where a ReduceScatter member's result goes: its place in out, or in
+ * place my block of its input. */
+static void *rs_block(const cf_coll_call *call, const cf_coll_seg *s, int es) {
+  return call->desc.in_place ? at(call->in, s->in_off + call->me * s->count, es)
+                             : at(call->out, s->out_off, es);
+}
+
 static MPI_Comm group_comm(const cf_mpi_world *w, const cf_coll_call *call) {
   for (int i = 0; i < w->n_groups; i++)
     if (strcmp(w->groups[i].name, call->desc.group) == 0) return w->groups[i].comm;
@@ -150,12 +161,28 @@ static int native_call(cf_mpi_world *w, cf_device *dev, const cf_coll_call *call
   case CF_OP_ALLGATHER: {
     const cf_coll_seg *s = call->segs;
     size_t bytes = (size_t)d->count * (size_t)es;
-    if (call->n_segs == 1 && s->in_off == 0 && s->out_off == 0 && s->count == d->count)
+    if (call->n_segs == 1 && s->in_off == 0 && s->out_off == 0 && s->count == d->count) {
+      /* in place, my input is my block of the output: MPI's own in-place form */
+      if (d->in_place)
+        return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, call->out, (int)bytes, MPI_BYTE,
+                             comm);
       return MPI_Allgather(call->in, (int)bytes, MPI_BYTE, call->out, (int)bytes, MPI_BYTE, comm);
-    /* a fused bucket: gather whole input buckets, then place the members */
-    int rc = MPI_Allgather(call->in, (int)bytes, MPI_BYTE, call->scratch, (int)bytes, MPI_BYTE, comm);
-    for (int p = 0; p < n && rc == MPI_SUCCESS; p++)
+    }
+    /* a fused bucket: gather whole input buckets, then place the members
+     * (in place, my bucket is packed from my blocks of the output first) */
+    int rc;
+    if (d->in_place) {
       for (int j = 0; j < call->n_segs; j++)
+        dev->ops->copy(dev, at(call->scratch, me * d->count + s[j].in_off, es),
+                       at(call->out, s[j].out_off + me * s[j].count, es),
+                       (size_t)s[j].count * (size_t)es);
+      rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, call->scratch, (int)bytes, MPI_BYTE,
+                         comm);
+    } else {
+      rc = MPI_Allgather(call->in, (int)bytes, MPI_BYTE, call->scratch, (int)bytes, MPI_BYTE, comm);
+    }
+    for (int p = 0; p < n && rc == MPI_SUCCESS; p++)
+      for (int j = 0; j < call->n_segs && !(d->in_place && p == me); j++)
         dev->ops->copy(dev, at(call->out, call->segs[j].out_off + p * call->segs[j].count, es),
                        at(call->scratch, p * d->count + call->segs[j].in_off, es),
                        (size_t)call->segs[j].count * (size_t)es);
@@ -164,9 +191,14 @@ static int native_call(cf_mpi_world *w, cf_device *dev, const cf_coll_call *call
   case CF_OP_REDUCESCATTER: {
     const cf_coll_seg *s = call->segs;
     if (call->n_segs == 1 && !wide) {
-      int rc = MPI_Reduce_scatter_block(at(call->in, s->in_off, es), at(call->out, s->out_off, es),
-                                        (int)s->count, t, op, comm);
-      if (rc == MPI_SUCCESS && d->red == CF_RED_MEAN) scale_mean(dev, call, at(call->out, s->out_off, es), s->count);
+      /* in place, out is my block of in, which MPI may not write while it
+       * reads (MPI_IN_PLACE would put the result at block 0): into scratch */
+      void *to = rs_block(call, s, es), *recv = d->in_place ? call->scratch : to;
+      int rc =
+          MPI_Reduce_scatter_block(at(call->in, s->in_off, es), recv, (int)s->count, t, op, comm);
+      if (rc == MPI_SUCCESS && recv != to)
+        dev->ops->copy(dev, to, recv, (size_t)s->count * (size_t)es);
+      if (rc == MPI_SUCCESS && d->red == CF_RED_MEAN) scale_mean(dev, call, to, s->count);
       return rc;
     }
     /* pack every member's block p together (widened for integer mean),
@@ -187,7 +219,7 @@ static int native_call(cf_mpi_world *w, cf_device *dev, const cf_coll_call *call
     int rc = MPI_Reduce_scatter_block(packed, mine, (int)per, wide ? MPI_INT64_T : t, wide ? MPI_SUM : op, comm);
     int64_t o = 0;
     for (int j = 0; j < call->n_segs && rc == MPI_SUCCESS; j++) {
-      void *to = at(call->out, s[j].out_off, es);
+      void *to = rs_block(call, &s[j], es);
       if (wide) narrow_mean(to, (int64_t *)mine + o, d->dtype, s[j].count, n);
       else {
         dev->ops->copy(dev, to, at(mine, o, es), (size_t)s[j].count * (size_t)es);

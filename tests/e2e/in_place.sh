@@ -9,7 +9,11 @@
 #    (run --json's live_bytes) still count input and output apart;
 #  - --iters: a run of 3 iterations after a warmup (the later ones reduce
 #    the results before them) saves and verifies the first iteration's
-#    outputs, bitwise those of a single iteration, for every algorithm.
+#    outputs, bitwise those of a single iteration, for every algorithm;
+#  - a plain ReduceScatter of an Input and an AllGather of a product, and
+#    the same as fused buckets, each in place (NCCL's layouts), in run -v
+#    and --json, with the same --iters rule, bitwise -O0 --deterministic
+#    (tests/e2e/mpi.sh runs the same graphs over MPI).
 set -u
 
 if [ $# -ne 2 ]; then
@@ -63,5 +67,41 @@ done
 run run "$ex" --deterministic --iters 2 --save-outputs "$work/det_fused" && expect_rc 0 "--deterministic fused"
 run run "$ex" --deterministic -O0 --save-outputs "$work/det_o0" && expect_rc 0 "--deterministic -O0"
 diff -r "$work/det_fused" "$work/det_o0" >/dev/null || fail "--deterministic: fused in place differs from -O0"
+
+# ReduceScatter and AllGather in place
+rg="$src/tests/run/rsag_in_place.xml"
+if run run "$rg" -v && expect_rc 0 "rsag_in_place.xml -v"; then
+  has "$ERR" "2 collectives (2 in place)" "rsag_in_place.xml -v: both in place"
+  has "$ERR" "ReduceScatter 'rs' 1.0 MiB int32 over 4 ranks: direct in place" "rsag_in_place.xml -v: ReduceScatter line"
+  has "$ERR" "AllGather 'ag' 128.0 KiB bfloat16 over 4 ranks: direct in place" "rsag_in_place.xml -v: AllGather line"
+fi
+if run run "$rg" --json && expect_rc 0 "rsag_in_place.xml --json"; then
+  python3 - "$OUT" >>"$ERR" 2>&1 <<'PY' || fail "rsag_in_place.xml --json: counts or peak (above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["in_place_collectives"] == d["collectives_executed"] == 2, d
+# out of place the ReduceScatter's 256 KiB output and the product's 128 KiB
+# block would be apart; in place they cost one 64 KiB piece of scratch
+assert d["peak_bytes"] <= d["live_bytes"] - (256 << 10) - (128 << 10) + (64 << 10) + 64, d
+PY
+fi
+rf="$src/tests/run/rsag_fused_in_place.xml"
+if run run "$rf" -v && expect_rc 0 "rsag_fused_in_place.xml -v"; then
+  has "$ERR" "2 collectives (2 in place)" "rsag_fused_in_place.xml -v: both buckets in place"
+  has "$ERR" "AllGather 'allgather_bucket_0' 256.0 KiB bfloat16 over 4 ranks: direct in place" \
+    "rsag_fused_in_place.xml -v: AllGather bucket line"
+fi
+for f in "$rg" "$rf"; do
+  b=$(basename "$f" .xml)
+  run run "$f" --save-outputs "$work/${b}_one" && expect_rc 0 "$b, one iteration"
+  run run "$f" --iters 3 --warmup 1 --verify --save-outputs "$work/${b}_three"
+  if expect_rc 0 "$b --iters 3 --warmup 1 --verify"; then
+    has "$OUT" "verified" "$b --verify"
+    diff -r "$work/${b}_one" "$work/${b}_three" >/dev/null ||
+      fail "$b: --iters 3 saved other outputs than one iteration (not the first iteration's)"
+  fi
+  run run "$f" --deterministic -O0 --save-outputs "$work/${b}_det" && expect_rc 0 "$b --deterministic -O0"
+  diff -r "$work/${b}_one" "$work/${b}_det" >/dev/null || fail "$b: --deterministic -O0 differs"
+done
 
 finish in_place.sh

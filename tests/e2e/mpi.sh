@@ -8,7 +8,8 @@
 #    (btl self,vader) and once over TCP (btl self,tcp): --verify, and
 #    --deterministic outputs bitwise equal to the threads backend's; each
 #    AllReduce algorithm in place (--iters 3 saves the first iteration's
-#    outputs, bitwise one iteration's); the
+#    outputs, bitwise one iteration's), and ReduceScatter/AllGather in
+#    place over collfuse's and MPI's collectives; the
 #    examples at their sizes; --algo mpi-native (MPI's own collectives);
 #    an HLO module over partitioned groups ({{0,1},{2,3}}, iota forms);
 #  - failures, none of which may hang: graphs that differ between ranks
@@ -193,6 +194,24 @@ for n in 2 4; do
       --save-outputs "$work/ip3_$n$algo"
     expect_rc 0 "$what, --iters 3 --warmup 1 --verify" &&
       { diff -r "$work/ip1_$n$algo" "$work/ip3_$n$algo" >/dev/null || fail "$what: --iters 3 saved other outputs"; }
+  done
+done
+
+# ---- ReduceScatter and AllGather in place, plain and fused (NCCL's
+# layouts, e2e/in_place's graphs, exact int32 sums): over MPI's staging
+# and MPI's own collectives (MPI_IN_PLACE), bitwise the threads backend's,
+# and three iterations after a warmup save the first iteration's outputs
+for b in rsag_in_place rsag_fused_in_place; do
+  cf run "$src/tests/run/$b.xml" --ranks 4 -v --save-outputs "$work/${b}_t"
+  if expect_rc 0 "$b.xml on threads"; then
+    grep -q "(2 in place)" "$ERR" || fail "$b.xml: not both in place on threads"
+  fi
+  for algo in direct mpi-native; do
+    what="$b.xml, 4 processes, --algo $algo in place"
+    mpi $SHM -np 4 "$cf" run "$src/tests/run/$b.xml" --backend mpi --algo "$algo" --iters 3 --warmup 1 \
+      --verify --save-outputs "$work/${b}_$algo"
+    expect_rc 0 "$what, --iters 3 --warmup 1 --verify" &&
+      { diff -r "$work/${b}_t" "$work/${b}_$algo" >/dev/null || fail "$what: outputs differ from threads"; }
   done
 done
 
