@@ -17,13 +17,18 @@
  * window of elements at a time (cf_reference_window): the first mismatch it
  * reports is the one cf_verify_outputs would (lowest rank, then output,
  * then index), found by keeping the least seen while the windows go by.
+ * One thread per core takes every T-th window, each with its own context
+ * and first mismatch; the least of them is reported, so the result does not
+ * depend on the threads.
  */
 #include "check.h"
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static double rtol_of(cf_dtype dt) {
   switch (dt) {
@@ -169,12 +174,24 @@ static int64_t largest_value(const cf_graph *g) {
   return most;
 }
 
+/* Windows of `window` elements over values of at most `most`: at least one. */
+static int64_t n_windows(int64_t most, int64_t window) {
+  return most > window ? most / window + (most % window != 0) : 1;
+}
+
+/* The threads that check windows at once: one per core, at most 8. */
+static int verify_threads(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores < 1 ? 1 : cores > 8 ? 8 : (int)cores;
+}
+
 int64_t cf_verify_window(const cf_graph *g, int ranks, int64_t *bytes) {
-  int64_t most = largest_value(g), w = 1;
+  int64_t most = largest_value(g), w = 1, t = verify_threads();
   while (w < most && w <= INT64_MAX / 4 &&
-         cf_reference_window_bytes(g, ranks, 2 * w) <= CF_VERIFY_WINDOW_BYTES)
+         cf_reference_window_bytes(g, ranks, 2 * w) * t <= CF_VERIFY_WINDOW_BYTES)
     w *= 2;
-  if (bytes) *bytes = cf_reference_window_bytes(g, ranks, w);
+  int64_t used = n_windows(most, w) < t ? n_windows(most, w) : t;
+  if (bytes) *bytes = cf_reference_window_bytes(g, ranks, w) * used;
   return w;
 }
 
@@ -210,13 +227,47 @@ static void check_window(const cf_graph *g, const cf_tensor *got, const cf_ref_v
   }
 }
 
+/* One thread's share: windows t, t + T, t + 2T, ... */
+typedef struct stream_job {
+  const cf_graph *g;
+  const cf_inputs *in;
+  uint64_t seed;
+  const cf_tensor *got;
+  int ranks, n_outputs, only;
+  int64_t window, most, first, step; /* windows first, first + step, ... */
+  cf_context *ctx;                   /* the thread's own, for the reference's errors */
+  cf_status status;
+  int64_t failed_at; /* the window whose reference failed */
+  cf_verify_stats s;
+  first_bad bad;
+} stream_job;
+
+static void *stream_main(void *arg) {
+  stream_job *j = arg;
+  int64_t n = n_windows(j->most, j->window);
+  for (int64_t k = j->first; k < n; k += j->step) {
+    int64_t lo = k * j->window;
+    int64_t hi = j->most - lo > j->window ? lo + j->window : (j->most > lo ? j->most : lo + 1);
+    cf_ref_value *ref = NULL;
+    int nr = 0;
+    j->status = cf_reference_window(j->ctx, j->g, j->in, j->seed, lo, hi, &ref, &nr);
+    if (j->status) {
+      j->failed_at = k;
+      break;
+    }
+    check_window(j->g, j->got, ref, j->ranks, j->n_outputs, j->only, lo, &j->s, &j->bad);
+    cf_ref_free(ref, nr * j->ranks);
+    /* nothing later comes before the first output of the first rank checked */
+    if (j->bad.any && j->bad.rank == (j->only >= 0 ? j->only : 0) && j->bad.j == 0) break;
+  }
+  return NULL;
+}
+
 cf_status cf_verify_streamed(cf_context *ctx, const cf_graph *g, const cf_inputs *in, uint64_t seed,
                              const cf_tensor *got, int ranks, int n_outputs, int only,
                              int64_t window, cf_verify_stats *st) {
   cf_verify_stats s = {0, 0, 0};
-  first_bad *bad = calloc(1, sizeof *bad);
   cf_status status = check_counts(ctx, g, ranks, n_outputs, got != NULL);
-  if (!status && !bad) status = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (!status && !cf_reference_streams(g))
     status = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
                       "verify: the graph has ops that are not elementwise: it cannot be checked "
@@ -225,21 +276,57 @@ cf_status cf_verify_streamed(cf_context *ctx, const cf_graph *g, const cf_inputs
     status = cf_error(ctx, CF_ERR_USAGE, NULL, 0, "verify: inputs for %d rank%s, %d checked",
                       in->ranks, cf_s(in->ranks), ranks);
   if (window <= 0 && !status) window = cf_verify_window(g, ranks, NULL);
-  int64_t most = largest_value(g);
+  int64_t most = largest_value(g), n = status ? 0 : n_windows(most, window);
+  int T = verify_threads() < n ? verify_threads() : (int)n;
   cf_inputs none = {.ranks = ranks};
-  for (int64_t lo = 0, hi; !status; lo = hi) {
-    hi = most - lo > window ? lo + window : (most > lo ? most : lo + 1);
-    cf_ref_value *ref = NULL;
-    int nr = 0;
-    status = cf_reference_window(ctx, g, in ? in : &none, seed, lo, hi, &ref, &nr);
-    if (!status) check_window(g, got, ref, ranks, n_outputs, only, lo, &s, bad);
-    cf_ref_free(ref, nr * ranks);
-    /* the last window; or nothing later comes before the first output of
-     * the first rank checked */
-    if (hi >= most || (bad->any && bad->rank == (only >= 0 ? only : 0) && bad->j == 0)) break;
+  stream_job *jobs = T > 0 ? calloc((size_t)T, sizeof *jobs) : NULL;
+  pthread_t th[8];
+  bool started[8] = {false};
+  if (!status && !jobs) status = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  for (int t = 0; t < T && !status; t++) {
+    jobs[t] = (stream_job){.g = g,
+                           .in = in ? in : &none,
+                           .seed = seed,
+                           .got = got,
+                           .ranks = ranks,
+                           .n_outputs = n_outputs,
+                           .only = only,
+                           .window = window,
+                           .most = most,
+                           .first = t,
+                           .step = T};
+    if (cf_ctx_create(&jobs[t].ctx))
+      status = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   }
-  if (!status && bad->any) status = cf_error(ctx, CF_ERR_INVALID, NULL, 0, "%s", bad->msg);
-  free(bad);
+  for (int t = 1; t < T && !status; t++) /* t = 0 runs on this thread */
+    started[t] = pthread_create(&th[t], NULL, stream_main, &jobs[t]) == 0;
+  if (!status && T > 0) stream_main(&jobs[0]);
+  for (int t = 1; t < T; t++)
+    if (started[t]) {
+      pthread_join(th[t], NULL);
+    } else if (!status) { /* no thread: its windows here */
+      stream_main(&jobs[t]);
+    }
+  /* a failed reference first (by window), else the first mismatch (by
+   * rank, output, index), and the stats of every window */
+  first_bad *bad = NULL;
+  const stream_job *failed = NULL;
+  for (int t = 0; t < T && !status; t++) {
+    const stream_job *j = &jobs[t];
+    if (j->status && (!failed || j->failed_at < failed->failed_at)) failed = j;
+    if (j->bad.any && (!bad || before(bad, j->bad.rank, j->bad.j, j->bad.index)))
+      bad = &jobs[t].bad;
+    s.checked += j->s.checked;
+    s.max_abs_err = fmax(s.max_abs_err, j->s.max_abs_err);
+    s.max_rel_err = fmax(s.max_rel_err, j->s.max_rel_err);
+  }
+  if (failed)
+    status = cf_error(ctx, failed->status, NULL, 0, "%s", cf_errmsg(failed->ctx));
+  else if (!status && bad)
+    status = cf_error(ctx, CF_ERR_INVALID, NULL, 0, "%s", bad->msg);
+  for (int t = 0; jobs && t < T; t++)
+    cf_ctx_destroy(jobs[t].ctx);
+  free(jobs);
   if (st) *st = s;
   return status;
 }
