@@ -31,14 +31,11 @@ def params(layers, width, vocab, positions):
     return p[::-1]  # backward order: the last layer's gradients first
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", help="the .graphml file to write")
-    ap.add_argument("--layers", type=int, default=12, help="transformer blocks (default 12)")
-    ap.add_argument("--world-size", type=int, default=8, help="the graph's world_size (default 8)")
-    a = ap.parse_args()
-    if a.layers < 0 or a.world_size < 1:
-        ap.error("--layers >= 0, --world-size >= 1")
+def write_grads(path, graph_name, world_size, grads):
+    """Write the gradient graph of grads ((name, shape) in backward order) to
+    path: one float32 Input, one mean AllReduce with fusion=1 and one Output
+    per gradient, the GraphML keys of examples/graphml. gen_llama_grads.py
+    writes with it too."""
     keys = [("d10", "edge", "dst_port", "long"), ("d9", "edge", "src_port", "long"),
             ("d8", "node", "fusion_id", "long"), ("d7", "node", "fusion", "long"),
             ("d6", "node", "group", "string"), ("d5", "node", "reduction", "string"),
@@ -48,10 +45,10 @@ def main() -> int:
     out = ["<?xml version='1.0' encoding='utf-8'?>",
            '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">']
     out += ['<key id="%s" for="%s" attr.name="%s" attr.type="%s"/>' % k for k in keys]
-    out += ['<graph edgedefault="directed"><data key="d0">gpt2_dp%d</data>' % a.world_size,
-            '<data key="d1">%d</data>' % a.world_size]
+    out += ['<graph edgedefault="directed"><data key="d0">%s</data>' % graph_name,
+            '<data key="d1">%d</data>' % world_size]
     edges = []
-    for name, shape in params(a.layers, 768, 50257, 1024):
+    for name, shape in grads:
         g, r, o = "grad/" + name, "allreduce/" + name, "out/" + name
         out += ['<node id="%s">' % g, '  <data key="d2">Input</data>', '  <data key="d3">float32</data>',
                 '  <data key="d4">%s</data>' % ",".join(map(str, shape)), "</node>",
@@ -64,9 +61,28 @@ def main() -> int:
         out += ['<edge source="%s" target="%s">' % (s, t), '  <data key="d9">0</data>',
                 '  <data key="d10">0</data>', "</edge>"]
     out.append("</graph></graphml>")
-    with open(a.out, "w") as f:
+    with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
+
+
+def generate(doc, what, layers, name, params_of):
+    """The command line both generators share: OUT [--layers N] [--world-size W];
+    name(layers, world_size) is the graph's name, params_of(layers) its
+    gradients."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("out", help="the .graphml file to write")
+    ap.add_argument("--layers", type=int, default=layers, help="%s (default %d)" % (what, layers))
+    ap.add_argument("--world-size", type=int, default=8, help="the graph's world_size (default 8)")
+    a = ap.parse_args()
+    if a.layers < 0 or a.world_size < 1:
+        ap.error("--layers >= 0, --world-size >= 1")
+    write_grads(a.out, name(a.layers, a.world_size), a.world_size, params_of(a.layers))
     return 0
+
+
+def main() -> int:
+    return generate(__doc__, "transformer blocks", 12, lambda layers, ws: "gpt2_dp%d" % ws,
+                    lambda layers: params(layers, 768, 50257, 1024))
 
 
 if __name__ == "__main__":

@@ -59,6 +59,23 @@ void cf_ref_free(cf_ref_value *v, int count);
  * while it runs (an upper bound for fused MatMul+collective ops). */
 int64_t cf_reference_bytes(const cf_graph *g, int ranks);
 
+/* Whether every op of g is elementwise (element e of each output depends
+ * on element e of its operands alone: Input, Constant, Opaque, Output,
+ * Add/Sub/Mul without broadcasting, Cast, Reshape, AllReduce, Reduce,
+ * Broadcast, CollectivePermute, FusedAllReduce), so that the reference can
+ * be evaluated a window of elements at a time. */
+bool cf_reference_streams(const cf_graph *g);
+/* cf_reference_run on elements [lo, hi) of every value of g (each clipped
+ * to its own size; g must stream): out[rank * n_outputs + j] holds Output j's
+ * elements lo .. min(hi, count) - 1 (count 0 beyond its end), bitwise what
+ * the whole run gives there. An Input that in does not give is regenerated
+ * from seed as the executor fills it (cf_fill_node). */
+cf_status cf_reference_window(cf_context *ctx, const cf_graph *g, const cf_inputs *in,
+                              uint64_t seed, int64_t lo, int64_t hi, cf_ref_value **out,
+                              int *n_outputs);
+/* What cf_reference_window holds at most for windows of `window` elements. */
+int64_t cf_reference_window_bytes(const cf_graph *g, int ranks, int64_t window);
+
 typedef struct cf_verify_stats {
   double max_abs_err, max_rel_err; /* over every checked element */
   int64_t checked;                 /* elements compared */
@@ -72,5 +89,21 @@ typedef struct cf_verify_stats {
  * st is filled either way. */
 cf_status cf_verify_outputs(cf_context *ctx, const cf_graph *g, const cf_tensor *got,
                             const cf_ref_value *ref, int ranks, int n_outputs, cf_verify_stats *st);
+
+/* cf_verify_outputs against a reference evaluated window by window
+ * (cf_reference_window; g must stream), so memory follows the window, not
+ * the graph: same verdict, same first-mismatch message (the lowest rank's
+ * first output and index) and, on success, the same stats. in gives the
+ * Inputs it has data for (the rest are regenerated from seed). only >= 0:
+ * that rank's outputs alone are checked (an MPI process's own). window <= 0
+ * picks the largest power of two whose windows need at most
+ * CF_VERIFY_WINDOW_BYTES (cf_verify_window). */
+#define CF_VERIFY_WINDOW_BYTES ((int64_t)64 << 20)
+cf_status cf_verify_streamed(cf_context *ctx, const cf_graph *g, const cf_inputs *in, uint64_t seed,
+                             const cf_tensor *got, int ranks, int n_outputs, int only,
+                             int64_t window, cf_verify_stats *st);
+/* The window cf_verify_streamed picks for g on ranks ranks (elements), and
+ * through *bytes (optional) what its reference holds then. */
+int64_t cf_verify_window(const cf_graph *g, int ranks, int64_t *bytes);
 
 #endif /* COLLFUSE_CHECK_H */

@@ -24,6 +24,16 @@
  *
  * Inputs come from cf_inputs by name; Constant and Opaque are filled with
  * cf_fill_node and cf_fill_random exactly as the executor fills them.
+ *
+ * Windows (cf_reference_window): when every op of the graph is elementwise
+ * (element e of each output depends on element e of its operands alone:
+ * the collectives that reduce, broadcast or permute whole tensors, Add/Sub/
+ * Mul without broadcasting, Cast, Reshape; cf_reference_streams says so),
+ * the same evaluation runs on elements [lo, hi) of every value (each value
+ * clipped to its own size), so memory follows the window instead of the
+ * tensors. The arithmetic per element is the same, so the values are
+ * bitwise those of the whole run. Inputs without data in cf_inputs are
+ * regenerated from the seed (cf_fill_node_at) as the executor fills them.
  */
 #include "check.h"
 
@@ -47,6 +57,8 @@ typedef struct ref_run {
   int *input_of;      /* per node: index into in->names, -1 when none */
   int *world;         /* 0..R-1: the world group's ranks */
   int *out_index;     /* per node: its index among the Output nodes, -1 otherwise */
+  bool window;        /* elements [lo, hi) of every value only */
+  int64_t lo, hi;
 } ref_run;
 
 /* ================= values ================= */
@@ -94,10 +106,15 @@ fail:
                   (long long)v->count);
 }
 
-static void set_type(rv *v, const cf_value *t) {
+/* v's type from t: in a window, the window's part of it, flat. */
+static void set_type(const ref_run *r, rv *v, const cf_value *t) {
   v->dtype = t->dtype;
   v->shape = t->shape;
   if (!cf_shape_elements(&t->shape, &v->count)) v->count = 0; /* inference checked it */
+  if (!r->window) return;
+  int64_t end = v->count < r->hi ? v->count : r->hi;
+  v->count = end > r->lo ? end - r->lo : 0;
+  v->shape = (cf_shape){1, {v->count}};
 }
 
 /* dst (type set, no storage) becomes a copy of src. */
@@ -260,10 +277,11 @@ static cf_status fill(ref_run *r, const cf_node *n, rv *v, int rank, const char 
                          "cannot allocate %s to fill the reference's copy: out of memory",
                          cf_bytes_text(bytes, b, sizeof b));
   }
+  int64_t first = r->window ? r->lo : 0;
   if (name)
-    cf_fill_random(buf, v->dtype, v->count, r->seed, rank, name);
+    cf_fill_random_at(buf, v->dtype, first, v->count, r->seed, rank, name);
   else
-    cf_fill_node(n, buf, v->dtype, v->count, r->seed, rank);
+    cf_fill_node_at(n, buf, v->dtype, first, v->count, r->seed, rank);
   load(v, buf);
   free(buf);
   return CF_OK;
@@ -271,18 +289,22 @@ static cf_status fill(ref_run *r, const cf_node *n, rv *v, int rank, const char 
 
 static cf_status input(ref_run *r, const cf_node *n, rv *v, int rank) {
   int k = r->input_of[n - r->g->nodes];
+  if (k < 0 && r->window) return fill(r, n, v, rank, NULL); /* the executor's fill */
   if (k < 0)
     return cf_node_error(r->g, n, CF_ERR_USAGE, "reference: no data given for this Input");
   const cf_tensor *t = &r->in->data[(int64_t)rank * r->in->n + k];
-  if (t->dtype != v->dtype || !cf_shape_equal(&t->shape, &v->shape) || t->count != v->count ||
+  const cf_value *want = &n->out[0];
+  int64_t count = r->window ? 0 : v->count;
+  if (r->window && !cf_shape_elements(&want->shape, &count)) count = 0;
+  if (t->dtype != want->dtype || !cf_shape_equal(&t->shape, &want->shape) || t->count != count ||
       (v->count > 0 && !t->data)) {
     char b1[160], b2[160];
     return cf_node_error(r->g, n, CF_ERR_USAGE,
                          "reference: rank %d's data is %s (%s), the Input is %s (%s)", rank,
                          cf_dtype_name(t->dtype), cf_shape_format(&t->shape, b1, sizeof b1),
-                         cf_dtype_name(v->dtype), cf_shape_format(&v->shape, b2, sizeof b2));
+                         cf_dtype_name(want->dtype), cf_shape_format(&want->shape, b2, sizeof b2));
   }
-  load(v, t->data);
+  load(v, (const char *)t->data + (r->window ? r->lo * cf_dtype_size(t->dtype) : 0));
   return CF_OK;
 }
 
@@ -489,7 +511,7 @@ static cf_status fused_product(ref_run *r, const cf_node *n, int rank, rv *p, bo
     if (!defined(opnd(r, n, j, rank))) return CF_OK;
   const rv *x1 = opnd(r, n, 0, rank), *x2 = opnd(r, n, 1, rank);
   cf_value t = {CF_DT_FLOAT64, {2, {x1->shape.dims[0], x2->shape.dims[1]}}};
-  set_type(p, &t);
+  set_type(r, p, &t);
   cf_status st = val_alloc(r, p);
   if (st) return st;
   if (x1->dtype == CF_DT_INT8) /* x1, x2, [bias], x1_scale, x2_scale */
@@ -698,7 +720,7 @@ static cf_status run_node(ref_run *r, int i, cf_ref_value *out, int n_outputs) {
     for (int q = 0; q < r->R && !st; q++) {
       rv *o = &out[(int64_t)q * n_outputs + r->out_index[i]];
       const rv *s = opnd(r, n, 0, q);
-      set_type(o, &(cf_value){s->dtype, s->shape});
+      set_type(r, o, &g->nodes[n->in[0].node].out[n->in[0].port]);
       st = val_copy(r, o, s);
     }
   } else if (n->n_out > 0) {
@@ -706,7 +728,8 @@ static cf_status run_node(ref_run *r, int i, cf_ref_value *out, int n_outputs) {
     if (!r->vals[i]) return cf_node_error(g, n, CF_ERR_NO_MEMORY, "reference: out of memory");
     r->live[i] = n->n_out;
     for (int p = 0; p < n->n_out; p++)
-      for (int q = 0; q < r->R; q++) set_type(result(r, n, p, q), &n->out[p]);
+      for (int q = 0; q < r->R; q++)
+        set_type(r, result(r, n, p, q), &n->out[p]);
     if (cf_op_is_collective(n->op))
       st = collective(r, n);
     else
@@ -723,14 +746,18 @@ static cf_status run_node(ref_run *r, int i, cf_ref_value *out, int n_outputs) {
 }
 
 /* The storage of one value on every rank: float64 value and magnitude, or
- * int64 (at least one element each, as val_alloc gives). */
-static int64_t value_bytes(const cf_value *v, int ranks) {
+ * int64 (at least one element each, as val_alloc gives), of at most clip
+ * elements (a window's). */
+static int64_t value_bytes(const cf_value *v, int ranks, int64_t clip) {
   int64_t n;
   if (!cf_shape_elements(&v->shape, &n)) return 0;
+  if (n > clip) n = clip;
   return (n > 0 ? n : 1) * (cf_dtype_is_float(v->dtype) ? 16 : 8) * ranks;
 }
 
-int64_t cf_reference_bytes(const cf_graph *g, int ranks) {
+/* The peak of run_node's live values over g's order, each value clipped to
+ * clip elements (INT64_MAX: the whole run). */
+static int64_t ref_bytes(const cf_graph *g, int ranks, int64_t clip) {
   int64_t base = 0, live = 0, peak = 0;
   int *first = calloc((size_t)g->n_nodes + 2, sizeof *first), *uses = NULL;
   if (!first) return 0;
@@ -750,23 +777,26 @@ int64_t cf_reference_bytes(const cf_graph *g, int ranks) {
     const cf_node *n = &g->nodes[g->topo[k]];
     int64_t extra = 0; /* freed within the node: fill buffers, fused products */
     if (n->op == CF_OP_OUTPUT) {
-      base += value_bytes(&g->nodes[n->in[0].node].out[n->in[0].port], ranks);
+      base += value_bytes(&g->nodes[n->in[0].node].out[n->in[0].port], ranks, clip);
     } else {
       for (int p = 0; p < n->n_out; p++)
-        live += value_bytes(&n->out[p], ranks);
-      if (n->op == CF_OP_CONSTANT || n->op == CF_OP_OPAQUE) extra = value_bytes(&n->out[0], 1) / 2;
+        live += value_bytes(&n->out[p], ranks, clip);
+      /* the fill buffer (an Input's too in a window: regenerated) */
+      if (n->op == CF_OP_CONSTANT || n->op == CF_OP_OPAQUE ||
+          (n->op == CF_OP_INPUT && clip < INT64_MAX))
+        extra = value_bytes(&n->out[0], 1, clip) / 2;
       /* a fused matmul op: every rank's product, at most world x the output */
       if (cf_op_table[n->op].cat == CF_CAT_FUSED_MATMUL)
-        extra = value_bytes(&n->out[0], ranks) * ranks;
+        extra = value_bytes(&n->out[0], ranks, clip) * ranks;
     }
     if (base + live + extra > peak) peak = base + live + extra;
     for (int p = 0; p < n->n_out; p++)
       if (n->op != CF_OP_OUTPUT && uses[first[g->topo[k]] + p] == 0)
-        live -= value_bytes(&n->out[p], ranks);
+        live -= value_bytes(&n->out[p], ranks, clip);
     for (int j = 0; j < n->n_in; j++) {
       const cf_ref in = n->in[j];
       if (--uses[first[in.node] + in.port] == 0)
-        live -= value_bytes(&g->nodes[in.node].out[in.port], ranks);
+        live -= value_bytes(&g->nodes[in.node].out[in.port], ranks, clip);
     }
   }
   free(uses);
@@ -774,16 +804,65 @@ int64_t cf_reference_bytes(const cf_graph *g, int ranks) {
   return peak;
 }
 
+int64_t cf_reference_bytes(const cf_graph *g, int ranks) { return ref_bytes(g, ranks, INT64_MAX); }
+
+int64_t cf_reference_window_bytes(const cf_graph *g, int ranks, int64_t window) {
+  return ref_bytes(g, ranks, window > 0 ? window : 1);
+}
+
+/* Element e of each output of n depends on element e of its operands only
+ * (and on nothing else of theirs), and their sizes agree. */
+static bool elementwise(const cf_graph *g, const cf_node *n) {
+  switch (n->op) {
+  case CF_OP_INPUT:
+  case CF_OP_CONSTANT:
+  case CF_OP_OPAQUE: /* filled whatever its operands hold */
+  case CF_OP_OUTPUT: return true;
+  case CF_OP_ADD:
+  case CF_OP_SUB:
+  case CF_OP_MUL:
+  case CF_OP_CAST:
+  case CF_OP_RESHAPE:
+  case CF_OP_ALLREDUCE:
+  case CF_OP_REDUCE:
+  case CF_OP_BROADCAST:
+  case CF_OP_COLLECTIVEPERMUTE:
+  case CF_OP_FUSEDALLREDUCE: break;
+  default: return false;
+  }
+  bool per_port = n->op == CF_OP_FUSEDALLREDUCE; /* operand j to port j */
+  for (int j = 0; j < n->n_in; j++) {
+    const cf_value *a = &g->nodes[n->in[j].node].out[n->in[j].port], *o = &n->out[per_port ? j : 0];
+    int64_t ca, co;
+    if (!cf_shape_elements(&a->shape, &ca) || !cf_shape_elements(&o->shape, &co) || ca != co)
+      return false; /* broadcasting */
+  }
+  return true;
+}
+
+bool cf_reference_streams(const cf_graph *g) {
+  for (int i = 0; i < g->n_nodes; i++)
+    if (!elementwise(g, &g->nodes[i])) return false;
+  return true;
+}
 void cf_ref_free(cf_ref_value *v, int count) {
   if (!v) return;
   for (int i = 0; i < count; i++) val_free(&v[i]);
   free(v);
 }
 
-cf_status cf_reference_run(cf_context *ctx, const cf_graph *g, const cf_inputs *in, uint64_t seed,
-                           cf_ref_value **out, int *n_outputs) {
+/* cf_reference_run, or with window its part [lo, hi) */
+static cf_status evaluate(cf_context *ctx, const cf_graph *g, const cf_inputs *in, uint64_t seed,
+                          bool window, int64_t lo, int64_t hi, cf_ref_value **out, int *n_outputs) {
   cf_status st;
-  ref_run r = {.ctx = ctx, .g = g, .in = in, .seed = seed, .R = in ? in->ranks : 0};
+  ref_run r = {.ctx = ctx,
+               .g = g,
+               .in = in,
+               .seed = seed,
+               .R = in ? in->ranks : 0,
+               .window = window,
+               .lo = lo,
+               .hi = hi};
   cf_ref_value *res = NULL;
   int nout = 0;
   if (out) *out = NULL;
@@ -824,4 +903,22 @@ fail:
   free(r.out_index);
   free(r.world);
   return st;
+}
+
+cf_status cf_reference_run(cf_context *ctx, const cf_graph *g, const cf_inputs *in, uint64_t seed,
+                           cf_ref_value **out, int *n_outputs) {
+  return evaluate(ctx, g, in, seed, false, 0, 0, out, n_outputs);
+}
+
+cf_status cf_reference_window(cf_context *ctx, const cf_graph *g, const cf_inputs *in,
+                              uint64_t seed, int64_t lo, int64_t hi, cf_ref_value **out,
+                              int *n_outputs) {
+  if (lo < 0 || hi <= lo) {
+    if (out) *out = NULL;
+    if (n_outputs) *n_outputs = 0;
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                    "reference: window [%lld, %lld) is empty or negative", (long long)lo,
+                    (long long)hi);
+  }
+  return evaluate(ctx, g, in, seed, true, lo, hi, out, n_outputs);
 }

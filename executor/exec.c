@@ -387,7 +387,16 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
     if ((it == 0 && p->overwrites_inputs) || (it == total - 1 && !p->overwrites_inputs))
       if ((st = collect_outputs(r))) return st;
   }
+  if (r->res->arenas) { /* the result keeps the arena its outputs point into */
+    r->res->arenas[r->solo ? 0 : r->rank] = r->arena;
+    r->arena = NULL;
+  }
   return CF_OK;
+}
+
+bool cf_run_outputs_in_arena(const cf_plan *p) {
+  return p->opt.outputs_in_arena && cf_device_is_host(p->dev) &&
+         !(p->overwrites_inputs && p->opt.warmup + p->opt.iters > 1);
 }
 
 /* The outputs of this iteration, into the caller's buffers or new ones. */
@@ -403,6 +412,7 @@ static cf_status collect_outputs(rank_run *r) {
     size_t at = (size_t)r->rank * (size_t)r->res->n_outputs + (size_t)j++;
     cf_tensor *dst = &r->res->outputs[at];
     *dst = src;
+    if (r->res->arenas && !(r->in && r->in->outputs)) continue; /* left where it is */
     size_t bytes = (size_t)src.count * (size_t)cf_dtype_size(src.dtype);
     if (r->in && r->in->outputs) { /* the caller's buffer, unless it was produced there */
       dst->data = r->in->outputs[at].data;
@@ -497,6 +507,11 @@ static cf_status result_init(cf_context *ctx, const cf_plan *p, const cf_inputs 
   res->time_ms = calloc((size_t)p->opt.iters, sizeof *res->time_ms);
   res->outputs = calloc((size_t)p->ranks * (size_t)res->n_outputs + 1, sizeof *res->outputs);
   res->output_names = calloc((size_t)res->n_outputs + 1, sizeof *res->output_names);
+  if (cf_run_outputs_in_arena(p) && !(in && in->outputs)) {
+    res->arenas = calloc((size_t)p->ranks + 1, sizeof *res->arenas);
+    res->arena_dev = p->dev;
+    if (!res->arenas) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  }
   if (!res->time_ms || !res->outputs || !res->output_names)
     return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   for (int i = 0, j = 0; i < g->n_nodes; i++)
@@ -670,8 +685,13 @@ cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_r
 
 void cf_run_result_free(cf_run_result *res) {
   if (!res) return;
-  if (res->outputs && !res->caller_outputs)
+  if (res->arenas) {
+    for (int r = 0; r < res->ranks; r++)
+      if (res->arenas[r]) res->arena_dev->ops->free(res->arena_dev, res->arenas[r]);
+    free(res->arenas);
+  } else if (res->outputs && !res->caller_outputs) {
     for (int i = 0; i < res->ranks * res->n_outputs; i++) free(res->outputs[i].data);
+  }
   free(res->outputs);
   free(res->output_names);
   free(res->time_ms);

@@ -31,6 +31,12 @@ void cf_fill_random(void *data, cf_dtype dt, int64_t count, uint64_t seed, int r
  * Constant, `value` (every element = value converted). */
 void cf_fill_node(const cf_node *n, void *data, cf_dtype dt, int64_t count, uint64_t seed,
                   int rank);
+/* Elements first .. first + count - 1 of what cf_fill_random / cf_fill_node
+ * write, into data[0 .. count): any range of a tensor, bitwise as the whole. */
+void cf_fill_random_at(void *data, cf_dtype dt, int64_t first, int64_t count, uint64_t seed,
+                       int rank, const char *name);
+void cf_fill_node_at(const cf_node *n, void *data, cf_dtype dt, int64_t first, int64_t count,
+                     uint64_t seed, int rank);
 /* Element i of a buffer as double, and a double stored into element i
  * (round to nearest even for float16/bfloat16, saturating float -> int
  * casts, like numpy's astype on in-range values). */
@@ -124,6 +130,10 @@ typedef struct cf_run_options {
    * plain AllReduce of an Input stays out of place, so the Input is read
    * where it lies and the result goes to the caller's output, no copy. */
   bool lent_inputs;
+  /* The results stay where the run produced them (cf_run_outputs_in_arena):
+   * res->outputs point into each rank's arena, which the result keeps until
+   * cf_run_result_free (the plan must outlive the result); no copy. */
+  bool outputs_in_arena;
 } cf_run_options;
 
 typedef struct cf_run_result {
@@ -139,6 +149,10 @@ typedef struct cf_run_result {
    * caller data into the arena or a bucket, values into a bucket (plan
    * COPY steps), results out to the caller's buffers; and their bytes */
   int64_t copies, copy_bytes;
+  /* the arenas outputs[] point into (cf_run_options.outputs_in_arena), per
+   * rank of this process, freed by cf_run_result_free through arena_dev */
+  void **arenas;
+  cf_device *arena_dev;
 } cf_run_result;
 
 /* ================= memory.c: a run's memory against the machine's ================= */
@@ -212,5 +226,10 @@ cf_status cf_exec_run_world(cf_context *ctx, cf_plan *p, cf_world *w, const cf_i
 /* cf_exec_run_world on a threads world of p's ranks made for this run. */
 cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_result *res);
 void cf_run_result_free(cf_run_result *res);
+/* Whether a run of p leaves its outputs in the arenas (no copies): asked for
+ * (outputs_in_arena), on a host device, and no iteration after the one the
+ * outputs come from overwrites them (an in-place plan run more than once
+ * returns its first iteration's outputs: those are copied). */
+bool cf_run_outputs_in_arena(const cf_plan *p);
 
 #endif /* COLLFUSE_EXECUTOR_H */

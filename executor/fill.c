@@ -2,7 +2,9 @@
  *
  * Random data is counter based (splitmix64 at state base + i * gamma, with
  * base hashed from seed, rank and the tensor's name), so element i is the
- * same whichever thread writes it and however a buffer is split; the
+ * same whichever thread writes it and however a buffer is split (the _at
+ * forms write any range of elements: --verify regenerates inputs window by
+ * window); the
  * executor and the float64 reference therefore see the same inputs without
  * sharing any state. The element accessors below are the executor's single
  * definition of dtype conversion: float16/bfloat16 round to nearest even
@@ -122,16 +124,22 @@ static uint64_t stream_base(uint64_t seed, int rank, const char *name) {
 
 void cf_fill_random(void *data, cf_dtype dt, int64_t count, uint64_t seed, int rank,
                     const char *name) {
+  cf_fill_random_at(data, dt, 0, count, seed, rank, name);
+}
+
+void cf_fill_random_at(void *data, cf_dtype dt, int64_t first, int64_t count, uint64_t seed,
+                       int rank, const char *name) {
   uint64_t base = stream_base(seed, rank, name);
   for (int64_t i = 0; i < count; i++) {
-    uint64_t r = mix64(base + (uint64_t)i * CF_GOLDEN);
+    uint64_t r = mix64(base + (uint64_t)(first + i) * CF_GOLDEN);
+    bool head = first + i == 0;         /* the tensor's element 0 */
     int64_t small = (int64_t)(r >> 60); /* 0..15 */
     switch (dt) {
-    case CF_DT_UINT8: ((uint8_t *)data)[i] = (uint8_t)(i == 0 && !small ? 1 : small); break;
+    case CF_DT_UINT8: ((uint8_t *)data)[i] = (uint8_t)(head && !small ? 1 : small); break;
     case CF_DT_INT8:
     case CF_DT_INT16:
     case CF_DT_INT32:
-    case CF_DT_INT64: cf_store_i64(data, dt, i, i == 0 && small == 8 ? 1 : small - 8); break;
+    case CF_DT_INT64: cf_store_i64(data, dt, i, head && small == 8 ? 1 : small - 8); break;
     default: {
       /* (k + 1/2) * 2^-52 - 1 for k in [0, 2^53): in (-1, 1), never 0 */
       double v = ((double)(r >> 11) + 0.5) * 0x1p-52 - 1.0;
@@ -141,7 +149,7 @@ void cf_fill_random(void *data, cf_dtype dt, int64_t count, uint64_t seed, int r
        * element 0 stays non-zero. */
       double got = cf_load_f64(data, dt, i);
       if (got >= 1.0) cf_store_f64(data, dt, i, -1.0);
-      if (i == 0 && got == 0) cf_store_f64(data, dt, 0, 0.5);
+      if (head && got == 0) cf_store_f64(data, dt, i, 0.5);
       break;
     }
     }
@@ -150,14 +158,20 @@ void cf_fill_random(void *data, cf_dtype dt, int64_t count, uint64_t seed, int r
 
 void cf_fill_node(const cf_node *n, void *data, cf_dtype dt, int64_t count, uint64_t seed,
                   int rank) {
+  cf_fill_node_at(n, data, dt, 0, count, seed, rank);
+}
+
+void cf_fill_node_at(const cf_node *n, void *data, cf_dtype dt, int64_t first, int64_t count,
+                     uint64_t seed, int rank) {
   const char *init = cf_node_str(n, CF_A_INIT, NULL);
   const cf_attr *value = cf_node_attr(n, CF_A_VALUE);
   if (!init) init = n->op == CF_OP_CONSTANT ? (value ? "value" : "zeros") : "random";
   int size = cf_dtype_size(dt);
   if (!strcmp(init, "random")) {
-    cf_fill_random(data, dt, count, seed, rank, n->name);
+    cf_fill_random_at(data, dt, first, count, seed, rank, n->name);
   } else if (!strcmp(init, "iota")) {
-    for (int64_t i = 0; i < count; i++) cf_store_i64(data, dt, i, i);
+    for (int64_t i = 0; i < count; i++)
+      cf_store_i64(data, dt, i, first + i);
   } else if (!strcmp(init, "ones") || !strcmp(init, "value")) {
     if (count <= 0) return;
     cf_store_f64(data, dt, 0, !strcmp(init, "ones") ? 1.0 : value->v.f);

@@ -702,6 +702,27 @@ static void test_errors(void **state) {
 
 /* ================= verify ================= */
 
+/* what an executor would produce: the reference rounded to each dtype,
+ * undefined values as NaN */
+static cf_tensor *rounded(const fx *f, int ranks) {
+  int total = f->nout * ranks;
+  cf_tensor *got = calloc((size_t)total, sizeof *got);
+  assert_non_null(got);
+  for (int e = 0; e < total; e++) {
+    const cf_ref_value *v = &f->out[e];
+    got[e] = (cf_tensor){.dtype = v->dtype, .shape = v->shape, .count = v->count};
+    got[e].data = calloc((size_t)v->count + 1, (size_t)cf_dtype_size(v->dtype));
+    assert_non_null(got[e].data);
+    for (int64_t i = 0; i < v->count; i++) {
+      if (v->ival)
+        cf_store_i64(got[e].data, v->dtype, i, v->ival[i]);
+      else
+        cf_store_f64(got[e].data, v->dtype, i, v->val ? v->val[i] : NAN);
+    }
+  }
+  return got;
+}
+
 static const char *verify_xml =
     "<graph name='t' version='1' world_size='4'>"
     " <node name='x' op='Input' dtype='float32' shape='3,4'/>"
@@ -722,23 +743,9 @@ static void test_verify(void **state) {
   fx f;
   fx_init(&f, verify_xml, 4);
   fx_run(&f);
-  /* what an executor would produce: the reference rounded to each dtype;
-   * undefined values (Reduce off the root) hold garbage */
+  /* undefined values (Reduce off the root) hold NaN */
   int total = f.nout * 4;
-  cf_tensor *got = calloc((size_t)total, sizeof *got);
-  assert_non_null(got);
-  for (int e = 0; e < total; e++) {
-    const cf_ref_value *v = &f.out[e];
-    got[e] = (cf_tensor){.dtype = v->dtype, .shape = v->shape, .count = v->count};
-    got[e].data = calloc((size_t)v->count, (size_t)cf_dtype_size(v->dtype));
-    assert_non_null(got[e].data);
-    for (int64_t i = 0; i < v->count; i++) {
-      if (v->ival)
-        cf_store_i64(got[e].data, v->dtype, i, v->ival[i]);
-      else
-        cf_store_f64(got[e].data, v->dtype, i, v->val ? v->val[i] : NAN);
-    }
-  }
+  cf_tensor *got = rounded(&f, 4);
   cf_verify_stats st;
   assert_int_equal(cf_verify_outputs(ctx, f.g, got, f.out, 4, f.nout, &st), CF_OK);
   assert_int_equal(st.checked, 4 * (12 + 6 + 5) + 12); /* o_r on rank 3 only */
@@ -825,6 +832,150 @@ static void test_verify_float16(void **state) {
   fx_free(&f);
 }
 
+/* ================= window by window ================= */
+
+/* cf_fill_random_at / cf_fill_node_at: any range is bitwise that range of
+ * the whole, element 0's special cases included */
+static void test_fill_at(void **state) {
+  (void)state;
+  static const cf_dtype dts[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16, CF_DT_FLOAT64,
+                                 CF_DT_INT8,    CF_DT_UINT8,   CF_DT_INT32,    CF_DT_INT64};
+  enum { N = 300 };
+  for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+    for (int seed = 0; seed < 40; seed++) {
+      int sz = cf_dtype_size(dts[d]);
+      unsigned char whole[N * 8], part[N * 8];
+      cf_fill_random(whole, dts[d], N, (uint64_t)seed, seed % 3, "t");
+      for (int64_t lo = 0; lo < N; lo += 37) {
+        int64_t cnt = lo + 50 < N ? 50 : N - lo;
+        cf_fill_random_at(part, dts[d], lo, cnt, (uint64_t)seed, seed % 3, "t");
+        assert_memory_equal(part, whole + lo * sz, (size_t)(cnt * sz));
+      }
+    }
+}
+
+/* elementwise ops only: reduce, broadcast, permute, fused, groups,
+ * integers, casts, a Constant iota, Add/Sub/Mul, Reshape */
+static const char *stream_xml =
+    "<graph name='t' version='1' world_size='4'>"
+    " <group name='even' ranks='0,2'/>"
+    " <node name='a' op='Input' dtype='float32' shape='5,7'/>"
+    " <node name='b' op='Input' dtype='float16' shape='10'/>"
+    " <node name='n' op='Input' dtype='int32' shape='13'/>"
+    " <node name='u' op='Input' dtype='uint8' shape='9'/>"
+    " <node name='c' op='Constant' dtype='int32' shape='13' init='iota'/>"
+    " <node name='nc' op='Add'><input ref='n'/><input ref='c'/></node>"
+    " <node name='am' op='Mul'><input ref='a'/><input ref='a'/></node>"
+    " <node name='ar' op='Reshape' shape='35'><input ref='am'/></node>"
+    " <node name='s1' op='AllReduce' reduction='sum'><input ref='ar'/></node>"
+    " <node name='s2' op='AllReduce' reduction='mean' group='even'><input ref='b'/></node>"
+    " <node name='s3' op='AllReduce' reduction='max'><input ref='nc'/></node>"
+    " <node name='s4' op='Reduce' reduction='sum' root='2'><input ref='u'/></node>"
+    " <node name='s5' op='Broadcast' root='1'><input ref='a'/></node>"
+    " <node name='s6' op='CollectivePermute' source_target_pairs='{0,1},{1,2},{2,0}'>"
+    "  <input ref='b'/></node>"
+    " <node name='f' op='FusedAllReduce' reduction='sum' members='x1,x2'>"
+    "  <input ref='a'/><input ref='ar'/></node>"
+    " <node name='d' op='Sub'><input ref='s1'/><input ref='ar'/></node>"
+    " <node name='h' op='Cast' dtype='bfloat16'><input ref='d'/></node>"
+    " <node name='o_h' op='Output'><input ref='h'/></node>"
+    " <node name='o_s2' op='Output'><input ref='s2'/></node>"
+    " <node name='o_s3' op='Output'><input ref='s3'/></node>"
+    " <node name='o_s4' op='Output'><input ref='s4'/></node>"
+    " <node name='o_s5' op='Output'><input ref='s5'/></node>"
+    " <node name='o_s6' op='Output'><input ref='s6'/></node>"
+    " <node name='o_f0' op='Output'><input ref='f'/></node>"
+    " <node name='o_f1' op='Output'><input ref='f' port='1'/></node>"
+    "</graph>";
+
+/* cf_verify_streamed at several windows, with the Inputs given and
+ * regenerated, gives cf_verify_outputs' status, message and (on success)
+ * stats */
+static void same_verdict(fx *f, const cf_tensor *got, int ranks, int only) {
+  cf_verify_stats want, st;
+  cf_status ws;
+  if (only < 0) {
+    ws = cf_verify_outputs(ctx, f->g, got, f->out, ranks, f->nout, &want);
+  } else { /* other ranks' references undefined, as run.c's verify_rank */
+    cf_ref_value *mine = calloc((size_t)(ranks * f->nout), sizeof *mine);
+    assert_non_null(mine);
+    for (int j = 0; j < f->nout; j++)
+      mine[only * f->nout + j] = f->out[only * f->nout + j];
+    ws = cf_verify_outputs(ctx, f->g, got, mine, ranks, f->nout, &want);
+    free(mine);
+  }
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", ws ? cf_context_errmsg(ctx) : "");
+  static const int64_t windows[] = {1, 2, 3, 7, 16, 1000, 0};
+  cf_inputs none = {.ranks = ranks};
+  for (int given = 0; given < 2; given++)
+    for (size_t w = 0; w < sizeof windows / sizeof *windows; w++) {
+      cf_status s = cf_verify_streamed(ctx, f->g, given ? &f->in : &none, SEED, got, ranks, f->nout,
+                                       only, windows[w], &st);
+      if (s != ws || strcmp(ws ? cf_context_errmsg(ctx) : "", msg) != 0)
+        fail_msg("window %lld, inputs %s: status %d '%s', the whole reference %d '%s'",
+                 (long long)windows[w], given ? "given" : "regenerated", s,
+                 s ? cf_context_errmsg(ctx) : "", ws, msg);
+      if (ws) continue;
+      assert_int_equal(st.checked, want.checked);
+      assert_true(st.max_abs_err == want.max_abs_err);
+      assert_true(st.max_rel_err == want.max_rel_err);
+    }
+}
+
+static void test_verify_streamed(void **state) {
+  (void)state;
+  fx f;
+  fx_init(&f, stream_xml, 4);
+  fx_run(&f);
+  assert_true(cf_reference_streams(f.g));
+  cf_tensor *got = rounded(&f, 4);
+  same_verdict(&f, got, 4, -1);
+  same_verdict(&f, got, 4, 3);
+  /* wrong elements: the first by rank, output, index is named whatever
+   * window finds which first */
+  struct {
+    const char *out;
+    int rank;
+    int64_t i;
+  } bad[] = {{"o_f0", 1, 30}, {"o_s3", 1, 12}, {"o_h", 2, 3},  {"o_s6", 1, 9}, {"o_h", 1, 34},
+             {"o_s2", 0, 2},  {"o_s4", 2, 0},  {"o_f1", 0, 0}, {"o_h", 0, 0}};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    cf_tensor *t = &got[bad[k].rank * f.nout + out_index(f.g, bad[k].out)];
+    double v = cf_load_f64(t->data, t->dtype, bad[k].i);
+    cf_store_f64(t->data, t->dtype, bad[k].i, v + 3);
+    same_verdict(&f, got, 4, -1);
+    same_verdict(&f, got, 4, bad[k].rank);
+    same_verdict(&f, got, 4, 3);
+  }
+  /* and the dtype */
+  got[2 * f.nout + 1].dtype = CF_DT_FLOAT32;
+  same_verdict(&f, got, 4, -1);
+  ASSERT_ERR(cf_verify_streamed(ctx, f.g, &f.in, SEED, got, 4, f.nout, -1, 5, NULL), CF_ERR_INVALID,
+             "output 'o_h' rank 0 index 0: got");
+  for (int e = 0; e < f.nout * 4; e++)
+    free(got[e].data);
+  free(got);
+  /* a graph that does not stream is refused, not checked wrongly */
+  ASSERT_ERR(cf_verify_streamed(ctx, f.g, &f.in, SEED, NULL, 4, f.nout, -1, 5, NULL), CF_ERR_USAGE,
+             "verify: 8 outputs on 4 ranks given, the graph has 8 Output nodes");
+  fx_free(&f);
+  fx_init(&f, fused_xml, 4);
+  assert_false(cf_reference_streams(f.g));
+  cf_tensor dummy[64] = {{0}};
+  ASSERT_ERR(cf_verify_streamed(ctx, f.g, &f.in, SEED, dummy, 4, 12, -1, 5, NULL), CF_ERR_USAGE,
+             "not elementwise");
+  fx_free(&f);
+  /* windows of a value near its whole: the reference holds at most what
+   * cf_reference_window_bytes says, and the picked window fits the budget */
+  fx_init(&f, stream_xml, 4);
+  int64_t bytes, w = cf_verify_window(f.g, 4, &bytes);
+  assert_int_equal(w, 64); /* the largest value, 35 elements, in one window */
+  assert_true(bytes <= cf_reference_bytes(f.g, 4));
+  assert_true(cf_reference_window_bytes(f.g, 4, 1) < cf_reference_window_bytes(f.g, 4, 8));
+  fx_free(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_allreduce_float),
@@ -839,6 +990,8 @@ int main(void) {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_verify),
       cmocka_unit_test(test_verify_float16),
+      cmocka_unit_test(test_fill_at),
+      cmocka_unit_test(test_verify_streamed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

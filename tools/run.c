@@ -1,11 +1,18 @@
 /* run.c - `collfuse run`: compile a graph and execute it on N ranks.
  *
- * The graph is compiled with the chosen pipeline (the default fuses), the
- * inputs of every rank are made once (from --seed, or --input NAME=FILE.npy
- * with {rank} in the path) and given both to the executor and, with
- * --verify, to the float64 reference of the unfused graph, so the check
- * compares like with like. Outputs are matched to the reference by name
- * because passes may reorder nodes.
+ * The graph is compiled with the chosen pipeline (the default fuses). Each
+ * rank's executor fills its Inputs from --seed in its own arena; --input
+ * NAME=FILE.npy (with {rank} in the path) are read once and given both to
+ * the executor and, with --verify, to the float64 reference of the unfused
+ * graph, so the check compares like with like. The reference regenerates
+ * the seeded Inputs from the same counter-based streams (executor/fill.c)
+ * and, when every op of the graph is elementwise (a gradient graph of
+ * AllReduces), is evaluated and compared a window of elements at a time
+ * (check/verify.c cf_verify_streamed), against the outputs where the run
+ * left them in its arenas: --verify then needs the run's memory plus a
+ * window, not a float64 copy of every tensor. Other graphs get the whole
+ * reference, with every rank's Inputs made here. Outputs are matched to the
+ * reference by name because passes may reorder nodes.
  *
  * With --backend mpi every process of an mpirun job is one rank (the world
  * is MPI's): each compiles the graph, makes every rank's inputs (the
@@ -303,11 +310,30 @@ static bool reaches_collective(const cf_graph *g, int i) {
   return found;
 }
 
+/* The --input file for Input name, NULL when none. */
+static const char *input_path(const run_args *a, const char *name) {
+  const char *path = NULL;
+  for (int j = 0; j < a->input.n; j++) {
+    size_t len = (size_t)(strchr(a->input.v[j], '=') - a->input.v[j]);
+    if (strlen(name) == len && strncmp(name, a->input.v[j], len) == 0)
+      path = a->input.v[j] + len + 1;
+  }
+  return path;
+}
+
+/* The Inputs of g made here: those read from --input files, and with
+ * seeded those filled from the seed too (else each rank's executor fills
+ * them in its arena). */
+static bool made_here(const run_args *a, const cf_node *n, bool seeded) {
+  return n->op == CF_OP_INPUT && (seeded || input_path(a, n->name));
+}
+
 static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args *a, int ranks,
-                             int only, cf_inputs *in) {
+                             int only, bool seeded, cf_inputs *in) {
   memset(in, 0, sizeof *in);
   in->ranks = ranks;
-  for (int i = 0; i < g->n_nodes; i++) in->n += g->nodes[i].op == CF_OP_INPUT;
+  for (int i = 0; i < g->n_nodes; i++)
+    in->n += made_here(a, &g->nodes[i], seeded);
   in->names = calloc((size_t)in->n + 1, sizeof *in->names);
   in->data = calloc((size_t)in->n * (size_t)ranks + 1, sizeof *in->data);
   if (!in->names || !in->data) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
@@ -333,14 +359,9 @@ static cf_status make_inputs(cf_context *ctx, const cf_graph *g, const run_args 
   input_files seen = {0};
   for (int i = 0; i < g->n_nodes && !st; i++) {
     const cf_node *n = &g->nodes[i];
-    if (n->op != CF_OP_INPUT) continue;
+    if (!made_here(a, n, seeded)) continue;
     in->names[k] = n->name;
-    const char *path = NULL;
-    for (int j = 0; j < a->input.n; j++) {
-      size_t len = (size_t)(strchr(a->input.v[j], '=') - a->input.v[j]);
-      if (strlen(n->name) == len && strncmp(n->name, a->input.v[j], len) == 0)
-        path = a->input.v[j] + len + 1;
-    }
+    const char *path = input_path(a, n->name);
     for (int r = 0; r < ranks && !st; r++) {
       cf_tensor *t = &in->data[(size_t)r * (size_t)in->n + (size_t)k];
       t->dtype = n->out[0].dtype;
@@ -493,12 +514,20 @@ static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_res
  * inputs, and --verify's reference (with MPI, every rank's inputs too: the
  * reference needs them). */
 static cf_status check_memory(cf_context *ctx, const run_args *a, const cf_plan *plan,
-                              const cf_graph *ref_g, int ranks, int me, cf_world *world) {
-  int64_t inputs = cf_graph_io_bytes(ref_g ? ref_g : plan->g, CF_OP_INPUT);
-  cf_mem_need need = {
-      .file = cf_tool_name(a->file.v[0]), .ranks = ranks, .per_rank = cf_plan_run_bytes(plan, false) + inputs};
+                              const cf_graph *ref_g, int ranks, int me, cf_world *world,
+                              bool seeded, bool stream) {
+  const cf_graph *g = ref_g ? ref_g : plan->g;
+  int64_t inputs = 0, b;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (made_here(a, &g->nodes[i], seeded) && cf_value_bytes(&g->nodes[i].out[0], &b)) inputs += b;
+  cf_mem_need need = {.file = cf_tool_name(a->file.v[0]),
+                      .ranks = ranks,
+                      .per_rank = cf_plan_run_bytes(plan, cf_run_outputs_in_arena(plan)) + inputs};
   if (a->verify) {
-    need.shared = cf_reference_bytes(ref_g, ranks);
+    if (stream)
+      cf_verify_window(ref_g, ranks, &need.shared);
+    else
+      need.shared = cf_reference_bytes(ref_g, ranks);
     need.shared_what = "--verify's float64 reference";
   }
   if (a->mpi) {
@@ -518,7 +547,10 @@ static cf_status check_memory(cf_context *ctx, const run_args *a, const cf_plan 
 
 /* Test hooks (tests/e2e only): COLLFUSE_TEST_FAIL=MODE:RANK:STEP makes a rank
  * fail (1) or vanish (2); COLLFUSE_TEST_MISMATCH=RANK:COLL:FIELD alters one
- * rank's descriptor of one collective (count, dtype, reduction, root). */
+ * rank's descriptor of one collective (count, dtype, reduction, root);
+ * COLLFUSE_TEST_CORRUPT=RANK:INDEX:OUTPUT adds 1 to one element of one
+ * rank's output after the run, before --verify looks at it;
+ * COLLFUSE_TEST_VERIFY_WINDOW=N makes --verify's windows N elements. */
 typedef struct mismatch_hook {
   int rank, coll;
   char field[16];
@@ -542,6 +574,26 @@ static const cf_run_hooks *test_hooks(cf_run_hooks *o, mismatch_hook *h) {
     o->user = h;
   }
   return f || o->mutate ? o : NULL;
+}
+
+/* COLLFUSE_TEST_CORRUPT's element, when this process has it. */
+static void corrupt_output(const cf_graph *ref_g, cf_tensor *got, int ranks, int n_ref) {
+  const char *c = getenv("COLLFUSE_TEST_CORRUPT");
+  int rank, at = 0;
+  long long index;
+  if (!c || sscanf(c, "%d:%lld:%n", &rank, &index, &at) != 2 || at == 0 || rank < 0 ||
+      rank >= ranks)
+    return;
+  for (int i = 0, j = 0; i < ref_g->n_nodes; i++) {
+    if (ref_g->nodes[i].op != CF_OP_OUTPUT) continue;
+    cf_tensor *t = &got[(size_t)rank * (size_t)n_ref + (size_t)j++];
+    if (strcmp(ref_g->nodes[i].name, c + at) != 0 || !t->data || index < 0 || index >= t->count)
+      continue;
+    if (cf_dtype_is_float(t->dtype))
+      cf_store_f64(t->data, t->dtype, index, cf_load_f64(t->data, t->dtype, index) + 1);
+    else
+      cf_store_i64(t->data, t->dtype, index, cf_load_i64(t->data, t->dtype, index) + 1);
+  }
 }
 
 /* Outputs of the run in the reference graph's Output order (by name). */
@@ -665,11 +717,17 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   int64_t peak_unfused = -1;
   mismatch_hook hook = {0};
   cf_run_hooks hooks = {0};
-  cf_run_options opt = {.iters = a.iters, .warmup = a.warmup, .seed = a.seed,
-                        .deterministic = a.deterministic, .timeout_s = a.timeout,
+  cf_run_options opt = {.iters = a.iters,
+                        .warmup = a.warmup,
+                        .seed = a.seed,
+                        .deterministic = a.deterministic,
+                        .timeout_s = a.timeout,
                         .algo = parse_algo(a.algo),
-                        .verbose = a.verbose, .staged = a.mpi,
-                        .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA : CF_DEVICE_CPU};
+                        .verbose = a.verbose,
+                        .staged = a.mpi,
+                        .outputs_in_arena = true,
+                        .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA
+                                                                            : CF_DEVICE_CPU};
   opt.hooks = test_hooks(&hooks, &hook);
   /* --backend mpi: this process is rank `me` of MPI's world */
   cf_world *world = NULL;
@@ -739,8 +797,12 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
               pc->desc.in_place ? " in place" : "", pc->inline_ok ? "" : " (overlapped)");
     }
   }
-  if (!st) st = check_memory(ctx, &a, plan, ref_g, ranks, me, world);
-  if (!st) st = make_inputs(ctx, ref_g ? ref_g : g, &a, ranks, a.mpi && !a.verify ? me : -1, &in);
+  /* --verify window by window (no Input made here but --input's), or the
+   * whole reference (every rank's Inputs made here) */
+  bool stream = a.verify && ref_g && cf_reference_streams(ref_g), seeded = a.verify && !stream;
+  if (!st) st = check_memory(ctx, &a, plan, ref_g, ranks, me, world, seeded, stream);
+  if (!st)
+    st = make_inputs(ctx, ref_g ? ref_g : g, &a, ranks, a.mpi && !a.verify ? me : -1, seeded, &in);
   /* MPI: every rank learns whether any could not get ready (usage, input,
    * rank table), so all skip the run and exit alike; the failing ones say
    * why. A failure later, in the run, reaches the others as an abort. */
@@ -773,11 +835,17 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     ran = !st;
   }
   if (ran && a.verify) {
-    st = cf_reference_run(ctx, ref_g, &in, a.seed, &ref, &n_ref);
-    got = st ? NULL : calloc((size_t)n_ref * (size_t)ranks + 1, sizeof *got);
-    if (!st && !got) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+    for (int i = 0; i < ref_g->n_nodes; i++)
+      n_ref += ref_g->nodes[i].op == CF_OP_OUTPUT;
+    got = calloc((size_t)n_ref * (size_t)ranks + 1, sizeof *got);
+    if (!got) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
     if (!st) st = align_outputs(ctx, ref_g, &res, got, n_ref);
-    if (!st)
+    if (!st) corrupt_output(ref_g, got, ranks, n_ref);
+    const char *w = getenv("COLLFUSE_TEST_VERIFY_WINDOW");
+    if (!st && stream)
+      st = cf_verify_streamed(ctx, ref_g, &in, a.seed, got, ranks, n_ref, a.mpi ? me : -1,
+                              w ? atoll(w) : 0, &vs);
+    else if (!st && !(st = cf_reference_run(ctx, ref_g, &in, a.seed, &ref, &n_ref)))
       st = a.mpi ? verify_rank(ctx, ref_g, got, ref, ranks, n_ref, me, &vs)
                  : cf_verify_outputs(ctx, ref_g, got, ref, ranks, n_ref, &vs);
     if (!st) verified = true;

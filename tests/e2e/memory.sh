@@ -10,7 +10,8 @@
 #   huge.xml   an AllReduce of a 128 GiB Input on 64 ranks: more than any
 #              machine has, refused at once, before anything is allocated
 #   const.xml  a 1 GiB Constant, for the address space limit
-#   input.xml  a 1 GiB Input, likewise
+#   input.xml  a 1 GiB Input gathered on 1 rank, likewise (--verify of an
+#              AllGather makes the Inputs in run.c: the whole reference)
 set -u
 
 if [ $# -ne 1 ]; then
@@ -70,7 +71,8 @@ graph huge 64 '<node name="x" op="Input" dtype="float32" shape="34359738368"/>' 
 graph const 1 '<node name="c" op="Constant" dtype="float32" shape="268435456" value="1"/>' \
   '<node name="y" op="Output"><input ref="c"/></node>'
 graph input 1 '<node name="x" op="Input" dtype="float32" shape="268435456"/>' \
-  '<node name="y" op="Output"><input ref="x"/></node>'
+  '<node name="ag" op="AllGather" layout="concat"><input ref="x"/></node>' \
+  '<node name="y" op="Output"><input ref="ag"/></node>'
 size='[0-9]+\.[0-9] [KMGT]iB'
 avail="$size available \((MemAvailable|the cgroup's memory limit)\)"
 
@@ -78,15 +80,19 @@ avail="$size available \((MemAvailable|the cgroup's memory limit)\)"
 case_ 1 3000 "small\.xml: error: 4 ranks need $size \($size per rank\), 8\.0 MiB allowed by --max-memory; use fewer ranks or --backend mpi across machines" \
   -- run "$dir/small.xml" --max-memory 8M
 case_ 0 20000 "" -- run "$dir/small.xml" --max-memory 1G
-# --verify's float64 reference counts (16 bytes an element, every rank)
-case_ 1 3000 "4 ranks need $size \($size per rank, $size for --verify's float64 reference\), 100\.0 MiB allowed by --max-memory" \
-  -- run "$dir/small.xml" --max-memory 100M --verify
+# --verify's float64 reference counts (16 bytes an element, every rank; an
+# AllReduce graph's is a window of at most 64 MiB): the run alone fits in
+# 80 MiB (4 ranks x 4 MiB, in place, outputs left where they are), with
+# --verify it is refused before anything is allocated
+case_ 0 20000 "" -- run "$dir/small.xml" --max-memory 80M
+case_ 1 3000 "4 ranks need $size \($size per rank, 64\.0 MiB for --verify's float64 reference\), 80\.0 MiB allowed by --max-memory" \
+  -- run "$dir/small.xml" --max-memory 80M --verify
 case_ 1 3000 "small\.xml: error: 1 rank needs $size \($size of it for --verify's float64 reference\), 1\.0 MiB allowed by --max-memory\$" \
   -- run "$dir/small.xml" --ranks 1 --max-memory 1M --verify
 # more than the machine has: refused at once, nothing allocated
 case_ 1 3000 "huge\.xml: error: 64 ranks need $size \($size per rank\), $avail; use fewer ranks or --backend mpi across machines" \
   -- run "$dir/huge.xml"
-case_ 1 3000 "huge\.xml: error: 1 rank needs 384\.0 GiB, $avail\$" -- run "$dir/huge.xml" --ranks 1
+case_ 1 3000 "huge\.xml: error: 1 rank needs 128\.0 GiB, $avail\$" -- run "$dir/huge.xml" --ranks 1
 case_ 2 3000 "collfuse run: --max-memory wants a size such as 512M or 4G, got '12X'" \
   -- run "$dir/small.xml" --max-memory 12X
 # the benches that execute graphs or allocate rank buffers
@@ -111,7 +117,7 @@ if command -v prlimit >/dev/null 2>&1 && [ -z "${ASAN_OPTIONS:-}" ]; then
   case_ 3 20000 "const\.xml: error: cannot allocate 1\.0 GiB for rank 0's memory plan \(its tensors, buckets and scratch\): out of memory" \
     -- run "$dir/const.xml" --max-memory 100G
   case_ 3 20000 "input\.xml: error: cannot allocate 1\.0 GiB for rank 0's Input 'x': out of memory" \
-    -- run "$dir/input.xml" --max-memory 100G
+    -- run "$dir/input.xml" --max-memory 100G --verify
   pre=
 else
   echo "memory.sh: the address space cases are skipped (no prlimit, or sanitizers)"
