@@ -151,7 +151,8 @@ static bool parse_line(cf_context *ctx, cf_profile *p, const char *path, int lin
                                                 .max_ranks = ranks,
                                                 .min_bytes = lo,
                                                 .max_bytes = hi,
-                                                .algo = r.algo};
+                                                .algo = r.algo,
+                                                .in_place = -1};
     }
   } else {
     ok = BAD("profile: unknown line '%s' (link or algo)", w[0]);
@@ -281,8 +282,12 @@ cf_status cf_profile_set(cf_context *ctx, cf_profile *p, const char *transport, 
     }
     if (e->n_rules == CF_PROFILE_MAX_RULES) break;
     int64_t lo = e->n_rules ? e->rules[e->n_rules - 1].max_bytes + 1 : 0;
-    e->rules[e->n_rules++] = (cf_algo_rule){
-        .min_ranks = ranks, .max_ranks = ranks, .min_bytes = lo, .max_bytes = hi, .algo = best[i]};
+    e->rules[e->n_rules++] = (cf_algo_rule){.min_ranks = ranks,
+                                            .max_ranks = ranks,
+                                            .min_bytes = lo,
+                                            .max_bytes = hi,
+                                            .algo = best[i],
+                                            .in_place = -1};
   }
   return CF_OK;
 }

@@ -101,6 +101,7 @@ struct cf_algo_rule {
   int min_ranks, max_ranks;
   int64_t min_bytes, max_bytes;
   int algo;
+  int in_place; /* 1: in-place calls only, -1: out-of-place calls only, 0: both */
 };
 
 /* A policy's AllReduce rules, first match wins; a rule whose algorithm may

@@ -749,6 +749,21 @@ static void test_select_measured(void **state) {
   cf_algo_req forced = cf_algo_forced(CF_ALGO_RSAG);
   forced.measured = rules, forced.n_measured = 3;
   assert_int_equal(cf_coll_select(&d, 4, false, forced), CF_ALGO_RSAG);
+  /* rules for out-of-place calls only (a profile's) pass an in-place call
+   * to the built-in in-place rule: rsag at every size and rank count */
+  static const cf_algo_rule oop[] = {{.algo = CF_ALGO_RING, .in_place = -1}};
+  cf_algo_req prof = {.policy = CF_POLICY_AUTO, .measured = oop, .n_measured = 1};
+  assert_int_equal(cf_coll_select(&d, 4, false, prof), CF_ALGO_RING);
+  d.in_place = true;
+  for (int n = 2; n <= 9; n++) {
+    assert_int_equal(cf_coll_select(&d, n, false, prof), CF_ALGO_RSAG);
+    assert_int_equal(cf_coll_select(&d, n, true, REQ_AUTO), CF_ALGO_RSAG);
+  }
+  d.count = 1;
+  assert_int_equal(cf_coll_select(&d, 2, false, REQ_AUTO), CF_ALGO_RSAG);
+  /* MPI's policies keep their rules in place (not measured there) */
+  cf_algo_req shm = {.policy = CF_POLICY_AUTO_MPI_SHM};
+  assert_int_equal(cf_coll_select(&d, 2, false, shm), CF_ALGO_DIRECT);
 }
 
 /* Run s out of place and in place (a: the algorithm index for the

@@ -50,13 +50,34 @@ cat >"$work/two.xml" <<'G'
   <node name="ar_big" op="AllReduce" reduction="sum" fusion="0"><input ref="b"/></node>
   <node name="oa" op="Output"><input ref="ar_small"/></node>
   <node name="ob" op="Output"><input ref="ar_big"/></node>
+  <node name="ia" op="Output"><input ref="a"/></node>
+  <node name="ib" op="Output"><input ref="b"/></node>
+</graph>
+G
+
+# A profile is measured out of place and serves out-of-place calls (an
+# Output also reads each input): 48 KiB and 4 MiB on 4 ranks; ar_ip's input
+# has no other reader, so it runs in place under the built-in rule.
+cat >"$work/four.xml" <<'G'
+<graph name="four" version="1" world_size="4">
+  <node name="x" op="Input" dtype="float32" shape="12288"/>
+  <node name="y" op="Input" dtype="float32" shape="1048576"/>
+  <node name="z" op="Input" dtype="float32" shape="12288"/>
+  <node name="ar_x" op="AllReduce" reduction="sum" fusion="0"><input ref="x"/></node>
+  <node name="ar_y" op="AllReduce" reduction="sum" fusion="0"><input ref="y"/></node>
+  <node name="ar_ip" op="AllReduce" reduction="sum" fusion="0"><input ref="z"/></node>
+  <node name="ox" op="Output"><input ref="ar_x"/></node>
+  <node name="oy" op="Output"><input ref="ar_y"/></node>
+  <node name="oz" op="Output"><input ref="ar_ip"/></node>
+  <node name="ix" op="Output"><input ref="x"/></node>
+  <node name="iy" op="Output"><input ref="y"/></node>
 </graph>
 G
 
 # ---- no profile: the built-in rules (48 KiB on 4 ranks: rsag)
-run run "$ex/fused_buckets.xml" -v
+run run "$work/four.xml" -v
 expect_rc 0 "run without a profile"
-uses rsag bucket_0 "run without a profile"
+uses rsag ar_x "run without a profile"
 [ ! -e "$prof" ] || fail "run wrote a profile"
 run compile "$ex/dp_gradients.xml" --explain
 has "$OUT" "split auto: 1 bucket, model exposes 282 us, 3 members" "split auto's built-in cost"
@@ -71,28 +92,30 @@ link threads 4 5 20
 algo threads 4 0 0 ring
 link threads 8 5 20
 P
-run run "$ex/fused_buckets.xml" -v
+run run "$work/four.xml" -v
 expect_rc 0 "run with the default profile"
-uses ring bucket_0 "the default profile's rule"
-uses ring ar_emb "the default profile's rule"
-run run "$ex/fused_buckets.xml" -v --profile none
-uses rsag bucket_0 "--profile none"
-run run "$ex/fused_buckets.xml" -v --algo direct
-uses direct bucket_0 "--algo over the profile"
-run run "$ex/fused_buckets.xml" -v --deterministic
-uses rsag bucket_0 "--deterministic passes over ring's rule"
+uses ring ar_x "the default profile's rule"
+uses ring ar_y "the default profile's rule"
+uses rsag ar_ip "an in-place call keeps the built-in rule"
+grep -q "AllReduce 'ar_ip' .* in place" "$ERR" || fail "ar_ip should run in place"
+run run "$work/four.xml" -v --profile none
+uses rsag ar_x "--profile none"
+run run "$work/four.xml" -v --algo direct
+uses direct ar_x "--algo over the profile"
+run run "$work/four.xml" -v --deterministic
+uses rsag ar_x "--deterministic passes over ring's rule"
 run run "$work/two.xml" -v --ranks 2
 uses direct ar_small "no rule for 2 ranks: built-in"
 uses rsag ar_big "no rule for 2 ranks: built-in"
-run run "$ex/fused_buckets.xml" --verify
+run run "$work/four.xml" --verify
 expect_rc 0 "run --verify with the profile"
 has "$OUT" "verified" "run --verify with the profile"
 cp "$prof" "$work/other"
 printf 'algo threads 4 0 0 direct\n' >"$work/two"
 { head -n 1 "$prof"; cat "$work/two"; } >"$work/first"
-COLLFUSE_PROFILE=$work/first run run "$ex/fused_buckets.xml" -v
+COLLFUSE_PROFILE=$work/first run run "$work/four.xml" -v
 unset COLLFUSE_PROFILE
-uses direct bucket_0 "COLLFUSE_PROFILE (every size: direct)"
+uses direct ar_x "COLLFUSE_PROFILE (every size: direct)"
 
 # ---- split auto reads alpha/beta (the threads link for the graph's 8 ranks)
 run compile "$ex/dp_gradients.xml" --explain
