@@ -42,6 +42,9 @@ typedef struct cf_kernel_key {
   cf_dtype dtype;   /* element type; CF_K_QUANT: the output type */
   cf_reduction red; /* CF_K_NARY, CF_K_ACC */
   int arity;        /* CF_K_NARY: 2..CF_MAX_ARITY; others 0 */
+  bool stream;      /* CF_K_NARY: non-temporal stores at every length, not only from
+                       CF_KERNEL_STREAM_MIN_BYTES (a destination that is not read again
+                       soon, such as a peer's output); others false */
 } cf_kernel_key;
 
 /* An n-ary kernel's destination of at least this many bytes is written

@@ -50,7 +50,9 @@ char *cf_kernel_name(const cf_kernel_key *key, char *buf, size_t len) {
   const char *dt = dtype_ok(key->dtype) ? cf_dtype_name(key->dtype) : "invalid";
   const char *red = cf_reduction_name(key->red);
   switch (key->kind) {
-  case CF_K_NARY: snprintf(buf, len, "cf_nary_%s_%s_%d", red, dt, key->arity); break;
+  case CF_K_NARY:
+    snprintf(buf, len, "cf_nary_%s_%s_%d%s", red, dt, key->arity, key->stream ? "_nt" : "");
+    break;
   case CF_K_ACC: snprintf(buf, len, "cf_acc_%s_%s", red, dt); break;
   default: snprintf(buf, len, "cf_%s_%s", kind_names[key->kind], dt); break;
   }
@@ -76,7 +78,9 @@ bool cf_kernel_key_valid(const cf_kernel_key *key, char *why, size_t len) {
   } else if (key->kind != CF_K_NARY && key->arity != 0) {
     snprintf(tmp, sizeof tmp, "%s kernels take arity 0, not %d", kind_names[key->kind], key->arity);
     msg = tmp;
-  } else if (key->kind == CF_K_QUANT && key->dtype != CF_DT_BFLOAT16 && key->dtype != CF_DT_FLOAT16)
+  } else if (key->kind != CF_K_NARY && key->stream)
+    msg = "only n-ary kernels stream";
+  else if (key->kind == CF_K_QUANT && key->dtype != CF_DT_BFLOAT16 && key->dtype != CF_DT_FLOAT16)
     msg = "quant output dtype must be bfloat16 or float16";
   if (msg && why && len) snprintf(why, len, "%s", msg);
   return msg == NULL;

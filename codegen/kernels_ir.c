@@ -727,8 +727,10 @@ static void elementwise(kg *g, kenv *e, LLVMValueRef n, int lanes, body_fn body)
     LLVMValueRef ealn = LLVMBuildICmp(
         g->b, LLVMIntEQ, LLVMBuildAnd(g->b, mis, LLVMConstInt(g->i64, (unsigned)es - 1, 0), ""),
         zero, "");
-    LLVMValueRef big = LLVMBuildICmp(
-        g->b, LLVMIntSGE, n, LLVMConstInt(g->i64, (unsigned long long)(CF_KERNEL_STREAM_MIN_BYTES / es), 0), "");
+    /* a stream key streams whenever the peel leaves a vector to store */
+    int64_t min_n = e->key->stream ? 2 * 64 : CF_KERNEL_STREAM_MIN_BYTES / es;
+    LLVMValueRef big = LLVMBuildICmp(g->b, LLVMIntSGE, n,
+                                     LLVMConstInt(g->i64, (unsigned long long)min_n, 0), "");
     LLVMBasicBlockRef ntb = LLVMAppendBasicBlockInContext(g->lc, g->fn, "stream");
     LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(g->lc, g->fn, "plain");
     done = LLVMAppendBasicBlockInContext(g->lc, g->fn, "done");

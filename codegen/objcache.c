@@ -119,6 +119,7 @@ static void header(unsigned char *h, const cf_codegen_target *t, const cf_kernel
   put32(h + 32, (uint32_t)key->dtype);
   put32(h + 36, (uint32_t)key->red);
   put32(h + 40, (uint32_t)key->arity);
+  put32(h + 44, (uint32_t)key->stream); /* 0 in entries written before the field */
   put64(h + 48, target_hash(t));
   put64(h + 56, size);
   put64(h + 64, cf_fnv1a(CF_FNV_SEED, data, size));
@@ -137,7 +138,8 @@ static const char *check(const unsigned char *f, size_t size, const cf_codegen_t
   for (int i = 0; i < 3; i++)
     if (get32(f + 16 + 4 * i) != v[i]) return "built by another LLVM version";
   if (get32(f + 28) != (uint32_t)key->kind || get32(f + 32) != (uint32_t)key->dtype ||
-      get32(f + 36) != (uint32_t)key->red || get32(f + 40) != (uint32_t)key->arity)
+      get32(f + 36) != (uint32_t)key->red || get32(f + 40) != (uint32_t)key->arity ||
+      get32(f + 44) != (uint32_t)key->stream)
     return "holds another kernel";
   if (get64(f + 48) != target_hash(t)) return "built for another target";
   if (get64(f + 56) != size - HDR_SIZE) return "payload truncated or extended";

@@ -151,10 +151,17 @@ cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 /* The kernels any algorithm may launch for d on n ranks (at most max, 8 is
  * enough); the plan prepares them before ranks start. Returns how many. */
 int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max);
+/* Whether an AllReduce of d on n ranks is large enough for streaming
+ * kernels (cf_coll_reduce_stream), which cf_coll_kernels then lists. */
+bool cf_coll_streams(const cf_coll_desc *d, int n);
 /* dst = op(src[0], ..., src[k-1]) over n elements, in that order (for the
  * algorithms). final: mean divides by the group size (else sums). */
 void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,
                     int k, int64_t n, bool final);
+/* cf_coll_reduce(..., call->n, n, true) with streaming stores (when
+ * cf_coll_streams holds): bitwise the same result. */
+void cf_coll_reduce_stream(cf_device *dev, const cf_coll_call *call, void *dst,
+                           const void *const *src, int64_t n);
 
 /* ---------------- algo_allreduce.c: AllReduce algorithms ---------------- */
 

@@ -5,12 +5,20 @@
  * the order given: the n-ary kernel for up to CF_MAX_ARITY sources, then
  * accumulate for the rest, then scale for mean. The algorithms decide the
  * order (algo.c: rank order is what --deterministic keeps); this file only
- * keeps it. It sits below every algorithm and calls none of them.
+ * keeps it. cf_coll_reduce_stream is the final n-ary step of all call->n
+ * ranks with streaming stores, for a destination the rank does not read
+ * again (a peer's output): the same kernel body, so the same bits. It sits below every algorithm
+ * and calls none of them.
  */
 #include "executor.h"
 
 static cf_kernel_key key_of(cf_kernel_kind kind, cf_dtype dt, int red, int arity) {
   return (cf_kernel_key){.kind = kind, .dtype = dt, .red = (cf_reduction)red, .arity = arity};
+}
+
+bool cf_coll_streams(const cf_coll_desc *d, int n) {
+  return d->op == CF_OP_ALLREDUCE && d->red >= 0 && n > 1 && n <= CF_MAX_ARITY &&
+         d->count * cf_dtype_size(d->dtype) >= CF_KERNEL_STREAM_MIN_BYTES;
 }
 
 int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max) {
@@ -26,7 +34,18 @@ int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max) 
     keys[k++] = key_of(CF_K_ACC, d->dtype, reds[r], 0);
   }
   if (d->red == CF_RED_MEAN && k < max) keys[k++] = key_of(CF_K_SCALE, d->dtype, 0, 0);
+  if (cf_coll_streams(d, n) && k < max) {
+    keys[k] = key_of(CF_K_NARY, d->dtype, d->red, n);
+    keys[k++].stream = true;
+  }
   return k;
+}
+
+void cf_coll_reduce_stream(cf_device *dev, const cf_coll_call *call, void *dst,
+                           const void *const *src, int64_t n) {
+  cf_kernel_key nk = key_of(CF_K_NARY, call->desc.dtype, call->desc.red, call->n);
+  nk.stream = true;
+  if (n > 0) dev->ops->nary(dev, &nk, dst, src, n, (double)call->n);
 }
 
 void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,

@@ -16,13 +16,13 @@
 #include "passes/passes.h"
 
 #define K_NARY(dt, r, a)                                                                           \
-  { CF_K_NARY, CF_DT_##dt, CF_RED_##r, a }
+  { .kind = CF_K_NARY, .dtype = CF_DT_##dt, .red = CF_RED_##r, .arity = a }
 #define K_ACC(dt, r)                                                                               \
-  { CF_K_ACC, CF_DT_##dt, CF_RED_##r, 0 }
+  { .kind = CF_K_ACC, .dtype = CF_DT_##dt, .red = CF_RED_##r }
 #define K_SCALE(dt)                                                                                \
-  { CF_K_SCALE, CF_DT_##dt, CF_RED_SUM, 0 }
+  { .kind = CF_K_SCALE, .dtype = CF_DT_##dt, .red = CF_RED_SUM }
 #define K_QUANT(dt)                                                                                \
-  { CF_K_QUANT, CF_DT_##dt, CF_RED_SUM, 0 }
+  { .kind = CF_K_QUANT, .dtype = CF_DT_##dt, .red = CF_RED_SUM }
 
 static cf_graph *load_example(const char *name) {
   char path[1024];
@@ -357,7 +357,7 @@ static void test_ptxas(void **state) {
 static void test_emit_errors(void **state) {
   emit_fixture *fx = *state;
   char path[256], tmp[264];
-  cf_kernel_key bad = {CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 9};
+  cf_kernel_key bad = {.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 9};
   snprintf(path, sizeof path, "%s/bad.ll", fx->dir);
   ASSERT_ERR(cf_codegen_emit(ctx, &bad, 1, CF_EMIT_LLVM, path), CF_ERR_USAGE, "arity 9");
   assert_int_equal(access(path, F_OK), -1);
@@ -366,7 +366,7 @@ static void test_emit_errors(void **state) {
   assert_int_equal(cf_codegen_emit(NULL, NULL, 0, CF_EMIT_LLVM, path), CF_ERR_USAGE);
 
   /* a missing directory: an error naming the file, nothing left behind */
-  cf_kernel_key k = {CF_K_ACC, CF_DT_FLOAT32, CF_RED_SUM, 0};
+  cf_kernel_key k = {.kind = CF_K_ACC, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM};
   snprintf(path, sizeof path, "%s/no-such-dir/k.o", fx->dir);
   ASSERT_ERR(cf_codegen_emit(ctx, &k, 1, CF_EMIT_OBJ, path), CF_ERR_IO, "cannot write");
   assert_non_null(strstr(cf_context_errmsg(ctx), "no-such-dir/k.o"));

@@ -162,7 +162,7 @@ static void test_nary(void **state) {
   for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++)
     for (int r = 0; r < CF_RED_COUNT; r++)
       for (int a = 2; a <= CF_MAX_ARITY; a++) {
-        cf_kernel_key k = {CF_K_NARY, dt, (cf_reduction)r, a};
+        cf_kernel_key k = {.kind = CF_K_NARY, .dtype = dt, .red = (cf_reduction)r, .arity = a};
         double ms;
         kernel(ctx, k, &ms);
         if (ms > worst) worst = ms;
@@ -180,7 +180,8 @@ static void test_nary_large(void **state) {
   (void)state;
   for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++)
     for (int a = 2; a <= CF_MAX_ARITY; a += 6)
-      run_nary((cf_kernel_key){CF_K_NARY, dt, CF_RED_SUM, a}, (1 << 20) + 3, 0, 1, false);
+      run_nary((cf_kernel_key){.kind = CF_K_NARY, .dtype = dt, .red = CF_RED_SUM, .arity = a},
+               (1 << 20) + 3, 0, 1, false);
 }
 
 /* ---- accumulate ---- */
@@ -216,7 +217,7 @@ static void test_acc(void **state) {
   (void)state;
   for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++)
     for (int r = 0; r < CF_RED_COUNT; r++) {
-      cf_kernel_key k = {CF_K_ACC, dt, (cf_reduction)r, 0};
+      cf_kernel_key k = {.kind = CF_K_ACC, .dtype = dt, .red = (cf_reduction)r, .arity = 0};
       int64_t lens[8];
       int nl = lengths(&k, lens);
       for (int m = 0; m < 3; m++)
@@ -250,7 +251,7 @@ static void test_scale(void **state) {
   (void)state;
   const double divs[] = {1, 3, 8, 7.5, 0, -2};
   for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++) {
-    cf_kernel_key k = {CF_K_SCALE, dt, CF_RED_SUM, 0};
+    cf_kernel_key k = {.kind = CF_K_SCALE, .dtype = dt, .red = CF_RED_SUM, .arity = 0};
     int64_t lens[8];
     int nl = lengths(&k, lens);
     for (int d = 0; d < 6; d++)
@@ -264,25 +265,33 @@ static void test_scale(void **state) {
 static void test_int_truncation(void **state) {
   (void)state;
   cf_kernel_scale_fn sc;
-  void *p = kernel(ctx, (cf_kernel_key){CF_K_SCALE, CF_DT_INT32, CF_RED_SUM, 0}, NULL);
+  void *p = kernel(
+      ctx, (cf_kernel_key){.kind = CF_K_SCALE, .dtype = CF_DT_INT32, .red = CF_RED_SUM, .arity = 0},
+      NULL);
   memcpy(&sc, &p, sizeof sc);
   int32_t v[6] = {-7, 7, -1, 5, INT32_MIN, INT32_MAX};
   sc(v, 6, 2);
   int32_t want[6] = {-3, 3, 0, 2, INT32_MIN / 2, INT32_MAX / 2};
   assert_memory_equal(v, want, sizeof v);
   int64_t w[3] = {INT64_MIN, -10, INT64_MAX};
-  p = kernel(ctx, (cf_kernel_key){CF_K_SCALE, CF_DT_INT64, CF_RED_SUM, 0}, NULL);
+  p = kernel(
+      ctx, (cf_kernel_key){.kind = CF_K_SCALE, .dtype = CF_DT_INT64, .red = CF_RED_SUM, .arity = 0},
+      NULL);
   memcpy(&sc, &p, sizeof sc);
   sc(w, 3, 3);
   assert_true(w[0] == INT64_MIN / 3 && w[1] == -3 && w[2] == INT64_MAX / 3);
   uint8_t u[2] = {255, 7};
-  p = kernel(ctx, (cf_kernel_key){CF_K_SCALE, CF_DT_UINT8, CF_RED_SUM, 0}, NULL);
+  p = kernel(
+      ctx, (cf_kernel_key){.kind = CF_K_SCALE, .dtype = CF_DT_UINT8, .red = CF_RED_SUM, .arity = 0},
+      NULL);
   memcpy(&sc, &p, sizeof sc);
   sc(u, 2, 2);
   assert_true(u[0] == 127 && u[1] == 3);
   /* mean = sum / div: (-7 + 0) / 2 = -3, not floor's -4; int8 sums exactly */
   cf_kernel_nary_fn mean;
-  p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_INT8, CF_RED_MEAN, 2}, NULL);
+  p = kernel(
+      ctx, (cf_kernel_key){.kind = CF_K_NARY, .dtype = CF_DT_INT8, .red = CF_RED_MEAN, .arity = 2},
+      NULL);
   memcpy(&mean, &p, sizeof mean);
   int8_t a[2] = {-7, 127}, b[2] = {0, 127}, out[2];
   const void *src[2] = {a, b};
@@ -292,7 +301,7 @@ static void test_int_truncation(void **state) {
 
 /* ---- the QuantMatMul epilogue ---- */
 static void run_quant(cf_dtype dt, int64_t m, int64_t n, int mode) {
-  cf_kernel_key k = {CF_K_QUANT, dt, CF_RED_SUM, 0};
+  cf_kernel_key k = {.kind = CF_K_QUANT, .dtype = dt, .red = CF_RED_SUM, .arity = 0};
   cf_kernel_quant_fn fn;
   void *p = kernel(ctx, k, NULL);
   memcpy(&fn, &p, sizeof fn);
@@ -329,7 +338,8 @@ static void run_quant(cf_dtype dt, int64_t m, int64_t n, int mode) {
 static void test_quant(void **state) {
   (void)state;
   for (cf_dtype dt = CF_DT_FLOAT16; dt <= CF_DT_BFLOAT16; dt++) {
-    int64_t w = cf_kernel_lanes(&host, &(cf_kernel_key){CF_K_QUANT, dt, CF_RED_SUM, 0});
+    int64_t w = cf_kernel_lanes(
+        &host, &(cf_kernel_key){.kind = CF_K_QUANT, .dtype = dt, .red = CF_RED_SUM, .arity = 0});
     int64_t dims[][2] = {{0, 5}, {3, 0},     {1, 1},         {2, w - 1},
                          {3, w}, {2, w + 1}, {5, 3 * w + 2}, {64, 300}};
     for (int m = 0; m < 3; m++)
@@ -343,16 +353,37 @@ static void test_quant(void **state) {
 /* every pair of specials through every float n-ary/acc kernel of arity 2 */
 /* The streaming (non-temporal) NARY path: dst of at least 4 MiB, aligned,
  * misaligned by whole elements (peeled to 64 bytes) and by odd bytes (the
- * plain loop); with NaN, Inf and signed zeros in the data. */
+ * plain loop); with NaN, Inf and signed zeros in the data. A stream key
+ * (cf_kernel_key.stream) takes it at every length from two lines' worth:
+ * below, at, just above, and far above that, with mean's division. */
 static void test_nary_stream(void **state) {
   (void)state;
   for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++) {
     int64_t n = (4 << 20) / esize(dt) + 77;
     for (int m = 0; m < 3; m++) {
-      run_nary((cf_kernel_key){CF_K_NARY, dt, CF_RED_SUM, 3}, n, m, 1, true);
-      run_nary((cf_kernel_key){CF_K_NARY, dt, m == 1 ? CF_RED_MIN : CF_RED_MAX, 2 + 3 * m}, n, m,
+      run_nary((cf_kernel_key){.kind = CF_K_NARY, .dtype = dt, .red = CF_RED_SUM, .arity = 3}, n, m,
                1, true);
+      run_nary((cf_kernel_key){.kind = CF_K_NARY,
+                               .dtype = dt,
+                               .red = m == 1 ? CF_RED_MIN : CF_RED_MAX,
+                               .arity = 2 + 3 * m},
+               n, m, 1, true);
     }
+    /* a stream key is a kernel of its own, not its plain twin's */
+    cf_kernel_key plain = {.kind = CF_K_NARY, .dtype = dt, .red = CF_RED_SUM, .arity = 2};
+    cf_kernel_key streamed = plain;
+    streamed.stream = true;
+    void *fp = kernel(ctx, plain, NULL), *fs = kernel(ctx, streamed, NULL);
+    if (fp == fs) fail_msg("%s: the stream kernel is the plain one", cf_dtype_name(dt));
+    static const int64_t lens[] = {1, 127, 128, 129, 1000, 70001};
+    for (int l = 0; l < 6; l++)
+      for (int m = 0; m < 3; m++) {
+        cf_kernel_key k = {
+            .kind = CF_K_NARY, .dtype = dt, .red = CF_RED_SUM, .arity = 2, .stream = true};
+        run_nary(k, lens[l], m, 1, true);
+        k.red = CF_RED_MEAN, k.arity = 8;
+        run_nary(k, lens[l], m, 8, false);
+      }
   }
 }
 
@@ -369,8 +400,11 @@ static void test_maxmin_zeros(void **state) {
     for (int r = CF_RED_MAX; r <= CF_RED_MIN; r++)
       for (int a = 1; a <= CF_MAX_ARITY; a++) {
         /* a == 1: the accumulate kernel */
-        cf_kernel_key k = a == 1 ? (cf_kernel_key){CF_K_ACC, dt, (cf_reduction)r, 0}
-                                 : (cf_kernel_key){CF_K_NARY, dt, (cf_reduction)r, a};
+        cf_kernel_key k =
+            a == 1
+                ? (cf_kernel_key){.kind = CF_K_ACC, .dtype = dt, .red = (cf_reduction)r, .arity = 0}
+                : (cf_kernel_key){
+                      .kind = CF_K_NARY, .dtype = dt, .red = (cf_reduction)r, .arity = a};
         int ar = a == 1 ? 2 : a;
         unsigned char in[CF_MAX_ARITY][N * 8], out[N * 8];
         uint64_t x[CF_MAX_ARITY][N];
@@ -433,7 +467,7 @@ static void test_specials(void **state) {
         st(bb, i * NS + j, dt, b[i * NS + j]);
       }
     for (int r = 0; r < CF_RED_COUNT; r++) {
-      cf_kernel_key k = {CF_K_NARY, dt, (cf_reduction)r, 2};
+      cf_kernel_key k = {.kind = CF_K_NARY, .dtype = dt, .red = (cf_reduction)r, .arity = 2};
       cf_kernel_nary_fn fn;
       void *p = kernel(ctx, k, NULL);
       memcpy(&fn, &p, sizeof fn);
@@ -453,7 +487,7 @@ static void test_specials(void **state) {
       }
       if (r == CF_RED_SUM) assert_true(is_nan_bits(out[2 * NS + 3], dt));
       /* the accumulate kernel on the same pairs */
-      k = (cf_kernel_key){CF_K_ACC, dt, (cf_reduction)r, 0};
+      k = (cf_kernel_key){.kind = CF_K_ACC, .dtype = dt, .red = (cf_reduction)r, .arity = 0};
       cf_kernel_acc_fn acc;
       p = kernel(ctx, k, NULL);
       memcpy(&acc, &p, sizeof acc);
@@ -519,7 +553,7 @@ static void run_cases16(cf_dtype dt, bool with_sub) {
   const case16 *cs = dt == CF_DT_BFLOAT16 ? bf16_cases : f16_cases;
   int nc = dt == CF_DT_BFLOAT16 ? (int)(sizeof bf16_cases / sizeof *bf16_cases)
                                 : (int)(sizeof f16_cases / sizeof *f16_cases);
-  cf_kernel_key probe = {CF_K_NARY, dt, CF_RED_SUM, 2};
+  cf_kernel_key probe = {.kind = CF_K_NARY, .dtype = dt, .red = CF_RED_SUM, .arity = 2};
   int lanes = cf_kernel_lanes(&host, &probe), n = 4 * lanes + 7;
   uint16_t a[1024], b[1024], z[1024], o[1024];
   assert_true(n <= 1024);
@@ -540,7 +574,7 @@ static void run_cases16(cf_dtype dt, bool with_sub) {
   const cf_reduction reds[] = {CF_RED_SUM, CF_RED_PROD, CF_RED_MEAN, CF_RED_MAX, CF_RED_MIN};
   for (int r = 0; r < 5; r++)
     for (int ar = 2; ar <= 3; ar++) {
-      cf_kernel_key k = {CF_K_NARY, dt, reds[r], ar};
+      cf_kernel_key k = {.kind = CF_K_NARY, .dtype = dt, .red = reds[r], .arity = ar};
       cf_kernel_nary_fn fn;
       void *p = kernel(ctx, k, NULL);
       memcpy(&fn, &p, sizeof fn);
@@ -550,7 +584,7 @@ static void run_cases16(cf_dtype dt, bool with_sub) {
         check(&k, i, o[i], ref_nary(dt, reds[r], ar, x, ar), "cases");
       }
       if (ar == 3 || reds[r] == CF_RED_MEAN) continue;
-      k = (cf_kernel_key){CF_K_ACC, dt, reds[r], 0};
+      k = (cf_kernel_key){.kind = CF_K_ACC, .dtype = dt, .red = reds[r], .arity = 0};
       cf_kernel_acc_fn acc;
       p = kernel(ctx, k, NULL);
       memcpy(&acc, &p, sizeof acc);
@@ -561,7 +595,7 @@ static void run_cases16(cf_dtype dt, bool with_sub) {
         check(&k, i, o[i], ref_nary(dt, reds[r], 2, x, 1), "cases");
       }
     }
-  cf_kernel_key k = {CF_K_SCALE, dt, CF_RED_SUM, 0};
+  cf_kernel_key k = {.kind = CF_K_SCALE, .dtype = dt, .red = CF_RED_SUM, .arity = 0};
   cf_kernel_scale_fn sc;
   void *p = kernel(ctx, k, NULL);
   memcpy(&sc, &p, sizeof sc);
@@ -585,23 +619,31 @@ static void test_16bit_vectors(void **state) {
 static void test_int_wrap(void **state) {
   (void)state;
   cf_kernel_nary_fn fn;
-  void *p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_INT8, CF_RED_SUM, 2}, NULL);
+  void *p = kernel(
+      ctx, (cf_kernel_key){.kind = CF_K_NARY, .dtype = CF_DT_INT8, .red = CF_RED_SUM, .arity = 2},
+      NULL);
   memcpy(&fn, &p, sizeof fn);
   int8_t a8[2] = {127, -128}, b8[2] = {1, -1}, o8[2];
   fn(o8, (const void *[]){a8, b8}, 2, 1);
   assert_true(o8[0] == -128 && o8[1] == 127);
-  p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_UINT8, CF_RED_SUM, 3}, NULL);
+  p = kernel(
+      ctx, (cf_kernel_key){.kind = CF_K_NARY, .dtype = CF_DT_UINT8, .red = CF_RED_SUM, .arity = 3},
+      NULL);
   memcpy(&fn, &p, sizeof fn);
   uint8_t u[1] = {255}, v[1] = {1}, w[1] = {2}, ou[1];
   fn(ou, (const void *[]){u, v, w}, 1, 1);
   assert_int_equal(ou[0], 2);
-  p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_INT32, CF_RED_PROD, 2}, NULL);
+  p = kernel(
+      ctx, (cf_kernel_key){.kind = CF_K_NARY, .dtype = CF_DT_INT32, .red = CF_RED_PROD, .arity = 2},
+      NULL);
   memcpy(&fn, &p, sizeof fn);
   int32_t a32[1] = {65536}, b32[1] = {65536}, o32[1];
   fn(o32, (const void *[]){a32, b32}, 1, 1);
   assert_int_equal(o32[0], 0);
   cf_kernel_acc_fn acc;
-  p = kernel(ctx, (cf_kernel_key){CF_K_ACC, CF_DT_INT64, CF_RED_SUM, 0}, NULL);
+  p = kernel(ctx,
+             (cf_kernel_key){.kind = CF_K_ACC, .dtype = CF_DT_INT64, .red = CF_RED_SUM, .arity = 0},
+             NULL);
   memcpy(&acc, &p, sizeof acc);
   int64_t d64[1] = {INT64_MAX}, s64[1] = {1};
   acc(d64, s64, 1);
@@ -612,7 +654,10 @@ static void test_int_wrap(void **state) {
 static void test_16bit_ties(void **state) {
   (void)state;
   cf_kernel_nary_fn fn;
-  void *p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_BFLOAT16, CF_RED_SUM, 2}, NULL);
+  void *p = kernel(
+      ctx,
+      (cf_kernel_key){.kind = CF_K_NARY, .dtype = CF_DT_BFLOAT16, .red = CF_RED_SUM, .arity = 2},
+      NULL);
   memcpy(&fn, &p, sizeof fn);
   /* 1 + 2^-8 is halfway between bfloat16 1.0 and 1.0078125: even is 1.0;
    * 1.0078125 + 2^-8 goes up to the even 1.015625; 1.9921875 + 2^-8 carries
@@ -623,7 +668,10 @@ static void test_16bit_ties(void **state) {
   assert_int_equal(o[1], 0x3f82);
   assert_int_equal(o[2], 0x4000);
   assert_true((o[3] & 0x7fff) > 0x7f80);
-  p = kernel(ctx, (cf_kernel_key){CF_K_NARY, CF_DT_FLOAT16, CF_RED_SUM, 2}, NULL);
+  p = kernel(
+      ctx,
+      (cf_kernel_key){.kind = CF_K_NARY, .dtype = CF_DT_FLOAT16, .red = CF_RED_SUM, .arity = 2},
+      NULL);
   memcpy(&fn, &p, sizeof fn);
   /* float16: 1 + 2^-11 ties to 1.0; (1 + 2^-10) + 2^-11 to 1 + 2^-9;
    * 65504 + 16 (halfway to 65536) rounds to Inf */
@@ -635,7 +683,10 @@ static void test_16bit_ties(void **state) {
   /* a NaN scale makes a NaN; rounding its low payload bits as if it were
    * a number would give Inf (0x7f800001) or carry into the sign (0x7fffffff) */
   cf_kernel_quant_fn qf;
-  p = kernel(ctx, (cf_kernel_key){CF_K_QUANT, CF_DT_BFLOAT16, CF_RED_SUM, 0}, NULL);
+  p = kernel(
+      ctx,
+      (cf_kernel_key){.kind = CF_K_QUANT, .dtype = CF_DT_BFLOAT16, .red = CF_RED_SUM, .arity = 0},
+      NULL);
   memcpy(&qf, &p, sizeof qf);
   int32_t acc[2] = {3, 3};
   float x1[2] = {bits_f32(0x7f800001), bits_f32(0x7fffffff)}, x2[1] = {1};
@@ -653,16 +704,30 @@ static void test_keys(void **state) {
     cf_kernel_key k;
     const char *name, *why; /* why: NULL for a valid key */
   } keys[] = {
-      {{CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 4}, "cf_nary_sum_float32_4", NULL},
-      {{CF_K_ACC, CF_DT_BFLOAT16, CF_RED_MAX, 0}, "cf_acc_max_bfloat16", NULL},
-      {{CF_K_SCALE, CF_DT_INT8, CF_RED_SUM, 0}, "cf_scale_int8", NULL},
-      {{CF_K_QUANT, CF_DT_BFLOAT16, CF_RED_SUM, 0}, "cf_quant_bfloat16", NULL},
-      {{CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 9},
+      {{.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 4},
+       "cf_nary_sum_float32_4",
+       NULL},
+      {{.kind = CF_K_ACC, .dtype = CF_DT_BFLOAT16, .red = CF_RED_MAX, .arity = 0},
+       "cf_acc_max_bfloat16",
+       NULL},
+      {{.kind = CF_K_SCALE, .dtype = CF_DT_INT8, .red = CF_RED_SUM, .arity = 0},
+       "cf_scale_int8",
+       NULL},
+      {{.kind = CF_K_QUANT, .dtype = CF_DT_BFLOAT16, .red = CF_RED_SUM, .arity = 0},
+       "cf_quant_bfloat16",
+       NULL},
+      {{.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 9},
        "cf_nary_sum_float32_9",
        "arity 9 out of range 2..8"},
-      {{CF_K_QUANT, CF_DT_FLOAT32, CF_RED_SUM, 0}, "cf_quant_float32", "bfloat16 or float16"},
-      {{CF_K_ACC, CF_DT_INVALID, CF_RED_SUM, 0}, "cf_acc_sum_invalid", "invalid dtype"},
-      {{CF_K_ACC, CF_DT_INT8, CF_RED_SUM, 2}, "cf_acc_sum_int8", "acc kernels take arity 0, not 2"},
+      {{.kind = CF_K_QUANT, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 0},
+       "cf_quant_float32",
+       "bfloat16 or float16"},
+      {{.kind = CF_K_ACC, .dtype = CF_DT_INVALID, .red = CF_RED_SUM, .arity = 0},
+       "cf_acc_sum_invalid",
+       "invalid dtype"},
+      {{.kind = CF_K_ACC, .dtype = CF_DT_INT8, .red = CF_RED_SUM, .arity = 2},
+       "cf_acc_sum_int8",
+       "acc kernels take arity 0, not 2"},
   };
   for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
     assert_string_equal(cf_kernel_name(&keys[i].k, buf, sizeof buf), keys[i].name);
@@ -672,17 +737,23 @@ static void test_keys(void **state) {
   void *fn = (void *)1;
   double ms = 5;
   ASSERT_ERR(
-      cf_codegen_kernel(ctx, &(cf_kernel_key){CF_K_NARY, CF_DT_INT32, CF_RED_MAX, 1}, &fn, &ms),
+      cf_codegen_kernel(
+          ctx,
+          &(cf_kernel_key){.kind = CF_K_NARY, .dtype = CF_DT_INT32, .red = CF_RED_MAX, .arity = 1},
+          &fn, &ms),
       CF_ERR_USAGE, "cf_nary_max_int32_1: arity 1 out of range");
   assert_null(fn);
-  ASSERT_ERR(
-      cf_codegen_kernel(ctx, &(cf_kernel_key){CF_K_QUANT, CF_DT_FLOAT32, CF_RED_SUM, 0}, &fn, &ms),
-      CF_ERR_USAGE, "bfloat16 or float16");
+  ASSERT_ERR(cf_codegen_kernel(
+                 ctx,
+                 &(cf_kernel_key){
+                     .kind = CF_K_QUANT, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 0},
+                 &fn, &ms),
+             CF_ERR_USAGE, "bfloat16 or float16");
   cf_codegen_target t;
   ASSERT_ERR(cf_codegen_target_nvptx(ctx, "sm90", &t), CF_ERR_USAGE,
              "'sm90' is not of the form sm_NN");
   /* a kernel is compiled once per context */
-  cf_kernel_key k = {CF_K_ACC, CF_DT_FLOAT64, CF_RED_PROD, 0};
+  cf_kernel_key k = {.kind = CF_K_ACC, .dtype = CF_DT_FLOAT64, .red = CF_RED_PROD, .arity = 0};
   void *f1 = kernel(ctx, k, NULL), *f2 = kernel(ctx, k, &ms);
   assert_ptr_equal(f1, f2);
   assert_true(ms == 0);
@@ -715,10 +786,12 @@ static char *emit(cf_context *c, const cf_codegen_target *t, const cf_kernel_key
 static void test_vector_width(void **state) {
   (void)state;
   const char *reg = host.vector_bits >= 512 ? "%zmm" : host.vector_bits >= 256 ? "%ymm" : "%xmm";
-  assert_int_equal(
-      cf_kernel_lanes(&host, &(cf_kernel_key){CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 2}),
-      host.vector_bits / 32);
-  cf_kernel_key k = {CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 2};
+  assert_int_equal(cf_kernel_lanes(&host, &(cf_kernel_key){.kind = CF_K_NARY,
+                                                           .dtype = CF_DT_FLOAT32,
+                                                           .red = CF_RED_SUM,
+                                                           .arity = 2}),
+                   host.vector_bits / 32);
+  cf_kernel_key k = {.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 2};
   char *s = emit(ctx, &host, &k, 1);
   if (strncmp(host.triple, "x86_64", 6) == 0) {
     bool found = false;
@@ -736,9 +809,10 @@ static void test_nvptx(void **state) {
   cf_codegen_target t;
   assert_int_equal(cf_codegen_target_nvptx(ctx, NULL, &t), CF_OK);
   assert_string_equal(t.cpu, "sm_90");
-  cf_kernel_key keys[3] = {{CF_K_NARY, CF_DT_BFLOAT16, CF_RED_SUM, 4},
-                           {CF_K_SCALE, CF_DT_FLOAT32, CF_RED_SUM, 0},
-                           {CF_K_QUANT, CF_DT_FLOAT16, CF_RED_SUM, 0}};
+  cf_kernel_key keys[3] = {
+      {.kind = CF_K_NARY, .dtype = CF_DT_BFLOAT16, .red = CF_RED_SUM, .arity = 4},
+      {.kind = CF_K_SCALE, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 0},
+      {.kind = CF_K_QUANT, .dtype = CF_DT_FLOAT16, .red = CF_RED_SUM, .arity = 0}};
   char *s = emit(ctx, &t, keys, 3);
   const char *want[] = {".target sm_90",
                         ".entry cf_nary_sum_bfloat16_4",
@@ -803,7 +877,9 @@ static double fresh_compile(logbuf *log) {
   }
   double ms = -1;
   cf_kernel_nary_fn fn;
-  void *p = kernel(c, (cf_kernel_key){CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 3}, &ms);
+  void *p = kernel(
+      c, (cf_kernel_key){.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 3},
+      &ms);
   memcpy(&fn, &p, sizeof fn);
   float a[40], b[40], d[40], o[40];
   for (int i = 0; i < 40; i++)
@@ -864,7 +940,9 @@ static void test_object_cache(void **state) {
   cf_context_set_log(c, log_sink, &log);
   log.text[0] = '\0';
   double ms = 0;
-  kernel(c, (cf_kernel_key){CF_K_NARY, CF_DT_FLOAT32, CF_RED_SUM, 2}, &ms);
+  kernel(c,
+         (cf_kernel_key){.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 2},
+         &ms);
   assert_true(ms > 0);
   assert_non_null(strstr(log.text, "holds another kernel"));
   cf_context_destroy(c);
@@ -912,7 +990,7 @@ static int setup_reduced(void **state) {
   if (cf_context_create(&ctx) != CF_OK) return -1;
   if (cf_codegen_use_target(ctx, &t) != CF_OK) return -1;
   /* and only before the first kernel */
-  cf_kernel_key k = {CF_K_ACC, CF_DT_FLOAT32, CF_RED_SUM, 0};
+  cf_kernel_key k = {.kind = CF_K_ACC, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 0};
   void *fn;
   if (cf_codegen_kernel(ctx, &k, &fn, NULL) != CF_OK) return -1;
   if (cf_codegen_use_target(ctx, &t) != CF_ERR_USAGE ||

@@ -541,7 +541,11 @@ static void test_allreduce_large(void **state) {
  * outputs one 256 KiB segment at a time: chunks of several segments with a
  * partial last one, mean, more ranks than the n-ary kernel takes, against
  * the reference with guard bytes; and bitwise equal to direct (both reduce
- * in rank order). */
+ * in rank order). From CF_KERNEL_STREAM_MIN_BYTES a call reduces each
+ * segment straight into every output with the streaming kernel: whole
+ * calls of 4-8 MiB, a segmented call whose last part is below the
+ * threshold (10 MiB: 4 + 4 + 2), odd element sizes and counts, integer
+ * mean, the largest n-ary arity. */
 static void test_allreduce_rsag_segments(void **state) {
   (void)state;
   allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_SUM, 2, 300007);
@@ -549,10 +553,16 @@ static void test_allreduce_rsag_segments(void **state) {
   allreduce(CF_ALGO_RSAG, CF_DT_BFLOAT16, CF_RED_SUM, 4, 600001);
   allreduce(CF_ALGO_RSAG, CF_DT_INT32, CF_RED_MEAN, 4, 262145);
   allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_MAX, 9, 590001);
-  static const int ranks[] = {2, 4};
-  for (int r = 0; r < 2; r++) {
+  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_SUM, 2, 1500007);
+  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT16, CF_RED_MEAN, 3, 3000001);
+  allreduce(CF_ALGO_RSAG, CF_DT_BFLOAT16, CF_RED_SUM, 4, 2097152);
+  allreduce(CF_ALGO_RSAG, CF_DT_INT8, CF_RED_MEAN, 8, 5000011);
+  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT64, CF_RED_MAX, 2, 1310721);
+  static const int ranks[] = {2, 4, 3};
+  static const int64_t counts[] = {400009, 400009, 1200007};
+  for (int r = 0; r < 3; r++) {
     int n = ranks[r];
-    int64_t count = 400009;
+    int64_t count = counts[r];
     void *res[2][MAXR];
     for (int v = 0; v < 2; v++) {
       cspec s = {.op = CF_OP_ALLREDUCE,

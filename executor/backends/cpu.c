@@ -17,13 +17,14 @@
 #endif
 
 typedef struct cpu_dev {
-  /* resolved kernels: [kind][dtype][reduction][arity] */
-  void *fns[4][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1];
+  /* resolved kernels: [kind][dtype][reduction][arity][stream] */
+  void *fns[4][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1][2];
 } cpu_dev;
 
 static void **slot(cpu_dev *c, const cf_kernel_key *k) {
   bool per_red = k->kind == CF_K_NARY || k->kind == CF_K_ACC;
-  return &c->fns[k->kind][k->dtype][per_red ? k->red : 0][k->kind == CF_K_NARY ? k->arity : 0];
+  bool nary = k->kind == CF_K_NARY;
+  return &c->fns[k->kind][k->dtype][per_red ? k->red : 0][nary ? k->arity : 0][nary && k->stream];
 }
 
 static void *cpu_alloc(cf_device *d, size_t bytes) {

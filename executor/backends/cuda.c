@@ -122,6 +122,8 @@ static cf_status load_driver(cf_context *ctx, cu_api *a) {
 
 static bool per_red(cf_kernel_kind k) { return k == CF_K_NARY || k == CF_K_ACC; }
 
+/* A stream key shares its plain twin's slot: PTX has no streaming loop
+ * (kernels_ir.c), so the two are the same kernel. */
 static CUfunction *fn_slot(gpu *g, const cf_kernel_key *k) {
   return &g->fns[k->kind][k->dtype][per_red(k->kind) ? k->red : 0][k->kind == CF_K_NARY ? k->arity : 0];
 }
@@ -314,7 +316,9 @@ static void cu_copy(cf_device *d, void *dst, const void *src, size_t bytes) {
   settle(v, "copy");
 }
 
-static cf_status cu_prepare(cf_device *d, const cf_kernel_key *key) {
+static cf_status cu_prepare(cf_device *d, const cf_kernel_key *stream_key) {
+  cf_kernel_key plain = *stream_key, *key = &plain;
+  plain.stream = false; /* the same kernel (fn_slot) */
   view *v = d->impl;
   cuda_root *r = v->root;
   char why[160];
@@ -325,7 +329,8 @@ static cf_status cu_prepare(cf_device *d, const cf_kernel_key *key) {
   cf_status st = CF_OK;
   bool known = false;
   for (int k = 0; k < r->n_keys && !known; k++)
-    known = memcmp(&r->keys[k], key, sizeof *key) == 0;
+    known = r->keys[k].kind == key->kind && r->keys[k].dtype == key->dtype &&
+            r->keys[k].red == key->red && r->keys[k].arity == key->arity;
   if (!known) {
     if (r->n_keys == r->cap_keys) {
       int cap = r->cap_keys ? 2 * r->cap_keys : 32;
@@ -333,10 +338,7 @@ static cf_status cu_prepare(cf_device *d, const cf_kernel_key *key) {
       if (!ks) st = cf_error(d->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
       else r->keys = ks, r->cap_keys = cap;
     }
-    if (!st) {
-      cf_kernel_key k = {.kind = key->kind, .dtype = key->dtype, .red = key->red, .arity = key->arity};
-      r->keys[r->n_keys++] = k;
-    }
+    if (!st) r->keys[r->n_keys++] = plain;
   }
   for (int i = 0; i < r->n_gpus && !st; i++)
     if (r->gpus[i].active) st = load_kernel(r, &r->gpus[i], d->ctx, key);
