@@ -42,17 +42,10 @@ typedef struct cf_kernel_key {
   cf_dtype dtype;   /* element type; CF_K_QUANT: the output type */
   cf_reduction red; /* CF_K_NARY, CF_K_ACC */
   int arity;        /* CF_K_NARY: 2..CF_MAX_ARITY; others 0 */
-  bool stream;      /* CF_K_NARY: non-temporal stores at every length, not only from
-                       CF_KERNEL_STREAM_MIN_BYTES (a destination that is not read again
-                       soon, such as a peer's output); others false */
+  bool stream;      /* CF_K_NARY: non-temporal (streaming) stores, for a destination
+                       that is not read again soon; the executor chooses it by the
+                       size of the data (cf_streams); others false */
 } cf_kernel_key;
-
-/* An n-ary kernel's destination of at least this many bytes is written
- * with non-temporal (streaming) stores: at DRAM sizes that saves the
- * read-for-ownership of every destination line (1.2x at 64 MiB); in cache
- * it would evict the result and costs 0.7x (measured on znver5). The
- * executor's streaming copies (AllToAll, AllGather) start at the same size. */
-#define CF_KERNEL_STREAM_MIN_BYTES ((int64_t)4 << 20)
 
 typedef void (*cf_kernel_nary_fn)(void *dst, const void *const *src, int64_t n, double div);
 typedef void (*cf_kernel_acc_fn)(void *dst, const void *src, int64_t n);

@@ -711,8 +711,8 @@ static void elementwise(kg *g, kenv *e, LLVMValueRef n, int lanes, body_fn body)
   }
   LLVMValueRef zero = LLVMConstInt(g->i64, 0, 0), nv = zero;
   LLVMBasicBlockRef done = NULL;
-  if (lanes > 1 && e->key->kind == CF_K_NARY) {
-    /* Streaming path for large n: a scalar peel up to the first 64-byte
+  if (lanes > 1 && e->key->kind == CF_K_NARY && e->key->stream) {
+    /* Streaming path (a stream key; the executor decides when: cf_streams): a scalar peel up to the first 64-byte
      * aligned dst element, the vector loop with non-temporal stores, a
      * store fence (streaming stores are weakly ordered), the scalar tail.
      * Only when dst is element-aligned, so that it can be peeled to 64. */
@@ -727,8 +727,8 @@ static void elementwise(kg *g, kenv *e, LLVMValueRef n, int lanes, body_fn body)
     LLVMValueRef ealn = LLVMBuildICmp(
         g->b, LLVMIntEQ, LLVMBuildAnd(g->b, mis, LLVMConstInt(g->i64, (unsigned)es - 1, 0), ""),
         zero, "");
-    /* a stream key streams whenever the peel leaves a vector to store */
-    int64_t min_n = e->key->stream ? 2 * 64 : CF_KERNEL_STREAM_MIN_BYTES / es;
+    /* it streams whenever the peel leaves a vector to store */
+    int64_t min_n = 2 * 64;
     LLVMValueRef big = LLVMBuildICmp(g->b, LLVMIntSGE, n,
                                      LLVMConstInt(g->i64, (unsigned long long)min_n, 0), "");
     LLVMBasicBlockRef ntb = LLVMAppendBasicBlockInContext(g->lc, g->fn, "stream");

@@ -151,9 +151,15 @@ cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 /* The kernels any algorithm may launch for d on n ranks (at most max, 8 is
  * enough); the plan prepares them before ranks start. Returns how many. */
 int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max);
-/* Whether an AllReduce of d on n ranks is large enough for streaming
- * kernels (cf_coll_reduce_stream), which cf_coll_kernels then lists. */
-bool cf_coll_streams(const cf_coll_desc *d, int n);
+/* Whether an AllReduce of d on n ranks writes its outputs with streaming
+ * kernels (cf_coll_reduce_stream): outputs of CF_STREAM_MIN_OUTPUT or more
+ * in a working set (its own n inputs and n outputs, or the larger
+ * working_set around it) that cf_streams finds too large for the cache.
+ * cf_coll_kernels lists the streaming kernel wherever it may be used,
+ * whatever the working set. */
+bool cf_coll_streams(const cf_coll_desc *d, int n, int64_t working_set);
+/* cf_coll_streams of the call and its working_set. */
+bool cf_coll_call_streams(const cf_coll_call *call);
 /* dst = op(src[0], ..., src[k-1]) over n elements, in that order (for the
  * algorithms). final: mean divides by the group size (else sums). */
 void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,

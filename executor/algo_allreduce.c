@@ -132,7 +132,12 @@ cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     st = c->ops->recv(c, call->ranks[i], staging, bytes, d, &src.p[i]);
   }
   if (!st) {
-    cf_coll_reduce(dev, call, dst, src.p, n, d->count, true);
+    /* out of place, an output that will not stay in cache (cf_coll_call_streams) is
+     * written by streaming stores */
+    if (!d->in_place && cf_device_is_host(dev) && cf_coll_call_streams(call))
+      cf_coll_reduce_stream(dev, call, dst, src.p, d->count);
+    else
+      cf_coll_reduce(dev, call, dst, src.p, n, d->count, true);
     st = release_all(c, call);
   }
   if (!st) st = c->ops->send_wait(c);
@@ -161,8 +166,8 @@ enum { STREAM_SOURCES = 512 << 10 };
  * has written its chunk there, so when send_wait returns every peer has
  * written this rank's output and read its input.
  *
- * A large call out of place on host memory (cf_coll_streams) reduces the
- * segment once per destination instead, straight into every output with
+ * A large call out of place on host memory whose data will not stay in
+ * cache (cf_coll_call_streams) reduces the segment once per destination instead, straight into every output with
  * streaming stores: a copy would write each destination line through the
  * cache, which first reads it from memory (read-for-ownership), so that an
  * output costs three memory passes where a streaming store costs one. The
@@ -201,7 +206,7 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
     if (!st) st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &out.p[i]);
   }
   if (!st) {
-    bool stream = !d->in_place && cf_device_is_host(dev) && cf_coll_streams(d, n);
+    bool stream = !d->in_place && cf_device_is_host(dev) && cf_coll_call_streams(call);
     int64_t moff, mlen, step = (stream ? STREAM_SOURCES / n : PUT_SEGMENT) / es;
     step = (step + 63) / 64 * 64;
     chunk(d->count, n, es, me, &moff, &mlen);

@@ -66,9 +66,9 @@ cf_status cf_algo_alltoall(cf_comm *c, cf_device *dev, const cf_coll_call *call)
   int64_t blk = n > 0 ? sg[0].count : 0;
   size_t bb = (size_t)(blk * es);
   bool packed = call->in_row > 0 && call->in_row < blk; /* blocks are not contiguous */
-  /* the output as a whole is written by streaming stores from the size at
-   * which the n-ary kernels stream theirs */
-  bool stream = d->count * es >= CF_KERNEL_STREAM_MIN_BYTES;
+  /* the output as a whole is written by streaming stores from
+   * CF_STREAM_MIN_OUTPUT */
+  bool stream = d->count * es >= CF_STREAM_MIN_OUTPUT;
   char *out_stage = call->scratch, *in_stage = at(call->scratch, d->count, es);
   cf_status st = CF_OK;
   for (int k = 1; k < n && !st; k++) {

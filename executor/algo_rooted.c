@@ -131,8 +131,8 @@ cf_status cf_algo_reduce_scatter(cf_comm *c, cf_device *dev, const cf_coll_call 
   return st;
 }
 
-/* stream: with streaming stores (an output of CF_KERNEL_STREAM_MIN_BYTES
- * or more, which this rank does not read again during the call). */
+/* stream: with streaming stores (an output of CF_STREAM_MIN_OUTPUT or
+ * more, which this rank does not read again during the call). */
 static void scatter_members(cf_device *dev, const cf_coll_call *call, const void *from, int rank,
                             int es, bool stream) {
   void (*copy)(cf_device *, void *, const void *, size_t) =
@@ -194,7 +194,7 @@ cf_status cf_algo_all_gather(cf_comm *c, cf_device *dev, const cf_coll_call *cal
   const cf_coll_desc *d = &call->desc;
   int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
   size_t bytes = (size_t)d->count * (size_t)es;
-  bool stream = (int64_t)bytes * n >= CF_KERNEL_STREAM_MIN_BYTES;
+  bool stream = (int64_t)bytes * n >= CF_STREAM_MIN_OUTPUT;
   if (d->in_place) return all_gather_in_place(c, dev, call, stream);
   cf_status st = CF_OK;
   for (int i = 0; i < n && !st; i++)

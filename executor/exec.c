@@ -361,7 +361,11 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
                            .segs = pc->segs, .n_segs = pc->n_segs,
                            .in_row = pc->in_row, .out_row = pc->out_row, .pairs = pc->pairs,
                            .scratch = r->arena + pc->scratch_addr, .scratch_bytes = pc->scratch_bytes,
-                           .algo = pc->algo, .deterministic = p->opt.deterministic};
+                           .algo = pc->algo, .deterministic = p->opt.deterministic,
+                           /* between two runs of a call the rest of the step (other
+                            * collectives, compute, inputs and outputs) passes through the
+                            * cache too, which the plan does not model: as large */
+                           .working_set = INT64_MAX};
     for (int i = 0; i < pc->n * pc->n_parts; i++)
       if (pc->ranks[i] == r->rank) { /* the part that holds this rank is its communicator */
         call->ranks = pc->ranks + i / pc->n * pc->n;

@@ -16,9 +16,21 @@ static cf_kernel_key key_of(cf_kernel_kind kind, cf_dtype dt, int red, int arity
   return (cf_kernel_key){.kind = kind, .dtype = dt, .red = (cf_reduction)red, .arity = arity};
 }
 
-bool cf_coll_streams(const cf_coll_desc *d, int n) {
+/* An AllReduce whose outputs the streaming kernel may write */
+static bool may_stream(const cf_coll_desc *d, int n) {
   return d->op == CF_OP_ALLREDUCE && d->red >= 0 && n > 1 && n <= CF_MAX_ARITY &&
-         d->count * cf_dtype_size(d->dtype) >= CF_KERNEL_STREAM_MIN_BYTES;
+         d->count * cf_dtype_size(d->dtype) >= CF_STREAM_MIN_OUTPUT;
+}
+
+bool cf_coll_streams(const cf_coll_desc *d, int n, int64_t working_set) {
+  int64_t footprint; /* n inputs and n outputs */
+  if (!cf_mul_i64(d->count * cf_dtype_size(d->dtype), 2 * (int64_t)n, &footprint))
+    footprint = INT64_MAX;
+  return may_stream(d, n) && cf_streams(footprint > working_set ? footprint : working_set);
+}
+
+bool cf_coll_call_streams(const cf_coll_call *call) {
+  return cf_coll_streams(&call->desc, call->n, call->working_set);
 }
 
 int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max) {
@@ -34,7 +46,7 @@ int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max) 
     keys[k++] = key_of(CF_K_ACC, d->dtype, reds[r], 0);
   }
   if (d->red == CF_RED_MEAN && k < max) keys[k++] = key_of(CF_K_SCALE, d->dtype, 0, 0);
-  if (cf_coll_streams(d, n) && k < max) {
+  if (may_stream(d, n) && k < max) {
     keys[k] = key_of(CF_K_NARY, d->dtype, d->red, n);
     keys[k++].stream = true;
   }

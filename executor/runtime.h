@@ -144,6 +144,9 @@ typedef struct cf_coll_call {
   size_t scratch_bytes;
   int algo;           /* resolved: a row of cf_algo_table (algo.h) */
   bool deterministic; /* reduce in rank order */
+  int64_t working_set; /* bytes all ranks touch between two runs of this call (a plan's:
+                           every rank's arena), which decides what stays in cache
+                           (cf_coll_call_streams); 0: the call's own buffers */
 } cf_coll_call;
 
 typedef struct cf_comm cf_comm;

@@ -351,22 +351,26 @@ static void test_quant(void **state) {
 /* ---- edge values ---- */
 
 /* every pair of specials through every float n-ary/acc kernel of arity 2 */
-/* The streaming (non-temporal) NARY path: dst of at least 4 MiB, aligned,
+/* The streaming (non-temporal) NARY path of a stream key
+ * (cf_kernel_key.stream; the executor decides when): dst of 4 MiB, aligned,
  * misaligned by whole elements (peeled to 64 bytes) and by odd bytes (the
- * plain loop); with NaN, Inf and signed zeros in the data. A stream key
- * (cf_kernel_key.stream) takes it at every length from two lines' worth:
- * below, at, just above, and far above that, with mean's division. */
+ * plain loop); with NaN, Inf and signed zeros in the data; and at every
+ * length from two lines' worth: below, at, just above, and far above that,
+ * with mean's division. A plain key never streams (test_codegen's other
+ * tests run it at every size). */
 static void test_nary_stream(void **state) {
   (void)state;
   for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++) {
     int64_t n = (4 << 20) / esize(dt) + 77;
     for (int m = 0; m < 3; m++) {
-      run_nary((cf_kernel_key){.kind = CF_K_NARY, .dtype = dt, .red = CF_RED_SUM, .arity = 3}, n, m,
-               1, true);
+      run_nary((cf_kernel_key){.kind = CF_K_NARY, .dtype = dt, .red = CF_RED_SUM, .arity = 3,
+                               .stream = true},
+               n, m, 1, true);
       run_nary((cf_kernel_key){.kind = CF_K_NARY,
                                .dtype = dt,
                                .red = m == 1 ? CF_RED_MIN : CF_RED_MAX,
-                               .arity = 2 + 3 * m},
+                               .arity = 2 + 3 * m,
+                               .stream = true},
                n, m, 1, true);
     }
     /* a stream key is a kernel of its own, not its plain twin's */
@@ -801,6 +805,15 @@ static void test_vector_width(void **state) {
       fail_msg("no vector add on %s registers (host %s, %d bits)", reg, host.cpu, host.vector_bits);
   }
   free(s);
+  /* only a stream key stores with movnt (the executor chooses it) */
+  if (strncmp(host.triple, "x86_64", 6) == 0)
+    for (int st = 0; st < 2; st++) {
+      k.stream = st;
+      s = emit(ctx, &host, &k, 1);
+      if (!strstr(s, "movnt") != !st)
+        fail_msg("the %s kernel %s streaming stores", st ? "stream" : "plain", st ? "lacks" : "has");
+      free(s);
+    }
 }
 
 /* NVPTX: kernels are .entry points with a grid-stride loop */

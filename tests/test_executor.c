@@ -293,6 +293,7 @@ typedef struct cspec {
   void **keep;             /* receives a malloc'd copy of every rank's output, [me] */
   bool in_place;           /* desc.in_place: AllReduce's out is in; a plain AllGather's in is
                             * block me of out, a plain ReduceScatter's out block me of in */
+  int64_t ws;              /* the calls' working_set */
 } cspec;
 
 static void describe(const cspec *s, char *cfg, size_t len, cf_algo a) {
@@ -370,7 +371,8 @@ static void run_coll(const cspec *s) {
                               .scratch = gb_ptr(&scr[k]),
                               .scratch_bytes = scratch,
                               .algo = a,
-                              .deterministic = s->det};
+                              .deterministic = s->det,
+                              .working_set = s->ws};
     jobs[k] = (job){.comm = rank_comm(&W, ranks[k]), .calls = &calls[k],
                     .n_calls = 1};
   }
@@ -470,8 +472,11 @@ static void run_coll(const cspec *s) {
   world_close(&W);
 }
 
+static int64_t allreduce_ws; /* allreduce()'s working_set */
+
 static void allreduce(cf_algo algo, cf_dtype dt, int red, int n, int64_t count) {
-  cspec s = {.op = CF_OP_ALLREDUCE,
+  cspec s = {.ws = allreduce_ws,
+             .op = CF_OP_ALLREDUCE,
              .algo = cf_algo_forced(algo),
              .dt = dt,
              .red = red,
@@ -541,11 +546,15 @@ static void test_allreduce_large(void **state) {
  * outputs one 256 KiB segment at a time: chunks of several segments with a
  * partial last one, mean, more ranks than the n-ary kernel takes, against
  * the reference with guard bytes; and bitwise equal to direct (both reduce
- * in rank order). From CF_KERNEL_STREAM_MIN_BYTES a call reduces each
- * segment straight into every output with the streaming kernel: whole
- * calls of 4-8 MiB, a segmented call whose last part is below the
- * threshold (10 MiB: 4 + 4 + 2), odd element sizes and counts, integer
- * mean, the largest n-ary arity. */
+ * in rank order). An output of CF_STREAM_MIN_OUTPUT or more in a working
+ * set cf_streams finds too large for the cache is written by the streaming
+ * kernel (rsag: each segment straight into every output; direct: its own
+ * output): whole calls of 4-8 MiB, a segmented call whose last part is
+ * below CF_STREAM_MIN_OUTPUT (10 MiB: 4 + 4 + 2), odd element sizes and
+ * counts, integer mean, the largest n-ary arity; each with and without
+ * streaming ($COLLFUSE_STREAM_MIN 0 and off; a plan's calls have the
+ * largest working set, these their own, so a call of 4 MiB streams either
+ * way under 0 and never under off). */
 static void test_allreduce_rsag_segments(void **state) {
   (void)state;
   allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_SUM, 2, 300007);
@@ -553,37 +562,77 @@ static void test_allreduce_rsag_segments(void **state) {
   allreduce(CF_ALGO_RSAG, CF_DT_BFLOAT16, CF_RED_SUM, 4, 600001);
   allreduce(CF_ALGO_RSAG, CF_DT_INT32, CF_RED_MEAN, 4, 262145);
   allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_MAX, 9, 590001);
-  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_SUM, 2, 1500007);
-  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT16, CF_RED_MEAN, 3, 3000001);
-  allreduce(CF_ALGO_RSAG, CF_DT_BFLOAT16, CF_RED_SUM, 4, 2097152);
-  allreduce(CF_ALGO_RSAG, CF_DT_INT8, CF_RED_MEAN, 8, 5000011);
-  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT64, CF_RED_MAX, 2, 1310721);
-  static const int ranks[] = {2, 4, 3};
-  static const int64_t counts[] = {400009, 400009, 1200007};
-  for (int r = 0; r < 3; r++) {
-    int n = ranks[r];
-    int64_t count = counts[r];
-    void *res[2][MAXR];
-    for (int v = 0; v < 2; v++) {
-      cspec s = {.op = CF_OP_ALLREDUCE,
-                 .algo = cf_algo_forced(v ? CF_ALGO_RSAG : CF_ALGO_DIRECT),
-                 .dt = CF_DT_FLOAT32,
-                 .red = CF_RED_MEAN,
-                 .n = n,
-                 .count = count,
-                 .det = true,
-                 .seed = 11,
-                 .keep = res[v]};
-      run_coll(&s);
-    }
-    for (int k = 0; k < n; k++) {
-      if (memcmp(res[0][k], res[1][k], (size_t)count * 4) != 0)
-        fail_msg("n=%d count=%lld: direct and rsag differ bitwise on rank %d", n, (long long)count,
-                 k);
-      free(res[0][k]);
-      free(res[1][k]);
+  static const char *const modes[] = {"0", "off"};
+  for (int m = 0; m < 2; m++) {
+    setenv("COLLFUSE_STREAM_MIN", modes[m], 1);
+    allreduce_ws = m ? INT64_MAX : 0;
+    allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_SUM, 2, 1500007);
+    allreduce(CF_ALGO_RSAG, CF_DT_FLOAT16, CF_RED_MEAN, 3, 3000001);
+    allreduce(CF_ALGO_RSAG, CF_DT_BFLOAT16, CF_RED_SUM, 4, 2097152);
+    allreduce(CF_ALGO_RSAG, CF_DT_INT8, CF_RED_MEAN, 8, 5000011);
+    allreduce(CF_ALGO_RSAG, CF_DT_FLOAT64, CF_RED_MAX, 2, 1310721);
+    allreduce(CF_ALGO_DIRECT, CF_DT_FLOAT32, CF_RED_SUM, 3, 1500007);
+    allreduce(CF_ALGO_DIRECT, CF_DT_INT8, CF_RED_MEAN, 8, 5000011);
+    static const int ranks[] = {2, 4, 3};
+    static const int64_t counts[] = {400009, 400009, 1200007};
+    for (int r = 0; r < 3; r++) {
+      int n = ranks[r];
+      int64_t count = counts[r];
+      void *res[2][MAXR];
+      for (int v = 0; v < 2; v++) {
+        cspec s = {.op = CF_OP_ALLREDUCE,
+                   .algo = cf_algo_forced(v ? CF_ALGO_RSAG : CF_ALGO_DIRECT),
+                   .dt = CF_DT_FLOAT32,
+                   .red = CF_RED_MEAN,
+                   .n = n,
+                   .count = count,
+                   .det = true,
+                   .seed = 11,
+                   .keep = res[v],
+                   .ws = allreduce_ws};
+        run_coll(&s);
+      }
+      for (int k = 0; k < n; k++) {
+        if (memcmp(res[0][k], res[1][k], (size_t)count * 4) != 0)
+          fail_msg("n=%d count=%lld stream min %s: direct and rsag differ bitwise on rank %d", n,
+                   (long long)count, modes[m], k);
+        free(res[0][k]);
+        free(res[1][k]);
+      }
     }
   }
+  unsetenv("COLLFUSE_STREAM_MIN");
+  allreduce_ws = 0;
+}
+
+/* $COLLFUSE_STREAM_MIN: bytes with an optional K, M or G, "off" (never);
+ * anything else, or nothing, is a third of the last-level cache (from
+ * sysconf, else 32 MiB). cf_streams compares a working set with it. */
+static void test_stream_min(void **state) {
+  (void)state;
+  unsetenv("COLLFUSE_STREAM_MIN");
+  int64_t dflt = cf_stream_min_bytes();
+  assert_true(dflt > 0);
+  static const struct {
+    const char *v;
+    int64_t want; /* -2: the default */
+  } cases[] = {{"0", 0},         {"4096", 4096},     {"64K", 64 << 10}, {"3M", 3 << 20},
+               {"2G", (int64_t)2 << 30}, {"off", -1}, {"", -2},         {"12X", -2},
+               {"-5", -2},        {"M", -2},          {"5MB", -2},       {"99999999999G", INT64_MAX}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    setenv("COLLFUSE_STREAM_MIN", cases[i].v, 1);
+    int64_t want = cases[i].want == -2 ? dflt : cases[i].want, got = cf_stream_min_bytes();
+    if (got != want)
+      fail_msg("COLLFUSE_STREAM_MIN=%s: %lld, want %lld", cases[i].v, (long long)got, (long long)want);
+  }
+  setenv("COLLFUSE_STREAM_MIN", "64M", 1);
+  assert_false(cf_streams((64 << 20) - 1));
+  assert_true(cf_streams(64 << 20));
+  setenv("COLLFUSE_STREAM_MIN", "off", 1);
+  assert_false(cf_streams(INT64_MAX));
+  unsetenv("COLLFUSE_STREAM_MIN");
+  assert_true(cf_streams(dflt));
+  assert_false(cf_streams(dflt - 1));
 }
 
 static void test_allreduce_reductions(void **state) {
@@ -923,8 +972,8 @@ static void test_all_gather(void **state) {
       s.pad = 3;
       run_coll(&s);
     }
-  /* outputs from CF_KERNEL_STREAM_MIN_BYTES are written by streaming
-   * copies: one member, and a fused bucket with odd member sizes */
+  /* outputs from CF_STREAM_MIN_OUTPUT are written by streaming copies:
+   * one member, and a fused bucket with odd member sizes */
   static const int64_t big[] = {300007, 5, 1 << 18};
   for (int r = 2; r <= 4; r++) {
     int64_t c1 = 600001;
@@ -2102,6 +2151,7 @@ static void test_plan_partitioned_groups(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_copy_stream),
+      cmocka_unit_test(test_stream_min),
       cmocka_unit_test(test_allreduce_algos_dtypes),
       cmocka_unit_test(test_allreduce_large),
       cmocka_unit_test(test_allreduce_rsag_segments),

@@ -89,12 +89,6 @@ cf_status cf_bench_ar_open(cf_context *ctx, cf_world *w, cf_device *dev, cf_benc
     h->ranks[r] = r;
   for (int r = 0; !st && r < w->local; r++)
     st = cf_context_create(&h->rctx[r]);
-  /* the kernels every algorithm may launch, resolved before ranks start */
-  cf_coll_desc desc = cf_bench_ar_desc(1 << 20);
-  cf_kernel_key keys[8];
-  int nk = st ? 0 : cf_coll_kernels(&desc, h->n, keys, 8);
-  for (int k = 0; k < nk && !st; k++)
-    st = dev->ops->prepare(dev, &keys[k]);
   if (st) {
     cf_bench_ar_close(h);
     return st;
@@ -314,6 +308,16 @@ bool cf_bench_ar_measure(cf_bench_ar *h, cf_bench_ar_size *s) {
   h->count = s->bytes / 4;
   h->error[0] = 0;
   atomic_store(&h->failed, 0);
+  /* the kernels every algorithm may launch at this size (streaming ones
+   * from a footprint: cf_streams), resolved before ranks start */
+  cf_coll_desc desc = cf_bench_ar_desc(h->count);
+  cf_kernel_key keys[8];
+  int nk = cf_coll_kernels(&desc, h->n, keys, 8);
+  for (int k = 0; k < nk; k++)
+    if (h->dev->ops->prepare(h->dev, &keys[k])) {
+      snprintf(h->error, sizeof h->error, "cannot prepare the kernels: %s", cf_errmsg(h->dev->ctx));
+      return false;
+    }
   int local = h->w->local;
   rank_arg R[CF_BENCH_AR_MAX_RANKS];
   if (local == 1) {

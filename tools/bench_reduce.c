@@ -605,8 +605,12 @@ static void measure_row(row *r, buffers *b, cf_kernel_nary_fn nary, cf_kernel_ac
  * the JSON report. */
 static cf_status row_kernels(cf_context *ctx, cJSON *kernels, const row *r, cf_kernel_nary_fn *nary,
                              cf_kernel_acc_fn *acc) {
+  /* the n-ary kernel streams its stores where an AllReduce run back to
+   * back would: a large destination, and k sources and it too large for the
+   * cache (cf_streams) */
   cf_kernel_key keys[2] = {
-      {.kind = CF_K_NARY, .dtype = dtypes[r->dtype].dt, .red = ops[r->op], .arity = r->k},
+      {.kind = CF_K_NARY, .dtype = dtypes[r->dtype].dt, .red = ops[r->op], .arity = r->k,
+       .stream = r->bytes >= CF_STREAM_MIN_OUTPUT && cf_streams((r->k + 1) * r->bytes)},
       {.kind = CF_K_ACC, .dtype = dtypes[r->dtype].dt, .red = ops[r->op]},
   };
   void *fn[2];

@@ -8,10 +8,48 @@
  */
 #include "../executor.h"
 
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 bool cf_device_is_host(const cf_device *d) { return !d || !d->ops->upload; }
+
+/* The last-level cache: sysconf's L3, else L2 (glibc reads CPUID; 0 or -1
+ * where it cannot tell), else 32 MiB. */
+static int64_t llc_bytes(void) {
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 > 0) return l3;
+#endif
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l2 > 0) return l2;
+#endif
+  return (int64_t)32 << 20;
+}
+
+int64_t cf_stream_min_bytes(void) {
+  const char *env = getenv("COLLFUSE_STREAM_MIN");
+  if (env && *env) {
+    if (!strcmp(env, "off")) return -1;
+    char *end;
+    long long v = strtoll(env, &end, 10);
+    int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+    if (v >= 0 && end != env && (shift ? end[1] == '\0' : *end == '\0'))
+      return v > (INT64_MAX >> shift) ? INT64_MAX : (int64_t)v << shift;
+  }
+  static _Atomic int64_t llc; /* sysconf once */
+  int64_t c = llc;
+  if (!c) llc = c = llc_bytes();
+  return c / 3;
+}
+
+bool cf_streams(int64_t working_set) {
+  int64_t min = cf_stream_min_bytes();
+  return min >= 0 && working_set >= min;
+}
 
 void cf_device_copy_stream(cf_device *d, void *dst, const void *src, size_t bytes) {
   (d->ops->copy_stream ? d->ops->copy_stream : d->ops->copy)(d, dst, src, bytes);
