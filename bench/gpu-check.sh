@@ -20,7 +20,8 @@
 #   2. `collfuse run --device cuda --verify` on every example at 2, 4 and 8
 #      ranks (with a CPU run of each as the baseline: a graph whose groups do
 #      not fit a rank count fails the same way on both), and the
-#      --deterministic outputs of the GPU and the CPU compared byte for byte;
+#      --deterministic outputs of the GPU and the CPU compared byte for byte
+#      (collectives run in place where the plan allows, as on the CPU);
 #   3. `collfuse bench reduce --device cuda` (every dtype, sum and max, 2 and 8
 #      sources, 256 MiB per buffer, against the copy rate of the same run),
 #      and torch.sum / amax on the same shapes where PyTorch is there;

@@ -426,12 +426,12 @@ static cf_status find_readers(builder *b) {
  * value that lives there (each operand it claims) has no reader after it
  * and is neither a Constant nor read by an Output. An Input may be
  * overwritten: iterations after the first then run on the previous results
- * (docs/executor.md). Not on a device backend: the CUDA path keeps every
- * collective out of place until it is verified on a GPU. */
+ * (docs/executor.md). On the CUDA backend too: its launches and copies wait
+ * for their streams, so the algorithms' order holds on device memory. */
 static bool in_place_ok(const builder *b, const cf_node *n, int t, bool own_block) {
   const cf_plan *p = b->p;
   if (!own_block || p->opt.out_of_place || cf_op_coll(n->op) != CF_OP_ALLREDUCE ||
-      p->opt.device != CF_DEVICE_CPU || n->n_in != n->n_out)
+      n->n_in != n->n_out)
     return false;
   /* a plain op on an Input the caller lends keeps it where it lies (read
    * only, cf_plan_binds): in place, input and output would cost a copy each */
@@ -450,16 +450,15 @@ static bool in_place_ok(const builder *b, const cf_node *n, int t, bool own_bloc
  * live there has a reader after it or is a Constant or read by an Output,
  * and its group gives every rank a position (so every rank has a block). Returns
  * the kind (RSAG_*), 0 when not allowed. An Input may be reduced in place
- * as for AllReduce; an AllGather never changes its input. Not on a device
- * backend, nor under the C API (lent_inputs), which reports one place per
- * value for every rank. */
+ * as for AllReduce; an AllGather never changes its input. Not under the
+ * C API (lent_inputs), which reports one place per value for every rank. */
 static unsigned rsag_in_place_ok(const builder *b, const cf_node *n, const cf_pcoll *c, int t,
                                  bool own_block) {
   const cf_plan *p = b->p;
   cf_op op = cf_op_coll(n->op);
   if ((op != CF_OP_ALLGATHER && op != CF_OP_REDUCESCATTER) || !own_block ||
       (n->n_in > 1 && p->opt.external_buckets) || p->opt.out_of_place || p->opt.lent_inputs ||
-      p->opt.device != CF_DEVICE_CPU || c->n * c->n_parts != p->ranks)
+      c->n * c->n_parts != p->ranks)
     return 0;
   for (int j = 0; j < n->n_in; j++) {
     int v = val_index(p, n->in[j]);

@@ -13,7 +13,11 @@
 #  - a plain ReduceScatter of an Input and an AllGather of a product, and
 #    the same as fused buckets, each in place (NCCL's layouts), in run -v
 #    and --json, with the same --iters rule, bitwise -O0 --deterministic
-#    (tests/e2e/mpi.sh runs the same graphs over MPI).
+#    (tests/e2e/mpi.sh runs the same graphs over MPI);
+#  - with CF_IN_PLACE_CUDA_DRIVER set (ctest: the stand-in driver,
+#    tests/mock_cuda.c; on a GPU machine libcuda.so.1), the same on
+#    --device cuda: in place in run -v, and the saved outputs of 3
+#    iterations (--verify) bitwise the CPU's one iteration, every algorithm.
 set -u
 
 if [ $# -ne 2 ]; then
@@ -103,5 +107,35 @@ for f in "$rg" "$rf"; do
   run run "$f" --deterministic -O0 --save-outputs "$work/${b}_det" && expect_rc 0 "$b --deterministic -O0"
   diff -r "$work/${b}_one" "$work/${b}_det" >/dev/null || fail "$b: --deterministic -O0 differs"
 done
+
+# the CUDA backend: the same plans, in place, on device memory
+if [ -n "${CF_IN_PLACE_CUDA_DRIVER:-}" ]; then
+  export COLLFUSE_CUDA_DRIVER="$CF_IN_PLACE_CUDA_DRIVER"
+  for algo in auto direct rsag ring rd; do
+    if run run "$ex" --device cuda --algo "$algo" -v && expect_rc 0 "cuda $algo -v"; then
+      has "$ERR" "5 collectives (5 in place)" "cuda $algo -v: every collective in place"
+    fi
+    run run "$ex" --device cuda --algo "$algo" --iters 3 --warmup 1 --verify \
+      --save-outputs "$work/cuda_$algo"
+    if expect_rc 0 "cuda $algo, --iters 3 --warmup 1 --verify"; then
+      has "$OUT" "verified" "cuda $algo --verify"
+      diff -r "$work/one_$algo" "$work/cuda_$algo" >/dev/null ||
+        fail "cuda $algo: in place on the device saved other outputs than the CPU's"
+    fi
+  done
+  for f in "$rg" "$rf"; do
+    b=$(basename "$f" .xml)
+    if run run "$f" --device cuda -v && expect_rc 0 "cuda $b -v"; then
+      has "$ERR" "2 collectives (2 in place)" "cuda $b -v: both in place"
+    fi
+    run run "$f" --device cuda --iters 3 --warmup 1 --verify --save-outputs "$work/${b}_cuda"
+    if expect_rc 0 "cuda $b --iters 3 --warmup 1 --verify"; then
+      has "$OUT" "verified" "cuda $b --verify"
+      diff -r "$work/${b}_one" "$work/${b}_cuda" >/dev/null ||
+        fail "cuda $b: in place on the device saved other outputs than the CPU's"
+    fi
+  done
+  unset COLLFUSE_CUDA_DRIVER
+fi
 
 finish in_place.sh
