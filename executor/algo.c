@@ -208,15 +208,19 @@ const int cf_algo_count = (int)(sizeof cf_algo_table / sizeof cf_algo_table[0]);
  * direct on two ranks from 16 KiB (whose in-place path reduces into scratch
  * and copies back) and 1.3-5x ahead of the ring (run of one in-place
  * AllReduce, --algo each, medians of 3 runs, a quiet 2-core machine).
- * Since rsag writes its outputs with streaming stores from 4 MiB, it also
- * leads from 16 MiB up on two ranks out of place: 1.5-1.8x the bound's
- * fraction of direct at 16 and 64 MiB, 0.93 against 0.70 at 256 MiB (3 runs,
- * quiet machine). */
+ * Since rsag writes its outputs with streaming stores where they do not
+ * stay in cache, and with huge pages, it leads out of place at every size
+ * from 32 KiB on two ranks (direct 1.04-1.15x its time at 32-256 KiB) and
+ * from 16 KiB on four (direct 1.09x at 16 KiB, 1.16x at 32 KiB), up to 256
+ * MiB; below, on two ranks, rd (one pairwise exchange) took 0.5-0.8 us
+ * from 512 B to 16 KiB where direct took 0.6-0.9, and direct led under 512
+ * B (bench allreduce --no-mpi --profile none, 6 runs, quiet machine). */
 static const cf_algo_rule auto_threads[] = {
     {.in_place = 1, .algo = CF_ALGO_RSAG},
-    {.min_ranks = 2, .max_ranks = 2, .min_bytes = KIB(512), .algo = CF_ALGO_RSAG},
+    {.min_ranks = 2, .max_ranks = 2, .min_bytes = KIB(32), .algo = CF_ALGO_RSAG},
+    {.min_ranks = 2, .max_ranks = 2, .min_bytes = 512, .algo = CF_ALGO_RD},
     {.min_ranks = 2, .max_ranks = 2, .algo = CF_ALGO_DIRECT},
-    {.max_bytes = KIB(32), .algo = CF_ALGO_DIRECT},
+    {.max_bytes = KIB(8), .algo = CF_ALGO_DIRECT},
 };
 
 /* Over shared memory direct (one exchange of whole vectors) led rsag up to

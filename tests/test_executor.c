@@ -801,7 +801,7 @@ static void test_select_measured(void **state) {
   assert_int_equal(cf_coll_select(&d, 4, false, req), CF_ALGO_RING);
   assert_int_equal(cf_coll_select(&d, 4, false, REQ_AUTO), CF_ALGO_DIRECT);
   assert_int_equal(cf_coll_select(&d, 4, true, req), CF_ALGO_DIRECT);  /* ring: not rank order */
-  assert_int_equal(cf_coll_select(&d, 2, false, req), CF_ALGO_DIRECT); /* no rule for 2 ranks */
+  assert_int_equal(cf_coll_select(&d, 2, false, req), CF_ALGO_RD); /* no rule for 2 ranks: built-in */
   assert_int_equal(cf_coll_select(&d, 3, false, req), CF_ALGO_DIRECT); /* rd needs a power of 2 */
   d.count = 251;                                                       /* 1004 bytes */
   assert_int_equal(cf_coll_select(&d, 4, false, req), CF_ALGO_RD);

@@ -105,7 +105,7 @@ uses direct ar_x "--algo over the profile"
 run run "$work/four.xml" -v --deterministic
 uses rsag ar_x "--deterministic passes over ring's rule"
 run run "$work/two.xml" -v --ranks 2
-uses direct ar_small "no rule for 2 ranks: built-in"
+uses rd ar_small "no rule for 2 ranks: built-in"
 uses rsag ar_big "no rule for 2 ranks: built-in"
 run run "$work/four.xml" --verify
 expect_rc 0 "run --verify with the profile"
