@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #define HDR_SIZE 80
-#define FORMAT 4 /* 4: a plain NARY kernel no longer streams by size */
+#define FORMAT 5 /* 4: a plain NARY kernel no longer streams by size; 5: stream prefetch */
 #define MAX_PAYLOAD ((size_t)64 << 20)
 static const char magic[8] = {'C', 'F', 'K', 'O', 'B', 'J', '\0', '\n'};
 

@@ -805,13 +805,16 @@ static void test_vector_width(void **state) {
       fail_msg("no vector add on %s registers (host %s, %d bits)", reg, host.cpu, host.vector_bits);
   }
   free(s);
-  /* only a stream key stores with movnt (the executor chooses it) */
+  /* only a stream key stores with movnt (the executor chooses it) and
+   * prefetches its sources */
   if (strncmp(host.triple, "x86_64", 6) == 0)
     for (int st = 0; st < 2; st++) {
       k.stream = st;
       s = emit(ctx, &host, &k, 1);
       if (!strstr(s, "movnt") != !st)
         fail_msg("the %s kernel %s streaming stores", st ? "stream" : "plain", st ? "lacks" : "has");
+      if (!strstr(s, "prefetch") != !st)
+        fail_msg("the %s kernel %s prefetches", st ? "stream" : "plain", st ? "lacks" : "has");
       free(s);
     }
 }
