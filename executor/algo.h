@@ -158,6 +158,9 @@ int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max);
  * cf_coll_kernels lists the streaming kernel wherever it may be used,
  * whatever the working set. */
 bool cf_coll_streams(const cf_coll_desc *d, int n, int64_t working_set);
+/* The bytes an AllReduce of d on n ranks touches, its n inputs and n
+ * outputs, or `around` when that is larger. */
+int64_t cf_coll_working_set(const cf_coll_desc *d, int n, int64_t around);
 /* cf_coll_streams of the call and its working_set. */
 bool cf_coll_call_streams(const cf_coll_call *call);
 /* dst = op(src[0], ..., src[k-1]) over n elements, in that order (for the

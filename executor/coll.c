@@ -89,9 +89,8 @@ static cf_status allreduce_segments(cf_comm *c, cf_device *dev, const cf_coll_ca
   int64_t es = cf_dtype_size(call->desc.dtype), seg = CF_ALGO_SEGMENT_BYTES / es;
   if (call->desc.count <= 2 * seg) return row->run(c, dev, call);
   cf_coll_call part = *call;
-  int64_t whole; /* the whole call's n inputs and n outputs stay the data around each part */
-  if (cf_mul_i64(call->desc.count * es, 2 * (int64_t)call->n, &whole) && whole > part.working_set)
-    part.working_set = whole;
+  /* the whole call's data is what stays around each part */
+  part.working_set = cf_coll_working_set(&call->desc, call->n, call->working_set);
   cf_status st = CF_OK;
   for (int64_t off = 0; off < call->desc.count && !st; off += seg) {
     part.desc.count = call->desc.count - off < seg ? call->desc.count - off : seg;

@@ -22,11 +22,15 @@ static bool may_stream(const cf_coll_desc *d, int n) {
          d->count * cf_dtype_size(d->dtype) >= CF_STREAM_MIN_OUTPUT;
 }
 
-bool cf_coll_streams(const cf_coll_desc *d, int n, int64_t working_set) {
+int64_t cf_coll_working_set(const cf_coll_desc *d, int n, int64_t around) {
   int64_t footprint; /* n inputs and n outputs */
   if (!cf_mul_i64(d->count * cf_dtype_size(d->dtype), 2 * (int64_t)n, &footprint))
     footprint = INT64_MAX;
-  return may_stream(d, n) && cf_streams(footprint > working_set ? footprint : working_set);
+  return footprint > around ? footprint : around;
+}
+
+bool cf_coll_streams(const cf_coll_desc *d, int n, int64_t working_set) {
+  return may_stream(d, n) && cf_streams(cf_coll_working_set(d, n, working_set));
 }
 
 bool cf_coll_call_streams(const cf_coll_call *call) {
