@@ -22,9 +22,10 @@ typedef struct cf_jit {
   LLVMTargetMachineRef tm; /* emits the objects, for target */
   cf_codegen_target target;
   cf_objcache cache;
-  /* compiled kernels by (kind, dtype, reduction, arity, stream); the
-   * target is fixed per context, so it needs no slot of its own */
-  void *fns[CF_K_QUANT + 1][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1][2]; /* [stream] */
+  /* compiled kernels by (kind, dtype, reduction, arity, outs: 0 unless a
+   * stream key); the target is fixed per context, so it needs no slot of
+   * its own */
+  void *fns[CF_K_QUANT + 1][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1][CF_MAX_ARITY + 1];
 } cf_jit;
 
 /* Turn an LLVMErrorRef into a context error (consuming it). */
@@ -156,7 +157,7 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
   cf_status st = jit_get(ctx, NULL, &J);
   if (st != CF_OK) return st;
   bool per_red = key->kind == CF_K_NARY || key->kind == CF_K_ACC;
-  void **slot = &J->fns[key->kind][key->dtype][per_red ? key->red : 0][key->arity][key->stream];
+  void **slot = &J->fns[key->kind][key->dtype][per_red ? key->red : 0][key->arity][key->outs];
   if (*slot) {
     *fn = *slot;
     return CF_OK;

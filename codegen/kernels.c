@@ -51,7 +51,10 @@ char *cf_kernel_name(const cf_kernel_key *key, char *buf, size_t len) {
   const char *red = cf_reduction_name(key->red);
   switch (key->kind) {
   case CF_K_NARY:
-    snprintf(buf, len, "cf_nary_%s_%s_%d%s", red, dt, key->arity, key->stream ? "_nt" : "");
+    if (key->stream)
+      snprintf(buf, len, "cf_nary_%s_%s_%d_nt%d", red, dt, key->arity, key->outs);
+    else
+      snprintf(buf, len, "cf_nary_%s_%s_%d", red, dt, key->arity);
     break;
   case CF_K_ACC: snprintf(buf, len, "cf_acc_%s_%s", red, dt); break;
   default: snprintf(buf, len, "cf_%s_%s", kind_names[key->kind], dt); break;
@@ -80,6 +83,12 @@ bool cf_kernel_key_valid(const cf_kernel_key *key, char *why, size_t len) {
     msg = tmp;
   } else if (key->kind != CF_K_NARY && key->stream)
     msg = "only n-ary kernels stream";
+  else if (key->stream && (key->outs < 1 || key->outs > CF_MAX_ARITY)) {
+    snprintf(tmp, sizeof tmp, "a stream kernel writes 1..%d destinations, not %d", CF_MAX_ARITY,
+             key->outs);
+    msg = tmp;
+  } else if (!key->stream && key->outs != 0)
+    msg = "only stream kernels take destinations (outs)";
   else if (key->kind == CF_K_QUANT && key->dtype != CF_DT_BFLOAT16 && key->dtype != CF_DT_FLOAT16)
     msg = "quant output dtype must be bfloat16 or float16";
   if (msg && why && len) snprintf(why, len, "%s", msg);

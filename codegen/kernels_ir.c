@@ -47,6 +47,9 @@ typedef struct kg {
 typedef struct kenv {
   const cf_kernel_key *key;
   LLVMValueRef dst, src[CF_MAX_ARITY]; /* NARY: the loaded source pointers */
+  LLVMValueRef dsts[CF_MAX_ARITY];     /* NARY: where the result goes (a stream key's
+                                          outs, loaded; otherwise dst alone) */
+  int ndst;
   LLVMValueRef inv;                    /* float mean/scale: 1/div in the compute type */
   LLVMValueRef fdiv;                   /* integer mean/scale (<= 32 bits): div as an exact double */
   LLVMValueRef idiv;                   /* integer mean/scale (64 bits): div as i64 >= 1 */
@@ -608,10 +611,12 @@ static void body_nary(kg *g, kenv *e, LLVMValueRef idx, int lanes) {
     }
     for (int j = 0; j < np && red == CF_RED_MEAN; j++)
       p[j] = LLVMBuildFMul(g->b, p[j], splat_like(g, e->inv, p[j]), "mean");
-    store_comp(g, e, dt, p, np, e->dst, idx, lanes);
+    for (int d = 0; d < e->ndst; d++)
+      store_comp(g, e, dt, p, np, e->dsts[d], idx, lanes);
     return;
   }
-  store_nt(g, e, st, r, e->dst, idx);
+  for (int d = 0; d < e->ndst; d++)
+    store_nt(g, e, st, r, e->dsts[d], idx);
 }
 
 static void body_acc(kg *g, kenv *e, LLVMValueRef idx, int lanes) {
@@ -729,10 +734,12 @@ static void elementwise(kg *g, kenv *e, LLVMValueRef n, int lanes, body_fn body)
   LLVMValueRef zero = LLVMConstInt(g->i64, 0, 0), nv = zero;
   LLVMBasicBlockRef done = NULL;
   if (lanes > 1 && e->key->kind == CF_K_NARY && e->key->stream) {
-    /* Streaming path (a stream key; the executor decides when: cf_streams): a scalar peel up to the first 64-byte
-     * aligned dst element, the vector loop with non-temporal stores, a
-     * store fence (streaming stores are weakly ordered), the scalar tail.
-     * Only when dst is element-aligned, so that it can be peeled to 64. */
+    /* Streaming path (a stream key; the executor decides when: cf_streams):
+     * a scalar peel up to the first 64-byte aligned dst element, the vector
+     * loop with non-temporal stores, a store fence (streaming stores are
+     * weakly ordered), the scalar tail. Only when dst is element-aligned,
+     * so that it can be peeled to 64, and every other destination is as
+     * far from a 64-byte line as dst (one peel aligns them all). */
     int es = storage_bits(e->key->dtype) / 8;
     /* float16 sums compute in float32, whose vectors narrow to half a
      * register on the way back; x86 folds that narrowing into the store
@@ -744,6 +751,11 @@ static void elementwise(kg *g, kenv *e, LLVMValueRef n, int lanes, body_fn body)
     LLVMValueRef ealn = LLVMBuildICmp(
         g->b, LLVMIntEQ, LLVMBuildAnd(g->b, mis, LLVMConstInt(g->i64, (unsigned)es - 1, 0), ""),
         zero, "");
+    for (int d = 1; d < e->ndst; d++) {
+      LLVMValueRef a = LLVMBuildPtrToInt(g->b, e->dsts[d], g->i64, "");
+      LLVMValueRef m = LLVMBuildAnd(g->b, a, LLVMConstInt(g->i64, 63, 0), "");
+      ealn = LLVMBuildAnd(g->b, ealn, LLVMBuildICmp(g->b, LLVMIntEQ, m, mis, ""), "");
+    }
     /* it streams whenever the peel leaves a vector to store */
     int64_t min_n = 2 * 64;
     LLVMValueRef big = LLVMBuildICmp(g->b, LLVMIntSGE, n,
@@ -892,9 +904,16 @@ LLVMValueRef cf_kernel_emit_ir(LLVMModuleRef mod, const cf_codegen_target *t,
   case CF_K_NARY: {
     LLVMTypeRef p[4] = {g->ptr, g->ptr, g->i64, g->f64};
     fn = new_function(g, t, name, p, 4);
-    ptr_param(g, 0, false);
+    ptr_param(g, 0, key->stream); /* a stream key's: the array of destinations */
     ptr_param(g, 1, true);
-    e->dst = LLVMGetParam(fn, 0);
+    e->ndst = key->stream ? key->outs : 1;
+    for (int d = 0; d < e->ndst; d++)
+      e->dsts[d] = key->stream ? LLVMBuildLoad2(g->b, g->ptr,
+                                                elem_ptr(g, g->ptr, LLVMGetParam(fn, 0),
+                                                         LLVMConstInt(g->i64, (unsigned)d, 0)),
+                                                "dst")
+                               : LLVMGetParam(fn, 0);
+    e->dst = e->dsts[0];
     /* the source pointers are loaded once, before the loop */
     for (int k = 0; k < key->arity; k++) {
       LLVMValueRef pk =

@@ -148,7 +148,7 @@ cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 
 /* ---------------- reduce.c: what every algorithm reduces with ---------------- */
 
-/* The kernels any algorithm may launch for d on n ranks (at most max, 8 is
+/* The kernels any algorithm may launch for d on n ranks (at most max, 16 is
  * enough); the plan prepares them before ranks start. Returns how many. */
 int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max);
 /* Whether an AllReduce of d on n ranks writes its outputs with streaming
@@ -167,9 +167,10 @@ bool cf_coll_call_streams(const cf_coll_call *call);
  * algorithms). final: mean divides by the group size (else sums). */
 void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,
                     int k, int64_t n, bool final);
-/* cf_coll_reduce(..., call->n, n, true) with streaming stores (when
- * cf_coll_streams holds): bitwise the same result. */
-void cf_coll_reduce_stream(cf_device *dev, const cf_coll_call *call, void *dst,
+/* cf_coll_reduce(..., call->n, n, true) written to dst[0..outs) (1 or
+ * call->n destinations) with streaming stores (when cf_coll_streams
+ * holds), the sources read once: bitwise the same result in every one. */
+void cf_coll_reduce_stream(cf_device *dev, const cf_coll_call *call, void *const *dst, int outs,
                            const void *const *src, int64_t n);
 
 /* ---------------- algo_allreduce.c: AllReduce algorithms ---------------- */

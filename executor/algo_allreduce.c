@@ -135,7 +135,7 @@ cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     /* out of place, an output that will not stay in cache (cf_coll_call_streams) is
      * written by streaming stores */
     if (!d->in_place && cf_device_is_host(dev) && cf_coll_call_streams(call))
-      cf_coll_reduce_stream(dev, call, dst, src.p, d->count);
+      cf_coll_reduce_stream(dev, call, &dst, 1, src.p, d->count);
     else
       cf_coll_reduce(dev, call, dst, src.p, n, d->count, true);
     st = release_all(c, call);
@@ -151,14 +151,6 @@ cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
  * while it is still in this core's cache (L2 is 1-2 MiB on current cores). */
 enum { PUT_SEGMENT = 256 << 10 };
 
-/* Source bytes of a streaming segment (all n sources together): they are
- * reduced once per destination, from this core's L1 after the first. Short
- * segments keep the passes that read memory close together: at 256 MiB,
- * 32 KiB took 0.98x the time of 512 KiB on two ranks and 0.93x on four
- * (bench allreduce --algo rsag, 4 alternating runs each; 8-16 KiB and
- * 2 MiB were slower). */
-enum { STREAM_SOURCES = 32 << 10 };
-
 /* rsag on a zero-copy transport (threads): every rank offers its input and
  * its output to each peer in one exchange. Rank me then reduces its chunk
  * one segment at a time from all inputs, in rank order, into its own output
@@ -171,14 +163,17 @@ enum { STREAM_SOURCES = 32 << 10 };
  * written this rank's output and read its input.
  *
  * A large call out of place on host memory whose data will not stay in
- * cache (cf_coll_call_streams) reduces the segment once per destination instead, straight into every output with
- * streaming stores: a copy would write each destination line through the
- * cache, which first reads it from memory (read-for-ownership), so that an
- * output costs three memory passes where a streaming store costs one. The
- * repeated reductions read the segment's sources from cache. In place the
- * outputs are the sources, so the segment is reduced once, into this
- * rank's output (the input lines just read, in cache), and copied to the
- * peers with ordinary stores (streaming copies measured 0.70x there). */
+ * cache (cf_coll_call_streams) instead reduces its whole chunk in one
+ * kernel call that writes every output with streaming stores: a copy
+ * would write each destination line through the cache, which first reads
+ * it from memory (read-for-ownership), so that an output costs three
+ * memory passes where a streaming store costs one. One call, because its
+ * store fence waits for every streaming store to reach memory: one fence
+ * per 8 KiB segment and output cost rsag 1.3x its time at 256 MiB on four
+ * ranks. In place the outputs are the sources, so the segment is reduced
+ * once, into this rank's output (the input lines just read, in cache),
+ * and copied to the peers with ordinary stores (streaming copies measured
+ * 0.70x there). */
 static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   const cf_coll_desc *d = &call->desc;
   int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
@@ -211,18 +206,20 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
   }
   if (!st) {
     bool stream = !d->in_place && cf_device_is_host(dev) && cf_coll_call_streams(call);
-    int64_t moff, mlen, step = (stream ? STREAM_SOURCES / n : PUT_SEGMENT) / es;
-    step = (step + 63) / 64 * 64;
+    int64_t moff, mlen, step = (PUT_SEGMENT / es + 63) / 64 * 64;
     chunk(d->count, n, es, me, &moff, &mlen);
-    for (int64_t o = moff; o < moff + mlen; o += step) {
+    if (stream) { /* n <= CF_MAX_ARITY; the peers' outputs first, this rank's last */
+      void *dst[CF_MAX_ARITY];
+      for (int i = 0; i < n; i++) {
+        seg.p[i] = at(in.p[i], moff, es);
+        dst[i] = at(out.p[(me + 1 + i) % n], moff, es);
+      }
+      cf_coll_reduce_stream(dev, call, dst, n, seg.p, mlen);
+    }
+    for (int64_t o = moff; !stream && o < moff + mlen; o += step) {
       int64_t len = moff + mlen - o < step ? moff + mlen - o : step;
       for (int i = 0; i < n; i++)
         seg.p[i] = at(in.p[i], o, es);
-      if (stream) {
-        for (int j = 1; j <= n; j++)
-          cf_coll_reduce_stream(dev, call, at(out.p[(me + j) % n], o, es), seg.p, len);
-        continue;
-      }
       cf_coll_reduce(dev, call, at(call->out, o, es), seg.p, n, len, true);
       for (int i = 0; i < n; i++)
         if (i != me)

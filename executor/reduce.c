@@ -6,14 +6,21 @@
  * accumulate for the rest, then scale for mean. The algorithms decide the
  * order (algo.c: rank order is what --deterministic keeps); this file only
  * keeps it. cf_coll_reduce_stream is the final n-ary step of all call->n
- * ranks with streaming stores, for a destination the rank does not read
- * again (a peer's output): the same kernel body, so the same bits. It sits below every algorithm
- * and calls none of them.
+ * ranks with streaming stores, into one or more destinations the rank does
+ * not read again (its own output and its peers'): the same kernel body, so
+ * the same bits. It sits below every algorithm and calls none of them.
  */
 #include "executor.h"
 
 static cf_kernel_key key_of(cf_kernel_kind kind, cf_dtype dt, int red, int arity) {
   return (cf_kernel_key){.kind = kind, .dtype = dt, .red = (cf_reduction)red, .arity = arity};
+}
+
+static cf_kernel_key stream_key(cf_dtype dt, int red, int arity, int outs) {
+  cf_kernel_key k = key_of(CF_K_NARY, dt, red, arity);
+  k.stream = true;
+  k.outs = outs;
+  return k;
 }
 
 /* An AllReduce whose outputs the streaming kernel may write */
@@ -50,18 +57,24 @@ int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max) 
     keys[k++] = key_of(CF_K_ACC, d->dtype, reds[r], 0);
   }
   if (d->red == CF_RED_MEAN && k < max) keys[k++] = key_of(CF_K_SCALE, d->dtype, 0, 0);
-  if (may_stream(d, n) && k < max) {
-    keys[k] = key_of(CF_K_NARY, d->dtype, d->red, n);
-    keys[k++].stream = true;
-  }
+  /* streaming into one output (direct) and into all n (rsag_put) */
+  for (int outs = 1; may_stream(d, n) && outs <= n && k < max; outs = outs == 1 ? n : n + 1)
+    keys[k++] = stream_key(d->dtype, d->red, n, outs);
   return k;
 }
 
-void cf_coll_reduce_stream(cf_device *dev, const cf_coll_call *call, void *dst,
+void cf_coll_reduce_stream(cf_device *dev, const cf_coll_call *call, void *const *dst, int outs,
                            const void *const *src, int64_t n) {
-  cf_kernel_key nk = key_of(CF_K_NARY, call->desc.dtype, call->desc.red, call->n);
-  nk.stream = true;
-  if (n > 0) dev->ops->nary(dev, &nk, dst, src, n, (double)call->n);
+  if (n <= 0 || outs <= 0) return;
+  cf_kernel_key nk = stream_key(call->desc.dtype, call->desc.red, call->n, outs);
+  if (dev->ops->nary_stream) {
+    dev->ops->nary_stream(dev, &nk, dst, src, n, (double)call->n);
+    return;
+  }
+  /* no streaming kernel on this device: the plain one, then copies */
+  cf_coll_reduce(dev, call, dst[0], src, call->n, n, true);
+  for (int i = 1; i < outs; i++)
+    dev->ops->copy(dev, dst[i], dst[0], (size_t)n * (size_t)cf_dtype_size(call->desc.dtype));
 }
 
 void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,

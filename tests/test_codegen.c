@@ -125,22 +125,38 @@ static bool checked(int64_t i, int64_t n, int lanes) {
 }
 
 /* ---- n-ary ---- */
+/* mode 0: every buffer 64-byte aligned; 1: misaligned by whole elements;
+ * 2: by odd bytes; 3 (stream keys): sources as 1, destination d misaligned
+ * by d elements, so that no one peel aligns them all. A stream key writes
+ * k.outs destinations, each checked against the reference and its guards. */
 static void run_nary(cf_kernel_key k, int64_t n, int mode, double div, bool special) {
-  cf_kernel_nary_fn fn;
   void *p = kernel(ctx, k, NULL);
-  memcpy(&fn, &p, sizeof fn);
   cf_dtype dt = k.dtype;
   size_t bytes = (size_t)n * (size_t)esize(dt);
-  gbuf src[CF_MAX_ARITY], dst;
+  int outs = k.stream ? k.outs : 1;
+  gbuf src[CF_MAX_ARITY], dst[CF_MAX_ARITY];
   const void *sp[CF_MAX_ARITY];
+  void *dp[CF_MAX_ARITY];
   for (int s = 0; s < k.arity; s++) {
-    gbuf_new(&src[s], bytes, offset(mode, s + 1, dt));
+    gbuf_new(&src[s], bytes, offset(mode == 3 ? 1 : mode, s + 1, dt));
     fill(src[s].p, n, dt, special);
     sp[s] = src[s].p;
   }
-  gbuf_new(&dst, bytes, offset(mode, 0, dt));
-  fn(dst.p, sp, n, div);
-  gbuf_check(&dst, "nary dst");
+  for (int d = 0; d < outs; d++) {
+    gbuf_new(&dst[d], bytes, mode == 3 ? d * esize(dt) % 64 : offset(mode, 0, dt));
+    dp[d] = dst[d].p;
+  }
+  if (k.stream) {
+    cf_kernel_nary_stream_fn fn;
+    memcpy(&fn, &p, sizeof fn);
+    fn(dp, sp, n, div);
+  } else {
+    cf_kernel_nary_fn fn;
+    memcpy(&fn, &p, sizeof fn);
+    fn(dp[0], sp, n, div);
+  }
+  for (int d = 0; d < outs; d++)
+    gbuf_check(&dst[d], "nary dst");
   for (int s = 0; s < k.arity; s++)
     gbuf_check(&src[s], "nary src");
   uint64_t x[CF_MAX_ARITY];
@@ -149,11 +165,14 @@ static void run_nary(cf_kernel_key k, int64_t n, int mode, double div, bool spec
     if (!checked(i, n, lanes)) continue;
     for (int s = 0; s < k.arity; s++)
       x[s] = ld(src[s].p, i, dt);
-    check(&k, i, ld(dst.p, i, dt), ref_nary(dt, k.red, k.arity, x, div), "nary");
+    uint64_t want = ref_nary(dt, k.red, k.arity, x, div);
+    for (int d = 0; d < outs; d++)
+      check(&k, i, ld(dst[d].p, i, dt), want, "nary");
   }
   for (int s = 0; s < k.arity; s++)
     gbuf_free(&src[s]);
-  gbuf_free(&dst);
+  for (int d = 0; d < outs; d++)
+    gbuf_free(&dst[d]);
 }
 
 static void test_nary(void **state) {
@@ -352,40 +371,47 @@ static void test_quant(void **state) {
 
 /* every pair of specials through every float n-ary/acc kernel of arity 2 */
 /* The streaming (non-temporal) NARY path of a stream key
- * (cf_kernel_key.stream; the executor decides when): dst of 4 MiB, aligned,
- * misaligned by whole elements (peeled to 64 bytes) and by odd bytes (the
- * plain loop); with NaN, Inf and signed zeros in the data; and at every
- * length from two lines' worth: below, at, just above, and far above that,
- * with mean's division. A plain key never streams (test_codegen's other
- * tests run it at every size). */
+ * (cf_kernel_key.stream; the executor decides when): 1 to 8 destinations
+ * of 4 MiB, aligned, misaligned by whole elements (peeled to 64 bytes), by
+ * odd bytes and against each other (the plain loop); with NaN, Inf and
+ * signed zeros in the data; and at every length from two lines' worth:
+ * below, at, just above, and far above that, with mean's division. A plain
+ * key never streams (test_codegen's other tests run it at every size). */
 static void test_nary_stream(void **state) {
   (void)state;
   for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++) {
     int64_t n = (4 << 20) / esize(dt) + 77;
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < 4; m++) {
       run_nary((cf_kernel_key){.kind = CF_K_NARY, .dtype = dt, .red = CF_RED_SUM, .arity = 3,
-                               .stream = true},
+                               .stream = true, .outs = 1 + 2 * (m & 1)},
                n, m, 1, true);
       run_nary((cf_kernel_key){.kind = CF_K_NARY,
                                .dtype = dt,
                                .red = m == 1 ? CF_RED_MIN : CF_RED_MAX,
-                               .arity = 2 + 3 * m,
-                               .stream = true},
+                               .arity = 2 + 2 * m,
+                               .stream = true,
+                               .outs = 2 + 2 * m},
                n, m, 1, true);
     }
-    /* a stream key is a kernel of its own, not its plain twin's */
+    /* a stream key is a kernel of its own, not its plain twin's, and so is
+     * each number of destinations */
     cf_kernel_key plain = {.kind = CF_K_NARY, .dtype = dt, .red = CF_RED_SUM, .arity = 2};
-    cf_kernel_key streamed = plain;
-    streamed.stream = true;
-    void *fp = kernel(ctx, plain, NULL), *fs = kernel(ctx, streamed, NULL);
-    if (fp == fs) fail_msg("%s: the stream kernel is the plain one", cf_dtype_name(dt));
+    cf_kernel_key one = plain, two = plain;
+    one.stream = two.stream = true;
+    one.outs = 1, two.outs = 2;
+    void *fp = kernel(ctx, plain, NULL), *f1 = kernel(ctx, one, NULL), *f2 = kernel(ctx, two, NULL);
+    if (fp == f1 || f1 == f2) fail_msg("%s: the stream kernels are not their own", cf_dtype_name(dt));
     static const int64_t lens[] = {1, 127, 128, 129, 1000, 70001};
     for (int l = 0; l < 6; l++)
-      for (int m = 0; m < 3; m++) {
-        cf_kernel_key k = {
-            .kind = CF_K_NARY, .dtype = dt, .red = CF_RED_SUM, .arity = 2, .stream = true};
+      for (int m = 0; m < 4; m++) {
+        cf_kernel_key k = {.kind = CF_K_NARY,
+                           .dtype = dt,
+                           .red = CF_RED_SUM,
+                           .arity = 2,
+                           .stream = true,
+                           .outs = 1 + (m & 1)};
         run_nary(k, lens[l], m, 1, true);
-        k.red = CF_RED_MEAN, k.arity = 8;
+        k.red = CF_RED_MEAN, k.arity = 8, k.outs = 8;
         run_nary(k, lens[l], m, 8, false);
       }
   }
@@ -732,6 +758,20 @@ static void test_keys(void **state) {
       {{.kind = CF_K_ACC, .dtype = CF_DT_INT8, .red = CF_RED_SUM, .arity = 2},
        "cf_acc_sum_int8",
        "acc kernels take arity 0, not 2"},
+      {{.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 4, .stream = true,
+        .outs = 4},
+       "cf_nary_sum_float32_4_nt4",
+       NULL},
+      {{.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 4, .stream = true},
+       "cf_nary_sum_float32_4_nt0",
+       "writes 1..8 destinations, not 0"},
+      {{.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 2, .stream = true,
+        .outs = 9},
+       "cf_nary_sum_float32_2_nt9",
+       "writes 1..8 destinations, not 9"},
+      {{.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 2, .outs = 2},
+       "cf_nary_sum_float32_2",
+       "only stream kernels take destinations"},
   };
   for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
     assert_string_equal(cf_kernel_name(&keys[i].k, buf, sizeof buf), keys[i].name);
@@ -810,6 +850,7 @@ static void test_vector_width(void **state) {
   if (strncmp(host.triple, "x86_64", 6) == 0)
     for (int st = 0; st < 2; st++) {
       k.stream = st;
+      k.outs = st ? 4 : 0;
       s = emit(ctx, &host, &k, 1);
       if (!strstr(s, "movnt") != !st)
         fail_msg("the %s kernel %s streaming stores", st ? "stream" : "plain", st ? "lacks" : "has");

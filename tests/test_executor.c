@@ -548,7 +548,7 @@ static void test_allreduce_large(void **state) {
  * the reference with guard bytes; and bitwise equal to direct (both reduce
  * in rank order). An output of CF_STREAM_MIN_OUTPUT or more in a working
  * set cf_streams finds too large for the cache is written by the streaming
- * kernel (rsag: each segment straight into every output; direct: its own
+ * kernel (rsag: its chunk in one call, into every output; direct: its own
  * output): whole calls of 4-8 MiB, a segmented call whose last part is
  * below CF_STREAM_MIN_OUTPUT (10 MiB: 4 + 4 + 2), odd element sizes and
  * counts, integer mean, the largest n-ary arity; each with and without
@@ -606,7 +606,7 @@ static void test_allreduce_rsag_segments(void **state) {
 }
 
 /* $COLLFUSE_STREAM_MIN: bytes with an optional K, M or G, "off" (never);
- * anything else, or nothing, is a third of the last-level cache (from
+ * anything else, or nothing, is a quarter of the last-level cache (from
  * sysconf, else 32 MiB). cf_streams compares a working set with it. */
 static void test_stream_min(void **state) {
   (void)state;

@@ -311,8 +311,8 @@ bool cf_bench_ar_measure(cf_bench_ar *h, cf_bench_ar_size *s) {
   /* the kernels every algorithm may launch at this size (streaming ones
    * from a footprint: cf_streams), resolved before ranks start */
   cf_coll_desc desc = cf_bench_ar_desc(h->count);
-  cf_kernel_key keys[8];
-  int nk = cf_coll_kernels(&desc, h->n, keys, 8);
+  cf_kernel_key keys[16];
+  int nk = cf_coll_kernels(&desc, h->n, keys, 16);
   for (int k = 0; k < nk; k++)
     if (h->dev->ops->prepare(h->dev, &keys[k])) {
       snprintf(h->error, sizeof h->error, "cannot prepare the kernels: %s", cf_errmsg(h->dev->ctx));

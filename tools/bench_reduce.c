@@ -205,13 +205,27 @@ typedef struct job {
   buffers *b;
   int k;
   cf_bench_op op;
-  cf_kernel_nary_fn nary;
+  void *nary;  /* a cf_kernel_nary_fn, or a cf_kernel_nary_stream_fn when stream */
+  bool stream; /* its key streams: it takes an array of (one) destination */
   cf_kernel_acc_fn acc;
   bool failed; /* MPI: a call failed */
   char why[256];
 } job;
 
-static void run_nary(job *j) { j->nary(j->b->dst, (const void *const *)j->b->src, j->b->n, j->k); }
+/* POSIX: object and function pointers share a representation */
+static void run_nary(job *j) {
+  const void *const *src = (const void *const *)j->b->src;
+  if (j->stream) {
+    void *dst[1] = {j->b->dst};
+    cf_kernel_nary_stream_fn f;
+    memcpy(&f, &j->nary, sizeof f);
+    f(dst, src, j->b->n, j->k);
+    return;
+  }
+  cf_kernel_nary_fn f;
+  memcpy(&f, &j->nary, sizeof f);
+  f(j->b->dst, src, j->b->n, j->k);
+}
 
 static void run_acc(job *j) {
   for (int s = 1; s < j->k; s++)
@@ -573,12 +587,13 @@ static cJSON *row_json(const row *r) {
 }
 
 /* One row: check the kernels against the C loop, then time every column. */
-static void measure_row(row *r, buffers *b, cf_kernel_nary_fn nary, cf_kernel_acc_fn acc,
+static void measure_row(row *r, buffers *b, void *nary, bool stream, cf_kernel_acc_fn acc,
                         mpi_peer *mpi, const options *o) {
   job j = {.b = b,
            .k = r->k,
            .op = ops[r->op] == CF_RED_MAX ? CF_BENCH_MAX : CF_BENCH_SUM,
            .nary = nary,
+           .stream = stream,
            .acc = acc};
   double kb = (double)b->bytes / 1e9;
   cf_cloop_nary(b->d->bdt, j.op, b->ref, (const void *const *)b->src, r->k, b->n);
@@ -603,14 +618,15 @@ static void measure_row(row *r, buffers *b, cf_kernel_nary_fn nary, cf_kernel_ac
 
 /* The kernels of one row, JIT-compiled once; their compile times go to
  * the JSON report. */
-static cf_status row_kernels(cf_context *ctx, cJSON *kernels, const row *r, cf_kernel_nary_fn *nary,
+static cf_status row_kernels(cf_context *ctx, cJSON *kernels, const row *r, void **nary, bool *stream,
                              cf_kernel_acc_fn *acc) {
   /* the n-ary kernel streams its stores where an AllReduce run back to
    * back would: a large destination, and k sources and it too large for the
    * cache (cf_streams) */
+  bool streams = r->bytes >= CF_STREAM_MIN_OUTPUT && cf_streams((r->k + 1) * r->bytes);
   cf_kernel_key keys[2] = {
       {.kind = CF_K_NARY, .dtype = dtypes[r->dtype].dt, .red = ops[r->op], .arity = r->k,
-       .stream = r->bytes >= CF_STREAM_MIN_OUTPUT && cf_streams((r->k + 1) * r->bytes)},
+       .stream = streams, .outs = streams},
       {.kind = CF_K_ACC, .dtype = dtypes[r->dtype].dt, .red = ops[r->op]},
   };
   void *fn[2];
@@ -631,8 +647,8 @@ static cf_status row_kernels(cf_context *ctx, cJSON *kernels, const row *r, cf_k
       cJSON_AddItemToArray(kernels, k);
     }
   }
-  /* POSIX: object and function pointers share a representation */
-  memcpy(nary, &fn[0], sizeof *nary);
+  *nary = fn[0];
+  *stream = keys[0].stream;
   memcpy(acc, &fn[1], sizeof *acc);
   return CF_OK;
 }
@@ -839,10 +855,11 @@ int cf_bench_reduce(cf_context *ctx, int argc, char **argv) {
       for (int op = 0; !st && op < N_OPS; op++)
         for (int k = 0; !st && o.op[op] && k < o.n_ks; k++) {
           row r = {.dtype = d, .op = op, .k = o.ks[k], .bytes = o.sizes[s]};
-          cf_kernel_nary_fn nary;
+          void *nary;
+          bool stream;
           cf_kernel_acc_fn acc;
-          if ((st = row_kernels(ctx, kernels, &r, &nary, &acc))) break;
-          measure_row(&r, &b, nary, acc, &mpi, &o);
+          if ((st = row_kernels(ctx, kernels, &r, &nary, &stream, &acc))) break;
+          measure_row(&r, &b, nary, stream, acc, &mpi, &o);
           if (r.error[0]) {
             failed_row = true;
             fprintf(stderr, "collfuse bench reduce: %s %s K=%d %lld bytes: %s\n",

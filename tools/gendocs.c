@@ -185,7 +185,7 @@ static void man_page(FILE *f) {
       "\\fI$XDG_CACHE_HOME/collfuse\\fR, else \\fI$HOME/.cache/collfuse\\fR\n"
       ".TP\n.B COLLFUSE_STREAM_MIN\nthe working set in bytes (with an optional K, M or G) from "
       "which an out-of-place AllReduce writes outputs of 4 MiB or more with streaming stores (a "
-      "graph's calls count as larger than any), or \\fBoff\\fR: never; by default a third of "
+      "graph's calls count as larger than any), or \\fBoff\\fR: never; by default a quarter of "
       "the last-level cache\n"
       ".TP\n.B OPENBLAS_NUM_THREADS\nwhen set, the BLAS threads of every rank; otherwise "
       "the ranks of a run share the cores\n"

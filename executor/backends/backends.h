@@ -43,12 +43,12 @@ cf_status cf_device_view(cf_device *d, cf_context *ctx, int rank, int lane, cf_d
  * and AllToAll always; on a graph of eight 4 MiB collectives 1.1-2.6x
  * faster), and an AllReduce only when its working set (the bytes all ranks
  * touch between two runs of it) is at least cf_stream_min_bytes()
- * (cf_streams): a third of the last-level cache, or $COLLFUSE_STREAM_MIN
- * (bytes, with an optional K, M or G; "off": never, and -1 here). An AllReduce run back
- * to back on its own buffers (bench allreduce) keeps a working set that
- * small in cache: on a 2-core VM with a 480 MiB L3 the crossover lay
- * between 128 and 192 MiB on both two and four ranks, and below it
- * ordinary stores were up to 1.8x faster. */
+ * (cf_streams): a quarter of the last-level cache, or $COLLFUSE_STREAM_MIN
+ * (bytes, with an optional K, M or G; "off": never, and -1 here). An
+ * AllReduce run back to back on its own buffers (bench allreduce) keeps a
+ * working set that small in cache: on a 2-core VM with a 480 MiB L3 the
+ * crossover lay between 64 and 128 MiB on both two and four ranks
+ * (docs/executor.md, "Streaming stores"). */
 #define CF_STREAM_MIN_OUTPUT ((int64_t)4 << 20)
 int64_t cf_stream_min_bytes(void);
 bool cf_streams(int64_t working_set);

@@ -19,14 +19,17 @@
 #endif
 
 typedef struct cpu_dev {
-  /* resolved kernels: [kind][dtype][reduction][arity][stream] */
-  void *fns[4][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1][2];
+  /* resolved kernels: [kind][dtype][reduction][arity], and the stream
+   * keys' [dtype][reduction][arity][outs] */
+  void *fns[4][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1];
+  void *streams[CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1][CF_MAX_ARITY + 1];
 } cpu_dev;
 
 static void **slot(cpu_dev *c, const cf_kernel_key *k) {
   bool per_red = k->kind == CF_K_NARY || k->kind == CF_K_ACC;
   bool nary = k->kind == CF_K_NARY;
-  return &c->fns[k->kind][k->dtype][per_red ? k->red : 0][nary ? k->arity : 0][nary && k->stream];
+  if (nary && k->stream) return &c->streams[k->dtype][k->red][k->arity][k->outs];
+  return &c->fns[k->kind][k->dtype][per_red ? k->red : 0][nary ? k->arity : 0];
 }
 
 /* A buffer of CPU_HUGE_MIN bytes or more starts on a 2 MiB boundary and asks
@@ -120,6 +123,15 @@ static void cpu_nary(cf_device *d, const cf_kernel_key *key, void *dst, const vo
   f(dst, src, n, div);
 }
 
+static void cpu_nary_stream(cf_device *d, const cf_kernel_key *key, void *const *dst,
+                            const void *const *src, int64_t n, double div) {
+  if (n <= 0) return;
+  void *p = resolved(d, key);
+  cf_kernel_nary_stream_fn f;
+  memcpy(&f, &p, sizeof f);
+  f(dst, src, n, div);
+}
+
 static void cpu_acc(cf_device *d, const cf_kernel_key *key, void *dst, const void *src, int64_t n) {
   if (n <= 0) return;
   void *p = resolved(d, key);
@@ -150,6 +162,7 @@ static const cf_device_ops cpu_ops = {
     .free = cpu_free,
     .copy = cpu_copy,
     .copy_stream = cpu_copy_stream,
+    .nary_stream = cpu_nary_stream,
     .prepare = cpu_prepare,
     .nary = cpu_nary,
     .acc = cpu_acc,

@@ -319,6 +319,7 @@ static void cu_copy(cf_device *d, void *dst, const void *src, size_t bytes) {
 static cf_status cu_prepare(cf_device *d, const cf_kernel_key *stream_key) {
   cf_kernel_key plain = *stream_key, *key = &plain;
   plain.stream = false; /* the same kernel (fn_slot) */
+  plain.outs = 0;
   view *v = d->impl;
   cuda_root *r = v->root;
   char why[160];

@@ -43,7 +43,7 @@ int64_t cf_stream_min_bytes(void) {
   static _Atomic int64_t llc; /* sysconf once */
   int64_t c = llc;
   if (!c) llc = c = llc_bytes();
-  return c / 3;
+  return c / 4;
 }
 
 bool cf_streams(int64_t working_set) {
