@@ -2,14 +2,16 @@
  * process compiles nothing.
  *
  * One file per kernel and target: DIR/NAME-HASH.o, HASH covering the cache
- * format, the LLVM version and the target (triple, CPU, features), so
- * different machines or LLVM builds sharing a home directory never collide.
+ * format, the LLVM version, the target (triple, CPU, features) and the
+ * generator (CF_GENERATOR_HASH, CMake's hash of its sources), so different
+ * machines, LLVM builds or collfuse builds sharing a home directory never
+ * collide.
  * The file is an 80-byte little-endian header followed by the object file:
  *
  *   0 magic "CFKOBJ\0\n"   8 u32 format      12 u32 header size (80)
  *  16 u32 LLVM major/minor/patch (16, 20, 24)
  *  28 u32 kind, dtype, red, arity (28..43)  44 u32 outs (stream key)
- *  48 u64 target hash      56 u64 payload size
+ *  48 u64 target and generator hash          56 u64 payload size
  *  64 u64 payload FNV-1a   72 u64 FNV-1a of bytes 0..71
  *
  * Anything that does not match (truncated, flipped byte, other LLVM or
@@ -29,9 +31,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifndef CF_GENERATOR_HASH
+#error "CF_GENERATOR_HASH: the build's hash of the kernel generator's sources (CMakeLists.txt)"
+#endif
+
 #define HDR_SIZE 80
-#define FORMAT 6 /* 4: a plain NARY kernel no longer streams by size; 5: stream prefetch;
-                    6: stream keys write outs destinations */
+#define FORMAT 7 /* the header's layout and meaning; 7: the generator's hash in the target hash */
 #define MAX_PAYLOAD ((size_t)64 << 20)
 static const char magic[8] = {'C', 'F', 'K', 'O', 'B', 'J', '\0', '\n'};
 
@@ -56,13 +61,16 @@ static uint64_t get64(const unsigned char *p) {
   return v;
 }
 
+/* The target (triple, CPU, features, vector width) and the generator that
+ * compiled for it: a kernel from other generator sources is a miss. */
 static uint64_t target_hash(const cf_codegen_target *t) {
   uint64_t h = cf_fnv1a(CF_FNV_SEED, t->triple, strlen(t->triple) + 1);
   h = cf_fnv1a(h, t->cpu, strlen(t->cpu) + 1);
   h = cf_fnv1a(h, t->features, strlen(t->features) + 1);
-  unsigned char vb[4];
+  unsigned char vb[12];
   put32(vb, (uint32_t)t->vector_bits);
-  return cf_fnv1a(h, vb, 4);
+  put64(vb + 4, (uint64_t)CF_GENERATOR_HASH);
+  return cf_fnv1a(h, vb, sizeof vb);
 }
 
 static void llvm_version(uint32_t v[3]) {
@@ -142,7 +150,7 @@ static const char *check(const unsigned char *f, size_t size, const cf_codegen_t
       get32(f + 36) != (uint32_t)key->red || get32(f + 40) != (uint32_t)key->arity ||
       get32(f + 44) != (uint32_t)key->outs)
     return "holds another kernel";
-  if (get64(f + 48) != target_hash(t)) return "built for another target";
+  if (get64(f + 48) != target_hash(t)) return "built for another target or by another generator";
   if (get64(f + 56) != size - HDR_SIZE) return "payload truncated or extended";
   if (get64(f + 64) != cf_fnv1a(CF_FNV_SEED, f + HDR_SIZE, size - HDR_SIZE))
     return "payload checksum mismatch";

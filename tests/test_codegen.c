@@ -965,6 +965,22 @@ static void corrupt(const char *path, long at, bool truncate_it) {
   fclose(f);
 }
 
+/* Flip a header byte at `at` and write the header's checksum anew: a
+ * well-formed entry that differs in that field alone. */
+static void reseal(const char *path, long at) {
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  unsigned char h[80];
+  assert_int_equal(fread(h, 1, 80, f), 80);
+  h[at] ^= 0x10;
+  uint64_t sum = cf_fnv1a(CF_FNV_SEED, h, 72);
+  for (int i = 0; i < 8; i++)
+    h[72 + i] = (unsigned char)(sum >> (8 * i));
+  fseek(f, 0, SEEK_SET);
+  assert_int_equal(fwrite(h, 1, 80, f), 80);
+  fclose(f);
+}
+
 static void test_object_cache(void **state) {
   (void)state;
   char dir[] = "/tmp/cf_cgtest_XXXXXX", sub[64], file[512];
@@ -1009,6 +1025,13 @@ static void test_object_cache(void **state) {
   corrupt(file, 20, false); /* header: the LLVM version */
   assert_true(fresh_compile(&log) > 0);
   assert_non_null(strstr(log.text, "header checksum mismatch"));
+  assert_true(fresh_compile(NULL) == 0);
+
+  /* a sound entry of another target or generator (the target hash takes in
+   * CF_GENERATOR_HASH, the build's hash of the generator's sources) */
+  reseal(file, 50);
+  assert_true(fresh_compile(&log) > 0);
+  assert_non_null(strstr(log.text, "built for another target or by another generator"));
   assert_true(fresh_compile(NULL) == 0);
   assert_int_equal(count_objects(sub, NULL, 0), 2); /* no temporary files left */
 
