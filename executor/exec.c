@@ -61,6 +61,7 @@ static cf_status run_call(rank_run *r, const cf_coll_call *call) {
 
 static void *comm_main(void *arg) {
   rank_run *r = arg;
+  cf_world_rank_thread(r->world, r->rank, 1);
   pthread_mutex_lock(&r->lock);
   for (;;) {
     while (!r->stop && r->completed == r->started) pthread_cond_wait(&r->cond, &r->lock);
@@ -439,6 +440,7 @@ static cf_status collect_outputs(rank_run *r) {
 
 static void *rank_main(void *arg) {
   rank_run *r = arg;
+  cf_world_rank_thread(r->world, r->rank, 0);
   int ports = max_ports(r->p->g);
   cf_tensor *tin = calloc((size_t)ports, sizeof *tin), *tout = calloc((size_t)ports, sizeof *tout);
   r->calls = calloc((size_t)r->p->n_colls + 1, sizeof *r->calls);

@@ -230,6 +230,10 @@ typedef struct cf_world_ops {
   /* ---- optional ---- */
   /* Rank's runner has returned (so a timeout can name who is gone). */
   void (*rank_left)(cf_world *w, int rank);
+  /* The calling thread will run rank's work on lane (0: its compute, 1:
+   * its collectives): the world may place it (threads: on CPUs of the
+   * rank's own, see threads.c). */
+  void (*rank_thread)(cf_world *w, int rank, int lane);
 } cf_world_ops;
 
 struct cf_world {

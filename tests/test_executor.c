@@ -605,6 +605,74 @@ static void test_allreduce_rsag_segments(void **state) {
   allreduce_ws = 0;
 }
 
+/* The threads world's placement: the CPUs a thread of rank r on lane l
+ * is bound to after cf_world_rank_thread, as a list of CPU numbers. */
+typedef struct placed {
+  cf_world *w;
+  int rank, lane;
+  cpu_set_t got;
+} placed;
+
+static void *place_main(void *arg) {
+  placed *p = arg;
+  cf_world_rank_thread(p->w, p->rank, p->lane);
+  assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof p->got, &p->got), 0);
+  return NULL;
+}
+
+static void place(cf_world *w, int rank, int lane, cpu_set_t *got) {
+  placed p = {.w = w, .rank = rank, .lane = lane};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, place_main, &p), 0);
+  pthread_join(t, NULL);
+  *got = p.got;
+}
+
+/* Ranks that each can have a CPU of the affinity mask get one (both lanes
+ * on it, or one CPU per lane where there are two per rank), all different;
+ * an oversubscribed world or $COLLFUSE_BIND=none leaves threads unbound. */
+static void test_bind(void **state) {
+  (void)state;
+  cpu_set_t all;
+  assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+  int cpus = CPU_COUNT(&all);
+  for (int mode = 0; mode < 2; mode++) {
+    if (mode) setenv("COLLFUSE_BIND", "none", 1);
+    for (int size = 2; size <= cpus + 1 && size <= 8; size++) {
+      world W;
+      world_open(&W, size, 10);
+      bool bound = !mode && size <= cpus;
+      int lanes = cpus >= 2 * size ? 2 : 1;
+      cpu_set_t seen, lane0;
+      CPU_ZERO(&seen);
+      CPU_ZERO(&lane0);
+      for (int r = 0; r < size; r++)
+        for (int l = 0; l < 2; l++) {
+          cpu_set_t got;
+          place(W.w, r, l, &got);
+          if (!bound) {
+            assert_true(CPU_EQUAL(&got, &all));
+            continue;
+          }
+          assert_int_equal(CPU_COUNT(&got), 1);
+          CPU_AND(&got, &got, &all);
+          assert_int_equal(CPU_COUNT(&got), 1);
+          if (l == 0 || lanes == 2) { /* a CPU no other rank or lane has */
+            cpu_set_t both;
+            CPU_AND(&both, &got, &seen);
+            assert_int_equal(CPU_COUNT(&both), 0);
+            CPU_OR(&seen, &seen, &got);
+            if (l == 0) lane0 = got;
+          } else { /* lane 1 shares its rank's lane 0 CPU */
+            assert_true(CPU_EQUAL(&got, &lane0));
+          }
+        }
+      world_close(&W);
+    }
+  }
+  unsetenv("COLLFUSE_BIND");
+}
+
 /* $COLLFUSE_STREAM_MIN: bytes with an optional K, M or G, "off" (never);
  * anything else, or nothing, is a quarter of the last-level cache (from
  * sysconf, else 32 MiB). cf_streams compares a working set with it. */
@@ -2152,6 +2220,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_copy_stream),
       cmocka_unit_test(test_stream_min),
+      cmocka_unit_test(test_bind),
       cmocka_unit_test(test_allreduce_algos_dtypes),
       cmocka_unit_test(test_allreduce_large),
       cmocka_unit_test(test_allreduce_rsag_segments),

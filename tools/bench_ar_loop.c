@@ -217,6 +217,7 @@ static void *rank_main(void *arg) {
   cf_bench_ar *h = R->h;
   cf_bench_ar_size *s = h->s;
   int local = R->local, me = h->w->first + local, n = h->n;
+  cf_world_rank_thread(h->w, me, 1); /* the rank's collectives */
   cf_comm *c = cf_world_comm(h->w, me);
   c->ctx = h->rctx[local];
   size_t bytes = (size_t)h->count * sizeof(float), scratch_bytes = 64;

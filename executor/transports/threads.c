@@ -21,6 +21,18 @@
  * Every wait has the run's timeout and watches the world's abort flag: a
  * rank that fails stops all others promptly, and a wait that times out
  * names the peer it was waiting for.
+ *
+ * Placement. When every rank can have a CPU of the process's affinity mask
+ * to itself, the threads that run a rank's work (its compute and its
+ * collectives) bind themselves to it, as mpirun binds a process to a core,
+ * or to one CPU per lane where there are two for every rank (so that
+ * compute and collectives still overlap) (rank_thread; $COLLFUSE_BIND=none
+ * leaves them to the scheduler). Ranks
+ * that wake each other through futexes look to the scheduler like a
+ * producer and its consumer, and its wake-affine placement put both ranks
+ * of a two-rank run on one core in about a third of the runs and kept them
+ * there: a run of one 8 MiB AllReduce bucket then took 0.90-0.94 ms an
+ * iteration instead of 0.42-0.45. Oversubscribed worlds stay unbound.
  */
 #define _GNU_SOURCE
 #include "transports.h"
@@ -92,6 +104,8 @@ typedef struct cf_threads_world {
   _Atomic int aborted;
   pthread_mutex_t lock; /* guards msg */
   char msg[1024];
+  int *cpus;  /* the CPUs ranks' threads bind to ([rank * lanes + lane]); NULL: none */
+  int lanes;  /* 2: a CPU per lane, 1: one per rank */
 } cf_threads_world;
 
 /* Publish an event counter (a single writer's): plain with the
@@ -374,6 +388,22 @@ static const cf_comm_ops threads_ops = {
 
 static void threads_destroy(cf_world *base, int exit_code);
 
+/* The CPUs ranks bind to (see the top): the first size * lanes of the
+ * process's affinity mask, lanes 2 when it has that many, else 1 when it
+ * has size; NULL (no binding) otherwise or when $COLLFUSE_BIND is "none". */
+static int *bind_cpus(int size, int *lanes) {
+  const char *env = getenv("COLLFUSE_BIND");
+  cpu_set_t set;
+  if (size < 2 || (env && !strcmp(env, "none")) || sched_getaffinity(0, sizeof set, &set) != 0 ||
+      CPU_COUNT(&set) < size)
+    return NULL;
+  *lanes = CPU_COUNT(&set) >= 2 * size ? 2 : 1;
+  int n = size * *lanes, *cpus = malloc(sizeof *cpus * (size_t)n);
+  for (int c = 0, k = 0; cpus && c < CPU_SETSIZE && k < n; c++)
+    if (CPU_ISSET(c, &set)) cpus[k++] = c;
+  return cpus;
+}
+
 static cf_status threads_create(cf_context *ctx, int size, double timeout_s, cf_world **out) {
   *out = NULL;
   if (size < 1 || size > CF_MAX_WORLD)
@@ -389,6 +419,7 @@ static cf_status threads_create(cf_context *ctx, int size, double timeout_s, cf_
   w->spin =
       size <= cpus ? 40000 : 64; /* ~1-2 ms of polling; oversubscribed: get off the core soon */
   w->asym = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  w->cpus = bind_cpus(size, &w->lanes);
   pthread_mutex_init(&w->lock, NULL);
   w->ch = aligned_alloc(64, sizeof(chan) * (size_t)size * (size_t)size);
   w->bells = aligned_alloc(64, sizeof(bell) * (size_t)size);
@@ -411,6 +442,15 @@ oom:
   return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "threads transport: out of memory");
 }
 
+static void threads_rank_thread(cf_world *base, int rank, int lane) {
+  cf_threads_world *w = base->impl;
+  if (!w->cpus || rank < 0 || rank >= w->size || lane < 0 || lane > 1) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(w->cpus[w->lanes == 2 ? 2 * rank + lane : rank], &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* refused: stays unbound */
+}
+
 static cf_comm *threads_comm(cf_world *base, int rank) {
   cf_threads_world *w = base->impl;
   return rank < 0 || rank >= w->size ? NULL : &w->ranks[rank].comm;
@@ -430,6 +470,7 @@ static void threads_destroy(cf_world *base, int exit_code) {
   free(w->ch);
   free(w->bells);
   free(w->ranks);
+  free(w->cpus);
   pthread_mutex_destroy(&w->lock);
   free(w);
 }
@@ -440,4 +481,5 @@ const cf_world_ops cf_world_threads = {
     .comm = threads_comm,
     .destroy = threads_destroy,
     .rank_left = threads_rank_left,
+    .rank_thread = threads_rank_thread,
 };

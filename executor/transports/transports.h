@@ -26,6 +26,9 @@ cf_status cf_world_create(cf_context *ctx, const cf_world_ops *ops, int size, do
 cf_comm *cf_world_comm(cf_world *w, int rank);
 /* No-op for a world without the slot. */
 void cf_world_rank_left(cf_world *w, int rank);
+/* Call from each thread that runs rank's work on lane (0: compute, 1:
+ * collectives), before it starts. */
+void cf_world_rank_thread(cf_world *w, int rank, int lane);
 void cf_world_destroy(cf_world *w, int exit_code); /* accepts NULL */
 
 /* transports/mpi.c: what only the MPI world answers. On any other world

@@ -20,6 +20,10 @@ void cf_world_rank_left(cf_world *w, int rank) {
   if (w && w->ops->rank_left) w->ops->rank_left(w, rank);
 }
 
+void cf_world_rank_thread(cf_world *w, int rank, int lane) {
+  if (w && w->ops->rank_thread) w->ops->rank_thread(w, rank, lane);
+}
+
 void cf_world_destroy(cf_world *w, int exit_code) {
   if (w) w->ops->destroy(w, exit_code);
 }
