@@ -630,7 +630,8 @@ static void place(cf_world *w, int rank, int lane, cpu_set_t *got) {
 
 /* Ranks that each can have a CPU of the affinity mask get one (both lanes
  * on it, or one CPU per lane where there are two per rank), all different;
- * an oversubscribed world or $COLLFUSE_BIND=none leaves threads unbound. */
+ * in an oversubscribed world rank r shares rank (r mod CPUs)'s CPU;
+ * $COLLFUSE_BIND=none leaves threads unbound. */
 static void test_bind(void **state) {
   (void)state;
   cpu_set_t all;
@@ -638,25 +639,29 @@ static void test_bind(void **state) {
   int cpus = CPU_COUNT(&all);
   for (int mode = 0; mode < 2; mode++) {
     if (mode) setenv("COLLFUSE_BIND", "none", 1);
-    for (int size = 2; size <= cpus + 1 && size <= 8; size++) {
+    for (int size = 2; size <= cpus + 2 && size <= 8; size++) {
       world W;
       world_open(&W, size, 10);
-      bool bound = !mode && size <= cpus;
       int lanes = cpus >= 2 * size ? 2 : 1;
-      cpu_set_t seen, lane0;
+      cpu_set_t seen, lane0, first[8];
       CPU_ZERO(&seen);
       CPU_ZERO(&lane0);
       for (int r = 0; r < size; r++)
         for (int l = 0; l < 2; l++) {
           cpu_set_t got;
           place(W.w, r, l, &got);
-          if (!bound) {
+          if (mode) {
             assert_true(CPU_EQUAL(&got, &all));
             continue;
           }
           assert_int_equal(CPU_COUNT(&got), 1);
           CPU_AND(&got, &got, &all);
           assert_int_equal(CPU_COUNT(&got), 1);
+          if (r >= cpus) { /* oversubscribed: round robin */
+            assert_true(CPU_EQUAL(&got, &first[r % cpus]));
+            continue;
+          }
+          if (l == 0) first[r] = got;
           if (l == 0 || lanes == 2) { /* a CPU no other rank or lane has */
             cpu_set_t both;
             CPU_AND(&both, &got, &seen);
