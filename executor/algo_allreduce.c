@@ -168,9 +168,9 @@ enum { PUT_SEGMENT = 256 << 10 };
  * would write each destination line through the cache, which first reads
  * it from memory (read-for-ownership), so that an output costs three
  * memory passes where a streaming store costs one. One call, because its
- * store fence waits for every streaming store to reach memory: one fence
- * per 8 KiB segment and output cost rsag 1.3x its time at 256 MiB on four
- * ranks. In place the outputs are the sources, so the segment is reduced
+ * store fence waits for every streaming store to reach memory: the old
+ * form, a call per 8 KiB of each output, took about 1.4x the time at 256
+ * MiB on four ranks. In place the outputs are the sources, so the segment is reduced
  * once, into this rank's output (the input lines just read, in cache),
  * and copied to the peers with ordinary stores (streaming copies measured
  * 0.70x there). */

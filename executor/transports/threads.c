@@ -33,7 +33,7 @@
  * of a two-rank run on one core in about a third of the runs and kept them
  * there: a run of one 8 MiB AllReduce bucket then took 0.89-0.94 ms an
  * iteration instead of 0.41-0.45. On four ranks sharing two cores, rd at
- * 4 KiB took 3.2-3.6 us bound where it took 3.1 or 5.3 us unbound.
+ * 4 KiB took 3.2-3.6 us bound where it took 3.1-3.3 or 4.9-5.3 us unbound.
  */
 #define _GNU_SOURCE
 #include "transports.h"
