@@ -8,9 +8,10 @@
  *               dst[i] = op(src[0][i], ..., src[K-1][i]) for K = arity (2..8);
  *               mean: the sum divided by div (floats multiply by 1/div once,
  *               integers sum exactly in int64 and divide, truncating to zero)
- *               A stream key (streaming stores) takes its destinations as an
- *               array instead: void k(void *const *dst, ...), and writes the
- *               same result to dst[0..outs), reading each source once.
+ *               A key with outs (always a stream key's) takes its
+ *               destinations as an array instead: void k(void *const *dst,
+ *               ...), and writes the same result to dst[0..outs), reading
+ *               each source once.
  *   CF_K_ACC    void k(void *dst, const void *src, int64_t n)
  *               dst[i] = op(dst[i], src[i]); mean accumulates as sum
  *   CF_K_SCALE  void k(void *dst, int64_t n, double div)
@@ -48,14 +49,16 @@ typedef struct cf_kernel_key {
   bool stream;      /* CF_K_NARY: non-temporal (streaming) stores, for a destination
                        that is not read again soon; the executor chooses it by the
                        size of the data (cf_streams); others false */
-  int outs;         /* a stream key: how many destinations receive the result
-                       (1..CF_MAX_ARITY: one AllReduce writes every rank's output
-                       from one read of the sources); others 0 */
+  int outs;         /* CF_K_NARY: 0, one destination (`void *dst`); 1..CF_MAX_ARITY,
+                       that many, passed as an array, each receiving the result
+                       from one read of the sources (one AllReduce chunk into
+                       every rank's output); a stream key needs 1 or more;
+                       others 0 */
 } cf_kernel_key;
 
 typedef void (*cf_kernel_nary_fn)(void *dst, const void *const *src, int64_t n, double div);
-typedef void (*cf_kernel_nary_stream_fn)(void *const *dst, const void *const *src, int64_t n,
-                                         double div);
+typedef void (*cf_kernel_nary_to_fn)(void *const *dst, const void *const *src, int64_t n,
+                                     double div);
 typedef void (*cf_kernel_acc_fn)(void *dst, const void *src, int64_t n);
 typedef void (*cf_kernel_scale_fn)(void *dst, int64_t n, double div);
 typedef void (*cf_kernel_quant_fn)(void *dst, const int32_t *acc, const float *x1_scale,
@@ -63,9 +66,9 @@ typedef void (*cf_kernel_quant_fn)(void *dst, const int32_t *acc, const float *x
 
 /* ---- kernels.c: kernel keys and targets ---- */
 
-/* "cf_nary_sum_float32_4", "cf_nary_sum_float32_4_nt4" (a stream key to
- * 4 destinations), "cf_acc_max_bfloat16", "cf_scale_int8",
- * "cf_quant_bfloat16". */
+/* "cf_nary_sum_float32_4", "cf_nary_sum_float32_4_x4" (to 4 destinations),
+ * "cf_nary_sum_float32_4_nt4" (a stream key to 4 destinations),
+ * "cf_acc_max_bfloat16", "cf_scale_int8", "cf_quant_bfloat16". */
 char *cf_kernel_name(const cf_kernel_key *key, char *buf, size_t len);
 /* false with a reason when no such kernel exists (arity out of range, ...). */
 bool cf_kernel_key_valid(const cf_kernel_key *key, char *why, size_t len);

@@ -22,10 +22,11 @@ typedef struct cf_jit {
   LLVMTargetMachineRef tm; /* emits the objects, for target */
   cf_codegen_target target;
   cf_objcache cache;
-  /* compiled kernels by (kind, dtype, reduction, arity, outs: 0 unless a
-   * stream key); the target is fixed per context, so it needs no slot of
-   * its own */
-  void *fns[CF_K_QUANT + 1][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1][CF_MAX_ARITY + 1];
+  /* compiled kernels by (kind, dtype, reduction, arity), and the n-ary ones
+   * with destinations by (stream, dtype, reduction, arity, outs); the target
+   * is fixed per context, so it needs no slot of its own */
+  void *fns[CF_K_QUANT + 1][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1];
+  void *outs[2][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1][CF_MAX_ARITY + 1];
 } cf_jit;
 
 /* Turn an LLVMErrorRef into a context error (consuming it). */
@@ -157,7 +158,8 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
   cf_status st = jit_get(ctx, NULL, &J);
   if (st != CF_OK) return st;
   bool per_red = key->kind == CF_K_NARY || key->kind == CF_K_ACC;
-  void **slot = &J->fns[key->kind][key->dtype][per_red ? key->red : 0][key->arity][key->outs];
+  void **slot = key->outs ? &J->outs[key->stream][key->dtype][key->red][key->arity][key->outs]
+                          : &J->fns[key->kind][key->dtype][per_red ? key->red : 0][key->arity];
   if (*slot) {
     *fn = *slot;
     return CF_OK;

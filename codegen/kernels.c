@@ -51,8 +51,9 @@ char *cf_kernel_name(const cf_kernel_key *key, char *buf, size_t len) {
   const char *red = cf_reduction_name(key->red);
   switch (key->kind) {
   case CF_K_NARY:
-    if (key->stream)
-      snprintf(buf, len, "cf_nary_%s_%s_%d_nt%d", red, dt, key->arity, key->outs);
+    if (key->stream || key->outs)
+      snprintf(buf, len, "cf_nary_%s_%s_%d_%s%d", red, dt, key->arity, key->stream ? "nt" : "x",
+               key->outs);
     else
       snprintf(buf, len, "cf_nary_%s_%s_%d", red, dt, key->arity);
     break;
@@ -83,12 +84,13 @@ bool cf_kernel_key_valid(const cf_kernel_key *key, char *why, size_t len) {
     msg = tmp;
   } else if (key->kind != CF_K_NARY && key->stream)
     msg = "only n-ary kernels stream";
-  else if (key->stream && (key->outs < 1 || key->outs > CF_MAX_ARITY)) {
-    snprintf(tmp, sizeof tmp, "a stream kernel writes 1..%d destinations, not %d", CF_MAX_ARITY,
-             key->outs);
+  else if (key->kind != CF_K_NARY && key->outs)
+    msg = "only n-ary kernels take destinations (outs)";
+  else if (key->outs < (key->stream ? 1 : 0) || key->outs > CF_MAX_ARITY) {
+    snprintf(tmp, sizeof tmp, "a%s kernel writes %d..%d destinations, not %d",
+             key->stream ? " stream" : "n n-ary", key->stream ? 1 : 0, CF_MAX_ARITY, key->outs);
     msg = tmp;
-  } else if (!key->stream && key->outs != 0)
-    msg = "only stream kernels take destinations (outs)";
+  }
   else if (key->kind == CF_K_QUANT && key->dtype != CF_DT_BFLOAT16 && key->dtype != CF_DT_FLOAT16)
     msg = "quant output dtype must be bfloat16 or float16";
   if (msg && why && len) snprintf(why, len, "%s", msg);

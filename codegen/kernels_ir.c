@@ -47,8 +47,8 @@ typedef struct kg {
 typedef struct kenv {
   const cf_kernel_key *key;
   LLVMValueRef dst, src[CF_MAX_ARITY]; /* NARY: the loaded source pointers */
-  LLVMValueRef dsts[CF_MAX_ARITY];     /* NARY: where the result goes (a stream key's
-                                          outs, loaded; otherwise dst alone) */
+  LLVMValueRef dsts[CF_MAX_ARITY];     /* NARY: where the result goes (a key's outs
+                                          destinations, loaded; otherwise dst alone) */
   int ndst;
   LLVMValueRef inv;                    /* float mean/scale: 1/div in the compute type */
   LLVMValueRef fdiv;                   /* integer mean/scale (<= 32 bits): div as an exact double */
@@ -904,15 +904,15 @@ LLVMValueRef cf_kernel_emit_ir(LLVMModuleRef mod, const cf_codegen_target *t,
   case CF_K_NARY: {
     LLVMTypeRef p[4] = {g->ptr, g->ptr, g->i64, g->f64};
     fn = new_function(g, t, name, p, 4);
-    ptr_param(g, 0, key->stream); /* a stream key's: the array of destinations */
+    ptr_param(g, 0, key->outs > 0); /* with outs: the array of destinations */
     ptr_param(g, 1, true);
-    e->ndst = key->stream ? key->outs : 1;
+    e->ndst = key->outs ? key->outs : 1;
     for (int d = 0; d < e->ndst; d++)
-      e->dsts[d] = key->stream ? LLVMBuildLoad2(g->b, g->ptr,
-                                                elem_ptr(g, g->ptr, LLVMGetParam(fn, 0),
-                                                         LLVMConstInt(g->i64, (unsigned)d, 0)),
-                                                "dst")
-                               : LLVMGetParam(fn, 0);
+      e->dsts[d] = key->outs ? LLVMBuildLoad2(g->b, g->ptr,
+                                              elem_ptr(g, g->ptr, LLVMGetParam(fn, 0),
+                                                       LLVMConstInt(g->i64, (unsigned)d, 0)),
+                                              "dst")
+                             : LLVMGetParam(fn, 0);
     e->dst = e->dsts[0];
     /* the source pointers are loaded once, before the loop */
     for (int k = 0; k < key->arity; k++) {

@@ -10,7 +10,7 @@
  *
  *   0 magic "CFKOBJ\0\n"   8 u32 format      12 u32 header size (80)
  *  16 u32 LLVM major/minor/patch (16, 20, 24)
- *  28 u32 kind, dtype, red, arity (28..43)  44 u32 outs (stream key)
+ *  28 u32 kind, dtype, red, arity (28..43)  44 u32 outs | stream << 16
  *  48 u64 target and generator hash          56 u64 payload size
  *  64 u64 payload FNV-1a   72 u64 FNV-1a of bytes 0..71
  *
@@ -36,7 +36,8 @@
 #endif
 
 #define HDR_SIZE 80
-#define FORMAT 7 /* the header's layout and meaning; 7: the generator's hash in the target hash */
+#define FORMAT 8 /* the header's layout and meaning; 7: the generator's hash in the target
+                    hash; 8: the stream flag beside outs */
 #define MAX_PAYLOAD ((size_t)64 << 20)
 static const char magic[8] = {'C', 'F', 'K', 'O', 'B', 'J', '\0', '\n'};
 
@@ -128,7 +129,7 @@ static void header(unsigned char *h, const cf_codegen_target *t, const cf_kernel
   put32(h + 32, (uint32_t)key->dtype);
   put32(h + 36, (uint32_t)key->red);
   put32(h + 40, (uint32_t)key->arity);
-  put32(h + 44, (uint32_t)key->outs); /* a stream key's destinations; 0: plain */
+  put32(h + 44, (uint32_t)key->outs | (uint32_t)key->stream << 16); /* destinations, stream */
   put64(h + 48, target_hash(t));
   put64(h + 56, size);
   put64(h + 64, cf_fnv1a(CF_FNV_SEED, data, size));
@@ -148,7 +149,7 @@ static const char *check(const unsigned char *f, size_t size, const cf_codegen_t
     if (get32(f + 16 + 4 * i) != v[i]) return "built by another LLVM version";
   if (get32(f + 28) != (uint32_t)key->kind || get32(f + 32) != (uint32_t)key->dtype ||
       get32(f + 36) != (uint32_t)key->red || get32(f + 40) != (uint32_t)key->arity ||
-      get32(f + 44) != (uint32_t)key->outs)
+      get32(f + 44) != ((uint32_t)key->outs | (uint32_t)key->stream << 16))
     return "holds another kernel";
   if (get64(f + 48) != target_hash(t)) return "built for another target or by another generator";
   if (get64(f + 56) != size - HDR_SIZE) return "payload truncated or extended";

@@ -152,7 +152,7 @@ cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call);
  * enough); the plan prepares them before ranks start. Returns how many. */
 int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max);
 /* Whether an AllReduce of d on n ranks writes its outputs with streaming
- * kernels (cf_coll_reduce_stream): outputs of CF_STREAM_MIN_OUTPUT or more
+ * kernels (cf_coll_reduce_to): outputs of CF_STREAM_MIN_OUTPUT or more
  * in a working set (its own n inputs and n outputs, or the larger
  * working_set around it) that cf_streams finds too large for the cache.
  * cf_coll_kernels lists the streaming kernel wherever it may be used,
@@ -167,11 +167,13 @@ bool cf_coll_call_streams(const cf_coll_call *call);
  * algorithms). final: mean divides by the group size (else sums). */
 void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,
                     int k, int64_t n, bool final);
-/* cf_coll_reduce(..., call->n, n, true) written to dst[0..outs) (1 or
- * call->n destinations) with streaming stores (when cf_coll_streams
- * holds), the sources read once: bitwise the same result in every one. */
-void cf_coll_reduce_stream(cf_device *dev, const cf_coll_call *call, void *const *dst, int outs,
-                           const void *const *src, int64_t n);
+/* cf_coll_reduce(..., call->n, n, true) written to dst[0..outs), the
+ * sources read once: call->n destinations, or one with stream; with
+ * streaming stores when stream (only where cf_coll_streams holds).
+ * Bitwise the same result in every destination. dst[outs - 1] is this
+ * rank's own: a device without the kernel reduces there and copies. */
+void cf_coll_reduce_to(cf_device *dev, const cf_coll_call *call, void *const *dst, int outs,
+                       const void *const *src, int64_t n, bool stream);
 
 /* ---------------- algo_allreduce.c: AllReduce algorithms ---------------- */
 

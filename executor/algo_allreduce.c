@@ -135,7 +135,7 @@ cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     /* out of place, an output that will not stay in cache (cf_coll_call_streams) is
      * written by streaming stores */
     if (!d->in_place && cf_device_is_host(dev) && cf_coll_call_streams(call))
-      cf_coll_reduce_stream(dev, call, &dst, 1, src.p, d->count);
+      cf_coll_reduce_to(dev, call, &dst, 1, src.p, d->count, true);
     else
       cf_coll_reduce(dev, call, dst, src.p, n, d->count, true);
     st = release_all(c, call);
@@ -153,27 +153,30 @@ enum { PUT_SEGMENT = 256 << 10 };
 
 /* rsag on a zero-copy transport (threads): every rank offers its input and
  * its output to each peer in one exchange. Rank me then reduces its chunk
- * one segment at a time from all inputs, in rank order, into its own output
- * and copies the segment, still in cache, into every peer's output. Every
- * input byte is read from memory once and every output byte written once:
- * the memory bound of an AllReduce (bench/README.md), with no wait between
- * ranks until the end. The results are rsag's, bit for bit (same chunks,
- * same order per element). A rank releases a peer's two messages once it
- * has written its chunk there, so when send_wait returns every peer has
- * written this rank's output and read its input.
+ * from all inputs, in rank order, in one kernel call that reads each
+ * source line once and stores the result to every rank's output (its
+ * own last). Every input byte is read from memory once and every output
+ * byte written once: the memory bound of an AllReduce (bench/README.md),
+ * with no wait between ranks until the end. The results are rsag's, bit
+ * for bit (same chunks, same order per element). A rank releases a peer's
+ * two messages once it has written its chunk there, so when send_wait
+ * returns every peer has written this rank's output and read its input.
  *
- * A large call out of place on host memory whose data will not stay in
- * cache (cf_coll_call_streams) instead reduces its whole chunk in one
- * kernel call that writes every output with streaming stores: a copy
- * would write each destination line through the cache, which first reads
- * it from memory (read-for-ownership), so that an output costs three
- * memory passes where a streaming store costs one. One call, because its
- * store fence waits for every streaming store to reach memory: the old
- * form, a call per 8 KiB of each output, took about 1.4x the time at 256
- * MiB on four ranks. In place the outputs are the sources, so the segment is reduced
- * once, into this rank's output (the input lines just read, in cache),
- * and copied to the peers with ordinary stores (streaming copies measured
- * 0.70x there). */
+ * Where the data will not stay in cache (cf_coll_call_streams) the kernel
+ * stores with streaming stores: an ordinary store reads each destination
+ * line from memory first (read-for-ownership), so that an output costs
+ * three memory passes where a streaming store costs one. One call, because
+ * the streaming kernel's store fence waits for every streaming store to
+ * reach memory: a call per 8 KiB of each output took about 1.4x the time
+ * at 256 MiB on four ranks. In cache, one call into every output replaced
+ * reducing 256 KiB into this rank's output and copying it to the peers
+ * (two ranks, 4 and 16 MiB: 0.95-0.98 of the bound against 0.90-0.92, 3
+ * alternating runs).
+ *
+ * In place the outputs are the sources, so the segment is reduced once,
+ * into this rank's output (the input lines just read, in cache), and
+ * copied to the peers with ordinary stores (streaming copies measured
+ * 0.70x there); so is a group larger than the n-ary kernel's arity. */
 static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   const cf_coll_desc *d = &call->desc;
   int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
@@ -205,18 +208,19 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
     if (!st) st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &out.p[i]);
   }
   if (!st) {
-    bool stream = !d->in_place && cf_device_is_host(dev) && cf_coll_call_streams(call);
+    bool spread = !d->in_place && n <= CF_MAX_ARITY;
     int64_t moff, mlen, step = (PUT_SEGMENT / es + 63) / 64 * 64;
     chunk(d->count, n, es, me, &moff, &mlen);
-    if (stream) { /* n <= CF_MAX_ARITY; the peers' outputs first, this rank's last */
+    if (spread) { /* the peers' outputs first, this rank's last */
       void *dst[CF_MAX_ARITY];
       for (int i = 0; i < n; i++) {
         seg.p[i] = at(in.p[i], moff, es);
         dst[i] = at(out.p[(me + 1 + i) % n], moff, es);
       }
-      cf_coll_reduce_stream(dev, call, dst, n, seg.p, mlen);
+      cf_coll_reduce_to(dev, call, dst, n, seg.p, mlen,
+                        cf_device_is_host(dev) && cf_coll_call_streams(call));
     }
-    for (int64_t o = moff; !stream && o < moff + mlen; o += step) {
+    for (int64_t o = moff; !spread && o < moff + mlen; o += step) {
       int64_t len = moff + mlen - o < step ? moff + mlen - o : step;
       for (int i = 0; i < n; i++)
         seg.p[i] = at(in.p[i], o, es);

@@ -5,9 +5,9 @@
  * the order given: the n-ary kernel for up to CF_MAX_ARITY sources, then
  * accumulate for the rest, then scale for mean. The algorithms decide the
  * order (algo.c: rank order is what --deterministic keeps); this file only
- * keeps it. cf_coll_reduce_stream is the final n-ary step of all call->n
- * ranks with streaming stores, into one or more destinations the rank does
- * not read again (its own output and its peers'): the same kernel body, so
+ * keeps it. cf_coll_reduce_to is the final n-ary step of all call->n ranks
+ * into one or more destinations (its own output and its peers'), with
+ * streaming stores for data that leaves the cache: the same kernel body, so
  * the same bits. It sits below every algorithm and calls none of them.
  */
 #include "executor.h"
@@ -16,17 +16,22 @@ static cf_kernel_key key_of(cf_kernel_kind kind, cf_dtype dt, int red, int arity
   return (cf_kernel_key){.kind = kind, .dtype = dt, .red = (cf_reduction)red, .arity = arity};
 }
 
-static cf_kernel_key stream_key(cf_dtype dt, int red, int arity, int outs) {
+/* The n-ary kernel of arity ranks into outs destinations. */
+static cf_kernel_key to_key(cf_dtype dt, int red, int arity, int outs, bool stream) {
   cf_kernel_key k = key_of(CF_K_NARY, dt, red, arity);
-  k.stream = true;
+  k.stream = stream;
   k.outs = outs;
   return k;
 }
 
+/* An AllReduce one kernel call may reduce into several outputs */
+static bool may_spread(const cf_coll_desc *d, int n) {
+  return d->op == CF_OP_ALLREDUCE && d->red >= 0 && n > 1 && n <= CF_MAX_ARITY;
+}
+
 /* An AllReduce whose outputs the streaming kernel may write */
 static bool may_stream(const cf_coll_desc *d, int n) {
-  return d->op == CF_OP_ALLREDUCE && d->red >= 0 && n > 1 && n <= CF_MAX_ARITY &&
-         d->count * cf_dtype_size(d->dtype) >= CF_STREAM_MIN_OUTPUT;
+  return may_spread(d, n) && d->count * cf_dtype_size(d->dtype) >= CF_STREAM_MIN_OUTPUT;
 }
 
 int64_t cf_coll_working_set(const cf_coll_desc *d, int n, int64_t around) {
@@ -57,24 +62,27 @@ int cf_coll_kernels(const cf_coll_desc *d, int n, cf_kernel_key *keys, int max) 
     keys[k++] = key_of(CF_K_ACC, d->dtype, reds[r], 0);
   }
   if (d->red == CF_RED_MEAN && k < max) keys[k++] = key_of(CF_K_SCALE, d->dtype, 0, 0);
-  /* streaming into one output (direct) and into all n (rsag_put) */
+  /* into all n outputs (rsag_put); streaming into one (direct) and all n */
+  if (may_spread(d, n) && k < max) keys[k++] = to_key(d->dtype, d->red, n, n, false);
   for (int outs = 1; may_stream(d, n) && outs <= n && k < max; outs = outs == 1 ? n : n + 1)
-    keys[k++] = stream_key(d->dtype, d->red, n, outs);
+    keys[k++] = to_key(d->dtype, d->red, n, outs, true);
   return k;
 }
 
-void cf_coll_reduce_stream(cf_device *dev, const cf_coll_call *call, void *const *dst, int outs,
-                           const void *const *src, int64_t n) {
+void cf_coll_reduce_to(cf_device *dev, const cf_coll_call *call, void *const *dst, int outs,
+                       const void *const *src, int64_t n, bool stream) {
   if (n <= 0 || outs <= 0) return;
-  cf_kernel_key nk = stream_key(call->desc.dtype, call->desc.red, call->n, outs);
-  if (dev->ops->nary_stream) {
-    dev->ops->nary_stream(dev, &nk, dst, src, n, (double)call->n);
+  cf_kernel_key nk = to_key(call->desc.dtype, call->desc.red, call->n, outs, stream);
+  if (dev->ops->nary_to) {
+    dev->ops->nary_to(dev, &nk, dst, src, n, (double)call->n);
     return;
   }
-  /* no streaming kernel on this device: the plain one, then copies */
-  cf_coll_reduce(dev, call, dst[0], src, call->n, n, true);
-  for (int i = 1; i < outs; i++)
-    dev->ops->copy(dev, dst[i], dst[0], (size_t)n * (size_t)cf_dtype_size(call->desc.dtype));
+  /* no such kernel on this device: the plain one into this rank's own
+   * destination (the last), then copies */
+  void *own = dst[outs - 1];
+  cf_coll_reduce(dev, call, own, src, call->n, n, true);
+  for (int i = 0; i < outs - 1; i++)
+    dev->ops->copy(dev, dst[i], own, (size_t)n * (size_t)cf_dtype_size(call->desc.dtype));
 }
 
 void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const void *const *src,

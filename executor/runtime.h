@@ -59,11 +59,12 @@ typedef struct cf_device_ops {
    * collective's output, a peer's buffer): streaming stores that skip the
    * cache where the device has them. NULL: copy. */
   void (*copy_stream)(cf_device *d, void *dst, const void *src, size_t bytes);
-  /* A prepared stream key's kernel (codegen.h): the reduction of src,
-   * written to dst[0..key->outs) with streaming stores. NULL: the device
-   * has none (cf_coll_reduce_stream reduces once and copies). */
-  void (*nary_stream)(cf_device *d, const cf_kernel_key *key, void *const *dst,
-                      const void *const *src, int64_t n, double div);
+  /* A prepared n-ary kernel whose key has outs (codegen.h): the reduction
+   * of src, written to dst[0..key->outs) (with streaming stores for a
+   * stream key). NULL: the device has none (cf_coll_reduce_to reduces once
+   * and copies). */
+  void (*nary_to)(cf_device *d, const cf_kernel_key *key, void *const *dst,
+                  const void *const *src, int64_t n, double div);
   /* The handle rank's lane (0: its compute, 1: its collectives) works
    * through: on CUDA its own stream on the rank's GPU. Owned by d; its
    * messages go to ctx (the rank's) until the next view() call for it. */

@@ -126,14 +126,15 @@ static bool checked(int64_t i, int64_t n, int lanes) {
 
 /* ---- n-ary ---- */
 /* mode 0: every buffer 64-byte aligned; 1: misaligned by whole elements;
- * 2: by odd bytes; 3 (stream keys): sources as 1, destination d misaligned
- * by d elements, so that no one peel aligns them all. A stream key writes
- * k.outs destinations, each checked against the reference and its guards. */
+ * 2: by odd bytes; 3 (keys with outs): sources as 1, destination d
+ * misaligned by d elements, so that no one peel aligns them all. A key with
+ * outs writes that many destinations, each checked against the reference
+ * and its guards. */
 static void run_nary(cf_kernel_key k, int64_t n, int mode, double div, bool special) {
   void *p = kernel(ctx, k, NULL);
   cf_dtype dt = k.dtype;
   size_t bytes = (size_t)n * (size_t)esize(dt);
-  int outs = k.stream ? k.outs : 1;
+  int outs = k.outs ? k.outs : 1;
   gbuf src[CF_MAX_ARITY], dst[CF_MAX_ARITY];
   const void *sp[CF_MAX_ARITY];
   void *dp[CF_MAX_ARITY];
@@ -146,8 +147,8 @@ static void run_nary(cf_kernel_key k, int64_t n, int mode, double div, bool spec
     gbuf_new(&dst[d], bytes, mode == 3 ? d * esize(dt) % 64 : offset(mode, 0, dt));
     dp[d] = dst[d].p;
   }
-  if (k.stream) {
-    cf_kernel_nary_stream_fn fn;
+  if (k.outs) {
+    cf_kernel_nary_to_fn fn;
     memcpy(&fn, &p, sizeof fn);
     fn(dp, sp, n, div);
   } else {
@@ -192,6 +193,34 @@ static void test_nary(void **state) {
             run_nary(k, lens[l], m, a == 3 ? 3.0 : (double)a, true);
       }
   print_message("slowest n-ary kernel compile: %.1f ms\n", worst);
+}
+
+/* Plain keys with outs (one read of the sources, the result stored to
+ * every destination with ordinary stores): every dtype, sum, max and mean,
+ * one destination and as many as sources, every alignment mode, at the
+ * vector-width lengths and at 70001 elements. */
+static void test_nary_outs(void **state) {
+  (void)state;
+  static const cf_reduction reds[] = {CF_RED_SUM, CF_RED_MAX, CF_RED_MEAN};
+  for (cf_dtype dt = CF_DT_INT8; dt < CF_DT_COUNT; dt++)
+    for (int r = 0; r < 3; r++)
+      for (int a = 2; a <= CF_MAX_ARITY; a *= 2)
+        for (int o = 1; o <= a; o = o == 1 ? a : a + 1) {
+          cf_kernel_key k = {.kind = CF_K_NARY, .dtype = dt, .red = reds[r], .arity = a, .outs = o};
+          int64_t lens[8];
+          int nl = lengths(&k, lens);
+          lens[nl++] = 70001;
+          for (int m = 0; m < 4; m++)
+            for (int l = 0; l < nl; l++)
+              run_nary(k, lens[l], m, (double)a, r != 2);
+        }
+  /* a key with outs is a kernel of its own */
+  cf_kernel_key plain = {.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 2};
+  cf_kernel_key two = plain, streamed = plain;
+  two.outs = streamed.outs = 2;
+  streamed.stream = true;
+  void *fp = kernel(ctx, plain, NULL), *f2 = kernel(ctx, two, NULL), *fs = kernel(ctx, streamed, NULL);
+  if (fp == f2 || f2 == fs) fail_msg("the kernels with destinations are not their own");
 }
 
 /* 1M elements (plus an odd tail) for each dtype, sum at arity 2 and 8 */
@@ -770,8 +799,14 @@ static void test_keys(void **state) {
        "cf_nary_sum_float32_2_nt9",
        "writes 1..8 destinations, not 9"},
       {{.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 2, .outs = 2},
-       "cf_nary_sum_float32_2",
-       "only stream kernels take destinations"},
+       "cf_nary_sum_float32_2_x2",
+       NULL},
+      {{.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 2, .outs = -1},
+       "cf_nary_sum_float32_2_x-1",
+       "writes 0..8 destinations, not -1"},
+      {{.kind = CF_K_ACC, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .outs = 2},
+       "cf_acc_sum_float32",
+       "only n-ary kernels take destinations"},
   };
   for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
     assert_string_equal(cf_kernel_name(&keys[i].k, buf, sizeof buf), keys[i].name);
@@ -846,11 +881,12 @@ static void test_vector_width(void **state) {
   }
   free(s);
   /* only a stream key stores with movnt (the executor chooses it) and
-   * prefetches its sources */
+   * prefetches its sources, not a plain one with or without outs */
   if (strncmp(host.triple, "x86_64", 6) == 0)
-    for (int st = 0; st < 2; st++) {
+    for (int v = 0; v < 3; v++) {
+      int st = v == 1;
       k.stream = st;
-      k.outs = st ? 4 : 0;
+      k.outs = v ? 4 : 0;
       s = emit(ctx, &host, &k, 1);
       if (!strstr(s, "movnt") != !st)
         fail_msg("the %s kernel %s streaming stores", st ? "stream" : "plain", st ? "lacks" : "has");
@@ -1089,7 +1125,7 @@ int main(void) {
       cmocka_unit_test(test_nary),        cmocka_unit_test(test_acc),
       cmocka_unit_test(test_scale),       cmocka_unit_test(test_specials),
       cmocka_unit_test(test_16bit_ties),  cmocka_unit_test(test_16bit_vectors),
-      cmocka_unit_test(test_nary_stream), cmocka_unit_test(test_maxmin_zeros),
+      cmocka_unit_test(test_nary_stream), cmocka_unit_test(test_nary_outs), cmocka_unit_test(test_maxmin_zeros),
   };
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_keys),          cmocka_unit_test(test_vector_width),
@@ -1098,7 +1134,7 @@ int main(void) {
       cmocka_unit_test(test_scale),         cmocka_unit_test(test_int_truncation),
       cmocka_unit_test(test_quant),         cmocka_unit_test(test_specials),
       cmocka_unit_test(test_int_wrap),      cmocka_unit_test(test_16bit_ties),
-      cmocka_unit_test(test_nary_stream),   cmocka_unit_test(test_maxmin_zeros),
+      cmocka_unit_test(test_nary_stream), cmocka_unit_test(test_nary_outs),   cmocka_unit_test(test_maxmin_zeros),
       cmocka_unit_test(test_16bit_vectors), cmocka_unit_test(test_object_cache),
   };
   int failed = cmocka_run_group_tests_name("host", tests, setup, teardown);

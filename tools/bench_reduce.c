@@ -205,7 +205,7 @@ typedef struct job {
   buffers *b;
   int k;
   cf_bench_op op;
-  void *nary;  /* a cf_kernel_nary_fn, or a cf_kernel_nary_stream_fn when stream */
+  void *nary;  /* a cf_kernel_nary_fn, or a cf_kernel_nary_to_fn when stream */
   bool stream; /* its key streams: it takes an array of (one) destination */
   cf_kernel_acc_fn acc;
   bool failed; /* MPI: a call failed */
@@ -217,7 +217,7 @@ static void run_nary(job *j) {
   const void *const *src = (const void *const *)j->b->src;
   if (j->stream) {
     void *dst[1] = {j->b->dst};
-    cf_kernel_nary_stream_fn f;
+    cf_kernel_nary_to_fn f;
     memcpy(&f, &j->nary, sizeof f);
     f(dst, src, j->b->n, j->k);
     return;

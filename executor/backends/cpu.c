@@ -19,16 +19,16 @@
 #endif
 
 typedef struct cpu_dev {
-  /* resolved kernels: [kind][dtype][reduction][arity], and the stream
-   * keys' [dtype][reduction][arity][outs] */
+  /* resolved kernels: [kind][dtype][reduction][arity], and the n-ary ones
+   * with destinations [stream][dtype][reduction][arity][outs] */
   void *fns[4][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1];
-  void *streams[CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1][CF_MAX_ARITY + 1];
+  void *outs[2][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1][CF_MAX_ARITY + 1];
 } cpu_dev;
 
 static void **slot(cpu_dev *c, const cf_kernel_key *k) {
   bool per_red = k->kind == CF_K_NARY || k->kind == CF_K_ACC;
   bool nary = k->kind == CF_K_NARY;
-  if (nary && k->stream) return &c->streams[k->dtype][k->red][k->arity][k->outs];
+  if (nary && k->outs) return &c->outs[k->stream][k->dtype][k->red][k->arity][k->outs];
   return &c->fns[k->kind][k->dtype][per_red ? k->red : 0][nary ? k->arity : 0];
 }
 
@@ -123,11 +123,11 @@ static void cpu_nary(cf_device *d, const cf_kernel_key *key, void *dst, const vo
   f(dst, src, n, div);
 }
 
-static void cpu_nary_stream(cf_device *d, const cf_kernel_key *key, void *const *dst,
-                            const void *const *src, int64_t n, double div) {
+static void cpu_nary_to(cf_device *d, const cf_kernel_key *key, void *const *dst,
+                        const void *const *src, int64_t n, double div) {
   if (n <= 0) return;
   void *p = resolved(d, key);
-  cf_kernel_nary_stream_fn f;
+  cf_kernel_nary_to_fn f;
   memcpy(&f, &p, sizeof f);
   f(dst, src, n, div);
 }
@@ -162,7 +162,7 @@ static const cf_device_ops cpu_ops = {
     .free = cpu_free,
     .copy = cpu_copy,
     .copy_stream = cpu_copy_stream,
-    .nary_stream = cpu_nary_stream,
+    .nary_to = cpu_nary_to,
     .prepare = cpu_prepare,
     .nary = cpu_nary,
     .acc = cpu_acc,
