@@ -151,12 +151,8 @@ static bool measure_size(cf_bench_ar *h, const ar_options *o, cf_world *w, ar_ro
  * 5.0 us from run to run where `direct` took 3.5-4.2). */
 enum { PROFILE_ROUNDS = 3 };
 
-static double median3(double a, double b, double c) {
-  return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
-}
-
-/* rows[s] measured `rounds` times (1 or PROFILE_ROUNDS): every time and
- * the bound as their median. False with the loop's error. */
+/* rows[s] measured `rounds` times (1..PROFILE_ROUNDS): every time and the
+ * bound as their median. False with the loop's error. */
 static bool measure_rounds(cf_bench_ar *h, const ar_options *o, cf_world *w, ar_row *row, int rounds) {
   ar_row r[PROFILE_ROUNDS];
   for (int k = 0; k < rounds; k++) {
@@ -164,13 +160,17 @@ static bool measure_rounds(cf_bench_ar *h, const ar_options *o, cf_world *w, ar_
     if (!measure_size(h, o, w, &r[k])) return false;
   }
   *row = r[0];
-  if (rounds < PROFILE_ROUNDS) return true;
-  for (int k = 0; k < o->n_cols; k++) {
-    row->us[k] = median3(r[0].us[k], r[1].us[k], r[2].us[k]);
-    row->min_us[k] = median3(r[0].min_us[k], r[1].min_us[k], r[2].min_us[k]);
+  double a[PROFILE_ROUNDS], b[PROFILE_ROUNDS];
+  for (int c = 0; c < o->n_cols; c++) {
+    for (int k = 0; k < rounds; k++)
+      a[k] = r[k].us[c], b[k] = r[k].min_us[c];
+    row->us[c] = cf_bench_median(a, rounds);
+    row->min_us[c] = cf_bench_median(b, rounds);
   }
-  row->mpi_us = median3(r[0].mpi_us, r[1].mpi_us, r[2].mpi_us);
-  row->copy_us = median3(r[0].copy_us, r[1].copy_us, r[2].copy_us);
+  for (int k = 0; k < rounds; k++)
+    a[k] = r[k].mpi_us, b[k] = r[k].copy_us;
+  row->mpi_us = cf_bench_median(a, rounds);
+  row->copy_us = cf_bench_median(b, rounds);
   return true;
 }
 
