@@ -168,8 +168,11 @@ cf_status cf_hlo_mesh_groups(hlo_reader *r, int line, const int64_t *size, int n
   int other[HLO_MAX_AXES], no = 0;
   for (int k = na - 1; k >= 0; k--) {
     stride[k] = total;
-    total *= size[k];
+    if (size[k] < 1 || !cf_mul_i64(total, size[k], &total) || total > CF_MAX_WORLD)
+      return cf_hlo_fail(r, line, "mesh: axis sizes must be >= 1 and multiply to at most %d",
+                         CF_MAX_WORLD);
   }
+  /* the selected and the other axes are factors of total: no overflow */
   for (int k = 0; k < na; k++) {
     bool is_sel = false;
     for (int j = 0; j < ns; j++)

@@ -267,13 +267,14 @@ static bool sdy_cut(const hlo_reader *r, const char **pp, const char *e, int ran
   *pp = p;
   /* devices row-major over the mesh; per dim its axes major to minor */
   int64_t world = 1, replicas = 1;
-  for (int k = 0; k < m.n; k++)
-    world *= m.size[k];
-  if (world > CF_MAX_WORLD)
+  bool small = true;
+  for (int k = 0; k < m.n && small; k++)
+    small = cf_mul_i64(world, m.size[k], &world) && world <= CF_MAX_WORLD;
+  if (!small)
     return WHY("mesh '%.*s' has more than %d devices", (int)name.n, name.p, CF_MAX_WORLD);
   for (int i = 0; i < rank; i++)
     out->tiles[i] = 1;
-  for (int k = 0; k < m.n; k++) {
+  for (int k = 0; k < m.n; k++) { /* factors of world, each axis once: no overflow */
     if (axis_dim[k] >= 0)
       out->tiles[axis_dim[k]] *= m.size[k];
     else

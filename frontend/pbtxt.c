@@ -528,19 +528,19 @@ static cf_status read_alltoallv(pb_reader *r, pnode *n) {
     else
       lists[i] = c->ivals, m = c->n_ivals;
   }
-  int64_t cnt = why ? 0 : lists[0][0];
+  int64_t cnt = why ? 0 : lists[0][0], disp, total;
   for (int j = 0; j < m && !why; j++)
-    if (lists[0][j] != cnt || lists[2][j] != cnt || lists[1][j] != j * cnt ||
-        lists[3][j] != j * cnt)
+    if (lists[0][j] != cnt || lists[2][j] != cnt || !cf_mul_i64(j, cnt, &disp) ||
+        lists[1][j] != disp || lists[3][j] != disp)
       why = "counts or displacements that differ between ranks";
   const pf *sh;
   cf_shape s;
   if (!why && output_shapes(r, n, &sh) == 1 && !shape_of(r, n, sh, &s)) {
     int64_t e = 0, row = 1;
-    cf_shape_elements(&s, &e);
-    for (int d = 1; d < s.rank; d++)
-      row *= s.dims[d];
-    if (s.rank < 1 || e != m * cnt || (row && cnt % row))
+    bool sized = cf_shape_elements(&s, &e);
+    for (int d = 1; d < s.rank && sized; d++)
+      sized = cf_mul_i64(row, s.dims[d], &row);
+    if (!sized || s.rank < 1 || !cf_mul_i64(m, cnt, &total) || e != total || (row && cnt % row))
       why = "counts that do not cut send_data into whole rows";
   }
   cf_clear_error(r->pb.ctx);

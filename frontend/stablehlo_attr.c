@@ -673,6 +673,7 @@ cf_status cf_sh_local_shape(sh_reader *s, cf_span sharding, cf_span manual, cons
   const char *de = cf_hlo_past(p, e) - 1;
   *out = *global;
   int dim = 0;
+  bool used[HLO_MAX_AXES] = {false}; /* an axis cuts at most one dim, once */
   for (p = cf_hlo_skip(p + 1, de); p < de; dim++) {
     if (*p != '{') return cf_hlo_fail(r, line, "sharding: expected '{' for a dimension's axes");
     const char *be = cf_hlo_past(p, de) - 1;
@@ -692,6 +693,9 @@ cf_status cf_sh_local_shape(sh_reader *s, cf_span sharding, cf_span manual, cons
         if (k < 0)
           return cf_hlo_fail(r, line, "sharding names axis '%s', which mesh '%s' does not have",
                              CF_SPAN_QUOTE(nm), m->name);
+        if (used[k])
+          return cf_hlo_fail(r, line, "sharding: axis '%s' used twice", CF_SPAN_QUOTE(nm));
+        used[k] = true;
         bool is_manual = true;
         if (manual.n) { /* {"a", "b"}: is nm among them? */
           is_manual = false;
@@ -708,7 +712,8 @@ cf_status cf_sh_local_shape(sh_reader *s, cf_span sharding, cf_span manual, cons
             q = nq > q ? nq : q + 1;
           }
         }
-        if (is_manual) parts *= m->size[k];
+        if (is_manual && !cf_mul_i64(parts, m->size[k], &parts))
+          return cf_hlo_fail(r, line, "sharding: dimension %d is cut into too many parts", dim);
       }
       if (p < be && *p == ',')
         p = cf_hlo_skip(p + 1, be);

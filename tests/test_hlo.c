@@ -426,6 +426,36 @@ static cf_status parse(const char *text, cf_graph **g) {
 #define SUM                                                                                        \
   "sum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT c = f32[] add(a, b)\n}\n"
 
+/* A shard_map entry (xla.sdy.GlobalToLocalShape) over the mesh NAME of
+ * the module's meshes, cutting f32[16] along AXES ("" for none). */
+static char *sdy_module(const char *meshes, const char *name, const char *axes) {
+  const char *fmt =
+      "HloModule m, frontend_attributes={xla.sdy.meshes={%s}}\nENTRY e {\n"
+      "  p = f32[16] parameter(0)\n"
+      "  s = f32[4] custom-call(p), custom_call_target=\"xla.sdy.GlobalToLocalShape\", "
+      "frontend_attributes={xla.sdy.in_shardings=\"#sdy.sharding_per_value<[<@%s, [{%s}]>]>\"}\n"
+      "  ROOT o = f32[4] custom-call(s), custom_call_target=\"xla.sdy.LocalToGlobalShape\"\n}\n";
+  size_t n = strlen(fmt) + strlen(meshes) + strlen(name) + strlen(axes) + 1;
+  char *t = malloc(n);
+  assert_non_null(t);
+  snprintf(t, n, fmt, meshes, name, axes);
+  return t;
+}
+
+/* Shardy meshes of the HLO reader: products of axis sizes are
+ * overflow-checked (256^8 devices wrapped to 0 and the cut was dropped). */
+static void test_sdy_meshes(void **state) {
+  (void)state;
+  cf_graph *g = NULL;
+  char *t = sdy_module("mesh = #sdy.mesh<[\"a\"=256, \"b\"=256, \"c\"=256, \"d\"=256, "
+                       "\"e\"=256, \"f\"=256, \"g\"=256, \"h\"=256]>",
+                       "mesh", "\\\"a\\\"");
+  assert_int_equal(parse(t, &g), CF_OK);
+  assert_int_equal(node(g, "s")->op, CF_OP_OPAQUE); /* not run: the call stays */
+  cf_graph_destroy(g);
+  free(t);
+}
+
 static void test_sniff_and_names(void **state) {
   (void)state;
   /* no extension: the first word says HLO; names keep their dots and dashes */
@@ -670,6 +700,7 @@ int main(void) {
       cmocka_unit_test(test_constants),
       cmocka_unit_test(test_integer_constants_out_of_range),
       cmocka_unit_test(test_sniff_and_names),
+      cmocka_unit_test(test_sdy_meshes),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_partitioned),

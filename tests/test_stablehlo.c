@@ -483,6 +483,20 @@ static const cf_bad_input bad_modules[] = {
      "manual_axes={\"x\"} (%b: tensor<2xf32>) {\n    sdy.return %b : tensor<2xf32>\n  } : "
      "(tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
      "t.mlir:3: error: sdy.manual_computation: in_shardings has fewer than 1 entries"},
+    /* an axis repeated in one dimension (eight times 256 overflowed the
+     * part count to 0: SIGFPE), or in two */
+    {"sdy.mesh @m = <[\"x\"=256]>\n" FN
+     "  %0 = sdy.manual_computation(%a) in_shardings=[<@m, [{\"x\", \"x\", \"x\", \"x\", "
+     "\"x\", \"x\", \"x\", \"x\"}]>] out_shardings=[<@m, [{}]>] manual_axes={\"x\"} (%b: "
+     "tensor<4xf32>) {\n    sdy.return %b : tensor<4xf32>\n  } : (tensor<4xf32>) -> "
+     "tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:3: error: sharding: axis 'x' used twice"},
+    {"sdy.mesh @m = <[\"x\"=2]>\nfunc.func @main(%a: tensor<4x4xf32>) -> tensor<4x4xf32> {\n"
+     "  %0 = sdy.manual_computation(%a) in_shardings=[<@m, [{\"x\"}, {\"x\"}]>] "
+     "out_shardings=[<@m, [{}, {}]>] manual_axes={\"x\"} (%b: tensor<2x2xf32>) {\n    sdy.return "
+     "%b : tensor<2x2xf32>\n  } : (tensor<4x4xf32>) -> tensor<4x4xf32>\n  return %0 : "
+     "tensor<4x4xf32>\n}\n",
+     "t.mlir:3: error: sharding: axis 'x' used twice"},
     {"module attributes {mhlo.num_partitions = 0 : i32} {\n" FN
      "  return %a : tensor<4xf32>\n}\n}\n",
      "t.mlir:1: error: module: mhlo.num_partitions = '0 : i32' must be an integer in 1..256"},
