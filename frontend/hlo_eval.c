@@ -309,17 +309,48 @@ static cf_status eval_parameter(hlo_reader *r, const hinstr *in, bool at_entry, 
   return st ? st : make_inputs(r, in, out, &seen);
 }
 
+/* The parameter number of instruction k of c when it is a parameter, else -1. */
+static int64_t param_number(const hcomp *c, int k) {
+  const hinstr *in = &c->ins[k];
+  int64_t n;
+  const char *p = in->args.p;
+  if (strcmp(in->opcode, "parameter") || in->shape.n >= 0 ||
+      !cf_hlo_read_int(&p, in->args.p + in->args.n, INT32_MAX, &n) || p != in->args.p + in->args.n)
+    return -1;
+  return n;
+}
+
+/* The reduction of a collective's to_apply (an HLO computation or a
+ * StableHLO reducer region), -1 when it is none: the computation must be
+ * exactly one add, multiply, maximum or minimum of its two parameters, in
+ * either order, and nothing else (a root op alone would take (a+b)*(a+b)
+ * for a product and a+1 for a sum). -1 when the root is another op or
+ * there is no computation, -2 when the root is one of the four but the
+ * computation is more or less than it; *why is the root op, or what is
+ * wrong. */
 static int reducer(hlo_reader *r, const hinstr *in, const char **why) {
   hcomp *c = cf_hlo_attr_comp(r, in, "to_apply");
   *why = "to_apply names no computation of the module";
   if (!c) return -1;
-  const char *op = c->ins[c->root].opcode;
+  const hinstr *root = &c->ins[c->root];
+  const char *op = root->opcode;
+  int red = !strcmp(op, "add")        ? CF_RED_SUM
+            : !strcmp(op, "multiply") ? CF_RED_PROD
+            : !strcmp(op, "maximum")  ? CF_RED_MAX
+            : !strcmp(op, "minimum")  ? CF_RED_MIN
+                                      : -1;
   *why = op;
-  return !strcmp(op, "add")        ? CF_RED_SUM
-         : !strcmp(op, "multiply") ? CF_RED_PROD
-         : !strcmp(op, "maximum")  ? CF_RED_MAX
-         : !strcmp(op, "minimum")  ? CF_RED_MIN
-                                   : -1;
+  if (red < 0) return -1;
+  /* three instructions: parameter(0), parameter(1) and the root over both */
+  bool exact = c->n_ins == 3 && root->n_opnd == 2 && root->shape.n < 0;
+  int64_t seen = 0;
+  for (int i = 0; exact && i < 2; i++) {
+    int k = cf_hlo_map_find(&c->map, root->opnd[i]);
+    int64_t n = k >= 0 && k != c->root ? param_number(c, k) : -1;
+    exact = (n == 0 || n == 1) && !(seen & (1 << n));
+    if (exact) seen |= 1 << n;
+  }
+  return exact ? red : -2;
 }
 
 /* all-reduce, all-gather, reduce-scatter (and the async -start forms). */
@@ -358,7 +389,11 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
         return cf_hlo_fail(r, in->line,
                            "instruction '%s': %s needs to_apply=COMPUTATION of the module",
                            in->name, opc);
-      snprintf(note, sizeof note, "%s (reducer '%.40s')", opc, why);
+      if (red == -2)
+        snprintf(note, sizeof note, "%s (reducer other than one '%s' of its two parameters)", opc,
+                 why);
+      else
+        snprintf(note, sizeof note, "%s (reducer '%.40s')", opc, why);
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
   }

@@ -426,6 +426,56 @@ static cf_status parse(const char *text, cf_graph **g) {
 #define SUM                                                                                        \
   "sum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT c = f32[] add(a, b)\n}\n"
 
+/* A to_apply is a reduction only when it is exactly one add, multiply,
+ * maximum or minimum of its two parameters (either order); (a+b)*(a+b) ran
+ * as a product and a+1 as a sum when the root op alone decided. */
+static void test_reducers(void **state) {
+  (void)state;
+  const char *text =
+      HDR "sq {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  s = f32[] add(a, b)\n"
+          "  ROOT m = f32[] multiply(s, s)\n}\n"
+          "inc {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  one = f32[] constant(1)\n"
+          "  ROOT s = f32[] add(a, one)\n}\n"
+          "twice {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, a)\n}\n"
+          "extra {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  one = f32[] constant(1)\n"
+          "  ROOT s = f32[] add(a, b)\n}\n"
+          "swapped {\n  b = f32[] parameter(1)\n  ROOT m = f32[] maximum(b, a)\n"
+          "  a = f32[] parameter(0)\n}\n"
+          "ENTRY e {\n  p = f32[4] parameter(0)\n"
+          "  sq = f32[4] all-reduce(p), replica_groups={}, channel_id=1, use_global_device_ids=true, "
+          "to_apply=sq\n"
+          "  inc = f32[4] all-reduce(p), replica_groups={}, channel_id=1, use_global_device_ids=true, "
+          "to_apply=inc\n"
+          "  twice = f32[4] all-reduce-start(p), replica_groups={}, channel_id=1, "
+          "use_global_device_ids=true, to_apply=twice\n"
+          "  extra = f32[4] all-reduce(p), replica_groups={}, channel_id=1, use_global_device_ids=true, "
+          "to_apply=extra\n"
+          "  rs = f32[1] reduce-scatter(p), replica_groups={}, channel_id=1, "
+          "use_global_device_ids=true, dimensions={0}, to_apply=sq\n"
+          "  swapped = f32[4] all-reduce(p), replica_groups={}, channel_id=1, "
+          "use_global_device_ids=true, to_apply=swapped\n"
+          "  ROOT t = (f32[4], f32[4], f32[4], f32[4], f32[1], f32[4]) tuple(sq, inc, twice, extra, "
+          "rs, swapped)\n}\n";
+  cf_graph *g = NULL;
+  if (parse(text, &g)) fail_msg("%s", cf_context_errmsg(ctx));
+  static const struct {
+    const char *node, *type;
+  } opaque[] = {
+      {"sq", "all-reduce (reducer other than one 'multiply' of its two parameters)"},
+      {"inc", "all-reduce (reducer other than one 'add' of its two parameters)"},
+      {"twice", "all-reduce-start (reducer other than one 'add' of its two parameters)"},
+      {"extra", "all-reduce (reducer other than one 'add' of its two parameters)"},
+      {"rs", "reduce-scatter (reducer other than one 'multiply' of its two parameters)"},
+  };
+  for (size_t i = 0; i < sizeof opaque / sizeof opaque[0]; i++) {
+    assert_int_equal(node(g, opaque[i].node)->op, CF_OP_OPAQUE);
+    assert_string_equal(cf_node_str(node(g, opaque[i].node), CF_A_TYPE, ""), opaque[i].type);
+  }
+  assert_int_equal(node(g, "swapped")->op, CF_OP_ALLREDUCE);
+  assert_int_equal(cf_node_reduction(node(g, "swapped")), CF_RED_MAX);
+  cf_graph_destroy(g);
+}
+
 /* A shard_map entry (xla.sdy.GlobalToLocalShape) over the mesh NAME of
  * the module's meshes, cutting f32[16] along AXES ("" for none). */
 static char *sdy_module(const char *meshes, const char *name, const char *axes) {
@@ -701,6 +751,7 @@ int main(void) {
       cmocka_unit_test(test_integer_constants_out_of_range),
       cmocka_unit_test(test_sniff_and_names),
       cmocka_unit_test(test_sdy_meshes),
+      cmocka_unit_test(test_reducers),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_partitioned),

@@ -377,6 +377,48 @@ static void test_sniff(void **state) {
   cf_graph_destroy(g);
 }
 
+/* A reducer region is a reduction only when it is exactly one add,
+ * multiply, maximum or minimum of its two arguments (either order), as in
+ * HLO: (a+b)*(a+b) and a+1 are Opaque, not a product and a sum. */
+static void test_reducers(void **state) {
+  (void)state;
+#define REGION(ops, ret)                                                                           \
+  "({\n  ^bb0(%x: tensor<f32>, %y: tensor<f32>):\n" ops "    stablehlo.return " ret               \
+  " : tensor<f32>\n  })"
+#define AR(name, region)                                                                           \
+  "  %" name " = \"stablehlo.all_reduce\"(%a) <{replica_groups = dense<[[0, 1]]> : "               \
+  "tensor<1x2xi64>}> " region " : (tensor<4xf32>) -> tensor<4xf32>\n"
+  const char *text =
+      "func.func @main(%a: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, "
+      "tensor<2xf32>) {\n" AR("sq", REGION("    %s = stablehlo.add %x, %y : tensor<f32>\n"
+                                           "    %m = stablehlo.multiply %s, %s : tensor<f32>\n",
+                                           "%m"))
+          AR("inc", REGION("    %c = stablehlo.constant dense<1.0> : tensor<f32>\n"
+                           "    %s = stablehlo.add %x, %c : tensor<f32>\n",
+                           "%s"))
+              AR("swapped", REGION("    %s = stablehlo.minimum %y, %x : tensor<f32>\n", "%s"))
+      "  %rs = \"stablehlo.reduce_scatter\"(%a) <{replica_groups = dense<[[0, 1]]> : "
+      "tensor<1x2xi64>, scatter_dimension = 0 : i64}> " REGION(
+          "    %s = stablehlo.add %x, %y : tensor<f32>\n    %m = stablehlo.multiply %s, %s : "
+          "tensor<f32>\n",
+          "%m") " : (tensor<4xf32>) -> tensor<2xf32>\n"
+                "  return %sq, %inc, %swapped, %rs : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, "
+                "tensor<2xf32>\n}\n";
+#undef AR
+#undef REGION
+  cf_graph *g = parse("t.mlir", text);
+  assert_int_equal(node(g, "sq")->op, CF_OP_OPAQUE);
+  assert_string_equal(type_of(node(g, "sq")),
+                      "all-reduce (reducer other than one 'multiply' of its two parameters)");
+  assert_int_equal(node(g, "inc")->op, CF_OP_OPAQUE);
+  assert_string_equal(type_of(node(g, "inc")),
+                      "all-reduce (reducer other than one 'add' of its two parameters)");
+  assert_int_equal(node(g, "rs")->op, CF_OP_OPAQUE);
+  assert_int_equal(node(g, "swapped")->op, CF_OP_ALLREDUCE);
+  assert_int_equal(cf_node_reduction(node(g, "swapped")), CF_RED_MIN);
+  cf_graph_destroy(g);
+}
+
 /* ---- errors ---- */
 
 #define FN "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
@@ -514,6 +556,7 @@ int main(void) {
       cmocka_unit_test(test_collectives),  cmocka_unit_test(test_alltoall_permute),
       cmocka_unit_test(test_permute_ring), cmocka_unit_test(test_calls_and_manual),
       cmocka_unit_test(test_sniff),        cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_reducers),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
