@@ -427,6 +427,8 @@ cf_status cf_hlo_run(cf_context *ctx, const char *name, const char *data, size_t
   free(r.text);
   free(r.refs);
   free(r.seen);
+  free(r.meshes);
+  free(r.mesh_slots);
   cf_arena_free(&r.scratch);
   *out = r.g;
   return CF_OK;
@@ -434,6 +436,8 @@ fail:
   free(r.text);
   free(r.refs);
   free(r.seen);
+  free(r.meshes);
+  free(r.mesh_slots);
   cf_arena_free(&r.scratch);
   cf_graph_release(r.g);
   return st;

@@ -21,7 +21,6 @@ enum {
   HLO_MAX_TUPLE = 32,  /* tuples nested in tuples (shapes and values) */
   HLO_MAX_CALLS = 64,  /* call instructions nested through computations */
   HLO_MAX_AXES = 16,   /* axes of a mesh */
-  HLO_MAX_MESHES = 16, /* meshes of a module */
 };
 /* Instructions and operands evaluated, inlined calls and result tuples
  * included: HLO_WORK_PER_BYTE per byte of the module, at least
@@ -130,8 +129,11 @@ typedef struct hlo_reader {
   int64_t max_rank;             /* largest rank in any group, -1 when none */
   int64_t mesh_world;           /* largest mesh seen */
   cf_span module_attrs;         /* the HloModule line's frontend_attributes (xla.sdy.meshes) */
-  struct hmesh *meshes;         /* xla.sdy.meshes, read on first use (hlo_sharding.c) */
-  int n_meshes;
+  struct hmesh *meshes; /* the module's meshes (malloc'd): HLO's xla.sdy.meshes, read on
+                         * first use, or StableHLO's sdy.mesh declarations (hlo_sharding.c) */
+  int n_meshes, cap_meshes;
+  int *mesh_slots; /* meshes by name (util.h's cf_name_slot, malloc'd) */
+  size_t mesh_slots_cap;
   bool meshes_loaded;
   int world_line;     /* first collective over every device */
   int64_t work;       /* what is left of the budget above */
@@ -218,12 +220,25 @@ cf_status cf_hlo_mesh_groups(hlo_reader *r, int line, const int64_t *size, int n
 
 /* A Shardy mesh: its axes and their sizes (device_ids: an explicit order). */
 typedef struct hmesh {
-  cf_span name;
-  int n;
-  cf_span axis[HLO_MAX_AXES];
-  int64_t size[HLO_MAX_AXES];
+  const char *name; /* NUL-terminated, at most CF_MAX_NAME bytes (scratch arena) */
+  int n;            /* axes, at most HLO_MAX_AXES */
+  cf_span *axis;    /* n axis names (scratch arena) */
+  int64_t *size;    /* n axis sizes, each >= 1 (scratch arena) */
+  int64_t total;    /* devices: the product of the sizes; 0 when above CF_MAX_WORLD */
   bool device_ids;
 } hmesh;
+
+/* A new mesh named name (of at most CF_MAX_NAME bytes) at the end of r's
+ * meshes, its fields zero but the name; NULL when out of memory (r->oom
+ * set). Indexed by name unless a mesh of that name exists (the first one
+ * keeps it). The pointer is good until the next call. */
+hmesh *cf_hlo_mesh_add(hlo_reader *r, const char *name);
+/* The mesh of r named name, NULL when none. */
+const hmesh *cf_hlo_mesh_find(const hlo_reader *r, cf_span name);
+/* Axis sizes size[0..n) (read from the text: each in 1..CF_MAX_WORLD) into
+ * m's arena arrays, with axis names axis[0..n) and their checked product
+ * as m->total. false when out of memory (r->oom set). */
+bool cf_hlo_mesh_set_axes(hlo_reader *r, hmesh *m, const cf_span *axis, const int64_t *size, int n);
 
 /* Blocks per dim and the device holding each block (row-major blocks,
  * replicas consecutive): a Shard node's tiles and devices. n_dev 0: no cut. */

@@ -23,6 +23,7 @@
  */
 #include "hlo_reader.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,77 @@ static bool quoted(const char **pp, const char *e, cf_span *out) {
   return true;
 }
 
+/* ---- the module's meshes, by name ---- */
+
+static bool mesh_index(hlo_reader *r, int i) {
+  if (2 * ((size_t)i + 1) > r->mesh_slots_cap) { /* at most half full: grow and rebuild */
+    size_t cap = r->mesh_slots_cap ? 2 * r->mesh_slots_cap : 64;
+    int *slots = calloc(cap, sizeof *slots);
+    if (!slots) return false;
+    free(r->mesh_slots);
+    r->mesh_slots = slots;
+    r->mesh_slots_cap = cap;
+    for (int k = 0; k < i; k++) {
+      int *slot = cf_name_slot(slots, cap, r->meshes, offsetof(hmesh, name), sizeof(hmesh),
+                               r->meshes[k].name);
+      if (!*slot) *slot = k + 1;
+    }
+  }
+  int *slot = cf_name_slot(r->mesh_slots, r->mesh_slots_cap, r->meshes, offsetof(hmesh, name),
+                           sizeof(hmesh), r->meshes[i].name);
+  if (!*slot) *slot = i + 1; /* a second mesh of one name is never found */
+  return true;
+}
+
+hmesh *cf_hlo_mesh_add(hlo_reader *r, const char *name) {
+  if (r->n_meshes == r->cap_meshes) {
+    int cap = r->cap_meshes ? 2 * r->cap_meshes : 16;
+    hmesh *more = cap > r->cap_meshes ? realloc(r->meshes, (size_t)cap * sizeof *more) : NULL;
+    if (!more) {
+      r->oom = true;
+      return NULL;
+    }
+    r->meshes = more;
+    r->cap_meshes = cap;
+  }
+  hmesh *m = &r->meshes[r->n_meshes];
+  memset(m, 0, sizeof *m);
+  if (!(m->name = cf_hlo_str(r, name, strlen(name))) || !mesh_index(r, r->n_meshes)) {
+    r->oom = true;
+    return NULL;
+  }
+  r->n_meshes++;
+  return m;
+}
+
+const hmesh *cf_hlo_mesh_find(const hlo_reader *r, cf_span name) {
+  char key[CF_MAX_NAME + 1];
+  if (name.n > CF_MAX_NAME) return NULL; /* no mesh has such a name */
+  memcpy(key, name.p, name.n);
+  key[name.n] = 0;
+  int i = cf_name_find(r->mesh_slots, r->mesh_slots_cap, r->meshes, offsetof(hmesh, name),
+                       sizeof(hmesh), key);
+  return i < 0 ? NULL : &r->meshes[i];
+}
+
+bool cf_hlo_mesh_set_axes(hlo_reader *r, hmesh *m, const cf_span *axis, const int64_t *size,
+                          int n) {
+  m->n = n;
+  m->total = 1;
+  for (int k = 0; k < n && m->total; k++)
+    if (!cf_mul_i64(m->total, size[k], &m->total) || m->total > CF_MAX_WORLD) m->total = 0;
+  if (!n) return true;
+  m->axis = cf_arena_array(&r->scratch, (size_t)n, sizeof *m->axis);
+  m->size = cf_arena_array(&r->scratch, (size_t)n, sizeof *m->size);
+  if (!m->axis || !m->size) {
+    r->oom = true;
+    return false;
+  }
+  memcpy(m->axis, axis, (size_t)n * sizeof *axis);
+  memcpy(m->size, size, (size_t)n * sizeof *size);
+  return true;
+}
+
 /* The module's meshes (`{name = #sdy.mesh<["a"=2, ...]>, ...}`), read once
  * into r->meshes, so a lookup never rescans the text. */
 static bool load_meshes(hlo_reader *r, cf_span meshes, char *why, size_t why_len) {
@@ -174,23 +246,28 @@ static bool load_meshes(hlo_reader *r, cf_span meshes, char *why, size_t why_len
     p = ne;
     if (!lit(&p, e, "=") || !lit(&p, e, "#sdy.mesh<"))
       return WHY("xla.sdy.meshes: expected NAME = #sdy.mesh<...>");
-    if (r->n_meshes == HLO_MAX_MESHES)
-      return WHY("xla.sdy.meshes: more than %d meshes", HLO_MAX_MESHES);
-    hmesh *m = &r->meshes[r->n_meshes++];
-    m->name = (cf_span){at, (size_t)(ne - at)};
-    m->n = 0;
+    if (ne - at > CF_MAX_NAME)
+      return WHY("xla.sdy.meshes: a mesh name longer than %d bytes", CF_MAX_NAME);
+    cf_span axis[HLO_MAX_AXES];
+    int64_t size[HLO_MAX_AXES];
+    int n = 0;
     if (!lit(&p, e, "[")) return WHY("xla.sdy.meshes: expected '['");
     if (!lit(&p, e, "]")) {
       do {
-        if (m->n == HLO_MAX_AXES) return WHY("mesh with more than %d axes", HLO_MAX_AXES);
-        if (!quoted(&p, e, &m->axis[m->n]) || !lit(&p, e, "=") ||
-            !cf_hlo_read_int(&p, e, CF_MAX_WORLD, &m->size[m->n]) || m->size[m->n] < 1)
+        if (n == HLO_MAX_AXES) return WHY("mesh with more than %d axes", HLO_MAX_AXES);
+        if (!quoted(&p, e, &axis[n]) || !lit(&p, e, "=") ||
+            !cf_hlo_read_int(&p, e, CF_MAX_WORLD, &size[n]) || size[n] < 1)
           return WHY("xla.sdy.meshes: expected \"axis\"=size");
         p = skip_sp(p, e);
-        m->n++;
+        n++;
       } while (lit(&p, e, ","));
       if (!lit(&p, e, "]")) return WHY("xla.sdy.meshes: expected ']'");
     }
+    char name[CF_MAX_NAME + 1];
+    memcpy(name, at, (size_t)(ne - at));
+    name[ne - at] = 0;
+    hmesh *m = cf_hlo_mesh_add(r, name);
+    if (!m || !cf_hlo_mesh_set_axes(r, m, axis, size, n)) return WHY("out of memory");
     m->device_ids = lit(&p, e, ",");
     while (p < e && *p != '>') /* device_ids=[...] */
       p++;
@@ -200,15 +277,14 @@ static bool load_meshes(hlo_reader *r, cf_span meshes, char *why, size_t why_len
 }
 
 static const hmesh *find_mesh(const hlo_reader *r, cf_span name, char *why, size_t why_len) {
-  for (int i = 0; i < r->n_meshes; i++)
-    if (r->meshes[i].name.n == name.n && !memcmp(r->meshes[i].name.p, name.p, name.n)) {
-      if (!r->meshes[i].device_ids) return &r->meshes[i];
-      snprintf(why, why_len, "mesh '%.*s' lists device_ids, which collfuse does not run",
-               (int)name.n, name.p);
-      return NULL;
-    }
-  snprintf(why, why_len, "mesh '%.*s' is not declared in the module's xla.sdy.meshes", (int)name.n,
-           name.p);
+  const hmesh *m = cf_hlo_mesh_find(r, name);
+  if (m && !m->device_ids) return m;
+  if (m)
+    snprintf(why, why_len, "mesh '%.*s' lists device_ids, which collfuse does not run",
+             (int)name.n, name.p);
+  else
+    snprintf(why, why_len, "mesh '%.*s' is not declared in the module's xla.sdy.meshes",
+             (int)name.n, name.p);
   return NULL;
 }
 
@@ -266,11 +342,8 @@ static bool sdy_cut(const hlo_reader *r, const char **pp, const char *e, int ran
   if (!lit(&p, e, ">")) return WHY("sdy sharding: expected '>'");
   *pp = p;
   /* devices row-major over the mesh; per dim its axes major to minor */
-  int64_t world = 1, replicas = 1;
-  bool small = true;
-  for (int k = 0; k < m.n && small; k++)
-    small = cf_mul_i64(world, m.size[k], &world) && world <= CF_MAX_WORLD;
-  if (!small)
+  int64_t world = m.total, replicas = 1;
+  if (!world) /* the product of its sizes is checked (256^8 wrapped to 0) */
     return WHY("mesh '%.*s' has more than %d devices", (int)name.n, name.p, CF_MAX_WORLD);
   for (int i = 0; i < rank; i++)
     out->tiles[i] = 1;
@@ -341,10 +414,8 @@ bool cf_hlo_sdy_cuts(hlo_reader *r, const hinstr *in, const int *ranks, int n, h
   if (!v.p) return WHY("no xla.sdy.in_shardings");
   if (!r->meshes_loaded) {
     cf_span meshes = sub_value(r, r->module_attrs, "xla.sdy.meshes");
-    if (!(r->meshes = cf_arena_array(&r->scratch, HLO_MAX_MESHES, sizeof *r->meshes)))
-      return WHY("out of memory");
     if (meshes.p && !load_meshes(r, meshes, why, why_len)) {
-      r->n_meshes = 0; /* every lookup fails alike */
+      r->mesh_slots_cap = 0; /* every lookup fails alike */
       return false;
     }
   }

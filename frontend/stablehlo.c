@@ -941,17 +941,9 @@ static cf_status parse_module(hlo_reader *r) {
   for (int pass = 0; pass < 2 && !st; pass++)
     st = module_body(&s, r->text, r->end, 1, pass == 0, &main_idx, &public_idx, &n_public,
                      &main_line);
-  /* the meshes for the HLO evaluator's shard_map entries (hlo_sharding.c) */
-  if (!st && !(r->meshes = cf_arena_array(&r->scratch, HLO_MAX_MESHES, sizeof *r->meshes)))
-    st = cf_hlo_oom(r, 0);
-  for (int i = 0; !st && i < s.n_meshes && i < HLO_MAX_MESHES; i++) {
-    hmesh *m = &r->meshes[r->n_meshes++];
-    m->name = (cf_span){s.meshes[i].name, strlen(s.meshes[i].name)};
-    m->n = s.meshes[i].na;
-    memcpy(m->axis, s.meshes[i].axis, sizeof m->axis);
-    memcpy(m->size, s.meshes[i].size, sizeof m->size);
-    m->device_ids = false; /* cf_sh_mesh_decl refuses any other order */
-  }
+  /* every sdy.mesh is in r->meshes, for the HLO evaluator's shard_map
+   * entries too (hlo_sharding.c); cf_sh_mesh_decl refuses device_ids other
+   * than the identity order */
   r->meshes_loaded = true;
   if (!st && !s.n_comps) st = cf_hlo_fail(r, 1, "not StableHLO text: no func.func in the module");
   if (!st && main_idx < 0 && n_public != 1)
@@ -976,7 +968,6 @@ static cf_status parse_module(hlo_reader *r) {
                        keys[dup], r->comps[cf_hlo_map_find(&r->comp_map, keys[dup])].line);
   }
   free(s.comps);
-  free(s.meshes);
   return st;
 }
 

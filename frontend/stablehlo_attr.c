@@ -377,38 +377,41 @@ static const char *axis_name(const char *p, const char *e, cf_span *out) {
 
 static bool span_eq(cf_span a, cf_span b) { return a.n == b.n && !memcmp(a.p, b.p, a.n); }
 
-/* <["a"=2, "b"=4]> at p into m */
-static cf_status mesh_body(sh_reader *s, const char *p, const char *e, int line, shmesh *m) {
+/* <["a"=2, "b"=4]> at p into m (its name already set, or none) */
+static cf_status mesh_body(sh_reader *s, const char *p, const char *e, int line, hmesh *m) {
   hlo_reader *r = s->r;
   SKIP(p, e);
   if (p >= e || *p != '<') return cf_hlo_fail(r, line, "mesh: expected '<[\"axis\"=size, ...]>'");
   p = cf_hlo_skip(p + 1, e);
   if (p >= e || *p != '[') return cf_hlo_fail(r, line, "mesh: expected '<[\"axis\"=size, ...]>'");
   const char *le = cf_hlo_past(p, e) - 1;
-  m->total = 1;
+  cf_span axis[HLO_MAX_AXES];
+  int64_t size[HLO_MAX_AXES], total = 1;
+  int na = 0;
   for (p = cf_hlo_skip(p + 1, le); p < le;) {
-    if (m->na == HLO_MAX_AXES)
+    if (na == HLO_MAX_AXES)
       return cf_hlo_fail(r, line, "mesh with more than %d axes", HLO_MAX_AXES);
     cf_span nm;
     p = cf_hlo_skip(axis_name(p, le, &nm), le);
     int64_t sz;
     if (!nm.n || p >= le || *p != '=') return cf_hlo_fail(r, line, "mesh: expected \"axis\"=size");
     p = cf_hlo_skip(p + 1, le);
-    if (!cf_hlo_read_int(&p, le, CF_MAX_WORLD, &sz) || !sz ||
-        !cf_mul_i64(m->total, sz, &m->total) || m->total > CF_MAX_WORLD)
+    if (!cf_hlo_read_int(&p, le, CF_MAX_WORLD, &sz) || !sz || !cf_mul_i64(total, sz, &total) ||
+        total > CF_MAX_WORLD)
       return cf_hlo_fail(r, line, "mesh: axis sizes must be >= 1 and multiply to at most %d",
                          CF_MAX_WORLD);
-    for (int k = 0; k < m->na; k++)
-      if (span_eq(m->axis[k], nm))
+    for (int k = 0; k < na; k++)
+      if (span_eq(axis[k], nm))
         return cf_hlo_fail(r, line, "mesh axis '%s' given twice", CF_SPAN_QUOTE(nm));
-    m->axis[m->na] = nm;
-    m->size[m->na++] = sz;
+    axis[na] = nm;
+    size[na++] = sz;
     SKIP(p, le);
     if (p < le && *p == ',')
       p = cf_hlo_skip(p + 1, le);
     else if (p < le)
       return cf_hlo_fail(r, line, "mesh: expected ',' or ']'");
   }
+  if (!cf_hlo_mesh_set_axes(r, m, axis, size, na)) return cf_hlo_oom(r, line);
   p = cf_hlo_skip(le + 1, e);
   if (p < e && *p == ',') { /* device_ids=[...]: only the identity order */
     cf_span ids;
@@ -427,13 +430,6 @@ static cf_status mesh_body(sh_reader *s, const char *p, const char *e, int line,
   return CF_OK;
 }
 
-static const shmesh *mesh_find(sh_reader *s, cf_span name) {
-  for (int i = 0; i < s->n_meshes; i++)
-    if (strlen(s->meshes[i].name) == name.n && !memcmp(s->meshes[i].name, name.p, name.n))
-      return &s->meshes[i];
-  return NULL;
-}
-
 cf_status cf_sh_mesh_decl(sh_reader *s, const char *p, const char *e, int line) {
   hlo_reader *r = s->r;
   cf_span nm;
@@ -441,34 +437,29 @@ cf_status cf_sh_mesh_decl(sh_reader *s, const char *p, const char *e, int line) 
   if (!at) return cf_hlo_fail(r, line, "mesh declaration needs a name '@NAME'");
   p = axis_name(at + 1, e, &nm);
   if (!nm.n || nm.n > CF_MAX_NAME) return cf_hlo_fail(r, line, "mesh declaration: bad name");
-  if (mesh_find(s, nm)) return cf_hlo_fail(r, line, "mesh '@%s' declared twice", CF_SPAN_QUOTE(nm));
+  if (cf_hlo_mesh_find(r, nm))
+    return cf_hlo_fail(r, line, "mesh '@%s' declared twice", CF_SPAN_QUOTE(nm));
   SKIP(p, e);
   if (p >= e || *p != '=') return cf_hlo_fail(r, line, "mesh declaration: expected '='");
-  if (s->n_meshes == s->cap_meshes) {
-    int cap = s->cap_meshes ? 2 * s->cap_meshes : 4;
-    shmesh *more = realloc(s->meshes, (size_t)cap * sizeof *more);
-    if (!more) return cf_hlo_oom(r, line);
-    s->meshes = more;
-    s->cap_meshes = cap;
-  }
-  shmesh *m = &s->meshes[s->n_meshes];
-  memset(m, 0, sizeof *m);
-  if (!(m->name = cf_hlo_str(r, nm.p, nm.n))) return cf_hlo_oom(r, line);
+  char name[CF_MAX_NAME + 1];
+  memcpy(name, nm.p, nm.n);
+  name[nm.n] = 0;
+  hmesh *m = cf_hlo_mesh_add(r, name);
+  if (!m) return cf_hlo_oom(r, line);
   cf_status st = mesh_body(s, p + 1, e, line, m);
   if (st) return st;
-  s->n_meshes++;
   if (m->total > r->mesh_world) r->mesh_world = m->total;
   return CF_OK;
 }
 
 /* @name or an inline mesh<[...]> at p: the mesh, p moved past it. */
-static cf_status mesh_ref(sh_reader *s, const char **pp, const char *e, int line, shmesh *tmp,
-                          const shmesh **out) {
+static cf_status mesh_ref(sh_reader *s, const char **pp, const char *e, int line, hmesh *tmp,
+                          const hmesh **out) {
   const char *p = cf_hlo_skip(*pp, e);
   if (p < e && *p == '@') {
     cf_span nm;
     p = axis_name(p + 1, e, &nm);
-    if (!(*out = mesh_find(s, nm)))
+    if (!(*out = cf_hlo_mesh_find(s->r, nm)))
       return cf_hlo_fail(s->r, line, "mesh '@%s' is not declared (sdy.mesh @%s = <[...]>)",
                          CF_SPAN_QUOTE(nm), CF_SPAN_QUOTE(nm));
     *pp = p;
@@ -476,6 +467,7 @@ static cf_status mesh_ref(sh_reader *s, const char **pp, const char *e, int line
   }
   if (cf_hlo_word_at(p, e, "mesh")) {
     memset(tmp, 0, sizeof *tmp);
+    tmp->name = "(inline)"; /* for messages */
     const char *q = cf_sh_find_top(p + 5, e, '>');
     if (!q) return cf_hlo_fail(s->r, line, "unterminated inline mesh");
     cf_status st = mesh_body(s, p + 4, q + 1, line, tmp);
@@ -488,8 +480,8 @@ static cf_status mesh_ref(sh_reader *s, const char **pp, const char *e, int line
                      CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - p)})));
 }
 
-static int axis_index(const shmesh *m, cf_span nm) {
-  for (int k = 0; k < m->na; k++)
+static int axis_index(const hmesh *m, cf_span nm) {
+  for (int k = 0; k < m->n; k++)
     if (span_eq(m->axis[k], nm)) return k;
   return -1;
 }
@@ -502,8 +494,8 @@ static cf_status groups_mesh_axes(sh_reader *s, hinstr *in, const char *p, const
                                   hrg *out) {
   hlo_reader *r = s->r;
   cf_span mv, av;
-  shmesh tmp;
-  const shmesh *m;
+  hmesh tmp;
+  const hmesh *m;
   const char *lt = memchr(p, '<', (size_t)(e - p));
   const char *gt = lt ? cf_sh_find_top(lt + 1, e, '>') : NULL;
   if (!gt || !cf_sh_attr(lt + 1, gt, "mesh", &mv) || !cf_sh_attr(lt + 1, gt, "axes", &av) ||
@@ -538,7 +530,7 @@ static cf_status groups_mesh_axes(sh_reader *s, hinstr *in, const char *p, const
     else if (q < ae)
       return cf_hlo_fail(r, in->line, "op '%s': axes: expected ',' or ']'", in->name);
   }
-  if ((st = cf_hlo_mesh_groups(r, in->line, m->size, m->na, sel, ns, out))) return st;
+  if ((st = cf_hlo_mesh_groups(r, in->line, m->size, m->n, sel, ns, out))) return st;
   bool ok = o > 0 && o < sizeof axes;
   for (size_t i = 0; ok && axes[i]; i++)
     ok = is_name_char(axes[i]);
@@ -663,8 +655,8 @@ cf_status cf_sh_local_shape(sh_reader *s, cf_span sharding, cf_span manual, cons
     return cf_hlo_fail(r, line, "expected a sharding '<@mesh, [{...}, ...]>' at '%s'",
                        CF_SPAN_QUOTE(sharding));
   p++;
-  shmesh tmp;
-  const shmesh *m;
+  hmesh tmp;
+  const hmesh *m;
   cf_status st = mesh_ref(s, &p, e, line, &tmp, &m);
   if (st) return st;
   p = cf_hlo_skip(p, e);

@@ -14,21 +14,10 @@
 
 #include "hlo_reader.h"
 
-/* A mesh declared by `sdy.mesh @NAME = <["a"=2, "b"=4]>`. */
-typedef struct shmesh {
-  const char *name; /* without '@' */
-  int na;
-  cf_span axis[HLO_MAX_AXES];
-  int64_t size[HLO_MAX_AXES];
-  int64_t total;
-} shmesh;
-
 typedef struct sh_reader {
   hlo_reader *r;
   hcomp *comps; /* malloc'd; moved to r->comps at the end */
   int n_comps, cap_comps;
-  shmesh *meshes; /* malloc'd */
-  int n_meshes, cap_meshes;
 } sh_reader;
 
 /* ---- stablehlo_scan.c: cleaning, statements, top-level searches, uses ---- */

@@ -504,6 +504,21 @@ static void test_sdy_meshes(void **state) {
   assert_int_equal(node(g, "s")->op, CF_OP_OPAQUE); /* not run: the call stays */
   cf_graph_destroy(g);
   free(t);
+  /* every mesh is kept (only 16 were, and a shard_map over the 17th stayed
+   * Opaque); a name given twice is the first mesh */
+  char meshes[2048];
+  size_t o = 0;
+  for (int i = 0; i < 40; i++)
+    o += (size_t)snprintf(meshes + o, sizeof meshes - o, "%sm%d = #sdy.mesh<[\"x\"=%d]>",
+                          i ? ", " : "", i % 30, i < 30 ? 4 : 2);
+  t = sdy_module(meshes, "m29", "\\\"x\\\"");
+  assert_int_equal(parse(t, &g), CF_OK);
+  const cf_node *sh = node(g, "s");
+  assert_int_equal(sh->op, CF_OP_SHARD);
+  assert_int_equal(cf_node_attr(sh, CF_A_TILES)->v.shape->dims[0], 4);
+  assert_int_equal(g->world_size, 4);
+  cf_graph_destroy(g);
+  free(t);
 }
 
 static void test_sniff_and_names(void **state) {

@@ -418,6 +418,24 @@ static void hlo_shard_entries(sbuf *b, int n) {
   hlo_root_tuple(b, "s", n);
 }
 
+/* n meshes declared on the module line, and n shard_map entries, each
+ * cutting its own parameter over its own mesh (found by name, never
+ * rescanned; only 16 meshes were kept) */
+static void hlo_many_meshes(sbuf *b, int n) {
+  put(b, "HloModule m, frontend_attributes={xla.sdy.meshes={");
+  for (int i = 0; i < n; i++)
+    put(b, "%smesh%d = #sdy.mesh<[\"x\"=4, \"y\"=1]>", i ? ", " : "", i);
+  put(b, "}}\nENTRY e {\n");
+  for (int i = 0; i < n; i++)
+    put(b,
+        "  p%d = f32[16] parameter(%d)\n"
+        "  s%d = f32[4] custom-call(p%d), custom_call_target=\"xla.sdy.GlobalToLocalShape\", "
+        "frontend_attributes={xla.sdy.in_shardings=\"#sdy.sharding_per_value<[<@mesh%d, "
+        "[{\\\"x\\\"}]>]>\"}\n",
+        i, i, i, i, i);
+  hlo_root_tuple(b, "s", n);
+}
+
 /* ---- StableHLO ---- */
 
 /* n f32[4] tensor types, comma-separated */
@@ -530,6 +548,21 @@ static void shlo_groups(sbuf *b, int n) {
   put(b, "\n  }\n  sdy.mesh @mesh = <[\"x\"=256]>\n}\n");
 }
 
+/* n sdy.mesh declarations (each name was compared with every earlier one:
+ * 16k meshes cost 1.9 s, 64k 23.7 s) and a manual computation over the
+ * last one (only the first 16 reached the evaluator) */
+static void shlo_meshes(sbuf *b, int n) {
+  for (int i = 0; i < n; i++)
+    put(b, "sdy.mesh @mesh%d = <[\"x\"=4]>\n", i);
+  put(b,
+      "module @m {\n  func.func @main(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+      "    %%m = sdy.manual_computation(%%a) in_shardings=[<@mesh%d, [{\"x\"}]>] "
+      "out_shardings=[<@mesh%d, [{\"x\"}]>] manual_axes={\"x\"} (%%b: tensor<1xf32>) {\n"
+      "      sdy.return %%b : tensor<1xf32>\n    } : (tensor<4xf32>) -> tensor<4xf32>\n"
+      "    return %%m : tensor<4xf32>\n  }\n}\n",
+      n - 1, n - 1);
+}
+
 /* ---- rank tables, through the driver ---- */
 
 /* servers of per devices each, n devices in all */
@@ -631,11 +664,13 @@ int main(void) {
       SHAPE("hlo_replica_groups", "t.hlo", hlo_groups, 500, CF_OK, NULL),
       SHAPE("hlo_mesh_axes", "t.hlo", hlo_mesh_axes, 300, CF_OK, NULL),
       SHAPE("hlo_shard_entries", "t.hlo", hlo_shard_entries, 500, CF_OK, NULL),
+      SHAPE("hlo_many_meshes", "t.hlo", hlo_many_meshes, 500, CF_OK, NULL),
       SHAPE("stablehlo_ops", "t.mlir", shlo_ops, 1500, CF_OK, NULL),
       SHAPE("stablehlo_calls", "t.mlir", shlo_calls, 1000, CF_OK, NULL),
       SHAPE("stablehlo_call_expansion", "t.mlir", shlo_call_bomb, 100, CF_ERR_INVALID,
             "the limit is 8 per byte of the module"),
       SHAPE("stablehlo_replica_groups", "t.mlir", shlo_groups, 500, CF_OK, NULL),
+      SHAPE("stablehlo_meshes", "t.mlir", shlo_meshes, 4000, CF_OK, NULL),
       cmocka_unit_test(test_ranktable),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

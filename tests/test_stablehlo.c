@@ -419,6 +419,29 @@ static void test_reducers(void **state) {
   cf_graph_destroy(g);
 }
 
+/* Every sdy.mesh reaches the evaluator (only the first 16 did: a manual
+ * computation over the 17th stayed Opaque and ran on synthetic data). */
+static void test_many_meshes(void **state) {
+  (void)state;
+  char text[4096];
+  size_t o = 0;
+  for (int i = 0; i < 40; i++)
+    o += (size_t)snprintf(text + o, sizeof text - o, "sdy.mesh @m%d = <[\"x\"=%d]>\n", i,
+                          i == 39 ? 4 : 2);
+  snprintf(text + o, sizeof text - o,
+           "func.func @main(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+           "  %%0 = sdy.manual_computation(%%a) in_shardings=[<@m39, [{\"x\"}]>] "
+                    "out_shardings=[<@m39, [{\"x\"}]>] manual_axes={\"x\"} (%%b: tensor<1xf32>) {\n"
+                    "    sdy.return %%b : tensor<1xf32>\n  } : (tensor<4xf32>) -> tensor<4xf32>\n"
+                    "  return %%0 : tensor<4xf32>\n}\n");
+  cf_graph *g = parse("t.mlir", text);
+  const cf_node *x = node(g, "0.local0");
+  assert_int_equal(x->op, CF_OP_SHARD);
+  assert_int_equal(cf_node_attr(x, CF_A_TILES)->v.shape->dims[0], 4);
+  assert_int_equal(g->world_size, 4);
+  cf_graph_destroy(g);
+}
+
 /* ---- errors ---- */
 
 #define FN "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
@@ -556,7 +579,7 @@ int main(void) {
       cmocka_unit_test(test_collectives),  cmocka_unit_test(test_alltoall_permute),
       cmocka_unit_test(test_permute_ring), cmocka_unit_test(test_calls_and_manual),
       cmocka_unit_test(test_sniff),        cmocka_unit_test(test_errors),
-      cmocka_unit_test(test_reducers),
+      cmocka_unit_test(test_reducers),     cmocka_unit_test(test_many_meshes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
