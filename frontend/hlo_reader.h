@@ -17,10 +17,10 @@
 #include <ctype.h>
 
 enum {
-  HLO_MAX_NEST = 256,  /* brackets open at once in one statement */
-  HLO_MAX_TUPLE = 32,  /* tuples nested in tuples (shapes and values) */
-  HLO_MAX_CALLS = 64,  /* call instructions nested through computations */
-  HLO_MAX_AXES = 16,   /* axes of a mesh */
+  HLO_MAX_NEST = 256, /* brackets open at once in one statement */
+  HLO_MAX_TUPLE = 32, /* tuples nested in tuples (shapes and values) */
+  HLO_MAX_CALLS = 64, /* call instructions nested through computations */
+  HLO_MAX_AXES = 16,  /* axes of a mesh */
 };
 /* Instructions and operands evaluated, inlined calls and result tuples
  * included: HLO_WORK_PER_BYTE per byte of the module, at least
@@ -129,8 +129,9 @@ typedef struct hlo_reader {
   int64_t max_rank;             /* largest rank in any group, -1 when none */
   int64_t mesh_world;           /* largest mesh seen */
   cf_span module_attrs;         /* the HloModule line's frontend_attributes (xla.sdy.meshes) */
-  struct hmesh *meshes; /* the module's meshes (malloc'd): HLO's xla.sdy.meshes, read on
-                         * first use, or StableHLO's sdy.mesh declarations (hlo_sharding.c) */
+  /* the module's meshes (hlo_sharding.c): HLO's xla.sdy.meshes, read on
+   * first use, or StableHLO's sdy.mesh declarations */
+  struct hmesh *meshes; /* malloc'd */
   int n_meshes, cap_meshes;
   int *mesh_slots; /* meshes by name (util.h's cf_name_slot, malloc'd) */
   size_t mesh_slots_cap;

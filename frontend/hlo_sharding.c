@@ -280,8 +280,8 @@ static const hmesh *find_mesh(const hlo_reader *r, cf_span name, char *why, size
   const hmesh *m = cf_hlo_mesh_find(r, name);
   if (m && !m->device_ids) return m;
   if (m)
-    snprintf(why, why_len, "mesh '%.*s' lists device_ids, which collfuse does not run",
-             (int)name.n, name.p);
+    snprintf(why, why_len, "mesh '%.*s' lists device_ids, which collfuse does not run", (int)name.n,
+             name.p);
   else
     snprintf(why, why_len, "mesh '%.*s' is not declared in the module's xla.sdy.meshes",
              (int)name.n, name.p);

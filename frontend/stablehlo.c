@@ -86,19 +86,19 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
  * computation; its name (for to_apply) in *name. */
 static cf_status region_comp(sh_reader *s, const char *p, const char *e, int line,
                              const char **name) {
-  const char *bs = p + 1, *be = cf_hlo_past(p, e) - 1, *args = NULL, *args_e = NULL;
+  const char *bs = p + 1, *be = cf_sh_past(s, p, e) - 1, *args = NULL, *args_e = NULL;
   const char *q = cf_hlo_skip(bs, be);
   int body_line = line;      /* the line at bs, where parse_body starts counting */
   if (q < be && *q == '^') { /* ^bb0(%a: T, %b: T): */
-    body_line += cf_sh_count_nl(p, q);
+    body_line += cf_sh_count_nl(s, p, q);
     const char *lp = memchr(q, '(', (size_t)(be - q));
-    const char *nl = cf_sh_stmt_end(q, be);
+    const char *nl = cf_sh_stmt_end(s, q, be);
     if (lp && lp < nl) {
       args = lp + 1;
-      args_e = cf_hlo_past(lp, be) - 1;
+      args_e = cf_sh_past(s, lp, be) - 1;
     }
     bs = nl;
-    body_line += cf_sh_count_nl(q, nl);
+    body_line += cf_sh_count_nl(s, q, nl);
   }
   char nm[32];
   snprintf(nm, sizeof nm, "region-line-%d", line); /* '-': no MLIR symbol */
@@ -143,16 +143,16 @@ static cf_status parse_sig(sh_reader *s, const char *colon, const char *e, int l
   memset(g, 0, sizeof *g);
   const char *p = cf_hlo_skip(colon + 1, e);
   cf_status st;
-  const char *te = cf_sh_types_end(p, e);
+  const char *te = cf_sh_types_end(s, p, e);
   if (p < te && *p == '(') {
-    const char *pe = cf_hlo_past(p, te);
+    const char *pe = cf_sh_past(s, p, te);
     if ((st = cf_sh_type_list(s, p + 1, pe - 1, line, &g->in, &g->n_in))) return st;
     p = cf_hlo_skip(pe, te);
     if (te - p < 2 || p[0] != '-' || p[1] != '>')
       return cf_hlo_fail(s->r, line, "expected '->' in the op's function type");
     p = cf_hlo_skip(p + 2, te);
     if (p < te && *p == '(') {
-      const char *oe = cf_hlo_past(p, te);
+      const char *oe = cf_sh_past(s, p, te);
       return cf_sh_type_list(s, p + 1, oe - 1, line, &g->out, &g->n_out);
     }
     return cf_sh_type_list(s, p, te, line, &g->out, &g->n_out);
@@ -246,10 +246,10 @@ static const char *sh_name(sh_reader *s, const char *base, const char *suffix, i
 static bool is_list(cf_span v) { return v.n >= 2 && v.p[0] == '[' && v.p[v.n - 1] == ']'; }
 
 /* The next comma-separated entry of a list in [*pp, e): false at the end. */
-static bool next_entry(const char **pp, const char *e, cf_span *out) {
+static bool next_entry(const sh_reader *s, const char **pp, const char *e, cf_span *out) {
   const char *p = cf_hlo_skip(*pp, e);
   if (p >= e) return false;
-  const char *pe = cf_sh_find_top(p, e, ',');
+  const char *pe = cf_sh_find_top(s, p, e, ',');
   if (!pe) pe = e;
   *out = (cf_span){p, (size_t)(pe - p)};
   *pp = pe < e ? pe + 1 : e;
@@ -267,11 +267,11 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
   cf_status st;
   p = cf_hlo_skip(p, colon);
   if (p >= colon || *p != '(') return cf_hlo_fail(r, line, "sdy.manual_computation: expected '('");
-  const char *ope = cf_hlo_past(p, colon);
+  const char *ope = cf_sh_past(s, p, colon);
   /* the body: the brace group right after the (%ARG: TYPE, ...) group */
   const char *body = NULL, *args = NULL;
-  for (const char *q = ope; q < colon; q = cf_sh_step(q, colon)) {
-    const char *nx = *q == '(' ? cf_hlo_skip(cf_hlo_past(q, colon), colon) : NULL;
+  for (const char *q = ope; q < colon; q = cf_sh_step(s, q, colon)) {
+    const char *nx = *q == '(' ? cf_hlo_skip(cf_sh_past(s, q, colon), colon) : NULL;
     if (nx && nx < colon && *nx == '{') {
       args = q;
       body = nx;
@@ -280,12 +280,12 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
   if (!args || !body)
     return cf_hlo_fail(r, line, "sdy.manual_computation: expected '(%%ARG: TYPE, ...) { BODY }'");
   cf_span ins, outs, manual = {NULL, 0};
-  if (!cf_sh_attr(ope, args, "in_shardings", &ins) ||
-      !cf_sh_attr(ope, args, "out_shardings", &outs))
+  if (!cf_sh_attr(s, ope, args, "in_shardings", &ins) ||
+      !cf_sh_attr(s, ope, args, "out_shardings", &outs))
     return cf_hlo_fail(r, line,
                        "sdy.manual_computation needs in_shardings=[...] and "
                        "out_shardings=[...]");
-  cf_sh_attr(ope, args, "manual_axes", &manual);
+  cf_sh_attr(s, ope, args, "manual_axes", &manual);
   hinstr tmp = {.line = line};
   if ((st = set_operands(s, &tmp, p + 1, ope - 1, false))) return st;
   if (tmp.n_opnd != g->n_in || n_res != g->n_out)
@@ -297,9 +297,9 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
   snprintf(nm, sizeof nm, "sdy.manual_computation-line-%d", line); /* '-': no MLIR symbol */
   const char *body_name = str(s, nm, strlen(nm));
   if (!body_name) return cf_hlo_oom(r, line);
-  const char *aend = cf_hlo_past(args, colon) - 1;
-  if ((st = parse_body(s, body_name, line, body + 1, cf_hlo_past(body, colon) - 1,
-                       line + cf_sh_count_nl(p, body + 1), args + 1, aend, &bidx)))
+  const char *aend = cf_sh_past(s, args, colon) - 1;
+  if ((st = parse_body(s, body_name, line, body + 1, cf_sh_past(s, body, colon) - 1,
+                       line + cf_sh_count_nl(s, p, body + 1), args + 1, aend, &bidx)))
     return st;
   hcomp *bc = &s->comps[bidx];
   /* operands to local shapes */
@@ -312,7 +312,7 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
   const char *sp = ins.p + 1, *se = ins.p + ins.n - 1; /* inside [...] */
   for (int i = 0; i < tmp.n_opnd; i++) {
     cf_span one;
-    if (!next_entry(&sp, se, &one))
+    if (!next_entry(s, &sp, se, &one))
       return cf_hlo_fail(r, line, "sdy.manual_computation: in_shardings has fewer than %d entries",
                          tmp.n_opnd);
     const hshape *gt = &g->in[i], *lt = i < bc->n_ins ? &bc->ins[i].shape : NULL;
@@ -364,7 +364,7 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
       if ((st = set_attrs(s, gte, 1, gkv))) return st;
     }
     cf_span one;
-    bool split = false, have = next_entry(&sp, se, &one);
+    bool split = false, have = next_entry(s, &sp, se, &one);
     if (g->out[i].n < 0) {
       cf_shape local;
       if (!have)
@@ -391,13 +391,14 @@ static cf_span short_name(cf_span op) {
 }
 
 /* dot_general as a plain product: contracting lhs 1 with rhs 0, no batch. */
-static bool dot_plain(const char *p, const char *e) {
+static bool dot_plain(const sh_reader *s, const char *p, const char *e) {
   cf_span v;
   int64_t l[2], r[2];
   int nl = 0, nr = 0;
-  if (cf_sh_attr(p, e, "batching_dims", &v) || cf_sh_attr(p, e, "lhs_batching_dimensions", &v))
+  if (cf_sh_attr(s, p, e, "batching_dims", &v) ||
+      cf_sh_attr(s, p, e, "lhs_batching_dimensions", &v))
     return false;
-  if (cf_sh_attr(p, e, "contracting_dims", &v)) { /* [1] x [0] */
+  if (cf_sh_attr(s, p, e, "contracting_dims", &v)) { /* [1] x [0] */
     const char *q = v.p, *qe = e;                 /* v is the first [...] */
     if (q >= qe || *q != '[' || !(q = cf_hlo_int_list(q, qe, ']', 64, l, 2, &nl))) return false;
     SKIP(q, qe);
@@ -406,8 +407,8 @@ static bool dot_plain(const char *p, const char *e) {
     if (q >= qe || *q != '[' || !cf_hlo_int_list(q, qe, ']', 64, r, 2, &nr)) return false;
   } else {
     cf_span lv, rv;
-    if (!cf_sh_attr(p, e, "lhs_contracting_dimensions", &lv) ||
-        !cf_sh_attr(p, e, "rhs_contracting_dimensions", &rv) || !lv.n || !rv.n || *lv.p != '[' ||
+    if (!cf_sh_attr(s, p, e, "lhs_contracting_dimensions", &lv) ||
+        !cf_sh_attr(s, p, e, "rhs_contracting_dimensions", &rv) || !lv.n || !rv.n || *lv.p != '[' ||
         *rv.p != '[' || !cf_hlo_int_list(lv.p, lv.p + lv.n, ']', 64, l, 2, &nl) ||
         !cf_hlo_int_list(rv.p, rv.p + rv.n, ']', 64, r, 2, &nr))
       return false;
@@ -424,17 +425,17 @@ static cf_status collective(sh_reader *s, hinstr *in, const char *p, const char 
   const char *kv[8];
   int n = 0;
   in->opcode = hlo_opcode;
-  if (cf_sh_attr(p, e, "replica_groups", &v)) {
+  if (cf_sh_attr(s, p, e, "replica_groups", &v)) {
     if ((st = cf_sh_groups(s, in, v))) return st;
   } else {
     static const hrg all = {.all = true};
     in->rg = &all;
   }
-  if (cf_sh_attr(p, e, "channel_handle", &v)) {
+  if (cf_sh_attr(s, p, e, "channel_handle", &v)) {
     cf_span h;
     int64_t id = 0;
     const char *q;
-    if (v.n && (q = memchr(v.p, '<', v.n)) && cf_sh_attr(q, v.p + v.n, "handle", &h)) {
+    if (v.n && (q = memchr(v.p, '<', v.n)) && cf_sh_attr(s, q, v.p + v.n, "handle", &h)) {
       const char *hp = h.p;
       if (!cf_hlo_read_int(&hp, h.p + h.n, INT32_MAX, &id))
         return cf_hlo_fail(r, in->line, "op '%s': channel_handle: bad handle", in->name);
@@ -445,12 +446,12 @@ static cf_status collective(sh_reader *s, hinstr *in, const char *p, const char 
     if (id > 0 && !strcmp(hlo_opcode, "collective-broadcast") && r->replicas <= 1)
       kv[n++] = "use_global_device_ids", kv[n++] = "true";
   }
-  if (cf_sh_attr(p, e, "use_global_device_ids", &v))
+  if (cf_sh_attr(s, p, e, "use_global_device_ids", &v))
     kv[n++] = "use_global_device_ids", kv[n++] = "true";
   if (dim_key) {
     int64_t d = -1;
     const char *q;
-    if (!cf_sh_attr(p, e, dim_key, &v) || !((q = v.p), cf_hlo_read_int(&q, v.p + v.n, 64, &d)))
+    if (!cf_sh_attr(s, p, e, dim_key, &v) || !((q = v.p), cf_hlo_read_int(&q, v.p + v.n, 64, &d)))
       return cf_hlo_fail(r, in->line, "op '%s': %s needs %s = N", in->name, hlo_opcode, dim_key);
     kv[n++] = "dimensions", kv[n++] = d == 0 ? "{0}" : "{1}"; /* only 0 is imported */
   }
@@ -468,7 +469,7 @@ static cf_status dim_attrs(sh_reader *s, hinstr *in, const char *p, const char *
     cf_span v;
     const char *q;
     int64_t d;
-    if (!cf_sh_attr(p, e, keys[i], &v) || !((q = v.p), cf_hlo_read_int(&q, v.p + v.n, 64, &d)))
+    if (!cf_sh_attr(s, p, e, keys[i], &v) || !((q = v.p), cf_hlo_read_int(&q, v.p + v.n, 64, &d)))
       return cf_hlo_fail(s->r, in->line, "op '%s': all_to_all needs %s = N", in->name, keys[i]);
     a[in->n_attr++] = (hattr){{keys[i], strlen(keys[i])}, {v.p, (size_t)(q - v.p)}};
   }
@@ -481,12 +482,12 @@ static cf_status dim_attrs(sh_reader *s, hinstr *in, const char *p, const char *
 static cf_status reducer_region(sh_reader *s, hinstr *in, const char *p, const char *colon,
                                 const char *e, int line) {
   const char *reg = NULL, *rn;
-  for (const char *t = p; t < colon && !reg; t = cf_sh_step(t, colon))
+  for (const char *t = p; t < colon && !reg; t = cf_sh_step(s, t, colon))
     if (*t == '(' && *cf_hlo_skip(t + 1, colon) == '{') reg = cf_hlo_skip(t + 1, colon);
   if (!reg)
     return cf_hlo_fail(s->r, in->line, "op '%%%s': %s needs its reduction region '({ ... })'",
                        in->name, in->opcode);
-  cf_status st = region_comp(s, reg, e, line + cf_sh_count_nl(p, reg), &rn);
+  cf_status st = region_comp(s, reg, e, line + cf_sh_count_nl(s, p, reg), &rn);
   hattr *a = st ? NULL : cf_arena_array(&s->r->scratch, (size_t)in->n_attr + 1, sizeof *a);
   if (!st && !a) st = cf_hlo_oom(s->r, in->line);
   if (st) return st;
@@ -500,7 +501,7 @@ static cf_status reducer_region(sh_reader *s, hinstr *in, const char *p, const c
 static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, int line) {
   hlo_reader *r = s->r;
   cf_status st;
-  const char *eq = cf_sh_find_top(p, e, '=');
+  const char *eq = cf_sh_find_top(s, p, e, '=');
   if (!eq) return cf_hlo_fail(r, line, "expected '%%NAME = OP ...'");
   cf_span res;
   int n_res = 0;
@@ -511,7 +512,7 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
   cf_span op;
   bool generic = q < e && *q == '"';
   if (generic) {
-    after = cf_hlo_past(q, e);
+    after = cf_sh_past(s, q, e);
     op = (cf_span){q + 1, (size_t)(after - q - 2)};
   } else {
     op.p = q;
@@ -529,7 +530,7 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
   if (!memchr(op.p, '.', op.n) && !cf_span_is(op, "call"))
     return cf_hlo_fail(r, line, "value '%%%s': op '%s' has no dialect (stablehlo.%s?)", base,
                        CF_SPAN_QUOTE(op), CF_SPAN_QUOTE(op));
-  const char *colon = cf_sh_find_last_top(after, e, ':');
+  const char *colon = cf_sh_find_last_top(s, after, e, ':');
   if (!colon)
     return cf_hlo_fail(r, line, "op '%s': expected ': TYPE' after the op", CF_SPAN_QUOTE(op));
   sig g;
@@ -548,7 +549,7 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     os = cf_hlo_skip(after, e);
     if (os >= colon || *os != '(')
       return cf_hlo_fail(r, line, "op '%s': expected '(' with its operands", CF_SPAN_QUOTE(op));
-    oe = cf_hlo_past(os, colon);
+    oe = cf_sh_past(s, os, colon);
   }
   if ((st = set_operands(s, in, os, oe, false))) return st;
   cf_span sn = short_name(op);
@@ -567,8 +568,8 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
       d++;
     if (in->shape.n >= 0)
       return cf_hlo_fail(r, line, "value '%%%s': a constant of a tuple type", base);
-    cf_sh_dense(d, e, &in->shape, in);
-  } else if (sn.p != op.p && cf_span_is(sn, "dot_general") && dot_plain(after, colon)) {
+    cf_sh_dense(s, d, e, &in->shape, in);
+  } else if (sn.p != op.p && cf_span_is(sn, "dot_general") && dot_plain(s, after, colon)) {
     static const char *kv[] = {"lhs_contracting_dims", "{1}", "rhs_contracting_dims", "{0}"};
     in->opcode = "dot";
     if ((st = set_attrs(s, in, 2, kv))) return st;
@@ -576,7 +577,7 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     bool ar = cf_span_is(sn, "all_reduce");
     if ((st = collective(s, in, after, colon, ar ? "all-reduce" : "reduce-scatter",
                          ar ? NULL : "scatter_dimension")) ||
-        (st = reducer_region(s, in, oe, colon, e, line + cf_sh_count_nl(p, oe))))
+        (st = reducer_region(s, in, oe, colon, e, line + cf_sh_count_nl(s, p, oe))))
       return st;
   } else if (sn.p != op.p && cf_span_is(sn, "all_gather")) {
     if ((st = collective(s, in, after, colon, "all-gather", "all_gather_dim"))) return st;
@@ -588,7 +589,7 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
   } else if (sn.p != op.p && cf_span_is(sn, "collective_permute")) {
     cf_span v;
     if ((st = collective(s, in, after, colon, "collective-permute", NULL))) return st;
-    if (!cf_sh_attr(after, colon, "source_target_pairs", &v))
+    if (!cf_sh_attr(s, after, colon, "source_target_pairs", &v))
       return cf_hlo_fail(r, line, "op '%%%s': collective_permute needs source_target_pairs", base);
     if ((st = cf_sh_pairs(s, in, v))) return st;
   } else if (sn.p != op.p && cf_span_is(sn, "collective_broadcast")) {
@@ -620,7 +621,7 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
       while (te < colon && (isalnum((unsigned char)*te) || *te == '_' || *te == '.' || *te == '$'))
         te++;
       t = (cf_span){at + 1, (size_t)(te - at - 1)};
-    } else if (cf_sh_attr(after, colon, "call_target_name", &t) && t.n >= 2 && *t.p == '"') {
+    } else if (cf_sh_attr(s, after, colon, "call_target_name", &t) && t.n >= 2 && *t.p == '"') {
       t = (cf_span){t.p + 1, t.n - 2};
     }
     char quoted[CF_MAX_NAME + 3];
@@ -684,7 +685,7 @@ static cf_status add_captures(sh_reader *s, hcomp *c, ibuf *b) {
 static cf_status parse_args(sh_reader *s, ibuf *b, const char *p, const char *e, int line) {
   int k = 0;
   for (SKIP(p, e); p < e; k++) {
-    const char *pe = cf_sh_find_top(p, e, ',');
+    const char *pe = cf_sh_find_top(s, p, e, ',');
     if (!pe) pe = e;
     cf_span nm;
     if (*p != '%') return cf_hlo_fail(s->r, line, "expected an argument '%%NAME: TYPE'");
@@ -735,11 +736,11 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
     while (q < be && is_space(*q))
       ln += *q++ == '\n';
     if (q >= be) break;
-    const char *qe = cf_sh_stmt_end(q, be);
+    const char *qe = cf_sh_stmt_end(s, q, be);
     if (ret) {
       st = cf_hlo_fail(r, ln, "%s: an op after its return (line %d)", who, ret_line);
     } else if (is_return(q, qe)) {
-      const char *colon = cf_sh_find_last_top(q, qe, ':');
+      const char *colon = cf_sh_find_last_top(s, q, qe, ':');
       ret_line = ln;
       st = cf_sh_collect_uses(s, ln, q, colon ? colon : qe, false, &ret, &n_ret, &ret_cap);
       if (!st && !ret && !(ret = malloc(sizeof *ret))) st = cf_hlo_oom(r, ln);
@@ -754,7 +755,7 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
       st = cf_hlo_fail(r, ln, "%s: expected an op at '%s'", who,
                        CF_SPAN_QUOTE(((cf_span){q, (size_t)(qe - q)})));
     } /* ops without results carry no data: nothing to import */
-    ln += cf_sh_count_nl(q, qe);
+    ln += cf_sh_count_nl(s, q, qe);
     p = qe;
   }
   if (!st && !ret) st = cf_hlo_fail(r, line, "%s has no return", who);
@@ -829,12 +830,12 @@ static cf_status parse_func(sh_reader *s, const char *p, const char *e, int line
                             int *idx) {
   hlo_reader *r = s->r;
   const char *at = memchr(p, '@', (size_t)(e - p));
-  *public = !cf_sh_attr(p, at ? at : e, "private", &(cf_span){0});
+  *public = !cf_sh_attr(s, p, at ? at : e, "private", &(cf_span){0});
   if (!at) return cf_hlo_fail(r, line, "func.func needs a name '@NAME'");
   const char *q = at + 1;
   cf_span nm;
   if (q < e && *q == '"') {
-    const char *qe = cf_hlo_past(q, e);
+    const char *qe = cf_sh_past(s, q, e);
     nm = (cf_span){q + 1, (size_t)(qe - q - 2)};
     q = qe;
   } else {
@@ -850,14 +851,14 @@ static cf_status parse_func(sh_reader *s, const char *p, const char *e, int line
   q = cf_hlo_skip(q, e);
   if (q >= e || *q != '(')
     return cf_hlo_fail(r, line, "function '%s': expected '(' with its arguments", name);
-  const char *ae = cf_hlo_past(q, e);
+  const char *ae = cf_sh_past(s, q, e);
   const char *body = NULL;
-  for (const char *t = ae; t < e; t = cf_sh_step(t, e))
+  for (const char *t = ae; t < e; t = cf_sh_step(s, t, e))
     if (*t == '{') body = t;
-  if (!body || cf_hlo_skip(cf_hlo_past(body, e), e) != e)
+  if (!body || cf_hlo_skip(cf_sh_past(s, body, e), e) != e)
     return cf_hlo_fail(r, line, "function '%s': expected a body '{ ... }'", name);
-  return parse_body(s, name, line, body + 1, cf_hlo_past(body, e) - 1,
-                    line + cf_sh_count_nl(p, body + 1), q + 1, ae - 1, idx);
+  return parse_body(s, name, line, body + 1, cf_sh_past(s, body, e) - 1,
+                    line + cf_sh_count_nl(s, p, body + 1), q + 1, ae - 1, idx);
 }
 
 static cf_status module_attrs(sh_reader *s, const char *p, const char *e, int line) {
@@ -866,7 +867,7 @@ static cf_status module_attrs(sh_reader *s, const char *p, const char *e, int li
   int64_t *dst[] = {&r->partitions, &r->replicas};
   for (int i = 0; i < 2; i++) {
     cf_span v;
-    if (!cf_sh_attr(p, e, keys[i], &v)) continue;
+    if (!cf_sh_attr(s, p, e, keys[i], &v)) continue;
     const char *q = v.p;
     if (!cf_hlo_read_int(&q, v.p + v.n, CF_MAX_WORLD, dst[i]) || !*dst[i])
       return cf_hlo_fail(r, line, "module: %s = '%s' must be an integer in 1..%d", keys[i],
@@ -889,12 +890,12 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
     while (p < e && is_space(*p))
       line += *p++ == '\n';
     if (p >= e) break;
-    const char *pe = cf_sh_stmt_end(p, e);
+    const char *pe = cf_sh_stmt_end(s, p, e);
     if (cf_sh_word_at(p, e, "module")) {
       const char *open = NULL;
-      for (const char *t = p; t < pe; t = cf_sh_step(t, pe))
+      for (const char *t = p; t < pe; t = cf_sh_step(s, t, pe))
         if (*t == '{') open = t;
-      if (!open || cf_hlo_skip(cf_hlo_past(open, pe), pe) != pe)
+      if (!open || cf_hlo_skip(cf_sh_past(s, open, pe), pe) != pe)
         return cf_hlo_fail(r, line, "module: expected a body '{ ... }'");
       cf_span nm;
       const char *at = memchr(p, '@', (size_t)(open - p));
@@ -904,12 +905,13 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
           return cf_hlo_oom(r, line);
       }
       const char *attrs = NULL;
-      for (const char *t = p; t < open; t = cf_sh_step(t, open))
+      for (const char *t = p; t < open; t = cf_sh_step(s, t, open))
         if (*t == '{') attrs = t;
-      if (meshes && attrs && (st = module_attrs(s, attrs, cf_hlo_past(attrs, open), line)))
+      if (meshes && attrs && (st = module_attrs(s, attrs, cf_sh_past(s, attrs, open), line)))
         return st;
-      st = module_body(s, open + 1, cf_hlo_past(open, pe) - 1, line + cf_sh_count_nl(p, open + 1),
-                       meshes, main_idx, public_idx, n_public, main_line);
+      st = module_body(s, open + 1, cf_sh_past(s, open, pe) - 1,
+                       line + cf_sh_count_nl(s, p, open + 1), meshes, main_idx, public_idx,
+                       n_public, main_line);
     } else if (!meshes && cf_sh_word_at(p, e, "func.func")) {
       bool pub;
       int idx;
@@ -927,7 +929,7 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
                (cf_sh_word_at(p, e, "sdy.mesh") || cf_sh_word_at(p, e, "stablehlo.mesh"))) {
       st = cf_sh_mesh_decl(s, p, pe, line);
     } /* #alias = ..., other top-level ops: nothing to import */
-    line += cf_sh_count_nl(p, pe);
+    line += cf_sh_count_nl(s, p, pe);
     p = pe;
   }
   return st;
@@ -935,7 +937,7 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
 
 static cf_status parse_module(hlo_reader *r) {
   sh_reader s = {.r = r};
-  cf_status st = cf_sh_clean(r);
+  cf_status st = cf_sh_clean(&s);
   int main_idx = -1, public_idx = -1, n_public = 0, main_line = 0;
   /* meshes first: a symbol may be used above its declaration */
   for (int pass = 0; pass < 2 && !st; pass++)
@@ -968,6 +970,7 @@ static cf_status parse_module(hlo_reader *r) {
                        keys[dup], r->comps[cf_hlo_map_find(&r->comp_map, keys[dup])].line);
   }
   free(s.comps);
+  free(s.groups);
   return st;
 }
 

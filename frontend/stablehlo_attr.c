@@ -173,7 +173,7 @@ static cf_status type_at(sh_reader *s, const char **pp, const char *e, int line,
   if (tensor) {
     SKIP(p, e);
     if (p < e && *p == ',') { /* an encoding (#stablehlo.bounds<...>): skipped */
-      const char *q = cf_sh_find_top(p + 1, e, '>');
+      const char *q = cf_sh_find_top(s, p + 1, e, '>');
       p = q ? q : e;
     }
     if (p >= e || *p != '>') return cf_hlo_fail(r, line, "expected '>' closing 'tensor<'");
@@ -197,7 +197,7 @@ cf_status cf_sh_type_list(sh_reader *s, const char *p, const char *e, int line, 
   SKIP(p, e);
   if (p >= e) return CF_OK;
   int cap = 1;
-  for (const char *q = p; (q = cf_sh_find_top(q, e, ',')); q++)
+  for (const char *q = p; (q = cf_sh_find_top(s, q, e, ',')); q++)
     cap++;
   if (!(*out = cf_arena_array(&s->r->scratch, (size_t)cap, sizeof **out)))
     return cf_hlo_oom(s->r, line);
@@ -206,7 +206,7 @@ cf_status cf_sh_type_list(sh_reader *s, const char *p, const char *e, int line, 
     cf_status st = cf_sh_type(s, &p, e, line, &(*out)[(*n)++]);
     if (st) return st;
     SKIP(p, e);
-    if (p < e && *p == '{') p = cf_hlo_skip(cf_hlo_past(p, e), e); /* result attributes */
+    if (p < e && *p == '{') p = cf_hlo_skip(cf_sh_past(s, p, e), e); /* result attributes */
     if (p >= e) return CF_OK;
     if (*p != ',')
       return cf_hlo_fail(s->r, line, "expected ',' between types at '%s'",
@@ -291,14 +291,14 @@ static bool scalar_token(const char *ts, size_t tl, cf_dtype dt, double *v) {
   return !*end && errno != ERANGE && isfinite(*v);
 }
 
-void cf_sh_dense(const char *p, const char *e, const hshape *t, hinstr *in) {
+void cf_sh_dense(const sh_reader *s, const char *p, const char *e, const hshape *t, hinstr *in) {
   int64_t count;
   in->lit = LIT_OTHER;
   if (t->n >= 0 || !t->exact || !cf_shape_elements(&t->s, &count)) return;
   p = cf_hlo_skip(p, e);
   if (e - p < 6 || memcmp(p, "dense<", 6) != 0) return;
   p += 6;
-  const char *close = cf_sh_find_top(p, e, '>');
+  const char *close = cf_sh_find_top(s, p, e, '>');
   if (!close) return;
   e = close;
   SKIP(p, e);
@@ -384,7 +384,7 @@ static cf_status mesh_body(sh_reader *s, const char *p, const char *e, int line,
   if (p >= e || *p != '<') return cf_hlo_fail(r, line, "mesh: expected '<[\"axis\"=size, ...]>'");
   p = cf_hlo_skip(p + 1, e);
   if (p >= e || *p != '[') return cf_hlo_fail(r, line, "mesh: expected '<[\"axis\"=size, ...]>'");
-  const char *le = cf_hlo_past(p, e) - 1;
+  const char *le = cf_sh_past(s, p, e) - 1;
   cf_span axis[HLO_MAX_AXES];
   int64_t size[HLO_MAX_AXES], total = 1;
   int na = 0;
@@ -415,7 +415,7 @@ static cf_status mesh_body(sh_reader *s, const char *p, const char *e, int line,
   p = cf_hlo_skip(le + 1, e);
   if (p < e && *p == ',') { /* device_ids=[...]: only the identity order */
     cf_span ids;
-    if (cf_sh_attr(p + 1, e, "device_ids", &ids) && ids.n && ids.p[0] == '[') {
+    if (cf_sh_attr(s, p + 1, e, "device_ids", &ids) && ids.n && ids.p[0] == '[') {
       int64_t v[CF_MAX_WORLD > 1024 ? 1024 : CF_MAX_WORLD];
       int n;
       const char *q = cf_hlo_int_list(ids.p, ids.p + ids.n, ']', CF_MAX_WORLD, v,
@@ -468,7 +468,7 @@ static cf_status mesh_ref(sh_reader *s, const char **pp, const char *e, int line
   if (cf_hlo_word_at(p, e, "mesh")) {
     memset(tmp, 0, sizeof *tmp);
     tmp->name = "(inline)"; /* for messages */
-    const char *q = cf_sh_find_top(p + 5, e, '>');
+    const char *q = cf_sh_find_top(s, p + 5, e, '>');
     if (!q) return cf_hlo_fail(s->r, line, "unterminated inline mesh");
     cf_status st = mesh_body(s, p + 4, q + 1, line, tmp);
     if (st) return st;
@@ -497,8 +497,8 @@ static cf_status groups_mesh_axes(sh_reader *s, hinstr *in, const char *p, const
   hmesh tmp;
   const hmesh *m;
   const char *lt = memchr(p, '<', (size_t)(e - p));
-  const char *gt = lt ? cf_sh_find_top(lt + 1, e, '>') : NULL;
-  if (!gt || !cf_sh_attr(lt + 1, gt, "mesh", &mv) || !cf_sh_attr(lt + 1, gt, "axes", &av) ||
+  const char *gt = lt ? cf_sh_find_top(s, lt + 1, e, '>') : NULL;
+  if (!gt || !cf_sh_attr(s, lt + 1, gt, "mesh", &mv) || !cf_sh_attr(s, lt + 1, gt, "axes", &av) ||
       !av.n || av.p[0] != '[')
     return cf_hlo_fail(
         r, in->line, "op '%s': replica_group_mesh_axes needs mesh = @NAME, axes = [...]", in->name);
@@ -542,7 +542,7 @@ static cf_status groups_mesh_axes(sh_reader *s, hinstr *in, const char *p, const
 static cf_status groups_dense(sh_reader *s, hinstr *in, const char *p, const char *e, int max_ids,
                               hrg *out) {
   hlo_reader *r = s->r;
-  const char *close = cf_sh_find_top(p + 6, e, '>');
+  const char *close = cf_sh_find_top(s, p + 6, e, '>');
   if (!close) return cf_hlo_fail(r, in->line, "op '%s': unterminated replica_groups", in->name);
   p = cf_hlo_skip(p + 6, close);
   if (p == close) { /* dense<>: every device */
@@ -662,13 +662,13 @@ cf_status cf_sh_local_shape(sh_reader *s, cf_span sharding, cf_span manual, cons
   p = cf_hlo_skip(p, e);
   if (p >= e || *p != ',' || (p = cf_hlo_skip(p + 1, e)) >= e || *p != '[')
     return cf_hlo_fail(r, line, "sharding: expected '[' with one {axes} per dimension");
-  const char *de = cf_hlo_past(p, e) - 1;
+  const char *de = cf_sh_past(s, p, e) - 1;
   *out = *global;
   int dim = 0;
   bool used[HLO_MAX_AXES] = {false}; /* an axis cuts at most one dim, once */
   for (p = cf_hlo_skip(p + 1, de); p < de; dim++) {
     if (*p != '{') return cf_hlo_fail(r, line, "sharding: expected '{' for a dimension's axes");
-    const char *be = cf_hlo_past(p, de) - 1;
+    const char *be = cf_sh_past(s, p, de) - 1;
     if (dim >= global->rank)
       return cf_hlo_fail(r, line, "sharding has more dimensions than the %d of its value",
                          global->rank);

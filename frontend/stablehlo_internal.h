@@ -14,33 +14,47 @@
 
 #include "hlo_reader.h"
 
+/* A bracket group of at least SH_BIG_GROUP bytes (stablehlo_scan.c). */
+typedef struct sh_group {
+  size_t open; /* offset of its open bracket in r->text */
+  size_t past; /* offset just past its close (0 while open) */
+  int nl;      /* newlines inside */
+} sh_group;
+
 typedef struct sh_reader {
   hlo_reader *r;
   hcomp *comps; /* malloc'd; moved to r->comps at the end */
   int n_comps, cap_comps;
+  sh_group *groups; /* the large bracket groups by offset, from cf_sh_clean (malloc'd) */
+  size_t n_groups;
 } sh_reader;
 
 /* ---- stablehlo_scan.c: cleaning, statements, top-level searches, uses ---- */
 
-/* Blank `// ...` and loc(...) in r->text (outside strings) and check that
- * brackets pair up and strings end on their line. */
-cf_status cf_sh_clean(hlo_reader *r);
-int cf_sh_count_nl(const char *p, const char *e);
+/* Blank `// ...` and loc(...) in r->text (outside strings), check that
+ * brackets pair up and strings end on their line, and record the large
+ * bracket groups into s->groups. r->text is not changed after. */
+cf_status cf_sh_clean(sh_reader *s);
+/* Just past the bracket group or string at p (cf_hlo_past), a large
+ * group in O(log n). */
+const char *cf_sh_past(const sh_reader *s, const char *p, const char *e);
+/* The newlines in [p, e), large groups in O(log n). */
+int cf_sh_count_nl(const sh_reader *s, const char *p, const char *e);
 /* Past a bracket group or string at p, else one character. */
-const char *cf_sh_step(const char *p, const char *e);
+const char *cf_sh_step(const sh_reader *s, const char *p, const char *e);
 /* The first ch in [p, e) outside brackets, strings and <...>, or NULL. */
-const char *cf_sh_find_top(const char *p, const char *e, char ch);
+const char *cf_sh_find_top(const sh_reader *s, const char *p, const char *e, char ch);
 /* The last such ch, or NULL. */
-const char *cf_sh_find_last_top(const char *p, const char *e, char ch);
+const char *cf_sh_find_last_top(const sh_reader *s, const char *p, const char *e, char ch);
 /* The end of the statement at p: the first newline outside brackets that
  * no region line (`cond {`, `do {`) continues. */
-const char *cf_sh_stmt_end(const char *p, const char *e);
+const char *cf_sh_stmt_end(const sh_reader *s, const char *p, const char *e);
 /* The word w at p, ending where a name cannot go on. */
 bool cf_sh_word_at(const char *p, const char *e, const char *w);
 /* The value of `key = VALUE` (or a unit attribute `key`) in [p, e): *val
  * spans VALUE (a bracketed value up to its bracket, else up to the next
  * top-level ','); false when absent. */
-bool cf_sh_attr(const char *p, const char *e, const char *key, cf_span *val);
+bool cf_sh_attr(const sh_reader *s, const char *p, const char *e, const char *key, cf_span *val);
 /* An SSA use at p (%name or %name#k): *out is the name without '%'. */
 const char *cf_sh_read_use(const char *p, const char *e, cf_span *out);
 /* Append the %uses in [p, e) to *out (malloc'd, *n of *cap): top level and
@@ -50,7 +64,7 @@ cf_status cf_sh_collect_uses(sh_reader *s, int line, const char *p, const char *
                              const char ***out, int *n, int *cap);
 /* The end of the types at p: the end, or a region or keyword after them
  * (stablehlo.while's `cond {...} do {...}`). */
-const char *cf_sh_types_end(const char *p, const char *e);
+const char *cf_sh_types_end(const sh_reader *s, const char *p, const char *e);
 
 /* ---- stablehlo_attr.c: types, literals, groups, meshes, shardings ---- */
 
@@ -62,7 +76,7 @@ cf_status cf_sh_type_list(sh_reader *s, const char *p, const char *e, int line, 
                           int *n);
 /* Classify the dense<...> literal at p for a constant of type t into
  * in->lit and in->lit_value (LIT_*). */
-void cf_sh_dense(const char *p, const char *e, const hshape *t, hinstr *in);
+void cf_sh_dense(const sh_reader *s, const char *p, const char *e, const hshape *t, hinstr *in);
 /* replica_groups = dense<[[...]]> or #stablehlo.replica_group_mesh_axes<...>
  * in [p, e) (the value span) into in->rg. */
 cf_status cf_sh_groups(sh_reader *s, hinstr *in, cf_span val);

@@ -4,6 +4,13 @@
  * outside brackets ends one, unless a region line such as `cond {`
  * continues it), top-level searches that know `<...>`, attribute values,
  * and SSA uses. stablehlo_attr.c and stablehlo.c build on it.
+ *
+ * Modules, functions and regions nest, and each level scans its own
+ * statements, stepping over the groups inside them. So that a group is not
+ * rescanned by every level around it (depth times the text), cleaning
+ * records where each large bracket group ends and how many lines it holds
+ * (sh_reader.groups): cf_sh_past and cf_sh_count_nl jump over one in
+ * O(log n); a small group costs its own length, once per scan of its level.
  */
 #include "stablehlo_internal.h"
 
@@ -13,22 +20,19 @@
 static bool is_open(char c) { return c == '(' || c == '[' || c == '{'; }
 static bool is_close(char c) { return c == ')' || c == ']' || c == '}'; }
 
-int cf_sh_count_nl(const char *p, const char *e) {
-  int n = 0;
-  for (; p < e; p++)
-    n += *p == '\n';
-  return n;
-}
-
 /* ------------------------------------------------------------------ */
 /* scanning                                                           */
 
+enum { SH_BIG_GROUP = 64 }; /* bytes from an open bracket past its close: recorded */
+
 /* Blank `// ...` and loc(...) (outside strings) and check that brackets
- * pair up and strings end on their line. */
-cf_status cf_sh_clean(hlo_reader *r) {
+ * pair up and strings end on their line; record the large groups. */
+cf_status cf_sh_clean(sh_reader *s) {
+  hlo_reader *r = s->r;
   char *p = r->text, *e = (char *)r->end;
   char open[HLO_MAX_NEST];
   int open_line[HLO_MAX_NEST], depth = 0, line = 1;
+  size_t cap = 0, entry[HLO_MAX_NEST]; /* each open group's index in s->groups */
   while (p < e) {
     char c = *p;
     if (c == '\n') {
@@ -72,6 +76,17 @@ cf_status cf_sh_clean(hlo_reader *r) {
     } else if (is_open(c)) {
       if (depth == HLO_MAX_NEST)
         return cf_hlo_fail(r, line, "brackets nested deeper than %d", HLO_MAX_NEST);
+      /* every open group has an entry, dropped at its close when small:
+       * the groups inside a small one are small, so it is the last entry */
+      if (s->n_groups == cap) {
+        size_t nc = cap ? 2 * cap : 64;
+        sh_group *more = realloc(s->groups, nc * sizeof *more);
+        if (!more) return cf_hlo_oom(r, line);
+        s->groups = more;
+        cap = nc;
+      }
+      entry[depth] = s->n_groups;
+      s->groups[s->n_groups++] = (sh_group){.open = (size_t)(p - r->text), .nl = line};
       open[depth] = c;
       open_line[depth++] = line;
       p++;
@@ -80,6 +95,13 @@ cf_status cf_sh_clean(hlo_reader *r) {
       if (!depth || open[depth - 1] != want) return cf_hlo_fail(r, line, "unbalanced '%c'", c);
       depth--;
       p++;
+      sh_group *g = &s->groups[entry[depth]];
+      if ((size_t)(p - r->text) - g->open < SH_BIG_GROUP) {
+        s->n_groups--; /* small, so the last entry */
+      } else {
+        g->past = (size_t)(p - r->text);
+        g->nl = line - g->nl;
+      }
     } else if (c == 0 || c == '\'') {
       return cf_hlo_fail(r, line, c ? "unexpected character '''" : "NUL byte in MLIR text");
     } else {
@@ -90,12 +112,48 @@ cf_status cf_sh_clean(hlo_reader *r) {
   return CF_OK;
 }
 
-/* Past a bracket group or string at p, else one character. */
-const char *cf_sh_step(const char *p, const char *e) {
-  return is_open(*p) || *p == '"' ? cf_hlo_past(p, e) : p + 1;
+/* The recorded group opening at p, NULL when p opens none (or a small one). */
+static const sh_group *group_at(const sh_reader *s, const char *p) {
+  const char *t = s->r->text;
+  if (p < t || p >= s->r->end || !is_open(*p)) return NULL;
+  size_t off = (size_t)(p - t), lo = 0, hi = s->n_groups;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (s->groups[mid].open < off)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < s->n_groups && s->groups[lo].open == off ? &s->groups[lo] : NULL;
 }
 
-const char *cf_sh_find_top(const char *p, const char *e, char ch) {
+const char *cf_sh_past(const sh_reader *s, const char *p, const char *e) {
+  const sh_group *g = group_at(s, p);
+  if (!g) return cf_hlo_past(p, e);
+  const char *q = s->r->text + g->past;
+  return q <= e ? q : e;
+}
+
+int cf_sh_count_nl(const sh_reader *s, const char *p, const char *e) {
+  int n = 0;
+  while (p < e) {
+    const sh_group *g = is_open(*p) ? group_at(s, p) : NULL;
+    if (g && s->r->text + g->past <= e) {
+      n += g->nl;
+      p = s->r->text + g->past;
+    } else {
+      n += *p++ == '\n';
+    }
+  }
+  return n;
+}
+
+/* Past a bracket group or string at p, else one character. */
+const char *cf_sh_step(const sh_reader *s, const char *p, const char *e) {
+  return is_open(*p) || *p == '"' ? cf_sh_past(s, p, e) : p + 1;
+}
+
+const char *cf_sh_find_top(const sh_reader *s, const char *p, const char *e, char ch) {
   int angle = 0;
   const char *prev = NULL;
   while (p < e) {
@@ -103,15 +161,15 @@ const char *cf_sh_find_top(const char *p, const char *e, char ch) {
     if (*p == '<') angle++;
     if (*p == '>' && angle && !(prev && *prev == '-')) angle--;
     prev = p;
-    p = cf_sh_step(p, e);
+    p = cf_sh_step(s, p, e);
   }
   return NULL;
 }
 
 /* The last top-level ch in [p, e), or NULL. */
-const char *cf_sh_find_last_top(const char *p, const char *e, char ch) {
+const char *cf_sh_find_last_top(const sh_reader *s, const char *p, const char *e, char ch) {
   const char *last = NULL;
-  while ((p = cf_sh_find_top(p, e, ch))) {
+  while ((p = cf_sh_find_top(s, p, e, ch))) {
     last = p;
     p++;
   }
@@ -120,24 +178,24 @@ const char *cf_sh_find_last_top(const char *p, const char *e, char ch) {
 
 /* A line that continues the op before it with a region: `cond {`, `do {`,
  * `reducer(%a: T, %b: T) {` (a bare word, no dialect, then a brace). */
-static bool continues(const char *p, const char *e) {
+static bool continues(const sh_reader *s, const char *p, const char *e) {
   p = cf_hlo_skip(p, e);
   const char *w = p;
   while (p < e && (isalnum((unsigned char)*p) || *p == '_'))
     p++;
   if (p == w || (p < e && *p == '.')) return false;
   p = cf_hlo_skip(p, e);
-  if (p < e && *p == '(') p = cf_hlo_skip(cf_hlo_past(p, e), e);
+  if (p < e && *p == '(') p = cf_hlo_skip(cf_sh_past(s, p, e), e);
   return p < e && *p == '{';
 }
 
 /* The end of the statement at p: the first newline outside brackets that
  * no region line continues. */
-const char *cf_sh_stmt_end(const char *p, const char *e) {
+const char *cf_sh_stmt_end(const sh_reader *s, const char *p, const char *e) {
   for (;;) {
     while (p < e && *p != '\n')
-      p = cf_sh_step(p, e);
-    if (p >= e || !continues(p, e)) return p;
+      p = cf_sh_step(s, p, e);
+    if (p >= e || !continues(s, p, e)) return p;
     p++;
   }
 }
@@ -150,9 +208,9 @@ bool cf_sh_word_at(const char *p, const char *e, const char *w) {
 }
 
 /* The end of an attribute value at p: a ',' or an unmatched closer. */
-static const char *value_end(const char *p, const char *e) {
+static const char *value_end(const sh_reader *s, const char *p, const char *e) {
   int angle = 0;
-  for (const char *q = p; q < e; q = cf_sh_step(q, e)) {
+  for (const char *q = p; q < e; q = cf_sh_step(s, q, e)) {
     if ((*q == ',' && !angle) || is_close(*q)) return q;
     if (*q == '<') angle++;
     if (*q == '>' && q > p && q[-1] != '-' && !angle--) return q;
@@ -160,11 +218,14 @@ static const char *value_end(const char *p, const char *e) {
   return e;
 }
 
-bool cf_sh_attr(const char *p, const char *e, const char *key, cf_span *val) {
+bool cf_sh_attr(const sh_reader *s, const char *p, const char *e, const char *key, cf_span *val) {
   size_t n = strlen(key);
   for (const char *q = p; q < e;) {
     if (!cf_sh_word_at(q, e, key) || (q > p && (is_name_char(q[-1]) || q[-1] == '#'))) {
-      q = *q == '"' ? cf_hlo_past(q, e) : q + 1;
+      /* past strings, and regions `({ ... })`: an op's attributes are
+       * outside them (a nested op's are inside) */
+      bool region = *q == '(' && *cf_hlo_skip(q + 1, e) == '{';
+      q = *q == '"' || region ? cf_sh_past(s, q, e) : q + 1;
       continue;
     }
     const char *v = cf_hlo_skip(q + n, e);
@@ -172,7 +233,7 @@ bool cf_sh_attr(const char *p, const char *e, const char *key, cf_span *val) {
       v = cf_hlo_skip(v + 1, e);
       /* a bracketed value ends with its bracket (pretty attributes such as
        * in_shardings=[...] out_shardings=[...] are separated by spaces) */
-      const char *ve = v < e && (*v == '[' || *v == '{') ? cf_hlo_past(v, e) : value_end(v, e);
+      const char *ve = v < e && (*v == '[' || *v == '{') ? cf_sh_past(s, v, e) : value_end(s, v, e);
       while (ve > v && is_space(ve[-1]))
         ve--;
       *val = (cf_span){v, (size_t)(ve - v)};
@@ -213,9 +274,9 @@ cf_status cf_sh_collect_uses(sh_reader *s, int line, const char *p, const char *
                              const char ***out, int *n, int *cap) {
   while (p < e) {
     if (*p == '"') {
-      p = cf_hlo_past(p, e);
+      p = cf_sh_past(s, p, e);
     } else if (*p == '{' && !deep) {
-      p = cf_hlo_past(p, e);
+      p = cf_sh_past(s, p, e);
     } else if (*p == '%') {
       cf_span u;
       const char *q = cf_sh_read_use(p, e, &u);
@@ -243,9 +304,9 @@ cf_status cf_sh_collect_uses(sh_reader *s, int line, const char *p, const char *
 
 /* The end of the types at p: the end, or a region or keyword after them
  * (stablehlo.while's `cond {...} do {...}`). */
-const char *cf_sh_types_end(const char *p, const char *e) {
+const char *cf_sh_types_end(const sh_reader *s, const char *p, const char *e) {
   int angle = 0;
-  for (const char *q = p; q < e; q = cf_sh_step(q, e)) {
+  for (const char *q = p; q < e; q = cf_sh_step(s, q, e)) {
     if (*q == '<') angle++;
     if (*q == '>' && angle && q[-1] != '-') angle--;
     if (angle) continue;

@@ -431,31 +431,32 @@ static cf_status parse(const char *text, cf_graph **g) {
  * as a product and a+1 as a sum when the root op alone decided. */
 static void test_reducers(void **state) {
   (void)state;
-  const char *text =
-      HDR "sq {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  s = f32[] add(a, b)\n"
-          "  ROOT m = f32[] multiply(s, s)\n}\n"
-          "inc {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  one = f32[] constant(1)\n"
-          "  ROOT s = f32[] add(a, one)\n}\n"
-          "twice {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, a)\n}\n"
-          "extra {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  one = f32[] constant(1)\n"
-          "  ROOT s = f32[] add(a, b)\n}\n"
-          "swapped {\n  b = f32[] parameter(1)\n  ROOT m = f32[] maximum(b, a)\n"
-          "  a = f32[] parameter(0)\n}\n"
-          "ENTRY e {\n  p = f32[4] parameter(0)\n"
-          "  sq = f32[4] all-reduce(p), replica_groups={}, channel_id=1, use_global_device_ids=true, "
-          "to_apply=sq\n"
-          "  inc = f32[4] all-reduce(p), replica_groups={}, channel_id=1, use_global_device_ids=true, "
-          "to_apply=inc\n"
-          "  twice = f32[4] all-reduce-start(p), replica_groups={}, channel_id=1, "
-          "use_global_device_ids=true, to_apply=twice\n"
-          "  extra = f32[4] all-reduce(p), replica_groups={}, channel_id=1, use_global_device_ids=true, "
-          "to_apply=extra\n"
-          "  rs = f32[1] reduce-scatter(p), replica_groups={}, channel_id=1, "
-          "use_global_device_ids=true, dimensions={0}, to_apply=sq\n"
-          "  swapped = f32[4] all-reduce(p), replica_groups={}, channel_id=1, "
-          "use_global_device_ids=true, to_apply=swapped\n"
-          "  ROOT t = (f32[4], f32[4], f32[4], f32[4], f32[1], f32[4]) tuple(sq, inc, twice, extra, "
-          "rs, swapped)\n}\n";
+  const char *text = HDR
+      "sq {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  s = f32[] add(a, b)\n"
+      "  ROOT m = f32[] multiply(s, s)\n}\n"
+      "inc {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  one = f32[] constant(1)\n"
+      "  ROOT s = f32[] add(a, one)\n}\n"
+      "twice {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, a)\n}\n"
+      "extra {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  one = f32[] constant(1)\n"
+      "  ROOT s = f32[] add(a, b)\n}\n"
+      "swapped {\n  b = f32[] parameter(1)\n  ROOT m = f32[] maximum(b, a)\n"
+      "  a = f32[] parameter(0)\n}\n"
+      "ENTRY e {\n  p = f32[4] parameter(0)\n"
+      "  sq = f32[4] all-reduce(p), replica_groups={}, channel_id=1, use_global_device_ids=true, "
+      "to_apply=sq\n"
+      "  inc = f32[4] all-reduce(p), replica_groups={}, channel_id=1, use_global_device_ids=true, "
+      "to_apply=inc\n"
+      "  twice = f32[4] all-reduce-start(p), replica_groups={}, channel_id=1, "
+      "use_global_device_ids=true, to_apply=twice\n"
+      "  extra = f32[4] all-reduce(p), replica_groups={}, channel_id=1, "
+      "use_global_device_ids=true, "
+      "to_apply=extra\n"
+      "  rs = f32[1] reduce-scatter(p), replica_groups={}, channel_id=1, "
+      "use_global_device_ids=true, dimensions={0}, to_apply=sq\n"
+      "  swapped = f32[4] all-reduce(p), replica_groups={}, channel_id=1, "
+      "use_global_device_ids=true, to_apply=swapped\n"
+      "  ROOT t = (f32[4], f32[4], f32[4], f32[4], f32[1], f32[4]) tuple(sq, inc, twice, extra, "
+      "rs, swapped)\n}\n";
   cf_graph *g = NULL;
   if (parse(text, &g)) fail_msg("%s", cf_context_errmsg(ctx));
   static const struct {

@@ -59,8 +59,9 @@ static void test_alltoall(void **state) {
 static void test_alltoallv_overflow(void **state) {
   (void)state;
   static const char *const cases[][3] = {
-      {"4611686018427387904", "[0, 4611686018427387904, -9223372036854775808, "
-                              "-4611686018427387904]",
+      {"4611686018427387904",
+       "[0, 4611686018427387904, -9223372036854775808, "
+       "-4611686018427387904]",
        "dim { size: 8 } dim { size: 2 }"},
       {"0", "0", "dim { size: 0 } dim { size: 4294967296 } dim { size: 4294967296 }"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -83,8 +84,9 @@ static void test_alltoallv_overflow(void **state) {
     cf_graph *g = NULL;
     cf_status st = cf_graph_parse(ctx, "t.pbtxt", text, strlen(text), &g);
     if (i == 1) { /* the verifier refuses the shape after the reader looked at it */
-      ASSERT_ERR(st, CF_ERR_INVALID, "t.pbtxt:1: error: node 'x': shape '0,4294967296,4294967296' "
-                                     "has too many elements");
+      ASSERT_ERR(st, CF_ERR_INVALID,
+                 "t.pbtxt:1: error: node 'x': shape '0,4294967296,4294967296' "
+                 "has too many elements");
       continue;
     }
     if (st) fail_msg("case %zu: %s", i, cf_context_errmsg(ctx));

@@ -382,30 +382,36 @@ static void test_sniff(void **state) {
  * HLO: (a+b)*(a+b) and a+1 are Opaque, not a product and a sum. */
 static void test_reducers(void **state) {
   (void)state;
-#define REGION(ops, ret)                                                                           \
-  "({\n  ^bb0(%x: tensor<f32>, %y: tensor<f32>):\n" ops "    stablehlo.return " ret               \
-  " : tensor<f32>\n  })"
-#define AR(name, region)                                                                           \
-  "  %" name " = \"stablehlo.all_reduce\"(%a) <{replica_groups = dense<[[0, 1]]> : "               \
-  "tensor<1x2xi64>}> " region " : (tensor<4xf32>) -> tensor<4xf32>\n"
-  const char *text =
-      "func.func @main(%a: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, "
-      "tensor<2xf32>) {\n" AR("sq", REGION("    %s = stablehlo.add %x, %y : tensor<f32>\n"
-                                           "    %m = stablehlo.multiply %s, %s : tensor<f32>\n",
-                                           "%m"))
-          AR("inc", REGION("    %c = stablehlo.constant dense<1.0> : tensor<f32>\n"
-                           "    %s = stablehlo.add %x, %c : tensor<f32>\n",
-                           "%s"))
-              AR("swapped", REGION("    %s = stablehlo.minimum %y, %x : tensor<f32>\n", "%s"))
-      "  %rs = \"stablehlo.reduce_scatter\"(%a) <{replica_groups = dense<[[0, 1]]> : "
-      "tensor<1x2xi64>, scatter_dimension = 0 : i64}> " REGION(
-          "    %s = stablehlo.add %x, %y : tensor<f32>\n    %m = stablehlo.multiply %s, %s : "
-          "tensor<f32>\n",
-          "%m") " : (tensor<4xf32>) -> tensor<2xf32>\n"
-                "  return %sq, %inc, %swapped, %rs : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, "
-                "tensor<2xf32>\n}\n";
-#undef AR
-#undef REGION
+  static const char *const ops[][3] = {
+      /* name, op, reducer body */
+      {"sq", "all_reduce",
+       "    %s = stablehlo.add %x, %y : tensor<f32>\n"
+       "    %m = stablehlo.multiply %s, %s : tensor<f32>\n    stablehlo.return %m : tensor<f32>\n"},
+      {"inc", "all_reduce",
+       "    %c = stablehlo.constant dense<1.0> : tensor<f32>\n"
+       "    %s = stablehlo.add %x, %c : tensor<f32>\n    stablehlo.return %s : tensor<f32>\n"},
+      {"swapped", "all_reduce",
+       "    %s = stablehlo.minimum %y, %x : tensor<f32>\n    stablehlo.return %s : tensor<f32>\n"},
+      {"rs", "reduce_scatter",
+       "    %s = stablehlo.add %x, %y : tensor<f32>\n"
+       "    %m = stablehlo.multiply %s, %s : tensor<f32>\n    stablehlo.return %m : tensor<f32>\n"},
+  };
+  char text[4096];
+  size_t o = (size_t)snprintf(text, sizeof text,
+                              "func.func @main(%%a: tensor<4xf32>) -> (tensor<4xf32>, "
+                              "tensor<4xf32>, tensor<4xf32>, tensor<2xf32>) {\n");
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    bool rs = !strcmp(ops[i][1], "reduce_scatter");
+    o += (size_t)snprintf(text + o, sizeof text - o,
+                          "  %%%s = \"stablehlo.%s\"(%%a) <{replica_groups = dense<[[0, 1]]> : "
+                          "tensor<1x2xi64>%s}> ({\n  ^bb0(%%x: tensor<f32>, %%y: tensor<f32>):\n"
+                          "%s  }) : (tensor<4xf32>) -> tensor<%dxf32>\n",
+                          ops[i][0], ops[i][1], rs ? ", scatter_dimension = 0 : i64" : "",
+                          ops[i][2], rs ? 2 : 4);
+  }
+  snprintf(text + o, sizeof text - o,
+           "  return %%sq, %%inc, %%swapped, %%rs : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, "
+           "tensor<2xf32>\n}\n");
   cf_graph *g = parse("t.mlir", text);
   assert_int_equal(node(g, "sq")->op, CF_OP_OPAQUE);
   assert_string_equal(type_of(node(g, "sq")),
@@ -431,9 +437,9 @@ static void test_many_meshes(void **state) {
   snprintf(text + o, sizeof text - o,
            "func.func @main(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
            "  %%0 = sdy.manual_computation(%%a) in_shardings=[<@m39, [{\"x\"}]>] "
-                    "out_shardings=[<@m39, [{\"x\"}]>] manual_axes={\"x\"} (%%b: tensor<1xf32>) {\n"
-                    "    sdy.return %%b : tensor<1xf32>\n  } : (tensor<4xf32>) -> tensor<4xf32>\n"
-                    "  return %%0 : tensor<4xf32>\n}\n");
+           "out_shardings=[<@m39, [{\"x\"}]>] manual_axes={\"x\"} (%%b: tensor<1xf32>) {\n"
+           "    sdy.return %%b : tensor<1xf32>\n  } : (tensor<4xf32>) -> tensor<4xf32>\n"
+           "  return %%0 : tensor<4xf32>\n}\n");
   cf_graph *g = parse("t.mlir", text);
   const cf_node *x = node(g, "0.local0");
   assert_int_equal(x->op, CF_OP_SHARD);
