@@ -78,9 +78,39 @@ static cf_status set_operands(sh_reader *s, hinstr *in, const char *p, const cha
   return st;
 }
 
+/* What a body returns: its values' types are checked against want when
+ * check (a function's declared results); n and line say how many values
+ * its return gives, and where. */
+typedef struct body_ret {
+  const hshape *want;
+  int n_want;
+  bool check;
+  int n, line; /* out */
+} body_ret;
+
+/* The values computation c returns (n of them, as parse_body builds it: the
+ * root, or the root tuple's operands) against the types want[0..n_want);
+ * errors name line and who. */
+static cf_status check_results(sh_reader *s, const hcomp *c, int n, int line, const char *who,
+                               const hshape *want, int n_want) {
+  if (n != n_want)
+    return cf_hlo_fail(s->r, line, "%s returns %d value%s but declares %d", who, n,
+                       n == 1 ? "" : "s", n_want);
+  for (int i = 0; i < n; i++) {
+    const hinstr *root = &c->ins[c->root];
+    int k = n == 1 ? c->root : cf_hlo_map_find(&c->map, root->opnd[i]);
+    char a[200], b[200];
+    if (k >= 0 && !cf_sh_type_equal(&c->ins[k].shape, &want[i])) /* (undefined: evaluator) */
+      return cf_hlo_fail(s->r, line, "%s: result %d ('%%%s') is %s but %s is declared", who, i,
+                         c->ins[k].name, cf_sh_type_text(&c->ins[k].shape, a, sizeof a),
+                         cf_sh_type_text(&want[i], b, sizeof b));
+  }
+  return CF_OK;
+}
+
 static cf_status parse_body(sh_reader *s, const char *name, int line, const char *bs,
                             const char *be, int body_line, const char *args, const char *args_e,
-                            int *out);
+                            body_ret *br, int *out);
 
 /* A region `{ ^bb0(%a: T, ...): ops; stablehlo.return %x }` at p as a new
  * computation; its name (for to_apply) in *name. */
@@ -104,7 +134,7 @@ static cf_status region_comp(sh_reader *s, const char *p, const char *e, int lin
   snprintf(nm, sizeof nm, "region-line-%d", line); /* '-': no MLIR symbol */
   if (!(*name = str(s, nm, strlen(nm)))) return cf_hlo_oom(s->r, line);
   int idx;
-  return parse_body(s, *name, line, bs, be, body_line, args, args_e, &idx);
+  return parse_body(s, *name, line, bs, be, body_line, args, args_e, NULL, &idx);
 }
 
 /* Results: "%0" or "%0:3"; *n is the count. */
@@ -297,19 +327,34 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
   snprintf(nm, sizeof nm, "sdy.manual_computation-line-%d", line); /* '-': no MLIR symbol */
   const char *body_name = str(s, nm, strlen(nm));
   if (!body_name) return cf_hlo_oom(r, line);
+  if (!is_list(ins) || !is_list(outs))
+    return cf_hlo_fail(r, line,
+                       "sdy.manual_computation: in_shardings and out_shardings are lists "
+                       "'[<@mesh, [...]>, ...]'");
+  /* the body returns each result's local type: out_shardings cut the global one */
+  hshape *local_out = cf_arena_array(&r->scratch, (size_t)n_res + 1, sizeof *local_out);
+  if (!local_out) return cf_hlo_oom(r, line);
+  const char *sp = outs.p + 1, *se = outs.p + outs.n - 1; /* inside [...] */
+  for (int i = 0; i < n_res; i++) {
+    cf_span one;
+    bool have = next_entry(s, &sp, se, &one);
+    local_out[i] = g->out[i];
+    if (g->out[i].n >= 0) continue;
+    if (!have)
+      return cf_hlo_fail(r, line, "sdy.manual_computation: out_shardings has fewer than %d entries",
+                         n_res);
+    if ((st = cf_sh_local_shape(s, one, manual, &g->out[i].s, line, &local_out[i].s))) return st;
+  }
   const char *aend = cf_sh_past(s, args, colon) - 1;
+  body_ret br = {.want = local_out, .n_want = n_res}; /* checked below, after the operands */
   if ((st = parse_body(s, body_name, line, body + 1, cf_sh_past(s, body, colon) - 1,
-                       line + cf_sh_count_nl(s, p, body + 1), args + 1, aend, &bidx)))
+                       line + cf_sh_count_nl(s, p, body + 1), args + 1, aend, &br, &bidx)))
     return st;
   hcomp *bc = &s->comps[bidx];
   /* operands to local shapes */
   const char **callargs = cf_arena_array(&r->scratch, (size_t)tmp.n_opnd + 1, sizeof *callargs);
   if (!callargs) return cf_hlo_oom(r, line);
-  if (!is_list(ins) || !is_list(outs))
-    return cf_hlo_fail(r, line,
-                       "sdy.manual_computation: in_shardings and out_shardings are lists "
-                       "'[<@mesh, [...]>, ...]'");
-  const char *sp = ins.p + 1, *se = ins.p + ins.n - 1; /* inside [...] */
+  sp = ins.p + 1, se = ins.p + ins.n - 1;
   for (int i = 0; i < tmp.n_opnd; i++) {
     cf_span one;
     if (!next_entry(s, &sp, se, &one))
@@ -333,6 +378,8 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
       return st;
     callargs[i] = ln;
   }
+  if ((st = check_results(s, bc, br.n, br.line, "sdy.manual_computation body", local_out, n_res)))
+    return st;
   hinstr *call = ibuf_add(s, b, line);
   if (!call) return CF_ERR_NO_MEMORY;
   const char *cn = sh_name(s, base, ".body", 0);
@@ -344,8 +391,6 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
   call->n_opnd = tmp.n_opnd;
   if ((st = set_attrs(s, call, 1, kv))) return st;
   /* results back to global shapes */
-  sp = outs.p + 1;
-  se = outs.p + outs.n - 1;
   for (int i = 0; i < n_res; i++) {
     const char *src = cn, *dst = base;
     if (n_res > 1) {
@@ -363,16 +408,7 @@ static cf_status manual_computation(sh_reader *s, ibuf *b, const char *base, int
       gte->n_opnd = 1;
       if ((st = set_attrs(s, gte, 1, gkv))) return st;
     }
-    cf_span one;
-    bool split = false, have = next_entry(s, &sp, se, &one);
-    if (g->out[i].n < 0) {
-      cf_shape local;
-      if (!have)
-        return cf_hlo_fail(
-            r, line, "sdy.manual_computation: out_shardings has fewer than %d entries", n_res);
-      if ((st = cf_sh_local_shape(s, one, manual, &g->out[i].s, line, &local))) return st;
-      split = !cf_shape_equal(&local, &g->out[i].s);
-    }
+    bool split = !cf_shape_equal(&local_out[i].s, &g->out[i].s);
     if ((st = custom_call(s, b, dst, src, split ? "\"xla.sdy.LocalToGlobalShape\"" : "\"Sharding\"",
                           &g->out[i], (cf_span){NULL, 0}, line)))
       return st;
@@ -715,9 +751,12 @@ static bool is_return(const char *p, const char *e) {
          cf_sh_word_at(p, e, "sdy.return");
 }
 
+/* The ops of a body [bs, be) (and its arguments [args, args_e) when args)
+ * as a new computation, its index in *out; ret (NULL: none) says what it
+ * returns and checks that. */
 static cf_status parse_body(sh_reader *s, const char *name, int line, const char *bs,
                             const char *be, int body_line, const char *args, const char *args_e,
-                            int *out) {
+                            body_ret *br, int *out) {
   hlo_reader *r = s->r;
   char who[CF_MAX_NAME + 32]; /* "function 'f'", or "region" */
   if (strstr(name, "-line-")) /* a region, named where it is */
@@ -801,6 +840,11 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
   } else if (!st) {
     c.root = c.n_ins - 1;
   }
+  if (!st && br) {
+    br->n = n_ret;
+    br->line = ret_line;
+    if (br->check) st = check_results(s, &c, n_ret, ret_line, who, br->want, br->n_want);
+  }
   if (!st) st = add_captures(s, &c, &b);
   if (!st && s->n_comps == s->cap_comps) {
     int cap = s->cap_comps ? 2 * s->cap_comps : 8;
@@ -857,8 +901,20 @@ static cf_status parse_func(sh_reader *s, const char *p, const char *e, int line
     if (*t == '{') body = t;
   if (!body || cf_hlo_skip(cf_sh_past(s, body, e), e) != e)
     return cf_hlo_fail(r, line, "function '%s': expected a body '{ ... }'", name);
+  /* -> T, or -> (T {attrs}, ...), then maybe `attributes {...}` */
+  hshape *res = NULL;
+  int n_res = 0;
+  const char *t = cf_hlo_skip(ae, body);
+  if (body - t >= 2 && t[0] == '-' && t[1] == '>') {
+    t = cf_hlo_skip(t + 2, body);
+    cf_status st = t < body && *t == '('
+                       ? cf_sh_type_list(s, t + 1, cf_sh_past(s, t, body) - 1, line, &res, &n_res)
+                       : cf_sh_type_list(s, t, cf_sh_types_end(s, t, body), line, &res, &n_res);
+    if (st) return st;
+  }
+  body_ret br = {.want = res, .n_want = n_res, .check = true};
   return parse_body(s, name, line, body + 1, cf_sh_past(s, body, e) - 1,
-                    line + cf_sh_count_nl(s, p, body + 1), q + 1, ae - 1, idx);
+                    line + cf_sh_count_nl(s, p, body + 1), q + 1, ae - 1, &br, idx);
 }
 
 static cf_status module_attrs(sh_reader *s, const char *p, const char *e, int line) {

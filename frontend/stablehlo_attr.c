@@ -215,6 +215,31 @@ cf_status cf_sh_type_list(sh_reader *s, const char *p, const char *e, int line, 
   }
 }
 
+bool cf_sh_type_equal(const hshape *a, const hshape *b) {
+  if (a->n != b->n) return false;
+  for (int i = 0; i < a->n; i++)
+    if (!cf_sh_type_equal(&a->elem[i], &b->elem[i])) return false;
+  return a->n >= 0 || (a->dt == b->dt && a->exact == b->exact && cf_shape_equal(&a->s, &b->s));
+}
+
+const char *cf_sh_type_text(const hshape *t, char *buf, size_t len) {
+  if (t->n >= 0) {
+    snprintf(buf, len, "a tuple of %d", t->n);
+    return buf;
+  }
+  const char *name = cf_dtype_name(t->dt); /* a stand-in's, when no name has it */
+  for (size_t k = 0; k < sizeof sh_types / sizeof sh_types[0]; k++)
+    if (sh_types[k].dt == t->dt && sh_types[k].exact == t->exact) {
+      name = sh_types[k].name;
+      break;
+    }
+  size_t o = (size_t)snprintf(buf, len, "tensor<");
+  for (int d = 0; d < t->s.rank && o < len; d++)
+    o += (size_t)snprintf(buf + o, len - o, "%lldx", (long long)t->s.dims[d]);
+  if (o < len) snprintf(buf + o, len - o, "%s>", name);
+  return buf;
+}
+
 /* ------------------------------------------------------------------ */
 /* dense<...> literals                                                */
 

@@ -71,6 +71,10 @@ const char *cf_sh_types_end(const sh_reader *s, const char *p, const char *e);
 /* A type at *pp: tensor<...>, tuple<...>, !stablehlo.token or a bare
  * element type; *pp moves past it. */
 cf_status cf_sh_type(sh_reader *s, const char **pp, const char *e, int line, hshape *out);
+/* Whether a and b are one type (tuples element by element). */
+bool cf_sh_type_equal(const hshape *a, const hshape *b);
+/* t as text for messages (tensor<4x8xf32>, "a tuple of 2") in buf. */
+const char *cf_sh_type_text(const hshape *t, char *buf, size_t len);
 /* A comma list of types (a function type's side, without parentheses). */
 cf_status cf_sh_type_list(sh_reader *s, const char *p, const char *e, int line, hshape **out,
                           int *n);

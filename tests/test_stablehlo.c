@@ -568,6 +568,26 @@ static const cf_bad_input bad_modules[] = {
      "%b : tensor<2x2xf32>\n  } : (tensor<4x4xf32>) -> tensor<4x4xf32>\n  return %0 : "
      "tensor<4x4xf32>\n}\n",
      "t.mlir:3: error: sharding: axis 'x' used twice"},
+    /* result types are those of the returned values */
+    {"func.func @main(%a: tensor<4xf32>) -> tensor<8xi32> {\n  return %a : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: function 'main': result 0 ('%a') is tensor<4xf32> but tensor<8xi32> is "
+     "declared"},
+    {FN "  return %a : tensor<4xf32>\n}\nfunc.func private @f(%a: tensor<4xf32>) -> "
+        "(tensor<4xf32>, tensor<4xf32> {jax.result_info = \"x\"}) {\n  %0 = stablehlo.add %a, %a "
+        ": tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:6: error: function 'f' returns 1 value but declares 2"},
+    {FN "  %0:2 = func.call @f(%a) : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xi32>)\n"
+        "  return %0#0 : tensor<4xf32>\n}\nfunc.func private @f(%a: tensor<4xf32>) -> "
+        "(tensor<4xf32>, tensor<4xi32>) {\n  return %a, %a : tensor<4xf32>, tensor<4xf32>\n}\n",
+     "t.mlir:6: error: function 'f': result 1 ('%a') is tensor<4xf32> but tensor<4xi32> is "
+     "declared"},
+    {"sdy.mesh @m = <[\"x\"=2]>\n" FN
+     "  %0 = sdy.manual_computation(%a) in_shardings=[<@m, [{\"x\"}]>] out_shardings=[<@m, "
+     "[{\"x\"}]>] manual_axes={\"x\"} (%b: tensor<2xf32>) {\n    %c = stablehlo.convert %b : "
+     "(tensor<2xf32>) -> tensor<2xi32>\n    sdy.return %c : tensor<2xi32>\n  } : (tensor<4xf32>) "
+     "-> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:5: error: sdy.manual_computation body: result 0 ('%c') is tensor<2xi32> but "
+     "tensor<2xf32> is declared"},
     {"module attributes {mhlo.num_partitions = 0 : i32} {\n" FN
      "  return %a : tensor<4xf32>\n}\n}\n",
      "t.mlir:1: error: module: mhlo.num_partitions = '0 : i32' must be an integer in 1..256"},
