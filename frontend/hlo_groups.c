@@ -60,7 +60,11 @@ static cf_status rg_explicit(hlo_reader *r, const hinstr *in, const char *p, con
     if (p < e && *p == '}') RG_FAIL("instruction '%s': replica_groups: an empty group", in->name);
     for (;;) {
       int64_t id;
-      if (!cf_hlo_read_int(&p, e, CF_MAX_WORLD - 1, &id))
+      cf_span num = cf_hlo_number_at(p, e);
+      if (num.n && !cf_hlo_read_int(&p, e, CF_MAX_WORLD - 1, &id))
+        RG_FAIL("instruction '%s': replica_groups: device id %s is not in 0..%d", in->name,
+                CF_SPAN_QUOTE(num), CF_MAX_WORLD - 1);
+      if (!num.n)
         RG_FAIL("instruction '%s': replica_groups: expected a device id in 0..%d", in->name,
                 CF_MAX_WORLD - 1);
       if (g->ids.n >= CF_MAX_WORLD)

@@ -200,6 +200,9 @@ cf_status cf_hlo_scan_stmt(hlo_reader *r, const char *p, const char *e, int *lin
 const char *cf_hlo_read_name(const char *p, const char *e, cf_span *out);
 bool cf_hlo_word_at(const char *p, const char *e, const char *w);
 bool cf_hlo_read_int(const char **pp, const char *e, int64_t max, int64_t *out);
+/* The number at p as written (digits, maybe after '-'), for messages; empty
+ * when p holds none. */
+cf_span cf_hlo_number_at(const char *p, const char *e);
 const char *cf_hlo_int_list(const char *p, const char *e, char close, int64_t hi, int64_t *v,
                             int max, int *n);
 /* The instruction's attribute key, NULL when absent. */

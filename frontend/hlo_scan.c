@@ -205,6 +205,13 @@ bool cf_hlo_read_int(const char **pp, const char *e, int64_t max, int64_t *out) 
   return true;
 }
 
+cf_span cf_hlo_number_at(const char *p, const char *e) {
+  const char *q = p < e && *p == '-' ? p + 1 : p;
+  while (q < e && isdigit((unsigned char)*q))
+    q++;
+  return q > p && isdigit((unsigned char)q[-1]) ? (cf_span){p, (size_t)(q - p)} : (cf_span){p, 0};
+}
+
 /* A list of at most max integers in 0..hi between the bracket at p and
  * close ("[2,4]", "T(1,0)", "{0}"): the position past close, NULL when
  * malformed. */

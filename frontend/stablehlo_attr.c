@@ -563,12 +563,13 @@ static cf_status groups_mesh_axes(sh_reader *s, hinstr *in, const char *p, const
   return CF_OK;
 }
 
-/* dense<[[0, 1], [2, 3]]> : tensor<2x2xi64> (-1 pads groups of fewer devices) */
+/* dense<[[0, 1], [2, 3]]> : tensor<2x2xi64> (-1 pads groups of fewer
+ * devices); what names the attribute in messages. */
 static cf_status groups_dense(sh_reader *s, hinstr *in, const char *p, const char *e, int max_ids,
-                              hrg *out) {
+                              const char *what, hrg *out) {
   hlo_reader *r = s->r;
   const char *close = cf_sh_find_top(s, p + 6, e, '>');
-  if (!close) return cf_hlo_fail(r, in->line, "op '%s': unterminated replica_groups", in->name);
+  if (!close) return cf_hlo_fail(r, in->line, "op '%s': unterminated %s", in->name, what);
   p = cf_hlo_skip(p + 6, close);
   if (p == close) { /* dense<>: every device */
     out->all = true;
@@ -583,17 +584,21 @@ static cf_status groups_dense(sh_reader *s, hinstr *in, const char *p, const cha
   int n = 0, g = 0;
   off[0] = 0;
   if (p >= close || *p != '[' || (p = cf_hlo_skip(p + 1, close)) >= close || *p != '[')
-    return cf_hlo_fail(r, in->line, "op '%s': replica_groups: expected dense<[[ids], ...]>",
-                       in->name);
+    return cf_hlo_fail(r, in->line, "op '%s': %s: expected dense<[[ids], ...]>", in->name, what);
   for (;;) {
     p = cf_hlo_skip(p + 1, close); /* past '[' */
     while (p < close && *p != ']') {
       int64_t id;
+      cf_span num = cf_hlo_number_at(p, close);
       bool neg = *p == '-';
       if (neg) p++;
-      if (!cf_hlo_read_int(&p, close, neg ? 1 : CF_MAX_WORLD - 1, &id) || (neg && id != 1))
-        return cf_hlo_fail(r, in->line, "op '%s': replica_groups: expected a device id in 0..%d",
-                           in->name, CF_MAX_WORLD - 1);
+      if (!cf_hlo_read_int(&p, close, neg ? 1 : CF_MAX_WORLD - 1, &id) || (neg && id != 1)) {
+        if (num.n)
+          return cf_hlo_fail(r, in->line, "op '%s': %s: device id %s is not in 0..%d", in->name,
+                             what, CF_SPAN_QUOTE(num), CF_MAX_WORLD - 1);
+        return cf_hlo_fail(r, in->line, "op '%s': %s: expected a device id in 0..%d", in->name,
+                           what, CF_MAX_WORLD - 1);
+      }
       if (!neg) {
         if ((size_t)n >= cap || n >= max_ids)
           return cf_hlo_fail(r, in->line, "op '%s': more than %d device ids", in->name, max_ids);
@@ -603,8 +608,7 @@ static cf_status groups_dense(sh_reader *s, hinstr *in, const char *p, const cha
       if (p < close && *p == ',') p = cf_hlo_skip(p + 1, close);
     }
     if (p >= close) break;
-    if (n == off[g])
-      return cf_hlo_fail(r, in->line, "op '%s': replica_groups: an empty group", in->name);
+    if (n == off[g]) return cf_hlo_fail(r, in->line, "op '%s': %s: an empty group", in->name, what);
     off[++g] = n;
     p = cf_hlo_skip(p + 1, close);
     if (p < close && *p == ',') p = cf_hlo_skip(p + 1, close);
@@ -617,8 +621,7 @@ static cf_status groups_dense(sh_reader *s, hinstr *in, const char *p, const cha
     }
     break;
   }
-  return cf_hlo_fail(r, in->line, "op '%s': replica_groups: expected dense<[[ids], ...]>",
-                     in->name);
+  return cf_hlo_fail(r, in->line, "op '%s': %s: expected dense<[[ids], ...]>", in->name, what);
 }
 
 cf_status cf_sh_groups(sh_reader *s, hinstr *in, cf_span val) {
@@ -627,7 +630,7 @@ cf_status cf_sh_groups(sh_reader *s, hinstr *in, cf_span val) {
   const char *p = val.p, *e = val.p + val.n;
   cf_status st;
   if (e - p >= 6 && !memcmp(p, "dense<", 6))
-    st = groups_dense(s, in, p, e, CF_MAX_WORLD, g);
+    st = groups_dense(s, in, p, e, CF_MAX_WORLD, "replica_groups", g);
   else if (e - p > 35 && !memcmp(p, "#stablehlo.replica_group_mesh_axes<", 35))
     st = groups_mesh_axes(s, in, p, e, g);
   else
@@ -646,7 +649,7 @@ cf_status cf_sh_pairs(sh_reader *s, hinstr *in, cf_span val) {
     return cf_hlo_fail(r, in->line, "op '%s': source_target_pairs: expected dense<[[s, t], ...]>",
                        in->name);
   memset(&g, 0, sizeof g);
-  if ((st = groups_dense(s, in, p, e, 2 * CF_MAX_WORLD, &g))) return st; /* pairs */
+  if ((st = groups_dense(s, in, p, e, 2 * CF_MAX_WORLD, "source_target_pairs", &g))) return st;
   size_t cap = (size_t)g.n_sub * 24 + 1, o = 0;
   char *text = cf_arena_alloc(&r->scratch, cap);
   if (!text) return cf_hlo_oom(r, in->line);

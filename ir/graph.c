@@ -573,14 +573,20 @@ static const char *skip_space(const char *s) {
   return s;
 }
 
-/* A rank of a pair: digits, 0..n-1. */
+/* A rank of a pair: digits, 0..n-1. A rank out of range is named as
+ * written (clamping it to CF_MAX_WORLD + 1 made 4294967297 "rank 257"). */
 static bool pair_rank(const char **p, int n, int *out, char *why, size_t len) {
-  const char *s = skip_space(*p);
+  const char *s = skip_space(*p), *digits = s;
   long v = 0;
   if (*s < '0' || *s > '9') return snprintf(why, len, "a rank number expected"), false;
   for (; *s >= '0' && *s <= '9'; s++)
     if ((v = v * 10 + (*s - '0')) > CF_MAX_WORLD) v = CF_MAX_WORLD + 1;
-  if (v >= n) return snprintf(why, len, "rank %ld is outside the group's %d ranks", v, n), false;
+  if (v >= n) {
+    int w = s - digits > 40 ? 40 : (int)(s - digits);
+    snprintf(why, len, "rank %.*s%s is outside the group's %d ranks", w, digits,
+             s - digits > w ? "..." : "", n);
+    return false;
+  }
   *out = (int)v;
   *p = skip_space(s);
   return true;

@@ -661,8 +661,9 @@ static const cf_bad_input bad_modules[] = {
     {HDR "ENTRY e {\n  p = f32[6] parameter(0)\n  ROOT a = f32[6] all-to-all(p), channel_id=1, "
          "replica_groups={{0,1,2,3}}, dimensions={0}\n}\n",
      "t.hlo:4: error: node 'a': dim 0 (6) is not divisible by split_count=4"},
-    {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT a = (f32[8], f32[8], f32[8]) all-to-all(p, p, "
-         "p), channel_id=1, replica_groups={{0,1,2,3}}\n}\n",
+    {HDR
+     "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT a = (f32[8], f32[8], f32[8]) all-to-all(p, p, "
+     "p), channel_id=1, replica_groups={{0,1,2,3}}\n}\n",
      "t.hlo:4: error: node 'a': AllToAll with 3 operands (the tuple form) needs one per rank: the "
      "group has 4 ranks"},
     {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT c = f32[8] collective-permute(p), "
@@ -673,7 +674,18 @@ static const cf_bad_input bad_modules[] = {
      "t.hlo:4: error: instruction 'c': source_target_pairs: rank 0 is a source twice"},
     {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT c = f32[8] collective-permute(p), "
          "channel_id=1, source_target_pairs={{0,7}}\n}\n",
-     "t.hlo:4: error: node 'c': source_target_pairs='{{0,7}}': rank 7 is outside the group's 4 ranks"},
+     "t.hlo:4: error: node 'c': source_target_pairs='{{0,7}}': rank 7 is outside the group's 4 "
+     "ranks"},
+    /* numbers out of range are named as written (the pair's was "rank 257") */
+    {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT c = f32[8] collective-permute(p), "
+         "channel_id=1, source_target_pairs={{0,4294967297}}\n}\n",
+     "t.hlo:4: error: instruction 'c': source_target_pairs: rank 4294967297 is outside the group's "
+     "256 ranks"},
+    {HDR SUM "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT a = f32[8] all-reduce(p), channel_id=1, "
+             "use_global_device_ids=true, replica_groups={{0,18446744073709551617}}, "
+             "to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': replica_groups: device id 18446744073709551617 is not in "
+     "0..255"},
     /* the IR checks the declared types: gathering 4 ranks cannot give 6 rows */
     {HDR "ENTRY e {\n  p = f32[2] parameter(0)\n  ROOT a = f32[6] all-gather(p), channel_id=1, "
          "use_global_device_ids=true, replica_groups={{0,1,2,3}}, dimensions={0}\n}\n",

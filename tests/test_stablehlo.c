@@ -541,6 +541,14 @@ static const cf_bad_input bad_modules[] = {
         "2]]> : tensor<1x3xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
         "tensor<4xf32>\n}\n",
      "t.mlir:2: error: op '0': source_target_pairs: every pair is [source, target]"},
+    {FN "  %0 = \"stablehlo.collective_permute\"(%a) <{source_target_pairs = dense<[[0, "
+        "4294967297]]> : tensor<1x2xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
+        "tensor<4xf32>\n}\n",
+     "t.mlir:2: error: op '0': source_target_pairs: device id 4294967297 is not in 0..255"},
+    {FN "  %0 = \"stablehlo.all_gather\"(%a) <{all_gather_dim = 0 : i64, replica_groups = "
+        "dense<[[0, -3]]> : tensor<1x2xi64>}> : (tensor<4xf32>) -> tensor<8xf32>\n  return %a : "
+        "tensor<4xf32>\n}\n",
+     "t.mlir:2: error: op '0': replica_groups: device id -3 is not in 0..255"},
     {FN "  %0 = stablehlo.real %a : (tensor<4xcomplex<complex<f32>>>) -> tensor<4xf32>\n"
         "  return %a : tensor<4xf32>\n}\n",
      "t.mlir:2: error: complex of a complex type"},
