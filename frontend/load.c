@@ -163,6 +163,12 @@ static cf_status parse_raw(cf_context *ctx, const char *name, const char *data, 
   *out = NULL;
   if (!ctx || !name || (!data && size)) return CF_ERR_USAGE;
   cf_clear_error(ctx);
+  /* a UTF-8 byte order mark says nothing the readers need (and hid the
+   * first word from them and from the sniffing): skipped for every format */
+  if (data && size >= 3 && !memcmp(data, "\xEF\xBB\xBF", 3)) {
+    data += 3;
+    size -= 3;
+  }
   reader_fn rd = pick_reader(name, data ? data : "", size);
   if (!rd) {
     char list[128] = "";
