@@ -402,10 +402,10 @@ static void hlo_mesh_axes(sbuf *b, int n) {
 }
 
 /* n shard_map entries, each cutting its own global parameter over one of
- * 16 meshes declared on the module line (looked up, never rescanned) */
-static void hlo_shard_entries(sbuf *b, int n) {
+ * m meshes declared on the module line (entry i over mesh i % m) */
+static void hlo_meshes_used(sbuf *b, int n, int m) {
   put(b, "HloModule m, frontend_attributes={xla.sdy.meshes={");
-  for (int i = 0; i < 16; i++)
+  for (int i = 0; i < m; i++)
     put(b, "%smesh%d = #sdy.mesh<[\"x\"=4, \"y\"=1]>", i ? ", " : "", i);
   put(b, "}}\nENTRY e {\n");
   for (int i = 0; i < n; i++)
@@ -414,27 +414,16 @@ static void hlo_shard_entries(sbuf *b, int n) {
         "  s%d = f32[4] custom-call(p%d), custom_call_target=\"xla.sdy.GlobalToLocalShape\", "
         "frontend_attributes={xla.sdy.in_shardings=\"#sdy.sharding_per_value<[<@mesh%d, "
         "[{\\\"x\\\"}]>]>\"}\n",
-        i, i, i, i, i % 16);
+        i, i, i, i, i % m);
   hlo_root_tuple(b, "s", n);
 }
 
-/* n meshes declared on the module line, and n shard_map entries, each
- * cutting its own parameter over its own mesh (found by name, never
- * rescanned; only 16 meshes were kept) */
-static void hlo_many_meshes(sbuf *b, int n) {
-  put(b, "HloModule m, frontend_attributes={xla.sdy.meshes={");
-  for (int i = 0; i < n; i++)
-    put(b, "%smesh%d = #sdy.mesh<[\"x\"=4, \"y\"=1]>", i ? ", " : "", i);
-  put(b, "}}\nENTRY e {\n");
-  for (int i = 0; i < n; i++)
-    put(b,
-        "  p%d = f32[16] parameter(%d)\n"
-        "  s%d = f32[4] custom-call(p%d), custom_call_target=\"xla.sdy.GlobalToLocalShape\", "
-        "frontend_attributes={xla.sdy.in_shardings=\"#sdy.sharding_per_value<[<@mesh%d, "
-        "[{\\\"x\\\"}]>]>\"}\n",
-        i, i, i, i, i);
-  hlo_root_tuple(b, "s", n);
-}
+/* n entries over 16 meshes (looked up, never rescanned) */
+static void hlo_shard_entries(sbuf *b, int n) { hlo_meshes_used(b, n, 16); }
+
+/* n entries over n meshes, each its own (found by name; only 16 meshes
+ * were kept) */
+static void hlo_many_meshes(sbuf *b, int n) { hlo_meshes_used(b, n, n); }
 
 /* ---- StableHLO ---- */
 
