@@ -63,7 +63,8 @@ static void *work(void *arg) {
   for (int k = 0; k < R * N; k++) {
     ip[k] = in[k];
     op[k] = out[k];
-    for (int x = 0; x < E; x++) in[k][x] = (float)(w->id + k / N);
+    for (int x = 0; x < E; x++)
+      in[k][x] = (float)(w->id + k / N);
   }
   /* odd threads run with their buckets bound: the run plans for them */
   for (int r = 0; w->id % 2 && r < R; r++)
@@ -125,7 +126,8 @@ static void test_threads_share_a_context(void **state) {
     OK(cf_executable_create(g, o, &w[t].e));
     /* one rank fits in 4 KiB, two do not */
     int64_t need = 0;
-    for (int k = 0; k < N; k++) need += 2 * (int64_t)cf_executable_io_bytes(w[t].e, CF_IO_INPUT, (size_t)k);
+    for (int k = 0; k < N; k++)
+      need += 2 * (int64_t)cf_executable_io_bytes(w[t].e, CF_IO_INPUT, (size_t)k);
     char lim[32];
     snprintf(lim, sizeof lim, "%lld", (long long)(need + need / 2));
     OK(cf_options_set(small, "max_memory", lim));

@@ -367,8 +367,7 @@ static void test_full_disk(void **state) {
   DIR *d = opendir(fx->dir);
   assert_non_null(d);
   for (struct dirent *e; (e = readdir(d));)
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-      fail_msg("%s left behind", e->d_name);
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) fail_msg("%s left behind", e->d_name);
   closedir(d);
 }
 
