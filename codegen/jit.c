@@ -7,6 +7,12 @@
  * by), then LLVMOrcLLJITAddObjectFile. So a kernel loaded from the disk
  * cache is byte for byte what a fresh compile would link, and one module
  * per kernel keeps each compile small (well under 50 ms).
+ *
+ * Threads that share a context may plan at the same time (runs of different
+ * executables of one graph build plans for bound buckets or MPI), and a
+ * run's rank contexts borrow the JIT: its slots, disk cache and LLJIT are
+ * used under the JIT's own lock, and the context's codegen_lock covers its
+ * creation.
  */
 #define CF_CODEGEN_INTERNAL
 #include "codegen.h"
@@ -14,10 +20,12 @@
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
 #include <llvm-c/Orc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct cf_jit {
+  pthread_mutex_t lock; /* held while a kernel is looked up, loaded or compiled */
   LLVMOrcLLJITRef jit;
   LLVMTargetMachineRef tm; /* emits the objects, for target */
   cf_codegen_target target;
@@ -45,11 +53,13 @@ static void jit_free(void *p) {
     if (e) LLVMConsumeError(e);
   }
   if (J->tm) LLVMDisposeTargetMachine(J->tm);
+  pthread_mutex_destroy(&J->lock);
   free(J);
 }
 
-/* ctx's JIT state, created on first use for target t (NULL: the host). */
-static cf_status jit_get(cf_context *ctx, const cf_codegen_target *t, cf_jit **out) {
+/* ctx's JIT state, created on first use for target t (NULL: the host);
+ * called with ctx->codegen_lock held. */
+static cf_status jit_make(cf_context *ctx, const cf_codegen_target *t, cf_jit **out) {
   *out = NULL;
   if (ctx->codegen) {
     *out = ctx->codegen;
@@ -57,6 +67,10 @@ static cf_status jit_get(cf_context *ctx, const cf_codegen_target *t, cf_jit **o
   }
   cf_jit *J = calloc(1, sizeof *J);
   if (!J) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "codegen: out of memory");
+  if (pthread_mutex_init(&J->lock, NULL) != 0) {
+    free(J);
+    return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "codegen: cannot create a lock");
+  }
   cf_status st = CF_OK;
   if (t)
     J->target = *t;
@@ -87,6 +101,13 @@ static cf_status jit_get(cf_context *ctx, const cf_codegen_target *t, cf_jit **o
   return CF_OK;
 fail:
   jit_free(J);
+  return st;
+}
+
+static cf_status jit_get(cf_context *ctx, const cf_codegen_target *t, cf_jit **out) {
+  pthread_mutex_lock(&ctx->codegen_lock);
+  cf_status st = jit_make(ctx, t, out);
+  pthread_mutex_unlock(&ctx->codegen_lock);
   return st;
 }
 
@@ -144,6 +165,9 @@ static cf_status compile_object(cf_context *ctx, cf_jit *J, const cf_kernel_key 
   return st;
 }
 
+static cf_status kernel_locked(cf_context *ctx, cf_jit *J, const cf_kernel_key *key,
+                               const char *name, void **fn, double *compile_ms);
+
 cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn,
                             double *compile_ms) {
   if (fn) *fn = NULL;
@@ -157,6 +181,15 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
   cf_jit *J;
   cf_status st = jit_get(ctx, NULL, &J);
   if (st != CF_OK) return st;
+  pthread_mutex_lock(&J->lock);
+  st = kernel_locked(ctx, J, key, name, fn, compile_ms);
+  pthread_mutex_unlock(&J->lock);
+  return st;
+}
+
+static cf_status kernel_locked(cf_context *ctx, cf_jit *J, const cf_kernel_key *key,
+                               const char *name, void **fn, double *compile_ms) {
+  cf_status st;
   bool per_red = key->kind == CF_K_NARY || key->kind == CF_K_ACC;
   void **slot = key->outs ? &J->outs[key->stream][key->dtype][key->red][key->arity][key->outs]
                           : &J->fns[key->kind][key->dtype][per_red ? key->red : 0][key->arity];
@@ -200,9 +233,12 @@ cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t) {
   if (!ctx) return CF_ERR_USAGE;
   if (!t || t->arch != CF_ARCH_HOST)
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: JIT targets must be host targets");
-  if (ctx->codegen)
-    return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
-                    "codegen: the context has compiled kernels already; set its target first");
+  pthread_mutex_lock(&ctx->codegen_lock);
   cf_jit *J;
-  return jit_get(ctx, t, &J);
+  cf_status st = ctx->codegen ? cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                                         "codegen: the context has compiled kernels already; set "
+                                         "its target first")
+                              : jit_make(ctx, t, &J);
+  pthread_mutex_unlock(&ctx->codegen_lock);
+  return st;
 }

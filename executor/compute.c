@@ -329,8 +329,8 @@ static cf_status quant_core(cf_context *ctx, const cf_graph *g, const cf_node *n
     return node_err(ctx, g, n, CF_ERR_INVALID, "QuantMatMul output must be bfloat16 or float16, not %s",
                     cf_dtype_name(out->dtype));
   /* The plan resolves this kernel before the ranks start, so here it is a
-   * lookup in the context's cache (cf_codegen_kernel compiles on a miss and
-   * is not safe for concurrent first use on one context). */
+   * lookup in the context's cache (cf_codegen_kernel would compile on a
+   * miss, under the JIT's lock, while every rank waited for it). */
   void *p;
   cf_kernel_quant_fn fn;
   cf_kernel_key key = {.kind = CF_K_QUANT, .dtype = out->dtype, .red = CF_RED_SUM, .arity = 0};

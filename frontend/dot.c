@@ -11,9 +11,13 @@
  * reproducible (golden tests). cgraph's default id discipline makes interned
  * string addresses the ids of named objects and agwrite orders clusters by id,
  * i.e. by heap layout; our own discipline numbers names in creation order.
- * graphviz renders into cf_out_open's FILE (a temporary beside PATH, renamed
- * over it), so a failure never leaves a partial file. graphviz keeps
- * process-wide state, see gv_lock below.
+ * DOT goes through cf_out_open's FILE (a temporary beside PATH, renamed over
+ * it), so a failure never leaves a partial file. SVG and PNG are rendered
+ * into memory (gvRenderData) and then written the same way (cf_write_file):
+ * graphviz 2.42 calls exit(1) when a write to its output file comes up
+ * short (a full disk, a file size limit), which would end the host process
+ * with a temporary left behind; in memory its only failure is an allocation.
+ * graphviz keeps process-wide state, see gv_lock below.
  */
 #include "frontend.h"
 
@@ -576,7 +580,10 @@ static cf_status build(dot_state *s) {
 static pthread_mutex_t gv_lock = PTHREAD_MUTEX_INITIALIZER;
 static GVC_t *gv_context; /* guarded by gv_lock; never freed */
 
-/* ": <graphviz's last message>" when it raised an error during this call. */
+/* ": <graphviz's last message>" when it raised an error during this call.
+ * graphviz's messages stay in its own buffer (agseterr(AGMAX)), never on
+ * stderr; no error function is installed (agseterrf): 2.42 formats a
+ * message over 1 KiB for it by reusing a va_list, which crashes. */
 static void gv_reason(char *buf, size_t len) {
   char *m = agerrors() >= AGERR ? aglasterr() : NULL;
   size_t n = m ? strlen(m) : 0;
@@ -586,10 +593,12 @@ static void gv_reason(char *buf, size_t len) {
   free(m);
 }
 
+/* Lay G out and render it as fmt into *data (gvFreeRenderData frees it). */
 static cf_status render(const cf_graph *g, Agraph_t *G, const char *path, const char *fmt,
-                        FILE *f) {
-  char why[512], format[8];
-  snprintf(format, sizeof format, "%s", fmt); /* gvRender takes char * in 2.42 */
+                        char **data, unsigned *size) {
+  char why[512];
+  *data = NULL;
+  *size = 0;
   if (!gv_context && !(gv_context = gvContext()))
     return cf_error(g->ctx, CF_ERR_NO_MEMORY, path, 0, "cannot create a graphviz context");
   if (gvLayout(gv_context, G, "dot") != 0) {
@@ -597,9 +606,11 @@ static cf_status render(const cf_graph *g, Agraph_t *G, const char *path, const 
     return cf_error(g->ctx, CF_ERR_IO, path, 0, "graphviz could not lay out the graph%s", why);
   }
   cf_status st = CF_OK;
-  if (gvRender(gv_context, G, format, f) != 0) { /* our FILE: errno-exact open errors */
+  if (gvRenderData(gv_context, G, fmt, data, size) != 0 || !*data) {
     gv_reason(why, sizeof why);
     st = cf_error(g->ctx, CF_ERR_IO, path, 0, "graphviz could not render %s%s", fmt, why);
+    if (*data) gvFreeRenderData(*data);
+    *data = NULL;
   }
   gvFreeLayout(gv_context, G);
   return st;
@@ -622,6 +633,8 @@ cf_status cf_dot_write_diags(const cf_graph *g, const char *path, const char *fo
   dot_ids ids;
   dot_state s = {.g = g, .diags = diags && diags->n ? diags : NULL};
   cf_outfile out = {0};
+  char *drawing = NULL; /* SVG or PNG, rendered */
+  unsigned size = 0;
   ids_init(&ids);
   pthread_mutex_lock(&gv_lock);
   agerrlevel_t old_level = agseterr(AGMAX); /* graphviz stays off stderr: we report */
@@ -634,18 +647,24 @@ cf_status cf_dot_write_diags(const cf_graph *g, const char *path, const char *fo
     goto fail;
   }
   if ((st = build(&s))) goto fail;
-  if ((st = cf_out_open(g->ctx, path, !dot, &out))) goto fail;
-  if (dot ? agwrite(s.G, out.f) != 0 : (st = render(g, s.G, path, format, out.f)) != CF_OK) {
-    if (!st) st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
-    goto fail;
+  if (!dot) { /* written below, once graphviz is done */
+    st = render(g, s.G, path, format, &drawing, &size);
+  } else if (!(st = cf_out_open(g->ctx, path, false, &out))) {
+    if (agwrite(s.G, out.f) != 0)
+      st = cf_error(g->ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(errno));
+    else
+      st = cf_out_close(g->ctx, &out, true);
   }
-  st = cf_out_close(g->ctx, &out, true);
 
 fail:
   cf_out_close(g->ctx, &out, false); /* no-op once closed; removes the temporary */
   if (s.G) agclose(s.G);
   agseterr(old_level);
   pthread_mutex_unlock(&gv_lock);
+  if (drawing) {
+    if (!st) st = cf_write_file(g->ctx, path, drawing, size);
+    gvFreeRenderData(drawing);
+  }
   for (int i = 0; s.d && i < g->n_nodes; i++)
     free(s.d[i].member);
   free(s.d);

@@ -114,6 +114,12 @@ static void guard_start_element(void *user, const xmlChar *local, const xmlChar 
   xmlSAX2StartElementNs(user, local, prefix, uri, nb_ns, ns, nb_attr, nb_def, attrs);
 }
 
+/* libxml2's generic error handler, for the calling thread while it parses:
+ * drops what libxml2 would print on stderr even with XML_PARSE_NOERROR (an
+ * input encoding that fails to convert, "I/O error : encoder error"); the
+ * parser's own error, which names the line, is the one reported. */
+static void drop_message(void *user, const char *msg, ...) { (void)user, (void)msg; }
+
 cf_status cf_xml_parse(cf_context *ctx, const char *name, const char *data, size_t size,
                        struct _xmlDoc **out) {
   *out = NULL;
@@ -139,7 +145,11 @@ cf_status cf_xml_parse(cf_context *ctx, const char *name, const char *data, size
   pc->sax->startElementNs = guard_start_element;
   int opts = XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING | XML_PARSE_NOCDATA |
              XML_PARSE_BIG_LINES;
+  xmlGenericErrorFunc old_fn = xmlGenericError; /* per thread in libxml2 */
+  void *old_user = xmlGenericErrorContext;
+  xmlSetGenericErrorFunc(NULL, drop_message);
   xmlDocPtr doc = xmlCtxtReadMemory(pc, data, (int)size, name, NULL, opts);
+  xmlSetGenericErrorFunc(old_user, old_fn);
   if (gd.doctype_line || gd.elements_line) {
     if (doc) xmlFreeDoc(doc);
     xmlFreeParserCtxt(pc);

@@ -1,8 +1,21 @@
-/* context.c - the collfuse context (error message, log sink), the arena the
+/* context.c - the collfuse context (error messages, log sink), the arena the
  * graph allocates from, and overflow-checked integer helpers.
  *
  * Errors are formatted once, where they are detected, into the context that
  * owns them; callers only pass the status up (SQLite's errmsg model).
+ *
+ * Messages are kept per thread: threads that share a context (each running
+ * its own executables of one graph, Python threads over one Graph) each
+ * read the message of their own last failure, and one thread's next error
+ * never frees the message another is reading. A context keeps one slot per
+ * thread that recorded an error on it (or read one), freed with the
+ * context; a thread only ever replaces its own slot's strings, so the
+ * pointer cf_errmsg returns stays valid until that thread's next error (or
+ * read of another thread's message) on the context. A thread with no error
+ * of its own reads a copy of the context's newest message: that is how a
+ * run's caller reads the message its rank threads left in their contexts
+ * once they have been joined, and how one thread reads what another
+ * recorded on a context handed over to it.
  */
 #include "ir.h"
 
@@ -12,25 +25,116 @@
 #include <errno.h>
 #include <unistd.h>
 
+/* One thread's messages on a context. */
+struct cf_errslot {
+  cf_errslot *next;
+  pthread_t thread;
+  char *msg;    /* the thread's last error, NULL when none */
+  uint64_t seq; /* when msg was recorded: the context's err_seq then */
+  char *copy;   /* what cf_errmsg last lent a thread with no msg of its own */
+};
+
 cf_status cf_ctx_create(cf_context **out) {
   if (!out) return CF_ERR_USAGE;
-  *out = calloc(1, sizeof(cf_context));
-  return *out ? CF_OK : CF_ERR_NO_MEMORY;
+  cf_context *ctx = calloc(1, sizeof(cf_context));
+  if (!ctx) return *out = NULL, CF_ERR_NO_MEMORY;
+  if (pthread_mutex_init(&ctx->err_lock, NULL) != 0) {
+    free(ctx);
+    return *out = NULL, CF_ERR_NO_MEMORY;
+  }
+  if (pthread_mutex_init(&ctx->codegen_lock, NULL) != 0) {
+    pthread_mutex_destroy(&ctx->err_lock);
+    free(ctx);
+    return *out = NULL, CF_ERR_NO_MEMORY;
+  }
+  *out = ctx;
+  return CF_OK;
 }
 
 void cf_ctx_destroy(cf_context *ctx) {
   if (!ctx) return;
   if (ctx->codegen && ctx->codegen_free) ctx->codegen_free(ctx->codegen);
-  free(ctx->errmsg);
+  for (cf_errslot *e = ctx->errs, *next; e; e = next) {
+    next = e->next;
+    free(e->msg);
+    free(e->copy);
+    free(e);
+  }
+  pthread_mutex_destroy(&ctx->err_lock);
+  pthread_mutex_destroy(&ctx->codegen_lock);
   free(ctx);
 }
 
-const char *cf_errmsg(const cf_context *ctx) { return ctx && ctx->errmsg ? ctx->errmsg : ""; }
+/* The calling thread's slot on ctx, made when create (NULL: none, or out
+ * of memory). Called with err_lock held. */
+static cf_errslot *own_slot(cf_context *ctx, bool create) {
+  pthread_t self = pthread_self();
+  for (cf_errslot *e = ctx->errs; e; e = e->next)
+    if (pthread_equal(e->thread, self)) return e;
+  cf_errslot *e = create ? calloc(1, sizeof *e) : NULL;
+  if (!e) return NULL;
+  e->thread = self;
+  e->next = ctx->errs;
+  ctx->errs = e;
+  return e;
+}
+
+/* msg (heap, may be NULL) as the calling thread's message; false when it
+ * cannot be stored (out of memory: msg is freed, the old message kept). */
+static bool set_own(cf_context *ctx, char *msg) {
+  pthread_mutex_lock(&ctx->err_lock);
+  cf_errslot *e = own_slot(ctx, msg != NULL);
+  if (e) {
+    free(e->msg);
+    e->msg = msg;
+    e->seq = msg ? ++ctx->err_seq : 0;
+  }
+  pthread_mutex_unlock(&ctx->err_lock);
+  if (!e) free(msg);
+  return e != NULL || msg == NULL;
+}
+
+const char *cf_errmsg(const cf_context *cctx) {
+  if (!cctx) return "";
+  cf_context *ctx = (cf_context *)cctx; /* the slots are behind err_lock */
+  const char *m = "";
+  pthread_mutex_lock(&ctx->err_lock);
+  cf_errslot *self = own_slot(ctx, false), *newest = NULL;
+  if (self && self->msg) {
+    m = self->msg;
+  } else {
+    for (cf_errslot *e = ctx->errs; e; e = e->next)
+      if (e->msg && (!newest || e->seq > newest->seq)) newest = e;
+    if (newest && (self || (self = own_slot(ctx, true)))) {
+      /* a copy the reader owns: the writer may replace its own meanwhile */
+      free(self->copy);
+      self->copy = strdup(newest->msg);
+      m = self->copy ? self->copy : "";
+    }
+  }
+  pthread_mutex_unlock(&ctx->err_lock);
+  return m;
+}
 
 void cf_clear_error(cf_context *ctx) {
-  if (!ctx) return;
-  free(ctx->errmsg);
-  ctx->errmsg = NULL;
+  if (ctx) set_own(ctx, NULL);
+}
+
+char *cf_error_take(cf_context *ctx) {
+  if (!ctx) return NULL;
+  pthread_mutex_lock(&ctx->err_lock);
+  cf_errslot *e = own_slot(ctx, false);
+  char *m = e ? e->msg : NULL;
+  if (e) e->msg = NULL;
+  pthread_mutex_unlock(&ctx->err_lock);
+  return m;
+}
+
+void cf_error_put(cf_context *ctx, char *msg) {
+  if (ctx)
+    set_own(ctx, msg);
+  else
+    free(msg);
 }
 
 /* Length of the UTF-8 character at s[0..n), 0 when it is not valid UTF-8
@@ -120,8 +224,7 @@ cf_status cf_verror(cf_context *ctx, cf_status st, const char *file, int line, c
   if (s) snprintf(s, n, "%s%s%s", prefix, tag, msg);
   free(msg);
   if (!s) return st; /* keep the old message rather than crash */
-  free(ctx->errmsg);
-  ctx->errmsg = s;
+  set_own(ctx, s);
   return st;
 }
 

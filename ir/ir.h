@@ -12,6 +12,7 @@
 #include "collfuse/collfuse.h"
 #include "util.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -51,16 +52,20 @@ static inline const char *cf_s(long long n) { return n == 1 ? "" : "s"; }
 
 /* ================= context.c: context, errors, arena ================= */
 
+typedef struct cf_errslot cf_errslot;
 struct cf_context {
-  char *errmsg;       /* last error, heap-owned */
-  cf_log_fn log_fn;   /* caller's log sink or NULL */
+  pthread_mutex_t err_lock; /* guards errs and err_seq */
+  cf_errslot *errs;         /* the messages, one slot per thread (context.c) */
+  uint64_t err_seq;         /* errors recorded so far: orders the slots */
+  cf_log_fn log_fn;         /* caller's log sink or NULL */
   void *log_user;
-  void *codegen;      /* codegen/'s JIT and kernel cache, created on first use */
+  void *codegen; /* codegen/'s JIT and kernel cache, created on first use */
   void (*codegen_free)(void *codegen); /* set by codegen/ with it */
+  pthread_mutex_t codegen_lock;        /* codegen/ creates codegen under it */
 };
 
 /* Record an error "FILE:LINE: error: MSG" (file/line omitted when NULL/0)
- * and return st. */
+ * as the calling thread's message on ctx and return st. */
 cf_status cf_error(cf_context *ctx, cf_status st, const char *file, int line, const char *fmt,
                    ...) __attribute__((format(printf, 5, 6)));
 cf_status cf_verror(cf_context *ctx, cf_status st, const char *file, int line, const char *fmt,
@@ -77,12 +82,20 @@ const char *cf_excerpt(char *buf, size_t len, const char *s, size_t n);
 #define CF_QUOTE(s) cf_excerpt((char[CF_EXCERPT_BUF]){0}, CF_EXCERPT_BUF, (s), strlen(s))
 void cf_log(cf_context *ctx, cf_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Forget the calling thread's message on ctx. */
 void cf_clear_error(cf_context *ctx);
+/* The calling thread's message, detached (the caller frees it; NULL when
+ * none), and a message (heap, or NULL) put back as its message. */
+char *cf_error_take(cf_context *ctx);
+void cf_error_put(cf_context *ctx, char *msg);
 /* What cf_context_create, cf_context_destroy and cf_context_errmsg of the
  * public header do (api/ wraps these). */
 cf_status cf_ctx_create(cf_context **out);
 void cf_ctx_destroy(cf_context *ctx);
-const char *cf_errmsg(const cf_context *ctx); /* "" when none */
+/* The calling thread's last error on ctx; a thread with none gets a copy of
+ * the newest message any thread left there; "" when there is none. Valid
+ * until the calling thread's next error or read on ctx. */
+const char *cf_errmsg(const cf_context *ctx);
 
 typedef struct cf_arena_chunk cf_arena_chunk;
 typedef struct cf_arena {

@@ -403,11 +403,9 @@ cf_status cf_graph_size_world(cf_graph *g, int ranks, const char *job) {
   if (!st || declared <= 0 || declared == ranks) return st;
   /* the job, not the file, is wrong when the graph holds at its own size */
   cf_context *ctx = g->ctx;
-  char *why = ctx->errmsg;
-  ctx->errmsg = NULL;
+  char *why = cf_error_take(ctx);
   if (verify_at(g, declared) != CF_OK) {
-    free(ctx->errmsg); /* broken at either size: keep the job's message */
-    ctx->errmsg = why;
+    cf_error_put(ctx, why); /* broken at either size: keep the job's message */
     g->world_size = ranks;
     return st;
   }

@@ -16,11 +16,15 @@
 
 #include "frontend/frontend.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef CF_SOURCE_DIR
@@ -329,6 +333,44 @@ static void test_rename_fails(void **state) {
   assert_int_equal(rmdir(path), 0);
 }
 
+/* A full disk, as a file size limit of 256 bytes with SIGXFSZ ignored (a
+ * write past it fails with EFBIG) in a child process: every format is an
+ * error naming the file, never graphviz's exit(1) (the child would end
+ * with status 1 at the first SVG), and no temporary or partial file stays.
+ * The child reports by exit status: 0 all as wanted, 10 + the format's
+ * index a wrong status or message. */
+static void test_full_disk(void **state) {
+  fixture *fx = *state;
+  const char *formats[] = {"dot", "svg", "png"};
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {256, 256};
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(2);
+    for (int i = 0; i < 3; i++) {
+      char path[128], want[200];
+      snprintf(path, sizeof path, "%s/g.%s", fx->dir, formats[i]);
+      snprintf(want, sizeof want, "%s: error: cannot write: %s", path, strerror(EFBIG));
+      if (cf_dot_write(fx->g, path, formats[i]) != CF_ERR_IO ||
+          strcmp(cf_context_errmsg(fx->ctx), want) != 0) {
+        fprintf(stderr, "%s: '%s'\n", formats[i], cf_context_errmsg(fx->ctx));
+        _exit(10 + i);
+      }
+    }
+    _exit(0);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  DIR *d = opendir(fx->dir);
+  assert_non_null(d);
+  for (struct dirent *e; (e = readdir(d));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) fail_msg("%s left behind", e->d_name);
+  closedir(d);
+}
+
 static void test_bad_format(void **state) {
   fixture *fx = *state;
   char path[128];
@@ -508,6 +550,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_png, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unwritable, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rename_fails, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_format, setup, teardown),
       cmocka_unit_test(test_odd_names),
       cmocka_unit_test(test_allgather_matmul),

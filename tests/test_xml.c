@@ -200,6 +200,32 @@ static void test_hostile(void **state) {
   ASSERT_FAILS("<graphml/>", "expected <graph>");
 }
 
+/* The library never prints: bytes that do not convert from the declared
+ * encoding made libxml2 write "encoding error : input conversion failed"
+ * and "I/O error : encoder error" on stderr through its generic handler,
+ * which XML_PARSE_NOERROR does not cover. stderr goes to a file meanwhile. */
+static void test_nothing_on_stderr(void **state) {
+  (void)state;
+  char path[] = "/tmp/cf_test_xml_stderr_XXXXXX";
+  int fd = mkstemp(path), saved = dup(2);
+  assert_true(fd >= 0 && saved >= 0);
+  fflush(stderr);
+  assert_int_equal(dup2(fd, 2), 2);
+  cf_graph *g = (cf_graph *)1;
+  cf_status st =
+      parse("<?xml version=\"1.0\" encoding=\"EUC-JP\"?>\n<graph>\xff\xff\xff</graph>\n", &g);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  off_t printed = lseek(fd, 0, SEEK_END);
+  close(fd);
+  unlink(path);
+  assert_int_equal(st, CF_ERR_INVALID);
+  assert_null(g);
+  assert_non_null(strstr(cf_context_errmsg(ctx), "mem.xml:2: error: malformed XML: "));
+  assert_int_equal(printed, 0);
+}
+
 static void test_file_errors(void **state) {
   (void)state;
   cf_graph *g = (cf_graph *)1;
@@ -332,7 +358,7 @@ int main(void) {
       cmocka_unit_test(test_examples_round_trip), cmocka_unit_test(test_forward_refs_and_ports),
       cmocka_unit_test(test_escaping),            cmocka_unit_test(test_hostile),
       cmocka_unit_test(test_file_errors),         cmocka_unit_test(test_writer_golden),
-      cmocka_unit_test(test_partitioned_groups),
+      cmocka_unit_test(test_partitioned_groups),  cmocka_unit_test(test_nothing_on_stderr),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

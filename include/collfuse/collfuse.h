@@ -6,10 +6,15 @@
  *  - Every fallible call returns cf_status (CF_OK == 0) and writes its results
  *    through trailing out-parameters, which are set to NULL/0 on failure.
  *  - The message of the last failure is owned by the context and stays valid
- *    until the next call on that context: cf_context_errmsg().
+ *    until the next call on that context: cf_context_errmsg(). Messages are
+ *    kept per thread: each thread reads the message of its own last failure.
  *  - There is no global state; contexts are independent of each other. One
- *    context and the objects created from it must be used by one thread at a time;
- *    different contexts may be used from different threads at the same time.
+ *    context and the objects created from it must be used by one thread at a time,
+ *    except that threads may each make calls on executables of their own
+ *    (cf_executable_*: runs, queries, bucket bindings) at the same time, as
+ *    long as no thread meanwhile changes or compiles a graph of that context,
+ *    creates an executable or sets its log sink; different contexts may be
+ *    used from different threads at the same time.
  *  - Strings passed in are copied; strings returned are owned by the object they
  *    come from and stay valid until it is changed or destroyed, unless a function
  *    says otherwise.
@@ -67,7 +72,10 @@ int cf_version_number(void);
 
 cf_status cf_context_create(cf_context **out);
 void cf_context_destroy(cf_context *ctx);
-/* Message of the last failed call on ctx ("" when none). Owned by ctx. */
+/* Message of the calling thread's last failed call on ctx; a thread that
+ * has had no failure on ctx gets the newest message another thread left
+ * there (a context handed from one thread to another, one at a time); ""
+ * when none. Owned by ctx, valid until this thread's next call on ctx. */
 const char *cf_context_errmsg(const cf_context *ctx);
 void cf_context_set_log(cf_context *ctx, cf_log_fn fn, void *user);
 

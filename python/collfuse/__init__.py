@@ -19,7 +19,9 @@ input takes uint16 arrays as raw bits (or any float array, rounded to nearest
 even), and a bfloat16 output is a uint16 array of raw bits;
 bf16_to_float32()/float32_to_bf16() convert. Each Graph gets its own C
 context unless one is passed, so graphs used from different Python threads
-are independent (the GIL is released while the library runs). docs/api.md
+are independent (the GIL is released while the library runs); executables
+of one Graph may run in several threads at once, each raising its own
+errors, while the Graph is not changed or compiled meanwhile. docs/api.md
 has the whole story; collfuse.fx is the torch.fx front door.
 """
 
@@ -27,6 +29,7 @@ import ctypes
 import operator
 import os
 import tempfile
+import threading
 
 import numpy as np
 
@@ -535,7 +538,8 @@ class Executable:
     """A compiled graph ready to run on every rank of this process. It keeps
     its Graph alive, and is invalid once the graph changes (the library
     checks the graph's generation): run(), run_rank() and in_place() then
-    raise CollfuseError with status "usage"."""
+    raise CollfuseError with status "usage". Executables of one Graph may
+    run in several threads at once; the runs of one Executable take turns."""
 
     def __init__(self, graph, opts):
         self.graph = graph  # the C executable holds it too: kept alive here
@@ -547,6 +551,7 @@ class Executable:
         self.inputs = self._io(_lib.CF_IO_INPUT)
         self.outputs = self._io(_lib.CF_IO_OUTPUT)
         self._views = None  # bucket_views(), once bound
+        self._lock = threading.RLock()  # one run (or binding) of this executable at a time
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -616,6 +621,10 @@ class Executable:
         copy and is not made from the seed) and leaves the results in the
         output views, which run() returns for those outputs (overwritten by
         the next run). Other inputs and outputs work as before."""
+        with self._lock:
+            return self._bind_views()
+
+    def _bind_views(self):
         if self._views is not None:
             return self._views
         self.ctx.check(lib.cf_executable_check(self._h))
@@ -682,6 +691,10 @@ class Executable:
         no rank is made from the seed (or, after bucket_views(), read where
         it lies in its bucket). Returns one dict name -> numpy array per
         rank."""
+        with self._lock:
+            return self._run(inputs_per_rank)
+
+    def _run(self, inputs_per_rank):
         R, ni, no = self.ranks, len(self.inputs), len(self.outputs)
         table = self._inputs(inputs_per_rank, R)
         views = self._views or [{}] * R  # bucket_views(): results stay in the buckets
@@ -704,6 +717,10 @@ class Executable:
         every process calls it with its own rank of MPI_COMM_WORLD and its
         inputs only; returns its outputs. collfuse initializes MPI at the
         first call unless the process did (cf_executable_run_rank)."""
+        with self._lock:
+            return self._run_rank(rank, inputs)
+
+    def _run_rank(self, rank, inputs):
         rank = _cint(rank, "rank")
         if not 0 <= rank < self.ranks:  # the library's usage error
             self.ctx.check(lib.cf_executable_run_rank(self._h, rank, None, None))

@@ -17,8 +17,9 @@ candidate that exists and loads:
   4. The system loader: ctypes.util.find_library("collfuse") (ldconfig's
      cache, LD_LIBRARY_PATH), loaded by the name it returns.
 Paths are the package's as imported (os.path.abspath of this file, links not
-resolved). When nothing loads, ImportError lists every place looked at and why each
-failed.
+resolved). A library that loads but lacks a function of the API below (another
+library, an older collfuse) does not count as loaded. When nothing loads,
+ImportError lists every place looked at and why each failed.
 """
 
 import ctypes
@@ -80,15 +81,18 @@ def find_library(pkg_dir=_HERE, environ=os.environ):
             tried.append("%s: %s (missing)" % (step, path))
             continue
         try:
-            return ctypes.CDLL(path)
+            found = ctypes.CDLL(path)
         except OSError as e:
             tried.append("%s: %s (%s)" % (step, path, e))
+            continue
+        missing = [name for name in _PROTOS if not hasattr(found, name)]
+        if not missing:
+            return found
+        tried.append("%s: %s (not libcollfuse.so %s: it has no %s)" % (step, path, __version__, missing[0]))
     raise ImportError(
         "collfuse: cannot load libcollfuse.so; install collfuse, build it in the source"
         " tree's build/, or set COLLFUSE_LIBRARY to its path. Looked at:\n  " + "\n  ".join(tried))
 
-
-lib = find_library()
 
 c_void_p = ctypes.c_void_p
 c_char_p = ctypes.c_char_p
@@ -155,6 +159,8 @@ _PROTOS = {
     "cf_executable_bucket_bind": (c_int, [c_void_p, c_int, c_size_t, c_int, c_void_p]),
     "cf_executable_bucket_buffer": (c_void_p, [c_void_p, c_int, c_size_t, c_int]),
 }
+
+lib = find_library()
 
 for _name, (_res, _args) in _PROTOS.items():
     _f = getattr(lib, _name)

@@ -7,6 +7,9 @@ build's library and PYTHONPATH at python/ (tests/CMakeLists.txt sets both).
 
 import os
 import pathlib
+import resource
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -520,6 +523,83 @@ class TestMisuse(unittest.TestCase):
                 self.assertIn(what, str(cm.exception))
                 self.assertIn("contains a NUL character", str(cm.exception))
         self.assertEqual(g.nodes(), ["x"])
+
+
+class TestHostSurvives(unittest.TestCase):
+    """Nothing the library meets ends or corrupts the Python process."""
+
+    def test_write_dot_on_a_full_disk(self):
+        """A full disk (a 256-byte file size limit, SIGXFSZ ignored, in a child
+        python3) is a CollfuseError for every format, the finally clause runs,
+        the process goes on, and nothing is left in the directory: graphviz
+        used to call exit(1) inside write_dot."""
+        script = (
+            "import collfuse, os, sys\n"
+            "g = collfuse.Graph('dp', world_size=2)\n"
+            "for i in range(8):\n"
+            "    g.output('o%d' % i, g.all_reduce(g.input('g%d' % i, 'float32', (1000,))))\n"
+            "g.verify()\n"
+            "for ext in ('svg', 'png', 'dot'):\n"
+            "    try:\n"
+            "        g.write_dot(os.path.join(sys.argv[1], 'g.' + ext))\n"
+            "        print('written', ext)\n"
+            "    except collfuse.CollfuseError as e:\n"
+            "        print('error', ext, e.status, str(e).replace(sys.argv[1], 'DIR'))\n"
+            "    finally:\n"
+            "        print('finally', ext)\n"
+            "print('alive')\n")
+
+        def limit():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (256, 256))
+
+        with tempfile.TemporaryDirectory(prefix="cf_full_") as d:
+            p = subprocess.run([sys.executable, "-c", script, d], preexec_fn=limit, restore_signals=False,
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            want = []
+            for ext in ("svg", "png", "dot"):
+                want += ["error %s io DIR/g.%s: error: cannot write: File too large" % (ext, ext), "finally " + ext]
+            self.assertEqual(p.stdout.splitlines(), want + ["alive"])
+            self.assertEqual(os.listdir(d), [])
+
+    def test_threads_run_executables_of_one_graph(self):
+        """Eight threads run their own executables of one Graph (one context)
+        at once, with failing runs in between: each gets its own error
+        messages; results stay right (the threads used to race on the
+        context's one message: heap corruption, "free(): unaligned chunk")."""
+        g = dp_graph(2, 3, 64, "sum")
+        exes = [g.compile()] + [g.compile(passes=None) for _ in range(7)]
+        need = sum(2 * 4 * (64 + i) for i in range(3))  # one rank's inputs and outputs
+        greedy = g.compile(passes=None, max_memory=str(need + need // 2))  # one rank fits, two do not
+        errors = []
+
+        def work(t):
+            try:
+                exe = exes[t]
+                if t % 2:
+                    exe.bucket_views()  # its runs plan for the bound buckets
+                ins = [{"g%d" % i: np.full(64 + i, t + r, np.float32) for i in range(3)} for r in range(2)]
+                for _ in range(10):
+                    outs = exe.run(ins)
+                    np.testing.assert_array_equal(outs[1]["o2"], np.full(66, 2 * t + 1, np.float32))
+                    for _ in range(200):
+                        with self.assertRaises(collfuse.CollfuseError) as cm:
+                            exe.run_rank(1000 + t, {})
+                        self.assertEqual(str(cm.exception),
+                                         "error: rank %d is not a rank of this 2-rank executable" % (1000 + t))
+                    with self.assertRaises(collfuse.CollfuseError) as cm:
+                        greedy.run()
+                    self.assertIn("allowed by the max_memory option", str(cm.exception))
+            except Exception as e:  # reported by the main thread
+                errors.append("thread %d: %r" % (t, e))
+
+        ts = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errors, [])
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ an install prefix, a bare directory), imported by Debian's python3 from
 another directory with COLLFUSE_LIBRARY unset unless the step is the override.
 """
 
+import _ctypes
+import ctypes.util
 import os
 import shutil
 import subprocess
@@ -77,6 +79,15 @@ class Lookup(unittest.TestCase):
         self.assertIn("ImportError: collfuse: cannot load libcollfuse.so;", p.stderr)
         self.assertIn("Looked at:\n  COLLFUSE_LIBRARY: %s (missing)\n" % missing, p.stderr)
         self.assertNotIn("installed:", p.stderr)
+        # a library that loads but is not collfuse's (by name, by path): the
+        # ImportError, never an AttributeError
+        for wrong in (ctypes.util.find_library("m"), _ctypes.__file__):
+            p = self.py(path, COLLFUSE_LIBRARY=wrong)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertNotIn("AttributeError", p.stderr)
+            self.assertIn("ImportError: collfuse: cannot load libcollfuse.so;", p.stderr)
+            self.assertIn("Looked at:\n  COLLFUSE_LIBRARY: %s (not libcollfuse.so %s: it has no cf_version)\n"
+                          % (wrong, VERSION), p.stderr)
 
     def test_build_tree(self):
         root = os.path.join(self.tmp, "src")
