@@ -33,6 +33,7 @@ typedef struct rank_run {
   char *arena;
   void **vptr;     /* value -> its buffer: arena + addr, or a caller's (cf_plan_binds) */
   cf_coll_call *calls;
+  int32_t *algos;  /* check_algorithms' table, alive until the rank is freed (MPI may still send it) */
   const cf_inputs *in;
   cf_run_result *res;
   cf_status st;
@@ -125,6 +126,58 @@ static cf_status barrier(rank_run *r) {
   return r->comm->ops->send_wait(r->comm);
 }
 
+/* A disagreement found before the first iteration: every rank stops with text. */
+static cf_status setup_mismatch(rank_run *r, const char *text) {
+  r->comm->ops->abort(r->comm, text);
+  return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+}
+
+/* The algorithm of every collective as this rank's plan resolved it (a
+ * fused op: the rows of a full chunk and of the last), two per
+ * collective. The ranks of an MPI job each resolve their own, from their
+ * own options and profile; a rank that runs MPI's own collective never
+ * reads the descriptors collfuse's messages carry (whose algo field names
+ * every other disagreement), so the rows are compared before the first
+ * iteration. */
+static cf_status check_algorithms(rank_run *r) {
+  const cf_plan *p = r->p;
+  int n = p->ranks, me = r->rank;
+  size_t bytes = sizeof(int32_t) * 2 * (size_t)p->n_colls;
+  if (n < 2 || !bytes) return CF_OK;
+  int32_t *mine = r->algos = malloc(bytes), *theirs = malloc(bytes);
+  cf_status st = mine && theirs ? CF_OK : cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  for (int c = 0; c < p->n_colls && !st; c++) {
+    const cf_pcoll *pc = &p->colls[c];
+    mine[2 * c] = pc->fused_mm ? pc->chunk_algo[0] : pc->algo;
+    mine[2 * c + 1] = pc->fused_mm ? pc->chunk_algo[1] : pc->algo;
+  }
+  for (int i = 0; i < n && !st; i++)
+    if (i != me) st = r->comm->ops->send(r->comm, i, mine, bytes, NULL);
+  for (int i = 0; i < n && !st; i++) {
+    if (i == me) continue;
+    const void *data;
+    if ((st = r->comm->ops->recv(r->comm, i, theirs, bytes, NULL, &data))) break;
+    const int32_t *t = data;
+    for (int k = 0; k < 2 * p->n_colls && !st; k++) {
+      if (t[k] == mine[k]) continue;
+      cf_coll_desc a = p->colls[k / 2].desc, b = a;
+      a.algo = mine[k];
+      b.algo = t[k];
+      char text[768];
+      /* the lower rank first, so both sides print the same text */
+      if (me < i)
+        cf_coll_desc_mismatch(&a, me, &b, i, text, sizeof text);
+      else
+        cf_coll_desc_mismatch(&b, i, &a, me, text, sizeof text);
+      st = setup_mismatch(r, text);
+    }
+    if (!st) st = r->comm->ops->release(r->comm, i);
+  }
+  if (!st) st = r->comm->ops->send_wait(r->comm);
+  free(theirs);
+  return st;
+}
+
 static cf_status check_fingerprints(rank_run *r) {
   int n = r->p->ranks, me = r->rank;
   cf_status st = CF_OK;
@@ -142,13 +195,13 @@ static cf_status check_fingerprints(rank_run *r) {
                "cross-rank mismatch: rank %d's graph has fingerprint %.16s but rank %d's has %.16s "
                "(the ranks compiled different collective sequences)",
                me, r->p->fingerprint, i, (const char *)data);
-      r->comm->ops->abort(r->comm, text);
-      st = cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+      st = setup_mismatch(r, text);
       break;
     }
     st = r->comm->ops->release(r->comm, i);
   }
-  return st ? st : r->comm->ops->send_wait(r->comm);
+  if (!st) st = r->comm->ops->send_wait(r->comm);
+  return st ? st : check_algorithms(r);
 }
 
 static cf_tensor tensor_of(rank_run *r, int v) {
@@ -495,6 +548,7 @@ static void rank_free(rank_run *x) {
   if (x->arena) x->dev->ops->free(x->dev, x->arena);
   free(x->vptr);
   free(x->calls);
+  free(x->algos);
   free(x->queue);
   free(x->ticket);
   cf_ctx_destroy(x->ctx);

@@ -85,6 +85,9 @@ typedef struct cf_pcoll {
   /* fused MatMul+collective ops: desc is one chunk's collective (count of
    * the whole product), chunks of chunk_rows rows, double-buffered stage */
   bool fused_mm;
+  int chunk_algo[2]; /* the rows a full chunk and the last chunk resolve to (for the ranks'
+                      * comparison before the first iteration; fused_matmul.c resolves them
+                      * again per call) */
   int chunks;
   int64_t chunk_rows;
   int64_t stage_addr, stage_bytes; /* two buffers of stage_bytes */

@@ -13,8 +13,9 @@
 #    examples at their sizes; --algo mpi-native (MPI's own collectives);
 #    an HLO module over partitioned groups ({{0,1},{2,3}}, iota forms);
 #  - failures, none of which may hang: graphs that differ between ranks
-#    (MPMD) and a descriptor that differs (count) stop every rank with exit 3
-#    and a message naming both ranks; a rank that SIGKILLs itself, a rank
+#    (MPMD), ranks given different --algo (MPMD: ring against rsag and
+#    against MPI's own) and a descriptor that differs (count) stop every
+#    rank with exit 3 and a message naming both ranks; a rank that SIGKILLs itself, a rank
 #    that silently stops (in collfuse's algorithms and in MPI's own
 #    collectives) and a rank that fails loudly end the job non-zero within
 #    --timeout, naming the rank;
@@ -259,6 +260,30 @@ if expect_rc 3 "MPMD graphs that differ"; then
   [ "$(grep -c 'cross-rank mismatch' "$ERR")" -ge 2 ] || fail "MPMD graphs that differ: not every rank said why"
   [ "$took" -le 25 ] || fail "MPMD graphs that differ: took $took s (--timeout 10)"
 fi
+# MPMD: the same graph, another --algo on each rank (the issue's 1,048,576
+# sums): the algorithm is part of what the ranks compare, so every rank
+# stops naming both ranks and both algorithms (it once summed the wrong
+# chunks and exited 0); MPI's own collectives against collfuse's too (a
+# rank in MPI_Allreduce reads no descriptor: the ranks compare their
+# plans' algorithms before the first iteration)
+cat >"$work/ar1m.xml" <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<graph name="ar1m" version="1" world_size="2">
+  <node name="x" op="Input" dtype="float32" shape="1048576"/>
+  <node name="ar" op="AllReduce" reduction="sum" fusion="0"><input ref="x"/></node>
+  <node name="y" op="Output"><input ref="ar"/></node>
+</graph>
+EOF
+for pair in ring:rsag ring:mpi-native; do
+  a0=${pair%:*}
+  a1=${pair#*:}
+  mpi $SHM -np 1 "$cf" run "$work/ar1m.xml" --backend mpi --algo "$a0" --timeout 10 : \
+    -np 1 "$cf" run "$work/ar1m.xml" --backend mpi --algo "$a1" --timeout 10
+  if expect_rc 3 "MPMD --algo $a0 : --algo $a1"; then
+    msg="cross-rank mismatch in AllReduce 'ar' (collective #0 of group 'hccl_world_group'): algorithm is $a0 on rank 0 but $a1 on rank 1"
+    [ "$(grep -cF "$msg" "$ERR")" -eq 2 ] || fail "MPMD --algo $a0 : --algo $a1: not the same message from both ranks"
+  fi
+done
 # one rank's descriptor differs after the fingerprint check: both name count and both ranks, alike
 for net in shm tcp; do
   if [ "$net" = shm ]; then btl=$SHM; else btl=$TCP; fi
