@@ -46,6 +46,7 @@ typedef struct run_args {
   int64_t max_memory; /* 0: what the machine has available */
   double timeout;
   bool o0, verify, deterministic, json, verbose, mpi, strict;
+  int opaque_nodes;  /* the graph's Opaque nodes as read (check's count) */
   cf_opt_list input; /* NAME=PATH */
   cf_profile *prof;  /* the profile read (empty: the built-in rules) */
 } run_args;
@@ -191,11 +192,17 @@ static int parse_args(int argc, char **argv, run_args *a) {
   return 0;
 }
 
-/* Load, size to the run's ranks, verify and compile with pipeline. */
-static cf_status compile(cf_context *ctx, const run_args *a, const char *pipeline, int *ranks,
-                         cf_graph **out) {
+/* Load, size to the run's ranks, verify and compile with pipeline. first:
+ * the run's first look at the file, which counts its Opaque nodes and (say:
+ * rank 0 of a job) warns of them as `check` does. */
+static cf_status compile(cf_context *ctx, run_args *a, const char *pipeline, int *ranks,
+                         bool first, bool say, cf_graph **out) {
   cf_graph *g = NULL;
   cf_status st = cf_tool_load(ctx, a->file.v[0], &g);
+  if (!st && first) {
+    for (int i = 0; i < g->n_nodes; i++) a->opaque_nodes += g->nodes[i].op == CF_OP_OPAQUE;
+    if (say && !a->strict) cf_tool_opaque(g, false);
+  }
   if (!st) {
     char job[64];
     if (a->mpi)
@@ -614,8 +621,43 @@ static cf_status align_outputs(cf_context *ctx, const cf_graph *ref_g, const cf_
   return CF_OK;
 }
 
+/* The outputs that depend on Opaque nodes (check/verify.c), by name, in
+ * the reference graph's Output order: they hold synthetic data, and
+ * --verify, whose reference runs the same data, does not check them. */
+typedef struct opaque_outs {
+  const char **names;
+  int n;     /* of them */
+  int total; /* Output nodes */
+} opaque_outs;
+
+static cf_status find_opaque_outputs(cf_context *ctx, const cf_graph *ref_g, opaque_outs *o) {
+  *o = (opaque_outs){0};
+  for (int i = 0; i < ref_g->n_nodes; i++) o->total += ref_g->nodes[i].op == CF_OP_OUTPUT;
+  bool *dep = calloc((size_t)o->total + 1, sizeof *dep);
+  o->names = calloc((size_t)o->total + 1, sizeof *o->names);
+  if (!dep || !o->names || cf_verify_opaque_outputs(ref_g, dep, o->total) < 0) {
+    free(dep);
+    return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  }
+  for (int i = 0, j = 0; i < ref_g->n_nodes; i++)
+    if (ref_g->nodes[i].op == CF_OP_OUTPUT && dep[j++]) o->names[o->n++] = ref_g->nodes[i].name;
+  free(dep);
+  return CF_OK;
+}
+
+/* The summary line's "; not checked: ..." after "verified": at most three
+ * names, then how many more. */
+static void print_unchecked(const opaque_outs *o) {
+  printf("; not checked: %d of %d output%s depend%s on Opaque nodes, which run on synthetic data (",
+         o->n, o->total, cf_s(o->total), o->n == 1 ? "s" : "");
+  for (int j = 0; j < o->n && j < 3; j++) printf("%s'%s'", j ? ", " : "", o->names[j]);
+  if (o->n > 3) printf(" and %d more", o->n - 3);
+  printf(")");
+}
+
 static void print_json(const run_args *a, const cf_run_result *res, bool verified,
-                       const cf_verify_stats *vs, const cf_plan *plan, int64_t peak_unfused) {
+                       const cf_verify_stats *vs, const cf_plan *plan, int64_t peak_unfused,
+                       const opaque_outs *opq) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "ranks", res->ranks);
   cJSON_AddStringToObject(o, "backend", a->mpi ? "mpi" : "threads");
@@ -637,6 +679,9 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
   cJSON_AddNumberToObject(o, "copy_bytes", (double)plan->copy_bytes);
   cJSON *outs = cJSON_AddArrayToObject(o, "outputs");
   for (int j = 0; j < res->n_outputs; j++) cJSON_AddItemToArray(outs, cJSON_CreateString(res->output_names[j]));
+  cJSON_AddNumberToObject(o, "opaque_nodes", a->opaque_nodes);
+  cJSON *unchecked = cJSON_AddArrayToObject(o, "opaque_outputs");
+  for (int j = 0; j < opq->n; j++) cJSON_AddItemToArray(unchecked, cJSON_CreateString(opq->names[j]));
   char *text = cJSON_PrintUnformatted(o);
   if (text) printf("%s\n", text);
   free(text);
@@ -715,6 +760,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   cf_verify_stats vs = {0};
   bool verified = false;
   int64_t peak_unfused = -1;
+  opaque_outs opq = {0};
   mismatch_hook hook = {0};
   cf_run_hooks hooks = {0};
   cf_run_options opt = {.iters = a.iters,
@@ -762,11 +808,14 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   }
   if (hooks.fail_mode == 3) hooks.fail_mode = 0; /* MPI only, and not exec.c's */
   if (!st) st = read_profile(ctx, &a, &opt.algo);
-  if (!st) st = compile(ctx, &a, a.o0 ? cf_pipeline_O0 : a.passes ? a.passes : cf_pipeline_default, &ranks, &g);
+  if (!st)
+    st = compile(ctx, &a, a.o0 ? cf_pipeline_O0 : a.passes ? a.passes : cf_pipeline_default, &ranks,
+                 true, me == 0, &g);
   opt.ranks = ranks;
   /* the unfused graph: the reference's input, and -v's memory comparison */
   if (!st && (a.verify || a.verbose || a.json))
-    st = compile(ctx, &a, cf_pipeline_O0, &ranks, &ref_g);
+    st = compile(ctx, &a, cf_pipeline_O0, &ranks, false, false, &ref_g);
+  if (!st && ref_g && a.opaque_nodes) st = find_opaque_outputs(ctx, ref_g, &opq);
   if (!st) st = cf_plan_build(ctx, g, &opt, &plan);
   if (!st && ref_g) {
     cf_plan *up = NULL;
@@ -883,16 +932,18 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     }
   }
   if (!rc && me == 0 && a.json) {
-    print_json(&a, &res, verified, &vs, plan, peak_unfused);
+    print_json(&a, &res, verified, &vs, plan, peak_unfused, &opq);
   } else if (!rc && me == 0) {
     printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
            cf_tool_name(a.file.v[0]), ranks, cf_s(ranks), a.mpi ? " (mpi)" : "",
            (long long)res.collectives_executed, cf_s(res.collectives_executed), res.time_ms_median,
            a.iters, cf_s(a.iters));
     if (verified) printf("; verified (max rel err %.3g)", vs.max_rel_err);
+    if (verified && opq.n) print_unchecked(&opq);
     printf("\n");
   }
   if (ref) cf_ref_free(ref, n_ref * ranks);
+  free(opq.names);
   free(got);
   cf_run_result_free(&res);
   free_inputs(&in);

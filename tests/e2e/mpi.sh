@@ -12,6 +12,8 @@
 #    place over collfuse's and MPI's collectives; the
 #    examples at their sizes; --algo mpi-native (MPI's own collectives);
 #    an HLO module over partitioned groups ({{0,1},{2,3}}, iota forms);
+#    foreign ops imported as Opaque warned of once (rank 0) and named by
+#    --verify as not checked;
 #  - failures, none of which may hang: graphs that differ between ranks
 #    (MPMD), ranks given different --algo (MPMD: ring against rsag and
 #    against MPI's own) and a descriptor that differs (count) stop every
@@ -235,6 +237,14 @@ for algo in auto mpi-native; do
   mpi $SHM -np 4 "$cf" run "$src/tests/hlo/partitioned.hlo" --backend mpi --algo "$algo" --verify
   expect_rc 0 "tests/hlo/partitioned.hlo on 4 processes --algo $algo --verify"
 done
+
+# ---- foreign ops imported as Opaque: rank 0 alone warns (as check does),
+# and --verify names the output it could not check
+mpi $SHM -np 2 "$cf" run "$src/tests/pbtxt/typo_collectives.pbtxt" --backend mpi --verify
+if expect_rc 0 "typo_collectives.pbtxt on 2 processes --verify"; then
+  [ "$(grep -c "imported as Opaque" "$ERR")" -eq 2 ] || fail "typo_collectives.pbtxt: not one warning per foreign op (rank 0 only)"
+  has "$OUT" "not checked: 1 of 1 output depends on Opaque nodes" "typo_collectives.pbtxt --verify"
+fi
 
 # ---- failures: nothing hangs, every rank stops, the message names the ranks
 mk() { # NAME COUNT: a two-rank graph whose second AllReduce has COUNT elements
