@@ -529,7 +529,8 @@ static cf_status check_memory(cf_context *ctx, const run_args *a, const cf_plan 
     if (made_here(a, &g->nodes[i], seeded) && cf_value_bytes(&g->nodes[i].out[0], &b)) inputs += b;
   cf_mem_need need = {.file = cf_tool_name(a->file.v[0]),
                       .ranks = ranks,
-                      .per_rank = cf_plan_run_bytes(plan, cf_run_outputs_in_arena(plan)) + inputs};
+                      .per_rank = cf_plan_run_bytes(plan, cf_run_outputs_in_arena(plan)) + inputs,
+                      .reserved = cf_plan_reserved_bytes(plan, a->mpi ? 1 : ranks)};
   if (a->verify) {
     if (stream)
       cf_verify_window(ref_g, ranks, &need.shared);
@@ -553,7 +554,8 @@ static cf_status check_memory(cf_context *ctx, const run_args *a, const cf_plan 
 }
 
 /* Test hooks (tests/e2e only): COLLFUSE_TEST_FAIL=MODE:RANK:STEP makes a rank
- * fail (1) or vanish (2); COLLFUSE_TEST_MISMATCH=RANK:COLL:FIELD alters one
+ * fail (1) or vanish (2) at STEP, or stall in its first compute step from
+ * STEP on (4); COLLFUSE_TEST_MISMATCH=RANK:COLL:FIELD alters one
  * rank's descriptor of one collective (count, dtype, reduction, root);
  * COLLFUSE_TEST_CORRUPT=RANK:INDEX:OUTPUT adds 1 to one element of one
  * rank's output after the run, before --verify looks at it;
@@ -913,6 +915,15 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     _exit(EXIT_RUNTIME);
   }
   rc = setup_rc ? setup_rc : st ? cf_tool_fail(ctx, st) : 0;
+  if (plan && plan->abandoned) {
+    /* a rank's thread is still in a BLAS call the run gave up on: leave
+     * now (what it reads must not be freed, and OpenBLAS's exit handler
+     * would wait for its busy threads) */
+    fflush(stdout);
+    fflush(stderr);
+    cf_world_destroy(world, rc);
+    _exit(rc);
+  }
   /* MPI: every rank that ran learns whether any failed (the lowest one
    * failing, its exit code) and the largest errors, so rank 0 reports for
    * all and every process exits alike */
