@@ -30,6 +30,7 @@
 #include <cblas.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,7 +107,8 @@ static const cf_opt run_opts[] = {
     {"--deterministic", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(deterministic),
      .help = "reduce in rank order: bitwise equal results for any fusion"},
     {"--timeout", NULL, "SEC", CF_OPT_CALL, 0, .check = check_timeout,
-     .help = "every wait gives up after SEC seconds (default 60): exit 3"},
+     .help = "every wait, and every compute step, gives up after SEC\n"
+             "seconds (default 60): exit 3"},
     {"--input", NULL, "NAME=FILE.npy", CF_OPT_LIST, RUN_FIELD(input), .check = check_input,
      .help = "an Input's data; {rank} in FILE is replaced by the rank (a file,\n"
              "not '-')"},
@@ -481,28 +483,60 @@ static cf_status write_manifest(cf_context *ctx, const char *dir, const cf_run_r
   return st;
 }
 
-/* DIR/rank<R>/ for ranks lo..hi-1 (an MPI process has only its own); the
- * process with rank 0 writes DIR/outputs.json and names the outputs that
- * were renamed to keep them apart. */
+/* A run's outputs are published together (SPEC 4's layout): the process
+ * with rank 0 removes DIR/outputs.json before the run (drop_manifest, which
+ * also notes how many ranks it listed); each rank's DIR/rank<R>/ is written
+ * under a temporary name and replaces the old one whole (save_outputs,
+ * ir/temp.c); once every rank's is in place, rank 0 removes the rank
+ * directories of an earlier run with more ranks and writes the manifest
+ * last (publish_manifest). So DIR/outputs.json, when present, describes
+ * exactly the rank directories there, and no rank directory is a mix of two
+ * runs. SIGTERM or SIGINT removes the temporaries (on_signal). */
+
+/* Remove DIR/outputs.json; *old_ranks: the ranks it listed (0: none). */
+static void drop_manifest(const char *dir, int *old_ranks) {
+  char path[4096];
+  *old_ranks = 0;
+  if ((size_t)snprintf(path, sizeof path, "%s/outputs.json", dir) >= sizeof path) return;
+  FILE *f = fopen(path, "rb");
+  if (f) {
+    char text[4096]; /* "ranks" is its first member */
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *k = strstr(text, "\"ranks\"");
+    const char *colon = k ? strchr(k, ':') : NULL;
+    long v = colon ? strtol(colon + 1, NULL, 10) : 0;
+    *old_ranks = v > 0 && v <= CF_MAX_WORLD ? (int)v : 0;
+  }
+  unlink(path);
+}
+
+/* DIR/rank<R>/ for ranks lo..hi-1 (an MPI process has only its own), each
+ * written aside and then replacing the old one whole; the process with
+ * rank 0 names the outputs that were renamed to keep them apart. */
 static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_result *res, int lo,
-                              int hi, int ranks) {
-  char path[4096], **files = NULL;
-  cf_status st = output_files(ctx, res, &files);
-  if (!st && mkdir(dir, 0777) != 0 && errno != EEXIST)
+                              int hi, char **files) {
+  char path[4096], target[4096];
+  cf_status st = CF_OK;
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     st = cf_error(ctx, CF_ERR_IO, dir, 0, "cannot create directory: %s", strerror(errno));
   for (int r = lo; r < hi && !st; r++) {
-    snprintf(path, sizeof path, "%s/rank%d", dir, r);
-    if (mkdir(path, 0777) != 0 && errno != EEXIST)
-      st = cf_error(ctx, CF_ERR_IO, path, 0, "cannot create directory: %s", strerror(errno));
+    snprintf(target, sizeof target, "%s/rank%d", dir, r);
+    cf_tmpdir t;
+    if ((st = cf_tmpdir_make(ctx, target, &t))) break;
     for (int j = 0; j < res->n_outputs && !st; j++) {
-      if ((size_t)snprintf(path, sizeof path, "%s/rank%d/%s", dir, r, files[j]) >= sizeof path)
+      if ((size_t)snprintf(path, sizeof path, "%s/%s", t.path, files[j]) >= sizeof path)
         st = cf_error(ctx, CF_ERR_IO, dir, 0, "cannot write: the path of output '%s' is too long",
                       res->output_names[j]);
-      const cf_tensor *t = &res->outputs[(size_t)r * (size_t)res->n_outputs + (size_t)j];
-      if (!st) st = cf_npy_write(ctx, path, t->dtype, &t->shape, t->data);
+      const cf_tensor *x = &res->outputs[(size_t)r * (size_t)res->n_outputs + (size_t)j];
+      if (!st) st = cf_npy_write(ctx, path, x->dtype, &x->shape, x->data);
     }
+    if (!st)
+      st = cf_tmpdir_publish(ctx, &t, target);
+    else
+      cf_tmpdir_discard(&t);
   }
-  if (!st && lo == 0) st = write_manifest(ctx, dir, res, ranks, files);
   for (int j = 0; j < res->n_outputs && !st && lo == 0; j++) {
     int n = (int)strlen(res->output_names[j]);
     if (files[j][n] == '~')
@@ -512,8 +546,38 @@ static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_res
           "output's file)\n",
           res->output_names[j], files[j], n, files[j], dir);
   }
-  free_files(files, res->n_outputs);
   return st;
+}
+
+/* Rank 0, once every rank's directory is in place: an earlier run's rank
+ * directories beyond this run's ranks go, then DIR/outputs.json. */
+static cf_status publish_manifest(cf_context *ctx, const char *dir, const cf_run_result *res,
+                                  int ranks, int old_ranks, char **files) {
+  char path[4096];
+  cf_status st = CF_OK;
+  for (int r = ranks; r < old_ranks && !st; r++) {
+    snprintf(path, sizeof path, "%s/rank%d", dir, r);
+    st = cf_dir_remove(ctx, path);
+  }
+  return st ? st : write_manifest(ctx, dir, res, ranks, files);
+}
+
+/* SIGTERM and SIGINT while outputs are written: their temporaries go
+ * (async-signal-safe: ir/temp.c), then the signal does what it would have. */
+static void on_signal(int sig) {
+  cf_temps_remove();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+/* on_signal for SIGTERM and SIGINT, unless they are ignored (nohup). */
+static void catch_signals(void) {
+  static const int sigs[] = {SIGTERM, SIGINT};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction old, sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
+  }
 }
 
 /* What the run will hold, against what the machine has (or --max-memory),
@@ -777,6 +841,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                         .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA
                                                                             : CF_DEVICE_CPU};
   opt.hooks = test_hooks(&hooks, &hook);
+  if (a.save) catch_signals();
   /* --backend mpi: this process is rank `me` of MPI's world */
   cf_world *world = NULL;
   int me = 0;
@@ -857,6 +922,10 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   /* MPI: every rank learns whether any could not get ready (usage, input,
    * rank table), so all skip the run and exit alike; the failing ones say
    * why. A failure later, in the run, reaches the others as an abort. */
+  /* the old manifest goes before any rank directory changes (under MPI
+   * before the setup agreement, which every process passes first) */
+  int old_ranks = 0;
+  if (!st && a.save && me == 0) drop_manifest(a.save, &old_ranks);
   int setup_rc = 0;
   if (a.mpi) {
     /* a message every rank has (the graph's) is printed once, by rank 0 */
@@ -902,10 +971,16 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     if (!st) verified = true;
   }
   /* outputs are saved even when verification failed: they help find why */
+  cf_status saved = CF_ERR_RUNTIME; /* this process's rank directories are in place */
+  char **files = NULL;
   if (a.save && res.outputs) {
-    cf_status s2 =
-        save_outputs(ctx, a.save, &res, a.mpi ? me : 0, a.mpi ? me + 1 : res.ranks, ranks);
-    if (!st) st = s2;
+    saved = output_files(ctx, &res, &files);
+    if (!saved)
+      saved = save_outputs(ctx, a.save, &res, a.mpi ? me : 0, a.mpi ? me + 1 : res.ranks, files);
+    if (!st) st = saved;
+    /* threads: every rank's is written; MPI: after every process's (below) */
+    if (!saved && !a.mpi) saved = publish_manifest(ctx, a.save, &res, ranks, old_ranks, files);
+    if (!st) st = saved;
   }
   if (a.mpi && st && hooks.fail_mode == 2 && hooks.fail_rank == me) {
     /* test hook mode 2 on MPI: a rank that silently stops stays silent
@@ -928,11 +1003,17 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
    * failing, its exit code) and the largest errors, so rank 0 reports for
    * all and every process exits alike */
   if (a.mpi && ran) {
-    double v[4] = {rc ? (double)(ranks - me) : 0, rc, vs.max_abs_err, vs.max_rel_err};
-    cf_status s3 = cf_mpi_max(world, v, 4);
+    double v[5] = {rc ? (double)(ranks - me) : 0, rc, vs.max_abs_err, vs.max_rel_err,
+                   a.save && saved ? 1 : 0};
+    cf_status s3 = cf_mpi_max(world, v, 5);
     if (s3) {
       if (!rc) rc = cf_tool_fail(ctx, s3);
     } else {
+      /* every process's rank directory is in place: rank 0 writes the manifest */
+      if (a.save && me == 0 && v[4] == 0) {
+        cf_status s4 = publish_manifest(ctx, a.save, &res, ranks, old_ranks, files);
+        if (s4 && !rc) rc = cf_tool_fail(ctx, s4);
+      }
       vs.max_abs_err = v[2];
       vs.max_rel_err = v[3];
       if (v[0] > 0 && !rc) {
@@ -954,6 +1035,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     printf("\n");
   }
   if (ref) cf_ref_free(ref, n_ref * ranks);
+  free_files(files, res.n_outputs);
   free(opq.names);
   free(got);
   cf_run_result_free(&res);
