@@ -668,7 +668,7 @@ static int join_ranks(rank_run *rr, const pthread_t *th, int n, char *text, size
         snprintf(text, len,
                  "rank %d timed out after %g s computing %s '%s' (the step did not return: BLAS "
                  "out of address space under ulimit -v, or more work than --timeout allows)",
-                 r, p->opt.timeout_s, cf_op_table[nd->op].name, nd->name);
+                 rr[r].rank, p->opt.timeout_s, cf_op_table[nd->op].name, nd->name);
       rr[r].comm->ops->abort(rr[r].comm, text);
       pthread_mutex_lock(&rr[r].lock); /* its communication thread ends (the abort stops a call) */
       rr[r].stop = true;

@@ -19,8 +19,8 @@
 #    against MPI's own) and a descriptor that differs (count) stop every
 #    rank with exit 3 and a message naming both ranks; a rank that SIGKILLs itself, a rank
 #    that silently stops (in collfuse's algorithms and in MPI's own
-#    collectives) and a rank that fails loudly end the job non-zero within
-#    --timeout, naming the rank;
+#    collectives), a rank stuck in a compute step and a rank that fails
+#    loudly end the job non-zero within --timeout, naming the rank;
 #  - the embedding API's cf_executable_run_rank (API_MPI, e2e/api_mpi.c) at
 #    2 and 4 processes, over shared memory and TCP, and with MPI's own
 #    collectives;
@@ -343,6 +343,19 @@ mpi $SHM -x COLLFUSE_TEST_FAIL=1:2:1 -np 4 "$cf" run "$work/mixed4.xml" --backen
 if expect_rc 3 "rank 2 fails"; then
   [ "$(grep -c 'rank 2 failed at step 1 (injected failure)' "$ERR")" -eq 4 ] ||
     fail "rank 2 fails: not every rank printed its message"
+fi
+# a rank whose compute step never returns (test hook mode 4, as a BLAS call
+# in OpenBLAS's allocation retry): the job ends at --timeout naming it
+cat >"$work/mm2.xml" <<EOF
+<graph name="mm2" version="1" world_size="2">
+  <node name="x" op="Input" dtype="float32" shape="64,64"/>
+  <node name="m" op="MatMul"><input ref="x"/><input ref="x"/></node>
+  <node name="y" op="Output"><input ref="m"/></node>
+</graph>
+EOF
+mpi $SHM -x COLLFUSE_TEST_FAIL=4:1:0 -np 2 "$cf" run "$work/mm2.xml" --backend mpi --timeout 3
+if expect_rc 3 "rank 1 stalls in a compute step"; then
+  has "$ERR" "rank 1 timed out after 3 s computing MatMul 'm'" "rank 1 stalls in a compute step"
 fi
 # --ranks must match the job; mpi-native needs MPI and excludes --deterministic
 mpi $SHM -np 2 "$cf" run "$work/ga.xml" --backend mpi --ranks 4
