@@ -363,6 +363,14 @@ static void idle(rank_run *r) {
   if (atomic_exchange(&r->busy_us, 0) < 0) pthread_exit(NULL);
 }
 
+/* busy and idle for a fused op's products (cf_rank_io), in its step */
+static void io_busy(void *impl) {
+  rank_run *r = impl;
+  busy(r, atomic_load(&r->busy_step));
+}
+
+static void io_idle(void *impl) { idle(impl); }
+
 static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *tout) {
   const cf_plan *p = r->p;
   /* a test's injected failure cuts the first iteration short */
@@ -396,12 +404,12 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
       }
       break;
     case CF_STEP_WAIT: st = wait_ticket(r, (uint64_t)r->ticket[sp->coll]); break;
-    case CF_STEP_FUSED: {
+    case CF_STEP_FUSED: { /* its products are watched, not its collective waits */
       cf_rank_io io = {.ctx = r->ctx, .rank = r->rank, .arena = r->arena, .vptr = r->vptr, .dev = r->dev, .impl = r,
-                       .start = start_call, .wait = wait_ticket, .run = run_inline};
-      busy(r, s);
+                       .start = start_call, .wait = wait_ticket, .run = run_inline,
+                       .busy = io_busy, .idle = io_idle};
+      atomic_store(&r->busy_step, s);
       st = cf_fused_matmul_run(p, sp->coll, &io, &r->calls[sp->coll]);
-      idle(r);
       break;
     }
     }

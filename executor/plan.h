@@ -148,6 +148,10 @@ typedef struct cf_rank_io {
    * of one chunk has nothing to overlap: it runs as MatMul then the
    * collective would, with no hand-off) */
   cf_status (*run)(void *impl, const cf_coll_call *call);
+  /* around each product (BLAS, which watches no deadline): the run gives up
+   * a rank stuck in one after its timeout (exec.c join_ranks); NULL: none */
+  void (*busy)(void *impl);
+  void (*idle)(void *impl);
 } cf_rank_io;
 
 /* fused_matmul.c: run fused op plan coll c on one rank: the product of
