@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <cblas.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,7 @@ typedef struct rank_run {
   int64_t *ticket;            /* coll -> its ticket this iteration */
   cf_status comm_st;
   bool stop;
+  sem_t *ended; /* posted as rank_main's last act (join_ranks) */
   /* the supervisor's view (join_ranks): when the compute step now running
    * began (cf_now() in microseconds; 0: none; -1: given up, the thread must
    * touch nothing more) and which step it is */
@@ -551,6 +553,7 @@ static void *rank_main(void *arg) {
   pthread_mutex_unlock(&r->lock);
   free(tin);
   free(tout);
+  if (r->ended) sem_post(r->ended);
   return NULL;
 }
 
@@ -645,29 +648,27 @@ static void result_finish(const cf_plan *p, cf_run_result *res) {
  * the rank's communication thread is stopped, its thread is detached and
  * left what it may still touch (its rank_run and arena; the plan, marked
  * abandoned, is never freed), and it ends itself should the call ever
- * return (idle). Returns how many ranks were given up, with the message in
- * text. */
-static int join_ranks(rank_run *rr, const pthread_t *th, int n, char *text, size_t len) {
+ * return (idle). The joining thread waits on `ended`, which every rank
+ * posts as it ends, so a run that ends well is joined at once. Returns how
+ * many ranks were given up, with the message in text. */
+static int join_ranks(rank_run *rr, const pthread_t *th, int n, sem_t *ended, char *text,
+                      size_t len) {
   const cf_plan *p = rr[0].p;
-  char *state = calloc((size_t)n, 1); /* 1 joined, 2 given up */
-  int left = n, gone = 0;
-  if (!state) { /* join plainly */
-    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
-    return 0;
-  }
+  char *gone_r = calloc((size_t)n, 1);
+  int left = n, gone = 0; /* ranks that neither ended nor were given up */
   while (left > 0) {
-    for (int r = 0; r < n; r++) {
-      if (state[r]) continue;
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 20 * 1000 * 1000;
-      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-      if (pthread_timedjoin_np(th[r], NULL, &ts) == 0) state[r] = 1, left--;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    if (sem_timedwait(ended, &ts) == 0) { /* a rank ended (rank_main's last act) */
+      left--;
+      continue;
     }
     int64_t now = (int64_t)(cf_now() * 1e6);
-    for (int r = 0; r < n; r++) {
+    for (int r = 0; r < n && gone_r; r++) {
       int64_t since = atomic_load(&rr[r].busy_us);
-      if (state[r] || since <= 0 || (double)(now - since) < p->opt.timeout_s * 1e6) continue;
+      if (gone_r[r] || since <= 0 || (double)(now - since) < p->opt.timeout_s * 1e6) continue;
       /* the rank may be leaving the step right now: whoever swaps first decides */
       if (!atomic_compare_exchange_strong(&rr[r].busy_us, &since, -1)) continue;
       const cf_step *sp = &p->steps[atomic_load(&rr[r].busy_step)];
@@ -683,12 +684,14 @@ static int join_ranks(rank_run *rr, const pthread_t *th, int n, char *text, size
       pthread_cond_broadcast(&rr[r].cond);
       pthread_mutex_unlock(&rr[r].lock);
       pthread_detach(th[r]);
-      state[r] = 2;
+      gone_r[r] = 1;
       left--;
       gone++;
     }
   }
-  free(state);
+  for (int r = 0; r < n; r++)
+    if (!gone_r || !gone_r[r]) pthread_join(th[r], NULL);
+  free(gone_r);
   return gone;
 }
 
@@ -709,6 +712,9 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
     comm->ctx = x->ctx;
     pthread_t th;
     char text[512];
+    sem_t ended;
+    sem_init(&ended, 0, 0);
+    x->ended = &ended;
     if (pthread_create(&x->thread, NULL, comm_main, x) != 0) {
       st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "cannot start the communication thread");
     } else {
@@ -719,7 +725,7 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
       } else {
-        gone = join_ranks(x, &th, 1, text, sizeof text);
+        gone = join_ranks(x, &th, 1, &ended, text, sizeof text);
       }
       pthread_join(x->thread, NULL);
       st = gone ? CF_ERR_RUNTIME : x->st;
@@ -734,6 +740,7 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
       }
     }
     comm->ctx = saved;
+    sem_destroy(&ended); /* a rank given up never posts it */
   }
   if (!st) {
     res->copies = x->copies;
@@ -766,6 +773,8 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
   pthread_t *th = calloc((size_t)n, sizeof *th);
   cf_context **saved = calloc((size_t)n, sizeof *saved);
   int gone = 0; /* ranks join_ranks gave up on */
+  sem_t ended;   /* posted by each rank as it ends */
+  sem_init(&ended, 0, 0);
   cf_status st = result_init(ctx, p, in, res);
   if (!st && (!rr || !th || !saved)) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (st) goto done;
@@ -779,6 +788,7 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
   for (int r = 0; r < n && !st; r++) {
     st = rank_setup(&rr[r], ctx, p, r, in, res);
     rr[r].world = w;
+    rr[r].ended = &ended;
     if (!st) {
       rr[r].comm = cf_world_comm(w, r);
       saved[r] = rr[r].comm->ctx;
@@ -798,7 +808,7 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
       rr[0].comm->ops->abort(rr[0].comm, "could not start every rank");
     }
   char text[512];
-  if (started) gone = join_ranks(rr, th, started, text, sizeof text);
+  if (started) gone = join_ranks(rr, th, started, &ended, text, sizeof text);
   for (int r = 0; r < n; r++)
     if (rr[r].has_thread) {
       if (started <= r) { /* rank never ran: stop its comm thread */
@@ -843,6 +853,7 @@ done:
   if (!gone) free(rr);
   free(th);
   free(saved);
+  sem_destroy(&ended); /* a rank given up never posts it */
   if (st) cf_run_result_free(res);
   return st;
 }
