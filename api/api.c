@@ -235,6 +235,7 @@ static cf_status check_memory(const cf_executable *e, int ranks, const char *hin
                       .ranks = ranks,
                       .world = e->ranks,
                       .per_rank = cf_plan_run_bytes(e->plan, true),
+                      .reserved = cf_plan_reserved_bytes(e->plan, ranks),
                       .hint = hint};
   return cf_mem_check(e->ctx, &need, e->max_memory, "the max_memory option");
 }

@@ -102,6 +102,12 @@ cf_status cf_verify_outputs(cf_context *ctx, const cf_graph *g, const cf_tensor 
 cf_status cf_verify_streamed(cf_context *ctx, const cf_graph *g, const cf_inputs *in, uint64_t seed,
                              const cf_tensor *got, int ranks, int n_outputs, int only,
                              int64_t window, cf_verify_stats *st);
+/* Which Output nodes of verified graph g depend on an Opaque node: dep[j]
+ * for the j-th Output in node order (n_outputs of them). collfuse does not
+ * run Opaque nodes; the run and the reference both give them the same
+ * synthetic data, so --verify compares those outputs with themselves and
+ * checks nothing. Returns how many depend; -1 when out of memory. */
+int cf_verify_opaque_outputs(const cf_graph *g, bool *dep, int n_outputs);
 /* The window cf_verify_streamed picks for g on ranks ranks (elements), and
  * through *bytes (optional) what its reference holds then. */
 int64_t cf_verify_window(const cf_graph *g, int ranks, int64_t *bytes);

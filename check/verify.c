@@ -142,6 +142,24 @@ fail:
   return status;
 }
 
+int cf_verify_opaque_outputs(const cf_graph *g, bool *dep, int n_outputs) {
+  bool *tainted = calloc((size_t)g->n_nodes + 1, sizeof *tainted);
+  if (!tainted) return -1;
+  for (int t = 0; t < g->n_nodes; t++) { /* operands before readers */
+    const cf_node *n = &g->nodes[g->topo[t]];
+    bool d = n->op == CF_OP_OPAQUE;
+    for (int k = 0; k < n->n_in && !d; k++) d = tainted[n->in[k].node];
+    tainted[g->topo[t]] = d;
+  }
+  int j = 0, count = 0;
+  for (int i = 0; i < g->n_nodes && j < n_outputs; i++) {
+    if (g->nodes[i].op != CF_OP_OUTPUT) continue;
+    count += dep[j++] = tainted[i];
+  }
+  free(tainted);
+  return count;
+}
+
 /* ================= window by window ================= */
 
 /* The first mismatch so far, by (rank, output, index); index -1: the type. */

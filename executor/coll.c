@@ -15,6 +15,13 @@ static const char *red_text(int red) {
   return red >= 0 ? cf_reduction_name((cf_reduction)red) : "-";
 }
 
+static void segment_text(int64_t segment, char *buf, size_t len) {
+  if (segment > 0)
+    snprintf(buf, len, "%lld elements", (long long)segment);
+  else
+    snprintf(buf, len, "none (one piece)");
+}
+
 bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b, int rb, char *text,
                            size_t len) {
   char va[128], vb[128];
@@ -44,6 +51,18 @@ bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b,
     what = "dtype";
     snprintf(va, sizeof va, "%s", cf_dtype_name(a->dtype));
     snprintf(vb, sizeof vb, "%s", cf_dtype_name(b->dtype));
+  } else if (a->algo != b->algo) {
+    what = "algorithm";
+    snprintf(va, sizeof va, "%s", cf_algo_name(a->algo));
+    snprintf(vb, sizeof vb, "%s", cf_algo_name(b->algo));
+  } else if (a->chunks != b->chunks) {
+    what = "pipeline chunks";
+    snprintf(va, sizeof va, "%d", a->chunks);
+    snprintf(vb, sizeof vb, "%d", b->chunks);
+  } else if (a->segment != b->segment) {
+    what = "segment size";
+    segment_text(a->segment, va, sizeof va);
+    segment_text(b->segment, vb, sizeof vb);
   } else if (a->count != b->count) {
     what = "count";
     snprintf(va, sizeof va, "%lld", (long long)a->count);
@@ -86,7 +105,7 @@ bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b,
  * reduction is unchanged. */
 static cf_status allreduce_segments(cf_comm *c, cf_device *dev, const cf_coll_call *call,
                                     const cf_algo_info *row) {
-  int64_t es = cf_dtype_size(call->desc.dtype), seg = CF_ALGO_SEGMENT_BYTES / es;
+  int64_t seg = call->desc.segment, es = cf_dtype_size(call->desc.dtype);
   if (call->desc.count <= 2 * seg) return row->run(c, dev, call);
   cf_coll_call part = *call;
   /* the whole call's data is what stays around each part */
@@ -115,7 +134,11 @@ cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     row = &cf_algo_table[CF_ALGO_DIRECT];
   /* in place, every collfuse row runs in segments: its scratch holds one
    * segment's result (algo_allreduce.c), not the whole call's */
-  if ((row->segmented || (call->desc.in_place && !row->native)) && call->desc.op == CF_OP_ALLREDUCE)
-    return allreduce_segments(c, dev, call, row);
-  return row->run(c, dev, call);
+  bool segments =
+      (row->segmented || (call->desc.in_place && !row->native)) && call->desc.op == CF_OP_ALLREDUCE;
+  /* what runs is what every message says (the peers compare it) */
+  cf_coll_call run = *call;
+  run.algo = run.desc.algo = (int)(row - cf_algo_table);
+  run.desc.segment = segments ? CF_ALGO_SEGMENT_BYTES / cf_dtype_size(call->desc.dtype) : 0;
+  return segments ? allreduce_segments(c, dev, &run, row) : row->run(c, dev, &run);
 }

@@ -16,8 +16,11 @@
 #include "plan.h"
 
 #include <assert.h>
+#include <limits.h>
 #include <cblas.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +36,7 @@ typedef struct rank_run {
   char *arena;
   void **vptr;     /* value -> its buffer: arena + addr, or a caller's (cf_plan_binds) */
   cf_coll_call *calls;
+  int32_t *algos;  /* check_algorithms' table, alive until the rank is freed (MPI may still send it) */
   const cf_inputs *in;
   cf_run_result *res;
   cf_status st;
@@ -40,6 +44,7 @@ typedef struct rank_run {
   bool solo;       /* the only rank of this process (MPI): records its own times */
   int64_t copies, copy_bytes; /* cf_run_result's, this rank's */
   int fail_at;     /* test hook: the step of the first iteration this rank fails at, else -1 */
+  int stall_at;    /* test hook: its first compute step from this one on never returns; INT_MAX */
   /* communication thread: a FIFO of started collectives */
   pthread_t thread;
   bool has_thread;
@@ -51,6 +56,12 @@ typedef struct rank_run {
   int64_t *ticket;            /* coll -> its ticket this iteration */
   cf_status comm_st;
   bool stop;
+  sem_t *ended; /* posted as rank_main's last act (join_ranks) */
+  /* the supervisor's view (join_ranks): when the compute step now running
+   * began (cf_now() in microseconds; 0: none; -1: given up, the thread must
+   * touch nothing more) and which step it is */
+  _Atomic int64_t busy_us;
+  _Atomic int busy_step;
 } rank_run;
 
 static cf_status run_call(rank_run *r, const cf_coll_call *call) {
@@ -125,6 +136,58 @@ static cf_status barrier(rank_run *r) {
   return r->comm->ops->send_wait(r->comm);
 }
 
+/* A disagreement found before the first iteration: every rank stops with text. */
+static cf_status setup_mismatch(rank_run *r, const char *text) {
+  r->comm->ops->abort(r->comm, text);
+  return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+}
+
+/* The algorithm of every collective as this rank's plan resolved it (a
+ * fused op: the rows of a full chunk and of the last), two per
+ * collective. The ranks of an MPI job each resolve their own, from their
+ * own options and profile; a rank that runs MPI's own collective never
+ * reads the descriptors collfuse's messages carry (whose algo field names
+ * every other disagreement), so the rows are compared before the first
+ * iteration. */
+static cf_status check_algorithms(rank_run *r) {
+  const cf_plan *p = r->p;
+  int n = p->ranks, me = r->rank;
+  size_t bytes = sizeof(int32_t) * 2 * (size_t)p->n_colls;
+  if (n < 2 || !bytes) return CF_OK;
+  int32_t *mine = r->algos = malloc(bytes), *theirs = malloc(bytes);
+  cf_status st = mine && theirs ? CF_OK : cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  for (int c = 0; c < p->n_colls && !st; c++) {
+    const cf_pcoll *pc = &p->colls[c];
+    mine[2 * c] = pc->fused_mm ? pc->chunk_algo[0] : pc->algo;
+    mine[2 * c + 1] = pc->fused_mm ? pc->chunk_algo[1] : pc->algo;
+  }
+  for (int i = 0; i < n && !st; i++)
+    if (i != me) st = r->comm->ops->send(r->comm, i, mine, bytes, NULL);
+  for (int i = 0; i < n && !st; i++) {
+    if (i == me) continue;
+    const void *data;
+    if ((st = r->comm->ops->recv(r->comm, i, theirs, bytes, NULL, &data))) break;
+    const int32_t *t = data;
+    for (int k = 0; k < 2 * p->n_colls && !st; k++) {
+      if (t[k] == mine[k]) continue;
+      cf_coll_desc a = p->colls[k / 2].desc, b = a;
+      a.algo = mine[k];
+      b.algo = t[k];
+      char text[768];
+      /* the lower rank first, so both sides print the same text */
+      if (me < i)
+        cf_coll_desc_mismatch(&a, me, &b, i, text, sizeof text);
+      else
+        cf_coll_desc_mismatch(&b, i, &a, me, text, sizeof text);
+      st = setup_mismatch(r, text);
+    }
+    if (!st) st = r->comm->ops->release(r->comm, i);
+  }
+  if (!st) st = r->comm->ops->send_wait(r->comm);
+  free(theirs);
+  return st;
+}
+
 static cf_status check_fingerprints(rank_run *r) {
   int n = r->p->ranks, me = r->rank;
   cf_status st = CF_OK;
@@ -142,13 +205,13 @@ static cf_status check_fingerprints(rank_run *r) {
                "cross-rank mismatch: rank %d's graph has fingerprint %.16s but rank %d's has %.16s "
                "(the ranks compiled different collective sequences)",
                me, r->p->fingerprint, i, (const char *)data);
-      r->comm->ops->abort(r->comm, text);
-      st = cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+      st = setup_mismatch(r, text);
       break;
     }
     st = r->comm->ops->release(r->comm, i);
   }
-  return st ? st : r->comm->ops->send_wait(r->comm);
+  if (!st) st = r->comm->ops->send_wait(r->comm);
+  return st ? st : check_algorithms(r);
 }
 
 static cf_tensor tensor_of(rank_run *r, int v) {
@@ -289,6 +352,27 @@ static cf_status injected_failure(rank_run *r, int s) {
   return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
 }
 
+/* A compute step begins: the step join_ranks can give up on (BLAS watches
+ * no deadline and cannot be interrupted). */
+static void busy(rank_run *r, int s) {
+  atomic_store(&r->busy_step, s);
+  atomic_store(&r->busy_us, (int64_t)(cf_now() * 1e6) | 1);
+}
+
+/* ... and ends; a rank given up on meanwhile ends its thread here, touching
+ * nothing else (what it holds was left to it). */
+static void idle(rank_run *r) {
+  if (atomic_exchange(&r->busy_us, 0) < 0) pthread_exit(NULL);
+}
+
+/* busy and idle for a fused op's products (cf_rank_io), in its step */
+static void io_busy(void *impl) {
+  rank_run *r = impl;
+  busy(r, atomic_load(&r->busy_step));
+}
+
+static void io_idle(void *impl) { idle(impl); }
+
 static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *tout) {
   const cf_plan *p = r->p;
   /* a test's injected failure cuts the first iteration short */
@@ -299,7 +383,13 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     const char *why;
     if (r->comm->ops->aborted(r->comm, &why)) return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
     switch (sp->kind) {
-    case CF_STEP_COMPUTE: st = compute(r, &p->g->nodes[sp->node], tin, tout); break;
+    case CF_STEP_COMPUTE:
+      busy(r, s);
+      if (first && s >= r->stall_at) /* test hook: as OpenBLAS retrying a buffer it cannot map */
+        for (;;) sleep(1000);
+      st = compute(r, &p->g->nodes[sp->node], tin, tout);
+      idle(r);
+      break;
     case CF_STEP_COPY: {
       const cf_pcoll *pc = &p->colls[sp->coll];
       char *bk = bucket_of(r, 2 * sp->coll), *dst = bk ? bk + (sp->dst - pc->in_addr) : r->arena + sp->dst;
@@ -316,9 +406,11 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
       }
       break;
     case CF_STEP_WAIT: st = wait_ticket(r, (uint64_t)r->ticket[sp->coll]); break;
-    case CF_STEP_FUSED: {
+    case CF_STEP_FUSED: { /* its products are watched, not its collective waits */
       cf_rank_io io = {.ctx = r->ctx, .rank = r->rank, .arena = r->arena, .vptr = r->vptr, .dev = r->dev, .impl = r,
-                       .start = start_call, .wait = wait_ticket, .run = run_inline};
+                       .start = start_call, .wait = wait_ticket, .run = run_inline,
+                       .busy = io_busy, .idle = io_idle};
+      atomic_store(&r->busy_step, s);
       st = cf_fused_matmul_run(p, sp->coll, &io, &r->calls[sp->coll]);
       break;
     }
@@ -461,6 +553,7 @@ static void *rank_main(void *arg) {
   pthread_mutex_unlock(&r->lock);
   free(tin);
   free(tout);
+  if (r->ended) sem_post(r->ended);
   return NULL;
 }
 
@@ -471,7 +564,9 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
   x->in = in;
   x->res = res;
   const cf_run_hooks *h = p->opt.hooks;
-  x->fail_at = h && h->fail_mode && h->fail_rank == rank ? h->fail_step : -1;
+  bool mine = h && h->fail_rank == rank;
+  x->fail_at = mine && (h->fail_mode == 1 || h->fail_mode == 2) ? h->fail_step : -1;
+  x->stall_at = mine && h->fail_mode == 4 ? h->fail_step : INT_MAX;
   pthread_mutex_init(&x->lock, NULL);
   pthread_cond_init(&x->cond, NULL);
   x->queue_cap = p->n_colls + 2;
@@ -495,6 +590,7 @@ static void rank_free(rank_run *x) {
   if (x->arena) x->dev->ops->free(x->dev, x->arena);
   free(x->vptr);
   free(x->calls);
+  free(x->algos);
   free(x->queue);
   free(x->ticket);
   cf_ctx_destroy(x->ctx);
@@ -542,43 +638,131 @@ static void result_finish(const cf_plan *p, cf_run_result *res) {
   free(sorted);
 }
 
-/* This process's one rank of world w (an MPI process), on this thread. */
+/* Join the rank threads th[0..n) of rr. Every wait of a rank honours the
+ * run's deadline and the abort flag, but a compute step cannot: BLAS
+ * neither returns early nor can be interrupted, and OpenBLAS retries a
+ * buffer it cannot map forever (under `ulimit -v`). So the joining thread
+ * watches the ranks' compute steps (busy/idle): a step that has run longer
+ * than the run's timeout is given up. The world is aborted with a message
+ * naming the rank and the node (every other rank stops at its next wait),
+ * the rank's communication thread is stopped, its thread is detached and
+ * left what it may still touch (its rank_run and arena; the plan, marked
+ * abandoned, is never freed), and it ends itself should the call ever
+ * return (idle). The joining thread waits on `ended`, which every rank
+ * posts as it ends, so a run that ends well is joined at once. Returns how
+ * many ranks were given up, with the message in text. */
+static int join_ranks(rank_run *rr, const pthread_t *th, int n, sem_t *ended, char *text,
+                      size_t len) {
+  const cf_plan *p = rr[0].p;
+  char *gone_r = calloc((size_t)n, 1);
+  int left = n, gone = 0; /* ranks that neither ended nor were given up */
+  while (left > 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    if (sem_timedwait(ended, &ts) == 0) { /* a rank ended (rank_main's last act) */
+      left--;
+      continue;
+    }
+    int64_t now = (int64_t)(cf_now() * 1e6);
+    for (int r = 0; r < n && gone_r; r++) {
+      int64_t since = atomic_load(&rr[r].busy_us);
+      if (gone_r[r] || since <= 0 || (double)(now - since) < p->opt.timeout_s * 1e6) continue;
+      /* the rank may be leaving the step right now: whoever swaps first decides */
+      if (!atomic_compare_exchange_strong(&rr[r].busy_us, &since, -1)) continue;
+      const cf_step *sp = &p->steps[atomic_load(&rr[r].busy_step)];
+      const cf_node *nd = &p->g->nodes[sp->kind == CF_STEP_FUSED ? p->colls[sp->coll].node : sp->node];
+      if (!gone)
+        snprintf(text, len,
+                 "rank %d timed out after %g s computing %s '%s' (the step did not return: BLAS "
+                 "out of address space under ulimit -v, or more work than --timeout allows)",
+                 rr[r].rank, p->opt.timeout_s, cf_op_table[nd->op].name, nd->name);
+      rr[r].comm->ops->abort(rr[r].comm, text);
+      pthread_mutex_lock(&rr[r].lock); /* its communication thread ends (the abort stops a call) */
+      rr[r].stop = true;
+      pthread_cond_broadcast(&rr[r].cond);
+      pthread_mutex_unlock(&rr[r].lock);
+      pthread_detach(th[r]);
+      gone_r[r] = 1;
+      left--;
+      gone++;
+    }
+  }
+  for (int r = 0; r < n; r++)
+    if (!gone_r || !gone_r[r]) pthread_join(th[r], NULL);
+  free(gone_r);
+  return gone;
+}
+
+/* This process's one rank of world w (an MPI process), on a thread of its
+ * own that join_ranks watches. */
 static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inputs *in,
                           cf_run_result *res) {
   cf_comm *comm = cf_world_comm(w, w->first);
-  rank_run x = {0};
-  cf_status st = result_init(ctx, p, in, res);
-  if (!st) st = rank_setup(&x, ctx, p, w->first, in, res);
+  rank_run *x = calloc(1, sizeof *x); /* left to the rank's thread if it is given up */
+  cf_status st = x ? result_init(ctx, p, in, res) : cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (!st) st = rank_setup(x, ctx, p, w->first, in, res);
+  int gone = 0;
   if (!st) {
-    x.solo = true;
-    x.world = w;
-    x.comm = comm;
+    x->solo = true;
+    x->world = w;
+    x->comm = comm;
     cf_context *saved = comm->ctx;
-    comm->ctx = x.ctx;
-    if (pthread_create(&x.thread, NULL, comm_main, &x) != 0) {
+    comm->ctx = x->ctx;
+    pthread_t th;
+    char text[512];
+    sem_t ended;
+    sem_init(&ended, 0, 0);
+    x->ended = &ended;
+    if (pthread_create(&x->thread, NULL, comm_main, x) != 0) {
       st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "cannot start the communication thread");
     } else {
-      rank_main(&x);
-      pthread_join(x.thread, NULL);
-      st = x.st;
-      if (st) {
+      if (pthread_create(&th, NULL, rank_main, x) != 0) {
+        x->st = cf_error(x->ctx, CF_ERR_RUNTIME, NULL, 0, "cannot start the rank's thread");
+        pthread_mutex_lock(&x->lock);
+        x->stop = true;
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+      } else {
+        gone = join_ranks(x, &th, 1, &ended, text, sizeof text);
+      }
+      pthread_join(x->thread, NULL);
+      st = gone ? CF_ERR_RUNTIME : x->st;
+      if (gone) {
+        cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+      } else if (st) {
         const char *why = NULL;
         if (st == CF_ERR_RUNTIME && comm->ops->aborted(comm, &why))
           cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
         else
-          cf_error(ctx, st, NULL, 0, "%s", cf_errmsg(x.ctx));
+          cf_error(ctx, st, NULL, 0, "%s", cf_errmsg(x->ctx));
       }
     }
     comm->ctx = saved;
+    sem_destroy(&ended); /* a rank given up never posts it */
   }
   if (!st) {
-    res->copies = x.copies;
-    res->copy_bytes = x.copy_bytes;
+    res->copies = x->copies;
+    res->copy_bytes = x->copy_bytes;
     result_finish(p, res);
   }
-  rank_free(&x);
+  if (gone) {
+    p->abandoned = true;
+  } else if (x) {
+    rank_free(x);
+    free(x);
+  }
   if (st) cf_run_result_free(res);
   return st;
+}
+
+int cf_exec_blas_threads(int ranks) {
+  int now = openblas_get_num_threads();
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  /* one rank (an MPI process: run sets cores / processes) keeps the setting */
+  if (getenv("OPENBLAS_NUM_THREADS") || cores <= 0 || ranks <= 1) return now;
+  return cores / ranks > 1 ? (int)(cores / ranks) : 1;
 }
 
 /* Every rank of world w as a thread of this process. */
@@ -588,20 +772,23 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
   rank_run *rr = calloc((size_t)n, sizeof *rr);
   pthread_t *th = calloc((size_t)n, sizeof *th);
   cf_context **saved = calloc((size_t)n, sizeof *saved);
+  int gone = 0; /* ranks join_ranks gave up on */
+  sem_t ended;   /* posted by each rank as it ends */
+  sem_init(&ended, 0, 0);
   cf_status st = result_init(ctx, p, in, res);
   if (!st && (!rr || !th || !saved)) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (st) goto done;
   /* n ranks share the cores: each rank's GEMMs get cores/n BLAS threads
    * (OpenBLAS' setting is per process: restored below; an explicit
    * OPENBLAS_NUM_THREADS wins) */
-  int blas_threads = openblas_get_num_threads();
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  bool set_blas = !getenv("OPENBLAS_NUM_THREADS") && cores > 0;
-  if (set_blas) openblas_set_num_threads(cores / n > 1 ? (int)(cores / n) : 1);
+  int blas_threads = openblas_get_num_threads(), share = cf_exec_blas_threads(n);
+  bool set_blas = share != blas_threads;
+  if (set_blas) openblas_set_num_threads(share);
   int started = 0;
   for (int r = 0; r < n && !st; r++) {
     st = rank_setup(&rr[r], ctx, p, r, in, res);
     rr[r].world = w;
+    rr[r].ended = &ended;
     if (!st) {
       rr[r].comm = cf_world_comm(w, r);
       saved[r] = rr[r].comm->ctx;
@@ -620,7 +807,8 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
       st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "cannot start a thread for rank %d", r);
       rr[0].comm->ops->abort(rr[0].comm, "could not start every rank");
     }
-  for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+  char text[512];
+  if (started) gone = join_ranks(rr, th, started, &ended, text, sizeof text);
   for (int r = 0; r < n; r++)
     if (rr[r].has_thread) {
       if (started <= r) { /* rank never ran: stop its comm thread */
@@ -631,7 +819,11 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
       }
       pthread_join(rr[r].thread, NULL);
     }
-  if (set_blas) openblas_set_num_threads(blas_threads);
+  if (set_blas && !gone) openblas_set_num_threads(blas_threads);
+  if (gone) {
+    p->abandoned = true;
+    st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+  }
   if (!st) {
     /* report the rank that failed first: a non-runtime status beats the
      * runtime errors it caused elsewhere */
@@ -656,11 +848,12 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
 done:
   for (int r = 0; rr && r < n; r++) {
     if (rr[r].comm) rr[r].comm->ctx = saved[r];
-    rank_free(&rr[r]);
+    if (atomic_load(&rr[r].busy_us) >= 0) rank_free(&rr[r]); /* else left to its thread */
   }
-  free(rr);
+  if (!gone) free(rr);
   free(th);
   free(saved);
+  sem_destroy(&ended); /* a rank given up never posts it */
   if (st) cf_run_result_free(res);
   return st;
 }

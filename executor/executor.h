@@ -168,6 +168,11 @@ int64_t cf_mem_available(const char **source);
  * device; a GPU's is device memory) and the copies of its outputs unless
  * the caller gives output buffers. */
 int64_t cf_plan_run_bytes(const cf_plan *p, bool caller_outputs);
+/* Address space a run of p with `ranks` rank threads in this process maps
+ * beyond the bytes it holds: the threads' stacks and malloc arenas and,
+ * when the plan calls BLAS on the CPU, OpenBLAS's buffers (one per calling
+ * rank and per other thread of a call). For cf_mem_need.reserved. */
+int64_t cf_plan_reserved_bytes(const cf_plan *p, int ranks);
 /* Bytes per rank of g's Input nodes (op CF_OP_INPUT) or of what its Output
  * nodes read (CF_OP_OUTPUT). */
 int64_t cf_graph_io_bytes(const cf_graph *g, cf_op op);
@@ -184,9 +189,14 @@ typedef struct cf_mem_need {
   int rank;                /* MPI: this process's rank (for the message) */
   const char *hint;        /* what to do instead (NULL: none) */
   const char *who;         /* subject and verb instead of "N ranks need" (no breakdown) */
+  int64_t reserved; /* address space mapped beyond the bytes held (cf_plan_reserved_bytes):
+                     * counted against the address-space limit (RLIMIT_AS) only */
 } cf_mem_need;
 /* CF_OK when need fits in limit bytes (limit <= 0: cf_mem_available; when
- * that is unknown, CF_OK). Else CF_ERR_INVALID with the sizes: "FILE: error:
+ * that is unknown, CF_OK) and, under an address-space limit (RLIMIT_AS),
+ * its bytes and need->reserved fit in what that limit leaves (else "FILE:
+ * error: 1 rank needs 590.2 MiB of address space (...), 150.3 MiB left
+ * under the address-space limit (ulimit -v: 390.6 MiB); raise the limit"). Else CF_ERR_INVALID with the sizes: "FILE: error:
  * 4 ranks need 34.3 GiB (8.6 GiB per rank), 21.9 GiB available
  * (MemAvailable); HINT", limit_what naming an explicit limit ("--max-memory":
  * "512.0 MiB allowed by --max-memory"). */

@@ -123,6 +123,19 @@ static cf_tensor rows_of(const cf_tensor *t, int64_t row, int64_t len) {
   return b;
 }
 
+/* cf_device_product, watched by the run for its timeout (io->busy/idle:
+ * exec.c join_ranks gives up a rank stuck in it): BLAS, unlike the
+ * collective waits around it, sees no deadline. */
+static cf_status watched_product(const cf_plan *p, const cf_rank_io *io, const cf_node *n,
+                                 const cf_tensor *a, const cf_tensor *x2, const cf_tensor *s1,
+                                 const cf_tensor *s2, const cf_tensor *bias, cf_tensor *out) {
+  if (io->busy) io->busy(io->impl);
+  cf_status st = cf_device_product(io->dev, io->ctx, p->g, n, a, x2, s1, s2, bias, out,
+                                   p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
+  if (io->idle) io->idle(io->impl);
+  return st;
+}
+
 /* dst rows = x1 rows [row, row+len) @ x2 (+ bias), dst is (len, cols). */
 static cf_status product(const cf_plan *p, const cf_rank_io *io, const cf_node *n, const operands *o,
                          int64_t row, int64_t len, void *dst, cf_dtype dt, int64_t cols) {
@@ -130,9 +143,8 @@ static cf_status product(const cf_plan *p, const cf_rank_io *io, const cf_node *
   cf_tensor out = {.data = dst, .dtype = dt, .shape = {.rank = 2, .dims = {len, cols}}, .count = len * cols};
   cf_tensor s1;
   if (o->quant) s1 = rows_of(&o->x1s, row, len);
-  return cf_device_product(io->dev, io->ctx, p->g, n, &a, &o->x2, o->quant ? &s1 : NULL,
-                           o->quant ? &o->x2s : NULL, o->has_bias ? &o->bias : NULL, &out,
-                           p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
+  return watched_product(p, io, n, &a, &o->x2, o->quant ? &s1 : NULL, o->quant ? &o->x2s : NULL,
+                         o->has_bias ? &o->bias : NULL, &out);
 }
 
 /* The chunk call i: the template with its own buffers and count. */
@@ -221,8 +233,7 @@ static cf_status gather_pipeline(const cf_plan *p, const cf_pcoll *pc, cf_rank_i
     for (int j = 1; j < n->n_in && !st; j++) {
       cf_tensor x2 = value(p, io, n->in[j]);
       cf_tensor o = output(p, io, pc->node, j - 1);
-      st = cf_device_product(io->dev, io->ctx, p->g, n, &gathered, &x2, NULL, NULL, NULL, &o,
-                             p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
+      st = watched_product(p, io, n, &gathered, &x2, NULL, NULL, NULL, &o);
     }
     return st;
   }
@@ -243,8 +254,7 @@ static cf_status gather_pipeline(const cf_plan *p, const cf_pcoll *pc, cf_rank_i
         cf_tensor x2 = value(p, io, n->in[j]);
         cf_tensor o = output(p, io, pc->node, j - 1);
         cf_tensor ob = rows_of(&o, grow, len);
-        st = cf_device_product(io->dev, io->ctx, p->g, n, &a, &x2, NULL, NULL, NULL, &ob,
-                               p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
+        st = watched_product(p, io, n, &a, &x2, NULL, NULL, NULL, &ob);
       }
     }
   }

@@ -12,12 +12,31 @@
  * cache) and what its cgroup still allows (limit minus usage, giving back
  * the inactive file cache the kernel would reclaim first, as the kubelet's
  * working set does); a caller's explicit limit replaces both.
+ *
+ * An address-space limit (RLIMIT_AS, `ulimit -v`) is a second, separate
+ * bound: there a run also maps what it never touches, above all OpenBLAS's
+ * buffers (BLAS_BUFFER_BYTES each, one per thread that runs a GEMM, kept
+ * for the process's life), whose mmap OpenBLAS retries forever when it
+ * fails; so the run's bytes plus what it reserves (cf_plan_reserved_bytes)
+ * must fit in what the limit leaves, whatever the explicit limit says.
  */
+#define _GNU_SOURCE
 #include "plan.h"
 
+#include <cblas.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* OpenBLAS's per-thread GEMM buffer on x86-64 (BUFFER_SIZE, 32 << 22 in
+ * 0.3.21: the 128 MiB mmap a stuck run retries). */
+#define BLAS_BUFFER_BYTES ((int64_t)128 << 20)
+/* glibc's malloc arena of a thread that allocates (HEAP_MAX_SIZE, 64-bit;
+ * threads share arenas beyond 8 per core, so this is an upper bound) */
+#define MALLOC_ARENA_BYTES ((int64_t)64 << 20)
 
 /* The first integer in file path after prefix at the start of a line (the
  * whole file when prefix is NULL); -1 when absent or "max". */
@@ -108,6 +127,46 @@ int64_t cf_mem_available(const char **source) {
   return avail;
 }
 
+/* What RLIMIT_AS still leaves this process: the soft limit less what is
+ * mapped now (/proc/self/statm's size); -1 when there is no limit. *limit
+ * gets the limit. */
+static int64_t address_room(int64_t *limit) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1;
+  *limit = rl.rlim_cur > (rlim_t)INT64_MAX ? INT64_MAX : (int64_t)rl.rlim_cur;
+  int64_t pages = read_field("/proc/self/statm", NULL);
+  long page = sysconf(_SC_PAGESIZE);
+  int64_t used = pages > 0 && page > 0 ? pages * page : 0;
+  return *limit > used ? *limit - used : 0;
+}
+
+int64_t cf_plan_reserved_bytes(const cf_plan *p, int ranks) {
+  size_t stack = 8 << 20;
+  pthread_attr_t a;
+  if (pthread_getattr_default_np(&a) == 0) {
+    pthread_attr_getstacksize(&a, &stack);
+    pthread_attr_destroy(&a);
+  }
+  /* each rank: its thread and its communication thread, each with a stack
+   * and (both allocate) a malloc arena */
+  int64_t b = (int64_t)ranks * 2 * ((int64_t)stack + MALLOC_ARENA_BYTES);
+  bool blas = false;
+  for (int i = 0; i < p->g->n_nodes && !blas && cf_device_is_host(p->dev); i++) {
+    cf_op op = p->g->nodes[i].op;
+    blas = op == CF_OP_MATMUL || op == CF_OP_QUANTMATMUL ||
+           cf_op_table[op].cat == CF_CAT_FUSED_MATMUL;
+  }
+  /* OpenBLAS maps its own threads' buffers when it starts (counted in what
+   * is mapped now), then one for each thread that calls a GEMM, and with
+   * several callers at once a further one per thread of a call (measured
+   * with OpenBLAS 0.3.21: a 1024^3 MatMul needed 193 MiB more than an Add of
+   * the same tensors on one rank, 1 or 2 BLAS threads; 645 MiB on four
+   * ranks of one thread, 770 MiB of two) */
+  int threads = cf_exec_blas_threads(ranks);
+  if (blas) b += BLAS_BUFFER_BYTES * (ranks + (ranks > 1 && threads > 1 ? threads - 1 : 0));
+  return b;
+}
+
 int64_t cf_plan_run_bytes(const cf_plan *p, bool caller_outputs) {
   int64_t b = cf_device_is_host(p->dev) ? p->arena_bytes : 0;
   if (!caller_outputs) b += cf_graph_io_bytes(p->g, CF_OP_OUTPUT);
@@ -134,7 +193,8 @@ cf_status cf_mem_check(cf_context *ctx, const cf_mem_need *need, int64_t limit,
   int units = need->processes > 0 ? need->processes : need->ranks;
   int64_t each = need->processes > 0 ? need->per_rank + need->shared : need->per_rank;
   int64_t total = need->processes > 0 ? each * need->processes : each * need->ranks + need->shared;
-  if (total <= limit) return CF_OK;
+  int64_t as_limit = 0, as_room = address_room(&as_limit);
+  if (total <= limit && (as_room < 0 || total + need->reserved <= as_room)) return CF_OK;
   char t[32], e[32], s[32], l[32], who[96], detail[192] = "", room[160];
   cf_bytes_text(total, t, sizeof t);
   cf_bytes_text(each, e, sizeof e);
@@ -154,6 +214,18 @@ cf_status cf_mem_check(cf_context *ctx, const cf_mem_need *need, int64_t limit,
     snprintf(who, sizeof who, "%d rank%s need%s", units, units == 1 ? "" : "s",
              units == 1 ? "s" : "");
   /* the breakdown: each unit's share, and what is held once besides */
+  if (total <= limit) { /* the address space is what does not fit */
+    char r[32];
+    cf_bytes_text(total + need->reserved, t, sizeof t);
+    cf_bytes_text(need->reserved, r, sizeof r);
+    cf_bytes_text(as_room, e, sizeof e);
+    cf_bytes_text(as_limit, l, sizeof l);
+    return cf_error(ctx, CF_ERR_INVALID, need->file, 0,
+                    "%s %s of address space (%s of it reserved: thread stacks, malloc arenas and "
+                    "any BLAS buffers), %s left under the address-space limit (ulimit -v: %s); "
+                    "raise the limit%s%s",
+                    who, t, r, e, l, need->hint ? ", or " : "", need->hint ? need->hint : "");
+  }
   if (need->who)
     ;
   else if (units > 1 && shared)

@@ -370,6 +370,7 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
                            .red = cf_op_reduces(op) ? CF_RED_SUM : -1,
                            .root = -1,
                            .layout = op == CF_OP_ALLGATHER ? CF_LAYOUT_CONCAT : -1,
+                           .chunks = c->chunks,
                            .group = cf_node_group(n),
                            .node = n->name};
   const cf_group *gr = cf_graph_group(g, cf_node_group(n));
@@ -383,7 +384,7 @@ static cf_status plan_fused_mm(builder *b, const cf_node *n, cf_pcoll *c, int nc
   for (int i = 0; i < 2; i++) {
     cf_coll_desc d = c->desc;
     d.count = per_call[i] * (op == CF_OP_ALLGATHER ? cols : row_elems);
-    int a = cf_coll_select(&d, c->n, p->opt.deterministic, p->opt.algo);
+    int a = c->chunk_algo[i] = cf_coll_select(&d, c->n, p->opt.deterministic, p->opt.algo);
     size_t sb = cf_coll_scratch_bytes(&d, c->n, a, !p->opt.staged);
     if (sb > scratch) scratch = sb;
   }
@@ -970,7 +971,7 @@ int cf_plan_value_bucket(const cf_plan *p, int node, int port, int64_t *off) {
 }
 
 void cf_plan_destroy(cf_plan *p) {
-  if (!p) return;
+  if (!p || p->abandoned) return; /* a rank's thread may still use it (exec.c join_ranks) */
   for (int c = 0; p->colls && c < p->n_colls; c++) {
     free(p->colls[c].segs);
     free(p->colls[c].pairs);

@@ -24,8 +24,10 @@ typedef struct cf_run_hooks {
   /* Rank fail_rank stops at schedule step fail_step of the first
    * iteration, either failing loudly (mode 1: an error that stops
    * everyone) or vanishing without a word (mode 2: the others must notice
-   * by their timeout). Mode 0: off. (`run` also knows mode 3, MPI's
-   * SIGKILL: cf_mpi_test_kill.) */
+   * by their timeout), or its first compute step from fail_step on never
+   * returns (mode 4: as BLAS stuck in OpenBLAS's allocation retry; the run
+   * gives it up after its timeout). Mode 0: off. (`run` also knows mode 3,
+   * MPI's SIGKILL: cf_mpi_test_kill.) */
   int fail_mode, fail_rank, fail_step;
 } cf_run_hooks;
 
@@ -85,6 +87,9 @@ typedef struct cf_pcoll {
   /* fused MatMul+collective ops: desc is one chunk's collective (count of
    * the whole product), chunks of chunk_rows rows, double-buffered stage */
   bool fused_mm;
+  int chunk_algo[2]; /* the rows a full chunk and the last chunk resolve to (for the ranks'
+                      * comparison before the first iteration; fused_matmul.c resolves them
+                      * again per call) */
   int chunks;
   int64_t chunk_rows;
   int64_t stage_addr, stage_bytes; /* two buffers of stage_bytes */
@@ -114,8 +119,15 @@ struct cf_plan {
                            * runs on the one before's results; a run returns the first's outputs */
   char fingerprint[17];
   cf_device *dev; /* the CPU device, kernels prepared */
+  bool abandoned; /* a run gave up on a rank stuck in a compute step (exec.c join_ranks): its
+                   * thread may still use the plan, which cf_plan_destroy then leaves */
   bool *binds;    /* node -> cf_plan_binds */
 };
+
+/* exec.c: the BLAS threads each rank's GEMMs get with `ranks` rank threads
+ * in this process: cores/ranks (at least 1), or OpenBLAS's setting for one
+ * rank or when OPENBLAS_NUM_THREADS gave it. */
+int cf_exec_blas_threads(int ranks);
 
 /* Bytes past vals[v].addr where value v lies on world rank `rank` (0
  * unless it is a per-rank view, cf_pvalue.rank_stride). */
@@ -136,6 +148,10 @@ typedef struct cf_rank_io {
    * of one chunk has nothing to overlap: it runs as MatMul then the
    * collective would, with no hand-off) */
   cf_status (*run)(void *impl, const cf_coll_call *call);
+  /* around each product (BLAS, which watches no deadline): the run gives up
+   * a rank stuck in one after its timeout (exec.c join_ranks); NULL: none */
+  void (*busy)(void *impl);
+  void (*idle)(void *impl);
 } cf_rank_io;
 
 /* fused_matmul.c: run fused op plan coll c on one rank: the product of

@@ -109,6 +109,15 @@ typedef struct cf_coll_desc {
   int root;      /* -1 when none; AllToAll: split_dimension */
   int layout;    /* AllGather layout, -1 otherwise; AllToAll: concat_dimension;
                     CollectivePermute: a hash of its pairs */
+  /* How the ranks move the data, so ranks that would exchange different
+   * messages (`--algo ring` on one, rsag on another; a profile's choice; a
+   * fused op's pipeline) are named, never mixed into wrong sums. The plan
+   * resolves all three alike on every rank of one plan (the threads world);
+   * ranks of an MPI job each build their own. --deterministic changes no
+   * message, only which algorithm runs (algo) and how a rank computes. */
+  int algo;        /* the row of cf_algo_table that runs the call (cf_coll_run sets it) */
+  int64_t segment; /* AllReduce in segments: elements per segment; 0: one piece */
+  int chunks;      /* a fused MatMul op's collective: the pipeline's chunks; 0 otherwise */
   const char *group;
   const char *node; /* node name (for messages only, not compared) */
   /* AllReduce: out is in (the plan gave both one block). The algorithms

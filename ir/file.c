@@ -76,7 +76,7 @@ static cf_status write_error(cf_context *ctx, const char *path, int err) {
 cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile *o) {
   struct stat sb, lsb;
   int fd = -1;
-  *o = (cf_outfile){.path = path};
+  *o = (cf_outfile){.path = path, .slot = -1};
   bool exists = stat(path, &sb) == 0;
   if (exists && S_ISDIR(sb.st_mode))
     return cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: is a directory");
@@ -91,6 +91,7 @@ cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile
     }
   } else {
     fd = make_temp(path, &o->tmp);
+    if (fd >= 0) o->slot = cf_temp_track(o->tmp, false); /* removed on a signal (temp.c) */
     /* an existing regular file keeps its permissions; a replaced symlink
      * does not lend its target's */
     if (fd >= 0 && lstat(path, &lsb) == 0 && S_ISREG(lsb.st_mode))
@@ -101,6 +102,7 @@ cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile
     int err = errno;
     close(fd);
     if (o->tmp) unlink(o->tmp);
+    cf_temp_untrack(o->slot);
     free(o->tmp);
     o->tmp = NULL;
     return write_error(ctx, path, err);
@@ -118,6 +120,8 @@ cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok) {
   o->f = NULL;
   if (ok && !err && o->tmp && rename(o->tmp, o->path) != 0) err = errno;
   if ((!ok || err) && o->tmp) unlink(o->tmp);
+  cf_temp_untrack(o->slot);
+  o->slot = -1;
   free(o->tmp);
   o->tmp = NULL;
   return ok && err ? write_error(ctx, o->path, err) : CF_OK;

@@ -132,6 +132,7 @@ typedef struct cf_outfile {
   FILE *f;          /* where to write */
   char *tmp;        /* the temporary's name, NULL when writing in place */
   const char *path; /* the target, as given */
+  int slot;         /* tmp's in temp.c's registry, -1 none */
 } cf_outfile;
 cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile *o);
 /* ok: flush, fsync, close and move into place; !ok: close and remove the
@@ -140,6 +141,36 @@ cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile
 cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok);
 /* data[0..size) as the file path, through cf_out_open/cf_out_close. */
 cf_status cf_write_file(cf_context *ctx, const char *path, const void *data, size_t size);
+
+/* ================= temp.c: temporaries, directories published whole ================= */
+
+/* Register a temporary (a file, or a directory removed with what it holds,
+ * two levels deep) that cf_temps_remove removes; its slot, -1 when none is
+ * free or the path is too long (it is then only not removed on a signal). */
+int cf_temp_track(const char *path, bool dir);
+/* The temporary of slot is gone or has its final name (slot -1: nothing). */
+void cf_temp_untrack(int slot);
+/* Remove every registered temporary: async-signal-safe, for a handler of
+ * SIGTERM/SIGINT that then re-raises (tools/run.c). */
+void cf_temps_remove(void);
+
+/* A directory filled under a temporary ".cf-XXXXXX" name beside its target
+ * (registered), then published whole. */
+typedef struct cf_tmpdir {
+  char *path; /* where to write its files; NULL once published or discarded */
+  int slot;
+} cf_tmpdir;
+cf_status cf_tmpdir_make(cf_context *ctx, const char *target, cf_tmpdir *t);
+/* t replaces target: renamed over it, or exchanged with it when it holds
+ * files (the old tree then removed), so a reader sees the old directory or
+ * the new one, never a mix. On failure t is discarded and target is as it
+ * was; a target that is not a directory is an error. */
+cf_status cf_tmpdir_publish(cf_context *ctx, cf_tmpdir *t, const char *target);
+/* Remove t with what it holds (a no-op once published). */
+void cf_tmpdir_discard(cf_tmpdir *t);
+/* Remove directory path and what it holds (renamed aside first, so it is
+ * there whole or not at all); CF_OK when it is absent. */
+cf_status cf_dir_remove(cf_context *ctx, const char *path);
 
 /* open(path, O_RDONLY) that does not wait for a FIFO's writer when a
  * deadline (cf_now() seconds, > 0) is given; -1 with errno. */

@@ -30,6 +30,7 @@
 #include <cblas.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@ typedef struct run_args {
   int64_t max_memory; /* 0: what the machine has available */
   double timeout;
   bool o0, verify, deterministic, json, verbose, mpi, strict;
+  int opaque_nodes;  /* the graph's Opaque nodes as read (check's count) */
   cf_opt_list input; /* NAME=PATH */
   cf_profile *prof;  /* the profile read (empty: the built-in rules) */
 } run_args;
@@ -105,7 +107,8 @@ static const cf_opt run_opts[] = {
     {"--deterministic", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(deterministic),
      .help = "reduce in rank order: bitwise equal results for any fusion"},
     {"--timeout", NULL, "SEC", CF_OPT_CALL, 0, .check = check_timeout,
-     .help = "every wait gives up after SEC seconds (default 60): exit 3"},
+     .help = "every wait, and every compute step, gives up after SEC\n"
+             "seconds (default 60): exit 3"},
     {"--input", NULL, "NAME=FILE.npy", CF_OPT_LIST, RUN_FIELD(input), .check = check_input,
      .help = "an Input's data; {rank} in FILE is replaced by the rank (a file,\n"
              "not '-')"},
@@ -191,11 +194,17 @@ static int parse_args(int argc, char **argv, run_args *a) {
   return 0;
 }
 
-/* Load, size to the run's ranks, verify and compile with pipeline. */
-static cf_status compile(cf_context *ctx, const run_args *a, const char *pipeline, int *ranks,
-                         cf_graph **out) {
+/* Load, size to the run's ranks, verify and compile with pipeline. first:
+ * the run's first look at the file, which counts its Opaque nodes and (say:
+ * rank 0 of a job) warns of them as `check` does. */
+static cf_status compile(cf_context *ctx, run_args *a, const char *pipeline, int *ranks,
+                         bool first, bool say, cf_graph **out) {
   cf_graph *g = NULL;
   cf_status st = cf_tool_load(ctx, a->file.v[0], &g);
+  if (!st && first) {
+    for (int i = 0; i < g->n_nodes; i++) a->opaque_nodes += g->nodes[i].op == CF_OP_OPAQUE;
+    if (say && !a->strict) cf_tool_opaque(g, false);
+  }
   if (!st) {
     char job[64];
     if (a->mpi)
@@ -474,28 +483,60 @@ static cf_status write_manifest(cf_context *ctx, const char *dir, const cf_run_r
   return st;
 }
 
-/* DIR/rank<R>/ for ranks lo..hi-1 (an MPI process has only its own); the
- * process with rank 0 writes DIR/outputs.json and names the outputs that
- * were renamed to keep them apart. */
+/* A run's outputs are published together (SPEC 4's layout): the process
+ * with rank 0 removes DIR/outputs.json before the run (drop_manifest, which
+ * also notes how many ranks it listed); each rank's DIR/rank<R>/ is written
+ * under a temporary name and replaces the old one whole (save_outputs,
+ * ir/temp.c); once every rank's is in place, rank 0 removes the rank
+ * directories of an earlier run with more ranks and writes the manifest
+ * last (publish_manifest). So DIR/outputs.json, when present, describes
+ * exactly the rank directories there, and no rank directory is a mix of two
+ * runs. SIGTERM or SIGINT removes the temporaries (on_signal). */
+
+/* Remove DIR/outputs.json; *old_ranks: the ranks it listed (0: none). */
+static void drop_manifest(const char *dir, int *old_ranks) {
+  char path[4096];
+  *old_ranks = 0;
+  if ((size_t)snprintf(path, sizeof path, "%s/outputs.json", dir) >= sizeof path) return;
+  FILE *f = fopen(path, "rb");
+  if (f) {
+    char text[4096]; /* "ranks" is its first member */
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *k = strstr(text, "\"ranks\"");
+    const char *colon = k ? strchr(k, ':') : NULL;
+    long v = colon ? strtol(colon + 1, NULL, 10) : 0;
+    *old_ranks = v > 0 && v <= CF_MAX_WORLD ? (int)v : 0;
+  }
+  unlink(path);
+}
+
+/* DIR/rank<R>/ for ranks lo..hi-1 (an MPI process has only its own), each
+ * written aside and then replacing the old one whole; the process with
+ * rank 0 names the outputs that were renamed to keep them apart. */
 static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_result *res, int lo,
-                              int hi, int ranks) {
-  char path[4096], **files = NULL;
-  cf_status st = output_files(ctx, res, &files);
-  if (!st && mkdir(dir, 0777) != 0 && errno != EEXIST)
+                              int hi, char **files) {
+  char path[4096], target[4096];
+  cf_status st = CF_OK;
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     st = cf_error(ctx, CF_ERR_IO, dir, 0, "cannot create directory: %s", strerror(errno));
   for (int r = lo; r < hi && !st; r++) {
-    snprintf(path, sizeof path, "%s/rank%d", dir, r);
-    if (mkdir(path, 0777) != 0 && errno != EEXIST)
-      st = cf_error(ctx, CF_ERR_IO, path, 0, "cannot create directory: %s", strerror(errno));
+    snprintf(target, sizeof target, "%s/rank%d", dir, r);
+    cf_tmpdir t;
+    if ((st = cf_tmpdir_make(ctx, target, &t))) break;
     for (int j = 0; j < res->n_outputs && !st; j++) {
-      if ((size_t)snprintf(path, sizeof path, "%s/rank%d/%s", dir, r, files[j]) >= sizeof path)
+      if ((size_t)snprintf(path, sizeof path, "%s/%s", t.path, files[j]) >= sizeof path)
         st = cf_error(ctx, CF_ERR_IO, dir, 0, "cannot write: the path of output '%s' is too long",
                       res->output_names[j]);
-      const cf_tensor *t = &res->outputs[(size_t)r * (size_t)res->n_outputs + (size_t)j];
-      if (!st) st = cf_npy_write(ctx, path, t->dtype, &t->shape, t->data);
+      const cf_tensor *x = &res->outputs[(size_t)r * (size_t)res->n_outputs + (size_t)j];
+      if (!st) st = cf_npy_write(ctx, path, x->dtype, &x->shape, x->data);
     }
+    if (!st)
+      st = cf_tmpdir_publish(ctx, &t, target);
+    else
+      cf_tmpdir_discard(&t);
   }
-  if (!st && lo == 0) st = write_manifest(ctx, dir, res, ranks, files);
   for (int j = 0; j < res->n_outputs && !st && lo == 0; j++) {
     int n = (int)strlen(res->output_names[j]);
     if (files[j][n] == '~')
@@ -505,8 +546,38 @@ static cf_status save_outputs(cf_context *ctx, const char *dir, const cf_run_res
           "output's file)\n",
           res->output_names[j], files[j], n, files[j], dir);
   }
-  free_files(files, res->n_outputs);
   return st;
+}
+
+/* Rank 0, once every rank's directory is in place: an earlier run's rank
+ * directories beyond this run's ranks go, then DIR/outputs.json. */
+static cf_status publish_manifest(cf_context *ctx, const char *dir, const cf_run_result *res,
+                                  int ranks, int old_ranks, char **files) {
+  char path[4096];
+  cf_status st = CF_OK;
+  for (int r = ranks; r < old_ranks && !st; r++) {
+    snprintf(path, sizeof path, "%s/rank%d", dir, r);
+    st = cf_dir_remove(ctx, path);
+  }
+  return st ? st : write_manifest(ctx, dir, res, ranks, files);
+}
+
+/* SIGTERM and SIGINT while outputs are written: their temporaries go
+ * (async-signal-safe: ir/temp.c), then the signal does what it would have. */
+static void on_signal(int sig) {
+  cf_temps_remove();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+/* on_signal for SIGTERM and SIGINT, unless they are ignored (nohup). */
+static void catch_signals(void) {
+  static const int sigs[] = {SIGTERM, SIGINT};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction old, sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
+  }
 }
 
 /* What the run will hold, against what the machine has (or --max-memory),
@@ -522,7 +593,8 @@ static cf_status check_memory(cf_context *ctx, const run_args *a, const cf_plan 
     if (made_here(a, &g->nodes[i], seeded) && cf_value_bytes(&g->nodes[i].out[0], &b)) inputs += b;
   cf_mem_need need = {.file = cf_tool_name(a->file.v[0]),
                       .ranks = ranks,
-                      .per_rank = cf_plan_run_bytes(plan, cf_run_outputs_in_arena(plan)) + inputs};
+                      .per_rank = cf_plan_run_bytes(plan, cf_run_outputs_in_arena(plan)) + inputs,
+                      .reserved = cf_plan_reserved_bytes(plan, a->mpi ? 1 : ranks)};
   if (a->verify) {
     if (stream)
       cf_verify_window(ref_g, ranks, &need.shared);
@@ -546,7 +618,8 @@ static cf_status check_memory(cf_context *ctx, const run_args *a, const cf_plan 
 }
 
 /* Test hooks (tests/e2e only): COLLFUSE_TEST_FAIL=MODE:RANK:STEP makes a rank
- * fail (1) or vanish (2); COLLFUSE_TEST_MISMATCH=RANK:COLL:FIELD alters one
+ * fail (1) or vanish (2) at STEP, or stall in its first compute step from
+ * STEP on (4); COLLFUSE_TEST_MISMATCH=RANK:COLL:FIELD alters one
  * rank's descriptor of one collective (count, dtype, reduction, root);
  * COLLFUSE_TEST_CORRUPT=RANK:INDEX:OUTPUT adds 1 to one element of one
  * rank's output after the run, before --verify looks at it;
@@ -614,8 +687,43 @@ static cf_status align_outputs(cf_context *ctx, const cf_graph *ref_g, const cf_
   return CF_OK;
 }
 
+/* The outputs that depend on Opaque nodes (check/verify.c), by name, in
+ * the reference graph's Output order: they hold synthetic data, and
+ * --verify, whose reference runs the same data, does not check them. */
+typedef struct opaque_outs {
+  const char **names;
+  int n;     /* of them */
+  int total; /* Output nodes */
+} opaque_outs;
+
+static cf_status find_opaque_outputs(cf_context *ctx, const cf_graph *ref_g, opaque_outs *o) {
+  *o = (opaque_outs){0};
+  for (int i = 0; i < ref_g->n_nodes; i++) o->total += ref_g->nodes[i].op == CF_OP_OUTPUT;
+  bool *dep = calloc((size_t)o->total + 1, sizeof *dep);
+  o->names = calloc((size_t)o->total + 1, sizeof *o->names);
+  if (!dep || !o->names || cf_verify_opaque_outputs(ref_g, dep, o->total) < 0) {
+    free(dep);
+    return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  }
+  for (int i = 0, j = 0; i < ref_g->n_nodes; i++)
+    if (ref_g->nodes[i].op == CF_OP_OUTPUT && dep[j++]) o->names[o->n++] = ref_g->nodes[i].name;
+  free(dep);
+  return CF_OK;
+}
+
+/* The summary line's "; not checked: ..." after "verified": at most three
+ * names, then how many more. */
+static void print_unchecked(const opaque_outs *o) {
+  printf("; not checked: %d of %d output%s depend%s on Opaque nodes, which run on synthetic data (",
+         o->n, o->total, cf_s(o->total), o->n == 1 ? "s" : "");
+  for (int j = 0; j < o->n && j < 3; j++) printf("%s'%s'", j ? ", " : "", o->names[j]);
+  if (o->n > 3) printf(" and %d more", o->n - 3);
+  printf(")");
+}
+
 static void print_json(const run_args *a, const cf_run_result *res, bool verified,
-                       const cf_verify_stats *vs, const cf_plan *plan, int64_t peak_unfused) {
+                       const cf_verify_stats *vs, const cf_plan *plan, int64_t peak_unfused,
+                       const opaque_outs *opq) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "ranks", res->ranks);
   cJSON_AddStringToObject(o, "backend", a->mpi ? "mpi" : "threads");
@@ -637,6 +745,9 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
   cJSON_AddNumberToObject(o, "copy_bytes", (double)plan->copy_bytes);
   cJSON *outs = cJSON_AddArrayToObject(o, "outputs");
   for (int j = 0; j < res->n_outputs; j++) cJSON_AddItemToArray(outs, cJSON_CreateString(res->output_names[j]));
+  cJSON_AddNumberToObject(o, "opaque_nodes", a->opaque_nodes);
+  cJSON *unchecked = cJSON_AddArrayToObject(o, "opaque_outputs");
+  for (int j = 0; j < opq->n; j++) cJSON_AddItemToArray(unchecked, cJSON_CreateString(opq->names[j]));
   char *text = cJSON_PrintUnformatted(o);
   if (text) printf("%s\n", text);
   free(text);
@@ -715,6 +826,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   cf_verify_stats vs = {0};
   bool verified = false;
   int64_t peak_unfused = -1;
+  opaque_outs opq = {0};
   mismatch_hook hook = {0};
   cf_run_hooks hooks = {0};
   cf_run_options opt = {.iters = a.iters,
@@ -729,6 +841,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                         .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA
                                                                             : CF_DEVICE_CPU};
   opt.hooks = test_hooks(&hooks, &hook);
+  if (a.save) catch_signals();
   /* --backend mpi: this process is rank `me` of MPI's world */
   cf_world *world = NULL;
   int me = 0;
@@ -762,11 +875,14 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   }
   if (hooks.fail_mode == 3) hooks.fail_mode = 0; /* MPI only, and not exec.c's */
   if (!st) st = read_profile(ctx, &a, &opt.algo);
-  if (!st) st = compile(ctx, &a, a.o0 ? cf_pipeline_O0 : a.passes ? a.passes : cf_pipeline_default, &ranks, &g);
+  if (!st)
+    st = compile(ctx, &a, a.o0 ? cf_pipeline_O0 : a.passes ? a.passes : cf_pipeline_default, &ranks,
+                 true, me == 0, &g);
   opt.ranks = ranks;
   /* the unfused graph: the reference's input, and -v's memory comparison */
   if (!st && (a.verify || a.verbose || a.json))
-    st = compile(ctx, &a, cf_pipeline_O0, &ranks, &ref_g);
+    st = compile(ctx, &a, cf_pipeline_O0, &ranks, false, false, &ref_g);
+  if (!st && ref_g && a.opaque_nodes) st = find_opaque_outputs(ctx, ref_g, &opq);
   if (!st) st = cf_plan_build(ctx, g, &opt, &plan);
   if (!st && ref_g) {
     cf_plan *up = NULL;
@@ -806,6 +922,10 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   /* MPI: every rank learns whether any could not get ready (usage, input,
    * rank table), so all skip the run and exit alike; the failing ones say
    * why. A failure later, in the run, reaches the others as an abort. */
+  /* the old manifest goes before any rank directory changes (under MPI
+   * before the setup agreement, which every process passes first) */
+  int old_ranks = 0;
+  if (!st && a.save && me == 0) drop_manifest(a.save, &old_ranks);
   int setup_rc = 0;
   if (a.mpi) {
     /* a message every rank has (the graph's) is printed once, by rank 0 */
@@ -851,10 +971,16 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     if (!st) verified = true;
   }
   /* outputs are saved even when verification failed: they help find why */
+  cf_status saved = CF_ERR_RUNTIME; /* this process's rank directories are in place */
+  char **files = NULL;
   if (a.save && res.outputs) {
-    cf_status s2 =
-        save_outputs(ctx, a.save, &res, a.mpi ? me : 0, a.mpi ? me + 1 : res.ranks, ranks);
-    if (!st) st = s2;
+    saved = output_files(ctx, &res, &files);
+    if (!saved)
+      saved = save_outputs(ctx, a.save, &res, a.mpi ? me : 0, a.mpi ? me + 1 : res.ranks, files);
+    if (!st) st = saved;
+    /* threads: every rank's is written; MPI: after every process's (below) */
+    if (!saved && !a.mpi) saved = publish_manifest(ctx, a.save, &res, ranks, old_ranks, files);
+    if (!st) st = saved;
   }
   if (a.mpi && st && hooks.fail_mode == 2 && hooks.fail_rank == me) {
     /* test hook mode 2 on MPI: a rank that silently stops stays silent
@@ -864,15 +990,30 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     _exit(EXIT_RUNTIME);
   }
   rc = setup_rc ? setup_rc : st ? cf_tool_fail(ctx, st) : 0;
+  if (plan && plan->abandoned) {
+    /* a rank's thread is still in a BLAS call the run gave up on: leave
+     * now (what it reads must not be freed, and OpenBLAS's exit handler
+     * would wait for its busy threads) */
+    fflush(stdout);
+    fflush(stderr);
+    cf_world_destroy(world, rc);
+    _exit(rc);
+  }
   /* MPI: every rank that ran learns whether any failed (the lowest one
    * failing, its exit code) and the largest errors, so rank 0 reports for
    * all and every process exits alike */
   if (a.mpi && ran) {
-    double v[4] = {rc ? (double)(ranks - me) : 0, rc, vs.max_abs_err, vs.max_rel_err};
-    cf_status s3 = cf_mpi_max(world, v, 4);
+    double v[5] = {rc ? (double)(ranks - me) : 0, rc, vs.max_abs_err, vs.max_rel_err,
+                   a.save && saved ? 1 : 0};
+    cf_status s3 = cf_mpi_max(world, v, 5);
     if (s3) {
       if (!rc) rc = cf_tool_fail(ctx, s3);
     } else {
+      /* every process's rank directory is in place: rank 0 writes the manifest */
+      if (a.save && me == 0 && v[4] == 0) {
+        cf_status s4 = publish_manifest(ctx, a.save, &res, ranks, old_ranks, files);
+        if (s4 && !rc) rc = cf_tool_fail(ctx, s4);
+      }
       vs.max_abs_err = v[2];
       vs.max_rel_err = v[3];
       if (v[0] > 0 && !rc) {
@@ -883,16 +1024,19 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     }
   }
   if (!rc && me == 0 && a.json) {
-    print_json(&a, &res, verified, &vs, plan, peak_unfused);
+    print_json(&a, &res, verified, &vs, plan, peak_unfused, &opq);
   } else if (!rc && me == 0) {
     printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
            cf_tool_name(a.file.v[0]), ranks, cf_s(ranks), a.mpi ? " (mpi)" : "",
            (long long)res.collectives_executed, cf_s(res.collectives_executed), res.time_ms_median,
            a.iters, cf_s(a.iters));
     if (verified) printf("; verified (max rel err %.3g)", vs.max_rel_err);
+    if (verified && opq.n) print_unchecked(&opq);
     printf("\n");
   }
   if (ref) cf_ref_free(ref, n_ref * ranks);
+  free_files(files, res.n_outputs);
+  free(opq.names);
   free(got);
   cf_run_result_free(&res);
   free_inputs(&in);

@@ -73,8 +73,8 @@
 /* The header of every message; group_len and node_len bytes of the names
  * follow it (no NUL), then the payload when inline is set. */
 typedef struct wire_hdr {
-  int64_t seq, count, bytes;
-  int32_t op, dtype, red, root, layout;
+  int64_t seq, count, bytes, segment;
+  int32_t op, dtype, red, root, layout, algo, chunks;
   uint8_t has_desc, inline_data;
   uint16_t group_len, node_len;
 } wire_hdr;
@@ -357,6 +357,9 @@ static cf_status m_send(cf_comm *c, int dst, const void *buf, size_t bytes, cons
     h.red = d->red;
     h.root = d->root;
     h.layout = d->layout;
+    h.algo = d->algo;
+    h.segment = d->segment;
+    h.chunks = d->chunks;
     h.group_len = (uint16_t)glen;
     h.node_len = (uint16_t)nlen;
   }
@@ -464,6 +467,9 @@ static cf_status recv_msg(cf_comm *c, int src, void *staging, size_t bytes, cons
                            .red = h.red,
                            .root = h.root,
                            .layout = h.layout,
+                           .algo = h.algo,
+                           .segment = h.segment,
+                           .chunks = h.chunks,
                            .group = group,
                            .node = node};
     if (h.op < 0 || h.op >= CF_OP_COUNT || h.dtype < 0 || h.dtype >= CF_DT_COUNT) {

@@ -244,7 +244,9 @@ static uint64_t desc_key(const cf_coll_desc *d) {
   h = mix(h, (uint64_t)d->count);
   h = mix(h, (uint64_t)(uint32_t)d->op | (uint64_t)(uint32_t)d->dtype << 32);
   h = mix(h, (uint64_t)(uint32_t)d->red | (uint64_t)(uint32_t)d->root << 32);
-  h = mix(h, (uint64_t)(uint32_t)d->layout);
+  h = mix(h, (uint64_t)(uint32_t)d->layout | (uint64_t)(uint32_t)d->algo << 32);
+  h = mix(h, (uint64_t)d->segment);
+  h = mix(h, (uint64_t)(uint32_t)d->chunks);
   h = mix(h, g);
   return h ? h : 1;
 }
@@ -311,8 +313,10 @@ static cf_status t_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   cf_status st = wait_ge(c, &m->seq, ch->tail + 1, &ww);
   if (st) return st;
   char text[768];
+  /* the lower rank first, as transports/mpi.c says it: one text whoever sees it */
   if (d && m->key && m->key != desc_key(d) && ch->has_desc[i] &&
-      cf_coll_desc_mismatch(d, c->rank, &ch->desc[i], peer, text, sizeof text)) {
+      (c->rank < peer ? cf_coll_desc_mismatch(d, c->rank, &ch->desc[i], peer, text, sizeof text)
+                      : cf_coll_desc_mismatch(&ch->desc[i], peer, d, c->rank, text, sizeof text))) {
     world_abort(w, text);
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
   }

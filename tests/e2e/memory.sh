@@ -3,15 +3,19 @@
 #
 # `run` and the benches compute a plan's memory before allocating it and
 # refuse (exit 1) what exceeds the memory available or --max-memory, naming
-# the sizes; an allocation that still fails (here: under a small address
-# space limit, which MemAvailable does not see) is exit 3 and names the size
-# and what it was for. The graphs are generated in a temporary directory:
+# the sizes. Under an address space limit (RLIMIT_AS, which MemAvailable
+# does not see) the check also counts what a run maps but does not hold
+# (thread stacks, malloc arenas, OpenBLAS's buffers) and refuses up front,
+# exit 1, where a MatMul once spun forever in OpenBLAS's allocation retry;
+# and a compute step that does not return (the test hook's stall) ends the
+# run at --timeout, exit 3. The graphs are generated in a temporary directory:
 #   small.xml  an AllReduce of 4 MiB on 4 ranks (a few MiB per rank)
 #   huge.xml   an AllReduce of a 128 GiB Input on 64 ranks: more than any
 #              machine has, refused at once, before anything is allocated
 #   const.xml  a 1 GiB Constant, for the address space limit
 #   input.xml  a 1 GiB Input gathered on 1 rank, likewise (--verify of an
 #              AllGather makes the Inputs in run.c: the whole reference)
+#   mm.xml     a 1024^3 float32 MatMul on 1 rank (OpenBLAS's buffers)
 set -u
 
 if [ $# -ne 1 ]; then
@@ -70,6 +74,10 @@ graph huge 64 '<node name="x" op="Input" dtype="float32" shape="34359738368"/>' 
   '<node name="y" op="Output"><input ref="ar"/></node>'
 graph const 1 '<node name="c" op="Constant" dtype="float32" shape="268435456" value="1"/>' \
   '<node name="y" op="Output"><input ref="c"/></node>'
+graph mm 1 '<node name="x" op="Input" dtype="float32" shape="1024,1024"/>' \
+  '<node name="w" op="Input" dtype="float32" shape="1024,1024"/>' \
+  '<node name="m" op="MatMul"><input ref="x"/><input ref="w"/></node>' \
+  '<node name="y" op="Output"><input ref="m"/></node>'
 graph input 1 '<node name="x" op="Input" dtype="float32" shape="268435456"/>' \
   '<node name="ag" op="AllGather" layout="concat"><input ref="x"/></node>' \
   '<node name="y" op="Output"><input ref="ag"/></node>'
@@ -109,19 +117,36 @@ case_ 1 3000 "collfuse bench reduce: error: 10 buffers of 1\.0 GiB \(8 sources, 
 case_ 2 3000 "collfuse bench fusion: --max-memory wants a size such as 512M or 4G, got '0'" \
   -- bench fusion "$dir/small.xml" --max-memory 0
 
-# an allocation that fails anyway (an address space limit: MemAvailable does
-# not see it) names its size and purpose, exit 3. Sanitizers reserve more
-# address space than any such limit leaves, so not under them.
+# an address space limit (MemAvailable does not see it; --max-memory does
+# not lift it): what does not fit is refused before anything is allocated,
+# exit 1, naming the sizes (it once failed an allocation, exit 3), and a
+# MatMul whose OpenBLAS buffers do not fit is refused too (it once spun
+# forever in OpenBLAS's allocation retry: here `timeout` would end it, 124).
+# Sanitizers reserve more address space than any such limit leaves, so not
+# under them.
 if command -v prlimit >/dev/null 2>&1 && [ -z "${ASAN_OPTIONS:-}" ]; then
+  reserved="$size of address space \($size of it reserved: thread stacks, malloc arenas and any BLAS buffers\)"
   pre="prlimit --as=$((640 * 1024 * 1024))"
-  case_ 3 20000 "const\.xml: error: cannot allocate 1\.0 GiB for rank 0's memory plan \(its tensors, buckets and scratch\): out of memory" \
-    -- run "$dir/const.xml" --max-memory 100G
-  case_ 3 20000 "input\.xml: error: cannot allocate 1\.0 GiB for rank 0's Input 'x': out of memory" \
-    -- run "$dir/input.xml" --max-memory 100G --verify
+  as_room="$size left under the address-space limit \(ulimit -v: 640\.0 MiB\); raise the limit\$"
+  case_ 1 60000 "const\.xml: error: 1 rank needs $reserved, $as_room" -- run "$dir/const.xml" --max-memory 100G
+  case_ 1 60000 "input\.xml: error: 1 rank needs $reserved, $as_room" -- run "$dir/input.xml" --max-memory 100G --verify
+  pre="env OPENBLAS_NUM_THREADS=1 prlimit --as=$((400 * 1024 * 1024))"
+  case_ 1 60000 "mm\.xml: error: 1 rank needs $reserved, $size left under the address-space limit \(ulimit -v: 400\.0 MiB\); raise the limit\$" \
+    -- run "$dir/mm.xml" --timeout 5
   pre=
 else
   echo "memory.sh: the address space cases are skipped (no prlimit, or sanitizers)"
 fi
+
+# a compute step that never returns (COLLFUSE_TEST_FAIL mode 4: as OpenBLAS
+# retrying a buffer it cannot map) ends the run at --timeout, naming the
+# rank and the node, on one rank and on one rank of four (it once hung)
+pre="env COLLFUSE_TEST_FAIL=4:0:0"
+case_ 3 60000 "error: rank 0 timed out after 2 s computing MatMul 'm' \(the step did not return: BLAS out of address space under ulimit -v, or more work than --timeout allows\)" \
+  -- run "$dir/mm.xml" --timeout 2
+pre="env COLLFUSE_TEST_FAIL=4:2:0"
+case_ 3 60000 "error: rank 2 timed out after 2 s computing MatMul 'm'" -- run "$dir/mm.xml" --ranks 4 --timeout 2
+pre=
 
 if [ "$fails" -ne 0 ]; then
   echo "memory.sh: $fails case(s) failed" >&2

@@ -12,12 +12,15 @@
 #    place over collfuse's and MPI's collectives; the
 #    examples at their sizes; --algo mpi-native (MPI's own collectives);
 #    an HLO module over partitioned groups ({{0,1},{2,3}}, iota forms);
+#    foreign ops imported as Opaque warned of once (rank 0) and named by
+#    --verify as not checked;
 #  - failures, none of which may hang: graphs that differ between ranks
-#    (MPMD) and a descriptor that differs (count) stop every rank with exit 3
-#    and a message naming both ranks; a rank that SIGKILLs itself, a rank
+#    (MPMD), ranks given different --algo (MPMD: ring against rsag and
+#    against MPI's own) and a descriptor that differs (count) stop every
+#    rank with exit 3 and a message naming both ranks; a rank that SIGKILLs itself, a rank
 #    that silently stops (in collfuse's algorithms and in MPI's own
-#    collectives) and a rank that fails loudly end the job non-zero within
-#    --timeout, naming the rank;
+#    collectives), a rank stuck in a compute step and a rank that fails
+#    loudly end the job non-zero within --timeout, naming the rank;
 #  - the embedding API's cf_executable_run_rank (API_MPI, e2e/api_mpi.c) at
 #    2 and 4 processes, over shared memory and TCP, and with MPI's own
 #    collectives;
@@ -235,6 +238,14 @@ for algo in auto mpi-native; do
   expect_rc 0 "tests/hlo/partitioned.hlo on 4 processes --algo $algo --verify"
 done
 
+# ---- foreign ops imported as Opaque: rank 0 alone warns (as check does),
+# and --verify names the output it could not check
+mpi $SHM -np 2 "$cf" run "$src/tests/pbtxt/typo_collectives.pbtxt" --backend mpi --verify
+if expect_rc 0 "typo_collectives.pbtxt on 2 processes --verify"; then
+  [ "$(grep -c "imported as Opaque" "$ERR")" -eq 2 ] || fail "typo_collectives.pbtxt: not one warning per foreign op (rank 0 only)"
+  has "$OUT" "not checked: 1 of 1 output depends on Opaque nodes" "typo_collectives.pbtxt --verify"
+fi
+
 # ---- failures: nothing hangs, every rank stops, the message names the ranks
 mk() { # NAME COUNT: a two-rank graph whose second AllReduce has COUNT elements
   cat >"$work/$1.xml" <<EOF
@@ -259,6 +270,30 @@ if expect_rc 3 "MPMD graphs that differ"; then
   [ "$(grep -c 'cross-rank mismatch' "$ERR")" -ge 2 ] || fail "MPMD graphs that differ: not every rank said why"
   [ "$took" -le 25 ] || fail "MPMD graphs that differ: took $took s (--timeout 10)"
 fi
+# MPMD: the same graph, another --algo on each rank (the issue's 1,048,576
+# sums): the algorithm is part of what the ranks compare, so every rank
+# stops naming both ranks and both algorithms (it once summed the wrong
+# chunks and exited 0); MPI's own collectives against collfuse's too (a
+# rank in MPI_Allreduce reads no descriptor: the ranks compare their
+# plans' algorithms before the first iteration)
+cat >"$work/ar1m.xml" <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<graph name="ar1m" version="1" world_size="2">
+  <node name="x" op="Input" dtype="float32" shape="1048576"/>
+  <node name="ar" op="AllReduce" reduction="sum" fusion="0"><input ref="x"/></node>
+  <node name="y" op="Output"><input ref="ar"/></node>
+</graph>
+EOF
+for pair in ring:rsag ring:mpi-native; do
+  a0=${pair%:*}
+  a1=${pair#*:}
+  mpi $SHM -np 1 "$cf" run "$work/ar1m.xml" --backend mpi --algo "$a0" --timeout 10 : \
+    -np 1 "$cf" run "$work/ar1m.xml" --backend mpi --algo "$a1" --timeout 10
+  if expect_rc 3 "MPMD --algo $a0 : --algo $a1"; then
+    msg="cross-rank mismatch in AllReduce 'ar' (collective #0 of group 'hccl_world_group'): algorithm is $a0 on rank 0 but $a1 on rank 1"
+    [ "$(grep -cF "$msg" "$ERR")" -eq 2 ] || fail "MPMD --algo $a0 : --algo $a1: not the same message from both ranks"
+  fi
+done
 # one rank's descriptor differs after the fingerprint check: both name count and both ranks, alike
 for net in shm tcp; do
   if [ "$net" = shm ]; then btl=$SHM; else btl=$TCP; fi
@@ -308,6 +343,19 @@ mpi $SHM -x COLLFUSE_TEST_FAIL=1:2:1 -np 4 "$cf" run "$work/mixed4.xml" --backen
 if expect_rc 3 "rank 2 fails"; then
   [ "$(grep -c 'rank 2 failed at step 1 (injected failure)' "$ERR")" -eq 4 ] ||
     fail "rank 2 fails: not every rank printed its message"
+fi
+# a rank whose compute step never returns (test hook mode 4, as a BLAS call
+# in OpenBLAS's allocation retry): the job ends at --timeout naming it
+cat >"$work/mm2.xml" <<EOF
+<graph name="mm2" version="1" world_size="2">
+  <node name="x" op="Input" dtype="float32" shape="64,64"/>
+  <node name="m" op="MatMul"><input ref="x"/><input ref="x"/></node>
+  <node name="y" op="Output"><input ref="m"/></node>
+</graph>
+EOF
+mpi $SHM -x COLLFUSE_TEST_FAIL=4:1:0 -np 2 "$cf" run "$work/mm2.xml" --backend mpi --timeout 3
+if expect_rc 3 "rank 1 stalls in a compute step"; then
+  has "$ERR" "rank 1 timed out after 3 s computing MatMul 'm'" "rank 1 stalls in a compute step"
 fi
 # --ranks must match the job; mpi-native needs MPI and excludes --deterministic
 mpi $SHM -np 2 "$cf" run "$work/ga.xml" --backend mpi --ranks 4

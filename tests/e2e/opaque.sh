@@ -1,11 +1,12 @@
 #!/bin/sh
 # opaque.sh COLLFUSE SRCDIR
 #
-# Nothing a reader imports as Opaque goes unreported: `check` and `compile`
-# print one warning per foreign op type (count, first FILE:LINE and node, and
-# "did you mean" when the name is a typo of a collective), `check`'s summary
-# counts the Opaque nodes, and --strict (check, compile, run) makes them
-# errors (exit 1). The native formats have no foreign ops: a misspelt op there
+# Nothing a reader imports as Opaque goes unreported: `check`, `compile` and
+# `run` print one warning per foreign op type (count, first FILE:LINE and
+# node, and "did you mean" when the name is a typo of a collective), `check`'s
+# summary and `run --json` count the Opaque nodes, `run --verify` names the
+# outputs that depend on them as not checked, and --strict (check, compile,
+# run) makes them errors (exit 1). The native formats have no foreign ops: a misspelt op there
 # is an error of its own. Prints one line per failure and exits 1 if any.
 set -u
 
@@ -68,10 +69,22 @@ same "compile $hlo (stderr)" "$ERR" "$hlo_warn"
 run compile --strict "$hlo"
 expect_rc 1 "compile --strict $hlo"
 same "compile --strict $hlo (stderr)" "$ERR" "$(echo "$hlo_warn" | sed 's/: warning: /: error: /')"
-# without --strict, run says nothing of them (check and compile do)
-run run "$hlo"
-expect_last 0 "" "run $hlo"
-grep -Fq "imported as Opaque" "$ERR" && fail "run $hlo: warned without --strict"
+# run warns as check does (the same lines), counts the Opaque nodes in its
+# JSON and lists the outputs they feed; --verify says it did not check
+# those (they hold the same synthetic data in the run and the reference)
+run run "$hlo" --verify
+expect_rc 0 "run $hlo --verify"
+same "run $hlo --verify (stderr)" "$ERR" "$hlo_warn"
+has "$OUT" "; verified (max rel err 0); not checked: 1 of 1 output depends on Opaque nodes, which run on synthetic data ('output')" \
+  "run $hlo --verify"
+run run "$hlo" --json
+expect_rc 0 "run $hlo --json"
+same "run $hlo --json (stderr)" "$ERR" "$hlo_warn"
+has "$OUT" '"outputs":["output"],"opaque_nodes":2,"opaque_outputs":["output"]}' "run $hlo --json"
+run run "$pb" --ranks 2 --json
+expect_rc 0 "run $pb --json"
+same "run $pb --json (stderr)" "$ERR" "$pb_warn"
+has "$OUT" '"opaque_nodes":4,' "run $pb --json"
 run run --strict "$hlo"
 expect_last 1 "$hlo:11: error: 1 node of foreign op 'all-reduse' imported as Opaque (first 'ar.1') and 1 more foreign op; did you mean 'all-reduce'?" \
   "run --strict $hlo"
@@ -99,9 +112,34 @@ run check --strict "$work/o.xml"
 expect_rc 0 "check --strict o.xml"
 [ -s "$ERR" ] && fail "check --strict o.xml: printed on stderr"
 has "$OUT" ", 1 opaque node" "check o.xml"
+# ... run counts it too, and --verify names the output it feeds
+run run "$work/o.xml" --verify --json
+expect_rc 0 "run o.xml --verify --json"
+[ -s "$ERR" ] && fail "run o.xml: printed on stderr"
+has "$OUT" '"opaque_nodes":1,"opaque_outputs":["y"]}' "run o.xml --json"
 sed 's/op="Opaque" type="tanh"/op="AllRedcue"/' "$work/o.xml" >"$work/typo.xml"
 run check "$work/typo.xml"
 expect_last 1 "typo.xml:3: error: node 't': unknown op 'AllRedcue'; did you mean 'AllReduce'?" "check typo.xml"
+
+# an output that does not depend on the Opaque node is checked; the one that does is named
+cat >"$work/half.xml" <<'X'
+<graph name="half" version="1" world_size="2">
+  <node name="x" op="Input" dtype="float32" shape="4"/>
+  <node name="t" op="Opaque" type="tanh" dtype="float32" shape="4"><input ref="x"/></node>
+  <node name="a" op="AllReduce" reduction="sum"><input ref="t"/></node>
+  <node name="b" op="AllReduce" reduction="sum"><input ref="x"/></node>
+  <node name="ya" op="Output"><input ref="a"/></node>
+  <node name="yb" op="Output"><input ref="b"/></node>
+</graph>
+X
+run run "$work/half.xml" --verify
+expect_rc 0 "run half.xml --verify"
+has "$OUT" "; not checked: 1 of 2 outputs depends on Opaque nodes, which run on synthetic data ('ya')" "run half.xml --verify"
+run run "$work/half.xml" --verify --json
+has "$OUT" '"opaque_nodes":1,"opaque_outputs":["ya"]}' "run half.xml --verify --json"
+# no Opaque node: no note, nothing listed
+run run "$src/examples/tp_mlp.xml" --verify --json
+has "$OUT" '"opaque_nodes":0,"opaque_outputs":[]}' "run tp_mlp.xml --json"
 
 # run --input for an Input whose data stops at Opaque nodes: a warning, and
 # the run goes on; an Input that reaches a collective gets none

@@ -1,0 +1,120 @@
+/* test_exec_watch.c - unit tests of what ends a run whose rank is stuck in
+ * a compute step (executor/exec.c join_ranks) and of the address space a
+ * run reserves (executor/memory.c cf_plan_reserved_bytes, cf_mem_check).
+ *
+ * A rank in BLAS watches no deadline: OpenBLAS retries a buffer it cannot
+ * map forever (under `ulimit -v`), and a run of one rank, or the join of
+ * every rank, then hung. Here the test hook's stall (mode 4) stands for
+ * that call: cf_exec_run returns CF_ERR_RUNTIME naming the rank and the
+ * node after the timeout, and the plan is marked abandoned (its stalled
+ * thread may still use it; cf_plan_destroy leaves it). The memory check
+ * counts OpenBLAS's buffers against RLIMIT_AS for a plan with a MatMul and
+ * not for one without, and refuses naming the address space.
+ */
+#define _GNU_SOURCE
+#include "cf_test.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "executor/executor.h"
+#include "executor/plan.h"
+#include "ir/ir.h"
+
+static const char *graph_xml(bool matmul, int ranks, char *buf, size_t len) {
+  snprintf(buf, len,
+           "<graph name='w' version='1' world_size='%d'>"
+           "<node name='x' op='Input' dtype='float32' shape='64,64'/>"
+           "<node name='v' op='Input' dtype='float32' shape='64,64'/>"
+           "<node name='m' op='%s'><input ref='x'/><input ref='v'/></node>"
+           "<node name='y' op='Output'><input ref='m'/></node></graph>",
+           ranks, matmul ? "MatMul" : "Add");
+  return buf;
+}
+
+static cf_plan *plan_of(bool matmul, int ranks, const cf_run_options *opt, cf_graph **g) {
+  char xml[1024];
+  graph_xml(matmul, ranks, xml, sizeof xml);
+  assert_int_equal(cf_graph_parse(ctx, "w.xml", xml, strlen(xml), g), CF_OK);
+  cf_compile_options co = {.pipeline = cf_pipeline_O0};
+  assert_int_equal(cf_compile(*g, &co), CF_OK);
+  cf_plan *p = NULL;
+  if (cf_plan_build(ctx, *g, opt, &p) != CF_OK) fail_msg("plan: %s", cf_context_errmsg(ctx));
+  return p;
+}
+
+/* rank `stuck` of `ranks` never returns from its MatMul: the run ends
+ * after the timeout, naming it */
+static void stalled_run(int ranks, int stuck) {
+  cf_run_hooks hooks = {.fail_mode = 4, .fail_rank = stuck, .fail_step = 0};
+  cf_run_options opt = {.ranks = ranks, .iters = 1, .timeout_s = 1, .hooks = &hooks};
+  cf_graph *g = NULL;
+  cf_plan *p = plan_of(true, ranks, &opt, &g);
+  cf_run_result res;
+  char want[128];
+  snprintf(want, sizeof want, "rank %d timed out after 1 s computing MatMul 'm'", stuck);
+  ASSERT_ERR(cf_exec_run(ctx, p, NULL, &res), CF_ERR_RUNTIME, want);
+  assert_true(p->abandoned);
+  cf_plan_destroy(p); /* leaves it: the stalled thread may still read it */
+  (void)g;            /* nor the graph the plan points into */
+}
+
+static void test_stalled_rank_alone(void **state) {
+  (void)state;
+  stalled_run(1, 0);
+}
+
+static void test_stalled_rank_of_four(void **state) {
+  (void)state;
+  stalled_run(4, 2);
+}
+
+/* OpenBLAS's buffers count for a plan that calls BLAS, and only for it */
+static void test_reserved_counts_blas(void **state) {
+  (void)state;
+  cf_run_options opt = {.ranks = 1, .iters = 1, .timeout_s = 10};
+  cf_graph *ga = NULL, *gm = NULL;
+  cf_plan *pa = plan_of(false, 1, &opt, &ga), *pm = plan_of(true, 1, &opt, &gm);
+  int64_t ra = cf_plan_reserved_bytes(pa, 1), rm = cf_plan_reserved_bytes(pm, 1);
+  assert_true(ra > 0);
+  assert_int_equal(rm - ra, (int64_t)128 << 20); /* one buffer: one rank calls */
+  /* an address-space limit that leaves less than that: refused up front */
+  struct rlimit old;
+  assert_int_equal(getrlimit(RLIMIT_AS, &old), 0);
+  long page = sysconf(_SC_PAGESIZE);
+  FILE *f = fopen("/proc/self/statm", "r");
+  assert_non_null(f);
+  long long pages = 0;
+  assert_int_equal(fscanf(f, "%lld", &pages), 1);
+  fclose(f);
+  struct rlimit tight = old;
+  tight.rlim_cur = (rlim_t)(pages * page + ra + (64 << 20)); /* room for the Add's, not the MatMul's */
+  if (old.rlim_max != RLIM_INFINITY && tight.rlim_cur > old.rlim_max) skip();
+  cf_mem_need need = {.file = "w.xml", .ranks = 1, .per_rank = 1 << 20, .reserved = rm};
+  assert_int_equal(setrlimit(RLIMIT_AS, &tight), 0);
+  cf_status st_m = cf_mem_check(ctx, &need, 0, NULL);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", cf_context_errmsg(ctx));
+  need.reserved = ra;
+  cf_status st_a = cf_mem_check(ctx, &need, 0, NULL);
+  assert_int_equal(setrlimit(RLIMIT_AS, &old), 0);
+  assert_int_equal(st_m, CF_ERR_INVALID);
+  if (!strstr(msg, "w.xml: error: 1 rank needs") || !strstr(msg, "of address space (") ||
+      !strstr(msg, "left under the address-space limit (ulimit -v: "))
+    fail_msg("'%s' does not name the address space", msg);
+  assert_int_equal(st_a, CF_OK);
+  cf_plan_destroy(pa);
+  cf_plan_destroy(pm);
+  cf_graph_destroy(ga);
+  cf_graph_destroy(gm);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_reserved_counts_blas),
+      cmocka_unit_test(test_stalled_rank_alone),
+      cmocka_unit_test(test_stalled_rank_of_four),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
