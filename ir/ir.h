@@ -107,7 +107,7 @@ bool cf_write_all(int fd, const void *p, size_t n);
 bool cf_mul_i64(int64_t a, int64_t b, int64_t *out);
 bool cf_add_i64(int64_t a, int64_t b, int64_t *out);
 
-/* ================= file.c: writing output files, reading with a deadline ================= */
+/* ================= file.c: writing output files, reading input files ================= */
 
 /* An output file being written. cf_out_open creates a fresh ".cf-XXXXXX"
  * beside path (O_EXCL: nothing existing is followed or truncated);
@@ -128,11 +128,33 @@ cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok);
 /* data[0..size) as the file path, through cf_out_open/cf_out_close. */
 cf_status cf_write_file(cf_context *ctx, const char *path, const void *data, size_t size);
 
-/* open(path, O_RDONLY) that does not wait for a FIFO's writer when a
- * deadline (cf_now() seconds, > 0) is given; -1 with errno. */
-int cf_open_read(const char *path, double deadline);
+/* Every file collfuse reads goes through cf_in_open or cf_read_file: the
+ * file is checked to be a regular file before anything could block on it
+ * (stat, then open O_NONBLOCK and fstat the descriptor), and read whole
+ * only up to a size bound. Errors (CF_ERR_IO, CF_ERR_INVALID above the
+ * bound) name the file and say what it is: "not a regular file (a FIFO)".
+ * what, when not NULL, leads every message ("profile" gives "profile:
+ * cannot open: ..."). */
+#define CF_STDIN_NAME "<stdin>"
+enum {
+  CF_IN_STDIN = 1,    /* "-" is standard input (named CF_STDIN_NAME), read to its end */
+  CF_IN_OPTIONAL = 2, /* a missing file is no error: *fd -1, *data NULL */
+  CF_IN_FIFO = 4,     /* cf_in_open: a FIFO is allowed too, left O_NONBLOCK, for
+                         cf_read_full with a deadline */
+};
+/* A descriptor for reading path (flags: CF_IN_OPTIONAL, CF_IN_FIFO). */
+cf_status cf_in_open(cf_context *ctx, const char *path, const char *what, unsigned flags, int *fd);
+/* The whole of path (flags: CF_IN_STDIN, CF_IN_OPTIONAL), at most max bytes,
+ * as a malloc'd *data with a NUL after its *size bytes. */
+cf_status cf_read_file(cf_context *ctx, const char *path, const char *what, size_t max,
+                       unsigned flags, char **data, size_t *size);
+/* cf_read_file for callers that keep their own message buffer: false with
+ * why[0..len) set to the message, without the file's name. */
+bool cf_read_file_msg(const char *path, size_t max, unsigned flags, char **data, size_t *size,
+                      char *why, size_t len);
 /* Read up to n bytes, stopping early only at end of file; with a deadline
- * (> 0) each read waits at most until then: -1 with errno ETIMEDOUT. */
+ * (cf_now() seconds, > 0) each read waits at most until then: -1 with errno
+ * ETIMEDOUT. */
 ssize_t cf_read_full(int fd, void *buf, size_t n, double deadline);
 
 /* ================= dtype.c: dtypes, shapes, values ================= */
