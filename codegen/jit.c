@@ -45,6 +45,7 @@ static void jit_free(void *p) {
     if (e) LLVMConsumeError(e);
   }
   if (J->tm) LLVMDisposeTargetMachine(J->tm);
+  cf_objcache_close(&J->cache);
   free(J);
 }
 
@@ -57,6 +58,7 @@ static cf_status jit_get(cf_context *ctx, const cf_codegen_target *t, cf_jit **o
   }
   cf_jit *J = calloc(1, sizeof *J);
   if (!J) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "codegen: out of memory");
+  J->cache.dirfd = -1;
   cf_status st = CF_OK;
   if (t)
     J->target = *t;
@@ -80,7 +82,7 @@ static cf_status jit_get(cf_context *ctx, const cf_codegen_target *t, cf_jit **o
     goto fail;
   }
   LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(J->jit), gen);
-  cf_objcache_open(&J->cache);
+  cf_objcache_open(ctx, &J->cache);
   ctx->codegen = J;
   ctx->codegen_free = jit_free;
   *out = J;

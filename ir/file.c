@@ -40,9 +40,9 @@ static bool in_place_path(const char *path) {
   return strncmp(path, "/dev/", 5) == 0 || strncmp(path, "/proc/", 6) == 0;
 }
 
-/* A new ".cf-XXXXXX" beside path, created O_EXCL with mode 0666 (less the
- * umask, as fopen's files). Returns the descriptor, -1 with errno. */
-static int make_temp(const char *path, char **tmp) {
+/* A new ".cf-XXXXXX" beside path (relative to dirfd), created O_EXCL with
+ * mode (less the umask). Returns the descriptor, -1 with errno. */
+static int make_temp(int dirfd, const char *path, mode_t mode, char **tmp) {
   static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   const char *slash = strrchr(path, '/');
   size_t dir = slash ? (size_t)(slash - path) + 1 : 0;
@@ -60,7 +60,7 @@ static int make_temp(const char *path, char **tmp) {
       t[dir + 4 + i] = alnum[(x >> 33) % (sizeof alnum - 1)];
     }
     t[dir + 10] = '\0';
-    int fd = open(t, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    int fd = openat(dirfd, t, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd >= 0) {
       *tmp = t;
       return fd;
@@ -77,10 +77,24 @@ static cf_status write_error(cf_context *ctx, const char *path, int err) {
   return cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(err));
 }
 
+/* o's stream over fd (-1: errno says why it could not be opened). */
+static cf_status out_fdopen(cf_context *ctx, cf_outfile *o, int fd, bool binary) {
+  if (fd < 0) return write_error(ctx, o->path, errno);
+  if (!(o->f = fdopen(fd, binary ? "wb" : "w"))) {
+    int err = errno;
+    close(fd);
+    if (o->tmp) unlinkat(o->dirfd, o->tmp, 0);
+    free(o->tmp);
+    o->tmp = NULL;
+    return write_error(ctx, o->path, err);
+  }
+  return CF_OK;
+}
+
 cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile *o) {
   struct stat sb, lsb;
   int fd = -1;
-  *o = (cf_outfile){.path = path};
+  *o = (cf_outfile){.path = path, .dirfd = AT_FDCWD};
   bool exists = stat(path, &sb) == 0;
   if (exists && S_ISDIR(sb.st_mode))
     return cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: is a directory");
@@ -94,22 +108,18 @@ cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile
       return write_error(ctx, path, err);
     }
   } else {
-    fd = make_temp(path, &o->tmp);
+    fd = make_temp(AT_FDCWD, path, 0666, &o->tmp); /* as fopen's files */
     /* an existing regular file keeps its permissions; a replaced symlink
      * does not lend its target's */
     if (fd >= 0 && lstat(path, &lsb) == 0 && S_ISREG(lsb.st_mode))
       (void)fchmod(fd, lsb.st_mode & 07777);
   }
-  if (fd < 0) return write_error(ctx, path, errno);
-  if (!(o->f = fdopen(fd, binary ? "wb" : "w"))) {
-    int err = errno;
-    close(fd);
-    if (o->tmp) unlink(o->tmp);
-    free(o->tmp);
-    o->tmp = NULL;
-    return write_error(ctx, path, err);
-  }
-  return CF_OK;
+  return out_fdopen(ctx, o, fd, binary);
+}
+
+cf_status cf_out_openat(cf_context *ctx, int dirfd, const char *name, cf_outfile *o) {
+  *o = (cf_outfile){.path = name, .dirfd = dirfd};
+  return out_fdopen(ctx, o, make_temp(dirfd, name, 0600, &o->tmp), true);
 }
 
 cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok) {
@@ -120,8 +130,8 @@ cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok) {
   if (ok && !err && o->tmp && fsync(fileno(o->f)) != 0) err = errno;
   if (fclose(o->f) != 0 && !err) err = errno;
   o->f = NULL;
-  if (ok && !err && o->tmp && rename(o->tmp, o->path) != 0) err = errno;
-  if ((!ok || err) && o->tmp) unlink(o->tmp);
+  if (ok && !err && o->tmp && renameat(o->dirfd, o->tmp, o->dirfd, o->path) != 0) err = errno;
+  if ((!ok || err) && o->tmp) unlinkat(o->dirfd, o->tmp, 0);
   free(o->tmp);
   o->tmp = NULL;
   return ok && err ? write_error(ctx, o->path, err) : CF_OK;

@@ -119,8 +119,12 @@ typedef struct cf_outfile {
   FILE *f;          /* where to write */
   char *tmp;        /* the temporary's name, NULL when writing in place */
   const char *path; /* the target, as given */
+  int dirfd;        /* what path and tmp are relative to: AT_FDCWD, or cf_out_openat's */
 } cf_outfile;
 cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile *o);
+/* cf_out_open of name in the directory dirfd (a private cache's): always a
+ * fresh temporary of mode 0600 renamed over name, never written in place. */
+cf_status cf_out_openat(cf_context *ctx, int dirfd, const char *name, cf_outfile *o);
 /* ok: flush, fsync, close and move into place; !ok: close and remove the
  * temporary (the target untouched). A no-op once closed. Returns CF_ERR_IO
  * (with a message) when ok and finishing failed. */
