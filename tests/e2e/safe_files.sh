@@ -198,7 +198,6 @@ fi
 # the file and what it is); run --input alone reads FIFOs, within --timeout
 # (above). Under `timeout 30`, so a reader that blocks or spins fails.
 g=$ex/tp_block.xml
-rt=$src/tests/ranktable/v1.0_two_servers.json
 mkdir -p "$work/xdg/collfuse"
 for dev in "$work/fifo" /dev/zero; do
   [ -p "$work/fifo" ] || mkfifo "$work/fifo" || fail "mkfifo"
@@ -216,7 +215,6 @@ for dev in "$work/fifo" /dev/zero; do
   prefix=
   refused "check $dev" check "$dev"
   refused "ranktable $dev" ranktable "$dev"
-  refused "run --backend mpi --rank-table $dev" run "$g" --backend mpi --rank-table "$dev"
   [ "$dev" = /dev/zero ] && refused "run --input x=$dev" run "$gi" --input "x=$dev" \
     --input "y=$work/y.npy"
   prefix="profile: "
