@@ -21,6 +21,9 @@
 #include <sys/stat.h>
 
 #define PROFILE_MAGIC "collfuse-profile 1"
+/* A profile is a few hundred bytes (CF_PROFILE_MAX_ENTRIES entries of
+ * CF_PROFILE_MAX_RULES lines); this leaves room for any comments. */
+#define PROFILE_MAX_BYTES ((size_t)1 << 20)
 
 /* One transport and rank count: its link and its rules. */
 typedef struct prof_entry {
@@ -165,28 +168,30 @@ cf_status cf_profile_load(cf_context *ctx, const char *path, bool must_exist, cf
   *out = NULL;
   cf_profile *p = calloc(1, sizeof *p);
   if (!p) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    if (errno == ENOENT && !must_exist) {
-      *out = p; /* empty: the built-in rules */
-      return CF_OK;
-    }
-    free(p);
-    return cf_error(ctx, CF_ERR_IO, path, 0, "profile: cannot read: %s", strerror(errno));
+  /* the whole file, so a line of any length is one line */
+  char *text;
+  size_t size;
+  cf_status st = cf_read_file(ctx, path, "profile", PROFILE_MAX_BYTES,
+                              must_exist ? 0 : CF_IN_OPTIONAL, &text, &size);
+  if (st || !text) {
+    if (st) free(p);
+    else *out = p; /* missing at the default path: the built-in rules */
+    return st;
   }
-  char buf[1024];
   int line = 0;
   bool magic = false;
-  cf_status st = CF_OK;
-  while (!st && fgets(buf, sizeof buf, f)) {
-    line++;
-    buf[strcspn(buf, "#\n")] = '\0';
-    parse_line(ctx, p, path, line, buf, &magic, &st);
+  for (char *at = text; !st && at < text + size; line++) {
+    char *end = memchr(at, '\n', (size_t)(text + size - at));
+    if (!end) end = text + size;
+    *end = '\0';
+    at[strcspn(at, "#")] = '\0'; /* a comment ends where the line does */
+    parse_line(ctx, p, path, line + 1, at, &magic, &st);
+    at = end + 1;
   }
   if (!st && !magic)
     st = cf_error(ctx, CF_ERR_INVALID, path, line ? line : 1,
                   "profile: expected '%s' as the first line", PROFILE_MAGIC);
-  fclose(f);
+  free(text);
   if (st) {
     free(p);
     return st;

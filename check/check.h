@@ -19,8 +19,9 @@
  * malloc'd. */
 cf_status cf_npy_read(cf_context *ctx, const char *path, cf_dtype dt, const cf_shape *shape,
                       void **data);
-/* cf_npy_read that gives up after timeout_s seconds (> 0; 0 waits forever)
- * with CF_ERR_RUNTIME: a FIFO with no writer does not hang the run. */
+/* cf_npy_read that gives up after timeout_s seconds with CF_ERR_RUNTIME:
+ * with a timeout (> 0) path may also be a FIFO, and one with no writer does
+ * not hang the run; without (0), what is not a regular file is refused. */
 cf_status cf_npy_read_timeout(cf_context *ctx, const char *path, cf_dtype dt, const cf_shape *shape,
                               double timeout_s, void **data);
 /* Write data as a .npy file (format 1.0, little endian; bfloat16 as '<V2'

@@ -230,16 +230,13 @@ cf_status cf_npy_read_timeout(cf_context *ctx, const char *path, cf_dtype dt, co
   cf_status st = CF_OK;
   *data = NULL;
   double deadline = timeout_s > 0 ? cf_now() + timeout_s : 0;
-  int fd = cf_open_read(path, deadline);
-  if (fd < 0) return cf_error(ctx, CF_ERR_IO, path, 0, "cannot open: %s", strerror(errno));
-  /* the size of a regular file bounds every length; a pipe is read to EOF */
+  /* a FIFO only with a deadline, which every read then waits for at most */
+  int fd;
+  if ((st = cf_in_open(ctx, path, NULL, deadline > 0 ? CF_IN_FIFO : 0, &fd))) return st;
+  /* the size of a regular file bounds every length; a FIFO is read up to
+   * the bytes the header promises, and one more */
   struct stat sb;
-  bool have_stat = fstat(fd, &sb) == 0;
-  int64_t fsize = have_stat && S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : -1;
-  if (have_stat && S_ISDIR(sb.st_mode)) {
-    st = cf_error(ctx, CF_ERR_IO, path, 0, "cannot read: is a directory");
-    goto fail;
-  }
+  int64_t fsize = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : -1;
   ssize_t got = cf_read_full(fd, pre, 10, deadline);
   if (got < 0) {
     st = read_error(ctx, path, timeout_s);

@@ -2,7 +2,7 @@
 # collfuse_<version>_<arch>.deb, of everything `cmake --install` installs,
 # relocated to /usr. Its version is project(VERSION); Depends is what
 # dpkg-shlibdeps finds for the ELF files actually linked (libxml2, LLVM,
-# graphviz, OpenBLAS, OpenMPI, cJSON, libc) plus the Python package's
+# graphviz, OpenBLAS, OpenMPI, cJSON, OpenSSL's libcrypto, libc) plus the Python package's
 # python3 and python3-numpy. `make deb` packages a tree configured with
 # -DCMAKE_INSTALL_PREFIX=/usr (build-deb/), so the library goes to
 # lib/<multiarch> and the Python package to lib/python3/dist-packages; no

@@ -155,22 +155,27 @@ cf_status cf_codegen_module_tm(cf_context *ctx, const cf_codegen_target *t, LLVM
 cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t);
 
 /* objcache.c: compiled kernels as files "NAME-TARGETHASH.o" holding a header
- * (format, LLVM version, key, target hash, payload size and checksum) and
- * the object file. Best effort: failures are logged, never fatal. */
+ * (format, LLVM version, key, target hash, payload size, HMAC-SHA256 under
+ * the user's key) and the object file. Best effort: failures are logged,
+ * never fatal. A cache directory, entry or key that someone else could
+ * have written turns the cache off (one CF_LOG_WARN). */
 typedef struct cf_objcache {
-  bool enabled;   /* false: COLLFUSE_CACHE=off or no cache directory */
-  char dir[4096]; /* $COLLFUSE_CACHE, $XDG_CACHE_HOME/collfuse or ~/.cache/collfuse */
+  bool enabled;           /* false: COLLFUSE_CACHE=off, no directory, or not trusted */
+  int dirfd;              /* the directory, opened O_NOFOLLOW and checked; -1 when off */
+  unsigned char key[32];  /* the per-user secret (DIR/key) entries are authenticated with */
+  char dir[4096];         /* $COLLFUSE_CACHE, $XDG_CACHE_HOME/collfuse or ~/.cache/collfuse */
 } cf_objcache;
 
-/* Read the environment once (per JIT state). */
-void cf_objcache_open(cf_objcache *oc);
-/* The file of key for t; false when it does not fit in len. */
-bool cf_objcache_path(const cf_objcache *oc, const cf_codegen_target *t, const cf_kernel_key *key,
-                      char *buf, size_t len);
+/* Read the environment once (per JIT state), create the directory if it is
+ * missing (mode 0700), open and check it, and read or create its key; when
+ * any of that fails, one warning and the cache stays off. */
+void cf_objcache_open(cf_context *ctx, cf_objcache *oc);
+void cf_objcache_close(cf_objcache *oc);
 /* The object stored for key and t: true with a malloc'd *data of *size
- * bytes; false when absent or stale (bad header, LLVM version, key, target,
- * size or checksum; logged at CF_LOG_INFO). */
-bool cf_objcache_load(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t,
+ * bytes; false when absent or stale (bad header, MAC, LLVM version, key,
+ * target or size; logged at CF_LOG_INFO). An entry that is not a regular
+ * file of ours turns the cache off. */
+bool cf_objcache_load(cf_context *ctx, cf_objcache *oc, const cf_codegen_target *t,
                       const cf_kernel_key *key, void **data, size_t *size);
 /* Store atomically (temporary file + rename); false when it could not
  * (logged at CF_LOG_WARN). */

@@ -53,6 +53,7 @@ static void jit_free(void *p) {
     if (e) LLVMConsumeError(e);
   }
   if (J->tm) LLVMDisposeTargetMachine(J->tm);
+  cf_objcache_close(&J->cache);
   pthread_mutex_destroy(&J->lock);
   free(J);
 }
@@ -67,6 +68,7 @@ static cf_status jit_make(cf_context *ctx, const cf_codegen_target *t, cf_jit **
   }
   cf_jit *J = calloc(1, sizeof *J);
   if (!J) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "codegen: out of memory");
+  J->cache.dirfd = -1;
   if (pthread_mutex_init(&J->lock, NULL) != 0) {
     free(J);
     return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "codegen: cannot create a lock");
@@ -94,7 +96,7 @@ static cf_status jit_make(cf_context *ctx, const cf_codegen_target *t, cf_jit **
     goto fail;
   }
   LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(J->jit), gen);
-  cf_objcache_open(&J->cache);
+  cf_objcache_open(ctx, &J->cache);
   ctx->codegen = J;
   ctx->codegen_free = jit_free;
   *out = J;

@@ -6,25 +6,42 @@
  * generator (CF_GENERATOR_HASH, CMake's hash of its sources), so different
  * machines, LLVM builds or collfuse builds sharing a home directory never
  * collide.
- * The file is an 80-byte little-endian header followed by the object file:
+ * The file is a 96-byte little-endian header followed by the object file:
  *
- *   0 magic "CFKOBJ\0\n"   8 u32 format      12 u32 header size (80)
+ *   0 magic "CFKOBJ\0\n"   8 u32 format      12 u32 header size (96)
  *  16 u32 LLVM major/minor/patch (16, 20, 24)
  *  28 u32 kind, dtype, red, arity (28..43)  44 u32 outs | stream << 16
  *  48 u64 target and generator hash          56 u64 payload size
- *  64 u64 payload FNV-1a   72 u64 FNV-1a of bytes 0..71
+ *  64 HMAC-SHA256 of the header (these 32 bytes zero) and the payload
+ *
+ * The objects are code this process runs, so the cache is trusted only
+ * when no one else could have written it: the directory is opened
+ * O_NOFOLLOW and every entry relative to that descriptor (O_NOFOLLOW, and
+ * O_NONBLOCK so a FIFO cannot block the open), and the directory and each
+ * entry must be owned by the effective uid and writable by no group or
+ * other, entries regular files. Anything else turns the cache off for the
+ * context with one warning (kernels are built in memory). Entries are
+ * authenticated with a per-user secret, DIR/key (32 random bytes, mode
+ * 0600, created O_EXCL and linked into place whole): an entry someone made
+ * without the key - a recomputed checksum, an entry copied from another
+ * user's cache - fails its MAC. HMAC-SHA256 is OpenSSL libcrypto's (never
+ * a primitive of our own); libcrypto is on any system with python3, which
+ * the package depends on already.
  *
  * Anything that does not match (truncated, flipped byte, other LLVM or
  * target, other key) is a miss and the kernel is rebuilt and rewritten.
- * Writes go to a temporary file renamed over the entry, so readers see the
- * old file or the new one, never half of one; no fsync, since a torn file
- * after a crash fails its checks and is rebuilt.
+ * Writes go to a temporary file renamed over the entry (cf_out_openat), so
+ * readers see the old file or the new one, never half of one.
  */
 #define CF_CODEGEN_INTERNAL
 #include "codegen.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +52,12 @@
 #error "CF_GENERATOR_HASH: the build's hash of the kernel generator's sources (CMakeLists.txt)"
 #endif
 
-#define HDR_SIZE 80
-#define FORMAT 8 /* the header's layout and meaning; 7: the generator's hash in the target
-                    hash; 8: the stream flag beside outs */
+#define HDR_SIZE 96
+#define MAC_AT 64
+#define FORMAT 9 /* the header's layout and meaning; 7: the generator's hash in the target
+                    hash; 8: the stream flag beside outs; 9: HMAC-SHA256 for the checksums */
 #define MAX_PAYLOAD ((size_t)64 << 20)
+#define KEY_NAME "key"
 static const char magic[8] = {'C', 'F', 'K', 'O', 'B', 'J', '\0', '\n'};
 
 static void put32(unsigned char *p, uint32_t v) {
@@ -80,8 +99,142 @@ static void llvm_version(uint32_t v[3]) {
   v[0] = a, v[1] = b, v[2] = c;
 }
 
-void cf_objcache_open(cf_objcache *oc) {
+/* ---------------- trust ---------------- */
+
+/* Why a file of sb may not be trusted, or NULL: it is ours and no one
+ * else's to write. */
+static const char *untrusted(const struct stat *sb, char *buf, size_t len) {
+  if (sb->st_uid != geteuid())
+    snprintf(buf, len, "owned by uid %lu, not by this user (uid %lu)", (unsigned long)sb->st_uid,
+             (unsigned long)geteuid());
+  else if (sb->st_mode & (S_IWGRP | S_IWOTH))
+    snprintf(buf, len, "writable by group or others (mode %04o)", (unsigned)(sb->st_mode & 07777));
+  else
+    return NULL;
+  return buf;
+}
+
+/* What a file that is not a regular one is. */
+static const char *kind_of(mode_t m) {
+  return S_ISDIR(m)    ? "a directory"
+         : S_ISLNK(m)  ? "a symbolic link"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+         : S_ISSOCK(m) ? "a socket"
+                       : "of another kind";
+}
+
+/* Turn the cache off for this context: one warning, then kernels are built
+ * in memory (what names the file, why what is wrong with it). */
+static void distrust(cf_context *ctx, cf_objcache *oc, const char *what, const char *why) {
+  cf_log(ctx, CF_LOG_WARN,
+         "kernel cache %s%s%s: %s; the cache is ignored and kernels are built in memory", oc->dir,
+         what ? "/" : "", what ? what : "", why);
+  if (oc->dirfd >= 0) close(oc->dirfd);
+  oc->dirfd = -1;
+  oc->enabled = false;
+  OPENSSL_cleanse(oc->key, sizeof oc->key);
+}
+
+/* Open name in the cache directory for reading: never following a symlink,
+ * never blocking on a FIFO, and only a regular file of ours. -1 with why
+ * set (the cache is not to be trusted), or -1 with why[0] 0 and errno
+ * ENOENT (no such entry). */
+static int open_entry(const cf_objcache *oc, const char *name, struct stat *sb, char *why,
+                      size_t len) {
+  why[0] = '\0';
+  int fd = openat(oc->dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP)
+      snprintf(why, len, "is a symbolic link");
+    else if (errno != ENOENT)
+      snprintf(why, len, "cannot open: %s", strerror(errno));
+    return -1;
+  }
+  const char *bad = NULL;
+  char buf[128];
+  if (fstat(fd, sb) != 0)
+    snprintf(why, len, "cannot read: %s", strerror(errno));
+  else if (!S_ISREG(sb->st_mode))
+    snprintf(why, len, "not a regular file (%s)", kind_of(sb->st_mode));
+  else if ((bad = untrusted(sb, buf, sizeof buf)))
+    snprintf(why, len, "%s", bad);
+  else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+    snprintf(why, len, "cannot read: %s", strerror(errno));
+  if (why[0]) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* The key of an existing DIR/key: true, or false with why set (-1 with
+ * errno ENOENT: there is none yet, why empty). */
+static bool read_key(cf_objcache *oc, char *why, size_t len) {
+  struct stat sb;
+  int fd = open_entry(oc, KEY_NAME, &sb, why, len);
+  if (fd < 0) return false;
+  if (sb.st_mode & (S_IRWXG | S_IRWXO))
+    snprintf(why, len, "mode %04o, not 0600: others could read the secret",
+             (unsigned)(sb.st_mode & 07777));
+  else if (sb.st_size != (off_t)sizeof oc->key ||
+           cf_read_full(fd, oc->key, sizeof oc->key, 0) != (ssize_t)sizeof oc->key)
+    snprintf(why, len, "not a key of %zu bytes", sizeof oc->key);
+  close(fd);
+  return why[0] == '\0';
+}
+
+/* A new secret as DIR/key: 32 random bytes written to a temporary created
+ * O_EXCL with mode 0600, then linked to the name, so no process ever reads
+ * half a key; a key another process linked first wins. */
+static bool make_key(cf_context *ctx, cf_objcache *oc, char *why, size_t len) {
+  unsigned char k[sizeof oc->key];
+  if (RAND_bytes(k, (int)sizeof k) != 1) {
+    snprintf(why, len, "no random bytes for a key");
+    return false;
+  }
+  cf_outfile o;
+  cf_status st = cf_out_openat(ctx, oc->dirfd, ".key", &o);
+  bool ok = !st && fwrite(k, 1, sizeof k, o.f) == sizeof k && fflush(o.f) == 0 &&
+            fsync(fileno(o.f)) == 0;
+  int err = errno;
+  OPENSSL_cleanse(k, sizeof k);
+  if (!st) {
+    fclose(o.f);
+    if (ok && linkat(oc->dirfd, o.tmp, oc->dirfd, KEY_NAME, 0) != 0 && errno != EEXIST) {
+      err = errno;
+      ok = false;
+    }
+    unlinkat(oc->dirfd, o.tmp, 0);
+    free(o.tmp);
+  }
+  if (st) {
+    snprintf(why, len, "cannot create a key: %s", cf_errmsg(ctx));
+    cf_clear_error(ctx);
+    return false;
+  }
+  if (!ok) {
+    snprintf(why, len, "cannot create a key: %s", strerror(err));
+    return false;
+  }
+  return read_key(oc, why, len);
+}
+
+static bool mkdir_p(char *dir) {
+  for (char *p = dir + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    int r = mkdir(dir, 0700);
+    *p = '/';
+    if (r != 0 && errno != EEXIST) return false;
+  }
+  return mkdir(dir, 0700) == 0 || errno == EEXIST;
+}
+
+void cf_objcache_open(cf_context *ctx, cf_objcache *oc) {
   memset(oc, 0, sizeof *oc);
+  oc->dirfd = -1;
   const char *env = getenv("COLLFUSE_CACHE");
   if (env &&
       (!strcmp(env, "off") || !strcmp(env, "0") || !strcmp(env, "no") || !strcmp(env, "false")))
@@ -96,11 +249,53 @@ void cf_objcache_open(cf_objcache *oc) {
     n = snprintf(oc->dir, sizeof oc->dir, "%s/.cache/collfuse", home);
   else
     return;
-  oc->enabled = n > 0 && (size_t)n < sizeof oc->dir - 128;
+  if (n <= 0 || (size_t)n >= sizeof oc->dir - 128) return;
+  oc->enabled = true;
+  char why[256], buf[128];
+  const char *bad;
+  struct stat sb;
+  char dir[sizeof oc->dir];
+  memcpy(dir, oc->dir, sizeof dir);
+  if (!mkdir_p(dir)) {
+    snprintf(why, sizeof why, "cannot create the directory: %s", strerror(errno));
+    distrust(ctx, oc, NULL, why);
+    return;
+  }
+  oc->dirfd = open(oc->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (oc->dirfd < 0) {
+    int err = errno;
+    if (err == ELOOP || (err == ENOTDIR && lstat(oc->dir, &sb) == 0 && S_ISLNK(sb.st_mode)))
+      snprintf(why, sizeof why, "is a symbolic link");
+    else
+      snprintf(why, sizeof why, "cannot open: %s", strerror(err));
+    distrust(ctx, oc, NULL, why);
+    return;
+  }
+  if (fstat(oc->dirfd, &sb) != 0) {
+    snprintf(why, sizeof why, "cannot read: %s", strerror(errno));
+    distrust(ctx, oc, NULL, why);
+    return;
+  }
+  if ((bad = untrusted(&sb, buf, sizeof buf))) {
+    distrust(ctx, oc, NULL, bad);
+    return;
+  }
+  if (!read_key(oc, why, sizeof why) && (why[0] || !make_key(ctx, oc, why, sizeof why)))
+    distrust(ctx, oc, KEY_NAME, why);
 }
 
-bool cf_objcache_path(const cf_objcache *oc, const cf_codegen_target *t, const cf_kernel_key *key,
-                      char *buf, size_t len) {
+void cf_objcache_close(cf_objcache *oc) {
+  if (oc->dirfd >= 0) close(oc->dirfd);
+  oc->dirfd = -1;
+  oc->enabled = false;
+  OPENSSL_cleanse(oc->key, sizeof oc->key);
+}
+
+/* ---------------- entries ---------------- */
+
+/* The entry's file name for key and t; false when it does not fit. */
+static bool entry_name(const cf_codegen_target *t, const cf_kernel_key *key, char *buf,
+                       size_t len) {
   char name[64];
   uint32_t v[3];
   llvm_version(v);
@@ -110,13 +305,25 @@ bool cf_objcache_path(const cf_objcache *oc, const cf_codegen_target *t, const c
   put32(vb + 8, v[1]);
   put32(vb + 12, v[2]);
   uint64_t h = cf_fnv1a(target_hash(t), vb, sizeof vb);
-  int n = snprintf(buf, len, "%s/%s-%016llx.o", oc->dir, cf_kernel_name(key, name, sizeof name),
+  int n = snprintf(buf, len, "%s-%016llx.o", cf_kernel_name(key, name, sizeof name),
                    (unsigned long long)h);
   return n > 0 && (size_t)n < len;
 }
 
+/* HMAC-SHA256 under oc's key of f[0..n) (a header and its payload) with
+ * the MAC's own bytes taken as zero. */
+static bool mac(const cf_objcache *oc, unsigned char *f, size_t n, unsigned char out[32]) {
+  unsigned char keep[32];
+  memcpy(keep, f + MAC_AT, 32);
+  memset(f + MAC_AT, 0, 32);
+  unsigned int len = 0;
+  bool ok = HMAC(EVP_sha256(), oc->key, (int)sizeof oc->key, f, n, out, &len) && len == 32;
+  memcpy(f + MAC_AT, keep, 32);
+  return ok;
+}
+
 static void header(unsigned char *h, const cf_codegen_target *t, const cf_kernel_key *key,
-                   const void *data, size_t size) {
+                   size_t size) {
   uint32_t v[3];
   llvm_version(v);
   memset(h, 0, HDR_SIZE);
@@ -132,17 +339,19 @@ static void header(unsigned char *h, const cf_codegen_target *t, const cf_kernel
   put32(h + 44, (uint32_t)key->outs | (uint32_t)key->stream << 16); /* destinations, stream */
   put64(h + 48, target_hash(t));
   put64(h + 56, size);
-  put64(h + 64, cf_fnv1a(CF_FNV_SEED, data, size));
-  put64(h + 72, cf_fnv1a(CF_FNV_SEED, h, 72));
 }
 
-/* Why a file is not a valid entry for (t, key), or NULL when it is. */
-static const char *check(const unsigned char *f, size_t size, const cf_codegen_target *t,
-                         const cf_kernel_key *key) {
+/* Why a file is not a valid entry for (t, key), or NULL when it is. The
+ * MAC is checked before anything the header says is believed. */
+static const char *check(const cf_objcache *oc, unsigned char *f, size_t size,
+                         const cf_codegen_target *t, const cf_kernel_key *key) {
   if (size < HDR_SIZE) return "truncated header";
   if (memcmp(f, magic, 8)) return "bad magic";
-  if (get64(f + 72) != cf_fnv1a(CF_FNV_SEED, f, 72)) return "header checksum mismatch";
   if (get32(f + 8) != FORMAT || get32(f + 12) != HDR_SIZE) return "other cache format";
+  unsigned char m[32];
+  if (!mac(oc, f, size, m)) return "cannot compute its MAC";
+  if (CRYPTO_memcmp(m, f + MAC_AT, 32) != 0)
+    return "MAC mismatch: damaged, or not written with this user's key";
   uint32_t v[3];
   llvm_version(v);
   for (int i = 0; i < 3; i++)
@@ -153,97 +362,79 @@ static const char *check(const unsigned char *f, size_t size, const cf_codegen_t
     return "holds another kernel";
   if (get64(f + 48) != target_hash(t)) return "built for another target or by another generator";
   if (get64(f + 56) != size - HDR_SIZE) return "payload truncated or extended";
-  if (get64(f + 64) != cf_fnv1a(CF_FNV_SEED, f + HDR_SIZE, size - HDR_SIZE))
-    return "payload checksum mismatch";
   return NULL;
 }
 
-bool cf_objcache_load(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t,
+bool cf_objcache_load(cf_context *ctx, cf_objcache *oc, const cf_codegen_target *t,
                       const cf_kernel_key *key, void **data, size_t *size) {
   *data = NULL;
   *size = 0;
-  char path[4352];
-  if (!oc->enabled || !cf_objcache_path(oc, t, key, path, sizeof path)) return false;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false; /* not cached yet */
-  unsigned char *buf = NULL;
-  const char *why = NULL;
+  char name[128], why[256];
+  if (!oc->enabled || !entry_name(t, key, name, sizeof name)) return false;
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    why = "not a regular file";
-    goto fail;
+  int fd = open_entry(oc, name, &sb, why, sizeof why);
+  if (fd < 0) {
+    if (why[0]) distrust(ctx, oc, name, why);
+    return false; /* or not cached yet */
   }
+  unsigned char *buf = NULL;
+  const char *bad = NULL;
   if ((uint64_t)sb.st_size > MAX_PAYLOAD + HDR_SIZE) {
-    why = "too large";
+    bad = "too large";
     goto fail;
   }
-  size_t n = (size_t)sb.st_size, got = 0;
-  buf = malloc(n ? n : 1);
-  if (!buf) {
-    why = "out of memory";
+  size_t n = (size_t)sb.st_size;
+  if (!(buf = malloc(n ? n : 1))) {
+    bad = "out of memory";
     goto fail;
   }
-  while (got < n) {
-    ssize_t r = read(fd, buf + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (size_t)r;
+  ssize_t got = cf_read_full(fd, buf, n, 0);
+  if (got < 0) {
+    bad = "read error";
+    goto fail;
   }
-  if ((why = check(buf, got, t, key)) != NULL) goto fail;
+  if ((bad = check(oc, buf, (size_t)got, t, key)) != NULL) goto fail;
   close(fd);
   /* the caller gets the payload alone */
-  memmove(buf, buf + HDR_SIZE, got - HDR_SIZE);
+  memmove(buf, buf + HDR_SIZE, (size_t)got - HDR_SIZE);
   *data = buf;
-  *size = got - HDR_SIZE;
+  *size = (size_t)got - HDR_SIZE;
   return true;
 fail:
-  cf_log(ctx, CF_LOG_INFO, "%s: stale kernel cache entry (%s); rebuilding", path, why);
+  cf_log(ctx, CF_LOG_INFO, "%s/%s: stale kernel cache entry (%s); rebuilding", oc->dir, name, bad);
   free(buf);
   close(fd);
   return false;
 }
 
-static bool mkdir_p(char *dir) {
-  for (char *p = dir + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    int r = mkdir(dir, 0700);
-    *p = '/';
-    if (r != 0 && errno != EEXIST) return false;
-  }
-  return mkdir(dir, 0700) == 0 || errno == EEXIST;
-}
-
-
 bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t,
                        const cf_kernel_key *key, const void *data, size_t size) {
-  char path[4352], dir[sizeof oc->dir];
-  if (!oc->enabled || size > MAX_PAYLOAD || !cf_objcache_path(oc, t, key, path, sizeof path))
-    return false;
-  memcpy(dir, oc->dir, sizeof dir);
-  if (!mkdir_p(dir)) {
-    cf_log(ctx, CF_LOG_WARN, "%s: cannot create the kernel cache directory: %s", oc->dir,
-           strerror(errno));
-    return false;
-  }
+  char name[128];
+  if (!oc->enabled || size > MAX_PAYLOAD || !entry_name(t, key, name, sizeof name)) return false;
+  unsigned char *f = malloc(HDR_SIZE + size);
+  if (!f) return false;
+  header(f, t, key, size);
+  memcpy(f + HDR_SIZE, data, size);
+  unsigned char m[32];
+  bool ok = mac(oc, f, HDR_SIZE + size, m);
+  memcpy(f + MAC_AT, m, sizeof m);
   /* the writer every output uses: readers of the cache see whole entries */
-  unsigned char h[HDR_SIZE];
-  header(h, t, key, data, size);
   cf_outfile o;
-  bool ok = cf_out_open(ctx, path, true, &o) == CF_OK;
-  if (ok) {
+  if (ok && (ok = cf_out_openat(ctx, oc->dirfd, name, &o) == CF_OK)) {
     errno = 0;
-    bool wrote = fwrite(h, 1, sizeof h, o.f) == sizeof h && fwrite(data, 1, size, o.f) == size;
+    bool wrote = fwrite(f, 1, HDR_SIZE + size, o.f) == HDR_SIZE + size;
     int err = errno ? errno : EIO;
     ok = cf_out_close(ctx, &o, wrote) == CF_OK;
     if (ok && !wrote) {
-      cf_error(ctx, CF_ERR_IO, path, 0, "cannot write: %s", strerror(err));
+      cf_error(ctx, CF_ERR_IO, name, 0, "cannot write: %s", strerror(err));
       ok = false;
     }
   }
+  free(f);
   if (!ok) {
     /* a cache that cannot be written is no error of the caller's */
-    cf_log(ctx, CF_LOG_WARN, "kernel cache entry not saved: %s", cf_errmsg(ctx));
+    cf_log(ctx, CF_LOG_WARN, "kernel cache %s: entry not saved: %s", oc->dir,
+           cf_errmsg(ctx)[0] ? cf_errmsg(ctx) : "cannot compute its MAC");
     cf_clear_error(ctx);
   }
   return ok;

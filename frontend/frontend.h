@@ -24,15 +24,6 @@ typedef struct cf_format {
 /* The i-th input format, NULL past the end. */
 const cf_format *cf_format_at(size_t i);
 
-/* Read a whole file, refusing files above CF_MAX_FILE_BYTES; "-" reads
- * standard input, named CF_STDIN_NAME in messages. *data is malloc'd and
- * NUL-terminated. A FIFO or pipe (`check <(gen)`) is read to its end like
- * standard input, and one with no writer yet is waited for, as cat and cc
- * do (a signal ends the wait): graphs have no deadline, unlike run's
- * --input files (cf_npy_read_timeout). */
-#define CF_STDIN_NAME "<stdin>"
-cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *size);
-
 /* Verify structure and infer types of a freshly read graph (the readers
  * only parse; cf_frontend_parse and cf_frontend_load finish). */
 cf_status cf_frontend_finish(cf_graph *g);

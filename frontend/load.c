@@ -11,74 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static void close_in(FILE *f) {
-  if (f != stdin) fclose(f);
-}
-
-cf_status cf_read_file(cf_context *ctx, const char *path, char **data, size_t *size) {
-  *data = NULL;
-  *size = 0;
-  bool in = strcmp(path, "-") == 0;
-  if (in) path = CF_STDIN_NAME;
-  FILE *f = in ? stdin : fopen(path, "rb");
-  if (!f) return cf_error(ctx, CF_ERR_IO, path, 0, "cannot open: %s", strerror(errno));
-  struct stat sb;
-  if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-    close_in(f);
-    return cf_error(ctx, CF_ERR_IO, path, 0, "is a directory");
-  }
-  /* refuse oversized regular files before reading a byte */
-  if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > CF_MAX_FILE_BYTES) {
-    close_in(f);
-    return cf_error(ctx, CF_ERR_INVALID, path, 0, "file is %lld bytes, above the limit of %zu",
-                    (long long)sb.st_size, CF_MAX_FILE_BYTES);
-  }
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap + 1);
-  if (!buf) {
-    close_in(f);
-    return cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
-  }
-  for (;;) {
-    if (n == cap) {
-      if (cap > CF_MAX_FILE_BYTES) {
-        free(buf);
-        close_in(f);
-        return cf_error(ctx, CF_ERR_INVALID, path, 0, "file is larger than the limit of %zu bytes",
-                        CF_MAX_FILE_BYTES);
-      }
-      /* grow to at most one byte past the limit: that byte proves the stream
-       * is too long without reading (and holding) twice the limit */
-      cap = cap > CF_MAX_FILE_BYTES / 2 ? CF_MAX_FILE_BYTES + 1 : cap * 2;
-      char *nb = realloc(buf, cap + 1);
-      if (!nb) {
-        free(buf);
-        close_in(f);
-        return cf_error(ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory");
-      }
-      buf = nb;
-    }
-    size_t got = fread(buf + n, 1, cap - n, f);
-    n += got;
-    if (got == 0) break;
-  }
-  int err = ferror(f);
-  close_in(f);
-  if (err) {
-    free(buf);
-    return cf_error(ctx, CF_ERR_IO, path, 0, "read error");
-  }
-  if (n > CF_MAX_FILE_BYTES) {
-    free(buf);
-    return cf_error(ctx, CF_ERR_INVALID, path, 0, "file is larger than the limit of %zu bytes",
-                    CF_MAX_FILE_BYTES);
-  }
-  buf[n] = 0;
-  *data = buf;
-  *size = n;
-  return CF_OK;
-}
-
 cf_status cf_frontend_finish(cf_graph *g) {
   cf_status st = cf_verify_structure(g);
   if (!st) st = cf_infer(g);
@@ -199,7 +131,7 @@ static cf_status load_raw(cf_context *ctx, const char *path, cf_graph **out) {
   if (!ctx || !path) return CF_ERR_USAGE;
   char *data;
   size_t size;
-  cf_status st = cf_read_file(ctx, path, &data, &size);
+  cf_status st = cf_read_file(ctx, path, NULL, CF_MAX_FILE_BYTES, CF_IN_STDIN, &data, &size);
   if (st) return st;
   st = parse_raw(ctx, strcmp(path, "-") == 0 ? CF_STDIN_NAME : path, data, size, out);
   free(data);

@@ -120,7 +120,7 @@ bool cf_write_all(int fd, const void *p, size_t n);
 bool cf_mul_i64(int64_t a, int64_t b, int64_t *out);
 bool cf_add_i64(int64_t a, int64_t b, int64_t *out);
 
-/* ================= file.c: writing output files, reading with a deadline ================= */
+/* ================= file.c: writing output files, reading input files ================= */
 
 /* An output file being written. cf_out_open creates a fresh ".cf-XXXXXX"
  * beside path (O_EXCL: nothing existing is followed or truncated);
@@ -132,9 +132,13 @@ typedef struct cf_outfile {
   FILE *f;          /* where to write */
   char *tmp;        /* the temporary's name, NULL when writing in place */
   const char *path; /* the target, as given */
+  int dirfd;        /* what path and tmp are relative to: AT_FDCWD, or cf_out_openat's */
   int slot;         /* tmp's in temp.c's registry, -1 none */
 } cf_outfile;
 cf_status cf_out_open(cf_context *ctx, const char *path, bool binary, cf_outfile *o);
+/* cf_out_open of name in the directory dirfd (a private cache's): always a
+ * fresh temporary of mode 0600 renamed over name, never written in place. */
+cf_status cf_out_openat(cf_context *ctx, int dirfd, const char *name, cf_outfile *o);
 /* ok: flush, fsync, close and move into place; !ok: close and remove the
  * temporary (the target untouched). A no-op once closed. Returns CF_ERR_IO
  * (with a message) when ok and finishing failed. */
@@ -172,11 +176,33 @@ void cf_tmpdir_discard(cf_tmpdir *t);
  * there whole or not at all); CF_OK when it is absent. */
 cf_status cf_dir_remove(cf_context *ctx, const char *path);
 
-/* open(path, O_RDONLY) that does not wait for a FIFO's writer when a
- * deadline (cf_now() seconds, > 0) is given; -1 with errno. */
-int cf_open_read(const char *path, double deadline);
+/* Every file collfuse reads goes through cf_in_open or cf_read_file: the
+ * file is checked to be a regular file before anything could block on it
+ * (stat, then open O_NONBLOCK and fstat the descriptor), and read whole
+ * only up to a size bound. Errors (CF_ERR_IO, CF_ERR_INVALID above the
+ * bound) name the file and say what it is: "not a regular file (a FIFO)".
+ * what, when not NULL, leads every message ("profile" gives "profile:
+ * cannot open: ..."). */
+#define CF_STDIN_NAME "<stdin>"
+enum {
+  CF_IN_STDIN = 1,    /* "-" is standard input (named CF_STDIN_NAME), read to its end */
+  CF_IN_OPTIONAL = 2, /* a missing file is no error: *fd -1, *data NULL */
+  CF_IN_FIFO = 4,     /* cf_in_open: a FIFO is allowed too, left O_NONBLOCK, for
+                         cf_read_full with a deadline */
+};
+/* A descriptor for reading path (flags: CF_IN_OPTIONAL, CF_IN_FIFO). */
+cf_status cf_in_open(cf_context *ctx, const char *path, const char *what, unsigned flags, int *fd);
+/* The whole of path (flags: CF_IN_STDIN, CF_IN_OPTIONAL), at most max bytes,
+ * as a malloc'd *data with a NUL after its *size bytes. */
+cf_status cf_read_file(cf_context *ctx, const char *path, const char *what, size_t max,
+                       unsigned flags, char **data, size_t *size);
+/* cf_read_file for callers that keep their own message buffer: false with
+ * why[0..len) set to the message, without the file's name. */
+bool cf_read_file_msg(const char *path, size_t max, unsigned flags, char **data, size_t *size,
+                      char *why, size_t len);
 /* Read up to n bytes, stopping early only at end of file; with a deadline
- * (> 0) each read waits at most until then: -1 with errno ETIMEDOUT. */
+ * (cf_now() seconds, > 0) each read waits at most until then: -1 with errno
+ * ETIMEDOUT. */
 ssize_t cf_read_full(int fd, void *buf, size_t n, double deadline);
 
 /* ================= dtype.c: dtypes, shapes, values ================= */

@@ -322,7 +322,7 @@ static void test_options_profile(void **state) {
   snprintf(msg, sizeof msg, "%s:2: error: profile: unknown algorithm 'rung'", bad);
   ASSERT_ERR(cf_options_set(o, "profile", bad), CF_ERR_INVALID, msg);
   ASSERT_ERR(cf_options_set(o, "profile", "/nonexistent/cf-profile"), CF_ERR_IO,
-             "/nonexistent/cf-profile: error: profile: cannot read");
+             "/nonexistent/cf-profile: error: profile: cannot open");
   OK(cf_options_set(o, "profile", "none"));
   cf_graph *g = dp_graph(ctx, 4, 20, 1000, "mean");
   assert_non_null(g);

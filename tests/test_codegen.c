@@ -19,6 +19,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -921,14 +923,22 @@ static void test_nvptx(void **state) {
 }
 
 /* ---- the object cache ---- */
+/* Entries (every name but ".", ".." and the key: temporaries count) in dir;
+ * *first gets the path of the first "*.o". */
 static int count_objects(const char *dir, char *first, size_t len) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   int n = 0;
-  for (struct dirent *e; (e = readdir(d));)
-    if (e->d_name[0] != '.') {
-      if (n++ == 0 && first) snprintf(first, len, "%s/%s", dir, e->d_name);
+  bool found = false;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "key")) continue;
+    n++;
+    size_t l = strlen(e->d_name);
+    if (!found && first && l > 2 && !strcmp(e->d_name + l - 2, ".o")) {
+      snprintf(first, len, "%s/%s", dir, e->d_name);
+      found = true;
     }
+  }
   closedir(d);
   return n;
 }
@@ -950,7 +960,7 @@ static void rm_tree(const char *dir) {
 }
 
 typedef struct logbuf {
-  char text[2048];
+  char text[8192];
 } logbuf;
 static void log_sink(void *user, cf_log_level lvl, const char *msg) {
   (void)lvl;
@@ -960,8 +970,9 @@ static void log_sink(void *user, cf_log_level lvl, const char *msg) {
 }
 
 /* a fresh context's compile time for the 3-ary float32 sum, checking the
- * kernel computes; *log gets what the context logged */
-static double fresh_compile(logbuf *log) {
+ * kernel computes (and with second, then the 2-ary float32 max in the same
+ * context); *log gets what the context logged */
+static double fresh_compile_in(logbuf *log, bool second) {
   cf_context *c;
   assert_int_equal(cf_context_create(&c), CF_OK);
   if (log) {
@@ -980,9 +991,20 @@ static double fresh_compile(logbuf *log) {
   fn(o, (const void *[]){a, b, d}, 40, 1);
   for (int i = 0; i < 40; i++)
     assert_true(o[i] == (float)i - 0.5f);
+  if (second) {
+    p = kernel(
+        c, (cf_kernel_key){.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_MAX, .arity = 2},
+        NULL);
+    memcpy(&fn, &p, sizeof fn);
+    fn(o, (const void *[]){a, d}, 40, 1);
+    for (int i = 0; i < 40; i++)
+      assert_true(o[i] == (float)i);
+  }
   cf_context_destroy(c);
   return ms;
 }
+
+static double fresh_compile(logbuf *log) { return fresh_compile_in(log, false); }
 
 static void corrupt(const char *path, long at, bool truncate_it) {
   struct stat sb;
@@ -1001,20 +1023,51 @@ static void corrupt(const char *path, long at, bool truncate_it) {
   fclose(f);
 }
 
-/* Flip a header byte at `at` and write the header's checksum anew: a
- * well-formed entry that differs in that field alone. */
-static void reseal(const char *path, long at) {
+/* The entry's key, DIR/key beside it. */
+static void cache_key(const char *entry, unsigned char key[32]) {
+  char path[600];
+  snprintf(path, sizeof path, "%s", entry);
+  snprintf(strrchr(path, '/') + 1, 4, "key");
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  assert_int_equal(fread(key, 1, 32, f), 32);
+  fclose(f);
+}
+
+/* The whole file at path, *n bytes. */
+static unsigned char *slurp(const char *path, size_t *n) {
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0);
+  unsigned char *b = malloc((size_t)sb.st_size);
+  FILE *f = fopen(path, "rb");
+  assert_true(b && f);
+  assert_int_equal(fread(b, 1, (size_t)sb.st_size, f), (size_t)sb.st_size);
+  fclose(f);
+  *n = (size_t)sb.st_size;
+  return b;
+}
+
+static void spill(const char *path, const unsigned char *b, size_t n) {
   FILE *f = fopen(path, "r+b");
   assert_non_null(f);
-  unsigned char h[80];
-  assert_int_equal(fread(h, 1, 80, f), 80);
-  h[at] ^= 0x10;
-  uint64_t sum = cf_fnv1a(CF_FNV_SEED, h, 72);
-  for (int i = 0; i < 8; i++)
-    h[72 + i] = (unsigned char)(sum >> (8 * i));
-  fseek(f, 0, SEEK_SET);
-  assert_int_equal(fwrite(h, 1, 80, f), 80);
+  assert_int_equal(fwrite(b, 1, n, f), n);
   fclose(f);
+}
+
+/* Flip a header byte at `at` and seal the entry anew with the user's key
+ * (HMAC-SHA256 over the header, its MAC taken as zero, and the payload): a
+ * well-formed entry that differs in that field alone. */
+static void reseal(const char *path, long at) {
+  size_t n;
+  unsigned char *b = slurp(path, &n), key[32], mac[32];
+  unsigned len = 0;
+  cache_key(path, key);
+  b[at] ^= 0x10;
+  memset(b + 64, 0, 32);
+  assert_non_null(HMAC(EVP_sha256(), key, 32, b, n, mac, &len));
+  memcpy(b + 64, mac, 32);
+  spill(path, b, n);
+  free(b);
 }
 
 static void test_object_cache(void **state) {
@@ -1032,7 +1085,7 @@ static void test_object_cache(void **state) {
 
   corrupt(file, -1, false); /* a flipped payload byte */
   assert_true(fresh_compile(&log) > 0);
-  assert_non_null(strstr(log.text, "stale kernel cache entry (payload checksum mismatch)"));
+  assert_non_null(strstr(log.text, "stale kernel cache entry (MAC mismatch"));
   assert_true(fresh_compile(NULL) == 0); /* rewritten */
 
   corrupt(file, 0, true); /* truncated */
@@ -1060,7 +1113,7 @@ static void test_object_cache(void **state) {
 
   corrupt(file, 20, false); /* header: the LLVM version */
   assert_true(fresh_compile(&log) > 0);
-  assert_non_null(strstr(log.text, "header checksum mismatch"));
+  assert_non_null(strstr(log.text, "MAC mismatch"));
   assert_true(fresh_compile(NULL) == 0);
 
   /* a sound entry of another target or generator (the target hash takes in
@@ -1083,6 +1136,135 @@ static void test_object_cache(void **state) {
 
   rm_tree(dir);
   rm_tree(dir2);
+}
+
+/* A fresh context's compile time for the 3-ary float32 sum (checked as
+ * fresh_compile does) after which it compiles a second kernel, the 2-ary
+ * float32 max; *warnings gets the warnings it logged, log the text. */
+static double compile_two(logbuf *log, int *warnings) {
+  double ms = fresh_compile_in(log, true);
+  *warnings = 0;
+  for (const char *p = log->text; (p = strstr(p, "the cache is ignored")); p++) ++*warnings;
+  return ms;
+}
+
+/* The trust rule: a cache that someone else could have written is not read
+ * (nor written), with one warning per context and kernels built in memory;
+ * an entry forged without the user's key is rebuilt. */
+static void test_object_cache_trust(void **state) {
+  (void)state;
+  char dir[] = "/tmp/cf_cgtrust_XXXXXX", sub[64], file[512], key[600], aside[600];
+  assert_non_null(mkdtemp(dir));
+  snprintf(sub, sizeof sub, "%s/collfuse", dir);
+  snprintf(aside, sizeof aside, "%s/aside.o", dir);
+  setenv("XDG_CACHE_HOME", dir, 1);
+  unsetenv("COLLFUSE_CACHE");
+  logbuf log;
+  int warns;
+  struct stat sb;
+
+  assert_true(compile_two(&log, &warns) > 0 && warns == 0); /* compiled and stored */
+  assert_true(compile_two(&log, &warns) == 0 && warns == 0); /* from the cache */
+  assert_int_equal(count_objects(sub, file, sizeof file), 2);
+  snprintf(key, sizeof key, "%s/key", sub);
+  assert_int_equal(stat(key, &sb), 0); /* the user's secret, 0600 */
+  assert_int_equal(sb.st_mode & 0777, 0600);
+  assert_int_equal(sb.st_size, 32);
+
+#define DISTRUSTED(what)                                                                           \
+  do {                                                                                             \
+    assert_true(compile_two(&log, &warns) > 0);                                                    \
+    if (warns != 1 || !strstr(log.text, what))                                                     \
+      fail_msg("expected one warning '%s', got %d:\n%s", what, warns, log.text);                   \
+    assert_true(compile_two(&log, &warns) > 0); /* and off again: never trusted since */        \
+  } while (0)
+#define TRUSTED()                                                                                  \
+  do {                                                                                             \
+    assert_true(compile_two(&log, &warns) == 0);                                                   \
+    assert_int_equal(warns, 0);                                                                    \
+  } while (0)
+
+  /* a directory anyone may write */
+  assert_int_equal(chmod(sub, 0777), 0);
+  DISTRUSTED("writable by group or others (mode 0777)");
+  assert_int_equal(chmod(sub, 0700), 0);
+  TRUSTED();
+
+  /* a directory of another user's (only root can make one here) */
+  if (geteuid() == 0) {
+    assert_int_equal(chown(sub, 65534, 65534), 0);
+    DISTRUSTED("owned by uid 65534, not by this user (uid 0)");
+    assert_int_equal(chown(sub, 0, 0), 0);
+    TRUSTED();
+  }
+
+  /* an entry the group may write */
+  assert_int_equal(chmod(file, 0620), 0);
+  DISTRUSTED("writable by group or others (mode 0620)");
+  assert_int_equal(chmod(file, 0600), 0);
+  TRUSTED();
+
+  /* the directory a symbolic link (to a sound cache) */
+  char dir2[] = "/tmp/cf_cgtrust_XXXXXX", link[64];
+  assert_non_null(mkdtemp(dir2));
+  snprintf(link, sizeof link, "%s/collfuse", dir2);
+  assert_int_equal(symlink(sub, link), 0);
+  setenv("XDG_CACHE_HOME", dir2, 1);
+  DISTRUSTED("is a symbolic link");
+  setenv("XDG_CACHE_HOME", dir, 1);
+  unlink(link);
+  rmdir(dir2);
+  TRUSTED();
+
+  /* an entry a symbolic link (to a sound entry) */
+  assert_int_equal(rename(file, aside), 0);
+  assert_int_equal(symlink(aside, file), 0);
+  DISTRUSTED("is a symbolic link");
+  unlink(file);
+  assert_int_equal(rename(aside, file), 0);
+  TRUSTED();
+
+  /* a FIFO as the entry: not opened blocking (alarm: a hang fails) */
+  assert_int_equal(rename(file, aside), 0);
+  assert_int_equal(mkfifo(file, 0600), 0);
+  alarm(120);
+  DISTRUSTED("not a regular file (a FIFO)");
+  alarm(0);
+  unlink(file);
+  assert_int_equal(rename(aside, file), 0);
+  TRUSTED();
+
+  /* the key readable by others */
+  assert_int_equal(chmod(key, 0644), 0);
+  DISTRUSTED("mode 0644, not 0600");
+  assert_int_equal(chmod(key, 0600), 0);
+  TRUSTED();
+
+  /* a forged entry: a payload byte changed where the linker does not look
+   * (the object's ELF header padding, e_ident[9]) and the checksums an
+   * unkeyed format would have (FNV-1a of the payload at 64, of header bytes
+   * 0..71 at 72) recomputed: rebuilt, never loaded */
+  size_t n;
+  unsigned char *b = slurp(file, &n);
+  uint32_t hdr = (uint32_t)b[12] | (uint32_t)b[13] << 8;
+  assert_true(hdr >= 80 && n > hdr + 16 && memcmp(b + hdr, "\x7f" "ELF", 4) == 0);
+  b[hdr + 9] ^= 0x5a;
+  uint64_t sum = cf_fnv1a(CF_FNV_SEED, b + hdr, n - hdr);
+  for (int i = 0; i < 8; i++)
+    b[64 + i] = (unsigned char)(sum >> (8 * i));
+  sum = cf_fnv1a(CF_FNV_SEED, b, 72);
+  for (int i = 0; i < 8; i++)
+    b[72 + i] = (unsigned char)(sum >> (8 * i));
+  spill(file, b, n);
+  free(b);
+  assert_true(compile_two(&log, &warns) > 0);
+  assert_int_equal(warns, 0); /* a bad entry, not a bad cache */
+  assert_non_null(strstr(log.text, "MAC mismatch: damaged, or not written with this user's key"));
+  TRUSTED(); /* rewritten */
+#undef DISTRUSTED
+#undef TRUSTED
+
+  rm_tree(dir);
 }
 
 /* The second group's context: kernels for the host without AVX512_BF16
@@ -1136,6 +1318,7 @@ int main(void) {
       cmocka_unit_test(test_int_wrap),      cmocka_unit_test(test_16bit_ties),
       cmocka_unit_test(test_nary_stream), cmocka_unit_test(test_nary_outs),   cmocka_unit_test(test_maxmin_zeros),
       cmocka_unit_test(test_16bit_vectors), cmocka_unit_test(test_object_cache),
+      cmocka_unit_test(test_object_cache_trust),
   };
   int failed = cmocka_run_group_tests_name("host", tests, setup, teardown);
   return failed +

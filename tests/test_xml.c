@@ -345,7 +345,7 @@ static void test_writer_golden(void **state) {
     char *text = write_to_string(g);
     char *want;
     size_t size;
-    assert_int_equal(cf_read_file(ctx, gold, &want, &size), CF_OK);
+    assert_int_equal(cf_read_file(ctx, gold, NULL, CF_MAX_FILE_BYTES, 0, &want, &size), CF_OK);
     if (strcmp(text, want) != 0) fail_msg("writer output for %s differs from %s", path, gold);
     free(text);
     free(want);

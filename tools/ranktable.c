@@ -70,38 +70,12 @@ static const char *get_string(const cJSON *o, const char *key) {
   return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* The table's text: a regular file (or standard input, "-") of at most
+ * 64 MiB; anything else is an error in err. */
 static char *read_file(const char *path, char *err, size_t len) {
-  FILE *f = cf_tool_is_std(path) ? stdin : fopen(path, "rb");
-  if (!f) {
-    fail(err, len, "cannot open: %s", strerror(errno));
-    return NULL;
-  }
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap + 1);
-  while (buf) {
-    size_t got = fread(buf + n, 1, cap - n, f);
-    n += got;
-    if (n < cap) break;
-    if (cap > ((size_t)64 << 20)) {
-      free(buf);
-      if (f != stdin) fclose(f);
-      fail(err, len, "larger than 64 MiB: not a rank table");
-      return NULL;
-    }
-    char *nb = realloc(buf, 2 * cap + 1);
-    if (!nb) free(buf);
-    buf = nb;
-    cap *= 2;
-  }
-  bool bad = ferror(f);
-  if (f != stdin) fclose(f);
-  if (!buf || bad) {
-    free(buf);
-    fail(err, len, bad ? "read error" : "out of memory");
-    return NULL;
-  }
-  buf[n] = 0;
-  return buf;
+  char *text;
+  size_t n;
+  return cf_read_file_msg(path, (size_t)64 << 20, CF_IN_STDIN, &text, &n, err, len) ? text : NULL;
 }
 
 void cf_ranktable_free(cf_rank_table *t) {

@@ -60,7 +60,8 @@ cf_status cf_tool_load(cf_context *ctx, const char *path, cf_graph **out) {
   if (!cf_tool_is_std(path)) return cf_graph_load(ctx, path, out);
   *out = NULL;
   if (!stdin_graph.read) {
-    cf_status st = cf_read_file(ctx, "-", &stdin_graph.data, &stdin_graph.size);
+    cf_status st = cf_read_file(ctx, "-", NULL, CF_MAX_FILE_BYTES, CF_IN_STDIN, &stdin_graph.data,
+                                &stdin_graph.size);
     if (st) return st;
     stdin_graph.read = true;
   }

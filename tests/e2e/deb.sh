@@ -30,7 +30,7 @@ field() { dpkg-deb -f "$deb" "$1"; }
 [ "$(field Architecture)" = "$arch" ] || fail "Architecture: $(field Architecture), expected $arch"
 deps=", $(field Depends),"
 for d in python3 python3-numpy 'libxml2 (>= *)' libllvm19 libgvc6 libcgraph6 libopenblas0 \
-  'libcjson1 (>= *)' 'libopenmpi3 (>= *)' 'libc6 (>= *)'; do
+  'libcjson1 (>= *)' 'libopenmpi3 (>= *)' 'libssl3 (>= *)' 'libc6 (>= *)'; do
   case "$deps" in
     *", "$d","*) ;;
     *) fail "Depends lacks $d: $(field Depends)" ;;

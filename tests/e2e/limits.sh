@@ -8,7 +8,9 @@
 #              at the line of the first element over it (the root is the
 #              first element, so that is the 4,000,000th <a/>, on line
 #              4000002), before libxml2 builds a tree
-#   /dev/zero  an endless stream: refused once it passes the size limit
+#   /dev/zero  an endless stream: refused as a file before it is opened
+#              (not a regular file), and as standard input (`check - <
+#              /dev/zero`) once it passes the size limit
 set -u
 
 if [ $# -ne 1 ]; then
@@ -40,8 +42,10 @@ sh "$expect" "$cf" 1 "many.xml:4000002: error: more than 4000000 XML elements" \
 rm -f "$dir/many.xml"
 
 if [ -r /dev/zero ]; then
-  sh "$expect" "$cf" 1 "/dev/zero: error: file is larger than the limit" \
+  sh "$expect" "$cf" 1 "/dev/zero: error: not a regular file (a character device)" \
     -- check /dev/zero || fails=$((fails + 1))
+  sh "$expect" "$cf" 1 "<stdin>: error: file is larger than the limit" \
+    -- check - </dev/zero || fails=$((fails + 1))
 fi
 
 if [ "$fails" -ne 0 ]; then

@@ -201,13 +201,40 @@ bad 2 "unknown line 'rule' (link or algo)" "collfuse-profile 1" "rule threads 2 
 : >"$work/empty"
 expect 1 "$work/empty:1: error: profile: expected 'collfuse-profile 1' as the first line" \
   run "$ex/fused_buckets.xml" --profile "$work/empty"
-expect 1 "$work/none-here: error: profile: cannot read: No such file or directory" \
+expect 1 "$work/none-here: error: profile: cannot open: No such file or directory" \
   run "$ex/fused_buckets.xml" --profile "$work/none-here"
-COLLFUSE_PROFILE=$work/none-here expect 1 "$work/none-here: error: profile: cannot read" \
+COLLFUSE_PROFILE=$work/none-here expect 1 "$work/none-here: error: profile: cannot open" \
   run "$ex/fused_buckets.xml"
 unset COLLFUSE_PROFILE
 # the default profile malformed: refused too, never ignored
 printf 'collfuse-profile 1\nalgo threads 2 0 0 rung\n' >"$prof"
 expect 1 "$prof:2: error: profile: unknown algorithm 'rung'" run "$ex/fused_buckets.xml"
+
+# ---- lines of any length are read whole. A 5000-byte comment line whose
+# tail (past byte 1023, and past each 1023 bytes after: where a 1 KiB line
+# buffer would cut it) looks like a directive is a comment all the same.
+python3 - "$work" <<'EOF_PY'
+import sys
+w = sys.argv[1]
+line = bytearray(b"#" + b"x" * 4999)
+hidden = b"algo threads 4 0 0 direct #"
+line[1023:1023 + len(hidden)] = hidden
+for cut in range(2046, 5000, 1023):
+    line[cut] = ord("#")
+with open(w + "/hidden", "wb") as f:
+    f.write(b"collfuse-profile 1\n" + bytes(line) + b"\n")
+with open(w + "/long", "wb") as f:
+    f.write(b"collfuse-profile 1\n# " + b"y" * 5000 + b"\nalgo threads 4 0 0 ring " + b" " * 3000 + b"# ok\n")
+with open(w + "/long_bad", "wb") as f:
+    f.write(b"collfuse-profile 1\n# " + b"y" * 5000 + b"\nalgo threads 4 0 0 rung\n")
+EOF_PY
+run run "$work/four.xml" -v --profile "$work/hidden"
+expect_rc 0 "a profile with a 5000-byte comment line"
+uses rsag ar_x "a directive hidden in a long comment is no rule"
+run run "$work/four.xml" -v --profile "$work/long"
+expect_rc 0 "a valid profile with long lines"
+uses ring ar_x "the rule after a 5000-byte line"
+expect 1 "$work/long_bad:3: error: profile: unknown algorithm 'rung'" \
+  run "$ex/fused_buckets.xml" --profile "$work/long_bad"
 
 finish profile.sh

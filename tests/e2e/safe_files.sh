@@ -10,7 +10,8 @@
 # behind on success or failure, and handles names at the file system's
 # 255-byte limit; run --input from a FIFO with no writer gives up after
 # --timeout (exit 3, naming the file), and one FIFO named for several ranks
-# is read once. Every command runs under `timeout 30`. Prints one line per
+# is read once; every other input (graph, profile, rank table) that is a
+# FIFO or a device is refused before anything blocks on it. Every command runs under `timeout 30`. Prints one line per
 # failure and exits 1 if there was any.
 set -u
 
@@ -196,6 +197,50 @@ if run run "$gi" --input "x=$work/x.npy" --input "y=$work/y.npy" --save-outputs 
       fail "run --input FIFO: rank $r's result differs from the same data read from a file"
   done
 fi
+
+# ---- every input is a regular file, read with a bound: a FIFO with no
+# writer or a device is refused before anything blocks on it (exit 1, naming
+# the file and what it is); run --input alone reads FIFOs, within --timeout
+# (above). Under `timeout 30`, so a reader that blocks or spins fails.
+g=$ex/tp_block.xml
+mkdir -p "$work/xdg/collfuse"
+for dev in "$work/fifo" /dev/zero; do
+  [ -p "$work/fifo" ] || mkfifo "$work/fifo" || fail "mkfifo"
+  case $dev in */fifo) what="a FIFO" ;; *) what="a character device" ;; esac
+  # refused_as WHAT-IT-IS NAME ARGS...: exit 1 naming $dev as not a regular file
+  refused() {
+    name=$1
+    shift
+    if run "$@"; then
+      [ "$rc" -eq 1 ] || fail "$name: exit $rc, expected 1"
+      grep -Fq "$dev: error: ${prefix}not a regular file ($what)" "$ERR" ||
+        fail "$name: no 'not a regular file ($what)' naming $dev"
+    fi
+  }
+  prefix=
+  refused "check $dev" check "$dev"
+  refused "ranktable $dev" ranktable "$dev"
+  [ "$dev" = /dev/zero ] && refused "run --input x=$dev" run "$gi" --input "x=$dev" \
+    --input "y=$work/y.npy"
+  prefix="profile: "
+  refused "run --profile $dev" run "$g" --profile "$dev"
+  COLLFUSE_PROFILE=$dev refused "COLLFUSE_PROFILE=$dev" run "$g"
+  if [ "$dev" = /dev/zero ]; then
+    ln -sf /dev/zero "$work/xdg/collfuse/profile"
+  else
+    rm -f "$work/xdg/collfuse/profile"
+    mkfifo "$work/xdg/collfuse/profile" || fail "mkfifo"
+  fi
+  dev=$work/xdg/collfuse/profile
+  XDG_CONFIG_HOME=$work/xdg COLLFUSE_PROFILE='' refused "the default profile as $what" run "$g"
+  rm -f "$work/xdg/collfuse/profile"
+done
+# standard input stays allowed, up to the same bound as a file
+checks=$((checks + 1))
+timeout -k 5 30 "$cf" ranktable - </dev/zero >/dev/null 2>"$ERR"
+rc=$?
+[ "$rc" -eq 1 ] && grep -Fq "<stdin>: error: file is larger than the limit" "$ERR" ||
+  fail "ranktable - </dev/zero: exit $rc, expected 1 naming the limit"
 
 echo "safe_files.sh: $checks checks, $fails failures"
 [ "$fails" -eq 0 ]
