@@ -15,7 +15,6 @@
  */
 #include "../executor/executor.h"
 
-#include "../frontend/frontend.h"
 #include "../passes/passes.h"
 #include "api.h"
 
@@ -256,7 +255,7 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
     g->generation++;
   }
   e->ranks = (int)g->world_size;
-  if (!st) st = cf_frontend_verify(g, opt ? opt->target : NULL);
+  if (!st) st = cf_verify_for_target(g, opt ? opt->target : NULL);
   if (!st) st = cf_profile_find(ctx, opt ? opt->profile : NULL, &e->prof, path, sizeof path);
   if (st) goto fail;
   cf_run_options ro = {.ranks = e->ranks,
