@@ -14,6 +14,7 @@
  * buffer that the collective moves in one call.
  */
 #include "../executor/executor.h"
+#include "../executor/transports/transports.h"
 
 #include "../passes/passes.h"
 #include "api.h"
@@ -644,7 +645,7 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
   /* every rank must have read the same profile (its MPI rules): checked
    * while every rank is still here, before the one-sided checks */
   double h = (double)cf_profile_hash(e->prof, "mpi"), v[2] = {h, -h};
-  if ((st = cf_mpi_max(e->mpi, v, 2))) return st;
+  if ((st = cf_world_max(e->mpi, v, 2))) return st;
   if (v[0] != -v[1])
     return cf_error(e->ctx, CF_ERR_INVALID, NULL, 0,
                     "profile: the ranks read different profiles (every process must see the "
@@ -657,11 +658,11 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
   cf_run_options ro = e->ro;
   ro.staged = true;
   if (ro.algo.policy == CF_POLICY_AUTO)
-    ro.algo.policy = cf_mpi_auto(e->mpi); /* as `run --backend mpi` */
+    ro.algo.policy = cf_world_auto(e->mpi); /* as `run --backend mpi` */
   if (ro.algo.policy != CF_POLICY_FORCED)
     ro.algo.n_measured = cf_profile_rules(e->prof, "mpi", &ro.algo.measured);
   if ((st = cf_plan_build(e->ctx, e->g, &ro, &e->mpi_plan))) return st;
-  return cf_mpi_prepare_native(e->mpi, e->mpi_plan);
+  return cf_exec_prepare(e->ctx, e->mpi, e->mpi_plan);
 }
 
 cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,
