@@ -14,8 +14,8 @@
  * buffer that the collective moves in one call.
  */
 #include "../executor/executor.h"
+#include "../executor/transports/transports.h"
 
-#include "../frontend/frontend.h"
 #include "../passes/passes.h"
 #include "api.h"
 
@@ -257,7 +257,7 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
     g->generation++;
   }
   e->ranks = (int)g->world_size;
-  if (!st) st = cf_frontend_verify(g, opt ? opt->target : NULL);
+  if (!st) st = cf_verify_for_target(g, opt ? opt->target : NULL);
   if (!st) st = cf_profile_find(ctx, opt ? opt->profile : NULL, &e->prof, path, sizeof path);
   if (st) goto fail;
   cf_run_options ro = {.ranks = e->ranks,
@@ -646,7 +646,7 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
   /* every rank must have read the same profile (its MPI rules): checked
    * while every rank is still here, before the one-sided checks */
   double h = (double)cf_profile_hash(e->prof, "mpi"), v[2] = {h, -h};
-  if ((st = cf_mpi_max(e->mpi, v, 2))) return st;
+  if ((st = cf_world_max(e->mpi, v, 2))) return st;
   if (v[0] != -v[1])
     return cf_error(e->ctx, CF_ERR_INVALID, NULL, 0,
                     "profile: the ranks read different profiles (every process must see the "
@@ -659,11 +659,11 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
   cf_run_options ro = e->ro;
   ro.staged = true;
   if (ro.algo.policy == CF_POLICY_AUTO)
-    ro.algo.policy = cf_mpi_auto(e->mpi); /* as `run --backend mpi` */
+    ro.algo.policy = cf_world_auto(e->mpi); /* as `run --backend mpi` */
   if (ro.algo.policy != CF_POLICY_FORCED)
     ro.algo.n_measured = cf_profile_rules(e->prof, "mpi", &ro.algo.measured);
   if ((st = cf_plan_build(e->ctx, e->g, &ro, &e->mpi_plan))) return st;
-  return cf_mpi_prepare_native(e->mpi, e->mpi_plan);
+  return cf_exec_prepare(e->ctx, e->mpi, e->mpi_plan);
 }
 
 cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,

@@ -78,7 +78,6 @@ void cf_profile_destroy(cf_profile *p);
 /* A 32-bit hash of transport's rules and links (0: none), for ranks to
  * check that they read the same profile. */
 uint32_t cf_profile_hash(const cf_profile *p, const char *transport);
-bool cf_profile_empty(const cf_profile *p);
 /* Every measured rule for transport ("threads" or "mpi"), all rank counts,
  * valid until p changes; returns how many (0: *rules NULL). */
 int cf_profile_rules(cf_profile *p, const char *transport, const cf_algo_rule **rules);

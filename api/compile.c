@@ -9,17 +9,15 @@
  */
 #include "api.h"
 
-#include "../frontend/frontend.h"
-
 cf_status cf_compile(cf_graph *g, const cf_compile_options *opt) {
   static const cf_compile_options none = {0};
   if (!opt) opt = &none;
   const char *target = opt->pass.target;
-  cf_status st = cf_frontend_verify(g, target);
+  cf_status st = cf_verify_for_target(g, target);
   if (!st && opt->verified) st = opt->verified(g, opt->user);
   if (!st)
     st = cf_passes_run(g, cf_pipeline_list(opt->pipeline), &opt->pass, opt->timing, opt->n_timing);
   /* the result must still meet the target after the passes */
-  if (!st) st = cf_frontend_verify(g, target);
+  if (!st) st = cf_verify_for_target(g, target);
   return st;
 }

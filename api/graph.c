@@ -17,7 +17,7 @@ cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, si
 
 void cf_graph_destroy(cf_graph *g) { cf_graph_release(g); }
 
-cf_status cf_graph_verify(cf_graph *g, const char *target) { return cf_frontend_verify(g, target); }
+cf_status cf_graph_verify(cf_graph *g, const char *target) { return cf_verify_for_target(g, target); }
 
 cf_status cf_graph_run_passes(cf_graph *g, const char *passes) {
   if (!g) return CF_ERR_USAGE;

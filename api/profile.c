@@ -241,7 +241,6 @@ uint32_t cf_profile_hash(const cf_profile *p, const char *transport) {
   return any ? (h ? h : 1) : 0;
 }
 
-bool cf_profile_empty(const cf_profile *p) { return !p || p->n == 0; }
 
 int cf_profile_rules(cf_profile *p, const char *transport, const cf_algo_rule **rules) {
   int n = 0;

@@ -18,7 +18,8 @@
  * bitwise equal. --deterministic therefore only has to keep the other rows
  * (ring, rd, the transport's own) out.
  */
-#include "executor.h"
+#include "algo.h"
+#include "backends/backends.h"
 
 #include <stdio.h>
 #include <string.h>

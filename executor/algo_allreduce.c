@@ -40,6 +40,7 @@
  * Each element is reduced by the same kernel from the same operands in the
  * same order as out of place: the results are bitwise the same.
  */
+#include "algorithms.h"
 #include "backends/backends.h"
 
 #include <stdlib.h>

@@ -21,7 +21,8 @@
  * rank that is no target writes zeros. Ranks do not all meet, so the call
  * starts with cf_coll_handshake.
  */
-#include "executor.h"
+#include "algorithms.h"
+#include "backends/backends.h"
 
 #include <stdlib.h>
 #include <string.h>

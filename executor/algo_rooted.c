@@ -22,6 +22,7 @@
  * The same kernels reduce the same operands in the same order as out of
  * place: the results are bitwise the same.
  */
+#include "algorithms.h"
 #include "backends/backends.h"
 
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * Which algorithm a call runs is decided by the plan (cf_coll_select in
  * algo.c) before the ranks start; this file only runs it.
  */
-#include "executor.h"
+#include "algo.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -12,7 +12,7 @@
  * Ranks run this concurrently: nothing here writes shared state, and errors
  * go to the caller's (per-rank) context rather than the graph's.
  */
-#include "executor.h"
+#include "host.h"
 
 #include <cblas.h>
 #include <limits.h>

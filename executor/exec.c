@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "plan.h"
+#include "transports/transports.h"
 
 #include <assert.h>
 #include <limits.h>
@@ -855,6 +856,22 @@ done:
   free(saved);
   sem_destroy(&ended); /* a rank given up never posts it */
   if (st) cf_run_result_free(res);
+  return st;
+}
+
+cf_status cf_exec_prepare(cf_context *ctx, cf_world *w, const cf_plan *p) {
+  const cf_algo_req *r = &p->opt.algo;
+  bool forced = r->policy == CF_POLICY_FORCED && cf_algo_table[r->algo].native;
+  if (!forced && r->policy != CF_POLICY_AUTO_MPI_NET) return CF_OK;
+  cf_world_group *groups = calloc((size_t)p->n_colls + 1, sizeof *groups);
+  if (!groups) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  for (int c = 0; c < p->n_colls; c++) {
+    const cf_pcoll *pc = &p->colls[c];
+    groups[c] = (cf_world_group){
+        .name = pc->desc.group, .ranks = pc->ranks, .n = pc->n, .n_parts = pc->n_parts};
+  }
+  cf_status st = cf_world_native_groups(w, groups, p->n_colls);
+  free(groups);
   return st;
 }
 

@@ -1,78 +1,24 @@
 /* executor.h - collfuse's executor as the driver, the benchmarks and the
- * tests use it: data (fill.c), compute ops (compute.c), plans (plan.c) and
- * runs (exec.c) on a world of ranks, and a run's memory (memory.c).
+ * tests use it: plans (plan.c) and runs (exec.c) on a world of ranks, and a
+ * run's memory (memory.c), with what they are described in: data and
+ * compute ops on the host (host.h), the algorithm table (algo.h) and the
+ * device backends (backends/backends.h).
  *
  * The executor's other headers split it by audience: runtime.h is the
  * contract a device backend, transport or world implements;
  * backends/backends.h and transports/transports.h are the ones collfuse
- * has; algo.h the collective algorithms; plan.h the private plan and test
- * hooks. What only checking needs (the float64 reference, verify, .npy) is
- * check/check.h, outside the library.
+ * has (a caller that makes a world includes transports.h itself);
+ * algorithms.h is what an algorithm is written with; plan.h the private plan
+ * and test hooks. What only checking needs (the float64 reference, verify,
+ * .npy) is check/check.h, outside the library.
  */
 #ifndef COLLFUSE_EXECUTOR_H
 #define COLLFUSE_EXECUTOR_H
 
+#include "algo.h"
 #include "backends/backends.h"
+#include "host.h"
 #include "runtime.h"
-#include "transports/transports.h"
-
-/* ================= fill.c: deterministic data ================= */
-
-/* Pseudo-random, reproducible data: element i depends only on (seed, rank,
- * name, i), never on the buffer layout or the thread that writes it.
- * Floats are uniform in [-1, 1) (never all zeros; float16/bfloat16 values
- * are exactly representable), signed integers in [-8, 8), uint8 in [0, 16):
- * small enough that sums and products over a few ranks stay exact in the
- * type, large enough that a wrong answer shows. */
-void cf_fill_random(void *data, cf_dtype dt, int64_t count, uint64_t seed, int rank,
-                    const char *name);
-/* An Input's or Constant's contents by its `init` (random, default for
- * Input; zeros; ones; iota: element i = i converted to the type) and, for a
- * Constant, `value` (every element = value converted). */
-void cf_fill_node(const cf_node *n, void *data, cf_dtype dt, int64_t count, uint64_t seed,
-                  int rank);
-/* Elements first .. first + count - 1 of what cf_fill_random / cf_fill_node
- * write, into data[0 .. count): any range of a tensor, bitwise as the whole. */
-void cf_fill_random_at(void *data, cf_dtype dt, int64_t first, int64_t count, uint64_t seed,
-                       int rank, const char *name);
-void cf_fill_node_at(const cf_node *n, void *data, cf_dtype dt, int64_t first, int64_t count,
-                     uint64_t seed, int rank);
-/* Element i of a buffer as double, and a double stored into element i
- * (round to nearest even for float16/bfloat16, saturating float -> int
- * casts, like numpy's astype on in-range values). */
-double cf_load_f64(const void *data, cf_dtype dt, int64_t i);
-void cf_store_f64(void *data, cf_dtype dt, int64_t i, double v);
-/* Integer element i as int64 (integer dtypes only). */
-int64_t cf_load_i64(const void *data, cf_dtype dt, int64_t i);
-void cf_store_i64(void *data, cf_dtype dt, int64_t i, int64_t v); /* wraps */
-
-/* ================= compute.c: compute ops ================= */
-
-/* Run compute node n (Constant, MatMul, QuantMatMul, Add, Sub, Mul, Cast,
- * Reshape, Opaque) of graph g for one rank: in[0..n->n_in) are its operands
- * (already computed), out[0..n_out) its preallocated outputs with dtype,
- * shape and count set. MatMul: OpenBLAS sgemm/dgemm for float32/float64,
- * float16/bfloat16 through float32, integers exactly (int8 accumulates in
- * int32, wrapping as the type does). QuantMatMul: int8 x int8 -> int32 (+
- * int32 bias), then the codegen QUANT epilogue. Add/Sub/Mul broadcast like
- * numpy. Opaque fills its outputs with cf_fill_random(seed, rank, name of
- * the node + ":" + port). Thread-safe: ranks call it concurrently. */
-#define CF_COMPUTE_DETERMINISTIC 1u /* flags: row-invariant float products (slower than BLAS) */
-cf_status cf_compute_run(cf_context *ctx, const cf_graph *g, const cf_node *n, const cf_tensor *in,
-                         cf_tensor *out, int rank, uint64_t seed, unsigned flags);
-
-/* The product of a MatMul-like node n on blocks of rows (the fused
- * MatMul+collective ops pipeline over them): out (r, n) = x1 (r, k) @ x2
- * (k, n) with MatMul's rules, plus bias (n) on every row when given; with
- * x1_scale (r, 1) and x2_scale (1, n) the quantized form (int8 x int8 ->
- * int32 + int32 bias -> QUANT epilogue -> out's bfloat16/float16). The
- * tensors' shapes describe the blocks; n only names the node in errors.
- * With CF_COMPUTE_DETERMINISTIC a row's result never depends on the rows
- * computed with it. */
-cf_status cf_compute_product(cf_context *ctx, const cf_graph *g, const cf_node *n,
-                             const cf_tensor *x1, const cf_tensor *x2, const cf_tensor *x1_scale,
-                             const cf_tensor *x2_scale, const cf_tensor *bias, cf_tensor *out,
-                             unsigned flags);
 
 /* ================= plan.c, exec.c: plans and runs ================= */
 
@@ -233,6 +179,12 @@ void cf_plan_destroy(cf_plan *p);
  * cf_run_result_free. */
 cf_status cf_exec_run_world(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inputs *in,
                             cf_run_result *res);
+/* Before p first runs on world w, by every process with the same plan:
+ * when p runs the transport's own collectives (a forced native row such as
+ * --algo mpi-native, or the policy of MPI over a network), the world makes
+ * what they need for p's groups (cf_world_native_groups, in plan order);
+ * otherwise nothing. Errors go to ctx. */
+cf_status cf_exec_prepare(cf_context *ctx, cf_world *w, const cf_plan *p);
 /* cf_exec_run_world on a threads world of p's ranks made for this run. */
 cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_result *res);
 void cf_run_result_free(cf_run_result *res);

@@ -11,7 +11,7 @@
  * (ir/dtype.c's cf_f32_to_f16 and kin), float -> integer truncates toward
  * zero and saturates (NaN -> 0), integer -> integer wraps.
  */
-#include "executor.h"
+#include "host.h"
 
 #include <math.h>
 #include <string.h>

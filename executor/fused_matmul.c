@@ -11,9 +11,9 @@
  * MatmulAllReduce chunks plain rows the same way. AllGatherMatmul gathers
  * chunk i+1 of every rank's x1 while chunk i multiplies.
  *
- * How many chunks: comm_turn when the graph sets it; else a cost model
- * (cf_fused_matmul_overlaps) asks whether the communication has a resource
- * of its own. Where it has none (rank threads whose GEMMs fill the cores)
+ * How many chunks the plan decides (plan.c): comm_turn when the graph
+ * sets it; else a cost model (cf_fused_matmul_overlaps) asks whether the
+ * communication has a resource of its own. Where it has none (rank threads whose GEMMs fill the cores)
  * the op runs as one chunk, one GEMM over all rows and one collective on
  * the rank thread (cf_rank_io.run), which is what MatMul followed by the
  * collective costs; where it has one,
@@ -29,55 +29,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#define CHUNK_BYTES ((int64_t)512 << 10) /* aim: each chunk's collective moves >= this */
-#define MAX_CHUNKS 8
-#define MIN_CHUNK_ROWS 32 /* automatic chunks keep their GEMMs this tall */
-/* ... and on the CPU for float16/bfloat16/int8, whose every product call
- * converts the whole x2 (k x n) to float32 (compute.c): forced 8 chunks of
- * 64-128 rows ran 5-12x slower than one at k or n = 8192 (bench mmrs) */
-#define MIN_CHUNK_ROWS_CONVERTED 256
-
-/* Whether the communication of chunk i can run while chunk i+1 multiplies.
- * On the CPU device with the threads transport every rank's GEMM runs on
- * the cores (exec.c gives each of the ranks cores/ranks BLAS threads, or
- * OPENBLAS_NUM_THREADS), and the communication threads' copies and
- * reductions run on the same cores: unless some core is left over, a chunk
- * "overlaps" only by taking turns with the GEMMs, and chunking just adds
- * thinner GEMMs and one synchronisation per chunk (bench mmrs on 2 cores,
- * 8 chunks forced: float32 1.16-1.41x the time of MatMul then
- * ReduceScatter with 1024 rows; one chunk is on par). On a GPU the products
- * run on the device's own stream, so they overlap. Under MPI every process
- * plans for itself and all must choose the same chunks, so nothing local
- * (cores, other processes on the node) may decide: those keep chunking. */
-bool cf_fused_matmul_overlaps(const cf_run_options *opt, int ranks) {
-  if (opt->device != CF_DEVICE_CPU || opt->staged) return true;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cores <= 0 || ranks <= 0) return false;
-  const char *env = getenv("OPENBLAS_NUM_THREADS");
-  long blas = env && atol(env) > 0 ? atol(env) : cores / ranks > 1 ? cores / ranks : 1;
-  return cores - ranks * blas >= 1; /* a core no GEMM uses */
-}
-
-int64_t cf_fused_matmul_min_rows(const cf_run_options *opt, int ranks, cf_dtype dt) {
-  if (!cf_fused_matmul_overlaps(opt, ranks)) return 0;
-  bool converted = opt->device == CF_DEVICE_CPU && dt != CF_DT_FLOAT32 && dt != CF_DT_FLOAT64;
-  return converted ? MIN_CHUNK_ROWS_CONVERTED : MIN_CHUNK_ROWS;
-}
-
-int cf_fused_matmul_chunks(const cf_node *n, int64_t rows, int64_t row_bytes, int64_t min_rows) {
-  if (rows <= 0) return 1;
-  int64_t turn = cf_node_int(n, CF_A_COMM_TURN, 0);
-  int64_t c = turn > 0 ? turn : min_rows > 0 ? (rows * row_bytes) / CHUNK_BYTES : 1;
-  if (turn <= 0) {
-    if (c > MAX_CHUNKS) c = MAX_CHUNKS;
-    if (min_rows > 0 && c > rows / min_rows) c = rows / min_rows;
-  }
-  if (c < 1) c = 1;
-  if (c > rows) c = rows;
-  return (int)c;
-}
 
 typedef struct operands {
   cf_tensor x1, x2, bias, x1s, x2s;

@@ -44,6 +44,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FOREVER INT_MAX
 
@@ -63,7 +64,7 @@ typedef struct builder {
   int64_t *coll_in_off;  /* coll -> offset of its input in coll_in (plain ops reading in place) */
   int64_t **member_off;  /* coll -> its members' offsets in the input block */
   int *coll_of_node;   /* node -> coll index or -1 */
-  int *steps_cap;
+  int steps_cap; /* p->steps' room */
   int *last_read; /* value -> topological position of its last reader (-1: none) */
   bool *kept;     /* value -> an Output reads it, or it is a Constant */
   int scratch;    /* the block every collective's scratch shares, -1 until one needs it */
@@ -255,12 +256,12 @@ static cf_status describe(builder *b, const cf_node *n, cf_pcoll *c, const int64
 
 static cf_status push_step(builder *b, cf_step s) {
   cf_plan *p = b->p;
-  if (p->n_steps == *b->steps_cap) {
-    int cap = *b->steps_cap ? *b->steps_cap * 2 : 64;
+  if (p->n_steps == b->steps_cap) {
+    int cap = b->steps_cap ? b->steps_cap * 2 : 64;
     cf_step *ns = realloc(p->steps, sizeof *ns * (size_t)cap);
     if (!ns) return oom(p);
     p->steps = ns;
-    *b->steps_cap = cap;
+    b->steps_cap = cap;
   }
   p->steps[p->n_steps++] = s;
   return CF_OK;
@@ -338,6 +339,56 @@ static cf_status place(builder *b) {
   free(order);
   free(placed);
   return CF_OK;
+}
+
+/* ---- fused MatMul+collective ops: how many chunks (fused_matmul.c runs them) ---- */
+
+#define CHUNK_BYTES ((int64_t)512 << 10) /* aim: each chunk's collective moves >= this */
+#define MAX_CHUNKS 8
+#define MIN_CHUNK_ROWS 32 /* automatic chunks keep their GEMMs this tall */
+/* ... and on the CPU for float16/bfloat16/int8, whose every product call
+ * converts the whole x2 (k x n) to float32 (compute.c): forced 8 chunks of
+ * 64-128 rows ran 5-12x slower than one at k or n = 8192 (bench mmrs) */
+#define MIN_CHUNK_ROWS_CONVERTED 256
+
+/* Whether the communication of chunk i can run while chunk i+1 multiplies.
+ * On the CPU device with the threads transport every rank's GEMM runs on
+ * the cores (exec.c gives each of the ranks cores/ranks BLAS threads, or
+ * OPENBLAS_NUM_THREADS), and the communication threads' copies and
+ * reductions run on the same cores: unless some core is left over, a chunk
+ * "overlaps" only by taking turns with the GEMMs, and chunking just adds
+ * thinner GEMMs and one synchronisation per chunk (bench mmrs on 2 cores,
+ * 8 chunks forced: float32 1.16-1.41x the time of MatMul then
+ * ReduceScatter with 1024 rows; one chunk is on par). On a GPU the products
+ * run on the device's own stream, so they overlap. Under MPI every process
+ * plans for itself and all must choose the same chunks, so nothing local
+ * (cores, other processes on the node) may decide: those keep chunking. */
+bool cf_fused_matmul_overlaps(const cf_run_options *opt, int ranks) {
+  if (opt->device != CF_DEVICE_CPU || opt->staged) return true;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores <= 0 || ranks <= 0) return false;
+  const char *env = getenv("OPENBLAS_NUM_THREADS");
+  long blas = env && atol(env) > 0 ? atol(env) : cores / ranks > 1 ? cores / ranks : 1;
+  return cores - ranks * blas >= 1; /* a core no GEMM uses */
+}
+
+int64_t cf_fused_matmul_min_rows(const cf_run_options *opt, int ranks, cf_dtype dt) {
+  if (!cf_fused_matmul_overlaps(opt, ranks)) return 0;
+  bool converted = opt->device == CF_DEVICE_CPU && dt != CF_DT_FLOAT32 && dt != CF_DT_FLOAT64;
+  return converted ? MIN_CHUNK_ROWS_CONVERTED : MIN_CHUNK_ROWS;
+}
+
+int cf_fused_matmul_chunks(const cf_node *n, int64_t rows, int64_t row_bytes, int64_t min_rows) {
+  if (rows <= 0) return 1;
+  int64_t turn = cf_node_int(n, CF_A_COMM_TURN, 0);
+  int64_t c = turn > 0 ? turn : min_rows > 0 ? (rows * row_bytes) / CHUNK_BYTES : 1;
+  if (turn <= 0) {
+    if (c > MAX_CHUNKS) c = MAX_CHUNKS;
+    if (min_rows > 0 && c > rows / min_rows) c = rows / min_rows;
+  }
+  if (c < 1) c = 1;
+  if (c > rows) c = rows;
+  return (int)c;
 }
 
 /* A fused MatMul+collective op: one chunk collective template, the
@@ -597,11 +648,11 @@ static cf_status tally(builder *b) {
   return CF_OK;
 }
 
-static cf_status build(builder *b) {
+/* Values: one per output port, with its size (overflow-checked); the
+ * collectives counted. */
+static cf_status plan_values(builder *b) {
   cf_plan *p = b->p;
   const cf_graph *g = b->g;
-  cf_status st;
-  /* values */
   p->val_base = calloc((size_t)g->n_nodes + 1, sizeof *p->val_base);
   if (!p->val_base) return oom(p);
   for (int i = 0; i < g->n_nodes; i++) p->val_base[i + 1] = p->val_base[i] + g->nodes[i].n_out;
@@ -628,7 +679,91 @@ static cf_status build(builder *b) {
     }
     if (is_coll(n->op) || is_fused_mm(n->op)) p->n_colls++;
   }
-  if ((st = find_readers(b))) return st;
+  return CF_OK;
+}
+
+/* One plain or fused collective n (at topological position t) as plan
+ * coll nc: its descriptor, whether it goes in place, its input, output and
+ * scratch blocks, and the blocks its members and results live in. */
+static cf_status plan_coll(builder *b, const cf_node *n, int t, int nc, int64_t *seq) {
+  cf_plan *p = b->p;
+  const cf_graph *g = b->g;
+  cf_status st;
+  cf_pcoll *c = &p->colls[nc];
+  int64_t *off = calloc((size_t)n->n_in, sizeof *off), *oo = NULL, in_bytes = 0, out_bytes = 0;
+  if (!off) return oom(p);
+  b->member_off[nc] = off;
+  member_offsets(p, n, off, &in_bytes);
+  st = describe(b, n, c, off, in_bytes, &out_bytes, &oo);
+  if (!st) {
+    const cf_group *gr = cf_graph_group(g, cf_node_group(n));
+    c->desc.seq = seq[gr ? gr - g->groups : g->n_groups]++;
+    int v0 = val_index(p, n->in[0]);
+    int bi, bo;
+    c->in_val = n->n_in == 1 ? v0 : -1;
+    c->out_val = n->n_out == 1 ? p->val_base[g->topo[t]] : -1;
+    bool own_block = !(n->n_in == 1 && b->val_block[v0] >= 0);
+    /* a bucket whose buffers the runs give stays out of place (two buffers) */
+    bool external = n->n_in > 1 && p->opt.external_buckets;
+    c->desc.in_place = !external && in_place_ok(b, n, t, own_block);
+    unsigned rsag = rsag_in_place_ok(b, n, c, t, own_block);
+    b->seen |= rsag;
+    rsag &= b->rsag;
+    if (rsag) c->desc.in_place = true;
+    if (!own_block) { /* a plain op reads its operand in place */
+      bi = b->val_block[v0];
+      b->coll_in_off[nc] = b->val_off[v0];
+    } else { /* a bucket whose buffers the runs give takes no room here */
+      bi = new_block(b, external ? 0 : rsag == RSAG_AG ? out_bytes : in_bytes);
+    }
+    bo = bi < 0 || c->desc.in_place ? bi : new_block(b, external ? 0 : out_bytes);
+    if (bi < 0 || bo < 0) st = oom(p);
+    b->coll_in[nc] = bi;
+    b->coll_out[nc] = bo;
+    bool bucket = n->n_in > 1;
+    if (bucket) {
+      c->bucket_bytes[0] = in_bytes;
+      c->bucket_bytes[1] = out_bytes;
+    }
+    if (rsag == RSAG_AG) /* each member is produced into its block of the output */
+      for (int j = 0; j < n->n_in; j++)
+        off[j] = oo[j];
+    for (int j = 0; j < n->n_in && !st; j++) {
+      int v = val_index(p, n->in[j]);
+      if (b->val_block[v] < 0) { /* the producer writes straight into the bucket */
+        b->val_block[v] = bi;
+        b->val_off[v] = off[j];
+        p->vals[v].bucket = bucket ? 2 * nc + (rsag == RSAG_AG) : -1;
+        p->vals[v].boff = off[j];
+        if (rsag == RSAG_AG) /* the rank's block of the output */
+          p->vals[v].rank_stride = p->vals[v].bytes, p->vals[v].stride_coll = nc;
+      }
+    }
+    for (int j = 0; j < n->n_out && !st; j++) {
+      int v = p->val_base[g->topo[t]] + j;
+      int64_t at = rsag == RSAG_RS ? off[j] : oo[j];
+      b->val_block[v] = bo;
+      b->val_off[v] = at;
+      p->vals[v].bucket = bucket ? 2 * nc + (rsag != RSAG_RS) : -1;
+      p->vals[v].boff = at;
+      if (rsag == RSAG_RS) /* the rank's block of the input */
+        p->vals[v].rank_stride = p->vals[v].bytes, p->vals[v].stride_coll = nc;
+    }
+    c->algo = cf_coll_select(&c->desc, c->n, p->opt.deterministic, p->opt.algo);
+    c->scratch_bytes = cf_coll_scratch_bytes(&c->desc, c->n, c->algo, !p->opt.staged);
+    if (!st && (b->coll_scratch[nc] = scratch_block(b, (int64_t)c->scratch_bytes)) < 0)
+      st = oom(p);
+  }
+  free(oo);
+  if (!st) b->coll_of_node[g->topo[t]] = nc;
+  return st;
+}
+
+/* The collectives in schedule order: buckets first claim their members. */
+static cf_status plan_colls(builder *b) {
+  cf_plan *p = b->p;
+  const cf_graph *g = b->g;
+  cf_status st = CF_OK;
   p->colls = calloc((size_t)p->n_colls + 1, sizeof *p->colls);
   b->coll_in = malloc(sizeof(int) * ((size_t)p->n_colls + 1));
   b->coll_out = malloc(sizeof(int) * ((size_t)p->n_colls + 1));
@@ -637,111 +772,36 @@ static cf_status build(builder *b) {
   b->member_off = calloc((size_t)p->n_colls + 1, sizeof(int64_t *));
   if (!p->colls || !b->coll_in || !b->coll_out || !b->coll_scratch || !b->coll_in_off || !b->member_off)
     return oom(p);
-
-  /* collectives in schedule order: buckets first claim their members */
   int nc = 0;
   int64_t *seq = calloc((size_t)g->n_groups + 1, sizeof *seq); /* world group last */
   if (!seq) return oom(p);
-  for (int t = 0; t < g->n_nodes; t++) {
+  for (int t = 0; t < g->n_nodes && !st; t++) {
     const cf_node *n = &g->nodes[g->topo[t]];
     if (is_fused_mm(n->op)) {
-      st = plan_fused_mm(b, n, &p->colls[nc], nc, seq);
-      if (st) {
-        free(seq);
-        return st;
-      }
-      b->coll_of_node[g->topo[t]] = nc++;
-      continue;
+      if (!(st = plan_fused_mm(b, n, &p->colls[nc], nc, seq))) b->coll_of_node[g->topo[t]] = nc++;
+    } else if (is_coll(n->op)) {
+      st = plan_coll(b, n, t, nc++, seq);
     }
-    if (!is_coll(n->op)) continue;
-    cf_pcoll *c = &p->colls[nc];
-    int64_t *off = calloc((size_t)n->n_in, sizeof *off), *oo = NULL, in_bytes = 0, out_bytes = 0;
-    if (!off) {
-      free(seq);
-      return oom(p);
-    }
-    b->member_off[nc] = off;
-    member_offsets(p, n, off, &in_bytes);
-    st = describe(b, n, c, off, in_bytes, &out_bytes, &oo);
-    if (!st) {
-      const cf_group *gr = cf_graph_group(g, cf_node_group(n));
-      c->desc.seq = seq[gr ? gr - g->groups : g->n_groups]++;
-      int v0 = val_index(p, n->in[0]);
-      int bi, bo;
-      c->in_val = n->n_in == 1 ? v0 : -1;
-      c->out_val = n->n_out == 1 ? p->val_base[g->topo[t]] : -1;
-      bool own_block = !(n->n_in == 1 && b->val_block[v0] >= 0);
-      /* a bucket whose buffers the runs give stays out of place (two buffers) */
-      bool external = n->n_in > 1 && p->opt.external_buckets;
-      c->desc.in_place = !external && in_place_ok(b, n, t, own_block);
-      unsigned rsag = rsag_in_place_ok(b, n, c, t, own_block);
-      b->seen |= rsag;
-      rsag &= b->rsag;
-      if (rsag) c->desc.in_place = true;
-      if (!own_block) { /* a plain op reads its operand in place */
-        bi = b->val_block[v0];
-        b->coll_in_off[nc] = b->val_off[v0];
-      } else { /* a bucket whose buffers the runs give takes no room here */
-        bi = new_block(b, external ? 0 : rsag == RSAG_AG ? out_bytes : in_bytes);
-      }
-      bo = bi < 0 || c->desc.in_place ? bi : new_block(b, external ? 0 : out_bytes);
-      if (bi < 0 || bo < 0) st = oom(p);
-      b->coll_in[nc] = bi;
-      b->coll_out[nc] = bo;
-      bool bucket = n->n_in > 1;
-      if (bucket) {
-        c->bucket_bytes[0] = in_bytes;
-        c->bucket_bytes[1] = out_bytes;
-      }
-      if (rsag == RSAG_AG) /* each member is produced into its block of the output */
-        for (int j = 0; j < n->n_in; j++)
-          off[j] = oo[j];
-      for (int j = 0; j < n->n_in && !st; j++) {
-        int v = val_index(p, n->in[j]);
-        if (b->val_block[v] < 0) { /* the producer writes straight into the bucket */
-          b->val_block[v] = bi;
-          b->val_off[v] = off[j];
-          p->vals[v].bucket = bucket ? 2 * nc + (rsag == RSAG_AG) : -1;
-          p->vals[v].boff = off[j];
-          if (rsag == RSAG_AG) /* the rank's block of the output */
-            p->vals[v].rank_stride = p->vals[v].bytes, p->vals[v].stride_coll = nc;
-        }
-      }
-      for (int j = 0; j < n->n_out && !st; j++) {
-        int v = p->val_base[g->topo[t]] + j;
-        int64_t at = rsag == RSAG_RS ? off[j] : oo[j];
-        b->val_block[v] = bo;
-        b->val_off[v] = at;
-        p->vals[v].bucket = bucket ? 2 * nc + (rsag != RSAG_RS) : -1;
-        p->vals[v].boff = at;
-        if (rsag == RSAG_RS) /* the rank's block of the input */
-          p->vals[v].rank_stride = p->vals[v].bytes, p->vals[v].stride_coll = nc;
-      }
-      c->algo = cf_coll_select(&c->desc, c->n, p->opt.deterministic, p->opt.algo);
-      c->scratch_bytes = cf_coll_scratch_bytes(&c->desc, c->n, c->algo, !p->opt.staged);
-      if (!st && (b->coll_scratch[nc] = scratch_block(b, (int64_t)c->scratch_bytes)) < 0)
-        st = oom(p);
-    }
-    free(oo);
-    if (st) {
-      free(seq);
-      return st;
-    }
-    b->coll_of_node[g->topo[t]] = nc;
-    nc++;
   }
   free(seq);
-  /* every other value gets a block of its own */
+  return st;
+}
+
+/* Every value no collective placed gets a block of its own. */
+static cf_status own_blocks(builder *b) {
+  cf_plan *p = b->p;
   for (int v = 0; v < p->n_vals; v++)
     if (b->val_block[v] < 0 && (b->val_block[v] = new_block(b, p->vals[v].bytes)) < 0) return oom(p);
-  if ((st = mark_own(b))) return st;
+  return mark_own(b);
+}
 
-  /* schedule and live intervals */
-  int steps_cap = 0;
-  b->steps_cap = &steps_cap;
+/* The schedule and the blocks' live intervals. */
+static cf_status schedule(builder *b) {
+  cf_plan *p = b->p;
+  const cf_graph *g = b->g;
   bool *waited = calloc((size_t)p->n_colls + 1, sizeof *waited);
   if (!waited) return oom(p);
-  st = CF_OK;
+  cf_status st = CF_OK;
   for (int t = 0; t < g->n_nodes && !st; t++) {
     int i = g->topo[t];
     const cf_node *n = &g->nodes[i];
@@ -812,8 +872,12 @@ static cf_status build(builder *b) {
       live(&b->blocks[b->coll_scratch[c]], s, s);
     }
   }
-  /* values produced into a block make it live from their producer */
-  if ((st = place(b)) || (st = tally(b))) return st;
+  return CF_OK;
+}
+
+/* Every value, collective buffer and copy at its arena address. */
+static void addresses(builder *b) {
+  cf_plan *p = b->p;
   for (int v = 0; v < p->n_vals; v++) p->vals[v].addr = b->blocks[b->val_block[v]].addr + b->val_off[v];
   for (int c = 0; c < p->n_colls; c++) {
     if (p->colls[c].fused_mm) {
@@ -831,7 +895,20 @@ static cf_status build(builder *b) {
     sp->dst += p->colls[sp->coll].in_addr;
     sp->src = p->vals[sp->src].addr;
   }
-  return CF_OK;
+}
+
+/* The phases in order; whatever they allocated, plan_make frees. */
+static cf_status build(builder *b) {
+  cf_status st = plan_values(b);
+  if (!st) st = find_readers(b);
+  if (!st) st = plan_colls(b);
+  if (!st) st = own_blocks(b);
+  if (!st) st = schedule(b);
+  /* values produced into a block make it live from their producer */
+  if (!st) st = place(b);
+  if (!st) st = tally(b);
+  if (!st) addresses(b);
+  return st;
 }
 
 static cf_status prepare_kernels(cf_plan *p) {

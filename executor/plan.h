@@ -159,9 +159,12 @@ typedef struct cf_rank_io {
  * (or, for AllGatherMatmul, chunk i+1 gathered while chunk i multiplies).
  * tmpl is the rank's call for c (group, scratch, algorithm). */
 cf_status cf_fused_matmul_run(const cf_plan *p, int c, cf_rank_io *io, const cf_coll_call *tmpl);
-/* Chunks the pipeline uses for node n of rows rows per block: comm_turn
- * when set; else 1 when min_rows is 0, and otherwise enough that each
- * chunk's collective moves >= 512 KiB, at most 8, each of >= min_rows rows. */
+
+/* plan.c: how many chunks a fused op's pipeline gets (the plan lays them
+ * out; fused_matmul.c only runs them). The chunks for node n of rows rows
+ * per block: comm_turn when set; else 1 when min_rows is 0, and otherwise
+ * enough that each chunk's collective moves >= 512 KiB, at most 8, each of
+ * >= min_rows rows. */
 int cf_fused_matmul_chunks(const cf_node *n, int64_t rows, int64_t row_bytes, int64_t min_rows);
 /* The cost model's question: can a chunk's collective run while the next
  * chunk multiplies, for a plan of opt on ranks ranks? Not on the CPU device

@@ -10,7 +10,9 @@
  * streaming stores for data that leaves the cache: the same kernel body, so
  * the same bits. It sits below every algorithm and calls none of them.
  */
-#include "executor.h"
+#include "algorithms.h"
+#include "backends/backends.h"
+#include "host.h"
 
 static cf_kernel_key key_of(cf_kernel_kind kind, cf_dtype dt, int red, int arity) {
   return (cf_kernel_key){.kind = kind, .dtype = dt, .red = (cf_reduction)red, .arity = arity};

@@ -18,7 +18,6 @@
 
 #include "../codegen/codegen.h"
 #include "../ir/ir.h"
-#include "algo.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -220,6 +219,15 @@ struct cf_comm {
 /* ================= worlds: how ranks come to exist (transports/) ================= */
 
 typedef struct cf_world cf_world;
+
+/* A group of ranks a run's collectives use (cf_world_ops.native_groups). */
+typedef struct cf_world_group {
+  const char *name; /* the graph's group (cf_coll_desc.group) */
+  const int *ranks; /* world ranks in group order, part after part */
+  int n;            /* ranks in one part */
+  int n_parts;      /* a partitioned group's parts; each rank is in one */
+} cf_world_group;
+
 /* A world: the ranks of a run and their endpoints. The threads world holds
  * every rank as a thread of this process; the MPI world is this process as
  * one rank of an mpirun job. Callers go through the cf_world_* wrappers
@@ -244,6 +252,28 @@ typedef struct cf_world_ops {
    * its collectives): the world may place it (threads: on CPUs of the
    * rank's own, see threads.c). */
   void (*rank_thread)(cf_world *w, int rank, int lane);
+  /* What only a world of several processes answers (the wrappers give a
+   * single process's answer where a slot is NULL). */
+  /* Processes of the world on this process's host, this one included
+   * (MPI: MPI_COMM_TYPE_SHARED): they share its memory and cores. */
+  int (*host_processes)(const cf_world *w);
+  /* This process's host name (a rank table is checked against it). */
+  const char *(*host)(const cf_world *w);
+  /* What `auto` means on this world, the same on every rank: a
+   * cf_algo_policy (algo.h, which this contract does not include). */
+  int (*auto_policy)(const cf_world *w);
+  /* v[i] = the maximum of v[i] over every process (how the processes learn
+   * what each found: a failed set-up, the largest errors); honours the
+   * timeout and the abort flag. */
+  cf_status (*max)(cf_world *w, double *v, int n);
+  /* Fail every rank with text (this process could not even start its
+   * rank, e.g. its plan failed). */
+  void (*abort)(cf_world *w, const char *text);
+  /* Make what the native comm slot needs for these groups (MPI: one
+   * communicator each, made with MPI_Comm_create_group by its ranks): every
+   * process calls it before the run with the same groups in the same
+   * order; a group seen before, or the whole world, needs nothing. */
+  cf_status (*native_groups)(cf_world *w, const cf_world_group *groups, int n);
 } cf_world_ops;
 
 struct cf_world {

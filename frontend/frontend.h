@@ -1,8 +1,8 @@
 /* frontend.h - readers and writers (one header for the frontend/ module).
  *
  * frontend/ is the only module that includes libxml2 and graphviz. Readers
- * turn bytes into a cf_graph, which load.c finishes with cf_frontend_finish
- * (structure, topology, inference); writers never change the graph.
+ * turn bytes into a cf_graph, which load.c finishes with cf_verify_graph
+ * (ir/: structure, topology, inference); writers never change the graph.
  */
 #ifndef COLLFUSE_FRONTEND_H
 #define COLLFUSE_FRONTEND_H
@@ -24,17 +24,13 @@ typedef struct cf_format {
 /* The i-th input format, NULL past the end. */
 const cf_format *cf_format_at(size_t i);
 
-/* Verify structure and infer types of a freshly read graph (the readers
- * only parse; cf_frontend_parse and cf_frontend_load finish). */
-cf_status cf_frontend_finish(cf_graph *g);
-/* cf_graph_parse, cf_graph_load, cf_graph_verify and cf_graph_write_xml of
- * the public header (api/ wraps these): a graph from memory or a file, in
- * any of the formats of cf_frontend_load; full verification against a target
- * profile; the native XML. */
+/* cf_graph_parse, cf_graph_load and cf_graph_write_xml of the public
+ * header (api/ wraps these): a graph from memory or a file, in any of the
+ * formats of cf_frontend_load, checked by cf_verify_graph (ir.h); the
+ * native XML. */
 cf_status cf_frontend_parse(cf_context *ctx, const char *name, const char *data, size_t size,
                             cf_graph **out);
 cf_status cf_frontend_load(cf_context *ctx, const char *path, cf_graph **out);
-cf_status cf_frontend_verify(cf_graph *g, const char *target);
 cf_status cf_frontend_write_xml(const cf_graph *g, const char *path);
 /* Read path like cf_frontend_load, but a graph that fails verification is
  * kept: every error goes to d with what it refers to (cf_verify_collect),

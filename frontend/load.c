@@ -1,7 +1,7 @@
-/* load.c - the public load/verify/write entry points: read a file (or
+/* load.c - the public load and write entry points: read a file (or
  * standard input, "-") within the size limit, pick the reader by extension
  * (or by sniffing HLO's first word, a GraphDef's first field or the root
- * element), finish the graph (structure + inference), and
+ * element), finish the graph (cf_verify_graph: structure + inference), and
  * dispatch the writers.
  */
 #include "frontend.h"
@@ -10,23 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-cf_status cf_frontend_finish(cf_graph *g) {
-  cf_status st = cf_verify_structure(g);
-  if (!st) st = cf_infer(g);
-  if (!st && g->fingerprint) {
-    /* a compiled graph carries the fingerprint of its collectives; a graph
-     * edited since would make the ranks' cross-check meaningless */
-    char fp[17];
-    cf_graph_fingerprint(g, fp);
-    if (strcmp(fp, g->fingerprint) != 0)
-      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, 0,
-                    "fingerprint %s does not match the graph's collectives (%s): the graph was "
-                    "changed after it was compiled",
-                    g->fingerprint, fp);
-  }
-  return st;
-}
 
 static bool has_ext(const char *name, const char *ext) {
   size_t n = strlen(name), k = strlen(ext);
@@ -140,7 +123,7 @@ static cf_status load_raw(cf_context *ctx, const char *path, cf_graph **out) {
 
 /* A read graph, finished; on failure destroyed. */
 static cf_status finished(cf_status st, cf_graph **out) {
-  if (!st && (st = cf_frontend_finish(*out))) {
+  if (!st && (st = cf_verify_graph(*out))) {
     cf_graph_release(*out);
     *out = NULL;
   }
@@ -160,21 +143,8 @@ cf_status cf_graph_load_diags(cf_context *ctx, const char *path, cf_graph **out,
   cf_status st = load_raw(ctx, path, out);
   if (st) return st;
   st = cf_verify_collect(*out, d);
-  if (!st && (*out)->fingerprint) st = cf_frontend_finish(*out); /* the fingerprint's check */
+  if (!st && (*out)->fingerprint) st = cf_verify_graph(*out); /* the fingerprint's check */
   if (st && d->n == 0) cf_diags_add(d, cf_errmsg(ctx), -1, NULL, 0);
-  return st;
-}
-
-cf_status cf_frontend_verify(cf_graph *g, const char *target) {
-  if (!g) return CF_ERR_USAGE;
-  const cf_target *t = cf_target_find(target);
-  if (!t) {
-    char why[256];
-    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s",
-                    cf_target_unknown(target, why, sizeof why));
-  }
-  cf_status st = cf_frontend_finish(g);
-  if (!st) st = cf_target_check(g, t);
   return st;
 }
 

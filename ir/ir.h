@@ -536,7 +536,7 @@ const char *cf_node_group(const cf_node *n);
 bool cf_pairs_parse(const char *s, int n, int *target, int *source, char *why, size_t len);
 int64_t cf_node_fusion(const cf_node *n);
 
-/* ================= verify.c: structure, topology ================= */
+/* ================= verify.c: structure, topology, the whole check ================= */
 
 /* One verification error and what it is about, for showing every error of
  * a graph at once (a drawing of a broken graph): the message as
@@ -577,6 +577,15 @@ int cf_node_n_outputs(const cf_node *n);
  * 2 (--ranks 2); run it with 4 ranks"), not with the line the smaller world
  * breaks; other errors pass through. Verifies structure and types. */
 cf_status cf_graph_size_world(cf_graph *g, int ranks, const char *job);
+/* The check of a freshly read or rewritten graph: structure, topology and
+ * inferred types, and a compiled graph's fingerprint against its
+ * collectives (the readers only parse; cf_frontend_parse and
+ * cf_frontend_load end with this). */
+cf_status cf_verify_graph(cf_graph *g);
+/* cf_verify_graph, then target profile `target`'s limits (NULL: the
+ * default profile; an unknown name is CF_ERR_USAGE with the closest one):
+ * the full verification of the public cf_graph_verify and cf_compile. */
+cf_status cf_verify_for_target(cf_graph *g, const char *target);
 
 /* ================= infer.c: shape and dtype inference ================= */
 

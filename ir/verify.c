@@ -1,7 +1,10 @@
 /* verify.c - structural verification: arity and attributes against ops.def,
  * attribute ranges, operand references and ports, groups, and a topological
  * order. A cycle is reported with the names of the nodes on it, since "graph
- * has a cycle" alone is useless on a 600-node export.
+ * has a cycle" alone is useless on a 600-node export. The whole check every
+ * caller makes (a reader's result, a graph before and after the passes)
+ * ends here too: structure, inference (infer.c), a compiled graph's
+ * fingerprint and a target's limits (target.c).
  */
 #include "ir.h"
 
@@ -416,4 +419,34 @@ cf_status cf_graph_size_world(cf_graph *g, int ranks, const char *job) {
                   "with %lld rank%s",
                   (long long)declared, declared == 1 ? "" : "s", (long long)declared, ranks, job,
                   (long long)declared, declared == 1 ? "" : "s");
+}
+
+cf_status cf_verify_graph(cf_graph *g) {
+  cf_status st = cf_verify_structure(g);
+  if (!st) st = cf_infer(g);
+  if (!st && g->fingerprint) {
+    /* a compiled graph carries the fingerprint of its collectives; a graph
+     * edited since would make the ranks' cross-check meaningless */
+    char fp[17];
+    cf_graph_fingerprint(g, fp);
+    if (strcmp(fp, g->fingerprint) != 0)
+      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, 0,
+                    "fingerprint %s does not match the graph's collectives (%s): the graph was "
+                    "changed after it was compiled",
+                    g->fingerprint, fp);
+  }
+  return st;
+}
+
+cf_status cf_verify_for_target(cf_graph *g, const char *target) {
+  if (!g) return CF_ERR_USAGE;
+  const cf_target *t = cf_target_find(target);
+  if (!t) {
+    char why[256];
+    return cf_error(g->ctx, CF_ERR_USAGE, NULL, 0, "%s",
+                    cf_target_unknown(target, why, sizeof why));
+  }
+  cf_status st = cf_verify_graph(g);
+  if (!st) st = cf_target_check(g, t);
+  return st;
 }

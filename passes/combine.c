@@ -41,6 +41,53 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Why grouping did what it did, as data: a bucket's rule (why its members
+ * share it) or a candidate's reason to stay alone. Grouping only records
+ * these; reason_text turns them into --explain's words (and a fusion=2
+ * bucket's reason attribute). Names point into the graph's arena, so a
+ * reason outlives the rewrite. */
+typedef enum reason_kind {
+  R_NONE, /* nothing recorded: "no partner" */
+  /* a bucket's rule (bucket.rule; a rule's only unit stays alone with it) */
+  R_FUSION_ID, /* fusion=2: its fusion_id */
+  R_SEGMENT,   /* split size/index: its segment */
+  R_AUTO,      /* split auto: buckets, exposed_us (and the profile's cost when measured) */
+  R_CAP,       /* split bytes: cap */
+  /* why a candidate stays alone (cand.why) */
+  R_FUSION0,       /* fusion=0 */
+  R_FID_UNSHARED,  /* no other collective of the kind has its fusion_id */
+  R_FID_KEY,       /* fusion_id shared with other, but a key field differs */
+  R_FID_CYCLE,     /* fusion_id shared with other, but node depends on collective dep */
+  R_AUTO_ALONE,    /* the cost model sends it alone: bucket of buckets, exposed_us */
+  R_SEGMENT_ALONE, /* the only fusion=1 one of its kind in its segment */
+  R_CAP_NEXT,      /* the bucket's limit (cap) reached: other (bytes) did not fit */
+  R_COUNT,         /* the bucket's count of members reached */
+  R_OVER_CAP,      /* its bytes alone are more than the cap */
+  R_CLASS,         /* no other fusion=1 one shares its group, reduction, dtype and depth */
+  R_CLASS_KEY,     /* ... as a key field differs from other */
+  R_CLASS_CYCLE,   /* ... as node depends on collective dep */
+  R_LAST,          /* the last gradient of its class after a full bucket (cap) */
+} reason_kind;
+
+/* The first key field in which two candidates differ (key_diff_of). */
+typedef enum key_field { KEY_GROUP, KEY_DTYPE, KEY_REDUCTION, KEY_LAYOUT, KEY_RANK_SIZE } key_field;
+
+typedef struct reason {
+  reason_kind kind;
+  int64_t fid;               /* R_FUSION_ID, R_FID_* */
+  cf_split_kind split;       /* R_SEGMENT*: CF_SPLIT_SIZE or CF_SPLIT_INDEX */
+  int seg;                   /* R_SEGMENT* */
+  int bucket, buckets;       /* R_AUTO*: this one's bucket (from 1) and how many */
+  double exposed_us;         /* R_AUTO*: what the cost model leaves exposed */
+  bool measured;             /* R_AUTO: the cost is a profile's (alpha_us, beta_gbps) */
+  double alpha_us, beta_gbps;
+  int64_t cap, bytes, count; /* R_CAP, R_CAP_NEXT, R_OVER_CAP, R_LAST; R_COUNT */
+  const char *other;         /* R_FID_KEY, R_FID_CYCLE, R_CLASS_KEY, R_CAP_NEXT */
+  const char *node, *dep;    /* *_CYCLE: node depends on collective dep ("?": unknown) */
+  key_field field;           /* *_KEY: the field, */
+  const char *mine, *theirs; /* and its two values (none for KEY_RANK_SIZE) */
+} reason;
+
 typedef struct cand {
   const char *name; /* the node's name (arena: survives the rewrite) */
   int node;         /* index in g->nodes before the rewrite */
@@ -56,7 +103,7 @@ typedef struct cand {
   int port;         /* its first port in the bucket (a fused unit has nmem) */
   int nmem;         /* members: 1, or the operands of a fused input node */
   cf_op op;         /* the node's op: the plain kind or its fused form */
-  const char *why;  /* why alone (static or arena text) */
+  reason why;       /* why alone */
 } cand;
 
 typedef struct bucket {
@@ -68,7 +115,7 @@ typedef struct bucket {
   const char *name; /* its name */
   int last_pos;     /* largest array position among the members */
   bool split;       /* fusion=2: its fusion_id was split by a dependency */
-  const char *detail;
+  reason rule;      /* why its members share it */
 } bucket;
 
 typedef struct combiner {
@@ -99,25 +146,30 @@ static int64_t rank_size_of(const cf_graph *g, const cf_node *n) {
   return rs > 0 ? rs : cf_graph_group_size(g, cf_node_group(n));
 }
 
-static const char *key_field_diff(const combiner *m, int a, int b, char *buf, size_t len) {
+/* Where candidates a and b differ in their key, into r's field, mine
+ * (a's value) and theirs (b's). */
+static void key_diff_of(const combiner *m, int a, int b, reason *r) {
   const cf_graph *g = m->g;
   const cf_node *x = &g->nodes[m->c[a].node], *y = &g->nodes[m->c[b].node];
   const cf_value *vx = &g->nodes[x->in[0].node].out[x->in[0].port];
   const cf_value *vy = &g->nodes[y->in[0].node].out[y->in[0].port];
-  if (strcmp(cf_node_group(x), cf_node_group(y)))
-    snprintf(buf, len, "group differs (%s vs %s)", cf_node_group(x), cf_node_group(y));
-  else if (vx->dtype != vy->dtype)
-    snprintf(buf, len, "dtype differs (%s vs %s)", cf_dtype_name(vx->dtype),
-             cf_dtype_name(vy->dtype));
-  else if (cf_node_reduction(x) != cf_node_reduction(y))
-    snprintf(buf, len, "reduction differs (%s vs %s)", cf_reduction_name(cf_node_reduction(x)),
-             cf_reduction_name(cf_node_reduction(y)));
-  else if (cf_node_layout(x) != cf_node_layout(y))
-    snprintf(buf, len, "layout differs (%s vs %s)", cf_layout_name(cf_node_layout(x)),
-             cf_layout_name(cf_node_layout(y)));
-  else
-    snprintf(buf, len, "rank_size differs");
-  return buf;
+  r->mine = r->theirs = NULL;
+  if (strcmp(cf_node_group(x), cf_node_group(y))) {
+    r->field = KEY_GROUP;
+    r->mine = cf_node_group(x), r->theirs = cf_node_group(y);
+  } else if (vx->dtype != vy->dtype) {
+    r->field = KEY_DTYPE;
+    r->mine = cf_dtype_name(vx->dtype), r->theirs = cf_dtype_name(vy->dtype);
+  } else if (cf_node_reduction(x) != cf_node_reduction(y)) {
+    r->field = KEY_REDUCTION;
+    r->mine = cf_reduction_name(cf_node_reduction(x));
+    r->theirs = cf_reduction_name(cf_node_reduction(y));
+  } else if (cf_node_layout(x) != cf_node_layout(y)) {
+    r->field = KEY_LAYOUT;
+    r->mine = cf_layout_name(cf_node_layout(x)), r->theirs = cf_layout_name(cf_node_layout(y));
+  } else {
+    r->field = KEY_RANK_SIZE;
+  }
 }
 
 static int intern_keys(combiner *m) {
@@ -332,22 +384,22 @@ static bool sort_cands(const combiner *m, int *v, int n, cand_cmp cmp) {
   return true;
 }
 
-static cf_status add_bucket(combiner *m, int first, int n, int fusion, const char *detail) {
+static cf_status add_bucket(combiner *m, int first, int n, int fusion, const reason *rule) {
   /* a node takes at most CF_MAX_OPERANDS operands: larger buckets are cut
    * into consecutive chunks (equal depth keeps them mutually independent) */
   int units = 0, mem = 0;
   while (units < n && mem + m->c[m->order[first + units]].nmem <= CF_MAX_OPERANDS)
     mem += m->c[m->order[first + units++]].nmem;
   if (units < n) {
-    add_bucket(m, first, units ? units : 1, fusion, detail);
-    return add_bucket(m, first + (units ? units : 1), n - (units ? units : 1), fusion, detail);
+    add_bucket(m, first, units ? units : 1, fusion, rule);
+    return add_bucket(m, first + (units ? units : 1), n - (units ? units : 1), fusion, rule);
   }
   if (n < 2) {
-    if (n == 1 && !m->c[m->order[first]].why) m->c[m->order[first]].why = detail;
+    if (n == 1 && !m->c[m->order[first]].why.kind) m->c[m->order[first]].why = *rule;
     return CF_OK;
   }
   bucket *b = &m->b[m->nb];
-  *b = (bucket){.first = first, .n = n, .fusion = fusion, .detail = detail, .last_pos = -1};
+  *b = (bucket){.first = first, .n = n, .fusion = fusion, .rule = *rule, .last_pos = -1};
   for (int i = 0, port = 0; i < n; i++) {
     cand *c = &m->c[m->order[first + i]];
     c->bucket = m->nb;
@@ -365,29 +417,25 @@ static cf_status add_bucket(combiner *m, int first, int n, int fusion, const cha
 /* fusion=2: equal fusion_id, key and depth. A fusion_id whose ops sit at
  * several depths is split, one bucket per depth, and --explain says why. */
 static void why_alone_fid(combiner *m, int *v, int lo, int hi, int self) {
-  char buf[256];
   const cand *s = &m->c[self];
+  reason r = {.kind = R_FID_UNSHARED, .fid = s->fid};
   for (int k = lo; k < hi; k++) {
     int o = v[k];
     if (o == self) continue;
     const cand *x = &m->c[o];
+    r.other = cname(m, o);
     if (x->key != s->key) {
-      char d[160];
-      snprintf(buf, sizeof buf, "fusion_id=%lld is shared with '%s', but %s", (long long)s->fid,
-               cname(m, o), key_field_diff(m, self, o, d, sizeof d));
+      r.kind = R_FID_KEY;
+      key_diff_of(m, self, o, &r);
     } else {
       const cand *deep = x->depth > s->depth ? x : s;
-      snprintf(buf, sizeof buf,
-               "fusion_id=%lld is shared with '%s', but '%s' depends on collective '%s' (fusing "
-               "them would make a cycle)",
-               (long long)s->fid, cname(m, o), m->g->nodes[deep->node].name,
-               deep->dep >= 0 ? m->g->nodes[deep->dep].name : "?");
+      r.kind = R_FID_CYCLE;
+      r.node = m->g->nodes[deep->node].name;
+      r.dep = deep->dep >= 0 ? m->g->nodes[deep->dep].name : "?";
     }
-    m->c[self].why = cf_arena_strdup(&m->scratch, buf);
-    return;
+    break;
   }
-  snprintf(buf, sizeof buf, "no other %s has fusion_id=%lld", kind_name(m), (long long)s->fid);
-  m->c[self].why = cf_arena_strdup(&m->scratch, buf);
+  m->c[self].why = r;
 }
 
 static cf_status group_fusion2(combiner *m, int *v, int n) {
@@ -412,11 +460,9 @@ static cf_status group_fusion2(combiner *m, int *v, int n) {
         for (int k = s; k < e; k++)
           m->order[at + k - s] = v[k];
         if (e - s == 1) why_alone_fid(m, v, lo, hi, v[s]);
-        char buf[96];
-        snprintf(buf, sizeof buf, "fusion_id=%lld", (long long)m->c[v[s]].fid);
-        const char *detail = cf_arena_strdup(&m->scratch, buf);
+        reason rule = {.kind = R_FUSION_ID, .fid = m->c[v[s]].fid};
         int nb = m->nb;
-        add_bucket(m, at, e - s, 2, detail);
+        add_bucket(m, at, e - s, 2, &rule);
         if (m->nb > nb) m->b[nb].split = split;
         at += e - s;
         s = e;
@@ -494,25 +540,21 @@ static cf_status group_auto(combiner *m, const int *v, int lo, int hi, int at,
       part[i] = p;
   }
   double exposed = cf_split_exposed(cost, sizes, nm, part);
-  char why[192], from[96] = "";
-  if (m->opt->measured_cost && !m->opt->cost)
-    snprintf(from, sizeof from, ", profile's alpha %.3g us, beta %.3g GB/s", cost->alpha_us,
-             cost->beta_gbps);
-  snprintf(why, sizeof why, "split auto: %d bucket%s, model exposes %.0f us%s", nb,
-           nb == 1 ? "" : "s", exposed, from);
-  const char *detail = cf_arena_strdup(&m->scratch, why);
+  reason rule = {.kind = R_AUTO,
+                 .buckets = nb,
+                 .exposed_us = exposed,
+                 .measured = m->opt->measured_cost && !m->opt->cost,
+                 .alpha_us = cost->alpha_us,
+                 .beta_gbps = cost->beta_gbps};
   int start = 0, b = 0;
   for (int k = 0; k < n; k++) {
     m->order[at + k] = v[lo + k];
     if (k + 1 < n && part[first[k + 1]] == part[first[k]]) continue;
     b++;
-    if (k == start) {
-      snprintf(why, sizeof why,
-               "split auto: the cost model sends it alone (bucket %d of %d, model exposes %.0f us)",
-               b, nb, exposed);
-      m->c[v[lo + k]].why = cf_arena_strdup(&m->scratch, why);
-    }
-    add_bucket(m, at + start, k - start + 1, 1, detail);
+    if (k == start)
+      m->c[v[lo + k]].why =
+          (reason){.kind = R_AUTO_ALONE, .bucket = b, .buckets = nb, .exposed_us = exposed};
+    add_bucket(m, at + start, k - start + 1, 1, &rule);
     start = k + 1;
   }
   free(sizes), free(part), free(first);
@@ -523,7 +565,7 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
                                const cf_cost *cost) {
   cf_graph *g = m->g;
   cf_status st;
-  char why[256], b1[32], b2[32];
+  char why[256];
   if (!sort_cands(m, v, n, cmp_ready))
     return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (sp->kind == CF_SPLIT_SIZE || sp->kind == CF_SPLIT_INDEX) {
@@ -551,17 +593,12 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
            m->c[v[hi]].depth == c0->depth)
       total += m->c[v[hi++]].bytes;
     if (sp->kind == CF_SPLIT_SIZE || sp->kind == CF_SPLIT_INDEX) {
-      snprintf(why, sizeof why, "split %s segment %d", sp->kind == CF_SPLIT_SIZE ? "size" : "index",
-               c0->seg);
-      const char *detail = cf_arena_strdup(&m->scratch, why);
+      reason rule = {.kind = R_SEGMENT, .split = sp->kind, .seg = c0->seg};
       for (int k = lo; k < hi; k++)
         m->order[at + k - lo] = v[k];
-      if (hi - lo == 1) {
-        snprintf(why, sizeof why, "the only fusion=1 %s of its kind in %s segment %d", kind_name(m),
-                 sp->kind == CF_SPLIT_SIZE ? "size" : "index", c0->seg);
-        m->c[v[lo]].why = cf_arena_strdup(&m->scratch, why);
-      }
-      add_bucket(m, at, hi - lo, 1, detail);
+      if (hi - lo == 1)
+        m->c[v[lo]].why = (reason){.kind = R_SEGMENT_ALONE, .split = sp->kind, .seg = c0->seg};
+      add_bucket(m, at, hi - lo, 1, &rule);
       at += hi - lo;
       lo = hi;
       continue;
@@ -575,8 +612,7 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
     int64_t cap = sp->kind == CF_SPLIT_AUTO ? total : sp->cap;
     int64_t first = sp->kind == CF_SPLIT_BYTES && sp->first ? sp->first : cap;
     int64_t count = sp->count;
-    snprintf(why, sizeof why, "split bytes cap=%s", cf_split_format_bytes(cap, b1, sizeof b1));
-    const char *detail = cf_arena_strdup(&m->scratch, why);
+    reason rule = {.kind = R_CAP, .cap = cap};
     int start = at, nmem = 0, nbuckets = 0, ports = 0; /* units and members in the open bucket */
     int64_t cur = 0;
     for (int k = lo; k < hi; k++) {
@@ -584,16 +620,13 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
       int64_t limit = nbuckets == 0 ? first : cap;
       bool full = nmem > 0 && (cur + c->bytes > limit || (count && ports + c->nmem > count));
       if (full || (c->bytes > cap && nmem > 0)) {
-        if (nmem == 1) {
-          snprintf(why, sizeof why,
-                   "bucket cap %s reached: the next gradient '%s' (%lld bytes) did not fit",
-                   cf_split_format_bytes(limit, b1, sizeof b1), cname(m, v[k]),
-                   (long long)c->bytes);
-          if (count && ports + c->nmem > count)
-            snprintf(why, sizeof why, "count=%lld reached", (long long)count);
-          m->c[m->order[start]].why = cf_arena_strdup(&m->scratch, why);
-        }
-        add_bucket(m, start, nmem, 1, detail);
+        if (nmem == 1)
+          m->c[m->order[start]].why =
+              count && ports + c->nmem > count
+                  ? (reason){.kind = R_COUNT, .count = count}
+                  : (reason){.kind = R_CAP_NEXT, .cap = limit, .other = cname(m, v[k]),
+                             .bytes = c->bytes};
+        add_bucket(m, start, nmem, 1, &rule);
         start += nmem;
         nmem = ports = 0;
         cur = 0;
@@ -603,10 +636,8 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
       ports += c->nmem;
       cur += c->bytes;
       if (c->bytes > cap) {
-        snprintf(why, sizeof why, "cap reached: %lld bytes is more than the cap %s",
-                 (long long)c->bytes, cf_split_format_bytes(cap, b2, sizeof b2));
-        c->why = cf_arena_strdup(&m->scratch, why);
-        add_bucket(m, start, 1, 1, detail);
+        c->why = (reason){.kind = R_OVER_CAP, .bytes = c->bytes, .cap = cap};
+        add_bucket(m, start, 1, 1, &rule);
         start += 1;
         nmem = ports = 0;
         cur = 0;
@@ -616,33 +647,108 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
     if (nmem == 1 && hi - lo == 1) {
       const cand *s = &m->c[m->order[start]];
       /* the only member of its class: say which field kept it apart */
-      snprintf(why, sizeof why, "no other fusion=1 %s shares its group, reduction, dtype and depth",
-               kind_name(m));
+      reason r = {.kind = R_CLASS};
       for (int k = 0; k < n; k++) {
         const cand *x = &m->c[v[k]];
         if (x == s || x->seg != s->seg) continue;
-        char d[160];
-        if (x->key != s->key)
-          snprintf(why, sizeof why, "%s from '%s'",
-                   key_field_diff(m, m->order[start], v[k], d, sizeof d), cname(m, v[k]));
-        else {
+        if (x->key != s->key) {
+          r = (reason){.kind = R_CLASS_KEY, .other = cname(m, v[k])};
+          key_diff_of(m, m->order[start], v[k], &r);
+        } else {
           const cand *deep = x->depth > s->depth ? x : s;
-          snprintf(why, sizeof why, "'%s' depends on collective '%s' (fusing would make a cycle)",
-                   g->nodes[deep->node].name, deep->dep >= 0 ? g->nodes[deep->dep].name : "?");
+          r = (reason){.kind = R_CLASS_CYCLE,
+                       .node = g->nodes[deep->node].name,
+                       .dep = deep->dep >= 0 ? g->nodes[deep->dep].name : "?"};
         }
         break;
       }
-      m->c[m->order[start]].why = cf_arena_strdup(&m->scratch, why);
-    } else if (nmem == 1 && !m->c[m->order[start]].why) {
-      snprintf(why, sizeof why, "last gradient of its class after a full bucket (cap %s)",
-               cf_split_format_bytes(cap, b1, sizeof b1));
-      m->c[m->order[start]].why = cf_arena_strdup(&m->scratch, why);
+      m->c[m->order[start]].why = r;
+    } else if (nmem == 1 && !m->c[m->order[start]].why.kind) {
+      m->c[m->order[start]].why = (reason){.kind = R_LAST, .cap = cap};
     }
-    add_bucket(m, start, nmem, 1, detail);
+    add_bucket(m, start, nmem, 1, &rule);
     at = start + nmem;
     lo = hi;
   }
   return CF_OK;
+}
+
+/* ---- --explain: the reasons in words ---- */
+
+/* r as --explain says it, into buf (and returns buf). Each text is cut
+ * where it always was (192 bytes for the cost model's, 256 for the rest;
+ * a key difference at 160), so long names read as before. */
+static const char *reason_text(const combiner *m, const reason *r, char *buf, size_t len) {
+  char d[160] = "", from[96] = "", b1[32];
+  size_t cut = r->kind == R_AUTO || r->kind == R_AUTO_ALONE ? 192 : 256;
+  if (len > cut) len = cut;
+  const char *seg = r->split == CF_SPLIT_SIZE ? "size" : "index";
+  if (r->kind == R_FID_KEY || r->kind == R_CLASS_KEY) {
+    static const char *const field[] = {"group", "dtype", "reduction", "layout"};
+    if (r->field == KEY_RANK_SIZE)
+      snprintf(d, sizeof d, "rank_size differs");
+    else
+      snprintf(d, sizeof d, "%s differs (%s vs %s)", field[r->field], r->mine, r->theirs);
+  }
+  if (r->kind == R_CAP || r->kind == R_CAP_NEXT || r->kind == R_OVER_CAP || r->kind == R_LAST)
+    cf_split_format_bytes(r->cap, b1, sizeof b1);
+  switch (r->kind) {
+  case R_NONE: snprintf(buf, len, "no partner"); break;
+  case R_FUSION_ID: snprintf(buf, len, "fusion_id=%lld", (long long)r->fid); break;
+  case R_SEGMENT: snprintf(buf, len, "split %s segment %d", seg, r->seg); break;
+  case R_AUTO:
+    if (r->measured)
+      snprintf(from, sizeof from, ", profile's alpha %.3g us, beta %.3g GB/s", r->alpha_us,
+               r->beta_gbps);
+    snprintf(buf, len, "split auto: %d bucket%s, model exposes %.0f us%s", r->buckets,
+             r->buckets == 1 ? "" : "s", r->exposed_us, from);
+    break;
+  case R_CAP: snprintf(buf, len, "split bytes cap=%s", b1); break;
+  case R_FUSION0: snprintf(buf, len, "fusion=0"); break;
+  case R_FID_UNSHARED:
+    snprintf(buf, len, "no other %s has fusion_id=%lld", kind_name(m), (long long)r->fid);
+    break;
+  case R_FID_KEY:
+    snprintf(buf, len, "fusion_id=%lld is shared with '%s', but %s", (long long)r->fid, r->other,
+             d);
+    break;
+  case R_FID_CYCLE:
+    snprintf(buf, len,
+             "fusion_id=%lld is shared with '%s', but '%s' depends on collective '%s' (fusing "
+             "them would make a cycle)",
+             (long long)r->fid, r->other, r->node, r->dep);
+    break;
+  case R_AUTO_ALONE:
+    snprintf(buf, len,
+             "split auto: the cost model sends it alone (bucket %d of %d, model exposes %.0f us)",
+             r->bucket, r->buckets, r->exposed_us);
+    break;
+  case R_SEGMENT_ALONE:
+    snprintf(buf, len, "the only fusion=1 %s of its kind in %s segment %d", kind_name(m), seg,
+             r->seg);
+    break;
+  case R_CAP_NEXT:
+    snprintf(buf, len, "bucket cap %s reached: the next gradient '%s' (%lld bytes) did not fit", b1,
+             r->other, (long long)r->bytes);
+    break;
+  case R_COUNT: snprintf(buf, len, "count=%lld reached", (long long)r->count); break;
+  case R_OVER_CAP:
+    snprintf(buf, len, "cap reached: %lld bytes is more than the cap %s", (long long)r->bytes, b1);
+    break;
+  case R_CLASS:
+    snprintf(buf, len, "no other fusion=1 %s shares its group, reduction, dtype and depth",
+             kind_name(m));
+    break;
+  case R_CLASS_KEY: snprintf(buf, len, "%s from '%s'", d, r->other); break;
+  case R_CLASS_CYCLE:
+    snprintf(buf, len, "'%s' depends on collective '%s' (fusing would make a cycle)", r->node,
+             r->dep);
+    break;
+  case R_LAST:
+    snprintf(buf, len, "last gradient of its class after a full bucket (cap %s)", b1);
+    break;
+  }
+  return buf;
 }
 
 /* ---- rewriting ---- */
@@ -718,9 +824,12 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
   if (!st) {
     /* the graph keeps the pointer: the text must live in its arena, not in
      * the combiner's scratch arena that is freed when the pass ends */
-    const char *reason = b->fusion == 2 ? cf_arena_strdup(&g->arena, b->detail) : "split";
-    a = (cf_attr){.id = CF_A_REASON, .v.s = reason};
-    st = reason ? cf_node_set_attr(g, idx, &a)
+    char rule[96];
+    const char *text =
+        b->fusion == 2 ? cf_arena_strdup(&g->arena, reason_text(m, &b->rule, rule, sizeof rule))
+                       : "split";
+    a = (cf_attr){.id = CF_A_REASON, .v.s = text};
+    st = text ? cf_node_set_attr(g, idx, &a)
                 : cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   }
   if (!st) st = cf_node_set_ints(g, idx, CF_A_OFFSETS, offs, b->ports);
@@ -793,6 +902,7 @@ static void report(combiner *m) {
   for (int k = 0; k < m->nc; k++) {
     const cand *c = &m->c[v[k]];
     const char *nm = cname(m, v[k]), *op = cf_op_table[c->op].name;
+    char why[256];
     if (c->bucket >= 0) {
       const bucket *b = &m->b[c->bucket];
       const char *split = "";
@@ -801,9 +911,11 @@ static void report(combiner *m) {
       if (c->op != m->kind)
         snprintf(unit, sizeof unit, " as ports %d-%d", c->port, c->port + c->nmem - 1);
       cf_pass_explain(m->opt, "%s '%s' -> '%s'%s (%s, %d member%s, %lld bytes%s)", op, nm, b->name,
-                      unit, b->detail, b->ports, cf_s(b->ports), (long long)b->bytes, split);
+                      unit, reason_text(m, &b->rule, why, sizeof why), b->ports, cf_s(b->ports),
+                      (long long)b->bytes, split);
     } else {
-      cf_pass_explain(m->opt, "%s '%s' stays alone: %s", op, nm, c->why ? c->why : "no partner");
+      cf_pass_explain(m->opt, "%s '%s' stays alone: %s", op, nm,
+                      reason_text(m, &c->why, why, sizeof why));
     }
   }
   free(v);
@@ -856,7 +968,7 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
                 .bytes = cf_node_comm_bytes(g, n),
                 .nmem = n->op == kind ? 1 : n->n_in,
                 .op = n->op};
-    if (c->fusion == 0) c->why = "fusion=0";
+    if (c->fusion == 0) c->why = (reason){.kind = R_FUSION0};
     m.by_node[v] = m.nc++;
   }
   if (intern_keys(&m) < 0 || (st = compute_depth2(&m))) {

@@ -1,7 +1,8 @@
 /* test_api.c - the embedding C API through the public header only:
- * building graphs (and every way that fails, with its message, leaving the
- * graph as it was), options, pipelines, inspection, executables run with
- * caller buffers (results, which buffers are used in place, bad buffers),
+ * building graphs (every typed builder, and every way that fails, with its
+ * message, leaving the graph as it was), options, pipelines, inspection,
+ * executables run with caller buffers (results, which buffers are used in
+ * place, bad buffers),
  * stale executables (their graph changed since) refused and executables
  * keeping a destroyed graph alive, the log sink, versions, NULL-safe
  * destructors, two contexts compiling and running different graphs from
@@ -243,6 +244,84 @@ static void test_build_errors(void **state) {
   assert_string_equal(cf_graph_node_name(g, 0), name);
   cf_graph_destroy(g);
   unlink(path);
+}
+
+/* The typed builders of a Constant and an Opaque node: the attributes
+ * they set, a run that uses the Constant's value, and their refusals. */
+static void test_build_constant_opaque(void **state) {
+  (void)state;
+  cf_graph *g;
+  char buf[64];
+  OK(cf_graph_create(ctx, "co", 2, &g));
+  int64_t d[2] = {2, 3};
+  OK(cf_graph_add_input(g, "x", "float32", d, 2));
+  OK(cf_graph_add_constant(g, "half", "float32", d, 2, 0.5));
+  OK(cf_graph_add_constant(g, "seven", "int8", NULL, 0, 7));
+  const char *xc[] = {"x", "half"};
+  OK(cf_graph_add_op(g, "Add", "sum", xc, 2));
+  const char *in[] = {"sum"};
+  OK(cf_graph_add_opaque(g, "act", "Gelu", in, 1, "bfloat16", d, 2));
+  OK(cf_graph_add_opaque(g, "rng", "RandomSeed", NULL, 0, "int32", NULL, 0));
+  OK(cf_graph_add_allreduce(g, "ar", "sum", "sum", NULL, 0, -1));
+  OK(cf_graph_add_output(g, "y", "ar"));
+  OK(cf_graph_add_output(g, "z", "act"));
+  OK(cf_graph_verify(g, NULL));
+  assert_string_equal(cf_graph_node_op(g, "half"), "Constant");
+  OK(cf_graph_get_attr(g, "half", "value", buf, sizeof buf));
+  assert_string_equal(buf, "0.5");
+  OK(cf_graph_get_attr(g, "half", "shape", buf, sizeof buf));
+  assert_string_equal(buf, "2,3");
+  OK(cf_graph_get_attr(g, "seven", "dtype", buf, sizeof buf));
+  assert_string_equal(buf, "int8");
+  OK(cf_graph_get_attr(g, "seven", "shape", buf, sizeof buf));
+  assert_string_equal(buf, "");
+  assert_string_equal(cf_graph_node_op(g, "act"), "Opaque");
+  OK(cf_graph_get_attr(g, "act", "type", buf, sizeof buf));
+  assert_string_equal(buf, "Gelu");
+  OK(cf_graph_get_attr(g, "act", "dtype", buf, sizeof buf));
+  assert_string_equal(buf, "bfloat16");
+  OK(cf_graph_get_attr(g, "rng", "shape", buf, sizeof buf));
+  assert_string_equal(buf, "");
+
+  /* y = AllReduce(x + 0.5) over two ranks */
+  cf_executable *e;
+  OK(cf_executable_create(g, NULL, &e));
+  float x[2][6], y[2][6];
+  uint16_t z[2][6];
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 6; i++) x[r][i] = (float)(r * 10 + i);
+  int ky = cf_executable_io_find(e, CF_IO_OUTPUT, "y"), kz = cf_executable_io_find(e, CF_IO_OUTPUT, "z");
+  assert_true(ky >= 0 && kz >= 0);
+  const void *ins[2] = {x[0], x[1]};
+  void *outs[4];
+  outs[0 * 2 + ky] = y[0], outs[0 * 2 + kz] = z[0];
+  outs[1 * 2 + ky] = y[1], outs[1 * 2 + kz] = z[1];
+  OK(cf_executable_run(e, ins, outs));
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 6; i++)
+      if (y[r][i] != (float)(10 + 2 * i) + 1.0f)
+        fail_msg("rank %d y[%d] = %g, want %g", r, i, y[r][i], (double)(10 + 2 * i) + 1.0);
+  cf_executable_destroy(e);
+
+  /* refusals name the node and leave the graph as it was */
+  size_t nodes = cf_graph_node_count(g);
+  int64_t neg[1] = {-2};
+  ASSERT_ERR(cf_graph_add_constant(g, "c", "float32", neg, 1, 1.0), CF_ERR_INVALID,
+             "co: error: node 'c': dimension 0 is negative (-2)");
+  ASSERT_ERR(cf_graph_add_constant(g, "c", "float33", d, 2, 1.0), CF_ERR_INVALID,
+             "node 'c': unknown dtype dtype='float33'");
+  ASSERT_ERR(cf_graph_add_constant(g, "c", "float32", d, 9, 1.0), CF_ERR_USAGE,
+             "node 'c': shape rank 9 must be in 0..8");
+  const char *ghost[] = {"ghost"};
+  ASSERT_ERR(cf_graph_add_opaque(g, "o", "Gelu", ghost, 1, "float32", d, 2), CF_ERR_INVALID,
+             "node 'o': input 0 refers to unknown node 'ghost'");
+  ASSERT_ERR(cf_graph_add_opaque(g, "o", "Gelu", in, 1, "float32", neg, 1), CF_ERR_INVALID,
+             "node 'o': dimension 0 is negative (-2)");
+  ASSERT_ERR(cf_graph_add_opaque(g, "act", "Gelu", in, 1, "float32", d, 2), CF_ERR_INVALID,
+             "node 'act': duplicate node name");
+  assert_int_equal(cf_graph_node_count(g), nodes);
+  OK(cf_graph_verify(g, NULL));
+  cf_graph_destroy(g);
 }
 
 static void test_options(void **state) {
@@ -1461,6 +1540,7 @@ int main(void) {
       cmocka_unit_test(test_null_safety),
       cmocka_unit_test(test_build_errors),
       cmocka_unit_test(test_build_alltoall_permute),
+      cmocka_unit_test(test_build_constant_opaque),
       cmocka_unit_test(test_options),
       cmocka_unit_test(test_options_profile),
       cmocka_unit_test(test_pipeline_and_inspection),

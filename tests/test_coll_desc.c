@@ -18,6 +18,7 @@
 
 #include "executor/backends/backends.h"
 #include "executor/executor.h"
+#include "executor/transports/transports.h"
 
 static cf_coll_desc base(void) {
   return (cf_coll_desc){.seq = 3, .op = CF_OP_ALLREDUCE, .dtype = CF_DT_FLOAT32, .count = 1 << 20,

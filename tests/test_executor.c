@@ -40,6 +40,7 @@
 #include "check/check.h"
 #include "executor/executor.h"
 #include "executor/plan.h"
+#include "executor/transports/transports.h"
 #include "ir/ir.h"
 #include "passes/passes.h"
 

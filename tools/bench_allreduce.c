@@ -30,6 +30,7 @@
 #include "tools.h"
 
 #include "../executor/executor.h"
+#include "../executor/transports/transports.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -129,7 +130,7 @@ static bool measure_size(cf_bench_ar *h, const ar_options *o, cf_world *w, ar_ro
   if (o->mpi) {
     s.algos[s.n_algos++] = CF_ALGO_MPI_NATIVE;
     s.ref = "MPI_Allreduce gave";
-    cols[0].policy = cf_mpi_auto(w); /* what `run --backend mpi` picks here */
+    cols[0].policy = cf_world_auto(w); /* what `run --backend mpi` picks here */
   }
   int slot[MAX_COLS];
   s.n_algos = cf_bench_ar_slots(cols, o->n_cols, o->algo, &desc, w->size,
@@ -629,13 +630,13 @@ static int bench(cf_context *ctx, ar_options *o, ar_row *rows) {
   st = cf_device_cpu_create(ctx, &dev);
   if (!st) st = cf_bench_ar_open(ctx, w, dev, &h);
   if (!st && o->mpi) {
-    need = (cf_mem_need){.processes = cf_mpi_local_size(w), .rank = me};
+    need = (cf_mem_need){.processes = cf_world_host_processes(w), .rank = me};
     st = check_memory(ctx, o, w->size, cf_world_comm(w, me)->ops->zero_copy, &need);
   }
   cJSON *root = NULL, *results = NULL;
   if (st) {
     rc = cf_tool_fail(ctx, st);
-    cf_mpi_abort(w, cf_context_errmsg(ctx));
+    cf_world_abort(w, cf_context_errmsg(ctx));
   } else if (me == 0) {
     if (!o->json) print_header(o, &m);
     root = cJSON_CreateObject();
@@ -644,7 +645,7 @@ static int bench(cf_context *ctx, ar_options *o, ar_row *rows) {
     cJSON_AddStringToObject(root, "transport", w->ops->name);
     cJSON_AddStringToObject(root, "device", "cpu");
     if (o->mpi) {
-      cJSON_AddNumberToObject(root, "local_ranks", cf_mpi_local_size(w));
+      cJSON_AddNumberToObject(root, "local_ranks", cf_world_host_processes(w));
     } else {
       cJSON_AddStringToObject(root, "dtype", "float32");
       cJSON_AddStringToObject(root, "reduction", "sum");

@@ -23,7 +23,7 @@
  * within 2 n^2 eps.
  *
  * Barriers: the threads of this process meet at a pthread barrier and
- * processes at cf_mpi_max. Every rank passes the same barriers whatever
+ * processes at cf_world_max. Every rank passes the same barriers whatever
  * happens; a rank whose collective or check fails aborts the world (its
  * peers' calls then fail at once) instead of leaving, so a failure ends the
  * measurement with a message, never a hang.
@@ -31,6 +31,7 @@
 #include "tools.h"
 
 #include "../executor/executor.h"
+#include "../executor/transports/transports.h"
 
 #include <float.h>
 #include <math.h>
@@ -140,7 +141,7 @@ static void sync_ranks(cf_bench_ar *h, cf_comm *c) {
   if (h->w->local > 1) pthread_barrier_wait(&h->bar);
   if (h->w->local < h->n && !failed(h)) {
     double x = 0;
-    if (cf_mpi_max(h->w, &x, 1)) fail(h, cf_context_errmsg(c->ctx));
+    if (cf_world_max(h->w, &x, 1)) fail(h, cf_context_errmsg(c->ctx));
   }
 }
 

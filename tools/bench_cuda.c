@@ -31,6 +31,7 @@
 #include "tools.h"
 
 #include "../executor/executor.h"
+#include "../executor/transports/transports.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -128,6 +128,151 @@ static char *dup_str(const char *s) {
   return d;
 }
 
+/* What cf_ranktable_load checks each device against while it reads them. */
+typedef struct loader {
+  cf_rank_table *t;
+  char *err; /* the message of the first failure */
+  size_t len;
+  int total;              /* devices in the table: the ranks */
+  int *ids;               /* server ids seen (server_seen) */
+  uint64_t *pairs;        /* (server, device_id) pairs seen (key_seen) */
+  size_t ids_cap, pairs_cap;
+} loader;
+
+/* The table's top level: a job's table of a supported version that is
+ * ready, with as many servers as it says. Its server_list, or NULL. */
+static const cJSON *read_header(const cJSON *root, cf_rank_table *t, char *err, size_t len) {
+  char vb[64];
+  if (!cJSON_IsObject(root)) {
+    fail(err, len, "a rank table is a JSON object");
+    return NULL;
+  }
+  if (cJSON_GetObjectItemCaseSensitive(root, "server_group_list") &&
+      !cJSON_GetObjectItemCaseSensitive(root, "server_list")) {
+    fail(err, len, "server_group_list (a cluster-wide global rank table) is not supported: give the "
+                         "job's rank table with server_list");
+    return NULL;
+  }
+  const char *version = get_string(root, "version");
+  if (!version) {
+    fail(err, len, "no \"version\" string (1.0 or 1.2)");
+    return NULL;
+  }
+  if (strcmp(version, "1.0") != 0 && strcmp(version, "1.2") != 0) {
+    fail(err, len, "version '%s' is not supported (1.0 or 1.2)", version);
+    return NULL;
+  }
+  snprintf(t->version, sizeof t->version, "%s", version);
+  const char *status = get_string(root, "status");
+  if (status && strcmp(status, "completed") != 0) {
+    fail(err, len, "status is '%s', not 'completed' (the table is not ready)", status);
+    return NULL;
+  }
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "server_list");
+  if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) == 0) {
+    fail(err, len, "\"server_list\" must be a non-empty array of servers");
+    return NULL;
+  }
+  int ns = cJSON_GetArraySize(list);
+  long declared;
+  bool present;
+  if (!get_index(root, "server_count", &declared, &present) && present) {
+    fail(err, len, "server_count %s is not a count", value_text(root, "server_count", vb, sizeof vb));
+    return NULL;
+  }
+  if (present && declared != ns) {
+    fail(err, len, "server_count is %ld but server_list has %d server%s", declared, ns, cf_s(ns));
+    return NULL;
+  }
+  return list;
+}
+
+/* Room for list's servers and every device's rank, and the sets of what
+ * was seen. */
+static bool make_room(loader *l, const cJSON *list) {
+  cf_rank_table *t = l->t;
+  int ns = cJSON_GetArraySize(list);
+  const cJSON *srv;
+  cJSON_ArrayForEach(srv, list) {
+    const cJSON *dev = cJSON_IsObject(srv) ? cJSON_GetObjectItemCaseSensitive(srv, "device") : NULL;
+    if (cJSON_IsArray(dev)) l->total += cJSON_GetArraySize(dev);
+  }
+  t->servers = calloc((size_t)ns, sizeof *t->servers);
+  t->ranks = calloc((size_t)l->total + 1, sizeof *t->ranks);
+  l->ids_cap = set_cap((size_t)ns);
+  l->pairs_cap = set_cap((size_t)l->total);
+  l->ids = calloc(l->ids_cap, sizeof *l->ids);
+  l->pairs = calloc(l->pairs_cap, sizeof *l->pairs);
+  if (!t->servers || !t->ranks || !l->ids || !l->pairs) return fail(l->err, l->len, "out of memory");
+  for (int i = 0; i <= l->total; i++) t->ranks[i].server = -1;
+  return true;
+}
+
+/* Device d of server s (server_id id): a device number new on its server
+ * and a rank no other device has. */
+static bool read_device(loader *l, const cJSON *dv, int s, int d, const char *id) {
+  cf_rank_table *t = l->t;
+  char *err = l->err, vb[64];
+  size_t len = l->len;
+  int total = l->total;
+  long device_id, rank_id;
+  bool present;
+  if (!cJSON_IsObject(dv)) return fail(err, len, "server_list[%d].device[%d] is not an object", s, d);
+  if (!get_index(dv, "device_id", &device_id, &present))
+    return fail(err, len, present ? "server_list[%d].device[%d]: device_id %s is not a device number"
+                                  : "server_list[%d].device[%d]: no device_id%s",
+                s, d, present ? value_text(dv, "device_id", vb, sizeof vb) : "");
+  if (!get_index(dv, "rank_id", &rank_id, &present))
+    return fail(err, len, present ? "server_list[%d].device[%d]: rank_id %s is not a rank number"
+                                  : "server_list[%d].device[%d]: no rank_id%s",
+                s, d, present ? value_text(dv, "rank_id", vb, sizeof vb) : "");
+  if (rank_id >= total)
+    return fail(err, len,
+                "server_list[%d].device[%d]: rank_id %ld, but the table has %d device%s (ranks are "
+                "0..%d)",
+                s, d, rank_id, total, cf_s(total), total - 1);
+  if (t->ranks[rank_id].server >= 0)
+    return fail(err, len, "server_list[%d].device[%d]: rank_id %ld is also given to device %d of server '%s'",
+                s, d, rank_id, t->ranks[rank_id].device_id, t->servers[t->ranks[rank_id].server].server_id);
+  if (key_seen(l->pairs, l->pairs_cap, (uint64_t)s << 32 | (uint64_t)device_id))
+    return fail(err, len, "server_list[%d].device[%d]: device_id %ld appears twice on server '%s'", s, d,
+                device_id, id);
+  t->ranks[rank_id] = (cf_rank_entry){.server = s, .device_id = (int)device_id, .local = d};
+  return true;
+}
+
+/* Server s: a server_id no other server has, its host, and its devices. */
+static bool read_server(loader *l, const cJSON *srv, int s) {
+  cf_rank_table *t = l->t;
+  char *err = l->err, vb[64];
+  size_t len = l->len;
+  if (!cJSON_IsObject(srv)) return fail(err, len, "server_list[%d] is not an object", s);
+  const char *id = get_string(srv, "server_id"), *host_ip = get_string(srv, "host_ip");
+  if (!id || !id[0]) return fail(err, len, "server_list[%d] has no \"server_id\" string", s);
+  if (cJSON_GetObjectItemCaseSensitive(srv, "host_ip") && (!host_ip || !host_ip[0]))
+    return fail(err, len, "server_list[%d] ('%s'): host_ip %s is not a host", s, id,
+                value_text(srv, "host_ip", vb, sizeof vb));
+  cf_rank_server *rs = &t->servers[s];
+  rs->server_id = dup_str(id);
+  rs->host = dup_str(host_ip ? host_ip : id);
+  t->n_servers = s + 1;
+  if (!rs->server_id || !rs->host) return fail(err, len, "out of memory");
+  int k = server_seen(l->ids, l->ids_cap, t->servers, id, s);
+  if (k >= 0)
+    return fail(err, len, "server_list[%d]: server_id '%s' is also server_list[%d]'s", s, id, k);
+  const cJSON *devs = cJSON_GetObjectItemCaseSensitive(srv, "device");
+  if (!cJSON_IsArray(devs) || cJSON_GetArraySize(devs) == 0)
+    return fail(err, len, "server_list[%d] ('%s'): \"device\" must be a non-empty array", s, id);
+  int d = 0;
+  const cJSON *dv;
+  cJSON_ArrayForEach(dv, devs) {
+    if (!read_device(l, dv, s, d, id)) return false;
+    d++;
+  }
+  rs->devices = d;
+  return true;
+}
+
 bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err, size_t len) {
   memset(t, 0, sizeof *t);
   *line = 0;
@@ -135,160 +280,26 @@ bool cf_ranktable_load(const char *path, cf_rank_table *t, int *line, char *err,
   if (!text) return false;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithOpts(text, &end, true);
-  bool ok = false;
-  int *ids = NULL;        /* server ids seen */
-  uint64_t *pairs = NULL; /* (server, device_id) pairs seen */
-  size_t ids_cap = 0, pairs_cap = 0;
-  char vb[64];
-  if (!root) {
+  loader l = {.t = t, .err = err, .len = len};
+  bool ok = root != NULL;
+  if (!ok) { /* where the JSON breaks, and its line */
     const char *at = end ? end : text;
     *line = 1;
     for (const char *p = text; p < at && *p; p++) *line += *p == '\n';
     int n = (int)strcspn(at, "\r\n");
     snprintf(err, len, "not valid JSON near '%.*s'", n < 20 ? n : 20, at);
-    free(text);
-    return false;
   }
-  if (!cJSON_IsObject(root)) {
-    fail(err, len, "a rank table is a JSON object");
-    goto done;
-  }
-  if (cJSON_GetObjectItemCaseSensitive(root, "server_group_list") &&
-      !cJSON_GetObjectItemCaseSensitive(root, "server_list")) {
-    fail(err, len, "server_group_list (a cluster-wide global rank table) is not supported: give the "
-                         "job's rank table with server_list");
-    goto done;
-  }
-  const char *version = get_string(root, "version");
-  if (!version) {
-    fail(err, len, "no \"version\" string (1.0 or 1.2)");
-    goto done;
-  }
-  if (strcmp(version, "1.0") != 0 && strcmp(version, "1.2") != 0) {
-    fail(err, len, "version '%s' is not supported (1.0 or 1.2)", version);
-    goto done;
-  }
-  snprintf(t->version, sizeof t->version, "%s", version);
-  const char *status = get_string(root, "status");
-  if (status && strcmp(status, "completed") != 0) {
-    fail(err, len, "status is '%s', not 'completed' (the table is not ready)", status);
-    goto done;
-  }
-  const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "server_list");
-  if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) == 0) {
-    fail(err, len, "\"server_list\" must be a non-empty array of servers");
-    goto done;
-  }
-  int ns = cJSON_GetArraySize(list);
-  long declared;
-  bool present;
-  if (!get_index(root, "server_count", &declared, &present) && present) {
-    fail(err, len, "server_count %s is not a count", value_text(root, "server_count", vb, sizeof vb));
-    goto done;
-  }
-  if (present && declared != ns) {
-    fail(err, len, "server_count is %ld but server_list has %d server%s", declared, ns, cf_s(ns));
-    goto done;
-  }
-  int total = 0;
-  const cJSON *srv;
-  cJSON_ArrayForEach(srv, list) {
-    const cJSON *dev = cJSON_IsObject(srv) ? cJSON_GetObjectItemCaseSensitive(srv, "device") : NULL;
-    if (cJSON_IsArray(dev)) total += cJSON_GetArraySize(dev);
-  }
-  t->servers = calloc((size_t)ns, sizeof *t->servers);
-  t->ranks = calloc((size_t)total + 1, sizeof *t->ranks);
-  ids_cap = set_cap((size_t)ns);
-  pairs_cap = set_cap((size_t)total);
-  ids = calloc(ids_cap, sizeof *ids);
-  pairs = calloc(pairs_cap, sizeof *pairs);
-  if (!t->servers || !t->ranks || !ids || !pairs) {
-    fail(err, len, "out of memory");
-    goto done;
-  }
-  for (int i = 0; i <= total; i++) t->ranks[i].server = -1;
+  const cJSON *list = ok ? read_header(root, t, err, len) : NULL;
+  ok = list && make_room(&l, list);
   int s = 0;
-  cJSON_ArrayForEach(srv, list) {
-    if (!cJSON_IsObject(srv)) {
-      fail(err, len, "server_list[%d] is not an object", s);
-      goto done;
+  const cJSON *srv;
+  if (ok)
+    cJSON_ArrayForEach(srv, list) {
+      if (!(ok = read_server(&l, srv, s++))) break;
     }
-    const char *id = get_string(srv, "server_id"), *host_ip = get_string(srv, "host_ip");
-    if (!id || !id[0]) {
-      fail(err, len, "server_list[%d] has no \"server_id\" string", s);
-      goto done;
-    }
-    if (cJSON_GetObjectItemCaseSensitive(srv, "host_ip") && (!host_ip || !host_ip[0])) {
-      fail(err, len, "server_list[%d] ('%s'): host_ip %s is not a host", s, id,
-           value_text(srv, "host_ip", vb, sizeof vb));
-      goto done;
-    }
-    cf_rank_server *rs = &t->servers[s];
-    rs->server_id = dup_str(id);
-    rs->host = dup_str(host_ip ? host_ip : id);
-    t->n_servers = s + 1;
-    if (!rs->server_id || !rs->host) {
-      fail(err, len, "out of memory");
-      goto done;
-    }
-    int k = server_seen(ids, ids_cap, t->servers, id, s);
-    if (k >= 0) {
-      fail(err, len, "server_list[%d]: server_id '%s' is also server_list[%d]'s", s, id, k);
-      goto done;
-    }
-    const cJSON *devs = cJSON_GetObjectItemCaseSensitive(srv, "device");
-    if (!cJSON_IsArray(devs) || cJSON_GetArraySize(devs) == 0) {
-      fail(err, len, "server_list[%d] ('%s'): \"device\" must be a non-empty array", s, id);
-      goto done;
-    }
-    int d = 0;
-    const cJSON *dv;
-    cJSON_ArrayForEach(dv, devs) {
-      long device_id, rank_id;
-      if (!cJSON_IsObject(dv)) {
-        fail(err, len, "server_list[%d].device[%d] is not an object", s, d);
-        goto done;
-      }
-      if (!get_index(dv, "device_id", &device_id, &present)) {
-        fail(err, len, present ? "server_list[%d].device[%d]: device_id %s is not a device number"
-                                     : "server_list[%d].device[%d]: no device_id%s",
-             s, d, present ? value_text(dv, "device_id", vb, sizeof vb) : "");
-        goto done;
-      }
-      if (!get_index(dv, "rank_id", &rank_id, &present)) {
-        fail(err, len, present ? "server_list[%d].device[%d]: rank_id %s is not a rank number"
-                                     : "server_list[%d].device[%d]: no rank_id%s",
-             s, d, present ? value_text(dv, "rank_id", vb, sizeof vb) : "");
-        goto done;
-      }
-      if (rank_id >= total) {
-        fail(err, len,
-             "server_list[%d].device[%d]: rank_id %ld, but the table has %d device%s (ranks are "
-             "0..%d)",
-             s, d, rank_id, total, cf_s(total), total - 1);
-        goto done;
-      }
-      if (t->ranks[rank_id].server >= 0) {
-        fail(err, len, "server_list[%d].device[%d]: rank_id %ld is also given to device %d of server '%s'",
-             s, d, rank_id, t->ranks[rank_id].device_id, t->servers[t->ranks[rank_id].server].server_id);
-        goto done;
-      }
-      if (key_seen(pairs, pairs_cap, (uint64_t)s << 32 | (uint64_t)device_id)) {
-        fail(err, len, "server_list[%d].device[%d]: device_id %ld appears twice on server '%s'", s, d,
-             device_id, id);
-        goto done;
-      }
-      t->ranks[rank_id] = (cf_rank_entry){.server = s, .device_id = (int)device_id, .local = d};
-      d++;
-    }
-    rs->devices = d;
-    s++;
-  }
-  t->n_ranks = total;
-  ok = true;
-done:
-  free(ids);
-  free(pairs);
+  if (ok) t->n_ranks = l.total;
+  free(l.ids);
+  free(l.pairs);
   cJSON_Delete(root);
   free(text);
   if (!ok) cf_ranktable_free(t);

@@ -26,6 +26,7 @@
 
 #include "../check/check.h"
 #include "../executor/plan.h"
+#include "../executor/transports/transports.h"
 
 #include <cblas.h>
 #include <cjson/cJSON.h>
@@ -605,7 +606,7 @@ static cf_status check_memory(cf_context *ctx, const run_args *a, const cf_plan 
   if (a->mpi) {
     need.ranks = 1;
     need.rank = me;
-    need.processes = cf_mpi_local_size(world);
+    need.processes = cf_world_host_processes(world);
     if (a->verify) {
       need.shared += (int64_t)(ranks - 1) * inputs;
       need.shared_what = "--verify's float64 reference and every rank's inputs";
@@ -855,7 +856,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     }
     me = world->first;
     if (opt.algo.policy == CF_POLICY_AUTO)
-      opt.algo.policy = cf_mpi_auto(world); /* as measured on MPI */
+      opt.algo.policy = cf_world_auto(world); /* as measured on MPI */
     if (a.ranks && a.ranks != world->size)
       st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
                     "--ranks %d, but mpirun started %d process%s (leave --ranks out with "
@@ -863,11 +864,11 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                     a.ranks, world->size, world->size == 1 ? "" : "es");
     ranks = world->size;
     if (!st && a.rank_table)
-      st = check_rank_table(ctx, a.rank_table, me, world->size, cf_mpi_host(world));
+      st = check_rank_table(ctx, a.rank_table, me, world->size, cf_world_host(world));
     /* the node's cores are shared by its processes: so are BLAS threads
      * (an explicit OPENBLAS_NUM_THREADS wins) */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int local = cf_mpi_local_size(world);
+    int local = cf_world_host_processes(world);
     if (!getenv("OPENBLAS_NUM_THREADS") && cores > 0)
       openblas_set_num_threads(cores / local > 1 ? (int)(cores / local) : 1);
     /* test hook mode 3: this process SIGKILLs itself at collective message STEP */
@@ -933,7 +934,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     /* and whether they read the same profile (its MPI rules) */
     double ph = a.prof ? (double)cf_profile_hash(a.prof, "mpi") : -1;
     double v[6] = {st ? cf_tool_exit_code(st) : 0, st ? (double)(ranks - me) : 0, h, -h, ph, -ph};
-    cf_status s2 = cf_mpi_max(world, v, 6);
+    cf_status s2 = cf_world_max(world, v, 6);
     bool same = !s2 && v[2] > 0 && v[2] == -v[3];
     if (!s2 && !st && v[0] == 0 && v[4] != -v[5]) {
       st = cf_error(ctx, CF_ERR_INVALID, NULL, 0,
@@ -947,7 +948,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
       setup_rc = (int)v[0];
       if (me == 0) fprintf(stderr, "collfuse run: rank %d could not start (its message above)\n", ranks - (int)v[1]);
     }
-    if (!setup_rc) st = cf_mpi_prepare_native(world, plan);
+    if (!setup_rc) st = cf_exec_prepare(ctx, world, plan);
   }
   bool ran = false;
   if (!st && !setup_rc) {
@@ -1005,7 +1006,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   if (a.mpi && ran) {
     double v[5] = {rc ? (double)(ranks - me) : 0, rc, vs.max_abs_err, vs.max_rel_err,
                    a.save && saved ? 1 : 0};
-    cf_status s3 = cf_mpi_max(world, v, 5);
+    cf_status s3 = cf_world_max(world, v, 5);
     if (s3) {
       if (!rc) rc = cf_tool_fail(ctx, s3);
     } else {

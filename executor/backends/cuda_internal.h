@@ -6,7 +6,8 @@
 #ifndef COLLFUSE_CUDA_INTERNAL_H
 #define COLLFUSE_CUDA_INTERNAL_H
 
-#include "../executor.h"
+#include "../host.h"
+#include "backends.h"
 #include "cuda_api.h"
 
 #include <pthread.h>

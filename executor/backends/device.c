@@ -6,7 +6,8 @@
  * compute is cf_compute_run on the buffers themselves, and time is the
  * host's clock. That keeps the executor's CPU path exactly what it was.
  */
-#include "../executor.h"
+#include "../host.h"
+#include "backends.h"
 
 #include <limits.h>
 #include <stdlib.h>

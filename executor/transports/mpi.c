@@ -734,19 +734,19 @@ static cf_mpi_world *mpi_of(const cf_world *w) {
   return w && w->ops == &cf_world_mpi ? w->impl : NULL;
 }
 
-int cf_mpi_local_size(const cf_world *base) {
-  const cf_mpi_world *w = mpi_of(base);
-  return w ? w->local_size : 1;
+static int mpi_host_processes(const cf_world *base) {
+  const cf_mpi_world *w = base->impl;
+  return w->local_size;
 }
 
-cf_algo_policy cf_mpi_auto(const cf_world *base) {
-  const cf_mpi_world *w = mpi_of(base);
-  return w && w->shm ? CF_POLICY_AUTO_MPI_SHM : CF_POLICY_AUTO_MPI_NET;
+static int mpi_auto_policy(const cf_world *base) {
+  const cf_mpi_world *w = base->impl;
+  return w->shm ? CF_POLICY_AUTO_MPI_SHM : CF_POLICY_AUTO_MPI_NET;
 }
 
-const char *cf_mpi_host(const cf_world *base) {
-  const cf_mpi_world *w = mpi_of(base);
-  return w ? w->host : "";
+static const char *mpi_host(const cf_world *base) {
+  const cf_mpi_world *w = base->impl;
+  return w->host;
 }
 
 /* The test hook's send: counts collective messages and SIGKILLs this
@@ -772,9 +772,8 @@ void cf_mpi_test_kill(cf_world *base, int64_t k) {
   w->comm.ops = &w->kill_ops;
 }
 
-cf_status cf_mpi_max(cf_world *base, double *v, int n) {
-  cf_mpi_world *w = mpi_of(base);
-  if (!w) return CF_OK;
+static cf_status mpi_max(cf_world *base, double *v, int n) {
+  cf_mpi_world *w = base->impl;
   MPI_Request req;
   cf_mpi_lock(w);
   int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, w->world, &req);
@@ -784,14 +783,12 @@ cf_status cf_mpi_max(cf_world *base, double *v, int n) {
   return wait_all(&w->comm, &req, 1, NULL, &ww);
 }
 
-void cf_mpi_abort(cf_world *base, const char *text) {
-  cf_mpi_world *w = mpi_of(base);
-  if (w) cf_mpi_world_abort(w, text);
+static void mpi_abort(cf_world *base, const char *text) {
+  cf_mpi_world_abort(base->impl, text);
 }
 
-cf_status cf_mpi_prepare_native(cf_world *base, const struct cf_plan *p) {
-  cf_mpi_world *w = mpi_of(base);
-  return w ? cf_mpi_native_prepare(w, p) : CF_OK;
+static cf_status mpi_native_groups(cf_world *base, const cf_world_group *groups, int n) {
+  return cf_mpi_native_groups(base->impl, groups, n);
 }
 
 /* After a failure: do all ranks get here (each has printed its message)
@@ -925,4 +922,10 @@ const cf_world_ops cf_world_mpi = {
     .create = mpi_create,
     .comm = mpi_comm,
     .destroy = mpi_destroy,
+    .host_processes = mpi_host_processes,
+    .host = mpi_host,
+    .auto_policy = mpi_auto_policy,
+    .max = mpi_max,
+    .abort = mpi_abort,
+    .native_groups = mpi_native_groups,
 };

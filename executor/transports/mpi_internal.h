@@ -114,7 +114,9 @@ cf_status cf_mpi_native(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 void cf_mpi_native_init(cf_mpi_world *w); /* float16/bfloat16 type and ops, after MPI_Init */
 void cf_mpi_native_stop(cf_mpi_world *w); /* end the watchdog thread */
 void cf_mpi_native_free(cf_mpi_world *w); /* group communicators, ops, type (before finalize) */
-/* cf_mpi_prepare_native of transports.h on the MPI world w. */
-cf_status cf_mpi_native_prepare(cf_mpi_world *w, const struct cf_plan *p);
+/* The native_groups slot (runtime.h): a communicator for each group not
+ * seen before that is not the whole world, made by its ranks (each part of
+ * a partitioned group its own). */
+cf_status cf_mpi_native_groups(cf_mpi_world *w, const cf_world_group *groups, int n);
 
 #endif

@@ -24,7 +24,7 @@
  * run's timeout or another rank fails meanwhile.
  */
 #define _GNU_SOURCE
-#include "../plan.h"
+#include "../host.h"
 #include "mpi_internal.h"
 
 #include <math.h>
@@ -292,7 +292,7 @@ cf_status cf_mpi_native(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   MPI_Comm comm = group_comm(w, call);
   if (comm == MPI_COMM_NULL)
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0,
-                    "mpi-native: group '%s' has no MPI communicator (cf_mpi_prepare_native was not called)",
+                    "mpi-native: group '%s' has no MPI communicator (cf_exec_prepare was not called)",
                     d->group);
   int64_t bytes = d->count * cf_dtype_size(d->dtype);
   if (d->count > INT32_MAX / 8 || bytes > INT32_MAX)
@@ -348,18 +348,16 @@ void cf_mpi_native_free(cf_mpi_world *w) {
   if (w->half != MPI_DATATYPE_NULL) MPI_Type_free(&w->half);
 }
 
-cf_status cf_mpi_native_prepare(cf_mpi_world *w, const struct cf_plan *p) {
+cf_status cf_mpi_native_groups(cf_mpi_world *w, const cf_world_group *groups, int n) {
   cf_context *ctx = w->comm.ctx;
-  bool forced = p->opt.algo.policy == CF_POLICY_FORCED && cf_algo_table[p->opt.algo.algo].native;
-  if (!forced && p->opt.algo.policy != CF_POLICY_AUTO_MPI_NET) return CF_OK;
   MPI_Group world_group;
   MPI_Comm_group(w->world, &world_group);
   cf_status st = CF_OK;
-  for (int c = 0; c < p->n_colls && !st; c++) {
-    const cf_pcoll *pc = &p->colls[c];
+  for (int c = 0; c < n && !st; c++) {
+    const cf_world_group *pc = &groups[c];
     bool seen = false, member = false, identity = pc->n == w->comm.size && pc->n_parts == 1;
     const int *part = pc->ranks; /* a partitioned group: the part that holds this rank */
-    for (int i = 0; i < w->n_groups && !seen; i++) seen = strcmp(w->groups[i].name, pc->desc.group) == 0;
+    for (int i = 0; i < w->n_groups && !seen; i++) seen = strcmp(w->groups[i].name, pc->name) == 0;
     for (int i = 0; i < pc->n * pc->n_parts; i++) {
       if (pc->ranks[i] == w->comm.rank) {
         member = true;
@@ -375,7 +373,7 @@ cf_status cf_mpi_native_prepare(cf_mpi_world *w, const struct cf_plan *p) {
     }
     w->groups = ng;
     native_group *g = &w->groups[w->n_groups++];
-    snprintf(g->name, sizeof g->name, "%s", pc->desc.group);
+    snprintf(g->name, sizeof g->name, "%s", pc->name);
     g->comm = MPI_COMM_NULL;
     if (!member) continue; /* only the group's ranks create it, each part its own */
     MPI_Group grp;

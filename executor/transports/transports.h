@@ -1,12 +1,13 @@
-/* transports/transports.h - the worlds collfuse has (threads, MPI), the
- * wrappers callers use instead of a world's slots, and what only the MPI
- * world answers (runtime.h holds the contract a world and its transport
- * implement). Tools never include mpi.h: these calls are the whole
- * interface.
+/* transports/transports.h - the worlds collfuse has (threads, MPI) and the
+ * wrappers callers use instead of a world's slots (runtime.h holds the
+ * contract a world and its transport implement). Tools and the API never
+ * include mpi.h nor name an MPI call: a world's slots, through these
+ * wrappers, are the whole interface.
  */
 #ifndef COLLFUSE_EXECUTOR_TRANSPORTS_H
 #define COLLFUSE_EXECUTOR_TRANSPORTS_H
 
+#include "../algo.h"
 #include "../runtime.h"
 
 /* transports/threads.c: size ranks that are threads of this process, over
@@ -30,31 +31,23 @@ void cf_world_rank_left(cf_world *w, int rank);
  * collectives), before it starts. */
 void cf_world_rank_thread(cf_world *w, int rank, int lane);
 void cf_world_destroy(cf_world *w, int exit_code); /* accepts NULL */
-
-/* transports/mpi.c: what only the MPI world answers. On any other world
- * (or NULL) each gives the answer of a single process: local size 1, host
- * "", AUTO, CF_OK with v unchanged, and no-ops. */
-/* Ranks of the job on this node (MPI_COMM_TYPE_SHARED), and its name. */
-int cf_mpi_local_size(const cf_world *w);
-const char *cf_mpi_host(const cf_world *w);
-/* What auto means on this MPI job (the same on every rank):
+/* What only a world of several processes answers (runtime.h's slots). On a
+ * world without the slot (or NULL) each gives the answer of a single
+ * process: 1, "", CF_POLICY_AUTO, CF_OK with v unchanged, a no-op and
+ * CF_OK. The MPI world: the job's processes on this node and its name;
  * CF_POLICY_AUTO_MPI_SHM when every rank reaches every other through shared
  * memory (one node, and OpenMPI's btl list allows vader/sm), else
- * CF_POLICY_AUTO_MPI_NET. */
-cf_algo_policy cf_mpi_auto(const cf_world *w);
-/* For --algo mpi-native and CF_POLICY_AUTO_MPI_NET: one MPI communicator per
- * group of plan p's collectives (MPI_Comm_create_group, in plan order, so
- * every rank must call it with the same plan before running it). No-op for
- * other algorithms. */
-struct cf_plan;
-cf_status cf_mpi_prepare_native(cf_world *w, const struct cf_plan *p);
-/* v[i] = the maximum of v[i] over every rank (for combining verification
- * results); honours the timeout and the abort flag. */
-cf_status cf_mpi_max(cf_world *w, double *v, int n);
-/* Fail every rank with text (e.g. this rank could not even build its plan). */
-void cf_mpi_abort(cf_world *w, const char *text);
-/* Test hook: this process SIGKILLs itself just before it sends its
- * (k+1)-th collective message (k < 0: off). */
+ * CF_POLICY_AUTO_MPI_NET; an MPI communicator per group (executor.h's
+ * cf_exec_prepare hands it a plan's groups). */
+int cf_world_host_processes(const cf_world *w);
+const char *cf_world_host(const cf_world *w);
+cf_algo_policy cf_world_auto(const cf_world *w);
+cf_status cf_world_max(cf_world *w, double *v, int n);
+void cf_world_abort(cf_world *w, const char *text);
+cf_status cf_world_native_groups(cf_world *w, const cf_world_group *groups, int n);
+
+/* transports/mpi.c, a test hook: on the MPI world this process SIGKILLs
+ * itself just before it sends its (k+1)-th collective message (k < 0: off). */
 void cf_mpi_test_kill(cf_world *w, int64_t k);
 
 #endif /* COLLFUSE_EXECUTOR_TRANSPORTS_H */

@@ -27,3 +27,27 @@ void cf_world_rank_thread(cf_world *w, int rank, int lane) {
 void cf_world_destroy(cf_world *w, int exit_code) {
   if (w) w->ops->destroy(w, exit_code);
 }
+
+int cf_world_host_processes(const cf_world *w) {
+  return w && w->ops->host_processes ? w->ops->host_processes(w) : 1;
+}
+
+const char *cf_world_host(const cf_world *w) {
+  return w && w->ops->host ? w->ops->host(w) : "";
+}
+
+cf_algo_policy cf_world_auto(const cf_world *w) {
+  return w && w->ops->auto_policy ? (cf_algo_policy)w->ops->auto_policy(w) : CF_POLICY_AUTO;
+}
+
+cf_status cf_world_max(cf_world *w, double *v, int n) {
+  return w && w->ops->max ? w->ops->max(w, v, n) : CF_OK;
+}
+
+void cf_world_abort(cf_world *w, const char *text) {
+  if (w && w->ops->abort) w->ops->abort(w, text);
+}
+
+cf_status cf_world_native_groups(cf_world *w, const cf_world_group *groups, int n) {
+  return w && w->ops->native_groups ? w->ops->native_groups(w, groups, n) : CF_OK;
+}

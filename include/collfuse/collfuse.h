@@ -80,14 +80,15 @@ const char *cf_context_errmsg(const cf_context *ctx);
 void cf_context_set_log(cf_context *ctx, cf_log_fn fn, void *user);
 
 /* Load a graph from a file ("-": standard input, named <stdin> in
- * messages) in any of four formats: native XML (.xml), GraphML (.graphml),
- * XLA HLO text (.hlo, .hlo.txt) and TensorFlow/GE GraphDef text (.pbtxt,
- * .pb.txt). The format comes from the extension, else from how the text
- * starts (<graph>, <graphml>, HloModule, node {). The graph is structurally verified (names, refs,
- * arity, cycles) and its types inferred, but not checked against a target:
- * call cf_graph_verify for that. The graph keeps a pointer to ctx. */
+ * messages) in any of five formats: native XML (.xml), GraphML (.graphml),
+ * XLA HLO text (.hlo, .hlo.txt), StableHLO MLIR text (.mlir) and
+ * TensorFlow/GE GraphDef text (.pbtxt, .pb.txt). The format comes from the
+ * extension, else from how the text starts (<graph>, <graphml>, HloModule,
+ * module, func.func, node {). The graph is structurally verified (names,
+ * refs, arity, cycles) and its types inferred, but not checked against a
+ * target: call cf_graph_verify for that. The graph keeps a pointer to ctx. */
 cf_status cf_graph_load(cf_context *ctx, const char *path, cf_graph **out);
-/* Parse a graph from memory, in the same four formats; name is used in
+/* Parse a graph from memory, in the same five formats; name is used in
  * messages and picks the format as cf_graph_load's path does. */
 cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, size_t size,
                          cf_graph **out);

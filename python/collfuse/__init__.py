@@ -133,6 +133,15 @@ def _int(v, what):
         raise TypeError("collfuse: %s: an integer is wanted, got %r" % (what, v)) from None
 
 
+def _dims(shape, what):
+    """shape as a C int64_t array and its rank, for the typed builders."""
+    dims = [_int(d, "dimension") for d in shape]
+    for d in dims:
+        if not -(2**63) <= d < 2**63:
+            raise OverflowError("collfuse: %s: dimension %d does not fit int64" % (what, d))
+    return (ctypes.c_int64 * max(1, len(dims)))(*dims), _cint(len(dims), what)
+
+
 def _cint(v, what):
     """v for a C int parameter."""
     i = _int(v, what)
@@ -343,8 +352,12 @@ class Graph:
         """A Constant whose every element is value, which must be exact in
         dtype: an integer in range for an integer dtype, a value that does
         not overflow a float dtype."""
+        name = self._name(name, "Constant")
         _constant_fits(name, dtype, value)
-        return self.op("Constant", (), name, dtype=dtype, shape=tuple(shape), value=repr(float(value)))
+        dims, rank = _dims(shape, "shape of '%s'" % name)
+        self.ctx.check(lib.cf_graph_add_constant(self._h, _b(name, "node name"), _b(dtype, "dtype"), dims, rank,
+                                                 float(value)))
+        return name
 
     def output(self, name, x):
         return self.op("Output", (x,), name)
@@ -368,7 +381,15 @@ class Graph:
         return self.op("Reshape", (x,), name, shape=tuple(shape))
 
     def opaque(self, type, inputs, dtype, shape, name=None):
-        return self.op("Opaque", inputs, name, type=type, dtype=dtype, shape=tuple(shape))
+        """An op collfuse does not run (type: its foreign name): one output
+        of dtype and shape, its inputs kept as dependencies."""
+        name = self._name(name, "Opaque")
+        ins = [_b(i, "operand") for i in inputs]
+        arr = (ctypes.c_char_p * max(1, len(ins)))(*ins)
+        dims, rank = _dims(shape, "shape of '%s'" % name)
+        self.ctx.check(lib.cf_graph_add_opaque(self._h, _b(name, "node name"), _b(type, "type"), arr, len(ins),
+                                               _b(dtype, "dtype"), dims, rank))
+        return name
 
     def all_reduce(self, x, reduction="sum", group=None, fusion=None, fusion_id=None, name=None):
         return self.op("AllReduce", (x,), name, reduction=reduction, group=group, fusion=fusion, fusion_id=fusion_id)

@@ -458,6 +458,42 @@ class TestMisuse(unittest.TestCase):
         g.constant("d", "float16", (2,), 65504.0)
         self.assertEqual(g.node_count, 2)
 
+    def test_constant_and_opaque_builders(self):
+        """Graph.constant and Graph.opaque are the C API's typed builders
+        (cf_graph_add_constant, cf_graph_add_opaque): their refusals are its."""
+        g = collfuse.Graph("co", world_size=2)
+        g.input("x", "float32", (2, 3))
+        self.assertEqual(g.constant("half", "float32", (2, 3), 0.5), "half")
+        s = g.add("x", "half", name="s")
+        self.assertEqual(g.opaque("Gelu", (s,), "bfloat16", (2, 3), name="act"), "act")
+        self.assertEqual(g.opaque("RandomSeed", (), "int32", ()), "opaque_1")
+        g.output("y", g.all_reduce(s, fusion=0, name="ar"))
+        g.output("z", "act")
+        self.assertEqual((g.op_of("half"), g.attr("half", "value"), g.attr("half", "shape")),
+                         ("Constant", "0.5", "2,3"))
+        self.assertEqual((g.op_of("act"), g.attr("act", "type"), g.attr("act", "dtype"), g.attr("act", "shape")),
+                         ("Opaque", "Gelu", "bfloat16", "2,3"))
+        self.assertEqual(g.attr("opaque_1", "shape"), "")
+        x = [np.arange(6, dtype=np.float32).reshape(2, 3) * (r + 1) for r in range(2)]
+        outs = g.compile(passes="O0").run([{"x": x[0]}, {"x": x[1]}])
+        for r in range(2):
+            np.testing.assert_array_equal(outs[r]["y"], x[0] + x[1] + 1.0)
+        n = g.node_count
+        for build, msg in ((lambda: g.constant("c", "float32", (-2,), 1.0), "node 'c': dimension 0 is negative (-2)"),
+                           (lambda: g.constant("c", "float32", (1,) * 9, 1.0), "node 'c': shape rank 9 must be in 0..8"),
+                           (lambda: g.opaque("Gelu", ("ghost",), "float32", (2,), name="o"),
+                            "node 'o': input 0 refers to unknown node 'ghost'"),
+                           (lambda: g.opaque("Gelu", (), "float32", (-1, 2), name="o"),
+                            "node 'o': dimension 0 is negative (-1)")):
+            with self.subTest(msg=msg):
+                with self.assertRaises(collfuse.CollfuseError) as cm:
+                    build()
+                self.assertIn(msg, str(cm.exception))
+        with self.assertRaises(OverflowError) as cm:
+            g.opaque("Gelu", (), "float32", (2**70,), name="o")
+        self.assertIn("shape of 'o': dimension 1180591620717411303424 does not fit int64", str(cm.exception))
+        self.assertEqual(g.node_count, n)
+
     def test_integers_for_c_ints(self):
         """ctypes keeps the low 32 bits of an int for a C int: checked first."""
         with self.assertRaises(OverflowError) as cm:
