@@ -7,22 +7,30 @@
  * parses and verifies it in a child process, and compares the CPU time and
  * peak memory the child spent on that (getrusage, never wall-clock): 8n may
  * cost at most RATIO times what n costs, plus a little slack for timer and
- * page granularity. Linear costs give about 8, quadratic ones 64. Sizes are
- * small enough that the whole test takes seconds, ASan included. The rank
+ * page granularity. Linear costs give about 8, quadratic ones 64. The rank
  * table check (tools/ranktable.c) is measured on the collfuse driver the
- * same way, through wait4.
+ * same way, through wait4, less the driver's own start-up (the cost of a
+ * one-device table).
+ *
+ * A busy or sanitized machine only ever adds CPU time, and adds it unevenly
+ * (the CI once saw 8x cost 22x under ASan beside other jobs). So a case that
+ * looks superlinear is measured again, all sizes in turn, up to TRIES times,
+ * each figure the least seen: noise goes away with the retries, a quadratic
+ * cost (64x) stays. Sizes are small enough that the whole test takes
+ * seconds, ASan included.
  */
 #define _GNU_SOURCE
 #include "cf_test.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum { RATIO = 20 };
-#define CPU_SLACK 0.02 /* seconds */
+enum { RATIO = 20, TRIES = 4 };
+#define CPU_SLACK 0.05 /* seconds */
 #define RSS_SLACK 4096 /* KiB */
 
 /* ---- a growing text buffer ---- */
@@ -100,15 +108,44 @@ static cost measure(const char *name, gen_fn gen, int n) {
   return c;
 }
 
-static void expect_linear(const char *what, cost a, cost b) {
-  print_message("%-28s cpu %.3f -> %.3f s, rss +%ld -> +%ld KiB\n", what, a.cpu, b.cpu, a.rss,
-                b.rss);
-  if (b.cpu > RATIO * a.cpu + CPU_SLACK)
-    fail_msg("%s: 8x the input took %.3f s of CPU, %.3f s at 1x: more than %dx", what, b.cpu, a.cpu,
-             RATIO);
-  if (b.rss > RATIO * a.rss + RSS_SLACK)
-    fail_msg("%s: 8x the input grew the peak memory by %ld KiB, %ld KiB at 1x: more than %dx", what,
-             b.rss, a.rss, RATIO);
+/* The least of two measurements of one input, figure by figure. */
+static cost cheaper(cost x, cost y) {
+  if (y.cpu < x.cpu) x.cpu = y.cpu;
+  if (y.rss < x.rss) x.rss = y.rss;
+  return x;
+}
+
+/* What one case measures: run(arg, k) is the cost of the start-up alone
+ * (k 0), of the input of size n (k 1) and of size 8n (k 2). */
+typedef cost (*run_fn)(const void *arg, int k);
+
+/* The costs of size 8n at most RATIO times those of size n, both less the
+ * start-up; after a miss everything is measured again (each figure the
+ * least seen), up to TRIES times. The start-up is subtracted from both, so
+ * its own noise, up to half of it, is allowed RATIO times over. */
+static void check_linear(const char *what, run_fn run, const void *arg) {
+  cost c[3];
+  for (int t = 0; t < TRIES; t++) {
+    for (int k = 0; k < 3; k++) {
+      cost m = run(arg, k);
+      c[k] = t ? cheaper(c[k], m) : m;
+    }
+    double a = c[1].cpu - c[0].cpu, b = c[2].cpu - c[0].cpu;
+    long ra = c[1].rss - c[0].rss, rb = c[2].rss - c[0].rss;
+    double slack = CPU_SLACK + RATIO * c[0].cpu / 2;
+    print_message("%-28s cpu %.3f -> %.3f s, rss +%ld -> +%ld KiB (start-up %.3f s)%s\n", what, a,
+                  b, ra, rb, c[0].cpu, t ? " again" : "");
+    bool cpu_ok = b <= RATIO * a + slack, rss_ok = rb <= RATIO * ra + RSS_SLACK;
+    if (cpu_ok && rss_ok) return;
+    if (t < TRIES - 1) continue;
+    if (!cpu_ok)
+      fail_msg("%s: 8x the input took %.3f s of CPU, %.3f s at 1x: more than %dx (+%.3f s), the "
+               "least of %d tries",
+               what, b, a, RATIO, slack, TRIES);
+    fail_msg("%s: 8x the input grew the peak memory by %ld KiB, %ld KiB at 1x: more than %dx, the "
+             "least of %d tries",
+             what, rb, ra, RATIO, TRIES);
+  }
 }
 
 /* One amplifying shape of one reader's input. */
@@ -121,18 +158,23 @@ typedef struct shape {
   const char *substr; /* in the message when st is an error */
 } shape;
 
+/* Size n (k 1) or 8n (k 2) of a shape, which must give st; nothing (k 0):
+ * the child's start-up is not measured. */
+static cost run_shape(const void *arg, int k) {
+  const shape *s = arg;
+  cost c = {0};
+  if (!k) return c;
+  c = measure(s->file, s->gen, k == 1 ? s->n : 8 * s->n);
+  if (c.status != (int)s->st || (s->substr && !strstr(c.msg, s->substr)))
+    fail_msg("%s at %dn: status %d '%s', expected %d '%s'", s->what, k == 1 ? 1 : 8, c.status,
+             c.msg, s->st, s->substr ? s->substr : "");
+  return c;
+}
+
 /* Sizes n and 8n give st at a near-linear cost. */
 static void test_shape(void **state) {
   const shape *s = *state;
-  const char *what = s->what;
-  cost a = measure(s->file, s->gen, s->n), b = measure(s->file, s->gen, 8 * s->n);
-  for (int i = 0; i < 2; i++) {
-    const cost *c = i ? &b : &a;
-    if (c->status != (int)s->st || (s->substr && !strstr(c->msg, s->substr)))
-      fail_msg("%s at %dn: status %d '%s', expected %d '%s'", what, i ? 8 : 1, c->status, c->msg,
-               s->st, s->substr ? s->substr : "");
-  }
-  expect_linear(what, a, b);
+  check_linear(s->what, run_shape, s);
 }
 
 /* ---- GraphDef text ---- */
@@ -642,40 +684,43 @@ static cost run_ranktable(const char *path) {
   return c;
 }
 
-/* The run with less CPU time (its memory figure with it). */
-static cost cheaper(cost x, cost y) { return y.cpu < x.cpu ? y : x; }
+/* One rank table shape: its table at each size, in files written once. */
+typedef struct rt_case {
+  char path[3][512]; /* one device, n devices, 8n devices */
+} rt_case;
+
+static cost run_rt(const void *arg, int k) {
+  const rt_case *r = arg;
+  cost c = run_ranktable(r->path[k]);
+  assert_int_equal(c.status, 0);
+  return c;
+}
 
 static void test_ranktable(void **state) {
   (void)state;
   const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-  char path[512];
-  snprintf(path, sizeof path, "%s/cf_linear_rt_XXXXXX", tmp);
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
+  rt_case r;
+  for (int k = 0; k < 3; k++) {
+    snprintf(r.path[k], sizeof r.path[k], "%s/cf_linear_rt_XXXXXX", tmp);
+    int fd = mkstemp(r.path[k]);
+    assert_true(fd >= 0);
+    close(fd);
+  }
   static const struct {
     const char *what;
     int per; /* devices per server (0: all on one) */
   } shapes[] = {
       {"ranktable servers", 1}, {"ranktable servers of 8", 8}, {"ranktable one server", 0}};
   /* a whole process is measured, so n is large enough that the table, not
-   * the driver's start-up, is most of the 1x cost, and each figure is the
-   * cheaper of two runs (a loaded machine only ever adds time) */
+   * the driver's start-up, is most of the 1x cost */
   const int n = 12000;
+  write_ranktable(r.path[0], 1, 1);
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-    write_ranktable(path, n, shapes[i].per ? shapes[i].per : n);
-    cost a = cheaper(run_ranktable(path), run_ranktable(path));
-    write_ranktable(path, 8 * n, shapes[i].per ? shapes[i].per : 8 * n);
-    cost b = cheaper(run_ranktable(path), run_ranktable(path));
-    assert_int_equal(a.status, 0);
-    assert_int_equal(b.status, 0);
-    /* the driver's own start-up is the baseline both share */
-    write_ranktable(path, 1, 1);
-    cost base = cheaper(run_ranktable(path), run_ranktable(path));
-    a.cpu -= base.cpu, b.cpu -= base.cpu, a.rss -= base.rss, b.rss -= base.rss;
-    expect_linear(shapes[i].what, a, b);
+    write_ranktable(r.path[1], n, shapes[i].per ? shapes[i].per : n);
+    write_ranktable(r.path[2], 8 * n, shapes[i].per ? shapes[i].per : 8 * n);
+    check_linear(shapes[i].what, run_rt, &r);
   }
-  unlink(path);
+  for (int k = 0; k < 3; k++) unlink(r.path[k]);
 }
 
 #define SHAPE(what, file, gen, n, st, substr)                                                      \
@@ -685,13 +730,13 @@ static void test_ranktable(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      SHAPE("pbtxt_attributes", "t.pbtxt", pb_attrs, 200, CF_OK, NULL),
+      SHAPE("pbtxt_attributes", "t.pbtxt", pb_attrs, 2000, CF_OK, NULL),
       SHAPE("pbtxt_identity_chain", "t.pbtxt", pb_chain, 1500, CF_OK, NULL),
       SHAPE("pbtxt_groups", "t.pbtxt", pb_groups, 1000, CF_OK, NULL),
       SHAPE("pbtxt_fan", "t.pbtxt", pb_fan, 1000, CF_OK, NULL),
-      SHAPE("pbtxt_nesting", "t.pbtxt", pb_nesting, 100, CF_OK, NULL),
+      SHAPE("pbtxt_nesting", "t.pbtxt", pb_nesting, 300, CF_OK, NULL),
       SHAPE("xml_groups", "t.xml", xml_groups, 1000, CF_OK, NULL),
-      SHAPE("xml_group_parts", "t.xml", xml_parts, 40, CF_OK, NULL),
+      SHAPE("xml_group_parts", "t.xml", xml_parts, 120, CF_OK, NULL),
       SHAPE("xml_fan", "t.xml", xml_fan, 1000, CF_OK, NULL),
       SHAPE("xml_chain", "t.xml", xml_chain, 1000, CF_OK, NULL),
       SHAPE("graphml_keys", "t.graphml", gml_keys, 1000, CF_OK, NULL),
@@ -710,7 +755,7 @@ int main(void) {
       SHAPE("stablehlo_call_expansion", "t.mlir", shlo_call_bomb, 100, CF_ERR_INVALID,
             "the limit is 8 per byte of the module"),
       SHAPE("stablehlo_replica_groups", "t.mlir", shlo_groups, 500, CF_OK, NULL),
-      SHAPE("stablehlo_meshes", "t.mlir", shlo_meshes, 4000, CF_OK, NULL),
+      SHAPE("stablehlo_meshes", "t.mlir", shlo_meshes, 8000, CF_OK, NULL),
       SHAPE("stablehlo_nested_modules", "t.mlir", shlo_nested_modules, 30, CF_OK, NULL),
       SHAPE("stablehlo_nested_manual", "t.mlir", shlo_nested_manual, 7, CF_OK, NULL),
       SHAPE("stablehlo_nested_regions", "t.mlir", shlo_nested_regions, 12, CF_OK, NULL),
