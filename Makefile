@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo install deb doc-ops clean
+.PHONY: all deps configure build test check-long demo install deb doc-ops clean
 
 all: build
 
@@ -16,8 +16,13 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# the suite without the long stress and scale runs (ctest label long,
+# tests/CMakeLists.txt), which check-long runs
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE long
+
+check-long: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L long
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)

@@ -66,6 +66,7 @@ static int setup_all(void **state) {
 
 static int teardown_all(void **state) {
   if (dev) dev->ops->destroy(dev);
+  dev = NULL;
   free(grads);
   return teardown(state);
 }
@@ -2222,42 +2223,56 @@ static void test_plan_partitioned_groups(void **state) {
   }
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_copy_stream),
-      cmocka_unit_test(test_stream_min),
-      cmocka_unit_test(test_bind),
-      cmocka_unit_test(test_allreduce_algos_dtypes),
-      cmocka_unit_test(test_allreduce_large),
-      cmocka_unit_test(test_allreduce_rsag_segments),
-      cmocka_unit_test(test_select_measured),
-      cmocka_unit_test(test_allreduce_reductions),
-      cmocka_unit_test(test_allreduce_many_ranks),
-      cmocka_unit_test(test_allreduce_int_mean_no_wrap),
-      cmocka_unit_test(test_allreduce_deterministic),
-      cmocka_unit_test(test_allreduce_in_place),
-      cmocka_unit_test(test_rsag_in_place),
-      cmocka_unit_test(test_reduce_scatter),
-      cmocka_unit_test(test_all_gather),
-      cmocka_unit_test(test_reduce_root),
-      cmocka_unit_test(test_broadcast),
-      cmocka_unit_test(test_group_subset),
-      cmocka_unit_test(test_sequences),
-      cmocka_unit_test(test_mismatch_allreduce),
-      cmocka_unit_test(test_mismatch_other),
-      cmocka_unit_test(test_mismatch_root),
-      cmocka_unit_test(test_mismatch_alltoall_permute),
-      cmocka_unit_test(test_vanished_rank),
-      cmocka_unit_test(test_plan_matches_reference),
-      cmocka_unit_test(test_plan_deterministic_bitwise),
-      cmocka_unit_test(test_plan_in_place),
-      cmocka_unit_test(test_plan_rsag_in_place),
-      cmocka_unit_test(test_plan_lent_inputs),
-      cmocka_unit_test(test_plan_peak_memory),
-      cmocka_unit_test(test_plan_hooks),
-      cmocka_unit_test(test_plan_refuses_and_prefused),
-      cmocka_unit_test(test_plan_partitioned_groups),
-  };
+/* The cases by subject: ctest runs each subject as a test of its own
+ * (test_executor/SUBJECT, tests/CMakeLists.txt), so they run side by side;
+ * no argument runs them all. */
+#define T(f) cmocka_unit_test(f)
+static const struct CMUnitTest s_streams[] = {
+    T(test_copy_stream), T(test_stream_min), T(test_bind), T(test_select_measured),
+};
+static const struct CMUnitTest s_allreduce[] = {
+    T(test_allreduce_algos_dtypes), T(test_allreduce_large), T(test_allreduce_reductions),
+    T(test_allreduce_many_ranks),   T(test_allreduce_int_mean_no_wrap),
+    T(test_allreduce_deterministic),
+};
+static const struct CMUnitTest s_in_place[] = {T(test_allreduce_in_place), T(test_rsag_in_place)};
+static const struct CMUnitTest s_segments[] = {T(test_allreduce_rsag_segments)};
+static const struct CMUnitTest s_collectives[] = {
+    T(test_reduce_scatter), T(test_all_gather),   T(test_reduce_root),
+    T(test_broadcast),      T(test_group_subset), T(test_sequences),
+};
+static const struct CMUnitTest s_failures[] = {
+    T(test_mismatch_allreduce), T(test_mismatch_other), T(test_mismatch_root),
+    T(test_mismatch_alltoall_permute), T(test_vanished_rank),
+};
+static const struct CMUnitTest s_plan[] = {
+    T(test_plan_matches_reference), T(test_plan_deterministic_bitwise), T(test_plan_in_place),
+    T(test_plan_rsag_in_place),     T(test_plan_lent_inputs),           T(test_plan_peak_memory),
+    T(test_plan_hooks),             T(test_plan_refuses_and_prefused),  T(test_plan_partitioned_groups),
+};
+#undef T
+#define SUBJECT(a) {#a, s_##a, sizeof s_##a / sizeof s_##a[0]}
+static const struct {
+  const char *name;
+  const struct CMUnitTest *tests;
+  size_t n;
+} subjects[] = {SUBJECT(streams),     SUBJECT(allreduce), SUBJECT(segments), SUBJECT(in_place),
+                SUBJECT(collectives), SUBJECT(failures),  SUBJECT(plan)};
+
+int main(int argc, char **argv) {
   if (getenv("CF_TEST_FILTER")) cmocka_set_test_filter(getenv("CF_TEST_FILTER")); /* debugging one test */
-  return cmocka_run_group_tests(tests, setup_all, teardown_all);
+  int rc = 0;
+  bool found = false;
+  for (size_t i = 0; i < sizeof subjects / sizeof subjects[0]; i++) {
+    if (argc > 1 && strcmp(argv[1], subjects[i].name) != 0) continue;
+    found = true;
+    rc |= _cmocka_run_group_tests(subjects[i].name, subjects[i].tests, subjects[i].n, setup_all,
+                                  teardown_all);
+  }
+  if (!found) {
+    fprintf(stderr, "test_executor: no subject '%s' (streams, allreduce, segments, in_place, "
+                    "collectives, failures, plan)\n", argv[1]);
+    return 2;
+  }
+  return rc;
 }

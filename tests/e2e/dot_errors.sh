@@ -27,7 +27,7 @@ fail() {
 
 # run FILE OUT: collfuse dot $mal/FILE -o $dir/OUT (stderr in $dir/err)
 run() {
-  (cd "$mal" && timeout -k 5 60 "$cf" dot "$1" -o "$dir/$2") >"$dir/out" 2>"$dir/err"
+  (cd "$mal" && timeout -k 5 $((60 * ${CF_TEST_TIME_SCALE:-1})) "$cf" dot "$1" -o "$dir/$2") >"$dir/out" 2>"$dir/err"
   rc=$?
 }
 

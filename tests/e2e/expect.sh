@@ -27,7 +27,7 @@ trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
 start=$(date +%s)
-timeout -k 5 20 "$cf" "$@" >"$tmp/out" 2>"$tmp/err"
+timeout -k 5 $((20 * ${CF_TEST_TIME_SCALE:-1})) "$cf" "$@" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 elapsed=$(($(date +%s) - start))
 

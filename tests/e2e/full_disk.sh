@@ -28,7 +28,7 @@ limited() {
   out=$1
   shift
   mkdir "$dir/w"
-  (cd "$dir/w" && timeout -k 5 60 python3 -c '
+  (cd "$dir/w" && timeout -k 5 $((60 * ${CF_TEST_TIME_SCALE:-1})) python3 -c '
 import os, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (256, 256))

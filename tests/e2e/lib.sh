@@ -7,6 +7,9 @@
 #   LIMIT     seconds `run` allows a command (default 20)
 #   IN        `run`'s standard input for the next command (default /dev/null)
 #   FAIL_LINES  lines of stderr `fail` shows (default 20)
+#   PART      in a script split in two (run.sh): fast runs only the quick
+#             checks (ctest's e2e/NAME, `make test`), long only the long
+#             runs (e2e/NAME_long, label long, `make check-long`), unset both
 # It sets fails=0, checks=0, OUT and ERR (the last command's stdout and
 # stderr). `finish NAME` prints the count and exits 1 if anything failed.
 
@@ -17,6 +20,9 @@ ERR="$work/stderr"
 CF_SUB=
 LIMIT=20
 IN=/dev/null
+
+# part fast|long: whether the checks that follow belong to the part that runs
+part() { [ -z "${PART:-}" ] || [ "$PART" = "$1" ]; }
 
 # fail WHAT...: count a failure and say what, with the head of the last stderr
 fail() {
@@ -42,7 +48,9 @@ run() {
   checks=$((checks + 1))
   t0=$(date +%s)
   # shellcheck disable=SC2086 # $CF_SUB is a command word or nothing
-  # sanitizer builds run slower: CF_TEST_TIME_SCALE stretches the limit
+  # sanitizer builds and busy machines run slower: CF_TEST_TIME_SCALE
+  # (tests/CMakeLists.txt: 3 under the sanitizers, times
+  # COLLFUSE_TEST_TIMEOUT_SCALE) stretches the limit
   lim=$((LIMIT * ${CF_TEST_TIME_SCALE:-1}))
   timeout -k 5 "$lim" "$cf" $CF_SUB "$@" <"$IN" >"$OUT" 2>"$ERR"
   rc=$?

@@ -37,7 +37,7 @@ case_() {
   shift 4
   t0=$(date +%s%N)
   # shellcheck disable=SC2086 # $pre is a command prefix, split on purpose
-  timeout -k 5 60 $pre "$cf" "$@" >"$dir/out" 2>"$dir/err"
+  timeout -k 5 $((60 * ${CF_TEST_TIME_SCALE:-1})) $pre "$cf" "$@" >"$dir/out" 2>"$dir/err"
   rc=$?
   ms=$((($(date +%s%N) - t0) / 1000000))
   problem=
@@ -45,7 +45,7 @@ case_() {
     problem="exit code $rc, expected $want"
   elif [ -n "$pat" ] && ! grep -Eq -- "$pat" "$dir/err"; then
     problem="stderr does not match: $pat"
-  elif [ "$ms" -gt "$max_ms" ]; then
+  elif [ "$ms" -gt $((max_ms * ${CF_TEST_TIME_SCALE:-1})) ]; then
     problem="took $ms ms, more than $max_ms"
   fi
   if [ -n "$problem" ]; then

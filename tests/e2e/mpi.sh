@@ -72,7 +72,7 @@ TCP="--mca btl self,tcp"
 mpi() {
   checks=$((checks + 1))
   t0=$(date +%s)
-  env $run_env timeout -k 5 120 mpirun $root --oversubscribe --bind-to none "$@" >"$OUT" 2>"$ERR"
+  env $run_env timeout -k 5 $((120 * ${CF_TEST_TIME_SCALE:-1})) mpirun $root --oversubscribe --bind-to none "$@" >"$OUT" 2>"$ERR"
   rc=$?
   took=$(($(date +%s) - t0))
   sanitized "mpirun $*"
@@ -81,7 +81,7 @@ mpi() {
 # cf ARGS...: collfuse without mpirun, like mpi()
 cf() {
   checks=$((checks + 1))
-  timeout -k 5 60 "$cf" "$@" >"$OUT" 2>"$ERR"
+  timeout -k 5 $((60 * ${CF_TEST_TIME_SCALE:-1})) "$cf" "$@" >"$OUT" 2>"$ERR"
   rc=$?
 }
 
@@ -268,7 +268,7 @@ if expect_rc 3 "MPMD graphs that differ"; then
   has "$ERR" "cross-rank mismatch" "MPMD graphs that differ" &&
     has "$ERR" "rank 0" "MPMD graphs that differ" && has "$ERR" "rank 1" "MPMD graphs that differ"
   [ "$(grep -c 'cross-rank mismatch' "$ERR")" -ge 2 ] || fail "MPMD graphs that differ: not every rank said why"
-  [ "$took" -le 25 ] || fail "MPMD graphs that differ: took $took s (--timeout 10)"
+  [ "$took" -le $((25 * ${CF_TEST_TIME_SCALE:-1})) ] || fail "MPMD graphs that differ: took $took s (--timeout 10)"
 fi
 # MPMD: the same graph, another --algo on each rank (the issue's 1,048,576
 # sums): the algorithm is part of what the ranks compare, so every rank
@@ -319,7 +319,7 @@ for net in shm tcp; do
   if [ "$net" = shm ]; then btl=$SHM; else btl=$TCP; fi
   mpi $btl -x COLLFUSE_TEST_FAIL=3:1:2 -np 4 "$cf" run "$src/examples/fused_buckets.xml" --backend mpi --timeout 10 --iters 3
   [ "$rc" -ne 0 ] || fail "rank 1 killed ($net): exit 0"
-  [ "$rc" -ne 124 ] && [ "$took" -le 25 ] || fail "rank 1 killed ($net): took $took s (--timeout 10)"
+  [ "$rc" -ne 124 ] && [ "$took" -le $((25 * ${CF_TEST_TIME_SCALE:-1})) ] || fail "rank 1 killed ($net): took $took s (--timeout 10)"
   grep -Eq 'rank 1( |$|\))' "$ERR" || fail "rank 1 killed ($net): no message names rank 1"
 done
 # a rank that stops without a word: the others time out naming it
@@ -330,13 +330,13 @@ if expect_rc 3 "rank 1 stops silently"; then
   # a rank that timed out waiting for another waiting rank follows the
   # chain of waits to rank 1: no live rank is blamed
   ! grep -Eq 'rank [023] may have failed' "$ERR" || fail "rank 1 stops silently: a live rank is blamed"
-  [ "$took" -le 20 ] || fail "rank 1 stops silently: took $took s (--timeout 3)"
+  [ "$took" -le $((20 * ${CF_TEST_TIME_SCALE:-1})) ] || fail "rank 1 stops silently: took $took s (--timeout 3)"
 fi
 # ... also inside MPI's own blocking collectives (the watchdog of mpi-native)
 mpi $SHM -x COLLFUSE_TEST_FAIL=2:1:3 -np 4 "$cf" run "$work/mixed4.xml" --backend mpi --algo mpi-native --timeout 3
 if expect_rc 3 "rank 1 stops silently (mpi-native)"; then
   has "$ERR" "timed out after 3 s in MPI's" "rank 1 stops silently (mpi-native)"
-  [ "$took" -le 20 ] || fail "rank 1 stops silently (mpi-native): took $took s (--timeout 3)"
+  [ "$took" -le $((20 * ${CF_TEST_TIME_SCALE:-1})) ] || fail "rank 1 stops silently (mpi-native): took $took s (--timeout 3)"
 fi
 # a rank that fails loudly: every rank stops with its message
 mpi $SHM -x COLLFUSE_TEST_FAIL=1:2:1 -np 4 "$cf" run "$work/mixed4.xml" --backend mpi --timeout 10
