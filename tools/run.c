@@ -162,7 +162,7 @@ typedef struct run_job {
   run_args *a;
   cf_run_setup setup; /* world, profile, memory limit (api/prepare.c) */
   cf_run_options opt;
-  cf_run_hooks hooks; /* COLLFUSE_TEST_* (test_hooks) */
+  cf_run_hooks hooks; /* what cf_test_control asks for (test builds) */
   int ranks, me;       /* the run's ranks; this process's (MPI) or 0 */
   cf_graph *g, *ref_g; /* compiled; unfused (--verify's reference, -v, --json) */
   cf_plan *plan;
@@ -649,58 +649,6 @@ static cf_status check_memory(cf_context *ctx, const run_job *j) {
 }
 
 
-/* Test hooks (tests/e2e only): COLLFUSE_TEST_FAIL=MODE:RANK:STEP makes a rank
- * fail (1) or vanish (2) at STEP, or stall in its first compute step from
- * STEP on (4); COLLFUSE_TEST_MISMATCH=RANK:COLL:FIELD alters one
- * rank's descriptor of one collective (count, dtype, reduction, root);
- * COLLFUSE_TEST_CORRUPT=RANK:INDEX:OUTPUT adds 1 to one element of one
- * rank's output after the run, before --verify looks at it;
- * COLLFUSE_TEST_VERIFY_WINDOW=N makes --verify's windows N elements. */
-typedef struct mismatch_hook {
-  int rank, coll;
-  char field[16];
-} mismatch_hook;
-
-static void mutate(void *user, int rank, cf_coll_desc *d, int index) {
-  const mismatch_hook *h = user;
-  if (rank != h->rank || index != h->coll) return;
-  if (strcmp(h->field, "count") == 0) d->count *= 2;
-  else if (strcmp(h->field, "dtype") == 0) d->dtype = d->dtype == CF_DT_FLOAT32 ? CF_DT_FLOAT16 : CF_DT_FLOAT32;
-  else if (strcmp(h->field, "reduction") == 0) d->red = d->red == CF_RED_SUM ? CF_RED_MAX : CF_RED_SUM;
-  else if (strcmp(h->field, "root") == 0) d->root = d->root == 0 ? 1 : 0;
-}
-
-/* The hooks the environment asks for; NULL when none (every real run). */
-static const cf_run_hooks *test_hooks(cf_run_hooks *o, mismatch_hook *h) {
-  const char *f = getenv("COLLFUSE_TEST_FAIL"), *m = getenv("COLLFUSE_TEST_MISMATCH");
-  if (f) sscanf(f, "%d:%d:%d", &o->fail_mode, &o->fail_rank, &o->fail_step);
-  if (m && sscanf(m, "%d:%d:%15s", &h->rank, &h->coll, h->field) == 3) {
-    o->mutate = mutate;
-    o->user = h;
-  }
-  return f || o->mutate ? o : NULL;
-}
-
-/* COLLFUSE_TEST_CORRUPT's element, when this process has it. */
-static void corrupt_output(const cf_graph *ref_g, cf_tensor *got, int ranks, int n_ref) {
-  const char *c = getenv("COLLFUSE_TEST_CORRUPT");
-  int rank, at = 0;
-  long long index;
-  if (!c || sscanf(c, "%d:%lld:%n", &rank, &index, &at) != 2 || at == 0 || rank < 0 ||
-      rank >= ranks)
-    return;
-  for (int i = 0, j = 0; i < ref_g->n_nodes; i++) {
-    if (ref_g->nodes[i].op != CF_OP_OUTPUT) continue;
-    cf_tensor *t = &got[(size_t)rank * (size_t)n_ref + (size_t)j++];
-    if (strcmp(ref_g->nodes[i].name, c + at) != 0 || !t->data || index < 0 || index >= t->count)
-      continue;
-    if (cf_dtype_is_float(t->dtype))
-      cf_store_f64(t->data, t->dtype, index, cf_load_f64(t->data, t->dtype, index) + 1);
-    else
-      cf_store_i64(t->data, t->dtype, index, cf_load_i64(t->data, t->dtype, index) + 1);
-  }
-}
-
 /* Outputs of the run in the reference graph's Output order (by name). */
 static cf_status align_outputs(cf_context *ctx, const cf_graph *ref_g, const cf_run_result *res,
                                cf_tensor *got, int n_ref) {
@@ -865,11 +813,8 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
     j->ranks = world->size;
     if (!st && a->rank_table)
       st = check_rank_table(ctx, a->rank_table, j->me, world->size, cf_world_host(world));
-    /* test hook mode 3: this process SIGKILLs itself at collective message STEP */
-    if (j->hooks.fail_mode == 3 && j->hooks.fail_rank == j->me)
-      cf_mpi_test_kill(world, j->hooks.fail_step);
   }
-  if (j->hooks.fail_mode == 3) j->hooks.fail_mode = 0; /* MPI only, and not exec.c's */
+  cf_test_control(CF_TESTCTL_JOINED, &j->hooks, j->setup.world, j->me);
   if (!st)
     st = compile(ctx, j, a->o0 ? cf_pipeline_O0 : a->passes ? a->passes : cf_pipeline_default, true,
                  j->me == 0, &j->g);
@@ -953,11 +898,12 @@ static cf_status verify(cf_context *ctx, run_job *j) {
   j->got = calloc((size_t)j->n_ref * (size_t)ranks + 1, sizeof *j->got);
   if (!j->got) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (!st) st = align_outputs(ctx, ref_g, &j->res, j->got, j->n_ref);
-  if (!st) corrupt_output(ref_g, j->got, ranks, j->n_ref);
-  const char *w = getenv("COLLFUSE_TEST_VERIFY_WINDOW");
+  if (!st) cf_test_control(CF_TESTCTL_CORRUPT, ref_g, j->got, ranks, j->n_ref);
+  int64_t window;
+  cf_test_control(CF_TESTCTL_VERIFY_WINDOW, &window);
   if (!st && j->stream)
     st = cf_verify_streamed(ctx, ref_g, &j->in, a->seed, j->got, ranks, j->n_ref,
-                            a->mpi ? j->me : -1, w ? atoll(w) : 0, &j->vs);
+                            a->mpi ? j->me : -1, window, &j->vs);
   else if (!st && !(st = cf_reference_run(ctx, ref_g, &j->in, a->seed, &j->ref, &j->n_ref)))
     st = a->mpi ? verify_rank(ctx, ref_g, j->got, j->ref, ranks, j->n_ref, j->me, &j->vs)
                 : cf_verify_outputs(ctx, ref_g, j->got, j->ref, ranks, j->n_ref, &j->vs);
@@ -1050,7 +996,6 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     cf_opts_free(&cf_command_run, &a);
     return rc == CF_OPTS_HELP ? 0 : rc;
   }
-  mismatch_hook hook = {0};
   run_job j = {.a = &a,
                .ranks = a.ranks,
                .peak_unfused = -1,
@@ -1069,7 +1014,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                        .outputs_in_arena = true,
                        .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA
                                                                            : CF_DEVICE_CPU}};
-  j.opt.hooks = test_hooks(&j.hooks, &hook);
+  if (cf_test_control(CF_TESTCTL_RUN_HOOKS, &j.hooks)) j.opt.hooks = &j.hooks;
   if (a.save) catch_signals();
   cf_status st = set_up(ctx, &j);
   if (a.mpi && !j.setup.world) { /* MPI's world could not be joined */
@@ -1081,13 +1026,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   if (!st && !setup_rc) st = run(ctx, &j);
   if (j.ran && a.verify) st = verify(ctx, &j);
   st = save(ctx, &j, st);
-  if (a.mpi && st && j.hooks.fail_mode == 2 && j.hooks.fail_rank == j.me) {
-    /* test hook mode 2 on MPI: a rank that silently stops stays silent
-     * until the others have timed out and the job is torn down */
-    fflush(stdout);
-    sleep((unsigned)a.timeout + 30);
-    _exit(EXIT_RUNTIME);
-  }
+  if (a.mpi && st) cf_test_control(CF_TESTCTL_FAILED, &j.hooks, j.me, a.timeout);
   rc = setup_rc ? setup_rc : st ? cf_tool_fail(ctx, st) : 0;
   if (j.plan && j.plan->abandoned) {
     /* a rank's thread is still in a BLAS call the run gave up on: leave
