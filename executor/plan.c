@@ -367,7 +367,7 @@ bool cf_fused_matmul_overlaps(const cf_run_options *opt, int ranks) {
   if (opt->device != CF_DEVICE_CPU || opt->staged) return true;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores <= 0 || ranks <= 0) return false;
-  const char *env = getenv("OPENBLAS_NUM_THREADS");
+  const char *env = cf_env(CF_ENV_BLAS_THREADS);
   long blas = env && atol(env) > 0 ? atol(env) : cores / ranks > 1 ? cores / ranks : 1;
   return cores - ranks * blas >= 1; /* a core no GEMM uses */
 }

@@ -146,6 +146,35 @@ cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok);
 /* data[0..size) as the file path, through cf_out_open/cf_out_close. */
 cf_status cf_write_file(cf_context *ctx, const char *path, const void *data, size_t size);
 
+/* ================= env.c: the environment variables, one table ================= */
+
+typedef enum cf_env_var {
+  CF_ENV_VERBOSE,       /* COLLFUSE_VERBOSE */
+  CF_ENV_CACHE,         /* COLLFUSE_CACHE */
+  CF_ENV_XDG_CACHE,     /* XDG_CACHE_HOME */
+  CF_ENV_PROFILE,       /* COLLFUSE_PROFILE */
+  CF_ENV_XDG_CONFIG,    /* XDG_CONFIG_HOME */
+  CF_ENV_STREAM_MIN,    /* COLLFUSE_STREAM_MIN */
+  CF_ENV_BIND,          /* COLLFUSE_BIND */
+  CF_ENV_BLAS_THREADS,  /* OPENBLAS_NUM_THREADS */
+  CF_ENV_CUDA_DRIVER,   /* COLLFUSE_CUDA_DRIVER */
+  CF_ENV_CUBLAS,        /* CUBLAS_LIBRARY */
+  CF_ENV_COUNT
+} cf_env_var;
+
+/* One variable: what the man page and docs/cli.md say of it. */
+typedef struct cf_env_knob {
+  const char *name;
+  const char *value; /* the kind of value it takes ("directory, or `off`") */
+  const char *dflt;  /* what holds when it is unset */
+  const char *doc;   /* its meaning, one sentence (`literal` words in backticks) */
+} cf_env_knob;
+extern const cf_env_knob cf_env_table[CF_ENV_COUNT];
+
+/* The variable's value, NULL when unset: the one way collfuse reads its
+ * environment (each reader parses the value as its row says). */
+const char *cf_env(cf_env_var v);
+
 /* ================= temp.c: temporaries, directories published whole ================= */
 
 /* Register a temporary (a file, or a directory removed with what it holds,
