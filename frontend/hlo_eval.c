@@ -907,6 +907,41 @@ static cf_status emit_outputs(hlo_reader *r, const hval *v, bool many, int *k) {
   return st ? st : cf_node_set_inputs(r->g, idx, 1, &v->ref);
 }
 
+/* The devices of a module whose collectives span every device
+ * (replica_groups={}) but that says not how many: those an all-gather or
+ * reduce-scatter over every device implies by its shapes (the first one of
+ * the module), else 1, XLA's default replica_count, as XLA's own tests
+ * write their modules. */
+static int64_t implied_world(hlo_reader *r) {
+  for (int ci = 0; ci < r->n_comps; ci++) {
+    const hcomp *c = &r->comps[ci];
+    for (int k = 0; k < c->n_ins; k++) {
+      const hinstr *in = &c->ins[k];
+      bool gather = !strcmp(in->opcode, "all-gather");
+      const hattr *rg = cf_hlo_attr(in, "replica_groups");
+      int64_t d;
+      int nd, j = in->n_opnd == 1 ? cf_hlo_map_find(&c->map, in->opnd[0]) : -1;
+      if ((!gather && strcmp(in->opcode, "reduce-scatter")) || j < 0 ||
+          (rg && !cf_span_is(rg->val, "{}")) || !int_set(cf_hlo_attr(in, "dimensions"), &d, 1, &nd) ||
+          nd != 1)
+        continue;
+      const hshape *a = &c->ins[j].shape, *b = &in->shape;
+      if (gather) {
+        const hshape *t = a;
+        a = b;
+        b = t;
+      }
+      /* a is the larger: a.dims[d] = n * b.dims[d] */
+      if (a->n >= 0 || b->n >= 0 || d >= a->s.rank || d >= b->s.rank || b->s.dims[d] <= 0 ||
+          a->s.dims[d] % b->s.dims[d])
+        continue;
+      int64_t n = a->s.dims[d] / b->s.dims[d];
+      if (n >= 1 && n <= CF_MAX_WORLD) return n;
+    }
+  }
+  return 1;
+}
+
 cf_status cf_hlo_build(hlo_reader *r) {
   hval root;
   cf_status st = eval_comp(r, r->entry, NULL, -1, &root);
@@ -916,11 +951,7 @@ cf_status cf_hlo_build(hlo_reader *r) {
   int64_t world = r->partitions || r->replicas
                       ? (r->partitions ? r->partitions : 1) * (r->replicas ? r->replicas : 1)
                       : (r->max_rank + 1 > r->mesh_world ? r->max_rank + 1 : r->mesh_world);
-  if (!world && r->world_line)
-    return cf_hlo_fail(
-        r, r->world_line,
-        "replica_groups={} spans every device, but the module does not say how many: give "
-        "num_partitions= (or replica_count=) on the HloModule line");
+  if (!world && r->world_line) world = implied_world(r);
   r->g->world_size = world;
   if (r->module && !(r->g->name = cf_arena_strdup(&r->g->arena, r->module)))
     return cf_hlo_oom(r, 0);
