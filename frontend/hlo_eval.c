@@ -735,6 +735,57 @@ static cf_status eval_shard_entry(hlo_reader *r, hcomp *c, const hinstr *in, boo
   return st;
 }
 
+/* fusion=0 on every collective among v's arrays. */
+static cf_status no_fusion(hlo_reader *r, const hval *v, int line) {
+  if (v->n >= 0) {
+    cf_status st = charge(r, v->n, line);
+    for (int i = 0; i < v->n && !st; i++)
+      st = no_fusion(r, &v->elem[i], line);
+    return st;
+  }
+  const cf_node *nd = &r->g->nodes[v->ref.node];
+  if (!(cf_op_table[nd->op].allowed & (1u << CF_A_FUSION))) return CF_OK;
+  return cf_node_parse_attr(r->g, v->ref.node, CF_A_FUSION, "0", line);
+}
+
+/* control-predecessors={a, b}: instruction k runs after a and b. The IR
+ * has no ordering edge but data, so the order is kept as XLA's combiners
+ * keep it: a collective on either end of a control dependency is never
+ * combined (fusion=0), so no pass can fuse it with one it is ordered
+ * against. The predecessors must be defined before k, as XLA prints them. */
+static cf_status keep_order(hlo_reader *r, const hcomp *c, int k, const hval *vals) {
+  const hinstr *in = &c->ins[k];
+  cf_span v = cf_hlo_attr(in, "control-predecessors")->val;
+  const char *p = v.p, *e = v.p + v.n;
+  if (p >= e || *p != '{' || e[-1] != '}')
+    return cf_hlo_fail(r, in->line, "instruction '%s': control-predecessors must be {NAME, ...}",
+                       in->name);
+  cf_status st = no_fusion(r, &vals[k], in->line);
+  for (p = cf_hlo_skip(p + 1, e - 1); p < e - 1 && !st; p = cf_hlo_skip(p, e - 1)) {
+    cf_span nm;
+    const char *q = cf_hlo_read_name(p, e - 1, &nm);
+    char name[CF_MAX_NAME + 1];
+    if (!nm.n || nm.n > CF_MAX_NAME)
+      return cf_hlo_fail(r, in->line, "instruction '%s': control-predecessors: bad name at '%s'",
+                         in->name, CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - 1 - p)})));
+    memcpy(name, nm.p, nm.n);
+    name[nm.n] = 0;
+    int j = cf_hlo_map_find(&c->map, name);
+    if (j < 0 || j >= k)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': control predecessor '%s' is %s computation '%s'",
+                         in->name, name, j < 0 ? "not an instruction of" : "defined after it in",
+                         c->name);
+    st = no_fusion(r, &vals[j], in->line);
+    p = cf_hlo_skip(q, e - 1);
+    if (p < e - 1 && *p == ',') p++;
+    else if (p < e - 1)
+      return cf_hlo_fail(r, in->line, "instruction '%s': control-predecessors: expected ',' at '%s'",
+                         in->name, CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - 1 - p)})));
+  }
+  return st;
+}
+
 static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hval *args,
                             int n_args) {
   hinstr *in = &c->ins[k];
@@ -864,6 +915,7 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
       snprintf(type, sizeof type, "%s", op);
     st = emit_opaque(r, in, at_entry, ops, type, out);
   }
+  if (!st && cf_hlo_attr(in, "control-predecessors")) st = keep_order(r, c, k, vals);
 done:
   if (ops != small) free(ops);
   return st;

@@ -458,6 +458,22 @@ static void test_grammar(void **state) {
   assert_shape(&node(g, "c")->out[0], CF_DT_UINT8, "8");
   assert_ptr_equal(operand(g, node(g, "output.0"), 0), node(g, "ag0"));
   cf_graph_destroy(g);
+  /* control-predecessors: a collective on either end is never combined */
+  text = "HloModule m\n" SUM
+         "ENTRY e {\n  p = f32[4] parameter(0)\n  q = f32[4] parameter(1)\n"
+         "  a = f32[4] all-reduce(p), replica_groups={}, to_apply=sum\n"
+         "  n = negate(q), control-predecessors={a}\n"
+         "  b = f32[4] all-reduce(n), replica_groups={}, to_apply=sum\n"
+         "  c = f32[4] all-reduce(q), replica_groups={}, to_apply=sum,\n"
+         "      control-predecessors={%n, b}\n"
+         "  d = f32[4] all-reduce(q), replica_groups={}, to_apply=sum\n"
+         "  ROOT t = tuple(a, b, c, d)\n}\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  assert_string_equal(attr_text(node(g, "a"), CF_A_FUSION, "none"), "0");
+  assert_string_equal(attr_text(node(g, "b"), CF_A_FUSION, "none"), "0");
+  assert_string_equal(attr_text(node(g, "c"), CF_A_FUSION, "none"), "0");
+  assert_string_equal(attr_text(node(g, "d"), CF_A_FUSION, "none"), "none");
+  cf_graph_destroy(g);
   /* no all-gather tells the world: one replica, as XLA's default */
   text = "HloModule m\n" SUM
          "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
@@ -685,6 +701,16 @@ static const cf_bad_input bad_modules[] = {
     {HDR "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT t = tuple(p, q)\n  q = f32[4] parameter(1)\n}\n",
      "t.hlo:4: error: instruction 't': its shape is left out, and operand 'q' is defined after it"},
     {HDR "ENTRY e {\n  p = f32[4] parameter(0) /* never closed\n}\n", "unterminated comment"},
+    {HDR "ENTRY e {\n  p = f32[4] parameter(0), control-predecessors={q}\n"
+         "  q = f32[4] parameter(1)\n}\n",
+     "t.hlo:3: error: instruction 'p': control predecessor 'q' is defined after it in computation "
+     "'e'"},
+    {HDR "ENTRY e {\n  p = f32[4] parameter(0), control-predecessors={x}\n}\n",
+     "t.hlo:3: error: instruction 'p': control predecessor 'x' is not an instruction of "
+     "computation 'e'"},
+    {HDR "ENTRY e {\n  q = f32[4] parameter(1)\n  p = f32[4] parameter(0), "
+         "control-predecessors=q\n}\n",
+     "t.hlo:4: error: instruction 'p': control-predecessors must be {NAME, ...}"},
     {"HloModule m, num_partitions=2, replica_count=2\n" SUM
      "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
      "replica_groups={{0,1,1}}, to_apply=sum\n}\n",

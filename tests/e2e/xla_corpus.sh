@@ -33,4 +33,11 @@ for f in *.hlo; do
     fail "compile --json $f: not one JSON object"
 done
 [ "$n" -ge 30 ] || fail "only $n modules in tests/hlo/xla"
+
+# control-predecessors order collectives: none of the three is combined (as
+# XLA's DoNotCombineWithControlDependencies expects), where without them
+# lead_ar and ar1 would be
+run compile ar_control_deps.hlo --json
+expect_rc 0 "compile --json ar_control_deps.hlo" &&
+  has "$OUT" '"collectives_after":3,' "compile --json ar_control_deps.hlo"
 finish xla_corpus
