@@ -735,6 +735,56 @@ static cf_status eval_shard_entry(hlo_reader *r, hcomp *c, const hinstr *in, boo
   return st;
 }
 
+/* Attributes that name computations an op runs (while, conditional,
+ * fusion, async ops): not reducers (to_apply), which hold no collective. */
+static const char *const body_keys[] = {"body", "condition", "true_computation",
+                                        "false_computation", "branch_computations", "calls"};
+
+static bool is_collective_opcode(const char *op) {
+  static const char *const names[] = {
+      "all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
+      "all-to-all", "ragged-all-to-all", "collective-permute", "collective-permute-start",
+      "collective-broadcast"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(op, names[i])) return true;
+  return false;
+}
+
+/* The collectives in the computations in's attributes name (a while's body
+ * and condition, a conditional's branches, ...), and in those they name in
+ * turn, added to *n: what an Opaque op that collfuse cannot run hides. */
+static cf_status inner_collectives(hlo_reader *r, const hinstr *in, int depth, int64_t *n) {
+  if (depth >= HLO_MAX_CALLS)
+    return cf_hlo_fail(r, in->line, "computations nested deeper than %d", HLO_MAX_CALLS);
+  for (size_t b = 0; b < sizeof body_keys / sizeof body_keys[0]; b++) {
+    const hattr *a = cf_hlo_attr(in, body_keys[b]);
+    if (!a) continue;
+    const char *p = a->val.p, *e = p + a->val.n;
+    if (p < e && *p == '{') p++, e -= e[-1] == '}';
+    for (p = cf_hlo_skip(p, e); p < e; p = cf_hlo_skip(p, e)) {
+      cf_span nm;
+      const char *q = cf_hlo_read_name(p, e, &nm);
+      char name[CF_MAX_NAME + 1];
+      int k = -1;
+      if (nm.n && nm.n <= CF_MAX_NAME) {
+        memcpy(name, nm.p, nm.n);
+        name[nm.n] = 0;
+        k = cf_hlo_map_find(&r->comp_map, name);
+      }
+      const hcomp *c = k >= 0 ? &r->comps[k] : NULL;
+      cf_status st = c ? charge(r, c->n_ins, in->line) : CF_OK;
+      for (int i = 0; c && i < c->n_ins && !st; i++) {
+        *n += is_collective_opcode(c->ins[i].opcode);
+        st = inner_collectives(r, &c->ins[i], depth + 1, n);
+      }
+      if (st) return st;
+      p = q > p ? cf_hlo_skip(q, e) : p + 1;
+      if (p < e && *p == ',') p++;
+    }
+  }
+  return CF_OK;
+}
+
 /* fusion=0 on every collective among v's arrays. */
 static cf_status no_fusion(hlo_reader *r, const hval *v, int line) {
   if (v->n >= 0) {
@@ -913,6 +963,11 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
       snprintf(type, sizeof type, "%s:%.*s", op, (int)(extra.n > 120 ? 120 : extra.n), extra.p);
     else
       snprintf(type, sizeof type, "%s", op);
+    int64_t inner = 0;
+    if ((st = inner_collectives(r, in, 0, &inner))) goto done;
+    if (inner) /* never hidden: the warning (and --strict) names them */
+      snprintf(type + strlen(type), sizeof type - strlen(type),
+               " (%lld collective%s inside, not run)", (long long)inner, inner == 1 ? "" : "s");
     st = emit_opaque(r, in, at_entry, ops, type, out);
   }
   if (!st && cf_hlo_attr(in, "control-predecessors")) st = keep_order(r, c, k, vals);

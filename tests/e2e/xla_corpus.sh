@@ -34,6 +34,14 @@ for f in *.hlo; do
 done
 [ "$n" -ge 30 ] || fail "only $n modules in tests/hlo/xla"
 
+# collectives in a while body collfuse cannot run are never hidden: the
+# while's warning counts them, and --strict refuses the module
+w="ag_while_loop.hlo:22: warning: 1 node of foreign op 'while (2 collectives inside, not run)' imported as Opaque (first 'while_loop')"
+run check ag_while_loop.hlo
+expect_last 0 "$w" "check ag_while_loop.hlo"
+run check --strict ag_while_loop.hlo
+expect_last 1 "$(echo "$w" | sed 's/: warning: /: error: /')" "check --strict ag_while_loop.hlo"
+
 # control-predecessors order collectives: none of the three is combined (as
 # XLA's DoNotCombineWithControlDependencies expects), where without them
 # lead_ar and ar1 would be
