@@ -181,8 +181,7 @@ static const char *opaque_text(const cf_opaque_op *o, int more, char *buf, size_
     snprintf(others, sizeof others, " and %d more foreign op%s", more, more == 1 ? "" : "s");
   snprintf(buf, len, "%d node%s of foreign op '%s' %s (first '%s')%s%s", o->count,
            o->count == 1 ? "" : "s", o->type,
-           o->dropped ? "left out: nothing uses it and its types are unknown"
-                      : "imported as Opaque",
+           o->dropped ? "left out (nothing uses it)" : "imported as Opaque",
            o->first, others, cf_did_you_mean(o->suggest, dym, sizeof dym));
   return buf;
 }

@@ -59,7 +59,7 @@ expect_last 1 "$pb:7: error: 3 nodes of foreign op 'HcomAllReduse' imported as O
 # out of the graph, but never without a word (it went by silently, exit 0,
 # even under --strict)
 sk=pbtxt/typo_sink.pbtxt
-sink="$sk:7: warning: 1 node of foreign op 'HcomAllReduse' left out: nothing uses it and its types are unknown (first 'ar'); did you mean 'HcomAllReduce'?"
+sink="$sk:7: warning: 1 node of foreign op 'HcomAllReduse' left out (nothing uses it) (first 'ar'); did you mean 'HcomAllReduce'?"
 run check "$sk"
 expect_rc 0 "check $sk"
 same "check $sk (stderr)" "$ERR" "$sink"
