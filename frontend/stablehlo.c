@@ -221,6 +221,13 @@ static cf_status parse_sig(sh_reader *s, const char *colon, const char *e, int l
     return cf_sh_type_list(s, p, te, line, &g->out, &g->n_out);
   }
   if ((st = cf_sh_type_list(s, p, te, line, &g->out, &g->n_out))) return st;
+  if (n_res >= 1 && g->n_out > n_res) { /* `select %p, %a, %b : P, T`: results last */
+    g->in = g->out;
+    g->n_in = g->n_out - n_res;
+    g->out += g->n_in;
+    g->n_out = n_res;
+    return CF_OK;
+  }
   if (g->n_out == 1 && n_res == 1) { /* `stablehlo.add %a, %b : T`: T for all */
     g->in = g->out;
     g->n_in = 1;
@@ -567,6 +574,28 @@ static cf_status reducer_region(sh_reader *s, hinstr *in, const char *p, const c
 }
 
 /* One `%res = op ...` statement into instructions appended to b. */
+/* The collective ops written in [p, e) (an op's regions), in either form. */
+static int region_collectives(const char *p, const char *e) {
+  static const char *const names[] = {"all_reduce",         "all_gather",
+                                      "reduce_scatter",     "all_to_all",
+                                      "collective_permute", "collective_broadcast"};
+  int n = 0;
+  for (const char *q = p; q < e; q++) {
+    const char *w = NULL;
+    if (e - q > 10 && !memcmp(q, "stablehlo.", 10))
+      w = q + 10;
+    else if (e - q > 5 && !memcmp(q, "mhlo.", 5))
+      w = q + 5;
+    for (size_t i = 0; w && i < sizeof names / sizeof names[0]; i++) {
+      size_t k = strlen(names[i]);
+      if ((size_t)(e - w) >= k && !memcmp(w, names[i], k) &&
+          ((size_t)(e - w) == k || !(isalnum((unsigned char)w[k]) || w[k] == '_')))
+        n++;
+    }
+  }
+  return n;
+}
+
 static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, int line) {
   hlo_reader *r = s->r;
   cf_status st;
@@ -710,8 +739,15 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     in->opcode = "custom-call";
     if ((st = set_attrs(s, in, 1, kv))) return st;
   } else {
-    /* everything else: Opaque named by its MLIR op, with region captures */
-    if (!(in->opcode = str(s, op.p, op.n))) return cf_hlo_oom(r, line);
+    /* everything else: Opaque named by its MLIR op, with region captures;
+     * collectives in its regions (a while's body) are not run, never hidden */
+    int inner = region_collectives(after, e);
+    char type[CF_MAX_NAME + 64];
+    snprintf(type, sizeof type, "%.*s", (int)(op.n > CF_MAX_NAME ? CF_MAX_NAME : op.n), op.p);
+    if (inner)
+      snprintf(type + strlen(type), sizeof type - strlen(type),
+               " (%d collective%s inside, not run)", inner, inner == 1 ? "" : "s");
+    if (!(in->opcode = str(s, type, strlen(type)))) return cf_hlo_oom(r, line);
     b->captures[k] = (cf_span){after, (size_t)(e - after)};
   }
   if (n_res > 1 || res_list) return split_results(s, b, base, &g, n_res, line, res_list);

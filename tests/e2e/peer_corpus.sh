@@ -52,6 +52,15 @@ expect_rc 0 "check pretty_forms.mlir" &&
 has "$ERR" "warning: 1 node of foreign op 'chlo.square' imported as Opaque (first '71')" \
   "check pretty_forms.mlir"
 
+run check stablehlo/pretty_regions.mlir
+expect_rc 0 "check pretty_regions.mlir" &&
+  has "$OUT" "ok: 19 nodes, 0 collectives" "check pretty_regions.mlir"
+w="stablehlo/while_collective.mlir:4: warning: 1 node of foreign op 'stablehlo.while (1 collective inside, not run)' imported as Opaque (first '0')"
+run check stablehlo/while_collective.mlir
+expect_last 0 "$w" "check while_collective.mlir"
+run check --strict stablehlo/while_collective.mlir
+expect_last 1 "$(echo "$w" | sed 's/: warning: /: error: /')" "check --strict while_collective.mlir"
+
 cd hlo/xla || exit 2
 
 # collectives in a while body collfuse cannot run are never hidden: the
