@@ -497,6 +497,7 @@ struct cf_graph {
   bool released;        /* cf_graph_release was called while holders > 0 */
   struct cf_opaque_op *opaque; /* foreign ops a reader imported as Opaque, by */
   int n_opaque;                /* first line (cf_graph_note_opaque; arena) */
+  struct cf_dropped *dropped;  /* foreign nodes a reader left out, newest first (arena) */
 };
 
 #define CF_WORLD_GROUP "hccl_world_group"
@@ -663,9 +664,16 @@ typedef struct cf_opaque_op {
   int line;            /* the first one's source line (0 when unknown) */
   const char *first;   /* the first one's name */
   const char *suggest; /* a collective's spelling the type is a typo of, or NULL */
+  bool dropped;        /* nodes the reader left out (nothing uses them and their
+                          types are unknown: cf_graph_note_dropped), not imported */
 } cf_opaque_op;
+/* A foreign node a reader left out of g (nothing uses it and its output
+ * types are unknown), so that it is reported with the Opaque ones, never
+ * lost without a word: its op type, name and line, copied into g's arena. */
+cf_status cf_graph_note_dropped(cf_graph *g, const char *type, const char *name, int line);
 /* Record every Opaque node of g in g->opaque, one entry per type in order
- * of first line: the readers of foreign formats call it on what they read. */
+ * of first line, and the nodes cf_graph_note_dropped noted (entries of
+ * their own): the readers of foreign formats call it on what they read. */
 cf_status cf_graph_note_opaque(cf_graph *g);
 /* "N nodes of foreign op 'T' imported as Opaque (first 'NAME')[; did you
  * mean 'S'?]" into buf; returns buf. */

@@ -519,7 +519,9 @@ static const cf_bad_input bad_modules[] = {
         "tensor<1x2xi64>}> : (tensor<4xf32>) -> tensor<8xf32>\n  return %a : tensor<4xf32>\n}\n",
      "t.mlir:2: error: op '0': all-gather needs all_gather_dim = N"},
     {FN "  %0, %1 = stablehlo.add %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
-     "t.mlir:2: error: results listed one by one ('%a, %b = ...') are not supported"},
+     "t.mlir:2: error: op '0:2': 2 results but 1 result types"},
+    {FN "  %0, = stablehlo.add %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: expected '%NAME, %NAME, ... = ...'"},
     {FN "  %0 = \"stablehlo.all_reduce\"(%a) <{replica_groups = dense<[[0, 1]]> : "
         "tensor<1x2xi64>}> ({\n    stablehlo.return %z : tensor<f32>\n  }) : (tensor<4xf32>) -> "
         "tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
