@@ -439,6 +439,10 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
         (st = set_str(r, idx, CF_A_REDUCTION, cf_reduction_name((cf_reduction)red), in->line)))
       return st;
     if (kind == 1 && (st = set_str(r, idx, CF_A_LAYOUT, "concat", in->line))) return st;
+    /* XLA's pipelines combine every all-reduce, all-gather and reduce-scatter
+     * (AllReduceCombiner, AllGatherCombiner, ReduceScatterCombiner): in HLO
+     * and StableHLO each one is combinable, where GE's default is fusion=0 */
+    if (kind != 0 && (st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
     if (fuse) {
       size_t len = (strlen(in->name) + 12) * (size_t)n + 1;
       if (len > ((size_t)1 << 24))

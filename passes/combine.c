@@ -53,6 +53,7 @@ typedef enum reason_kind {
   R_SEGMENT,   /* split size/index: its segment */
   R_AUTO,      /* split auto: buckets, exposed_us (and the profile's cost when measured) */
   R_CAP,       /* split bytes: cap */
+  R_DDP,       /* split ddp: the bucket's limit (cap) */
   /* why a candidate stays alone (cand.why) */
   R_FUSION0,       /* fusion=0 */
   R_FID_UNSHARED,  /* no other collective of the kind has its fusion_id */
@@ -67,6 +68,7 @@ typedef enum reason_kind {
   R_CLASS_KEY,     /* ... as a key field differs from other */
   R_CLASS_CYCLE,   /* ... as node depends on collective dep */
   R_LAST,          /* the last gradient of its class after a full bucket (cap) */
+  R_DDP_ALONE,     /* split ddp: alone in its bucket of limit cap */
 } reason_kind;
 
 /* The first key field in which two candidates differ (key_diff_of). */
@@ -561,6 +563,32 @@ static cf_status group_auto(combiner *m, const int *v, int lo, int hi, int at,
   return CF_OK;
 }
 
+/* ddp on one (key, depth) class v[lo..hi) in ready order: DDP's rule
+ * (split.c) decides per member, units stay whole as in group_auto. */
+static cf_status group_ddp(combiner *m, const int *v, int lo, int hi, int at, const cf_split *sp) {
+  int n = hi - lo, nm = 0, *first = NULL;
+  int64_t *sizes = member_bytes(m, v + lo, n, &first, &nm);
+  int *part = sizes ? malloc(((size_t)nm + 1) * sizeof(int)) : NULL;
+  if (!part) {
+    free(sizes), free(first);
+    return cf_error(m->g->ctx, CF_ERR_NO_MEMORY, m->g->file, 0, "out of memory");
+  }
+  int nb = cf_split_ddp_partition(sp, sizes, nm, part);
+  /* bucket k's limit: the initial assignment numbers buckets from the end */
+  int start = 0;
+  for (int k = 0; k < n; k++) {
+    m->order[at + k] = v[lo + k];
+    if (k + 1 < n && part[first[k + 1]] == part[first[k]]) continue;
+    int b = sp->initial ? nb - 1 - part[first[k]] : part[first[k]];
+    reason rule = {.kind = R_DDP, .cap = sp->limit[b < sp->n ? b : sp->n - 1]};
+    if (k == start) m->c[v[lo + k]].why = (reason){.kind = R_DDP_ALONE, .cap = rule.cap};
+    add_bucket(m, at + start, k - start + 1, 1, &rule);
+    start = k + 1;
+  }
+  free(sizes), free(part), free(first);
+  return CF_OK;
+}
+
 static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_split *sp,
                                const cf_cost *cost) {
   cf_graph *g = m->g;
@@ -599,6 +627,12 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
       if (hi - lo == 1)
         m->c[v[lo]].why = (reason){.kind = R_SEGMENT_ALONE, .split = sp->kind, .seg = c0->seg};
       add_bucket(m, at, hi - lo, 1, &rule);
+      at += hi - lo;
+      lo = hi;
+      continue;
+    }
+    if (sp->kind == CF_SPLIT_DDP) {
+      if ((st = group_ddp(m, v, lo, hi, at, sp))) return st;
       at += hi - lo;
       lo = hi;
       continue;
@@ -690,7 +724,8 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
     else
       snprintf(d, sizeof d, "%s differs (%s vs %s)", field[r->field], r->mine, r->theirs);
   }
-  if (r->kind == R_CAP || r->kind == R_CAP_NEXT || r->kind == R_OVER_CAP || r->kind == R_LAST)
+  if (r->kind == R_CAP || r->kind == R_CAP_NEXT || r->kind == R_OVER_CAP || r->kind == R_LAST ||
+      r->kind == R_DDP || r->kind == R_DDP_ALONE)
     cf_split_format_bytes(r->cap, b1, sizeof b1);
   switch (r->kind) {
   case R_NONE: snprintf(buf, len, "no partner"); break;
@@ -704,6 +739,8 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
              r->buckets == 1 ? "" : "s", r->exposed_us, from);
     break;
   case R_CAP: snprintf(buf, len, "split bytes cap=%s", b1); break;
+  case R_DDP: snprintf(buf, len, "split ddp limit=%s", b1); break;
+  case R_DDP_ALONE: snprintf(buf, len, "split ddp: alone in its bucket (limit %s)", b1); break;
   case R_FUSION0: snprintf(buf, len, "fusion=0"); break;
   case R_FID_UNSHARED:
     snprintf(buf, len, "no other %s has fusion_id=%lld", kind_name(m), (long long)r->fid);

@@ -197,6 +197,45 @@ static void test_split_parse(void **state) {
   assert_int_equal(s.cap, 2048);
   assert_int_equal(s.first, 512);
 
+  /* ddp: DDP's limit list, first= in front, the initial assignment */
+  assert_true(cf_split_parse("ddp:25M,first=1M", &s, why, sizeof why));
+  assert_int_equal(s.kind, CF_SPLIT_DDP);
+  assert_int_equal(s.n, 2);
+  assert_int_equal(s.limit[0], 1 << 20);
+  assert_int_equal(s.limit[1], 25 << 20);
+  assert_false(s.initial);
+  assert_true(cf_split_parse("ddp:40,80,initial", &s, why, sizeof why));
+  assert_int_equal(s.n, 2);
+  assert_int_equal(s.limit[1], 80);
+  assert_true(s.initial);
+  assert_false(cf_split_parse("ddp:first=1M", &s, why, sizeof why));
+  assert_non_null(strstr(why, "missing the bucket limit"));
+  assert_false(cf_split_parse("ddp:25M,fast", &s, why, sizeof why));
+  assert_non_null(strstr(why, "bad limit 'fast'"));
+  assert_false(cf_split_parse("ddp:0", &s, why, sizeof why));
+  {
+    /* torch's test_multi_limit_single_dtype: [10]*4 float32, limits
+     * [40, 80] -> [[0], [1, 2], [3]]; initial: the reverse */
+    int64_t b[4] = {40, 40, 40, 40};
+    int part[4];
+    assert_true(cf_split_parse("ddp:80,first=40", &s, why, sizeof why));
+    assert_int_equal(cf_split_ddp_partition(&s, b, 4, part), 3);
+    assert_int_equal(part[0], 0), assert_int_equal(part[1], 1);
+    assert_int_equal(part[2], 1), assert_int_equal(part[3], 2);
+    s.initial = true;
+    assert_int_equal(cf_split_ddp_partition(&s, b, 4, part), 3);
+    assert_int_equal(part[0], 0), assert_int_equal(part[1], 1);
+    assert_int_equal(part[2], 1), assert_int_equal(part[3], 2);
+    int64_t c[3] = {8, 100, 8}; /* 8 < 40; 108 >= 40 closes; 8 alone */
+    s.initial = false;
+    assert_int_equal(cf_split_ddp_partition(&s, c, 3, part), 2);
+    assert_int_equal(part[1], 0), assert_int_equal(part[2], 1);
+    s.initial = true; /* from the end: 8, 108 closes at 40 -> {1,2}, {0} */
+    assert_int_equal(cf_split_ddp_partition(&s, c, 3, part), 2);
+    assert_int_equal(part[0], 0), assert_int_equal(part[1], 1);
+    assert_int_equal(part[2], 1);
+  }
+
   assert_true(cf_split_parse("size:96.54,3.46", &s, why, sizeof why));
   assert_int_equal(s.kind, CF_SPLIT_SIZE);
   assert_int_equal(s.n, 2);
@@ -248,7 +287,7 @@ static void test_split_parse(void **state) {
   expect_split_error("index:", "empty list");
   /* unknown forms */
   expect_split_error("greedy", "greedy: expected auto, bytes:CAP[,first=F][,count=C], "
-                               "size:P1,P2,... or index:I1,I2,...");
+                               "ddp:CAP[,first=F][,initial], size:P1,P2,... or index:I1,I2,...");
   expect_split_error("bytes", "expected auto, bytes:CAP");
   expect_split_error("", "expected auto");
 }
