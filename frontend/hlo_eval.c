@@ -397,13 +397,16 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
   }
+  int64_t dim = 0; /* all_gather_dimension / scatter_dimension */
   if (kind != 0) {
     int64_t dims[2];
     int nd;
-    if (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != 1 || dims[0] != 0) {
-      snprintf(note, sizeof note, "%s (not along dimension 0)", opc);
+    if (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != 1 || dims[0] < 0 ||
+        dims[0] >= CF_MAX_RANK) {
+      snprintf(note, sizeof note, "%s (not along one dimension)", opc);
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
+    dim = dims[0];
   }
   const hgset *gs = NULL;
   if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
@@ -443,6 +446,10 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
      * (AllReduceCombiner, AllGatherCombiner, ReduceScatterCombiner): in HLO
      * and StableHLO each one is combinable, where GE's default is fusion=0 */
     if (kind != 0 && (st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
+    if (dim) {
+      cf_attr a = {.id = CF_A_DIM, .v.i = dim};
+      if ((st = cf_node_set_attr(r->g, idx, &a))) return st;
+    }
     if (fuse) {
       size_t len = (strlen(in->name) + 12) * (size_t)n + 1;
       if (len > ((size_t)1 << 24))

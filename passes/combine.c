@@ -72,7 +72,14 @@ typedef enum reason_kind {
 } reason_kind;
 
 /* The first key field in which two candidates differ (key_diff_of). */
-typedef enum key_field { KEY_GROUP, KEY_DTYPE, KEY_REDUCTION, KEY_LAYOUT, KEY_RANK_SIZE } key_field;
+typedef enum key_field {
+  KEY_GROUP,
+  KEY_DTYPE,
+  KEY_REDUCTION,
+  KEY_LAYOUT,
+  KEY_DIM,
+  KEY_RANK_SIZE
+} key_field;
 
 typedef struct reason {
   reason_kind kind;
@@ -87,7 +94,8 @@ typedef struct reason {
   const char *other;         /* R_FID_KEY, R_FID_CYCLE, R_CLASS_KEY, R_CAP_NEXT */
   const char *node, *dep;    /* *_CYCLE: node depends on collective dep ("?": unknown) */
   key_field field;           /* *_KEY: the field, */
-  const char *mine, *theirs; /* and its two values (none for KEY_RANK_SIZE) */
+  const char *mine, *theirs; /* and its two values (none for KEY_RANK_SIZE, */
+  int64_t dx, dy;            /* numbers for KEY_DIM) */
 } reason;
 
 typedef struct cand {
@@ -169,6 +177,9 @@ static void key_diff_of(const combiner *m, int a, int b, reason *r) {
   } else if (cf_node_layout(x) != cf_node_layout(y)) {
     r->field = KEY_LAYOUT;
     r->mine = cf_layout_name(cf_node_layout(x)), r->theirs = cf_layout_name(cf_node_layout(y));
+  } else if (cf_node_int(x, CF_A_DIM, 0) != cf_node_int(y, CF_A_DIM, 0)) {
+    r->field = KEY_DIM;
+    r->dx = cf_node_int(x, CF_A_DIM, 0), r->dy = cf_node_int(y, CF_A_DIM, 0);
   } else {
     r->field = KEY_RANK_SIZE;
   }
@@ -186,9 +197,9 @@ static int intern_keys(combiner *m) {
   for (int i = 0; i < m->nc; i++) {
     const cf_node *n = &m->g->nodes[m->c[i].node];
     const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
-    snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld", cf_node_group(n),
+    snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld", cf_node_group(n),
              (int)cf_node_reduction(n), (int)v->dtype, (int)cf_node_layout(n),
-             (long long)rank_size_of(m->g, n));
+             (long long)rank_size_of(m->g, n), (long long)cf_node_int(n, CF_A_DIM, 0));
     if (!(txt[i] = cf_arena_strdup(&m->scratch, buf))) {
       free(idx);
       return -1;
@@ -721,6 +732,8 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
     static const char *const field[] = {"group", "dtype", "reduction", "layout"};
     if (r->field == KEY_RANK_SIZE)
       snprintf(d, sizeof d, "rank_size differs");
+    else if (r->field == KEY_DIM)
+      snprintf(d, sizeof d, "dim differs (%lld vs %lld)", (long long)r->dx, (long long)r->dy);
     else
       snprintf(d, sizeof d, "%s differs (%s vs %s)", field[r->field], r->mine, r->theirs);
   }
@@ -829,7 +842,8 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
   int line = proto->line, idx;
   cf_attr copy[CF_A_COUNT];
   int ncopy = 0;
-  static const cf_attr_id keep[] = {CF_A_REDUCTION, CF_A_GROUP, CF_A_RANK_SIZE, CF_A_LAYOUT};
+  static const cf_attr_id keep[] = {CF_A_REDUCTION, CF_A_GROUP, CF_A_RANK_SIZE, CF_A_LAYOUT,
+                                    CF_A_DIM};
   for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
     const cf_attr *a = cf_node_attr(proto, keep[k]);
     if (a) copy[ncopy++] = *a;
