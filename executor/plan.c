@@ -217,7 +217,8 @@ static cf_status rsag_segments(cf_plan *p, const cf_node *n, cf_pcoll *c, const 
     const cf_pvalue *iv = &p->vals[val_index(p, n->in[j])];
     int64_t rows = 1;
     for (int k = 0; k < d && k < iv->shape.rank; k++) rows *= iv->shape.dims[k];
-    int64_t count = op == CF_OP_ALLGATHER ? iv->count : iv->count / c->n;
+    /* in the bucket's elements (bytes when its members' dtypes differ) */
+    int64_t count = (op == CF_OP_ALLGATHER ? iv->bytes : iv->bytes / c->n) / es;
     if (rows <= 0) rows = 1;
     count /= rows; /* a row's block: the rank's part of it */
     for (int64_t q = 0; q < rows; q++)
@@ -251,9 +252,12 @@ static cf_status describe(builder *b, const cf_node *n, cf_pcoll *c, const int64
   if (st) return st;
   cf_op op = cf_op_coll(n->op);
   const cf_pvalue *v0 = &p->vals[val_index(p, n->in[0])];
-  int es = cf_dtype_size(v0->dtype);
+  cf_dtype dt = v0->dtype;
+  for (int j = 1; j < n->n_in; j++)
+    if (p->vals[val_index(p, n->in[j])].dtype != dt) dt = CF_DT_UINT8; /* an AllGather of bytes */
+  int es = cf_dtype_size(dt);
   c->node = (int)(n - p->g->nodes);
-  c->desc = (cf_coll_desc){.op = op, .dtype = v0->dtype, .count = in_bytes / es, .red = -1,
+  c->desc = (cf_coll_desc){.op = op, .dtype = dt, .count = in_bytes / es, .red = -1,
                            .root = -1, .layout = -1, .group = cf_node_group(n), .node = n->name};
   if (cf_op_reduces(op)) c->desc.red = (int)cf_node_reduction(n);
   if (cf_op_rooted(op)) {

@@ -299,7 +299,9 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
     if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
     for (int j = 0; j < n->n_in; j++) {
       const cf_value *v = operand(g, n, j);
-      if (v->dtype != operand(g, n, 0)->dtype)
+      /* data that is not reduced may mix dtypes (a byte bucket, as XLA's
+       * AllGatherCombiner and Inductor's bucketing make) */
+      if (v->dtype != operand(g, n, 0)->dtype && cf_op_coll(n->op) != CF_OP_ALLGATHER)
         return cf_node_error(g, n, CF_ERR_INVALID,
                              "fused operands must share a dtype: %d is %s, 0 is %s", j,
                              cf_dtype_name(v->dtype), cf_dtype_name(operand(g, n, 0)->dtype));

@@ -132,6 +132,7 @@ typedef struct combiner {
   cf_graph *g;
   const cf_pass_options *opt;
   cf_op kind, fused;
+  bool mix_dtypes; /* AllGather: dtypes share a bucket (a byte bucket) */
   char prefix[32]; /* the op's name in lower case: allreduce, allgather, ... */
   cand *c;
   int nc;
@@ -167,7 +168,7 @@ static void key_diff_of(const combiner *m, int a, int b, reason *r) {
   if (strcmp(cf_node_group(x), cf_node_group(y))) {
     r->field = KEY_GROUP;
     r->mine = cf_node_group(x), r->theirs = cf_node_group(y);
-  } else if (vx->dtype != vy->dtype) {
+  } else if (vx->dtype != vy->dtype && !m->mix_dtypes) {
     r->field = KEY_DTYPE;
     r->mine = cf_dtype_name(vx->dtype), r->theirs = cf_dtype_name(vy->dtype);
   } else if (cf_node_reduction(x) != cf_node_reduction(y)) {
@@ -198,7 +199,7 @@ static int intern_keys(combiner *m) {
     const cf_node *n = &m->g->nodes[m->c[i].node];
     const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
     snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld", cf_node_group(n),
-             (int)cf_node_reduction(n), (int)v->dtype, (int)cf_node_layout(n),
+             (int)cf_node_reduction(n), m->mix_dtypes ? -1 : (int)v->dtype, (int)cf_node_layout(n),
              (long long)rank_size_of(m->g, n), (long long)cf_node_int(n, CF_A_DIM, 0));
     if (!(txt[i] = cf_arena_strdup(&m->scratch, buf))) {
       free(idx);
@@ -989,7 +990,10 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
   if (kind != CF_OP_ALLREDUCE && (sp.kind == CF_SPLIT_SIZE || sp.kind == CF_SPLIT_INDEX))
     sp = (cf_split){.kind = CF_SPLIT_AUTO};
   if (!g->topo && (st = cf_verify_structure(g))) return st;
-  combiner m = {.g = g, .opt = opt, .kind = kind};
+  /* data that is not reduced is moved as bytes: AllGather buckets mix
+   * dtypes as XLA's AllGatherCombiner (combine_different_dtypes) and
+   * Inductor's bucketing do, unless the split says same_dtype */
+  combiner m = {.g = g, .opt = opt, .kind = kind, .mix_dtypes = kind == CF_OP_ALLGATHER && !sp.same_dtype};
   m.fused = cf_op_fused(kind);
   for (size_t i = 0; i + 1 < sizeof m.prefix && cf_op_table[kind].name[i]; i++)
     m.prefix[i] = (char)tolower((unsigned char)cf_op_table[kind].name[i]);

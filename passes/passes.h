@@ -33,6 +33,7 @@ typedef struct cf_split {
   int64_t idx[CF_MAX_SEGMENTS];    /* index: last gradient of each segment */
   int64_t limit[CF_MAX_SEGMENTS];  /* ddp: the limits of buckets 1, 2, ..., the last repeats */
   bool initial;                    /* ddp: DDP's first assignment (parameter order) */
+  bool same_dtype;                 /* any: AllGather buckets keep one dtype */
 } cf_split;
 
 /* Transport cost of one collective of b bytes: alpha + b / beta; the

@@ -24,6 +24,10 @@
  *   index:I1,I2,...                HCCL: segment k ends at gradient index Ik;
  *                                  the last index is the last gradient.
  *   auto                           bytes:CAP with CAP from the cost model below.
+ *   ...,same_dtype                 after any of them: AllGather buckets keep
+ *                                  one dtype (XLA's AllGatherCombiner with
+ *                                  combine_different_dtypes=false); by
+ *                                  default they mix dtypes as bytes.
  *
  * The auto cost model. One collective of b bytes costs alpha + b/beta on
  * one communication stream. The backward pass produces the gradients in
@@ -98,7 +102,27 @@ static bool empty_item(const char *list) {
   return n == 0 || list[0] == ',' || list[n - 1] == ',' || strstr(list, ",,");
 }
 
+static bool split_parse(const char *spec, cf_split *out, char *why, size_t len);
+
 bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
+  static const char tail[] = ",same_dtype";
+  size_t n = spec ? strlen(spec) : 0, t = sizeof tail - 1;
+  if (n > t && strcmp(spec + n - t, tail) == 0) {
+    char head[256];
+    if (n - t >= sizeof head) {
+      snprintf(why, len, "%.64s...: too long", spec);
+      return false;
+    }
+    memcpy(head, spec, n - t);
+    head[n - t] = 0;
+    if (!split_parse(head, out, why, len)) return false;
+    out->same_dtype = true;
+    return true;
+  }
+  return split_parse(spec, out, why, len);
+}
+
+static bool split_parse(const char *spec, cf_split *out, char *why, size_t len) {
   memset(out, 0, sizeof *out);
   if (!spec || strcmp(spec, "auto") == 0) return true;
   const char *colon = strchr(spec, ':');
