@@ -353,6 +353,34 @@ static int reducer(hlo_reader *r, const hinstr *in, const char **why) {
   return exact ? red : -2;
 }
 
+/* What XLA's combiners key a collective on besides its replica groups,
+ * reduction, dtype and dimension (AllReduceKey, AllGatherCombiner's and
+ * ReduceScatterCombiner's GroupKey): a channel_id makes it cross-module,
+ * use_global_device_ids, the domain of a sharding={maximal device=N}; and
+ * a user's frontend_attributes={combine_key="..."}. Written into key
+ * (empty when none). */
+static void combine_key(hlo_reader *r, const hinstr *in, char *key, size_t len) {
+  size_t o = 0;
+  key[0] = 0;
+  const hattr *a;
+  if (cf_hlo_attr(in, "channel_id")) o += (size_t)snprintf(key + o, len - o, "cross_module");
+  if ((a = cf_hlo_attr(in, "use_global_device_ids")) && a->val.n == 4 &&
+      !memcmp(a->val.p, "true", 4) && o < len)
+    o += (size_t)snprintf(key + o, len - o, "%sglobal_ids", o ? "," : "");
+  if ((a = cf_hlo_attr(in, "sharding")) && o < len) {
+    const char *p = a->val.p, *e = p + a->val.n, *m = NULL;
+    for (const char *q = p; q + 15 <= e && !m; q++)
+      if (!memcmp(q, "maximal device=", 15)) m = q + 15;
+    int64_t dev;
+    if (m && cf_hlo_read_int(&m, e, INT32_MAX, &dev))
+      o += (size_t)snprintf(key + o, len - o, "%sdevice=%lld", o ? "," : "", (long long)dev);
+  }
+  if ((a = cf_hlo_attr(in, "frontend_attributes")) && o < len) {
+    cf_span v = cf_hlo_sub_value(r, a->val, "combine_key");
+    if (v.p) snprintf(key + o, len - o, "%s%.*s", o ? "," : "", (int)v.n, v.p);
+  }
+}
+
 /* all-reduce, all-gather, reduce-scatter (and the async -start forms). */
 static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
                                  hval *out) {
@@ -450,6 +478,9 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       cf_attr a = {.id = CF_A_DIM, .v.i = dim};
       if ((st = cf_node_set_attr(r->g, idx, &a))) return st;
     }
+    char key[160];
+    combine_key(r, in, key, sizeof key);
+    if (*key && (st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line))) return st;
     if (fuse) {
       size_t len = (strlen(in->name) + 12) * (size_t)n + 1;
       if (len > ((size_t)1 << 24))

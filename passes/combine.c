@@ -78,6 +78,7 @@ typedef enum key_field {
   KEY_REDUCTION,
   KEY_LAYOUT,
   KEY_DIM,
+  KEY_COMBINE_KEY,
   KEY_RANK_SIZE
 } key_field;
 
@@ -178,6 +179,9 @@ static void key_diff_of(const combiner *m, int a, int b, reason *r) {
   } else if (cf_node_layout(x) != cf_node_layout(y)) {
     r->field = KEY_LAYOUT;
     r->mine = cf_layout_name(cf_node_layout(x)), r->theirs = cf_layout_name(cf_node_layout(y));
+  } else if (strcmp(cf_node_str(x, CF_A_COMBINE_KEY, ""), cf_node_str(y, CF_A_COMBINE_KEY, ""))) {
+    r->field = KEY_COMBINE_KEY;
+    r->mine = cf_node_str(x, CF_A_COMBINE_KEY, ""), r->theirs = cf_node_str(y, CF_A_COMBINE_KEY, "");
   } else if (cf_node_int(x, CF_A_DIM, 0) != cf_node_int(y, CF_A_DIM, 0)) {
     r->field = KEY_DIM;
     r->dx = cf_node_int(x, CF_A_DIM, 0), r->dy = cf_node_int(y, CF_A_DIM, 0);
@@ -198,9 +202,10 @@ static int intern_keys(combiner *m) {
   for (int i = 0; i < m->nc; i++) {
     const cf_node *n = &m->g->nodes[m->c[i].node];
     const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
-    snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld", cf_node_group(n),
+    snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld\x1f%.200s", cf_node_group(n),
              (int)cf_node_reduction(n), m->mix_dtypes ? -1 : (int)v->dtype, (int)cf_node_layout(n),
-             (long long)rank_size_of(m->g, n), (long long)cf_node_int(n, CF_A_DIM, 0));
+             (long long)rank_size_of(m->g, n), (long long)cf_node_int(n, CF_A_DIM, 0),
+             cf_node_str(n, CF_A_COMBINE_KEY, ""));
     if (!(txt[i] = cf_arena_strdup(&m->scratch, buf))) {
       free(idx);
       return -1;
@@ -733,6 +738,8 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
     static const char *const field[] = {"group", "dtype", "reduction", "layout"};
     if (r->field == KEY_RANK_SIZE)
       snprintf(d, sizeof d, "rank_size differs");
+    else if (r->field == KEY_COMBINE_KEY)
+      snprintf(d, sizeof d, "combine_key differs ('%.40s' vs '%.40s')", r->mine, r->theirs);
     else if (r->field == KEY_DIM)
       snprintf(d, sizeof d, "dim differs (%lld vs %lld)", (long long)r->dx, (long long)r->dy);
     else
@@ -844,7 +851,7 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
   cf_attr copy[CF_A_COUNT];
   int ncopy = 0;
   static const cf_attr_id keep[] = {CF_A_REDUCTION, CF_A_GROUP, CF_A_RANK_SIZE, CF_A_LAYOUT,
-                                    CF_A_DIM};
+                                    CF_A_DIM, CF_A_COMBINE_KEY};
   for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
     const cf_attr *a = cf_node_attr(proto, keep[k]);
     if (a) copy[ncopy++] = *a;
