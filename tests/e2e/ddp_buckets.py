@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+from grads_graph import grads_xml
+
 try:
     import torch
     import torch.distributed as dist
@@ -40,16 +42,6 @@ DTYPES = {
 
 def fmt_limit(b):
     return str(b)
-
-
-def graph_xml(grads):
-    lines = ['<?xml version="1.0" encoding="UTF-8"?>', '<graph name="ddp" world_size="2">']
-    for i, (dt, n) in enumerate(grads):
-        lines.append(f'  <node name="g{i}" op="Input" dtype="{dt}" shape="{n}"/>')
-        lines.append(f'  <node name="ar{i}" op="AllReduce"><input ref="g{i}"/></node>')
-        lines.append(f'  <node name="o{i}" op="Output"><input ref="ar{i}"/></node>')
-    lines.append("</graph>")
-    return "\n".join(lines) + "\n"
 
 
 def collfuse_buckets(path, spec):
@@ -82,7 +74,7 @@ def check(grads, limits, initial, tmp, what):
         spec = f"ddp:{limits[1]},first={limits[0]}" + (",initial" if initial else "")
     path = os.path.join(tmp, "g.xml")
     with open(path, "w") as f:
-        f.write(graph_xml(grads))
+        f.write(grads_xml(grads))
     want = torch_buckets(grads, limits, initial)
     got = collfuse_buckets(path, spec)
     if want != got:
