@@ -353,6 +353,34 @@ static int reducer(hlo_reader *r, const hinstr *in, const char **why) {
   return exact ? red : -2;
 }
 
+/* What XLA's combiners key a collective on besides its replica groups,
+ * reduction, dtype and dimension (AllReduceKey, AllGatherCombiner's and
+ * ReduceScatterCombiner's GroupKey): a channel_id makes it cross-module,
+ * use_global_device_ids, the domain of a sharding={maximal device=N}; and
+ * a user's frontend_attributes={combine_key="..."}. Written into key
+ * (empty when none). */
+static void combine_key(hlo_reader *r, const hinstr *in, char *key, size_t len) {
+  size_t o = 0;
+  key[0] = 0;
+  const hattr *a;
+  if (cf_hlo_attr(in, "channel_id")) o += (size_t)snprintf(key + o, len - o, "cross_module");
+  if ((a = cf_hlo_attr(in, "use_global_device_ids")) && a->val.n == 4 &&
+      !memcmp(a->val.p, "true", 4) && o < len)
+    o += (size_t)snprintf(key + o, len - o, "%sglobal_ids", o ? "," : "");
+  if ((a = cf_hlo_attr(in, "sharding")) && o < len) {
+    const char *p = a->val.p, *e = p + a->val.n, *m = NULL;
+    for (const char *q = p; q + 15 <= e && !m; q++)
+      if (!memcmp(q, "maximal device=", 15)) m = q + 15;
+    int64_t dev;
+    if (m && cf_hlo_read_int(&m, e, INT32_MAX, &dev))
+      o += (size_t)snprintf(key + o, len - o, "%sdevice=%lld", o ? "," : "", (long long)dev);
+  }
+  if ((a = cf_hlo_attr(in, "frontend_attributes")) && o < len) {
+    cf_span v = cf_hlo_sub_value(r, a->val, "combine_key");
+    if (v.p) snprintf(key + o, len - o, "%s%.*s", o ? "," : "", (int)v.n, v.p);
+  }
+}
+
 /* all-reduce, all-gather, reduce-scatter (and the async -start forms). */
 static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
                                  hval *out) {
@@ -397,13 +425,16 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
   }
+  int64_t dim = 0; /* all_gather_dimension / scatter_dimension */
   if (kind != 0) {
     int64_t dims[2];
     int nd;
-    if (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != 1 || dims[0] != 0) {
-      snprintf(note, sizeof note, "%s (not along dimension 0)", opc);
+    if (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != 1 || dims[0] < 0 ||
+        dims[0] >= CF_MAX_RANK) {
+      snprintf(note, sizeof note, "%s (not along one dimension)", opc);
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
+    dim = dims[0];
   }
   const hgset *gs = NULL;
   if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
@@ -439,6 +470,17 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
         (st = set_str(r, idx, CF_A_REDUCTION, cf_reduction_name((cf_reduction)red), in->line)))
       return st;
     if (kind == 1 && (st = set_str(r, idx, CF_A_LAYOUT, "concat", in->line))) return st;
+    /* XLA's pipelines combine every all-reduce, all-gather and reduce-scatter
+     * (AllReduceCombiner, AllGatherCombiner, ReduceScatterCombiner): in HLO
+     * and StableHLO each one is combinable, where GE's default is fusion=0 */
+    if (kind != 0 && (st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
+    if (dim) {
+      cf_attr a = {.id = CF_A_DIM, .v.i = dim};
+      if ((st = cf_node_set_attr(r->g, idx, &a))) return st;
+    }
+    char key[160];
+    combine_key(r, in, key, sizeof key);
+    if (*key && (st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line))) return st;
     if (fuse) {
       size_t len = (strlen(in->name) + 12) * (size_t)n + 1;
       if (len > ((size_t)1 << 24))

@@ -266,6 +266,9 @@ typedef struct hcut {
 /* An HLO sharding ({devices=[2,1]<=[2]}, {replicated}, ...) of an array of
  * rank dims; false with why when it is not a form collfuse runs. */
 bool cf_hlo_sharding_cut(cf_span text, int rank, hcut *out, char *why, size_t why_len);
+/* The value of key in an attribute `{k1="v1",k2="v2"}` or `{k={...}}`, with
+ * \" escapes removed, in the scratch arena; NULL span when absent. */
+cf_span cf_hlo_sub_value(hlo_reader *r, cf_span attrs, const char *key);
 /* The cuts of in's xla.sdy.in_shardings, one per operand (of ranks[i]
  * dims), against the module's xla.sdy.meshes; false with why. */
 bool cf_hlo_sdy_cuts(hlo_reader *r, const hinstr *in, const int *ranks, int n, hcut *out, char *why,

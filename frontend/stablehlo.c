@@ -529,7 +529,10 @@ static cf_status collective(sh_reader *s, hinstr *in, const char *p, const char 
     const char *q;
     if (!cf_sh_attr(s, p, e, dim_key, &v) || !((q = v.p), cf_hlo_read_int(&q, v.p + v.n, 64, &d)))
       return cf_hlo_fail(r, in->line, "op '%s': %s needs %s = N", in->name, hlo_opcode, dim_key);
-    kv[n++] = "dimensions", kv[n++] = d == 0 ? "{0}" : "{1}"; /* only 0 is imported */
+    char text[32];
+    snprintf(text, sizeof text, "{%lld}", (long long)d);
+    kv[n++] = "dimensions";
+    if (!(kv[n++] = str(s, text, strlen(text)))) return cf_hlo_oom(r, in->line);
   }
   return set_attrs(s, in, n / 2, kv);
 }

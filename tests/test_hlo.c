@@ -346,7 +346,13 @@ static void test_tuple_collectives(void **state) {
   assert_int_equal(ags->op, CF_OP_ALLGATHER);
   assert_ptr_equal(operand(g, ags, 0), node(g, "start"));
   assert_ptr_equal(operand(g, node(g, "output.6"), 0), ags);
-  assert_int_equal(node(g, "ag1")->op, CF_OP_OPAQUE); /* dimensions={1} */
+  /* dimensions={1}: all_gather_dimension 1, combinable by default as in XLA */
+  const cf_node *ag1 = node(g, "ag1");
+  assert_int_equal(ag1->op, CF_OP_ALLGATHER);
+  assert_int_equal(cf_node_int(ag1, CF_A_DIM, 0), 1);
+  assert_int_equal(cf_node_fusion(ag1), 1);
+  assert_int_equal(cf_node_fusion(ags), 1);
+  assert_int_equal(cf_node_fusion(node(g, "start")), 1);
   assert_int_equal(node(g, "a2a")->op, CF_OP_ALLTOALL);
   assert_int_equal(node(g, "cp")->op, CF_OP_COLLECTIVEPERMUTE);
   cf_graph_destroy(g);

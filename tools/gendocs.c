@@ -278,7 +278,7 @@ static void bash_completion(FILE *f) {
   fputs("'\n_collfuse_passes='", f);
   for (int k = 0; cf_pass_registry[k]; k++)
     fprintf(f, "%s%s", k ? " " : "", cf_pass_registry[k]->name);
-  fputs("'\n_collfuse_split='auto bytes: size: index:'\n\n", f);
+  fputs("'\n_collfuse_split='auto bytes: ddp: size: index:'\n\n", f);
 
   fputs("# _collfuse_options CMD: its options; _collfuse_args CMD: what its\n"
         "# arguments complete to (file or nothing)\n"
