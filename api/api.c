@@ -209,7 +209,6 @@ struct cf_executable {
   int *io_node[2]; /* their node indices, graph order */
   double last_ms;
   cf_run_options ro; /* what plan was built with */
-  int64_t max_memory; /* the max_memory option; 0: what the machine has */
   /* cf_executable_run_rank: this process's MPI world and a plan for its
    * staging transport, made by the first call */
   cf_world *mpi;
@@ -224,7 +223,9 @@ struct cf_executable {
   void **buckets;
   bool *owned;
   int64_t last_copies, last_copy_bytes;
-  cf_profile *prof; /* the measured rules the plans' auto reads (kept as long as they) */
+  /* the profile (its measured rules the plans' auto reads, kept as long as
+   * they) and the memory limit; mpi_setup joins MPI's world with a copy */
+  cf_run_setup setup;
 };
 
 /* Refuse a run of ranks of e's ranks in this process that needs more memory
@@ -237,7 +238,7 @@ static cf_status check_memory(const cf_executable *e, int ranks, const char *hin
                       .per_rank = cf_plan_run_bytes(e->plan, true),
                       .reserved = cf_plan_reserved_bytes(e->plan, ranks),
                       .hint = hint};
-  return cf_mem_check(e->ctx, &need, e->max_memory, "the max_memory option");
+  return cf_run_check_memory(e->ctx, &e->setup, &need);
 }
 
 cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable **out) {
@@ -245,7 +246,6 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
   *out = NULL;
   if (!g) return CF_ERR_USAGE;
   cf_context *ctx = g->ctx;
-  char path[4096];
   cf_executable *e = calloc(1, sizeof *e);
   if (!e) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   e->ctx = ctx;
@@ -258,8 +258,6 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
   }
   e->ranks = (int)g->world_size;
   if (!st) st = cf_verify_for_target(g, opt ? opt->target : NULL);
-  if (!st) st = cf_profile_find(ctx, opt ? opt->profile : NULL, &e->prof, path, sizeof path);
-  if (st) goto fail;
   cf_run_options ro = {.ranks = e->ranks,
                        .iters = 1,
                        .seed = opt ? opt->seed : 0,
@@ -267,10 +265,13 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
                        .timeout_s = opt ? opt->timeout_s : 60,
                        .algo = opt ? opt->algo : (cf_algo_req){.policy = CF_POLICY_AUTO},
                        .lent_inputs = true};
-  if (ro.algo.policy != CF_POLICY_FORCED)
-    ro.algo.n_measured = cf_profile_rules(e->prof, "threads", &ro.algo.measured);
+  e->setup = (cf_run_setup){.profile = opt ? opt->profile : NULL,
+                            .timeout_s = ro.timeout_s,
+                            .max_memory = opt ? opt->max_memory : 0,
+                            .max_memory_what = "the max_memory option"};
+  if (!st) st = cf_run_prepare(ctx, &e->setup, &ro);
+  if (st) goto fail;
   e->ro = ro;
-  e->max_memory = opt ? opt->max_memory : 0;
   if ((st = cf_plan_build(ctx, g, &ro, &e->plan))) goto fail;
   /* every way to run it needs one rank's memory in a process */
   if ((st = check_memory(e, 1, NULL))) goto fail;
@@ -319,7 +320,7 @@ void cf_executable_destroy(cf_executable *e) {
   free(e->io_node[0]);
   free(e->io_node[1]);
   cf_graph_unhold(e->g);
-  cf_profile_destroy(e->prof);
+  cf_run_setup_free(&e->setup, 0);
   free(e);
 }
 
@@ -635,7 +636,12 @@ cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *c
  * unless the application did), check that it is this executable's, and plan
  * for the MPI transport, which stages what it receives. */
 static cf_status mpi_setup(cf_executable *e, int rank) {
-  cf_status st = cf_world_create(e->ctx, &cf_world_mpi, 0, e->ro.timeout_s, &e->mpi);
+  /* the same set-up, now on MPI's world (the profile read at creation) */
+  cf_run_setup ms = e->setup;
+  ms.mpi = true;
+  cf_run_options ro = e->ro;
+  cf_status st = cf_run_prepare(e->ctx, &ms, &ro);
+  e->mpi = ms.world;
   if (st) return st;
   const cf_world *w = e->mpi;
   if (w->size != e->ranks)
@@ -645,7 +651,7 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
                     e->ranks, cf_s(e->ranks), w->size, w->size == 1 ? "" : "es", e->ranks);
   /* every rank must have read the same profile (its MPI rules): checked
    * while every rank is still here, before the one-sided checks */
-  double h = (double)cf_profile_hash(e->prof, "mpi"), v[2] = {h, -h};
+  double h = (double)cf_profile_hash(e->setup.prof, "mpi"), v[2] = {h, -h};
   if ((st = cf_world_max(e->mpi, v, 2))) return st;
   if (v[0] != -v[1])
     return cf_error(e->ctx, CF_ERR_INVALID, NULL, 0,
@@ -656,12 +662,6 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
                     "cf_executable_run_rank: rank %d asked for, but this process is rank %d of "
                     "MPI_COMM_WORLD",
                     rank, w->first);
-  cf_run_options ro = e->ro;
-  ro.staged = true;
-  if (ro.algo.policy == CF_POLICY_AUTO)
-    ro.algo.policy = cf_world_auto(e->mpi); /* as `run --backend mpi` */
-  if (ro.algo.policy != CF_POLICY_FORCED)
-    ro.algo.n_measured = cf_profile_rules(e->prof, "mpi", &ro.algo.measured);
   if ((st = cf_plan_build(e->ctx, e->g, &ro, &e->mpi_plan))) return st;
   return cf_exec_prepare(e->ctx, e->mpi, e->mpi_plan);
 }

@@ -92,4 +92,44 @@ cf_status cf_profile_set(cf_context *ctx, cf_profile *p, const char *transport, 
 /* Write p to path (its directories made as needed) through cf_write_file. */
 cf_status cf_profile_save(cf_context *ctx, cf_profile *p, const char *path);
 
+/* ================= prepare.c: a run's one set-up (driver and C API) ================= */
+
+typedef struct cf_world cf_world;             /* executor/runtime.h */
+typedef struct cf_run_options cf_run_options; /* executor/executor.h */
+typedef struct cf_mem_need cf_mem_need;       /* executor/executor.h */
+
+/* What a run is set up with (the caller fills the first block, zero for
+ * the defaults) and what cf_run_prepare found (cf_run_setup_free releases
+ * it). */
+typedef struct cf_run_setup {
+  const char *profile;         /* --profile, the profile option (NULL: $COLLFUSE_PROFILE or the
+                                * user's; "none": the built-in rules) */
+  bool mpi;                    /* this process is one rank of MPI's world (mpirun) */
+  double timeout_s;            /* the world's waits */
+  int64_t max_memory;          /* the memory a run may hold (0: what the machine has) */
+  const char *max_memory_what; /* its name in messages ("--max-memory") */
+  cf_profile *prof;            /* the profile read (empty: none) */
+  cf_world *world;             /* MPI's world (mpi), else NULL */
+  int me;                      /* this process's rank of it (0 without MPI) */
+} cf_run_setup;
+
+/* Set a run up, each step once however often it is called: with mpi, join
+ * MPI's world (initializing MPI unless the application did; a failure
+ * leaves s->world NULL) and give this process's BLAS calls its share of the
+ * host's cores (cf_exec_blas_share); read the profile (cf_profile_find);
+ * then make ro fit: with mpi staged, and auto the world's policy; auto's
+ * measured rules for the transport from the profile (CPU device only: a
+ * profile measures the CPU's algorithms). */
+cf_status cf_run_prepare(cf_context *ctx, cf_run_setup *s, cf_run_options *ro);
+/* "mpi" or "threads": the transport s runs on, as profiles name it. */
+const char *cf_run_transport(const cf_run_setup *s);
+/* --split auto's measured alpha/beta on ranks from s's profile; false when
+ * it has none. */
+bool cf_run_cost(const cf_run_setup *s, int ranks, cf_cost *out);
+/* cf_mem_check of need against s's limit; on MPI's world need is this
+ * process's (one rank, the host's processes named, and their hint). */
+cf_status cf_run_check_memory(cf_context *ctx, const cf_run_setup *s, cf_mem_need *need);
+/* Leave the world (exit_code: as cf_world_destroy) and drop the profile. */
+void cf_run_setup_free(cf_run_setup *s, int exit_code);
+
 #endif /* COLLFUSE_API_H */

@@ -45,12 +45,12 @@ static bool known_transport(const char *t) {
 }
 
 const char *cf_profile_path(const char *given, char *buf, size_t len, bool *explicit_path) {
-  const char *env = getenv("COLLFUSE_PROFILE");
+  const char *env = cf_env(CF_ENV_PROFILE);
   *explicit_path = true;
   if (given) return given;
   if (env && *env) return env;
   *explicit_path = false;
-  const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+  const char *xdg = cf_env(CF_ENV_XDG_CONFIG), *home = getenv("HOME");
   if (xdg && xdg[0] == '/')
     snprintf(buf, len, "%s/collfuse/profile", xdg);
   else if (home && *home)

@@ -485,6 +485,11 @@ static cf_status coll_port(ref_run *r, coll *c, cf_op op, int j, int p) {
   }
   if (!gather_src(r, c, j)) return CF_OK;
   int64_t cnt = c->src[0]->count;
+  /* along dim d: rows of the dims before d, a block of the dims from d on
+   * per row (all_gather_dimension / scatter_dimension) */
+  int64_t rows = 1, d = cf_node_int(n, CF_A_DIM, 0);
+  for (int64_t k = 0; k < d && k < c->src[0]->shape.rank; k++) rows *= c->src[0]->shape.dims[k];
+  if (rows <= 0) rows = 1;
   for (int k = 0; k < c->size; k++) {
     if (op == CF_OP_REDUCE && k != root) continue;
     rv *o = result(r, n, p, c->ranks[k]);
@@ -492,11 +497,15 @@ static cf_status coll_port(ref_run *r, coll *c, cf_op op, int j, int p) {
     switch (op) {
     case CF_OP_ALLREDUCE:
     case CF_OP_REDUCE: reduce_into(red, c->src, c->size, 0, o, 0, cnt); break;
-    case CF_OP_ALLGATHER: /* stack and concat: rank blocks one after another */
-      for (int t = 0; t < c->size; t++) copy_into(c->src[t], 0, o, t * cnt, cnt);
+    case CF_OP_ALLGATHER: /* stack and concat: in each row, rank blocks one after another */
+      for (int64_t q = 0; q < rows; q++)
+        for (int t = 0; t < c->size; t++)
+          copy_into(c->src[t], q * (cnt / rows), o, (q * c->size + t) * (cnt / rows), cnt / rows);
       break;
-    default: /* ReduceScatter: block k of the reduced tensor */
-      reduce_into(red, c->src, c->size, k * o->count, o, 0, o->count);
+    default: /* ReduceScatter: block k of each row of the reduced tensor */
+      for (int64_t q = 0; q < rows; q++)
+        reduce_into(red, c->src, c->size, (q * c->size + k) * (o->count / rows), o,
+                    q * (o->count / rows), o->count / rows);
       break;
     }
   }

@@ -235,12 +235,12 @@ static bool mkdir_p(char *dir) {
 void cf_objcache_open(cf_context *ctx, cf_objcache *oc) {
   memset(oc, 0, sizeof *oc);
   oc->dirfd = -1;
-  const char *env = getenv("COLLFUSE_CACHE");
+  const char *env = cf_env(CF_ENV_CACHE);
   if (env &&
       (!strcmp(env, "off") || !strcmp(env, "0") || !strcmp(env, "no") || !strcmp(env, "false")))
     return;
   int n;
-  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  const char *xdg = cf_env(CF_ENV_XDG_CACHE), *home = getenv("HOME");
   if (env && env[0] == '/')
     n = snprintf(oc->dir, sizeof oc->dir, "%s", env);
   else if (xdg && xdg[0] == '/') /* XDG: relative values are to be ignored */

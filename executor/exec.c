@@ -761,9 +761,16 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
 int cf_exec_blas_threads(int ranks) {
   int now = openblas_get_num_threads();
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  /* one rank (an MPI process: run sets cores / processes) keeps the setting */
-  if (getenv("OPENBLAS_NUM_THREADS") || cores <= 0 || ranks <= 1) return now;
+  /* one rank (an MPI process: cf_exec_blas_share sets cores / processes)
+   * keeps the setting */
+  if (cf_env(CF_ENV_BLAS_THREADS) || cores <= 0 || ranks <= 1) return now;
   return cores / ranks > 1 ? (int)(cores / ranks) : 1;
+}
+
+void cf_exec_blas_share(int processes) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cf_env(CF_ENV_BLAS_THREADS) || cores <= 0) return; /* an explicit setting wins */
+  openblas_set_num_threads(cores / processes > 1 ? (int)(cores / processes) : 1);
 }
 
 /* Every rank of world w as a thread of this process. */

@@ -185,6 +185,10 @@ cf_status cf_exec_run_world(cf_context *ctx, cf_plan *p, cf_world *w, const cf_i
  * what they need for p's groups (cf_world_native_groups, in plan order);
  * otherwise nothing. Errors go to ctx. */
 cf_status cf_exec_prepare(cf_context *ctx, cf_world *w, const cf_plan *p);
+/* This process is one of `processes` on its host (an MPI job's), which
+ * share the cores: its BLAS calls get cores/processes threads (at least 1)
+ * for the rest of the process, unless OPENBLAS_NUM_THREADS set them. */
+void cf_exec_blas_share(int processes);
 /* cf_exec_run_world on a threads world of p's ranks made for this run. */
 cf_status cf_exec_run(cf_context *ctx, cf_plan *p, const cf_inputs *in, cf_run_result *res);
 void cf_run_result_free(cf_run_result *res);

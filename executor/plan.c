@@ -191,6 +191,44 @@ static cf_status alltoall_blocks(cf_plan *p, const cf_node *n, cf_pcoll *c, cons
   return CF_OK;
 }
 
+/* AllGather's and ReduceScatter's segments (runtime.h): a member along
+ * dim 0 is one segment; along dim d it is one segment per row of the dims
+ * before d (XLA's all_gather_dimension / scatter_dimension), each a block
+ * of the dims from d on: gathering row q of every rank puts rank p's block
+ * at row q's place p, which is what a segment says. */
+static cf_status rsag_segments(cf_plan *p, const cf_node *n, cf_pcoll *c, const int64_t *off,
+                               const int64_t *oo, int es) {
+  cf_op op = cf_op_coll(n->op);
+  int d = (int)cf_node_int(n, CF_A_DIM, 0);
+  int64_t total = 0;
+  for (int j = 0; j < n->n_in; j++) {
+    const cf_shape *s = &p->vals[val_index(p, n->in[j])].shape;
+    int64_t rows = 1;
+    for (int k = 0; k < d && k < s->rank; k++) rows *= s->dims[k];
+    total += rows > 0 ? rows : 1;
+  }
+  if (total > INT32_MAX)
+    return cf_node_error(p->g, n, CF_ERR_INVALID, "%lld rows before dim %d: too many to place",
+                         (long long)total, d);
+  c->segs = calloc((size_t)total, sizeof *c->segs);
+  if (!c->segs) return oom(p);
+  c->n_segs = 0;
+  for (int j = 0; j < n->n_in; j++) {
+    const cf_pvalue *iv = &p->vals[val_index(p, n->in[j])];
+    int64_t rows = 1;
+    for (int k = 0; k < d && k < iv->shape.rank; k++) rows *= iv->shape.dims[k];
+    /* in the bucket's elements (bytes when its members' dtypes differ) */
+    int64_t count = (op == CF_OP_ALLGATHER ? iv->bytes : iv->bytes / c->n) / es;
+    if (rows <= 0) rows = 1;
+    count /= rows; /* a row's block: the rank's part of it */
+    for (int64_t q = 0; q < rows; q++)
+      c->segs[c->n_segs++] = (cf_coll_seg){
+          off[j] / es + q * (op == CF_OP_ALLGATHER ? count : count * c->n),
+          oo[j] / es + q * (op == CF_OP_ALLGATHER ? count * c->n : count), count};
+  }
+  return CF_OK;
+}
+
 /* CollectivePermute's pairs as positions in the group, and their hash in
  * the descriptor (so ranks that disagree on them fail). */
 static cf_status permute_pairs(cf_plan *p, const cf_node *n, cf_pcoll *c) {
@@ -214,9 +252,12 @@ static cf_status describe(builder *b, const cf_node *n, cf_pcoll *c, const int64
   if (st) return st;
   cf_op op = cf_op_coll(n->op);
   const cf_pvalue *v0 = &p->vals[val_index(p, n->in[0])];
-  int es = cf_dtype_size(v0->dtype);
+  cf_dtype dt = v0->dtype;
+  for (int j = 1; j < n->n_in; j++)
+    if (p->vals[val_index(p, n->in[j])].dtype != dt) dt = CF_DT_UINT8; /* an AllGather of bytes */
+  int es = cf_dtype_size(dt);
   c->node = (int)(n - p->g->nodes);
-  c->desc = (cf_coll_desc){.op = op, .dtype = v0->dtype, .count = in_bytes / es, .red = -1,
+  c->desc = (cf_coll_desc){.op = op, .dtype = dt, .count = in_bytes / es, .red = -1,
                            .root = -1, .layout = -1, .group = cf_node_group(n), .node = n->name};
   if (cf_op_reduces(op)) c->desc.red = (int)cf_node_reduction(n);
   if (cf_op_rooted(op)) {
@@ -240,17 +281,7 @@ static cf_status describe(builder *b, const cf_node *n, cf_pcoll *c, const int64
   *out_off = oo;
   if (op == CF_OP_ALLTOALL) return alltoall_blocks(p, n, c, off, oo, es);
   if (op == CF_OP_COLLECTIVEPERMUTE) return permute_pairs(p, n, c);
-  if (op == CF_OP_ALLGATHER || op == CF_OP_REDUCESCATTER) {
-    c->segs = calloc((size_t)n->n_in, sizeof *c->segs);
-    if (!c->segs) return oom(p);
-    c->n_segs = n->n_in;
-    for (int j = 0; j < n->n_in; j++) {
-      const cf_pvalue *iv = &p->vals[val_index(p, n->in[j])];
-      c->segs[j].in_off = off[j] / es;
-      c->segs[j].out_off = oo[j] / es;
-      c->segs[j].count = op == CF_OP_ALLGATHER ? iv->count : iv->count / c->n;
-    }
-  }
+  if (op == CF_OP_ALLGATHER || op == CF_OP_REDUCESCATTER) return rsag_segments(p, n, c, off, oo, es);
   return CF_OK;
 }
 
@@ -367,7 +398,7 @@ bool cf_fused_matmul_overlaps(const cf_run_options *opt, int ranks) {
   if (opt->device != CF_DEVICE_CPU || opt->staged) return true;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores <= 0 || ranks <= 0) return false;
-  const char *env = getenv("OPENBLAS_NUM_THREADS");
+  const char *env = cf_env(CF_ENV_BLAS_THREADS);
   long blas = env && atol(env) > 0 ? atol(env) : cores / ranks > 1 ? cores / ranks : 1;
   return cores - ranks * blas >= 1; /* a core no GEMM uses */
 }
@@ -510,8 +541,8 @@ static unsigned rsag_in_place_ok(const builder *b, const cf_node *n, const cf_pc
   cf_op op = cf_op_coll(n->op);
   if ((op != CF_OP_ALLGATHER && op != CF_OP_REDUCESCATTER) || !own_block ||
       (n->n_in > 1 && p->opt.external_buckets) || p->opt.out_of_place || p->opt.lent_inputs ||
-      c->n * c->n_parts != p->ranks)
-    return 0;
+      c->n * c->n_parts != p->ranks || c->n_segs != n->n_in)
+    return 0; /* (a member along dim > 0 is no block of its output) */
   for (int j = 0; j < n->n_in; j++) {
     int v = val_index(p, n->in[j]);
     /* a member that lives elsewhere is copied into a ReduceScatter's

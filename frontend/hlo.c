@@ -212,9 +212,13 @@ static cf_status parse_instr(hlo_reader *r, const char *s, const char *e, int li
     return cf_hlo_fail(r, line, "instruction '%.40s...': name longer than %d bytes", nm.p,
                        CF_MAX_NAME);
   if (!(in->name = cf_hlo_str(r, nm.p, nm.n))) return cf_hlo_oom(r, line);
-  p = eq + 1;
+  p = cf_hlo_skip(eq + 1, e);
   int64_t leaves = 0;
-  if ((st = parse_shape(r, &p, e, line, 0, &in->shape, &leaves))) return st;
+  const char *w = p;
+  while (w < e && is_name_char(*w))
+    w++;
+  in->no_shape = w > p && *cf_hlo_skip(w, e) == '(' && *w != '['; /* 'tuple(a, b)' */
+  if (!in->no_shape && (st = parse_shape(r, &p, e, line, 0, &in->shape, &leaves))) return st;
   p = cf_hlo_skip(p, e);
   cf_span op = {p, 0};
   while (p < e && is_name_char(*p))
@@ -247,6 +251,105 @@ static cf_status parse_instr(hlo_reader *r, const char *s, const char *e, int li
   char what[CF_MAX_NAME + 32];
   snprintf(what, sizeof what, "instruction '%s'", in->name);
   return parse_attrs(r, close, e, line, what, &in->attr, &in->n_attr);
+}
+
+/* ------------------------------------------------------------------ */
+/* shapes left out                                                    */
+
+/* Opcodes whose result has the shape of one operand (XLA's shape
+ * inference, for the forms the parser lets go without a shape): elementwise
+ * ops, and those that pass a value on. The operand is the first unless
+ * the name says otherwise (select and clamp: the second). */
+static const char *const same_shape_ops[] = {
+    "abs", "add", "add-dependency", "and", "atan2", "cbrt", "ceil", "clz", "copy", "cosine",
+    "divide", "domain", "erf", "exponential", "exponential-minus-one", "floor", "log",
+    "log-plus-one", "logistic", "maximum", "minimum", "multiply", "negate", "not",
+    "opt-barrier", "or", "popcnt", "power", "remainder", "round-nearest-afz",
+    "round-nearest-even", "rsqrt", "shift-left", "shift-right-arithmetic",
+    "shift-right-logical", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "while", "xor",
+    "select", "clamp",
+};
+
+static int count_leaves(const hshape *t, int64_t max) {
+  if (t->n < 0) return 1;
+  int64_t n = 0;
+  for (int i = 0; i < t->n && n <= max; i++)
+    n += count_leaves(&t->elem[i], max);
+  return n > max ? (int)max + 1 : (int)n;
+}
+
+/* The shape of in (of computation c), which the text leaves out, from its
+ * operands' shapes as XLA infers it; an error naming the opcode where
+ * collfuse does not infer it. */
+static cf_status infer_shape(hlo_reader *r, const hcomp *c, int k, hinstr *in) {
+  const hshape *opnd[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < in->n_opnd && i < 3; i++) {
+    int j = cf_hlo_map_find(&c->map, in->opnd[i]);
+    if (j < 0 || j >= k)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': its shape is left out, and operand '%s' is %s", in->name,
+                         in->opnd[i], j < 0 ? "not defined" : "defined after it");
+    opnd[i] = &c->ins[j].shape;
+  }
+  const char *op = in->opcode, *literal = NULL;
+  if (!strcmp(op, "tuple")) {
+    in->shape = (hshape){.n = in->n_opnd};
+    if (in->n_opnd &&
+        !(in->shape.elem = cf_arena_array(&r->scratch, (size_t)in->n_opnd, sizeof(hshape))))
+      return cf_hlo_oom(r, in->line);
+    for (int i = 0; i < in->n_opnd; i++)
+      in->shape.elem[i] = c->ins[cf_hlo_map_find(&c->map, in->opnd[i])].shape;
+    if (count_leaves(&in->shape, CF_MAX_OPERANDS) > CF_MAX_OPERANDS)
+      return cf_hlo_fail(r, in->line, "instruction '%s': tuple of more than %d arrays", in->name,
+                         CF_MAX_OPERANDS);
+    return CF_OK;
+  }
+  if (!strcmp(op, "get-tuple-element") && in->n_opnd == 1) {
+    const hattr *ia = cf_hlo_attr(in, "index");
+    int64_t idx;
+    const char *v = ia ? ia->val.p : NULL;
+    if (ia && cf_hlo_read_int(&v, ia->val.p + ia->val.n, INT32_MAX, &idx) &&
+        v == ia->val.p + ia->val.n && opnd[0]->n > idx) {
+      in->shape = opnd[0]->elem[idx];
+      return CF_OK;
+    }
+    return cf_hlo_fail(r, in->line, "instruction '%s': get-tuple-element needs index=N of a tuple",
+                       in->name);
+  }
+  if (!strcmp(op, "compare") || !strcmp(op, "is-finite")) {
+    if (!in->n_opnd || opnd[0]->n >= 0)
+      return cf_hlo_fail(r, in->line, "instruction '%s': %s of other than an array", in->name, op);
+    in->shape = *opnd[0];
+    literal = "pred[]"; /* the dims of the operand, the type pred */
+  } else if (!strcmp(op, "partition-id") || !strcmp(op, "replica-id")) {
+    literal = "u32[]";
+  } else if (!strcmp(op, "after-all")) {
+    literal = "token[]";
+  }
+  if (literal) {
+    hshape t;
+    int64_t leaves = 0;
+    cf_status st = parse_shape(r, &literal, literal + strlen(literal), in->line, 0, &t, &leaves);
+    if (st) return st;
+    if (in->shape.n < 0 && in->shape.s.rank) t.s = in->shape.s;
+    in->shape = t;
+    return CF_OK;
+  }
+  size_t n = sizeof same_shape_ops / sizeof same_shape_ops[0];
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(op, same_shape_ops[i])) {
+      int from = !strcmp(op, "select") || !strcmp(op, "clamp");
+      if (in->n_opnd <= from)
+        return cf_hlo_fail(r, in->line, "instruction '%s': %s needs %d operand%s", in->name, op,
+                           from + 1, from ? "s" : "");
+      in->shape = *opnd[from];
+      return CF_OK;
+    }
+  return cf_hlo_fail(r, in->line,
+                     "instruction '%s': the shape of '%s' is left out; collfuse infers it only for "
+                     "tuple, get-tuple-element, compare and elementwise ops: write it "
+                     "('NAME = SHAPE %s(...)')",
+                     in->name, op, op);
 }
 
 /* The body brace of a computation statement: the last top-level {...} that
@@ -291,7 +394,7 @@ static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int lin
     body_line += *q == '\n';
   int n = 0, ln = body_line;
   for (const char *q = cf_hlo_skip_nl(bs, be, &ln); q < be; q = cf_hlo_skip_nl(q, be, &ln)) {
-    if ((st = cf_hlo_scan_stmt(r, q, be, &ln, &q))) return st;
+    if ((st = cf_hlo_scan_stmt(r, q, be, true, &ln, &q))) return st;
     n++;
   }
   if (!n) return cf_hlo_fail(r, line, "computation '%s' has no instructions", c->name);
@@ -303,7 +406,7 @@ static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int lin
     const char *qe;
     int l0 = ln;
     bool root;
-    if ((st = cf_hlo_scan_stmt(r, q, be, &ln, &qe))) return st;
+    if ((st = cf_hlo_scan_stmt(r, q, be, true, &ln, &qe))) return st;
     hinstr *in = &c->ins[c->n_ins];
     if ((st = parse_instr(r, q, qe, l0, in, &root))) return st;
     if (root && c->root >= 0)
@@ -320,6 +423,8 @@ static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int lin
     return cf_hlo_fail(r, c->ins[dup].line,
                        "computation '%s': instruction '%s' defined twice (first at line %d)",
                        c->name, keys[dup], c->ins[cf_hlo_map_find(&c->map, keys[dup])].line);
+  for (int k = 0; k < c->n_ins; k++)
+    if (c->ins[k].no_shape && (st = infer_shape(r, c, k, &c->ins[k]))) return st;
   return CF_OK;
 }
 
@@ -363,7 +468,7 @@ static cf_status parse_module(hlo_reader *r) {
     return cf_hlo_fail(r, line, "not HLO text: expected 'HloModule NAME' at the start");
   /* statements at the top level: an upper bound on the computations */
   for (const char *q = p; q < e; q = cf_hlo_skip_nl(q, e, &line)) {
-    if ((st = cf_hlo_scan_stmt(r, q, e, &line, &q))) return st;
+    if ((st = cf_hlo_scan_stmt(r, q, e, false, &line, &q))) return st;
     n++;
   }
   if (!(r->comps = cf_arena_array(&r->scratch, (size_t)n, sizeof *r->comps)))
@@ -377,7 +482,7 @@ static cf_status parse_module(hlo_reader *r) {
     int l0 = line;
     const char *pe;
     bool is_comp, is_entry;
-    if ((st = cf_hlo_scan_stmt(r, p, e, &line, &pe))) return st;
+    if ((st = cf_hlo_scan_stmt(r, p, e, false, &line, &pe))) return st;
     if (first)
       st = parse_header(r, p, pe, l0);
     else if (!(st = parse_comp(r, p, pe, l0, &r->comps[r->n_comps], &is_comp, &is_entry)) &&

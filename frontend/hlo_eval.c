@@ -353,6 +353,34 @@ static int reducer(hlo_reader *r, const hinstr *in, const char **why) {
   return exact ? red : -2;
 }
 
+/* What XLA's combiners key a collective on besides its replica groups,
+ * reduction, dtype and dimension (AllReduceKey, AllGatherCombiner's and
+ * ReduceScatterCombiner's GroupKey): a channel_id makes it cross-module,
+ * use_global_device_ids, the domain of a sharding={maximal device=N}; and
+ * a user's frontend_attributes={combine_key="..."}. Written into key
+ * (empty when none). */
+static void combine_key(hlo_reader *r, const hinstr *in, char *key, size_t len) {
+  size_t o = 0;
+  key[0] = 0;
+  const hattr *a;
+  if (cf_hlo_attr(in, "channel_id")) o += (size_t)snprintf(key + o, len - o, "cross_module");
+  if ((a = cf_hlo_attr(in, "use_global_device_ids")) && a->val.n == 4 &&
+      !memcmp(a->val.p, "true", 4) && o < len)
+    o += (size_t)snprintf(key + o, len - o, "%sglobal_ids", o ? "," : "");
+  if ((a = cf_hlo_attr(in, "sharding")) && o < len) {
+    const char *p = a->val.p, *e = p + a->val.n, *m = NULL;
+    for (const char *q = p; q + 15 <= e && !m; q++)
+      if (!memcmp(q, "maximal device=", 15)) m = q + 15;
+    int64_t dev;
+    if (m && cf_hlo_read_int(&m, e, INT32_MAX, &dev))
+      o += (size_t)snprintf(key + o, len - o, "%sdevice=%lld", o ? "," : "", (long long)dev);
+  }
+  if ((a = cf_hlo_attr(in, "frontend_attributes")) && o < len) {
+    cf_span v = cf_hlo_sub_value(r, a->val, "combine_key");
+    if (v.p) snprintf(key + o, len - o, "%s%.*s", o ? "," : "", (int)v.n, v.p);
+  }
+}
+
 /* all-reduce, all-gather, reduce-scatter (and the async -start forms). */
 static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
                                  hval *out) {
@@ -397,13 +425,16 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
   }
+  int64_t dim = 0; /* all_gather_dimension / scatter_dimension */
   if (kind != 0) {
     int64_t dims[2];
     int nd;
-    if (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != 1 || dims[0] != 0) {
-      snprintf(note, sizeof note, "%s (not along dimension 0)", opc);
+    if (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != 1 || dims[0] < 0 ||
+        dims[0] >= CF_MAX_RANK) {
+      snprintf(note, sizeof note, "%s (not along one dimension)", opc);
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
+    dim = dims[0];
   }
   const hgset *gs = NULL;
   if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
@@ -439,6 +470,17 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
         (st = set_str(r, idx, CF_A_REDUCTION, cf_reduction_name((cf_reduction)red), in->line)))
       return st;
     if (kind == 1 && (st = set_str(r, idx, CF_A_LAYOUT, "concat", in->line))) return st;
+    /* XLA's pipelines combine every all-reduce, all-gather and reduce-scatter
+     * (AllReduceCombiner, AllGatherCombiner, ReduceScatterCombiner): in HLO
+     * and StableHLO each one is combinable, where GE's default is fusion=0 */
+    if (kind != 0 && (st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
+    if (dim) {
+      cf_attr a = {.id = CF_A_DIM, .v.i = dim};
+      if ((st = cf_node_set_attr(r->g, idx, &a))) return st;
+    }
+    char key[160];
+    combine_key(r, in, key, sizeof key);
+    if (*key && (st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line))) return st;
     if (fuse) {
       size_t len = (strlen(in->name) + 12) * (size_t)n + 1;
       if (len > ((size_t)1 << 24))
@@ -735,6 +777,107 @@ static cf_status eval_shard_entry(hlo_reader *r, hcomp *c, const hinstr *in, boo
   return st;
 }
 
+/* Attributes that name computations an op runs (while, conditional,
+ * fusion, async ops): not reducers (to_apply), which hold no collective. */
+static const char *const body_keys[] = {"body", "condition", "true_computation",
+                                        "false_computation", "branch_computations", "calls"};
+
+static bool is_collective_opcode(const char *op) {
+  static const char *const names[] = {
+      "all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
+      "all-to-all", "ragged-all-to-all", "collective-permute", "collective-permute-start",
+      "collective-broadcast"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(op, names[i])) return true;
+  return false;
+}
+
+/* The collectives in the computations in's attributes name (a while's body
+ * and condition, a conditional's branches, ...), and in those they name in
+ * turn, added to *n: what an Opaque op that collfuse cannot run hides. */
+static cf_status inner_collectives(hlo_reader *r, const hinstr *in, int depth, int64_t *n) {
+  if (depth >= HLO_MAX_CALLS)
+    return cf_hlo_fail(r, in->line, "computations nested deeper than %d", HLO_MAX_CALLS);
+  for (size_t b = 0; b < sizeof body_keys / sizeof body_keys[0]; b++) {
+    const hattr *a = cf_hlo_attr(in, body_keys[b]);
+    if (!a) continue;
+    const char *p = a->val.p, *e = p + a->val.n;
+    if (p < e && *p == '{') p++, e -= e[-1] == '}';
+    for (p = cf_hlo_skip(p, e); p < e; p = cf_hlo_skip(p, e)) {
+      cf_span nm;
+      const char *q = cf_hlo_read_name(p, e, &nm);
+      char name[CF_MAX_NAME + 1];
+      int k = -1;
+      if (nm.n && nm.n <= CF_MAX_NAME) {
+        memcpy(name, nm.p, nm.n);
+        name[nm.n] = 0;
+        k = cf_hlo_map_find(&r->comp_map, name);
+      }
+      const hcomp *c = k >= 0 ? &r->comps[k] : NULL;
+      cf_status st = c ? charge(r, c->n_ins, in->line) : CF_OK;
+      for (int i = 0; c && i < c->n_ins && !st; i++) {
+        *n += is_collective_opcode(c->ins[i].opcode);
+        st = inner_collectives(r, &c->ins[i], depth + 1, n);
+      }
+      if (st) return st;
+      p = q > p ? cf_hlo_skip(q, e) : p + 1;
+      if (p < e && *p == ',') p++;
+    }
+  }
+  return CF_OK;
+}
+
+/* fusion=0 on every collective among v's arrays. */
+static cf_status no_fusion(hlo_reader *r, const hval *v, int line) {
+  if (v->n >= 0) {
+    cf_status st = charge(r, v->n, line);
+    for (int i = 0; i < v->n && !st; i++)
+      st = no_fusion(r, &v->elem[i], line);
+    return st;
+  }
+  const cf_node *nd = &r->g->nodes[v->ref.node];
+  if (!(cf_op_table[nd->op].allowed & (1u << CF_A_FUSION))) return CF_OK;
+  return cf_node_parse_attr(r->g, v->ref.node, CF_A_FUSION, "0", line);
+}
+
+/* control-predecessors={a, b}: instruction k runs after a and b. The IR
+ * has no ordering edge but data, so the order is kept as XLA's combiners
+ * keep it: a collective on either end of a control dependency is never
+ * combined (fusion=0), so no pass can fuse it with one it is ordered
+ * against. The predecessors must be defined before k, as XLA prints them. */
+static cf_status keep_order(hlo_reader *r, const hcomp *c, int k, const hval *vals) {
+  const hinstr *in = &c->ins[k];
+  cf_span v = cf_hlo_attr(in, "control-predecessors")->val;
+  const char *p = v.p, *e = v.p + v.n;
+  if (p >= e || *p != '{' || e[-1] != '}')
+    return cf_hlo_fail(r, in->line, "instruction '%s': control-predecessors must be {NAME, ...}",
+                       in->name);
+  cf_status st = no_fusion(r, &vals[k], in->line);
+  for (p = cf_hlo_skip(p + 1, e - 1); p < e - 1 && !st; p = cf_hlo_skip(p, e - 1)) {
+    cf_span nm;
+    const char *q = cf_hlo_read_name(p, e - 1, &nm);
+    char name[CF_MAX_NAME + 1];
+    if (!nm.n || nm.n > CF_MAX_NAME)
+      return cf_hlo_fail(r, in->line, "instruction '%s': control-predecessors: bad name at '%s'",
+                         in->name, CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - 1 - p)})));
+    memcpy(name, nm.p, nm.n);
+    name[nm.n] = 0;
+    int j = cf_hlo_map_find(&c->map, name);
+    if (j < 0 || j >= k)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': control predecessor '%s' is %s computation '%s'",
+                         in->name, name, j < 0 ? "not an instruction of" : "defined after it in",
+                         c->name);
+    st = no_fusion(r, &vals[j], in->line);
+    p = cf_hlo_skip(q, e - 1);
+    if (p < e - 1 && *p == ',') p++;
+    else if (p < e - 1)
+      return cf_hlo_fail(r, in->line, "instruction '%s': control-predecessors: expected ',' at '%s'",
+                         in->name, CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - 1 - p)})));
+  }
+  return st;
+}
+
 static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hval *args,
                             int n_args) {
   hinstr *in = &c->ins[k];
@@ -862,8 +1005,14 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
       snprintf(type, sizeof type, "%s:%.*s", op, (int)(extra.n > 120 ? 120 : extra.n), extra.p);
     else
       snprintf(type, sizeof type, "%s", op);
+    int64_t inner = 0;
+    if ((st = inner_collectives(r, in, 0, &inner))) goto done;
+    if (inner) /* never hidden: the warning (and --strict) names them */
+      snprintf(type + strlen(type), sizeof type - strlen(type),
+               " (%lld collective%s inside, not run)", (long long)inner, inner == 1 ? "" : "s");
     st = emit_opaque(r, in, at_entry, ops, type, out);
   }
+  if (!st && cf_hlo_attr(in, "control-predecessors")) st = keep_order(r, c, k, vals);
 done:
   if (ops != small) free(ops);
   return st;
@@ -907,6 +1056,41 @@ static cf_status emit_outputs(hlo_reader *r, const hval *v, bool many, int *k) {
   return st ? st : cf_node_set_inputs(r->g, idx, 1, &v->ref);
 }
 
+/* The devices of a module whose collectives span every device
+ * (replica_groups={}) but that says not how many: those an all-gather or
+ * reduce-scatter over every device implies by its shapes (the first one of
+ * the module), else 1, XLA's default replica_count, as XLA's own tests
+ * write their modules. */
+static int64_t implied_world(hlo_reader *r) {
+  for (int ci = 0; ci < r->n_comps; ci++) {
+    const hcomp *c = &r->comps[ci];
+    for (int k = 0; k < c->n_ins; k++) {
+      const hinstr *in = &c->ins[k];
+      bool gather = !strcmp(in->opcode, "all-gather");
+      const hattr *rg = cf_hlo_attr(in, "replica_groups");
+      int64_t d;
+      int nd, j = in->n_opnd == 1 ? cf_hlo_map_find(&c->map, in->opnd[0]) : -1;
+      if ((!gather && strcmp(in->opcode, "reduce-scatter")) || j < 0 ||
+          (rg && !cf_span_is(rg->val, "{}")) || !int_set(cf_hlo_attr(in, "dimensions"), &d, 1, &nd) ||
+          nd != 1)
+        continue;
+      const hshape *a = &c->ins[j].shape, *b = &in->shape;
+      if (gather) {
+        const hshape *t = a;
+        a = b;
+        b = t;
+      }
+      /* a is the larger: a.dims[d] = n * b.dims[d] */
+      if (a->n >= 0 || b->n >= 0 || d >= a->s.rank || d >= b->s.rank || b->s.dims[d] <= 0 ||
+          a->s.dims[d] % b->s.dims[d])
+        continue;
+      int64_t n = a->s.dims[d] / b->s.dims[d];
+      if (n >= 1 && n <= CF_MAX_WORLD) return n;
+    }
+  }
+  return 1;
+}
+
 cf_status cf_hlo_build(hlo_reader *r) {
   hval root;
   cf_status st = eval_comp(r, r->entry, NULL, -1, &root);
@@ -916,11 +1100,7 @@ cf_status cf_hlo_build(hlo_reader *r) {
   int64_t world = r->partitions || r->replicas
                       ? (r->partitions ? r->partitions : 1) * (r->replicas ? r->replicas : 1)
                       : (r->max_rank + 1 > r->mesh_world ? r->max_rank + 1 : r->mesh_world);
-  if (!world && r->world_line)
-    return cf_hlo_fail(
-        r, r->world_line,
-        "replica_groups={} spans every device, but the module does not say how many: give "
-        "num_partitions= (or replica_count=) on the HloModule line");
+  if (!world && r->world_line) world = implied_world(r);
   r->g->world_size = world;
   if (r->module && !(r->g->name = cf_arena_strdup(&r->g->arena, r->module)))
     return cf_hlo_oom(r, 0);

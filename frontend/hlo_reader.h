@@ -64,7 +64,8 @@ typedef struct hinstr {
   const char *name, *opcode;
   int line;
   hshape shape;
-  cf_span args; /* the text between the opcode's parentheses */
+  bool no_shape; /* the text leaves the shape out (tuple(a, b)): inferred from the operands */
+  cf_span args;  /* the text between the opcode's parentheses */
   int n_opnd;
   const char **opnd; /* operand names, sigils removed */
   int n_attr;
@@ -174,9 +175,13 @@ static inline bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' 
 static inline bool is_name_char(char c) {
   return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-';
 }
+/* Whether p starts a comment: '/' '*' ... '*' '/' or '//' to the end of the line. */
 static inline bool at_comment(const char *p, const char *e) {
-  return e - p >= 2 && p[0] == '/' && p[1] == '*';
+  return e - p >= 2 && p[0] == '/' && (p[1] == '*' || p[1] == '/');
 }
+/* Just past the comment at p (a line comment ends before its newline),
+ * counting newlines into *line; NULL when a block comment is never closed. */
+const char *cf_hlo_comment_end(const char *p, const char *e, int *line);
 /* Past spaces, newlines and comments, counting newlines into *line. An
  * unterminated comment is left for cf_hlo_scan_stmt to report. */
 const char *cf_hlo_skip_nl(const char *p, const char *e, int *line);
@@ -192,10 +197,15 @@ bool cf_hlo_at_group(const char *p, const char *e);
 const char *cf_hlo_find_top(const char *p, const char *e, char ch);
 /* Top-level occurrences of ch in [p, e). */
 int cf_hlo_count_top(const char *p, const char *e, char ch);
-/* The end of the statement at p into *out: the first newline outside
- * brackets, strings and comments, or e. *line advances over the newlines
- * inside; unbalanced brackets, unterminated strings and comments are errors. */
-cf_status cf_hlo_scan_stmt(hlo_reader *r, const char *p, const char *e, int *line,
+/* The end of the statement at p into *out, found by tokens as XLA's parser
+ * does, not by lines: the first newline outside brackets, strings and
+ * comments after which a new statement starts, or e. A line that ends in
+ * ',' or '=' (or '->') goes on, and so does one followed by ',', '{' or
+ * '->'; in a computation's body (body) a new instruction starts only at
+ * 'ROOT' or 'NAME =', so 'ROOT t = (f32[2], f32[2])' may put its opcode on
+ * the next line. *line advances over the newlines inside; unbalanced
+ * brackets, unterminated strings and comments are errors. */
+cf_status cf_hlo_scan_stmt(hlo_reader *r, const char *p, const char *e, bool body, int *line,
                            const char **out);
 const char *cf_hlo_read_name(const char *p, const char *e, cf_span *out);
 bool cf_hlo_word_at(const char *p, const char *e, const char *w);
@@ -256,6 +266,9 @@ typedef struct hcut {
 /* An HLO sharding ({devices=[2,1]<=[2]}, {replicated}, ...) of an array of
  * rank dims; false with why when it is not a form collfuse runs. */
 bool cf_hlo_sharding_cut(cf_span text, int rank, hcut *out, char *why, size_t why_len);
+/* The value of key in an attribute `{k1="v1",k2="v2"}` or `{k={...}}`, with
+ * \" escapes removed, in the scratch arena; NULL span when absent. */
+cf_span cf_hlo_sub_value(hlo_reader *r, cf_span attrs, const char *key);
 /* The cuts of in's xla.sdy.in_shardings, one per operand (of ranks[i]
  * dims), against the module's xla.sdy.meshes; false with why. */
 bool cf_hlo_sdy_cuts(hlo_reader *r, const hinstr *in, const int *ranks, int n, hcut *out, char *why,

@@ -60,6 +60,20 @@ int cf_hlo_map_find(const strmap *m, const char *k) {
 static bool is_open(char c) { return c == '(' || c == '[' || c == '{'; }
 static bool is_close(char c) { return c == ')' || c == ']' || c == '}'; }
 
+const char *cf_hlo_comment_end(const char *p, const char *e, int *line) {
+  if (p[1] == '/') {
+    const char *nl = memchr(p, '\n', (size_t)(e - p));
+    return nl ? nl : e;
+  }
+  const char *q = p + 2;
+  int l = *line;
+  while (e - q >= 2 && !(q[0] == '*' && q[1] == '/'))
+    l += *q++ == '\n';
+  if (e - q < 2) return NULL;
+  *line = l;
+  return q + 2;
+}
+
 /* Past spaces, newlines and comments, counting newlines into *line. An
  * unterminated comment is left for scan_stmt to report. */
 const char *cf_hlo_skip_nl(const char *p, const char *e, int *line) {
@@ -67,13 +81,9 @@ const char *cf_hlo_skip_nl(const char *p, const char *e, int *line) {
     while (p < e && is_space(*p))
       *line += *p++ == '\n';
     if (!at_comment(p, e)) return p;
-    const char *q = p + 2;
-    int l = *line;
-    while (e - q >= 2 && !(q[0] == '*' && q[1] == '/'))
-      l += *q++ == '\n';
-    if (e - q < 2) return p;
-    *line = l;
-    p = q + 2;
+    const char *q = cf_hlo_comment_end(p, e, line);
+    if (!q) return p;
+    p = q;
   }
 }
 
@@ -98,9 +108,9 @@ const char *cf_hlo_past(const char *p, const char *e) {
     if (c == '"' || c == '\'')
       p = cf_hlo_past_quoted(p, e);
     else if (at_comment(p, e)) {
-      for (p += 2; e - p >= 2 && !(p[0] == '*' && p[1] == '/'); p++) {
-      }
-      p = e - p >= 2 ? p + 2 : e;
+      int line = 0;
+      const char *q = cf_hlo_comment_end(p, e, &line);
+      p = q ? q : e;
     } else {
       p++;
       depth += is_open(c) - is_close(c);
@@ -131,31 +141,54 @@ int cf_hlo_count_top(const char *p, const char *e, char ch) {
   return n;
 }
 
-/* The end of the statement at p: the first newline outside brackets, strings
- * and comments, or e. *line advances over the newlines inside. */
-cf_status cf_hlo_scan_stmt(hlo_reader *r, const char *p, const char *e, int *line,
+/* Whether the text at p (past spaces and comments) starts an instruction:
+ * 'ROOT', or a name (maybe after '%') and then '=' (not '=='). */
+static bool at_instr_start(const char *p, const char *e) {
+  if (cf_hlo_word_at(p, e, "ROOT")) return true;
+  if (p < e && *p == '%') p++;
+  const char *n = p;
+  while (p < e && is_name_char(*p))
+    p++;
+  if (p == n) return false;
+  p = cf_hlo_skip(p, e);
+  return p < e && *p == '=' && !(e - p >= 2 && p[1] == '=');
+}
+
+/* Whether the statement goes on past a newline outside brackets: last is
+ * its last character before it (0 when none), prev the one before that,
+ * next the text after it. */
+static bool goes_on(char prev, char last, const char *next, const char *e, bool body) {
+  if (!last || next >= e) return next < e;
+  if (last == ',' || last == '=' || (prev == '-' && last == '>')) return true;
+  if (*next == ',' || *next == '{' || (e - next >= 2 && next[0] == '-' && next[1] == '>'))
+    return true;
+  return body && *next != '}' && !at_instr_start(next, e);
+}
+
+cf_status cf_hlo_scan_stmt(hlo_reader *r, const char *p, const char *e, bool body, int *line,
                            const char **out) {
-  char open[HLO_MAX_NEST];
+  char open[HLO_MAX_NEST], prev = 0, last = 0;
   int open_line[HLO_MAX_NEST], depth = 0;
   for (; p < e; p++) {
     char c = *p;
     if (c == '\n') {
-      if (!depth) break;
+      int l = *line;
+      if (!depth && !goes_on(prev, last, cf_hlo_skip_nl(p, e, &l), e, body)) break;
       ++*line;
-    } else if (c == '"' || c == '\'') {
+      continue;
+    }
+    if (is_space(c)) continue;
+    if (c == '"' || c == '\'') {
       const char *q = p + 1;
       while (q < e && *q != c && *q != '\n')
         q += (*q == '\\' && e - q >= 2 && q[1] != '\n') ? 2 : 1;
       if (q >= e || *q != c) return cf_hlo_fail(r, *line, "unterminated string");
       p = q;
     } else if (at_comment(p, e)) {
-      const char *q = p + 2;
-      int l = *line;
-      while (e - q >= 2 && !(q[0] == '*' && q[1] == '/'))
-        l += *q++ == '\n';
-      if (e - q < 2) return cf_hlo_fail(r, *line, "unterminated comment");
-      *line = l;
-      p = q + 1;
+      const char *q = cf_hlo_comment_end(p, e, line);
+      if (!q) return cf_hlo_fail(r, *line, "unterminated comment");
+      p = q - 1;
+      continue; /* a comment is not the statement's last character */
     } else if (is_open(c)) {
       if (depth == HLO_MAX_NEST)
         return cf_hlo_fail(r, *line, "brackets nested deeper than %d", HLO_MAX_NEST);
@@ -168,6 +201,8 @@ cf_status cf_hlo_scan_stmt(hlo_reader *r, const char *p, const char *e, int *lin
     } else if (c == 0) {
       return cf_hlo_fail(r, *line, "NUL byte in HLO text");
     }
+    prev = last;
+    last = c;
   }
   if (depth) return cf_hlo_fail(r, open_line[depth - 1], "'%c' is never closed", open[depth - 1]);
   *out = p;

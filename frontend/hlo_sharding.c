@@ -379,9 +379,7 @@ static bool sdy_cut(const hlo_reader *r, const char **pp, const char *e, int ran
   return true;
 }
 
-/* The value of key in an attribute `{k1="v1",k2="v2"}` or `{k={...}}`, with
- * \" escapes removed, in the scratch arena; NULL span when absent. */
-static cf_span sub_value(hlo_reader *r, cf_span attrs, const char *key) {
+cf_span cf_hlo_sub_value(hlo_reader *r, cf_span attrs, const char *key) {
   if (!attrs.p) return (cf_span){NULL, 0}; /* no such attribute (no offset on NULL) */
   const char *p = attrs.p, *e = attrs.p + attrs.n;
   size_t kl = strlen(key);
@@ -410,10 +408,10 @@ static cf_span sub_value(hlo_reader *r, cf_span attrs, const char *key) {
 bool cf_hlo_sdy_cuts(hlo_reader *r, const hinstr *in, const int *ranks, int n, hcut *out, char *why,
                      size_t why_len) {
   const hattr *fa = cf_hlo_attr(in, "frontend_attributes");
-  cf_span v = fa ? sub_value(r, fa->val, "xla.sdy.in_shardings") : (cf_span){NULL, 0};
+  cf_span v = fa ? cf_hlo_sub_value(r, fa->val, "xla.sdy.in_shardings") : (cf_span){NULL, 0};
   if (!v.p) return WHY("no xla.sdy.in_shardings");
   if (!r->meshes_loaded) {
-    cf_span meshes = sub_value(r, r->module_attrs, "xla.sdy.meshes");
+    cf_span meshes = cf_hlo_sub_value(r, r->module_attrs, "xla.sdy.meshes");
     if (meshes.p && !load_meshes(r, meshes, why, why_len)) {
       r->mesh_slots_cap = 0; /* every lookup fails alike */
       return false;

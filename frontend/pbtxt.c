@@ -411,7 +411,8 @@ static cf_status read_opaque(pb_reader *r, pnode *n, bool *skipped) {
     *skipped = true;
     cf_log(r->pb.ctx, CF_LOG_INFO, "%s:%d: note: node '%s' (op %s) skipped: nothing uses it and %s",
            r->pb.file, n->line, n->name, n->op, why);
-    return CF_OK;
+    /* reported with the Opaque ones (check warns, --strict refuses) */
+    return cf_graph_note_dropped(r->g, n->op, n->name, n->line);
   }
   if (why) return fail(r, n->line, "node '%s': cannot import op '%s': %s", n->name, n->op, why);
   int idx;

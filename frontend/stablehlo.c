@@ -138,8 +138,12 @@ static cf_status region_comp(sh_reader *s, const char *p, const char *e, int lin
 }
 
 /* Results: "%0" or "%0:3"; *n is the count. */
+/* The results before an op's '=': `%NAME`, `%NAME:N`, or a list `%a, %b`
+ * (MLIR's pretty form of several results), whose names go to *list
+ * (scratch; NULL for the other forms) while *name is the first. */
 static cf_status parse_results(sh_reader *s, const char *p, const char *e, int line, cf_span *name,
-                               int *n) {
+                               int *n, const char ***list) {
+  *list = NULL;
   p = cf_hlo_skip(p, e);
   if (p >= e || *p != '%') return cf_hlo_fail(s->r, line, "expected '%%NAME = ...'");
   const char *q = cf_sh_read_use(p, e, name);
@@ -151,11 +155,27 @@ static cf_status parse_results(sh_reader *s, const char *p, const char *e, int l
     if (!cf_hlo_read_int(&q, e, CF_MAX_OPERANDS, &k) || !k)
       return cf_hlo_fail(s->r, line, "expected a result count after ':'");
     *n = (int)k;
+  } else if (q < e && *q == ',') {
+    int k = cf_hlo_count_top(p, e, ',') + 1;
+    if (k > CF_MAX_OPERANDS)
+      return cf_hlo_fail(s->r, line, "more than %d results", CF_MAX_OPERANDS);
+    if (!(*list = cf_arena_array(&s->r->scratch, (size_t)k, sizeof **list)))
+      return cf_hlo_oom(s->r, line);
+    for (int i = 0; i < k; i++) {
+      cf_span nm;
+      p = cf_hlo_skip(i ? p + 1 : p, e);
+      if (p >= e || *p != '%' || (q = cf_sh_read_use(p, e, &nm), !nm.n) ||
+          memchr(nm.p, '#', nm.n) || nm.n > CF_MAX_NAME - 8)
+        return cf_hlo_fail(s->r, line, "expected '%%NAME, %%NAME, ... = ...'");
+      if (!((*list)[i] = str(s, nm.p, nm.n))) return cf_hlo_oom(s->r, line);
+      p = cf_hlo_skip(q, e);
+      if (p < e && *p != ',') break;
+    }
+    *n = k;
+    q = p;
   }
   if (cf_hlo_skip(q, e) != e || !name->n || memchr(name->p, '#', name->n))
-    return cf_hlo_fail(s->r, line,
-                       "results listed one by one ('%%a, %%b = ...') are not supported; "
-                       "expected '%%NAME' or '%%NAME:N'");
+    return cf_hlo_fail(s->r, line, "expected '%%NAME', '%%NAME:N' or '%%NAME, %%NAME, ...'");
   if (name->n > CF_MAX_NAME - 8)
     return cf_hlo_fail(s->r, line, "value name longer than %d bytes", CF_MAX_NAME - 8);
   return CF_OK;
@@ -187,7 +207,27 @@ static cf_status parse_sig(sh_reader *s, const char *colon, const char *e, int l
     }
     return cf_sh_type_list(s, p, te, line, &g->out, &g->n_out);
   }
+  /* `chlo.square %x : T -> U`: a function type of one input, unparenthesised */
+  const char *arrow = NULL;
+  for (const char *q = p; q + 1 < te && !arrow; q = cf_sh_step(s, q, te))
+    if (q[0] == '-' && q[1] == '>') arrow = q;
+  if (arrow) {
+    if ((st = cf_sh_type_list(s, p, arrow, line, &g->in, &g->n_in))) return st;
+    p = cf_hlo_skip(arrow + 2, te);
+    if (p < te && *p == '(') {
+      const char *oe = cf_sh_past(s, p, te);
+      return cf_sh_type_list(s, p + 1, oe - 1, line, &g->out, &g->n_out);
+    }
+    return cf_sh_type_list(s, p, te, line, &g->out, &g->n_out);
+  }
   if ((st = cf_sh_type_list(s, p, te, line, &g->out, &g->n_out))) return st;
+  if (n_res >= 1 && g->n_out > n_res) { /* `select %p, %a, %b : P, T`: results last */
+    g->in = g->out;
+    g->n_in = g->n_out - n_res;
+    g->out += g->n_in;
+    g->n_out = n_res;
+    return CF_OK;
+  }
   if (g->n_out == 1 && n_res == 1) { /* `stablehlo.add %a, %b : T`: T for all */
     g->in = g->out;
     g->n_in = 1;
@@ -489,7 +529,10 @@ static cf_status collective(sh_reader *s, hinstr *in, const char *p, const char 
     const char *q;
     if (!cf_sh_attr(s, p, e, dim_key, &v) || !((q = v.p), cf_hlo_read_int(&q, v.p + v.n, 64, &d)))
       return cf_hlo_fail(r, in->line, "op '%s': %s needs %s = N", in->name, hlo_opcode, dim_key);
-    kv[n++] = "dimensions", kv[n++] = d == 0 ? "{0}" : "{1}"; /* only 0 is imported */
+    char text[32];
+    snprintf(text, sizeof text, "{%lld}", (long long)d);
+    kv[n++] = "dimensions";
+    if (!(kv[n++] = str(s, text, strlen(text)))) return cf_hlo_oom(r, in->line);
   }
   return set_attrs(s, in, n / 2, kv);
 }
@@ -534,6 +577,28 @@ static cf_status reducer_region(sh_reader *s, hinstr *in, const char *p, const c
 }
 
 /* One `%res = op ...` statement into instructions appended to b. */
+/* The collective ops written in [p, e) (an op's regions), in either form. */
+static int region_collectives(const char *p, const char *e) {
+  static const char *const names[] = {"all_reduce",         "all_gather",
+                                      "reduce_scatter",     "all_to_all",
+                                      "collective_permute", "collective_broadcast"};
+  int n = 0;
+  for (const char *q = p; q < e; q++) {
+    const char *w = NULL;
+    if (e - q > 10 && !memcmp(q, "stablehlo.", 10))
+      w = q + 10;
+    else if (e - q > 5 && !memcmp(q, "mhlo.", 5))
+      w = q + 5;
+    for (size_t i = 0; w && i < sizeof names / sizeof names[0]; i++) {
+      size_t k = strlen(names[i]);
+      if ((size_t)(e - w) >= k && !memcmp(w, names[i], k) &&
+          ((size_t)(e - w) == k || !(isalnum((unsigned char)w[k]) || w[k] == '_')))
+        n++;
+    }
+  }
+  return n;
+}
+
 static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, int line) {
   hlo_reader *r = s->r;
   cf_status st;
@@ -541,8 +606,13 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
   if (!eq) return cf_hlo_fail(r, line, "expected '%%NAME = OP ...'");
   cf_span res;
   int n_res = 0;
-  if ((st = parse_results(s, p, eq, line, &res, &n_res))) return st;
-  const char *base = str(s, res.p, res.n);
+  const char **res_list;
+  if ((st = parse_results(s, p, eq, line, &res, &n_res, &res_list))) return st;
+  /* a result list's op is named after the first result and the count (no
+   * SSA name holds ':'), its results after their own names */
+  char listed[CF_MAX_NAME + 1];
+  snprintf(listed, sizeof listed, "%.*s:%d", (int)res.n, res.p, n_res);
+  const char *base = res_list ? str(s, listed, strlen(listed)) : str(s, res.p, res.n);
   if (!base) return cf_hlo_oom(r, line);
   const char *q = cf_hlo_skip(eq + 1, e), *after;
   cf_span op;
@@ -571,6 +641,8 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     return cf_hlo_fail(r, line, "op '%s': expected ': TYPE' after the op", CF_SPAN_QUOTE(op));
   sig g;
   if ((st = parse_sig(s, colon, e, line, n_res, &g))) return st;
+  if (cf_span_is(op, "sdy.manual_computation") && res_list)
+    return cf_hlo_fail(r, line, "sdy.manual_computation: write its results as '%%NAME:N'");
   if (cf_span_is(op, "sdy.manual_computation"))
     return manual_computation(s, b, base, n_res, after, colon, &g, line);
   hinstr *in = ibuf_add(s, b, line);
@@ -652,7 +724,10 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
   } else if (sn.p != op.p && cf_span_is(sn, "custom_call")) {
     cf_span t = {NULL, 0};
     const char *at = memchr(after, '@', (size_t)(colon - after));
-    if (at) {
+    if (at && at + 1 < colon && at[1] == '"') { /* @"foo-not-id" */
+      const char *te = cf_sh_past(s, at + 1, colon);
+      t = (cf_span){at + 2, (size_t)(te - at - 3)};
+    } else if (at) {
       const char *te = at + 1;
       while (te < colon && (isalnum((unsigned char)*te) || *te == '_' || *te == '.' || *te == '$'))
         te++;
@@ -667,11 +742,18 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     in->opcode = "custom-call";
     if ((st = set_attrs(s, in, 1, kv))) return st;
   } else {
-    /* everything else: Opaque named by its MLIR op, with region captures */
-    if (!(in->opcode = str(s, op.p, op.n))) return cf_hlo_oom(r, line);
+    /* everything else: Opaque named by its MLIR op, with region captures;
+     * collectives in its regions (a while's body) are not run, never hidden */
+    int inner = region_collectives(after, e);
+    char type[CF_MAX_NAME + 64];
+    snprintf(type, sizeof type, "%.*s", (int)(op.n > CF_MAX_NAME ? CF_MAX_NAME : op.n), op.p);
+    if (inner)
+      snprintf(type + strlen(type), sizeof type - strlen(type),
+               " (%d collective%s inside, not run)", inner, inner == 1 ? "" : "s");
+    if (!(in->opcode = str(s, type, strlen(type)))) return cf_hlo_oom(r, line);
     b->captures[k] = (cf_span){after, (size_t)(e - after)};
   }
-  if (n_res > 1) return split_results(s, b, base, &g, n_res, line, NULL);
+  if (n_res > 1 || res_list) return split_results(s, b, base, &g, n_res, line, res_list);
   return CF_OK;
 }
 
@@ -780,9 +862,16 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
       st = cf_hlo_fail(r, ln, "%s: an op after its return (line %d)", who, ret_line);
     } else if (is_return(q, qe)) {
       const char *colon = cf_sh_find_last_top(s, q, qe, ':');
+      const char *w = *q == '"' ? q + 1 : q;
       ret_line = ln;
       st = cf_sh_collect_uses(s, ln, q, colon ? colon : qe, false, &ret, &n_ret, &ret_cap);
       if (!st && !ret && !(ret = malloc(sizeof *ret))) st = cf_hlo_oom(r, ln);
+      /* MLIR checks a function's results against func.return only: a
+       * function declared without results that ends in another dialect's
+       * return (stablehlo's own tests write them) returns nothing */
+      if (br && br->check && !br->n_want && !cf_sh_word_at(w, qe, "return") &&
+          !cf_sh_word_at(w, qe, "func.return"))
+        n_ret = 0;
     } else if (*q == '^') {
       st = cf_hlo_fail(r, ln,
                        "%s: several blocks (a control-flow graph) are not "
@@ -793,7 +882,16 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
     } else if (!isalpha((unsigned char)*q) && *q != '"') {
       st = cf_hlo_fail(r, ln, "%s: expected an op at '%s'", who,
                        CF_SPAN_QUOTE(((cf_span){q, (size_t)(qe - q)})));
-    } /* ops without results carry no data: nothing to import */
+    } else {
+      /* an op without results (trace, outfeed, a side-effecting call):
+       * nothing to import, but never lost without a word */
+      const char *w = *q == '"' ? q + 1 : q, *we = w;
+      while (we < qe && (isalnum((unsigned char)*we) || *we == '_' || *we == '.' || *we == '$'))
+        we++;
+      char op[CF_MAX_NAME + 1];
+      snprintf(op, sizeof op, "%.*s", (int)(we - w), w);
+      st = cf_graph_note_dropped(r->g, op, op, ln);
+    }
     ln += cf_sh_count_nl(s, q, qe);
     p = qe;
   }

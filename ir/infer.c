@@ -184,6 +184,10 @@ static cf_status gather_shape(cf_graph *g, cf_node *n, const cf_value *v, int64_
   char b[160];
   *out = *v;
   if (lay == CF_LAYOUT_STACK) {
+    if (cf_node_int(n, CF_A_DIM, 0) != 0)
+      return cf_node_error(g, n, CF_ERR_INVALID,
+                           "dim=%lld needs layout=\"concat\" (stack adds a new dim 0)",
+                           (long long)cf_node_int(n, CF_A_DIM, 0));
     if (v->shape.rank >= CF_MAX_RANK)
       return cf_node_error(g, n, CF_ERR_INVALID,
                            "stack layout needs an input of rank < %d, got rank %d (%s)",
@@ -194,8 +198,12 @@ static cf_status gather_shape(cf_graph *g, cf_node *n, const cf_value *v, int64_
   } else {
     if (v->shape.rank < 1)
       return cf_node_error(g, n, CF_ERR_INVALID, "concat layout needs an input of rank >= 1");
-    if (!cf_mul_i64(v->shape.dims[0], rs, &out->shape.dims[0]))
-      return cf_node_error(g, n, CF_ERR_INVALID, "gathered dim0 overflows");
+    int64_t d = cf_node_int(n, CF_A_DIM, 0);
+    if (d < 0 || d >= v->shape.rank)
+      return cf_node_error(g, n, CF_ERR_INVALID, "dim=%lld is not a dimension of the %d-D input",
+                           (long long)d, v->shape.rank);
+    if (!cf_mul_i64(v->shape.dims[d], rs, &out->shape.dims[d]))
+      return cf_node_error(g, n, CF_ERR_INVALID, "gathered dim %lld overflows", (long long)d);
   }
   return CF_OK;
 }
@@ -205,10 +213,18 @@ static cf_status scatter_shape(cf_graph *g, cf_node *n, const cf_value *v, int64
   *out = *v;
   if (v->shape.rank < 1)
     return cf_node_error(g, n, CF_ERR_INVALID, "ReduceScatter needs an input of rank >= 1");
-  if (v->shape.dims[0] % rs)
-    return cf_node_error(g, n, CF_ERR_INVALID, "dim0=%lld is not divisible by rank_size=%lld",
-                         (long long)v->shape.dims[0], (long long)rs);
-  out->shape.dims[0] = v->shape.dims[0] / rs;
+  int64_t d = cf_node_int(n, CF_A_DIM, 0);
+  if (d < 0 || d >= v->shape.rank)
+    return cf_node_error(g, n, CF_ERR_INVALID, "dim=%lld is not a dimension of the %d-D input",
+                         (long long)d, v->shape.rank);
+  if (v->shape.dims[d] % rs) {
+    if (d == 0)
+      return cf_node_error(g, n, CF_ERR_INVALID, "dim0=%lld is not divisible by rank_size=%lld",
+                           (long long)v->shape.dims[0], (long long)rs);
+    return cf_node_error(g, n, CF_ERR_INVALID, "dim %lld (%lld) is not divisible by rank_size=%lld",
+                         (long long)d, (long long)v->shape.dims[d], (long long)rs);
+  }
+  out->shape.dims[d] = v->shape.dims[d] / rs;
   return CF_OK;
 }
 
@@ -283,7 +299,9 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
     if ((rs = coll_size(g, n)) <= 0) return CF_ERR_INVALID;
     for (int j = 0; j < n->n_in; j++) {
       const cf_value *v = operand(g, n, j);
-      if (v->dtype != operand(g, n, 0)->dtype)
+      /* data that is not reduced may mix dtypes (a byte bucket, as XLA's
+       * AllGatherCombiner and Inductor's bucketing make) */
+      if (v->dtype != operand(g, n, 0)->dtype && cf_op_coll(n->op) != CF_OP_ALLGATHER)
         return cf_node_error(g, n, CF_ERR_INVALID,
                              "fused operands must share a dtype: %d is %s, 0 is %s", j,
                              cf_dtype_name(v->dtype), cf_dtype_name(operand(g, n, 0)->dtype));

@@ -146,6 +146,35 @@ cf_status cf_out_close(cf_context *ctx, cf_outfile *o, bool ok);
 /* data[0..size) as the file path, through cf_out_open/cf_out_close. */
 cf_status cf_write_file(cf_context *ctx, const char *path, const void *data, size_t size);
 
+/* ================= env.c: the environment variables, one table ================= */
+
+typedef enum cf_env_var {
+  CF_ENV_VERBOSE,       /* COLLFUSE_VERBOSE */
+  CF_ENV_CACHE,         /* COLLFUSE_CACHE */
+  CF_ENV_XDG_CACHE,     /* XDG_CACHE_HOME */
+  CF_ENV_PROFILE,       /* COLLFUSE_PROFILE */
+  CF_ENV_XDG_CONFIG,    /* XDG_CONFIG_HOME */
+  CF_ENV_STREAM_MIN,    /* COLLFUSE_STREAM_MIN */
+  CF_ENV_BIND,          /* COLLFUSE_BIND */
+  CF_ENV_BLAS_THREADS,  /* OPENBLAS_NUM_THREADS */
+  CF_ENV_CUDA_DRIVER,   /* COLLFUSE_CUDA_DRIVER */
+  CF_ENV_CUBLAS,        /* CUBLAS_LIBRARY */
+  CF_ENV_COUNT
+} cf_env_var;
+
+/* One variable: what the man page and docs/cli.md say of it. */
+typedef struct cf_env_knob {
+  const char *name;
+  const char *value; /* the kind of value it takes ("directory, or `off`") */
+  const char *dflt;  /* what holds when it is unset */
+  const char *doc;   /* its meaning, one sentence (`literal` words in backticks) */
+} cf_env_knob;
+extern const cf_env_knob cf_env_table[CF_ENV_COUNT];
+
+/* The variable's value, NULL when unset: the one way collfuse reads its
+ * environment (each reader parses the value as its row says). */
+const char *cf_env(cf_env_var v);
+
 /* ================= temp.c: temporaries, directories published whole ================= */
 
 /* Register a temporary (a file, or a directory removed with what it holds,
@@ -468,6 +497,7 @@ struct cf_graph {
   bool released;        /* cf_graph_release was called while holders > 0 */
   struct cf_opaque_op *opaque; /* foreign ops a reader imported as Opaque, by */
   int n_opaque;                /* first line (cf_graph_note_opaque; arena) */
+  struct cf_dropped *dropped;  /* foreign nodes a reader left out, newest first (arena) */
 };
 
 #define CF_WORLD_GROUP "hccl_world_group"
@@ -634,9 +664,16 @@ typedef struct cf_opaque_op {
   int line;            /* the first one's source line (0 when unknown) */
   const char *first;   /* the first one's name */
   const char *suggest; /* a collective's spelling the type is a typo of, or NULL */
+  bool dropped;        /* nodes the reader left out (nothing uses them and their
+                          types are unknown: cf_graph_note_dropped), not imported */
 } cf_opaque_op;
+/* A foreign node a reader left out of g (nothing uses it and its output
+ * types are unknown), so that it is reported with the Opaque ones, never
+ * lost without a word: its op type, name and line, copied into g's arena. */
+cf_status cf_graph_note_dropped(cf_graph *g, const char *type, const char *name, int line);
 /* Record every Opaque node of g in g->opaque, one entry per type in order
- * of first line: the readers of foreign formats call it on what they read. */
+ * of first line, and the nodes cf_graph_note_dropped noted (entries of
+ * their own): the readers of foreign formats call it on what they read. */
 cf_status cf_graph_note_opaque(cf_graph *g);
 /* "N nodes of foreign op 'T' imported as Opaque (first 'NAME')[; did you
  * mean 'S'?]" into buf; returns buf. */

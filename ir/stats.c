@@ -94,36 +94,70 @@ static int by_line(const void *a, const void *b) {
   return strcmp(x->first, y->first);
 }
 
+struct cf_dropped {
+  const char *type, *name;
+  int line;
+  struct cf_dropped *next;
+};
+
+cf_status cf_graph_note_dropped(cf_graph *g, const char *type, const char *name, int line) {
+  struct cf_dropped *d = cf_arena_alloc(&g->arena, sizeof *d);
+  if (!d || !(d->type = cf_arena_strdup(&g->arena, type)) ||
+      !(d->name = cf_arena_strdup(&g->arena, name)))
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+  d->line = line;
+  d->next = g->dropped;
+  g->dropped = d;
+  return CF_OK;
+}
+
+/* Count a node of type (name, line) into the entries ops[0..*n) (dropped
+ * ones and imported ones apart), growing the malloc'd array at powers of
+ * two; *last is a hint, the entry of the previous call. false when out of
+ * memory (ops freed). */
+static bool count_op(cf_opaque_op **ops, int *n, int *last, const char *type, const char *name,
+                     int line, bool dropped) {
+  cf_opaque_op *o = *ops;
+  int k = *last >= 0 && o[*last].dropped == dropped && strcmp(o[*last].type, type) == 0 ? *last
+                                                                                         : -1;
+  for (int j = 0; j < *n && k < 0; j++)
+    if (o[j].dropped == dropped && strcmp(o[j].type, type) == 0) k = j;
+  if (k < 0) {
+    if ((*n & (*n - 1)) == 0) { /* grow at powers of two */
+      cf_opaque_op *more = realloc(o, (size_t)(*n ? 2 * *n : 1) * sizeof *o);
+      if (!more) {
+        free(o);
+        *ops = NULL;
+        return false;
+      }
+      *ops = o = more;
+    }
+    k = (*n)++;
+    o[k] = (cf_opaque_op){.type = type, .line = line, .first = name, .dropped = dropped};
+  } else if (line && (!o[k].line || line < o[k].line)) {
+    o[k].line = line;
+    o[k].first = name;
+  }
+  o[k].count++;
+  *last = k;
+  return true;
+}
+
 cf_status cf_graph_note_opaque(cf_graph *g) {
   int n = 0, last = -1;
   cf_opaque_op *ops = NULL;
   g->opaque = NULL;
   g->n_opaque = 0;
-  for (int i = 0; i < g->n_nodes; i++) {
+  bool ok = true;
+  for (int i = 0; i < g->n_nodes && ok; i++) {
     const cf_node *nd = &g->nodes[i];
-    if (nd->op != CF_OP_OPAQUE) continue;
-    const char *type = cf_node_str(nd, CF_A_TYPE, "Opaque");
-    int k = last >= 0 && strcmp(ops[last].type, type) == 0 ? last : -1;
-    for (int j = 0; j < n && k < 0; j++)
-      if (strcmp(ops[j].type, type) == 0) k = j;
-    if (k < 0) {
-      if ((n & (n - 1)) == 0) { /* grow at powers of two */
-        cf_opaque_op *more = realloc(ops, (size_t)(n ? 2 * n : 1) * sizeof *ops);
-        if (!more) {
-          free(ops);
-          return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
-        }
-        ops = more;
-      }
-      k = n++;
-      ops[k] = (cf_opaque_op){.type = type, .line = nd->line, .first = nd->name};
-    } else if (nd->line && (!ops[k].line || nd->line < ops[k].line)) {
-      ops[k].line = nd->line;
-      ops[k].first = nd->name;
-    }
-    ops[k].count++;
-    last = k;
+    if (nd->op == CF_OP_OPAQUE)
+      ok = count_op(&ops, &n, &last, cf_node_str(nd, CF_A_TYPE, "Opaque"), nd->name, nd->line,
+                    false);
   }
+  for (const struct cf_dropped *d = g->dropped; d && ok; d = d->next)
+    ok = count_op(&ops, &n, &last, d->type, d->name, d->line, true);
+  if (!ok) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   if (!n) return CF_OK;
   qsort(ops, (size_t)n, sizeof *ops, by_line);
   g->opaque = cf_arena_array(&g->arena, (size_t)n, sizeof *ops);
@@ -145,9 +179,10 @@ static const char *opaque_text(const cf_opaque_op *o, int more, char *buf, size_
   char dym[128], others[64] = "";
   if (more)
     snprintf(others, sizeof others, " and %d more foreign op%s", more, more == 1 ? "" : "s");
-  snprintf(buf, len, "%d node%s of foreign op '%s' imported as Opaque (first '%s')%s%s", o->count,
-           o->count == 1 ? "" : "s", o->type, o->first, others,
-           cf_did_you_mean(o->suggest, dym, sizeof dym));
+  snprintf(buf, len, "%d node%s of foreign op '%s' %s (first '%s')%s%s", o->count,
+           o->count == 1 ? "" : "s", o->type,
+           o->dropped ? "left out (nothing uses it)" : "imported as Opaque",
+           o->first, others, cf_did_you_mean(o->suggest, dym, sizeof dym));
   return buf;
 }
 

@@ -98,6 +98,15 @@ static const char *const hlo_collectives[] = {
     "reduce-scatter", "all-to-all",       "collective-permute", "collective-broadcast",
 };
 
+/* StableHLO's and MHLO's (the dialect included, as the StableHLO reader
+ * names a foreign op). */
+static const char *const mlir_collectives[] = {
+    "stablehlo.all_reduce",         "stablehlo.all_gather",         "stablehlo.reduce_scatter",
+    "stablehlo.all_to_all",         "stablehlo.collective_permute", "stablehlo.collective_broadcast",
+    "mhlo.all_reduce",              "mhlo.all_gather",              "mhlo.reduce_scatter",
+    "mhlo.all_to_all",              "mhlo.collective_permute",      "mhlo.collective_broadcast",
+};
+
 static bool starts_nocase(const char *s, const char *prefix) {
   for (; *prefix; s++, prefix++)
     if (tolower((unsigned char)*s) != tolower((unsigned char)*prefix)) return false;
@@ -125,5 +134,7 @@ const char *cf_collective_suggest(const char *name) {
     if (cf_op_is_collective(cf_op_aliases[i].op)) add_collective(&s, cf_op_aliases[i].name, &exact);
   for (size_t i = 0; i < sizeof hlo_collectives / sizeof hlo_collectives[0]; i++)
     add_collective(&s, hlo_collectives[i], &exact);
+  for (size_t i = 0; i < sizeof mlir_collectives / sizeof mlir_collectives[0]; i++)
+    add_collective(&s, mlir_collectives[i], &exact);
   return exact ? NULL : s.best;
 }

@@ -53,6 +53,7 @@ typedef enum reason_kind {
   R_SEGMENT,   /* split size/index: its segment */
   R_AUTO,      /* split auto: buckets, exposed_us (and the profile's cost when measured) */
   R_CAP,       /* split bytes: cap */
+  R_DDP,       /* split ddp: the bucket's limit (cap) */
   /* why a candidate stays alone (cand.why) */
   R_FUSION0,       /* fusion=0 */
   R_FID_UNSHARED,  /* no other collective of the kind has its fusion_id */
@@ -67,10 +68,19 @@ typedef enum reason_kind {
   R_CLASS_KEY,     /* ... as a key field differs from other */
   R_CLASS_CYCLE,   /* ... as node depends on collective dep */
   R_LAST,          /* the last gradient of its class after a full bucket (cap) */
+  R_DDP_ALONE,     /* split ddp: alone in its bucket of limit cap */
 } reason_kind;
 
 /* The first key field in which two candidates differ (key_diff_of). */
-typedef enum key_field { KEY_GROUP, KEY_DTYPE, KEY_REDUCTION, KEY_LAYOUT, KEY_RANK_SIZE } key_field;
+typedef enum key_field {
+  KEY_GROUP,
+  KEY_DTYPE,
+  KEY_REDUCTION,
+  KEY_LAYOUT,
+  KEY_DIM,
+  KEY_COMBINE_KEY,
+  KEY_RANK_SIZE
+} key_field;
 
 typedef struct reason {
   reason_kind kind;
@@ -85,7 +95,8 @@ typedef struct reason {
   const char *other;         /* R_FID_KEY, R_FID_CYCLE, R_CLASS_KEY, R_CAP_NEXT */
   const char *node, *dep;    /* *_CYCLE: node depends on collective dep ("?": unknown) */
   key_field field;           /* *_KEY: the field, */
-  const char *mine, *theirs; /* and its two values (none for KEY_RANK_SIZE) */
+  const char *mine, *theirs; /* and its two values (none for KEY_RANK_SIZE, */
+  int64_t dx, dy;            /* numbers for KEY_DIM) */
 } reason;
 
 typedef struct cand {
@@ -122,6 +133,7 @@ typedef struct combiner {
   cf_graph *g;
   const cf_pass_options *opt;
   cf_op kind, fused;
+  bool mix_dtypes; /* AllGather: dtypes share a bucket (a byte bucket) */
   char prefix[32]; /* the op's name in lower case: allreduce, allgather, ... */
   cand *c;
   int nc;
@@ -157,7 +169,7 @@ static void key_diff_of(const combiner *m, int a, int b, reason *r) {
   if (strcmp(cf_node_group(x), cf_node_group(y))) {
     r->field = KEY_GROUP;
     r->mine = cf_node_group(x), r->theirs = cf_node_group(y);
-  } else if (vx->dtype != vy->dtype) {
+  } else if (vx->dtype != vy->dtype && !m->mix_dtypes) {
     r->field = KEY_DTYPE;
     r->mine = cf_dtype_name(vx->dtype), r->theirs = cf_dtype_name(vy->dtype);
   } else if (cf_node_reduction(x) != cf_node_reduction(y)) {
@@ -167,6 +179,12 @@ static void key_diff_of(const combiner *m, int a, int b, reason *r) {
   } else if (cf_node_layout(x) != cf_node_layout(y)) {
     r->field = KEY_LAYOUT;
     r->mine = cf_layout_name(cf_node_layout(x)), r->theirs = cf_layout_name(cf_node_layout(y));
+  } else if (strcmp(cf_node_str(x, CF_A_COMBINE_KEY, ""), cf_node_str(y, CF_A_COMBINE_KEY, ""))) {
+    r->field = KEY_COMBINE_KEY;
+    r->mine = cf_node_str(x, CF_A_COMBINE_KEY, ""), r->theirs = cf_node_str(y, CF_A_COMBINE_KEY, "");
+  } else if (cf_node_int(x, CF_A_DIM, 0) != cf_node_int(y, CF_A_DIM, 0)) {
+    r->field = KEY_DIM;
+    r->dx = cf_node_int(x, CF_A_DIM, 0), r->dy = cf_node_int(y, CF_A_DIM, 0);
   } else {
     r->field = KEY_RANK_SIZE;
   }
@@ -184,9 +202,10 @@ static int intern_keys(combiner *m) {
   for (int i = 0; i < m->nc; i++) {
     const cf_node *n = &m->g->nodes[m->c[i].node];
     const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
-    snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld", cf_node_group(n),
-             (int)cf_node_reduction(n), (int)v->dtype, (int)cf_node_layout(n),
-             (long long)rank_size_of(m->g, n));
+    snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld\x1f%.200s", cf_node_group(n),
+             (int)cf_node_reduction(n), m->mix_dtypes ? -1 : (int)v->dtype, (int)cf_node_layout(n),
+             (long long)rank_size_of(m->g, n), (long long)cf_node_int(n, CF_A_DIM, 0),
+             cf_node_str(n, CF_A_COMBINE_KEY, ""));
     if (!(txt[i] = cf_arena_strdup(&m->scratch, buf))) {
       free(idx);
       return -1;
@@ -561,6 +580,32 @@ static cf_status group_auto(combiner *m, const int *v, int lo, int hi, int at,
   return CF_OK;
 }
 
+/* ddp on one (key, depth) class v[lo..hi) in ready order: DDP's rule
+ * (split.c) decides per member, units stay whole as in group_auto. */
+static cf_status group_ddp(combiner *m, const int *v, int lo, int hi, int at, const cf_split *sp) {
+  int n = hi - lo, nm = 0, *first = NULL;
+  int64_t *sizes = member_bytes(m, v + lo, n, &first, &nm);
+  int *part = sizes ? malloc(((size_t)nm + 1) * sizeof(int)) : NULL;
+  if (!part) {
+    free(sizes), free(first);
+    return cf_error(m->g->ctx, CF_ERR_NO_MEMORY, m->g->file, 0, "out of memory");
+  }
+  int nb = cf_split_ddp_partition(sp, sizes, nm, part);
+  /* bucket k's limit: the initial assignment numbers buckets from the end */
+  int start = 0;
+  for (int k = 0; k < n; k++) {
+    m->order[at + k] = v[lo + k];
+    if (k + 1 < n && part[first[k + 1]] == part[first[k]]) continue;
+    int b = sp->initial ? nb - 1 - part[first[k]] : part[first[k]];
+    reason rule = {.kind = R_DDP, .cap = sp->limit[b < sp->n ? b : sp->n - 1]};
+    if (k == start) m->c[v[lo + k]].why = (reason){.kind = R_DDP_ALONE, .cap = rule.cap};
+    add_bucket(m, at + start, k - start + 1, 1, &rule);
+    start = k + 1;
+  }
+  free(sizes), free(part), free(first);
+  return CF_OK;
+}
+
 static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_split *sp,
                                const cf_cost *cost) {
   cf_graph *g = m->g;
@@ -599,6 +644,12 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
       if (hi - lo == 1)
         m->c[v[lo]].why = (reason){.kind = R_SEGMENT_ALONE, .split = sp->kind, .seg = c0->seg};
       add_bucket(m, at, hi - lo, 1, &rule);
+      at += hi - lo;
+      lo = hi;
+      continue;
+    }
+    if (sp->kind == CF_SPLIT_DDP) {
+      if ((st = group_ddp(m, v, lo, hi, at, sp))) return st;
       at += hi - lo;
       lo = hi;
       continue;
@@ -687,10 +738,15 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
     static const char *const field[] = {"group", "dtype", "reduction", "layout"};
     if (r->field == KEY_RANK_SIZE)
       snprintf(d, sizeof d, "rank_size differs");
+    else if (r->field == KEY_COMBINE_KEY)
+      snprintf(d, sizeof d, "combine_key differs ('%.40s' vs '%.40s')", r->mine, r->theirs);
+    else if (r->field == KEY_DIM)
+      snprintf(d, sizeof d, "dim differs (%lld vs %lld)", (long long)r->dx, (long long)r->dy);
     else
       snprintf(d, sizeof d, "%s differs (%s vs %s)", field[r->field], r->mine, r->theirs);
   }
-  if (r->kind == R_CAP || r->kind == R_CAP_NEXT || r->kind == R_OVER_CAP || r->kind == R_LAST)
+  if (r->kind == R_CAP || r->kind == R_CAP_NEXT || r->kind == R_OVER_CAP || r->kind == R_LAST ||
+      r->kind == R_DDP || r->kind == R_DDP_ALONE)
     cf_split_format_bytes(r->cap, b1, sizeof b1);
   switch (r->kind) {
   case R_NONE: snprintf(buf, len, "no partner"); break;
@@ -704,6 +760,8 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
              r->buckets == 1 ? "" : "s", r->exposed_us, from);
     break;
   case R_CAP: snprintf(buf, len, "split bytes cap=%s", b1); break;
+  case R_DDP: snprintf(buf, len, "split ddp limit=%s", b1); break;
+  case R_DDP_ALONE: snprintf(buf, len, "split ddp: alone in its bucket (limit %s)", b1); break;
   case R_FUSION0: snprintf(buf, len, "fusion=0"); break;
   case R_FID_UNSHARED:
     snprintf(buf, len, "no other %s has fusion_id=%lld", kind_name(m), (long long)r->fid);
@@ -792,7 +850,8 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
   int line = proto->line, idx;
   cf_attr copy[CF_A_COUNT];
   int ncopy = 0;
-  static const cf_attr_id keep[] = {CF_A_REDUCTION, CF_A_GROUP, CF_A_RANK_SIZE, CF_A_LAYOUT};
+  static const cf_attr_id keep[] = {CF_A_REDUCTION, CF_A_GROUP, CF_A_RANK_SIZE, CF_A_LAYOUT,
+                                    CF_A_DIM, CF_A_COMBINE_KEY};
   for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
     const cf_attr *a = cf_node_attr(proto, keep[k]);
     if (a) copy[ncopy++] = *a;
@@ -938,7 +997,10 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
   if (kind != CF_OP_ALLREDUCE && (sp.kind == CF_SPLIT_SIZE || sp.kind == CF_SPLIT_INDEX))
     sp = (cf_split){.kind = CF_SPLIT_AUTO};
   if (!g->topo && (st = cf_verify_structure(g))) return st;
-  combiner m = {.g = g, .opt = opt, .kind = kind};
+  /* data that is not reduced is moved as bytes: AllGather buckets mix
+   * dtypes as XLA's AllGatherCombiner (combine_different_dtypes) and
+   * Inductor's bucketing do, unless the split says same_dtype */
+  combiner m = {.g = g, .opt = opt, .kind = kind, .mix_dtypes = kind == CF_OP_ALLGATHER && !sp.same_dtype};
   m.fused = cf_op_fused(kind);
   for (size_t i = 0; i + 1 < sizeof m.prefix && cf_op_table[kind].name[i]; i++)
     m.prefix[i] = (char)tolower((unsigned char)cf_op_table[kind].name[i]);

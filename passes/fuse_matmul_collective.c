@@ -271,6 +271,11 @@ static cf_status try_mm_coll(fuser *f, mm_cand *c) {
                  (long long)ws, (long long)ws);
     return CF_OK;
   }
+  if (rs && cf_node_int(coll, CF_A_DIM, 0) != 0) {
+    c->why = fmt(f, "it scatters along dim %lld, not along m (MatmulReduceScatter scatters dim 0)",
+                 (long long)cf_node_int(coll, CF_A_DIM, 0));
+    return CF_OK;
+  }
   if (quant && !rs) {
     c->why = "MatmulAllReduce has no quantized form (only MatmulReduceScatter takes x1_scale and "
              "x2_scale)";
@@ -433,6 +438,9 @@ static cf_status fuse_ag(fuser *f, int ag, const int *pos, const int *last, int 
     else if (cf_node_layout(a) != CF_LAYOUT_CONCAT)
       w = "layout stack gathers along a new leading dimension, not along m (AllGatherMatmul needs "
           "layout concat)";
+    else if (cf_node_int(a, CF_A_DIM, 0) != 0)
+      w = fmt(f, "it gathers along dim %lld, not along m (AllGatherMatmul gathers dim 0)",
+              (long long)cf_node_int(a, CF_A_DIM, 0));
     else if (f->claim[u] >= 0)
       w = fmt(f, "'%s' is fused into '%s' with its collective", mm->name,
               g->nodes[f->claim[u]].name);

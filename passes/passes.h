@@ -17,9 +17,10 @@
 
 typedef enum cf_split_kind {
   CF_SPLIT_AUTO,  /* cap chosen by the cost model (the default) */
-  CF_SPLIT_BYTES, /* greedy buckets up to a byte cap (DDP/XLA) */
+  CF_SPLIT_BYTES, /* greedy buckets up to a hard byte cap (XLA's combine threshold) */
   CF_SPLIT_SIZE,  /* HCCL: percentages of the gradient bytes */
-  CF_SPLIT_INDEX  /* HCCL: ascending gradient indices */
+  CF_SPLIT_INDEX, /* HCCL: ascending gradient indices */
+  CF_SPLIT_DDP    /* PyTorch DDP: a bucket closes once it reaches its limit */
 } cf_split_kind;
 
 typedef struct cf_split {
@@ -30,6 +31,9 @@ typedef struct cf_split {
   int n;                           /* size/index: segments */
   double pct[CF_MAX_SEGMENTS];     /* size */
   int64_t idx[CF_MAX_SEGMENTS];    /* index: last gradient of each segment */
+  int64_t limit[CF_MAX_SEGMENTS];  /* ddp: the limits of buckets 1, 2, ..., the last repeats */
+  bool initial;                    /* ddp: DDP's first assignment (parameter order) */
+  bool same_dtype;                 /* any: AllGather buckets keep one dtype */
 } cf_split;
 
 /* Transport cost of one collective of b bytes: alpha + b / beta; the
@@ -58,6 +62,10 @@ double cf_split_exposed(const cf_cost *c, const int64_t *bytes, int n, const int
  * with why when the spec does not fit these gradients. */
 bool cf_split_segments(const cf_split *s, const int64_t *bytes, int n, int *seg, char *why,
                        size_t len);
+/* ddp: DDP's buckets over n gradients (sizes in ready order, one bucket
+ * key): part[i] = bucket of gradient i from 0, non-decreasing; returns the
+ * bucket count. */
+int cf_split_ddp_partition(const cf_split *s, const int64_t *bytes, int n, int *part);
 /* "bytes:25M" style text of a byte count ("25M", "1.5M", "4096"). */
 char *cf_split_format_bytes(int64_t b, char *buf, size_t len);
 

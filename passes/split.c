@@ -1,15 +1,33 @@
 /* split.c - how fusion=1 collectives are split into buckets (docs/fusion.md).
  *
  *   bytes:CAP[,first=F][,count=C]  greedy buckets in gradient-ready order up to
- *                                  CAP bytes; the first bucket up to F (DDP's
- *                                  small first bucket); at most C members
- *                                  (XLA's count threshold). K/M/G are binary.
+ *                                  CAP bytes, a hard cap (XLA's combine
+ *                                  threshold); the first bucket up to F; at
+ *                                  most C members (XLA's count threshold).
+ *                                  K/M/G are binary.
+ *   ddp:L1[,L2,...][,first=F][,initial]
+ *                                  PyTorch DDP's rule
+ *                                  (compute_bucket_assignment_by_size in
+ *                                  torch/csrc/distributed/c10d/reducer.cpp):
+ *                                  a gradient joins the open bucket, which
+ *                                  closes once its bytes reach its limit, so
+ *                                  the gradient that crosses the limit is in
+ *                                  it. Bucket k's limit is Lk (first=F puts F
+ *                                  in front), the last repeating. The
+ *                                  rebuilt assignment (the default) runs in
+ *                                  gradient-ready order; `initial` is DDP's
+ *                                  first one, run over the parameters, which
+ *                                  DDP takes as the reverse of ready order.
  *   size:P1,P2,...                 HCCL: segments holding P1%, P2%, ... of the
  *                                  gradient bytes; a gradient belongs to the
  *                                  segment in which its last byte falls.
  *   index:I1,I2,...                HCCL: segment k ends at gradient index Ik;
  *                                  the last index is the last gradient.
  *   auto                           bytes:CAP with CAP from the cost model below.
+ *   ...,same_dtype                 after any of them: AllGather buckets keep
+ *                                  one dtype (XLA's AllGatherCombiner with
+ *                                  combine_different_dtypes=false); by
+ *                                  default they mix dtypes as bytes.
  *
  * The auto cost model. One collective of b bytes costs alpha + b/beta on
  * one communication stream. The backward pass produces the gradients in
@@ -84,7 +102,27 @@ static bool empty_item(const char *list) {
   return n == 0 || list[0] == ',' || list[n - 1] == ',' || strstr(list, ",,");
 }
 
+static bool split_parse(const char *spec, cf_split *out, char *why, size_t len);
+
 bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
+  static const char tail[] = ",same_dtype";
+  size_t n = spec ? strlen(spec) : 0, t = sizeof tail - 1;
+  if (n > t && strcmp(spec + n - t, tail) == 0) {
+    char head[256];
+    if (n - t >= sizeof head) {
+      snprintf(why, len, "%.64s...: too long", spec);
+      return false;
+    }
+    memcpy(head, spec, n - t);
+    head[n - t] = 0;
+    if (!split_parse(head, out, why, len)) return false;
+    out->same_dtype = true;
+    return true;
+  }
+  return split_parse(spec, out, why, len);
+}
+
+static bool split_parse(const char *spec, cf_split *out, char *why, size_t len) {
   memset(out, 0, sizeof *out);
   if (!spec || strcmp(spec, "auto") == 0) return true;
   const char *colon = strchr(spec, ':');
@@ -130,6 +168,43 @@ bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
     }
     return true;
   }
+  if (strncmp(spec, "ddp:", 4) == 0) {
+    out->kind = CF_SPLIT_DDP;
+    int64_t first = 0;
+    for (const char *p = spec + 4; *p;) {
+      size_t k = strcspn(p, ",");
+      if (k == 7 && strncmp(p, "initial", 7) == 0) {
+        out->initial = true;
+      } else if (strncmp(p, "first=", 6) == 0) {
+        if (!cf_bytes_parse(p + 6, k - 6, CF_MAX_BYTES, &first) || first < 1) {
+          snprintf(why, len, "%s: bad first bucket limit '%.*s'", spec, (int)k, p);
+          return false;
+        }
+      } else if (out->n + (first > 0) == CF_MAX_SEGMENTS) {
+        snprintf(why, len, "%s: more than %d limits", spec, CF_MAX_SEGMENTS);
+        return false;
+      } else if (!cf_bytes_parse(p, k, CF_MAX_BYTES, &out->limit[out->n]) ||
+                 out->limit[out->n] < 1) {
+        snprintf(why, len, "%s: bad limit '%.*s' (e.g. 25M, 64K, 1G; first=, initial)", spec,
+                 (int)k, p);
+        return false;
+      } else {
+        out->n++;
+      }
+      p += k + (p[k] == ',');
+    }
+    if (!out->n) {
+      snprintf(why, len, "%s: missing the bucket limit (ddp:25M)", spec);
+      return false;
+    }
+    if (first) {
+      memmove(out->limit + 1, out->limit, (size_t)out->n * sizeof out->limit[0]);
+      out->limit[0] = first;
+      out->n++;
+    }
+    out->cap = out->limit[out->n - 1];
+    return true;
+  }
   if (strncmp(spec, "size:", 5) == 0) {
     out->kind = CF_SPLIT_SIZE;
     char w[128];
@@ -173,9 +248,34 @@ bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
     }
     return true;
   }
-  snprintf(why, len, "%s: expected auto, bytes:CAP[,first=F][,count=C], size:P1,P2,... or index:I1,I2,...",
+  snprintf(why, len,
+           "%s: expected auto, bytes:CAP[,first=F][,count=C], ddp:CAP[,first=F][,initial], "
+           "size:P1,P2,... or index:I1,I2,...",
            spec);
   return false;
+}
+
+int cf_split_ddp_partition(const cf_split *s, const int64_t *bytes, int n, int *part) {
+  /* the initial assignment walks the parameters, the reverse of ready
+   * order, and numbers its buckets from the far end */
+  int nb = 0, lim = 0;
+  int64_t cur = 0;
+  for (int k = 0; k < n; k++) {
+    int i = s->initial ? n - 1 - k : k;
+    part[i] = nb;
+    if (cur > INT64_MAX - bytes[i]) cur = INT64_MAX - bytes[i];
+    cur += bytes[i];
+    if (cur >= s->limit[lim] && k + 1 < n) {
+      nb++;
+      cur = 0;
+      if (lim + 1 < s->n) lim++;
+    }
+  }
+  if (n == 0) return 0;
+  if (s->initial)
+    for (int i = 0; i < n; i++)
+      part[i] = nb - part[i];
+  return nb + 1;
 }
 
 bool cf_cost_parse(const char *spec, cf_cost *out, char *why, size_t len) {

@@ -197,6 +197,45 @@ static void test_split_parse(void **state) {
   assert_int_equal(s.cap, 2048);
   assert_int_equal(s.first, 512);
 
+  /* ddp: DDP's limit list, first= in front, the initial assignment */
+  assert_true(cf_split_parse("ddp:25M,first=1M", &s, why, sizeof why));
+  assert_int_equal(s.kind, CF_SPLIT_DDP);
+  assert_int_equal(s.n, 2);
+  assert_int_equal(s.limit[0], 1 << 20);
+  assert_int_equal(s.limit[1], 25 << 20);
+  assert_false(s.initial);
+  assert_true(cf_split_parse("ddp:40,80,initial", &s, why, sizeof why));
+  assert_int_equal(s.n, 2);
+  assert_int_equal(s.limit[1], 80);
+  assert_true(s.initial);
+  assert_false(cf_split_parse("ddp:first=1M", &s, why, sizeof why));
+  assert_non_null(strstr(why, "missing the bucket limit"));
+  assert_false(cf_split_parse("ddp:25M,fast", &s, why, sizeof why));
+  assert_non_null(strstr(why, "bad limit 'fast'"));
+  assert_false(cf_split_parse("ddp:0", &s, why, sizeof why));
+  {
+    /* torch's test_multi_limit_single_dtype: [10]*4 float32, limits
+     * [40, 80] -> [[0], [1, 2], [3]]; initial: the reverse */
+    int64_t b[4] = {40, 40, 40, 40};
+    int part[4];
+    assert_true(cf_split_parse("ddp:80,first=40", &s, why, sizeof why));
+    assert_int_equal(cf_split_ddp_partition(&s, b, 4, part), 3);
+    assert_int_equal(part[0], 0), assert_int_equal(part[1], 1);
+    assert_int_equal(part[2], 1), assert_int_equal(part[3], 2);
+    s.initial = true;
+    assert_int_equal(cf_split_ddp_partition(&s, b, 4, part), 3);
+    assert_int_equal(part[0], 0), assert_int_equal(part[1], 1);
+    assert_int_equal(part[2], 1), assert_int_equal(part[3], 2);
+    int64_t c[3] = {8, 100, 8}; /* 8 < 40; 108 >= 40 closes; 8 alone */
+    s.initial = false;
+    assert_int_equal(cf_split_ddp_partition(&s, c, 3, part), 2);
+    assert_int_equal(part[1], 0), assert_int_equal(part[2], 1);
+    s.initial = true; /* from the end: 8, 108 closes at 40 -> {1,2}, {0} */
+    assert_int_equal(cf_split_ddp_partition(&s, c, 3, part), 2);
+    assert_int_equal(part[0], 0), assert_int_equal(part[1], 1);
+    assert_int_equal(part[2], 1);
+  }
+
   assert_true(cf_split_parse("size:96.54,3.46", &s, why, sizeof why));
   assert_int_equal(s.kind, CF_SPLIT_SIZE);
   assert_int_equal(s.n, 2);
@@ -248,7 +287,7 @@ static void test_split_parse(void **state) {
   expect_split_error("index:", "empty list");
   /* unknown forms */
   expect_split_error("greedy", "greedy: expected auto, bytes:CAP[,first=F][,count=C], "
-                               "size:P1,P2,... or index:I1,I2,...");
+                               "ddp:CAP[,first=F][,initial], size:P1,P2,... or index:I1,I2,...");
   expect_split_error("bytes", "expected auto, bytes:CAP");
   expect_split_error("", "expected auto");
 }
@@ -301,6 +340,13 @@ static void test_split_segments(void **state) {
     assert_int_equal(seg[i], 1);
   /* HCCL's ResNet-50 default: 96.54% then 3.46% */
   int64_t rn[10] = {4000, 4000, 4000, 4000, 4000, 4000, 4000, 4000, 4000, 1000};
+  /* ,same_dtype after any spec */
+  assert_true(cf_split_parse("auto,same_dtype", &s, why, sizeof why));
+  assert_true(s.kind == CF_SPLIT_AUTO && s.same_dtype);
+  assert_true(cf_split_parse("ddp:25M,first=1M,same_dtype", &s, why, sizeof why));
+  assert_true(s.kind == CF_SPLIT_DDP && s.same_dtype && s.n == 2);
+  assert_true(cf_split_parse("bytes:4K", &s, why, sizeof why));
+  assert_false(s.same_dtype);
   assert_true(cf_split_parse("size:96.54,3.46", &s, why, sizeof why));
   assert_true(cf_split_segments(&s, rn, 10, seg, why, sizeof why));
   for (int i = 0; i < 10; i++)
@@ -1565,10 +1611,13 @@ static void check_fused(const cf_graph *g0, const uint64_t *anc0, int w0, cf_gra
       if (strcmp(cf_node_group(M), cf_node_group(M0)) ||
           cf_node_reduction(M) != cf_node_reduction(M0) ||
           cf_node_layout(M) != cf_node_layout(M0) ||
-          g0->nodes[M->in[0].node].out[M->in[0].port].dtype !=
-              g0->nodes[M0->in[0].node].out[M0->in[0].port].dtype)
-        fail_msg("%s: '%s' and '%s' differ in group, reduction, layout or dtype", F->name, nm,
-                 M0->name);
+          cf_node_int(M, CF_A_DIM, 0) != cf_node_int(M0, CF_A_DIM, 0) ||
+          /* AllGather buckets mix dtypes (bytes) unless the split says same_dtype */
+          ((F->op != CF_OP_FUSEDALLGATHER || ps->sp.same_dtype) &&
+           g0->nodes[M->in[0].node].out[M->in[0].port].dtype !=
+               g0->nodes[M0->in[0].node].out[M0->in[0].port].dtype))
+        fail_msg("%s: '%s' and '%s' differ in group, reduction, layout, dim or dtype", F->name,
+                 nm, M0->name);
       /* each result keeps the member's type */
       if (!same_value(&F->out[k], &M->out[0])) fail_msg("%s port %d changed type", F->name, k);
     }
@@ -1790,6 +1839,9 @@ static void test_random_dags(void **state) {
         {.split = "auto"},
         {.split = "bytes:1K"},
         {.split = "bytes:4K,first=1K,count=3"},
+        {.split = "bytes:2K,same_dtype"},
+        {.split = "ddp:1K,first=256"},
+        {.split = "ddp:2K,initial,same_dtype"},
         {.split = "size:50,50"},
         {.split = "size:10,20,30,40"},
         {.split = index, .index = true},

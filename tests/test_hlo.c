@@ -346,7 +346,13 @@ static void test_tuple_collectives(void **state) {
   assert_int_equal(ags->op, CF_OP_ALLGATHER);
   assert_ptr_equal(operand(g, ags, 0), node(g, "start"));
   assert_ptr_equal(operand(g, node(g, "output.6"), 0), ags);
-  assert_int_equal(node(g, "ag1")->op, CF_OP_OPAQUE); /* dimensions={1} */
+  /* dimensions={1}: all_gather_dimension 1, combinable by default as in XLA */
+  const cf_node *ag1 = node(g, "ag1");
+  assert_int_equal(ag1->op, CF_OP_ALLGATHER);
+  assert_int_equal(cf_node_int(ag1, CF_A_DIM, 0), 1);
+  assert_int_equal(cf_node_fusion(ag1), 1);
+  assert_int_equal(cf_node_fusion(ags), 1);
+  assert_int_equal(cf_node_fusion(node(g, "start")), 1);
   assert_int_equal(node(g, "a2a")->op, CF_OP_ALLTOALL);
   assert_int_equal(node(g, "cp")->op, CF_OP_COLLECTIVEPERMUTE);
   cf_graph_destroy(g);
@@ -425,6 +431,63 @@ static cf_status parse(const char *text, cf_graph **g) {
 #define HDR "HloModule m, num_partitions=4\n"
 #define SUM                                                                                        \
   "sum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT c = f32[] add(a, b)\n}\n"
+
+/* XLA's grammar, not lines: an instruction wrapped over lines (after a
+ * ',', or with the opcode under its tuple shape), both comment forms, and
+ * shapes left out where XLA's parser infers them. Modules written so, and
+ * modules whose replica_groups={} span a world the module does not give
+ * (XLA's tests), read: the world is what an all-gather's shapes imply, else
+ * XLA's default of one replica. */
+static void test_grammar(void **state) {
+  (void)state;
+  cf_graph *g = NULL;
+  const char *text =
+      "// a module as XLA's tests write it\n"
+      "HloModule m\n\n" SUM
+      "ENTRY e { // entry\n"
+      "  p0 = f32[8] parameter(0)\n"
+      "  p1 = s32[8] /* the second */ parameter(1)\n"
+      "  ag0 = f32[32] all-gather(p0),\n      replica_groups={}, dimensions={0}\n"
+      "  ar = f32[8]\n    all-reduce(p0), replica_groups={}, to_apply=sum\n"
+      "  n = negate(ar)\n"
+      "  c = compare(n, ar), direction=LT\n"
+      "  t = tuple(ag0, p1,\n    c)\n"
+      "  g = get-tuple-element(t), index=2\n"
+      "  ROOT r = (f32[32], s32[8])\n    tuple(ag0, p1)\n"
+      "}\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  assert_int_equal(g->world_size, 4); /* from ag0's shapes */
+  assert_int_equal(node(g, "ag0")->op, CF_OP_ALLGATHER);
+  assert_int_equal(node(g, "ar")->op, CF_OP_ALLREDUCE);
+  assert_int_equal(node(g, "ar")->line, 14);
+  assert_shape(&node(g, "n")->out[0], CF_DT_FLOAT32, "8");
+  assert_shape(&node(g, "c")->out[0], CF_DT_UINT8, "8");
+  assert_ptr_equal(operand(g, node(g, "output.0"), 0), node(g, "ag0"));
+  cf_graph_destroy(g);
+  /* control-predecessors: a collective on either end is never combined */
+  text = "HloModule m\n" SUM
+         "ENTRY e {\n  p = f32[4] parameter(0)\n  q = f32[4] parameter(1)\n"
+         "  a = f32[4] all-reduce(p), replica_groups={}, to_apply=sum\n"
+         "  n = negate(q), control-predecessors={a}\n"
+         "  b = f32[4] all-reduce(n), replica_groups={}, to_apply=sum\n"
+         "  c = f32[4] all-reduce(q), replica_groups={}, to_apply=sum,\n"
+         "      control-predecessors={%n, b}\n"
+         "  d = f32[4] all-reduce(q), replica_groups={}, to_apply=sum\n"
+         "  ROOT t = tuple(a, b, c, d)\n}\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  assert_string_equal(attr_text(node(g, "a"), CF_A_FUSION, "none"), "0");
+  assert_string_equal(attr_text(node(g, "b"), CF_A_FUSION, "none"), "0");
+  assert_string_equal(attr_text(node(g, "c"), CF_A_FUSION, "none"), "0");
+  assert_string_equal(attr_text(node(g, "d"), CF_A_FUSION, "none"), "none");
+  cf_graph_destroy(g);
+  /* no all-gather tells the world: one replica, as XLA's default */
+  text = "HloModule m\n" SUM
+         "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
+         "replica_groups={}, to_apply=sum\n}\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  assert_int_equal(g->world_size, 1);
+  cf_graph_destroy(g);
+}
 
 /* A to_apply is a reduction only when it is exactly one add, multiply,
  * maximum or minimum of its two parameters (either order); (a+b)*(a+b) ran
@@ -637,10 +700,23 @@ static const cf_bad_input bad_modules[] = {
     {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
              "use_global_device_ids=true, replica_groups=devices, to_apply=sum\n}\n",
      "t.hlo:9: error: instruction 'a': unsupported replica_groups 'devices'"},
-    {"HloModule m\n" SUM
-     "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), channel_id=1, "
-     "use_global_device_ids=true, replica_groups={}, to_apply=sum\n}\n",
-     "t.hlo:9: error: replica_groups={} spans every device, but the module does not say how many"},
+    /* shapes left out where XLA cannot infer them (or collfuse does not) */
+    {HDR "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT b = broadcast(p), dimensions={0}\n}\n",
+     "t.hlo:4: error: instruction 'b': the shape of 'broadcast' is left out; collfuse infers it "
+     "only for tuple, get-tuple-element, compare and elementwise ops"},
+    {HDR "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT t = tuple(p, q)\n  q = f32[4] parameter(1)\n}\n",
+     "t.hlo:4: error: instruction 't': its shape is left out, and operand 'q' is defined after it"},
+    {HDR "ENTRY e {\n  p = f32[4] parameter(0) /* never closed\n}\n", "unterminated comment"},
+    {HDR "ENTRY e {\n  p = f32[4] parameter(0), control-predecessors={q}\n"
+         "  q = f32[4] parameter(1)\n}\n",
+     "t.hlo:3: error: instruction 'p': control predecessor 'q' is defined after it in computation "
+     "'e'"},
+    {HDR "ENTRY e {\n  p = f32[4] parameter(0), control-predecessors={x}\n}\n",
+     "t.hlo:3: error: instruction 'p': control predecessor 'x' is not an instruction of "
+     "computation 'e'"},
+    {HDR "ENTRY e {\n  q = f32[4] parameter(1)\n  p = f32[4] parameter(0), "
+         "control-predecessors=q\n}\n",
+     "t.hlo:4: error: instruction 'p': control-predecessors must be {NAME, ...}"},
     {"HloModule m, num_partitions=2, replica_count=2\n" SUM
      "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
      "replica_groups={{0,1,1}}, to_apply=sum\n}\n",
@@ -780,6 +856,7 @@ int main(void) {
       cmocka_unit_test(test_sniff_and_names),
       cmocka_unit_test(test_sdy_meshes),
       cmocka_unit_test(test_reducers),
+      cmocka_unit_test(test_grammar),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_partitioned),

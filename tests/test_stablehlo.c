@@ -226,7 +226,8 @@ static const char collectives_module[] =
     "    %3 = \"stablehlo.collective_broadcast\"(%2) <{channel_handle = "
     "#stablehlo.channel_handle<handle = 4, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, "
     "5, 6, 7]]> : tensor<1x8xi64>}> : (tensor<8x4xf32>) -> tensor<8x4xf32>\n"
-    "    %4 = \"stablehlo.all_gather\"(%3) <{all_gather_dim = 1 : i64, replica_groups = "
+    "    %4 = \"stablehlo.all_gather\"(%3) <{all_gather_dim = 1 : i64, channel_handle = "
+    "#stablehlo.channel_handle<handle = 6, type = 1>, use_global_device_ids, replica_groups = "
     "dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>}> : (tensor<8x4xf32>) -> "
     "tensor<8x32xf32>\n"
     "    %5:2 = \"stablehlo.all_to_all\"(%3, %3) <{concat_dimension = 0 : i64, split_count = 8 : "
@@ -268,9 +269,14 @@ static void test_collectives(void **state) {
   assert_string_equal(cf_node_group(rs), cf_node_group(ag));
   assert_int_equal(bc->op, CF_OP_BROADCAST);
   assert_int_equal(cf_node_attr(bc, CF_A_ROOT)->v.i, 0);
-  /* along dimension 1, a variadic all_to_all (each operand exchanged on its
-   * own), groups of different sizes: Opaque */
-  assert_string_equal(type_of(node(g, "4")), "all-gather (not along dimension 0)");
+  /* along dimension 1 (all_gather_dim) */
+  const cf_node *ag1 = node(g, "4");
+  assert_int_equal(ag1->op, CF_OP_ALLGATHER);
+  assert_int_equal(cf_node_int(ag1, CF_A_DIM, 0), 1);
+  assert_int_equal(cf_node_fusion(ag1), 1); /* combinable, as in XLA */
+  assert_int_equal(ag1->out[0].shape.dims[1], 32);
+  /* a variadic all_to_all (each operand exchanged on its own), groups of
+   * different sizes: Opaque */
   assert_string_equal(type_of(node(g, "5")), "stablehlo.all_to_all");
   assert_string_equal(type_of(node(g, "6")), "all-reduce over 2 replica groups of different sizes");
   /* a variadic all-reduce: one fused node (mhlo. reads like stablehlo.) */
@@ -519,7 +525,9 @@ static const cf_bad_input bad_modules[] = {
         "tensor<1x2xi64>}> : (tensor<4xf32>) -> tensor<8xf32>\n  return %a : tensor<4xf32>\n}\n",
      "t.mlir:2: error: op '0': all-gather needs all_gather_dim = N"},
     {FN "  %0, %1 = stablehlo.add %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
-     "t.mlir:2: error: results listed one by one ('%a, %b = ...') are not supported"},
+     "t.mlir:2: error: op '0:2': 2 results but 1 result types"},
+    {FN "  %0, = stablehlo.add %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: expected '%NAME, %NAME, ... = ...'"},
     {FN "  %0 = \"stablehlo.all_reduce\"(%a) <{replica_groups = dense<[[0, 1]]> : "
         "tensor<1x2xi64>}> ({\n    stablehlo.return %z : tensor<f32>\n  }) : (tensor<4xf32>) -> "
         "tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",

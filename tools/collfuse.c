@@ -268,7 +268,8 @@ static const cf_opt compile_opts[] = {
     {"--split", NULL, "SPEC", CF_OPT_STR, offsetof(compile_args, split), .comma_list = true,
      .check = cf_opt_check_split,
      .help = "how fusion=1 collectives are bucketed:\n"
-             "  auto (default; cost model), bytes:25M[,first=1M][,count=256],\n"
+             "  auto (default; cost model), bytes:25M[,first=1M][,count=256]\n"
+             "  (hard cap, as XLA), ddp:25M[,first=1M][,initial] (DDP's rule),\n"
              "  size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL)"},
     {"--cost", NULL, "A,B[,G]", CF_OPT_STR, offsetof(compile_args, cost), .comma_list = true,
      .check = cf_opt_check_cost,

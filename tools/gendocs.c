@@ -65,6 +65,39 @@ static void roff_prose(FILE *f, const char *text) {
   if (literal) fputs(".fi\n", f);
 }
 
+/* Text with `literal` words (ir/env.c's meanings): those in bold. */
+static void roff_ticks(FILE *f, const char *text) {
+  for (const char *p = text; *p;) {
+    const char *q = strchr(p, '`');
+    if (!q) {
+      roff_str(f, p);
+      return;
+    }
+    roff(f, p, (size_t)(q - p));
+    const char *e = strchr(q + 1, '`');
+    if (!e) e = q + 1 + strlen(q + 1);
+    fputs("\\fB", f);
+    roff(f, q + 1, (size_t)(e - q - 1));
+    fputs("\\fR", f);
+    p = *e ? e + 1 : e;
+  }
+}
+
+/* ENVIRONMENT: every row of ir/env.c's table. */
+static void man_environment(FILE *f) {
+  fputs(".SH ENVIRONMENT\n", f);
+  for (int v = 0; v < CF_ENV_COUNT; v++) {
+    const cf_env_knob *k = &cf_env_table[v];
+    fprintf(f, ".TP\n.B %s\n", k->name);
+    roff_ticks(f, k->doc);
+    fputs("\n.br\nValue: ", f);
+    roff_ticks(f, k->value);
+    fputs("; default: ", f);
+    roff_ticks(f, k->dflt);
+    fputs(".\n", f);
+  }
+}
+
 static const char *value_name(const cf_opt *o, char *buf) {
   return o->value ? o->value : cf_opt_choices(o, buf);
 }
@@ -175,27 +208,10 @@ static void man_page(FILE *f) {
       ".TP\n.B 1\ninvalid input, failed verification, an output that cannot be written, or a run\n"
       "whose results do not match (\\fB\\-\\-verify\\fR)\n"
       ".TP\n.B 2\nusage error: an unknown command or option, or a value out of range\n"
-      ".TP\n.B 3\nruntime failure: out of memory, a rank that failed or timed out\n"
-      ".SH ENVIRONMENT\n"
-      ".TP\n.B COLLFUSE_VERBOSE\nwhen set, the library's informational messages go to "
-      "standard error too\n"
-      ".TP\n.B COLLFUSE_CACHE\nwhere JIT-compiled kernels are cached (an absolute "
-      "directory, the user's own and writable by no one else, else it is ignored), or "
-      "\\fBoff\\fR, \\fB0\\fR, \\fBno\\fR, \\fBfalse\\fR: no cache\n"
-      ".TP\n.B XDG_CACHE_HOME\nwithout \\fBCOLLFUSE_CACHE\\fR, the cache is "
-      "\\fI$XDG_CACHE_HOME/collfuse\\fR, else \\fI$HOME/.cache/collfuse\\fR\n"
-      ".TP\n.B COLLFUSE_STREAM_MIN\nthe working set in bytes (with an optional K, M or G) from "
-      "which an out-of-place AllReduce writes outputs of 4 MiB or more with streaming stores (a "
-      "graph's calls count as larger than any), or \\fBoff\\fR: never; by default a quarter of "
-      "the last-level cache\n"
-      ".TP\n.B COLLFUSE_BIND\n\\fBnone\\fR: leave rank threads to the scheduler; otherwise "
-      "the threads transport binds each rank's threads to a CPU of the process's affinity "
-      "mask (one per lane where there are two per rank, round robin where there are fewer "
-      "than ranks)\n"
-      ".TP\n.B OPENBLAS_NUM_THREADS\nwhen set, the BLAS threads of every rank; otherwise "
-      "the ranks of a run share the cores\n"
-      ".TP\n.B CUBLAS_LIBRARY\nthe cuBLAS library for \\fB\\-\\-device cuda\\fR, or "
-      "\\fBnone\\fR: without cuBLAS\n"
+      ".TP\n.B 3\nruntime failure: out of memory, a rank that failed or timed out\n",
+      f);
+  man_environment(f);
+  fputs(
       ".SH FILES\n"
       ".TP\n.I " CF_INSTALL_DATADIR "/collfuse/collfuse-graph.xsd\n"
       "the XML Schema of collfuse's native graph format (the same schema is built "
@@ -262,7 +278,7 @@ static void bash_completion(FILE *f) {
   fputs("'\n_collfuse_passes='", f);
   for (int k = 0; cf_pass_registry[k]; k++)
     fprintf(f, "%s%s", k ? " " : "", cf_pass_registry[k]->name);
-  fputs("'\n_collfuse_split='auto bytes: size: index:'\n\n", f);
+  fputs("'\n_collfuse_split='auto bytes: ddp: size: index:'\n\n", f);
 
   fputs("# _collfuse_options CMD: its options; _collfuse_args CMD: what its\n"
         "# arguments complete to (file or nothing)\n"

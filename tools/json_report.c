@@ -90,7 +90,11 @@ cf_status cf_report_compile_json(const cf_graph *g, int collectives_before,
     cJSON_AddStringToObject(b, "op", cf_op_table[cf_op_unfused(n->op)].name);
     cJSON_AddItemToObject(b, "members", members_of(n));
     cJSON_AddNumberToObject(b, "bytes", (double)cf_node_comm_bytes(g, n));
-    cJSON_AddStringToObject(b, "dtype", cf_dtype_name(in->dtype));
+    /* a bucket of several dtypes (AllGather) is "mixed" */
+    const char *dt = cf_dtype_name(in->dtype);
+    for (int j = 1; j < n->n_in; j++)
+      if (g->nodes[n->in[j].node].out[n->in[j].port].dtype != in->dtype) dt = "mixed";
+    cJSON_AddStringToObject(b, "dtype", dt);
     if (cf_op_reduces(n->op))
       cJSON_AddStringToObject(b, "reduction", cf_reduction_name(cf_node_reduction(n)));
     else

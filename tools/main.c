@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "collfuse: out of memory\n");
     return EXIT_RUNTIME;
   }
-  int verbose = getenv("COLLFUSE_VERBOSE") != NULL;
+  int verbose = cf_env(CF_ENV_VERBOSE) != NULL;
   cf_context_set_log(ctx, log_to_stderr, &verbose);
   cf_tool_command = c->name;
   int skip = strchr(c->name, ' ') ? 3 : 2; /* "bench NAME" takes two words */

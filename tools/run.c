@@ -28,7 +28,6 @@
 #include "../executor/plan.h"
 #include "../executor/transports/transports.h"
 
-#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <signal.h>
@@ -50,7 +49,6 @@ typedef struct run_args {
   bool o0, verify, deterministic, json, verbose, mpi, strict;
   int opaque_nodes;  /* the graph's Opaque nodes as read (check's count) */
   cf_opt_list input; /* NAME=PATH */
-  cf_profile *prof;  /* the profile read (empty: the built-in rules) */
 } run_args;
 
 static bool check_seed(void *out, const char *v, char *why, size_t len) {
@@ -148,6 +146,42 @@ const cf_command cf_command_run = {
     .run = cf_cmd_run,
 };
 
+/* The outputs that depend on Opaque nodes (check/verify.c), by name, in
+ * the reference graph's Output order: they hold synthetic data, and
+ * --verify, whose reference runs the same data, does not check them. */
+typedef struct opaque_outs {
+  const char **names;
+  int n;     /* of them */
+  int total; /* Output nodes */
+} opaque_outs;
+
+/* One run of the command, from its set-up to its report (cf_cmd_run's
+ * stages: parse_args, set_up, agree_setup, run, verify, save, agree_result,
+ * report). */
+typedef struct run_job {
+  run_args *a;
+  cf_run_setup setup; /* world, profile, memory limit (api/prepare.c) */
+  cf_run_options opt;
+  cf_run_hooks hooks; /* what cf_test_control asks for (test builds) */
+  int ranks, me;       /* the run's ranks; this process's (MPI) or 0 */
+  cf_graph *g, *ref_g; /* compiled; unfused (--verify's reference, -v, --json) */
+  cf_plan *plan;
+  int64_t peak_unfused; /* the unfused plan's peak, -1: not made */
+  opaque_outs opq;
+  bool stream, seeded; /* --verify window by window; every rank's Inputs made here */
+  cf_inputs in;
+  int old_ranks;       /* the ranks an earlier --save-outputs manifest listed */
+  bool ran;
+  cf_run_result res;
+  cf_ref_value *ref;   /* the whole reference (not stream) */
+  cf_tensor *got;      /* the outputs in the reference's Output order */
+  int n_ref;
+  cf_verify_stats vs;
+  bool verified;
+  char **files;        /* --save-outputs: each output's file name */
+  cf_status saved;     /* CF_OK once this process's rank directories are in place */
+} run_job;
+
 /* --algo's request (the option table has checked the word); auto when absent. */
 static cf_algo_req parse_algo(const char *word) {
   cf_algo_req r = {.policy = CF_POLICY_AUTO};
@@ -198,8 +232,9 @@ static int parse_args(int argc, char **argv, run_args *a) {
 /* Load, size to the run's ranks, verify and compile with pipeline. first:
  * the run's first look at the file, which counts its Opaque nodes and (say:
  * rank 0 of a job) warns of them as `check` does. */
-static cf_status compile(cf_context *ctx, run_args *a, const char *pipeline, int *ranks,
-                         bool first, bool say, cf_graph **out) {
+static cf_status compile(cf_context *ctx, run_job *j, const char *pipeline, bool first, bool say,
+                         cf_graph **out) {
+  run_args *a = j->a;
   cf_graph *g = NULL;
   cf_status st = cf_tool_load(ctx, a->file.v[0], &g);
   if (!st && first) {
@@ -209,19 +244,19 @@ static cf_status compile(cf_context *ctx, run_args *a, const char *pipeline, int
   if (!st) {
     char job[64];
     if (a->mpi)
-      snprintf(job, sizeof job, "mpirun -np %d", *ranks);
+      snprintf(job, sizeof job, "mpirun -np %d", j->ranks);
     else
-      snprintf(job, sizeof job, "--ranks %d", *ranks);
-    if (*ranks == 0) *ranks = g->world_size > 0 ? (int)g->world_size : 1;
+      snprintf(job, sizeof job, "--ranks %d", j->ranks);
+    if (j->ranks == 0) j->ranks = g->world_size > 0 ? (int)g->world_size : 1;
     cf_cost measured;
-    bool have = cf_profile_cost(a->prof, a->mpi ? "mpi" : "threads", *ranks, &measured);
+    bool have = cf_run_cost(&j->setup, j->ranks, &measured);
     cf_compile_options co = {.pipeline = pipeline,
                              .pass = {.split = a->split,
                                       .cost = a->cost,
                                       .measured_cost = have ? &measured : NULL,
                                       .target = a->target}};
     st = a->strict ? cf_graph_refuse_opaque(g) : CF_OK;
-    if (!st) st = cf_graph_size_world(g, *ranks, job);
+    if (!st) st = cf_graph_size_world(g, j->ranks, job);
     if (!st) st = cf_compile(g, &co);
   }
   if (st) {
@@ -585,90 +620,34 @@ static void catch_signals(void) {
  * before anything big is allocated: each rank's arena, output copies and
  * inputs, and --verify's reference (with MPI, every rank's inputs too: the
  * reference needs them). */
-static cf_status check_memory(cf_context *ctx, const run_args *a, const cf_plan *plan,
-                              const cf_graph *ref_g, int ranks, int me, cf_world *world,
-                              bool seeded, bool stream) {
-  const cf_graph *g = ref_g ? ref_g : plan->g;
+static cf_status check_memory(cf_context *ctx, const run_job *j) {
+  const run_args *a = j->a;
+  const cf_graph *g = j->ref_g ? j->ref_g : j->plan->g;
   int64_t inputs = 0, b;
   for (int i = 0; i < g->n_nodes; i++)
-    if (made_here(a, &g->nodes[i], seeded) && cf_value_bytes(&g->nodes[i].out[0], &b)) inputs += b;
-  cf_mem_need need = {.file = cf_tool_name(a->file.v[0]),
-                      .ranks = ranks,
-                      .per_rank = cf_plan_run_bytes(plan, cf_run_outputs_in_arena(plan)) + inputs,
-                      .reserved = cf_plan_reserved_bytes(plan, a->mpi ? 1 : ranks)};
+    if (made_here(a, &g->nodes[i], j->seeded) && cf_value_bytes(&g->nodes[i].out[0], &b))
+      inputs += b;
+  cf_mem_need need = {
+      .file = cf_tool_name(a->file.v[0]),
+      .ranks = j->ranks,
+      .per_rank = cf_plan_run_bytes(j->plan, cf_run_outputs_in_arena(j->plan)) + inputs,
+      .reserved = cf_plan_reserved_bytes(j->plan, a->mpi ? 1 : j->ranks)};
   if (a->verify) {
-    if (stream)
-      cf_verify_window(ref_g, ranks, &need.shared);
+    if (j->stream)
+      cf_verify_window(j->ref_g, j->ranks, &need.shared);
     else
-      need.shared = cf_reference_bytes(ref_g, ranks);
+      need.shared = cf_reference_bytes(j->ref_g, j->ranks);
     need.shared_what = "--verify's float64 reference";
   }
-  if (a->mpi) {
-    need.ranks = 1;
-    need.rank = me;
-    need.processes = cf_world_host_processes(world);
-    if (a->verify) {
-      need.shared += (int64_t)(ranks - 1) * inputs;
-      need.shared_what = "--verify's float64 reference and every rank's inputs";
-    }
-    if (need.processes > 1) need.hint = "start fewer processes on each host";
-  } else if (ranks > 1) {
+  if (a->mpi && a->verify) {
+    need.shared += (int64_t)(j->ranks - 1) * inputs;
+    need.shared_what = "--verify's float64 reference and every rank's inputs";
+  } else if (!a->mpi && j->ranks > 1) {
     need.hint = "use fewer ranks or --backend mpi across machines";
   }
-  return cf_mem_check(ctx, &need, a->max_memory, "--max-memory");
+  return cf_run_check_memory(ctx, &j->setup, &need); /* MPI: this process's share */
 }
 
-/* Test hooks (tests/e2e only): COLLFUSE_TEST_FAIL=MODE:RANK:STEP makes a rank
- * fail (1) or vanish (2) at STEP, or stall in its first compute step from
- * STEP on (4); COLLFUSE_TEST_MISMATCH=RANK:COLL:FIELD alters one
- * rank's descriptor of one collective (count, dtype, reduction, root);
- * COLLFUSE_TEST_CORRUPT=RANK:INDEX:OUTPUT adds 1 to one element of one
- * rank's output after the run, before --verify looks at it;
- * COLLFUSE_TEST_VERIFY_WINDOW=N makes --verify's windows N elements. */
-typedef struct mismatch_hook {
-  int rank, coll;
-  char field[16];
-} mismatch_hook;
-
-static void mutate(void *user, int rank, cf_coll_desc *d, int index) {
-  const mismatch_hook *h = user;
-  if (rank != h->rank || index != h->coll) return;
-  if (strcmp(h->field, "count") == 0) d->count *= 2;
-  else if (strcmp(h->field, "dtype") == 0) d->dtype = d->dtype == CF_DT_FLOAT32 ? CF_DT_FLOAT16 : CF_DT_FLOAT32;
-  else if (strcmp(h->field, "reduction") == 0) d->red = d->red == CF_RED_SUM ? CF_RED_MAX : CF_RED_SUM;
-  else if (strcmp(h->field, "root") == 0) d->root = d->root == 0 ? 1 : 0;
-}
-
-/* The hooks the environment asks for; NULL when none (every real run). */
-static const cf_run_hooks *test_hooks(cf_run_hooks *o, mismatch_hook *h) {
-  const char *f = getenv("COLLFUSE_TEST_FAIL"), *m = getenv("COLLFUSE_TEST_MISMATCH");
-  if (f) sscanf(f, "%d:%d:%d", &o->fail_mode, &o->fail_rank, &o->fail_step);
-  if (m && sscanf(m, "%d:%d:%15s", &h->rank, &h->coll, h->field) == 3) {
-    o->mutate = mutate;
-    o->user = h;
-  }
-  return f || o->mutate ? o : NULL;
-}
-
-/* COLLFUSE_TEST_CORRUPT's element, when this process has it. */
-static void corrupt_output(const cf_graph *ref_g, cf_tensor *got, int ranks, int n_ref) {
-  const char *c = getenv("COLLFUSE_TEST_CORRUPT");
-  int rank, at = 0;
-  long long index;
-  if (!c || sscanf(c, "%d:%lld:%n", &rank, &index, &at) != 2 || at == 0 || rank < 0 ||
-      rank >= ranks)
-    return;
-  for (int i = 0, j = 0; i < ref_g->n_nodes; i++) {
-    if (ref_g->nodes[i].op != CF_OP_OUTPUT) continue;
-    cf_tensor *t = &got[(size_t)rank * (size_t)n_ref + (size_t)j++];
-    if (strcmp(ref_g->nodes[i].name, c + at) != 0 || !t->data || index < 0 || index >= t->count)
-      continue;
-    if (cf_dtype_is_float(t->dtype))
-      cf_store_f64(t->data, t->dtype, index, cf_load_f64(t->data, t->dtype, index) + 1);
-    else
-      cf_store_i64(t->data, t->dtype, index, cf_load_i64(t->data, t->dtype, index) + 1);
-  }
-}
 
 /* Outputs of the run in the reference graph's Output order (by name). */
 static cf_status align_outputs(cf_context *ctx, const cf_graph *ref_g, const cf_run_result *res,
@@ -687,15 +666,6 @@ static cf_status align_outputs(cf_context *ctx, const cf_graph *ref_g, const cf_
   }
   return CF_OK;
 }
-
-/* The outputs that depend on Opaque nodes (check/verify.c), by name, in
- * the reference graph's Output order: they hold synthetic data, and
- * --verify, whose reference runs the same data, does not check them. */
-typedef struct opaque_outs {
-  const char **names;
-  int n;     /* of them */
-  int total; /* Output nodes */
-} opaque_outs;
 
 static cf_status find_opaque_outputs(cf_context *ctx, const cf_graph *ref_g, opaque_outs *o) {
   *o = (opaque_outs){0};
@@ -798,16 +768,225 @@ static cf_status verify_rank(cf_context *ctx, const cf_graph *ref_g, const cf_te
   return st;
 }
 
-/* The profile (--profile, $COLLFUSE_PROFILE or the user's config) into
- * a->prof; auto's measured rules for this transport into *req (the CPU
- * device only: a profile measures the CPU's algorithms). Under MPI the
- * ranks compare cf_profile_hash in the setup agreement below. */
-static cf_status read_profile(cf_context *ctx, run_args *a, cf_algo_req *req) {
-  char path[4096];
-  cf_status st = cf_profile_find(ctx, a->profile, &a->prof, path, sizeof path);
-  if (!st && req->policy != CF_POLICY_FORCED && !(a->device && strcmp(a->device, "cuda") == 0))
-    req->n_measured = cf_profile_rules(a->prof, a->mpi ? "mpi" : "threads", &req->measured);
+
+/* -v: the plan's memory and each collective's algorithm, on stderr. */
+static void print_plan(const run_job *j) {
+  const cf_plan *plan = j->plan;
+  int ranks = j->ranks;
+  char b1[32], b2[32], b3[32], b4[32];
+  cf_bytes_text(cf_plan_peak_bytes(plan), b1, sizeof b1);
+  cf_bytes_text(j->peak_unfused, b2, sizeof b2);
+  cf_bytes_text(plan->live_bytes, b3, sizeof b3);
+  cf_bytes_text(plan->copy_bytes, b4, sizeof b4);
+  fprintf(stderr,
+          "run: %d rank%s, %d collective%s (%d in place), %d step%s, %d cop%s (%s); peak memory "
+          "per rank %s, tensors live at once %s (unfused plan %s)\n",
+          ranks, cf_s(ranks), plan->n_colls, cf_s(plan->n_colls), plan->n_in_place, plan->n_steps,
+          cf_s(plan->n_steps), plan->n_copies, plan->n_copies == 1 ? "y" : "ies", b4, b1, b3, b2);
+  for (int c = 0; c < plan->n_colls; c++) {
+    const cf_pcoll *pc = &plan->colls[c];
+    cf_bytes_text(pc->desc.count * cf_dtype_size(pc->desc.dtype), b1, sizeof b1);
+    fprintf(stderr, "run:   %s '%s' %s %s over %d rank%s: %s%s%s\n",
+            cf_op_table[pc->desc.op].name, pc->desc.node, b1, cf_dtype_name(pc->desc.dtype), pc->n,
+            cf_s(pc->n), pc->fused_mm ? cf_algo_req_name(j->opt.algo) : cf_algo_name(pc->algo),
+            pc->desc.in_place ? " in place" : "", pc->inline_ok ? "" : " (overlapped)");
+  }
+}
+
+/* Everything before the run: the world and profile (cf_run_prepare), the
+ * job's checks, the compiled and the unfused graph, their plans, the memory
+ * check and the inputs. With MPI, a failure here is settled by agree_setup
+ * (every process learns of it); only a world that could not be joined
+ * (j->setup.world NULL) ends the command at once. */
+static cf_status set_up(cf_context *ctx, run_job *j) {
+  run_args *a = j->a;
+  cf_status st = cf_run_prepare(ctx, &j->setup, &j->opt);
+  if (a->mpi && !j->setup.world) return st;
+  if (a->mpi) {
+    cf_world *world = j->setup.world;
+    j->me = j->setup.me;
+    if (!st && a->ranks && a->ranks != world->size)
+      st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                    "--ranks %d, but mpirun started %d process%s (leave --ranks out with "
+                    "--backend mpi)",
+                    a->ranks, world->size, world->size == 1 ? "" : "es");
+    j->ranks = world->size;
+    if (!st && a->rank_table)
+      st = check_rank_table(ctx, a->rank_table, j->me, world->size, cf_world_host(world));
+  }
+  cf_test_control(CF_TESTCTL_JOINED, &j->hooks, j->setup.world, j->me);
+  if (!st)
+    st = compile(ctx, j, a->o0 ? cf_pipeline_O0 : a->passes ? a->passes : cf_pipeline_default, true,
+                 j->me == 0, &j->g);
+  j->opt.ranks = j->ranks;
+  /* the unfused graph: the reference's input, and -v's memory comparison */
+  if (!st && (a->verify || a->verbose || a->json))
+    st = compile(ctx, j, cf_pipeline_O0, false, false, &j->ref_g);
+  if (!st && j->ref_g && a->opaque_nodes) st = find_opaque_outputs(ctx, j->ref_g, &j->opq);
+  if (!st) st = cf_plan_build(ctx, j->g, &j->opt, &j->plan);
+  if (!st && j->ref_g) {
+    cf_plan *up = NULL;
+    cf_run_options uo = j->opt;
+    uo.hooks = NULL;
+    uo.device = CF_DEVICE_CPU; /* only its memory plan is wanted */
+    if (cf_plan_build(ctx, j->ref_g, &uo, &up) == CF_OK) j->peak_unfused = cf_plan_peak_bytes(up);
+    cf_plan_destroy(up);
+  }
+  if (!st && a->verbose && j->me == 0) print_plan(j);
+  /* --verify window by window (no Input made here but --input's), or the
+   * whole reference (every rank's Inputs made here) */
+  j->stream = a->verify && j->ref_g && cf_reference_streams(j->ref_g);
+  j->seeded = a->verify && !j->stream;
+  if (!st) st = check_memory(ctx, j);
+  if (!st)
+    st = make_inputs(ctx, j->ref_g ? j->ref_g : j->g, a, j->ranks,
+                     a->mpi && !a->verify ? j->me : -1, j->seeded, &j->in);
+  /* the old manifest goes before any rank directory changes (under MPI
+   * before the setup agreement, which every process passes first) */
+  if (!st && a->save && j->me == 0) drop_manifest(a->save, &j->old_ranks);
   return st;
+}
+
+/* MPI: every rank learns whether any could not get ready (usage, input,
+ * rank table), so all skip the run and exit alike; the failing ones say
+ * why. A failure later, in the run, reaches the others as an abort. Returns
+ * the exit code when the run must not start (0: go), *st updated. */
+static int agree_setup(cf_context *ctx, run_job *j, cf_status *st) {
+  if (!j->a->mpi) return 0;
+  int ranks = j->ranks, me = j->me, setup_rc = 0;
+  /* a message every rank has (the graph's) is printed once, by rank 0 */
+  double h = *st ? (double)msg_hash(cf_context_errmsg(ctx)) : 0;
+  /* and whether they read the same profile (its MPI rules) */
+  double ph = j->setup.prof ? (double)cf_profile_hash(j->setup.prof, "mpi") : -1;
+  double v[6] = {*st ? cf_tool_exit_code(*st) : 0, *st ? (double)(ranks - me) : 0, h, -h, ph, -ph};
+  cf_status s2 = cf_world_max(j->setup.world, v, 6);
+  bool same = !s2 && v[2] > 0 && v[2] == -v[3];
+  if (!s2 && !*st && v[0] == 0 && v[4] != -v[5]) {
+    *st = cf_error(ctx, CF_ERR_INVALID, NULL, 0,
+                   "profile: the ranks read different profiles (every process must see the same "
+                   "file, or give --profile none)");
+    same = true; /* every rank has it: rank 0 says it */
+  }
+  if (*st) setup_rc = same && me != 0 ? cf_tool_exit_code(*st) : cf_tool_fail(ctx, *st);
+  if (s2 && !setup_rc) setup_rc = cf_tool_fail(ctx, s2);
+  if (!s2 && v[0] > 0 && !setup_rc) {
+    setup_rc = (int)v[0];
+    if (me == 0)
+      fprintf(stderr, "collfuse run: rank %d could not start (its message above)\n",
+              ranks - (int)v[1]);
+  }
+  if (!setup_rc) *st = cf_exec_prepare(ctx, j->setup.world, j->plan);
+  return setup_rc;
+}
+
+/* The run itself: every rank a thread here, or this process's rank of MPI's world. */
+static cf_status run(cf_context *ctx, run_job *j) {
+  cf_status st = j->a->mpi ? cf_exec_run_world(ctx, j->plan, j->setup.world, &j->in, &j->res)
+                           : cf_exec_run(ctx, j->plan, &j->in, &j->res);
+  j->ran = !st;
+  return st;
+}
+
+/* --verify: the outputs, in the reference's Output order, against the
+ * float64 reference, window by window or whole (MPI: this process's rank). */
+static cf_status verify(cf_context *ctx, run_job *j) {
+  const run_args *a = j->a;
+  const cf_graph *ref_g = j->ref_g;
+  int ranks = j->ranks;
+  cf_status st = CF_OK;
+  for (int i = 0; i < ref_g->n_nodes; i++) j->n_ref += ref_g->nodes[i].op == CF_OP_OUTPUT;
+  j->got = calloc((size_t)j->n_ref * (size_t)ranks + 1, sizeof *j->got);
+  if (!j->got) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (!st) st = align_outputs(ctx, ref_g, &j->res, j->got, j->n_ref);
+  if (!st) cf_test_control(CF_TESTCTL_CORRUPT, ref_g, j->got, ranks, j->n_ref);
+  int64_t window;
+  cf_test_control(CF_TESTCTL_VERIFY_WINDOW, &window);
+  if (!st && j->stream)
+    st = cf_verify_streamed(ctx, ref_g, &j->in, a->seed, j->got, ranks, j->n_ref,
+                            a->mpi ? j->me : -1, window, &j->vs);
+  else if (!st && !(st = cf_reference_run(ctx, ref_g, &j->in, a->seed, &j->ref, &j->n_ref)))
+    st = a->mpi ? verify_rank(ctx, ref_g, j->got, j->ref, ranks, j->n_ref, j->me, &j->vs)
+                : cf_verify_outputs(ctx, ref_g, j->got, j->ref, ranks, j->n_ref, &j->vs);
+  if (!st) j->verified = true;
+  return st;
+}
+
+/* --save-outputs (even when verification failed: they help find why): this
+ * process's rank directories, and with threads the manifest. Returns st, or
+ * the first failure of saving when st is CF_OK. */
+static cf_status save(cf_context *ctx, run_job *j, cf_status st) {
+  const run_args *a = j->a;
+  j->saved = CF_ERR_RUNTIME;
+  if (!a->save || !j->res.outputs) return st;
+  const cf_run_result *res = &j->res;
+  j->saved = output_files(ctx, res, &j->files);
+  if (!j->saved)
+    j->saved = save_outputs(ctx, a->save, res, a->mpi ? j->me : 0, a->mpi ? j->me + 1 : res->ranks,
+                            j->files);
+  if (!st) st = j->saved;
+  /* threads: every rank's is written; MPI: after every process's (agree_result) */
+  if (!j->saved && !a->mpi)
+    j->saved = publish_manifest(ctx, a->save, res, j->ranks, j->old_ranks, j->files);
+  if (!st) st = j->saved;
+  return st;
+}
+
+/* MPI: every rank that ran learns whether any failed (the lowest one
+ * failing, its exit code) and the largest errors, so rank 0 reports for
+ * all and every process exits alike. Returns the exit code. */
+static int agree_result(cf_context *ctx, run_job *j, int rc) {
+  const run_args *a = j->a;
+  if (!a->mpi || !j->ran) return rc;
+  int ranks = j->ranks, me = j->me;
+  double v[5] = {rc ? (double)(ranks - me) : 0, rc, j->vs.max_abs_err, j->vs.max_rel_err,
+                 a->save && j->saved ? 1 : 0};
+  cf_status s3 = cf_world_max(j->setup.world, v, 5);
+  if (s3) return rc ? rc : cf_tool_fail(ctx, s3);
+  /* every process's rank directory is in place: rank 0 writes the manifest */
+  if (a->save && me == 0 && v[4] == 0) {
+    cf_status s4 = publish_manifest(ctx, a->save, &j->res, ranks, j->old_ranks, j->files);
+    if (s4 && !rc) rc = cf_tool_fail(ctx, s4);
+  }
+  j->vs.max_abs_err = v[2];
+  j->vs.max_rel_err = v[3];
+  if (v[0] > 0 && !rc) {
+    rc = (int)v[1];
+    if (me == 0)
+      fprintf(stderr, "collfuse run: rank %d failed (its message above)\n", ranks - (int)v[0]);
+  }
+  return rc;
+}
+
+/* Rank 0 of a run that succeeded: the JSON object or the summary line. */
+static void report(const run_job *j) {
+  const run_args *a = j->a;
+  int ranks = j->ranks;
+  if (a->json) {
+    print_json(a, &j->res, j->verified, &j->vs, j->plan, j->peak_unfused, &j->opq);
+    return;
+  }
+  printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
+         cf_tool_name(a->file.v[0]), ranks, cf_s(ranks), a->mpi ? " (mpi)" : "",
+         (long long)j->res.collectives_executed, cf_s(j->res.collectives_executed),
+         j->res.time_ms_median, a->iters, cf_s(a->iters));
+  if (j->verified) printf("; verified (max rel err %.3g)", j->vs.max_rel_err);
+  if (j->verified && j->opq.n) print_unchecked(&j->opq);
+  printf("\n");
+}
+
+static void job_free(run_job *j, int rc) {
+  if (j->ref) cf_ref_free(j->ref, j->n_ref * j->ranks);
+  free_files(j->files, j->res.n_outputs);
+  free(j->opq.names);
+  free(j->got);
+  cf_run_result_free(&j->res);
+  free_inputs(&j->in);
+  cf_plan_destroy(j->plan);
+  cf_graph_destroy(j->g);
+  cf_graph_destroy(j->ref_g);
+  cf_opts_free(&cf_command_run, j->a);
+  fflush(stdout);
+  cf_run_setup_free(&j->setup, rc);
 }
 
 int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
@@ -817,236 +996,49 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     cf_opts_free(&cf_command_run, &a);
     return rc == CF_OPTS_HELP ? 0 : rc;
   }
-  cf_graph *g = NULL, *ref_g = NULL;
-  cf_plan *plan = NULL;
-  cf_inputs in = {0};
-  cf_run_result res = {0};
-  cf_ref_value *ref = NULL;
-  cf_tensor *got = NULL;
-  int n_ref = 0, ranks = a.ranks;
-  cf_verify_stats vs = {0};
-  bool verified = false;
-  int64_t peak_unfused = -1;
-  opaque_outs opq = {0};
-  mismatch_hook hook = {0};
-  cf_run_hooks hooks = {0};
-  cf_run_options opt = {.iters = a.iters,
-                        .warmup = a.warmup,
-                        .seed = a.seed,
-                        .deterministic = a.deterministic,
-                        .timeout_s = a.timeout,
-                        .algo = parse_algo(a.algo),
-                        .verbose = a.verbose,
-                        .staged = a.mpi,
-                        .outputs_in_arena = true,
-                        .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA
-                                                                            : CF_DEVICE_CPU};
-  opt.hooks = test_hooks(&hooks, &hook);
+  run_job j = {.a = &a,
+               .ranks = a.ranks,
+               .peak_unfused = -1,
+               .setup = {.profile = a.profile,
+                         .mpi = a.mpi,
+                         .timeout_s = a.timeout,
+                         .max_memory = a.max_memory,
+                         .max_memory_what = "--max-memory"},
+               .opt = {.iters = a.iters,
+                       .warmup = a.warmup,
+                       .seed = a.seed,
+                       .deterministic = a.deterministic,
+                       .timeout_s = a.timeout,
+                       .algo = parse_algo(a.algo),
+                       .verbose = a.verbose,
+                       .outputs_in_arena = true,
+                       .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA
+                                                                           : CF_DEVICE_CPU}};
+  if (cf_test_control(CF_TESTCTL_RUN_HOOKS, &j.hooks)) j.opt.hooks = &j.hooks;
   if (a.save) catch_signals();
-  /* --backend mpi: this process is rank `me` of MPI's world */
-  cf_world *world = NULL;
-  int me = 0;
-  cf_status st = CF_OK;
-  if (a.mpi) {
-    st = cf_world_create(ctx, &cf_world_mpi, 0, a.timeout, &world);
-    if (st) {
-      rc = cf_tool_fail(ctx, st);
-      cf_opts_free(&cf_command_run, &a);
-      return rc;
-    }
-    me = world->first;
-    if (opt.algo.policy == CF_POLICY_AUTO)
-      opt.algo.policy = cf_world_auto(world); /* as measured on MPI */
-    if (a.ranks && a.ranks != world->size)
-      st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
-                    "--ranks %d, but mpirun started %d process%s (leave --ranks out with "
-                    "--backend mpi)",
-                    a.ranks, world->size, world->size == 1 ? "" : "es");
-    ranks = world->size;
-    if (!st && a.rank_table)
-      st = check_rank_table(ctx, a.rank_table, me, world->size, cf_world_host(world));
-    /* the node's cores are shared by its processes: so are BLAS threads
-     * (an explicit OPENBLAS_NUM_THREADS wins) */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int local = cf_world_host_processes(world);
-    if (!getenv("OPENBLAS_NUM_THREADS") && cores > 0)
-      openblas_set_num_threads(cores / local > 1 ? (int)(cores / local) : 1);
-    /* test hook mode 3: this process SIGKILLs itself at collective message STEP */
-    if (hooks.fail_mode == 3 && hooks.fail_rank == me) cf_mpi_test_kill(world, hooks.fail_step);
+  cf_status st = set_up(ctx, &j);
+  if (a.mpi && !j.setup.world) { /* MPI's world could not be joined */
+    rc = cf_tool_fail(ctx, st);
+    job_free(&j, rc);
+    return rc;
   }
-  if (hooks.fail_mode == 3) hooks.fail_mode = 0; /* MPI only, and not exec.c's */
-  if (!st) st = read_profile(ctx, &a, &opt.algo);
-  if (!st)
-    st = compile(ctx, &a, a.o0 ? cf_pipeline_O0 : a.passes ? a.passes : cf_pipeline_default, &ranks,
-                 true, me == 0, &g);
-  opt.ranks = ranks;
-  /* the unfused graph: the reference's input, and -v's memory comparison */
-  if (!st && (a.verify || a.verbose || a.json))
-    st = compile(ctx, &a, cf_pipeline_O0, &ranks, false, false, &ref_g);
-  if (!st && ref_g && a.opaque_nodes) st = find_opaque_outputs(ctx, ref_g, &opq);
-  if (!st) st = cf_plan_build(ctx, g, &opt, &plan);
-  if (!st && ref_g) {
-    cf_plan *up = NULL;
-    cf_run_options uo = opt;
-    uo.hooks = NULL;
-    uo.device = CF_DEVICE_CPU; /* only its memory plan is wanted */
-    if (cf_plan_build(ctx, ref_g, &uo, &up) == CF_OK) peak_unfused = cf_plan_peak_bytes(up);
-    cf_plan_destroy(up);
-  }
-  if (!st && a.verbose && me == 0) {
-    char b1[32], b2[32], b3[32], b4[32];
-    cf_bytes_text(cf_plan_peak_bytes(plan), b1, sizeof b1);
-    cf_bytes_text(peak_unfused, b2, sizeof b2);
-    cf_bytes_text(plan->live_bytes, b3, sizeof b3);
-    cf_bytes_text(plan->copy_bytes, b4, sizeof b4);
-    fprintf(stderr,
-            "run: %d rank%s, %d collective%s (%d in place), %d step%s, %d cop%s (%s); peak memory "
-            "per rank %s, tensors live at once %s (unfused plan %s)\n",
-            ranks, cf_s(ranks), plan->n_colls, cf_s(plan->n_colls), plan->n_in_place, plan->n_steps,
-            cf_s(plan->n_steps), plan->n_copies, plan->n_copies == 1 ? "y" : "ies", b4, b1, b3, b2);
-    for (int c = 0; c < plan->n_colls; c++) {
-      const cf_pcoll *pc = &plan->colls[c];
-      cf_bytes_text(pc->desc.count * cf_dtype_size(pc->desc.dtype), b1, sizeof b1);
-      fprintf(stderr, "run:   %s '%s' %s %s over %d rank%s: %s%s%s\n",
-              cf_op_table[pc->desc.op].name, pc->desc.node, b1, cf_dtype_name(pc->desc.dtype),
-              pc->n, cf_s(pc->n),
-              pc->fused_mm ? cf_algo_req_name(opt.algo) : cf_algo_name(pc->algo),
-              pc->desc.in_place ? " in place" : "", pc->inline_ok ? "" : " (overlapped)");
-    }
-  }
-  /* --verify window by window (no Input made here but --input's), or the
-   * whole reference (every rank's Inputs made here) */
-  bool stream = a.verify && ref_g && cf_reference_streams(ref_g), seeded = a.verify && !stream;
-  if (!st) st = check_memory(ctx, &a, plan, ref_g, ranks, me, world, seeded, stream);
-  if (!st)
-    st = make_inputs(ctx, ref_g ? ref_g : g, &a, ranks, a.mpi && !a.verify ? me : -1, seeded, &in);
-  /* MPI: every rank learns whether any could not get ready (usage, input,
-   * rank table), so all skip the run and exit alike; the failing ones say
-   * why. A failure later, in the run, reaches the others as an abort. */
-  /* the old manifest goes before any rank directory changes (under MPI
-   * before the setup agreement, which every process passes first) */
-  int old_ranks = 0;
-  if (!st && a.save && me == 0) drop_manifest(a.save, &old_ranks);
-  int setup_rc = 0;
-  if (a.mpi) {
-    /* a message every rank has (the graph's) is printed once, by rank 0 */
-    double h = st ? (double)msg_hash(cf_context_errmsg(ctx)) : 0;
-    /* and whether they read the same profile (its MPI rules) */
-    double ph = a.prof ? (double)cf_profile_hash(a.prof, "mpi") : -1;
-    double v[6] = {st ? cf_tool_exit_code(st) : 0, st ? (double)(ranks - me) : 0, h, -h, ph, -ph};
-    cf_status s2 = cf_world_max(world, v, 6);
-    bool same = !s2 && v[2] > 0 && v[2] == -v[3];
-    if (!s2 && !st && v[0] == 0 && v[4] != -v[5]) {
-      st = cf_error(ctx, CF_ERR_INVALID, NULL, 0,
-                    "profile: the ranks read different profiles (every process must see the same "
-                    "file, or give --profile none)");
-      same = true; /* every rank has it: rank 0 says it */
-    }
-    if (st) setup_rc = same && me != 0 ? cf_tool_exit_code(st) : cf_tool_fail(ctx, st);
-    if (s2 && !setup_rc) setup_rc = cf_tool_fail(ctx, s2);
-    if (!s2 && v[0] > 0 && !setup_rc) {
-      setup_rc = (int)v[0];
-      if (me == 0) fprintf(stderr, "collfuse run: rank %d could not start (its message above)\n", ranks - (int)v[1]);
-    }
-    if (!setup_rc) st = cf_exec_prepare(ctx, world, plan);
-  }
-  bool ran = false;
-  if (!st && !setup_rc) {
-    st = a.mpi ? cf_exec_run_world(ctx, plan, world, &in, &res) : cf_exec_run(ctx, plan, &in, &res);
-    ran = !st;
-  }
-  if (ran && a.verify) {
-    for (int i = 0; i < ref_g->n_nodes; i++)
-      n_ref += ref_g->nodes[i].op == CF_OP_OUTPUT;
-    got = calloc((size_t)n_ref * (size_t)ranks + 1, sizeof *got);
-    if (!got) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-    if (!st) st = align_outputs(ctx, ref_g, &res, got, n_ref);
-    if (!st) corrupt_output(ref_g, got, ranks, n_ref);
-    const char *w = getenv("COLLFUSE_TEST_VERIFY_WINDOW");
-    if (!st && stream)
-      st = cf_verify_streamed(ctx, ref_g, &in, a.seed, got, ranks, n_ref, a.mpi ? me : -1,
-                              w ? atoll(w) : 0, &vs);
-    else if (!st && !(st = cf_reference_run(ctx, ref_g, &in, a.seed, &ref, &n_ref)))
-      st = a.mpi ? verify_rank(ctx, ref_g, got, ref, ranks, n_ref, me, &vs)
-                 : cf_verify_outputs(ctx, ref_g, got, ref, ranks, n_ref, &vs);
-    if (!st) verified = true;
-  }
-  /* outputs are saved even when verification failed: they help find why */
-  cf_status saved = CF_ERR_RUNTIME; /* this process's rank directories are in place */
-  char **files = NULL;
-  if (a.save && res.outputs) {
-    saved = output_files(ctx, &res, &files);
-    if (!saved)
-      saved = save_outputs(ctx, a.save, &res, a.mpi ? me : 0, a.mpi ? me + 1 : res.ranks, files);
-    if (!st) st = saved;
-    /* threads: every rank's is written; MPI: after every process's (below) */
-    if (!saved && !a.mpi) saved = publish_manifest(ctx, a.save, &res, ranks, old_ranks, files);
-    if (!st) st = saved;
-  }
-  if (a.mpi && st && hooks.fail_mode == 2 && hooks.fail_rank == me) {
-    /* test hook mode 2 on MPI: a rank that silently stops stays silent
-     * until the others have timed out and the job is torn down */
-    fflush(stdout);
-    sleep((unsigned)a.timeout + 30);
-    _exit(EXIT_RUNTIME);
-  }
+  int setup_rc = agree_setup(ctx, &j, &st);
+  if (!st && !setup_rc) st = run(ctx, &j);
+  if (j.ran && a.verify) st = verify(ctx, &j);
+  st = save(ctx, &j, st);
+  if (a.mpi && st) cf_test_control(CF_TESTCTL_FAILED, &j.hooks, j.me, a.timeout);
   rc = setup_rc ? setup_rc : st ? cf_tool_fail(ctx, st) : 0;
-  if (plan && plan->abandoned) {
+  if (j.plan && j.plan->abandoned) {
     /* a rank's thread is still in a BLAS call the run gave up on: leave
      * now (what it reads must not be freed, and OpenBLAS's exit handler
      * would wait for its busy threads) */
     fflush(stdout);
     fflush(stderr);
-    cf_world_destroy(world, rc);
+    cf_world_destroy(j.setup.world, rc);
     _exit(rc);
   }
-  /* MPI: every rank that ran learns whether any failed (the lowest one
-   * failing, its exit code) and the largest errors, so rank 0 reports for
-   * all and every process exits alike */
-  if (a.mpi && ran) {
-    double v[5] = {rc ? (double)(ranks - me) : 0, rc, vs.max_abs_err, vs.max_rel_err,
-                   a.save && saved ? 1 : 0};
-    cf_status s3 = cf_world_max(world, v, 5);
-    if (s3) {
-      if (!rc) rc = cf_tool_fail(ctx, s3);
-    } else {
-      /* every process's rank directory is in place: rank 0 writes the manifest */
-      if (a.save && me == 0 && v[4] == 0) {
-        cf_status s4 = publish_manifest(ctx, a.save, &res, ranks, old_ranks, files);
-        if (s4 && !rc) rc = cf_tool_fail(ctx, s4);
-      }
-      vs.max_abs_err = v[2];
-      vs.max_rel_err = v[3];
-      if (v[0] > 0 && !rc) {
-        rc = (int)v[1];
-        if (me == 0)
-          fprintf(stderr, "collfuse run: rank %d failed (its message above)\n", ranks - (int)v[0]);
-      }
-    }
-  }
-  if (!rc && me == 0 && a.json) {
-    print_json(&a, &res, verified, &vs, plan, peak_unfused, &opq);
-  } else if (!rc && me == 0) {
-    printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
-           cf_tool_name(a.file.v[0]), ranks, cf_s(ranks), a.mpi ? " (mpi)" : "",
-           (long long)res.collectives_executed, cf_s(res.collectives_executed), res.time_ms_median,
-           a.iters, cf_s(a.iters));
-    if (verified) printf("; verified (max rel err %.3g)", vs.max_rel_err);
-    if (verified && opq.n) print_unchecked(&opq);
-    printf("\n");
-  }
-  if (ref) cf_ref_free(ref, n_ref * ranks);
-  free_files(files, res.n_outputs);
-  free(opq.names);
-  free(got);
-  cf_run_result_free(&res);
-  free_inputs(&in);
-  cf_plan_destroy(plan);
-  cf_graph_destroy(g);
-  cf_graph_destroy(ref_g);
-  cf_profile_destroy(a.prof);
-  cf_opts_free(&cf_command_run, &a);
-  fflush(stdout);
-  cf_world_destroy(world, rc);
+  rc = agree_result(ctx, &j, rc);
+  if (!rc && j.me == 0) report(&j);
+  job_free(&j, rc);
   return rc;
 }

@@ -275,6 +275,26 @@ bool cf_tool_is_std(const char *path);
                 "~/.config/collfuse/profile when there; none: the built-in rules)"                 \
   }
 
+/* testctl.c (test builds; testctl_off.c otherwise): the one entry to the
+ * driver's fault injection, as SQLite's sqlite3_test_control. Its
+ * arguments by op:
+ *   RUN_HOOKS (cf_run_hooks *out): fill the executor's hooks; 1 when any
+ *   JOINED (cf_run_hooks *h, cf_world *w, int me): MPI's world was joined
+ *   FAILED (const cf_run_hooks *h, int me, double timeout_s): this MPI
+ *     process's run failed
+ *   CORRUPT (const cf_graph *ref_g, cf_tensor *got, int ranks, int n_ref):
+ *     the outputs before --verify
+ *   VERIFY_WINDOW (int64_t *out): --verify's window (0: its own)
+ * Returns 0 unless an op says otherwise; without tests every op is a no-op. */
+typedef enum cf_testctl {
+  CF_TESTCTL_RUN_HOOKS,
+  CF_TESTCTL_JOINED,
+  CF_TESTCTL_FAILED,
+  CF_TESTCTL_CORRUPT,
+  CF_TESTCTL_VERIFY_WINDOW
+} cf_testctl;
+int cf_test_control(cf_testctl op, ...);
+
 /* run.c: `collfuse run` (docs/cli.md); returns the exit code. */
 int cf_cmd_run(cf_context *ctx, int argc, char **argv);
 

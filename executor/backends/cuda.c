@@ -94,7 +94,7 @@ static void settle(view *v, const char *what) {
 static void *sym(void *lib, const char *name) { return dlsym(lib, name); }
 
 static cf_status load_driver(cf_context *ctx, cu_api *a) {
-  const char *name = getenv("COLLFUSE_CUDA_DRIVER"); /* test hook: another library name */
+  const char *name = cf_env(CF_ENV_CUDA_DRIVER); /* test hook: another library name */
   if (!name || !*name) name = DRIVER_LIB;
   a->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (!a->lib) {

@@ -56,7 +56,7 @@ static bool load_blas(cuda_root *r) {
                                       "libcublas.so"};
   static const char *const dirs[] = {"/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"};
   char path[600];
-  const char *env = getenv("CUBLAS_LIBRARY");
+  const char *env = cf_env(CF_ENV_CUBLAS);
   struct stat sb;
   if (env && (!strcmp(env, "none") || !strcmp(env, "off"))) {
     snprintf(r->blas_why, sizeof r->blas_why, "CUBLAS_LIBRARY=%s", env);

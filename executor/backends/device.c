@@ -32,7 +32,7 @@ static int64_t llc_bytes(void) {
 }
 
 int64_t cf_stream_min_bytes(void) {
-  const char *env = getenv("COLLFUSE_STREAM_MIN");
+  const char *env = cf_env(CF_ENV_STREAM_MIN);
   if (env && *env) {
     if (!strcmp(env, "off")) return -1;
     char *end;

@@ -398,7 +398,7 @@ static void threads_destroy(cf_world *base, int exit_code);
  * robin when it has fewer than size); NULL (no binding) when
  * $COLLFUSE_BIND is "none". */
 static int *bind_cpus(int size, int *lanes) {
-  const char *env = getenv("COLLFUSE_BIND");
+  const char *env = cf_env(CF_ENV_BIND);
   cpu_set_t set;
   if (size < 2 || (env && !strcmp(env, "none")) || sched_getaffinity(0, sizeof set, &set) != 0 ||
       CPU_COUNT(&set) < 1)

@@ -15,6 +15,11 @@
                                     algorithms against tests/gen_algo_doc.c's
                                     output (GEN), read off executor/algo.c's
                                     table; --write rewrites the section
+    doctest.py env GEN SRC [--write]
+                                    docs/cli.md's table of environment
+                                    variables against tests/gen_env_doc.c's
+                                    output (GEN), read off ir/env.c's table;
+                                    --write rewrites the section
     doctest.py cli COLLFUSE SRC     docs/cli.md's commands, synopses and option
                                     tables against the program's --help
 
@@ -367,6 +372,7 @@ GENERATED = {
     # mode: (page, the table it comes from, what it holds, the target that rewrites it)
     "ops": ("docs/format.md", "ir/ops.def", "ops and attributes", "doc-ops"),
     "algos": ("docs/executor.md", "executor/algo.c", "AllReduce algorithms", "doc-algos"),
+    "env": ("docs/cli.md", "ir/env.c", "environment variables", "doc-env"),
 }
 
 
@@ -646,7 +652,7 @@ def check_cli(exe, src):
 
 
 def main(argv):
-    if len(argv) < 4 or argv[1] not in ("commands", "code", "ops", "algos", "cli"):
+    if len(argv) < 4 or argv[1] not in ("commands", "code", "ops", "algos", "env", "cli"):
         sys.stderr.write(__doc__)
         return 2
     mode, first, src = argv[1], os.path.abspath(argv[2]), os.path.abspath(argv[3])

@@ -55,6 +55,27 @@ run run --strict "$pb" --ranks 2
 expect_last 1 "$pb:7: error: 3 nodes of foreign op 'HcomAllReduse' imported as Opaque (first 'ar0') and 1 more foreign op; did you mean 'HcomAllReduce'?" \
   "run --strict $pb"
 
+# a misspelt collective nothing consumes, whose types nothing gives, is left
+# out of the graph, but never without a word (it went by silently, exit 0,
+# even under --strict)
+sk=pbtxt/typo_sink.pbtxt
+sink="$sk:7: warning: 1 node of foreign op 'HcomAllReduse' left out (nothing uses it) (first 'ar'); did you mean 'HcomAllReduce'?"
+run check "$sk"
+expect_rc 0 "check $sk"
+same "check $sk (stderr)" "$ERR" "$sink"
+run check --strict "$sk"
+expect_rc 1 "check --strict $sk"
+same "check --strict $sk (stderr)" "$ERR" "$(echo "$sink" | sed 's/: warning: /: error: /')"
+run run --strict "$sk" --ranks 2
+expect_last 1 "$(echo "$sink" | sed 's/: warning: /: error: /')" "run --strict $sk"
+
+# a misspelt StableHLO collective is named with its dialect's spelling
+sm=stablehlo/typo_collectives.mlir
+run check "$sm"
+expect_rc 0 "check $sm"
+same "check $sm (stderr)" "$ERR" "$sm:2: warning: 1 node of foreign op 'stablehlo.all_reduse' imported as Opaque (first '1'); did you mean 'stablehlo.all_reduce'?
+$sm:7: warning: 1 node of foreign op 'stablehlo.al_gather' imported as Opaque (first '2'); did you mean 'stablehlo.all_gather'?"
+
 hlo=hlo/typo_collectives.hlo
 hlo_warn="$hlo:11: warning: 1 node of foreign op 'all-reduse' imported as Opaque (first 'ar.1'); did you mean 'all-reduce'?
 $hlo:13: warning: 1 node of foreign op 'exponential' imported as Opaque (first 'e.1')"

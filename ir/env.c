@@ -1,0 +1,52 @@
+/* env.c - every environment variable collfuse reads, in one table.
+ *
+ * As NCCL's NCCL_PARAM: a variable is a row (name, the kind of value, its
+ * default, one line of meaning), and code reads it through cf_env with the
+ * row's index, never with a raw getenv. The man page's ENVIRONMENT section
+ * (tools/gendocs.c) and docs/cli.md's "Environment" table (tests/
+ * gen_env_doc.c, checked by ctest e2e/doc_env) are written from the same
+ * rows, so a new knob is documented where it is declared. The meanings use
+ * `backticks` for literal words, which each writer renders its own way.
+ */
+#include "ir.h"
+
+#include <stdlib.h>
+
+const cf_env_knob cf_env_table[CF_ENV_COUNT] = {
+    [CF_ENV_VERBOSE] = {"COLLFUSE_VERBOSE", "any", "quiet",
+                        "set: print the library's informational messages on stderr too"},
+    [CF_ENV_CACHE] = {"COLLFUSE_CACHE", "directory, or `off`", "`$XDG_CACHE_HOME/collfuse`",
+                      "directory of the JIT kernel object cache (an absolute path; the user's own "
+                      "and writable by no one else, else ignored with a warning: kernels.md), or "
+                      "`off`, `0`, `no`, `false`: no cache"},
+    [CF_ENV_XDG_CACHE] = {"XDG_CACHE_HOME", "directory", "`~/.cache`",
+                          "without `COLLFUSE_CACHE`, the kernel cache is `$XDG_CACHE_HOME/collfuse` "
+                          "(an absolute path; else `~/.cache/collfuse`)"},
+    [CF_ENV_PROFILE] = {"COLLFUSE_PROFILE", "file", "`$XDG_CONFIG_HOME/collfuse/profile`",
+                        "the measured profile that `run`, `compile` and the API read without "
+                        "`--profile` (executor.md, \"Profiles\"); a named file must exist"},
+    [CF_ENV_XDG_CONFIG] = {"XDG_CONFIG_HOME", "directory", "`~/.config`",
+                           "without `COLLFUSE_PROFILE`, the profile is "
+                           "`$XDG_CONFIG_HOME/collfuse/profile` when it is there"},
+    [CF_ENV_STREAM_MIN] = {"COLLFUSE_STREAM_MIN", "bytes (`K`, `M`, `G`), or `off`",
+                           "a quarter of the last-level cache",
+                           "the working set from which an out-of-place AllReduce writes outputs of "
+                           "4 MiB or more with streaming stores (a graph's calls count as larger "
+                           "than any), or `off`: never (executor.md, \"Streaming stores\")"},
+    [CF_ENV_BIND] = {"COLLFUSE_BIND", "`none`", "bound",
+                     "`none`: leave rank threads where the scheduler puts them; otherwise the "
+                     "threads transport binds each rank's threads to a CPU of the process's "
+                     "affinity mask: its own (two where there are two per rank: one for its "
+                     "compute, one for its collectives), round robin when there are fewer CPUs "
+                     "than ranks (executor.md, \"Placement\")"},
+    [CF_ENV_BLAS_THREADS] = {"OPENBLAS_NUM_THREADS", "count", "the cores shared by the ranks",
+                             "OpenBLAS threads per MatMul; by default collfuse divides the cores "
+                             "among the ranks (of one process, or of a host's MPI processes)"},
+    [CF_ENV_CUDA_DRIVER] = {"COLLFUSE_CUDA_DRIVER", "library", "`libcuda.so.1`",
+                            "the CUDA driver library to load instead of `libcuda.so.1`"},
+    [CF_ENV_CUBLAS] = {"CUBLAS_LIBRARY", "file or folder, or `none`", "the system's",
+                       "cuBLAS for `--device cuda`: a file or a folder holding `libcublas.so.*`; "
+                       "`none` turns cuBLAS off"},
+};
+
+const char *cf_env(cf_env_var v) { return getenv(cf_env_table[v].name); }

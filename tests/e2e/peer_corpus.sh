@@ -1,0 +1,80 @@
+#!/bin/sh
+# peer_corpus.sh COLLFUSE SRCDIR
+#
+# Peers' own modules read: every module of tests/hlo/xla/ (transcribed from
+# XLA's combiner tests) and tests/stablehlo/peers/ (from openxla/stablehlo's
+# tests), each naming its public source on its first line, passes `check`
+# and `compile --json` (exit 0, one JSON object): HLO as XLA's parser takes
+# it (instructions wrapped over lines, both comment forms, shapes left out,
+# replica_groups={} without a replica count), StableHLO in MLIR's generic
+# and pretty forms (`T -> T` types, result lists).
+# Prints one line per failure and exits 1 if any.
+set -u
+
+if [ $# -ne 2 ]; then
+  echo "usage: peer_corpus.sh COLLFUSE SRCDIR" >&2
+  exit 2
+fi
+cf=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+src=$(cd "$2" && pwd)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/cf-peers.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+
+. "$(dirname "$0")/lib.sh"
+
+cd "$src/tests" || exit 2
+n=0
+for f in hlo/xla/*.hlo stablehlo/peers/*.mlir; do
+  n=$((n + 1))
+  head -n 1 "$f" | grep -q '^// Transcribed from openxla/' || fail "$f: no provenance line"
+  run check "$f" && expect_rc 0 "check $f" && has "$OUT" "$f: ok:" "check $f"
+  run compile "$f" --json && expect_rc 0 "compile --json $f" &&
+    python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$OUT" ||
+    fail "compile --json $f: not one JSON object"
+done
+[ "$n" -ge 40 ] || fail "only $n peer modules"
+
+# an op without results (stablehlo.trace) is not imported, but never lost
+# without a word: warned about, refused by --strict
+t="stablehlo/peers/print_zero_output.mlir:3: warning: 1 node of foreign op 'stablehlo.trace' left out (nothing uses it) (first 'stablehlo.trace')"
+run check stablehlo/peers/print_zero_output.mlir
+expect_last 0 "$t" "check print_zero_output.mlir"
+run check --strict stablehlo/peers/print_zero_output.mlir
+expect_last 1 "$(echo "$t" | sed 's/: warning: /: error: /')" "check --strict print_zero_output.mlir"
+
+# the forms of a JAX step as MLIR prints them (chlo.square %70#0 : T -> T,
+# reduce ... applies, broadcast_in_dim dims = [], %70:2 = func.call)
+run check stablehlo/pretty_forms.mlir
+expect_rc 0 "check pretty_forms.mlir" &&
+  has "$OUT" "ok: 13 nodes, 1 collective (AllReduce 1)" "check pretty_forms.mlir"
+has "$ERR" "warning: 1 node of foreign op 'chlo.square' imported as Opaque (first '71')" \
+  "check pretty_forms.mlir"
+
+run check stablehlo/pretty_regions.mlir
+expect_rc 0 "check pretty_regions.mlir" &&
+  has "$OUT" "ok: 19 nodes, 0 collectives" "check pretty_regions.mlir"
+w="stablehlo/while_collective.mlir:4: warning: 1 node of foreign op 'stablehlo.while (1 collective inside, not run)' imported as Opaque (first '0')"
+run check stablehlo/while_collective.mlir
+expect_last 0 "$w" "check while_collective.mlir"
+run check --strict stablehlo/while_collective.mlir
+expect_last 1 "$(echo "$w" | sed 's/: warning: /: error: /')" "check --strict while_collective.mlir"
+
+cd hlo/xla || exit 2
+
+# collectives in a while body collfuse cannot run are never hidden: the
+# while's warning counts them, and --strict refuses the module
+w="ag_while_loop.hlo:22: warning: 1 node of foreign op 'while (2 collectives inside, not run)' imported as Opaque (first 'while_loop')"
+run check ag_while_loop.hlo
+expect_last 0 "$w" "check ag_while_loop.hlo"
+run check --strict ag_while_loop.hlo
+expect_last 1 "$(echo "$w" | sed 's/: warning: /: error: /')" "check --strict ag_while_loop.hlo"
+
+# control-predecessors order collectives: none of the three is combined (as
+# XLA's DoNotCombineWithControlDependencies expects), where without them
+# lead_ar and ar1 would be
+run compile ar_control_deps.hlo --json
+expect_rc 0 "compile --json ar_control_deps.hlo" &&
+  has "$OUT" '"collectives_after":3,' "compile --json ar_control_deps.hlo"
+finish peer_corpus
