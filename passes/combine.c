@@ -33,6 +33,15 @@
  * one fused node alone in its fusion_id, and the depths (so the buckets)
  * must come out as they did the first time. Depth is computed
  * in topological sweeps, grouping is a sort: the pass is O(E + n log n).
+ *
+ * Keys are XLA's: group (replica groups), reduction, dtype where the
+ * collective reduces (an AllGather bucket moves bytes, so it mixes dtypes
+ * unless the split says same_dtype), layout, dim (all_gather_dimension /
+ * scatter_dimension) and combine_key (channel kind, use_global_device_ids,
+ * a maximal sharding's device, a user's frontend_attributes key). A key
+ * only narrows the classes that depth already made acyclic, so the proof
+ * above is unchanged. The splits then cut each (key, depth) class in ready
+ * order: bytes: as XLA's thresholds, ddp: as DDP's reducer.
  */
 #include "passes.h"
 
