@@ -254,6 +254,7 @@ typedef struct stream_job {
   int ranks, n_outputs, only;
   int64_t window, most, first, step; /* windows first, first + step, ... */
   cf_context *ctx;                   /* the thread's own, for the reference's errors */
+  cf_context *main;                  /* the caller's: each window done is a unit of its phase */
   cf_status status;
   int64_t failed_at; /* the window whose reference failed */
   cf_verify_stats s;
@@ -275,6 +276,7 @@ static void *stream_main(void *arg) {
     }
     check_window(j->g, j->got, ref, j->ranks, j->n_outputs, j->only, lo, &j->s, &j->bad);
     cf_ref_free(ref, nr * j->ranks);
+    cf_phase_add(j->main, 1);
     /* nothing later comes before the first output of the first rank checked */
     if (j->bad.any && j->bad.rank == (j->only >= 0 ? j->only : 0) && j->bad.j == 0) break;
   }
@@ -312,10 +314,12 @@ cf_status cf_verify_streamed(cf_context *ctx, const cf_graph *g, const cf_inputs
                            .window = window,
                            .most = most,
                            .first = t,
-                           .step = T};
+                           .step = T,
+                           .main = ctx};
     if (cf_ctx_create(&jobs[t].ctx))
       status = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   }
+  cf_phase_begin(ctx, "verify", n);
   for (int t = 1; t < T && !status; t++) /* t = 0 runs on this thread */
     started[t] = pthread_create(&th[t], NULL, stream_main, &jobs[t]) == 0;
   if (!status && T > 0) stream_main(&jobs[0]);
