@@ -30,6 +30,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -854,6 +855,13 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
    * whole reference (every rank's Inputs made here) */
   j->stream = a->verify && j->ref_g && cf_reference_streams(j->ref_g);
   j->seeded = a->verify && !j->stream;
+  /* the windows' buffers, allocated and freed window after window, stay
+   * in the heap instead of going back to the kernel, which would clear
+   * their pages again for the next window */
+  if (j->stream) {
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  }
   if (!st) st = check_memory(ctx, j);
   if (!st && (j->seeded || a->input.n)) cf_phase_begin(ctx, "inputs", 0);
   if (!st)
