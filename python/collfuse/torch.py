@@ -6,17 +6,19 @@
 allreduce_hook averages each gradient bucket over the job's ranks through
 collfuse (collfuse.distributed.all_reduce with "mean", in place on the
 bucket's flat buffer) and returns the completed torch.futures.Future DDP
-expects, holding that buffer. bf16_compress_hook is torch's
+expects, holding that buffer; the future completes when the bucket is
+averaged. bf16_compress_hook is torch's
 bf16_compress_hook done by collfuse: the bucket is rounded to bfloat16,
 averaged in bfloat16 and written back into the bucket's buffer.
 
 state: None (the hook joins the job from the launcher's environment and
 the initialized torch.distributed default group, collfuse.distributed.init
 with its defaults; call init yourself first for other options, e.g.
-deterministic=True), or a process group of every rank. The hook runs on the
-autograd thread and returns when the bucket is averaged (the future is
-already complete), so the backward pass waits for each bucket while the
-bytes move.
+deterministic=True), or a process group of every rank. The buckets are
+averaged by one thread of collfuse's, in the order DDP hands them over
+(the same on every rank), so the backward pass goes on meanwhile, as with
+gloo; DDP waits for every future before the optimizer step. Don't call
+collfuse.distributed from another thread while a backward pass is running.
 
 Copies: with gradient_as_bucket_view=True the gradients are the bucket, so
 the allreduce reads them where they lie, and its result is copied once into
@@ -25,6 +27,9 @@ nothing, since the future holds the bucket itself. Without it, DDP copies
 the gradients into the bucket and back, as with any hook. The world copies
 what its transport needs (collfuse.distributed says which).
 """
+
+import queue
+import threading
 
 import torch
 
@@ -39,9 +44,37 @@ def _join(state):
     return state  # a process group (checked by the collective) or None
 
 
-def _done(t):
+class _Worker:
+    """One thread that runs the hooks' collectives in the order DDP hands
+    the buckets over (the same order on every rank), so the backward pass
+    goes on while a bucket is averaged; each future completes (or fails)
+    when its bucket is done. Started on first use; a daemon thread."""
+
+    def __init__(self):
+        self.q = queue.SimpleQueue()
+        self.t = threading.Thread(target=self._main, name="collfuse-ddp", daemon=True)
+        self.t.start()
+
+    def _main(self):
+        while True:
+            fn, fut = self.q.get()
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # the future carries it to DDP's wait
+                fut.set_exception(e)
+
+
+_worker = None
+_worker_lock = threading.Lock()
+
+
+def _submit(fn):
+    global _worker
+    with _worker_lock:
+        if _worker is None:
+            _worker = _Worker()
     fut = torch.futures.Future()
-    fut.set_result(t)
+    _worker.q.put((fn, fut))
     return fut
 
 
@@ -49,8 +82,11 @@ def allreduce_hook(state, bucket):
     """DDP comm hook: the bucket averaged over every rank, in place."""
     group = _join(state)
     buf = bucket.buffer()
-    _cfd.all_reduce(buf, op="mean", group=group)
-    return _done(buf)
+
+    def run():
+        _cfd.all_reduce(buf, op="mean", group=group)
+        return buf
+    return _submit(run)
 
 
 # Not named bf16_compress_hook: torch 1.13's DDP refuses a hook of that
@@ -60,10 +96,13 @@ def collfuse_bf16_compress_hook(state, bucket):
     rank in bfloat16, written back into the bucket."""
     group = _join(state)
     buf = bucket.buffer()
-    half = buf.to(torch.bfloat16)
-    _cfd.all_reduce(half, op="mean", group=group)
-    buf.copy_(half)
-    return _done(buf)
+
+    def run():
+        half = buf.to(torch.bfloat16)
+        _cfd.all_reduce(half, op="mean", group=group)
+        buf.copy_(half)
+        return buf
+    return _submit(run)
 
 
 bf16_compress_hook = collfuse_bf16_compress_hook
