@@ -11,11 +11,13 @@ references computed in float64 from every rank's random data (each rank
 makes all ranks' data from the same seeds); bad buffers refused before
 anything is sent (the ranks stay in step); and with torch, a small model
 under DDP over gloo with collfuse's allreduce_hook against DDP without a
-hook, step by step, and its bf16 variant. Exits 77 (skipped) without
+hook, step by step, and its bf16 variant; last, ranks that call different
+collectives all raise. Exits 77 (skipped) without
 mpirun; the torch parts say they are skipped without torch.
 """
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -229,6 +231,20 @@ def ddp(me, R):
     dist.destroy_process_group()
 
 
+def mismatch(me, R):
+    """Ranks that call different collectives all raise, naming the other
+    rank; the world then refuses further calls. (Last: it stops the world.)"""
+    x = np.ones(5 + me, np.float32)
+    try:
+        cfd.all_reduce(x)
+        fail("rank %d: ranks of %s elements each made no error" % (me, [5 + r for r in range(R)]))
+    except collfuse.CollfuseError as e:
+        named = {int(w) for w in re.findall(r"rank (\d+)", str(e))}
+        if "mismatch" not in str(e) or me not in named or len(named) < 2:
+            fail("rank %d: the mismatch error does not name two ranks: %s" % (me, e))
+    expect_raises(collfuse.CollfuseError, lambda: cfd.all_reduce(np.ones(3)), "an earlier collective failed")
+
+
 def child():
     cfd.init(deterministic=True)
     me, R = cfd.get_rank(), cfd.get_world_size()
@@ -241,6 +257,7 @@ def child():
     if torch is not None:
         ddp(me, R)
     cfd.barrier()
+    mismatch(me, R)
     with open(os.path.join(os.environ["CF_OK_DIR"], "rank%d.ok" % me), "w") as f:
         f.write("ok\n")
 
