@@ -49,10 +49,10 @@ import threading
 
 import numpy as np
 
-from . import Graph, CollfuseError
+from . import CollfuseError, Context, Graph
 from ._lib import lib
 
-__all__ = ["init", "is_initialized", "get_rank", "get_world_size", "backend", "destroy", "all_reduce",
+__all__ = ["init", "has_shm", "is_initialized", "get_rank", "get_world_size", "backend", "destroy", "all_reduce",
            "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher"]
 
 _NP = {np.dtype(np.int8): "int8", np.dtype(np.uint8): "uint8", np.dtype(np.int16): "int16",
@@ -128,13 +128,77 @@ def _describe(seen):
     return "%s (rank %d of %d)" % seen if seen[2] >= 0 else "%s (rank %d)" % seen[:2]
 
 
+def has_shm():
+    """Whether the loaded library has the shared-memory world of processes
+    (the C API's option backend=shm)."""
+    o = ctypes.c_void_p()
+    ctx = Context()
+    ctx.check(lib.cf_options_create(ctx._h, ctypes.byref(o)))
+    try:
+        return lib.cf_options_set(o, b"backend", b"shm") == 0
+    finally:
+        lib.cf_options_destroy(o)
+
+
+def _local_size(seen, environ):
+    """Processes on this host as the launcher says, or None."""
+    var = {"mpirun": "OMPI_COMM_WORLD_LOCAL_SIZE", "torchrun": "LOCAL_WORLD_SIZE"}.get(seen[0])
+    try:
+        return int(environ[var]) if var in environ else None
+    except ValueError:
+        return None
+
+
+def _choose(backend, seen, environ):
+    """The world for this job: "shm" or "mpi", or RuntimeError saying why none."""
+    if backend not in (None, "mpi", "shm"):
+        raise ValueError("collfuse.distributed: backend %r: 'shm' or 'mpi' (None: the one the job allows)"
+                         % (backend,))
+    mpi = seen[0] in _MPI_LAUNCHERS
+    shm = has_shm()
+    if backend == "mpi" and not mpi:
+        raise RuntimeError("collfuse.distributed: backend 'mpi' needs a job that mpirun started; this one was "
+                           "started by %s" % _describe(seen))
+    if backend == "shm" and not shm:
+        raise RuntimeError("collfuse.distributed: backend 'shm': this libcollfuse has no shared-memory world")
+    if backend:
+        return backend
+    if mpi:
+        # on one host the shm world (single copy) beats MPI's shared memory; across hosts, MPI
+        local = _local_size(seen, environ)
+        return "shm" if shm and local == seen[2] else "mpi"
+    if shm:
+        return "shm"
+    raise RuntimeError(
+        "collfuse.distributed: this job was started by %s; collfuse joins it through its shared-memory "
+        "world, which this libcollfuse lacks, or through MPI when mpirun starts the job: not falling "
+        "back to anything slower" % _describe(seen))
+
+
+def _torch_job():
+    """A job name every rank of torch's default group agrees on, through
+    its store (rank 0 draws it), or None without one."""
+    import secrets
+    import sys
+    dist = sys.modules.get("torch.distributed")
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except Exception:
+        return None
+    if dist.get_rank() == 0:
+        store.set("collfuse.distributed.job", "torch-" + secrets.token_hex(8))
+    return store.get("collfuse.distributed.job").decode()
+
+
 def init(backend=None, deterministic=False, timeout=None, environ=os.environ):
     """Join the job: rank and size from the launcher's environment (mpirun,
     torchrun, srun) or an initialized torch.distributed default group (they
-    must agree). backend: None (the one the job allows) or "mpi".
-    deterministic: reductions in a fixed order (bitwise the same results
-    run to run). timeout: seconds any wait may take (the library's
-    default otherwise). Joining twice is a no-op with the same arguments."""
+    must agree). backend: None (the one the job allows: the shared-memory
+    world when every rank is on this host and the library has it, MPI when
+    mpirun started a job across hosts), "shm" or "mpi". deterministic:
+    reductions in a fixed order (bitwise the same results run to run).
+    timeout: seconds any wait may take (the library's default otherwise).
+    A second call does nothing."""
     global _world
     if _world is not None:
         return
@@ -150,22 +214,18 @@ def init(backend=None, deterministic=False, timeout=None, environ=os.environ):
     elif tv is not None and (tv[0], tv[1]) != (seen[1], seen[2]):
         raise RuntimeError("collfuse.distributed: %s says %s, but torch.distributed's default group "
                            "is rank %d of %d" % (seen[0], _describe(seen), tv[0], tv[1]))
-    if backend not in (None, "mpi"):
-        raise ValueError("collfuse.distributed: backend %r: this library has the backend 'mpi'" % (backend,))
-    mpi = seen[0] in _MPI_LAUNCHERS
-    if not mpi:
-        raise RuntimeError(
-            "collfuse.distributed: this job was started by %s; collfuse joins a job of processes "
-            "only through MPI today (start it with mpirun), and this library has no shared-memory "
-            "world for processes that another launcher started: not falling back to anything slower"
-            % _describe(seen))
     rank, size = seen[1], seen[2]
     if size < 1 or not 0 <= rank < size:
         raise ValueError("collfuse.distributed: %s: a rank out of range" % _describe(seen))
-    w = _World(rank, size, "mpi", seen, deterministic, timeout)
+    chosen = _choose(backend, seen, environ)
+    w = _World(rank, size, chosen, seen, deterministic, timeout)
+    if chosen == "shm":
+        w.options["backend"] = "shm"
+        if seen[0] == "torch.distributed":  # no launcher's job name: agree on one through the store
+            w.options["job"] = _torch_job()
     _world = w
     try:
-        barrier()  # joins MPI's world (the first executable initializes MPI and is kept to the end)
+        barrier()  # joins the world (under MPI the first executable initializes it and is kept to the end)
     except BaseException:
         _world = None
         raise
