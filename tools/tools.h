@@ -253,6 +253,23 @@ int cf_tool_opaque(const cf_graph *g, bool strict);
 #define CF_OPT_STRICT(f)                                                                            \
   {"--strict", NULL, NULL, CF_OPT_FLAG, (f),                                                        \
    .help = "foreign ops imported as Opaque are errors (exit 1), not warnings"}
+/* progress.c: the phase record every command runs with (ctx->progress)
+ * and, when standard error is a terminal, the thread that draws the
+ * progress line; stop erases the line and frees the record. */
+cf_status cf_tool_progress_start(cf_context *ctx);
+void cf_tool_progress_stop(cf_context *ctx);
+void cf_tool_progress_quiet(void); /* --quiet: no line from now on */
+void cf_tool_progress_erase(void); /* before other output on standard error */
+/* The phases so far with their seconds (the running one ends): how many. */
+int cf_tool_phases(cf_context *ctx, const char **names, double *secs, int max);
+bool cf_opt_check_quiet(void *out, const char *v, char *why, size_t len);
+/* The --quiet row, for a command whose struct has bool field f. */
+#define CF_OPT_QUIET(f)                                                                             \
+  {"--quiet", NULL, NULL, CF_OPT_FLAG, (f), .check = cf_opt_check_quiet,                           \
+   .help = "no progress line on standard error (shown on a terminal\n"                             \
+           "once a phase takes over a second)"}
+/* Events each lane of a --trace keeps (its ring buffer: the newest win). */
+#define CF_TOOL_TRACE_EVENTS ((int64_t)1 << 16)
 /* A file argument as messages name it: "<stdin>" for "-". */
 const char *cf_tool_name(const char *path);
 /* "-" names standard input or output. */
