@@ -86,8 +86,12 @@ static bool element_ok(const char *name, int rank, const cf_tensor *t, int64_t a
     double d = fabs((double)gi - (double)e);
     s->max_abs_err = fmax(s->max_abs_err, d);
     s->max_rel_err = fmax(s->max_rel_err, d / fmax(fabs((double)e), 1));
-    snprintf(msg, len, "output '%s' rank %d index %lld: got %lld, expected %lld", name, rank,
-             (long long)at, (long long)gi, (long long)e);
+    if (cf_dtype_is_unsigned(t->dtype))
+      snprintf(msg, len, "output '%s' rank %d index %lld: got %llu, expected %llu", name, rank,
+               (long long)at, (unsigned long long)gi, (unsigned long long)e);
+    else
+      snprintf(msg, len, "output '%s' rank %d index %lld: got %lld, expected %lld", name, rank,
+               (long long)at, (long long)gi, (long long)e);
     return false;
   }
   double gv = cf_load_f64(t->data, t->dtype, at), err;

@@ -17,7 +17,6 @@
 #include "transports/transports.h"
 
 #include <assert.h>
-#include <limits.h>
 #include <cblas.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -41,11 +40,8 @@ typedef struct rank_run {
   const cf_inputs *in;
   cf_run_result *res;
   cf_status st;
-  bool vanished;
   bool solo;       /* the only rank of this process (MPI): records its own times */
   int64_t copies, copy_bytes; /* cf_run_result's, this rank's */
-  int fail_at;     /* test hook: the step of the first iteration this rank fails at, else -1 */
-  int stall_at;    /* test hook: its first compute step from this one on never returns; INT_MAX */
   /* communication thread: a FIFO of started collectives */
   pthread_t thread;
   bool has_thread;
@@ -361,19 +357,6 @@ static cf_status compute(rank_run *r, const cf_node *n, cf_tensor *tin, cf_tenso
                            p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
 }
 
-/* Test hook: this rank stops at step s, loudly (mode 1) or without a word
- * (mode 2). */
-static cf_status injected_failure(rank_run *r, int s) {
-  if (r->p->opt.hooks->fail_mode == 2) {
-    r->vanished = true;
-    return CF_ERR_RUNTIME;
-  }
-  char text[160];
-  snprintf(text, sizeof text, "rank %d failed at step %d (injected failure)", r->rank, s);
-  r->comm->ops->abort(r->comm, text);
-  return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
-}
-
 /* A compute step begins: the step join_ranks can give up on (BLAS watches
  * no deadline and cannot be interrupted). */
 static void busy(rank_run *r, int s) {
@@ -414,11 +397,9 @@ static void trace_step(rank_run *r, int s, int64_t t0) {
                                           .arg = sp->coll});
 }
 
-static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *tout) {
+static cf_status iteration(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   const cf_plan *p = r->p;
-  /* a test's injected failure cuts the first iteration short */
-  int end = first && r->fail_at >= 0 && r->fail_at < p->n_steps ? r->fail_at : p->n_steps;
-  for (int s = 0; s < end; s++) {
+  for (int s = 0; s < p->n_steps; s++) {
     const cf_step *sp = &p->steps[s];
     cf_status st = CF_OK;
     const char *why;
@@ -427,8 +408,6 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     switch (sp->kind) {
     case CF_STEP_COMPUTE:
       busy(r, s);
-      if (first && s >= r->stall_at) /* test hook: as OpenBLAS retrying a buffer it cannot map */
-        for (;;) sleep(1000);
       st = compute(r, &p->g->nodes[sp->node], tin, tout);
       idle(r);
       break;
@@ -460,7 +439,6 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
     if (r->lane) trace_step(r, s, t0);
     if (st) return st;
   }
-  if (end < p->n_steps) return injected_failure(r, end);
   return cf_device_error(r->dev, r->ctx); /* the copies' */
 }
 
@@ -514,16 +492,13 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   cf_trace_record(r->lane, &(cf_trace_ev){.t0 = t_in, .t1 = cf_trace_clock(), .name = "inputs",
                                           .cat = "phase"});
   if ((st = check_fingerprints(r))) return st;
-  if (p->opt.hooks && p->opt.hooks->mutate)
-    for (int c = 0; c < p->n_colls; c++)
-      p->opt.hooks->mutate(p->opt.hooks->user, r->rank, &r->calls[c].desc, c);
   int total = p->opt.warmup + p->opt.iters;
   cf_phase_begin(r->ctx, "iterations", total);
   for (int it = 0; it < total; it++) {
     if ((st = barrier(r))) return st;
     double t0 = 1e3 * cf_now();
     int64_t ti = r->lane ? cf_trace_clock() : 0;
-    st = iteration(r, it == 0, tin, tout);
+    st = iteration(r, tin, tout);
     cf_trace_record(r->lane, &(cf_trace_ev){.t0 = ti, .t1 = cf_trace_clock(), .name = "iteration",
                                             .cat = "iteration", .arg_name = "iteration", .arg = it});
     if (st) return st;
@@ -595,7 +570,7 @@ static void *rank_main(void *arg) {
   } else {
     r->st = rank_body(r, tin, tout);
   }
-  if (r->st && !r->vanished) {
+  if (r->st) {
     const char *why;
     if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_errmsg(r->ctx));
   }
@@ -617,10 +592,6 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
   x->rank = rank;
   x->in = in;
   x->res = res;
-  const cf_run_hooks *h = p->opt.hooks;
-  bool mine = h && h->fail_rank == rank;
-  x->fail_at = mine && (h->fail_mode == 1 || h->fail_mode == 2) ? h->fail_step : -1;
-  x->stall_at = mine && h->fail_mode == 4 ? h->fail_step : INT_MAX;
   pthread_mutex_init(&x->lock, NULL);
   pthread_cond_init(&x->cond, NULL);
   x->queue_cap = p->n_colls + 2;
@@ -895,7 +866,7 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
      * runtime errors it caused elsewhere */
     int who = -1;
     for (int r = 0; r < n; r++)
-      if (rr[r].st && !rr[r].vanished && (who < 0 || (rr[who].st == CF_ERR_RUNTIME && rr[r].st != CF_ERR_RUNTIME)))
+      if (rr[r].st && (who < 0 || (rr[who].st == CF_ERR_RUNTIME && rr[r].st != CF_ERR_RUNTIME)))
         who = r;
     if (who >= 0) {
       const char *why = NULL;

@@ -362,6 +362,10 @@ typedef enum cf_dtype {
   CF_DT_BFLOAT16,
   CF_DT_FLOAT32,
   CF_DT_FLOAT64,
+  CF_DT_UINT16, /* appended: the values above are stored in caches and sent between ranks */
+  CF_DT_UINT32,
+  CF_DT_UINT64,
+  CF_DT_BOOL,   /* XLA's pred: one byte, 0 or 1 */
   CF_DT_COUNT
 } cf_dtype;
 
@@ -379,6 +383,19 @@ const char *cf_dtype_name(cf_dtype dt);
 cf_dtype cf_dtype_parse(const char *s); /* accepts aliases (f32, bf16, half...) */
 int cf_dtype_size(cf_dtype dt);
 bool cf_dtype_is_float(cf_dtype dt);
+/* Integers read zero-extended: the uint types and bool. */
+bool cf_dtype_is_unsigned(cf_dtype dt);
+/* The bits u of an integer dtype as its value in int64: sign-extended from
+ * dt's width, zero-extended for the unsigned types (uint64 keeps its bits:
+ * compare and divide those as uint64), bool 1 for any u != 0. What every
+ * integer op's result is stored as (integer arithmetic wraps). */
+int64_t cf_dtype_wrap(cf_dtype dt, uint64_t u);
+/* numpy's type code and size of dt ('f' and 4 for float32, 'b' and 1 for
+ * bool), as in a .npy descr; 0 when numpy has none (bfloat16). */
+char cf_dtype_npy_kind(cf_dtype dt);
+/* The dtype a MatMul of two dt operands produces (integers narrower than 32
+ * bits accumulate in 32), CF_DT_INVALID when it has none (bool). */
+cf_dtype cf_dtype_matmul_out(cf_dtype dt);
 /* Whether dt holds v without a silent change: an integer type an integral
  * value in its range, a float type any value up to its largest finite one
  * (or an infinity or NaN, which it holds as such). False with the range in
@@ -512,6 +529,11 @@ cf_op cf_op_lookup(const char *name, int *layout);
 cf_attr_id cf_attr_lookup(const char *name); /* CF_A_COUNT when unknown */
 const char *cf_op_alias_name(size_t i);      /* i-th alias of ops.def, NULL past the end */
 const char *cf_reduction_name(cf_reduction r);
+/* The reduction that computes red on dt's values: bool's sum is or and its
+ * prod is and (XLA's pred add/multiply), which on 0 and 1 are max and min;
+ * every other dtype keeps red. Kernels, the reference and transports all
+ * reduce through it. */
+cf_reduction cf_dtype_reduction(cf_dtype dt, cf_reduction red);
 int cf_reduction_parse(const char *s); /* -1 when unknown */
 const char *cf_layout_name(cf_layout l);
 int cf_layout_parse(const char *s); /* -1 when unknown */

@@ -169,7 +169,6 @@ typedef struct run_job {
   run_args *a;
   cf_run_setup setup; /* world, profile, memory limit (api/prepare.c) */
   cf_run_options opt;
-  cf_run_hooks hooks; /* what cf_test_control asks for (test builds) */
   int ranks, me;       /* the run's ranks; this process's (MPI) or 0 */
   cf_graph *g, *ref_g; /* compiled; unfused (--verify's reference, -v, --json) */
   cf_plan *plan;
@@ -833,7 +832,6 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
     if (!st && a->rank_table)
       st = check_rank_table(ctx, a->rank_table, j->me, world->size, cf_world_host(world));
   }
-  cf_test_control(CF_TESTCTL_JOINED, &j->hooks, j->setup.world, j->me);
   if (!st)
     st = compile(ctx, j, a->o0 ? cf_pipeline_O0 : a->passes ? a->passes : cf_pipeline_default, true,
                  j->me == 0, &j->g);
@@ -846,7 +844,6 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
   if (!st && j->ref_g) {
     cf_plan *up = NULL;
     cf_run_options uo = j->opt;
-    uo.hooks = NULL;
     uo.device = CF_DEVICE_CPU; /* only its memory plan is wanted */
     if (cf_plan_build(ctx, j->ref_g, &uo, &up) == CF_OK) j->peak_unfused = cf_plan_peak_bytes(up);
     cf_plan_destroy(up);
@@ -908,8 +905,11 @@ static int agree_setup(cf_context *ctx, run_job *j, cf_status *st) {
 
 /* The run itself: every rank a thread here, or this process's rank of MPI's world. */
 static cf_status run(cf_context *ctx, run_job *j) {
-  cf_status st = j->a->mpi ? cf_exec_run_world(ctx, j->plan, j->setup.world, &j->in, &j->res)
-                           : cf_exec_run(ctx, j->plan, &j->in, &j->res);
+  cf_status st;
+  /* (a test build runs it on a world that injects the faults asked for) */
+  if (!cf_test_control(CF_TESTCTL_RUN, ctx, j->plan, j->setup.world, &j->in, &j->res, &st))
+    st = j->a->mpi ? cf_exec_run_world(ctx, j->plan, j->setup.world, &j->in, &j->res)
+                   : cf_exec_run(ctx, j->plan, &j->in, &j->res);
   j->ran = !st;
   return st;
 }
@@ -1090,7 +1090,6 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                        .outputs_in_arena = true,
                        .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA
                                                                            : CF_DEVICE_CPU}};
-  if (cf_test_control(CF_TESTCTL_RUN_HOOKS, &j.hooks)) j.opt.hooks = &j.hooks;
   if (a.save) catch_signals();
   cf_trace *trace = NULL; /* --trace's, or -v's own (for its timeline lines) */
   if ((a.trace || a.verbose) && cf_trace_create(CF_MAX_WORLD, CF_TOOL_TRACE_EVENTS, &trace)) {
@@ -1112,7 +1111,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   if (!st && !setup_rc) st = run(ctx, &j);
   if (j.ran && a.verify) st = verify(ctx, &j);
   st = save(ctx, &j, st);
-  if (a.mpi && st) cf_test_control(CF_TESTCTL_FAILED, &j.hooks, j.me, a.timeout);
+  if (a.mpi && st) cf_test_control(CF_TESTCTL_FAILED, j.me, a.timeout);
   rc = setup_rc ? setup_rc : st ? cf_tool_fail(ctx, st) : 0;
   if (j.plan && j.plan->abandoned) {
     /* a rank's thread is still in a BLAS call the run gave up on: leave

@@ -305,17 +305,18 @@ bool cf_tool_is_std(const char *path);
 /* testctl.c (test builds; testctl_off.c otherwise): the one entry to the
  * driver's fault injection, as SQLite's sqlite3_test_control. Its
  * arguments by op:
- *   RUN_HOOKS (cf_run_hooks *out): fill the executor's hooks; 1 when any
- *   JOINED (cf_run_hooks *h, cf_world *w, int me): MPI's world was joined
- *   FAILED (const cf_run_hooks *h, int me, double timeout_s): this MPI
- *     process's run failed
+ *   RUN (cf_context *ctx, cf_plan *p, cf_world *w, const cf_inputs *in,
+ *     cf_run_result *res, cf_status *st): when the environment asks for
+ *     faults, run p as cf_exec_run_world on w (NULL: a threads world) wrapped
+ *     in a world that injects them (executor/fault.h), *st its status, and
+ *     return 1; else 0 (the caller runs p itself)
+ *   FAILED (int me, double timeout_s): this MPI process's run failed
  *   CORRUPT (const cf_graph *ref_g, cf_tensor *got, int ranks, int n_ref):
  *     the outputs before --verify
  *   VERIFY_WINDOW (int64_t *out): --verify's window (0: its own)
  * Returns 0 unless an op says otherwise; without tests every op is a no-op. */
 typedef enum cf_testctl {
-  CF_TESTCTL_RUN_HOOKS,
-  CF_TESTCTL_JOINED,
+  CF_TESTCTL_RUN,
   CF_TESTCTL_FAILED,
   CF_TESTCTL_CORRUPT,
   CF_TESTCTL_VERIFY_WINDOW
