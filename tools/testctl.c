@@ -9,7 +9,7 @@
  * (tests/e2e only; deliberately not in ir/env.c's table of user knobs):
  *   COLLFUSE_TEST_FAIL=MODE:RANK:STEP  a rank fails (1) or vanishes (2) at
  *     schedule STEP of the first iteration, SIGKILLs itself at collective
- *     message STEP (3, MPI only), or stalls in its first compute step from
+ *     message STEP (3, MPI and shm only), or stalls in its first compute step from
  *     STEP on (4);
  *   COLLFUSE_TEST_MISMATCH=RANK:COLL:FIELD  one rank's descriptor of one
  *     collective differs (count, dtype, reduction, root);
@@ -84,8 +84,11 @@ int cf_test_control(cf_testctl op, ...) {
     cf_run_hooks *h = va_arg(ap, cf_run_hooks *);
     cf_world *w = va_arg(ap, cf_world *);
     int me = va_arg(ap, int);
-    if (w && h->fail_mode == 3 && h->fail_rank == me) cf_mpi_test_kill(w, h->fail_step);
-    if (h->fail_mode == 3) h->fail_mode = 0; /* MPI only, and not exec.c's */
+    if (w && h->fail_mode == 3 && h->fail_rank == me) {
+      cf_mpi_test_kill(w, h->fail_step);
+      cf_shm_test_kill(w, h->fail_step);
+    }
+    if (h->fail_mode == 3) h->fail_mode = 0; /* MPI and shm only, and not exec.c's */
     break;
   }
   case CF_TESTCTL_FAILED: { /* mode 2 on MPI: silent until the job is torn down */
