@@ -141,7 +141,6 @@ typedef struct cf_shm_world {
   extent *free_list;
   int n_free, cap_free;
   int *cpus, lanes;
-  int64_t kill_at, coll_msgs; /* cf_shm_test_kill */
   char job[160];
   int refs; /* joins of this job by this process (joined, below) */
   struct cf_shm_world *next;
@@ -389,12 +388,6 @@ static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const
 }
 
 static cf_status s_send(cf_comm *c, int peer, const void *buf, size_t bytes, const cf_coll_desc *d) {
-  cf_shm_world *w = c->impl;
-  if (w->kill_at >= 0 && d && !atomic_load(&w->head->aborted) && w->coll_msgs++ == w->kill_at) {
-    fflush(stdout);
-    fflush(stderr);
-    raise(SIGKILL); /* the test hook: vanish mid-run */
-  }
   return post(c, peer, buf, bytes, d, false);
 }
 
@@ -879,7 +872,6 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
     shm_destroy(&w->base, 1);
     return st;
   }
-  w->kill_at = -1;
   snprintf(w->job, sizeof w->job, "%s", l->job);
   w->refs = 1;
   pthread_mutex_lock(&joined_lock);
@@ -962,10 +954,6 @@ static cf_status shm_max(cf_world *base, double *v, int n) {
     memcpy(v + at, m, sizeof(double) * (size_t)k);
   }
   return CF_OK;
-}
-
-void cf_shm_test_kill(cf_world *base, int64_t k) {
-  if (base && base->ops == &cf_world_shm && k >= 0) ((cf_shm_world *)base->impl)->kill_at = k;
 }
 
 static void shm_abort_world(cf_world *base, const char *text) { world_abort(base->impl, text); }

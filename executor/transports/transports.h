@@ -100,10 +100,4 @@ void cf_wait_timeout_text(char *text, size_t len, int me, double timeout_s, cons
 bool cf_spin_ge(_Atomic uint64_t *a, uint64_t target, int spin);
 void cf_bind_thread(const int *cpus, int lanes, int rank, int lane);
 
-/* transports/mpi.c, a test hook: on the MPI world this process SIGKILLs
- * itself just before it sends its (k+1)-th collective message (k < 0: off). */
-void cf_mpi_test_kill(cf_world *w, int64_t k);
-/* transports/shm.c, the same hook on the shm world (no-op on another). */
-void cf_shm_test_kill(cf_world *w, int64_t k);
-
 #endif /* COLLFUSE_EXECUTOR_TRANSPORTS_H */
