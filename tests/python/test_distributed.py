@@ -248,8 +248,9 @@ def mismatch(me, R):
 def child():
     cfd.init(deterministic=True)
     me, R = cfd.get_rank(), cfd.get_world_size()
-    if cfd.backend() != "mpi":
-        fail("backend %r under mpirun" % cfd.backend())
+    want = "shm" if cfd.has_shm() else "mpi"  # one host: the shm world where the library has it
+    if cfd.backend() != want:
+        fail("backend %r under mpirun, expected %r" % (cfd.backend(), want))
     expect_raises(ValueError, lambda: cfd.all_reduce(np.zeros(2), group=type("G", (), {"size": lambda s: 1})()),
                   "groups smaller")
     collectives(me, R, ("numpy", "torch") if torch is not None else ("numpy",))
@@ -274,10 +275,19 @@ def driver():
     # no job: refused with what was seen
     expect_raises(RuntimeError, lambda: cfd.get_rank(), "not initialized")
     expect_raises(RuntimeError, lambda: cfd.init(environ={}), "no job to join", "mpirun, torchrun or srun")
-    expect_raises(RuntimeError, lambda: cfd.init(environ={"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}),
-                  "started by torchrun (rank 1 of 2)", "not falling back")
-    expect_raises(RuntimeError, lambda: cfd.init(environ={"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}),
-                  "started by srun (rank 0 of 4)")
+    torchrun = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    if cfd.has_shm():  # joined through the shm world, whose rank 0 never comes
+        expect_raises(collfuse.CollfuseError, lambda: cfd.init(timeout=1, environ=torchrun),
+                      "rank 1 timed out after 1 s waiting for rank 0")
+    else:
+        expect_raises(RuntimeError, lambda: cfd.init(environ=torchrun),
+                      "started by torchrun (rank 1 of 2)", "not falling back")
+    srun = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}
+    if cfd.has_shm():
+        expect_raises(collfuse.CollfuseError, lambda: cfd.init(timeout=1, environ=srun),
+                      "rank 0 timed out after 1 s waiting for rank(s) 1, 2, 3")
+    else:
+        expect_raises(RuntimeError, lambda: cfd.init(environ=srun), "started by srun (rank 0 of 4)")
     expect_raises(ValueError, lambda: cfd.init(environ={"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"}),
                   "not integers")
     expect_raises(ValueError, lambda: cfd.init(environ={"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "2"}),
