@@ -28,18 +28,20 @@ Each (collective, dtype, element count, reduction or root) gets a small
 collfuse graph of that one collective, compiled once and cached; a call
 runs it on this rank with cf_executable_run_rank, reading the caller's
 input where it lies and writing the caller's output (all_gather,
-reduce_scatter, all_to_all: no copy here). all_reduce and broadcast are in
-place on one buffer, which the C API's runs cannot both read and write:
-the result is produced into a buffer the cached executable keeps and copied
-into the caller's (one copy of the buffer's bytes). The world copies what
-its transport needs (MPI: what a rank receives is staged before it is
-reduced).
+reduce_scatter, all_to_all: no copy here). The world copies what its
+transport needs: the shm world copies what a rank sends from the caller's
+input into its shared heap (which peers read); MPI stages what a rank
+receives before it reduces it. all_reduce and broadcast are in place on
+one buffer, which the worlds read while the result is written: the result
+is produced into a buffer the cached executable keeps and copied into the
+caller's (one copy of the buffer's bytes; last_copies() counts it).
 
-The world: MPI when mpirun (or another MPI launcher: PMI_*/PMIX_*
-variables) started the job, through OpenMPI's own shared-memory path.
-collfuse has no world yet that joins a job torchrun or srun started without
-MPI: init() refuses such a job, naming the launcher and ranks it saw,
-rather than fall back to something slower.
+The world (backend()): the shared-memory world of processes on one host
+(the C API's backend "shm", when the library has it: has_shm()) for a job
+started by torchrun, srun or mpirun on this host, or joined from torch's
+default group; MPI when mpirun started a job across hosts (or
+init(backend="mpi") under mpirun). A job no world can join is refused,
+naming the launcher and the rank seen, rather than run on something slower.
 """
 
 import atexit
@@ -52,8 +54,8 @@ import numpy as np
 from . import CollfuseError, Context, Graph
 from ._lib import lib
 
-__all__ = ["init", "has_shm", "is_initialized", "get_rank", "get_world_size", "backend", "destroy", "all_reduce",
-           "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher"]
+__all__ = ["init", "has_shm", "is_initialized", "last_copies", "get_rank", "get_world_size", "backend", "destroy",
+           "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher"]
 
 _NP = {np.dtype(np.int8): "int8", np.dtype(np.uint8): "uint8", np.dtype(np.int16): "int16",
        np.dtype(np.int32): "int32", np.dtype(np.int64): "int64", np.dtype(np.float16): "float16",
@@ -117,6 +119,7 @@ class _World:
         self.order = []  # cache keys in creation order: destroyed in reverse
         self.lock = threading.Lock()
         self.failed = None
+        self.last_copies = (0, 0)
         self.ptr_in = (ctypes.c_void_p * 1)()
         self.ptr_out = (ctypes.c_void_p * 1)()
 
@@ -239,6 +242,13 @@ def _need():
     if _world is None:
         raise RuntimeError("collfuse.distributed: not initialized: call collfuse.distributed.init() first")
     return _world
+
+
+def last_copies():
+    """(copies, bytes) of whole buffers the last collective made on this
+    rank: the world's (into and out of its memory) and the copy of an
+    in-place result into the caller's buffer; (0, 0) before the first."""
+    return _need().last_copies
 
 
 def get_rank():
@@ -404,6 +414,10 @@ def _run(kind, dtype, count, arg, inp, out, in_place):
         except CollfuseError as e:
             w.failed = str(e)
             raise
+        n, b = c.exe.last_copies
+        if in_place:
+            n, b = n + 1, b + count * _SIZES[dtype]
+        w.last_copies = (n, b)
 
 
 def all_reduce(tensor, op="sum", group=None):

@@ -1,15 +1,18 @@
 #!/usr/bin/python3
 """collfuse.distributed and collfuse.torch's DDP hooks across processes.
 
-Started plainly (argument: the process counts, "2" unless given, e.g.
-"2,3"), it checks what needs no job (refusals naming the launcher seen,
-calls before init), then starts itself under mpirun with each count of
-processes, where every rank runs: all_reduce (each reduction),
+Started plainly (argument: the runs, "auto:2" unless given, e.g.
+"mpirun:3,mpirun-mpi:3,torchrun:3": launcher and processes; auto is
+torchrun where the library has the shm world, else mpirun; mpirun-mpi
+forces the MPI world), it checks what needs no job (refusals naming the
+launcher seen, calls before init), then starts itself for each run, where
+every rank runs: all_reduce (each reduction),
 all_gather, reduce_scatter, broadcast and all_to_all for every collfuse
 dtype, on numpy arrays and (with torch) CPU torch tensors, against numpy
 references computed in float64 from every rank's random data (each rank
 makes all ranks' data from the same seeds); bad buffers refused before
-anything is sent (the ranks stay in step); and with torch, a small model
+anything is sent (the ranks stay in step); float32 at sizes past the
+small-message algorithms; and with torch, a small model
 under DDP over gloo with collfuse's allreduce_hook against DDP without a
 hook, step by step, and its bf16 variant; last, ranks that call different
 collectives all raise. Exits 77 (skipped) without
@@ -150,6 +153,32 @@ def collectives(me, R, kinds):
             close(dt, unwrap(dt, out), want, kind + " all_to_all", R)
 
 
+def large(me, R):
+    """Sizes past the small-message algorithms (rsag, ring, pipelined chunks):
+    float32 sum and mean, and the other collectives, against the references."""
+    for case, n in enumerate((R * 40000 + R, R * (1 << 19))):
+        every = [data("float32", n, r, 1000 + case) for r in range(R)]
+        for red in ("sum", "mean"):
+            x = every[me].copy()
+            cfd.all_reduce(x, op=red)
+            close("float32", x, reduce_ref("float32", red, every), "large all_reduce %s, %d elements" % (red, n), R)
+        out = np.empty(n * R, np.float32)
+        cfd.all_gather(out, every[me])
+        close("float32", out, f64("float32", np.concatenate(every)), "large all_gather", R)
+        out = np.empty(n // R, np.float32)
+        cfd.reduce_scatter(out, every[me])
+        close("float32", out, reduce_ref("float32", "sum", every)[me * (n // R):(me + 1) * (n // R)],
+              "large reduce_scatter", R)
+        x = every[me].copy()
+        cfd.broadcast(x, src=R - 1)
+        close("float32", x, f64("float32", every[R - 1]), "large broadcast", R)
+        out = np.empty(n, np.float32)
+        cfd.all_to_all(out, every[me])
+        b = n // R
+        close("float32", out, np.concatenate([f64("float32", every[r][me * b:(me + 1) * b]) for r in range(R)]),
+              "large all_to_all", R)
+
+
 def refusals(me, R):
     """Bad buffers raise on every rank before anything is sent: the ranks
     stay in step (the all_reduce after them agrees)."""
@@ -191,7 +220,8 @@ def ddp(me, R):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     import collfuse.torch as cft
-    os.environ["RANK"], os.environ["WORLD_SIZE"] = str(me), str(R)
+    os.environ.setdefault("RANK", str(me))
+    os.environ.setdefault("WORLD_SIZE", str(R))
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
 
@@ -231,6 +261,20 @@ def ddp(me, R):
     dist.destroy_process_group()
 
 
+def copies(me, R):
+    """The copies collfuse.distributed says it made (under MPI: one of an
+    in-place result into the caller's buffer, none out of place)."""
+    x = np.full(1000, me + 1.0, np.float32)
+    cfd.all_reduce(x)
+    got = cfd.last_copies()
+    o = np.empty(1000 * R, np.float32)
+    cfd.all_gather(o, x)
+    if cfd.backend() == "mpi" and (got, cfd.last_copies()) != ((1, 4000), (0, 0)):
+        fail("copies under MPI: all_reduce %r, all_gather %r; want (1, 4000), (0, 0)" % (got, cfd.last_copies()))
+    if not (o == R * (R + 1) / 2).all():
+        fail("all_gather of the all_reduce: %r" % o[:4])
+
+
 def mismatch(me, R):
     """Ranks that call different collectives all raise, naming the other
     rank; the world then refuses further calls. (Last: it stops the world.)"""
@@ -246,14 +290,18 @@ def mismatch(me, R):
 
 
 def child():
-    cfd.init(deterministic=True)
+    forced = os.environ.get("CF_DIST_BACKEND") or None
+    cfd.init(deterministic=True, backend=forced)
     me, R = cfd.get_rank(), cfd.get_world_size()
-    if cfd.backend() != "mpi":
-        fail("backend %r under mpirun" % cfd.backend())
+    want = forced or ("shm" if cfd.has_shm() else "mpi")
+    if cfd.backend() != want:
+        fail("backend %r, want %r" % (cfd.backend(), want))
     expect_raises(ValueError, lambda: cfd.all_reduce(np.zeros(2), group=type("G", (), {"size": lambda s: 1})()),
                   "groups smaller")
     collectives(me, R, ("numpy", "torch") if torch is not None else ("numpy",))
+    large(me, R)
     refusals(me, R)
+    copies(me, R)
     if torch is not None:
         ddp(me, R)
     cfd.barrier()
@@ -270,43 +318,73 @@ def free_port():
         return s.getsockname()[1]
 
 
+def start(how, R, ok, scale):
+    """Run this file's child() on R processes: how is "mpirun" (the world
+    init chooses), "mpirun-mpi" (backend "mpi" forced) or "torchrun"."""
+    env = dict(os.environ, CF_DIST_CHILD="1", CF_OK_DIR=ok, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               OMPI_MCA_rmaps_base_oversubscribe="1", CF_DIST_BACKEND="mpi" if how == "mpirun-mpi" else "")
+    if how == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--redirects", "2", "--tee", "2",
+               "--nproc_per_node", str(R), os.path.abspath(__file__)]
+    else:
+        root = ["--allow-run-as-root"] if os.getuid() == 0 else []
+        cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
+        for k in ("CF_DIST_CHILD", "CF_DIST_BACKEND", "CF_OK_DIR", "MASTER_ADDR", "MASTER_PORT", "COLLFUSE_LIBRARY",
+                  "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "XDG_CACHE_HOME"):
+            if k in env:
+                cmd += ["-x", k]
+        cmd += ["-np", str(R), sys.executable, os.path.abspath(__file__)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 * scale)
+    done = sorted(os.listdir(ok))
+    if p.returncode != 0 or len(done) != R:
+        fail("%s, %d processes: exit %d, ranks done %s\n%s%s" % (how, R, p.returncode, done, p.stdout, p.stderr))
+    print("%s, %d processes: ok" % (how, R))
+
+
 def driver():
-    # no job: refused with what was seen
+    shm = cfd.has_shm()
+    # no job, or one collfuse cannot join: refused with what was seen
     expect_raises(RuntimeError, lambda: cfd.get_rank(), "not initialized")
     expect_raises(RuntimeError, lambda: cfd.init(environ={}), "no job to join", "mpirun, torchrun or srun")
-    expect_raises(RuntimeError, lambda: cfd.init(environ={"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}),
-                  "started by torchrun (rank 1 of 2)", "not falling back")
-    expect_raises(RuntimeError, lambda: cfd.init(environ={"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}),
-                  "started by srun (rank 0 of 4)")
+    torchrun_env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    if not shm:
+        expect_raises(RuntimeError, lambda: cfd.init(environ=torchrun_env),
+                      "started by torchrun (rank 1 of 2)", "not falling back")
+        expect_raises(RuntimeError, lambda: cfd.init(environ={"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}),
+                      "started by srun (rank 0 of 4)")
+    else:
+        expect_raises(RuntimeError, lambda: cfd.init(backend="mpi", environ=torchrun_env),
+                      "backend 'mpi' needs a job that mpirun started", "torchrun (rank 1 of 2)")
+    expect_raises(ValueError, lambda: cfd.init(backend="nccl", environ=torchrun_env), "backend 'nccl'")
     expect_raises(ValueError, lambda: cfd.init(environ={"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"}),
                   "not integers")
     expect_raises(ValueError, lambda: cfd.init(environ={"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "2"}),
                   "out of range")
     if cfd.is_initialized():
         fail("a refused init left the module initialized")
-    mpirun = subprocess.run(["sh", "-c", "command -v mpirun"], capture_output=True, text=True).stdout.strip()
-    if not mpirun:
+    # the runs: "auto" is torchrun where the library has the shm world, else mpirun
+    runs = []
+    for item in (sys.argv[1] if len(sys.argv) > 1 else "auto:2").split(","):
+        how, R = item.split(":")
+        if how == "auto":
+            how = "torchrun" if shm else "mpirun"
+        if how != "mpirun" and not shm:
+            print("test_distributed: %s: this library has no shm world: run under mpirun only" % how)
+            how = "mpirun"
+        runs.append((how, int(R)))
+    if any(h.startswith("mpirun") for h, _ in runs) and \
+            subprocess.run(["sh", "-c", "command -v mpirun"], capture_output=True).returncode != 0:
         print("test_distributed: mpirun not found: the collectives across processes are skipped")
         sys.exit(77)
     if torch is None:
+        if any(h == "torchrun" for h, _ in runs):
+            print("test_distributed: no torch (python3-torch) for torchrun: skipped")
+            sys.exit(77)
         print("test_distributed: no torch (python3-torch): torch tensors and the DDP hooks are skipped")
     scale = int(os.environ.get("CF_TEST_TIME_SCALE", "1") or 1)
-    root = ["--allow-run-as-root"] if os.getuid() == 0 else []
-    for R in [int(r) for r in (sys.argv[1] if len(sys.argv) > 1 else "2").split(",")]:
+    for how, R in runs:
         with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
-            env = dict(os.environ, CF_DIST_CHILD="1", CF_OK_DIR=ok, MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(free_port()), OMPI_MCA_rmaps_base_oversubscribe="1")
-            cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
-            for k in ("CF_DIST_CHILD", "CF_OK_DIR", "MASTER_ADDR", "MASTER_PORT", "COLLFUSE_LIBRARY", "PYTHONPATH",
-                      "PYTHONDONTWRITEBYTECODE", "XDG_CACHE_HOME"):
-                if k in env:
-                    cmd += ["-x", k]
-            cmd += ["-np", str(R), sys.executable, os.path.abspath(__file__)]
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 * scale)
-            done = sorted(os.listdir(ok))
-            if p.returncode != 0 or len(done) != R:
-                fail("mpirun -np %d: exit %d, ranks done %s\n%s%s" % (R, p.returncode, done, p.stdout, p.stderr))
-        print("mpirun -np %d: ok" % R)
+            start(how, R, ok, scale)
 
 
 if __name__ == "__main__":
