@@ -171,23 +171,17 @@ static bool descr_matches(const char *descr, cf_dtype dt, bool *swap) {
   if (order != '<' && order != '>' && order != '|' && order != '=') return false;
   int size = cf_dtype_size(dt);
   *swap = order == '>' && size > 1;
-  switch (dt) {
-  case CF_DT_INT8: return !strcmp(t, "i1") || !strcmp(t, "b1");
-  case CF_DT_UINT8: return !strcmp(t, "u1") || !strcmp(t, "b1");
-  case CF_DT_INT16: return !strcmp(t, "i2");
-  case CF_DT_INT32: return !strcmp(t, "i4");
-  case CF_DT_INT64: return !strcmp(t, "i8");
-  case CF_DT_FLOAT16: return !strcmp(t, "f2");
-  case CF_DT_FLOAT32: return !strcmp(t, "f4");
-  case CF_DT_FLOAT64: return !strcmp(t, "f8");
-  case CF_DT_BFLOAT16:
+  if (dt == CF_DT_BFLOAT16) {
     if (!strcmp(t, "V2")) { /* raw records: no byte order */
       *swap = false;
       return true;
     }
     return !strcmp(t, "u2");
-  default: return false;
   }
+  char want[8];
+  if (!cf_dtype_npy_kind(dt)) return false;
+  snprintf(want, sizeof want, "%c%d", cf_dtype_npy_kind(dt), size);
+  return !strcmp(t, want) || (size == 1 && !strcmp(t, "b1")); /* bools read as bytes too */
 }
 
 static void byteswap(void *data, int64_t count, int size) {
@@ -348,19 +342,14 @@ fail:
 
 /* ---------------- writing ---------------- */
 
-static const char *descr_of(cf_dtype dt) {
-  switch (dt) {
-  case CF_DT_INT8: return "|i1";
-  case CF_DT_UINT8: return "|u1";
-  case CF_DT_INT16: return "<i2";
-  case CF_DT_INT32: return "<i4";
-  case CF_DT_INT64: return "<i8";
-  case CF_DT_FLOAT16: return "<f2";
-  case CF_DT_BFLOAT16: return "<V2";
-  case CF_DT_FLOAT32: return "<f4";
-  case CF_DT_FLOAT64: return "<f8";
-  default: return NULL;
-  }
+/* What numpy writes for dt ("<f4", "|b1"; bfloat16 as raw "<V2"), in
+ * buf[8]; NULL when there is none. */
+static const char *descr_of(cf_dtype dt, char *buf) {
+  int size = cf_dtype_size(dt);
+  if (dt == CF_DT_BFLOAT16) return "<V2";
+  if (!cf_dtype_npy_kind(dt)) return NULL;
+  snprintf(buf, 8, "%c%c%d", size == 1 ? '|' : '<', cf_dtype_npy_kind(dt), size);
+  return buf;
 }
 
 /* The version 1.0 preamble and header, padded with spaces so the data
@@ -374,8 +363,9 @@ static size_t format_header(char *buf, size_t len, cf_dtype dt, const cf_shape *
                           (long long)shape->dims[d]);
   if (shape->rank == 1) snprintf(dims + n, sizeof dims - n, ",");
   memcpy(buf, NPY_MAGIC "\x01\x00", 8);
+  char d[8];
   int h = snprintf(buf + 10, len - 10, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
-                   descr_of(dt), dims);
+                   descr_of(dt, d), dims);
   size_t total = 10 + (size_t)h + 1;
   size_t padded = (total + 63) / 64 * 64;
   memset(buf + 10 + h, ' ', padded - total);
@@ -388,9 +378,9 @@ static size_t format_header(char *buf, size_t len, cf_dtype dt, const cf_shape *
 
 cf_status cf_npy_write(cf_context *ctx, const char *path, cf_dtype dt, const cf_shape *shape,
                        const void *data) {
-  char hdr[512];
+  char hdr[512], d[8];
   int64_t count, bytes;
-  if (!descr_of(dt))
+  if (!descr_of(dt, d))
     return cf_error(ctx, CF_ERR_USAGE, path, 0, "cannot write dtype %s as .npy", cf_dtype_name(dt));
   if (!cf_shape_elements(shape, &count) || !cf_mul_i64(count, cf_dtype_size(dt), &bytes))
     return cf_error(ctx, CF_ERR_USAGE, path, 0, "array too large");

@@ -66,14 +66,7 @@ typedef struct ref_run {
 static bool is_int(cf_dtype dt) { return !cf_dtype_is_float(dt); }
 static bool defined(const rv *v) { return v->val || v->ival; }
 
-/* An int64 wrapped to dt's width: two's complement, uint8 zero-extended. */
-static int64_t wrap(uint64_t u, cf_dtype dt) {
-  int bits = cf_dtype_size(dt) * 8;
-  if (bits >= 64) return (int64_t)u;
-  u &= (1ull << bits) - 1;
-  if (dt != CF_DT_UINT8 && (u >> (bits - 1))) u |= ~0ull << bits;
-  return (int64_t)u;
-}
+static int64_t wrap(uint64_t u, cf_dtype dt) { return cf_dtype_wrap(dt, u); }
 
 static void val_free(rv *v) {
   free(v->val);
@@ -132,11 +125,22 @@ static cf_status val_copy(ref_run *r, rv *dst, const rv *src) {
 }
 
 /* element i as a double and its magnitude (integers: exact values) */
-static double dv(const rv *v, int64_t i) { return v->val ? v->val[i] : (double)v->ival[i]; }
-static double mv(const rv *v, int64_t i) { return v->mag ? v->mag[i] : fabs((double)v->ival[i]); }
+static double ival_f64(const rv *v, int64_t i) {
+  return cf_dtype_is_unsigned(v->dtype) ? (double)(uint64_t)v->ival[i] : (double)v->ival[i];
+}
+static double dv(const rv *v, int64_t i) { return v->val ? v->val[i] : ival_f64(v, i); }
+static double mv(const rv *v, int64_t i) { return v->mag ? v->mag[i] : fabs(ival_f64(v, i)); }
 
 /* Load a tensor's elements (count of v, dtype of v) into v's storage. */
 static void load(rv *v, const void *data) {
+  if (!v->ival && v->dtype == CF_DT_FLOAT32) { /* the common case, as below */
+    const float *f = data;
+    for (int64_t i = 0; i < v->count; i++) {
+      v->val[i] = f[i];
+      v->mag[i] = fabs(v->val[i]);
+    }
+    return;
+  }
   for (int64_t i = 0; i < v->count; i++) {
     if (v->ival) {
       v->ival[i] = cf_load_i64(data, v->dtype, i);
@@ -250,7 +254,9 @@ static void quant_matmul(const rv *x1, const rv *x2, const rv *bias, const rv *s
 static void cast(const rv *x, rv *o) {
   unsigned char tmp[8];
   for (int64_t i = 0; i < o->count; i++) {
-    if (x->ival) {
+    if (x->ival && !o->ival) {
+      cf_store_f64(tmp, o->dtype, 0, ival_f64(x, i)); /* uint64 above 2^63 stays positive */
+    } else if (x->ival) {
       cf_store_i64(tmp, o->dtype, 0, x->ival[i]);
     } else {
       cf_store_f64(tmp, o->dtype, 0, x->val[i]);
@@ -402,9 +408,26 @@ static double red_min(double a, double b) {
 }
 
 /* dst[doff + e] = red over src[0..s)[off + e], e < cnt. Integer sums wrap
- * (in int64, then the dtype), integer mean is the sum truncated by s. */
+ * (in int64, then the dtype), integer mean is the sum truncated by s;
+ * unsigned dtypes compare and divide unsigned, bool reduces by
+ * cf_dtype_reduction (or, and). */
 static void reduce_into(cf_reduction red, const rv *const *src, int s, int64_t off, rv *dst,
                         int64_t doff, int64_t cnt) {
+  red = cf_dtype_reduction(dst->dtype, red);
+  bool u = cf_dtype_is_unsigned(dst->dtype);
+  if (!dst->ival && (red == CF_RED_SUM || red == CF_RED_MEAN)) { /* the common case, as below */
+    for (int64_t e = 0; e < cnt; e++) {
+      int64_t i = off + e;
+      double v = src[0]->val[i], m = src[0]->mag[i];
+      for (int k = 1; k < s; k++) {
+        v += src[k]->val[i];
+        m += src[k]->mag[i];
+      }
+      dst->val[doff + e] = red == CF_RED_MEAN ? v / s : v;
+      dst->mag[doff + e] = red == CF_RED_MEAN ? m / s : m;
+    }
+    return;
+  }
   for (int64_t e = 0; e < cnt; e++) {
     int64_t i = off + e;
     if (dst->ival) {
@@ -412,12 +435,13 @@ static void reduce_into(cf_reduction red, const rv *const *src, int s, int64_t o
       for (int k = 1; k < s; k++) {
         uint64_t x = (uint64_t)src[k]->ival[i];
         int64_t a = (int64_t)acc, b = (int64_t)x;
+        bool gt = u ? acc > x : a > b;
         acc = red == CF_RED_PROD  ? acc * x
-              : red == CF_RED_MAX ? (uint64_t)(a > b ? a : b)
-              : red == CF_RED_MIN ? (uint64_t)(a < b ? a : b)
+              : red == CF_RED_MAX ? (gt ? acc : x)
+              : red == CF_RED_MIN ? (gt ? x : acc)
                                   : acc + x;
       }
-      if (red == CF_RED_MEAN) acc = (uint64_t)((int64_t)acc / s);
+      if (red == CF_RED_MEAN) acc = u ? acc / (uint64_t)s : (uint64_t)((int64_t)acc / s);
       dst->ival[doff + e] = wrap(acc, dst->dtype);
       continue;
     }

@@ -11,7 +11,9 @@
  * dtype, and testable at exactly L-1, L and L+1. NVPTX kernels are scalar
  * per thread in a grid-stride loop (tid/ntid/ctaid/nctaid sregs).
  *
- * Element semantics: integers wrap; float16/bfloat16 are widened to float32,
+ * Element semantics: integers wrap (unsigned ones compare and divide
+ * unsigned; bool's sum and prod are or and and, cf_dtype_reduction);
+ * float16/bfloat16 are widened to float32,
  * combined there, and rounded back to nearest even (bfloat16 in even/odd
  * pairs, by vcvtne2ps2bf16 where the host has it, else by integer
  * arithmetic that keeps NaN a NaN); float max/min propagate NaN with
@@ -67,16 +69,14 @@ static bool is_half_float(cf_dtype dt) { return dt == CF_DT_FLOAT16 || dt == CF_
 static bool is_float(cf_dtype dt) { return cf_dtype_is_float(dt); }
 
 static LLVMTypeRef store_ty(kg *g, cf_dtype dt) {
-  switch (dt) {
-  case CF_DT_INT8:
-  case CF_DT_UINT8: return g->i8;
-  case CF_DT_INT16:
-  case CF_DT_BFLOAT16: return g->i16;
-  case CF_DT_INT32: return g->i32;
-  case CF_DT_INT64: return g->i64;
-  case CF_DT_FLOAT16: return g->f16;
-  case CF_DT_FLOAT32: return g->f32;
-  default: return g->f64;
+  if (dt == CF_DT_FLOAT16) return g->f16;
+  if (dt == CF_DT_FLOAT32) return g->f32;
+  if (dt == CF_DT_FLOAT64) return g->f64;
+  switch (storage_bits(dt)) { /* integers, and bfloat16's bits */
+  case 8: return g->i8;
+  case 16: return g->i16;
+  case 32: return g->i32;
+  default: return g->i64;
   }
 }
 
@@ -363,8 +363,8 @@ static LLVMValueRef combine(kg *g, cf_reduction red, cf_dtype dt, LLVMValueRef a
     default: return LLVMBuildFAdd(g->b, a, b, "");
     }
   }
-  bool u = dt == CF_DT_UINT8;
-  switch (red) {
+  bool u = cf_dtype_is_unsigned(dt);
+  switch (cf_dtype_reduction(dt, red)) { /* bool: or, and */
   case CF_RED_PROD: return LLVMBuildMul(g->b, a, b, "");
   case CF_RED_MAX: return call_intrinsic(g, u ? "llvm.umax" : "llvm.smax", t, args, 2);
   case CF_RED_MIN: return call_intrinsic(g, u ? "llvm.umin" : "llvm.smin", t, args, 2);
@@ -536,18 +536,22 @@ static LLVMValueRef half_maxmin(kg *g, cf_reduction red, cf_dtype dt, LLVMValueR
   return LLVMBuildSelect(g->b, npos, LLVMBuildOr(g->b, s, q, ""), r, "");
 }
 
-/* Integer v (any width, uint8 zero- and the others sign-extended) divided
- * by the kernel's divisor, truncated toward zero, in dtype dt's storage
- * type. Up to 32-bit types divide in double: v and div are exact there and
- * a correctly rounded quotient never crosses an integer, so truncating it
- * is exact integer division, and vdivpd beats scalarized idiv. */
+/* Integer v (any width, unsigned dtypes zero- and the others
+ * sign-extended) divided by the kernel's divisor, truncated toward zero,
+ * in dtype dt's storage type. Up to 32-bit types divide in double: v and
+ * div are exact there and a correctly rounded quotient never crosses an
+ * integer, so truncating it is exact integer division, and vdivpd beats
+ * scalarized idiv. */
 static LLVMValueRef int_div(kg *g, kenv *e, LLVMValueRef v, cf_dtype dt, int lanes) {
-  if (dt == CF_DT_INT64) return LLVMBuildSDiv(g->b, v, splat(g, e->idiv, lanes), "");
+  bool u = cf_dtype_is_unsigned(dt);
+  if (storage_bits(dt) == 64)
+    return u ? LLVMBuildUDiv(g->b, v, splat(g, e->idiv, lanes), "")
+             : LLVMBuildSDiv(g->b, v, splat(g, e->idiv, lanes), "");
   LLVMTypeRef dv = vec(g->f64, lanes);
-  LLVMValueRef f = dt == CF_DT_UINT8 ? LLVMBuildUIToFP(g->b, v, dv, "") /* v >= 0 */
-                                     : LLVMBuildSIToFP(g->b, v, dv, "");
+  LLVMValueRef f = u ? LLVMBuildUIToFP(g->b, v, dv, "") : LLVMBuildSIToFP(g->b, v, dv, "");
   f = LLVMBuildFDiv(g->b, f, splat(g, e->fdiv, lanes), "");
-  LLVMValueRef q = LLVMBuildFPToSI(g->b, f, vec(g->i32, lanes), "");
+  LLVMValueRef q = u ? LLVMBuildFPToUI(g->b, f, vec(g->i32, lanes), "") /* uint32: up to 2^32-1 */
+                     : LLVMBuildFPToSI(g->b, f, vec(g->i32, lanes), "");
   return storage_bits(dt) < 32 ? LLVMBuildTrunc(g->b, q, vec(store_ty(g, dt), lanes), "") : q;
 }
 
@@ -581,8 +585,8 @@ static void body_nary(kg *g, kenv *e, LLVMValueRef idx, int lanes) {
     r = NULL;
     for (int k = 0; k < e->key->arity; k++) {
       LLVMValueRef x = load(g, st, e->src[k], idx, lanes);
-      if (dt != CF_DT_INT64)
-        x = dt == CF_DT_UINT8 ? LLVMBuildZExt(g->b, x, wt, "") : LLVMBuildSExt(g->b, x, wt, "");
+      if (storage_bits(dt) < 64)
+        x = cf_dtype_is_unsigned(dt) ? LLVMBuildZExt(g->b, x, wt, "") : LLVMBuildSExt(g->b, x, wt, "");
       r = r ? LLVMBuildAdd(g->b, r, x, "") : x;
     }
     r = int_div(g, e, r, dt, lanes);

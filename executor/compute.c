@@ -88,7 +88,7 @@ static cf_status check_io(cf_context *ctx, const cf_graph *g, const cf_node *n, 
  * value): t's own data for int32, else a malloc'd copy in *owned. */
 static const uint32_t *widen_u32(const cf_tensor *t, uint32_t **owned) {
   *owned = NULL;
-  if (t->dtype == CF_DT_INT32) return t->data;
+  if (t->dtype == CF_DT_INT32 || t->dtype == CF_DT_UINT32) return t->data;
   if (!(*owned = alloc_n(t->count, 4))) return NULL;
   for (int64_t i = 0; i < t->count; i++) (*owned)[i] = (uint32_t)cf_load_i64(t->data, t->dtype, i);
   return *owned;
@@ -171,7 +171,7 @@ static bool imatmul8(const cf_tensor *a, const cf_tensor *b, uint32_t *c, int64_
   return ok;
 }
 
-/* int8/uint8/int16/int32 operands into an int32 c (m,n), wrapping. */
+/* 8- to 32-bit integer operands into a 32-bit c (m,n), wrapping. */
 static cf_status imatmul32(cf_context *ctx, const cf_graph *g, const cf_node *n, const cf_tensor *a,
                            const cf_tensor *b, uint32_t *c, int64_t m, int64_t k, int64_t nn) {
   if ((a->dtype == CF_DT_INT8 || a->dtype == CF_DT_UINT8) && a->dtype == b->dtype && m > 0 &&
@@ -304,11 +304,14 @@ static cf_status run_matmul(cf_context *ctx, const cf_graph *g, const cf_node *n
     return CF_OK;
   case CF_DT_FLOAT16:
   case CF_DT_BFLOAT16: return matmul_half(ctx, g, n, a, b, out, m, k, nn, flags);
-  case CF_DT_INT64: gemm_u64(m, k, nn, a->data, b->data, out->data); return CF_OK;
+  case CF_DT_INT64:
+  case CF_DT_UINT64: gemm_u64(m, k, nn, a->data, b->data, out->data); return CF_OK;
   case CF_DT_INT8:
   case CF_DT_UINT8:
   case CF_DT_INT16:
-  case CF_DT_INT32: return imatmul32(ctx, g, n, a, b, out->data, m, k, nn);
+  case CF_DT_UINT16:
+  case CF_DT_INT32:
+  case CF_DT_UINT32: return imatmul32(ctx, g, n, a, b, out->data, m, k, nn);
   default:
     return node_err(ctx, g, n, CF_ERR_INVALID, "MatMul of %s is not supported",
                     cf_dtype_name(a->dtype));
@@ -497,10 +500,11 @@ static void run_cast(const cf_tensor *x, cf_tensor *y) {
   for (int64_t i = 0; i < x->count; i++) {
     if (fi && ti) {
       cf_store_i64(y->data, to, i, cf_load_i64(x->data, from, i));
-    } else if (fi && to == CF_DT_FLOAT32) {
-      ((float *)y->data)[i] = (float)cf_load_i64(x->data, from, i); /* one rounding */
+    } else if (fi && to == CF_DT_FLOAT32) { /* one rounding */
+      int64_t v = cf_load_i64(x->data, from, i);
+      ((float *)y->data)[i] = cf_dtype_is_unsigned(from) ? (float)(uint64_t)v : (float)v;
     } else if (fi) {
-      cf_store_f64(y->data, to, i, (double)cf_load_i64(x->data, from, i));
+      cf_store_f64(y->data, to, i, cf_load_f64(x->data, from, i));
     } else {
       cf_store_f64(y->data, to, i, cf_load_f64(x->data, from, i));
     }

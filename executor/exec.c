@@ -17,7 +17,6 @@
 #include "transports/transports.h"
 
 #include <assert.h>
-#include <limits.h>
 #include <cblas.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -41,11 +40,8 @@ typedef struct rank_run {
   const cf_inputs *in;
   cf_run_result *res;
   cf_status st;
-  bool vanished;
   bool solo;       /* the only rank of this process (MPI): records its own times */
   int64_t copies, copy_bytes; /* cf_run_result's, this rank's */
-  int fail_at;     /* test hook: the step of the first iteration this rank fails at, else -1 */
-  int stall_at;    /* test hook: its first compute step from this one on never returns; INT_MAX */
   /* communication thread: a FIFO of started collectives */
   pthread_t thread;
   bool has_thread;
@@ -63,6 +59,8 @@ typedef struct rank_run {
    * touch nothing more) and which step it is */
   _Atomic int64_t busy_us;
   _Atomic int busy_step;
+  cf_trace_lane *lane, *clane; /* trace.c: the rank thread's and the communication thread's; NULL
+                                * when not tracing */
 } rank_run;
 
 static cf_status run_call(rank_run *r, const cf_coll_call *call) {
@@ -71,9 +69,26 @@ static cf_status run_call(rank_run *r, const cf_coll_call *call) {
   return st ? st : cf_device_error(r->cdev, r->ctx);
 }
 
+/* The trace event of collective call, run from t0 until now on lane l. */
+static void trace_call(const rank_run *r, cf_trace_lane *l, const cf_coll_call *call, int64_t t0) {
+  const cf_plan *p = r->p;
+  /* a plan collective's own call, or a fused op's chunk (a copy) */
+  uintptr_t at = (uintptr_t)call, lo = (uintptr_t)r->calls;
+  int c = at >= lo && at < lo + (uintptr_t)p->n_colls * sizeof *call ? (int)((at - lo) / sizeof *call) : -1;
+  const cf_pcoll *pc = c >= 0 ? &p->colls[c] : NULL;
+  int algo = pc ? pc->algo : call->algo;
+  cf_trace_record(l, &(cf_trace_ev){.t0 = t0, .t1 = cf_trace_clock(), .name = call->desc.node,
+                                    .cat = "collective",
+                                    .node = pc ? &p->g->nodes[pc->node] : NULL,
+                                    .algo = algo >= 0 ? cf_algo_name(algo) : NULL,
+                                    .bytes = call->desc.count * cf_dtype_size(call->desc.dtype),
+                                    .arg_name = pc ? "coll" : NULL, .arg = c});
+}
+
 static void *comm_main(void *arg) {
   rank_run *r = arg;
   cf_world_rank_thread(r->world, r->rank, 1);
+  cf_trace_here = r->clane;
   pthread_mutex_lock(&r->lock);
   for (;;) {
     while (!r->stop && r->completed == r->started) pthread_cond_wait(&r->cond, &r->lock);
@@ -81,7 +96,9 @@ static void *comm_main(void *arg) {
     const cf_coll_call *call = r->queue[r->completed % r->queue_cap];
     cf_status prev = r->comm_st;
     pthread_mutex_unlock(&r->lock);
+    int64_t t0 = r->clane ? cf_trace_clock() : 0;
     cf_status st = prev ? prev : run_call(r, call);
+    if (r->clane) trace_call(r, r->clane, call, t0);
     pthread_mutex_lock(&r->lock);
     if (st && !r->comm_st) r->comm_st = st;
     r->completed++;
@@ -340,19 +357,6 @@ static cf_status compute(rank_run *r, const cf_node *n, cf_tensor *tin, cf_tenso
                            p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
 }
 
-/* Test hook: this rank stops at step s, loudly (mode 1) or without a word
- * (mode 2). */
-static cf_status injected_failure(rank_run *r, int s) {
-  if (r->p->opt.hooks->fail_mode == 2) {
-    r->vanished = true;
-    return CF_ERR_RUNTIME;
-  }
-  char text[160];
-  snprintf(text, sizeof text, "rank %d failed at step %d (injected failure)", r->rank, s);
-  r->comm->ops->abort(r->comm, text);
-  return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
-}
-
 /* A compute step begins: the step join_ranks can give up on (BLAS watches
  * no deadline and cannot be interrupted). */
 static void busy(rank_run *r, int s) {
@@ -374,20 +378,36 @@ static void io_busy(void *impl) {
 
 static void io_idle(void *impl) { idle(impl); }
 
-static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *tout) {
+/* The trace event of step s, run from t0 until now (trace.c; the rank's lane). */
+static void trace_step(rank_run *r, int s, int64_t t0) {
   const cf_plan *p = r->p;
-  /* a test's injected failure cuts the first iteration short */
-  int end = first && r->fail_at >= 0 && r->fail_at < p->n_steps ? r->fail_at : p->n_steps;
-  for (int s = 0; s < end; s++) {
+  const cf_step *sp = &p->steps[s];
+  if (sp->kind == CF_STEP_START && p->colls[sp->coll].inline_ok) { /* ran here */
+    trace_call(r, r->lane, &r->calls[sp->coll], t0);
+    return;
+  }
+  static const char *const cat[] = {[CF_STEP_COMPUTE] = "compute", [CF_STEP_COPY] = "copy",
+                                    [CF_STEP_START] = "start", [CF_STEP_WAIT] = "wait",
+                                    [CF_STEP_FUSED] = "fused"};
+  const cf_node *n = &p->g->nodes[sp->kind == CF_STEP_COMPUTE ? sp->node : p->colls[sp->coll].node];
+  cf_trace_record(r->lane, &(cf_trace_ev){.t0 = t0, .t1 = cf_trace_clock(), .name = n->name,
+                                          .cat = cat[sp->kind], .node = n,
+                                          .bytes = sp->kind == CF_STEP_COPY ? sp->bytes : 0,
+                                          .arg_name = sp->kind == CF_STEP_COMPUTE ? NULL : "coll",
+                                          .arg = sp->coll});
+}
+
+static cf_status iteration(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
+  const cf_plan *p = r->p;
+  for (int s = 0; s < p->n_steps; s++) {
     const cf_step *sp = &p->steps[s];
     cf_status st = CF_OK;
     const char *why;
     if (r->comm->ops->aborted(r->comm, &why)) return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
+    int64_t t0 = r->lane ? cf_trace_clock() : 0;
     switch (sp->kind) {
     case CF_STEP_COMPUTE:
       busy(r, s);
-      if (first && s >= r->stall_at) /* test hook: as OpenBLAS retrying a buffer it cannot map */
-        for (;;) sleep(1000);
       st = compute(r, &p->g->nodes[sp->node], tin, tout);
       idle(r);
       break;
@@ -416,9 +436,9 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
       break;
     }
     }
+    if (r->lane) trace_step(r, s, t0);
     if (st) return st;
   }
-  if (end < p->n_steps) return injected_failure(r, end);
   return cf_device_error(r->dev, r->ctx); /* the copies' */
 }
 
@@ -436,6 +456,8 @@ static cf_status collect_outputs(rank_run *r);
 static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   cf_plan *p = r->p;
   cf_status st;
+  int64_t t_in = r->lane ? cf_trace_clock() : 0;
+  cf_phase_begin(r->ctx, "inputs", 0);
   r->arena = r->dev->ops->alloc(r->dev, (size_t)p->arena_bytes);
   if (!r->arena) {
     char b[32];
@@ -467,16 +489,21 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
       }
   }
   if ((st = fill_inputs(r))) return st;
+  cf_trace_record(r->lane, &(cf_trace_ev){.t0 = t_in, .t1 = cf_trace_clock(), .name = "inputs",
+                                          .cat = "phase"});
   if ((st = check_fingerprints(r))) return st;
-  if (p->opt.hooks && p->opt.hooks->mutate)
-    for (int c = 0; c < p->n_colls; c++)
-      p->opt.hooks->mutate(p->opt.hooks->user, r->rank, &r->calls[c].desc, c);
   int total = p->opt.warmup + p->opt.iters;
+  cf_phase_begin(r->ctx, "iterations", total);
   for (int it = 0; it < total; it++) {
     if ((st = barrier(r))) return st;
     double t0 = 1e3 * cf_now();
-    if ((st = iteration(r, it == 0, tin, tout))) return st;
+    int64_t ti = r->lane ? cf_trace_clock() : 0;
+    st = iteration(r, tin, tout);
+    cf_trace_record(r->lane, &(cf_trace_ev){.t0 = ti, .t1 = cf_trace_clock(), .name = "iteration",
+                                            .cat = "iteration", .arg_name = "iteration", .arg = it});
+    if (st) return st;
     if ((st = barrier(r))) return st;
+    cf_phase_done(r->ctx, it + 1);
     if ((r->rank == 0 || r->solo) && it >= p->opt.warmup)
       r->res->time_ms[it - p->opt.warmup] = 1e3 * cf_now() - t0;
     /* an iteration after the first of a plan that reduces its Inputs in
@@ -534,6 +561,7 @@ static cf_status collect_outputs(rank_run *r) {
 static void *rank_main(void *arg) {
   rank_run *r = arg;
   cf_world_rank_thread(r->world, r->rank, 0);
+  cf_trace_here = r->lane;
   int ports = max_ports(r->p->g);
   cf_tensor *tin = calloc((size_t)ports, sizeof *tin), *tout = calloc((size_t)ports, sizeof *tout);
   r->calls = calloc((size_t)r->p->n_colls + 1, sizeof *r->calls);
@@ -542,7 +570,7 @@ static void *rank_main(void *arg) {
   } else {
     r->st = rank_body(r, tin, tout);
   }
-  if (r->st && !r->vanished) {
+  if (r->st) {
     const char *why;
     if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_errmsg(r->ctx));
   }
@@ -564,10 +592,6 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
   x->rank = rank;
   x->in = in;
   x->res = res;
-  const cf_run_hooks *h = p->opt.hooks;
-  bool mine = h && h->fail_rank == rank;
-  x->fail_at = mine && (h->fail_mode == 1 || h->fail_mode == 2) ? h->fail_step : -1;
-  x->stall_at = mine && h->fail_mode == 4 ? h->fail_step : INT_MAX;
   pthread_mutex_init(&x->lock, NULL);
   pthread_cond_init(&x->cond, NULL);
   x->queue_cap = p->n_colls + 2;
@@ -579,6 +603,10 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
     x->ctx->codegen_free = NULL;
     x->ctx->log_fn = ctx->log_fn;
     x->ctx->log_user = ctx->log_user;
+    x->ctx->progress = rank == 0 ? ctx->progress : NULL; /* rank 0 reports the phases */
+    x->ctx->trace = ctx->trace;
+    x->lane = cf_trace_lane_of(ctx->trace, rank, 0);
+    x->clane = cf_trace_lane_of(ctx->trace, rank, 1);
   }
   if (!x->queue || !x->ticket || st) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if ((st = cf_device_view(p->dev, x->ctx, rank, 0, &x->dev)) ||
@@ -707,6 +735,7 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
   int gone = 0;
   if (!st) {
     x->solo = true;
+    x->ctx->progress = ctx->progress; /* this process's one rank reports its phases */
     x->world = w;
     x->comm = comm;
     cf_context *saved = comm->ctx;
@@ -837,7 +866,7 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
      * runtime errors it caused elsewhere */
     int who = -1;
     for (int r = 0; r < n; r++)
-      if (rr[r].st && !rr[r].vanished && (who < 0 || (rr[who].st == CF_ERR_RUNTIME && rr[r].st != CF_ERR_RUNTIME)))
+      if (rr[r].st && (who < 0 || (rr[who].st == CF_ERR_RUNTIME && rr[r].st != CF_ERR_RUNTIME)))
         who = r;
     if (who >= 0) {
       const char *why = NULL;

@@ -32,77 +32,93 @@ static float f32_round_odd(double d) {
 
 /* ---------------- element access ---------------- */
 
-static double sat_trunc(double v, double lo, double hi) {
-  if (isnan(v)) return 0;
-  v = trunc(v);
-  return v < lo ? lo : v > hi ? hi : v;
+/* Integer element i of data: its bits, widened as cf_dtype_wrap says. */
+static uint64_t load_bits(const void *data, int size, int64_t i) {
+  const unsigned char *p = (const unsigned char *)data + i * size;
+  switch (size) {
+  case 1: return *p;
+  case 2: { uint16_t v; memcpy(&v, p, 2); return v; }
+  case 4: { uint32_t v; memcpy(&v, p, 4); return v; }
+  default: { uint64_t v; memcpy(&v, p, 8); return v; }
+  }
+}
+
+static void store_bits(void *data, int size, int64_t i, uint64_t u) {
+  unsigned char *p = (unsigned char *)data + i * size;
+  switch (size) {
+  case 1: *p = (uint8_t)u; break;
+  case 2: { uint16_t v = (uint16_t)u; memcpy(p, &v, 2); break; }
+  case 4: { uint32_t v = (uint32_t)u; memcpy(p, &v, 4); break; }
+  default: memcpy(p, &u, 8); break;
+  }
 }
 
 double cf_load_f64(const void *data, cf_dtype dt, int64_t i) {
   switch (dt) {
-  case CF_DT_INT8: return ((const int8_t *)data)[i];
-  case CF_DT_UINT8: return ((const uint8_t *)data)[i];
-  case CF_DT_INT16: return ((const int16_t *)data)[i];
-  case CF_DT_INT32: return ((const int32_t *)data)[i];
-  case CF_DT_INT64: return (double)((const int64_t *)data)[i];
   case CF_DT_FLOAT16: return cf_f16_to_f32(((const uint16_t *)data)[i]);
   case CF_DT_BFLOAT16: return cf_bf16_to_f32(((const uint16_t *)data)[i]);
   case CF_DT_FLOAT32: return ((const float *)data)[i];
   case CF_DT_FLOAT64: return ((const double *)data)[i];
-  default: return 0;
+  case CF_DT_INVALID:
+  case CF_DT_COUNT: return 0;
+  default: {
+    int64_t v = cf_load_i64(data, dt, i);
+    return cf_dtype_is_unsigned(dt) ? (double)(uint64_t)v : (double)v;
   }
+  }
+}
+
+/* v truncated toward zero into integer dtype dt, saturating (NaN -> 0;
+ * bool is v != 0, NaN included, as numpy's astype(bool)). */
+static void store_int_f64(void *data, cf_dtype dt, int64_t i, double v) {
+  int size = cf_dtype_size(dt), bits = size * 8;
+  uint64_t u;
+  if (dt == CF_DT_BOOL) {
+    u = v != 0;
+  } else if (isnan(v)) {
+    u = 0;
+  } else if (cf_dtype_is_unsigned(dt)) { /* [0, 2^bits) */
+    double top = ldexp(1.0, bits);
+    u = v <= 0 ? 0 : v >= top ? ~0ull : (uint64_t)v;
+  } else { /* [-2^(bits-1), 2^(bits-1)) */
+    double top = ldexp(1.0, bits - 1);
+    int64_t max = (int64_t)(~0ull >> (65 - bits));
+    u = (uint64_t)(v >= top ? max : v <= -top ? -max - 1 : (int64_t)v);
+  }
+  store_bits(data, size, i, u);
 }
 
 void cf_store_f64(void *data, cf_dtype dt, int64_t i, double v) {
   switch (dt) {
-  case CF_DT_INT8: ((int8_t *)data)[i] = (int8_t)sat_trunc(v, INT8_MIN, INT8_MAX); break;
-  case CF_DT_UINT8: ((uint8_t *)data)[i] = (uint8_t)sat_trunc(v, 0, UINT8_MAX); break;
-  case CF_DT_INT16: ((int16_t *)data)[i] = (int16_t)sat_trunc(v, INT16_MIN, INT16_MAX); break;
-  case CF_DT_INT32: ((int32_t *)data)[i] = (int32_t)sat_trunc(v, INT32_MIN, INT32_MAX); break;
-  case CF_DT_INT64: {
-    /* 2^63 is the first double above INT64_MAX */
-    int64_t r = isnan(v)                        ? 0
-                : v >= 9223372036854775808.0    ? INT64_MAX
-                : v <= -9223372036854775808.0   ? INT64_MIN
-                                                : (int64_t)v;
-    ((int64_t *)data)[i] = r;
-    break;
-  }
   case CF_DT_FLOAT16: ((uint16_t *)data)[i] = cf_f32_to_f16(f32_round_odd(v)); break;
   case CF_DT_BFLOAT16: ((uint16_t *)data)[i] = cf_f32_to_bf16(f32_round_odd(v)); break;
   case CF_DT_FLOAT32: ((float *)data)[i] = (float)v; break;
   case CF_DT_FLOAT64: ((double *)data)[i] = v; break;
-  default: break;
+  case CF_DT_INVALID:
+  case CF_DT_COUNT: break;
+  default: store_int_f64(data, dt, i, v); break;
   }
 }
 
 int64_t cf_load_i64(const void *data, cf_dtype dt, int64_t i) {
-  switch (dt) {
-  case CF_DT_INT8: return ((const int8_t *)data)[i];
-  case CF_DT_UINT8: return ((const uint8_t *)data)[i];
-  case CF_DT_INT16: return ((const int16_t *)data)[i];
-  case CF_DT_INT32: return ((const int32_t *)data)[i];
-  case CF_DT_INT64: return ((const int64_t *)data)[i];
-  default: { /* a float: the saturating, truncating conversion */
+  if (cf_dtype_is_float(dt)) { /* the saturating, truncating conversion */
     int64_t r;
     cf_store_f64(&r, CF_DT_INT64, 0, cf_load_f64(data, dt, i));
     return r;
   }
-  }
+  if (cf_dtype_size(dt) == 0) return 0;
+  uint64_t u = load_bits(data, cf_dtype_size(dt), i);
+  return dt == CF_DT_BOOL ? (int64_t)u : cf_dtype_wrap(dt, u); /* a bool byte as it is: --verify
+                                                                   sees one that is not 0 or 1 */
 }
 
 void cf_store_i64(void *data, cf_dtype dt, int64_t i, int64_t v) {
   /* through the unsigned type of the same width: two's complement wrap,
    * defined behaviour in C */
-  uint64_t u = (uint64_t)v;
-  switch (dt) {
-  case CF_DT_INT8:
-  case CF_DT_UINT8: ((uint8_t *)data)[i] = (uint8_t)u; break;
-  case CF_DT_INT16: ((uint16_t *)data)[i] = (uint16_t)u; break;
-  case CF_DT_INT32: ((uint32_t *)data)[i] = (uint32_t)u; break;
-  case CF_DT_INT64: ((uint64_t *)data)[i] = u; break;
-  default: cf_store_f64(data, dt, i, (double)v); break;
-  }
+  if (cf_dtype_is_float(dt))
+    cf_store_f64(data, dt, i, (double)v);
+  else if (cf_dtype_size(dt))
+    store_bits(data, cf_dtype_size(dt), i, (uint64_t)cf_dtype_wrap(dt, (uint64_t)v));
 }
 
 /* ---------------- random data ---------------- */
@@ -130,17 +146,43 @@ void cf_fill_random(void *data, cf_dtype dt, int64_t count, uint64_t seed, int r
 void cf_fill_random_at(void *data, cf_dtype dt, int64_t first, int64_t count, uint64_t seed,
                        int rank, const char *name) {
   uint64_t base = stream_base(seed, rank, name);
+  /* float32 and float64, the common cases, without the per-element
+   * dispatch (the same values: a float64 in (-1, 1) never rounds to 0 in
+   * either, and float32's rounding up to 1 wraps to -1) */
+  if (dt == CF_DT_FLOAT32) {
+    float *o = data;
+    for (int64_t i = 0; i < count; i++) {
+      uint64_t r = mix64(base + (uint64_t)(first + i) * CF_GOLDEN);
+      float f = (float)(((double)(r >> 11) + 0.5) * 0x1p-52 - 1.0);
+      o[i] = f >= 1.0f ? -1.0f : f;
+    }
+    return;
+  }
+  if (dt == CF_DT_FLOAT64) {
+    double *o = data;
+    for (int64_t i = 0; i < count; i++) {
+      uint64_t r = mix64(base + (uint64_t)(first + i) * CF_GOLDEN);
+      o[i] = ((double)(r >> 11) + 0.5) * 0x1p-52 - 1.0;
+    }
+    return;
+  }
   for (int64_t i = 0; i < count; i++) {
     uint64_t r = mix64(base + (uint64_t)(first + i) * CF_GOLDEN);
     bool head = first + i == 0;         /* the tensor's element 0 */
     int64_t small = (int64_t)(r >> 60); /* 0..15 */
-    switch (dt) {
-    case CF_DT_UINT8: ((uint8_t *)data)[i] = (uint8_t)(head && !small ? 1 : small); break;
-    case CF_DT_INT8:
-    case CF_DT_INT16:
-    case CF_DT_INT32:
-    case CF_DT_INT64: cf_store_i64(data, dt, i, head && small == 8 ? 1 : small - 8); break;
-    default: {
+    int bits = cf_dtype_size(dt) * 8;
+    if (dt == CF_DT_BOOL) {
+      ((uint8_t *)data)[i] = (uint8_t)(head || (r >> 63));
+    } else if (dt == CF_DT_UINT8) {
+      ((uint8_t *)data)[i] = (uint8_t)(head && !small ? 1 : small);
+    } else if (cf_dtype_is_unsigned(dt)) {
+      /* small, or small plus the top bit: above every signed range, so a
+       * signed compare or conversion anywhere shows */
+      uint64_t top = (r >> 59 & 1) << (bits - 1);
+      cf_store_i64(data, dt, i, (int64_t)((uint64_t)(head && !small ? 1 : small) | top));
+    } else if (!cf_dtype_is_float(dt)) {
+      cf_store_i64(data, dt, i, head && small == 8 ? 1 : small - 8);
+    } else {
       /* (k + 1/2) * 2^-52 - 1 for k in [0, 2^53): in (-1, 1), never 0 */
       double v = ((double)(r >> 11) + 0.5) * 0x1p-52 - 1.0;
       cf_store_f64(data, dt, i, v);
@@ -150,8 +192,6 @@ void cf_fill_random_at(void *data, cf_dtype dt, int64_t first, int64_t count, ui
       double got = cf_load_f64(data, dt, i);
       if (got >= 1.0) cf_store_f64(data, dt, i, -1.0);
       if (head && got == 0) cf_store_f64(data, dt, i, 0.5);
-      break;
-    }
     }
   }
 }

@@ -195,9 +195,8 @@ static bool dot_is_matmul(const hinstr *in, const hval *a, const hval *b) {
     return false;
   if (!int_set(cf_hlo_attr(in, "lhs_batch_dims"), bd, 1, &nb) || nb) return false;
   if (!int_set(cf_hlo_attr(in, "rhs_batch_dims"), bd, 1, &nb) || nb) return false;
-  cf_dtype dt = a->type->dt;
-  cf_dtype want = dt == CF_DT_INT8 || dt == CF_DT_UINT8 || dt == CF_DT_INT16 ? CF_DT_INT32 : dt;
-  return t->dt == want && t->s.rank == 2 && x->dims[1] == y->dims[0] &&
+  cf_dtype want = cf_dtype_matmul_out(a->type->dt);
+  return want != CF_DT_INVALID && t->dt == want && t->s.rank == 2 && x->dims[1] == y->dims[0] &&
          t->s.dims[0] == x->dims[0] && t->s.dims[1] == y->dims[1];
 }
 
@@ -322,7 +321,8 @@ static int64_t param_number(const hcomp *c, int k) {
 
 /* The reduction of a collective's to_apply (an HLO computation or a
  * StableHLO reducer region), -1 when it is none: the computation must be
- * exactly one add, multiply, maximum or minimum of its two parameters, in
+ * exactly one add, multiply, maximum or minimum of its two parameters (or,
+ * and of pred ones: bool's sum and prod), in
  * either order, and nothing else (a root op alone would take (a+b)*(a+b)
  * for a product and a+1 for a sum). -1 when the root is another op or
  * there is no computation, -2 when the root is one of the four but the
@@ -334,11 +334,14 @@ static int reducer(hlo_reader *r, const hinstr *in, const char **why) {
   if (!c) return -1;
   const hinstr *root = &c->ins[c->root];
   const char *op = root->opcode;
-  int red = !strcmp(op, "add")        ? CF_RED_SUM
-            : !strcmp(op, "multiply") ? CF_RED_PROD
-            : !strcmp(op, "maximum")  ? CF_RED_MAX
-            : !strcmp(op, "minimum")  ? CF_RED_MIN
-                                      : -1;
+  bool pred = root->shape.n < 0 && root->shape.dt == CF_DT_BOOL; /* or, and: pred's sum, prod */
+  int red = !strcmp(op, "add")                ? CF_RED_SUM
+            : !strcmp(op, "multiply")         ? CF_RED_PROD
+            : !strcmp(op, "maximum")          ? CF_RED_MAX
+            : !strcmp(op, "minimum")          ? CF_RED_MIN
+            : pred && !strcmp(op, "or")       ? CF_RED_SUM
+            : pred && !strcmp(op, "and")      ? CF_RED_PROD
+                                              : -1;
   *why = op;
   if (red < 0) return -1;
   /* three instructions: parameter(0), parameter(1) and the root over both */

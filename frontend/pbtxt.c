@@ -98,10 +98,10 @@ static const tf_type tf_types[] = {
     {"DT_INT32", 3, CF_DT_INT32, true, 4},        {"DT_UINT8", 4, CF_DT_UINT8, true, 1},
     {"DT_INT16", 5, CF_DT_INT16, true, 2},        {"DT_INT8", 6, CF_DT_INT8, true, 1},
     {"DT_STRING", 7, CF_DT_INVALID, false, 0},    {"DT_COMPLEX64", 8, CF_DT_INVALID, false, 8},
-    {"DT_INT64", 9, CF_DT_INT64, true, 8},        {"DT_BOOL", 10, CF_DT_UINT8, false, 1},
-    {"DT_BFLOAT16", 14, CF_DT_BFLOAT16, true, 2}, {"DT_UINT16", 17, CF_DT_INT16, false, 2},
-    {"DT_HALF", 19, CF_DT_FLOAT16, true, 2},      {"DT_UINT32", 22, CF_DT_INT32, false, 4},
-    {"DT_UINT64", 23, CF_DT_INT64, false, 8},
+    {"DT_INT64", 9, CF_DT_INT64, true, 8},        {"DT_BOOL", 10, CF_DT_BOOL, true, 1},
+    {"DT_BFLOAT16", 14, CF_DT_BFLOAT16, true, 2}, {"DT_UINT16", 17, CF_DT_UINT16, true, 2},
+    {"DT_HALF", 19, CF_DT_FLOAT16, true, 2},      {"DT_UINT32", 22, CF_DT_UINT32, true, 4},
+    {"DT_UINT64", 23, CF_DT_UINT64, true, 8},
 };
 
 /* type: DT_FLOAT (or its number; _REF types count as their base type) */
@@ -205,16 +205,12 @@ static double content_elem(const tf_type *t, const unsigned char *b, int64_t i) 
     memcpy(&d, &u, 8);
     return d;
   }
-  case 3:
-  case 22: return (double)(int32_t)(uint32_t)u;
-  case 5:
-  case 17: return (double)(int16_t)(uint16_t)u;
-  case 6: return (double)(int8_t)(uint8_t)u;
-  case 9:
-  case 23: return (double)(int64_t)u;
   case 14: return cf_bf16_to_f32((uint16_t)u);
   case 19: return cf_f16_to_f32((uint16_t)u);
-  default: return (double)u; /* uint8, bool */
+  default: { /* integers and bool, as their dtype reads the bits */
+    int64_t x = cf_dtype_wrap(t->dt, u);
+    return cf_dtype_is_unsigned(t->dt) ? (double)(uint64_t)x : (double)x;
+  }
   }
 }
 
@@ -224,12 +220,7 @@ static int64_t content_int(const tf_type *t, const unsigned char *b, int64_t i) 
   uint64_t u = 0;
   for (int k = t->size - 1; k >= 0; k--)
     u = u << 8 | b[i * t->size + k];
-  switch (t->size) {
-  case 1: return t->code == 6 ? (int8_t)(uint8_t)u : (int64_t)u;
-  case 2: return (int16_t)(uint16_t)u;
-  case 4: return (int32_t)(uint32_t)u;
-  default: return (int64_t)u; /* two's complement, as int64 */
-  }
+  return cf_dtype_wrap(t->dt, u); /* uint64: its bits, as int64 */
 }
 
 /* The typed value list of a TensorProto for t (float_val, int_val, ...). */

@@ -662,8 +662,8 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
   if ((st = set_operands(s, in, os, oe, false))) return st;
   cf_span sn = short_name(op);
   const char *opc = NULL;
-  static const char *same[] = {"add",     "subtract", "multiply", "maximum",
-                               "minimum", "convert",  "reshape"};
+  static const char *same[] = {"add",     "subtract", "multiply", "maximum", "minimum",
+                               "convert", "reshape",  "or",       "and"};
   for (size_t i = 0; i < sizeof same / sizeof same[0] && sn.p != op.p; i++)
     if (cf_span_is(sn, same[i])) opc = same[i];
   if (opc) {

@@ -36,11 +36,11 @@ static const struct {
     {"i64", CF_DT_INT64, true},
     {"si64", CF_DT_INT64, true},
     {"ui8", CF_DT_UINT8, true},
+    {"i1", CF_DT_BOOL, true},
+    {"ui16", CF_DT_UINT16, true},
+    {"ui32", CF_DT_UINT32, true},
+    {"ui64", CF_DT_UINT64, true},
     /* no IR dtype: a stand-in of the same element size, only for Opaque data */
-    {"i1", CF_DT_UINT8, false},
-    {"ui16", CF_DT_INT16, false},
-    {"ui32", CF_DT_INT32, false},
-    {"ui64", CF_DT_INT64, false},
     {"i4", CF_DT_INT8, false},
     {"si4", CF_DT_INT8, false},
     {"ui4", CF_DT_UINT8, false},
@@ -274,12 +274,13 @@ static bool blob_elem(const unsigned char *b, cf_dtype dt, size_t i, double *v) 
     *v = f;
     break;
   }
-  case CF_DT_INT8: *v = (int8_t)u; break;
-  case CF_DT_UINT8: *v = (uint8_t)u; break;
-  case CF_DT_INT16: *v = (int16_t)u; break;
-  case CF_DT_INT32: *v = (int32_t)u; break;
-  case CF_DT_INT64: *v = (double)(int64_t)u; break;
-  default: return false;
+  case CF_DT_INVALID:
+  case CF_DT_COUNT: return false;
+  default: { /* integers: the bits as the dtype reads them */
+    int64_t x = cf_dtype_wrap(dt, u);
+    *v = cf_dtype_is_unsigned(dt) ? (double)(uint64_t)x : (double)x;
+    break;
+  }
   }
   return isfinite(*v);
 }

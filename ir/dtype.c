@@ -12,15 +12,35 @@
 #include <string.h>
 #include <strings.h>
 
+/* One row a dtype: every fact about it that is not arithmetic. Integer
+ * ranges are what cf_dtype_holds admits (uint64's hi is the largest double
+ * below 2^64); float rows give their largest finite value as hi. */
+typedef enum dkind { DK_NONE, DK_SINT, DK_UINT, DK_BOOL, DK_FLOAT } dkind;
+
 static const struct {
   const char *name;
   int size;
+  dkind kind;
+  double lo, hi;
+  char npy;             /* numpy's kind code; 0: numpy has none */
+  cf_dtype matmul_out;  /* CF_DT_INVALID: MatMul refuses it */
 } dtypes[CF_DT_COUNT] = {
-    [CF_DT_INVALID] = {"invalid", 0}, [CF_DT_INT8] = {"int8", 1},
-    [CF_DT_UINT8] = {"uint8", 1},     [CF_DT_INT16] = {"int16", 2},
-    [CF_DT_INT32] = {"int32", 4},     [CF_DT_INT64] = {"int64", 8},
-    [CF_DT_FLOAT16] = {"float16", 2}, [CF_DT_BFLOAT16] = {"bfloat16", 2},
-    [CF_DT_FLOAT32] = {"float32", 4}, [CF_DT_FLOAT64] = {"float64", 8},
+    [CF_DT_INVALID] = {"invalid", 0, DK_NONE, 0, 0, 0, CF_DT_INVALID},
+    [CF_DT_INT8] = {"int8", 1, DK_SINT, -128.0, 127.0, 'i', CF_DT_INT32},
+    [CF_DT_UINT8] = {"uint8", 1, DK_UINT, 0.0, 255.0, 'u', CF_DT_INT32},
+    [CF_DT_INT16] = {"int16", 2, DK_SINT, -32768.0, 32767.0, 'i', CF_DT_INT32},
+    [CF_DT_INT32] = {"int32", 4, DK_SINT, -2147483648.0, 2147483647.0, 'i', CF_DT_INT32},
+    /* hi: the largest double below 2^63 */
+    [CF_DT_INT64] = {"int64", 8, DK_SINT, -9223372036854775808.0, 9223372036854774784.0, 'i',
+                     CF_DT_INT64},
+    [CF_DT_FLOAT16] = {"float16", 2, DK_FLOAT, 0, 65504.0, 'f', CF_DT_FLOAT16},
+    [CF_DT_BFLOAT16] = {"bfloat16", 2, DK_FLOAT, 0, 3.3895313892515355e38, 0, CF_DT_BFLOAT16},
+    [CF_DT_FLOAT32] = {"float32", 4, DK_FLOAT, 0, 3.4028234663852886e38, 'f', CF_DT_FLOAT32},
+    [CF_DT_FLOAT64] = {"float64", 8, DK_FLOAT, 0, 1.7976931348623157e308, 'f', CF_DT_FLOAT64},
+    [CF_DT_UINT16] = {"uint16", 2, DK_UINT, 0.0, 65535.0, 'u', CF_DT_UINT32},
+    [CF_DT_UINT32] = {"uint32", 4, DK_UINT, 0.0, 4294967295.0, 'u', CF_DT_UINT32},
+    [CF_DT_UINT64] = {"uint64", 8, DK_UINT, 0.0, 18446744073709549568.0, 'u', CF_DT_UINT64},
+    [CF_DT_BOOL] = {"bool", 1, DK_BOOL, 0.0, 1.0, 'b', CF_DT_INVALID},
 };
 
 /* Other spellings found in exported graphs (numpy, XLA, TF, torch). */
@@ -33,41 +53,50 @@ static const struct {
     {"bf16", CF_DT_BFLOAT16}, {"f32", CF_DT_FLOAT32},   {"f64", CF_DT_FLOAT64},
     {"half", CF_DT_FLOAT16},  {"float", CF_DT_FLOAT32}, {"double", CF_DT_FLOAT64},
     {"fp16", CF_DT_FLOAT16},  {"fp32", CF_DT_FLOAT32},  {"fp64", CF_DT_FLOAT64},
+    {"u16", CF_DT_UINT16},    {"u32", CF_DT_UINT32},    {"u64", CF_DT_UINT64},
+    {"pred", CF_DT_BOOL},
 };
 
-const char *cf_dtype_name(cf_dtype dt) {
-  return dt > CF_DT_INVALID && dt < CF_DT_COUNT ? dtypes[dt].name : "invalid";
+static bool valid(cf_dtype dt) { return dt > CF_DT_INVALID && dt < CF_DT_COUNT; }
+
+const char *cf_dtype_name(cf_dtype dt) { return valid(dt) ? dtypes[dt].name : "invalid"; }
+
+int cf_dtype_size(cf_dtype dt) { return valid(dt) ? dtypes[dt].size : 0; }
+
+bool cf_dtype_is_float(cf_dtype dt) { return valid(dt) && dtypes[dt].kind == DK_FLOAT; }
+
+bool cf_dtype_is_unsigned(cf_dtype dt) {
+  return valid(dt) && (dtypes[dt].kind == DK_UINT || dtypes[dt].kind == DK_BOOL);
 }
 
-int cf_dtype_size(cf_dtype dt) { return dt > CF_DT_INVALID && dt < CF_DT_COUNT ? dtypes[dt].size : 0; }
+int64_t cf_dtype_wrap(cf_dtype dt, uint64_t u) {
+  int bits = cf_dtype_size(dt) * 8;
+  if (valid(dt) && dtypes[dt].kind == DK_BOOL) return u != 0;
+  if (bits >= 64 || bits == 0) return (int64_t)u;
+  u &= (1ull << bits) - 1;
+  if (!cf_dtype_is_unsigned(dt) && (u >> (bits - 1))) u |= ~0ull << bits;
+  return (int64_t)u;
+}
 
-bool cf_dtype_is_float(cf_dtype dt) {
-  return dt == CF_DT_FLOAT16 || dt == CF_DT_BFLOAT16 || dt == CF_DT_FLOAT32 || dt == CF_DT_FLOAT64;
+char cf_dtype_npy_kind(cf_dtype dt) { return valid(dt) ? dtypes[dt].npy : 0; }
+
+cf_dtype cf_dtype_matmul_out(cf_dtype dt) { return valid(dt) ? dtypes[dt].matmul_out : CF_DT_INVALID; }
+
+cf_reduction cf_dtype_reduction(cf_dtype dt, cf_reduction red) {
+  if (!valid(dt) || dtypes[dt].kind != DK_BOOL) return red;
+  return red == CF_RED_SUM ? CF_RED_MAX : red == CF_RED_PROD ? CF_RED_MIN : red;
 }
 
 bool cf_dtype_holds(cf_dtype dt, double v, char *why, size_t len) {
-  static const struct {
-    double lo, hi; /* integers: the range; floats: hi is the largest finite value */
-  } range[CF_DT_COUNT] = {
-      [CF_DT_INT8] = {-128.0, 127.0},
-      [CF_DT_UINT8] = {0.0, 255.0},
-      [CF_DT_INT16] = {-32768.0, 32767.0},
-      [CF_DT_INT32] = {-2147483648.0, 2147483647.0},
-      [CF_DT_INT64] = {-9223372036854775808.0, 9223372036854774784.0}, /* largest double below 2^63 */
-      [CF_DT_FLOAT16] = {0, 65504.0},
-      [CF_DT_BFLOAT16] = {0, 3.3895313892515355e38},
-      [CF_DT_FLOAT32] = {0, 3.4028234663852886e38},
-      [CF_DT_FLOAT64] = {0, 1.7976931348623157e308},
-  };
-  if (dt <= CF_DT_INVALID || dt >= CF_DT_COUNT) return false;
+  if (!valid(dt)) return false;
+  double lo = dtypes[dt].lo, hi = dtypes[dt].hi;
   if (cf_dtype_is_float(dt)) {
-    if (v != v || v - v != 0 || (v <= range[dt].hi && v >= -range[dt].hi)) return true;
-    snprintf(why, len, "%g is beyond %s's largest value %g", v, cf_dtype_name(dt), range[dt].hi);
+    if (v != v || v - v != 0 || (v <= hi && v >= -hi)) return true;
+    snprintf(why, len, "%g is beyond %s's largest value %g", v, cf_dtype_name(dt), hi);
     return false;
   }
-  if (v >= range[dt].lo && v <= range[dt].hi && v == (double)(int64_t)v) return true;
-  snprintf(why, len, "%g is not an integer in %s's range %.0f..%.0f", v, cf_dtype_name(dt),
-           range[dt].lo, range[dt].hi);
+  if (v >= lo && v <= hi && v == trunc(v)) return true;
+  snprintf(why, len, "%g is not an integer in %s's range %.0f..%.0f", v, cf_dtype_name(dt), lo, hi);
   return false;
 }
 

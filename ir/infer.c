@@ -307,6 +307,11 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
                              cf_dtype_name(v->dtype), cf_dtype_name(operand(g, n, 0)->dtype));
       if ((st = coll_value(g, n, cf_op_coll(n->op), v, rs, &out[j]))) return st;
     }
+    /* bool sums by or (XLA's pred add); a mean of truth values is nothing */
+    if (n->n_in && operand(g, n, 0)->dtype == CF_DT_BOOL && cf_op_reduces(cf_op_coll(n->op)) &&
+        cf_node_reduction(n) == CF_RED_MEAN)
+      return cf_node_error(g, n, CF_ERR_INVALID,
+                           "reduction mean is not defined on bool (sum is or, prod is and)");
     return CF_OK;
   }
   switch (n->op) {
@@ -329,9 +334,9 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
     const cf_value *x1 = operand(g, n, 0), *x2 = operand(g, n, 1);
     if ((st = matmul_shape(g, n, x1, x2, &out->shape)) || (st = same_dtype(g, n, x1, x2))) return st;
     /* integer products accumulate exactly in a wider type */
-    out->dtype = x1->dtype == CF_DT_INT8 || x1->dtype == CF_DT_UINT8 || x1->dtype == CF_DT_INT16
-                     ? CF_DT_INT32
-                     : x1->dtype;
+    if ((out->dtype = cf_dtype_matmul_out(x1->dtype)) == CF_DT_INVALID)
+      return cf_node_error(g, n, CF_ERR_INVALID, "MatMul of %s is not supported",
+                           cf_dtype_name(x1->dtype));
     return CF_OK;
   }
   case CF_OP_QUANTMATMUL: {

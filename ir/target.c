@@ -24,7 +24,7 @@
 
 #define DT(x) (1u << CF_DT_##x)
 #define RED(x) (1u << CF_RED_##x)
-#define ALL_DT 0x3FEu /* every valid dtype */
+#define ALL_DT (((1u << CF_DT_COUNT) - 1) & ~1u) /* every valid dtype */
 #define ALL_RED 0x1Fu
 
 typedef struct kind_rule {

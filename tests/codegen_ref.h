@@ -64,12 +64,16 @@ static uint64_t ld(const void *p, int64_t i, cf_dtype dt) {
 static void st(void *p, int64_t i, cf_dtype dt, uint64_t v) {
   memcpy((char *)p + i * esize(dt), &v, (size_t)esize(dt));
 }
-/* integer value of raw bits: sign-extended, uint8 zero-extended */
+static bool isu(cf_dtype dt) {
+  return dt == CF_DT_UINT8 || dt == CF_DT_UINT16 || dt == CF_DT_UINT32 || dt == CF_DT_UINT64 ||
+         dt == CF_DT_BOOL;
+}
+/* integer value of raw bits: sign-extended, unsigned types zero-extended */
 static int64_t sx(uint64_t v, cf_dtype dt) {
   int bits = esize(dt) * 8;
   if (bits == 64) return (int64_t)v;
   v &= (1ull << bits) - 1;
-  if (dt != CF_DT_UINT8 && (v >> (bits - 1))) v |= ~0ull << bits;
+  if (!isu(dt) && (v >> (bits - 1))) v |= ~0ull << bits;
   return (int64_t)v;
 }
 static uint64_t wrap(uint64_t v, cf_dtype dt) {
@@ -119,6 +123,13 @@ static double opd(cf_reduction r, double a, double b) {
   }
 }
 static int64_t opi(cf_reduction r, int64_t a, int64_t b, cf_dtype dt) {
+  if (dt == CF_DT_BOOL) /* XLA's pred: add is or, multiply is and */
+    return r == CF_RED_SUM || r == CF_RED_MAX ? (a || b) : (a && b);
+  if (isu(dt)) { /* compare as unsigned (uint64 above 2^63 included) */
+    uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+    if (r == CF_RED_MAX) return ua > ub ? a : b;
+    if (r == CF_RED_MIN) return ua < ub ? a : b;
+  }
   switch (r) {
   case CF_RED_PROD: return sx((uint64_t)a * (uint64_t)b, dt);
   case CF_RED_MAX: return a > b ? a : b;
@@ -136,6 +147,7 @@ static uint64_t ref_nary(cf_dtype dt, cf_reduction r, int k, const uint64_t *x, 
       uint64_t s = 0;
       for (int i = 0; i < k; i++)
         s += (uint64_t)sx(x[i], dt);
+      if (isu(dt)) return wrap(s / (uint64_t)int_div(div), dt);
       return wrap((uint64_t)((int64_t)s / int_div(div)), dt);
     }
     int64_t a = sx(x[0], dt);
@@ -158,6 +170,7 @@ static uint64_t ref_nary(cf_dtype dt, cf_reduction r, int k, const uint64_t *x, 
 }
 
 static uint64_t ref_scale(cf_dtype dt, uint64_t x, double div) {
+  if (!isf(dt) && isu(dt)) return wrap((uint64_t)sx(x, dt) / (uint64_t)int_div(div), dt);
   if (!isf(dt)) return wrap((uint64_t)(sx(x, dt) / int_div(div)), dt);
   if (dt == CF_DT_FLOAT64) return from_d(dval(x) * (1.0 / div));
   return from_f(fval(x, dt) * (float)(1.0 / div), dt);

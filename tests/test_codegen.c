@@ -43,6 +43,7 @@ static const float specials[] = {NAN,   -NAN, INFINITY, -INFINITY, 0.0f,
                                  -0.0f, 1.0f, -1.0f,    3.0e38f,   1.0e-45f};
 
 static uint64_t rand_elem(cf_dtype dt, bool special) {
+  if (dt == CF_DT_BOOL) return xrand() >> 63; /* 0 or 1, as bool holds */
   if (!isf(dt)) return wrap(xrand(), dt);
   if (special && xrand() % 32 == 0) {
     float s = specials[xrand() % (sizeof specials / sizeof *specials)];

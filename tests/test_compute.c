@@ -185,9 +185,10 @@ static void test_load_store(void **state) {
 
 /* ---- fills ---- */
 
-static const cf_dtype all_dt[] = {CF_DT_INT8,    CF_DT_UINT8,    CF_DT_INT16,
-                                  CF_DT_INT32,   CF_DT_INT64,    CF_DT_FLOAT16,
-                                  CF_DT_BFLOAT16, CF_DT_FLOAT32, CF_DT_FLOAT64};
+static const cf_dtype all_dt[] = {CF_DT_INT8,    CF_DT_UINT8,    CF_DT_INT16,   CF_DT_INT32,
+                                  CF_DT_INT64,   CF_DT_FLOAT16,  CF_DT_BFLOAT16, CF_DT_FLOAT32,
+                                  CF_DT_FLOAT64, CF_DT_UINT16,   CF_DT_UINT32,  CF_DT_UINT64,
+                                  CF_DT_BOOL};
 #define N_DT (sizeof all_dt / sizeof *all_dt)
 
 static void test_fill_random(void **state) {
@@ -215,12 +216,16 @@ static void test_fill_random(void **state) {
       double v = cf_load_f64(a, dt, i);
       if (cf_dtype_is_float(dt)) {
         if (!(v >= -1 && v < 1)) fail_msg("%s element %d = %g", cf_dtype_name(dt), i, v);
-      } else if (dt == CF_DT_UINT8 ? v < 0 || v >= 16 : v < -8 || v >= 8) {
+      } else if (dt == CF_DT_BOOL ? v != 0 && v != 1
+                 : cf_dtype_is_unsigned(dt)
+                     /* small, or small plus the top bit */
+                     ? fmod(v, ldexp(1, 8 * cf_dtype_size(dt) - 1)) >= 16
+                     : v < -8 || v >= 8) {
         fail_msg("%s element %d = %g", cf_dtype_name(dt), i, v);
       }
       distinct += i && v != cf_load_f64(a, dt, i - 1);
     }
-    assert_true(distinct > N / 2);
+    assert_true(distinct > (dt == CF_DT_BOOL ? N / 3 : N / 2));
     /* never all zeros: element 0 is non-zero on every stream */
     for (int s = 0; s < 2000; s++) {
       cf_fill_random(b, dt, 1, (uint64_t)s, s % 7, "z");
@@ -364,7 +369,9 @@ static void check_matmul(cf_dtype dt, int64_t m, int64_t k, int64_t nn) {
   memset(r.out[0].data, 0x5a, r.ob[0].bytes); /* every element must be written */
   run_exec(&r, g, n);
   cf_dtype od = r.out[0].dtype;
-  assert_int_equal(od, cf_dtype_is_float(dt) || dt == CF_DT_INT64 ? dt : CF_DT_INT32);
+  assert_int_equal(od, cf_dtype_is_float(dt) || cf_dtype_size(dt) >= 4 ? dt
+                      : dt == CF_DT_UINT16                            ? CF_DT_UINT32
+                                                                      : CF_DT_INT32);
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < nn; j++) {
       double got = cf_load_f64(r.out[0].data, od, i * nn + j);
@@ -409,8 +416,26 @@ static void test_matmul(void **state) {
   static const int64_t sizes[][3] = {{7, 13, 5}, {1, 1, 1}, {1, 9, 1}, {65, 130, 33},
                                      {0, 5, 3},  {4, 0, 3}, {3, 4, 0}};
   for (size_t k = 0; k < N_DT; k++)
-    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes && all_dt[k] != CF_DT_BOOL; s++)
       check_matmul(all_dt[k], sizes[s][0], sizes[s][1], sizes[s][2]);
+  /* bool has no MatMul: inference says so */
+  cf_graph *g = NULL;
+  const char *bx = "<graph name='mm' version='1'>"
+                   "<node name='a' op='Input' dtype='bool' shape='2,2'/>"
+                   "<node name='mm' op='MatMul'><input ref='a'/><input ref='a'/></node>"
+                   "<node name='y' op='Output'><input ref='mm'/></node></graph>";
+  ASSERT_ERR(cf_graph_parse(ctx, "mem.xml", bx, strlen(bx), &g), CF_ERR_INVALID,
+             "node 'mm': MatMul of bool is not supported");
+  cf_graph_destroy(g);
+  /* nor a mean (its sum is or) */
+  const char *mx = "<graph name='m' version='1' world_size='2'>"
+                   "<node name='a' op='Input' dtype='bool' shape='2,2'/>"
+                   "<node name='ar' op='AllReduce' reduction='mean'><input ref='a'/></node>"
+                   "<node name='y' op='Output'><input ref='ar'/></node></graph>";
+  g = NULL;
+  ASSERT_ERR(cf_graph_parse(ctx, "mem.xml", mx, strlen(mx), &g), CF_ERR_INVALID,
+             "node 'ar': reduction mean is not defined on bool");
+  cf_graph_destroy(g);
 }
 
 static void check_quant(cf_dtype od, bool bias, int64_t m, int64_t k, int64_t nn) {

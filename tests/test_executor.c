@@ -27,8 +27,9 @@
  * reference (cf_reference_run + cf_verify_outputs); --deterministic outputs
  * are bitwise equal across fused, unfused and other --split layouts; the
  * fused plan's peak memory stays within the unfused plan's plus one bucket;
- * the test hooks (a mutated descriptor, a rank that fails, a rank that
- * vanishes) give CF_ERR_RUNTIME with the right message, in time.
+ * the faults of executor/fault.h's world (a mutated descriptor, a rank
+ * that fails, a rank that vanishes) give CF_ERR_RUNTIME with the right
+ * message, in time.
  */
 #define _GNU_SOURCE
 #include "cf_test.h"
@@ -39,6 +40,7 @@
 #include "api/api.h"
 #include "check/check.h"
 #include "executor/executor.h"
+#include "executor/fault.h"
 #include "executor/plan.h"
 #include "executor/transports/transports.h"
 #include "ir/ir.h"
@@ -1579,6 +1581,17 @@ static cf_status run_plan(const cf_graph *g, const cf_run_options *opt, cf_run_r
   return st;
 }
 
+/* run_plan on a world that injects f's faults (executor/fault.h) */
+static cf_status run_faulty(const cf_graph *g, const cf_run_options *opt, const cf_faults *f,
+                            cf_run_result *res) {
+  cf_plan *p = NULL;
+  cf_status st = cf_plan_build(ctx, g, opt, &p);
+  if (st) fail_msg("plan: %s", cf_context_errmsg(ctx));
+  st = cf_fault_run(ctx, p, NULL, f, NULL, res);
+  cf_plan_destroy(p);
+  return st;
+}
+
 /* Check res (from any compilation of xml) against the reference of the
  * unfused graph, matching outputs by name. */
 static void verify_run(const char *xml, const cf_run_result *res, uint64_t seed, const char *what) {
@@ -1999,11 +2012,11 @@ static void test_plan_hooks(void **state) {
   for (int f = M_COUNT; f <= M_RED; f++)
     for (int coll = 0; coll < 16; coll += 5) {
       mutation m = {.rank = 2, .coll = coll, .field = (mfield)f};
-      cf_run_hooks hooks = {.mutate = mutate, .user = &m};
-      cf_run_options opt = {.iters = 2, .timeout_s = 2, .hooks = &hooks};
+      cf_faults faults = {.mutate = mutate, .user = &m};
+      cf_run_options opt = {.iters = 2, .timeout_s = 2};
       cf_run_result res;
       double t0 = cf_now();
-      cf_status st = run_plan(g, &opt, &res, NULL);
+      cf_status st = run_faulty(g, &opt, &faults, &res);
       double dt = cf_now() - t0;
       const char *msg = cf_context_errmsg(ctx);
       if (st != CF_ERR_RUNTIME) fail_msg("mutated %s of coll %d: status %d (%s)", what[f], coll, st, msg);
@@ -2017,11 +2030,11 @@ static void test_plan_hooks(void **state) {
   for (int mode = 1; mode <= 2; mode++)
     for (int step = 0; step < 3; step++) {
       int rank = mode == 1 ? 3 : 1;
-      cf_run_hooks hooks = {.fail_mode = mode, .fail_rank = rank, .fail_step = step};
-      cf_run_options opt = {.iters = 1, .timeout_s = 2, .hooks = &hooks};
+      cf_faults f = {.fail_mode = mode, .fail_rank = rank, .fail_step = step};
+      cf_run_options opt = {.iters = 1, .timeout_s = 2};
       cf_run_result res;
       double t0 = cf_now();
-      ASSERT_ERR(run_plan(g, &opt, &res, NULL), CF_ERR_RUNTIME, mode == 1 ? "failed at step" : "timed out");
+      ASSERT_ERR(run_faulty(g, &opt, &f, &res), CF_ERR_RUNTIME, mode == 1 ? "failed at step" : "timed out");
       double dt = cf_now() - t0;
       char rk[16];
       snprintf(rk, sizeof rk, mode == 1 ? "rank %d" : "%d", rank);
@@ -2042,10 +2055,10 @@ static void test_plan_hooks(void **state) {
       "</graph>";
   g = compile_graph(one, cf_pipeline_default, NULL);
   for (int step = 0; step < 2; step++) {
-    cf_run_hooks hooks = {.fail_mode = 1, .fail_rank = 2, .fail_step = step};
-    cf_run_options opt = {.iters = 1, .timeout_s = 30, .hooks = &hooks};
+    cf_faults f = {.fail_mode = 1, .fail_rank = 2, .fail_step = step};
+    cf_run_options opt = {.iters = 1, .timeout_s = 30};
     cf_run_result res;
-    cf_status st = run_plan(g, &opt, &res, NULL);
+    cf_status st = run_faulty(g, &opt, &f, &res);
     if (st == CF_OK) {
       cf_run_result_free(&res);
       fail_msg("fail_step %d (of START, WAIT): the injected failure never happened", step);

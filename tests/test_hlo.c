@@ -339,7 +339,10 @@ static void test_tuple_collectives(void **state) {
   /* cross-replica with 1 replica: every rank alone, 4 parts of one */
   assert_int_equal(node(g, "local")->op, CF_OP_ALLREDUCE);
   assert_group(g, cf_node_group(node(g, "local")), "0|1|2|3");
-  assert_int_equal(node(g, "pr")->op, CF_OP_OPAQUE);         /* pred has no IR dtype */
+  /* pred is bool, and its `and` reducer is bool's prod */
+  assert_int_equal(node(g, "pr")->op, CF_OP_ALLREDUCE);
+  assert_int_equal(node(g, "pr")->out[0].dtype, CF_DT_BOOL);
+  assert_int_equal(cf_node_reduction(node(g, "pr")), CF_RED_PROD);
   /* async pairs: -start is the collective, -done forwards it */
   assert_int_equal(node(g, "start")->op, CF_OP_ALLREDUCE);
   const cf_node *ags = node(g, "ags");
@@ -407,7 +410,7 @@ static void test_constants(void **state) {
   static const char *opaque[] = {"other", "nan", "flags", "elided"};
   for (size_t i = 0; i < 4; i++)
     assert_int_equal(node(g, opaque[i])->op, CF_OP_OPAQUE);
-  assert_shape(&node(g, "flags")->out[0], CF_DT_UINT8, "2");
+  assert_shape(&node(g, "flags")->out[0], CF_DT_BOOL, "2");
   cf_graph_destroy(g);
 }
 
@@ -461,7 +464,7 @@ static void test_grammar(void **state) {
   assert_int_equal(node(g, "ar")->op, CF_OP_ALLREDUCE);
   assert_int_equal(node(g, "ar")->line, 14);
   assert_shape(&node(g, "n")->out[0], CF_DT_FLOAT32, "8");
-  assert_shape(&node(g, "c")->out[0], CF_DT_UINT8, "8");
+  assert_shape(&node(g, "c")->out[0], CF_DT_BOOL, "8"); /* pred */
   assert_ptr_equal(operand(g, node(g, "output.0"), 0), node(g, "ag0"));
   cf_graph_destroy(g);
   /* control-predecessors: a collective on either end is never combined */

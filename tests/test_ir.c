@@ -28,6 +28,24 @@ static void test_dtypes(void **state) {
   assert_int_equal(cf_dtype_parse("complex64"), CF_DT_INVALID);
   assert_true(cf_dtype_is_float(CF_DT_BFLOAT16));
   assert_false(cf_dtype_is_float(CF_DT_INT64));
+  /* the unsigned types and bool: XLA's and StableHLO's names too */
+  assert_int_equal(cf_dtype_parse("pred"), CF_DT_BOOL);
+  assert_int_equal(cf_dtype_parse("u32"), CF_DT_UINT32);
+  assert_int_equal(cf_dtype_size(CF_DT_UINT64), 8);
+  assert_true(cf_dtype_is_unsigned(CF_DT_UINT16) && cf_dtype_is_unsigned(CF_DT_BOOL));
+  assert_false(cf_dtype_is_unsigned(CF_DT_INT32) || cf_dtype_is_unsigned(CF_DT_FLOAT32));
+  assert_int_equal(cf_dtype_wrap(CF_DT_UINT16, 0x1fffful), 0xffff);
+  assert_int_equal(cf_dtype_wrap(CF_DT_INT16, 0xffffu), -1);
+  assert_int_equal(cf_dtype_wrap(CF_DT_BOOL, 2), 1);
+  assert_int_equal(cf_dtype_reduction(CF_DT_BOOL, CF_RED_SUM), CF_RED_MAX);
+  assert_int_equal(cf_dtype_reduction(CF_DT_BOOL, CF_RED_PROD), CF_RED_MIN);
+  assert_int_equal(cf_dtype_reduction(CF_DT_UINT8, CF_RED_SUM), CF_RED_SUM);
+  assert_int_equal(cf_dtype_matmul_out(CF_DT_UINT16), CF_DT_UINT32);
+  assert_int_equal(cf_dtype_matmul_out(CF_DT_BOOL), CF_DT_INVALID);
+  char why[128];
+  assert_true(cf_dtype_holds(CF_DT_UINT64, 18446744073709549568.0, why, sizeof why));
+  assert_false(cf_dtype_holds(CF_DT_UINT32, -1, why, sizeof why));
+  assert_false(cf_dtype_holds(CF_DT_BOOL, 2, why, sizeof why));
 }
 
 static void test_shapes(void **state) {

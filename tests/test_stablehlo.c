@@ -161,9 +161,9 @@ static void test_forms(void **state) {
   assert_int_equal(c3->op, CF_OP_CONSTANT);
   assert_true(cf_node_attr(c3, CF_A_VALUE)->v.f == 2.0);
   assert_shape(&c3->out[0], CF_DT_INT64, "2,2");
-  /* i1 has no IR dtype: a stand-in of its size, Opaque only */
+  /* i1 is bool; stablehlo.not has no IR op: Opaque */
   assert_string_equal(type_of(node(g, "5")), "stablehlo.not");
-  assert_shape(&node(g, "5")->out[0], CF_DT_UINT8, "4");
+  assert_shape(&node(g, "5")->out[0], CF_DT_BOOL, "4");
   /* sharding ops forward their operand; the while keeps its operands */
   const cf_node *w = node(g, "8");
   assert_string_equal(type_of(w), "stablehlo.while");

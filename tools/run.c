@@ -30,6 +30,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -41,12 +42,12 @@
 typedef struct run_args {
   cf_opt_list file;
   const char *passes, *split, *cost, *target, *save, *backend, *device, *algo, *rank_table;
-  const char *profile;
+  const char *profile, *trace;
   int ranks, iters, warmup;
   uint64_t seed;
   int64_t max_memory; /* 0: what the machine has available */
   double timeout;
-  bool o0, verify, deterministic, json, verbose, mpi, strict;
+  bool o0, verify, deterministic, json, verbose, mpi, strict, quiet;
   int opaque_nodes;  /* the graph's Opaque nodes as read (check's count) */
   cf_opt_list input; /* NAME=PATH */
 } run_args;
@@ -121,9 +122,15 @@ static const cf_opt run_opts[] = {
     {"--target", NULL, "T", CF_OPT_STR, RUN_FIELD(target), .check = cf_opt_check_target,
      .help = "check the graph against a target profile"},
     CF_OPT_MAX_MEMORY(RUN_FIELD(max_memory)),
+    {"--trace", NULL, "FILE.json", CF_OPT_STR, RUN_FIELD(trace),
+     .help = "write the run's timeline as a Chrome trace (Perfetto,\n"
+             "chrome://tracing): a process per rank, a lane per thread;\n"
+             "written even when the run fails (mpi: FILE.rank<R>.json)"},
     {"-v", "--verbose", NULL, CF_OPT_FLAG, RUN_FIELD(verbose),
-     .help = "peak memory of the fused and the unfused plan, algorithms"},
+     .help = "peak memory of the fused and the unfused plan, algorithms,\n"
+             "the time of each phase"},
     {"--json", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(json), .help = "one JSON object on stdout"},
+    CF_OPT_QUIET(RUN_FIELD(quiet)),
     CF_OPT_STRICT(RUN_FIELD(strict)),
     {0},
 };
@@ -162,7 +169,6 @@ typedef struct run_job {
   run_args *a;
   cf_run_setup setup; /* world, profile, memory limit (api/prepare.c) */
   cf_run_options opt;
-  cf_run_hooks hooks; /* what cf_test_control asks for (test builds) */
   int ranks, me;       /* the run's ranks; this process's (MPI) or 0 */
   cf_graph *g, *ref_g; /* compiled; unfused (--verify's reference, -v, --json) */
   cf_plan *plan;
@@ -205,6 +211,8 @@ static int parse_args(int argc, char **argv, run_args *a) {
   if (cf_tool_is_std(a->save))
     return cf_tool_usage(
         cmd, "%s", "--save-outputs wants a directory (one .npy file per output and rank), not '-'");
+  if (cf_tool_is_std(a->trace))
+    return cf_tool_usage(cmd, "%s", "--trace wants a file (FILE.json), not '-'");
   if (cf_tool_is_std(a->rank_table))
     return cf_tool_usage(cmd, "%s", "--rank-table wants a file every process can read, not '-'");
   if (a->o0 && a->passes) return cf_tool_usage(cmd, "%s", "--passes and -O0 exclude each other");
@@ -692,9 +700,16 @@ static void print_unchecked(const opaque_outs *o) {
   printf(")");
 }
 
+/* Each phase's seconds (cf_tool_phases), as -v prints them. */
+typedef struct phase_times {
+  const char *name[CF_PHASES_MAX];
+  double secs[CF_PHASES_MAX];
+  int n;
+} phase_times;
+
 static void print_json(const run_args *a, const cf_run_result *res, bool verified,
                        const cf_verify_stats *vs, const cf_plan *plan, int64_t peak_unfused,
-                       const opaque_outs *opq) {
+                       const opaque_outs *opq, const phase_times *ph) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "ranks", res->ranks);
   cJSON_AddStringToObject(o, "backend", a->mpi ? "mpi" : "threads");
@@ -719,6 +734,8 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
   cJSON_AddNumberToObject(o, "opaque_nodes", a->opaque_nodes);
   cJSON *unchecked = cJSON_AddArrayToObject(o, "opaque_outputs");
   for (int j = 0; j < opq->n; j++) cJSON_AddItemToArray(unchecked, cJSON_CreateString(opq->names[j]));
+  cJSON *phases = cJSON_AddObjectToObject(o, "phase_s");
+  for (int k = 0; k < ph->n; k++) cJSON_AddNumberToObject(phases, ph->name[k], ph->secs[k]);
   char *text = cJSON_PrintUnformatted(o);
   if (text) printf("%s\n", text);
   free(text);
@@ -814,7 +831,6 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
     if (!st && a->rank_table)
       st = check_rank_table(ctx, a->rank_table, j->me, world->size, cf_world_host(world));
   }
-  cf_test_control(CF_TESTCTL_JOINED, &j->hooks, j->setup.world, j->me);
   if (!st)
     st = compile(ctx, j, a->o0 ? cf_pipeline_O0 : a->passes ? a->passes : cf_pipeline_default, true,
                  j->me == 0, &j->g);
@@ -827,7 +843,6 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
   if (!st && j->ref_g) {
     cf_plan *up = NULL;
     cf_run_options uo = j->opt;
-    uo.hooks = NULL;
     uo.device = CF_DEVICE_CPU; /* only its memory plan is wanted */
     if (cf_plan_build(ctx, j->ref_g, &uo, &up) == CF_OK) j->peak_unfused = cf_plan_peak_bytes(up);
     cf_plan_destroy(up);
@@ -837,7 +852,15 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
    * whole reference (every rank's Inputs made here) */
   j->stream = a->verify && j->ref_g && cf_reference_streams(j->ref_g);
   j->seeded = a->verify && !j->stream;
+  /* the windows' buffers, allocated and freed window after window, stay
+   * in the heap instead of going back to the kernel, which would clear
+   * their pages again for the next window */
+  if (j->stream) {
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  }
   if (!st) st = check_memory(ctx, j);
+  if (!st && (j->seeded || a->input.n)) cf_phase_begin(ctx, "inputs", 0);
   if (!st)
     st = make_inputs(ctx, j->ref_g ? j->ref_g : j->g, a, j->ranks,
                      a->mpi && !a->verify ? j->me : -1, j->seeded, &j->in);
@@ -881,8 +904,11 @@ static int agree_setup(cf_context *ctx, run_job *j, cf_status *st) {
 
 /* The run itself: every rank a thread here, or this process's rank of MPI's world. */
 static cf_status run(cf_context *ctx, run_job *j) {
-  cf_status st = j->a->mpi ? cf_exec_run_world(ctx, j->plan, j->setup.world, &j->in, &j->res)
-                           : cf_exec_run(ctx, j->plan, &j->in, &j->res);
+  cf_status st;
+  /* (a test build runs it on a world that injects the faults asked for) */
+  if (!cf_test_control(CF_TESTCTL_RUN, ctx, j->plan, j->setup.world, &j->in, &j->res, &st))
+    st = j->a->mpi ? cf_exec_run_world(ctx, j->plan, j->setup.world, &j->in, &j->res)
+                   : cf_exec_run(ctx, j->plan, &j->in, &j->res);
   j->ran = !st;
   return st;
 }
@@ -897,6 +923,7 @@ static cf_status verify(cf_context *ctx, run_job *j) {
   for (int i = 0; i < ref_g->n_nodes; i++) j->n_ref += ref_g->nodes[i].op == CF_OP_OUTPUT;
   j->got = calloc((size_t)j->n_ref * (size_t)ranks + 1, sizeof *j->got);
   if (!j->got) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  cf_phase_begin(ctx, "verify", 0);
   if (!st) st = align_outputs(ctx, ref_g, &j->res, j->got, j->n_ref);
   if (!st) cf_test_control(CF_TESTCTL_CORRUPT, ref_g, j->got, ranks, j->n_ref);
   int64_t window;
@@ -918,6 +945,7 @@ static cf_status save(cf_context *ctx, run_job *j, cf_status st) {
   const run_args *a = j->a;
   j->saved = CF_ERR_RUNTIME;
   if (!a->save || !j->res.outputs) return st;
+  cf_phase_begin(ctx, "save", 0);
   const cf_run_result *res = &j->res;
   j->saved = output_files(ctx, res, &j->files);
   if (!j->saved)
@@ -957,12 +985,24 @@ static int agree_result(cf_context *ctx, run_job *j, int rc) {
   return rc;
 }
 
-/* Rank 0 of a run that succeeded: the JSON object or the summary line. */
-static void report(const run_job *j) {
+/* Rank 0 of a run that succeeded: the JSON object or the summary line
+ * (-v: each phase's time before it, on stderr). */
+static void report(cf_context *ctx, const run_job *j) {
   const run_args *a = j->a;
   int ranks = j->ranks;
+  phase_times ph;
+  ph.n = cf_tool_phases(ctx, ph.name, ph.secs, CF_PHASES_MAX);
+  if (a->verbose) {
+    double total = 0;
+    fprintf(stderr, "run: phases:");
+    for (int k = 0; k < ph.n; k++) {
+      fprintf(stderr, "%s %s %.3f s", k ? "," : "", ph.name[k], ph.secs[k]);
+      total += ph.secs[k];
+    }
+    fprintf(stderr, "; %.3f s in all\n", total);
+  }
   if (a->json) {
-    print_json(a, &j->res, j->verified, &j->vs, j->plan, j->peak_unfused, &j->opq);
+    print_json(a, &j->res, j->verified, &j->vs, j->plan, j->peak_unfused, &j->opq, &ph);
     return;
   }
   printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
@@ -972,6 +1012,34 @@ static void report(const run_job *j) {
   if (j->verified) printf("; verified (max rel err %.3g)", j->vs.max_rel_err);
   if (j->verified && j->opq.n) print_unchecked(&j->opq);
   printf("\n");
+}
+
+/* --trace: the timeline, written whether the run succeeded or not (with the
+ * failure's message); with MPI each process writes its own rank's as
+ * FILE.rank<R>.json. Returns rc, or the exit code of a trace that could not
+ * be written. */
+static int write_trace(cf_context *ctx, run_job *j, int rc) {
+  const char *path = j->a->trace;
+  cf_trace *t = ctx->trace;
+  if (!t) return rc;
+  cf_phase_end(ctx);
+  if (rc) cf_trace_fail(t, cf_context_errmsg(ctx));
+  char own[4096];
+  if (j->a->mpi) {
+    size_t n = strlen(path);
+    bool json = n > 5 && strcmp(path + n - 5, ".json") == 0;
+    snprintf(own, sizeof own, "%.*s.rank%d.json", (int)(json ? n - 5 : n), path, j->me);
+    path = own;
+  }
+  cf_status st = cf_trace_write(ctx, t, path);
+  if (st) return rc ? rc : cf_tool_fail(ctx, st);
+  int64_t dropped = cf_trace_dropped(t);
+  if (dropped)
+    fprintf(stderr,
+            "collfuse run: --trace %s: %lld event%s dropped (each lane keeps its last %lld; the "
+            "trace holds the end of the run)\n",
+            path, (long long)dropped, cf_s(dropped), (long long)t->lanes[0].cap);
+  return rc;
 }
 
 static void job_free(run_job *j, int rc) {
@@ -987,6 +1055,12 @@ static void job_free(run_job *j, int rc) {
   cf_opts_free(&cf_command_run, j->a);
   fflush(stdout);
   cf_run_setup_free(&j->setup, rc);
+}
+
+static void run_trace_free(cf_context *ctx) {
+  cf_trace_here = NULL;
+  cf_trace_destroy(ctx->trace);
+  ctx->trace = NULL;
 }
 
 int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
@@ -1014,31 +1088,43 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                        .outputs_in_arena = true,
                        .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA
                                                                            : CF_DEVICE_CPU}};
-  if (cf_test_control(CF_TESTCTL_RUN_HOOKS, &j.hooks)) j.opt.hooks = &j.hooks;
   if (a.save) catch_signals();
+  cf_trace *trace = NULL;
+  if (a.trace && cf_trace_create(CF_MAX_WORLD, CF_TOOL_TRACE_EVENTS, &trace)) {
+    fprintf(stderr, "collfuse run: out of memory\n");
+    cf_opts_free(&cf_command_run, &a);
+    return EXIT_RUNTIME;
+  }
+  ctx->trace = trace;
+  cf_trace_here = cf_trace_driver(trace);
   cf_status st = set_up(ctx, &j);
+  cf_trace_set_ranks(trace, j.ranks);
   if (a.mpi && !j.setup.world) { /* MPI's world could not be joined */
     rc = cf_tool_fail(ctx, st);
     job_free(&j, rc);
+    run_trace_free(ctx);
     return rc;
   }
   int setup_rc = agree_setup(ctx, &j, &st);
   if (!st && !setup_rc) st = run(ctx, &j);
   if (j.ran && a.verify) st = verify(ctx, &j);
   st = save(ctx, &j, st);
-  if (a.mpi && st) cf_test_control(CF_TESTCTL_FAILED, &j.hooks, j.me, a.timeout);
+  if (a.mpi && st) cf_test_control(CF_TESTCTL_FAILED, j.me, a.timeout);
   rc = setup_rc ? setup_rc : st ? cf_tool_fail(ctx, st) : 0;
   if (j.plan && j.plan->abandoned) {
     /* a rank's thread is still in a BLAS call the run gave up on: leave
      * now (what it reads must not be freed, and OpenBLAS's exit handler
      * would wait for its busy threads) */
+    rc = write_trace(ctx, &j, rc);
     fflush(stdout);
     fflush(stderr);
     cf_world_destroy(j.setup.world, rc);
     _exit(rc);
   }
   rc = agree_result(ctx, &j, rc);
-  if (!rc && j.me == 0) report(&j);
+  if (!rc && j.me == 0) report(ctx, &j);
+  rc = write_trace(ctx, &j, rc);
   job_free(&j, rc);
+  run_trace_free(ctx);
   return rc;
 }

@@ -69,6 +69,10 @@ static MPI_Datatype mpi_type(const cf_mpi_world *w, cf_dtype dt) {
   case CF_DT_INT16: return MPI_INT16_T;
   case CF_DT_INT32: return MPI_INT32_T;
   case CF_DT_INT64: return MPI_INT64_T;
+  case CF_DT_UINT16: return MPI_UINT16_T;
+  case CF_DT_UINT32: return MPI_UINT32_T;
+  case CF_DT_UINT64: return MPI_UINT64_T;
+  case CF_DT_BOOL: return MPI_UINT8_T; /* 0 and 1, reduced by max and min */
   case CF_DT_FLOAT32: return MPI_FLOAT;
   case CF_DT_FLOAT64: return MPI_DOUBLE;
   case CF_DT_FLOAT16:
@@ -78,6 +82,7 @@ static MPI_Datatype mpi_type(const cf_mpi_world *w, cf_dtype dt) {
 }
 
 static MPI_Op mpi_op(const cf_mpi_world *w, cf_dtype dt, int red) {
+  red = cf_dtype_reduction(dt, (cf_reduction)red);
   if (dt == CF_DT_FLOAT16 || dt == CF_DT_BFLOAT16)
     return w->half_op[dt == CF_DT_BFLOAT16][red == CF_RED_MEAN ? CF_RED_SUM : red];
   switch (red) {
@@ -88,9 +93,10 @@ static MPI_Op mpi_op(const cf_mpi_world *w, cf_dtype dt, int red) {
   }
 }
 
-static bool is_int(cf_dtype dt) { return dt != CF_DT_FLOAT16 && dt != CF_DT_BFLOAT16 && dt != CF_DT_FLOAT32 && dt != CF_DT_FLOAT64; }
+static bool is_int(cf_dtype dt) { return !cf_dtype_is_float(dt); }
 
-/* Integer mean sums exactly in int64 (like collfuse's kernels) and truncates. */
+/* Integer mean sums exactly in 64 bits (like collfuse's kernels; uint64 wraps as
+ * unsigned) and truncates. */
 static bool wide_mean(const cf_coll_desc *d) { return d->red == CF_RED_MEAN && is_int(d->dtype); }
 
 static void widen(int64_t *dst, const void *src, cf_dtype dt, int64_t n) {
@@ -98,7 +104,9 @@ static void widen(int64_t *dst, const void *src, cf_dtype dt, int64_t n) {
 }
 
 static void narrow_mean(void *dst, const int64_t *src, cf_dtype dt, int64_t n, int ranks) {
-  for (int64_t i = 0; i < n; i++) cf_store_i64(dst, dt, i, src[i] / ranks);
+  bool u = cf_dtype_is_unsigned(dt); /* uint64: its bits, divided unsigned */
+  for (int64_t i = 0; i < n; i++)
+    cf_store_i64(dst, dt, i, u ? (int64_t)((uint64_t)src[i] / (uint64_t)ranks) : src[i] / ranks);
 }
 
 static void scale_mean(cf_device *dev, const cf_coll_call *call, void *buf, int64_t n) {
@@ -135,7 +143,7 @@ static int native_call(cf_mpi_world *w, cf_device *dev, const cf_coll_call *call
   case CF_OP_ALLREDUCE:
     if (wide) {
       widen(wbuf, call->in, d->dtype, d->count);
-      int rc = MPI_Allreduce(MPI_IN_PLACE, wbuf, count, MPI_INT64_T, MPI_SUM, comm);
+      int rc = MPI_Allreduce(MPI_IN_PLACE, wbuf, count, MPI_UINT64_T, MPI_SUM, comm);
       if (rc == MPI_SUCCESS) narrow_mean(call->out, wbuf, d->dtype, d->count, n);
       return rc;
     } else {
@@ -147,7 +155,7 @@ static int native_call(cf_mpi_world *w, cf_device *dev, const cf_coll_call *call
     bool root = me == d->root;
     if (wide) {
       widen(wbuf, call->in, d->dtype, d->count);
-      int rc = MPI_Reduce(root ? MPI_IN_PLACE : wbuf, root ? wbuf : NULL, count, MPI_INT64_T, MPI_SUM, d->root, comm);
+      int rc = MPI_Reduce(root ? MPI_IN_PLACE : wbuf, root ? wbuf : NULL, count, MPI_UINT64_T, MPI_SUM, d->root, comm);
       if (rc == MPI_SUCCESS && root) narrow_mean(call->out, wbuf, d->dtype, d->count, n);
       return rc;
     }
@@ -216,7 +224,7 @@ static int native_call(cf_mpi_world *w, cf_device *dev, const cf_coll_call *call
         o += s[j].count;
       }
     }
-    int rc = MPI_Reduce_scatter_block(packed, mine, (int)per, wide ? MPI_INT64_T : t, wide ? MPI_SUM : op, comm);
+    int rc = MPI_Reduce_scatter_block(packed, mine, (int)per, wide ? MPI_UINT64_T : t, wide ? MPI_SUM : op, comm);
     int64_t o = 0;
     for (int j = 0; j < call->n_segs && rc == MPI_SUCCESS; j++) {
       void *to = rs_block(call, &s[j], es);

@@ -46,8 +46,4 @@ cf_status cf_world_max(cf_world *w, double *v, int n);
 void cf_world_abort(cf_world *w, const char *text);
 cf_status cf_world_native_groups(cf_world *w, const cf_world_group *groups, int n);
 
-/* transports/mpi.c, a test hook: on the MPI world this process SIGKILLs
- * itself just before it sends its (k+1)-th collective message (k < 0: off). */
-void cf_mpi_test_kill(cf_world *w, int64_t k);
-
 #endif /* COLLFUSE_EXECUTOR_TRANSPORTS_H */

@@ -47,6 +47,7 @@ _STATUS = {0: "ok", 1: "invalid", 2: "usage", 3: "runtime", 4: "no_memory", 5: "
 DTYPES = {
     "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
     "float16": np.float16, "bfloat16": np.uint16, "float32": np.float32, "float64": np.float64,
+    "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_,
 }
 
 

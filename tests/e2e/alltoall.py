@@ -35,7 +35,8 @@ import numpy as np
 # time limits stretch on slow builds and busy machines (tests/CMakeLists.txt)
 TIME_SCALE = int(os.environ.get("CF_TEST_TIME_SCALE", "1"))
 
-DTYPES = ["int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+DTYPES = ["int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+          "uint16", "uint32", "uint64", "bool"]
 failures = []
 
 
@@ -50,6 +51,8 @@ def rand(rng, dt, shape):
         return bits | (rng.integers(0, 2, size=shape, dtype=np.uint16) << 15)
     if dt.startswith("float"):
         return rng.standard_normal(shape).astype(dt)
+    if dt == "bool":
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
     info = np.iinfo(dt)
     return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
 

@@ -7,13 +7,19 @@ The model (XLA's operation semantics, independent of collfuse's reference
 and algorithms):
   all-gather along d:     out = concatenate([in[t] for t in group order], d)
   reduce-scatter along d: out[k] = split(reduce(in[t] for all t), n, d)[k]
-Each graph holds AllGathers and ReduceScatters of random ranks (1 to 4
-dims) along random dims, several on one dim (so the default pipeline
-buckets them: a bucket's members share their dim), with random dtypes and
+  all-reduce:             out = reduce(in[t] for all t)
+  broadcast from root:    out = in[root]
+Reductions are computed in the dtype: integers wrap, numpy's bool add is
+or and multiply and (XLA's pred); float sums in float64.
+Each graph holds AllGathers, ReduceScatters, AllReduces and Broadcasts of
+random ranks (1 to 4 dims) along random dims, several on one dim (so the
+default pipeline buckets them: a bucket's members share their dim), with
+random dtypes (every one numpy has: the unsigned ones and bool too) and
 reductions. It runs at 2, 3 and 4 ranks, with the default pipeline and with
 -O0, on the threads backend and (with MPIRUN) under mpirun; the outputs
-(--save-outputs) must equal the model (floats within 1e-5 relative, since
-the ranks' order of a sum is the algorithm's) and --verify must pass. The
+(--save-outputs) must equal the model byte for byte (a bool is 0 or 1;
+float sums within 1e-5 relative, since the ranks' order of a sum is the
+algorithm's) and --verify must pass. The
 graphs' errors (dim outside the input, stack layout with a dim, a dim not
 divisible by the group) are exit 1 naming the node.
 """
@@ -27,8 +33,13 @@ import numpy as np
 
 CLI = sys.argv[1]
 MPIRUN = sys.argv[2] if len(sys.argv) > 2 else None
-DTYPES = ["int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64"]
+DTYPES = ["int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64",
+          "uint16", "uint32", "uint64", "bool"]
 failures = []
+# integers wrap in their dtype; bool's sum is or, its prod and
+COMBOS = [(dt, red) for dt in DTYPES
+          for red in (["sum", "max", "min"] if dt.startswith("float") else ["sum", "prod", "max", "min"])]
+TURN = [0]
 
 
 def np_dtype(dt):
@@ -42,15 +53,24 @@ def make_case(rng, n):
         shape = [rng.randint(1, 4) for _ in range(rank)]
         dim = rng.randrange(rank) if k % 3 else min(1, rank - 1)
         dt = rng.choice(DTYPES)
-        kind = rng.choice(["AllGather", "ReduceScatter"])
+        kind = rng.choice(["AllGather", "ReduceScatter", "ReduceScatter", "AllReduce", "Broadcast"])
         red = "sum"
-        if kind == "ReduceScatter":
-            shape[dim] *= n
-            red = rng.choice(["sum", "max", "min"]) if dt.startswith("float") else rng.choice(["max", "min"])
+        if kind in ("ReduceScatter", "AllReduce"):
+            if kind == "ReduceScatter":
+                shape[dim] *= n
+            # every (dtype, reduction) in turn, so each is met in a run
+            dt, red = COMBOS[TURN[0] % len(COMBOS)]
+            TURN[0] += 1
         name = f"x{k}"
         nodes.append(f'  <node name="{name}" op="Input" dtype="{dt}" shape="{",".join(map(str, shape))}"/>')
-        attrs = f'dim="{dim}"' + (' layout="concat"' if kind == "AllGather" else f' reduction="{red}"')
-        nodes.append(f'  <node name="c{k}" op="{kind}" {attrs} fusion="1"><input ref="{name}"/></node>')
+        root = rng.randrange(n)
+        attrs = {"AllGather": f'dim="{dim}" layout="concat"',
+                 "ReduceScatter": f'dim="{dim}" reduction="{red}"',
+                 "AllReduce": f'reduction="{red}"', "Broadcast": f'root="{root}"'}[kind]
+        if kind == "Broadcast":
+            dim = root  # the model's one number: the root
+        fusion = ' fusion="1"' if kind != "Broadcast" else ""
+        nodes.append(f'  <node name="c{k}" op="{kind}" {attrs}{fusion}><input ref="{name}"/></node>')
         nodes.append(f'  <node name="o{k}" op="Output"><input ref="c{k}"/></node>')
         model.append((name, kind, dim, dt, red, tuple(shape)))
     xml = ['<?xml version="1.0" encoding="UTF-8"?>', f'<graph name="dims" world_size="{n}">']
@@ -60,11 +80,17 @@ def make_case(rng, n):
 def expected(kind, dim, red, ins, k):
     if kind == "AllGather":
         return np.concatenate(ins, axis=dim)
-    f = {"sum": np.add, "max": np.maximum, "min": np.minimum}[red]
-    acc = ins[0].astype(np.float64) if red == "sum" else ins[0]
-    for x in ins[1:]:
-        acc = f(acc, x.astype(np.float64) if red == "sum" else x)
-    return np.split(acc, len(ins), axis=dim)[k]
+    if kind == "Broadcast":
+        return ins[dim]
+    # in the dtype (integers wrap; numpy's bool add is or, multiply and),
+    # float sums in float64
+    f = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[red]
+    wide = red == "sum" and ins[0].dtype.kind == "f"
+    acc = ins[0].astype(np.float64) if wide else ins[0]
+    with np.errstate(over="ignore"):
+        for x in ins[1:]:
+            acc = f(acc, x.astype(np.float64) if wide else x)
+    return acc if kind == "AllReduce" else np.split(acc, len(ins), axis=dim)[k]
 
 
 def run_case(tmp, rng, n, seed, mpi):
@@ -78,6 +104,8 @@ def run_case(tmp, rng, n, seed, mpi):
         for r in range(n):
             if dt.startswith("float"):
                 a = np.random.default_rng(seed * 100 + r).standard_normal(shape).astype(dt)
+            elif dt == "bool":
+                a = np.random.default_rng(seed * 100 + r).integers(0, 2, shape).astype(np.bool_)
             else:
                 info = np.iinfo(dt)
                 a = np.random.default_rng(seed * 100 + r).integers(info.min, info.max, shape, dtype=dt)
@@ -108,7 +136,8 @@ def run_case(tmp, rng, n, seed, mpi):
                 ok = got.shape == want.shape and (
                     np.allclose(got.astype(np.float64), want, rtol=1e-5 if dt != "float16" else 1e-2,
                                 atol=1e-6 if dt != "float16" else 1e-2)
-                    if red == "sum" and kind == "ReduceScatter" else np.array_equal(got, want))
+                    if red == "sum" and kind in ("ReduceScatter", "AllReduce") and dt.startswith("float")
+                    else np.array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8)))
                 if not ok:
                     failures.append(f"{kind} dim={dim} {dt} {red} on {n} ranks {extra}: rank {r} "
                                     f"differs from the model\n{xml}")
