@@ -14,9 +14,10 @@ numpy arrays or contiguous CPU torch tensors:
     cfd.barrier()
 
 Buffers: numpy arrays (C-contiguous) or torch tensors (strided, contiguous,
-on the CPU) of collfuse's dtypes: int8, uint8, int16, int32, int64,
-float16, bfloat16, float32, float64 (a numpy uint16 array is bfloat16 raw
-bits, as in the rest of the package). Shapes are the callers': a collective
+on the CPU) of collfuse's dtypes: int8, uint8, int16, uint16, int32,
+uint32, int64, uint64, float16, bfloat16, float32, float64, bool (bool's sum
+and max are or, its prod and min and; mean is refused). numpy has no
+bfloat16: a uint16 array of raw bits is bfloat16 with dtype="bfloat16". Shapes are the callers': a collective
 moves the elements in C order, so all_gather's output is the inputs
 concatenated along dimension 0, reduce_scatter's input and all_to_all's
 buffers are cut into world-size blocks along it. Anything else (a
@@ -51,17 +52,17 @@ import threading
 
 import numpy as np
 
-from . import CollfuseError, Context, Graph
+from . import DTYPES, CollfuseError, Context, Graph
 from ._lib import lib
 
 __all__ = ["init", "has_shm", "is_initialized", "last_copies", "get_rank", "get_world_size", "backend", "destroy",
            "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher"]
 
-_NP = {np.dtype(np.int8): "int8", np.dtype(np.uint8): "uint8", np.dtype(np.int16): "int16",
-       np.dtype(np.int32): "int32", np.dtype(np.int64): "int64", np.dtype(np.float16): "float16",
-       np.dtype(np.uint16): "bfloat16", np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
-_SIZES = {"int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2,
-          "float32": 4, "float64": 8}
+# numpy's dtype of each collfuse dtype (the package's table), bfloat16 aside: numpy
+# has none, and a uint16 array is uint16 unless a call says dtype="bfloat16"
+_NP = {np.dtype(t): name for name, t in DTYPES.items() if name != "bfloat16"}
+_SIZES = {name: np.dtype(t).itemsize for name, t in DTYPES.items()}
+_NAMES = ", ".join(DTYPES)
 _REDUCTIONS = {"sum": "sum", "mean": "mean", "avg": "mean", "max": "max", "min": "min", "prod": "prod",
                "product": "prod"}
 
@@ -70,7 +71,7 @@ def _torch_dtypes():
     import torch
     return {torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16", torch.int32: "int32",
             torch.int64: "int64", torch.float16: "float16", torch.bfloat16: "bfloat16",
-            torch.float32: "float32", torch.float64: "float64"}
+            torch.float32: "float32", torch.float64: "float64", torch.bool: "bool"}
 
 
 # ---------------- the job ----------------
@@ -290,14 +291,22 @@ class _Buf:
         self.nbytes = count * _SIZES[dtype]
 
 
-def _buf(x, what, write):
-    """The buffer of x (a numpy array or torch tensor), checked."""
+def _buf(x, what, write, dtype=None):
+    """The buffer of x (a numpy array or torch tensor), checked; dtype
+    "bfloat16" takes a numpy uint16 array as bfloat16 raw bits."""
+    if dtype not in (None, "bfloat16"):
+        raise ValueError("collfuse.distributed: dtype=%r: only 'bfloat16' is given this way (for numpy uint16 "
+                         "arrays of raw bits); other dtypes come from the buffer" % (dtype,))
     if isinstance(x, np.ndarray):
         dt = _NP.get(x.dtype)
         if dt is None:
-            raise TypeError("collfuse.distributed: %s is a numpy %s array; collfuse's dtypes are int8, uint8, "
-                            "int16, int32, int64, float16, bfloat16 (uint16 raw bits), float32, float64"
-                            % (what, x.dtype))
+            raise TypeError("collfuse.distributed: %s is a numpy %s array; collfuse's dtypes are %s"
+                            % (what, x.dtype, _NAMES))
+        if dtype == "bfloat16":
+            if dt != "uint16":
+                raise TypeError("collfuse.distributed: %s: dtype='bfloat16' wants a uint16 array of raw bits, "
+                                "got %s" % (what, x.dtype))
+            dt = "bfloat16"
         if not x.flags.c_contiguous:
             raise ValueError("collfuse.distributed: %s is not C-contiguous (a strided view): "
                              "give np.ascontiguousarray(...) and copy the result back" % what)
@@ -316,8 +325,9 @@ def _buf(x, what, write):
                                  "takes CPU tensors (move it with .cpu())" % (what, x.device))
             dt = _torch_dtypes().get(x.dtype)
             if dt is None:
-                raise TypeError("collfuse.distributed: %s is %s; collfuse's dtypes are int8, uint8, int16, "
-                                "int32, int64, float16, bfloat16, float32, float64" % (what, x.dtype))
+                raise TypeError("collfuse.distributed: %s is %s; collfuse's dtypes are %s" % (what, x.dtype, _NAMES))
+            if dtype and dt != dtype:
+                raise TypeError("collfuse.distributed: %s is %s, not %s" % (what, x.dtype, dtype))
             if not x.is_contiguous():
                 raise ValueError("collfuse.distributed: %s is not contiguous (strides %s for shape %s): "
                                  "give .contiguous() and copy the result back" % (what, x.stride(), tuple(x.shape)))
@@ -420,34 +430,34 @@ def _run(kind, dtype, count, arg, inp, out, in_place):
         w.last_copies = (n, b)
 
 
-def all_reduce(tensor, op="sum", group=None):
+def all_reduce(tensor, op="sum", group=None, dtype=None):
     """Reduce tensor over every rank, in place: afterwards each rank's
     tensor holds the reduction (op: "sum", "mean"/"avg", "max", "min",
     "prod", or a torch.distributed.ReduceOp)."""
     w = _need()
     _check_group(w, group)
     red = _reduction(op)
-    b = _buf(tensor, "all_reduce's tensor", True)
+    b = _buf(tensor, "all_reduce's tensor", True, dtype)
     if b.count:
         _run("all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True)
     return tensor
 
 
-def broadcast(tensor, src, group=None):
+def broadcast(tensor, src, group=None, dtype=None):
     """Rank src's tensor to every rank, in place."""
     w = _need()
     _check_group(w, group)
     if not isinstance(src, int) or not 0 <= src < w.size:
         raise ValueError("collfuse.distributed: broadcast src %r is not a rank of this %d-rank job" % (src, w.size))
-    b = _buf(tensor, "broadcast's tensor", True)
+    b = _buf(tensor, "broadcast's tensor", True, dtype)
     if b.count:
         _run("broadcast", b.dtype, b.count, src, b.ptr, b.ptr, True)
     return tensor
 
 
-def _pair(output, input, what):
-    o = _buf(output, "%s's output" % what, True)
-    i = _buf(input, "%s's input" % what, False)
+def _pair(output, input, what, dtype):
+    o = _buf(output, "%s's output" % what, True, dtype)
+    i = _buf(input, "%s's input" % what, False, dtype)
     _same_dtype(i, o, what)
     if o.ptr < i.ptr + i.nbytes and i.ptr < o.ptr + o.nbytes and o.nbytes and i.nbytes:
         raise ValueError("collfuse.distributed: %s: the output overlaps the input (give separate buffers)" % what)
@@ -461,37 +471,37 @@ def _world_times(w, what, big, big_name, small, small_name):
                          % (what, big_name, big.count, w.size, small.count, small_name, small.count * w.size))
 
 
-def all_gather(output, input, group=None):
+def all_gather(output, input, group=None, dtype=None):
     """output = every rank's input concatenated in rank order (along
     dimension 0 of output: it has world size times input's elements)."""
     w = _need()
     _check_group(w, group)
-    o, i = _pair(output, input, "all_gather")
+    o, i = _pair(output, input, "all_gather", dtype)
     _world_times(w, "all_gather", o, "output", i, "input")
     if i.count:
         _run("all_gather", i.dtype, i.count, None, i.ptr, o.ptr, False)
     return output
 
 
-def reduce_scatter(output, input, op="sum", group=None):
+def reduce_scatter(output, input, op="sum", group=None, dtype=None):
     """output = this rank's block of the reduction of every rank's input
     (input: world size blocks of output's size, in rank order)."""
     w = _need()
     _check_group(w, group)
     red = _reduction(op)
-    o, i = _pair(output, input, "reduce_scatter")
+    o, i = _pair(output, input, "reduce_scatter", dtype)
     _world_times(w, "reduce_scatter", i, "input", o, "output")
     if o.count:
         _run("reduce_scatter", i.dtype, o.count, red, i.ptr, o.ptr, False)
     return output
 
 
-def all_to_all(output, input, group=None):
+def all_to_all(output, input, group=None, dtype=None):
     """Block j of input (world size equal blocks) to rank j; output's block
     i came from rank i (torch's all_to_all_single with equal splits)."""
     w = _need()
     _check_group(w, group)
-    o, i = _pair(output, input, "all_to_all")
+    o, i = _pair(output, input, "all_to_all", dtype)
     if o.count != i.count:
         raise ValueError("collfuse.distributed: all_to_all: the output has %d elements, the input %d"
                          % (o.count, i.count))

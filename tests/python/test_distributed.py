@@ -36,7 +36,8 @@ try:
 except ImportError:
     torch = None
 
-DTYPES = ("int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+DTYPES = tuple(collfuse.DTYPES)  # every collfuse dtype
+TORCH_LACKS = ("uint16", "uint32", "uint64")  # torch 1.13 has no such tensors
 REDS = ("sum", "mean", "max", "min", "prod")
 
 
@@ -70,9 +71,12 @@ def data(dtype, n, rank, case, red=None):
         if dtype == "bfloat16":
             return collfuse.float32_to_bf16(v)
         return v.astype(dtype)
-    lo, hi = (1, 4) if dtype == "uint8" else (-3, 4) if red == "prod" else (-9, 10)
-    if dtype == "uint8" and red != "prod":
-        lo, hi = 0, 60
+    if dtype == "bool":
+        return rng.integers(0, 2, n).astype(bool)
+    if dtype.startswith("uint"):
+        lo, hi = (1, 4) if red == "prod" else (0, 60)
+    else:
+        lo, hi = (-3, 4) if red == "prod" else (-9, 10)
     return rng.integers(lo, hi, n).astype(dtype)
 
 
@@ -82,6 +86,8 @@ def f64(dtype, a):
 
 def reduce_ref(dtype, red, arrays):
     x = np.stack([f64(dtype, a) for a in arrays])
+    if dtype == "bool":  # or and and
+        return {"sum": x.max(0), "max": x.max(0), "min": x.min(0), "prod": x.min(0)}[red]
     r = {"sum": x.sum(0), "max": x.max(0), "min": x.min(0), "prod": x.prod(0), "mean": x.sum(0) / len(arrays)}[red]
     if red == "mean" and dtype not in ("float16", "bfloat16", "float32", "float64"):
         r = np.trunc(r)  # integers truncate toward zero
@@ -124,30 +130,36 @@ def collectives(me, R, kinds):
         wrap = (lambda d, a: a) if kind == "numpy" else as_torch
         unwrap = (lambda d, a: a) if kind == "numpy" else from_torch
         for dt in DTYPES:
+            if kind == "torch" and dt in TORCH_LACKS:
+                continue
+            bits = "bfloat16" if dt == "bfloat16" and kind == "numpy" else None  # uint16 raw bits
             for red in REDS:
                 case += 1
                 every = [data(dt, n, r, case, red) for r in range(R)]
                 x = wrap(dt, every[me].copy())
-                cfd.all_reduce(x, op=red)
+                if dt == "bool" and red == "mean":
+                    expect_raises(collfuse.CollfuseError, lambda: cfd.all_reduce(x, op=red), "mean")
+                    continue
+                cfd.all_reduce(x, op=red, dtype=bits)
                 close(dt, unwrap(dt, x), reduce_ref(dt, red, every), "%s all_reduce %s" % (kind, red), R)
             case += 1
             every = [data(dt, n, r, case) for r in range(R)]
             out = wrap(dt, np.zeros(n * R, every[0].dtype))
-            cfd.all_gather(out, wrap(dt, every[me]))
+            cfd.all_gather(out, wrap(dt, every[me]), dtype=bits)
             close(dt, unwrap(dt, out), f64(dt, np.concatenate(every)), kind + " all_gather", R)
 
             out = wrap(dt, np.zeros(n // R, every[0].dtype))
-            cfd.reduce_scatter(out, wrap(dt, every[me]), op="sum")
+            cfd.reduce_scatter(out, wrap(dt, every[me]), op="sum", dtype=bits)
             want = reduce_ref(dt, "sum", every)[me * (n // R):(me + 1) * (n // R)]
             close(dt, unwrap(dt, out), want, kind + " reduce_scatter", R)
 
             root = (case + 1) % R
             x = wrap(dt, every[me].copy())
-            cfd.broadcast(x, src=root)
+            cfd.broadcast(x, src=root, dtype=bits)
             close(dt, unwrap(dt, x), f64(dt, every[root]), kind + " broadcast", R)
 
             out = wrap(dt, np.zeros(n, every[0].dtype))
-            cfd.all_to_all(out, wrap(dt, every[me]))
+            cfd.all_to_all(out, wrap(dt, every[me]), dtype=bits)
             b = n // R
             want = np.concatenate([f64(dt, every[r][me * b:(me + 1) * b]) for r in range(R)])
             close(dt, unwrap(dt, out), want, kind + " all_to_all", R)
@@ -186,6 +198,8 @@ def refusals(me, R):
     expect_raises(ValueError, lambda: cfd.all_reduce(a.T), "not C-contiguous")
     expect_raises(TypeError, lambda: cfd.all_reduce(np.zeros(3, np.complex64)), "complex64")
     expect_raises(TypeError, lambda: cfd.all_reduce([1.0, 2.0]), "a list")
+    expect_raises(TypeError, lambda: cfd.all_reduce(np.zeros(3, np.float32), dtype="bfloat16"), "uint16 array")
+    expect_raises(ValueError, lambda: cfd.all_reduce(np.zeros(3, np.int32), dtype="int64"), "only 'bfloat16'")
     ro = np.ones(4, np.float32)
     ro.flags.writeable = False
     expect_raises(ValueError, lambda: cfd.all_reduce(ro), "read-only")
@@ -203,7 +217,7 @@ def refusals(me, R):
         t = torch.arange(4 * R, dtype=torch.float32).reshape(2 * R, 2)
         expect_raises(ValueError, lambda: cfd.all_reduce(t.t()), "not contiguous")
         expect_raises(ValueError, lambda: cfd.all_reduce(torch.empty(4, device="meta")), "device 'meta'")
-        expect_raises(TypeError, lambda: cfd.all_reduce(torch.zeros(4, dtype=torch.bool)), "torch.bool")
+        expect_raises(TypeError, lambda: cfd.all_reduce(torch.zeros(4), dtype="bfloat16"), "not bfloat16")
         expect_raises(TypeError, lambda: cfd.all_reduce(torch.zeros(4, dtype=torch.complex64)), "complex64")
         expect_raises(TypeError, lambda: cfd.all_reduce(torch.zeros(4).to_sparse()), "sparse")
         leaf = torch.ones(4, requires_grad=True)
