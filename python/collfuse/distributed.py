@@ -25,7 +25,11 @@ non-contiguous view, a CUDA tensor, a complex or bool dtype, an output of
 the wrong size, a read-only array written to) raises TypeError or
 ValueError before anything is sent.
 
-Each (collective, dtype, element count, reduction or root) gets a small
+group: None (every rank), a torch.distributed process group or a list of
+job ranks in group order; a smaller group runs on the shm world only, as a
+world of its own (its members meet under a name drawn at init).
+
+Each (collective, dtype, element count, reduction or root, group) gets a small
 collfuse graph of that one collective, compiled once and cached; a call
 runs it on this rank with cf_executable_run_rank, reading the caller's
 input where it lies and writing the caller's output (all_gather,
@@ -121,6 +125,7 @@ class _World:
         self.lock = threading.Lock()
         self.failed = None
         self.last_copies = (0, 0)
+        self.token = None  # shm: the job's groups meet under names made from it
         self.ptr_in = (ctypes.c_void_p * 1)()
         self.ptr_out = (ctypes.c_void_p * 1)()
 
@@ -230,6 +235,10 @@ def init(backend=None, deterministic=False, timeout=None, environ=os.environ):
     _world = w
     try:
         barrier()  # joins the world (under MPI the first executable initializes it and is kept to the end)
+        if chosen == "shm":  # a name for the groups' worlds, drawn by rank 0
+            tok = np.frombuffer(os.urandom(8), dtype=np.uint8).copy()
+            broadcast(tok, src=0)
+            w.token = "cfd-" + tok.tobytes().hex()
     except BaseException:
         _world = None
         raise
@@ -355,15 +364,45 @@ def _reduction(op):
     return red
 
 
-def _check_group(w, group):
+class _Grp:
+    """Where a call runs: the members' job ranks (None: every rank), its
+    size and this rank's position in it."""
+    __slots__ = ("members", "size", "me")
+
+    def __init__(self, members, size, me):
+        self.members, self.size, self.me = members, size, me
+
+
+def _members(group):
+    """A group's job ranks in group order: a torch.distributed ProcessGroup
+    (torch's own table of it) or a list of ranks."""
+    if isinstance(group, (list, tuple)):
+        return [int(r) for r in group]
+    import sys
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    table = getattr(c10d, "_pg_group_ranks", None) if c10d else None
+    if table is not None and group in table:
+        return [g for g, _ in sorted(table[group].items(), key=lambda kv: kv[1])]
+    raise TypeError("collfuse.distributed: group %r: give a torch.distributed process group, a list of ranks "
+                    "or None (every rank)" % (group,))
+
+
+def _enter(group):
+    """The world and where a call on group runs, checked."""
+    w = _need()
     if group is None:
-        return
-    size = getattr(group, "size", None)
-    n = size() if callable(size) else None
-    if n == w.size:
-        return  # the default group (torch's WORLD, or a group of every rank)
-    raise ValueError("collfuse.distributed: groups smaller than the job (%s ranks of %d) are not supported "
-                     "yet: pass group=None" % (n if n is not None else "?", w.size))
+        return w, _Grp(None, w.size, w.rank)
+    ranks = _members(group)
+    if sorted(ranks) == list(range(w.size)) and ranks == sorted(ranks):
+        return w, _Grp(None, w.size, w.rank)  # every rank, in order: the job itself
+    if len(set(ranks)) != len(ranks) or any(not 0 <= r < w.size for r in ranks):
+        raise ValueError("collfuse.distributed: group %s: ranks of a %d-rank job, each once" % (ranks, w.size))
+    if w.rank not in ranks:
+        raise ValueError("collfuse.distributed: rank %d is not in group %s" % (w.rank, ranks))
+    if w.backend != "shm":
+        raise ValueError("collfuse.distributed: group %s: groups smaller than the job run on the shm world "
+                         "only (this job is on %s): pass group=None" % (ranks, w.backend))
+    return w, _Grp(tuple(ranks), len(ranks), ranks.index(w.rank))
 
 
 # ---------------- collectives ----------------
@@ -372,13 +411,13 @@ class _Coll:
     """One collective's executable on this rank, and the output buffer it
     keeps for the in-place ones."""
 
-    def __init__(self, w, kind, dtype, count, arg):
-        g = Graph("cfd_%s" % kind, world_size=w.size)
+    def __init__(self, w, grp, kind, dtype, count, arg):
+        g = Graph("cfd_%s" % kind, world_size=grp.size)
         if kind == "all_gather":
             g.input("x", dtype, (count,))
             y = g.all_gather("x")
         elif kind == "reduce_scatter":
-            g.input("x", dtype, (count * w.size,))
+            g.input("x", dtype, (count * grp.size,))
             y = g.reduce_scatter("x", reduction=arg)
         elif kind == "all_to_all":
             g.input("x", dtype, (count,))
@@ -390,7 +429,11 @@ class _Coll:
             g.input("x", dtype, (count,))
             y = g.all_reduce("x", reduction=arg)
         g.output("y", y)
-        self.exe = g.compile(**w.options)
+        options = dict(w.options)
+        if grp.members:  # the group's own world: its members meet under a name of their own
+            options["job"] = "%s.g%s" % (w.token, "-".join(map(str, grp.members)))
+        self.exe = g.compile(**options)
+        self.me = grp.me
         self.own = None
         if kind in ("all_reduce", "broadcast"):
             self.own = np.empty(count * _SIZES[dtype] + 64, dtype=np.uint8)
@@ -399,21 +442,20 @@ class _Coll:
 
     def run(self, w, inp, out):
         w.ptr_in[0], w.ptr_out[0] = inp, out
-        self.exe.ctx.check(lib.cf_executable_run_rank(self.exe._h, w.rank, w.ptr_in, w.ptr_out))
+        self.exe.ctx.check(lib.cf_executable_run_rank(self.exe._h, self.me, w.ptr_in, w.ptr_out))
 
 
-def _run(kind, dtype, count, arg, inp, out, in_place):
-    """Run collective kind on this rank; in_place: the result goes to the
-    executable's own buffer, then is copied to out."""
-    w = _need()
+def _run(w, grp, kind, dtype, count, arg, inp, out, in_place):
+    """Run collective kind on this rank of grp; in_place: the result goes
+    to the executable's own buffer, then is copied to out."""
     with w.lock:
         if w.failed:
             raise CollfuseError(3, "collfuse.distributed: an earlier collective failed (%s); the job's "
                                    "collfuse world has stopped" % w.failed)
-        key = (kind, dtype, count, arg)
+        key = (kind, dtype, count, arg, grp.members)
         c = w.cache.get(key)
         if c is None:
-            c = w.cache[key] = _Coll(w, kind, dtype, count, arg)
+            c = w.cache[key] = _Coll(w, grp, kind, dtype, count, arg)
             w.order.append(key)
         try:
             if in_place:
@@ -431,27 +473,27 @@ def _run(kind, dtype, count, arg, inp, out, in_place):
 
 
 def all_reduce(tensor, op="sum", group=None, dtype=None):
-    """Reduce tensor over every rank, in place: afterwards each rank's
-    tensor holds the reduction (op: "sum", "mean"/"avg", "max", "min",
-    "prod", or a torch.distributed.ReduceOp)."""
-    w = _need()
-    _check_group(w, group)
+    """Reduce tensor over the group's ranks (None: every rank), in place:
+    afterwards each one's tensor holds the reduction (op: "sum",
+    "mean"/"avg", "max", "min", "prod", or a torch.distributed.ReduceOp)."""
+    w, grp = _enter(group)
     red = _reduction(op)
     b = _buf(tensor, "all_reduce's tensor", True, dtype)
     if b.count:
-        _run("all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True)
+        _run(w, grp, "all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True)
     return tensor
 
 
 def broadcast(tensor, src, group=None, dtype=None):
-    """Rank src's tensor to every rank, in place."""
-    w = _need()
-    _check_group(w, group)
-    if not isinstance(src, int) or not 0 <= src < w.size:
-        raise ValueError("collfuse.distributed: broadcast src %r is not a rank of this %d-rank job" % (src, w.size))
+    """Rank src's tensor (src: a job rank, as torch's) to the group's ranks, in place."""
+    w, grp = _enter(group)
+    ranks = grp.members or range(w.size)
+    if not isinstance(src, int) or src not in ranks:
+        raise ValueError("collfuse.distributed: broadcast src %r is not a rank of %s" % (
+            src, "this %d-rank job" % w.size if grp.members is None else "group %s" % list(grp.members)))
     b = _buf(tensor, "broadcast's tensor", True, dtype)
     if b.count:
-        _run("broadcast", b.dtype, b.count, src, b.ptr, b.ptr, True)
+        _run(w, grp, "broadcast", b.dtype, b.count, list(ranks).index(src), b.ptr, b.ptr, True)
     return tensor
 
 
@@ -464,52 +506,49 @@ def _pair(output, input, what, dtype):
     return o, i
 
 
-def _world_times(w, what, big, big_name, small, small_name):
-    """big must hold world size times small's elements."""
-    if big.count != small.count * w.size:
+def _world_times(grp, what, big, big_name, small, small_name):
+    """big must hold group size times small's elements."""
+    if big.count != small.count * grp.size:
         raise ValueError("collfuse.distributed: %s: the %s has %d elements, %d ranks x %d %s elements want %d"
-                         % (what, big_name, big.count, w.size, small.count, small_name, small.count * w.size))
+                         % (what, big_name, big.count, grp.size, small.count, small_name, small.count * grp.size))
 
 
 def all_gather(output, input, group=None, dtype=None):
     """output = every rank's input concatenated in rank order (along
     dimension 0 of output: it has world size times input's elements)."""
-    w = _need()
-    _check_group(w, group)
+    w, grp = _enter(group)
     o, i = _pair(output, input, "all_gather", dtype)
-    _world_times(w, "all_gather", o, "output", i, "input")
+    _world_times(grp, "all_gather", o, "output", i, "input")
     if i.count:
-        _run("all_gather", i.dtype, i.count, None, i.ptr, o.ptr, False)
+        _run(w, grp, "all_gather", i.dtype, i.count, None, i.ptr, o.ptr, False)
     return output
 
 
 def reduce_scatter(output, input, op="sum", group=None, dtype=None):
     """output = this rank's block of the reduction of every rank's input
     (input: world size blocks of output's size, in rank order)."""
-    w = _need()
-    _check_group(w, group)
+    w, grp = _enter(group)
     red = _reduction(op)
     o, i = _pair(output, input, "reduce_scatter", dtype)
-    _world_times(w, "reduce_scatter", i, "input", o, "output")
+    _world_times(grp, "reduce_scatter", i, "input", o, "output")
     if o.count:
-        _run("reduce_scatter", i.dtype, o.count, red, i.ptr, o.ptr, False)
+        _run(w, grp, "reduce_scatter", i.dtype, o.count, red, i.ptr, o.ptr, False)
     return output
 
 
 def all_to_all(output, input, group=None, dtype=None):
     """Block j of input (world size equal blocks) to rank j; output's block
     i came from rank i (torch's all_to_all_single with equal splits)."""
-    w = _need()
-    _check_group(w, group)
+    w, grp = _enter(group)
     o, i = _pair(output, input, "all_to_all", dtype)
     if o.count != i.count:
         raise ValueError("collfuse.distributed: all_to_all: the output has %d elements, the input %d"
                          % (o.count, i.count))
-    if i.count % w.size:
+    if i.count % grp.size:
         raise ValueError("collfuse.distributed: all_to_all: %d elements do not cut into %d equal blocks"
-                         % (i.count, w.size))
+                         % (i.count, grp.size))
     if i.count:
-        _run("all_to_all", i.dtype, i.count, None, i.ptr, o.ptr, False)
+        _run(w, grp, "all_to_all", i.dtype, i.count, None, i.ptr, o.ptr, False)
     return output
 
 
@@ -517,7 +556,6 @@ _TOKEN = np.zeros(1, dtype=np.int32)
 
 
 def barrier(group=None):
-    """Return when every rank has called it."""
-    w = _need()
-    _check_group(w, group)
-    _run("all_reduce", "int32", 1, "sum", _TOKEN.ctypes.data, _TOKEN.ctypes.data, True)
+    """Return when every rank of the group has called it."""
+    w, grp = _enter(group)
+    _run(w, grp, "all_reduce", "int32", 1, "sum", _TOKEN.ctypes.data, _TOKEN.ctypes.data, True)

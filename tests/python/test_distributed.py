@@ -12,7 +12,7 @@ dtype, on numpy arrays and (with torch) CPU torch tensors, against numpy
 references computed in float64 from every rank's random data (each rank
 makes all ranks' data from the same seeds); bad buffers refused before
 anything is sent (the ranks stay in step); float32 at sizes past the
-small-message algorithms; and with torch, a small model
+small-message algorithms; groups (shm world; MPI refuses them); and with torch, a small model
 under DDP over gloo with collfuse's allreduce_hook against DDP without a
 hook, step by step, and its bf16 variant; last, ranks that call different
 collectives all raise. Exits 77 (skipped) without
@@ -191,6 +191,30 @@ def large(me, R):
               "large all_to_all", R)
 
 
+def groups(me, R):
+    """Collectives over groups (lists of job ranks, in group order): the job
+    reversed, pairs, a rank alone; on the shm world only (MPI refuses)."""
+    rev = list(range(R))[::-1]
+    x = data("float32", 4 * R, me, 500)
+    if cfd.backend() != "shm":
+        expect_raises(ValueError, lambda: cfd.all_reduce(x, group=rev), "shm world only")
+        return
+    every = [data("float32", 4 * R, r, 500) for r in range(R)]
+    pair = [r for r in range(R) if r // 2 == me // 2]
+    for grp in (rev, pair, [me]):
+        y = every[me].copy()
+        cfd.all_reduce(y, group=grp)
+        close("float32", y, reduce_ref("float32", "sum", [every[r] for r in grp]), "group %s all_reduce" % grp, R)
+        out = np.empty(4 * R * len(grp), np.float32)
+        cfd.all_gather(out, every[me], group=grp)
+        close("float32", out, f64("float32", np.concatenate([every[r] for r in grp])), "group %s all_gather" % grp, R)
+        y = every[me].copy()
+        cfd.broadcast(y, src=grp[-1], group=grp)
+        close("float32", y, f64("float32", every[grp[-1]]), "group %s broadcast" % grp, R)
+    expect_raises(ValueError, lambda: cfd.all_reduce(x, group=[r for r in range(R) if r != me]), "not in group")
+    expect_raises(ValueError, lambda: cfd.broadcast(x, src=(me + 1) % R, group=[me]), "not a rank of group")
+
+
 def refusals(me, R):
     """Bad buffers raise on every rank before anything is sent: the ranks
     stay in step (the all_reduce after them agrees)."""
@@ -310,10 +334,10 @@ def child():
     want = forced or ("shm" if cfd.has_shm() else "mpi")
     if cfd.backend() != want:
         fail("backend %r, want %r" % (cfd.backend(), want))
-    expect_raises(ValueError, lambda: cfd.all_reduce(np.zeros(2), group=type("G", (), {"size": lambda s: 1})()),
-                  "groups smaller")
+    expect_raises(TypeError, lambda: cfd.all_reduce(np.zeros(2), group=object()), "a list of ranks")
     collectives(me, R, ("numpy", "torch") if torch is not None else ("numpy",))
     large(me, R)
+    groups(me, R)
     refusals(me, R)
     copies(me, R)
     if torch is not None:
