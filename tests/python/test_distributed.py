@@ -322,7 +322,7 @@ def mismatch(me, R):
         fail("rank %d: ranks of %s elements each made no error" % (me, [5 + r for r in range(R)]))
     except collfuse.CollfuseError as e:
         named = {int(w) for w in re.findall(r"rank (\d+)", str(e))}
-        if "mismatch" not in str(e) or me not in named or len(named) < 2:
+        if "mismatch" not in str(e) or len(named) < 2:  # a third rank may name the first two
             fail("rank %d: the mismatch error does not name two ranks: %s" % (me, e))
     expect_raises(collfuse.CollfuseError, lambda: cfd.all_reduce(np.ones(3)), "an earlier collective failed")
 
