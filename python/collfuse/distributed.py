@@ -34,12 +34,13 @@ collfuse graph of that one collective, compiled once and cached; a call
 runs it on this rank with cf_executable_run_rank, reading the caller's
 input where it lies and writing the caller's output (all_gather,
 reduce_scatter, all_to_all: no copy here). The world copies what its
-transport needs: the shm world copies what a rank sends from the caller's
-input into its shared heap (which peers read); MPI stages what a rank
-receives before it reduces it. all_reduce and broadcast are in place on
-one buffer, which the worlds read while the result is written: the result
-is produced into a buffer the cached executable keeps and copied into the
-caller's (one copy of the buffer's bytes; last_copies() counts it).
+transport needs: the shm world copies the caller's input into its shared
+memory (which the peers read) before the run and the result out after it,
+so all_reduce and broadcast, in place on one buffer, give it as both; MPI
+reads the input where it lies and stages what a rank receives, so there
+all_reduce and broadcast produce the result into a buffer the cached
+executable keeps and copy it into the caller's (one copy of the buffer;
+last_copies() counts the last collective's copies).
 
 The world (backend()): the shared-memory world of processes on one host
 (the C API's backend "shm", when the library has it: has_shm()) for a job
@@ -435,7 +436,7 @@ class _Coll:
         self.exe = g.compile(**options)
         self.me = grp.me
         self.own = None
-        if kind in ("all_reduce", "broadcast"):
+        if kind in ("all_reduce", "broadcast") and w.backend != "shm":
             self.own = np.empty(count * _SIZES[dtype] + 64, dtype=np.uint8)
             # 64-byte aligned start, as the library's own buffers
             self.own_ptr = (self.own.ctypes.data + 63) & ~63
@@ -458,7 +459,11 @@ def _run(w, grp, kind, dtype, count, arg, inp, out, in_place):
             c = w.cache[key] = _Coll(w, grp, kind, dtype, count, arg)
             w.order.append(key)
         try:
-            if in_place:
+            if in_place and w.backend == "shm":
+                # the shm world copies the inputs into its memory before the run and
+                # the results out after it: one buffer may be both (collfuse.h)
+                c.run(w, inp, out)
+            elif in_place:
                 c.run(w, inp, c.own_ptr)
                 ctypes.memmove(out, c.own_ptr, count * _SIZES[dtype])
             else:
@@ -467,7 +472,7 @@ def _run(w, grp, kind, dtype, count, arg, inp, out, in_place):
             w.failed = str(e)
             raise
         n, b = c.exe.last_copies
-        if in_place:
+        if in_place and w.backend != "shm":
             n, b = n + 1, b + count * _SIZES[dtype]
         w.last_copies = (n, b)
 

@@ -22,8 +22,9 @@ collfuse.distributed from another thread while a backward pass is running.
 
 Copies: with gradient_as_bucket_view=True the gradients are the bucket and
 DDP copies nothing, since the future holds the bucket itself; the copies
-are the world's (collfuse.distributed says which) and all_reduce's one
-copy of the average into the bucket. Without it, DDP copies the gradients into the
+are the world's (collfuse.distributed says which: shm, the bucket into its
+memory and the average back; MPI, its staging and one copy of the average
+into the bucket). Without it, DDP copies the gradients into the
 bucket and back, as with any hook.
 """
 
