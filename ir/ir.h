@@ -229,6 +229,33 @@ int64_t cf_trace_dropped(const cf_trace *t);
 int64_t cf_trace_events(const cf_trace_lane *l, const cf_trace_ev **first, int64_t *start);
 /* The run failed with message why (the first call counts). */
 void cf_trace_fail(cf_trace *t, const char *why);
+/* What a rank's events say over its timed iterations (those from
+ * iteration first_iter on), in microseconds summed over them. */
+typedef struct cf_trace_rank {
+  int iters;         /* timed iterations seen */
+  double iter_us;    /* their time */
+  double compute_us; /* compute steps, copies and fused MatMul ops on the rank thread */
+  double comm_us;    /* collectives, wherever they ran */
+  double exposed_us; /* the rank thread waiting on collectives or running them inline: the
+                      * communication no compute of the rank hides */
+} cf_trace_rank;
+/* One plan collective over every rank's timed iterations (runs of it). */
+typedef struct cf_trace_bucket {
+  const char *name;         /* NULL: never seen */
+  const struct cf_node *node;
+  const char *algo;
+  int64_t bytes;
+  int runs;
+  double start_after_us; /* from its START step's end (its last member produced) to its run
+                          * on the communication thread; 0 for runs inline */
+  double duration_us;    /* its runs */
+  double wait_us;        /* the rank thread waiting on it (or running it inline) */
+} cf_trace_bucket;
+/* Sum t's events per rank (ranks[t->ranks]) and per plan collective
+ * (buckets[n_colls], by the events' "coll" argument). CF_ERR_NO_MEMORY
+ * when the scratch cannot be had. */
+cf_status cf_trace_summarize(const cf_trace *t, int first_iter, int n_colls, cf_trace_rank *ranks,
+                             cf_trace_bucket *buckets);
 /* Write t to path as Chrome trace event JSON (traceEvents, one process per
  * rank and one for the driver, a thread per lane, otherData with the ranks,
  * dropped_events and the failure). */
@@ -247,6 +274,25 @@ typedef enum cf_env_var {
   CF_ENV_BLAS_THREADS,  /* OPENBLAS_NUM_THREADS */
   CF_ENV_CUDA_DRIVER,   /* COLLFUSE_CUDA_DRIVER */
   CF_ENV_CUBLAS,        /* CUBLAS_LIBRARY */
+  CF_ENV_SHM_RANK,        /* COLLFUSE_RANK */
+  CF_ENV_SHM_SIZE,        /* COLLFUSE_WORLD_SIZE */
+  CF_ENV_SHM_JOB,         /* COLLFUSE_JOB */
+  CF_ENV_TORCH_RANK,      /* RANK */
+  CF_ENV_TORCH_SIZE,      /* WORLD_SIZE */
+  CF_ENV_TORCH_LOCAL_SIZE, /* LOCAL_WORLD_SIZE */
+  CF_ENV_MASTER_ADDR,     /* MASTER_ADDR */
+  CF_ENV_MASTER_PORT,     /* MASTER_PORT */
+  CF_ENV_OMPI_RANK,       /* OMPI_COMM_WORLD_RANK */
+  CF_ENV_OMPI_SIZE,       /* OMPI_COMM_WORLD_SIZE */
+  CF_ENV_OMPI_LOCAL_SIZE, /* OMPI_COMM_WORLD_LOCAL_SIZE */
+  CF_ENV_PMIX_NAMESPACE,  /* PMIX_NAMESPACE */
+  CF_ENV_PMI_RANK,        /* PMI_RANK */
+  CF_ENV_PMI_SIZE,        /* PMI_SIZE */
+  CF_ENV_SLURM_PROCID,    /* SLURM_PROCID */
+  CF_ENV_SLURM_NTASKS,    /* SLURM_NTASKS */
+  CF_ENV_SLURM_NNODES,    /* SLURM_NNODES */
+  CF_ENV_SLURM_JOB_ID,    /* SLURM_JOB_ID */
+  CF_ENV_SLURM_STEP_ID,   /* SLURM_STEP_ID */
   CF_ENV_COUNT
 } cf_env_var;
 

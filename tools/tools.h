@@ -241,6 +241,11 @@ extern const char *cf_tool_command;
 int cf_tool_fail(cf_context *ctx, cf_status st);
 /* "collfuse CMD: <fmt with arg>" + a hint; returns EXIT_USAGE. */
 int cf_tool_usage(const char *cmd, const char *fmt, const char *arg);
+/* spawn.c: start n processes as the ranks of a shm world (each child gets
+ * COLLFUSE_RANK, COLLFUSE_WORLD_SIZE and COLLFUSE_JOB and returns -1, to go
+ * on with the command as that rank); the parent waits for them all and
+ * returns the exit code of the command (cmd: its name in messages). */
+int cf_tool_spawn_ranks(const char *cmd, int n);
 /* cf_graph_load, where "-" is standard input, read once however often it is
  * loaded (`run -` compiles the graph twice); cf_tool_stdin_free at exit. */
 cf_status cf_tool_load(cf_context *ctx, const char *path, cf_graph **out);
@@ -268,6 +273,16 @@ bool cf_opt_check_quiet(void *out, const char *v, char *why, size_t len);
   {"--quiet", NULL, NULL, CF_OPT_FLAG, (f), .check = cf_opt_check_quiet,                           \
    .help = "no progress line on standard error (shown on a terminal\n"                             \
            "once a phase takes over a second)"}
+/* timeline.c: what a run's trace says (exposed communication, overlap,
+ * each plan collective's start, run and wait), over the iterations from
+ * first_iter on: as `run -v` lines prefixed who, into cJSON object obj as
+ * "timeline" (run --json), and the mean over ranks of the exposed
+ * milliseconds per iteration (-1: none). */
+struct cf_plan;
+void cf_tool_timeline_print(FILE *f, const char *who, const cf_trace *t, const struct cf_plan *p,
+                            int first_iter);
+void cf_tool_timeline_json(void *obj, const cf_trace *t, const struct cf_plan *p, int first_iter);
+double cf_tool_exposed_ms(const cf_trace *t, int first_iter, int n_colls);
 /* Events each lane of a --trace keeps (its ring buffer: the newest win). */
 #define CF_TOOL_TRACE_EVENTS ((int64_t)1 << 16)
 /* A file argument as messages name it: "<stdin>" for "-". */
