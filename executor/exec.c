@@ -2,8 +2,8 @@
  * per rank for collectives that overlap compute.
  *
  * Each rank has its own arena (allocated and first touched by its own
- * thread), its own copy of the collective calls (pointers into its arena,
- * descriptors a test may alter), and its own context for error messages
+ * thread), its own copy of the collective calls (pointers into its
+ * arena), and its own context for error messages
  * (borrowing the main context's JIT, whose kernels the plan already
  * resolved). Before the first iteration the ranks exchange their plan
  * fingerprints; between iterations they meet at a barrier made of transport
