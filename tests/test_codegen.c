@@ -1298,7 +1298,9 @@ static int setup_reduced(void **state) {
   return 0;
 }
 
-int main(void) {
+/* argv[1]: the group to run (host, reduced; ctest runs each as a test of
+ * its own: test_codegen/GROUP); none: both */
+int main(int argc, char **argv) {
   /* the bulk of the tests must not read or fill the user's cache */
   setenv("COLLFUSE_CACHE", "off", 1);
   cf_context *c;
@@ -1321,7 +1323,15 @@ int main(void) {
       cmocka_unit_test(test_16bit_vectors), cmocka_unit_test(test_object_cache),
       cmocka_unit_test(test_object_cache_trust),
   };
-  int failed = cmocka_run_group_tests_name("host", tests, setup, teardown);
-  return failed +
-         cmocka_run_group_tests_name("no avx512bf16/avx512dq", reduced, setup_reduced, teardown);
+  const char *group = argc > 1 ? argv[1] : NULL;
+  if (group && strcmp(group, "host") != 0 && strcmp(group, "reduced") != 0) {
+    fprintf(stderr, "test_codegen: no group '%s' (host, reduced)\n", group);
+    return 2;
+  }
+  int failed = 0;
+  if (!group || strcmp(group, "host") == 0)
+    failed += cmocka_run_group_tests_name("host", tests, setup, teardown);
+  if (!group || strcmp(group, "reduced") == 0)
+    failed += cmocka_run_group_tests_name("no avx512bf16/avx512dq", reduced, setup_reduced, teardown);
+  return failed;
 }
