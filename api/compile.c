@@ -13,6 +13,7 @@ cf_status cf_compile(cf_graph *g, const cf_compile_options *opt) {
   static const cf_compile_options none = {0};
   if (!opt) opt = &none;
   const char *target = opt->pass.target;
+  cf_phase_begin(g->ctx, "compile", 0);
   cf_status st = cf_verify_for_target(g, target);
   if (!st && opt->verified) st = opt->verified(g, opt->user);
   if (!st)

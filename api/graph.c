@@ -7,11 +7,13 @@
 #include "../frontend/frontend.h"
 
 cf_status cf_graph_load(cf_context *ctx, const char *path, cf_graph **out) {
+  cf_phase_begin(ctx, "read", 0);
   return cf_frontend_load(ctx, path, out);
 }
 
 cf_status cf_graph_parse(cf_context *ctx, const char *name, const char *data, size_t size,
                          cf_graph **out) {
+  cf_phase_begin(ctx, "read", 0);
   return cf_frontend_parse(ctx, name, data, size, out);
 }
 

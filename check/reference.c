@@ -133,6 +133,14 @@ static double mv(const rv *v, int64_t i) { return v->mag ? v->mag[i] : fabs(ival
 
 /* Load a tensor's elements (count of v, dtype of v) into v's storage. */
 static void load(rv *v, const void *data) {
+  if (!v->ival && v->dtype == CF_DT_FLOAT32) { /* the common case, as below */
+    const float *f = data;
+    for (int64_t i = 0; i < v->count; i++) {
+      v->val[i] = f[i];
+      v->mag[i] = fabs(v->val[i]);
+    }
+    return;
+  }
   for (int64_t i = 0; i < v->count; i++) {
     if (v->ival) {
       v->ival[i] = cf_load_i64(data, v->dtype, i);
@@ -407,6 +415,19 @@ static void reduce_into(cf_reduction red, const rv *const *src, int s, int64_t o
                         int64_t doff, int64_t cnt) {
   red = cf_dtype_reduction(dst->dtype, red);
   bool u = cf_dtype_is_unsigned(dst->dtype);
+  if (!dst->ival && (red == CF_RED_SUM || red == CF_RED_MEAN)) { /* the common case, as below */
+    for (int64_t e = 0; e < cnt; e++) {
+      int64_t i = off + e;
+      double v = src[0]->val[i], m = src[0]->mag[i];
+      for (int k = 1; k < s; k++) {
+        v += src[k]->val[i];
+        m += src[k]->mag[i];
+      }
+      dst->val[doff + e] = red == CF_RED_MEAN ? v / s : v;
+      dst->mag[doff + e] = red == CF_RED_MEAN ? m / s : m;
+    }
+    return;
+  }
   for (int64_t e = 0; e < cnt; e++) {
     int64_t i = off + e;
     if (dst->ival) {

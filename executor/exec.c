@@ -17,7 +17,6 @@
 #include "transports/transports.h"
 
 #include <assert.h>
-#include <limits.h>
 #include <cblas.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -41,11 +40,8 @@ typedef struct rank_run {
   const cf_inputs *in;
   cf_run_result *res;
   cf_status st;
-  bool vanished;
   bool solo;       /* the only rank of this process (MPI): records its own times */
   int64_t copies, copy_bytes; /* cf_run_result's, this rank's */
-  int fail_at;     /* test hook: the step of the first iteration this rank fails at, else -1 */
-  int stall_at;    /* test hook: its first compute step from this one on never returns; INT_MAX */
   /* communication thread: a FIFO of started collectives */
   pthread_t thread;
   bool has_thread;
@@ -63,6 +59,8 @@ typedef struct rank_run {
    * touch nothing more) and which step it is */
   _Atomic int64_t busy_us;
   _Atomic int busy_step;
+  cf_trace_lane *lane, *clane; /* trace.c: the rank thread's and the communication thread's; NULL
+                                * when not tracing */
 } rank_run;
 
 static cf_status run_call(rank_run *r, const cf_coll_call *call) {
@@ -71,9 +69,26 @@ static cf_status run_call(rank_run *r, const cf_coll_call *call) {
   return st ? st : cf_device_error(r->cdev, r->ctx);
 }
 
+/* The trace event of collective call, run from t0 until now on lane l. */
+static void trace_call(const rank_run *r, cf_trace_lane *l, const cf_coll_call *call, int64_t t0) {
+  const cf_plan *p = r->p;
+  /* a plan collective's own call, or a fused op's chunk (a copy) */
+  uintptr_t at = (uintptr_t)call, lo = (uintptr_t)r->calls;
+  int c = at >= lo && at < lo + (uintptr_t)p->n_colls * sizeof *call ? (int)((at - lo) / sizeof *call) : -1;
+  const cf_pcoll *pc = c >= 0 ? &p->colls[c] : NULL;
+  int algo = pc ? pc->algo : call->algo;
+  cf_trace_record(l, &(cf_trace_ev){.t0 = t0, .t1 = cf_trace_clock(), .name = call->desc.node,
+                                    .cat = "collective",
+                                    .node = pc ? &p->g->nodes[pc->node] : NULL,
+                                    .algo = algo >= 0 ? cf_algo_name(algo) : NULL,
+                                    .bytes = call->desc.count * cf_dtype_size(call->desc.dtype),
+                                    .arg_name = pc ? "coll" : NULL, .arg = c});
+}
+
 static void *comm_main(void *arg) {
   rank_run *r = arg;
   cf_world_rank_thread(r->world, r->rank, 1);
+  cf_trace_here = r->clane;
   pthread_mutex_lock(&r->lock);
   for (;;) {
     while (!r->stop && r->completed == r->started) pthread_cond_wait(&r->cond, &r->lock);
@@ -81,7 +96,9 @@ static void *comm_main(void *arg) {
     const cf_coll_call *call = r->queue[r->completed % r->queue_cap];
     cf_status prev = r->comm_st;
     pthread_mutex_unlock(&r->lock);
+    int64_t t0 = r->clane ? cf_trace_clock() : 0;
     cf_status st = prev ? prev : run_call(r, call);
+    if (r->clane) trace_call(r, r->clane, call, t0);
     pthread_mutex_lock(&r->lock);
     if (st && !r->comm_st) r->comm_st = st;
     r->completed++;
@@ -229,10 +246,43 @@ static cf_status check_caller(rank_run *r, const cf_node *n, const char *what, c
 }
 
 /* The caller's whole bucket buffer 2 * c + io on this rank (cf_inputs.buckets), else NULL. */
-static char *bucket_of(const rank_run *r, int slot) {
+/* The caller's bucket buffer bound to slot (2 * coll + io), or NULL. */
+static char *caller_bucket(const rank_run *r, int slot) {
   const cf_inputs *in = r->in;
   if (slot < 0 || !in || !in->buckets || !cf_device_is_host(r->dev)) return NULL;
   return in->buckets[(size_t)r->rank * 2 * (size_t)r->p->n_colls + (size_t)slot];
+}
+
+/* Whether the rank runs in memory its world gives (the shm world: peers
+ * read, and rsag writes, this rank's buffers in place, which only that
+ * memory allows): caller buffers are then never bound; caller buckets are
+ * mirrored in the arena (mirror_buckets) and inputs and outputs copied. */
+static bool world_memory(const rank_run *r) {
+  return cf_world_gives_memory(r->world) && cf_device_is_host(r->dev);
+}
+
+/* The buffer a run uses for slot: the caller's bucket, unless mirrored. */
+static char *bucket_of(const rank_run *r, int slot) {
+  return world_memory(r) ? NULL : caller_bucket(r, slot);
+}
+
+static void count_copy(rank_run *r, size_t bytes);
+
+/* World memory: the caller's buckets into the arena's places for them
+ * (in), or the arena's back into the caller's (out: inputs first, so that
+ * an in-place bucket's results are what stays). */
+static void mirror_buckets(rank_run *r, bool in) {
+  const cf_plan *p = r->p;
+  for (int io = 0; io < 2 && world_memory(r); io++)
+    for (int c = 0; c < p->n_colls; c++) {
+      const cf_pcoll *pc = &p->colls[c];
+      char *bk = pc->fused_mm ? NULL : caller_bucket(r, 2 * c + io);
+      size_t bytes = (size_t)pc->bucket_bytes[io];
+      if (!bk || !bytes || (in && io == 1)) continue;
+      char *a = r->arena + (io ? pc->out_addr : pc->in_addr);
+      memcpy(in ? a : bk, in ? bk : a, bytes);
+      count_copy(r, bytes);
+    }
 }
 
 static void count_copy(rank_run *r, size_t bytes) {
@@ -268,8 +318,9 @@ static cf_status bind_values(rank_run *r) {
       if (st) return st;
       /* an in-place plan's later iterations would overwrite the first's outputs */
       bool later = p->overwrites_inputs && p->opt.warmup + p->opt.iters > 1;
-      if (host && cf_plan_binds(p, i) && !later) r->vptr[v] = t->data;
-    } else if (n->op == CF_OP_INPUT && in && in->borrow && host && cf_plan_binds(p, i)) {
+      if (host && !world_memory(r) && cf_plan_binds(p, i) && !later) r->vptr[v] = t->data;
+    } else if (n->op == CF_OP_INPUT && in && in->borrow && host && !world_memory(r) &&
+               cf_plan_binds(p, i)) {
       for (int k = 0; k < in->n; k++)
         if (strcmp(in->names[k], n->name) == 0) {
           const cf_tensor *t = &in->data[(size_t)r->rank * (size_t)in->n + (size_t)k];
@@ -311,7 +362,7 @@ static cf_status fill_inputs(rank_run *r) {
     int k = -1;
     for (int j = 0; r->in && n->op == CF_OP_INPUT && j < r->in->n; j++)
       if (strcmp(r->in->names[j], n->name) == 0) k = j;
-    if (k < 0 && bucket_of(r, r->p->vals[r->p->val_base[i]].bucket)) continue; /* in the caller's bucket */
+    if (k < 0 && caller_bucket(r, r->p->vals[r->p->val_base[i]].bucket)) continue; /* in the caller's bucket (or its mirror) */
     if (k < 0) {
       cf_status st = fill_value(r, n, &t);
       if (st) return st;
@@ -323,6 +374,9 @@ static cf_status fill_inputs(rank_run *r) {
                            cf_dtype_name(src->dtype), (long long)src->count, cf_dtype_name(t.dtype),
                            (long long)t.count);
     if (t.data == src->data) continue;
+    const cf_pvalue *pv = &r->p->vals[r->p->val_base[i]];
+    char *bk = world_memory(r) ? caller_bucket(r, pv->bucket) : NULL;
+    if (bk && src->data == bk + pv->boff) continue; /* its bucket's mirror has it */
     size_t bytes = (size_t)t.count * (size_t)cf_dtype_size(t.dtype);
     count_copy(r, bytes);
     cf_status st = cf_device_upload(r->dev, t.data, src->data, bytes);
@@ -338,19 +392,6 @@ static cf_status compute(rank_run *r, const cf_node *n, cf_tensor *tin, cf_tenso
   for (int k = 0; k < n->n_out; k++) tout[k] = tensor_of(r, p->val_base[node] + k);
   return cf_device_compute(r->dev, r->ctx, p->g, n, tin, tout, r->rank, p->opt.seed,
                            p->opt.deterministic ? CF_COMPUTE_DETERMINISTIC : 0);
-}
-
-/* Test hook: this rank stops at step s, loudly (mode 1) or without a word
- * (mode 2). */
-static cf_status injected_failure(rank_run *r, int s) {
-  if (r->p->opt.hooks->fail_mode == 2) {
-    r->vanished = true;
-    return CF_ERR_RUNTIME;
-  }
-  char text[160];
-  snprintf(text, sizeof text, "rank %d failed at step %d (injected failure)", r->rank, s);
-  r->comm->ops->abort(r->comm, text);
-  return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
 }
 
 /* A compute step begins: the step join_ranks can give up on (BLAS watches
@@ -374,20 +415,36 @@ static void io_busy(void *impl) {
 
 static void io_idle(void *impl) { idle(impl); }
 
-static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *tout) {
+/* The trace event of step s, run from t0 until now (trace.c; the rank's lane). */
+static void trace_step(rank_run *r, int s, int64_t t0) {
   const cf_plan *p = r->p;
-  /* a test's injected failure cuts the first iteration short */
-  int end = first && r->fail_at >= 0 && r->fail_at < p->n_steps ? r->fail_at : p->n_steps;
-  for (int s = 0; s < end; s++) {
+  const cf_step *sp = &p->steps[s];
+  if ((sp->kind == CF_STEP_START || sp->kind == CF_STEP_WAIT) && p->colls[sp->coll].inline_ok) {
+    if (sp->kind == CF_STEP_START) trace_call(r, r->lane, &r->calls[sp->coll], t0); /* ran here */
+    return; /* its WAIT had nothing to wait for */
+  }
+  static const char *const cat[] = {[CF_STEP_COMPUTE] = "compute", [CF_STEP_COPY] = "copy",
+                                    [CF_STEP_START] = "start", [CF_STEP_WAIT] = "wait",
+                                    [CF_STEP_FUSED] = "fused"};
+  const cf_node *n = &p->g->nodes[sp->kind == CF_STEP_COMPUTE ? sp->node : p->colls[sp->coll].node];
+  cf_trace_record(r->lane, &(cf_trace_ev){.t0 = t0, .t1 = cf_trace_clock(), .name = n->name,
+                                          .cat = cat[sp->kind], .node = n,
+                                          .bytes = sp->kind == CF_STEP_COPY ? sp->bytes : 0,
+                                          .arg_name = sp->kind == CF_STEP_COMPUTE ? NULL : "coll",
+                                          .arg = sp->coll});
+}
+
+static cf_status iteration(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
+  const cf_plan *p = r->p;
+  for (int s = 0; s < p->n_steps; s++) {
     const cf_step *sp = &p->steps[s];
     cf_status st = CF_OK;
     const char *why;
     if (r->comm->ops->aborted(r->comm, &why)) return cf_error(r->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
+    int64_t t0 = r->lane ? cf_trace_clock() : 0;
     switch (sp->kind) {
     case CF_STEP_COMPUTE:
       busy(r, s);
-      if (first && s >= r->stall_at) /* test hook: as OpenBLAS retrying a buffer it cannot map */
-        for (;;) sleep(1000);
       st = compute(r, &p->g->nodes[sp->node], tin, tout);
       idle(r);
       break;
@@ -416,9 +473,9 @@ static cf_status iteration(rank_run *r, bool first, cf_tensor *tin, cf_tensor *t
       break;
     }
     }
+    if (r->lane) trace_step(r, s, t0);
     if (st) return st;
   }
-  if (end < p->n_steps) return injected_failure(r, end);
   return cf_device_error(r->dev, r->ctx); /* the copies' */
 }
 
@@ -436,7 +493,9 @@ static cf_status collect_outputs(rank_run *r);
 static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   cf_plan *p = r->p;
   cf_status st;
-  r->arena = r->dev->ops->alloc(r->dev, (size_t)p->arena_bytes);
+  int64_t t_in = r->lane ? cf_trace_clock() : 0;
+  cf_phase_begin(r->ctx, "inputs", 0);
+  r->arena = cf_world_alloc(r->world, r->dev, (size_t)p->arena_bytes);
   if (!r->arena) {
     char b[32];
     return cf_error(r->ctx, CF_ERR_NO_MEMORY, p->g->file, 0,
@@ -466,24 +525,32 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
         call->me = i % pc->n;
       }
   }
+  mirror_buckets(r, true);
   if ((st = fill_inputs(r))) return st;
+  cf_trace_record(r->lane, &(cf_trace_ev){.t0 = t_in, .t1 = cf_trace_clock(), .name = "inputs",
+                                          .cat = "phase"});
   if ((st = check_fingerprints(r))) return st;
-  if (p->opt.hooks && p->opt.hooks->mutate)
-    for (int c = 0; c < p->n_colls; c++)
-      p->opt.hooks->mutate(p->opt.hooks->user, r->rank, &r->calls[c].desc, c);
   int total = p->opt.warmup + p->opt.iters;
+  cf_phase_begin(r->ctx, "iterations", total);
   for (int it = 0; it < total; it++) {
     if ((st = barrier(r))) return st;
     double t0 = 1e3 * cf_now();
-    if ((st = iteration(r, it == 0, tin, tout))) return st;
+    int64_t ti = r->lane ? cf_trace_clock() : 0;
+    st = iteration(r, tin, tout);
+    cf_trace_record(r->lane, &(cf_trace_ev){.t0 = ti, .t1 = cf_trace_clock(), .name = "iteration",
+                                            .cat = "iteration", .arg_name = "iteration", .arg = it});
+    if (st) return st;
     if ((st = barrier(r))) return st;
+    cf_phase_done(r->ctx, it + 1);
     if ((r->rank == 0 || r->solo) && it >= p->opt.warmup)
       r->res->time_ms[it - p->opt.warmup] = 1e3 * cf_now() - t0;
     /* an iteration after the first of a plan that reduces its Inputs in
      * place reduces the results of the one before (nccl-tests' in-place
      * mode: the same work each time): the run returns the first's */
-    if ((it == 0 && p->overwrites_inputs) || (it == total - 1 && !p->overwrites_inputs))
+    if ((it == 0 && p->overwrites_inputs) || (it == total - 1 && !p->overwrites_inputs)) {
+      mirror_buckets(r, false);
       if ((st = collect_outputs(r))) return st;
+    }
   }
   if (r->res->arenas) { /* the result keeps the arena its outputs point into */
     r->res->arenas[r->solo ? 0 : r->rank] = r->arena;
@@ -534,6 +601,7 @@ static cf_status collect_outputs(rank_run *r) {
 static void *rank_main(void *arg) {
   rank_run *r = arg;
   cf_world_rank_thread(r->world, r->rank, 0);
+  cf_trace_here = r->lane;
   int ports = max_ports(r->p->g);
   cf_tensor *tin = calloc((size_t)ports, sizeof *tin), *tout = calloc((size_t)ports, sizeof *tout);
   r->calls = calloc((size_t)r->p->n_colls + 1, sizeof *r->calls);
@@ -542,7 +610,7 @@ static void *rank_main(void *arg) {
   } else {
     r->st = rank_body(r, tin, tout);
   }
-  if (r->st && !r->vanished) {
+  if (r->st) {
     const char *why;
     if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_errmsg(r->ctx));
   }
@@ -564,10 +632,6 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
   x->rank = rank;
   x->in = in;
   x->res = res;
-  const cf_run_hooks *h = p->opt.hooks;
-  bool mine = h && h->fail_rank == rank;
-  x->fail_at = mine && (h->fail_mode == 1 || h->fail_mode == 2) ? h->fail_step : -1;
-  x->stall_at = mine && h->fail_mode == 4 ? h->fail_step : INT_MAX;
   pthread_mutex_init(&x->lock, NULL);
   pthread_cond_init(&x->cond, NULL);
   x->queue_cap = p->n_colls + 2;
@@ -579,6 +643,10 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
     x->ctx->codegen_free = NULL;
     x->ctx->log_fn = ctx->log_fn;
     x->ctx->log_user = ctx->log_user;
+    x->ctx->progress = rank == 0 ? ctx->progress : NULL; /* rank 0 reports the phases */
+    x->ctx->trace = ctx->trace;
+    x->lane = cf_trace_lane_of(ctx->trace, rank, 0);
+    x->clane = cf_trace_lane_of(ctx->trace, rank, 1);
   }
   if (!x->queue || !x->ticket || st) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if ((st = cf_device_view(p->dev, x->ctx, rank, 0, &x->dev)) ||
@@ -588,7 +656,7 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
 }
 
 static void rank_free(rank_run *x) {
-  if (x->arena) x->dev->ops->free(x->dev, x->arena);
+  if (x->arena) cf_world_free(x->world, x->dev, x->arena);
   free(x->vptr);
   free(x->calls);
   free(x->algos);
@@ -707,6 +775,7 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
   int gone = 0;
   if (!st) {
     x->solo = true;
+    x->ctx->progress = ctx->progress; /* this process's one rank reports its phases */
     x->world = w;
     x->comm = comm;
     cf_context *saved = comm->ctx;
@@ -837,7 +906,7 @@ static cf_status run_threads(cf_context *ctx, cf_plan *p, cf_world *w, const cf_
      * runtime errors it caused elsewhere */
     int who = -1;
     for (int r = 0; r < n; r++)
-      if (rr[r].st && !rr[r].vanished && (who < 0 || (rr[who].st == CF_ERR_RUNTIME && rr[r].st != CF_ERR_RUNTIME)))
+      if (rr[r].st && (who < 0 || (rr[who].st == CF_ERR_RUNTIME && rr[r].st != CF_ERR_RUNTIME)))
         who = r;
     if (who >= 0) {
       const char *why = NULL;
@@ -890,6 +959,9 @@ cf_status cf_exec_run_world(cf_context *ctx, cf_plan *p, cf_world *w, const cf_i
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "the transport has %d rank%s, the plan %d", w->size,
                     cf_s(w->size), p->ranks);
   cf_comm *comm = cf_world_comm(w, w->first);
+  /* arenas from the world's memory go back to it before the world goes:
+   * outputs are copied out of them */
+  if (cf_world_gives_memory(w)) p->opt.outputs_in_arena = false;
   if (!cf_device_is_host(p->dev) && !comm->ops->zero_copy)
     return cf_error(ctx, CF_ERR_UNSUPPORTED, NULL, 0,
                     "the %s transport moves host memory: --device %s needs the threads transport",

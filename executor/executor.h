@@ -8,9 +8,10 @@
  * contract a device backend, transport or world implements;
  * backends/backends.h and transports/transports.h are the ones collfuse
  * has (a caller that makes a world includes transports.h itself);
- * algorithms.h is what an algorithm is written with; plan.h the private plan
- * and test hooks. What only checking needs (the float64 reference, verify,
- * .npy) is check/check.h, outside the library.
+ * algorithms.h is what an algorithm is written with; plan.h the private
+ * plan; fault.h the tests' fault injection (test builds only). What only
+ * checking needs (the float64 reference, verify, .npy) is check/check.h,
+ * outside the library.
  */
 #ifndef COLLFUSE_EXECUTOR_H
 #define COLLFUSE_EXECUTOR_H
@@ -58,7 +59,6 @@ typedef struct cf_run_options {
   double timeout_s; /* every wait; default 60 */
   cf_algo_req algo; /* a policy (auto) or a forced algorithm */
   int verbose;
-  const struct cf_run_hooks *hooks; /* tests only (plan.h); NULL in production */
   /* The transport copies into staging (MPI): size the algorithms' scratch
    * for it. False for the threads transport, which reads in place. */
   bool staged;

@@ -146,6 +146,26 @@ void cf_fill_random(void *data, cf_dtype dt, int64_t count, uint64_t seed, int r
 void cf_fill_random_at(void *data, cf_dtype dt, int64_t first, int64_t count, uint64_t seed,
                        int rank, const char *name) {
   uint64_t base = stream_base(seed, rank, name);
+  /* float32 and float64, the common cases, without the per-element
+   * dispatch (the same values: a float64 in (-1, 1) never rounds to 0 in
+   * either, and float32's rounding up to 1 wraps to -1) */
+  if (dt == CF_DT_FLOAT32) {
+    float *o = data;
+    for (int64_t i = 0; i < count; i++) {
+      uint64_t r = mix64(base + (uint64_t)(first + i) * CF_GOLDEN);
+      float f = (float)(((double)(r >> 11) + 0.5) * 0x1p-52 - 1.0);
+      o[i] = f >= 1.0f ? -1.0f : f;
+    }
+    return;
+  }
+  if (dt == CF_DT_FLOAT64) {
+    double *o = data;
+    for (int64_t i = 0; i < count; i++) {
+      uint64_t r = mix64(base + (uint64_t)(first + i) * CF_GOLDEN);
+      o[i] = ((double)(r >> 11) + 0.5) * 0x1p-52 - 1.0;
+    }
+    return;
+  }
   for (int64_t i = 0; i < count; i++) {
     uint64_t r = mix64(base + (uint64_t)(first + i) * CF_GOLDEN);
     bool head = first + i == 0;         /* the tensor's element 0 */

@@ -1026,6 +1026,7 @@ cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options
                         cf_plan **out) {
   *out = NULL;
   if (!g->topo) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "plan: the graph is not verified");
+  cf_phase_begin(ctx, "plan", 0);
   unsigned seen = 0, unused;
   cf_plan *p;
   cf_status st = plan_make(ctx, g, opt, RSAG_AG | RSAG_RS, &seen, &p);
@@ -1048,7 +1049,9 @@ cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options
   st = opt->device == CF_DEVICE_CUDA ? cf_device_cuda_create(ctx, -1, &p->dev)
                                      : cf_device_cpu_create(ctx, &p->dev);
   if (st) goto fail;
+  cf_phase_begin(ctx, "kernels", 0);
   if ((st = prepare_kernels(p))) goto fail;
+  cf_phase_begin(ctx, "plan", 0);
   *out = p;
   return CF_OK;
 fail:

@@ -1,6 +1,6 @@
 /* plan.h - the executor's private plan: what plan.c builds and exec.c and
- * fused_matmul.c run (steps, values, collectives), and the test hooks a run
- * may carry. Outside executor/ only `run -v` and the tests read it.
+ * fused_matmul.c run (steps, values, collectives), and fault.c wraps for
+ * the tests. Outside executor/ only `run -v` and the tests read it.
  *
  * A compiled graph becomes a plan: one schedule of steps that every rank
  * runs (compute ops, collective start, collective wait), a memory plan that
@@ -13,23 +13,6 @@
 #define COLLFUSE_EXECUTOR_PLAN_H
 
 #include "executor.h"
-
-/* Fault injection for tests (tests/, and `run`'s COLLFUSE_TEST_* variables):
- * cf_run_options.hooks points at one; NULL in every production run. */
-typedef struct cf_run_hooks {
-  /* Called on every rank's copy of the plan after the fingerprint check,
-   * so a test can make one rank differ. */
-  void (*mutate)(void *user, int rank, cf_coll_desc *d, int index);
-  void *user;
-  /* Rank fail_rank stops at schedule step fail_step of the first
-   * iteration, either failing loudly (mode 1: an error that stops
-   * everyone) or vanishing without a word (mode 2: the others must notice
-   * by their timeout), or its first compute step from fail_step on never
-   * returns (mode 4: as BLAS stuck in OpenBLAS's allocation retry; the run
-   * gives it up after its timeout). Mode 0: off. (`run` also knows mode 3,
-   * MPI's SIGKILL: cf_mpi_test_kill.) */
-  int fail_mode, fail_rank, fail_step;
-} cf_run_hooks;
 
 typedef enum cf_step_kind {
   CF_STEP_COMPUTE, /* a compute node on this rank */

@@ -19,6 +19,7 @@
 
 #include "api/api.h"
 #include "executor/executor.h"
+#include "executor/fault.h"
 #include "executor/plan.h"
 #include "ir/ir.h"
 
@@ -47,14 +48,14 @@ static cf_plan *plan_of(bool matmul, int ranks, const cf_run_options *opt, cf_gr
 /* rank `stuck` of `ranks` never returns from its MatMul: the run ends
  * after the timeout, naming it */
 static void stalled_run(int ranks, int stuck) {
-  cf_run_hooks hooks = {.fail_mode = 4, .fail_rank = stuck, .fail_step = 0};
-  cf_run_options opt = {.ranks = ranks, .iters = 1, .timeout_s = 1, .hooks = &hooks};
+  cf_faults f = {.fail_mode = 4, .fail_rank = stuck, .fail_step = 0};
+  cf_run_options opt = {.ranks = ranks, .iters = 1, .timeout_s = 1};
   cf_graph *g = NULL;
   cf_plan *p = plan_of(true, ranks, &opt, &g);
   cf_run_result res;
   char want[128];
   snprintf(want, sizeof want, "rank %d timed out after 1 s computing MatMul 'm'", stuck);
-  ASSERT_ERR(cf_exec_run(ctx, p, NULL, &res), CF_ERR_RUNTIME, want);
+  ASSERT_ERR(cf_fault_run(ctx, p, NULL, &f, NULL, &res), CF_ERR_RUNTIME, want);
   assert_true(p->abandoned);
   cf_plan_destroy(p); /* leaves it: the stalled thread may still read it */
   (void)g;            /* nor the graph the plan points into */

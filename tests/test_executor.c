@@ -27,8 +27,9 @@
  * reference (cf_reference_run + cf_verify_outputs); --deterministic outputs
  * are bitwise equal across fused, unfused and other --split layouts; the
  * fused plan's peak memory stays within the unfused plan's plus one bucket;
- * the test hooks (a mutated descriptor, a rank that fails, a rank that
- * vanishes) give CF_ERR_RUNTIME with the right message, in time.
+ * the faults of executor/fault.h's world (a mutated descriptor, a rank
+ * that fails, a rank that vanishes) give CF_ERR_RUNTIME with the right
+ * message, in time.
  */
 #define _GNU_SOURCE
 #include "cf_test.h"
@@ -39,6 +40,7 @@
 #include "api/api.h"
 #include "check/check.h"
 #include "executor/executor.h"
+#include "executor/fault.h"
 #include "executor/plan.h"
 #include "executor/transports/transports.h"
 #include "ir/ir.h"
@@ -970,8 +972,10 @@ static void same_in_place(cspec s, int a) {
  * run_coll) and leaves the unused buffer (and the blocks of the input that
  * are not its own) alone. AllReduce: counts are the elements; AllGather
  * and ReduceScatter: one member, counts are a rank's block, and every row
- * resolves to direct (the forced rows run the small sizes only). */
-static void in_place_sweep(cf_op op, const int64_t *counts, int n_counts) {
+ * resolves to direct (the forced rows run the small sizes only). The
+ * sizes above 1000 under a forced AllReduce row are the long part (subject
+ * in_place_large, label long): large says which part runs. */
+static void in_place_sweep(cf_op op, const int64_t *counts, int n_counts, bool large) {
   static const int ranks[] = {1, 2, 3, 4, 5, 8};
   for (int a = -1; a < N_ALGOS; a++)
     for (int t = 0; t < N_DTS; t++)
@@ -985,6 +989,8 @@ static void in_place_sweep(cf_op op, const int64_t *counts, int n_counts) {
                   (count > 100003 && all_dts[t] != CF_DT_INT8 && all_dts[t] != CF_DT_FLOAT32))) ||
                 (op != CF_OP_ALLREDUCE && a >= 0 && (count > 1000 || det)))
               continue; /* time: the big sizes once per algorithm and dtype */
+            if (large != (op == CF_OP_ALLREDUCE && a >= 0 && count > 1000))
+              continue; /* the other part's */
             int red = op == CF_OP_ALLGATHER   ? -1
                       : op == CF_OP_ALLREDUCE ? ((t + r + c) % 2 ? CF_RED_MEAN : CF_RED_SUM)
                                               : (t + r + c) % CF_RED_COUNT;
@@ -1005,10 +1011,17 @@ static void in_place_sweep(cf_op op, const int64_t *counts, int n_counts) {
 
 /* In place (out is in, as the plan gives a gradient bucket), small to
  * segmented sizes (3M int8: segmented). */
+static const int64_t ar_in_place_counts[] = {0, 1, 7, 65, 1000, 100003, (int64_t)3 << 20};
+
 static void test_allreduce_in_place(void **state) {
   (void)state;
-  static const int64_t counts[] = {0, 1, 7, 65, 1000, 100003, (int64_t)3 << 20};
-  in_place_sweep(CF_OP_ALLREDUCE, counts, 7);
+  in_place_sweep(CF_OP_ALLREDUCE, ar_in_place_counts, 7, false);
+}
+
+/* ... and its sizes above 1000 under every forced row (label long) */
+static void test_allreduce_in_place_large(void **state) {
+  (void)state;
+  in_place_sweep(CF_OP_ALLREDUCE, ar_in_place_counts, 7, true);
 }
 
 /* ReduceScatter and AllGather in place (NCCL's layouts, member by member:
@@ -1019,8 +1032,8 @@ static void test_allreduce_in_place(void **state) {
 static void test_rsag_in_place(void **state) {
   (void)state;
   static const int64_t counts[] = {0, 1, 7, 65, 1000, 100003, 300000};
-  in_place_sweep(CF_OP_REDUCESCATTER, counts, 7);
-  in_place_sweep(CF_OP_ALLGATHER, counts, 7);
+  in_place_sweep(CF_OP_REDUCESCATTER, counts, 7, false);
+  in_place_sweep(CF_OP_ALLGATHER, counts, 7, false);
   /* fused buckets: five members (one empty, one past a piece), packed and
    * with odd padding between them */
   static const int64_t fused[] = {7, 1, 20000, 0, 100};
@@ -1616,6 +1629,17 @@ static cf_status run_plan(const cf_graph *g, const cf_run_options *opt, cf_run_r
   return st;
 }
 
+/* run_plan on a world that injects f's faults (executor/fault.h) */
+static cf_status run_faulty(const cf_graph *g, const cf_run_options *opt, const cf_faults *f,
+                            cf_run_result *res) {
+  cf_plan *p = NULL;
+  cf_status st = cf_plan_build(ctx, g, opt, &p);
+  if (st) fail_msg("plan: %s", cf_context_errmsg(ctx));
+  st = cf_fault_run(ctx, p, NULL, f, NULL, res);
+  cf_plan_destroy(p);
+  return st;
+}
+
 /* Check res (from any compilation of xml) against the reference of the
  * unfused graph, matching outputs by name. */
 static void verify_run(const char *xml, const cf_run_result *res, uint64_t seed, const char *what) {
@@ -2036,11 +2060,11 @@ static void test_plan_hooks(void **state) {
   for (int f = M_COUNT; f <= M_RED; f++)
     for (int coll = 0; coll < 16; coll += 5) {
       mutation m = {.rank = 2, .coll = coll, .field = (mfield)f};
-      cf_run_hooks hooks = {.mutate = mutate, .user = &m};
-      cf_run_options opt = {.iters = 2, .timeout_s = 2, .hooks = &hooks};
+      cf_faults faults = {.mutate = mutate, .user = &m};
+      cf_run_options opt = {.iters = 2, .timeout_s = 2};
       cf_run_result res;
       double t0 = cf_now();
-      cf_status st = run_plan(g, &opt, &res, NULL);
+      cf_status st = run_faulty(g, &opt, &faults, &res);
       double dt = cf_now() - t0;
       const char *msg = cf_context_errmsg(ctx);
       if (st != CF_ERR_RUNTIME) fail_msg("mutated %s of coll %d: status %d (%s)", what[f], coll, st, msg);
@@ -2054,11 +2078,11 @@ static void test_plan_hooks(void **state) {
   for (int mode = 1; mode <= 2; mode++)
     for (int step = 0; step < 3; step++) {
       int rank = mode == 1 ? 3 : 1;
-      cf_run_hooks hooks = {.fail_mode = mode, .fail_rank = rank, .fail_step = step};
-      cf_run_options opt = {.iters = 1, .timeout_s = 2, .hooks = &hooks};
+      cf_faults f = {.fail_mode = mode, .fail_rank = rank, .fail_step = step};
+      cf_run_options opt = {.iters = 1, .timeout_s = 2};
       cf_run_result res;
       double t0 = cf_now();
-      ASSERT_ERR(run_plan(g, &opt, &res, NULL), CF_ERR_RUNTIME, mode == 1 ? "failed at step" : "timed out");
+      ASSERT_ERR(run_faulty(g, &opt, &f, &res), CF_ERR_RUNTIME, mode == 1 ? "failed at step" : "timed out");
       double dt = cf_now() - t0;
       char rk[16];
       snprintf(rk, sizeof rk, mode == 1 ? "rank %d" : "%d", rank);
@@ -2079,10 +2103,10 @@ static void test_plan_hooks(void **state) {
       "</graph>";
   g = compile_graph(one, cf_pipeline_default, NULL);
   for (int step = 0; step < 2; step++) {
-    cf_run_hooks hooks = {.fail_mode = 1, .fail_rank = 2, .fail_step = step};
-    cf_run_options opt = {.iters = 1, .timeout_s = 30, .hooks = &hooks};
+    cf_faults f = {.fail_mode = 1, .fail_rank = 2, .fail_step = step};
+    cf_run_options opt = {.iters = 1, .timeout_s = 30};
     cf_run_result res;
-    cf_status st = run_plan(g, &opt, &res, NULL);
+    cf_status st = run_faulty(g, &opt, &f, &res);
     if (st == CF_OK) {
       cf_run_result_free(&res);
       fail_msg("fail_step %d (of START, WAIT): the injected failure never happened", step);
@@ -2273,6 +2297,7 @@ static const struct CMUnitTest s_allreduce[] = {
     T(test_allreduce_deterministic), T(test_allreduce_unsigned_bool),
 };
 static const struct CMUnitTest s_in_place[] = {T(test_allreduce_in_place), T(test_rsag_in_place)};
+static const struct CMUnitTest s_in_place_large[] = {T(test_allreduce_in_place_large)};
 static const struct CMUnitTest s_segments[] = {T(test_allreduce_rsag_segments)};
 static const struct CMUnitTest s_collectives[] = {
     T(test_reduce_scatter), T(test_all_gather),   T(test_reduce_root),
@@ -2294,7 +2319,7 @@ static const struct {
   const struct CMUnitTest *tests;
   size_t n;
 } subjects[] = {SUBJECT(streams),     SUBJECT(allreduce), SUBJECT(segments), SUBJECT(in_place),
-                SUBJECT(collectives), SUBJECT(failures),  SUBJECT(plan)};
+                SUBJECT(in_place_large), SUBJECT(collectives), SUBJECT(failures),  SUBJECT(plan)};
 
 int main(int argc, char **argv) {
   if (getenv("CF_TEST_FILTER")) cmocka_set_test_filter(getenv("CF_TEST_FILTER")); /* debugging one test */
@@ -2308,7 +2333,7 @@ int main(int argc, char **argv) {
   }
   if (!found) {
     fprintf(stderr, "test_executor: no subject '%s' (streams, allreduce, segments, in_place, "
-                    "collectives, failures, plan)\n", argv[1]);
+                    "in_place_large, collectives, failures, plan)\n", argv[1]);
     return 2;
   }
   return rc;

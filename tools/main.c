@@ -118,7 +118,13 @@ int main(int argc, char **argv) {
   cf_context_set_log(ctx, log_to_stderr, &verbose);
   cf_tool_command = c->name;
   int skip = strchr(c->name, ' ') ? 3 : 2; /* "bench NAME" takes two words */
+  if (cf_tool_progress_start(ctx)) {
+    fprintf(stderr, "collfuse: out of memory\n");
+    cf_context_destroy(ctx);
+    return EXIT_RUNTIME;
+  }
   rc = c->run(ctx, argc - skip, argv + skip);
+  cf_tool_progress_stop(ctx);
   cf_context_destroy(ctx);
   cf_tool_stdin_free();
   return rc;

@@ -30,6 +30,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -41,12 +42,14 @@
 typedef struct run_args {
   cf_opt_list file;
   const char *passes, *split, *cost, *target, *save, *backend, *device, *algo, *rank_table;
-  const char *profile;
+  const char *profile, *trace;
   int ranks, iters, warmup;
   uint64_t seed;
   int64_t max_memory; /* 0: what the machine has available */
   double timeout;
-  bool o0, verify, deterministic, json, verbose, mpi, strict;
+  bool o0, verify, deterministic, json, verbose, mpi, strict, quiet;
+  bool shm;   /* --backend shm */
+  bool procs; /* one rank per process: mpi or shm */
   int opaque_nodes;  /* the graph's Opaque nodes as read (check's count) */
   cf_opt_list input; /* NAME=PATH */
 } run_args;
@@ -71,12 +74,17 @@ static bool check_input(void *out, const char *v, char *why, size_t len) {
 static const cf_opt run_opts[] = {
     {"--ranks", NULL, "N", CF_OPT_INT, RUN_FIELD(ranks), 1, CF_MAX_WORLD,
      .help = "ranks (default: the graph's world_size, else 1; with mpi\n"
-             "the number of processes, which --ranks must then equal);\n"
+             "the number of processes, which --ranks must then equal;\n"
+             "with shm the processes this command starts, unless a\n"
+             "launcher started it);\n"
              "a graph whose groups or roots need its own world_size\n"
              "is refused at another size (exit 1)"},
-    {"--backend", NULL, NULL, CF_OPT_STR, RUN_FIELD(backend), .choices = "threads|mpi",
+    {"--backend", NULL, NULL, CF_OPT_STR, RUN_FIELD(backend), .choices = "threads|mpi|shm",
      .help = "threads of this process (default), or one rank per process\n"
-             "of `mpirun -np N collfuse run FILE --backend mpi`"},
+             "of `mpirun -np N collfuse run FILE --backend mpi`, or shm:\n"
+             "one rank per process of this host, single copy through\n"
+             "shared memory (`--ranks N` starts them; under torchrun,\n"
+             "mpirun or srun each process finds its rank)"},
     {"--device", NULL, NULL, CF_OPT_STR, RUN_FIELD(device), .choices = "cpu|cuda",
      .help = "cuda: buffers and reductions on NVIDIA GPUs (threads backend;\n"
              "ranks share a GPU when there are fewer GPUs than ranks)"},
@@ -121,9 +129,15 @@ static const cf_opt run_opts[] = {
     {"--target", NULL, "T", CF_OPT_STR, RUN_FIELD(target), .check = cf_opt_check_target,
      .help = "check the graph against a target profile"},
     CF_OPT_MAX_MEMORY(RUN_FIELD(max_memory)),
+    {"--trace", NULL, "FILE.json", CF_OPT_STR, RUN_FIELD(trace),
+     .help = "write the run's timeline as a Chrome trace (Perfetto,\n"
+             "chrome://tracing): a process per rank, a lane per thread;\n"
+             "written even when the run fails (mpi: FILE.rank<R>.json)"},
     {"-v", "--verbose", NULL, CF_OPT_FLAG, RUN_FIELD(verbose),
-     .help = "peak memory of the fused and the unfused plan, algorithms"},
+     .help = "peak memory of the fused and the unfused plan, algorithms,\n"
+             "the time of each phase"},
     {"--json", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(json), .help = "one JSON object on stdout"},
+    CF_OPT_QUIET(RUN_FIELD(quiet)),
     CF_OPT_STRICT(RUN_FIELD(strict)),
     {0},
 };
@@ -162,7 +176,6 @@ typedef struct run_job {
   run_args *a;
   cf_run_setup setup; /* world, profile, memory limit (api/prepare.c) */
   cf_run_options opt;
-  cf_run_hooks hooks; /* what cf_test_control asks for (test builds) */
   int ranks, me;       /* the run's ranks; this process's (MPI) or 0 */
   cf_graph *g, *ref_g; /* compiled; unfused (--verify's reference, -v, --json) */
   cf_plan *plan;
@@ -205,14 +218,19 @@ static int parse_args(int argc, char **argv, run_args *a) {
   if (cf_tool_is_std(a->save))
     return cf_tool_usage(
         cmd, "%s", "--save-outputs wants a directory (one .npy file per output and rank), not '-'");
+  if (cf_tool_is_std(a->trace))
+    return cf_tool_usage(cmd, "%s", "--trace wants a file (FILE.json), not '-'");
   if (cf_tool_is_std(a->rank_table))
     return cf_tool_usage(cmd, "%s", "--rank-table wants a file every process can read, not '-'");
   if (a->o0 && a->passes) return cf_tool_usage(cmd, "%s", "--passes and -O0 exclude each other");
   a->mpi = a->backend && strcmp(a->backend, "mpi") == 0;
-  if (a->mpi && cf_tool_is_std(file))
-    return cf_tool_usage(cmd, "%s",
-                         "--backend mpi reads FILE in every process: give a file, not '-' (mpirun "
-                         "passes standard input to rank 0 only)");
+  a->shm = a->backend && strcmp(a->backend, "shm") == 0;
+  a->procs = a->mpi || a->shm;
+  if (a->procs && cf_tool_is_std(file))
+    return cf_tool_usage(cmd,
+                         "--backend %s reads FILE in every process: give a file, not '-' (a "
+                         "launcher passes standard input to rank 0 only)",
+                         a->backend);
   cf_algo_req req;
   bool native = a->algo && cf_algo_parse(a->algo, true, &req) && req.policy == CF_POLICY_FORCED &&
                 cf_algo_table[req.algo].native;
@@ -223,9 +241,10 @@ static int parse_args(int argc, char **argv, run_args *a) {
                          "--algo mpi-native and --deterministic exclude each other (MPI reduces in its own order)");
   if (a->rank_table && !a->mpi)
     return cf_tool_usage(cmd, "%s", "--rank-table checks an MPI job: it needs --backend mpi");
-  if (a->device && strcmp(a->device, "cuda") == 0 && a->mpi)
-    return cf_tool_usage(
-        cmd, "%s", "--device cuda needs --backend threads (the MPI transport moves host memory)");
+  if (a->device && strcmp(a->device, "cuda") == 0 && a->procs)
+    return cf_tool_usage(cmd,
+                         "--device cuda needs --backend threads (the %s transport moves host memory)",
+                         a->mpi ? "MPI" : "shm");
   return 0;
 }
 
@@ -631,7 +650,7 @@ static cf_status check_memory(cf_context *ctx, const run_job *j) {
       .file = cf_tool_name(a->file.v[0]),
       .ranks = j->ranks,
       .per_rank = cf_plan_run_bytes(j->plan, cf_run_outputs_in_arena(j->plan)) + inputs,
-      .reserved = cf_plan_reserved_bytes(j->plan, a->mpi ? 1 : j->ranks)};
+      .reserved = cf_plan_reserved_bytes(j->plan, a->procs ? 1 : j->ranks)};
   if (a->verify) {
     if (j->stream)
       cf_verify_window(j->ref_g, j->ranks, &need.shared);
@@ -639,10 +658,10 @@ static cf_status check_memory(cf_context *ctx, const run_job *j) {
       need.shared = cf_reference_bytes(j->ref_g, j->ranks);
     need.shared_what = "--verify's float64 reference";
   }
-  if (a->mpi && a->verify) {
+  if (a->procs && a->verify) {
     need.shared += (int64_t)(j->ranks - 1) * inputs;
     need.shared_what = "--verify's float64 reference and every rank's inputs";
-  } else if (!a->mpi && j->ranks > 1) {
+  } else if (!a->procs && j->ranks > 1) {
     need.hint = "use fewer ranks or --backend mpi across machines";
   }
   return cf_run_check_memory(ctx, &j->setup, &need); /* MPI: this process's share */
@@ -692,12 +711,19 @@ static void print_unchecked(const opaque_outs *o) {
   printf(")");
 }
 
+/* Each phase's seconds (cf_tool_phases), as -v prints them. */
+typedef struct phase_times {
+  const char *name[CF_PHASES_MAX];
+  double secs[CF_PHASES_MAX];
+  int n;
+} phase_times;
+
 static void print_json(const run_args *a, const cf_run_result *res, bool verified,
                        const cf_verify_stats *vs, const cf_plan *plan, int64_t peak_unfused,
-                       const opaque_outs *opq) {
+                       const opaque_outs *opq, const phase_times *ph, const cf_trace *trace) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "ranks", res->ranks);
-  cJSON_AddStringToObject(o, "backend", a->mpi ? "mpi" : "threads");
+  cJSON_AddStringToObject(o, "backend", a->backend ? a->backend : "threads");
   cJSON_AddStringToObject(o, "device", a->device ? a->device : "cpu");
   cJSON_AddNumberToObject(o, "iters", a->iters);
   cJSON_AddNumberToObject(o, "warmup", a->warmup);
@@ -719,6 +745,9 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
   cJSON_AddNumberToObject(o, "opaque_nodes", a->opaque_nodes);
   cJSON *unchecked = cJSON_AddArrayToObject(o, "opaque_outputs");
   for (int j = 0; j < opq->n; j++) cJSON_AddItemToArray(unchecked, cJSON_CreateString(opq->names[j]));
+  cJSON *phases = cJSON_AddObjectToObject(o, "phase_s");
+  for (int k = 0; k < ph->n; k++) cJSON_AddNumberToObject(phases, ph->name[k], ph->secs[k]);
+  cf_tool_timeline_json(o, trace, plan, a->warmup);
   char *text = cJSON_PrintUnformatted(o);
   if (text) printf("%s\n", text);
   free(text);
@@ -801,20 +830,19 @@ static void print_plan(const run_job *j) {
 static cf_status set_up(cf_context *ctx, run_job *j) {
   run_args *a = j->a;
   cf_status st = cf_run_prepare(ctx, &j->setup, &j->opt);
-  if (a->mpi && !j->setup.world) return st;
-  if (a->mpi) {
+  if (a->procs && !j->setup.world) return st;
+  if (a->procs) {
     cf_world *world = j->setup.world;
     j->me = j->setup.me;
     if (!st && a->ranks && a->ranks != world->size)
       st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
-                    "--ranks %d, but mpirun started %d process%s (leave --ranks out with "
-                    "--backend mpi)",
-                    a->ranks, world->size, world->size == 1 ? "" : "es");
+                    "--ranks %d, but the launcher started %d process%s (leave --ranks out with "
+                    "--backend %s under a launcher)",
+                    a->ranks, world->size, world->size == 1 ? "" : "es", a->backend);
     j->ranks = world->size;
     if (!st && a->rank_table)
       st = check_rank_table(ctx, a->rank_table, j->me, world->size, cf_world_host(world));
   }
-  cf_test_control(CF_TESTCTL_JOINED, &j->hooks, j->setup.world, j->me);
   if (!st)
     st = compile(ctx, j, a->o0 ? cf_pipeline_O0 : a->passes ? a->passes : cf_pipeline_default, true,
                  j->me == 0, &j->g);
@@ -827,7 +855,6 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
   if (!st && j->ref_g) {
     cf_plan *up = NULL;
     cf_run_options uo = j->opt;
-    uo.hooks = NULL;
     uo.device = CF_DEVICE_CPU; /* only its memory plan is wanted */
     if (cf_plan_build(ctx, j->ref_g, &uo, &up) == CF_OK) j->peak_unfused = cf_plan_peak_bytes(up);
     cf_plan_destroy(up);
@@ -837,10 +864,18 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
    * whole reference (every rank's Inputs made here) */
   j->stream = a->verify && j->ref_g && cf_reference_streams(j->ref_g);
   j->seeded = a->verify && !j->stream;
+  /* the windows' buffers, allocated and freed window after window, stay
+   * in the heap instead of going back to the kernel, which would clear
+   * their pages again for the next window */
+  if (j->stream) {
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  }
   if (!st) st = check_memory(ctx, j);
+  if (!st && (j->seeded || a->input.n)) cf_phase_begin(ctx, "inputs", 0);
   if (!st)
     st = make_inputs(ctx, j->ref_g ? j->ref_g : j->g, a, j->ranks,
-                     a->mpi && !a->verify ? j->me : -1, j->seeded, &j->in);
+                     a->procs && !a->verify ? j->me : -1, j->seeded, &j->in);
   /* the old manifest goes before any rank directory changes (under MPI
    * before the setup agreement, which every process passes first) */
   if (!st && a->save && j->me == 0) drop_manifest(a->save, &j->old_ranks);
@@ -852,12 +887,12 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
  * why. A failure later, in the run, reaches the others as an abort. Returns
  * the exit code when the run must not start (0: go), *st updated. */
 static int agree_setup(cf_context *ctx, run_job *j, cf_status *st) {
-  if (!j->a->mpi) return 0;
+  if (!j->a->procs) return 0;
   int ranks = j->ranks, me = j->me, setup_rc = 0;
   /* a message every rank has (the graph's) is printed once, by rank 0 */
   double h = *st ? (double)msg_hash(cf_context_errmsg(ctx)) : 0;
   /* and whether they read the same profile (its MPI rules) */
-  double ph = j->setup.prof ? (double)cf_profile_hash(j->setup.prof, "mpi") : -1;
+  double ph = j->setup.prof ? (double)cf_profile_hash(j->setup.prof, cf_run_transport(&j->setup)) : -1;
   double v[6] = {*st ? cf_tool_exit_code(*st) : 0, *st ? (double)(ranks - me) : 0, h, -h, ph, -ph};
   cf_status s2 = cf_world_max(j->setup.world, v, 6);
   bool same = !s2 && v[2] > 0 && v[2] == -v[3];
@@ -881,8 +916,11 @@ static int agree_setup(cf_context *ctx, run_job *j, cf_status *st) {
 
 /* The run itself: every rank a thread here, or this process's rank of MPI's world. */
 static cf_status run(cf_context *ctx, run_job *j) {
-  cf_status st = j->a->mpi ? cf_exec_run_world(ctx, j->plan, j->setup.world, &j->in, &j->res)
-                           : cf_exec_run(ctx, j->plan, &j->in, &j->res);
+  cf_status st;
+  /* (a test build runs it on a world that injects the faults asked for) */
+  if (!cf_test_control(CF_TESTCTL_RUN, ctx, j->plan, j->setup.world, &j->in, &j->res, &st))
+    st = j->a->procs ? cf_exec_run_world(ctx, j->plan, j->setup.world, &j->in, &j->res)
+                     : cf_exec_run(ctx, j->plan, &j->in, &j->res);
   j->ran = !st;
   return st;
 }
@@ -897,15 +935,16 @@ static cf_status verify(cf_context *ctx, run_job *j) {
   for (int i = 0; i < ref_g->n_nodes; i++) j->n_ref += ref_g->nodes[i].op == CF_OP_OUTPUT;
   j->got = calloc((size_t)j->n_ref * (size_t)ranks + 1, sizeof *j->got);
   if (!j->got) st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  cf_phase_begin(ctx, "verify", 0);
   if (!st) st = align_outputs(ctx, ref_g, &j->res, j->got, j->n_ref);
   if (!st) cf_test_control(CF_TESTCTL_CORRUPT, ref_g, j->got, ranks, j->n_ref);
   int64_t window;
   cf_test_control(CF_TESTCTL_VERIFY_WINDOW, &window);
   if (!st && j->stream)
     st = cf_verify_streamed(ctx, ref_g, &j->in, a->seed, j->got, ranks, j->n_ref,
-                            a->mpi ? j->me : -1, window, &j->vs);
+                            a->procs ? j->me : -1, window, &j->vs);
   else if (!st && !(st = cf_reference_run(ctx, ref_g, &j->in, a->seed, &j->ref, &j->n_ref)))
-    st = a->mpi ? verify_rank(ctx, ref_g, j->got, j->ref, ranks, j->n_ref, j->me, &j->vs)
+    st = a->procs ? verify_rank(ctx, ref_g, j->got, j->ref, ranks, j->n_ref, j->me, &j->vs)
                 : cf_verify_outputs(ctx, ref_g, j->got, j->ref, ranks, j->n_ref, &j->vs);
   if (!st) j->verified = true;
   return st;
@@ -918,14 +957,15 @@ static cf_status save(cf_context *ctx, run_job *j, cf_status st) {
   const run_args *a = j->a;
   j->saved = CF_ERR_RUNTIME;
   if (!a->save || !j->res.outputs) return st;
+  cf_phase_begin(ctx, "save", 0);
   const cf_run_result *res = &j->res;
   j->saved = output_files(ctx, res, &j->files);
   if (!j->saved)
-    j->saved = save_outputs(ctx, a->save, res, a->mpi ? j->me : 0, a->mpi ? j->me + 1 : res->ranks,
+    j->saved = save_outputs(ctx, a->save, res, a->procs ? j->me : 0, a->procs ? j->me + 1 : res->ranks,
                             j->files);
   if (!st) st = j->saved;
   /* threads: every rank's is written; MPI: after every process's (agree_result) */
-  if (!j->saved && !a->mpi)
+  if (!j->saved && !a->procs)
     j->saved = publish_manifest(ctx, a->save, res, j->ranks, j->old_ranks, j->files);
   if (!st) st = j->saved;
   return st;
@@ -936,7 +976,7 @@ static cf_status save(cf_context *ctx, run_job *j, cf_status st) {
  * all and every process exits alike. Returns the exit code. */
 static int agree_result(cf_context *ctx, run_job *j, int rc) {
   const run_args *a = j->a;
-  if (!a->mpi || !j->ran) return rc;
+  if (!a->procs || !j->ran) return rc;
   int ranks = j->ranks, me = j->me;
   double v[5] = {rc ? (double)(ranks - me) : 0, rc, j->vs.max_abs_err, j->vs.max_rel_err,
                  a->save && j->saved ? 1 : 0};
@@ -957,21 +997,62 @@ static int agree_result(cf_context *ctx, run_job *j, int rc) {
   return rc;
 }
 
-/* Rank 0 of a run that succeeded: the JSON object or the summary line. */
-static void report(const run_job *j) {
+/* Rank 0 of a run that succeeded: the JSON object or the summary line
+ * (-v: each phase's time before it, on stderr). */
+static void report(cf_context *ctx, const run_job *j) {
   const run_args *a = j->a;
   int ranks = j->ranks;
+  phase_times ph;
+  ph.n = cf_tool_phases(ctx, ph.name, ph.secs, CF_PHASES_MAX);
+  if (a->verbose) {
+    double total = 0;
+    fprintf(stderr, "run: phases:");
+    for (int k = 0; k < ph.n; k++) {
+      fprintf(stderr, "%s %s %.3f s", k ? "," : "", ph.name[k], ph.secs[k]);
+      total += ph.secs[k];
+    }
+    fprintf(stderr, "; %.3f s in all\n", total);
+    cf_tool_timeline_print(stderr, "run", ctx->trace, j->plan, a->warmup);
+  }
   if (a->json) {
-    print_json(a, &j->res, j->verified, &j->vs, j->plan, j->peak_unfused, &j->opq);
+    print_json(a, &j->res, j->verified, &j->vs, j->plan, j->peak_unfused, &j->opq, &ph, ctx->trace);
     return;
   }
   printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
-         cf_tool_name(a->file.v[0]), ranks, cf_s(ranks), a->mpi ? " (mpi)" : "",
+         cf_tool_name(a->file.v[0]), ranks, cf_s(ranks), a->mpi ? " (mpi)" : a->shm ? " (shm)" : "",
          (long long)j->res.collectives_executed, cf_s(j->res.collectives_executed),
          j->res.time_ms_median, a->iters, cf_s(a->iters));
   if (j->verified) printf("; verified (max rel err %.3g)", j->vs.max_rel_err);
   if (j->verified && j->opq.n) print_unchecked(&j->opq);
   printf("\n");
+}
+
+/* --trace: the timeline, written whether the run succeeded or not (with the
+ * failure's message); with MPI each process writes its own rank's as
+ * FILE.rank<R>.json. Returns rc, or the exit code of a trace that could not
+ * be written. */
+static int write_trace(cf_context *ctx, run_job *j, int rc) {
+  const char *path = j->a->trace;
+  cf_trace *t = ctx->trace;
+  if (!t || !path) return rc;
+  cf_phase_end(ctx);
+  if (rc) cf_trace_fail(t, cf_context_errmsg(ctx));
+  char own[4096];
+  if (j->a->procs) {
+    size_t n = strlen(path);
+    bool json = n > 5 && strcmp(path + n - 5, ".json") == 0;
+    snprintf(own, sizeof own, "%.*s.rank%d.json", (int)(json ? n - 5 : n), path, j->me);
+    path = own;
+  }
+  cf_status st = cf_trace_write(ctx, t, path);
+  if (st) return rc ? rc : cf_tool_fail(ctx, st);
+  int64_t dropped = cf_trace_dropped(t);
+  if (dropped)
+    fprintf(stderr,
+            "collfuse run: --trace %s: %lld event%s dropped (each lane keeps its last %lld; the "
+            "trace holds the end of the run)\n",
+            path, (long long)dropped, cf_s(dropped), (long long)t->lanes[0].cap);
+  return rc;
 }
 
 static void job_free(run_job *j, int rc) {
@@ -989,6 +1070,12 @@ static void job_free(run_job *j, int rc) {
   cf_run_setup_free(&j->setup, rc);
 }
 
+static void run_trace_free(cf_context *ctx) {
+  cf_trace_here = NULL;
+  cf_trace_destroy(ctx->trace);
+  ctx->trace = NULL;
+}
+
 int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   run_args a = {0};
   int rc = parse_args(argc, argv, &a);
@@ -996,11 +1083,23 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     cf_opts_free(&cf_command_run, &a);
     return rc == CF_OPTS_HELP ? 0 : rc;
   }
+  if (a.shm && !cf_shm_launched()) { /* no launcher: start the ranks here */
+    int n = a.ranks;
+    cf_graph *g = NULL;
+    if (!n && cf_tool_load(ctx, a.file.v[0], &g) == CF_OK) n = g->world_size > 0 ? (int)g->world_size : 1;
+    cf_graph_destroy(g);
+    rc = cf_tool_spawn_ranks("run", n ? n : 1);
+    if (rc >= 0) {
+      cf_opts_free(&cf_command_run, &a);
+      return rc;
+    }
+  }
   run_job j = {.a = &a,
                .ranks = a.ranks,
                .peak_unfused = -1,
                .setup = {.profile = a.profile,
                          .mpi = a.mpi,
+                         .shm = a.shm,
                          .timeout_s = a.timeout,
                          .max_memory = a.max_memory,
                          .max_memory_what = "--max-memory"},
@@ -1014,31 +1113,43 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                        .outputs_in_arena = true,
                        .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA
                                                                            : CF_DEVICE_CPU}};
-  if (cf_test_control(CF_TESTCTL_RUN_HOOKS, &j.hooks)) j.opt.hooks = &j.hooks;
   if (a.save) catch_signals();
+  cf_trace *trace = NULL; /* --trace's, or -v's own (for its timeline lines) */
+  if ((a.trace || a.verbose) && cf_trace_create(CF_MAX_WORLD, CF_TOOL_TRACE_EVENTS, &trace)) {
+    fprintf(stderr, "collfuse run: out of memory\n");
+    cf_opts_free(&cf_command_run, &a);
+    return EXIT_RUNTIME;
+  }
+  ctx->trace = trace;
+  cf_trace_here = cf_trace_driver(trace);
   cf_status st = set_up(ctx, &j);
-  if (a.mpi && !j.setup.world) { /* MPI's world could not be joined */
+  cf_trace_set_ranks(trace, j.ranks);
+  if (a.procs && !j.setup.world) { /* MPI's or the shm world could not be joined */
     rc = cf_tool_fail(ctx, st);
     job_free(&j, rc);
+    run_trace_free(ctx);
     return rc;
   }
   int setup_rc = agree_setup(ctx, &j, &st);
   if (!st && !setup_rc) st = run(ctx, &j);
   if (j.ran && a.verify) st = verify(ctx, &j);
   st = save(ctx, &j, st);
-  if (a.mpi && st) cf_test_control(CF_TESTCTL_FAILED, &j.hooks, j.me, a.timeout);
+  if (a.procs && st) cf_test_control(CF_TESTCTL_FAILED, j.me, a.timeout);
   rc = setup_rc ? setup_rc : st ? cf_tool_fail(ctx, st) : 0;
   if (j.plan && j.plan->abandoned) {
     /* a rank's thread is still in a BLAS call the run gave up on: leave
      * now (what it reads must not be freed, and OpenBLAS's exit handler
      * would wait for its busy threads) */
+    rc = write_trace(ctx, &j, rc);
     fflush(stdout);
     fflush(stderr);
     cf_world_destroy(j.setup.world, rc);
     _exit(rc);
   }
   rc = agree_result(ctx, &j, rc);
-  if (!rc && j.me == 0) report(&j);
+  if (!rc && j.me == 0) report(ctx, &j);
+  rc = write_trace(ctx, &j, rc);
   job_free(&j, rc);
+  run_trace_free(ctx);
   return rc;
 }

@@ -3,13 +3,14 @@
  * installed package ignores these variables).
  *
  * One entry, cf_test_control, as SQLite's sqlite3_test_control: `run` asks
- * it at a few fixed points what the test environment wants, and the
- * answers are plain data (cf_run_hooks for the executor, an element to
- * corrupt, a window size); `run` itself holds no test logic. The variables
+ * it at a few fixed points what the test environment wants: to run the
+ * plan on a world that injects faults (executor/fault.h), to corrupt an
+ * element, a window size; `run` itself holds no test logic, and the
+ * executor none. The variables
  * (tests/e2e only; deliberately not in ir/env.c's table of user knobs):
  *   COLLFUSE_TEST_FAIL=MODE:RANK:STEP  a rank fails (1) or vanishes (2) at
  *     schedule STEP of the first iteration, SIGKILLs itself at collective
- *     message STEP (3, MPI only), or stalls in its first compute step from
+ *     message STEP (3, worlds of processes: MPI, shm), or stalls in its first compute step from
  *     STEP on (4);
  *   COLLFUSE_TEST_MISMATCH=RANK:COLL:FIELD  one rank's descriptor of one
  *     collective differs (count, dtype, reduction, root);
@@ -19,8 +20,7 @@
  */
 #include "tools.h"
 
-#include "../executor/plan.h"
-#include "../executor/transports/transports.h"
+#include "../executor/fault.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,16 +42,23 @@ static void mutate(void *user, int rank, cf_coll_desc *d, int index) {
   else if (strcmp(h->field, "root") == 0) d->root = d->root == 0 ? 1 : 0;
 }
 
-/* The hooks the environment asks for into *o; 1 when any. */
-static int run_hooks(cf_run_hooks *o) {
-  static mismatch_hook h; /* the process's one run */
-  const char *f = getenv("COLLFUSE_TEST_FAIL"), *m = getenv("COLLFUSE_TEST_MISMATCH");
-  if (f) sscanf(f, "%d:%d:%d", &o->fail_mode, &o->fail_rank, &o->fail_step);
-  if (m && sscanf(m, "%d:%d:%15s", &h.rank, &h.coll, h.field) == 3) {
-    o->mutate = mutate;
-    o->user = &h;
+/* The faults the environment asks for (the process's one run); NULL when
+ * none. */
+static const cf_faults *faults(void) {
+  static mismatch_hook h;
+  static cf_faults f;
+  static int read, any;
+  if (!read) {
+    read = 1;
+    const char *fail = getenv("COLLFUSE_TEST_FAIL"), *m = getenv("COLLFUSE_TEST_MISMATCH");
+    if (fail) any = sscanf(fail, "%d:%d:%d", &f.fail_mode, &f.fail_rank, &f.fail_step) > 0;
+    if (m && sscanf(m, "%d:%d:%15s", &h.rank, &h.coll, h.field) == 3) {
+      f.mutate = mutate;
+      f.user = &h;
+      any = 1;
+    }
   }
-  return f || o->mutate;
+  return any ? &f : NULL;
 }
 
 /* COLLFUSE_TEST_CORRUPT's element, when this process has it. */
@@ -79,20 +86,25 @@ int cf_test_control(cf_testctl op, ...) {
   va_start(ap, op);
   int r = 0;
   switch (op) {
-  case CF_TESTCTL_RUN_HOOKS: r = run_hooks(va_arg(ap, cf_run_hooks *)); break;
-  case CF_TESTCTL_JOINED: { /* mode 3: this process SIGKILLs itself at message STEP */
-    cf_run_hooks *h = va_arg(ap, cf_run_hooks *);
+  case CF_TESTCTL_RUN: { /* the run on a world that injects the faults */
+    cf_context *ctx = va_arg(ap, cf_context *);
+    cf_plan *p = va_arg(ap, cf_plan *);
     cf_world *w = va_arg(ap, cf_world *);
-    int me = va_arg(ap, int);
-    if (w && h->fail_mode == 3 && h->fail_rank == me) cf_mpi_test_kill(w, h->fail_step);
-    if (h->fail_mode == 3) h->fail_mode = 0; /* MPI only, and not exec.c's */
+    const cf_inputs *in = va_arg(ap, const cf_inputs *);
+    cf_run_result *res = va_arg(ap, cf_run_result *);
+    cf_status *st = va_arg(ap, cf_status *);
+    const cf_faults *f = faults();
+    if (f) {
+      *st = cf_fault_run(ctx, p, w, f, in, res);
+      r = 1;
+    }
     break;
   }
   case CF_TESTCTL_FAILED: { /* mode 2 on MPI: silent until the job is torn down */
-    const cf_run_hooks *h = va_arg(ap, const cf_run_hooks *);
     int me = va_arg(ap, int);
     double timeout = va_arg(ap, double);
-    if (h->fail_mode == 2 && h->fail_rank == me) {
+    const cf_faults *f = faults();
+    if (f && f->fail_mode == 2 && f->fail_rank == me) {
       fflush(stdout);
       sleep((unsigned)timeout + 30);
       _exit(EXIT_RUNTIME);

@@ -26,6 +26,7 @@ const char *cf_tool_command = "";
 
 int cf_tool_fail(cf_context *ctx, cf_status st) {
   const char *msg = cf_context_errmsg(ctx);
+  cf_tool_progress_erase();
   bool no_file = strncmp(msg, "error: ", 7) == 0;
   if (st == CF_ERR_USAGE) {
     /* "FILE: error: MSG" -> "collfuse CMD: FILE: MSG", "error: MSG" -> "collfuse CMD: MSG" */

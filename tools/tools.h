@@ -241,6 +241,11 @@ extern const char *cf_tool_command;
 int cf_tool_fail(cf_context *ctx, cf_status st);
 /* "collfuse CMD: <fmt with arg>" + a hint; returns EXIT_USAGE. */
 int cf_tool_usage(const char *cmd, const char *fmt, const char *arg);
+/* spawn.c: start n processes as the ranks of a shm world (each child gets
+ * COLLFUSE_RANK, COLLFUSE_WORLD_SIZE and COLLFUSE_JOB and returns -1, to go
+ * on with the command as that rank); the parent waits for them all and
+ * returns the exit code of the command (cmd: its name in messages). */
+int cf_tool_spawn_ranks(const char *cmd, int n);
 /* cf_graph_load, where "-" is standard input, read once however often it is
  * loaded (`run -` compiles the graph twice); cf_tool_stdin_free at exit. */
 cf_status cf_tool_load(cf_context *ctx, const char *path, cf_graph **out);
@@ -253,6 +258,33 @@ int cf_tool_opaque(const cf_graph *g, bool strict);
 #define CF_OPT_STRICT(f)                                                                            \
   {"--strict", NULL, NULL, CF_OPT_FLAG, (f),                                                        \
    .help = "foreign ops imported as Opaque are errors (exit 1), not warnings"}
+/* progress.c: the phase record every command runs with (ctx->progress)
+ * and, when standard error is a terminal, the thread that draws the
+ * progress line; stop erases the line and frees the record. */
+cf_status cf_tool_progress_start(cf_context *ctx);
+void cf_tool_progress_stop(cf_context *ctx);
+void cf_tool_progress_quiet(void); /* --quiet: no line from now on */
+void cf_tool_progress_erase(void); /* before other output on standard error */
+/* The phases so far with their seconds (the running one ends): how many. */
+int cf_tool_phases(cf_context *ctx, const char **names, double *secs, int max);
+bool cf_opt_check_quiet(void *out, const char *v, char *why, size_t len);
+/* The --quiet row, for a command whose struct has bool field f. */
+#define CF_OPT_QUIET(f)                                                                             \
+  {"--quiet", NULL, NULL, CF_OPT_FLAG, (f), .check = cf_opt_check_quiet,                           \
+   .help = "no progress line on standard error (shown on a terminal\n"                             \
+           "once a phase takes over a second)"}
+/* timeline.c: what a run's trace says (exposed communication, overlap,
+ * each plan collective's start, run and wait), over the iterations from
+ * first_iter on: as `run -v` lines prefixed who, into cJSON object obj as
+ * "timeline" (run --json), and the mean over ranks of the exposed
+ * milliseconds per iteration (-1: none). */
+struct cf_plan;
+void cf_tool_timeline_print(FILE *f, const char *who, const cf_trace *t, const struct cf_plan *p,
+                            int first_iter);
+void cf_tool_timeline_json(void *obj, const cf_trace *t, const struct cf_plan *p, int first_iter);
+double cf_tool_exposed_ms(const cf_trace *t, int first_iter, int n_colls);
+/* Events each lane of a --trace keeps (its ring buffer: the newest win). */
+#define CF_TOOL_TRACE_EVENTS ((int64_t)1 << 16)
 /* A file argument as messages name it: "<stdin>" for "-". */
 const char *cf_tool_name(const char *path);
 /* "-" names standard input or output. */
@@ -278,17 +310,18 @@ bool cf_tool_is_std(const char *path);
 /* testctl.c (test builds; testctl_off.c otherwise): the one entry to the
  * driver's fault injection, as SQLite's sqlite3_test_control. Its
  * arguments by op:
- *   RUN_HOOKS (cf_run_hooks *out): fill the executor's hooks; 1 when any
- *   JOINED (cf_run_hooks *h, cf_world *w, int me): MPI's world was joined
- *   FAILED (const cf_run_hooks *h, int me, double timeout_s): this MPI
- *     process's run failed
+ *   RUN (cf_context *ctx, cf_plan *p, cf_world *w, const cf_inputs *in,
+ *     cf_run_result *res, cf_status *st): when the environment asks for
+ *     faults, run p as cf_exec_run_world on w (NULL: a threads world) wrapped
+ *     in a world that injects them (executor/fault.h), *st its status, and
+ *     return 1; else 0 (the caller runs p itself)
+ *   FAILED (int me, double timeout_s): this MPI process's run failed
  *   CORRUPT (const cf_graph *ref_g, cf_tensor *got, int ranks, int n_ref):
  *     the outputs before --verify
  *   VERIFY_WINDOW (int64_t *out): --verify's window (0: its own)
  * Returns 0 unless an op says otherwise; without tests every op is a no-op. */
 typedef enum cf_testctl {
-  CF_TESTCTL_RUN_HOOKS,
-  CF_TESTCTL_JOINED,
+  CF_TESTCTL_RUN,
   CF_TESTCTL_FAILED,
   CF_TESTCTL_CORRUPT,
   CF_TESTCTL_VERIFY_WINDOW

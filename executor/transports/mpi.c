@@ -47,7 +47,6 @@
 #include "mpi_internal.h"
 
 #include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -630,7 +629,6 @@ static cf_status mpi_create(cf_context *ctx, int size, double timeout_s, cf_worl
   pthread_mutex_init(&w->dog_lock, NULL);
   pthread_cond_init(&w->dog_cond, NULL);
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
-  w->kill_at = -1;
   w->world = MPI_COMM_NULL;
   w->abort_req = MPI_REQUEST_NULL;
   w->half = MPI_DATATYPE_NULL;
@@ -729,11 +727,6 @@ static cf_comm *mpi_comm(cf_world *base, int rank) {
   return rank == w->comm.rank ? &w->comm : NULL;
 }
 
-/* The MPI world behind w, NULL for any other world. */
-static cf_mpi_world *mpi_of(const cf_world *w) {
-  return w && w->ops == &cf_world_mpi ? w->impl : NULL;
-}
-
 static int mpi_host_processes(const cf_world *base) {
   const cf_mpi_world *w = base->impl;
   return w->local_size;
@@ -747,29 +740,6 @@ static int mpi_auto_policy(const cf_world *base) {
 static const char *mpi_host(const cf_world *base) {
   const cf_mpi_world *w = base->impl;
   return w->host;
-}
-
-/* The test hook's send: counts collective messages and SIGKILLs this
- * process before sending message kill_at + 1 (cf_mpi_test_kill swaps it
- * in, so the send every other run uses carries no hook). */
-static cf_status m_send_kill(cf_comm *c, int dst, const void *buf, size_t bytes,
-                             const cf_coll_desc *d) {
-  cf_mpi_world *w = c->impl;
-  if (d && !atomic_load(&w->aborted) && w->coll_msgs++ == w->kill_at) {
-    fflush(stdout);
-    fflush(stderr);
-    raise(SIGKILL); /* vanish mid-run */
-  }
-  return m_send(c, dst, buf, bytes, d);
-}
-
-void cf_mpi_test_kill(cf_world *base, int64_t k) {
-  cf_mpi_world *w = mpi_of(base);
-  if (!w || k < 0) return;
-  w->kill_at = k;
-  w->kill_ops = mpi_ops;
-  w->kill_ops.send = m_send_kill;
-  w->comm.ops = &w->kill_ops;
 }
 
 static cf_status mpi_max(cf_world *base, double *v, int n) {

@@ -78,10 +78,6 @@ struct cf_mpi_world {
   int *question;              /* per peer: our question being sent */
   MPI_Request *question_out;  /* per peer: that send */
   int questions;              /* numbers our questions */
-  /* test hook (cf_mpi_test_kill): comm.ops is then kill_ops, whose send
-   * SIGKILLs at collective message kill_at */
-  int64_t coll_msgs, kill_at;
-  cf_comm_ops kill_ops;
   native_group *groups;
   int n_groups;
   MPI_Datatype half;               /* 2-byte elements for float16/bfloat16 user ops */

@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""DDP training step and gradient-sync time: gloo against collfuse's hook.
+
+    bench/ddp.py [--models resnet18,gpt] [--ranks 2] [--steps 6] [--warmup 2] [--repeats 3] [--json]
+
+Runs examples/torch/ddp_train.py (gloo process group) for each model with
+  none      DDP's own allreduce over gloo (step time only),
+  gloo      torch's allreduce_hook over gloo (the same averaging, timed),
+  collfuse  collfuse.torch.allreduce_hook,
+interleaved, --repeats times each, started by torchrun when the library
+has the shm world (collfuse's hook then joins it), else by mpirun (the hook
+joins MPI's world). Per run: the median over the steps after --warmup of the step time
+and of the sync time (the time per step during which some bucket is being
+averaged, ddp_train.py --json's sync_ms); the table shows the median of the
+runs' medians and, for collfuse, its ratios to gloo's.
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "ddp_train.py")
+HOOKS = ("none", "gloo", "collfuse")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def has_shm():
+    """Whether the collfuse library this runs on has the shm world (asked in a child: the
+    library stays out of this process)."""
+    code = "import collfuse.distributed as d; print(d.has_shm())"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
+
+
+def run(model, hook, args):
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    tail = [EXAMPLE, "--json", "--model", model, "--hook", hook, "--steps", str(args.warmup + args.steps),
+            "--batch", str(args.batch)]
+    if args.launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--redirects", "2", "--tee", "2",
+               "--nproc_per_node", str(args.ranks)] + tail
+    else:
+        root = ["--allow-run-as-root"] if os.getuid() == 0 else []
+        cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
+        for k in ("MASTER_ADDR", "MASTER_PORT", "COLLFUSE_LIBRARY", "PYTHONPATH"):
+            if k in env:
+                cmd += ["-x", k]
+        cmd += ["-np", str(args.ranks), sys.executable] + tail
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or len(lines) != 1:
+        sys.exit("bench/ddp.py: %s: exit %d\n%s%s" % (" ".join(cmd), p.returncode, p.stdout[-2000:], p.stderr[-2000:]))
+    r = json.loads(lines[0])
+    step = statistics.median(r["step_ms"][args.warmup:])
+    sync = statistics.median(r["sync_ms"][args.warmup:]) if r["sync_ms"][0] is not None else None
+    return step, sync, r["params"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="resnet18,gpt")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=6, help="timed steps per run")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--launcher", choices=("auto", "torchrun", "mpirun"), default="auto",
+                    help="auto: torchrun when the library has the shm world, else mpirun")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if args.launcher == "auto":
+        args.launcher = "torchrun" if has_shm() else "mpirun"
+    rows = []
+    for model in args.models.split(","):
+        got = {h: [] for h in HOOKS}
+        params = 0
+        for _ in range(args.repeats):
+            for h in HOOKS:
+                step, sync, params = run(model, h, args)
+                got[h].append((step, sync))
+        med = {h: (statistics.median(s for s, _ in got[h]),
+                   statistics.median(y for _, y in got[h]) if got[h][0][1] is not None else None) for h in HOOKS}
+        for h in HOOKS:
+            rows.append({"model": model, "params": params, "hook": h, "step_ms": med[h][0], "sync_ms": med[h][1],
+                         "step_vs_gloo": med[h][0] / med["gloo"][0],
+                         "sync_vs_gloo": med[h][1] / med["gloo"][1] if med[h][1] is not None else None})
+    if args.json:
+        print(json.dumps({"launcher": args.launcher, "ranks": args.ranks, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
+                          "batch": args.batch, "rows": rows}))
+        return
+    print("%s, %d processes, batch %d per rank, median of %d runs of the median of %d steps after %d warm-up"
+          % (args.launcher, args.ranks, args.batch, args.repeats, args.steps, args.warmup))
+    print("%-9s %9s %-9s %10s %10s %8s %8s" % ("model", "params", "hook", "step ms", "sync ms", "step/gloo",
+                                                "sync/gloo"))
+    for r in rows:
+        print("%-9s %9d %-9s %10.1f %10s %8.2f %9s" % (
+            r["model"], r["params"], r["hook"], r["step_ms"], "-" if r["sync_ms"] is None else "%.1f" % r["sync_ms"],
+            r["step_vs_gloo"], "-" if r["sync_vs_gloo"] is None else "%.2f" % r["sync_vs_gloo"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,568 @@
+"""collfuse.distributed: collectives between the processes of a job.
+
+Every process of a job (one rank each, started by torchrun, mpirun or srun)
+joins once, then calls the same collectives in the same order on its own
+numpy arrays or contiguous CPU torch tensors:
+
+    import collfuse.distributed as cfd
+    cfd.init()                        # from the launcher's environment
+    cfd.all_reduce(grad, op="mean")   # in place, every rank gets the mean
+    cfd.all_gather(out, x)            # out: the ranks' x, concatenated
+    cfd.reduce_scatter(out, x)        # out: this rank's block of the sum
+    cfd.broadcast(t, src=0)           # in place
+    cfd.all_to_all(out, x)            # block j of x to rank j
+    cfd.barrier()
+
+Buffers: numpy arrays (C-contiguous) or torch tensors (strided, contiguous,
+on the CPU) of collfuse's dtypes: int8, uint8, int16, uint16, int32,
+uint32, int64, uint64, float16, bfloat16, float32, float64, bool (bool's sum
+and max are or, its prod and min and; mean is refused). numpy has no
+bfloat16: a uint16 array of raw bits is bfloat16 with dtype="bfloat16". Shapes are the callers': a collective
+moves the elements in C order, so all_gather's output is the inputs
+concatenated along dimension 0, reduce_scatter's input and all_to_all's
+buffers are cut into world-size blocks along it. Anything else (a
+non-contiguous view, a CUDA tensor, a complex or bool dtype, an output of
+the wrong size, a read-only array written to) raises TypeError or
+ValueError before anything is sent.
+
+group: None (every rank), a torch.distributed process group or a list of
+job ranks in group order; a smaller group runs on the shm world only, as a
+world of its own (its members meet under a name drawn at init).
+
+Each (collective, dtype, element count, reduction or root, group) gets a small
+collfuse graph of that one collective, compiled once and cached; a call
+runs it on this rank with cf_executable_run_rank, reading the caller's
+input where it lies and writing the caller's output (all_gather,
+reduce_scatter, all_to_all: no copy here). The world copies what its
+transport needs: the shm world copies the caller's input into its shared
+memory (which the peers read) before the run and the result out after it,
+so all_reduce and broadcast, in place on one buffer, give it as both; MPI
+reads the input where it lies and stages what a rank receives, so there
+all_reduce and broadcast produce the result into a buffer the cached
+executable keeps and copy it into the caller's (one copy of the buffer;
+last_copies() counts the last collective's copies).
+
+The world (backend()): the shared-memory world of processes on one host
+(the C API's backend "shm", when the library has it: has_shm()) for a job
+started by torchrun, srun or mpirun on this host, or joined from torch's
+default group; MPI when mpirun started a job across hosts (or
+init(backend="mpi") under mpirun). A job no world can join is refused,
+naming the launcher and the rank seen, rather than run on something slower.
+"""
+
+import atexit
+import ctypes
+import os
+import threading
+
+import numpy as np
+
+from . import DTYPES, CollfuseError, Context, Graph
+from ._lib import lib
+
+__all__ = ["init", "has_shm", "is_initialized", "last_copies", "get_rank", "get_world_size", "backend", "destroy",
+           "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher"]
+
+# numpy's dtype of each collfuse dtype (the package's table), bfloat16 aside: numpy
+# has none, and a uint16 array is uint16 unless a call says dtype="bfloat16"
+_NP = {np.dtype(t): name for name, t in DTYPES.items() if name != "bfloat16"}
+_SIZES = {name: np.dtype(t).itemsize for name, t in DTYPES.items()}
+_NAMES = ", ".join(DTYPES)
+_REDUCTIONS = {"sum": "sum", "mean": "mean", "avg": "mean", "max": "max", "min": "min", "prod": "prod",
+               "product": "prod"}
+
+
+def _torch_dtypes():
+    import torch
+    return {torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16", torch.int32: "int32",
+            torch.int64: "int64", torch.float16: "float16", torch.bfloat16: "bfloat16",
+            torch.float32: "float32", torch.float64: "float64", torch.bool: "bool"}
+
+
+# ---------------- the job ----------------
+
+# (variables that give rank and size, launcher name); the first present wins
+_LAUNCHERS = (
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "mpirun"),
+    ("PMIX_RANK", "PMIX_SIZE", "an MPI launcher (PMIx)"),
+    ("PMI_RANK", "PMI_SIZE", "an MPI launcher (PMI)"),
+    ("RANK", "WORLD_SIZE", "torchrun"),
+    ("SLURM_PROCID", "SLURM_NTASKS", "srun"),
+)
+_MPI_LAUNCHERS = ("mpirun", "an MPI launcher (PMIx)", "an MPI launcher (PMI)")
+
+
+def launcher(environ=os.environ):
+    """(name, rank, size) of the launcher whose variables this process has
+    (mpirun's OMPI_COMM_WORLD_*, PMIX_*/PMI_*, torchrun's RANK/WORLD_SIZE,
+    srun's SLURM_PROCID/SLURM_NTASKS), or None. Integers as given."""
+    for rank, size, name in _LAUNCHERS:
+        if rank in environ and (size in environ or name == "an MPI launcher (PMIx)"):
+            try:
+                r = int(environ[rank])
+                s = int(environ[size]) if size in environ else -1
+            except ValueError:
+                raise ValueError("collfuse.distributed: %s=%r, %s=%r are not integers (set by %s)"
+                                 % (rank, environ.get(rank), size, environ.get(size), name)) from None
+            return name, r, s
+    return None
+
+
+def _torch_group_view():
+    """(rank, size) of an initialized torch.distributed default group, else None."""
+    import sys
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.get_rank(), dist.get_world_size()
+
+
+class _World:
+    def __init__(self, rank, size, backend, seen, deterministic, timeout):
+        self.rank, self.size, self.backend, self.seen = rank, size, backend, seen
+        self.options = {"passes": "O0", "deterministic": deterministic, "timeout": timeout}
+        self.cache = {}
+        self.order = []  # cache keys in creation order: destroyed in reverse
+        self.lock = threading.Lock()
+        self.failed = None
+        self.last_copies = (0, 0)
+        self.token = None  # shm: the job's groups meet under names made from it
+        self.ptr_in = (ctypes.c_void_p * 1)()
+        self.ptr_out = (ctypes.c_void_p * 1)()
+
+
+_world = None
+
+
+def _describe(seen):
+    return "%s (rank %d of %d)" % seen if seen[2] >= 0 else "%s (rank %d)" % seen[:2]
+
+
+def has_shm():
+    """Whether the loaded library has the shared-memory world of processes
+    (the C API's option backend=shm)."""
+    o = ctypes.c_void_p()
+    ctx = Context()
+    ctx.check(lib.cf_options_create(ctx._h, ctypes.byref(o)))
+    try:
+        return lib.cf_options_set(o, b"backend", b"shm") == 0
+    finally:
+        lib.cf_options_destroy(o)
+
+
+def _local_size(seen, environ):
+    """Processes on this host as the launcher says, or None."""
+    var = {"mpirun": "OMPI_COMM_WORLD_LOCAL_SIZE", "torchrun": "LOCAL_WORLD_SIZE"}.get(seen[0])
+    try:
+        return int(environ[var]) if var in environ else None
+    except ValueError:
+        return None
+
+
+def _choose(backend, seen, environ):
+    """The world for this job: "shm" or "mpi", or RuntimeError saying why none."""
+    if backend not in (None, "mpi", "shm"):
+        raise ValueError("collfuse.distributed: backend %r: 'shm' or 'mpi' (None: the one the job allows)"
+                         % (backend,))
+    mpi = seen[0] in _MPI_LAUNCHERS
+    shm = has_shm()
+    if backend == "mpi" and not mpi:
+        raise RuntimeError("collfuse.distributed: backend 'mpi' needs a job that mpirun started; this one was "
+                           "started by %s" % _describe(seen))
+    if backend == "shm" and not shm:
+        raise RuntimeError("collfuse.distributed: backend 'shm': this libcollfuse has no shared-memory world")
+    if backend:
+        return backend
+    if mpi:
+        # on one host the shm world (single copy) beats MPI's shared memory; across hosts, MPI
+        local = _local_size(seen, environ)
+        return "shm" if shm and local == seen[2] else "mpi"
+    if shm:
+        return "shm"
+    raise RuntimeError(
+        "collfuse.distributed: this job was started by %s; collfuse joins it through its shared-memory "
+        "world, which this libcollfuse lacks, or through MPI when mpirun starts the job: not falling "
+        "back to anything slower" % _describe(seen))
+
+
+def _torch_job():
+    """A job name every rank of torch's default group agrees on, through
+    its store (rank 0 draws it), or None without one."""
+    import secrets
+    import sys
+    dist = sys.modules.get("torch.distributed")
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except Exception:
+        return None
+    if dist.get_rank() == 0:
+        store.set("collfuse.distributed.job", "torch-" + secrets.token_hex(8))
+    return store.get("collfuse.distributed.job").decode()
+
+
+def init(backend=None, deterministic=False, timeout=None, environ=os.environ):
+    """Join the job: rank and size from the launcher's environment (mpirun,
+    torchrun, srun) or an initialized torch.distributed default group (they
+    must agree). backend: None (the one the job allows: the shared-memory
+    world when every rank is on this host and the library has it, MPI when
+    mpirun started a job across hosts), "shm" or "mpi". deterministic:
+    reductions in a fixed order (bitwise the same results run to run).
+    timeout: seconds any wait may take (the library's default otherwise).
+    A second call does nothing."""
+    global _world
+    if _world is not None:
+        return
+    seen = launcher(environ)
+    tv = _torch_group_view()
+    if seen is None and tv is None:
+        raise RuntimeError("collfuse.distributed: no job to join: none of the launchers' variables "
+                           "(OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, RANK, SLURM_PROCID) is set and "
+                           "torch.distributed is not initialized; start the processes with mpirun, "
+                           "torchrun or srun")
+    if seen is None:
+        seen = ("torch.distributed", tv[0], tv[1])
+    elif tv is not None and (tv[0], tv[1]) != (seen[1], seen[2]):
+        raise RuntimeError("collfuse.distributed: %s says %s, but torch.distributed's default group "
+                           "is rank %d of %d" % (seen[0], _describe(seen), tv[0], tv[1]))
+    rank, size = seen[1], seen[2]
+    if size < 1 or not 0 <= rank < size:
+        raise ValueError("collfuse.distributed: %s: a rank out of range" % _describe(seen))
+    chosen = _choose(backend, seen, environ)
+    w = _World(rank, size, chosen, seen, deterministic, timeout)
+    if chosen == "shm":
+        w.options["backend"] = "shm"
+        if seen[0] == "torch.distributed":  # no launcher's job name: agree on one through the store
+            w.options["job"] = _torch_job()
+        elif environ is not os.environ:  # the library reads the process's: name the job given here
+            w.options["job"] = "environ:%s:%d" % (seen[0], size)
+    _world = w
+    try:
+        barrier()  # joins the world (under MPI the first executable initializes it and is kept to the end)
+        if chosen == "shm":  # a name for the groups' worlds, drawn by rank 0
+            tok = np.frombuffer(os.urandom(8), dtype=np.uint8).copy()
+            broadcast(tok, src=0)
+            w.token = "cfd-" + tok.tobytes().hex()
+    except BaseException:
+        _world = None
+        raise
+
+
+def is_initialized():
+    return _world is not None
+
+
+def _need():
+    if _world is None:
+        raise RuntimeError("collfuse.distributed: not initialized: call collfuse.distributed.init() first")
+    return _world
+
+
+def last_copies():
+    """(copies, bytes) of whole buffers the last collective made on this
+    rank: the world's (into and out of its memory) and the copy of an
+    in-place result into the caller's buffer; (0, 0) before the first."""
+    return _need().last_copies
+
+
+def get_rank():
+    return _need().rank
+
+
+def get_world_size():
+    return _need().size
+
+
+def backend():
+    return _need().backend
+
+
+def destroy():
+    """Leave the job: the cached executables are destroyed, newest first
+    (the oldest joined MPI, and its destruction ends MPI when collfuse
+    started it). Every rank calls it, or none (it runs at exit)."""
+    global _world
+    w, _world = _world, None
+    if w is None:
+        return
+    with w.lock:
+        for key in reversed(w.order):
+            w.cache.pop(key, None)
+        w.order = []
+
+
+atexit.register(destroy)
+
+
+# ---------------- buffers ----------------
+
+class _Buf:
+    __slots__ = ("ptr", "dtype", "count", "nbytes")
+
+    def __init__(self, ptr, dtype, count):
+        self.ptr, self.dtype, self.count = ptr, dtype, count
+        self.nbytes = count * _SIZES[dtype]
+
+
+def _buf(x, what, write, dtype=None):
+    """The buffer of x (a numpy array or torch tensor), checked; dtype
+    "bfloat16" takes a numpy uint16 array as bfloat16 raw bits."""
+    if dtype not in (None, "bfloat16"):
+        raise ValueError("collfuse.distributed: dtype=%r: only 'bfloat16' is given this way (for numpy uint16 "
+                         "arrays of raw bits); other dtypes come from the buffer" % (dtype,))
+    if isinstance(x, np.ndarray):
+        dt = _NP.get(x.dtype)
+        if dt is None:
+            raise TypeError("collfuse.distributed: %s is a numpy %s array; collfuse's dtypes are %s"
+                            % (what, x.dtype, _NAMES))
+        if dtype == "bfloat16":
+            if dt != "uint16":
+                raise TypeError("collfuse.distributed: %s: dtype='bfloat16' wants a uint16 array of raw bits, "
+                                "got %s" % (what, x.dtype))
+            dt = "bfloat16"
+        if not x.flags.c_contiguous:
+            raise ValueError("collfuse.distributed: %s is not C-contiguous (a strided view): "
+                             "give np.ascontiguousarray(...) and copy the result back" % what)
+        if write and not x.flags.writeable:
+            raise ValueError("collfuse.distributed: %s is read-only, and the collective writes it" % what)
+        return _Buf(x.ctypes.data, dt, x.size)
+    mod = type(x).__module__ or ""
+    if mod.startswith("torch"):
+        import torch
+        if isinstance(x, torch.Tensor):
+            if x.layout != torch.strided:
+                raise TypeError("collfuse.distributed: %s is a %s tensor; only dense (strided) tensors "
+                                "are supported" % (what, x.layout))
+            if x.device.type != "cpu":
+                raise ValueError("collfuse.distributed: %s is on device '%s'; collfuse's process world "
+                                 "takes CPU tensors (move it with .cpu())" % (what, x.device))
+            dt = _torch_dtypes().get(x.dtype)
+            if dt is None:
+                raise TypeError("collfuse.distributed: %s is %s; collfuse's dtypes are %s" % (what, x.dtype, _NAMES))
+            if dtype and dt != dtype:
+                raise TypeError("collfuse.distributed: %s is %s, not %s" % (what, x.dtype, dtype))
+            if not x.is_contiguous():
+                raise ValueError("collfuse.distributed: %s is not contiguous (strides %s for shape %s): "
+                                 "give .contiguous() and copy the result back" % (what, x.stride(), tuple(x.shape)))
+            if write and x.requires_grad and x.is_leaf and torch.is_grad_enabled():
+                raise ValueError("collfuse.distributed: %s is a leaf that requires grad; write it under "
+                                 "torch.no_grad() or pass .detach()" % what)
+            return _Buf(x.data_ptr(), dt, x.numel())
+    raise TypeError("collfuse.distributed: %s is a %s; give a numpy array or a CPU torch tensor"
+                    % (what, type(x).__name__))
+
+
+def _same_dtype(a, b, what):
+    if a.dtype != b.dtype:
+        raise TypeError("collfuse.distributed: %s: the output is %s but the input is %s" % (what, b.dtype, a.dtype))
+
+
+def _reduction(op):
+    name = getattr(op, "name", None)  # torch.distributed.ReduceOp.SUM and friends
+    if name is None:
+        rep = str(op)
+        name = rep.split(".")[-1] if rep.startswith("ReduceOp.") else rep
+    red = _REDUCTIONS.get(str(name).lower())
+    if red is None:
+        raise ValueError("collfuse.distributed: reduction %r: sum, mean (avg), max, min or prod" % (op,))
+    return red
+
+
+class _Grp:
+    """Where a call runs: the members' job ranks (None: every rank), its
+    size and this rank's position in it."""
+    __slots__ = ("members", "size", "me")
+
+    def __init__(self, members, size, me):
+        self.members, self.size, self.me = members, size, me
+
+
+def _members(group):
+    """A group's job ranks in group order: a torch.distributed ProcessGroup
+    (torch's own table of it) or a list of ranks."""
+    if isinstance(group, (list, tuple)):
+        return [int(r) for r in group]
+    import sys
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    table = getattr(c10d, "_pg_group_ranks", None) if c10d else None
+    if table is not None and group in table:
+        return [g for g, _ in sorted(table[group].items(), key=lambda kv: kv[1])]
+    raise TypeError("collfuse.distributed: group %r: give a torch.distributed process group, a list of ranks "
+                    "or None (every rank)" % (group,))
+
+
+def _enter(group):
+    """The world and where a call on group runs, checked."""
+    w = _need()
+    if group is None:
+        return w, _Grp(None, w.size, w.rank)
+    ranks = _members(group)
+    if sorted(ranks) == list(range(w.size)) and ranks == sorted(ranks):
+        return w, _Grp(None, w.size, w.rank)  # every rank, in order: the job itself
+    if len(set(ranks)) != len(ranks) or any(not 0 <= r < w.size for r in ranks):
+        raise ValueError("collfuse.distributed: group %s: ranks of a %d-rank job, each once" % (ranks, w.size))
+    if w.rank not in ranks:
+        raise ValueError("collfuse.distributed: rank %d is not in group %s" % (w.rank, ranks))
+    if w.backend != "shm":
+        raise ValueError("collfuse.distributed: group %s: groups smaller than the job run on the shm world "
+                         "only (this job is on %s): pass group=None" % (ranks, w.backend))
+    return w, _Grp(tuple(ranks), len(ranks), ranks.index(w.rank))
+
+
+# ---------------- collectives ----------------
+
+class _Coll:
+    """One collective's executable on this rank, and the output buffer it
+    keeps for the in-place ones."""
+
+    def __init__(self, w, grp, kind, dtype, count, arg):
+        g = Graph("cfd_%s" % kind, world_size=grp.size)
+        if kind == "all_gather":
+            g.input("x", dtype, (count,))
+            y = g.all_gather("x")
+        elif kind == "reduce_scatter":
+            g.input("x", dtype, (count * grp.size,))
+            y = g.reduce_scatter("x", reduction=arg)
+        elif kind == "all_to_all":
+            g.input("x", dtype, (count,))
+            y = g.all_to_all("x")
+        elif kind == "broadcast":
+            g.input("x", dtype, (count,))
+            y = g.broadcast("x", root=arg)
+        else:
+            g.input("x", dtype, (count,))
+            y = g.all_reduce("x", reduction=arg)
+        g.output("y", y)
+        options = dict(w.options)
+        if grp.members:  # the group's own world: its members meet under a name of their own
+            options["job"] = "%s.g%s" % (w.token, "-".join(map(str, grp.members)))
+        self.exe = g.compile(**options)
+        self.me = grp.me
+        self.own = None
+        if kind in ("all_reduce", "broadcast") and w.backend != "shm":
+            self.own = np.empty(count * _SIZES[dtype] + 64, dtype=np.uint8)
+            # 64-byte aligned start, as the library's own buffers
+            self.own_ptr = (self.own.ctypes.data + 63) & ~63
+
+    def run(self, w, inp, out):
+        w.ptr_in[0], w.ptr_out[0] = inp, out
+        self.exe.ctx.check(lib.cf_executable_run_rank(self.exe._h, self.me, w.ptr_in, w.ptr_out))
+
+
+def _run(w, grp, kind, dtype, count, arg, inp, out, in_place):
+    """Run collective kind on this rank of grp; in_place: the result goes
+    to the executable's own buffer, then is copied to out."""
+    with w.lock:
+        if w.failed:
+            raise CollfuseError(3, "collfuse.distributed: an earlier collective failed (%s); the job's "
+                                   "collfuse world has stopped" % w.failed)
+        key = (kind, dtype, count, arg, grp.members)
+        c = w.cache.get(key)
+        if c is None:
+            c = w.cache[key] = _Coll(w, grp, kind, dtype, count, arg)
+            w.order.append(key)
+        try:
+            if in_place and w.backend == "shm":
+                # the shm world copies the inputs into its memory before the run and
+                # the results out after it: one buffer may be both (collfuse.h)
+                c.run(w, inp, out)
+            elif in_place:
+                c.run(w, inp, c.own_ptr)
+                ctypes.memmove(out, c.own_ptr, count * _SIZES[dtype])
+            else:
+                c.run(w, inp, out)
+        except CollfuseError as e:
+            w.failed = str(e)
+            raise
+        n, b = c.exe.last_copies
+        if in_place and w.backend != "shm":
+            n, b = n + 1, b + count * _SIZES[dtype]
+        w.last_copies = (n, b)
+
+
+def all_reduce(tensor, op="sum", group=None, dtype=None):
+    """Reduce tensor over the group's ranks (None: every rank), in place:
+    afterwards each one's tensor holds the reduction (op: "sum",
+    "mean"/"avg", "max", "min", "prod", or a torch.distributed.ReduceOp)."""
+    w, grp = _enter(group)
+    red = _reduction(op)
+    b = _buf(tensor, "all_reduce's tensor", True, dtype)
+    if b.count:
+        _run(w, grp, "all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True)
+    return tensor
+
+
+def broadcast(tensor, src, group=None, dtype=None):
+    """Rank src's tensor (src: a job rank, as torch's) to the group's ranks, in place."""
+    w, grp = _enter(group)
+    ranks = grp.members or range(w.size)
+    if not isinstance(src, int) or src not in ranks:
+        raise ValueError("collfuse.distributed: broadcast src %r is not a rank of %s" % (
+            src, "this %d-rank job" % w.size if grp.members is None else "group %s" % list(grp.members)))
+    b = _buf(tensor, "broadcast's tensor", True, dtype)
+    if b.count:
+        _run(w, grp, "broadcast", b.dtype, b.count, list(ranks).index(src), b.ptr, b.ptr, True)
+    return tensor
+
+
+def _pair(output, input, what, dtype):
+    o = _buf(output, "%s's output" % what, True, dtype)
+    i = _buf(input, "%s's input" % what, False, dtype)
+    _same_dtype(i, o, what)
+    if o.ptr < i.ptr + i.nbytes and i.ptr < o.ptr + o.nbytes and o.nbytes and i.nbytes:
+        raise ValueError("collfuse.distributed: %s: the output overlaps the input (give separate buffers)" % what)
+    return o, i
+
+
+def _world_times(grp, what, big, big_name, small, small_name):
+    """big must hold group size times small's elements."""
+    if big.count != small.count * grp.size:
+        raise ValueError("collfuse.distributed: %s: the %s has %d elements, %d ranks x %d %s elements want %d"
+                         % (what, big_name, big.count, grp.size, small.count, small_name, small.count * grp.size))
+
+
+def all_gather(output, input, group=None, dtype=None):
+    """output = every rank's input concatenated in rank order (along
+    dimension 0 of output: it has world size times input's elements)."""
+    w, grp = _enter(group)
+    o, i = _pair(output, input, "all_gather", dtype)
+    _world_times(grp, "all_gather", o, "output", i, "input")
+    if i.count:
+        _run(w, grp, "all_gather", i.dtype, i.count, None, i.ptr, o.ptr, False)
+    return output
+
+
+def reduce_scatter(output, input, op="sum", group=None, dtype=None):
+    """output = this rank's block of the reduction of every rank's input
+    (input: world size blocks of output's size, in rank order)."""
+    w, grp = _enter(group)
+    red = _reduction(op)
+    o, i = _pair(output, input, "reduce_scatter", dtype)
+    _world_times(grp, "reduce_scatter", i, "input", o, "output")
+    if o.count:
+        _run(w, grp, "reduce_scatter", i.dtype, o.count, red, i.ptr, o.ptr, False)
+    return output
+
+
+def all_to_all(output, input, group=None, dtype=None):
+    """Block j of input (world size equal blocks) to rank j; output's block
+    i came from rank i (torch's all_to_all_single with equal splits)."""
+    w, grp = _enter(group)
+    o, i = _pair(output, input, "all_to_all", dtype)
+    if o.count != i.count:
+        raise ValueError("collfuse.distributed: all_to_all: the output has %d elements, the input %d"
+                         % (o.count, i.count))
+    if i.count % grp.size:
+        raise ValueError("collfuse.distributed: all_to_all: %d elements do not cut into %d equal blocks"
+                         % (i.count, grp.size))
+    if i.count:
+        _run(w, grp, "all_to_all", i.dtype, i.count, None, i.ptr, o.ptr, False)
+    return output
+
+
+_TOKEN = np.zeros(1, dtype=np.int32)
+
+
+def barrier(group=None):
+    """Return when every rank of the group has called it."""
+    w, grp = _enter(group)
+    _run(w, grp, "all_reduce", "int32", 1, "sum", _TOKEN.ctypes.data, _TOKEN.ctypes.data, True)

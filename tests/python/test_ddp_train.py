@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""examples/torch/ddp_train.py end to end (ctest label long), 2 processes:
+for the small GPT and torchvision's ResNet-18, DDP over gloo with
+collfuse's allreduce_hook gives DDP's own losses step by step (within float
+tolerance), two collfuse runs with --deterministic give bitwise the same
+losses, and the bf16 hook trains close by; torchrun starts the example
+(DDP's own allreduce), and with the collfuse hook it runs on the shm world
+with DDP's own losses (a library without that world refuses it, naming
+torchrun). Exits 77 (skipped) without
+torch or mpirun; ResNet-18 is skipped, saying so, without torchvision.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "..", "examples", "torch", "ddp_train.py")
+SCALE = int(os.environ.get("CF_TEST_TIME_SCALE", "1") or 1)
+
+
+def fail(msg):
+    sys.exit("test_ddp_train: %s" % msg)
+
+
+def have(module):
+    return subprocess.run([sys.executable, "-c", "import " + module], capture_output=True).returncode == 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mpirun(args, np_=2):
+    root = ["--allow-run-as-root"] if os.getuid() == 0 else []
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
+    for k in ("MASTER_ADDR", "MASTER_PORT", "COLLFUSE_LIBRARY", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE",
+              "XDG_CACHE_HOME"):
+        if k in env:
+            cmd += ["-x", k]
+    cmd += ["-np", str(np_), sys.executable, EXAMPLE, "--json"] + args
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600 * SCALE)
+    if p.returncode != 0:
+        fail("%s: exit %d\n%s%s" % (" ".join(cmd), p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if len(lines) != 1:
+        fail("%s: want one JSON line, got:\n%s" % (" ".join(cmd), p.stdout))
+    return json.loads(lines[0])
+
+
+def torchrun(args):
+    env = dict(os.environ)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--redirects", "2", "--tee", "2",
+           "--nproc_per_node", "2", EXAMPLE] + args
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600 * SCALE)
+
+
+def close(a, b, rtol):
+    return len(a) == len(b) and all(abs(x - y) <= rtol * max(abs(x), abs(y), 1e-30) for x, y in zip(a, b))
+
+
+def main():
+    if not have("torch"):
+        print("test_ddp_train: torch is missing (Debian: python3-torch): skipped")
+        sys.exit(77)
+    if subprocess.run(["sh", "-c", "command -v mpirun"], capture_output=True).returncode != 0:
+        print("test_ddp_train: mpirun not found: skipped")
+        sys.exit(77)
+    models = ["gpt"]
+    if have("torchvision"):
+        models.append("resnet18")
+    else:
+        print("test_ddp_train: torchvision is missing (Debian: python3-torchvision): ResNet-18 skipped")
+    for model in models:
+        base = ["--model", model, "--steps", "4"]
+        ref = mpirun(base + ["--hook", "none"])
+        got = mpirun(base + ["--hook", "collfuse", "--deterministic"])
+        again = mpirun(base + ["--hook", "collfuse", "--deterministic"])
+        bf = mpirun(base + ["--hook", "collfuse-bf16"])
+        if len(ref["losses"]) != 4 or len(set(ref["losses"])) < 2:
+            fail("%s: the losses do not change: %r" % (model, ref["losses"]))
+        if not close(ref["losses"], got["losses"], 1e-4):
+            fail("%s: collfuse hook losses %r, DDP's own %r" % (model, got["losses"], ref["losses"]))
+        if got["losses"] != again["losses"]:
+            fail("%s: two deterministic collfuse runs differ: %r vs %r" % (model, got["losses"], again["losses"]))
+        # bf16 gradients (8 bits of mantissa) after one update, then drifting apart
+        if not (close(ref["losses"][:2], bf["losses"][:2], 2e-3) and close(ref["losses"], bf["losses"], 5e-2)):
+            fail("%s: bf16 hook losses %r, DDP's own %r" % (model, bf["losses"], ref["losses"]))
+        if any(s is None or s <= 0 for s in got["sync_ms"]):
+            fail("%s: sync times %r" % (model, got["sync_ms"]))
+        print("%s: ok (losses %s)" % (model, " ".join("%.6f" % x for x in got["losses"])))
+    p = torchrun(["--model", "gpt", "--steps", "2"])
+    if p.returncode != 0 or "step 1 loss" not in p.stdout:
+        fail("torchrun: exit %d\n%s%s" % (p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+    shm = subprocess.run([sys.executable, "-c", "import collfuse.distributed as d; print(d.has_shm())"],
+                         capture_output=True, text=True).stdout.strip() == "True"
+    p = torchrun(["--model", "gpt", "--steps", "3", "--hook", "collfuse", "--json"])
+    if not shm:  # no world for a torchrun job: refused by name
+        if p.returncode == 0 or "started by torchrun (rank" not in p.stdout + p.stderr:
+            fail("torchrun with the collfuse hook: exit %d, want a refusal naming torchrun\n%s%s"
+                 % (p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+    else:  # the shm world: DDP's own losses
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if p.returncode != 0 or len(lines) != 1:
+            fail("torchrun with the collfuse hook: exit %d\n%s%s" % (p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+        ref = mpirun(["--model", "gpt", "--steps", "3", "--hook", "none"])
+        if not close(ref["losses"], json.loads(lines[0])["losses"], 1e-4):
+            fail("torchrun with the collfuse hook: losses %s, DDP's own %r" % (lines[0], ref["losses"]))
+    print("torchrun: ok")
+
+
+if __name__ == "__main__":
+    main()
