@@ -412,6 +412,9 @@ int64_t cf_dtype_wrap(cf_dtype dt, uint64_t u);
 /* numpy's type code and size of dt ('f' and 4 for float32, 'b' and 1 for
  * bool), as in a .npy descr; 0 when numpy has none (bfloat16). */
 char cf_dtype_npy_kind(cf_dtype dt);
+/* The dtypes in the order people list them (int8, uint8, int16, uint16,
+ * ..., float64, bool), for i in 0..CF_DT_COUNT-2 (messages, docs). */
+cf_dtype cf_dtype_listed(int i);
 /* The dtype a MatMul of two dt operands produces (integers narrower than 32
  * bits accumulate in 32), CF_DT_INVALID when it has none (bool). */
 cf_dtype cf_dtype_matmul_out(cf_dtype dt);
