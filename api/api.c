@@ -31,6 +31,7 @@ struct cf_options {
   cf_context *ctx;
   char *passes, *split, *cost, *target; /* NULL: default */
   char *profile;                        /* NULL: $COLLFUSE_PROFILE or the user's; "none" */
+  char *trace;                          /* each cf_executable_run's timeline, NULL: none */
   bool explain, deterministic;
   int ranks; /* 0: the graph's world_size */
   cf_algo_req algo;
@@ -58,6 +59,7 @@ void cf_options_destroy(cf_options *o) {
   free(o->cost);
   free(o->target);
   free(o->profile);
+  free(o->trace);
   free(o);
 }
 
@@ -123,6 +125,12 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
                       cf_target_unknown(value, why, sizeof why));
     return set_str(o, &o->target, value);
   }
+  if (strcmp(key, "trace") == 0) {
+    if (!*value || strcmp(value, "-") == 0)
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option trace wants a file (FILE.json), got '%s'",
+                      value);
+    return set_str(o, &o->trace, value);
+  }
   if (strcmp(key, "explain") == 0 || strcmp(key, "deterministic") == 0) {
     bool *b = key[0] == 'e' ? &o->explain : &o->deterministic;
     if (!parse_bool(value, b))
@@ -148,7 +156,7 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return cf_error(
         o->ctx, CF_ERR_USAGE, NULL, 0,
         "unknown option '%s' (passes, split, cost, profile, target, explain, ranks, deterministic, "
-        "algo, timeout, seed, max_memory)",
+        "algo, timeout, seed, max_memory, trace)",
         key);
   }
   return ok ? CF_OK : cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
@@ -223,6 +231,7 @@ struct cf_executable {
   void **buckets;
   bool *owned;
   int64_t last_copies, last_copy_bytes;
+  char *trace; /* the "trace" option: where each cf_executable_run writes its timeline */
   /* the profile (its measured rules the plans' auto reads, kept as long as
    * they) and the memory limit; mpi_setup joins MPI's world with a copy */
   cf_run_setup setup;
@@ -272,6 +281,10 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
   if (!st) st = cf_run_prepare(ctx, &e->setup, &ro);
   if (st) goto fail;
   e->ro = ro;
+  if (opt && opt->trace && !(e->trace = strdup(opt->trace))) {
+    st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+    goto fail;
+  }
   if ((st = cf_plan_build(ctx, g, &ro, &e->plan))) goto fail;
   /* every way to run it needs one rank's memory in a process */
   if ((st = check_memory(e, 1, NULL))) goto fail;
@@ -313,6 +326,7 @@ void cf_executable_destroy(cf_executable *e) {
   free(e->buckets);
   free(e->owned);
   free(e->bucket_coll);
+  free(e->trace);
   cf_plan_destroy(e->bplan);
   cf_plan_destroy(e->mpi_plan);
   cf_world_destroy(e->mpi, 0);
@@ -501,6 +515,18 @@ void *cf_executable_bucket_buffer(const cf_executable *e, int rank, size_t b, cf
                     2 * (size_t)e->bucket_coll[b] + io];
 }
 
+cf_status cf_executable_set_trace(cf_executable *e, const char *path) {
+  if (!e) return CF_ERR_USAGE;
+  if (path && (!*path || strcmp(path, "-") == 0))
+    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "cf_executable_set_trace: the trace goes to a file (FILE.json), not '%s'", path);
+  char *c = path ? strdup(path) : NULL;
+  if (path && !c) return cf_error(e->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  free(e->trace);
+  e->trace = c;
+  return CF_OK;
+}
+
 size_t cf_executable_last_copies(const cf_executable *e, size_t *bytes) {
   if (bytes) *bytes = e ? (size_t)e->last_copy_bytes : 0;
   return e ? (size_t)e->last_copies : 0;
@@ -625,7 +651,20 @@ cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *c
       e, e->ranks, "use fewer ranks, or one rank per process with cf_executable_run_rank");
   if (!st) st = run_plan(e, &plan);
   if (!st) st = io_make(e, -1, inputs, outputs, &b);
+  cf_trace *t = NULL; /* the "trace" option's: this run's timeline, written failed or not */
+  if (!st && e->trace && cf_trace_create(e->ranks, CF_TRACE_EVENTS, &t))
+    st = cf_error(e->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  e->ctx->trace = t;
   if (!st) st = cf_exec_run(e->ctx, plan, &b.in, &res);
+  e->ctx->trace = NULL;
+  if (t) {
+    char *why = st ? cf_error_take(e->ctx) : NULL;
+    if (st) cf_trace_fail(t, why);
+    cf_status ws = cf_trace_write(e->ctx, t, e->trace);
+    if (st) cf_error_put(e->ctx, why); /* the run's failure is the one to report */
+    else st = ws;
+    cf_trace_destroy(t);
+  }
   if (!st) record(e, &res);
   cf_run_result_free(&res);
   io_free(&b);

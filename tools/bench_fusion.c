@@ -154,7 +154,7 @@ static cf_status plan_variant(cf_context *ctx, const fu_options *o, const char *
 static cf_status run_variant(cf_context *ctx, const fu_options *o, variant *v, int round) {
   cf_run_result res = {0};
   cf_trace *t = NULL;
-  cf_status st = cf_trace_create(o->ranks, CF_TOOL_TRACE_EVENTS, &t);
+  cf_status st = cf_trace_create(o->ranks, CF_TRACE_EVENTS, &t);
   ctx->trace = t;
   if (!st) st = cf_exec_run(ctx, v->plan, NULL, &res);
   ctx->trace = NULL;

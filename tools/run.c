@@ -1092,7 +1092,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                                                                            : CF_DEVICE_CPU}};
   if (a.save) catch_signals();
   cf_trace *trace = NULL; /* --trace's, or -v's own (for its timeline lines) */
-  if ((a.trace || a.verbose) && cf_trace_create(CF_MAX_WORLD, CF_TOOL_TRACE_EVENTS, &trace)) {
+  if ((a.trace || a.verbose) && cf_trace_create(CF_MAX_WORLD, CF_TRACE_EVENTS, &trace)) {
     fprintf(stderr, "collfuse run: out of memory\n");
     cf_opts_free(&cf_command_run, &a);
     return EXIT_RUNTIME;

@@ -278,8 +278,6 @@ void cf_tool_timeline_print(FILE *f, const char *who, const cf_trace *t, const s
                             int first_iter);
 void cf_tool_timeline_json(void *obj, const cf_trace *t, const struct cf_plan *p, int first_iter);
 double cf_tool_exposed_ms(const cf_trace *t, int first_iter, int n_colls);
-/* Events each lane of a --trace keeps (its ring buffer: the newest win). */
-#define CF_TOOL_TRACE_EVENTS ((int64_t)1 << 16)
 /* A file argument as messages name it: "<stdin>" for "-". */
 const char *cf_tool_name(const char *path);
 /* "-" names standard input or output. */

@@ -180,10 +180,18 @@ static cf_status stop(cf_comm *c, const wait_what *ww) {
   return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
 }
 
+/* A wait of the transport on the calling thread's trace lane (ir/trace.c). */
+static void trace_wait(const char *how, int64_t t0) {
+  if (!cf_trace_here) return;
+  cf_trace_record(cf_trace_here, &(cf_trace_ev){.t0 = t0, .t1 = cf_trace_clock(), .name = how,
+                                                .cat = "transport"});
+}
+
 /* Wait until *a >= target. */
 static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const wait_what *ww) {
   cf_threads_world *w = c->impl;
   if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
+  int64_t t0 = cf_trace_here ? cf_trace_clock() : 0; /* the wait, for the trace */
   /* every rank has a core: poll (a message is usually microseconds away),
    * giving the core away every 64 polls after the first 256 (a pause takes
    * ~140 cycles on recent Intel cores: 256 are ~15 us), in case the rank we
@@ -192,12 +200,17 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
    * an AllReduce of 1 MiB on 2 ranks); oversubscribed: yield the core to
    * the rank we wait for */
   for (int i = 0; i < w->spin; i++) {
-    if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
+    if (atomic_load_explicit(a, memory_order_acquire) >= target) {
+      trace_wait("spin", t0);
+      return CF_OK;
+    }
     if (w->spin > 1000 && (i < 256 || (i & 63)))
       __builtin_ia32_pause();
     else
       sched_yield();
   }
+  trace_wait("spin", t0);
+  t0 = cf_trace_here ? cf_trace_clock() : 0;
   bell *b = &w->bells[c->rank];
   double deadline = cf_now() + w->timeout_s;
   for (;;) {
@@ -222,6 +235,7 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
     rs->waits_slept++;
   }
   atomic_store(&b->sleeping, 0);
+  trace_wait("sleep", t0);
   return CF_OK;
 }
 

@@ -257,6 +257,9 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
  *   "seed"          seed of the data of Inputs the caller does not give
  *   "max_memory"    bytes a run may hold ("512M", "4G"; default: what the
  *                   machine has available): more is refused before allocating
+ *   "trace"         FILE.json: each cf_executable_run writes its timeline
+ *                   there (a Chrome trace, as `collfuse run --trace`), also
+ *                   when it fails; its last run's is what the file holds
  * A bad key or value fails at once with a message. The caller owns *out
  * (cf_options_destroy); it keeps a pointer to ctx. */
 typedef struct cf_options cf_options;
@@ -407,6 +410,9 @@ double cf_executable_last_time_ms(const cf_executable *e);
  * in *bytes (may be NULL). 0 before the first run, and 0 for a DP step
  * whose gradients and averages are bucket views. */
 size_t cf_executable_last_copies(const cf_executable *e, size_t *bytes);
+/* Where cf_executable_run writes each run's timeline from now on (a Chrome
+ * trace, as the "trace" option; NULL: nowhere). A copy of path is kept. */
+cf_status cf_executable_set_trace(cf_executable *e, const char *path);
 
 #ifdef __cplusplus
 }

@@ -199,7 +199,26 @@ def run_on_terminal(cmd, cwd, env, timeout):
             break
         out.append(data)
     os.close(master)
-    return p.wait(), b"".join(out).decode("utf-8", "replace").replace("\r\n", "\n")
+    return p.wait(), as_seen(b"".join(out).decode("utf-8", "replace").replace("\r\n", "\n"))
+
+
+def as_seen(text):
+    """text as the terminal shows it in the end: a carriage return moves to
+    the line's start and ESC [ K erases the rest of it (a progress line the
+    program redraws and erases leaves nothing)."""
+    lines = []
+    for line in text.split("\n"):
+        buf, col = [], 0
+        for k, part in enumerate(re.split(r"(\r|\x1b\[K)", line)):
+            if part == "\r":
+                col = 0
+            elif part == "\x1b[K":
+                del buf[col:]
+            elif part:
+                buf[col:col + len(part)] = list(part)
+                col += len(part)
+        lines.append("".join(buf))
+    return "\n".join(lines)
 
 
 def commands_of(src, rel):
