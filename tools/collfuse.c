@@ -23,13 +23,14 @@
 typedef struct check_args {
   cf_opt_list files;
   const char *target;
-  bool strict;
+  bool strict, quiet;
 } check_args;
 
 static const cf_opt check_opts[] = {
     {"--target", NULL, "T", CF_OPT_STR, offsetof(check_args, target), .check = cf_opt_check_target,
      .help = "the graph must also meet this device's documented limits"},
     CF_OPT_STRICT(offsetof(check_args, strict)),
+    CF_OPT_QUIET(offsetof(check_args, quiet)),
     {0},
 };
 
@@ -63,6 +64,8 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
     cf_graph *g;
     cf_status st = cf_tool_load(ctx, files[k], &g);
     if (!st) st = cf_graph_verify(g, target);
+    cf_phase_end(ctx);
+    cf_tool_progress_erase(); /* its verdict follows */
     if (st) {
       int c = cf_tool_fail(ctx, st);
       if (c > rc) rc = c;
@@ -255,7 +258,7 @@ static cf_status compile_kernels(cf_context *ctx, const cf_graph *g, const char 
 typedef struct compile_args {
   cf_opt_list file;
   const char *out, *passes, *target, *dot, *split, *cost, *profile, *emit[N_EMIT];
-  bool json, o0, explain, jit, strict;
+  bool json, o0, explain, jit, strict, quiet;
 } compile_args;
 
 static const cf_opt compile_opts[] = {
@@ -298,6 +301,7 @@ static const cf_opt compile_opts[] = {
      .help = "print one JSON object with counts, buckets and pass times\n"
              "(-v and --explain then print on stderr)"},
     CF_OPT_STRICT(offsetof(compile_args, strict)),
+    CF_OPT_QUIET(offsetof(compile_args, quiet)),
     {0},
 };
 
@@ -397,6 +401,8 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   }
   int before = check.before;
   if (!st) st = cf_graph_seal(g);
+  cf_phase_end(ctx);
+  cf_tool_progress_erase(); /* the output follows */
   if (!st && out) st = cf_tool_is_std(out) ? write_xml_stdout(ctx, g) : cf_graph_write_xml(g, out);
   if (!st && dot) st = draw(ctx, g, cf_tool_is_std(dot) ? NULL : dot, NULL);
   /* LLVM's emitters write to a path: the standard output's, for "-" */

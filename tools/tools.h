@@ -259,7 +259,9 @@ int cf_tool_opaque(const cf_graph *g, bool strict);
 cf_status cf_tool_progress_start(cf_context *ctx);
 void cf_tool_progress_stop(cf_context *ctx);
 void cf_tool_progress_quiet(void); /* --quiet: no line from now on */
-void cf_tool_progress_erase(void); /* before other output on standard error */
+/* Before the command's own output (either stream, which may share the
+ * terminal): the line goes, and comes back only with the next phase. */
+void cf_tool_progress_erase(void);
 /* The phases so far with their seconds (the running one ends): how many. */
 int cf_tool_phases(cf_context *ctx, const char **names, double *secs, int max);
 bool cf_opt_check_quiet(void *out, const char *v, char *why, size_t len);

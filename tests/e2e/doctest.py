@@ -48,7 +48,7 @@ Output matching, line by line after trailing blanks are dropped:
 Before comparing, run-dependent text is normalised in both the shown and the
 program's output: a number before `ms`, `us`, `ns`, `s`, `GB/s`, `GiB/s` or
 `MB/s`; the numbers in JSON members named `*_ms*`, `*_err*` and in
-`"pass_ms":{...}`; the number after `max rel err` / `max abs err`; hex
+`"pass_ms":{...}` and `"phase_s":{...}`; the number after `max rel err` / `max abs err`; hex
 strings of 16 digits or more (fingerprints, hashes); the scratch directory's
 path. Everything else (counts, bytes, names, messages, order) must match.
 
@@ -130,7 +130,7 @@ def normalise(text, tmp):
     text = text.replace(os.path.realpath(tmp), "<tmp>").replace(tmp, "<tmp>")
     text = re.sub(r"(?<![\w.])%s(\s?)(GB/s|GiB/s|MB/s|ms|us|ns|s)\b" % NUM, r"#\1\2", text)
     text = re.sub(r'("[a-z_]*_(?:ms|err)[a-z_]*":)%s' % NUM, r"\1#", text)
-    text = re.sub(r'"pass_ms":\{[^}]*\}',
+    text = re.sub(r'"(?:pass_ms|phase_s)":\{[^}]*\}',
                   lambda m: re.sub(r'(":)%s' % NUM, r"\1#", m.group(0)), text)
     text = re.sub(r"(max (?:rel|abs) err )%s" % NUM, r"\1#", text)
     text = re.sub(r"\b[0-9a-f]{16,}\b", "<hash>", text)
