@@ -38,6 +38,8 @@ struct cf_options {
   double timeout_s;
   uint64_t seed;
   int64_t max_memory; /* 0: what the machine has available */
+  bool shm;           /* backend shm: cf_executable_run_rank's world */
+  char *job;          /* its job's name (NULL: the launcher's, from the environment) */
 };
 
 cf_status cf_options_create(cf_context *ctx, cf_options **out) {
@@ -60,6 +62,7 @@ void cf_options_destroy(cf_options *o) {
   free(o->target);
   free(o->profile);
   free(o->trace);
+  free(o->job);
   free(o);
 }
 
@@ -138,6 +141,17 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
                       value);
     return CF_OK;
   }
+  if (strcmp(key, "backend") == 0) {
+    if (!cf_option_choice("option backend", "mpi|shm", value, why, sizeof why))
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
+    o->shm = strcmp(value, "shm") == 0;
+    return CF_OK;
+  }
+  if (strcmp(key, "job") == 0) {
+    if (!*value || strlen(value) >= 128)
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option job wants a name of 1 to 127 bytes");
+    return set_str(o, &o->job, value);
+  }
   /* the checks the driver's options share (options.c) */
   bool ok = true;
   if (strcmp(key, "ranks") == 0) {
@@ -156,7 +170,7 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return cf_error(
         o->ctx, CF_ERR_USAGE, NULL, 0,
         "unknown option '%s' (passes, split, cost, profile, target, explain, ranks, deterministic, "
-        "algo, timeout, seed, max_memory, trace)",
+        "algo, timeout, seed, max_memory, backend, job, trace)",
         key);
   }
   return ok ? CF_OK : cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
@@ -219,9 +233,11 @@ struct cf_executable {
   cf_run_options ro; /* what plan was built with */
   /* cf_executable_run_rank: this process's MPI world and a plan for its
    * staging transport, made by the first call */
-  cf_world *mpi;
+  cf_world *mpi;   /* MPI's or (backend shm) the shm world */
   cf_plan *mpi_plan;
   bool mpi_failed; /* a run failed: the job's ranks have stopped */
+  bool shm;        /* the option backend is shm */
+  char *job;       /* the option job */
   /* buckets: the plan colls that are buckets, in schedule order, and the
    * whole buffers bound to them, [(rank * n_colls + c) * 2 + io] (NULL: in
    * the arena), each either the caller's or the executable's own */
@@ -266,6 +282,9 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
     g->generation++;
   }
   e->ranks = (int)g->world_size;
+  e->shm = opt && opt->shm;
+  if (!st && opt && opt->job && !(e->job = strdup(opt->job)))
+    st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   if (!st) st = cf_verify_for_target(g, opt ? opt->target : NULL);
   cf_run_options ro = {.ranks = e->ranks,
                        .iters = 1,
@@ -335,6 +354,7 @@ void cf_executable_destroy(cf_executable *e) {
   free(e->io_node[1]);
   cf_graph_unhold(e->g);
   cf_run_setup_free(&e->setup, 0);
+  free(e->job);
   free(e);
 }
 
@@ -672,12 +692,17 @@ cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *c
 }
 
 /* The first cf_executable_run_rank: join MPI's world (initializing MPI
- * unless the application did), check that it is this executable's, and plan
- * for the MPI transport, which stages what it receives. */
+ * unless the application did) or the shm world (backend shm: the job the
+ * option job names, else the launcher's), check that it is this
+ * executable's, and plan for its transport (MPI's stages what it receives). */
 static cf_status mpi_setup(cf_executable *e, int rank) {
-  /* the same set-up, now on MPI's world (the profile read at creation) */
+  /* the same set-up, now on the job's world (the profile read at creation) */
   cf_run_setup ms = e->setup;
-  ms.mpi = true;
+  ms.mpi = !e->shm;
+  ms.shm = e->shm;
+  ms.shm_job = e->job;
+  ms.shm_rank = rank;
+  ms.shm_size = e->ranks;
   cf_run_options ro = e->ro;
   cf_status st = cf_run_prepare(e->ctx, &ms, &ro);
   e->mpi = ms.world;
@@ -685,12 +710,14 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
   const cf_world *w = e->mpi;
   if (w->size != e->ranks)
     return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
-                    "cf_executable_run_rank: the executable has %d rank%s, but this MPI job has %d "
-                    "process%s (start it with mpirun -np %d)",
-                    e->ranks, cf_s(e->ranks), w->size, w->size == 1 ? "" : "es", e->ranks);
-  /* every rank must have read the same profile (its MPI rules): checked
-   * while every rank is still here, before the one-sided checks */
-  double h = (double)cf_profile_hash(e->setup.prof, "mpi"), v[2] = {h, -h};
+                    "cf_executable_run_rank: the executable has %d rank%s, but this %s job has %d "
+                    "process%s (start %d)",
+                    e->ranks, cf_s(e->ranks), e->shm ? "shm" : "MPI", w->size,
+                    w->size == 1 ? "" : "es", e->ranks);
+  /* every rank must have read the same profile (its rules for the
+   * transport): checked while every rank is still here, before the
+   * one-sided checks */
+  double h = (double)cf_profile_hash(e->setup.prof, cf_run_transport(&ms)), v[2] = {h, -h};
   if ((st = cf_world_max(e->mpi, v, 2))) return st;
   if (v[0] != -v[1])
     return cf_error(e->ctx, CF_ERR_INVALID, NULL, 0,
@@ -699,8 +726,8 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
   if (w->first != rank)
     return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
                     "cf_executable_run_rank: rank %d asked for, but this process is rank %d of "
-                    "MPI_COMM_WORLD",
-                    rank, w->first);
+                    "the %s job",
+                    rank, w->first, e->shm ? "shm" : "MPI");
   if ((st = cf_plan_build(e->ctx, e->g, &ro, &e->mpi_plan))) return st;
   return cf_exec_prepare(e->ctx, e->mpi, e->mpi_plan);
 }
@@ -719,7 +746,7 @@ cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *
   if (!e->mpi_plan) {
     /* a failed setup is not retried: MPI may be half way */
     if (e->mpi) return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0, "cf_executable_run_rank: %s",
-                                "this executable could not join the MPI job (its first error)");
+                                "this executable could not join the job (its first error)");
     if ((st = mpi_setup(e, rank))) return st;
   }
   if (e->mpi->first != rank)

@@ -105,12 +105,16 @@ typedef struct cf_run_setup {
   const char *profile;         /* --profile, the profile option (NULL: $COLLFUSE_PROFILE or the
                                 * user's; "none": the built-in rules) */
   bool mpi;                    /* this process is one rank of MPI's world (mpirun) */
+  bool shm;                    /* this process is one rank of a shm world (--backend shm) */
+  const char *shm_job;         /* shm: the job's name, with shm_rank and shm_size (NULL: the
+                                * launcher's, from the environment) */
+  int shm_rank, shm_size;
   double timeout_s;            /* the world's waits */
   int64_t max_memory;          /* the memory a run may hold (0: what the machine has) */
   const char *max_memory_what; /* its name in messages ("--max-memory") */
   cf_profile *prof;            /* the profile read (empty: none) */
-  cf_world *world;             /* MPI's world (mpi), else NULL */
-  int me;                      /* this process's rank of it (0 without MPI) */
+  cf_world *world;             /* MPI's or the shm world (mpi, shm), else NULL */
+  int me;                      /* this process's rank of it (0 without one) */
 } cf_run_setup;
 
 /* Set a run up, each step once however often it is called: with mpi, join
@@ -121,7 +125,7 @@ typedef struct cf_run_setup {
  * measured rules for the transport from the profile (CPU device only: a
  * profile measures the CPU's algorithms). */
 cf_status cf_run_prepare(cf_context *ctx, cf_run_setup *s, cf_run_options *ro);
-/* "mpi" or "threads": the transport s runs on, as profiles name it. */
+/* "mpi", "shm" or "threads": the transport s runs on, as profiles name it. */
 const char *cf_run_transport(const cf_run_setup *s);
 /* --split auto's measured alpha/beta on ranks from s's profile; false when
  * it has none. */

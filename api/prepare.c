@@ -16,10 +16,19 @@
 
 #include "api.h"
 
+#include <stdio.h>
+
 cf_status cf_run_prepare(cf_context *ctx, cf_run_setup *s, cf_run_options *ro) {
   cf_status st = CF_OK;
-  if (s->mpi && !s->world) {
-    if ((st = cf_world_create(ctx, &cf_world_mpi, 0, s->timeout_s, &s->world))) return st;
+  if ((s->mpi || s->shm) && !s->world) {
+    if (s->shm && s->shm_job) {
+      cf_shm_launch l = {.rank = s->shm_rank, .size = s->shm_size, .by = "the caller"};
+      snprintf(l.job, sizeof l.job, "%s", s->shm_job);
+      st = cf_world_shm_join(ctx, &l, s->timeout_s, &s->world);
+    } else {
+      st = cf_world_create(ctx, s->mpi ? &cf_world_mpi : &cf_world_shm, 0, s->timeout_s, &s->world);
+    }
+    if (st) return st;
     s->me = s->world->first;
     /* the host's cores are shared by the job's processes there: so are
      * BLAS threads */
@@ -40,14 +49,16 @@ cf_status cf_run_prepare(cf_context *ctx, cf_run_setup *s, cf_run_options *ro) {
   return CF_OK;
 }
 
-const char *cf_run_transport(const cf_run_setup *s) { return s->mpi ? "mpi" : "threads"; }
+const char *cf_run_transport(const cf_run_setup *s) {
+  return s->mpi ? "mpi" : s->shm ? "shm" : "threads";
+}
 
 bool cf_run_cost(const cf_run_setup *s, int ranks, cf_cost *out) {
   return cf_profile_cost(s->prof, cf_run_transport(s), ranks, out);
 }
 
 cf_status cf_run_check_memory(cf_context *ctx, const cf_run_setup *s, cf_mem_need *need) {
-  if (s->mpi && s->world) {
+  if (s->world) {
     need->ranks = 1;
     need->rank = s->me;
     need->processes = cf_world_host_processes(s->world);

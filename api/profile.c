@@ -41,7 +41,7 @@ struct cf_profile {
 };
 
 static bool known_transport(const char *t) {
-  return strcmp(t, "threads") == 0 || strcmp(t, "mpi") == 0;
+  return strcmp(t, "threads") == 0 || strcmp(t, "mpi") == 0 || strcmp(t, "shm") == 0;
 }
 
 const char *cf_profile_path(const char *given, char *buf, size_t len, bool *explicit_path) {
@@ -78,7 +78,7 @@ static prof_entry *entry(cf_profile *p, const char *transport, int ranks, bool m
 static bool key(cf_context *ctx, const char *path, int line, char **w, int *ranks, cf_status *out) {
   cf_status st = CF_OK;
   int64_t r;
-  bool ok = !known_transport(w[1]) ? BAD("profile: unknown transport '%s' (threads or mpi)", w[1])
+  bool ok = !known_transport(w[1]) ? BAD("profile: unknown transport '%s' (threads, mpi or shm)", w[1])
             : !cf_parse_int(w[2], 2, CF_MAX_WORLD, &r)
                 ? BAD("profile: ranks wants 2..%d, got '%s'", CF_MAX_WORLD, w[2])
                 : true;

@@ -246,10 +246,43 @@ static cf_status check_caller(rank_run *r, const cf_node *n, const char *what, c
 }
 
 /* The caller's whole bucket buffer 2 * c + io on this rank (cf_inputs.buckets), else NULL. */
-static char *bucket_of(const rank_run *r, int slot) {
+/* The caller's bucket buffer bound to slot (2 * coll + io), or NULL. */
+static char *caller_bucket(const rank_run *r, int slot) {
   const cf_inputs *in = r->in;
   if (slot < 0 || !in || !in->buckets || !cf_device_is_host(r->dev)) return NULL;
   return in->buckets[(size_t)r->rank * 2 * (size_t)r->p->n_colls + (size_t)slot];
+}
+
+/* Whether the rank runs in memory its world gives (the shm world: peers
+ * read, and rsag writes, this rank's buffers in place, which only that
+ * memory allows): caller buffers are then never bound; caller buckets are
+ * mirrored in the arena (mirror_buckets) and inputs and outputs copied. */
+static bool world_memory(const rank_run *r) {
+  return cf_world_gives_memory(r->world) && cf_device_is_host(r->dev);
+}
+
+/* The buffer a run uses for slot: the caller's bucket, unless mirrored. */
+static char *bucket_of(const rank_run *r, int slot) {
+  return world_memory(r) ? NULL : caller_bucket(r, slot);
+}
+
+static void count_copy(rank_run *r, size_t bytes);
+
+/* World memory: the caller's buckets into the arena's places for them
+ * (in), or the arena's back into the caller's (out: inputs first, so that
+ * an in-place bucket's results are what stays). */
+static void mirror_buckets(rank_run *r, bool in) {
+  const cf_plan *p = r->p;
+  for (int io = 0; io < 2 && world_memory(r); io++)
+    for (int c = 0; c < p->n_colls; c++) {
+      const cf_pcoll *pc = &p->colls[c];
+      char *bk = pc->fused_mm ? NULL : caller_bucket(r, 2 * c + io);
+      size_t bytes = (size_t)pc->bucket_bytes[io];
+      if (!bk || !bytes || (in && io == 1)) continue;
+      char *a = r->arena + (io ? pc->out_addr : pc->in_addr);
+      memcpy(in ? a : bk, in ? bk : a, bytes);
+      count_copy(r, bytes);
+    }
 }
 
 static void count_copy(rank_run *r, size_t bytes) {
@@ -285,8 +318,9 @@ static cf_status bind_values(rank_run *r) {
       if (st) return st;
       /* an in-place plan's later iterations would overwrite the first's outputs */
       bool later = p->overwrites_inputs && p->opt.warmup + p->opt.iters > 1;
-      if (host && cf_plan_binds(p, i) && !later) r->vptr[v] = t->data;
-    } else if (n->op == CF_OP_INPUT && in && in->borrow && host && cf_plan_binds(p, i)) {
+      if (host && !world_memory(r) && cf_plan_binds(p, i) && !later) r->vptr[v] = t->data;
+    } else if (n->op == CF_OP_INPUT && in && in->borrow && host && !world_memory(r) &&
+               cf_plan_binds(p, i)) {
       for (int k = 0; k < in->n; k++)
         if (strcmp(in->names[k], n->name) == 0) {
           const cf_tensor *t = &in->data[(size_t)r->rank * (size_t)in->n + (size_t)k];
@@ -328,7 +362,7 @@ static cf_status fill_inputs(rank_run *r) {
     int k = -1;
     for (int j = 0; r->in && n->op == CF_OP_INPUT && j < r->in->n; j++)
       if (strcmp(r->in->names[j], n->name) == 0) k = j;
-    if (k < 0 && bucket_of(r, r->p->vals[r->p->val_base[i]].bucket)) continue; /* in the caller's bucket */
+    if (k < 0 && caller_bucket(r, r->p->vals[r->p->val_base[i]].bucket)) continue; /* in the caller's bucket (or its mirror) */
     if (k < 0) {
       cf_status st = fill_value(r, n, &t);
       if (st) return st;
@@ -340,6 +374,9 @@ static cf_status fill_inputs(rank_run *r) {
                            cf_dtype_name(src->dtype), (long long)src->count, cf_dtype_name(t.dtype),
                            (long long)t.count);
     if (t.data == src->data) continue;
+    const cf_pvalue *pv = &r->p->vals[r->p->val_base[i]];
+    char *bk = world_memory(r) ? caller_bucket(r, pv->bucket) : NULL;
+    if (bk && src->data == bk + pv->boff) continue; /* its bucket's mirror has it */
     size_t bytes = (size_t)t.count * (size_t)cf_dtype_size(t.dtype);
     count_copy(r, bytes);
     cf_status st = cf_device_upload(r->dev, t.data, src->data, bytes);
@@ -458,7 +495,7 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   cf_status st;
   int64_t t_in = r->lane ? cf_trace_clock() : 0;
   cf_phase_begin(r->ctx, "inputs", 0);
-  r->arena = r->dev->ops->alloc(r->dev, (size_t)p->arena_bytes);
+  r->arena = cf_world_alloc(r->world, r->dev, (size_t)p->arena_bytes);
   if (!r->arena) {
     char b[32];
     return cf_error(r->ctx, CF_ERR_NO_MEMORY, p->g->file, 0,
@@ -488,6 +525,7 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
         call->me = i % pc->n;
       }
   }
+  mirror_buckets(r, true);
   if ((st = fill_inputs(r))) return st;
   if (r->lane)
     cf_trace_record(r->lane, &(cf_trace_ev){.t0 = t_in, .t1 = cf_trace_clock(), .name = "inputs",
@@ -511,8 +549,10 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
     /* an iteration after the first of a plan that reduces its Inputs in
      * place reduces the results of the one before (nccl-tests' in-place
      * mode: the same work each time): the run returns the first's */
-    if ((it == 0 && p->overwrites_inputs) || (it == total - 1 && !p->overwrites_inputs))
+    if ((it == 0 && p->overwrites_inputs) || (it == total - 1 && !p->overwrites_inputs)) {
+      mirror_buckets(r, false);
       if ((st = collect_outputs(r))) return st;
+    }
   }
   if (r->res->arenas) { /* the result keeps the arena its outputs point into */
     r->res->arenas[r->solo ? 0 : r->rank] = r->arena;
@@ -618,7 +658,7 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
 }
 
 static void rank_free(rank_run *x) {
-  if (x->arena) x->dev->ops->free(x->dev, x->arena);
+  if (x->arena) cf_world_free(x->world, x->dev, x->arena);
   free(x->vptr);
   free(x->calls);
   free(x->algos);
@@ -921,6 +961,9 @@ cf_status cf_exec_run_world(cf_context *ctx, cf_plan *p, cf_world *w, const cf_i
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "the transport has %d rank%s, the plan %d", w->size,
                     cf_s(w->size), p->ranks);
   cf_comm *comm = cf_world_comm(w, w->first);
+  /* arenas from the world's memory go back to it before the world goes:
+   * outputs are copied out of them */
+  if (cf_world_gives_memory(w)) p->opt.outputs_in_arena = false;
   if (!cf_device_is_host(p->dev) && !comm->ops->zero_copy)
     return cf_error(ctx, CF_ERR_UNSUPPORTED, NULL, 0,
                     "the %s transport moves host memory: --device %s needs the threads transport",

@@ -38,6 +38,7 @@ struct fault_world {
   const cf_faults *f;
   const cf_plan *p;
   cf_comm_ops ops; /* the wrapped endpoints' slots, forwarded */
+  cf_world_ops wops; /* fault_world_ops, with alloc/free where inner gives memory */
   fault_comm *comms; /* [local] */
 };
 
@@ -72,7 +73,7 @@ static cf_status f_send(cf_comm *c, int peer, const void *buf, size_t bytes, con
   fault_comm *fc = c->impl;
   cf_comm *in = in_of(c);
   const char *why;
-  /* mode 3 is a process's death: only where the ranks are processes (MPI) */
+  /* mode 3 is a process's death: only where the ranks are processes (MPI, shm) */
   if (d && is_faulty(fc, 3) && fc->w->base.local < fc->w->base.size && !in->ops->aborted(in, &why) &&
       atomic_fetch_add(&fc->msgs, 1) == fc->w->f->fail_step) {
     fflush(stdout);
@@ -197,6 +198,17 @@ static cf_status fw_native_groups(cf_world *w, const cf_world_group *groups, int
   return cf_world_native_groups(inner_of(w), groups, n);
 }
 
+/* The inner world's own memory (the shm world's heap), where it has it. */
+static void *fw_alloc(cf_world *w, size_t bytes) {
+  cf_world *in = fw_of(w)->inner;
+  return in->ops->alloc(in, bytes);
+}
+
+static bool fw_free(cf_world *w, void *p) {
+  cf_world *in = fw_of(w)->inner;
+  return in->ops->free(in, p);
+}
+
 static const cf_world_ops fault_world_ops = {
     .name = "fault",
     .create = fw_create,
@@ -270,7 +282,12 @@ cf_status cf_fault_world(cf_context *ctx, cf_world *inner, cf_plan *p, const cf_
     return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   }
   *fw = (fault_world){.base = *inner, .inner = inner, .f = f, .p = p, .comms = comms};
-  fw->base.ops = &fault_world_ops;
+  fw->wops = fault_world_ops;
+  if (cf_world_gives_memory(inner)) { /* the arenas must come from it */
+    fw->wops.alloc = fw_alloc;
+    fw->wops.free = fw_free;
+  }
+  fw->base.ops = &fw->wops;
   fw->base.impl = fw;
   const cf_comm_ops *io = cf_world_comm(inner, inner->first)->ops;
   fw->ops = (cf_comm_ops){.name = io->name, .zero_copy = io->zero_copy, .eager_max = io->eager_max,

@@ -274,6 +274,11 @@ typedef struct cf_world_ops {
    * process calls it before the run with the same groups in the same
    * order; a group seen before, or the whole world, needs nothing. */
   cf_status (*native_groups)(cf_world *w, const cf_world_group *groups, int n);
+  /* Host memory every rank of the world reads in place (zeroed, 64-aligned;
+   * NULL: none left), for a rank's arena; free returns false for memory it
+   * did not give. */
+  void *(*alloc)(cf_world *w, size_t bytes);
+  bool (*free)(cf_world *w, void *p);
 } cf_world_ops;
 
 struct cf_world {

@@ -47,6 +47,49 @@ const cf_env_knob cf_env_table[CF_ENV_COUNT] = {
     [CF_ENV_CUBLAS] = {"CUBLAS_LIBRARY", "file or folder, or `none`", "the system's",
                        "cuBLAS for `--device cuda`: a file or a folder holding `libcublas.so.*`; "
                        "`none` turns cuBLAS off"},
+    [CF_ENV_SHM_RANK] = {"COLLFUSE_RANK", "rank", "from the launcher's variables",
+                         "`--backend shm`: this process's rank (with `COLLFUSE_WORLD_SIZE`); "
+                         "`run --ranks N` sets it in the processes it starts (executor.md, "
+                         "\"The shm world\")"},
+    [CF_ENV_SHM_SIZE] = {"COLLFUSE_WORLD_SIZE", "count", "from the launcher's variables",
+                         "`--backend shm`: the processes of the job (with `COLLFUSE_RANK`)"},
+    [CF_ENV_SHM_JOB] = {"COLLFUSE_JOB", "name", "the launcher's job, else the parent process",
+                        "`--backend shm`: the name the job's processes meet under (a Unix socket "
+                        "in the abstract namespace, the user's own); processes of one job share it"},
+    [CF_ENV_TORCH_RANK] = {"RANK", "rank", "unset",
+                           "torchrun's: this process's rank in a `--backend shm` world"},
+    [CF_ENV_TORCH_SIZE] = {"WORLD_SIZE", "count", "unset",
+                           "torchrun's: the processes of a `--backend shm` world"},
+    [CF_ENV_TORCH_LOCAL_SIZE] = {"LOCAL_WORLD_SIZE", "count", "unset",
+                                 "torchrun's: below `WORLD_SIZE`, the job spans hosts and "
+                                 "`--backend shm` refuses it"},
+    [CF_ENV_MASTER_ADDR] = {"MASTER_ADDR", "host", "unset",
+                            "torchrun's: with `MASTER_PORT`, names the job a `--backend shm` "
+                            "world meets under"},
+    [CF_ENV_MASTER_PORT] = {"MASTER_PORT", "port", "unset", "torchrun's: see `MASTER_ADDR`"},
+    [CF_ENV_OMPI_RANK] = {"OMPI_COMM_WORLD_RANK", "rank", "unset",
+                          "Open MPI's mpirun: this process's rank in a `--backend shm` world"},
+    [CF_ENV_OMPI_SIZE] = {"OMPI_COMM_WORLD_SIZE", "count", "unset",
+                          "Open MPI's mpirun: the processes of a `--backend shm` world"},
+    [CF_ENV_OMPI_LOCAL_SIZE] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "count", "unset",
+                                "Open MPI's mpirun: below the world's size, the job spans hosts "
+                                "and `--backend shm` refuses it"},
+    [CF_ENV_PMIX_NAMESPACE] = {"PMIX_NAMESPACE", "name", "unset",
+                               "PMIx's job name: names the job a `--backend shm` world meets under"},
+    [CF_ENV_PMI_RANK] = {"PMI_RANK", "rank", "unset",
+                         "MPICH's (PMI) rank of a `--backend shm` world"},
+    [CF_ENV_PMI_SIZE] = {"PMI_SIZE", "count", "unset",
+                         "MPICH's (PMI) processes of a `--backend shm` world"},
+    [CF_ENV_SLURM_PROCID] = {"SLURM_PROCID", "rank", "unset",
+                             "srun's: this process's rank in a `--backend shm` world"},
+    [CF_ENV_SLURM_NTASKS] = {"SLURM_NTASKS", "count", "unset",
+                             "srun's: the processes of a `--backend shm` world"},
+    [CF_ENV_SLURM_NNODES] = {"SLURM_NNODES", "count", "unset",
+                             "srun's: above 1, the job spans hosts and `--backend shm` refuses it"},
+    [CF_ENV_SLURM_JOB_ID] = {"SLURM_JOB_ID", "number", "unset",
+                             "srun's: with `SLURM_STEP_ID`, names the job a `--backend shm` world "
+                             "meets under"},
+    [CF_ENV_SLURM_STEP_ID] = {"SLURM_STEP_ID", "number", "unset", "srun's: see `SLURM_JOB_ID`"},
 };
 
 const char *cf_env(cf_env_var v) { return getenv(cf_env_table[v].name); }

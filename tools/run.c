@@ -48,6 +48,8 @@ typedef struct run_args {
   int64_t max_memory; /* 0: what the machine has available */
   double timeout;
   bool o0, verify, deterministic, json, verbose, mpi, strict, quiet;
+  bool shm;   /* --backend shm */
+  bool procs; /* one rank per process: mpi or shm */
   int opaque_nodes;  /* the graph's Opaque nodes as read (check's count) */
   cf_opt_list input; /* NAME=PATH */
 } run_args;
@@ -72,12 +74,17 @@ static bool check_input(void *out, const char *v, char *why, size_t len) {
 static const cf_opt run_opts[] = {
     {"--ranks", NULL, "N", CF_OPT_INT, RUN_FIELD(ranks), 1, CF_MAX_WORLD,
      .help = "ranks (default: the graph's world_size, else 1; with mpi\n"
-             "the number of processes, which --ranks must then equal);\n"
+             "the number of processes, which --ranks must then equal;\n"
+             "with shm the processes this command starts, unless a\n"
+             "launcher started it);\n"
              "a graph whose groups or roots need its own world_size\n"
              "is refused at another size (exit 1)"},
-    {"--backend", NULL, NULL, CF_OPT_STR, RUN_FIELD(backend), .choices = "threads|mpi",
+    {"--backend", NULL, NULL, CF_OPT_STR, RUN_FIELD(backend), .choices = "threads|mpi|shm",
      .help = "threads of this process (default), or one rank per process\n"
-             "of `mpirun -np N collfuse run FILE --backend mpi`"},
+             "of `mpirun -np N collfuse run FILE --backend mpi`, or shm:\n"
+             "one rank per process of this host, single copy through\n"
+             "shared memory (`--ranks N` starts them; under torchrun,\n"
+             "mpirun or srun each process finds its rank)"},
     {"--device", NULL, NULL, CF_OPT_STR, RUN_FIELD(device), .choices = "cpu|cuda",
      .help = "cuda: buffers and reductions on NVIDIA GPUs (threads backend;\n"
              "ranks share a GPU when there are fewer GPUs than ranks)"},
@@ -217,10 +224,13 @@ static int parse_args(int argc, char **argv, run_args *a) {
     return cf_tool_usage(cmd, "%s", "--rank-table wants a file every process can read, not '-'");
   if (a->o0 && a->passes) return cf_tool_usage(cmd, "%s", "--passes and -O0 exclude each other");
   a->mpi = a->backend && strcmp(a->backend, "mpi") == 0;
-  if (a->mpi && cf_tool_is_std(file))
-    return cf_tool_usage(cmd, "%s",
-                         "--backend mpi reads FILE in every process: give a file, not '-' (mpirun "
-                         "passes standard input to rank 0 only)");
+  a->shm = a->backend && strcmp(a->backend, "shm") == 0;
+  a->procs = a->mpi || a->shm;
+  if (a->procs && cf_tool_is_std(file))
+    return cf_tool_usage(cmd,
+                         "--backend %s reads FILE in every process: give a file, not '-' (a "
+                         "launcher passes standard input to rank 0 only)",
+                         a->backend);
   cf_algo_req req;
   bool native = a->algo && cf_algo_parse(a->algo, true, &req) && req.policy == CF_POLICY_FORCED &&
                 cf_algo_table[req.algo].native;
@@ -231,9 +241,10 @@ static int parse_args(int argc, char **argv, run_args *a) {
                          "--algo mpi-native and --deterministic exclude each other (MPI reduces in its own order)");
   if (a->rank_table && !a->mpi)
     return cf_tool_usage(cmd, "%s", "--rank-table checks an MPI job: it needs --backend mpi");
-  if (a->device && strcmp(a->device, "cuda") == 0 && a->mpi)
-    return cf_tool_usage(
-        cmd, "%s", "--device cuda needs --backend threads (the MPI transport moves host memory)");
+  if (a->device && strcmp(a->device, "cuda") == 0 && a->procs)
+    return cf_tool_usage(cmd,
+                         "--device cuda needs --backend threads (the %s transport moves host memory)",
+                         a->mpi ? "MPI" : "shm");
   return 0;
 }
 
@@ -639,7 +650,7 @@ static cf_status check_memory(cf_context *ctx, const run_job *j) {
       .file = cf_tool_name(a->file.v[0]),
       .ranks = j->ranks,
       .per_rank = cf_plan_run_bytes(j->plan, cf_run_outputs_in_arena(j->plan)) + inputs,
-      .reserved = cf_plan_reserved_bytes(j->plan, a->mpi ? 1 : j->ranks)};
+      .reserved = cf_plan_reserved_bytes(j->plan, a->procs ? 1 : j->ranks)};
   if (a->verify) {
     if (j->stream)
       cf_verify_window(j->ref_g, j->ranks, &need.shared);
@@ -647,10 +658,10 @@ static cf_status check_memory(cf_context *ctx, const run_job *j) {
       need.shared = cf_reference_bytes(j->ref_g, j->ranks);
     need.shared_what = "--verify's float64 reference";
   }
-  if (a->mpi && a->verify) {
+  if (a->procs && a->verify) {
     need.shared += (int64_t)(j->ranks - 1) * inputs;
     need.shared_what = "--verify's float64 reference and every rank's inputs";
-  } else if (!a->mpi && j->ranks > 1) {
+  } else if (!a->procs && j->ranks > 1) {
     need.hint = "use fewer ranks or --backend mpi across machines";
   }
   return cf_run_check_memory(ctx, &j->setup, &need); /* MPI: this process's share */
@@ -712,7 +723,7 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
                        const opaque_outs *opq, const phase_times *ph, const cf_trace *trace) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "ranks", res->ranks);
-  cJSON_AddStringToObject(o, "backend", a->mpi ? "mpi" : "threads");
+  cJSON_AddStringToObject(o, "backend", a->backend ? a->backend : "threads");
   cJSON_AddStringToObject(o, "device", a->device ? a->device : "cpu");
   cJSON_AddNumberToObject(o, "iters", a->iters);
   cJSON_AddNumberToObject(o, "warmup", a->warmup);
@@ -820,15 +831,15 @@ static void print_plan(const run_job *j) {
 static cf_status set_up(cf_context *ctx, run_job *j) {
   run_args *a = j->a;
   cf_status st = cf_run_prepare(ctx, &j->setup, &j->opt);
-  if (a->mpi && !j->setup.world) return st;
-  if (a->mpi) {
+  if (a->procs && !j->setup.world) return st;
+  if (a->procs) {
     cf_world *world = j->setup.world;
     j->me = j->setup.me;
     if (!st && a->ranks && a->ranks != world->size)
       st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
-                    "--ranks %d, but mpirun started %d process%s (leave --ranks out with "
-                    "--backend mpi)",
-                    a->ranks, world->size, world->size == 1 ? "" : "es");
+                    "--ranks %d, but the launcher started %d process%s (leave --ranks out with "
+                    "--backend %s under a launcher)",
+                    a->ranks, world->size, world->size == 1 ? "" : "es", a->backend);
     j->ranks = world->size;
     if (!st && a->rank_table)
       st = check_rank_table(ctx, a->rank_table, j->me, world->size, cf_world_host(world));
@@ -865,7 +876,7 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
   if (!st && (j->seeded || a->input.n)) cf_phase_begin(ctx, "inputs", 0);
   if (!st)
     st = make_inputs(ctx, j->ref_g ? j->ref_g : j->g, a, j->ranks,
-                     a->mpi && !a->verify ? j->me : -1, j->seeded, &j->in);
+                     a->procs && !a->verify ? j->me : -1, j->seeded, &j->in);
   /* the old manifest goes before any rank directory changes (under MPI
    * before the setup agreement, which every process passes first) */
   if (!st && a->save && j->me == 0) drop_manifest(a->save, &j->old_ranks);
@@ -877,12 +888,12 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
  * why. A failure later, in the run, reaches the others as an abort. Returns
  * the exit code when the run must not start (0: go), *st updated. */
 static int agree_setup(cf_context *ctx, run_job *j, cf_status *st) {
-  if (!j->a->mpi) return 0;
+  if (!j->a->procs) return 0;
   int ranks = j->ranks, me = j->me, setup_rc = 0;
   /* a message every rank has (the graph's) is printed once, by rank 0 */
   double h = *st ? (double)msg_hash(cf_context_errmsg(ctx)) : 0;
   /* and whether they read the same profile (its MPI rules) */
-  double ph = j->setup.prof ? (double)cf_profile_hash(j->setup.prof, "mpi") : -1;
+  double ph = j->setup.prof ? (double)cf_profile_hash(j->setup.prof, cf_run_transport(&j->setup)) : -1;
   double v[6] = {*st ? cf_tool_exit_code(*st) : 0, *st ? (double)(ranks - me) : 0, h, -h, ph, -ph};
   cf_status s2 = cf_world_max(j->setup.world, v, 6);
   bool same = !s2 && v[2] > 0 && v[2] == -v[3];
@@ -909,8 +920,8 @@ static cf_status run(cf_context *ctx, run_job *j) {
   cf_status st;
   /* (a test build runs it on a world that injects the faults asked for) */
   if (!cf_test_control(CF_TESTCTL_RUN, ctx, j->plan, j->setup.world, &j->in, &j->res, &st))
-    st = j->a->mpi ? cf_exec_run_world(ctx, j->plan, j->setup.world, &j->in, &j->res)
-                   : cf_exec_run(ctx, j->plan, &j->in, &j->res);
+    st = j->a->procs ? cf_exec_run_world(ctx, j->plan, j->setup.world, &j->in, &j->res)
+                     : cf_exec_run(ctx, j->plan, &j->in, &j->res);
   j->ran = !st;
   return st;
 }
@@ -932,9 +943,9 @@ static cf_status verify(cf_context *ctx, run_job *j) {
   cf_test_control(CF_TESTCTL_VERIFY_WINDOW, &window);
   if (!st && j->stream)
     st = cf_verify_streamed(ctx, ref_g, &j->in, a->seed, j->got, ranks, j->n_ref,
-                            a->mpi ? j->me : -1, window, &j->vs);
+                            a->procs ? j->me : -1, window, &j->vs);
   else if (!st && !(st = cf_reference_run(ctx, ref_g, &j->in, a->seed, &j->ref, &j->n_ref)))
-    st = a->mpi ? verify_rank(ctx, ref_g, j->got, j->ref, ranks, j->n_ref, j->me, &j->vs)
+    st = a->procs ? verify_rank(ctx, ref_g, j->got, j->ref, ranks, j->n_ref, j->me, &j->vs)
                 : cf_verify_outputs(ctx, ref_g, j->got, j->ref, ranks, j->n_ref, &j->vs);
   if (!st) j->verified = true;
   return st;
@@ -951,11 +962,11 @@ static cf_status save(cf_context *ctx, run_job *j, cf_status st) {
   const cf_run_result *res = &j->res;
   j->saved = output_files(ctx, res, &j->files);
   if (!j->saved)
-    j->saved = save_outputs(ctx, a->save, res, a->mpi ? j->me : 0, a->mpi ? j->me + 1 : res->ranks,
+    j->saved = save_outputs(ctx, a->save, res, a->procs ? j->me : 0, a->procs ? j->me + 1 : res->ranks,
                             j->files);
   if (!st) st = j->saved;
   /* threads: every rank's is written; MPI: after every process's (agree_result) */
-  if (!j->saved && !a->mpi)
+  if (!j->saved && !a->procs)
     j->saved = publish_manifest(ctx, a->save, res, j->ranks, j->old_ranks, j->files);
   if (!st) st = j->saved;
   return st;
@@ -966,7 +977,7 @@ static cf_status save(cf_context *ctx, run_job *j, cf_status st) {
  * all and every process exits alike. Returns the exit code. */
 static int agree_result(cf_context *ctx, run_job *j, int rc) {
   const run_args *a = j->a;
-  if (!a->mpi || !j->ran) return rc;
+  if (!a->procs || !j->ran) return rc;
   int ranks = j->ranks, me = j->me;
   double v[5] = {rc ? (double)(ranks - me) : 0, rc, j->vs.max_abs_err, j->vs.max_rel_err,
                  a->save && j->saved ? 1 : 0};
@@ -1010,7 +1021,7 @@ static void report(cf_context *ctx, const run_job *j) {
     return;
   }
   printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
-         cf_tool_name(a->file.v[0]), ranks, cf_s(ranks), a->mpi ? " (mpi)" : "",
+         cf_tool_name(a->file.v[0]), ranks, cf_s(ranks), a->mpi ? " (mpi)" : a->shm ? " (shm)" : "",
          (long long)j->res.collectives_executed, cf_s(j->res.collectives_executed),
          j->res.time_ms_median, a->iters, cf_s(a->iters));
   if (j->verified) printf("; verified (max rel err %.3g)", j->vs.max_rel_err);
@@ -1029,7 +1040,7 @@ static int write_trace(cf_context *ctx, run_job *j, int rc) {
   cf_phase_end(ctx);
   if (rc) cf_trace_fail(t, cf_context_errmsg(ctx));
   char own[4096];
-  if (j->a->mpi) {
+  if (j->a->procs) {
     size_t n = strlen(path);
     bool json = n > 5 && strcmp(path + n - 5, ".json") == 0;
     snprintf(own, sizeof own, "%.*s.rank%d.json", (int)(json ? n - 5 : n), path, j->me);
@@ -1075,11 +1086,23 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
     cf_opts_free(&cf_command_run, &a);
     return rc == CF_OPTS_HELP ? 0 : rc;
   }
+  if (a.shm && !cf_shm_launched()) { /* no launcher: start the ranks here */
+    int n = a.ranks;
+    cf_graph *g = NULL;
+    if (!n && cf_tool_load(ctx, a.file.v[0], &g) == CF_OK) n = g->world_size > 0 ? (int)g->world_size : 1;
+    cf_graph_destroy(g);
+    rc = cf_tool_spawn_ranks("run", n ? n : 1);
+    if (rc >= 0) {
+      cf_opts_free(&cf_command_run, &a);
+      return rc;
+    }
+  }
   run_job j = {.a = &a,
                .ranks = a.ranks,
                .peak_unfused = -1,
                .setup = {.profile = a.profile,
                          .mpi = a.mpi,
+                         .shm = a.shm,
                          .timeout_s = a.timeout,
                          .max_memory = a.max_memory,
                          .max_memory_what = "--max-memory"},
@@ -1104,7 +1127,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   cf_trace_here = cf_trace_driver(trace);
   cf_status st = set_up(ctx, &j);
   cf_trace_set_ranks(trace, j.ranks);
-  if (a.mpi && !j.setup.world) { /* MPI's world could not be joined */
+  if (a.procs && !j.setup.world) { /* MPI's or the shm world could not be joined */
     rc = cf_tool_fail(ctx, st);
     job_free(&j, rc);
     run_trace_free(ctx);
@@ -1114,7 +1137,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
   if (!st && !setup_rc) st = run(ctx, &j);
   if (j.ran && a.verify) st = verify(ctx, &j);
   st = save(ctx, &j, st);
-  if (a.mpi && st) cf_test_control(CF_TESTCTL_FAILED, j.me, a.timeout);
+  if (a.procs && st) cf_test_control(CF_TESTCTL_FAILED, j.me, a.timeout);
   rc = setup_rc ? setup_rc : st ? cf_tool_fail(ctx, st) : 0;
   if (j.plan && j.plan->abandoned) {
     /* a rank's thread is still in a BLAS call the run gave up on: leave

@@ -10,7 +10,7 @@
  * (tests/e2e only; deliberately not in ir/env.c's table of user knobs):
  *   COLLFUSE_TEST_FAIL=MODE:RANK:STEP  a rank fails (1) or vanishes (2) at
  *     schedule STEP of the first iteration, SIGKILLs itself at collective
- *     message STEP (3, MPI only), or stalls in its first compute step from
+ *     message STEP (3, worlds of processes: MPI, shm), or stalls in its first compute step from
  *     STEP on (4);
  *   COLLFUSE_TEST_MISMATCH=RANK:COLL:FIELD  one rank's descriptor of one
  *     collective differs (count, dtype, reduction, root);

@@ -241,6 +241,11 @@ extern const char *cf_tool_command;
 int cf_tool_fail(cf_context *ctx, cf_status st);
 /* "collfuse CMD: <fmt with arg>" + a hint; returns EXIT_USAGE. */
 int cf_tool_usage(const char *cmd, const char *fmt, const char *arg);
+/* spawn.c: start n processes as the ranks of a shm world (each child gets
+ * COLLFUSE_RANK, COLLFUSE_WORLD_SIZE and COLLFUSE_JOB and returns -1, to go
+ * on with the command as that rank); the parent waits for them all and
+ * returns the exit code of the command (cmd: its name in messages). */
+int cf_tool_spawn_ranks(const char *cmd, int n);
 /* cf_graph_load, where "-" is standard input, read once however often it is
  * loaded (`run -` compiles the graph twice); cf_tool_stdin_free at exit. */
 cf_status cf_tool_load(cf_context *ctx, const char *path, cf_graph **out);

@@ -62,7 +62,7 @@
  * descriptor is read only when the keys differ, to name the difference. */
 typedef struct cell {
   _Alignas(64) _Atomic uint64_t seq; /* message number + 1; stored last */
-  uint64_t key;                      /* desc_key() of the descriptor, 0 without one */
+  uint64_t key;                      /* cf_coll_desc_key() of the descriptor, 0 without one */
   uint64_t bytes;                    /* | INLINE_BIT when the payload is in inl */
   union {
     const void *ptr;
@@ -153,6 +153,11 @@ typedef struct wait_what {
   const cf_coll_desc *d;
 } wait_what;
 
+static bool rank_gone(void *user, int r) {
+  cf_threads_world *w = user;
+  return atomic_load(&w->ranks[r].left) != 0;
+}
+
 static cf_status stop(cf_comm *c, const wait_what *ww) {
   cf_threads_world *w = c->impl;
   if (atomic_load(&w->aborted)) {
@@ -161,21 +166,9 @@ static cf_status stop(cf_comm *c, const wait_what *ww) {
     pthread_mutex_unlock(&w->lock);
     return st;
   }
-  char text[512], gone[160] = "";
-  /* name the ranks that have already left the run: the likely culprits */
-  size_t g = 0;
-  for (int r = 0; r < w->size && g + 16 < sizeof gone; r++)
-    if (atomic_load(&w->ranks[r].left))
-      g += (size_t)snprintf(gone + g, sizeof gone - g, "%s%d",
-                            g ? ", " : "; rank(s) that stopped: ", r);
-  if (ww->d)
-    snprintf(text, sizeof text,
-             "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s)%s",
-             c->rank, w->timeout_s, ww->verb, ww->peer, cf_op_table[ww->d->op].name,
-             ww->d->node ? ww->d->node : "?", (long long)ww->d->seq, ww->d->group, gone);
-  else
-    snprintf(text, sizeof text, "rank %d timed out after %g s waiting for %s rank %d%s", c->rank,
-             w->timeout_s, ww->verb, ww->peer, gone);
+  char text[512];
+  cf_wait_timeout_text(text, sizeof text, c->rank, w->timeout_s, ww->verb, ww->peer, ww->d, w->size,
+                       rank_gone, w);
   world_abort(w, text);
   return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
 }
@@ -192,24 +185,11 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
   cf_threads_world *w = c->impl;
   if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
   int64_t t0 = cf_trace_here ? cf_trace_clock() : 0; /* the wait, for the trace */
-  /* every rank has a core: poll (a message is usually microseconds away),
-   * giving the core away every 64 polls after the first 256 (a pause takes
-   * ~140 cycles on recent Intel cores: 256 are ~15 us), in case the rank we
-   * wait for shares this core (the scheduler may put two ranks on one core
-   * for a while; polling 8192 times first made every wait ~0.4 ms then, 8x
-   * an AllReduce of 1 MiB on 2 ranks); oversubscribed: yield the core to
-   * the rank we wait for */
-  for (int i = 0; i < w->spin; i++) {
-    if (atomic_load_explicit(a, memory_order_acquire) >= target) {
-      trace_wait("spin", t0);
-      return CF_OK;
-    }
-    if (w->spin > 1000 && (i < 256 || (i & 63)))
-      __builtin_ia32_pause();
-    else
-      sched_yield();
-  }
+  /* every rank has a core: poll (a message is usually microseconds away)
+   * before sleeping; oversubscribed: yield the core to the rank we wait for */
+  bool came = cf_spin_ge(a, target, w->spin);
   trace_wait("spin", t0);
+  if (came) return CF_OK;
   t0 = cf_trace_here ? cf_trace_clock() : 0;
   bell *b = &w->bells[c->rank];
   double deadline = cf_now() + w->timeout_s;
@@ -243,28 +223,6 @@ static chan *channel(cf_threads_world *w, int src, int dst) {
   return &w->ch[(size_t)src * w->size + dst];
 }
 
-/* The fields two ranks' descriptors must agree on, mixed into 64 bits
- * (never 0, which means "no descriptor"). Equal keys are taken as equal
- * descriptors; a chance collision of two different ones is 2^-64. */
-static uint64_t mix(uint64_t h, uint64_t v) {
-  h = (h ^ v) * UINT64_C(0xff51afd7ed558ccd);
-  return h ^ (h >> 33);
-}
-
-static uint64_t desc_key(const cf_coll_desc *d) {
-  if (!d) return 0;
-  uint64_t g = cf_hash_str(d->group ? d->group : ""); /* the group's name */
-  uint64_t h = mix(UINT64_C(0x9e3779b97f4a7c15), (uint64_t)d->seq);
-  h = mix(h, (uint64_t)d->count);
-  h = mix(h, (uint64_t)(uint32_t)d->op | (uint64_t)(uint32_t)d->dtype << 32);
-  h = mix(h, (uint64_t)(uint32_t)d->red | (uint64_t)(uint32_t)d->root << 32);
-  h = mix(h, (uint64_t)(uint32_t)d->layout | (uint64_t)(uint32_t)d->algo << 32);
-  h = mix(h, (uint64_t)d->segment);
-  h = mix(h, (uint64_t)(uint32_t)d->chunks);
-  h = mix(h, g);
-  return h ? h : 1;
-}
-
 /* Wait until the peer released the first target messages of ch (sender
  * side). The last value read is kept, so a sender that is not waiting does
  * not pull the receiver's line over for every message. */
@@ -288,7 +246,7 @@ static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const
   }
   unsigned i = (unsigned)(h % CHAN_SLOTS);
   cell *m = &ch->slot[i];
-  m->key = desc_key(d);
+  m->key = cf_coll_desc_key(d);
   ch->has_desc[i] = d != NULL;
   if (d) ch->desc[i] = *d;
   if (eager) {
@@ -328,7 +286,7 @@ static cf_status t_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   if (st) return st;
   char text[768];
   /* the lower rank first, as transports/mpi.c says it: one text whoever sees it */
-  if (d && m->key && m->key != desc_key(d) && ch->has_desc[i] &&
+  if (d && m->key && m->key != cf_coll_desc_key(d) && ch->has_desc[i] &&
       (c->rank < peer ? cf_coll_desc_mismatch(d, c->rank, &ch->desc[i], peer, text, sizeof text)
                       : cf_coll_desc_mismatch(&ch->desc[i], peer, d, c->rank, text, sizeof text))) {
     world_abort(w, text);
@@ -407,24 +365,6 @@ static const cf_comm_ops threads_ops = {
 
 static void threads_destroy(cf_world *base, int exit_code);
 
-/* The CPUs ranks bind to (see the top): the first size * lanes of the
- * process's affinity mask, lanes 2 when it has that many, else 1 (round
- * robin when it has fewer than size); NULL (no binding) when
- * $COLLFUSE_BIND is "none". */
-static int *bind_cpus(int size, int *lanes) {
-  const char *env = cf_env(CF_ENV_BIND);
-  cpu_set_t set;
-  if (size < 2 || (env && !strcmp(env, "none")) || sched_getaffinity(0, sizeof set, &set) != 0 ||
-      CPU_COUNT(&set) < 1)
-    return NULL;
-  *lanes = CPU_COUNT(&set) >= 2 * size ? 2 : 1;
-  int n = size * *lanes, *cpus = malloc(sizeof *cpus * (size_t)n);
-  for (int k = 0; cpus && k < n;) /* round robin when oversubscribed */
-    for (int c = 0; c < CPU_SETSIZE && k < n; c++)
-      if (CPU_ISSET(c, &set)) cpus[k++] = c;
-  return cpus;
-}
-
 static cf_status threads_create(cf_context *ctx, int size, double timeout_s, cf_world **out) {
   *out = NULL;
   if (size < 1 || size > CF_MAX_WORLD)
@@ -440,7 +380,7 @@ static cf_status threads_create(cf_context *ctx, int size, double timeout_s, cf_
   w->spin =
       size <= cpus ? 40000 : 64; /* ~1-2 ms of polling; oversubscribed: get off the core soon */
   w->asym = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-  w->cpus = bind_cpus(size, &w->lanes);
+  w->cpus = cf_bind_cpus(size, &w->lanes);
   pthread_mutex_init(&w->lock, NULL);
   w->ch = aligned_alloc(64, sizeof(chan) * (size_t)size * (size_t)size);
   w->bells = aligned_alloc(64, sizeof(bell) * (size_t)size);
@@ -465,11 +405,7 @@ oom:
 
 static void threads_rank_thread(cf_world *base, int rank, int lane) {
   cf_threads_world *w = base->impl;
-  if (!w->cpus || rank < 0 || rank >= w->size || lane < 0 || lane > 1) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(w->cpus[w->lanes == 2 ? 2 * rank + lane : rank], &set);
-  pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* refused: stays unbound */
+  if (rank >= 0 && rank < w->size) cf_bind_thread(w->cpus, w->lanes, rank, lane);
 }
 
 static cf_comm *threads_comm(cf_world *base, int rank) {

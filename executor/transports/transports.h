@@ -20,11 +20,41 @@ extern const cf_world_ops cf_world_threads;
  * already initialized; destroy calls MPI_Finalize when create initialized
  * MPI. */
 extern const cf_world_ops cf_world_mpi;
+/* transports/shm.c: this process is one rank of a job of processes on this
+ * host (`--backend shm`), single copy through heaps every rank maps (the
+ * world's alloc slot gives the plan's arena from this rank's). create with
+ * size 0 takes the job from the launcher's environment (shm_env.c); size > 0
+ * must be the launcher's. */
+extern const cf_world_ops cf_world_shm;
+
+/* transports/shm_env.c: where this process stands in a job its launcher
+ * started (collfuse run --ranks N, torchrun, mpirun, mpiexec, srun). */
+typedef struct cf_shm_launch {
+  int rank, size;
+  char job[160];  /* the name the job's ranks meet under */
+  const char *by; /* the launcher, for messages */
+} cf_shm_launch;
+/* True when some launcher's rank and size variables are set. */
+bool cf_shm_launched(void);
+/* The launcher's rank, size and job; CF_ERR_USAGE when none started this
+ * process, when its values are out of range, or when it says the job spans
+ * hosts. */
+cf_status cf_shm_launch_find(cf_context *ctx, cf_shm_launch *out);
+/* Join the shm world as l says (the C API's explicit rank, size and job);
+ * every rank of the job must call it within timeout_s of the others. */
+cf_status cf_world_shm_join(cf_context *ctx, const cf_shm_launch *l, double timeout_s,
+                            cf_world **out);
 
 /* world.c: the slots, wrapped */
 cf_status cf_world_create(cf_context *ctx, const cf_world_ops *ops, int size, double timeout_s,
                           cf_world **out);
 cf_comm *cf_world_comm(cf_world *w, int rank);
+/* Host memory for a rank's arena from the world (the shm world's heap,
+ * which every rank maps), else from dev (NULL: out of memory); freed by
+ * cf_world_free, which hands what the world did not give to dev. */
+void *cf_world_alloc(cf_world *w, cf_device *dev, size_t bytes);
+void cf_world_free(cf_world *w, cf_device *dev, void *p);
+bool cf_world_gives_memory(const cf_world *w);
 /* No-op for a world without the slot. */
 void cf_world_rank_left(cf_world *w, int rank);
 /* Call from each thread that runs rank's work on lane (0: compute, 1:
@@ -45,5 +75,29 @@ cf_algo_policy cf_world_auto(const cf_world *w);
 cf_status cf_world_max(cf_world *w, double *v, int n);
 void cf_world_abort(cf_world *w, const char *text);
 cf_status cf_world_native_groups(cf_world *w, const cf_world_group *groups, int n);
+
+/* world.c, for the transports: the fields two ranks' descriptors must
+ * agree on, mixed into 64 bits (never 0, which stands for no descriptor). */
+uint64_t cf_coll_desc_key(const cf_coll_desc *d);
+/* The CPUs a world's ranks bind their threads to: the first size * lanes
+ * of the process's affinity mask, *lanes 2 (compute, collectives) where it
+ * has that many, else 1, round robin when it has fewer than size; NULL
+ * (no binding) when $COLLFUSE_BIND is "none". cf_bind_thread binds the
+ * calling thread to rank's lane (cpus NULL: no-op). */
+int *cf_bind_cpus(int size, int *lanes);
+/* A wait's timeout message into text: "rank ME timed out after T s waiting
+ * for VERB rank PEER in OP 'node' (#seq of group g); rank(s) that stopped:
+ * ..." (d may be NULL); left(user, r) says whether rank r of size has left. */
+void cf_wait_timeout_text(char *text, size_t len, int me, double timeout_s, const char *verb,
+                          int peer, const cf_coll_desc *d, int size, bool (*left)(void *, int),
+                          void *user);
+/* The spin before a wait sleeps (threads.c, shm.c): true once *a >= target
+ * within spin polls. With a core per rank (spin > 1000) it pauses, giving
+ * the core away every 64 polls after the first 256 (a pause takes ~140
+ * cycles on recent Intel cores: 256 are ~15 us) in case the rank waited for
+ * shares it (polling 8192 times first made every wait ~0.4 ms then, 8x an
+ * AllReduce of 1 MiB on 2 ranks); oversubscribed, it yields every poll. */
+bool cf_spin_ge(_Atomic uint64_t *a, uint64_t target, int spin);
+void cf_bind_thread(const int *cpus, int lanes, int rank, int lane);
 
 #endif /* COLLFUSE_EXECUTOR_TRANSPORTS_H */

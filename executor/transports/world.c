@@ -3,9 +3,17 @@
  * (threads.c, mpi.c); the executor, the API and the tools only ask a world
  * for its endpoints.
  */
+#define _GNU_SOURCE
 #include "transports.h"
+#include "../backends/backends.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 cf_status cf_world_create(cf_context *ctx, const cf_world_ops *ops, int size, double timeout_s,
                           cf_world **out) {
@@ -50,4 +58,90 @@ void cf_world_abort(cf_world *w, const char *text) {
 
 cf_status cf_world_native_groups(cf_world *w, const cf_world_group *groups, int n) {
   return w && w->ops->native_groups ? w->ops->native_groups(w, groups, n) : CF_OK;
+}
+
+void *cf_world_alloc(cf_world *w, cf_device *dev, size_t bytes) {
+  if (w && w->ops->alloc && cf_device_is_host(dev)) return w->ops->alloc(w, bytes);
+  return dev->ops->alloc(dev, bytes);
+}
+
+void cf_world_free(cf_world *w, cf_device *dev, void *p) {
+  if (!p) return;
+  if (w && w->ops->free && w->ops->free(w, p)) return;
+  dev->ops->free(dev, p);
+}
+
+bool cf_world_gives_memory(const cf_world *w) { return w && w->ops->alloc; }
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h = (h ^ v) * UINT64_C(0xff51afd7ed558ccd);
+  return h ^ (h >> 33);
+}
+
+/* Equal keys are taken as equal descriptors; a chance collision of two
+ * different ones is 2^-64. */
+uint64_t cf_coll_desc_key(const cf_coll_desc *d) {
+  if (!d) return 0;
+  uint64_t g = cf_hash_str(d->group ? d->group : ""); /* the group's name */
+  uint64_t h = mix(UINT64_C(0x9e3779b97f4a7c15), (uint64_t)d->seq);
+  h = mix(h, (uint64_t)d->count);
+  h = mix(h, (uint64_t)(uint32_t)d->op | (uint64_t)(uint32_t)d->dtype << 32);
+  h = mix(h, (uint64_t)(uint32_t)d->red | (uint64_t)(uint32_t)d->root << 32);
+  h = mix(h, (uint64_t)(uint32_t)d->layout | (uint64_t)(uint32_t)d->algo << 32);
+  h = mix(h, (uint64_t)d->segment);
+  h = mix(h, (uint64_t)(uint32_t)d->chunks);
+  h = mix(h, g);
+  return h ? h : 1;
+}
+
+int *cf_bind_cpus(int size, int *lanes) {
+  const char *env = cf_env(CF_ENV_BIND);
+  cpu_set_t set;
+  if (size < 2 || (env && !strcmp(env, "none")) || sched_getaffinity(0, sizeof set, &set) != 0 ||
+      CPU_COUNT(&set) < 1)
+    return NULL;
+  *lanes = CPU_COUNT(&set) >= 2 * size ? 2 : 1;
+  int n = size * *lanes, *cpus = malloc(sizeof *cpus * (size_t)n);
+  for (int k = 0; cpus && k < n;) /* round robin when oversubscribed */
+    for (int c = 0; c < CPU_SETSIZE && k < n; c++)
+      if (CPU_ISSET(c, &set)) cpus[k++] = c;
+  return cpus;
+}
+
+void cf_bind_thread(const int *cpus, int lanes, int rank, int lane) {
+  if (!cpus || rank < 0 || lane < 0 || lane > 1) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpus[lanes == 2 ? 2 * rank + lane : rank], &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* refused: stays unbound */
+}
+
+void cf_wait_timeout_text(char *text, size_t len, int me, double timeout_s, const char *verb,
+                          int peer, const cf_coll_desc *d, int size, bool (*left)(void *, int),
+                          void *user) {
+  char gone[160] = "";
+  /* name the ranks that have already left the run: the likely culprits */
+  size_t g = 0;
+  for (int r = 0; r < size && g + 16 < sizeof gone; r++)
+    if (left(user, r))
+      g += (size_t)snprintf(gone + g, sizeof gone - g, "%s%d", g ? ", " : "; rank(s) that stopped: ", r);
+  if (d)
+    snprintf(text, len,
+             "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s)%s",
+             me, timeout_s, verb, peer, cf_op_table[d->op].name, d->node ? d->node : "?",
+             (long long)d->seq, d->group, gone);
+  else
+    snprintf(text, len, "rank %d timed out after %g s waiting for %s rank %d%s", me, timeout_s,
+             verb, peer, gone);
+}
+
+bool cf_spin_ge(_Atomic uint64_t *a, uint64_t target, int spin) {
+  for (int i = 0; i < spin; i++) {
+    if (atomic_load_explicit(a, memory_order_acquire) >= target) return true;
+    if (spin > 1000 && (i < 256 || (i & 63)))
+      __builtin_ia32_pause();
+    else
+      sched_yield();
+  }
+  return atomic_load_explicit(a, memory_order_acquire) >= target;
 }

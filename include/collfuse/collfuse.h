@@ -257,6 +257,12 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
  *   "seed"          seed of the data of Inputs the caller does not give
  *   "max_memory"    bytes a run may hold ("512M", "4G"; default: what the
  *                   machine has available): more is refused before allocating
+ *   "backend"       cf_executable_run_rank's world: "mpi" (default) or "shm"
+ *                   (the job's processes on this host, through shared memory)
+ *   "job"           shm: the job's name, the same in every process; rank and
+ *                   size are then the call's rank and the executable's ranks
+ *                   (default: the launcher's rank, size and job, from
+ *                   torchrun's, mpirun's, srun's or collfuse run's variables)
  *   "trace"         FILE.json: each cf_executable_run writes its timeline
  *                   there (a Chrome trace, as `collfuse run --trace`), also
  *                   when it fails; its last run's is what the file holds
@@ -382,7 +388,8 @@ void *cf_executable_bucket_buffer(const cf_executable *e, int rank, size_t b, cf
  * any other buffer; input buffers may be shared (one parameter tensor for
  * every rank). */
 cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *const *outputs);
-/* Run one rank of a multi-process run (the MPI transport): every process
+/* Run one rank of a multi-process run (the MPI transport, or with the
+ * option backend "shm" the shm world, docs/api.md): every process
  * of an MPI job (mpirun -np RANKS) creates the same executable and calls
  * this with its own rank of MPI_COMM_WORLD; inputs[k] / outputs[j] are that
  * rank's buffers, with cf_executable_run's rules (NULL inputs come from the
@@ -398,7 +405,10 @@ cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *c
  * that stops, the "timeout" option) stops every rank's call with
  * CF_ERR_RUNTIME and the same message; the executable then refuses further
  * runs. Waits inside MPI's own collectives (algo "mpi-native") cannot be
- * interrupted: there a timeout ends the job with MPI_Abort. */
+ * interrupted: there a timeout ends the job with MPI_Abort. On the shm
+ * world the caller's inputs are copied into the world's memory before the
+ * run and the results out after it, so there an output may be the same
+ * buffer as an input (an in-place collective); under MPI it may not. */
 cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,
                                  void *const *outputs);
 /* Wall time of the last successful run in milliseconds (rank 0's, or this

@@ -1,8 +1,15 @@
-/* api_mpi.c - cf_executable_run_rank under mpirun: one rank per
- * process through the public API only (tests/e2e/mpi.sh runs it with 2 and
- * 4 processes).
+/* api_mpi.c - cf_executable_run_rank under mpirun, or on the shm world:
+ * one rank per process through the public API only (tests/e2e/mpi.sh runs
+ * it with 2 and 4 processes, tests/e2e/shm.sh with the shm world).
  *
  *   mpirun -np N collfuse_api_mpi [mpi-native]
+ *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm   (N of them)
+ *   API_RANK=R API_SIZE=N API_JOB=NAME collfuse_api_mpi shm-job  (N of them)
+ *
+ * shm sets the option backend to shm (the rank from the launcher's
+ * variables); shm-job also the option job (rank and size explicit, no
+ * launcher's variables: the size and rank checks below are then the
+ * caller's word and are left out).
  *
  * The process learns its rank as a framework's launcher tells it
  * (OMPI_COMM_WORLD_RANK/SIZE); collfuse itself initializes MPI at the first
@@ -34,6 +41,7 @@ enum { GRADS = 9, GUARD = 64, M = 16, K = 24, NN = 10, AGN = 5, IN = 33 };
 
 static int me, R, fails;
 static const char *algo = "auto";
+static bool shm, shm_job; /* backend shm; with the option job */
 
 #define FAIL(...)                                                                                  \
   do {                                                                                             \
@@ -98,6 +106,8 @@ static cf_status make_options(cf_context *ctx, const char *a, bool timeout_short
   if (!st) st = cf_options_set(*o, "algo", a);
   if (!st) st = cf_options_set(*o, "seed", "11");
   if (!st && timeout_short) st = cf_options_set(*o, "timeout", "10");
+  if (!st && shm) st = cf_options_set(*o, "backend", "shm");
+  if (!st && shm_job) st = cf_options_set(*o, "job", getenv("API_JOB"));
   return st;
 }
 
@@ -232,7 +242,8 @@ static void run_views(cf_context *ctx, cf_graph *g, const cf_options *o, size_t 
   if (!members) FAIL("no input or output lies in a bucket");
   OK(ctx, cf_executable_run_rank(e, me, (const void *const *)in, out));
   size_t copies = cf_executable_last_copies(e, NULL);
-  if (copies != separate - members)
+  /* the shm world copies caller buckets into its own memory and back */
+  if (!shm && copies != separate - members)
     FAIL("bucket views: %zu copies, expected %zu - %zu members", copies, separate, members);
   for (size_t j = 0; j < no; j++) {
     const char *name = cf_executable_io_name(e, CF_IO_OUTPUT, j);
@@ -299,14 +310,18 @@ static bool has(const cf_context *ctx, const char *text) {
 }
 
 int main(int argc, char **argv) {
-  const char *r = getenv("OMPI_COMM_WORLD_RANK"), *n = getenv("OMPI_COMM_WORLD_SIZE");
-  if (!r || !n) {
-    fprintf(stderr, "api_mpi: run it under mpirun: skipped\n");
+  if (argc > 1) algo = argv[1];
+  shm = strncmp(algo, "shm", 3) == 0;
+  shm_job = strcmp(algo, "shm-job") == 0;
+  const char *r = getenv(shm_job ? "API_RANK" : shm ? "COLLFUSE_RANK" : "OMPI_COMM_WORLD_RANK"),
+             *n = getenv(shm_job ? "API_SIZE" : shm ? "COLLFUSE_WORLD_SIZE" : "OMPI_COMM_WORLD_SIZE");
+  if (!r || !n || (shm_job && !getenv("API_JOB"))) {
+    fprintf(stderr, "api_mpi: run it under mpirun (or with the shm variables): skipped\n");
     return 77;
   }
   me = atoi(r);
   R = atoi(n);
-  if (argc > 1) algo = argv[1];
+  if (shm) algo = "auto";
   cf_context *ctx = NULL;
   cf_graph *g = NULL, *g2 = NULL, *g3 = NULL;
   cf_options *o = NULL;
@@ -333,9 +348,11 @@ int main(int argc, char **argv) {
   e2 = NULL;
 
   /* usage errors: the job's size, the process's rank */
+  if (shm_job) goto mismatch;
   OK(ctx, build(ctx, R + 1, 0, &g2));
   OK(ctx, cf_executable_create(g2, o, &e2));
-  if (cf_executable_run_rank(e2, me, NULL, NULL) != CF_ERR_USAGE || !has(ctx, "this MPI job has"))
+  if (cf_executable_run_rank(e2, me, NULL, NULL) != CF_ERR_USAGE ||
+      !has(ctx, shm ? "this shm job has" : "this MPI job has"))
     FAIL("size mismatch: %s", cf_context_errmsg(ctx));
   cf_executable_destroy(e2);
   e2 = NULL;
@@ -346,6 +363,7 @@ int main(int argc, char **argv) {
   cf_executable_destroy(e2);
   e2 = NULL;
 
+mismatch:
   /* a graph that differs on the last rank: every rank fails, none hangs */
   if (strcmp(algo, "mpi-native") != 0) {
     cf_options *os = NULL;

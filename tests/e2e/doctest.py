@@ -48,7 +48,7 @@ Output matching, line by line after trailing blanks are dropped:
 Before comparing, run-dependent text is normalised in both the shown and the
 program's output: a number before `ms`, `us`, `ns`, `s`, `GB/s`, `GiB/s` or
 `MB/s`; the numbers in JSON members named `*_ms*`, `*_err*` and in
-`"pass_ms":{...}` and `"phase_s":{...}`; the number after `max rel err` / `max abs err`; hex
+`"pass_ms":{...}`; the number after `max rel err` / `max abs err`; hex
 strings of 16 digits or more (fingerprints, hashes); the scratch directory's
 path. Everything else (counts, bytes, names, messages, order) must match.
 
@@ -199,26 +199,10 @@ def run_on_terminal(cmd, cwd, env, timeout):
             break
         out.append(data)
     os.close(master)
-    return p.wait(), as_seen(b"".join(out).decode("utf-8", "replace").replace("\r\n", "\n"))
-
-
-def as_seen(text):
-    """text as the terminal shows it in the end: a carriage return moves to
-    the line's start and ESC [ K erases the rest of it (a progress line the
-    program redraws and erases leaves nothing)."""
-    lines = []
-    for line in text.split("\n"):
-        buf, col = [], 0
-        for k, part in enumerate(re.split(r"(\r|\x1b\[K)", line)):
-            if part == "\r":
-                col = 0
-            elif part == "\x1b[K":
-                del buf[col:]
-            elif part:
-                buf[col:col + len(part)] = list(part)
-                col += len(part)
-        lines.append("".join(buf))
-    return "\n".join(lines)
+    text = b"".join(out).decode("utf-8", "replace").replace("\r\n", "\n")
+    # a progress line (tools/progress.c: "\r TEXT ESC[K", cleared by
+    # "\r ESC[K") is gone from the screen once the command ends, as here
+    return p.wait(), re.sub(r"\r[^\r\n]*?\x1b\[K", "", text)
 
 
 def commands_of(src, rel):

@@ -133,7 +133,7 @@ expect_last 2 "collfuse run: --input x=-: inputs are .npy files, one per rank ({
 run run "$ex/tp_mlp.xml" --save-outputs -
 expect_last 2 "collfuse run: --save-outputs wants a directory (one .npy file per output and rank), not '-'" "--save-outputs -"
 run run - --backend mpi
-expect_last 2 "collfuse run: --backend mpi reads FILE in every process: give a file, not '-' (mpirun passes standard input to rank 0 only)" \
+expect_last 2 "collfuse run: --backend mpi reads FILE in every process: give a file, not '-' (a launcher passes standard input to rank 0 only)" \
   "run - --backend mpi"
 IN=$src/tests/ranktable/v1.0_two_servers.json
 run ranktable - --hostfile - --rankfile "$work/ranks"

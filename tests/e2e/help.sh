@@ -57,8 +57,20 @@ while read -r cmd; do
     # the left part: up to column 20 when the help follows on the same line
     left=$line
     case $line in ????????????????????"  "?*) left=$(printf '%s' "$line" | cut -c1-20) ;; esac
-    names=$(echo "$left" | awk '{ for (i = 1; i <= NF; i++) { w = $i; sub(/,$/, "", w); if (w ~ /^-/) print w; else break } }')
-    value=$(echo "$left" | awk '{ for (i = 1; i <= NF; i++) if ($i !~ /^-/) { print $i; exit } }')
+    # its names (the words up to the first that is no option, without their
+    # commas) and the value's name after them, without starting a process
+    names=
+    value=
+    set -f
+    # shellcheck disable=SC2086 # the words of the line
+    set -- $left
+    set +f
+    for w in "$@"; do
+      case $w in
+        -*) names="$names ${w%,}" ;;
+        *) value=$w; break ;;
+      esac
+    done
     for opt in $names; do
       case $opt in -h | --help) continue ;; esac
       if [ -z "$value" ]; then
@@ -96,7 +108,7 @@ expect 2 "collfuse bench: unknown benchmark 'reduc'; did you mean 'reduce'?" ben
 expect 2 "collfuse check: --target: unknown target 'atlas-a22'; did you mean 'atlas-a2'?" check "$src/examples/tp_block.xml" --target atlas-a22
 expect 2 "unknown target 'tpu-v9' (one of: cpu, atlas-a2" compile "$src/examples/tp_block.xml" --target tpu-v9
 expect 2 "collfuse compile: --passes: unknown pass 'fuse-allreduc'; did you mean 'fuse-allreduce'?" compile "$src/examples/tp_block.xml" --passes dce,fuse-allreduc
-expect 2 "collfuse run: --backend wants threads or mpi, got 'mpii'; did you mean 'mpi'?" run "$src/examples/tp_mlp.xml" --backend mpii
+expect 2 "collfuse run: --backend wants threads, mpi or shm, got 'mpii'; did you mean 'mpi'?" run "$src/examples/tp_mlp.xml" --backend mpii
 expect 2 "collfuse run: --algo wants auto, direct, rd, ring, rsag or mpi-native, got 'rign'; did you mean 'ring'?" run "$src/examples/tp_mlp.xml" --algo rign
 expect 0 "median" run "$src/examples/tp_mlp.xml" --algo recursive-doubling   # rd's alias, as the C API takes it
 cat >"$work/typo.xml" <<'EOF'

@@ -190,7 +190,7 @@ bad() { # bad LINE_NO MESSAGE TEXT...: the profile of TEXT lines is refused at L
 bad 1 "expected 'collfuse-profile 1' as the first line" "algo threads 2 0 0 ring"
 bad 1 "expected 'collfuse-profile 1' as the first line" "collfuse-profile 2"
 bad 3 "unknown algorithm 'rung'" "collfuse-profile 1" "# c" "algo threads 2 0 0 rung"
-bad 2 "unknown transport 'tcp' (threads or mpi)" "collfuse-profile 1" "algo tcp 2 0 0 ring"
+bad 2 "unknown transport 'tcp' (threads, mpi or shm)" "collfuse-profile 1" "algo tcp 2 0 0 ring"
 bad 2 "ranks wants 2..256, got '1'" "collfuse-profile 1" "link threads 1 5 20"
 bad 2 "byte range '100 10' wants 0 <= MIN <= MAX (MAX 0: no bound)" "collfuse-profile 1" \
   "algo threads 2 100 10 ring"

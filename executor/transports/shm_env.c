@@ -1,0 +1,100 @@
+/* transports/shm_env.c - where this process stands in a job of processes on
+ * one host: its rank, the job's size and the name the job meets under, as
+ * its launcher says them.
+ *
+ * The variables are read in one order, the first launcher whose rank and
+ * size are both set wins: collfuse's own (COLLFUSE_RANK, set by `collfuse
+ * run --backend shm --ranks N` in the processes it forks), torchrun's
+ * (RANK, WORLD_SIZE), Open MPI's mpirun (OMPI_COMM_WORLD_*), MPICH's (PMI_*)
+ * and srun's (SLURM_*). The job's name is COLLFUSE_JOB, else the launcher's
+ * own (MASTER_ADDR:MASTER_PORT, SLURM_JOB_ID.SLURM_STEP_ID, PMIX_NAMESPACE),
+ * else the parent process: every launcher above starts a host's ranks as
+ * children of one process (torchrun's agent, orted or hydra's proxy,
+ * slurmstepd). A launcher that says the job spans hosts (LOCAL_WORLD_SIZE,
+ * OMPI_COMM_WORLD_LOCAL_SIZE below the size, SLURM_NNODES above 1) is
+ * refused at once with what it said: the shm world needs every rank on
+ * this host.
+ */
+#define _GNU_SOURCE
+#include "transports.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A whole decimal number in lo..hi, else -1. */
+static long env_num(cf_env_var v, long lo, long hi) {
+  const char *s = cf_env(v);
+  if (!s || !*s) return -1;
+  char *e;
+  long x = strtol(s, &e, 10);
+  return *e || x < lo || x > hi ? -1 : x;
+}
+
+typedef struct launcher {
+  const char *by;            /* who started the process, for messages */
+  cf_env_var rank, size;     /* the pair that says this launcher started it */
+  int local_size;            /* a variable (cf_env_var) saying the processes on this host, or -1 */
+} launcher;
+
+static const launcher launchers[] = {
+    {"collfuse run (COLLFUSE_RANK)", CF_ENV_SHM_RANK, CF_ENV_SHM_SIZE, -1},
+    {"torchrun (RANK)", CF_ENV_TORCH_RANK, CF_ENV_TORCH_SIZE, CF_ENV_TORCH_LOCAL_SIZE},
+    {"mpirun (OMPI_COMM_WORLD_RANK)", CF_ENV_OMPI_RANK, CF_ENV_OMPI_SIZE, CF_ENV_OMPI_LOCAL_SIZE},
+    {"mpiexec (PMI_RANK)", CF_ENV_PMI_RANK, CF_ENV_PMI_SIZE, -1},
+    {"srun (SLURM_PROCID)", CF_ENV_SLURM_PROCID, CF_ENV_SLURM_NTASKS, -1},
+};
+
+bool cf_shm_launched(void) {
+  for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++)
+    if (cf_env(launchers[i].rank) && cf_env(launchers[i].size)) return true;
+  return false;
+}
+
+cf_status cf_shm_launch_find(cf_context *ctx, cf_shm_launch *out) {
+  memset(out, 0, sizeof *out);
+  const launcher *l = NULL;
+  for (size_t i = 0; i < sizeof launchers / sizeof *launchers && !l; i++)
+    if (cf_env(launchers[i].rank) && cf_env(launchers[i].size)) l = &launchers[i];
+  if (!l)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                    "--backend shm: no launcher started this process (no COLLFUSE_RANK, RANK, "
+                    "OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID with its size): give --ranks N "
+                    "to start the ranks, or start them with torchrun, mpirun or srun");
+  long size = env_num(l->size, 1, CF_MAX_WORLD), rank = env_num(l->rank, 0, CF_MAX_WORLD - 1);
+  if (size < 1 || rank < 0 || rank >= size)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                    "--backend shm: %s says rank %s of %s processes: want a rank in 0..size-1 and "
+                    "a size in 1..%d",
+                    l->by, cf_env(l->rank), cf_env(l->size), CF_MAX_WORLD);
+  long local = l->local_size >= 0 ? env_num((cf_env_var)l->local_size, 1, CF_MAX_WORLD) : -1;
+  long nodes = l->rank == CF_ENV_SLURM_PROCID ? env_num(CF_ENV_SLURM_NNODES, 1, 1 << 20) : -1;
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  if ((local > 0 && local < size) || nodes > 1)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                    "--backend shm: %s started %ld processes over %ld hosts (%s on %s): the shm "
+                    "world needs every rank on one host; a job across hosts runs with --backend "
+                    "mpi under mpirun",
+                    l->by, size, nodes > 1 ? nodes : (size + local - 1) / local,
+                    nodes > 1 ? "SLURM_NNODES" : "fewer on this host", host);
+  out->rank = (int)rank;
+  out->size = (int)size;
+  out->by = l->by;
+  const char *job = cf_env(CF_ENV_SHM_JOB), *addr = cf_env(CF_ENV_MASTER_ADDR),
+             *port = cf_env(CF_ENV_MASTER_PORT), *sj = cf_env(CF_ENV_SLURM_JOB_ID),
+             *ns = cf_env(CF_ENV_PMIX_NAMESPACE);
+  if (job && *job)
+    snprintf(out->job, sizeof out->job, "%s", job);
+  else if (l->rank == CF_ENV_TORCH_RANK && addr && port)
+    snprintf(out->job, sizeof out->job, "torch:%s:%s", addr, port);
+  else if (l->rank == CF_ENV_SLURM_PROCID && sj)
+    snprintf(out->job, sizeof out->job, "slurm:%s.%s", sj,
+             cf_env(CF_ENV_SLURM_STEP_ID) ? cf_env(CF_ENV_SLURM_STEP_ID) : "");
+  else if (l->rank == CF_ENV_OMPI_RANK && ns)
+    snprintf(out->job, sizeof out->job, "pmix:%s", ns);
+  else
+    snprintf(out->job, sizeof out->job, "ppid:%ld", (long)getppid());
+  return CF_OK;
+}

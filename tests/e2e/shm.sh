@@ -1,0 +1,280 @@
+#!/bin/sh
+# shm.sh COLLFUSE SRCDIR [API_MPI]
+#
+# End-to-end checks of `collfuse run --backend shm` (ranks as processes of
+# this host, single copy through shared memory):
+#  - the graph with every collective kind (mixed_graph.sh), AllToAll and
+#    CollectivePermute, the fused MatMul ops (tp_mlp) and groups inside a
+#    larger world, at 2 and 4 processes (8 for the examples): --verify, and
+#    --deterministic outputs bitwise equal to the threads backend's; each
+#    AllReduce algorithm in place (--iters 3 --warmup 1 saves the first
+#    iteration's outputs);
+#  - start-up as launchers do it, with a fake launcher here: torchrun's,
+#    mpirun's and srun's variables, N processes started by this script; a
+#    job that its launcher says spans hosts is refused naming them; real
+#    mpirun when it is installed (no MPI used for the bytes);
+#  - failures, none of which may hang: a descriptor that differs stops every
+#    rank with exit 3 and the message naming both ranks; a rank that
+#    SIGKILLs itself in the middle of a collective, and one killed with
+#    kill -9 from outside, end the job non-zero within --timeout + a few
+#    seconds naming the rank; a rank that never starts times out naming it;
+#  - the embedding API's cf_executable_run_rank with the option backend shm
+#    (API_MPI, e2e/api_mpi.c) at 2 and 4 processes from the launcher's
+#    variables, and at 2 with the option job (rank and size explicit);
+#  - `bench allreduce --backend shm` (long): its JSON;
+#  - nothing left behind: no collfuse entry in /dev/shm afterwards.
+# Prints one line per failure and exits 1 if there was any.
+set -u
+
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then
+  echo "usage: shm.sh COLLFUSE SRCDIR [API_MPI]" >&2
+  exit 2
+fi
+cf=$1
+src=$2
+api=${3:-}
+work=$(mktemp -d "${TMPDIR:-/tmp}/cf-shm.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/mixed_graph.sh"
+LIMIT=60
+scale=${CF_TEST_TIME_SCALE:-1}
+shm_before=$(ls /dev/shm 2>/dev/null | grep -c collfuse)
+
+# ---- every collective kind, 2 and 4 processes, against threads bitwise
+# (fast: 2 processes; long: 4, --json, and every AllReduce algorithm in place)
+for n in 2 4; do
+  g="$work/mixed$n.xml"
+  gen "$n" "$g"
+  [ "$n" = 2 ] || part long || continue
+  run run "$g" --ranks "$n" --deterministic --save-outputs "$work/threads$n" &&
+    expect_rc 0 "threads reference run of the mixed graph on $n ranks"
+  run run "$g" --backend shm --ranks "$n" --deterministic --verify --save-outputs "$work/shm$n" &&
+    expect_rc 0 "mixed graph, $n shm ranks, --deterministic --verify" && {
+    diff -r "$work/threads$n" "$work/shm$n" >/dev/null ||
+      fail "mixed graph, $n shm ranks: --deterministic outputs differ from the threads backend's"
+    [ "$(grep -c 'verified' "$OUT")" -eq 1 ] || fail "mixed graph, $n shm ranks: not one summary line"
+    has "$OUT" "$n ranks (shm)" "mixed graph, $n shm ranks: summary"
+  }
+  part long || continue
+  run run "$g" --backend shm --ranks "$n" --verify --json --iters 2 &&
+    expect_rc 0 "mixed graph, $n shm ranks, --json" &&
+    has "$OUT" '"backend":"shm"' "mixed graph, $n shm ranks, --json"
+  for algo in direct rsag ring rd; do
+    what="mixed graph, $n shm ranks, --algo $algo in place"
+    run run "$g" --backend shm --ranks "$n" --algo "$algo" --save-outputs "$work/ip1_$n$algo" &&
+      expect_rc 0 "$what, one iteration" || continue
+    run run "$g" --backend shm --ranks "$n" --algo "$algo" --iters 3 --warmup 1 --verify \
+      --save-outputs "$work/ip3_$n$algo" &&
+      expect_rc 0 "$what, --iters 3 --warmup 1 --verify" &&
+      { diff -r "$work/ip1_$n$algo" "$work/ip3_$n$algo" >/dev/null || fail "$what: --iters 3 saved other outputs"; }
+  done
+done
+
+# ---- AllToAll and CollectivePermute (out of place), groups of 2 inside 4
+cat >"$work/a2a.xml" <<'EOF'
+<?xml version="1.0" encoding="UTF-8"?>
+<graph name="shm_a2a" version="1" world_size="4">
+  <group name="pair" ranks="0,2"/>
+  <node name="x" op="Input" dtype="float32" shape="8,12"/>
+  <node name="y" op="Input" dtype="bfloat16" shape="6,4"/>
+  <node name="z" op="Input" dtype="float32" shape="4000"/>
+  <node name="a" op="AllToAll" split_dimension="0" concat_dimension="1"><input ref="x"/></node>
+  <node name="p" op="CollectivePermute" source_target_pairs="{0,1},{1,2},{2,3},{3,0}"><input ref="a"/></node>
+  <node name="b" op="AllToAll" split_dimension="1" concat_dimension="0" group="pair"><input ref="y"/></node>
+  <node name="r" op="AllReduce" reduction="sum" group="pair"><input ref="z"/></node>
+  <node name="o1" op="Output"><input ref="p"/></node>
+  <node name="o2" op="Output"><input ref="b"/></node>
+  <node name="o3" op="Output"><input ref="r"/></node>
+</graph>
+EOF
+part fast && run run "$work/a2a.xml" --deterministic --save-outputs "$work/a2a_threads" &&
+  expect_rc 0 "AllToAll graph, threads"
+part fast && run run "$work/a2a.xml" --backend shm --deterministic --verify --save-outputs "$work/a2a_shm" &&
+  expect_rc 0 "AllToAll graph, shm --verify" &&
+  { diff -r "$work/a2a_threads" "$work/a2a_shm" >/dev/null || fail "AllToAll graph: shm outputs differ from threads'"; }
+
+# ---- the examples at their sizes: fused MatMul ops (tp_mlp, tp_block),
+# groups (dp_gradients: 8 processes), rooted ops
+for ex in tp_mlp reduce_root broadcast allgather_layouts dp_gradients quant_mmrs; do
+  part long || break
+  run run "$src/examples/$ex.xml" --backend shm --verify --deterministic --save-outputs "$work/ex_shm_$ex" &&
+    expect_rc 0 "examples/$ex.xml, shm --verify" || continue
+  run run "$src/examples/$ex.xml" --deterministic --save-outputs "$work/ex_thr_$ex" &&
+    { diff -r "$work/ex_thr_$ex" "$work/ex_shm_$ex" >/dev/null || fail "examples/$ex.xml: shm outputs differ from threads'"; }
+done
+
+# ---- start-up as launchers do it (fast: torchrun's; long: the others and
+# mpirun): N processes started here with the launcher's variables; rank 0
+# prints the one summary line
+# launch N KIND FILE ARGS...: start N `collfuse run FILE --backend shm ARGS`
+# with KIND's variables (torch, ompi, slurm); stdout of all in $OUT, exit
+# codes in $work/rc.R
+launch() {
+  n=$1 kind=$2 file=$3
+  shift 3
+  checks=$((checks + 1))
+  : >"$OUT"
+  : >"$ERR"
+  r=0
+  port=$((20000 + $$ % 20000))
+  while [ "$r" -lt "$n" ]; do
+    case $kind in
+    torch) vars="RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=${LOCAL_N:-$n} MASTER_ADDR=127.0.0.1 MASTER_PORT=$port" ;;
+    ompi) vars="OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_SIZE=$n OMPI_COMM_WORLD_LOCAL_SIZE=$n PMIX_NAMESPACE=fake.$$" ;;
+    slurm) vars="SLURM_PROCID=$r SLURM_NTASKS=$n SLURM_LOCALID=$r SLURM_NNODES=${NODES:-1} SLURM_JOB_ID=$$ SLURM_STEP_ID=0" ;;
+    esac
+    # shellcheck disable=SC2086 # $vars is a list of NAME=VALUE words
+    (env -u COLLFUSE_RANK -u COLLFUSE_WORLD_SIZE -u COLLFUSE_JOB $vars \
+      timeout -k 5 $((LIMIT * scale)) "$cf" run "$file" --backend shm --timeout 20 "$@" >>"$OUT" 2>>"$ERR"
+    echo $? >"$work/rc.$r") &
+    r=$((r + 1))
+  done
+  wait
+}
+# all_rc N WANT WHAT: every one of N launched ranks exited WANT
+all_rc() {
+  r=0
+  while [ "$r" -lt "$1" ]; do
+    got=$(cat "$work/rc.$r" 2>/dev/null || echo none)
+    [ "$got" = "$2" ] || { fail "$3: rank $r exited $got, expected $2"; return 1; }
+    r=$((r + 1))
+  done
+}
+for kind in torch ompi slurm; do
+  if [ "$kind" = torch ]; then part fast || continue; else part long || continue; fi
+  launch 4 "$kind" "$work/mixed4.xml" --verify
+  all_rc 4 0 "$kind-style launch of 4 ranks, --verify" &&
+    { [ "$(grep -c 'verified' "$OUT")" -eq 1 ] || fail "$kind-style launch: not one summary line"; }
+done
+if part fast; then
+  LOCAL_N=2 launch 4 torch "$work/mixed4.xml"
+  all_rc 4 2 "torchrun-style job over 2 hosts (LOCAL_WORLD_SIZE=2 of 4)" &&
+    has "$ERR" "needs every rank on one host" "torchrun-style job over 2 hosts"
+  NODES=2 launch 2 slurm "$work/mixed2.xml"
+  all_rc 2 2 "srun-style job over 2 nodes" && has "$ERR" "SLURM_NNODES" "srun-style job over 2 nodes"
+
+  # a rank that never comes: rank 0 gives up within its timeout naming it
+  checks=$((checks + 1))
+  env RANK=0 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$$ timeout -k 5 $((30 * scale)) \
+    "$cf" run "$work/mixed2.xml" --backend shm --ranks 3 --timeout 2 >"$OUT" 2>"$ERR"
+  rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a rank that never starts: exit $rc"
+  has "$ERR" "rank(s) 1, 2" "a rank that never starts"
+fi
+
+# real mpirun starts the processes; the bytes go through shm, not MPI
+if part long && command -v mpirun >/dev/null 2>&1; then
+  root=""
+  [ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
+  checks=$((checks + 1))
+  timeout -k 5 $((120 * scale)) mpirun $root --oversubscribe --bind-to none -np 2 \
+    "$cf" run "$work/mixed2.xml" --backend shm --verify >"$OUT" 2>"$ERR"
+  rc=$?
+  expect_rc 0 "mpirun -np 2 collfuse run --backend shm --verify" && has "$OUT" "2 ranks (shm)" "mpirun + shm"
+fi
+
+# ---- the C API: cf_executable_run_rank on the shm world
+# api N MODE VARS: N processes of API_MPI MODE, rank R's variables VARS with
+# @R for R and @N for N; every one must print "ok"
+api() {
+  n=$1 mode=$2 vars=$3
+  checks=$((checks + 1))
+  : >"$OUT"
+  : >"$ERR"
+  r=0
+  while [ "$r" -lt "$n" ]; do
+    v=$(echo "$vars" | sed "s/@R/$r/g; s/@N/$n/g")
+    # shellcheck disable=SC2086 # $v is a list of NAME=VALUE words
+    env -u COLLFUSE_RANK -u COLLFUSE_WORLD_SIZE -u COLLFUSE_JOB $v \
+      timeout -k 5 $((LIMIT * scale)) "$api" "$mode" >>"$OUT" 2>>"$ERR" &
+    r=$((r + 1))
+  done
+  wait
+  [ "$(grep -c ': ok$' "$OUT")" -eq "$n" ] || fail "API run_rank, $n processes, $mode: not every rank said ok"
+}
+if [ -n "$api" ] && part fast; then
+  api 2 shm "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=api.$$.2"
+  api 4 shm "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=api.$$.4"
+  api 2 shm-job "API_RANK=@R API_SIZE=@N API_JOB=apijob.$$"
+fi
+
+# ---- bench allreduce --backend shm (long): the table's JSON, every column
+# checked against the float64 sum of every rank's input by the bench itself
+if part long; then
+  run bench allreduce --backend shm --ranks 2 --quick --no-mpi --json &&
+    expect_rc 0 "bench allreduce --backend shm --quick" &&
+    python3 - "$OUT" <<'EOF' || fail "bench allreduce --backend shm: JSON"
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert d["transport"] == "shm" and d["ranks"] == 2 and len(d["results"]) == 3, d
+for r in d["results"]:
+    assert r["collfuse"]["auto"]["us"] > 0 and r["bound"]["us"] > 0, r
+EOF
+fi
+
+# ---- failures (fast)
+part fast || { finish shm_long; }
+# a descriptor that differs: exit 3 on every rank, naming both ranks
+COLLFUSE_TEST_MISMATCH=1:0:count run run "$src/examples/tp_mlp.xml" --backend shm --timeout 10 && {
+  expect_rc 3 "a descriptor that differs"
+  [ "$(grep -c 'cross-rank mismatch' "$ERR")" -eq 4 ] || fail "a descriptor that differs: not every rank (of 4) says so"
+  grep -q "on rank 0 but .* on rank 1" "$ERR" || fail "a descriptor that differs: both ranks not named"
+  [ "$secs" -le $((5 * scale)) ] || fail "a descriptor that differs: took ${secs}s (a timeout, not the check)"
+}
+# a rank that SIGKILLs itself at its 3rd collective message
+COLLFUSE_TEST_FAIL=3:1:2 run run "$src/examples/fused_buckets.xml" --backend shm --timeout 10 --iters 3 && {
+  [ "$rc" -ne 0 ] || fail "rank 1 killed itself: exit 0"
+  [ "$secs" -le $((15 * scale)) ] || fail "rank 1 killed itself: took ${secs}s (--timeout 10)"
+  has "$ERR" "rank 1 (pid" "rank 1 killed itself"
+  has "$ERR" "killed by signal 9" "rank 1 killed itself"
+}
+# kill -9 from outside in the middle of a long AllReduce (64 MiB, many iterations)
+cat >"$work/big.xml" <<'EOF'
+<?xml version="1.0" encoding="UTF-8"?>
+<graph name="shm_big" version="1" world_size="2">
+  <node name="x" op="Input" dtype="float32" shape="16777216"/>
+  <node name="r" op="AllReduce" reduction="sum"><input ref="x"/></node>
+  <node name="o" op="Output"><input ref="r"/></node>
+</graph>
+EOF
+checks=$((checks + 1))
+t0=$(date +%s)
+timeout -k 5 $((120 * scale)) "$cf" run "$work/big.xml" --backend shm --iters 100000 --timeout 10 >"$OUT" 2>"$ERR" &
+job=$!
+victim=""
+i=0
+while [ -z "$victim" ] && [ "$i" -lt 300 ]; do # the ranks are grandchildren (timeout, collfuse, ranks)
+  for p in $(pgrep -f "$work/big.xml" 2>/dev/null); do # spawn.c names rank R's process collfuse.rR
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = collfuse.r1 ] && victim=$p
+  done
+  [ -n "$victim" ] || sleep 0.1
+  i=$((i + 1))
+done
+if [ -z "$victim" ]; then
+  fail "kill -9: rank 1's process not found"
+  kill "$job" 2>/dev/null
+else
+  sleep 2 # in the middle of the AllReduces
+  t0=$(date +%s)
+  kill -9 "$victim"
+  wait "$job"
+  rc=$?
+  took=$(($(date +%s) - t0))
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "kill -9 of rank 1: exit $rc"
+  [ "$took" -le $((11 * scale + 2)) ] || fail "kill -9 of rank 1: the others took ${took}s to stop (--timeout 10)"
+  has "$ERR" "rank 1 (pid $victim) died" "kill -9 of rank 1"
+fi
+
+# usage: standard input, CUDA
+run run - --backend shm --ranks 2 && expect_rc 2 "--backend shm with FILE '-'"
+run run "$work/mixed2.xml" --backend shm --device cuda && expect_rc 2 "--backend shm --device cuda" &&
+  has "$ERR" "shm transport moves host memory" "--backend shm --device cuda"
+
+# ---- nothing left behind
+shm_after=$(ls /dev/shm 2>/dev/null | grep -c collfuse)
+[ "$shm_after" -le "$shm_before" ] || fail "/dev/shm holds collfuse entries after the runs: $(ls /dev/shm | grep collfuse)"
+
+finish shm
