@@ -285,6 +285,10 @@ void cf_tool_timeline_print(FILE *f, const char *who, const cf_trace *t, const s
                             int first_iter);
 void cf_tool_timeline_json(void *obj, const cf_trace *t, const struct cf_plan *p, int first_iter);
 double cf_tool_exposed_ms(const cf_trace *t, int first_iter, int n_colls);
+/* `dot --trace FILE.json`: per node of g the mean ms per rank and
+ * iteration a run's trace (the file) waited on it, -1 where it never did
+ * (*out malloc'd); a trace that names none of g's collectives is a warning. */
+cf_status cf_tool_trace_waits(cf_context *ctx, const char *path, const cf_graph *g, double **out);
 /* A file argument as messages name it: "<stdin>" for "-". */
 const char *cf_tool_name(const char *path);
 /* "-" names standard input or output. */
