@@ -661,6 +661,35 @@ static cf_status run_plan(cf_executable *e, cf_plan **out) {
   return CF_OK;
 }
 
+/* The "trace" option (cf_executable_set_trace): a trace on e's context for
+ * the run to come, *t NULL when none is asked for. */
+static cf_status trace_begin(cf_executable *e, cf_trace **t) {
+  *t = NULL;
+  if (e->trace && cf_trace_create(e->ranks, CF_TRACE_EVENTS, t))
+    return cf_error(e->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  e->ctx->trace = *t;
+  return CF_OK;
+}
+
+/* ... written after the run, which returned st, failed or not (rank >= 0:
+ * one process's rank, to FILE.rank<R>.json); returns st, else the write's
+ * status. */
+static cf_status trace_end(cf_executable *e, cf_trace *t, int rank, cf_status st) {
+  e->ctx->trace = NULL;
+  if (!t) return st;
+  char *why = st ? cf_error_take(e->ctx) : NULL;
+  if (st) cf_trace_fail(t, why);
+  char path[4096];
+  size_t n = strlen(e->trace);
+  bool json = n > 5 && strcmp(e->trace + n - 5, ".json") == 0;
+  if (rank >= 0)
+    snprintf(path, sizeof path, "%.*s.rank%d.json", (int)(json ? n - 5 : n), e->trace, rank);
+  cf_status ws = cf_trace_write(e->ctx, t, rank >= 0 ? path : e->trace);
+  if (st) cf_error_put(e->ctx, why); /* the run's failure is the one to report */
+  cf_trace_destroy(t);
+  return st ? st : ws;
+}
+
 cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *const *outputs) {
   if (!e) return CF_ERR_USAGE;
   io_buffers b = {0};
@@ -671,20 +700,10 @@ cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *c
       e, e->ranks, "use fewer ranks, or one rank per process with cf_executable_run_rank");
   if (!st) st = run_plan(e, &plan);
   if (!st) st = io_make(e, -1, inputs, outputs, &b);
-  cf_trace *t = NULL; /* the "trace" option's: this run's timeline, written failed or not */
-  if (!st && e->trace && cf_trace_create(e->ranks, CF_TRACE_EVENTS, &t))
-    st = cf_error(e->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-  e->ctx->trace = t;
+  cf_trace *t = NULL;
+  if (!st) st = trace_begin(e, &t);
   if (!st) st = cf_exec_run(e->ctx, plan, &b.in, &res);
-  e->ctx->trace = NULL;
-  if (t) {
-    char *why = st ? cf_error_take(e->ctx) : NULL;
-    if (st) cf_trace_fail(t, why);
-    cf_status ws = cf_trace_write(e->ctx, t, e->trace);
-    if (st) cf_error_put(e->ctx, why); /* the run's failure is the one to report */
-    else st = ws;
-    cf_trace_destroy(t);
-  }
+  st = trace_end(e, t, -1, st);
   if (!st) record(e, &res);
   cf_run_result_free(&res);
   io_free(&b);
@@ -756,10 +775,13 @@ cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *
   io_buffers b;
   cf_run_result res = {0};
   st = io_make(e, rank, inputs, outputs, &b);
+  cf_trace *t = NULL;
+  if (!st) st = trace_begin(e, &t);
   if (!st) {
     st = cf_exec_run_world(e->ctx, e->mpi_plan, e->mpi, &b.in, &res);
     if (st) e->mpi_failed = true;
   }
+  st = trace_end(e, t, rank, st);
   if (!st) record(e, &res);
   cf_run_result_free(&res);
   io_free(&b);

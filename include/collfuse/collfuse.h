@@ -266,6 +266,8 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
  *   "trace"         FILE.json: each cf_executable_run writes its timeline
  *                   there (a Chrome trace, as `collfuse run --trace`), also
  *                   when it fails; its last run's is what the file holds
+ *                   (cf_executable_run_rank: FILE.rank<R>.json, each
+ *                   process its own rank's)
  * A bad key or value fails at once with a message. The caller owns *out
  * (cf_options_destroy); it keeps a pointer to ctx. */
 typedef struct cf_options cf_options;
