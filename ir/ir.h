@@ -209,6 +209,8 @@ struct cf_trace {
  * that records (the executor's rank and communication threads, the driver)
  * and read by code deep in its calls (transports, algorithms, the JIT). */
 extern _Thread_local cf_trace_lane *cf_trace_here;
+/* The events each lane keeps unless a caller asks for other (the newest win). */
+#define CF_TRACE_EVENTS ((int64_t)1 << 16)
 cf_status cf_trace_create(int ranks, int64_t events_per_lane, cf_trace **out);
 void cf_trace_destroy(cf_trace *t);
 cf_trace_lane *cf_trace_lane_of(cf_trace *t, int rank, int thread); /* NULL when t is */
