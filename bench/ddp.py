@@ -7,8 +7,9 @@ Runs examples/torch/ddp_train.py (gloo process group) for each model with
   none      DDP's own allreduce over gloo (step time only),
   gloo      torch's allreduce_hook over gloo (the same averaging, timed),
   collfuse  collfuse.torch.allreduce_hook,
-interleaved, --repeats times each, under mpirun (the world collfuse joins
-today). Per run: the median over the steps after --warmup of the step time
+interleaved, --repeats times each, started by torchrun when the library
+has the shm world (collfuse's hook then joins it), else by mpirun (the hook
+joins MPI's world). Per run: the median over the steps after --warmup of the step time
 and of the sync time (the time per step during which some bucket is being
 averaged, ddp_train.py --json's sync_ms); the table shows the median of the
 runs' medians and, for collfuse, its ratios to gloo's.
@@ -33,15 +34,27 @@ def free_port():
         return s.getsockname()[1]
 
 
+def has_shm():
+    """Whether the collfuse library this runs on has the shm world (asked in a child: the
+    library stays out of this process)."""
+    code = "import collfuse.distributed as d; print(d.has_shm())"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
+
+
 def run(model, hook, args):
-    root = ["--allow-run-as-root"] if os.getuid() == 0 else []
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
-    for k in ("MASTER_ADDR", "MASTER_PORT", "COLLFUSE_LIBRARY", "PYTHONPATH"):
-        if k in env:
-            cmd += ["-x", k]
-    cmd += ["-np", str(args.ranks), sys.executable, EXAMPLE, "--json", "--model", model, "--hook", hook,
-            "--steps", str(args.warmup + args.steps), "--batch", str(args.batch)]
+    tail = [EXAMPLE, "--json", "--model", model, "--hook", hook, "--steps", str(args.warmup + args.steps),
+            "--batch", str(args.batch)]
+    if args.launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--redirects", "2", "--tee", "2",
+               "--nproc_per_node", str(args.ranks)] + tail
+    else:
+        root = ["--allow-run-as-root"] if os.getuid() == 0 else []
+        cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
+        for k in ("MASTER_ADDR", "MASTER_PORT", "COLLFUSE_LIBRARY", "PYTHONPATH"):
+            if k in env:
+                cmd += ["-x", k]
+        cmd += ["-np", str(args.ranks), sys.executable] + tail
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or len(lines) != 1:
@@ -60,8 +73,12 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--launcher", choices=("auto", "torchrun", "mpirun"), default="auto",
+                    help="auto: torchrun when the library has the shm world, else mpirun")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.launcher == "auto":
+        args.launcher = "torchrun" if has_shm() else "mpirun"
     rows = []
     for model in args.models.split(","):
         got = {h: [] for h in HOOKS}
@@ -77,11 +94,11 @@ def main():
                          "step_vs_gloo": med[h][0] / med["gloo"][0],
                          "sync_vs_gloo": med[h][1] / med["gloo"][1] if med[h][1] is not None else None})
     if args.json:
-        print(json.dumps({"ranks": args.ranks, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
+        print(json.dumps({"launcher": args.launcher, "ranks": args.ranks, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
                           "batch": args.batch, "rows": rows}))
         return
-    print("%d processes, batch %d per rank, median of %d runs of the median of %d steps after %d warm-up"
-          % (args.ranks, args.batch, args.repeats, args.steps, args.warmup))
+    print("%s, %d processes, batch %d per rank, median of %d runs of the median of %d steps after %d warm-up"
+          % (args.launcher, args.ranks, args.batch, args.repeats, args.steps, args.warmup))
     print("%-9s %9s %-9s %10s %10s %8s %8s" % ("model", "params", "hook", "step ms", "sync ms", "step/gloo",
                                                 "sync/gloo"))
     for r in rows:

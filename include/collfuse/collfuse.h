@@ -402,7 +402,10 @@ cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *c
  * that stops, the "timeout" option) stops every rank's call with
  * CF_ERR_RUNTIME and the same message; the executable then refuses further
  * runs. Waits inside MPI's own collectives (algo "mpi-native") cannot be
- * interrupted: there a timeout ends the job with MPI_Abort. */
+ * interrupted: there a timeout ends the job with MPI_Abort. On the shm
+ * world the caller's inputs are copied into the world's memory before the
+ * run and the results out after it, so there an output may be the same
+ * buffer as an input (an in-place collective); under MPI it may not. */
 cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,
                                  void *const *outputs);
 /* Wall time of the last successful run in milliseconds (rank 0's, or this

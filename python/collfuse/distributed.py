@@ -14,9 +14,10 @@ numpy arrays or contiguous CPU torch tensors:
     cfd.barrier()
 
 Buffers: numpy arrays (C-contiguous) or torch tensors (strided, contiguous,
-on the CPU) of collfuse's dtypes: int8, uint8, int16, int32, int64,
-float16, bfloat16, float32, float64 (a numpy uint16 array is bfloat16 raw
-bits, as in the rest of the package). Shapes are the callers': a collective
+on the CPU) of collfuse's dtypes: int8, uint8, int16, uint16, int32,
+uint32, int64, uint64, float16, bfloat16, float32, float64, bool (bool's sum
+and max are or, its prod and min and; mean is refused). numpy has no
+bfloat16: a uint16 array of raw bits is bfloat16 with dtype="bfloat16". Shapes are the callers': a collective
 moves the elements in C order, so all_gather's output is the inputs
 concatenated along dimension 0, reduce_scatter's input and all_to_all's
 buffers are cut into world-size blocks along it. Anything else (a
@@ -24,22 +25,29 @@ non-contiguous view, a CUDA tensor, a complex or bool dtype, an output of
 the wrong size, a read-only array written to) raises TypeError or
 ValueError before anything is sent.
 
-Each (collective, dtype, element count, reduction or root) gets a small
+group: None (every rank), a torch.distributed process group or a list of
+job ranks in group order; a smaller group runs on the shm world only, as a
+world of its own (its members meet under a name drawn at init).
+
+Each (collective, dtype, element count, reduction or root, group) gets a small
 collfuse graph of that one collective, compiled once and cached; a call
 runs it on this rank with cf_executable_run_rank, reading the caller's
 input where it lies and writing the caller's output (all_gather,
-reduce_scatter, all_to_all: no copy here). all_reduce and broadcast are in
-place on one buffer, which the C API's runs cannot both read and write:
-the result is produced into a buffer the cached executable keeps and copied
-into the caller's (one copy of the buffer's bytes). The world copies what
-its transport needs (MPI: what a rank receives is staged before it is
-reduced).
+reduce_scatter, all_to_all: no copy here). The world copies what its
+transport needs: the shm world copies the caller's input into its shared
+memory (which the peers read) before the run and the result out after it,
+so all_reduce and broadcast, in place on one buffer, give it as both; MPI
+reads the input where it lies and stages what a rank receives, so there
+all_reduce and broadcast produce the result into a buffer the cached
+executable keeps and copy it into the caller's (one copy of the buffer;
+last_copies() counts the last collective's copies).
 
-The world: MPI when mpirun (or another MPI launcher: PMI_*/PMIX_*
-variables) started the job, through OpenMPI's own shared-memory path.
-collfuse has no world yet that joins a job torchrun or srun started without
-MPI: init() refuses such a job, naming the launcher and ranks it saw,
-rather than fall back to something slower.
+The world (backend()): the shared-memory world of processes on one host
+(the C API's backend "shm", when the library has it: has_shm()) for a job
+started by torchrun, srun or mpirun on this host, or joined from torch's
+default group; MPI when mpirun started a job across hosts (or
+init(backend="mpi") under mpirun). A job no world can join is refused,
+naming the launcher and the rank seen, rather than run on something slower.
 """
 
 import atexit
@@ -49,17 +57,17 @@ import threading
 
 import numpy as np
 
-from . import CollfuseError, Context, Graph
+from . import DTYPES, CollfuseError, Context, Graph
 from ._lib import lib
 
-__all__ = ["init", "has_shm", "is_initialized", "get_rank", "get_world_size", "backend", "destroy", "all_reduce",
-           "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher"]
+__all__ = ["init", "has_shm", "is_initialized", "last_copies", "get_rank", "get_world_size", "backend", "destroy",
+           "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher"]
 
-_NP = {np.dtype(np.int8): "int8", np.dtype(np.uint8): "uint8", np.dtype(np.int16): "int16",
-       np.dtype(np.int32): "int32", np.dtype(np.int64): "int64", np.dtype(np.float16): "float16",
-       np.dtype(np.uint16): "bfloat16", np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
-_SIZES = {"int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2,
-          "float32": 4, "float64": 8}
+# numpy's dtype of each collfuse dtype (the package's table), bfloat16 aside: numpy
+# has none, and a uint16 array is uint16 unless a call says dtype="bfloat16"
+_NP = {np.dtype(t): name for name, t in DTYPES.items() if name != "bfloat16"}
+_SIZES = {name: np.dtype(t).itemsize for name, t in DTYPES.items()}
+_NAMES = ", ".join(DTYPES)
 _REDUCTIONS = {"sum": "sum", "mean": "mean", "avg": "mean", "max": "max", "min": "min", "prod": "prod",
                "product": "prod"}
 
@@ -68,7 +76,7 @@ def _torch_dtypes():
     import torch
     return {torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16", torch.int32: "int32",
             torch.int64: "int64", torch.float16: "float16", torch.bfloat16: "bfloat16",
-            torch.float32: "float32", torch.float64: "float64"}
+            torch.float32: "float32", torch.float64: "float64", torch.bool: "bool"}
 
 
 # ---------------- the job ----------------
@@ -117,6 +125,8 @@ class _World:
         self.order = []  # cache keys in creation order: destroyed in reverse
         self.lock = threading.Lock()
         self.failed = None
+        self.last_copies = (0, 0)
+        self.token = None  # shm: the job's groups meet under names made from it
         self.ptr_in = (ctypes.c_void_p * 1)()
         self.ptr_out = (ctypes.c_void_p * 1)()
 
@@ -228,6 +238,10 @@ def init(backend=None, deterministic=False, timeout=None, environ=os.environ):
     _world = w
     try:
         barrier()  # joins the world (under MPI the first executable initializes it and is kept to the end)
+        if chosen == "shm":  # a name for the groups' worlds, drawn by rank 0
+            tok = np.frombuffer(os.urandom(8), dtype=np.uint8).copy()
+            broadcast(tok, src=0)
+            w.token = "cfd-" + tok.tobytes().hex()
     except BaseException:
         _world = None
         raise
@@ -241,6 +255,13 @@ def _need():
     if _world is None:
         raise RuntimeError("collfuse.distributed: not initialized: call collfuse.distributed.init() first")
     return _world
+
+
+def last_copies():
+    """(copies, bytes) of whole buffers the last collective made on this
+    rank: the world's (into and out of its memory) and the copy of an
+    in-place result into the caller's buffer; (0, 0) before the first."""
+    return _need().last_copies
 
 
 def get_rank():
@@ -282,14 +303,22 @@ class _Buf:
         self.nbytes = count * _SIZES[dtype]
 
 
-def _buf(x, what, write):
-    """The buffer of x (a numpy array or torch tensor), checked."""
+def _buf(x, what, write, dtype=None):
+    """The buffer of x (a numpy array or torch tensor), checked; dtype
+    "bfloat16" takes a numpy uint16 array as bfloat16 raw bits."""
+    if dtype not in (None, "bfloat16"):
+        raise ValueError("collfuse.distributed: dtype=%r: only 'bfloat16' is given this way (for numpy uint16 "
+                         "arrays of raw bits); other dtypes come from the buffer" % (dtype,))
     if isinstance(x, np.ndarray):
         dt = _NP.get(x.dtype)
         if dt is None:
-            raise TypeError("collfuse.distributed: %s is a numpy %s array; collfuse's dtypes are int8, uint8, "
-                            "int16, int32, int64, float16, bfloat16 (uint16 raw bits), float32, float64"
-                            % (what, x.dtype))
+            raise TypeError("collfuse.distributed: %s is a numpy %s array; collfuse's dtypes are %s"
+                            % (what, x.dtype, _NAMES))
+        if dtype == "bfloat16":
+            if dt != "uint16":
+                raise TypeError("collfuse.distributed: %s: dtype='bfloat16' wants a uint16 array of raw bits, "
+                                "got %s" % (what, x.dtype))
+            dt = "bfloat16"
         if not x.flags.c_contiguous:
             raise ValueError("collfuse.distributed: %s is not C-contiguous (a strided view): "
                              "give np.ascontiguousarray(...) and copy the result back" % what)
@@ -308,8 +337,9 @@ def _buf(x, what, write):
                                  "takes CPU tensors (move it with .cpu())" % (what, x.device))
             dt = _torch_dtypes().get(x.dtype)
             if dt is None:
-                raise TypeError("collfuse.distributed: %s is %s; collfuse's dtypes are int8, uint8, int16, "
-                                "int32, int64, float16, bfloat16, float32, float64" % (what, x.dtype))
+                raise TypeError("collfuse.distributed: %s is %s; collfuse's dtypes are %s" % (what, x.dtype, _NAMES))
+            if dtype and dt != dtype:
+                raise TypeError("collfuse.distributed: %s is %s, not %s" % (what, x.dtype, dtype))
             if not x.is_contiguous():
                 raise ValueError("collfuse.distributed: %s is not contiguous (strides %s for shape %s): "
                                  "give .contiguous() and copy the result back" % (what, x.stride(), tuple(x.shape)))
@@ -337,15 +367,45 @@ def _reduction(op):
     return red
 
 
-def _check_group(w, group):
+class _Grp:
+    """Where a call runs: the members' job ranks (None: every rank), its
+    size and this rank's position in it."""
+    __slots__ = ("members", "size", "me")
+
+    def __init__(self, members, size, me):
+        self.members, self.size, self.me = members, size, me
+
+
+def _members(group):
+    """A group's job ranks in group order: a torch.distributed ProcessGroup
+    (torch's own table of it) or a list of ranks."""
+    if isinstance(group, (list, tuple)):
+        return [int(r) for r in group]
+    import sys
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    table = getattr(c10d, "_pg_group_ranks", None) if c10d else None
+    if table is not None and group in table:
+        return [g for g, _ in sorted(table[group].items(), key=lambda kv: kv[1])]
+    raise TypeError("collfuse.distributed: group %r: give a torch.distributed process group, a list of ranks "
+                    "or None (every rank)" % (group,))
+
+
+def _enter(group):
+    """The world and where a call on group runs, checked."""
+    w = _need()
     if group is None:
-        return
-    size = getattr(group, "size", None)
-    n = size() if callable(size) else None
-    if n == w.size:
-        return  # the default group (torch's WORLD, or a group of every rank)
-    raise ValueError("collfuse.distributed: groups smaller than the job (%s ranks of %d) are not supported "
-                     "yet: pass group=None" % (n if n is not None else "?", w.size))
+        return w, _Grp(None, w.size, w.rank)
+    ranks = _members(group)
+    if sorted(ranks) == list(range(w.size)) and ranks == sorted(ranks):
+        return w, _Grp(None, w.size, w.rank)  # every rank, in order: the job itself
+    if len(set(ranks)) != len(ranks) or any(not 0 <= r < w.size for r in ranks):
+        raise ValueError("collfuse.distributed: group %s: ranks of a %d-rank job, each once" % (ranks, w.size))
+    if w.rank not in ranks:
+        raise ValueError("collfuse.distributed: rank %d is not in group %s" % (w.rank, ranks))
+    if w.backend != "shm":
+        raise ValueError("collfuse.distributed: group %s: groups smaller than the job run on the shm world "
+                         "only (this job is on %s): pass group=None" % (ranks, w.backend))
+    return w, _Grp(tuple(ranks), len(ranks), ranks.index(w.rank))
 
 
 # ---------------- collectives ----------------
@@ -354,13 +414,13 @@ class _Coll:
     """One collective's executable on this rank, and the output buffer it
     keeps for the in-place ones."""
 
-    def __init__(self, w, kind, dtype, count, arg):
-        g = Graph("cfd_%s" % kind, world_size=w.size)
+    def __init__(self, w, grp, kind, dtype, count, arg):
+        g = Graph("cfd_%s" % kind, world_size=grp.size)
         if kind == "all_gather":
             g.input("x", dtype, (count,))
             y = g.all_gather("x")
         elif kind == "reduce_scatter":
-            g.input("x", dtype, (count * w.size,))
+            g.input("x", dtype, (count * grp.size,))
             y = g.reduce_scatter("x", reduction=arg)
         elif kind == "all_to_all":
             g.input("x", dtype, (count,))
@@ -372,33 +432,40 @@ class _Coll:
             g.input("x", dtype, (count,))
             y = g.all_reduce("x", reduction=arg)
         g.output("y", y)
-        self.exe = g.compile(**w.options)
+        options = dict(w.options)
+        if grp.members:  # the group's own world: its members meet under a name of their own
+            options["job"] = "%s.g%s" % (w.token, "-".join(map(str, grp.members)))
+        self.exe = g.compile(**options)
+        self.me = grp.me
         self.own = None
-        if kind in ("all_reduce", "broadcast"):
+        if kind in ("all_reduce", "broadcast") and w.backend != "shm":
             self.own = np.empty(count * _SIZES[dtype] + 64, dtype=np.uint8)
             # 64-byte aligned start, as the library's own buffers
             self.own_ptr = (self.own.ctypes.data + 63) & ~63
 
     def run(self, w, inp, out):
         w.ptr_in[0], w.ptr_out[0] = inp, out
-        self.exe.ctx.check(lib.cf_executable_run_rank(self.exe._h, w.rank, w.ptr_in, w.ptr_out))
+        self.exe.ctx.check(lib.cf_executable_run_rank(self.exe._h, self.me, w.ptr_in, w.ptr_out))
 
 
-def _run(kind, dtype, count, arg, inp, out, in_place):
-    """Run collective kind on this rank; in_place: the result goes to the
-    executable's own buffer, then is copied to out."""
-    w = _need()
+def _run(w, grp, kind, dtype, count, arg, inp, out, in_place):
+    """Run collective kind on this rank of grp; in_place: the result goes
+    to the executable's own buffer, then is copied to out."""
     with w.lock:
         if w.failed:
             raise CollfuseError(3, "collfuse.distributed: an earlier collective failed (%s); the job's "
                                    "collfuse world has stopped" % w.failed)
-        key = (kind, dtype, count, arg)
+        key = (kind, dtype, count, arg, grp.members)
         c = w.cache.get(key)
         if c is None:
-            c = w.cache[key] = _Coll(w, kind, dtype, count, arg)
+            c = w.cache[key] = _Coll(w, grp, kind, dtype, count, arg)
             w.order.append(key)
         try:
-            if in_place:
+            if in_place and w.backend == "shm":
+                # the shm world copies the inputs into its memory before the run and
+                # the results out after it: one buffer may be both (collfuse.h)
+                c.run(w, inp, out)
+            elif in_place:
                 c.run(w, inp, c.own_ptr)
                 ctypes.memmove(out, c.own_ptr, count * _SIZES[dtype])
             else:
@@ -406,88 +473,89 @@ def _run(kind, dtype, count, arg, inp, out, in_place):
         except CollfuseError as e:
             w.failed = str(e)
             raise
+        n, b = c.exe.last_copies
+        if in_place and w.backend != "shm":
+            n, b = n + 1, b + count * _SIZES[dtype]
+        w.last_copies = (n, b)
 
 
-def all_reduce(tensor, op="sum", group=None):
-    """Reduce tensor over every rank, in place: afterwards each rank's
-    tensor holds the reduction (op: "sum", "mean"/"avg", "max", "min",
-    "prod", or a torch.distributed.ReduceOp)."""
-    w = _need()
-    _check_group(w, group)
+def all_reduce(tensor, op="sum", group=None, dtype=None):
+    """Reduce tensor over the group's ranks (None: every rank), in place:
+    afterwards each one's tensor holds the reduction (op: "sum",
+    "mean"/"avg", "max", "min", "prod", or a torch.distributed.ReduceOp)."""
+    w, grp = _enter(group)
     red = _reduction(op)
-    b = _buf(tensor, "all_reduce's tensor", True)
+    b = _buf(tensor, "all_reduce's tensor", True, dtype)
     if b.count:
-        _run("all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True)
+        _run(w, grp, "all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True)
     return tensor
 
 
-def broadcast(tensor, src, group=None):
-    """Rank src's tensor to every rank, in place."""
-    w = _need()
-    _check_group(w, group)
-    if not isinstance(src, int) or not 0 <= src < w.size:
-        raise ValueError("collfuse.distributed: broadcast src %r is not a rank of this %d-rank job" % (src, w.size))
-    b = _buf(tensor, "broadcast's tensor", True)
+def broadcast(tensor, src, group=None, dtype=None):
+    """Rank src's tensor (src: a job rank, as torch's) to the group's ranks, in place."""
+    w, grp = _enter(group)
+    ranks = grp.members or range(w.size)
+    if not isinstance(src, int) or src not in ranks:
+        raise ValueError("collfuse.distributed: broadcast src %r is not a rank of %s" % (
+            src, "this %d-rank job" % w.size if grp.members is None else "group %s" % list(grp.members)))
+    b = _buf(tensor, "broadcast's tensor", True, dtype)
     if b.count:
-        _run("broadcast", b.dtype, b.count, src, b.ptr, b.ptr, True)
+        _run(w, grp, "broadcast", b.dtype, b.count, list(ranks).index(src), b.ptr, b.ptr, True)
     return tensor
 
 
-def _pair(output, input, what):
-    o = _buf(output, "%s's output" % what, True)
-    i = _buf(input, "%s's input" % what, False)
+def _pair(output, input, what, dtype):
+    o = _buf(output, "%s's output" % what, True, dtype)
+    i = _buf(input, "%s's input" % what, False, dtype)
     _same_dtype(i, o, what)
     if o.ptr < i.ptr + i.nbytes and i.ptr < o.ptr + o.nbytes and o.nbytes and i.nbytes:
         raise ValueError("collfuse.distributed: %s: the output overlaps the input (give separate buffers)" % what)
     return o, i
 
 
-def _world_times(w, what, big, big_name, small, small_name):
-    """big must hold world size times small's elements."""
-    if big.count != small.count * w.size:
+def _world_times(grp, what, big, big_name, small, small_name):
+    """big must hold group size times small's elements."""
+    if big.count != small.count * grp.size:
         raise ValueError("collfuse.distributed: %s: the %s has %d elements, %d ranks x %d %s elements want %d"
-                         % (what, big_name, big.count, w.size, small.count, small_name, small.count * w.size))
+                         % (what, big_name, big.count, grp.size, small.count, small_name, small.count * grp.size))
 
 
-def all_gather(output, input, group=None):
+def all_gather(output, input, group=None, dtype=None):
     """output = every rank's input concatenated in rank order (along
     dimension 0 of output: it has world size times input's elements)."""
-    w = _need()
-    _check_group(w, group)
-    o, i = _pair(output, input, "all_gather")
-    _world_times(w, "all_gather", o, "output", i, "input")
+    w, grp = _enter(group)
+    o, i = _pair(output, input, "all_gather", dtype)
+    _world_times(grp, "all_gather", o, "output", i, "input")
     if i.count:
-        _run("all_gather", i.dtype, i.count, None, i.ptr, o.ptr, False)
+        _run(w, grp, "all_gather", i.dtype, i.count, None, i.ptr, o.ptr, False)
     return output
 
 
-def reduce_scatter(output, input, op="sum", group=None):
+def reduce_scatter(output, input, op="sum", group=None, dtype=None):
     """output = this rank's block of the reduction of every rank's input
     (input: world size blocks of output's size, in rank order)."""
-    w = _need()
-    _check_group(w, group)
+    w, grp = _enter(group)
     red = _reduction(op)
-    o, i = _pair(output, input, "reduce_scatter")
-    _world_times(w, "reduce_scatter", i, "input", o, "output")
+    o, i = _pair(output, input, "reduce_scatter", dtype)
+    _world_times(grp, "reduce_scatter", i, "input", o, "output")
     if o.count:
-        _run("reduce_scatter", i.dtype, o.count, red, i.ptr, o.ptr, False)
+        _run(w, grp, "reduce_scatter", i.dtype, o.count, red, i.ptr, o.ptr, False)
     return output
 
 
-def all_to_all(output, input, group=None):
+def all_to_all(output, input, group=None, dtype=None):
     """Block j of input (world size equal blocks) to rank j; output's block
     i came from rank i (torch's all_to_all_single with equal splits)."""
-    w = _need()
-    _check_group(w, group)
-    o, i = _pair(output, input, "all_to_all")
+    w, grp = _enter(group)
+    o, i = _pair(output, input, "all_to_all", dtype)
     if o.count != i.count:
         raise ValueError("collfuse.distributed: all_to_all: the output has %d elements, the input %d"
                          % (o.count, i.count))
-    if i.count % w.size:
+    if i.count % grp.size:
         raise ValueError("collfuse.distributed: all_to_all: %d elements do not cut into %d equal blocks"
-                         % (i.count, w.size))
+                         % (i.count, grp.size))
     if i.count:
-        _run("all_to_all", i.dtype, i.count, None, i.ptr, o.ptr, False)
+        _run(w, grp, "all_to_all", i.dtype, i.count, None, i.ptr, o.ptr, False)
     return output
 
 
@@ -495,7 +563,6 @@ _TOKEN = np.zeros(1, dtype=np.int32)
 
 
 def barrier(group=None):
-    """Return when every rank has called it."""
-    w = _need()
-    _check_group(w, group)
-    _run("all_reduce", "int32", 1, "sum", _TOKEN.ctypes.data, _TOKEN.ctypes.data, True)
+    """Return when every rank of the group has called it."""
+    w, grp = _enter(group)
+    _run(w, grp, "all_reduce", "int32", 1, "sum", _TOKEN.ctypes.data, _TOKEN.ctypes.data, True)

@@ -20,12 +20,12 @@ averaged by one thread of collfuse's, in the order DDP hands them over
 gloo; DDP waits for every future before the optimizer step. Don't call
 collfuse.distributed from another thread while a backward pass is running.
 
-Copies: with gradient_as_bucket_view=True the gradients are the bucket, so
-the allreduce reads them where they lie, and its result is copied once into
-the bucket (collfuse.distributed's in-place all_reduce); DDP then copies
-nothing, since the future holds the bucket itself. Without it, DDP copies
-the gradients into the bucket and back, as with any hook. The world copies
-what its transport needs (collfuse.distributed says which).
+Copies: with gradient_as_bucket_view=True the gradients are the bucket and
+DDP copies nothing, since the future holds the bucket itself; the copies
+are the world's (collfuse.distributed says which: shm, the bucket into its
+memory and the average back; MPI, its staging and one copy of the average
+into the bucket). Without it, DDP copies the gradients into the
+bucket and back, as with any hook.
 """
 
 import queue

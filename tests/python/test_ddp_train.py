@@ -4,8 +4,9 @@ for the small GPT and torchvision's ResNet-18, DDP over gloo with
 collfuse's allreduce_hook gives DDP's own losses step by step (within float
 tolerance), two collfuse runs with --deterministic give bitwise the same
 losses, and the bf16 hook trains close by; torchrun starts the example
-(DDP's own allreduce) and a collfuse hook under torchrun is refused naming
-the launcher, until collfuse has a world for it. Exits 77 (skipped) without
+(DDP's own allreduce), and with the collfuse hook it runs on the shm world
+with DDP's own losses (a library without that world refuses it, naming
+torchrun). Exits 77 (skipped) without
 torch or mpirun; ResNet-18 is skipped, saying so, without torchvision.
 """
 
@@ -97,10 +98,20 @@ def main():
     p = torchrun(["--model", "gpt", "--steps", "2"])
     if p.returncode != 0 or "step 1 loss" not in p.stdout:
         fail("torchrun: exit %d\n%s%s" % (p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
-    p = torchrun(["--model", "gpt", "--steps", "2", "--hook", "collfuse"])
-    if p.returncode == 0 or "started by torchrun (rank" not in p.stdout + p.stderr:
-        fail("torchrun with the collfuse hook: exit %d, want a refusal naming torchrun\n%s%s"
-             % (p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+    shm = subprocess.run([sys.executable, "-c", "import collfuse.distributed as d; print(d.has_shm())"],
+                         capture_output=True, text=True).stdout.strip() == "True"
+    p = torchrun(["--model", "gpt", "--steps", "3", "--hook", "collfuse", "--json"])
+    if not shm:  # no world for a torchrun job: refused by name
+        if p.returncode == 0 or "started by torchrun (rank" not in p.stdout + p.stderr:
+            fail("torchrun with the collfuse hook: exit %d, want a refusal naming torchrun\n%s%s"
+                 % (p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+    else:  # the shm world: DDP's own losses
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if p.returncode != 0 or len(lines) != 1:
+            fail("torchrun with the collfuse hook: exit %d\n%s%s" % (p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+        ref = mpirun(["--model", "gpt", "--steps", "3", "--hook", "none"])
+        if not close(ref["losses"], json.loads(lines[0])["losses"], 1e-4):
+            fail("torchrun with the collfuse hook: losses %s, DDP's own %r" % (lines[0], ref["losses"]))
     print("torchrun: ok")
 
 

@@ -1,15 +1,18 @@
 #!/usr/bin/python3
 """collfuse.distributed and collfuse.torch's DDP hooks across processes.
 
-Started plainly (argument: the process counts, "2" unless given, e.g.
-"2,3"), it checks what needs no job (refusals naming the launcher seen,
-calls before init), then starts itself under mpirun with each count of
-processes, where every rank runs: all_reduce (each reduction),
+Started plainly (argument: the runs, "auto:2" unless given, e.g.
+"mpirun:3,mpirun-mpi:3,torchrun:3": launcher and processes; auto is
+torchrun where the library has the shm world, else mpirun; mpirun-mpi
+forces the MPI world), it checks what needs no job (refusals naming the
+launcher seen, calls before init), then starts itself for each run, where
+every rank runs: all_reduce (each reduction),
 all_gather, reduce_scatter, broadcast and all_to_all for every collfuse
 dtype, on numpy arrays and (with torch) CPU torch tensors, against numpy
 references computed in float64 from every rank's random data (each rank
 makes all ranks' data from the same seeds); bad buffers refused before
-anything is sent (the ranks stay in step); and with torch, a small model
+anything is sent (the ranks stay in step); float32 at sizes past the
+small-message algorithms; groups (shm world; MPI refuses them); and with torch, a small model
 under DDP over gloo with collfuse's allreduce_hook against DDP without a
 hook, step by step, and its bf16 variant; last, ranks that call different
 collectives all raise. Exits 77 (skipped) without
@@ -33,7 +36,8 @@ try:
 except ImportError:
     torch = None
 
-DTYPES = ("int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+DTYPES = tuple(collfuse.DTYPES)  # every collfuse dtype
+TORCH_LACKS = ("uint16", "uint32", "uint64")  # torch 1.13 has no such tensors
 REDS = ("sum", "mean", "max", "min", "prod")
 
 
@@ -67,9 +71,12 @@ def data(dtype, n, rank, case, red=None):
         if dtype == "bfloat16":
             return collfuse.float32_to_bf16(v)
         return v.astype(dtype)
-    lo, hi = (1, 4) if dtype == "uint8" else (-3, 4) if red == "prod" else (-9, 10)
-    if dtype == "uint8" and red != "prod":
-        lo, hi = 0, 60
+    if dtype == "bool":
+        return rng.integers(0, 2, n).astype(bool)
+    if dtype.startswith("uint"):
+        lo, hi = (1, 4) if red == "prod" else (0, 60)
+    else:
+        lo, hi = (-3, 4) if red == "prod" else (-9, 10)
     return rng.integers(lo, hi, n).astype(dtype)
 
 
@@ -79,6 +86,8 @@ def f64(dtype, a):
 
 def reduce_ref(dtype, red, arrays):
     x = np.stack([f64(dtype, a) for a in arrays])
+    if dtype == "bool":  # or and and
+        return {"sum": x.max(0), "max": x.max(0), "min": x.min(0), "prod": x.min(0)}[red]
     r = {"sum": x.sum(0), "max": x.max(0), "min": x.min(0), "prod": x.prod(0), "mean": x.sum(0) / len(arrays)}[red]
     if red == "mean" and dtype not in ("float16", "bfloat16", "float32", "float64"):
         r = np.trunc(r)  # integers truncate toward zero
@@ -121,33 +130,89 @@ def collectives(me, R, kinds):
         wrap = (lambda d, a: a) if kind == "numpy" else as_torch
         unwrap = (lambda d, a: a) if kind == "numpy" else from_torch
         for dt in DTYPES:
+            if kind == "torch" and dt in TORCH_LACKS:
+                continue
+            bits = "bfloat16" if dt == "bfloat16" and kind == "numpy" else None  # uint16 raw bits
             for red in REDS:
                 case += 1
                 every = [data(dt, n, r, case, red) for r in range(R)]
                 x = wrap(dt, every[me].copy())
-                cfd.all_reduce(x, op=red)
+                if dt == "bool" and red == "mean":
+                    expect_raises(collfuse.CollfuseError, lambda: cfd.all_reduce(x, op=red), "mean")
+                    continue
+                cfd.all_reduce(x, op=red, dtype=bits)
                 close(dt, unwrap(dt, x), reduce_ref(dt, red, every), "%s all_reduce %s" % (kind, red), R)
             case += 1
             every = [data(dt, n, r, case) for r in range(R)]
             out = wrap(dt, np.zeros(n * R, every[0].dtype))
-            cfd.all_gather(out, wrap(dt, every[me]))
+            cfd.all_gather(out, wrap(dt, every[me]), dtype=bits)
             close(dt, unwrap(dt, out), f64(dt, np.concatenate(every)), kind + " all_gather", R)
 
             out = wrap(dt, np.zeros(n // R, every[0].dtype))
-            cfd.reduce_scatter(out, wrap(dt, every[me]), op="sum")
+            cfd.reduce_scatter(out, wrap(dt, every[me]), op="sum", dtype=bits)
             want = reduce_ref(dt, "sum", every)[me * (n // R):(me + 1) * (n // R)]
             close(dt, unwrap(dt, out), want, kind + " reduce_scatter", R)
 
             root = (case + 1) % R
             x = wrap(dt, every[me].copy())
-            cfd.broadcast(x, src=root)
+            cfd.broadcast(x, src=root, dtype=bits)
             close(dt, unwrap(dt, x), f64(dt, every[root]), kind + " broadcast", R)
 
             out = wrap(dt, np.zeros(n, every[0].dtype))
-            cfd.all_to_all(out, wrap(dt, every[me]))
+            cfd.all_to_all(out, wrap(dt, every[me]), dtype=bits)
             b = n // R
             want = np.concatenate([f64(dt, every[r][me * b:(me + 1) * b]) for r in range(R)])
             close(dt, unwrap(dt, out), want, kind + " all_to_all", R)
+
+
+def large(me, R):
+    """Sizes past the small-message algorithms (rsag, ring, pipelined chunks):
+    float32 sum and mean, and the other collectives, against the references."""
+    for case, n in enumerate((R * 40000 + R, R * (1 << 19))):
+        every = [data("float32", n, r, 1000 + case) for r in range(R)]
+        for red in ("sum", "mean"):
+            x = every[me].copy()
+            cfd.all_reduce(x, op=red)
+            close("float32", x, reduce_ref("float32", red, every), "large all_reduce %s, %d elements" % (red, n), R)
+        out = np.empty(n * R, np.float32)
+        cfd.all_gather(out, every[me])
+        close("float32", out, f64("float32", np.concatenate(every)), "large all_gather", R)
+        out = np.empty(n // R, np.float32)
+        cfd.reduce_scatter(out, every[me])
+        close("float32", out, reduce_ref("float32", "sum", every)[me * (n // R):(me + 1) * (n // R)],
+              "large reduce_scatter", R)
+        x = every[me].copy()
+        cfd.broadcast(x, src=R - 1)
+        close("float32", x, f64("float32", every[R - 1]), "large broadcast", R)
+        out = np.empty(n, np.float32)
+        cfd.all_to_all(out, every[me])
+        b = n // R
+        close("float32", out, np.concatenate([f64("float32", every[r][me * b:(me + 1) * b]) for r in range(R)]),
+              "large all_to_all", R)
+
+
+def groups(me, R):
+    """Collectives over groups (lists of job ranks, in group order): the job
+    reversed, pairs, a rank alone; on the shm world only (MPI refuses)."""
+    rev = list(range(R))[::-1]
+    x = data("float32", 4 * R, me, 500)
+    if cfd.backend() != "shm":
+        expect_raises(ValueError, lambda: cfd.all_reduce(x, group=rev), "shm world only")
+        return
+    every = [data("float32", 4 * R, r, 500) for r in range(R)]
+    pair = [r for r in range(R) if r // 2 == me // 2]
+    for grp in (rev, pair, [me]):
+        y = every[me].copy()
+        cfd.all_reduce(y, group=grp)
+        close("float32", y, reduce_ref("float32", "sum", [every[r] for r in grp]), "group %s all_reduce" % grp, R)
+        out = np.empty(4 * R * len(grp), np.float32)
+        cfd.all_gather(out, every[me], group=grp)
+        close("float32", out, f64("float32", np.concatenate([every[r] for r in grp])), "group %s all_gather" % grp, R)
+        y = every[me].copy()
+        cfd.broadcast(y, src=grp[-1], group=grp)
+        close("float32", y, f64("float32", every[grp[-1]]), "group %s broadcast" % grp, R)
+    expect_raises(ValueError, lambda: cfd.all_reduce(x, group=[r for r in range(R) if r != me]), "not in group")
+    expect_raises(ValueError, lambda: cfd.broadcast(x, src=(me + 1) % R, group=[me]), "not a rank of group")
 
 
 def refusals(me, R):
@@ -157,6 +222,8 @@ def refusals(me, R):
     expect_raises(ValueError, lambda: cfd.all_reduce(a.T), "not C-contiguous")
     expect_raises(TypeError, lambda: cfd.all_reduce(np.zeros(3, np.complex64)), "complex64")
     expect_raises(TypeError, lambda: cfd.all_reduce([1.0, 2.0]), "a list")
+    expect_raises(TypeError, lambda: cfd.all_reduce(np.zeros(3, np.float32), dtype="bfloat16"), "uint16 array")
+    expect_raises(ValueError, lambda: cfd.all_reduce(np.zeros(3, np.int32), dtype="int64"), "only 'bfloat16'")
     ro = np.ones(4, np.float32)
     ro.flags.writeable = False
     expect_raises(ValueError, lambda: cfd.all_reduce(ro), "read-only")
@@ -174,7 +241,7 @@ def refusals(me, R):
         t = torch.arange(4 * R, dtype=torch.float32).reshape(2 * R, 2)
         expect_raises(ValueError, lambda: cfd.all_reduce(t.t()), "not contiguous")
         expect_raises(ValueError, lambda: cfd.all_reduce(torch.empty(4, device="meta")), "device 'meta'")
-        expect_raises(TypeError, lambda: cfd.all_reduce(torch.zeros(4, dtype=torch.bool)), "torch.bool")
+        expect_raises(TypeError, lambda: cfd.all_reduce(torch.zeros(4), dtype="bfloat16"), "not bfloat16")
         expect_raises(TypeError, lambda: cfd.all_reduce(torch.zeros(4, dtype=torch.complex64)), "complex64")
         expect_raises(TypeError, lambda: cfd.all_reduce(torch.zeros(4).to_sparse()), "sparse")
         leaf = torch.ones(4, requires_grad=True)
@@ -191,7 +258,8 @@ def ddp(me, R):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     import collfuse.torch as cft
-    os.environ["RANK"], os.environ["WORLD_SIZE"] = str(me), str(R)
+    os.environ.setdefault("RANK", str(me))
+    os.environ.setdefault("WORLD_SIZE", str(R))
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
 
@@ -231,6 +299,23 @@ def ddp(me, R):
     dist.destroy_process_group()
 
 
+def copies(me, R):
+    """The copies collfuse.distributed says it made: under MPI one of an
+    in-place result into the caller's buffer, none out of place; on the shm
+    world the input into its memory and the result out, nothing more."""
+    x = np.full(1000, me + 1.0, np.float32)
+    cfd.all_reduce(x)
+    got = cfd.last_copies()
+    o = np.empty(1000 * R, np.float32)
+    cfd.all_gather(o, x)
+    want = {"mpi": ((1, 4000), (0, 0)),  # the in-place result into the caller's buffer
+            "shm": ((2, 8000), (2, 4000 * (1 + R)))}[cfd.backend()]  # into the world's memory and out
+    if (got, cfd.last_copies()) != want:
+        fail("copies on %s: all_reduce %r, all_gather %r; want %r" % (cfd.backend(), got, cfd.last_copies(), want))
+    if not (o == R * (R + 1) / 2).all():
+        fail("all_gather of the all_reduce: %r" % o[:4])
+
+
 def mismatch(me, R):
     """Ranks that call different collectives all raise, naming the other
     rank; the world then refuses further calls. (Last: it stops the world.)"""
@@ -240,21 +325,24 @@ def mismatch(me, R):
         fail("rank %d: ranks of %s elements each made no error" % (me, [5 + r for r in range(R)]))
     except collfuse.CollfuseError as e:
         named = {int(w) for w in re.findall(r"rank (\d+)", str(e))}
-        if "mismatch" not in str(e) or me not in named or len(named) < 2:
+        if "mismatch" not in str(e) or len(named) < 2:  # a third rank may name the first two
             fail("rank %d: the mismatch error does not name two ranks: %s" % (me, e))
     expect_raises(collfuse.CollfuseError, lambda: cfd.all_reduce(np.ones(3)), "an earlier collective failed")
 
 
 def child():
-    cfd.init(deterministic=True)
+    forced = os.environ.get("CF_DIST_BACKEND") or None
+    cfd.init(deterministic=True, backend=forced)
     me, R = cfd.get_rank(), cfd.get_world_size()
-    want = "shm" if cfd.has_shm() else "mpi"  # one host: the shm world where the library has it
+    want = forced or ("shm" if cfd.has_shm() else "mpi")
     if cfd.backend() != want:
-        fail("backend %r under mpirun, expected %r" % (cfd.backend(), want))
-    expect_raises(ValueError, lambda: cfd.all_reduce(np.zeros(2), group=type("G", (), {"size": lambda s: 1})()),
-                  "groups smaller")
+        fail("backend %r, want %r" % (cfd.backend(), want))
+    expect_raises(TypeError, lambda: cfd.all_reduce(np.zeros(2), group=object()), "a list of ranks")
     collectives(me, R, ("numpy", "torch") if torch is not None else ("numpy",))
+    large(me, R)
+    groups(me, R)
     refusals(me, R)
+    copies(me, R)
     if torch is not None:
         ddp(me, R)
     cfd.barrier()
@@ -271,52 +359,73 @@ def free_port():
         return s.getsockname()[1]
 
 
+def start(how, R, ok, scale):
+    """Run this file's child() on R processes: how is "mpirun" (the world
+    init chooses), "mpirun-mpi" (backend "mpi" forced) or "torchrun"."""
+    env = dict(os.environ, CF_DIST_CHILD="1", CF_OK_DIR=ok, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               OMPI_MCA_rmaps_base_oversubscribe="1", CF_DIST_BACKEND="mpi" if how == "mpirun-mpi" else "")
+    if how == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--redirects", "2", "--tee", "2",
+               "--nproc_per_node", str(R), os.path.abspath(__file__)]
+    else:
+        root = ["--allow-run-as-root"] if os.getuid() == 0 else []
+        cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
+        for k in ("CF_DIST_CHILD", "CF_DIST_BACKEND", "CF_OK_DIR", "MASTER_ADDR", "MASTER_PORT", "COLLFUSE_LIBRARY",
+                  "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "XDG_CACHE_HOME"):
+            if k in env:
+                cmd += ["-x", k]
+        cmd += ["-np", str(R), sys.executable, os.path.abspath(__file__)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 * scale)
+    done = sorted(os.listdir(ok))
+    if p.returncode != 0 or len(done) != R:
+        fail("%s, %d processes: exit %d, ranks done %s\n%s%s" % (how, R, p.returncode, done, p.stdout, p.stderr))
+    print("%s, %d processes: ok" % (how, R))
+
+
 def driver():
-    # no job: refused with what was seen
+    shm = cfd.has_shm()
+    # no job, or one collfuse cannot join: refused with what was seen
     expect_raises(RuntimeError, lambda: cfd.get_rank(), "not initialized")
     expect_raises(RuntimeError, lambda: cfd.init(environ={}), "no job to join", "mpirun, torchrun or srun")
-    torchrun = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
-    if cfd.has_shm():  # joined through the shm world, whose rank 0 never comes
-        expect_raises(collfuse.CollfuseError, lambda: cfd.init(timeout=1, environ=torchrun),
-                      "rank 1 timed out after 1 s waiting for rank 0")
-    else:
-        expect_raises(RuntimeError, lambda: cfd.init(environ=torchrun),
+    torchrun_env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    if not shm:
+        expect_raises(RuntimeError, lambda: cfd.init(environ=torchrun_env),
                       "started by torchrun (rank 1 of 2)", "not falling back")
-    srun = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}
-    if cfd.has_shm():
-        expect_raises(collfuse.CollfuseError, lambda: cfd.init(timeout=1, environ=srun),
-                      "rank 0 timed out after 1 s waiting for rank(s) 1, 2, 3")
+        expect_raises(RuntimeError, lambda: cfd.init(environ={"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}),
+                      "started by srun (rank 0 of 4)")
     else:
-        expect_raises(RuntimeError, lambda: cfd.init(environ=srun), "started by srun (rank 0 of 4)")
+        expect_raises(RuntimeError, lambda: cfd.init(backend="mpi", environ=torchrun_env),
+                      "backend 'mpi' needs a job that mpirun started", "torchrun (rank 1 of 2)")
+    expect_raises(ValueError, lambda: cfd.init(backend="nccl", environ=torchrun_env), "backend 'nccl'")
     expect_raises(ValueError, lambda: cfd.init(environ={"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"}),
                   "not integers")
     expect_raises(ValueError, lambda: cfd.init(environ={"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "2"}),
                   "out of range")
     if cfd.is_initialized():
         fail("a refused init left the module initialized")
-    mpirun = subprocess.run(["sh", "-c", "command -v mpirun"], capture_output=True, text=True).stdout.strip()
-    if not mpirun:
+    # the runs: "auto" is torchrun where the library has the shm world, else mpirun
+    runs = []
+    for item in (sys.argv[1] if len(sys.argv) > 1 else "auto:2").split(","):
+        how, R = item.split(":")
+        if how == "auto":
+            how = "torchrun" if shm else "mpirun"
+        if how != "mpirun" and not shm:
+            print("test_distributed: %s: this library has no shm world: run under mpirun only" % how)
+            how = "mpirun"
+        runs.append((how, int(R)))
+    if any(h.startswith("mpirun") for h, _ in runs) and \
+            subprocess.run(["sh", "-c", "command -v mpirun"], capture_output=True).returncode != 0:
         print("test_distributed: mpirun not found: the collectives across processes are skipped")
         sys.exit(77)
     if torch is None:
+        if any(h == "torchrun" for h, _ in runs):
+            print("test_distributed: no torch (python3-torch) for torchrun: skipped")
+            sys.exit(77)
         print("test_distributed: no torch (python3-torch): torch tensors and the DDP hooks are skipped")
     scale = int(os.environ.get("CF_TEST_TIME_SCALE", "1") or 1)
-    root = ["--allow-run-as-root"] if os.getuid() == 0 else []
-    for R in [int(r) for r in (sys.argv[1] if len(sys.argv) > 1 else "2").split(",")]:
+    for how, R in runs:
         with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
-            env = dict(os.environ, CF_DIST_CHILD="1", CF_OK_DIR=ok, MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(free_port()), OMPI_MCA_rmaps_base_oversubscribe="1")
-            cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
-            for k in ("CF_DIST_CHILD", "CF_OK_DIR", "MASTER_ADDR", "MASTER_PORT", "COLLFUSE_LIBRARY", "PYTHONPATH",
-                      "PYTHONDONTWRITEBYTECODE", "XDG_CACHE_HOME"):
-                if k in env:
-                    cmd += ["-x", k]
-            cmd += ["-np", str(R), sys.executable, os.path.abspath(__file__)]
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 * scale)
-            done = sorted(os.listdir(ok))
-            if p.returncode != 0 or len(done) != R:
-                fail("mpirun -np %d: exit %d, ranks done %s\n%s%s" % (R, p.returncode, done, p.stdout, p.stderr))
-        print("mpirun -np %d: ok" % R)
+            start(how, R, ok, scale)
 
 
 if __name__ == "__main__":
