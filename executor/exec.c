@@ -419,9 +419,9 @@ static void io_idle(void *impl) { idle(impl); }
 static void trace_step(rank_run *r, int s, int64_t t0) {
   const cf_plan *p = r->p;
   const cf_step *sp = &p->steps[s];
-  if (sp->kind == CF_STEP_START && p->colls[sp->coll].inline_ok) { /* ran here */
-    trace_call(r, r->lane, &r->calls[sp->coll], t0);
-    return;
+  if ((sp->kind == CF_STEP_START || sp->kind == CF_STEP_WAIT) && p->colls[sp->coll].inline_ok) {
+    if (sp->kind == CF_STEP_START) trace_call(r, r->lane, &r->calls[sp->coll], t0); /* ran here */
+    return; /* its WAIT had nothing to wait for */
   }
   static const char *const cat[] = {[CF_STEP_COMPUTE] = "compute", [CF_STEP_COPY] = "copy",
                                     [CF_STEP_START] = "start", [CF_STEP_WAIT] = "wait",

@@ -229,6 +229,33 @@ int64_t cf_trace_dropped(const cf_trace *t);
 int64_t cf_trace_events(const cf_trace_lane *l, const cf_trace_ev **first, int64_t *start);
 /* The run failed with message why (the first call counts). */
 void cf_trace_fail(cf_trace *t, const char *why);
+/* What a rank's events say over its timed iterations (those from
+ * iteration first_iter on), in microseconds summed over them. */
+typedef struct cf_trace_rank {
+  int iters;         /* timed iterations seen */
+  double iter_us;    /* their time */
+  double compute_us; /* compute steps, copies and fused MatMul ops on the rank thread */
+  double comm_us;    /* collectives, wherever they ran */
+  double exposed_us; /* the rank thread waiting on collectives or running them inline: the
+                      * communication no compute of the rank hides */
+} cf_trace_rank;
+/* One plan collective over every rank's timed iterations (runs of it). */
+typedef struct cf_trace_bucket {
+  const char *name;         /* NULL: never seen */
+  const struct cf_node *node;
+  const char *algo;
+  int64_t bytes;
+  int runs;
+  double start_after_us; /* from its START step's end (its last member produced) to its run
+                          * on the communication thread; 0 for runs inline */
+  double duration_us;    /* its runs */
+  double wait_us;        /* the rank thread waiting on it (or running it inline) */
+} cf_trace_bucket;
+/* Sum t's events per rank (ranks[t->ranks]) and per plan collective
+ * (buckets[n_colls], by the events' "coll" argument). CF_ERR_NO_MEMORY
+ * when the scratch cannot be had. */
+cf_status cf_trace_summarize(const cf_trace *t, int first_iter, int n_colls, cf_trace_rank *ranks,
+                             cf_trace_bucket *buckets);
 /* Write t to path as Chrome trace event JSON (traceEvents, one process per
  * rank and one for the driver, a thread per lane, otherData with the ranks,
  * dropped_events and the failure). */

@@ -214,3 +214,99 @@ cf_status cf_trace_write(cf_context *ctx, const cf_trace *t, const char *path) {
   free(text);
   return st;
 }
+
+/* ---------------- what the events say ---------------- */
+
+/* The timed iterations of one rank: [lo[k], hi[k]) on its compute lane. */
+typedef struct windows {
+  int64_t *lo, *hi;
+  int n;
+} windows;
+
+static bool inside(const windows *w, const cf_trace_ev *e) {
+  int a = 0, b = w->n; /* the last window that begins at or before e */
+  while (b - a > 1) {
+    int m = (a + b) / 2;
+    if (w->lo[m] <= e->t0) a = m;
+    else b = m;
+  }
+  return w->n > 0 && w->lo[a] <= e->t0 && e->t1 <= w->hi[a];
+}
+
+static int coll_of(const cf_trace_ev *e, int n_colls) {
+  bool has = e->arg_name && strcmp(e->arg_name, "coll") == 0;
+  return has && e->arg >= 0 && e->arg < n_colls ? (int)e->arg : -1;
+}
+
+cf_status cf_trace_summarize(const cf_trace *t, int first_iter, int n_colls, cf_trace_rank *ranks,
+                             cf_trace_bucket *buckets) {
+  memset(ranks, 0, sizeof *ranks * (size_t)t->ranks);
+  memset(buckets, 0, sizeof *buckets * (size_t)n_colls);
+  /* per collective, the ends of its START steps not yet matched to a run on
+   * the communication thread (the k-th START goes with the k-th run) */
+  int64_t **starts = calloc((size_t)n_colls + 1, sizeof *starts);
+  int *n_start = calloc((size_t)n_colls + 1, sizeof *n_start), *used = calloc((size_t)n_colls + 1, sizeof *used);
+  int64_t cap = 0;
+  for (int k = 0; k < t->n_lanes; k++) cap = t->lanes[k].n > cap ? t->lanes[k].n : cap;
+  windows w = {calloc((size_t)cap + 1, sizeof *w.lo), calloc((size_t)cap + 1, sizeof *w.hi), 0};
+  cf_status st = starts && n_start && used && w.lo && w.hi ? CF_OK : CF_ERR_NO_MEMORY;
+  for (int c = 0; c < n_colls && !st; c++)
+    if (!(starts[c] = malloc(sizeof **starts * (size_t)(cap + 1)))) st = CF_ERR_NO_MEMORY;
+  for (int r = 0; r < t->ranks && !st; r++) {
+    cf_trace_rank *R = &ranks[r];
+    const cf_trace_lane *lane[2] = {&t->lanes[1 + 2 * r], &t->lanes[2 + 2 * r]};
+    const cf_trace_ev *v;
+    int64_t s0, kept = cf_trace_events(lane[0], &v, &s0);
+    w.n = 0;
+    for (int64_t i = 0; i < kept; i++) { /* iteration events end in order */
+      const cf_trace_ev *e = &v[(s0 + i) % lane[0]->cap];
+      if (strcmp(e->cat, "iteration") != 0 || e->arg < first_iter) continue;
+      w.lo[w.n] = e->t0;
+      w.hi[w.n++] = e->t1;
+      R->iters++;
+      R->iter_us += (double)(e->t1 - e->t0) * 1e-3;
+    }
+    memset(n_start, 0, sizeof *n_start * (size_t)n_colls);
+    memset(used, 0, sizeof *used * (size_t)n_colls);
+    for (int l = 0; l < 2; l++) {
+      kept = cf_trace_events(lane[l], &v, &s0);
+      for (int64_t i = 0; i < kept; i++) {
+        const cf_trace_ev *e = &v[(s0 + i) % lane[l]->cap];
+        if (!inside(&w, e)) continue;
+        double us = (double)(e->t1 - e->t0) * 1e-3;
+        int c = coll_of(e, n_colls);
+        cf_trace_bucket *B = c >= 0 ? &buckets[c] : NULL;
+        if (!strcmp(e->cat, "collective")) {
+          R->comm_us += us;
+          if (l == 0) R->exposed_us += us; /* run inline: the rank does nothing else */
+          if (B) {
+            B->name = e->name;
+            B->node = e->node;
+            B->bytes = e->bytes;
+            B->algo = e->algo;
+            B->runs++;
+            B->duration_us += us;
+            if (l == 0) B->wait_us += us;
+            if (l == 1 && used[c] < n_start[c])
+              B->start_after_us += (double)(e->t0 - starts[c][used[c]++]) * 1e-3;
+          }
+        } else if (!strcmp(e->cat, "wait")) {
+          R->exposed_us += us;
+          if (B) B->wait_us += us;
+        } else if (!strcmp(e->cat, "start")) {
+          if (B) starts[c][n_start[c]++] = e->t1;
+        } else if (!strcmp(e->cat, "compute") || !strcmp(e->cat, "copy") ||
+                   !strcmp(e->cat, "fused")) {
+          R->compute_us += us;
+        }
+      }
+    }
+  }
+  for (int c = 0; starts && c < n_colls; c++) free(starts[c]);
+  free(starts);
+  free(n_start);
+  free(used);
+  free(w.lo);
+  free(w.hi);
+  return st;
+}

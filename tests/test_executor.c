@@ -935,8 +935,10 @@ static void same_in_place(cspec s, int a) {
  * run_coll) and leaves the unused buffer (and the blocks of the input that
  * are not its own) alone. AllReduce: counts are the elements; AllGather
  * and ReduceScatter: one member, counts are a rank's block, and every row
- * resolves to direct (the forced rows run the small sizes only). */
-static void in_place_sweep(cf_op op, const int64_t *counts, int n_counts) {
+ * resolves to direct (the forced rows run the small sizes only). The
+ * sizes above 1000 under a forced AllReduce row are the long part (subject
+ * in_place_large, label long): large says which part runs. */
+static void in_place_sweep(cf_op op, const int64_t *counts, int n_counts, bool large) {
   static const int ranks[] = {1, 2, 3, 4, 5, 8};
   for (int a = -1; a < N_ALGOS; a++)
     for (int t = 0; t < N_DTS; t++)
@@ -950,6 +952,8 @@ static void in_place_sweep(cf_op op, const int64_t *counts, int n_counts) {
                   (count > 100003 && all_dts[t] != CF_DT_INT8 && all_dts[t] != CF_DT_FLOAT32))) ||
                 (op != CF_OP_ALLREDUCE && a >= 0 && (count > 1000 || det)))
               continue; /* time: the big sizes once per algorithm and dtype */
+            if (large != (op == CF_OP_ALLREDUCE && a >= 0 && count > 1000))
+              continue; /* the other part's */
             int red = op == CF_OP_ALLGATHER   ? -1
                       : op == CF_OP_ALLREDUCE ? ((t + r + c) % 2 ? CF_RED_MEAN : CF_RED_SUM)
                                               : (t + r + c) % CF_RED_COUNT;
@@ -970,10 +974,17 @@ static void in_place_sweep(cf_op op, const int64_t *counts, int n_counts) {
 
 /* In place (out is in, as the plan gives a gradient bucket), small to
  * segmented sizes (3M int8: segmented). */
+static const int64_t ar_in_place_counts[] = {0, 1, 7, 65, 1000, 100003, (int64_t)3 << 20};
+
 static void test_allreduce_in_place(void **state) {
   (void)state;
-  static const int64_t counts[] = {0, 1, 7, 65, 1000, 100003, (int64_t)3 << 20};
-  in_place_sweep(CF_OP_ALLREDUCE, counts, 7);
+  in_place_sweep(CF_OP_ALLREDUCE, ar_in_place_counts, 7, false);
+}
+
+/* ... and its sizes above 1000 under every forced row (label long) */
+static void test_allreduce_in_place_large(void **state) {
+  (void)state;
+  in_place_sweep(CF_OP_ALLREDUCE, ar_in_place_counts, 7, true);
 }
 
 /* ReduceScatter and AllGather in place (NCCL's layouts, member by member:
@@ -984,8 +995,8 @@ static void test_allreduce_in_place(void **state) {
 static void test_rsag_in_place(void **state) {
   (void)state;
   static const int64_t counts[] = {0, 1, 7, 65, 1000, 100003, 300000};
-  in_place_sweep(CF_OP_REDUCESCATTER, counts, 7);
-  in_place_sweep(CF_OP_ALLGATHER, counts, 7);
+  in_place_sweep(CF_OP_REDUCESCATTER, counts, 7, false);
+  in_place_sweep(CF_OP_ALLGATHER, counts, 7, false);
   /* fused buckets: five members (one empty, one past a piece), packed and
    * with odd padding between them */
   static const int64_t fused[] = {7, 1, 20000, 0, 100};
@@ -2249,6 +2260,7 @@ static const struct CMUnitTest s_allreduce[] = {
     T(test_allreduce_deterministic),
 };
 static const struct CMUnitTest s_in_place[] = {T(test_allreduce_in_place), T(test_rsag_in_place)};
+static const struct CMUnitTest s_in_place_large[] = {T(test_allreduce_in_place_large)};
 static const struct CMUnitTest s_segments[] = {T(test_allreduce_rsag_segments)};
 static const struct CMUnitTest s_collectives[] = {
     T(test_reduce_scatter), T(test_all_gather),   T(test_reduce_root),
@@ -2270,7 +2282,7 @@ static const struct {
   const struct CMUnitTest *tests;
   size_t n;
 } subjects[] = {SUBJECT(streams),     SUBJECT(allreduce), SUBJECT(segments), SUBJECT(in_place),
-                SUBJECT(collectives), SUBJECT(failures),  SUBJECT(plan)};
+                SUBJECT(in_place_large), SUBJECT(collectives), SUBJECT(failures),  SUBJECT(plan)};
 
 int main(int argc, char **argv) {
   if (getenv("CF_TEST_FILTER")) cmocka_set_test_filter(getenv("CF_TEST_FILTER")); /* debugging one test */
@@ -2284,7 +2296,7 @@ int main(int argc, char **argv) {
   }
   if (!found) {
     fprintf(stderr, "test_executor: no subject '%s' (streams, allreduce, segments, in_place, "
-                    "collectives, failures, plan)\n", argv[1]);
+                    "in_place_large, collectives, failures, plan)\n", argv[1]);
     return 2;
   }
   return rc;

@@ -4,8 +4,10 @@
  * collfuse's side is the executor's own path without a graph: N ranks on
  * the CPU device, each calling cf_coll_run on float32 sum, out of place,
  * 64-byte aligned buffers filled by cf_fill_random. The ranks are threads
- * of this process on the threads world, or with --backend mpi the
- * processes of an mpirun job on the MPI world; both run the one measuring
+ * of this process on the threads world, with --backend mpi the
+ * processes of an mpirun job on the MPI world, or with --backend shm
+ * processes of this host on the shm world (started here, after the
+ * MPI_Allreduce peer has run, or by a launcher); all run the one measuring
  * loop of bench_ar_loop.c (which --device cuda, bench_cuda.c, runs too).
  * Every algorithm is measured (direct, rsag, ring, rd) and AUTO is
  * reported as the one cf_coll_select resolves to, so the table shows where
@@ -64,6 +66,7 @@ typedef struct ar_options {
   const char *mpi_args; /* extra mpirun arguments, split at spaces */
   bool json, no_mpi;
   bool mpi;      /* --backend mpi: this process is one rank under mpirun */
+  bool shm;      /* --backend shm: this process is one rank of the shm world */
   const char *profile; /* --profile FILE */
   bool save_profile;   /* --save-profile: write what was measured into the profile */
   cf_profile *prof;    /* the profile read: auto's measured rules */
@@ -371,7 +374,10 @@ static double of_bound(const ar_row *r, double us) {
 static void print_header(const ar_options *o, const mpi_peer *m) {
   printf("collfuse bench allreduce: %d ranks (%s, CPU device), float32 sum, out of "
          "place\n",
-         o->ranks, o->mpi ? "MPI transport, one process per rank" : "threads transport");
+         o->ranks,
+         o->mpi   ? "MPI transport, one process per rank"
+         : o->shm ? "shm transport, one process per rank"
+                  : "threads transport");
   printf("  us: median over %d loop%s of K back-to-back calls, per call; algbw = bytes / time,\n"
          "  busbw = algbw * 2(n-1)/n = algbw * %.2f (GB/s, 1 GB = 1e9 B); auto = cf_coll_select's "
          "choice\n",
@@ -484,8 +490,10 @@ static const cf_opt ar_opts[] = {
     {"--mpi-args", NULL, "ARGS", CF_OPT_STR, offsetof(cf_ar_args, mpi_args),
      .help = "more mpirun options for the MPI_Allreduce peer,\n"
              "such as '--mca coll basic,self,libnbc'"},
-    {"--backend", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, backend), .choices = "threads|mpi",
-     .help = "mpi: under `mpirun -np N`, every process is one rank and\n"
+    {"--backend", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, backend), .choices = "threads|mpi|shm",
+     .help = "shm: N processes of this host on the shm world (started\n"
+             "here; MPI_Allreduce's peer runs first, as for threads);\n"
+             "mpi: under `mpirun -np N`, every process is one rank and\n"
              "MPI_Allreduce runs in the same processes"},
     {"--device", NULL, NULL, CF_OPT_STR, offsetof(cf_ar_args, device), .choices = "cpu|cuda",
      .help = "cuda: the ranks on the CUDA backend, against the GPU's copy rate"},
@@ -539,6 +547,7 @@ static int parse_options(const cf_ar_args *a, ar_options *o) {
   o->json = a->json;
   o->no_mpi = a->no_mpi;
   o->mpi = a->backend && strcmp(a->backend, "mpi") == 0;
+  o->shm = a->backend && strcmp(a->backend, "shm") == 0;
   o->profile = a->profile;
   o->save_profile = a->save_profile;
   if (a->save_profile && a->algo)
@@ -555,6 +564,11 @@ static int parse_options(const cf_ar_args *a, ar_options *o) {
 
 /* ---------------- the profile ---------------- */
 
+/* The transport as profiles name it. */
+static const char *transport_of(const ar_options *o) {
+  return o->mpi ? "mpi" : o->shm ? "shm" : "threads";
+}
+
 /* Read the profile auto's column uses (--save-profile: the file it will
  * update, which need not exist yet); 0 or the exit code. */
 static int read_profile(cf_context *ctx, ar_options *o) {
@@ -566,7 +580,7 @@ static int read_profile(cf_context *ctx, ar_options *o) {
                      : cf_profile_find(ctx, o->profile, &o->prof, path, sizeof path);
   if (st) return cf_tool_fail(ctx, st);
   o->columns[0].n_measured =
-      cf_profile_rules(o->prof, o->mpi ? "mpi" : "threads", &o->columns[0].measured);
+      cf_profile_rules(o->prof, transport_of(o), &o->columns[0].measured);
   return 0;
 }
 
@@ -579,7 +593,7 @@ static int save_profile(cf_context *ctx, const ar_options *o, const ar_row *rows
     memcpy(cells[s].us, rows[s].min_us, sizeof cells[s].us);
   }
   char path[4096];
-  const char *transport = o->mpi ? "mpi" : "threads";
+  const char *transport = transport_of(o);
   cf_status st = cf_bench_ar_save_profile(ctx, o->profile, transport, o->ranks, cells, o->n_sizes,
                                           o->n_cols, path, sizeof path);
   if (st) return cf_tool_fail(ctx, st);
@@ -595,11 +609,13 @@ static int save_profile(cf_context *ctx, const ar_options *o, const ar_row *rows
  * or JIT state exists, so the two never share the cores) or, with
  * --backend mpi, as one rank of an mpirun job (every process one rank,
  * MPI_Allreduce in the same processes; rank 0 prints); the exit code. */
-static int bench(cf_context *ctx, ar_options *o, ar_row *rows) {
+static int bench(cf_context *ctx, ar_options *o, ar_row *rows, mpi_peer *peer) {
   mpi_peer m = {.up = true};
   cf_mem_need need = {.ranks = o->ranks};
   cf_status st;
-  if (o->mpi) {
+  if (peer) { /* shm: measured before the ranks were started */
+    m = *peer;
+  } else if (o->mpi) {
     snprintf(m.library, sizeof m.library,
              "in the same processes (the transport's native collective)");
     snprintf(m.command, sizeof m.command, "MPI_Allreduce on MPI_COMM_WORLD's duplicate");
@@ -615,8 +631,9 @@ static int bench(cf_context *ctx, ar_options *o, ar_row *rows) {
   cf_world *w = NULL;
   cf_device *dev = NULL;
   cf_bench_ar *h = NULL;
-  st = cf_world_create(ctx, o->mpi ? &cf_world_mpi : &cf_world_threads, o->mpi ? 0 : o->ranks,
-                       o->timeout_s, &w);
+  bool procs = o->mpi || o->shm; /* one rank per process */
+  st = cf_world_create(ctx, o->mpi ? &cf_world_mpi : o->shm ? &cf_world_shm : &cf_world_threads,
+                       procs ? 0 : o->ranks, o->timeout_s, &w);
   if (st) return cf_tool_fail(ctx, st);
   int me = w->first, rc = 0;
   o->ranks = w->size;
@@ -629,7 +646,7 @@ static int bench(cf_context *ctx, ar_options *o, ar_row *rows) {
   }
   st = cf_device_cpu_create(ctx, &dev);
   if (!st) st = cf_bench_ar_open(ctx, w, dev, &h);
-  if (!st && o->mpi) {
+  if (!st && procs) {
     need = (cf_mem_need){.processes = cf_world_host_processes(w), .rank = me};
     st = check_memory(ctx, o, w->size, cf_world_comm(w, me)->ops->zero_copy, &need);
   }
@@ -644,9 +661,10 @@ static int bench(cf_context *ctx, ar_options *o, ar_row *rows) {
     cJSON_AddNumberToObject(root, "ranks", o->ranks);
     cJSON_AddStringToObject(root, "transport", w->ops->name);
     cJSON_AddStringToObject(root, "device", "cpu");
-    if (o->mpi) {
+    if (procs) {
       cJSON_AddNumberToObject(root, "local_ranks", cf_world_host_processes(w));
-    } else {
+    }
+    if (!o->mpi) {
       cJSON_AddStringToObject(root, "dtype", "float32");
       cJSON_AddStringToObject(root, "reduction", "sum");
     }
@@ -664,7 +682,7 @@ static int bench(cf_context *ctx, ar_options *o, ar_row *rows) {
   }
   for (int s = 0; s < o->n_sizes && !rc; s++) {
     if (!measure_rounds(h, o, w, &rows[s], o->save_profile ? PROFILE_ROUNDS : 1)) {
-      if (o->mpi)
+      if (procs)
         fprintf(stderr, "collfuse bench allreduce: rank %d: %lld bytes: %s\n", me,
                 (long long)rows[s].bytes, cf_bench_ar_error(h));
       else
@@ -686,8 +704,30 @@ static int bench(cf_context *ctx, ar_options *o, ar_row *rows) {
   cf_bench_ar_close(h);
   if (dev) dev->ops->destroy(dev);
   fflush(stdout);
-  cf_world_destroy(w, o->mpi ? rc : 0);
+  cf_world_destroy(w, procs ? rc : 0);
   return rc;
+}
+
+/* --backend shm: MPI_Allreduce's peer first (all sizes in one mpirun, as
+ * for threads), then the ranks as processes of this host, started here
+ * (each inherits the peer's results) unless a launcher started this one. */
+static int bench_shm(cf_context *ctx, ar_options *o, ar_row *rows) {
+  mpi_peer m = {.up = true};
+  if (cf_shm_launched()) {
+    m.up = false;
+    snprintf(m.why, sizeof m.why, "a launcher started the ranks (run it without one to compare)");
+    return bench(ctx, o, rows, &m);
+  }
+  cf_mem_need need = {.ranks = o->ranks};
+  cf_status st = check_memory(ctx, o, o->ranks, true, &need);
+  if (st) return cf_tool_fail(ctx, st);
+  if (!o->json && !o->no_mpi) {
+    printf("collfuse bench allreduce: running MPI_Allreduce on %d processes first...\n", o->ranks);
+    fflush(stdout);
+  }
+  run_mpi(o, rows, &m);
+  int rc = cf_tool_spawn_ranks("bench allreduce", o->ranks);
+  return rc >= 0 ? rc : bench(ctx, o, rows, &m);
 }
 
 int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
@@ -702,7 +742,7 @@ int cf_bench_allreduce(cf_context *ctx, int argc, char **argv) {
   ar_row rows[MAX_SIZES];
   for (int s = 0; s < o.n_sizes; s++)
     rows[s] = (ar_row){.bytes = o.sizes[s], .iters = iters_for(&o, o.sizes[s])};
-  rc = bench(ctx, &o, rows);
+  rc = o.shm ? bench_shm(ctx, &o, rows) : bench(ctx, &o, rows, NULL);
   cf_profile_destroy(o.prof);
   return rc;
 }

@@ -38,7 +38,8 @@ typedef struct fu_options {
   int n_splits;
   int64_t max_memory; /* 0: what the machine has available */
   bool json;
-  bool api; /* --api: bench_fusion_api.c instead of the variants */
+  bool api;          /* --api: bench_fusion_api.c instead of the variants */
+  const char *trace; /* --trace FILE.json: each variant's last round, FILE.<variant>.json */
 } fu_options;
 
 typedef struct variant {
@@ -51,6 +52,9 @@ typedef struct variant {
   int64_t peak_bytes;          /* memory plan per rank */
   double round_ms[MAX_ROUNDS]; /* median per iteration of each round */
   double ms;                   /* median of the rounds; 0 when skipped */
+  double round_exposed[MAX_ROUNDS]; /* exposed communication per iteration (timeline.c) */
+  double exposed_ms;                /* median of the rounds; -1: not measured */
+  const char *tag;                  /* its --trace file's middle name */
   char skipped[320];
 } variant;
 
@@ -144,14 +148,31 @@ static cf_status plan_variant(cf_context *ctx, const fu_options *o, const char *
   return st;
 }
 
-/* One round of a planned variant: warm-up and timed iterations. */
-static cf_status run_variant(cf_context *ctx, variant *v, int round) {
+/* One round of a planned variant: warm-up and timed iterations, their
+ * events recorded for the exposed communication (and, in the last round,
+ * --trace's file). */
+static cf_status run_variant(cf_context *ctx, const fu_options *o, variant *v, int round) {
   cf_run_result res = {0};
-  cf_status st = cf_exec_run(ctx, v->plan, NULL, &res);
+  cf_trace *t = NULL;
+  cf_status st = cf_trace_create(o->ranks, CF_TOOL_TRACE_EVENTS, &t);
+  ctx->trace = t;
+  if (!st) st = cf_exec_run(ctx, v->plan, NULL, &res);
+  ctx->trace = NULL;
   if (!st) {
     v->round_ms[round] = res.time_ms_median;
     v->collectives = (int)res.collectives_executed;
+    v->round_exposed[round] = cf_tool_exposed_ms(t, o->warmup, cf_plan_colls(v->plan));
   }
+  if (o->trace && (st || round == o->rounds - 1)) {
+    char path[4096];
+    size_t n = strlen(o->trace);
+    bool json = n > 5 && strcmp(o->trace + n - 5, ".json") == 0;
+    snprintf(path, sizeof path, "%.*s.%s.json", (int)(json ? n - 5 : n), o->trace, v->tag);
+    if (st) cf_trace_fail(t, cf_context_errmsg(ctx));
+    cf_status ws = cf_trace_write(ctx, t, path);
+    if (!st) st = ws;
+  }
+  cf_trace_destroy(t);
   cf_run_result_free(&res);
   return st;
 }
@@ -177,8 +198,8 @@ static void print_table(const fu_options *o, const ar_totals *t, const variant *
          o->iters, cf_s(o->iters), o->warmup);
   if (o->rounds > 1) printf(", median of %d rounds (variants round-robin)", o->rounds);
   printf("\n");
-  printf("%-34s %6s %10s %10s %9s %11s\n", "variant", "colls", "ms/iter", "peak/rank", "vs ideal",
-         "vs unfused");
+  printf("%-34s %6s %10s %10s %10s %9s %11s\n", "variant", "colls", "ms/iter", "exposed",
+         "peak/rank", "vs ideal", "vs unfused");
   for (int i = 0; i < nv; i++) {
     if (v[i].skipped[0]) {
       printf("%-34s skipped: %s\n", v[i].name, v[i].skipped);
@@ -189,7 +210,8 @@ static void print_table(const fu_options *o, const ar_totals *t, const variant *
     if (ratio(v[i].ms, ideal->ms) > 0) snprintf(qi, sizeof qi, "%.2fx", ratio(v[i].ms, ideal->ms));
     if (ratio(v[i].ms, unfused->ms) > 0)
       snprintf(qu, sizeof qu, "%.3fx", ratio(v[i].ms, unfused->ms));
-    printf("%-34s %6d %10.3f %10s %9s %11s\n", v[i].name, v[i].collectives, v[i].ms, pk, qi, qu);
+    printf("%-34s %6d %10.3f %10.3f %10s %9s %11s\n", v[i].name, v[i].collectives, v[i].ms,
+           v[i].exposed_ms, pk, qi, qu);
   }
 }
 
@@ -217,6 +239,7 @@ static void print_json(const fu_options *o, const char *graph_name, const ar_tot
     } else {
       cJSON_AddNumberToObject(j, "collectives", v[i].collectives);
       cJSON_AddNumberToObject(j, "time_ms", v[i].ms);
+      cJSON_AddNumberToObject(j, "exposed_ms", v[i].exposed_ms);
       cJSON_AddItemToObject(j, "time_ms_rounds", cJSON_CreateDoubleArray(v[i].round_ms, o->rounds));
       cJSON_AddNumberToObject(j, "peak_bytes", (double)v[i].peak_bytes);
       if (ratio(v[i].ms, ideal->ms) > 0)
@@ -237,7 +260,8 @@ typedef struct fu_args {
   cf_opt_list file, split;
   int ranks, iters, warmup, rounds;
   int64_t max_memory;
-  bool quick, json, api;
+  const char *trace;
+  bool quick, json, api, quiet;
 } fu_args;
 
 static bool check_split(void *out, const char *v, char *why, size_t len) {
@@ -267,8 +291,13 @@ static const cf_opt fu_opts[] = {
      .help = "instead: a DP step through the C API, separate buffers vs\n"
              "bucket views (copies, ms per step, ratio)"},
     CF_OPT_MAX_MEMORY(offsetof(fu_args, max_memory)),
+    {"--trace", NULL, "FILE.json", CF_OPT_STR, offsetof(fu_args, trace),
+     .help = "each variant's last round as a Chrome trace (run --trace),\n"
+             "FILE.unfused.json, FILE.fused.json, FILE.split1.json, ...,\n"
+             "FILE.ideal.json"},
     {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, json),
      .help = "one JSON object on stdout"},
+    CF_OPT_QUIET(offsetof(fu_args, quiet)),
     {0},
 };
 
@@ -298,7 +327,8 @@ static int parse_options(int argc, char **argv, fu_options *o) {
                     .rounds = a.rounds,
                     .json = a.json,
                     .max_memory = a.max_memory,
-                    .api = a.api};
+                    .api = a.api,
+                    .trace = a.trace};
   if (!rc) {
     o->file = a.file.v[0];
     for (int k = 0; k < a.split.n; k++)
@@ -317,6 +347,8 @@ int cf_bench_fusion(cf_context *ctx, int argc, char **argv) {
   fu_options o;
   int rc = parse_options(argc, argv, &o);
   if (rc) return rc == CF_OPTS_HELP ? 0 : rc;
+  if (cf_tool_is_std(o.trace))
+    return cf_tool_usage("bench fusion", "%s", "--trace wants a file (FILE.json), not '-'");
   if (o.api)
     return cf_bench_fusion_api(ctx, &(cf_bench_api_options){.file = o.file,
                                                             .ranks = o.ranks,
@@ -327,14 +359,19 @@ int cf_bench_fusion(cf_context *ctx, int argc, char **argv) {
   variant v[MAX_SPLITS + 3];
   int nv = 0;
   memset(v, 0, sizeof v);
-  v[nv++] = (variant){.name = "unfused (-O0)", .pipeline = cf_pipeline_O0};
-  v[nv++] = (variant){.name = "fused (default: --split auto)", .pipeline = cf_pipeline_default};
+  static const char *const split_tags[MAX_SPLITS] = {
+      "split1", "split2", "split3",  "split4",  "split5",  "split6",  "split7",  "split8",
+      "split9", "split10", "split11", "split12", "split13", "split14", "split15", "split16"};
+  v[nv++] = (variant){.name = "unfused (-O0)", .pipeline = cf_pipeline_O0, .tag = "unfused"};
+  v[nv++] = (variant){
+      .name = "fused (default: --split auto)", .pipeline = cf_pipeline_default, .tag = "fused"};
   for (int k = 0; k < o.n_splits; k++) {
     variant *x = &v[nv++];
-    *x = (variant){.pipeline = cf_pipeline_default, .split = o.splits[k]};
+    *x = (variant){.pipeline = cf_pipeline_default, .split = o.splits[k], .tag = split_tags[k]};
     snprintf(x->name, sizeof x->name, "fused --split %s", o.splits[k]);
   }
   variant *ideal = &v[nv++], *unfused = &v[0];
+  ideal->tag = "ideal";
 
   /* the AllReduce traffic of the unfused graph sizes the ideal */
   cf_graph *g = NULL;
@@ -369,10 +406,13 @@ int cf_bench_fusion(cf_context *ctx, int argc, char **argv) {
         fprintf(stderr, "bench fusion: round %d: %s...\n", r + 1, v[i].name);
         fflush(stderr);
       }
-      st = run_variant(ctx, &v[i], r);
+      st = run_variant(ctx, &o, &v[i], r);
     }
   for (int i = 0; i < nv && !st; i++)
-    if (!v[i].skipped[0]) v[i].ms = median_of(v[i].round_ms, o.rounds);
+    if (!v[i].skipped[0]) {
+      v[i].ms = median_of(v[i].round_ms, o.rounds);
+      v[i].exposed_ms = median_of(v[i].round_exposed, o.rounds);
+    }
   if (st) {
     rc = cf_tool_fail(ctx, st);
   } else if (o.json) {

@@ -720,7 +720,7 @@ typedef struct phase_times {
 
 static void print_json(const run_args *a, const cf_run_result *res, bool verified,
                        const cf_verify_stats *vs, const cf_plan *plan, int64_t peak_unfused,
-                       const opaque_outs *opq, const phase_times *ph) {
+                       const opaque_outs *opq, const phase_times *ph, const cf_trace *trace) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "ranks", res->ranks);
   cJSON_AddStringToObject(o, "backend", a->backend ? a->backend : "threads");
@@ -747,6 +747,7 @@ static void print_json(const run_args *a, const cf_run_result *res, bool verifie
   for (int j = 0; j < opq->n; j++) cJSON_AddItemToArray(unchecked, cJSON_CreateString(opq->names[j]));
   cJSON *phases = cJSON_AddObjectToObject(o, "phase_s");
   for (int k = 0; k < ph->n; k++) cJSON_AddNumberToObject(phases, ph->name[k], ph->secs[k]);
+  cf_tool_timeline_json(o, trace, plan, a->warmup);
   char *text = cJSON_PrintUnformatted(o);
   if (text) printf("%s\n", text);
   free(text);
@@ -1011,9 +1012,10 @@ static void report(cf_context *ctx, const run_job *j) {
       total += ph.secs[k];
     }
     fprintf(stderr, "; %.3f s in all\n", total);
+    cf_tool_timeline_print(stderr, "run", ctx->trace, j->plan, a->warmup);
   }
   if (a->json) {
-    print_json(a, &j->res, j->verified, &j->vs, j->plan, j->peak_unfused, &j->opq, &ph);
+    print_json(a, &j->res, j->verified, &j->vs, j->plan, j->peak_unfused, &j->opq, &ph, ctx->trace);
     return;
   }
   printf("%s: %d rank%s%s, %lld collective%s per iteration, median %.3f ms over %d iteration%s",
@@ -1032,7 +1034,7 @@ static void report(cf_context *ctx, const run_job *j) {
 static int write_trace(cf_context *ctx, run_job *j, int rc) {
   const char *path = j->a->trace;
   cf_trace *t = ctx->trace;
-  if (!t) return rc;
+  if (!t || !path) return rc;
   cf_phase_end(ctx);
   if (rc) cf_trace_fail(t, cf_context_errmsg(ctx));
   char own[4096];
@@ -1112,8 +1114,8 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                        .device = a.device && strcmp(a.device, "cuda") == 0 ? CF_DEVICE_CUDA
                                                                            : CF_DEVICE_CPU}};
   if (a.save) catch_signals();
-  cf_trace *trace = NULL;
-  if (a.trace && cf_trace_create(CF_MAX_WORLD, CF_TOOL_TRACE_EVENTS, &trace)) {
+  cf_trace *trace = NULL; /* --trace's, or -v's own (for its timeline lines) */
+  if ((a.trace || a.verbose) && cf_trace_create(CF_MAX_WORLD, CF_TOOL_TRACE_EVENTS, &trace)) {
     fprintf(stderr, "collfuse run: out of memory\n");
     cf_opts_free(&cf_command_run, &a);
     return EXIT_RUNTIME;

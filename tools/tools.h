@@ -273,6 +273,16 @@ bool cf_opt_check_quiet(void *out, const char *v, char *why, size_t len);
   {"--quiet", NULL, NULL, CF_OPT_FLAG, (f), .check = cf_opt_check_quiet,                           \
    .help = "no progress line on standard error (shown on a terminal\n"                             \
            "once a phase takes over a second)"}
+/* timeline.c: what a run's trace says (exposed communication, overlap,
+ * each plan collective's start, run and wait), over the iterations from
+ * first_iter on: as `run -v` lines prefixed who, into cJSON object obj as
+ * "timeline" (run --json), and the mean over ranks of the exposed
+ * milliseconds per iteration (-1: none). */
+struct cf_plan;
+void cf_tool_timeline_print(FILE *f, const char *who, const cf_trace *t, const struct cf_plan *p,
+                            int first_iter);
+void cf_tool_timeline_json(void *obj, const cf_trace *t, const struct cf_plan *p, int first_iter);
+double cf_tool_exposed_ms(const cf_trace *t, int first_iter, int n_colls);
 /* Events each lane of a --trace keeps (its ring buffer: the newest win). */
 #define CF_TOOL_TRACE_EVENTS ((int64_t)1 << 16)
 /* A file argument as messages name it: "<stdin>" for "-". */

@@ -234,6 +234,8 @@ def init(backend=None, deterministic=False, timeout=None, environ=os.environ):
         w.options["backend"] = "shm"
         if seen[0] == "torch.distributed":  # no launcher's job name: agree on one through the store
             w.options["job"] = _torch_job()
+        elif environ is not os.environ:  # the library reads the process's: name the job given here
+            w.options["job"] = "environ:%s:%d" % (seen[0], size)
     _world = w
     try:
         barrier()  # joins the world (under MPI the first executable initializes it and is kept to the end)

@@ -130,7 +130,7 @@ def normalise(text, tmp):
     text = text.replace(os.path.realpath(tmp), "<tmp>").replace(tmp, "<tmp>")
     text = re.sub(r"(?<![\w.])%s(\s?)(GB/s|GiB/s|MB/s|ms|us|ns|s)\b" % NUM, r"#\1\2", text)
     text = re.sub(r'("[a-z_]*_(?:ms|err)[a-z_]*":)%s' % NUM, r"\1#", text)
-    text = re.sub(r'"pass_ms":\{[^}]*\}',
+    text = re.sub(r'"(?:pass_ms|phase_s)":\{[^}]*\}',
                   lambda m: re.sub(r'(":)%s' % NUM, r"\1#", m.group(0)), text)
     text = re.sub(r"(max (?:rel|abs) err )%s" % NUM, r"\1#", text)
     text = re.sub(r"\b[0-9a-f]{16,}\b", "<hash>", text)
@@ -199,7 +199,10 @@ def run_on_terminal(cmd, cwd, env, timeout):
             break
         out.append(data)
     os.close(master)
-    return p.wait(), b"".join(out).decode("utf-8", "replace").replace("\r\n", "\n")
+    text = b"".join(out).decode("utf-8", "replace").replace("\r\n", "\n")
+    # a progress line (tools/progress.c: "\r TEXT ESC[K", cleared by
+    # "\r ESC[K") is gone from the screen once the command ends, as here
+    return p.wait(), re.sub(r"\r[^\r\n]*?\x1b\[K", "", text)
 
 
 def commands_of(src, rel):

@@ -57,8 +57,20 @@ while read -r cmd; do
     # the left part: up to column 20 when the help follows on the same line
     left=$line
     case $line in ????????????????????"  "?*) left=$(printf '%s' "$line" | cut -c1-20) ;; esac
-    names=$(echo "$left" | awk '{ for (i = 1; i <= NF; i++) { w = $i; sub(/,$/, "", w); if (w ~ /^-/) print w; else break } }')
-    value=$(echo "$left" | awk '{ for (i = 1; i <= NF; i++) if ($i !~ /^-/) { print $i; exit } }')
+    # its names (the words up to the first that is no option, without their
+    # commas) and the value's name after them, without starting a process
+    names=
+    value=
+    set -f
+    # shellcheck disable=SC2086 # the words of the line
+    set -- $left
+    set +f
+    for w in "$@"; do
+      case $w in
+        -*) names="$names ${w%,}" ;;
+        *) value=$w; break ;;
+      esac
+    done
     for opt in $names; do
       case $opt in -h | --help) continue ;; esac
       if [ -z "$value" ]; then

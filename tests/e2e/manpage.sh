@@ -1,17 +1,21 @@
 #!/bin/sh
-# manpage.sh PAGE COLLFUSE: the generated man page (build/collfuse.1)
+# manpage.sh PAGE COLLFUSE ENVGEN: the generated man page (build/collfuse.1)
 # renders without a warning (groff -ww, and man -l where man-db is
 # installed), its header names the program and its version, and the
 # rendered text names every command and, under each command, every option
-# that command's --help lists, its targets and its passes. Prints one line
-# per failure and exits 1 if there was any.
+# that command's --help lists, its targets and its passes; its ENVIRONMENT
+# section has exactly the variables of ir/env.c's table (ENVGEN:
+# tests/gen_env_doc.c, which prints that table), in its order, each with
+# its value and default. Prints one line per failure and exits 1 if there
+# was any.
 set -u
-if [ $# -ne 2 ]; then
-  echo "usage: manpage.sh PAGE COLLFUSE" >&2
+if [ $# -ne 3 ]; then
+  echo "usage: manpage.sh PAGE COLLFUSE ENVGEN" >&2
   exit 2
 fi
 page=$1
 cf=$2
+envgen=$3
 fails=0
 fail() { echo "manpage.sh: $*" >&2; fails=$((fails + 1)); }
 work=$(mktemp -d "${TMPDIR:-/tmp}/cf-man.XXXXXX") || exit 2
@@ -52,6 +56,23 @@ for c in $commands $(for b in $benchmarks; do echo "bench:$b"; done); do
     grep -q -- "[ ,]$w[,.]" "$work/section" || fail "'$cmd': $w is not listed"
   done
 done
+
+# ENVIRONMENT against the table: the variables (tag lines), in order, and
+# each one's "Value: VALUE; default: DEFAULT." (the rendering drops the
+# backticks, so the words are compared without them)
+awk '/^ENVIRONMENT$/ {on = 1; next} on && /^[A-Z]/ {exit} on' "$work/text" >"$work/env"
+"$envgen" | awk -F' [|] ' 'NR > 2 {gsub(/[`|]/, "", $1); sub(/^ */, "", $1); print $1}' >"$work/env_want"
+[ -s "$work/env_want" ] || fail "$envgen printed no variable"
+# (a tag shorter than the indent shares its line with the description: RANK)
+grep -E '^       [A-Z][A-Z0-9_]+( {2,}.*)?$' "$work/env" | awk '{print $1}' >"$work/env_got"
+cmp -s "$work/env_want" "$work/env_got" ||
+  fail "ENVIRONMENT's variables differ from ir/env.c's table: $(diff "$work/env_want" "$work/env_got" | grep '^[<>]' | tr '\n' ' ')"
+tr '\n' ' ' <"$work/env" | tr -s ' ' >"$work/env_flat"
+"$envgen" | awk -F' [|] ' 'NR > 2 {v = $2; d = $3; gsub(/[`]/, "", v); gsub(/[`]/, "", d); print "Value: " v "; default: " d "."}' |
+  while IFS= read -r line; do
+    grep -qF -- "$line" "$work/env_flat" || echo "$line"
+  done >"$work/env_missing"
+[ -s "$work/env_missing" ] && fail "ENVIRONMENT lacks: $(head -n 3 "$work/env_missing" | tr '\n' ' ')"
 
 [ "$fails" -eq 0 ] || exit 1
 echo "manpage.sh: ok"

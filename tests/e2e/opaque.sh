@@ -101,7 +101,7 @@ has "$OUT" "; verified (max rel err 0); not checked: 1 of 1 output depends on Op
 run run "$hlo" --json
 expect_rc 0 "run $hlo --json"
 same "run $hlo --json (stderr)" "$ERR" "$hlo_warn"
-has "$OUT" '"outputs":["output"],"opaque_nodes":2,"opaque_outputs":["output"]}' "run $hlo --json"
+has "$OUT" '"outputs":["output"],"opaque_nodes":2,"opaque_outputs":["output"]' "run $hlo --json"
 run run "$pb" --ranks 2 --json
 expect_rc 0 "run $pb --json"
 same "run $pb --json (stderr)" "$ERR" "$pb_warn"
@@ -137,7 +137,7 @@ has "$OUT" ", 1 opaque node" "check o.xml"
 run run "$work/o.xml" --verify --json
 expect_rc 0 "run o.xml --verify --json"
 [ -s "$ERR" ] && fail "run o.xml: printed on stderr"
-has "$OUT" '"opaque_nodes":1,"opaque_outputs":["y"]}' "run o.xml --json"
+has "$OUT" '"opaque_nodes":1,"opaque_outputs":["y"]' "run o.xml --json"
 sed 's/op="Opaque" type="tanh"/op="AllRedcue"/' "$work/o.xml" >"$work/typo.xml"
 run check "$work/typo.xml"
 expect_last 1 "typo.xml:3: error: node 't': unknown op 'AllRedcue'; did you mean 'AllReduce'?" "check typo.xml"
@@ -157,10 +157,10 @@ run run "$work/half.xml" --verify
 expect_rc 0 "run half.xml --verify"
 has "$OUT" "; not checked: 1 of 2 outputs depends on Opaque nodes, which run on synthetic data ('ya')" "run half.xml --verify"
 run run "$work/half.xml" --verify --json
-has "$OUT" '"opaque_nodes":1,"opaque_outputs":["ya"]}' "run half.xml --verify --json"
+has "$OUT" '"opaque_nodes":1,"opaque_outputs":["ya"]' "run half.xml --verify --json"
 # no Opaque node: no note, nothing listed
 run run "$src/examples/tp_mlp.xml" --verify --json
-has "$OUT" '"opaque_nodes":0,"opaque_outputs":[]}' "run tp_mlp.xml --json"
+has "$OUT" '"opaque_nodes":0,"opaque_outputs":[]' "run tp_mlp.xml --json"
 
 # run --input for an Input whose data stops at Opaque nodes: a warning, and
 # the run goes on; an Input that reaches a collective gets none

@@ -21,6 +21,7 @@
 #  - the embedding API's cf_executable_run_rank with the option backend shm
 #    (API_MPI, e2e/api_mpi.c) at 2 and 4 processes from the launcher's
 #    variables, and at 2 with the option job (rank and size explicit);
+#  - `bench allreduce --backend shm` (long): its JSON;
 #  - nothing left behind: no collfuse entry in /dev/shm afterwards.
 # Prints one line per failure and exits 1 if there was any.
 set -u
@@ -198,6 +199,20 @@ if [ -n "$api" ] && part fast; then
   api 2 shm "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=api.$$.2"
   api 4 shm "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=api.$$.4"
   api 2 shm-job "API_RANK=@R API_SIZE=@N API_JOB=apijob.$$"
+fi
+
+# ---- bench allreduce --backend shm (long): the table's JSON, every column
+# checked against the float64 sum of every rank's input by the bench itself
+if part long; then
+  run bench allreduce --backend shm --ranks 2 --quick --no-mpi --json &&
+    expect_rc 0 "bench allreduce --backend shm --quick" &&
+    python3 - "$OUT" <<'EOF' || fail "bench allreduce --backend shm: JSON"
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert d["transport"] == "shm" and d["ranks"] == 2 and len(d["results"]) == 3, d
+for r in d["results"]:
+    assert r["collfuse"]["auto"]["us"] > 0 and r["bound"]["us"] > 0, r
+EOF
 fi
 
 # ---- failures (fast)
