@@ -6,10 +6,14 @@
  * gives the rank its plan's arena (the slot alloc). So the values that
  * collectives read are in memory every peer maps, and a message is an
  * offset into the sender's heap: the receiver reduces or copies straight
- * from the sender's buffer, as a thread of one process would. A send from
- * a buffer outside the heap (a caller's bucket or input, through the C API)
- * is first copied into a bounce buffer of the sender's heap, one per
- * message slot (the only second copy; runs of `collfuse run` have none).
+ * from the sender's buffer, as a thread of one process would (rsag_put
+ * even writes its chunk into the peers' outputs). The executor therefore
+ * never hands this world a caller's buffer for a collective: on a world
+ * that gives memory it copies caller inputs and buckets into the arena and
+ * results out (exec.c's world_memory). What else is sent from outside the
+ * heap (the fingerprint table, a benchmark's pointer exchange) is only
+ * read: it goes through a bounce buffer of the sender's heap, one per
+ * message slot, copied at send (a peer's writes there would be lost).
  * Measured on this machine, 2 processes: memcpy from a peer's shared
  * mapping moves 74/46/16.6/16.4 GB/s at 64K/1M/16M/64M where cross-memory
  * attach (process_vm_readv) moves 11.1/11.7/3.6/3.5, and CMA would need a
@@ -173,12 +177,14 @@ static size_t heap_alloc(cf_shm_world *w, size_t bytes) {
   return got;
 }
 
-/* Give pages back (punched out of the memfd: they read as zeros again, so
- * every allocation is zeroed) and merge the extent with its neighbours. */
+/* Return the extent to the free list, merged with its neighbours. Its pages
+ * stay in the memfd: the C API allocates and frees a plan's arena on every
+ * cf_executable_run_rank, and punching them out (MADV_REMOVE) made each call
+ * fault in and have the kernel zero the whole arena again (6-8x slower at
+ * 25 MiB); shm_alloc zeroes with memset instead. The heap goes with the world. */
 static void heap_free(cf_shm_world *w, size_t off, size_t bytes) {
   size_t len = (bytes + PAGE - 1) / PAGE * PAGE;
   if (!len) len = PAGE;
-  madvise(w->heap[w->me] + off, len, MADV_REMOVE);
   pthread_mutex_lock(&w->lock);
   int i = 0;
   while (i < w->n_free && w->free_list[i].off < off) i++;
@@ -217,6 +223,7 @@ static void *shm_alloc(cf_world *base, size_t bytes) {
   size_t off = heap_alloc(w, bytes + PAGE);
   if (off == SIZE_MAX) return NULL;
   *(size_t *)(w->heap[w->me] + off) = bytes;
+  memset(w->heap[w->me] + off + PAGE, 0, bytes); /* zeroed, as the slot promises (heap_free) */
   return w->heap[w->me] + off + PAGE;
 }
 
