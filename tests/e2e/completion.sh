@@ -86,7 +86,7 @@ expect "collfuse run --passes=dce,fuse-all" "dce,fuse-allgather dce,fuse-allredu
 expect "collfuse bench " "$(sorted $benchmarks --help)"
 expect "collfuse bench fusion --sp" "--split"
 expect "collfuse run --algo r" "rd ring rsag"
-expect "collfuse run --backend " "mpi threads"
+expect "collfuse run --backend " "mpi shm threads"
 expect "collfuse bench reduce --device " "cpu cuda"
 expect "collfuse compile --split " "auto bytes: ddp: index: size:"
 expect "collfuse compile --split by" "bytes:"
