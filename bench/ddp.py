@@ -94,8 +94,8 @@ def main():
                          "step_vs_gloo": med[h][0] / med["gloo"][0],
                          "sync_vs_gloo": med[h][1] / med["gloo"][1] if med[h][1] is not None else None})
     if args.json:
-        print(json.dumps({"launcher": args.launcher, "ranks": args.ranks, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
-                          "batch": args.batch, "rows": rows}))
+        print(json.dumps({"launcher": args.launcher, "ranks": args.ranks, "steps": args.steps, "warmup": args.warmup,
+                          "repeats": args.repeats, "batch": args.batch, "rows": rows}))
         return
     print("%s, %d processes, batch %d per rank, median of %d runs of the median of %d steps after %d warm-up"
           % (args.launcher, args.ranks, args.batch, args.repeats, args.steps, args.warmup))

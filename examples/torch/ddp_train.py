@@ -4,9 +4,14 @@ or without collfuse's comm hook.
 
 Start it the way training jobs start (one process per rank):
 
-    torchrun --nproc_per_node 2 examples/torch/ddp_train.py --model gpt --steps 5 --hook collfuse
-    python3 -m torch.distributed.run --nproc_per_node 2 examples/torch/ddp_train.py --model resnet18
+    torchrun --redirects 2 --tee 2 --nproc_per_node 2 examples/torch/ddp_train.py --model gpt --hook collfuse
+    python3 -m torch.distributed.run --redirects 2 --tee 2 --nproc_per_node 2 examples/torch/ddp_train.py
     mpirun -np 2 -x MASTER_PORT=29533 python3 examples/torch/ddp_train.py --hook collfuse
+
+(Debian's torch 1.13 under Python 3.11 needs torchrun's --redirects 2 --tee
+2: its default 0 is lost by Std.from_str and the launcher fails in to_map.)
+The collfuse hooks join the job through collfuse.distributed: the shm world
+for the ranks of one host, MPI for an mpirun job across hosts.
 
 Models: torchvision's ResNet-18 (Debian's python3-torchvision), or a small
 GPT-style transformer written below. Each rank trains on its own synthetic

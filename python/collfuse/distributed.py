@@ -214,7 +214,8 @@ def init(backend=None, deterministic=False, timeout=None, environ=os.environ):
     mpirun started a job across hosts), "shm" or "mpi". deterministic:
     reductions in a fixed order (bitwise the same results run to run).
     timeout: seconds any wait may take (the library's default otherwise).
-    A second call does nothing."""
+    environ: the variables that say rank and size (os.environ; the worlds
+    themselves read the process's own). A second call does nothing."""
     global _world
     if _world is not None:
         return

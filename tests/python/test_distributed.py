@@ -231,8 +231,10 @@ def refusals(me, R):
                   "all_gather", "want %d" % (2 * R))
     expect_raises(TypeError, lambda: cfd.all_gather(np.zeros(2 * R, np.float64), np.zeros(2, np.float32)),
                   "float64", "float32")
-    expect_raises(ValueError, lambda: cfd.reduce_scatter(np.zeros(2, np.int32), np.zeros(2, np.int32)), "reduce_scatter")
-    expect_raises(ValueError, lambda: cfd.all_to_all(np.zeros(R + 1, np.int8), np.zeros(R + 1, np.int8)), "equal blocks")
+    expect_raises(ValueError, lambda: cfd.reduce_scatter(np.zeros(2, np.int32), np.zeros(2, np.int32)),
+                  "reduce_scatter")
+    expect_raises(ValueError, lambda: cfd.all_to_all(np.zeros(R + 1, np.int8), np.zeros(R + 1, np.int8)),
+                  "equal blocks")
     expect_raises(ValueError, lambda: cfd.broadcast(np.zeros(2, np.int8), src=R), "not a rank")
     expect_raises(ValueError, lambda: cfd.all_reduce(np.zeros(2), op="avgmax"), "reduction")
     buf = np.zeros(4 * R, np.float32)
