@@ -177,8 +177,14 @@ def _choose(backend, seen, environ):
         # on one host the shm world (single copy) beats MPI's shared memory; across hosts, MPI
         local = _local_size(seen, environ)
         return "shm" if shm and local == seen[2] else "mpi"
-    if shm:
+    local = _local_size(seen, environ)
+    if shm and (local is None or local == seen[2]):
         return "shm"
+    if shm:  # the shm world is one host's; only mpirun's jobs span hosts through MPI
+        raise RuntimeError(
+            "collfuse.distributed: this job was started by %s with %d of its %d ranks on this host: the "
+            "shared-memory world needs every rank on one host, and MPI needs mpirun to start the job: "
+            "not falling back to anything slower" % (_describe(seen), local, seen[2]))
     raise RuntimeError(
         "collfuse.distributed: this job was started by %s; collfuse joins it through its shared-memory "
         "world, which this libcollfuse lacks, or through MPI when mpirun starts the job: not falling "
