@@ -31,6 +31,7 @@ struct cf_options {
   cf_context *ctx;
   char *passes, *split, *cost, *target; /* NULL: default */
   char *profile;                        /* NULL: $COLLFUSE_PROFILE or the user's; "none" */
+  char *trace;                          /* each cf_executable_run's timeline, NULL: none */
   bool explain, deterministic;
   int ranks; /* 0: the graph's world_size */
   cf_algo_req algo;
@@ -60,6 +61,7 @@ void cf_options_destroy(cf_options *o) {
   free(o->cost);
   free(o->target);
   free(o->profile);
+  free(o->trace);
   free(o->job);
   free(o);
 }
@@ -126,6 +128,12 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
                       cf_target_unknown(value, why, sizeof why));
     return set_str(o, &o->target, value);
   }
+  if (strcmp(key, "trace") == 0) {
+    if (!*value || strcmp(value, "-") == 0)
+      return cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "option trace wants a file (FILE.json), got '%s'",
+                      value);
+    return set_str(o, &o->trace, value);
+  }
   if (strcmp(key, "explain") == 0 || strcmp(key, "deterministic") == 0) {
     bool *b = key[0] == 'e' ? &o->explain : &o->deterministic;
     if (!parse_bool(value, b))
@@ -162,7 +170,7 @@ cf_status cf_options_set(cf_options *o, const char *key, const char *value) {
     return cf_error(
         o->ctx, CF_ERR_USAGE, NULL, 0,
         "unknown option '%s' (passes, split, cost, profile, target, explain, ranks, deterministic, "
-        "algo, timeout, seed, max_memory, backend, job)",
+        "algo, timeout, seed, max_memory, backend, job, trace)",
         key);
   }
   return ok ? CF_OK : cf_error(o->ctx, CF_ERR_USAGE, NULL, 0, "%s", why);
@@ -239,6 +247,7 @@ struct cf_executable {
   void **buckets;
   bool *owned;
   int64_t last_copies, last_copy_bytes;
+  char *trace; /* the "trace" option: where each cf_executable_run writes its timeline */
   /* the profile (its measured rules the plans' auto reads, kept as long as
    * they) and the memory limit; mpi_setup joins MPI's world with a copy */
   cf_run_setup setup;
@@ -291,6 +300,10 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
   if (!st) st = cf_run_prepare(ctx, &e->setup, &ro);
   if (st) goto fail;
   e->ro = ro;
+  if (opt && opt->trace && !(e->trace = strdup(opt->trace))) {
+    st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+    goto fail;
+  }
   if ((st = cf_plan_build(ctx, g, &ro, &e->plan))) goto fail;
   /* every way to run it needs one rank's memory in a process */
   if ((st = check_memory(e, 1, NULL))) goto fail;
@@ -332,6 +345,7 @@ void cf_executable_destroy(cf_executable *e) {
   free(e->buckets);
   free(e->owned);
   free(e->bucket_coll);
+  free(e->trace);
   cf_plan_destroy(e->bplan);
   cf_plan_destroy(e->mpi_plan);
   cf_world_destroy(e->mpi, 0);
@@ -521,6 +535,18 @@ void *cf_executable_bucket_buffer(const cf_executable *e, int rank, size_t b, cf
                     2 * (size_t)e->bucket_coll[b] + io];
 }
 
+cf_status cf_executable_set_trace(cf_executable *e, const char *path) {
+  if (!e) return CF_ERR_USAGE;
+  if (path && (!*path || strcmp(path, "-") == 0))
+    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "cf_executable_set_trace: the trace goes to a file (FILE.json), not '%s'", path);
+  char *c = path ? strdup(path) : NULL;
+  if (path && !c) return cf_error(e->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  free(e->trace);
+  e->trace = c;
+  return CF_OK;
+}
+
 size_t cf_executable_last_copies(const cf_executable *e, size_t *bytes) {
   if (bytes) *bytes = e ? (size_t)e->last_copy_bytes : 0;
   return e ? (size_t)e->last_copies : 0;
@@ -635,6 +661,35 @@ static cf_status run_plan(cf_executable *e, cf_plan **out) {
   return CF_OK;
 }
 
+/* The "trace" option (cf_executable_set_trace): a trace on e's context for
+ * the run to come, *t NULL when none is asked for. */
+static cf_status trace_begin(cf_executable *e, cf_trace **t) {
+  *t = NULL;
+  if (e->trace && cf_trace_create(e->ranks, CF_TRACE_EVENTS, t))
+    return cf_error(e->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  e->ctx->trace = *t;
+  return CF_OK;
+}
+
+/* ... written after the run, which returned st, failed or not (rank >= 0:
+ * one process's rank, to FILE.rank<R>.json); returns st, else the write's
+ * status. */
+static cf_status trace_end(cf_executable *e, cf_trace *t, int rank, cf_status st) {
+  e->ctx->trace = NULL;
+  if (!t) return st;
+  char *why = st ? cf_error_take(e->ctx) : NULL;
+  if (st) cf_trace_fail(t, why);
+  char path[4096];
+  size_t n = strlen(e->trace);
+  bool json = n > 5 && strcmp(e->trace + n - 5, ".json") == 0;
+  if (rank >= 0)
+    snprintf(path, sizeof path, "%.*s.rank%d.json", (int)(json ? n - 5 : n), e->trace, rank);
+  cf_status ws = cf_trace_write(e->ctx, t, rank >= 0 ? path : e->trace);
+  if (st) cf_error_put(e->ctx, why); /* the run's failure is the one to report */
+  cf_trace_destroy(t);
+  return st ? st : ws;
+}
+
 cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *const *outputs) {
   if (!e) return CF_ERR_USAGE;
   io_buffers b = {0};
@@ -645,7 +700,10 @@ cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *c
       e, e->ranks, "use fewer ranks, or one rank per process with cf_executable_run_rank");
   if (!st) st = run_plan(e, &plan);
   if (!st) st = io_make(e, -1, inputs, outputs, &b);
+  cf_trace *t = NULL;
+  if (!st) st = trace_begin(e, &t);
   if (!st) st = cf_exec_run(e->ctx, plan, &b.in, &res);
+  st = trace_end(e, t, -1, st);
   if (!st) record(e, &res);
   cf_run_result_free(&res);
   io_free(&b);
@@ -717,10 +775,13 @@ cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *
   io_buffers b;
   cf_run_result res = {0};
   st = io_make(e, rank, inputs, outputs, &b);
+  cf_trace *t = NULL;
+  if (!st) st = trace_begin(e, &t);
   if (!st) {
     st = cf_exec_run_world(e->ctx, e->mpi_plan, e->mpi, &b.in, &res);
     if (st) e->mpi_failed = true;
   }
+  st = trace_end(e, t, rank, st);
   if (!st) record(e, &res);
   cf_run_result_free(&res);
   io_free(&b);

@@ -32,7 +32,7 @@ cf_status cf_graph_write_xml(const cf_graph *g, const char *path) {
 }
 
 cf_status cf_graph_write_dot(const cf_graph *g, const char *path) {
-  return cf_graph_write_dot_diags(g, path, NULL);
+  return cf_graph_write_dot_diags(g, path, NULL, NULL);
 }
 
 size_t cf_graph_node_count(const cf_graph *g) { return g ? (size_t)g->n_nodes : 0; }

@@ -194,6 +194,7 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
     return oom(c);
   }
   cf_status st = CF_OK;
+  int64_t t = cf_algo_phase_begin();
   for (int i = 0; i < n && !st; i++)
     if (i != me) {
       st = c->ops->send(c, call->ranks[i], call->in, bytes, d);
@@ -208,7 +209,9 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
     st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &in.p[i]);
     if (!st) st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &out.p[i]);
   }
+  cf_algo_phase("exchange buffers", t);
   if (!st) {
+    t = cf_algo_phase_begin();
     bool spread = !d->in_place && n <= CF_MAX_ARITY;
     int64_t moff, mlen, step = (PUT_SEGMENT / es + 63) / 64 * 64;
     chunk(d->count, n, es, me, &moff, &mlen);
@@ -230,8 +233,11 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
         if (i != me)
           dev->ops->copy(dev, at(out.p[i], o, es), at(call->out, o, es), (size_t)(len * es));
     }
+    cf_algo_phase("reduce-scatter + put", t);
+    t = cf_algo_phase_begin();
     for (int k = 0; k < 2 && !st; k++)
       st = release_all(c, call);
+    cf_algo_phase("wait for peers", t);
   }
   if (!st) st = c->ops->send_wait(c);
   ptrs_free(&in);
@@ -308,6 +314,7 @@ cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   uint64_t *ticket = malloc(sizeof *ticket * (size_t)n);
   if (!ticket) return oom(c);
   cf_status st = CF_OK;
+  int64_t t = cf_algo_phase_begin();
   /* reduce-scatter: after step s, out[chunk me-s-1] holds s+2 ranks' sum */
   for (int s = 0; s < n - 1 && !st; s++) {
     chunk(d->count, n, es, ((me - s) % n + n) % n, &soff, &slen);
@@ -328,6 +335,8 @@ cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     cf_coll_reduce(dev, call, at(call->out, roff, es), src, 2, rlen, s == n - 2);
     st = c->ops->release(c, left);
   }
+  cf_algo_phase("reduce-scatter", t);
+  t = cf_algo_phase_begin();
   /* all-gather: pass the finished chunks around the ring */
   for (int s = 0; s < n - 1 && !st; s++) {
     chunk(d->count, n, es, ((me + 1 - s) % n + n) % n, &soff, &slen);
@@ -343,6 +352,7 @@ cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     if (p != dst) dev->ops->copy(dev, dst, p, (size_t)(rlen * es));
     st = c->ops->release(c, left);
   }
+  cf_algo_phase("all-gather", t);
   if (!st) st = c->ops->send_wait(c);
   free(ticket);
   return st;

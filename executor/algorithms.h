@@ -89,4 +89,14 @@ cf_status cf_algo_permute(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 /* Their staging (in bytes) when the transport is not zero copy. */
 size_t cf_alltoall_scratch_bytes(const cf_coll_desc *d, int n, bool zero_copy);
 
+/* An algorithm's phase for the trace (ir/trace.c), on the calling thread's
+ * lane: t = cf_algo_phase_begin() before it, cf_algo_phase(name, t) after;
+ * nothing but a test of cf_trace_here when the run is not traced. */
+static inline int64_t cf_algo_phase_begin(void) { return cf_trace_here ? cf_trace_clock() : 0; }
+static inline void cf_algo_phase(const char *name, int64_t t0) {
+  if (!cf_trace_here) return;
+  cf_trace_record(cf_trace_here,
+                  &(cf_trace_ev){.t0 = t0, .t1 = cf_trace_clock(), .name = name, .cat = "algorithm"});
+}
+
 #endif /* CF_EXECUTOR_ALGORITHMS_H */

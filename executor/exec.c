@@ -527,7 +527,8 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   }
   mirror_buckets(r, true);
   if ((st = fill_inputs(r))) return st;
-  cf_trace_record(r->lane, &(cf_trace_ev){.t0 = t_in, .t1 = cf_trace_clock(), .name = "inputs",
+  if (r->lane)
+    cf_trace_record(r->lane, &(cf_trace_ev){.t0 = t_in, .t1 = cf_trace_clock(), .name = "inputs",
                                           .cat = "phase"});
   if ((st = check_fingerprints(r))) return st;
   int total = p->opt.warmup + p->opt.iters;
@@ -537,7 +538,8 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
     double t0 = 1e3 * cf_now();
     int64_t ti = r->lane ? cf_trace_clock() : 0;
     st = iteration(r, tin, tout);
-    cf_trace_record(r->lane, &(cf_trace_ev){.t0 = ti, .t1 = cf_trace_clock(), .name = "iteration",
+    if (r->lane)
+      cf_trace_record(r->lane, &(cf_trace_ev){.t0 = ti, .t1 = cf_trace_clock(), .name = "iteration",
                                             .cat = "iteration", .arg_name = "iteration", .arg = it});
     if (st) return st;
     if ((st = barrier(r))) return st;

@@ -107,12 +107,16 @@ void cf_coll_reduce(cf_device *dev, const cf_coll_call *call, void *dst, const v
     dev->ops->nary(dev, &nk, dst, src, n, div);
     return;
   }
-  if (mean && !cf_dtype_is_float(dt)) { /* exact: sum in int64, divide, truncate */
+  if (mean && !cf_dtype_is_float(dt)) { /* exact: sum in 64 bits, divide, truncate */
+    bool u = cf_dtype_is_unsigned(dt); /* uint64: its bits, divided unsigned */
     for (int64_t i = 0; i < n; i++) {
-      int64_t sum = 0;
+      uint64_t sum = 0; /* wraps like the kernels' int64 sum, without overflow */
       for (int j = 0; j < k; j++)
-        sum += cf_load_i64(src[j], dt, i);
-      cf_store_i64(dst, dt, i, final ? sum / (int64_t)call->n : sum);
+        sum += (uint64_t)cf_load_i64(src[j], dt, i);
+      uint64_t q = !final ? sum
+                   : u    ? sum / (uint64_t)call->n
+                          : (uint64_t)((int64_t)sum / (int64_t)call->n);
+      cf_store_i64(dst, dt, i, (int64_t)q);
     }
     return;
   }

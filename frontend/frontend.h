@@ -38,8 +38,10 @@ cf_status cf_frontend_write_xml(const cf_graph *g, const char *path);
  * error's status. A file that cannot be read or parsed gives no graph. */
 cf_status cf_graph_load_diags(cf_context *ctx, const char *path, cf_graph **out, cf_diags *d);
 /* Draw g to path (.dot/.gv, .svg or .png) with the errors of d (NULL:
- * none) marked (cf_dot_write_diags); cf_graph_write_dot wraps it. */
-cf_status cf_graph_write_dot_diags(const cf_graph *g, const char *path, const cf_diags *diags);
+ * none) marked and the collectives filled by their measured waits (NULL:
+ * none; cf_dot_write_waits); cf_graph_write_dot wraps it. */
+cf_status cf_graph_write_dot_diags(const cf_graph *g, const char *path, const cf_diags *diags,
+                                   const double *wait_ms);
 
 /* ---- text_util.c: helpers of the text readers (hlo*.c, prototext.c, pbtxt.c) ---- */
 
@@ -119,5 +121,11 @@ cf_status cf_dot_write(const cf_graph *g, const char *path, const char *format);
  * types; fused ops with errors are drawn as plain nodes. */
 cf_status cf_dot_write_diags(const cf_graph *g, const char *path, const char *format,
                              const cf_diags *diags);
+/* ... with the collectives (a fused bucket's cluster, a plain collective)
+ * filled by wait_ms[node], the measured wait on each (< 0: none; a trace's,
+ * `collfuse dot --trace`): white to deep red for the largest, the wait under
+ * the label. wait_ms may be NULL. */
+cf_status cf_dot_write_waits(const cf_graph *g, const char *path, const char *format,
+                             const cf_diags *diags, const double *wait_ms);
 
 #endif /* COLLFUSE_FRONTEND_H */

@@ -158,7 +158,8 @@ cf_status cf_frontend_write_xml(const cf_graph *g, const char *path) {
   return st ? st : cst;
 }
 
-cf_status cf_graph_write_dot_diags(const cf_graph *g, const char *path, const cf_diags *diags) {
+cf_status cf_graph_write_dot_diags(const cf_graph *g, const char *path, const cf_diags *diags,
+                                   const double *wait_ms) {
   if (!g || !path) return CF_ERR_USAGE;
   const char *fmt = has_ext(path, ".svg")   ? "svg"
                     : has_ext(path, ".png") ? "png"
@@ -166,5 +167,5 @@ cf_status cf_graph_write_dot_diags(const cf_graph *g, const char *path, const cf
                                                                     : NULL;
   if (!fmt)
     return cf_error(g->ctx, CF_ERR_USAGE, path, 0, "unknown drawing format (use .dot, .svg or .png)");
-  return cf_dot_write_diags(g, path, fmt, diags);
+  return cf_dot_write_waits(g, path, fmt, diags, wait_ms);
 }

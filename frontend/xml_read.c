@@ -99,8 +99,8 @@ static const char *expected_text(const xsd_type *t, char *buf, size_t len) {
   const char *names[CF_DT_COUNT + CF_RED_COUNT + 2];
   int n = 0;
   if (strcmp(t->type, "dtype") == 0)
-    for (int d = 1; d < CF_DT_COUNT; d++)
-      names[n++] = cf_dtype_name((cf_dtype)d);
+    for (int d = 0; d + 1 < CF_DT_COUNT; d++)
+      names[n++] = cf_dtype_name(cf_dtype_listed(d));
   else if (strcmp(t->type, "reduction") == 0)
     for (int r = 0; r < CF_RED_COUNT; r++)
       names[n++] = cf_reduction_name((cf_reduction)r);

@@ -4,11 +4,13 @@
 # Runs the libFuzzer targets built in BUILD_DIR (cmake -DCOLLFUSE_FUZZ=ON
 # with clang, `cmake --build BUILD_DIR --target fuzz`): first every committed
 # regression input of fuzz/corpus/<format>/ once, then each target for
-# SECONDS (default 60; 0 runs the corpora only), one process at a time.
-# New inputs the fuzzer finds go to a scratch corpus, never into the tree.
-# Exits 1 on the first crash, sanitizer report, leak or timeout, printing the
-# input that caused it (save it under fuzz/corpus/<format>/ once fixed);
-# FUZZ_ARTIFACTS=DIR keeps such inputs in DIR as well.
+# SECONDS (default 60; 0 runs the corpora only), FUZZ_JOBS targets at a
+# time (default 1; each target is one process: give it the cores, e.g.
+# FUZZ_JOBS=$(nproc), and every target still fuzzes SECONDS). New inputs the
+# fuzzer finds go to a scratch corpus, never into the tree. Exits 1 after a
+# crash, sanitizer report, leak or timeout, printing the input that caused it
+# (save it under fuzz/corpus/<format>/ once fixed); FUZZ_ARTIFACTS=DIR keeps
+# such inputs in DIR as well.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,7 +47,9 @@ report() {
   exit 1
 }
 
-for t in "${targets[@]}"; do
+# fuzz_target T: the corpus of T once, then T for $secs seconds
+fuzz_target() {
+  local t=$1
   bin=$build/fuzz/fuzz_$t
   corpus=$here/corpus/$t
   [ -x "$bin" ] || { echo "fuzz/run.sh: no $bin (build with --target fuzz)" >&2; exit 2; }
@@ -58,12 +62,36 @@ for t in "${targets[@]}"; do
   echo "== fuzz_$t: $n regression inputs"
   log=$work/$t-regress.log
   "$bin" "${common[@]}" -runs=0 -artifact_prefix="$work/$t-" "$corpus" >"$log" 2>&1 || report "$t" "$log"
-  [ "$secs" -gt 0 ] || continue
+  [ "$secs" -gt 0 ] || return 0
   echo "== fuzz_$t: ${secs} s"
   mkdir -p "$work/$t-new"
   log=$work/$t-fuzz.log
   "$bin" "${common[@]}" "${dict[@]}" -max_total_time="$secs" -artifact_prefix="$work/$t-" \
     "$work/$t-new" "$corpus" >"$log" 2>&1 || report "$t" "$log"
   grep -E '^#[0-9]+.*DONE' "$log" | tail -n 1 || true
+}
+
+# up to FUZZ_JOBS targets at once, each printing when it is done
+jobs_max=${FUZZ_JOBS:-1}
+[[ $jobs_max =~ ^[1-9][0-9]*$ ]] || { echo "fuzz/run.sh: FUZZ_JOBS is '$jobs_max'" >&2; exit 2; }
+failed=0
+running=0
+for t in "${targets[@]}"; do
+  if [ "$running" -ge "$jobs_max" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  # (its output whole when it ends, so two targets' lines never mix)
+  (
+    if (fuzz_target "$t") >"$work/$t.out" 2>&1; then rc=0; else rc=$?; fi
+    cat "$work/$t.out"
+    exit "$rc"
+  ) &
+  running=$((running + 1))
 done
+while [ "$running" -gt 0 ]; do
+  wait -n || failed=1
+  running=$((running - 1))
+done
+[ "$failed" -eq 0 ] || exit 1
 echo "fuzz: all targets passed"

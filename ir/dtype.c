@@ -59,6 +59,14 @@ static const struct {
 
 static bool valid(cf_dtype dt) { return dt > CF_DT_INVALID && dt < CF_DT_COUNT; }
 
+cf_dtype cf_dtype_listed(int i) {
+  static const cf_dtype listed[CF_DT_COUNT - 1] = {
+      CF_DT_INT8,    CF_DT_UINT8,   CF_DT_INT16,   CF_DT_UINT16,   CF_DT_INT32,
+      CF_DT_UINT32,  CF_DT_INT64,   CF_DT_UINT64,  CF_DT_FLOAT16,  CF_DT_BFLOAT16,
+      CF_DT_FLOAT32, CF_DT_FLOAT64, CF_DT_BOOL};
+  return i >= 0 && i < CF_DT_COUNT - 1 ? listed[i] : CF_DT_INVALID;
+}
+
 const char *cf_dtype_name(cf_dtype dt) { return valid(dt) ? dtypes[dt].name : "invalid"; }
 
 int cf_dtype_size(cf_dtype dt) { return valid(dt) ? dtypes[dt].size : 0; }

@@ -209,6 +209,8 @@ struct cf_trace {
  * that records (the executor's rank and communication threads, the driver)
  * and read by code deep in its calls (transports, algorithms, the JIT). */
 extern _Thread_local cf_trace_lane *cf_trace_here;
+/* The events each lane keeps unless a caller asks for other (the newest win). */
+#define CF_TRACE_EVENTS ((int64_t)1 << 16)
 cf_status cf_trace_create(int ranks, int64_t events_per_lane, cf_trace **out);
 void cf_trace_destroy(cf_trace *t);
 cf_trace_lane *cf_trace_lane_of(cf_trace *t, int rank, int thread); /* NULL when t is */
@@ -412,6 +414,9 @@ int64_t cf_dtype_wrap(cf_dtype dt, uint64_t u);
 /* numpy's type code and size of dt ('f' and 4 for float32, 'b' and 1 for
  * bool), as in a .npy descr; 0 when numpy has none (bfloat16). */
 char cf_dtype_npy_kind(cf_dtype dt);
+/* The dtypes in the order people list them (int8, uint8, int16, uint16,
+ * ..., float64, bool), for i in 0..CF_DT_COUNT-2 (messages, docs). */
+cf_dtype cf_dtype_listed(int i);
 /* The dtype a MatMul of two dt operands produces (integers narrower than 32
  * bits accumulate in 32), CF_DT_INVALID when it has none (bool). */
 cf_dtype cf_dtype_matmul_out(cf_dtype dt);

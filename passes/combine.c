@@ -40,8 +40,21 @@
  * scatter_dimension) and combine_key (channel kind, use_global_device_ids,
  * a maximal sharding's device, a user's frontend_attributes key). A key
  * only narrows the classes that depth already made acyclic, so the proof
- * above is unchanged. The splits then cut each (key, depth) class in ready
- * order: bytes: as XLA's thresholds, ddp: as DDP's reducer.
+ * above is unchanged.
+ *
+ * Beyond equal depth. Depth alone misses collectives that no path joins
+ * but that sit at different depths (XLA's CrossCombineGroupCycle: a sum at
+ * depth 0 and one at depth 1 on another chain). So the (key, depth) classes
+ * of one key (and segment, or fusion_id) are then merged where, in the
+ * graph with every class and bucket contracted, neither reaches the other
+ * (merge_classes.c, which keeps that reachability closed as merges are
+ * made): a merge of two unjoined nodes of a DAG leaves a DAG, since a new
+ * cycle through the merged node would be a path between the two before.
+ * A merged class takes its shallowest depth as its name, so everything
+ * below sees classes as before. The splits then cut each class in ready
+ * order (bytes: as XLA's thresholds, ddp: as DDP's reducer); cutting a
+ * node of a DAG into parts leaves a DAG (a cycle among the parts would be
+ * one through the node).
  */
 #include "passes.h"
 
@@ -75,7 +88,7 @@ typedef enum reason_kind {
   R_OVER_CAP,      /* its bytes alone are more than the cap */
   R_CLASS,         /* no other fusion=1 one shares its group, reduction, dtype and depth */
   R_CLASS_KEY,     /* ... as a key field differs from other */
-  R_CLASS_CYCLE,   /* ... as node depends on collective dep */
+  R_CLASS_CYCLE,   /* fusing it with other would make a cycle (node depends on collective dep) */
   R_LAST,          /* the last gradient of its class after a full bucket (cap) */
   R_DDP_ALONE,     /* split ddp: alone in its bucket of limit cap */
 } reason_kind;
@@ -412,9 +425,55 @@ static bool sort_cands(const combiner *m, int *v, int n, cand_cmp cmp) {
   return true;
 }
 
+/* Grouping beyond equal depth (merge_classes.c): the (family, depth) runs
+ * of v[0..n), sorted by cmp, are the classes (family: seg and key for
+ * fusion=1, fusion_id and key for fusion=2), the buckets built so far
+ * units of no family. A run merged into an earlier one takes its depth
+ * (the earlier run's, so one depth names one class again), and v is
+ * sorted again. */
+static cf_status merge_depths(combiner *m, int *v, int n, bool by_seg, cand_cmp cmp) {
+  cf_graph *g = m->g;
+  size_t nn = g->n_nodes > 0 ? (size_t)g->n_nodes : 1, nk = (size_t)(n + m->nb) + 1;
+  int *node_cls = malloc(nn * sizeof(int)), *family = malloc(nk * sizeof(int));
+  int *group = malloc(nk * sizeof(int)), *first = malloc(nk * sizeof(int));
+  cf_status st = CF_OK;
+  if (!node_cls || !family || !group || !first) {
+    st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+    goto done;
+  }
+  for (int u = 0; u < g->n_nodes; u++)
+    node_cls[u] = -1;
+  int ncls = 0, fam = -1;
+  for (int k = 0; k < n; k++) {
+    const cand *c = &m->c[v[k]], *p = k ? &m->c[v[k - 1]] : NULL;
+    bool same = p && p->key == c->key && (by_seg ? p->seg == c->seg : p->fid == c->fid);
+    if (!same) fam++;
+    if (!same || p->depth != c->depth) first[ncls] = k, family[ncls++] = fam;
+    node_cls[c->node] = ncls - 1;
+  }
+  for (int b = 0; b < m->nb; b++, ncls++) {
+    family[ncls] = -1;
+    for (int i = 0; i < m->b[b].n; i++)
+      node_cls[m->c[m->order[m->b[b].first + i]].node] = ncls;
+  }
+  if ((st = cf_merge_classes(g, node_cls, ncls, family, group))) goto done;
+  bool merged = false;
+  for (int k = 0; k < n; k++) {
+    int x = node_cls[m->c[v[k]].node];
+    if (group[x] == x) continue;
+    m->c[v[k]].depth = m->c[v[first[group[x]]]].depth;
+    merged = true;
+  }
+  if (merged && !sort_cands(m, v, n, cmp))
+    st = cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+done:
+  free(node_cls), free(family), free(group), free(first);
+  return st;
+}
+
 static cf_status add_bucket(combiner *m, int first, int n, int fusion, const reason *rule) {
   /* a node takes at most CF_MAX_OPERANDS operands: larger buckets are cut
-   * into consecutive chunks (equal depth keeps them mutually independent) */
+   * into consecutive chunks (parts of a class: see the essay) */
   int units = 0, mem = 0;
   while (units < n && mem + m->c[m->order[first + units]].nmem <= CF_MAX_OPERANDS)
     mem += m->c[m->order[first + units++]].nmem;
@@ -442,8 +501,9 @@ static cf_status add_bucket(combiner *m, int first, int n, int fusion, const rea
   return CF_OK;
 }
 
-/* fusion=2: equal fusion_id, key and depth. A fusion_id whose ops sit at
- * several depths is split, one bucket per depth, and --explain says why. */
+/* fusion=2: equal fusion_id, key and depth (merged across depths where no
+ * path joins them). A fusion_id whose ops are still at several depths is
+ * split, one bucket per depth, and --explain says why. */
 static void why_alone_fid(combiner *m, int *v, int lo, int hi, int self) {
   const cand *s = &m->c[self];
   reason r = {.kind = R_FID_UNSHARED, .fid = s->fid};
@@ -469,6 +529,8 @@ static void why_alone_fid(combiner *m, int *v, int lo, int hi, int self) {
 static cf_status group_fusion2(combiner *m, int *v, int n) {
   if (!sort_cands(m, v, n, cmp_fid))
     return cf_error(m->g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  cf_status st = merge_depths(m, v, n, false, cmp_fid);
+  if (st) return st;
   int at = 0;
   for (int lo = 0; lo < n;) {
     int hi = lo;
@@ -504,7 +566,8 @@ static cf_status group_fusion2(combiner *m, int *v, int n) {
 
 /* fusion=1: the split strategy. size/index segments are global over the
  * kind's fusion=1 gradients in ready order; buckets never cross a key or a
- * depth; bytes/auto pack greedily within each (key, depth) class. */
+ * class (depth, merged across depths where no path joins them); bytes/auto
+ * pack greedily within each (key, class). */
 /* The splits decide per gradient: the units v[0..n) expanded to their
  * members' bytes (a fused unit's bytes shared by its operands' sizes), with
  * first[k] the index of unit k's first member. Splitting members and then
@@ -638,6 +701,7 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
   }
   if (!sort_cands(m, v, n, cmp_class))
     return cf_error(g->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if ((st = merge_depths(m, v, n, true, cmp_class))) return st;
   int at = at0;
   for (int lo = 0; lo < n;) {
     int hi = lo;
@@ -706,21 +770,25 @@ static cf_status group_fusion1(combiner *m, int *v, int n, int at0, const cf_spl
     }
     if (nmem == 1 && hi - lo == 1) {
       const cand *s = &m->c[m->order[start]];
-      /* the only member of its class: say which field kept it apart */
+      /* the only member of its class: a collective of its key that a path
+       * keeps apart (it depends on one, or one on it, or both sit on a
+       * cycle through a bucket), else the field that differs from another */
       reason r = {.kind = R_CLASS};
       for (int k = 0; k < n; k++) {
         const cand *x = &m->c[v[k]];
-        if (x == s || x->seg != s->seg) continue;
-        if (x->key != s->key) {
-          r = (reason){.kind = R_CLASS_KEY, .other = cname(m, v[k])};
-          key_diff_of(m, m->order[start], v[k], &r);
-        } else {
-          const cand *deep = x->depth > s->depth ? x : s;
-          r = (reason){.kind = R_CLASS_CYCLE,
-                       .node = g->nodes[deep->node].name,
-                       .dep = deep->dep >= 0 ? g->nodes[deep->dep].name : "?"};
-        }
+        if (x == s || x->seg != s->seg || x->key != s->key) continue;
+        const cand *deep = x->depth > s->depth ? x : s;
+        r = (reason){.kind = R_CLASS_CYCLE,
+                     .other = cname(m, v[k]),
+                     .node = g->nodes[deep->node].name,
+                     .dep = deep->dep >= 0 ? g->nodes[deep->dep].name : "?"};
         break;
+      }
+      for (int k = 0; k < n && r.kind == R_CLASS; k++) {
+        const cand *x = &m->c[v[k]];
+        if (x == s || x->seg != s->seg) continue;
+        r = (reason){.kind = R_CLASS_KEY, .other = cname(m, v[k])};
+        key_diff_of(m, m->order[start], v[k], &r);
       }
       m->c[m->order[start]].why = r;
     } else if (nmem == 1 && !m->c[m->order[start]].why.kind) {
@@ -808,8 +876,8 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
     break;
   case R_CLASS_KEY: snprintf(buf, len, "%s from '%s'", d, r->other); break;
   case R_CLASS_CYCLE:
-    snprintf(buf, len, "'%s' depends on collective '%s' (fusing would make a cycle)", r->node,
-             r->dep);
+    snprintf(buf, len, "fusing it with '%s' would make a cycle ('%s' depends on collective '%s')",
+             r->other, r->node, r->dep);
     break;
   case R_LAST:
     snprintf(buf, len, "last gradient of its class after a full bucket (cap %s)", b1);

@@ -102,6 +102,15 @@ extern const cf_pass cf_pass_fuse_matmul_collective;
  * kind is CF_OP_ALLREDUCE, CF_OP_ALLGATHER or CF_OP_REDUCESCATTER. */
 cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind);
 
+/* merge_classes.c: grouping beyond equal depth. node_cls[v] is the class
+ * of graph node v (-1: none); classes are antichains whose contraction
+ * keeps g acyclic. Each class of family >= 0 is merged into the first
+ * earlier class of its family that no path joins to it in the contracted
+ * graph (with the merges so far): group[c] is the class c joined (c when
+ * none). Too many classes: nothing merges. Needs g->topo. */
+cf_status cf_merge_classes(cf_graph *g, const int *node_cls, int ncls, const int *family,
+                           int *group);
+
 #define CF_MAX_PIPELINE 32
 
 typedef struct cf_pass_timing {

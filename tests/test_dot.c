@@ -518,8 +518,8 @@ static void test_golden_errors(void **state) {
     snprintf(name, sizeof name, "%.*s.dot", (int)(strlen(cases[k].file) - 4), cases[k].file);
     snprintf(golden, sizeof golden, "%s/tests/golden/dot/%s", CF_SOURCE_DIR, name);
     join(path, sizeof path, fx->dir, name);
-    if (updating_golden()) assert_int_equal(cf_graph_write_dot_diags(g, golden, &d), CF_OK);
-    assert_int_equal(cf_graph_write_dot_diags(g, path, &d), CF_OK);
+    if (updating_golden()) assert_int_equal(cf_graph_write_dot_diags(g, golden, &d, NULL), CF_OK);
+    assert_int_equal(cf_graph_write_dot_diags(g, path, &d, NULL), CF_OK);
     same_as_golden(path, golden);
     remove(path);
     cf_diags_free(&d);

@@ -82,7 +82,7 @@ static const cf_algo all_algos[] = {CF_ALGO_DIRECT, CF_ALGO_RSAG, CF_ALGO_RING, 
 #define FORCED(a)                                                                                  \
   { .policy = CF_POLICY_FORCED, .algo = (a) }
 
-static bool is_int(cf_dtype dt) { return dt >= CF_DT_INT8 && dt <= CF_DT_INT64; }
+static bool is_int(cf_dtype dt) { return !cf_dtype_is_float(dt); }
 
 /* ================= guarded buffers ================= */
 
@@ -212,6 +212,28 @@ typedef struct expect {
  * type), then wrapped; an integer mean is the exact sum divided toward zero. */
 static expect reduce_ref(cf_dtype dt, int red, int n, const void *const *src, int64_t i) {
   expect e = {0};
+  if (dt == CF_DT_BOOL) { /* XLA's pred: sum is or, prod is and */
+    bool any = false, all = true;
+    for (int k = 0; k < n; k++) {
+      bool x = ((const uint8_t *)src[k])[i] != 0;
+      any |= x, all &= x;
+    }
+    e.ival = red == CF_RED_SUM || red == CF_RED_MAX ? any : all;
+    return e;
+  }
+  if (dt == CF_DT_UINT16 || dt == CF_DT_UINT32 || dt == CF_DT_UINT64) { /* unsigned order */
+    uint64_t acc = (uint64_t)cf_load_i64(src[0], dt, i);
+    for (int k = 1; k < n; k++) {
+      uint64_t x = (uint64_t)cf_load_i64(src[k], dt, i);
+      acc = red == CF_RED_MAX    ? (x > acc ? x : acc)
+            : red == CF_RED_MIN  ? (x < acc ? x : acc)
+            : red == CF_RED_PROD ? acc * x
+                                 : acc + x;
+    }
+    if (red == CF_RED_MEAN) acc /= (uint64_t)n;
+    e.ival = wrap_to((int64_t)acc, dt);
+    return e;
+  }
   if (is_int(dt)) {
     int64_t acc = cf_load_i64(src[0], dt, i);
     for (int k = 1; k < n; k++) {
@@ -719,6 +741,21 @@ static void test_allreduce_reductions(void **state) {
     for (int a = 0; a < N_ALGOS; a++)
       for (int t = 0; t < N_DTS; t++)
         for (int r = 0; r < 3; r++) allreduce(all_algos[a], all_dts[t], red, ranks[r], r == 1 ? 65 : 1000);
+}
+
+/* The unsigned dtypes and bool (cf_fill_random sets the top bit of half
+ * the unsigned elements, so a signed compare or division shows) through
+ * every algorithm and reduction, with more ranks than the widest kernel. */
+static void test_allreduce_unsigned_bool(void **state) {
+  (void)state;
+  static const cf_dtype dts[] = {CF_DT_UINT16, CF_DT_UINT32, CF_DT_UINT64, CF_DT_BOOL};
+  static const int ranks[] = {3, 4, 9};
+  for (int red = 0; red < CF_RED_COUNT; red++)
+    for (int a = 0; a < N_ALGOS; a++)
+      for (int t = 0; t < 4; t++)
+        for (int r = 0; r < 3; r++)
+          if (red != CF_RED_MEAN || dts[t] != CF_DT_BOOL)
+            allreduce(all_algos[a], dts[t], red, ranks[r], r == 1 ? 65 : 333);
 }
 
 /* More ranks than the widest kernel (CF_MAX_ARITY): n-ary then accumulate. */
@@ -2257,7 +2294,7 @@ static const struct CMUnitTest s_streams[] = {
 static const struct CMUnitTest s_allreduce[] = {
     T(test_allreduce_algos_dtypes), T(test_allreduce_large), T(test_allreduce_reductions),
     T(test_allreduce_many_ranks),   T(test_allreduce_int_mean_no_wrap),
-    T(test_allreduce_deterministic),
+    T(test_allreduce_deterministic), T(test_allreduce_unsigned_bool),
 };
 static const struct CMUnitTest s_in_place[] = {T(test_allreduce_in_place), T(test_rsag_in_place)};
 static const struct CMUnitTest s_in_place_large[] = {T(test_allreduce_in_place_large)};

@@ -1120,7 +1120,53 @@ static void test_fusion_id_cycle_split(void **state) {
   fuse_ok(g, NULL, "bytes:1G", &ex);
   assert_int_equal(count_op(g, CF_OP_FUSEDALLREDUCE), 0);
   expect_explain(&ex, "a1",
-                 "stays alone: 'a2' depends on collective 'a1' (fusing would make a cycle)");
+                 "stays alone: fusing it with 'a2' would make a cycle ('a2' depends on "
+                 "collective 'a1')");
+  lines_free(&ex);
+  cf_graph_destroy(g);
+}
+
+/* Grouping beyond equal depth: collectives that no path joins share a
+ * bucket at any depths (XLA's CrossCombineGroupCycle: crs00 at depth 0 with
+ * crs11 at depth 1), but never when a bucket already made would close a
+ * cycle: here sums x (depth 0) and y (depth 1) fuse, and then the maxes q
+ * (depth 0) and p (depth 1) may not, as q -> y ~ x -> p through the sum
+ * bucket. A fusion_id is no longer split by a depth that no path makes. */
+static void test_group_beyond_depth(void **state) {
+  (void)state;
+  static const char xml[] =
+      "<graph name='beyond' world_size='2'>\n"
+      "  <node name='i' op='Input' dtype='float32' shape='16'/>\n"
+      "  <node name='x' op='AllReduce'><input ref='i'/></node>\n"
+      "  <node name='p' op='AllReduce' reduction='max'><input ref='x'/></node>\n"
+      "  <node name='q' op='AllReduce' reduction='max'><input ref='i'/></node>\n"
+      "  <node name='y' op='AllReduce'><input ref='q'/></node>\n"
+      "  <node name='op' op='Output'><input ref='p'/></node>\n"
+      "  <node name='oy' op='Output'><input ref='y'/></node>\n"
+      "</graph>\n";
+  cf_graph *g = parse(xml);
+  lines ex = {0};
+  fuse_ok(g, NULL, "bytes:1G", &ex);
+  BUCKETS(g, CF_OP_FUSEDALLREDUCE, "x,y");
+  expect_alone(g, "p", CF_OP_ALLREDUCE);
+  expect_alone(g, "q", CF_OP_ALLREDUCE);
+  expect_explain(&ex, "q", "stays alone: fusing it with 'p' would make a cycle");
+  lines_free(&ex);
+  cf_graph_destroy(g);
+
+  static const char xml2[] =
+      "<graph name='fid' world_size='2'>\n"
+      "  <node name='i' op='Input' dtype='float32' shape='16'/>\n"
+      "  <node name='a' op='AllReduce' fusion='2' fusion_id='1'><input ref='i'/></node>\n"
+      "  <node name='b' op='AllReduce' fusion='2' fusion_id='0'><input ref='a'/></node>\n"
+      "  <node name='c' op='AllReduce' fusion='2' fusion_id='0'><input ref='i'/></node>\n"
+      "  <node name='d' op='AllReduce' fusion='2' fusion_id='0'><input ref='b'/></node>\n"
+      "</graph>\n";
+  g = parse(xml2);
+  fuse_ok(g, NULL, NULL, &ex);
+  BUCKETS(g, CF_OP_FUSEDALLREDUCE, "c,b"); /* d depends on b: the fusion_id is split there */
+  expect_alone(g, "d", CF_OP_ALLREDUCE);
+  expect_explain(&ex, "c", "(fusion_id=0, 2 members, 128 bytes, fusion_id split by dependency)");
   lines_free(&ex);
   cf_graph_destroy(g);
 }
@@ -1154,7 +1200,9 @@ static void test_fusion_id_unrelated_dependency(void **state) {
   expect_alone(g, "tp1", CF_OP_ALLREDUCE);
   expect_alone(g, "tp2", CF_OP_ALLREDUCE);
   expect_explain(&ex, "d2", "(fusion_id=0, 3 members, 192 bytes)");
-  expect_explain(&ex, "tp1", "stays alone: 'tp2' depends on collective 'tp1'");
+  expect_explain(&ex, "tp1",
+                 "stays alone: fusing it with 'tp2' would make a cycle ('tp2' depends on "
+                 "collective 'tp1')");
   lines_free(&ex);
   cf_graph_destroy(g);
 
@@ -1911,6 +1959,7 @@ int main(void) {
       cmocka_unit_test(test_chains_global),
       cmocka_unit_test(test_fusion_id_cycle_split),
       cmocka_unit_test(test_fusion_id_unrelated_dependency),
+      cmocka_unit_test(test_group_beyond_depth),
       cmocka_unit_test(test_key_details),
       cmocka_unit_test(test_fingerprint),
       cmocka_unit_test(test_random_dags),

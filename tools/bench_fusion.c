@@ -154,7 +154,7 @@ static cf_status plan_variant(cf_context *ctx, const fu_options *o, const char *
 static cf_status run_variant(cf_context *ctx, const fu_options *o, variant *v, int round) {
   cf_run_result res = {0};
   cf_trace *t = NULL;
-  cf_status st = cf_trace_create(o->ranks, CF_TOOL_TRACE_EVENTS, &t);
+  cf_status st = cf_trace_create(o->ranks, CF_TRACE_EVENTS, &t);
   ctx->trace = t;
   if (!st) st = cf_exec_run(ctx, v->plan, NULL, &res);
   ctx->trace = NULL;
@@ -403,6 +403,7 @@ int cf_bench_fusion(cf_context *ctx, int argc, char **argv) {
     for (int i = 0; i < nv && !st; i++) {
       if (v[i].skipped[0]) continue;
       if (!o.json) {
+        cf_tool_progress_erase();
         fprintf(stderr, "bench fusion: round %d: %s...\n", r + 1, v[i].name);
         fflush(stderr);
       }
@@ -413,6 +414,7 @@ int cf_bench_fusion(cf_context *ctx, int argc, char **argv) {
       v[i].ms = median_of(v[i].round_ms, o.rounds);
       v[i].exposed_ms = median_of(v[i].round_exposed, o.rounds);
     }
+  cf_tool_progress_erase();
   if (st) {
     rc = cf_tool_fail(ctx, st);
   } else if (o.json) {

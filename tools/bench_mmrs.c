@@ -72,10 +72,12 @@ typedef struct mm_options {
   int comm_turn; /* -1: the executor's choice; else set on the fused op */
   uint64_t seed;
   int64_t max_memory; /* 0: what the machine has available */
-  bool json, quick;
+  const char *trace;  /* --trace FILE.json: FILE.<row>.fused.json and .sequential.json */
+  bool json, quick, quiet;
 } mm_options;
 
 typedef struct mm_row {
+  int index; /* in table order, from 0 (--trace's file names) */
   int ranks;
   cf_dtype dt;
   mm_shape s;
@@ -391,7 +393,24 @@ static cf_status measure(cf_context *ctx, const mm_options *o, mm_row *row) {
     for (int j = 0; j < N_VARIANTS && !st; j++) {
       int v = order[r & 1][j];
       cf_run_result res = {0};
+      /* --trace: the last round's fused and sequential runs */
+      bool traced = o->trace && r == o->rounds - 1 && (v == V_FUSED || v == V_SEQ);
+      cf_trace *t = NULL;
+      if (traced && (st = cf_trace_create(row->ranks, CF_TRACE_EVENTS, &t))) break;
+      ctx->trace = t;
       st = cf_exec_run(ctx, p[v], v == V_RS ? &d.rs : &d.full, &res);
+      ctx->trace = NULL;
+      if (t) {
+        char path[4096];
+        size_t n = strlen(o->trace);
+        bool json = n > 5 && strcmp(o->trace + n - 5, ".json") == 0;
+        snprintf(path, sizeof path, "%.*s.%d.%s.json", (int)(json ? n - 5 : n), o->trace, row->index,
+                 v == V_FUSED ? "fused" : "sequential");
+        if (st) cf_trace_fail(t, cf_context_errmsg(ctx));
+        cf_status ws = cf_trace_write(ctx, t, path);
+        if (!st) st = ws;
+        cf_trace_destroy(t);
+      }
       if (!st) {
         for (int i = 0; i < o->iters; i++)
           row->samples[v][row->n_samples[v]++] = res.time_ms[i];
@@ -589,8 +608,13 @@ static const cf_opt mm_opts[] = {
     {"--quick", NULL, NULL, CF_OPT_FLAG, offsetof(mm_options, quick),
      .help = "1024x512x512, one round: a smoke test"},
     CF_OPT_MAX_MEMORY(offsetof(mm_options, max_memory)),
+    {"--trace", NULL, "FILE.json", CF_OPT_STR, offsetof(mm_options, trace),
+     .help = "the last round's fused and sequential runs of each row as\n"
+             "Chrome traces (run --trace): FILE.<row>.fused.json and\n"
+             "FILE.<row>.sequential.json, rows numbered from 0 in table order"},
     {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(mm_options, json),
      .help = "one JSON object on stdout"},
+    CF_OPT_QUIET(offsetof(mm_options, quiet)),
     {0},
 };
 
@@ -621,6 +645,8 @@ static int parse_options(int argc, char **argv, mm_options *o) {
   int rc = cf_opts_parse(&cf_command_bench_mmrs, argc, argv, o);
   cf_opts_free(&cf_command_bench_mmrs, o);
   if (rc) return rc;
+  if (cf_tool_is_std(o->trace))
+    return cf_tool_usage("bench mmrs", "%s", "--trace wants a file (FILE.json), not '-'");
   const mm_shape *def = o->quick ? quick_shapes : default_shapes;
   size_t n_def = o->quick ? sizeof quick_shapes / sizeof *def : sizeof default_shapes / sizeof *def;
   if (!o->n_shapes)
@@ -652,7 +678,7 @@ int cf_bench_mmrs(cf_context *ctx, int argc, char **argv) {
     for (int t = 0; t < o.n_dtypes && !st; t++)
       for (int s = 0; s < o.n_shapes && !st; s++) {
         mm_row *row = &rows[done];
-        *row = (mm_row){.ranks = o.ranks[r], .dt = o.dtypes[t], .s = o.shapes[s]};
+        *row = (mm_row){.ranks = o.ranks[r], .dt = o.dtypes[t], .s = o.shapes[s], .index = done};
         st = measure(ctx, &o, row);
         if (st) break;
         done++;

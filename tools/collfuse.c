@@ -23,13 +23,14 @@
 typedef struct check_args {
   cf_opt_list files;
   const char *target;
-  bool strict;
+  bool strict, quiet;
 } check_args;
 
 static const cf_opt check_opts[] = {
     {"--target", NULL, "T", CF_OPT_STR, offsetof(check_args, target), .check = cf_opt_check_target,
      .help = "the graph must also meet this device's documented limits"},
     CF_OPT_STRICT(offsetof(check_args, strict)),
+    CF_OPT_QUIET(offsetof(check_args, quiet)),
     {0},
 };
 
@@ -63,6 +64,8 @@ static int cmd_check(cf_context *ctx, int argc, char **argv) {
     cf_graph *g;
     cf_status st = cf_tool_load(ctx, files[k], &g);
     if (!st) st = cf_graph_verify(g, target);
+    cf_phase_end(ctx);
+    cf_tool_progress_erase(); /* its verdict follows */
     if (st) {
       int c = cf_tool_fail(ctx, st);
       if (c > rc) rc = c;
@@ -111,13 +114,14 @@ static int copy_to_stdout(const char *path) {
 
 /* Draw g to out, or DOT to stdout when out is NULL; the errors of d (a
  * graph that failed verification) marked. */
-static cf_status draw(cf_context *ctx, cf_graph *g, const char *out, const cf_diags *d) {
-  if (out) return cf_graph_write_dot_diags(g, out, d);
+static cf_status draw(cf_context *ctx, cf_graph *g, const char *out, const cf_diags *d,
+                      const double *wait_ms) {
+  if (out) return cf_graph_write_dot_diags(g, out, d, wait_ms);
   char dir[] = "/tmp/collfuse-dot-XXXXXX";
   if (!mkdtemp(dir)) return cf_error(ctx, CF_ERR_IO, dir, 0, "cannot create: %s", strerror(errno));
   char path[64];
   snprintf(path, sizeof path, "%s/graph.dot", dir);
-  cf_status st = cf_graph_write_dot_diags(g, path, d);
+  cf_status st = cf_graph_write_dot_diags(g, path, d, wait_ms);
   if (!st) copy_to_stdout(path);
   remove(path);
   rmdir(dir);
@@ -134,7 +138,7 @@ static cf_status write_xml_stdout(cf_context *ctx, const cf_graph *g) {
 
 typedef struct dot_args {
   cf_opt_list file;
-  const char *out, *target, *passes;
+  const char *out, *target, *passes, *trace;
   bool fused;
 } dot_args;
 
@@ -149,6 +153,10 @@ static const cf_opt dot_opts[] = {
     {"--target", NULL, "T", CF_OPT_STR, offsetof(dot_args, target), .check = cf_opt_check_target,
      .help = "check the graph against a target profile before drawing\n"
              "(and again after the passes)"},
+    {"--trace", NULL, "FILE.json", CF_OPT_STR, offsetof(dot_args, trace),
+     .help = "fill each collective (a bucket's cluster) by the wait a run's\n"
+             "trace measured on it (run --trace of the same graph and\n"
+             "passes): white to red, the mean ms per rank and iteration"},
     {0},
 };
 
@@ -185,21 +193,24 @@ static int cmd_dot(cf_context *ctx, int argc, char **argv) {
    * printed, every one; one that cannot be parsed has nothing to draw */
   cf_graph *g;
   cf_diags d = {0};
+  double *waits = NULL;
   const char *out = cf_tool_is_std(a.out) ? NULL : a.out;
   cf_status st = cf_graph_load_diags(ctx, a.file.v[0], &g, &d);
   if (st && g) {
     for (int k = 0; k < d.n; k++)
       fprintf(stderr, "%s\n", d.v[k].msg);
     rc = cf_tool_exit_code(st);
-    st = draw(ctx, g, out, &d);
+    st = draw(ctx, g, out, &d, NULL);
     if (st) cf_tool_fail(ctx, st);
   } else {
     const char *pipeline = a.passes ? a.passes : a.fused ? cf_pipeline_default : NULL;
     cf_compile_options co = {.pipeline = pipeline, .pass = {.target = a.target}};
     if (!st) st = pipeline ? cf_compile(g, &co) : cf_graph_verify(g, a.target);
-    if (!st) st = draw(ctx, g, out, NULL);
+    if (!st && a.trace) st = cf_tool_trace_waits(ctx, a.trace, g, &waits);
+    if (!st) st = draw(ctx, g, out, NULL, waits);
     rc = st ? cf_tool_fail(ctx, st) : 0;
   }
+  free(waits);
   cf_diags_free(&d);
   cf_graph_destroy(g);
   cf_opts_free(&cf_command_dot, &a);
@@ -255,7 +266,7 @@ static cf_status compile_kernels(cf_context *ctx, const cf_graph *g, const char 
 typedef struct compile_args {
   cf_opt_list file;
   const char *out, *passes, *target, *dot, *split, *cost, *profile, *emit[N_EMIT];
-  bool json, o0, explain, jit, strict;
+  bool json, o0, explain, jit, strict, quiet;
 } compile_args;
 
 static const cf_opt compile_opts[] = {
@@ -298,6 +309,7 @@ static const cf_opt compile_opts[] = {
      .help = "print one JSON object with counts, buckets and pass times\n"
              "(-v and --explain then print on stderr)"},
     CF_OPT_STRICT(offsetof(compile_args, strict)),
+    CF_OPT_QUIET(offsetof(compile_args, quiet)),
     {0},
 };
 
@@ -397,8 +409,10 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
   }
   int before = check.before;
   if (!st) st = cf_graph_seal(g);
+  cf_phase_end(ctx);
+  cf_tool_progress_erase(); /* the output follows */
   if (!st && out) st = cf_tool_is_std(out) ? write_xml_stdout(ctx, g) : cf_graph_write_xml(g, out);
-  if (!st && dot) st = draw(ctx, g, cf_tool_is_std(dot) ? NULL : dot, NULL);
+  if (!st && dot) st = draw(ctx, g, cf_tool_is_std(dot) ? NULL : dot, NULL, NULL);
   /* LLVM's emitters write to a path: the standard output's, for "-" */
   for (int f = 0; f < N_EMIT; f++)
     if (cf_tool_is_std(emit[f])) emit[f] = "/dev/stdout";

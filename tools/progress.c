@@ -26,6 +26,10 @@ static struct {
   atomic_bool stop, quiet;
   pthread_mutex_t lock; /* the line on the terminal */
   bool shown;           /* a line is on it */
+  /* erased for the command's own output: not drawn again while the phase
+   * that ran then (name, begun before held_at) still runs */
+  const char *held;
+  double held_at;
 } line = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* What the line calls a phase. */
@@ -55,7 +59,8 @@ static void *show_main(void *arg) {
     int64_t done, total;
     bool on = cf_progress_peek(line.rec, &phase, &s, &done, &total);
     pthread_mutex_lock(&line.lock);
-    if (!on || s < 1.0 || atomic_load(&line.quiet) || atomic_load(&line.stop)) {
+    bool held = on && phase == line.held && cf_now() - s <= line.held_at;
+    if (!on || held || s < 1.0 || atomic_load(&line.quiet) || atomic_load(&line.stop)) {
       erase_locked();
     } else {
       char text[160], left[48] = "";
@@ -90,6 +95,10 @@ void cf_tool_progress_quiet(void) {
 void cf_tool_progress_erase(void) {
   pthread_mutex_lock(&line.lock);
   erase_locked();
+  double s;
+  int64_t done, total;
+  if (line.rec && !cf_progress_peek(line.rec, &line.held, &s, &done, &total)) line.held = NULL;
+  line.held_at = cf_now();
   pthread_mutex_unlock(&line.lock);
 }
 

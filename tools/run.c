@@ -801,6 +801,7 @@ static cf_status verify_rank(cf_context *ctx, const cf_graph *ref_g, const cf_te
 /* -v: the plan's memory and each collective's algorithm, on stderr. */
 static void print_plan(const run_job *j) {
   const cf_plan *plan = j->plan;
+  cf_tool_progress_erase();
   int ranks = j->ranks;
   char b1[32], b2[32], b3[32], b4[32];
   cf_bytes_text(cf_plan_peak_bytes(plan), b1, sizeof b1);
@@ -1004,6 +1005,7 @@ static void report(cf_context *ctx, const run_job *j) {
   int ranks = j->ranks;
   phase_times ph;
   ph.n = cf_tool_phases(ctx, ph.name, ph.secs, CF_PHASES_MAX);
+  cf_tool_progress_erase();
   if (a->verbose) {
     double total = 0;
     fprintf(stderr, "run: phases:");
@@ -1047,6 +1049,7 @@ static int write_trace(cf_context *ctx, run_job *j, int rc) {
   cf_status st = cf_trace_write(ctx, t, path);
   if (st) return rc ? rc : cf_tool_fail(ctx, st);
   int64_t dropped = cf_trace_dropped(t);
+  cf_tool_progress_erase();
   if (dropped)
     fprintf(stderr,
             "collfuse run: --trace %s: %lld event%s dropped (each lane keeps its last %lld; the "
@@ -1115,7 +1118,7 @@ int cf_cmd_run(cf_context *ctx, int argc, char **argv) {
                                                                            : CF_DEVICE_CPU}};
   if (a.save) catch_signals();
   cf_trace *trace = NULL; /* --trace's, or -v's own (for its timeline lines) */
-  if ((a.trace || a.verbose) && cf_trace_create(CF_MAX_WORLD, CF_TOOL_TRACE_EVENTS, &trace)) {
+  if ((a.trace || a.verbose) && cf_trace_create(CF_MAX_WORLD, CF_TRACE_EVENTS, &trace)) {
     fprintf(stderr, "collfuse run: out of memory\n");
     cf_opts_free(&cf_command_run, &a);
     return EXIT_RUNTIME;

@@ -12,7 +12,9 @@
 #include "../executor/plan.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* cf_trace_summarize's answer, its arrays malloc'd. */
 typedef struct summary {
@@ -123,4 +125,57 @@ void cf_tool_timeline_json(void *obj, const cf_trace *t, const cf_plan *p, int f
   }
   free(s.ranks);
   free(s.buckets);
+}
+
+/* dot --trace: per node of g, the mean milliseconds per rank and iteration the
+ * compute lanes of a run's trace waited on it (its WAIT steps, and its runs
+ * inline), -1 for nodes the trace never waited on; *out malloc'd. */
+cf_status cf_tool_trace_waits(cf_context *ctx, const char *path, const cf_graph *g, double **out) {
+  char *text;
+  size_t size;
+  *out = NULL;
+  cf_status st = cf_read_file(ctx, path, "trace", CF_MAX_FILE_BYTES, 0, &text, &size);
+  if (st) return st;
+  cJSON *t = cJSON_Parse(text);
+  free(text);
+  cJSON *evs = cJSON_GetObjectItem(t, "traceEvents");
+  cJSON *ranks = cJSON_GetObjectItem(cJSON_GetObjectItem(t, "otherData"), "ranks");
+  if (!cJSON_IsArray(evs) || !cJSON_IsNumber(ranks)) {
+    cJSON_Delete(t);
+    return cf_error(ctx, CF_ERR_INVALID, path, 0,
+                    "not a trace of collfuse run --trace (no traceEvents and otherData.ranks)");
+  }
+  double *w = malloc(sizeof *w * ((size_t)g->n_nodes + 1));
+  if (!w) {
+    cJSON_Delete(t);
+    return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  }
+  for (int i = 0; i < g->n_nodes; i++) w[i] = -1;
+  int iterations = 0, matched = 0;
+  for (cJSON *e = evs->child; e; e = e->next) {
+    const char *ph = cJSON_GetStringValue(cJSON_GetObjectItem(e, "ph"));
+    const char *cat = cJSON_GetStringValue(cJSON_GetObjectItem(e, "cat"));
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(e, "name"));
+    cJSON *pid = cJSON_GetObjectItem(e, "pid"), *tid = cJSON_GetObjectItem(e, "tid");
+    cJSON *dur = cJSON_GetObjectItem(e, "dur");
+    if (!ph || strcmp(ph, "X") || !cat || !name || !cJSON_IsNumber(pid) || !cJSON_IsNumber(dur) ||
+        pid->valuedouble >= ranks->valuedouble || !cJSON_IsNumber(tid) || tid->valuedouble != 0)
+      continue;
+    iterations += strcmp(cat, "iteration") == 0;
+    if (strcmp(cat, "wait") && strcmp(cat, "collective")) continue;
+    int i = cf_graph_find(g, name);
+    if (i < 0 || !cf_op_is_collective(g->nodes[i].op)) continue;
+    matched += w[i] < 0;
+    w[i] = (w[i] < 0 ? 0 : w[i]) + dur->valuedouble * 1e-3;
+  }
+  cJSON_Delete(t);
+  for (int i = 0; i < g->n_nodes && iterations; i++)
+    if (w[i] > 0) w[i] /= iterations; /* iteration events: one per rank and iteration */
+  if (!matched)
+    fprintf(stderr,
+            "collfuse dot: warning: %s waited on none of the graph's collectives by name (a run "
+            "of the same graph with the same passes names them alike)\n",
+            path);
+  *out = w;
+  return CF_OK;
 }

@@ -264,7 +264,9 @@ int cf_tool_opaque(const cf_graph *g, bool strict);
 cf_status cf_tool_progress_start(cf_context *ctx);
 void cf_tool_progress_stop(cf_context *ctx);
 void cf_tool_progress_quiet(void); /* --quiet: no line from now on */
-void cf_tool_progress_erase(void); /* before other output on standard error */
+/* Before the command's own output (either stream, which may share the
+ * terminal): the line goes, and comes back only with the next phase. */
+void cf_tool_progress_erase(void);
 /* The phases so far with their seconds (the running one ends): how many. */
 int cf_tool_phases(cf_context *ctx, const char **names, double *secs, int max);
 bool cf_opt_check_quiet(void *out, const char *v, char *why, size_t len);
@@ -283,8 +285,10 @@ void cf_tool_timeline_print(FILE *f, const char *who, const cf_trace *t, const s
                             int first_iter);
 void cf_tool_timeline_json(void *obj, const cf_trace *t, const struct cf_plan *p, int first_iter);
 double cf_tool_exposed_ms(const cf_trace *t, int first_iter, int n_colls);
-/* Events each lane of a --trace keeps (its ring buffer: the newest win). */
-#define CF_TOOL_TRACE_EVENTS ((int64_t)1 << 16)
+/* `dot --trace FILE.json`: per node of g the mean ms per rank and
+ * iteration a run's trace (the file) waited on it, -1 where it never did
+ * (*out malloc'd); a trace that names none of g's collectives is a warning. */
+cf_status cf_tool_trace_waits(cf_context *ctx, const char *path, const cf_graph *g, double **out);
 /* A file argument as messages name it: "<stdin>" for "-". */
 const char *cf_tool_name(const char *path);
 /* "-" names standard input or output. */

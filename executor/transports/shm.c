@@ -6,10 +6,14 @@
  * gives the rank its plan's arena (the slot alloc). So the values that
  * collectives read are in memory every peer maps, and a message is an
  * offset into the sender's heap: the receiver reduces or copies straight
- * from the sender's buffer, as a thread of one process would. A send from
- * a buffer outside the heap (a caller's bucket or input, through the C API)
- * is first copied into a bounce buffer of the sender's heap, one per
- * message slot (the only second copy; runs of `collfuse run` have none).
+ * from the sender's buffer, as a thread of one process would (rsag_put
+ * even writes its chunk into the peers' outputs). The executor therefore
+ * never hands this world a caller's buffer for a collective: on a world
+ * that gives memory it copies caller inputs and buckets into the arena and
+ * results out (exec.c's world_memory). What else is sent from outside the
+ * heap (the fingerprint table, a benchmark's pointer exchange) is only
+ * read: it goes through a bounce buffer of the sender's heap, one per
+ * message slot, copied at send (a peer's writes there would be lost).
  * Measured on this machine, 2 processes: memcpy from a peer's shared
  * mapping moves 74/46/16.6/16.4 GB/s at 64K/1M/16M/64M where cross-memory
  * attach (process_vm_readv) moves 11.1/11.7/3.6/3.5, and CMA would need a

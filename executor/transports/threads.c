@@ -173,13 +173,24 @@ static cf_status stop(cf_comm *c, const wait_what *ww) {
   return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
 }
 
+/* A wait of the transport on the calling thread's trace lane (ir/trace.c). */
+static void trace_wait(const char *how, int64_t t0) {
+  if (!cf_trace_here) return;
+  cf_trace_record(cf_trace_here, &(cf_trace_ev){.t0 = t0, .t1 = cf_trace_clock(), .name = how,
+                                                .cat = "transport"});
+}
+
 /* Wait until *a >= target. */
 static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const wait_what *ww) {
   cf_threads_world *w = c->impl;
   if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
+  int64_t t0 = cf_trace_here ? cf_trace_clock() : 0; /* the wait, for the trace */
   /* every rank has a core: poll (a message is usually microseconds away)
    * before sleeping; oversubscribed: yield the core to the rank we wait for */
-  if (cf_spin_ge(a, target, w->spin)) return CF_OK;
+  bool came = cf_spin_ge(a, target, w->spin);
+  trace_wait("spin", t0);
+  if (came) return CF_OK;
+  t0 = cf_trace_here ? cf_trace_clock() : 0;
   bell *b = &w->bells[c->rank];
   double deadline = cf_now() + w->timeout_s;
   for (;;) {
@@ -204,6 +215,7 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
     rs->waits_slept++;
   }
   atomic_store(&b->sleeping, 0);
+  trace_wait("sleep", t0);
   return CF_OK;
 }
 

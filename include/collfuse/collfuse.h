@@ -263,6 +263,11 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
  *                   size are then the call's rank and the executable's ranks
  *                   (default: the launcher's rank, size and job, from
  *                   torchrun's, mpirun's, srun's or collfuse run's variables)
+ *   "trace"         FILE.json: each cf_executable_run writes its timeline
+ *                   there (a Chrome trace, as `collfuse run --trace`), also
+ *                   when it fails; its last run's is what the file holds
+ *                   (cf_executable_run_rank: FILE.rank<R>.json, each
+ *                   process its own rank's)
  * A bad key or value fails at once with a message. The caller owns *out
  * (cf_options_destroy); it keeps a pointer to ctx. */
 typedef struct cf_options cf_options;
@@ -417,6 +422,9 @@ double cf_executable_last_time_ms(const cf_executable *e);
  * in *bytes (may be NULL). 0 before the first run, and 0 for a DP step
  * whose gradients and averages are bucket views. */
 size_t cf_executable_last_copies(const cf_executable *e, size_t *bytes);
+/* Where cf_executable_run writes each run's timeline from now on (a Chrome
+ * trace, as the "trace" option; NULL: nowhere). A copy of path is kept. */
+cf_status cf_executable_set_trace(cf_executable *e, const char *path);
 
 #ifdef __cplusplus
 }

@@ -707,14 +707,21 @@ class Executable:
                 table[r][k] = None if v is None else self._array(n, self.inputs[k][1], self.inputs[k][2], v)
         return table
 
-    def run(self, inputs_per_rank=None):
+    def run(self, inputs_per_rank=None, trace=None):
         """Run every rank once. inputs_per_rank: one entry per rank, each a
         dict name -> array or a sequence in input order; an input given for
         no rank is made from the seed (or, after bucket_views(), read where
-        it lies in its bucket). Returns one dict name -> numpy array per
-        rank."""
+        it lies in its bucket). trace: a FILE.json path where this run's
+        timeline is written as a Chrome trace (`collfuse run --trace`), even
+        when the run fails. Returns one dict name -> numpy array per rank."""
         with self._lock:
-            return self._run(inputs_per_rank)
+            if trace is None:
+                return self._run(inputs_per_rank)
+            self.ctx.check(lib.cf_executable_set_trace(self._h, _b(os.fspath(trace), "trace")))
+            try:
+                return self._run(inputs_per_rank)
+            finally:
+                lib.cf_executable_set_trace(self._h, None)
 
     def _run(self, inputs_per_rank):
         R, ni, no = self.ranks, len(self.inputs), len(self.outputs)

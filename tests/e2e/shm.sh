@@ -213,6 +213,15 @@ assert d["transport"] == "shm" and d["ranks"] == 2 and len(d["results"]) == 3, d
 for r in d["results"]:
     assert r["collfuse"]["auto"]["us"] > 0 and r["bound"]["us"] > 0, r
 EOF
+  # auto's own profile for the shm world: --save-profile writes `shm` entries,
+  # which run --backend shm reads (and the threads world does not)
+  run bench allreduce --backend shm --ranks 2 --quick --no-mpi --save-profile --profile "$work/prof" &&
+    expect_rc 0 "bench allreduce --backend shm --save-profile" && {
+    grep -q '^algo shm 2 ' "$work/prof" || fail "--save-profile on shm: no 'algo shm 2' rule in the profile"
+    grep -q '^link shm 2 ' "$work/prof" || fail "--save-profile on shm: no 'link shm 2' line in the profile"
+  }
+  run run "$work/mixed2.xml" --backend shm --profile "$work/prof" --verify &&
+    expect_rc 0 "run --backend shm with its saved profile"
 fi
 
 # ---- failures (fast)

@@ -75,6 +75,28 @@ expect_rc 0 "run alltoall_permute.mlir --verify"
 has "$OUT" "4 ranks, 3 collectives per iteration" "run alltoall_permute.mlir --verify"
 has "$OUT" "verified" "run alltoall_permute.mlir --verify"
 
+# pred / i1 (bool: or, and) and the unsigned dtypes, read by both readers
+# as IR dtypes (no Opaque stand-ins), give the same collectives and pass
+# --verify on 2 ranks
+for f in "$src/tests/hlo/pred_unsigned.hlo" "$src/tests/stablehlo/pred_unsigned.mlir"; do
+  b=$(basename "$f")
+  run check "$f"
+  expect_rc 0 "check $b" &&
+    has "$OUT" "ok: 16 nodes, 6 collectives (AllReduce 4, AllGather 1, ReduceScatter 1), 208 bytes" "check $b"
+  run compile -O0 "$f" -o "$work/$b.xml"
+  expect_rc 0 "compile -O0 $b"
+  grep -E 'op="(AllReduce|AllGather|ReduceScatter)"' "$work/$b.xml" |
+    sed -e 's/ name="[^"]*"//' -e 's/ group="[^"]*"//' >"$work/$b.coll"
+  run run "$f" --verify --ranks 2
+  expect_rc 0 "run $b --verify" && has "$OUT" "verified" "run $b --verify"
+done
+grep -q 'dtype="bool" shape="16" reduction="prod"' "$work/pred_unsigned.hlo.coll" ||
+  fail "pred_unsigned.hlo: no bool AllReduce with reduction prod (and)"
+cmp -s "$work/pred_unsigned.hlo.coll" "$work/pred_unsigned.mlir.coll" || {
+  fail "collectives differ between pred_unsigned.hlo and pred_unsigned.mlir"
+  diff "$work/pred_unsigned.hlo.coll" "$work/pred_unsigned.mlir.coll" >&2
+}
+
 # told from how it starts
 IN=$mlir
 run check -

@@ -146,6 +146,24 @@ def main():
             if ph not in phases:
                 fail("the driver has no '%s' phase (%s)" % (ph, sorted(phases)))
 
+    # dot --trace: the graph's collectives filled by the waits the trace measured
+    if t:
+        dot = os.path.join(tmp, "g.dot")
+        p = cf("compile", g, "--split", "bytes:80K", "-o", os.path.join(tmp, "fused.xml"))
+        cf("dot", os.path.join(tmp, "fused.xml"), "--trace", out, "-o", dot)
+        text = open(dot).read() if os.path.exists(dot) else ""
+        waited = text.count("waited ")
+        if waited != 3:  # the three buckets of --split bytes:80K
+            fail("dot --trace labels %d collectives with their wait, not 3" % waited)
+        if 'fillcolor="#ff3737"' not in text:
+            fail("dot --trace: the longest wait is not filled deep red")
+        bad = os.path.join(tmp, "bad.json")
+        with open(bad, "w") as f:
+            f.write('{"x": 1}')
+        p = cf("dot", g, "--trace", bad, want=1)
+        if "not a trace of collfuse run --trace" not in p.stderr:
+            fail("dot --trace of a file that is no trace: %r" % p.stderr)
+
     # failures: the trace is written all the same, with the message
     cases = [
         ("a rank that fails", {"COLLFUSE_TEST_FAIL": "1:1:2"}, ["--timeout", "20"], "rank 1 failed"),

@@ -134,6 +134,36 @@ class TestRun(unittest.TestCase):
         self.assertFalse(exe.in_place("g0"))  # bucket members are copied into the bucket
         self.assertGreater(exe.last_time_ms, 0)
 
+    def test_run_trace(self):
+        """run(trace=FILE) writes that run's timeline (a Chrome trace: a
+        process per rank, the buckets' events naming their members), and
+        the next run without trace= writes nothing."""
+        import json
+        R, n = 4, 12
+        g = dp_graph(R, n, reduction="sum")
+        exe = g.compile(split="bytes:16K")
+        rng = np.random.default_rng(3)
+        ins = [{"g%d" % i: rng.standard_normal(1000 + i).astype(np.float32) for i in range(n)} for _ in range(R)]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "step.json")
+            outs = exe.run(ins, trace=path)
+            want = sum(ins[r]["g0"].astype(np.float64) for r in range(R))
+            np.testing.assert_allclose(outs[1]["o0"], want, rtol=1e-5, atol=1e-5)
+            with open(path) as f:
+                t = json.load(f)
+            procs = {e["pid"] for e in t["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+            self.assertEqual(procs, set(range(R + 1)))  # the ranks and the driver
+            colls = [e for e in t["traceEvents"] if e["ph"] == "X" and e["cat"] == "collective"]
+            self.assertEqual(len(colls), R * len(g.buckets()))
+            mine = [e for e in colls if e["pid"] == 1]  # each gradient in one bucket of rank 1's
+            self.assertEqual(sum(len(e["args"].get("members", [e["name"]])) for e in mine), n)
+            self.assertEqual(sorted(e["name"] for e in mine), sorted(b["name"] for b in g.buckets()))
+            os.unlink(path)
+            exe.run(ins)
+            self.assertFalse(os.path.exists(path))
+        with self.assertRaises(collfuse.CollfuseError):
+            exe.run(ins, trace="-")
+
     def test_sequence_inputs_and_seed(self):
         g = dp_graph(2, 3, 16, "sum")
         exe = g.compile(seed=7)
