@@ -46,7 +46,8 @@ def run(model, hook, args):
     tail = [EXAMPLE, "--json", "--model", model, "--hook", hook, "--steps", str(args.warmup + args.steps),
             "--batch", str(args.batch)]
     if args.launcher == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--redirects", "2", "--tee", "2",
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
+               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(), "--redirects", "2", "--tee", "2",
                "--nproc_per_node", str(args.ranks)] + tail
     else:
         root = ["--allow-run-as-root"] if os.getuid() == 0 else []

@@ -56,7 +56,8 @@ def mpirun(args, np_=2):
 
 def torchrun(args):
     env = dict(os.environ)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--redirects", "2", "--tee", "2",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
+               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(), "--redirects", "2", "--tee", "2",
            "--nproc_per_node", "2", EXAMPLE] + args
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600 * SCALE)
 

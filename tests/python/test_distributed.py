@@ -367,7 +367,8 @@ def start(how, R, ok, scale):
     env = dict(os.environ, CF_DIST_CHILD="1", CF_OK_DIR=ok, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                OMPI_MCA_rmaps_base_oversubscribe="1", CF_DIST_BACKEND="mpi" if how == "mpirun-mpi" else "")
     if how == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--redirects", "2", "--tee", "2",
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
+               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(), "--redirects", "2", "--tee", "2",
                "--nproc_per_node", str(R), os.path.abspath(__file__)]
     else:
         root = ["--allow-run-as-root"] if os.getuid() == 0 else []
