@@ -296,7 +296,7 @@ if expect_rc 3 "rank 1 stalls in a compute step"; then
 fi
 # --ranks must match the job; mpi-native needs MPI and excludes --deterministic
 mpi $SHM -np 2 "$cf" run "$work/ga.xml" --backend mpi --ranks 4
-expect_rc 2 "--ranks 4 under mpirun -np 2" && has "$ERR" "mpirun started 2 processes" "--ranks 4 under -np 2"
+expect_rc 2 "--ranks 4 under mpirun -np 2" && has "$ERR" "--ranks 4, but the launcher started 2 processes" "--ranks 4 under -np 2"
 # a graph for 4 ranks under -np 2: the job is named, once, exit 1
 mpi $SHM -np 2 "$cf" run "$src/examples/tp_mlp.xml" --backend mpi
 if expect_rc 1 "tp_mlp.xml under -np 2"; then
