@@ -362,26 +362,33 @@ static int reducer(hlo_reader *r, const hinstr *in, const char **why) {
  * use_global_device_ids, the domain of a sharding={maximal device=N}; and
  * a user's frontend_attributes={combine_key="..."}. Written into key
  * (empty when none). */
-static void combine_key(hlo_reader *r, const hinstr *in, char *key, size_t len) {
+static cf_status combine_key(hlo_reader *r, const hinstr *in, char **out) {
+  char head[96];
   size_t o = 0;
-  key[0] = 0;
+  head[0] = 0;
+  *out = NULL;
   const hattr *a;
-  if (cf_hlo_attr(in, "channel_id")) o += (size_t)snprintf(key + o, len - o, "cross_module");
+  if (cf_hlo_attr(in, "channel_id")) o += (size_t)snprintf(head + o, sizeof head - o, "cross_module");
   if ((a = cf_hlo_attr(in, "use_global_device_ids")) && a->val.n == 4 &&
-      !memcmp(a->val.p, "true", 4) && o < len)
-    o += (size_t)snprintf(key + o, len - o, "%sglobal_ids", o ? "," : "");
-  if ((a = cf_hlo_attr(in, "sharding")) && o < len) {
+      !memcmp(a->val.p, "true", 4))
+    o += (size_t)snprintf(head + o, sizeof head - o, "%sglobal_ids", o ? "," : "");
+  if ((a = cf_hlo_attr(in, "sharding"))) {
     const char *p = a->val.p, *e = p + a->val.n, *m = NULL;
     for (const char *q = p; q + 15 <= e && !m; q++)
       if (!memcmp(q, "maximal device=", 15)) m = q + 15;
     int64_t dev;
     if (m && cf_hlo_read_int(&m, e, INT32_MAX, &dev))
-      o += (size_t)snprintf(key + o, len - o, "%sdevice=%lld", o ? "," : "", (long long)dev);
+      o += (size_t)snprintf(head + o, sizeof head - o, "%sdevice=%lld", o ? "," : "", (long long)dev);
   }
-  if ((a = cf_hlo_attr(in, "frontend_attributes")) && o < len) {
-    cf_span v = cf_hlo_sub_value(r, a->val, "combine_key");
-    if (v.p) snprintf(key + o, len - o, "%s%.*s", o ? "," : "", (int)v.n, v.p);
-  }
+  /* the user's key is kept whole: two keys that differ only far in are two
+   * keys (XLA compares the attribute's whole string) */
+  cf_span v = {NULL, 0};
+  if ((a = cf_hlo_attr(in, "frontend_attributes"))) v = cf_hlo_sub_value(r, a->val, "combine_key");
+  if (!o && !v.p) return CF_OK;
+  size_t len = o + 1 + (v.p ? v.n : 0) + 1;
+  if (!(*out = malloc(len))) return cf_hlo_oom(r, in->line);
+  snprintf(*out, len, "%s%s%.*s", head, o && v.p ? "," : "", v.p ? (int)v.n : 0, v.p ? v.p : "");
+  return CF_OK;
 }
 
 /* all-reduce, all-gather, reduce-scatter (and the async -start forms). */
@@ -481,9 +488,11 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       cf_attr a = {.id = CF_A_DIM, .v.i = dim};
       if ((st = cf_node_set_attr(r->g, idx, &a))) return st;
     }
-    char key[160];
-    combine_key(r, in, key, sizeof key);
-    if (*key && (st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line))) return st;
+    char *key;
+    if ((st = combine_key(r, in, &key))) return st;
+    if (key) st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line);
+    free(key);
+    if (st) return st;
     if (fuse) {
       size_t len = (strlen(in->name) + 12) * (size_t)n + 1;
       if (len > ((size_t)1 << 24))

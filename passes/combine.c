@@ -214,7 +214,6 @@ static void key_diff_of(const combiner *m, int a, int b, reason *r) {
 
 static int intern_keys(combiner *m) {
   /* key text per candidate, then sort to give equal texts one id */
-  char buf[512];
   const char **txt = cf_arena_array(&m->scratch, (size_t)m->nc + 1, sizeof(char *));
   int *idx = malloc(((size_t)m->nc + 1) * sizeof(int));
   if (!txt || !idx) {
@@ -224,14 +223,18 @@ static int intern_keys(combiner *m) {
   for (int i = 0; i < m->nc; i++) {
     const cf_node *n = &m->g->nodes[m->c[i].node];
     const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
-    snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld\x1f%.200s", cf_node_group(n),
-             (int)cf_node_reduction(n), m->mix_dtypes ? -1 : (int)v->dtype, (int)cf_node_layout(n),
-             (long long)rank_size_of(m->g, n), (long long)cf_node_int(n, CF_A_DIM, 0),
-             cf_node_str(n, CF_A_COMBINE_KEY, ""));
-    if (!(txt[i] = cf_arena_strdup(&m->scratch, buf))) {
+    /* the whole key: a combine_key that differs only far in is another key */
+    const char *ck = cf_node_str(n, CF_A_COMBINE_KEY, "");
+    size_t len = strlen(cf_node_group(n)) + strlen(ck) + 96;
+    char *buf = cf_arena_alloc(&m->scratch, len);
+    if (!buf) {
       free(idx);
       return -1;
     }
+    snprintf(buf, len, "%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld\x1f%s", cf_node_group(n),
+             (int)cf_node_reduction(n), m->mix_dtypes ? -1 : (int)v->dtype, (int)cf_node_layout(n),
+             (long long)rank_size_of(m->g, n), (long long)cf_node_int(n, CF_A_DIM, 0), ck);
+    txt[i] = buf;
     idx[i] = i;
   }
   /* insertion into a hash table of texts */

@@ -8,6 +8,7 @@
  */
 #include "cf_attr_test.h"
 #include "cf_graph_test.h"
+#include "passes/passes.h"
 
 /* ---- the JAX exports ---- */
 
@@ -588,6 +589,46 @@ static void test_sdy_meshes(void **state) {
   free(t);
 }
 
+/* frontend_attributes={combine_key="..."} is compared whole: two keys of
+ * 300 bytes that differ only in their last byte are two keys (both the
+ * reader and the combiner cut it at 200 bytes or less, and fused them). */
+static char *keyed_module(char last) {
+  char key[301];
+  for (int i = 0; i < 299; i++)
+    key[i] = (char)('a' + (i * 7) % 26);
+  key[299] = last, key[300] = 0;
+  const char *fmt = HDR SUM "ENTRY e {\n  p = f32[8] parameter(0)\n  q = f32[4] parameter(1)\n"
+                    "  a = f32[8] all-reduce(p), to_apply=sum, frontend_attributes={combine_key=\"%sA\"}\n"
+                    "  b = f32[4] all-reduce(q), to_apply=sum, frontend_attributes={combine_key=\"%s%c\"}\n"
+                    "  ROOT t = (f32[8], f32[4]) tuple(a, b)\n}\n";
+  size_t n = strlen(fmt) + 2 * sizeof key + 8;
+  char *t = malloc(n);
+  assert_non_null(t);
+  key[299] = 0;
+  snprintf(t, n, fmt, key, key, last);
+  return t;
+}
+
+static void test_combine_key_whole(void **state) {
+  (void)state;
+  for (int same = 0; same < 2; same++) {
+    char *t = keyed_module(same ? 'A' : 'B');
+    cf_graph *g = NULL;
+    assert_int_equal(parse(t, &g), CF_OK);
+    assert_int_equal(strlen(cf_node_str(node(g, "a"), CF_A_COMBINE_KEY, "")), 300);
+    assert_int_equal(strlen(cf_node_str(node(g, "b"), CF_A_COMBINE_KEY, "")), 300);
+    cf_pass_options o = {.split = "bytes:1G"};
+    assert_int_equal(cf_passes_run(g, "infer,fuse-allreduce", &o, NULL, NULL), CF_OK);
+    int fused = 0, plain = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+      fused += g->nodes[i].op == CF_OP_FUSEDALLREDUCE, plain += g->nodes[i].op == CF_OP_ALLREDUCE;
+    assert_int_equal(fused, same ? 1 : 0);
+    assert_int_equal(plain, same ? 0 : 2);
+    cf_graph_destroy(g);
+    free(t);
+  }
+}
+
 static void test_sniff_and_names(void **state) {
   (void)state;
   /* no extension: the first word says HLO; names keep their dots and dashes */
@@ -867,6 +908,7 @@ int main(void) {
       cmocka_unit_test(test_opaque_record),
       cmocka_unit_test(test_collective_suggest),
       cmocka_unit_test(test_replica_group_order),
+      cmocka_unit_test(test_combine_key_whole),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
