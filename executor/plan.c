@@ -298,10 +298,11 @@ static cf_status push_step(builder *b, cf_step s) {
   return CF_OK;
 }
 
-/* Emit the WAIT of every started collective that node n reads. */
+/* Emit the WAIT of every started collective that node n reads or runs
+ * after (a control predecessor ends before its successor starts). */
 static cf_status waits_for(builder *b, const cf_node *n, bool *waited) {
-  for (int j = 0; j < n->n_in; j++) {
-    int c = b->coll_of_node[n->in[j].node];
+  for (int j = 0; j < cf_node_n_deps(n); j++) {
+    int c = b->coll_of_node[cf_node_dep(n, j)];
     if (c >= 0 && !waited[c] && !b->p->colls[c].fused_mm) {
       waited[c] = true;
       cf_status st = push_step(b, (cf_step){.kind = CF_STEP_WAIT, .coll = c});

@@ -839,24 +839,27 @@ static cf_status inner_collectives(hlo_reader *r, const hinstr *in, int depth, i
   return CF_OK;
 }
 
-/* fusion=0 on every collective among v's arrays. */
-static cf_status no_fusion(hlo_reader *r, const hval *v, int line) {
-  if (v->n >= 0) {
-    cf_status st = charge(r, v->n, line);
-    for (int i = 0; i < v->n && !st; i++)
-      st = no_fusion(r, &v->elem[i], line);
+/* Every array of succ runs after every array of pred (control edges). */
+static cf_status order_after(hlo_reader *r, const hval *succ, const hval *pred, int line) {
+  cf_status st = CF_OK;
+  if (succ->n >= 0) {
+    for (int i = 0; i < succ->n && !st; i++)
+      st = order_after(r, &succ->elem[i], pred, line);
     return st;
   }
-  const cf_node *nd = &r->g->nodes[v->ref.node];
-  if (!(cf_op_table[nd->op].allowed & (1u << CF_A_FUSION))) return CF_OK;
-  return cf_node_parse_attr(r->g, v->ref.node, CF_A_FUSION, "0", line);
+  if (pred->n >= 0) {
+    for (int i = 0; i < pred->n && !st; i++)
+      st = order_after(r, succ, &pred->elem[i], line);
+    return st;
+  }
+  if ((st = charge(r, 1, line))) return st;
+  return cf_node_add_control(r->g, succ->ref.node, pred->ref.node);
 }
 
-/* control-predecessors={a, b}: instruction k runs after a and b. The IR
- * has no ordering edge but data, so the order is kept as XLA's combiners
- * keep it: a collective on either end of a control dependency is never
- * combined (fusion=0), so no pass can fuse it with one it is ordered
- * against. The predecessors must be defined before k, as XLA prints them. */
+/* control-predecessors={a, b}: instruction k runs after a and b, a control
+ * edge in the IR that every pass keeps (two collectives it orders never
+ * share a bucket; the schedule runs them in its order). The predecessors
+ * must be defined before k, as XLA prints them. */
 static cf_status keep_order(hlo_reader *r, const hcomp *c, int k, const hval *vals) {
   const hinstr *in = &c->ins[k];
   cf_span v = cf_hlo_attr(in, "control-predecessors")->val;
@@ -864,7 +867,7 @@ static cf_status keep_order(hlo_reader *r, const hcomp *c, int k, const hval *va
   if (p >= e || *p != '{' || e[-1] != '}')
     return cf_hlo_fail(r, in->line, "instruction '%s': control-predecessors must be {NAME, ...}",
                        in->name);
-  cf_status st = no_fusion(r, &vals[k], in->line);
+  cf_status st = CF_OK;
   for (p = cf_hlo_skip(p + 1, e - 1); p < e - 1 && !st; p = cf_hlo_skip(p, e - 1)) {
     cf_span nm;
     const char *q = cf_hlo_read_name(p, e - 1, &nm);
@@ -880,7 +883,7 @@ static cf_status keep_order(hlo_reader *r, const hcomp *c, int k, const hval *va
                          "instruction '%s': control predecessor '%s' is %s computation '%s'",
                          in->name, name, j < 0 ? "not an instruction of" : "defined after it in",
                          c->name);
-    st = no_fusion(r, &vals[j], in->line);
+    st = order_after(r, &vals[k], &vals[j], in->line);
     p = cf_hlo_skip(q, e - 1);
     if (p < e - 1 && *p == ',') p++;
     else if (p < e - 1)

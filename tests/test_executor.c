@@ -1776,6 +1776,44 @@ static void test_plan_deterministic_bitwise(void **state) {
  * without --deterministic, the outputs are bitwise those of the same plan
  * kept out of place; after three iterations (the later ones reduce the
  * results before them) a run returns the first's. */
+/* A control dependency on a collective (<after>): the node after it runs
+ * once the collective has finished, so its WAIT comes before that node (a
+ * data consumer alone would let it wait until the Output), and the run
+ * still matches the reference. */
+static void test_plan_control_order(void **state) {
+  (void)state;
+  const char *xml = "<graph world_size='2'>\n"
+                    "<node name='x' op='Input' dtype='float32' shape='64' init='random'/>\n"
+                    "<node name='ar' op='AllReduce'><input ref='x'/></node>\n"
+                    "<node name='y' op='Input' dtype='float32' shape='64' init='random'/>\n"
+                    "<node name='m' op='Mul'><input ref='y'/><input ref='y'/>%s</node>\n"
+                    "<node name='o1' op='Output'><input ref='m'/></node>\n"
+                    "<node name='o2' op='Output'><input ref='ar'/></node>\n</graph>\n";
+  for (int ordered = 0; ordered < 2; ordered++) {
+    char text[1024];
+    snprintf(text, sizeof text, xml, ordered ? "<after ref='ar'/>" : "");
+    cf_graph *g = compile_graph(text, cf_pipeline_O0, NULL);
+    cf_run_options opt = {.seed = 9, .iters = 1, .timeout_s = 30};
+    cf_plan *pl = NULL;
+    if (cf_plan_build(ctx, g, &opt, &pl) != CF_OK) fail_msg("plan: %s", cf_context_errmsg(ctx));
+    int wait = -1, mul = -1;
+    for (int i = 0; i < pl->n_steps; i++) {
+      const cf_step *sp = &pl->steps[i];
+      if (sp->kind == CF_STEP_WAIT && !strcmp(g->nodes[pl->colls[sp->coll].node].name, "ar")) wait = i;
+      if (sp->kind == CF_STEP_COMPUTE && !strcmp(g->nodes[sp->node].name, "m")) mul = i;
+    }
+    assert_true(wait >= 0 && mul >= 0);
+    if (ordered) assert_true(wait < mul);
+    else assert_true(wait > mul);
+    cf_run_result res;
+    assert_int_equal(cf_exec_run(ctx, pl, NULL, &res), CF_OK);
+    verify_run(text, &res, 9, ordered ? "control order" : "no control order");
+    cf_run_result_free(&res);
+    cf_plan_destroy(pl);
+    cf_graph_destroy(g);
+  }
+}
+
 static void test_plan_in_place(void **state) {
   (void)state;
   const char *const *xmls = plan_graphs;
@@ -2311,6 +2349,7 @@ static const struct CMUnitTest s_plan[] = {
     T(test_plan_matches_reference), T(test_plan_deterministic_bitwise), T(test_plan_in_place),
     T(test_plan_rsag_in_place),     T(test_plan_lent_inputs),           T(test_plan_peak_memory),
     T(test_plan_hooks),             T(test_plan_refuses_and_prefused),  T(test_plan_partitioned_groups),
+    T(test_plan_control_order),
 };
 #undef T
 #define SUBJECT(a) {#a, s_##a, sizeof s_##a / sizeof s_##a[0]}

@@ -468,7 +468,8 @@ static void test_grammar(void **state) {
   assert_shape(&node(g, "c")->out[0], CF_DT_BOOL, "8"); /* pred */
   assert_ptr_equal(operand(g, node(g, "output.0"), 0), node(g, "ag0"));
   cf_graph_destroy(g);
-  /* control-predecessors: a collective on either end is never combined */
+  /* control-predecessors: control edges in the IR; a collective on either
+   * end stays alone (XLA's combiners), the others still combine */
   text = "HloModule m\n" SUM
          "ENTRY e {\n  p = f32[4] parameter(0)\n  q = f32[4] parameter(1)\n"
          "  a = f32[4] all-reduce(p), replica_groups={}, to_apply=sum\n"
@@ -477,12 +478,27 @@ static void test_grammar(void **state) {
          "  c = f32[4] all-reduce(q), replica_groups={}, to_apply=sum,\n"
          "      control-predecessors={%n, b}\n"
          "  d = f32[4] all-reduce(q), replica_groups={}, to_apply=sum\n"
-         "  ROOT t = tuple(a, b, c, d)\n}\n";
+         "  e = f32[4] all-reduce(p), replica_groups={}, to_apply=sum\n"
+         "  ROOT t = tuple(a, b, c, d, e)\n}\n";
   assert_int_equal(parse(text, &g), CF_OK);
-  assert_string_equal(attr_text(node(g, "a"), CF_A_FUSION, "none"), "0");
-  assert_string_equal(attr_text(node(g, "b"), CF_A_FUSION, "none"), "0");
-  assert_string_equal(attr_text(node(g, "c"), CF_A_FUSION, "none"), "0");
-  assert_string_equal(attr_text(node(g, "d"), CF_A_FUSION, "none"), "none");
+  assert_string_equal(attr_text(node(g, "a"), CF_A_FUSION, "none"), "none");
+  assert_int_equal(node(g, "n")->n_ctl, 1);
+  assert_ptr_equal(&g->nodes[node(g, "n")->ctl[0]], node(g, "a"));
+  const cf_node *cc = node(g, "c");
+  assert_int_equal(cc->n_ctl, 2);
+  assert_ptr_equal(&g->nodes[cc->ctl[0]], node(g, "n"));
+  assert_ptr_equal(&g->nodes[cc->ctl[1]], node(g, "b"));
+  cf_pass_options po = {.split = "bytes:1G"};
+  assert_int_equal(cf_passes_run(g, "infer,fuse-allreduce,dce", &po, NULL, NULL), CF_OK);
+  const cf_node *de = node(g, "allreduce_bucket_0");
+  assert_int_equal(de->op, CF_OP_FUSEDALLREDUCE);
+  assert_string_equal(attr_text(de, CF_A_MEMBERS, ""), "e,d"); /* ready order: p, then q */
+  assert_int_equal(node(g, "a")->op, CF_OP_ALLREDUCE);
+  assert_int_equal(node(g, "b")->op, CF_OP_ALLREDUCE);
+  cc = node(g, "c");
+  assert_int_equal(cc->op, CF_OP_ALLREDUCE);
+  assert_int_equal(cc->n_ctl, 2); /* kept through the rewrite */
+  assert_ptr_equal(&g->nodes[cc->ctl[1]], node(g, "b"));
   cf_graph_destroy(g);
   /* no all-gather tells the world: one replica, as XLA's default */
   text = "HloModule m\n" SUM
