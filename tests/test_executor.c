@@ -2073,6 +2073,66 @@ static void test_plan_peak_memory(void **state) {
   }
 }
 
+/* A backward-pass-like chain: layer i's gradient g_i = h_i @ v_i goes to a
+ * fused AllReduce, the next activation h_{i+1} = h_i @ w_i feeds the next
+ * layer. A bucket STARTs right after its last member is produced, before
+ * the compute that does not feed it (the layers after), and WAITs no
+ * earlier than its first consumer that computes (Outputs: after all the
+ * compute); the run matches the float64 reference. */
+static void test_plan_starts_early(void **state) {
+  (void)state;
+  enum { L = 6 };
+  char xml[4096];
+  int len = snprintf(xml, sizeof xml, "<graph name=\"chain\" version=\"1\" world_size=\"4\">\n"
+                                      "<node name=\"h0\" op=\"Input\" dtype=\"float32\" shape=\"8,8\"/>\n");
+  for (int i = 0; i < L; i++)
+    len += snprintf(xml + len, sizeof xml - (size_t)len,
+                    "<node name=\"w%d\" op=\"Input\" dtype=\"float32\" shape=\"8,8\"/>"
+                    "<node name=\"v%d\" op=\"Input\" dtype=\"float32\" shape=\"8,8\"/>"
+                    "<node name=\"g%d\" op=\"MatMul\"><input ref=\"h%d\"/><input ref=\"v%d\"/></node>"
+                    "<node name=\"ar%d\" op=\"AllReduce\" reduction=\"sum\" fusion=\"1\"><input ref=\"g%d\"/></node>"
+                    "<node name=\"o%d\" op=\"Output\"><input ref=\"ar%d\"/></node>"
+                    "<node name=\"h%d\" op=\"MatMul\"><input ref=\"h%d\"/><input ref=\"w%d\"/></node>\n",
+                    i, i, i, i, i, i, i, i, i, i + 1, i, i);
+  snprintf(xml + len, sizeof xml - (size_t)len,
+           "<node name=\"out\" op=\"Output\"><input ref=\"h%d\"/></node></graph>\n", L);
+  cf_graph *g = compile_graph(xml, cf_pipeline_default, "bytes:512");
+  cf_run_options opt = {.seed = 3, .iters = 1, .timeout_s = 30, .deterministic = true};
+  cf_plan *pl = NULL;
+  if (cf_plan_build(ctx, g, &opt, &pl) != CF_OK) fail_msg("plan: %s", cf_context_errmsg(ctx));
+  assert_int_equal(pl->n_colls, 3);
+  int overlapped = 0;
+  for (int s = 0; s < pl->n_steps; s++) {
+    if (pl->steps[s].kind != CF_STEP_START) continue;
+    const cf_node *bucket = &g->nodes[pl->colls[pl->steps[s].coll].node];
+    /* the compute just before the START produces one of its members */
+    int k = s - 1;
+    while (k >= 0 && pl->steps[k].kind != CF_STEP_COMPUTE) k--;
+    assert_true(k >= 0);
+    bool feeds = false;
+    for (int j = 0; j < bucket->n_in; j++) feeds |= bucket->in[j].node == pl->steps[k].node;
+    if (!feeds)
+      fail_msg("'%s' starts after '%s', which does not feed it", bucket->name, g->nodes[pl->steps[k].node].name);
+    /* and the compute between its START and its WAIT does not */
+    for (k = s + 1; k < pl->n_steps && !(pl->steps[k].kind == CF_STEP_WAIT && pl->steps[k].coll == pl->steps[s].coll);
+         k++)
+      if (pl->steps[k].kind == CF_STEP_COMPUTE) {
+        overlapped++;
+        for (int j = 0; j < bucket->n_in; j++) assert_int_not_equal(bucket->in[j].node, pl->steps[k].node);
+      }
+    assert_true(k < pl->n_steps);
+  }
+  /* every bucket but the last has the next layers' MatMuls to overlap (the
+   * last one: h_L) */
+  assert_true(overlapped >= 2 * (L - 2) + 1);
+  cf_plan_destroy(pl);
+  cf_run_result res;
+  if (run_plan(g, &opt, &res, NULL) != CF_OK) fail_msg("run: %s", cf_context_errmsg(ctx));
+  verify_run(xml, &res, 3, "chain");
+  cf_run_result_free(&res);
+  cf_graph_destroy(g);
+}
+
 typedef struct mutation {
   int rank, coll;
   mfield field;
@@ -2348,6 +2408,7 @@ static const struct CMUnitTest s_failures[] = {
 static const struct CMUnitTest s_plan[] = {
     T(test_plan_matches_reference), T(test_plan_deterministic_bitwise), T(test_plan_in_place),
     T(test_plan_rsag_in_place),     T(test_plan_lent_inputs),           T(test_plan_peak_memory),
+    T(test_plan_starts_early),
     T(test_plan_hooks),             T(test_plan_refuses_and_prefused),  T(test_plan_partitioned_groups),
     T(test_plan_control_order),
 };
