@@ -90,6 +90,9 @@ const cf_env_knob cf_env_table[CF_ENV_COUNT] = {
                              "srun's: with `SLURM_STEP_ID`, names the job a `--backend shm` world "
                              "meets under"},
     [CF_ENV_SLURM_STEP_ID] = {"SLURM_STEP_ID", "number", "unset", "srun's: see `SLURM_JOB_ID`"},
+    [CF_ENV_SHM_HUGE] = {"COLLFUSE_SHM_HUGE", "`0`", "huge pages",
+                         "`0`: the shm world's heaps in 4 KiB pages; otherwise in 2 MiB pages where "
+                         "Linux gives them (executor.md, \"The shm world\")"},
 };
 
 const char *cf_env(cf_env_var v) { return getenv(cf_env_table[v].name); }

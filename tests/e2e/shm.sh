@@ -267,6 +267,18 @@ if [ -z "$victim" ]; then
   kill "$job" 2>/dev/null
 else
   sleep 2 # in the middle of the AllReduces
+  # the heaps are in 2 MiB pages where this machine gives shared memory
+  # huge pages: shmem_enabled other than never/deny, or (never) a tmpfs
+  # mounted huge=always in namespaces of one's own (executor.md, "The shm world")
+  thp=$(sed -n 's/.*\[\([a-z_]*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null)
+  pmd=$(awk '/^ShmemPmdMapped:/ { k += $2 } END { print k + 0 }' "/proc/$victim/smaps" 2>/dev/null)
+  case $thp in
+  "" | deny) ;;
+  never) if unshare -Urm true 2>/dev/null; then
+    [ "${pmd:-0}" -gt 0 ] || fail "rank 1's heap is not in huge pages (shmem_enabled=never, namespaces allowed)"
+  fi ;;
+  *) [ "${pmd:-0}" -gt 0 ] || fail "rank 1's heap is not in huge pages (shmem_enabled=$thp)" ;;
+  esac
   t0=$(date +%s)
   kill -9 "$victim"
   wait "$job"
