@@ -47,6 +47,16 @@ cf_status cf_shm_launch_find(cf_context *ctx, cf_shm_launch *out);
 cf_status cf_world_shm_join(cf_context *ctx, const cf_shm_launch *l, double timeout_s,
                             cf_world **out);
 
+/* transports/shm_pages.c: a rank's heap of bytes (sparse), in huge pages
+ * where Linux gives shared memory them: a descriptor, or -1 with errno. */
+int cf_shm_heap_make(size_t bytes);
+/* bytes, or less under an address-space limit (ulimit -v): each of the n
+ * heaps every rank maps gets a share of half the room left, so the job
+ * starts and a run that needs more than that fails for want of heap. */
+size_t cf_shm_heap_cap(size_t bytes, int n);
+/* Map a heap on a 2 MiB boundary (MAP_FAILED with errno). */
+void *cf_shm_heap_map(int fd, size_t bytes);
+
 /* transports/shm_host.c: the host each rank is on, compared at start-up. */
 typedef struct cf_shm_host {
   char id[128]; /* what ranks compare: "hostid:$COLLFUSE_HOSTID", else name/boot id */

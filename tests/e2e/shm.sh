@@ -306,6 +306,25 @@ else
   has "$ERR" "rank 1 (pid $victim) died" "kill -9 of rank 1"
 fi
 
+# under an address-space limit (ulimit -v) the heaps share half the room
+# left (each rank maps every rank's heap; sized to the host's memory they
+# could not be mapped): the job runs, and a run too large for the room is
+# refused naming the limit. Sanitizers reserve more than such a limit.
+if command -v prlimit >/dev/null 2>&1 && [ -z "${ASAN_OPTIONS:-}" ]; then
+  checks=$((checks + 1))
+  timeout -k 5 $((LIMIT * scale)) prlimit --as=$((3 * 1024 * 1024 * 1024)) "$cf" run "$work/mixed4.xml" \
+    --backend shm --ranks 4 --verify --timeout 20 >"$OUT" 2>"$ERR"
+  rc=$?
+  [ "$rc" -eq 0 ] || fail "4 ranks under ulimit -v 3 GiB: exit $rc"
+  sed 's/shape="16777216"/shape="268435456"/' "$work/big.xml" >"$work/huge.xml"
+  checks=$((checks + 1))
+  timeout -k 5 $((LIMIT * scale)) prlimit --as=$((3 * 1024 * 1024 * 1024)) "$cf" run "$work/huge.xml" \
+    --backend shm --ranks 2 --timeout 20 >"$OUT" 2>"$ERR"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "a 1 GiB AllReduce under ulimit -v 3 GiB: exit $rc, expected 1"
+  has "$ERR" "under the address-space limit (ulimit -v: 3.0 GiB)" "a 1 GiB AllReduce under ulimit -v 3 GiB"
+fi
+
 # usage: standard input, CUDA
 run run - --backend shm --ranks 2 && expect_rc 2 "--backend shm with FILE '-'"
 run run "$work/mixed2.xml" --backend shm --device cuda && expect_rc 2 "--backend shm --device cuda" &&
