@@ -295,6 +295,9 @@ typedef enum cf_env_var {
   CF_ENV_SLURM_NNODES,    /* SLURM_NNODES */
   CF_ENV_SLURM_JOB_ID,    /* SLURM_JOB_ID */
   CF_ENV_SLURM_STEP_ID,   /* SLURM_STEP_ID */
+  CF_ENV_SHM_HUGE,        /* COLLFUSE_SHM_HUGE */
+  CF_ENV_HOSTID,          /* COLLFUSE_HOSTID */
+  CF_ENV_RENDEZVOUS,      /* COLLFUSE_RENDEZVOUS */
   CF_ENV_COUNT
 } cf_env_var;
 

@@ -13,7 +13,9 @@
  * slurmstepd). A launcher that says the job spans hosts (LOCAL_WORLD_SIZE,
  * OMPI_COMM_WORLD_LOCAL_SIZE below the size, SLURM_NNODES above 1) is
  * refused at once with what it said: the shm world needs every rank on
- * this host.
+ * this host. The job's TCP rendezvous, where ranks on other hosts are seen
+ * and named (shm_host.c), is COLLFUSE_RENDEZVOUS, else torchrun's
+ * MASTER_ADDR at MASTER_PORT + 1.
  */
 #define _GNU_SOURCE
 #include "transports.h"
@@ -96,5 +98,17 @@ cf_status cf_shm_launch_find(cf_context *ctx, cf_shm_launch *out) {
     snprintf(out->job, sizeof out->job, "pmix:%s", ns);
   else
     snprintf(out->job, sizeof out->job, "ppid:%ld", (long)getppid());
+  /* the TCP rendezvous (shm_host.c): COLLFUSE_RENDEZVOUS, else torchrun's
+   * master at MASTER_PORT + 1 (torch's store listens on MASTER_PORT) */
+  const char *rdv = cf_env(CF_ENV_RENDEZVOUS);
+  long mport = env_num(CF_ENV_MASTER_PORT, 1, 65535);
+  if (rdv && *rdv) {
+    snprintf(out->rdv, sizeof out->rdv, "%s", rdv);
+    out->rdv_by = "COLLFUSE_RENDEZVOUS";
+  } else if (l->rank == CF_ENV_TORCH_RANK && addr && *addr && mport > 0) {
+    snprintf(out->rdv, sizeof out->rdv, strchr(addr, ':') ? "[%s]:%ld" : "%s:%ld", addr,
+             mport < 65535 ? mport + 1 : mport - 1);
+    out->rdv_by = "MASTER_ADDR, MASTER_PORT + 1";
+  }
   return CF_OK;
 }

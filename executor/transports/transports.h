@@ -33,6 +33,8 @@ typedef struct cf_shm_launch {
   int rank, size;
   char job[160];  /* the name the job's ranks meet under */
   const char *by; /* the launcher, for messages */
+  char rdv[300];  /* host:port of the TCP rendezvous (shm_host.c); "": none */
+  const char *rdv_by; /* the variables rdv came from, for messages */
 } cf_shm_launch;
 /* True when some launcher's rank and size variables are set. */
 bool cf_shm_launched(void);
@@ -44,6 +46,30 @@ cf_status cf_shm_launch_find(cf_context *ctx, cf_shm_launch *out);
  * every rank of the job must call it within timeout_s of the others. */
 cf_status cf_world_shm_join(cf_context *ctx, const cf_shm_launch *l, double timeout_s,
                             cf_world **out);
+
+/* transports/shm_pages.c: a rank's heap of bytes (sparse), in huge pages
+ * where Linux gives shared memory them: a descriptor, or -1 with errno. */
+int cf_shm_heap_make(size_t bytes);
+/* bytes, or less under an address-space limit (ulimit -v): each of the n
+ * heaps every rank maps gets a share of half the room left, so the job
+ * starts and a run that needs more than that fails for want of heap. */
+size_t cf_shm_heap_cap(size_t bytes, int n);
+/* Map a heap on a 2 MiB boundary (MAP_FAILED with errno). */
+void *cf_shm_heap_map(int fd, size_t bytes);
+
+/* transports/shm_host.c: the host each rank is on, compared at start-up. */
+typedef struct cf_shm_host {
+  char id[128]; /* what ranks compare: "hostid:$COLLFUSE_HOSTID", else name/boot id */
+  char name[64]; /* what messages say: COLLFUSE_HOSTID, else the host's name */
+} cf_shm_host;
+void cf_shm_host_id(cf_shm_host *h);
+/* True when hosts[0..n) are one host; else false with text naming each
+ * host and its ranks ("... the shm world is one host's; ..."). */
+bool cf_shm_one_host(int n, const cf_shm_host *hosts, char *text, size_t len);
+/* With l->rdv: the job's ranks meet over TCP there before deadline and
+ * every rank fails (naming the hosts and their ranks) unless all are on
+ * one host; without: nothing to do. */
+cf_status cf_shm_meet(cf_context *ctx, const cf_shm_launch *l, double timeout_s, double deadline);
 
 /* world.c: the slots, wrapped */
 cf_status cf_world_create(cf_context *ctx, const cf_world_ops *ops, int size, double timeout_s,

@@ -332,7 +332,40 @@ def mismatch(me, R):
     expect_raises(collfuse.CollfuseError, lambda: cfd.all_reduce(np.ones(3)), "an earlier collective failed")
 
 
+def hosts_child():
+    """A rank of a job whose ranks say they are on two hosts (COLLFUSE_HOSTID):
+    init raises the library's message naming each host and its ranks."""
+    expect_raises(Exception, lambda: cfd.init(), "the job's 2 ranks are on 2 hosts: 'hostA' (rank 0); "
+                  "'hostB' (rank 1)", "start it with mpirun")
+    if cfd.is_initialized():
+        fail("a refused init left the module initialized")
+    with open(os.path.join(os.environ["CF_OK_DIR"], "rank%s.ok" % os.environ["RANK"]), "w") as f:
+        f.write("ok\n")
+
+
+def hosts(ok, scale):
+    """Two processes as torchrun starts them on one host, each told it is on
+    another (COLLFUSE_HOSTID): both refuse, having met over TCP at
+    MASTER_ADDR:MASTER_PORT+1."""
+    port = free_port()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, CF_DIST_CHILD="hosts", CF_OK_DIR=ok, RANK=str(r), WORLD_SIZE="2",
+                   LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   COLLFUSE_HOSTID="host" + "AB"[r])
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=120 * scale)[0] for p in procs]
+    done = sorted(os.listdir(ok))
+    if any(p.returncode for p in procs) or len(done) != 2:
+        fail("ranks on two hosts: exits %s, ranks done %s\n%s" % ([p.returncode for p in procs], done,
+                                                                  "".join(outs)))
+    print("ranks on two hosts: refused by both, naming the hosts")
+
+
 def child():
+    if os.environ.get("CF_DIST_CHILD") == "hosts":
+        return hosts_child()
     forced = os.environ.get("CF_DIST_BACKEND") or None
     cfd.init(deterministic=True, backend=forced)
     me, R = cfd.get_rank(), cfd.get_world_size()
@@ -426,6 +459,9 @@ def driver():
             sys.exit(77)
         print("test_distributed: no torch (python3-torch): torch tensors and the DDP hooks are skipped")
     scale = int(os.environ.get("CF_TEST_TIME_SCALE", "1") or 1)
+    if shm:
+        with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
+            hosts(ok, scale)
     for how, R in runs:
         with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
             start(how, R, ok, scale)
