@@ -86,31 +86,33 @@ def _torch_dtypes():
 
 # ---------------- the job ----------------
 
-# (variables that give rank and size, launcher name); the first present wins
-_LAUNCHERS = (
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "mpirun"),
-    ("PMIX_RANK", "PMIX_SIZE", "an MPI launcher (PMIx)"),
-    ("PMI_RANK", "PMI_SIZE", "an MPI launcher (PMI)"),
-    ("RANK", "WORLD_SIZE", "torchrun"),
-    ("SLURM_PROCID", "SLURM_NTASKS", "srun"),
-)
-_MPI_LAUNCHERS = ("mpirun", "an MPI launcher (PMIx)", "an MPI launcher (PMI)")
+def _seen(environ=os.environ):
+    """(name, rank, size, local, mpi) of the launcher whose variables environ
+    has, as the library's shm world finds it (cf_launcher_find: its table of
+    launchers is the one place that knows them), or None."""
+    env = None
+    if environ is not os.environ:  # the library reads the process's own environment otherwise
+        items = [("%s=%s" % kv).encode("utf-8", "surrogateescape") for kv in environ.items()]
+        env = (ctypes.c_char_p * (len(items) + 1))(*items, None)
+    name = ctypes.c_char_p()
+    rank, size, local, mpi = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    ctx = Context()
+    if lib.cf_launcher_find(ctx._h, env, ctypes.byref(name), ctypes.byref(rank), ctypes.byref(size),
+                            ctypes.byref(local), ctypes.byref(mpi)) != 0:
+        raise ValueError("collfuse.distributed: %s" % ctx.errmsg())
+    if not name.value:
+        return None
+    return name.value.decode(), rank.value, size.value, local.value if local.value > 0 else None, bool(mpi.value)
 
 
 def launcher(environ=os.environ):
     """(name, rank, size) of the launcher whose variables this process has
-    (mpirun's OMPI_COMM_WORLD_*, PMIX_*/PMI_*, torchrun's RANK/WORLD_SIZE,
-    srun's SLURM_PROCID/SLURM_NTASKS), or None. Integers as given."""
-    for rank, size, name in _LAUNCHERS:
-        if rank in environ and (size in environ or name == "an MPI launcher (PMIx)"):
-            try:
-                r = int(environ[rank])
-                s = int(environ[size]) if size in environ else -1
-            except ValueError:
-                raise ValueError("collfuse.distributed: %s=%r, %s=%r are not integers (set by %s)"
-                                 % (rank, environ.get(rank), size, environ.get(size), name)) from None
-            return name, r, s
-    return None
+    (collfuse run's COLLFUSE_RANK, torchrun's RANK/WORLD_SIZE, mpirun's
+    OMPI_COMM_WORLD_*, mpiexec's PMI_*, srun's SLURM_PROCID/SLURM_NTASKS,
+    the first set: the library's table, cf_launcher_find), or None.
+    Integers as given."""
+    s = _seen(environ)
+    return s[:3] if s else None
 
 
 def _torch_group_view():
@@ -156,21 +158,11 @@ def has_shm():
         lib.cf_options_destroy(o)
 
 
-def _local_size(seen, environ):
-    """Processes on this host as the launcher says, or None."""
-    var = {"mpirun": "OMPI_COMM_WORLD_LOCAL_SIZE", "torchrun": "LOCAL_WORLD_SIZE"}.get(seen[0])
-    try:
-        return int(environ[var]) if var in environ else None
-    except ValueError:
-        return None
-
-
-def _choose(backend, seen, environ):
+def _choose(backend, seen, local, mpi):
     """The world for this job: "shm" or "mpi", or RuntimeError saying why none."""
     if backend not in (None, "mpi", "shm"):
         raise ValueError("collfuse.distributed: backend %r: 'shm' or 'mpi' (None: the one the job allows)"
                          % (backend,))
-    mpi = seen[0] in _MPI_LAUNCHERS
     shm = has_shm()
     if backend == "mpi" and not mpi:
         raise RuntimeError("collfuse.distributed: backend 'mpi' needs a job that mpirun started; this one was "
@@ -181,9 +173,7 @@ def _choose(backend, seen, environ):
         return backend
     if mpi:
         # on one host the shm world (single copy) beats MPI's shared memory; across hosts, MPI
-        local = _local_size(seen, environ)
         return "shm" if shm and local == seen[2] else "mpi"
-    local = _local_size(seen, environ)
     if shm and (local is None or local == seen[2]):
         return "shm"
     if shm:  # the shm world is one host's; only mpirun's jobs span hosts through MPI
@@ -225,13 +215,13 @@ def init(backend=None, deterministic=False, timeout=None, environ=os.environ):
     global _world
     if _world is not None:
         return
-    seen = launcher(environ)
+    full = _seen(environ)
+    seen, local, mpi = (full[:3], full[3], full[4]) if full else (None, None, False)
     tv = _torch_group_view()
     if seen is None and tv is None:
-        raise RuntimeError("collfuse.distributed: no job to join: none of the launchers' variables "
-                           "(OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, RANK, SLURM_PROCID) is set and "
-                           "torch.distributed is not initialized; start the processes with mpirun, "
-                           "torchrun or srun")
+        raise RuntimeError("collfuse.distributed: no job to join: no launcher's rank and size variables "
+                           "are set (launcher() says which it reads) and torch.distributed is not "
+                           "initialized; start the processes with mpirun, torchrun or srun")
     if seen is None:
         seen = ("torch.distributed", tv[0], tv[1])
     elif tv is not None and (tv[0], tv[1]) != (seen[1], seen[2]):
@@ -240,7 +230,7 @@ def init(backend=None, deterministic=False, timeout=None, environ=os.environ):
     rank, size = seen[1], seen[2]
     if size < 1 or not 0 <= rank < size:
         raise ValueError("collfuse.distributed: %s: a rank out of range" % _describe(seen))
-    chosen = _choose(backend, seen, environ)
+    chosen = _choose(backend, seen, local, mpi)
     w = _World(rank, size, chosen, seen, deterministic, timeout)
     if chosen == "shm":
         w.options["backend"] = "shm"

@@ -474,6 +474,17 @@ def driver():
                   "out of range")
     if cfd.is_initialized():
         fail("a refused init left the module initialized")
+    # the launchers as the library's table has them (cf_launcher_find), the first whose rank and size are set
+    both = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0",
+            "OMPI_COMM_WORLD_SIZE": "2"}  # mpirun's, and torch's set from them (ddp_train.py does)
+    for env, want in (({"COLLFUSE_RANK": "1", "COLLFUSE_WORLD_SIZE": "3"}, ("collfuse run", 1, 3, None, False)),
+                      ({"PMI_RANK": "0", "PMI_SIZE": "2"}, ("mpiexec", 0, 2, None, True)),
+                      ({"SLURM_PROCID": "3", "SLURM_NTASKS": "4"}, ("srun", 3, 4, None, False)),
+                      ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+                       ("mpirun", 1, 4, 2, True)),
+                      (both, ("torchrun", 0, 2, 2, True)), ({"RANK": "1"}, None), ({}, None)):
+        if cfd._seen(env) != want or cfd.launcher(env) != (want[:3] if want else None):
+            fail("launcher %r: %r, want %r" % (env, cfd._seen(env), want))
     # the runs: "auto" is torchrun where the library has the shm world, else mpirun
     runs = []
     for item in (sys.argv[1] if len(sys.argv) > 1 else "auto:2").split(","):
