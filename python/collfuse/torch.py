@@ -34,6 +34,7 @@ import threading
 import torch
 
 from . import distributed as _cfd
+from .step import compile_step  # noqa: F401 (graph mode: collfuse.step)
 
 __all__ = ["allreduce_hook", "bf16_compress_hook"]
 
