@@ -116,8 +116,11 @@ def matmul_reduce_scatter(x1, x2, bias=None, group=None, comm_turn=0):
 # an op computes comes from _runtime: None outside a step (one rank's view
 # of a world of one rank, as the leaves above), else the step's object
 # (world-aware stand-ins while tracing, the job's collectives while
-# running). The gradients are torch.distributed.nn's: all_reduce(sum)'s is
-# all_reduce(sum), all_gather's is reduce_scatter(sum) and back.
+# running). The gradients are tensor parallelism's (Megatron-LM's f and g):
+# the loss is the same on every rank downstream of the leaves, so
+# all_reduce's gradient is the incoming one (sum; mean: divided by the
+# ranks), all_gather's this rank's block of it, and reduce_scatter's and
+# matmul_reduce_scatter's need an all_gather of it.
 
 _runtime = None
 _OPLIB = torch.library.Library("collfuse", "DEF")
@@ -125,6 +128,22 @@ _OPLIB.define("all_reduce(Tensor x, str reduction, int fusion, int fusion_id) ->
 _OPLIB.define("all_gather(Tensor x, str layout) -> Tensor")
 _OPLIB.define("reduce_scatter(Tensor x, str reduction) -> Tensor")
 _OPLIB.define("matmul_reduce_scatter(Tensor x1, Tensor x2, Tensor? bias, int comm_turn) -> Tensor")
+_OPLIB.define("own_block(Tensor x) -> Tensor")  # this rank's block of x along dim 0 (all_gather's gradient)
+
+
+def _own_block(x):
+    n, r = (1, 0) if _runtime is None else (_runtime.world_size, _runtime.rank)
+    b = x.shape[0] // n
+    return x[r * b:(r + 1) * b].clone()
+
+
+def _own_block_meta(x):
+    n = 1 if _runtime is None else _runtime.world_size
+    return x.new_empty((x.shape[0] // n,) + tuple(x.shape[1:]))
+
+
+_OPLIB.impl("own_block", _own_block, "CPU")
+_OPLIB.impl("own_block", _own_block_meta, "Meta")
 
 
 def _world_of_one(kind, x, a):
@@ -180,9 +199,11 @@ class _AllReduceFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        if ctx.reduction not in ("sum", "mean"):
-            raise NotImplementedError("collfuse.fx.all_reduce: no gradient for reduction '%s'" % ctx.reduction)
-        return torch.ops.collfuse.all_reduce(g, ctx.reduction, 1, -1), None, None, None
+        if ctx.reduction == "sum":
+            return g, None, None, None
+        if ctx.reduction == "mean":
+            return g / (1 if _runtime is None else _runtime.world_size), None, None, None
+        raise NotImplementedError("collfuse.fx.all_reduce: no gradient for reduction '%s'" % ctx.reduction)
 
 
 class _AllGatherFn(torch.autograd.Function):
@@ -195,7 +216,7 @@ class _AllGatherFn(torch.autograd.Function):
     def backward(ctx, g):
         if ctx.layout == "stack":
             g = g.reshape((-1,) + ctx.shape[1:]) if ctx.shape else g.reshape(-1)
-        return torch.ops.collfuse.reduce_scatter(g.contiguous(), "sum").reshape(ctx.shape), None
+        return torch.ops.collfuse.own_block(g.contiguous()).reshape(ctx.shape), None
 
 
 class _ReduceScatterFn(torch.autograd.Function):

@@ -52,6 +52,7 @@ import hashlib
 import itertools
 import queue
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -76,8 +77,8 @@ for _k in ("all_reduce", "all_gather", "reduce_scatter", "matmul_reduce_scatter"
 class _Tracing:
     """_runtime while tracing: the leaves' world-aware stand-ins."""
 
-    def __init__(self, world_size):
-        self.world_size = world_size
+    def __init__(self, world_size, rank):
+        self.world_size, self.rank = world_size, rank
 
     def leaf(self, kind, x, a):
         n = self.world_size
@@ -142,8 +143,8 @@ class _Running:
     """_runtime while a step runs: the leaves are the job's collectives, on
     the communication thread after the buckets started before them."""
 
-    def __init__(self, world_size):
-        self.world_size = world_size
+    def __init__(self, world_size, rank):
+        self.world_size, self.rank = world_size, rank
 
     def leaf(self, kind, x, a):
         n = self.world_size
@@ -197,11 +198,15 @@ def _meta_of(node):
 
 
 class CompiledStep:
-    """A training step compiled by compile_step; call it with the inputs."""
+    """A training step compiled by compile_step; call it with the inputs.
+    After a call, .exposed_ms is the time the step waited for the buckets
+    after the backward pass's last compute and .sync_ms the time during
+    which some bucket was being averaged (overlapping ones counted once)."""
 
-    def __init__(self, model, loss_fn, example_inputs, optimizer, world_size, fusion, passes, options):
+    def __init__(self, model, loss_fn, example_inputs, optimizer, world_size, fusion, local, passes, options):
         self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
         self.world_size = world_size
+        self.rank = _cfd.get_rank() if _cfd.is_initialized() and _cfd.get_world_size() == world_size else 0
         self.n_inputs = len(example_inputs)
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.param_names = [n for n, _ in named]
@@ -213,6 +218,10 @@ class CompiledStep:
             raise ValueError("collfuse.step: fusion names %s, which are not parameters of the model (%s...)"
                              % (unknown, ", ".join(self.param_names[:4])))
         self.fusion = fusion
+        self.local = set(local or ())
+        unknown = sorted(self.local - set(self.param_names))
+        if unknown:
+            raise ValueError("collfuse.step: local names %s, which are not parameters of the model" % unknown)
         self._trace(example_inputs)
         self._check()
         self._build(passes, options)
@@ -239,7 +248,7 @@ class CompiledStep:
         params = [p.detach().clone().requires_grad_(True) for p in self.params]
         buffers = [b.detach().clone() for _, b in self.model.named_buffers()]  # the trace updates copies
         saved = _cfx._runtime
-        _cfx._runtime = _Tracing(self.world_size)
+        _cfx._runtime = _Tracing(self.world_size, self.rank)
         try:
             self.gm = make_fx(step_fn)(params, buffers, *example_inputs)
         except RuntimeError as e:
@@ -358,7 +367,7 @@ class CompiledStep:
         g.output("loss", env[self.loss_node][0])
         self.grad_ar = {}  # parameter index -> AllReduce name
         for k, gn in enumerate(self.grad_nodes):
-            if gn is None:
+            if gn is None or self.param_names[k] in self.local:
                 continue
             pname = self.param_names[k]
             f = self.fusion.get(pname, 1)
@@ -457,6 +466,10 @@ class CompiledStep:
             raise RuntimeError("collfuse.step: cross-rank mismatch: the step's graph (buckets, shapes, leaves) of "
                                "rank(s) %s differs from rank 0's; this rank (%d) has %d buckets: %s"
                                % (differ, _cfd.get_rank(), len(self.plan), desc[:400]))
+        with torch.no_grad():  # every rank starts from rank 0's parameters and buffers, as DDP
+            for t in self.params + [b for _, b in self.model.named_buffers()]:
+                if t.is_contiguous() and t.numel():
+                    _cfd.broadcast(t.data, src=0)
 
     # ---------------- running
 
@@ -467,15 +480,18 @@ class CompiledStep:
             raise RuntimeError("collfuse.step: compiled for %d ranks, but this process is not in a job of %d "
                                "ranks (collfuse.distributed)" % (self.world_size, self.world_size))
         self.pending = [None] * len(self.plan)
+        self.spans = []
         buffers = [b for _, b in self.model.named_buffers()]
         saved = _cfx._runtime
-        _cfx._runtime = _Running(self.world_size)
+        _cfx._runtime = _Running(self.world_size, self.rank)
         try:
             with torch.no_grad():
                 outs = self.gm([p.detach() for p in self.params], buffers, *inputs)
+            t_end = time.perf_counter()
             for b, h in enumerate(self.pending):
                 if h is not None:
                     _wait(h)
+            t_wait = time.perf_counter()
         finally:
             _cfx._runtime = saved
             self.pending = None
@@ -483,8 +499,10 @@ class CompiledStep:
             v = self.grad_views.get(k)
             if v is not None:
                 p.grad = v
-            elif self.grad_nodes[k] is not None:  # not averaged (world of one and no bucket): torch's gradient
+            elif self.grad_nodes[k] is not None:  # a local (sharded) parameter: this rank's gradient
                 p.grad = outs[1 + k]
+        self.exposed_ms = (t_wait - t_end) * 1e3
+        self.sync_ms = _union_ms(self.spans)
         if self.optimizer is not None:
             self.optimizer.step()
         return outs[0]
@@ -519,16 +537,34 @@ def _start_bucket(key, b, grads):
         flat[off:off + n].view(gt.shape).copy_(gt)
         off += n
     if step.world_size > 1:
-        step.pending[b] = _comm_thread().submit(lambda: _cfd.all_reduce(flat, op="mean"))
+        span = [time.perf_counter(), None]
+        step.spans.append(span)
+
+        def run():
+            _cfd.all_reduce(flat, op="mean")
+            span[1] = time.perf_counter()
+        step.pending[b] = _comm_thread().submit(run)
+
+
+def _union_ms(spans):
+    """The time covered by any (start, end) span, in ms."""
+    total, end = 0.0, None
+    for a, b in sorted(s for s in spans if s[1] is not None):
+        if end is None or a > end:
+            total, end = total + b - a, b
+        elif b > end:
+            total, end = total + b - end, b
+    return total * 1e3
 
 
 def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, deterministic=None, fusion=None,
-                 passes="default", world_size=None, **options):
+                 local=None, passes="default", world_size=None, **options):
     """Trace, fuse and plan a training step (see the module's doc).
     split, cost, profile, target, algo, timeout, seed: as `collfuse compile`
     and Graph.compile. deterministic: reductions in a fixed order (the job's
     collfuse.distributed world is joined with it). fusion: {parameter name:
-    0, 1, 2 or (2, fusion_id)}. world_size: the job's (joined from the
+    0, 1, 2 or (2, fusion_id)}. local: names of parameters whose gradients
+    are not averaged (each rank's shard of a tensor-parallel weight). world_size: the job's (joined from the
     launcher's environment or torch.distributed); given without a job, the
     step compiles for that many ranks but runs only with one."""
     if not isinstance(example_inputs, (tuple, list)) or len(example_inputs) < 1:
@@ -541,4 +577,5 @@ def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, det
         options["deterministic"] = bool(deterministic)
     if split is not None:
         options["split"] = split
-    return CompiledStep(model, loss_fn, tuple(example_inputs), optimizer, int(world_size), fusion, passes, options)
+    return CompiledStep(model, loss_fn, tuple(example_inputs), optimizer, int(world_size), fusion, local, passes,
+                        options)
