@@ -466,8 +466,9 @@ class CompiledStep:
             raise RuntimeError("collfuse.step: cross-rank mismatch: the step's graph (buckets, shapes, leaves) of "
                                "rank(s) %s differs from rank 0's; this rank (%d) has %d buckets: %s"
                                % (differ, _cfd.get_rank(), len(self.plan), desc[:400]))
-        with torch.no_grad():  # every rank starts from rank 0's parameters and buffers, as DDP
-            for t in self.params + [b for _, b in self.model.named_buffers()]:
+        with torch.no_grad():  # every rank starts from rank 0's parameters (local ones aside) and buffers, as DDP
+            shared = [p for n, p in zip(self.param_names, self.params) if n not in self.local]
+            for t in shared + [b for _, b in self.model.named_buffers()]:
                 if t.is_contiguous() and t.numel():
                     _cfd.broadcast(t.data, src=0)
 
@@ -487,7 +488,7 @@ class CompiledStep:
         try:
             with torch.no_grad():
                 outs = self.gm([p.detach() for p in self.params], buffers, *inputs)
-            t_end = time.perf_counter()
+            t_end = self.t_backward_end = time.perf_counter()
             for b, h in enumerate(self.pending):
                 if h is not None:
                     _wait(h)
