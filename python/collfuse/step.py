@@ -428,6 +428,11 @@ class CompiledStep:
             with graph.inserting_after(last):
                 node = graph.call_function(_start_bucket, (self.key, b, members))
             self.starts.append((b, node, last))
+        # the graph returns no gradient that lies in a bucket: each one is freed
+        # once copied into its bucket (no second copy of the gradients lives on)
+        bucketed = {k for _, ks in self.plan for k in ks}
+        self.output_node.args = ([self.loss_node] + [None if k in bucketed else g
+                                                      for k, g in enumerate(self.grad_nodes)],)
         gm.recompile()
 
     def start_precedes(self):
