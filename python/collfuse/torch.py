@@ -36,6 +36,7 @@ import time
 import torch
 
 from . import distributed as _cfd
+from .step import compile_step  # noqa: F401 (graph mode: collfuse.step)
 
 __all__ = ["allreduce_hook", "bf16_compress_hook", "HookState"]
 
