@@ -1289,9 +1289,19 @@ static void check_mismatch_text(const char *msg, const char *field, const char *
   if (!ok) fail_msg("%s: message '%s' names the wrong values or ranks", cfg, msg);
 }
 
+/* The failure cases' time bounds. A mismatch or a loud failure must stop
+ * every rank well before the world's timeout (FAST_TIMEOUT_S, then under
+ * WELL_BEFORE_S), and a vanished rank be given up on after it (within
+ * GIVE_UP_S of the start). Generous: on a busy machine (other jobs, busy
+ * loops beside the suite) a thread can wait seconds for a core, and the
+ * messages, checked too, already tell a mismatch from a timeout. */
+#define FAST_TIMEOUT_S 30.0
+#define WELL_BEFORE_S 10.0
+#define GIVE_UP_S 30.0
+
 /* n ranks run op; bad_rank's descriptor differs in field (its own buffers
  * sized to its own descriptor, as a real rank's would be). Every rank must
- * fail with CF_ERR_RUNTIME well before the 2 s timeout. */
+ * fail with CF_ERR_RUNTIME well before the timeout. */
 static void mismatch_case(cf_op op, cf_algo_req algo, int n, int bad_rank, mfield f) {
   static const char *fname[] = {"count", "dtype", "reduction", "root", "split/concat dimensions",
                                 "source_target_pairs"};
@@ -1350,7 +1360,7 @@ static void mismatch_case(cf_op op, cf_algo_req algo, int n, int bad_rank, mfiel
   snprintf(cfg, sizeof cfg, "%s %s n=%d: %s differs on rank %d", cf_op_table[op].name,
            cf_algo_req_name(algo), n, fname[f], bad_rank);
   world W;
-  world_open(&W, n, 2.0);
+  world_open(&W, n, FAST_TIMEOUT_S);
   cf_coll_call calls[MAXR];
   job jobs[MAXR];
   cf_coll_seg segs[MAXR];
@@ -1391,7 +1401,7 @@ static void mismatch_case(cf_op op, cf_algo_req algo, int n, int bad_rank, mfiel
     if (jobs[k].st != CF_ERR_RUNTIME)
       fail_msg("%s: rank %d returned %d, expected CF_ERR_RUNTIME (%s)", cfg, k, jobs[k].st,
                cf_context_errmsg(W.rctx[k]));
-    if (jobs[k].t_end - t0 > 1.5)
+    if (jobs[k].t_end - t0 > WELL_BEFORE_S)
       fail_msg("%s: rank %d took %.2f s: a timeout (%s), not a mismatch", cfg, k, jobs[k].t_end - t0,
                cf_context_errmsg(W.rctx[k]));
     check_mismatch_text(cf_context_errmsg(W.rctx[k]), fname[f], gv, bv, bad_rank, cfg);
@@ -1489,7 +1499,7 @@ static void vanish_case(cf_op op, cf_algo_req algo, int n, int gone) {
     double dt = jobs[k].t_end - t0;
     const char *msg = cf_context_errmsg(W.rctx[k]);
     if (jobs[k].st != CF_ERR_RUNTIME) fail_msg("%s: rank %d returned %d (%s)", cfg, k, jobs[k].st, msg);
-    if (dt < 0.8 || dt > 4.0) fail_msg("%s: rank %d gave up after %.2f s (timeout 1 s)", cfg, k, dt);
+    if (dt < 0.8 || dt > GIVE_UP_S) fail_msg("%s: rank %d gave up after %.2f s (timeout 1 s)", cfg, k, dt);
     if (!strstr(msg, "timed out")) fail_msg("%s: rank %d's message '%s' does not say it timed out", cfg, k, msg);
     /* a Reduce to a live root: the non-roots are done once the root has their data */
     char gone_list[48];
@@ -2061,7 +2071,7 @@ static void test_plan_hooks(void **state) {
     for (int coll = 0; coll < 16; coll += 5) {
       mutation m = {.rank = 2, .coll = coll, .field = (mfield)f};
       cf_faults faults = {.mutate = mutate, .user = &m};
-      cf_run_options opt = {.iters = 2, .timeout_s = 2};
+      cf_run_options opt = {.iters = 2, .timeout_s = FAST_TIMEOUT_S};
       cf_run_result res;
       double t0 = cf_now();
       cf_status st = run_faulty(g, &opt, &faults, &res);
@@ -2070,7 +2080,7 @@ static void test_plan_hooks(void **state) {
       if (st != CF_ERR_RUNTIME) fail_msg("mutated %s of coll %d: status %d (%s)", what[f], coll, st, msg);
       if (!strstr(msg, "cross-rank mismatch") || !strstr(msg, what[f]) || !strstr(msg, "rank 2"))
         fail_msg("mutated %s of coll %d: message '%s'", what[f], coll, msg);
-      if (dt > 1.5) fail_msg("mutated %s: took %.2f s (a timeout, not a mismatch)", what[f], dt);
+      if (dt > WELL_BEFORE_S) fail_msg("mutated %s: took %.2f s (a timeout, not a mismatch)", what[f], dt);
       assert_null(res.outputs);
     }
   /* mode 1: rank 3 fails loudly, everyone stops at once; mode 2: rank 1
@@ -2079,7 +2089,7 @@ static void test_plan_hooks(void **state) {
     for (int step = 0; step < 3; step++) {
       int rank = mode == 1 ? 3 : 1;
       cf_faults f = {.fail_mode = mode, .fail_rank = rank, .fail_step = step};
-      cf_run_options opt = {.iters = 1, .timeout_s = 2};
+      cf_run_options opt = {.iters = 1, .timeout_s = mode == 1 ? FAST_TIMEOUT_S : 2};
       cf_run_result res;
       double t0 = cf_now();
       ASSERT_ERR(run_faulty(g, &opt, &f, &res), CF_ERR_RUNTIME, mode == 1 ? "failed at step" : "timed out");
@@ -2088,8 +2098,9 @@ static void test_plan_hooks(void **state) {
       snprintf(rk, sizeof rk, mode == 1 ? "rank %d" : "%d", rank);
       if (!strstr(cf_context_errmsg(ctx), rk))
         fail_msg("mode %d: message '%s' does not name rank %d", mode, cf_context_errmsg(ctx), rank);
-      if (mode == 1 ? dt > 1.5 : dt < 1.5 || dt > 6)
-        fail_msg("mode %d step %d: the run took %.2f s with a 2 s timeout", mode, step, dt);
+      if (mode == 1 ? dt > WELL_BEFORE_S : dt < 1.5 || dt > GIVE_UP_S)
+        fail_msg("mode %d step %d: the run took %.2f s with a %g s timeout", mode, step, dt,
+                 opt.timeout_s);
     }
   cf_graph_destroy(g);
 
