@@ -580,7 +580,50 @@ static void test_allreduce_large(void **state) {
  * counts, integer mean, the largest n-ary arity; each with and without
  * streaming ($COLLFUSE_STREAM_MIN 0 and off; a plan's calls have the
  * largest working set, these their own, so a call of 4 MiB streams either
- * way under 0 and never under off). */
+ * way under 0 and never under off). The two modes are two cases (ctest
+ * subjects segments and segments_off), so they run side by side. */
+static void segments_mode(int m) {
+  static const char *const modes[] = {"0", "off"};
+  setenv("COLLFUSE_STREAM_MIN", modes[m], 1);
+  allreduce_ws = m ? INT64_MAX : 0;
+  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_SUM, 2, 1500007);
+  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT16, CF_RED_MEAN, 3, 3000001);
+  allreduce(CF_ALGO_RSAG, CF_DT_BFLOAT16, CF_RED_SUM, 4, 2097152);
+  allreduce(CF_ALGO_RSAG, CF_DT_INT8, CF_RED_MEAN, 8, 5000011);
+  allreduce(CF_ALGO_RSAG, CF_DT_FLOAT64, CF_RED_MAX, 2, 1310721);
+  allreduce(CF_ALGO_DIRECT, CF_DT_FLOAT32, CF_RED_SUM, 3, 1500007);
+  allreduce(CF_ALGO_DIRECT, CF_DT_INT8, CF_RED_MEAN, 8, 5000011);
+  static const int ranks[] = {2, 4, 3};
+  static const int64_t counts[] = {400009, 400009, 1200007};
+  for (int r = 0; r < 3; r++) {
+    int n = ranks[r];
+    int64_t count = counts[r];
+    void *res[2][MAXR];
+    for (int v = 0; v < 2; v++) {
+      cspec s = {.op = CF_OP_ALLREDUCE,
+                 .algo = cf_algo_forced(v ? CF_ALGO_RSAG : CF_ALGO_DIRECT),
+                 .dt = CF_DT_FLOAT32,
+                 .red = CF_RED_MEAN,
+                 .n = n,
+                 .count = count,
+                 .det = true,
+                 .seed = 11,
+                 .keep = res[v],
+                 .ws = allreduce_ws};
+      run_coll(&s);
+    }
+    for (int k = 0; k < n; k++) {
+      if (memcmp(res[0][k], res[1][k], (size_t)count * 4) != 0)
+        fail_msg("n=%d count=%lld stream min %s: direct and rsag differ bitwise on rank %d", n,
+                 (long long)count, modes[m], k);
+      free(res[0][k]);
+      free(res[1][k]);
+    }
+  }
+  unsetenv("COLLFUSE_STREAM_MIN");
+  allreduce_ws = 0;
+}
+
 static void test_allreduce_rsag_segments(void **state) {
   (void)state;
   allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_SUM, 2, 300007);
@@ -588,47 +631,12 @@ static void test_allreduce_rsag_segments(void **state) {
   allreduce(CF_ALGO_RSAG, CF_DT_BFLOAT16, CF_RED_SUM, 4, 600001);
   allreduce(CF_ALGO_RSAG, CF_DT_INT32, CF_RED_MEAN, 4, 262145);
   allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_MAX, 9, 590001);
-  static const char *const modes[] = {"0", "off"};
-  for (int m = 0; m < 2; m++) {
-    setenv("COLLFUSE_STREAM_MIN", modes[m], 1);
-    allreduce_ws = m ? INT64_MAX : 0;
-    allreduce(CF_ALGO_RSAG, CF_DT_FLOAT32, CF_RED_SUM, 2, 1500007);
-    allreduce(CF_ALGO_RSAG, CF_DT_FLOAT16, CF_RED_MEAN, 3, 3000001);
-    allreduce(CF_ALGO_RSAG, CF_DT_BFLOAT16, CF_RED_SUM, 4, 2097152);
-    allreduce(CF_ALGO_RSAG, CF_DT_INT8, CF_RED_MEAN, 8, 5000011);
-    allreduce(CF_ALGO_RSAG, CF_DT_FLOAT64, CF_RED_MAX, 2, 1310721);
-    allreduce(CF_ALGO_DIRECT, CF_DT_FLOAT32, CF_RED_SUM, 3, 1500007);
-    allreduce(CF_ALGO_DIRECT, CF_DT_INT8, CF_RED_MEAN, 8, 5000011);
-    static const int ranks[] = {2, 4, 3};
-    static const int64_t counts[] = {400009, 400009, 1200007};
-    for (int r = 0; r < 3; r++) {
-      int n = ranks[r];
-      int64_t count = counts[r];
-      void *res[2][MAXR];
-      for (int v = 0; v < 2; v++) {
-        cspec s = {.op = CF_OP_ALLREDUCE,
-                   .algo = cf_algo_forced(v ? CF_ALGO_RSAG : CF_ALGO_DIRECT),
-                   .dt = CF_DT_FLOAT32,
-                   .red = CF_RED_MEAN,
-                   .n = n,
-                   .count = count,
-                   .det = true,
-                   .seed = 11,
-                   .keep = res[v],
-                   .ws = allreduce_ws};
-        run_coll(&s);
-      }
-      for (int k = 0; k < n; k++) {
-        if (memcmp(res[0][k], res[1][k], (size_t)count * 4) != 0)
-          fail_msg("n=%d count=%lld stream min %s: direct and rsag differ bitwise on rank %d", n,
-                   (long long)count, modes[m], k);
-        free(res[0][k]);
-        free(res[1][k]);
-      }
-    }
-  }
-  unsetenv("COLLFUSE_STREAM_MIN");
-  allreduce_ws = 0;
+  segments_mode(0);
+}
+
+static void test_allreduce_rsag_segments_off(void **state) {
+  (void)state;
+  segments_mode(1);
 }
 
 /* The threads world's placement: the CPUs a thread of rank r on lane l
@@ -2307,9 +2315,11 @@ static const struct CMUnitTest s_allreduce[] = {
     T(test_allreduce_many_ranks),   T(test_allreduce_int_mean_no_wrap),
     T(test_allreduce_deterministic), T(test_allreduce_unsigned_bool),
 };
-static const struct CMUnitTest s_in_place[] = {T(test_allreduce_in_place), T(test_rsag_in_place)};
+static const struct CMUnitTest s_in_place[] = {T(test_allreduce_in_place)};
+static const struct CMUnitTest s_rsag_in_place[] = {T(test_rsag_in_place)};
 static const struct CMUnitTest s_in_place_large[] = {T(test_allreduce_in_place_large)};
 static const struct CMUnitTest s_segments[] = {T(test_allreduce_rsag_segments)};
+static const struct CMUnitTest s_segments_off[] = {T(test_allreduce_rsag_segments_off)};
 static const struct CMUnitTest s_collectives[] = {
     T(test_reduce_scatter), T(test_all_gather),   T(test_reduce_root),
     T(test_broadcast),      T(test_group_subset), T(test_sequences),
@@ -2329,8 +2339,10 @@ static const struct {
   const char *name;
   const struct CMUnitTest *tests;
   size_t n;
-} subjects[] = {SUBJECT(streams),     SUBJECT(allreduce), SUBJECT(segments), SUBJECT(in_place),
-                SUBJECT(in_place_large), SUBJECT(collectives), SUBJECT(failures),  SUBJECT(plan)};
+} subjects[] = {SUBJECT(streams),        SUBJECT(allreduce),   SUBJECT(segments),
+                SUBJECT(segments_off),   SUBJECT(in_place),    SUBJECT(rsag_in_place),
+                SUBJECT(in_place_large), SUBJECT(collectives), SUBJECT(failures),
+                SUBJECT(plan)};
 
 int main(int argc, char **argv) {
   if (getenv("CF_TEST_FILTER")) cmocka_set_test_filter(getenv("CF_TEST_FILTER")); /* debugging one test */
