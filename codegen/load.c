@@ -3,8 +3,8 @@
  * context's first use and calls through the module's table.
  *
  * The module is looked for, in this order:
- *   1. beside the object this code is in: libcollfuse.so wherever it was
- *      loaded from (by the driver's users, an embedder, the Python package's
+ *   1. beside the object this code is in, links resolved: libcollfuse.so
+ *      wherever it was loaded from (by an embedder, the Python package's
  *      lookup), or the executable that linked the library statically (the
  *      driver): DIR/collfuse-codegen.so (the build tree),
  *      DIR/collfuse/collfuse-codegen.so (the installed library directory)
@@ -22,22 +22,27 @@
 #include "codegen.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <link.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 /* an address inside the object that holds this code */
 static const char anchor;
 
-/* The directory of the object holding this code into dir; false when
- * unknown. */
+/* The directory of the object holding this code into dir (len at least
+ * PATH_MAX), links resolved; false when unknown. */
 static bool own_dir(char *dir, size_t len) {
   Dl_info info;
   struct link_map *map = NULL;
-  if (!dladdr1(&anchor, &info, (void **)&map, RTLD_DL_LINKMAP) || !map) return false;
-  if (map->l_name && map->l_name[0] == '/') {
-    if ((size_t)snprintf(dir, len, "%s", map->l_name) >= len) return false;
+  if (len < PATH_MAX || !dladdr1(&anchor, &info, (void **)&map, RTLD_DL_LINKMAP) || !map)
+    return false;
+  if (map->l_name && map->l_name[0]) {
+    /* a shared library, by the path it was loaded by (relative, when
+     * dlopen was given one) */
+    if (!realpath(map->l_name, dir)) return false;
   } else {
     /* the main program (its link map has no name): statically linked */
     ssize_t n = readlink("/proc/self/exe", dir, len - 1);

@@ -40,6 +40,20 @@ else
   fail "collfuse run: $(head -3 "$tmp/err")"
 fi
 
+# the Python package over libcollfuse by a relative link to it: the module
+# is found beside the library the link leads to
+ln -s "$lib" "$tmp/libcollfuse.so"
+out=$(cd "$tmp" && COLLFUSE_LIBRARY=./libcollfuse.so PYTHONPATH="$src/python" PYTHONDONTWRITEBYTECODE=1 \
+  /usr/bin/python3 -c '
+import collfuse, numpy as np
+g = collfuse.Graph("dp", world_size=2)
+g.input("x", "float32", (3,))
+g.output("y", g.all_reduce("x"))
+out = g.compile().run([{"x": np.ones(3, np.float32)}, {"x": np.full(3, 2, np.float32)}])
+print(out[1]["y"].tolist())' 2>&1) || true
+[ "$out" = "[3.0, 3.0, 3.0]" ] || fail "python over ./libcollfuse.so (a link): $out"
+rm "$tmp/libcollfuse.so"
+
 # a driver alone: what needs no kernel works, what does fails clearly
 cp "$cf" "$tmp/collfuse"
 "$tmp/collfuse" compile "$g" -o "$tmp/f.xml" 2>"$tmp/err" || fail "lone compile: $(head -3 "$tmp/err")"
@@ -47,7 +61,9 @@ lone() { # lone WHAT ARGS...: exit 1 and a message naming the module and why
   what=$1
   shift
   rc=0
-  "$tmp/collfuse" "$@" >/dev/null 2>"$tmp/err" || rc=$?
+  # (in $tmp: a build tree's driver also looks in the working directory, an
+  # empty entry of the run path its libraries give it)
+  (cd "$tmp" && "$tmp/collfuse" "$@") >/dev/null 2>"$tmp/err" || rc=$?
   if [ "$rc" -ne 1 ]; then
     fail "lone $*: exit $rc, not 1: $(head -3 "$tmp/err")"
   elif ! grep -q "cannot load the LLVM code generator collfuse-codegen.so.*$tmp/collfuse-codegen.so: $what" "$tmp/err"; then
