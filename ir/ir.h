@@ -64,6 +64,8 @@ struct cf_context {
   void *codegen; /* codegen/'s JIT and kernel cache, created on first use */
   void (*codegen_free)(void *codegen); /* set by codegen/ with it */
   pthread_mutex_t codegen_lock;        /* codegen/ creates codegen under it */
+  const struct cf_codegen_ops *codegen_ops; /* the LLVM module's table, loaded under
+                                               codegen_lock on first use (codegen/load.c) */
   /* borrowed from the caller, NULL when not wanted (the executor's rank
    * contexts copy both): a job's phases (progress.c) and a run's timeline
    * (trace.c) */
