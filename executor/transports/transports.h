@@ -38,6 +38,18 @@ typedef struct cf_shm_launch {
 } cf_shm_launch;
 /* True when some launcher's rank and size variables are set. */
 bool cf_shm_launched(void);
+/* The launcher whose variables env ("NAME=VALUE" strings ending with NULL;
+ * NULL: the process's environment) has, as the shm world finds it: the
+ * first of its table (collfuse run, torchrun, mpirun, mpiexec, srun) whose
+ * rank and size are both set. The C API's cf_launcher_find. */
+typedef struct cf_launcher_seen {
+  const char *name;               /* "collfuse run", "torchrun", ...; NULL: none */
+  const char *rank, *size;        /* its variables' values, as set */
+  const char *rank_var, *size_var; /* and their names */
+  const char *local;              /* the processes it says are on this host, or NULL */
+  bool mpi;                       /* mpirun's or mpiexec's rank and size are set */
+} cf_launcher_seen;
+void cf_launcher_see(const char *const *env, cf_launcher_seen *out);
 /* The launcher's rank, size and job; CF_ERR_USAGE when none started this
  * process, when its values are out of range, or when it says the job spans
  * hosts. */
