@@ -76,16 +76,18 @@ static void val_free(rv *v) {
   v->ival = NULL;
 }
 
-/* Give v (type already set) zeroed storage; at least one element, so a
- * defined value never has NULL arrays even when empty. */
-static cf_status val_alloc(ref_run *r, rv *v) {
+/* Give v (type already set) storage, zeroed unless the caller writes every
+ * element (a window's buffers come back from the heap, where calloc would
+ * clear them again); at least one element, so a defined value never has
+ * NULL arrays even when empty. */
+static cf_status val_alloc_as(ref_run *r, rv *v, bool zero) {
   size_t n = v->count > 0 ? (size_t)v->count : 1;
   if ((uint64_t)v->count > SIZE_MAX / sizeof(double)) goto fail;
   if (is_int(v->dtype)) {
-    if (!(v->ival = calloc(n, sizeof(int64_t)))) goto fail;
+    if (!(v->ival = zero ? calloc(n, sizeof(int64_t)) : malloc(n * sizeof(int64_t)))) goto fail;
   } else {
-    v->val = calloc(n, sizeof(double));
-    v->mag = calloc(n, sizeof(double));
+    v->val = zero ? calloc(n, sizeof(double)) : malloc(n * sizeof(double));
+    v->mag = zero ? calloc(n, sizeof(double)) : malloc(n * sizeof(double));
     if (!v->val || !v->mag) goto fail;
   }
   return CF_OK;
@@ -98,6 +100,8 @@ fail:
                   cf_bytes_text(v->count * (is_int(v->dtype) ? 8 : 16), b, sizeof b),
                   (long long)v->count);
 }
+
+static cf_status val_alloc(ref_run *r, rv *v) { return val_alloc_as(r, v, true); }
 
 /* v's type from t: in a window, the window's part of it, flat. */
 static void set_type(const ref_run *r, rv *v, const cf_value *t) {
@@ -113,7 +117,7 @@ static void set_type(const ref_run *r, rv *v, const cf_value *t) {
 /* dst (type set, no storage) becomes a copy of src. */
 static cf_status val_copy(ref_run *r, rv *dst, const rv *src) {
   if (!defined(src)) return CF_OK;
-  cf_status st = val_alloc(r, dst);
+  cf_status st = val_alloc_as(r, dst, false);
   if (st) return st;
   size_t bytes = (size_t)src->count * sizeof(double);
   if (src->ival) memcpy(dst->ival, src->ival, bytes);
@@ -321,8 +325,11 @@ static cf_status compute(ref_run *r, const cf_node *n, int rank) {
     for (int j = 0; j < n->n_in; j++)
       if (!defined(opnd(r, n, j, rank))) return CF_OK; /* undefined in, undefined out */
   if (n->op == CF_OP_RESHAPE) return val_copy(r, result(r, n, 0, rank), opnd(r, n, 0, rank));
+  /* these write every element of theirs */
+  bool whole = n->op == CF_OP_INPUT || n->op == CF_OP_CONSTANT || n->op == CF_OP_OPAQUE ||
+               n->op == CF_OP_ADD || n->op == CF_OP_SUB || n->op == CF_OP_MUL;
   for (int p = 0; p < n->n_out; p++)
-    if ((st = val_alloc(r, result(r, n, p, rank)))) return st;
+    if ((st = val_alloc_as(r, result(r, n, p, rank), !whole))) return st;
   rv *o = result(r, n, 0, rank);
   const rv *a = n->n_in > 0 ? opnd(r, n, 0, rank) : NULL;
   const rv *b = n->n_in > 1 ? opnd(r, n, 1, rank) : NULL;
@@ -517,9 +524,15 @@ static cf_status coll_port(ref_run *r, coll *c, cf_op op, int j, int p) {
   for (int k = 0; k < c->size; k++) {
     if (op == CF_OP_REDUCE && k != root) continue;
     rv *o = result(r, n, p, c->ranks[k]);
-    if ((st = val_alloc(r, o))) return st;
+    if ((st = val_alloc_as(r, o, false))) return st; /* each case writes all of o */
     switch (op) {
-    case CF_OP_ALLREDUCE:
+    case CF_OP_ALLREDUCE: /* every member's is the first's: a copy reads 2 arrays, not 2n */
+      if (k > 0) {
+        copy_into(result(r, n, p, c->ranks[0]), 0, o, 0, cnt);
+        break;
+      }
+      reduce_into(red, c->src, c->size, 0, o, 0, cnt);
+      break;
     case CF_OP_REDUCE: reduce_into(red, c->src, c->size, 0, o, 0, cnt); break;
     case CF_OP_ALLGATHER: /* stack and concat: in each row, rank blocks one after another */
       for (int64_t q = 0; q < rows; q++)
@@ -750,11 +763,21 @@ static cf_status run_node(ref_run *r, int i, cf_ref_value *out, int n_outputs) {
   const cf_graph *g = r->g;
   const cf_node *n = &g->nodes[i];
   if (n->op == CF_OP_OUTPUT) {
+    /* the operand's last use takes its storage instead of a copy of it */
+    bool last = r->uses[r->base[n->in[0].node] + n->in[0].port] == 1;
     for (int q = 0; q < r->R && !st; q++) {
       rv *o = &out[(int64_t)q * n_outputs + r->out_index[i]];
-      const rv *s = opnd(r, n, 0, q);
+      rv *s = &r->vals[n->in[0].node][n->in[0].port * r->R + q];
       set_type(r, o, &g->nodes[n->in[0].node].out[n->in[0].port]);
-      st = val_copy(r, o, s);
+      if (!last) {
+        st = val_copy(r, o, s);
+        continue;
+      }
+      o->val = s->val;
+      o->mag = s->mag;
+      o->ival = s->ival;
+      s->val = s->mag = NULL;
+      s->ival = NULL;
     }
   } else if (n->n_out > 0) {
     r->vals[i] = calloc((size_t)n->n_out * (size_t)r->R, sizeof(rv));

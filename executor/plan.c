@@ -40,6 +40,7 @@
  * (cf_plan_build), and the smallest peak per rank wins (ties: in place).
  */
 #include "plan.h"
+#include "transports/transports.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -298,10 +299,11 @@ static cf_status push_step(builder *b, cf_step s) {
   return CF_OK;
 }
 
-/* Emit the WAIT of every started collective that node n reads. */
+/* Emit the WAIT of every started collective that node n reads or runs
+ * after (a control predecessor ends before its successor starts). */
 static cf_status waits_for(builder *b, const cf_node *n, bool *waited) {
-  for (int j = 0; j < n->n_in; j++) {
-    int c = b->coll_of_node[n->in[j].node];
+  for (int j = 0; j < cf_node_n_deps(n); j++) {
+    int c = b->coll_of_node[cf_node_dep(n, j)];
     if (c >= 0 && !waited[c] && !b->p->colls[c].fused_mm) {
       waited[c] = true;
       cf_status st = push_step(b, (cf_step){.kind = CF_STEP_WAIT, .coll = c});
@@ -826,57 +828,123 @@ static cf_status own_blocks(builder *b) {
   return mark_own(b);
 }
 
-/* The schedule and the blocks' live intervals. */
+/* Copy into collective ci's input block whatever of node n's operands
+ * lives elsewhere, then START it. */
+static cf_status start_coll(builder *b, const cf_node *n, int ci) {
+  cf_plan *p = b->p;
+  cf_status st = CF_OK;
+  const int64_t *off = b->member_off[ci];
+  block *in = &b->blocks[b->coll_in[ci]];
+  for (int j = 0; j < n->n_in && !st; j++) {
+    int v = val_index(p, n->in[j]);
+    if (b->val_block[v] == b->coll_in[ci] && (n->n_in == 1 || b->val_off[v] == off[j])) continue;
+    /* the value lives elsewhere (another bucket): copy it in */
+    live(&b->blocks[b->val_block[v]], p->n_steps, p->n_steps);
+    live(in, p->n_steps, p->n_steps);
+    st = push_step(b, (cf_step){.kind = CF_STEP_COPY, .coll = ci, .src = v, .dst = off[j],
+                                .bytes = p->vals[v].bytes, .val = v});
+  }
+  if (st) return st;
+  live(in, p->n_steps, p->n_steps);
+  live(&b->blocks[b->coll_out[ci]], p->n_steps, p->n_steps);
+  live(&b->blocks[b->coll_scratch[ci]], p->n_steps, p->n_steps);
+  return push_step(b, (cf_step){.kind = CF_STEP_START, .coll = ci});
+}
+
+/* Per collective, the topological position after which its START may be
+ * issued: that of its last operand's producer and of every other reader
+ * of its operands (so nothing reads an operand a collective in place
+ * overwrites); its own position when an operand comes from a collective
+ * (ready at that one's WAIT) or it is a fused MatMul (a step of the rank
+ * thread). Returns NULL when out of memory. */
+static int *ready_at(const builder *b) {
+  const cf_plan *p = b->p;
+  const cf_graph *g = b->g;
+  int *read = malloc(sizeof *read * ((size_t)p->n_vals + 1)); /* value -> its latest reader so far */
+  int *ready = malloc(sizeof *ready * ((size_t)p->n_colls + 1));
+  if (!read || !ready) {
+    free(read);
+    free(ready);
+    return NULL;
+  }
+  for (int v = 0; v < p->n_vals; v++) read[v] = -1;
+  for (int t = 0; t < g->n_nodes; t++) {
+    int i = g->topo[t], ci = b->coll_of_node[i];
+    const cf_node *n = &g->nodes[i];
+    if (ci >= 0) {
+      int r = -1;
+      for (int j = 0; j < n->n_in; j++) {
+        int v = val_index(p, n->in[j]);
+        r = read[v] > r ? read[v] : r;
+        if (b->coll_of_node[n->in[j].node] >= 0) r = t;
+      }
+      ready[ci] = p->colls[ci].fused_mm ? t : r;
+    }
+    for (int j = 0; j < n->n_in; j++) read[val_index(p, n->in[j])] = t;
+    for (int k = 0; k < n->n_out; k++) read[p->val_base[i] + k] = t; /* produced here */
+  }
+  free(read);
+  return ready;
+}
+
+/* The schedule and the blocks' live intervals. Compute runs in
+ * topological order; a collective STARTs as soon as ready_at allows (the
+ * STARTs keep their topological order: the communication thread runs them
+ * one after another), and WAITs just before its first consumer that
+ * computes (an Output only reads it after the iteration: WAITs for those
+ * come last), so the compute between the two (a backward pass's next
+ * layers after a bucket's last gradient) overlaps the communication. */
 static cf_status schedule(builder *b) {
   cf_plan *p = b->p;
   const cf_graph *g = b->g;
   bool *waited = calloc((size_t)p->n_colls + 1, sizeof *waited);
-  if (!waited) return oom(p);
+  int *ready = ready_at(b), *coll_node = malloc(sizeof(int) * ((size_t)p->n_colls + 1));
+  if (!waited || !ready || !coll_node) {
+    free(waited);
+    free(ready);
+    free(coll_node);
+    return oom(p);
+  }
+  for (int i = 0; i < g->n_nodes; i++)
+    if (b->coll_of_node[i] >= 0) coll_node[b->coll_of_node[i]] = i;
   cf_status st = CF_OK;
+  int next = 0; /* the first collective not started */
   for (int t = 0; t < g->n_nodes && !st; t++) {
     int i = g->topo[t];
     const cf_node *n = &g->nodes[i];
     int ci = b->coll_of_node[i];
     if (n->op == CF_OP_INPUT || n->op == CF_OP_CONSTANT) {
       for (int k = 0; k < n->n_out; k++) live(&b->blocks[b->val_block[p->val_base[i] + k]], -1, FOREVER);
-      continue;
-    }
-    if ((st = waits_for(b, n, waited))) break;
-    if (n->op == CF_OP_OUTPUT) {
+    } else if (ci >= 0 && ci < next) {
+      /* started already */
+    } else if (n->op == CF_OP_OUTPUT) { /* read after the iteration: its WAIT comes last */
       live(&b->blocks[b->val_block[val_index(p, n->in[0])]], p->n_steps, FOREVER);
-      continue;
-    }
-    if (ci >= 0 && p->colls[ci].fused_mm) { /* runs on the rank thread, chunks on its comm thread */
+    } else if ((st = waits_for(b, n, waited))) {
+      break;
+    } else if (ci >= 0 && p->colls[ci].fused_mm) { /* runs on the rank thread, chunks on its comm thread */
       for (int j = 0; j < n->n_in; j++) live(&b->blocks[b->val_block[val_index(p, n->in[j])]], p->n_steps, p->n_steps);
       for (int k = 0; k < n->n_out; k++) live(&b->blocks[b->val_block[p->val_base[i] + k]], p->n_steps, p->n_steps);
       live(&b->blocks[b->coll_in[ci]], p->n_steps, p->n_steps);
       live(&b->blocks[b->coll_scratch[ci]], p->n_steps, p->n_steps);
       st = push_step(b, (cf_step){.kind = CF_STEP_FUSED, .node = i, .coll = ci});
-      continue;
-    }
-    if (ci < 0) { /* compute */
+      next = ci + 1;
+    } else if (ci < 0) { /* compute */
       for (int j = 0; j < n->n_in; j++) live(&b->blocks[b->val_block[val_index(p, n->in[j])]], p->n_steps, p->n_steps);
       for (int k = 0; k < n->n_out; k++) live(&b->blocks[b->val_block[p->val_base[i] + k]], p->n_steps, p->n_steps);
       st = push_step(b, (cf_step){.kind = CF_STEP_COMPUTE, .node = i});
-      continue;
+    } else {
+      st = start_coll(b, n, ci); /* the first not started: its turn */
+      next = ci + 1;
     }
-    const int64_t *off = b->member_off[ci];
-    block *in = &b->blocks[b->coll_in[ci]];
-    for (int j = 0; j < n->n_in && !st; j++) {
-      int v = val_index(p, n->in[j]);
-      if (b->val_block[v] == b->coll_in[ci] && (n->n_in == 1 || b->val_off[v] == off[j])) continue;
-      /* the value lives elsewhere (another bucket): copy it in */
-      live(&b->blocks[b->val_block[v]], p->n_steps, p->n_steps);
-      live(in, p->n_steps, p->n_steps);
-      st = push_step(b, (cf_step){.kind = CF_STEP_COPY, .coll = ci, .src = v, .dst = off[j],
-                                  .bytes = p->vals[v].bytes, .val = v});
+    /* the collectives next in line whose operands are all there */
+    while (!st && next < p->n_colls && !p->colls[next].fused_mm && ready[next] <= t) {
+      const cf_node *c = &g->nodes[coll_node[next]];
+      if (!(st = waits_for(b, c, waited))) st = start_coll(b, c, next);
+      next++;
     }
-    if (st) break;
-    live(in, p->n_steps, p->n_steps);
-    live(&b->blocks[b->coll_out[ci]], p->n_steps, p->n_steps);
-    live(&b->blocks[b->coll_scratch[ci]], p->n_steps, p->n_steps);
-    st = push_step(b, (cf_step){.kind = CF_STEP_START, .coll = ci});
   }
+  free(ready);
+  free(coll_node);
   for (int c = 0; c < p->n_colls && !st; c++)
     if (!waited[c] && !p->colls[c].fused_mm) {
       waited[c] = true;
@@ -1022,6 +1090,23 @@ done:
   return st;
 }
 
+/* plan_make, and with a trace each plan it makes as an event on the
+ * calling thread's lane (cat "plan", which kinds go in place; args: the
+ * arena's bytes). */
+static cf_status traced_plan_make(cf_context *ctx, const cf_graph *g, const cf_run_options *opt,
+                                  unsigned rsag, unsigned *seen, cf_plan **out) {
+  static const char *const what[] = {"plan: AllReduce in place", "plan: AllReduce, AllGather in place",
+                                     "plan: AllReduce, ReduceScatter in place",
+                                     "plan: AllReduce, AllGather, ReduceScatter in place"};
+  cf_trace_lane *l = cf_trace_here;
+  int64_t t0 = l ? cf_trace_clock() : 0;
+  cf_status st = plan_make(ctx, g, opt, rsag, seen, out);
+  if (l && !st)
+    cf_trace_record(l, &(cf_trace_ev){.t0 = t0, .t1 = cf_trace_clock(), .name = what[rsag & 3], .cat = "plan",
+                                      .arg_name = "arena_bytes", .arg = (*out)->arena_bytes});
+  return st;
+}
+
 cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options *opt,
                         cf_plan **out) {
   *out = NULL;
@@ -1029,7 +1114,7 @@ cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options
   cf_phase_begin(ctx, "plan", 0);
   unsigned seen = 0, unused;
   cf_plan *p;
-  cf_status st = plan_make(ctx, g, opt, RSAG_AG | RSAG_RS, &seen, &p);
+  cf_status st = traced_plan_make(ctx, g, opt, RSAG_AG | RSAG_RS, &seen, &p);
   if (st) return st;
   /* AllGather/ReduceScatter in place moves blocks' lives (the head
    * comment): each smaller set of kinds in place, down to none, replaces
@@ -1038,7 +1123,7 @@ cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options
   for (int i = 0; i < 3 && seen; i++) {
     if ((fewer[i] & seen) != fewer[i] || fewer[i] == seen) continue;
     cf_plan *q;
-    if ((st = plan_make(ctx, g, opt, fewer[i], &unused, &q))) goto fail;
+    if ((st = traced_plan_make(ctx, g, opt, fewer[i], &unused, &q))) goto fail;
     if (q->arena_bytes < p->arena_bytes) {
       cf_plan_destroy(p);
       p = q;
@@ -1083,6 +1168,7 @@ int cf_plan_value_bucket(const cf_plan *p, int node, int port, int64_t *off) {
 
 void cf_plan_destroy(cf_plan *p) {
   if (!p || p->abandoned) return; /* a rank's thread may still use it (exec.c join_ranks) */
+  if (p->kept_arena) cf_world_free(p->kept_world, p->dev, p->kept_arena);
   for (int c = 0; p->colls && c < p->n_colls; c++) {
     free(p->colls[c].segs);
     free(p->colls[c].pairs);

@@ -187,6 +187,8 @@ def main(argv=None):
     ap.add_argument("--split", default=None,
                     help="--hook step: collfuse's split (default: ddp:BUCKET_MB M, DDP's buckets)")
     ap.add_argument("--json", action="store_true", help="rank 0 prints one JSON object")
+    ap.add_argument("--trace", metavar="FILE.json",
+                    help="collfuse hooks: each rank's timeline of the buckets as a Chrome trace, FILE.rank<R>.json")
     args = ap.parse_args(argv)
 
     join_from_launcher()
@@ -201,9 +203,15 @@ def main(argv=None):
     if args.hook.startswith("collfuse"):
         import collfuse.distributed
         collfuse.distributed.init(deterministic=args.deterministic)
+    if args.trace and not args.hook.startswith("collfuse"):
+        ap.error("--trace: with --hook collfuse or collfuse-bf16")
     if args.hook != "none":
         timed = Timed(hook_of(args.hook))
-        model.register_comm_hook(None, timed.fn)
+        state = None
+        if args.trace:
+            import collfuse.torch
+            state = collfuse.torch.HookState(trace=args.trace)
+        model.register_comm_hook(state, timed.fn)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
     losses, step_ms, sync_ms = [], [], []

@@ -38,30 +38,55 @@ static void **slot(cpu_dev *c, const cf_kernel_key *k) {
  * with 4 KiB pages every 4 KiB of each costs a TLB miss: on a 2-core VM an
  * rsag of 256 MiB on 4 ranks went from 95 to 72 ms and of 64 MiB from 25 to
  * 17 ms (bench allreduce, 2 runs each way); the bound's memcpy from 60 to
- * 47-50 ms. */
-enum { CPU_HUGE_MIN = 4 << 20, CPU_HUGE_PAGE = 2 << 20 };
+ * 47-50 ms.
+ *
+ * Such a buffer is its own anonymous mapping, which the kernel hands out
+ * zeroed: no memset, so the first write (a rank filling its Inputs) is
+ * the only touch of the fresh pages. The memset that zeroed a 1 GiB arena
+ * after malloc was a second pass over it, and the page faults it took ran
+ * wherever the memset ran. Every buffer has a header just below it (its
+ * mapping, or its malloc block) for cpu_free. */
+enum { CPU_HUGE_MIN = 4 << 20, CPU_HUGE_PAGE = 2 << 20, CPU_HEAD = 64 };
+
+typedef struct cpu_head {
+  void *base;    /* the malloc block or the mapping */
+  size_t mapped; /* the mapping's length; 0: a malloc block */
+} cpu_head;
 
 static void *cpu_alloc(cf_device *d, size_t bytes) {
   (void)d;
   size_t rounded = (bytes + 63) & ~(size_t)63;
-  if (rounded < bytes) return NULL;
+  if (rounded < bytes || rounded > SIZE_MAX - 2 * CPU_HUGE_PAGE) return NULL;
   if (rounded == 0) rounded = 64;
-  void *p = NULL;
-  if (rounded >= CPU_HUGE_MIN) {
-    if (posix_memalign(&p, CPU_HUGE_PAGE, rounded)) return NULL;
+  char *p;
+  cpu_head h = {0};
+  if (rounded >= CPU_HUGE_MIN) { /* zeroed by the kernel */
+    h.mapped = rounded + CPU_HUGE_PAGE;
+    char *m = mmap(NULL, h.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    h.base = m;
+    p = (char *)(((uintptr_t)m + CPU_HEAD + CPU_HUGE_PAGE - 1) & ~(uintptr_t)(CPU_HUGE_PAGE - 1));
 #ifdef MADV_HUGEPAGE
     madvise(p, rounded, MADV_HUGEPAGE); /* advice: nothing to do if refused */
 #endif
   } else {
-    p = aligned_alloc(64, rounded);
+    if (!(h.base = aligned_alloc(64, rounded + CPU_HEAD))) return NULL;
+    p = (char *)h.base + CPU_HEAD;
+    memset(p, 0, rounded);
   }
-  if (p) memset(p, 0, rounded);
+  memcpy(p - CPU_HEAD, &h, sizeof h);
   return p;
 }
 
 static void cpu_free(cf_device *d, void *p) {
   (void)d;
-  free(p);
+  if (!p) return;
+  cpu_head h;
+  memcpy(&h, (char *)p - CPU_HEAD, sizeof h);
+  if (h.mapped)
+    munmap(h.base, h.mapped);
+  else
+    free(h.base);
 }
 
 static void cpu_copy(cf_device *d, void *dst, const void *src, size_t bytes) {

@@ -9,7 +9,8 @@ trace must have one process per rank (and the driver's), two named lanes
 per rank, events that nest on each lane (a complete event never straddles
 another's end: Chrome's begin/end pairs), one iteration event per iteration
 and rank, every collective of every iteration, bucket events that name their
-members (the graph's AllReduces), and timestamps that fit in the time the
+members (the graph's AllReduces), the driver's plan building and kernel
+lookups (named, with whether a cache had them), and timestamps that fit in the time the
 test measured around the process. A rank that fails at a step, a rank that
 vanishes (the others time out) and a compute step that never returns (the
 run gives the rank up) still leave a readable trace that says why.
@@ -145,6 +146,16 @@ def main():
         for ph in ("read", "compile", "plan", "iterations", "verify"):
             if ph not in phases:
                 fail("the driver has no '%s' phase (%s)" % (ph, sorted(phases)))
+        # plan building and every kernel looked up, generated or from a cache
+        plans = [e for e in xs if e["pid"] == RANKS and e["cat"] == "plan"]
+        if not plans or any(e.get("args", {}).get("arena_bytes", 0) <= 0 for e in plans):
+            fail("the driver has no plan events with arena_bytes: %s" % plans)
+        kernels = [e for e in xs if e["pid"] == RANKS and e["cat"] == "kernel"]
+        if not any(e["name"].startswith("cf_nary_mean_float32") for e in kernels):
+            fail("no kernel event names the mean kernels the buckets need: %s"
+                 % sorted(e["name"] for e in kernels))
+        if any(e.get("args", {}).get("cache") not in (0, 1, 2) for e in kernels):
+            fail("kernel events without args.cache 0, 1 or 2: %s" % kernels)
 
     # dot --trace: the graph's collectives filled by the waits the trace measured
     if t:
