@@ -324,6 +324,7 @@ class _Trace:
         self.dropped = 0
         self.failed = None
         self.lock = threading.Lock()
+        self.wlock = threading.Lock()  # write()'s
         self.tmpdir = tempfile.mkdtemp(prefix="collfuse-trace.")
         self.run_path = os.path.join(self.tmpdir, "run.json")  # each run's, as the library writes it
 
@@ -366,6 +367,13 @@ class _Trace:
             self._put(e)
 
     def write(self):
+        # one write at a time, each its snapshot: the last file renamed into
+        # place holds the newest events (write_trace on the worker and
+        # set_trace(None) on the main thread may both write)
+        with self.wlock:
+            self._write()
+
+    def _write(self):
         with self.lock:
             evs = sorted(self.events, key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"]))
             meta = [{"name": "process_name", "ph": "M", "pid": self.rank, "args": {"name": "rank %d" % self.rank}}]
