@@ -378,10 +378,20 @@ class _Trace:
             if self.failed:
                 other["failed"] = self.failed
             doc = {"traceEvents": meta + evs, "displayTimeUnit": "ms", "otherData": other}
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f, separators=(",", ":"))
-        os.replace(tmp, self.path)
+        # a name of this write's own: two writes at once (write_trace and
+        # set_trace(None) on two threads) must not rename each other's file
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(self.path) + ".", suffix=".tmp",
+                                   dir=os.path.dirname(self.path) or ".")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     def close(self):
         try:
