@@ -12,8 +12,7 @@
  *      driver, BIN_TO_LIB being the way from the install's bin directory to
  *      its lib directory, e.g. ../lib/x86_64-linux-gnu for /usr);
  *   2. the configured install directory, LIBDIR/collfuse/;
- *   3. the system loader by name (LD_LIBRARY_PATH; the build tree's unit
- *      tests find it through their run path).
+ *   3. the system loader by name (LD_LIBRARY_PATH).
  * A module of another build (its table's abi differs) is refused. dlopen
  * keeps one copy however many contexts load it, and it is never closed: a
  * context's JIT state and the kernels it hands out live in it.

@@ -324,6 +324,7 @@ class _Trace:
         self.dropped = 0
         self.failed = None
         self.lock = threading.Lock()
+        self.wlock = threading.Lock()  # write()'s
         self.tmpdir = tempfile.mkdtemp(prefix="collfuse-trace.")
         self.run_path = os.path.join(self.tmpdir, "run.json")  # each run's, as the library writes it
 
@@ -366,6 +367,13 @@ class _Trace:
             self._put(e)
 
     def write(self):
+        # one write at a time, each its snapshot: the last file renamed into
+        # place holds the newest events (write_trace on the worker and
+        # set_trace(None) on the main thread may both write)
+        with self.wlock:
+            self._write()
+
+    def _write(self):
         with self.lock:
             evs = sorted(self.events, key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"]))
             meta = [{"name": "process_name", "ph": "M", "pid": self.rank, "args": {"name": "rank %d" % self.rank}}]
@@ -378,10 +386,20 @@ class _Trace:
             if self.failed:
                 other["failed"] = self.failed
             doc = {"traceEvents": meta + evs, "displayTimeUnit": "ms", "otherData": other}
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f, separators=(",", ":"))
-        os.replace(tmp, self.path)
+        # a name of this write's own: two writes at once (write_trace and
+        # set_trace(None) on two threads) must not rename each other's file
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(self.path) + ".", suffix=".tmp",
+                                   dir=os.path.dirname(self.path) or ".")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     def close(self):
         try:

@@ -67,7 +67,9 @@ def all_reduce(x, reduction="sum", group=None, fusion=1, fusion_id=-1):
     p = _traced(_ALL_REDUCE, (x,), dict(reduction=reduction, group=group, fusion=fusion, fusion_id=fusion_id))
     if p is not None:
         return p
-    if _world_group(group):
+    if not _world_group(group):
+        _no_group_in_step("all_reduce", group)
+    else:
         return torch.ops.collfuse.all_reduce(x, reduction, int(fusion), int(fusion_id))
     return x.clone()
 
@@ -79,7 +81,9 @@ def all_gather(x, group=None, layout="stack"):
     p = _traced(_ALL_GATHER, (x,), dict(group=group, layout=layout))
     if p is not None:
         return p
-    if _world_group(group):
+    if not _world_group(group):
+        _no_group_in_step("all_gather", group)
+    else:
         return torch.ops.collfuse.all_gather(x, layout)
     return x.unsqueeze(0).clone() if layout == "stack" else x.clone()
 
@@ -90,7 +94,9 @@ def reduce_scatter(x, reduction="sum", group=None):
     p = _traced(_REDUCE_SCATTER, (x,), dict(reduction=reduction, group=group))
     if p is not None:
         return p
-    if _world_group(group):
+    if not _world_group(group):
+        _no_group_in_step("reduce_scatter", group)
+    else:
         return torch.ops.collfuse.reduce_scatter(x, reduction)
     return x.clone()
 
@@ -102,7 +108,9 @@ def matmul_reduce_scatter(x1, x2, bias=None, group=None, comm_turn=0):
     p = _traced(_MATMUL_REDUCE_SCATTER, (x1, x2), dict(bias=bias, group=group, comm_turn=comm_turn))
     if p is not None:
         return p
-    if _world_group(group):
+    if not _world_group(group):
+        _no_group_in_step("matmul_reduce_scatter", group)
+    else:
         return torch.ops.collfuse.matmul_reduce_scatter(x1, x2, bias, int(comm_turn or 0))
     y = x1 @ x2
     return y + bias if bias is not None else y
@@ -254,6 +262,12 @@ for _k, _fn in (("all_reduce", _AllReduceFn), ("all_gather", _AllGatherFn), ("re
 
 def _world_group(group):
     return group is None or group == WORLD
+
+
+def _no_group_in_step(leaf, group):
+    if _runtime is not None:
+        raise NotImplementedError("collfuse.step: collfuse.fx.%s over group %r: a step's leaves run over the "
+                                  "whole job only (group=None)" % (leaf, group))
 
 
 # The functions themselves: while tracing, the module's names are patched.

@@ -41,18 +41,21 @@ else
 fi
 
 # the Python package over libcollfuse by a relative link to it: the module
-# is found beside the library the link leads to
-ln -s "$lib" "$tmp/libcollfuse.so"
-out=$(cd "$tmp" && COLLFUSE_LIBRARY=./libcollfuse.so PYTHONPATH="$src/python" PYTHONDONTWRITEBYTECODE=1 \
-  /usr/bin/python3 -c '
+# is found beside the library the link leads to (not under the sanitizers:
+# python3 is not built with them)
+if [ -z "${ASAN_OPTIONS:-}" ]; then
+  ln -s "$lib" "$tmp/libcollfuse.so"
+  out=$(cd "$tmp" && COLLFUSE_LIBRARY=./libcollfuse.so PYTHONPATH="$src/python" PYTHONDONTWRITEBYTECODE=1 \
+    /usr/bin/python3 -c '
 import collfuse, numpy as np
 g = collfuse.Graph("dp", world_size=2)
 g.input("x", "float32", (3,))
 g.output("y", g.all_reduce("x"))
 out = g.compile().run([{"x": np.ones(3, np.float32)}, {"x": np.full(3, 2, np.float32)}])
 print(out[1]["y"].tolist())' 2>&1) || true
-[ "$out" = "[3.0, 3.0, 3.0]" ] || fail "python over ./libcollfuse.so (a link): $out"
-rm "$tmp/libcollfuse.so"
+  [ "$out" = "[3.0, 3.0, 3.0]" ] || fail "python over ./libcollfuse.so (a link): $out"
+  rm "$tmp/libcollfuse.so"
+fi
 
 # a driver alone: what needs no kernel works, what does fails clearly
 cp "$cf" "$tmp/collfuse"

@@ -196,8 +196,19 @@ class Complex(torch.nn.Module):
         return (x.to(torch.complex64) @ self.w).abs()
 
 
+class Grouped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return cfx.all_reduce(self.lin(x), "sum", group="tp")
+
+
 x4, y4 = torch.randn(3, 4), torch.randn(3, 4)
 mse = torch.nn.functional.mse_loss
+expect_raises(NotImplementedError, lambda: ct.compile_step(Grouped(), mse, (x4, y4)),
+              "collfuse.fx.all_reduce over group 'tp'", "whole job only")
 expect_raises(NotImplementedError, lambda: ct.compile_step(DataDependent(), mse, (x4, y4)),
               "data-dependent control flow")
 expect_raises(NotImplementedError, lambda: ct.compile_step(InPlace(False), mse, (x4, y4)),
