@@ -149,7 +149,10 @@ typedef struct cf_codegen_ops {
   uint64_t abi; /* CF_CODEGEN_ABI of the build that made the module */
   cf_status (*target_host)(cf_context *ctx, cf_codegen_target *t);
   cf_status (*target_nvptx)(cf_context *ctx, const char *sm, cf_codegen_target *t);
-  cf_status (*kernel)(cf_context *ctx, const cf_kernel_key *key, void **fn, double *compile_ms);
+  /* lane: the calling thread's cf_trace_here (ir/trace.c's thread-local;
+   * the module's copy of ir/ has one of its own) */
+  cf_status (*kernel)(cf_context *ctx, const cf_kernel_key *key, void **fn, double *compile_ms,
+                      cf_trace_lane *lane);
   cf_status (*emit)(cf_context *ctx, const cf_kernel_key *keys, int n, cf_emit_format fmt,
                     const char *path);
   cf_status (*ptx)(cf_context *ctx, const cf_kernel_key *keys, int n, const char *sm, char **ptx);
@@ -194,7 +197,8 @@ cf_status cf_codegen_module_tm(cf_context *ctx, const cf_codegen_target *t, LLVM
  * everything outside the module calls the cf_codegen_* names above. */
 cf_status cf_llvm_target_host(cf_context *ctx, cf_codegen_target *t);
 cf_status cf_llvm_target_nvptx(cf_context *ctx, const char *sm, cf_codegen_target *t);
-cf_status cf_llvm_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn, double *compile_ms);
+cf_status cf_llvm_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn, double *compile_ms,
+                         cf_trace_lane *lane);
 cf_status cf_llvm_emit(cf_context *ctx, const cf_kernel_key *keys, int n, cf_emit_format fmt,
                        const char *path);
 cf_status cf_llvm_ptx(cf_context *ctx, const cf_kernel_key *keys, int n, const char *sm, char **ptx);

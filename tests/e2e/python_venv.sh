@@ -34,17 +34,9 @@ out=$(env -u PYTHONPATH COLLFUSE_LIBRARY="$LIB" "$tmp/venv/bin/python" "$tmp/exa
   fail "docs/api.md's example in the venv failed: $out"
 echo "$out" | grep -q "'members'" || fail "docs/api.md's example printed: $out"
 
-<<<<<<< HEAD
-# as an install lays them out: the library in lib/, its LLVM code generator
-# in lib/collfuse/ (codegen/load.c; built beside the library)
-cp "$LIB" "$tmp/venv/lib/libcollfuse.so"
-mkdir "$tmp/venv/lib/collfuse"
-cp "$(dirname "$LIB")/collfuse-codegen.so" "$tmp/venv/lib/collfuse/"
-=======
 # the library and its LLVM module, which it loads from beside itself
 cp "$LIB" "$tmp/venv/lib/libcollfuse.so"
 cp "$(dirname "$LIB")/collfuse-codegen.so" "$tmp/venv/lib/"
->>>>>>> main
 out=$(env -u PYTHONPATH -u COLLFUSE_LIBRARY -u LD_LIBRARY_PATH "$tmp/venv/bin/python" -c '
 import collfuse, runpy
 runpy.run_path("'"$tmp/example.py"'")
