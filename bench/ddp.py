@@ -1,18 +1,23 @@
 #!/usr/bin/python3
-"""DDP training step and gradient-sync time: gloo against collfuse's hook.
+"""DDP training step and gradient-sync time: gloo against collfuse's hook and compile_step.
 
-    bench/ddp.py [--models resnet18,gpt] [--ranks 2] [--steps 6] [--warmup 2] [--repeats 3] [--json]
+    bench/ddp.py [--models resnet18,gpt] [--hooks none,gloo,collfuse,step] [--ranks 2] [--steps 6]
+                 [--warmup 2] [--repeats 3] [--json]
 
 Runs examples/torch/ddp_train.py (gloo process group) for each model with
   none      DDP's own allreduce over gloo (step time only),
   gloo      torch's allreduce_hook over gloo (the same averaging, timed),
   collfuse  collfuse.torch.allreduce_hook,
+  step      collfuse.torch.compile_step (no DDP; collfuse's buckets, --split
+            ddp:25M as DDP's, each averaged once its last gradient is made),
 interleaved, --repeats times each, started by torchrun when the library
 has the shm world (collfuse's hook then joins it), else by mpirun (the hook
 joins MPI's world). Per run: the median over the steps after --warmup of the step time
 and of the sync time (the time per step during which some bucket is being
-averaged, ddp_train.py --json's sync_ms); the table shows the median of the
-runs' medians and, for collfuse, its ratios to gloo's.
+averaged, ddp_train.py --json's sync_ms), for step the exposed
+communication (the time the step waits for its buckets after the backward
+pass's last compute: exposed_ms), and rank 0's peak resident memory; the
+table shows the median of the runs' medians and the ratios to gloo's.
 """
 
 import argparse
@@ -25,7 +30,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "ddp_train.py")
-HOOKS = ("none", "gloo", "collfuse")
+HOOKS = ("none", "gloo", "collfuse", "step")
 
 
 def free_port():
@@ -63,12 +68,14 @@ def run(model, hook, args):
     r = json.loads(lines[0])
     step = statistics.median(r["step_ms"][args.warmup:])
     sync = statistics.median(r["sync_ms"][args.warmup:]) if r["sync_ms"][0] is not None else None
-    return step, sync, r["params"]
+    exposed = statistics.median(r["exposed_ms"][args.warmup:]) if r.get("exposed_ms") else None
+    return step, sync, exposed, r["peak_mb"], r["params"]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="resnet18,gpt")
+    ap.add_argument("--hooks", default=",".join(HOOKS), help="of %s (gloo is the reference)" % ",".join(HOOKS))
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--steps", type=int, default=6, help="timed steps per run")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
@@ -80,32 +87,43 @@ def main():
     args = ap.parse_args()
     if args.launcher == "auto":
         args.launcher = "torchrun" if has_shm() else "mpirun"
+    hooks = args.hooks.split(",")
+    bad = [h for h in hooks if h not in HOOKS]
+    if bad or "gloo" not in hooks:
+        sys.exit("bench/ddp.py: --hooks %s: of %s, gloo among them" % (args.hooks, ",".join(HOOKS)))
     rows = []
     for model in args.models.split(","):
-        got = {h: [] for h in HOOKS}
+        got = {h: [] for h in hooks}
         params = 0
         for _ in range(args.repeats):
-            for h in HOOKS:
-                step, sync, params = run(model, h, args)
-                got[h].append((step, sync))
-        med = {h: (statistics.median(s for s, _ in got[h]),
-                   statistics.median(y for _, y in got[h]) if got[h][0][1] is not None else None) for h in HOOKS}
-        for h in HOOKS:
-            rows.append({"model": model, "params": params, "hook": h, "step_ms": med[h][0], "sync_ms": med[h][1],
-                         "step_vs_gloo": med[h][0] / med["gloo"][0],
-                         "sync_vs_gloo": med[h][1] / med["gloo"][1] if med[h][1] is not None else None})
+            for h in hooks:
+                step, sync, exposed, peak, params = run(model, h, args)
+                got[h].append((step, sync, exposed, peak))
+
+        def med(h, i):
+            vals = [v[i] for v in got[h] if v[i] is not None]
+            return statistics.median(vals) if vals else None
+        for h in hooks:
+            step, sync, exposed, peak = (med(h, i) for i in range(4))
+            rows.append({"model": model, "params": params, "hook": h, "step_ms": step, "sync_ms": sync,
+                         "exposed_ms": exposed, "peak_mb": peak, "step_vs_gloo": step / med("gloo", 0),
+                         "sync_vs_gloo": sync / med("gloo", 1) if sync is not None else None,
+                         "exposed_vs_gloo_sync": exposed / med("gloo", 1) if exposed is not None else None})
     if args.json:
         print(json.dumps({"launcher": args.launcher, "ranks": args.ranks, "steps": args.steps, "warmup": args.warmup,
                           "repeats": args.repeats, "batch": args.batch, "rows": rows}))
         return
     print("%s, %d processes, batch %d per rank, median of %d runs of the median of %d steps after %d warm-up"
           % (args.launcher, args.ranks, args.batch, args.repeats, args.steps, args.warmup))
-    print("%-9s %9s %-9s %10s %10s %8s %8s" % ("model", "params", "hook", "step ms", "sync ms", "step/gloo",
-                                                "sync/gloo"))
+    print("%-9s %9s %-9s %10s %10s %8s %8s %11s %18s %8s" % (
+        "model", "params", "hook", "step ms", "sync ms", "step/gloo", "sync/gloo", "exposed ms", "exposed/gloo-sync",
+        "peak MB"))
+    opt = lambda v, f: "-" if v is None else f % v
     for r in rows:
-        print("%-9s %9d %-9s %10.1f %10s %8.2f %9s" % (
-            r["model"], r["params"], r["hook"], r["step_ms"], "-" if r["sync_ms"] is None else "%.1f" % r["sync_ms"],
-            r["step_vs_gloo"], "-" if r["sync_vs_gloo"] is None else "%.2f" % r["sync_vs_gloo"]))
+        print("%-9s %9d %-9s %10.1f %10s %8.2f %9s %11s %18s %8.0f" % (
+            r["model"], r["params"], r["hook"], r["step_ms"], opt(r["sync_ms"], "%.1f"), r["step_vs_gloo"],
+            opt(r["sync_vs_gloo"], "%.2f"), opt(r["exposed_ms"], "%.1f"), opt(r["exposed_vs_gloo_sync"], "%.2f"),
+            r["peak_mb"]))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,14 @@
 /* codegen.h - reduction kernels generated with the LLVM C API (one header for
  * the codegen/ module; the only module that includes LLVM).
  *
+ * Two parts. keys.c and load.c are plain C in libcollfuse: kernel keys, the
+ * kernels a graph needs, and the entry points below that generate code,
+ * which load the rest, the LLVM module collfuse-codegen.so (every other
+ * file here, linked to libLLVM), with dlopen on first use. So a process that
+ * never generates or links a kernel (`collfuse compile`, `check`, `dot`, the
+ * Python package importing) never maps libLLVM, whose relocation alone costs
+ * a start-up ten times a bare one's.
+ *
  * Every kernel is described by a cf_kernel_key and has one of four C ABIs.
  * All pointers are noalias; n counts elements, not bytes.
  *
@@ -64,7 +72,7 @@ typedef void (*cf_kernel_scale_fn)(void *dst, int64_t n, double div);
 typedef void (*cf_kernel_quant_fn)(void *dst, const int32_t *acc, const float *x1_scale,
                                    const float *x2_scale, int64_t m, int64_t n);
 
-/* ---- kernels.c: kernel keys and targets ---- */
+/* ---- keys.c: kernel keys, and the kernels a graph needs ---- */
 
 /* "cf_nary_sum_float32_4", "cf_nary_sum_float32_4_x4" (to 4 destinations),
  * "cf_nary_sum_float32_4_nt4" (a stream key to 4 destinations),
@@ -72,6 +80,12 @@ typedef void (*cf_kernel_quant_fn)(void *dst, const int32_t *acc, const float *x
 char *cf_kernel_name(const cf_kernel_key *key, char *buf, size_t len);
 /* false with a reason when no such kernel exists (arity out of range, ...). */
 bool cf_kernel_key_valid(const cf_kernel_key *key, char *why, size_t len);
+/* The kernels graph g needs (reducing collectives: NARY at their group's
+ * arity capped at CF_MAX_ARITY, ACC, SCALE for mean; QUANT for quantized
+ * matmuls), without duplicates, in a stable order. *keys is malloc'd. */
+cf_status cf_codegen_graph_kernels(const cf_graph *g, cf_kernel_key **keys, int *n);
+
+/* ---- load.c: the entry points that generate code (in the LLVM module) ---- */
 
 /* A code generation target: the host (vector width from its CPU features)
  * or nvptx64-nvidia-cuda (PTX kernels with a grid-stride loop). */
@@ -85,10 +99,16 @@ typedef struct cf_codegen_target {
   int vector_bits;       /* widest vector register: 128, 256, 512 */
 } cf_codegen_target;
 
+/* Each entry point loads the module once per context (the loaded table is
+ * kept in ctx, and a context that borrows another's JIT borrows it too);
+ * when the module cannot be found or loaded, the call fails with
+ * CF_ERR_UNSUPPORTED and a message naming every place looked at. */
+
+/* kernels.c: the host's target, NVPTX's for sm ("sm_NN"; NULL: sm_90). */
 cf_status cf_codegen_target_host(cf_context *ctx, cf_codegen_target *t);
 cf_status cf_codegen_target_nvptx(cf_context *ctx, const char *sm, cf_codegen_target *t);
 
-/* ---- jit.c: ORC LLJIT, kernels cached in the context ---- */
+/* jit.c: ORC LLJIT, kernels cached in the context. */
 
 /* The kernel for key, compiled on first use for the host and cached in ctx
  * (and, unless COLLFUSE_CACHE=off, as an object file in the XDG cache dir,
@@ -98,14 +118,9 @@ cf_status cf_codegen_target_nvptx(cf_context *ctx, const char *sm, cf_codegen_ta
 cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn,
                             double *compile_ms);
 
-/* ---- aot.c: ahead-of-time emitters ---- */
-
+/* aot.c: ahead-of-time emitters. */
 typedef enum cf_emit_format { CF_EMIT_LLVM, CF_EMIT_ASM, CF_EMIT_OBJ, CF_EMIT_PTX } cf_emit_format;
 
-/* The kernels graph g needs (reducing collectives: NARY at their group's
- * arity capped at CF_MAX_ARITY, ACC, SCALE for mean; QUANT for quantized
- * matmuls), without duplicates, in a stable order. *keys is malloc'd. */
-cf_status cf_codegen_graph_kernels(const cf_graph *g, cf_kernel_key **keys, int *n);
 /* Write keys[0..n) as one module in the given format to path (CF_EMIT_PTX
  * targets nvptx64-nvidia-cuda sm_90, the others the host). */
 cf_status cf_codegen_emit(cf_context *ctx, const cf_kernel_key *keys, int n, cf_emit_format fmt,
@@ -114,6 +129,32 @@ cf_status cf_codegen_emit(cf_context *ctx, const cf_kernel_key *keys, int n, cf_
  * ("sm_80" or "sm_90"; NULL: sm_90), in memory: *ptx is a malloc'd,
  * NUL-terminated text the caller frees (what cuModuleLoadData takes). */
 cf_status cf_codegen_ptx(cf_context *ctx, const cf_kernel_key *keys, int n, const char *sm, char **ptx);
+
+/* jit.c: compile ctx's kernels for t, a host target with some of the
+ * host's features taken away (tests of the paths that other CPUs take:
+ * "-avx512bf16", "-avx512dq"), instead of the host's own. Only before ctx
+ * compiles its first kernel (CF_ERR_USAGE after). t must run on the host. */
+cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t);
+
+/* ---- plugin.c: what the LLVM module gives load.c ----
+ * The module exports one symbol, the table CF_CODEGEN_OPS_SYMBOL, and keeps
+ * everything else local (its own copy of ir/ and keys.c included). The
+ * table's abi is a hash of the headers whose structs cross between the two
+ * (cf_context, cf_graph, the key and the target), computed when configuring;
+ * load.c refuses a module from another build. */
+#define CF_CODEGEN_MODULE "collfuse-codegen.so"
+#define CF_CODEGEN_OPS_SYMBOL "cf_codegen_llvm_ops"
+
+typedef struct cf_codegen_ops {
+  uint64_t abi; /* CF_CODEGEN_ABI of the build that made the module */
+  cf_status (*target_host)(cf_context *ctx, cf_codegen_target *t);
+  cf_status (*target_nvptx)(cf_context *ctx, const char *sm, cf_codegen_target *t);
+  cf_status (*kernel)(cf_context *ctx, const cf_kernel_key *key, void **fn, double *compile_ms);
+  cf_status (*emit)(cf_context *ctx, const cf_kernel_key *keys, int n, cf_emit_format fmt,
+                    const char *path);
+  cf_status (*ptx)(cf_context *ctx, const cf_kernel_key *keys, int n, const char *sm, char **ptx);
+  cf_status (*use_target)(cf_context *ctx, const cf_codegen_target *t);
+} cf_codegen_ops;
 
 /* ---- internal: codegen/ and its tests only (they see LLVM types) ---- */
 #ifdef CF_CODEGEN_INTERNAL
@@ -148,11 +189,17 @@ cf_status cf_codegen_module(cf_context *ctx, const cf_codegen_target *t, const c
 cf_status cf_codegen_module_tm(cf_context *ctx, const cf_codegen_target *t, LLVMTargetMachineRef tm,
                                const cf_kernel_key *keys, int n, LLVMContextRef lc,
                                LLVMModuleRef *out);
-/* jit.c: compile ctx's kernels for t, a host target with some of the
- * host's features taken away (tests of the paths that other CPUs take:
- * "-avx512bf16", "-avx512dq"), instead of the host's own. Only before ctx
- * compiles its first kernel (CF_ERR_USAGE after). t must run on the host. */
-cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t);
+
+/* The module's implementations of the table's entries (plugin.c);
+ * everything outside the module calls the cf_codegen_* names above. */
+cf_status cf_llvm_target_host(cf_context *ctx, cf_codegen_target *t);
+cf_status cf_llvm_target_nvptx(cf_context *ctx, const char *sm, cf_codegen_target *t);
+cf_status cf_llvm_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn, double *compile_ms);
+cf_status cf_llvm_emit(cf_context *ctx, const cf_kernel_key *keys, int n, cf_emit_format fmt,
+                       const char *path);
+cf_status cf_llvm_ptx(cf_context *ctx, const cf_kernel_key *keys, int n, const char *sm, char **ptx);
+cf_status cf_llvm_use_target(cf_context *ctx, const cf_codegen_target *t);
+extern const cf_codegen_ops cf_codegen_llvm_ops;
 
 /* objcache.c: compiled kernels as files "NAME-TARGETHASH.o" holding a header
  * (format, LLVM version, key, target hash, payload size, HMAC-SHA256 under

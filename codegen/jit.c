@@ -80,7 +80,7 @@ static cf_status jit_make(cf_context *ctx, const cf_codegen_target *t, cf_jit **
   cf_status st = CF_OK;
   if (t)
     J->target = *t;
-  else if ((st = cf_codegen_target_host(ctx, &J->target)) != CF_OK)
+  else if ((st = cf_llvm_target_host(ctx, &J->target)) != CF_OK)
     goto fail;
   if ((st = cf_codegen_machine(ctx, &J->target, &J->tm)) != CF_OK) goto fail;
   LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
@@ -174,7 +174,7 @@ static cf_status compile_object(cf_context *ctx, cf_jit *J, const cf_kernel_key 
 static cf_status kernel_locked(cf_context *ctx, cf_jit *J, const cf_kernel_key *key,
                                const char *name, void **fn, double *compile_ms);
 
-cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn,
+cf_status cf_llvm_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn,
                             double *compile_ms) {
   if (fn) *fn = NULL;
   if (compile_ms) *compile_ms = 0;
@@ -273,7 +273,7 @@ static cf_status kernel_find(cf_context *ctx, cf_jit *J, const cf_kernel_key *ke
   return CF_OK;
 }
 
-cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t) {
+cf_status cf_llvm_use_target(cf_context *ctx, const cf_codegen_target *t) {
   if (!ctx) return CF_ERR_USAGE;
   if (!t || t->arch != CF_ARCH_HOST)
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: JIT targets must be host targets");

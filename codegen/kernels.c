@@ -1,4 +1,4 @@
-/* kernels.c - kernel keys and names, code generation targets (the host from
+/* kernels.c - code generation targets (the host from
  * its CPU features, NVPTX) and their target machines: what kernels_ir.c
  * generates code for and module.c builds modules with.
  *
@@ -34,68 +34,6 @@ static void llvm_init(void) {
 }
 
 void cf_codegen_init_llvm(void) { pthread_once(&llvm_once, llvm_init); }
-
-/* ---- keys ---- */
-
-static const char *kind_names[] = {"nary", "acc", "scale", "quant"};
-
-static bool dtype_ok(cf_dtype dt) { return dt > CF_DT_INVALID && dt < CF_DT_COUNT; }
-
-char *cf_kernel_name(const cf_kernel_key *key, char *buf, size_t len) {
-  if (!buf || len == 0) return buf;
-  if (!key || key->kind < CF_K_NARY || key->kind > CF_K_QUANT) {
-    snprintf(buf, len, "cf_invalid");
-    return buf;
-  }
-  const char *dt = dtype_ok(key->dtype) ? cf_dtype_name(key->dtype) : "invalid";
-  const char *red = cf_reduction_name(key->red);
-  switch (key->kind) {
-  case CF_K_NARY:
-    if (key->stream || key->outs)
-      snprintf(buf, len, "cf_nary_%s_%s_%d_%s%d", red, dt, key->arity, key->stream ? "nt" : "x",
-               key->outs);
-    else
-      snprintf(buf, len, "cf_nary_%s_%s_%d", red, dt, key->arity);
-    break;
-  case CF_K_ACC: snprintf(buf, len, "cf_acc_%s_%s", red, dt); break;
-  default: snprintf(buf, len, "cf_%s_%s", kind_names[key->kind], dt); break;
-  }
-  return buf;
-}
-
-bool cf_kernel_key_valid(const cf_kernel_key *key, char *why, size_t len) {
-  const char *msg = NULL;
-  char tmp[96];
-  if (!key)
-    msg = "no key";
-  else if (key->kind < CF_K_NARY || key->kind > CF_K_QUANT)
-    msg = "unknown kernel kind";
-  else if (!dtype_ok(key->dtype))
-    msg = "invalid dtype";
-  else if ((key->kind == CF_K_NARY || key->kind == CF_K_ACC) &&
-           (key->red < CF_RED_SUM || key->red >= CF_RED_COUNT))
-    msg = "invalid reduction";
-  else if (key->kind == CF_K_NARY && (key->arity < 2 || key->arity > CF_MAX_ARITY)) {
-    snprintf(tmp, sizeof tmp, "arity %d out of range 2..%d (fold more sources with acc)",
-             key->arity, CF_MAX_ARITY);
-    msg = tmp;
-  } else if (key->kind != CF_K_NARY && key->arity != 0) {
-    snprintf(tmp, sizeof tmp, "%s kernels take arity 0, not %d", kind_names[key->kind], key->arity);
-    msg = tmp;
-  } else if (key->kind != CF_K_NARY && key->stream)
-    msg = "only n-ary kernels stream";
-  else if (key->kind != CF_K_NARY && key->outs)
-    msg = "only n-ary kernels take destinations (outs)";
-  else if (key->outs < (key->stream ? 1 : 0) || key->outs > CF_MAX_ARITY) {
-    snprintf(tmp, sizeof tmp, "a%s kernel writes %d..%d destinations, not %d",
-             key->stream ? " stream" : "n n-ary", key->stream ? 1 : 0, CF_MAX_ARITY, key->outs);
-    msg = tmp;
-  }
-  else if (key->kind == CF_K_QUANT && key->dtype != CF_DT_BFLOAT16 && key->dtype != CF_DT_FLOAT16)
-    msg = "quant output dtype must be bfloat16 or float16";
-  if (msg && why && len) snprintf(why, len, "%s", msg);
-  return msg == NULL;
-}
 
 /* ---- targets ---- */
 
@@ -138,7 +76,7 @@ static bool copy_features(const char *f, char *out, size_t cap) {
   return true;
 }
 
-cf_status cf_codegen_target_host(cf_context *ctx, cf_codegen_target *t) {
+cf_status cf_llvm_target_host(cf_context *ctx, cf_codegen_target *t) {
   if (!t) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: no target to fill");
   memset(t, 0, sizeof *t);
   cf_codegen_init_llvm();
@@ -174,7 +112,7 @@ cf_status cf_codegen_target_host(cf_context *ctx, cf_codegen_target *t) {
   return st;
 }
 
-cf_status cf_codegen_target_nvptx(cf_context *ctx, const char *sm, cf_codegen_target *t) {
+cf_status cf_llvm_target_nvptx(cf_context *ctx, const char *sm, cf_codegen_target *t) {
   if (!t) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "codegen: no target to fill");
   memset(t, 0, sizeof *t);
   if (!sm) sm = "sm_90";

@@ -495,7 +495,12 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   cf_status st;
   int64_t t_in = r->lane ? cf_trace_clock() : 0;
   cf_phase_begin(r->ctx, "inputs", 0);
-  r->arena = cf_world_alloc(r->world, r->dev, (size_t)p->arena_bytes);
+  if (r->solo && p->kept_arena && p->kept_world == r->world) { /* opt.keep_arena: the last run's */
+    r->arena = p->kept_arena;
+    p->kept_arena = NULL;
+  } else {
+    r->arena = cf_world_alloc(r->world, r->dev, (size_t)p->arena_bytes);
+  }
   if (!r->arena) {
     char b[32];
     return cf_error(r->ctx, CF_ERR_NO_MEMORY, p->g->file, 0,
@@ -556,6 +561,10 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   }
   if (r->res->arenas) { /* the result keeps the arena its outputs point into */
     r->res->arenas[r->solo ? 0 : r->rank] = r->arena;
+    r->arena = NULL;
+  } else if (r->solo && p->opt.keep_arena && !p->kept_arena) { /* for the next run */
+    p->kept_arena = r->arena;
+    p->kept_world = r->world;
     r->arena = NULL;
   }
   return CF_OK;
@@ -643,6 +652,7 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
   if (st == CF_OK) {
     x->ctx->codegen = ctx->codegen; /* borrowed: kernels already resolved */
     x->ctx->codegen_free = NULL;
+    x->ctx->codegen_ops = ctx->codegen_ops;
     x->ctx->log_fn = ctx->log_fn;
     x->ctx->log_user = ctx->log_user;
     x->ctx->progress = rank == 0 ? ctx->progress : NULL; /* rank 0 reports the phases */

@@ -80,6 +80,12 @@ typedef struct cf_run_options {
    * res->outputs point into each rank's arena, which the result keeps until
    * cf_run_result_free (the plan must outlive the result); no copy. */
   bool outputs_in_arena;
+  /* A run of one rank per process (a world of processes: the C API's
+   * cf_executable_run_rank, whose calls repeat) leaves its arena with the
+   * plan for the next run, which reuses it as a later iteration would
+   * (inputs copied in again, nothing cleared); cf_plan_destroy frees it.
+   * Saves every call allocating, clearing and faulting in the arena. */
+  bool keep_arena;
 } cf_run_options;
 
 typedef struct cf_run_result {

@@ -40,6 +40,7 @@
  * (cf_plan_build), and the smallest peak per rank wins (ties: in place).
  */
 #include "plan.h"
+#include "transports/transports.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -298,10 +299,11 @@ static cf_status push_step(builder *b, cf_step s) {
   return CF_OK;
 }
 
-/* Emit the WAIT of every started collective that node n reads. */
+/* Emit the WAIT of every started collective that node n reads or runs
+ * after (a control predecessor ends before its successor starts). */
 static cf_status waits_for(builder *b, const cf_node *n, bool *waited) {
-  for (int j = 0; j < n->n_in; j++) {
-    int c = b->coll_of_node[n->in[j].node];
+  for (int j = 0; j < cf_node_n_deps(n); j++) {
+    int c = b->coll_of_node[cf_node_dep(n, j)];
     if (c >= 0 && !waited[c] && !b->p->colls[c].fused_mm) {
       waited[c] = true;
       cf_status st = push_step(b, (cf_step){.kind = CF_STEP_WAIT, .coll = c});
@@ -1166,6 +1168,7 @@ int cf_plan_value_bucket(const cf_plan *p, int node, int port, int64_t *off) {
 
 void cf_plan_destroy(cf_plan *p) {
   if (!p || p->abandoned) return; /* a rank's thread may still use it (exec.c join_ranks) */
+  if (p->kept_arena) cf_world_free(p->kept_world, p->dev, p->kept_arena);
   for (int c = 0; p->colls && c < p->n_colls; c++) {
     free(p->colls[c].segs);
     free(p->colls[c].pairs);

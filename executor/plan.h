@@ -105,6 +105,8 @@ struct cf_plan {
   bool abandoned; /* a run gave up on a rank stuck in a compute step (exec.c join_ranks): its
                    * thread may still use the plan, which cf_plan_destroy then leaves */
   bool *binds;    /* node -> cf_plan_binds */
+  void *kept_arena;     /* opt.keep_arena: the last run's arena, from kept_world's memory */
+  cf_world *kept_world; /* (or the device's); cf_plan_destroy frees it */
 };
 
 /* exec.c: the BLAS threads each rank's GEMMs get with `ranks` rank threads

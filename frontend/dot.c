@@ -539,6 +539,23 @@ static void draw_edges(dot_state *s, int i) {
       set(s, e, "penwidth", "2");
     }
   }
+  /* control dependencies: dashed, labelled "after" */
+  for (int j = 0; j < n->n_ctl && !s->failed; j++) {
+    const drawn *d = &s->d[n->ctl[j]];
+    Agnode_t *t = d->member ? d->member[0] : d->tail, *h = s->d[i].member ? s->d[i].member[0] : s->d[i].head;
+    if (!t || !h) continue; /* an end not drawn (a broken graph's) */
+    Agedge_t *e = agedge(s->G, t, h, NULL, 1);
+    if (!e) {
+      s->failed = true;
+      break;
+    }
+    set(s, e, "style", "dashed");
+    set(s, e, "label", "after");
+    if (on_cycle(s, n->ctl[j], i)) {
+      set(s, e, "color", "red");
+      set(s, e, "penwidth", "2");
+    }
+  }
 }
 
 static cf_status build(dot_state *s) {

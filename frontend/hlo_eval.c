@@ -362,26 +362,33 @@ static int reducer(hlo_reader *r, const hinstr *in, const char **why) {
  * use_global_device_ids, the domain of a sharding={maximal device=N}; and
  * a user's frontend_attributes={combine_key="..."}. Written into key
  * (empty when none). */
-static void combine_key(hlo_reader *r, const hinstr *in, char *key, size_t len) {
+static cf_status combine_key(hlo_reader *r, const hinstr *in, char **out) {
+  char head[96];
   size_t o = 0;
-  key[0] = 0;
+  head[0] = 0;
+  *out = NULL;
   const hattr *a;
-  if (cf_hlo_attr(in, "channel_id")) o += (size_t)snprintf(key + o, len - o, "cross_module");
+  if (cf_hlo_attr(in, "channel_id")) o += (size_t)snprintf(head + o, sizeof head - o, "cross_module");
   if ((a = cf_hlo_attr(in, "use_global_device_ids")) && a->val.n == 4 &&
-      !memcmp(a->val.p, "true", 4) && o < len)
-    o += (size_t)snprintf(key + o, len - o, "%sglobal_ids", o ? "," : "");
-  if ((a = cf_hlo_attr(in, "sharding")) && o < len) {
+      !memcmp(a->val.p, "true", 4))
+    o += (size_t)snprintf(head + o, sizeof head - o, "%sglobal_ids", o ? "," : "");
+  if ((a = cf_hlo_attr(in, "sharding"))) {
     const char *p = a->val.p, *e = p + a->val.n, *m = NULL;
     for (const char *q = p; q + 15 <= e && !m; q++)
       if (!memcmp(q, "maximal device=", 15)) m = q + 15;
     int64_t dev;
     if (m && cf_hlo_read_int(&m, e, INT32_MAX, &dev))
-      o += (size_t)snprintf(key + o, len - o, "%sdevice=%lld", o ? "," : "", (long long)dev);
+      o += (size_t)snprintf(head + o, sizeof head - o, "%sdevice=%lld", o ? "," : "", (long long)dev);
   }
-  if ((a = cf_hlo_attr(in, "frontend_attributes")) && o < len) {
-    cf_span v = cf_hlo_sub_value(r, a->val, "combine_key");
-    if (v.p) snprintf(key + o, len - o, "%s%.*s", o ? "," : "", (int)v.n, v.p);
-  }
+  /* the user's key is kept whole: two keys that differ only far in are two
+   * keys (XLA compares the attribute's whole string) */
+  cf_span v = {NULL, 0};
+  if ((a = cf_hlo_attr(in, "frontend_attributes"))) v = cf_hlo_sub_value(r, a->val, "combine_key");
+  if (!o && !v.p) return CF_OK;
+  size_t len = o + 1 + (v.p ? v.n : 0) + 1;
+  if (!(*out = malloc(len))) return cf_hlo_oom(r, in->line);
+  snprintf(*out, len, "%s%s%.*s", head, o && v.p ? "," : "", v.p ? (int)v.n : 0, v.p ? v.p : "");
+  return CF_OK;
 }
 
 /* all-reduce, all-gather, reduce-scatter (and the async -start forms). */
@@ -481,9 +488,11 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       cf_attr a = {.id = CF_A_DIM, .v.i = dim};
       if ((st = cf_node_set_attr(r->g, idx, &a))) return st;
     }
-    char key[160];
-    combine_key(r, in, key, sizeof key);
-    if (*key && (st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line))) return st;
+    char *key;
+    if ((st = combine_key(r, in, &key))) return st;
+    if (key) st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line);
+    free(key);
+    if (st) return st;
     if (fuse) {
       size_t len = (strlen(in->name) + 12) * (size_t)n + 1;
       if (len > ((size_t)1 << 24))
@@ -830,24 +839,27 @@ static cf_status inner_collectives(hlo_reader *r, const hinstr *in, int depth, i
   return CF_OK;
 }
 
-/* fusion=0 on every collective among v's arrays. */
-static cf_status no_fusion(hlo_reader *r, const hval *v, int line) {
-  if (v->n >= 0) {
-    cf_status st = charge(r, v->n, line);
-    for (int i = 0; i < v->n && !st; i++)
-      st = no_fusion(r, &v->elem[i], line);
+/* Every array of succ runs after every array of pred (control edges). */
+static cf_status order_after(hlo_reader *r, const hval *succ, const hval *pred, int line) {
+  cf_status st = CF_OK;
+  if (succ->n >= 0) {
+    for (int i = 0; i < succ->n && !st; i++)
+      st = order_after(r, &succ->elem[i], pred, line);
     return st;
   }
-  const cf_node *nd = &r->g->nodes[v->ref.node];
-  if (!(cf_op_table[nd->op].allowed & (1u << CF_A_FUSION))) return CF_OK;
-  return cf_node_parse_attr(r->g, v->ref.node, CF_A_FUSION, "0", line);
+  if (pred->n >= 0) {
+    for (int i = 0; i < pred->n && !st; i++)
+      st = order_after(r, succ, &pred->elem[i], line);
+    return st;
+  }
+  if ((st = charge(r, 1, line))) return st;
+  return cf_node_add_control(r->g, succ->ref.node, pred->ref.node);
 }
 
-/* control-predecessors={a, b}: instruction k runs after a and b. The IR
- * has no ordering edge but data, so the order is kept as XLA's combiners
- * keep it: a collective on either end of a control dependency is never
- * combined (fusion=0), so no pass can fuse it with one it is ordered
- * against. The predecessors must be defined before k, as XLA prints them. */
+/* control-predecessors={a, b}: instruction k runs after a and b, a control
+ * edge in the IR that every pass keeps (two collectives it orders never
+ * share a bucket; the schedule runs them in its order). The predecessors
+ * must be defined before k, as XLA prints them. */
 static cf_status keep_order(hlo_reader *r, const hcomp *c, int k, const hval *vals) {
   const hinstr *in = &c->ins[k];
   cf_span v = cf_hlo_attr(in, "control-predecessors")->val;
@@ -855,7 +867,7 @@ static cf_status keep_order(hlo_reader *r, const hcomp *c, int k, const hval *va
   if (p >= e || *p != '{' || e[-1] != '}')
     return cf_hlo_fail(r, in->line, "instruction '%s': control-predecessors must be {NAME, ...}",
                        in->name);
-  cf_status st = no_fusion(r, &vals[k], in->line);
+  cf_status st = CF_OK;
   for (p = cf_hlo_skip(p + 1, e - 1); p < e - 1 && !st; p = cf_hlo_skip(p, e - 1)) {
     cf_span nm;
     const char *q = cf_hlo_read_name(p, e - 1, &nm);
@@ -871,7 +883,7 @@ static cf_status keep_order(hlo_reader *r, const hcomp *c, int k, const hval *va
                          "instruction '%s': control predecessor '%s' is %s computation '%s'",
                          in->name, name, j < 0 ? "not an instruction of" : "defined after it in",
                          c->name);
-    st = no_fusion(r, &vals[j], in->line);
+    st = order_after(r, &vals[k], &vals[j], in->line);
     p = cf_hlo_skip(q, e - 1);
     if (p < e - 1 && *p == ',') p++;
     else if (p < e - 1)

@@ -53,6 +53,7 @@ typedef struct pnode {
   bool reshape;               /* Reshape, HcomAllToAllV: only input 0 is an IR operand */
   int64_t ivals[CF_MAX_RANK]; /* a small integer Const (Reshape's shape), n_ivals >= 0 */
   int n_ivals;
+  int ctl_seen;               /* control_edges: 1 + the IR node whose walk last met it */
 } pnode;
 
 typedef struct pb_reader {
@@ -724,6 +725,40 @@ static cf_status resolve(pb_reader *r, const pnode *n, const pin *x, cf_ref *out
   return CF_OK;
 }
 
+/* ^name on a node the IR runs: control edges (n runs after name). A node
+ * the IR leaves out (a NoOp, TensorFlow's way to gather control inputs)
+ * passes on what it ran after, so the order through it stays. */
+static cf_status control_edges(pb_reader *r, pnode *n) {
+  int *stack = NULL, top = 0;
+  cf_status st = CF_OK;
+  for (int i = 0; i < n->n_in && !st; i++) {
+    const pin *x = &n->in[i];
+    if (!x->control) continue;
+    int s = find_node(r, x->name);
+    if (s < 0)
+      return fail(r, x->line, "node '%s': control input '^%s' names no node of the graph", n->name,
+                  x->name);
+    if (!stack && !(stack = malloc((size_t)r->n_nodes * sizeof *stack))) return oom(r, x->line);
+    if (r->nodes[s].ctl_seen != n->ir + 1) r->nodes[s].ctl_seen = n->ir + 1, stack[top++] = s;
+    while (top && !st) {
+      pnode *p = &r->nodes[stack[--top]];
+      if (p->ir >= 0 || p->alias >= 0) {
+        pin via = {.name = p->name, .line = x->line};
+        cf_ref pred;
+        if (!(st = resolve(r, n, &via, &pred))) st = cf_node_add_control(r->g, n->ir, pred.node);
+        continue;
+      }
+      for (int j = 0; j < p->n_in; j++) {
+        int u = find_node(r, p->in[j].name);
+        if (u >= 0 && r->nodes[u].ctl_seen != n->ir + 1)
+          r->nodes[u].ctl_seen = n->ir + 1, stack[top++] = u;
+      }
+    }
+  }
+  free(stack);
+  return st;
+}
+
 static cf_status set_operands(pb_reader *r, pnode *n) {
   cf_node *nd = &r->g->nodes[n->ir];
   bool opaque = nd->op == CF_OP_OPAQUE;
@@ -744,7 +779,8 @@ static cf_status set_operands(pb_reader *r, pnode *n) {
     if (st) return st;
     k++;
   }
-  return cf_node_set_inputs(r->g, n->ir, k, refs);
+  cf_status st = cf_node_set_inputs(r->g, n->ir, k, refs);
+  return st ? st : opaque ? CF_OK : control_edges(r, n);
 }
 
 /* ------------------------------------------------------------------ */

@@ -386,6 +386,25 @@ static cf_status read_inputs(cf_graph *g, int idx, xmlNodePtr x) {
   return st;
 }
 
+/* <after ref="NAME"/>: control predecessors. */
+static cf_status read_after(cf_graph *g, int idx, xmlNodePtr x) {
+  const cf_node *n = &g->nodes[idx];
+  cf_status st = CF_OK;
+  for (xmlNodePtr c = x->children; c && !st; c = c->next) {
+    if (!is_elem(c, "after")) continue;
+    char *ref = prop(c, "ref");
+    int pred = ref ? cf_graph_find(g, ref) : -1;
+    if (pred < 0 || pred == idx)
+      st = cf_error(g->ctx, CF_ERR_INVALID, g->file, cf_xml_line(c),
+                    "node '%s': <after> %s%s%s", n->name, !ref ? "without ref" : "refers to ",
+                    !ref ? "" : pred == idx ? "the node itself: " : "unknown node ", ref ? ref : "");
+    else
+      st = cf_node_add_control(g, idx, pred);
+    xmlFree(ref);
+  }
+  return st;
+}
+
 static cf_status graph_attrs(cf_graph *g, xmlNodePtr root) {
   char *nm = prop(root, "name"), *ws = prop(root, "world_size"), *ver = prop(root, "version");
   char *fp = prop(root, "fingerprint");
@@ -438,7 +457,11 @@ cf_status cf_xml_read(cf_context *ctx, const char *name, const char *data, size_
   if (st) goto fail;
   int idx = 0;
   for (xmlNodePtr c = root->children; c && !st; c = c->next)
-    if (is_elem(c, "node")) st = read_inputs(g, idx++, c);
+    if (is_elem(c, "node")) {
+      st = read_inputs(g, idx, c);
+      if (!st) st = read_after(g, idx, c);
+      idx++;
+    }
   if (st) goto fail;
   cf_xml_free(doc);
   doc = NULL;

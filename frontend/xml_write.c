@@ -83,7 +83,7 @@ cf_status cf_xml_write(const cf_graph *g, FILE *f) {
       if (a && !put_value(f, a))
         return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
     }
-    if (!n->n_in && !multi_decl) {
+    if (!n->n_in && !n->n_ctl && !multi_decl) {
       fputs("/>\n", f);
       continue;
     }
@@ -92,6 +92,11 @@ cf_status cf_xml_write(const cf_graph *g, FILE *f) {
       fputs("    <input", f);
       put_attr(f, "ref", g->nodes[n->in[j].node].name);
       if (n->in[j].port) fprintf(f, " port=\"%d\"", n->in[j].port);
+      fputs("/>\n", f);
+    }
+    for (int j = 0; j < n->n_ctl; j++) {
+      fputs("    <after", f);
+      put_attr(f, "ref", g->nodes[n->ctl[j]].name);
       fputs("/>\n", f);
     }
     for (int j = 0; multi_decl && j < n->n_decl; j++) {

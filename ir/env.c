@@ -90,6 +90,16 @@ const cf_env_knob cf_env_table[CF_ENV_COUNT] = {
                              "srun's: with `SLURM_STEP_ID`, names the job a `--backend shm` world "
                              "meets under"},
     [CF_ENV_SLURM_STEP_ID] = {"SLURM_STEP_ID", "number", "unset", "srun's: see `SLURM_JOB_ID`"},
+    [CF_ENV_SHM_HUGE] = {"COLLFUSE_SHM_HUGE", "`0`", "huge pages",
+                         "`0`: the shm world's heaps in 4 KiB pages; otherwise in 2 MiB pages where "
+                         "Linux gives them (executor.md, \"The shm world\")"},
+    [CF_ENV_HOSTID] = {"COLLFUSE_HOSTID", "name", "the host's name and boot id",
+                       "`--backend shm`: this process's host as the job's ranks compare it (as "
+                       "`NCCL_HOSTID`); ranks with different ones are on different hosts"},
+    [CF_ENV_RENDEZVOUS] = {"COLLFUSE_RENDEZVOUS", "host:port", "`MASTER_ADDR`:`MASTER_PORT`+1",
+                           "`--backend shm`: the TCP address where rank 0 meets the other ranks "
+                           "first, so that ranks on other hosts are named, not timed out; "
+                           "without it and torchrun's variables, a Unix socket of this host"},
 };
 
 const char *cf_env(cf_env_var v) { return getenv(cf_env_table[v].name); }

@@ -134,6 +134,23 @@ cf_status cf_node_set_inputs(cf_graph *g, int node, int n, const cf_ref *refs) {
   return CF_OK;
 }
 
+cf_status cf_node_add_control(cf_graph *g, int node, int pred) {
+  cf_node *nd = &g->nodes[node];
+  if (pred == node) return CF_OK;
+  for (int i = 0; i < nd->n_ctl; i++)
+    if (nd->ctl[i] == pred) return CF_OK;
+  if (nd->n_ctl >= CF_MAX_OPERANDS)
+    return cf_node_error(g, nd, CF_ERR_INVALID, "too many control predecessors (limit %d)",
+                         CF_MAX_OPERANDS);
+  int *ctl = cf_arena_array(&g->arena, (size_t)nd->n_ctl + 1, sizeof *ctl);
+  if (!ctl) return cf_node_error(g, nd, CF_ERR_NO_MEMORY, "out of memory");
+  if (nd->n_ctl) memcpy(ctl, nd->ctl, (size_t)nd->n_ctl * sizeof *ctl);
+  ctl[nd->n_ctl] = pred;
+  nd->ctl = ctl;
+  nd->n_ctl++;
+  return CF_OK;
+}
+
 const cf_attr *cf_node_attr(const cf_node *n, cf_attr_id id) {
   for (int i = 0; i < n->n_attr; i++)
     if (n->attr[i].id == id) return &n->attr[i];
@@ -525,6 +542,12 @@ cf_status cf_graph_permute(cf_graph *g, const int *order, int n) {
       }
       nodes[k].in[j].node = to;
     }
+    /* a removed control predecessor no longer runs: its edge goes (a pass
+     * that replaces a node moves the edges first) */
+    int nc = 0;
+    for (int j = 0; j < nodes[k].n_ctl; j++)
+      if (map[nodes[k].ctl[j]] >= 0) nodes[k].ctl[nc++] = map[nodes[k].ctl[j]];
+    nodes[k].n_ctl = nc;
   }
   free(map);
   free(g->nodes);

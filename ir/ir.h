@@ -64,6 +64,8 @@ struct cf_context {
   void *codegen; /* codegen/'s JIT and kernel cache, created on first use */
   void (*codegen_free)(void *codegen); /* set by codegen/ with it */
   pthread_mutex_t codegen_lock;        /* codegen/ creates codegen under it */
+  const struct cf_codegen_ops *codegen_ops; /* the LLVM module's table, loaded under
+                                               codegen_lock on first use (codegen/load.c) */
   /* borrowed from the caller, NULL when not wanted (the executor's rank
    * contexts copy both): a job's phases (progress.c) and a run's timeline
    * (trace.c) */
@@ -295,6 +297,9 @@ typedef enum cf_env_var {
   CF_ENV_SLURM_NNODES,    /* SLURM_NNODES */
   CF_ENV_SLURM_JOB_ID,    /* SLURM_JOB_ID */
   CF_ENV_SLURM_STEP_ID,   /* SLURM_STEP_ID */
+  CF_ENV_SHM_HUGE,        /* COLLFUSE_SHM_HUGE */
+  CF_ENV_HOSTID,          /* COLLFUSE_HOSTID */
+  CF_ENV_RENDEZVOUS,      /* COLLFUSE_RENDEZVOUS */
   CF_ENV_COUNT
 } cf_env_var;
 
@@ -612,6 +617,10 @@ typedef struct cf_node {
   int line;           /* source line, 0 when unknown */
   int n_in;
   cf_ref *in;         /* operands, in order */
+  int n_ctl;
+  int *ctl;           /* control predecessors: nodes that run before this one
+                         though no value flows (XLA's control-predecessors, a
+                         GraphDef's ^inputs); every pass keeps the order */
   int n_out;
   cf_value *out;      /* output types, filled by inference */
   int n_decl;
@@ -675,6 +684,16 @@ void cf_graph_unhold(cf_graph *g);
 cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, int *idx);
 int cf_graph_find(const cf_graph *g, const char *name); /* -1 when absent */
 cf_status cf_node_set_inputs(cf_graph *g, int node, int n, const cf_ref *refs);
+/* Orders node after pred (a control edge; a repeat or pred == node is a
+ * no-op). */
+cf_status cf_node_add_control(cf_graph *g, int node, int pred);
+/* A node's dependencies, operands then control predecessors: what every
+ * order (the topological sort, the combiners' depths and reachability,
+ * liveness) follows. */
+static inline int cf_node_n_deps(const cf_node *n) { return n->n_in + n->n_ctl; }
+static inline int cf_node_dep(const cf_node *n, int j) {
+  return j < n->n_in ? n->in[j].node : n->ctl[j - n->n_in];
+}
 cf_status cf_node_set_attr(cf_graph *g, int node, const cf_attr *a); /* replaces */
 const cf_attr *cf_node_attr(const cf_node *n, cf_attr_id id);
 int64_t cf_node_int(const cf_node *n, cf_attr_id id, int64_t dflt);

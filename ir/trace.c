@@ -199,8 +199,8 @@ cf_status cf_trace_write(cf_context *ctx, const cf_trace *t, const char *path) {
       put_event(f, t, l, &v[(start + i) % l->cap]);
   }
   fprintf(f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"ranks\":%d,\"dropped_events\":%lld,"
-             "\"events_per_lane\":%lld,\"clock\":\"CLOCK_MONOTONIC\"",
-          t->ranks, (long long)cf_trace_dropped(t), (long long)t->lanes[0].cap);
+             "\"events_per_lane\":%lld,\"clock\":\"CLOCK_MONOTONIC\",\"start_us\":%.3f",
+          t->ranks, (long long)cf_trace_dropped(t), (long long)t->lanes[0].cap, (double)t->t0 / 1e3);
   if (t->failed) {
     fprintf(f, ",\"failed\":");
     put_str(f, t->failed);

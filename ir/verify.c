@@ -180,8 +180,8 @@ static cf_status report_cycle(cf_graph *g, const int *indeg, cf_diags *d) {
     path[len++] = cur;
     const cf_node *n = &g->nodes[cur];
     int next = -1;
-    for (int j = 0; j < n->n_in && next < 0; j++)
-      if (indeg[n->in[j].node] > 0) next = n->in[j].node;
+    for (int j = 0; j < cf_node_n_deps(n) && next < 0; j++)
+      if (indeg[cf_node_dep(n, j)] > 0) next = cf_node_dep(n, j);
     cur = next;
   }
   /* path[first .. len-1] is the cycle walked against the edges; print it
@@ -215,7 +215,7 @@ static cf_status topo_sort(cf_graph *g, cf_diags *d, int **partial, int *n_parti
   int *users = NULL;
   int *topo = cf_arena_array(&g->arena, nsz, sizeof(int));
   int64_t edges = 0;
-  for (int i = 0; i < nn; i++) edges += g->nodes[i].n_in;
+  for (int i = 0; i < nn; i++) edges += cf_node_n_deps(&g->nodes[i]);
   if (edges > INT32_MAX) {
     st = cf_error(g->ctx, CF_ERR_INVALID, g->file, 0, "too many edges");
     goto fail;
@@ -226,7 +226,7 @@ static cf_status topo_sort(cf_graph *g, cf_diags *d, int **partial, int *n_parti
     goto fail;
   }
   for (int i = 0; i < nn; i++)
-    for (int j = 0; j < g->nodes[i].n_in; j++) start[g->nodes[i].in[j].node + 1]++;
+    for (int j = 0; j < cf_node_n_deps(&g->nodes[i]); j++) start[cf_node_dep(&g->nodes[i], j) + 1]++;
   for (int i = 0; i < nn; i++) start[i + 1] += start[i];
   {
     int *fill = calloc(nsz, sizeof(int));
@@ -235,13 +235,13 @@ static cf_status topo_sort(cf_graph *g, cf_diags *d, int **partial, int *n_parti
       goto fail;
     }
     for (int i = 0; i < nn; i++)
-      for (int j = 0; j < g->nodes[i].n_in; j++) {
-        int s = g->nodes[i].in[j].node;
+      for (int j = 0; j < cf_node_n_deps(&g->nodes[i]); j++) {
+        int s = cf_node_dep(&g->nodes[i], j);
         users[start[s] + fill[s]++] = i;
       }
     free(fill);
   }
-  for (int i = 0; i < nn; i++) indeg[i] = g->nodes[i].n_in;
+  for (int i = 0; i < nn; i++) indeg[i] = cf_node_n_deps(&g->nodes[i]);
   /* Kahn's algorithm; the queue lives in topo itself and keeps file order
    * among ready nodes */
   int head = 0, tail = 0;
@@ -284,6 +284,9 @@ static cf_status verify_node(cf_graph *g, cf_node *n) {
   if (n->n_decl > 1 && n->op != CF_OP_OPAQUE)
     return cf_node_error(g, n, CF_ERR_INVALID, "only Opaque declares several outputs");
   if ((st = check_attrs(g, n))) return st;
+  for (int j = 0; j < n->n_ctl; j++)
+    if (n->ctl[j] < 0 || n->ctl[j] >= g->n_nodes || n->ctl[j] == (int)(n - g->nodes))
+      return cf_node_error(g, n, CF_ERR_INVALID, "control predecessor %d refers to no other node", j);
   for (int j = 0; j < n->n_in; j++) {
     cf_ref r = n->in[j];
     if (r.node < 0 || r.node >= g->n_nodes)

@@ -34,6 +34,13 @@
  * must come out as they did the first time. Depth is computed
  * in topological sweeps, grouping is a sort: the pass is O(E + n log n).
  *
+ * Dependencies are operands and control edges alike (cf_node_dep), so the
+ * two ends of a control edge are at different depths and one reaches the
+ * other: they never share a bucket. A collective at either end of a
+ * control edge stays alone besides, as XLA's combiners leave it
+ * (DoNotCombineWithControlDependencies), so no member of a bucket has a
+ * control edge for the rewrite to move.
+ *
  * Keys are XLA's: group (replica groups), reduction, dtype where the
  * collective reduces (an AllGather bucket moves bytes, so it mixes dtypes
  * unless the split says same_dtype), layout, dim (all_gather_dimension /
@@ -78,6 +85,7 @@ typedef enum reason_kind {
   R_DDP,       /* split ddp: the bucket's limit (cap) */
   /* why a candidate stays alone (cand.why) */
   R_FUSION0,       /* fusion=0 */
+  R_CONTROL,       /* a control edge orders it (other: the node at the edge's other end) */
   R_FID_UNSHARED,  /* no other collective of the kind has its fusion_id */
   R_FID_KEY,       /* fusion_id shared with other, but a key field differs */
   R_FID_CYCLE,     /* fusion_id shared with other, but node depends on collective dep */
@@ -214,7 +222,6 @@ static void key_diff_of(const combiner *m, int a, int b, reason *r) {
 
 static int intern_keys(combiner *m) {
   /* key text per candidate, then sort to give equal texts one id */
-  char buf[512];
   const char **txt = cf_arena_array(&m->scratch, (size_t)m->nc + 1, sizeof(char *));
   int *idx = malloc(((size_t)m->nc + 1) * sizeof(int));
   if (!txt || !idx) {
@@ -224,14 +231,18 @@ static int intern_keys(combiner *m) {
   for (int i = 0; i < m->nc; i++) {
     const cf_node *n = &m->g->nodes[m->c[i].node];
     const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
-    snprintf(buf, sizeof buf, "%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld\x1f%.200s", cf_node_group(n),
-             (int)cf_node_reduction(n), m->mix_dtypes ? -1 : (int)v->dtype, (int)cf_node_layout(n),
-             (long long)rank_size_of(m->g, n), (long long)cf_node_int(n, CF_A_DIM, 0),
-             cf_node_str(n, CF_A_COMBINE_KEY, ""));
-    if (!(txt[i] = cf_arena_strdup(&m->scratch, buf))) {
+    /* the whole key: a combine_key that differs only far in is another key */
+    const char *ck = cf_node_str(n, CF_A_COMBINE_KEY, "");
+    size_t len = strlen(cf_node_group(n)) + strlen(ck) + 96;
+    char *buf = cf_arena_alloc(&m->scratch, len);
+    if (!buf) {
       free(idx);
       return -1;
     }
+    snprintf(buf, len, "%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld\x1f%s", cf_node_group(n),
+             (int)cf_node_reduction(n), m->mix_dtypes ? -1 : (int)v->dtype, (int)cf_node_layout(n),
+             (long long)rank_size_of(m->g, n), (long long)cf_node_int(n, CF_A_DIM, 0), ck);
+    txt[i] = buf;
     idx[i] = i;
   }
   /* insertion into a hash table of texts */
@@ -274,8 +285,8 @@ static cf_status compute_depth2(combiner *m) {
     int v = g->topo[k];
     const cf_node *n = &g->nodes[v];
     int din = 0, dv = -1;
-    for (int j = 0; j < n->n_in; j++)
-      if (dout[n->in[j].node] > din) din = dout[n->in[j].node], dv = via[n->in[j].node];
+    for (int j = 0; j < cf_node_n_deps(n); j++)
+      if (dout[cf_node_dep(n, j)] > din) din = dout[cf_node_dep(n, j)], dv = via[cf_node_dep(n, j)];
     int ci = m->by_node[v];
     if (ci >= 0 && m->c[ci].fusion == 2) {
       m->c[ci].depth = din;
@@ -303,7 +314,7 @@ static cf_status compute_depth1(combiner *m) {
   size_t nsz = nn > 0 ? (size_t)nn : 1;
   int64_t edges = 0;
   for (int v = 0; v < nn; v++)
-    edges += g->nodes[v].n_in;
+    edges += cf_node_n_deps(&g->nodes[v]);
   int *rep = malloc(nsz * sizeof(int)), *unit_b = malloc(nsz * sizeof(int));
   int *indeg = calloc(nsz, sizeof(int)), *start = calloc(nsz + 1, sizeof(int));
   int *fill = calloc(nsz, sizeof(int)), *queue = malloc(nsz * sizeof(int));
@@ -323,15 +334,15 @@ static cf_status compute_depth1(combiner *m) {
       rep[m->c[m->order[m->b[k].first + i]].node] = r;
   }
   for (int v = 0; v < nn; v++)
-    for (int j = 0; j < g->nodes[v].n_in; j++) {
-      int ru = rep[g->nodes[v].in[j].node];
+    for (int j = 0; j < cf_node_n_deps(&g->nodes[v]); j++) {
+      int ru = rep[cf_node_dep(&g->nodes[v], j)];
       if (ru != rep[v]) start[ru + 1]++, indeg[rep[v]]++;
     }
   for (int v = 0; v < nn; v++)
     start[v + 1] += start[v];
   for (int v = 0; v < nn; v++)
-    for (int j = 0; j < g->nodes[v].n_in; j++) {
-      int ru = rep[g->nodes[v].in[j].node];
+    for (int j = 0; j < cf_node_n_deps(&g->nodes[v]); j++) {
+      int ru = rep[cf_node_dep(&g->nodes[v], j)];
       if (ru != rep[v]) users[start[ru] + fill[ru]++] = rep[v];
     }
   int head = 0, tail = 0, units = 0;
@@ -346,8 +357,8 @@ static cf_status compute_depth1(combiner *m) {
     const bucket *b = unit_b[r] >= 0 ? &m->b[unit_b[r]] : NULL;
     for (int i = 0; i < (b ? b->n : 1); i++) {
       const cf_node *n = &g->nodes[b ? m->c[m->order[b->first + i]].node : r];
-      for (int j = 0; j < n->n_in; j++) {
-        int u = n->in[j].node, ru = rep[u];
+      for (int j = 0; j < cf_node_n_deps(n); j++) {
+        int u = cf_node_dep(n, j), ru = rep[u];
         if (dout[ru] <= din) continue;
         int cu = m->by_node[u];
         bool counted = unit_b[ru] >= 0 || (cu >= 0 && m->c[cu].fusion >= 1);
@@ -840,6 +851,10 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
   case R_DDP: snprintf(buf, len, "split ddp limit=%s", b1); break;
   case R_DDP_ALONE: snprintf(buf, len, "split ddp: alone in its bucket (limit %s)", b1); break;
   case R_FUSION0: snprintf(buf, len, "fusion=0"); break;
+  case R_CONTROL:
+    snprintf(buf, len, "a control dependency orders it against '%s' (XLA's combiners leave such a one alone)",
+             r->other);
+    break;
   case R_FID_UNSHARED:
     snprintf(buf, len, "no other %s has fusion_id=%lld", kind_name(m), (long long)r->fid);
     break;
@@ -1087,10 +1102,20 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
   m.order = malloc(nn * sizeof(int));
   m.b = malloc(nn * sizeof(bucket));
   int *v2 = malloc(nn * sizeof(int)), *v1 = malloc(nn * sizeof(int));
-  if (!m.by_node || !m.c || !m.order || !m.b || !v2 || !v1) {
+  int *tied = malloc(nn * sizeof(int)); /* the node a control edge ties v to, or -1 */
+  if (!m.by_node || !m.c || !m.order || !m.b || !v2 || !v1 || !tied) {
     st = cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
     goto done;
   }
+  /* XLA's combiners leave a collective with control predecessors or
+   * successors alone (all_reduce_combiner_test's
+   * DoNotCombineWithControlDependencies); depth would only keep the two
+   * ends of an edge apart */
+  for (int v = 0; v < g->n_nodes; v++)
+    tied[v] = -1;
+  for (int v = 0; v < g->n_nodes; v++)
+    for (int j = 0; j < g->nodes[v].n_ctl; j++)
+      tied[v] = g->nodes[v].ctl[j], tied[g->nodes[v].ctl[j]] = v;
   for (int v = 0; v < g->n_nodes; v++) {
     const cf_node *n = &g->nodes[v];
     m.by_node[v] = -1;
@@ -1108,6 +1133,8 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
                 .nmem = n->op == kind ? 1 : n->n_in,
                 .op = n->op};
     if (c->fusion == 0) c->why = (reason){.kind = R_FUSION0};
+    else if (tied[v] >= 0)
+      c->fusion = 0, c->why = (reason){.kind = R_CONTROL, .other = g->nodes[tied[v]].name};
     m.by_node[v] = m.nc++;
   }
   if (intern_keys(&m) < 0 || (st = compute_depth2(&m))) {
@@ -1135,7 +1162,7 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
     report(&m);
   }
 done:
-  free(m.by_node), free(m.c), free(m.order), free(m.b), free(v1), free(v2);
+  free(m.by_node), free(m.c), free(m.order), free(m.b), free(v1), free(v2), free(tied);
   cf_arena_free(&m.scratch);
   return st;
 }

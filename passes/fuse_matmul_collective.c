@@ -7,6 +7,8 @@
  * first: a collective already in a bucket is never fused with its MatMul.
  * Preserves: every dependency, acyclicity, the value every Output reads and
  * every node it does not replace; leaves the graph verified and inferred.
+ * A node that a control edge orders (either end) stays itself: the fused
+ * op would run it at another point.
  *
  *   MatMul -> ReduceScatter         MatmulReduceScatter (x1, x2)
  *   QuantMatMul -> ReduceScatter    MatmulReduceScatter (x1, x2, [bias], x1_scale, x2_scale),
@@ -69,6 +71,7 @@ typedef struct fuser {
   int *ustart, *users;     /* users of each original node, one entry per operand (CSR) */
   cf_ref *repl;            /* per original node: what its result became (node -1: itself) */
   int *claim;              /* per original node: the fused op that took this MatMul away, or -1 */
+  bool *ordered;           /* per original node: a control edge ends at it (it stays itself) */
   int *anchor;             /* per node added: the original node it is placed after */
   int n_added, cap_added;
   const char *mc2_group; /* one-communicator targets: the group ai_cpu fused ops use */
@@ -252,6 +255,11 @@ static cf_status try_mm_coll(fuser *f, mm_cand *c) {
   int64_t ws = ranks_of(g, coll);
   const char *mode = quant ? "aiv" : "ai_cpu";
   const char *others = other_users(f, c->mm, c->coll);
+  if (f->ordered[c->coll] || f->ordered[c->mm]) {
+    c->why = fmt(f, "a control dependency orders '%s' (fusing would move it)",
+                 f->ordered[c->coll] ? coll->name : mm->name);
+    return CF_OK;
+  }
   if (others) {
     c->why =
         fmt(f, "its result is also used by %s (fusing would compute the product twice)", others);
@@ -433,6 +441,9 @@ static cf_status fuse_ag(fuser *f, int ag, const int *pos, const int *last, int 
     int x2 = mm->in[1].node;
     if (mm->in[0].node != ag)
       w = fmt(f, "'%s' is x2 of the MatMul (AllGatherMatmul gathers x1)", a->name);
+    else if (f->ordered[ag] || f->ordered[u])
+      w = fmt(f, "a control dependency orders '%s' (fusing would move it)",
+              f->ordered[ag] ? a->name : mm->name);
     else if (mm->op == CF_OP_QUANTMATMUL)
       w = "AllGatherMatmul has no quantized form";
     else if (cf_node_layout(a) != CF_LAYOUT_CONCAT)
@@ -627,8 +638,9 @@ static cf_status run(cf_graph *g, const cf_pass_options *opt) {
   f.users = malloc((size_t)(edges ? edges : 1) * sizeof(int));
   f.repl = malloc(nsz * sizeof(cf_ref));
   f.claim = malloc(nsz * sizeof(int));
+  f.ordered = calloc(nsz, sizeof(bool));
   int *fill = calloc(nsz, sizeof(int));
-  if (!f.ustart || !f.users || !f.repl || !f.claim || !fill) {
+  if (!f.ustart || !f.users || !f.repl || !f.claim || !f.ordered || !fill) {
     st = oom(&f);
     goto done;
   }
@@ -636,6 +648,8 @@ static cf_status run(cf_graph *g, const cf_pass_options *opt) {
     g->nodes[v].dead = false;
     f.repl[v] = (cf_ref){-1, 0};
     f.claim[v] = -1;
+    for (int j = 0; j < g->nodes[v].n_ctl; j++)
+      f.ordered[v] = f.ordered[g->nodes[v].ctl[j]] = true;
     for (int j = 0; j < g->nodes[v].n_in; j++)
       f.ustart[g->nodes[v].in[j].node + 1]++;
   }
@@ -658,7 +672,7 @@ static cf_status run(cf_graph *g, const cf_pass_options *opt) {
            f.fused_mm, f.fused_ag);
 done:
   g->node_limit = limit > g->n_nodes ? limit : g->n_nodes;
-  free(fill), free(f.ustart), free(f.users), free(f.repl), free(f.claim), free(f.anchor), free(f.c);
+  free(fill), free(f.ustart), free(f.users), free(f.repl), free(f.claim), free(f.ordered), free(f.anchor), free(f.c);
   cf_arena_free(&f.scratch);
   return st;
 }

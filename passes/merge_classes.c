@@ -104,8 +104,8 @@ cf_status cf_merge_classes(cf_graph *g, const int *node_cls, int ncls, const int
     int v = g->topo[k];
     const cf_node *n = &g->nodes[v];
     word *a = above + (size_t)v * w;
-    for (int j = 0; j < n->n_in; j++) {
-      int u = n->in[j].node;
+    for (int j = 0; j < cf_node_n_deps(n); j++) {
+      int u = cf_node_dep(n, j);
       or_into(a, above + (size_t)u * w, w);
       if (node_cls[u] >= 0) put(a, node_cls[u]);
     }

@@ -1,6 +1,7 @@
 /* pass_dce.c - `dce`: dead code elimination.
  * Requires: verify. Preserves: every Input (the graph's interface), every
- * Output and every collective with all that feeds them; removes the rest.
+ * Output and every collective with all that feeds them or must run before
+ * them (control predecessors); removes the rest.
  *
  * Collectives count as roots even when nothing reads their result: they
  * synchronise ranks, and removing communication the user wrote would change
@@ -24,7 +25,7 @@ static cf_status run(cf_graph *g, const cf_pass_options *opt) {
     if (nd->op == CF_OP_OUTPUT || nd->op == CF_OP_INPUT || cf_op_is_collective(nd->op))
       live[i] = true;
     if (!live[i]) continue;
-    for (int j = 0; j < nd->n_in; j++) live[nd->in[j].node] = true;
+    for (int j = 0; j < cf_node_n_deps(nd); j++) live[cf_node_dep(nd, j)] = true;
   }
   for (int i = 0; i < n; i++) {
     g->nodes[i].dead = !live[i];

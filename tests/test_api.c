@@ -1509,6 +1509,39 @@ static void *fail_once(void *arg) {
   return NULL;
 }
 
+/* cf_launcher_find: the shm world's launcher table, from given variables */
+static void test_launcher_find(void **state) {
+  (void)state;
+  cf_context *c;
+  assert_int_equal(cf_context_create(&c), CF_OK);
+  const char *name;
+  int rank, size, local, mpi;
+  const char *none[] = {"RANK=1", "PATH=/bin", NULL}; /* no size: no launcher */
+  assert_int_equal(cf_launcher_find(c, none, &name, &rank, &size, &local, &mpi), CF_OK);
+  assert_null(name);
+  assert_int_equal(mpi, 0);
+  const char *slurm[] = {"SLURM_PROCID=3", "SLURM_NTASKS=4", NULL};
+  assert_int_equal(cf_launcher_find(c, slurm, &name, &rank, &size, &local, &mpi), CF_OK);
+  assert_string_equal(name, "srun");
+  assert_int_equal(rank, 3);
+  assert_int_equal(size, 4);
+  assert_int_equal(local, -1);
+  /* torch's variables set from mpirun's (as ddp_train.py does): torchrun
+   * comes first in the table, and an MPI world can still join */
+  const char *both[] = {"RANKS=9", "OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", "RANK=1",
+                        "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", NULL};
+  assert_int_equal(cf_launcher_find(c, both, &name, &rank, &size, &local, &mpi), CF_OK);
+  assert_string_equal(name, "torchrun");
+  assert_int_equal(rank, 1);
+  assert_int_equal(local, 2);
+  assert_int_equal(mpi, 1);
+  const char *bad[] = {"PMI_RANK=x", "PMI_SIZE=2", NULL};
+  assert_int_equal(cf_launcher_find(c, bad, &name, &rank, &size, &local, &mpi), CF_ERR_USAGE);
+  assert_null(name);
+  assert_non_null(strstr(cf_context_errmsg(c), "PMI_RANK=x, PMI_SIZE=2 are not integers (set by mpiexec)"));
+  cf_context_destroy(c);
+}
+
 static void test_handed_over(void **state) {
   (void)state;
   cf_context *c;
@@ -1557,6 +1590,7 @@ int main(void) {
       cmocka_unit_test(test_two_contexts_two_threads),
       cmocka_unit_test(test_threads_share_a_context),
       cmocka_unit_test(test_handed_over),
+      cmocka_unit_test(test_launcher_find),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

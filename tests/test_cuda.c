@@ -522,14 +522,24 @@ static int gpu_teardown(void **state) {
 
 int main(int argc, char **argv) {
   if (getenv("CF_TEST_FILTER")) cmocka_set_test_filter(getenv("CF_TEST_FILTER"));
+  /* --ptx [sm_90|sm_80]: the PTX tests, or the half of them with that
+   * architecture's kernels (ctest runs the halves side by side) */
   if (argc > 1 && strcmp(argv[1], "--ptx") == 0) {
-    const struct CMUnitTest tests[] = {
+    const char *half = argc > 2 ? argv[2] : NULL;
+    if (half && strcmp(half, "sm_90") != 0 && strcmp(half, "sm_80") != 0) {
+      fprintf(stderr, "test_cuda: --ptx takes sm_90 or sm_80, not '%s'\n", half);
+      return 2;
+    }
+    const struct CMUnitTest sm90[] = {
         cmocka_unit_test(test_ptx_sm90),
-        cmocka_unit_test(test_ptx_sm80),
         cmocka_unit_test(test_ptx_refuses),
         cmocka_unit_test(test_no_driver),
     };
-    return cmocka_run_group_tests_name("cuda_ptx", tests, setup, teardown);
+    const struct CMUnitTest sm80[] = {cmocka_unit_test(test_ptx_sm80)};
+    int failed = 0;
+    if (!half || !strcmp(half, "sm_90")) failed += cmocka_run_group_tests_name("cuda_ptx", sm90, setup, teardown);
+    if (!half || !strcmp(half, "sm_80")) failed += cmocka_run_group_tests_name("cuda_ptx_sm80", sm80, setup, teardown);
+    return failed;
   }
   if (setup(NULL)) return 1;
   cf_status st = cf_device_cuda_create(ctx, 0, &gpu);

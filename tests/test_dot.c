@@ -244,6 +244,16 @@ static void test_alltoall_permute(void **state) {
   assert_non_null(strstr(s, "label=\"p\\nCollectivePermute pairs={0,1}\\nfloat32 [2,4]\""));
   assert_non_null(strstr(s, "fillcolor=\"#a2e3e3\""));
   assert_non_null(strstr(s, "fillcolor=\"#f7b5d9\""));
+  assert_null(strstr(s, "dashed"));
+  free(s);
+  /* a control dependency: a dashed edge labelled after */
+  assert_int_equal(cf_node_add_control(g, y, a), CF_OK);
+  finish(g);
+  join(path, sizeof path, dir, "a2a.dot");
+  assert_int_equal(cf_dot_write(g, path, "dot"), CF_OK);
+  s = slurp(path, NULL);
+  assert_non_null(s);
+  assert_non_null(strstr(s, "a -> y\t[label=after,\n\t\tstyle=dashed]"));
   free(s);
   join(path, sizeof path, dir, "a2a.dot");
   remove(path);

@@ -169,6 +169,45 @@ static void test_mmrs(void **state) {
   cf_graph_destroy(g);
 }
 
+/* A node that a control dependency orders stays itself: the fused op would
+ * run it elsewhere (the MatMul after an AllReduce; an AllGather that an
+ * Opaque runs after) */
+static void test_control_order(void **state) {
+  (void)state;
+  static const char xml[] =
+      "<graph name='ctl' world_size='8'>\n"
+      "  <node name='x' op='Input' dtype='float32' shape='64,32'/>\n"
+      "  <node name='w' op='Input' dtype='float32' shape='32,16'/>\n"
+      "  <node name='g' op='Input' dtype='float32' shape='8'/>\n"
+      "  <node name='ar' op='AllReduce' fusion='0'><input ref='g'/></node>\n"
+      "  <node name='mm' op='MatMul'><input ref='x'/><input ref='w'/><after ref='ar'/></node>\n"
+      "  <node name='rs' op='ReduceScatter'><input ref='mm'/></node>\n"
+      "  <node name='ag' op='AllGather' layout='concat'><input ref='x'/></node>\n"
+      "  <node name='m2' op='MatMul'><input ref='ag'/><input ref='w'/></node>\n"
+      "  <node name='k' op='Opaque' type='sync' dtype='float32' shape='8'><input ref='g'/><after ref='ag'/></node>\n"
+      "  <node name='o1' op='Output'><input ref='rs'/></node>\n"
+      "  <node name='o2' op='Output'><input ref='m2'/></node>\n"
+      "  <node name='o3' op='Output'><input ref='ar'/></node>\n"
+      "  <node name='o4' op='Output'><input ref='k'/></node>\n"
+      "</graph>\n";
+  cf_graph *g = parse(xml);
+  lines ex = {0};
+  fuse_ok(g, NULL, &ex);
+  assert_int_equal(node(g, "mm")->op, CF_OP_MATMUL);
+  assert_int_equal(node(g, "rs")->op, CF_OP_REDUCESCATTER);
+  assert_int_equal(node(g, "ag")->op, CF_OP_ALLGATHER);
+  assert_int_equal(node(g, "m2")->op, CF_OP_MATMUL);
+  assert_int_equal(count_op(g, CF_OP_MATMULREDUCESCATTER) + count_op(g, CF_OP_ALLGATHERMATMUL), 0);
+  expect_line(&ex, "MatMul 'mm' -> ReduceScatter 'rs'", "a control dependency orders 'mm'");
+  expect_line(&ex, "AllGather 'ag' -> MatMul 'm2'", "a control dependency orders 'ag'");
+  const cf_node *mm = node(g, "mm");
+  assert_int_equal(mm->n_ctl, 1);
+  assert_ptr_equal(&g->nodes[mm->ctl[0]], node(g, "ar"));
+  round_trip(g);
+  lines_free(&ex);
+  cf_graph_destroy(g);
+}
+
 /* MatmulAllReduce for an AllReduce that bucketing leaves alone (fusion=0,
  * or fusion=1 without a partner); a bucketed one stays in its bucket */
 static void test_mmar_and_buckets(void **state) {
@@ -1004,6 +1043,7 @@ int main(void) {
       cmocka_unit_test(test_target),          cmocka_unit_test(test_target_one_group),
       cmocka_unit_test(test_agmm_shared),     cmocka_unit_test(test_agmm_illegal),
       cmocka_unit_test(test_json_report),     cmocka_unit_test(test_random),
+      cmocka_unit_test(test_control_order),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

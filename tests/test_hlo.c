@@ -8,6 +8,7 @@
  */
 #include "cf_attr_test.h"
 #include "cf_graph_test.h"
+#include "passes/passes.h"
 
 /* ---- the JAX exports ---- */
 
@@ -467,7 +468,8 @@ static void test_grammar(void **state) {
   assert_shape(&node(g, "c")->out[0], CF_DT_BOOL, "8"); /* pred */
   assert_ptr_equal(operand(g, node(g, "output.0"), 0), node(g, "ag0"));
   cf_graph_destroy(g);
-  /* control-predecessors: a collective on either end is never combined */
+  /* control-predecessors: control edges in the IR; a collective on either
+   * end stays alone (XLA's combiners), the others still combine */
   text = "HloModule m\n" SUM
          "ENTRY e {\n  p = f32[4] parameter(0)\n  q = f32[4] parameter(1)\n"
          "  a = f32[4] all-reduce(p), replica_groups={}, to_apply=sum\n"
@@ -476,12 +478,27 @@ static void test_grammar(void **state) {
          "  c = f32[4] all-reduce(q), replica_groups={}, to_apply=sum,\n"
          "      control-predecessors={%n, b}\n"
          "  d = f32[4] all-reduce(q), replica_groups={}, to_apply=sum\n"
-         "  ROOT t = tuple(a, b, c, d)\n}\n";
+         "  e = f32[4] all-reduce(p), replica_groups={}, to_apply=sum\n"
+         "  ROOT t = tuple(a, b, c, d, e)\n}\n";
   assert_int_equal(parse(text, &g), CF_OK);
-  assert_string_equal(attr_text(node(g, "a"), CF_A_FUSION, "none"), "0");
-  assert_string_equal(attr_text(node(g, "b"), CF_A_FUSION, "none"), "0");
-  assert_string_equal(attr_text(node(g, "c"), CF_A_FUSION, "none"), "0");
-  assert_string_equal(attr_text(node(g, "d"), CF_A_FUSION, "none"), "none");
+  assert_string_equal(attr_text(node(g, "a"), CF_A_FUSION, "none"), "none");
+  assert_int_equal(node(g, "n")->n_ctl, 1);
+  assert_ptr_equal(&g->nodes[node(g, "n")->ctl[0]], node(g, "a"));
+  const cf_node *cc = node(g, "c");
+  assert_int_equal(cc->n_ctl, 2);
+  assert_ptr_equal(&g->nodes[cc->ctl[0]], node(g, "n"));
+  assert_ptr_equal(&g->nodes[cc->ctl[1]], node(g, "b"));
+  cf_pass_options po = {.split = "bytes:1G"};
+  assert_int_equal(cf_passes_run(g, "infer,fuse-allreduce,dce", &po, NULL, NULL), CF_OK);
+  const cf_node *de = node(g, "allreduce_bucket_0");
+  assert_int_equal(de->op, CF_OP_FUSEDALLREDUCE);
+  assert_string_equal(attr_text(de, CF_A_MEMBERS, ""), "e,d"); /* ready order: p, then q */
+  assert_int_equal(node(g, "a")->op, CF_OP_ALLREDUCE);
+  assert_int_equal(node(g, "b")->op, CF_OP_ALLREDUCE);
+  cc = node(g, "c");
+  assert_int_equal(cc->op, CF_OP_ALLREDUCE);
+  assert_int_equal(cc->n_ctl, 2); /* kept through the rewrite */
+  assert_ptr_equal(&g->nodes[cc->ctl[1]], node(g, "b"));
   cf_graph_destroy(g);
   /* no all-gather tells the world: one replica, as XLA's default */
   text = "HloModule m\n" SUM
@@ -586,6 +603,46 @@ static void test_sdy_meshes(void **state) {
   assert_int_equal(g->world_size, 4);
   cf_graph_destroy(g);
   free(t);
+}
+
+/* frontend_attributes={combine_key="..."} is compared whole: two keys of
+ * 300 bytes that differ only in their last byte are two keys (both the
+ * reader and the combiner cut it at 200 bytes or less, and fused them). */
+static char *keyed_module(char last) {
+  char key[301];
+  for (int i = 0; i < 299; i++)
+    key[i] = (char)('a' + (i * 7) % 26);
+  key[299] = last, key[300] = 0;
+  const char *fmt = HDR SUM "ENTRY e {\n  p = f32[8] parameter(0)\n  q = f32[4] parameter(1)\n"
+                    "  a = f32[8] all-reduce(p), to_apply=sum, frontend_attributes={combine_key=\"%sA\"}\n"
+                    "  b = f32[4] all-reduce(q), to_apply=sum, frontend_attributes={combine_key=\"%s%c\"}\n"
+                    "  ROOT t = (f32[8], f32[4]) tuple(a, b)\n}\n";
+  size_t n = strlen(fmt) + 2 * sizeof key + 8;
+  char *t = malloc(n);
+  assert_non_null(t);
+  key[299] = 0;
+  snprintf(t, n, fmt, key, key, last);
+  return t;
+}
+
+static void test_combine_key_whole(void **state) {
+  (void)state;
+  for (int same = 0; same < 2; same++) {
+    char *t = keyed_module(same ? 'A' : 'B');
+    cf_graph *g = NULL;
+    assert_int_equal(parse(t, &g), CF_OK);
+    assert_int_equal(strlen(cf_node_str(node(g, "a"), CF_A_COMBINE_KEY, "")), 300);
+    assert_int_equal(strlen(cf_node_str(node(g, "b"), CF_A_COMBINE_KEY, "")), 300);
+    cf_pass_options o = {.split = "bytes:1G"};
+    assert_int_equal(cf_passes_run(g, "infer,fuse-allreduce", &o, NULL, NULL), CF_OK);
+    int fused = 0, plain = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+      fused += g->nodes[i].op == CF_OP_FUSEDALLREDUCE, plain += g->nodes[i].op == CF_OP_ALLREDUCE;
+    assert_int_equal(fused, same ? 1 : 0);
+    assert_int_equal(plain, same ? 0 : 2);
+    cf_graph_destroy(g);
+    free(t);
+  }
 }
 
 static void test_sniff_and_names(void **state) {
@@ -867,6 +924,7 @@ int main(void) {
       cmocka_unit_test(test_opaque_record),
       cmocka_unit_test(test_collective_suggest),
       cmocka_unit_test(test_replica_group_order),
+      cmocka_unit_test(test_combine_key_whole),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

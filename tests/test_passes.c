@@ -69,6 +69,27 @@ static void test_dce(void **state) {
   /* and the result is a valid graph */
   assert_int_equal(cf_graph_verify(g, NULL), CF_OK);
   cf_graph_destroy(g);
+  /* a control predecessor of a live node runs before it, so it stays (with
+   * what feeds it), and its edge is renumbered with the nodes */
+  static const char ordered[] =
+      "<graph name='dce' world_size='2'>\n"
+      "  <node name='x' op='Input' dtype='float32' shape='4'/>\n"
+      "  <node name='dead' op='Mul'><input ref='x'/><input ref='x'/></node>\n"
+      "  <node name='a' op='Add'><input ref='x'/><input ref='x'/></node>\n"
+      "  <node name='side' op='Sub'><input ref='a'/><input ref='x'/></node>\n"
+      "  <node name='y' op='Add'><input ref='x'/><input ref='x'/><after ref='side'/></node>\n"
+      "  <node name='out' op='Output'><input ref='y'/></node>\n"
+      "</graph>\n";
+  g = parse(ordered);
+  assert_int_equal(cf_passes_run(g, "dce", NULL, NULL, NULL), CF_OK);
+  assert_int_equal(g->n_nodes, 5);
+  assert_int_equal(cf_graph_find(g, "dead"), -1);
+  const cf_node *y = &g->nodes[cf_graph_find(g, "y")];
+  assert_int_equal(y->n_ctl, 1);
+  assert_string_equal(g->nodes[y->ctl[0]].name, "side");
+  assert_true(cf_graph_find(g, "a") >= 0);
+  assert_int_equal(cf_graph_verify(g, NULL), CF_OK);
+  cf_graph_destroy(g);
 }
 
 static void test_public_api(void **state) {

@@ -114,6 +114,10 @@ static void test_ge_ops(void **state) {
   assert_string_equal(cf_node_group(ar), "hccl_world_group"); /* adjacent strings */
   assert_int_equal(cf_node_reduction(node(g, "ar2")), CF_RED_MAX);
   assert_int_equal(cf_node_fusion(node(g, "ar2")), 0); /* fusion: s "0" */
+  /* red ^sync, sync (a NoOp, left out) ^ar: red runs after ar, a control edge */
+  const cf_node *red0 = node(g, "red");
+  assert_int_equal(red0->n_ctl, 1);
+  assert_ptr_equal(&g->nodes[red0->ctl[0]], ar);
   /* Reshape takes its shape from the Const's tensor_content (128, 8) */
   const cf_node *rsh = node(g, "rsh");
   assert_int_equal(rsh->op, CF_OP_RESHAPE);

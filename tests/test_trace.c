@@ -125,6 +125,10 @@ static void test_write(void **state) {
   cJSON *other = cJSON_GetObjectItem(o, "otherData");
   assert_string_equal(cJSON_GetObjectItem(other, "failed")->valuestring, "rank 1 failed");
   assert_int_equal(cJSON_GetObjectItem(other, "ranks")->valueint, 2);
+  /* ts 0 on the clock, so that traces of several processes or runs line up */
+  cJSON *start = cJSON_GetObjectItem(other, "start_us");
+  assert_non_null(start);
+  assert_true(fabs(start->valuedouble - (double)t->t0 / 1e3) < 0.01);
   cJSON_Delete(o);
   cf_trace_destroy(t);
 }

@@ -191,6 +191,17 @@ static void test_hostile(void **state) {
   ASSERT_FAILS("<graph world_size='2'>\n<node name='x' op='Input' dtype='int8' shape='2'/>\n"
                "<node name='y' op='Add'>\n<input ref='x'/>\n<input ref='z'/>\n</node></graph>",
                "mem.xml:5: error: node 'y': input 1 refers to unknown node 'z'");
+  /* control dependencies: a name that is no node, the node itself, a cycle */
+  ASSERT_FAILS("<graph world_size='2'>\n<node name='x' op='Input' dtype='int8' shape='2'/>\n"
+               "<node name='y' op='AllReduce'>\n<input ref='x'/>\n<after ref='z'/>\n</node></graph>",
+               "mem.xml:5: error: node 'y': <after> refers to unknown node z");
+  ASSERT_FAILS("<graph world_size='2'>\n<node name='x' op='Input' dtype='int8' shape='2'/>\n"
+               "<node name='y' op='AllReduce'>\n<input ref='x'/>\n<after ref='y'/>\n</node></graph>",
+               "mem.xml:5: error: node 'y': <after> refers to the node itself: y");
+  ASSERT_FAILS("<graph world_size='2'>\n<node name='x' op='Input' dtype='int8' shape='2'/>\n"
+               "<node name='y' op='AllReduce'>\n<input ref='x'/>\n<after ref='w'/>\n</node>\n"
+               "<node name='w' op='AllReduce'>\n<input ref='x'/>\n<after ref='y'/>\n</node></graph>",
+               "error: node 'y': cycle: 'y' -> 'w' -> 'y'");
   ASSERT_FAILS("<graph>\n<node name='x' op='Input' dtype='int8' shape='2'/>\n"
                "<node name='x' op='Input' dtype='int8' shape='2'/>\n</graph>",
                "mem.xml:3: error: node 'x': duplicate node name (first defined at line 2)");

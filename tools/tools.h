@@ -114,7 +114,8 @@ typedef struct cf_bench_ar_size {
   bool bound;                           /* also time every rank's copy of its input */
   double us[CF_BENCH_AR_MAX_ALGOS];     /* out: median microseconds per call */
   double min_us[CF_BENCH_AR_MAX_ALGOS]; /* out: the fastest loop's */
-  double copy_us;                       /* out: the bound's median; 0 without */
+  double copy_us;                       /* out: the bound's median (the faster copy's); 0 without */
+  double copy_kind_us[2];               /* out: memcpy's and the streaming copy's medians; 0: not run */
 } cf_bench_ar_size;
 struct cf_world;
 /* The AllReduce every rank runs: float32 sum of count elements over the world. */

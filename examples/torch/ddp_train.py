@@ -21,11 +21,16 @@ every rank (DDP broadcasts rank 0's parameters), SGD with momentum.
 --hook none: DDP's own allreduce over gloo. --hook gloo: torch's
 allreduce_hook (the same averaging over gloo, as a hook, so its time can be
 measured). --hook collfuse / collfuse-bf16: collfuse.torch's allreduce_hook /
-bf16_compress_hook. Rank 0 prints each step's loss (the mean over ranks) or,
+bf16_compress_hook. --hook step: no DDP; collfuse.torch.compile_step
+traces forward and backward into one graph, collfuse decides the buckets
+(--split, e.g. ddp:25M as DDP's) and averages each one as soon as its last
+gradient is produced. Rank 0 prints each step's loss (the mean over ranks) or,
 with --json, one JSON object: losses, step_ms and sync_ms (the time per
 step during which some bucket is being averaged: from each hook call to its
 future's completion, overlapping buckets counted once; null for --hook
-none).
+none), exposed_ms (--hook step: the time each step waited for the buckets
+after the backward pass's last compute) and peak_mb (rank 0's peak
+resident memory).
 """
 
 import argparse
@@ -41,7 +46,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-HOOKS = ("none", "gloo", "collfuse", "collfuse-bf16")
+HOOKS = ("none", "gloo", "collfuse", "collfuse-bf16", "step")
 
 
 # ---------------- a small GPT-style transformer ----------------
@@ -179,7 +184,11 @@ def main(argv=None):
     ap.add_argument("--bucket-mb", type=float, default=25, help="DDP's bucket_cap_mb")
     ap.add_argument("--deterministic", action="store_true",
                     help="collfuse hooks: reductions in a fixed order (bitwise the same run to run)")
+    ap.add_argument("--split", default=None,
+                    help="--hook step: collfuse's split (default: ddp:BUCKET_MB M, DDP's buckets)")
     ap.add_argument("--json", action="store_true", help="rank 0 prints one JSON object")
+    ap.add_argument("--trace", metavar="FILE.json",
+                    help="collfuse hooks: each rank's timeline of the buckets as a Chrome trace, FILE.rank<R>.json")
     args = ap.parse_args(argv)
 
     join_from_launcher()
@@ -187,14 +196,22 @@ def main(argv=None):
     local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", world)))
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // local))
     torch.manual_seed(args.seed)
+    if args.hook == "step":
+        return train_step(args, rank, world)
     model = DDP(make_model(args.model), bucket_cap_mb=args.bucket_mb, gradient_as_bucket_view=True)
     timed = None
     if args.hook.startswith("collfuse"):
         import collfuse.distributed
         collfuse.distributed.init(deterministic=args.deterministic)
+    if args.trace and not args.hook.startswith("collfuse"):
+        ap.error("--trace: with --hook collfuse or collfuse-bf16")
     if args.hook != "none":
         timed = Timed(hook_of(args.hook))
-        model.register_comm_hook(None, timed.fn)
+        state = None
+        if args.trace:
+            import collfuse.torch
+            state = collfuse.torch.HookState(trace=args.trace)
+        model.register_comm_hook(state, timed.fn)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
     losses, step_ms, sync_ms = [], [], []
@@ -214,12 +231,44 @@ def main(argv=None):
         losses.append(mean.item() / world)
         if rank == 0 and not args.json:
             print("step %d loss %.6f" % (len(losses) - 1, losses[-1]), flush=True)
+    finish(args, rank, world, model, losses, step_ms, sync_ms, None)
+
+
+def finish(args, rank, world, model, losses, step_ms, sync_ms, exposed_ms):
     if rank == 0 and args.json:
+        import resource
         print(json.dumps({"model": args.model, "hook": args.hook, "ranks": world, "steps": args.steps,
                           "batch": args.batch, "losses": losses, "step_ms": step_ms, "sync_ms": sync_ms,
+                          "exposed_ms": exposed_ms, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                           "params": sum(p.numel() for p in model.parameters())}), flush=True)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def train_step(args, rank, world):
+    """--hook step: collfuse.torch.compile_step, no DDP."""
+    import collfuse.torch
+    model = make_model(args.model)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    example = batch(args.model, torch.Generator().manual_seed(12345), args.batch)
+    step = collfuse.torch.compile_step(model, lambda out, y: loss_of(args.model, out, y), example, optimizer=opt,
+                                       split=args.split or "ddp:%gM" % args.bucket_mb,
+                                       deterministic=args.deterministic)
+    gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
+    losses, step_ms, sync_ms, exposed_ms = [], [], [], []
+    for _ in range(args.steps):
+        x, y = batch(args.model, gen, args.batch)
+        t0 = time.perf_counter()
+        loss = step(x, y)
+        step_ms.append((time.perf_counter() - t0) * 1e3)
+        sync_ms.append(step.sync_ms)
+        exposed_ms.append(step.exposed_ms)
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)  # for printing only: the mean loss over ranks
+        losses.append(mean.item() / world)
+        if rank == 0 and not args.json:
+            print("step %d loss %.6f" % (len(losses) - 1, losses[-1]), flush=True)
+    finish(args, rank, world, model, losses, step_ms, sync_ms, exposed_ms)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
  *
  * The threads transport's single copy, across processes. Every rank owns a
  * heap: a memfd as large as the host's memory (sparse: only what is touched
- * costs pages), mapped by every rank of the job, out of which the world
+ * costs pages; in huge pages where Linux gives them: shm_pages.c), mapped
+ * by every rank of the job, out of which the world
  * gives the rank its plan's arena (the slot alloc). So the values that
  * collectives read are in memory every peer maps, and a message is an
  * offset into the sender's heap: the receiver reduces or copies straight
@@ -30,8 +31,12 @@
  * Start-up: rank 0 listens on a Unix socket in the abstract namespace
  * named after the user and the job (shm_env.c), the others connect (until
  * the timeout) and send their heap's descriptor with SCM_RIGHTS, their pid
- * and their host's identity (boot id and host name); rank 0 checks each
- * peer's uid (SO_PEERCRED) and host and sends everyone the control segment,
+ * and their host's identity (shm_host.c); rank 0 checks each peer's uid
+ * (SO_PEERCRED) and, once all have come, that they are on its host (a job
+ * that is not is refused by every rank naming the hosts and their ranks;
+ * where the launcher gives a TCP address the ranks have met there first,
+ * so that a rank on another host is named, not waited for), and sends
+ * everyone the control segment,
  * every heap, a random token and the pids. A rank checks the token and the
  * job in the control segment before it uses it. memfds have no name: there
  * is nothing in /dev/shm or anywhere else to remove, whatever way the job
@@ -75,7 +80,7 @@
 #define CHAN_SLOTS 8
 #define EAGER_MAX 104
 #define INLINE_BIT (UINT64_C(1) << 63)
-#define MAGIC UINT64_C(0x314d48534643) /* "CFSHM1" */
+#define MAGIC UINT64_C(0x324d48534643) /* "CFSHM2" */
 #define NAME_MAX_SHM 64                /* group and node names a descriptor carries */
 #define PAGE 4096
 
@@ -498,25 +503,18 @@ static const cf_comm_ops shm_ops = {
 typedef struct hello { /* what a rank tells rank 0 */
   uint64_t magic;
   int32_t rank, size, pid;
-  char boot[40], host[64];
+  cf_shm_host host; /* shm_host.c */
   uint64_t heap_bytes;
 } hello;
 
 typedef struct welcome { /* what rank 0 answers */
   uint64_t magic, token, job;
-  int32_t ok; /* 0: text says why not */
-  char text[400];
+  int32_t ok;   /* 0: text says why not */
+  int32_t code; /* with ok 0: the cf_status every rank fails with */
+  char text[1024];
   int32_t pid[CF_MAX_WORLD];
   uint64_t ctl_bytes, heap_bytes;
 } welcome;
-
-static void boot_id(char *out, size_t len) {
-  snprintf(out, len, "?");
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (!f) return;
-  if (fgets(out, (int)len, f)) out[strcspn(out, "\n")] = 0;
-  fclose(f);
-}
 
 static uint64_t fnv(const char *s) {
   uint64_t h = UINT64_C(1469598103934665603);
@@ -635,9 +633,9 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
   }
   int n = w->size, *sock = malloc(sizeof(int) * (size_t)n);
   welcome *wel = calloc(1, sizeof *wel);
-  char boot0[40];
-  boot_id(boot0, sizeof boot0);
-  cf_status st = sock && wel ? CF_OK : cf_error(w->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  cf_shm_host *hosts = calloc((size_t)n, sizeof *hosts);
+  cf_status st = sock && wel && hosts ? CF_OK : cf_error(w->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+  if (hosts) cf_shm_host_id(&hosts[0]);
   for (int r = 0; sock && r < n; r++)
     sock[r] = -1;
   int joined = 1;
@@ -659,21 +657,16 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
       close(s); /* not one of ours */
       continue;
     }
-    h.host[sizeof h.host - 1] = h.boot[sizeof h.boot - 1] = 0;
-    if (h.size != n || h.rank < 1 || h.rank >= n || sock[h.rank] >= 0 || strcmp(h.boot, boot0) != 0) {
+    h.host.id[sizeof h.host.id - 1] = h.host.name[sizeof h.host.name - 1] = 0;
+    if (h.size != n || h.rank < 1 || h.rank >= n || sock[h.rank] >= 0) {
       if (!why[0]) {
         if (h.size != n)
           snprintf(why, sizeof why, "rank %d says the job has %d ranks, rank 0 says %d", h.rank, h.size, n);
-        else if (strcmp(h.boot, boot0) != 0)
-          snprintf(why, sizeof why,
-                   "rank %d runs on host '%.64s' and rank 0 on '%.64s' (another boot): the shm world needs "
-                   "every rank on one host; use --backend mpi across hosts",
-                   h.rank, h.host, w->host);
         else
           snprintf(why, sizeof why, "two processes say they are rank %d", h.rank);
       }
       welcome no = {.magic = MAGIC, .ok = 0};
-      memcpy(no.text, why, sizeof no.text - 1);
+      snprintf(no.text, sizeof no.text, "%s", why);
       xfer(s, true, &no, sizeof no, NULL, 0, deadline);
       close(fd);
       close(s);
@@ -681,6 +674,7 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
       break;
     }
     sock[h.rank] = s;
+    hosts[h.rank] = h.host;
     heap_fd[h.rank] = fd;
     w->head->pid[h.rank] = h.pid;
     if (h.heap_bytes != w->heap_bytes) w->heap_bytes = h.heap_bytes < w->heap_bytes ? h.heap_bytes : w->heap_bytes;
@@ -697,6 +691,14 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
                   "start (were they started on this host, with the same job? a job across hosts "
                   "runs with --backend mpi)",
                   w->timeout_s, miss, job);
+  }
+  char other[1024];
+  if (!st && !cf_shm_one_host(n, hosts, other, sizeof other)) { /* every rank is told */
+    welcome no = {.magic = MAGIC, .ok = 0, .code = CF_ERR_USAGE};
+    snprintf(no.text, sizeof no.text, "%s", other);
+    for (int r = 1; r < n; r++)
+      xfer(sock[r], true, &no, sizeof no, NULL, 0, deadline);
+    st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0, "shm transport: %s", other);
   }
   if (!st) {
     wel->magic = MAGIC;
@@ -718,6 +720,7 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
     if (sock[r] >= 0) close(sock[r]);
   free(sock);
   free(wel);
+  free(hosts);
   return st;
 }
 
@@ -743,8 +746,7 @@ static cf_status join_job(cf_shm_world *w, const char *job, int *ctl_fd, int *he
                     w->me, w->timeout_s, job);
   hello h = {.magic = MAGIC, .rank = w->me, .size = w->size, .pid = (int32_t)getpid(),
              .heap_bytes = w->heap_bytes};
-  boot_id(h.boot, sizeof h.boot);
-  memcpy(h.host, w->host, sizeof h.host - 1);
+  cf_shm_host_id(&h.host);
   welcome *wel = calloc(1, sizeof *wel);
   int n = w->size, *fds = malloc(sizeof(int) * (size_t)(n + 1));
   cf_status st = CF_OK;
@@ -756,8 +758,8 @@ static cf_status join_job(cf_shm_world *w, const char *job, int *ctl_fd, int *he
                   "shm transport: rank 0 of job '%s' went away (or timed out) during start-up", job);
   } else if (!wel->ok) {
     wel->text[sizeof wel->text - 1] = 0;
-    st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0, "shm transport: rank 0 refused rank %d: %s", w->me,
-                  wel->text);
+    st = cf_error(w->ctx, wel->code == CF_ERR_USAGE ? CF_ERR_USAGE : CF_ERR_RUNTIME, NULL, 0,
+                  "shm transport: %s", wel->text);
   } else if (!recv_fds(s, fds, n + 1, deadline)) {
     st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
                   "shm transport: rank 0 of job '%s' went away during start-up", job);
@@ -810,6 +812,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   pthread_mutex_init(&w->lock, NULL);
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
   w->heap_bytes = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : (size_t)1 << 34;
+  w->heap_bytes = cf_shm_heap_cap(w->heap_bytes, n);
   int ctl_fd = -1, *heap_fd = malloc(sizeof(int) * (size_t)n);
   w->heap = calloc((size_t)n, sizeof *w->heap);
   w->pidfd = malloc(sizeof(int) * (size_t)n);
@@ -828,9 +831,12 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   for (int r = 0; r < n; r++)
     heap_fd[r] = w->pidfd[r] = -1;
   double deadline = cf_now() + w->timeout_s;
+  /* over TCP first where the launcher gives an address: ranks on other
+   * hosts are named, not waited for (shm_host.c) */
+  st = cf_shm_meet(ctx, l, w->timeout_s, deadline);
   /* this rank's heap */
-  heap_fd[w->me] = (int)syscall(SYS_memfd_create, "collfuse-shm-heap", MFD_CLOEXEC);
-  if (heap_fd[w->me] < 0 || ftruncate(heap_fd[w->me], (off_t)w->heap_bytes) != 0)
+  if (!st) heap_fd[w->me] = cf_shm_heap_make(w->heap_bytes);
+  if (!st && heap_fd[w->me] < 0)
     st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "shm transport: cannot make rank %d's heap: %s", w->me,
                   strerror(errno));
   if (!st && w->me == 0) {
@@ -855,7 +861,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   }
   /* map every heap */
   for (int r = 0; r < n && !st; r++) {
-    void *p = mmap(NULL, w->heap_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, heap_fd[r], 0);
+    void *p = cf_shm_heap_map(heap_fd[r], w->heap_bytes);
     if (p == MAP_FAILED)
       st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "shm transport: cannot map rank %d's heap: %s", r,
                     strerror(errno));

@@ -13,7 +13,9 @@
  * slurmstepd). A launcher that says the job spans hosts (LOCAL_WORLD_SIZE,
  * OMPI_COMM_WORLD_LOCAL_SIZE below the size, SLURM_NNODES above 1) is
  * refused at once with what it said: the shm world needs every rank on
- * this host.
+ * this host. The job's TCP rendezvous, where ranks on other hosts are seen
+ * and named (shm_host.c), is COLLFUSE_RENDEZVOUS, else torchrun's
+ * MASTER_ADDR at MASTER_PORT + 1.
  */
 #define _GNU_SOURCE
 #include "transports.h"
@@ -23,39 +25,71 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Variable v as env says it ("NAME=VALUE" strings ending with NULL), else
+ * (env NULL) the process's environment. */
+static const char *var(const char *const *env, cf_env_var v) {
+  if (!env) return cf_env(v);
+  const char *name = cf_env_table[v].name;
+  size_t n = strlen(name);
+  for (; *env; env++)
+    if (strncmp(*env, name, n) == 0 && (*env)[n] == '=') return *env + n + 1;
+  return NULL;
+}
+
 /* A whole decimal number in lo..hi, else -1. */
-static long env_num(cf_env_var v, long lo, long hi) {
-  const char *s = cf_env(v);
+static long num(const char *s, long lo, long hi) {
   if (!s || !*s) return -1;
   char *e;
   long x = strtol(s, &e, 10);
   return *e || x < lo || x > hi ? -1 : x;
 }
 
+static long env_num(cf_env_var v, long lo, long hi) { return num(cf_env(v), lo, hi); }
+
 typedef struct launcher {
+  const char *name;          /* the launcher (cf_launcher_see) */
   const char *by;            /* who started the process, for messages */
   cf_env_var rank, size;     /* the pair that says this launcher started it */
   int local_size;            /* a variable (cf_env_var) saying the processes on this host, or -1 */
+  bool mpi;                  /* an MPI launcher: an MPI world can join its job */
 } launcher;
 
+/* In this order: the first whose rank and size are both set wins. */
 static const launcher launchers[] = {
-    {"collfuse run (COLLFUSE_RANK)", CF_ENV_SHM_RANK, CF_ENV_SHM_SIZE, -1},
-    {"torchrun (RANK)", CF_ENV_TORCH_RANK, CF_ENV_TORCH_SIZE, CF_ENV_TORCH_LOCAL_SIZE},
-    {"mpirun (OMPI_COMM_WORLD_RANK)", CF_ENV_OMPI_RANK, CF_ENV_OMPI_SIZE, CF_ENV_OMPI_LOCAL_SIZE},
-    {"mpiexec (PMI_RANK)", CF_ENV_PMI_RANK, CF_ENV_PMI_SIZE, -1},
-    {"srun (SLURM_PROCID)", CF_ENV_SLURM_PROCID, CF_ENV_SLURM_NTASKS, -1},
+    {"collfuse run", "collfuse run (COLLFUSE_RANK)", CF_ENV_SHM_RANK, CF_ENV_SHM_SIZE, -1, false},
+    {"torchrun", "torchrun (RANK)", CF_ENV_TORCH_RANK, CF_ENV_TORCH_SIZE, CF_ENV_TORCH_LOCAL_SIZE, false},
+    {"mpirun", "mpirun (OMPI_COMM_WORLD_RANK)", CF_ENV_OMPI_RANK, CF_ENV_OMPI_SIZE, CF_ENV_OMPI_LOCAL_SIZE,
+     true},
+    {"mpiexec", "mpiexec (PMI_RANK)", CF_ENV_PMI_RANK, CF_ENV_PMI_SIZE, -1, true},
+    {"srun", "srun (SLURM_PROCID)", CF_ENV_SLURM_PROCID, CF_ENV_SLURM_NTASKS, -1, false},
 };
+#define N_LAUNCHERS (sizeof launchers / sizeof *launchers)
 
 bool cf_shm_launched(void) {
-  for (size_t i = 0; i < sizeof launchers / sizeof *launchers; i++)
+  for (size_t i = 0; i < N_LAUNCHERS; i++)
     if (cf_env(launchers[i].rank) && cf_env(launchers[i].size)) return true;
   return false;
+}
+
+void cf_launcher_see(const char *const *env, cf_launcher_seen *out) {
+  memset(out, 0, sizeof *out);
+  for (size_t i = 0; i < N_LAUNCHERS; i++) {
+    const launcher *l = &launchers[i];
+    const char *r = var(env, l->rank), *n = var(env, l->size);
+    if (!r || !n) continue;
+    if (l->mpi) out->mpi = true; /* under mpirun, whichever launcher's variables come first */
+    if (out->name) continue;
+    *out = (cf_launcher_seen){.name = l->name, .rank = r, .size = n, .mpi = out->mpi,
+                              .rank_var = cf_env_table[l->rank].name,
+                              .size_var = cf_env_table[l->size].name,
+                              .local = l->local_size >= 0 ? var(env, (cf_env_var)l->local_size) : NULL};
+  }
 }
 
 cf_status cf_shm_launch_find(cf_context *ctx, cf_shm_launch *out) {
   memset(out, 0, sizeof *out);
   const launcher *l = NULL;
-  for (size_t i = 0; i < sizeof launchers / sizeof *launchers && !l; i++)
+  for (size_t i = 0; i < N_LAUNCHERS && !l; i++)
     if (cf_env(launchers[i].rank) && cf_env(launchers[i].size)) l = &launchers[i];
   if (!l)
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
@@ -96,5 +130,17 @@ cf_status cf_shm_launch_find(cf_context *ctx, cf_shm_launch *out) {
     snprintf(out->job, sizeof out->job, "pmix:%s", ns);
   else
     snprintf(out->job, sizeof out->job, "ppid:%ld", (long)getppid());
+  /* the TCP rendezvous (shm_host.c): COLLFUSE_RENDEZVOUS, else torchrun's
+   * master at MASTER_PORT + 1 (torch's store listens on MASTER_PORT) */
+  const char *rdv = cf_env(CF_ENV_RENDEZVOUS);
+  long mport = env_num(CF_ENV_MASTER_PORT, 1, 65535);
+  if (rdv && *rdv) {
+    snprintf(out->rdv, sizeof out->rdv, "%s", rdv);
+    out->rdv_by = "COLLFUSE_RENDEZVOUS";
+  } else if (l->rank == CF_ENV_TORCH_RANK && addr && *addr && mport > 0) {
+    snprintf(out->rdv, sizeof out->rdv, strchr(addr, ':') ? "[%s]:%ld" : "%s:%ld", addr,
+             mport < 65535 ? mport + 1 : mport - 1);
+    out->rdv_by = "MASTER_ADDR, MASTER_PORT + 1";
+  }
   return CF_OK;
 }

@@ -33,9 +33,23 @@ typedef struct cf_shm_launch {
   int rank, size;
   char job[160];  /* the name the job's ranks meet under */
   const char *by; /* the launcher, for messages */
+  char rdv[300];  /* host:port of the TCP rendezvous (shm_host.c); "": none */
+  const char *rdv_by; /* the variables rdv came from, for messages */
 } cf_shm_launch;
 /* True when some launcher's rank and size variables are set. */
 bool cf_shm_launched(void);
+/* The launcher whose variables env ("NAME=VALUE" strings ending with NULL;
+ * NULL: the process's environment) has, as the shm world finds it: the
+ * first of its table (collfuse run, torchrun, mpirun, mpiexec, srun) whose
+ * rank and size are both set. The C API's cf_launcher_find. */
+typedef struct cf_launcher_seen {
+  const char *name;               /* "collfuse run", "torchrun", ...; NULL: none */
+  const char *rank, *size;        /* its variables' values, as set */
+  const char *rank_var, *size_var; /* and their names */
+  const char *local;              /* the processes it says are on this host, or NULL */
+  bool mpi;                       /* mpirun's or mpiexec's rank and size are set */
+} cf_launcher_seen;
+void cf_launcher_see(const char *const *env, cf_launcher_seen *out);
 /* The launcher's rank, size and job; CF_ERR_USAGE when none started this
  * process, when its values are out of range, or when it says the job spans
  * hosts. */
@@ -44,6 +58,30 @@ cf_status cf_shm_launch_find(cf_context *ctx, cf_shm_launch *out);
  * every rank of the job must call it within timeout_s of the others. */
 cf_status cf_world_shm_join(cf_context *ctx, const cf_shm_launch *l, double timeout_s,
                             cf_world **out);
+
+/* transports/shm_pages.c: a rank's heap of bytes (sparse), in huge pages
+ * where Linux gives shared memory them: a descriptor, or -1 with errno. */
+int cf_shm_heap_make(size_t bytes);
+/* bytes, or less under an address-space limit (ulimit -v): each of the n
+ * heaps every rank maps gets a share of half the room left, so the job
+ * starts and a run that needs more than that fails for want of heap. */
+size_t cf_shm_heap_cap(size_t bytes, int n);
+/* Map a heap on a 2 MiB boundary (MAP_FAILED with errno). */
+void *cf_shm_heap_map(int fd, size_t bytes);
+
+/* transports/shm_host.c: the host each rank is on, compared at start-up. */
+typedef struct cf_shm_host {
+  char id[128]; /* what ranks compare: "hostid:$COLLFUSE_HOSTID", else name/boot id */
+  char name[64]; /* what messages say: COLLFUSE_HOSTID, else the host's name */
+} cf_shm_host;
+void cf_shm_host_id(cf_shm_host *h);
+/* True when hosts[0..n) are one host; else false with text naming each
+ * host and its ranks ("... the shm world is one host's; ..."). */
+bool cf_shm_one_host(int n, const cf_shm_host *hosts, char *text, size_t len);
+/* With l->rdv: the job's ranks meet over TCP there before deadline and
+ * every rank fails (naming the hosts and their ranks) unless all are on
+ * one host; without: nothing to do. */
+cf_status cf_shm_meet(cf_context *ctx, const cf_shm_launch *l, double timeout_s, double deadline);
 
 /* world.c: the slots, wrapped */
 cf_status cf_world_create(cf_context *ctx, const cf_world_ops *ops, int size, double timeout_s,

@@ -426,6 +426,23 @@ size_t cf_executable_last_copies(const cf_executable *e, size_t *bytes);
  * trace, as the "trace" option; NULL: nowhere). A copy of path is kept. */
 cf_status cf_executable_set_trace(cf_executable *e, const char *path);
 
+/* The launcher that started this process, as the "backend" shm world
+ * finds it: the first of collfuse run (COLLFUSE_RANK, COLLFUSE_WORLD_SIZE),
+ * torchrun (RANK, WORLD_SIZE), mpirun (OMPI_COMM_WORLD_RANK, _SIZE),
+ * mpiexec (PMI_RANK, PMI_SIZE) and srun (SLURM_PROCID, SLURM_NTASKS) whose
+ * rank and size variables are both set. *name is that launcher's name
+ * ("collfuse run", "torchrun", "mpirun", "mpiexec", "srun"; a static
+ * string), NULL when none is; *rank and *size what it says (not checked
+ * against each other), *local the processes it says are on this host
+ * (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE; -1 when it does not say),
+ * *mpi 1 when mpirun's or mpiexec's rank and size are set, whichever comes
+ * first (an MPI world can join the job), else 0. env: "NAME=VALUE" strings
+ * ending with NULL, read instead of the process's environment (NULL: the
+ * environment). CF_ERR_USAGE, naming the variables, when the rank or size
+ * is not a whole number. */
+cf_status cf_launcher_find(cf_context *ctx, const char *const *env, const char **name, int *rank,
+                           int *size, int *local, int *mpi);
+
 #ifdef __cplusplus
 }
 #endif

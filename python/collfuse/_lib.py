@@ -156,6 +156,7 @@ _PROTOS = {
     "cf_executable_last_time_ms": (c_double, [c_void_p]),
     "cf_executable_last_copies": (c_size_t, [c_void_p, P(c_size_t)]),
     "cf_executable_set_trace": (c_int, [c_void_p, c_char_p]),
+    "cf_launcher_find": (c_int, [c_void_p, P(c_char_p), P(c_char_p), P(c_int), P(c_int), P(c_int), P(c_int)]),
     "cf_executable_bucket_count": (c_size_t, [c_void_p]),
     "cf_executable_bucket_name": (c_char_p, [c_void_p, c_size_t]),
     "cf_executable_bucket_bytes": (c_size_t, [c_void_p, c_size_t, c_int]),

@@ -52,8 +52,12 @@ naming the launcher and the rank seen, rather than run on something slower.
 
 import atexit
 import ctypes
+import json
 import os
+import shutil
+import tempfile
 import threading
+import time
 
 import numpy as np
 
@@ -61,7 +65,8 @@ from . import DTYPES, CollfuseError, Context, Graph
 from ._lib import lib
 
 __all__ = ["init", "has_shm", "is_initialized", "last_copies", "get_rank", "get_world_size", "backend", "destroy",
-           "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher"]
+           "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher", "set_trace",
+           "write_trace", "trace_span", "tracing"]
 
 # numpy's dtype of each collfuse dtype (the package's table), bfloat16 aside: numpy
 # has none, and a uint16 array is uint16 unless a call says dtype="bfloat16"
@@ -81,31 +86,33 @@ def _torch_dtypes():
 
 # ---------------- the job ----------------
 
-# (variables that give rank and size, launcher name); the first present wins
-_LAUNCHERS = (
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "mpirun"),
-    ("PMIX_RANK", "PMIX_SIZE", "an MPI launcher (PMIx)"),
-    ("PMI_RANK", "PMI_SIZE", "an MPI launcher (PMI)"),
-    ("RANK", "WORLD_SIZE", "torchrun"),
-    ("SLURM_PROCID", "SLURM_NTASKS", "srun"),
-)
-_MPI_LAUNCHERS = ("mpirun", "an MPI launcher (PMIx)", "an MPI launcher (PMI)")
+def _seen(environ=os.environ):
+    """(name, rank, size, local, mpi) of the launcher whose variables environ
+    has, as the library's shm world finds it (cf_launcher_find: its table of
+    launchers is the one place that knows them), or None."""
+    env = None
+    if environ is not os.environ:  # the library reads the process's own environment otherwise
+        items = [("%s=%s" % kv).encode("utf-8", "surrogateescape") for kv in environ.items()]
+        env = (ctypes.c_char_p * (len(items) + 1))(*items, None)
+    name = ctypes.c_char_p()
+    rank, size, local, mpi = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    ctx = Context()
+    if lib.cf_launcher_find(ctx._h, env, ctypes.byref(name), ctypes.byref(rank), ctypes.byref(size),
+                            ctypes.byref(local), ctypes.byref(mpi)) != 0:
+        raise ValueError("collfuse.distributed: %s" % ctx.errmsg())
+    if not name.value:
+        return None
+    return name.value.decode(), rank.value, size.value, local.value if local.value > 0 else None, bool(mpi.value)
 
 
 def launcher(environ=os.environ):
     """(name, rank, size) of the launcher whose variables this process has
-    (mpirun's OMPI_COMM_WORLD_*, PMIX_*/PMI_*, torchrun's RANK/WORLD_SIZE,
-    srun's SLURM_PROCID/SLURM_NTASKS), or None. Integers as given."""
-    for rank, size, name in _LAUNCHERS:
-        if rank in environ and (size in environ or name == "an MPI launcher (PMIx)"):
-            try:
-                r = int(environ[rank])
-                s = int(environ[size]) if size in environ else -1
-            except ValueError:
-                raise ValueError("collfuse.distributed: %s=%r, %s=%r are not integers (set by %s)"
-                                 % (rank, environ.get(rank), size, environ.get(size), name)) from None
-            return name, r, s
-    return None
+    (collfuse run's COLLFUSE_RANK, torchrun's RANK/WORLD_SIZE, mpirun's
+    OMPI_COMM_WORLD_*, mpiexec's PMI_*, srun's SLURM_PROCID/SLURM_NTASKS,
+    the first set: the library's table, cf_launcher_find), or None.
+    Integers as given."""
+    s = _seen(environ)
+    return s[:3] if s else None
 
 
 def _torch_group_view():
@@ -129,6 +136,7 @@ class _World:
         self.token = None  # shm: the job's groups meet under names made from it
         self.ptr_in = (ctypes.c_void_p * 1)()
         self.ptr_out = (ctypes.c_void_p * 1)()
+        self.trace = None  # set_trace's _Trace
 
 
 _world = None
@@ -150,21 +158,11 @@ def has_shm():
         lib.cf_options_destroy(o)
 
 
-def _local_size(seen, environ):
-    """Processes on this host as the launcher says, or None."""
-    var = {"mpirun": "OMPI_COMM_WORLD_LOCAL_SIZE", "torchrun": "LOCAL_WORLD_SIZE"}.get(seen[0])
-    try:
-        return int(environ[var]) if var in environ else None
-    except ValueError:
-        return None
-
-
-def _choose(backend, seen, environ):
+def _choose(backend, seen, local, mpi):
     """The world for this job: "shm" or "mpi", or RuntimeError saying why none."""
     if backend not in (None, "mpi", "shm"):
         raise ValueError("collfuse.distributed: backend %r: 'shm' or 'mpi' (None: the one the job allows)"
                          % (backend,))
-    mpi = seen[0] in _MPI_LAUNCHERS
     shm = has_shm()
     if backend == "mpi" and not mpi:
         raise RuntimeError("collfuse.distributed: backend 'mpi' needs a job that mpirun started; this one was "
@@ -175,9 +173,7 @@ def _choose(backend, seen, environ):
         return backend
     if mpi:
         # on one host the shm world (single copy) beats MPI's shared memory; across hosts, MPI
-        local = _local_size(seen, environ)
         return "shm" if shm and local == seen[2] else "mpi"
-    local = _local_size(seen, environ)
     if shm and (local is None or local == seen[2]):
         return "shm"
     if shm:  # the shm world is one host's; only mpirun's jobs span hosts through MPI
@@ -219,13 +215,13 @@ def init(backend=None, deterministic=False, timeout=None, environ=os.environ):
     global _world
     if _world is not None:
         return
-    seen = launcher(environ)
+    full = _seen(environ)
+    seen, local, mpi = (full[:3], full[3], full[4]) if full else (None, None, False)
     tv = _torch_group_view()
     if seen is None and tv is None:
-        raise RuntimeError("collfuse.distributed: no job to join: none of the launchers' variables "
-                           "(OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, RANK, SLURM_PROCID) is set and "
-                           "torch.distributed is not initialized; start the processes with mpirun, "
-                           "torchrun or srun")
+        raise RuntimeError("collfuse.distributed: no job to join: no launcher's rank and size variables "
+                           "are set (launcher() says which it reads) and torch.distributed is not "
+                           "initialized; start the processes with mpirun, torchrun or srun")
     if seen is None:
         seen = ("torch.distributed", tv[0], tv[1])
     elif tv is not None and (tv[0], tv[1]) != (seen[1], seen[2]):
@@ -234,7 +230,7 @@ def init(backend=None, deterministic=False, timeout=None, environ=os.environ):
     rank, size = seen[1], seen[2]
     if size < 1 or not 0 <= rank < size:
         raise ValueError("collfuse.distributed: %s: a rank out of range" % _describe(seen))
-    chosen = _choose(backend, seen, environ)
+    chosen = _choose(backend, seen, local, mpi)
     w = _World(rank, size, chosen, seen, deterministic, timeout)
     if chosen == "shm":
         w.options["backend"] = "shm"
@@ -291,6 +287,9 @@ def destroy():
     w, _world = _world, None
     if w is None:
         return
+    if w.trace is not None:
+        t, w.trace = w.trace, None
+        t.close()
     with w.lock:
         for key in reversed(w.order):
             w.cache.pop(key, None)
@@ -298,6 +297,157 @@ def destroy():
 
 
 atexit.register(destroy)
+
+
+# ---------------- the trace ----------------
+
+# this module's lanes in a rank's trace, after the library's compute (0)
+# and collectives (1): the thread that calls the DDP hooks (the backward
+# pass) and the one that runs the collectives (collfuse.torch's worker)
+LANE_HOOK, LANE_CALLS = 2, 3
+_LANE_NAMES = {0: "compute", 1: "collectives", LANE_HOOK: "DDP hook (backward pass)",
+               LANE_CALLS: "collfuse.distributed calls"}
+_TRACE_CAP = 1 << 20  # events kept; more are counted as dropped
+
+
+class _Trace:
+    """What set_trace records on this rank: this module's spans and the
+    library's timeline of every collective run meanwhile (each run writes
+    its own, which is read back and moved onto this trace's clock, the
+    library's CLOCK_MONOTONIC, as time.monotonic_ns reads it)."""
+
+    def __init__(self, path, rank, size):
+        self.path = "%s.rank%d.json" % (path[:-5] if path.endswith(".json") else path, rank)
+        self.rank, self.size = rank, size
+        self.t0 = time.monotonic_ns()
+        self.events = []
+        self.dropped = 0
+        self.failed = None
+        self.lock = threading.Lock()
+        self.wlock = threading.Lock()  # write()'s
+        self.tmpdir = tempfile.mkdtemp(prefix="collfuse-trace.")
+        self.run_path = os.path.join(self.tmpdir, "run.json")  # each run's, as the library writes it
+
+    def _put(self, e):
+        with self.lock:
+            if len(self.events) < _TRACE_CAP:
+                self.events.append(e)
+            else:
+                self.dropped += 1
+
+    def span(self, lane, name, t0_ns, t1_ns, cat, args=None):
+        t0_ns = max(t0_ns, self.t0)  # a span that began before the trace did (the call that started it)
+        self._put({"name": name, "cat": cat, "ph": "X", "pid": self.rank, "tid": lane,
+                   "ts": round((t0_ns - self.t0) / 1e3, 3), "dur": round(max(0, t1_ns - t0_ns) / 1e3, 3),
+                   "args": args or {}})
+
+    def merge_run(self, me, failed):
+        """The library's trace of the run just made (this rank: me of its
+        executable's ranks) onto this trace: its ranks' lanes to this rank's,
+        its driver to the job's driver (pid: the job's size)."""
+        path = os.path.join(self.tmpdir, "run.rank%d.json" % me)
+        try:
+            with open(path) as f:
+                d = json.load(f)
+            os.unlink(path)
+        except (OSError, ValueError):
+            return
+        other = d.get("otherData", {})
+        shift = other.get("start_us", self.t0 / 1e3) - self.t0 / 1e3
+        driver = other.get("ranks")
+        with self.lock:
+            self.dropped += int(other.get("dropped_events", 0))
+        if failed and other.get("failed"):
+            self.failed = other["failed"]
+        for e in d.get("traceEvents", ()):
+            if e.get("ph") != "X":
+                continue
+            e["pid"] = self.size if e.get("pid") == driver else self.rank
+            e["ts"] = round(e["ts"] + shift, 3)
+            self._put(e)
+
+    def write(self):
+        # one write at a time, each its snapshot: the last file renamed into
+        # place holds the newest events (write_trace on the worker and
+        # set_trace(None) on the main thread may both write)
+        with self.wlock:
+            self._write()
+
+    def _write(self):
+        with self.lock:
+            evs = sorted(self.events, key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"]))
+            meta = [{"name": "process_name", "ph": "M", "pid": self.rank, "args": {"name": "rank %d" % self.rank}}]
+            meta += [{"name": "thread_name", "ph": "M", "pid": self.rank, "tid": k, "args": {"name": n}}
+                     for k, n in sorted(_LANE_NAMES.items())]
+            meta += [{"name": "process_name", "ph": "M", "pid": self.size, "args": {"name": "driver"}},
+                     {"name": "thread_name", "ph": "M", "pid": self.size, "tid": 0, "args": {"name": "driver"}}]
+            other = {"ranks": self.size, "rank": self.rank, "dropped_events": self.dropped,
+                     "events_per_lane": 65536, "clock": "CLOCK_MONOTONIC", "start_us": round(self.t0 / 1e3, 3)}
+            if self.failed:
+                other["failed"] = self.failed
+            doc = {"traceEvents": meta + evs, "displayTimeUnit": "ms", "otherData": other}
+        # a name of this write's own: two writes at once (write_trace and
+        # set_trace(None) on two threads) must not rename each other's file
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(self.path) + ".", suffix=".tmp",
+                                   dir=os.path.dirname(self.path) or ".")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def close(self):
+        try:
+            self.write()
+        finally:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def set_trace(path):
+    """Record a timeline of this rank's collectives from now on, written as
+    a Chrome trace (the format of `collfuse run --trace`: Perfetto and
+    chrome://tracing draw it) to FILE.rank<R>.json for path FILE.json, each
+    rank its own: the library's lanes of every run (compute 0, collectives
+    1: copies, the collective with its algorithm's phases and the
+    transport's waits; the driver's plan building and kernels), and this
+    module's: each call (lane 3, with "compile" when it made its executable)
+    and collfuse.torch's DDP buckets (lane 2: each hook call on the backward
+    pass; lane 3: each bucket from its turn on the worker to its future's
+    completion, args index, bytes, queued_ms). The file is written by
+    write_trace(), set_trace(None) (which stops recording), a later
+    set_trace and destroy() (at exit). path None: stop."""
+    w = _need()
+    with w.lock:
+        old, w.trace = w.trace, None
+        if path is not None:
+            w.trace = _Trace(os.fspath(path), w.rank, w.size)
+    if old is not None:
+        old.close()
+
+
+def write_trace():
+    """Write what set_trace has recorded so far (recording goes on)."""
+    w = _need()
+    if w.trace is not None:
+        w.trace.write()
+
+
+def trace_span(lane, name, t0_ns, t1_ns, cat="hook", args=None):
+    """A span of time.monotonic_ns() times on lane of this rank's trace
+    (LANE_HOOK, LANE_CALLS), when set_trace records; else nothing."""
+    t = _world.trace if _world is not None else None
+    if t is not None:
+        t.span(lane, name, t0_ns, t1_ns, cat, args)
+
+
+def tracing():
+    """Whether set_trace is recording."""
+    return _world is not None and _world.trace is not None
 
 
 # ---------------- buffers ----------------
@@ -444,6 +594,7 @@ class _Coll:
             options["job"] = "%s.g%s" % (w.token, "-".join(map(str, grp.members)))
         self.exe = g.compile(**options)
         self.me = grp.me
+        self.traced = None  # where the library writes this executable's runs' timelines
         self.own = None
         if kind in ("all_reduce", "broadcast") and w.backend != "shm":
             self.own = np.empty(count * _SIZES[dtype] + 64, dtype=np.uint8)
@@ -462,11 +613,18 @@ def _run(w, grp, kind, dtype, count, arg, inp, out, in_place):
         if w.failed:
             raise CollfuseError(3, "collfuse.distributed: an earlier collective failed (%s); the job's "
                                    "collfuse world has stopped" % w.failed)
+        t = w.trace
+        t0 = time.monotonic_ns() if t else 0
         key = (kind, dtype, count, arg, grp.members)
         c = w.cache.get(key)
         if c is None:
             c = w.cache[key] = _Coll(w, grp, kind, dtype, count, arg)
             w.order.append(key)
+            if t:
+                t.span(LANE_CALLS, "compile", t0, time.monotonic_ns(), "compile", {"collective": kind})
+        if c.traced != (t.run_path if t else None):  # the library writes each run's timeline there
+            c.exe.ctx.check(lib.cf_executable_set_trace(c.exe._h, t.run_path.encode() if t else None))
+            c.traced = t.run_path if t else None
         try:
             if in_place and w.backend == "shm":
                 # the shm world copies the inputs into its memory before the run and
@@ -479,7 +637,15 @@ def _run(w, grp, kind, dtype, count, arg, inp, out, in_place):
                 c.run(w, inp, out)
         except CollfuseError as e:
             w.failed = str(e)
+            if t:
+                t.merge_run(c.me, True)
+                t.span(LANE_CALLS, kind, t0, time.monotonic_ns(), "collective",
+                       {"dtype": dtype, "bytes": count * _SIZES[dtype], "failed": str(e)})
             raise
+        if t:
+            t.merge_run(c.me, False)
+            t.span(LANE_CALLS, kind, t0, time.monotonic_ns(), "collective",
+                   {"dtype": dtype, "bytes": count * _SIZES[dtype], "group": list(grp.members or ())})
         n, b = c.exe.last_copies
         if in_place and w.backend != "shm":
             n, b = n + 1, b + count * _SIZES[dtype]

@@ -67,6 +67,10 @@ def all_reduce(x, reduction="sum", group=None, fusion=1, fusion_id=-1):
     p = _traced(_ALL_REDUCE, (x,), dict(reduction=reduction, group=group, fusion=fusion, fusion_id=fusion_id))
     if p is not None:
         return p
+    if not _world_group(group):
+        _no_group_in_step("all_reduce", group)
+    else:
+        return torch.ops.collfuse.all_reduce(x, reduction, int(fusion), int(fusion_id))
     return x.clone()
 
 
@@ -77,6 +81,10 @@ def all_gather(x, group=None, layout="stack"):
     p = _traced(_ALL_GATHER, (x,), dict(group=group, layout=layout))
     if p is not None:
         return p
+    if not _world_group(group):
+        _no_group_in_step("all_gather", group)
+    else:
+        return torch.ops.collfuse.all_gather(x, layout)
     return x.unsqueeze(0).clone() if layout == "stack" else x.clone()
 
 
@@ -86,6 +94,10 @@ def reduce_scatter(x, reduction="sum", group=None):
     p = _traced(_REDUCE_SCATTER, (x,), dict(reduction=reduction, group=group))
     if p is not None:
         return p
+    if not _world_group(group):
+        _no_group_in_step("reduce_scatter", group)
+    else:
+        return torch.ops.collfuse.reduce_scatter(x, reduction)
     return x.clone()
 
 
@@ -96,8 +108,166 @@ def matmul_reduce_scatter(x1, x2, bias=None, group=None, comm_turn=0):
     p = _traced(_MATMUL_REDUCE_SCATTER, (x1, x2), dict(bias=bias, group=group, comm_turn=comm_turn))
     if p is not None:
         return p
+    if not _world_group(group):
+        _no_group_in_step("matmul_reduce_scatter", group)
+    else:
+        return torch.ops.collfuse.matmul_reduce_scatter(x1, x2, bias, int(comm_turn or 0))
     y = x1 @ x2
     return y + bias if bias is not None else y
+
+
+# ---------------------------------------------------------------- the ops
+#
+# The leaves as torch operators (torch.ops.collfuse.*, with autograd), so
+# that make_fx (collfuse.step's tracing of forward and backward) records
+# each call as one node with its real dtype, shape and dependencies. What
+# an op computes comes from _runtime: None outside a step (one rank's view
+# of a world of one rank, as the leaves above), else the step's object
+# (world-aware stand-ins while tracing, the job's collectives while
+# running). The gradients are tensor parallelism's (Megatron-LM's f and g):
+# the loss is the same on every rank downstream of the leaves, so
+# all_reduce's gradient is the incoming one (sum; mean: divided by the
+# ranks), all_gather's this rank's block of it, and reduce_scatter's and
+# matmul_reduce_scatter's need an all_gather of it.
+
+_runtime = None
+_OPLIB = torch.library.Library("collfuse", "DEF")
+_OPLIB.define("all_reduce(Tensor x, str reduction, int fusion, int fusion_id) -> Tensor")
+_OPLIB.define("all_gather(Tensor x, str layout) -> Tensor")
+_OPLIB.define("reduce_scatter(Tensor x, str reduction) -> Tensor")
+_OPLIB.define("matmul_reduce_scatter(Tensor x1, Tensor x2, Tensor? bias, int comm_turn) -> Tensor")
+_OPLIB.define("own_block(Tensor x) -> Tensor")  # this rank's block of x along dim 0 (all_gather's gradient)
+
+
+def _own_block(x):
+    n, r = (1, 0) if _runtime is None else (_runtime.world_size, _runtime.rank)
+    b = x.shape[0] // n
+    return x[r * b:(r + 1) * b].clone()
+
+
+def _own_block_meta(x):
+    n = 1 if _runtime is None else _runtime.world_size
+    return x.new_empty((x.shape[0] // n,) + tuple(x.shape[1:]))
+
+
+_OPLIB.impl("own_block", _own_block, "CPU")
+_OPLIB.impl("own_block", _own_block_meta, "Meta")
+
+
+def _world_of_one(kind, x, a):
+    if kind == "all_gather":
+        return x.unsqueeze(0).clone() if a["layout"] == "stack" else x.clone()
+    if kind == "matmul_reduce_scatter":
+        y = x @ a["x2"]
+        return y + a["bias"] if a["bias"] is not None else y
+    return x.clone()
+
+
+def _cpu(kind):
+    def impl(x, *rest):
+        a = dict(zip(_OP_ARGS[kind], rest))
+        rt = _runtime
+        return _world_of_one(kind, x, a) if rt is None else rt.leaf(kind, x, a)
+    return impl
+
+
+def _meta(kind):
+    def impl(x, *rest):
+        a = dict(zip(_OP_ARGS[kind], rest))
+        n = 1 if _runtime is None else _runtime.world_size
+        if kind == "all_gather":
+            shape = (n,) + tuple(x.shape) if a["layout"] == "stack" else (x.shape[0] * n,) + tuple(x.shape[1:])
+        elif kind == "reduce_scatter":
+            shape = (x.shape[0] // n,) + tuple(x.shape[1:])
+        elif kind == "matmul_reduce_scatter":
+            shape = (x.shape[0] // n, a["x2"].shape[1])
+        else:
+            shape = tuple(x.shape)
+        return x.new_empty(shape)
+    return impl
+
+
+_OP_ARGS = {"all_reduce": ("reduction", "fusion", "fusion_id"), "all_gather": ("layout",),
+            "reduce_scatter": ("reduction",), "matmul_reduce_scatter": ("x2", "bias", "comm_turn")}
+
+
+def _below_autograd(fn, *args):
+    guard = torch._C._AutoDispatchBelowAutograd()
+    try:
+        return fn(*args)
+    finally:
+        del guard
+
+
+class _AllReduceFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, reduction, fusion, fusion_id):
+        ctx.reduction = reduction
+        return _below_autograd(torch.ops.collfuse.all_reduce, x, reduction, fusion, fusion_id)
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.reduction == "sum":
+            return g, None, None, None
+        if ctx.reduction == "mean":
+            return g / (1 if _runtime is None else _runtime.world_size), None, None, None
+        raise NotImplementedError("collfuse.fx.all_reduce: no gradient for reduction '%s'" % ctx.reduction)
+
+
+class _AllGatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, layout):
+        ctx.layout, ctx.shape = layout, tuple(x.shape)
+        return _below_autograd(torch.ops.collfuse.all_gather, x, layout)
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.layout == "stack":
+            g = g.reshape((-1,) + ctx.shape[1:]) if ctx.shape else g.reshape(-1)
+        return torch.ops.collfuse.own_block(g.contiguous()).reshape(ctx.shape), None
+
+
+class _ReduceScatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, reduction):
+        if reduction != "sum":
+            raise NotImplementedError("collfuse.fx.reduce_scatter: a gradient only for reduction 'sum'")
+        return _below_autograd(torch.ops.collfuse.reduce_scatter, x, reduction)
+
+    @staticmethod
+    def backward(ctx, g):
+        return torch.ops.collfuse.all_gather(g.contiguous(), "concat"), None
+
+
+class _MatmulReduceScatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x1, x2, bias, comm_turn):
+        ctx.save_for_backward(x1, x2)
+        ctx.has_bias = bias is not None
+        return _below_autograd(torch.ops.collfuse.matmul_reduce_scatter, x1, x2, bias, comm_turn)
+
+    @staticmethod
+    def backward(ctx, g):
+        x1, x2 = ctx.saved_tensors
+        full = torch.ops.collfuse.all_gather(g.contiguous(), "concat")
+        return full @ x2.t(), x1.t() @ full, full.sum(0) if ctx.has_bias else None, None
+
+
+for _k, _fn in (("all_reduce", _AllReduceFn), ("all_gather", _AllGatherFn), ("reduce_scatter", _ReduceScatterFn),
+                ("matmul_reduce_scatter", _MatmulReduceScatterFn)):
+    _OPLIB.impl(_k, _cpu(_k), "CPU")
+    _OPLIB.impl(_k, _meta(_k), "Meta")
+    _OPLIB.impl(_k, (lambda f: lambda *a: f.apply(*a))(_fn), "Autograd")
+
+
+def _world_group(group):
+    return group is None or group == WORLD
+
+
+def _no_group_in_step(leaf, group):
+    if _runtime is not None:
+        raise NotImplementedError("collfuse.step: collfuse.fx.%s over group %r: a step's leaves run over the "
+                                  "whole job only (group=None)" % (leaf, group))
 
 
 # The functions themselves: while tracing, the module's names are patched.

@@ -14,7 +14,8 @@ averaged in bfloat16 and written back into the bucket's buffer.
 state: None (the hook joins the job from the launcher's environment and
 the initialized torch.distributed default group, collfuse.distributed.init
 with its defaults; call init yourself first for other options, e.g.
-deterministic=True), or a process group of every rank. The buckets are
+deterministic=True), a process group of every rank, or a HookState
+(group, and trace: a Chrome trace of the buckets, see HookState). The buckets are
 averaged by one thread of collfuse's, in the order DDP hands them over
 (the same on every rank), so the backward pass goes on meanwhile, as with
 gloo; DDP waits for every future before the optimizer step. Don't call
@@ -30,17 +31,38 @@ bucket and back, as with any hook.
 
 import queue
 import threading
+import time
 
 import torch
 
 from . import distributed as _cfd
+from .step import compile_step  # noqa: F401 (graph mode: collfuse.step)
 
-__all__ = ["allreduce_hook", "bf16_compress_hook"]
+__all__ = ["allreduce_hook", "bf16_compress_hook", "HookState"]
+
+
+class HookState:
+    """A hook's state: group (None: every rank; a process group of every
+    rank) and trace: FILE.json, where each rank writes its timeline of the
+    buckets as FILE.rank<R>.json (collfuse.distributed.set_trace, started
+    at the first bucket: each hook call on the backward pass, each bucket's
+    turn on the worker with its collective, the library's copies, algorithm
+    phases and waits). The file is rewritten after each backward pass's
+    last bucket (DDP's bucket 0) and at exit, so it is whole between steps."""
+
+    def __init__(self, group=None, trace=None):
+        self.group, self.trace = group, trace
+        self._started = False
 
 
 def _join(state):
     if not _cfd.is_initialized():
         _cfd.init()
+    if isinstance(state, HookState):
+        if state.trace is not None and not state._started:
+            _cfd.set_trace(state.trace)
+            state._started = True
+        return state.group
     return state  # a process group (checked by the collective) or None
 
 
@@ -57,36 +79,56 @@ class _Worker:
 
     def _main(self):
         while True:
-            fn, fut = self.q.get()
+            fn, fut, info, queued, rewrite = self.q.get()
+            t0 = time.monotonic_ns()
             try:
-                fut.set_result(fn())
+                res, err = fn(), None
             except BaseException as e:  # the future carries it to DDP's wait
-                fut.set_exception(e)
+                res, err = None, e
+            if info is not None:  # tracing: the bucket's turn here, up to its future's completion
+                info["queued_ms"] = round((t0 - queued) / 1e6, 3)
+                _cfd.trace_span(_cfd.LANE_CALLS, "bucket %d" % info["index"], t0, time.monotonic_ns(),
+                                "bucket", info)
+            if err is None:
+                fut.set_result(res)
+            else:
+                fut.set_exception(err)
+            if rewrite and info is not None and info["index"] == 0:  # the backward pass's last bucket
+                _cfd.write_trace()
 
 
 _worker = None
 _worker_lock = threading.Lock()
 
 
-def _submit(fn):
+def _submit(fn, bucket, buf, t0, state):
+    """fn on the worker; the future DDP waits on. t0: the hook's call
+    (time.monotonic_ns), for the trace."""
     global _worker
     with _worker_lock:
         if _worker is None:
             _worker = _Worker()
     fut = torch.futures.Future()
-    _worker.q.put((fn, fut))
+    info = None
+    if _cfd.tracing():
+        info = {"index": bucket.index(), "bytes": buf.numel() * buf.element_size(), "dtype": str(buf.dtype)}
+    rewrite = isinstance(state, HookState) and state.trace is not None
+    _worker.q.put((fn, fut, info, time.monotonic_ns(), rewrite))
+    if info is not None:
+        _cfd.trace_span(_cfd.LANE_HOOK, "hook %d" % info["index"], t0, time.monotonic_ns(), "hook", dict(info))
     return fut
 
 
 def allreduce_hook(state, bucket):
     """DDP comm hook: the bucket averaged over every rank, in place."""
+    t0 = time.monotonic_ns()
     group = _join(state)
     buf = bucket.buffer()
 
     def run():
         _cfd.all_reduce(buf, op="mean", group=group)
         return buf
-    return _submit(run)
+    return _submit(run, bucket, buf, t0, state)
 
 
 # Not named bf16_compress_hook: torch 1.13's DDP refuses a hook of that
@@ -94,6 +136,7 @@ def allreduce_hook(state, bucket):
 def collfuse_bf16_compress_hook(state, bucket):
     """DDP comm hook: the bucket rounded to bfloat16, averaged over every
     rank in bfloat16, written back into the bucket."""
+    t0 = time.monotonic_ns()
     group = _join(state)
     buf = bucket.buffer()
 
@@ -102,7 +145,7 @@ def collfuse_bf16_compress_hook(state, bucket):
         _cfd.all_reduce(half, op="mean", group=group)
         buf.copy_(half)
         return buf
-    return _submit(run)
+    return _submit(run, bucket, buf, t0, state)
 
 
 bf16_compress_hook = collfuse_bf16_compress_hook

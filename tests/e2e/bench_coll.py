@@ -70,6 +70,9 @@ def main() -> int:
                 assert x["mpi"] is None and x["ratio_busbw_collfuse_vs_mpi"] is None, x
                 b = x["bound"]
                 assert b["us"] > 0, b
+                # the bound is the faster of memcpy and the streaming copy
+                assert b["memcpy_us"] > 0 and b["streaming_us"] > 0, b
+                assert b["us"] == min(b["memcpy_us"], b["streaming_us"]), b
                 gbps = 2 * 3 * x["bytes"] / (b["us"] * 1e3)
                 assert abs(b["copy_gbps"] - gbps) <= 1e-6 * gbps, b
                 for k in c:

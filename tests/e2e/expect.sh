@@ -32,8 +32,9 @@ rc=$?
 elapsed=$(($(date +%s) - start))
 
 problem=
-if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] || [ "$elapsed" -gt 20 ]; then
-  problem="timed out (ran ${elapsed}s, limit 20s)"
+limit=$((20 * ${CF_TEST_TIME_SCALE:-1}))
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] || [ "$elapsed" -gt "$limit" ]; then
+  problem="timed out (ran ${elapsed}s, limit ${limit}s)"
 elif grep -Eq 'ERROR: (Address|Leak|Memory|Thread|UndefinedBehavior)Sanitizer|runtime error:' "$tmp/err"; then
   problem="sanitizer error"
 elif [ "$rc" -ne "$want" ]; then

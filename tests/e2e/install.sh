@@ -19,9 +19,13 @@ lib=$(ls -d "$tmp"/prefix/lib*/ | head -n 1)
 [ -e "$lib/cmake/collfuse/collfuseConfig.cmake" ] || fail "missing collfuseConfig.cmake"
 ls "$lib"/libcollfuse.so* >/dev/null 2>&1 || fail "missing libcollfuse.so"
 
-# the installed driver runs
+# the installed driver runs, and finds the LLVM module (codegen/load.c) from
+# bin/ in the library directory of this prefix, not the configured one
 LD_LIBRARY_PATH="$lib" "$tmp/prefix/bin/collfuse" --version | grep -q "^collfuse " ||
   fail "installed driver does not run"
+[ -e "$lib/collfuse/collfuse-codegen.so" ] || fail "missing collfuse/collfuse-codegen.so in $lib"
+LD_LIBRARY_PATH="$lib" "$tmp/prefix/bin/collfuse" run "$SRC/examples/tp_block.xml" --iters 1 \
+  >/dev/null 2>"$tmp/err" || fail "installed driver cannot run a graph: $(head -3 "$tmp/err")"
 
 # find_package(collfuse) + collfuse::collfuse
 cmake -S "$SRC/tests/e2e/consumer" -B "$tmp/cbuild" -DCMAKE_PREFIX_PATH="$tmp/prefix" \

@@ -92,4 +92,16 @@ expect_last 1 "$(echo "$w" | sed 's/: warning: /: error: /')" "check --strict ag
 run compile ar_control_deps.hlo --json
 expect_rc 0 "compile --json ar_control_deps.hlo" &&
   has "$OUT" '"collectives_after":3,' "compile --json ar_control_deps.hlo"
+# ... and they are control edges of the IR: --explain names them, the
+# compiled graph keeps them (<after>), reads back with the same three
+# collectives, and runs verified
+run compile ar_control_deps.hlo --explain -o "$work/ctl.xml"
+expect_rc 0 "compile --explain -o ar_control_deps.hlo" &&
+  has "$OUT" "'lead_ar' stays alone: a control dependency orders it against 'ar1'" "explain ar_control_deps.hlo (lead_ar)" &&
+  has "$OUT" "a control dependency orders it against 'lead_ar'" "explain ar_control_deps.hlo (ar1)" &&
+  has "$work/ctl.xml" '<after ref="lead_ar"/>' "ar_control_deps.hlo: <after> in compile -o"
+run compile "$work/ctl.xml" --json
+expect_rc 0 "compile --json ctl.xml" && has "$OUT" '"collectives_after":3,' "compile --json ctl.xml"
+run run ar_control_deps.hlo --ranks 1 --verify
+expect_rc 0 "run --verify ar_control_deps.hlo"
 finish peer_corpus

@@ -3,7 +3,8 @@
 # environment (Debian's python3 -m venv --system-site-packages, offline, with
 # Debian's setuptools), then docs/api.md's Python example run by the venv's
 # python from another directory: once with COLLFUSE_LIBRARY, once with the
-# library in the venv's lib/ (the package's installed-prefix lookup).
+# library and its LLVM module in the venv's lib/ (the package's
+# installed-prefix lookup).
 set -eu
 LIB=$1
 SRC=$2
@@ -33,7 +34,9 @@ out=$(env -u PYTHONPATH COLLFUSE_LIBRARY="$LIB" "$tmp/venv/bin/python" "$tmp/exa
   fail "docs/api.md's example in the venv failed: $out"
 echo "$out" | grep -q "'members'" || fail "docs/api.md's example printed: $out"
 
+# the library and its LLVM module, which it loads from beside itself
 cp "$LIB" "$tmp/venv/lib/libcollfuse.so"
+cp "$(dirname "$LIB")/collfuse-codegen.so" "$tmp/venv/lib/"
 out=$(env -u PYTHONPATH -u COLLFUSE_LIBRARY -u LD_LIBRARY_PATH "$tmp/venv/bin/python" -c '
 import collfuse, runpy
 runpy.run_path("'"$tmp/example.py"'")

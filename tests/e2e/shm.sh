@@ -126,6 +126,10 @@ launch() {
     ompi) vars="OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_SIZE=$n OMPI_COMM_WORLD_LOCAL_SIZE=$n PMIX_NAMESPACE=fake.$$" ;;
     slurm) vars="SLURM_PROCID=$r SLURM_NTASKS=$n SLURM_LOCALID=$r SLURM_NNODES=${NODES:-1} SLURM_JOB_ID=$$ SLURM_STEP_ID=0" ;;
     esac
+    # HOSTIDS="a b a": rank R plays the host named by the R-th word
+    # shellcheck disable=SC2086 # a list of words
+    [ -n "${HOSTIDS:-}" ] && vars="$vars COLLFUSE_HOSTID=$(set -- $HOSTIDS; shift "$r"; echo "$1")"
+    [ -n "${RDV:-}" ] && vars="$vars COLLFUSE_RENDEZVOUS=$RDV"
     # shellcheck disable=SC2086 # $vars is a list of NAME=VALUE words
     (env -u COLLFUSE_RANK -u COLLFUSE_WORLD_SIZE -u COLLFUSE_JOB $vars \
       timeout -k 5 $((LIMIT * scale)) "$cf" run "$file" --backend shm --timeout 20 "$@" >>"$OUT" 2>>"$ERR"
@@ -155,6 +159,19 @@ if part fast; then
     has "$ERR" "needs every rank on one host" "torchrun-style job over 2 hosts"
   NODES=2 launch 2 slurm "$work/mixed2.xml"
   all_rc 2 2 "srun-style job over 2 nodes" && has "$ERR" "SLURM_NNODES" "srun-style job over 2 nodes"
+  # ranks on two hosts (played by COLLFUSE_HOSTID): every rank refuses
+  # naming each host and its ranks, met over TCP (torchrun's MASTER_ADDR,
+  # MASTER_PORT + 1) or, without an address, on the Unix socket
+  for kind in torch ompi; do
+    HOSTIDS="hostA hostB hostA hostB" launch 4 $kind "$work/mixed4.xml"
+    all_rc 4 2 "$kind-style job whose ranks are on 2 hosts" &&
+      { [ "$(grep -c "the job's 4 ranks are on 2 hosts: 'hostA' (ranks 0, 2); 'hostB' (ranks 1, 3): the shm world is one host's; start it with mpirun" "$ERR")" -eq 4 ] ||
+        fail "$kind-style job on 2 hosts: not every rank (of 4) names the hosts: $(head -c 600 "$ERR")"; }
+  done
+  # COLLFUSE_RENDEZVOUS: the job meets there (any launcher)
+  RDV=localhost:$((20000 + $$ % 20000 + 7)) launch 2 ompi "$work/mixed2.xml" --verify
+  all_rc 2 0 "COLLFUSE_RENDEZVOUS=localhost:PORT, 2 ranks" &&
+    { [ "$(grep -c 'verified' "$OUT")" -eq 1 ] || fail "COLLFUSE_RENDEZVOUS: not one summary line"; }
 
   # a rank that never comes: rank 0 gives up within its timeout naming it
   checks=$((checks + 1))
@@ -226,12 +243,13 @@ fi
 
 # ---- failures (fast)
 part fast || { finish shm_long; }
-# a descriptor that differs: exit 3 on every rank, naming both ranks
-COLLFUSE_TEST_MISMATCH=1:0:count run run "$src/examples/tp_mlp.xml" --backend shm --timeout 10 && {
+# a descriptor that differs: exit 3 on every rank, naming both ranks, well
+# before the timeout
+COLLFUSE_TEST_MISMATCH=1:0:count run run "$src/examples/tp_mlp.xml" --backend shm --timeout 60 && {
   expect_rc 3 "a descriptor that differs"
   [ "$(grep -c 'cross-rank mismatch' "$ERR")" -eq 4 ] || fail "a descriptor that differs: not every rank (of 4) says so"
   grep -q "on rank 0 but .* on rank 1" "$ERR" || fail "a descriptor that differs: both ranks not named"
-  [ "$secs" -le $((5 * scale)) ] || fail "a descriptor that differs: took ${secs}s (a timeout, not the check)"
+  [ "$secs" -le $((15 * scale)) ] || fail "a descriptor that differs: took ${secs}s (a timeout, not the check)"
 }
 # a rank that SIGKILLs itself at its 3rd collective message
 COLLFUSE_TEST_FAIL=3:1:2 run run "$src/examples/fused_buckets.xml" --backend shm --timeout 10 --iters 3 && {
@@ -267,6 +285,18 @@ if [ -z "$victim" ]; then
   kill "$job" 2>/dev/null
 else
   sleep 2 # in the middle of the AllReduces
+  # the heaps are in 2 MiB pages where this machine gives shared memory
+  # huge pages: shmem_enabled other than never/deny, or (never) a tmpfs
+  # mounted huge=always in namespaces of one's own (executor.md, "The shm world")
+  thp=$(sed -n 's/.*\[\([a-z_]*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null)
+  pmd=$(awk '/^ShmemPmdMapped:/ { k += $2 } END { print k + 0 }' "/proc/$victim/smaps" 2>/dev/null)
+  case $thp in
+  "" | deny) ;;
+  never) if unshare -Urm true 2>/dev/null; then
+    [ "${pmd:-0}" -gt 0 ] || fail "rank 1's heap is not in huge pages (shmem_enabled=never, namespaces allowed)"
+  fi ;;
+  *) [ "${pmd:-0}" -gt 0 ] || fail "rank 1's heap is not in huge pages (shmem_enabled=$thp)" ;;
+  esac
   t0=$(date +%s)
   kill -9 "$victim"
   wait "$job"
@@ -275,6 +305,25 @@ else
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "kill -9 of rank 1: exit $rc"
   [ "$took" -le $((11 * scale + 2)) ] || fail "kill -9 of rank 1: the others took ${took}s to stop (--timeout 10)"
   has "$ERR" "rank 1 (pid $victim) died" "kill -9 of rank 1"
+fi
+
+# under an address-space limit (ulimit -v) the heaps share half the room
+# left (each rank maps every rank's heap; sized to the host's memory they
+# could not be mapped): the job runs, and a run too large for the room is
+# refused naming the limit. Sanitizers reserve more than such a limit.
+if command -v prlimit >/dev/null 2>&1 && [ -z "${ASAN_OPTIONS:-}" ]; then
+  checks=$((checks + 1))
+  timeout -k 5 $((LIMIT * scale)) prlimit --as=$((3 * 1024 * 1024 * 1024)) "$cf" run "$work/mixed4.xml" \
+    --backend shm --ranks 4 --verify --timeout 20 >"$OUT" 2>"$ERR"
+  rc=$?
+  [ "$rc" -eq 0 ] || fail "4 ranks under ulimit -v 3 GiB: exit $rc"
+  sed 's/shape="16777216"/shape="268435456"/' "$work/big.xml" >"$work/huge.xml"
+  checks=$((checks + 1))
+  timeout -k 5 $((LIMIT * scale)) prlimit --as=$((3 * 1024 * 1024 * 1024)) "$cf" run "$work/huge.xml" \
+    --backend shm --ranks 2 --timeout 20 >"$OUT" 2>"$ERR"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "a 1 GiB AllReduce under ulimit -v 3 GiB: exit $rc, expected 1"
+  has "$ERR" "under the address-space limit (ulimit -v: 3.0 GiB)" "a 1 GiB AllReduce under ulimit -v 3 GiB"
 fi
 
 # usage: standard input, CUDA

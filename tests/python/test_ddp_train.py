@@ -3,7 +3,9 @@
 for the small GPT and torchvision's ResNet-18, DDP over gloo with
 collfuse's allreduce_hook gives DDP's own losses step by step (within float
 tolerance), two collfuse runs with --deterministic give bitwise the same
-losses, and the bf16 hook trains close by; torchrun starts the example
+losses, and the bf16 hook trains close by; --hook step (compile_step, no
+DDP) gives DDP's own losses within 1e-5 relative, bitwise the same in two
+deterministic runs, under mpirun and torchrun; torchrun starts the example
 (DDP's own allreduce), and with the collfuse hook it runs on the shm world
 with DDP's own losses (a library without that world refuses it, naming
 torchrun). Exits 77 (skipped) without
@@ -95,6 +97,15 @@ def main():
             fail("%s: bf16 hook losses %r, DDP's own %r" % (model, bf["losses"], ref["losses"]))
         if any(s is None or s <= 0 for s in got["sync_ms"]):
             fail("%s: sync times %r" % (model, got["sync_ms"]))
+        # compile_step: DDP's own losses within 1e-5, bitwise the same run to run
+        st = mpirun(base + ["--hook", "step", "--deterministic"])
+        st2 = mpirun(base + ["--hook", "step", "--deterministic"])
+        if not close(ref["losses"], st["losses"], 1e-5):
+            fail("%s: compile_step losses %r, DDP's own %r" % (model, st["losses"], ref["losses"]))
+        if st["losses"] != st2["losses"]:
+            fail("%s: two deterministic compile_step runs differ: %r vs %r" % (model, st["losses"], st2["losses"]))
+        if any(e is None or e < 0 for e in st["exposed_ms"]) or any(s is None or s <= 0 for s in st["sync_ms"]):
+            fail("%s: compile_step's exposed %r / sync %r times" % (model, st["exposed_ms"], st["sync_ms"]))
         print("%s: ok (losses %s)" % (model, " ".join("%.6f" % x for x in got["losses"])))
     p = torchrun(["--model", "gpt", "--steps", "2"])
     if p.returncode != 0 or "step 1 loss" not in p.stdout:
@@ -113,6 +124,11 @@ def main():
         ref = mpirun(["--model", "gpt", "--steps", "3", "--hook", "none"])
         if not close(ref["losses"], json.loads(lines[0])["losses"], 1e-4):
             fail("torchrun with the collfuse hook: losses %s, DDP's own %r" % (lines[0], ref["losses"]))
+        p = torchrun(["--model", "gpt", "--steps", "3", "--hook", "step", "--json"])
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if p.returncode != 0 or len(lines) != 1 or not close(ref["losses"], json.loads(lines[0])["losses"], 1e-5):
+            fail("torchrun with compile_step: exit %d, losses %s, DDP's own %r\n%s%s"
+                 % (p.returncode, lines, ref["losses"], p.stdout[-3000:], p.stderr[-3000:]))
     print("torchrun: ok")
 
 

@@ -298,7 +298,75 @@ def ddp(me, R):
         if not torch.allclose(a, b, rtol=2 ** -6, atol=1e-3):
             fail("bf16_compress_hook: step %d's gradients are far from DDP's own (max %g)"
                  % (s, (a - b).abs().max().item()))
+    traced(me, R, train, cft)
     dist.destroy_process_group()
+
+
+def nest(evs, what):
+    """The spans of one lane nest: each lies inside the one open before it,
+    or starts after it ended (Chrome's complete events, as drawn)."""
+    open_ = []
+    for e in sorted(evs, key=lambda e: (e["ts"], -e["dur"])):
+        while open_ and e["ts"] >= open_[-1]["ts"] + open_[-1]["dur"] - 0.002:
+            open_.pop()
+        if open_ and e["ts"] + e["dur"] > open_[-1]["ts"] + open_[-1]["dur"] + 0.002:
+            fail("%s: '%s' at %.3f us (%.3f long) overlaps '%s' at %.3f us (%.3f long) without nesting"
+                 % (what, e["name"], e["ts"], e["dur"], open_[-1]["name"], open_[-1]["ts"], open_[-1]["dur"]))
+        open_.append(e)
+
+
+def traced(me, R, train, cft):
+    """HookState(trace=...): each rank's Chrome trace of the DDP buckets,
+    the hook's calls and the library's runs on one clock."""
+    import json
+    calls = []
+
+    def counted(state, bucket):
+        calls.append((bucket.index(), bucket.buffer().numel() * 4))
+        return cft.allreduce_hook(state, bucket)
+    with tempfile.TemporaryDirectory(prefix="cf-trace") as d:
+        state = cft.HookState(trace=os.path.join(d, "ddp.json"))
+        net = torch.nn.Sequential(torch.nn.Linear(17, 32), torch.nn.Tanh(), torch.nn.Linear(32, 5))
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(net, gradient_as_bucket_view=True, bucket_cap_mb=0.001)
+        model.register_comm_hook(state, counted)
+        for _ in range(3):
+            model(torch.randn(8, 17)).square().mean().backward()
+        cfd.set_trace(None)  # stops and writes
+        with open(os.path.join(d, "ddp.rank%d.json" % me)) as f:
+            t = json.load(f)
+    other = t["otherData"]
+    if other.get("ranks") != R or other.get("rank") != me or other.get("dropped_events") != 0 \
+            or not isinstance(other.get("start_us"), float):
+        fail("trace: otherData %r" % other)
+    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in t["traceEvents"] if e["ph"] == "M"}
+    for lane in range(4):
+        if (me, lane) not in names:
+            fail("trace: rank %d has no lane %d (%r)" % (me, lane, names))
+    evs = [e for e in t["traceEvents"] if e["ph"] == "X"]
+    for e in evs:
+        if e["pid"] not in (me, R) or e["ts"] < 0 or e["dur"] < 0 or e.get("tid") not in range(4):
+            fail("trace: event %r" % e)
+    lanes = {}
+    for e in evs:
+        lanes.setdefault((e["pid"], e["tid"]), []).append(e)
+    for k, v in lanes.items():
+        nest(v, "trace lane %r" % (k,))
+    hooks = [(e["args"]["index"], e["args"]["bytes"]) for e in lanes.get((me, 2), ()) if e["cat"] == "hook"]
+    buckets = [e for e in lanes.get((me, 3), ()) if e["cat"] == "bucket"]
+    if sorted(hooks) != sorted(calls) or sorted((b["args"]["index"], b["args"]["bytes"]) for b in buckets) \
+            != sorted(calls) or len(calls) < 3:
+        fail("trace: hook calls %r, hook events %r, bucket events %r" % (calls, hooks, len(buckets)))
+    reds = [e for e in lanes[(me, 3)] if e["name"] == "all_reduce"]
+    for b in buckets:  # each bucket's turn holds its collective
+        if not any(b["ts"] <= a["ts"] and a["ts"] + a["dur"] <= b["ts"] + b["dur"] + 0.002 for a in reds):
+            fail("trace: bucket %r holds no all_reduce" % b)
+    runs = [e for e in lanes.get((me, 0), ()) if e["name"] == "iteration"]
+    if len(runs) != len(reds):
+        fail("trace: %d collective calls but %d library runs" % (len(reds), len(runs)))
+    for r in runs:  # the library's events on the same clock: inside the call that ran them
+        if not any(a["ts"] - 0.002 <= r["ts"] and r["ts"] + r["dur"] <= a["ts"] + a["dur"] + 0.002 for a in reds):
+            fail("trace: the library's run at %.3f us lies in no all_reduce call" % r["ts"])
 
 
 def copies(me, R):
@@ -332,7 +400,40 @@ def mismatch(me, R):
     expect_raises(collfuse.CollfuseError, lambda: cfd.all_reduce(np.ones(3)), "an earlier collective failed")
 
 
+def hosts_child():
+    """A rank of a job whose ranks say they are on two hosts (COLLFUSE_HOSTID):
+    init raises the library's message naming each host and its ranks."""
+    expect_raises(Exception, lambda: cfd.init(), "the job's 2 ranks are on 2 hosts: 'hostA' (rank 0); "
+                  "'hostB' (rank 1)", "start it with mpirun")
+    if cfd.is_initialized():
+        fail("a refused init left the module initialized")
+    with open(os.path.join(os.environ["CF_OK_DIR"], "rank%s.ok" % os.environ["RANK"]), "w") as f:
+        f.write("ok\n")
+
+
+def hosts(ok, scale):
+    """Two processes as torchrun starts them on one host, each told it is on
+    another (COLLFUSE_HOSTID): both refuse, having met over TCP at
+    MASTER_ADDR:MASTER_PORT+1."""
+    port = free_port()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, CF_DIST_CHILD="hosts", CF_OK_DIR=ok, RANK=str(r), WORLD_SIZE="2",
+                   LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   COLLFUSE_HOSTID="host" + "AB"[r])
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=120 * scale)[0] for p in procs]
+    done = sorted(os.listdir(ok))
+    if any(p.returncode for p in procs) or len(done) != 2:
+        fail("ranks on two hosts: exits %s, ranks done %s\n%s" % ([p.returncode for p in procs], done,
+                                                                  "".join(outs)))
+    print("ranks on two hosts: refused by both, naming the hosts")
+
+
 def child():
+    if os.environ.get("CF_DIST_CHILD") == "hosts":
+        return hosts_child()
     forced = os.environ.get("CF_DIST_BACKEND") or None
     cfd.init(deterministic=True, backend=forced)
     me, R = cfd.get_rank(), cfd.get_world_size()
@@ -406,6 +507,17 @@ def driver():
                   "out of range")
     if cfd.is_initialized():
         fail("a refused init left the module initialized")
+    # the launchers as the library's table has them (cf_launcher_find), the first whose rank and size are set
+    both = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0",
+            "OMPI_COMM_WORLD_SIZE": "2"}  # mpirun's, and torch's set from them (ddp_train.py does)
+    for env, want in (({"COLLFUSE_RANK": "1", "COLLFUSE_WORLD_SIZE": "3"}, ("collfuse run", 1, 3, None, False)),
+                      ({"PMI_RANK": "0", "PMI_SIZE": "2"}, ("mpiexec", 0, 2, None, True)),
+                      ({"SLURM_PROCID": "3", "SLURM_NTASKS": "4"}, ("srun", 3, 4, None, False)),
+                      ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+                       ("mpirun", 1, 4, 2, True)),
+                      (both, ("torchrun", 0, 2, 2, True)), ({"RANK": "1"}, None), ({}, None)):
+        if cfd._seen(env) != want or cfd.launcher(env) != (want[:3] if want else None):
+            fail("launcher %r: %r, want %r" % (env, cfd._seen(env), want))
     # the runs: "auto" is torchrun where the library has the shm world, else mpirun
     runs = []
     for item in (sys.argv[1] if len(sys.argv) > 1 else "auto:2").split(","):
@@ -426,6 +538,9 @@ def driver():
             sys.exit(77)
         print("test_distributed: no torch (python3-torch): torch tensors and the DDP hooks are skipped")
     scale = int(os.environ.get("CF_TEST_TIME_SCALE", "1") or 1)
+    if shm:
+        with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
+            hosts(ok, scale)
     for how, R in runs:
         with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
             start(how, R, ok, scale)

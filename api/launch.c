@@ -1,0 +1,41 @@
+/* launch.c - cf_launcher_find: who started this process, as the shm world
+ * reads it (transports/shm_env.c's table of launchers and their variables,
+ * the one place that knows them; Python's collfuse.distributed asks here).
+ */
+#include "../executor/transports/transports.h"
+#include "api.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+
+/* A whole decimal number that fits an int into *out. */
+static bool whole(const char *s, int *out) {
+  if (!s || !*s) return false;
+  char *e;
+  errno = 0;
+  long x = strtol(s, &e, 10);
+  if (*e || errno || x < INT_MIN || x > INT_MAX) return false;
+  *out = (int)x;
+  return true;
+}
+
+cf_status cf_launcher_find(cf_context *ctx, const char *const *env, const char **name, int *rank,
+                           int *size, int *local, int *mpi) {
+  cf_launcher_seen l;
+  cf_launcher_see(env, &l);
+  *name = NULL;
+  *rank = *size = *local = -1;
+  *mpi = l.mpi;
+  if (!l.name) return CF_OK;
+  int r, n;
+  if (!whole(l.rank, &r) || !whole(l.size, &n))
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "%s=%s, %s=%s are not integers (set by %s)",
+                    l.rank_var, l.rank, l.size_var, l.size, l.name);
+  int k;
+  *name = l.name;
+  *rank = r;
+  *size = n;
+  *local = whole(l.local, &k) && k > 0 ? k : -1;
+  return CF_OK;
+}

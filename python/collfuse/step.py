@@ -1,0 +1,586 @@
+"""collfuse.step: graph mode for training; collfuse owns the collectives of
+a traced training step, torch keeps the compute.
+
+    step = collfuse.torch.compile_step(model, loss_fn, example_inputs=(x, y), optimizer=opt)
+    for x, y in data:
+        loss = step(x, y)     # forward, backward, gradients averaged, opt.step()
+
+The model is called with every example input but the last, and the loss is
+loss_fn(model(*inputs[:-1]), inputs[-1]), a scalar.
+
+Tracing: torch.fx.experimental.proxy_tensor.make_fx over a function of the
+parameters, buffers and inputs that calls the model functionally, computes
+the loss and torch.autograd.grad of it: one FX graph of aten ops, forward
+and backward, where each gradient and each explicit leaf
+(collfuse.fx.all_reduce, all_gather, reduce_scatter, matmul_reduce_scatter:
+torch.ops.collfuse.*) is a node with its dtype, shape and dependencies.
+
+The collfuse graph: the placeholders are Inputs, every other tensor-valued
+aten node an Opaque node of its dtype and shape (its tensor operands kept as
+dependencies), the leaves their collectives, and each gradient an AllReduce
+(mean) with the parameter's fusion and fusion_id (fusion={name: 0, 1, 2 or
+(2, fusion_id)}). It is compiled with the passes and options of `collfuse
+compile` (split, cost, profile, deterministic, ...); the fused AllReduces
+are the buckets (.buckets, .explain(), .dot(), .graph_xml: the graph before
+fusion, for `collfuse compile`).
+
+Running: the traced graph, with one node inserted after the last gradient
+of each bucket that copies the bucket's gradients into the bucket's flat
+buffer and starts its average on collfuse's communication thread (one
+thread, buckets in the same order on every rank), so the rest of the
+backward pass runs meanwhile; before the optimizer step every bucket is
+waited for, and each parameter's .grad is a view of its bucket (set once,
+kept from step to step). Copies: each gradient once, from the tensor the
+backward op made into its bucket; then the world's (collfuse.distributed:
+on the shm world the bucket into shared memory and the average back).
+The leaves run as the job's collectives, on the same thread, in program
+order, each on its own (not fused with other leaves).
+
+The job: collfuse.distributed (torchrun's or mpirun's environment, or
+torch.distributed's default group); with none, a world of one process where
+averaging is the identity. Every rank checks at compile time that all have
+the same buckets and shapes: a rank whose graph differs fails every rank
+with a cross-rank mismatch error.
+
+Refused, naming the node and the reason: data-dependent control flow (a
+tensor's value read while tracing), in-place ops on parameters, gradients
+or leaves of a dtype collfuse lacks, leaves over groups other than the
+whole job, a loss that is not a scalar.
+"""
+
+import hashlib
+import itertools
+import queue
+import threading
+import time
+import weakref
+
+import numpy as np
+import torch
+import torch.fx
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.nn.utils.stateless import functional_call
+
+from . import Context, Graph
+from . import distributed as _cfd
+from . import fx as _cfx
+
+__all__ = ["compile_step", "CompiledStep"]
+
+_DT = dict(_cfx._TORCH_DT)
+_DT[torch.bool] = "bool"
+_LEAF_OPS = {}  # torch.ops.collfuse.X.default -> X
+for _k in ("all_reduce", "all_gather", "reduce_scatter", "matmul_reduce_scatter"):
+    _LEAF_OPS[getattr(torch.ops.collfuse, _k).default] = _k
+
+
+class _Tracing:
+    """_runtime while tracing: the leaves' world-aware stand-ins."""
+
+    def __init__(self, world_size, rank):
+        self.world_size, self.rank = world_size, rank
+
+    def leaf(self, kind, x, a):
+        n = self.world_size
+        if kind == "all_gather":
+            return torch.stack([x] * n) if a["layout"] == "stack" else torch.cat([x] * n, 0)
+        if kind == "reduce_scatter":
+            return x[: x.shape[0] // n].clone()
+        if kind == "matmul_reduce_scatter":
+            y = x @ a["x2"]
+            if a["bias"] is not None:
+                y = y + a["bias"]
+            return y[: y.shape[0] // n].clone()
+        return x.clone()
+
+
+class _Comm:
+    """collfuse's communication thread for the steps: runs the job's
+    collectives in the order they are submitted (the same on every rank)."""
+
+    def __init__(self):
+        self.q = queue.SimpleQueue()
+        self.t = threading.Thread(target=self._main, name="collfuse-step", daemon=True)
+        self.t.start()
+
+    def _main(self):
+        while True:
+            fn, box, done = self.q.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # carried to the waiter
+                box.append((False, e))
+            done.set()
+
+    def submit(self, fn):
+        box, done = [], threading.Event()
+        self.q.put((fn, box, done))
+        return box, done
+
+
+def _wait(handle):
+    box, done = handle
+    done.wait()
+    ok, v = box[0]
+    if not ok:
+        raise v
+    return v
+
+
+_comm = None
+_comm_lock = threading.Lock()
+
+
+def _comm_thread():
+    global _comm
+    with _comm_lock:
+        if _comm is None:
+            _comm = _Comm()
+    return _comm
+
+
+class _Running:
+    """_runtime while a step runs: the leaves are the job's collectives, on
+    the communication thread after the buckets started before them."""
+
+    def __init__(self, world_size, rank):
+        self.world_size, self.rank = world_size, rank
+
+    def leaf(self, kind, x, a):
+        n = self.world_size
+        if n == 1:
+            return _cfx._world_of_one(kind, x, a)
+        x = x.contiguous()
+        if kind == "all_reduce":
+            out = x.clone()
+            fn = lambda: _cfd.all_reduce(out, op=a["reduction"])
+        elif kind == "all_gather":
+            out = x.new_empty(((n,) + tuple(x.shape)) if a["layout"] == "stack" else
+                              ((x.shape[0] * n,) + tuple(x.shape[1:])))
+            fn = lambda: _cfd.all_gather(out, x)
+        else:
+            if kind == "matmul_reduce_scatter":
+                x = x @ a["x2"]
+                if a["bias"] is not None:
+                    x = x + a["bias"]
+                x = x.contiguous()
+                red = "sum"
+            else:
+                red = a["reduction"]
+            out = x.new_empty((x.shape[0] // n,) + tuple(x.shape[1:]))
+            fn = lambda: _cfd.reduce_scatter(out, x, op=red)
+        _wait(_comm_thread().submit(fn))
+        return out
+
+
+def _user_frame(e):
+    """ at FILE:LINE of the innermost frame of e's traceback outside torch and collfuse, or ''."""
+    import traceback
+    for fr in reversed(traceback.extract_tb(e.__traceback__)):
+        if "/torch/" not in fr.filename and "/collfuse/" not in fr.filename:
+            return " (at %s:%d: %s)" % (fr.filename, fr.lineno, fr.line)
+    return ""
+
+
+def _node_where(node):
+    st = node.meta.get("stack_trace")
+    if st:
+        lines = [l.strip() for l in st.strip().splitlines() if l.strip().startswith("File")]
+        if lines:
+            return " (%s)" % lines[-1]
+    return ""
+
+
+def _meta_of(node):
+    tm = node.meta.get("tensor_meta")
+    return tm if hasattr(tm, "dtype") else None
+
+
+class CompiledStep:
+    """A training step compiled by compile_step; call it with the inputs.
+    After a call, .exposed_ms is the time the step waited for the buckets
+    after the backward pass's last compute and .sync_ms the time during
+    which some bucket was being averaged (overlapping ones counted once)."""
+
+    def __init__(self, model, loss_fn, example_inputs, optimizer, world_size, fusion, local, passes, options):
+        self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
+        self.world_size = world_size
+        self.rank = _cfd.get_rank() if _cfd.is_initialized() and _cfd.get_world_size() == world_size else 0
+        self.n_inputs = len(example_inputs)
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.param_names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        self.buffer_names = [n for n, _ in model.named_buffers()]
+        fusion = dict(fusion or {})
+        unknown = sorted(set(fusion) - set(self.param_names))
+        if unknown:
+            raise ValueError("collfuse.step: fusion names %s, which are not parameters of the model (%s...)"
+                             % (unknown, ", ".join(self.param_names[:4])))
+        self.fusion = fusion
+        self.local = set(local or ())
+        unknown = sorted(self.local - set(self.param_names))
+        if unknown:
+            raise ValueError("collfuse.step: local names %s, which are not parameters of the model" % unknown)
+        self._trace(example_inputs)
+        self._check()
+        self._build(passes, options)
+        self._plan()
+        self._emit()
+        self._agree()
+
+    # ---------------- tracing
+
+    def _trace(self, example_inputs):
+        pnames, bnames, model, loss_fn = self.param_names, self.buffer_names, self.model, self.loss_fn
+
+        def step_fn(params, buffers, *inputs):
+            state = dict(zip(pnames, params))
+            state.update(zip(bnames, buffers))
+            loss = loss_fn(functional_call(model, state, tuple(inputs[:-1])), inputs[-1])
+            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                raise ValueError("collfuse.step: loss_fn returned %s, not a scalar tensor"
+                                 % ("shape %s" % (tuple(loss.shape),) if isinstance(loss, torch.Tensor)
+                                    else type(loss).__name__))
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            return [loss.detach()] + list(grads)
+
+        params = [p.detach().clone().requires_grad_(True) for p in self.params]
+        buffers = [b.detach().clone() for _, b in self.model.named_buffers()]  # the trace updates copies
+        saved = _cfx._runtime
+        _cfx._runtime = _Tracing(self.world_size, self.rank)
+        try:
+            self.gm = make_fx(step_fn)(params, buffers, *example_inputs)
+        except RuntimeError as e:
+            if "get value out of a tracing tensor" in str(e) or "data-dependent" in str(e):
+                raise NotImplementedError(
+                    "collfuse.step: the step reads a tensor's value while tracing (data-dependent control flow, "
+                    ".item() or a Python bool of a tensor): it cannot be one graph; %s" % str(e).split("\n")[0]) \
+                    from None
+            if "leaf Variable that requires grad is being used in an in-place operation" in str(e):
+                raise NotImplementedError(
+                    "collfuse.step: the step writes a parameter in place%s; the step takes the parameters as "
+                    "inputs and the optimizer updates them: write a copy instead" % _user_frame(e)) from None
+            raise
+        finally:
+            _cfx._runtime = saved
+        ph = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        np_, nb = len(self.params), len(self.buffer_names)
+        self.param_nodes, self.buffer_nodes, self.input_nodes = ph[:np_], ph[np_:np_ + nb], ph[np_ + nb:]
+        out = [n for n in self.gm.graph.nodes if n.op == "output"][0]
+        outs = list(out.args[0])
+        self.loss_node, self.grad_nodes = outs[0], outs[1:]
+        self.output_node = out
+
+    def _check(self):
+        pset = set(self.param_nodes)
+        for n in self.gm.graph.nodes:
+            if n.op != "call_function":
+                continue
+            schema = getattr(n.target, "_schema", None)
+            if schema is None:
+                continue
+            for i, arg in enumerate(schema.arguments):
+                if arg.alias_info is not None and arg.alias_info.is_write:
+                    v = n.args[i] if i < len(n.args) else n.kwargs.get(arg.name)
+                    if v in pset:
+                        k = self.param_nodes.index(v)
+                        raise NotImplementedError(
+                            "collfuse.step: node '%s' (%s) writes parameter '%s' in place%s; the step takes the "
+                            "parameters as inputs and the optimizer updates them: write a copy instead"
+                            % (n.name, n.target, self.param_names[k], _node_where(n)))
+            if n.target in _LEAF_OPS:
+                tm = _meta_of(n)
+                if tm is None or tm.dtype not in _cfx._TORCH_DT:
+                    raise NotImplementedError("collfuse.step: node '%s' (collfuse.fx.%s) is %s, a dtype collfuse "
+                                              "does not have%s" % (n.name, _LEAF_OPS[n.target],
+                                                                   tm.dtype if tm else "not a tensor", _node_where(n)))
+        for k, g in enumerate(self.grad_nodes):
+            if g is None:
+                continue
+            tm = _meta_of(g)
+            if tm is None or tm.dtype not in _cfx._TORCH_DT or tm.dtype == torch.bool:
+                raise NotImplementedError("collfuse.step: the gradient of parameter '%s' (node '%s') is %s, a dtype "
+                                          "collfuse does not average" % (self.param_names[k], g.name,
+                                                                         tm.dtype if tm else "not a tensor"))
+
+    # ---------------- the collfuse graph
+
+    def _build(self, passes, options):
+        self.explain_lines = []
+
+        def log(level, msg):
+            if msg.startswith("explain: "):
+                self.explain_lines.append(msg[len("explain: "):])
+        self.ctx = Context(log=log)
+        g = self.graph = Graph(type(self.model).__name__ + "_step", world_size=self.world_size, context=self.ctx)
+        env = {}
+        used = set()
+
+        def fresh(base):
+            name, k = base, 0
+            while name in used:
+                k += 1
+                name = "%s_%d" % (base, k)
+            used.add(name)
+            return name
+
+        def deps(node):
+            found = []
+            torch.fx.node.map_arg((node.args, node.kwargs), lambda a: found.extend(
+                v for v in env.get(a, ()) if v not in found))
+            return found
+
+        leaf_names = {}
+        for n in self.gm.graph.nodes:
+            tm = _meta_of(n)
+            if n.op == "placeholder":
+                env[n] = [g.input(fresh(n.name), _DT.get(tm.dtype, "uint8"), tuple(tm.shape) if tm.dtype in _DT
+                                  else (tm.dtype.itemsize * int(np.prod(tm.shape)),))]
+            elif n.op == "call_function" and n.target in _LEAF_OPS:
+                kind = _LEAF_OPS[n.target]
+                a = dict(zip(("x",) + _cfx._OP_ARGS[kind], n.args))
+                x = env[n.args[0]][0]
+                name = fresh(n.name)
+                if kind == "all_reduce":
+                    g.all_reduce(x, reduction=a["reduction"], fusion=a["fusion"],
+                                 fusion_id=a["fusion_id"] if a["fusion_id"] >= 0 else None, name=name)
+                elif kind == "all_gather":
+                    g.all_gather(x, layout=a["layout"], name=name)
+                elif kind == "reduce_scatter":
+                    g.reduce_scatter(x, reduction=a["reduction"], name=name)
+                else:
+                    ins = [x, env[a["x2"]][0]] + ([env[a["bias"]][0]] if a.get("bias") is not None else [])
+                    g.op("MatmulReduceScatter", ins, name, world_size=self.world_size,
+                         comm_turn=a["comm_turn"] or None)
+                leaf_names[n] = name
+                env[n] = [name]
+            elif n.op == "call_function":
+                if tm is None:  # tuples and the like: they stand for their operands
+                    env[n] = deps(n)
+                    continue
+                dt = _DT.get(tm.dtype)
+                shape = tuple(tm.shape) if dt else (tm.dtype.itemsize * int(np.prod(tm.shape)),)
+                name = str(n.target).replace("aten.", "").split(".")[0]
+                env[n] = [g.opaque(name, deps(n), dt or "uint8", shape, name=fresh(n.name))]
+        self.leaf_names = leaf_names
+        g.output("loss", env[self.loss_node][0])
+        self.grad_ar = {}  # parameter index -> AllReduce name
+        for k, gn in enumerate(self.grad_nodes):
+            if gn is None or self.param_names[k] in self.local:
+                continue
+            pname = self.param_names[k]
+            f = self.fusion.get(pname, 1)
+            fid = None
+            if isinstance(f, tuple):
+                f, fid = f
+            name = fresh("grad." + pname)
+            g.all_reduce(env[gn][0], reduction="mean", fusion=f, fusion_id=fid, name=name)
+            g.output(fresh("avg." + pname), name)
+            self.grad_ar[k] = name
+        g.verify()
+        self.graph_xml = g.to_xml()
+        self.collectives_before = g.collective_count
+        self.options = dict(options)
+        self.executable = g.compile(passes=passes, explain=True, **options)
+        self.dot_text = None
+
+    def _plan(self):
+        """The buckets of the gradients: [(AllReduce bucket name, [parameter indices])] in schedule order."""
+        owner = {v: k for k, v in self.grad_ar.items()}
+        self.buckets = self.graph.buckets()
+        plan = []
+        for b in self.buckets:
+            ks = [owner[m] for m in b["members"] if m in owner]
+            if not ks:
+                continue
+            if len(ks) != len(b["members"]):
+                others = [m for m in b["members"] if m not in owner]
+                raise NotImplementedError("collfuse.step: bucket '%s' fuses gradients with the leaves %s; fuse "
+                                          "leaves only with leaves (fusion=0 or their own fusion_id)"
+                                          % (b["name"], others))
+            plan.append((b["name"], ks))
+        self.plan = plan
+        self.flat = []
+        self.grad_views = {}
+        for bname, ks in plan:
+            dtype = self.params[ks[0]].dtype
+            total = sum(self.params[k].numel() for k in ks)
+            flat = torch.zeros(total, dtype=dtype)
+            off = 0
+            for k in ks:
+                p = self.params[k]
+                self.grad_views[k] = flat[off:off + p.numel()].view(p.shape)
+                off += p.numel()
+            self.flat.append(flat)
+
+    # ---------------- the torch graph that runs
+
+    def _emit(self):
+        gm, graph = self.gm, self.gm.graph
+        self.key = next(_KEYS)
+        _STEPS[self.key] = self
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        self.starts = []  # (bucket index, start node name, last member node name)
+        for b, (bname, ks) in enumerate(self.plan):
+            members = [self.grad_nodes[k] for k in ks]
+            last = max(members, key=lambda n: order[n])
+            with graph.inserting_after(last):
+                node = graph.call_function(_start_bucket, (self.key, b, members))
+            self.starts.append((b, node, last))
+        # the graph returns no gradient that lies in a bucket: each one is freed
+        # once copied into its bucket (no second copy of the gradients lives on)
+        bucketed = {k for _, ks in self.plan for k in ks}
+        self.output_node.args = ([self.loss_node] + [None if k in bucketed else g
+                                                      for k, g in enumerate(self.grad_nodes)],)
+        gm.recompile()
+
+    def start_precedes(self):
+        """For each bucket: (bucket name, index of its start node, index of
+        the last node of the graph that does not feed the bucket) in the
+        order torch runs the graph."""
+        order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
+        out = []
+        for b, node, last in self.starts:
+            feeds = set()
+            stack = list(node.all_input_nodes)
+            while stack:
+                n = stack.pop()
+                if n not in feeds:
+                    feeds.add(n)
+                    stack.extend(n.all_input_nodes)
+            rest = [order[n] for n in self.gm.graph.nodes
+                    if n.op == "call_function" and n not in feeds and n.target is not _start_bucket]
+            out.append((self.plan[b][0], order[node], max(rest) if rest else -1))
+        return out
+
+    def _agree(self):
+        """Every rank the same buckets and shapes, or every rank fails."""
+        desc = repr([(bname, [(self.param_names[k], tuple(self.params[k].shape), str(self.params[k].dtype))
+                              for k in ks]) for bname, ks in self.plan] +
+                    [(self.leaf_names[n], tuple(_meta_of(n).shape)) for n in self.leaf_names])
+        self.descriptor = desc
+        if self.world_size == 1 or not (_cfd.is_initialized() and _cfd.get_world_size() == self.world_size):
+            return  # no job (compiled for a world size given): checked when run (refused)
+        h = np.frombuffer(hashlib.sha256(desc.encode()).digest()[:8], dtype=np.int64).copy()
+        mine = torch.from_numpy(np.repeat(h, 1))
+        everyone = torch.empty(self.world_size, dtype=torch.int64)
+        _cfd.all_gather(everyone, mine)
+        differ = [r for r in range(self.world_size) if everyone[r] != everyone[0]]
+        if differ:
+            raise RuntimeError("collfuse.step: cross-rank mismatch: the step's graph (buckets, shapes, leaves) of "
+                               "rank(s) %s differs from rank 0's; this rank (%d) has %d buckets: %s"
+                               % (differ, _cfd.get_rank(), len(self.plan), desc[:400]))
+        with torch.no_grad():  # every rank starts from rank 0's parameters (local ones aside) and buffers, as DDP
+            shared = [p for n, p in zip(self.param_names, self.params) if n not in self.local]
+            for t in shared + [b for _, b in self.model.named_buffers()]:
+                if t.is_contiguous() and t.numel():
+                    _cfd.broadcast(t.data, src=0)
+
+    # ---------------- running
+
+    def __call__(self, *inputs):
+        if len(inputs) != self.n_inputs:
+            raise ValueError("collfuse.step: %d inputs, the step was traced with %d" % (len(inputs), self.n_inputs))
+        if self.world_size > 1 and not (_cfd.is_initialized() and _cfd.get_world_size() == self.world_size):
+            raise RuntimeError("collfuse.step: compiled for %d ranks, but this process is not in a job of %d "
+                               "ranks (collfuse.distributed)" % (self.world_size, self.world_size))
+        self.pending = [None] * len(self.plan)
+        self.spans = []
+        buffers = [b for _, b in self.model.named_buffers()]
+        saved = _cfx._runtime
+        _cfx._runtime = _Running(self.world_size, self.rank)
+        try:
+            with torch.no_grad():
+                outs = self.gm([p.detach() for p in self.params], buffers, *inputs)
+            t_end = self.t_backward_end = time.perf_counter()
+            for b, h in enumerate(self.pending):
+                if h is not None:
+                    _wait(h)
+            t_wait = time.perf_counter()
+        finally:
+            _cfx._runtime = saved
+            self.pending = None
+        for k, p in enumerate(self.params):
+            v = self.grad_views.get(k)
+            if v is not None:
+                p.grad = v
+            elif self.grad_nodes[k] is not None:  # a local (sharded) parameter: this rank's gradient
+                p.grad = outs[1 + k]
+        self.exposed_ms = (t_wait - t_end) * 1e3
+        self.sync_ms = _union_ms(self.spans)
+        if self.optimizer is not None:
+            self.optimizer.step()
+        return outs[0]
+
+    # ---------------- what the compile said
+
+    def explain(self):
+        """The compile's explanation: per collective, the bucket it joined or why not."""
+        return "\n".join(self.explain_lines)
+
+    def dot(self, path=None):
+        """The fused collfuse graph as DOT text (or drawn into path)."""
+        return self.graph.to_dot(path)
+
+    def bucket_params(self):
+        """[(bucket name, [parameter names])] in schedule order."""
+        return [(b, [self.param_names[k] for k in ks]) for b, ks in self.plan]
+
+
+_STEPS = weakref.WeakValueDictionary()  # the traced graphs name their step by key
+_KEYS = itertools.count(1)
+
+
+def _start_bucket(key, b, grads):
+    """Inserted after a bucket's last gradient: copy the gradients into the
+    bucket and start its average on the communication thread."""
+    step = _STEPS[key]
+    flat = step.flat[b]
+    off = 0
+    for gt in grads:
+        n = gt.numel()
+        flat[off:off + n].view(gt.shape).copy_(gt)
+        off += n
+    if step.world_size > 1:
+        span = [time.perf_counter(), None]
+        step.spans.append(span)
+
+        def run():
+            _cfd.all_reduce(flat, op="mean")
+            span[1] = time.perf_counter()
+        step.pending[b] = _comm_thread().submit(run)
+
+
+def _union_ms(spans):
+    """The time covered by any (start, end) span, in ms."""
+    total, end = 0.0, None
+    for a, b in sorted(s for s in spans if s[1] is not None):
+        if end is None or a > end:
+            total, end = total + b - a, b
+        elif b > end:
+            total, end = total + b - end, b
+    return total * 1e3
+
+
+def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, deterministic=None, fusion=None,
+                 local=None, passes="default", world_size=None, **options):
+    """Trace, fuse and plan a training step (see the module's doc).
+    split, cost, profile, target, algo, timeout, seed: as `collfuse compile`
+    and Graph.compile. deterministic: reductions in a fixed order (the job's
+    collfuse.distributed world is joined with it). fusion: {parameter name:
+    0, 1, 2 or (2, fusion_id)}. local: names of parameters whose gradients
+    are not averaged (each rank's shard of a tensor-parallel weight). world_size: the job's (joined from the
+    launcher's environment or torch.distributed); given without a job, the
+    step compiles for that many ranks but runs only with one."""
+    if not isinstance(example_inputs, (tuple, list)) or len(example_inputs) < 1:
+        raise ValueError("collfuse.step: example_inputs: a tuple of the model's inputs and the loss's target")
+    if world_size is None:
+        if not _cfd.is_initialized() and (_cfd.launcher() is not None or _cfd._torch_group_view() is not None):
+            _cfd.init(deterministic=bool(deterministic))
+        world_size = _cfd.get_world_size() if _cfd.is_initialized() else 1
+    if deterministic is not None:
+        options["deterministic"] = bool(deterministic)
+    if split is not None:
+        options["split"] = split
+    return CompiledStep(model, loss_fn, tuple(example_inputs), optimizer, int(world_size), fusion, local, passes,
+                        options)

@@ -1,0 +1,225 @@
+#!/usr/bin/python3
+"""collfuse.torch.compile_step in one process (no job): the tracing of
+forward and backward into one graph, the steps against plain torch (the
+same dtype bitwise, and a float64 copy within 1e-5 relative), BatchNorm's
+buffers updated as eager torch does, the buckets against `collfuse compile
+--json` of the exported graph for several --split forms and per-parameter
+fusion (compiled for 4 ranks), a bucket's start before the last backward
+node that does not feed it, the leaves as graph nodes, and the refusals.
+Argument: the collfuse command line. Skips (77) without python3-torch."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch
+except ImportError:
+    print("test_step: no torch (python3-torch): skipped")
+    sys.exit(77)
+
+import collfuse.fx as cfx
+import collfuse.torch as ct
+
+CLI = sys.argv[1]
+
+
+def fail(msg):
+    sys.exit("test_step: %s" % msg)
+
+
+def expect_raises(kind, fn, *words):
+    try:
+        fn()
+    except kind as e:
+        for w in words:
+            if w not in str(e):
+                fail("%s: %r does not say %r" % (kind.__name__, str(e), w))
+        return
+    fail("no %s (want one saying %s)" % (kind.__name__, words))
+
+
+def mlp(seed, dtype=torch.float32):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.BatchNorm1d(24), torch.nn.ReLU(),
+                               torch.nn.Linear(24, 24), torch.nn.Tanh(), torch.nn.Linear(24, 3)).to(dtype)
+
+
+def batch(k):
+    g = torch.Generator().manual_seed(100 + k)
+    return torch.randn(10, 12, generator=g), torch.randn(10, 3, generator=g)
+
+
+# ---- steps against plain torch (same dtype: bitwise; float64: 1e-5)
+m = mlp(1)
+ref, ref64 = copy.deepcopy(m), copy.deepcopy(m).double()
+opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+opt64 = torch.optim.SGD(ref64.parameters(), lr=0.05, momentum=0.9)
+step = ct.compile_step(m, torch.nn.functional.mse_loss, batch(0), optimizer=opt, split="bytes:2K")
+if step.world_size != 1:
+    fail("world size %d without a job" % step.world_size)
+for k in range(4):
+    x, y = batch(k)
+    loss = step(x, y)
+    for model, o, xx, yy in ((ref, opt_ref, x, y), (ref64, opt64, x.double(), y.double())):
+        o.zero_grad()
+        lr = torch.nn.functional.mse_loss(model(xx), yy)
+        lr.backward()
+        o.step()
+        if model is ref:
+            if not torch.equal(loss, lr.detach()):
+                fail("step %d: loss %r, eager torch %r" % (k, float(loss), float(lr)))
+        elif abs(float(loss) - float(lr)) > 1e-5 * abs(float(lr)):
+            fail("step %d: loss %r, float64 torch %r" % (k, float(loss), float(lr)))
+for (n, p), q in zip(m.state_dict().items(), ref.state_dict().values()):
+    if not torch.equal(p, q):
+        fail("after 4 steps, %s differs from eager torch's" % n)
+# the gradients are views of the buckets
+flat_ptrs = [(f.data_ptr(), f.data_ptr() + f.numel() * f.element_size()) for f in step.flat]
+for n, p in m.named_parameters():
+    if not any(lo <= p.grad.data_ptr() < hi for lo, hi in flat_ptrs):
+        fail("%s's gradient is not a view of a bucket" % n)
+
+# ---- the traced graph: every gradient a node, one AllReduce (mean) each
+g = step.graph
+if step.collectives_before != 8:
+    fail("%d AllReduces before fusion for 8 parameters" % step.collectives_before)
+if sum(len(ks) for _, ks in step.plan) != 8:
+    fail("the buckets hold %s" % step.bucket_params())
+
+# ---- the buckets against `collfuse compile --json` of the exported graph (4 ranks)
+FUSION = {"0.weight": 0, "3.weight": (2, 7), "5.weight": (2, 7)}
+with tempfile.TemporaryDirectory(prefix="test_step") as d:
+    for split, fusion in (("bytes:2K", None), ("bytes:1K,first=256", None), ("ddp:3K,first=1K", None),
+                          ("auto", None), ("bytes:64K", FUSION), (None, None)):
+        m4 = mlp(2)
+        s4 = ct.compile_step(m4, torch.nn.functional.mse_loss, batch(0), split=split, fusion=fusion, world_size=4)
+        path = os.path.join(d, "step.xml")
+        with open(path, "w") as f:
+            f.write(s4.graph_xml)
+        cmd = [CLI, "compile", path, "--json", "--quiet"] + (["--split", split] if split else [])
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            fail("%s: %s" % (" ".join(cmd), r.stderr))
+        want = [(b["name"], b["members"], b["bytes"]) for b in json.loads(r.stdout)["buckets"]]
+        got = [(b["name"], b["members"], b["bytes"]) for b in s4.buckets]
+        if want != got:
+            fail("split %s fusion %s: compile_step's buckets %s, collfuse compile --json %s" % (split, fusion, got, want))
+        if fusion:
+            by = dict((n, ps) for n, ps in [(b, tuple(p)) for b, p in s4.bucket_params()])
+            alone = [b for b, ps in by.items() if ps == ("0.weight",)]
+            pair = [b for b, ps in by.items() if set(ps) == {"3.weight", "5.weight"}]
+            if not alone or not pair:
+                fail("fusion %s: buckets %s" % (fusion, s4.bucket_params()))
+            if "0.weight" not in s4.explain() or "grad.0.weight" not in s4.dot():
+                fail("explain/dot do not name the parameter: %s" % s4.explain())
+
+# ---- overlap: each bucket but the last starts before backward's last node that does not feed it
+m5 = mlp(3)
+s5 = ct.compile_step(m5, torch.nn.functional.mse_loss, batch(0), split="bytes:1K")
+starts = s5.start_precedes()
+if len(starts) < 3:
+    fail("bytes:1K gave %d buckets" % len(starts))
+early = [s for s in starts if s[1] < s[2]]
+if len(early) < len(starts) - 1:
+    fail("buckets start after the backward pass's other nodes: %s" % starts)
+code = s5.gm.code
+if code.count("_start_bucket(") != len(starts):
+    fail("the torch graph starts %d buckets, the plan has %d" % (code.count("_start_bucket("), len(starts)))
+
+
+# ---- leaves: nodes of the graph, their collectives compiled
+class TP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(8, 16) / 4)
+        self.w2 = torch.nn.Parameter(torch.randn(16, 8) / 4)
+
+    def forward(self, x):
+        h = cfx.all_gather(cfx.matmul_reduce_scatter(x, self.w1), layout="concat")
+        return cfx.all_reduce(torch.relu(h) @ self.w2, "sum", fusion=0)
+
+
+torch.manual_seed(4)
+tp = TP()
+xt, yt = torch.randn(6, 8), torch.randn(6, 8)
+s6 = ct.compile_step(tp, torch.nn.functional.mse_loss, (xt, yt), world_size=2)
+ops = sorted(b["op"] for b in s6.buckets)
+if ops.count("AllGather") != 2 or "MatmulReduceScatter" not in ops or "AllReduce" not in ops:
+    fail("the tensor-parallel step's collectives %s: want the leaves and the AllGather of the backward" % ops)
+s7 = ct.compile_step(TP(), torch.nn.functional.mse_loss, (xt, yt))  # one rank: the leaves are identities
+tp1 = TP()
+tp1.load_state_dict(s7.model.state_dict())
+loss7 = s7(xt, yt)
+ref7 = torch.nn.functional.mse_loss(torch.relu(xt @ tp1.w1) @ tp1.w2, yt)
+ref7.backward()
+if abs(float(loss7) - float(ref7)) > 1e-6 * abs(float(ref7)) or not torch.allclose(s7.model.w1.grad, tp1.w1.grad):
+    fail("one-rank leaves: loss %r, want %r" % (float(loss7), float(ref7)))
+
+
+# ---- refusals
+class DataDependent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y * 2 if y.sum() > 0 else y
+
+
+class InPlace(torch.nn.Module):
+    def __init__(self, quiet):
+        super().__init__()
+        self.quiet = quiet
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x):
+        if self.quiet:
+            with torch.no_grad():
+                self.w.mul_(0.5)
+        else:
+            self.w.mul_(0.5)
+        return x @ self.w
+
+
+class Complex(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4, dtype=torch.complex64))
+
+    def forward(self, x):
+        return (x.to(torch.complex64) @ self.w).abs()
+
+
+class Grouped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return cfx.all_reduce(self.lin(x), "sum", group="tp")
+
+
+x4, y4 = torch.randn(3, 4), torch.randn(3, 4)
+mse = torch.nn.functional.mse_loss
+expect_raises(NotImplementedError, lambda: ct.compile_step(Grouped(), mse, (x4, y4)),
+              "collfuse.fx.all_reduce over group 'tp'", "whole job only")
+expect_raises(NotImplementedError, lambda: ct.compile_step(DataDependent(), mse, (x4, y4)),
+              "data-dependent control flow")
+expect_raises(NotImplementedError, lambda: ct.compile_step(InPlace(False), mse, (x4, y4)),
+              "writes a parameter in place", "self.w.mul_(0.5)")
+expect_raises(NotImplementedError, lambda: ct.compile_step(InPlace(True), mse, (x4, y4)),
+              "writes parameter 'w' in place", "mul_")
+expect_raises(NotImplementedError, lambda: ct.compile_step(Complex(), mse, (x4, y4)),
+              "parameter 'w'", "complex64")
+expect_raises(ValueError, lambda: ct.compile_step(torch.nn.Linear(4, 4), lambda o, y: o - y, (x4, y4)),
+              "not a scalar")
+expect_raises(ValueError, lambda: ct.compile_step(torch.nn.Linear(4, 4), mse, (x4, y4), fusion={"nope": 0}),
+              "nope")
+expect_raises(RuntimeError, lambda: s6(xt, yt), "compiled for 2 ranks")
+print("test_step: ok")

@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""collfuse.torch.compile_step on 2 processes under torchrun (the shm
+world), each rank: a small model with BatchNorm trained 3 steps gives the
+losses and parameters of the same model under DDP over gloo (1e-5
+relative), and two deterministic runs are bitwise the same; each bucket is
+started before the backward pass's compute ends; a tensor-parallel MLP
+(matmul_reduce_scatter and all_gather leaves, the first weight sharded and
+local) matches the single-process model step by step; last, a rank whose
+model differs makes every rank fail with a cross-rank mismatch. Skips (77)
+without torch or without the shm world."""
+
+import copy
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch
+except ImportError:
+    print("test_step_dist: no torch (python3-torch): skipped")
+    sys.exit(77)
+
+import collfuse.distributed as cfd
+
+SCALE = int(os.environ.get("COLLFUSE_TEST_TIMEOUT_SCALE", "1") or 1)
+
+
+def fail(msg):
+    sys.exit("test_step_dist: %s" % msg)
+
+
+def close(a, b, rtol):
+    return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-30)
+
+
+def mlp(seed, hidden=24):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(12, hidden), torch.nn.BatchNorm1d(hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 3))
+
+
+def batch(rank, k):
+    g = torch.Generator().manual_seed(1000 * rank + k)
+    return torch.randn(10, 12, generator=g), torch.randn(10, 3, generator=g)
+
+
+def run_step(rank, seed, steps):
+    import collfuse.torch as ct
+    m = mlp(seed + rank)  # different per rank: compile_step starts every rank from rank 0's
+    opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+    step = ct.compile_step(m, torch.nn.functional.mse_loss, batch(rank, 0), optimizer=opt, split="bytes:1K")
+    losses = []
+    for k in range(steps):
+        losses.append(step(*batch(rank, k)).item())
+        if len(step.spans) < 2 or not all(s[0] < step.t_backward_end for s in step.spans):
+            fail("rank %d: buckets %s started after the backward pass ended (%s)"
+                 % (rank, step.spans, step.t_backward_end))
+    return losses, m
+
+
+class TP(torch.nn.Module):
+    """relu(x @ w1) @ w2 with w1's rows split over the ranks: each rank
+    multiplies its columns of x by its rows of w1, reduce-scatters the
+    product over the batch, and all-gathers the activations."""
+
+    def __init__(self, w1, w2, rank, n):
+        super().__init__()
+        d = w1.shape[0] // n
+        self.cols = slice(rank * d, (rank + 1) * d)
+        self.w1 = torch.nn.Parameter(w1[self.cols].clone())
+        self.w2 = torch.nn.Parameter(w2.clone())
+
+    def forward(self, x):
+        import collfuse.fx as cfx
+        h = torch.relu(cfx.matmul_reduce_scatter(x[:, self.cols].contiguous(), self.w1))
+        return cfx.all_gather(h, layout="concat") @ self.w2
+
+
+def child():
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import collfuse.torch as ct
+    dist.init_process_group("gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    cfd.init(deterministic=True)
+    torch.set_num_threads(1)
+
+    # against DDP over gloo
+    losses, m = run_step(rank, 5, 3)
+    ref = DDP(mlp(5), broadcast_buffers=False)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    for k in range(3):
+        x, y = batch(rank, k)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(ref(x), y)
+        loss.backward()
+        opt.step()
+        if not close(losses[k], loss.item(), 1e-5):
+            fail("rank %d step %d: compile_step's loss %r, DDP's %r" % (rank, k, losses[k], loss.item()))
+    for (name, p), q in zip(m.named_parameters(), ref.module.parameters()):
+        if not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
+            fail("rank %d: after 3 steps %s differs from DDP's by %g" % (rank, name, (p - q).abs().max()))
+    # deterministic: bitwise the same run to run
+    again, m2 = run_step(rank, 5, 3)
+    if again != losses or any(not torch.equal(p, q) for p, q in zip(m.parameters(), m2.parameters())):
+        fail("rank %d: two deterministic runs differ: %r vs %r" % (rank, losses, again))
+
+    # tensor parallelism against one process
+    torch.manual_seed(9)
+    w1, w2 = torch.randn(8, 16) / 3, torch.randn(16, 5) / 4
+    single = torch.nn.Sequential()
+    single.w1, single.w2 = torch.nn.Parameter(w1.clone()), torch.nn.Parameter(w2.clone())
+    tp = TP(w1, w2, rank, n)
+    opt_tp = torch.optim.SGD(tp.parameters(), lr=0.1)
+    opt_1 = torch.optim.SGD([single.w1, single.w2], lr=0.1)
+    g = torch.Generator().manual_seed(77)  # the same data on every rank
+    xs = [(torch.randn(6, 8, generator=g), torch.randn(6, 5, generator=g)) for _ in range(3)]
+    step = ct.compile_step(tp, torch.nn.functional.mse_loss, xs[0], optimizer=opt_tp, local={"w1"})
+    for k, (x, y) in enumerate(xs):
+        got = step(x, y).item()
+        opt_1.zero_grad()
+        want = torch.nn.functional.mse_loss(torch.relu(x @ single.w1) @ single.w2, y)
+        want.backward()
+        opt_1.step()
+        if not close(got, want.item(), 1e-5):
+            fail("rank %d tensor-parallel step %d: loss %r, one process %r" % (rank, k, got, want.item()))
+    if not torch.allclose(tp.w1, single.w1[tp.cols], rtol=1e-5, atol=1e-6) or \
+            not torch.allclose(tp.w2, single.w2, rtol=1e-5, atol=1e-6):
+        fail("rank %d: tensor-parallel weights differ from one process's" % rank)
+
+    # a rank whose graph differs: every rank fails, naming the mismatch
+    other = mlp(1, hidden=24 if rank == 0 else 20)
+    try:
+        ct.compile_step(other, torch.nn.functional.mse_loss, batch(rank, 0))
+    except RuntimeError as e:
+        if "cross-rank mismatch" not in str(e):
+            fail("rank %d: mismatch error %r" % (rank, str(e)))
+    else:
+        fail("rank %d: ranks with different models compiled" % rank)
+    open(os.path.join(os.environ["CF_OK_DIR"], str(rank)), "w").close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    if not cfd.has_shm():
+        print("test_step_dist: this libcollfuse has no shm world for torchrun's processes: skipped")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory(prefix="test_step_dist") as ok:
+        env = dict(os.environ, CF_STEP_CHILD="1", CF_OK_DIR=ok)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
+               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(), "--redirects", "2", "--tee", "2",
+               "--nproc_per_node", "2", os.path.abspath(__file__)]
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 * SCALE)
+        done = sorted(os.listdir(ok))
+        if p.returncode != 0 or len(done) != 2:
+            fail("torchrun, 2 processes: exit %d, ranks done %s\n%s%s" % (p.returncode, done, p.stdout[-4000:],
+                                                                          p.stderr[-4000:]))
+    print("test_step_dist: ok")
+
+
+if __name__ == "__main__":
+    if os.environ.get("CF_STEP_CHILD"):
+        child()
+    else:
+        main()
