@@ -852,19 +852,22 @@ static cf_status start_coll(builder *b, const cf_node *n, int ci) {
 }
 
 /* Per collective, the topological position after which its START may be
- * issued: that of its last operand's producer and of every other reader
- * of its operands (so nothing reads an operand a collective in place
- * overwrites); its own position when an operand comes from a collective
- * (ready at that one's WAIT) or it is a fused MatMul (a step of the rank
- * thread). Returns NULL when out of memory. */
+ * issued: that of its last operand's producer, of its control
+ * predecessors and of every other reader of its operands (so nothing reads
+ * an operand a collective in place overwrites); its own position when an
+ * operand or a control predecessor is a collective (ready at that one's
+ * WAIT) or it is a fused MatMul (a step of the rank thread). Returns NULL
+ * when out of memory. */
 static int *ready_at(const builder *b) {
   const cf_plan *p = b->p;
   const cf_graph *g = b->g;
   int *read = malloc(sizeof *read * ((size_t)p->n_vals + 1)); /* value -> its latest reader so far */
   int *ready = malloc(sizeof *ready * ((size_t)p->n_colls + 1));
-  if (!read || !ready) {
+  int *pos = malloc(sizeof *pos * ((size_t)g->n_nodes + 1)); /* node -> its topological position */
+  if (!read || !ready || !pos) {
     free(read);
     free(ready);
+    free(pos);
     return NULL;
   }
   for (int v = 0; v < p->n_vals; v++) read[v] = -1;
@@ -876,14 +879,20 @@ static int *ready_at(const builder *b) {
       for (int j = 0; j < n->n_in; j++) {
         int v = val_index(p, n->in[j]);
         r = read[v] > r ? read[v] : r;
-        if (b->coll_of_node[n->in[j].node] >= 0) r = t;
+      }
+      for (int j = 0; j < cf_node_n_deps(n); j++) { /* operands and control predecessors */
+        int d = cf_node_dep(n, j);
+        r = pos[d] > r ? pos[d] : r;
+        if (b->coll_of_node[d] >= 0) r = t; /* ready at its WAIT */
       }
       ready[ci] = p->colls[ci].fused_mm ? t : r;
     }
+    pos[i] = t;
     for (int j = 0; j < n->n_in; j++) read[val_index(p, n->in[j])] = t;
     for (int k = 0; k < n->n_out; k++) read[p->val_base[i] + k] = t; /* produced here */
   }
   free(read);
+  free(pos);
   return ready;
 }
 
