@@ -172,10 +172,10 @@ static cf_status compile_object(cf_context *ctx, cf_jit *J, const cf_kernel_key 
 }
 
 static cf_status kernel_locked(cf_context *ctx, cf_jit *J, const cf_kernel_key *key,
-                               const char *name, void **fn, double *compile_ms);
+                               const char *name, void **fn, double *compile_ms, cf_trace_lane *l);
 
 cf_status cf_llvm_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn,
-                            double *compile_ms) {
+                            double *compile_ms, cf_trace_lane *lane) {
   if (fn) *fn = NULL;
   if (compile_ms) *compile_ms = 0;
   if (!ctx) return CF_ERR_USAGE;
@@ -188,7 +188,7 @@ cf_status cf_llvm_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn,
   cf_status st = jit_get(ctx, NULL, &J);
   if (st != CF_OK) return st;
   pthread_mutex_lock(&J->lock);
-  st = kernel_locked(ctx, J, key, name, fn, compile_ms);
+  st = kernel_locked(ctx, J, key, name, fn, compile_ms, lane);
   pthread_mutex_unlock(&J->lock);
   return st;
 }
@@ -209,16 +209,15 @@ static const char *keep_name(cf_jit *J, const char *name) {
   return k;
 }
 
-/* kernel_locked, and with a trace the lookup as an event on the calling
- * thread's lane: cat "kernel", the kernel's name, args.cache 0 when it was
+/* kernel_locked, and with a trace lane l (the caller's: this module has a
+ * cf_trace_here of its own) the lookup as an event on it: cat "kernel", the kernel's name, args.cache 0 when it was
  * generated now, 1 when it came from the object cache on disk, 2 when this
  * context had it already. */
 static cf_status kernel_find(cf_context *ctx, cf_jit *J, const cf_kernel_key *key,
                              const char *name, void **fn, double *compile_ms, int *cache);
 
 static cf_status kernel_locked(cf_context *ctx, cf_jit *J, const cf_kernel_key *key,
-                               const char *name, void **fn, double *compile_ms) {
-  cf_trace_lane *l = cf_trace_here;
+                               const char *name, void **fn, double *compile_ms, cf_trace_lane *l) {
   int64_t t0 = l ? cf_trace_clock() : 0;
   int cache = 0;
   cf_status st = kernel_find(ctx, J, key, name, fn, compile_ms, &cache);

@@ -137,7 +137,7 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
   if (!ctx) return CF_ERR_USAGE;
   const cf_codegen_ops *ops;
   cf_status st = ops_of(ctx, &ops);
-  return st ? st : ops->kernel(ctx, key, fn, compile_ms);
+  return st ? st : ops->kernel(ctx, key, fn, compile_ms, cf_trace_here);
 }
 
 cf_status cf_codegen_emit(cf_context *ctx, const cf_kernel_key *keys, int n, cf_emit_format fmt,
