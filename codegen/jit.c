@@ -35,6 +35,8 @@ typedef struct cf_jit {
    * is fixed per context, so it needs no slot of its own */
   void *fns[CF_K_QUANT + 1][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1];
   void *outs[2][CF_DT_COUNT][CF_RED_COUNT][CF_MAX_ARITY + 1][CF_MAX_ARITY + 1];
+  char **names; /* the kernels' names its trace events point at (they outlive a run's trace) */
+  int n_names, cap_names;
 } cf_jit;
 
 /* Turn an LLVMErrorRef into a context error (consuming it). */
@@ -55,6 +57,8 @@ static void jit_free(void *p) {
   if (J->tm) LLVMDisposeTargetMachine(J->tm);
   cf_objcache_close(&J->cache);
   pthread_mutex_destroy(&J->lock);
+  for (int i = 0; i < J->n_names; i++) free(J->names[i]);
+  free(J->names);
   free(J);
 }
 
@@ -168,10 +172,10 @@ static cf_status compile_object(cf_context *ctx, cf_jit *J, const cf_kernel_key 
 }
 
 static cf_status kernel_locked(cf_context *ctx, cf_jit *J, const cf_kernel_key *key,
-                               const char *name, void **fn, double *compile_ms);
+                               const char *name, void **fn, double *compile_ms, cf_trace_lane *l);
 
 cf_status cf_llvm_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn,
-                            double *compile_ms) {
+                            double *compile_ms, cf_trace_lane *lane) {
   if (fn) *fn = NULL;
   if (compile_ms) *compile_ms = 0;
   if (!ctx) return CF_ERR_USAGE;
@@ -184,19 +188,55 @@ cf_status cf_llvm_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn,
   cf_status st = jit_get(ctx, NULL, &J);
   if (st != CF_OK) return st;
   pthread_mutex_lock(&J->lock);
-  st = kernel_locked(ctx, J, key, name, fn, compile_ms);
+  st = kernel_locked(ctx, J, key, name, fn, compile_ms, lane);
   pthread_mutex_unlock(&J->lock);
   return st;
 }
 
+/* name kept in J for as long as J lives (lock held); NULL when out of memory */
+static const char *keep_name(cf_jit *J, const char *name) {
+  for (int i = 0; i < J->n_names; i++)
+    if (!strcmp(J->names[i], name)) return J->names[i];
+  if (J->n_names == J->cap_names) {
+    int cap = J->cap_names ? 2 * J->cap_names : 16;
+    char **nn = realloc(J->names, sizeof *nn * (size_t)cap);
+    if (!nn) return NULL;
+    J->names = nn;
+    J->cap_names = cap;
+  }
+  char *k = strdup(name);
+  if (k) J->names[J->n_names++] = k;
+  return k;
+}
+
+/* kernel_locked, and with a trace lane l (the caller's: this module has a
+ * cf_trace_here of its own) the lookup as an event on it: cat "kernel", the kernel's name, args.cache 0 when it was
+ * generated now, 1 when it came from the object cache on disk, 2 when this
+ * context had it already. */
+static cf_status kernel_find(cf_context *ctx, cf_jit *J, const cf_kernel_key *key,
+                             const char *name, void **fn, double *compile_ms, int *cache);
+
 static cf_status kernel_locked(cf_context *ctx, cf_jit *J, const cf_kernel_key *key,
-                               const char *name, void **fn, double *compile_ms) {
+                               const char *name, void **fn, double *compile_ms, cf_trace_lane *l) {
+  int64_t t0 = l ? cf_trace_clock() : 0;
+  int cache = 0;
+  cf_status st = kernel_find(ctx, J, key, name, fn, compile_ms, &cache);
+  const char *kept = l && !st ? keep_name(J, name) : NULL;
+  if (kept)
+    cf_trace_record(l, &(cf_trace_ev){.t0 = t0, .t1 = cf_trace_clock(), .name = kept,
+                                      .cat = "kernel", .arg_name = "cache", .arg = cache});
+  return st;
+}
+
+static cf_status kernel_find(cf_context *ctx, cf_jit *J, const cf_kernel_key *key,
+                             const char *name, void **fn, double *compile_ms, int *cache) {
   cf_status st;
   bool per_red = key->kind == CF_K_NARY || key->kind == CF_K_ACC;
   void **slot = key->outs ? &J->outs[key->stream][key->dtype][key->red][key->arity][key->outs]
                           : &J->fns[key->kind][key->dtype][per_red ? key->red : 0][key->arity];
   if (*slot) {
     *fn = *slot;
+    *cache = 2;
     return CF_OK;
   }
 
@@ -208,6 +248,7 @@ static cf_status kernel_locked(cf_context *ctx, cf_jit *J, const cf_kernel_key *
     free(data);
     if (st == CF_OK) {
       *fn = *slot;
+      *cache = 1;
       return CF_OK; /* compile_ms stays 0 */
     }
     cf_log(ctx, CF_LOG_INFO, "codegen: cached %s did not link (%s); rebuilding", name,

@@ -137,22 +137,7 @@ cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn
   if (!ctx) return CF_ERR_USAGE;
   const cf_codegen_ops *ops;
   cf_status st = ops_of(ctx, &ops);
-  if (st) return st;
-  /* with a trace, the lookup is an event on the calling thread's lane
-   * (here: the module has its own copy of cf_trace_here): cat "kernel",
-   * the kernel's name, args.cache 0 when it was generated now, 1 when a
-   * cache (on disk or of this process) had it */
-  cf_trace_lane *l = cf_trace_here;
-  int64_t t0 = l ? cf_trace_clock() : 0;
-  double ms = 0;
-  st = ops->kernel(ctx, key, fn, &ms);
-  if (compile_ms) *compile_ms = ms;
-  char name[64];
-  const char *kept = l && !st ? cf_trace_keep(l, cf_kernel_name(key, name, sizeof name)) : NULL;
-  if (kept)
-    cf_trace_record(l, &(cf_trace_ev){.t0 = t0, .t1 = cf_trace_clock(), .name = kept, .cat = "kernel",
-                                      .arg_name = "cache", .arg = ms > 0 ? 0 : 1});
-  return st;
+  return st ? st : ops->kernel(ctx, key, fn, compile_ms, cf_trace_here);
 }
 
 cf_status cf_codegen_emit(cf_context *ctx, const cf_kernel_key *keys, int n, cf_emit_format fmt,

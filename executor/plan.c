@@ -852,12 +852,12 @@ static cf_status start_coll(builder *b, const cf_node *n, int ci) {
 }
 
 /* Per collective, the topological position after which its START may be
- * issued: that of its last operand's producer, of its control
- * predecessors and of every other reader of its operands (so nothing reads
- * an operand a collective in place overwrites); its own position when an
- * operand or a control predecessor is a collective (ready at that one's
- * WAIT) or it is a fused MatMul (a step of the rank thread). Returns NULL
- * when out of memory. */
+ * issued: that of its last operand's producer and of every other reader
+ * of its operands (so nothing reads an operand a collective in place
+ * overwrites); its own position when an operand comes from a collective
+ * (ready at that one's WAIT) or it is a fused MatMul (a step of the rank
+ * thread); control predecessors count as operands. Returns NULL when out
+ * of memory. */
 static int *ready_at(const builder *b) {
   const cf_plan *p = b->p;
   const cf_graph *g = b->g;
@@ -879,11 +879,14 @@ static int *ready_at(const builder *b) {
       for (int j = 0; j < n->n_in; j++) {
         int v = val_index(p, n->in[j]);
         r = read[v] > r ? read[v] : r;
+        if (b->coll_of_node[n->in[j].node] >= 0) r = t;
       }
-      for (int j = 0; j < cf_node_n_deps(n); j++) { /* operands and control predecessors */
-        int d = cf_node_dep(n, j);
-        r = pos[d] > r ? pos[d] : r;
-        if (b->coll_of_node[d] >= 0) r = t; /* ready at its WAIT */
+      /* a control predecessor runs first: a compute one before the START,
+       * a collective one to its end (its WAIT, at this one's turn) */
+      for (int j = 0; j < n->n_ctl; j++) {
+        int u = n->ctl[j];
+        if (b->coll_of_node[u] >= 0) r = t;
+        else if (pos[u] > r) r = pos[u];
       }
       ready[ci] = p->colls[ci].fused_mm ? t : r;
     }

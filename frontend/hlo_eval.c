@@ -402,9 +402,9 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   bool start = strstr(opc, "-start") != NULL;
   char note[320];
   cf_status st;
-  /* all-gather-start's shape is (operands, results) */
+  /* all-gather-start's and reduce-scatter-start's shape is (operands, results) */
   const hshape *res = &in->shape;
-  if (start && kind == 1) {
+  if (start && kind != 0) {
     if (res->n != 2) return emit_opaque(r, in, at_entry, ops, opc, out);
     res = &res->elem[1];
   }
@@ -516,11 +516,11 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
           .n = -1, .ref = {idx, fuse ? i : 0}, .type = tuple ? &res->elem[fuse ? i : k] : res};
     }
   }
-  if (!start || kind != 1) {
+  if (!start || kind == 0) {
     *out = v;
     return CF_OK;
   }
-  /* all-gather-start: (operands, results) for all-gather-done */
+  /* all-gather-start, reduce-scatter-start: (operands, results) for -done */
   hval *pair = cf_arena_array(&r->scratch, 2, sizeof *pair);
   if (!pair) return cf_hlo_oom(r, in->line);
   if (n == 1) {
@@ -797,6 +797,7 @@ static const char *const body_keys[] = {"body", "condition", "true_computation",
 static bool is_collective_opcode(const char *op) {
   static const char *const names[] = {
       "all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
+      "reduce-scatter-start",
       "all-to-all", "ragged-all-to-all", "collective-permute", "collective-permute-start",
       "collective-broadcast"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -959,7 +960,7 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
     free(argv);
   } else if (!strcmp(op, "all-reduce") || !strcmp(op, "all-reduce-start") ||
              !strcmp(op, "all-gather") || !strcmp(op, "all-gather-start") ||
-             !strcmp(op, "reduce-scatter")) {
+             !strcmp(op, "reduce-scatter") || !strcmp(op, "reduce-scatter-start")) {
     st = eval_collective(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "collective-broadcast")) {
     st = eval_cbcast(r, in, at_entry, ops, out);
@@ -971,7 +972,8 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
     *out = ops[0]->elem[1];
   } else if (!strcmp(op, "all-reduce-done") && in->n_opnd == 1) {
     *out = *ops[0];
-  } else if (!strcmp(op, "all-gather-done") && in->n_opnd == 1 && ops[0]->n == 2) {
+  } else if ((!strcmp(op, "all-gather-done") || !strcmp(op, "reduce-scatter-done")) &&
+             in->n_opnd == 1 && ops[0]->n == 2) {
     *out = ops[0]->elem[1];
   } else if (binary && in->n_opnd == 2 && exact_array(ops[0]) && exact_array(ops[1]) && t->n < 0 &&
              ops[0]->type->dt == t->dt && ops[1]->type->dt == t->dt &&

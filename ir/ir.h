@@ -199,8 +199,6 @@ typedef struct cf_trace_lane {
   int64_t cap, n;
   int pid, tid;      /* Chrome's process (a rank; -1: the driver, written as pid ranks) and thread */
   bool failed_alloc; /* v could not be allocated: every event is dropped */
-  char **strs;       /* names copied for its events (cf_trace_keep) */
-  int n_strs, cap_strs;
 } cf_trace_lane;
 struct cf_trace {
   int ranks, n_lanes;   /* lanes: the driver's, then 2 per rank (thread 0 compute, 1 collectives);
@@ -224,9 +222,6 @@ void cf_trace_set_ranks(cf_trace *t, int ranks);
 int64_t cf_trace_clock(void);                         /* monotonic nanoseconds */
 int64_t cf_trace_ns(const cf_trace *t, double secs); /* a cf_now time on that clock */
 void cf_trace_put(cf_trace_lane *l, const cf_trace_ev *e);
-/* A copy of s that lives as long as l's trace, for an event's name (its
- * own thread only); NULL when out of memory. */
-const char *cf_trace_keep(cf_trace_lane *l, const char *s);
 /* Record e on lane l (its own thread only); nothing when l is NULL. */
 static inline void cf_trace_record(cf_trace_lane *l, const cf_trace_ev *e) {
   if (l) cf_trace_put(l, e);

@@ -59,11 +59,7 @@ cf_status cf_trace_create(int ranks, int64_t events_per_lane, cf_trace **out) {
 void cf_trace_destroy(cf_trace *t) {
   if (!t) return;
   for (int k = 0; k < t->n_lanes; k++)
-  {
     free(t->lanes[k].v);
-    for (int i = 0; i < t->lanes[k].n_strs; i++) free(t->lanes[k].strs[i]);
-    free(t->lanes[k].strs);
-  }
   free(t->lanes);
   free(t->failed);
   free(t);
@@ -78,21 +74,6 @@ cf_trace_lane *cf_trace_driver(cf_trace *t) { return t ? &t->lanes[0] : NULL; }
 
 void cf_trace_set_ranks(cf_trace *t, int ranks) {
   if (t && ranks >= 1 && 2 * ranks + 1 <= t->n_lanes) t->ranks = ranks;
-}
-
-const char *cf_trace_keep(cf_trace_lane *l, const char *s) {
-  for (int i = 0; i < l->n_strs; i++)
-    if (!strcmp(l->strs[i], s)) return l->strs[i];
-  if (l->n_strs == l->cap_strs) {
-    int cap = l->cap_strs ? 2 * l->cap_strs : 16;
-    char **ns = realloc(l->strs, sizeof *ns * (size_t)cap);
-    if (!ns) return NULL;
-    l->strs = ns;
-    l->cap_strs = cap;
-  }
-  char *k = strdup(s);
-  if (k) l->strs[l->n_strs++] = k;
-  return k;
 }
 
 void cf_trace_put(cf_trace_lane *l, const cf_trace_ev *e) {

@@ -169,9 +169,11 @@ static cf_status report_cycle(cf_graph *g, const int *indeg, cf_diags *d) {
   size_t nsz = g->n_nodes > 0 ? (size_t)g->n_nodes : 1;
   int *seen = calloc(nsz, sizeof(int));
   int *path = malloc(nsz * sizeof(int));
-  if (!seen || !path) {
+  bool *after = calloc(nsz, sizeof(bool)); /* path[i] reached its next by a control edge */
+  if (!seen || !path || !after) {
     free(seen);
     free(path);
+    free(after);
     return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   }
   int len = 0, cur = start;
@@ -181,7 +183,7 @@ static cf_status report_cycle(cf_graph *g, const int *indeg, cf_diags *d) {
     const cf_node *n = &g->nodes[cur];
     int next = -1;
     for (int j = 0; j < cf_node_n_deps(n) && next < 0; j++)
-      if (indeg[cf_node_dep(n, j)] > 0) next = cf_node_dep(n, j);
+      if (indeg[cf_node_dep(n, j)] > 0) next = cf_node_dep(n, j), after[len - 1] = j >= n->n_in;
     cur = next;
   }
   /* path[first .. len-1] is the cycle walked against the edges; print it
@@ -191,9 +193,12 @@ static cf_status report_cycle(cf_graph *g, const int *indeg, cf_diags *d) {
   int first = seen[cur] - 1, clen = len - first, rot = 0;
   for (int k = 0; k < clen; k++)
     if (path[len - 1 - k] < path[len - 1 - rot]) rot = k;
-  for (int k = 0; k <= clen && o < sizeof buf - 64; k++)
-    o += (size_t)snprintf(buf + o, sizeof buf - o, k ? " -> '%s'" : "'%s'",
-                          g->nodes[path[len - 1 - (rot + k) % clen]].name);
+  /* an edge that is a control dependency is written -(after)-> */
+  for (int k = 0; k <= clen && o < sizeof buf - 64; k++) {
+    int at = len - 1 - (rot + k) % clen;
+    o += (size_t)snprintf(buf + o, sizeof buf - o, !k ? "'%s'" : after[at] ? " -(after)-> '%s'" : " -> '%s'",
+                          g->nodes[path[at]].name);
+  }
   for (int k = 0; k < clen; k++) /* reuse seen[] for the cycle in edge order */
     seen[k] = path[len - 1 - (rot + k) % clen];
   const cf_node *n = &g->nodes[path[len - 1 - rot]];
@@ -201,6 +206,7 @@ static cf_status report_cycle(cf_graph *g, const int *indeg, cf_diags *d) {
   if (d) cf_diags_add(d, cf_errmsg(g->ctx), (int)(n - g->nodes), seen, clen);
   free(seen);
   free(path);
+  free(after);
   return st;
 }
 

@@ -1806,23 +1806,31 @@ static void test_plan_control_order(void **state) {
                     "<node name='y' op='Input' dtype='float32' shape='64' init='random'/>\n"
                     "<node name='m' op='Mul'><input ref='y'/><input ref='y'/>%s</node>\n"
                     "<node name='o1' op='Output'><input ref='m'/></node>\n"
-                    "<node name='o2' op='Output'><input ref='ar'/></node>\n</graph>\n";
+                    "<node name='o2' op='Output'><input ref='ar'/></node>\n"
+                    "<node name='z' op='Input' dtype='float32' shape='64' init='random'/>\n"
+                    "<node name='ar2' op='AllReduce'><input ref='z'/>%s</node>\n"
+                    "<node name='o3' op='Output'><input ref='ar2'/></node>\n</graph>\n";
   for (int ordered = 0; ordered < 2; ordered++) {
     char text[1024];
-    snprintf(text, sizeof text, xml, ordered ? "<after ref='ar'/>" : "");
+    snprintf(text, sizeof text, xml, ordered ? "<after ref='ar'/>" : "", ordered ? "<after ref='m'/>" : "");
     cf_graph *g = compile_graph(text, cf_pipeline_O0, NULL);
     cf_run_options opt = {.seed = 9, .iters = 1, .timeout_s = 30};
     cf_plan *pl = NULL;
     if (cf_plan_build(ctx, g, &opt, &pl) != CF_OK) fail_msg("plan: %s", cf_context_errmsg(ctx));
-    int wait = -1, mul = -1;
+    int wait = -1, mul = -1, start2 = -1;
     for (int i = 0; i < pl->n_steps; i++) {
       const cf_step *sp = &pl->steps[i];
-      if (sp->kind == CF_STEP_WAIT && !strcmp(g->nodes[pl->colls[sp->coll].node].name, "ar")) wait = i;
+      const char *cn = sp->kind == CF_STEP_WAIT || sp->kind == CF_STEP_START
+                           ? g->nodes[pl->colls[sp->coll].node].name : "";
+      if (sp->kind == CF_STEP_WAIT && !strcmp(cn, "ar")) wait = i;
+      if (sp->kind == CF_STEP_START && !strcmp(cn, "ar2")) start2 = i;
       if (sp->kind == CF_STEP_COMPUTE && !strcmp(g->nodes[sp->node].name, "m")) mul = i;
     }
-    assert_true(wait >= 0 && mul >= 0);
-    if (ordered) assert_true(wait < mul);
-    else assert_true(wait > mul);
+    assert_true(wait >= 0 && mul >= 0 && start2 >= 0);
+    /* ordered: ar ends before m, and ar2 (after m) starts after it; else
+     * ar waits for its Output and ar2 starts as soon as its input is there */
+    if (ordered) assert_true(wait < mul && start2 > mul);
+    else assert_true(wait > mul && start2 < mul);
     cf_run_result res;
     assert_int_equal(cf_exec_run(ctx, pl, NULL, &res), CF_OK);
     verify_run(text, &res, 9, ordered ? "control order" : "no control order");

@@ -645,6 +645,34 @@ static void test_combine_key_whole(void **state) {
   }
 }
 
+/* reduce-scatter-start / -done (XLA's AsyncReduceScatterCombiner test
+ * writes them): the start is the ReduceScatter, combinable, its shape
+ * (operands, results); -done forwards the result (both were Opaque). */
+static void test_reduce_scatter_async(void **state) {
+  (void)state;
+  const char *text =
+      "HloModule m, is_scheduled=true\n" SUM "ENTRY e {\n  p0 = f32[8] parameter(0)\n"
+      "  p1 = f32[8] parameter(1)\n"
+      "  rs0 = ((f32[8]), f32[4]) reduce-scatter-start(p0), replica_groups={{0,1}}, dimensions={0}, "
+      "to_apply=sum\n"
+      "  rs0d = f32[4] reduce-scatter-done(rs0), replica_groups={{0,1}}, dimensions={0}, to_apply=sum\n"
+      "  rs1 = ((f32[8]), f32[4]) reduce-scatter-start(p1), replica_groups={{0,1}}, dimensions={0}, "
+      "to_apply=sum\n"
+      "  rs1d = f32[4] reduce-scatter-done(rs1), replica_groups={{0,1}}, dimensions={0}, to_apply=sum\n"
+      "  ROOT t = (f32[4], f32[4]) tuple(rs0d, rs1d)\n}\n";
+  cf_graph *g = NULL;
+  assert_int_equal(parse(text, &g), CF_OK);
+  const cf_node *rs0 = node(g, "rs0");
+  assert_int_equal(rs0->op, CF_OP_REDUCESCATTER);
+  assert_int_equal(cf_node_fusion(rs0), 1);
+  assert_shape(&rs0->out[0], CF_DT_FLOAT32, "4");
+  assert_ptr_equal(operand(g, node(g, "output.1"), 0), node(g, "rs1"));
+  cf_pass_options o = {.split = "bytes:1G"};
+  assert_int_equal(cf_passes_run(g, "infer,fuse-reducescatter", &o, NULL, NULL), CF_OK);
+  assert_string_equal(attr_text(node(g, "reducescatter_bucket_0"), CF_A_MEMBERS, ""), "rs0,rs1");
+  cf_graph_destroy(g);
+}
+
 static void test_sniff_and_names(void **state) {
   (void)state;
   /* no extension: the first word says HLO; names keep their dots and dashes */
@@ -925,6 +953,7 @@ int main(void) {
       cmocka_unit_test(test_collective_suggest),
       cmocka_unit_test(test_replica_group_order),
       cmocka_unit_test(test_combine_key_whole),
+      cmocka_unit_test(test_reduce_scatter_async),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

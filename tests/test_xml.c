@@ -201,7 +201,7 @@ static void test_hostile(void **state) {
   ASSERT_FAILS("<graph world_size='2'>\n<node name='x' op='Input' dtype='int8' shape='2'/>\n"
                "<node name='y' op='AllReduce'>\n<input ref='x'/>\n<after ref='w'/>\n</node>\n"
                "<node name='w' op='AllReduce'>\n<input ref='x'/>\n<after ref='y'/>\n</node></graph>",
-               "error: node 'y': cycle: 'y' -> 'w' -> 'y'");
+               "error: node 'y': cycle: 'y' -(after)-> 'w' -(after)-> 'y'");
   ASSERT_FAILS("<graph>\n<node name='x' op='Input' dtype='int8' shape='2'/>\n"
                "<node name='x' op='Input' dtype='int8' shape='2'/>\n</graph>",
                "mem.xml:3: error: node 'x': duplicate node name (first defined at line 2)");

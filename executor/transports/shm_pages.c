@@ -6,7 +6,7 @@
  * which Debian leaves at `never` while anonymous memory gets them on
  * madvise (the threads world's buffers: cpu.c). With 4 KiB pages every
  * 4 KiB of the 2n buffers an AllReduce walks costs a TLB miss: that alone
- * made the shm world 1.5-3x slower than the threads world at 16-64 MiB
+ * made the shm world 1.5-3.3x slower than the threads world at 16-64 MiB
  * (bench allreduce --algo rsag, 2 ranks; the threads world with its
  * madvise made a no-op ran at the shm world's speed). So: with `advise`,
  * `within_size`, `always` or `force`, a memfd advised MADV_HUGEPAGE; with
