@@ -141,7 +141,9 @@ cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t);
  * everything else local (its own copy of ir/ and keys.c included). The
  * table's abi is a hash of the headers whose structs cross between the two
  * (cf_context, cf_graph, the key and the target), computed when configuring;
- * load.c refuses a module from another build. */
+ * load.c refuses a module from another build. Its copy of ir/ has globals
+ * of its own: per-thread state the module needs from the caller (the trace
+ * lane, cf_trace_here) crosses as an argument, never through the copy. */
 #define CF_CODEGEN_MODULE "collfuse-codegen.so"
 #define CF_CODEGEN_OPS_SYMBOL "cf_codegen_llvm_ops"
 
@@ -149,8 +151,8 @@ typedef struct cf_codegen_ops {
   uint64_t abi; /* CF_CODEGEN_ABI of the build that made the module */
   cf_status (*target_host)(cf_context *ctx, cf_codegen_target *t);
   cf_status (*target_nvptx)(cf_context *ctx, const char *sm, cf_codegen_target *t);
-  /* lane: the calling thread's cf_trace_here (ir/trace.c's thread-local;
-   * the module's copy of ir/ has one of its own) */
+  /* lane: the caller's trace lane (cf_trace_here) or NULL; passed, as the
+   * module's copy of ir/ has a cf_trace_here of its own */
   cf_status (*kernel)(cf_context *ctx, const cf_kernel_key *key, void **fn, double *compile_ms,
                       cf_trace_lane *lane);
   cf_status (*emit)(cf_context *ctx, const cf_kernel_key *keys, int n, cf_emit_format fmt,

@@ -175,7 +175,7 @@ static cf_status kernel_locked(cf_context *ctx, cf_jit *J, const cf_kernel_key *
                                const char *name, void **fn, double *compile_ms, cf_trace_lane *l);
 
 cf_status cf_llvm_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn,
-                         double *compile_ms, cf_trace_lane *lane) {
+                            double *compile_ms, cf_trace_lane *lane) {
   if (fn) *fn = NULL;
   if (compile_ms) *compile_ms = 0;
   if (!ctx) return CF_ERR_USAGE;
@@ -209,9 +209,8 @@ static const char *keep_name(cf_jit *J, const char *name) {
   return k;
 }
 
-/* kernel_locked, and with a trace the lookup as an event on the calling
- * thread's lane l (libcollfuse's cf_trace_here, passed in: the module's own
- * copy of ir/ has its own, never set): cat "kernel", the kernel's name, args.cache 0 when it was
+/* kernel_locked, and with a trace lane l (the caller's: this module has a
+ * cf_trace_here of its own) the lookup as an event on it: cat "kernel", the kernel's name, args.cache 0 when it was
  * generated now, 1 when it came from the object cache on disk, 2 when this
  * context had it already. */
 static cf_status kernel_find(cf_context *ctx, cf_jit *J, const cf_kernel_key *key,
