@@ -16,6 +16,7 @@
 #include "../executor/executor.h"
 #include "../executor/transports/transports.h"
 
+#include "../ir/trace.h"
 #include "../passes/passes.h"
 #include "api.h"
 

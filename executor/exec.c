@@ -13,6 +13,7 @@
  * message with CF_ERR_RUNTIME (or the failing rank's own status).
  */
 #define _GNU_SOURCE
+#include "../ir/trace.h"
 #include "plan.h"
 #include "transports/transports.h"
 

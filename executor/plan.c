@@ -39,6 +39,7 @@
  * output. So the plan is built with each kind in place and without
  * (cf_plan_build), and the smallest peak per rank wins (ties: in place).
  */
+#include "../ir/trace.h"
 #include "plan.h"
 #include "transports/transports.h"
 

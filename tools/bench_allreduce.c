@@ -522,8 +522,7 @@ static const cf_opt ar_opts[] = {
              "default one; other rank counts and transports kept);\n"
              "every size is measured 3 times, on fresh rank threads,\n"
              "and the medians are kept (and shown)"},
-    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, json),
-     .help = "one JSON object on stdout"},
+    CF_OPT_JSON(offsetof(cf_ar_args, json)),
     {0},
 };
 

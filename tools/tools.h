@@ -276,6 +276,9 @@ bool cf_opt_check_quiet(void *out, const char *v, char *why, size_t len);
   {"--quiet", NULL, NULL, CF_OPT_FLAG, (f), .check = cf_opt_check_quiet,                           \
    .help = "no progress line on standard error (shown on a terminal\n"                             \
            "once a phase takes over a second)"}
+/* The --json row of a command that prints one JSON object of its results,
+ * for a command whose struct has bool field f. */
+#define CF_OPT_JSON(f) {"--json", NULL, NULL, CF_OPT_FLAG, (f), .help = "one JSON object on stdout"}
 /* timeline.c: what a run's trace says (exposed communication, overlap,
  * each plan collective's start, run and wait), over the iterations from
  * first_iter on: as `run -v` lines prefixed who, into cJSON object obj as

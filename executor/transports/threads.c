@@ -36,6 +36,7 @@
  * 4 KiB took 3.2-3.6 us bound where it took 3.1-3.3 or 4.9-5.3 us unbound.
  */
 #define _GNU_SOURCE
+#include "../../ir/trace.h"
 #include "transports.h"
 
 #include <errno.h>
