@@ -50,7 +50,6 @@ whole job, a loss that is not a scalar.
 
 import hashlib
 import itertools
-import queue
 import threading
 import time
 import weakref
@@ -62,6 +61,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import functional_call
 
 from . import Context, Graph
+from . import _ordered
 from . import distributed as _cfd
 from . import fx as _cfx
 
@@ -94,28 +94,17 @@ class _Tracing:
         return x.clone()
 
 
-class _Comm:
-    """collfuse's communication thread for the steps: runs the job's
-    collectives in the order they are submitted (the same on every rank)."""
+def _submit(fn):
+    """fn on collfuse's communication thread for the steps, which runs the
+    job's collectives in the order they are submitted (the same on every
+    rank): a handle for _wait."""
+    box, done = [], threading.Event()
 
-    def __init__(self):
-        self.q = queue.SimpleQueue()
-        self.t = threading.Thread(target=self._main, name="collfuse-step", daemon=True)
-        self.t.start()
-
-    def _main(self):
-        while True:
-            fn, box, done = self.q.get()
-            try:
-                box.append((True, fn()))
-            except BaseException as e:  # carried to the waiter
-                box.append((False, e))
-            done.set()
-
-    def submit(self, fn):
-        box, done = [], threading.Event()
-        self.q.put((fn, box, done))
-        return box, done
+    def finish(res, err, t0):
+        box.append((True, res) if err is None else (False, err))  # err: carried to the waiter
+        done.set()
+    _ordered.submit("collfuse-step", fn, finish)
+    return box, done
 
 
 def _wait(handle):
@@ -125,18 +114,6 @@ def _wait(handle):
     if not ok:
         raise v
     return v
-
-
-_comm = None
-_comm_lock = threading.Lock()
-
-
-def _comm_thread():
-    global _comm
-    with _comm_lock:
-        if _comm is None:
-            _comm = _Comm()
-    return _comm
 
 
 class _Running:
@@ -169,7 +146,7 @@ class _Running:
                 red = a["reduction"]
             out = x.new_empty((x.shape[0] // n,) + tuple(x.shape[1:]))
             fn = lambda: _cfd.reduce_scatter(out, x, op=red)
-        _wait(_comm_thread().submit(fn))
+        _wait(_submit(fn))
         return out
 
 
@@ -548,7 +525,7 @@ def _start_bucket(key, b, grads):
         def run():
             _cfd.all_reduce(flat, op="mean")
             span[1] = time.perf_counter()
-        step.pending[b] = _comm_thread().submit(run)
+        step.pending[b] = _submit(run)
 
 
 def _union_ms(spans):

@@ -29,12 +29,11 @@ into the bucket). Without it, DDP copies the gradients into the
 bucket and back, as with any hook.
 """
 
-import queue
-import threading
 import time
 
 import torch
 
+from . import _ordered
 from . import distributed as _cfd
 from .step import compile_step  # noqa: F401 (graph mode: collfuse.step)
 
@@ -66,54 +65,31 @@ def _join(state):
     return state  # a process group (checked by the collective) or None
 
 
-class _Worker:
-    """One thread that runs the hooks' collectives in the order DDP hands
-    the buckets over (the same order on every rank), so the backward pass
-    goes on while a bucket is averaged; each future completes (or fails)
-    when its bucket is done. Started on first use; a daemon thread."""
-
-    def __init__(self):
-        self.q = queue.SimpleQueue()
-        self.t = threading.Thread(target=self._main, name="collfuse-ddp", daemon=True)
-        self.t.start()
-
-    def _main(self):
-        while True:
-            fn, fut, info, queued, rewrite = self.q.get()
-            t0 = time.monotonic_ns()
-            try:
-                res, err = fn(), None
-            except BaseException as e:  # the future carries it to DDP's wait
-                res, err = None, e
-            if info is not None:  # tracing: the bucket's turn here, up to its future's completion
-                info["queued_ms"] = round((t0 - queued) / 1e6, 3)
-                _cfd.trace_span(_cfd.LANE_CALLS, "bucket %d" % info["index"], t0, time.monotonic_ns(),
-                                "bucket", info)
-            if err is None:
-                fut.set_result(res)
-            else:
-                fut.set_exception(err)
-            if rewrite and info is not None and info["index"] == 0:  # the backward pass's last bucket
-                _cfd.write_trace()
-
-
-_worker = None
-_worker_lock = threading.Lock()
-
-
 def _submit(fn, bucket, buf, t0, state):
-    """fn on the worker; the future DDP waits on. t0: the hook's call
+    """fn on one thread that runs the hooks' collectives in the order DDP
+    hands the buckets over (the same order on every rank), so the backward
+    pass goes on while a bucket is averaged: the future DDP waits on, which
+    completes (or fails) when its bucket is done. t0: the hook's call
     (time.monotonic_ns), for the trace."""
-    global _worker
-    with _worker_lock:
-        if _worker is None:
-            _worker = _Worker()
     fut = torch.futures.Future()
     info = None
     if _cfd.tracing():
         info = {"index": bucket.index(), "bytes": buf.numel() * buf.element_size(), "dtype": str(buf.dtype)}
     rewrite = isinstance(state, HookState) and state.trace is not None
-    _worker.q.put((fn, fut, info, time.monotonic_ns(), rewrite))
+    queued = time.monotonic_ns()
+
+    def done(res, err, t_run):
+        if info is not None:  # tracing: the bucket's turn here, up to its future's completion
+            info["queued_ms"] = round((t_run - queued) / 1e6, 3)
+            _cfd.trace_span(_cfd.LANE_CALLS, "bucket %d" % info["index"], t_run, time.monotonic_ns(),
+                            "bucket", info)
+        if err is None:
+            fut.set_result(res)
+        else:  # the future carries it to DDP's wait
+            fut.set_exception(err)
+        if rewrite and info is not None and info["index"] == 0:  # the backward pass's last bucket
+            _cfd.write_trace()
+    _ordered.submit("collfuse-ddp", fn, done)
     if info is not None:
         _cfd.trace_span(_cfd.LANE_HOOK, "hook %d" % info["index"], t0, time.monotonic_ns(), "hook", dict(info))
     return fut

@@ -23,23 +23,9 @@ except ImportError:
 
 import collfuse.fx as cfx
 import collfuse.torch as ct
+from checks import expect_raises, fail
 
 CLI = sys.argv[1]
-
-
-def fail(msg):
-    sys.exit("test_step: %s" % msg)
-
-
-def expect_raises(kind, fn, *words):
-    try:
-        fn()
-    except kind as e:
-        for w in words:
-            if w not in str(e):
-                fail("%s: %r does not say %r" % (kind.__name__, str(e), w))
-        return
-    fail("no %s (want one saying %s)" % (kind.__name__, words))
 
 
 def mlp(seed, dtype=torch.float32):

@@ -23,12 +23,9 @@ except ImportError:
     sys.exit(77)
 
 import collfuse.distributed as cfd
+from checks import fail
 
 SCALE = int(os.environ.get("COLLFUSE_TEST_TIMEOUT_SCALE", "1") or 1)
-
-
-def fail(msg):
-    sys.exit("test_step_dist: %s" % msg)
 
 
 def close(a, b, rtol):
