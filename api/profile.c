@@ -50,7 +50,7 @@ const char *cf_profile_path(const char *given, char *buf, size_t len, bool *expl
   if (given) return given;
   if (env && *env) return env;
   *explicit_path = false;
-  const char *xdg = cf_env(CF_ENV_XDG_CONFIG), *home = getenv("HOME");
+  const char *xdg = cf_env(CF_ENV_XDG_CONFIG), *home = cf_env(CF_ENV_HOME);
   if (xdg && xdg[0] == '/')
     snprintf(buf, len, "%s/collfuse/profile", xdg);
   else if (home && *home)

@@ -186,6 +186,7 @@ typedef enum cf_env_var {
   CF_ENV_XDG_CACHE,     /* XDG_CACHE_HOME */
   CF_ENV_PROFILE,       /* COLLFUSE_PROFILE */
   CF_ENV_XDG_CONFIG,    /* XDG_CONFIG_HOME */
+  CF_ENV_HOME,          /* HOME */
   CF_ENV_STREAM_MIN,    /* COLLFUSE_STREAM_MIN */
   CF_ENV_BIND,          /* COLLFUSE_BIND */
   CF_ENV_BLAS_THREADS,  /* OPENBLAS_NUM_THREADS */
@@ -202,6 +203,7 @@ typedef enum cf_env_var {
   CF_ENV_OMPI_RANK,       /* OMPI_COMM_WORLD_RANK */
   CF_ENV_OMPI_SIZE,       /* OMPI_COMM_WORLD_SIZE */
   CF_ENV_OMPI_LOCAL_SIZE, /* OMPI_COMM_WORLD_LOCAL_SIZE */
+  CF_ENV_OMPI_BTL,        /* OMPI_MCA_btl */
   CF_ENV_PMIX_NAMESPACE,  /* PMIX_NAMESPACE */
   CF_ENV_PMI_RANK,        /* PMI_RANK */
   CF_ENV_PMI_SIZE,        /* PMI_SIZE */
@@ -213,6 +215,7 @@ typedef enum cf_env_var {
   CF_ENV_SHM_HUGE,        /* COLLFUSE_SHM_HUGE */
   CF_ENV_HOSTID,          /* COLLFUSE_HOSTID */
   CF_ENV_RENDEZVOUS,      /* COLLFUSE_RENDEZVOUS */
+  CF_ENV_PATH,            /* PATH */
   CF_ENV_COUNT
 } cf_env_var;
 

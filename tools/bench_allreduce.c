@@ -199,7 +199,7 @@ typedef struct mpi_peer {
 } mpi_peer;
 
 static bool find_on_path(const char *name, char *out, size_t len) {
-  const char *path = getenv("PATH");
+  const char *path = cf_env(CF_ENV_PATH);
   if (!path) path = "/usr/bin:/bin";
   while (*path) {
     size_t n = strcspn(path, ":");

@@ -676,7 +676,7 @@ static cf_status mpi_create(cf_context *ctx, int size, double timeout_s, cf_worl
     MPI_Comm_free(&node);
   }
   /* the same answer on every rank: AUTO must pick alike everywhere */
-  int shm = w->local_size == w->comm.size && btl_allows_shm(getenv("OMPI_MCA_btl"));
+  int shm = w->local_size == w->comm.size && btl_allows_shm(cf_env(CF_ENV_OMPI_BTL));
   MPI_Allreduce(MPI_IN_PLACE, &shm, 1, MPI_INT, MPI_MIN, w->world);
   w->shm = shm;
   w->inline_max = shm ? INLINE_SHM : INLINE_NET;
