@@ -219,6 +219,18 @@ cf_status cf_profile_find(cf_context *ctx, const char *given, cf_profile **out, 
 
 void cf_profile_destroy(cf_profile *p) { free(p); }
 
+cf_status cf_profile_compile_cost(cf_context *ctx, const char *given, const cf_graph *g,
+                                  cf_cost *cost, const cf_cost **measured) {
+  cf_profile *prof = NULL;
+  char path[4096];
+  *measured = NULL;
+  cf_status st = cf_profile_find(ctx, given, &prof, path, sizeof path);
+  if (!st && cf_profile_cost(prof, "threads", g->world_size > 0 ? (int)g->world_size : 1, cost))
+    *measured = cost;
+  cf_profile_destroy(prof);
+  return st;
+}
+
 uint32_t cf_profile_hash(const cf_profile *p, const char *transport) {
   uint32_t h = 2166136261u;
   bool any = false;

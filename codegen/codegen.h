@@ -39,7 +39,6 @@
 #define COLLFUSE_CODEGEN_H
 
 #include "../ir/ir.h"
-#include "../ir/trace.h"
 
 typedef enum cf_kernel_kind {
   CF_K_NARY,  /* dst = op(src0..srcK-1) */

@@ -54,7 +54,8 @@ static inline const char *cf_s(long long n) { return n == 1 ? "" : "s"; }
 
 typedef struct cf_errslot cf_errslot;
 typedef struct cf_progress cf_progress; /* progress.c */
-typedef struct cf_trace cf_trace;       /* trace.c */
+typedef struct cf_trace cf_trace;       /* trace.h: a run's timeline */
+typedef struct cf_trace_lane cf_trace_lane; /* trace.h: a thread's events */
 struct cf_context {
   pthread_mutex_t err_lock; /* guards errs and err_seq */
   cf_errslot *errs;         /* the messages, one slot per thread (context.c) */

@@ -3,8 +3,8 @@
  * Only the code that records or writes a trace includes it: the executor's
  * rank and communication threads, the transports and algorithms that mark
  * their phases, the JIT's kernel lookups, the driver and the API. ir.h
- * keeps the opaque cf_trace a context carries, so ir.h itself names nothing
- * of trace.c.
+ * keeps the opaque cf_trace a context carries (and cf_trace_lane, which
+ * codegen's table passes), so ir.h itself names nothing of trace.c.
  */
 #ifndef COLLFUSE_IR_TRACE_H
 #define COLLFUSE_IR_TRACE_H
@@ -25,12 +25,12 @@ typedef struct cf_trace_ev {
   int64_t arg;
 } cf_trace_ev;
 /* A thread's ring buffer: the last cap events of the n it recorded. */
-typedef struct cf_trace_lane {
+struct cf_trace_lane {
   cf_trace_ev *v; /* cap events, allocated on the first */
   int64_t cap, n;
   int pid, tid;      /* Chrome's process (a rank; -1: the driver, written as pid ranks) and thread */
   bool failed_alloc; /* v could not be allocated: every event is dropped */
-} cf_trace_lane;
+};
 struct cf_trace {
   int ranks, n_lanes;   /* lanes: the driver's, then 2 per rank (thread 0 compute, 1 collectives);
                          * ranks may be set below what the lanes were made for */
