@@ -178,6 +178,16 @@ static cf_status fused_matmul(cf_graph *g, cf_node *n, cf_value *out) {
   return CF_OK;
 }
 
+/* n's dim attribute (0 when absent) into *d: a dimension of v, else an
+ * error naming it. */
+static cf_status dim_of(cf_graph *g, cf_node *n, const cf_value *v, int64_t *d) {
+  *d = cf_node_int(n, CF_A_DIM, 0);
+  if (*d < 0 || *d >= v->shape.rank)
+    return cf_node_error(g, n, CF_ERR_INVALID, "dim=%lld is not a dimension of the %d-D input",
+                         (long long)*d, v->shape.rank);
+  return CF_OK;
+}
+
 /* One AllGather / ReduceScatter applied to value v. */
 static cf_status gather_shape(cf_graph *g, cf_node *n, const cf_value *v, int64_t rs,
                               cf_layout lay, cf_value *out) {
@@ -198,10 +208,9 @@ static cf_status gather_shape(cf_graph *g, cf_node *n, const cf_value *v, int64_
   } else {
     if (v->shape.rank < 1)
       return cf_node_error(g, n, CF_ERR_INVALID, "concat layout needs an input of rank >= 1");
-    int64_t d = cf_node_int(n, CF_A_DIM, 0);
-    if (d < 0 || d >= v->shape.rank)
-      return cf_node_error(g, n, CF_ERR_INVALID, "dim=%lld is not a dimension of the %d-D input",
-                           (long long)d, v->shape.rank);
+    int64_t d;
+    cf_status st = dim_of(g, n, v, &d);
+    if (st) return st;
     if (!cf_mul_i64(v->shape.dims[d], rs, &out->shape.dims[d]))
       return cf_node_error(g, n, CF_ERR_INVALID, "gathered dim %lld overflows", (long long)d);
   }
@@ -213,10 +222,9 @@ static cf_status scatter_shape(cf_graph *g, cf_node *n, const cf_value *v, int64
   *out = *v;
   if (v->shape.rank < 1)
     return cf_node_error(g, n, CF_ERR_INVALID, "ReduceScatter needs an input of rank >= 1");
-  int64_t d = cf_node_int(n, CF_A_DIM, 0);
-  if (d < 0 || d >= v->shape.rank)
-    return cf_node_error(g, n, CF_ERR_INVALID, "dim=%lld is not a dimension of the %d-D input",
-                         (long long)d, v->shape.rank);
+  int64_t d;
+  cf_status st = dim_of(g, n, v, &d);
+  if (st) return st;
   if (v->shape.dims[d] % rs) {
     if (d == 0)
       return cf_node_error(g, n, CF_ERR_INVALID, "dim0=%lld is not divisible by rank_size=%lld",
