@@ -723,7 +723,7 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
   ms.shm_rank = rank;
   ms.shm_size = e->ranks;
   cf_run_options ro = e->ro;
-  ro.keep_arena = true; /* this process's rank runs again and again: no arena per call */
+  ro.keep_rank = true; /* this process's rank runs again and again: kept from call to call */
   cf_status st = cf_run_prepare(e->ctx, &ms, &ro);
   e->mpi = ms.world;
   if (st) return st;
