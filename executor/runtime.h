@@ -126,7 +126,8 @@ typedef struct cf_coll_desc {
 } cf_coll_desc;
 
 /* True when two ranks' descriptors of the same collective differ; text
- * then says so naming both ranks and both values. */
+ * then says so naming both ranks and both values. NULL is a message of no
+ * collective (the checks before a run): it differs from any descriptor. */
 bool cf_coll_desc_mismatch(const cf_coll_desc *mine, int my_rank, const cf_coll_desc *theirs,
                            int their_rank, char *text, size_t len);
 
