@@ -31,6 +31,19 @@ typedef struct cf_compile_options {
  * NULL. */
 cf_status cf_compile(cf_graph *g, const cf_compile_options *opt);
 
+/* ================= runner.c: cf_executable_start_rank's thread ================= */
+
+/* Queue cf_executable_run_rank(e, rank, inputs, outputs) on r (the arrays
+ * copied: n_in and n_out pointers); done is called on r's thread when it
+ * has ended. */
+cf_status cf_runner_put(cf_runner *r, cf_executable *e, int rank, const void *const *inputs,
+                        int n_in, void *const *outputs, int n_out, cf_run_done_fn done,
+                        void *user);
+/* api.c: e's context, and its count of runs started on a runner and not
+ * yet ended (d: +1 or -1; cf_executable_destroy waits for 0). */
+cf_context *cf_executable_ctx(const cf_executable *e);
+void cf_executable_pending(cf_executable *e, int d);
+
 /* ================= options.c: option values, checked once ================= */
 
 /* The checks behind both cf_options_set and the driver's options: true with

@@ -27,17 +27,21 @@ bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b,
   if (rb < ra) return cf_coll_desc_mismatch(b, rb, a, ra, text, len); /* the lower rank first */
   char va[128], vb[128];
   const char *what = NULL;
-  if (a->op == CF_OP_INVALID || b->op == CF_OP_INVALID) { /* exec.c's barriers */
-    if (a->op == b->op) return false;
+  /* NULL: a message of no collective, exec.c's checks before a run (a
+   * kept rank's later runs skip them: its peer runs another executable) */
+  if (!a || !b || a->op == CF_OP_INVALID || b->op == CF_OP_INVALID) { /* or exec.c's barriers */
+    if (!a || !b ? a == b : a->op == b->op) return false;
     snprintf(text, len,
              "cross-rank mismatch: rank %d is at %s but rank %d is at %s (the ranks run different "
              "collective sequences)",
              ra,
-             a->op == CF_OP_INVALID ? "an iteration barrier"
+             !a                     ? "the plan checks before a run"
+             : a->op == CF_OP_INVALID ? "an iteration barrier"
              : a->node              ? a->node
                                     : "a collective",
              rb,
-             b->op == CF_OP_INVALID ? "an iteration barrier"
+             !b                     ? "the plan checks before a run"
+             : b->op == CF_OP_INVALID ? "an iteration barrier"
              : b->node              ? b->node
                                     : "a collective");
     return true;

@@ -1181,7 +1181,7 @@ int cf_plan_value_bucket(const cf_plan *p, int node, int port, int64_t *off) {
 
 void cf_plan_destroy(cf_plan *p) {
   if (!p || p->abandoned) return; /* a rank's thread may still use it (exec.c join_ranks) */
-  if (p->kept_arena) cf_world_free(p->kept_world, p->dev, p->kept_arena);
+  cf_exec_forget(p);
   for (int c = 0; p->colls && c < p->n_colls; c++) {
     free(p->colls[c].segs);
     free(p->colls[c].pairs);

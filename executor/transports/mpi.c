@@ -458,7 +458,7 @@ static cf_status recv_msg(cf_comm *c, int src, void *staging, size_t bytes, cons
   group[h.group_len] = 0;
   memcpy(node, p->rbuf + sizeof h + h.group_len, h.node_len);
   node[h.node_len] = 0;
-  if (d && h.has_desc) {
+  if (d || h.has_desc) { /* on one side only: one rank checks its plan, the other runs */
     cf_coll_desc theirs = {.seq = h.seq,
                            .op = (cf_op)h.op,
                            .dtype = (cf_dtype)h.dtype,
@@ -471,12 +471,20 @@ static cf_status recv_msg(cf_comm *c, int src, void *staging, size_t bytes, cons
                            .chunks = h.chunks,
                            .group = group,
                            .node = node};
-    if (h.op < 0 || h.op >= CF_OP_COUNT || h.dtype < 0 || h.dtype >= CF_DT_COUNT) {
+    if (h.has_desc && (h.op < 0 || h.op >= CF_OP_COUNT || h.dtype < 0 || h.dtype >= CF_DT_COUNT)) {
       snprintf(text, sizeof text, "rank %d received a malformed header from rank %d", c->rank, src);
       return cf_mpi_fail_all(c, text);
     }
+<<<<<<< HEAD
     if (cf_coll_desc_mismatch(d, c->rank, &theirs, src, text, sizeof text))
       return cf_mpi_fail_all(c, text);
+=======
+    /* the lower rank first, so both sides of a mismatch print the same text */
+    const cf_coll_desc *t = h.has_desc ? &theirs : NULL;
+    bool differ = c->rank < src ? cf_coll_desc_mismatch(d, c->rank, t, src, text, sizeof text)
+                                : cf_coll_desc_mismatch(t, src, d, c->rank, text, sizeof text);
+    if (differ) return cf_mpi_fail_all(c, text);
+>>>>>>> b30p
   }
   if ((size_t)h.bytes != bytes) {
     cf_coll_size_mismatch(text, sizeof text, c->rank, bytes, src, (long long)h.bytes, d);

@@ -421,11 +421,19 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   if (st) return st;
   char text[768];
   sdesc *sd = &ch->desc[i];
-  if (d && m->key && m->key != cf_coll_desc_key(d) && sd->has) {
+  /* a descriptor on one side only: one rank checks its plan before a run
+   * while the other runs a collective (a kept rank skips the checks) */
+  if ((d || sd->has) && (!d || !sd->has || (m->key && m->key != cf_coll_desc_key(d)))) {
     cf_coll_desc theirs = sd->d;
     theirs.group = sd->group;
     theirs.node = sd->node;
+<<<<<<< HEAD
     if (cf_coll_desc_mismatch(d, w->me, &theirs, peer, text, sizeof text)) {
+=======
+    const cf_coll_desc *t = sd->has ? &theirs : NULL;
+    if (w->me < peer ? cf_coll_desc_mismatch(d, w->me, t, peer, text, sizeof text)
+                     : cf_coll_desc_mismatch(t, peer, d, w->me, text, sizeof text)) {
+>>>>>>> b30p
       world_abort(w, text);
       return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
     }
