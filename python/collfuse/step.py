@@ -30,9 +30,15 @@ buffer and starts its average on collfuse's communication thread (one
 thread, buckets in the same order on every rank), so the rest of the
 backward pass runs meanwhile; before the optimizer step every bucket is
 waited for, and each parameter's .grad is a view of its bucket (set once,
-kept from step to step). Copies: each gradient once, from the tensor the
-backward op made into its bucket; then the world's (collfuse.distributed:
-on the shm world the bucket into shared memory and the average back).
+kept from step to step). Gradients are produced into their buckets: a
+gradient whose last op has an out= kernel that writes its destination
+(mm, addmm, bmm, sum, add, sub, mul, div: nn.Linear's weights and biases,
+through the views t and view) runs that kernel on its bucket view.
+The others (convolution_backward's, the norms' backward, embedding's,
+tuple-valued ops: .copied names each parameter and op) are copied once
+into the bucket, and .copy_bytes counts those bytes per step. Then the
+world copies what it needs (collfuse.distributed: on the shm world the
+bucket into shared memory and the average back).
 The leaves run as the job's collectives, on the same thread, in program
 order, each on its own (not fused with other leaves).
 
@@ -50,6 +56,7 @@ whole job, a loss that is not a scalar.
 
 import hashlib
 import itertools
+import operator
 import queue
 import threading
 import time
@@ -67,6 +74,21 @@ from . import fx as _cfx
 
 __all__ = ["compile_step", "CompiledStep"]
 
+_ATEN = torch.ops.aten
+# Gradients produced into their bucket views: the aten ops whose out=
+# kernels (torch 1.13, CPU) write the destination they are given, strided
+# views included (mm's writes a transposed destination as the transposed
+# product), and the out= overload the step calls instead. Other ops'
+# gradients (convolution_backward's, the norms' backward, embedding's:
+# tuple-valued or with generated out= variants that compute and copy
+# anyway) are copied into their buckets.
+_INTO = {_ATEN.mm.default: _ATEN.mm.out, _ATEN.addmm.default: _ATEN.addmm.out, _ATEN.bmm.default: _ATEN.bmm.out,
+         _ATEN.sum.dim_IntList: _ATEN.sum.IntList_out, _ATEN.add.Tensor: _ATEN.add.out,
+         _ATEN.sub.Tensor: _ATEN.sub.out, _ATEN.mul.Tensor: _ATEN.mul.out, _ATEN.div.Tensor: _ATEN.div.out}
+# views between that op and the gradient (nn.Linear's weight gradient is
+# t(mm), its bias gradient view(sum)): the destination is the bucket view
+# seen through their inverses
+_VIEWS = {_ATEN.t.default, _ATEN.view.default, _ATEN._unsafe_view.default}
 _DT = dict(_cfx._TORCH_DT)
 _DT[torch.bool] = "bool"
 _LEAF_OPS = {}  # torch.ops.collfuse.X.default -> X
@@ -191,6 +213,15 @@ def _node_where(node):
     return ""
 
 
+def _op_name(node):
+    """The aten op that makes node's value (a tuple's, for an element of one)."""
+    if node.op != "call_function":
+        return node.op
+    if node.target is operator.getitem:
+        return _op_name(node.args[0])
+    return str(node.target)
+
+
 def _meta_of(node):
     tm = node.meta.get("tensor_meta")
     return tm if hasattr(tm, "dtype") else None
@@ -200,7 +231,9 @@ class CompiledStep:
     """A training step compiled by compile_step; call it with the inputs.
     After a call, .exposed_ms is the time the step waited for the buckets
     after the backward pass's last compute and .sync_ms the time during
-    which some bucket was being averaged (overlapping ones counted once)."""
+    which some bucket was being averaged (overlapping ones counted once),
+    .copy_bytes the bytes of gradients copied into buckets (those not
+    produced there: .produced_into and .copied list (parameter, op))."""
 
     def __init__(self, model, loss_fn, example_inputs, optimizer, world_size, fusion, local, passes, options):
         self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
@@ -415,10 +448,60 @@ class CompiledStep:
 
     # ---------------- the torch graph that runs
 
+    def _produce_into(self):
+        """Each bucketed gradient whose last op is one of _INTO's (through
+        _VIEWS) is made by its out= overload straight into its bucket view;
+        .produced_into and .copied list the parameters and ops either way."""
+        self.dests = {}  # parameter index -> (destination: a view of its bucket, the out= overload)
+        self.produced_into, self.copied = [], []
+        taken = set()
+        for _, ks in self.plan:
+            for k in ks:
+                op = self._into_one(k, taken)
+                (self.produced_into if k in self.dests else self.copied).append((self.param_names[k], op))
+        self.gm.graph.lint()
+
+    def _into_one(self, k, taken):
+        """Rewrite parameter k's gradient to be produced into its bucket; the
+        producing op's name (rewritten or not)."""
+        g = self.grad_nodes[k]
+        chain = [g]
+        while chain[-1].op == "call_function" and chain[-1].target in _VIEWS:
+            chain.append(chain[-1].args[0])
+        prod = chain[-1]
+        what = _op_name(prod)
+        tm = _meta_of(prod)
+        if prod.op != "call_function" or prod.target not in _INTO or tm is None or \
+                tm.dtype != self.params[k].dtype or g in taken:
+            return what
+        # the gradient feeds only the graph's output, each node before it only the next
+        if any(len(n.users) != 1 for n in chain) or list(g.users) != [self.output_node]:
+            return what
+        dest = self.grad_views[k]
+        try:
+            for n in chain[:-1]:  # from the gradient toward its producer: the views' inverses
+                dest = dest.t() if n.target is _ATEN.t.default else dest.view(tuple(_meta_of(n.args[0]).shape))
+        except RuntimeError:  # a view the bucket's layout cannot give
+            return what
+        if tuple(dest.shape) != tuple(tm.shape):
+            return what
+        taken.add(g)
+        self.dests[k] = (dest, _INTO[prod.target])
+        graph = self.gm.graph
+        with graph.inserting_before(prod):
+            new = graph.call_function(_into, (self.key, k, prod.args, dict(prod.kwargs)))
+        new.meta = dict(prod.meta)
+        prod.replace_all_uses_with(new)
+        graph.erase_node(prod)
+        if prod is g:
+            self.grad_nodes[k] = new
+        return what
+
     def _emit(self):
         gm, graph = self.gm, self.gm.graph
         self.key = next(_KEYS)
         _STEPS[self.key] = self
+        self._produce_into()
         order = {n: i for i, n in enumerate(graph.nodes)}
         self.starts = []  # (bucket index, start node name, last member node name)
         for b, (bname, ks) in enumerate(self.plan):
@@ -486,6 +569,7 @@ class CompiledStep:
                                "ranks (collfuse.distributed)" % (self.world_size, self.world_size))
         self.pending = [None] * len(self.plan)
         self.spans = []
+        self.copy_bytes = 0
         buffers = [b for _, b in self.model.named_buffers()]
         saved = _cfx._runtime
         _cfx._runtime = _Running(self.world_size, self.rank)
@@ -531,16 +615,23 @@ _STEPS = weakref.WeakValueDictionary()  # the traced graphs name their step by k
 _KEYS = itertools.count(1)
 
 
+def _into(key, k, args, kwargs):
+    """Parameter k's gradient, made by its op's out= overload into its bucket view."""
+    dest, op = _STEPS[key].dests[k]
+    return op(*args, **kwargs, out=dest)
+
+
 def _start_bucket(key, b, grads):
-    """Inserted after a bucket's last gradient: copy the gradients into the
-    bucket and start its average on the communication thread."""
+    """Inserted after a bucket's last gradient: copy the gradients that are
+    not already there into the bucket and start its average on the
+    communication thread."""
     step = _STEPS[key]
     flat = step.flat[b]
-    off = 0
-    for gt in grads:
-        n = gt.numel()
-        flat[off:off + n].view(gt.shape).copy_(gt)
-        off += n
+    for k, gt in zip(step.plan[b][1], grads):
+        v = step.grad_views[k]
+        if gt.data_ptr() != v.data_ptr() or gt.stride() != v.stride():
+            v.copy_(gt)
+            step.copy_bytes += v.numel() * v.element_size()
     if step.world_size > 1:
         span = [time.perf_counter(), None]
         step.spans.append(span)

@@ -84,6 +84,16 @@ for n, p in m.named_parameters():
     if not any(lo <= p.grad.data_ptr() < hi for lo, hi in flat_ptrs):
         fail("%s's gradient is not a view of a bucket" % n)
 
+# nn.Linear's gradients (t(mm), view(sum)) are produced into their buckets;
+# only BatchNorm's (a tuple of native_batch_norm_backward) are copied
+into = sorted(n for n, _ in step.produced_into)
+if into != ["0.bias", "0.weight", "3.bias", "3.weight", "5.bias", "5.weight"] or \
+        sorted(step.copied) != [("1.bias", "aten.native_batch_norm_backward.default"),
+                                ("1.weight", "aten.native_batch_norm_backward.default")]:
+    fail("produced into the buckets %s, copied %s" % (step.produced_into, step.copied))
+if step.copy_bytes != 2 * 24 * 4:
+    fail("%d bytes copied into the buckets in a step, want BatchNorm's 192" % step.copy_bytes)
+
 # ---- the traced graph: every gradient a node, one AllReduce (mean) each
 g = step.graph
 if step.collectives_before != 8:
