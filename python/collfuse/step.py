@@ -40,7 +40,13 @@ into the bucket, and .copy_bytes counts those bytes per step. Then the
 world copies what it needs (collfuse.distributed: on the shm world the
 bucket into shared memory and the average back).
 The leaves run as the job's collectives, on the same thread, in program
-order, each on its own (not fused with other leaves).
+order; the AllReduce leaves the compile put into one bucket (fusion=2 with
+one fusion_id, or fusion=1 by the split) as one all_reduce of their
+concatenation (.fused_leaves), the graph reordered so that the bucket runs
+once all its members' operands are made; matmul_reduce_scatter as collfuse's fused MatmulReduceScatter
+(collfuse.distributed.matmul_reduce_scatter: float32, float16, bfloat16,
+int8, no bias; with a bias or other dtypes, a torch matmul and collfuse's
+reduce_scatter).
 
 The job: collfuse.distributed (torchrun's or mpirun's environment, or
 torch.distributed's default group); with none, a world of one process where
@@ -55,6 +61,7 @@ whole job, a loss that is not a scalar.
 """
 
 import hashlib
+import heapq
 import itertools
 import operator
 import queue
@@ -180,8 +187,12 @@ class _Running:
             out = x.new_empty(((n,) + tuple(x.shape)) if a["layout"] == "stack" else
                               ((x.shape[0] * n,) + tuple(x.shape[1:])))
             fn = lambda: _cfd.all_gather(out, x)
+        elif kind == "matmul_reduce_scatter" and _fused(x, a["x2"], a["bias"]):
+            x2 = a["x2"].contiguous()
+            out = x.new_empty((x.shape[0] // n, x2.shape[1]))
+            fn = lambda: _cfd.matmul_reduce_scatter(out, x, x2, comm_turn=a["comm_turn"])
         else:
-            if kind == "matmul_reduce_scatter":
+            if kind == "matmul_reduce_scatter":  # a dtype or a bias the fused op does not take
                 x = x @ a["x2"]
                 if a["bias"] is not None:
                     x = x + a["bias"]
@@ -193,6 +204,13 @@ class _Running:
             fn = lambda: _cfd.reduce_scatter(out, x, op=red)
         _wait(_comm_thread().submit(fn))
         return out
+
+
+def _fused(x1, x2, bias):
+    """Whether collfuse's fused MatmulReduceScatter takes these operands
+    (no bias: the fused op takes one only as zeros)."""
+    return bias is None and x1.dtype in _cfx._TORCH_DT and _cfx._TORCH_DT[x1.dtype] in _cfd._FUSED_DTYPES and \
+        x2.dtype == x1.dtype and x1.dim() == 2 and x2.dim() == 2
 
 
 def _user_frame(e):
@@ -420,11 +438,15 @@ class CompiledStep:
     def _plan(self):
         """The buckets of the gradients: [(AllReduce bucket name, [parameter indices])] in schedule order."""
         owner = {v: k for k, v in self.grad_ar.items()}
+        leaf_of = {v: n for n, v in self.leaf_names.items()}
         self.buckets = self.graph.buckets()
         plan = []
+        self.leaf_buckets = []  # (bucket name, [leaf fx nodes]): leaves the compile fused, run as one
         for b in self.buckets:
             ks = [owner[m] for m in b["members"] if m in owner]
             if not ks:
+                if len(b["members"]) > 1 and b["op"] == "FusedAllReduce":
+                    self.leaf_buckets.append((b["name"], [leaf_of[m] for m in b["members"]]))
                 continue
             if len(ks) != len(b["members"]):
                 others = [m for m in b["members"] if m not in owner]
@@ -447,6 +469,58 @@ class CompiledStep:
             self.flat.append(flat)
 
     # ---------------- the torch graph that runs
+
+    def _fuse_leaves(self):
+        """Each bucket of leaves (AllReduces of one reduction and dtype the
+        compile fused: fusion=2 with one fusion_id, or fusion=1 by the split)
+        becomes one node that all-reduces them together, its members' values
+        taken from it; the graph is then put back in an order torch can run:
+        the compile keeps no member depending on another, and the nodes
+        that do not depend on the bucket keep their places."""
+        graph = self.gm.graph
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        self.fused_leaves = []
+        for b, (bname, members) in enumerate(self.leaf_buckets):
+            members = sorted(members, key=lambda n: order[n])
+            reds = {n.args[1] for n in members}
+            dts = {_meta_of(n).dtype for n in members}
+            if len(reds) != 1 or len(dts) != 1:  # the compile fuses neither: kept as it is
+                continue
+            last = members[-1]
+            with graph.inserting_after(last):
+                fused = graph.call_function(_fused_leaves, (self.key, reds.pop(), [n.args[0] for n in members]))
+            order[fused] = order[last] + 0.5
+            for i, n in enumerate(members):
+                with graph.inserting_after(fused):
+                    item = graph.call_function(operator.getitem, (fused, i))
+                item.meta = dict(n.meta)
+                order[item] = order[last] + 0.5 + (i + 1) / (len(members) + 2)
+                n.replace_all_uses_with(item)
+                graph.erase_node(n)
+            self.fused_leaves.append((bname, [self.leaf_names[n] for n in members]))
+        if not self.fused_leaves:
+            return
+        # stable topological order: each node at its old place unless an operand now comes later
+        nodes = list(graph.nodes)
+        pos = {n: k for k, n in enumerate(nodes)}
+        waiting = {n: len(set(n.all_input_nodes)) for n in nodes}
+        ready = [(order[n], pos[n], n) for n in nodes if not waiting[n]]
+        heapq.heapify(ready)
+        seq = []
+        while ready:
+            _, _, n = heapq.heappop(ready)
+            seq.append(n)
+            for u in n.users:
+                waiting[u] -= 1
+                if not waiting[u]:
+                    heapq.heappush(ready, (order[u], pos[u], u))
+        assert len(seq) == len(nodes), "the fused leaves made a cycle the compile should have refused"
+        at = seq[0]
+        for n in seq[1:]:
+            if at.next is not n:
+                at.append(n)
+            at = n
+        graph.lint()
 
     def _produce_into(self):
         """Each bucketed gradient whose last op is one of _INTO's (through
@@ -501,6 +575,7 @@ class CompiledStep:
         gm, graph = self.gm, self.gm.graph
         self.key = next(_KEYS)
         _STEPS[self.key] = self
+        self._fuse_leaves()
         self._produce_into()
         order = {n: i for i, n in enumerate(graph.nodes)}
         self.starts = []  # (bucket index, start node name, last member node name)
@@ -613,6 +688,21 @@ class CompiledStep:
 
 _STEPS = weakref.WeakValueDictionary()  # the traced graphs name their step by key
 _KEYS = itertools.count(1)
+
+
+def _fused_leaves(key, reduction, xs):
+    """A bucket of leaves: the tensors all-reduced as one flat buffer (one
+    copy in), each result a view of it."""
+    step = _STEPS[key]
+    if step.world_size == 1:
+        return [x.clone() for x in xs]
+    flat = torch.cat([x.reshape(-1) for x in xs])
+    _wait(_comm_thread().submit(lambda: _cfd.all_reduce(flat, op=reduction)))
+    out, off = [], 0
+    for x in xs:
+        out.append(flat[off:off + x.numel()].view(x.shape))
+        off += x.numel()
+    return out
 
 
 def _into(key, k, args, kwargs):

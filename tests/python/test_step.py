@@ -142,6 +142,9 @@ if code.count("_start_bucket(") != len(starts):
     fail("the torch graph starts %d buckets, the plan has %d" % (code.count("_start_bucket("), len(starts)))
 
 
+mse = torch.nn.functional.mse_loss
+
+
 # ---- leaves: nodes of the graph, their collectives compiled
 class TP(torch.nn.Module):
     def __init__(self):
@@ -169,6 +172,43 @@ ref7 = torch.nn.functional.mse_loss(torch.relu(xt @ tp1.w1) @ tp1.w2, yt)
 ref7.backward()
 if abs(float(loss7) - float(ref7)) > 1e-6 * abs(float(ref7)) or not torch.allclose(s7.model.w1.grad, tp1.w1.grad):
     fail("one-rank leaves: loss %r, want %r" % (float(loss7), float(ref7)))
+
+
+# ---- leaves the compile fused (fusion=2, one fusion_id) run as one node, the
+# graph reordered: the first leaf's consumers come after the second leaf's operand
+class TwoLeaves(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(8, 6) / 3)
+        self.w2 = torch.nn.Parameter(torch.randn(6, 4) / 3)
+        self.w3 = torch.nn.Parameter(torch.randn(8, 4) / 3)
+
+    def forward(self, x):
+        h = torch.relu(cfx.all_reduce(x @ self.w1, "sum", fusion=2, fusion_id=3)) @ self.w2
+        return h + cfx.all_reduce(torch.tanh(x @ self.w3), "sum", fusion=2, fusion_id=3)
+
+
+torch.manual_seed(6)
+two = TwoLeaves()
+eager = copy.deepcopy(two)
+x8, y8 = torch.randn(5, 8), torch.randn(5, 4)
+s8 = ct.compile_step(two, mse, (x8, y8), world_size=2)
+if len(s8.fused_leaves) != 1 or len(s8.fused_leaves[0][1]) != 2 or s8.gm.code.count("_fused_leaves(") != 1 or \
+        "collfuse.all_reduce" in s8.gm.code:
+    fail("two leaves of fusion_id 3: fused %s, torch graph\n%s" % (s8.fused_leaves, s8.gm.code))
+s9 = ct.compile_step(two, mse, (x8, y8), optimizer=torch.optim.SGD(two.parameters(), lr=0.1))
+opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+for k in range(2):
+    got = s9(x8, y8)
+    opt_e.zero_grad()
+    want = mse(eager(x8), y8)
+    want.backward()
+    opt_e.step()
+    if not torch.equal(got, want.detach()) or any(not torch.equal(p, q) for p, q in zip(two.parameters(),
+                                                                                        eager.parameters())):
+        fail("fused leaves, step %d: loss %r, eager %r" % (k, float(got), float(want)))
+if len(s9.fused_leaves) != 1:
+    fail("fused leaves in a world of one: %s" % s9.fused_leaves)
 
 
 # ---- refusals
@@ -216,7 +256,6 @@ class Grouped(torch.nn.Module):
 
 
 x4, y4 = torch.randn(3, 4), torch.randn(3, 4)
-mse = torch.nn.functional.mse_loss
 expect_raises(NotImplementedError, lambda: ct.compile_step(Grouped(), mse, (x4, y4)),
               "collfuse.fx.all_reduce over group 'tp'", "whole job only")
 expect_raises(NotImplementedError, lambda: ct.compile_step(DataDependent(), mse, (x4, y4)),
