@@ -9,7 +9,10 @@ local) matches the single-process model step by step, its
 matmul_reduce_scatter run as collfuse's fused op (checked on its own
 against float64 too); two leaves of one fusion_id run as one all_reduce
 and give gloo's forward; last, a rank whose
-model differs makes every rank fail with a cross-rank mismatch. Skips (77)
+model differs makes every rank fail with a cross-rank mismatch. Then the
+same under collfuse's own launcher (`collfuse launch --ranks 2`, no
+torch.distributed): data parallelism equals one process on the
+concatenated batches. Argument: the collfuse command line. Skips (77)
 without torch or without the shm world."""
 
 import copy
@@ -193,6 +196,35 @@ def child():
     open(os.path.join(os.environ["CF_OK_DIR"], str(rank)), "w").close()
 
 
+def launched():
+    """A rank started by `collfuse launch` (no torch.distributed): the step
+    joins the job from COLLFUSE_RANK; an MLP trained 3 steps on per-rank
+    batches equals one process trained on their concatenation."""
+    import collfuse.torch as ct
+    rank, n = int(os.environ["COLLFUSE_RANK"]), int(os.environ["COLLFUSE_WORLD_SIZE"])
+    torch.set_num_threads(1)
+    mk = lambda: torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    torch.manual_seed(21 + rank)
+    m = mk()  # rank 0's is broadcast
+    torch.manual_seed(21)
+    one = mk()
+    opt, opt1 = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(one.parameters(), lr=0.1)
+    step = ct.compile_step(m, torch.nn.functional.mse_loss, batch(rank, 0), optimizer=opt, split="bytes:512")
+    if not cfd.is_initialized() or cfd.launcher()[0] != "collfuse run" or step.world_size != n:
+        fail("rank %d: compile_step under collfuse launch: world %d, launcher %s" % (rank, step.world_size,
+                                                                                    cfd.launcher()))
+    for k in range(3):
+        step(*batch(rank, k))
+        xs, ys = zip(*(batch(r, k) for r in range(n)))
+        opt1.zero_grad()
+        torch.nn.functional.mse_loss(one(torch.cat(xs)), torch.cat(ys)).backward()
+        opt1.step()
+    for (name, p), q in zip(m.named_parameters(), one.parameters()):
+        if not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
+            fail("rank %d under collfuse launch: %s differs from one process's by %g" % (rank, name, (p - q).abs().max()))
+    open(os.path.join(os.environ["CF_OK_DIR"], "launched%d" % rank), "w").close()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -213,11 +245,21 @@ def main():
         if p.returncode != 0 or len(done) != 2:
             fail("torchrun, 2 processes: exit %d, ranks done %s\n%s%s" % (p.returncode, done, p.stdout[-4000:],
                                                                           p.stderr[-4000:]))
+        # collfuse's own launcher
+        env = dict(os.environ, CF_STEP_LAUNCHED="1", CF_OK_DIR=ok)
+        cmd = [sys.argv[1], "launch", "--ranks", "2", "--", sys.executable, os.path.abspath(__file__)]
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 * SCALE)
+        done = sorted(f for f in os.listdir(ok) if f.startswith("launched"))
+        if p.returncode != 0 or len(done) != 2:
+            fail("%s: exit %d, ranks done %s\n%s%s" % (" ".join(cmd), p.returncode, done, p.stdout[-4000:],
+                                                       p.stderr[-4000:]))
     print("test_step_dist: ok")
 
 
 if __name__ == "__main__":
-    if os.environ.get("CF_STEP_CHILD"):
+    if os.environ.get("CF_STEP_LAUNCHED"):
+        launched()
+    elif os.environ.get("CF_STEP_CHILD"):
         child()
     else:
         main()
