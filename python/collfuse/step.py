@@ -557,7 +557,9 @@ class CompiledStep:
                 dest = dest.t() if n.target is _ATEN.t.default else dest.view(tuple(_meta_of(n.args[0]).shape))
         except RuntimeError:  # a view the bucket's layout cannot give
             return what
-        if tuple(dest.shape) != tuple(tm.shape):
+        # the layout the op makes its result in, so that its kernel runs as it
+        # would (a transposed destination gives mm another summation order)
+        if tuple(dest.shape) != tuple(tm.shape) or tuple(dest.stride()) != tuple(tm.stride):
             return what
         taken.add(g)
         self.dests[k] = (dest, _INTO[prod.target])

@@ -181,7 +181,7 @@ class TwoLeaves(torch.nn.Module):
         super().__init__()
         self.w1 = torch.nn.Parameter(torch.randn(8, 6) / 3)
         self.w2 = torch.nn.Parameter(torch.randn(6, 4) / 3)
-        self.w3 = torch.nn.Parameter(torch.randn(8, 4) / 3)
+        self.w3 = torch.nn.Parameter(torch.randn(4, 8).t() / 3)  # column-major
 
     def forward(self, x):
         h = torch.relu(cfx.all_reduce(x @ self.w1, "sum", fusion=2, fusion_id=3)) @ self.w2
@@ -209,6 +209,11 @@ for k in range(2):
         fail("fused leaves, step %d: loss %r, eager %r" % (k, float(got), float(want)))
 if len(s9.fused_leaves) != 1:
     fail("fused leaves in a world of one: %s" % s9.fused_leaves)
+# w3 is column-major, and so is its gradient, t(mm): mm into the transpose of
+# its (row-major) bucket view would sum in another order than eager torch's
+# mm: it is copied instead
+if s9.copied != [("w3", "aten.mm.default")] or sorted(n for n, _ in s9.produced_into) != ["w1", "w2"]:
+    fail("produced into the buckets %s, copied %s" % (s9.produced_into, s9.copied))
 
 
 # ---- refusals
