@@ -430,6 +430,7 @@ const cf_command *const cf_commands[] = {
     &cf_command_run,
     &cf_command_dot,
     &cf_command_ranktable,
+    &cf_command_launch,
     &cf_command_bench_compile,
     &cf_command_bench_reduce,
     &cf_command_bench_allreduce,

@@ -219,10 +219,10 @@ const char *cf_opt_algo_choices_own(char *buf, size_t len);
  * the transport's own rows; the row's choices_of lists the names. */
 bool cf_opt_check_algo(void *out, const char *v, char *why, size_t len);
 bool cf_opt_check_algo_own(void *out, const char *v, char *why, size_t len);
-/* The commands: collfuse.c (check, compile, dot), run.c, ranktable.c, and
+/* The commands: collfuse.c (check, compile, dot), run.c, ranktable.c, launch.c, and
  * bench.c with the bench subcommands (cf_bench_commands, NULL-terminated). */
 extern const cf_command cf_command_check, cf_command_compile, cf_command_dot, cf_command_run,
-    cf_command_ranktable, cf_command_bench_compile, cf_command_bench_reduce,
+    cf_command_ranktable, cf_command_launch, cf_command_bench_compile, cf_command_bench_reduce,
     cf_command_bench_allreduce, cf_command_bench_fusion, cf_command_bench_mmrs;
 extern const cf_command *const cf_commands[];       /* collfuse.c: every command, in help order */
 extern const cf_command *const cf_bench_commands[]; /* bench.c: the benchmarks */
