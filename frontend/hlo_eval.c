@@ -482,7 +482,8 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
     if (kind == 1 && (st = set_str(r, idx, CF_A_LAYOUT, "concat", in->line))) return st;
     /* XLA's pipelines combine every all-reduce, all-gather and reduce-scatter
      * (AllReduceCombiner, AllGatherCombiner, ReduceScatterCombiner): in HLO
-     * and StableHLO each one is combinable, where GE's default is fusion=0 */
+     * and StableHLO each one is combinable, where GE's default is fusion=0
+     * (all-to-all too: eval_alltoall) */
     if (kind != 0 && (st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
     if (dim) {
       cf_attr a = {.id = CF_A_DIM, .v.i = dim};
@@ -609,6 +610,14 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
     if ((st = push_ref(r, ops[i]->ref, in->line))) return st;
   if ((st = cf_node_set_inputs(r->g, idx, n, r->refs))) return st;
   if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
+  /* combinable, with XLA's keys, as every collective read from HLO or
+   * StableHLO (the tuple form stays alone in the combiner all the same) */
+  if ((st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
+  char *key;
+  if ((st = combine_key(r, in, &key))) return st;
+  if (key) st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line);
+  free(key);
+  if (st) return st;
   if (!tuple) {
     const char *split = buf, *concat = buf;
     snprintf(buf, sizeof buf, "%lld", split_concat ? 0 : (long long)dims[0]);

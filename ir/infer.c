@@ -231,7 +231,8 @@ static cf_status scatter_shape(cf_graph *g, cf_node *n, const cf_value *v, int64
 /* AllToAll (XLA) for operand v: one operand is cut into rs blocks along
  * split_dimension and the rs blocks received are concatenated along
  * concat_dimension; rs operands of one type (the tuple form) are exchanged
- * whole, operand j to rank j, so output i is what rank i sent. */
+ * whole, operand j to rank j, so output i is what rank i sent. A
+ * FusedAllToAll's members are each the one operand of the array form. */
 static cf_status alltoall_value(cf_graph *g, cf_node *n, const cf_value *v, int64_t rs,
                                 cf_value *out) {
   const cf_value *v0 = operand(g, n, 0);
@@ -240,7 +241,7 @@ static cf_status alltoall_value(cf_graph *g, cf_node *n, const cf_value *v, int6
   if (sc != rs)
     return cf_node_error(g, n, CF_ERR_INVALID, "split_count=%lld but the group has %lld ranks",
                          (long long)sc, (long long)rs);
-  if (n->n_in > 1) {
+  if (n->n_in > 1 && n->op == CF_OP_ALLTOALL) {
     if (n->n_in != rs)
       return cf_node_error(g, n, CF_ERR_INVALID,
                            "AllToAll with %d operands (the tuple form) needs one per rank: the "
@@ -301,7 +302,8 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
       const cf_value *v = operand(g, n, j);
       /* data that is not reduced may mix dtypes (a byte bucket, as XLA's
        * AllGatherCombiner and Inductor's bucketing make) */
-      if (v->dtype != operand(g, n, 0)->dtype && cf_op_coll(n->op) != CF_OP_ALLGATHER)
+      if (v->dtype != operand(g, n, 0)->dtype && cf_op_coll(n->op) != CF_OP_ALLGATHER &&
+          n->op != CF_OP_FUSEDALLTOALL)
         return cf_node_error(g, n, CF_ERR_INVALID,
                              "fused operands must share a dtype: %d is %s, 0 is %s", j,
                              cf_dtype_name(v->dtype), cf_dtype_name(operand(g, n, 0)->dtype));

@@ -24,8 +24,9 @@
  *   index:I1,I2,...                HCCL: segment k ends at gradient index Ik;
  *                                  the last index is the last gradient.
  *   auto                           bytes:CAP with CAP from the cost model below.
- *   ...,same_dtype                 after any of them: AllGather buckets keep
- *                                  one dtype (XLA's AllGatherCombiner with
+ *   ...,same_dtype                 after any of them: AllGather and AllToAll
+ *                                  buckets keep one dtype (XLA's
+ *                                  AllGatherCombiner with
  *                                  combine_different_dtypes=false); by
  *                                  default they mix dtypes as bytes.
  *
