@@ -81,14 +81,11 @@ static void fuse_ok(cf_graph *g, const char *passes, const char *split, lines *e
 }
 
 static bool is_fused(cf_op op) {
-  return op == CF_OP_FUSEDALLREDUCE || op == CF_OP_FUSEDALLGATHER || op == CF_OP_FUSEDREDUCESCATTER;
+  return op == CF_OP_FUSEDALLREDUCE || op == CF_OP_FUSEDALLGATHER ||
+         op == CF_OP_FUSEDREDUCESCATTER || op == CF_OP_FUSEDALLTOALL;
 }
 
-static cf_op base_of(cf_op fused) {
-  return fused == CF_OP_FUSEDALLREDUCE   ? CF_OP_ALLREDUCE
-         : fused == CF_OP_FUSEDALLGATHER ? CF_OP_ALLGATHER
-                                         : CF_OP_REDUCESCATTER;
-}
+static cf_op base_of(cf_op fused) { return cf_op_unfused(fused); }
 
 /* name is one of the comma-separated names of csv */
 static int list_index(const char *csv, const char *name) {
@@ -1040,6 +1037,80 @@ static void test_allgather_reducescatter(void **state) {
 }
 
 /* chains a1->a2 and b1->b2 give {a1,b1} and {a2,b2}, through compute or not */
+/* fuse-alltoall: buckets share group, split and concat dims (and mix
+ * dtypes as bytes unless same_dtype), a fusion_id as the other kinds; the
+ * tuple form, fusion=0 and a dependent one stay alone, each saying why. */
+static void test_alltoall_buckets(void **state) {
+  (void)state;
+  static const char xml[] =
+      "<graph name='a2a' world_size='4'>\n"
+      "  <node name='x0' op='Input' dtype='float32' shape='8,4'/>\n"
+      "  <node name='x1' op='Input' dtype='bfloat16' shape='4,2'/>\n"
+      "  <node name='x2' op='Input' dtype='float32' shape='2,8'/>\n"
+      "  <node name='x3' op='Input' dtype='int32' shape='3,4,4'/>\n"
+      "  <node name='a0' op='AllToAll' fusion='2' fusion_id='1'><input ref='x0'/></node>\n"
+      "  <node name='a1' op='AllToAll' fusion='2' fusion_id='1'><input ref='x1'/></node>\n"
+      "  <node name='a2' op='AllToAll' fusion='1' split_dimension='1' concat_dimension='1'>"
+      "<input ref='x2'/></node>\n"
+      "  <node name='a3' op='AllToAll' fusion='1' split_dimension='1' concat_dimension='1'>"
+      "<input ref='x3'/></node>\n"
+      "  <node name='a4' op='AllToAll' fusion='1' split_dimension='0' concat_dimension='1'>"
+      "<input ref='x0'/></node>\n"
+      "  <node name='a5' op='AllToAll' fusion='1'><input ref='x2'/><input ref='x2'/>"
+      "<input ref='x2'/><input ref='x2'/></node>\n"
+      "  <node name='a6' op='AllToAll'><input ref='x0'/></node>\n"
+      "  <node name='a7' op='AllToAll' fusion='1' split_dimension='1' concat_dimension='1'>"
+      "<input ref='a2'/></node>\n"
+      "  <node name='o2' op='Output'><input ref='a2'/></node>\n"
+      "  <node name='o3' op='Output'><input ref='a3'/></node>\n"
+      "  <node name='o7' op='Output'><input ref='a7'/></node>\n"
+      "  <node name='o5' op='Output'><input ref='a5' port='3'/></node>\n"
+      "  <node name='o0' op='Output'><input ref='a0'/></node>\n"
+      "  <node name='o1' op='Output'><input ref='a1'/></node>\n"
+      "  <node name='o4' op='Output'><input ref='a4'/></node>\n"
+      "  <node name='o6' op='Output'><input ref='a6'/></node>\n"
+      "</graph>\n";
+  cf_graph *g = parse(xml);
+  lines ex = {0};
+  fuse_ok(g, NULL, NULL, &ex);
+  BUCKETS(g, CF_OP_FUSEDALLTOALL, "a0,a1", "a2,a3");
+  expect_alone(g, "a4", CF_OP_ALLTOALL);
+  expect_alone(g, "a5", CF_OP_ALLTOALL);
+  expect_alone(g, "a6", CF_OP_ALLTOALL);
+  expect_alone(g, "a7", CF_OP_ALLTOALL);
+  const cf_node *b = bucket_with(g, "a2,a3");
+  assert_int_equal(cf_node_int(b, CF_A_SPLIT_DIMENSION, 0), 1);
+  assert_int_equal(cf_node_int(b, CF_A_CONCAT_DIMENSION, 0), 1);
+  /* each port has the shape its plain AllToAll gives (split and concat
+   * along dim 1 keep it) and its own dtype; the bucket moves bytes */
+  assert_int_equal(b->out[1].dtype, CF_DT_INT32);
+  assert_int_equal(b->out[1].shape.rank, 3);
+  assert_int_equal(b->out[1].shape.dims[2], 4);
+  assert_string_equal(attr_text(b, CF_A_OFFSETS, ""), "0,64");
+  assert_int_equal(cf_node_comm_bytes(g, b), 64 + 192);
+  const cf_node *f = bucket_with(g, "a0,a1");
+  assert_string_equal(cf_node_str(f, CF_A_REASON, ""), "fusion_id=1");
+  assert_int_equal(f->out[0].dtype, CF_DT_FLOAT32);
+  assert_int_equal(f->out[1].dtype, CF_DT_BFLOAT16);
+  expect_explain(&ex, "a4", "stays alone: split_dimension differs (0 vs 1) from 'a2'");
+  expect_explain(&ex, "a5", "stays alone: the tuple form (operand j to rank j) is one exchange");
+  expect_explain(&ex, "a6", "stays alone: fusion=0");
+  expect_explain(&ex, "a7", "stays alone: fusing it with 'a2' would make a cycle ('a7' depends on "
+                            "collective 'a2')");
+  lines_free(&ex);
+  cf_graph_destroy(g);
+
+  /* same_dtype: one dtype a bucket, as XLA's combine_different_dtypes=false */
+  g = parse(xml);
+  ex = (lines){0};
+  fuse_ok(g, NULL, "auto,same_dtype", &ex);
+  assert_int_equal(count_op(g, CF_OP_FUSEDALLTOALL), 0);
+  expect_explain(&ex, "a1", "fusion_id=1 is shared with 'a0', but dtype differs (bfloat16 vs float32)");
+  expect_explain(&ex, "a3", "stays alone: dtype differs (int32 vs float32) from 'a2'");
+  lines_free(&ex);
+  cf_graph_destroy(g);
+}
+
 static void test_chains_global(void **state) {
   (void)state;
   static const char *const attrs[] = {"", "fusion='2' fusion_id='3'"};
@@ -1946,6 +2017,7 @@ static void test_random_dags(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_parse),
+      cmocka_unit_test(test_alltoall_buckets),
       cmocka_unit_test(test_split_segments),
       cmocka_unit_test(test_split_format_and_cost),
       cmocka_unit_test(test_fusion0_never),
