@@ -399,6 +399,32 @@ static void test_alltoall_permute(void **state) {
   cf_graph_destroy(g);
 }
 
+/* tests/hlo/alltoall_combine.hlo: every all-to-all is combinable (fusion=1,
+ * XLA's keys in combine_key); fuse-alltoall buckets those of one group,
+ * dims and key, of two dtypes (a byte bucket). */
+static void test_alltoall_combine(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/alltoall_combine.hlo");
+  static const char *names[] = {"a", "b", "c", "d", "e"};
+  for (size_t i = 0; i < 5; i++) {
+    const cf_node *n = node(g, names[i]);
+    assert_int_equal(n->op, CF_OP_ALLTOALL);
+    assert_int_equal(cf_node_fusion(n), 1);
+  }
+  assert_string_equal(cf_node_str(node(g, "a"), CF_A_COMBINE_KEY, ""), "cross_module");
+  assert_string_equal(cf_node_str(node(g, "e"), CF_A_COMBINE_KEY, ""), "cross_module,experts");
+  cf_pass_options o = {.split = "bytes:1G"};
+  assert_int_equal(cf_passes_run(g, "infer,fuse-alltoall", &o, NULL, NULL), CF_OK);
+  const cf_node *b = node(g, "alltoall_bucket_0");
+  assert_int_equal(b->op, CF_OP_FUSEDALLTOALL);
+  assert_string_equal(attr_text(b, CF_A_MEMBERS, ""), "a,b");
+  assert_shape(&b->out[1], CF_DT_BFLOAT16, "4,6");
+  static const char *alone[] = {"c", "d", "e"};
+  for (size_t i = 0; i < 3; i++) assert_int_equal(node(g, alone[i])->op, CF_OP_ALLTOALL);
+  assert_int_equal(cf_graph_find(g, "alltoall_bucket_1"), -1);
+  cf_graph_destroy(g);
+}
+
 static void test_constants(void **state) {
   (void)state;
   cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/constants.hlo");
@@ -939,6 +965,7 @@ int main(void) {
       cmocka_unit_test(test_structure),
       cmocka_unit_test(test_tuple_collectives),
       cmocka_unit_test(test_alltoall_permute),
+      cmocka_unit_test(test_alltoall_combine),
       cmocka_unit_test(test_constants),
       cmocka_unit_test(test_integer_constants_out_of_range),
       cmocka_unit_test(test_sniff_and_names),
