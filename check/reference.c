@@ -518,7 +518,7 @@ static cf_status coll_port(ref_run *r, coll *c, cf_op op, int j, int p) {
   int64_t cnt = c->src[0]->count;
   /* along dim d: rows of the dims before d, a block of the dims from d on
    * per row (all_gather_dimension / scatter_dimension) */
-  int64_t rows = 1, d = cf_node_int(n, CF_A_DIM, 0);
+  int64_t rows = 1, d = cf_node_member_dim(n, j);
   for (int64_t k = 0; k < d && k < c->src[0]->shape.rank; k++) rows *= c->src[0]->shape.dims[k];
   if (rows <= 0) rows = 1;
   for (int k = 0; k < c->size; k++) {

@@ -209,22 +209,23 @@ static cf_status alltoall_blocks(cf_plan *p, const cf_node *n, cf_pcoll *c, cons
 static cf_status rsag_segments(cf_plan *p, const cf_node *n, cf_pcoll *c, const int64_t *off,
                                const int64_t *oo, int es) {
   cf_op op = cf_op_coll(n->op);
-  int d = (int)cf_node_int(n, CF_A_DIM, 0);
   int64_t total = 0;
   for (int j = 0; j < n->n_in; j++) {
     const cf_shape *s = &p->vals[val_index(p, n->in[j])].shape;
+    int d = (int)cf_node_member_dim(n, j);
     int64_t rows = 1;
     for (int k = 0; k < d && k < s->rank; k++) rows *= s->dims[k];
     total += rows > 0 ? rows : 1;
   }
   if (total > INT32_MAX)
-    return cf_node_error(p->g, n, CF_ERR_INVALID, "%lld rows before dim %d: too many to place",
-                         (long long)total, d);
+    return cf_node_error(p->g, n, CF_ERR_INVALID, "%lld rows before the dims: too many to place",
+                         (long long)total);
   c->segs = calloc((size_t)total, sizeof *c->segs);
   if (!c->segs) return oom(p);
   c->n_segs = 0;
   for (int j = 0; j < n->n_in; j++) {
     const cf_pvalue *iv = &p->vals[val_index(p, n->in[j])];
+    int d = (int)cf_node_member_dim(n, j);
     int64_t rows = 1;
     for (int k = 0; k < d && k < iv->shape.rank; k++) rows *= iv->shape.dims[k];
     /* in the bucket's elements (bytes when its members' dtypes differ) */

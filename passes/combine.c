@@ -48,7 +48,10 @@
  * concat dimensions, and combine_key (channel kind, use_global_device_ids,
  * a maximal sharding's device, a user's frontend_attributes key). A key
  * only narrows the classes that depth already made acyclic, so the proof
- * above is unchanged. An AllToAll of the tuple form (operand j to rank j)
+ * above is unchanged. With the split's any_dim (XLA's combine_by_dim=false)
+ * dim leaves the key: a bucket then lists each member's dim (`dims`) and
+ * every member is gathered or scattered along its own, which is what XLA's
+ * combined op computes after its reshapes. An AllToAll of the tuple form (operand j to rank j)
  * stays alone: its operands are already one exchange.
  *
  * Beyond equal depth. Depth alone misses collectives that no path joins
@@ -167,6 +170,7 @@ typedef struct combiner {
   const cf_pass_options *opt;
   cf_op kind, fused;
   bool mix_dtypes; /* AllGather, AllToAll: dtypes share a bucket (a byte bucket) */
+  bool by_dim;     /* dim is in the key (not with the split's any_dim) */
   char prefix[32]; /* the op's name in lower case: allreduce, allgather, ... */
   cand *c;
   int nc;
@@ -218,7 +222,7 @@ static void key_diff_of(const combiner *m, int a, int b, reason *r) {
   } else {
     r->field = KEY_RANK_SIZE;
     static const cf_attr_id dims[] = {CF_A_DIM, CF_A_SPLIT_DIMENSION, CF_A_CONCAT_DIMENSION};
-    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
+    for (size_t k = m->by_dim ? 0 : 1; k < sizeof dims / sizeof dims[0]; k++)
       if (cf_node_int(x, dims[k], 0) != cf_node_int(y, dims[k], 0)) {
         r->field = KEY_DIM;
         r->mine = cf_attr_table[dims[k]].name;
@@ -249,7 +253,8 @@ static int intern_keys(combiner *m) {
     }
     snprintf(buf, len, "%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld\x1f%lld\x1f%lld\x1f%s", cf_node_group(n),
              (int)cf_node_reduction(n), m->mix_dtypes ? -1 : (int)v->dtype, (int)cf_node_layout(n),
-             (long long)rank_size_of(m->g, n), (long long)cf_node_int(n, CF_A_DIM, 0),
+             (long long)rank_size_of(m->g, n),
+             (long long)(m->by_dim ? cf_node_int(n, CF_A_DIM, 0) : -1),
              (long long)cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
              (long long)cf_node_int(n, CF_A_CONCAT_DIMENSION, 0), ck);
     txt[i] = buf;
@@ -946,6 +951,30 @@ static void layout_of(combiner *m, const bucket *b, const char **names, int64_t 
   }
 }
 
+/* The fused node's dim: each member's own (a fused unit's members' too),
+ * as `dim` when they agree (and are not 0), else as `dims`, one a member. */
+static cf_status set_dims(combiner *m, const bucket *b, int idx) {
+  cf_graph *g = m->g;
+  int64_t *d = malloc((size_t)b->ports * sizeof *d);
+  if (!d) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  bool same = true;
+  for (int u = 0, k = 0; u < b->n; u++) {
+    const cf_node *n = &g->nodes[m->c[m->order[b->first + u]].node];
+    for (int i = 0; i < n->n_in; i++, k++) {
+      d[k] = cf_node_member_dim(n, i);
+      same &= d[k] == d[0];
+    }
+  }
+  cf_status st = CF_OK;
+  cf_attr a = {.id = CF_A_DIM, .v.i = d[0]};
+  if (same && d[0] != 0)
+    st = cf_node_set_attr(g, idx, &a);
+  else if (!same)
+    st = cf_node_set_ints(g, idx, CF_A_DIMS, d, b->ports);
+  free(d);
+  return st;
+}
+
 static cf_status build_node(combiner *m, bucket *b, int *serial) {
   cf_graph *g = m->g;
   char name[96];
@@ -956,9 +985,10 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
   int line = proto->line, idx;
   cf_attr copy[CF_A_COUNT];
   int ncopy = 0;
-  static const cf_attr_id keep[] = {CF_A_REDUCTION,        CF_A_GROUP,       CF_A_RANK_SIZE,
-                                    CF_A_LAYOUT,           CF_A_DIM,         CF_A_COMBINE_KEY,
-                                    CF_A_SPLIT_DIMENSION, CF_A_CONCAT_DIMENSION, CF_A_SPLIT_COUNT};
+  static const cf_attr_id keep[] = {CF_A_REDUCTION,       CF_A_GROUP,
+                                    CF_A_RANK_SIZE,       CF_A_LAYOUT,
+                                    CF_A_COMBINE_KEY,     CF_A_SPLIT_DIMENSION,
+                                    CF_A_CONCAT_DIMENSION, CF_A_SPLIT_COUNT};
   for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
     const cf_attr *a = cf_node_attr(proto, keep[k]);
     if (a) copy[ncopy++] = *a;
@@ -999,6 +1029,7 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
                 : cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   }
   if (!st) st = cf_node_set_ints(g, idx, CF_A_OFFSETS, offs, b->ports);
+  if (!st) st = set_dims(m, b, idx);
   free(names);
   free(offs);
   b->node = idx;
@@ -1110,7 +1141,8 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
   combiner m = {.g = g,
                 .opt = opt,
                 .kind = kind,
-                .mix_dtypes = (kind == CF_OP_ALLGATHER || kind == CF_OP_ALLTOALL) && !sp.same_dtype};
+                .mix_dtypes = (kind == CF_OP_ALLGATHER || kind == CF_OP_ALLTOALL) && !sp.same_dtype,
+                .by_dim = !sp.any_dim};
   m.fused = cf_op_fused(kind);
   for (size_t i = 0; i + 1 < sizeof m.prefix && cf_op_table[kind].name[i]; i++)
     m.prefix[i] = (char)tolower((unsigned char)cf_op_table[kind].name[i]);

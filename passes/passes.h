@@ -34,6 +34,8 @@ typedef struct cf_split {
   int64_t limit[CF_MAX_SEGMENTS];  /* ddp: the limits of buckets 1, 2, ..., the last repeats */
   bool initial;                    /* ddp: DDP's first assignment (parameter order) */
   bool same_dtype;                 /* any: AllGather and AllToAll buckets keep one dtype */
+  bool any_dim;                    /* any: AllGathers / ReduceScatters of different dims share
+                                    * buckets (XLA's combine_by_dim=false) */
 } cf_split;
 
 /* Transport cost of one collective of b bytes: alpha + b / beta; the
