@@ -344,6 +344,16 @@ static void test_split_segments(void **state) {
   assert_true(s.kind == CF_SPLIT_DDP && s.same_dtype && s.n == 2);
   assert_true(cf_split_parse("bytes:4K", &s, why, sizeof why));
   assert_false(s.same_dtype);
+  assert_false(s.any_dim);
+  /* ,any_dim too, with same_dtype in either order, each once */
+  assert_true(cf_split_parse("bytes:4K,any_dim", &s, why, sizeof why));
+  assert_true(s.kind == CF_SPLIT_BYTES && s.any_dim && !s.same_dtype && s.cap == 4096);
+  assert_true(cf_split_parse("auto,any_dim,same_dtype", &s, why, sizeof why));
+  assert_true(s.kind == CF_SPLIT_AUTO && s.any_dim && s.same_dtype);
+  assert_true(cf_split_parse("ddp:1M,same_dtype,any_dim", &s, why, sizeof why));
+  assert_true(s.kind == CF_SPLIT_DDP && s.any_dim && s.same_dtype);
+  assert_false(cf_split_parse("auto,any_dim,any_dim", &s, why, sizeof why));
+  assert_false(cf_split_parse(",any_dim", &s, why, sizeof why));
   assert_true(cf_split_parse("size:96.54,3.46", &s, why, sizeof why));
   assert_true(cf_split_segments(&s, rn, 10, seg, why, sizeof why));
   for (int i = 0; i < 10; i++)
@@ -1108,6 +1118,56 @@ static void test_alltoall_buckets(void **state) {
   expect_explain(&ex, "a1", "fusion_id=1 is shared with 'a0', but dtype differs (bfloat16 vs float32)");
   expect_explain(&ex, "a3", "stays alone: dtype differs (int32 vs float32) from 'a2'");
   lines_free(&ex);
+  cf_graph_destroy(g);
+}
+
+/* --split SPEC,any_dim (XLA's combine_by_dim=false): gathers and scatters
+ * of different dims share a bucket that lists each member's dim; without
+ * it a bucket has one dim. Each port keeps its member's shape. */
+static void test_any_dim(void **state) {
+  (void)state;
+  static const char xml[] =
+      "<graph name='dims' world_size='2'>\n"
+      "  <node name='x0' op='Input' dtype='float32' shape='4,6'/>\n"
+      "  <node name='x1' op='Input' dtype='float32' shape='6'/>\n"
+      "  <node name='x2' op='Input' dtype='float32' shape='2,3,4'/>\n"
+      "  <node name='g0' op='AllGather' layout='concat' dim='1' fusion='1'><input ref='x0'/></node>\n"
+      "  <node name='g1' op='AllGather' layout='concat' fusion='1'><input ref='x1'/></node>\n"
+      "  <node name='g2' op='AllGather' layout='concat' dim='2' fusion='1'><input ref='x2'/></node>\n"
+      "  <node name='r0' op='ReduceScatter' dim='1' fusion='1'><input ref='x0'/></node>\n"
+      "  <node name='r1' op='ReduceScatter' fusion='1'><input ref='x0'/></node>\n"
+      "  <node name='o0' op='Output'><input ref='g0'/></node>\n"
+      "  <node name='o1' op='Output'><input ref='g1'/></node>\n"
+      "  <node name='o2' op='Output'><input ref='g2'/></node>\n"
+      "  <node name='o3' op='Output'><input ref='r0'/></node>\n"
+      "  <node name='o4' op='Output'><input ref='r1'/></node>\n"
+      "</graph>\n";
+  cf_graph *g = parse(xml);
+  lines ex = {0};
+  fuse_ok(g, NULL, "bytes:1M", &ex);
+  assert_int_equal(count_op(g, CF_OP_FUSEDALLGATHER) + count_op(g, CF_OP_FUSEDREDUCESCATTER), 0);
+  expect_explain(&ex, "r1", "stays alone: dim differs (0 vs 1) from 'r0'");
+  lines_free(&ex);
+  cf_graph_destroy(g);
+
+  g = parse(xml);
+  fuse_ok(g, NULL, "bytes:1M,any_dim", NULL);
+  BUCKETS(g, CF_OP_FUSEDALLGATHER, "g0,g1,g2");
+  BUCKETS(g, CF_OP_FUSEDREDUCESCATTER, "r0,r1");
+  const cf_node *b = bucket_with(g, "g0,g1,g2");
+  assert_string_equal(attr_text(b, CF_A_DIMS, ""), "1,0,2");
+  assert_null(cf_node_attr(b, CF_A_DIM));
+  assert_int_equal(b->out[0].shape.dims[1], 12);
+  assert_int_equal(b->out[1].shape.dims[0], 12);
+  assert_int_equal(b->out[2].shape.dims[2], 8);
+  const cf_node *r = bucket_with(g, "r0,r1");
+  assert_string_equal(attr_text(r, CF_A_DIMS, ""), "1,0");
+  assert_int_equal(r->out[0].shape.dims[0], 4);
+  assert_int_equal(r->out[0].shape.dims[1], 3);
+  assert_int_equal(r->out[1].shape.dims[0], 2);
+  assert_int_equal(r->out[1].shape.dims[1], 6);
+  assert_int_equal(cf_node_member_dim(r, 0), 1);
+  assert_int_equal(cf_node_member_dim(r, 1), 0);
   cf_graph_destroy(g);
 }
 
@@ -2018,6 +2078,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_parse),
       cmocka_unit_test(test_alltoall_buckets),
+      cmocka_unit_test(test_any_dim),
       cmocka_unit_test(test_split_segments),
       cmocka_unit_test(test_split_format_and_cost),
       cmocka_unit_test(test_fusion0_never),
