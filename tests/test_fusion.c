@@ -1108,6 +1108,14 @@ static void test_alltoall_buckets(void **state) {
   expect_explain(&ex, "a7", "stays alone: fusing it with 'a2' would make a cycle ('a7' depends on "
                             "collective 'a2')");
   lines_free(&ex);
+  /* compiled again: the buckets join nothing more, whole, as they are */
+  int nodes = g->n_nodes;
+  ex = (lines){0};
+  fuse_ok(g, NULL, NULL, &ex);
+  assert_int_equal(g->n_nodes, nodes);
+  BUCKETS(g, CF_OP_FUSEDALLTOALL, "a0,a1", "a2,a3");
+  expect_explain(&ex, "a4", "stays alone: split_dimension differs (0 vs 1) from 'alltoall_bucket_");
+  lines_free(&ex);
   cf_graph_destroy(g);
 
   /* same_dtype: one dtype a bucket, as XLA's combine_different_dtypes=false */
