@@ -541,7 +541,7 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
                            .in = pc->in_val >= 0 ? r->vptr[pc->in_val] : bin ? bin : r->arena + pc->in_addr,
                            .out = pc->out_val >= 0 ? r->vptr[pc->out_val] : bout ? bout : r->arena + pc->out_addr,
                            .segs = pc->segs, .n_segs = pc->n_segs,
-                           .in_row = pc->in_row, .out_row = pc->out_row, .pairs = pc->pairs,
+                           .a2a = pc->a2a, .n_a2a = pc->n_a2a, .pairs = pc->pairs,
                            .scratch = r->arena + pc->scratch_addr, .scratch_bytes = pc->scratch_bytes,
                            .algo = pc->algo, .deterministic = p->opt.deterministic,
                            /* between two runs of a call the rest of the step (other

@@ -662,6 +662,10 @@ const char *cf_node_group(const cf_node *n);
  * rank is outside 0..n-1, or a rank is a source or a target twice. */
 bool cf_pairs_parse(const char *s, int n, int *target, int *source, char *why, size_t len);
 int64_t cf_node_fusion(const cf_node *n);
+/* The dimension member j of an AllGather or ReduceScatter (plain or fused)
+ * gathers or scatters along: its entry of `dims` when the node lists one
+ * per member (a bucket combined across dimensions), else `dim` (0). */
+int64_t cf_node_member_dim(const cf_node *n, int j);
 
 /* ================= verify.c: structure, topology, the whole check ================= */
 

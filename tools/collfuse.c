@@ -281,7 +281,9 @@ static const cf_opt compile_opts[] = {
      .help = "how fusion=1 collectives are bucketed:\n"
              "  auto (default; cost model), bytes:25M[,first=1M][,count=256]\n"
              "  (hard cap, as XLA), ddp:25M[,first=1M][,initial] (DDP's rule),\n"
-             "  size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL)"},
+             "  size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL);\n"
+             "  any of them ,same_dtype (AllGather/AllToAll buckets keep one\n"
+             "  dtype) and ,any_dim (gathers/scatters of any dims share)"},
     {"--cost", NULL, "A,B[,G]", CF_OPT_STR, offsetof(compile_args, cost), .comma_list = true,
      .check = cf_opt_check_cost,
      .help = "auto's model: A us per collective, B GB/s link, G GB/s\n"
