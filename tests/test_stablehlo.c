@@ -131,7 +131,7 @@ static const char forms[] =
     "tensor<4xi32>) -> tensor<4xi1>\n"
     "    stablehlo.return %9 : tensor<4xi1>\n"
     "  } do {\n"
-    "    %9 = stablehlo.add %iterArg_4, %2x : tensor<4xf32>\n"
+    "    %9 = stablehlo.add %iterArg_4, %4 : tensor<4xf32>\n"
     "    stablehlo.return %iterArg, %9 : tensor<4xi32>, tensor<4xf32>\n"
     "  }\n"
     "  return %8#1, %3 : tensor<4xf32>, tensor<4xbf16>\n"
@@ -140,7 +140,6 @@ static const char forms[] =
 static void test_forms(void **state) {
   (void)state;
   char text[sizeof forms + 8];
-  /* %2x in the while body is no value of main: it is not captured */
   snprintf(text, sizeof text, "%s", forms);
   cf_graph *g = parse("forms.mlir", text);
   assert_int_equal(node(g, "0")->op, CF_OP_ADD);
@@ -164,12 +163,22 @@ static void test_forms(void **state) {
   /* i1 is bool; stablehlo.not has no IR op: Opaque */
   assert_string_equal(type_of(node(g, "5")), "stablehlo.not");
   assert_shape(&node(g, "5")->out[0], CF_DT_BOOL, "4");
-  /* sharding ops forward their operand; the while keeps its operands */
+  /* sharding ops forward their operand; the while keeps its operands, then
+   * takes what its regions end in: the condition's compare (named 9) and
+   * the body's add (9 too, so renamed), which uses %4 from around it */
   const cf_node *w = node(g, "8");
   assert_string_equal(type_of(w), "stablehlo.while");
-  assert_int_equal(w->n_in, 2);
+  assert_int_equal(w->n_in, 4);
   assert_ptr_equal(operand(g, w, 0), node(g, "c"));
   assert_ptr_equal(operand(g, w, 1), node(g, "4"));
+  const cf_node *cmp = operand(g, w, 2), *add = operand(g, w, 3);
+  assert_string_equal(type_of(cmp), "stablehlo.compare");
+  assert_int_equal(add->op, CF_OP_ADD);
+  assert_ptr_equal(operand(g, add, 1), node(g, "4"));
+  assert_true(cmp->region > 0 && add->region > 0 && cmp->region != add->region);
+  assert_int_equal(w->region, 0);
+  assert_string_equal(g->regions[add->region].part, "body");
+  assert_string_equal(g->regions[cmp->region].owner, "8");
   assert_ptr_equal(operand(g, node(g, "output.0"), 0), w);
   assert_int_equal(node(g, "output.0")->in[0].port, 1);
   assert_ptr_equal(operand(g, node(g, "output.1"), 0), node(g, "3"));
@@ -191,10 +200,12 @@ static void test_captures(void **state) {
                                 "  }\n"
                                 "  return %0 : tensor<4xf32>\n"
                                 "}\n");
-  const cf_node *w = node(g, "0");
-  assert_int_equal(w->n_in, 2);
+  const cf_node *w = node(g, "0"), *add = node(g, "1");
+  assert_ptr_equal(operand(g, add, 0), node(g, "a"));
+  assert_ptr_equal(operand(g, add, 1), node(g, "b"));
+  assert_int_equal(w->n_in, 3); /* a, then the condition's constant and the body's add */
   assert_ptr_equal(operand(g, w, 0), node(g, "a"));
-  assert_ptr_equal(operand(g, w, 1), node(g, "b"));
+  assert_ptr_equal(operand(g, w, 2), add);
   cf_graph_destroy(g);
 }
 
