@@ -592,7 +592,8 @@ static cf_status reducer_region(sh_reader *s, hinstr *in, const char *p, const c
 /* stablehlo.while, stablehlo.if and stablehlo.case (or mhlo's): each
  * region a computation of its own, the op the HLO reader's `while`
  * (condition=, body=) or `conditional` (branch_computations=), which the
- * evaluator reads into regions of the graph (hlo_eval.c). The generic form
+ * evaluator reads into regions of the graph (hlo_eval.c; an if's then and
+ * else are its true and false computations). The generic form
  * holds the regions in `({...}, {...})` with their ^bb0 arguments; the
  * pretty while `(%it = %x, ...) : T, ... cond {...} do {...}` names its
  * arguments in front and their types after ':'. Regions use the values
@@ -628,9 +629,13 @@ static cf_status control_op(sh_reader *s, hinstr *in, cf_span op, cf_span sn, bo
         reg[n++] = t;
       }
   }
-  if (loop ? n != 2 : n < 1)
+  bool two = cf_span_is(sn, "if"); /* if: then and else */
+  if (loop || two ? n != 2 : n < 1)
     return cf_hlo_fail(r, line, "op '%%%s': %s needs %s, not %d region%s", in->name,
-                       CF_SPAN_QUOTE(op), loop ? "2 regions (cond and do)" : "its branch regions",
+                       CF_SPAN_QUOTE(op),
+                       loop  ? "2 regions (cond and do)"
+                       : two ? "2 regions (then and else)"
+                             : "its branch regions",
                        n, n == 1 ? "" : "s");
   /* a pretty while's arguments `%it: T, ...`, from `(%it = %x, ...)` and `: T, ...` */
   char *args = NULL;
@@ -671,7 +676,7 @@ static cf_status control_op(sh_reader *s, hinstr *in, cf_span op, cf_span sn, bo
                           args ? args + alen : NULL, true, &names[i]);
   if (st) return st;
   char *list = NULL;
-  if (!loop) { /* branch_computations={a, b, ...} */
+  if (!loop && !two) { /* branch_computations={a, b, ...} */
     size_t cap = 3;
     for (int i = 0; i < n; i++)
       cap += strlen(names[i]) + 2;
@@ -681,11 +686,12 @@ static cf_status control_op(sh_reader *s, hinstr *in, cf_span op, cf_span sn, bo
       o += (size_t)snprintf(list + o, cap - o, "%s%s", i ? ", " : "", names[i]);
     snprintf(list + o, cap - o, "}");
   }
-  const char *kv[4] = {"condition", names[0], "body", loop ? names[1] : NULL};
-  if (!loop) kv[0] = "branch_computations", kv[1] = list;
+  const char *kv[4] = {"condition", names[0], "body", names[1 % n]};
+  if (two) kv[0] = "true_computation", kv[2] = "false_computation";
+  if (!loop && !two) kv[0] = "branch_computations", kv[1] = list;
   in->opcode = loop ? "while" : "conditional";
   if (!(in->spelled = str(s, op.p, op.n))) return cf_hlo_oom(r, line);
-  return set_attrs(s, in, loop ? 2 : 1, kv);
+  return set_attrs(s, in, loop || two ? 2 : 1, kv);
 }
 
 /* One `%res = op ...` statement into instructions appended to b. */

@@ -7,6 +7,7 @@
  * meshes, shardings, calls, and the error messages (each with its line).
  */
 #include "cf_graph_test.h"
+#include "passes/passes.h"
 
 static cf_graph *parse(const char *name, const char *text) {
   cf_graph *g = NULL;
@@ -182,6 +183,49 @@ static void test_forms(void **state) {
   assert_ptr_equal(operand(g, node(g, "output.0"), 0), w);
   assert_int_equal(node(g, "output.0")->in[0].port, 1);
   assert_ptr_equal(operand(g, node(g, "output.1"), 0), node(g, "3"));
+  cf_graph_destroy(g);
+}
+
+/* stablehlo.while, if and case (issue 32): each region is read into the
+ * graph; the collectives of one region combine, never across regions. */
+static void test_control_flow(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/stablehlo/control_flow.mlir");
+  assert_int_equal(g->n_regions, 1 + 2 + 2 + 2);
+  const cf_node *w0 = node(g, "w0"), *t0 = node(g, "t0"), *b1 = node(g, "b1");
+  const cf_region *rw = &g->regions[w0->region];
+  assert_string_equal(rw->op, "stablehlo.while");
+  assert_string_equal(rw->owner, "w");
+  assert_string_equal(rw->part, "body");
+  assert_int_equal(rw->line, 11);
+  assert_string_equal(g->regions[node(g, "c")->region].part, "condition");
+  assert_string_equal(g->regions[t0->region].part, "true branch");
+  assert_string_equal(g->regions[b1->region].part, "branch 1");
+  assert_string_equal(g->regions[b1->region].op, "stablehlo.case");
+  /* the body's %it is the while's operand %pre; the condition uses %k from around it */
+  assert_ptr_equal(operand(g, w0, 0), node(g, "pre"));
+  assert_ptr_equal(operand(g, node(g, "c"), 0), node(g, "k"));
+  /* the if's false branch returns %x: the if's node takes t0 and nothing of it */
+  const cf_node *i = node(g, "i");
+  assert_int_equal(i->n_in, 2);
+  assert_ptr_equal(operand(g, i, 1), t0);
+  cf_pass_options o = {.split = "bytes:1G"};
+  assert_int_equal(cf_passes_run(g, "infer,fuse-allreduce", &o, NULL, NULL), CF_OK);
+  int fused = 0;
+  for (int k = 0; k < g->n_nodes; k++)
+    if (g->nodes[k].op == CF_OP_FUSEDALLREDUCE) {
+      cf_strs m = cf_node_strs(&g->nodes[k], CF_A_MEMBERS);
+      assert_int_equal(m.n, 2); /* w0 and w1, in either order */
+      assert_true((!strcmp(m.v[0], "w0") && !strcmp(m.v[1], "w1")) ||
+                  (!strcmp(m.v[0], "w1") && !strcmp(m.v[1], "w0")));
+      fused++;
+    }
+  assert_int_equal(fused, 1);
+  for (const char *const *nm = (const char *const[]){"pre", "t0", "b0", "b1", NULL}; *nm; nm++)
+    assert_int_equal(node(g, *nm)->op, CF_OP_ALLREDUCE);
+  assert_int_equal(cf_graph_regions_refuse(g), CF_ERR_INVALID);
+  assert_non_null(strstr(cf_context_errmsg(ctx), "control_flow.mlir:11: error: stablehlo.while "
+                                                 "'w': loop bodies are compiled but not run"));
   cf_graph_destroy(g);
 }
 
@@ -629,6 +673,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dp_step),      cmocka_unit_test(test_hlo_twin),
       cmocka_unit_test(test_forms),        cmocka_unit_test(test_captures),
+      cmocka_unit_test(test_control_flow),
       cmocka_unit_test(test_collectives),  cmocka_unit_test(test_alltoall_permute),
       cmocka_unit_test(test_permute_ring), cmocka_unit_test(test_calls_and_manual),
       cmocka_unit_test(test_sniff),        cmocka_unit_test(test_errors),

@@ -84,6 +84,14 @@ expect_rc 1 "check --strict while_collective.mlir" &&
 run run stablehlo/while_collective.mlir --ranks 2
 expect_last 1 "stablehlo/while_collective.mlir:4: error: stablehlo.while '0': loop bodies are compiled but not run" \
   "run while_collective.mlir"
+run check stablehlo/control_flow.mlir
+expect_rc 0 "check control_flow.mlir" && has "$OUT" "ok: 18 nodes, 6 collectives (AllReduce 6)" "check control_flow.mlir"
+run compile stablehlo/control_flow.mlir --json --split bytes:1G
+expect_rc 0 "compile --json control_flow.mlir" &&
+  has "$OUT" '"collectives_before":6,"collectives_after":5,' "compile --json control_flow.mlir"
+run run stablehlo/control_flow.mlir --ranks 2
+expect_last 1 "stablehlo/control_flow.mlir:11: error: stablehlo.while 'w': loop bodies are compiled but not run" \
+  "run control_flow.mlir"
 run run hlo/control_flow.hlo --ranks 4
 expect_last 1 "hlo/control_flow.hlo:51: error: while 'loop': loop bodies are compiled but not run" \
   "run control_flow.hlo"
