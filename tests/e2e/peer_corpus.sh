@@ -101,7 +101,7 @@ run compile hlo/control_flow.hlo --json --split bytes:1G
 expect_rc 0 "compile --json control_flow.hlo" &&
   has "$OUT" '"collectives_before":8,"collectives_after":5,' "compile --json control_flow.hlo" &&
   has "$OUT" '"members":["body_ar1","body_ar0"]' "compile --json control_flow.hlo (body)" &&
-  has "$OUT" '"members":["then_ar0","then_ar1"]' "compile --json control_flow.hlo (branch)"
+  has "$OUT" '"members":["then_ar0","then_ar1"],"bytes":64,"dtype":"float32","reduction":"sum","group":"hccl_world_group","reason":"split","region":"conditional '"'pick'"' true branch"}' "compile --json control_flow.hlo (branch)"
 run compile hlo/control_flow.hlo --explain --split bytes:1G
 expect_rc 0 "compile --explain control_flow.hlo" &&
   has "$OUT" "AllReduce 'else_ar' stays alone: body differs (conditional 'pick' false branch vs the top level) from 'pre'" \
