@@ -111,8 +111,15 @@ const char *cf_region_text(const cf_graph *g, int id, char *buf, size_t len) {
 }
 
 cf_status cf_graph_regions_refuse(const cf_graph *g) {
-  if (g->n_regions <= 1) return CF_OK;
-  const cf_region *rg = &g->regions[1];
+  int k = 0; /* the first top-level op whose bodies kept a node (dce may drop a dead loop) */
+  for (int i = 0; i < g->n_nodes && g->n_regions > 1; i++) {
+    int r = g->nodes[i].region;
+    while (r > 0 && r < g->n_regions && g->regions[r].parent > 0)
+      r = g->regions[r].parent;
+    if (r > 0 && r < g->n_regions && (!k || r < k)) k = r;
+  }
+  if (!k) return CF_OK;
+  const cf_region *rg = &g->regions[k];
   bool loop = strstr(rg->op, "while") != NULL;
   return cf_error(g->ctx, CF_ERR_INVALID, g->file, rg->line,
                   "%s '%s': %s are compiled but not run: collfuse's executor runs a graph once, "

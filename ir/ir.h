@@ -706,9 +706,10 @@ cf_status cf_graph_add_region(cf_graph *g, const char *op, const char *owner, co
 /* "while 'w' body": region id (> 0) of g as messages name it, into buf;
  * returns buf. */
 const char *cf_region_text(const cf_graph *g, int id, char *buf, size_t len);
-/* CF_OK when g has no region, else an error naming the first region's op
- * and line: its bodies are compiled but not run (the executor runs a graph
- * once, in dataflow order, and a loop or a branch is not that). */
+/* CF_OK when no node of g is in a region, else an error naming the first
+ * top-level op with one and its line: its bodies are compiled but not run
+ * (the executor runs a graph once, in dataflow order, and a loop or a
+ * branch is not that). */
 cf_status cf_graph_regions_refuse(const cf_graph *g);
 /* Add a node (name copied); returns its index through *idx. Fails on a
  * duplicate name or the node limit. */
