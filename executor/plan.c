@@ -1134,10 +1134,12 @@ cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options
                         cf_plan **out) {
   *out = NULL;
   if (!g->topo) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "plan: the graph is not verified");
+  cf_status st = cf_graph_regions_refuse(g); /* a loop or branch body is not one dataflow pass */
+  if (st) return st;
   cf_phase_begin(ctx, "plan", 0);
   unsigned seen = 0, unused;
   cf_plan *p;
-  cf_status st = traced_plan_make(ctx, g, opt, RSAG_AG | RSAG_RS, &seen, &p);
+  st = traced_plan_make(ctx, g, opt, RSAG_AG | RSAG_RS, &seen, &p);
   if (st) return st;
   /* AllGather/ReduceScatter in place moves blocks' lives (the head
    * comment): each smaller set of kinds in place, down to none, replaces

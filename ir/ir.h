@@ -545,8 +545,27 @@ typedef struct cf_node {
   int n_attr;
   cf_attr *attr;      /* other attributes, at most one per id */
   int cap_attr;
+  int region;         /* the body it belongs to: an index of graph->regions, 0 the
+                         graph's own top level (cf_region) */
   bool dead;          /* marked for removal by a pass */
 } cf_node;
+
+/* A body that a control-flow op runs (a while's body or condition, a
+ * branch of a conditional), read into the graph so that its collectives are
+ * seen, counted and combined: its nodes carry its index as their region.
+ * The body's nodes take the op's operands, and the op's node (an Opaque of
+ * the op's result types) takes what the body ends in as operands too, so it
+ * runs after the whole body and nothing outside moves across it. The executor does not run a graph
+ * with regions (cf_graph_regions_refuse); combiners never group nodes of
+ * two regions. Region 0 is the top level: regions[0] is unused. */
+typedef struct cf_region {
+  const char *op;    /* the control-flow op as its format spells it: `while`, `conditional`,
+                        `stablehlo.while`, ... (arena) */
+  const char *owner; /* the name of the node that stands for the op (arena) */
+  const char *part;  /* which body: `body`, `condition`, `branch 0`, ... (arena) */
+  int parent;        /* the region the op is in, 0 at the top level */
+  int line;          /* the op's source line, 0 when unknown */
+} cf_region;
 
 /* A communicator group. It may be partitioned into n_parts disjoint parts
  * of n_ranks ranks each (XLA's replica_groups {{0,1},{2,3}}, the colours of
@@ -585,6 +604,8 @@ struct cf_graph {
   struct cf_opaque_op *opaque; /* foreign ops a reader imported as Opaque, by */
   int n_opaque;                /* first line (cf_graph_note_opaque; arena) */
   struct cf_dropped *dropped;  /* foreign nodes a reader left out, newest first (arena) */
+  cf_region *regions;          /* bodies of control-flow ops, [0] unused (cf_region; malloc'd) */
+  int n_regions, cap_regions;  /* n_regions 0 or 1: none */
 };
 
 #define CF_WORLD_GROUP "hccl_world_group"
@@ -596,6 +617,17 @@ cf_status cf_graph_new(cf_context *ctx, const char *file, cf_graph **out);
 void cf_graph_release(cf_graph *g);
 void cf_graph_hold(cf_graph *g);
 void cf_graph_unhold(cf_graph *g);
+/* A new region of g (strings copied), its index (>= 1) in *id. */
+cf_status cf_graph_add_region(cf_graph *g, const char *op, const char *owner, const char *part,
+                              int parent, int line, int *id);
+/* "while 'w' body": region id (> 0) of g as messages name it, into buf;
+ * returns buf. */
+const char *cf_region_text(const cf_graph *g, int id, char *buf, size_t len);
+/* CF_OK when no node of g is in a region, else an error naming the first
+ * top-level op with one and its line: its bodies are compiled but not run
+ * (the executor runs a graph once, in dataflow order, and a loop or a
+ * branch is not that). */
+cf_status cf_graph_regions_refuse(const cf_graph *g);
 /* Add a node (name copied); returns its index through *idx. Fails on a
  * duplicate name or the node limit. */
 cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, int *idx);
