@@ -923,15 +923,29 @@ static void same_verdict(fx *f, const cf_tensor *got, int ranks, int only) {
     }
 }
 
+/* f from xml on 4 ranks, its reference rounded to the outputs' dtypes
+ * (returned: the outputs a run would give), checked window by window
+ * against the whole reference on every rank and on rank only alone. */
+static cf_tensor *streamed_fixture(fx *f, const char *xml, int only) {
+  fx_init(f, xml, 4);
+  fx_run(f);
+  assert_true(cf_reference_streams(f->g));
+  cf_tensor *got = rounded(f, 4);
+  same_verdict(f, got, 4, -1);
+  same_verdict(f, got, 4, only);
+  return got;
+}
+
+static void got_free(cf_tensor *got, int n) {
+  for (int e = 0; e < n; e++)
+    free(got[e].data);
+  free(got);
+}
+
 static void test_verify_streamed(void **state) {
   (void)state;
   fx f;
-  fx_init(&f, stream_xml, 4);
-  fx_run(&f);
-  assert_true(cf_reference_streams(f.g));
-  cf_tensor *got = rounded(&f, 4);
-  same_verdict(&f, got, 4, -1);
-  same_verdict(&f, got, 4, 3);
+  cf_tensor *got = streamed_fixture(&f, stream_xml, 3);
   /* wrong elements: the first by rank, output, index is named whatever
    * window finds which first */
   struct {
@@ -953,9 +967,7 @@ static void test_verify_streamed(void **state) {
   same_verdict(&f, got, 4, -1);
   ASSERT_ERR(cf_verify_streamed(ctx, f.g, &f.in, SEED, got, 4, f.nout, -1, 5, NULL), CF_ERR_INVALID,
              "output 'o_h' rank 0 index 0: got");
-  for (int e = 0; e < f.nout * 4; e++)
-    free(got[e].data);
-  free(got);
+  got_free(got, f.nout * 4);
   /* a graph that does not stream is refused, not checked wrongly */
   ASSERT_ERR(cf_verify_streamed(ctx, f.g, &f.in, SEED, NULL, 4, f.nout, -1, 5, NULL), CF_ERR_USAGE,
              "verify: 8 outputs on 4 ranks given, the graph has 8 Output nodes");
@@ -994,12 +1006,7 @@ static const char *blocks_xml =
 static void test_verify_streamed_blocks(void **state) {
   (void)state;
   fx f;
-  fx_init(&f, blocks_xml, 4);
-  fx_run(&f);
-  assert_true(cf_reference_streams(f.g));
-  cf_tensor *got = rounded(&f, 4);
-  same_verdict(&f, got, 4, -1);
-  same_verdict(&f, got, 4, 2);
+  cf_tensor *got = streamed_fixture(&f, blocks_xml, 2);
   struct {
     const char *out;
     int rank;
@@ -1015,9 +1022,7 @@ static void test_verify_streamed_blocks(void **state) {
   }
   ASSERT_ERR(cf_verify_streamed(ctx, f.g, &f.in, SEED, got, 4, f.nout, -1, 0, NULL), CF_ERR_INVALID,
              "output 'o_s' rank 0 index 255: got");
-  for (int e = 0; e < f.nout * 4; e++)
-    free(got[e].data);
-  free(got);
+  got_free(got, f.nout * 4);
   fx_free(&f);
 }
 
