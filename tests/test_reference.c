@@ -851,6 +851,14 @@ static void test_fill_at(void **state) {
         cf_fill_random_at(part, dts[d], lo, cnt, (uint64_t)seed, seed % 3, "t");
         assert_memory_equal(part, whole + lo * sz, (size_t)(cnt * sz));
       }
+      /* one element at a time (no vector loop: fill.c's AVX2 float32 path
+       * must give the scalar loop's bits) */
+      for (int64_t i = 0; i < N; i++) {
+        cf_fill_random_at(part, dts[d], i, 1, (uint64_t)seed, seed % 3, "t");
+        if (memcmp(part, whole + i * sz, (size_t)sz) != 0)
+          fail_msg("%s seed %d element %lld: filled alone it differs from the whole fill",
+                   cf_dtype_name(dts[d]), seed, (long long)i);
+      }
     }
 }
 
