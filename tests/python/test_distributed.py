@@ -12,7 +12,8 @@ dtype, on numpy arrays and (with torch) CPU torch tensors, against numpy
 references computed in float64 from every rank's random data (each rank
 makes all ranks' data from the same seeds); bad buffers refused before
 anything is sent (the ranks stay in step); float32 at sizes past the
-small-message algorithms; groups (shm world; MPI refuses them); and with torch, a small model
+small-message algorithms; all_reduce with async_op=True (several started
+at once, a call without it after them); groups (shm world; MPI refuses them); and with torch, a small model
 under DDP over gloo with collfuse's allreduce_hook against DDP without a
 hook, step by step, and its bf16 variant; last, ranks that call different
 collectives all raise. Exits 77 (skipped) without
@@ -189,6 +190,41 @@ def large(me, R):
         b = n // R
         close("float32", out, np.concatenate([f64("float32", every[r][me * b:(me + 1) * b]) for r in range(R)]),
               "large all_to_all", R)
+
+
+def started(me, R):
+    """all_reduce(async_op=True): several started back to back on collfuse's
+    thread (sizes past the small-message algorithms, sum and mean, float32
+    and float64), a call without async_op after them, then each Work's
+    result against the float64 reference; then() runs once each has ended,
+    at once when it already has."""
+    sizes = (7, R * 40000 + 3, 1000, R * (1 << 17))
+    every, xs, works, ended = [], [], [], []
+    for k, n in enumerate(sizes):
+        dt, red = ("float32", "sum") if k % 2 == 0 else ("float64", "mean")
+        e = [data(dt, n, r, 3000 + k) for r in range(R)]
+        x = e[me].copy()
+        w = cfd.all_reduce(x, op=red, async_op=True)
+        w.then(lambda wk, k=k: ended.append(k))
+        every.append((dt, red, e))
+        xs.append(x)
+        works.append(w)
+    y = data("float32", 33, me, 3100)
+    want_y = reduce_ref("float32", "sum", [data("float32", 33, r, 3100) for r in range(R)])
+    cfd.all_reduce(y)  # after the started ones (same order on every rank)
+    close("float32", y, want_y, "all_reduce after started ones", R)
+    for k, w in enumerate(works):
+        if w.wait() is not xs[k] or not w.is_completed() or w.exception() is not None:
+            fail("started all_reduce %d: wait() %r, completed %r, exception %r"
+                 % (k, type(w.wait()), w.is_completed(), w.exception()))
+        dt, red, e = every[k]
+        close(dt, xs[k], reduce_ref(dt, red, e), "started all_reduce %s, %d elements" % (red, sizes[k]), R)
+    if sorted(ended) != list(range(len(sizes))):
+        fail("started all_reduce: then() ran for %r" % ended)
+    now = []
+    works[0].then(lambda wk: now.append(wk))
+    if now != [works[0]]:
+        fail("then() on an ended Work did not run at once: %r" % now)
 
 
 def groups(me, R):
@@ -443,6 +479,7 @@ def child():
     expect_raises(TypeError, lambda: cfd.all_reduce(np.zeros(2), group=object()), "a list of ranks")
     collectives(me, R, ("numpy", "torch") if torch is not None else ("numpy",))
     large(me, R)
+    started(me, R)
     groups(me, R)
     refusals(me, R)
     copies(me, R)
