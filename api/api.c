@@ -16,6 +16,7 @@
 #include "../executor/executor.h"
 #include "../executor/transports/transports.h"
 
+#include "../ir/trace.h"
 #include "../passes/passes.h"
 #include "api.h"
 
@@ -208,14 +209,10 @@ cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_opti
                                     .explain = opt && opt->explain ? explain_to_log : NULL,
                                     .explain_user = g->ctx}};
   st = size_world(g, opt);
-  cf_profile *prof = NULL;
   cf_cost measured;
-  char path[4096];
-  if (!st) st = cf_profile_find(g->ctx, opt ? opt->profile : NULL, &prof, path, sizeof path);
-  if (!st &&
-      cf_profile_cost(prof, "threads", g->world_size > 0 ? (int)g->world_size : 1, &measured))
-    co.pass.measured_cost = &measured;
-  cf_profile_destroy(prof);
+  if (!st)
+    st = cf_profile_compile_cost(g->ctx, opt ? opt->profile : NULL, g, &measured,
+                                 &co.pass.measured_cost);
   if (!st) st = cf_compile(g, &co);
   return st;
 }

@@ -97,6 +97,11 @@ int cf_profile_rules(cf_profile *p, const char *transport, const cf_algo_rule **
 /* The measured alpha/beta of transport on ranks (gamma = beta/2); false
  * when the profile has none. */
 bool cf_profile_cost(const cf_profile *p, const char *transport, int ranks, cf_cost *out);
+/* What a compile of g (`compile`, the API's pipeline) takes from the profile
+ * given (cf_profile_find): its threads link at g's world size into *cost,
+ * and *measured pointing at it, NULL when the profile has none. */
+cf_status cf_profile_compile_cost(cf_context *ctx, const char *given, const cf_graph *g,
+                                  cf_cost *cost, const cf_cost **measured);
 /* Replace transport's entry for ranks with what a measurement found: the
  * fastest row best[i] at bytes[i] (ascending, n sizes), and the link. */
 cf_status cf_profile_set(cf_context *ctx, cf_profile *p, const char *transport, int ranks,

@@ -13,6 +13,7 @@
  * message with CF_ERR_RUNTIME (or the failing rank's own status).
  */
 #define _GNU_SOURCE
+#include "../ir/trace.h"
 #include "plan.h"
 #include "transports/transports.h"
 
@@ -196,11 +197,7 @@ static cf_status check_algorithms(rank_run *r) {
       a.algo = mine[k];
       b.algo = t[k];
       char text[768];
-      /* the lower rank first, so both sides print the same text */
-      if (me < i)
-        cf_coll_desc_mismatch(&a, me, &b, i, text, sizeof text);
-      else
-        cf_coll_desc_mismatch(&b, i, &a, me, text, sizeof text);
+      cf_coll_desc_mismatch(&a, me, &b, i, text, sizeof text);
       st = setup_mismatch(r, text);
     }
     if (!st) st = r->comm->ops->release(r->comm, i);
@@ -544,7 +541,7 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
                            .in = pc->in_val >= 0 ? r->vptr[pc->in_val] : bin ? bin : r->arena + pc->in_addr,
                            .out = pc->out_val >= 0 ? r->vptr[pc->out_val] : bout ? bout : r->arena + pc->out_addr,
                            .segs = pc->segs, .n_segs = pc->n_segs,
-                           .in_row = pc->in_row, .out_row = pc->out_row, .pairs = pc->pairs,
+                           .a2a = pc->a2a, .n_a2a = pc->n_a2a, .pairs = pc->pairs,
                            .scratch = r->arena + pc->scratch_addr, .scratch_bytes = pc->scratch_bytes,
                            .algo = pc->algo, .deterministic = p->opt.deterministic,
                            /* between two runs of a call the rest of the step (other

@@ -58,7 +58,8 @@ typedef struct cf_pcoll {
   size_t scratch_bytes;
   cf_coll_seg *segs;
   int n_segs;
-  int64_t in_row, out_row; /* AllToAll (cf_coll_call) */
+  cf_a2a_part *a2a;         /* AllToAll's array form (cf_coll_call), owned */
+  int n_a2a;
   int *pairs;              /* CollectivePermute (cf_coll_call), owned */
   int algo; /* resolved row of cf_algo_table; fused MatMul ops: -1 (each chunk resolves the
              * plan's opt.algo) */

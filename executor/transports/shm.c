@@ -427,9 +427,13 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
     cf_coll_desc theirs = sd->d;
     theirs.group = sd->group;
     theirs.node = sd->node;
+<<<<<<< HEAD
+    if (cf_coll_desc_mismatch(d, w->me, &theirs, peer, text, sizeof text)) {
+=======
     const cf_coll_desc *t = sd->has ? &theirs : NULL;
     if (w->me < peer ? cf_coll_desc_mismatch(d, w->me, t, peer, text, sizeof text)
                      : cf_coll_desc_mismatch(t, peer, d, w->me, text, sizeof text)) {
+>>>>>>> b30p
       world_abort(w, text);
       return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
     }
@@ -437,9 +441,7 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   size_t got = (size_t)(m->bytes & ~INLINE_BIT);
   bool inl = (m->bytes & INLINE_BIT) != 0;
   if (got != bytes || (!inl && (m->u.off > w->heap_bytes || got > w->heap_bytes - m->u.off))) {
-    snprintf(text, sizeof text,
-             "cross-rank mismatch: rank %d expected %zu bytes from rank %d, which sent %zu%s%s%s",
-             w->me, bytes, peer, got, d ? " (in '" : "", d && d->node ? d->node : "", d ? "')" : "");
+    cf_coll_size_mismatch(text, sizeof text, w->me, bytes, peer, (long long)got, d);
     world_abort(w, text);
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
   }

@@ -237,7 +237,8 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
  * the command line spells them (docs/cli.md):
  *   "passes"        "default" (every fusion), "O0" (none) or a comma list
  *   "split"         fusion=1 strategy: auto | bytes:25M[,first=1M][,count=N] |
- *                   size:96.54,3.46 | index:20,100,159
+ *                   ddp:25M[,first=1M][,initial] | size:96.54,3.46 |
+ *                   index:20,100,159; any of them ,same_dtype and ,any_dim
  *   "cost"          alpha_us,beta_GBps[,gamma_GBps] of the auto split model
  *   "profile"       a measured profile (docs/executor.md) whose rules auto and
  *                   whose alpha/beta split auto use; "none": the built-in

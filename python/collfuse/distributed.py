@@ -11,6 +11,7 @@ numpy arrays or contiguous CPU torch tensors:
     cfd.reduce_scatter(out, x)        # out: this rank's block of the sum
     cfd.broadcast(t, src=0)           # in place
     cfd.all_to_all(out, x)            # block j of x to rank j
+    cfd.matmul_reduce_scatter(out, x1, x2)  # collfuse's fused op: reduce_scatter(x1 @ x2)
     cfd.barrier()
 
 Buffers: numpy arrays (C-contiguous) or torch tensors (strided, contiguous,
@@ -66,6 +67,7 @@ from ._lib import RUN_DONE_FN, lib
 
 __all__ = ["init", "has_shm", "is_initialized", "last_copies", "get_rank", "get_world_size", "backend", "destroy",
            "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher", "set_trace",
+           "matmul_reduce_scatter",
            "write_trace", "trace_span", "tracing", "Work"]
 
 # numpy's dtype of each collfuse dtype (the package's table), bfloat16 aside: numpy
@@ -868,3 +870,75 @@ def barrier(group=None):
     """Return when every rank of the group has called it."""
     w, grp = _enter(group)
     _run(w, grp, "all_reduce", "int32", 1, "sum", _TOKEN.ctypes.data, _TOKEN.ctypes.data, True)
+
+
+# ---------------- compute fused with a collective ----------------
+
+_FUSED_DTYPES = ("float32", "float16", "bfloat16", "int8")  # MatmulReduceScatter's (SPEC: collfuse adds float32)
+
+
+class _MatmulRS:
+    """One shape's MatmulReduceScatter on this rank: a graph of that one
+    fused op, compiled with the world's options (the product of chunk i+1
+    computed while chunk i is reduce-scattered, as the plan decides)."""
+
+    def __init__(self, w, dtype, m, k, n, comm_turn):
+        g = Graph("cfd_matmul_reduce_scatter", world_size=w.size)
+        ins = [g.input("x1", dtype, (m, k)), g.input("x2", dtype, (k, n))]
+        g.output("y", g.op("MatmulReduceScatter", ins, "mmrs", world_size=w.size, comm_turn=comm_turn or None))
+        self.exe = g.compile(**w.options)
+        self.inputs = (ctypes.c_void_p * 2)()
+        self.outputs = (ctypes.c_void_p * 1)()
+
+
+def matmul_reduce_scatter(output, x1, x2, comm_turn=0, dtype=None):
+    """output = this rank's block of rows of the sum over the ranks of
+    x1 @ x2: x1 (m, k), x2 (k, n), output (m / world size, n); float32,
+    float16, bfloat16 or int8 (a bias, which the fused op takes only as
+    zeros, is the caller's to add). Runs
+    collfuse's fused MatmulReduceScatter (torch_npu's
+    npu_mm_reduce_scatter_base), one executable per shape, cached as the
+    collectives' are; comm_turn: chunks (0: the plan's choice). Every rank
+    of the job (group None only) calls it with the same shapes."""
+    w, grp = _enter(None)
+    o = _buf(output, "matmul_reduce_scatter's output", True, dtype)
+    a = _buf(x1, "matmul_reduce_scatter's x1", False, dtype)
+    b = _buf(x2, "matmul_reduce_scatter's x2", False, dtype)
+    for t in (b, o):
+        _same_dtype(a, t, "matmul_reduce_scatter")
+    if a.dtype not in _FUSED_DTYPES:
+        raise TypeError("collfuse.distributed: matmul_reduce_scatter: %s; the fused op takes %s"
+                        % (a.dtype, ", ".join(_FUSED_DTYPES)))
+    shape = lambda t: tuple(getattr(t, "shape", ()))
+    if len(shape(x1)) != 2 or len(shape(x2)) != 2 or shape(x1)[1] != shape(x2)[0]:
+        raise ValueError("collfuse.distributed: matmul_reduce_scatter: x1 %s @ x2 %s: want (m, k) @ (k, n)"
+                         % (shape(x1), shape(x2)))
+    m, k = shape(x1)
+    n = shape(x2)[1]
+    if m % w.size or o.count != m // w.size * n:
+        raise ValueError("collfuse.distributed: matmul_reduce_scatter: %d rows over %d ranks into an output of %d "
+                         "elements (want %d rows of %d)" % (m, w.size, o.count, m // w.size, n))
+    if o.ptr < a.ptr + a.nbytes and a.ptr < o.ptr + o.nbytes and o.nbytes and a.nbytes:
+        raise ValueError("collfuse.distributed: matmul_reduce_scatter: the output overlaps x1")
+    with w.lock:
+        if w.failed:
+            raise CollfuseError(3, "collfuse.distributed: an earlier collective failed (%s); the job's "
+                                   "collfuse world has stopped" % w.failed)
+        key = ("matmul_reduce_scatter", a.dtype, m, k, n, int(comm_turn or 0))
+        f = w.cache.get(key)
+        if f is None:
+            f = w.cache[key] = _MatmulRS(w, a.dtype, m, k, n, int(comm_turn or 0))
+            w.order.append(key)
+        f.inputs[0], f.inputs[1] = a.ptr, b.ptr
+        f.outputs[0] = o.ptr
+        t0 = time.monotonic_ns()
+        try:
+            f.exe.ctx.check(lib.cf_executable_run_rank(f.exe._h, w.rank, f.inputs, f.outputs))
+        except CollfuseError as e:
+            w.failed = str(e)
+            raise
+        if w.trace is not None:
+            w.trace.span(LANE_CALLS, "matmul_reduce_scatter", t0, time.monotonic_ns(), "collective",
+                         {"dtype": a.dtype, "shape": [m, k, n]})
+        w.last_copies = f.exe.last_copies
+    return output
