@@ -453,9 +453,51 @@ def hosts(ok, scale):
     print("ranks on two hosts: refused by both, naming the hosts")
 
 
+def killed_child():
+    """A rank of a 2-rank shm job: both average a tensor with
+    all_reduce(async_op=True); then rank 1 SIGKILLs itself while rank 0 has
+    started the next one, whose Work must fail naming rank 1 (its process
+    died), well within the timeout; the world then refuses more calls.
+    CF_KILLED "run": the next one is the same average (a run of the kept
+    rank); "setup": a sum, whose executable joins the job first."""
+    import signal
+    cfd.init(timeout=20)
+    me = cfd.get_rank()
+    every = [data("float32", 4096, r, 4000) for r in range(2)]
+    x = every[me].copy()
+    cfd.all_reduce(x, op="mean", async_op=True).wait()
+    close("float32", x, reduce_ref("float32", "mean", every), "all_reduce before the kill", 2)
+    if me == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    w = cfd.all_reduce(x, op="mean" if os.environ["CF_KILLED"] == "run" else "sum", async_op=True)
+    expect_raises(collfuse.CollfuseError, w.wait, "rank 1", "died")
+    expect_raises(collfuse.CollfuseError, lambda: cfd.all_reduce(x, async_op=True), "an earlier collective failed")
+    with open(os.path.join(os.environ["CF_OK_DIR"], "rank0.ok"), "w") as f:
+        f.write("ok\n")
+
+
+def killed(ok, scale, where):
+    """killed_child's two processes, as torchrun starts them: rank 1 ends by
+    SIGKILL, rank 0 with the error naming it (no hang on the runner)."""
+    port = free_port()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, CF_DIST_CHILD="killed", CF_KILLED=where, CF_OK_DIR=ok, RANK=str(r), WORLD_SIZE="2",
+                   LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=120 * scale)[0] for p in procs]
+    if procs[0].returncode or procs[1].returncode != -9 or sorted(os.listdir(ok)) != ["rank0.ok"]:
+        fail("a rank killed with a started all_reduce (%s): exits %s\n%s" % (where, [p.returncode for p in procs],
+                                                                             "".join(outs)))
+    print("a rank killed: the other's started all_reduce fails naming it (%s)" % where)
+
+
 def child():
     if os.environ.get("CF_DIST_CHILD") == "hosts":
         return hosts_child()
+    if os.environ.get("CF_DIST_CHILD") == "killed":
+        return killed_child()
     forced = os.environ.get("CF_DIST_BACKEND") or None
     cfd.init(deterministic=True, backend=forced)
     me, R = cfd.get_rank(), cfd.get_world_size()
@@ -564,6 +606,9 @@ def driver():
     if shm:
         with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
             hosts(ok, scale)
+        for where in ("run", "setup"):
+            with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
+                killed(ok, scale, where)
     for how, R in runs:
         with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
             start(how, R, ok, scale)
