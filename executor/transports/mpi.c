@@ -475,16 +475,8 @@ static cf_status recv_msg(cf_comm *c, int src, void *staging, size_t bytes, cons
       snprintf(text, sizeof text, "rank %d received a malformed header from rank %d", c->rank, src);
       return cf_mpi_fail_all(c, text);
     }
-<<<<<<< HEAD
-    if (cf_coll_desc_mismatch(d, c->rank, &theirs, src, text, sizeof text))
-      return cf_mpi_fail_all(c, text);
-=======
-    /* the lower rank first, so both sides of a mismatch print the same text */
     const cf_coll_desc *t = h.has_desc ? &theirs : NULL;
-    bool differ = c->rank < src ? cf_coll_desc_mismatch(d, c->rank, t, src, text, sizeof text)
-                                : cf_coll_desc_mismatch(t, src, d, c->rank, text, sizeof text);
-    if (differ) return cf_mpi_fail_all(c, text);
->>>>>>> b30p
+    if (cf_coll_desc_mismatch(d, c->rank, t, src, text, sizeof text)) return cf_mpi_fail_all(c, text);
   }
   if ((size_t)h.bytes != bytes) {
     cf_coll_size_mismatch(text, sizeof text, c->rank, bytes, src, (long long)h.bytes, d);

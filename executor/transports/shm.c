@@ -427,13 +427,8 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
     cf_coll_desc theirs = sd->d;
     theirs.group = sd->group;
     theirs.node = sd->node;
-<<<<<<< HEAD
-    if (cf_coll_desc_mismatch(d, w->me, &theirs, peer, text, sizeof text)) {
-=======
     const cf_coll_desc *t = sd->has ? &theirs : NULL;
-    if (w->me < peer ? cf_coll_desc_mismatch(d, w->me, t, peer, text, sizeof text)
-                     : cf_coll_desc_mismatch(t, peer, d, w->me, text, sizeof text)) {
->>>>>>> b30p
+    if (cf_coll_desc_mismatch(d, w->me, t, peer, text, sizeof text)) {
       world_abort(w, text);
       return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
     }
