@@ -255,7 +255,8 @@ static int intern_keys(combiner *m) {
     const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
     /* the whole key: a combine_key that differs only far in is another key */
     const char *ck = cf_node_str(n, CF_A_COMBINE_KEY, "");
-    size_t len = strlen(cf_node_group(n)) + strlen(ck) + 192; /* 8 numbers of up to 20 characters and 9 separators */
+    /* 8 numbers of up to 20 characters and 9 separators */
+    size_t len = strlen(cf_node_group(n)) + strlen(ck) + 192;
     char *buf = cf_arena_alloc(&m->scratch, len);
     if (!buf) {
       free(idx);
