@@ -128,13 +128,8 @@ typedef struct cf_coll_desc {
 /* True when two ranks' descriptors of the same collective differ; text
  * then says so naming both ranks and both values, the lower rank first
  * whichever side asks, so both ranks of a mismatch print the same text.
-<<<<<<< HEAD
- * NULL is a message of no collective (the checks before a run): it differs
- * from any descriptor. */
-=======
  * NULL is a message of no collective (the checks before a run): it
  * differs from any descriptor. */
->>>>>>> main
 bool cf_coll_desc_mismatch(const cf_coll_desc *mine, int my_rank, const cf_coll_desc *theirs,
                            int their_rank, char *text, size_t len);
 /* The text of a receive by rank me of bytes from rank peer, which sent got

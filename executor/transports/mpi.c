@@ -475,13 +475,8 @@ static cf_status recv_msg(cf_comm *c, int src, void *staging, size_t bytes, cons
       snprintf(text, sizeof text, "rank %d received a malformed header from rank %d", c->rank, src);
       return cf_mpi_fail_all(c, text);
     }
-<<<<<<< HEAD
-    const cf_coll_desc *t = h.has_desc ? &theirs : NULL;
-    if (cf_coll_desc_mismatch(d, c->rank, t, src, text, sizeof text)) return cf_mpi_fail_all(c, text);
-=======
     if (cf_coll_desc_mismatch(d, c->rank, h.has_desc ? &theirs : NULL, src, text, sizeof text))
       return cf_mpi_fail_all(c, text);
->>>>>>> main
   }
   if ((size_t)h.bytes != bytes) {
     cf_coll_size_mismatch(text, sizeof text, c->rank, bytes, src, (long long)h.bytes, d);

@@ -427,12 +427,7 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
     cf_coll_desc theirs = sd->d;
     theirs.group = sd->group;
     theirs.node = sd->node;
-<<<<<<< HEAD
-    const cf_coll_desc *t = sd->has ? &theirs : NULL;
-    if (cf_coll_desc_mismatch(d, w->me, t, peer, text, sizeof text)) {
-=======
     if (cf_coll_desc_mismatch(d, w->me, sd->has ? &theirs : NULL, peer, text, sizeof text)) {
->>>>>>> main
       world_abort(w, text);
       return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
     }
