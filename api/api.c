@@ -747,7 +747,14 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
    * transport): checked while every rank is still here, before the
    * one-sided checks */
   double h = (double)cf_profile_hash(e->setup.prof, cf_run_transport(&ms)), v[2] = {h, -h};
-  if ((st = cf_world_max(e->mpi, v, 2))) return st;
+  /* a world another executable joined first reports to that one's context
+   * otherwise (a rank that dies meanwhile is named here) */
+  cf_comm *c = cf_world_comm(e->mpi, e->mpi->first);
+  cf_context *was = c ? c->ctx : NULL;
+  if (c) c->ctx = e->ctx;
+  st = cf_world_max(e->mpi, v, 2);
+  if (c) c->ctx = was;
+  if (st) return st;
   if (v[0] != -v[1])
     return cf_error(e->ctx, CF_ERR_INVALID, NULL, 0,
                     "profile: the ranks read different profiles (every process must see the "
