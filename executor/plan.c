@@ -39,6 +39,7 @@
  * output. So the plan is built with each kind in place and without
  * (cf_plan_build), and the smallest peak per rank wins (ties: in place).
  */
+#include "../ir/trace.h"
 #include "plan.h"
 #include "transports/transports.h"
 
@@ -1133,10 +1134,12 @@ cf_status cf_plan_build(cf_context *ctx, const cf_graph *g, const cf_run_options
                         cf_plan **out) {
   *out = NULL;
   if (!g->topo) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "plan: the graph is not verified");
+  cf_status st = cf_graph_regions_refuse(g); /* a loop or branch body is not one dataflow pass */
+  if (st) return st;
   cf_phase_begin(ctx, "plan", 0);
   unsigned seen = 0, unused;
   cf_plan *p;
-  cf_status st = traced_plan_make(ctx, g, opt, RSAG_AG | RSAG_RS, &seen, &p);
+  st = traced_plan_make(ctx, g, opt, RSAG_AG | RSAG_RS, &seen, &p);
   if (st) return st;
   /* AllGather/ReduceScatter in place moves blocks' lives (the head
    * comment): each smaller set of kinds in place, down to none, replaces
@@ -1190,7 +1193,7 @@ int cf_plan_value_bucket(const cf_plan *p, int node, int port, int64_t *off) {
 
 void cf_plan_destroy(cf_plan *p) {
   if (!p || p->abandoned) return; /* a rank's thread may still use it (exec.c join_ranks) */
-  if (p->kept_arena) cf_world_free(p->kept_world, p->dev, p->kept_arena);
+  cf_exec_forget(p);
   for (int c = 0; p->colls && c < p->n_colls; c++) {
     free(p->colls[c].segs);
     free(p->colls[c].pairs);

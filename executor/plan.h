@@ -106,9 +106,12 @@ struct cf_plan {
   bool abandoned; /* a run gave up on a rank stuck in a compute step (exec.c join_ranks): its
                    * thread may still use the plan, which cf_plan_destroy then leaves */
   bool *binds;    /* node -> cf_plan_binds */
-  void *kept_arena;     /* opt.keep_arena: the last run's arena, from kept_world's memory */
-  cf_world *kept_world; /* (or the device's); cf_plan_destroy frees it */
+  struct rank_run *solo; /* opt.keep_rank: this process's rank, kept from run to run (exec.c);
+                          * cf_plan_destroy frees it (cf_exec_forget) before the world goes */
 };
+
+/* exec.c: free the rank p kept (opt.keep_rank) and stop its threads. */
+void cf_exec_forget(cf_plan *p);
 
 /* exec.c: the BLAS threads each rank's GEMMs get with `ranks` rank threads
  * in this process: cores/ranks (at least 1), or OpenBLAS's setting for one

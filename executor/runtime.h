@@ -126,9 +126,16 @@ typedef struct cf_coll_desc {
 } cf_coll_desc;
 
 /* True when two ranks' descriptors of the same collective differ; text
- * then says so naming both ranks and both values. */
+ * then says so naming both ranks and both values, the lower rank first
+ * whichever side asks, so both ranks of a mismatch print the same text.
+ * NULL is a message of no collective (the checks before a run): it
+ * differs from any descriptor. */
 bool cf_coll_desc_mismatch(const cf_coll_desc *mine, int my_rank, const cf_coll_desc *theirs,
                            int their_rank, char *text, size_t len);
+/* The text of a receive by rank me of bytes from rank peer, which sent got
+ * (a transport's check; d, the collective received for, or NULL). */
+void cf_coll_size_mismatch(char *text, size_t len, int me, size_t bytes, int peer, long long got,
+                           const cf_coll_desc *d);
 
 /* A member of an AllGather or ReduceScatter call, in elements: its input
  * at in + in_off and output at out + out_off; count is the elements of one

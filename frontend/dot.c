@@ -5,7 +5,9 @@
  * kind; a fused collective is a cluster with one box per member (port i is
  * member i, so edges enter and leave the member they belong to) whose label
  * gives the bytes the bucket moves and why it exists; a fused matmul is a
- * cluster of its matmul and collective parts.
+ * cluster of its matmul and collective parts. The body of a while or a branch
+ * of a conditional (cf_region) is a dashed cluster of its nodes, labelled
+ * with the op and the part, inside the cluster of the body around it.
  *
  * "dot" writes the graph before layout, so the file is byte-for-byte
  * reproducible (golden tests). cgraph's default id discipline makes interned
@@ -217,6 +219,7 @@ typedef struct dot_state {
   drawn *d;
   sbuf b, id;  /* label and id being built */
   bool failed; /* a cgraph call or an allocation failed */
+  Agraph_t **regions;    /* per region of g, its cluster once made (regions[0]: G) */
   const double *wait_ms; /* per node, the measured wait on it (< 0: none), or NULL */
   double most;           /* the largest of them */
   char heat[16];         /* the fill colour heat_of made */
@@ -368,11 +371,32 @@ static bool on_cycle(const dot_state *s, int src, int dst) {
   return false;
 }
 
+/* The graph a node of region k is drawn in: G, or the cluster of its body
+ * (made on first use, inside its parent's). */
+static Agraph_t *region_graph(dot_state *s, int k) {
+  if (k <= 0 || k >= s->g->n_regions || !s->regions) return s->G;
+  if (s->regions[k]) return s->regions[k];
+  Agraph_t *up = region_graph(s, s->g->regions[k].parent);
+  char id[48], text[CF_MAX_NAME + 128];
+  snprintf(id, sizeof id, "cluster_region_%d", k);
+  Agraph_t *sub = s->failed || !up ? NULL : agsubg(up, id, 1);
+  if (!sub) {
+    s->failed = true;
+    return s->G;
+  }
+  sb_reset(&s->b);
+  sb_text(&s->b, cf_region_text(s->g, k, text, sizeof text));
+  set(s, sub, "label", s->b.s);
+  set(s, sub, "style", "dashed,rounded");
+  return s->regions[k] = sub;
+}
+
 static void draw_plain(dot_state *s, int i) {
   const cf_node *n = &s->g->nodes[i];
+  Agraph_t *in = region_graph(s, n->region);
   sb_id(&s->id, n->name, strlen(n->name));
   if (n->name[0] == '%') unique_id(s, false);
-  Agnode_t *an = s->failed || s->id.oom ? NULL : agnode(s->G, s->id.s, 1);
+  Agnode_t *an = s->failed || s->id.oom ? NULL : agnode(in, s->id.s, 1);
   s->d[i].head = s->d[i].tail = an;
   sb_reset(&s->b);
   sb_text(&s->b, n->name);
@@ -400,13 +424,13 @@ static void draw_plain(dot_state *s, int i) {
  * [(reason)]", then the shared reduction/layout/group of a fused collective or
  * the original nodes of a fused matmul. */
 static Agraph_t *open_cluster(dot_state *s, const cf_node *n, int members) {
-  Agraph_t *sub = NULL;
+  Agraph_t *sub = NULL, *in = region_graph(s, n->region);
   sb_reset(&s->id);
   sb_printf(&s->id, "cluster_");
   for (const char *p = n->name; *p; p++) /* a plain DOT id: no quoting surprises */
     sb_printf(&s->id, "%c", isalnum((unsigned char)*p) ? *p : '_');
   unique_id(s, true);
-  if (s->failed || !(sub = agsubg(s->G, s->id.s, 1))) return s->failed = true, NULL;
+  if (s->failed || !(sub = agsubg(in, s->id.s, 1))) return s->failed = true, NULL;
   char bytes[32];
   cf_bytes_text(cf_node_comm_bytes(s->g, n), bytes, sizeof bytes);
   sb_reset(&s->b);
@@ -692,7 +716,8 @@ cf_status cf_dot_write_waits(const cf_graph *g, const char *path, const char *fo
 
   sb_id(&s.b, g->name ? g->name : "graph", strlen(g->name ? g->name : "graph"));
   if (s.b.oom || !(s.G = agopen(s.b.s, Agdirected, &ids.disc)) ||
-      !(s.d = calloc((size_t)g->n_nodes + 1, sizeof *s.d))) {
+      !(s.d = calloc((size_t)g->n_nodes + 1, sizeof *s.d)) ||
+      (g->n_regions > 1 && !(s.regions = calloc((size_t)g->n_regions, sizeof *s.regions)))) {
     st = cf_error(g->ctx, CF_ERR_NO_MEMORY, path, 0, "out of memory: cannot create the drawing");
     goto fail;
   }
@@ -718,6 +743,7 @@ fail:
   for (int i = 0; s.d && i < g->n_nodes; i++)
     free(s.d[i].member);
   free(s.d);
+  free(s.regions);
   free(s.b.s);
   free(s.id.s);
   free(ids.names);

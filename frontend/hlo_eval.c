@@ -6,7 +6,12 @@
  * CallInliner), `tuple` and `get-tuple-element` only move values around, and
  * every other instruction becomes IR nodes: the IR op where the IR has the
  * instruction's exact semantics, Opaque (shape, dtype and operands kept)
- * where it has not.
+ * where it has not. A `while` or `conditional` is an Opaque node of its
+ * result types, and each computation it runs (condition and body, each
+ * branch) is evaluated once into a region of the graph (cf_region), its
+ * parameter bound to the op's operand, and what it ends in is an operand
+ * of the op's node: the bodies' collectives are read, counted and
+ * combined within their body, and `run` refuses the graph.
  */
 #include "hlo_reader.h"
 
@@ -32,7 +37,9 @@ static cf_status add_node(hlo_reader *r, const char *base, const char *suffix, b
     if (!(nm = cf_arena_name(&r->scratch, base, tail))) return cf_hlo_oom(r, line);
     taken = cf_graph_find(r->g, nm) >= 0;
   }
-  return cf_graph_add_node(r->g, nm, op, line, idx);
+  cf_status st = cf_graph_add_node(r->g, nm, op, line, idx);
+  if (!st) r->g->nodes[*idx].region = r->region;
+  return st;
 }
 
 static cf_status set_type(hlo_reader *r, int idx, const hshape *t, int line) {
@@ -118,10 +125,12 @@ static void collect_types(const hshape *t, cf_decl *d, int *k) {
     collect_types(&t->elem[i], d, k);
 }
 
-/* An Opaque node for in: operands are every array of ops, outputs every
- * array of in's shape, type the opcode (or note). */
-static cf_status emit_opaque(hlo_reader *r, const hinstr *in, bool at_entry, const hval *const *ops,
-                             const char *type, hval *out) {
+/* An Opaque node for in: operands are every array of ops and then
+ * extra[0..n_extra), outputs every array of in's shape, type the opcode (or
+ * note). */
+static cf_status emit_opaque_ext(hlo_reader *r, const hinstr *in, bool at_entry,
+                                 const hval *const *ops, const cf_ref *extra, int n_extra,
+                                 const char *type, hval *out) {
   cf_status st;
   int leaves = count_leaves(&in->shape);
   if (!leaves)
@@ -129,6 +138,8 @@ static cf_status emit_opaque(hlo_reader *r, const hinstr *in, bool at_entry, con
   r->n_refs = 0;
   for (int i = 0; i < in->n_opnd; i++)
     if ((st = push_leaves(r, ops[i], in->line))) return st;
+  for (int i = 0; i < n_extra; i++)
+    if ((st = push_ref(r, extra[i], in->line))) return st;
   if (r->n_refs > CF_MAX_OPERANDS)
     return cf_hlo_fail(r, in->line, "instruction '%s': more than %d operand arrays", in->name,
                        CF_MAX_OPERANDS);
@@ -153,6 +164,11 @@ static cf_status emit_opaque(hlo_reader *r, const hinstr *in, bool at_entry, con
     collect_types(&in->shape, n->decl, &n->n_decl);
   }
   return shape_value(r, &in->shape, idx, &port, out, in->line);
+}
+
+static cf_status emit_opaque(hlo_reader *r, const hinstr *in, bool at_entry, const hval *const *ops,
+                             const char *type, hval *out) {
+  return emit_opaque_ext(r, in, at_entry, ops, NULL, 0, type, out);
 }
 
 /* An IR op with operands ops (arrays) and in's shape (an array) declared. */
@@ -940,6 +956,181 @@ static cf_status keep_order(hlo_reader *r, const hcomp *c, int k, const hval *va
   return st;
 }
 
+/* The computations a control-flow op's attribute key names: one
+ * (body=%b) or a list (branch_computations={%b0, %b1}), at most max, into
+ * comps[*n...]. Errors name the instruction and what is missing. */
+static cf_status comp_list(hlo_reader *r, const hinstr *in, const char *key, hcomp **comps,
+                           int max, int *n) {
+  const hattr *a = cf_hlo_attr(in, key);
+  if (!a)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s needs %s=COMPUTATION", in->name,
+                       in->opcode, key);
+  const char *p = a->val.p, *e = p + a->val.n;
+  bool list = p < e && *p == '{';
+  if (list) {
+    if (e[-1] != '}')
+      return cf_hlo_fail(r, in->line, "instruction '%s': %s={NAME, ...} is not closed", in->name,
+                         key);
+    p++, e--;
+  }
+  for (p = cf_hlo_skip(p, e); p < e; p = cf_hlo_skip(p, e)) {
+    cf_span nm;
+    const char *q = cf_hlo_read_name(p, e, &nm);
+    char name[CF_MAX_NAME + 1];
+    if (!nm.n || nm.n > CF_MAX_NAME)
+      return cf_hlo_fail(r, in->line, "instruction '%s': %s: expected a computation's name at '%s'",
+                         in->name, key, CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - p)})));
+    memcpy(name, nm.p, nm.n);
+    name[nm.n] = 0;
+    int k = cf_hlo_map_find(&r->comp_map, name);
+    if (k < 0)
+      return cf_hlo_fail(r, in->line, "instruction '%s': %s=%s is not a computation of the module",
+                         in->name, key, name);
+    if (*n >= max)
+      return cf_hlo_fail(r, in->line, "instruction '%s': more than %d computations", in->name, max);
+    comps[(*n)++] = &r->comps[k];
+    p = cf_hlo_skip(q, e);
+    if (p < e && *p == ',' && list) p++;
+    else if (p < e)
+      return cf_hlo_fail(r, in->line, "instruction '%s': %s: expected ',' at '%s'", in->name, key,
+                         CF_SPAN_QUOTE(((cf_span){p, (size_t)(e - p)})));
+  }
+  if (!*n) return cf_hlo_fail(r, in->line, "instruction '%s': %s names no computation", in->name, key);
+  return CF_OK;
+}
+
+/* The nodes made since node first, in the regions the op's bodies made,
+ * that no other node uses (what the bodies end in), as operands for the
+ * op's node (port 0 each: one suffices to order them) into a malloc'd
+ * *out: the op runs after its whole bodies, and a collective in a body
+ * keeps no control edge that would keep it alone. */
+static cf_status body_ends(hlo_reader *r, int first, int outer, int line, cf_ref **out, int *n_out) {
+  cf_graph *g = r->g;
+  int n = g->n_nodes - first, k = 0;
+  *out = NULL;
+  *n_out = 0;
+  if (n <= 0) return CF_OK;
+  unsigned char *used = calloc((size_t)n, 1);
+  cf_ref *v = malloc((size_t)n * sizeof *v);
+  if (!used || !v) {
+    free(used);
+    free(v);
+    return cf_hlo_oom(r, line);
+  }
+  for (int i = first; i < g->n_nodes; i++)
+    for (int j = 0; j < cf_node_n_deps(&g->nodes[i]); j++) {
+      int d = cf_node_dep(&g->nodes[i], j);
+      if (d >= first) used[d - first] = 1;
+    }
+  cf_status st = CF_OK;
+  for (int i = first; i < g->n_nodes && !st; i++) {
+    const cf_region *rg = &g->regions[g->nodes[i].region];
+    if (!used[i - first] && g->nodes[i].region && rg->parent == outer &&
+        cf_node_n_outputs(&g->nodes[i]) > 0 && !(st = charge(r, 1, line)))
+      v[k++] = (cf_ref){i, 0};
+  }
+  free(used);
+  if (st) free(v);
+  else
+    *out = v, *n_out = k;
+  return st;
+}
+
+/* The node of v's first array, -1 when it has none. */
+static int first_node(const hval *v) {
+  if (v->n < 0) return v->ref.node;
+  for (int i = 0; i < v->n; i++) {
+    int k = first_node(&v->elem[i]);
+    if (k >= 0) return k;
+  }
+  return -1;
+}
+
+/* while(init), condition=%c, body=%b and conditional(p, a0, a1, ...),
+ * true_computation=/false_computation= or branch_computations={...}: each
+ * computation into a region of its own with its operands (a while's for
+ * both: one tuple in HLO, StableHLO's values each; operand k+1 for branch
+ * k, or none where the branches take no operand, as StableHLO's capture
+ * what they use), then the op as an Opaque node of its result types that
+ * also takes what the bodies end in. */
+static cf_status eval_control(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
+                              hval *out) {
+  enum { MAX_BRANCHES = 64 };
+  hcomp *comps[MAX_BRANCHES];
+  const char *part[MAX_BRANCHES];
+  char partbuf[MAX_BRANCHES][24];
+  int n = 0;
+  cf_status st = CF_OK;
+  const char *spelled = in->spelled ? in->spelled : in->opcode;
+  bool loop = !strcmp(in->opcode, "while");
+  if (loop) {
+    if ((st = comp_list(r, in, "condition", comps, 1, &n)) ||
+        (st = comp_list(r, in, "body", comps + 1, 1, &(int){0})))
+      return st;
+    n = 2;
+    part[0] = "condition", part[1] = "body";
+  } else {
+    if (cf_hlo_attr(in, "branch_computations")) {
+      st = comp_list(r, in, "branch_computations", comps, MAX_BRANCHES, &n);
+      for (int i = 0; i < n; i++) {
+        snprintf(partbuf[i], sizeof partbuf[i], "branch %d", i);
+        part[i] = partbuf[i];
+      }
+    } else {
+      if (!(st = comp_list(r, in, "true_computation", comps, 1, &n)))
+        st = comp_list(r, in, "false_computation", comps + 1, 1, &(int){0});
+      n = 2;
+      part[0] = "true branch", part[1] = "false branch";
+    }
+    if (st) return st;
+    if (in->n_opnd != n + 1 && in->n_opnd != 1)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': conditional with %d branches takes %d operands, not %d",
+                         in->name, n, n + 1, in->n_opnd);
+  }
+  int first = r->g->n_nodes, outer = r->region, *ids = malloc((size_t)n * sizeof *ids);
+  hval *argv = malloc(((size_t)in->n_opnd + 1) * sizeof *argv);
+  if (!ids || !argv) {
+    free(ids);
+    free(argv);
+    return cf_hlo_oom(r, in->line);
+  }
+  for (int i = 0; i < in->n_opnd; i++)
+    argv[i] = *ops[i];
+  for (int i = 0; i < n && !st; i++) {
+    hval res;
+    const hval *args = loop ? argv : in->n_opnd > 1 ? &argv[i + 1] : NULL;
+    int n_args = loop ? in->n_opnd : in->n_opnd > 1 ? 1 : 0;
+    if ((st = cf_graph_add_region(r->g, spelled, in->name, part[i], outer, in->line, &ids[i])))
+      break;
+    r->region = ids[i];
+    st = eval_comp(r, comps[i], args, n_args, &res);
+    r->region = outer;
+  }
+  cf_ref *ends = NULL;
+  int n_ends = 0;
+  if (!st) st = body_ends(r, first, outer, in->line, &ends, &n_ends);
+  if (!st) st = emit_opaque_ext(r, in, at_entry, ops, ends, n_ends, spelled, out);
+  int node = st ? -1 : first_node(out);
+  for (int i = 0; i < n && node >= 0; i++) /* () carries nothing: the name stays */
+    r->g->regions[ids[i]].owner = r->g->nodes[node].name; /* renamed when taken */
+  free(ends);
+  free(argv);
+  free(ids);
+  return st;
+}
+
+/* The value named name that a nested computation sees around it: defined
+ * before the op being evaluated in the computations that hold it. */
+static const hval *outer_value(hlo_reader *r, const char *name) {
+  for (const hscope *sc = r->scope; sc && sc->c->nested && sc->up;) {
+    sc = sc->up;
+    int j = cf_hlo_map_find(&sc->c->map, name);
+    if (j >= 0 && j < sc->k) return &sc->vals[j];
+  }
+  return NULL;
+}
+
 static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hval *args,
                             int n_args) {
   hinstr *in = &c->ins[k];
@@ -953,7 +1144,14 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
     return cf_hlo_oom(r, in->line);
   for (int i = 0; i < in->n_opnd && !st; i++) {
     int j = cf_hlo_map_find(&c->map, in->opnd[i]);
-    if (j < 0)
+    if (j < 0 && c->nested && (ops[i] = outer_value(r, in->opnd[i])))
+      continue; /* a region's use of a value around it */
+    if (j < 0 && c->nested)
+      st = cf_hlo_fail(r, in->line,
+                       "instruction '%s': operand '%s' is defined neither in its region nor "
+                       "before the op that holds the region",
+                       in->name, in->opnd[i]);
+    else if (j < 0)
       st = cf_hlo_fail(r, in->line,
                        "instruction '%s': operand '%s' is not defined in computation '%s'",
                        in->name, in->opnd[i], c->name);
@@ -1004,6 +1202,8 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
       argv[i] = *ops[i];
     if (!st) st = eval_comp(r, callee, argv, in->n_opnd, out);
     free(argv);
+  } else if (!strcmp(op, "while") || !strcmp(op, "conditional")) {
+    st = eval_control(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "all-reduce") || !strcmp(op, "all-reduce-start") ||
              !strcmp(op, "all-gather") || !strcmp(op, "all-gather-start") ||
              !strcmp(op, "reduce-scatter") || !strcmp(op, "reduce-scatter-start")) {
@@ -1016,6 +1216,8 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
     st = eval_permute(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "collective-permute-done") && in->n_opnd == 1 && ops[0]->n == 2) {
     *out = ops[0]->elem[1];
+  } else if (!strcmp(op, "-forward") && in->n_opnd == 1) {
+    *out = *ops[0]; /* a StableHLO region's return of a value around it (no HLO opcode) */
   } else if (!strcmp(op, "all-reduce-done") && in->n_opnd == 1) {
     *out = *ops[0];
   } else if ((!strcmp(op, "all-gather-done") || !strcmp(op, "reduce-scatter-done")) &&
@@ -1089,10 +1291,15 @@ static cf_status eval_comp(hlo_reader *r, hcomp *c, const hval *args, int n_args
   if (!vals) return cf_hlo_oom(r, c->line);
   c->active = true;
   r->depth++;
+  hscope sc = {c, vals, 0, r->scope};
+  r->scope = &sc;
   cf_status st = CF_OK;
-  for (int k = 0; k < c->n_ins && !st; k++)
+  for (int k = 0; k < c->n_ins && !st; k++) {
+    sc.k = k;
     st = eval_instr(r, c, k, vals, args, n_args);
+  }
   if (!st) *out = vals[c->root];
+  r->scope = sc.up;
   c->active = false;
   r->depth--;
   free(vals);

@@ -65,6 +65,7 @@ typedef struct hinstr {
   int line;
   hshape shape;
   bool no_shape; /* the text leaves the shape out (tuple(a, b)): inferred from the operands */
+  const char *spelled; /* the op as its format names it (stablehlo.while), NULL: opcode */
   cf_span args;  /* the text between the opcode's parentheses */
   int n_opnd;
   const char **opnd; /* operand names, sigils removed */
@@ -89,6 +90,7 @@ typedef struct hcomp {
   int n_ins, root;
   strmap map;
   bool active; /* being evaluated (a call back into it is recursion) */
+  bool nested; /* a region of an op (StableHLO): uses values of the computation around it */
 } hcomp;
 
 /* What an instruction evaluates to: one IR output, or a tuple of values. */
@@ -113,6 +115,15 @@ struct hgset {
   int line;
   hgset *next;
 };
+
+/* A computation being evaluated: the values of its instructions before k,
+ * which a nested computation (hcomp.nested) evaluated within it may use. */
+typedef struct hscope {
+  const hcomp *c;
+  const hval *vals;
+  int k;
+  struct hscope *up; /* the computation that evaluates this one, NULL at ENTRY */
+} hscope;
 
 typedef struct hlo_reader {
   cf_context *ctx;
@@ -141,6 +152,8 @@ typedef struct hlo_reader {
   int64_t work;       /* what is left of the budget above */
   int64_t work_limit; /* the budget */
   int depth;
+  int region;                /* the graph region nodes are made in now (cf_region), 0 at top */
+  hscope *scope;             /* the innermost computation being evaluated */
   unsigned long long serial; /* suffix of names that were taken */
   cf_ref *refs;              /* operands of the node being built */
   size_t n_refs, cap_refs;

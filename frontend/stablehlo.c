@@ -113,10 +113,13 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
                             body_ret *br, int *out);
 
 /* A region `{ ^bb0(%a: T, ...): ops; stablehlo.return %x }` at p as a new
- * computation; its name (for to_apply) in *name. */
-static cf_status region_comp(sh_reader *s, const char *p, const char *e, int line,
-                             const char **name) {
-  const char *bs = p + 1, *be = cf_sh_past(s, p, e) - 1, *args = NULL, *args_e = NULL;
+ * computation; its name (for to_apply) in *name. A region without ^bb0
+ * takes the arguments [args, args_e) when args (a pretty while's), else
+ * none. */
+static cf_status region_comp_args(sh_reader *s, const char *p, const char *e, int line,
+                                  const char *args, const char *args_e, bool forward_ok,
+                                  const char **name) {
+  const char *bs = p + 1, *be = cf_sh_past(s, p, e) - 1;
   const char *q = cf_hlo_skip(bs, be);
   int body_line = line;      /* the line at bs, where parse_body starts counting */
   if (q < be && *q == '^') { /* ^bb0(%a: T, %b: T): */
@@ -130,11 +133,21 @@ static cf_status region_comp(sh_reader *s, const char *p, const char *e, int lin
     bs = nl;
     body_line += cf_sh_count_nl(s, q, nl);
   }
-  char nm[32];
-  snprintf(nm, sizeof nm, "region-line-%d", line); /* '-': no MLIR symbol */
+  char nm[48];
+  snprintf(nm, sizeof nm, "region-line-%d-%d", line, s->n_regions++); /* '-': no MLIR symbol */
   if (!(*name = str(s, nm, strlen(nm)))) return cf_hlo_oom(s->r, line);
   int idx;
-  return parse_body(s, *name, line, bs, be, body_line, args, args_e, NULL, &idx);
+  bool was = s->forward_ok;
+  s->forward_ok = forward_ok;
+  cf_status st = parse_body(s, *name, line, bs, be, body_line, args, args_e, NULL, &idx);
+  s->forward_ok = was;
+  if (!st) s->comps[idx].nested = true;
+  return st;
+}
+
+static cf_status region_comp(sh_reader *s, const char *p, const char *e, int line,
+                             const char **name) {
+  return region_comp_args(s, p, e, line, NULL, NULL, false, name);
 }
 
 /* Results: "%0" or "%0:3"; *n is the count. */
@@ -576,6 +589,111 @@ static cf_status reducer_region(sh_reader *s, hinstr *in, const char *p, const c
   return CF_OK;
 }
 
+/* stablehlo.while, stablehlo.if and stablehlo.case (or mhlo's): each
+ * region a computation of its own, the op the HLO reader's `while`
+ * (condition=, body=) or `conditional` (branch_computations=), which the
+ * evaluator reads into regions of the graph (hlo_eval.c; an if's then and
+ * else are its true and false computations). The generic form
+ * holds the regions in `({...}, {...})` with their ^bb0 arguments; the
+ * pretty while `(%it = %x, ...) : T, ... cond {...} do {...}` names its
+ * arguments in front and their types after ':'. Regions use the values
+ * around them (hcomp.nested). [p, e) is the statement, line its line. */
+static cf_status control_op(sh_reader *s, hinstr *in, cf_span op, cf_span sn, bool generic,
+                            const char *p, const char *after, const char *colon, const char *e,
+                            int line) {
+  enum { MAX_REGIONS = 64 };
+  hlo_reader *r = s->r;
+  const char *reg[MAX_REGIONS];
+  int n = 0;
+  bool loop = cf_span_is(sn, "while");
+  if (generic) { /* the (...) group of regions before the type */
+    for (const char *t = after; t < colon && !n; t = cf_sh_step(s, t, colon)) {
+      if (*t != '(' || *cf_hlo_skip(t + 1, colon) != '{') continue;
+      const char *ge = cf_sh_past(s, t, colon) - 1;
+      for (const char *q = cf_hlo_skip(t + 1, ge); q < ge;) {
+        if (*q != '{')
+          return cf_hlo_fail(r, line, "op '%%%s': %s: expected a region '{' at '%s'", in->name,
+                             CF_SPAN_QUOTE(op), CF_SPAN_QUOTE(((cf_span){q, (size_t)(ge - q)})));
+        if (n == MAX_REGIONS)
+          return cf_hlo_fail(r, line, "op '%%%s': more than %d regions", in->name, MAX_REGIONS);
+        reg[n++] = q;
+        q = cf_hlo_skip(cf_sh_past(s, q, ge), ge);
+        if (q < ge && *q == ',') q = cf_hlo_skip(q + 1, ge);
+      }
+    }
+  } else { /* the brace groups after the type */
+    for (const char *t = colon; t < e; t = cf_sh_step(s, t, e))
+      if (*t == '{') {
+        if (n == MAX_REGIONS)
+          return cf_hlo_fail(r, line, "op '%%%s': more than %d regions", in->name, MAX_REGIONS);
+        reg[n++] = t;
+      }
+  }
+  bool two = cf_span_is(sn, "if"); /* if: then and else */
+  if (loop || two ? n != 2 : n < 1)
+    return cf_hlo_fail(r, line, "op '%%%s': %s needs %s, not %d region%s", in->name,
+                       CF_SPAN_QUOTE(op),
+                       loop  ? "2 regions (cond and do)"
+                       : two ? "2 regions (then and else)"
+                             : "its branch regions",
+                       n, n == 1 ? "" : "s");
+  /* a pretty while's arguments `%it: T, ...`, from `(%it = %x, ...)` and `: T, ...` */
+  char *args = NULL;
+  size_t alen = 0;
+  cf_status st = CF_OK;
+  if (loop && !generic) {
+    const char *h = cf_hlo_skip(after, colon);
+    const char *he = h < colon && *h == '(' ? cf_sh_past(s, h, colon) - 1 : NULL;
+    const char *ts = cf_hlo_skip(colon + 1, e), *te = cf_sh_types_end(s, ts, e);
+    if (!he)
+      return cf_hlo_fail(r, line, "op '%%%s': %s needs its arguments '(%%NAME = %%VALUE, ...)'",
+                         in->name, CF_SPAN_QUOTE(op));
+    size_t cap = (size_t)(he - h) + (size_t)(te - ts) + 16;
+    if (!(args = cf_arena_alloc(&r->scratch, cap))) return cf_hlo_oom(r, line);
+    for (const char *a = cf_hlo_skip(h + 1, he), *t = ts; a < he;) {
+      const char *ae = cf_sh_find_top(s, a, he, ','), *tend;
+      if (!ae) ae = he;
+      const char *eq = cf_sh_find_top(s, a, ae, '=');
+      while (te > t && is_space(te[-1]))
+        te--;
+      if (t >= te)
+        return cf_hlo_fail(r, line, "op '%%%s': %s has more arguments than types", in->name,
+                           CF_SPAN_QUOTE(op));
+      if (!(tend = cf_sh_find_top(s, t, te, ','))) tend = te;
+      if (!eq || *cf_hlo_skip(a, eq) != '%')
+        return cf_hlo_fail(r, line, "op '%%%s': %s: expected '%%NAME = %%VALUE' at '%s'",
+                           in->name, CF_SPAN_QUOTE(op),
+                           CF_SPAN_QUOTE(((cf_span){a, (size_t)(ae - a)})));
+      alen += (size_t)snprintf(args + alen, cap - alen, "%s%.*s: %.*s", alen ? ", " : "",
+                               (int)(eq - a), a, (int)(tend - t), t);
+      a = ae < he ? cf_hlo_skip(ae + 1, he) : he;
+      t = tend < te ? cf_hlo_skip(tend + 1, te) : te;
+    }
+  }
+  const char *names[MAX_REGIONS];
+  for (int i = 0; i < n && !st; i++)
+    st = region_comp_args(s, reg[i], e, line + cf_sh_count_nl(s, p, reg[i]), args,
+                          args ? args + alen : NULL, true, &names[i]);
+  if (st) return st;
+  char *list = NULL;
+  if (!loop && !two) { /* branch_computations={a, b, ...} */
+    size_t cap = 3;
+    for (int i = 0; i < n; i++)
+      cap += strlen(names[i]) + 2;
+    if (!(list = cf_arena_alloc(&r->scratch, cap))) return cf_hlo_oom(r, line);
+    size_t o = (size_t)snprintf(list, cap, "{");
+    for (int i = 0; i < n; i++)
+      o += (size_t)snprintf(list + o, cap - o, "%s%s", i ? ", " : "", names[i]);
+    snprintf(list + o, cap - o, "}");
+  }
+  const char *kv[4] = {"condition", names[0], "body", names[1 % n]};
+  if (two) kv[0] = "true_computation", kv[2] = "false_computation";
+  if (!loop && !two) kv[0] = "branch_computations", kv[1] = list;
+  in->opcode = loop ? "while" : "conditional";
+  if (!(in->spelled = str(s, op.p, op.n))) return cf_hlo_oom(r, line);
+  return set_attrs(s, in, loop || two ? 2 : 1, kv);
+}
+
 /* One `%res = op ...` statement into instructions appended to b. */
 /* The collective ops written in [p, e) (an op's regions), in either form. */
 static int region_collectives(const char *p, const char *e) {
@@ -741,6 +859,9 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     if (!kv[1]) return cf_hlo_oom(r, line);
     in->opcode = "custom-call";
     if ((st = set_attrs(s, in, 1, kv))) return st;
+  } else if (sn.p != op.p && (cf_span_is(sn, "while") || cf_span_is(sn, "if") ||
+                                cf_span_is(sn, "case"))) {
+    if ((st = control_op(s, in, op, sn, generic, p, after, colon, e, line))) return st;
   } else {
     /* everything else: Opaque named by its MLIR op, with region captures;
      * collectives in its regions (a while's body) are not run, never hidden */
@@ -841,7 +962,8 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
                             body_ret *br, int *out) {
   hlo_reader *r = s->r;
   char who[CF_MAX_NAME + 32]; /* "function 'f'", or "region" */
-  if (strstr(name, "-line-")) /* a region, named where it is */
+  bool region = strstr(name, "-line-") != NULL, may_forward = region && s->forward_ok;
+  if (region) /* a region, named where it is */
     snprintf(who, sizeof who, "region");
   else
     snprintf(who, sizeof who, "function '%s'", name);
@@ -896,16 +1018,21 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
     p = qe;
   }
   if (!st && !ret) st = cf_hlo_fail(r, line, "%s has no return", who);
-  if (!st && n_ret != 1) { /* the results' tuple */
+  /* a region may return a value of the code around it (an if's branch
+   * `stablehlo.return %arg1`): an instruction forwards it */
+  bool forward = !st && n_ret == 1 && may_forward;
+  for (int i = 0; forward && i < b.n; i++)
+    forward = strcmp(b.v[i].name, ret[0]) != 0;
+  if (!st && (n_ret != 1 || forward)) { /* the results' tuple, or the value forwarded */
     hinstr *in = ibuf_add(s, &b, ret_line);
     if (!in) st = CF_ERR_NO_MEMORY;
     if (!st && n_ret && !(in->opnd = cf_arena_array(&r->scratch, (size_t)n_ret, sizeof *ret)))
       st = cf_hlo_oom(r, ret_line);
     if (!st) {
       in->name = "-results";
-      in->opcode = "tuple";
+      in->opcode = forward ? "-forward" : "tuple";
       in->n_opnd = n_ret;
-      in->shape = (hshape){.n = n_ret};
+      in->shape = (hshape){.n = forward ? -1 : n_ret};
       if (n_ret) memcpy(in->opnd, ret, (size_t)n_ret * sizeof *ret);
     }
   }
@@ -928,7 +1055,7 @@ static cf_status parse_body(sh_reader *s, const char *name, int line, const char
                        "line %d)",
                        who, keys[dup], c.ins[cf_hlo_map_find(&c.map, keys[dup])].line);
   }
-  if (!st && n_ret == 1) {
+  if (!st && n_ret == 1 && !forward) {
     c.root = cf_hlo_map_find(&c.map, ret[0]);
     if (c.root < 0)
       st = cf_hlo_fail(r, ret_line,

@@ -25,6 +25,8 @@ typedef struct sh_reader {
   hlo_reader *r;
   hcomp *comps; /* malloc'd; moved to r->comps at the end */
   int n_comps, cap_comps;
+  int n_regions; /* regions made so far: their computations' names */
+  bool forward_ok; /* the region being read may return a value around it (a branch's) */
   sh_group *groups; /* the large bracket groups by offset, from cf_sh_clean (malloc'd) */
   size_t n_groups;
 } sh_reader;

@@ -213,6 +213,37 @@ static bool is_elem(xmlNodePtr n, const char *name) {
 /* xmlGetProp copy -> arena-free temporary; caller xmlFree()s */
 static char *prop(xmlNodePtr n, const char *name) { return (char *)xmlGetProp(n, BAD_CAST name); }
 
+/* <region id="K" op="while" owner="loop" part="body" parent="P"/>: the
+ * body of a control-flow op (cf_region), declared in order (K = 1, 2, ...)
+ * before the nodes in it, inside an earlier one (P < K; 0: the top level).
+ * Its line is the element's, so messages point into this file. */
+static cf_status read_region(cf_graph *g, xmlNodePtr x) {
+  int line = cf_xml_line(x);
+  char *id = prop(x, "id"), *op = prop(x, "op"), *owner = prop(x, "owner"),
+       *part = prop(x, "part"), *parent = prop(x, "parent");
+  cf_status st = CF_OK;
+  int want = g->n_regions ? g->n_regions : 1, k;
+  char *end;
+  long pa = parent ? strtol(parent, &end, 10) : 0;
+  if (!id || !op || !owner || !part)
+    st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "region needs id, op, owner and part");
+  else if (strtol(id, &end, 10) != want || *end)
+    st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "region '%s': regions are numbered 1, 2, "
+                  "... in order: expected id=\"%d\"", CF_QUOTE(id), want);
+  else if (pa < 0 || pa >= want || (parent && *end))
+    st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                  "region %d: parent=\"%s\" is not an earlier region (0 is the top level)", want,
+                  CF_QUOTE(parent));
+  else
+    st = cf_graph_add_region(g, op, owner, part, (int)pa, line, &k);
+  xmlFree(id);
+  xmlFree(op);
+  xmlFree(owner);
+  xmlFree(part);
+  xmlFree(parent);
+  return st;
+}
+
 /* ranks="0,1,2,3", or parts "0,1|2,3" of a partitioned group. */
 static cf_status read_group(cf_graph *g, xmlNodePtr x) {
   char *nm = prop(x, "name"), *rk = prop(x, "ranks");
@@ -328,6 +359,19 @@ static cf_status read_node(cf_graph *g, xmlNodePtr x) {
   for (xmlAttrPtr a = x->properties; a && !st; a = a->next) {
     const char *an = (const char *)a->name;
     if (strcmp(an, "name") == 0 || strcmp(an, "op") == 0) continue;
+    if (strcmp(an, "region") == 0) { /* the body it is in: a <region> before it */
+      xmlChar *v = xmlNodeListGetString(x->doc, a->children, 1);
+      char *end;
+      long k = v ? strtol((const char *)v, &end, 10) : -1;
+      if (k <= 0 || k >= g->n_regions || *end)
+        st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line,
+                      "node '%s': region=\"%s\" is no <region> declared before it", nm,
+                      CF_QUOTE(v ? (const char *)v : ""));
+      else
+        g->nodes[idx].region = (int)k;
+      xmlFree(v);
+      continue;
+    }
     cf_attr_id id = cf_attr_lookup(an);
     if (id == CF_A_COUNT) {
       st = cf_error(g->ctx, CF_ERR_INVALID, g->file, line, "node '%s': unknown attribute '%s'", nm,
@@ -448,6 +492,8 @@ cf_status cf_xml_read(cf_context *ctx, const char *name, const char *data, size_
   for (xmlNodePtr c = root->children; c && !st; c = c->next) {
     if (is_elem(c, "group"))
       st = read_group(g, c);
+    else if (is_elem(c, "region"))
+      st = read_region(g, c);
     else if (is_elem(c, "node"))
       st = read_node(g, c);
     else if (c->type == XML_ELEMENT_NODE)

@@ -61,12 +61,21 @@ cf_status cf_xml_write(const cf_graph *g, FILE *f) {
       fprintf(f, !j ? "%d" : j % gr->n_ranks ? ",%d" : "|%d", gr->ranks[j]);
     fputs("\"/>\n", f);
   }
+  for (int k = 1; k < g->n_regions; k++) { /* bodies of control-flow ops (cf_region) */
+    const cf_region *rg = &g->regions[k];
+    fprintf(f, "  <region id=\"%d\"", k);
+    put_attr(f, "op", rg->op);
+    put_attr(f, "owner", rg->owner);
+    put_attr(f, "part", rg->part);
+    fprintf(f, " parent=\"%d\"/>\n", rg->parent);
+  }
   for (int i = 0; i < g->n_nodes; i++) {
     const cf_node *n = &g->nodes[i];
     const cf_op_info *oi = &cf_op_table[n->op];
     fputs("  <node", f);
     put_attr(f, "name", n->name);
     put_attr(f, "op", oi->name);
+    if (n->region) fprintf(f, " region=\"%d\"", n->region);
     bool typed = (oi->allowed & (1u << CF_A_DTYPE)) && n->n_out == 1 && n->out;
     bool multi_decl = n->op == CF_OP_OPAQUE && n->n_decl > 1;
     if (typed && !multi_decl) {

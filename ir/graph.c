@@ -28,6 +28,7 @@ cf_status cf_graph_new(cf_context *ctx, const char *file, cf_graph **out) {
 }
 
 static void graph_free(cf_graph *g) {
+  free(g->regions);
   free(g->nodes);
   free(g->groups);
   free(g->index);
@@ -76,6 +77,56 @@ static bool index_rebuild(cf_graph *g, int cap) {
 int cf_graph_find(const cf_graph *g, const char *name) {
   return cf_name_find(g->index, (size_t)g->index_cap, g->nodes, offsetof(cf_node, name),
                       sizeof(cf_node), name);
+}
+
+cf_status cf_graph_add_region(cf_graph *g, const char *op, const char *owner, const char *part,
+                              int parent, int line, int *id) {
+  if (g->n_regions + 1 >= g->cap_regions) {
+    int cap = g->cap_regions ? g->cap_regions * 2 : 8;
+    cf_region *v = realloc(g->regions, (size_t)cap * sizeof *v);
+    if (!v) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+    if (!g->cap_regions) memset(v, 0, sizeof *v); /* [0]: the top level */
+    g->regions = v;
+    g->cap_regions = cap;
+  }
+  if (!g->n_regions) g->n_regions = 1;
+  cf_region *rg = &g->regions[g->n_regions];
+  *rg = (cf_region){.op = cf_arena_strdup(&g->arena, op),
+                    .owner = cf_arena_strdup(&g->arena, owner),
+                    .part = cf_arena_strdup(&g->arena, part),
+                    .parent = parent,
+                    .line = line};
+  if (!rg->op || !rg->owner || !rg->part)
+    return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, line, "out of memory");
+  *id = g->n_regions++;
+  return CF_OK;
+}
+
+const char *cf_region_text(const cf_graph *g, int id, char *buf, size_t len) {
+  if (id <= 0 || id >= g->n_regions)
+    snprintf(buf, len, "the top level");
+  else
+    snprintf(buf, len, "%s '%s' %s", g->regions[id].op, g->regions[id].owner, g->regions[id].part);
+  return buf;
+}
+
+cf_status cf_graph_regions_refuse(const cf_graph *g) {
+  int k = 0; /* the first top-level op whose bodies kept a node (dce may drop a dead loop) */
+  for (int i = 0; i < g->n_nodes && g->n_regions > 1; i++) {
+    int r = g->nodes[i].region;
+    while (r > 0 && r < g->n_regions && g->regions[r].parent > 0)
+      r = g->regions[r].parent;
+    if (r > 0 && r < g->n_regions && (!k || r < k)) k = r;
+  }
+  if (!k) return CF_OK;
+  const cf_region *rg = &g->regions[k];
+  bool loop = strstr(rg->op, "while") != NULL;
+  return cf_error(g->ctx, CF_ERR_INVALID, g->file, rg->line,
+                  "%s '%s': %s are compiled but not run: collfuse's executor runs a graph once, "
+                  "in dataflow order, and %s; check, compile and dot take the file",
+                  rg->op, rg->owner, loop ? "loop bodies" : "conditional branches",
+                  loop ? "cannot repeat a body a number of times known only at run time"
+                       : "cannot pick a branch by a value known only at run time");
 }
 
 cf_status cf_graph_add_node(cf_graph *g, const char *name, cf_op op, int line, int *idx) {

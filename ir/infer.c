@@ -178,6 +178,15 @@ static cf_status fused_matmul(cf_graph *g, cf_node *n, cf_value *out) {
   return CF_OK;
 }
 
+/* d, n's gather or scatter dimension: a dimension of v, else an error
+ * naming it. */
+static cf_status dim_check(cf_graph *g, cf_node *n, const cf_value *v, int64_t d) {
+  if (d < 0 || d >= v->shape.rank)
+    return cf_node_error(g, n, CF_ERR_INVALID, "dim=%lld is not a dimension of the %d-D input",
+                         (long long)d, v->shape.rank);
+  return CF_OK;
+}
+
 /* One AllGather / ReduceScatter along dim d applied to value v. */
 static cf_status gather_shape(cf_graph *g, cf_node *n, const cf_value *v, int64_t rs,
                               cf_layout lay, int64_t d, cf_value *out) {
@@ -198,9 +207,8 @@ static cf_status gather_shape(cf_graph *g, cf_node *n, const cf_value *v, int64_
   } else {
     if (v->shape.rank < 1)
       return cf_node_error(g, n, CF_ERR_INVALID, "concat layout needs an input of rank >= 1");
-    if (d < 0 || d >= v->shape.rank)
-      return cf_node_error(g, n, CF_ERR_INVALID, "dim=%lld is not a dimension of the %d-D input",
-                           (long long)d, v->shape.rank);
+    cf_status st = dim_check(g, n, v, d);
+    if (st) return st;
     if (!cf_mul_i64(v->shape.dims[d], rs, &out->shape.dims[d]))
       return cf_node_error(g, n, CF_ERR_INVALID, "gathered dim %lld overflows", (long long)d);
   }
@@ -212,9 +220,8 @@ static cf_status scatter_shape(cf_graph *g, cf_node *n, const cf_value *v, int64
   *out = *v;
   if (v->shape.rank < 1)
     return cf_node_error(g, n, CF_ERR_INVALID, "ReduceScatter needs an input of rank >= 1");
-  if (d < 0 || d >= v->shape.rank)
-    return cf_node_error(g, n, CF_ERR_INVALID, "dim=%lld is not a dimension of the %d-D input",
-                         (long long)d, v->shape.rank);
+  cf_status st = dim_check(g, n, v, d);
+  if (st) return st;
   if (v->shape.dims[d] % rs) {
     if (d == 0)
       return cf_node_error(g, n, CF_ERR_INVALID, "dim0=%lld is not divisible by rank_size=%lld",

@@ -52,7 +52,13 @@
  * dim leaves the key: a bucket then lists each member's dim (`dims`) and
  * every member is gathered or scattered along its own, which is what XLA's
  * combined op computes after its reshapes. An AllToAll of the tuple form (operand j to rank j)
- * stays alone: its operands are already one exchange.
+ * stays alone: its operands are already one exchange. The region
+ * (cf_region: the body of a while or a branch of a conditional a node is
+ * in, 0 outside any) is a key field too: collectives of one body combine
+ * with each other as XLA's combiners combine them inside a while body, and
+ * never with one outside it or in another body, since a body may run any
+ * number of times, or not at all, for each time the code around it runs
+ * once.
  *
  * Beyond equal depth. Depth alone misses collectives that no path joins
  * but that sit at different depths (XLA's CrossCombineGroupCycle: a sum at
@@ -115,7 +121,8 @@ typedef enum key_field {
   KEY_LAYOUT,
   KEY_DIM,
   KEY_COMBINE_KEY,
-  KEY_RANK_SIZE
+  KEY_RANK_SIZE,
+  KEY_REGION /* dx, dy: the two regions */
 } key_field;
 
 typedef struct reason {
@@ -203,7 +210,10 @@ static void key_diff_of(const combiner *m, int a, int b, reason *r) {
   const cf_value *vx = &g->nodes[x->in[0].node].out[x->in[0].port];
   const cf_value *vy = &g->nodes[y->in[0].node].out[y->in[0].port];
   r->mine = r->theirs = NULL;
-  if (strcmp(cf_node_group(x), cf_node_group(y))) {
+  if (x->region != y->region) {
+    r->field = KEY_REGION;
+    r->dx = x->region, r->dy = y->region;
+  } else if (strcmp(cf_node_group(x), cf_node_group(y))) {
     r->field = KEY_GROUP;
     r->mine = cf_node_group(x), r->theirs = cf_node_group(y);
   } else if (vx->dtype != vy->dtype && !m->mix_dtypes) {
@@ -245,13 +255,15 @@ static int intern_keys(combiner *m) {
     const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
     /* the whole key: a combine_key that differs only far in is another key */
     const char *ck = cf_node_str(n, CF_A_COMBINE_KEY, "");
-    size_t len = strlen(cf_node_group(n)) + strlen(ck) + 96;
+    /* 8 numbers of up to 20 characters and 9 separators */
+    size_t len = strlen(cf_node_group(n)) + strlen(ck) + 192;
     char *buf = cf_arena_alloc(&m->scratch, len);
     if (!buf) {
       free(idx);
       return -1;
     }
-    snprintf(buf, len, "%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld\x1f%lld\x1f%lld\x1f%s", cf_node_group(n),
+    snprintf(buf, len, "%d\x1f%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld\x1f%lld\x1f%lld\x1f%s", n->region,
+             cf_node_group(n),
              (int)cf_node_reduction(n), m->mix_dtypes ? -1 : (int)v->dtype, (int)cf_node_layout(n),
              (long long)rank_size_of(m->g, n),
              (long long)(m->by_dim ? cf_node_int(n, CF_A_DIM, 0) : -1),
@@ -839,8 +851,13 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
   const char *seg = r->split == CF_SPLIT_SIZE ? "size" : "index";
   if (r->kind == R_FID_KEY || r->kind == R_CLASS_KEY) {
     static const char *const field[] = {"group", "dtype", "reduction", "layout"};
+    char ra[96], rb[96];
     if (r->field == KEY_RANK_SIZE)
       snprintf(d, sizeof d, "rank_size differs");
+    else if (r->field == KEY_REGION)
+      snprintf(d, sizeof d, "body differs (%s vs %s)",
+               cf_region_text(m->g, (int)r->dx, ra, sizeof ra),
+               cf_region_text(m->g, (int)r->dy, rb, sizeof rb));
     else if (r->field == KEY_COMBINE_KEY)
       snprintf(d, sizeof d, "combine_key differs ('%.40s' vs '%.40s')", r->mine, r->theirs);
     else if (r->field == KEY_DIM)
@@ -982,7 +999,7 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
     snprintf(name, sizeof name, "%s_bucket_%d", m->prefix, (*serial)++);
   while (cf_graph_find(g, name) >= 0);
   const cf_node *proto = &g->nodes[m->c[m->order[b->first]].node];
-  int line = proto->line, idx;
+  int line = proto->line, region = proto->region, idx;
   cf_attr copy[CF_A_COUNT];
   int ncopy = 0;
   static const cf_attr_id keep[] = {CF_A_REDUCTION,       CF_A_GROUP,
@@ -1001,6 +1018,7 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
       refs[k++] = n->in[i];
   }
   cf_status st = cf_graph_add_node(g, name, m->fused, line, &idx);
+  if (!st) g->nodes[idx].region = region; /* members share it: a key field */
   if (!st) st = cf_node_set_inputs(g, idx, b->ports, refs);
   free(refs);
   for (int k = 0; !st && k < ncopy; k++)

@@ -135,6 +135,7 @@ static cf_status add_node(fuser *f, const char *base, cf_op op, int line, int an
   if (!name) return oom(f);
   cf_status st = cf_graph_add_node(f->g, name, op, line, idx);
   if (st) return st;
+  f->g->nodes[*idx].region = f->g->nodes[anchor].region; /* its pair shares it */
   if (f->n_added == f->cap_added) {
     int cap = f->cap_added ? 2 * f->cap_added : 16;
     int *a = realloc(f->anchor, (size_t)cap * sizeof *a);
@@ -247,6 +248,14 @@ static const char *other_users(fuser *f, int mm, int coll) {
   return fmt(f, "%s", buf);
 }
 
+/* Why a MatMul and a collective in two bodies (cf_region) stay apart. */
+static const char *other_body(fuser *f, const cf_node *mm, const cf_node *coll) {
+  char a[96], b[96];
+  return fmt(f, "'%s' is in %s and '%s' in %s (fusing would move it across the body's boundary)",
+             mm->name, cf_region_text(f->g, mm->region, a, sizeof a), coll->name,
+             cf_region_text(f->g, coll->region, b, sizeof b));
+}
+
 static cf_status try_mm_coll(fuser *f, mm_cand *c) {
   cf_graph *g = f->g;
   const cf_node *coll = &g->nodes[c->coll], *mm = &g->nodes[c->mm];
@@ -258,6 +267,10 @@ static cf_status try_mm_coll(fuser *f, mm_cand *c) {
   if (f->ordered[c->coll] || f->ordered[c->mm]) {
     c->why = fmt(f, "a control dependency orders '%s' (fusing would move it)",
                  f->ordered[c->coll] ? coll->name : mm->name);
+    return CF_OK;
+  }
+  if (coll->region != mm->region) {
+    c->why = other_body(f, mm, coll);
     return CF_OK;
   }
   if (others) {
@@ -444,6 +457,8 @@ static cf_status fuse_ag(fuser *f, int ag, const int *pos, const int *last, int 
     else if (f->ordered[ag] || f->ordered[u])
       w = fmt(f, "a control dependency orders '%s' (fusing would move it)",
               f->ordered[ag] ? a->name : mm->name);
+    else if (a->region != mm->region)
+      w = other_body(f, mm, a);
     else if (mm->op == CF_OP_QUANTMATMUL)
       w = "AllGatherMatmul has no quantized form";
     else if (cf_node_layout(a) != CF_LAYOUT_CONCAT)

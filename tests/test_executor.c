@@ -515,6 +515,73 @@ static void allreduce(cf_algo algo, cf_dtype dt, int red, int n, int64_t count) 
 
 /* ================= the device's streaming copy ================= */
 
+/* The /proc/self/smaps entry of the mapping that holds p: its Rss in
+ * bytes, and whether its VmFlags has flag ("hg": advised MADV_HUGEPAGE,
+ * "nh": MADV_NOHUGEPAGE); false when no entry holds p. */
+static bool smaps_of(const void *p, const char *flag, long long *rss, bool *has_flag) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return false;
+  char line[512];
+  bool in = false, found = false;
+  uintptr_t a = (uintptr_t)p;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    long long kb;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      if (in) break; /* the entry after ours */
+      in = a >= lo && a < hi;
+    } else if (in && sscanf(line, "Rss: %lld kB", &kb) == 1) {
+      *rss = kb * 1024;
+    } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+      char want[8];
+      snprintf(want, sizeof want, " %s", flag);
+      *has_flag = strstr(line, want) != NULL;
+      found = true;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* The CPU device's buffers (backends/cpu.c): an arena above 512 MiB comes
+ * back resident (populated at once) and in 4 KiB pages, a smaller large
+ * buffer is advised huge pages and not touched; both read as zeros and
+ * hold what is written. */
+static void test_cpu_pages(void **state) {
+  (void)state;
+  struct {
+    size_t bytes;
+    const char *flag; /* the advice its mapping carries */
+    bool resident;
+  } cases[] = {{(size_t)513 << 20, "nh", true}, {(size_t)64 << 20, "hg", false}};
+  for (int c = 0; c < 2; c++) {
+    char *p = dev->ops->alloc(dev, cases[c].bytes);
+    assert_non_null(p);
+    long long rss = -1;
+    bool flag = false;
+    if (!smaps_of(p, cases[c].flag, &rss, &flag)) { /* no /proc: nothing to see */
+      dev->ops->free(dev, p);
+      continue;
+    }
+    if (!flag)
+      fail_msg("%zu MiB buffer: its mapping is not advised '%s'", cases[c].bytes >> 20,
+               cases[c].flag);
+    if (cases[c].resident && rss < (long long)cases[c].bytes)
+      fail_msg("%zu MiB buffer: %lld bytes resident, not populated", cases[c].bytes >> 20, rss);
+    if (!cases[c].resident && rss >= (long long)cases[c].bytes)
+      fail_msg("%zu MiB buffer: resident before any write", cases[c].bytes >> 20);
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(c + 1);
+    for (int k = 0; k < 4096; k++) { /* random places: zero, then what was written */
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      size_t at = (size_t)(x % cases[c].bytes);
+      if (p[at] != 0 && p[at] != (char)(at | 1)) fail_msg("byte %zu: %d, not zero", at, p[at]);
+      p[at] = (char)(at | 1);
+      assert_int_equal(p[at], (char)(at | 1));
+    }
+    dev->ops->free(dev, p);
+  }
+}
+
 /* cf_device_copy_stream equals memcpy at every size around its 4 KiB
  * threshold and every misalignment of either side (the aligned body of
  * streaming stores, a memcpy'd head and tail), writing nothing outside the
@@ -2523,6 +2590,7 @@ static void test_plan_partitioned_groups(void **state) {
 #define T(f) cmocka_unit_test(f)
 static const struct CMUnitTest s_streams[] = {
     T(test_copy_stream), T(test_stream_min), T(test_bind), T(test_select_measured),
+    T(test_cpu_pages),
 };
 static const struct CMUnitTest s_allreduce[] = {
     T(test_allreduce_algos_dtypes), T(test_allreduce_large), T(test_allreduce_reductions),

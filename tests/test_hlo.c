@@ -671,6 +671,118 @@ static void test_combine_key_whole(void **state) {
   }
 }
 
+/* The members of the fused node of g that holds member, sorted and
+ * comma-joined into buf ("" when member is not fused). */
+static const char *bucket_of(const cf_graph *g, const char *member, char *buf, size_t len) {
+  buf[0] = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    cf_strs m = cf_node_strs(&g->nodes[i], CF_A_MEMBERS);
+    bool has = false;
+    for (int k = 0; k < m.n; k++)
+      has |= !strcmp(m.v[k], member);
+    if (!has) continue;
+    const char *v[16];
+    int n = m.n < 16 ? m.n : 16;
+    for (int k = 0; k < n; k++)
+      v[k] = m.v[k];
+    for (int a = 0; a < n; a++) /* sort the few names */
+      for (int c = a + 1; c < n; c++)
+        if (strcmp(v[c], v[a]) < 0) {
+          const char *t = v[a];
+          v[a] = v[c], v[c] = t;
+        }
+    size_t o = 0;
+    for (int k = 0; k < n && o < len; k++)
+      o += (size_t)snprintf(buf + o, len - o, "%s%s", k ? "," : "", v[k]);
+  }
+  return buf;
+}
+
+/* while and conditional (issue 32): each computation they run is read into
+ * a region of the graph, whose collectives combine with each other and
+ * never with those outside or in another body; the op's node takes the
+ * loop's operands and what its bodies end in; run refuses the graph. */
+static void test_control_flow(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/control_flow.hlo");
+  assert_int_equal(g->n_regions, 5); /* condition, body, two branches (and [0]) */
+  const cf_node *loop = node(g, "loop"), *pick = node(g, "pick");
+  const cf_node *bar0 = node(g, "body_ar0"), *tar0 = node(g, "then_ar0");
+  const cf_node *ear = node(g, "else_ar"), *lt = node(g, "lt");
+  assert_int_equal(loop->op, CF_OP_OPAQUE);
+  assert_int_equal(loop->region, 0);
+  assert_int_equal(node(g, "pre")->region, 0);
+  const cf_region *rb = &g->regions[bar0->region], *rc = &g->regions[lt->region];
+  assert_string_equal(rb->op, "while");
+  assert_string_equal(rb->owner, "loop");
+  assert_string_equal(rb->part, "body");
+  assert_int_equal(rb->line, 51);
+  assert_string_equal(rc->part, "condition");
+  assert_int_equal(node(g, "body_ar1")->region, bar0->region);
+  assert_string_equal(g->regions[tar0->region].part, "true branch");
+  assert_string_equal(g->regions[ear->region].part, "false branch");
+  assert_string_equal(g->regions[ear->region].owner, "pick");
+  /* the body's parameter is the loop's operand: body_ar0 reduces pre */
+  assert_ptr_equal(operand(g, bar0, 0), node(g, "pre"));
+  /* the loop's node takes init's arrays, then what the bodies end in */
+  assert_int_equal(loop->n_in, 3 + 4); /* z, pre, y; lt, next, body_ar0, body_ar1 */
+  bool ends_lt = false, ends_ar = false;
+  for (int j = 3; j < loop->n_in; j++)
+    ends_lt |= operand(g, loop, j) == lt, ends_ar |= operand(g, loop, j) == bar0;
+  assert_true(ends_lt && ends_ar);
+  assert_int_equal(pick->n_in, 3 + 2); /* p, x, x; then's s, else_ar */
+  /* run refuses it, naming the first op and its line */
+  assert_int_equal(cf_graph_regions_refuse(g), CF_ERR_INVALID);
+  assert_non_null(strstr(cf_context_errmsg(ctx), "control_flow.hlo:51: error: while 'loop': loop "
+                                                 "bodies are compiled but not run"));
+  /* combined within a body, never across one (the passes move the nodes) */
+  int body = bar0->region, branch = tar0->region;
+  cf_pass_options o = {.split = "bytes:1G"};
+  assert_int_equal(cf_passes_run(g, "infer,fuse-allreduce", &o, NULL, NULL), CF_OK);
+  char b[256];
+  assert_string_equal(bucket_of(g, "pre", b, sizeof b), "pre,side");
+  assert_string_equal(bucket_of(g, "body_ar0", b, sizeof b), "body_ar0,body_ar1");
+  assert_string_equal(bucket_of(g, "then_ar0", b, sizeof b), "then_ar0,then_ar1");
+  assert_string_equal(bucket_of(g, "else_ar", b, sizeof b), "");
+  assert_string_equal(bucket_of(g, "post", b, sizeof b), "");
+  for (int i = 0; i < g->n_nodes; i++) /* a bucket is in its members' body */
+    if (g->nodes[i].op == CF_OP_FUSEDALLREDUCE) {
+      int m = cf_graph_find(g, cf_node_strs(&g->nodes[i], CF_A_MEMBERS).v[0]);
+      assert_true(m < 0 || g->nodes[m].region == g->nodes[i].region);
+      const char *first = cf_node_strs(&g->nodes[i], CF_A_MEMBERS).v[0];
+      int want = !strcmp(first, "pre") || !strcmp(first, "side") ? 0
+                 : first[0] == 'b'                                 ? body
+                                                                   : branch;
+      assert_int_equal(g->nodes[i].region, want);
+    }
+  cf_graph_destroy(g);
+  /* a conditional alone: its own words */
+  g = NULL;
+  assert_int_equal(parse(HDR SUM "ENTRY e {\n  p = s32[] parameter(0)\n  x = f32[4] parameter(1)\n"
+                         "  ROOT c = f32[4] conditional(p, x), branch_computations={b}\n}\n"
+                         "b {\n  y = f32[4] parameter(0)\n  ROOT n = f32[4] negate(y)\n}\n",
+                         &g),
+                   CF_OK);
+  assert_int_equal(cf_graph_regions_refuse(g), CF_ERR_INVALID);
+  assert_non_null(strstr(cf_context_errmsg(ctx), ":10: error: conditional 'c': conditional "
+                                                 "branches are compiled but not run"));
+  cf_graph_destroy(g);
+  /* a loop nothing uses, without collectives, goes with dce (a collective
+   * would keep it: dce keeps every collective), and then nothing is refused */
+  g = NULL;
+  assert_int_equal(parse(HDR SUM "ENTRY e {\n  p = f32[] parameter(0)\n"
+                         "  w = f32[] while(p), condition=t, body=b\n  ROOT q = f32[] negate(p)\n}\n"
+                         "t {\n  y = f32[] parameter(0)\n  ROOT c = pred[] constant(true)\n}\n"
+                         "b {\n  y = f32[] parameter(0)\n  ROOT n = f32[] negate(y)\n}\n",
+                         &g),
+                   CF_OK);
+  assert_int_equal(cf_graph_regions_refuse(g), CF_ERR_INVALID);
+  assert_int_equal(cf_passes_run(g, "dce", &o, NULL, NULL), CF_OK);
+  assert_int_equal(cf_graph_find(g, "n"), -1);
+  assert_int_equal(cf_graph_regions_refuse(g), CF_OK);
+  cf_graph_destroy(g);
+}
+
 /* reduce-scatter-start / -done (XLA's AsyncReduceScatterCombiner test
  * writes them): the start is the ReduceScatter, combinable, its shape
  * (operands, results); -done forwards the result (both were Opaque). */
@@ -922,6 +1034,25 @@ static const cf_bad_input bad_modules[] = {
      "ENTRY e {\n  p = f32[6] parameter(0)\n  ROOT a = f32[1] reduce-scatter(p), channel_id=1, "
      "use_global_device_ids=true, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=sum\n}\n",
      "t.hlo:9: error: node 'a': dim0=6 is not divisible by rank_size=4"},
+    /* control flow: every computation a while or conditional runs must be there */
+    {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT w = f32[4] while(p), condition=sum\n}\n",
+     "t.hlo:9: error: instruction 'w': while needs body=COMPUTATION"},
+    {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n"
+     "  ROOT w = f32[4] while(p), condition=sum, body=nope\n}\n",
+     "t.hlo:9: error: instruction 'w': body=nope is not a computation of the module"},
+    {HDR SUM "ENTRY e {\n  p = s32[] parameter(0)\n  x = f32[4] parameter(1)\n"
+     "  ROOT c = f32[4] conditional(p, x, x), branch_computations={sum, gone}\n}\n",
+     "t.hlo:10: error: instruction 'c': branch_computations=gone is not a computation of the module"},
+    {HDR SUM "ENTRY e {\n  p = s32[] parameter(0)\n  x = f32[4] parameter(1)\n"
+     "  ROOT c = f32[4] conditional(p, x), true_computation=sum, false_computation=sum\n}\n",
+     "t.hlo:10: error: instruction 'c': conditional with 2 branches takes 3 operands, not 2"},
+    {HDR SUM "ENTRY e {\n  p = s32[] parameter(0)\n  x = f32[4] parameter(1)\n"
+     "  ROOT c = f32[4] conditional(p, x, x), branch_computations={}\n}\n",
+     "t.hlo:10: error: instruction 'c': branch_computations names no computation"},
+    /* a body whose parameter the while does not pass */
+    {HDR SUM "ENTRY e {\n  p = f32[] parameter(0)\n"
+     "  ROOT w = f32[] while(p), condition=sum, body=sum\n}\n",
+     "t.hlo:4: error: instruction 'b': parameter(1) but the call passes 1 operands"},
 };
 
 static void test_errors(void **state) {
@@ -1020,6 +1151,7 @@ int main(void) {
       cmocka_unit_test(test_replica_group_order),
       cmocka_unit_test(test_combine_key_whole),
       cmocka_unit_test(test_reduce_scatter_async),
+      cmocka_unit_test(test_control_flow),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -7,6 +7,7 @@
  * meshes, shardings, calls, and the error messages (each with its line).
  */
 #include "cf_graph_test.h"
+#include "passes/passes.h"
 
 static cf_graph *parse(const char *name, const char *text) {
   cf_graph *g = NULL;
@@ -131,7 +132,7 @@ static const char forms[] =
     "tensor<4xi32>) -> tensor<4xi1>\n"
     "    stablehlo.return %9 : tensor<4xi1>\n"
     "  } do {\n"
-    "    %9 = stablehlo.add %iterArg_4, %2x : tensor<4xf32>\n"
+    "    %9 = stablehlo.add %iterArg_4, %4 : tensor<4xf32>\n"
     "    stablehlo.return %iterArg, %9 : tensor<4xi32>, tensor<4xf32>\n"
     "  }\n"
     "  return %8#1, %3 : tensor<4xf32>, tensor<4xbf16>\n"
@@ -140,7 +141,6 @@ static const char forms[] =
 static void test_forms(void **state) {
   (void)state;
   char text[sizeof forms + 8];
-  /* %2x in the while body is no value of main: it is not captured */
   snprintf(text, sizeof text, "%s", forms);
   cf_graph *g = parse("forms.mlir", text);
   assert_int_equal(node(g, "0")->op, CF_OP_ADD);
@@ -164,15 +164,68 @@ static void test_forms(void **state) {
   /* i1 is bool; stablehlo.not has no IR op: Opaque */
   assert_string_equal(type_of(node(g, "5")), "stablehlo.not");
   assert_shape(&node(g, "5")->out[0], CF_DT_BOOL, "4");
-  /* sharding ops forward their operand; the while keeps its operands */
+  /* sharding ops forward their operand; the while keeps its operands, then
+   * takes what its regions end in: the condition's compare (named 9) and
+   * the body's add (9 too, so renamed), which uses %4 from around it */
   const cf_node *w = node(g, "8");
   assert_string_equal(type_of(w), "stablehlo.while");
-  assert_int_equal(w->n_in, 2);
+  assert_int_equal(w->n_in, 4);
   assert_ptr_equal(operand(g, w, 0), node(g, "c"));
   assert_ptr_equal(operand(g, w, 1), node(g, "4"));
+  const cf_node *cmp = operand(g, w, 2), *add = operand(g, w, 3);
+  assert_string_equal(type_of(cmp), "stablehlo.compare");
+  assert_int_equal(add->op, CF_OP_ADD);
+  assert_ptr_equal(operand(g, add, 1), node(g, "4"));
+  assert_true(cmp->region > 0 && add->region > 0 && cmp->region != add->region);
+  assert_int_equal(w->region, 0);
+  assert_string_equal(g->regions[add->region].part, "body");
+  assert_string_equal(g->regions[cmp->region].owner, "8");
   assert_ptr_equal(operand(g, node(g, "output.0"), 0), w);
   assert_int_equal(node(g, "output.0")->in[0].port, 1);
   assert_ptr_equal(operand(g, node(g, "output.1"), 0), node(g, "3"));
+  cf_graph_destroy(g);
+}
+
+/* stablehlo.while, if and case (issue 32): each region is read into the
+ * graph; the collectives of one region combine, never across regions. */
+static void test_control_flow(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/stablehlo/control_flow.mlir");
+  assert_int_equal(g->n_regions, 1 + 2 + 2 + 2);
+  const cf_node *w0 = node(g, "w0"), *t0 = node(g, "t0"), *b1 = node(g, "b1");
+  const cf_region *rw = &g->regions[w0->region];
+  assert_string_equal(rw->op, "stablehlo.while");
+  assert_string_equal(rw->owner, "w");
+  assert_string_equal(rw->part, "body");
+  assert_int_equal(rw->line, 11);
+  assert_string_equal(g->regions[node(g, "c")->region].part, "condition");
+  assert_string_equal(g->regions[t0->region].part, "true branch");
+  assert_string_equal(g->regions[b1->region].part, "branch 1");
+  assert_string_equal(g->regions[b1->region].op, "stablehlo.case");
+  /* the body's %it is the while's operand %pre; the condition uses %k from around it */
+  assert_ptr_equal(operand(g, w0, 0), node(g, "pre"));
+  assert_ptr_equal(operand(g, node(g, "c"), 0), node(g, "k"));
+  /* the if's false branch returns %x: the if's node takes t0 and nothing of it */
+  const cf_node *i = node(g, "i");
+  assert_int_equal(i->n_in, 2);
+  assert_ptr_equal(operand(g, i, 1), t0);
+  cf_pass_options o = {.split = "bytes:1G"};
+  assert_int_equal(cf_passes_run(g, "infer,fuse-allreduce", &o, NULL, NULL), CF_OK);
+  int fused = 0;
+  for (int k = 0; k < g->n_nodes; k++)
+    if (g->nodes[k].op == CF_OP_FUSEDALLREDUCE) {
+      cf_strs m = cf_node_strs(&g->nodes[k], CF_A_MEMBERS);
+      assert_int_equal(m.n, 2); /* w0 and w1, in either order */
+      assert_true((!strcmp(m.v[0], "w0") && !strcmp(m.v[1], "w1")) ||
+                  (!strcmp(m.v[0], "w1") && !strcmp(m.v[1], "w0")));
+      fused++;
+    }
+  assert_int_equal(fused, 1);
+  for (const char *const *nm = (const char *const[]){"pre", "t0", "b0", "b1", NULL}; *nm; nm++)
+    assert_int_equal(node(g, *nm)->op, CF_OP_ALLREDUCE);
+  assert_int_equal(cf_graph_regions_refuse(g), CF_ERR_INVALID);
+  assert_non_null(strstr(cf_context_errmsg(ctx), "control_flow.mlir:11: error: stablehlo.while "
+                                                 "'w': loop bodies are compiled but not run"));
   cf_graph_destroy(g);
 }
 
@@ -191,10 +244,12 @@ static void test_captures(void **state) {
                                 "  }\n"
                                 "  return %0 : tensor<4xf32>\n"
                                 "}\n");
-  const cf_node *w = node(g, "0");
-  assert_int_equal(w->n_in, 2);
+  const cf_node *w = node(g, "0"), *add = node(g, "1");
+  assert_ptr_equal(operand(g, add, 0), node(g, "a"));
+  assert_ptr_equal(operand(g, add, 1), node(g, "b"));
+  assert_int_equal(w->n_in, 3); /* a, then the condition's constant and the body's add */
   assert_ptr_equal(operand(g, w, 0), node(g, "a"));
-  assert_ptr_equal(operand(g, w, 1), node(g, "b"));
+  assert_ptr_equal(operand(g, w, 2), add);
   cf_graph_destroy(g);
 }
 
@@ -619,6 +674,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dp_step),      cmocka_unit_test(test_hlo_twin),
       cmocka_unit_test(test_forms),        cmocka_unit_test(test_captures),
+      cmocka_unit_test(test_control_flow),
       cmocka_unit_test(test_collectives),  cmocka_unit_test(test_alltoall_permute),
       cmocka_unit_test(test_permute_ring), cmocka_unit_test(test_calls_and_manual),
       cmocka_unit_test(test_sniff),        cmocka_unit_test(test_errors),

@@ -101,6 +101,10 @@ cf_status cf_report_compile_json(const cf_graph *g, int collectives_before,
       cJSON_AddNullToObject(b, "reduction");
     cJSON_AddStringToObject(b, "group", cf_node_group(n));
     cJSON_AddStringToObject(b, "reason", cf_report_reason(n, buf, sizeof buf));
+    if (n->region) { /* in a loop's or a branch's body (cf_region) */
+      char where[CF_MAX_NAME + 128];
+      cJSON_AddStringToObject(b, "region", cf_region_text(g, n->region, where, sizeof where));
+    }
     cJSON_AddItemToArray(buckets, b);
   }
   cJSON *pm = cJSON_AddObjectToObject(root, "pass_ms");

@@ -69,22 +69,69 @@ has "$ERR" "warning: 1 node of foreign op 'chlo.square' imported as Opaque (firs
 
 run check stablehlo/pretty_regions.mlir
 expect_rc 0 "check pretty_regions.mlir" &&
-  has "$OUT" "ok: 19 nodes, 0 collectives" "check pretty_regions.mlir"
-w="stablehlo/while_collective.mlir:4: warning: 1 node of foreign op 'stablehlo.while (1 collective inside, not run)' imported as Opaque (first '0')"
+  has "$OUT" "ok: 21 nodes, 0 collectives" "check pretty_regions.mlir"
+# collectives in a while body are read into a region of the graph: seen,
+# counted and compiled; the while stays Opaque (the warning, --strict), and
+# run refuses the module, naming the op and its line
+w="stablehlo/while_collective.mlir:4: warning: 1 node of foreign op 'stablehlo.while' imported as Opaque (first '0')"
 run check stablehlo/while_collective.mlir
-expect_last 0 "$w" "check while_collective.mlir"
+expect_rc 0 "check while_collective.mlir" &&
+  has "$OUT" "ok: 6 nodes, 1 collective (AllReduce 1)" "check while_collective.mlir" &&
+  has "$ERR" "$w" "check while_collective.mlir"
 run check --strict stablehlo/while_collective.mlir
-expect_last 1 "$(echo "$w" | sed 's/: warning: /: error: /')" "check --strict while_collective.mlir"
+expect_rc 1 "check --strict while_collective.mlir" &&
+  has "$ERR" "$(echo "$w" | sed 's/: warning: /: error: /')" "check --strict while_collective.mlir"
+run run stablehlo/while_collective.mlir --ranks 2
+expect_last 1 "stablehlo/while_collective.mlir:4: error: stablehlo.while '0': loop bodies are compiled but not run" \
+  "run while_collective.mlir"
+run check stablehlo/control_flow.mlir
+expect_rc 0 "check control_flow.mlir" && has "$OUT" "ok: 18 nodes, 6 collectives (AllReduce 6)" "check control_flow.mlir"
+run compile stablehlo/control_flow.mlir --json --split bytes:1G
+expect_rc 0 "compile --json control_flow.mlir" &&
+  has "$OUT" '"collectives_before":6,"collectives_after":5,' "compile --json control_flow.mlir"
+run run stablehlo/control_flow.mlir --ranks 2
+expect_last 1 "stablehlo/control_flow.mlir:11: error: stablehlo.while 'w': loop bodies are compiled but not run" \
+  "run control_flow.mlir"
+run run hlo/control_flow.hlo --ranks 4
+expect_last 1 "hlo/control_flow.hlo:51: error: while 'loop': loop bodies are compiled but not run" \
+  "run control_flow.hlo"
+# combined within a body, never across its boundary (XLA's combiners, whose
+# combine_while_loops is true by default, combine inside a while body too)
+run compile hlo/control_flow.hlo --json --split bytes:1G
+expect_rc 0 "compile --json control_flow.hlo" &&
+  has "$OUT" '"collectives_before":8,"collectives_after":5,' "compile --json control_flow.hlo" &&
+  has "$OUT" '"members":["body_ar1","body_ar0"]' "compile --json control_flow.hlo (body)" &&
+  has "$OUT" '"members":["then_ar0","then_ar1"],"bytes":64,"dtype":"float32","reduction":"sum","group":"hccl_world_group","reason":"split","region":"conditional '"'pick'"' true branch"}' "compile --json control_flow.hlo (branch)"
+run compile hlo/control_flow.hlo --explain --split bytes:1G
+expect_rc 0 "compile --explain control_flow.hlo" &&
+  has "$OUT" "AllReduce 'else_ar' stays alone: body differs (conditional 'pick' false branch vs the top level) from 'pre'" \
+    "compile --explain control_flow.hlo"
+# compile -o keeps the regions (<region>, region="K"): the written graph
+# reads back with the same buckets and run still refuses it
+run compile hlo/control_flow.hlo --split bytes:1G -o "$work/cf.xml"
+expect_rc 0 "compile -o control_flow.hlo" &&
+  has "$work/cf.xml" '<region id="2" op="while" owner="loop" part="body" parent="0"/>' "control_flow.hlo: <region> in compile -o"
+run compile "$work/cf.xml" --json --split bytes:1G
+expect_rc 0 "compile --json cf.xml" && has "$OUT" '"collectives_before":5,"collectives_after":5,' "compile --json cf.xml"
+run run "$work/cf.xml" --ranks 4
+expect_last 1 "cf.xml:3: error: while 'loop': loop bodies are compiled but not run" "run cf.xml"
+run dot hlo/control_flow.hlo -o "$work/cf.dot"
+expect_rc 0 "dot control_flow.hlo" &&
+  has "$work/cf.dot" "cluster_region_2" "dot control_flow.hlo: the while body is a cluster"
 
 cd hlo/xla || exit 2
 
-# collectives in a while body collfuse cannot run are never hidden: the
-# while's warning counts them, and --strict refuses the module
-w="ag_while_loop.hlo:22: warning: 1 node of foreign op 'while (2 collectives inside, not run)' imported as Opaque (first 'while_loop')"
+# XLA's AllGatherCombiner DoNotCombineInWhileLoop module: with XLA's default
+# combine_while_loops=true the two all-gathers of the body combine (the test
+# turns it off); the while's warning stays, and --strict refuses the module
+w="ag_while_loop.hlo:22: warning: 1 node of foreign op 'while' imported as Opaque (first 'while_loop')"
 run check ag_while_loop.hlo
 expect_last 0 "$w" "check ag_while_loop.hlo"
 run check --strict ag_while_loop.hlo
 expect_last 1 "$(echo "$w" | sed 's/: warning: /: error: /')" "check --strict ag_while_loop.hlo"
+run compile ag_while_loop.hlo --json
+expect_rc 0 "compile --json ag_while_loop.hlo" &&
+  has "$OUT" '"collectives_before":2,"collectives_after":1,' "compile --json ag_while_loop.hlo"
 
 # control-predecessors order collectives: none of the three is combined (as
 # XLA's DoNotCombineWithControlDependencies expects), where without them
