@@ -16,10 +16,12 @@
 #include "../executor/executor.h"
 #include "../executor/transports/transports.h"
 
+#include "../ir/trace.h"
 #include "../passes/passes.h"
 #include "api.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,14 +209,10 @@ cf_status cf_graph_run_pipeline(cf_graph *g, const char *pipeline, const cf_opti
                                     .explain = opt && opt->explain ? explain_to_log : NULL,
                                     .explain_user = g->ctx}};
   st = size_world(g, opt);
-  cf_profile *prof = NULL;
   cf_cost measured;
-  char path[4096];
-  if (!st) st = cf_profile_find(g->ctx, opt ? opt->profile : NULL, &prof, path, sizeof path);
-  if (!st &&
-      cf_profile_cost(prof, "threads", g->world_size > 0 ? (int)g->world_size : 1, &measured))
-    co.pass.measured_cost = &measured;
-  cf_profile_destroy(prof);
+  if (!st)
+    st = cf_profile_compile_cost(g->ctx, opt ? opt->profile : NULL, g, &measured,
+                                 &co.pass.measured_cost);
   if (!st) st = cf_compile(g, &co);
   return st;
 }
@@ -248,6 +246,10 @@ struct cf_executable {
   bool *owned;
   int64_t last_copies, last_copy_bytes;
   char *trace; /* the "trace" option: where each cf_executable_run writes its timeline */
+  /* runs started on a runner and not yet ended (cf_executable_start_rank) */
+  pthread_mutex_t pending_lock;
+  pthread_cond_t pending_done;
+  int pending;
   /* the profile (its measured rules the plans' auto reads, kept as long as
    * they) and the memory limit; mpi_setup joins MPI's world with a copy */
   cf_run_setup setup;
@@ -275,6 +277,8 @@ cf_status cf_executable_create(cf_graph *g, const cf_options *opt, cf_executable
   if (!e) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   e->ctx = ctx;
   e->g = g;
+  pthread_mutex_init(&e->pending_lock, NULL);
+  pthread_cond_init(&e->pending_done, NULL);
   cf_graph_hold(g);
   cf_status st = size_world(g, opt);
   if (g->world_size <= 0) {
@@ -338,6 +342,11 @@ fail:
 
 void cf_executable_destroy(cf_executable *e) {
   if (!e) return;
+  pthread_mutex_lock(&e->pending_lock); /* its runs on a runner end first */
+  while (e->pending) pthread_cond_wait(&e->pending_done, &e->pending_lock);
+  pthread_mutex_unlock(&e->pending_lock);
+  pthread_mutex_destroy(&e->pending_lock);
+  pthread_cond_destroy(&e->pending_done);
   for (size_t i = 0; e->plan && e->buckets && e->owned &&
                      i < (size_t)e->ranks * 2 * (size_t)cf_plan_colls(e->plan);
        i++)
@@ -723,7 +732,7 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
   ms.shm_rank = rank;
   ms.shm_size = e->ranks;
   cf_run_options ro = e->ro;
-  ro.keep_arena = true; /* this process's rank runs again and again: no arena per call */
+  ro.keep_rank = true; /* this process's rank runs again and again: kept from call to call */
   cf_status st = cf_run_prepare(e->ctx, &ms, &ro);
   e->mpi = ms.world;
   if (st) return st;
@@ -787,4 +796,28 @@ cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *
   cf_run_result_free(&res);
   io_free(&b);
   return st;
+}
+
+cf_context *cf_executable_ctx(const cf_executable *e) { return e->ctx; }
+
+void cf_executable_pending(cf_executable *e, int d) {
+  pthread_mutex_lock(&e->pending_lock);
+  e->pending += d;
+  if (!e->pending) pthread_cond_broadcast(&e->pending_done);
+  pthread_mutex_unlock(&e->pending_lock);
+}
+
+cf_status cf_executable_start_rank(cf_executable *e, cf_runner *r, int rank,
+                                   const void *const *inputs, void *const *outputs,
+                                   cf_run_done_fn done, void *user) {
+  cf_status st = cf_executable_check(e);
+  if (st) return st;
+  if (!r || !done)
+    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "cf_executable_start_rank: a runner and a done callback are required");
+  if (rank < 0 || rank >= e->ranks)
+    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
+                    "rank %d is not a rank of this %d-rank executable", rank, e->ranks);
+  return cf_runner_put(r, e, rank, inputs, e->n_io[CF_IO_INPUT], outputs, e->n_io[CF_IO_OUTPUT], done,
+                       user);
 }

@@ -31,6 +31,19 @@ typedef struct cf_compile_options {
  * NULL. */
 cf_status cf_compile(cf_graph *g, const cf_compile_options *opt);
 
+/* ================= runner.c: cf_executable_start_rank's thread ================= */
+
+/* Queue cf_executable_run_rank(e, rank, inputs, outputs) on r (the arrays
+ * copied: n_in and n_out pointers); done is called on r's thread when it
+ * has ended. */
+cf_status cf_runner_put(cf_runner *r, cf_executable *e, int rank, const void *const *inputs,
+                        int n_in, void *const *outputs, int n_out, cf_run_done_fn done,
+                        void *user);
+/* api.c: e's context, and its count of runs started on a runner and not
+ * yet ended (d: +1 or -1; cf_executable_destroy waits for 0). */
+cf_context *cf_executable_ctx(const cf_executable *e);
+void cf_executable_pending(cf_executable *e, int d);
+
 /* ================= options.c: option values, checked once ================= */
 
 /* The checks behind both cf_options_set and the driver's options: true with
@@ -84,6 +97,11 @@ int cf_profile_rules(cf_profile *p, const char *transport, const cf_algo_rule **
 /* The measured alpha/beta of transport on ranks (gamma = beta/2); false
  * when the profile has none. */
 bool cf_profile_cost(const cf_profile *p, const char *transport, int ranks, cf_cost *out);
+/* What a compile of g (`compile`, the API's pipeline) takes from the profile
+ * given (cf_profile_find): its threads link at g's world size into *cost,
+ * and *measured pointing at it, NULL when the profile has none. */
+cf_status cf_profile_compile_cost(cf_context *ctx, const char *given, const cf_graph *g,
+                                  cf_cost *cost, const cf_cost **measured);
 /* Replace transport's entry for ranks with what a measurement found: the
  * fastest row best[i] at bytes[i] (ascending, n sizes), and the link. */
 cf_status cf_profile_set(cf_context *ctx, cf_profile *p, const char *transport, int ranks,

@@ -50,7 +50,7 @@ const char *cf_profile_path(const char *given, char *buf, size_t len, bool *expl
   if (given) return given;
   if (env && *env) return env;
   *explicit_path = false;
-  const char *xdg = cf_env(CF_ENV_XDG_CONFIG), *home = getenv("HOME");
+  const char *xdg = cf_env(CF_ENV_XDG_CONFIG), *home = cf_env(CF_ENV_HOME);
   if (xdg && xdg[0] == '/')
     snprintf(buf, len, "%s/collfuse/profile", xdg);
   else if (home && *home)
@@ -218,6 +218,18 @@ cf_status cf_profile_find(cf_context *ctx, const char *given, cf_profile **out, 
 }
 
 void cf_profile_destroy(cf_profile *p) { free(p); }
+
+cf_status cf_profile_compile_cost(cf_context *ctx, const char *given, const cf_graph *g,
+                                  cf_cost *cost, const cf_cost **measured) {
+  cf_profile *prof = NULL;
+  char path[4096];
+  *measured = NULL;
+  cf_status st = cf_profile_find(ctx, given, &prof, path, sizeof path);
+  if (!st && cf_profile_cost(prof, "threads", g->world_size > 0 ? (int)g->world_size : 1, cost))
+    *measured = cost;
+  cf_profile_destroy(prof);
+  return st;
+}
 
 uint32_t cf_profile_hash(const cf_profile *p, const char *transport) {
   uint32_t h = 2166136261u;

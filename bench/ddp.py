@@ -16,8 +16,11 @@ joins MPI's world). Per run: the median over the steps after --warmup of the ste
 and of the sync time (the time per step during which some bucket is being
 averaged, ddp_train.py --json's sync_ms), for step the exposed
 communication (the time the step waits for its buckets after the backward
-pass's last compute: exposed_ms), and rank 0's peak resident memory; the
-table shows the median of the runs' medians and the ratios to gloo's.
+pass's last compute: exposed_ms), the median of exposed_ms / step time
+per step (exposed/step: the issue's target is at most 0.10) and the MB of
+gradients copied into buckets per step (copy MB: gradients no out= kernel
+produced there), and rank 0's peak resident memory; the table shows the
+median of the runs' medians and the ratios to gloo's.
 """
 
 import argparse
@@ -69,7 +72,10 @@ def run(model, hook, args):
     step = statistics.median(r["step_ms"][args.warmup:])
     sync = statistics.median(r["sync_ms"][args.warmup:]) if r["sync_ms"][0] is not None else None
     exposed = statistics.median(r["exposed_ms"][args.warmup:]) if r.get("exposed_ms") else None
-    return step, sync, exposed, r["peak_mb"], r["params"]
+    share = statistics.median(e / s for e, s in zip(r["exposed_ms"][args.warmup:], r["step_ms"][args.warmup:])) \
+        if r.get("exposed_ms") else None
+    copy_mb = statistics.median(r["copy_bytes"][args.warmup:]) / 2**20 if r.get("copy_bytes") else None
+    return step, sync, exposed, share, copy_mb, r["peak_mb"], r["params"]
 
 
 def main():
@@ -97,16 +103,16 @@ def main():
         params = 0
         for _ in range(args.repeats):
             for h in hooks:
-                step, sync, exposed, peak, params = run(model, h, args)
-                got[h].append((step, sync, exposed, peak))
+                step, sync, exposed, share, copy_mb, peak, params = run(model, h, args)
+                got[h].append((step, sync, exposed, share, copy_mb, peak))
 
         def med(h, i):
             vals = [v[i] for v in got[h] if v[i] is not None]
             return statistics.median(vals) if vals else None
         for h in hooks:
-            step, sync, exposed, peak = (med(h, i) for i in range(4))
+            step, sync, exposed, share, copy_mb, peak = (med(h, i) for i in range(6))
             rows.append({"model": model, "params": params, "hook": h, "step_ms": step, "sync_ms": sync,
-                         "exposed_ms": exposed, "peak_mb": peak, "step_vs_gloo": step / med("gloo", 0),
+                         "exposed_ms": exposed, "exposed_vs_step": share, "copy_mb": copy_mb, "peak_mb": peak, "step_vs_gloo": step / med("gloo", 0),
                          "sync_vs_gloo": sync / med("gloo", 1) if sync is not None else None,
                          "exposed_vs_gloo_sync": exposed / med("gloo", 1) if exposed is not None else None})
     if args.json:
@@ -115,15 +121,15 @@ def main():
         return
     print("%s, %d processes, batch %d per rank, median of %d runs of the median of %d steps after %d warm-up"
           % (args.launcher, args.ranks, args.batch, args.repeats, args.steps, args.warmup))
-    print("%-9s %9s %-9s %10s %10s %8s %8s %11s %18s %8s" % (
+    print("%-9s %9s %-9s %10s %10s %8s %8s %11s %18s %12s %8s %8s" % (
         "model", "params", "hook", "step ms", "sync ms", "step/gloo", "sync/gloo", "exposed ms", "exposed/gloo-sync",
-        "peak MB"))
+        "exposed/step", "copy MB", "peak MB"))
     opt = lambda v, f: "-" if v is None else f % v
     for r in rows:
-        print("%-9s %9d %-9s %10.1f %10s %8.2f %9s %11s %18s %8.0f" % (
+        print("%-9s %9d %-9s %10.1f %10s %8.2f %9s %11s %18s %12s %8s %8.0f" % (
             r["model"], r["params"], r["hook"], r["step_ms"], opt(r["sync_ms"], "%.1f"), r["step_vs_gloo"],
             opt(r["sync_vs_gloo"], "%.2f"), opt(r["exposed_ms"], "%.1f"), opt(r["exposed_vs_gloo_sync"], "%.2f"),
-            r["peak_mb"]))
+            opt(r["exposed_vs_step"], "%.3f"), opt(r["copy_mb"], "%.2f"), r["peak_mb"]))
 
 
 if __name__ == "__main__":

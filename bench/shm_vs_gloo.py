@@ -2,7 +2,7 @@
 """AllReduce on processes of one host: collfuse's shm world against gloo.
 
     bench/shm_vs_gloo.py [--collfuse build/collfuse] [--ranks 2,4] [--sizes 8,64K,1M,16M,64M,256M]
-                         [--repeats 3] [--mpi] [--json]
+                         [--repeats 3] [--mpi] [--distributed] [--no-bench] [--json]
 
 For each process count, --repeats times, alternating: `collfuse bench
 allreduce --backend shm --ranks N --json` (float32 sum, out of place: the
@@ -13,6 +13,13 @@ SUM) started here, each size timed the same way: a warm-up, then loops of
 K back-to-back calls between two barriers, the median loop divided by K,
 on rank 0. The table has each cell's median over the repeats; busbw =
 bytes / time * 2(n-1)/n (nccl-tests'), shm/gloo = gloo's time / collfuse's.
+With --distributed, gloo's processes also time collfuse.distributed's
+all_reduce (in place, on the same tensor: the DDP hook's call, with its
+Python layer, its copies into the shm world's memory and out, and
+cf_executable_run_rank's per-call work), alternating with gloo's loop by
+loop: cfd/gloo = collfuse.distributed's time / gloo's (COLLFUSE_LIBRARY and
+PYTHONPATH name the library and the package). --no-bench leaves out
+collfuse's own bench (the shm, bound and mpi columns read 0).
 gloo needs /usr/bin/python3's torch (Debian's python3-torch).
 """
 
@@ -52,30 +59,43 @@ def busbw(b, us, n):
 
 # ---------------- gloo: one worker per rank ----------------
 
-def worker(rank, n, port, sizes, loops):
+def worker(rank, n, port, sizes, loops, distributed):
+    """gloo's all_reduce per size on this rank; with distributed also
+    collfuse.distributed.all_reduce (in place, as the DDP hook calls it) in
+    the same processes, the two alternating loop by loop."""
     import torch
     import torch.distributed as dist
     import time
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=n)
-    out = {}
+    calls = {"gloo": dist.all_reduce}
+    if distributed:
+        import collfuse.distributed as cfd
+        cfd.init()  # from torch's default group
+        calls["cfd"] = cfd.all_reduce
+    out = {name: {} for name in calls}
     for b in sizes:
         x = torch.rand(max(1, b // 4), dtype=torch.float32)
         k = iters_for(b)
-        for _ in range(min(k, 3)):
-            dist.all_reduce(x)
-        times = []
+        for call in calls.values():
+            for _ in range(min(k, 3)):
+                call(x)
+        times = {name: [] for name in calls}
         for _ in range(loops):
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(k):
-                dist.all_reduce(x)
-            dist.barrier()
-            times.append((time.perf_counter() - t0) / k * 1e6)
-        out[b] = statistics.median(times)
+            for name, call in calls.items():
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    call(x)
+                dist.barrier()
+                times[name].append((time.perf_counter() - t0) / k * 1e6)
+        for name in calls:
+            out[name][str(b)] = statistics.median(times[name])
+    if distributed:
+        cfd.destroy()
     dist.destroy_process_group()
     if rank == 0:
-        print(json.dumps({str(b): us for b, us in out.items()}))
+        print(json.dumps(out))
 
 
 def free_port():
@@ -84,16 +104,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_gloo(n, sizes, loops):
+def run_gloo(n, sizes, loops, distributed):
+    """{"gloo": {bytes: us}} and with distributed "cfd" too (worker)."""
     port = free_port()
     arg = ",".join(str(b) for b in sizes)
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", "%d,%d,%d,%d" % (r, n, port, loops), arg],
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", "%d,%d,%d,%d,%d" % (r, n, port, loops,
+                                                                                       distributed), arg],
                               stdout=subprocess.PIPE, text=True) for r in range(n)]
     outs = [p.communicate()[0] for p in procs]
     if any(p.returncode for p in procs):
         sys.exit("shm_vs_gloo: a gloo worker failed (exit %s)" % [p.returncode for p in procs])
     got = json.loads(outs[0].strip().splitlines()[-1])
-    return {int(b): us for b, us in got.items()}
+    return {name: {int(b): us for b, us in t.items()} for name, t in got.items()}
 
 
 # ---------------- collfuse: its own bench ----------------
@@ -118,8 +140,8 @@ def run_collfuse(cf, n, sizes, loops, mpi):
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        r, n, port, loops = (int(v) for v in sys.argv[2].split(","))
-        worker(r, n, port, [int(b) for b in sys.argv[3].split(",")], loops)
+        r, n, port, loops, distributed = (int(v) for v in sys.argv[2].split(","))
+        worker(r, n, port, [int(b) for b in sys.argv[3].split(",")], loops, distributed)
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--collfuse", default=os.path.join(HERE, "..", "build", "collfuse"))
@@ -128,6 +150,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--loops", type=int, default=3)
     ap.add_argument("--mpi", action="store_true", help="also OpenMPI's MPI_Allreduce (collfuse's bench)")
+    ap.add_argument("--distributed", action="store_true",
+                    help="also collfuse.distributed.all_reduce in gloo's processes (in place, as the DDP hook)")
+    ap.add_argument("--no-bench", action="store_true", help="leave out collfuse's bench (the shm column)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     sizes = [parse_size(s) for s in a.sizes.split(",")]
@@ -135,13 +160,15 @@ def main():
     for n in (int(v) for v in a.ranks.split(",")):
         cf_runs, gloo_runs = [], []
         for _ in range(a.repeats):  # alternating, so that load drifts hit both alike
-            cf_runs.append(run_collfuse(a.collfuse, n, sizes, a.loops, a.mpi))
-            gloo_runs.append(run_gloo(n, sizes, a.loops))
+            if not a.no_bench:
+                cf_runs.append(run_collfuse(a.collfuse, n, sizes, a.loops, a.mpi))
+            gloo_runs.append(run_gloo(n, sizes, a.loops, a.distributed))
         for b in sizes:
-            med = lambda key: statistics.median(r[b][key] for r in cf_runs)
-            row = {"ranks": n, "bytes": b, "shm_us": med("us"), "shm_algo": cf_runs[-1][b]["algo"],
+            med = lambda key: statistics.median(r[b][key] for r in cf_runs) if cf_runs else 0
+            row = {"ranks": n, "bytes": b, "shm_us": med("us"), "shm_algo": cf_runs[-1][b]["algo"] if cf_runs else "-",
                    "bound_us": med("bound"), "mpi_us": med("mpi") if a.mpi else None,
-                   "gloo_us": statistics.median(r[b] for r in gloo_runs)}
+                   "gloo_us": statistics.median(r["gloo"][b] for r in gloo_runs),
+                   "cfd_us": statistics.median(r["cfd"][b] for r in gloo_runs) if a.distributed else None}
             report.append(row)
     if a.json:
         print(json.dumps({"bench": "shm_vs_gloo", "repeats": a.repeats, "results": report}))
@@ -152,6 +179,8 @@ def main():
         "ranks", "size", "auto", "shm us", "busbw", "gloo us", "busbw", "shm/gloo", "bound")
     if a.mpi:
         head += " | %10s %7s %7s" % ("mpi us", "busbw", "shm/mpi")
+    if a.distributed:
+        head += " | %10s %7s %8s" % ("cfd us", "busbw", "cfd/gloo")
     print(head)
     for r in report:
         n, b = r["ranks"], r["bytes"]
@@ -162,6 +191,9 @@ def main():
         if a.mpi:
             mu = r["mpi_us"] or 0
             line += " | %10.1f %7.2f %7.2f" % (mu, busbw(b, mu, n), mu / r["shm_us"] if r["shm_us"] and mu else 0)
+        if a.distributed:
+            cu = r["cfd_us"]
+            line += " | %10.1f %7.2f %8.3f" % (cu, busbw(b, cu, n), cu / r["gloo_us"] if r["gloo_us"] else 0)
         print(line)
 
 

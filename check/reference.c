@@ -518,7 +518,7 @@ static cf_status coll_port(ref_run *r, coll *c, cf_op op, int j, int p) {
   int64_t cnt = c->src[0]->count;
   /* along dim d: rows of the dims before d, a block of the dims from d on
    * per row (all_gather_dimension / scatter_dimension) */
-  int64_t rows = 1, d = cf_node_int(n, CF_A_DIM, 0);
+  int64_t rows = 1, d = cf_node_member_dim(n, j);
   for (int64_t k = 0; k < d && k < c->src[0]->shape.rank; k++) rows *= c->src[0]->shape.dims[k];
   if (rows <= 0) rows = 1;
   for (int k = 0; k < c->size; k++) {
@@ -612,14 +612,15 @@ static cf_status allgather_matmul(ref_run *r, coll *c) {
   return CF_OK;
 }
 
-/* AllToAll by its definition, element by element: output element idx of
- * rank k lies in the block that rank t = idx[cd] / block[cd] sent, which
- * is block k of t's input along sd (the tuple form: output port t of rank
- * k is operand k of rank t). */
-static cf_status alltoall(ref_run *r, coll *c) {
+/* AllToAll by its definition, element by element, for operand j and
+ * output port j (a FusedAllToAll's member j is an AllToAll of its own):
+ * output element idx of rank k lies in the block that rank t = idx[cd] /
+ * block[cd] sent, which is block k of t's input along sd (the tuple form:
+ * output port t of rank k is operand k of rank t). */
+static cf_status alltoall(ref_run *r, coll *c, int j) {
   cf_status st;
   const cf_node *n = c->n;
-  if (n->n_in > 1) {
+  if (n->op == CF_OP_ALLTOALL && n->n_in > 1) {
     for (int k = 0; k < c->size; k++)
       for (int t = 0; t < c->size; t++) {
         const rv *s = opnd(r, n, k, c->ranks[t]);
@@ -627,13 +628,13 @@ static cf_status alltoall(ref_run *r, coll *c) {
       }
     return CF_OK;
   }
-  if (!gather_src(r, c, 0)) return CF_OK;
+  if (!gather_src(r, c, j)) return CF_OK;
   int sd = (int)cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
       cd = (int)cf_node_int(n, CF_A_CONCAT_DIMENSION, 0);
-  const cf_shape *in = &c->src[0]->shape, *os = &n->out[0].shape;
+  const cf_shape *in = &c->src[0]->shape, *os = &n->out[j].shape;
   int64_t bsplit = in->dims[sd] / c->size, bconcat = os->dims[cd] / c->size;
   for (int k = 0; k < c->size; k++) {
-    rv *o = result(r, n, 0, c->ranks[k]);
+    rv *o = result(r, n, j, c->ranks[k]);
     if ((st = val_alloc(r, o))) return st;
     for (int64_t e = 0; e < o->count; e++) {
       int64_t idx[CF_MAX_RANK], rest = e;
@@ -682,13 +683,13 @@ static cf_status collective_part(ref_run *r, coll *c) {
   case CF_CAT_FUSED_COLLECTIVE: { /* each member as its plain collective */
     cf_status st = CF_OK;
     for (int j = 0; j < n->n_in && !st; j++)
-      st = coll_port(r, c, kind, j, j);
+      st = kind == CF_OP_ALLTOALL ? alltoall(r, c, j) : coll_port(r, c, kind, j, j);
     return st;
   }
   case CF_CAT_FUSED_MATMUL:
     return kind == CF_OP_ALLGATHER ? allgather_matmul(r, c) : fused_matmul(r, c);
   default:
-    if (kind == CF_OP_ALLTOALL) return alltoall(r, c);
+    if (kind == CF_OP_ALLTOALL) return alltoall(r, c, 0);
     if (kind == CF_OP_COLLECTIVEPERMUTE) return permute(r, c);
     return coll_port(r, c, kind, 0, 0);
   }

@@ -15,6 +15,7 @@
  * creation.
  */
 #define CF_CODEGEN_INTERNAL
+#include "../ir/trace.h"
 #include "codegen.h"
 
 #include <llvm-c/Error.h>

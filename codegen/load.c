@@ -18,6 +18,7 @@
  * context's JIT state and the kernels it hands out live in it.
  */
 #define _GNU_SOURCE /* dladdr1 */
+#include "../ir/trace.h"
 #include "codegen.h"
 
 #include <dlfcn.h>

@@ -240,7 +240,7 @@ void cf_objcache_open(cf_context *ctx, cf_objcache *oc) {
       (!strcmp(env, "off") || !strcmp(env, "0") || !strcmp(env, "no") || !strcmp(env, "false")))
     return;
   int n;
-  const char *xdg = cf_env(CF_ENV_XDG_CACHE), *home = getenv("HOME");
+  const char *xdg = cf_env(CF_ENV_XDG_CACHE), *home = cf_env(CF_ENV_HOME);
   if (env && env[0] == '/')
     n = snprintf(oc->dir, sizeof oc->dir, "%s", env);
   else if (xdg && xdg[0] == '/') /* XDG: relative values are to be ignored */

@@ -12,6 +12,7 @@
 #ifndef CF_EXECUTOR_ALGORITHMS_H
 #define CF_EXECUTOR_ALGORITHMS_H
 
+#include "../ir/trace.h"
 #include "runtime.h"
 
 #include <stdbool.h>

@@ -24,19 +24,24 @@ static void segment_text(int64_t segment, char *buf, size_t len) {
 
 bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b, int rb, char *text,
                            size_t len) {
+  if (rb < ra) return cf_coll_desc_mismatch(b, rb, a, ra, text, len); /* the lower rank first */
   char va[128], vb[128];
   const char *what = NULL;
-  if (a->op == CF_OP_INVALID || b->op == CF_OP_INVALID) { /* exec.c's barriers */
-    if (a->op == b->op) return false;
+  /* NULL: a message of no collective, exec.c's checks before a run (a
+   * kept rank's later runs skip them: its peer runs another executable) */
+  if (!a || !b || a->op == CF_OP_INVALID || b->op == CF_OP_INVALID) { /* or exec.c's barriers */
+    if (!a || !b ? a == b : a->op == b->op) return false;
     snprintf(text, len,
              "cross-rank mismatch: rank %d is at %s but rank %d is at %s (the ranks run different "
              "collective sequences)",
              ra,
-             a->op == CF_OP_INVALID ? "an iteration barrier"
+             !a                     ? "the plan checks before a run"
+             : a->op == CF_OP_INVALID ? "an iteration barrier"
              : a->node              ? a->node
                                     : "a collective",
              rb,
-             b->op == CF_OP_INVALID ? "an iteration barrier"
+             !b                     ? "the plan checks before a run"
+             : b->op == CF_OP_INVALID ? "an iteration barrier"
              : b->node              ? b->node
                                     : "a collective");
     return true;
@@ -95,6 +100,12 @@ bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b,
            cf_op_table[a->op].name, a->node ? a->node : "?", (long long)a->seq, a->group, what, va,
            ra, vb, rb);
   return true;
+}
+
+void cf_coll_size_mismatch(char *text, size_t len, int me, size_t bytes, int peer, long long got,
+                           const cf_coll_desc *d) {
+  snprintf(text, len, "cross-rank mismatch: rank %d expected %zu bytes from rank %d, which sent %lld%s%s%s",
+           me, bytes, peer, got, d ? " (in '" : "", d && d->node ? d->node : "", d ? "')" : "");
 }
 
 /* A large AllReduce runs as segments of CF_ALGO_SEGMENT_BYTES, one after

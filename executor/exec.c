@@ -13,6 +13,7 @@
  * message with CF_ERR_RUNTIME (or the failing rank's own status).
  */
 #define _GNU_SOURCE
+#include "../ir/trace.h"
 #include "plan.h"
 #include "transports/transports.h"
 
@@ -41,6 +42,8 @@ typedef struct rank_run {
   cf_run_result *res;
   cf_status st;
   bool solo;       /* the only rank of this process (MPI): records its own times */
+  bool kept;       /* the plan keeps it for the next run (opt.keep_rank: p->solo) */
+  bool checked;    /* its fingerprints and algorithms matched the peers' (a kept rank's first run) */
   int64_t copies, copy_bytes; /* cf_run_result's, this rank's */
   /* communication thread: a FIFO of started collectives */
   pthread_t thread;
@@ -96,6 +99,7 @@ static void *comm_main(void *arg) {
     const cf_coll_call *call = r->queue[r->completed % r->queue_cap];
     cf_status prev = r->comm_st;
     pthread_mutex_unlock(&r->lock);
+    cf_trace_here = r->clane; /* a kept rank's thread serves run after run, each its own trace */
     int64_t t0 = r->clane ? cf_trace_clock() : 0;
     cf_status st = prev ? prev : run_call(r, call);
     if (r->clane) trace_call(r, r->clane, call, t0);
@@ -172,7 +176,8 @@ static cf_status check_algorithms(rank_run *r) {
   int n = p->ranks, me = r->rank;
   size_t bytes = sizeof(int32_t) * 2 * (size_t)p->n_colls;
   if (n < 2 || !bytes) return CF_OK;
-  int32_t *mine = r->algos = malloc(bytes), *theirs = malloc(bytes);
+  if (!r->algos) r->algos = malloc(bytes); /* a kept rank's: again */
+  int32_t *mine = r->algos, *theirs = malloc(bytes);
   cf_status st = mine && theirs ? CF_OK : cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   for (int c = 0; c < p->n_colls && !st; c++) {
     const cf_pcoll *pc = &p->colls[c];
@@ -192,11 +197,7 @@ static cf_status check_algorithms(rank_run *r) {
       a.algo = mine[k];
       b.algo = t[k];
       char text[768];
-      /* the lower rank first, so both sides print the same text */
-      if (me < i)
-        cf_coll_desc_mismatch(&a, me, &b, i, text, sizeof text);
-      else
-        cf_coll_desc_mismatch(&b, i, &a, me, text, sizeof text);
+      cf_coll_desc_mismatch(&a, me, &b, i, text, sizeof text);
       st = setup_mismatch(r, text);
     }
     if (!st) st = r->comm->ops->release(r->comm, i);
@@ -206,9 +207,34 @@ static cf_status check_algorithms(rank_run *r) {
   return st;
 }
 
+/* Whether every message of p's collectives carries its descriptor, which
+ * the receiver checks (collfuse's own algorithms; not MPI's native
+ * collectives, nor a fused op's chunks, which resolve their rows per
+ * call): then a mismatch between the ranks' plans is caught at the first
+ * message that differs, exit 3 naming both ranks, without the exchange
+ * of fingerprints and algorithms before each run. */
+static bool messages_checked(const cf_plan *p) {
+  for (int c = 0; c < p->n_colls; c++) {
+    const cf_pcoll *pc = &p->colls[c];
+    if (pc->fused_mm || pc->algo < 0 || cf_algo_table[pc->algo].native) return false;
+  }
+  return true;
+}
+
+/* A kept rank's run after its first (opt.keep_rank, every message checked):
+ * the ranks exchanged fingerprints and algorithms at the first run and
+ * meet at no barrier since: each collective ends when no peer reads or
+ * writes this rank's memory any more (send_wait), so the next run may copy
+ * its inputs in at once, and one run is one iteration (nothing to time
+ * together). */
+static bool repeat_run(const rank_run *r) {
+  return r->kept && r->checked && messages_checked(r->p) && r->p->opt.warmup + r->p->opt.iters == 1;
+}
+
 static cf_status check_fingerprints(rank_run *r) {
   int n = r->p->ranks, me = r->rank;
   cf_status st = CF_OK;
+  if (repeat_run(r)) return CF_OK;
   for (int i = 0; i < n && !st; i++)
     if (i != me) st = r->comm->ops->send(r->comm, i, r->p->fingerprint, sizeof r->p->fingerprint, NULL);
   for (int i = 0; i < n && !st; i++) {
@@ -229,7 +255,9 @@ static cf_status check_fingerprints(rank_run *r) {
     st = r->comm->ops->release(r->comm, i);
   }
   if (!st) st = r->comm->ops->send_wait(r->comm);
-  return st ? st : check_algorithms(r);
+  if (!st) st = check_algorithms(r);
+  if (!st) r->checked = true;
+  return st;
 }
 
 static cf_tensor tensor_of(rank_run *r, int v) {
@@ -298,7 +326,7 @@ static cf_status bind_values(rank_run *r) {
   const cf_graph *g = p->g;
   const cf_inputs *in = r->in;
   bool host = cf_device_is_host(r->dev); /* caller buffers are host memory: a device copies */
-  r->vptr = malloc(sizeof *r->vptr * ((size_t)p->n_vals + 1));
+  if (!r->vptr) r->vptr = malloc(sizeof *r->vptr * ((size_t)p->n_vals + 1)); /* a kept rank's: again */
   if (!r->vptr) return cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   for (int c = 0; c < p->n_colls && p->opt.external_buckets; c++) /* the plan has no room for them */
     assert(!p->colls[c].bucket_bytes[0] || (bucket_of(r, 2 * c) && bucket_of(r, 2 * c + 1)));
@@ -495,12 +523,8 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   cf_status st;
   int64_t t_in = r->lane ? cf_trace_clock() : 0;
   cf_phase_begin(r->ctx, "inputs", 0);
-  if (r->solo && p->kept_arena && p->kept_world == r->world) { /* opt.keep_arena: the last run's */
-    r->arena = p->kept_arena;
-    p->kept_arena = NULL;
-  } else {
+  if (!r->arena) /* a kept rank keeps its arena from run to run, as later iterations do */
     r->arena = cf_world_alloc(r->world, r->dev, (size_t)p->arena_bytes);
-  }
   if (!r->arena) {
     char b[32];
     return cf_error(r->ctx, CF_ERR_NO_MEMORY, p->g->file, 0,
@@ -517,7 +541,7 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
                            .in = pc->in_val >= 0 ? r->vptr[pc->in_val] : bin ? bin : r->arena + pc->in_addr,
                            .out = pc->out_val >= 0 ? r->vptr[pc->out_val] : bout ? bout : r->arena + pc->out_addr,
                            .segs = pc->segs, .n_segs = pc->n_segs,
-                           .in_row = pc->in_row, .out_row = pc->out_row, .pairs = pc->pairs,
+                           .a2a = pc->a2a, .n_a2a = pc->n_a2a, .pairs = pc->pairs,
                            .scratch = r->arena + pc->scratch_addr, .scratch_bytes = pc->scratch_bytes,
                            .algo = pc->algo, .deterministic = p->opt.deterministic,
                            /* between two runs of a call the rest of the step (other
@@ -538,8 +562,9 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   if ((st = check_fingerprints(r))) return st;
   int total = p->opt.warmup + p->opt.iters;
   cf_phase_begin(r->ctx, "iterations", total);
+  bool repeat = repeat_run(r);
   for (int it = 0; it < total; it++) {
-    if ((st = barrier(r))) return st;
+    if (!repeat && (st = barrier(r))) return st;
     double t0 = 1e3 * cf_now();
     int64_t ti = r->lane ? cf_trace_clock() : 0;
     st = iteration(r, tin, tout);
@@ -547,7 +572,7 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
       cf_trace_record(r->lane, &(cf_trace_ev){.t0 = ti, .t1 = cf_trace_clock(), .name = "iteration",
                                             .cat = "iteration", .arg_name = "iteration", .arg = it});
     if (st) return st;
-    if ((st = barrier(r))) return st;
+    if (!repeat && (st = barrier(r))) return st;
     cf_phase_done(r->ctx, it + 1);
     if ((r->rank == 0 || r->solo) && it >= p->opt.warmup)
       r->res->time_ms[it - p->opt.warmup] = 1e3 * cf_now() - t0;
@@ -561,10 +586,6 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   }
   if (r->res->arenas) { /* the result keeps the arena its outputs point into */
     r->res->arenas[r->solo ? 0 : r->rank] = r->arena;
-    r->arena = NULL;
-  } else if (r->solo && p->opt.keep_arena && !p->kept_arena) { /* for the next run */
-    p->kept_arena = r->arena;
-    p->kept_world = r->world;
     r->arena = NULL;
   }
   return CF_OK;
@@ -609,13 +630,11 @@ static cf_status collect_outputs(rank_run *r) {
   return CF_OK;
 }
 
-static void *rank_main(void *arg) {
-  rank_run *r = arg;
-  cf_world_rank_thread(r->world, r->rank, 0);
-  cf_trace_here = r->lane;
+/* One run of rank r on the calling thread; its status in r->st. */
+static void rank_go(rank_run *r) {
   int ports = max_ports(r->p->g);
   cf_tensor *tin = calloc((size_t)ports, sizeof *tin), *tout = calloc((size_t)ports, sizeof *tout);
-  r->calls = calloc((size_t)r->p->n_colls + 1, sizeof *r->calls);
+  if (!r->calls) r->calls = calloc((size_t)r->p->n_colls + 1, sizeof *r->calls); /* a kept rank's: again */
   if (!tin || !tout || !r->calls) {
     r->st = cf_error(r->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   } else {
@@ -626,13 +645,20 @@ static void *rank_main(void *arg) {
     if (!r->comm->ops->aborted(r->comm, &why)) r->comm->ops->abort(r->comm, cf_errmsg(r->ctx));
   }
   if (r->st) cf_world_rank_left(r->world, r->rank);
+  free(tin);
+  free(tout);
+}
+
+static void *rank_main(void *arg) {
+  rank_run *r = arg;
+  cf_world_rank_thread(r->world, r->rank, 0);
+  cf_trace_here = r->lane;
+  rank_go(r);
   /* stop the communication thread (it finishes what was started) */
   pthread_mutex_lock(&r->lock);
   r->stop = true;
   pthread_cond_broadcast(&r->cond);
   pthread_mutex_unlock(&r->lock);
-  free(tin);
-  free(tout);
   if (r->ended) sem_post(r->ended);
   return NULL;
 }
@@ -776,20 +802,94 @@ static int join_ranks(rank_run *rr, const pthread_t *th, int n, sem_t *ended, ch
   return gone;
 }
 
-/* This process's one rank of world w (an MPI process), on a thread of its
- * own that join_ranks watches. */
+/* Whether p's steps are collectives and copies only: no compute step that
+ * join_ranks would have to watch (BLAS cannot be interrupted). */
+static bool only_collectives(const cf_plan *p) {
+  for (int s = 0; s < p->n_steps; s++)
+    if (p->steps[s].kind == CF_STEP_COMPUTE || p->steps[s].kind == CF_STEP_FUSED) return false;
+  return true;
+}
+
+/* A kept rank's next run: this run's inputs, result and the caller's
+ * context's settings (its trace may be new). */
+static void rank_again(rank_run *x, cf_context *ctx, const cf_inputs *in, cf_run_result *res) {
+  x->in = in;
+  x->res = res;
+  x->st = CF_OK;
+  x->copies = x->copy_bytes = 0;
+  x->stop = false;
+  x->ctx->log_fn = ctx->log_fn;
+  x->ctx->log_user = ctx->log_user;
+  x->ctx->progress = ctx->progress;
+  x->ctx->trace = ctx->trace;
+  x->lane = cf_trace_lane_of(ctx->trace, x->rank, 0);
+  x->clane = cf_trace_lane_of(ctx->trace, x->rank, 1);
+}
+
+/* A kept rank's run of a plan of collectives only, on the calling thread:
+ * no thread started or joined per run (a collective that overlaps goes to
+ * the rank's communication thread, started once and kept with it). */
+static cf_status run_here(cf_context *ctx, rank_run *x) {
+  const cf_plan *p = x->p;
+  bool overlaps = false;
+  for (int c = 0; c < p->n_colls; c++) overlaps |= !p->colls[c].inline_ok;
+  if (overlaps && !x->has_thread) {
+    if (pthread_create(&x->thread, NULL, comm_main, x) != 0)
+      return cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "cannot start the communication thread");
+    x->has_thread = true;
+  }
+  cf_trace_lane *here = cf_trace_here;
+  cf_trace_here = x->lane;
+  rank_go(x);
+  cf_trace_here = here;
+  return x->st;
+}
+
+/* cf_plan_destroy: the rank a plan kept (opt.keep_rank), its communication
+ * thread stopped. */
+void cf_exec_forget(cf_plan *p) {
+  rank_run *x = p->solo;
+  if (!x) return;
+  p->solo = NULL;
+  if (x->has_thread) {
+    pthread_mutex_lock(&x->lock);
+    x->stop = true;
+    pthread_cond_broadcast(&x->cond);
+    pthread_mutex_unlock(&x->lock);
+    pthread_join(x->thread, NULL);
+  }
+  rank_free(x);
+  free(x);
+}
+
+/* This process's one rank of world w (an MPI or shm process): a kept rank
+ * (opt.keep_rank) of a plan of collectives only runs on the calling
+ * thread (run_here); otherwise on a thread of its own that join_ranks
+ * watches. */
 static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inputs *in,
                           cf_run_result *res) {
   cf_comm *comm = cf_world_comm(w, w->first);
-  rank_run *x = calloc(1, sizeof *x); /* left to the rank's thread if it is given up */
-  cf_status st = x ? result_init(ctx, p, in, res) : cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-  if (!st) st = rank_setup(x, ctx, p, w->first, in, res);
+  rank_run *x = p->solo; /* left to the rank's thread if it is given up */
+  cf_status st = result_init(ctx, p, in, res);
+  if (!st && x) {
+    rank_again(x, ctx, in, res);
+  } else if (!st) {
+    x = calloc(1, sizeof *x);
+    st = x ? rank_setup(x, ctx, p, w->first, in, res)
+           : cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
+    if (!st) {
+      x->solo = true;
+      x->ctx->progress = ctx->progress; /* this process's one rank reports its phases */
+      x->world = w;
+      x->comm = comm;
+      if (p->opt.keep_rank) {
+        x->kept = true;
+        p->solo = x;
+      }
+    }
+  }
   int gone = 0;
   if (!st) {
-    x->solo = true;
-    x->ctx->progress = ctx->progress; /* this process's one rank reports its phases */
-    x->world = w;
-    x->comm = comm;
     cf_context *saved = comm->ctx;
     comm->ctx = x->ctx;
     pthread_t th;
@@ -797,7 +897,9 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
     sem_t ended;
     sem_init(&ended, 0, 0);
     x->ended = &ended;
-    if (pthread_create(&x->thread, NULL, comm_main, x) != 0) {
+    if (x->kept && only_collectives(p)) {
+      st = run_here(ctx, x);
+    } else if (pthread_create(&x->thread, NULL, comm_main, x) != 0) {
       st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "cannot start the communication thread");
     } else {
       if (pthread_create(&th, NULL, rank_main, x) != 0) {
@@ -811,16 +913,17 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
       }
       pthread_join(x->thread, NULL);
       st = gone ? CF_ERR_RUNTIME : x->st;
-      if (gone) {
-        cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
-      } else if (st) {
-        const char *why = NULL;
-        if (st == CF_ERR_RUNTIME && comm->ops->aborted(comm, &why))
-          cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
-        else
-          cf_error(ctx, st, NULL, 0, "%s", cf_errmsg(x->ctx));
-      }
     }
+    if (gone) {
+      cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+    } else if (st && x->st) { /* the rank's own failure (not one to start a thread) */
+      const char *why = NULL;
+      if (st == CF_ERR_RUNTIME && comm->ops->aborted(comm, &why))
+        cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", why);
+      else
+        cf_error(ctx, st, NULL, 0, "%s", cf_errmsg(x->ctx));
+    }
+    if (!gone) x->ended = NULL;
     comm->ctx = saved;
     sem_destroy(&ended); /* a rank given up never posts it */
   }
@@ -831,7 +934,7 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
   }
   if (gone) {
     p->abandoned = true;
-  } else if (x) {
+  } else if (x && !x->kept) {
     rank_free(x);
     free(x);
   }

@@ -81,11 +81,18 @@ typedef struct cf_run_options {
    * cf_run_result_free (the plan must outlive the result); no copy. */
   bool outputs_in_arena;
   /* A run of one rank per process (a world of processes: the C API's
-   * cf_executable_run_rank, whose calls repeat) leaves its arena with the
-   * plan for the next run, which reuses it as a later iteration would
-   * (inputs copied in again, nothing cleared); cf_plan_destroy frees it.
-   * Saves every call allocating, clearing and faulting in the arena. */
-  bool keep_arena;
+   * cf_executable_run_rank, whose calls repeat) leaves the rank with the
+   * plan for the next run: its arena, which the next run reuses as a later
+   * iteration would (inputs copied in again, nothing cleared), its context
+   * and its communication thread; cf_plan_destroy frees them. A plan of
+   * collectives only then runs on the caller's thread (no thread started
+   * or joined per run), and where every message carries its descriptor
+   * (collfuse's own algorithms) a run after the first exchanges no
+   * fingerprints and meets at no barrier: a rank that runs something else
+   * is caught at the first message, exit 3 naming both ranks. Saves every
+   * call allocating, clearing and faulting in the arena, two threads and
+   * four rounds of messages. */
+  bool keep_rank;
 } cf_run_options;
 
 typedef struct cf_run_result {

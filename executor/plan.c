@@ -39,6 +39,7 @@
  * output. So the plan is built with each kind in place and without
  * (cf_plan_build), and the smallest peak per rank wins (ties: in place).
  */
+#include "../ir/trace.h"
 #include "plan.h"
 #include "transports/transports.h"
 
@@ -161,34 +162,43 @@ static cf_status group_ranks(cf_plan *p, const cf_node *n, const int **ranks, in
   return CF_OK;
 }
 
-/* AllToAll's blocks (executor.h, algo_alltoall.c): the array form's rows
- * from its shape, split and concat dims; the tuple form's operands and
- * results where they sit in the buckets. */
+/* AllToAll's blocks (runtime.h, algo_alltoall.c): the array form's
+ * members (one, or a FusedAllToAll's), each with its rows from its shape
+ * and the split and concat dims, where it sits in the buckets; the tuple
+ * form's operands and results where they sit in the buckets. A bucket of
+ * several dtypes is one of bytes (es 1): its members' elements count
+ * their bytes. */
 static cf_status alltoall_blocks(cf_plan *p, const cf_node *n, cf_pcoll *c, const int64_t *off,
                                  const int64_t *oo, int es) {
-  c->segs = calloc((size_t)c->n, sizeof *c->segs);
-  if (!c->segs) return oom(p);
-  c->n_segs = c->n;
-  if (n->n_in > 1) {
+  if (n->op == CF_OP_ALLTOALL && n->n_in > 1) {
+    c->segs = calloc((size_t)c->n, sizeof *c->segs);
+    if (!c->segs) return oom(p);
+    c->n_segs = c->n;
     for (int j = 0; j < c->n; j++)
       c->segs[j] = (cf_coll_seg){off[j] / es, oo[j] / es, p->vals[val_index(p, n->in[j])].count};
     return CF_OK;
   }
-  const cf_shape *in = &p->vals[val_index(p, n->in[0])].shape;
   int sd = (int)cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
       cd = (int)cf_node_int(n, CF_A_CONCAT_DIMENSION, 0);
-  cf_shape blk = *in;
-  blk.dims[sd] /= c->n;
-  int64_t count = 1;
-  c->in_row = c->out_row = 1;
-  for (int d = blk.rank - 1; d >= 0; d--) {
-    count *= blk.dims[d];
-    if (d >= sd) c->in_row *= blk.dims[d];
-    if (d >= cd) c->out_row *= blk.dims[d];
+  c->a2a = calloc((size_t)n->n_in, sizeof *c->a2a);
+  if (!c->a2a) return oom(p);
+  c->n_a2a = n->n_in;
+  uint32_t h = 2166136261u; /* the members' blocks, so ranks that disagree fail */
+  for (int j = 0; j < n->n_in; j++) {
+    const cf_pvalue *v = &p->vals[val_index(p, n->in[j])];
+    int64_t scale = cf_dtype_size(v->dtype) / es, count = scale, in_row = scale, out_row = scale;
+    for (int d = v->shape.rank - 1; d >= 0; d--) {
+      int64_t dim = d == sd ? v->shape.dims[d] / c->n : v->shape.dims[d];
+      count *= dim;
+      if (d >= sd) in_row *= dim;
+      if (d >= cd) out_row *= dim;
+    }
+    c->a2a[j] = (cf_a2a_part){off[j] / es, oo[j] / es, count, in_row, out_row};
+    h = (h ^ (uint32_t)count) * 16777619u;
+    h = (h ^ (uint32_t)in_row) * 16777619u;
   }
-  for (int j = 0; j < c->n; j++) c->segs[j] = (cf_coll_seg){j * c->in_row, j * c->out_row, count};
   c->desc.root = sd;
-  c->desc.layout = cd;
+  c->desc.layout = n->n_in == 1 ? cd : (int)(h & 0x7fffffff);
   return CF_OK;
 }
 
@@ -200,22 +210,23 @@ static cf_status alltoall_blocks(cf_plan *p, const cf_node *n, cf_pcoll *c, cons
 static cf_status rsag_segments(cf_plan *p, const cf_node *n, cf_pcoll *c, const int64_t *off,
                                const int64_t *oo, int es) {
   cf_op op = cf_op_coll(n->op);
-  int d = (int)cf_node_int(n, CF_A_DIM, 0);
   int64_t total = 0;
   for (int j = 0; j < n->n_in; j++) {
     const cf_shape *s = &p->vals[val_index(p, n->in[j])].shape;
+    int d = (int)cf_node_member_dim(n, j);
     int64_t rows = 1;
     for (int k = 0; k < d && k < s->rank; k++) rows *= s->dims[k];
     total += rows > 0 ? rows : 1;
   }
   if (total > INT32_MAX)
-    return cf_node_error(p->g, n, CF_ERR_INVALID, "%lld rows before dim %d: too many to place",
-                         (long long)total, d);
+    return cf_node_error(p->g, n, CF_ERR_INVALID, "%lld rows before the dims: too many to place",
+                         (long long)total);
   c->segs = calloc((size_t)total, sizeof *c->segs);
   if (!c->segs) return oom(p);
   c->n_segs = 0;
   for (int j = 0; j < n->n_in; j++) {
     const cf_pvalue *iv = &p->vals[val_index(p, n->in[j])];
+    int d = (int)cf_node_member_dim(n, j);
     int64_t rows = 1;
     for (int k = 0; k < d && k < iv->shape.rank; k++) rows *= iv->shape.dims[k];
     /* in the bucket's elements (bytes when its members' dtypes differ) */
@@ -1182,10 +1193,11 @@ int cf_plan_value_bucket(const cf_plan *p, int node, int port, int64_t *off) {
 
 void cf_plan_destroy(cf_plan *p) {
   if (!p || p->abandoned) return; /* a rank's thread may still use it (exec.c join_ranks) */
-  if (p->kept_arena) cf_world_free(p->kept_world, p->dev, p->kept_arena);
+  cf_exec_forget(p);
   for (int c = 0; p->colls && c < p->n_colls; c++) {
     free(p->colls[c].segs);
     free(p->colls[c].pairs);
+    free(p->colls[c].a2a);
   }
   free(p->colls);
   free(p->vals);

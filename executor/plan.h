@@ -58,7 +58,8 @@ typedef struct cf_pcoll {
   size_t scratch_bytes;
   cf_coll_seg *segs;
   int n_segs;
-  int64_t in_row, out_row; /* AllToAll (cf_coll_call) */
+  cf_a2a_part *a2a;         /* AllToAll's array form (cf_coll_call), owned */
+  int n_a2a;
   int *pairs;              /* CollectivePermute (cf_coll_call), owned */
   int algo; /* resolved row of cf_algo_table; fused MatMul ops: -1 (each chunk resolves the
              * plan's opt.algo) */
@@ -105,9 +106,12 @@ struct cf_plan {
   bool abandoned; /* a run gave up on a rank stuck in a compute step (exec.c join_ranks): its
                    * thread may still use the plan, which cf_plan_destroy then leaves */
   bool *binds;    /* node -> cf_plan_binds */
-  void *kept_arena;     /* opt.keep_arena: the last run's arena, from kept_world's memory */
-  cf_world *kept_world; /* (or the device's); cf_plan_destroy frees it */
+  struct rank_run *solo; /* opt.keep_rank: this process's rank, kept from run to run (exec.c);
+                          * cf_plan_destroy frees it (cf_exec_forget) before the world goes */
 };
+
+/* exec.c: free the rank p kept (opt.keep_rank) and stop its threads. */
+void cf_exec_forget(cf_plan *p);
 
 /* exec.c: the BLAS threads each rank's GEMMs get with `ranks` rank threads
  * in this process: cores/ranks (at least 1), or OpenBLAS's setting for one

@@ -126,9 +126,16 @@ typedef struct cf_coll_desc {
 } cf_coll_desc;
 
 /* True when two ranks' descriptors of the same collective differ; text
- * then says so naming both ranks and both values. */
+ * then says so naming both ranks and both values, the lower rank first
+ * whichever side asks, so both ranks of a mismatch print the same text.
+ * NULL is a message of no collective (the checks before a run): it
+ * differs from any descriptor. */
 bool cf_coll_desc_mismatch(const cf_coll_desc *mine, int my_rank, const cf_coll_desc *theirs,
                            int their_rank, char *text, size_t len);
+/* The text of a receive by rank me of bytes from rank peer, which sent got
+ * (a transport's check; d, the collective received for, or NULL). */
+void cf_coll_size_mismatch(char *text, size_t len, int me, size_t bytes, int peer, long long got,
+                           const cf_coll_desc *d);
 
 /* A member of an AllGather or ReduceScatter call, in elements: its input
  * at in + in_off and output at out + out_off; count is the elements of one
@@ -136,6 +143,16 @@ bool cf_coll_desc_mismatch(const cf_coll_desc *mine, int my_rank, const cf_coll_
 typedef struct cf_coll_seg {
   int64_t in_off, out_off, count;
 } cf_coll_seg;
+
+/* A member of an AllToAll of the array form (a plain AllToAll is one, a
+ * FusedAllToAll one per member), in elements: block j of its input starts
+ * at in_off + j * in_row and is made of rows of in_row elements, n * in_row
+ * apart (cut along split_dimension); the block from rank i lands at out_off
+ * + i * out_row in rows of out_row, n * out_row apart (placed along
+ * concat_dimension). count: the elements of one block. */
+typedef struct cf_a2a_part {
+  int64_t in_off, out_off, count, in_row, out_row;
+} cf_a2a_part;
 
 /* One call of a collective on one rank. AllReduce, Reduce and Broadcast:
  * input and output of desc.count elements (a fused AllReduce bucket is one
@@ -150,9 +167,10 @@ typedef struct cf_coll_call {
   int me;           /* my index in ranks */
   const void *in;
   void *out;
-  const cf_coll_seg *segs; /* AllGather, ReduceScatter; AllToAll: one block per rank */
+  const cf_coll_seg *segs; /* AllGather, ReduceScatter; AllToAll's tuple form: one block per rank */
   int n_segs;
-  int64_t in_row, out_row; /* AllToAll: a block's rows, n * row elements apart (algo_alltoall.c) */
+  const cf_a2a_part *a2a; /* AllToAll's array form: its members (algo_alltoall.c) */
+  int n_a2a;
   const int *pairs;        /* CollectivePermute: target[0..n) then source[0..n), -1 none */
   void *scratch; /* algorithm scratch, scratch_bytes */
   size_t scratch_bytes;

@@ -279,7 +279,7 @@ static void op_extras(sbuf *b, const cf_node *n, const char *sep) {
   if (allowed & (1u << CF_A_LAYOUT)) sb_printf(b, "%s%s", SEP, cf_layout_name(cf_node_layout(n)));
   if (allowed & (1u << CF_A_ROOT))
     sb_printf(b, "%sroot=%lld", SEP, (long long)cf_node_int(n, CF_A_ROOT, 0));
-  if ((allowed & (1u << CF_A_SPLIT_DIMENSION)) && n->n_in == 1)
+  if ((allowed & (1u << CF_A_SPLIT_DIMENSION)) && !(n->op == CF_OP_ALLTOALL && n->n_in > 1))
     sb_printf(b, "%ssplit=%lld concat=%lld", SEP,
               (long long)cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
               (long long)cf_node_int(n, CF_A_CONCAT_DIMENSION, 0));

@@ -529,21 +529,15 @@ cf_status cf_hlo_run(cf_context *ctx, const char *name, const char *data, size_t
   r.file = r.g->file;
   if (!(r.text = malloc(size + 1))) {
     st = cf_hlo_oom(&r, 0);
-    goto fail;
+    goto done;
   }
   if (size) memcpy(r.text, data, size);
   r.text[size] = 0;
   r.end = r.text + size;
-  if ((st = parse(&r)) || (st = cf_hlo_build(&r))) goto fail;
-  free(r.text);
-  free(r.refs);
-  free(r.seen);
-  free(r.meshes);
-  free(r.mesh_slots);
-  cf_arena_free(&r.scratch);
+  if ((st = parse(&r)) || (st = cf_hlo_build(&r))) goto done;
   *out = r.g;
-  return CF_OK;
-fail:
+  r.g = NULL; /* the caller's now */
+done:
   free(r.text);
   free(r.refs);
   free(r.seen);

@@ -335,6 +335,23 @@ static int64_t param_number(const hcomp *c, int k) {
   return n;
 }
 
+/* Operand i of instruction k of c: the index of the parameter it names
+ * (through one convert when widened: a float parameter converted to a float
+ * type at least as wide), else -1. */
+static int64_t reducer_param(const hcomp *c, const hinstr *k, int i, bool widened) {
+  int j = cf_hlo_map_find(&c->map, k->opnd[i]);
+  if (j < 0 || &c->ins[j] == k) return -1;
+  if (widened) {
+    const hinstr *cv = &c->ins[j];
+    if (strcmp(cv->opcode, "convert") || cv->n_opnd != 1 || cv->shape.n >= 0 ||
+        (j = cf_hlo_map_find(&c->map, cv->opnd[0])) < 0 || c->ins[j].shape.n >= 0 ||
+        !cf_dtype_is_float(cv->shape.dt) || !cf_dtype_is_float(c->ins[j].shape.dt) ||
+        cf_dtype_size(cv->shape.dt) < cf_dtype_size(c->ins[j].shape.dt))
+      return -1;
+  }
+  return param_number(c, j);
+}
+
 /* The reduction of a collective's to_apply (an HLO computation or a
  * StableHLO reducer region), -1 when it is none: the computation must be
  * exactly one add, multiply, maximum or minimum of its two parameters (or,
@@ -343,12 +360,26 @@ static int64_t param_number(const hcomp *c, int k) {
  * for a product and a+1 for a sum). -1 when the root is another op or
  * there is no computation, -2 when the root is one of the four but the
  * computation is more or less than it; *why is the root op, or what is
- * wrong. */
-static int reducer(hlo_reader *r, const hinstr *in, const char **why) {
+ * wrong. *widened: the op works in a wider float type, each parameter
+ * converted to it and the result back (a bf16 sum in f32, as JAX writes
+ * one): the same reduction but for rounding, and no reduction kind to
+ * XLA's combiners (ReduceScatterCombiner's DoNotCombineWithoutReductionKind),
+ * so the caller leaves it uncombined. */
+static int reducer(hlo_reader *r, const hinstr *in, const char **why, bool *widened) {
   hcomp *c = cf_hlo_attr_comp(r, in, "to_apply");
   *why = "to_apply names no computation of the module";
+  *widened = false;
   if (!c) return -1;
   const hinstr *root = &c->ins[c->root];
+  /* convert(op(convert(p0), convert(p1))) back to the parameters' type */
+  if (!strcmp(root->opcode, "convert") && root->n_opnd == 1 && c->n_ins == 6 &&
+      root->shape.n < 0 && cf_dtype_is_float(root->shape.dt)) {
+    int k = cf_hlo_map_find(&c->map, root->opnd[0]);
+    if (k >= 0 && k != c->root && c->ins[k].n_opnd == 2 && c->ins[k].shape.n < 0) {
+      root = &c->ins[k];
+      *widened = true;
+    }
+  }
   const char *op = root->opcode;
   bool pred = root->shape.n < 0 && root->shape.dt == CF_DT_BOOL; /* or, and: pred's sum, prod */
   int red = !strcmp(op, "add")                ? CF_RED_SUM
@@ -360,15 +391,18 @@ static int reducer(hlo_reader *r, const hinstr *in, const char **why) {
                                               : -1;
   *why = op;
   if (red < 0) return -1;
-  /* three instructions: parameter(0), parameter(1) and the root over both */
-  bool exact = c->n_ins == 3 && root->n_opnd == 2 && root->shape.n < 0;
+  /* three instructions: parameter(0), parameter(1) and the root over both
+   * (six when widened: two converts in, one out) */
+  bool exact = c->n_ins == (*widened ? 6 : 3) && root->n_opnd == 2 && root->shape.n < 0;
   int64_t seen = 0;
   for (int i = 0; exact && i < 2; i++) {
-    int k = cf_hlo_map_find(&c->map, root->opnd[i]);
-    int64_t n = k >= 0 && k != c->root ? param_number(c, k) : -1;
+    int64_t n = reducer_param(c, root, i, *widened);
     exact = (n == 0 || n == 1) && !(seen & (1 << n));
     if (exact) seen |= 1 << n;
   }
+  /* and back to the parameters' own type */
+  for (int i = 0; exact && *widened && i < c->n_ins; i++)
+    if (param_number(c, i) >= 0) exact = c->ins[i].shape.dt == c->ins[c->root].shape.dt;
   return exact ? red : -2;
 }
 
@@ -436,9 +470,10 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
     }
   }
   int red = -1;
+  bool widened = false;
   if (kind != 1) {
     const char *why;
-    if ((red = reducer(r, in, &why)) < 0) {
+    if ((red = reducer(r, in, &why, &widened)) < 0) {
       if (!cf_hlo_attr_comp(r, in, "to_apply"))
         return cf_hlo_fail(r, in->line,
                            "instruction '%s': %s needs to_apply=COMPUTATION of the module",
@@ -498,8 +533,11 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
     if (kind == 1 && (st = set_str(r, idx, CF_A_LAYOUT, "concat", in->line))) return st;
     /* XLA's pipelines combine every all-reduce, all-gather and reduce-scatter
      * (AllReduceCombiner, AllGatherCombiner, ReduceScatterCombiner): in HLO
-     * and StableHLO each one is combinable, where GE's default is fusion=0 */
-    if (kind != 0 && (st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
+     * and StableHLO each one is combinable, where GE's default is fusion=0
+     * (all-to-all too: eval_alltoall) */
+    if (kind != 0 && !widened && (st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
+    /* a widened reducer has no reduction kind for XLA's combiners: alone */
+    if (widened && (st = set_str(r, idx, CF_A_FUSION, "0", in->line))) return st;
     if (dim) {
       cf_attr a = {.id = CF_A_DIM, .v.i = dim};
       if ((st = cf_node_set_attr(r->g, idx, &a))) return st;
@@ -625,6 +663,14 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
     if ((st = push_ref(r, ops[i]->ref, in->line))) return st;
   if ((st = cf_node_set_inputs(r->g, idx, n, r->refs))) return st;
   if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
+  /* combinable, with XLA's keys, as every collective read from HLO or
+   * StableHLO (the tuple form stays alone in the combiner all the same) */
+  if ((st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
+  char *key;
+  if ((st = combine_key(r, in, &key))) return st;
+  if (key) st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line);
+  free(key);
+  if (st) return st;
   if (!tuple) {
     const char *split = buf, *concat = buf;
     snprintf(buf, sizeof buf, "%lld", split_concat ? 0 : (long long)dims[0]);

@@ -28,6 +28,10 @@ const cf_env_knob cf_env_table[CF_ENV_COUNT] = {
     [CF_ENV_XDG_CONFIG] = {"XDG_CONFIG_HOME", "directory", "`~/.config`",
                            "without `COLLFUSE_PROFILE`, the profile is "
                            "`$XDG_CONFIG_HOME/collfuse/profile` when it is there"},
+    [CF_ENV_HOME] = {"HOME", "directory", "unset",
+                     "without `XDG_CACHE_HOME`, the kernel cache is `$HOME/.cache/collfuse` "
+                     "(when it is an absolute path), and without `XDG_CONFIG_HOME` the profile "
+                     "is `$HOME/.config/collfuse/profile`; unset: neither"},
     [CF_ENV_STREAM_MIN] = {"COLLFUSE_STREAM_MIN", "bytes (`K`, `M`, `G`), or `off`",
                            "a quarter of the last-level cache",
                            "the working set from which an out-of-place AllReduce writes outputs of "
@@ -74,6 +78,10 @@ const cf_env_knob cf_env_table[CF_ENV_COUNT] = {
     [CF_ENV_OMPI_LOCAL_SIZE] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "count", "unset",
                                 "Open MPI's mpirun: below the world's size, the job spans hosts "
                                 "and `--backend shm` refuses it"},
+    [CF_ENV_OMPI_BTL] = {"OMPI_MCA_btl", "Open MPI's list", "Open MPI's",
+                         "`--backend mpi`: where it leaves out shared memory (`vader`, `sm`) the "
+                         "MPI world treats its ranks as on different hosts (network message sizes "
+                         "and `auto`'s network rules), as it does when they are"},
     [CF_ENV_PMIX_NAMESPACE] = {"PMIX_NAMESPACE", "name", "unset",
                                "PMIx's job name: names the job a `--backend shm` world meets under"},
     [CF_ENV_PMI_RANK] = {"PMI_RANK", "rank", "unset",
@@ -100,6 +108,8 @@ const cf_env_knob cf_env_table[CF_ENV_COUNT] = {
                            "`--backend shm`: the TCP address where rank 0 meets the other ranks "
                            "first, so that ranks on other hosts are named, not timed out; "
                            "without it and torchrun's variables, a Unix socket of this host"},
+    [CF_ENV_PATH] = {"PATH", "directories", "`/usr/bin:/bin`",
+                     "`bench allreduce` finds `mpirun` for its `MPI_Allreduce` peer there"},
 };
 
 const char *cf_env(cf_env_var v) { return getenv(cf_env_table[v].name); }

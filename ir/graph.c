@@ -692,6 +692,12 @@ bool cf_pairs_parse(const char *s, int n, int *target, int *source, char *why, s
   return true;
 }
 
+int64_t cf_node_member_dim(const cf_node *n, int j) {
+  cf_ints d = cf_node_ints(n, CF_A_DIMS);
+  if (d.n == n->n_in && j >= 0 && j < d.n) return d.v[j];
+  return cf_node_int(n, CF_A_DIM, 0);
+}
+
 int64_t cf_node_fusion(const cf_node *n) {
   return cf_node_int(n, CF_A_FUSION,
                      n->op == CF_OP_ALLREDUCE || n->op == CF_OP_FUSEDALLREDUCE ? 1 : 0);

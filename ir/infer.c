@@ -178,16 +178,25 @@ static cf_status fused_matmul(cf_graph *g, cf_node *n, cf_value *out) {
   return CF_OK;
 }
 
-/* One AllGather / ReduceScatter applied to value v. */
+/* d, n's gather or scatter dimension: a dimension of v, else an error
+ * naming it. */
+static cf_status dim_check(cf_graph *g, cf_node *n, const cf_value *v, int64_t d) {
+  if (d < 0 || d >= v->shape.rank)
+    return cf_node_error(g, n, CF_ERR_INVALID, "dim=%lld is not a dimension of the %d-D input",
+                         (long long)d, v->shape.rank);
+  return CF_OK;
+}
+
+/* One AllGather / ReduceScatter along dim d applied to value v. */
 static cf_status gather_shape(cf_graph *g, cf_node *n, const cf_value *v, int64_t rs,
-                              cf_layout lay, cf_value *out) {
+                              cf_layout lay, int64_t d, cf_value *out) {
   char b[160];
   *out = *v;
   if (lay == CF_LAYOUT_STACK) {
-    if (cf_node_int(n, CF_A_DIM, 0) != 0)
+    if (d != 0)
       return cf_node_error(g, n, CF_ERR_INVALID,
                            "dim=%lld needs layout=\"concat\" (stack adds a new dim 0)",
-                           (long long)cf_node_int(n, CF_A_DIM, 0));
+                           (long long)d);
     if (v->shape.rank >= CF_MAX_RANK)
       return cf_node_error(g, n, CF_ERR_INVALID,
                            "stack layout needs an input of rank < %d, got rank %d (%s)",
@@ -198,10 +207,8 @@ static cf_status gather_shape(cf_graph *g, cf_node *n, const cf_value *v, int64_
   } else {
     if (v->shape.rank < 1)
       return cf_node_error(g, n, CF_ERR_INVALID, "concat layout needs an input of rank >= 1");
-    int64_t d = cf_node_int(n, CF_A_DIM, 0);
-    if (d < 0 || d >= v->shape.rank)
-      return cf_node_error(g, n, CF_ERR_INVALID, "dim=%lld is not a dimension of the %d-D input",
-                           (long long)d, v->shape.rank);
+    cf_status st = dim_check(g, n, v, d);
+    if (st) return st;
     if (!cf_mul_i64(v->shape.dims[d], rs, &out->shape.dims[d]))
       return cf_node_error(g, n, CF_ERR_INVALID, "gathered dim %lld overflows", (long long)d);
   }
@@ -209,14 +216,12 @@ static cf_status gather_shape(cf_graph *g, cf_node *n, const cf_value *v, int64_
 }
 
 static cf_status scatter_shape(cf_graph *g, cf_node *n, const cf_value *v, int64_t rs,
-                               cf_value *out) {
+                               int64_t d, cf_value *out) {
   *out = *v;
   if (v->shape.rank < 1)
     return cf_node_error(g, n, CF_ERR_INVALID, "ReduceScatter needs an input of rank >= 1");
-  int64_t d = cf_node_int(n, CF_A_DIM, 0);
-  if (d < 0 || d >= v->shape.rank)
-    return cf_node_error(g, n, CF_ERR_INVALID, "dim=%lld is not a dimension of the %d-D input",
-                         (long long)d, v->shape.rank);
+  cf_status st = dim_check(g, n, v, d);
+  if (st) return st;
   if (v->shape.dims[d] % rs) {
     if (d == 0)
       return cf_node_error(g, n, CF_ERR_INVALID, "dim0=%lld is not divisible by rank_size=%lld",
@@ -231,7 +236,8 @@ static cf_status scatter_shape(cf_graph *g, cf_node *n, const cf_value *v, int64
 /* AllToAll (XLA) for operand v: one operand is cut into rs blocks along
  * split_dimension and the rs blocks received are concatenated along
  * concat_dimension; rs operands of one type (the tuple form) are exchanged
- * whole, operand j to rank j, so output i is what rank i sent. */
+ * whole, operand j to rank j, so output i is what rank i sent. A
+ * FusedAllToAll's members are each the one operand of the array form. */
 static cf_status alltoall_value(cf_graph *g, cf_node *n, const cf_value *v, int64_t rs,
                                 cf_value *out) {
   const cf_value *v0 = operand(g, n, 0);
@@ -240,7 +246,7 @@ static cf_status alltoall_value(cf_graph *g, cf_node *n, const cf_value *v, int6
   if (sc != rs)
     return cf_node_error(g, n, CF_ERR_INVALID, "split_count=%lld but the group has %lld ranks",
                          (long long)sc, (long long)rs);
-  if (n->n_in > 1) {
+  if (n->n_in > 1 && n->op == CF_OP_ALLTOALL) {
     if (n->n_in != rs)
       return cf_node_error(g, n, CF_ERR_INVALID,
                            "AllToAll with %d operands (the tuple form) needs one per rank: the "
@@ -273,13 +279,14 @@ static cf_status alltoall_value(cf_graph *g, cf_node *n, const cf_value *v, int6
   return CF_OK;
 }
 
-/* The output of plain collective coll for one operand v over rs ranks: a
- * plain collective's rule, and each member's of a fused one. */
-static cf_status coll_value(cf_graph *g, cf_node *n, cf_op coll, const cf_value *v, int64_t rs,
-                            cf_value *out) {
+/* The output of plain collective coll for operand j (value v) over rs
+ * ranks: a plain collective's rule, and each member's of a fused one. */
+static cf_status coll_value(cf_graph *g, cf_node *n, cf_op coll, int j, const cf_value *v,
+                            int64_t rs, cf_value *out) {
   switch (coll) {
-  case CF_OP_ALLGATHER: return gather_shape(g, n, v, rs, cf_node_layout(n), out);
-  case CF_OP_REDUCESCATTER: return scatter_shape(g, n, v, rs, out);
+  case CF_OP_ALLGATHER:
+    return gather_shape(g, n, v, rs, cf_node_layout(n), cf_node_member_dim(n, j), out);
+  case CF_OP_REDUCESCATTER: return scatter_shape(g, n, v, rs, cf_node_member_dim(n, j), out);
   case CF_OP_ALLREDUCE:
   case CF_OP_REDUCE:
   case CF_OP_BROADCAST:
@@ -301,11 +308,12 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
       const cf_value *v = operand(g, n, j);
       /* data that is not reduced may mix dtypes (a byte bucket, as XLA's
        * AllGatherCombiner and Inductor's bucketing make) */
-      if (v->dtype != operand(g, n, 0)->dtype && cf_op_coll(n->op) != CF_OP_ALLGATHER)
+      if (v->dtype != operand(g, n, 0)->dtype && cf_op_coll(n->op) != CF_OP_ALLGATHER &&
+          n->op != CF_OP_FUSEDALLTOALL)
         return cf_node_error(g, n, CF_ERR_INVALID,
                              "fused operands must share a dtype: %d is %s, 0 is %s", j,
                              cf_dtype_name(v->dtype), cf_dtype_name(operand(g, n, 0)->dtype));
-      if ((st = coll_value(g, n, cf_op_coll(n->op), v, rs, &out[j]))) return st;
+      if ((st = coll_value(g, n, cf_op_coll(n->op), j, v, rs, &out[j]))) return st;
     }
     /* bool sums by or (XLA's pred add); a mean of truth values is nothing */
     if (n->n_in && operand(g, n, 0)->dtype == CF_DT_BOOL && cf_op_reduces(cf_op_coll(n->op)) &&
@@ -390,7 +398,7 @@ static cf_status infer_node(cf_graph *g, cf_node *n) {
       return cf_node_error(g, n, CF_ERR_INVALID, "x1 must be float16, bfloat16 or float32, got %s",
                            cf_dtype_name(x1->dtype));
     cf_value gathered;
-    if ((st = gather_shape(g, n, x1, rs, CF_LAYOUT_CONCAT, &gathered))) return st;
+    if ((st = gather_shape(g, n, x1, rs, CF_LAYOUT_CONCAT, 0, &gathered))) return st;
     for (int j = 1; j < n->n_in; j++) {
       const cf_value *x2 = operand(g, n, j);
       if ((st = same_dtype(g, n, x1, x2))) return st;

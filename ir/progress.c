@@ -12,7 +12,7 @@
  * context every call returns at once. With a trace on the context too
  * (trace.c) each phase is an event on the driver's lane.
  */
-#include "ir.h"
+#include "trace.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

@@ -18,7 +18,7 @@
  * tracing, and the record is one test of a thread-local pointer). The clock
  * is CLOCK_MONOTONIC in nanoseconds (cf_now's), for every lane and rank.
  */
-#include "ir.h"
+#include "trace.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -102,6 +102,12 @@ static cf_status check_attrs(cf_graph *g, cf_node *n) {
   const char *cm = cf_node_str(n, CF_A_COMM_MODE, NULL);
   if (cm && strcmp(cm, "ai_cpu") && strcmp(cm, "aiv"))
     return cf_node_error(g, n, CF_ERR_INVALID, "comm_mode='%s' must be ai_cpu or aiv", cm);
+  cf_ints dims = cf_node_ints(n, CF_A_DIMS);
+  if (dims.n >= 0 && dims.n != n->n_in)
+    return cf_node_error(g, n, CF_ERR_INVALID, "dims lists %d dimensions but the node has %d operands",
+                         dims.n, n->n_in);
+  if (dims.n >= 0 && cf_node_attr(n, CF_A_DIM))
+    return cf_node_error(g, n, CF_ERR_INVALID, "dim and dims together: dims gives every member's");
   cf_strs members = cf_node_strs(n, CF_A_MEMBERS);
   if (members.n >= 0 && oi->cat == CF_CAT_FUSED_COLLECTIVE && members.n != n->n_in)
     return cf_node_error(g, n, CF_ERR_INVALID,

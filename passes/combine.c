@@ -1,5 +1,5 @@
 /* combine.c - the dependency-safe collective combiner behind fuse-allreduce,
- * fuse-allgather and fuse-reducescatter.
+ * fuse-allgather, fuse-reducescatter and fuse-alltoall.
  *
  * Requires: verified, inferred graph. Preserves: every dependency, acyclicity,
  * every Output; replaces each bucket of two or more collectives with one
@@ -42,17 +42,23 @@
  * control edge for the rewrite to move.
  *
  * Keys are XLA's: group (replica groups), reduction, dtype where the
- * collective reduces (an AllGather bucket moves bytes, so it mixes dtypes
- * unless the split says same_dtype), layout, dim (all_gather_dimension /
- * scatter_dimension) and combine_key (channel kind, use_global_device_ids,
+ * collective reduces (an AllGather or AllToAll bucket moves bytes, so it
+ * mixes dtypes unless the split says same_dtype), layout, dim
+ * (all_gather_dimension / scatter_dimension), an AllToAll's split and
+ * concat dimensions, and combine_key (channel kind, use_global_device_ids,
  * a maximal sharding's device, a user's frontend_attributes key). A key
  * only narrows the classes that depth already made acyclic, so the proof
- * above is unchanged. The region (cf_region: the body of a while or a
- * branch of a conditional a node is in, 0 outside any) is a key field too:
- * collectives of one body combine with each other as XLA's combiners
- * combine them inside a while body, and never with one outside it or in
- * another body, since a body may run any number of times, or not at all,
- * for each time the code around it runs once.
+ * above is unchanged. With the split's any_dim (XLA's combine_by_dim=false)
+ * dim leaves the key: a bucket then lists each member's dim (`dims`) and
+ * every member is gathered or scattered along its own, which is what XLA's
+ * combined op computes after its reshapes. An AllToAll of the tuple form (operand j to rank j)
+ * stays alone: its operands are already one exchange. The region
+ * (cf_region: the body of a while or a branch of a conditional a node is
+ * in, 0 outside any) is a key field too: collectives of one body combine
+ * with each other as XLA's combiners combine them inside a while body, and
+ * never with one outside it or in another body, since a body may run any
+ * number of times, or not at all, for each time the code around it runs
+ * once.
  *
  * Beyond equal depth. Depth alone misses collectives that no path joins
  * but that sit at different depths (XLA's CrossCombineGroupCycle: a sum at
@@ -91,6 +97,7 @@ typedef enum reason_kind {
   /* why a candidate stays alone (cand.why) */
   R_FUSION0,       /* fusion=0 */
   R_CONTROL,       /* a control edge orders it (other: the node at the edge's other end) */
+  R_TUPLE,         /* an AllToAll of the tuple form */
   R_FID_UNSHARED,  /* no other collective of the kind has its fusion_id */
   R_FID_KEY,       /* fusion_id shared with other, but a key field differs */
   R_FID_CYCLE,     /* fusion_id shared with other, but node depends on collective dep */
@@ -132,7 +139,7 @@ typedef struct reason {
   const char *node, *dep;    /* *_CYCLE: node depends on collective dep ("?": unknown) */
   key_field field;           /* *_KEY: the field, */
   const char *mine, *theirs; /* and its two values (none for KEY_RANK_SIZE, */
-  int64_t dx, dy;            /* numbers for KEY_DIM) */
+  int64_t dx, dy;            /* numbers for KEY_DIM, whose attribute's name is in mine) */
 } reason;
 
 typedef struct cand {
@@ -169,7 +176,8 @@ typedef struct combiner {
   cf_graph *g;
   const cf_pass_options *opt;
   cf_op kind, fused;
-  bool mix_dtypes; /* AllGather: dtypes share a bucket (a byte bucket) */
+  bool mix_dtypes; /* AllGather, AllToAll: dtypes share a bucket (a byte bucket) */
+  bool by_dim;     /* dim is in the key (not with the split's any_dim) */
   char prefix[32]; /* the op's name in lower case: allreduce, allgather, ... */
   cand *c;
   int nc;
@@ -221,11 +229,16 @@ static void key_diff_of(const combiner *m, int a, int b, reason *r) {
   } else if (strcmp(cf_node_str(x, CF_A_COMBINE_KEY, ""), cf_node_str(y, CF_A_COMBINE_KEY, ""))) {
     r->field = KEY_COMBINE_KEY;
     r->mine = cf_node_str(x, CF_A_COMBINE_KEY, ""), r->theirs = cf_node_str(y, CF_A_COMBINE_KEY, "");
-  } else if (cf_node_int(x, CF_A_DIM, 0) != cf_node_int(y, CF_A_DIM, 0)) {
-    r->field = KEY_DIM;
-    r->dx = cf_node_int(x, CF_A_DIM, 0), r->dy = cf_node_int(y, CF_A_DIM, 0);
   } else {
     r->field = KEY_RANK_SIZE;
+    static const cf_attr_id dims[] = {CF_A_DIM, CF_A_SPLIT_DIMENSION, CF_A_CONCAT_DIMENSION};
+    for (size_t k = m->by_dim ? 0 : 1; k < sizeof dims / sizeof dims[0]; k++)
+      if (cf_node_int(x, dims[k], 0) != cf_node_int(y, dims[k], 0)) {
+        r->field = KEY_DIM;
+        r->mine = cf_attr_table[dims[k]].name;
+        r->dx = cf_node_int(x, dims[k], 0), r->dy = cf_node_int(y, dims[k], 0);
+        break;
+      }
   }
 }
 
@@ -242,15 +255,20 @@ static int intern_keys(combiner *m) {
     const cf_value *v = &m->g->nodes[n->in[0].node].out[n->in[0].port];
     /* the whole key: a combine_key that differs only far in is another key */
     const char *ck = cf_node_str(n, CF_A_COMBINE_KEY, "");
-    size_t len = strlen(cf_node_group(n)) + strlen(ck) + 96;
+    /* 8 numbers of up to 20 characters and 9 separators */
+    size_t len = strlen(cf_node_group(n)) + strlen(ck) + 192;
     char *buf = cf_arena_alloc(&m->scratch, len);
     if (!buf) {
       free(idx);
       return -1;
     }
-    snprintf(buf, len, "%d\x1f%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld\x1f%s", n->region, cf_node_group(n),
+    snprintf(buf, len, "%d\x1f%s\x1f%d\x1f%d\x1f%d\x1f%lld\x1f%lld\x1f%lld\x1f%lld\x1f%s", n->region,
+             cf_node_group(n),
              (int)cf_node_reduction(n), m->mix_dtypes ? -1 : (int)v->dtype, (int)cf_node_layout(n),
-             (long long)rank_size_of(m->g, n), (long long)cf_node_int(n, CF_A_DIM, 0), ck);
+             (long long)rank_size_of(m->g, n),
+             (long long)(m->by_dim ? cf_node_int(n, CF_A_DIM, 0) : -1),
+             (long long)cf_node_int(n, CF_A_SPLIT_DIMENSION, 0),
+             (long long)cf_node_int(n, CF_A_CONCAT_DIMENSION, 0), ck);
     txt[i] = buf;
     idx[i] = i;
   }
@@ -843,7 +861,8 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
     else if (r->field == KEY_COMBINE_KEY)
       snprintf(d, sizeof d, "combine_key differs ('%.40s' vs '%.40s')", r->mine, r->theirs);
     else if (r->field == KEY_DIM)
-      snprintf(d, sizeof d, "dim differs (%lld vs %lld)", (long long)r->dx, (long long)r->dy);
+      snprintf(d, sizeof d, "%s differs (%lld vs %lld)", r->mine, (long long)r->dx,
+               (long long)r->dy);
     else
       snprintf(d, sizeof d, "%s differs (%s vs %s)", field[r->field], r->mine, r->theirs);
   }
@@ -865,6 +884,9 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
   case R_DDP: snprintf(buf, len, "split ddp limit=%s", b1); break;
   case R_DDP_ALONE: snprintf(buf, len, "split ddp: alone in its bucket (limit %s)", b1); break;
   case R_FUSION0: snprintf(buf, len, "fusion=0"); break;
+  case R_TUPLE:
+    snprintf(buf, len, "the tuple form (operand j to rank j) is one exchange already");
+    break;
   case R_CONTROL:
     snprintf(buf, len, "a control dependency orders it against '%s' (XLA's combiners leave such a one alone)",
              r->other);
@@ -946,6 +968,30 @@ static void layout_of(combiner *m, const bucket *b, const char **names, int64_t 
   }
 }
 
+/* The fused node's dim: each member's own (a fused unit's members' too),
+ * as `dim` when they agree (and are not 0), else as `dims`, one a member. */
+static cf_status set_dims(combiner *m, const bucket *b, int idx) {
+  cf_graph *g = m->g;
+  int64_t *d = malloc((size_t)b->ports * sizeof *d);
+  if (!d) return cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
+  bool same = true;
+  for (int u = 0, k = 0; u < b->n; u++) {
+    const cf_node *n = &g->nodes[m->c[m->order[b->first + u]].node];
+    for (int i = 0; i < n->n_in; i++, k++) {
+      d[k] = cf_node_member_dim(n, i);
+      same &= d[k] == d[0];
+    }
+  }
+  cf_status st = CF_OK;
+  cf_attr a = {.id = CF_A_DIM, .v.i = d[0]};
+  if (same && d[0] != 0)
+    st = cf_node_set_attr(g, idx, &a);
+  else if (!same)
+    st = cf_node_set_ints(g, idx, CF_A_DIMS, d, b->ports);
+  free(d);
+  return st;
+}
+
 static cf_status build_node(combiner *m, bucket *b, int *serial) {
   cf_graph *g = m->g;
   char name[96];
@@ -956,8 +1002,10 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
   int line = proto->line, region = proto->region, idx;
   cf_attr copy[CF_A_COUNT];
   int ncopy = 0;
-  static const cf_attr_id keep[] = {CF_A_REDUCTION, CF_A_GROUP, CF_A_RANK_SIZE, CF_A_LAYOUT,
-                                    CF_A_DIM, CF_A_COMBINE_KEY};
+  static const cf_attr_id keep[] = {CF_A_REDUCTION,       CF_A_GROUP,
+                                    CF_A_RANK_SIZE,       CF_A_LAYOUT,
+                                    CF_A_COMBINE_KEY,     CF_A_SPLIT_DIMENSION,
+                                    CF_A_CONCAT_DIMENSION, CF_A_SPLIT_COUNT};
   for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
     const cf_attr *a = cf_node_attr(proto, keep[k]);
     if (a) copy[ncopy++] = *a;
@@ -999,6 +1047,7 @@ static cf_status build_node(combiner *m, bucket *b, int *serial) {
                 : cf_error(g->ctx, CF_ERR_NO_MEMORY, g->file, 0, "out of memory");
   }
   if (!st) st = cf_node_set_ints(g, idx, CF_A_OFFSETS, offs, b->ports);
+  if (!st) st = set_dims(m, b, idx);
   free(names);
   free(offs);
   b->node = idx;
@@ -1104,10 +1153,14 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
   if (kind != CF_OP_ALLREDUCE && (sp.kind == CF_SPLIT_SIZE || sp.kind == CF_SPLIT_INDEX))
     sp = (cf_split){.kind = CF_SPLIT_AUTO};
   if (!g->topo && (st = cf_verify_structure(g))) return st;
-  /* data that is not reduced is moved as bytes: AllGather buckets mix
-   * dtypes as XLA's AllGatherCombiner (combine_different_dtypes) and
-   * Inductor's bucketing do, unless the split says same_dtype */
-  combiner m = {.g = g, .opt = opt, .kind = kind, .mix_dtypes = kind == CF_OP_ALLGATHER && !sp.same_dtype};
+  /* data that is not reduced is moved as bytes: AllGather and AllToAll
+   * buckets mix dtypes as XLA's AllGatherCombiner (combine_different_dtypes)
+   * and Inductor's bucketing do, unless the split says same_dtype */
+  combiner m = {.g = g,
+                .opt = opt,
+                .kind = kind,
+                .mix_dtypes = (kind == CF_OP_ALLGATHER || kind == CF_OP_ALLTOALL) && !sp.same_dtype,
+                .by_dim = !sp.any_dim};
   m.fused = cf_op_fused(kind);
   for (size_t i = 0; i + 1 < sizeof m.prefix && cf_op_table[kind].name[i]; i++)
     m.prefix[i] = (char)tolower((unsigned char)cf_op_table[kind].name[i]);
@@ -1148,6 +1201,8 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
                 .nmem = n->op == kind ? 1 : n->n_in,
                 .op = n->op};
     if (c->fusion == 0) c->why = (reason){.kind = R_FUSION0};
+    else if (n->op == CF_OP_ALLTOALL && n->n_in > 1)
+      c->fusion = 0, c->why = (reason){.kind = R_TUPLE};
     else if (tied[v] >= 0)
       c->fusion = 0, c->why = (reason){.kind = R_CONTROL, .other = g->nodes[tied[v]].name};
     m.by_node[v] = m.nc++;

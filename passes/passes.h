@@ -33,7 +33,9 @@ typedef struct cf_split {
   int64_t idx[CF_MAX_SEGMENTS];    /* index: last gradient of each segment */
   int64_t limit[CF_MAX_SEGMENTS];  /* ddp: the limits of buckets 1, 2, ..., the last repeats */
   bool initial;                    /* ddp: DDP's first assignment (parameter order) */
-  bool same_dtype;                 /* any: AllGather buckets keep one dtype */
+  bool same_dtype;                 /* any: AllGather and AllToAll buckets keep one dtype */
+  bool any_dim;                    /* any: AllGathers / ReduceScatters of different dims share
+                                    * buckets (XLA's combine_by_dim=false) */
 } cf_split;
 
 /* Transport cost of one collective of b bytes: alpha + b / beta; the
@@ -96,10 +98,11 @@ extern const cf_pass cf_pass_dce;
 extern const cf_pass cf_pass_fuse_allreduce;
 extern const cf_pass cf_pass_fuse_allgather;
 extern const cf_pass cf_pass_fuse_reducescatter;
+extern const cf_pass cf_pass_fuse_alltoall;
 extern const cf_pass cf_pass_fuse_matmul_collective;
 
-/* combine.c: the dependency-safe combiner behind the three fuse-* passes.
- * kind is CF_OP_ALLREDUCE, CF_OP_ALLGATHER or CF_OP_REDUCESCATTER. */
+/* combine.c: the dependency-safe combiner behind the four bucketing passes.
+ * kind is CF_OP_ALLREDUCE, CF_OP_ALLGATHER, CF_OP_REDUCESCATTER or CF_OP_ALLTOALL. */
 cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind);
 
 /* merge_classes.c: grouping beyond equal depth. node_cls[v] is the class

@@ -14,6 +14,7 @@ const cf_pass *const cf_pass_registry[] = {
     &cf_pass_fuse_allreduce,
     &cf_pass_fuse_allgather,
     &cf_pass_fuse_reducescatter,
+    &cf_pass_fuse_alltoall,
     &cf_pass_fuse_matmul_collective,
     NULL,
 };
@@ -22,7 +23,8 @@ const cf_pass *const cf_pass_registry[] = {
  * bucketing passes (docs/fusion.md): a collective in a bucket stays there.
  * It runs after the bucketing passes, so it only takes collectives that are still plain. */
 const char cf_pipeline_default[] =
-    "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter,fuse-matmul-collective";
+    "verify,infer,dce,fuse-allreduce,fuse-allgather,fuse-reducescatter,fuse-alltoall,"
+    "fuse-matmul-collective";
 const char cf_pipeline_O0[] = "verify,infer";
 
 const char *cf_pipeline_list(const char *name) {

@@ -24,10 +24,17 @@
  *   index:I1,I2,...                HCCL: segment k ends at gradient index Ik;
  *                                  the last index is the last gradient.
  *   auto                           bytes:CAP with CAP from the cost model below.
- *   ...,same_dtype                 after any of them: AllGather buckets keep
- *                                  one dtype (XLA's AllGatherCombiner with
+ *   ...,same_dtype                 after any of them: AllGather and AllToAll
+ *                                  buckets keep one dtype (XLA's
+ *                                  AllGatherCombiner with
  *                                  combine_different_dtypes=false); by
  *                                  default they mix dtypes as bytes.
+ *   ...,any_dim                    after any of them (with or without
+ *                                  same_dtype, either order): AllGathers and
+ *                                  ReduceScatters of different dimensions
+ *                                  share buckets (XLA's combine_by_dim=false),
+ *                                  each member along its own; by default a
+ *                                  bucket has one dim.
  *
  * The auto cost model. One collective of b bytes costs alpha + b/beta on
  * one communication stream. The backward pass produces the gradients in
@@ -105,21 +112,30 @@ static bool empty_item(const char *list) {
 static bool split_parse(const char *spec, cf_split *out, char *why, size_t len);
 
 bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
-  static const char tail[] = ",same_dtype";
-  size_t n = spec ? strlen(spec) : 0, t = sizeof tail - 1;
-  if (n > t && strcmp(spec + n - t, tail) == 0) {
-    char head[256];
-    if (n - t >= sizeof head) {
-      snprintf(why, len, "%.64s...: too long", spec);
-      return false;
-    }
-    memcpy(head, spec, n - t);
-    head[n - t] = 0;
-    if (!split_parse(head, out, why, len)) return false;
-    out->same_dtype = true;
-    return true;
+  /* the flags that may follow any spec, each at most once */
+  static const char *const tails[] = {",same_dtype", ",any_dim"};
+  bool on[2] = {false, false};
+  char head[256];
+  size_t n = spec ? strlen(spec) : 0;
+  if (n >= sizeof head) {
+    snprintf(why, len, "%.64s...: too long", spec);
+    return false;
   }
-  return split_parse(spec, out, why, len);
+  if (spec) memcpy(head, spec, n + 1);
+  for (bool cut = true; cut && spec;) {
+    cut = false;
+    for (int k = 0; k < 2; k++) {
+      size_t t = strlen(tails[k]);
+      if (!on[k] && n > t && strcmp(head + n - t, tails[k]) == 0) {
+        head[n -= t] = 0;
+        on[k] = cut = true;
+      }
+    }
+  }
+  if (!split_parse(spec ? head : NULL, out, why, len)) return false;
+  out->same_dtype = on[0];
+  out->any_dim = on[1];
+  return true;
 }
 
 static bool split_parse(const char *spec, cf_split *out, char *why, size_t len) {

@@ -367,7 +367,7 @@ static void test_options(void **state) {
              "option passes: bad pass list 'dce,,fuse-allreduce'");
   ASSERT_ERR(cf_options_set(o, "passes", "dce,fuse-all"), CF_ERR_USAGE,
              "option passes: unknown pass 'fuse-all' (known: verify, infer, dce, fuse-allreduce, "
-             "fuse-allgather, fuse-reducescatter, fuse-matmul-collective); or the pipelines "
+             "fuse-allgather, fuse-reducescatter, fuse-alltoall, fuse-matmul-collective); or the pipelines "
              "default, O0");
   OK(cf_options_set(o, "split", "bytes:25M,first=1M"));
   OK(cf_options_set(o, "split", "size:96.54,3.46"));

@@ -44,6 +44,33 @@ static void test_same_descriptors_agree(void **state) {
   assert_false(cf_coll_desc_mismatch(&a, 0, &b, 1, text, sizeof text));
 }
 
+/* Either side of a mismatch says it with the lower rank first, so both
+ * ranks print one text (the transports and exec.c pass their own first). */
+static void test_lower_rank_first_either_side(void **state) {
+  (void)state;
+  cf_coll_desc a = base(), b = base();
+  a.algo = CF_ALGO_RING;
+  char low[768], high[768];
+  assert_true(cf_coll_desc_mismatch(&a, 2, &b, 5, low, sizeof low));
+  assert_true(cf_coll_desc_mismatch(&b, 5, &a, 2, high, sizeof high));
+  assert_string_equal(low, high);
+  if (!strstr(low, "algorithm is ring on rank 2 but rsag on rank 5"))
+    fail_msg("'%s' does not name rank 2 first", low);
+}
+
+/* A receive of another size than was sent: both ranks and sizes, and the
+ * node when the collective is known. */
+static void test_size_mismatch_text(void **state) {
+  (void)state;
+  cf_coll_desc d = base();
+  char text[768];
+  cf_coll_size_mismatch(text, sizeof text, 3, 4096, 1, 1024, &d);
+  assert_string_equal(text, "cross-rank mismatch: rank 3 expected 4096 bytes from rank 1, which "
+                            "sent 1024 (in 'ar')");
+  cf_coll_size_mismatch(text, sizeof text, 0, 8, 2, 16, NULL);
+  assert_string_equal(text, "cross-rank mismatch: rank 0 expected 8 bytes from rank 2, which sent 16");
+}
+
 static void test_algorithm_named(void **state) {
   (void)state;
   cf_coll_desc a = base(), b = base();
@@ -144,6 +171,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_same_descriptors_agree),
       cmocka_unit_test(test_algorithm_named),
+      cmocka_unit_test(test_lower_rank_first_either_side),
+      cmocka_unit_test(test_size_mismatch_text),
       cmocka_unit_test(test_segments_named),
       cmocka_unit_test(test_chunks_named),
       cmocka_unit_test(test_ranks_with_different_algorithms_fail),

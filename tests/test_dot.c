@@ -259,6 +259,27 @@ static void test_alltoall_permute(void **state) {
   remove(path);
   rmdir(dir);
   cf_graph_destroy(g);
+  /* a FusedAllToAll: a cluster of its members, with the dims they share */
+  g = new_graph(&ctx, 2);
+  x = input(g, "x", "float32", "4,2");
+  int z = input(g, "z", "int8", "2,3");
+  int f = add(g, "f", CF_OP_FUSEDALLTOALL);
+  attr(g, f, CF_A_MEMBERS, "a,b");
+  attr(g, f, CF_A_REASON, "split");
+  attr(g, f, CF_A_CONCAT_DIMENSION, "1");
+  inputs(g, f, 2, (cf_ref[]){{x, 0}, {z, 0}});
+  y = add(g, "y", CF_OP_OUTPUT);
+  inputs(g, y, 1, (cf_ref[]){{f, 1}});
+  finish(g);
+  char dir2[] = "/tmp/cf_test_dot_XXXXXX";
+  s = draw(g, dir2, "fa2a.dot");
+  assert_non_null(strstr(s, "FusedAllToAll f: 2 members, 38 B (split)\\nsplit=0 concat=1"));
+  assert_non_null(strstr(s, "label=\"b\\nint8 [1,6]\""));
+  free(s);
+  join(path, sizeof path, dir2, "fa2a.dot");
+  remove(path);
+  rmdir(dir2);
+  cf_graph_destroy(g);
   cf_context_destroy(ctx);
 }
 

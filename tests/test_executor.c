@@ -515,6 +515,73 @@ static void allreduce(cf_algo algo, cf_dtype dt, int red, int n, int64_t count) 
 
 /* ================= the device's streaming copy ================= */
 
+/* The /proc/self/smaps entry of the mapping that holds p: its Rss in
+ * bytes, and whether its VmFlags has flag ("hg": advised MADV_HUGEPAGE,
+ * "nh": MADV_NOHUGEPAGE); false when no entry holds p. */
+static bool smaps_of(const void *p, const char *flag, long long *rss, bool *has_flag) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return false;
+  char line[512];
+  bool in = false, found = false;
+  uintptr_t a = (uintptr_t)p;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    long long kb;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      if (in) break; /* the entry after ours */
+      in = a >= lo && a < hi;
+    } else if (in && sscanf(line, "Rss: %lld kB", &kb) == 1) {
+      *rss = kb * 1024;
+    } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+      char want[8];
+      snprintf(want, sizeof want, " %s", flag);
+      *has_flag = strstr(line, want) != NULL;
+      found = true;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* The CPU device's buffers (backends/cpu.c): an arena above 512 MiB comes
+ * back resident (populated at once) and in 4 KiB pages, a smaller large
+ * buffer is advised huge pages and not touched; both read as zeros and
+ * hold what is written. */
+static void test_cpu_pages(void **state) {
+  (void)state;
+  struct {
+    size_t bytes;
+    const char *flag; /* the advice its mapping carries */
+    bool resident;
+  } cases[] = {{(size_t)513 << 20, "nh", true}, {(size_t)64 << 20, "hg", false}};
+  for (int c = 0; c < 2; c++) {
+    char *p = dev->ops->alloc(dev, cases[c].bytes);
+    assert_non_null(p);
+    long long rss = -1;
+    bool flag = false;
+    if (!smaps_of(p, cases[c].flag, &rss, &flag)) { /* no /proc: nothing to see */
+      dev->ops->free(dev, p);
+      continue;
+    }
+    if (!flag)
+      fail_msg("%zu MiB buffer: its mapping is not advised '%s'", cases[c].bytes >> 20,
+               cases[c].flag);
+    if (cases[c].resident && rss < (long long)cases[c].bytes)
+      fail_msg("%zu MiB buffer: %lld bytes resident, not populated", cases[c].bytes >> 20, rss);
+    if (!cases[c].resident && rss >= (long long)cases[c].bytes)
+      fail_msg("%zu MiB buffer: resident before any write", cases[c].bytes >> 20);
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(c + 1);
+    for (int k = 0; k < 4096; k++) { /* random places: zero, then what was written */
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      size_t at = (size_t)(x % cases[c].bytes);
+      if (p[at] != 0 && p[at] != (char)(at | 1)) fail_msg("byte %zu: %d, not zero", at, p[at]);
+      p[at] = (char)(at | 1);
+      assert_int_equal(p[at], (char)(at | 1));
+    }
+    dev->ops->free(dev, p);
+  }
+}
+
 /* cf_device_copy_stream equals memcpy at every size around its 4 KiB
  * threshold and every misalignment of either side (the aligned body of
  * streaming stores, a memcpy'd head and tail), writing nothing outside the
@@ -1468,6 +1535,114 @@ static void test_mismatch_alltoall_permute(void **state) {
     }
 }
 
+/* A FusedAllToAll's one exchange (algo_alltoall.c) on 2, 3 and 4 ranks:
+ * members of several element sizes (a byte bucket, as the combiner makes
+ * one of mixed dtypes), each with its own shape, split and concat dims, at
+ * 64-byte lines with gaps; every rank's output must be each member's XLA
+ * all-to-all byte for byte (out[k] = concat over t of block k of in[t]),
+ * the gaps and the guard bytes around in, out and scratch untouched, the
+ * input unchanged. */
+static void a2a_parts_case(int n, int nm, uint64_t seed) {
+  int ident[MAXR];
+  for (int i = 0; i < MAXR; i++) ident[i] = i;
+  uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
+#define RND(k) ((int)((r = r * 6364136223846793005ull + 1442695040888963407ull) >> 33) % (k))
+  cf_shape shp[8];
+  int es[8], sd[8], cd[8];
+  cf_a2a_part part[8];
+  int64_t in_b = 0, out_b = 0;
+  assert_true(nm <= 8);
+  for (int m = 0; m < nm; m++) {
+    static const int sizes[] = {1, 2, 4, 8};
+    es[m] = sizes[RND(4)];
+    shp[m].rank = 1 + RND(3);
+    for (int d = 0; d < shp[m].rank; d++) shp[m].dims[d] = 1 + RND(3);
+    sd[m] = RND(shp[m].rank), cd[m] = RND(shp[m].rank);
+    shp[m].dims[sd[m]] *= n;
+    int64_t count = es[m], in_row = es[m], out_row = es[m], elems = 1;
+    for (int d = shp[m].rank - 1; d >= 0; d--) {
+      int64_t b = d == sd[m] ? shp[m].dims[d] / n : shp[m].dims[d];
+      count *= b, elems *= shp[m].dims[d];
+      if (d >= sd[m]) in_row *= b;
+      if (d >= cd[m]) out_row *= b;
+    }
+    in_b = (in_b + 63) / 64 * 64 + 64 * RND(2), out_b = (out_b + 63) / 64 * 64 + 64 * RND(2);
+    part[m] = (cf_a2a_part){in_b, out_b, count, in_row, out_row};
+    in_b += elems * es[m], out_b += elems * es[m];
+  }
+#undef RND
+  cf_coll_desc d = {.op = CF_OP_ALLTOALL, .dtype = CF_DT_UINT8, .count = in_b, .red = -1,
+                    .root = 0, .layout = 0, .group = "g", .node = "fa"};
+  cf_algo a = cf_coll_select(&d, n, false, (cf_algo_req){0});
+  size_t sb = cf_coll_scratch_bytes(&d, n, a, true);
+  char cfg[96];
+  snprintf(cfg, sizeof cfg, "FusedAllToAll n=%d members=%d seed=%llu", n, nm,
+           (unsigned long long)seed);
+  world W;
+  world_open(&W, n, 30);
+  gbuf in[MAXR], out[MAXR], scr[MAXR];
+  cf_coll_call calls[MAXR];
+  job jobs[MAXR];
+  for (int k = 0; k < n; k++) {
+    void *ip = gb_alloc(&in[k], (size_t)in_b, 0, 0);
+    cf_fill_random(ip, CF_DT_UINT8, in_b, seed, k, "x");
+    gb_alloc(&out[k], (size_t)out_b, 0, FILL_BYTE);
+    gb_alloc(&scr[k], sb, 0, 0);
+    calls[k] = (cf_coll_call){.desc = d, .ranks = ident, .n = n, .me = k, .in = ip,
+                              .out = gb_ptr(&out[k]), .a2a = part, .n_a2a = nm,
+                              .scratch = gb_ptr(&scr[k]), .scratch_bytes = sb, .algo = a};
+    jobs[k] = (job){.comm = rank_comm(&W, k), .calls = &calls[k], .n_calls = 1};
+  }
+  run_jobs(jobs, n);
+  unsigned char *want = malloc((size_t)out_b + 1);
+  for (int k = 0; k < n; k++) {
+    if (jobs[k].st != CF_OK)
+      fail_msg("%s: rank %d: status %d: %s", cfg, k, jobs[k].st, cf_context_errmsg(W.rctx[k]));
+    gb_check(&in[k], "input", cfg);
+    gb_check(&out[k], "output", cfg);
+    gb_check(&scr[k], "scratch", cfg);
+    unsigned char *orig = malloc((size_t)in_b + 1);
+    cf_fill_random(orig, CF_DT_UINT8, in_b, seed, k, "x");
+    if (memcmp(orig, gb_ptr(&in[k]), (size_t)in_b)) fail_msg("%s: rank %d's input changed", cfg, k);
+    free(orig);
+    memset(want, FILL_BYTE, (size_t)out_b);
+    for (int m = 0; m < nm; m++) {
+      const cf_shape *s = &shp[m];
+      cf_shape os = *s;
+      os.dims[sd[m]] /= n;
+      int64_t bcd = os.dims[cd[m]], bsd = os.dims[sd[m]], elems = 1;
+      os.dims[cd[m]] *= n;
+      for (int q = 0; q < os.rank; q++) elems *= os.dims[q];
+      for (int64_t e = 0; e < elems; e++) {
+        int64_t idx[CF_MAX_RANK] = {0}, rest = e, f = 0;
+        for (int q = os.rank - 1; q >= 0; q--) idx[q] = rest % os.dims[q], rest /= os.dims[q];
+        int t = (int)(idx[cd[m]] / bcd);
+        idx[cd[m]] %= bcd;
+        idx[sd[m]] += k * bsd;
+        for (int q = 0; q < s->rank; q++) f = f * s->dims[q] + idx[q];
+        const unsigned char *src = (const unsigned char *)gb_ptr(&in[t]) + part[m].in_off;
+        memcpy(want + part[m].out_off + e * es[m], src + f * es[m], (size_t)es[m]);
+      }
+    }
+    const unsigned char *got = gb_ptr(&out[k]);
+    for (int64_t b = 0; b < out_b; b++)
+      if (got[b] != want[b]) {
+        fail_msg("%s: rank %d: output byte %lld is %d, expected %d", cfg, k, (long long)b, got[b],
+                 want[b]);
+        break;
+      }
+  }
+  free(want);
+  for (int k = 0; k < n; k++) gb_free(&in[k]), gb_free(&out[k]), gb_free(&scr[k]);
+  world_close(&W);
+}
+
+static void test_alltoall_bucket(void **state) {
+  (void)state;
+  for (int n = 2; n <= 4; n++)
+    for (uint64_t seed = 1; seed <= 6; seed++) a2a_parts_case(n, 1 + (int)(seed % 5), seed + 10 * n);
+}
+
 /* A rank that never calls: the others give up after the timeout, naming it. */
 static void vanish_case(cf_op op, cf_algo_req algo, int n, int gone) {
   int ident[MAXR];
@@ -2415,6 +2590,7 @@ static void test_plan_partitioned_groups(void **state) {
 #define T(f) cmocka_unit_test(f)
 static const struct CMUnitTest s_streams[] = {
     T(test_copy_stream), T(test_stream_min), T(test_bind), T(test_select_measured),
+    T(test_cpu_pages),
 };
 static const struct CMUnitTest s_allreduce[] = {
     T(test_allreduce_algos_dtypes), T(test_allreduce_large), T(test_allreduce_reductions),
@@ -2429,6 +2605,7 @@ static const struct CMUnitTest s_segments_off[] = {T(test_allreduce_rsag_segment
 static const struct CMUnitTest s_collectives[] = {
     T(test_reduce_scatter), T(test_all_gather),   T(test_reduce_root),
     T(test_broadcast),      T(test_group_subset), T(test_sequences),
+    T(test_alltoall_bucket),
 };
 static const struct CMUnitTest s_failures[] = {
     T(test_mismatch_allreduce), T(test_mismatch_other), T(test_mismatch_root),

@@ -81,14 +81,11 @@ static void fuse_ok(cf_graph *g, const char *passes, const char *split, lines *e
 }
 
 static bool is_fused(cf_op op) {
-  return op == CF_OP_FUSEDALLREDUCE || op == CF_OP_FUSEDALLGATHER || op == CF_OP_FUSEDREDUCESCATTER;
+  return op == CF_OP_FUSEDALLREDUCE || op == CF_OP_FUSEDALLGATHER ||
+         op == CF_OP_FUSEDREDUCESCATTER || op == CF_OP_FUSEDALLTOALL;
 }
 
-static cf_op base_of(cf_op fused) {
-  return fused == CF_OP_FUSEDALLREDUCE   ? CF_OP_ALLREDUCE
-         : fused == CF_OP_FUSEDALLGATHER ? CF_OP_ALLGATHER
-                                         : CF_OP_REDUCESCATTER;
-}
+static cf_op base_of(cf_op fused) { return cf_op_unfused(fused); }
 
 /* name is one of the comma-separated names of csv */
 static int list_index(const char *csv, const char *name) {
@@ -347,6 +344,16 @@ static void test_split_segments(void **state) {
   assert_true(s.kind == CF_SPLIT_DDP && s.same_dtype && s.n == 2);
   assert_true(cf_split_parse("bytes:4K", &s, why, sizeof why));
   assert_false(s.same_dtype);
+  assert_false(s.any_dim);
+  /* ,any_dim too, with same_dtype in either order, each once */
+  assert_true(cf_split_parse("bytes:4K,any_dim", &s, why, sizeof why));
+  assert_true(s.kind == CF_SPLIT_BYTES && s.any_dim && !s.same_dtype && s.cap == 4096);
+  assert_true(cf_split_parse("auto,any_dim,same_dtype", &s, why, sizeof why));
+  assert_true(s.kind == CF_SPLIT_AUTO && s.any_dim && s.same_dtype);
+  assert_true(cf_split_parse("ddp:1M,same_dtype,any_dim", &s, why, sizeof why));
+  assert_true(s.kind == CF_SPLIT_DDP && s.any_dim && s.same_dtype);
+  assert_false(cf_split_parse("auto,any_dim,any_dim", &s, why, sizeof why));
+  assert_false(cf_split_parse(",any_dim", &s, why, sizeof why));
   assert_true(cf_split_parse("size:96.54,3.46", &s, why, sizeof why));
   assert_true(cf_split_segments(&s, rn, 10, seg, why, sizeof why));
   for (int i = 0; i < 10; i++)
@@ -1040,6 +1047,138 @@ static void test_allgather_reducescatter(void **state) {
 }
 
 /* chains a1->a2 and b1->b2 give {a1,b1} and {a2,b2}, through compute or not */
+/* fuse-alltoall: buckets share group, split and concat dims (and mix
+ * dtypes as bytes unless same_dtype), a fusion_id as the other kinds; the
+ * tuple form, fusion=0 and a dependent one stay alone, each saying why. */
+static void test_alltoall_buckets(void **state) {
+  (void)state;
+  static const char xml[] =
+      "<graph name='a2a' world_size='4'>\n"
+      "  <node name='x0' op='Input' dtype='float32' shape='8,4'/>\n"
+      "  <node name='x1' op='Input' dtype='bfloat16' shape='4,2'/>\n"
+      "  <node name='x2' op='Input' dtype='float32' shape='2,8'/>\n"
+      "  <node name='x3' op='Input' dtype='int32' shape='3,4,4'/>\n"
+      "  <node name='a0' op='AllToAll' fusion='2' fusion_id='1'><input ref='x0'/></node>\n"
+      "  <node name='a1' op='AllToAll' fusion='2' fusion_id='1'><input ref='x1'/></node>\n"
+      "  <node name='a2' op='AllToAll' fusion='1' split_dimension='1' concat_dimension='1'>"
+      "<input ref='x2'/></node>\n"
+      "  <node name='a3' op='AllToAll' fusion='1' split_dimension='1' concat_dimension='1'>"
+      "<input ref='x3'/></node>\n"
+      "  <node name='a4' op='AllToAll' fusion='1' split_dimension='0' concat_dimension='1'>"
+      "<input ref='x0'/></node>\n"
+      "  <node name='a5' op='AllToAll' fusion='1'><input ref='x2'/><input ref='x2'/>"
+      "<input ref='x2'/><input ref='x2'/></node>\n"
+      "  <node name='a6' op='AllToAll'><input ref='x0'/></node>\n"
+      "  <node name='a7' op='AllToAll' fusion='1' split_dimension='1' concat_dimension='1'>"
+      "<input ref='a2'/></node>\n"
+      "  <node name='o2' op='Output'><input ref='a2'/></node>\n"
+      "  <node name='o3' op='Output'><input ref='a3'/></node>\n"
+      "  <node name='o7' op='Output'><input ref='a7'/></node>\n"
+      "  <node name='o5' op='Output'><input ref='a5' port='3'/></node>\n"
+      "  <node name='o0' op='Output'><input ref='a0'/></node>\n"
+      "  <node name='o1' op='Output'><input ref='a1'/></node>\n"
+      "  <node name='o4' op='Output'><input ref='a4'/></node>\n"
+      "  <node name='o6' op='Output'><input ref='a6'/></node>\n"
+      "</graph>\n";
+  cf_graph *g = parse(xml);
+  lines ex = {0};
+  fuse_ok(g, NULL, NULL, &ex);
+  BUCKETS(g, CF_OP_FUSEDALLTOALL, "a0,a1", "a2,a3");
+  expect_alone(g, "a4", CF_OP_ALLTOALL);
+  expect_alone(g, "a5", CF_OP_ALLTOALL);
+  expect_alone(g, "a6", CF_OP_ALLTOALL);
+  expect_alone(g, "a7", CF_OP_ALLTOALL);
+  const cf_node *b = bucket_with(g, "a2,a3");
+  assert_int_equal(cf_node_int(b, CF_A_SPLIT_DIMENSION, 0), 1);
+  assert_int_equal(cf_node_int(b, CF_A_CONCAT_DIMENSION, 0), 1);
+  /* each port has the shape its plain AllToAll gives (split and concat
+   * along dim 1 keep it) and its own dtype; the bucket moves bytes */
+  assert_int_equal(b->out[1].dtype, CF_DT_INT32);
+  assert_int_equal(b->out[1].shape.rank, 3);
+  assert_int_equal(b->out[1].shape.dims[2], 4);
+  assert_string_equal(attr_text(b, CF_A_OFFSETS, ""), "0,64");
+  assert_int_equal(cf_node_comm_bytes(g, b), 64 + 192);
+  const cf_node *f = bucket_with(g, "a0,a1");
+  assert_string_equal(cf_node_str(f, CF_A_REASON, ""), "fusion_id=1");
+  assert_int_equal(f->out[0].dtype, CF_DT_FLOAT32);
+  assert_int_equal(f->out[1].dtype, CF_DT_BFLOAT16);
+  expect_explain(&ex, "a4", "stays alone: split_dimension differs (0 vs 1) from 'a2'");
+  expect_explain(&ex, "a5", "stays alone: the tuple form (operand j to rank j) is one exchange");
+  expect_explain(&ex, "a6", "stays alone: fusion=0");
+  expect_explain(&ex, "a7", "stays alone: fusing it with 'a2' would make a cycle ('a7' depends on "
+                            "collective 'a2')");
+  lines_free(&ex);
+  /* compiled again: the buckets join nothing more, whole, as they are */
+  int nodes = g->n_nodes;
+  ex = (lines){0};
+  fuse_ok(g, NULL, NULL, &ex);
+  assert_int_equal(g->n_nodes, nodes);
+  BUCKETS(g, CF_OP_FUSEDALLTOALL, "a0,a1", "a2,a3");
+  expect_explain(&ex, "a4", "stays alone: split_dimension differs (0 vs 1) from 'alltoall_bucket_");
+  lines_free(&ex);
+  cf_graph_destroy(g);
+
+  /* same_dtype: one dtype a bucket, as XLA's combine_different_dtypes=false */
+  g = parse(xml);
+  ex = (lines){0};
+  fuse_ok(g, NULL, "auto,same_dtype", &ex);
+  assert_int_equal(count_op(g, CF_OP_FUSEDALLTOALL), 0);
+  expect_explain(&ex, "a1", "fusion_id=1 is shared with 'a0', but dtype differs (bfloat16 vs float32)");
+  expect_explain(&ex, "a3", "stays alone: dtype differs (int32 vs float32) from 'a2'");
+  lines_free(&ex);
+  cf_graph_destroy(g);
+}
+
+/* --split SPEC,any_dim (XLA's combine_by_dim=false): gathers and scatters
+ * of different dims share a bucket that lists each member's dim; without
+ * it a bucket has one dim. Each port keeps its member's shape. */
+static void test_any_dim(void **state) {
+  (void)state;
+  static const char xml[] =
+      "<graph name='dims' world_size='2'>\n"
+      "  <node name='x0' op='Input' dtype='float32' shape='4,6'/>\n"
+      "  <node name='x1' op='Input' dtype='float32' shape='6'/>\n"
+      "  <node name='x2' op='Input' dtype='float32' shape='2,3,4'/>\n"
+      "  <node name='g0' op='AllGather' layout='concat' dim='1' fusion='1'><input ref='x0'/></node>\n"
+      "  <node name='g1' op='AllGather' layout='concat' fusion='1'><input ref='x1'/></node>\n"
+      "  <node name='g2' op='AllGather' layout='concat' dim='2' fusion='1'><input ref='x2'/></node>\n"
+      "  <node name='r0' op='ReduceScatter' dim='1' fusion='1'><input ref='x0'/></node>\n"
+      "  <node name='r1' op='ReduceScatter' fusion='1'><input ref='x0'/></node>\n"
+      "  <node name='o0' op='Output'><input ref='g0'/></node>\n"
+      "  <node name='o1' op='Output'><input ref='g1'/></node>\n"
+      "  <node name='o2' op='Output'><input ref='g2'/></node>\n"
+      "  <node name='o3' op='Output'><input ref='r0'/></node>\n"
+      "  <node name='o4' op='Output'><input ref='r1'/></node>\n"
+      "</graph>\n";
+  cf_graph *g = parse(xml);
+  lines ex = {0};
+  fuse_ok(g, NULL, "bytes:1M", &ex);
+  assert_int_equal(count_op(g, CF_OP_FUSEDALLGATHER) + count_op(g, CF_OP_FUSEDREDUCESCATTER), 0);
+  expect_explain(&ex, "r1", "stays alone: dim differs (0 vs 1) from 'r0'");
+  lines_free(&ex);
+  cf_graph_destroy(g);
+
+  g = parse(xml);
+  fuse_ok(g, NULL, "bytes:1M,any_dim", NULL);
+  BUCKETS(g, CF_OP_FUSEDALLGATHER, "g0,g1,g2");
+  BUCKETS(g, CF_OP_FUSEDREDUCESCATTER, "r0,r1");
+  const cf_node *b = bucket_with(g, "g0,g1,g2");
+  assert_string_equal(attr_text(b, CF_A_DIMS, ""), "1,0,2");
+  assert_null(cf_node_attr(b, CF_A_DIM));
+  assert_int_equal(b->out[0].shape.dims[1], 12);
+  assert_int_equal(b->out[1].shape.dims[0], 12);
+  assert_int_equal(b->out[2].shape.dims[2], 8);
+  const cf_node *r = bucket_with(g, "r0,r1");
+  assert_string_equal(attr_text(r, CF_A_DIMS, ""), "1,0");
+  assert_int_equal(r->out[0].shape.dims[0], 4);
+  assert_int_equal(r->out[0].shape.dims[1], 3);
+  assert_int_equal(r->out[1].shape.dims[0], 2);
+  assert_int_equal(r->out[1].shape.dims[1], 6);
+  assert_int_equal(cf_node_member_dim(r, 0), 1);
+  assert_int_equal(cf_node_member_dim(r, 1), 0);
+  cf_graph_destroy(g);
+}
+
 static void test_chains_global(void **state) {
   (void)state;
   static const char *const attrs[] = {"", "fusion='2' fusion_id='3'"};
@@ -1946,6 +2085,8 @@ static void test_random_dags(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_parse),
+      cmocka_unit_test(test_alltoall_buckets),
+      cmocka_unit_test(test_any_dim),
       cmocka_unit_test(test_split_segments),
       cmocka_unit_test(test_split_format_and_cost),
       cmocka_unit_test(test_fusion0_never),

@@ -226,13 +226,14 @@ static void test_alltoall_permute(void **state) {
       "<key id=\"sd\" for=\"node\" attr.name=\"split_dimension\" attr.type=\"long\"/>\n"
       "<key id=\"cd\" for=\"node\" attr.name=\"concat_dimension\" attr.type=\"long\"/>\n"
       "<key id=\"pp\" for=\"node\" attr.name=\"source_target_pairs\" attr.type=\"string\"/>\n"
+      "<key id=\"fu\" for=\"node\" attr.name=\"fusion\" attr.type=\"long\"/>\n"
       "<key id=\"sp\" for=\"edge\" attr.name=\"src_port\" attr.type=\"long\"/>\n"
       "<key id=\"dp\" for=\"edge\" attr.name=\"dst_port\" attr.type=\"long\"/>\n"
       "<graph edgedefault=\"directed\"><data key=\"w\">2</data>\n"
       "<node id=\"x\"><data key=\"o\">Input</data><data key=\"t\">float16</data>"
       "<data key=\"s\">4,6</data></node>\n"
       "<node id=\"a\"><data key=\"o\">AllToAll</data><data key=\"sd\">0</data>"
-      "<data key=\"cd\">1</data></node>\n"
+      "<data key=\"cd\">1</data><data key=\"fu\">1</data></node>\n"
       "<node id=\"tu\"><data key=\"o\">AllToAll</data></node>\n"
       "<node id=\"p\"><data key=\"o\">CollectivePermute</data>"
       "<data key=\"pp\">{0,1},{1,0}</data></node>\n"
@@ -246,6 +247,9 @@ static void test_alltoall_permute(void **state) {
   assert_int_equal(a->op, CF_OP_ALLTOALL);
   assert_int_equal(a->out[0].shape.dims[0], 2);
   assert_int_equal(a->out[0].shape.dims[1], 12);
+  /* GE's default fusion=0, and a fusion attribute asks for buckets */
+  assert_int_equal(cf_node_fusion(a), 1);
+  assert_int_equal(cf_node_fusion(tu), 0);
   assert_int_equal(tu->n_out, 2);
   assert_int_equal(node(f, "z")->in[0].port, 1);
   assert_int_equal(p->op, CF_OP_COLLECTIVEPERMUTE);

@@ -399,6 +399,32 @@ static void test_alltoall_permute(void **state) {
   cf_graph_destroy(g);
 }
 
+/* tests/hlo/alltoall_combine.hlo: every all-to-all is combinable (fusion=1,
+ * XLA's keys in combine_key); fuse-alltoall buckets those of one group,
+ * dims and key, of two dtypes (a byte bucket). */
+static void test_alltoall_combine(void **state) {
+  (void)state;
+  cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/alltoall_combine.hlo");
+  static const char *names[] = {"a", "b", "c", "d", "e"};
+  for (size_t i = 0; i < 5; i++) {
+    const cf_node *n = node(g, names[i]);
+    assert_int_equal(n->op, CF_OP_ALLTOALL);
+    assert_int_equal(cf_node_fusion(n), 1);
+  }
+  assert_string_equal(cf_node_str(node(g, "a"), CF_A_COMBINE_KEY, ""), "cross_module");
+  assert_string_equal(cf_node_str(node(g, "e"), CF_A_COMBINE_KEY, ""), "cross_module,experts");
+  cf_pass_options o = {.split = "bytes:1G"};
+  assert_int_equal(cf_passes_run(g, "infer,fuse-alltoall", &o, NULL, NULL), CF_OK);
+  const cf_node *b = node(g, "alltoall_bucket_0");
+  assert_int_equal(b->op, CF_OP_FUSEDALLTOALL);
+  assert_string_equal(attr_text(b, CF_A_MEMBERS, ""), "a,b");
+  assert_shape(&b->out[1], CF_DT_BFLOAT16, "4,6");
+  static const char *alone[] = {"c", "d", "e"};
+  for (size_t i = 0; i < 3; i++) assert_int_equal(node(g, alone[i])->op, CF_OP_ALLTOALL);
+  assert_int_equal(cf_graph_find(g, "alltoall_bucket_1"), -1);
+  cf_graph_destroy(g);
+}
+
 static void test_constants(void **state) {
   (void)state;
   cf_graph *g = load(CF_SOURCE_DIR "/tests/hlo/constants.hlo");
@@ -785,6 +811,44 @@ static void test_reduce_scatter_async(void **state) {
   cf_graph_destroy(g);
 }
 
+/* A reducer that works in a wider float type (convert, add, convert back:
+ * a bf16 sum in f32) is that reduction, left uncombined (fusion=0): XLA's
+ * combiners find no reduction kind in it (DoNotCombineWithoutReductionKind).
+ * Converting to a narrower or an integer type is no such reducer. */
+static void test_widened_reducer(void **state) {
+  (void)state;
+  static const char *const body[] = {
+      /* bf16 -> f32 -> bf16 max: read */
+      "r {\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n  ca = f32[] convert(a)\n"
+      "  cb = f32[] convert(b)\n  m = f32[] maximum(ca, cb)\n  ROOT o = bf16[] convert(m)\n}\n",
+      /* f32 -> bf16 -> f32: narrower, Opaque */
+      "r {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ca = bf16[] convert(a)\n"
+      "  cb = bf16[] convert(b)\n  m = bf16[] add(ca, cb)\n  ROOT o = f32[] convert(m)\n}\n",
+      /* through an integer: Opaque */
+      "r {\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n  ca = s32[] convert(a)\n"
+      "  cb = s32[] convert(b)\n  m = s32[] add(ca, cb)\n  ROOT o = bf16[] convert(m)\n}\n",
+  };
+  static const char *const type[] = {"bf16", "f32", "bf16"};
+  for (int k = 0; k < 3; k++) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "HloModule m, replica_count=2\n%sENTRY e {\n  p = %s[8] parameter(0)\n"
+             "  ROOT rs = %s[4] reduce-scatter(p), replica_groups={}, dimensions={0}, to_apply=r\n}\n",
+             body[k], type[k], type[k]);
+    cf_graph *g = NULL;
+    assert_int_equal(parse(text, &g), CF_OK);
+    const cf_node *rs = node(g, "rs");
+    if (k == 0) {
+      assert_int_equal(rs->op, CF_OP_REDUCESCATTER);
+      assert_int_equal(cf_node_reduction(rs), CF_RED_MAX);
+      assert_int_equal(cf_node_fusion(rs), 0);
+    } else {
+      assert_int_equal(rs->op, CF_OP_OPAQUE);
+    }
+    cf_graph_destroy(g);
+  }
+}
+
 static void test_sniff_and_names(void **state) {
   (void)state;
   /* no extension: the first word says HLO; names keep their dots and dashes */
@@ -1074,6 +1138,8 @@ int main(void) {
       cmocka_unit_test(test_structure),
       cmocka_unit_test(test_tuple_collectives),
       cmocka_unit_test(test_alltoall_permute),
+      cmocka_unit_test(test_alltoall_combine),
+      cmocka_unit_test(test_widened_reducer),
       cmocka_unit_test(test_constants),
       cmocka_unit_test(test_integer_constants_out_of_range),
       cmocka_unit_test(test_sniff_and_names),

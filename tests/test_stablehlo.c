@@ -350,6 +350,7 @@ static void test_alltoall_permute(void **state) {
   cf_graph *g = load(CF_SOURCE_DIR "/tests/stablehlo/alltoall_permute.mlir");
   const cf_node *a0 = node(g, "0"), *a1 = node(g, "1"), *cp = node(g, "2");
   assert_int_equal(a0->op, CF_OP_ALLTOALL);
+  assert_int_equal(cf_node_fusion(a0), 1); /* combinable, as every collective read from StableHLO */
   assert_int_equal(cf_node_attr(a0, CF_A_SPLIT_DIMENSION)->v.i, 0);
   assert_group(g, cf_node_group(a0), "0,1,2,3");
   /* split along 1, concatenated along 0, in two groups of two */

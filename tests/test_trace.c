@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ir/ir.h"
+#include "ir/trace.h"
 
 enum { US = 1000 }; /* events are in nanoseconds */
 

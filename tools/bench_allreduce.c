@@ -199,7 +199,7 @@ typedef struct mpi_peer {
 } mpi_peer;
 
 static bool find_on_path(const char *name, char *out, size_t len) {
-  const char *path = getenv("PATH");
+  const char *path = cf_env(CF_ENV_PATH);
   if (!path) path = "/usr/bin:/bin";
   while (*path) {
     size_t n = strcspn(path, ":");
@@ -522,8 +522,7 @@ static const cf_opt ar_opts[] = {
              "default one; other rank counts and transports kept);\n"
              "every size is measured 3 times, on fresh rank threads,\n"
              "and the medians are kept (and shown)"},
-    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_ar_args, json),
-     .help = "one JSON object on stdout"},
+    CF_OPT_JSON(offsetof(cf_ar_args, json)),
     {0},
 };
 

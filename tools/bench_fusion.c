@@ -18,6 +18,7 @@
 #include "tools.h"
 
 #include "../executor/executor.h"
+#include "../ir/trace.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -295,8 +296,7 @@ static const cf_opt fu_opts[] = {
      .help = "each variant's last round as a Chrome trace (run --trace),\n"
              "FILE.unfused.json, FILE.fused.json, FILE.split1.json, ...,\n"
              "FILE.ideal.json"},
-    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(fu_args, json),
-     .help = "one JSON object on stdout"},
+    CF_OPT_JSON(offsetof(fu_args, json)),
     CF_OPT_QUIET(offsetof(fu_args, quiet)),
     {0},
 };

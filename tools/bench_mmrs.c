@@ -30,6 +30,7 @@
 #include "tools.h"
 
 #include "../executor/plan.h"
+#include "../ir/trace.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -612,8 +613,7 @@ static const cf_opt mm_opts[] = {
      .help = "the last round's fused and sequential runs of each row as\n"
              "Chrome traces (run --trace): FILE.<row>.fused.json and\n"
              "FILE.<row>.sequential.json, rows numbered from 0 in table order"},
-    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(mm_options, json),
-     .help = "one JSON object on stdout"},
+    CF_OPT_JSON(offsetof(mm_options, json)),
     CF_OPT_QUIET(offsetof(mm_options, quiet)),
     {0},
 };

@@ -698,8 +698,7 @@ static const cf_opt red_opts[] = {
     {"--samples", NULL, "N", CF_OPT_INT, offsetof(cf_red_args, samples), 1, 100,
      .help = "(--device cuda) samples per cell (default 7)"},
     CF_OPT_MAX_MEMORY(offsetof(cf_red_args, max_memory)),
-    {"--json", NULL, NULL, CF_OPT_FLAG, offsetof(cf_red_args, json),
-     .help = "one JSON object on stdout"},
+    CF_OPT_JSON(offsetof(cf_red_args, json)),
     {0},
 };
 

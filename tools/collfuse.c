@@ -281,7 +281,9 @@ static const cf_opt compile_opts[] = {
      .help = "how fusion=1 collectives are bucketed:\n"
              "  auto (default; cost model), bytes:25M[,first=1M][,count=256]\n"
              "  (hard cap, as XLA), ddp:25M[,first=1M][,initial] (DDP's rule),\n"
-             "  size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL)"},
+             "  size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL);\n"
+             "  any of them ,same_dtype (AllGather/AllToAll buckets keep one\n"
+             "  dtype) and ,any_dim (gathers/scatters of any dims share)"},
     {"--cost", NULL, "A,B[,G]", CF_OPT_STR, offsetof(compile_args, cost), .comma_list = true,
      .check = cf_opt_check_cost,
      .help = "auto's model: A us per collective, B GB/s link, G GB/s\n"
@@ -392,15 +394,9 @@ static int cmd_compile(cf_context *ctx, int argc, char **argv) {
                            .user = &check,
                            .timing = timing,
                            .n_timing = &n_timing};
-  cf_profile *prof = NULL;
   cf_cost measured;
-  char prof_path[4096];
   cf_status st = cf_tool_load(ctx, file, &g);
-  if (!st) st = cf_profile_find(ctx, a.profile, &prof, prof_path, sizeof prof_path);
-  if (!st &&
-      cf_profile_cost(prof, "threads", g->world_size > 0 ? (int)g->world_size : 1, &measured))
-    co.pass.measured_cost = &measured;
-  cf_profile_destroy(prof);
+  if (!st) st = cf_profile_compile_cost(ctx, a.profile, g, &measured, &co.pass.measured_cost);
   if (!st) st = cf_compile(g, &co);
   if (check.refused) {
     cf_graph_destroy(g);
@@ -436,6 +432,7 @@ const cf_command *const cf_commands[] = {
     &cf_command_run,
     &cf_command_dot,
     &cf_command_ranktable,
+    &cf_command_launch,
     &cf_command_bench_compile,
     &cf_command_bench_reduce,
     &cf_command_bench_allreduce,

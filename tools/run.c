@@ -26,6 +26,7 @@
 
 #include "../check/check.h"
 #include "../executor/plan.h"
+#include "../ir/trace.h"
 #include "../executor/transports/transports.h"
 
 #include <cjson/cJSON.h>
@@ -136,7 +137,7 @@ static const cf_opt run_opts[] = {
     {"-v", "--verbose", NULL, CF_OPT_FLAG, RUN_FIELD(verbose),
      .help = "peak memory of the fused and the unfused plan, algorithms,\n"
              "the time of each phase"},
-    {"--json", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(json), .help = "one JSON object on stdout"},
+    CF_OPT_JSON(RUN_FIELD(json)),
     CF_OPT_QUIET(RUN_FIELD(quiet)),
     CF_OPT_STRICT(RUN_FIELD(strict)),
     {0},

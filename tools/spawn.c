@@ -1,6 +1,6 @@
-/* spawn.c - `--backend shm --ranks N` without a launcher: this process
- * starts the job's N processes itself, as torchrun or mpirun would, and
- * waits for them.
+/* spawn.c - `--backend shm --ranks N` without a launcher, and `collfuse
+ * launch`: this process starts the job's N processes itself, as torchrun
+ * or mpirun would, and waits for them.
  *
  * Each child is one rank: it gets COLLFUSE_RANK, COLLFUSE_WORLD_SIZE and a
  * COLLFUSE_JOB of its own (ir/env.c's table) and goes on with the command

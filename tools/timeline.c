@@ -10,6 +10,7 @@
 #include "tools.h"
 
 #include "../executor/plan.h"
+#include "../ir/trace.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -219,10 +219,10 @@ const char *cf_opt_algo_choices_own(char *buf, size_t len);
  * the transport's own rows; the row's choices_of lists the names. */
 bool cf_opt_check_algo(void *out, const char *v, char *why, size_t len);
 bool cf_opt_check_algo_own(void *out, const char *v, char *why, size_t len);
-/* The commands: collfuse.c (check, compile, dot), run.c, ranktable.c, and
+/* The commands: collfuse.c (check, compile, dot), run.c, ranktable.c, launch.c, and
  * bench.c with the bench subcommands (cf_bench_commands, NULL-terminated). */
 extern const cf_command cf_command_check, cf_command_compile, cf_command_dot, cf_command_run,
-    cf_command_ranktable, cf_command_bench_compile, cf_command_bench_reduce,
+    cf_command_ranktable, cf_command_launch, cf_command_bench_compile, cf_command_bench_reduce,
     cf_command_bench_allreduce, cf_command_bench_fusion, cf_command_bench_mmrs;
 extern const cf_command *const cf_commands[];       /* collfuse.c: every command, in help order */
 extern const cf_command *const cf_bench_commands[]; /* bench.c: the benchmarks */
@@ -276,6 +276,9 @@ bool cf_opt_check_quiet(void *out, const char *v, char *why, size_t len);
   {"--quiet", NULL, NULL, CF_OPT_FLAG, (f), .check = cf_opt_check_quiet,                           \
    .help = "no progress line on standard error (shown on a terminal\n"                             \
            "once a phase takes over a second)"}
+/* The --json row of a command that prints one JSON object of its results,
+ * for a command whose struct has bool field f. */
+#define CF_OPT_JSON(f) {"--json", NULL, NULL, CF_OPT_FLAG, (f), .help = "one JSON object on stdout"}
 /* timeline.c: what a run's trace says (exposed communication, overlap,
  * each plan collective's start, run and wait), over the iterations from
  * first_iter on: as `run -v` lines prefixed who, into cJSON object obj as

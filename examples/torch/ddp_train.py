@@ -29,7 +29,9 @@ with --json, one JSON object: losses, step_ms and sync_ms (the time per
 step during which some bucket is being averaged: from each hook call to its
 future's completion, overlapping buckets counted once; null for --hook
 none), exposed_ms (--hook step: the time each step waited for the buckets
-after the backward pass's last compute) and peak_mb (rank 0's peak
+after the backward pass's last compute), copy_bytes (--hook step: the
+bytes of gradients each step copied into buckets, those no out= kernel
+produced there) and peak_mb (rank 0's peak
 resident memory).
 """
 
@@ -234,12 +236,12 @@ def main(argv=None):
     finish(args, rank, world, model, losses, step_ms, sync_ms, None)
 
 
-def finish(args, rank, world, model, losses, step_ms, sync_ms, exposed_ms):
+def finish(args, rank, world, model, losses, step_ms, sync_ms, exposed_ms, copy_bytes=None):
     if rank == 0 and args.json:
         import resource
         print(json.dumps({"model": args.model, "hook": args.hook, "ranks": world, "steps": args.steps,
                           "batch": args.batch, "losses": losses, "step_ms": step_ms, "sync_ms": sync_ms,
-                          "exposed_ms": exposed_ms, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                          "exposed_ms": exposed_ms, "copy_bytes": copy_bytes, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                           "params": sum(p.numel() for p in model.parameters())}), flush=True)
     dist.barrier()
     dist.destroy_process_group()
@@ -255,7 +257,7 @@ def train_step(args, rank, world):
                                        split=args.split or "ddp:%gM" % args.bucket_mb,
                                        deterministic=args.deterministic)
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
-    losses, step_ms, sync_ms, exposed_ms = [], [], [], []
+    losses, step_ms, sync_ms, exposed_ms, copy_bytes = [], [], [], [], []
     for _ in range(args.steps):
         x, y = batch(args.model, gen, args.batch)
         t0 = time.perf_counter()
@@ -263,12 +265,13 @@ def train_step(args, rank, world):
         step_ms.append((time.perf_counter() - t0) * 1e3)
         sync_ms.append(step.sync_ms)
         exposed_ms.append(step.exposed_ms)
+        copy_bytes.append(step.copy_bytes)
         mean = loss.detach().clone()
         dist.all_reduce(mean)  # for printing only: the mean loss over ranks
         losses.append(mean.item() / world)
         if rank == 0 and not args.json:
             print("step %d loss %.6f" % (len(losses) - 1, losses[-1]), flush=True)
-    finish(args, rank, world, model, losses, step_ms, sync_ms, exposed_ms)
+    finish(args, rank, world, model, losses, step_ms, sync_ms, exposed_ms, copy_bytes)
 
 
 if __name__ == "__main__":

@@ -458,7 +458,7 @@ static cf_status recv_msg(cf_comm *c, int src, void *staging, size_t bytes, cons
   group[h.group_len] = 0;
   memcpy(node, p->rbuf + sizeof h + h.group_len, h.node_len);
   node[h.node_len] = 0;
-  if (d && h.has_desc) {
+  if (d || h.has_desc) { /* on one side only: one rank checks its plan, the other runs */
     cf_coll_desc theirs = {.seq = h.seq,
                            .op = (cf_op)h.op,
                            .dtype = (cf_dtype)h.dtype,
@@ -471,21 +471,15 @@ static cf_status recv_msg(cf_comm *c, int src, void *staging, size_t bytes, cons
                            .chunks = h.chunks,
                            .group = group,
                            .node = node};
-    if (h.op < 0 || h.op >= CF_OP_COUNT || h.dtype < 0 || h.dtype >= CF_DT_COUNT) {
+    if (h.has_desc && (h.op < 0 || h.op >= CF_OP_COUNT || h.dtype < 0 || h.dtype >= CF_DT_COUNT)) {
       snprintf(text, sizeof text, "rank %d received a malformed header from rank %d", c->rank, src);
       return cf_mpi_fail_all(c, text);
     }
-    /* the lower rank first, so both sides of a mismatch print the same text */
-    bool differ = c->rank < src
-                      ? cf_coll_desc_mismatch(d, c->rank, &theirs, src, text, sizeof text)
-                      : cf_coll_desc_mismatch(&theirs, src, d, c->rank, text, sizeof text);
-    if (differ) return cf_mpi_fail_all(c, text);
+    if (cf_coll_desc_mismatch(d, c->rank, h.has_desc ? &theirs : NULL, src, text, sizeof text))
+      return cf_mpi_fail_all(c, text);
   }
   if ((size_t)h.bytes != bytes) {
-    snprintf(text, sizeof text,
-             "cross-rank mismatch: rank %d expected %zu bytes from rank %d, which sent %lld%s%s%s",
-             c->rank, bytes, src, (long long)h.bytes, d ? " (in '" : "",
-             d && d->node ? d->node : "", d ? "')" : "");
+    cf_coll_size_mismatch(text, sizeof text, c->rank, bytes, src, (long long)h.bytes, d);
     return cf_mpi_fail_all(c, text);
   }
   if (bytes && !staging)
@@ -676,7 +670,7 @@ static cf_status mpi_create(cf_context *ctx, int size, double timeout_s, cf_worl
     MPI_Comm_free(&node);
   }
   /* the same answer on every rank: AUTO must pick alike everywhere */
-  int shm = w->local_size == w->comm.size && btl_allows_shm(getenv("OMPI_MCA_btl"));
+  int shm = w->local_size == w->comm.size && btl_allows_shm(cf_env(CF_ENV_OMPI_BTL));
   MPI_Allreduce(MPI_IN_PLACE, &shm, 1, MPI_INT, MPI_MIN, w->world);
   w->shm = shm;
   w->inline_max = shm ? INLINE_SHM : INLINE_NET;

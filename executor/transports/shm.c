@@ -421,12 +421,13 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   if (st) return st;
   char text[768];
   sdesc *sd = &ch->desc[i];
-  if (d && m->key && m->key != cf_coll_desc_key(d) && sd->has) {
+  /* a descriptor on one side only: one rank checks its plan before a run
+   * while the other runs a collective (a kept rank skips the checks) */
+  if ((d || sd->has) && (!d || !sd->has || (m->key && m->key != cf_coll_desc_key(d)))) {
     cf_coll_desc theirs = sd->d;
     theirs.group = sd->group;
     theirs.node = sd->node;
-    if (w->me < peer ? cf_coll_desc_mismatch(d, w->me, &theirs, peer, text, sizeof text)
-                     : cf_coll_desc_mismatch(&theirs, peer, d, w->me, text, sizeof text)) {
+    if (cf_coll_desc_mismatch(d, w->me, sd->has ? &theirs : NULL, peer, text, sizeof text)) {
       world_abort(w, text);
       return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
     }
@@ -434,9 +435,7 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   size_t got = (size_t)(m->bytes & ~INLINE_BIT);
   bool inl = (m->bytes & INLINE_BIT) != 0;
   if (got != bytes || (!inl && (m->u.off > w->heap_bytes || got > w->heap_bytes - m->u.off))) {
-    snprintf(text, sizeof text,
-             "cross-rank mismatch: rank %d expected %zu bytes from rank %d, which sent %zu%s%s%s",
-             w->me, bytes, peer, got, d ? " (in '" : "", d && d->node ? d->node : "", d ? "')" : "");
+    cf_coll_size_mismatch(text, sizeof text, w->me, bytes, peer, (long long)got, d);
     world_abort(w, text);
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
   }

@@ -36,6 +36,7 @@
  * 4 KiB took 3.2-3.6 us bound where it took 3.1-3.3 or 4.9-5.3 us unbound.
  */
 #define _GNU_SOURCE
+#include "../../ir/trace.h"
 #include "transports.h"
 
 #include <errno.h>
@@ -285,19 +286,14 @@ static cf_status t_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   cf_status st = wait_ge(c, &m->seq, ch->tail + 1, &ww);
   if (st) return st;
   char text[768];
-  /* the lower rank first, as transports/mpi.c says it: one text whoever sees it */
   if (d && m->key && m->key != cf_coll_desc_key(d) && ch->has_desc[i] &&
-      (c->rank < peer ? cf_coll_desc_mismatch(d, c->rank, &ch->desc[i], peer, text, sizeof text)
-                      : cf_coll_desc_mismatch(&ch->desc[i], peer, d, c->rank, text, sizeof text))) {
+      cf_coll_desc_mismatch(d, c->rank, &ch->desc[i], peer, text, sizeof text)) {
     world_abort(w, text);
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
   }
   size_t got = (size_t)(m->bytes & ~INLINE_BIT);
   if (got != bytes) {
-    snprintf(text, sizeof text,
-             "cross-rank mismatch: rank %d expected %zu bytes from rank %d, which sent %zu%s%s%s",
-             c->rank, bytes, peer, got, d ? " (in '" : "", d && d->node ? d->node : "",
-             d ? "')" : "");
+    cf_coll_size_mismatch(text, sizeof text, c->rank, bytes, peer, (long long)got, d);
     world_abort(w, text);
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
   }

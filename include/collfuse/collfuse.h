@@ -237,7 +237,8 @@ cf_status cf_graph_get_attr(const cf_graph *g, const char *node, const char *att
  * the command line spells them (docs/cli.md):
  *   "passes"        "default" (every fusion), "O0" (none) or a comma list
  *   "split"         fusion=1 strategy: auto | bytes:25M[,first=1M][,count=N] |
- *                   size:96.54,3.46 | index:20,100,159
+ *                   ddp:25M[,first=1M][,initial] | size:96.54,3.46 |
+ *                   index:20,100,159; any of them ,same_dtype and ,any_dim
  *   "cost"          alpha_us,beta_GBps[,gamma_GBps] of the auto split model
  *   "profile"       a measured profile (docs/executor.md) whose rules auto and
  *                   whose alpha/beta split auto use; "none": the built-in
@@ -413,6 +414,34 @@ cf_status cf_executable_run(cf_executable *e, const void *const *inputs, void *c
  * buffer as an input (an in-place collective); under MPI it may not. */
 cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,
                                  void *const *outputs);
+/* A thread of the caller's that runs cf_executable_start_rank's runs one
+ * after another, in the order they were started, while the caller goes on
+ * (a DDP rank hands each gradient bucket over as the backward pass makes
+ * it). Every rank starts the same runs in the same order, as with
+ * cf_executable_run_rank; runs that must keep an order between them
+ * (several executables of one job) go to one runner. ctx is for the
+ * error only. cf_runner_wait returns once every run started on r has
+ * ended (its callback returned); cf_runner_destroy waits so too, then
+ * ends the thread. */
+typedef struct cf_runner cf_runner;
+cf_status cf_runner_create(cf_context *ctx, cf_runner **out);
+void cf_runner_wait(cf_runner *r);
+void cf_runner_destroy(cf_runner *r);
+/* A run's end: status is cf_executable_run_rank's, message its failure's
+ * text (NULL on success; valid during the call only). Called on the
+ * runner's thread: what it does delays the runs queued after it. */
+typedef void (*cf_run_done_fn)(void *user, cf_status status, const char *message);
+/* cf_executable_run_rank(e, rank, inputs, outputs) on r's thread, after
+ * the runs started on r before it; returns at once. CF_OK: queued, and
+ * done(user, ...) is called exactly once when the run has ended (outputs
+ * written); the arrays are copied, the buffers they point to must stay
+ * untouched until then. Anything else (a changed graph, a rank out of
+ * range, no memory): nothing was queued and done is not called. Don't call
+ * cf_executable_run_rank on e while runs of it are queued (cf_runner_wait
+ * first); cf_executable_destroy waits for them. */
+cf_status cf_executable_start_rank(cf_executable *e, cf_runner *r, int rank,
+                                   const void *const *inputs, void *const *outputs,
+                                   cf_run_done_fn done, void *user);
 /* Wall time of the last successful run in milliseconds (rank 0's, or this
  * rank's for cf_executable_run_rank); 0 before the first. */
 double cf_executable_last_time_ms(const cf_executable *e);

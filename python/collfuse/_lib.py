@@ -103,6 +103,7 @@ c_double = ctypes.c_double
 P = ctypes.POINTER
 
 LOG_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p)
+RUN_DONE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_char_p)  # cf_run_done_fn
 
 _PROTOS = {
     # name: (restype, argtypes)
@@ -153,6 +154,11 @@ _PROTOS = {
     "cf_executable_io_in_place": (c_int, [c_void_p, c_int, c_size_t]),
     "cf_executable_run": (c_int, [c_void_p, P(c_void_p), P(c_void_p)]),
     "cf_executable_run_rank": (c_int, [c_void_p, c_int, P(c_void_p), P(c_void_p)]),
+    "cf_runner_create": (c_int, [c_void_p, P(c_void_p)]),
+    "cf_runner_wait": (None, [c_void_p]),
+    "cf_runner_destroy": (None, [c_void_p]),
+    "cf_executable_start_rank": (c_int, [c_void_p, c_void_p, c_int, P(c_void_p), P(c_void_p), RUN_DONE_FN,
+                                         c_void_p]),
     "cf_executable_last_time_ms": (c_double, [c_void_p]),
     "cf_executable_last_copies": (c_size_t, [c_void_p, P(c_size_t)]),
     "cf_executable_set_trace": (c_int, [c_void_p, c_char_p]),

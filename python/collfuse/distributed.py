@@ -11,6 +11,7 @@ numpy arrays or contiguous CPU torch tensors:
     cfd.reduce_scatter(out, x)        # out: this rank's block of the sum
     cfd.broadcast(t, src=0)           # in place
     cfd.all_to_all(out, x)            # block j of x to rank j
+    cfd.matmul_reduce_scatter(out, x1, x2)  # collfuse's fused op: reduce_scatter(x1 @ x2)
     cfd.barrier()
 
 Buffers: numpy arrays (C-contiguous) or torch tensors (strided, contiguous,
@@ -62,11 +63,12 @@ import time
 import numpy as np
 
 from . import DTYPES, CollfuseError, Context, Graph
-from ._lib import lib
+from ._lib import RUN_DONE_FN, lib
 
 __all__ = ["init", "has_shm", "is_initialized", "last_copies", "get_rank", "get_world_size", "backend", "destroy",
            "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher", "set_trace",
-           "write_trace", "trace_span", "tracing"]
+           "matmul_reduce_scatter",
+           "write_trace", "trace_span", "tracing", "Work"]
 
 # numpy's dtype of each collfuse dtype (the package's table), bfloat16 aside: numpy
 # has none, and a uint16 array is uint16 unless a call says dtype="bfloat16"
@@ -137,6 +139,10 @@ class _World:
         self.ptr_in = (ctypes.c_void_p * 1)()
         self.ptr_out = (ctypes.c_void_p * 1)()
         self.trace = None  # set_trace's _Trace
+        self.runner = None  # cf_runner of the collectives started with async_op (created by the first)
+        self.jobs = {}  # started and not ended: id -> what _done needs
+        self.next_job = 0
+        self.runs_end = 0  # when tracing: when the runner's last run ended (time.monotonic_ns)
 
 
 _world = None
@@ -290,6 +296,9 @@ def destroy():
     if w.trace is not None:
         t, w.trace = w.trace, None
         t.close()
+    if w.runner is not None:  # its runs end first (their executables are still here)
+        lib.cf_runner_destroy(w.runner)
+        w.runner = None
     with w.lock:
         for key in reversed(w.order):
             w.cache.pop(key, None)
@@ -606,59 +615,181 @@ class _Coll:
         self.exe.ctx.check(lib.cf_executable_run_rank(self.exe._h, self.me, w.ptr_in, w.ptr_out))
 
 
+def _ready(w, grp, kind, dtype, count, arg):
+    """The cached executable of the collective (compiled on first use), its
+    trace file set; (executable, trace, t0). Under w.lock."""
+    if w.failed:
+        raise CollfuseError(3, "collfuse.distributed: an earlier collective failed (%s); the job's "
+                               "collfuse world has stopped" % w.failed)
+    t = w.trace
+    t0 = time.monotonic_ns() if t else 0
+    key = (kind, dtype, count, arg, grp.members)
+    c = w.cache.get(key)
+    if c is None:
+        c = w.cache[key] = _Coll(w, grp, kind, dtype, count, arg)
+        w.order.append(key)
+        if t:
+            t.span(LANE_CALLS, "compile", t0, time.monotonic_ns(), "compile", {"collective": kind})
+    if c.traced != (t.run_path if t else None):  # the library writes each run's timeline there
+        if w.runner is not None:
+            lib.cf_runner_wait(w.runner)  # its runs of c write where they were told
+        c.exe.ctx.check(lib.cf_executable_set_trace(c.exe._h, t.run_path.encode() if t else None))
+        c.traced = t.run_path if t else None
+    return c, t, t0
+
+
+def _ended(w, c, t, t0, kind, dtype, count, grp, in_place, out, err):
+    """A run of c has ended (err: its CollfuseError, or None): the MPI
+    world's in-place copy out, the trace, last_copies."""
+    if err is not None:
+        w.failed = str(err)
+        if t:
+            t.merge_run(c.me, True)
+            t.span(LANE_CALLS, kind, t0, time.monotonic_ns(), "collective",
+                   {"dtype": dtype, "bytes": count * _SIZES[dtype], "failed": str(err)})
+        return
+    if in_place and w.backend != "shm":
+        ctypes.memmove(out, c.own_ptr, count * _SIZES[dtype])
+    if t:
+        t.merge_run(c.me, False)
+        t.span(LANE_CALLS, kind, t0, time.monotonic_ns(), "collective",
+               {"dtype": dtype, "bytes": count * _SIZES[dtype], "group": list(grp.members or ())})
+    n, b = c.exe.last_copies
+    if in_place and w.backend != "shm":
+        n, b = n + 1, b + count * _SIZES[dtype]
+    w.last_copies = (n, b)
+
+
 def _run(w, grp, kind, dtype, count, arg, inp, out, in_place):
     """Run collective kind on this rank of grp; in_place: the result goes
-    to the executable's own buffer, then is copied to out."""
+    to the executable's own buffer, then is copied to out (MPI; the shm
+    world copies the inputs into its memory before the run and the results
+    out after it, so one buffer may be both: collfuse.h)."""
     with w.lock:
-        if w.failed:
-            raise CollfuseError(3, "collfuse.distributed: an earlier collective failed (%s); the job's "
-                                   "collfuse world has stopped" % w.failed)
-        t = w.trace
-        t0 = time.monotonic_ns() if t else 0
-        key = (kind, dtype, count, arg, grp.members)
-        c = w.cache.get(key)
-        if c is None:
-            c = w.cache[key] = _Coll(w, grp, kind, dtype, count, arg)
-            w.order.append(key)
-            if t:
-                t.span(LANE_CALLS, "compile", t0, time.monotonic_ns(), "compile", {"collective": kind})
-        if c.traced != (t.run_path if t else None):  # the library writes each run's timeline there
-            c.exe.ctx.check(lib.cf_executable_set_trace(c.exe._h, t.run_path.encode() if t else None))
-            c.traced = t.run_path if t else None
+        c, t, t0 = _ready(w, grp, kind, dtype, count, arg)
+        if w.runner is not None:
+            lib.cf_runner_wait(w.runner)  # after the runs started before, in order
+        dst = c.own_ptr if in_place and w.backend != "shm" else out
         try:
-            if in_place and w.backend == "shm":
-                # the shm world copies the inputs into its memory before the run and
-                # the results out after it: one buffer may be both (collfuse.h)
-                c.run(w, inp, out)
-            elif in_place:
-                c.run(w, inp, c.own_ptr)
-                ctypes.memmove(out, c.own_ptr, count * _SIZES[dtype])
-            else:
-                c.run(w, inp, out)
+            c.run(w, inp, dst)
         except CollfuseError as e:
-            w.failed = str(e)
-            if t:
-                t.merge_run(c.me, True)
-                t.span(LANE_CALLS, kind, t0, time.monotonic_ns(), "collective",
-                       {"dtype": dtype, "bytes": count * _SIZES[dtype], "failed": str(e)})
+            _ended(w, c, t, t0, kind, dtype, count, grp, in_place, out, e)
             raise
-        if t:
-            t.merge_run(c.me, False)
-            t.span(LANE_CALLS, kind, t0, time.monotonic_ns(), "collective",
-                   {"dtype": dtype, "bytes": count * _SIZES[dtype], "group": list(grp.members or ())})
-        n, b = c.exe.last_copies
-        if in_place and w.backend != "shm":
-            n, b = n + 1, b + count * _SIZES[dtype]
-        w.last_copies = (n, b)
+        _ended(w, c, t, t0, kind, dtype, count, grp, in_place, out, None)
 
 
-def all_reduce(tensor, op="sum", group=None, dtype=None):
+class Work:
+    """A collective started with async_op=True: it runs on this process's
+    collfuse thread (the world's cf_runner: collectives run in the order
+    they were started, which must be the same on every rank) while the
+    caller goes on. wait() returns once it has ended (and raises its
+    CollfuseError), is_completed() says whether it has; then(fn) calls
+    fn(work) once it has ended, on collfuse's thread (at once if it
+    already has): keep it short, the next collective waits for it. The
+    buffers must stay untouched until it has ended."""
+
+    def __init__(self, result):
+        self._result = result
+        self._event = threading.Event()
+        self._err = None
+        self._then = []
+        self._lock = threading.Lock()
+        self.began_ns = 0  # when tracing: when its run began (time.monotonic_ns)
+
+    def _end(self, err):
+        with self._lock:
+            self._err = err
+            self._event.set()
+            fns, self._then = self._then, []
+        for fn in fns:
+            fn(self)
+
+    def then(self, fn):
+        with self._lock:
+            if not self._event.is_set():
+                self._then.append(fn)
+                return
+        fn(self)
+
+    def is_completed(self):
+        return self._event.is_set()
+
+    def wait(self):
+        self._event.wait()
+        if self._err is not None:
+            raise self._err
+        return self._result
+
+    def exception(self):
+        """The collective's CollfuseError once it has ended, or None."""
+        return self._err
+
+    def result(self):
+        """The buffer the collective wrote (what wait() returns)."""
+        return self.wait()
+
+
+def _done(user, status, message):
+    """cf_run_done_fn: a started collective has ended (on collfuse's thread)."""
+    w = _world_of_runs
+    job = w.jobs.pop(user)
+    c, t, t0, kind, dtype, count, grp, in_place, out, work, hold = job
+    err = None
+    if status:
+        err = CollfuseError(status, message.decode("utf-8", "replace") if message else None)
+    # its run began when the one before it ended (the runner runs them one by one)
+    work.began_ns = max(t0, w.runs_end) if t else 0
+    try:
+        _ended(w, c, t, work.began_ns, kind, dtype, count, grp, in_place, out, err)
+    finally:
+        work._end(err)
+        w.runs_end = time.monotonic_ns() if t else 0
+
+
+_done_c = RUN_DONE_FN(_done)  # kept alive: the library calls it until the runner is gone
+_world_of_runs = None  # the world whose runner calls _done
+
+
+def _start(w, grp, kind, dtype, count, arg, inp, out, in_place, result, hold):
+    """Start collective kind on the world's runner; a Work. hold: what must
+    stay alive until it has ended (the caller's buffers)."""
+    global _world_of_runs
+    with w.lock:
+        c, t, t0 = _ready(w, grp, kind, dtype, count, arg)
+        if w.runner is None:
+            h = ctypes.c_void_p()
+            c.exe.ctx.check(lib.cf_runner_create(c.exe.ctx._h, ctypes.byref(h)))
+            w.runner = h
+            _world_of_runs = w
+        work = Work(result)
+        w.next_job += 1
+        jid = w.next_job
+        w.jobs[jid] = (c, t, t0, kind, dtype, count, grp, in_place, out, work, hold)
+        w.ptr_in[0] = inp
+        w.ptr_out[0] = c.own_ptr if in_place and w.backend != "shm" else out
+        st = lib.cf_executable_start_rank(c.exe._h, w.runner, c.me, w.ptr_in, w.ptr_out, _done_c, jid)
+        if st:
+            del w.jobs[jid]
+            c.exe.ctx.check(st)
+    return work
+
+
+def all_reduce(tensor, op="sum", group=None, dtype=None, async_op=False):
     """Reduce tensor over the group's ranks (None: every rank), in place:
     afterwards each one's tensor holds the reduction (op: "sum",
-    "mean"/"avg", "max", "min", "prod", or a torch.distributed.ReduceOp)."""
+    "mean"/"avg", "max", "min", "prod", or a torch.distributed.ReduceOp).
+    async_op=True: start it on collfuse's thread and return a Work at once
+    (its wait() returns tensor); the tensor must stay untouched until then.
+    A later call without async_op runs after the started ones."""
     w, grp = _enter(group)
     red = _reduction(op)
     b = _buf(tensor, "all_reduce's tensor", True, dtype)
+    if async_op:
+        if not b.count:
+            work = Work(tensor)
+            work._end(None)
+            return work
+        return _start(w, grp, "all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True, tensor, tensor)
     if b.count:
         _run(w, grp, "all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True)
     return tensor
@@ -739,3 +870,75 @@ def barrier(group=None):
     """Return when every rank of the group has called it."""
     w, grp = _enter(group)
     _run(w, grp, "all_reduce", "int32", 1, "sum", _TOKEN.ctypes.data, _TOKEN.ctypes.data, True)
+
+
+# ---------------- compute fused with a collective ----------------
+
+_FUSED_DTYPES = ("float32", "float16", "bfloat16", "int8")  # MatmulReduceScatter's (SPEC: collfuse adds float32)
+
+
+class _MatmulRS:
+    """One shape's MatmulReduceScatter on this rank: a graph of that one
+    fused op, compiled with the world's options (the product of chunk i+1
+    computed while chunk i is reduce-scattered, as the plan decides)."""
+
+    def __init__(self, w, dtype, m, k, n, comm_turn):
+        g = Graph("cfd_matmul_reduce_scatter", world_size=w.size)
+        ins = [g.input("x1", dtype, (m, k)), g.input("x2", dtype, (k, n))]
+        g.output("y", g.op("MatmulReduceScatter", ins, "mmrs", world_size=w.size, comm_turn=comm_turn or None))
+        self.exe = g.compile(**w.options)
+        self.inputs = (ctypes.c_void_p * 2)()
+        self.outputs = (ctypes.c_void_p * 1)()
+
+
+def matmul_reduce_scatter(output, x1, x2, comm_turn=0, dtype=None):
+    """output = this rank's block of rows of the sum over the ranks of
+    x1 @ x2: x1 (m, k), x2 (k, n), output (m / world size, n); float32,
+    float16, bfloat16 or int8 (a bias, which the fused op takes only as
+    zeros, is the caller's to add). Runs
+    collfuse's fused MatmulReduceScatter (torch_npu's
+    npu_mm_reduce_scatter_base), one executable per shape, cached as the
+    collectives' are; comm_turn: chunks (0: the plan's choice). Every rank
+    of the job (group None only) calls it with the same shapes."""
+    w, grp = _enter(None)
+    o = _buf(output, "matmul_reduce_scatter's output", True, dtype)
+    a = _buf(x1, "matmul_reduce_scatter's x1", False, dtype)
+    b = _buf(x2, "matmul_reduce_scatter's x2", False, dtype)
+    for t in (b, o):
+        _same_dtype(a, t, "matmul_reduce_scatter")
+    if a.dtype not in _FUSED_DTYPES:
+        raise TypeError("collfuse.distributed: matmul_reduce_scatter: %s; the fused op takes %s"
+                        % (a.dtype, ", ".join(_FUSED_DTYPES)))
+    shape = lambda t: tuple(getattr(t, "shape", ()))
+    if len(shape(x1)) != 2 or len(shape(x2)) != 2 or shape(x1)[1] != shape(x2)[0]:
+        raise ValueError("collfuse.distributed: matmul_reduce_scatter: x1 %s @ x2 %s: want (m, k) @ (k, n)"
+                         % (shape(x1), shape(x2)))
+    m, k = shape(x1)
+    n = shape(x2)[1]
+    if m % w.size or o.count != m // w.size * n:
+        raise ValueError("collfuse.distributed: matmul_reduce_scatter: %d rows over %d ranks into an output of %d "
+                         "elements (want %d rows of %d)" % (m, w.size, o.count, m // w.size, n))
+    if o.ptr < a.ptr + a.nbytes and a.ptr < o.ptr + o.nbytes and o.nbytes and a.nbytes:
+        raise ValueError("collfuse.distributed: matmul_reduce_scatter: the output overlaps x1")
+    with w.lock:
+        if w.failed:
+            raise CollfuseError(3, "collfuse.distributed: an earlier collective failed (%s); the job's "
+                                   "collfuse world has stopped" % w.failed)
+        key = ("matmul_reduce_scatter", a.dtype, m, k, n, int(comm_turn or 0))
+        f = w.cache.get(key)
+        if f is None:
+            f = w.cache[key] = _MatmulRS(w, a.dtype, m, k, n, int(comm_turn or 0))
+            w.order.append(key)
+        f.inputs[0], f.inputs[1] = a.ptr, b.ptr
+        f.outputs[0] = o.ptr
+        t0 = time.monotonic_ns()
+        try:
+            f.exe.ctx.check(lib.cf_executable_run_rank(f.exe._h, w.rank, f.inputs, f.outputs))
+        except CollfuseError as e:
+            w.failed = str(e)
+            raise
+        if w.trace is not None:
+            w.trace.span(LANE_CALLS, "matmul_reduce_scatter", t0, time.monotonic_ns(), "collective",
+                         {"dtype": a.dtype, "shape": [m, k, n]})
+        w.last_copies = f.exe.last_copies
+    return output

@@ -30,11 +30,23 @@ buffer and starts its average on collfuse's communication thread (one
 thread, buckets in the same order on every rank), so the rest of the
 backward pass runs meanwhile; before the optimizer step every bucket is
 waited for, and each parameter's .grad is a view of its bucket (set once,
-kept from step to step). Copies: each gradient once, from the tensor the
-backward op made into its bucket; then the world's (collfuse.distributed:
-on the shm world the bucket into shared memory and the average back).
+kept from step to step). Gradients are produced into their buckets: a
+gradient whose last op has an out= kernel that writes its destination
+(mm, addmm, bmm, sum, add, sub, mul, div: nn.Linear's weights and biases,
+through the views t and view) runs that kernel on its bucket view.
+The others (convolution_backward's, the norms' backward, embedding's,
+tuple-valued ops: .copied names each parameter and op) are copied once
+into the bucket, and .copy_bytes counts those bytes per step. Then the
+world copies what it needs (collfuse.distributed: on the shm world the
+bucket into shared memory and the average back).
 The leaves run as the job's collectives, on the same thread, in program
-order, each on its own (not fused with other leaves).
+order; the AllReduce leaves the compile put into one bucket (fusion=2 with
+one fusion_id, or fusion=1 by the split) as one all_reduce of their
+concatenation (.fused_leaves), the graph reordered so that the bucket runs
+once all its members' operands are made; matmul_reduce_scatter as collfuse's fused MatmulReduceScatter
+(collfuse.distributed.matmul_reduce_scatter: float32, float16, bfloat16,
+int8, no bias; with a bias or other dtypes, a torch matmul and collfuse's
+reduce_scatter).
 
 The job: collfuse.distributed (torchrun's or mpirun's environment, or
 torch.distributed's default group); with none, a world of one process where
@@ -49,8 +61,9 @@ whole job, a loss that is not a scalar.
 """
 
 import hashlib
+import heapq
 import itertools
-import queue
+import operator
 import threading
 import time
 import weakref
@@ -62,11 +75,27 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import functional_call
 
 from . import Context, Graph
+from . import _ordered
 from . import distributed as _cfd
 from . import fx as _cfx
 
 __all__ = ["compile_step", "CompiledStep"]
 
+_ATEN = torch.ops.aten
+# Gradients produced into their bucket views: the aten ops whose out=
+# kernels (torch 1.13, CPU) write the destination they are given, strided
+# views included (mm's writes a transposed destination as the transposed
+# product), and the out= overload the step calls instead. Other ops'
+# gradients (convolution_backward's, the norms' backward, embedding's:
+# tuple-valued or with generated out= variants that compute and copy
+# anyway) are copied into their buckets.
+_INTO = {_ATEN.mm.default: _ATEN.mm.out, _ATEN.addmm.default: _ATEN.addmm.out, _ATEN.bmm.default: _ATEN.bmm.out,
+         _ATEN.sum.dim_IntList: _ATEN.sum.IntList_out, _ATEN.add.Tensor: _ATEN.add.out,
+         _ATEN.sub.Tensor: _ATEN.sub.out, _ATEN.mul.Tensor: _ATEN.mul.out, _ATEN.div.Tensor: _ATEN.div.out}
+# views between that op and the gradient (nn.Linear's weight gradient is
+# t(mm), its bias gradient view(sum)): the destination is the bucket view
+# seen through their inverses
+_VIEWS = {_ATEN.t.default, _ATEN.view.default, _ATEN._unsafe_view.default}
 _DT = dict(_cfx._TORCH_DT)
 _DT[torch.bool] = "bool"
 _LEAF_OPS = {}  # torch.ops.collfuse.X.default -> X
@@ -94,28 +123,17 @@ class _Tracing:
         return x.clone()
 
 
-class _Comm:
-    """collfuse's communication thread for the steps: runs the job's
-    collectives in the order they are submitted (the same on every rank)."""
+def _submit(fn):
+    """fn on collfuse's communication thread for the steps, which runs the
+    job's collectives in the order they are submitted (the same on every
+    rank): a handle for _wait."""
+    box, done = [], threading.Event()
 
-    def __init__(self):
-        self.q = queue.SimpleQueue()
-        self.t = threading.Thread(target=self._main, name="collfuse-step", daemon=True)
-        self.t.start()
-
-    def _main(self):
-        while True:
-            fn, box, done = self.q.get()
-            try:
-                box.append((True, fn()))
-            except BaseException as e:  # carried to the waiter
-                box.append((False, e))
-            done.set()
-
-    def submit(self, fn):
-        box, done = [], threading.Event()
-        self.q.put((fn, box, done))
-        return box, done
+    def finish(res, err, t0):
+        box.append((True, res) if err is None else (False, err))  # err: carried to the waiter
+        done.set()
+    _ordered.submit("collfuse-step", fn, finish)
+    return box, done
 
 
 def _wait(handle):
@@ -125,18 +143,6 @@ def _wait(handle):
     if not ok:
         raise v
     return v
-
-
-_comm = None
-_comm_lock = threading.Lock()
-
-
-def _comm_thread():
-    global _comm
-    with _comm_lock:
-        if _comm is None:
-            _comm = _Comm()
-    return _comm
 
 
 class _Running:
@@ -158,8 +164,12 @@ class _Running:
             out = x.new_empty(((n,) + tuple(x.shape)) if a["layout"] == "stack" else
                               ((x.shape[0] * n,) + tuple(x.shape[1:])))
             fn = lambda: _cfd.all_gather(out, x)
+        elif kind == "matmul_reduce_scatter" and _fused(x, a["x2"], a["bias"]):
+            x2 = a["x2"].contiguous()
+            out = x.new_empty((x.shape[0] // n, x2.shape[1]))
+            fn = lambda: _cfd.matmul_reduce_scatter(out, x, x2, comm_turn=a["comm_turn"])
         else:
-            if kind == "matmul_reduce_scatter":
+            if kind == "matmul_reduce_scatter":  # a dtype or a bias the fused op does not take
                 x = x @ a["x2"]
                 if a["bias"] is not None:
                     x = x + a["bias"]
@@ -169,8 +179,15 @@ class _Running:
                 red = a["reduction"]
             out = x.new_empty((x.shape[0] // n,) + tuple(x.shape[1:]))
             fn = lambda: _cfd.reduce_scatter(out, x, op=red)
-        _wait(_comm_thread().submit(fn))
+        _wait(_submit(fn))
         return out
+
+
+def _fused(x1, x2, bias):
+    """Whether collfuse's fused MatmulReduceScatter takes these operands
+    (no bias: the fused op takes one only as zeros)."""
+    return bias is None and x1.dtype in _cfx._TORCH_DT and _cfx._TORCH_DT[x1.dtype] in _cfd._FUSED_DTYPES and \
+        x2.dtype == x1.dtype and x1.dim() == 2 and x2.dim() == 2
 
 
 def _user_frame(e):
@@ -191,6 +208,15 @@ def _node_where(node):
     return ""
 
 
+def _op_name(node):
+    """The aten op that makes node's value (a tuple's, for an element of one)."""
+    if node.op != "call_function":
+        return node.op
+    if node.target is operator.getitem:
+        return _op_name(node.args[0])
+    return str(node.target)
+
+
 def _meta_of(node):
     tm = node.meta.get("tensor_meta")
     return tm if hasattr(tm, "dtype") else None
@@ -200,7 +226,9 @@ class CompiledStep:
     """A training step compiled by compile_step; call it with the inputs.
     After a call, .exposed_ms is the time the step waited for the buckets
     after the backward pass's last compute and .sync_ms the time during
-    which some bucket was being averaged (overlapping ones counted once)."""
+    which some bucket was being averaged (overlapping ones counted once),
+    .copy_bytes the bytes of gradients copied into buckets (those not
+    produced there: .produced_into and .copied list (parameter, op))."""
 
     def __init__(self, model, loss_fn, example_inputs, optimizer, world_size, fusion, local, passes, options):
         self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
@@ -387,11 +415,15 @@ class CompiledStep:
     def _plan(self):
         """The buckets of the gradients: [(AllReduce bucket name, [parameter indices])] in schedule order."""
         owner = {v: k for k, v in self.grad_ar.items()}
+        leaf_of = {v: n for n, v in self.leaf_names.items()}
         self.buckets = self.graph.buckets()
         plan = []
+        self.leaf_buckets = []  # (bucket name, [leaf fx nodes]): leaves the compile fused, run as one
         for b in self.buckets:
             ks = [owner[m] for m in b["members"] if m in owner]
             if not ks:
+                if len(b["members"]) > 1 and b["op"] == "FusedAllReduce":
+                    self.leaf_buckets.append((b["name"], [leaf_of[m] for m in b["members"]]))
                 continue
             if len(ks) != len(b["members"]):
                 others = [m for m in b["members"] if m not in owner]
@@ -415,10 +447,115 @@ class CompiledStep:
 
     # ---------------- the torch graph that runs
 
+    def _fuse_leaves(self):
+        """Each bucket of leaves (AllReduces of one reduction and dtype the
+        compile fused: fusion=2 with one fusion_id, or fusion=1 by the split)
+        becomes one node that all-reduces them together, its members' values
+        taken from it; the graph is then put back in an order torch can run:
+        the compile keeps no member depending on another, and the nodes
+        that do not depend on the bucket keep their places."""
+        graph = self.gm.graph
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        self.fused_leaves = []
+        for b, (bname, members) in enumerate(self.leaf_buckets):
+            members = sorted(members, key=lambda n: order[n])
+            reds = {n.args[1] for n in members}
+            dts = {_meta_of(n).dtype for n in members}
+            if len(reds) != 1 or len(dts) != 1:  # the compile fuses neither: kept as it is
+                continue
+            last = members[-1]
+            with graph.inserting_after(last):
+                fused = graph.call_function(_fused_leaves, (self.key, reds.pop(), [n.args[0] for n in members]))
+            order[fused] = order[last] + 0.5
+            for i, n in enumerate(members):
+                with graph.inserting_after(fused):
+                    item = graph.call_function(operator.getitem, (fused, i))
+                item.meta = dict(n.meta)
+                order[item] = order[last] + 0.5 + (i + 1) / (len(members) + 2)
+                n.replace_all_uses_with(item)
+                graph.erase_node(n)
+            self.fused_leaves.append((bname, [self.leaf_names[n] for n in members]))
+        if not self.fused_leaves:
+            return
+        # stable topological order: each node at its old place unless an operand now comes later
+        nodes = list(graph.nodes)
+        pos = {n: k for k, n in enumerate(nodes)}
+        waiting = {n: len(set(n.all_input_nodes)) for n in nodes}
+        ready = [(order[n], pos[n], n) for n in nodes if not waiting[n]]
+        heapq.heapify(ready)
+        seq = []
+        while ready:
+            _, _, n = heapq.heappop(ready)
+            seq.append(n)
+            for u in n.users:
+                waiting[u] -= 1
+                if not waiting[u]:
+                    heapq.heappush(ready, (order[u], pos[u], u))
+        assert len(seq) == len(nodes), "the fused leaves made a cycle the compile should have refused"
+        at = seq[0]
+        for n in seq[1:]:
+            if at.next is not n:
+                at.append(n)
+            at = n
+        graph.lint()
+
+    def _produce_into(self):
+        """Each bucketed gradient whose last op is one of _INTO's (through
+        _VIEWS) is made by its out= overload straight into its bucket view;
+        .produced_into and .copied list the parameters and ops either way."""
+        self.dests = {}  # parameter index -> (destination: a view of its bucket, the out= overload)
+        self.produced_into, self.copied = [], []
+        taken = set()
+        for _, ks in self.plan:
+            for k in ks:
+                op = self._into_one(k, taken)
+                (self.produced_into if k in self.dests else self.copied).append((self.param_names[k], op))
+        self.gm.graph.lint()
+
+    def _into_one(self, k, taken):
+        """Rewrite parameter k's gradient to be produced into its bucket; the
+        producing op's name (rewritten or not)."""
+        g = self.grad_nodes[k]
+        chain = [g]
+        while chain[-1].op == "call_function" and chain[-1].target in _VIEWS:
+            chain.append(chain[-1].args[0])
+        prod = chain[-1]
+        what = _op_name(prod)
+        tm = _meta_of(prod)
+        if prod.op != "call_function" or prod.target not in _INTO or tm is None or \
+                tm.dtype != self.params[k].dtype or g in taken:
+            return what
+        # the gradient feeds only the graph's output, each node before it only the next
+        if any(len(n.users) != 1 for n in chain) or list(g.users) != [self.output_node]:
+            return what
+        dest = self.grad_views[k]
+        try:
+            for n in chain[:-1]:  # from the gradient toward its producer: the views' inverses
+                dest = dest.t() if n.target is _ATEN.t.default else dest.view(tuple(_meta_of(n.args[0]).shape))
+        except RuntimeError:  # a view the bucket's layout cannot give
+            return what
+        # the layout the op makes its result in, so that its kernel runs as it
+        # would (a transposed destination gives mm another summation order)
+        if tuple(dest.shape) != tuple(tm.shape) or tuple(dest.stride()) != tuple(tm.stride):
+            return what
+        taken.add(g)
+        self.dests[k] = (dest, _INTO[prod.target])
+        graph = self.gm.graph
+        with graph.inserting_before(prod):
+            new = graph.call_function(_into, (self.key, k, prod.args, dict(prod.kwargs)))
+        new.meta = dict(prod.meta)
+        prod.replace_all_uses_with(new)
+        graph.erase_node(prod)
+        if prod is g:
+            self.grad_nodes[k] = new
+        return what
+
     def _emit(self):
         gm, graph = self.gm, self.gm.graph
         self.key = next(_KEYS)
         _STEPS[self.key] = self
+        self._fuse_leaves()
+        self._produce_into()
         order = {n: i for i, n in enumerate(graph.nodes)}
         self.starts = []  # (bucket index, start node name, last member node name)
         for b, (bname, ks) in enumerate(self.plan):
@@ -486,6 +623,7 @@ class CompiledStep:
                                "ranks (collfuse.distributed)" % (self.world_size, self.world_size))
         self.pending = [None] * len(self.plan)
         self.spans = []
+        self.copy_bytes = 0
         buffers = [b for _, b in self.model.named_buffers()]
         saved = _cfx._runtime
         _cfx._runtime = _Running(self.world_size, self.rank)
@@ -531,16 +669,38 @@ _STEPS = weakref.WeakValueDictionary()  # the traced graphs name their step by k
 _KEYS = itertools.count(1)
 
 
+def _fused_leaves(key, reduction, xs):
+    """A bucket of leaves: the tensors all-reduced as one flat buffer (one
+    copy in), each result a view of it."""
+    step = _STEPS[key]
+    if step.world_size == 1:
+        return [x.clone() for x in xs]
+    flat = torch.cat([x.reshape(-1) for x in xs])
+    _wait(_submit(lambda: _cfd.all_reduce(flat, op=reduction)))
+    out, off = [], 0
+    for x in xs:
+        out.append(flat[off:off + x.numel()].view(x.shape))
+        off += x.numel()
+    return out
+
+
+def _into(key, k, args, kwargs):
+    """Parameter k's gradient, made by its op's out= overload into its bucket view."""
+    dest, op = _STEPS[key].dests[k]
+    return op(*args, **kwargs, out=dest)
+
+
 def _start_bucket(key, b, grads):
-    """Inserted after a bucket's last gradient: copy the gradients into the
-    bucket and start its average on the communication thread."""
+    """Inserted after a bucket's last gradient: copy the gradients that are
+    not already there into the bucket and start its average on the
+    communication thread."""
     step = _STEPS[key]
     flat = step.flat[b]
-    off = 0
-    for gt in grads:
-        n = gt.numel()
-        flat[off:off + n].view(gt.shape).copy_(gt)
-        off += n
+    for k, gt in zip(step.plan[b][1], grads):
+        v = step.grad_views[k]
+        if gt.data_ptr() != v.data_ptr() or gt.stride() != v.stride():
+            v.copy_(gt)
+            step.copy_bytes += v.numel() * v.element_size()
     if step.world_size > 1:
         span = [time.perf_counter(), None]
         step.spans.append(span)
@@ -548,7 +708,7 @@ def _start_bucket(key, b, grads):
         def run():
             _cfd.all_reduce(flat, op="mean")
             span[1] = time.perf_counter()
-        step.pending[b] = _comm_thread().submit(run)
+        step.pending[b] = _submit(run)
 
 
 def _union_ms(spans):

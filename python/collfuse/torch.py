@@ -15,10 +15,13 @@ state: None (the hook joins the job from the launcher's environment and
 the initialized torch.distributed default group, collfuse.distributed.init
 with its defaults; call init yourself first for other options, e.g.
 deterministic=True), a process group of every rank, or a HookState
-(group, and trace: a Chrome trace of the buckets, see HookState). The buckets are
-averaged by one thread of collfuse's, in the order DDP hands them over
-(the same on every rank), so the backward pass goes on meanwhile, as with
-gloo; DDP waits for every future before the optimizer step. Don't call
+(group, and trace: a Chrome trace of the buckets, see HookState). The hook
+starts each bucket's average (collfuse.distributed.all_reduce with
+async_op=True) and returns: the buckets are averaged by collfuse's own
+thread (the world's cf_runner), in the order DDP hands them over (the same
+on every rank), so the backward pass goes on meanwhile, as with gloo; that
+thread completes each bucket's future as its average ends, and DDP waits
+for every future before the optimizer step. Don't call
 collfuse.distributed from another thread while a backward pass is running.
 
 Copies: with gradient_as_bucket_view=True the gradients are the bucket and
@@ -29,8 +32,6 @@ into the bucket). Without it, DDP copies the gradients into the
 bucket and back, as with any hook.
 """
 
-import queue
-import threading
 import time
 
 import torch
@@ -66,54 +67,41 @@ def _join(state):
     return state  # a process group (checked by the collective) or None
 
 
-class _Worker:
-    """One thread that runs the hooks' collectives in the order DDP hands
-    the buckets over (the same order on every rank), so the backward pass
-    goes on while a bucket is averaged; each future completes (or fails)
-    when its bucket is done. Started on first use; a daemon thread."""
-
-    def __init__(self):
-        self.q = queue.SimpleQueue()
-        self.t = threading.Thread(target=self._main, name="collfuse-ddp", daemon=True)
-        self.t.start()
-
-    def _main(self):
-        while True:
-            fn, fut, info, queued, rewrite = self.q.get()
-            t0 = time.monotonic_ns()
-            try:
-                res, err = fn(), None
-            except BaseException as e:  # the future carries it to DDP's wait
-                res, err = None, e
-            if info is not None:  # tracing: the bucket's turn here, up to its future's completion
-                info["queued_ms"] = round((t0 - queued) / 1e6, 3)
-                _cfd.trace_span(_cfd.LANE_CALLS, "bucket %d" % info["index"], t0, time.monotonic_ns(),
-                                "bucket", info)
-            if err is None:
-                fut.set_result(res)
-            else:
-                fut.set_exception(err)
-            if rewrite and info is not None and info["index"] == 0:  # the backward pass's last bucket
-                _cfd.write_trace()
-
-
-_worker = None
-_worker_lock = threading.Lock()
-
-
-def _submit(fn, bucket, buf, t0, state):
-    """fn on the worker; the future DDP waits on. t0: the hook's call
-    (time.monotonic_ns), for the trace."""
-    global _worker
-    with _worker_lock:
-        if _worker is None:
-            _worker = _Worker()
+def _submit(bucket, buf, t0, state, start, finish=None):
+    """The future DDP waits on for bucket: start() starts its collective
+    (collfuse.distributed's async_op Work), finish() runs once it has ended
+    well, on collfuse's thread, before the future completes (holding buf).
+    t0: the hook's call (time.monotonic_ns), for the trace."""
     fut = torch.futures.Future()
     info = None
     if _cfd.tracing():
         info = {"index": bucket.index(), "bytes": buf.numel() * buf.element_size(), "dtype": str(buf.dtype)}
     rewrite = isinstance(state, HookState) and state.trace is not None
-    _worker.q.put((fn, fut, info, time.monotonic_ns(), rewrite))
+    queued = time.monotonic_ns()
+    try:
+        work = start()
+    except BaseException as e:  # the future carries it to DDP's wait
+        fut.set_exception(e)
+        return fut
+
+    def end(w):
+        err = w.exception()
+        if err is None and finish is not None:
+            try:
+                finish()
+            except BaseException as e:
+                err = e
+        if info is not None:  # the bucket's turn on collfuse's thread, up to its future's completion
+            info["queued_ms"] = round(max(0, w.began_ns - queued) / 1e6, 3)
+            _cfd.trace_span(_cfd.LANE_CALLS, "bucket %d" % info["index"], max(w.began_ns, queued),
+                            time.monotonic_ns(), "bucket", info)
+        if err is None:
+            fut.set_result(buf)
+        else:
+            fut.set_exception(err)
+        if rewrite and info is not None and info["index"] == 0:  # the backward pass's last bucket
+            _cfd.write_trace()
+    work.then(end)
     if info is not None:
         _cfd.trace_span(_cfd.LANE_HOOK, "hook %d" % info["index"], t0, time.monotonic_ns(), "hook", dict(info))
     return fut
@@ -124,11 +112,7 @@ def allreduce_hook(state, bucket):
     t0 = time.monotonic_ns()
     group = _join(state)
     buf = bucket.buffer()
-
-    def run():
-        _cfd.all_reduce(buf, op="mean", group=group)
-        return buf
-    return _submit(run, bucket, buf, t0, state)
+    return _submit(bucket, buf, t0, state, lambda: _cfd.all_reduce(buf, op="mean", group=group, async_op=True))
 
 
 # Not named bf16_compress_hook: torch 1.13's DDP refuses a hook of that
@@ -139,13 +123,9 @@ def collfuse_bf16_compress_hook(state, bucket):
     t0 = time.monotonic_ns()
     group = _join(state)
     buf = bucket.buffer()
-
-    def run():
-        half = buf.to(torch.bfloat16)
-        _cfd.all_reduce(half, op="mean", group=group)
-        buf.copy_(half)
-        return buf
-    return _submit(run, bucket, buf, t0, state)
+    half = buf.to(torch.bfloat16)
+    return _submit(bucket, buf, t0, state, lambda: _cfd.all_reduce(half, op="mean", group=group, async_op=True),
+                   lambda: buf.copy_(half))
 
 
 bf16_compress_hook = collfuse_bf16_compress_hook

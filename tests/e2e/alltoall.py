@@ -12,8 +12,12 @@ collfuse's reference and algorithms):
 Each graph holds one Input per dtype (all of collfuse's), an array-form
 AllToAll with random split/concat dims, a tuple-form AllToAll and a
 CollectivePermute with random pairs, plus AllReduces that the default
-pipeline fuses into a bucket, so the new ops run inside a fused graph. It
-runs at 2, 4 and 8 ranks on the world group and on partitioned groups
+pipeline fuses into a bucket, so the new ops run inside a fused graph. The
+array-form AllToAlls are fusion="1": the default pipeline buckets those of
+equal split and concat dims (and group) into FusedAllToAll nodes, mixing
+dtypes as bytes (one exchange per bucket); `compile --json` must show at
+least one such bucket, and its outputs must equal the model all the same.
+It runs at 2, 3, 4 and 8 ranks on the world group and on partitioned groups
 ({{0,1},{2,3}}-style), with the default pipeline and with -O0
 --deterministic, on the threads backend and (with MPIRUN) under mpirun; the
 outputs (--save-outputs) must equal the model bit for bit and --verify
@@ -107,7 +111,7 @@ def case(rng, world, parts):
         sh = ",".join(map(str, shape))
         lines.append(f'  <node name="{x}" op="Input" dtype="{dt}" shape="{sh}"/>')
         lines.append(f'  <node name="a{i}" op="AllToAll" split_dimension="{sd}" '
-                     f'concat_dimension="{cd}"{group}><input ref="{x}"/></node>')
+                     f'concat_dimension="{cd}" fusion="1"{group}><input ref="{x}"/></node>')
         lines.append(f'  <node name="oa{i}" op="Output"><input ref="a{i}"/></node>')
         # tuple form: n operands of one type (the same Input n times is fine)
         ops = "".join(f'<input ref="{x}"/>' for _ in range(n))
@@ -138,7 +142,7 @@ def case(rng, world, parts):
         inputs["big"] = data
         lines.append(f'  <node name="big" op="Input" dtype="float32" shape="{shape[0]},{shape[1]}"/>')
         lines.append(f'  <node name="abig" op="AllToAll" split_dimension="{sd}" '
-                     f'concat_dimension="{cd}"{group}><input ref="big"/></node>')
+                     f'concat_dimension="{cd}" fusion="1"{group}><input ref="big"/></node>')
         lines.append('  <node name="oabig" op="Output"><input ref="abig"/></node>')
         for m in members:
             a = model_alltoall([data[r] for r in m], sd, cd)
@@ -190,6 +194,14 @@ def check(cf, mpirun, world, parts, flags, rng, work, tag):
         for r, a in data.items():
             save(os.path.join(d, f"{x}_{r}.npy"), dt, a)
         args += ["--input", f"{x}={os.path.join(d, x)}_{{rank}}.npy"]
+    if "-O0" not in flags:  # the AllToAlls that share dims share a bucket
+        p = subprocess.run([cf, "compile", gpath, "--json"] + flags, capture_output=True, text=True,
+                           timeout=300 * TIME_SCALE, env=run_env(None))
+        buckets = json.loads(p.stdout)["buckets"] if p.returncode == 0 else []
+        if not any(b["op"] == "AllToAll" and len(b["members"]) > 1 and
+                   all(m.startswith("a") for m in b["members"]) for b in buckets):
+            fail(f"{tag}: no AllToAll bucket of several members: {p.stdout.strip()[:300]}"
+                 f"{p.stderr.strip()[:300]}")
     outdir = os.path.join(d, "out")
     cmd = [cf, "run", gpath, "--verify", "--save-outputs", outdir] + args + flags
     if mpirun:
@@ -279,7 +291,7 @@ def main():
             check(cf, mpirun, 4, 1, ["-O0", "--deterministic"], rng, work, "mpi-4-O0-det")
             mismatch(cf, mpirun, work)
         else:
-            for world, parts in ((2, 1), (4, 1), (8, 1), (4, 2), (8, 2), (8, 4)):
+            for world, parts in ((2, 1), (3, 1), (4, 1), (8, 1), (4, 2), (8, 2), (8, 4)):
                 check(cf, None, world, parts, [], rng, work, f"threads-{world}x{parts}")
                 check(cf, None, world, parts, ["-O0", "--deterministic"], rng, work,
                       f"threads-{world}x{parts}-O0-det")

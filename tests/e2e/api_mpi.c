@@ -5,6 +5,7 @@
  *   mpirun -np N collfuse_api_mpi [mpi-native]
  *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm   (N of them)
  *   API_RANK=R API_SIZE=N API_JOB=NAME collfuse_api_mpi shm-job  (N of them)
+ *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm-repeat
  *
  * shm sets the option backend to shm (the rank from the launcher's
  * variables); shm-job also the option job (rank and size explicit, no
@@ -25,7 +26,15 @@
  *  - an executable of another size and a wrong rank are CF_ERR_USAGE;
  *  - a graph that differs on one rank (a count) fails every rank with
  *    CF_ERR_RUNTIME naming both ranks, and the executable refuses more runs.
- * With "mpi-native" the same runs use MPI's own collectives. Prints one
+ * With "mpi-native" the same runs use MPI's own collectives.
+ * shm-repeat (repeat_runs): one executable of a single AllReduce run many
+ * times, its later runs with no plan checks and no barriers (a kept rank),
+ * then runs started on a cf_runner while this thread waits; every result
+ * exact. Then the last rank runs another executable, one every rank ran
+ * once before, while the others run this one again: neither checks its
+ * plan, and its AllReduce of another count meets theirs at the first
+ * message; every rank fails with CF_ERR_RUNTIME, "cross-rank mismatch"
+ * naming the last rank, within the timeout. Prints one
  * line per failure; exits 0 when all passed, 77 outside mpirun.
  */
 #include <collfuse/collfuse.h>
@@ -309,6 +318,112 @@ static bool has(const cf_context *ctx, const char *text) {
   return strstr(cf_context_errmsg(ctx), text) != NULL;
 }
 
+enum { REPEAT_N = 1000, REPEATS = 40, STARTED = 12 };
+
+/* One AllReduce (sum) of REPEAT_N + extra float32 elements, compiled. */
+static cf_status one_allreduce(cf_context *ctx, const cf_options *o, int extra, cf_graph **g,
+                               cf_executable **e) {
+  int64_t d[1] = {REPEAT_N + extra};
+  cf_status st = cf_graph_create(ctx, "repeat", R, g);
+  if (!st) st = cf_graph_add_input(*g, "x", "float32", d, 1);
+  if (!st) st = cf_graph_add_allreduce(*g, "ar", "x", "sum", NULL, 0, -1);
+  if (!st) st = cf_graph_add_output(*g, "y", "ar");
+  if (!st) st = cf_executable_create(*g, o, e);
+  return st;
+}
+
+/* Whether y holds the sum over the ranks of call c's inputs (exact). */
+static bool summed(const float *y, int c) {
+  for (int64_t x = 0; x < REPEAT_N; x++) {
+    double want = 0;
+    for (int r = 0; r < R; r++) want += val(c, r, 0, x);
+    if ((double)y[x] != want) {
+      FAIL("call %d: y[%lld] = %.9g, expected %.9g", c, (long long)x, (double)y[x], want);
+      return false;
+    }
+  }
+  return true;
+}
+
+typedef struct started {
+  int calls;         /* done's calls */
+  cf_status st;
+  char message[256];
+} started;
+
+static void done_fn(void *user, cf_status st, const char *message) {
+  started *s = user;
+  s->calls++;
+  s->st = st;
+  snprintf(s->message, sizeof s->message, "%s", message ? message : "");
+}
+
+static void repeat_runs(cf_context *ctx) {
+  cf_options *o = NULL;
+  cf_graph *g = NULL, *g2 = NULL;
+  cf_executable *e = NULL, *e2 = NULL;
+  cf_runner *runner = NULL;
+  float *in = malloc(sizeof *in * STARTED * REPEAT_N), *out = malloc(sizeof *out * STARTED * REPEAT_N);
+  started s[STARTED];
+  memset(s, 0, sizeof s);
+  if (!in || !out) {
+    FAIL("out of memory");
+    goto done;
+  }
+  OK(ctx, make_options(ctx, "auto", true, &o));
+  OK(ctx, one_allreduce(ctx, o, 0, &g, &e));
+  /* every rank runs the other executable once: its plan checks passed */
+  OK(ctx, one_allreduce(ctx, o, 8, &g2, &e2));
+  OK(ctx, cf_executable_run_rank(e2, me, NULL, NULL));
+  for (int c = 0; c < REPEATS; c++) { /* in place, as collfuse.distributed's all_reduce */
+    for (int64_t x = 0; x < REPEAT_N; x++) in[x] = (float)val(c, me, 0, x);
+    void *io[1] = {in};
+    OK(ctx, cf_executable_run_rank(e, me, (const void *const *)io, io));
+    if (!summed(in, c)) goto done;
+  }
+  OK(ctx, cf_runner_create(ctx, &runner));
+  for (int k = 0; k < STARTED; k++) { /* all started before any is waited for */
+    float *x = in + (size_t)k * REPEAT_N, *y = out + (size_t)k * REPEAT_N;
+    for (int64_t i = 0; i < REPEAT_N; i++) x[i] = (float)val(REPEATS + k, me, 0, i);
+    const void *ins[1] = {x};
+    void *outs[1] = {y};
+    OK(ctx, cf_executable_start_rank(e, runner, me, ins, outs, done_fn, &s[k]));
+  }
+  cf_runner_wait(runner);
+  /* The last rank then runs the other executable: every rank fails, naming
+   * it. Ranks meet at no barrier between runs, so a rank still finishing
+   * the last started run (its final wait for its peers' releases) when a
+   * faster one finds the mismatch fails that run with the mismatch instead. */
+  char last[32];
+  snprintf(last, sizeof last, "rank %d", R - 1);
+  bool seen = false; /* the mismatch, as this rank's first failure */
+  for (int k = 0; k < STARTED; k++) {
+    if (s[k].calls != 1) {
+      FAIL("started run %d: done called %d times", k, s[k].calls);
+    } else if (s[k].st != CF_OK) {
+      seen = k == STARTED - 1 && s[k].st == CF_ERR_RUNTIME && strstr(s[k].message, "cross-rank mismatch") &&
+             strstr(s[k].message, last);
+      if (!seen) FAIL("started run %d: status %d: %s", k, s[k].st, s[k].message);
+    } else if (!summed(out + (size_t)k * REPEAT_N, REPEATS + k)) {
+      break;
+    }
+  }
+  cf_status st = cf_executable_run_rank(me == R - 1 ? e2 : e, me, NULL, NULL);
+  if (getenv("API_MPI_SHOW")) fprintf(stderr, "rank %d: %s\n", me, cf_context_errmsg(ctx));
+  if (st != CF_ERR_RUNTIME || !(seen ? has(ctx, "failed and stopped the job's ranks")
+                                     : has(ctx, "cross-rank mismatch") && has(ctx, last)))
+    FAIL("mismatch after %d runs: status %d: %s", REPEATS + STARTED, st, cf_context_errmsg(ctx));
+done:
+  cf_runner_destroy(runner);
+  cf_executable_destroy(e2);
+  cf_executable_destroy(e);
+  cf_graph_destroy(g2);
+  cf_graph_destroy(g);
+  cf_options_destroy(o);
+  free(in);
+  free(out);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) algo = argv[1];
   shm = strncmp(algo, "shm", 3) == 0;
@@ -321,12 +436,17 @@ int main(int argc, char **argv) {
   }
   me = atoi(r);
   R = atoi(n);
+  bool repeat = strcmp(algo, "shm-repeat") == 0;
   if (shm) algo = "auto";
   cf_context *ctx = NULL;
   cf_graph *g = NULL, *g2 = NULL, *g3 = NULL;
   cf_options *o = NULL;
   cf_executable *e = NULL, *e2 = NULL, *e3 = NULL;
   if (cf_context_create(&ctx) != CF_OK) return 1;
+  if (repeat) {
+    repeat_runs(ctx);
+    goto done;
+  }
   OK(ctx, build(ctx, R, 0, &g));
   OK(ctx, make_options(ctx, algo, false, &o));
   size_t before = cf_graph_collective_count(g);

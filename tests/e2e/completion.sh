@@ -82,7 +82,7 @@ expect "collfuse check --target atlas-a" "atlas-a2 atlas-a3"
 expect "collfuse check --target=atlas-3" "atlas-310p"
 expect "collfuse run --passes verify,fu" \
   "$(sorted $(for p in $passes; do case $p in fu*) echo "verify,$p" ;; esac; done))"
-expect "collfuse run --passes=dce,fuse-all" "dce,fuse-allgather dce,fuse-allreduce"
+expect "collfuse run --passes=dce,fuse-all" "dce,fuse-allgather dce,fuse-allreduce dce,fuse-alltoall"
 expect "collfuse bench " "$(sorted $benchmarks --help)"
 expect "collfuse bench fusion --sp" "--split"
 expect "collfuse run --algo r" "rd ring rsag"

@@ -15,8 +15,9 @@ Each graph holds AllGathers, ReduceScatters, AllReduces and Broadcasts of
 random ranks (1 to 4 dims) along random dims, several on one dim (so the
 default pipeline buckets them: a bucket's members share their dim), with
 random dtypes (every one numpy has: the unsigned ones and bool too) and
-reductions. It runs at 2, 3 and 4 ranks, with the default pipeline and with
--O0, on the threads backend and (with MPIRUN) under mpirun; the outputs
+reductions. It runs at 2, 3 and 4 ranks, with the default pipeline, with
+`--split auto,any_dim` (buckets across dimensions, each member gathered or
+scattered along its own) and with -O0, on the threads backend and (with MPIRUN) under mpirun; the outputs
 (--save-outputs) must equal the model byte for byte (a bool is 0 or 1;
 float sums within 1e-5 relative, since the ranks' order of a sum is the
 algorithm's) and --verify must pass. The
@@ -112,7 +113,7 @@ def run_case(tmp, rng, n, seed, mpi):
             np.save(os.path.join(tmp, f"{name}_{r}.npy"), a)
             ins[name].append(a)
         args += ["--input", f"{name}={os.path.join(tmp, name)}_{{rank}}.npy"]
-    for extra in ([], ["-O0"]):
+    for extra in ([], ["--split", "auto,any_dim"], ["-O0"]):
         out = os.path.join(tmp, "out")
         cmd = [CLI, "run", path, "--verify", "--save-outputs", out] + args + extra
         if mpi:

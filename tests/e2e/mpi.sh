@@ -175,6 +175,11 @@ for algo in auto mpi-native; do
   expect_rc 0 "tests/hlo/partitioned.hlo on 4 processes --algo $algo --verify"
 done
 
+# ---- an AllToAll bucket of two dtypes (tests/hlo/alltoall_combine.hlo):
+# the sender packs each peer's blocks of both members into one message
+mpi $SHM -np 4 "$cf" run "$src/tests/hlo/alltoall_combine.hlo" --backend mpi --verify
+expect_rc 0 "tests/hlo/alltoall_combine.hlo on 4 processes --verify"
+
 # ---- foreign ops imported as Opaque: rank 0 alone warns (as check does),
 # and --verify names the output it could not check
 mpi $SHM -np 2 "$cf" run "$src/tests/pbtxt/typo_collectives.pbtxt" --backend mpi --verify

@@ -151,4 +151,15 @@ run compile "$work/ctl.xml" --json
 expect_rc 0 "compile --json ctl.xml" && has "$OUT" '"collectives_after":3,' "compile --json ctl.xml"
 run run ar_control_deps.hlo --ranks 1 --verify
 expect_rc 0 "run --verify ar_control_deps.hlo"
+
+# all-to-alls read from HLO are combinable: a and b (f32 and bf16) share a
+# FusedAllToAll (bytes), c, d and e stay apart by dims, replica groups and
+# combine_key, and the bucket runs verified
+run compile ../alltoall_combine.hlo --explain
+expect_rc 0 "compile --explain alltoall_combine.hlo" &&
+  has "$OUT" "AllToAll 'b' -> 'alltoall_bucket_0'" "explain alltoall_combine.hlo (b)" &&
+  has "$OUT" "'c' stays alone: split_dimension differs (1 vs 0) from 'a'" "explain alltoall_combine.hlo (c)" &&
+  has "$OUT" "'e' stays alone: combine_key differs" "explain alltoall_combine.hlo (e)"
+run run ../alltoall_combine.hlo --verify --deterministic --json
+expect_rc 0 "run --verify alltoall_combine.hlo" && has "$OUT" '"verified":true' "run --verify alltoall_combine.hlo"
 finish peer_corpus

@@ -20,7 +20,11 @@
 #    seconds naming the rank; a rank that never starts times out naming it;
 #  - the embedding API's cf_executable_run_rank with the option backend shm
 #    (API_MPI, e2e/api_mpi.c) at 2 and 4 processes from the launcher's
-#    variables, and at 2 with the option job (rank and size explicit);
+#    variables, and at 2 with the option job (rank and size explicit); and
+#    (shm-repeat, 2 and 3 processes) one executable run 40 times (a kept
+#    rank: no plan checks after its first run), 12 runs started on a
+#    cf_runner, then the last rank runs another executable: every rank
+#    fails with the mismatch naming it;
 #  - `bench allreduce --backend shm` (long): its JSON;
 #  - nothing left behind: no collfuse entry in /dev/shm afterwards.
 # Prints one line per failure and exits 1 if there was any.
@@ -216,6 +220,10 @@ if [ -n "$api" ] && part fast; then
   api 2 shm "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=api.$$.2"
   api 4 shm "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=api.$$.4"
   api 2 shm-job "API_RANK=@R API_SIZE=@N API_JOB=apijob.$$"
+  # many runs of one executable (no plan checks after the first), runs
+  # started on a cf_runner, then a mismatch: every rank fails naming it
+  api 2 shm-repeat "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=rep.$$.2"
+  api 3 shm-repeat "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=rep.$$.3"
 fi
 
 # ---- bench allreduce --backend shm (long): the table's JSON, every column

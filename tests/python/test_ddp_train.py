@@ -18,13 +18,11 @@ import socket
 import subprocess
 import sys
 
+from checks import fail
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "torch", "ddp_train.py")
 SCALE = int(os.environ.get("CF_TEST_TIME_SCALE", "1") or 1)
-
-
-def fail(msg):
-    sys.exit("test_ddp_train: %s" % msg)
 
 
 def have(module):

@@ -30,6 +30,7 @@ import numpy as np
 
 import collfuse
 import collfuse.distributed as cfd
+from checks import expect_raises, fail
 
 try:
     import torch
@@ -39,21 +40,6 @@ except ImportError:
 DTYPES = tuple(collfuse.DTYPES)  # every collfuse dtype
 TORCH_LACKS = ("uint16", "uint32", "uint64")  # torch 1.13 has no such tensors
 REDS = ("sum", "mean", "max", "min", "prod")
-
-
-def fail(msg):
-    sys.exit("test_distributed: %s" % msg)
-
-
-def expect_raises(kind, fn, *words):
-    try:
-        fn()
-    except kind as e:
-        for w in words:
-            if w not in str(e):
-                fail("%s: %r does not say %r" % (kind.__name__, str(e), w))
-        return
-    fail("no %s (want one saying %s)" % (kind.__name__, words))
 
 
 # ---------------- data and references ----------------

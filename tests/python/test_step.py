@@ -23,23 +23,9 @@ except ImportError:
 
 import collfuse.fx as cfx
 import collfuse.torch as ct
+from checks import expect_raises, fail
 
 CLI = sys.argv[1]
-
-
-def fail(msg):
-    sys.exit("test_step: %s" % msg)
-
-
-def expect_raises(kind, fn, *words):
-    try:
-        fn()
-    except kind as e:
-        for w in words:
-            if w not in str(e):
-                fail("%s: %r does not say %r" % (kind.__name__, str(e), w))
-        return
-    fail("no %s (want one saying %s)" % (kind.__name__, words))
 
 
 def mlp(seed, dtype=torch.float32):
@@ -83,6 +69,16 @@ flat_ptrs = [(f.data_ptr(), f.data_ptr() + f.numel() * f.element_size()) for f i
 for n, p in m.named_parameters():
     if not any(lo <= p.grad.data_ptr() < hi for lo, hi in flat_ptrs):
         fail("%s's gradient is not a view of a bucket" % n)
+
+# nn.Linear's gradients (t(mm), view(sum)) are produced into their buckets;
+# only BatchNorm's (a tuple of native_batch_norm_backward) are copied
+into = sorted(n for n, _ in step.produced_into)
+if into != ["0.bias", "0.weight", "3.bias", "3.weight", "5.bias", "5.weight"] or \
+        sorted(step.copied) != [("1.bias", "aten.native_batch_norm_backward.default"),
+                                ("1.weight", "aten.native_batch_norm_backward.default")]:
+    fail("produced into the buckets %s, copied %s" % (step.produced_into, step.copied))
+if step.copy_bytes != 2 * 24 * 4:
+    fail("%d bytes copied into the buckets in a step, want BatchNorm's 192" % step.copy_bytes)
 
 # ---- the traced graph: every gradient a node, one AllReduce (mean) each
 g = step.graph
@@ -132,6 +128,9 @@ if code.count("_start_bucket(") != len(starts):
     fail("the torch graph starts %d buckets, the plan has %d" % (code.count("_start_bucket("), len(starts)))
 
 
+mse = torch.nn.functional.mse_loss
+
+
 # ---- leaves: nodes of the graph, their collectives compiled
 class TP(torch.nn.Module):
     def __init__(self):
@@ -159,6 +158,48 @@ ref7 = torch.nn.functional.mse_loss(torch.relu(xt @ tp1.w1) @ tp1.w2, yt)
 ref7.backward()
 if abs(float(loss7) - float(ref7)) > 1e-6 * abs(float(ref7)) or not torch.allclose(s7.model.w1.grad, tp1.w1.grad):
     fail("one-rank leaves: loss %r, want %r" % (float(loss7), float(ref7)))
+
+
+# ---- leaves the compile fused (fusion=2, one fusion_id) run as one node, the
+# graph reordered: the first leaf's consumers come after the second leaf's operand
+class TwoLeaves(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(8, 6) / 3)
+        self.w2 = torch.nn.Parameter(torch.randn(6, 4) / 3)
+        self.w3 = torch.nn.Parameter(torch.randn(4, 8).t() / 3)  # column-major
+
+    def forward(self, x):
+        h = torch.relu(cfx.all_reduce(x @ self.w1, "sum", fusion=2, fusion_id=3)) @ self.w2
+        return h + cfx.all_reduce(torch.tanh(x @ self.w3), "sum", fusion=2, fusion_id=3)
+
+
+torch.manual_seed(6)
+two = TwoLeaves()
+eager = copy.deepcopy(two)
+x8, y8 = torch.randn(5, 8), torch.randn(5, 4)
+s8 = ct.compile_step(two, mse, (x8, y8), world_size=2)
+if len(s8.fused_leaves) != 1 or len(s8.fused_leaves[0][1]) != 2 or s8.gm.code.count("_fused_leaves(") != 1 or \
+        "collfuse.all_reduce" in s8.gm.code:
+    fail("two leaves of fusion_id 3: fused %s, torch graph\n%s" % (s8.fused_leaves, s8.gm.code))
+s9 = ct.compile_step(two, mse, (x8, y8), optimizer=torch.optim.SGD(two.parameters(), lr=0.1))
+opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+for k in range(2):
+    got = s9(x8, y8)
+    opt_e.zero_grad()
+    want = mse(eager(x8), y8)
+    want.backward()
+    opt_e.step()
+    if not torch.equal(got, want.detach()) or any(not torch.equal(p, q) for p, q in zip(two.parameters(),
+                                                                                        eager.parameters())):
+        fail("fused leaves, step %d: loss %r, eager %r" % (k, float(got), float(want)))
+if len(s9.fused_leaves) != 1:
+    fail("fused leaves in a world of one: %s" % s9.fused_leaves)
+# w3 is column-major, and so is its gradient, t(mm): mm into the transpose of
+# its (row-major) bucket view would sum in another order than eager torch's
+# mm: it is copied instead
+if s9.copied != [("w3", "aten.mm.default")] or sorted(n for n, _ in s9.produced_into) != ["w1", "w2"]:
+    fail("produced into the buckets %s, copied %s" % (s9.produced_into, s9.copied))
 
 
 # ---- refusals
@@ -206,7 +247,6 @@ class Grouped(torch.nn.Module):
 
 
 x4, y4 = torch.randn(3, 4), torch.randn(3, 4)
-mse = torch.nn.functional.mse_loss
 expect_raises(NotImplementedError, lambda: ct.compile_step(Grouped(), mse, (x4, y4)),
               "collfuse.fx.all_reduce over group 'tp'", "whole job only")
 expect_raises(NotImplementedError, lambda: ct.compile_step(DataDependent(), mse, (x4, y4)),

@@ -5,8 +5,14 @@ losses and parameters of the same model under DDP over gloo (1e-5
 relative), and two deterministic runs are bitwise the same; each bucket is
 started before the backward pass's compute ends; a tensor-parallel MLP
 (matmul_reduce_scatter and all_gather leaves, the first weight sharded and
-local) matches the single-process model step by step; last, a rank whose
-model differs makes every rank fail with a cross-rank mismatch. Skips (77)
+local) matches the single-process model step by step, its
+matmul_reduce_scatter run as collfuse's fused op (checked on its own
+against float64 too); two leaves of one fusion_id run as one all_reduce
+and give gloo's forward; last, a rank whose
+model differs makes every rank fail with a cross-rank mismatch. Then the
+same under collfuse's own launcher (`collfuse launch --ranks 2`, no
+torch.distributed): data parallelism equals one process on the
+concatenated batches. Argument: the collfuse command line. Skips (77)
 without torch or without the shm world."""
 
 import copy
@@ -23,12 +29,9 @@ except ImportError:
     sys.exit(77)
 
 import collfuse.distributed as cfd
+from checks import fail
 
 SCALE = int(os.environ.get("COLLFUSE_TEST_TIMEOUT_SCALE", "1") or 1)
-
-
-def fail(msg):
-    sys.exit("test_step_dist: %s" % msg)
 
 
 def close(a, b, rtol):
@@ -76,6 +79,20 @@ class TP(torch.nn.Module):
         import collfuse.fx as cfx
         h = torch.relu(cfx.matmul_reduce_scatter(x[:, self.cols].contiguous(), self.w1))
         return cfx.all_gather(h, layout="concat") @ self.w2
+
+
+class Leaves(torch.nn.Module):
+    """Two sum leaves of one fusion_id (one bucket): the first one's
+    consumer precedes the second one's operand in the traced order."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = (torch.nn.Parameter(torch.randn(*s) / 3) for s in ((8, 6), (6, 4), (8, 4)))
+
+    def forward(self, x):
+        import collfuse.fx as cfx
+        h = torch.relu(cfx.all_reduce(x @ self.a, "sum", fusion=2, fusion_id=1)) @ self.b
+        return h + cfx.all_reduce(torch.tanh(x @ self.c), "sum", fusion=2, fusion_id=1)
 
 
 def child():
@@ -130,6 +147,40 @@ def child():
             not torch.allclose(tp.w2, single.w2, rtol=1e-5, atol=1e-6):
         fail("rank %d: tensor-parallel weights differ from one process's" % rank)
 
+    # matmul_reduce_scatter ran as collfuse's fused MatmulReduceScatter, and
+    # that op on its own gives the float64 reference within 1e-5
+    if ("matmul_reduce_scatter", "float32", 6, 4, 16, 0) not in cfd._world.cache:
+        fail("rank %d: the step's matmul_reduce_scatter did not run the fused op (cached: %s)"
+             % (rank, [k for k in cfd._world.cache if k[0] != "all_reduce"]))
+    g = torch.Generator().manual_seed(300 + rank)
+    for m_, k_, n_ in ((8, 5, 3), (64, 48, 40), (2, 1, 7)):
+        x1, x2 = torch.randn(m_, k_, generator=g), torch.randn(k_, n_, generator=g)
+        out = torch.empty(m_ // n, n_)
+        cfd.matmul_reduce_scatter(out, x1, x2)
+        full = x1.double() @ x2.double()
+        dist.all_reduce(full)
+        want = full[rank * (m_ // n):(rank + 1) * (m_ // n)]
+        err = (out.double() - want).abs().max().item() / want.abs().max().item()
+        if err > 1e-5:
+            fail("rank %d: matmul_reduce_scatter %dx%dx%d: relative error %g" % (rank, m_, k_, n_, err))
+
+    # explicit leaves the compile fused run as one all_reduce of 5x6 + 5x4 elements
+    torch.manual_seed(11)
+    lv = Leaves()
+    g = torch.Generator().manual_seed(500 + rank)
+    x, y = torch.randn(5, 8, generator=g), torch.randn(5, 4, generator=g)
+    step = ct.compile_step(lv, torch.nn.functional.mse_loss, (x, y))
+    got = step(x, y).item()
+    with torch.no_grad():
+        h1, h2 = x @ lv.a, torch.tanh(x @ lv.c)
+        dist.all_reduce(h1)
+        dist.all_reduce(h2)
+        want = torch.nn.functional.mse_loss(torch.relu(h1) @ lv.b + h2, y).item()
+    if len(step.fused_leaves) != 1 or not close(got, want, 1e-5):
+        fail("rank %d: fused leaves %s: loss %r, gloo's %r" % (rank, step.fused_leaves, got, want))
+    if not any(k[:3] == ("all_reduce", "float32", 50) for k in cfd._world.cache):
+        fail("rank %d: no all_reduce of the 50 elements of the fused leaves" % rank)
+
     # a rank whose graph differs: every rank fails, naming the mismatch
     other = mlp(1, hidden=24 if rank == 0 else 20)
     try:
@@ -140,6 +191,35 @@ def child():
     else:
         fail("rank %d: ranks with different models compiled" % rank)
     open(os.path.join(os.environ["CF_OK_DIR"], str(rank)), "w").close()
+
+
+def launched():
+    """A rank started by `collfuse launch` (no torch.distributed): the step
+    joins the job from COLLFUSE_RANK; an MLP trained 3 steps on per-rank
+    batches equals one process trained on their concatenation."""
+    import collfuse.torch as ct
+    rank, n = int(os.environ["COLLFUSE_RANK"]), int(os.environ["COLLFUSE_WORLD_SIZE"])
+    torch.set_num_threads(1)
+    mk = lambda: torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    torch.manual_seed(21 + rank)
+    m = mk()  # rank 0's is broadcast
+    torch.manual_seed(21)
+    one = mk()
+    opt, opt1 = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(one.parameters(), lr=0.1)
+    step = ct.compile_step(m, torch.nn.functional.mse_loss, batch(rank, 0), optimizer=opt, split="bytes:512")
+    if not cfd.is_initialized() or cfd.launcher()[0] != "collfuse run" or step.world_size != n:
+        fail("rank %d: compile_step under collfuse launch: world %d, launcher %s" % (rank, step.world_size,
+                                                                                    cfd.launcher()))
+    for k in range(3):
+        step(*batch(rank, k))
+        xs, ys = zip(*(batch(r, k) for r in range(n)))
+        opt1.zero_grad()
+        torch.nn.functional.mse_loss(one(torch.cat(xs)), torch.cat(ys)).backward()
+        opt1.step()
+    for (name, p), q in zip(m.named_parameters(), one.parameters()):
+        if not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
+            fail("rank %d under collfuse launch: %s differs from one process's by %g" % (rank, name, (p - q).abs().max()))
+    open(os.path.join(os.environ["CF_OK_DIR"], "launched%d" % rank), "w").close()
 
 
 def free_port():
@@ -162,11 +242,21 @@ def main():
         if p.returncode != 0 or len(done) != 2:
             fail("torchrun, 2 processes: exit %d, ranks done %s\n%s%s" % (p.returncode, done, p.stdout[-4000:],
                                                                           p.stderr[-4000:]))
+        # collfuse's own launcher
+        env = dict(os.environ, CF_STEP_LAUNCHED="1", CF_OK_DIR=ok)
+        cmd = [sys.argv[1], "launch", "--ranks", "2", "--", sys.executable, os.path.abspath(__file__)]
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 * SCALE)
+        done = sorted(f for f in os.listdir(ok) if f.startswith("launched"))
+        if p.returncode != 0 or len(done) != 2:
+            fail("%s: exit %d, ranks done %s\n%s%s" % (" ".join(cmd), p.returncode, done, p.stdout[-4000:],
+                                                       p.stderr[-4000:]))
     print("test_step_dist: ok")
 
 
 if __name__ == "__main__":
-    if os.environ.get("CF_STEP_CHILD"):
+    if os.environ.get("CF_STEP_LAUNCHED"):
+        launched()
+    elif os.environ.get("CF_STEP_CHILD"):
         child()
     else:
         main()
