@@ -135,25 +135,29 @@ static double ival_f64(const rv *v, int64_t i) {
 static double dv(const rv *v, int64_t i) { return v->val ? v->val[i] : ival_f64(v, i); }
 static double mv(const rv *v, int64_t i) { return v->mag ? v->mag[i] : fabs(ival_f64(v, i)); }
 
-/* Load a tensor's elements (count of v, dtype of v) into v's storage. */
-static void load(rv *v, const void *data) {
+/* Load count elements of a tensor (dtype of v) into v's storage from
+ * element at on. */
+static void load_at(rv *v, int64_t at, const void *data, int64_t count) {
   if (!v->ival && v->dtype == CF_DT_FLOAT32) { /* the common case, as below */
     const float *f = data;
-    for (int64_t i = 0; i < v->count; i++) {
-      v->val[i] = f[i];
-      v->mag[i] = fabs(v->val[i]);
+    double *val = v->val + at, *mag = v->mag + at;
+    for (int64_t i = 0; i < count; i++) {
+      val[i] = f[i];
+      mag[i] = fabs(val[i]);
     }
     return;
   }
-  for (int64_t i = 0; i < v->count; i++) {
+  for (int64_t i = 0; i < count; i++) {
     if (v->ival) {
-      v->ival[i] = cf_load_i64(data, v->dtype, i);
+      v->ival[at + i] = cf_load_i64(data, v->dtype, i);
     } else {
-      v->val[i] = cf_load_f64(data, v->dtype, i);
-      v->mag[i] = fabs(v->val[i]);
+      v->val[at + i] = cf_load_f64(data, v->dtype, i);
+      v->mag[at + i] = fabs(v->val[at + i]);
     }
   }
 }
+
+static void load(rv *v, const void *data) { load_at(v, 0, data, v->count); }
 
 static const rv *opnd(const ref_run *r, const cf_node *n, int j, int rank) {
   return &r->vals[n->in[j].node][n->in[j].port * r->R + rank];
@@ -274,26 +278,21 @@ static void cast(const rv *x, rv *o) {
   }
 }
 
-/* Fill v with fill_node (Constant) or fill_random under name, then load. */
+/* Fill v with fill_node (Constant) or fill_random under name, loaded a
+ * chunk at a time through a buffer that stays in the cache (the _at fills
+ * write any range of elements alike). */
 static cf_status fill(ref_run *r, const cf_node *n, rv *v, int rank, const char *name) {
-  int64_t bytes;
-  cf_value t = {v->dtype, v->shape};
-  if (!cf_value_bytes(&t, &bytes) || (uint64_t)bytes > SIZE_MAX)
-    return cf_node_error(r->g, n, CF_ERR_NO_MEMORY, "reference: tensor too large");
-  void *buf = malloc(bytes > 0 ? (size_t)bytes : 1);
-  if (!buf) {
-    char b[32];
-    return cf_node_error(r->g, n, CF_ERR_NO_MEMORY,
-                         "cannot allocate %s to fill the reference's copy: out of memory",
-                         cf_bytes_text(bytes, b, sizeof b));
-  }
+  enum { CHUNK = 2048 };                 /* elements */
+  _Alignas(64) unsigned char buf[CHUNK * 8]; /* 8 bytes: the widest dtype */
   int64_t first = r->window ? r->lo : 0;
-  if (name)
-    cf_fill_random_at(buf, v->dtype, first, v->count, r->seed, rank, name);
-  else
-    cf_fill_node_at(n, buf, v->dtype, first, v->count, r->seed, rank);
-  load(v, buf);
-  free(buf);
+  for (int64_t at = 0; at < v->count; at += CHUNK) {
+    int64_t count = v->count - at < CHUNK ? v->count - at : CHUNK;
+    if (name)
+      cf_fill_random_at(buf, v->dtype, first + at, count, r->seed, rank, name);
+    else
+      cf_fill_node_at(n, buf, v->dtype, first + at, count, r->seed, rank);
+    load_at(v, at, buf, count);
+  }
   return CF_OK;
 }
 
@@ -832,16 +831,12 @@ static int64_t ref_bytes(const cf_graph *g, int ranks, int64_t clip) {
    * its operands' last uses free them; Output copies stay to the end */
   for (int k = 0; k < g->n_nodes; k++) {
     const cf_node *n = &g->nodes[g->topo[k]];
-    int64_t extra = 0; /* freed within the node: fill buffers, fused products */
+    int64_t extra = 0; /* freed within the node: fused products (fills go through a small buffer) */
     if (n->op == CF_OP_OUTPUT) {
       base += value_bytes(&g->nodes[n->in[0].node].out[n->in[0].port], ranks, clip);
     } else {
       for (int p = 0; p < n->n_out; p++)
         live += value_bytes(&n->out[p], ranks, clip);
-      /* the fill buffer (an Input's too in a window: regenerated) */
-      if (n->op == CF_OP_CONSTANT || n->op == CF_OP_OPAQUE ||
-          (n->op == CF_OP_INPUT && clip < INT64_MAX))
-        extra = value_bytes(&n->out[0], 1, clip) / 2;
       /* a fused matmul op: every rank's product, at most world x the output */
       if (cf_op_table[n->op].cat == CF_CAT_FUSED_MATMUL)
         extra = value_bytes(&n->out[0], ranks, clip) * ranks;

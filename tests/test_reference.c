@@ -851,6 +851,14 @@ static void test_fill_at(void **state) {
         cf_fill_random_at(part, dts[d], lo, cnt, (uint64_t)seed, seed % 3, "t");
         assert_memory_equal(part, whole + lo * sz, (size_t)(cnt * sz));
       }
+      /* one element at a time (no vector loop: fill.c's AVX2 float32 path
+       * must give the scalar loop's bits) */
+      for (int64_t i = 0; i < N; i++) {
+        cf_fill_random_at(part, dts[d], i, 1, (uint64_t)seed, seed % 3, "t");
+        if (memcmp(part, whole + i * sz, (size_t)sz) != 0)
+          fail_msg("%s seed %d element %lld: filled alone it differs from the whole fill",
+                   cf_dtype_name(dts[d]), seed, (long long)i);
+      }
     }
 }
 
@@ -923,15 +931,29 @@ static void same_verdict(fx *f, const cf_tensor *got, int ranks, int only) {
     }
 }
 
+/* f from xml on 4 ranks, its reference rounded to the outputs' dtypes
+ * (returned: the outputs a run would give), checked window by window
+ * against the whole reference on every rank and on rank only alone. */
+static cf_tensor *streamed_fixture(fx *f, const char *xml, int only) {
+  fx_init(f, xml, 4);
+  fx_run(f);
+  assert_true(cf_reference_streams(f->g));
+  cf_tensor *got = rounded(f, 4);
+  same_verdict(f, got, 4, -1);
+  same_verdict(f, got, 4, only);
+  return got;
+}
+
+static void got_free(cf_tensor *got, int n) {
+  for (int e = 0; e < n; e++)
+    free(got[e].data);
+  free(got);
+}
+
 static void test_verify_streamed(void **state) {
   (void)state;
   fx f;
-  fx_init(&f, stream_xml, 4);
-  fx_run(&f);
-  assert_true(cf_reference_streams(f.g));
-  cf_tensor *got = rounded(&f, 4);
-  same_verdict(&f, got, 4, -1);
-  same_verdict(&f, got, 4, 3);
+  cf_tensor *got = streamed_fixture(&f, stream_xml, 3);
   /* wrong elements: the first by rank, output, index is named whatever
    * window finds which first */
   struct {
@@ -953,9 +975,7 @@ static void test_verify_streamed(void **state) {
   same_verdict(&f, got, 4, -1);
   ASSERT_ERR(cf_verify_streamed(ctx, f.g, &f.in, SEED, got, 4, f.nout, -1, 5, NULL), CF_ERR_INVALID,
              "output 'o_h' rank 0 index 0: got");
-  for (int e = 0; e < f.nout * 4; e++)
-    free(got[e].data);
-  free(got);
+  got_free(got, f.nout * 4);
   /* a graph that does not stream is refused, not checked wrongly */
   ASSERT_ERR(cf_verify_streamed(ctx, f.g, &f.in, SEED, NULL, 4, f.nout, -1, 5, NULL), CF_ERR_USAGE,
              "verify: 8 outputs on 4 ranks given, the graph has 8 Output nodes");
@@ -976,6 +996,44 @@ static void test_verify_streamed(void **state) {
   fx_free(&f);
 }
 
+/* Float32 outputs long enough for verify.c's blocks of 256 (and a tail):
+ * the streamed check gives the whole reference's statistics bit for bit,
+ * and a wrong element anywhere in a block (its first, its middle, the
+ * tail, a NaN, one just out of tolerance) is the mismatch both report. */
+static const char *blocks_xml =
+    "<graph name='t' version='1' world_size='4'>"
+    " <node name='a' op='Input' dtype='float32' shape='1500'/>"
+    " <node name='b' op='Input' dtype='float32' shape='3,300'/>"
+    " <node name='br' op='Reshape' shape='900'><input ref='b'/></node>"
+    " <node name='s' op='AllReduce' reduction='sum'><input ref='a'/></node>"
+    " <node name='m' op='AllReduce' reduction='mean'><input ref='br'/></node>"
+    " <node name='o_s' op='Output'><input ref='s'/></node>"
+    " <node name='o_m' op='Output'><input ref='m'/></node>"
+    "</graph>";
+
+static void test_verify_streamed_blocks(void **state) {
+  (void)state;
+  fx f;
+  cf_tensor *got = streamed_fixture(&f, blocks_xml, 2);
+  struct {
+    const char *out;
+    int rank;
+    int64_t i;
+    double by; /* the element times (1 + by), or NaN */
+  } bad[] = {{"o_s", 3, 1499, 1e-3}, {"o_m", 2, 300, NAN}, {"o_s", 1, 700, 2e-5},
+             {"o_s", 1, 512, 1.0},   {"o_m", 0, 899, -1.0}, {"o_s", 0, 255, 1e-4}};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    float *d = got[bad[k].rank * f.nout + out_index(f.g, bad[k].out)].data;
+    d[bad[k].i] = isnan(bad[k].by) ? NAN : d[bad[k].i] * (float)(1 + bad[k].by) + (float)bad[k].by;
+    same_verdict(&f, got, 4, -1);
+    same_verdict(&f, got, 4, bad[k].rank);
+  }
+  ASSERT_ERR(cf_verify_streamed(ctx, f.g, &f.in, SEED, got, 4, f.nout, -1, 0, NULL), CF_ERR_INVALID,
+             "output 'o_s' rank 0 index 255: got");
+  got_free(got, f.nout * 4);
+  fx_free(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_allreduce_float),
@@ -992,6 +1050,7 @@ int main(void) {
       cmocka_unit_test(test_verify_float16),
       cmocka_unit_test(test_fill_at),
       cmocka_unit_test(test_verify_streamed),
+      cmocka_unit_test(test_verify_streamed_blocks),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
