@@ -747,7 +747,14 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
    * transport): checked while every rank is still here, before the
    * one-sided checks */
   double h = (double)cf_profile_hash(e->setup.prof, cf_run_transport(&ms)), v[2] = {h, -h};
-  if ((st = cf_world_max(e->mpi, v, 2))) return st;
+  /* a world another executable joined first reports to that one's context
+   * otherwise (a rank that dies meanwhile is named here) */
+  cf_comm *c = cf_world_comm(e->mpi, e->mpi->first);
+  cf_context *was = c ? c->ctx : NULL;
+  if (c) c->ctx = e->ctx;
+  st = cf_world_max(e->mpi, v, 2);
+  if (c) c->ctx = was;
+  if (st) return st;
   if (v[0] != -v[1])
     return cf_error(e->ctx, CF_ERR_INVALID, NULL, 0,
                     "profile: the ranks read different profiles (every process must see the "
@@ -761,13 +768,19 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
   return cf_exec_prepare(e->ctx, e->mpi, e->mpi_plan);
 }
 
-cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,
-                                 void *const *outputs) {
+cf_status cf_executable_check_rank(const cf_executable *e, int rank) {
   cf_status st = cf_executable_check(e);
   if (st) return st;
   if (rank < 0 || rank >= e->ranks)
     return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
                     "rank %d is not a rank of this %d-rank executable", rank, e->ranks);
+  return CF_OK;
+}
+
+cf_status cf_executable_run_rank(cf_executable *e, int rank, const void *const *inputs,
+                                 void *const *outputs) {
+  cf_status st = cf_executable_check_rank(e, rank);
+  if (st) return st;
   if (e->mpi_failed)
     return cf_error(e->ctx, CF_ERR_RUNTIME, NULL, 0,
                     "cf_executable_run_rank: an earlier run of this executable failed and stopped "
@@ -805,19 +818,4 @@ void cf_executable_pending(cf_executable *e, int d) {
   e->pending += d;
   if (!e->pending) pthread_cond_broadcast(&e->pending_done);
   pthread_mutex_unlock(&e->pending_lock);
-}
-
-cf_status cf_executable_start_rank(cf_executable *e, cf_runner *r, int rank,
-                                   const void *const *inputs, void *const *outputs,
-                                   cf_run_done_fn done, void *user) {
-  cf_status st = cf_executable_check(e);
-  if (st) return st;
-  if (!r || !done)
-    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
-                    "cf_executable_start_rank: a runner and a done callback are required");
-  if (rank < 0 || rank >= e->ranks)
-    return cf_error(e->ctx, CF_ERR_USAGE, NULL, 0,
-                    "rank %d is not a rank of this %d-rank executable", rank, e->ranks);
-  return cf_runner_put(r, e, rank, inputs, e->n_io[CF_IO_INPUT], outputs, e->n_io[CF_IO_OUTPUT], done,
-                       user);
 }

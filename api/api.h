@@ -33,16 +33,13 @@ cf_status cf_compile(cf_graph *g, const cf_compile_options *opt);
 
 /* ================= runner.c: cf_executable_start_rank's thread ================= */
 
-/* Queue cf_executable_run_rank(e, rank, inputs, outputs) on r (the arrays
- * copied: n_in and n_out pointers); done is called on r's thread when it
- * has ended. */
-cf_status cf_runner_put(cf_runner *r, cf_executable *e, int rank, const void *const *inputs,
-                        int n_in, void *const *outputs, int n_out, cf_run_done_fn done,
-                        void *user);
-/* api.c: e's context, and its count of runs started on a runner and not
- * yet ended (d: +1 or -1; cf_executable_destroy waits for 0). */
+/* (runner.c calls api.c, never the other way.) api.c: e's context, and its
+ * count of runs started on a runner and not yet ended (d: +1 or -1;
+ * cf_executable_destroy waits for 0); e usable (cf_executable_check) and
+ * rank one of its ranks, as cf_executable_run_rank refuses them. */
 cf_context *cf_executable_ctx(const cf_executable *e);
 void cf_executable_pending(cf_executable *e, int d);
+cf_status cf_executable_check_rank(const cf_executable *e, int rank);
 
 /* ================= options.c: option values, checked once ================= */
 

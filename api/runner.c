@@ -101,9 +101,12 @@ void cf_runner_destroy(cf_runner *r) {
   free(r);
 }
 
-cf_status cf_runner_put(cf_runner *r, cf_executable *e, int rank, const void *const *inputs,
-                        int n_in, void *const *outputs, int n_out, cf_run_done_fn done,
-                        void *user) {
+/* Queue cf_executable_run_rank(e, rank, inputs, outputs) on r (the arrays
+ * copied: n_in and n_out pointers); done is called on r's thread when it
+ * has ended. */
+static cf_status runner_put(cf_runner *r, cf_executable *e, int rank, const void *const *inputs,
+                            int n_in, void *const *outputs, int n_out, cf_run_done_fn done,
+                            void *user) {
   cf_context *ctx = cf_executable_ctx(e);
   run_job *j = calloc(1, sizeof *j);
   if (j) {
@@ -141,4 +144,17 @@ cf_status cf_runner_put(cf_runner *r, cf_executable *e, int rank, const void *co
   pthread_cond_signal(&r->work);
   pthread_mutex_unlock(&r->lock);
   return CF_OK;
+}
+
+cf_status cf_executable_start_rank(cf_executable *e, cf_runner *r, int rank,
+                                   const void *const *inputs, void *const *outputs,
+                                   cf_run_done_fn done, void *user) {
+  cf_status st = cf_executable_check(e);
+  if (st) return st;
+  if (!r || !done)
+    return cf_error(cf_executable_ctx(e), CF_ERR_USAGE, NULL, 0,
+                    "cf_executable_start_rank: a runner and a done callback are required");
+  if ((st = cf_executable_check_rank(e, rank))) return st;
+  return runner_put(r, e, rank, inputs, (int)cf_executable_io_count(e, CF_IO_INPUT), outputs,
+                    (int)cf_executable_io_count(e, CF_IO_OUTPUT), done, user);
 }

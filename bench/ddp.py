@@ -2,7 +2,7 @@
 """DDP training step and gradient-sync time: gloo against collfuse's hook and compile_step.
 
     bench/ddp.py [--models resnet18,gpt] [--hooks none,gloo,collfuse,step] [--ranks 2] [--steps 6]
-                 [--warmup 2] [--repeats 3] [--json]
+                 [--warmup 2] [--repeats 3] [--peer ROOT] [--json]
 
 Runs examples/torch/ddp_train.py (gloo process group) for each model with
   none      DDP's own allreduce over gloo (step time only),
@@ -20,7 +20,10 @@ pass's last compute: exposed_ms), the median of exposed_ms / step time
 per step (exposed/step: the issue's target is at most 0.10) and the MB of
 gradients copied into buckets per step (copy MB: gradients no out= kernel
 produced there), and rank 0's peak resident memory; the table shows the
-median of the runs' medians and the ratios to gloo's.
+median of the runs' medians and the ratios to gloo's. --peer ROOT adds a
+row "peer": the collfuse hook of another checkout (its
+ROOT/build/libcollfuse.so and ROOT/python, e.g. main's beside a branch's),
+in the same rounds.
 """
 
 import argparse
@@ -51,6 +54,10 @@ def has_shm():
 
 def run(model, hook, args):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    if hook == "peer":  # the other checkout's library and package
+        env.update(COLLFUSE_LIBRARY=os.path.join(args.peer, "build", "libcollfuse.so"),
+                   PYTHONPATH=os.path.join(args.peer, "python"))
+        hook = "collfuse"
     tail = [EXAMPLE, "--json", "--model", model, "--hook", hook, "--steps", str(args.warmup + args.steps),
             "--batch", str(args.batch)]
     if args.launcher == "torchrun":
@@ -89,12 +96,13 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--launcher", choices=("auto", "torchrun", "mpirun"), default="auto",
                     help="auto: torchrun when the library has the shm world, else mpirun")
+    ap.add_argument("--peer", metavar="ROOT", help="also the collfuse hook of the checkout at ROOT (row 'peer')")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.launcher == "auto":
         args.launcher = "torchrun" if has_shm() else "mpirun"
-    hooks = args.hooks.split(",")
-    bad = [h for h in hooks if h not in HOOKS]
+    hooks = args.hooks.split(",") + (["peer"] if args.peer else [])
+    bad = [h for h in hooks if h not in HOOKS + ("peer",)]
     if bad or "gloo" not in hooks:
         sys.exit("bench/ddp.py: --hooks %s: of %s, gloo among them" % (args.hooks, ",".join(HOOKS)))
     rows = []

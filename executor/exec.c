@@ -845,12 +845,9 @@ static cf_status run_here(cf_context *ctx, rank_run *x) {
   return x->st;
 }
 
-/* cf_plan_destroy: the rank a plan kept (opt.keep_rank), its communication
- * thread stopped. */
-void cf_exec_forget(cf_plan *p) {
-  rank_run *x = p->solo;
-  if (!x) return;
-  p->solo = NULL;
+/* A plan's solo_free, which cf_plan_destroy calls: the rank it kept
+ * (opt.keep_rank), its communication thread stopped. */
+static void solo_free(rank_run *x) {
   if (x->has_thread) {
     pthread_mutex_lock(&x->lock);
     x->stop = true;
@@ -885,6 +882,7 @@ static cf_status run_solo(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inp
       if (p->opt.keep_rank) {
         x->kept = true;
         p->solo = x;
+        p->solo_free = solo_free;
       }
     }
   }

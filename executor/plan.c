@@ -1193,7 +1193,8 @@ int cf_plan_value_bucket(const cf_plan *p, int node, int port, int64_t *off) {
 
 void cf_plan_destroy(cf_plan *p) {
   if (!p || p->abandoned) return; /* a rank's thread may still use it (exec.c join_ranks) */
-  cf_exec_forget(p);
+  if (p->solo) p->solo_free(p->solo); /* exec.c's kept rank: it lives above the plan */
+  p->solo = NULL;
   for (int c = 0; p->colls && c < p->n_colls; c++) {
     free(p->colls[c].segs);
     free(p->colls[c].pairs);

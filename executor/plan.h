@@ -107,11 +107,9 @@ struct cf_plan {
                    * thread may still use the plan, which cf_plan_destroy then leaves */
   bool *binds;    /* node -> cf_plan_binds */
   struct rank_run *solo; /* opt.keep_rank: this process's rank, kept from run to run (exec.c);
-                          * cf_plan_destroy frees it (cf_exec_forget) before the world goes */
+                          * cf_plan_destroy frees it with solo_free before the world goes */
+  void (*solo_free)(struct rank_run *solo); /* exec.c's, set with solo: stops its threads */
 };
-
-/* exec.c: free the rank p kept (opt.keep_rank) and stop its threads. */
-void cf_exec_forget(cf_plan *p);
 
 /* exec.c: the BLAS threads each rank's GEMMs get with `ranks` rank threads
  * in this process: cores/ranks (at least 1), or OpenBLAS's setting for one

@@ -297,8 +297,14 @@ static cf_status infer_shape(hlo_reader *r, const hcomp *c, int k, hinstr *in) {
     if (in->n_opnd &&
         !(in->shape.elem = cf_arena_array(&r->scratch, (size_t)in->n_opnd, sizeof(hshape))))
       return cf_hlo_oom(r, in->line);
-    for (int i = 0; i < in->n_opnd; i++)
-      in->shape.elem[i] = c->ins[cf_hlo_map_find(&c->map, in->opnd[i])].shape;
+    for (int i = 0; i < in->n_opnd; i++) { /* every operand, not only the first three */
+      int j = cf_hlo_map_find(&c->map, in->opnd[i]);
+      if (j < 0 || j >= k)
+        return cf_hlo_fail(r, in->line,
+                           "instruction '%s': its shape is left out, and operand '%s' is %s",
+                           in->name, in->opnd[i], j < 0 ? "not defined" : "defined after it");
+      in->shape.elem[i] = c->ins[j].shape;
+    }
     if (count_leaves(&in->shape, CF_MAX_OPERANDS) > CF_MAX_OPERANDS)
       return cf_hlo_fail(r, in->line, "instruction '%s': tuple of more than %d arrays", in->name,
                          CF_MAX_OPERANDS);

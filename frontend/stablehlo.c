@@ -859,8 +859,10 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     if (!kv[1]) return cf_hlo_oom(r, line);
     in->opcode = "custom-call";
     if ((st = set_attrs(s, in, 1, kv))) return st;
-  } else if (sn.p != op.p && (cf_span_is(sn, "while") || cf_span_is(sn, "if") ||
-                                cf_span_is(sn, "case"))) {
+  } else if ((cf_span_is(op, "stablehlo.while") || cf_span_is(op, "stablehlo.if") ||
+              cf_span_is(op, "stablehlo.case") || cf_span_is(op, "mhlo.while") ||
+              cf_span_is(op, "mhlo.if") || cf_span_is(op, "mhlo.case"))) {
+    /* (scf.while, scf.if and the like have other forms: Opaque below) */
     if ((st = control_op(s, in, op, sn, generic, p, after, colon, e, line))) return st;
   } else {
     /* everything else: Opaque named by its MLIR op, with region captures;

@@ -98,6 +98,7 @@ typedef enum reason_kind {
   R_FUSION0,       /* fusion=0 */
   R_CONTROL,       /* a control edge orders it (other: the node at the edge's other end) */
   R_TUPLE,         /* an AllToAll of the tuple form */
+  R_LOOP,          /* in a while's body or condition, and the split says no_loops (seg: region) */
   R_FID_UNSHARED,  /* no other collective of the kind has its fusion_id */
   R_FID_KEY,       /* fusion_id shared with other, but a key field differs */
   R_FID_CYCLE,     /* fusion_id shared with other, but node depends on collective dep */
@@ -884,6 +885,12 @@ static const char *reason_text(const combiner *m, const reason *r, char *buf, si
   case R_DDP: snprintf(buf, len, "split ddp limit=%s", b1); break;
   case R_DDP_ALONE: snprintf(buf, len, "split ddp: alone in its bucket (limit %s)", b1); break;
   case R_FUSION0: snprintf(buf, len, "fusion=0"); break;
+  case R_LOOP: {
+    char where[96];
+    snprintf(buf, len, "it is in %s and the split says no_loops (XLA's combine_while_loops=false)",
+             cf_region_text(m->g, r->seg, where, sizeof where));
+    break;
+  }
   case R_TUPLE:
     snprintf(buf, len, "the tuple form (operand j to rank j) is one exchange already");
     break;
@@ -1205,6 +1212,8 @@ cf_status cf_combine(cf_graph *g, const cf_pass_options *opt, cf_op kind) {
       c->fusion = 0, c->why = (reason){.kind = R_TUPLE};
     else if (tied[v] >= 0)
       c->fusion = 0, c->why = (reason){.kind = R_CONTROL, .other = g->nodes[tied[v]].name};
+    else if (sp.no_loops && n->region && strstr(g->regions[n->region].op, "while"))
+      c->fusion = 0, c->why = (reason){.kind = R_LOOP, .seg = n->region}; /* its own body's op */
     m.by_node[v] = m.nc++;
   }
   if (intern_keys(&m) < 0 || (st = compute_depth2(&m))) {

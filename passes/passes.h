@@ -36,6 +36,8 @@ typedef struct cf_split {
   bool same_dtype;                 /* any: AllGather and AllToAll buckets keep one dtype */
   bool any_dim;                    /* any: AllGathers / ReduceScatters of different dims share
                                     * buckets (XLA's combine_by_dim=false) */
+  bool no_loops;                   /* any: collectives of a while's body or condition stay
+                                    * alone (XLA's combine_while_loops=false) */
 } cf_split;
 
 /* Transport cost of one collective of b bytes: alpha + b / beta; the

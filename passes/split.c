@@ -35,6 +35,11 @@
  *                                  share buckets (XLA's combine_by_dim=false),
  *                                  each member along its own; by default a
  *                                  bucket has one dim.
+ *   ...,no_loops                   after any of them (any order with the
+ *                                  others): collectives in a while's body or
+ *                                  condition stay alone (XLA's
+ *                                  combine_while_loops=false); by default
+ *                                  they combine within their body.
  *
  * The auto cost model. One collective of b bytes costs alpha + b/beta on
  * one communication stream. The backward pass produces the gradients in
@@ -113,8 +118,9 @@ static bool split_parse(const char *spec, cf_split *out, char *why, size_t len);
 
 bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
   /* the flags that may follow any spec, each at most once */
-  static const char *const tails[] = {",same_dtype", ",any_dim"};
-  bool on[2] = {false, false};
+  static const char *const tails[] = {",same_dtype", ",any_dim", ",no_loops"};
+  enum { N_TAILS = sizeof tails / sizeof tails[0] };
+  bool on[N_TAILS] = {false};
   char head[256];
   size_t n = spec ? strlen(spec) : 0;
   if (n >= sizeof head) {
@@ -124,7 +130,7 @@ bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
   if (spec) memcpy(head, spec, n + 1);
   for (bool cut = true; cut && spec;) {
     cut = false;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < N_TAILS; k++) {
       size_t t = strlen(tails[k]);
       if (!on[k] && n > t && strcmp(head + n - t, tails[k]) == 0) {
         head[n -= t] = 0;
@@ -135,6 +141,7 @@ bool cf_split_parse(const char *spec, cf_split *out, char *why, size_t len) {
   if (!split_parse(spec ? head : NULL, out, why, len)) return false;
   out->same_dtype = on[0];
   out->any_dim = on[1];
+  out->no_loops = on[2];
   return true;
 }
 

@@ -532,6 +532,13 @@ static void test_o0_agrees(void **state) {
 
 /* All ranks of a DP graph with caller buffers: every output is the mean
  * over ranks, exactly (small integers in float32). */
+/* A cf_run_done_fn that counts its calls in *(int *)user. */
+static void count_done(void *user, cf_status status, const char *message) {
+  (void)status;
+  (void)message;
+  ++*(int *)user;
+}
+
 static void test_run_dp(void **state) {
   (void)state;
   enum { R = 4, N = 20, E = 300 };
@@ -608,6 +615,20 @@ static void test_run_dp(void **state) {
    * a rank out of range is refused before MPI is touched */
   ASSERT_ERR(cf_executable_run_rank(e, R, NULL, NULL), CF_ERR_USAGE,
              "rank 4 is not a rank of this 4-rank executable");
+  /* and so is a start on a runner (runner.c): without a runner or a
+   * callback, or a rank out of range; nothing is queued, nothing called */
+  cf_runner *runner;
+  int calls = 0;
+  OK(cf_runner_create(ctx, &runner));
+  ASSERT_ERR(cf_executable_start_rank(e, NULL, 0, NULL, NULL, count_done, &calls), CF_ERR_USAGE,
+             "cf_executable_start_rank: a runner and a done callback are required");
+  ASSERT_ERR(cf_executable_start_rank(e, runner, 0, NULL, NULL, NULL, NULL), CF_ERR_USAGE,
+             "a runner and a done callback are required");
+  ASSERT_ERR(cf_executable_start_rank(e, runner, R, NULL, NULL, count_done, &calls), CF_ERR_USAGE,
+             "rank 4 is not a rank of this 4-rank executable");
+  cf_runner_wait(runner);
+  cf_runner_destroy(runner);
+  assert_int_equal(calls, 0);
   for (int r = 0; r < R * N; r++) {
     free(in[r]);
     free(out[r]);

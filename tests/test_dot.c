@@ -259,6 +259,7 @@ static void test_alltoall_permute(void **state) {
   remove(path);
   rmdir(dir);
   cf_graph_destroy(g);
+  cf_context_destroy(ctx); /* new_graph makes another */
   /* a FusedAllToAll: a cluster of its members, with the dims they share */
   g = new_graph(&ctx, 2);
   x = input(g, "x", "float32", "4,2");

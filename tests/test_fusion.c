@@ -354,6 +354,13 @@ static void test_split_segments(void **state) {
   assert_true(s.kind == CF_SPLIT_DDP && s.any_dim && s.same_dtype);
   assert_false(cf_split_parse("auto,any_dim,any_dim", &s, why, sizeof why));
   assert_false(cf_split_parse(",any_dim", &s, why, sizeof why));
+  /* ,no_loops (XLA's combine_while_loops=false) with the others, any order, once */
+  assert_true(cf_split_parse("bytes:1M,count=256,any_dim,no_loops", &s, why, sizeof why));
+  assert_true(s.kind == CF_SPLIT_BYTES && s.any_dim && s.no_loops && !s.same_dtype && s.count == 256);
+  assert_true(cf_split_parse("auto,no_loops,same_dtype", &s, why, sizeof why));
+  assert_true(s.kind == CF_SPLIT_AUTO && s.no_loops && s.same_dtype && !s.any_dim);
+  assert_false(cf_split_parse("auto", &s, why, sizeof why) && s.no_loops);
+  assert_false(cf_split_parse("auto,no_loops,no_loops", &s, why, sizeof why));
   assert_true(cf_split_parse("size:96.54,3.46", &s, why, sizeof why));
   assert_true(cf_split_segments(&s, rn, 10, seg, why, sizeof why));
   for (int i = 0; i < 10; i++)

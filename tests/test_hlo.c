@@ -1034,6 +1034,10 @@ static const cf_bad_input bad_modules[] = {
      "ENTRY e {\n  p = f32[6] parameter(0)\n  ROOT a = f32[1] reduce-scatter(p), channel_id=1, "
      "use_global_device_ids=true, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=sum\n}\n",
      "t.hlo:9: error: node 'a': dim0=6 is not divisible by rank_size=4"},
+    /* a tuple without a shape whose fourth operand is not defined (fuzz) */
+    {"HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n"
+     "  ROOT t = tuple(a, a, a,\n      b)\n}\n",
+     "t.hlo:4: error: instruction 't': its shape is left out, and operand 'b' is not defined"},
     /* control flow: every computation a while or conditional runs must be there */
     {HDR SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT w = f32[4] while(p), condition=sum\n}\n",
      "t.hlo:9: error: instruction 'w': while needs body=COMPUTATION"},

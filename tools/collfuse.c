@@ -283,7 +283,8 @@ static const cf_opt compile_opts[] = {
              "  (hard cap, as XLA), ddp:25M[,first=1M][,initial] (DDP's rule),\n"
              "  size:96.54,3.46 (HCCL percentages), index:20,100,159 (HCCL);\n"
              "  any of them ,same_dtype (AllGather/AllToAll buckets keep one\n"
-             "  dtype) and ,any_dim (gathers/scatters of any dims share)"},
+             "  dtype), ,any_dim (gathers/scatters of any dims share) and\n"
+             "  ,no_loops (a while body's collectives stay alone)"},
     {"--cost", NULL, "A,B[,G]", CF_OPT_STR, offsetof(compile_args, cost), .comma_list = true,
      .check = cf_opt_check_cost,
      .help = "auto's model: A us per collective, B GB/s link, G GB/s\n"

@@ -438,7 +438,10 @@ typedef void (*cf_run_done_fn)(void *user, cf_status status, const char *message
  * untouched until then. Anything else (a changed graph, a rank out of
  * range, no memory): nothing was queued and done is not called. Don't call
  * cf_executable_run_rank on e while runs of it are queued (cf_runner_wait
- * first); cf_executable_destroy waits for them. */
+ * first); cf_executable_destroy waits for them (so neither it nor
+ * cf_runner_wait/_destroy may be called from done). Under MPI the runner's
+ * thread makes the MPI calls: MPI at least MPI_THREAD_SERIALIZED (what
+ * collfuse initializes is MPI_THREAD_MULTIPLE). */
 cf_status cf_executable_start_rank(cf_executable *e, cf_runner *r, int rank,
                                    const void *const *inputs, void *const *outputs,
                                    cf_run_done_fn done, void *user);

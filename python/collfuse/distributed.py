@@ -312,7 +312,7 @@ atexit.register(destroy)
 
 # this module's lanes in a rank's trace, after the library's compute (0)
 # and collectives (1): the thread that calls the DDP hooks (the backward
-# pass) and the one that runs the collectives (collfuse.torch's worker)
+# pass) and the one that runs the collectives (collfuse's runner thread)
 LANE_HOOK, LANE_CALLS = 2, 3
 _LANE_NAMES = {0: "compute", 1: "collectives", LANE_HOOK: "DDP hook (backward pass)",
                LANE_CALLS: "collfuse.distributed calls"}
@@ -377,7 +377,7 @@ class _Trace:
 
     def write(self):
         # one write at a time, each its snapshot: the last file renamed into
-        # place holds the newest events (write_trace on the worker and
+        # place holds the newest events (write_trace on the runner thread and
         # set_trace(None) on the main thread may both write)
         with self.wlock:
             self._write()
@@ -426,7 +426,7 @@ def set_trace(path):
     transport's waits; the driver's plan building and kernels), and this
     module's: each call (lane 3, with "compile" when it made its executable)
     and collfuse.torch's DDP buckets (lane 2: each hook call on the backward
-    pass; lane 3: each bucket from its turn on the worker to its future's
+    pass; lane 3: each bucket from its turn on the runner thread to its future's
     completion, args index, bytes, queued_ms). The file is written by
     write_trace(), set_trace(None) (which stops recording), a later
     set_trace and destroy() (at exit). path None: stop."""

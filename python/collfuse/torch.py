@@ -47,7 +47,7 @@ class HookState:
     rank) and trace: FILE.json, where each rank writes its timeline of the
     buckets as FILE.rank<R>.json (collfuse.distributed.set_trace, started
     at the first bucket: each hook call on the backward pass, each bucket's
-    turn on the worker with its collective, the library's copies, algorithm
+    turn on the runner thread with its collective, the library's copies, algorithm
     phases and waits). The file is rewritten after each backward pass's
     last bucket (DDP's bucket 0) and at exit, so it is whole between steps."""
 

@@ -12,7 +12,8 @@ dtype, on numpy arrays and (with torch) CPU torch tensors, against numpy
 references computed in float64 from every rank's random data (each rank
 makes all ranks' data from the same seeds); bad buffers refused before
 anything is sent (the ranks stay in step); float32 at sizes past the
-small-message algorithms; groups (shm world; MPI refuses them); and with torch, a small model
+small-message algorithms; all_reduce with async_op=True (several started
+at once, a call without it after them); groups (shm world; MPI refuses them); and with torch, a small model
 under DDP over gloo with collfuse's allreduce_hook against DDP without a
 hook, step by step, and its bf16 variant; last, ranks that call different
 collectives all raise. Exits 77 (skipped) without
@@ -175,6 +176,41 @@ def large(me, R):
         b = n // R
         close("float32", out, np.concatenate([f64("float32", every[r][me * b:(me + 1) * b]) for r in range(R)]),
               "large all_to_all", R)
+
+
+def started(me, R):
+    """all_reduce(async_op=True): several started back to back on collfuse's
+    thread (sizes past the small-message algorithms, sum and mean, float32
+    and float64), a call without async_op after them, then each Work's
+    result against the float64 reference; then() runs once each has ended,
+    at once when it already has."""
+    sizes = (7, R * 40000 + 3, 1000, R * (1 << 17))
+    every, xs, works, ended = [], [], [], []
+    for k, n in enumerate(sizes):
+        dt, red = ("float32", "sum") if k % 2 == 0 else ("float64", "mean")
+        e = [data(dt, n, r, 3000 + k) for r in range(R)]
+        x = e[me].copy()
+        w = cfd.all_reduce(x, op=red, async_op=True)
+        w.then(lambda wk, k=k: ended.append(k))
+        every.append((dt, red, e))
+        xs.append(x)
+        works.append(w)
+    y = data("float32", 33, me, 3100)
+    want_y = reduce_ref("float32", "sum", [data("float32", 33, r, 3100) for r in range(R)])
+    cfd.all_reduce(y)  # after the started ones (same order on every rank)
+    close("float32", y, want_y, "all_reduce after started ones", R)
+    for k, w in enumerate(works):
+        if w.wait() is not xs[k] or not w.is_completed() or w.exception() is not None:
+            fail("started all_reduce %d: wait() %r, completed %r, exception %r"
+                 % (k, type(w.wait()), w.is_completed(), w.exception()))
+        dt, red, e = every[k]
+        close(dt, xs[k], reduce_ref(dt, red, e), "started all_reduce %s, %d elements" % (red, sizes[k]), R)
+    if sorted(ended) != list(range(len(sizes))):
+        fail("started all_reduce: then() ran for %r" % ended)
+    now = []
+    works[0].then(lambda wk: now.append(wk))
+    if now != [works[0]]:
+        fail("then() on an ended Work did not run at once: %r" % now)
 
 
 def groups(me, R):
@@ -417,9 +453,51 @@ def hosts(ok, scale):
     print("ranks on two hosts: refused by both, naming the hosts")
 
 
+def killed_child():
+    """A rank of a 2-rank shm job: both average a tensor with
+    all_reduce(async_op=True); then rank 1 SIGKILLs itself while rank 0 has
+    started the next one, whose Work must fail naming rank 1 (its process
+    died), well within the timeout; the world then refuses more calls.
+    CF_KILLED "run": the next one is the same average (a run of the kept
+    rank); "setup": a sum, whose executable joins the job first."""
+    import signal
+    cfd.init(timeout=20)
+    me = cfd.get_rank()
+    every = [data("float32", 4096, r, 4000) for r in range(2)]
+    x = every[me].copy()
+    cfd.all_reduce(x, op="mean", async_op=True).wait()
+    close("float32", x, reduce_ref("float32", "mean", every), "all_reduce before the kill", 2)
+    if me == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    w = cfd.all_reduce(x, op="mean" if os.environ["CF_KILLED"] == "run" else "sum", async_op=True)
+    expect_raises(collfuse.CollfuseError, w.wait, "rank 1", "died")
+    expect_raises(collfuse.CollfuseError, lambda: cfd.all_reduce(x, async_op=True), "an earlier collective failed")
+    with open(os.path.join(os.environ["CF_OK_DIR"], "rank0.ok"), "w") as f:
+        f.write("ok\n")
+
+
+def killed(ok, scale, where):
+    """killed_child's two processes, as torchrun starts them: rank 1 ends by
+    SIGKILL, rank 0 with the error naming it (no hang on the runner)."""
+    port = free_port()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, CF_DIST_CHILD="killed", CF_KILLED=where, CF_OK_DIR=ok, RANK=str(r), WORLD_SIZE="2",
+                   LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=120 * scale)[0] for p in procs]
+    if procs[0].returncode or procs[1].returncode != -9 or sorted(os.listdir(ok)) != ["rank0.ok"]:
+        fail("a rank killed with a started all_reduce (%s): exits %s\n%s" % (where, [p.returncode for p in procs],
+                                                                             "".join(outs)))
+    print("a rank killed: the other's started all_reduce fails naming it (%s)" % where)
+
+
 def child():
     if os.environ.get("CF_DIST_CHILD") == "hosts":
         return hosts_child()
+    if os.environ.get("CF_DIST_CHILD") == "killed":
+        return killed_child()
     forced = os.environ.get("CF_DIST_BACKEND") or None
     cfd.init(deterministic=True, backend=forced)
     me, R = cfd.get_rank(), cfd.get_world_size()
@@ -429,6 +507,7 @@ def child():
     expect_raises(TypeError, lambda: cfd.all_reduce(np.zeros(2), group=object()), "a list of ranks")
     collectives(me, R, ("numpy", "torch") if torch is not None else ("numpy",))
     large(me, R)
+    started(me, R)
     groups(me, R)
     refusals(me, R)
     copies(me, R)
@@ -527,6 +606,9 @@ def driver():
     if shm:
         with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
             hosts(ok, scale)
+        for where in ("run", "setup"):
+            with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
+                killed(ok, scale, where)
     for how, R in runs:
         with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
             start(how, R, ok, scale)
