@@ -10,7 +10,11 @@
  * messages, so a barrier honours the timeout and the abort flag like every
  * other wait. The first rank to fail sets the world's abort flag with its
  * message; the rest stop at their next wait and the run returns that
- * message with CF_ERR_RUNTIME (or the failing rank's own status).
+ * message with CF_ERR_RUNTIME (or the failing rank's own status). A wait
+ * times out after --timeout of its peer's silence: a rank's thread beats
+ * (cf_beat, through its endpoint's beat slot) while it works through a
+ * long local phase (its inputs' fill and copies, its outputs' copies, a
+ * first touch), so a peer still filling 4 GiB is waited for.
  */
 #define _GNU_SOURCE
 #include "../ir/trace.h"
@@ -361,10 +365,22 @@ static cf_status bind_values(rank_run *r) {
   return CF_OK;
 }
 
-/* cf_fill_node into a value's buffer (on a device, through a host copy). */
+/* Elements a long local phase handles between two signs of life
+ * (cf_beat): 16 MiB of float32, milliseconds of work, so a peer waiting
+ * for this rank sees it move many times a second. */
+#define BEAT_ELEMS ((int64_t)1 << 22)
+#define BEAT_BYTES ((size_t)16 << 20)
+
+/* cf_fill_node into a value's buffer (on a device, through a host copy),
+ * a beat at every BEAT_ELEMS. */
 static cf_status fill_value(rank_run *r, const cf_node *n, const cf_tensor *t) {
   if (cf_device_is_host(r->dev)) {
-    cf_fill_node(n, t->data, t->dtype, t->count, r->p->opt.seed, r->rank);
+    size_t size = (size_t)cf_dtype_size(t->dtype);
+    for (int64_t at = 0; at < t->count; at += BEAT_ELEMS) {
+      int64_t k = t->count - at < BEAT_ELEMS ? t->count - at : BEAT_ELEMS;
+      cf_fill_node_at(n, (char *)t->data + (size_t)at * size, t->dtype, at, k, r->p->opt.seed, r->rank);
+      cf_beat();
+    }
     return CF_OK;
   }
   size_t bytes = (size_t)t->count * (size_t)cf_dtype_size(t->dtype);
@@ -376,9 +392,26 @@ static cf_status fill_value(rank_run *r, const cf_node *n, const cf_tensor *t) {
                     cf_bytes_text((int64_t)bytes, b, sizeof b), n->name, r->rank);
   }
   cf_fill_node(n, h, t->dtype, t->count, r->p->opt.seed, r->rank);
+  cf_beat();
   cf_status st = cf_device_upload(r->dev, t->data, h, bytes);
   free(h);
+  cf_beat();
   return st;
+}
+
+/* cf_device_upload (up) or cf_device_download of bytes, a beat at every
+ * BEAT_BYTES (a copy of GiBs first touches its destination). */
+static cf_status copy_beating(rank_run *r, bool up, void *dst, const void *src, size_t bytes) {
+  size_t at = 0;
+  do {
+    size_t k = bytes - at < BEAT_BYTES ? bytes - at : BEAT_BYTES;
+    cf_status st = up ? cf_device_upload(r->dev, (char *)dst + at, (const char *)src + at, k)
+                      : cf_device_download(r->dev, (char *)dst + at, (const char *)src + at, k);
+    if (st) return st;
+    cf_beat();
+    at += k;
+  } while (at < bytes);
+  return CF_OK;
 }
 
 static cf_status fill_inputs(rank_run *r) {
@@ -407,7 +440,7 @@ static cf_status fill_inputs(rank_run *r) {
     if (bk && src->data == bk + pv->boff) continue; /* its bucket's mirror has it */
     size_t bytes = (size_t)t.count * (size_t)cf_dtype_size(t.dtype);
     count_copy(r, bytes);
-    cf_status st = cf_device_upload(r->dev, t.data, src->data, bytes);
+    cf_status st = copy_beating(r, true, t.data, src->data, bytes);
     if (st) return st;
   }
   return CF_OK;
@@ -615,7 +648,7 @@ static cf_status collect_outputs(rank_run *r) {
       dst->data = r->in->outputs[at].data;
       if (!dst->data || dst->data == src.data) continue;
       count_copy(r, bytes);
-      if ((st = cf_device_download(r->dev, dst->data, src.data, bytes))) return st;
+      if ((st = copy_beating(r, false, dst->data, src.data, bytes))) return st;
       continue;
     }
     dst->data = malloc(bytes ? bytes : 1);
@@ -625,7 +658,7 @@ static cf_status collect_outputs(rank_run *r) {
                       "cannot allocate %s for rank %d's copy of output '%s': out of memory",
                       cf_bytes_text((int64_t)bytes, b, sizeof b), r->rank, n->name);
     }
-    if ((st = cf_device_download(r->dev, dst->data, src.data, bytes))) return st;
+    if ((st = copy_beating(r, false, dst->data, src.data, bytes))) return st;
   }
   return CF_OK;
 }
@@ -653,6 +686,7 @@ static void *rank_main(void *arg) {
   rank_run *r = arg;
   cf_world_rank_thread(r->world, r->rank, 0);
   cf_trace_here = r->lane;
+  cf_pulse_here = cf_comm_pulse(r->comm); /* its long phases' signs of life reach its peers */
   rank_go(r);
   /* stop the communication thread (it finishes what was started) */
   pthread_mutex_lock(&r->lock);
@@ -839,9 +873,12 @@ static cf_status run_here(cf_context *ctx, rank_run *x) {
     x->has_thread = true;
   }
   cf_trace_lane *here = cf_trace_here;
+  cf_pulse pulse = cf_pulse_here;
   cf_trace_here = x->lane;
+  cf_pulse_here = cf_comm_pulse(x->comm);
   rank_go(x);
   cf_trace_here = here;
+  cf_pulse_here = pulse;
   return x->st;
 }
 

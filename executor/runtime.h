@@ -225,6 +225,13 @@ typedef struct cf_comm_ops {
    * collectives), within the scratch cf_coll_scratch_bytes gives
    * CF_ALGO_MPI_NATIVE. */
   cf_status (*native)(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+  /* Optional (NULL when absent; called through cf_comm_pulse's pulse, from
+   * any thread of the rank): a sign of life of this rank in a long local
+   * phase (its inputs' fill, a first touch, --verify). It moves a counter
+   * of the rank's that its peers read while they wait for it, and a wait
+   * counts its timeout from the last move: a peer that works is waited for,
+   * one that is silent for the timeout is given up on. */
+  void (*beat)(cf_comm *c);
 } cf_comm_ops;
 
 struct cf_comm {

@@ -836,6 +836,9 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
   if (a->procs) {
     cf_world *world = j->setup.world;
     j->me = j->setup.me;
+    /* this process's long phases (compiling, its inputs, --verify) are its
+     * rank's signs of life to the peers that wait for it (agree_setup, agree_result) */
+    cf_pulse_here = cf_comm_pulse(cf_world_comm(world, world->first));
     if (!st && a->ranks && a->ranks != world->size)
       st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
                     "--ranks %d, but the launcher started %d process%s (leave --ranks out with "
@@ -1071,6 +1074,7 @@ static void job_free(run_job *j, int rc) {
   cf_graph_destroy(j->ref_g);
   cf_opts_free(&cf_command_run, j->a);
   fflush(stdout);
+  cf_pulse_here = (cf_pulse){NULL, NULL}; /* the world's endpoint goes with it */
   cf_run_setup_free(&j->setup, rc);
 }
 

@@ -49,7 +49,11 @@
  * it; a rank that fails sets the shared abort word with its message first.
  * So every other rank stops well within its timeout. A heartbeat would need
  * the dead rank's silence to last a timeout; a robust mutex only tells the
- * rank that next locks it.
+ * rank that next locks it. The timeout itself counts silence, not work:
+ * each rank has a counter in the control segment that it bumps while it
+ * works through a long local phase (s_beat), and a wait on it starts its
+ * count again whenever that moves (a rank still filling 4 GiB of inputs is
+ * waited for; one stuck for the timeout is named).
  */
 #define _GNU_SOURCE
 #include "transports.h"
@@ -80,7 +84,7 @@
 #define CHAN_SLOTS 8
 #define EAGER_MAX 104
 #define INLINE_BIT (UINT64_C(1) << 63)
-#define MAGIC UINT64_C(0x324d48534643) /* "CFSHM2" */
+#define MAGIC UINT64_C(0x334d48534643) /* "CFSHM3": the control segment's layout */
 #define NAME_MAX_SHM 64                /* group and node names a descriptor carries */
 #define PAGE 4096
 
@@ -122,6 +126,7 @@ typedef struct shead { /* the control segment's first bytes */
   /* cf_world_max: rank r's values in maxv[r], then a counter per round */
   _Atomic uint64_t max_round[CF_MAX_WORLD];
   double maxv[CF_MAX_WORLD][8];
+  _Atomic uint64_t beat[CF_MAX_WORLD]; /* each rank's signs of life (s_beat), read by waits on it */
 } shead;
 
 typedef struct extent {
@@ -228,8 +233,14 @@ static void *shm_alloc(cf_world *base, size_t bytes) {
   size_t off = heap_alloc(w, bytes + PAGE);
   if (off == SIZE_MAX) return NULL;
   *(size_t *)(w->heap[w->me] + off) = bytes;
-  memset(w->heap[w->me] + off + PAGE, 0, bytes); /* zeroed, as the slot promises (heap_free) */
-  return w->heap[w->me] + off + PAGE;
+  /* zeroed, as the slot promises (heap_free): the first touch of fresh
+   * pages, slow for an arena of GiBs, so a beat every 64 MiB */
+  char *p = w->heap[w->me] + off + PAGE;
+  for (size_t at = 0, step = (size_t)64 << 20; at < bytes; at += step) {
+    memset(p + at, 0, bytes - at < step ? bytes - at : step);
+    cf_beat();
+  }
+  return p;
 }
 
 static bool in_heap(const cf_shm_world *w, const void *p) {
@@ -317,12 +328,16 @@ static cf_status wait_ge(cf_shm_world *w, _Atomic uint64_t *a, uint64_t target, 
   if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
   if (cf_spin_ge(a, target, w->spin)) return CF_OK;
   sbell *b = &w->bells[w->me];
-  double deadline = cf_now() + w->timeout_s;
+  /* the timeout counts the peer's silence (threads.c's wait_ge) */
+  _Atomic uint64_t *beat = &w->head->beat[ww->peer];
+  cf_patience pat;
+  cf_patience_start(&pat, atomic_load_explicit(beat, memory_order_relaxed), cf_now());
   for (;;) {
     atomic_store(&b->sleeping, 1);
     uint32_t v = atomic_load(&b->word);
     if (atomic_load(a) >= target) break;
-    double left = deadline - cf_now();
+    double left = cf_patience_left(&pat, atomic_load_explicit(beat, memory_order_relaxed), cf_now(),
+                                   w->timeout_s);
     if (atomic_load(&w->head->aborted) || check_dead(w) || left <= 0) {
       atomic_store(&b->sleeping, 0);
       return stop(w, ww);
@@ -482,6 +497,11 @@ static bool s_aborted(cf_comm *c, const char **text) {
   return true;
 }
 
+static void s_beat(cf_comm *c) {
+  cf_shm_world *w = c->impl;
+  atomic_fetch_add_explicit(&w->head->beat[w->me], 1, memory_order_relaxed);
+}
+
 static const cf_comm_ops shm_ops = {
     .name = "shm",
     .zero_copy = true,
@@ -495,6 +515,7 @@ static const cf_comm_ops shm_ops = {
     .eager_max = EAGER_MAX,
     .abort = s_abort,
     .aborted = s_aborted,
+    .beat = s_beat,
 };
 
 /* ================= start-up: the rendezvous ================= */

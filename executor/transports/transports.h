@@ -129,6 +129,19 @@ int *cf_bind_cpus(int size, int *lanes);
 void cf_wait_timeout_text(char *text, size_t len, int me, double timeout_s, const char *verb,
                           int peer, const cf_coll_desc *d, int size, bool (*left)(void *, int),
                           void *user);
+/* The pulse (ir.h's cf_pulse) whose beats are c's beat slot (a pulse of
+ * no one where c has none); c must outlive the threads that hold it. */
+cf_pulse cf_comm_pulse(cf_comm *c);
+/* A wait's patience (threads.c, shm.c): the timeout counts the silence of
+ * the peer waited for, from the wait's start or its counter's last move.
+ * cf_patience_left: the seconds left at now given the peer's counter beat
+ * (<= 0: silent too long). */
+typedef struct cf_patience {
+  uint64_t seen; /* the peer's counter when last read */
+  double since;  /* when it last moved (or the wait began) */
+} cf_patience;
+void cf_patience_start(cf_patience *p, uint64_t beat, double now);
+double cf_patience_left(cf_patience *p, uint64_t beat, double now, double timeout_s);
 /* The spin before a wait sleeps (threads.c, shm.c): true once *a >= target
  * within spin polls. With a core per rank (spin > 1000) it pauses, giving
  * the core away every 64 polls after the first 256 (a pause takes ~140

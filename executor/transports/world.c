@@ -145,3 +145,25 @@ bool cf_spin_ge(_Atomic uint64_t *a, uint64_t target, int spin) {
   }
   return atomic_load_explicit(a, memory_order_acquire) >= target;
 }
+
+static void comm_beat(void *c) {
+  cf_comm *comm = c;
+  comm->ops->beat(comm);
+}
+
+cf_pulse cf_comm_pulse(cf_comm *c) {
+  return c && c->ops->beat ? (cf_pulse){comm_beat, c} : (cf_pulse){NULL, NULL};
+}
+
+void cf_patience_start(cf_patience *p, uint64_t beat, double now) {
+  p->seen = beat;
+  p->since = now;
+}
+
+double cf_patience_left(cf_patience *p, uint64_t beat, double now, double timeout_s) {
+  if (beat != p->seen) { /* the peer works: the silence starts again */
+    p->seen = beat;
+    p->since = now;
+  }
+  return p->since + timeout_s - now;
+}
