@@ -6,7 +6,7 @@
  *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm   (N of them)
  *   API_RANK=R API_SIZE=N API_JOB=NAME collfuse_api_mpi shm-job  (N of them)
  *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm-repeat
- *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm-gap|shm-gap0
+ *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm-gap|shm-gap0|shm-gap-env
  *   mpirun -np N collfuse_api_mpi gap|gap0
  *
  * shm sets the option backend to shm (the rank from the launcher's
@@ -43,7 +43,11 @@
  * count, whose first run checks the job first: the kept run's first
  * message meets the new one's start-up exchange, and every rank fails with
  * CF_ERR_RUNTIME, "cross-rank mismatch" naming the odd rank and another
- * (not a timeout naming the rank each waits for). Prints one line per
+ * (not a timeout naming the rank each waits for). shm-gap-env: shm-gap
+ * with torchrun's variables set before the new executable (COLLFUSE_JOB
+ * unset, MASTER_PORT from API_PORT), as DDP sets them under mpirun: it
+ * joins the world the first one joined, not a job of that other name.
+ * Prints one line per
  * failure; exits 0 when all passed, 77 outside mpirun.
  */
 #include <collfuse/collfuse.h>
@@ -438,7 +442,7 @@ done:
   free(out);
 }
 
-static void kept_vs_new(cf_context *ctx, int odd) {
+static void kept_vs_new(cf_context *ctx, int odd, bool reread) {
   cf_options *o = NULL;
   cf_graph *g = NULL, *g2 = NULL;
   cf_executable *e = NULL, *e2 = NULL;
@@ -454,6 +458,16 @@ static void kept_vs_new(cf_context *ctx, int odd) {
     for (int64_t x = 0; x < REPEAT_N; x++) in[x] = (float)val(c, me, 0, x);
     OK(ctx, cf_executable_run_rank(e, me, (const void *const *)io, io));
     if (!summed(in, c)) goto done;
+  }
+  if (reread) { /* as DDP under mpirun: torchrun's variables, which come first, name another job */
+    char v[16];
+    unsetenv("COLLFUSE_JOB");
+    snprintf(v, sizeof v, "%d", me);
+    setenv("RANK", v, 1);
+    snprintf(v, sizeof v, "%d", R);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", getenv("API_PORT") ? getenv("API_PORT") : "29500", 1);
   }
   if (me != odd) OK(ctx, one_allreduce(ctx, o, 8, &g2, &e2)); /* new: its start-up checks the job */
   for (int64_t x = 0; x < REPEAT_N + 8; x++) in[x] = (float)val(2, me, 0, x);
@@ -492,9 +506,12 @@ int main(int argc, char **argv) {
   me = atoi(r);
   R = atoi(n);
   bool repeat = strcmp(algo, "shm-repeat") == 0;
-  int gap = strcmp(algo, "shm-gap") == 0 || strcmp(algo, "gap") == 0     ? R - 1
+  int gap = strcmp(algo, "shm-gap") == 0 || strcmp(algo, "gap") == 0 ||
+                    strcmp(algo, "shm-gap-env") == 0
+                ? R - 1
             : strcmp(algo, "shm-gap0") == 0 || strcmp(algo, "gap0") == 0 ? 0
                                                                          : -1;
+  bool reread = strstr(algo, "-env") != NULL;
   if (shm) algo = "auto";
   cf_context *ctx = NULL;
   cf_graph *g = NULL, *g2 = NULL, *g3 = NULL;
@@ -506,7 +523,7 @@ int main(int argc, char **argv) {
     goto done;
   }
   if (gap >= 0) {
-    kept_vs_new(ctx, gap);
+    kept_vs_new(ctx, gap, reread);
     goto done;
   }
   OK(ctx, build(ctx, R, 0, &g));

@@ -27,7 +27,8 @@
 #    fails with the mismatch naming it; and (shm-gap, 2 and 3 processes;
 #    shm-gap0, 3) one rank repeats a kept executable while the others start
 #    a new one: every rank fails with the mismatch naming both, not at the
-#    timeout;
+#    timeout, also when torchrun's variables were set in between
+#    (shm-gap-env, 3);
 #  - `bench allreduce --backend shm` (long): its JSON;
 #  - nothing left behind: no collfuse entry in /dev/shm afterwards.
 # Prints one line per failure and exits 1 if there was any.
@@ -233,6 +234,9 @@ if [ -n "$api" ] && part fast; then
   api 2 shm-gap "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=gap.$$.2"
   api 3 shm-gap "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=gap.$$.3"
   api 3 shm-gap0 "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=gap0.$$.3"
+  # ... with torchrun's variables set in between (as DDP under mpirun): the
+  # new executable joins the world the first one joined
+  api 3 shm-gap-env "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=gapenv.$$.3 API_PORT=$((20000 + $$ % 20000))"
 fi
 
 # ---- bench allreduce --backend shm (long): the table's JSON, every column

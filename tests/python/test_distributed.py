@@ -413,14 +413,17 @@ def mismatch(me, R):
     rank; the world then refuses further calls. (Last: it stops the world.)
     The last rank repeats a kept executable (started() made a 7-element
     one: its run checks nothing before its first message) while the others
-    start new ones (1001 + rank elements: their first run checks the job
-    first): the two meet at the first message, on every world, well before
-    the timeout."""
-    n = 7 if me == R - 1 else 1001 + me
-    x = np.ones(n, np.float32)
+    start a new one (1001 elements, the same on each: its first run checks
+    the job first): the two meet at the first message, on every world, well
+    before the timeout. (The world is the one init joined: ddp() set
+    torchrun's variables meanwhile, which the library reads first.)"""
+    x = np.ones(7 if me == R - 1 else 1001, np.float32)
     try:
+        # a kept barrier meets no barrier after it: a slow rank may still
+        # finish it when a fast one finds the mismatch, and fails there
+        cfd.barrier()
         cfd.all_reduce(x)
-        fail("rank %d: ranks of %s elements each made no error" % (me, [1001 + r for r in range(R - 1)] + [7]))
+        fail("rank %d: ranks of %s elements each made no error" % (me, [1001] * (R - 1) + [7]))
     except collfuse.CollfuseError as e:
         named = {int(w) for w in re.findall(r"rank (\d+)", str(e))}
         if "mismatch" not in str(e) or len(named) < 2 or R - 1 not in named:
@@ -519,7 +522,6 @@ def child():
     copies(me, R)
     if torch is not None:
         ddp(me, R)
-    cfd.barrier()
     mismatch(me, R)
     with open(os.path.join(os.environ["CF_OK_DIR"], "rank%d.ok" % me), "w") as f:
         f.write("ok\n")
