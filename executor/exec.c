@@ -235,30 +235,40 @@ static bool repeat_run(const rank_run *r) {
   return r->kept && r->checked && messages_checked(r->p) && r->p->opt.warmup + r->p->opt.iters == 1;
 }
 
-static cf_status check_fingerprints(rank_run *r) {
-  int n = r->p->ranks, me = r->rank;
+/* Every rank of c's world tells every peer the graph it runs (its
+ * fingerprint) in a message with no descriptor, then reads theirs: a
+ * fingerprint that differs fails the run on every rank naming both; a peer
+ * that runs a collective meanwhile fails at the descriptor check. */
+static cf_status exchange_fingerprints(cf_context *ctx, cf_comm *c, int me, int n,
+                                       const char fingerprint[17]) {
   cf_status st = CF_OK;
-  if (repeat_run(r)) return CF_OK;
   for (int i = 0; i < n && !st; i++)
-    if (i != me) st = r->comm->ops->send(r->comm, i, r->p->fingerprint, sizeof r->p->fingerprint, NULL);
+    if (i != me) st = c->ops->send(c, i, fingerprint, 17, NULL);
   for (int i = 0; i < n && !st; i++) {
     if (i == me) continue;
-    char theirs[sizeof r->p->fingerprint];
+    char theirs[17];
     const void *data;
-    st = r->comm->ops->recv(r->comm, i, theirs, sizeof theirs, NULL, &data);
+    st = c->ops->recv(c, i, theirs, sizeof theirs, NULL, &data);
     if (st) break;
-    if (memcmp(data, r->p->fingerprint, sizeof theirs) != 0) {
+    if (memcmp(data, fingerprint, sizeof theirs) != 0) {
       char text[256];
       snprintf(text, sizeof text,
                "cross-rank mismatch: rank %d's graph has fingerprint %.16s but rank %d's has %.16s "
                "(the ranks compiled different collective sequences)",
-               me, r->p->fingerprint, i, (const char *)data);
-      st = setup_mismatch(r, text);
+               me, fingerprint, i, (const char *)data);
+      c->ops->abort(c, text);
+      st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
       break;
     }
-    st = r->comm->ops->release(r->comm, i);
+    st = c->ops->release(c, i);
   }
-  if (!st) st = r->comm->ops->send_wait(r->comm);
+  if (!st) st = c->ops->send_wait(c);
+  return st;
+}
+
+static cf_status check_fingerprints(rank_run *r) {
+  if (repeat_run(r)) return CF_OK;
+  cf_status st = exchange_fingerprints(r->ctx, r->comm, r->rank, r->p->ranks, r->p->fingerprint);
   if (!st) st = check_algorithms(r);
   if (!st) r->checked = true;
   return st;
@@ -1082,6 +1092,20 @@ done:
   free(saved);
   sem_destroy(&ended); /* a rank given up never posts it */
   if (st) cf_run_result_free(res);
+  return st;
+}
+
+cf_status cf_exec_meet(cf_context *ctx, cf_world *w, const cf_graph *g) {
+  cf_comm *c = w->local == 1 && w->size > 1 ? cf_world_comm(w, w->first) : NULL;
+  if (!c) return CF_OK;
+  char fingerprint[17];
+  cf_graph_fingerprint(g, fingerprint);
+  /* errors to ctx: the world may be another executable's, whose context
+   * its comm reports to otherwise */
+  cf_context *was = c->ctx;
+  c->ctx = ctx;
+  cf_status st = exchange_fingerprints(ctx, c, w->first, w->size, fingerprint);
+  c->ctx = was;
   return st;
 }
 

@@ -157,6 +157,7 @@ typedef struct cf_shm_world {
   int *cpus, lanes;
   char job[160];
   int refs; /* joins of this job by this process (joined, below) */
+  bool launched; /* joined from the launcher's variables (shm_create) */
   struct cf_shm_world *next;
 } cf_shm_world;
 
@@ -922,6 +923,13 @@ cf_status cf_world_shm_join(cf_context *ctx, const cf_shm_launch *l, double time
   return shm_join(ctx, l, timeout_s, out);
 }
 
+/* A join from the launcher's variables shares the world an earlier one
+ * joined that way while that lives, at the same rank and size, even when
+ * the job's name reads differently now: a framework may set a launcher's
+ * variables of its own meanwhile (DDP under mpirun sets torch's RANK,
+ * WORLD_SIZE and MASTER_* from mpirun's, and torchrun's come first), and a
+ * world of another name would be a second job of the same processes, whose
+ * messages no check of the first could see. */
 static cf_status shm_create(cf_context *ctx, int size, double timeout_s, cf_world **out) {
   *out = NULL;
   cf_shm_launch l;
@@ -931,7 +939,19 @@ static cf_status shm_create(cf_context *ctx, int size, double timeout_s, cf_worl
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
                     "--backend shm: %d ranks asked for, but %s started %d process%s", size, l.by,
                     l.size, l.size == 1 ? "" : "es");
-  return shm_join(ctx, &l, timeout_s, out);
+  pthread_mutex_lock(&joined_lock);
+  for (cf_shm_world *j = joined_worlds; j && !*out; j = j->next)
+    if (j->launched && j->me == l.rank && j->size == l.size) {
+      j->refs++;
+      *out = &j->base;
+    }
+  pthread_mutex_unlock(&joined_lock);
+  if (*out) return CF_OK;
+  if ((st = shm_join(ctx, &l, timeout_s, out))) return st;
+  pthread_mutex_lock(&joined_lock);
+  ((cf_shm_world *)(*out)->impl)->launched = true;
+  pthread_mutex_unlock(&joined_lock);
+  return CF_OK;
 }
 
 static cf_comm *shm_comm(cf_world *base, int rank) {

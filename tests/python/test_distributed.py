@@ -411,18 +411,23 @@ def copies(me, R):
 def mismatch(me, R):
     """Ranks that call different collectives all raise, naming the other
     rank; the world then refuses further calls. (Last: it stops the world.)
-    Sizes no earlier call used, so every rank starts a new executable: a rank
-    that repeats a kept one (started() made a 7-element one) while the
-    others start new ones is caught only by the timeout today, naming the
-    rank each waits for (a known gap, noted on issue 30)."""
-    x = np.ones(1001 + me, np.float32)
+    The last rank repeats a kept executable (started() made a 7-element
+    one: its run checks nothing before its first message) while the others
+    start a new one (1001 elements, the same on each: its first run checks
+    the job first): the two meet at the first message, on every world, well
+    before the timeout. (The world is the one init joined: ddp() set
+    torchrun's variables meanwhile, which the library reads first.)"""
+    x = np.ones(7 if me == R - 1 else 1001, np.float32)
     try:
+        # a kept barrier meets no barrier after it: a slow rank may still
+        # finish it when a fast one finds the mismatch, and fails there
+        cfd.barrier()
         cfd.all_reduce(x)
-        fail("rank %d: ranks of %s elements each made no error" % (me, [5 + r for r in range(R)]))
+        fail("rank %d: ranks of %s elements each made no error" % (me, [1001] * (R - 1) + [7]))
     except collfuse.CollfuseError as e:
         named = {int(w) for w in re.findall(r"rank (\d+)", str(e))}
-        if "mismatch" not in str(e) or len(named) < 2:  # a third rank may name the first two
-            fail("rank %d: the mismatch error does not name two ranks: %s" % (me, e))
+        if "mismatch" not in str(e) or len(named) < 2 or R - 1 not in named:
+            fail("rank %d: the mismatch error does not name the last rank and another: %s" % (me, e))
     expect_raises(collfuse.CollfuseError, lambda: cfd.all_reduce(np.ones(3)), "an earlier collective failed")
 
 
@@ -517,7 +522,6 @@ def child():
     copies(me, R)
     if torch is not None:
         ddp(me, R)
-    cfd.barrier()
     mismatch(me, R)
     with open(os.path.join(os.environ["CF_OK_DIR"], "rank%d.ok" % me), "w") as f:
         f.write("ok\n")
