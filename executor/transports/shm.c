@@ -155,6 +155,7 @@ typedef struct cf_shm_world {
   pthread_mutex_t lock; /* the heap's free list */
   extent *free_list;
   int n_free, cap_free;
+  size_t fresh; /* the heap's bytes from here on were never handed out: still the memfd's zeros */
   int *cpus, lanes;
   char job[160];
   int refs; /* joins of this job by this process (joined, below) */
@@ -169,7 +170,9 @@ static cf_shm_world *joined_worlds;
 
 /* ================= the heap: this rank's memfd, first fit ================= */
 
-static size_t heap_alloc(cf_shm_world *w, size_t bytes) {
+/* An extent of bytes (a page multiple); *fresh (may be NULL): where the
+ * never handed out bytes began before it (cf_shm_world.fresh). */
+static size_t heap_alloc(cf_shm_world *w, size_t bytes, size_t *fresh) {
   size_t need = (bytes + PAGE - 1) / PAGE * PAGE, got = SIZE_MAX;
   if (!need) need = PAGE;
   pthread_mutex_lock(&w->lock);
@@ -184,6 +187,8 @@ static size_t heap_alloc(cf_shm_world *w, size_t bytes) {
       }
       break;
     }
+  if (fresh) *fresh = w->fresh;
+  if (got != SIZE_MAX && got + need > w->fresh) w->fresh = got + need;
   pthread_mutex_unlock(&w->lock);
   return got;
 }
@@ -228,14 +233,20 @@ static void heap_free(cf_shm_world *w, size_t off, size_t bytes) {
   pthread_mutex_unlock(&w->lock);
 }
 
-/* The allocation's size is kept in the page before it. */
+/* The allocation's size is kept in the page before it. Zeroed, as the
+ * slot promises: by memset where the heap handed the bytes out before
+ * (heap_free keeps their pages), while bytes never handed out are the
+ * memfd's own zeros and cost no page until touched (a run's arena block
+ * for a caller buffer that lies in registered memory never is). */
 static void *shm_alloc(cf_world *base, size_t bytes) {
   cf_shm_world *w = base->impl;
-  size_t off = heap_alloc(w, bytes + PAGE);
+  size_t fresh, off = heap_alloc(w, bytes + PAGE, &fresh);
   if (off == SIZE_MAX) return NULL;
-  *(size_t *)(w->heap[w->me] + off) = bytes;
-  memset(w->heap[w->me] + off + PAGE, 0, bytes); /* zeroed, as the slot promises (heap_free) */
-  return w->heap[w->me] + off + PAGE;
+  char *p = w->heap[w->me] + off + PAGE;
+  *(size_t *)(p - PAGE) = bytes;
+  size_t used = fresh > off + PAGE ? fresh - off - PAGE : 0;
+  memset(p, 0, used < bytes ? used : bytes);
+  return p;
 }
 
 static bool in_heap(const cf_shm_world *w, const void *p) {
@@ -388,7 +399,7 @@ static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const
       if (w->bounce_cap[k] < bytes) {
         if (w->bounce_cap[k]) heap_free(w, w->bounce_off[k], w->bounce_cap[k]);
         w->bounce_cap[k] = 0;
-        size_t off = heap_alloc(w, bytes);
+        size_t off = heap_alloc(w, bytes, NULL);
         if (off == SIZE_MAX)
           return cf_error(c->ctx, CF_ERR_NO_MEMORY, NULL, 0,
                           "shm transport: no room in rank %d's heap for a %zu-byte message", w->me,

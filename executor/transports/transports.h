@@ -89,7 +89,7 @@ cf_status cf_shm_meet(cf_context *ctx, const cf_shm_launch *l, double timeout_s,
 /* transports/shm_regions.c: the caller's memory that the shm world's peers
  * read and write in place (cf_shm_register, collfuse.h): the process's
  * registrations, and each world's table of them in its control segment. */
-#define CF_SHM_REGIONS 32 /* registrations a process may hold at once */
+#define CF_SHM_REGIONS 128 /* registrations a process may hold at once */
 typedef struct cf_shm_region { /* control segment: [rank * CF_SHM_REGIONS + slot] */
   _Atomic uint64_t gen; /* the registration's generation, 0: free; stored last */
   int32_t fd;           /* in the owner's process: /proc/<pid>/fd/<fd> */

@@ -491,7 +491,7 @@ cf_status cf_launcher_find(cf_context *ctx, const char *const *env, const char *
  * nothing: unregister between runs. Registering base again (a new file, or
  * a new size) replaces the old registration; the peers map the new one
  * when they next meet it. The registrations are the process's (every
- * world it joins), at most 32 at once. CF_ERR_USAGE for no memory, a
+ * world it joins), at most 128 at once. CF_ERR_USAGE for no memory, a
  * descriptor that is no file of at least bytes, too many registrations,
  * or (unregister) a base not registered. */
 cf_status cf_shm_register(cf_context *ctx, void *base, size_t bytes, int fd);

@@ -359,7 +359,7 @@ def register(tensor):
 
 
 def _unregister_ptr(ptr):
-    if _regions.pop(ptr, None) is not None:
+    if _regions.pop(ptr, None) is not None and _regions_ctx is not None:
         _regions_ctx.check(lib.cf_shm_unregister(_regions_ctx._h, ptr))
 
 
