@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include "../ir/trace.h"
+#include "algorithms.h"
 #include "plan.h"
 #include "transports/transports.h"
 
@@ -49,6 +50,8 @@ typedef struct rank_run {
   bool kept;       /* the plan keeps it for the next run (opt.keep_rank: p->solo) */
   bool checked;    /* its fingerprints and algorithms matched the peers' (a kept rank's first run) */
   int64_t copies, copy_bytes; /* cf_run_result's, this rank's */
+  char *ip_scratch;           /* world memory for calls given one buffer as in and out (in_place_calls) */
+  size_t ip_bytes;
   /* communication thread: a FIFO of started collectives */
   pthread_t thread;
   bool has_thread;
@@ -297,15 +300,24 @@ static char *caller_bucket(const rank_run *r, int slot) {
 
 /* Whether the rank runs in memory its world gives (the shm world: peers
  * read, and rsag writes, this rank's buffers in place, which only that
- * memory allows): caller buffers are then never bound; caller buckets are
- * mirrored in the arena (mirror_buckets) and inputs and outputs copied. */
+ * memory allows): caller buffers are then bound only where they lie in
+ * memory the world shares (the caller registered it: cf_world_shares);
+ * other caller buckets are mirrored in the arena (mirror_buckets) and
+ * other inputs and outputs copied. */
 static bool world_memory(const rank_run *r) {
   return cf_world_gives_memory(r->world) && cf_device_is_host(r->dev);
 }
 
+/* Whether a run may use the caller's host buffer p of bytes where it lies. */
+static bool caller_usable(const rank_run *r, const void *p, size_t bytes) {
+  return cf_device_is_host(r->dev) && (!world_memory(r) || cf_world_shares(r->world, p, bytes));
+}
+
 /* The buffer a run uses for slot: the caller's bucket, unless mirrored. */
 static char *bucket_of(const rank_run *r, int slot) {
-  return world_memory(r) ? NULL : caller_bucket(r, slot);
+  char *bk = caller_bucket(r, slot);
+  size_t bytes = bk ? (size_t)r->p->colls[slot / 2].bucket_bytes[slot % 2] : 0;
+  return bk && caller_usable(r, bk, bytes) ? bk : NULL;
 }
 
 static void count_copy(rank_run *r, size_t bytes);
@@ -320,7 +332,7 @@ static void mirror_buckets(rank_run *r, bool in) {
       const cf_pcoll *pc = &p->colls[c];
       char *bk = pc->fused_mm ? NULL : caller_bucket(r, 2 * c + io);
       size_t bytes = (size_t)pc->bucket_bytes[io];
-      if (!bk || !bytes || (in && io == 1)) continue;
+      if (!bk || !bytes || (in && io == 1) || bucket_of(r, 2 * c + io)) continue;
       char *a = r->arena + (io ? pc->out_addr : pc->in_addr);
       memcpy(in ? a : bk, in ? bk : a, bytes);
       count_copy(r, bytes);
@@ -360,15 +372,16 @@ static cf_status bind_values(rank_run *r) {
       if (st) return st;
       /* an in-place plan's later iterations would overwrite the first's outputs */
       bool later = p->overwrites_inputs && p->opt.warmup + p->opt.iters > 1;
-      if (host && !world_memory(r) && cf_plan_binds(p, i) && !later) r->vptr[v] = t->data;
-    } else if (n->op == CF_OP_INPUT && in && in->borrow && host && !world_memory(r) &&
-               cf_plan_binds(p, i)) {
+      if (host && caller_usable(r, t->data, (size_t)p->vals[v].bytes) && cf_plan_binds(p, i) && !later)
+        r->vptr[v] = t->data;
+    } else if (n->op == CF_OP_INPUT && in && in->borrow && host && cf_plan_binds(p, i)) {
       for (int k = 0; k < in->n; k++)
         if (strcmp(in->names[k], n->name) == 0) {
           const cf_tensor *t = &in->data[(size_t)r->rank * (size_t)in->n + (size_t)k];
           cf_status st = check_caller(r, n, "input", t, p->val_base[i]);
           if (st) return st;
-          r->vptr[p->val_base[i]] = t->data; /* read only: Inputs are never written */
+          if (caller_usable(r, t->data, (size_t)p->vals[p->val_base[i]].bytes))
+            r->vptr[p->val_base[i]] = t->data; /* read only: Inputs are never written (but see in_place_calls) */
         }
     }
   }
@@ -561,6 +574,47 @@ static int max_ports(const cf_graph *g) {
 
 static cf_status collect_outputs(rank_run *r);
 
+/* World memory: a plain AllReduce whose input and output are one caller
+ * buffer the world shares (cf_executable_run_rank's in-place collective,
+ * collfuse.distributed's all_reduce on registered memory) runs in place
+ * there, with no copy: its peers read the buffer that it writes, so it runs
+ * as the plan's in-place calls do (algo_allreduce.c), with their scratch.
+ * Every rank that gives one buffer decides so; a rank that gave two (or
+ * unshared memory) runs out of place, and the first message between them
+ * fails both with the descriptors' mismatch. */
+static cf_status in_place_calls(rank_run *r) {
+  const cf_plan *p = r->p;
+  for (int c = 0; c < p->n_colls && world_memory(r); c++) {
+    const cf_pcoll *pc = &p->colls[c];
+    cf_coll_call *call = &r->calls[c];
+    if (pc->desc.op != CF_OP_ALLREDUCE || pc->desc.in_place || pc->fused_mm || pc->in_val < 0 ||
+        pc->out_val < 0 || call->me < 0 || call->in != call->out)
+      continue;
+    call->desc.in_place = true;
+    size_t extra = 0;
+    for (int a = 0; a < cf_algo_count; a++) {
+      size_t x = cf_allreduce_in_place_scratch(&call->desc, call->n, a);
+      if (x > extra) extra = x;
+    }
+    size_t need = (size_t)pc->scratch_bytes + extra;
+    if (r->ip_bytes < need) {
+      cf_world_free(r->world, r->dev, r->ip_scratch);
+      r->ip_bytes = 0;
+      r->ip_scratch = cf_world_alloc(r->world, r->dev, need);
+      if (!r->ip_scratch) {
+        char b[32];
+        return cf_error(r->ctx, CF_ERR_NO_MEMORY, p->g->file, 0,
+                        "cannot allocate %s of scratch for rank %d's in-place '%s': out of memory",
+                        cf_bytes_text((int64_t)need, b, sizeof b), r->rank, p->g->nodes[pc->node].name);
+      }
+      r->ip_bytes = need;
+    }
+    call->scratch = r->ip_scratch;
+    call->scratch_bytes = need;
+  }
+  return CF_OK;
+}
+
 static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   cf_plan *p = r->p;
   cf_status st;
@@ -597,6 +651,7 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
         call->me = i % pc->n;
       }
   }
+  if ((st = in_place_calls(r))) return st;
   mirror_buckets(r, true);
   if ((st = fill_inputs(r))) return st;
   if (r->lane)
@@ -739,6 +794,7 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
 
 static void rank_free(rank_run *x) {
   if (x->arena) cf_world_free(x->world, x->dev, x->arena);
+  cf_world_free(x->world, x->dev, x->ip_scratch);
   free(x->vptr);
   free(x->calls);
   free(x->algos);

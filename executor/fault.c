@@ -230,6 +230,10 @@ static bool fw_free(cf_world *w, void *p) {
   return in->ops->free(in, p);
 }
 
+static bool fw_shares(const cf_world *w, const void *p, size_t bytes) {
+  return cf_world_shares(fw_of(w)->inner, p, bytes);
+}
+
 static const cf_world_ops fault_world_ops = {
     .name = "fault",
     .create = fw_create,
@@ -307,6 +311,7 @@ cf_status cf_fault_world(cf_context *ctx, cf_world *inner, cf_plan *p, const cf_
   if (cf_world_gives_memory(inner)) { /* the arenas must come from it */
     fw->wops.alloc = fw_alloc;
     fw->wops.free = fw_free;
+    fw->wops.shares = fw_shares;
   }
   fw->base.ops = &fw->wops;
   fw->base.impl = fw;

@@ -304,6 +304,10 @@ typedef struct cf_world_ops {
    * did not give. */
   void *(*alloc)(cf_world *w, size_t bytes);
   bool (*free)(cf_world *w, void *p);
+  /* Whether every rank reads (and writes) [p, p + bytes) of this rank's in
+   * place although alloc did not give it (the caller's memory, registered:
+   * shm.c), so a run may use the caller's buffer there. */
+  bool (*shares)(const cf_world *w, const void *p, size_t bytes);
 } cf_world_ops;
 
 struct cf_world {

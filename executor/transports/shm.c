@@ -84,7 +84,7 @@
 #define CHAN_SLOTS 8
 #define EAGER_MAX 104
 #define INLINE_BIT (UINT64_C(1) << 63)
-#define MAGIC UINT64_C(0x334d48534643) /* "CFSHM3": the control segment's layout */
+#define MAGIC UINT64_C(0x344d48534643) /* "CFSHM4": the control segment's layout (beats, regions) */
 #define NAME_MAX_SHM 64                /* group and node names a descriptor carries */
 #define PAGE 4096
 
@@ -93,7 +93,12 @@ typedef struct scell {
   uint64_t key;                      /* cf_coll_desc_key(), 0 without a descriptor */
   uint64_t bytes;                    /* | INLINE_BIT when the payload is in inl */
   union {
-    uint64_t off; /* in the sender's heap */
+    uint64_t off; /* in the sender's heap (ref.region 0) */
+    struct {
+      uint64_t off;    /* in the region, or the heap */
+      uint64_t gen;    /* the region's generation */
+      uint32_t region; /* 0: the heap; slot + 1 of the sender's registered memory */
+    } ref;
     unsigned char inl[EAGER_MAX];
   } u;
 } scell;
@@ -146,6 +151,7 @@ typedef struct cf_shm_world {
   sbell *bells;
   schan *ch;              /* [src * size + dst] */
   char **heap;            /* [rank]: every rank's heap as mapped here */
+  cf_shm_regions regions; /* the ranks' registered memory (shm_regions.c) */
   size_t heap_bytes;      /* each heap's size */
   int *pidfd;             /* [rank], -1 for none */
   uint64_t *head_n, *need, *acked_seen, *tail; /* [peer]: this rank's counters */
@@ -154,6 +160,7 @@ typedef struct cf_shm_world {
   pthread_mutex_t lock; /* the heap's free list */
   extent *free_list;
   int n_free, cap_free;
+  size_t fresh; /* the heap's bytes from here on were never handed out: still the memfd's zeros */
   int *cpus, lanes;
   char job[160];
   int refs; /* joins of this job by this process (joined, below) */
@@ -169,7 +176,9 @@ static cf_shm_world *joined_worlds;
 
 /* ================= the heap: this rank's memfd, first fit ================= */
 
-static size_t heap_alloc(cf_shm_world *w, size_t bytes) {
+/* An extent of bytes (a page multiple); *fresh (may be NULL): where the
+ * never handed out bytes began before it (cf_shm_world.fresh). */
+static size_t heap_alloc(cf_shm_world *w, size_t bytes, size_t *fresh) {
   size_t need = (bytes + PAGE - 1) / PAGE * PAGE, got = SIZE_MAX;
   if (!need) need = PAGE;
   pthread_mutex_lock(&w->lock);
@@ -184,6 +193,8 @@ static size_t heap_alloc(cf_shm_world *w, size_t bytes) {
       }
       break;
     }
+  if (fresh) *fresh = w->fresh;
+  if (got != SIZE_MAX && got + need > w->fresh) w->fresh = got + need;
   pthread_mutex_unlock(&w->lock);
   return got;
 }
@@ -228,17 +239,23 @@ static void heap_free(cf_shm_world *w, size_t off, size_t bytes) {
   pthread_mutex_unlock(&w->lock);
 }
 
-/* The allocation's size is kept in the page before it. */
+/* The allocation's size is kept in the page before it. Zeroed, as the
+ * slot promises: by memset where the heap handed the bytes out before
+ * (heap_free keeps their pages), while bytes never handed out are the
+ * memfd's own zeros and cost no page until touched (a run's arena block
+ * for a caller buffer that lies in registered memory never is). */
 static void *shm_alloc(cf_world *base, size_t bytes) {
   cf_shm_world *w = base->impl;
-  size_t off = heap_alloc(w, bytes + PAGE);
+  size_t fresh, off = heap_alloc(w, bytes + PAGE, &fresh);
   if (off == SIZE_MAX) return NULL;
-  *(size_t *)(w->heap[w->me] + off) = bytes;
-  /* zeroed, as the slot promises (heap_free): the first touch of fresh
-   * pages, slow for an arena of GiBs, so a beat every 64 MiB */
   char *p = w->heap[w->me] + off + PAGE;
-  for (size_t at = 0, step = (size_t)64 << 20; at < bytes; at += step) {
-    memset(p + at, 0, bytes - at < step ? bytes - at : step);
+  *(size_t *)(p - PAGE) = bytes;
+  /* zeroed, as the slot promises (heap_free): only the extents handed out
+   * before (fresh pages are zero); slow for GiBs, so a beat every 64 MiB */
+  size_t used = fresh > off + PAGE ? fresh - off - PAGE : 0;
+  if (used > bytes) used = bytes;
+  for (size_t at = 0, step = (size_t)64 << 20; at < used; at += step) {
+    memset(p + at, 0, used - at < step ? used - at : step);
     cf_beat();
   }
   return p;
@@ -388,12 +405,17 @@ static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const
     memcpy(m->u.inl, buf, bytes);
     m->bytes = bytes | INLINE_BIT;
   } else {
-    if (!in_heap(w, buf) && bytes) { /* a caller's buffer: through this slot's bounce buffer */
+    uint32_t slot;
+    m->u.ref.region = 0;
+    if (!in_heap(w, buf) && bytes &&
+        cf_shm_regions_name(&w->regions, buf, bytes, &slot, &m->u.ref.gen, &m->u.ref.off)) {
+      m->u.ref.region = slot + 1; /* the caller's registered memory: read (and written) in place */
+    } else if (!in_heap(w, buf) && bytes) { /* a caller's buffer: through this slot's bounce buffer */
       size_t k = (size_t)peer * CHAN_SLOTS + i;
       if (w->bounce_cap[k] < bytes) {
         if (w->bounce_cap[k]) heap_free(w, w->bounce_off[k], w->bounce_cap[k]);
         w->bounce_cap[k] = 0;
-        size_t off = heap_alloc(w, bytes);
+        size_t off = heap_alloc(w, bytes, NULL);
         if (off == SIZE_MAX)
           return cf_error(c->ctx, CF_ERR_NO_MEMORY, NULL, 0,
                           "shm transport: no room in rank %d's heap for a %zu-byte message", w->me,
@@ -450,13 +472,23 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   }
   size_t got = (size_t)(m->bytes & ~INLINE_BIT);
   bool inl = (m->bytes & INLINE_BIT) != 0;
-  if (got != bytes || (!inl && (m->u.off > w->heap_bytes || got > w->heap_bytes - m->u.off))) {
+  bool reg = !inl && m->u.ref.region;
+  if (got != bytes || (!inl && !reg && (m->u.off > w->heap_bytes || got > w->heap_bytes - m->u.off))) {
     cf_coll_size_mismatch(text, sizeof text, w->me, bytes, peer, (long long)got, d);
     world_abort(w, text);
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
   }
+  const void *p = inl ? (const void *)m->u.inl : (const void *)(w->heap[peer] + m->u.off);
+  if (reg) {
+    p = cf_shm_regions_peer(&w->regions, peer, m->u.ref.region - 1, m->u.ref.gen, m->u.ref.off, got, text,
+                            sizeof text);
+    if (!p) {
+      world_abort(w, text);
+      return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+    }
+  }
   w->tail[peer]++;
-  *data = inl ? (const void *)m->u.inl : (const void *)(w->heap[peer] + m->u.off);
+  *data = p;
   return CF_OK;
 }
 
@@ -622,6 +654,7 @@ static size_t ctl_size(int n) {
   size_t b = (sizeof(shead) + 63) / 64 * 64;
   b += sizeof(sbell) * (size_t)n;
   b += sizeof(schan) * (size_t)n * (size_t)n;
+  b += sizeof(cf_shm_region) * (size_t)n * CF_SHM_REGIONS;
   return (b + PAGE - 1) / PAGE * PAGE;
 }
 
@@ -634,6 +667,9 @@ static cf_status map_ctl(cf_shm_world *w, int fd) {
   w->head = p;
   w->bells = (sbell *)((char *)p + (sizeof(shead) + 63) / 64 * 64);
   w->ch = (schan *)(w->bells + w->size);
+  cf_shm_region *table = (cf_shm_region *)(w->ch + (size_t)w->size * (size_t)w->size);
+  if (cf_shm_regions_init(&w->regions, table, w->head->pid, w->size, w->me))
+    return cf_error(w->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   return CF_OK;
 }
 
@@ -1011,6 +1047,11 @@ static cf_status shm_max(cf_world *base, double *v, int n) {
 
 static void shm_abort_world(cf_world *base, const char *text) { world_abort(base->impl, text); }
 
+static bool shm_shares(const cf_world *base, const void *p, size_t bytes) {
+  (void)base;
+  return cf_shm_registered(p, bytes);
+}
+
 static void shm_destroy(cf_world *base, int exit_code) {
   (void)exit_code;
   if (!base) return;
@@ -1029,6 +1070,7 @@ static void shm_destroy(cf_world *base, int exit_code) {
     for (int r = 0; r < w->size; r++)
       ring(w, r);
   }
+  cf_shm_regions_fini(&w->regions);
   for (int r = 0; w->heap && r < w->size; r++)
     if (w->heap[r]) munmap(w->heap[r], w->heap_bytes);
   for (int r = 0; w->pidfd && r < w->size; r++)
@@ -1057,4 +1099,5 @@ const cf_world_ops cf_world_shm = {
     .abort = shm_abort_world,
     .alloc = shm_alloc,
     .free = shm_free,
+    .shares = shm_shares,
 };

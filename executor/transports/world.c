@@ -73,6 +73,10 @@ void cf_world_free(cf_world *w, cf_device *dev, void *p) {
 
 bool cf_world_gives_memory(const cf_world *w) { return w && w->ops->alloc; }
 
+bool cf_world_shares(const cf_world *w, const void *p, size_t bytes) {
+  return w && w->ops->shares && w->ops->shares(w, p, bytes);
+}
+
 static uint64_t mix(uint64_t h, uint64_t v) {
   h = (h ^ v) * UINT64_C(0xff51afd7ed558ccd);
   return h ^ (h >> 33);

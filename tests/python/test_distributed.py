@@ -287,6 +287,8 @@ def ddp(me, R):
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
 
+    seen_copies = []
+
     def train(hook, steps=4):
         torch.manual_seed(3)
         net = torch.nn.Sequential(torch.nn.Linear(17, 32), torch.nn.Tanh(), torch.nn.Linear(32, 5))
@@ -300,6 +302,8 @@ def ddp(me, R):
             opt.zero_grad()
             loss = model(torch.randn(8, 17, generator=gen)).square().mean()
             loss.backward()
+            if hook:
+                seen_copies.append(cfd.last_copies())
             grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]).clone())
             opt.step()
             losses.append(loss.item())
@@ -307,6 +311,9 @@ def ddp(me, R):
 
     ref, ref_g = train(None)
     got, got_g = train(cft.allreduce_hook)
+    if cfd.backend() == "shm" and any(c != (0, 0) for c in seen_copies):
+        fail("allreduce_hook on shm: copies %r after each step's last bucket, want (0, 0) (the buckets "
+             "registered)" % seen_copies)
     for s, (a, b) in enumerate(zip(ref_g, got_g)):
         if not torch.allclose(a, b, rtol=1e-5, atol=1e-7):
             fail("allreduce_hook: step %d's averaged gradients differ from DDP's own (max %g)"
@@ -406,6 +413,41 @@ def copies(me, R):
         fail("copies on %s: all_reduce %r, all_gather %r; want %r" % (cfd.backend(), got, cfd.last_copies(), want))
     if not (o == R * (R + 1) / 2).all():
         fail("all_gather of the all_reduce: %r" % o[:4])
+    if torch is not None:
+        registered(me, R)
+
+
+def registered(me, R):
+    """Torch tensors registered with the shm world (cfd.register): no copy,
+    all_reduce in place, a view inside the storage too, and async; against
+    the float64 sum of every rank's random data. Elsewhere register says
+    there is nothing to do."""
+    n = 70001
+    t = torch.from_numpy(np.random.default_rng([11, me]).standard_normal(2 * n).astype(np.float32))
+    if not cfd.register(t):
+        if cfd.backend() == "shm":
+            fail("register on shm: nothing done")
+        return
+    if not t.is_shared() or not cfd.registered(t[n:]):
+        fail("register: the storage is not shared, or a view of it not registered")
+    ref = sum(np.random.default_rng([11, r]).standard_normal(2 * n).astype(np.float32).astype(np.float64)
+              for r in range(R))
+    cfd.all_reduce(t[:n])
+    if cfd.last_copies() != (0, 0):
+        fail("all_reduce of a registered tensor: copies %r, want (0, 0)" % (cfd.last_copies(),))
+    cfd.all_reduce(t[n:], async_op=True).wait()
+    if cfd.last_copies() != (0, 0):
+        fail("async all_reduce of a registered view: copies %r, want (0, 0)" % (cfd.last_copies(),))
+    err = np.abs(t.numpy().astype(np.float64) - ref).max()
+    if err > 1e-5 * R:
+        fail("all_reduce of a registered tensor: off the float64 sum by %g" % err)
+    plain = torch.ones(n)
+    cfd.all_reduce(plain)
+    if cfd.last_copies() != (2, 8 * n) or not (plain == R).all():
+        fail("all_reduce of an unregistered tensor after: copies %r" % (cfd.last_copies(),))
+    cfd.unregister(t)
+    if cfd.registered(t):
+        fail("unregister: still registered")
 
 
 def mismatch(me, R):
