@@ -16,6 +16,7 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#include <xmmintrin.h>
 #endif
 
 /* Linux's, where the C library's headers predate it (an advice the kernel
@@ -142,6 +143,8 @@ static void cpu_copy_stream(cf_device *d, void *dst, const void *src, size_t byt
     memcpy(o, i, head);
     o += head, i += head;
     for (size_t k = 0; k < body; k += 64) {
+      /* ahead as the stream kernels read (an address past the end does not fault) */
+      _mm_prefetch((const char *)((uintptr_t)(i + k) + CF_STREAM_PREFETCH), _MM_HINT_T0);
       __m128i a = _mm_loadu_si128((const __m128i *)(i + k));
       __m128i b = _mm_loadu_si128((const __m128i *)(i + k + 16));
       __m128i c = _mm_loadu_si128((const __m128i *)(i + k + 32));
