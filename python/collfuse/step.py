@@ -25,8 +25,8 @@ are the buckets (.buckets, .explain(), .dot(), .graph_xml: the graph before
 fusion, for `collfuse compile`).
 
 Running: the traced graph, with one node inserted after the last gradient
-of each bucket that copies the bucket's gradients into the bucket's flat
-buffer and starts its average on collfuse's communication thread (one
+of each bucket that starts the average of the bucket's flat buffer on
+collfuse's communication thread (one
 thread, buckets in the same order on every rank), so the rest of the
 backward pass runs meanwhile; before the optimizer step every bucket is
 waited for, and each parameter's .grad is a view of its bucket (set once,
@@ -36,7 +36,9 @@ gradient whose last op has an out= kernel that writes its destination
 through the views t and view) runs that kernel on its bucket view.
 The others (convolution_backward's, the norms' backward, embedding's,
 tuple-valued ops: .copied names each parameter and op) are copied once
-into the bucket, and .copy_bytes counts those bytes per step. Then the
+into the bucket by a node inserted right after the gradient (freed at once,
+as autograd's accumulation into .grad frees it), and .copy_bytes counts
+those bytes per step. Then the
 world copies what it needs (collfuse.distributed: on the shm world the
 bucket into shared memory and the average back).
 The leaves run as the job's collectives, on the same thread, in program
@@ -556,10 +558,25 @@ class CompiledStep:
         _STEPS[self.key] = self
         self._fuse_leaves()
         self._produce_into()
+        # the gradients not produced into their buckets are copied there as soon
+        # as they are made, as autograd accumulates into .grad: each is freed at
+        # once (its memory reused by the next layer's, not held to the bucket's
+        # start: a bucket's worth of gradients held and freed together is paged
+        # back in from the kernel every step), and copied while in cache
+        members_of = {}
+        for _, ks in self.plan:
+            for k in ks:
+                g = self.grad_nodes[k]
+                if k in self.dests:
+                    members_of[k] = g
+                    continue
+                with graph.inserting_after(g):
+                    members_of[k] = graph.call_function(_to_bucket, (self.key, k, g))
+                members_of[k].meta = dict(g.meta)
         order = {n: i for i, n in enumerate(graph.nodes)}
         self.starts = []  # (bucket index, start node name, last member node name)
         for b, (bname, ks) in enumerate(self.plan):
-            members = [self.grad_nodes[k] for k in ks]
+            members = [members_of[k] for k in ks]
             last = max(members, key=lambda n: order[n])
             with graph.inserting_after(last):
                 node = graph.call_function(_start_bucket, (self.key, b, members))
@@ -690,17 +707,21 @@ def _into(key, k, args, kwargs):
     return op(*args, **kwargs, out=dest)
 
 
+def _to_bucket(key, k, grad):
+    """Inserted after a gradient no out= kernel made in its bucket: copy it
+    into its bucket view (the view is the node's value)."""
+    step = _STEPS[key]
+    v = step.grad_views[k]
+    v.copy_(grad)
+    step.copy_bytes += v.numel() * v.element_size()
+    return v
+
+
 def _start_bucket(key, b, grads):
-    """Inserted after a bucket's last gradient: copy the gradients that are
-    not already there into the bucket and start its average on the
-    communication thread."""
+    """Inserted after a bucket's last gradient (each in its bucket view by
+    now): start the bucket's average on the communication thread."""
     step = _STEPS[key]
     flat = step.flat[b]
-    for k, gt in zip(step.plan[b][1], grads):
-        v = step.grad_views[k]
-        if gt.data_ptr() != v.data_ptr() or gt.stride() != v.stride():
-            v.copy_(gt)
-            step.copy_bytes += v.numel() * v.element_size()
     if step.world_size > 1:
         span = [time.perf_counter(), None]
         step.spans.append(span)

@@ -22,6 +22,7 @@ except ImportError:
     sys.exit(77)
 
 import collfuse.fx as cfx
+import collfuse.step as cstep
 import collfuse.torch as ct
 from checks import expect_raises, fail
 
@@ -79,6 +80,17 @@ if into != ["0.bias", "0.weight", "3.bias", "3.weight", "5.bias", "5.weight"] or
     fail("produced into the buckets %s, copied %s" % (step.produced_into, step.copied))
 if step.copy_bytes != 2 * 24 * 4:
     fail("%d bytes copied into the buckets in a step, want BatchNorm's 192" % step.copy_bytes)
+# each copied gradient is copied right after it is made and feeds nothing
+# else (freed at once, as autograd's accumulation into .grad frees it; not
+# held until its bucket's start)
+copies = [n for n in step.gm.graph.nodes if n.target is getattr(cstep, "_to_bucket", None)]
+if len(copies) != len(step.copied):
+    fail("%d copies into buckets in the graph for the copied gradients %s" % (len(copies), step.copied))
+for c in copies:
+    grad = c.args[2]
+    if c.prev is not grad or list(grad.users) != [c]:
+        fail("the copy %s of gradient %s is not its only use right after it (users %s)"
+             % (c.name, grad.name, list(grad.users)))
 
 # ---- the traced graph: every gradient a node, one AllReduce (mean) each
 g = step.graph
