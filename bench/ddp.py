@@ -14,7 +14,9 @@ interleaved, --repeats times each, started by torchrun when the library
 has the shm world (collfuse's hook then joins it), else by mpirun (the hook
 joins MPI's world). Per run: the median over the steps after --warmup of the step time
 and of the sync time (the time per step during which some bucket is being
-averaged, ddp_train.py --json's sync_ms), for step the exposed
+averaged, ddp_train.py --json's sync_ms) and of the CPU time (rank 0's
+process, all threads, user and system: cpu ms, which other processes on
+a busy machine move less than the step time), for step the exposed
 communication (the time the step waits for its buckets after the backward
 pass's last compute: exposed_ms), the median of exposed_ms / step time
 per step (exposed/step: the issue's target is at most 0.10) and the MB of
@@ -82,7 +84,8 @@ def run(model, hook, args):
     share = statistics.median(e / s for e, s in zip(r["exposed_ms"][args.warmup:], r["step_ms"][args.warmup:])) \
         if r.get("exposed_ms") else None
     copy_mb = statistics.median(r["copy_bytes"][args.warmup:]) / 2**20 if r.get("copy_bytes") else None
-    return step, sync, exposed, share, copy_mb, r["peak_mb"], r["params"]
+    cpu = statistics.median(r["cpu_ms"][args.warmup:]) if r.get("cpu_ms") else None  # a peer's may lack it
+    return step, sync, exposed, share, copy_mb, r["peak_mb"], cpu, r["params"]
 
 
 def main():
@@ -111,15 +114,16 @@ def main():
         params = 0
         for _ in range(args.repeats):
             for h in hooks:
-                step, sync, exposed, share, copy_mb, peak, params = run(model, h, args)
-                got[h].append((step, sync, exposed, share, copy_mb, peak))
+                step, sync, exposed, share, copy_mb, peak, cpu, params = run(model, h, args)
+                got[h].append((step, sync, exposed, share, copy_mb, peak, cpu))
 
         def med(h, i):
             vals = [v[i] for v in got[h] if v[i] is not None]
             return statistics.median(vals) if vals else None
         for h in hooks:
-            step, sync, exposed, share, copy_mb, peak = (med(h, i) for i in range(6))
+            step, sync, exposed, share, copy_mb, peak, cpu = (med(h, i) for i in range(7))
             rows.append({"model": model, "params": params, "hook": h, "step_ms": step, "sync_ms": sync,
+                         "cpu_ms": cpu, "cpu_vs_gloo": cpu / med("gloo", 6) if cpu is not None else None,
                          "exposed_ms": exposed, "exposed_vs_step": share, "copy_mb": copy_mb, "peak_mb": peak, "step_vs_gloo": step / med("gloo", 0),
                          "sync_vs_gloo": sync / med("gloo", 1) if sync is not None else None,
                          "exposed_vs_gloo_sync": exposed / med("gloo", 1) if exposed is not None else None})
@@ -129,14 +133,15 @@ def main():
         return
     print("%s, %d processes, batch %d per rank, median of %d runs of the median of %d steps after %d warm-up"
           % (args.launcher, args.ranks, args.batch, args.repeats, args.steps, args.warmup))
-    print("%-9s %9s %-9s %10s %10s %8s %8s %11s %18s %12s %8s %8s" % (
-        "model", "params", "hook", "step ms", "sync ms", "step/gloo", "sync/gloo", "exposed ms", "exposed/gloo-sync",
-        "exposed/step", "copy MB", "peak MB"))
+    print("%-9s %9s %-9s %10s %10s %8s %8s %9s %8s %11s %18s %12s %8s %8s" % (
+        "model", "params", "hook", "step ms", "sync ms", "step/gloo", "sync/gloo", "cpu ms", "cpu/gloo", "exposed ms",
+        "exposed/gloo-sync", "exposed/step", "copy MB", "peak MB"))
     opt = lambda v, f: "-" if v is None else f % v
     for r in rows:
-        print("%-9s %9d %-9s %10.1f %10s %8.2f %9s %11s %18s %12s %8s %8.0f" % (
+        print("%-9s %9d %-9s %10.1f %10s %8.2f %9s %9s %8s %11s %18s %12s %8s %8.0f" % (
             r["model"], r["params"], r["hook"], r["step_ms"], opt(r["sync_ms"], "%.1f"), r["step_vs_gloo"],
-            opt(r["sync_vs_gloo"], "%.2f"), opt(r["exposed_ms"], "%.1f"), opt(r["exposed_vs_gloo_sync"], "%.2f"),
+            opt(r["sync_vs_gloo"], "%.2f"), opt(r["cpu_ms"], "%.1f"), opt(r["cpu_vs_gloo"], "%.2f"),
+            opt(r["exposed_ms"], "%.1f"), opt(r["exposed_vs_gloo_sync"], "%.2f"),
             opt(r["exposed_vs_step"], "%.3f"), opt(r["copy_mb"], "%.2f"), r["peak_mb"]))
 
 

@@ -29,7 +29,9 @@ with --json, one JSON object: losses, step_ms and sync_ms (the time per
 step during which some bucket is being averaged: from each hook call to its
 future's completion, overlapping buckets counted once; null for --hook
 none), exposed_ms (--hook step: the time each step waited for the buckets
-after the backward pass's last compute), copy_bytes (--hook step: the
+after the backward pass's last compute), cpu_ms (the CPU time each step
+took in rank 0's process, all its threads, user and system: less moved
+by other processes than step_ms on a busy machine), copy_bytes (--hook step: the
 bytes of gradients each step copied into buckets, those no out= kernel
 produced there) and peak_mb (rank 0's peak
 resident memory).
@@ -216,32 +218,40 @@ def main(argv=None):
         model.register_comm_hook(state, timed.fn)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
-    losses, step_ms, sync_ms = [], [], []
+    losses, step_ms, sync_ms, cpu_ms = [], [], [], []
     for _ in range(args.steps):
         x, y = batch(args.model, gen, args.batch)
         if timed:
             timed.spans = []
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_s()
         opt.zero_grad(set_to_none=False)
         loss = loss_of(args.model, model(x), y)
         loss.backward()
         opt.step()
         step_ms.append((time.perf_counter() - t0) * 1e3)
+        cpu_ms.append((cpu_s() - c0) * 1e3)
         sync_ms.append(timed.ms() if timed else None)
         mean = loss.detach().clone()
         dist.all_reduce(mean)  # for printing only: the mean loss over ranks
         losses.append(mean.item() / world)
         if rank == 0 and not args.json:
             print("step %d loss %.6f" % (len(losses) - 1, losses[-1]), flush=True)
-    finish(args, rank, world, model, losses, step_ms, sync_ms, None)
+    finish(args, rank, world, model, losses, step_ms, sync_ms, cpu_ms, None)
 
 
-def finish(args, rank, world, model, losses, step_ms, sync_ms, exposed_ms, copy_bytes=None):
+def cpu_s():
+    """This process's CPU time so far (all threads, user and system), in s."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def finish(args, rank, world, model, losses, step_ms, sync_ms, cpu_ms, exposed_ms, copy_bytes=None):
     if rank == 0 and args.json:
         import resource
         print(json.dumps({"model": args.model, "hook": args.hook, "ranks": world, "steps": args.steps,
                           "batch": args.batch, "losses": losses, "step_ms": step_ms, "sync_ms": sync_ms,
-                          "exposed_ms": exposed_ms, "copy_bytes": copy_bytes, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                          "cpu_ms": cpu_ms, "exposed_ms": exposed_ms, "copy_bytes": copy_bytes, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                           "params": sum(p.numel() for p in model.parameters())}), flush=True)
     dist.barrier()
     dist.destroy_process_group()
@@ -257,12 +267,13 @@ def train_step(args, rank, world):
                                        split=args.split or "ddp:%gM" % args.bucket_mb,
                                        deterministic=args.deterministic)
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
-    losses, step_ms, sync_ms, exposed_ms, copy_bytes = [], [], [], [], []
+    losses, step_ms, sync_ms, cpu_ms, exposed_ms, copy_bytes = [], [], [], [], [], []
     for _ in range(args.steps):
         x, y = batch(args.model, gen, args.batch)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_s()
         loss = step(x, y)
         step_ms.append((time.perf_counter() - t0) * 1e3)
+        cpu_ms.append((cpu_s() - c0) * 1e3)
         sync_ms.append(step.sync_ms)
         exposed_ms.append(step.exposed_ms)
         copy_bytes.append(step.copy_bytes)
@@ -271,7 +282,7 @@ def train_step(args, rank, world):
         losses.append(mean.item() / world)
         if rank == 0 and not args.json:
             print("step %d loss %.6f" % (len(losses) - 1, losses[-1]), flush=True)
-    finish(args, rank, world, model, losses, step_ms, sync_ms, exposed_ms, copy_bytes)
+    finish(args, rank, world, model, losses, step_ms, sync_ms, cpu_ms, exposed_ms, copy_bytes)
 
 
 if __name__ == "__main__":

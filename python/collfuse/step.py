@@ -25,8 +25,8 @@ are the buckets (.buckets, .explain(), .dot(), .graph_xml: the graph before
 fusion, for `collfuse compile`).
 
 Running: the traced graph, with one node inserted after the last gradient
-of each bucket that copies the bucket's gradients into the bucket's flat
-buffer and starts its average on collfuse's communication thread (one
+of each bucket that starts the average of the bucket's flat buffer on
+collfuse's communication thread (one
 thread, buckets in the same order on every rank), so the rest of the
 backward pass runs meanwhile; before the optimizer step every bucket is
 waited for, and each parameter's .grad is a view of its bucket (set once,
@@ -36,12 +36,24 @@ gradient whose last op has an out= kernel that writes its destination
 through the views t and view) runs that kernel on its bucket view.
 The others (convolution_backward's, the norms' backward, embedding's,
 tuple-valued ops: .copied names each parameter and op) are copied once
-into the bucket, and .copy_bytes counts those bytes per step. On the shm
-world the buckets are allocated in shared memory and registered with it
-(collfuse.distributed.register): the peers read and write them where they
-lie and each average is made in place, with no copy and no second copy of
-the gradients in the world's memory; elsewhere the world copies what it
-needs (MPI: its staging).
+into the bucket by a node inserted right after the gradient (freed at once,
+as autograd's accumulation into .grad frees it), and .copy_bytes counts
+those bytes per step. On the shm world the buckets are allocated in shared
+memory and registered with it (collfuse.distributed.register): the peers
+read and write them where they lie and each average is made in place, with
+no copy and no second copy of the gradients in the world's memory;
+elsewhere the world copies what it needs (MPI: its staging).
+Memory (keep_memory=True, the default): the step's tensors are freed and
+allocated again every step, and glibc's malloc, left to itself, hands
+freed memory back to the kernel (a free heap top over its trim threshold,
+allocations over its mmap threshold mapped one by one) so that the next
+step pages it in again: the example GPT's step took about 1700 page faults
+(7 MB) per step that eager torch's does not. The first compile_step of
+the process sets malloc's mmap threshold to its largest (32 MiB) and its
+trim threshold to 1 GiB (process-wide, as MALLOC_MMAP_THRESHOLD_ and
+MALLOC_TRIM_THRESHOLD_ would; not where either of those or GLIBC_TUNABLES
+is set, or malloc is not glibc's), so that the memory stays mapped from
+step to step; the peak is unchanged.
 The leaves run as the job's collectives, on the same thread, in program
 order; the AllReduce leaves the compile put into one bucket (fusion=2 with
 one fusion_id, or fusion=1 by the split) as one all_reduce of their
@@ -562,10 +574,25 @@ class CompiledStep:
         _STEPS[self.key] = self
         self._fuse_leaves()
         self._produce_into()
+        # the gradients not produced into their buckets are copied there as soon
+        # as they are made, as autograd accumulates into .grad: each is freed at
+        # once (its memory reused by the next layer's, not held to the bucket's
+        # start: a bucket's worth of gradients held and freed together is paged
+        # back in from the kernel every step), and copied while in cache
+        members_of = {}
+        for _, ks in self.plan:
+            for k in ks:
+                g = self.grad_nodes[k]
+                if k in self.dests:
+                    members_of[k] = g
+                    continue
+                with graph.inserting_after(g):
+                    members_of[k] = graph.call_function(_to_bucket, (self.key, k, g))
+                members_of[k].meta = dict(g.meta)
         order = {n: i for i, n in enumerate(graph.nodes)}
         self.starts = []  # (bucket index, start node name, last member node name)
         for b, (bname, ks) in enumerate(self.plan):
-            members = [self.grad_nodes[k] for k in ks]
+            members = [members_of[k] for k in ks]
             last = max(members, key=lambda n: order[n])
             with graph.inserting_after(last):
                 node = graph.call_function(_start_bucket, (self.key, b, members))
@@ -696,17 +723,21 @@ def _into(key, k, args, kwargs):
     return op(*args, **kwargs, out=dest)
 
 
+def _to_bucket(key, k, grad):
+    """Inserted after a gradient no out= kernel made in its bucket: copy it
+    into its bucket view (the view is the node's value)."""
+    step = _STEPS[key]
+    v = step.grad_views[k]
+    v.copy_(grad)
+    step.copy_bytes += v.numel() * v.element_size()
+    return v
+
+
 def _start_bucket(key, b, grads):
-    """Inserted after a bucket's last gradient: copy the gradients that are
-    not already there into the bucket and start its average on the
-    communication thread."""
+    """Inserted after a bucket's last gradient (each in its bucket view by
+    now): start the bucket's average on the communication thread."""
     step = _STEPS[key]
     flat = step.flat[b]
-    for k, gt in zip(step.plan[b][1], grads):
-        v = step.grad_views[k]
-        if gt.data_ptr() != v.data_ptr() or gt.stride() != v.stride():
-            v.copy_(gt)
-            step.copy_bytes += v.numel() * v.element_size()
     if step.world_size > 1:
         span = [time.perf_counter(), None]
         step.spans.append(span)
@@ -728,8 +759,33 @@ def _union_ms(spans):
     return total * 1e3
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+_KEEP_TRIM, _KEEP_MMAP = 1 << 30, 32 << 20  # 32 MiB: glibc's largest mmap threshold on 64-bit
+_kept = None  # whether keep_memory's setting is in force in this process (None: not tried)
+
+
+def _keep_memory():
+    """glibc's malloc keeps freed memory mapped (see the module's doc);
+    whether it does so now."""
+    global _kept
+    if _kept is not None:
+        return _kept
+    _kept = False
+    import ctypes
+    import os
+    import platform
+    if platform.libc_ver()[0] != "glibc" or any(
+            k in os.environ for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")) or \
+            "malloc." in os.environ.get("GLIBC_TUNABLES", ""):
+        return _kept  # not glibc's, or the user's own settings
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        _kept = bool(mallopt(_M_MMAP_THRESHOLD, _KEEP_MMAP)) & bool(mallopt(_M_TRIM_THRESHOLD, _KEEP_TRIM))
+    return _kept
+
+
 def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, deterministic=None, fusion=None,
-                 local=None, passes="default", world_size=None, **options):
+                 local=None, passes="default", world_size=None, keep_memory=True, **options):
     """Trace, fuse and plan a training step (see the module's doc).
     split, cost, profile, target, algo, timeout, seed: as `collfuse compile`
     and Graph.compile. deterministic: reductions in a fixed order (the job's
@@ -737,7 +793,11 @@ def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, det
     0, 1, 2 or (2, fusion_id)}. local: names of parameters whose gradients
     are not averaged (each rank's shard of a tensor-parallel weight). world_size: the job's (joined from the
     launcher's environment or torch.distributed); given without a job, the
-    step compiles for that many ranks but runs only with one."""
+    step compiles for that many ranks but runs only with one. keep_memory:
+    malloc keeps the memory the steps free mapped (process-wide; see the
+    module's doc); False leaves malloc as it is."""
+    if keep_memory:
+        _keep_memory()
     if not isinstance(example_inputs, (tuple, list)) or len(example_inputs) < 1:
         raise ValueError("collfuse.step: example_inputs: a tuple of the model's inputs and the loss's target")
     if world_size is None:
