@@ -743,6 +743,12 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
                     "process%s (start %d)",
                     e->ranks, cf_s(e->ranks), e->shm ? "shm" : "MPI", w->size,
                     w->size == 1 ? "" : "es", e->ranks);
+  /* first, on the channels a kept executable's runs use: a peer running
+   * one meanwhile fails here, not at the timeout (cf_exec_meet) */
+  if ((st = cf_exec_meet(e->ctx, e->mpi, e->g))) {
+    e->mpi_failed = true; /* as a run's failure: the job's ranks have stopped */
+    return st;
+  }
   /* every rank must have read the same profile (its rules for the
    * transport): checked while every rank is still here, before the
    * one-sided checks */

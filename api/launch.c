@@ -39,3 +39,9 @@ cf_status cf_launcher_find(cf_context *ctx, const char *const *env, const char *
   *local = whole(l.local, &k) && k > 0 ? k : -1;
   return CF_OK;
 }
+
+cf_status cf_shm_register(cf_context *ctx, void *base, size_t bytes, int fd) {
+  return cf_shm_regions_add(ctx, base, bytes, fd);
+}
+
+cf_status cf_shm_unregister(cf_context *ctx, void *base) { return cf_shm_regions_remove(ctx, base); }

@@ -315,6 +315,7 @@ typedef struct stream_job {
   int64_t window, most, first, step; /* windows first, first + step, ... */
   cf_context *ctx;                   /* the thread's own, for the reference's errors */
   cf_context *main;                  /* the caller's: each window done is a unit of its phase */
+  cf_pulse pulse;                    /* the caller's cf_pulse_here: each window is a beat */
   cf_status status;
   int64_t failed_at; /* the window whose reference failed */
   cf_verify_stats s;
@@ -323,6 +324,7 @@ typedef struct stream_job {
 
 static void *stream_main(void *arg) {
   stream_job *j = arg;
+  cf_pulse_here = j->pulse;
   int64_t n = n_windows(j->most, j->window);
   for (int64_t k = j->first; k < n; k += j->step) {
     int64_t lo = k * j->window;
@@ -375,7 +377,8 @@ cf_status cf_verify_streamed(cf_context *ctx, const cf_graph *g, const cf_inputs
                            .most = most,
                            .first = t,
                            .step = T,
-                           .main = ctx};
+                           .main = ctx,
+                           .pulse = cf_pulse_here};
     if (cf_ctx_create(&jobs[t].ctx))
       status = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   }

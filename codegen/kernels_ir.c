@@ -557,24 +557,16 @@ static LLVMValueRef int_div(kg *g, kenv *e, LLVMValueRef v, cf_dtype dt, int lan
 
 /* ---- kernel bodies: one vector (lanes > 1) or one element at idx ---- */
 
-/* Bytes ahead at which the streaming loop prefetches its sources: the
- * executor's segments (algo_allreduce.c) restart the hardware's stream
- * detection every few KiB per source, and while a pass writes with
- * streaming stores nothing else asks memory for the next lines. rsag at
- * 256 MiB, 4 alternating runs: 0.96x the time without on two ranks, 0.92x
- * on four (1 KiB gave less, 4-8 KiB no more). */
-enum { STREAM_PREFETCH = 2048 };
-
 static void body_nary(kg *g, kenv *e, LLVMValueRef idx, int lanes) {
   cf_dtype dt = e->key->dtype;
   cf_reduction red = e->key->red;
   LLVMTypeRef st = store_ty(g, dt);
   LLVMValueRef r;
-  /* the streaming loop fetches every source STREAM_PREFETCH bytes ahead
+  /* the streaming loop fetches every source CF_STREAM_PREFETCH bytes ahead
    * (read, keep in all cache levels, data) */
   for (int k = 0; e->nt_align && lanes > 1 && k < e->key->arity; k++) {
     LLVMValueRef ip = LLVMBuildAdd(
-        g->b, idx, LLVMConstInt(g->i64, STREAM_PREFETCH / (storage_bits(dt) / 8), 0), "");
+        g->b, idx, LLVMConstInt(g->i64, CF_STREAM_PREFETCH / (storage_bits(dt) / 8), 0), "");
     LLVMValueRef args[4] = {elem_ptr(g, st, e->src[k], ip), LLVMConstInt(g->i32, 0, 0),
                             LLVMConstInt(g->i32, 3, 0), LLVMConstInt(g->i32, 1, 0)};
     call_intrinsic(g, "llvm.prefetch", g->ptr, args, 4);

@@ -28,12 +28,13 @@ bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b,
   char va[128], vb[128];
   const char *what = NULL;
   /* NULL: a message of no collective, exec.c's checks before a run (a
-   * kept rank's later runs skip them: its peer runs another executable) */
+   * kept rank's later runs skip them, but a new executable's first does
+   * them, and cf_exec_meet before it: its peer runs another executable) */
   if (!a || !b || a->op == CF_OP_INVALID || b->op == CF_OP_INVALID) { /* or exec.c's barriers */
     if (!a || !b ? a == b : a->op == b->op) return false;
     snprintf(text, len,
              "cross-rank mismatch: rank %d is at %s but rank %d is at %s (the ranks run different "
-             "collective sequences)",
+             "collective sequences%s)",
              ra,
              !a                     ? "the plan checks before a run"
              : a->op == CF_OP_INVALID ? "an iteration barrier"
@@ -43,7 +44,11 @@ bool cf_coll_desc_mismatch(const cf_coll_desc *a, int ra, const cf_coll_desc *b,
              !b                     ? "the plan checks before a run"
              : b->op == CF_OP_INVALID ? "an iteration barrier"
              : b->node              ? b->node
-                                    : "a collective");
+                                    : "a collective",
+             (!a && b->op != CF_OP_INVALID) || (!b && a->op != CF_OP_INVALID)
+                 ? ": one starts a run while the other is inside one, as when one process starts a "
+                   "new executable while another repeats a kept one"
+                 : "");
     return true;
   }
   if (a->op != b->op || strcmp(a->group, b->group) != 0 || a->seq != b->seq) {

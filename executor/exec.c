@@ -10,10 +10,15 @@
  * messages, so a barrier honours the timeout and the abort flag like every
  * other wait. The first rank to fail sets the world's abort flag with its
  * message; the rest stop at their next wait and the run returns that
- * message with CF_ERR_RUNTIME (or the failing rank's own status).
+ * message with CF_ERR_RUNTIME (or the failing rank's own status). A wait
+ * times out after --timeout of its peer's silence: a rank's thread beats
+ * (cf_beat, through its endpoint's beat slot) while it works through a
+ * long local phase (its inputs' fill and copies, its outputs' copies, a
+ * first touch), so a peer still filling 4 GiB is waited for.
  */
 #define _GNU_SOURCE
 #include "../ir/trace.h"
+#include "algorithms.h"
 #include "plan.h"
 #include "transports/transports.h"
 
@@ -45,6 +50,8 @@ typedef struct rank_run {
   bool kept;       /* the plan keeps it for the next run (opt.keep_rank: p->solo) */
   bool checked;    /* its fingerprints and algorithms matched the peers' (a kept rank's first run) */
   int64_t copies, copy_bytes; /* cf_run_result's, this rank's */
+  char *ip_scratch;           /* world memory for calls given one buffer as in and out (in_place_calls) */
+  size_t ip_bytes;
   /* communication thread: a FIFO of started collectives */
   pthread_t thread;
   bool has_thread;
@@ -231,30 +238,40 @@ static bool repeat_run(const rank_run *r) {
   return r->kept && r->checked && messages_checked(r->p) && r->p->opt.warmup + r->p->opt.iters == 1;
 }
 
-static cf_status check_fingerprints(rank_run *r) {
-  int n = r->p->ranks, me = r->rank;
+/* Every rank of c's world tells every peer the graph it runs (its
+ * fingerprint) in a message with no descriptor, then reads theirs: a
+ * fingerprint that differs fails the run on every rank naming both; a peer
+ * that runs a collective meanwhile fails at the descriptor check. */
+static cf_status exchange_fingerprints(cf_context *ctx, cf_comm *c, int me, int n,
+                                       const char fingerprint[17]) {
   cf_status st = CF_OK;
-  if (repeat_run(r)) return CF_OK;
   for (int i = 0; i < n && !st; i++)
-    if (i != me) st = r->comm->ops->send(r->comm, i, r->p->fingerprint, sizeof r->p->fingerprint, NULL);
+    if (i != me) st = c->ops->send(c, i, fingerprint, 17, NULL);
   for (int i = 0; i < n && !st; i++) {
     if (i == me) continue;
-    char theirs[sizeof r->p->fingerprint];
+    char theirs[17];
     const void *data;
-    st = r->comm->ops->recv(r->comm, i, theirs, sizeof theirs, NULL, &data);
+    st = c->ops->recv(c, i, theirs, sizeof theirs, NULL, &data);
     if (st) break;
-    if (memcmp(data, r->p->fingerprint, sizeof theirs) != 0) {
+    if (memcmp(data, fingerprint, sizeof theirs) != 0) {
       char text[256];
       snprintf(text, sizeof text,
                "cross-rank mismatch: rank %d's graph has fingerprint %.16s but rank %d's has %.16s "
                "(the ranks compiled different collective sequences)",
-               me, r->p->fingerprint, i, (const char *)data);
-      st = setup_mismatch(r, text);
+               me, fingerprint, i, (const char *)data);
+      c->ops->abort(c, text);
+      st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
       break;
     }
-    st = r->comm->ops->release(r->comm, i);
+    st = c->ops->release(c, i);
   }
-  if (!st) st = r->comm->ops->send_wait(r->comm);
+  if (!st) st = c->ops->send_wait(c);
+  return st;
+}
+
+static cf_status check_fingerprints(rank_run *r) {
+  if (repeat_run(r)) return CF_OK;
+  cf_status st = exchange_fingerprints(r->ctx, r->comm, r->rank, r->p->ranks, r->p->fingerprint);
   if (!st) st = check_algorithms(r);
   if (!st) r->checked = true;
   return st;
@@ -283,15 +300,24 @@ static char *caller_bucket(const rank_run *r, int slot) {
 
 /* Whether the rank runs in memory its world gives (the shm world: peers
  * read, and rsag writes, this rank's buffers in place, which only that
- * memory allows): caller buffers are then never bound; caller buckets are
- * mirrored in the arena (mirror_buckets) and inputs and outputs copied. */
+ * memory allows): caller buffers are then bound only where they lie in
+ * memory the world shares (the caller registered it: cf_world_shares);
+ * other caller buckets are mirrored in the arena (mirror_buckets) and
+ * other inputs and outputs copied. */
 static bool world_memory(const rank_run *r) {
   return cf_world_gives_memory(r->world) && cf_device_is_host(r->dev);
 }
 
+/* Whether a run may use the caller's host buffer p of bytes where it lies. */
+static bool caller_usable(const rank_run *r, const void *p, size_t bytes) {
+  return cf_device_is_host(r->dev) && (!world_memory(r) || cf_world_shares(r->world, p, bytes));
+}
+
 /* The buffer a run uses for slot: the caller's bucket, unless mirrored. */
 static char *bucket_of(const rank_run *r, int slot) {
-  return world_memory(r) ? NULL : caller_bucket(r, slot);
+  char *bk = caller_bucket(r, slot);
+  size_t bytes = bk ? (size_t)r->p->colls[slot / 2].bucket_bytes[slot % 2] : 0;
+  return bk && caller_usable(r, bk, bytes) ? bk : NULL;
 }
 
 static void count_copy(rank_run *r, size_t bytes);
@@ -306,7 +332,7 @@ static void mirror_buckets(rank_run *r, bool in) {
       const cf_pcoll *pc = &p->colls[c];
       char *bk = pc->fused_mm ? NULL : caller_bucket(r, 2 * c + io);
       size_t bytes = (size_t)pc->bucket_bytes[io];
-      if (!bk || !bytes || (in && io == 1)) continue;
+      if (!bk || !bytes || (in && io == 1) || bucket_of(r, 2 * c + io)) continue;
       char *a = r->arena + (io ? pc->out_addr : pc->in_addr);
       memcpy(in ? a : bk, in ? bk : a, bytes);
       count_copy(r, bytes);
@@ -346,25 +372,38 @@ static cf_status bind_values(rank_run *r) {
       if (st) return st;
       /* an in-place plan's later iterations would overwrite the first's outputs */
       bool later = p->overwrites_inputs && p->opt.warmup + p->opt.iters > 1;
-      if (host && !world_memory(r) && cf_plan_binds(p, i) && !later) r->vptr[v] = t->data;
-    } else if (n->op == CF_OP_INPUT && in && in->borrow && host && !world_memory(r) &&
-               cf_plan_binds(p, i)) {
+      if (host && caller_usable(r, t->data, (size_t)p->vals[v].bytes) && cf_plan_binds(p, i) && !later)
+        r->vptr[v] = t->data;
+    } else if (n->op == CF_OP_INPUT && in && in->borrow && host && cf_plan_binds(p, i)) {
       for (int k = 0; k < in->n; k++)
         if (strcmp(in->names[k], n->name) == 0) {
           const cf_tensor *t = &in->data[(size_t)r->rank * (size_t)in->n + (size_t)k];
           cf_status st = check_caller(r, n, "input", t, p->val_base[i]);
           if (st) return st;
-          r->vptr[p->val_base[i]] = t->data; /* read only: Inputs are never written */
+          if (caller_usable(r, t->data, (size_t)p->vals[p->val_base[i]].bytes))
+            r->vptr[p->val_base[i]] = t->data; /* read only: Inputs are never written (but see in_place_calls) */
         }
     }
   }
   return CF_OK;
 }
 
-/* cf_fill_node into a value's buffer (on a device, through a host copy). */
+/* Elements a long local phase handles between two signs of life
+ * (cf_beat): 16 MiB of float32, milliseconds of work, so a peer waiting
+ * for this rank sees it move many times a second. */
+#define BEAT_ELEMS ((int64_t)1 << 22)
+#define BEAT_BYTES ((size_t)16 << 20)
+
+/* cf_fill_node into a value's buffer (on a device, through a host copy),
+ * a beat at every BEAT_ELEMS. */
 static cf_status fill_value(rank_run *r, const cf_node *n, const cf_tensor *t) {
   if (cf_device_is_host(r->dev)) {
-    cf_fill_node(n, t->data, t->dtype, t->count, r->p->opt.seed, r->rank);
+    size_t size = (size_t)cf_dtype_size(t->dtype);
+    for (int64_t at = 0; at < t->count; at += BEAT_ELEMS) {
+      int64_t k = t->count - at < BEAT_ELEMS ? t->count - at : BEAT_ELEMS;
+      cf_fill_node_at(n, (char *)t->data + (size_t)at * size, t->dtype, at, k, r->p->opt.seed, r->rank);
+      cf_beat();
+    }
     return CF_OK;
   }
   size_t bytes = (size_t)t->count * (size_t)cf_dtype_size(t->dtype);
@@ -376,9 +415,26 @@ static cf_status fill_value(rank_run *r, const cf_node *n, const cf_tensor *t) {
                     cf_bytes_text((int64_t)bytes, b, sizeof b), n->name, r->rank);
   }
   cf_fill_node(n, h, t->dtype, t->count, r->p->opt.seed, r->rank);
+  cf_beat();
   cf_status st = cf_device_upload(r->dev, t->data, h, bytes);
   free(h);
+  cf_beat();
   return st;
+}
+
+/* cf_device_upload (up) or cf_device_download of bytes, a beat at every
+ * BEAT_BYTES (a copy of GiBs first touches its destination). */
+static cf_status copy_beating(rank_run *r, bool up, void *dst, const void *src, size_t bytes) {
+  size_t at = 0;
+  do {
+    size_t k = bytes - at < BEAT_BYTES ? bytes - at : BEAT_BYTES;
+    cf_status st = up ? cf_device_upload(r->dev, (char *)dst + at, (const char *)src + at, k)
+                      : cf_device_download(r->dev, (char *)dst + at, (const char *)src + at, k);
+    if (st) return st;
+    cf_beat();
+    at += k;
+  } while (at < bytes);
+  return CF_OK;
 }
 
 static cf_status fill_inputs(rank_run *r) {
@@ -407,7 +463,7 @@ static cf_status fill_inputs(rank_run *r) {
     if (bk && src->data == bk + pv->boff) continue; /* its bucket's mirror has it */
     size_t bytes = (size_t)t.count * (size_t)cf_dtype_size(t.dtype);
     count_copy(r, bytes);
-    cf_status st = cf_device_upload(r->dev, t.data, src->data, bytes);
+    cf_status st = copy_beating(r, true, t.data, src->data, bytes);
     if (st) return st;
   }
   return CF_OK;
@@ -518,6 +574,47 @@ static int max_ports(const cf_graph *g) {
 
 static cf_status collect_outputs(rank_run *r);
 
+/* World memory: a plain AllReduce whose input and output are one caller
+ * buffer the world shares (cf_executable_run_rank's in-place collective,
+ * collfuse.distributed's all_reduce on registered memory) runs in place
+ * there, with no copy: its peers read the buffer that it writes, so it runs
+ * as the plan's in-place calls do (algo_allreduce.c), with their scratch.
+ * Every rank that gives one buffer decides so; a rank that gave two (or
+ * unshared memory) runs out of place, and the first message between them
+ * fails both with the descriptors' mismatch. */
+static cf_status in_place_calls(rank_run *r) {
+  const cf_plan *p = r->p;
+  for (int c = 0; c < p->n_colls && world_memory(r); c++) {
+    const cf_pcoll *pc = &p->colls[c];
+    cf_coll_call *call = &r->calls[c];
+    if (pc->desc.op != CF_OP_ALLREDUCE || pc->desc.in_place || pc->fused_mm || pc->in_val < 0 ||
+        pc->out_val < 0 || call->me < 0 || call->in != call->out)
+      continue;
+    call->desc.in_place = true;
+    size_t extra = 0;
+    for (int a = 0; a < cf_algo_count; a++) {
+      size_t x = cf_allreduce_in_place_scratch(&call->desc, call->n, a);
+      if (x > extra) extra = x;
+    }
+    size_t need = (size_t)pc->scratch_bytes + extra;
+    if (r->ip_bytes < need) {
+      cf_world_free(r->world, r->dev, r->ip_scratch);
+      r->ip_bytes = 0;
+      r->ip_scratch = cf_world_alloc(r->world, r->dev, need);
+      if (!r->ip_scratch) {
+        char b[32];
+        return cf_error(r->ctx, CF_ERR_NO_MEMORY, p->g->file, 0,
+                        "cannot allocate %s of scratch for rank %d's in-place '%s': out of memory",
+                        cf_bytes_text((int64_t)need, b, sizeof b), r->rank, p->g->nodes[pc->node].name);
+      }
+      r->ip_bytes = need;
+    }
+    call->scratch = r->ip_scratch;
+    call->scratch_bytes = need;
+  }
+  return CF_OK;
+}
+
 static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
   cf_plan *p = r->p;
   cf_status st;
@@ -554,6 +651,7 @@ static cf_status rank_body(rank_run *r, cf_tensor *tin, cf_tensor *tout) {
         call->me = i % pc->n;
       }
   }
+  if ((st = in_place_calls(r))) return st;
   mirror_buckets(r, true);
   if ((st = fill_inputs(r))) return st;
   if (r->lane)
@@ -615,7 +713,7 @@ static cf_status collect_outputs(rank_run *r) {
       dst->data = r->in->outputs[at].data;
       if (!dst->data || dst->data == src.data) continue;
       count_copy(r, bytes);
-      if ((st = cf_device_download(r->dev, dst->data, src.data, bytes))) return st;
+      if ((st = copy_beating(r, false, dst->data, src.data, bytes))) return st;
       continue;
     }
     dst->data = malloc(bytes ? bytes : 1);
@@ -625,7 +723,7 @@ static cf_status collect_outputs(rank_run *r) {
                       "cannot allocate %s for rank %d's copy of output '%s': out of memory",
                       cf_bytes_text((int64_t)bytes, b, sizeof b), r->rank, n->name);
     }
-    if ((st = cf_device_download(r->dev, dst->data, src.data, bytes))) return st;
+    if ((st = copy_beating(r, false, dst->data, src.data, bytes))) return st;
   }
   return CF_OK;
 }
@@ -653,6 +751,7 @@ static void *rank_main(void *arg) {
   rank_run *r = arg;
   cf_world_rank_thread(r->world, r->rank, 0);
   cf_trace_here = r->lane;
+  cf_pulse_here = cf_comm_pulse(r->comm); /* its long phases' signs of life reach its peers */
   rank_go(r);
   /* stop the communication thread (it finishes what was started) */
   pthread_mutex_lock(&r->lock);
@@ -695,6 +794,7 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
 
 static void rank_free(rank_run *x) {
   if (x->arena) cf_world_free(x->world, x->dev, x->arena);
+  cf_world_free(x->world, x->dev, x->ip_scratch);
   free(x->vptr);
   free(x->calls);
   free(x->algos);
@@ -839,9 +939,12 @@ static cf_status run_here(cf_context *ctx, rank_run *x) {
     x->has_thread = true;
   }
   cf_trace_lane *here = cf_trace_here;
+  cf_pulse pulse = cf_pulse_here;
   cf_trace_here = x->lane;
+  cf_pulse_here = cf_comm_pulse(x->comm);
   rank_go(x);
   cf_trace_here = here;
+  cf_pulse_here = pulse;
   return x->st;
 }
 
@@ -1045,6 +1148,20 @@ done:
   free(saved);
   sem_destroy(&ended); /* a rank given up never posts it */
   if (st) cf_run_result_free(res);
+  return st;
+}
+
+cf_status cf_exec_meet(cf_context *ctx, cf_world *w, const cf_graph *g) {
+  cf_comm *c = w->local == 1 && w->size > 1 ? cf_world_comm(w, w->first) : NULL;
+  if (!c) return CF_OK;
+  char fingerprint[17];
+  cf_graph_fingerprint(g, fingerprint);
+  /* errors to ctx: the world may be another executable's, whose context
+   * its comm reports to otherwise */
+  cf_context *was = c->ctx;
+  c->ctx = ctx;
+  cf_status st = exchange_fingerprints(ctx, c, w->first, w->size, fingerprint);
+  c->ctx = was;
   return st;
 }
 

@@ -192,6 +192,18 @@ void cf_plan_destroy(cf_plan *p);
  * cf_run_result_free. */
 cf_status cf_exec_run_world(cf_context *ctx, cf_plan *p, cf_world *w, const cf_inputs *in,
                             cf_run_result *res);
+/* The start-up of a new executable on a world of processes (the C API's
+ * first cf_executable_run_rank of graph g), before anything else of it:
+ * this process's rank sends every peer g's fingerprint on the channels the
+ * collectives use, in a message with no descriptor, and reads theirs. A
+ * peer that repeats a kept executable meanwhile (whose runs send nothing
+ * before their first collective message: keep_rank) meets it there, and the
+ * descriptor check fails on both sides, exit 3 naming both ranks; without
+ * it the two waited in different places (the start-up's cf_world_max, the
+ * collective's next message) until the timeout. A fingerprint that differs
+ * fails every rank the same way. Nothing on a world of threads. Errors go
+ * to ctx. */
+cf_status cf_exec_meet(cf_context *ctx, cf_world *w, const cf_graph *g);
 /* Before p first runs on world w, by every process with the same plan:
  * when p runs the transport's own collectives (a forced native row such as
  * --algo mpi-native, or the policy of MPI over a network), the world makes

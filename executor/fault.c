@@ -5,9 +5,10 @@
  * the wrapped endpoint (after giving it the rank's context), except where
  * a fault is due: the rank's aborted() answers "stop" at the step it is to
  * fail at, its send() SIGKILLs the process, its descriptors reach the peers
- * altered. A stall is a compute slot that never returns, on a device that
- * is otherwise the plan's own (the same impl and slots). The executor runs
- * on it as on any world and knows nothing of faults.
+ * altered, its first beat comes late. A stall is a compute slot that never
+ * returns, on a device that is otherwise the plan's own (the same impl and
+ * slots). The executor runs on it as on any world and knows nothing of
+ * faults.
  */
 #include "fault.h"
 
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct fault_world fault_world;
@@ -29,6 +31,7 @@ typedef struct fault_comm {
   fault_world *w;
   _Atomic int64_t steps, msgs; /* aborted() calls (one per schedule step), collective messages */
   _Atomic int state;   /* 0: running; 1: failed (mode 1); 2: vanished (mode 2) */
+  _Atomic int slowed;  /* its first beat has come (slow_rank's is late) */
   char text[160];      /* the injected failure's message */
 } fault_comm;
 
@@ -156,6 +159,24 @@ static cf_status f_native(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
   return in->ops->native(in, dev, &copy);
 }
 
+/* A sign of life: slow_rank's first comes slow_s late, beating meanwhile
+ * unless slow_quiet, until the world aborts. */
+static void f_beat(cf_comm *c) {
+  fault_comm *fc = c->impl;
+  cf_comm *in = in_of(c);
+  const cf_faults *f = fc->w->f;
+  if (f->slow_s > 0 && f->slow_rank == c->rank && !atomic_exchange(&fc->slowed, 1)) {
+    const char *why;
+    double end = cf_now() + f->slow_s;
+    while (cf_now() < end && !in->ops->aborted(in, &why)) {
+      struct timespec ts = {0, 20 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      if (!f->slow_quiet && in->ops->beat) in->ops->beat(in);
+    }
+  }
+  if (in->ops->beat) in->ops->beat(in);
+}
+
 /* ---- the world: every slot forwarded to the wrapped world ---- */
 
 static fault_world *fw_of(const cf_world *w) { return w->impl; }
@@ -207,6 +228,10 @@ static void *fw_alloc(cf_world *w, size_t bytes) {
 static bool fw_free(cf_world *w, void *p) {
   cf_world *in = fw_of(w)->inner;
   return in->ops->free(in, p);
+}
+
+static bool fw_shares(const cf_world *w, const void *p, size_t bytes) {
+  return cf_world_shares(fw_of(w)->inner, p, bytes);
 }
 
 static const cf_world_ops fault_world_ops = {
@@ -286,6 +311,7 @@ cf_status cf_fault_world(cf_context *ctx, cf_world *inner, cf_plan *p, const cf_
   if (cf_world_gives_memory(inner)) { /* the arenas must come from it */
     fw->wops.alloc = fw_alloc;
     fw->wops.free = fw_free;
+    fw->wops.shares = fw_shares;
   }
   fw->base.ops = &fw->wops;
   fw->base.impl = fw;
@@ -295,7 +321,7 @@ cf_status cf_fault_world(cf_context *ctx, cf_world *inner, cf_plan *p, const cf_
                           .wait_released = f_wait_released, .send_wait = f_send_wait,
                           .abort = f_abort, .aborted = f_aborted,
                           .send_eager = io->send_eager ? f_send_eager : NULL,
-                          .native = io->native ? f_native : NULL};
+                          .native = io->native ? f_native : NULL, .beat = f_beat};
   for (int i = 0; i < inner->local; i++) {
     fault_comm *fc = &comms[i];
     fc->inner = cf_world_comm(inner, inner->first + i);

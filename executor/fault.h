@@ -10,7 +10,8 @@
  * exec.c asks its endpoint aborted() once at the top of every schedule
  * step, so the rank's (k+1)-th call is step k of the first iteration; every
  * collective message passes send()/recv() with its descriptor; every
- * compute step is one device compute() call naming the node.
+ * compute step is one device compute() call naming the node; every sign
+ * of life of a rank's threads is one beat() call.
  */
 #ifndef COLLFUSE_EXECUTOR_FAULT_H
 #define COLLFUSE_EXECUTOR_FAULT_H
@@ -34,6 +35,15 @@ typedef struct cf_faults {
    * stuck in OpenBLAS's allocation retry; the run gives it up after its
    * timeout). Mode 0: off. */
   int fail_mode, fail_rank, fail_step;
+  /* Rank slow_rank's first sign of life (cf_beat: its first chunk of
+   * inputs, in a run) comes slow_s seconds late: meanwhile it beats every
+   * 20 ms, as a rank busy with a long phase does (its peers wait for it),
+   * or, with slow_quiet, not at all, as a rank stuck in one (its peers
+   * time out naming it). Either ends early once the world aborts. slow_s
+   * 0: off. */
+  int slow_rank;
+  double slow_s;
+  bool slow_quiet;
 } cf_faults;
 
 /* Wrap world inner for runs of plan p: a world of the same ranks whose

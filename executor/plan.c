@@ -1040,6 +1040,7 @@ static cf_status prepare_kernels(cf_plan *p) {
     for (int i = 0; i < k; i++) {
       cf_status st = p->dev->ops->prepare(p->dev, &keys[i]);
       if (st) return st;
+      cf_beat(); /* generating a kernel takes a while: a sign of life */
     }
   }
   for (int i = 0; i < p->g->n_nodes; i++) {

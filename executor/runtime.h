@@ -225,6 +225,13 @@ typedef struct cf_comm_ops {
    * collectives), within the scratch cf_coll_scratch_bytes gives
    * CF_ALGO_MPI_NATIVE. */
   cf_status (*native)(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+  /* Optional (NULL when absent; called through cf_comm_pulse's pulse, from
+   * any thread of the rank): a sign of life of this rank in a long local
+   * phase (its inputs' fill, a first touch, --verify). It moves a counter
+   * of the rank's that its peers read while they wait for it, and a wait
+   * counts its timeout from the last move: a peer that works is waited for,
+   * one that is silent for the timeout is given up on. */
+  void (*beat)(cf_comm *c);
 } cf_comm_ops;
 
 struct cf_comm {
@@ -297,6 +304,10 @@ typedef struct cf_world_ops {
    * did not give. */
   void *(*alloc)(cf_world *w, size_t bytes);
   bool (*free)(cf_world *w, void *p);
+  /* Whether every rank reads (and writes) [p, p + bytes) of this rank's in
+   * place although alloc did not give it (the caller's memory, registered:
+   * shm.c), so a run may use the caller's buffer there. */
+  bool (*shares)(const cf_world *w, const void *p, size_t bytes);
 } cf_world_ops;
 
 struct cf_world {

@@ -33,7 +33,7 @@ const cf_env_knob cf_env_table[CF_ENV_COUNT] = {
                      "(when it is an absolute path), and without `XDG_CONFIG_HOME` the profile "
                      "is `$HOME/.config/collfuse/profile`; unset: neither"},
     [CF_ENV_STREAM_MIN] = {"COLLFUSE_STREAM_MIN", "bytes (`K`, `M`, `G`), or `off`",
-                           "a quarter of the last-level cache",
+                           "the last-level cache's size + 1",
                            "the working set from which an out-of-place AllReduce writes outputs of "
                            "4 MiB or more with streaming stores (a graph's calls count as larger "
                            "than any), or `off`: never (executor.md, \"Streaming stores\")"},

@@ -171,6 +171,21 @@ void cf_phase_begin(cf_context *ctx, const char *name, int64_t total);
 void cf_phase_done(cf_context *ctx, int64_t done); /* units done so far */
 void cf_phase_add(cf_context *ctx, int64_t units); /* more done (any thread) */
 void cf_phase_end(cf_context *ctx);                /* no phase runs now */
+/* A sign of life of the rank the calling thread works for: its world's
+ * heartbeat (transports.h's cf_comm_pulse), which the rank's peers read
+ * while they wait for it, so their --timeout counts its silence, not its
+ * work. Set per thread by whoever runs a rank's work (the executor's rank
+ * threads, the driver of one process of a job, --verify's workers from
+ * their caller's); fn NULL: nobody listens. cf_beat() is one beat of the
+ * calling thread's pulse (cheap: called per chunk of a long local phase,
+ * such as a fill, a first touch, a window of --verify; cf_phase_done and
+ * cf_phase_add beat too). */
+typedef struct cf_pulse {
+  void (*fn)(void *user);
+  void *user;
+} cf_pulse;
+extern _Thread_local cf_pulse cf_pulse_here;
+void cf_beat(void);
 /* The running phase, its seconds so far and units done of total (another
  * thread's view, for a progress line); false when none runs. */
 bool cf_progress_peek(cf_progress *p, const char **name, double *elapsed, int64_t *done,

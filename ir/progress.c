@@ -10,7 +10,9 @@
  * It keeps each phase's seconds (run -v, --json) and what a progress line
  * reads (cf_progress_peek, from another thread). With no record on the
  * context every call returns at once. With a trace on the context too
- * (trace.c) each phase is an event on the driver's lane.
+ * (trace.c) each phase is an event on the driver's lane. The calling
+ * thread's pulse (cf_beat) lives here too: the sign of life a rank's
+ * peers wait on, which each unit of a phase also gives.
  */
 #include "trace.h"
 
@@ -77,11 +79,20 @@ void cf_phase_begin(cf_context *ctx, const char *name, int64_t total) {
   pthread_mutex_unlock(&p->lock);
 }
 
+_Thread_local cf_pulse cf_pulse_here;
+
+void cf_beat(void) {
+  if (cf_pulse_here.fn) cf_pulse_here.fn(cf_pulse_here.user);
+}
+
+/* a unit of a phase done is a sign of life too */
 void cf_phase_done(cf_context *ctx, int64_t done) {
+  cf_beat();
   if (ctx && ctx->progress) atomic_store(&ctx->progress->done, done);
 }
 
 void cf_phase_add(cf_context *ctx, int64_t units) {
+  cf_beat();
   if (ctx && ctx->progress) atomic_fetch_add(&ctx->progress->done, units);
 }
 

@@ -9,11 +9,15 @@
  * node after the timeout, and the plan is marked abandoned (its stalled
  * thread may still use it; cf_plan_destroy leaves it). The memory check
  * counts OpenBLAS's buffers against RLIMIT_AS for a plan with a MatMul and
- * not for one without, and refuses naming the address space.
+ * not for one without, and refuses naming the address space. A wait's
+ * timeout counts its peer's silence: a rank whose inputs take longer than
+ * the timeout but which beats (cf_beat) is waited for, and one that is
+ * silent as long is named (the fault world's slow_* hook).
  */
 #define _GNU_SOURCE
 #include "cf_test.h"
 
+#include <math.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -69,6 +73,74 @@ static void test_stalled_rank_alone(void **state) {
 static void test_stalled_rank_of_four(void **state) {
   (void)state;
   stalled_run(4, 2);
+}
+
+/* An AllReduce (sum) of a random Input x of n float32 over `ranks` ranks
+ * as threads, rank `slow` slowed as f says (cf_faults.slow_*): its first
+ * sign of life, in its inputs' fill, comes slow_s late. */
+static cf_status slowed_run(int ranks, const cf_faults *f, double timeout_s, int64_t n,
+                            cf_run_result *res, cf_plan **pp, cf_graph **g) {
+  char xml[512];
+  snprintf(xml, sizeof xml,
+           "<graph name='h' version='1' world_size='%d'>"
+           "<node name='x' op='Input' dtype='float32' shape='%lld'/>"
+           "<node name='s' op='AllReduce' reduction='sum'><input ref='x'/></node>"
+           "<node name='y' op='Output'><input ref='s'/></node></graph>",
+           ranks, (long long)n);
+  assert_int_equal(cf_graph_parse(ctx, "h.xml", xml, strlen(xml), g), CF_OK);
+  cf_compile_options co = {.pipeline = cf_pipeline_O0};
+  assert_int_equal(cf_compile(*g, &co), CF_OK);
+  cf_run_options opt = {.ranks = ranks, .iters = 1, .seed = 7, .timeout_s = timeout_s};
+  if (cf_plan_build(ctx, *g, &opt, pp) != CF_OK) fail_msg("plan: %s", cf_context_errmsg(ctx));
+  return cf_fault_run(ctx, *pp, NULL, f, NULL, res);
+}
+
+/* A rank whose inputs take 3x the timeout, beating meanwhile, is waited
+ * for (before: its peers timed out at the fingerprints' exchange), and the
+ * sums are right (against a float64 sum of every rank's fill) */
+static void test_busy_rank_is_waited_for(void **state) {
+  (void)state;
+  enum { RANKS = 3, N = 3001 };
+  cf_faults f = {.slow_rank = 1, .slow_s = 3};
+  cf_run_result res;
+  cf_plan *p = NULL;
+  cf_graph *g = NULL;
+  cf_status st = slowed_run(RANKS, &f, 1, N, &res, &p, &g);
+  if (st) fail_msg("a busy rank was given up on: %s", cf_context_errmsg(ctx));
+  float *x = malloc(sizeof *x * N);
+  double *want = calloc(N, sizeof *want);
+  assert_non_null(x);
+  assert_non_null(want);
+  for (int r = 0; r < RANKS; r++) {
+    cf_fill_random(x, CF_DT_FLOAT32, N, 7, r, "x");
+    for (int i = 0; i < N; i++) want[i] += x[i];
+  }
+  for (int r = 0; r < RANKS; r++) {
+    const float *got = res.outputs[r].data;
+    assert_int_equal(res.outputs[r].count, N);
+    for (int i = 0; i < N; i++)
+      if (fabs(got[i] - want[i]) > 1e-6 * (1 + fabs(want[i])))
+        fail_msg("rank %d element %d: %g, want %g", r, i, got[i], want[i]);
+  }
+  free(x);
+  free(want);
+  cf_run_result_free(&res);
+  cf_plan_destroy(p);
+  cf_graph_destroy(g);
+}
+
+/* A rank silent in its inputs (stuck: no sign of life) is still given up
+ * on after the timeout, named; its stall ends with the abort */
+static void test_silent_rank_times_out(void **state) {
+  (void)state;
+  cf_faults f = {.slow_rank = 1, .slow_s = 30, .slow_quiet = true};
+  cf_run_result res;
+  cf_plan *p = NULL;
+  cf_graph *g = NULL;
+  ASSERT_ERR(slowed_run(3, &f, 1, 1000, &res, &p, &g), CF_ERR_RUNTIME,
+             "timed out after 1 s waiting for a message from rank 1");
+  cf_plan_destroy(p);
+  cf_graph_destroy(g);
 }
 
 /* what this process has mapped now (/proc/self/statm's size) */
@@ -131,6 +203,8 @@ int main(void) {
       cmocka_unit_test(test_reserved_counts_blas),
       cmocka_unit_test(test_stalled_rank_alone),
       cmocka_unit_test(test_stalled_rank_of_four),
+      cmocka_unit_test(test_busy_rank_is_waited_for),
+      cmocka_unit_test(test_silent_rank_times_out),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -36,6 +36,8 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "api/api.h"
 #include "check/check.h"
@@ -780,7 +782,7 @@ static void test_bind(void **state) {
 }
 
 /* $COLLFUSE_STREAM_MIN: bytes with an optional K, M or G, "off" (never);
- * anything else, or nothing, is a quarter of the last-level cache (from
+ * anything else, or nothing, is the last-level cache's size + 1 (sysfs, else
  * sysconf, else 32 MiB). cf_streams compares a working set with it. */
 static void test_stream_min(void **state) {
   (void)state;
@@ -807,6 +809,65 @@ static void test_stream_min(void **state) {
   unsetenv("COLLFUSE_STREAM_MIN");
   assert_true(cf_streams(dflt));
   assert_false(cf_streams(dflt - 1));
+  /* where the kernel tells the cache, a working set larger than it streams */
+  int64_t llc = cf_llc_bytes_at("/sys/devices/system/cpu/cpu0/cache");
+  if (llc > 0 && dflt != llc + 1)
+    fail_msg("default %lld, want the sysfs last-level cache's %lld", (long long)dflt, (long long)llc);
+}
+
+/* Writes text into dir/index<i>/<file> (the directory made first). */
+static void put_sysfs(const char *dir, int i, const char *file, const char *text) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/index%d", dir, i);
+  mkdir(path, 0700);
+  snprintf(path, sizeof path, "%s/index%d/%s", dir, i, file);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void rm_sysfs(const char *dir, int n) {
+  char path[512];
+  static const char *const files[] = {"level", "size"};
+  for (int i = 0; i < n; i++) {
+    for (int k = 0; k < 2; k++) {
+      snprintf(path, sizeof path, "%s/index%d/%s", dir, i, files[k]);
+      remove(path);
+    }
+    snprintf(path, sizeof path, "%s/index%d", dir, i);
+    rmdir(path);
+  }
+  rmdir(dir);
+}
+
+/* The last-level cache from a sysfs cache directory: the size of the
+ * highest level (as the AMD EPYC VM's cpu0 reads, where glibc's sysconf
+ * says ten times more), K/M/G suffixes, a level without a size skipped,
+ * the indices read up to the first gap; -1 without any. */
+static void test_llc_sysfs(void **state) {
+  (void)state;
+  char dir[] = "/tmp/cf_llc_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  assert_int_equal(cf_llc_bytes_at(dir), -1);
+  static const char *const rows[][2] = {
+      {"1\n", "32K\n"}, {"1\n", "32K\n"}, {"2\n", "1024K\n"}, {"3\n", "32768K\n"}};
+  for (int i = 0; i < 4; i++) {
+    put_sysfs(dir, i, "level", rows[i][0]);
+    put_sysfs(dir, i, "size", rows[i][1]);
+  }
+  assert_int_equal(cf_llc_bytes_at(dir), (int64_t)32 << 20);
+  put_sysfs(dir, 3, "size", "2M"); /* no newline, M */
+  assert_int_equal(cf_llc_bytes_at(dir), (int64_t)2 << 20);
+  put_sysfs(dir, 3, "size", "lots\n"); /* unreadable: the level below */
+  assert_int_equal(cf_llc_bytes_at(dir), (int64_t)1 << 20);
+  put_sysfs(dir, 3, "size", "1G\n");
+  put_sysfs(dir, 5, "level", "4\n"); /* after the gap at index4: not read */
+  put_sysfs(dir, 5, "size", "8G\n");
+  assert_int_equal(cf_llc_bytes_at(dir), (int64_t)1 << 30);
+  rm_sysfs(dir, 6);
+  char none[] = "/tmp/cf_llc_none_XXXXXX/cache";
+  assert_int_equal(cf_llc_bytes_at(none), -1);
 }
 
 static void test_allreduce_reductions(void **state) {
@@ -2589,7 +2650,7 @@ static void test_plan_partitioned_groups(void **state) {
  * no argument runs them all. */
 #define T(f) cmocka_unit_test(f)
 static const struct CMUnitTest s_streams[] = {
-    T(test_copy_stream), T(test_stream_min), T(test_bind), T(test_select_measured),
+    T(test_copy_stream), T(test_stream_min), T(test_llc_sysfs), T(test_bind), T(test_select_measured),
     T(test_cpu_pages),
 };
 static const struct CMUnitTest s_allreduce[] = {

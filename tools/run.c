@@ -115,8 +115,10 @@ static const cf_opt run_opts[] = {
     {"--deterministic", NULL, NULL, CF_OPT_FLAG, RUN_FIELD(deterministic),
      .help = "reduce in rank order: bitwise equal results for any fusion"},
     {"--timeout", NULL, "SEC", CF_OPT_CALL, 0, .check = check_timeout,
-     .help = "every wait, and every compute step, gives up after SEC\n"
-             "seconds (default 60): exit 3"},
+     .help = "a wait gives up after SEC seconds without a sign of life\n"
+             "from the rank it waits for (one still filling its inputs\n"
+             "is at work, not silent), a compute step after SEC seconds\n"
+             "(default 60): exit 3"},
     {"--input", NULL, "NAME=FILE.npy", CF_OPT_LIST, RUN_FIELD(input), .check = check_input,
      .help = "an Input's data; {rank} in FILE is replaced by the rank (a file,\n"
              "not '-')"},
@@ -836,6 +838,9 @@ static cf_status set_up(cf_context *ctx, run_job *j) {
   if (a->procs) {
     cf_world *world = j->setup.world;
     j->me = j->setup.me;
+    /* this process's long phases (compiling, its inputs, --verify) are its
+     * rank's signs of life to the peers that wait for it (agree_setup, agree_result) */
+    cf_pulse_here = cf_comm_pulse(cf_world_comm(world, world->first));
     if (!st && a->ranks && a->ranks != world->size)
       st = cf_error(ctx, CF_ERR_USAGE, NULL, 0,
                     "--ranks %d, but the launcher started %d process%s (leave --ranks out with "
@@ -1071,6 +1076,7 @@ static void job_free(run_job *j, int rc) {
   cf_graph_destroy(j->ref_g);
   cf_opts_free(&cf_command_run, j->a);
   fflush(stdout);
+  cf_pulse_here = (cf_pulse){NULL, NULL}; /* the world's endpoint goes with it */
   cf_run_setup_free(&j->setup, rc);
 }
 

@@ -16,7 +16,10 @@
  *     collective differs (count, dtype, reduction, root);
  *   COLLFUSE_TEST_CORRUPT=RANK:INDEX:OUTPUT  adds 1 to one element of one
  *     rank's output after the run, before --verify looks at it;
- *   COLLFUSE_TEST_VERIFY_WINDOW=N  --verify's windows are N elements.
+ *   COLLFUSE_TEST_VERIFY_WINDOW=N  --verify's windows are N elements;
+ *   COLLFUSE_TEST_SLOW=RANK:SECONDS[:quiet]  one rank's first sign of life
+ *     in the run (its first chunk of inputs) comes SECONDS late, beating
+ *     meanwhile (a rank still at work), or with quiet silent (a rank stuck).
  */
 #include "tools.h"
 
@@ -51,7 +54,13 @@ static const cf_faults *faults(void) {
   if (!read) {
     read = 1;
     const char *fail = getenv("COLLFUSE_TEST_FAIL"), *m = getenv("COLLFUSE_TEST_MISMATCH");
+    const char *slow = getenv("COLLFUSE_TEST_SLOW");
     if (fail) any = sscanf(fail, "%d:%d:%d", &f.fail_mode, &f.fail_rank, &f.fail_step) > 0;
+    char quiet[8] = "";
+    if (slow && sscanf(slow, "%d:%lf:%7s", &f.slow_rank, &f.slow_s, quiet) >= 2 && f.slow_s > 0) {
+      f.slow_quiet = strcmp(quiet, "quiet") == 0;
+      any = 1;
+    }
     if (m && sscanf(m, "%d:%d:%15s", &h.rank, &h.coll, h.field) == 3) {
       f.mutate = mutate;
       f.user = &h;

@@ -43,14 +43,19 @@ cf_status cf_device_view(cf_device *d, cf_context *ctx, int rank, int lane, cf_d
  * and AllToAll always; on a graph of eight 4 MiB collectives 1.1-2.6x
  * faster), and an AllReduce only when its working set (the bytes all ranks
  * touch between two runs of it) is at least cf_stream_min_bytes()
- * (cf_streams): a quarter of the last-level cache, or $COLLFUSE_STREAM_MIN
- * (bytes, with an optional K, M or G; "off": never, and -1 here). An
- * AllReduce run back to back on its own buffers (bench allreduce) keeps a
- * working set that small in cache: on a 2-core VM with a 480 MiB L3 the
- * crossover lay between 64 and 128 MiB on both two and four ranks
+ * (cf_streams): the last-level cache's size + 1 (a working set larger
+ * than the cache), or $COLLFUSE_STREAM_MIN (bytes, with an optional K, M
+ * or G; "off": never, and -1 here). An AllReduce run back to back on its
+ * own buffers (bench allreduce) keeps a working set that fits in cache:
+ * on the 2-core VM (one 32 MiB L3), two ranks, ordinary stores won at 16
+ * MiB, neither at 32 MiB, streaming ones at 48 and 64 MiB
  * (docs/executor.md, "Streaming stores"). */
 #define CF_STREAM_MIN_OUTPUT ((int64_t)4 << 20)
 int64_t cf_stream_min_bytes(void);
+/* The size of the highest-level cache under a sysfs cache directory
+ * (/sys/devices/system/cpu/cpuN/cache: index0.., each with level and
+ * size), or -1 where there is none. */
+int64_t cf_llc_bytes_at(const char *cache_dir);
 bool cf_streams(int64_t working_set);
 /* copy_stream, else copy. */
 void cf_device_copy_stream(cf_device *d, void *dst, const void *src, size_t bytes);

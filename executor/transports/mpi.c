@@ -39,7 +39,16 @@
  *
  * A failed rank never hangs in MPI_Finalize: it waits a few seconds for
  * every rank to stop too (a barrier with a deadline), then all finalize, or
- * MPI_Abort ends the job when a rank is gone. The native slot (MPI's own
+ * MPI_Abort ends the job when a rank is gone.
+ *
+ * A process has one world, whatever the number of creates: a second one
+ * (another executable of the C API's cf_executable_run_rank) shares the
+ * first's, as the shm world's joins do, so every executable's messages
+ * keep one order on one communicator. A new executable's start-up
+ * (cf_exec_meet) then meets a peer's repeated run of a kept one at its
+ * first message, exit 3 naming both; with a duplicate of MPI_COMM_WORLD
+ * each, the new one waited in MPI_Comm_dup, which has no deadline, for a
+ * rank that never came. The native slot (MPI's own
  * collectives, --algo mpi-native) lives in mpi_native.c; the abort protocol
  * and the MPI call lock, which both use, in mpi_abort.c.
  */
@@ -610,8 +619,29 @@ static bool btl_allows_shm(const char *list) {
 
 static void world_free(cf_mpi_world *w, int exit_code);
 
+/* This process's world (see above), and how many creates hold it. */
+static pthread_mutex_t joined_lock = PTHREAD_MUTEX_INITIALIZER;
+static cf_mpi_world *joined;
+
+static cf_status mpi_make(cf_context *ctx, double timeout_s, cf_world **out);
+
 /* The world's create slot: size is mpirun's (the argument is not used). */
 static cf_status mpi_create(cf_context *ctx, int size, double timeout_s, cf_world **out) {
+  (void)size;
+  pthread_mutex_lock(&joined_lock);
+  cf_status st = CF_OK;
+  if (joined) {
+    joined->refs++;
+    *out = &joined->base;
+  } else if (!(st = mpi_make(ctx, timeout_s, out))) {
+    joined = (*out)->impl;
+    joined->refs = 1;
+  }
+  pthread_mutex_unlock(&joined_lock);
+  return st;
+}
+
+static cf_status mpi_make(cf_context *ctx, double timeout_s, cf_world **out) {
   *out = NULL;
   cf_mpi_world *w = calloc(1, sizeof *w);
   if (!w) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "mpi transport: out of memory");
@@ -878,7 +908,13 @@ static void world_free(cf_mpi_world *w, int exit_code) {
 }
 
 static void mpi_destroy(cf_world *base, int exit_code) {
-  if (base) world_free(base->impl, exit_code);
+  if (!base) return;
+  cf_mpi_world *w = base->impl;
+  pthread_mutex_lock(&joined_lock);
+  bool last = --w->refs <= 0;
+  if (last && joined == w) joined = NULL;
+  pthread_mutex_unlock(&joined_lock);
+  if (last) world_free(w, exit_code);
 }
 
 const cf_world_ops cf_world_mpi = {

@@ -48,6 +48,7 @@ typedef struct native_group {
 typedef struct cf_mpi_world cf_mpi_world;
 struct cf_mpi_world {
   cf_world base;        /* what callers hold (base.impl is this world) */
+  int refs;             /* creates of this process that hold it (mpi.c's joined) */
   cf_comm comm;
   MPI_Comm world;      /* our duplicate of MPI_COMM_WORLD */
   int local_size;      /* ranks on this node */

@@ -49,7 +49,11 @@
  * it; a rank that fails sets the shared abort word with its message first.
  * So every other rank stops well within its timeout. A heartbeat would need
  * the dead rank's silence to last a timeout; a robust mutex only tells the
- * rank that next locks it.
+ * rank that next locks it. The timeout itself counts silence, not work:
+ * each rank has a counter in the control segment that it bumps while it
+ * works through a long local phase (s_beat), and a wait on it starts its
+ * count again whenever that moves (a rank still filling 4 GiB of inputs is
+ * waited for; one stuck for the timeout is named).
  */
 #define _GNU_SOURCE
 #include "transports.h"
@@ -80,7 +84,7 @@
 #define CHAN_SLOTS 8
 #define EAGER_MAX 104
 #define INLINE_BIT (UINT64_C(1) << 63)
-#define MAGIC UINT64_C(0x324d48534643) /* "CFSHM2" */
+#define MAGIC UINT64_C(0x344d48534643) /* "CFSHM4": the control segment's layout (beats, regions) */
 #define NAME_MAX_SHM 64                /* group and node names a descriptor carries */
 #define PAGE 4096
 
@@ -89,7 +93,12 @@ typedef struct scell {
   uint64_t key;                      /* cf_coll_desc_key(), 0 without a descriptor */
   uint64_t bytes;                    /* | INLINE_BIT when the payload is in inl */
   union {
-    uint64_t off; /* in the sender's heap */
+    uint64_t off; /* in the sender's heap (ref.region 0) */
+    struct {
+      uint64_t off;    /* in the region, or the heap */
+      uint64_t gen;    /* the region's generation */
+      uint32_t region; /* 0: the heap; slot + 1 of the sender's registered memory */
+    } ref;
     unsigned char inl[EAGER_MAX];
   } u;
 } scell;
@@ -122,6 +131,7 @@ typedef struct shead { /* the control segment's first bytes */
   /* cf_world_max: rank r's values in maxv[r], then a counter per round */
   _Atomic uint64_t max_round[CF_MAX_WORLD];
   double maxv[CF_MAX_WORLD][8];
+  _Atomic uint64_t beat[CF_MAX_WORLD]; /* each rank's signs of life (s_beat), read by waits on it */
 } shead;
 
 typedef struct extent {
@@ -141,6 +151,7 @@ typedef struct cf_shm_world {
   sbell *bells;
   schan *ch;              /* [src * size + dst] */
   char **heap;            /* [rank]: every rank's heap as mapped here */
+  cf_shm_regions regions; /* the ranks' registered memory (shm_regions.c) */
   size_t heap_bytes;      /* each heap's size */
   int *pidfd;             /* [rank], -1 for none */
   uint64_t *head_n, *need, *acked_seen, *tail; /* [peer]: this rank's counters */
@@ -149,9 +160,11 @@ typedef struct cf_shm_world {
   pthread_mutex_t lock; /* the heap's free list */
   extent *free_list;
   int n_free, cap_free;
+  size_t fresh; /* the heap's bytes from here on were never handed out: still the memfd's zeros */
   int *cpus, lanes;
   char job[160];
   int refs; /* joins of this job by this process (joined, below) */
+  bool launched; /* joined from the launcher's variables (shm_create) */
   struct cf_shm_world *next;
 } cf_shm_world;
 
@@ -163,7 +176,9 @@ static cf_shm_world *joined_worlds;
 
 /* ================= the heap: this rank's memfd, first fit ================= */
 
-static size_t heap_alloc(cf_shm_world *w, size_t bytes) {
+/* An extent of bytes (a page multiple); *fresh (may be NULL): where the
+ * never handed out bytes began before it (cf_shm_world.fresh). */
+static size_t heap_alloc(cf_shm_world *w, size_t bytes, size_t *fresh) {
   size_t need = (bytes + PAGE - 1) / PAGE * PAGE, got = SIZE_MAX;
   if (!need) need = PAGE;
   pthread_mutex_lock(&w->lock);
@@ -178,6 +193,8 @@ static size_t heap_alloc(cf_shm_world *w, size_t bytes) {
       }
       break;
     }
+  if (fresh) *fresh = w->fresh;
+  if (got != SIZE_MAX && got + need > w->fresh) w->fresh = got + need;
   pthread_mutex_unlock(&w->lock);
   return got;
 }
@@ -222,14 +239,26 @@ static void heap_free(cf_shm_world *w, size_t off, size_t bytes) {
   pthread_mutex_unlock(&w->lock);
 }
 
-/* The allocation's size is kept in the page before it. */
+/* The allocation's size is kept in the page before it. Zeroed, as the
+ * slot promises: by memset where the heap handed the bytes out before
+ * (heap_free keeps their pages), while bytes never handed out are the
+ * memfd's own zeros and cost no page until touched (a run's arena block
+ * for a caller buffer that lies in registered memory never is). */
 static void *shm_alloc(cf_world *base, size_t bytes) {
   cf_shm_world *w = base->impl;
-  size_t off = heap_alloc(w, bytes + PAGE);
+  size_t fresh, off = heap_alloc(w, bytes + PAGE, &fresh);
   if (off == SIZE_MAX) return NULL;
-  *(size_t *)(w->heap[w->me] + off) = bytes;
-  memset(w->heap[w->me] + off + PAGE, 0, bytes); /* zeroed, as the slot promises (heap_free) */
-  return w->heap[w->me] + off + PAGE;
+  char *p = w->heap[w->me] + off + PAGE;
+  *(size_t *)(p - PAGE) = bytes;
+  /* zeroed, as the slot promises (heap_free): only the extents handed out
+   * before (fresh pages are zero); slow for GiBs, so a beat every 64 MiB */
+  size_t used = fresh > off + PAGE ? fresh - off - PAGE : 0;
+  if (used > bytes) used = bytes;
+  for (size_t at = 0, step = (size_t)64 << 20; at < used; at += step) {
+    memset(p + at, 0, used - at < step ? used - at : step);
+    cf_beat();
+  }
+  return p;
 }
 
 static bool in_heap(const cf_shm_world *w, const void *p) {
@@ -317,12 +346,16 @@ static cf_status wait_ge(cf_shm_world *w, _Atomic uint64_t *a, uint64_t target, 
   if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
   if (cf_spin_ge(a, target, w->spin)) return CF_OK;
   sbell *b = &w->bells[w->me];
-  double deadline = cf_now() + w->timeout_s;
+  /* the timeout counts the peer's silence (threads.c's wait_ge) */
+  _Atomic uint64_t *beat = &w->head->beat[ww->peer];
+  cf_patience pat;
+  cf_patience_start(&pat, atomic_load_explicit(beat, memory_order_relaxed), cf_now());
   for (;;) {
     atomic_store(&b->sleeping, 1);
     uint32_t v = atomic_load(&b->word);
     if (atomic_load(a) >= target) break;
-    double left = deadline - cf_now();
+    double left = cf_patience_left(&pat, atomic_load_explicit(beat, memory_order_relaxed), cf_now(),
+                                   w->timeout_s);
     if (atomic_load(&w->head->aborted) || check_dead(w) || left <= 0) {
       atomic_store(&b->sleeping, 0);
       return stop(w, ww);
@@ -372,12 +405,17 @@ static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const
     memcpy(m->u.inl, buf, bytes);
     m->bytes = bytes | INLINE_BIT;
   } else {
-    if (!in_heap(w, buf) && bytes) { /* a caller's buffer: through this slot's bounce buffer */
+    uint32_t slot;
+    m->u.ref.region = 0;
+    if (!in_heap(w, buf) && bytes &&
+        cf_shm_regions_name(&w->regions, buf, bytes, &slot, &m->u.ref.gen, &m->u.ref.off)) {
+      m->u.ref.region = slot + 1; /* the caller's registered memory: read (and written) in place */
+    } else if (!in_heap(w, buf) && bytes) { /* a caller's buffer: through this slot's bounce buffer */
       size_t k = (size_t)peer * CHAN_SLOTS + i;
       if (w->bounce_cap[k] < bytes) {
         if (w->bounce_cap[k]) heap_free(w, w->bounce_off[k], w->bounce_cap[k]);
         w->bounce_cap[k] = 0;
-        size_t off = heap_alloc(w, bytes);
+        size_t off = heap_alloc(w, bytes, NULL);
         if (off == SIZE_MAX)
           return cf_error(c->ctx, CF_ERR_NO_MEMORY, NULL, 0,
                           "shm transport: no room in rank %d's heap for a %zu-byte message", w->me,
@@ -434,13 +472,23 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   }
   size_t got = (size_t)(m->bytes & ~INLINE_BIT);
   bool inl = (m->bytes & INLINE_BIT) != 0;
-  if (got != bytes || (!inl && (m->u.off > w->heap_bytes || got > w->heap_bytes - m->u.off))) {
+  bool reg = !inl && m->u.ref.region;
+  if (got != bytes || (!inl && !reg && (m->u.off > w->heap_bytes || got > w->heap_bytes - m->u.off))) {
     cf_coll_size_mismatch(text, sizeof text, w->me, bytes, peer, (long long)got, d);
     world_abort(w, text);
     return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
   }
+  const void *p = inl ? (const void *)m->u.inl : (const void *)(w->heap[peer] + m->u.off);
+  if (reg) {
+    p = cf_shm_regions_peer(&w->regions, peer, m->u.ref.region - 1, m->u.ref.gen, m->u.ref.off, got, text,
+                            sizeof text);
+    if (!p) {
+      world_abort(w, text);
+      return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
+    }
+  }
   w->tail[peer]++;
-  *data = inl ? (const void *)m->u.inl : (const void *)(w->heap[peer] + m->u.off);
+  *data = p;
   return CF_OK;
 }
 
@@ -482,6 +530,11 @@ static bool s_aborted(cf_comm *c, const char **text) {
   return true;
 }
 
+static void s_beat(cf_comm *c) {
+  cf_shm_world *w = c->impl;
+  atomic_fetch_add_explicit(&w->head->beat[w->me], 1, memory_order_relaxed);
+}
+
 static const cf_comm_ops shm_ops = {
     .name = "shm",
     .zero_copy = true,
@@ -495,6 +548,7 @@ static const cf_comm_ops shm_ops = {
     .eager_max = EAGER_MAX,
     .abort = s_abort,
     .aborted = s_aborted,
+    .beat = s_beat,
 };
 
 /* ================= start-up: the rendezvous ================= */
@@ -600,6 +654,7 @@ static size_t ctl_size(int n) {
   size_t b = (sizeof(shead) + 63) / 64 * 64;
   b += sizeof(sbell) * (size_t)n;
   b += sizeof(schan) * (size_t)n * (size_t)n;
+  b += sizeof(cf_shm_region) * (size_t)n * CF_SHM_REGIONS;
   return (b + PAGE - 1) / PAGE * PAGE;
 }
 
@@ -612,6 +667,9 @@ static cf_status map_ctl(cf_shm_world *w, int fd) {
   w->head = p;
   w->bells = (sbell *)((char *)p + (sizeof(shead) + 63) / 64 * 64);
   w->ch = (schan *)(w->bells + w->size);
+  cf_shm_region *table = (cf_shm_region *)(w->ch + (size_t)w->size * (size_t)w->size);
+  if (cf_shm_regions_init(&w->regions, table, w->head->pid, w->size, w->me))
+    return cf_error(w->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   return CF_OK;
 }
 
@@ -901,6 +959,13 @@ cf_status cf_world_shm_join(cf_context *ctx, const cf_shm_launch *l, double time
   return shm_join(ctx, l, timeout_s, out);
 }
 
+/* A join from the launcher's variables shares the world an earlier one
+ * joined that way while that lives, at the same rank and size, even when
+ * the job's name reads differently now: a framework may set a launcher's
+ * variables of its own meanwhile (DDP under mpirun sets torch's RANK,
+ * WORLD_SIZE and MASTER_* from mpirun's, and torchrun's come first), and a
+ * world of another name would be a second job of the same processes, whose
+ * messages no check of the first could see. */
 static cf_status shm_create(cf_context *ctx, int size, double timeout_s, cf_world **out) {
   *out = NULL;
   cf_shm_launch l;
@@ -910,7 +975,19 @@ static cf_status shm_create(cf_context *ctx, int size, double timeout_s, cf_worl
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
                     "--backend shm: %d ranks asked for, but %s started %d process%s", size, l.by,
                     l.size, l.size == 1 ? "" : "es");
-  return shm_join(ctx, &l, timeout_s, out);
+  pthread_mutex_lock(&joined_lock);
+  for (cf_shm_world *j = joined_worlds; j && !*out; j = j->next)
+    if (j->launched && j->me == l.rank && j->size == l.size) {
+      j->refs++;
+      *out = &j->base;
+    }
+  pthread_mutex_unlock(&joined_lock);
+  if (*out) return CF_OK;
+  if ((st = shm_join(ctx, &l, timeout_s, out))) return st;
+  pthread_mutex_lock(&joined_lock);
+  ((cf_shm_world *)(*out)->impl)->launched = true;
+  pthread_mutex_unlock(&joined_lock);
+  return CF_OK;
 }
 
 static cf_comm *shm_comm(cf_world *base, int rank) {
@@ -970,6 +1047,11 @@ static cf_status shm_max(cf_world *base, double *v, int n) {
 
 static void shm_abort_world(cf_world *base, const char *text) { world_abort(base->impl, text); }
 
+static bool shm_shares(const cf_world *base, const void *p, size_t bytes) {
+  (void)base;
+  return cf_shm_registered(p, bytes);
+}
+
 static void shm_destroy(cf_world *base, int exit_code) {
   (void)exit_code;
   if (!base) return;
@@ -988,6 +1070,7 @@ static void shm_destroy(cf_world *base, int exit_code) {
     for (int r = 0; r < w->size; r++)
       ring(w, r);
   }
+  cf_shm_regions_fini(&w->regions);
   for (int r = 0; w->heap && r < w->size; r++)
     if (w->heap[r]) munmap(w->heap[r], w->heap_bytes);
   for (int r = 0; w->pidfd && r < w->size; r++)
@@ -1016,4 +1099,5 @@ const cf_world_ops cf_world_shm = {
     .abort = shm_abort_world,
     .alloc = shm_alloc,
     .free = shm_free,
+    .shares = shm_shares,
 };

@@ -20,7 +20,10 @@
  * path has no locked instruction. Without membarrier, both sides fence.
  * Every wait has the run's timeout and watches the world's abort flag: a
  * rank that fails stops all others promptly, and a wait that times out
- * names the peer it was waiting for.
+ * names the peer it was waiting for. The timeout counts the peer's
+ * silence: each rank has a counter it bumps while it works through a long
+ * local phase (t_beat: a chunk of its inputs' fill, of a first touch), and
+ * a sleeping wait that sees its peer's move starts the count again.
  *
  * Placement. The threads that run a rank's work (its compute and its
  * collectives) bind themselves to a CPU of the process's affinity mask, as
@@ -92,6 +95,7 @@ typedef struct rank_state {
   cf_comm comm;
   int64_t waits_slept; /* statistics */
   _Atomic int left;    /* the rank's thread has returned */
+  _Alignas(64) _Atomic uint64_t beat; /* its signs of life (t_beat), read by waits on it */
 } rank_state;
 
 typedef struct cf_threads_world {
@@ -193,7 +197,11 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
   if (came) return CF_OK;
   t0 = cf_trace_here ? cf_trace_clock() : 0;
   bell *b = &w->bells[c->rank];
-  double deadline = cf_now() + w->timeout_s;
+  /* the timeout counts the peer's silence: a peer still at work (filling
+   * its inputs, say) beats, and its beats start the count again */
+  _Atomic uint64_t *beat = &w->ranks[ww->peer].beat;
+  cf_patience pat;
+  cf_patience_start(&pat, atomic_load_explicit(beat, memory_order_relaxed), cf_now());
   for (;;) {
     atomic_store(&b->sleeping, 1);
     /* the senders' half of the fence (see the top) */
@@ -204,7 +212,8 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
       atomic_store(&b->sleeping, 0);
       return stop(c, ww);
     }
-    double left = deadline - cf_now();
+    double left = cf_patience_left(&pat, atomic_load_explicit(beat, memory_order_relaxed), cf_now(),
+                                   w->timeout_s);
     if (left <= 0) {
       atomic_store(&b->sleeping, 0);
       return stop(c, ww);
@@ -344,6 +353,11 @@ static bool t_aborted(cf_comm *c, const char **text) {
   return true;
 }
 
+static void t_beat(cf_comm *c) {
+  cf_threads_world *w = c->impl;
+  atomic_fetch_add_explicit(&w->ranks[c->rank].beat, 1, memory_order_relaxed);
+}
+
 static const cf_comm_ops threads_ops = {
     .name = "threads",
     .zero_copy = true,
@@ -357,6 +371,7 @@ static const cf_comm_ops threads_ops = {
     .eager_max = EAGER_MAX,
     .abort = t_abort,
     .aborted = t_aborted,
+    .beat = t_beat,
 };
 
 static void threads_destroy(cf_world *base, int exit_code);
@@ -380,9 +395,10 @@ static cf_status threads_create(cf_context *ctx, int size, double timeout_s, cf_
   pthread_mutex_init(&w->lock, NULL);
   w->ch = aligned_alloc(64, sizeof(chan) * (size_t)size * (size_t)size);
   w->bells = aligned_alloc(64, sizeof(bell) * (size_t)size);
-  w->ranks = calloc((size_t)size, sizeof *w->ranks);
+  w->ranks = aligned_alloc(64, sizeof(rank_state) * (size_t)size);
   if (!w->ch || !w->bells || !w->ranks) goto oom;
   memset(w->ch, 0, sizeof(chan) * (size_t)size * (size_t)size);
+  memset(w->ranks, 0, sizeof(rank_state) * (size_t)size);
   memset(w->bells, 0, sizeof(bell) * (size_t)size);
   for (int r = 0; r < size; r++) {
     cf_comm *c = &w->ranks[r].comm;

@@ -10,6 +10,9 @@
 #include "../algo.h"
 #include "../runtime.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 /* transports/threads.c: size ranks that are threads of this process, over
  * a single-copy transport (recv reads the sender's buffer in place). */
 extern const cf_world_ops cf_world_threads;
@@ -83,6 +86,45 @@ bool cf_shm_one_host(int n, const cf_shm_host *hosts, char *text, size_t len);
  * one host; without: nothing to do. */
 cf_status cf_shm_meet(cf_context *ctx, const cf_shm_launch *l, double timeout_s, double deadline);
 
+/* transports/shm_regions.c: the caller's memory that the shm world's peers
+ * read and write in place (cf_shm_register, collfuse.h): the process's
+ * registrations, and each world's table of them in its control segment. */
+#define CF_SHM_REGIONS 128 /* registrations a process may hold at once */
+typedef struct cf_shm_region { /* control segment: [rank * CF_SHM_REGIONS + slot] */
+  _Atomic uint64_t gen; /* the registration's generation, 0: free; stored last */
+  int32_t fd;           /* in the owner's process: /proc/<pid>/fd/<fd> */
+  int32_t pad;
+  uint64_t bytes;
+} cf_shm_region;
+typedef struct cf_shm_regions { /* a world's view of every rank's table */
+  cf_shm_region *table;
+  const int32_t *pid; /* [rank], in the control segment */
+  int size, me;
+  pthread_mutex_t lock; /* the maps */
+  struct cf_shm_map {
+    uint64_t gen;
+    void *p;
+    size_t bytes;
+  } *map; /* [peer * CF_SHM_REGIONS + slot]: the peers' regions mapped here */
+  struct cf_shm_regions *next;
+} cf_shm_regions;
+cf_status cf_shm_regions_add(cf_context *ctx, void *base, size_t bytes, int fd);
+cf_status cf_shm_regions_remove(cf_context *ctx, void *base);
+/* Whether [p, p + bytes) lies wholly in one registration of this process. */
+bool cf_shm_registered(const void *p, size_t bytes);
+/* A world's view (CF_ERR_NO_MEMORY, without a message), and its end. */
+cf_status cf_shm_regions_init(cf_shm_regions *rs, cf_shm_region *table, const int32_t *pid, int size,
+                              int me);
+void cf_shm_regions_fini(cf_shm_regions *rs);
+/* A message of [p, p + bytes) names (slot, gen, off) of this rank's table,
+ * published there first if need be; false when no registration holds it. */
+bool cf_shm_regions_name(cf_shm_regions *rs, const void *p, size_t bytes, uint32_t *slot, uint64_t *gen,
+                         uint64_t *off);
+/* Where peer's (slot, gen, off) of bytes lies here (mapped on first use),
+ * or NULL with text saying why. */
+const void *cf_shm_regions_peer(cf_shm_regions *rs, int peer, uint32_t slot, uint64_t gen, uint64_t off,
+                                size_t bytes, char *text, size_t len);
+
 /* world.c: the slots, wrapped */
 cf_status cf_world_create(cf_context *ctx, const cf_world_ops *ops, int size, double timeout_s,
                           cf_world **out);
@@ -93,6 +135,9 @@ cf_comm *cf_world_comm(cf_world *w, int rank);
 void *cf_world_alloc(cf_world *w, cf_device *dev, size_t bytes);
 void cf_world_free(cf_world *w, cf_device *dev, void *p);
 bool cf_world_gives_memory(const cf_world *w);
+/* Whether every rank reads [p, p + bytes) of this rank's in place (the shm
+ * world: memory the caller registered); false for a world without the slot. */
+bool cf_world_shares(const cf_world *w, const void *p, size_t bytes);
 /* No-op for a world without the slot. */
 void cf_world_rank_left(cf_world *w, int rank);
 /* Call from each thread that runs rank's work on lane (0: compute, 1:
@@ -129,6 +174,19 @@ int *cf_bind_cpus(int size, int *lanes);
 void cf_wait_timeout_text(char *text, size_t len, int me, double timeout_s, const char *verb,
                           int peer, const cf_coll_desc *d, int size, bool (*left)(void *, int),
                           void *user);
+/* The pulse (ir.h's cf_pulse) whose beats are c's beat slot (a pulse of
+ * no one where c has none); c must outlive the threads that hold it. */
+cf_pulse cf_comm_pulse(cf_comm *c);
+/* A wait's patience (threads.c, shm.c): the timeout counts the silence of
+ * the peer waited for, from the wait's start or its counter's last move.
+ * cf_patience_left: the seconds left at now given the peer's counter beat
+ * (<= 0: silent too long). */
+typedef struct cf_patience {
+  uint64_t seen; /* the peer's counter when last read */
+  double since;  /* when it last moved (or the wait began) */
+} cf_patience;
+void cf_patience_start(cf_patience *p, uint64_t beat, double now);
+double cf_patience_left(cf_patience *p, uint64_t beat, double now, double timeout_s);
 /* The spin before a wait sleeps (threads.c, shm.c): true once *a >= target
  * within spin polls. With a core per rank (spin > 1000) it pauses, giving
  * the core away every 64 polls after the first 256 (a pause takes ~140

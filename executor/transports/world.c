@@ -73,6 +73,10 @@ void cf_world_free(cf_world *w, cf_device *dev, void *p) {
 
 bool cf_world_gives_memory(const cf_world *w) { return w && w->ops->alloc; }
 
+bool cf_world_shares(const cf_world *w, const void *p, size_t bytes) {
+  return w && w->ops->shares && w->ops->shares(w, p, bytes);
+}
+
 static uint64_t mix(uint64_t h, uint64_t v) {
   h = (h ^ v) * UINT64_C(0xff51afd7ed558ccd);
   return h ^ (h >> 33);
@@ -144,4 +148,26 @@ bool cf_spin_ge(_Atomic uint64_t *a, uint64_t target, int spin) {
       sched_yield();
   }
   return atomic_load_explicit(a, memory_order_acquire) >= target;
+}
+
+static void comm_beat(void *c) {
+  cf_comm *comm = c;
+  comm->ops->beat(comm);
+}
+
+cf_pulse cf_comm_pulse(cf_comm *c) {
+  return c && c->ops->beat ? (cf_pulse){comm_beat, c} : (cf_pulse){NULL, NULL};
+}
+
+void cf_patience_start(cf_patience *p, uint64_t beat, double now) {
+  p->seen = beat;
+  p->since = now;
+}
+
+double cf_patience_left(cf_patience *p, uint64_t beat, double now, double timeout_s) {
+  if (beat != p->seen) { /* the peer works: the silence starts again */
+    p->seen = beat;
+    p->since = now;
+  }
+  return p->since + timeout_s - now;
 }

@@ -475,6 +475,28 @@ cf_status cf_executable_set_trace(cf_executable *e, const char *path);
 cf_status cf_launcher_find(cf_context *ctx, const char *const *env, const char **name, int *rank,
                            int *size, int *local, int *mpi);
 
+/* Memory of this process's that the shm world's peers may read and write
+ * in place (docs/executor.md): bytes at base, the start of a mapping of
+ * the shareable file fd (a memfd, or an unlinked /dev/shm file such as the
+ * one torch's share_memory_() moves a CPU tensor's storage into) from its
+ * offset 0, MAP_SHARED. From then on a cf_executable_run_rank on the shm
+ * world uses a caller buffer (input, output or bound bucket) that lies
+ * wholly in registered memory where it lies instead of copying it into the
+ * world's memory and back (cf_executable_last_copies counts none for it),
+ * and a plain AllReduce given one such buffer as input and output runs in
+ * place there. The peers open the file as /proc/<pid>/fd/<fd> on first use
+ * (the same user: ptrace read access) and map it; one that cannot fails
+ * every rank's run with CF_ERR_RUNTIME naming both ranks. fd and the
+ * mapping must stay open until cf_shm_unregister(base), which waits for
+ * nothing: unregister between runs. Registering base again (a new file, or
+ * a new size) replaces the old registration; the peers map the new one
+ * when they next meet it. The registrations are the process's (every
+ * world it joins), at most 128 at once. CF_ERR_USAGE for no memory, a
+ * descriptor that is no file of at least bytes, too many registrations,
+ * or (unregister) a base not registered. */
+cf_status cf_shm_register(cf_context *ctx, void *base, size_t bytes, int fd);
+cf_status cf_shm_unregister(cf_context *ctx, void *base);
+
 #ifdef __cplusplus
 }
 #endif

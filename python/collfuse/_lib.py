@@ -169,6 +169,8 @@ _PROTOS = {
     "cf_executable_io_bucket": (c_int, [c_void_p, c_int, c_size_t, P(c_size_t)]),
     "cf_executable_bucket_bind": (c_int, [c_void_p, c_int, c_size_t, c_int, c_void_p]),
     "cf_executable_bucket_buffer": (c_void_p, [c_void_p, c_int, c_size_t, c_int]),
+    "cf_shm_register": (c_int, [c_void_p, c_void_p, c_size_t, c_int]),
+    "cf_shm_unregister": (c_int, [c_void_p, c_void_p]),
 }
 
 lib = find_library()

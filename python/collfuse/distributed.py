@@ -67,7 +67,7 @@ from ._lib import RUN_DONE_FN, lib
 
 __all__ = ["init", "has_shm", "is_initialized", "last_copies", "get_rank", "get_world_size", "backend", "destroy",
            "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier", "launcher", "set_trace",
-           "matmul_reduce_scatter",
+           "matmul_reduce_scatter", "register", "unregister", "registered",
            "write_trace", "trace_span", "tracing", "Work"]
 
 # numpy's dtype of each collfuse dtype (the package's table), bfloat16 aside: numpy
@@ -303,9 +303,75 @@ def destroy():
         for key in reversed(w.order):
             w.cache.pop(key, None)
         w.order = []
+    for ptr in list(_regions):
+        _unregister_ptr(ptr)
 
 
 atexit.register(destroy)
+
+
+# ---------------- registered memory (the shm world) ----------------
+
+_regions = {}  # storage data_ptr -> the storage, kept alive while the library has it registered
+_regions_ctx = None
+
+
+def _storage_ptr(tensor):
+    return tensor.storage().data_ptr()
+
+
+def register(tensor):
+    """Let the shm world use tensor's memory where it lies: a collective on
+    a buffer of registered memory makes no copy (last_copies() counts none
+    for it; all_reduce runs in place there) instead of copying the buffer
+    into the world's memory and back. tensor: a CPU torch tensor; its whole
+    storage is registered, moved first into shared memory in place
+    (share_memory_(): the same storage, so every view of it, a DDP
+    bucket's gradients included, follows; the data are kept) unless it is
+    shared already. The peers open that memory through /proc (the same
+    user) and map it. Returns True, or False where there is nothing to do
+    (the world is not shm, or the storage is empty). Keep the tensor
+    registered while collectives use it; register(t) again after its
+    storage changed, unregister(t) when done (destroy() unregisters all)."""
+    import torch
+    if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu" or tensor.layout != torch.strided:
+        raise TypeError("collfuse.distributed.register: give a dense CPU torch tensor, not %s"
+                        % type(tensor).__name__)
+    if _need().backend != "shm" or tensor.storage().nbytes() == 0:
+        return False
+    global _regions_ctx
+    if not tensor.storage().is_shared():
+        tensor.share_memory_()
+    st = tensor.storage()
+    ptr = st.data_ptr()
+    if ptr in _regions:
+        return True
+    try:
+        fd = st._share_fd_cpu_()[0]  # the open descriptor of its (unlinked) file
+    except RuntimeError as e:
+        raise ValueError("collfuse.distributed.register: the tensor's storage is shared by name, not by "
+                         "descriptor (torch.multiprocessing's file_system strategy?): %s" % e) from None
+    if _regions_ctx is None:
+        _regions_ctx = Context()
+    _regions_ctx.check(lib.cf_shm_register(_regions_ctx._h, ptr, st.nbytes(), fd))
+    _regions[ptr] = st
+    return True
+
+
+def _unregister_ptr(ptr):
+    if _regions.pop(ptr, None) is not None and _regions_ctx is not None:
+        _regions_ctx.check(lib.cf_shm_unregister(_regions_ctx._h, ptr))
+
+
+def unregister(tensor):
+    """Undo register(tensor) (nothing when it is not registered); its
+    memory stays shared. Only between collectives that use it."""
+    _unregister_ptr(_storage_ptr(tensor))
+
+
+def registered(tensor):
+    """Whether tensor's storage is registered (register)."""
+    return _storage_ptr(tensor) in _regions
 
 
 # ---------------- the trace ----------------

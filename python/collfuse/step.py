@@ -38,9 +38,11 @@ The others (convolution_backward's, the norms' backward, embedding's,
 tuple-valued ops: .copied names each parameter and op) are copied once
 into the bucket by a node inserted right after the gradient (freed at once,
 as autograd's accumulation into .grad frees it), and .copy_bytes counts
-those bytes per step. Then the
-world copies what it needs (collfuse.distributed: on the shm world the
-bucket into shared memory and the average back).
+those bytes per step. On the shm world the buckets are allocated in shared
+memory and registered with it (collfuse.distributed.register): the peers
+read and write them where they lie and each average is made in place, with
+no copy and no second copy of the gradients in the world's memory;
+elsewhere the world copies what it needs (MPI: its staging).
 Memory (keep_memory=True, the default): the step's tensors are freed and
 allocated again every step, and glibc's malloc, left to itself, hands
 freed memory back to the kernel (a free heap top over its trim threshold,
@@ -451,6 +453,9 @@ class CompiledStep:
             dtype = self.params[ks[0]].dtype
             total = sum(self.params[k].numel() for k in ks)
             flat = torch.zeros(total, dtype=dtype)
+            if self.world_size > 1 and _cfd.is_initialized() and _cfd.register(flat):
+                # shm: shared in place, read where it lies (no copy); unregistered with the step
+                weakref.finalize(self, _cfd._unregister_ptr, flat.storage().data_ptr())
             off = 0
             for k in ks:
                 p = self.params[k]

@@ -25,11 +25,18 @@ for every future before the optimizer step. Don't call
 collfuse.distributed from another thread while a backward pass is running.
 
 Copies: with gradient_as_bucket_view=True the gradients are the bucket and
-DDP copies nothing, since the future holds the bucket itself; the copies
-are the world's (collfuse.distributed says which: shm, the bucket into its
-memory and the average back; MPI, its staging and one copy of the average
-into the bucket). Without it, DDP copies the gradients into the
-bucket and back, as with any hook.
+DDP copies nothing, since the future holds the bucket itself. On the shm
+world allreduce_hook makes none either: the first time it sees a bucket's
+buffer (DDP rebuilds its buckets after the first iteration: a bucket is
+known by its index and its storage) it moves the buffer's storage into
+shared memory in place (collfuse.distributed.register; the gradients, views
+of it, follow) and unregisters the bucket it replaces; the peers then read
+and write the bucket where it lies and the average is made in place
+(collfuse.distributed.last_copies() is (0, 0)). Under MPI the copies are
+the world's (its staging and one copy of the average into the bucket).
+bf16_compress_hook rounds into a new buffer per call, which the world
+copies into its memory and back. Without gradient_as_bucket_view, DDP
+copies the gradients into the bucket and back, as with any hook.
 """
 
 import time
@@ -107,11 +114,31 @@ def _submit(bucket, buf, t0, state, start, finish=None):
     return fut
 
 
+_shared = {}  # DDP bucket index -> the storage pointer registered for it (_share)
+
+
+def _share(bucket, buf):
+    """Register bucket's buffer with the shm world the first time it is
+    seen, unregistering the bucket it replaces (copies: the module's head)."""
+    if _cfd.backend() != "shm":
+        return
+    idx = bucket.index()
+    ptr = buf.storage().data_ptr()
+    if _shared.get(idx) == ptr and _cfd.registered(buf):
+        return
+    old = _shared.pop(idx, None)
+    if old is not None and old not in _shared.values():
+        _cfd._unregister_ptr(old)
+    _cfd.register(buf)
+    _shared[idx] = buf.storage().data_ptr()
+
+
 def allreduce_hook(state, bucket):
     """DDP comm hook: the bucket averaged over every rank, in place."""
     t0 = time.monotonic_ns()
     group = _join(state)
     buf = bucket.buffer()
+    _share(bucket, buf)
     return _submit(bucket, buf, t0, state, lambda: _cfd.all_reduce(buf, op="mean", group=group, async_op=True))
 
 

@@ -6,6 +6,8 @@
  *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm   (N of them)
  *   API_RANK=R API_SIZE=N API_JOB=NAME collfuse_api_mpi shm-job  (N of them)
  *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm-repeat
+ *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm-gap|shm-gap0|shm-gap-env
+ *   mpirun -np N collfuse_api_mpi gap|gap0
  *
  * shm sets the option backend to shm (the rank from the launcher's
  * variables); shm-job also the option job (rank and size explicit, no
@@ -34,8 +36,19 @@
  * once before, while the others run this one again: neither checks its
  * plan, and its AllReduce of another count meets theirs at the first
  * message; every rank fails with CF_ERR_RUNTIME, "cross-rank mismatch"
- * naming the last rank, within the timeout. Prints one
- * line per failure; exits 0 when all passed, 77 outside mpirun.
+ * naming the last rank, within the timeout.
+ * shm-gap (kept_vs_new; gap under mpirun): every rank runs one executable twice (kept, its
+ * checks passed), then the last rank (shm-gap0: rank 0) runs it a third
+ * time, with no checks, while the others start an executable of another
+ * count, whose first run checks the job first: the kept run's first
+ * message meets the new one's start-up exchange, and every rank fails with
+ * CF_ERR_RUNTIME, "cross-rank mismatch" naming the odd rank and another
+ * (not a timeout naming the rank each waits for). shm-gap-env: shm-gap
+ * with torchrun's variables set before the new executable (COLLFUSE_JOB
+ * unset, MASTER_PORT from API_PORT), as DDP sets them under mpirun: it
+ * joins the world the first one joined, not a job of that other name.
+ * Prints one line per
+ * failure; exits 0 when all passed, 77 outside mpirun.
  */
 #include <collfuse/collfuse.h>
 
@@ -358,6 +371,15 @@ static void done_fn(void *user, cf_status st, const char *message) {
   snprintf(s->message, sizeof s->message, "%s", message ? message : "");
 }
 
+/* The two executables of repeat_runs and kept_vs_new, newest first. */
+static void two_free(cf_options *o, cf_graph *g, cf_executable *e, cf_graph *g2, cf_executable *e2) {
+  cf_executable_destroy(e2);
+  cf_executable_destroy(e);
+  cf_graph_destroy(g2);
+  cf_graph_destroy(g);
+  cf_options_destroy(o);
+}
+
 static void repeat_runs(cf_context *ctx) {
   cf_options *o = NULL;
   cf_graph *g = NULL, *g2 = NULL;
@@ -415,13 +437,60 @@ static void repeat_runs(cf_context *ctx) {
     FAIL("mismatch after %d runs: status %d: %s", REPEATS + STARTED, st, cf_context_errmsg(ctx));
 done:
   cf_runner_destroy(runner);
-  cf_executable_destroy(e2);
-  cf_executable_destroy(e);
-  cf_graph_destroy(g2);
-  cf_graph_destroy(g);
-  cf_options_destroy(o);
+  two_free(o, g, e, g2, e2);
   free(in);
   free(out);
+}
+
+static void kept_vs_new(cf_context *ctx, int odd, bool reread) {
+  cf_options *o = NULL;
+  cf_graph *g = NULL, *g2 = NULL;
+  cf_executable *e = NULL, *e2 = NULL;
+  float *in = malloc(sizeof *in * (REPEAT_N + 8));
+  if (!in) {
+    FAIL("out of memory");
+    goto done;
+  }
+  OK(ctx, make_options(ctx, "auto", true, &o));
+  OK(ctx, one_allreduce(ctx, o, 0, &g, &e));
+  void *io[1] = {in};
+  for (int c = 0; c < 2; c++) {
+    for (int64_t x = 0; x < REPEAT_N; x++) in[x] = (float)val(c, me, 0, x);
+    OK(ctx, cf_executable_run_rank(e, me, (const void *const *)io, io));
+    if (!summed(in, c)) goto done;
+  }
+  if (reread) { /* as DDP under mpirun: torchrun's variables, which come first, name another job */
+    char v[16];
+    unsetenv("COLLFUSE_JOB");
+    snprintf(v, sizeof v, "%d", me);
+    setenv("RANK", v, 1);
+    snprintf(v, sizeof v, "%d", R);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", getenv("API_PORT") ? getenv("API_PORT") : "29500", 1);
+  }
+  if (me != odd) OK(ctx, one_allreduce(ctx, o, 8, &g2, &e2)); /* new: its start-up checks the job */
+  for (int64_t x = 0; x < REPEAT_N + 8; x++) in[x] = (float)val(2, me, 0, x);
+  cf_status st = cf_executable_run_rank(me == odd ? e : e2, me, (const void *const *)io, io);
+  if (getenv("API_MPI_SHOW")) fprintf(stderr, "rank %d: %s\n", me, cf_context_errmsg(ctx));
+  char named[32];
+  snprintf(named, sizeof named, "rank %d", odd);
+  int ranks_named = 0; /* "rank N" followed by no digit */
+  for (int r = 0; r < R; r++) {
+    char x[32];
+    int len = snprintf(x, sizeof x, "rank %d", r);
+    for (const char *at = cf_context_errmsg(ctx); (at = strstr(at, x)) != NULL; at += len)
+      if (at[len] < '0' || at[len] > '9') {
+        ranks_named++;
+        break;
+      }
+  }
+  if (st != CF_ERR_RUNTIME || !has(ctx, "cross-rank mismatch") || !has(ctx, named) || ranks_named < 2)
+    FAIL("rank %d repeats a kept executable while the others start a new one: status %d: %s", odd, st,
+         cf_context_errmsg(ctx));
+done:
+  two_free(o, g, e, g2, e2);
+  free(in);
 }
 
 int main(int argc, char **argv) {
@@ -437,6 +506,12 @@ int main(int argc, char **argv) {
   me = atoi(r);
   R = atoi(n);
   bool repeat = strcmp(algo, "shm-repeat") == 0;
+  int gap = strcmp(algo, "shm-gap") == 0 || strcmp(algo, "gap") == 0 ||
+                    strcmp(algo, "shm-gap-env") == 0
+                ? R - 1
+            : strcmp(algo, "shm-gap0") == 0 || strcmp(algo, "gap0") == 0 ? 0
+                                                                         : -1;
+  bool reread = strstr(algo, "-env") != NULL;
   if (shm) algo = "auto";
   cf_context *ctx = NULL;
   cf_graph *g = NULL, *g2 = NULL, *g3 = NULL;
@@ -445,6 +520,10 @@ int main(int argc, char **argv) {
   if (cf_context_create(&ctx) != CF_OK) return 1;
   if (repeat) {
     repeat_runs(ctx);
+    goto done;
+  }
+  if (gap >= 0) {
+    kept_vs_new(ctx, gap, reread);
     goto done;
   }
   OK(ctx, build(ctx, R, 0, &g));

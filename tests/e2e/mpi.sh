@@ -23,7 +23,8 @@
 #    loudly end the job non-zero within --timeout, naming the rank;
 #  - the embedding API's cf_executable_run_rank (API_MPI, e2e/api_mpi.c) at
 #    2 and 4 processes, over shared memory and TCP, and with MPI's own
-#    collectives;
+#    collectives; and (gap, gap0) a rank that repeats a kept executable
+#    while the others start a new one: every rank fails naming both;
 #  - HCCL rank tables (tests/ranktable/): hostfile and rankfile for versions
 #    1.0 and 1.2, errors for malformed tables, `run --rank-table` accepting a
 #    matching job (placed by the generated files) and refusing others.
@@ -330,6 +331,12 @@ if [ -n "$api" ]; then
   api_run 4 auto $SHM
   api_run 4 mpi-native $SHM
   api_run 2 auto $TCP
+  # a rank that repeats a kept executable while the others start a new one
+  # (gap0: rank 0 repeats): every rank fails at once naming both, not at the
+  # timeout nor in MPI_Comm_dup (one world per process, mpi.c)
+  api_run 2 gap $SHM
+  api_run 3 gap $SHM
+  api_run 3 gap0 $SHM
 fi
 # ... and from Python (Graph.compile().run_rank), where the package and the
 # library are given (not in sanitizer builds)

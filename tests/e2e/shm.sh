@@ -24,7 +24,11 @@
 #    (shm-repeat, 2 and 3 processes) one executable run 40 times (a kept
 #    rank: no plan checks after its first run), 12 runs started on a
 #    cf_runner, then the last rank runs another executable: every rank
-#    fails with the mismatch naming it;
+#    fails with the mismatch naming it; and (shm-gap, 2 and 3 processes;
+#    shm-gap0, 3) one rank repeats a kept executable while the others start
+#    a new one: every rank fails with the mismatch naming both, not at the
+#    timeout, also when torchrun's variables were set in between
+#    (shm-gap-env, 3);
 #  - `bench allreduce --backend shm` (long): its JSON;
 #  - nothing left behind: no collfuse entry in /dev/shm afterwards.
 # Prints one line per failure and exits 1 if there was any.
@@ -224,6 +228,15 @@ if [ -n "$api" ] && part fast; then
   # started on a cf_runner, then a mismatch: every rank fails naming it
   api 2 shm-repeat "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=rep.$$.2"
   api 3 shm-repeat "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=rep.$$.3"
+  # the last rank (gap0: rank 0) repeats a kept executable while the others
+  # start a new one: every rank fails at the start-up's first message, exit
+  # 3 naming both ranks (its timeout of 10 s is not what ends it)
+  api 2 shm-gap "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=gap.$$.2"
+  api 3 shm-gap "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=gap.$$.3"
+  api 3 shm-gap0 "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=gap0.$$.3"
+  # ... with torchrun's variables set in between (as DDP under mpirun): the
+  # new executable joins the world the first one joined
+  api 3 shm-gap-env "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=gapenv.$$.3 API_PORT=$((20000 + $$ % 20000))"
 fi
 
 # ---- bench allreduce --backend shm (long): the table's JSON, every column

@@ -287,6 +287,8 @@ def ddp(me, R):
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
 
+    seen_copies = []
+
     def train(hook, steps=4):
         torch.manual_seed(3)
         net = torch.nn.Sequential(torch.nn.Linear(17, 32), torch.nn.Tanh(), torch.nn.Linear(32, 5))
@@ -300,6 +302,8 @@ def ddp(me, R):
             opt.zero_grad()
             loss = model(torch.randn(8, 17, generator=gen)).square().mean()
             loss.backward()
+            if hook:
+                seen_copies.append(cfd.last_copies())
             grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]).clone())
             opt.step()
             losses.append(loss.item())
@@ -307,6 +311,9 @@ def ddp(me, R):
 
     ref, ref_g = train(None)
     got, got_g = train(cft.allreduce_hook)
+    if cfd.backend() == "shm" and any(c != (0, 0) for c in seen_copies):
+        fail("allreduce_hook on shm: copies %r after each step's last bucket, want (0, 0) (the buckets "
+             "registered)" % seen_copies)
     for s, (a, b) in enumerate(zip(ref_g, got_g)):
         if not torch.allclose(a, b, rtol=1e-5, atol=1e-7):
             fail("allreduce_hook: step %d's averaged gradients differ from DDP's own (max %g)"
@@ -406,23 +413,63 @@ def copies(me, R):
         fail("copies on %s: all_reduce %r, all_gather %r; want %r" % (cfd.backend(), got, cfd.last_copies(), want))
     if not (o == R * (R + 1) / 2).all():
         fail("all_gather of the all_reduce: %r" % o[:4])
+    if torch is not None:
+        registered(me, R)
+
+
+def registered(me, R):
+    """Torch tensors registered with the shm world (cfd.register): no copy,
+    all_reduce in place, a view inside the storage too, and async; against
+    the float64 sum of every rank's random data. Elsewhere register says
+    there is nothing to do."""
+    n = 70001
+    t = torch.from_numpy(np.random.default_rng([11, me]).standard_normal(2 * n).astype(np.float32))
+    if not cfd.register(t):
+        if cfd.backend() == "shm":
+            fail("register on shm: nothing done")
+        return
+    if not t.is_shared() or not cfd.registered(t[n:]):
+        fail("register: the storage is not shared, or a view of it not registered")
+    ref = sum(np.random.default_rng([11, r]).standard_normal(2 * n).astype(np.float32).astype(np.float64)
+              for r in range(R))
+    cfd.all_reduce(t[:n])
+    if cfd.last_copies() != (0, 0):
+        fail("all_reduce of a registered tensor: copies %r, want (0, 0)" % (cfd.last_copies(),))
+    cfd.all_reduce(t[n:], async_op=True).wait()
+    if cfd.last_copies() != (0, 0):
+        fail("async all_reduce of a registered view: copies %r, want (0, 0)" % (cfd.last_copies(),))
+    err = np.abs(t.numpy().astype(np.float64) - ref).max()
+    if err > 1e-5 * R:
+        fail("all_reduce of a registered tensor: off the float64 sum by %g" % err)
+    plain = torch.ones(n)
+    cfd.all_reduce(plain)
+    if cfd.last_copies() != (2, 8 * n) or not (plain == R).all():
+        fail("all_reduce of an unregistered tensor after: copies %r" % (cfd.last_copies(),))
+    cfd.unregister(t)
+    if cfd.registered(t):
+        fail("unregister: still registered")
 
 
 def mismatch(me, R):
     """Ranks that call different collectives all raise, naming the other
     rank; the world then refuses further calls. (Last: it stops the world.)
-    Sizes no earlier call used, so every rank starts a new executable: a rank
-    that repeats a kept one (started() made a 7-element one) while the
-    others start new ones is caught only by the timeout today, naming the
-    rank each waits for (a known gap, noted on issue 30)."""
-    x = np.ones(1001 + me, np.float32)
+    The last rank repeats a kept executable (started() made a 7-element
+    one: its run checks nothing before its first message) while the others
+    start a new one (1001 elements, the same on each: its first run checks
+    the job first): the two meet at the first message, on every world, well
+    before the timeout. (The world is the one init joined: ddp() set
+    torchrun's variables meanwhile, which the library reads first.)"""
+    x = np.ones(7 if me == R - 1 else 1001, np.float32)
     try:
+        # a kept barrier meets no barrier after it: a slow rank may still
+        # finish it when a fast one finds the mismatch, and fails there
+        cfd.barrier()
         cfd.all_reduce(x)
-        fail("rank %d: ranks of %s elements each made no error" % (me, [5 + r for r in range(R)]))
+        fail("rank %d: ranks of %s elements each made no error" % (me, [1001] * (R - 1) + [7]))
     except collfuse.CollfuseError as e:
         named = {int(w) for w in re.findall(r"rank (\d+)", str(e))}
-        if "mismatch" not in str(e) or len(named) < 2:  # a third rank may name the first two
-            fail("rank %d: the mismatch error does not name two ranks: %s" % (me, e))
+        if "mismatch" not in str(e) or len(named) < 2 or R - 1 not in named:
+            fail("rank %d: the mismatch error does not name the last rank and another: %s" % (me, e))
     expect_raises(collfuse.CollfuseError, lambda: cfd.all_reduce(np.ones(3)), "an earlier collective failed")
 
 
@@ -517,7 +564,6 @@ def child():
     copies(me, R)
     if torch is not None:
         ddp(me, R)
-    cfd.barrier()
     mismatch(me, R)
     with open(os.path.join(os.environ["CF_OK_DIR"], "rank%d.ok" % me), "w") as f:
         f.write("ok\n")

@@ -60,6 +60,9 @@ def run_step(rank, seed, steps):
         if len(step.spans) < 2 or not all(s[0] < step.t_backward_end for s in step.spans):
             fail("rank %d: buckets %s started after the backward pass ended (%s)"
                  % (rank, step.spans, step.t_backward_end))
+    if cfd.backend() == "shm" and (not all(cfd.registered(f) for f in step.flat) or cfd.last_copies() != (0, 0)):
+        fail("rank %d: compile_step's buckets on shm: registered %r, the last average's copies %r, want "
+             "all registered and (0, 0)" % (rank, [cfd.registered(f) for f in step.flat], cfd.last_copies()))
     return losses, m
 
 

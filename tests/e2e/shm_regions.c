@@ -1,0 +1,240 @@
+/* shm_regions.c - the shm world on the caller's registered memory
+ * (cf_shm_register), through the public API only.
+ *
+ *   collfuse_shm_regions N     (forks N processes, ranks of one shm job)
+ *
+ * Each rank keeps its buffers in a memfd of its own, mapped MAP_SHARED and
+ * registered, with guard bytes around every buffer, and checks:
+ *  - an AllReduce (sum) of random float32 data, every algorithm the world
+ *    size allows (direct, rsag, ring, rd at a power of two, auto), in place
+ *    (one buffer as input and output) and out of place, at an odd count
+ *    and (auto, in place) a count of several of the algorithms' 4 MiB
+ *    segments: every element against the float64 sum of every rank's data
+ *    (each rank makes them all from the seed), the guards untouched and
+ *    cf_executable_last_copies 0 (the same run on unregistered memory
+ *    makes its copies: 2);
+ *  - the region made again at the same address from another memfd and
+ *    registered again between runs (a new generation): the peers map the
+ *    new file, the results are right;
+ *  - the last rank registers memory and closes its descriptor, so no peer
+ *    can open it: every rank's run fails with CF_ERR_RUNTIME naming the
+ *    last rank's registered memory, none hangs (timeout 20 s).
+ * Prints one line per failure; exits 0 when every rank passed.
+ */
+#define _GNU_SOURCE
+#include <collfuse/collfuse.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { GUARD = 256 };
+
+static int me, R, fails;
+static char job[64];
+static cf_context *ctx;
+
+#define FAIL(...)                                                                                  \
+  do {                                                                                             \
+    fails++;                                                                                       \
+    fprintf(stderr, "shm_regions rank %d/%d: FAIL line %d: ", me, R, __LINE__);                   \
+    fprintf(stderr, __VA_ARGS__);                                                                  \
+    fputc('\n', stderr);                                                                           \
+  } while (0)
+
+/* Element x of rank r's data in case c: random in [-1, 1) (splitmix64). */
+static float val(int c, int r, int64_t x) {
+  uint64_t z = ((uint64_t)c << 48) ^ ((uint64_t)r << 40) ^ (uint64_t)x;
+  z += UINT64_C(0x9e3779b97f4a7c15);
+  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+  z ^= z >> 31;
+  return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+typedef struct region {
+  int fd;
+  unsigned char *base;
+  size_t bytes;
+} region;
+
+/* A memfd of bytes mapped at want (NULL: anywhere), filled with guard bytes. */
+static bool region_make(region *g, size_t bytes, void *want) {
+  g->fd = memfd_create("shm_regions", MFD_CLOEXEC);
+  if (g->fd < 0 || ftruncate(g->fd, (off_t)bytes) != 0) return false;
+  void *p = mmap(want, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (want ? MAP_FIXED : 0), g->fd, 0);
+  if (p == MAP_FAILED) return false;
+  g->base = p;
+  g->bytes = bytes;
+  memset(p, 0xA5, bytes);
+  return true;
+}
+
+static cf_executable *make_exe(int64_t count, const char *algo) {
+  cf_graph *g = NULL;
+  cf_options *o = NULL;
+  cf_executable *e = NULL;
+  char ranks[16];
+  snprintf(ranks, sizeof ranks, "%d", R);
+  cf_status st = cf_graph_create(ctx, "regions", R, &g);
+  if (!st) st = cf_graph_add_input(g, "x", "float32", &count, 1);
+  if (!st) st = cf_graph_add_allreduce(g, "ar", "x", "sum", NULL, -1, -1);
+  if (!st) st = cf_graph_add_output(g, "y", "ar");
+  if (!st) st = cf_options_create(ctx, &o);
+  if (!st) st = cf_options_set(o, "ranks", ranks);
+  if (!st) st = cf_options_set(o, "algo", algo);
+  if (!st) st = cf_options_set(o, "backend", "shm");
+  if (!st) st = cf_options_set(o, "job", job);
+  if (!st) st = cf_options_set(o, "timeout", "20");
+  if (!st) st = cf_executable_create(g, o, &e);
+  if (st) FAIL("%s x %lld: %s", algo, (long long)count, cf_context_errmsg(ctx));
+  cf_options_destroy(o);
+  cf_graph_destroy(g);
+  return e;
+}
+
+static bool guards_ok(const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != 0xA5) return false;
+  return true;
+}
+
+/* One AllReduce of count elements, case c, in x (and y unless in place),
+ * each GUARD bytes inside the region with guards around it; copies: what
+ * cf_executable_last_copies should say. */
+static void check_run(cf_executable *e, int c, int64_t count, float *x, float *y, size_t copies,
+                      const char *what) {
+  for (int64_t i = 0; i < count; i++) x[i] = val(c, me, i);
+  float *out = y ? y : x;
+  const void *in[1] = {x};
+  void *outs[1] = {out};
+  if (cf_executable_run_rank(e, me, in, outs)) {
+    FAIL("%s: %s", what, cf_context_errmsg(ctx));
+    return;
+  }
+  int64_t bad = 0, first = -1;
+  double want = 0;
+  for (int64_t i = 0; i < count; i++) {
+    double s = 0;
+    for (int r = 0; r < R; r++) s += val(c, r, i);
+    if (fabs(out[i] - s) > 1e-5 * (1 + fabs(s)) && bad++ == 0) first = i, want = s;
+  }
+  if (bad)
+    FAIL("%s: %lld of %lld elements wrong, first [%lld] = %g, want %g", what, (long long)bad, (long long)count,
+         (long long)first, out[first], want);
+  size_t b = 0, n = cf_executable_last_copies(e, &b);
+  if (n != copies) FAIL("%s: %zu copies (%zu bytes), want %zu", what, n, b, copies);
+}
+
+static bool guards_around(const void *p, size_t bytes) {
+  const unsigned char *c = p;
+  return guards_ok(c - GUARD, GUARD) && guards_ok(c + bytes, GUARD);
+}
+
+static int rank_main(void) {
+  if (cf_context_create(&ctx)) return 1;
+  const char *algos[] = {"direct", "rsag", "ring", "rd", "auto"};
+  const int64_t count = 100003, big = 2500001; /* big: 10 MB, 3 segments in place */
+  size_t cb = (size_t)count * 4, bigb = (size_t)big * 4;
+  size_t region_bytes = ((size_t)GUARD * 3 + cb * 2 + (size_t)GUARD + bigb + 4095) / 4096 * 4096;
+  region g;
+  if (!region_make(&g, region_bytes, NULL)) {
+    FAIL("no memfd: %s", strerror(errno));
+    return 1;
+  }
+  if (cf_shm_register(ctx, g.base, g.bytes, g.fd)) FAIL("register: %s", cf_context_errmsg(ctx));
+  float *x = (float *)(g.base + GUARD), *y = (float *)(g.base + 2 * GUARD + cb);
+  int c = 1;
+  for (size_t a = 0; a < sizeof algos / sizeof *algos; a++) {
+    if (strcmp(algos[a], "rd") == 0 && (R & (R - 1))) continue; /* powers of two */
+    cf_executable *e = make_exe(count, algos[a]);
+    if (!e) continue;
+    char what[64];
+    snprintf(what, sizeof what, "%s in place", algos[a]);
+    check_run(e, c++, count, x, NULL, 0, what);
+    snprintf(what, sizeof what, "%s out of place", algos[a]);
+    check_run(e, c++, count, x, y, 0, what);
+    snprintf(what, sizeof what, "%s in place again", algos[a]);
+    check_run(e, c++, count, x, NULL, 0, what);
+    if (!guards_around(x, cb) || !guards_around(y, cb)) FAIL("%s: a guard byte changed", algos[a]);
+    cf_executable_destroy(e);
+  }
+  /* several segments in place */
+  float *z = (float *)(g.base + 3 * GUARD + 2 * cb);
+  cf_executable *e = make_exe(big, "auto");
+  if (e) check_run(e, c++, big, z, NULL, 0, "auto in place, 10 MB");
+  if (e && !guards_around(z, bigb)) FAIL("10 MB in place: a guard byte changed");
+  cf_executable_destroy(e);
+  /* unregistered memory: the world copies in and out */
+  e = make_exe(count, "auto");
+  float *plain = malloc(cb);
+  if (e) check_run(e, c++, count, x, NULL, 0, "auto in place"); /* the peers map the region */
+  if (e && plain) check_run(e, c++, count, plain, NULL, 2, "auto in place, unregistered memory");
+  free(plain);
+  /* a new file at the same address, registered again: the peers map it anew */
+  int old_fd = g.fd;
+  if (!region_make(&g, region_bytes, g.base)) FAIL("no second memfd: %s", strerror(errno));
+  close(old_fd);
+  if (cf_shm_register(ctx, g.base, g.bytes, g.fd)) FAIL("register again: %s", cf_context_errmsg(ctx));
+  if (e) check_run(e, c++, count, x, NULL, 0, "in place after registering again");
+  if (e) check_run(e, c++, count, x, y, 0, "out of place after registering again");
+  if (!guards_around(x, cb) || !guards_around(y, cb)) FAIL("after registering again: a guard byte changed");
+  /* the last rank's memory cannot be opened by its peers */
+  if (me == R - 1) {
+    region h;
+    if (!region_make(&h, region_bytes, NULL)) FAIL("no third memfd: %s", strerror(errno));
+    if (cf_shm_register(ctx, h.base, h.bytes, h.fd)) FAIL("register: %s", cf_context_errmsg(ctx));
+    close(h.fd); /* registered, but gone from /proc/<pid>/fd */
+    x = (float *)(h.base + GUARD);
+  }
+  if (e) {
+    for (int64_t i = 0; i < count; i++) x[i] = val(c, me, i);
+    const void *in[1] = {x};
+    void *outs[1] = {x};
+    char want[64];
+    snprintf(want, sizeof want, "rank %d's registered memory", R - 1);
+    cf_status st = cf_executable_run_rank(e, me, in, outs);
+    const char *msg = cf_context_errmsg(ctx);
+    if (st != CF_ERR_RUNTIME || !msg || !strstr(msg, want))
+      FAIL("a region no peer can open: status %d, message '%s', want CF_ERR_RUNTIME naming %s", (int)st,
+           msg ? msg : "", want);
+  }
+  cf_executable_destroy(e);
+  cf_context_destroy(ctx);
+  return fails ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  R = argc > 1 ? atoi(argv[1]) : 2;
+  if (R < 2 || R > 8) {
+    fprintf(stderr, "usage: collfuse_shm_regions N (2..8)\n");
+    return 2;
+  }
+  snprintf(job, sizeof job, "regions-%d-%d", (int)getpid(), R);
+  pid_t pid[8];
+  for (int r = 0; r < R; r++) {
+    pid[r] = fork();
+    if (pid[r] == 0) {
+      me = r;
+      alarm(300); /* never a hang: the runs' own timeout is 20 s */
+      _exit(rank_main());
+    }
+  }
+  int bad = 0;
+  for (int r = 0; r < R; r++) {
+    int ws = 0;
+    if (pid[r] < 0 || waitpid(pid[r], &ws, 0) != pid[r] || !WIFEXITED(ws) || WEXITSTATUS(ws)) {
+      fprintf(stderr, "shm_regions: rank %d failed (status 0x%x)\n", r, ws);
+      bad = 1;
+    }
+  }
+  if (!bad) printf("shm_regions: %d ranks passed\n", R);
+  return bad;
+}
