@@ -103,7 +103,8 @@ const cf_env_knob cf_env_table[CF_ENV_COUNT] = {
                          "Linux gives them (executor.md, \"The shm world\")"},
     [CF_ENV_HOSTID] = {"COLLFUSE_HOSTID", "name", "the host's name and boot id",
                        "`--backend shm`: this process's host as the job's ranks compare it (as "
-                       "`NCCL_HOSTID`); ranks with different ones are on different hosts"},
+                       "`NCCL_HOSTID`); ranks with different ones are on different hosts; at most 64 "
+                       "characters (a host's name's most)"},
     [CF_ENV_RENDEZVOUS] = {"COLLFUSE_RENDEZVOUS", "host:port", "`MASTER_ADDR`:`MASTER_PORT`+1",
                            "`--backend shm`: the TCP address where rank 0 meets the other ranks "
                            "first, so that ranks on other hosts are named, not timed out; "

@@ -855,6 +855,8 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
     }
   pthread_mutex_unlock(&joined_lock);
   if (*out) return CF_OK;
+  cf_status hst = cf_shm_host_check(ctx);
+  if (hst) return hst;
   cf_shm_world *w = calloc(1, sizeof *w);
   if (!w) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   int n = l->size;

@@ -35,10 +35,27 @@
 
 #define HOST_MAGIC UINT64_C(0x54534f484643) /* "CFHOST" */
 
+/* "hostid:" and COLLFUSE_HOSTID fit id, and COLLFUSE_HOSTID fits name */
+#define HOSTID_MAX (sizeof ((cf_shm_host *)0)->name - 1)
+_Static_assert(sizeof "hostid:" - 1 + HOSTID_MAX < sizeof ((cf_shm_host *)0)->id,
+               "cf_shm_host's id holds \"hostid:\" and a whole COLLFUSE_HOSTID");
+
+cf_status cf_shm_host_check(cf_context *ctx) {
+  const char *over = cf_env(CF_ENV_HOSTID);
+  if (over && strlen(over) > HOSTID_MAX)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                    "--backend shm: COLLFUSE_HOSTID is %zu characters long: at most %zu (ranks "
+                    "compare it whole)",
+                    strlen(over), HOSTID_MAX);
+  return CF_OK;
+}
+
 void cf_shm_host_id(cf_shm_host *h) {
   memset(h, 0, sizeof *h);
-  char name[256] = "?";
-  gethostname(name, sizeof name - 1);
+  /* a host's name has at most HOST_NAME_MAX bytes, and so fits h->name */
+  char name[HOST_NAME_MAX + 1] = "?";
+  if (gethostname(name, sizeof name) != 0) strcpy(name, "?");
+  name[sizeof name - 1] = 0;
   const char *over = cf_env(CF_ENV_HOSTID);
   if (over && *over) {
     snprintf(h->id, sizeof h->id, "hostid:%s", over);

@@ -10,6 +10,7 @@
 #include "../algo.h"
 #include "../runtime.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -75,8 +76,11 @@ void *cf_shm_heap_map(int fd, size_t bytes);
 /* transports/shm_host.c: the host each rank is on, compared at start-up. */
 typedef struct cf_shm_host {
   char id[128]; /* what ranks compare: "hostid:$COLLFUSE_HOSTID", else name/boot id */
-  char name[64]; /* what messages say: COLLFUSE_HOSTID, else the host's name */
+  char name[HOST_NAME_MAX + 1]; /* what messages say: COLLFUSE_HOSTID, else the host's name */
 } cf_shm_host;
+/* A COLLFUSE_HOSTID that cf_shm_host_id would cut (ranks would compare a
+ * prefix of it): a usage error naming it. */
+cf_status cf_shm_host_check(cf_context *ctx);
 void cf_shm_host_id(cf_shm_host *h);
 /* True when hosts[0..n) are one host; else false with text naming each
  * host and its ranks ("... the shm world is one host's; ..."). */

@@ -488,7 +488,7 @@ def hosts(ok, scale):
     """Two processes as torchrun starts them on one host, each told it is on
     another (COLLFUSE_HOSTID): both refuse, having met over TCP at
     MASTER_ADDR:MASTER_PORT+1."""
-    port = free_port()
+    port = free_master_port()
     procs = []
     for r in range(2):
         env = dict(os.environ, CF_DIST_CHILD="hosts", CF_OK_DIR=ok, RANK=str(r), WORLD_SIZE="2",
@@ -530,7 +530,7 @@ def killed_child():
 def killed(ok, scale, where):
     """killed_child's two processes, as torchrun starts them: rank 1 ends by
     SIGKILL, rank 0 with the error naming it (no hang on the runner)."""
-    port = free_port()
+    port = free_master_port()
     procs = []
     for r in range(2):
         env = dict(os.environ, CF_DIST_CHILD="killed", CF_KILLED=where, CF_OK_DIR=ok, RANK=str(r), WORLD_SIZE="2",
@@ -577,10 +577,30 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_master_port():
+    """A MASTER_PORT P for a job whose shm ranks meet at MASTER_PORT + 1
+    (and torch's store listens on P): P and P + 1 both free now. The
+    kernel's port for a bind to 0 says nothing of P + 1, which another
+    job on a busy machine may hold ("Address already in use"), so try
+    again until both bind."""
+    for _ in range(200):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            try:
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    fail("no free pair of ports P, P + 1 in 200 tries")
+
+
 def start(how, R, ok, scale):
     """Run this file's child() on R processes: how is "mpirun" (the world
     init chooses), "mpirun-mpi" (backend "mpi" forced) or "torchrun"."""
-    env = dict(os.environ, CF_DIST_CHILD="1", CF_OK_DIR=ok, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+    env = dict(os.environ, CF_DIST_CHILD="1", CF_OK_DIR=ok, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_master_port()),
                OMPI_MCA_rmaps_base_oversubscribe="1", CF_DIST_BACKEND="mpi" if how == "mpirun-mpi" else "")
     if how == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
