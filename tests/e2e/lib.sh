@@ -24,6 +24,26 @@ IN=/dev/null
 # part fast|long: whether the checks that follow belong to the part that runs
 part() { [ -z "${PART:-}" ] || [ "$PART" = "$1" ]; }
 
+# master_port: a port P free now with P + 1 free too, for a job started
+# with torchrun's variables (MASTER_PORT = P; a shm world meets at P + 1): a
+# port derived from the pid may be one another process holds on a busy
+# machine ("Address already in use"); prints nothing if 200 tries fail
+master_port() {
+  python3 -c '
+import socket
+for _ in range(200):
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        p = a.getsockname()[1]
+        try:
+            b.bind(("127.0.0.1", p + 1))
+        except (OSError, OverflowError):
+            continue
+        print(p)
+        break
+'
+}
+
 # fail WHAT...: count a failure and say what, with the head of the last stderr
 fail() {
   fails=$((fails + 1))

@@ -128,7 +128,8 @@ launch() {
   : >"$OUT"
   : >"$ERR"
   r=0
-  port=$((20000 + $$ % 20000))
+  port=$(master_port)
+  [ -n "$port" ] || { fail "launch: no free pair of ports"; return 1; }
   while [ "$r" -lt "$n" ]; do
     case $kind in
     torch) vars="RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=${LOCAL_N:-$n} MASTER_ADDR=127.0.0.1 MASTER_PORT=$port" ;;
@@ -178,7 +179,7 @@ if part fast; then
         fail "$kind-style job on 2 hosts: not every rank (of 4) names the hosts: $(head -c 600 "$ERR")"; }
   done
   # COLLFUSE_RENDEZVOUS: the job meets there (any launcher)
-  RDV=localhost:$((20000 + $$ % 20000 + 7)) launch 2 ompi "$work/mixed2.xml" --verify
+  RDV=localhost:$(master_port) launch 2 ompi "$work/mixed2.xml" --verify
   all_rc 2 0 "COLLFUSE_RENDEZVOUS=localhost:PORT, 2 ranks" &&
     { [ "$(grep -c 'verified' "$OUT")" -eq 1 ] || fail "COLLFUSE_RENDEZVOUS: not one summary line"; }
 
@@ -237,7 +238,7 @@ if [ -n "$api" ] && part fast; then
   api 3 shm-gap0 "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=gap0.$$.3"
   # ... with torchrun's variables set in between (as DDP under mpirun): the
   # new executable joins the world the first one joined
-  api 3 shm-gap-env "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=gapenv.$$.3 API_PORT=$((20000 + $$ % 20000))"
+  api 3 shm-gap-env "COLLFUSE_RANK=@R COLLFUSE_WORLD_SIZE=@N COLLFUSE_JOB=gapenv.$$.3 API_PORT=$(master_port)"
 fi
 
 # ---- bench allreduce --backend shm (long): the table's JSON, every column
