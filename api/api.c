@@ -771,7 +771,10 @@ static cf_status mpi_setup(cf_executable *e, int rank) {
                     "the %s job",
                     rank, w->first, e->shm ? "shm" : "MPI");
   if ((st = cf_plan_build(e->ctx, e->g, &ro, &e->mpi_plan))) return st;
-  return cf_exec_prepare(e->ctx, e->mpi, e->mpi_plan);
+  if (c) c->ctx = e->ctx; /* MPI's native groups report there too (one world per process) */
+  st = cf_exec_prepare(e->ctx, e->mpi, e->mpi_plan);
+  if (c) c->ctx = was;
+  return st;
 }
 
 cf_status cf_executable_check_rank(const cf_executable *e, int rank) {

@@ -388,22 +388,15 @@ static cf_status bind_values(rank_run *r) {
   return CF_OK;
 }
 
-/* Elements a long local phase handles between two signs of life
- * (cf_beat): 16 MiB of float32, milliseconds of work, so a peer waiting
- * for this rank sees it move many times a second. */
-#define BEAT_ELEMS ((int64_t)1 << 22)
+/* Bytes a long copy moves between two signs of life (cf_beat): 16 MiB,
+ * milliseconds of work, so a peer waiting for this rank sees it move many
+ * times a second (cf_fill_node beats as often). */
 #define BEAT_BYTES ((size_t)16 << 20)
 
-/* cf_fill_node into a value's buffer (on a device, through a host copy),
- * a beat at every BEAT_ELEMS. */
+/* cf_fill_node into a value's buffer (on a device, through a host copy). */
 static cf_status fill_value(rank_run *r, const cf_node *n, const cf_tensor *t) {
   if (cf_device_is_host(r->dev)) {
-    size_t size = (size_t)cf_dtype_size(t->dtype);
-    for (int64_t at = 0; at < t->count; at += BEAT_ELEMS) {
-      int64_t k = t->count - at < BEAT_ELEMS ? t->count - at : BEAT_ELEMS;
-      cf_fill_node_at(n, (char *)t->data + (size_t)at * size, t->dtype, at, k, r->p->opt.seed, r->rank);
-      cf_beat();
-    }
+    cf_fill_node(n, t->data, t->dtype, t->count, r->p->opt.seed, r->rank);
     return CF_OK;
   }
   size_t bytes = (size_t)t->count * (size_t)cf_dtype_size(t->dtype);
@@ -415,7 +408,6 @@ static cf_status fill_value(rank_run *r, const cf_node *n, const cf_tensor *t) {
                     cf_bytes_text((int64_t)bytes, b, sizeof b), n->name, r->rank);
   }
   cf_fill_node(n, h, t->dtype, t->count, r->p->opt.seed, r->rank);
-  cf_beat();
   cf_status st = cf_device_upload(r->dev, t->data, h, bytes);
   free(h);
   cf_beat();

@@ -250,9 +250,18 @@ void cf_fill_random_at(void *data, cf_dtype dt, int64_t first, int64_t count, ui
   }
 }
 
+/* A whole tensor 4 Mi elements at a time (16 MiB of float32, milliseconds),
+ * with a sign of life after each (cf_beat): a rank filling GiBs of inputs
+ * is at work, and the peers that wait for it meanwhile see it move. */
 void cf_fill_node(const cf_node *n, void *data, cf_dtype dt, int64_t count, uint64_t seed,
                   int rank) {
-  cf_fill_node_at(n, data, dt, 0, count, seed, rank);
+  const int64_t chunk = (int64_t)1 << 22;
+  size_t size = (size_t)cf_dtype_size(dt);
+  for (int64_t at = 0; at < count; at += chunk) {
+    cf_fill_node_at(n, (char *)data + (size_t)at * size, dt, at, count - at < chunk ? count - at : chunk,
+                    seed, rank);
+    cf_beat();
+  }
 }
 
 void cf_fill_node_at(const cf_node *n, void *data, cf_dtype dt, int64_t first, int64_t count,

@@ -22,7 +22,8 @@ void cf_fill_random(void *data, cf_dtype dt, int64_t count, uint64_t seed, int r
                     const char *name);
 /* An Input's or Constant's contents by its `init` (random, default for
  * Input; zeros; ones; iota: element i = i converted to the type) and, for a
- * Constant, `value` (every element = value converted). */
+ * Constant, `value` (every element = value converted); a sign of life
+ * (cf_beat) every 4 Mi elements. */
 void cf_fill_node(const cf_node *n, void *data, cf_dtype dt, int64_t count, uint64_t seed,
                   int rank);
 /* Elements first .. first + count - 1 of what cf_fill_random / cf_fill_node
