@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """DDP training step and gradient-sync time: gloo against collfuse's hook and compile_step.
 
-    bench/ddp.py [--models resnet18,gpt] [--hooks none,gloo,collfuse,step] [--ranks 2] [--steps 6]
+    bench/ddp.py [--models resnet18,gpt] [--hooks none,gloo,collfuse,step,local] [--ranks 2] [--steps 6]
                  [--warmup 2] [--repeats 3] [--peer ROOT] [--json]
 
 Runs examples/torch/ddp_train.py (gloo process group) for each model with
@@ -38,7 +38,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "ddp_train.py")
-HOOKS = ("none", "gloo", "collfuse", "step")
+HOOKS = ("none", "gloo", "collfuse", "step", "local")
 
 
 def free_port():

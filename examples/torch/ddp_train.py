@@ -21,7 +21,9 @@ every rank (DDP broadcasts rank 0's parameters), SGD with momentum.
 --hook none: DDP's own allreduce over gloo. --hook gloo: torch's
 allreduce_hook (the same averaging over gloo, as a hook, so its time can be
 measured). --hook collfuse / collfuse-bf16: collfuse.torch's allreduce_hook /
-bf16_compress_hook. --hook step: no DDP; collfuse.torch.compile_step
+bf16_compress_hook. --hook local: no communication at all (each rank
+keeps its own gradients, so the models drift apart): the step time
+without any gradient sync, the floor for every other hook. --hook step: no DDP; collfuse.torch.compile_step
 traces forward and backward into one graph, collfuse decides the buckets
 (--split, e.g. ddp:25M as DDP's) and averages each one as soon as its last
 gradient is produced. Rank 0 prints each step's loss (the mean over ranks) or,
@@ -50,7 +52,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-HOOKS = ("none", "gloo", "collfuse", "collfuse-bf16", "step")
+HOOKS = ("none", "gloo", "collfuse", "collfuse-bf16", "step", "local")
 
 
 # ---------------- a small GPT-style transformer ----------------
@@ -167,7 +169,18 @@ class Timed:
         return total * 1e3
 
 
+def local_hook(state, bucket):
+    """No averaging: each rank keeps its own gradients (the step without
+    communication, the floor any hook's step time can reach; the ranks'
+    models drift apart)."""
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
 def hook_of(name):
+    if name == "local":
+        return local_hook
     if name == "gloo":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         return default_hooks.allreduce_hook
