@@ -163,7 +163,7 @@ static double scaled_timeout(void) {
 }
 
 /* A chain of waits (issue 34): on 4 ranks with the ring, rank 2 busy at the
- * top of its first step (beating) 3 timeouts long; rank 3 waits for it,
+ * top of its first step (beating) 2 timeouts long; rank 3 waits for it,
  * rank 0 for rank 3, rank 1 for rank 0. Each waits as long as the rank at
  * the end of its chain beats (before: rank 0 timed out after 1 timeout
  * waiting for rank 3, which sent nothing while it waited itself), and the
@@ -172,7 +172,7 @@ static void test_chain_to_busy_rank_is_waited_for(void **state) {
   (void)state;
   enum { RANKS = 4, N = 4099 };
   double to = scaled_timeout();
-  cf_faults f = {.slow_rank = 2, .slow_s = 3 * to, .slow_at_step = true, .slow_step = 0};
+  cf_faults f = {.slow_rank = 2, .slow_s = 2 * to, .slow_at_step = true, .slow_step = 0};
   cf_run_result res;
   cf_plan *p = NULL;
   cf_graph *g = NULL;

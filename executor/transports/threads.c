@@ -94,7 +94,7 @@ typedef struct bell {
 } bell;
 
 typedef struct rank_state {
-  cf_comm comm;
+  _Alignas(64) cf_comm comm; /* (a whole number of lines each: aligned_alloc) */
   int64_t waits_slept; /* statistics */
   _Atomic int left;    /* the rank's thread has returned */
 } rank_state;
