@@ -84,7 +84,7 @@
 #define CHAN_SLOTS 8
 #define EAGER_MAX 104
 #define INLINE_BIT (UINT64_C(1) << 63)
-#define MAGIC UINT64_C(0x344d48534643) /* "CFSHM4": the control segment's layout (beats, regions) */
+#define MAGIC UINT64_C(0x354d48534643) /* "CFSHM5": the control segment's layout (beats, regions, probe) */
 #define NAME_MAX_SHM 64                /* group and node names a descriptor carries */
 #define PAGE 4096
 
@@ -132,6 +132,7 @@ typedef struct shead { /* the control segment's first bytes */
   _Atomic uint64_t max_round[CF_MAX_WORLD];
   double maxv[CF_MAX_WORLD][8];
   _Atomic uint64_t beat[CF_MAX_WORLD]; /* each rank's signs of life (s_beat), read by waits on it */
+  int32_t probe_fd[CF_MAX_WORLD]; /* start-up: a descriptor each rank holds, for probe_regions */
 } shead;
 
 typedef struct extent {
@@ -152,6 +153,8 @@ typedef struct cf_shm_world {
   schan *ch;              /* [src * size + dst] */
   char **heap;            /* [rank]: every rank's heap as mapped here */
   cf_shm_regions regions; /* the ranks' registered memory (shm_regions.c) */
+  char no_regions[512];   /* why a rank cannot open another's memory (probe_regions); "": they can */
+  _Atomic bool warned;    /* no_regions was said once (shm_shares) */
   size_t heap_bytes;      /* each heap's size */
   int *pidfd;             /* [rank], -1 for none */
   uint64_t *head_n, *need, *acked_seen, *tail; /* [peer]: this rank's counters */
@@ -649,6 +652,7 @@ static bool recv_fds(int s, int *fds, int n, double deadline) {
 }
 
 static void shm_destroy(cf_world *base, int exit_code);
+static cf_status shm_max(cf_world *base, double *v, int n);
 
 static size_t ctl_size(int n) {
   size_t b = (sizeof(shead) + 63) / 64 * 64;
@@ -845,6 +849,61 @@ static cf_status join_job(cf_shm_world *w, const char *job, int *ctl_fd, int *he
   return st;
 }
 
+/* Whether every rank can open every other's memory the way a peer maps
+ * registered memory (shm_regions.c: /proc/<pid>/fd/<fd>, which asks the
+ * kernel for ptrace read access to the owner). Yama's ptrace_scope 2 or 3,
+ * a /proc that hides other processes (hidepid, some containers) or an owner
+ * made non-dumpable without CAP_SYS_PTRACE on the opener's side refuse it,
+ * and the first collective on registered memory would then fail on every
+ * rank. So each rank opens a descriptor each peer holds (the control
+ * segment's, fd) at start-up, and the ranks agree on the answer (two rounds
+ * of shm_max: the descriptors are published, then every rank has tried).
+ * Where any rank cannot, no rank uses registered memory in place
+ * (shm_shares): its buffers are copied through the heaps, as unregistered
+ * ones are, and the first run that would have used one says so once. One
+ * answer for all ranks: a rank that ran an AllReduce in place while its
+ * peer copied would fail the call with a descriptor mismatch. */
+static cf_status probe_regions(cf_shm_world *w, int fd) {
+  w->head->probe_fd[w->me] = fd;
+  double v = 0;
+  cf_status st = shm_max(&w->base, &v, 1);
+  for (int r = 0; !st && r < w->size && v == 0; r++) {
+    if (r == w->me) continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)w->head->pid[r], (int)w->head->probe_fd[r]);
+    int f = open(path, O_RDWR | O_CLOEXEC);
+    if (f >= 0)
+      close(f);
+    else /* opener, owner and errno in one value: the largest comes back */
+      v = 1 + ((double)w->me * CF_MAX_WORLD + r) * 4096 + (errno & 4095);
+  }
+  if (!st) st = shm_max(&w->base, &v, 1);
+  if (st || v == 0) return st;
+  int64_t code = (int64_t)v - 1, e = code % 4096, pair = code / 4096;
+  int opener = (int)(pair / CF_MAX_WORLD), owner = (int)(pair % CF_MAX_WORLD);
+  char scope[16] = "";
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (f) {
+    if (!fgets(scope, sizeof scope, f)) scope[0] = 0;
+    scope[strcspn(scope, "\n")] = 0;
+    fclose(f);
+  }
+  char why[200];
+  if (e == EACCES || e == EPERM)
+    snprintf(why, sizeof why,
+             "the ranks need ptrace read access to each other: the same user with Yama's "
+             "ptrace_scope 0 or 1 (it is %s here), or CAP_SYS_PTRACE, and an owner that is dumpable",
+             scope[0] ? scope : "not set");
+  else
+    snprintf(why, sizeof why, "this /proc does not show the peers' descriptors (hidepid, or a container's)");
+  snprintf(w->no_regions, sizeof w->no_regions,
+           "rank %d cannot open rank %d's memory through /proc/%d/fd (%s; %s): memory registered with "
+           "cf_shm_register is copied through the world's memory instead of used in place (a copy in "
+           "and one out per buffer)",
+           opener, owner, (int)w->head->pid[owner], strerror((int)e), why);
+  return CF_OK;
+}
+
 static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeout_s, cf_world **out) {
   *out = NULL;
   pthread_mutex_lock(&joined_lock);
@@ -935,6 +994,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
       if (r != w->me) w->pidfd[r] = (int)syscall(SYS_pidfd_open, w->head->pid[r], 0);
     w->head->pid[w->me] = (int32_t)getpid();
     atomic_fetch_add(&w->head->attached, 1);
+    if (n > 1) st = probe_regions(w, ctl_fd);
   }
   for (int r = 0; r < n; r++)
     if (heap_fd[r] >= 0) close(heap_fd[r]); /* the mappings keep them */
@@ -1049,9 +1109,15 @@ static cf_status shm_max(cf_world *base, double *v, int n) {
 
 static void shm_abort_world(cf_world *base, const char *text) { world_abort(base->impl, text); }
 
+/* Registered memory, where every rank can open every other's
+ * (probe_regions); the first time it cannot, a warning says why. */
 static bool shm_shares(const cf_world *base, const void *p, size_t bytes) {
-  (void)base;
-  return cf_shm_registered(p, bytes);
+  cf_shm_world *w = base->impl;
+  if (!cf_shm_registered(p, bytes)) return false;
+  if (!w->no_regions[0]) return true;
+  if (!atomic_exchange(&w->warned, true))
+    cf_log(w->comm.ctx ? w->comm.ctx : w->ctx, CF_LOG_WARN, "shm transport: %s", w->no_regions);
+  return false;
 }
 
 static void shm_destroy(cf_world *base, int exit_code) {
