@@ -38,7 +38,15 @@
  * so that a rank on another host is named, not waited for), and sends
  * everyone the control segment,
  * every heap, a random token and the pids. A rank checks the token and the
- * job in the control segment before it uses it. memfds have no name: there
+ * job in the control segment before it uses it. Ranks of different builds
+ * (another layout of the control segment and the start-up messages: MAGIC's
+ * "CFSHM<version>") fail at once, naming the ranks and both versions: every
+ * hello starts with (magic, rank, size, pid) and every welcome with (magic,
+ * token, job, ok, code, text), in every version from CFSHM4 on, so rank 0
+ * reads a hello's magic before the rest and answers another version with a
+ * refusal in the prefix it reads (its own magic echoed: a CFSHM4 rank
+ * reports the text), and a joining rank whose hello an older rank 0 closed
+ * without a word (CFSHM4 closed what it did not know) says so. memfds have no name: there
  * is nothing in /dev/shm or anywhere else to remove, whatever way the job
  * ends (SIGKILL of every rank included): the kernel frees the memory with
  * the last mapping. The socket is gone once every rank has attached.
@@ -556,21 +564,41 @@ static const cf_comm_ops shm_ops = {
 
 /* ================= start-up: the rendezvous ================= */
 
-typedef struct hello { /* what a rank tells rank 0 */
+typedef struct hello { /* what a rank tells rank 0; CFSHM4's size and prefix */
   uint64_t magic;
-  int32_t rank, size, pid;
+  int32_t rank, size, pid; /* the prefix every version sends (HELLO_PREFIX) */
   cf_shm_host host; /* shm_host.c */
   uint64_t heap_bytes;
 } hello;
+#define HELLO_PREFIX offsetof(hello, host)
 
 typedef struct welcome { /* what rank 0 answers */
   uint64_t magic, token, job;
   int32_t ok;   /* 0: text says why not */
   int32_t code; /* with ok 0: the cf_status every rank fails with */
-  char text[1024];
+  char text[1024]; /* the prefix every version sends (WELCOME_PREFIX) */
   int32_t pid[CF_MAX_WORLD];
   uint64_t ctl_bytes, heap_bytes;
 } welcome;
+#define WELCOME_PREFIX offsetof(welcome, pid)
+
+/* MAGIC's family: a collfuse shm world of some version ("CFSHM" then a
+ * version); layout() names one ("CFSHM4"), or gives it in hex. */
+#define MAGIC_FAMILY UINT64_C(0x4d48534643)
+static bool same_family(uint64_t m) { return (m & UINT64_C(0xffffffffff)) == MAGIC_FAMILY && !(m >> 56); }
+static const char *layout(uint64_t m, char *buf, size_t len) {
+  if (!same_family(m)) {
+    snprintf(buf, len, "0x%llx", (unsigned long long)m);
+    return buf;
+  }
+  size_t n = 0;
+  for (int i = 0; i < 8 && n + 1 < len && (m >> (8 * i)) & 0xff; i++) {
+    unsigned char c = (unsigned char)(m >> (8 * i));
+    buf[n++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+  }
+  buf[n] = 0;
+  return buf;
+}
 
 static uint64_t fnv(const char *s) {
   uint64_t h = UINT64_C(1469598103934665603);
@@ -677,6 +705,13 @@ static cf_status map_ctl(cf_shm_world *w, int fd) {
   return CF_OK;
 }
 
+/* Rank 0's no to a rank: welcome's prefix (magic: the rank's version's) with why. */
+static void refuse(int s, uint64_t magic, cf_status code, const char *why, double deadline) {
+  welcome no = {.magic = magic, .ok = 0, .code = code == CF_ERR_USAGE ? CF_ERR_USAGE : CF_ERR_RUNTIME};
+  snprintf(no.text, sizeof no.text, "%s", why);
+  xfer(s, true, &no, sizeof no, NULL, 0, deadline);
+}
+
 /* Rank 0: take every other rank's hello and heap, answer them all. */
 static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *heap_fd,
                           double deadline) {
@@ -700,7 +735,7 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
   for (int r = 0; sock && r < n; r++)
     sock[r] = -1;
   int joined = 1;
-  char why[512] = "";
+  char why[1024] = "";
   while (!st && joined < n) {
     struct pollfd pf = {.fd = ls, .events = POLLIN};
     double left = deadline - cf_now();
@@ -712,8 +747,23 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
     socklen_t cl = sizeof cr;
     hello h;
     int fd = -1;
-    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.uid != getuid() ||
-        !xfer(s, false, &h, sizeof h, &fd, 1, deadline) || h.magic != MAGIC) {
+    bool ours = getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 && cr.uid == getuid() &&
+                xfer(s, false, &h, HELLO_PREFIX, &fd, 1, deadline); /* the prefix every version sends */
+    if (ours && h.magic != MAGIC && same_family(h.magic)) { /* a rank of another build */
+      char mine[24], theirs[24];
+      snprintf(why, sizeof why,
+               "rank %d (pid %d) runs another build of collfuse: its shm layout is %s, rank 0's (pid "
+               "%d) is %s (job '%s', socket @%s); start every rank of a job from one build",
+               (int)h.rank, (int)h.pid, layout(h.magic, theirs, sizeof theirs), (int)getpid(),
+               layout(MAGIC, mine, sizeof mine), job, a.sun_path + 1);
+      st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0, "shm transport: %s", why);
+      refuse(s, h.magic, st, why, deadline); /* in its version's prefix */
+      close(fd);
+      close(s);
+      break;
+    }
+    if (!ours || h.magic != MAGIC ||
+        !xfer(s, false, (char *)&h + HELLO_PREFIX, sizeof h - HELLO_PREFIX, NULL, 0, deadline)) {
       if (fd >= 0) close(fd);
       close(s); /* not one of ours */
       continue;
@@ -726,12 +776,10 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
         else
           snprintf(why, sizeof why, "two processes say they are rank %d", h.rank);
       }
-      welcome no = {.magic = MAGIC, .ok = 0};
-      snprintf(no.text, sizeof no.text, "%s", why);
-      xfer(s, true, &no, sizeof no, NULL, 0, deadline);
+      st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0, "shm transport: %s", why);
+      refuse(s, MAGIC, st, why, deadline);
       close(fd);
       close(s);
-      st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0, "shm transport: %s", why);
       break;
     }
     sock[h.rank] = s;
@@ -747,18 +795,18 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
     size_t m = 0;
     for (int r = 1; r < n && m + 8 < sizeof miss; r++)
       if (sock[r] < 0) m += (size_t)snprintf(miss + m, sizeof miss - m, "%s%d", m ? ", " : "", r);
-    st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
-                  "shm transport: rank 0 timed out after %g s waiting for rank(s) %s of job '%s' to "
-                  "start (were they started on this host, with the same job? a job across hosts "
-                  "runs with --backend mpi)",
-                  w->timeout_s, miss, job);
+    snprintf(why, sizeof why,
+             "rank 0 timed out after %g s waiting for rank(s) %s of job '%s' to start (were they "
+             "started on this host, with the same job? a job across hosts runs with --backend mpi)",
+             w->timeout_s, miss, job);
+    st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0, "shm transport: %s", why);
   }
+  for (int r = 1; st && why[0] && r < n; r++) /* the ranks that came hear why, not that rank 0 went away */
+    if (sock[r] >= 0) refuse(sock[r], MAGIC, st, why, cf_now() + 1);
   char other[1024];
   if (!st && !cf_shm_one_host(n, hosts, other, sizeof other)) { /* every rank is told */
-    welcome no = {.magic = MAGIC, .ok = 0, .code = CF_ERR_USAGE};
-    snprintf(no.text, sizeof no.text, "%s", other);
     for (int r = 1; r < n; r++)
-      xfer(sock[r], true, &no, sizeof no, NULL, 0, deadline);
+      refuse(sock[r], MAGIC, CF_ERR_USAGE, other, deadline);
     st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0, "shm transport: %s", other);
   }
   if (!st) {
@@ -813,15 +861,50 @@ static cf_status join_job(cf_shm_world *w, const char *job, int *ctl_fd, int *he
   cf_status st = CF_OK;
   if (!wel || !fds) {
     st = cf_error(w->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-  } else if (!xfer(s, true, &h, sizeof h, &heap_fd[w->me], 1, deadline) ||
-             !xfer(s, false, wel, sizeof *wel, NULL, 0, deadline) || wel->magic != MAGIC) {
+  } else if (!xfer(s, true, &h, sizeof h, &heap_fd[w->me], 1, deadline)) {
     st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
                   "shm transport: rank 0 of job '%s' went away (or timed out) during start-up", job);
+  } else if (!xfer(s, false, wel, WELCOME_PREFIX, NULL, 0, deadline)) {
+    /* closed on the hello without a word: what a rank 0 of CFSHM4 did with
+     * a hello of another version; this build's rank 0 always answers */
+    struct ucred cr = {0};
+    socklen_t cl = sizeof cr;
+    bool pid = getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 && cr.pid > 0;
+    char mine[24];
+    if (cf_now() >= deadline)
+      st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
+                    "shm transport: rank 0 of job '%s' timed out during start-up", job);
+    else if (pid && kill(cr.pid, 0) == 0)
+      st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0,
+                    "shm transport: rank 0 (pid %d) of job '%s' closed the connection on rank %d's hello "
+                    "without an answer: it runs another build of collfuse, whose shm layout is older "
+                    "than this rank's %s (socket @%s); start every rank of a job from one build",
+                    (int)cr.pid, job, w->me, layout(MAGIC, mine, sizeof mine), a.sun_path + 1);
+    else
+      st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
+                    "shm transport: rank 0 of job '%s' went away during start-up", job);
+  } else if (wel->magic != MAGIC) {
+    char mine[24], theirs[24];
+    wel->text[sizeof wel->text - 1] = 0;
+    if (!same_family(wel->magic))
+      st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
+                    "shm transport: rank %d of job '%s' got an answer that is not collfuse's from rank "
+                    "0's socket @%s",
+                    w->me, job, a.sun_path + 1);
+    else if (!wel->ok) /* another version's refusal, in the prefix every version reads */
+      st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0, "shm transport: %s", wel->text);
+    else
+      st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0,
+                    "shm transport: rank 0 of job '%s' runs another build of collfuse: its shm layout "
+                    "is %s, rank %d's is %s (socket @%s); start every rank of a job from one build",
+                    job, layout(wel->magic, theirs, sizeof theirs), w->me, layout(MAGIC, mine, sizeof mine),
+                    a.sun_path + 1);
   } else if (!wel->ok) {
     wel->text[sizeof wel->text - 1] = 0;
     st = cf_error(w->ctx, wel->code == CF_ERR_USAGE ? CF_ERR_USAGE : CF_ERR_RUNTIME, NULL, 0,
                   "shm transport: %s", wel->text);
-  } else if (!recv_fds(s, fds, n + 1, deadline)) {
+  } else if (!xfer(s, false, (char *)wel + WELCOME_PREFIX, sizeof *wel - WELCOME_PREFIX, NULL, 0, deadline) ||
+             !recv_fds(s, fds, n + 1, deadline)) {
     st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
                   "shm transport: rank 0 of job '%s' went away during start-up", job);
   } else {
@@ -835,8 +918,13 @@ static cf_status join_job(cf_shm_world *w, const char *job, int *ctl_fd, int *he
     }
     w->heap_bytes = wel->heap_bytes;
     if ((st = map_ctl(w, *ctl_fd))) {
-    } else if (w->head->magic != MAGIC || w->head->token != wel->token || w->head->job != fnv(job) ||
-               w->head->size != n) {
+    } else if (w->head->magic != MAGIC) {
+      char mine[24], theirs[24];
+      st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0,
+                    "shm transport: rank %d refuses the control segment rank 0 sent for job '%s': its "
+                    "layout is %s, this rank's %s; start every rank of a job from one build",
+                    w->me, job, layout(w->head->magic, theirs, sizeof theirs), layout(MAGIC, mine, sizeof mine));
+    } else if (w->head->token != wel->token || w->head->job != fnv(job) || w->head->size != n) {
       st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
                     "shm transport: rank %d refuses the segment rank 0 sent: not job '%s''s (token "
                     "or job differ)",
