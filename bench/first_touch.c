@@ -10,6 +10,8 @@
  *   populate  4 KiB pages, MADV_POPULATE_WRITE first (the arenas' way), then the writes
  *   huge      MADV_HUGEPAGE, faulted in by the writes (2 MiB at a time)
  *   hugepop   MADV_HUGEPAGE, MADV_POPULATE_WRITE, then the writes
+ *   popchunk  4 KiB pages, each 1 MiB populated and written at once (the
+ *             writes find the zeroed pages in the cache, not in memory)
  * and prints the wall and the process's system and user time of the touch.
  * With REPEATS > 1 it unmaps, waits GAP_S seconds (default 0) and does it
  * again: memory freed GAP_S seconds before, as a run right after another
@@ -38,7 +40,7 @@ typedef struct share {
   int mode;
 } share;
 
-enum { WRITE, POPULATE, HUGE, HUGEPOP };
+enum { WRITE, POPULATE, HUGE, HUGEPOP, POPCHUNK };
 
 static double now(void) {
   struct timespec ts;
@@ -55,6 +57,15 @@ static double cpu_s(int sys) {
 
 static void *touch(void *arg) {
   share *s = arg;
+  if (s->mode == POPCHUNK) { /* 1 MiB at a time: populated, then written */
+    for (size_t at = 0, step = (size_t)1 << 20; at < s->bytes; at += step) {
+      size_t k = s->bytes - at < step ? s->bytes - at : step;
+      madvise(s->p + at, k, MADV_POPULATE_WRITE);
+      share one = {s->p + at, k, WRITE};
+      touch(&one);
+    }
+    return NULL;
+  }
   if (s->mode == POPULATE || s->mode == HUGEPOP)
     for (size_t at = 0, step = (size_t)64 << 20; at < s->bytes; at += step)
       madvise(s->p + at, s->bytes - at < step ? s->bytes - at : step, MADV_POPULATE_WRITE);
@@ -68,13 +79,13 @@ static void *touch(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: first_touch GIB write|populate|huge|hugepop THREADS [REPEATS [GAP_S]]\n");
+    fprintf(stderr, "usage: first_touch GIB write|populate|huge|hugepop|popchunk THREADS [REPEATS [GAP_S]]\n");
     return 2;
   }
   double gib = atof(argv[1]);
-  const char *names[] = {"write", "populate", "huge", "hugepop"};
+  const char *names[] = {"write", "populate", "huge", "hugepop", "popchunk"};
   int mode = -1;
-  for (int m = 0; m < 4; m++)
+  for (int m = 0; m < 5; m++)
     if (!strcmp(argv[2], names[m])) mode = m;
   int threads = atoi(argv[3]), repeats = argc > 4 ? atoi(argv[4]) : 1;
   double gap = argc > 5 ? atof(argv[5]) : 0;
