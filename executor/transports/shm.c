@@ -94,11 +94,7 @@
 #define CHAN_SLOTS 8
 #define EAGER_MAX 104
 #define INLINE_BIT (UINT64_C(1) << 63)
-<<<<<<< HEAD
-#define MAGIC UINT64_C(0x354d48534643) /* "CFSHM5": the control segment's layout (beats and waits, regions) */
-=======
-#define MAGIC UINT64_C(0x354d48534643) /* "CFSHM5": the control segment's layout (beats, regions, probe) */
->>>>>>> main
+#define MAGIC UINT64_C(0x364d48534643) /* "CFSHM6": the control segment's layout (beats and waits, regions, probe) */
 #define NAME_MAX_SHM 64                /* group and node names a descriptor carries */
 #define PAGE 4096
 
@@ -145,12 +141,8 @@ typedef struct shead { /* the control segment's first bytes */
   /* cf_world_max: rank r's values in maxv[r], then a counter per round */
   _Atomic uint64_t max_round[CF_MAX_WORLD];
   double maxv[CF_MAX_WORLD][8];
-<<<<<<< HEAD
   cf_vital vital[CF_MAX_WORLD]; /* each rank's beats (s_beat) and whom it waits for, read by waits on it */
-=======
-  _Atomic uint64_t beat[CF_MAX_WORLD]; /* each rank's signs of life (s_beat), read by waits on it */
   int32_t probe_fd[CF_MAX_WORLD]; /* start-up: a descriptor each rank holds, for probe_regions */
->>>>>>> main
 } shead;
 
 typedef struct extent {
