@@ -72,14 +72,17 @@ static void *touch(void *arg) {
   uint64_t v = (uint64_t)(uintptr_t)s->p;
   for (size_t at = 0; at < s->bytes; at += 64) {
     uint64_t *q = (uint64_t *)(s->p + at);
-    for (int i = 0; i < 8; i++) q[i] = v + at + (size_t)i;
+    for (int i = 0; i < 8; i++)
+      q[i] = v + at + (size_t)i;
   }
   return NULL;
 }
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: first_touch GIB write|populate|huge|hugepop|popchunk THREADS [REPEATS [GAP_S]]\n");
+    fprintf(
+        stderr,
+        "usage: first_touch GIB write|populate|huge|hugepop|popchunk THREADS [REPEATS [GAP_S]]\n");
     return 2;
   }
   double gib = atof(argv[1]);
@@ -106,7 +109,8 @@ int main(int argc, char **argv) {
     share sh[64];
     size_t each = (bytes / (size_t)threads) & ~(size_t)((2u << 20) - 1);
     for (int t = 0; t < threads; t++) {
-      sh[t] = (share){p + (size_t)t * each, t == threads - 1 ? bytes - (size_t)t * each : each, mode};
+      sh[t] =
+          (share){p + (size_t)t * each, t == threads - 1 ? bytes - (size_t)t * each : each, mode};
       pthread_create(&th[t], NULL, touch, &sh[t]);
     }
     for (int t = 0; t < threads; t++)

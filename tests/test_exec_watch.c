@@ -90,7 +90,8 @@ static cf_status slowed_run_algo(int ranks, const cf_faults *f, double timeout_s
   assert_int_equal(cf_graph_parse(ctx, "h.xml", xml, strlen(xml), g), CF_OK);
   cf_compile_options co = {.pipeline = cf_pipeline_O0};
   assert_int_equal(cf_compile(*g, &co), CF_OK);
-  cf_run_options opt = {.ranks = ranks, .iters = 1, .seed = 7, .timeout_s = timeout_s, .algo = algo};
+  cf_run_options opt = {
+      .ranks = ranks, .iters = 1, .seed = 7, .timeout_s = timeout_s, .algo = algo};
   if (cf_plan_build(ctx, *g, &opt, pp) != CF_OK) fail_msg("plan: %s", cf_context_errmsg(ctx));
   return cf_fault_run(ctx, *pp, NULL, f, NULL, res);
 }
@@ -109,7 +110,8 @@ static void check_sums(const cf_run_result *res, int ranks, int n) {
   assert_non_null(want);
   for (int r = 0; r < ranks; r++) {
     cf_fill_random(x, CF_DT_FLOAT32, n, 7, r, "x");
-    for (int i = 0; i < n; i++) want[i] += x[i];
+    for (int i = 0; i < n; i++)
+      want[i] += x[i];
   }
   for (int r = 0; r < ranks; r++) {
     const float *got = res->outputs[r].data;
@@ -199,7 +201,8 @@ static void test_chain_to_silent_rank_times_out(void **state) {
   const char *m = cf_context_errmsg(ctx);
   char direct[96], chained[96];
   snprintf(direct, sizeof direct, "timed out after %g s waiting for a message from rank 2", to);
-  snprintf(chained, sizeof chained, "for rank 2"); /* "rank 3 waits for rank 2", "rank 3 for rank 2" */
+  snprintf(chained, sizeof chained,
+           "for rank 2"); /* "rank 3 waits for rank 2", "rank 3 for rank 2" */
   if (!strstr(m, direct) && !(strstr(m, "timed out after") && strstr(m, chained)))
     fail_msg("the message names no stuck rank 2: %s", m);
   cf_plan_destroy(p);

@@ -94,7 +94,7 @@
 #define CHAN_SLOTS 8
 #define EAGER_MAX 104
 #define INLINE_BIT (UINT64_C(1) << 63)
-#define MAGIC UINT64_C(0x364d48534643) /* "CFSHM6": the control segment's layout (beats and waits, regions, probe) */
+#define MAGIC UINT64_C(0x364d48534643) /* "CFSHM6": the layout (beats, waits, regions, probe) */
 #define NAME_MAX_SHM 64                /* group and node names a descriptor carries */
 #define PAGE 4096
 
@@ -141,7 +141,7 @@ typedef struct shead { /* the control segment's first bytes */
   /* cf_world_max: rank r's values in maxv[r], then a counter per round */
   _Atomic uint64_t max_round[CF_MAX_WORLD];
   double maxv[CF_MAX_WORLD][8];
-  cf_vital vital[CF_MAX_WORLD]; /* each rank's beats (s_beat) and whom it waits for, read by waits on it */
+  cf_vital vital[CF_MAX_WORLD];   /* each rank's beats (s_beat) and whom it waits for */
   int32_t probe_fd[CF_MAX_WORLD]; /* start-up: a descriptor each rank holds, for probe_regions */
 } shead;
 

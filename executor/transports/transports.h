@@ -176,8 +176,8 @@ int *cf_bind_cpus(int size, int *lanes);
  * per rank, shm.c one per rank in its control segment): its heartbeat and
  * whom its sleeping wait waits for. */
 typedef struct cf_vital {
-  _Atomic uint64_t beat;      /* bumped through a long local phase (the beat slot) */
-  _Atomic int32_t waits_for;  /* 1 + the rank its sleeping wait is for; 0: none (it works) */
+  _Atomic uint64_t beat;     /* bumped through a long local phase (the beat slot) */
+  _Atomic int32_t waits_for; /* 1 + the rank its sleeping wait is for; 0: none (it works) */
 } cf_vital;
 /* The signs of life a wait of rank me on peer watches: a hash of the beats
  * of peer and, while peer sleeps in a wait of its own, of the rank that

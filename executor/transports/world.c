@@ -147,13 +147,15 @@ void cf_wait_timeout_text(char *text, size_t len, int me, double timeout_s, cons
   size_t c = 0;
   for (int r = peer, k = 0, q; v && r != me && k < size && c + 32 < sizeof chain; r = q, k++) {
     if ((q = waits_for(v, size, r)) < 0) break;
-    c += (size_t)snprintf(chain + c, sizeof chain - c, c ? ", rank %d for rank %d" : "; rank %d waits for rank %d", r, q);
+    c += (size_t)snprintf(chain + c, sizeof chain - c,
+                          c ? ", rank %d for rank %d" : "; rank %d waits for rank %d", r, q);
   }
   if (d)
-    snprintf(text, len,
-             "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s)%s%s",
-             me, timeout_s, verb, peer, cf_op_table[d->op].name, d->node ? d->node : "?",
-             (long long)d->seq, d->group, chain, gone);
+    snprintf(
+        text, len,
+        "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s)%s%s",
+        me, timeout_s, verb, peer, cf_op_table[d->op].name, d->node ? d->node : "?",
+        (long long)d->seq, d->group, chain, gone);
   else
     snprintf(text, len, "rank %d timed out after %g s waiting for %s rank %d%s%s", me, timeout_s,
              verb, peer, chain, gone);
