@@ -234,14 +234,17 @@ const int cf_algo_count = (int)(sizeof cf_algo_table / sizeof cf_algo_table[0]);
  * MiB; below, on two ranks, rd (one pairwise exchange) took 0.5-0.8 us
  * from 512 B to 16 KiB where direct took 0.6-0.9, and direct led under 512
  * B (bench allreduce --no-mpi --profile none, 6 runs, quiet machine).
- * From 16 MiB out of place pool (rsag in pieces that whichever rank runs
- * takes, one exchange per call) took 0.55-0.87x rsag's time on 2 and 4
- * ranks of both worlds, where 4 ranks share 2 cores or the cores run other
- * work; at 8 MiB 1.1-1.2x, at 12 MiB level (bench allreduce --algo pool,
- * medians of 4-5 runs at load 6-9; docs/executor.md, "pool"). */
+ * Out of place pool (rsag in pieces that whichever rank runs takes, one
+ * exchange per call) took 0.55-0.74x rsag's time at 64-256 MiB on 2 and 4
+ * ranks of both worlds, 4 ranks sharing 2 cores and the cores running other
+ * work; at 16 MiB 0.78-0.97x on 4 ranks, and on 2 ranks 0.75-1.10x from
+ * run to run (level: rsag stays); at 8 MiB 1.1-1.2x (bench allreduce
+ * --algo pool|rsag, pool and rsag loop by loop in one run, medians of 4-10
+ * runs at load 5-9; docs/executor.md, "pool"). */
 static const cf_algo_rule auto_threads[] = {
     {.in_place = 1, .algo = CF_ALGO_RSAG},
-    {.min_bytes = MIB(16), .algo = CF_ALGO_POOL},
+    {.min_ranks = 3, .min_bytes = MIB(16), .algo = CF_ALGO_POOL},
+    {.min_bytes = MIB(64), .algo = CF_ALGO_POOL},
     {.min_ranks = 2, .max_ranks = 2, .min_bytes = KIB(32), .algo = CF_ALGO_RSAG},
     {.min_ranks = 2, .max_ranks = 2, .min_bytes = 512, .algo = CF_ALGO_RD},
     {.min_ranks = 2, .max_ranks = 2, .algo = CF_ALGO_DIRECT},

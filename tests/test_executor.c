@@ -1038,18 +1038,19 @@ static void test_allreduce_deterministic(void **state) {
 }
 
 /* auto on the threads and shm worlds: pool out of place from 16 MiB per
- * rank on every rank count (and under --deterministic: it reduces in rank
- * order), rsag just below and in place; a forced pool on one rank, or an
- * MPI policy, is not pool's. */
+ * rank on 3 ranks or more and from 64 MiB on two (and under
+ * --deterministic: it reduces in rank order), rsag just below and in
+ * place; a forced pool on one rank, or an MPI policy, is not pool's. */
 static void test_select_pool(void **state) {
   (void)state;
-  cf_coll_desc d = {.op = CF_OP_ALLREDUCE, .dtype = CF_DT_FLOAT32, .count = 4 << 20,
-                    .red = CF_RED_SUM, .root = -1, .layout = -1, .group = "g"};
+  cf_coll_desc d = {.op = CF_OP_ALLREDUCE, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .root = -1,
+                    .layout = -1, .group = "g"};
   for (int n = 2; n <= 9; n++) {
-    d.count = 4 << 20, d.in_place = false;
+    int64_t from = n == 2 ? 16 << 20 : 4 << 20; /* float32 elements: 64 or 16 MiB */
+    d.count = from, d.in_place = false;
     assert_int_equal(cf_coll_select(&d, n, false, REQ_AUTO), CF_ALGO_POOL);
     assert_int_equal(cf_coll_select(&d, n, true, REQ_AUTO), CF_ALGO_POOL);
-    d.count = (4 << 20) - 1;
+    d.count = from - 1;
     assert_int_equal(cf_coll_select(&d, n, false, REQ_AUTO), CF_ALGO_RSAG);
     d.count = 64 << 20, d.in_place = true;
     assert_int_equal(cf_coll_select(&d, n, false, REQ_AUTO), CF_ALGO_RSAG);
