@@ -358,6 +358,20 @@ def register(tensor):
     return True
 
 
+def _shared_zeros(numel, dtype):
+    """A new 1-D tensor of zeros made in shared memory from the start (a
+    fresh file: no page is touched until written), for register(): no
+    anonymous copy to move there and free, so nothing left behind in
+    malloc's heap. None unless torch shares storages by descriptor."""
+    import torch
+    import torch.multiprocessing as tmp
+    if tmp.get_sharing_strategy() != "file_descriptor":
+        return None
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    st = torch.UntypedStorage._new_shared(max(1, numel) * itemsize)
+    return torch.empty(0, dtype=dtype).set_(torch.storage.TypedStorage(wrap_storage=st, dtype=dtype))[:numel]
+
+
 def _unregister_ptr(ptr):
     if _regions.pop(ptr, None) is not None and _regions_ctx is not None:
         _regions_ctx.check(lib.cf_shm_unregister(_regions_ctx._h, ptr))
