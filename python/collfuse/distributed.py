@@ -372,6 +372,18 @@ def _shared_zeros(numel, dtype):
     return torch.empty(0, dtype=dtype).set_(torch.storage.TypedStorage(wrap_storage=st, dtype=dtype))[:numel]
 
 
+def _malloc_trim():
+    """glibc's malloc hands its free memory back to the kernel (malloc_trim:
+    the heap's free pages anywhere in it, not only at its top); nothing
+    elsewhere. After a buffer moved into shared memory (register), and
+    after compile_step's trace."""
+    import platform
+    if platform.libc_ver()[0] == "glibc":
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+        if trim is not None:
+            trim(0)
+
+
 def _unregister_ptr(ptr):
     if _regions.pop(ptr, None) is not None and _regions_ctx is not None:
         _regions_ctx.check(lib.cf_shm_unregister(_regions_ctx._h, ptr))

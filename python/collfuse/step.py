@@ -843,14 +843,4 @@ def _release():
     with every intermediate of both alive: the steps' own peak is lower, and
     with keep_memory's trim threshold that heap would stay mapped)."""
     gc.collect()
-    _malloc_trim()
-
-
-def _malloc_trim():
-    """glibc's malloc hands its free memory back to the kernel (malloc_trim:
-    the heap's free pages anywhere in it, not only at its top); nothing
-    elsewhere."""
-    if platform.libc_ver()[0] == "glibc":
-        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-        if trim is not None:
-            trim(0)
+    _cfd._malloc_trim()

@@ -44,10 +44,18 @@ import time
 import torch
 
 from . import distributed as _cfd
-from .step import _malloc_trim
-from .step import compile_step  # noqa: F401 (graph mode: collfuse.step)
 
 __all__ = ["allreduce_hook", "bf16_compress_hook", "HookState"]
+
+
+def __getattr__(name):
+    """compile_step (graph mode: collfuse.step), imported on first use: its
+    tracer (torch.fx.experimental.proxy_tensor, sympy) is 33 MB resident
+    that the hooks do not need."""
+    if name == "compile_step":
+        from .step import compile_step
+        return compile_step
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 class HookState:
@@ -144,7 +152,7 @@ def _share(bucket, buf):
     if ptr not in _seen:
         _fresh.add(ptr)
     if moved:  # the bucket's old memory is free: back to the kernel, not kept in malloc's heap
-        _malloc_trim()
+        _cfd._malloc_trim()
 
 
 def _release():

@@ -116,6 +116,19 @@ if platform.libc_ver()[0] == "glibc" and hasattr(ctypes.CDLL(None), "mallinfo2")
         fail("compile_step left %d KiB of the trace for the cyclic collector" % ((before - in_use()) >> 10))
     del conv_step, conv
 
+# ---- the hooks' module imports no tracer (33 MB resident: proxy_tensor, sympy) until
+# compile_step is asked for
+LAZY = """
+import json, sys
+import collfuse.torch as ct
+before = sorted(m for m in ("collfuse.step", "torch.fx.experimental.proxy_tensor") if m in sys.modules)
+import collfuse.step
+print(json.dumps({"before": before, "same": ct.compile_step is collfuse.step.compile_step}))
+"""
+r = subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True)
+if r.returncode or json.loads(r.stdout.strip().splitlines()[-1]) != {"before": [], "same": True}:
+    fail("import collfuse.torch: %s%s" % (r.stdout[-1000:], r.stderr[-2000:]))
+
 # ---- keep_memory: glibc's malloc keeps what a step frees mapped, so the
 # next step's tensors take no page faults (a process of its own: the
 # setting is process-wide); 24 MiB freed, then allocated and written again
