@@ -53,7 +53,12 @@ the process sets malloc's mmap threshold to its largest (32 MiB) and its
 trim threshold to 1 GiB (process-wide, as MALLOC_MMAP_THRESHOLD_ and
 MALLOC_TRIM_THRESHOLD_ would; not where either of those or GLIBC_TUNABLES
 is set, or malloc is not glibc's), so that the memory stays mapped from
-step to step; the peak is unchanged.
+step to step; the peak is unchanged. After the trace and after the compile
+the trace's garbage is collected (make_fx leaves reference cycles holding
+its tensors) and malloc's free memory handed back (malloc_trim): the
+trace holds every intermediate of forward and backward at once, more
+than a step does. Rank 0's parameters reach the others through the
+buckets, one broadcast per bucket.
 The leaves run as the job's collectives, on the same thread, in program
 order; the AllReduce leaves the compile put into one bucket (fusion=2 with
 one fusion_id, or fusion=1 by the split) as one all_reduce of their

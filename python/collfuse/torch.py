@@ -32,7 +32,11 @@ known by its index and its storage) it moves the buffer's storage into
 shared memory in place (collfuse.distributed.register; the gradients, views
 of it, follow) and unregisters the bucket it replaces; the peers then read
 and write the bucket where it lies and the average is made in place
-(collfuse.distributed.last_copies() is (0, 0)). Under MPI the copies are
+(collfuse.distributed.last_copies() is (0, 0)). Memory: a bucket seen for
+the first time is registered for that backward pass only (_share), so that
+DDP's first buckets, which it replaces after the first iteration, are not
+held beside the new ones; and compile_step is imported on first use (its
+tracer is 33 MB resident that the hooks do not need). Under MPI the copies are
 the world's (its staging and one copy of the average into the bucket).
 bf16_compress_hook rounds into a new buffer per call, which the world
 copies into its memory and back. Without gradient_as_bucket_view, DDP
