@@ -25,7 +25,9 @@ produced there), and rank 0's peak resident memory; the table shows the
 median of the runs' medians and the ratios to gloo's. --peer ROOT adds a
 row "peer": the collfuse hook of another checkout (its
 ROOT/build/libcollfuse.so and ROOT/python, e.g. main's beside a branch's),
-in the same rounds.
+in the same rounds. Each run gets fresh ports (MASTER_PORT P with P + 1
+free for the shm world's rendezvous, and torchrun's own) and is started
+again on others when another process took one before the run bound it.
 """
 
 import argparse
@@ -41,10 +43,44 @@ EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "ddp_train.py")
 HOOKS = ("none", "gloo", "collfuse", "step", "local")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def port_pair():
+    """(P, Q): ports free now, P + 1 too. MASTER_PORT is P: torch's store
+    listens there and the shm world (collfuse's hook) meets at P + 1
+    (COLLFUSE_RENDEZVOUS's default); torchrun's own rendezvous at Q. Another
+    process may still take one before the run binds it: run() then starts
+    the run again on other ports (TRIES)."""
+    for _ in range(200):
+        with socket.socket() as a, socket.socket() as b, socket.socket() as c:
+            a.bind(("127.0.0.1", 0))
+            c.bind(("127.0.0.1", 0))
+            p = a.getsockname()[1]
+            try:
+                b.bind(("127.0.0.1", p + 1))
+            except (OSError, OverflowError):
+                continue
+            return p, c.getsockname()[1]
+    sys.exit("bench/ddp.py: no free ports P, P + 1 in 200 tries")
+
+
+TRIES = 5  # runs started on fresh ports when one was taken meanwhile
+
+
+def port_taken(p):
+    """Whether a failed run failed for a port another process took between
+    port_pair() and its bind (torch's store, torchrun's rendezvous, the shm
+    world's: each says EADDRINUSE's text)."""
+    return p.returncode != 0 and "address already in use" in (p.stdout + p.stderr).lower()
+
+
+def on_free_ports(start):
+    """start(master_port, rdzv_port) -> CompletedProcess, again on other
+    ports while it fails for a port taken meanwhile (at most TRIES runs)."""
+    for k in range(TRIES):
+        p = start(*port_pair())
+        if not port_taken(p) or k == TRIES - 1:
+            return p
+        print("bench/ddp.py: a port was taken before the run bound it: started again on others",
+              file=sys.stderr)
 
 
 def has_shm():
@@ -54,8 +90,9 @@ def has_shm():
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
 
 
-def run(model, hook, args):
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+def command(model, hook, args, master_port, rdzv_port):
+    """(argv, env) of one run."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port))
     if hook == "peer":  # the other checkout's library and package
         env.update(COLLFUSE_LIBRARY=os.path.join(args.peer, "build", "libcollfuse.so"),
                    PYTHONPATH=os.path.join(args.peer, "python"))
@@ -64,7 +101,7 @@ def run(model, hook, args):
             "--batch", str(args.batch)]
     if args.launcher == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
-               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(), "--redirects", "2", "--tee", "2",
+               "--rdzv_endpoint", "127.0.0.1:%d" % rdzv_port, "--redirects", "2", "--tee", "2",
                "--nproc_per_node", str(args.ranks)] + tail
     else:
         root = ["--allow-run-as-root"] if os.getuid() == 0 else []
@@ -73,7 +110,15 @@ def run(model, hook, args):
             if k in env:
                 cmd += ["-x", k]
         cmd += ["-np", str(args.ranks), sys.executable] + tail
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    return cmd, env
+
+
+def run(model, hook, args):
+    def start(master_port, rdzv_port):
+        cmd, env = command(model, hook, args, master_port, rdzv_port)
+        return subprocess.run(cmd, env=env, capture_output=True, text=True)
+    p = on_free_ports(start)
+    cmd = p.args
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or len(lines) != 1:
         sys.exit("bench/ddp.py: %s: exit %d\n%s%s" % (" ".join(cmd), p.returncode, p.stdout[-2000:], p.stderr[-2000:]))

@@ -18,7 +18,8 @@ enum {
   TAG_ABORT = 7103,  /* abort reasons */
   TAG_ASK = 7105,    /* "whom do you wait for?" (a timed-out rank asks) */
   TAG_ANSWER = 7106, /* ... and the answer */
-  TAG_GROUP = 7200,  /* + group index: MPI_Comm_create_group */
+  TAG_GROUP = 7200,  /* + a hash of the members (< TAG_GROUPS): MPI_Comm_create_group */
+  TAG_GROUPS = 8192,
   GROUP_MAX = 128,   /* group names are at most 127 bytes (SPEC) */
   NODE_MAX = 128,    /* node names in headers (truncated; messages only) */
   MSG_MAX = 1024,    /* abort reasons */
@@ -40,8 +41,9 @@ typedef struct peer {
   char *rbuf;
 } peer;
 
-typedef struct native_group {
-  char name[GROUP_MAX];
+typedef struct native_group { /* a communicator of this rank's, keyed by its members */
+  int *ranks; /* world ranks in group order: the members (of this rank's part) */
+  int n;
   MPI_Comm comm;
 } native_group;
 

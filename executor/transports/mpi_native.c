@@ -8,7 +8,14 @@
  * communicator's rank order, so root and ReduceScatter blocks mean the
  * same). A partitioned group is one communicator per part: each rank
  * creates its own part's (the call is collective over the part only, so
- * the parts never wait on each other). float16/bfloat16 reduce through
+ * the parts never wait on each other). The world, and so its
+ * communicators, is the process's (every executable of it shares one), so
+ * a communicator is keyed by its members in order, not by the group's name:
+ * two executables may name different members alike ("tp" over {0,1}, then
+ * over {0,2}), or the same members differently (one communicator serves
+ * both). Every member of a part has seen the same earlier parts (every
+ * rank makes the same executables in the same order), so all make it or
+ * none, with a tag from the members. float16/bfloat16 reduce through
  * user-defined MPI_Ops computing in float32; mean is MPI_SUM then the
  * scale kernel; integer mean sums in int64 as collfuse's kernels do. Fused
  * AllGather and ReduceScatter buckets are packed into the call's scratch
@@ -123,9 +130,17 @@ static void *rs_block(const cf_coll_call *call, const cf_coll_seg *s, int es) {
                              : at(call->out, s->out_off, es);
 }
 
-static MPI_Comm group_comm(const cf_mpi_world *w, const cf_coll_call *call) {
+/* The communicator made for members ranks[0..n), or NULL. */
+static const native_group *find_group(const cf_mpi_world *w, const int *ranks, int n) {
   for (int i = 0; i < w->n_groups; i++)
-    if (strcmp(w->groups[i].name, call->desc.group) == 0) return w->groups[i].comm;
+    if (w->groups[i].n == n && memcmp(w->groups[i].ranks, ranks, sizeof(int) * (size_t)n) == 0)
+      return &w->groups[i];
+  return NULL;
+}
+
+static MPI_Comm group_comm(const cf_mpi_world *w, const cf_coll_call *call) {
+  const native_group *g = find_group(w, call->ranks, call->n);
+  if (g) return g->comm;
   bool identity = call->n == w->comm.size;
   for (int i = 0; i < call->n && identity; i++) identity = call->ranks[i] == i;
   return identity ? w->world : MPI_COMM_NULL;
@@ -348,8 +363,10 @@ void cf_mpi_native_stop(cf_mpi_world *w) {
 }
 
 void cf_mpi_native_free(cf_mpi_world *w) {
-  for (int i = 0; i < w->n_groups; i++)
+  for (int i = 0; i < w->n_groups; i++) {
     if (w->groups[i].comm != MPI_COMM_NULL) MPI_Comm_free(&w->groups[i].comm);
+    free(w->groups[i].ranks);
+  }
   for (int b = 0; b < 2; b++)
     for (int r = 0; r < CF_RED_COUNT; r++)
       if (w->half_op[b][r] != MPI_OP_NULL && w->half_op[b][r]) MPI_Op_free(&w->half_op[b][r]);
@@ -363,9 +380,8 @@ cf_status cf_mpi_native_groups(cf_mpi_world *w, const cf_world_group *groups, in
   cf_status st = CF_OK;
   for (int c = 0; c < n && !st; c++) {
     const cf_world_group *pc = &groups[c];
-    bool seen = false, member = false, identity = pc->n == w->comm.size && pc->n_parts == 1;
+    bool member = false, identity = pc->n == w->comm.size && pc->n_parts == 1;
     const int *part = pc->ranks; /* a partitioned group: the part that holds this rank */
-    for (int i = 0; i < w->n_groups && !seen; i++) seen = strcmp(w->groups[i].name, pc->name) == 0;
     for (int i = 0; i < pc->n * pc->n_parts; i++) {
       if (pc->ranks[i] == w->comm.rank) {
         member = true;
@@ -373,29 +389,36 @@ cf_status cf_mpi_native_groups(cf_mpi_world *w, const cf_world_group *groups, in
       }
       identity &= pc->ranks[i] == i;
     }
-    if (seen || identity) continue;
+    /* only the part's ranks make it, once per process */
+    if (!member || identity || find_group(w, part, pc->n)) continue;
     native_group *ng = realloc(w->groups, sizeof *ng * (size_t)(w->n_groups + 1));
-    if (!ng) {
+    int *ranks = malloc(sizeof(int) * (size_t)pc->n);
+    if (ng) w->groups = ng;
+    if (!ng || !ranks) {
+      free(ranks);
       st = cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "mpi transport: out of memory");
       break;
     }
-    w->groups = ng;
-    native_group *g = &w->groups[w->n_groups++];
-    snprintf(g->name, sizeof g->name, "%s", pc->name);
-    g->comm = MPI_COMM_NULL;
-    if (!member) continue; /* only the group's ranks create it, each part its own */
+    memcpy(ranks, part, sizeof(int) * (size_t)pc->n);
+    uint32_t h = 2166136261u; /* the tag: every member computes the same */
+    for (int i = 0; i < pc->n; i++)
+      h = (h ^ (uint32_t)part[i]) * 16777619u;
     MPI_Group grp;
+    MPI_Comm comm = MPI_COMM_NULL;
     int rc = MPI_Group_incl(world_group, pc->n, part, &grp);
     if (rc == MPI_SUCCESS) {
-      rc = MPI_Comm_create_group(w->world, grp, TAG_GROUP + w->n_groups, &g->comm);
+      rc = MPI_Comm_create_group(w->world, grp, TAG_GROUP + (int)(h % TAG_GROUPS), &comm);
       MPI_Group_free(&grp);
     }
     if (rc != MPI_SUCCESS) {
       char e[MPI_MAX_ERROR_STRING];
-      st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "mpi transport: MPI_Comm_create_group: %s",
-                    cf_mpi_error_text(rc, e));
+      free(ranks);
+      st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "mpi transport: MPI_Comm_create_group for group '%s': %s",
+                    pc->name, cf_mpi_error_text(rc, e));
+      break;
     }
-    else MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    w->groups[w->n_groups++] = (native_group){.ranks = ranks, .n = pc->n, .comm = comm};
   }
   MPI_Group_free(&world_group);
   return st;

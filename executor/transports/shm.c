@@ -38,7 +38,15 @@
  * so that a rank on another host is named, not waited for), and sends
  * everyone the control segment,
  * every heap, a random token and the pids. A rank checks the token and the
- * job in the control segment before it uses it. memfds have no name: there
+ * job in the control segment before it uses it. Ranks of different builds
+ * (another layout of the control segment and the start-up messages: MAGIC's
+ * "CFSHM<version>") fail at once, naming the ranks and both versions: every
+ * hello starts with (magic, rank, size, pid) and every welcome with (magic,
+ * token, job, ok, code, text), in every version from CFSHM4 on, so rank 0
+ * reads a hello's magic before the rest and answers another version with a
+ * refusal in the prefix it reads (its own magic echoed: a CFSHM4 rank
+ * reports the text), and a joining rank whose hello an older rank 0 closed
+ * without a word (CFSHM4 closed what it did not know) says so. memfds have no name: there
  * is nothing in /dev/shm or anywhere else to remove, whatever way the job
  * ends (SIGKILL of every rank included): the kernel frees the memory with
  * the last mapping. The socket is gone once every rank has attached.
@@ -84,7 +92,7 @@
 #define CHAN_SLOTS 8
 #define EAGER_MAX 104
 #define INLINE_BIT (UINT64_C(1) << 63)
-#define MAGIC UINT64_C(0x344d48534643) /* "CFSHM4": the control segment's layout (beats, regions) */
+#define MAGIC UINT64_C(0x354d48534643) /* "CFSHM5": the control segment's layout (beats, regions, probe) */
 #define NAME_MAX_SHM 64                /* group and node names a descriptor carries */
 #define PAGE 4096
 
@@ -132,6 +140,7 @@ typedef struct shead { /* the control segment's first bytes */
   _Atomic uint64_t max_round[CF_MAX_WORLD];
   double maxv[CF_MAX_WORLD][8];
   _Atomic uint64_t beat[CF_MAX_WORLD]; /* each rank's signs of life (s_beat), read by waits on it */
+  int32_t probe_fd[CF_MAX_WORLD]; /* start-up: a descriptor each rank holds, for probe_regions */
 } shead;
 
 typedef struct extent {
@@ -152,6 +161,8 @@ typedef struct cf_shm_world {
   schan *ch;              /* [src * size + dst] */
   char **heap;            /* [rank]: every rank's heap as mapped here */
   cf_shm_regions regions; /* the ranks' registered memory (shm_regions.c) */
+  char no_regions[512];   /* why a rank cannot open another's memory (probe_regions); "": they can */
+  _Atomic bool warned;    /* no_regions was said once (shm_shares) */
   size_t heap_bytes;      /* each heap's size */
   int *pidfd;             /* [rank], -1 for none */
   uint64_t *head_n, *need, *acked_seen, *tail; /* [peer]: this rank's counters */
@@ -553,21 +564,41 @@ static const cf_comm_ops shm_ops = {
 
 /* ================= start-up: the rendezvous ================= */
 
-typedef struct hello { /* what a rank tells rank 0 */
+typedef struct hello { /* what a rank tells rank 0; CFSHM4's size and prefix */
   uint64_t magic;
-  int32_t rank, size, pid;
+  int32_t rank, size, pid; /* the prefix every version sends (HELLO_PREFIX) */
   cf_shm_host host; /* shm_host.c */
   uint64_t heap_bytes;
 } hello;
+#define HELLO_PREFIX offsetof(hello, host)
 
 typedef struct welcome { /* what rank 0 answers */
   uint64_t magic, token, job;
   int32_t ok;   /* 0: text says why not */
   int32_t code; /* with ok 0: the cf_status every rank fails with */
-  char text[1024];
+  char text[1024]; /* the prefix every version sends (WELCOME_PREFIX) */
   int32_t pid[CF_MAX_WORLD];
   uint64_t ctl_bytes, heap_bytes;
 } welcome;
+#define WELCOME_PREFIX offsetof(welcome, pid)
+
+/* MAGIC's family: a collfuse shm world of some version ("CFSHM" then a
+ * version); layout() names one ("CFSHM4"), or gives it in hex. */
+#define MAGIC_FAMILY UINT64_C(0x4d48534643)
+static bool same_family(uint64_t m) { return (m & UINT64_C(0xffffffffff)) == MAGIC_FAMILY && !(m >> 56); }
+static const char *layout(uint64_t m, char *buf, size_t len) {
+  if (!same_family(m)) {
+    snprintf(buf, len, "0x%llx", (unsigned long long)m);
+    return buf;
+  }
+  size_t n = 0;
+  for (int i = 0; i < 8 && n + 1 < len && (m >> (8 * i)) & 0xff; i++) {
+    unsigned char c = (unsigned char)(m >> (8 * i));
+    buf[n++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+  }
+  buf[n] = 0;
+  return buf;
+}
 
 static uint64_t fnv(const char *s) {
   uint64_t h = UINT64_C(1469598103934665603);
@@ -649,6 +680,7 @@ static bool recv_fds(int s, int *fds, int n, double deadline) {
 }
 
 static void shm_destroy(cf_world *base, int exit_code);
+static cf_status shm_max(cf_world *base, double *v, int n);
 
 static size_t ctl_size(int n) {
   size_t b = (sizeof(shead) + 63) / 64 * 64;
@@ -671,6 +703,13 @@ static cf_status map_ctl(cf_shm_world *w, int fd) {
   if (cf_shm_regions_init(&w->regions, table, w->head->pid, w->size, w->me))
     return cf_error(w->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   return CF_OK;
+}
+
+/* Rank 0's no to a rank: welcome's prefix (magic: the rank's version's) with why. */
+static void refuse(int s, uint64_t magic, cf_status code, const char *why, double deadline) {
+  welcome no = {.magic = magic, .ok = 0, .code = code == CF_ERR_USAGE ? CF_ERR_USAGE : CF_ERR_RUNTIME};
+  snprintf(no.text, sizeof no.text, "%s", why);
+  xfer(s, true, &no, sizeof no, NULL, 0, deadline);
 }
 
 /* Rank 0: take every other rank's hello and heap, answer them all. */
@@ -696,7 +735,7 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
   for (int r = 0; sock && r < n; r++)
     sock[r] = -1;
   int joined = 1;
-  char why[512] = "";
+  char why[1024] = "";
   while (!st && joined < n) {
     struct pollfd pf = {.fd = ls, .events = POLLIN};
     double left = deadline - cf_now();
@@ -708,8 +747,23 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
     socklen_t cl = sizeof cr;
     hello h;
     int fd = -1;
-    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.uid != getuid() ||
-        !xfer(s, false, &h, sizeof h, &fd, 1, deadline) || h.magic != MAGIC) {
+    bool ours = getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 && cr.uid == getuid() &&
+                xfer(s, false, &h, HELLO_PREFIX, &fd, 1, deadline); /* the prefix every version sends */
+    if (ours && h.magic != MAGIC && same_family(h.magic)) { /* a rank of another build */
+      char mine[24], theirs[24];
+      snprintf(why, sizeof why,
+               "rank %d (pid %d) runs another build of collfuse: its shm layout is %s, rank 0's (pid "
+               "%d) is %s (job '%s', socket @%s); start every rank of a job from one build",
+               (int)h.rank, (int)h.pid, layout(h.magic, theirs, sizeof theirs), (int)getpid(),
+               layout(MAGIC, mine, sizeof mine), job, a.sun_path + 1);
+      st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0, "shm transport: %s", why);
+      refuse(s, h.magic, st, why, deadline); /* in its version's prefix */
+      close(fd);
+      close(s);
+      break;
+    }
+    if (!ours || h.magic != MAGIC ||
+        !xfer(s, false, (char *)&h + HELLO_PREFIX, sizeof h - HELLO_PREFIX, NULL, 0, deadline)) {
       if (fd >= 0) close(fd);
       close(s); /* not one of ours */
       continue;
@@ -722,12 +776,10 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
         else
           snprintf(why, sizeof why, "two processes say they are rank %d", h.rank);
       }
-      welcome no = {.magic = MAGIC, .ok = 0};
-      snprintf(no.text, sizeof no.text, "%s", why);
-      xfer(s, true, &no, sizeof no, NULL, 0, deadline);
+      st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0, "shm transport: %s", why);
+      refuse(s, MAGIC, st, why, deadline);
       close(fd);
       close(s);
-      st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0, "shm transport: %s", why);
       break;
     }
     sock[h.rank] = s;
@@ -743,18 +795,18 @@ static cf_status host_job(cf_shm_world *w, const char *job, int ctl_fd, int *hea
     size_t m = 0;
     for (int r = 1; r < n && m + 8 < sizeof miss; r++)
       if (sock[r] < 0) m += (size_t)snprintf(miss + m, sizeof miss - m, "%s%d", m ? ", " : "", r);
-    st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
-                  "shm transport: rank 0 timed out after %g s waiting for rank(s) %s of job '%s' to "
-                  "start (were they started on this host, with the same job? a job across hosts "
-                  "runs with --backend mpi)",
-                  w->timeout_s, miss, job);
+    snprintf(why, sizeof why,
+             "rank 0 timed out after %g s waiting for rank(s) %s of job '%s' to start (were they "
+             "started on this host, with the same job? a job across hosts runs with --backend mpi)",
+             w->timeout_s, miss, job);
+    st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0, "shm transport: %s", why);
   }
+  for (int r = 1; st && why[0] && r < n; r++) /* the ranks that came hear why, not that rank 0 went away */
+    if (sock[r] >= 0) refuse(sock[r], MAGIC, st, why, cf_now() + 1);
   char other[1024];
   if (!st && !cf_shm_one_host(n, hosts, other, sizeof other)) { /* every rank is told */
-    welcome no = {.magic = MAGIC, .ok = 0, .code = CF_ERR_USAGE};
-    snprintf(no.text, sizeof no.text, "%s", other);
     for (int r = 1; r < n; r++)
-      xfer(sock[r], true, &no, sizeof no, NULL, 0, deadline);
+      refuse(sock[r], MAGIC, CF_ERR_USAGE, other, deadline);
     st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0, "shm transport: %s", other);
   }
   if (!st) {
@@ -809,15 +861,50 @@ static cf_status join_job(cf_shm_world *w, const char *job, int *ctl_fd, int *he
   cf_status st = CF_OK;
   if (!wel || !fds) {
     st = cf_error(w->ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
-  } else if (!xfer(s, true, &h, sizeof h, &heap_fd[w->me], 1, deadline) ||
-             !xfer(s, false, wel, sizeof *wel, NULL, 0, deadline) || wel->magic != MAGIC) {
+  } else if (!xfer(s, true, &h, sizeof h, &heap_fd[w->me], 1, deadline)) {
     st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
                   "shm transport: rank 0 of job '%s' went away (or timed out) during start-up", job);
+  } else if (!xfer(s, false, wel, WELCOME_PREFIX, NULL, 0, deadline)) {
+    /* closed on the hello without a word: what a rank 0 of CFSHM4 did with
+     * a hello of another version; this build's rank 0 always answers */
+    struct ucred cr = {0};
+    socklen_t cl = sizeof cr;
+    bool pid = getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 && cr.pid > 0;
+    char mine[24];
+    if (cf_now() >= deadline)
+      st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
+                    "shm transport: rank 0 of job '%s' timed out during start-up", job);
+    else if (pid && kill(cr.pid, 0) == 0)
+      st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0,
+                    "shm transport: rank 0 (pid %d) of job '%s' closed the connection on rank %d's hello "
+                    "without an answer: it runs another build of collfuse, whose shm layout is older "
+                    "than this rank's %s (socket @%s); start every rank of a job from one build",
+                    (int)cr.pid, job, w->me, layout(MAGIC, mine, sizeof mine), a.sun_path + 1);
+    else
+      st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
+                    "shm transport: rank 0 of job '%s' went away during start-up", job);
+  } else if (wel->magic != MAGIC) {
+    char mine[24], theirs[24];
+    wel->text[sizeof wel->text - 1] = 0;
+    if (!same_family(wel->magic))
+      st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
+                    "shm transport: rank %d of job '%s' got an answer that is not collfuse's from rank "
+                    "0's socket @%s",
+                    w->me, job, a.sun_path + 1);
+    else if (!wel->ok) /* another version's refusal, in the prefix every version reads */
+      st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0, "shm transport: %s", wel->text);
+    else
+      st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0,
+                    "shm transport: rank 0 of job '%s' runs another build of collfuse: its shm layout "
+                    "is %s, rank %d's is %s (socket @%s); start every rank of a job from one build",
+                    job, layout(wel->magic, theirs, sizeof theirs), w->me, layout(MAGIC, mine, sizeof mine),
+                    a.sun_path + 1);
   } else if (!wel->ok) {
     wel->text[sizeof wel->text - 1] = 0;
     st = cf_error(w->ctx, wel->code == CF_ERR_USAGE ? CF_ERR_USAGE : CF_ERR_RUNTIME, NULL, 0,
                   "shm transport: %s", wel->text);
-  } else if (!recv_fds(s, fds, n + 1, deadline)) {
+  } else if (!xfer(s, false, (char *)wel + WELCOME_PREFIX, sizeof *wel - WELCOME_PREFIX, NULL, 0, deadline) ||
+             !recv_fds(s, fds, n + 1, deadline)) {
     st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
                   "shm transport: rank 0 of job '%s' went away during start-up", job);
   } else {
@@ -831,8 +918,13 @@ static cf_status join_job(cf_shm_world *w, const char *job, int *ctl_fd, int *he
     }
     w->heap_bytes = wel->heap_bytes;
     if ((st = map_ctl(w, *ctl_fd))) {
-    } else if (w->head->magic != MAGIC || w->head->token != wel->token || w->head->job != fnv(job) ||
-               w->head->size != n) {
+    } else if (w->head->magic != MAGIC) {
+      char mine[24], theirs[24];
+      st = cf_error(w->ctx, CF_ERR_USAGE, NULL, 0,
+                    "shm transport: rank %d refuses the control segment rank 0 sent for job '%s': its "
+                    "layout is %s, this rank's %s; start every rank of a job from one build",
+                    w->me, job, layout(w->head->magic, theirs, sizeof theirs), layout(MAGIC, mine, sizeof mine));
+    } else if (w->head->token != wel->token || w->head->job != fnv(job) || w->head->size != n) {
       st = cf_error(w->ctx, CF_ERR_RUNTIME, NULL, 0,
                     "shm transport: rank %d refuses the segment rank 0 sent: not job '%s''s (token "
                     "or job differ)",
@@ -843,6 +935,61 @@ static cf_status join_job(cf_shm_world *w, const char *job, int *ctl_fd, int *he
   free(wel);
   free(fds);
   return st;
+}
+
+/* Whether every rank can open every other's memory the way a peer maps
+ * registered memory (shm_regions.c: /proc/<pid>/fd/<fd>, which asks the
+ * kernel for ptrace read access to the owner). Yama's ptrace_scope 2 or 3,
+ * a /proc that hides other processes (hidepid, some containers) or an owner
+ * made non-dumpable without CAP_SYS_PTRACE on the opener's side refuse it,
+ * and the first collective on registered memory would then fail on every
+ * rank. So each rank opens a descriptor each peer holds (the control
+ * segment's, fd) at start-up, and the ranks agree on the answer (two rounds
+ * of shm_max: the descriptors are published, then every rank has tried).
+ * Where any rank cannot, no rank uses registered memory in place
+ * (shm_shares): its buffers are copied through the heaps, as unregistered
+ * ones are, and the first run that would have used one says so once. One
+ * answer for all ranks: a rank that ran an AllReduce in place while its
+ * peer copied would fail the call with a descriptor mismatch. */
+static cf_status probe_regions(cf_shm_world *w, int fd) {
+  w->head->probe_fd[w->me] = fd;
+  double v = 0;
+  cf_status st = shm_max(&w->base, &v, 1);
+  for (int r = 0; !st && r < w->size && v == 0; r++) {
+    if (r == w->me) continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)w->head->pid[r], (int)w->head->probe_fd[r]);
+    int f = open(path, O_RDWR | O_CLOEXEC);
+    if (f >= 0)
+      close(f);
+    else /* opener, owner and errno in one value: the largest comes back */
+      v = 1 + ((double)w->me * CF_MAX_WORLD + r) * 4096 + (errno & 4095);
+  }
+  if (!st) st = shm_max(&w->base, &v, 1);
+  if (st || v == 0) return st;
+  int64_t code = (int64_t)v - 1, e = code % 4096, pair = code / 4096;
+  int opener = (int)(pair / CF_MAX_WORLD), owner = (int)(pair % CF_MAX_WORLD);
+  char scope[16] = "";
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (f) {
+    if (!fgets(scope, sizeof scope, f)) scope[0] = 0;
+    scope[strcspn(scope, "\n")] = 0;
+    fclose(f);
+  }
+  char why[200];
+  if (e == EACCES || e == EPERM)
+    snprintf(why, sizeof why,
+             "the ranks need ptrace read access to each other: the same user with Yama's "
+             "ptrace_scope 0 or 1 (it is %s here), or CAP_SYS_PTRACE, and an owner that is dumpable",
+             scope[0] ? scope : "not set");
+  else
+    snprintf(why, sizeof why, "this /proc does not show the peers' descriptors (hidepid, or a container's)");
+  snprintf(w->no_regions, sizeof w->no_regions,
+           "rank %d cannot open rank %d's memory through /proc/%d/fd (%s; %s): memory registered with "
+           "cf_shm_register is copied through the world's memory instead of used in place (a copy in "
+           "and one out per buffer)",
+           opener, owner, (int)w->head->pid[owner], strerror((int)e), why);
+  return CF_OK;
 }
 
 static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeout_s, cf_world **out) {
@@ -935,6 +1082,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
       if (r != w->me) w->pidfd[r] = (int)syscall(SYS_pidfd_open, w->head->pid[r], 0);
     w->head->pid[w->me] = (int32_t)getpid();
     atomic_fetch_add(&w->head->attached, 1);
+    if (n > 1) st = probe_regions(w, ctl_fd);
   }
   for (int r = 0; r < n; r++)
     if (heap_fd[r] >= 0) close(heap_fd[r]); /* the mappings keep them */
@@ -1049,9 +1197,15 @@ static cf_status shm_max(cf_world *base, double *v, int n) {
 
 static void shm_abort_world(cf_world *base, const char *text) { world_abort(base->impl, text); }
 
+/* Registered memory, where every rank can open every other's
+ * (probe_regions); the first time it cannot, a warning says why. */
 static bool shm_shares(const cf_world *base, const void *p, size_t bytes) {
-  (void)base;
-  return cf_shm_registered(p, bytes);
+  cf_shm_world *w = base->impl;
+  if (!cf_shm_registered(p, bytes)) return false;
+  if (!w->no_regions[0]) return true;
+  if (!atomic_exchange(&w->warned, true))
+    cf_log(w->comm.ctx ? w->comm.ctx : w->ctx, CF_LOG_WARN, "shm transport: %s", w->no_regions);
+  return false;
 }
 
 static void shm_destroy(cf_world *base, int exit_code) {

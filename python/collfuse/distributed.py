@@ -56,6 +56,7 @@ import ctypes
 import json
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -329,7 +330,9 @@ def register(tensor):
     (share_memory_(): the same storage, so every view of it, a DDP
     bucket's gradients included, follows; the data are kept) unless it is
     shared already. The peers open that memory through /proc (the same
-    user) and map it. Returns True, or False where there is nothing to do
+    user, with ptrace read access: where the ranks cannot, as under Yama's
+    ptrace_scope 2, it is copied like any other memory, and the first such
+    collective says why on stderr, once) and map it. Returns True, or False where there is nothing to do
     (the world is not shm, or the storage is empty). Keep the tensor
     registered while collectives use it; register(t) again after its
     storage changed, unregister(t) when done (destroy() unregisters all)."""
@@ -642,12 +645,21 @@ def _enter(group):
 
 # ---------------- collectives ----------------
 
+def _warn(level, msg):
+    """The log sink of this module's executables: the library's warnings
+    (a slower path it had to take, e.g. registered memory the peers cannot
+    open, copied instead) on stderr, as the CLI prints them."""
+    if level <= 1:
+        sys.stderr.write("collfuse: %s\n" % msg)
+        sys.stderr.flush()
+
+
 class _Coll:
     """One collective's executable on this rank, and the output buffer it
     keeps for the in-place ones."""
 
     def __init__(self, w, grp, kind, dtype, count, arg):
-        g = Graph("cfd_%s" % kind, world_size=grp.size)
+        g = Graph("cfd_%s" % kind, world_size=grp.size, context=Context(log=_warn))
         if kind == "all_gather":
             g.input("x", dtype, (count,))
             y = g.all_gather("x")
@@ -949,7 +961,7 @@ class _MatmulRS:
     computed while chunk i is reduce-scattered, as the plan decides)."""
 
     def __init__(self, w, dtype, m, k, n, comm_turn):
-        g = Graph("cfd_matmul_reduce_scatter", world_size=w.size)
+        g = Graph("cfd_matmul_reduce_scatter", world_size=w.size, context=Context(log=_warn))
         ins = [g.input("x1", dtype, (m, k)), g.input("x2", dtype, (k, n))]
         g.output("y", g.op("MatmulReduceScatter", ins, "mmrs", world_size=w.size, comm_turn=comm_turn or None))
         self.exe = g.compile(**w.options)

@@ -8,6 +8,7 @@
  *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm-repeat
  *   COLLFUSE_RANK=R COLLFUSE_WORLD_SIZE=N collfuse_api_mpi shm-gap|shm-gap0|shm-gap-env
  *   mpirun -np N collfuse_api_mpi gap|gap0
+ *   mpirun -np 4 collfuse_api_mpi groups
  *
  * shm sets the option backend to shm (the rank from the launcher's
  * variables); shm-job also the option job (rank and size explicit, no
@@ -47,6 +48,12 @@
  * with torchrun's variables set before the new executable (COLLFUSE_JOB
  * unset, MASTER_PORT from API_PORT), as DDP sets them under mpirun: it
  * joins the world the first one joined, not a job of that other name.
+ * groups (same_name_groups): three executables of the process, each an
+ * AllReduce (sum, MPI's own: mpi-native) over a partitioned group of 4
+ * ranks: "tp" over {0,1},{2,3}, then "tp" again over {0,2},{1,3}, then
+ * "dp" over {0,1},{2,3}, all alive at once; each of random data against
+ * the float64 sum over the rank's part (the MPI world is the process's:
+ * the second must not reuse the first's communicators for its name).
  * Prints one line per
  * failure; exits 0 when all passed, 77 outside mpirun.
  */
@@ -506,6 +513,65 @@ done:
   free(in);
 }
 
+/* Random in [-1, 1) for element x of rank r in case c (splitmix64). */
+static double rnd(int c, int r, int64_t x) {
+  uint64_t z = ((uint64_t)c << 48) ^ ((uint64_t)r << 40) ^ (uint64_t)x;
+  z += UINT64_C(0x9e3779b97f4a7c15);
+  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+  z ^= z >> 31;
+  return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static void same_name_groups(cf_context *ctx) {
+  enum { N = 1001, CASES = 3 };
+  static const int parts[CASES][4] = {{0, 1, 2, 3}, {0, 2, 1, 3}, {0, 1, 2, 3}};
+  static const char *const names[CASES] = {"tp", "tp", "dp"};
+  cf_graph *g[CASES] = {0};
+  cf_executable *e[CASES] = {0};
+  cf_options *o = NULL;
+  float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+  if (R != 4) {
+    FAIL("groups: run it with 4 processes, not %d", R);
+    goto done;
+  }
+  if (!x || !y) goto done;
+  OK(ctx, make_options(ctx, "mpi-native", false, &o));
+  for (int k = 0; k < CASES; k++) {
+    int64_t d[1] = {N};
+    OK(ctx, cf_graph_create(ctx, "groups", R, &g[k]));
+    OK(ctx, cf_graph_define_group_parts(g[k], names[k], parts[k], 2, 2));
+    OK(ctx, cf_graph_add_input(g[k], "x", "float32", d, 1));
+    OK(ctx, cf_graph_add_allreduce(g[k], "ar", "x", "sum", names[k], 0, -1));
+    OK(ctx, cf_graph_add_output(g[k], "y", "ar"));
+    OK(ctx, cf_executable_create(g[k], o, &e[k]));
+    for (int64_t i = 0; i < N; i++) x[i] = (float)rnd(k, me, i);
+    const void *in[1] = {x};
+    void *out[1] = {y};
+    OK(ctx, cf_executable_run_rank(e[k], me, in, out));
+    const int *part = parts[k] + (parts[k][0] == me || parts[k][1] == me ? 0 : 2);
+    int64_t bad = 0, first = -1;
+    double want = 0;
+    for (int64_t i = 0; i < N; i++) {
+      double s = (double)(float)rnd(k, part[0], i) + (double)(float)rnd(k, part[1], i);
+      if (fabs(y[i] - s) > 1e-6 * (1 + fabs(s)) && bad++ == 0) first = i, want = s;
+    }
+    if (bad)
+      FAIL("group '%s' over {%d,%d},{%d,%d}: %lld of %d elements are not the sum over ranks %d and %d, "
+           "first [%lld] = %g, want %g",
+           names[k], parts[k][0], parts[k][1], parts[k][2], parts[k][3], (long long)bad, N, part[0], part[1],
+           (long long)first, y[first], want);
+  }
+done:
+  for (int k = CASES - 1; k >= 0; k--) {
+    cf_executable_destroy(e[k]);
+    cf_graph_destroy(g[k]);
+  }
+  cf_options_destroy(o);
+  free(x);
+  free(y);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) algo = argv[1];
   shm = strncmp(algo, "shm", 3) == 0;
@@ -537,6 +603,10 @@ int main(int argc, char **argv) {
   }
   if (gap >= 0) {
     kept_vs_new(ctx, gap, reread);
+    goto done;
+  }
+  if (strcmp(algo, "groups") == 0) {
+    same_name_groups(ctx);
     goto done;
   }
   OK(ctx, build(ctx, R, 0, &g));

@@ -25,6 +25,7 @@
 #    2 and 4 processes, over shared memory and TCP, and with MPI's own
 #    collectives; and (gap, gap0) a rank that repeats a kept executable
 #    while the others start a new one: every rank fails naming both;
+#    (groups) executables naming a group alike over other members;
 #  - HCCL rank tables (tests/ranktable/): hostfile and rankfile for versions
 #    1.0 and 1.2, errors for malformed tables, `run --rank-table` accepting a
 #    matching job (placed by the generated files) and refusing others.
@@ -337,6 +338,9 @@ if [ -n "$api" ]; then
   api_run 2 gap $SHM
   api_run 3 gap $SHM
   api_run 3 gap0 $SHM
+  # two executables of a process name a group alike over other members
+  # (MPI's own collectives): each gets its own communicator
+  api_run 4 groups $SHM
 fi
 # ... and from Python (Graph.compile().run_rank), where the package and the
 # library are given (not in sanitizer builds)

@@ -19,6 +19,16 @@
  *  - the last rank registers memory and closes its descriptor, so no peer
  *    can open it: every rank's run fails with CF_ERR_RUNTIME naming the
  *    last rank's registered memory, none hangs (timeout 20 s).
+ *
+ *   collfuse_shm_regions N unopenable
+ *
+ * The kernel refuses the peers the last rank's memory: it is made
+ * non-dumpable and every rank gives up CAP_SYS_PTRACE before the job
+ * starts, so opening /proc/<pid>/fd/<fd> of it fails (EACCES) as under
+ * Yama's ptrace_scope 2. The world finds it at start-up and copies
+ * registered memory instead: AllReduces in and out of place on registered
+ * memory give the right sums with the copies of unregistered memory (2),
+ * and each rank's log sink gets one warning naming why.
  * Prints one line per failure; exits 0 when every rank passed.
  */
 #define _GNU_SOURCE
@@ -31,7 +41,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -211,10 +224,59 @@ static int rank_main(void) {
   return fails ? 1 : 0;
 }
 
+/* The log sink: the warnings this rank's context got, counted and kept. */
+static int warnings;
+static char warning[1024];
+static void on_log(void *user, cf_log_level lvl, const char *msg) {
+  (void)user;
+  if (lvl != CF_LOG_WARN) return;
+  warnings++;
+  snprintf(warning, sizeof warning, "%s", msg);
+}
+
+/* Drop CAP_SYS_PTRACE from this thread's effective and permitted sets (the
+ * threads it starts inherit it): root would open any /proc/<pid>/fd. */
+static bool drop_ptrace_cap(void) {
+  struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct d[2];
+  if (syscall(SYS_capget, &h, d) != 0) return false;
+  d[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+  d[CAP_SYS_PTRACE / 32].permitted &= ~(1u << (CAP_SYS_PTRACE % 32));
+  return syscall(SYS_capset, &h, d) == 0;
+}
+
+static int unopenable_main(void) {
+  if (!drop_ptrace_cap()) FAIL("capset: %s", strerror(errno));
+  if (me == R - 1 && prctl(PR_SET_DUMPABLE, 0) != 0) FAIL("PR_SET_DUMPABLE: %s", strerror(errno));
+  if (cf_context_create(&ctx)) return 1;
+  cf_context_set_log(ctx, on_log, NULL);
+  const int64_t count = 100003;
+  size_t cb = (size_t)count * 4;
+  region g;
+  if (!region_make(&g, ((size_t)GUARD * 3 + cb * 2 + 4095) / 4096 * 4096, NULL)) {
+    FAIL("no memfd: %s", strerror(errno));
+    return 1;
+  }
+  if (cf_shm_register(ctx, g.base, g.bytes, g.fd)) FAIL("register: %s", cf_context_errmsg(ctx));
+  float *x = (float *)(g.base + GUARD), *y = (float *)(g.base + 2 * GUARD + cb);
+  cf_executable *e = make_exe(count, "auto");
+  if (e) check_run(e, 1, count, x, NULL, 2, "in place, memory the peers cannot open");
+  if (e) check_run(e, 2, count, x, y, 2, "out of place, memory the peers cannot open");
+  if (!guards_around(x, cb) || !guards_around(y, cb)) FAIL("unopenable: a guard byte changed");
+  if (warnings != 1 || !strstr(warning, "cannot open rank") ||
+      !strstr(warning, "copied through the world's memory instead of used in place"))
+    FAIL("%d warnings, the last '%s'; want one saying registered memory is copied, and why", warnings,
+         warning);
+  cf_executable_destroy(e);
+  cf_context_destroy(ctx);
+  return fails ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   R = argc > 1 ? atoi(argv[1]) : 2;
+  bool unopenable = argc > 2 && strcmp(argv[2], "unopenable") == 0;
   if (R < 2 || R > 8) {
-    fprintf(stderr, "usage: collfuse_shm_regions N (2..8)\n");
+    fprintf(stderr, "usage: collfuse_shm_regions N [unopenable]   (N: 2..8)\n");
     return 2;
   }
   snprintf(job, sizeof job, "regions-%d-%d", (int)getpid(), R);
@@ -224,7 +286,7 @@ int main(int argc, char **argv) {
     if (pid[r] == 0) {
       me = r;
       alarm(300); /* never a hang: the runs' own timeout is 20 s */
-      _exit(rank_main());
+      _exit(unopenable ? unopenable_main() : rank_main());
     }
   }
   int bad = 0;

@@ -16,7 +16,9 @@ small-message algorithms; all_reduce with async_op=True (several started
 at once, a call without it after them); groups (shm world; MPI refuses them); and with torch, a small model
 under DDP over gloo with collfuse's allreduce_hook against DDP without a
 hook, step by step, and its bf16 variant; last, ranks that call different
-collectives all raise. Exits 77 (skipped) without
+collectives all raise. Besides: ranks that say they are on two hosts, a
+rank killed in the middle of an all_reduce, and registered memory the
+kernel does not let the peers open (copied, with a warning). Exits 77 (skipped) without
 mpirun; the torch parts say they are skipped without torch.
 """
 
@@ -504,6 +506,62 @@ def hosts(ok, scale):
     print("ranks on two hosts: refused by both, naming the hosts")
 
 
+def unopenable_child():
+    """A rank of a 2-rank shm job whose peers the kernel refuses each
+    other's memory through /proc (as Yama's ptrace_scope 2 does): rank 1
+    is made non-dumpable and both give up CAP_SYS_PTRACE before init.
+    register() still registers; all_reduce of the registered tensor gives
+    the float64 sum, copying it through the world's memory (2 copies), and
+    the library's warning saying so reaches stderr (the driver counts it)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    caps = (ctypes.c_uint32 * 6)()  # 2 x {effective, permitted, inheritable}
+    if libc.capget(hdr, caps) != 0:
+        fail("capget: errno %d" % ctypes.get_errno())
+    caps[0] &= ~(1 << 19)  # CAP_SYS_PTRACE, effective
+    caps[1] &= ~(1 << 19)  # and permitted
+    if libc.capset(hdr, caps) != 0:
+        fail("capset: errno %d" % ctypes.get_errno())
+    if os.environ["RANK"] == "1" and libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
+        fail("prctl: errno %d" % ctypes.get_errno())
+    cfd.init(timeout=20)
+    me = cfd.get_rank()
+    n = 50001
+    t = torch.from_numpy(np.random.default_rng([13, me]).standard_normal(n).astype(np.float32))
+    if not cfd.register(t):
+        fail("register on shm: nothing done")
+    cfd.all_reduce(t)
+    ref = sum(np.random.default_rng([13, r]).standard_normal(n).astype(np.float32).astype(np.float64)
+              for r in range(2))
+    err = np.abs(t.numpy().astype(np.float64) - ref).max()
+    if cfd.last_copies() != (2, 8 * n) or err > 1e-5 * 2:
+        fail("all_reduce of registered memory the peer cannot open: copies %r, off the sum by %g"
+             % (cfd.last_copies(), err))
+    cfd.all_reduce(t)  # the warning was said once
+    with open(os.path.join(os.environ["CF_OK_DIR"], "rank%d.ok" % me), "w") as f:
+        f.write("ok\n")
+
+
+def unopenable(ok, scale):
+    """unopenable_child's two processes, as torchrun starts them: both
+    right, each saying once on stderr why registered memory is copied."""
+    port = free_master_port()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, CF_DIST_CHILD="unopenable", CF_OK_DIR=ok, RANK=str(r), WORLD_SIZE="2",
+                   LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=120 * scale)[0] for p in procs]
+    said = [len(re.findall(r"cannot open rank \d+'s memory through /proc/", o)) for o in outs]
+    if any(p.returncode for p in procs) or len(os.listdir(ok)) != 2 or said != [1, 1] or \
+            any("copied through the world's memory" not in o for o in outs):
+        fail("registered memory the peers cannot open: exits %s, warnings %s\n%s"
+             % ([p.returncode for p in procs], said, "".join(outs)))
+    print("registered memory the peers cannot open: copied, with one warning on each rank")
+
+
 def killed_child():
     """A rank of a 2-rank shm job: both average a tensor with
     all_reduce(async_op=True); then rank 1 SIGKILLs itself while rank 0 has
@@ -549,6 +607,8 @@ def child():
         return hosts_child()
     if os.environ.get("CF_DIST_CHILD") == "killed":
         return killed_child()
+    if os.environ.get("CF_DIST_CHILD") == "unopenable":
+        return unopenable_child()
     forced = os.environ.get("CF_DIST_BACKEND") or None
     cfd.init(deterministic=True, backend=forced)
     me, R = cfd.get_rank(), cfd.get_world_size()
@@ -679,6 +739,9 @@ def driver():
         for where in ("run", "setup"):
             with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
                 killed(ok, scale, where)
+        if torch is not None:
+            with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
+                unopenable(ok, scale)
     for how, R in runs:
         with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
             start(how, R, ok, scale)
