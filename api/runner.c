@@ -13,6 +13,7 @@
  * own): whoever needs order across executables starts them on one runner.
  */
 #include "api.h"
+#include "../executor/transports/transports.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ struct cf_runner {
 
 static void *runner_main(void *arg) {
   cf_runner *r = arg;
+  cf_spin_brief = true; /* the caller computes meanwhile: waits leave it the cores */
   pthread_mutex_lock(&r->lock);
   for (;;) {
     while (!r->head && !r->stop) pthread_cond_wait(&r->work, &r->lock);

@@ -110,61 +110,190 @@ static void *rank_main(void *arg) {
   return NULL;
 }
 
+/* Two threads ranks running one cf_coll_run each: rank r runs d with
+ * algos[r] on count floats (in place: out is in), through ops when given
+ * (the threads transport's slots otherwise). */
+typedef struct pair {
+  cf_device *dev;
+  cf_world *w;
+  cf_context *rctx[2];
+  rank_job jobs[2];
+  float *in[2], *out[2];
+  void *scratch[2];
+} pair;
+
+static void pair_start(pair *p, cf_coll_desc d, const int *algos, const cf_comm_ops *ops) {
+  static const int ranks[2] = {0, 1};
+  assert_int_equal(cf_device_cpu_create(ctx, &p->dev), CF_OK);
+  cf_kernel_key keys[16];
+  int nk = cf_coll_kernels(&d, 2, keys, 16);
+  for (int i = 0; i < nk; i++) assert_int_equal(p->dev->ops->prepare(p->dev, &keys[i]), CF_OK);
+  assert_int_equal(cf_world_create(ctx, &cf_world_threads, 2, 20, &p->w), CF_OK);
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(cf_context_create(&p->rctx[r]), CF_OK);
+    p->in[r] = malloc((size_t)d.count * sizeof(float));
+    p->out[r] = d.in_place ? p->in[r] : calloc((size_t)d.count, sizeof(float));
+    assert_non_null(p->in[r]);
+    assert_non_null(p->out[r]);
+    size_t sb = cf_coll_scratch_bytes(&d, 2, algos[r], true);
+    p->scratch[r] = malloc(sb + 1);
+    cf_comm *c = cf_world_comm(p->w, r);
+    if (ops) c->ops = ops;
+    c->ctx = p->rctx[r];
+    p->jobs[r] = (rank_job){.comm = c,
+                            .dev = p->dev,
+                            .call = {.desc = d, .ranks = ranks, .n = 2, .me = r, .in = p->in[r],
+                                     .out = p->out[r], .scratch = p->scratch[r],
+                                     .scratch_bytes = sb, .algo = algos[r]}};
+  }
+}
+
+static void pair_go(pair *p) {
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++)
+    assert_int_equal(pthread_create(&th[r], NULL, rank_main, &p->jobs[r]), 0);
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+}
+
+static void pair_end(pair *p) {
+  for (int r = 0; r < 2; r++) {
+    if (p->out[r] != p->in[r]) free(p->out[r]);
+    free(p->in[r]);
+    free(p->scratch[r]);
+  }
+  cf_world_destroy(p->w, 0);
+  for (int r = 0; r < 2; r++) cf_context_destroy(p->rctx[r]);
+  p->dev->ops->destroy(p->dev);
+}
+
 static void test_ranks_with_different_algorithms_fail(void **state) {
   (void)state;
-  enum { N = 2 };
   const int64_t count = 1 << 20; /* the 1,048,576 sums */
-  static const int algos[N] = {CF_ALGO_RING, CF_ALGO_RSAG};
-  static const int ranks[N] = {0, 1};
+  static const int algos[2] = {CF_ALGO_RING, CF_ALGO_RSAG};
   cf_coll_desc d = base();
   d.count = count;
-  cf_device *dev = NULL;
-  assert_int_equal(cf_device_cpu_create(ctx, &dev), CF_OK);
-  cf_kernel_key keys[16];
-  int nk = cf_coll_kernels(&d, N, keys, 16);
-  for (int i = 0; i < nk; i++) assert_int_equal(dev->ops->prepare(dev, &keys[i]), CF_OK);
-  cf_world *w = NULL;
-  assert_int_equal(cf_world_create(ctx, &cf_world_threads, N, 20, &w), CF_OK);
-  cf_context *rctx[N];
-  rank_job jobs[N];
-  float *in[N], *out[N];
-  void *scratch[N];
-  for (int r = 0; r < N; r++) {
-    assert_int_equal(cf_context_create(&rctx[r]), CF_OK);
-    in[r] = malloc((size_t)count * sizeof(float));
-    out[r] = calloc((size_t)count, sizeof(float));
-    assert_non_null(in[r]);
-    assert_non_null(out[r]);
-    for (int64_t i = 0; i < count; i++) in[r][i] = (float)(r + 1);
-    size_t sb = cf_coll_scratch_bytes(&d, N, algos[r], true);
-    scratch[r] = malloc(sb + 1);
-    cf_comm *c = cf_world_comm(w, r);
-    c->ctx = rctx[r];
-    jobs[r] = (rank_job){.comm = c,
-                         .dev = dev,
-                         .call = {.desc = d, .ranks = ranks, .n = N, .me = r, .in = in[r],
-                                  .out = out[r], .scratch = scratch[r], .scratch_bytes = sb,
-                                  .algo = algos[r]}};
-  }
-  pthread_t th[N];
-  for (int r = 0; r < N; r++) assert_int_equal(pthread_create(&th[r], NULL, rank_main, &jobs[r]), 0);
-  for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
-  for (int r = 0; r < N; r++) {
-    const char *msg = cf_context_errmsg(rctx[r]);
-    if (jobs[r].st != CF_ERR_RUNTIME)
-      fail_msg("rank %d: status %d (%s); 3.0 expected nowhere, got out[0] = %g", r, jobs[r].st, msg,
-               (double)out[r][0]);
+  pair p;
+  pair_start(&p, d, algos, NULL);
+  for (int r = 0; r < 2; r++)
+    for (int64_t i = 0; i < count; i++) p.in[r][i] = (float)(r + 1);
+  pair_go(&p);
+  for (int r = 0; r < 2; r++) {
+    const char *msg = cf_context_errmsg(p.rctx[r]);
+    if (p.jobs[r].st != CF_ERR_RUNTIME)
+      fail_msg("rank %d: status %d (%s); 3.0 expected nowhere, got out[0] = %g", r, p.jobs[r].st,
+               msg, (double)p.out[r][0]);
     if (!strstr(msg, "algorithm is ring on rank 0 but rsag on rank 1"))
       fail_msg("rank %d: '%s' does not name both algorithms", r, msg);
   }
-  for (int r = 0; r < N; r++) {
-    free(in[r]);
-    free(out[r]);
-    free(scratch[r]);
+  pair_end(&p);
+}
+
+/* ---- an in-place AllReduce in one piece on a single-copy transport ---- */
+
+/* The threads transport's slots, with send counting each rank's messages
+ * and the segment size they carry. */
+static cf_comm_ops counting_ops;
+static const cf_comm_ops *threads_ops;
+static _Atomic int sends[2];
+static _Atomic int64_t sent_segment[2];
+
+static cf_status counting_send(cf_comm *c, int peer, const void *buf, size_t bytes,
+                               const cf_coll_desc *d) {
+  atomic_fetch_add(&sends[c->rank], 1);
+  atomic_store(&sent_segment[c->rank], d->segment);
+  return threads_ops->send(c, peer, buf, bytes, d);
+}
+
+/* Two threads ranks run rsag on count random floats, in place or out of
+ * place; returns each rank's sends and the segment size its messages
+ * carried, and checks every output against the float64 sum (of two
+ * addends: float32's sum is the exact one rounded). */
+static void run_rsag(bool in_place, int64_t count, int *n_sends, int64_t *segment) {
+  static const int algos[2] = {CF_ALGO_RSAG, CF_ALGO_RSAG};
+  cf_coll_desc d = base();
+  d.count = count;
+  d.in_place = in_place;
+  cf_world *probe = NULL; /* the threads transport's slots, to wrap */
+  assert_int_equal(cf_world_create(ctx, &cf_world_threads, 2, 20, &probe), CF_OK);
+  threads_ops = cf_world_comm(probe, 0)->ops;
+  cf_world_destroy(probe, 0);
+  counting_ops = *threads_ops;
+  counting_ops.send = counting_send;
+  pair p;
+  pair_start(&p, d, algos, &counting_ops);
+  uint64_t seed = 0x9e3779b97f4a7c15u;
+  double *want = malloc((size_t)count * sizeof(double));
+  assert_non_null(want);
+  for (int r = 0; r < 2; r++) {
+    sends[r] = 0;
+    sent_segment[r] = -1;
+    for (int64_t i = 0; i < count; i++) {
+      seed = seed * 6364136223846793005u + 1442695040888963407u;
+      p.in[r][i] = (float)((int64_t)(seed >> 40) - (1 << 23)) / 4096.0f;
+    }
   }
-  cf_world_destroy(w, 0);
-  for (int r = 0; r < N; r++) cf_context_destroy(rctx[r]);
-  dev->ops->destroy(dev);
+  for (int64_t i = 0; i < count; i++) want[i] = (double)p.in[0][i] + (double)p.in[1][i];
+  pair_go(&p);
+  for (int r = 0; r < 2; r++) {
+    if (p.jobs[r].st != CF_OK) fail_msg("rank %d: %s", r, cf_context_errmsg(p.rctx[r]));
+    for (int64_t i = 0; i < count; i++)
+      if (p.out[r][i] != (float)want[i])
+        fail_msg("rank %d element %lld: %.9g, want %.9g", r, (long long)i, (double)p.out[r][i],
+                 want[i]);
+    n_sends[r] = sends[r];
+    segment[r] = sent_segment[r];
+  }
+  free(want);
+  pair_end(&p);
+}
+
+/* In place (a DDP bucket) rsag on a single-copy transport takes no scratch
+ * and runs whole: one exchange (its input and output to the peer: two
+ * sends) and no segment size in the messages, where 4 MiB segments would
+ * make five exchanges of 18 MiB, each with two waits for the peer
+ * (coll.c). Out of place the call still runs in segments. The results are
+ * the sum either way. */
+static void test_in_place_rsag_runs_whole(void **state) {
+  (void)state;
+  const int64_t count = (int64_t)4500007; /* 18 MiB of float32: 5 segments */
+  int n[2];
+  int64_t seg[2];
+  run_rsag(true, count, n, seg);
+  for (int r = 0; r < 2; r++)
+    if (n[r] != 2 || seg[r] != 0)
+      fail_msg("in place, rank %d: %d sends of segment %lld; one exchange (2 sends) of segment 0 "
+               "expected", r, n[r], (long long)seg[r]);
+  run_rsag(false, count, n, seg);
+  for (int r = 0; r < 2; r++)
+    if (n[r] != 10 || seg[r] != (4 << 20) / 4)
+      fail_msg("out of place, rank %d: %d sends of segment %lld; 5 segments (10 sends) of 1 Mi "
+               "elements expected", r, n[r], (long long)seg[r]);
+}
+
+/* A thread marked cf_spin_brief (a cf_runner's) polls CF_SPIN_BRIEF times
+ * before it gives up spinning, whatever the spin asked for: a wait of 2^30
+ * polls (about 45 s here) ends at once; an unmarked thread's spin is its
+ * own. */
+static void *brief_main(void *arg) {
+  _Atomic uint64_t *a = arg;
+  cf_spin_brief = true;
+  bool came = cf_spin_ge(a, 1, 1 << 30);
+  return came ? a : NULL;
+}
+
+static void test_brief_spin(void **state) {
+  (void)state;
+  _Atomic uint64_t a = 0;
+  assert_false(cf_spin_brief); /* this thread's: unmarked */
+  pthread_t th;
+  void *ret = &a;
+  assert_int_equal(pthread_create(&th, NULL, brief_main, &a), 0);
+  pthread_join(th, &ret);
+  assert_null(ret); /* gave up: the target never came */
+  assert_false(cf_spin_brief);
+  assert_false(cf_spin_ge(&a, 1, 1000));
+  a = 1;
+  assert_true(cf_spin_ge(&a, 1, 1 << 30));
 }
 
 int main(void) {
@@ -176,6 +305,8 @@ int main(void) {
       cmocka_unit_test(test_segments_named),
       cmocka_unit_test(test_chunks_named),
       cmocka_unit_test(test_ranks_with_different_algorithms_fail),
+      cmocka_unit_test(test_in_place_rsag_runs_whole),
+      cmocka_unit_test(test_brief_spin),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

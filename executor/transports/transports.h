@@ -215,6 +215,17 @@ double cf_patience_left(cf_patience *p, uint64_t beat, double now, double timeou
  * shares it (polling 8192 times first made every wait ~0.4 ms then, 8x an
  * AllReduce of 1 MiB on 2 ranks); oversubscribed, it yields every poll. */
 bool cf_spin_ge(_Atomic uint64_t *a, uint64_t target, int spin);
+/* Set on a thread whose runs overlap its own process's work (a cf_runner's:
+ * a DDP bucket averaged while the backward pass computes): its waits poll
+ * CF_SPIN_BRIEF times, pausing (~11 us on the 2-core AMD EPYC VM), then
+ * sleep, whatever the world's spin. A spin of 40000 polls (~1.7 ms) on a
+ * core per rank takes the core from the process's compute, or from the
+ * peer the wait is for: 25 MiB averaged in place in one piece took 5-17
+ * ms with it against 3-8 ms with no spin (medians of 20 calls in 2-3 runs
+ * each, two processes on two cores, each with a thread computing beside
+ * its runner; load 5-9). */
+extern _Thread_local bool cf_spin_brief;
+#define CF_SPIN_BRIEF 256
 void cf_bind_thread(const int *cpus, int lanes, int rank, int lane);
 
 #endif /* COLLFUSE_EXECUTOR_TRANSPORTS_H */
