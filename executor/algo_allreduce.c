@@ -360,8 +360,8 @@ enum { POOL_PIECE = 1 << 20 };
  * rest; with rsag's fixed chunks every rank waited for the slowest chunk,
  * and the scheduler's slices (milliseconds) are as long as a whole call of
  * 16 MiB. It runs unsegmented (the pieces are the segments, and there is
- * one exchange per call, not one per 4 MiB) except in place, where coll.c
- * segments every row. Each element is reduced by the same kernel from the
+ * one exchange per call, not one per 4 MiB), in place too (coll.c, as
+ * rsag_put). Each element is reduced by the same kernel from the
  * same operands in the same order as rsag: the results are rsag's, bit for
  * bit. Not zero copy, or not host memory (the counter is a host atomic):
  * rsag. */
