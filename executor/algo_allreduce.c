@@ -12,8 +12,11 @@
  *           the classic bandwidth-optimal algorithm across links.
  *   rd      recursive doubling (powers of two): log2(n) pairwise exchanges
  *           of the whole vector.
+ *   pool    rsag_put in pieces that every rank takes from one shared
+ *           counter, so that the ranks that hold a CPU do the work of
+ *           those that wait for one; rsag's results, bit for bit.
  *
- * All four end with send_wait, so when a call returns no peer still reads
+ * All five end with send_wait, so when a call returns no peer still reads
  * this rank's buffers and the memory plan may reuse them. On a zero-copy
  * transport recv() hands out the sender's memory and the reduction reads it
  * in place; otherwise it lands in the call's scratch.
@@ -339,10 +342,11 @@ cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   return st;
 }
 
-/* Bytes of every rank's buffer one piece of pool covers: about 1 ms of
- * work on four ranks (8 MiB of memory traffic), far shorter than a
+/* Bytes of every rank's buffer one piece of pool covers: on four ranks 8
+ * MiB of memory traffic, well under a millisecond, far shorter than a
  * scheduler slice, long enough that the store fence and the counter cost
- * nothing next to it. */
+ * nothing next to it (256 KiB and 4 MiB measured level with it; one piece
+ * per rank, 0.67-0.83x its fraction of the bound: docs/executor.md). */
 enum { POOL_PIECE = 1 << 20 };
 
 /* pool: rsag_put whose chunks are not dealt out in advance. The call is cut
@@ -356,8 +360,8 @@ enum { POOL_PIECE = 1 << 20 };
  * rest; with rsag's fixed chunks every rank waited for the slowest chunk,
  * and the scheduler's slices (milliseconds) are as long as a whole call of
  * 16 MiB. It runs unsegmented (the pieces are the segments, and there is
- * one exchange per call, not one per 4 MiB) except in place, where coll.c
- * segments every row. Each element is reduced by the same kernel from the
+ * one exchange per call, not one per 4 MiB), in place too (coll.c, as
+ * rsag_put). Each element is reduced by the same kernel from the
  * same operands in the same order as rsag: the results are rsag's, bit for
  * bit. Not zero copy, or not host memory (the counter is a host atomic):
  * rsag. */
