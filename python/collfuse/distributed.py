@@ -371,8 +371,11 @@ def _shared_zeros(numel, dtype):
     if tmp.get_sharing_strategy() != "file_descriptor":
         return None
     itemsize = torch.empty(0, dtype=dtype).element_size()
-    st = torch.UntypedStorage._new_shared(max(1, numel) * itemsize)
-    return torch.empty(0, dtype=dtype).set_(torch.storage.TypedStorage(wrap_storage=st, dtype=dtype))[:numel]
+    try:  # torch 1.13's storage API; another torch: moved in by register() instead
+        st = torch.UntypedStorage._new_shared(max(1, numel) * itemsize)
+        return torch.empty(0, dtype=dtype).set_(torch.storage.TypedStorage(wrap_storage=st, dtype=dtype))[:numel]
+    except (AttributeError, TypeError):
+        return None
 
 
 def _malloc_trim():
