@@ -145,6 +145,58 @@ cf_status cf_codegen_ptx(cf_context *ctx, const cf_kernel_key *keys, int n, cons
  * compiles its first kernel (CF_ERR_USAGE after). t must run on the host. */
 cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t);
 
+/* ---- objcache.c (plain C, in libcollfuse and used by the module): compiled kernels as files "NAME-TARGETHASH.o" holding a header
+ * (format, LLVM version, key, target hash, payload size, HMAC-SHA256 under
+ * the user's key) and the object file. Best effort: failures are logged,
+ * never fatal. A cache directory, entry or key that someone else could
+ * have written turns the cache off (one CF_LOG_WARN). */
+typedef struct cf_objcache {
+  bool enabled;           /* false: COLLFUSE_CACHE=off, no directory, or not trusted */
+  int dirfd;              /* the directory, opened O_NOFOLLOW and checked; -1 when off */
+  unsigned char key[32];  /* the per-user secret (DIR/key) entries are authenticated with */
+  char dir[4096];         /* $COLLFUSE_CACHE, $XDG_CACHE_HOME/collfuse or ~/.cache/collfuse */
+} cf_objcache;
+
+/* Read the environment once (per JIT state), create the directory if it is
+ * missing (mode 0700), open and check it, and read or create its key; when
+ * any of that fails, one warning and the cache stays off. */
+void cf_objcache_open(cf_context *ctx, cf_objcache *oc);
+void cf_objcache_close(cf_objcache *oc);
+/* The object stored for key and t: true with a malloc'd *data of *size
+ * bytes; false when absent or stale (bad header, MAC, LLVM version, key,
+ * target or size; logged at CF_LOG_INFO). An entry that is not a regular
+ * file of ours turns the cache off. */
+bool cf_objcache_load(cf_context *ctx, cf_objcache *oc, const cf_codegen_target *t,
+                      const cf_kernel_key *key, void **data, size_t *size);
+/* Store atomically (temporary file + rename); false when it could not
+ * (logged at CF_LOG_WARN). */
+bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t,
+                       const cf_kernel_key *key, const void *data, size_t size);
+/* cf_objcache_load by the target's hash (what a host record gives). */
+bool cf_objcache_load_hash(cf_context *ctx, cf_objcache *oc, uint64_t th, const cf_kernel_key *key,
+                           void **data, size_t *size);
+/* The host record (objcache.c, "the host's target record"): what this
+ * CPU and kernel report, hashed with the generator and LLVM version (false
+ * where the host has no such key: not x86-64); the module stores t as the
+ * host's target under it, and libcollfuse reads back its target hash
+ * (false when there is none or it does not verify, logged at INFO). */
+bool cf_objcache_host_key(uint64_t *out);
+bool cf_objcache_store_host(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t);
+bool cf_objcache_load_host(cf_context *ctx, cf_objcache *oc, uint64_t *th);
+
+/* elfload.c: link one cached kernel object without LLVM: an ELF64 x86-64
+ * relocatable whose allocated sections are read-only code and data,
+ * relocated by R_X86_64_64/PC32/PLT32 against its own sections only. True
+ * with *fn the global function name and img the mapping (read+execute,
+ * cf_elf_unmap frees it); false with why set for anything else. */
+typedef struct cf_elf_image {
+  void *base;
+  size_t len;
+} cf_elf_image;
+bool cf_elf_link(const void *obj, size_t size, const char *name, cf_elf_image *img, void **fn,
+                 char *why, size_t len);
+void cf_elf_unmap(cf_elf_image *img);
+
 /* ---- plugin.c: what the LLVM module gives load.c ----
  * The module exports one symbol, the table CF_CODEGEN_OPS_SYMBOL, and keeps
  * everything else local (its own copy of ir/ and keys.c included). The
@@ -216,33 +268,6 @@ cf_status cf_llvm_ptx(cf_context *ctx, const cf_kernel_key *keys, int n, const c
 cf_status cf_llvm_use_target(cf_context *ctx, const cf_codegen_target *t);
 extern const cf_codegen_ops cf_codegen_llvm_ops;
 
-/* objcache.c: compiled kernels as files "NAME-TARGETHASH.o" holding a header
- * (format, LLVM version, key, target hash, payload size, HMAC-SHA256 under
- * the user's key) and the object file. Best effort: failures are logged,
- * never fatal. A cache directory, entry or key that someone else could
- * have written turns the cache off (one CF_LOG_WARN). */
-typedef struct cf_objcache {
-  bool enabled;           /* false: COLLFUSE_CACHE=off, no directory, or not trusted */
-  int dirfd;              /* the directory, opened O_NOFOLLOW and checked; -1 when off */
-  unsigned char key[32];  /* the per-user secret (DIR/key) entries are authenticated with */
-  char dir[4096];         /* $COLLFUSE_CACHE, $XDG_CACHE_HOME/collfuse or ~/.cache/collfuse */
-} cf_objcache;
-
-/* Read the environment once (per JIT state), create the directory if it is
- * missing (mode 0700), open and check it, and read or create its key; when
- * any of that fails, one warning and the cache stays off. */
-void cf_objcache_open(cf_context *ctx, cf_objcache *oc);
-void cf_objcache_close(cf_objcache *oc);
-/* The object stored for key and t: true with a malloc'd *data of *size
- * bytes; false when absent or stale (bad header, MAC, LLVM version, key,
- * target or size; logged at CF_LOG_INFO). An entry that is not a regular
- * file of ours turns the cache off. */
-bool cf_objcache_load(cf_context *ctx, cf_objcache *oc, const cf_codegen_target *t,
-                      const cf_kernel_key *key, void **data, size_t *size);
-/* Store atomically (temporary file + rename); false when it could not
- * (logged at CF_LOG_WARN). */
-bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t,
-                       const cf_kernel_key *key, const void *data, size_t size);
 #endif /* CF_CODEGEN_INTERNAL */
 
 #endif /* COLLFUSE_CODEGEN_H */

@@ -102,6 +102,21 @@ static cf_status jit_make(cf_context *ctx, const cf_codegen_target *t, cf_jit **
   }
   LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(J->jit), gen);
   cf_objcache_open(ctx, &J->cache);
+  unsigned lv[3];
+  LLVMGetVersion(&lv[0], &lv[1], &lv[2]);
+  if (lv[0] != CF_LLVM_VERSION_MAJOR || lv[1] != CF_LLVM_VERSION_MINOR ||
+      lv[2] != CF_LLVM_VERSION_PATCH) {
+    /* the cache names entries by the LLVM collfuse was built with */
+    cf_log(ctx, CF_LOG_WARN,
+           "codegen: libLLVM %u.%u.%u is not the %s collfuse was built with; the kernel cache "
+           "is off",
+           lv[0], lv[1], lv[2], CF_LLVM_VERSION_STRING);
+    cf_objcache_close(&J->cache);
+  } else if (!t) {
+    /* the host's own target: tell libcollfuse's loader which entries are
+     * this host's (objcache.c, "the host's target record") */
+    cf_objcache_store_host(ctx, &J->cache, &J->target);
+  }
   ctx->codegen = J;
   ctx->codegen_free = jit_free;
   *out = J;

@@ -23,6 +23,7 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
 #include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,11 +131,119 @@ cf_status cf_codegen_target_nvptx(cf_context *ctx, const char *sm, cf_codegen_ta
   return st ? st : ops->target_nvptx(ctx, sm, t);
 }
 
+/* ---------------- kernels from the disk cache, without LLVM ----------------
+ *
+ * A context's first kernel need not load the module: when the host's
+ * record (objcache.c) gives the target hash, an entry of the disk cache is
+ * verified exactly as the module would (objcache.c is the one copy of the
+ * trust code) and linked by elfload.c. Anything that does not work out -
+ * no record, no entry, a stale one, an object elfload refuses - goes to the
+ * module as before, which logs, rebuilds and rewrites. Once this context's
+ * JIT exists (the module compiled or linked something, or a test set its
+ * target), the module answers everything. */
+typedef struct kl_kernel {
+  cf_kernel_key key;
+  void *fn;
+  char name[64];
+  cf_elf_image img;
+} kl_kernel;
+
+typedef struct cf_kload {
+  pthread_mutex_t lock; /* held while a kernel is looked up or linked */
+  cf_objcache cache;
+  bool have_target; /* the host record was read */
+  uint64_t th;      /* its target hash */
+  kl_kernel *v;     /* the kernels linked here */
+  int n, cap;
+} cf_kload;
+
+static void kload_free(void *p) {
+  cf_kload *L = p;
+  if (!L) return;
+  for (int i = 0; i < L->n; i++)
+    cf_elf_unmap(&L->v[i].img);
+  free(L->v);
+  cf_objcache_close(&L->cache);
+  pthread_mutex_destroy(&L->lock);
+  free(L);
+}
+
+/* ctx's state, made on first use (NULL: out of memory, or the cache has no
+ * record for this host: the module links every kernel); codegen_lock held */
+static cf_kload *kload_get(cf_context *ctx) {
+  if (ctx->kload) return ctx->kload;
+  cf_kload *L = calloc(1, sizeof *L);
+  if (!L) return NULL;
+  if (pthread_mutex_init(&L->lock, NULL) != 0) {
+    free(L);
+    return NULL;
+  }
+  cf_objcache_open(ctx, &L->cache);
+  L->have_target = cf_objcache_load_host(ctx, &L->cache, &L->th);
+  if (!L->have_target) cf_objcache_close(&L->cache);
+  ctx->kload = L;
+  ctx->kload_free = kload_free;
+  return L;
+}
+
+static bool same_key(const cf_kernel_key *a, const cf_kernel_key *b) {
+  return a->kind == b->kind && a->dtype == b->dtype && a->red == b->red && a->arity == b->arity &&
+         a->stream == b->stream && a->outs == b->outs;
+}
+
+/* key's kernel from the cache without the module: true with *fn (and an
+ * event on the caller's trace lane, args.cache 1 or 2 as the module's);
+ * false: ask the module. */
+static bool kernel_cached(cf_context *ctx, const cf_kernel_key *key, void **fn) {
+  char why[160];
+  if (!cf_kernel_key_valid(key, why, sizeof why)) return false; /* the module says why */
+  pthread_mutex_lock(&ctx->codegen_lock);
+  cf_kload *L = ctx->codegen ? NULL : kload_get(ctx);
+  pthread_mutex_unlock(&ctx->codegen_lock);
+  if (!L || !L->have_target) return false;
+  int64_t t0 = cf_trace_here ? cf_trace_clock() : 0;
+  int cache = 2;
+  const char *name = NULL;
+  pthread_mutex_lock(&L->lock);
+  for (int i = 0; i < L->n && !*fn; i++)
+    if (same_key(&L->v[i].key, key)) *fn = L->v[i].fn, name = L->v[i].name;
+  if (!*fn && L->cache.enabled && (L->n < L->cap || L->n < 1024)) {
+    cache = 1;
+    void *data;
+    size_t size;
+    kl_kernel k = {.key = *key};
+    cf_kernel_name(key, k.name, sizeof k.name);
+    if (L->n == L->cap) {
+      int cap = L->cap ? 2 * L->cap : 16;
+      kl_kernel *v = realloc(L->v, sizeof *v * (size_t)cap);
+      if (v) L->v = v, L->cap = cap;
+    }
+    if (L->n < L->cap && cf_objcache_load_hash(ctx, &L->cache, L->th, key, &data, &size)) {
+      if (cf_elf_link(data, size, k.name, &k.img, &k.fn, why, sizeof why)) {
+        L->v[L->n] = k;
+        *fn = k.fn;
+        name = L->v[L->n++].name;
+      } else {
+        cf_log(ctx, CF_LOG_INFO, "codegen: cached %s is not linked without LLVM (%s); the LLVM "
+               "module links it", k.name, why);
+      }
+      free(data);
+    }
+  }
+  pthread_mutex_unlock(&L->lock);
+  if (*fn && cf_trace_here)
+    cf_trace_record(cf_trace_here, &(cf_trace_ev){.t0 = t0, .t1 = cf_trace_clock(), .name = name,
+                                                  .cat = "kernel", .arg_name = "cache",
+                                                  .arg = cache});
+  return *fn != NULL;
+}
+
 cf_status cf_codegen_kernel(cf_context *ctx, const cf_kernel_key *key, void **fn,
                             double *compile_ms) {
   if (fn) *fn = NULL;
   if (compile_ms) *compile_ms = 0;
   if (!ctx) return CF_ERR_USAGE;
+  if (key && fn && kernel_cached(ctx, key, fn)) return CF_OK; /* compile_ms stays 0 */
   const cf_codegen_ops *ops;
   cf_status st = ops_of(ctx, &ops);
   return st ? st : ops->kernel(ctx, key, fn, compile_ms, cf_trace_here);
@@ -159,6 +268,17 @@ cf_status cf_codegen_ptx(cf_context *ctx, const cf_kernel_key *keys, int n, cons
 
 cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t) {
   if (!ctx) return CF_ERR_USAGE;
+  pthread_mutex_lock(&ctx->codegen_lock);
+  cf_kload *L = ctx->kload;
+  pthread_mutex_unlock(&ctx->codegen_lock);
+  if (L) {
+    pthread_mutex_lock(&L->lock);
+    int n = L->n;
+    pthread_mutex_unlock(&L->lock);
+    if (n)
+      return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                      "codegen: the context has linked kernels already; set its target first");
+  }
   const cf_codegen_ops *ops;
   cf_status st = ops_of(ctx, &ops);
   return st ? st : ops->use_target(ctx, t);

@@ -33,10 +33,12 @@
  * Writes go to a temporary file renamed over the entry (cf_out_openat), so
  * readers see the old file or the new one, never half of one.
  */
-#define CF_CODEGEN_INTERNAL
 #include "codegen.h"
 
 #include <errno.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -45,9 +47,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if !defined(CF_LLVM_VERSION_MAJOR) || !defined(CF_LLVM_VERSION_STRING)
+#error "CF_LLVM_VERSION_*: the LLVM the module links (llvm-config --version, CMakeLists.txt)"
+#endif
 #ifndef CF_GENERATOR_HASH
 #error "CF_GENERATOR_HASH: the build's hash of the kernel generator's sources (CMakeLists.txt)"
 #endif
@@ -93,10 +99,11 @@ static uint64_t target_hash(const cf_codegen_target *t) {
   return cf_fnv1a(h, vb, sizeof vb);
 }
 
+/* The LLVM version the module links, as CMake found it (llvm-config): the
+ * module checks at load that libLLVM is that one (load.c's abi covers the
+ * build), and libcollfuse needs it without loading LLVM. */
 static void llvm_version(uint32_t v[3]) {
-  unsigned a, b, c;
-  LLVMGetVersion(&a, &b, &c);
-  v[0] = a, v[1] = b, v[2] = c;
+  v[0] = CF_LLVM_VERSION_MAJOR, v[1] = CF_LLVM_VERSION_MINOR, v[2] = CF_LLVM_VERSION_PATCH;
 }
 
 /* ---------------- trust ---------------- */
@@ -294,8 +301,7 @@ void cf_objcache_close(cf_objcache *oc) {
 /* ---------------- entries ---------------- */
 
 /* The entry's file name for key and t; false when it does not fit. */
-static bool entry_name(const cf_codegen_target *t, const cf_kernel_key *key, char *buf,
-                       size_t len) {
+static bool entry_name(uint64_t th, const cf_kernel_key *key, char *buf, size_t len) {
   char name[64];
   uint32_t v[3];
   llvm_version(v);
@@ -304,7 +310,7 @@ static bool entry_name(const cf_codegen_target *t, const cf_kernel_key *key, cha
   put32(vb + 4, v[0]);
   put32(vb + 8, v[1]);
   put32(vb + 12, v[2]);
-  uint64_t h = cf_fnv1a(target_hash(t), vb, sizeof vb);
+  uint64_t h = cf_fnv1a(th, vb, sizeof vb);
   int n = snprintf(buf, len, "%s-%016llx.o", cf_kernel_name(key, name, sizeof name),
                    (unsigned long long)h);
   return n > 0 && (size_t)n < len;
@@ -312,18 +318,21 @@ static bool entry_name(const cf_codegen_target *t, const cf_kernel_key *key, cha
 
 /* HMAC-SHA256 under oc's key of f[0..n) (a header and its payload) with
  * the MAC's own bytes taken as zero. */
-static bool mac(const cf_objcache *oc, unsigned char *f, size_t n, unsigned char out[32]) {
+static bool mac_at(const cf_objcache *oc, unsigned char *f, size_t n, size_t at,
+                   unsigned char out[32]) {
   unsigned char keep[32];
-  memcpy(keep, f + MAC_AT, 32);
-  memset(f + MAC_AT, 0, 32);
+  memcpy(keep, f + at, 32);
+  memset(f + at, 0, 32);
   unsigned int len = 0;
   bool ok = HMAC(EVP_sha256(), oc->key, (int)sizeof oc->key, f, n, out, &len) && len == 32;
-  memcpy(f + MAC_AT, keep, 32);
+  memcpy(f + at, keep, 32);
   return ok;
 }
+static bool mac(const cf_objcache *oc, unsigned char *f, size_t n, unsigned char out[32]) {
+  return mac_at(oc, f, n, MAC_AT, out);
+}
 
-static void header(unsigned char *h, const cf_codegen_target *t, const cf_kernel_key *key,
-                   size_t size) {
+static void header(unsigned char *h, uint64_t th, const cf_kernel_key *key, size_t size) {
   uint32_t v[3];
   llvm_version(v);
   memset(h, 0, HDR_SIZE);
@@ -337,14 +346,14 @@ static void header(unsigned char *h, const cf_codegen_target *t, const cf_kernel
   put32(h + 36, (uint32_t)key->red);
   put32(h + 40, (uint32_t)key->arity);
   put32(h + 44, (uint32_t)key->outs | (uint32_t)key->stream << 16); /* destinations, stream */
-  put64(h + 48, target_hash(t));
+  put64(h + 48, th);
   put64(h + 56, size);
 }
 
 /* Why a file is not a valid entry for (t, key), or NULL when it is. The
  * MAC is checked before anything the header says is believed. */
-static const char *check(const cf_objcache *oc, unsigned char *f, size_t size,
-                         const cf_codegen_target *t, const cf_kernel_key *key) {
+static const char *check(const cf_objcache *oc, unsigned char *f, size_t size, uint64_t th,
+                         const cf_kernel_key *key) {
   if (size < HDR_SIZE) return "truncated header";
   if (memcmp(f, magic, 8)) return "bad magic";
   if (get32(f + 8) != FORMAT || get32(f + 12) != HDR_SIZE) return "other cache format";
@@ -360,17 +369,22 @@ static const char *check(const cf_objcache *oc, unsigned char *f, size_t size,
       get32(f + 36) != (uint32_t)key->red || get32(f + 40) != (uint32_t)key->arity ||
       get32(f + 44) != ((uint32_t)key->outs | (uint32_t)key->stream << 16))
     return "holds another kernel";
-  if (get64(f + 48) != target_hash(t)) return "built for another target or by another generator";
+  if (get64(f + 48) != th) return "built for another target or by another generator";
   if (get64(f + 56) != size - HDR_SIZE) return "payload truncated or extended";
   return NULL;
 }
 
 bool cf_objcache_load(cf_context *ctx, cf_objcache *oc, const cf_codegen_target *t,
                       const cf_kernel_key *key, void **data, size_t *size) {
+  return cf_objcache_load_hash(ctx, oc, target_hash(t), key, data, size);
+}
+
+bool cf_objcache_load_hash(cf_context *ctx, cf_objcache *oc, uint64_t th, const cf_kernel_key *key,
+                           void **data, size_t *size) {
   *data = NULL;
   *size = 0;
   char name[128], why[256];
-  if (!oc->enabled || !entry_name(t, key, name, sizeof name)) return false;
+  if (!oc->enabled || !entry_name(th, key, name, sizeof name)) return false;
   struct stat sb;
   int fd = open_entry(oc, name, &sb, why, sizeof why);
   if (fd < 0) {
@@ -393,7 +407,7 @@ bool cf_objcache_load(cf_context *ctx, cf_objcache *oc, const cf_codegen_target 
     bad = "read error";
     goto fail;
   }
-  if ((bad = check(oc, buf, (size_t)got, t, key)) != NULL) goto fail;
+  if ((bad = check(oc, buf, (size_t)got, th, key)) != NULL) goto fail;
   close(fd);
   /* the caller gets the payload alone */
   memmove(buf, buf + HDR_SIZE, (size_t)got - HDR_SIZE);
@@ -407,22 +421,18 @@ fail:
   return false;
 }
 
-bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t,
-                       const cf_kernel_key *key, const void *data, size_t size) {
-  char name[128];
-  if (!oc->enabled || size > MAX_PAYLOAD || !entry_name(t, key, name, sizeof name)) return false;
-  unsigned char *f = malloc(HDR_SIZE + size);
-  if (!f) return false;
-  header(f, t, key, size);
-  memcpy(f + HDR_SIZE, data, size);
+/* MAC f[0..n) (a header at its start) into its MAC field at f + at and write it as
+ * name, atomically; false with ctx's error set (or none: no MAC). */
+static bool seal_write(cf_context *ctx, const cf_objcache *oc, const char *name, unsigned char *f,
+                       size_t n, size_t at) {
   unsigned char m[32];
-  bool ok = mac(oc, f, HDR_SIZE + size, m);
-  memcpy(f + MAC_AT, m, sizeof m);
+  bool ok = mac_at(oc, f, n, at, m);
+  memcpy(f + at, m, sizeof m);
   /* the writer every output uses: readers of the cache see whole entries */
   cf_outfile o;
   if (ok && (ok = cf_out_openat(ctx, oc->dirfd, name, &o) == CF_OK)) {
     errno = 0;
-    bool wrote = fwrite(f, 1, HDR_SIZE + size, o.f) == HDR_SIZE + size;
+    bool wrote = fwrite(f, 1, n, o.f) == n;
     int err = errno ? errno : EIO;
     ok = cf_out_close(ctx, &o, wrote) == CF_OK;
     if (ok && !wrote) {
@@ -430,6 +440,19 @@ bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_
       ok = false;
     }
   }
+  return ok;
+}
+
+bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t,
+                       const cf_kernel_key *key, const void *data, size_t size) {
+  char name[128];
+  uint64_t th = target_hash(t);
+  if (!oc->enabled || size > MAX_PAYLOAD || !entry_name(th, key, name, sizeof name)) return false;
+  unsigned char *f = malloc(HDR_SIZE + size);
+  if (!f) return false;
+  header(f, th, key, size);
+  memcpy(f + HDR_SIZE, data, size);
+  bool ok = seal_write(ctx, oc, name, f, HDR_SIZE + size, MAC_AT);
   free(f);
   if (!ok) {
     /* a cache that cannot be written is no error of the caller's */
@@ -438,4 +461,131 @@ bool cf_objcache_store(cf_context *ctx, const cf_objcache *oc, const cf_codegen_
     cf_clear_error(ctx);
   }
   return ok;
+}
+
+/* ---------------- the host's target record ----------------
+ *
+ * An entry's name and header hold the target hash, which takes in what
+ * LLVM detects on this CPU (its name and features): libcollfuse cannot
+ * compute it without loading LLVM. So when the module compiles for the
+ * host it also writes DIR/host-KEY.t, KEY a hash of what the CPU and the
+ * kernel report (the CPUID leaves LLVM's detection reads, XCR0, AT_HWCAP
+ * and AT_HWCAP2), the generator's hash and the LLVM version: an 80-byte
+ * record of the host's target hash, sealed like an entry:
+ *
+ *   0 magic "CFKTGT\0\n"  8 u32 format  12 u32 size (80)  16 u64 KEY
+ *  24 u64 target hash       32 zero (16)  48 HMAC-SHA256 (these 32 bytes zero)
+ *
+ * The same CPUID, XCR0 and hwcaps make LLVM detect the same CPU, so a record
+ * found under KEY names the entries the module would load here. */
+#define REC_SIZE 80
+#define REC_MAC_AT 48
+static const char rec_magic[8] = {'C', 'F', 'K', 'T', 'G', 'T', '\0', '\n'};
+
+bool cf_objcache_host_key(uint64_t *out) {
+#if defined(__x86_64__)
+  uint32_t r[4], max, maxx;
+  if (!__get_cpuid(0, &max, &r[1], &r[2], &r[3])) return false;
+  uint64_t h = cf_fnv1a(CF_FNV_SEED, r, sizeof r);
+  /* leaf 1 without EBX (the APIC id and CLFLUSH size differ per core) */
+  static const uint32_t leaves[][2] = {{1, 0},   {7, 0},   {7, 1},   {0xd, 0},
+                                       {0xd, 1}, {0x14, 0}, {0x19, 0}, {0x24, 0}};
+  for (size_t i = 0; i < sizeof leaves / sizeof *leaves; i++) {
+    memset(r, 0, sizeof r);
+    if (leaves[i][0] <= max) __cpuid_count(leaves[i][0], leaves[i][1], r[0], r[1], r[2], r[3]);
+    if (leaves[i][0] == 1) r[1] = 0;
+    h = cf_fnv1a(h, r, sizeof r);
+  }
+  __cpuid(0x80000000, maxx, r[1], r[2], r[3]);
+  h = cf_fnv1a(h, &maxx, sizeof maxx);
+  static const uint32_t ext[] = {0x80000001, 0x80000002, 0x80000003, 0x80000004, 0x80000008};
+  for (size_t i = 0; i < sizeof ext / sizeof *ext; i++) {
+    memset(r, 0, sizeof r);
+    if (ext[i] <= maxx) __cpuid_count(ext[i], 0, r[0], r[1], r[2], r[3]);
+    h = cf_fnv1a(h, r, sizeof r);
+  }
+  uint32_t xcr0[2] = {0, 0};
+  __cpuid(1, r[0], r[1], r[2], r[3]);
+  if (r[2] & (1u << 27)) /* OSXSAVE: XGETBV reads what the OS enabled */
+    __asm__ volatile("xgetbv" : "=a"(xcr0[0]), "=d"(xcr0[1]) : "c"(0));
+  h = cf_fnv1a(h, xcr0, sizeof xcr0);
+  uint64_t hw[2] = {getauxval(AT_HWCAP), getauxval(AT_HWCAP2)};
+  h = cf_fnv1a(h, hw, sizeof hw);
+  uint64_t g = (uint64_t)CF_GENERATOR_HASH, fmt = FORMAT;
+  h = cf_fnv1a(h, &g, sizeof g);
+  h = cf_fnv1a(h, &fmt, sizeof fmt);
+  h = cf_fnv1a(h, CF_LLVM_VERSION_STRING, sizeof CF_LLVM_VERSION_STRING);
+  *out = h;
+  return true;
+#else
+  (void)out;
+  return false; /* no record: such hosts load the module as before */
+#endif
+}
+
+static bool record_name(uint64_t hk, char *buf, size_t len) {
+  int n = snprintf(buf, len, "host-%016llx.t", (unsigned long long)hk);
+  return n > 0 && (size_t)n < len;
+}
+
+/* Read the record name for host key hk: NULL with *th, or why not: "" when
+ * there is none, why itself when the file is not to be trusted (distrust). */
+static const char *load_record(const cf_objcache *oc, uint64_t hk, const char *name, uint64_t *th,
+                               char *why, size_t len) {
+  struct stat sb;
+  *th = 0;
+  int fd = open_entry(oc, name, &sb, why, len);
+  if (fd < 0) return why[0] ? why : "";
+  unsigned char f[REC_SIZE + 1];
+  ssize_t got = cf_read_full(fd, f, sizeof f, 0);
+  close(fd);
+  unsigned char m[32];
+  if (got != REC_SIZE || memcmp(f, rec_magic, 8) || get32(f + 8) != FORMAT ||
+      get32(f + 12) != REC_SIZE)
+    return "not a host record of this format";
+  if (!mac_at(oc, f, REC_SIZE, REC_MAC_AT, m) || CRYPTO_memcmp(m, f + REC_MAC_AT, 32) != 0)
+    return "MAC mismatch: damaged, or not written with this user's key";
+  if (get64(f + 16) != hk) return "made for another host";
+  *th = get64(f + 24);
+  return NULL;
+}
+
+bool cf_objcache_store_host(cf_context *ctx, const cf_objcache *oc, const cf_codegen_target *t) {
+  uint64_t hk;
+  char name[64];
+  if (!oc->enabled || !cf_objcache_host_key(&hk) || !record_name(hk, name, sizeof name))
+    return false;
+  uint64_t th = target_hash(t), have;
+  char why[256];
+  if (load_record(oc, hk, name, &have, why, sizeof why) == NULL && have == th)
+    return true; /* there already */
+  unsigned char f[REC_SIZE] = {0};
+  memcpy(f, rec_magic, 8);
+  put32(f + 8, FORMAT);
+  put32(f + 12, REC_SIZE);
+  put64(f + 16, hk);
+  put64(f + 24, th);
+  bool ok = seal_write(ctx, oc, name, f, REC_SIZE, REC_MAC_AT);
+  if (!ok) {
+    cf_log(ctx, CF_LOG_WARN, "kernel cache %s: host record not saved: %s", oc->dir,
+           cf_errmsg(ctx)[0] ? cf_errmsg(ctx) : "cannot compute its MAC");
+    cf_clear_error(ctx);
+  }
+  return ok;
+}
+
+bool cf_objcache_load_host(cf_context *ctx, cf_objcache *oc, uint64_t *th) {
+  uint64_t hk;
+  char name[64], why[256];
+  if (!oc->enabled || !cf_objcache_host_key(&hk) || !record_name(hk, name, sizeof name))
+    return false;
+  const char *bad = load_record(oc, hk, name, th, why, sizeof why);
+  if (bad == why) { /* not a regular file of ours */
+    distrust(ctx, oc, name, why);
+    return false;
+  }
+  if (bad && bad[0])
+    cf_log(ctx, CF_LOG_INFO, "%s/%s: stale kernel cache record (%s); the LLVM module links",
+           oc->dir, name, bad);
+  return bad == NULL;
 }

@@ -770,6 +770,8 @@ static cf_status rank_setup(rank_run *x, cf_context *ctx, cf_plan *p, int rank, 
     x->ctx->codegen = ctx->codegen; /* borrowed: kernels already resolved */
     x->ctx->codegen_free = NULL;
     x->ctx->codegen_ops = ctx->codegen_ops;
+    x->ctx->kload = ctx->kload; /* borrowed too */
+    x->ctx->kload_free = NULL;
     x->ctx->log_fn = ctx->log_fn;
     x->ctx->log_user = ctx->log_user;
     x->ctx->progress = rank == 0 ? ctx->progress : NULL; /* rank 0 reports the phases */

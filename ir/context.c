@@ -54,6 +54,7 @@ cf_status cf_ctx_create(cf_context **out) {
 void cf_ctx_destroy(cf_context *ctx) {
   if (!ctx) return;
   if (ctx->codegen && ctx->codegen_free) ctx->codegen_free(ctx->codegen);
+  if (ctx->kload && ctx->kload_free) ctx->kload_free(ctx->kload);
   for (cf_errslot *e = ctx->errs, *next; e; e = next) {
     next = e->next;
     free(e->msg);

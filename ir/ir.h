@@ -67,6 +67,9 @@ struct cf_context {
   pthread_mutex_t codegen_lock;        /* codegen/ creates codegen under it */
   const struct cf_codegen_ops *codegen_ops; /* the LLVM module's table, loaded under
                                                codegen_lock on first use (codegen/load.c) */
+  void *kload; /* codegen/load.c's kernels linked from the disk cache without LLVM, created
+                  under codegen_lock on first use */
+  void (*kload_free)(void *kload); /* set by codegen/ with it */
   /* borrowed from the caller, NULL when not wanted (the executor's rank
    * contexts copy both): a job's phases (progress.c) and a run's timeline
    * (trace.c) */
