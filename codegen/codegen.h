@@ -155,12 +155,16 @@ typedef struct cf_objcache {
   int dirfd;              /* the directory, opened O_NOFOLLOW and checked; -1 when off */
   unsigned char key[32];  /* the per-user secret (DIR/key) entries are authenticated with */
   char dir[4096];         /* $COLLFUSE_CACHE, $XDG_CACHE_HOME/collfuse or ~/.cache/collfuse */
+  bool quiet;             /* log nothing of entries or trust (load.c's reader: the module,
+                             which it falls back to, logs what it finds once) */
 } cf_objcache;
 
 /* Read the environment once (per JIT state), create the directory if it is
  * missing (mode 0700), open and check it, and read or create its key; when
  * any of that fails, one warning and the cache stays off. */
 void cf_objcache_open(cf_context *ctx, cf_objcache *oc);
+/* The same, quiet: neither a distrusted cache nor a stale entry is logged. */
+void cf_objcache_open_as(cf_context *ctx, cf_objcache *oc, bool quiet);
 void cf_objcache_close(cf_objcache *oc);
 /* The object stored for key and t: true with a malloc'd *data of *size
  * bytes; false when absent or stale (bad header, MAC, LLVM version, key,

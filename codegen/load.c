@@ -178,7 +178,7 @@ static cf_kload *kload_get(cf_context *ctx) {
     free(L);
     return NULL;
   }
-  cf_objcache_open(ctx, &L->cache);
+  cf_objcache_open_as(ctx, &L->cache, true); /* the module warns, if it comes to that */
   L->have_target = cf_objcache_load_host(ctx, &L->cache, &L->th);
   if (!L->have_target) cf_objcache_close(&L->cache);
   ctx->kload = L;

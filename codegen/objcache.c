@@ -135,7 +135,8 @@ static const char *kind_of(mode_t m) {
 /* Turn the cache off for this context: one warning, then kernels are built
  * in memory (what names the file, why what is wrong with it). */
 static void distrust(cf_context *ctx, cf_objcache *oc, const char *what, const char *why) {
-  cf_log(ctx, CF_LOG_WARN,
+  if (!oc->quiet)
+    cf_log(ctx, CF_LOG_WARN,
          "kernel cache %s%s%s: %s; the cache is ignored and kernels are built in memory", oc->dir,
          what ? "/" : "", what ? what : "", why);
   if (oc->dirfd >= 0) close(oc->dirfd);
@@ -239,9 +240,12 @@ static bool mkdir_p(char *dir) {
   return mkdir(dir, 0700) == 0 || errno == EEXIST;
 }
 
-void cf_objcache_open(cf_context *ctx, cf_objcache *oc) {
+void cf_objcache_open(cf_context *ctx, cf_objcache *oc) { cf_objcache_open_as(ctx, oc, false); }
+
+void cf_objcache_open_as(cf_context *ctx, cf_objcache *oc, bool quiet) {
   memset(oc, 0, sizeof *oc);
   oc->dirfd = -1;
+  oc->quiet = quiet;
   const char *env = cf_env(CF_ENV_CACHE);
   if (env &&
       (!strcmp(env, "off") || !strcmp(env, "0") || !strcmp(env, "no") || !strcmp(env, "false")))
@@ -415,7 +419,8 @@ bool cf_objcache_load_hash(cf_context *ctx, cf_objcache *oc, uint64_t th, const 
   *size = (size_t)got - HDR_SIZE;
   return true;
 fail:
-  cf_log(ctx, CF_LOG_INFO, "%s/%s: stale kernel cache entry (%s); rebuilding", oc->dir, name, bad);
+  if (!oc->quiet)
+    cf_log(ctx, CF_LOG_INFO, "%s/%s: stale kernel cache entry (%s); rebuilding", oc->dir, name, bad);
   free(buf);
   close(fd);
   return false;

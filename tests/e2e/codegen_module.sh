@@ -2,8 +2,10 @@
 # codegen_module.sh COLLFUSE LIBCOLLFUSE MODULE SRC: the LLVM code generator
 # is a module loaded on first use (codegen/load.c): neither the driver nor
 # libcollfuse links libLLVM, `compile`, `check` and `dot` never load it,
-# `run` does, the module exports its table alone, and a driver without the
-# module (or beside another build's) says so and exits 1.
+# `run` does unless every kernel is in the disk cache (then it loads
+# neither the module nor libLLVM, and runs without the module), the module
+# exports its table alone, and a driver without the module (or beside
+# another build's) says so and exits 1 when it needs a kernel compiled.
 set -eu
 cf=$1
 lib=$2
@@ -34,10 +36,20 @@ for cmd in "check $g" "compile $g -o $tmp/f.xml" "dot $g -o $tmp/f.dot"; do
     fail "collfuse $cmd loaded $(grep -Eo 'file=[^ ]*(libLLVM|collfuse-codegen)[^ ]*' "$tmp/ld" | sort -u | tr '\n' ' ')"
   fi
 done
-if loaded "$cf" run "$g" --iters 1; then
+if COLLFUSE_CACHE=off loaded "$cf" run "$g" --iters 1; then
   grep -q 'file=[^ ]*collfuse-codegen' "$tmp/ld" || fail "collfuse run did not load $mod"
 else
   fail "collfuse run: $(head -3 "$tmp/err")"
+fi
+# a warm kernel cache: the second run links its kernels without LLVM
+mkdir -m 700 "$tmp/kc"
+COLLFUSE_CACHE=$tmp/kc "$cf" run "$g" --iters 1 >/dev/null 2>"$tmp/err" || fail "cold run: $(head -3 "$tmp/err")"
+if COLLFUSE_CACHE=$tmp/kc loaded "$cf" run "$g" --iters 1 --verify; then
+  if grep -Eq 'file=[^ ]*(libLLVM|collfuse-codegen)' "$tmp/ld"; then
+    fail "a warm run loaded $(grep -Eo 'file=[^ ]*(libLLVM|collfuse-codegen)[^ ]*' "$tmp/ld" | sort -u | tr '\n' ' ')"
+  fi
+else
+  fail "warm run: $(head -3 "$tmp/err")"
 fi
 
 # the Python package over libcollfuse by a relative link to it: the module
@@ -66,7 +78,7 @@ lone() { # lone WHAT ARGS...: exit 1 and a message naming the module and why
   rc=0
   # (in $tmp: a build tree's driver also looks in the working directory, an
   # empty entry of the run path its libraries give it)
-  (cd "$tmp" && "$tmp/collfuse" "$@") >/dev/null 2>"$tmp/err" || rc=$?
+  (cd "$tmp" && COLLFUSE_CACHE=off "$tmp/collfuse" "$@") >/dev/null 2>"$tmp/err" || rc=$?
   if [ "$rc" -ne 1 ]; then
     fail "lone $*: exit $rc, not 1: $(head -3 "$tmp/err")"
   elif ! grep -q "cannot load the LLVM code generator collfuse-codegen.so.*$tmp/collfuse-codegen.so: $what" "$tmp/err"; then
@@ -75,6 +87,9 @@ lone() { # lone WHAT ARGS...: exit 1 and a message naming the module and why
 }
 lone "not found" run "$g" --iters 1
 lone "not found" compile "$g" --emit-llvm "$tmp/k.ll"
+# ... but with a warm cache it runs: nothing is compiled
+(cd "$tmp" && COLLFUSE_CACHE=$tmp/kc "$tmp/collfuse" run "$g" --iters 1 --verify) >/dev/null 2>"$tmp/err" ||
+  fail "a lone driver with a warm cache: $(head -3 "$tmp/err")"
 # another build's module beside it is refused
 printf 'const unsigned long long cf_codegen_llvm_ops[8] = {1};\n' >"$tmp/fake.c"
 if ${CC:-cc} -shared -fPIC -o "$tmp/collfuse-codegen.so" "$tmp/fake.c" 2>"$tmp/err"; then
