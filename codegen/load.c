@@ -140,7 +140,7 @@ cf_status cf_codegen_target_nvptx(cf_context *ctx, const char *sm, cf_codegen_ta
  * no record, no entry, a stale one, an object elfload refuses - goes to the
  * module as before, which logs, rebuilds and rewrites. Once this context's
  * JIT exists (the module compiled or linked something, or a test set its
- * target), the module answers everything. */
+ * target), the module answers every kernel this code has not linked yet. */
 typedef struct kl_kernel {
   cf_kernel_key key;
   void *fn;
@@ -198,7 +198,8 @@ static bool kernel_cached(cf_context *ctx, const cf_kernel_key *key, void **fn) 
   char why[160];
   if (!cf_kernel_key_valid(key, why, sizeof why)) return false; /* the module says why */
   pthread_mutex_lock(&ctx->codegen_lock);
-  cf_kload *L = ctx->codegen ? NULL : kload_get(ctx);
+  bool jit = ctx->codegen != NULL; /* then only what this context linked already */
+  cf_kload *L = jit ? ctx->kload : kload_get(ctx);
   pthread_mutex_unlock(&ctx->codegen_lock);
   if (!L || !L->have_target) return false;
   int64_t t0 = cf_trace_here ? cf_trace_clock() : 0;
@@ -207,7 +208,7 @@ static bool kernel_cached(cf_context *ctx, const cf_kernel_key *key, void **fn) 
   pthread_mutex_lock(&L->lock);
   for (int i = 0; i < L->n && !*fn; i++)
     if (same_key(&L->v[i].key, key)) *fn = L->v[i].fn, name = L->v[i].name;
-  if (!*fn && L->cache.enabled && (L->n < L->cap || L->n < 1024)) {
+  if (!*fn && !jit && L->cache.enabled) {
     cache = 1;
     void *data;
     size_t size;

@@ -491,6 +491,7 @@ bool cf_objcache_host_key(uint64_t *out) {
 #if defined(__x86_64__)
   uint32_t r[4], max, maxx;
   if (!__get_cpuid(0, &max, &r[1], &r[2], &r[3])) return false;
+  r[0] = max; /* and the vendor */
   uint64_t h = cf_fnv1a(CF_FNV_SEED, r, sizeof r);
   /* leaf 1 without EBX (the APIC id and CLFLUSH size differ per core) */
   static const uint32_t leaves[][2] = {{1, 0},   {7, 0},   {7, 1},   {0xd, 0},
