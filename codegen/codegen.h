@@ -1,10 +1,12 @@
 /* codegen.h - reduction kernels generated with the LLVM C API (one header for
  * the codegen/ module; the only module that includes LLVM).
  *
- * Two parts. keys.c and load.c are plain C in libcollfuse: kernel keys, the
- * kernels a graph needs, and the entry points below that generate code,
- * which load the rest, the LLVM module collfuse-codegen.so (every other
- * file here, linked to libLLVM), with dlopen on first use. So a process that
+ * Two parts. keys.c, load.c, objcache.c and elfload.c are plain C in
+ * libcollfuse: kernel keys, the kernels a graph needs, the on-disk kernel
+ * cache and a loader that links its objects without LLVM, and the entry
+ * points below that generate code, which load the rest, the LLVM module
+ * collfuse-codegen.so (every other file here, linked to libLLVM), with
+ * dlopen on first use: a kernel already in the disk cache needs no module. So a process that
  * never generates or links a kernel (`collfuse compile`, `check`, `dot`, the
  * Python package importing) never maps libLLVM, whose relocation alone costs
  * a start-up ten times a bare one's.
@@ -145,9 +147,10 @@ cf_status cf_codegen_ptx(cf_context *ctx, const cf_kernel_key *keys, int n, cons
  * compiles its first kernel (CF_ERR_USAGE after). t must run on the host. */
 cf_status cf_codegen_use_target(cf_context *ctx, const cf_codegen_target *t);
 
-/* ---- objcache.c (plain C, in libcollfuse and used by the module): compiled kernels as files "NAME-TARGETHASH.o" holding a header
- * (format, LLVM version, key, target hash, payload size, HMAC-SHA256 under
- * the user's key) and the object file. Best effort: failures are logged,
+/* ---- objcache.c: the on-disk kernel cache (plain C, in libcollfuse; the
+ * module uses it too). Compiled kernels as files "NAME-TARGETHASH.o"
+ * holding a header (format, LLVM version, key, target hash, payload size,
+ * HMAC-SHA256 under the user's key) and the object file. Best effort: failures are logged,
  * never fatal. A cache directory, entry or key that someone else could
  * have written turns the cache off (one CF_LOG_WARN). */
 typedef struct cf_objcache {

@@ -43,8 +43,7 @@ bool cf_elf_link(const void *obj, size_t size, const char *name, cf_elf_image *i
       eh->e_type != ET_REL || eh->e_machine != EM_X86_64)
     REFUSE("not an ELF64 little-endian x86-64 relocatable object");
   if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum == 0 || eh->e_shnum >= SHN_LORESERVE ||
-      !inside(eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr), size) ||
-      eh->e_shoff % 8)
+      !inside(eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr), size) || eh->e_shoff % 8)
     REFUSE("bad section header table");
   sh = (const Elf64_Shdr *)(f + eh->e_shoff);
   int n = eh->e_shnum;
@@ -83,9 +82,9 @@ bool cf_elf_link(const void *obj, size_t size, const char *name, cf_elf_image *i
   unsigned symidx = 0;
   for (int i = 0; i < n; i++) {
     if (sh[i].sh_type != SHT_SYMTAB) continue;
-    if (syms || sh[i].sh_entsize != sizeof(Elf64_Sym) || !inside(sh[i].sh_offset, sh[i].sh_size, size) ||
-        sh[i].sh_offset % 8 || sh[i].sh_link >= (unsigned)n ||
-        sh[sh[i].sh_link].sh_type != SHT_STRTAB ||
+    if (syms || sh[i].sh_entsize != sizeof(Elf64_Sym) ||
+        !inside(sh[i].sh_offset, sh[i].sh_size, size) || sh[i].sh_offset % 8 ||
+        sh[i].sh_link >= (unsigned)n || sh[sh[i].sh_link].sh_type != SHT_STRTAB ||
         !inside(sh[sh[i].sh_link].sh_offset, sh[sh[i].sh_link].sh_size, size) ||
         sh[sh[i].sh_link].sh_size == 0)
       REFUSE("bad symbol table");
@@ -146,7 +145,8 @@ bool cf_elf_link(const void *obj, size_t size, const char *name, cf_elf_image *i
       *fn = base + addr[s->st_shndx] + s->st_value;
   }
   if (!*fn) REFUSE("no function %s", name);
-  if (mprotect(base, img->len, PROT_READ | PROT_EXEC) != 0) REFUSE("cannot make the code executable");
+  if (mprotect(base, img->len, PROT_READ | PROT_EXEC) != 0)
+    REFUSE("cannot make the code executable");
   free(addr);
   return true;
 fail:

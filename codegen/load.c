@@ -225,8 +225,9 @@ static bool kernel_cached(cf_context *ctx, const cf_kernel_key *key, void **fn) 
         *fn = k.fn;
         name = L->v[L->n++].name;
       } else {
-        cf_log(ctx, CF_LOG_INFO, "codegen: cached %s is not linked without LLVM (%s); the LLVM "
-               "module links it", k.name, why);
+        cf_log(ctx, CF_LOG_INFO,
+               "codegen: cached %s is not linked without LLVM (%s); the LLVM module links it",
+               k.name, why);
       }
       free(data);
     }

@@ -137,8 +137,8 @@ static const char *kind_of(mode_t m) {
 static void distrust(cf_context *ctx, cf_objcache *oc, const char *what, const char *why) {
   if (!oc->quiet)
     cf_log(ctx, CF_LOG_WARN,
-         "kernel cache %s%s%s: %s; the cache is ignored and kernels are built in memory", oc->dir,
-         what ? "/" : "", what ? what : "", why);
+           "kernel cache %s%s%s: %s; the cache is ignored and kernels are built in memory", oc->dir,
+           what ? "/" : "", what ? what : "", why);
   if (oc->dirfd >= 0) close(oc->dirfd);
   oc->dirfd = -1;
   oc->enabled = false;
@@ -420,7 +420,8 @@ bool cf_objcache_load_hash(cf_context *ctx, cf_objcache *oc, uint64_t th, const 
   return true;
 fail:
   if (!oc->quiet)
-    cf_log(ctx, CF_LOG_INFO, "%s/%s: stale kernel cache entry (%s); rebuilding", oc->dir, name, bad);
+    cf_log(ctx, CF_LOG_INFO, "%s/%s: stale kernel cache entry (%s); rebuilding", oc->dir, name,
+           bad);
   free(buf);
   close(fd);
   return false;

@@ -222,7 +222,11 @@ static const cf_kernel_key keys[] = {
     {.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 3},
     {.kind = CF_K_NARY, .dtype = CF_DT_FLOAT64, .red = CF_RED_SUM, .arity = 8},
     {.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 2, .outs = 2},
-    {.kind = CF_K_NARY, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .arity = 4, .stream = true,
+    {.kind = CF_K_NARY,
+     .dtype = CF_DT_FLOAT32,
+     .red = CF_RED_SUM,
+     .arity = 4,
+     .stream = true,
      .outs = 1},
     {.kind = CF_K_ACC, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM},
     {.kind = CF_K_SCALE, .dtype = CF_DT_FLOAT64, .red = CF_RED_SUM},
@@ -357,8 +361,7 @@ static void rm_tree(const char *d) {
   DIR *dd = opendir(d);
   char p[600];
   for (struct dirent *e; dd && (e = readdir(dd));) {
-    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
-      continue;
+    if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
     snprintf(p, sizeof p, "%s/%s", d, e->d_name);
     struct stat sb;
     if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
