@@ -21,7 +21,13 @@ communication (the time the step waits for its buckets after the backward
 pass's last compute: exposed_ms), the median of exposed_ms / step time
 per step (exposed/step: the issue's target is at most 0.10) and the MB of
 gradients copied into buckets per step (copy MB: gradients no out= kernel
-produced there), and rank 0's peak resident memory; the table shows the
+produced there), and rank 0's peak resident memory (peak MB: ru_maxrss,
+every resident page counted, the peers' buckets that the shm world maps
+and the shared libraries included) and the same peak with the pages
+shared with other processes counted once across them (PSS MB: peak MB
+less Rss - Pss of rank 0's /proc/self/smaps_rollup after its last step,
+ddp_train.py's peak_pss_mb; other processes on the host that map the same
+libraries lower it too, so compare rows of one run); the table shows the
 median of the runs' medians and the ratios to gloo's. --peer ROOT adds a
 row "peer": the collfuse hook of another checkout (its
 ROOT/build/libcollfuse.so and ROOT/python, e.g. main's beside a branch's),
@@ -130,7 +136,7 @@ def run(model, hook, args):
         if r.get("exposed_ms") else None
     copy_mb = statistics.median(r["copy_bytes"][args.warmup:]) / 2**20 if r.get("copy_bytes") else None
     cpu = statistics.median(r["cpu_ms"][args.warmup:]) if r.get("cpu_ms") else None  # a peer's may lack it
-    return step, sync, exposed, share, copy_mb, r["peak_mb"], cpu, r["params"]
+    return step, sync, exposed, share, copy_mb, r["peak_mb"], cpu, r.get("peak_pss_mb"), r["params"]
 
 
 def main():
@@ -159,17 +165,18 @@ def main():
         params = 0
         for _ in range(args.repeats):
             for h in hooks:
-                step, sync, exposed, share, copy_mb, peak, cpu, params = run(model, h, args)
-                got[h].append((step, sync, exposed, share, copy_mb, peak, cpu))
+                step, sync, exposed, share, copy_mb, peak, cpu, pss, params = run(model, h, args)
+                got[h].append((step, sync, exposed, share, copy_mb, peak, cpu, pss))
 
         def med(h, i):
             vals = [v[i] for v in got[h] if v[i] is not None]
             return statistics.median(vals) if vals else None
         for h in hooks:
-            step, sync, exposed, share, copy_mb, peak, cpu = (med(h, i) for i in range(7))
+            step, sync, exposed, share, copy_mb, peak, cpu, pss = (med(h, i) for i in range(8))
             rows.append({"model": model, "params": params, "hook": h, "step_ms": step, "sync_ms": sync,
                          "cpu_ms": cpu, "cpu_vs_gloo": cpu / med("gloo", 6) if cpu is not None else None,
-                         "exposed_ms": exposed, "exposed_vs_step": share, "copy_mb": copy_mb, "peak_mb": peak, "step_vs_gloo": step / med("gloo", 0),
+                         "exposed_ms": exposed, "exposed_vs_step": share, "copy_mb": copy_mb, "peak_mb": peak,
+                         "peak_pss_mb": pss, "step_vs_gloo": step / med("gloo", 0),
                          "sync_vs_gloo": sync / med("gloo", 1) if sync is not None else None,
                          "exposed_vs_gloo_sync": exposed / med("gloo", 1) if exposed is not None else None})
     if args.json:
@@ -178,16 +185,16 @@ def main():
         return
     print("%s, %d processes, batch %d per rank, median of %d runs of the median of %d steps after %d warm-up"
           % (args.launcher, args.ranks, args.batch, args.repeats, args.steps, args.warmup))
-    print("%-9s %9s %-9s %10s %10s %8s %8s %9s %8s %11s %18s %12s %8s %8s" % (
+    print("%-9s %9s %-9s %10s %10s %8s %8s %9s %8s %11s %18s %12s %8s %8s %7s" % (
         "model", "params", "hook", "step ms", "sync ms", "step/gloo", "sync/gloo", "cpu ms", "cpu/gloo", "exposed ms",
-        "exposed/gloo-sync", "exposed/step", "copy MB", "peak MB"))
+        "exposed/gloo-sync", "exposed/step", "copy MB", "peak MB", "PSS MB"))
     opt = lambda v, f: "-" if v is None else f % v
     for r in rows:
-        print("%-9s %9d %-9s %10.1f %10s %8.2f %9s %9s %8s %11s %18s %12s %8s %8.0f" % (
+        print("%-9s %9d %-9s %10.1f %10s %8.2f %9s %9s %8s %11s %18s %12s %8s %8.0f %7s" % (
             r["model"], r["params"], r["hook"], r["step_ms"], opt(r["sync_ms"], "%.1f"), r["step_vs_gloo"],
             opt(r["sync_vs_gloo"], "%.2f"), opt(r["cpu_ms"], "%.1f"), opt(r["cpu_vs_gloo"], "%.2f"),
             opt(r["exposed_ms"], "%.1f"), opt(r["exposed_vs_gloo_sync"], "%.2f"),
-            opt(r["exposed_vs_step"], "%.3f"), opt(r["copy_mb"], "%.2f"), r["peak_mb"]))
+            opt(r["exposed_vs_step"], "%.3f"), opt(r["copy_mb"], "%.2f"), r["peak_mb"], opt(r["peak_pss_mb"], "%.0f")))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,11 @@
  *           the classic bandwidth-optimal algorithm across links.
  *   rd      recursive doubling (powers of two): log2(n) pairwise exchanges
  *           of the whole vector.
+ *   pool    rsag_put in pieces that every rank takes from one shared
+ *           counter, so that the ranks that hold a CPU do the work of
+ *           those that wait for one; rsag's results, bit for bit.
  *
- * All four end with send_wait, so when a call returns no peer still reads
+ * All five end with send_wait, so when a call returns no peer still reads
  * this rank's buffers and the memory plan may reuse them. On a zero-copy
  * transport recv() hands out the sender's memory and the reduction reads it
  * in place; otherwise it lands in the call's scratch.
@@ -43,6 +46,7 @@
 #include "algorithms.h"
 #include "backends/backends.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 /* Chunk i of count elements split n ways, chunk starts on 64-byte lines. */
@@ -95,6 +99,7 @@ size_t cf_allreduce_in_place_scratch(const cf_coll_desc *d, int n, int a) {
   switch (a) {
   case CF_ALGO_DIRECT: return count * (size_t)es;
   case CF_ALGO_RSAG:
+  case CF_ALGO_POOL: /* rsag's, where it runs rsag */
   case CF_ALGO_RING: return (count + (size_t)n - 1) / (size_t)n * (size_t)es + 128;
   default: return 0; /* rd: its own two buffers; MPI's: MPI_IN_PLACE */
   }
@@ -152,6 +157,81 @@ cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
  * while it is still in this core's cache (L2 is 1-2 MiB on current cores). */
 enum { PUT_SEGMENT = 256 << 10 };
 
+/* What rsag_put and pool hold during a call: every rank's input and
+ * output as this rank reaches them, and the sources of one range. */
+typedef struct put_bufs {
+  ptrs in, out, seg;
+} put_bufs;
+
+static bool put_init(put_bufs *b, int n) {
+  bool in = ptrs_init(&b->in, n), out = in && ptrs_init(&b->out, n),
+       seg = out && ptrs_init(&b->seg, n);
+  if (!seg && out) ptrs_free(&b->out);
+  if (!seg && in) ptrs_free(&b->in);
+  return seg;
+}
+
+static void put_free(put_bufs *b) {
+  ptrs_free(&b->in);
+  ptrs_free(&b->out);
+  ptrs_free(&b->seg);
+}
+
+/* Every rank offers its input and its output to each peer (and, extra,
+ * one more message of extra_bytes at extra when not NULL), and takes
+ * theirs into b. */
+static cf_status put_exchange(cf_comm *c, const cf_coll_call *call, put_bufs *b, const void *extra,
+                              size_t extra_bytes) {
+  const cf_coll_desc *d = &call->desc;
+  size_t bytes = (size_t)d->count * (size_t)cf_dtype_size(d->dtype);
+  int n = call->n, me = call->me;
+  cf_status st = CF_OK;
+  for (int i = 0; i < n && !st; i++)
+    if (i != me) {
+      st = c->ops->send(c, call->ranks[i], call->in, bytes, d);
+      if (!st) st = c->ops->send(c, call->ranks[i], call->out, bytes, d);
+      if (!st && extra) st = c->ops->send(c, call->ranks[i], extra, extra_bytes, d);
+    }
+  for (int i = 0; i < n && !st; i++) {
+    if (i == me) {
+      b->in.p[i] = call->in;
+      b->out.p[i] = call->out;
+      continue;
+    }
+    st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &b->in.p[i]);
+    if (!st) st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &b->out.p[i]);
+  }
+  return st;
+}
+
+/* Elements [moff, moff + mlen) of every input reduced, in rank order, into
+ * every output: in one kernel call that writes them all (spread; stream:
+ * with streaming stores), or 256 KiB at a time into this rank's output and
+ * copied to the peers'. */
+static void put_range(cf_device *dev, const cf_coll_call *call, put_bufs *b, int64_t moff,
+                      int64_t mlen, bool spread, bool stream) {
+  int es = cf_dtype_size(call->desc.dtype), n = call->n, me = call->me;
+  int64_t step = (PUT_SEGMENT / es + 63) / 64 * 64;
+  if (spread) { /* the peers' outputs first, this rank's last */
+    void *dst[CF_MAX_ARITY];
+    for (int i = 0; i < n; i++) {
+      b->seg.p[i] = at(b->in.p[i], moff, es);
+      dst[i] = at(b->out.p[(me + 1 + i) % n], moff, es);
+    }
+    cf_coll_reduce_to(dev, call, dst, n, b->seg.p, mlen, stream);
+    return;
+  }
+  for (int64_t o = moff; o < moff + mlen; o += step) {
+    int64_t len = moff + mlen - o < step ? moff + mlen - o : step;
+    for (int i = 0; i < n; i++)
+      b->seg.p[i] = at(b->in.p[i], o, es);
+    cf_coll_reduce(dev, call, at(call->out, o, es), b->seg.p, n, len, true);
+    for (int i = 0; i < n; i++)
+      if (i != me)
+        dev->ops->copy(dev, at(b->out.p[i], o, es), at(call->out, o, es), (size_t)(len * es));
+  }
+}
+
 /* rsag on a zero-copy transport (threads): every rank offers its input and
  * its output to each peer in one exchange. Rank me then reduces its chunk
  * from all inputs, in rank order, in one kernel call that reads each
@@ -180,59 +260,18 @@ enum { PUT_SEGMENT = 256 << 10 };
  * 0.70x there); so is a group larger than the n-ary kernel's arity. */
 static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   const cf_coll_desc *d = &call->desc;
-  int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
-  size_t bytes = (size_t)d->count * (size_t)es;
-  ptrs in, out, seg;
-  if (!ptrs_init(&in, n)) return oom(c);
-  if (!ptrs_init(&out, n)) {
-    ptrs_free(&in);
-    return oom(c);
-  }
-  if (!ptrs_init(&seg, n)) {
-    ptrs_free(&in);
-    ptrs_free(&out);
-    return oom(c);
-  }
-  cf_status st = CF_OK;
+  put_bufs b;
+  if (!put_init(&b, call->n)) return oom(c);
   int64_t t = cf_algo_phase_begin();
-  for (int i = 0; i < n && !st; i++)
-    if (i != me) {
-      st = c->ops->send(c, call->ranks[i], call->in, bytes, d);
-      if (!st) st = c->ops->send(c, call->ranks[i], call->out, bytes, d);
-    }
-  for (int i = 0; i < n && !st; i++) {
-    if (i == me) {
-      in.p[i] = call->in;
-      out.p[i] = call->out;
-      continue;
-    }
-    st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &in.p[i]);
-    if (!st) st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &out.p[i]);
-  }
+  cf_status st = put_exchange(c, call, &b, NULL, 0);
   cf_algo_phase("exchange buffers", t);
   if (!st) {
     t = cf_algo_phase_begin();
-    bool spread = !d->in_place && n <= CF_MAX_ARITY;
-    int64_t moff, mlen, step = (PUT_SEGMENT / es + 63) / 64 * 64;
-    chunk(d->count, n, es, me, &moff, &mlen);
-    if (spread) { /* the peers' outputs first, this rank's last */
-      void *dst[CF_MAX_ARITY];
-      for (int i = 0; i < n; i++) {
-        seg.p[i] = at(in.p[i], moff, es);
-        dst[i] = at(out.p[(me + 1 + i) % n], moff, es);
-      }
-      cf_coll_reduce_to(dev, call, dst, n, seg.p, mlen,
-                        cf_device_is_host(dev) && cf_coll_call_streams(call));
-    }
-    for (int64_t o = moff; !spread && o < moff + mlen; o += step) {
-      int64_t len = moff + mlen - o < step ? moff + mlen - o : step;
-      for (int i = 0; i < n; i++)
-        seg.p[i] = at(in.p[i], o, es);
-      cf_coll_reduce(dev, call, at(call->out, o, es), seg.p, n, len, true);
-      for (int i = 0; i < n; i++)
-        if (i != me)
-          dev->ops->copy(dev, at(out.p[i], o, es), at(call->out, o, es), (size_t)(len * es));
-    }
+    bool spread = !d->in_place && call->n <= CF_MAX_ARITY;
+    int64_t moff, mlen;
+    chunk(d->count, call->n, cf_dtype_size(d->dtype), call->me, &moff, &mlen);
+    put_range(dev, call, &b, moff, mlen, spread,
+              spread && cf_device_is_host(dev) && cf_coll_call_streams(call));
     cf_algo_phase("reduce-scatter + put", t);
     t = cf_algo_phase_begin();
     for (int k = 0; k < 2 && !st; k++)
@@ -240,9 +279,7 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
     cf_algo_phase("wait for peers", t);
   }
   if (!st) st = c->ops->send_wait(c);
-  ptrs_free(&in);
-  ptrs_free(&out);
-  ptrs_free(&seg);
+  put_free(&b);
   return st;
 }
 
@@ -302,6 +339,68 @@ cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   if (!st) st = c->ops->send_wait(c);
   free(ticket);
   ptrs_free(&src);
+  return st;
+}
+
+/* Bytes of every rank's buffer one piece of pool covers: on four ranks 8
+ * MiB of memory traffic, well under a millisecond, far shorter than a
+ * scheduler slice, long enough that the store fence and the counter cost
+ * nothing next to it (256 KiB and 4 MiB measured level with it; one piece
+ * per rank, 0.67-0.83x its fraction of the bound: docs/executor.md). */
+enum { POOL_PIECE = 1 << 20 };
+
+/* pool: rsag_put whose chunks are not dealt out in advance. The call is cut
+ * into pieces, and every rank takes the next piece from one counter (in
+ * the scratch of the group's first rank, which every peer reaches through
+ * the exchange) until none is left: each piece is reduced from every
+ * rank's input, in rank order, into every rank's output, as rsag_put
+ * reduces its chunk. Where ranks outnumber the CPUs (4 ranks on 2 cores)
+ * or share them with other work, a rank that the scheduler takes off its
+ * CPU holds back only the piece it holds, and the ranks that run take the
+ * rest; with rsag's fixed chunks every rank waited for the slowest chunk,
+ * and the scheduler's slices (milliseconds) are as long as a whole call of
+ * 16 MiB. It runs unsegmented (the pieces are the segments, and there is
+ * one exchange per call, not one per 4 MiB), in place too (coll.c, as
+ * rsag_put). Each element is reduced by the same kernel from the
+ * same operands in the same order as rsag: the results are rsag's, bit for
+ * bit. Not zero copy, or not host memory (the counter is a host atomic):
+ * rsag. */
+cf_status cf_algo_pool(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
+  if (!c->ops->zero_copy || !cf_device_is_host(dev)) return cf_algo_rsag(c, dev, call);
+  const cf_coll_desc *d = &call->desc;
+  int es = cf_dtype_size(d->dtype), n = call->n, me = call->me;
+  put_bufs b;
+  if (!put_init(&b, n)) return oom(c);
+  /* the counter: the first line of the first rank's scratch (pool_scratch),
+   * the first rank's third message to each peer */
+  _Atomic int64_t *next = (_Atomic int64_t *)(((uintptr_t)call->scratch + 63) & ~(uintptr_t)63);
+  if (me == 0) atomic_store(next, 0);
+  int64_t t = cf_algo_phase_begin();
+  cf_status st = put_exchange(c, call, &b, me == 0 ? (const void *)next : NULL, sizeof *next);
+  const void *p = NULL;
+  if (!st && me != 0) st = c->ops->recv(c, call->ranks[0], NULL, sizeof *next, d, &p);
+  if (!st && me != 0) next = (_Atomic int64_t *)p;
+  cf_algo_phase("exchange buffers", t);
+  if (!st) {
+    t = cf_algo_phase_begin();
+    bool spread = !d->in_place && n <= CF_MAX_ARITY, stream = spread && cf_coll_call_streams(call);
+    /* a piece: POOL_PIECE, or less so that every rank gets at least one */
+    int64_t line = 64 / es, piece = POOL_PIECE / es, per = (d->count + n - 1) / n;
+    per = (per + line - 1) / line * line;
+    if (piece > per) piece = per;
+    int64_t pieces = piece > 0 ? (d->count + piece - 1) / piece : 0;
+    for (int64_t k; (k = atomic_fetch_add(next, 1)) < pieces;)
+      put_range(dev, call, &b, k * piece, d->count - k * piece < piece ? d->count - k * piece : piece,
+                spread, stream);
+    cf_algo_phase("reduce pieces", t);
+    t = cf_algo_phase_begin();
+    for (int k = 0; k < 2 && !st; k++)
+      st = release_all(c, call);
+    if (!st && me != 0) st = c->ops->release(c, call->ranks[0]); /* the counter */
+    cf_algo_phase("wait for peers", t);
+  }
+  if (!st) st = c->ops->send_wait(c);
+  put_free(&b);
   return st;
 }
 

@@ -27,6 +27,7 @@ typedef enum cf_algo {
   CF_ALGO_RING,       /* ring reduce-scatter + ring all-gather */
   CF_ALGO_RD,         /* recursive doubling (powers of two; else direct) */
   CF_ALGO_MPI_NATIVE, /* the transport's own collectives (MPI's, the native slot): every kind */
+  CF_ALGO_POOL,       /* rsag in pieces taken from a shared counter by whichever rank runs */
 } cf_algo;
 
 /* A large AllReduce runs as segments of this many bytes (coll.c). */
@@ -67,6 +68,7 @@ cf_status cf_algo_direct(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_ring(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 cf_status cf_algo_rd(cf_comm *c, cf_device *dev, const cf_coll_call *call);
+cf_status cf_algo_pool(cf_comm *c, cf_device *dev, const cf_coll_call *call);
 /* Scratch row a needs beyond its own for an in-place call (desc.in_place). */
 size_t cf_allreduce_in_place_scratch(const cf_coll_desc *d, int n, int a);
 

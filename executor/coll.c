@@ -156,8 +156,10 @@ cf_status cf_coll_run(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
    * threads share cores with the caller's compute (a DDP bucket averaged
    * during the backward pass: 25 MiB took 5-17 ms in one piece against
    * 13-56 ms in 4 MiB segments, medians of 20 calls in 2 runs each, two
-   * processes on two cores, each with a thread computing beside it). */
-  bool whole = call->desc.in_place && c->ops->zero_copy && row == &cf_algo_table[CF_ALGO_RSAG];
+   * processes on two cores, each with a thread computing beside it). So
+   * does pool there (rsag_put in pieces; on device memory it runs rsag). */
+  bool whole = call->desc.in_place && c->ops->zero_copy &&
+               (row == &cf_algo_table[CF_ALGO_RSAG] || row == &cf_algo_table[CF_ALGO_POOL]);
   bool segments = (row->segmented || (call->desc.in_place && !row->native)) && !whole &&
                   call->desc.op == CF_OP_ALLREDUCE;
   /* what runs is what every message says (the peers compare it) */

@@ -32,6 +32,7 @@ typedef struct fault_comm {
   _Atomic int64_t steps, msgs; /* aborted() calls (one per schedule step), collective messages */
   _Atomic int state;   /* 0: running; 1: failed (mode 1); 2: vanished (mode 2) */
   _Atomic int slowed;  /* its first beat has come (slow_rank's is late) */
+  _Atomic int64_t asked; /* aborted() calls, for slow_step */
   char text[160];      /* the injected failure's message */
 } fault_comm;
 
@@ -129,10 +130,15 @@ static void f_abort(cf_comm *c, const char *msg) {
 
 /* exec.c asks once at the top of every schedule step: the faulty rank's
  * (fail_step+1)-th question is that step of the first iteration. */
+static void late(fault_comm *fc, cf_comm *in);
+
 static bool f_aborted(cf_comm *c, const char **msg) {
   fault_comm *fc = c->impl;
   cf_comm *in = in_of(c);
   const cf_faults *f = fc->w->f;
+  if (f->slow_s > 0 && f->slow_at_step && f->slow_rank == c->rank &&
+      atomic_fetch_add(&fc->asked, 1) == f->slow_step)
+    late(fc, in);
   if (atomic_load(&fc->state) == 2) /* vanished: stopped, the world's reason once there is one */
     return in->ops->aborted(in, msg) || (*msg = fc->text, true);
   if ((is_faulty(fc, 1) || is_faulty(fc, 2)) && f->fail_step < fc->w->p->n_steps &&
@@ -159,21 +165,28 @@ static cf_status f_native(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
   return in->ops->native(in, dev, &copy);
 }
 
-/* A sign of life: slow_rank's first comes slow_s late, beating meanwhile
- * unless slow_quiet, until the world aborts. */
+/* slow_rank's long phase: slow_s, beating every 20 ms unless slow_quiet,
+ * until the world aborts. */
+static void late(fault_comm *fc, cf_comm *in) {
+  const cf_faults *f = fc->w->f;
+  const char *why;
+  double end = cf_now() + f->slow_s;
+  while (cf_now() < end && !in->ops->aborted(in, &why)) {
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    if (!f->slow_quiet && in->ops->beat) in->ops->beat(in);
+  }
+}
+
+/* A sign of life: slow_rank's first comes after its long phase (unless
+ * that comes at a step). */
 static void f_beat(cf_comm *c) {
   fault_comm *fc = c->impl;
   cf_comm *in = in_of(c);
   const cf_faults *f = fc->w->f;
-  if (f->slow_s > 0 && f->slow_rank == c->rank && !atomic_exchange(&fc->slowed, 1)) {
-    const char *why;
-    double end = cf_now() + f->slow_s;
-    while (cf_now() < end && !in->ops->aborted(in, &why)) {
-      struct timespec ts = {0, 20 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-      if (!f->slow_quiet && in->ops->beat) in->ops->beat(in);
-    }
-  }
+  if (f->slow_s > 0 && !f->slow_at_step && f->slow_rank == c->rank &&
+      !atomic_exchange(&fc->slowed, 1))
+    late(fc, in);
   if (in->ops->beat) in->ops->beat(in);
 }
 

@@ -40,10 +40,15 @@ typedef struct cf_faults {
    * 20 ms, as a rank busy with a long phase does (its peers wait for it),
    * or, with slow_quiet, not at all, as a rank stuck in one (its peers
    * time out naming it). Either ends early once the world aborts. slow_s
-   * 0: off. */
+   * 0: off. With slow_at_step that long phase comes instead at the top of
+   * schedule step slow_step of its first iteration (after the fingerprints
+   * and the barrier: its peers wait for it in that step's collective, some
+   * through a peer that waits for it, as in a ring). */
   int slow_rank;
   double slow_s;
   bool slow_quiet;
+  bool slow_at_step;
+  int slow_step;
 } cf_faults;
 
 /* Wrap world inner for runs of plan p: a world of the same ranks whose

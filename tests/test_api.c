@@ -352,7 +352,7 @@ static void test_options(void **state) {
       {"ranks", "0", "option ranks wants an integer in 1..256, got '0'"},
       {"ranks", "257", "option ranks wants an integer in 1..256, got '257'"},
       {"algo", "rign",
-       "option algo wants auto, direct, rd, ring, rsag or mpi-native, got 'rign'; did you mean "
+       "option algo wants auto, direct, pool, rd, ring, rsag or mpi-native, got 'rign'; did you mean "
        "'ring'?"},
       {"max_memory", "0", "option max_memory wants a size such as 512M or 4G, got '0'"},
       {"timeout", "1e9", "option timeout wants seconds in (0, 86400], got '1e9'"},

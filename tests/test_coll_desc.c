@@ -204,13 +204,14 @@ static cf_status counting_send(cf_comm *c, int peer, const void *buf, size_t byt
   return threads_ops->send(c, peer, buf, bytes, d);
 }
 
-/* Two threads ranks run rsag on count random floats, in place or out of
- * place; returns each rank's sends and the segment size its messages
- * carried, and checks every output against the float64 sum (of two
- * addends: float32's sum is the exact one rounded). */
-static void run_rsag(bool in_place, int64_t count, int *n_sends, int64_t *segment) {
-  static const int algos[2] = {CF_ALGO_RSAG, CF_ALGO_RSAG};
+/* Two threads ranks run algo (rsag or pool) on count random floats, in
+ * place or out of place; returns each rank's sends and the segment size
+ * its messages carried, and checks every output against the float64 sum
+ * (of two addends: float32's sum is the exact one rounded). */
+static void run_algo(int algo, bool in_place, int64_t count, int *n_sends, int64_t *segment) {
+  const int algos[2] = {algo, algo};
   cf_coll_desc d = base();
+  d.algo = algo;
   d.count = count;
   d.in_place = in_place;
   cf_world *probe = NULL; /* the threads transport's slots, to wrap */
@@ -258,16 +259,33 @@ static void test_in_place_rsag_runs_whole(void **state) {
   const int64_t count = (int64_t)4500007; /* 18 MiB of float32: 5 segments */
   int n[2];
   int64_t seg[2];
-  run_rsag(true, count, n, seg);
+  run_algo(CF_ALGO_RSAG, true, count, n, seg);
   for (int r = 0; r < 2; r++)
     if (n[r] != 2 || seg[r] != 0)
       fail_msg("in place, rank %d: %d sends of segment %lld; one exchange (2 sends) of segment 0 "
                "expected", r, n[r], (long long)seg[r]);
-  run_rsag(false, count, n, seg);
+  run_algo(CF_ALGO_RSAG, false, count, n, seg);
   for (int r = 0; r < 2; r++)
     if (n[r] != 10 || seg[r] != (4 << 20) / 4)
       fail_msg("out of place, rank %d: %d sends of segment %lld; 5 segments (10 sends) of 1 Mi "
                "elements expected", r, n[r], (long long)seg[r]);
+}
+
+/* pool runs whole in place and out of place (its pieces are its
+ * segments): one exchange, the first rank's input, output and counter
+ * (three sends), the other's input and output (two), no segment size. */
+static void test_pool_runs_whole(void **state) {
+  (void)state;
+  const int64_t count = (int64_t)4500007; /* 18 MiB of float32: 18 pieces */
+  int n[2];
+  int64_t seg[2];
+  for (int ip = 0; ip < 2; ip++) {
+    run_algo(CF_ALGO_POOL, ip, count, n, seg);
+    for (int r = 0; r < 2; r++)
+      if (n[r] != 3 - r || seg[r] != 0)
+        fail_msg("pool %s, rank %d: %d sends of segment %lld; one exchange (%d sends) of segment 0 "
+                 "expected", ip ? "in place" : "out of place", r, n[r], (long long)seg[r], 3 - r);
+  }
 }
 
 /* A thread marked cf_spin_brief (a cf_runner's) polls CF_SPIN_BRIEF times
@@ -306,6 +324,7 @@ int main(void) {
       cmocka_unit_test(test_chunks_named),
       cmocka_unit_test(test_ranks_with_different_algorithms_fail),
       cmocka_unit_test(test_in_place_rsag_runs_whole),
+      cmocka_unit_test(test_pool_runs_whole),
       cmocka_unit_test(test_brief_spin),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

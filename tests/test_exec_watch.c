@@ -78,8 +78,8 @@ static void test_stalled_rank_of_four(void **state) {
 /* An AllReduce (sum) of a random Input x of n float32 over `ranks` ranks
  * as threads, rank `slow` slowed as f says (cf_faults.slow_*): its first
  * sign of life, in its inputs' fill, comes slow_s late. */
-static cf_status slowed_run(int ranks, const cf_faults *f, double timeout_s, int64_t n,
-                            cf_run_result *res, cf_plan **pp, cf_graph **g) {
+static cf_status slowed_run_algo(int ranks, const cf_faults *f, double timeout_s, int64_t n,
+                                 cf_algo_req algo, cf_run_result *res, cf_plan **pp, cf_graph **g) {
   char xml[512];
   snprintf(xml, sizeof xml,
            "<graph name='h' version='1' world_size='%d'>"
@@ -90,9 +90,38 @@ static cf_status slowed_run(int ranks, const cf_faults *f, double timeout_s, int
   assert_int_equal(cf_graph_parse(ctx, "h.xml", xml, strlen(xml), g), CF_OK);
   cf_compile_options co = {.pipeline = cf_pipeline_O0};
   assert_int_equal(cf_compile(*g, &co), CF_OK);
-  cf_run_options opt = {.ranks = ranks, .iters = 1, .seed = 7, .timeout_s = timeout_s};
+  cf_run_options opt = {
+      .ranks = ranks, .iters = 1, .seed = 7, .timeout_s = timeout_s, .algo = algo};
   if (cf_plan_build(ctx, *g, &opt, pp) != CF_OK) fail_msg("plan: %s", cf_context_errmsg(ctx));
   return cf_fault_run(ctx, *pp, NULL, f, NULL, res);
+}
+
+static cf_status slowed_run(int ranks, const cf_faults *f, double timeout_s, int64_t n,
+                            cf_run_result *res, cf_plan **pp, cf_graph **g) {
+  return slowed_run_algo(ranks, f, timeout_s, n, (cf_algo_req){0}, res, pp, g);
+}
+
+/* every rank's output of a slowed run against a float64 sum of every
+ * rank's fill of x */
+static void check_sums(const cf_run_result *res, int ranks, int n) {
+  float *x = malloc(sizeof *x * (size_t)n);
+  double *want = calloc((size_t)n, sizeof *want);
+  assert_non_null(x);
+  assert_non_null(want);
+  for (int r = 0; r < ranks; r++) {
+    cf_fill_random(x, CF_DT_FLOAT32, n, 7, r, "x");
+    for (int i = 0; i < n; i++)
+      want[i] += x[i];
+  }
+  for (int r = 0; r < ranks; r++) {
+    const float *got = res->outputs[r].data;
+    assert_int_equal(res->outputs[r].count, n);
+    for (int i = 0; i < n; i++)
+      if (fabs(got[i] - want[i]) > 1e-6 * (1 + fabs(want[i])))
+        fail_msg("rank %d element %d: %g, want %g", r, i, got[i], want[i]);
+  }
+  free(x);
+  free(want);
 }
 
 /* A rank whose inputs take 3x the timeout, beating meanwhile, is waited
@@ -107,23 +136,7 @@ static void test_busy_rank_is_waited_for(void **state) {
   cf_graph *g = NULL;
   cf_status st = slowed_run(RANKS, &f, 1, N, &res, &p, &g);
   if (st) fail_msg("a busy rank was given up on: %s", cf_context_errmsg(ctx));
-  float *x = malloc(sizeof *x * N);
-  double *want = calloc(N, sizeof *want);
-  assert_non_null(x);
-  assert_non_null(want);
-  for (int r = 0; r < RANKS; r++) {
-    cf_fill_random(x, CF_DT_FLOAT32, N, 7, r, "x");
-    for (int i = 0; i < N; i++) want[i] += x[i];
-  }
-  for (int r = 0; r < RANKS; r++) {
-    const float *got = res.outputs[r].data;
-    assert_int_equal(res.outputs[r].count, N);
-    for (int i = 0; i < N; i++)
-      if (fabs(got[i] - want[i]) > 1e-6 * (1 + fabs(want[i])))
-        fail_msg("rank %d element %d: %g, want %g", r, i, got[i], want[i]);
-  }
-  free(x);
-  free(want);
+  check_sums(&res, RANKS, N);
   cf_run_result_free(&res);
   cf_plan_destroy(p);
   cf_graph_destroy(g);
@@ -139,6 +152,59 @@ static void test_silent_rank_times_out(void **state) {
   cf_graph *g = NULL;
   ASSERT_ERR(slowed_run(3, &f, 1, 1000, &res, &p, &g), CF_ERR_RUNTIME,
              "timed out after 1 s waiting for a message from rank 1");
+  cf_plan_destroy(p);
+  cf_graph_destroy(g);
+}
+
+/* The timeout of the chain cases: CF_TEST_TIME_SCALE seconds (1 on an idle
+ * machine; more where ctest scales its limits) */
+static double scaled_timeout(void) {
+  const char *s = getenv("CF_TEST_TIME_SCALE");
+  int k = s ? atoi(s) : 1;
+  return k >= 1 ? k : 1;
+}
+
+/* A chain of waits (issue 34): on 4 ranks with the ring, rank 2 busy at the
+ * top of its first step (beating) 2 timeouts long; rank 3 waits for it,
+ * rank 0 for rank 3, rank 1 for rank 0. Each waits as long as the rank at
+ * the end of its chain beats (before: rank 0 timed out after 1 timeout
+ * waiting for rank 3, which sent nothing while it waited itself), and the
+ * sums are right. */
+static void test_chain_to_busy_rank_is_waited_for(void **state) {
+  (void)state;
+  enum { RANKS = 4, N = 4099 };
+  double to = scaled_timeout();
+  cf_faults f = {.slow_rank = 2, .slow_s = 2 * to, .slow_at_step = true, .slow_step = 0};
+  cf_run_result res;
+  cf_plan *p = NULL;
+  cf_graph *g = NULL;
+  cf_status st = slowed_run_algo(RANKS, &f, to, N, cf_algo_forced(CF_ALGO_RING), &res, &p, &g);
+  if (st) fail_msg("a chain to a busy rank was given up on: %s", cf_context_errmsg(ctx));
+  check_sums(&res, RANKS, N);
+  cf_run_result_free(&res);
+  cf_plan_destroy(p);
+  cf_graph_destroy(g);
+}
+
+/* The same chain with rank 2 stuck (silent): given up on after the timeout,
+ * the message naming rank 2, waited for directly or at the end of the
+ * chain ("...rank 3; rank 3 waits for rank 2") */
+static void test_chain_to_silent_rank_times_out(void **state) {
+  (void)state;
+  double to = scaled_timeout();
+  cf_faults f = {.slow_rank = 2, .slow_s = 30 * to, .slow_quiet = true, .slow_at_step = true};
+  cf_run_result res;
+  cf_plan *p = NULL;
+  cf_graph *g = NULL;
+  cf_status st = slowed_run_algo(4, &f, to, 1000, cf_algo_forced(CF_ALGO_RING), &res, &p, &g);
+  assert_int_equal(st, CF_ERR_RUNTIME);
+  const char *m = cf_context_errmsg(ctx);
+  char direct[96], chained[96];
+  snprintf(direct, sizeof direct, "timed out after %g s waiting for a message from rank 2", to);
+  snprintf(chained, sizeof chained,
+           "for rank 2"); /* "rank 3 waits for rank 2", "rank 3 for rank 2" */
+  if (!strstr(m, direct) && !(strstr(m, "timed out after") && strstr(m, chained)))
+    fail_msg("the message names no stuck rank 2: %s", m);
   cf_plan_destroy(p);
   cf_graph_destroy(g);
 }
@@ -205,6 +271,8 @@ int main(void) {
       cmocka_unit_test(test_stalled_rank_of_four),
       cmocka_unit_test(test_busy_rank_is_waited_for),
       cmocka_unit_test(test_silent_rank_times_out),
+      cmocka_unit_test(test_chain_to_busy_rank_is_waited_for),
+      cmocka_unit_test(test_chain_to_silent_rank_times_out),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

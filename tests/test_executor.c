@@ -78,7 +78,8 @@ static int teardown_all(void **state) {
 static const cf_dtype all_dts[] = {CF_DT_FLOAT32, CF_DT_FLOAT16, CF_DT_BFLOAT16,
                                    CF_DT_INT8,    CF_DT_INT32,   CF_DT_FLOAT64};
 #define N_DTS ((int)(sizeof all_dts / sizeof all_dts[0]))
-static const cf_algo all_algos[] = {CF_ALGO_DIRECT, CF_ALGO_RSAG, CF_ALGO_RING, CF_ALGO_RD};
+static const cf_algo all_algos[] = {CF_ALGO_DIRECT, CF_ALGO_RSAG, CF_ALGO_RING, CF_ALGO_RD,
+                                    CF_ALGO_POOL};
 #define N_ALGOS ((int)(sizeof all_algos / sizeof all_algos[0]))
 #define REQ_AUTO ((cf_algo_req){.policy = CF_POLICY_AUTO})
 #define FORCED(a)                                                                                  \
@@ -662,15 +663,22 @@ static void segments_mode(int m) {
   allreduce(CF_ALGO_RSAG, CF_DT_FLOAT64, CF_RED_MAX, 2, 1310721);
   allreduce(CF_ALGO_DIRECT, CF_DT_FLOAT32, CF_RED_SUM, 3, 1500007);
   allreduce(CF_ALGO_DIRECT, CF_DT_INT8, CF_RED_MEAN, 8, 5000011);
+  /* pool: several pieces per rank with a partial last one, the n-ary
+   * kernel's arity and one rank past it (reduce, then copy) */
+  allreduce(CF_ALGO_POOL, CF_DT_FLOAT32, CF_RED_SUM, 3, 1500007);
+  allreduce(CF_ALGO_POOL, CF_DT_BFLOAT16, CF_RED_MEAN, 2, 2100001);
+  allreduce(CF_ALGO_POOL, CF_DT_INT8, CF_RED_MEAN, 8, 3000017);
+  allreduce(CF_ALGO_POOL, CF_DT_FLOAT64, CF_RED_MAX, 9, 400003);
   static const int ranks[] = {2, 4, 3};
   static const int64_t counts[] = {400009, 400009, 1200007};
+  static const cf_algo algos[] = {CF_ALGO_DIRECT, CF_ALGO_RSAG, CF_ALGO_POOL};
   for (int r = 0; r < 3; r++) {
     int n = ranks[r];
     int64_t count = counts[r];
-    void *res[2][MAXR];
-    for (int v = 0; v < 2; v++) {
+    void *res[3][MAXR];
+    for (int v = 0; v < 3; v++) {
       cspec s = {.op = CF_OP_ALLREDUCE,
-                 .algo = cf_algo_forced(v ? CF_ALGO_RSAG : CF_ALGO_DIRECT),
+                 .algo = cf_algo_forced(algos[v]),
                  .dt = CF_DT_FLOAT32,
                  .red = CF_RED_MEAN,
                  .n = n,
@@ -682,11 +690,11 @@ static void segments_mode(int m) {
       run_coll(&s);
     }
     for (int k = 0; k < n; k++) {
-      if (memcmp(res[0][k], res[1][k], (size_t)count * 4) != 0)
-        fail_msg("n=%d count=%lld stream min %s: direct and rsag differ bitwise on rank %d", n,
-                 (long long)count, modes[m], k);
-      free(res[0][k]);
-      free(res[1][k]);
+      for (int v = 1; v < 3; v++)
+        if (memcmp(res[0][k], res[v][k], (size_t)count * 4) != 0)
+          fail_msg("n=%d count=%lld stream min %s: direct and %s differ bitwise on rank %d", n,
+                   (long long)count, modes[m], cf_algo_name(algos[v]), k);
+      for (int v = 0; v < 3; v++) free(res[v][k]);
     }
   }
   unsetenv("COLLFUSE_STREAM_MIN");
@@ -1022,11 +1030,38 @@ static void test_allreduce_deterministic(void **state) {
     for (int n = 1; n <= 16; n++) {
       cf_algo_req req = a < 0 ? REQ_AUTO : cf_algo_forced(all_algos[a]);
       int got = cf_coll_select(&d, n, true, req);
-      assert_true(got == CF_ALGO_DIRECT || got == CF_ALGO_RSAG);
+      assert_true(got == CF_ALGO_DIRECT || got == CF_ALGO_RSAG || got == CF_ALGO_POOL);
       got = cf_coll_select(&d, n, false, req);
       assert_true(got >= 0 && got < cf_algo_count && !cf_algo_table[got].native);
       if (got == CF_ALGO_RD) assert_true((n & (n - 1)) == 0);
     }
+}
+
+/* auto on the threads and shm worlds: pool out of place from 16 MiB per
+ * rank on 3 ranks or more and from 64 MiB on two (and under
+ * --deterministic: it reduces in rank order), rsag just below and in
+ * place; a forced pool on one rank, or an MPI policy, is not pool's. */
+static void test_select_pool(void **state) {
+  (void)state;
+  cf_coll_desc d = {.op = CF_OP_ALLREDUCE, .dtype = CF_DT_FLOAT32, .red = CF_RED_SUM, .root = -1,
+                    .layout = -1, .group = "g"};
+  for (int n = 2; n <= 9; n++) {
+    int64_t from = n == 2 ? 16 << 20 : 4 << 20; /* float32 elements: 64 or 16 MiB */
+    d.count = from, d.in_place = false;
+    assert_int_equal(cf_coll_select(&d, n, false, REQ_AUTO), CF_ALGO_POOL);
+    assert_int_equal(cf_coll_select(&d, n, true, REQ_AUTO), CF_ALGO_POOL);
+    d.count = from - 1;
+    assert_int_equal(cf_coll_select(&d, n, false, REQ_AUTO), CF_ALGO_RSAG);
+    d.count = 64 << 20, d.in_place = true;
+    assert_int_equal(cf_coll_select(&d, n, false, REQ_AUTO), CF_ALGO_RSAG);
+  }
+  d.count = 4 << 20, d.in_place = false, d.dtype = CF_DT_INT8;
+  assert_int_equal(cf_coll_select(&d, 4, false, REQ_AUTO), CF_ALGO_RSAG); /* 4 MiB */
+  d.count = 16 << 20;
+  assert_int_equal(cf_coll_select(&d, 4, false, REQ_AUTO), CF_ALGO_POOL);
+  assert_int_equal(cf_coll_select(&d, 1, false, cf_algo_forced(CF_ALGO_POOL)), CF_ALGO_DIRECT);
+  assert_int_equal(cf_coll_select(&d, 4, false, (cf_algo_req){.policy = CF_POLICY_AUTO_MPI_SHM}),
+                   CF_ALGO_RSAG);
 }
 
 /* A profile's measured rules come before the policy's: first match wins, a
@@ -2650,7 +2685,7 @@ static void test_plan_partitioned_groups(void **state) {
  * no argument runs them all. */
 #define T(f) cmocka_unit_test(f)
 static const struct CMUnitTest s_streams[] = {
-    T(test_copy_stream), T(test_stream_min), T(test_llc_sysfs), T(test_bind), T(test_select_measured),
+    T(test_copy_stream), T(test_stream_min), T(test_llc_sysfs), T(test_bind), T(test_select_measured), T(test_select_pool),
     T(test_cpu_pages),
 };
 static const struct CMUnitTest s_allreduce[] = {

@@ -9,7 +9,7 @@
  * processes of this host on the shm world (started here, after the
  * MPI_Allreduce peer has run, or by a launcher); all run the one measuring
  * loop of bench_ar_loop.c (which --device cuda, bench_cuda.c, runs too).
- * Every algorithm is measured (direct, rsag, ring, rd) and AUTO is
+ * Every algorithm is measured (direct, rsag, ring, rd, pool) and AUTO is
  * reported as the one cf_coll_select resolves to, so the table shows where
  * the size thresholds belong.
  *
@@ -531,9 +531,9 @@ const cf_command cf_command_bench_allreduce = {
     .summary = "AllReduce algorithms on rank threads vs MPI_Allreduce",
     .about = "float32 sum on N rank threads for sizes 8 B..256 MiB: microseconds per call,\n"
              "algbw = bytes/time and busbw = algbw*2(n-1)/n for the algorithm AUTO picks and\n"
-             "for each forced one (direct, rsag, ring, rd), next to OpenMPI's MPI_Allreduce\n"
-             "on N processes under mpirun (collfuse-mpi-allreduce). Each cell is the median\n"
-             "of L loops of K calls. See bench/README.md.\n",
+             "for each forced one (direct, rsag, ring, rd, pool), next to OpenMPI's\n"
+             "MPI_Allreduce on N processes under mpirun (collfuse-mpi-allreduce). Each cell\n"
+             "is the median of L loops of K calls. See bench/README.md.\n",
     .opts = ar_opts,
     .run = cf_bench_allreduce,
 };

@@ -116,9 +116,9 @@ static const cf_opt run_opts[] = {
      .help = "reduce in rank order: bitwise equal results for any fusion"},
     {"--timeout", NULL, "SEC", CF_OPT_CALL, 0, .check = check_timeout,
      .help = "a wait gives up after SEC seconds without a sign of life\n"
-             "from the rank it waits for (one still filling its inputs\n"
-             "is at work, not silent), a compute step after SEC seconds\n"
-             "(default 60): exit 3"},
+             "from the rank it waits for, or from the rank that one waits\n"
+             "for in turn (one still filling its inputs is at work, not\n"
+             "silent), a compute step after SEC seconds (default 60): exit 3"},
     {"--input", NULL, "NAME=FILE.npy", CF_OPT_LIST, RUN_FIELD(input), .check = check_input,
      .help = "an Input's data; {rank} in FILE is replaced by the rank (a file,\n"
              "not '-')"},

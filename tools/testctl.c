@@ -17,9 +17,12 @@
  *   COLLFUSE_TEST_CORRUPT=RANK:INDEX:OUTPUT  adds 1 to one element of one
  *     rank's output after the run, before --verify looks at it;
  *   COLLFUSE_TEST_VERIFY_WINDOW=N  --verify's windows are N elements;
- *   COLLFUSE_TEST_SLOW=RANK:SECONDS[:quiet]  one rank's first sign of life
- *     in the run (its first chunk of inputs) comes SECONDS late, beating
- *     meanwhile (a rank still at work), or with quiet silent (a rank stuck).
+ *   COLLFUSE_TEST_SLOW=RANK:SECONDS[:quiet][:step=S]  one rank's first sign
+ *     of life in the run (its first chunk of inputs) comes SECONDS late,
+ *     beating meanwhile (a rank still at work), or with quiet silent (a
+ *     rank stuck); with step=S that long phase comes at the top of schedule
+ *     step S of the first iteration instead (its peers wait in that step's
+ *     collective, some through others).
  */
 #include "tools.h"
 
@@ -56,9 +59,12 @@ static const cf_faults *faults(void) {
     const char *fail = getenv("COLLFUSE_TEST_FAIL"), *m = getenv("COLLFUSE_TEST_MISMATCH");
     const char *slow = getenv("COLLFUSE_TEST_SLOW");
     if (fail) any = sscanf(fail, "%d:%d:%d", &f.fail_mode, &f.fail_rank, &f.fail_step) > 0;
-    char quiet[8] = "";
-    if (slow && sscanf(slow, "%d:%lf:%7s", &f.slow_rank, &f.slow_s, quiet) >= 2 && f.slow_s > 0) {
-      f.slow_quiet = strcmp(quiet, "quiet") == 0;
+    int at = 0;
+    if (slow && sscanf(slow, "%d:%lf%n", &f.slow_rank, &f.slow_s, &at) == 2 && f.slow_s > 0) {
+      for (const char *o = strchr(slow + at, ':'); o; o = strchr(o + 1, ':')) {
+        if (strncmp(o, ":quiet", 6) == 0) f.slow_quiet = true;
+        if (sscanf(o, ":step=%d", &f.slow_step) == 1) f.slow_at_step = true;
+      }
       any = 1;
     }
     if (m && sscanf(m, "%d:%d:%15s", &h.rank, &h.coll, h.field) == 3) {

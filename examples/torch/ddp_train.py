@@ -35,8 +35,13 @@ after the backward pass's last compute), cpu_ms (the CPU time each step
 took in rank 0's process, all its threads, user and system: less moved
 by other processes than step_ms on a busy machine), copy_bytes (--hook step: the
 bytes of gradients each step copied into buckets, those no out= kernel
-produced there) and peak_mb (rank 0's peak
-resident memory).
+produced there), peak_mb (rank 0's peak resident memory, ru_maxrss) and
+peak_pss_mb (that peak with the pages rank 0 shares with other processes
+counted once across them: ru_maxrss less what its resident pages at the
+end share, Rss - Pss of /proc/self/smaps_rollup after the last step, the
+libraries and, on the shm world, the peers' buckets it maps; other
+processes on the host that map the same libraries lower it as well; null
+where smaps_rollup is missing).
 """
 
 import argparse
@@ -259,12 +264,26 @@ def cpu_s():
     return r.ru_utime + r.ru_stime
 
 
+def shared_mb():
+    """MB of this process's resident pages counted in other processes too
+    (Rss - Pss of /proc/self/smaps_rollup), or None where it is missing."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            kb = {k: int(v.split()[0]) for k, v in (ln.split(":", 1) for ln in f if ":" in ln)
+                  if k in ("Rss", "Pss")}
+        return (kb["Rss"] - kb["Pss"]) / 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def finish(args, rank, world, model, losses, step_ms, sync_ms, cpu_ms, exposed_ms, copy_bytes=None):
     if rank == 0 and args.json:
         import resource
+        peak, shared = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, shared_mb()
         print(json.dumps({"model": args.model, "hook": args.hook, "ranks": world, "steps": args.steps,
                           "batch": args.batch, "losses": losses, "step_ms": step_ms, "sync_ms": sync_ms,
-                          "cpu_ms": cpu_ms, "exposed_ms": exposed_ms, "copy_bytes": copy_bytes, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                          "cpu_ms": cpu_ms, "exposed_ms": exposed_ms, "copy_bytes": copy_bytes, "peak_mb": peak,
+                          "peak_pss_mb": None if shared is None else peak - shared,
                           "params": sum(p.numel() for p in model.parameters())}), flush=True)
     dist.barrier()
     dist.destroy_process_group()

@@ -59,6 +59,17 @@ static void **slot(cpu_dev *c, const cf_kernel_key *k) {
  * pages 0.4-0.6 s, so the 1 GiB-per-rank Llama graph on 4 ranks with
  * --verify went from 10.8-12.2 s of system time to 2.1-2.4 s; the TLB
  * saves 10-15% of a pass (bench allreduce, rsag of 16 and 64 MiB).
+ * Measured again with bench/first_touch.c (bench/README.md has the runs):
+ * memory free for 15 s cost, 4 GiB on 2 threads, 0.7-1.5 s of wall per
+ * GiB in 4 KiB pages populated, 0.8-1.3 faulted in by the writes, 6.7-12.3
+ * in huge pages; memory freed a moment before is cheap in huge pages (0.3
+ * s/GiB at once, 1.5 after 3 s, 5.2 after 10 s: the host has it back
+ * within seconds), 0.8-1.5 in 4 KiB pages whatever the gap. At 12 GiB on
+ * 4 threads, most of the free memory, the two cost alike (2.6-3.7 s/GiB
+ * populated, 3.1 huge): 4 KiB pages first get the free fragments below 2
+ * MiB, which the guest never reports to its host, and a run of GiBs gets
+ * through them to reported memory. A run has none of its own freed a
+ * moment before, so the choice stands.
  *
  * Such a buffer is its own anonymous mapping, which the kernel hands out
  * zeroed: no memset, so the first write (a rank filling its Inputs) is

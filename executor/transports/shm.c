@@ -61,7 +61,9 @@
  * each rank has a counter in the control segment that it bumps while it
  * works through a long local phase (s_beat), and a wait on it starts its
  * count again whenever that moves (a rank still filling 4 GiB of inputs is
- * waited for; one stuck for the timeout is named).
+ * waited for; one stuck for the timeout is named); a sleeping wait
+ * publishes whom it waits for beside it, so a wait on a rank that waits
+ * for a third at work follows that chain (cf_chain_pulse) and waits too.
  */
 #define _GNU_SOURCE
 #include "transports.h"
@@ -92,7 +94,7 @@
 #define CHAN_SLOTS 8
 #define EAGER_MAX 104
 #define INLINE_BIT (UINT64_C(1) << 63)
-#define MAGIC UINT64_C(0x354d48534643) /* "CFSHM5": the control segment's layout (beats, regions, probe) */
+#define MAGIC UINT64_C(0x364d48534643) /* "CFSHM6": the layout (beats, waits, regions, probe) */
 #define NAME_MAX_SHM 64                /* group and node names a descriptor carries */
 #define PAGE 4096
 
@@ -139,7 +141,7 @@ typedef struct shead { /* the control segment's first bytes */
   /* cf_world_max: rank r's values in maxv[r], then a counter per round */
   _Atomic uint64_t max_round[CF_MAX_WORLD];
   double maxv[CF_MAX_WORLD][8];
-  _Atomic uint64_t beat[CF_MAX_WORLD]; /* each rank's signs of life (s_beat), read by waits on it */
+  cf_vital vital[CF_MAX_WORLD];   /* each rank's beats (s_beat) and whom it waits for */
   int32_t probe_fd[CF_MAX_WORLD]; /* start-up: a descriptor each rank holds, for probe_regions */
 } shead;
 
@@ -347,7 +349,7 @@ static cf_status stop(cf_shm_world *w, const wait_what *ww) {
     return cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", abort_text(w));
   char text[512];
   cf_wait_timeout_text(text, sizeof text, w->me, w->timeout_s, ww->verb, ww->peer, ww->d, w->size,
-                       rank_gone, w);
+                       w->head->vital, rank_gone, w);
   world_abort(w, text);
   return cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
 }
@@ -357,25 +359,31 @@ static cf_status wait_ge(cf_shm_world *w, _Atomic uint64_t *a, uint64_t target, 
   if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
   if (cf_spin_ge(a, target, w->spin)) return CF_OK;
   sbell *b = &w->bells[w->me];
-  /* the timeout counts the peer's silence (threads.c's wait_ge) */
-  _Atomic uint64_t *beat = &w->head->beat[ww->peer];
+  /* the timeout counts the silence of the work waited for: the peer's
+   * beats and, while it waits itself, those down its chain of waits
+   * (threads.c's wait_ge) */
+  _Atomic int32_t *mine = &w->head->vital[w->me].waits_for;
+  atomic_store_explicit(mine, ww->peer + 1, memory_order_relaxed);
   cf_patience pat;
-  cf_patience_start(&pat, atomic_load_explicit(beat, memory_order_relaxed), cf_now());
+  cf_patience_start(&pat, cf_chain_pulse(w->head->vital, w->size, w->me, ww->peer), cf_now());
   for (;;) {
     atomic_store(&b->sleeping, 1);
     uint32_t v = atomic_load(&b->word);
     if (atomic_load(a) >= target) break;
-    double left = cf_patience_left(&pat, atomic_load_explicit(beat, memory_order_relaxed), cf_now(),
-                                   w->timeout_s);
+    double left = cf_patience_left(&pat, cf_chain_pulse(w->head->vital, w->size, w->me, ww->peer),
+                                   cf_now(), w->timeout_s);
     if (atomic_load(&w->head->aborted) || check_dead(w) || left <= 0) {
       atomic_store(&b->sleeping, 0);
-      return stop(w, ww);
+      cf_status st = stop(w, ww);
+      atomic_store_explicit(mine, 0, memory_order_relaxed);
+      return st;
     }
     if (left > 0.05) left = 0.05; /* wake up now and then: the clock, and the peers' pidfds */
     struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)(left * 1e9)};
     syscall(SYS_futex, &b->word, FUTEX_WAIT, v, &ts, NULL, 0);
   }
   atomic_store(&b->sleeping, 0);
+  atomic_store_explicit(mine, 0, memory_order_relaxed);
   return CF_OK;
 }
 
@@ -543,7 +551,7 @@ static bool s_aborted(cf_comm *c, const char **text) {
 
 static void s_beat(cf_comm *c) {
   cf_shm_world *w = c->impl;
-  atomic_fetch_add_explicit(&w->head->beat[w->me], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&w->head->vital[w->me].beat, 1, memory_order_relaxed);
 }
 
 static const cf_comm_ops shm_ops = {

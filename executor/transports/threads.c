@@ -20,10 +20,12 @@
  * path has no locked instruction. Without membarrier, both sides fence.
  * Every wait has the run's timeout and watches the world's abort flag: a
  * rank that fails stops all others promptly, and a wait that times out
- * names the peer it was waiting for. The timeout counts the peer's
- * silence: each rank has a counter it bumps while it works through a long
- * local phase (t_beat: a chunk of its inputs' fill, of a first touch), and
- * a sleeping wait that sees its peer's move starts the count again.
+ * names the peer it was waiting for. The timeout counts the silence of
+ * the work waited for: each rank has a counter it bumps while it works
+ * through a long local phase (t_beat: a chunk of its inputs' fill, of a
+ * first touch), and a sleeping wait publishes whom it waits for; a wait
+ * that sees its peer's counter move, or that of the rank its peer waits
+ * for and so on (cf_chain_pulse), starts the count again.
  *
  * Placement. The threads that run a rank's work (its compute and its
  * collectives) bind themselves to a CPU of the process's affinity mask, as
@@ -92,10 +94,9 @@ typedef struct bell {
 } bell;
 
 typedef struct rank_state {
-  cf_comm comm;
+  _Alignas(64) cf_comm comm; /* (a whole number of lines each: aligned_alloc) */
   int64_t waits_slept; /* statistics */
   _Atomic int left;    /* the rank's thread has returned */
-  _Alignas(64) _Atomic uint64_t beat; /* its signs of life (t_beat), read by waits on it */
 } rank_state;
 
 typedef struct cf_threads_world {
@@ -107,6 +108,7 @@ typedef struct cf_threads_world {
   chan *ch;          /* [src * size + dst] */
   bell *bells;       /* [rank] */
   rank_state *ranks; /* [rank] */
+  cf_vital *vital;   /* [rank]: its beats (t_beat) and whom it waits for, read by waits on it */
   _Atomic int aborted;
   pthread_mutex_t lock; /* guards msg */
   char msg[1024];
@@ -173,7 +175,7 @@ static cf_status stop(cf_comm *c, const wait_what *ww) {
   }
   char text[512];
   cf_wait_timeout_text(text, sizeof text, c->rank, w->timeout_s, ww->verb, ww->peer, ww->d, w->size,
-                       rank_gone, w);
+                       w->vital, rank_gone, w);
   world_abort(w, text);
   return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
 }
@@ -197,11 +199,14 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
   if (came) return CF_OK;
   t0 = cf_trace_here ? cf_trace_clock() : 0;
   bell *b = &w->bells[c->rank];
-  /* the timeout counts the peer's silence: a peer still at work (filling
-   * its inputs, say) beats, and its beats start the count again */
-  _Atomic uint64_t *beat = &w->ranks[ww->peer].beat;
+  /* the timeout counts the silence of the work waited for: a peer still at
+   * work (filling its inputs, say) beats, and so does the rank at the end
+   * of the chain when the peer itself waits (published here), and their
+   * beats start the count again */
+  _Atomic int32_t *mine = &w->vital[c->rank].waits_for;
+  atomic_store_explicit(mine, ww->peer + 1, memory_order_relaxed);
   cf_patience pat;
-  cf_patience_start(&pat, atomic_load_explicit(beat, memory_order_relaxed), cf_now());
+  cf_patience_start(&pat, cf_chain_pulse(w->vital, w->size, c->rank, ww->peer), cf_now());
   for (;;) {
     atomic_store(&b->sleeping, 1);
     /* the senders' half of the fence (see the top) */
@@ -210,13 +215,16 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
     if (atomic_load(a) >= target) break;
     if (atomic_load(&w->aborted)) {
       atomic_store(&b->sleeping, 0);
+      atomic_store_explicit(mine, 0, memory_order_relaxed);
       return stop(c, ww);
     }
-    double left = cf_patience_left(&pat, atomic_load_explicit(beat, memory_order_relaxed), cf_now(),
-                                   w->timeout_s);
+    double left = cf_patience_left(&pat, cf_chain_pulse(w->vital, w->size, c->rank, ww->peer),
+                                   cf_now(), w->timeout_s);
     if (left <= 0) {
       atomic_store(&b->sleeping, 0);
-      return stop(c, ww);
+      cf_status st = stop(c, ww);
+      atomic_store_explicit(mine, 0, memory_order_relaxed);
+      return st;
     }
     if (left > 0.05) left = 0.05; /* wake up now and then to check the clock */
     struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)(left * 1e9)};
@@ -225,6 +233,7 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
     rs->waits_slept++;
   }
   atomic_store(&b->sleeping, 0);
+  atomic_store_explicit(mine, 0, memory_order_relaxed);
   trace_wait("sleep", t0);
   return CF_OK;
 }
@@ -355,7 +364,7 @@ static bool t_aborted(cf_comm *c, const char **text) {
 
 static void t_beat(cf_comm *c) {
   cf_threads_world *w = c->impl;
-  atomic_fetch_add_explicit(&w->ranks[c->rank].beat, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&w->vital[c->rank].beat, 1, memory_order_relaxed);
 }
 
 static const cf_comm_ops threads_ops = {
@@ -396,7 +405,8 @@ static cf_status threads_create(cf_context *ctx, int size, double timeout_s, cf_
   w->ch = aligned_alloc(64, sizeof(chan) * (size_t)size * (size_t)size);
   w->bells = aligned_alloc(64, sizeof(bell) * (size_t)size);
   w->ranks = aligned_alloc(64, sizeof(rank_state) * (size_t)size);
-  if (!w->ch || !w->bells || !w->ranks) goto oom;
+  w->vital = calloc((size_t)size, sizeof *w->vital);
+  if (!w->ch || !w->bells || !w->ranks || !w->vital) goto oom;
   memset(w->ch, 0, sizeof(chan) * (size_t)size * (size_t)size);
   memset(w->ranks, 0, sizeof(rank_state) * (size_t)size);
   memset(w->bells, 0, sizeof(bell) * (size_t)size);
@@ -439,6 +449,7 @@ static void threads_destroy(cf_world *base, int exit_code) {
   free(w->ch);
   free(w->bells);
   free(w->ranks);
+  free(w->vital);
   free(w->cpus);
   pthread_mutex_destroy(&w->lock);
   free(w);

@@ -172,22 +172,39 @@ uint64_t cf_coll_desc_key(const cf_coll_desc *d);
  * (no binding) when $COLLFUSE_BIND is "none". cf_bind_thread binds the
  * calling thread to rank's lane (cpus NULL: no-op). */
 int *cf_bind_cpus(int size, int *lanes);
+/* A rank's signs of life as the waits on it read them (threads.c keeps one
+ * per rank, shm.c one per rank in its control segment): its heartbeat and
+ * whom its sleeping wait waits for. */
+typedef struct cf_vital {
+  _Atomic uint64_t beat;     /* bumped through a long local phase (the beat slot) */
+  _Atomic int32_t waits_for; /* 1 + the rank its sleeping wait is for; 0: none (it works) */
+} cf_vital;
+/* The signs of life a wait of rank me on peer watches: a hash of the beats
+ * of peer and, while peer sleeps in a wait of its own, of the rank that
+ * waits for, and so on down the chain (at most size links, stopping at me
+ * or a rank that waits for nobody); it changes whenever a rank of the
+ * chain beats or the chain changes (a link moved on). So rank 0 waiting
+ * for rank 1, which waits for rank 2 at work, waits as long as rank 2
+ * beats. v has size entries. */
+uint64_t cf_chain_pulse(const cf_vital *v, int size, int me, int peer);
 /* A wait's timeout message into text: "rank ME timed out after T s waiting
- * for VERB rank PEER in OP 'node' (#seq of group g); rank(s) that stopped:
- * ..." (d may be NULL); left(user, r) says whether rank r of size has left. */
+ * for VERB rank PEER in OP 'node' (#seq of group g); rank P waits for rank
+ * Q, rank Q for rank R; rank(s) that stopped: ..." (d may be NULL; the
+ * chain of waits from peer as v has it, v NULL: none); left(user, r) says
+ * whether rank r of size has left. */
 void cf_wait_timeout_text(char *text, size_t len, int me, double timeout_s, const char *verb,
-                          int peer, const cf_coll_desc *d, int size, bool (*left)(void *, int),
-                          void *user);
+                          int peer, const cf_coll_desc *d, int size, const cf_vital *v,
+                          bool (*left)(void *, int), void *user);
 /* The pulse (ir.h's cf_pulse) whose beats are c's beat slot (a pulse of
  * no one where c has none); c must outlive the threads that hold it. */
 cf_pulse cf_comm_pulse(cf_comm *c);
 /* A wait's patience (threads.c, shm.c): the timeout counts the silence of
- * the peer waited for, from the wait's start or its counter's last move.
- * cf_patience_left: the seconds left at now given the peer's counter beat
- * (<= 0: silent too long). */
+ * the work waited for (cf_chain_pulse), from the wait's start or the
+ * pulse's last change. cf_patience_left: the seconds left at now given the
+ * pulse beat (<= 0: silent too long). */
 typedef struct cf_patience {
-  uint64_t seen; /* the peer's counter when last read */
-  double since;  /* when it last moved (or the wait began) */
+  uint64_t seen; /* the pulse when last read */
+  double since;  /* when it last changed (or the wait began) */
 } cf_patience;
 void cf_patience_start(cf_patience *p, uint64_t beat, double now);
 double cf_patience_left(cf_patience *p, uint64_t beat, double now, double timeout_s);

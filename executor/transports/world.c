@@ -120,23 +120,45 @@ void cf_bind_thread(const int *cpus, int lanes, int rank, int lane) {
   pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* refused: stays unbound */
 }
 
+/* The next link of the chain of waits after rank r (-1: none). */
+static int waits_for(const cf_vital *v, int size, int r) {
+  int q = atomic_load_explicit(&v[r].waits_for, memory_order_relaxed) - 1;
+  return q >= 0 && q < size ? q : -1;
+}
+
+uint64_t cf_chain_pulse(const cf_vital *v, int size, int me, int peer) {
+  uint64_t h = 0;
+  for (int r = peer, k = 0; r >= 0 && r != me && k < size; r = waits_for(v, size, r), k++)
+    h = (h ^ ((uint64_t)r << 56 | atomic_load_explicit(&v[r].beat, memory_order_relaxed))) *
+        UINT64_C(0x100000001b3); /* FNV-1a's prime over (rank, beats) */
+  return h;
+}
+
 void cf_wait_timeout_text(char *text, size_t len, int me, double timeout_s, const char *verb,
-                          int peer, const cf_coll_desc *d, int size, bool (*left)(void *, int),
-                          void *user) {
-  char gone[160] = "";
+                          int peer, const cf_coll_desc *d, int size, const cf_vital *v,
+                          bool (*left)(void *, int), void *user) {
+  char gone[160] = "", chain[160] = "";
   /* name the ranks that have already left the run: the likely culprits */
   size_t g = 0;
   for (int r = 0; r < size && g + 16 < sizeof gone; r++)
     if (left(user, r))
       g += (size_t)snprintf(gone + g, sizeof gone - g, "%s%d", g ? ", " : "; rank(s) that stopped: ", r);
+  /* and where the peer's own wait leads: the silent rank is at its end */
+  size_t c = 0;
+  for (int r = peer, k = 0, q; v && r != me && k < size && c + 32 < sizeof chain; r = q, k++) {
+    if ((q = waits_for(v, size, r)) < 0) break;
+    c += (size_t)snprintf(chain + c, sizeof chain - c,
+                          c ? ", rank %d for rank %d" : "; rank %d waits for rank %d", r, q);
+  }
   if (d)
-    snprintf(text, len,
-             "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s)%s",
-             me, timeout_s, verb, peer, cf_op_table[d->op].name, d->node ? d->node : "?",
-             (long long)d->seq, d->group, gone);
+    snprintf(
+        text, len,
+        "rank %d timed out after %g s waiting for %s rank %d in %s '%s' (#%lld of group %s)%s%s",
+        me, timeout_s, verb, peer, cf_op_table[d->op].name, d->node ? d->node : "?",
+        (long long)d->seq, d->group, chain, gone);
   else
-    snprintf(text, len, "rank %d timed out after %g s waiting for %s rank %d%s", me, timeout_s,
-             verb, peer, gone);
+    snprintf(text, len, "rank %d timed out after %g s waiting for %s rank %d%s%s", me, timeout_s,
+             verb, peer, chain, gone);
 }
 
 _Thread_local bool cf_spin_brief;

@@ -361,6 +361,35 @@ def register(tensor):
     return True
 
 
+def _shared_zeros(numel, dtype):
+    """A new 1-D tensor of zeros made in shared memory from the start (a
+    fresh file: no page is touched until written), for register(): no
+    anonymous copy to move there and free, so nothing left behind in
+    malloc's heap. None unless torch shares storages by descriptor."""
+    import torch
+    import torch.multiprocessing as tmp
+    if tmp.get_sharing_strategy() != "file_descriptor":
+        return None
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    try:  # torch 1.13's storage API; another torch: moved in by register() instead
+        st = torch.UntypedStorage._new_shared(max(1, numel) * itemsize)
+        return torch.empty(0, dtype=dtype).set_(torch.storage.TypedStorage(wrap_storage=st, dtype=dtype))[:numel]
+    except (AttributeError, TypeError):
+        return None
+
+
+def _malloc_trim():
+    """glibc's malloc hands its free memory back to the kernel (malloc_trim:
+    the heap's free pages anywhere in it, not only at its top); nothing
+    elsewhere. After a buffer moved into shared memory (register), and
+    after compile_step's trace."""
+    import platform
+    if platform.libc_ver()[0] == "glibc":
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+        if trim is not None:
+            trim(0)
+
+
 def _unregister_ptr(ptr):
     if _regions.pop(ptr, None) is not None and _regions_ctx is not None:
         _regions_ctx.check(lib.cf_shm_unregister(_regions_ctx._h, ptr))

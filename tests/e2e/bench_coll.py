@@ -64,7 +64,7 @@ def main() -> int:
             assert [x["bytes"] for x in d["results"]] == [8, 65536, 1048576], d["results"]
             for x in d["results"]:
                 c = x["collfuse"]
-                assert set(c) == {"auto", "direct", "rsag", "ring", "rd"}, c
+                assert set(c) == {"auto", "direct", "rsag", "ring", "rd", "pool"}, c
                 assert c["auto"]["us"] > 0 and c["auto"]["algo_run"] == x["auto_algo"], x
                 assert c["rd"]["algo_run"] == "direct", c["rd"]  # 3 ranks: no recursive doubling
                 assert x["mpi"] is None and x["ratio_busbw_collfuse_vs_mpi"] is None, x

@@ -109,7 +109,7 @@ expect 2 "collfuse check: --target: unknown target 'atlas-a22'; did you mean 'at
 expect 2 "unknown target 'tpu-v9' (one of: cpu, atlas-a2" compile "$src/examples/tp_block.xml" --target tpu-v9
 expect 2 "collfuse compile: --passes: unknown pass 'fuse-allreduc'; did you mean 'fuse-allreduce'?" compile "$src/examples/tp_block.xml" --passes dce,fuse-allreduc
 expect 2 "collfuse run: --backend wants threads, mpi or shm, got 'mpii'; did you mean 'mpi'?" run "$src/examples/tp_mlp.xml" --backend mpii
-expect 2 "collfuse run: --algo wants auto, direct, rd, ring, rsag or mpi-native, got 'rign'; did you mean 'ring'?" run "$src/examples/tp_mlp.xml" --algo rign
+expect 2 "collfuse run: --algo wants auto, direct, pool, rd, ring, rsag or mpi-native, got 'rign'; did you mean 'ring'?" run "$src/examples/tp_mlp.xml" --algo rign
 expect 0 "median" run "$src/examples/tp_mlp.xml" --algo recursive-doubling   # rd's alias, as the C API takes it
 cat >"$work/typo.xml" <<'EOF'
 <?xml version="1.0" encoding="UTF-8"?>

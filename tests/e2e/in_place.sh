@@ -58,7 +58,7 @@ expect 0 "rsag in place" run "$g" --ranks 4 -v
 
 # --iters: the first iteration's outputs, whatever runs after it
 ex="$src/examples/dp_gradients.xml"
-for algo in auto direct rsag ring rd; do
+for algo in auto direct rsag ring rd pool; do
   run run "$ex" --algo "$algo" --save-outputs "$work/one_$algo" && expect_rc 0 "$algo, one iteration"
   run run "$ex" --algo "$algo" --iters 3 --warmup 1 --verify --save-outputs "$work/three_$algo"
   if expect_rc 0 "$algo, --iters 3 --warmup 1 --verify"; then
@@ -111,7 +111,7 @@ done
 # the CUDA backend: the same plans, in place, on device memory
 if [ -n "${CF_IN_PLACE_CUDA_DRIVER:-}" ]; then
   export COLLFUSE_CUDA_DRIVER="$CF_IN_PLACE_CUDA_DRIVER"
-  for algo in auto direct rsag ring rd; do
+  for algo in auto direct rsag ring rd pool; do
     if run run "$ex" --device cuda --algo "$algo" -v && expect_rc 0 "cuda $algo -v"; then
       has "$ERR" "5 collectives (5 in place)" "cuda $algo -v: every collective in place"
     fi

@@ -6,7 +6,8 @@
 #  - the graph with every collective kind (mixed_graph.sh), AllToAll and
 #    CollectivePermute, the fused MatMul ops (tp_mlp) and groups inside a
 #    larger world, at 2 and 4 processes (8 for the examples): --verify, and
-#    --deterministic outputs bitwise equal to the threads backend's; each
+#    --deterministic outputs bitwise equal to the threads backend's (auto's
+#    and pool's); each
 #    AllReduce algorithm in place (--iters 3 --warmup 1 saves the first
 #    iteration's outputs);
 #  - start-up as launchers do it, with a fake launcher here: torchrun's,
@@ -67,11 +68,17 @@ for n in 2 4; do
     [ "$(grep -c 'verified' "$OUT")" -eq 1 ] || fail "mixed graph, $n shm ranks: not one summary line"
     has "$OUT" "$n ranks (shm)" "mixed graph, $n shm ranks: summary"
   }
+  # pool: its pieces' counter in rank 0's heap, taken by every process
+  run run "$g" --backend shm --ranks "$n" --algo pool --deterministic --verify --save-outputs "$work/pool$n" &&
+    expect_rc 0 "mixed graph, $n shm ranks, --algo pool --deterministic --verify" && {
+    diff -r "$work/threads$n" "$work/pool$n" >/dev/null ||
+      fail "mixed graph, $n shm ranks, --algo pool: --deterministic outputs differ from the threads backend's"
+  }
   part long || continue
   run run "$g" --backend shm --ranks "$n" --verify --json --iters 2 &&
     expect_rc 0 "mixed graph, $n shm ranks, --json" &&
     has "$OUT" '"backend":"shm"' "mixed graph, $n shm ranks, --json"
-  for algo in direct rsag ring rd; do
+  for algo in direct rsag ring rd pool; do
     what="mixed graph, $n shm ranks, --algo $algo in place"
     run run "$g" --backend shm --ranks "$n" --algo "$algo" --save-outputs "$work/ip1_$n$algo" &&
       expect_rc 0 "$what, one iteration" || continue

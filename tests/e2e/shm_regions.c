@@ -6,7 +6,7 @@
  * Each rank keeps its buffers in a memfd of its own, mapped MAP_SHARED and
  * registered, with guard bytes around every buffer, and checks:
  *  - an AllReduce (sum) of random float32 data, every algorithm the world
- *    size allows (direct, rsag, ring, rd at a power of two, auto), in place
+ *    size allows (direct, rsag, ring, rd at a power of two, pool, auto), in place
  *    (one buffer as input and output) and out of place, at an odd count
  *    and (auto, in place) a count of several of the algorithms' 4 MiB
  *    segments: every element against the float64 sum of every rank's data
@@ -153,7 +153,7 @@ static bool guards_around(const void *p, size_t bytes) {
 
 static int rank_main(void) {
   if (cf_context_create(&ctx)) return 1;
-  const char *algos[] = {"direct", "rsag", "ring", "rd", "auto"};
+  const char *algos[] = {"direct", "rsag", "ring", "rd", "pool", "auto"};
   const int64_t count = 100003, big = 2500001; /* big: 10 MB, 3 segments in place */
   size_t cb = (size_t)count * 4, bigb = (size_t)big * 4;
   size_t region_bytes = ((size_t)GUARD * 3 + cb * 2 + (size_t)GUARD + bigb + 4095) / 4096 * 4096;

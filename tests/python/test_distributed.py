@@ -289,7 +289,7 @@ def ddp(me, R):
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
 
-    seen_copies = []
+    seen_copies, kept = [], []
 
     def train(hook, steps=4):
         torch.manual_seed(3)
@@ -306,6 +306,8 @@ def ddp(me, R):
             loss.backward()
             if hook:
                 seen_copies.append(cfd.last_copies())
+            if hook is cft.allreduce_hook:
+                kept.append(all(cfd.registered(p.grad) for p in model.parameters()))
             grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]).clone())
             opt.step()
             losses.append(loss.item())
@@ -316,6 +318,11 @@ def ddp(me, R):
     if cfd.backend() == "shm" and any(c != (0, 0) for c in seen_copies):
         fail("allreduce_hook on shm: copies %r after each step's last bucket, want (0, 0) (the buckets "
              "registered)" % seen_copies)
+    # DDP's first buckets (replaced after the first step) stay registered, so held, only through
+    # that step; buckets a later step uses again stay registered
+    if cfd.backend() == "shm" and (kept[0] or not kept[-1]):
+        fail("allreduce_hook on shm: buckets registered after each step %r, want the first step's let go "
+             "and the last step's kept" % kept)
     for s, (a, b) in enumerate(zip(ref_g, got_g)):
         if not torch.allclose(a, b, rtol=1e-5, atol=1e-7):
             fail("allreduce_hook: step %d's averaged gradients differ from DDP's own (max %g)"
@@ -450,6 +457,21 @@ def registered(me, R):
     cfd.unregister(t)
     if cfd.registered(t):
         fail("unregister: still registered")
+    # compile_step's buckets: zeros made in shared memory (nothing to move), registered as they are
+    z = cfd._shared_zeros(n, torch.float64)
+    if z is not None:
+        ptr = z.storage().data_ptr()
+        if not z.is_shared() or z.shape != (n,) or z.dtype != torch.float64 or z.abs().max() != 0:
+            fail("_shared_zeros: shared %s, shape %s, %s, max %s" % (z.is_shared(), z.shape, z.dtype, z.abs().max()))
+        z[:] = torch.from_numpy(np.random.default_rng([12, me]).standard_normal(n))
+        if not cfd.register(z) or z.storage().data_ptr() != ptr:
+            fail("_shared_zeros: register moved it or refused it")
+        cfd.all_reduce(z)
+        want = sum(np.random.default_rng([12, r]).standard_normal(n) for r in range(R))
+        if cfd.last_copies() != (0, 0) or np.abs(z.numpy() - want).max() > 1e-12 * R:
+            fail("_shared_zeros: all_reduce copies %r, off the float64 sum by %g"
+                 % (cfd.last_copies(), np.abs(z.numpy() - want).max()))
+        cfd.unregister(z)
 
 
 def mismatch(me, R):

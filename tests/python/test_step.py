@@ -9,8 +9,11 @@ node that does not feed it, the leaves as graph nodes, and the refusals.
 Argument: the collfuse command line. Skips (77) without python3-torch."""
 
 import copy
+import ctypes
+import gc
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -91,6 +94,40 @@ for c in copies:
     if c.prev is not grad or list(grad.users) != [c]:
         fail("the copy %s of gradient %s is not its only use right after it (users %s)"
              % (c.name, grad.name, list(grad.users)))
+
+# ---- the trace's garbage is freed by compile_step itself: make_fx leaves reference cycles that
+# hold the traced activations (here a convolution's 460 KB; ResNet-18's 43 MB), which waited for
+# the cyclic collector's next full pass
+if platform.libc_ver()[0] == "glibc" and hasattr(ctypes.CDLL(None), "mallinfo2"):
+    class _MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _mi = ctypes.CDLL(None).mallinfo2
+    _mi.restype = _MallInfo2
+    in_use = lambda: _mi().uordblks + _mi().hblkhd
+    gc.collect()
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(16 * 30 * 30, 10))
+    conv_step = ct.compile_step(conv, torch.nn.functional.cross_entropy,
+                            (torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))))
+    before = in_use()
+    gc.collect()
+    if before - in_use() > 64 << 10:
+        fail("compile_step left %d KiB of the trace for the cyclic collector" % ((before - in_use()) >> 10))
+    del conv_step, conv
+
+# ---- the hooks' module imports no tracer (33 MB resident: proxy_tensor, sympy) until
+# compile_step is asked for
+LAZY = """
+import json, sys
+import collfuse.torch as ct
+before = sorted(m for m in ("collfuse.step", "torch.fx.experimental.proxy_tensor") if m in sys.modules)
+import collfuse.step
+print(json.dumps({"before": before, "same": ct.compile_step is collfuse.step.compile_step}))
+"""
+r = subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True)
+if r.returncode or json.loads(r.stdout.strip().splitlines()[-1]) != {"before": [], "same": True}:
+    fail("import collfuse.torch: %s%s" % (r.stdout[-1000:], r.stderr[-2000:]))
 
 # ---- keep_memory: glibc's malloc keeps what a step frees mapped, so the
 # next step's tensors take no page faults (a process of its own: the

@@ -54,6 +54,12 @@ def run_step(rank, seed, steps):
     m = mlp(seed + rank)  # different per rank: compile_step starts every rank from rank 0's
     opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
     step = ct.compile_step(m, torch.nn.functional.mse_loss, batch(rank, 0), optimizer=opt, split="bytes:1K")
+    # rank 0's parameters came through the buckets, one broadcast per bucket (a broadcast per
+    # parameter kept an executable and its arena per shape); the buffers (BatchNorm's) their own
+    sizes = {f.numel() for f in step.flat} | {n for b in m.buffers() for n in (b.numel(), b.numel() * b.element_size())}
+    per = [k for k in cfd._world.cache if k[0] == "broadcast" and k[2] not in sizes]
+    if per:
+        fail("rank %d: parameters broadcast one by one (%r), not through the buckets %r" % (rank, per, sorted(sizes)))
     losses = []
     for k in range(steps):
         losses.append(step(*batch(rank, k)).item())
