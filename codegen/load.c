@@ -153,7 +153,8 @@ typedef struct cf_kload {
   cf_objcache cache;
   bool have_target; /* the host record was read */
   uint64_t th;      /* its target hash */
-  kl_kernel *v;     /* the kernels linked here */
+  kl_kernel **v;    /* the kernels linked here, each allocated alone: trace events point
+                       at their names for as long as the context lives */
   int n, cap;
 } cf_kload;
 
@@ -161,7 +162,7 @@ static void kload_free(void *p) {
   cf_kload *L = p;
   if (!L) return;
   for (int i = 0; i < L->n; i++)
-    cf_elf_unmap(&L->v[i].img);
+    cf_elf_unmap(&L->v[i]->img), free(L->v[i]);
   free(L->v);
   cf_objcache_close(&L->cache);
   pthread_mutex_destroy(&L->lock);
@@ -207,7 +208,7 @@ static bool kernel_cached(cf_context *ctx, const cf_kernel_key *key, void **fn) 
   const char *name = NULL;
   pthread_mutex_lock(&L->lock);
   for (int i = 0; i < L->n && !*fn; i++)
-    if (same_key(&L->v[i].key, key)) *fn = L->v[i].fn, name = L->v[i].name;
+    if (same_key(&L->v[i]->key, key)) *fn = L->v[i]->fn, name = L->v[i]->name;
   if (!*fn && !jit && L->cache.enabled) {
     cache = 1;
     void *data;
@@ -216,14 +217,20 @@ static bool kernel_cached(cf_context *ctx, const cf_kernel_key *key, void **fn) 
     cf_kernel_name(key, k.name, sizeof k.name);
     if (L->n == L->cap) {
       int cap = L->cap ? 2 * L->cap : 16;
-      kl_kernel *v = realloc(L->v, sizeof *v * (size_t)cap);
+      kl_kernel **v = realloc(L->v, sizeof *v * (size_t)cap);
       if (v) L->v = v, L->cap = cap;
     }
     if (L->n < L->cap && cf_objcache_load_hash(ctx, &L->cache, L->th, key, &data, &size)) {
       if (cf_elf_link(data, size, k.name, &k.img, &k.fn, why, sizeof why)) {
-        L->v[L->n] = k;
-        *fn = k.fn;
-        name = L->v[L->n++].name;
+        kl_kernel *kept = malloc(sizeof *kept);
+        if (kept) {
+          *kept = k;
+          L->v[L->n++] = kept;
+          *fn = k.fn;
+          name = kept->name;
+        } else {
+          cf_elf_unmap(&k.img);
+        }
       } else {
         cf_log(ctx, CF_LOG_INFO,
                "codegen: cached %s is not linked without LLVM (%s); the LLVM module links it",
