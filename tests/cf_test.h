@@ -37,4 +37,16 @@ static int teardown(void **state) {
       fail_msg("message '%s' lacks '%s'", cf_context_errmsg(ctx), (substr));            \
   } while (0)
 
+/* A log sink that appends each message, one a line, to a cf_logbuf
+ * (cf_context_set_log(c, cf_logbuf_sink, &buf)); what does not fit is cut. */
+typedef struct cf_logbuf {
+  char text[8192];
+} cf_logbuf;
+static inline void cf_logbuf_sink(void *user, cf_log_level lvl, const char *msg) {
+  (void)lvl;
+  cf_logbuf *lb = user;
+  size_t n = strlen(lb->text);
+  snprintf(lb->text + n, sizeof lb->text - n, "%s\n", msg);
+}
+
 #endif

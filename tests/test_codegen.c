@@ -967,25 +967,16 @@ static void rm_tree(const char *dir) {
   rmdir(dir);
 }
 
-typedef struct logbuf {
-  char text[8192];
-} logbuf;
-static void log_sink(void *user, cf_log_level lvl, const char *msg) {
-  (void)lvl;
-  logbuf *lb = user;
-  size_t n = strlen(lb->text);
-  snprintf(lb->text + n, sizeof lb->text - n, "%s\n", msg);
-}
 
 /* a fresh context's compile time for the 3-ary float32 sum, checking the
  * kernel computes (and with second, then the 2-ary float32 max in the same
  * context); *log gets what the context logged */
-static double fresh_compile_in(logbuf *log, bool second) {
+static double fresh_compile_in(cf_logbuf *log, bool second) {
   cf_context *c;
   assert_int_equal(cf_context_create(&c), CF_OK);
   if (log) {
     log->text[0] = '\0';
-    cf_context_set_log(c, log_sink, log);
+    cf_context_set_log(c, cf_logbuf_sink, log);
   }
   double ms = -1;
   cf_kernel_nary_fn fn;
@@ -1012,7 +1003,7 @@ static double fresh_compile_in(logbuf *log, bool second) {
   return ms;
 }
 
-static double fresh_compile(logbuf *log) { return fresh_compile_in(log, false); }
+static double fresh_compile(cf_logbuf *log) { return fresh_compile_in(log, false); }
 
 static void corrupt(const char *path, long at, bool truncate_it) {
   struct stat sb;
@@ -1085,7 +1076,7 @@ static void test_object_cache(void **state) {
   snprintf(sub, sizeof sub, "%s/collfuse", dir);
   setenv("XDG_CACHE_HOME", dir, 1);
   unsetenv("COLLFUSE_CACHE");
-  logbuf log;
+  cf_logbuf log;
 
   assert_true(fresh_compile(NULL) > 0); /* compiled and stored */
   assert_int_equal(count_objects(sub, file, sizeof file), 1);
@@ -1107,7 +1098,7 @@ static void test_object_cache(void **state) {
   assert_int_equal(rename(file, other), 0);
   cf_context *c;
   assert_int_equal(cf_context_create(&c), CF_OK);
-  cf_context_set_log(c, log_sink, &log);
+  cf_context_set_log(c, cf_logbuf_sink, &log);
   log.text[0] = '\0';
   double ms = 0;
   kernel(c,
@@ -1149,7 +1140,7 @@ static void test_object_cache(void **state) {
 /* A fresh context's compile time for the 3-ary float32 sum (checked as
  * fresh_compile does) after which it compiles a second kernel, the 2-ary
  * float32 max; *warnings gets the warnings it logged, log the text. */
-static double compile_two(logbuf *log, int *warnings) {
+static double compile_two(cf_logbuf *log, int *warnings) {
   double ms = fresh_compile_in(log, true);
   *warnings = 0;
   for (const char *p = log->text; (p = strstr(p, "the cache is ignored")); p++) ++*warnings;
@@ -1167,7 +1158,7 @@ static void test_object_cache_trust(void **state) {
   snprintf(aside, sizeof aside, "%s/aside.o", dir);
   setenv("XDG_CACHE_HOME", dir, 1);
   unsetenv("COLLFUSE_CACHE");
-  logbuf log;
+  cf_logbuf log;
   int warns;
   struct stat sb;
 

@@ -35,15 +35,6 @@ static double urand(void) { return (double)(xrand() >> 11) / 9007199254740992.0 
 static char dir[] = "/tmp/cf_kcache_XXXXXX";
 static char sub[64];
 
-typedef struct logbuf {
-  char text[8192];
-} logbuf;
-static void log_sink(void *user, cf_log_level lvl, const char *msg) {
-  (void)lvl;
-  logbuf *lb = user;
-  size_t n = strlen(lb->text);
-  snprintf(lb->text + n, sizeof lb->text - n, "%s\n", msg);
-}
 
 /* the kernel for k in c; *ms its compile time (0: from a cache) */
 static void *kernel(cf_context *c, cf_kernel_key k, double *ms) {
@@ -311,11 +302,11 @@ static void flip(const char *path, size_t at, long mac_at) {
 
 /* A fresh context's 3-ary float32 sum: its compile time, whether it loaded
  * the module, and its log. */
-static double fresh(logbuf *log, bool *module) {
+static double fresh(cf_logbuf *log, bool *module) {
   cf_context *c;
   assert_int_equal(cf_context_create(&c), CF_OK);
   log->text[0] = '\0';
-  cf_context_set_log(c, log_sink, log);
+  cf_context_set_log(c, cf_logbuf_sink, log);
   double ms;
   kernel(c, keys[0], &ms);
   *module = c->codegen_ops != NULL;
@@ -325,7 +316,7 @@ static double fresh(logbuf *log, bool *module) {
 
 static void test_fallback(void **state) {
   (void)state;
-  logbuf log;
+  cf_logbuf log;
   bool module;
   char rec[600], entry[600];
   assert_true(fresh(&log, &module) == 0 && !module); /* warm from the tests before */
