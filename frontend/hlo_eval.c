@@ -614,7 +614,9 @@ static cf_status eval_cbcast(hlo_reader *r, hinstr *in, bool at_entry, const hva
 
 /* all-to-all: the array form (one operand, dimensions={d}: split and
  * concatenated along d, the shape kept) or the tuple form (one operand per
- * rank of the group, operand j to rank j), as an AllToAll node. */
+ * rank of the group, operand j to rank j), as an AllToAll node; StableHLO's
+ * variadic form (split_dimension and concat_dimension with several
+ * operands, each split and concatenated alone) as one AllToAll per operand. */
 static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
                                hval *out) {
   const hshape *res = &in->shape;
@@ -634,7 +636,7 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
   }
   /* StableHLO's split_dimension and concat_dimension (decimal), else dimensions={d} */
   const hattr *sd = cf_hlo_attr(in, "split_dimension"), *cd = cf_hlo_attr(in, "concat_dimension");
-  bool split_concat = !tuple && sd && cd;
+  bool split_concat = sd && cd;
   if (!split_concat && (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != !tuple))
     return cf_hlo_fail(r, in->line,
                        "instruction '%s': all-to-all needs dimensions={d} with one operand and "
@@ -657,30 +659,43 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
                        "instruction '%s': split_count=%lld but its replica groups have %lld "
                        "devices",
                        in->name, (long long)count, (long long)size);
-  if ((st = add_node(r, in->name, "", at_entry, CF_OP_ALLTOALL, in->line, &idx))) return st;
-  r->n_refs = 0;
-  for (int i = 0; i < n; i++)
-    if ((st = push_ref(r, ops[i]->ref, in->line))) return st;
-  if ((st = cf_node_set_inputs(r->g, idx, n, r->refs))) return st;
-  if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
-  /* combinable, with XLA's keys, as every collective read from HLO or
-   * StableHLO (the tuple form stays alone in the combiner all the same) */
-  if ((st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
-  char *key;
-  if ((st = combine_key(r, in, &key))) return st;
-  if (key) st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line);
-  free(key);
-  if (st) return st;
-  if (!tuple) {
-    const char *split = buf, *concat = buf;
-    snprintf(buf, sizeof buf, "%lld", split_concat ? 0 : (long long)dims[0]);
-    if (split_concat && (!(split = cf_hlo_str(r, sd->val.p, sd->val.n)) ||
-                         !(concat = cf_hlo_str(r, cd->val.p, cd->val.n))))
-      return cf_hlo_oom(r, in->line);
-    if ((st = set_str(r, idx, CF_A_SPLIT_DIMENSION, split, in->line)) ||
-        (st = set_str(r, idx, CF_A_CONCAT_DIMENSION, concat, in->line)) ||
-        (st = set_type(r, idx, res, in->line)))
-      return st;
+  bool each = tuple && split_concat; /* StableHLO's variadic form */
+  hval v = {.n = n, .depth = 1};
+  if (each && !(v.elem = cf_arena_array(&r->scratch, (size_t)n, sizeof *v.elem)))
+    return cf_hlo_oom(r, in->line);
+  for (int k = 0; k < (each ? n : 1); k++) {
+    char suffix[24] = "";
+    if (each) snprintf(suffix, sizeof suffix, "#%d", k);
+    if ((st = add_node(r, in->name, suffix, at_entry, CF_OP_ALLTOALL, in->line, &idx))) return st;
+    r->n_refs = 0;
+    for (int i = each ? k : 0; i < (each ? k + 1 : n); i++)
+      if ((st = push_ref(r, ops[i]->ref, in->line))) return st;
+    if ((st = cf_node_set_inputs(r->g, idx, r->n_refs, r->refs))) return st;
+    if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
+    /* combinable, with XLA's keys, as every collective read from HLO or
+     * StableHLO (the tuple form stays alone in the combiner all the same) */
+    if ((st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
+    char *key;
+    if ((st = combine_key(r, in, &key))) return st;
+    if (key) st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line);
+    free(key);
+    if (st) return st;
+    if (!tuple || each) {
+      const char *split = buf, *concat = buf;
+      snprintf(buf, sizeof buf, "%lld", split_concat ? 0 : (long long)dims[0]);
+      if (split_concat && (!(split = cf_hlo_str(r, sd->val.p, sd->val.n)) ||
+                           !(concat = cf_hlo_str(r, cd->val.p, cd->val.n))))
+        return cf_hlo_oom(r, in->line);
+      if ((st = set_str(r, idx, CF_A_SPLIT_DIMENSION, split, in->line)) ||
+          (st = set_str(r, idx, CF_A_CONCAT_DIMENSION, concat, in->line)) ||
+          (st = set_type(r, idx, each ? &res->elem[k] : res, in->line)))
+        return st;
+    }
+    if (each) v.elem[k] = (hval){.n = -1, .ref = {idx, 0}, .type = &res->elem[k]};
+  }
+  if (each) {
+    *out = v;
+    return CF_OK;
   }
   return shape_value(r, res, idx, &port, out, in->line);
 }

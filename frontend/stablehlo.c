@@ -530,10 +530,6 @@ static cf_status collective(sh_reader *s, hinstr *in, const char *p, const char 
         return cf_hlo_fail(r, in->line, "op '%s': channel_handle: bad handle", in->name);
     }
     if (id > 0) kv[n++] = "channel_id", kv[n++] = "1";
-    /* collective_broadcast with a channel is cross_partition: partition ids,
-     * which are the devices when there is one replica */
-    if (id > 0 && !strcmp(hlo_opcode, "collective-broadcast") && r->replicas <= 1)
-      kv[n++] = "use_global_device_ids", kv[n++] = "true";
   }
   if (cf_sh_attr(s, p, e, "use_global_device_ids", &v))
     kv[n++] = "use_global_device_ids", kv[n++] = "true";
@@ -807,8 +803,9 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
       return st;
   } else if (sn.p != op.p && cf_span_is(sn, "all_gather")) {
     if ((st = collective(s, in, after, colon, "all-gather", "all_gather_dim"))) return st;
-  } else if (sn.p != op.p && cf_span_is(sn, "all_to_all") && in->n_opnd == 1) {
-    /* one operand (several are each exchanged on their own, no IR op) */
+  } else if (sn.p != op.p && cf_span_is(sn, "all_to_all")) {
+    /* several operands are each split, exchanged and concatenated on their
+     * own (eval_alltoall: one AllToAll each) */
     if ((st = collective(s, in, after, colon, "all-to-all", NULL)) ||
         (st = dim_attrs(s, in, after, colon)))
       return st;
