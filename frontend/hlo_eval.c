@@ -486,6 +486,28 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
   }
+  /* the reducer's parameters are scalars of the operands' element type;
+   * a wider one of the same kind (StableHLO's promotable types: an f32 sum
+   * in f64, whose result is f64) has no IR op, another is wrong */
+  bool same_dt = true;
+  for (int i = 1; i < n; i++)
+    same_dt &= ops[i]->type->dt == ops[0]->type->dt;
+  const hcomp *rc = kind != 1 ? cf_hlo_attr_comp(r, in, "to_apply") : NULL;
+  for (int i = 0; rc && i < rc->n_ins; i++) {
+    const hshape *t = &rc->ins[i].shape;
+    cf_dtype want = ops[0]->type->dt;
+    if (param_number(rc, i) < 0 || widened || (t->n < 0 && !t->s.rank && (!same_dt || t->dt == want)))
+      continue;
+    if (t->n < 0 && !t->s.rank && t->exact && cf_dtype_size(t->dt) > cf_dtype_size(want) &&
+        cf_dtype_is_float(t->dt) == cf_dtype_is_float(want) && want != CF_DT_BOOL) {
+      snprintf(note, sizeof note, "%s (reduced in the wider %s)", opc, cf_dtype_name(t->dt));
+      return emit_opaque(r, in, at_entry, ops, note, out);
+    }
+    return cf_hlo_fail(r, in->line,
+                       "instruction '%s': %s's reducer takes parameters other than scalars of "
+                       "its operands' element type %s",
+                       in->name, opc, cf_dtype_name(want));
+  }
   int64_t dim = 0; /* all_gather_dimension / scatter_dimension */
   if (kind != 0) {
     int64_t dims[2];
@@ -505,9 +527,6 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
      * every other Opaque op: cf_graph_note_opaque) */
     return emit_opaque(r, in, at_entry, ops, note, out);
   }
-  bool same_dt = true;
-  for (int i = 1; i < n; i++)
-    same_dt &= ops[i]->type->dt == ops[0]->type->dt;
   /* one node: a plain collective, or a fused one for a tuple of one dtype */
   int nodes = tuple && !same_dt ? n : 1;
   hval v = {.n = tuple ? n : -1};

@@ -290,7 +290,7 @@ static const char collectives_module[] =
     "i64, split_dimension = 0 : i64}> : (tensor<8x4xf32>, tensor<8x4xf32>) -> "
     "(tensor<8x4xf32>, tensor<8x4xf32>)\n"
     "    %6 = \"stablehlo.all_reduce\"(%5#0) <{channel_handle = #stablehlo.channel_handle<handle = "
-    "5, type = 1>, replica_groups = dense<[[0, 1, 2], [3, 4, -1]]> : tensor<2x3xi64>, "
+    "5, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4], [5, 6, 7, -1, -1]]> : tensor<2x5xi64>, "
     "use_global_device_ids}> ({\n"
     "    ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
     "      %s = stablehlo.add %a, %b : tensor<f32>\n"
