@@ -521,10 +521,13 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   }
   const hgset *gs = NULL;
   if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
+  if (gs->n_sub && !gs->name && kind != 0) /* XLA's verifier and StableHLO's say so too */
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s needs replica groups of one size",
+                       in->name, opc);
   if (gs->n_sub && !gs->name) {
     snprintf(note, sizeof note, "%s over %d replica groups of different sizes", opc, gs->n_sub);
     /* the parts of an IR group are communicators of one size (reported with
-     * every other Opaque op: cf_graph_note_opaque) */
+     * every other Opaque op: cf_graph_note_opaque); all-reduce allows them */
     return emit_opaque(r, in, at_entry, ops, note, out);
   }
   /* one node: a plain collective, or a fused one for a tuple of one dtype */
@@ -663,11 +666,9 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
                        in->name);
   const hgset *gs = NULL;
   if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
-  if (gs->n_sub && !gs->name) {
-    snprintf(note, sizeof note, "%s over %d replica groups of different sizes", in->opcode,
-             gs->n_sub);
-    return emit_opaque(r, in, at_entry, ops, note, out);
-  }
+  if (gs->n_sub && !gs->name)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s needs replica groups of one size",
+                       in->name, in->opcode);
   const hattr *sc = cf_hlo_attr(in, "split_count"); /* StableHLO: must be the group size */
   int64_t count = -1,
           size = gs->n_sub ? gs->off[1] - gs->off[0]
