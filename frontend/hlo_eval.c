@@ -1237,6 +1237,24 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
       argv[i] = *ops[i];
     if (!st) st = eval_comp(r, callee, argv, in->n_opnd, out);
     free(argv);
+  } else if (!strcmp(op, "async-start") && cf_hlo_attr_comp(r, in, "calls")) {
+    /* the computation it calls, run as a call ((operands), result) for
+     * async-update and async-done, as XLA's async wrapping of a collective
+     * (AsyncCollectiveCreator) runs it */
+    hval *pair = cf_arena_array(&r->scratch, 2, sizeof *pair);
+    hval *argv = in->n_opnd ? cf_arena_array(&r->scratch, (size_t)in->n_opnd, sizeof *argv) : NULL;
+    if (!pair || (in->n_opnd && !argv)) return cf_hlo_oom(r, in->line);
+    pair[0] = (hval){.n = in->n_opnd, .elem = argv};
+    for (int i = 0; i < in->n_opnd; i++) {
+      argv[i] = *ops[i];
+      if (argv[i].depth + 1 > pair[0].depth) pair[0].depth = argv[i].depth + 1;
+    }
+    st = eval_comp(r, cf_hlo_attr_comp(r, in, "calls"), argv, in->n_opnd, &pair[1]);
+    *out = (hval){.n = 2, .elem = pair,
+                  .depth = 1 + (pair[0].depth > pair[1].depth ? pair[0].depth : pair[1].depth)};
+  } else if ((!strcmp(op, "async-update") || !strcmp(op, "async-done")) && in->n_opnd == 1 &&
+             ops[0]->n == 2) {
+    *out = !strcmp(op, "async-done") ? ops[0]->elem[1] : *ops[0];
   } else if (!strcmp(op, "while") || !strcmp(op, "conditional")) {
     st = eval_control(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "all-reduce") || !strcmp(op, "all-reduce-start") ||
@@ -1371,15 +1389,17 @@ static int64_t implied_world(hlo_reader *r) {
     const hcomp *c = &r->comps[ci];
     for (int k = 0; k < c->n_ins; k++) {
       const hinstr *in = &c->ins[k];
-      bool gather = !strcmp(in->opcode, "all-gather");
+      bool gather = !strncmp(in->opcode, "all-gather", 10),
+           start = strstr(in->opcode, "-start") != NULL; /* shape (operand, result) */
       const hattr *rg = cf_hlo_attr(in, "replica_groups");
       int64_t d;
       int nd, j = in->n_opnd == 1 ? cf_hlo_map_find(&c->map, in->opnd[0]) : -1;
-      if ((!gather && strcmp(in->opcode, "reduce-scatter")) || j < 0 ||
+      if ((!gather && strncmp(in->opcode, "reduce-scatter", 14)) || j < 0 ||
+          strstr(in->opcode, "-done") || (start && in->shape.n != 2) ||
           (rg && !cf_span_is(rg->val, "{}")) || !int_set(cf_hlo_attr(in, "dimensions"), &d, 1, &nd) ||
           nd != 1)
         continue;
-      const hshape *a = &c->ins[j].shape, *b = &in->shape;
+      const hshape *a = &c->ins[j].shape, *b = start ? &in->shape.elem[1] : &in->shape;
       if (gather) {
         const hshape *t = a;
         a = b;
