@@ -188,7 +188,8 @@ static bool continues(const sh_reader *s, const char *start, const char *p, cons
     b--;
   if (b - start >= 2 && b[-2] == '-' && b[-1] == '>') return true;
   p = cf_hlo_skip(p, e);
-  if (p < e && (*p == '{' || *p == '(' || *p == '<' || *p == ':')) return true;
+  if (p < e && ((*p == '{' && !(e - p >= 2 && p[1] == '-')) || *p == '(' || *p == '<' || *p == ':'))
+    return true; /* (`{-# dialect_resources ... #-}` starts a statement of its own) */
   if (e - p >= 2 && p[0] == '-' && p[1] == '>') return true;
   const char *w = p;
   while (p < e && (isalnum((unsigned char)*p) || *p == '_'))

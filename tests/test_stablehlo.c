@@ -394,7 +394,8 @@ static void test_wrapped_signature(void **state) {
                       "        -> tensor<3xi32>\n"
                       "    func.return %0, %1 : tensor<1x2xi64>, tensor<3xi32>\n"
                       "  }\n"
-                      "}\n");
+                      "}\n"
+                      "{-#\n  dialect_resources: {\n    builtin: {\n    }\n  }\n#-}\n");
   assert_int_equal(node(g, "0")->op, CF_OP_ALLREDUCE);
   assert_int_equal(node(g, "0")->line, 5);
   assert_int_equal(node(g, "1")->op, CF_OP_ALLGATHER);
