@@ -1206,7 +1206,8 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
         }
       }
     } else if (meshes &&
-               (cf_sh_word_at(p, e, "sdy.mesh") || cf_sh_word_at(p, e, "stablehlo.mesh"))) {
+               (cf_sh_word_at(p, e, "sdy.mesh") || cf_sh_word_at(p, e, "stablehlo.mesh") ||
+                cf_sh_word_at(p, e, "\"sdy.mesh\""))) {
       st = cf_sh_mesh_decl(s, p, pe, line);
     } /* #alias = ..., other top-level ops: nothing to import */
     line += cf_sh_count_nl(s, p, pe);

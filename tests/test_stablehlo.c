@@ -435,6 +435,29 @@ static void test_broadcast_cross_partition(void **state) {
   }
 }
 
+/* StableHLO's replica_group_mesh_axes over an inline #stablehlo.mesh, a
+ * generic "sdy.mesh"() declaration and #stablehlo.axis_ref axes: the
+ * groups the peer's CHECK lines expect (openxla/stablehlo's
+ * mesh_axes_replica_group_compatibility.mlir, transcribed). */
+static void test_mesh_axes_compat(void **state) {
+  (void)state;
+  static const char *const cases[][2] = {
+      {"all_reduce_rgv3", "0,2|1,3"},     {"all_gather_rgv3", "0,1|2,3"},
+      {"all_to_all_rgv3", "0,2|1,3"},     {"all_reduce_sdy_mesh", "0,2|1,3"},
+      {"all_reduce_sdy_mesh_max", "0"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/stablehlo/peers/compat_%s.mlir", CF_SOURCE_DIR,
+             cases[i][0]);
+    cf_graph *g = load(path);
+    const cf_node *c = node(g, "0");
+    assert_true(cf_op_is_collective(c->op));
+    assert_group(g, cf_node_group(c), cases[i][1]);
+    cf_graph_destroy(g);
+  }
+}
+
 static void test_permute_ring(void **state) {
   (void)state;
   /* a ring over every device: 256 pairs, 512 ids */
@@ -754,6 +777,7 @@ int main(void) {
       cmocka_unit_test(test_collectives),  cmocka_unit_test(test_alltoall_permute),
       cmocka_unit_test(test_permute_ring), cmocka_unit_test(test_calls_and_manual),
       cmocka_unit_test(test_wrapped_signature), cmocka_unit_test(test_broadcast_cross_partition),
+      cmocka_unit_test(test_mesh_axes_compat),
       cmocka_unit_test(test_sniff),        cmocka_unit_test(test_errors),
       cmocka_unit_test(test_reducers),     cmocka_unit_test(test_many_meshes),
   };
