@@ -496,7 +496,8 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   for (int i = 0; rc && i < rc->n_ins; i++) {
     const hshape *t = &rc->ins[i].shape;
     cf_dtype want = ops[0]->type->dt;
-    if (param_number(rc, i) < 0 || widened || (t->n < 0 && !t->s.rank && (!same_dt || t->dt == want)))
+    if (param_number(rc, i) < 0 || widened ||
+        (t->n < 0 && !t->s.rank && (!same_dt || t->dt == want)))
       continue;
     if (t->n < 0 && !t->s.rank && t->exact && cf_dtype_size(t->dt) > cf_dtype_size(want) &&
         cf_dtype_is_float(t->dt) == cf_dtype_is_float(want) && want != CF_DT_BOOL) {
@@ -1250,7 +1251,8 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
       if (argv[i].depth + 1 > pair[0].depth) pair[0].depth = argv[i].depth + 1;
     }
     st = eval_comp(r, cf_hlo_attr_comp(r, in, "calls"), argv, in->n_opnd, &pair[1]);
-    *out = (hval){.n = 2, .elem = pair,
+    *out = (hval){.n = 2,
+                  .elem = pair,
                   .depth = 1 + (pair[0].depth > pair[1].depth ? pair[0].depth : pair[1].depth)};
   } else if ((!strcmp(op, "async-update") || !strcmp(op, "async-done")) && in->n_opnd == 1 &&
              ops[0]->n == 2) {
@@ -1396,8 +1398,8 @@ static int64_t implied_world(hlo_reader *r) {
       int nd, j = in->n_opnd == 1 ? cf_hlo_map_find(&c->map, in->opnd[0]) : -1;
       if ((!gather && strncmp(in->opcode, "reduce-scatter", 14)) || j < 0 ||
           strstr(in->opcode, "-done") || (start && in->shape.n != 2) ||
-          (rg && !cf_span_is(rg->val, "{}")) || !int_set(cf_hlo_attr(in, "dimensions"), &d, 1, &nd) ||
-          nd != 1)
+          (rg && !cf_span_is(rg->val, "{}")) ||
+          !int_set(cf_hlo_attr(in, "dimensions"), &d, 1, &nd) || nd != 1)
         continue;
       const hshape *a = &c->ins[j].shape, *b = start ? &in->shape.elem[1] : &in->shape;
       if (gather) {

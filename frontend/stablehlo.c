@@ -1123,6 +1123,8 @@ static cf_status parse_func(sh_reader *s, const char *p, const char *e, int line
   const char *body = NULL;
   for (const char *t = ae; t < e; t = cf_sh_step(s, t, e))
     if (*t == '{') body = t;
+  *idx = -1;
+  if (!body && !*public) return CF_OK; /* a private declaration (external): nothing to read */
   if (!body || cf_hlo_skip(cf_sh_past(s, body, e), e) != e)
     return cf_hlo_fail(r, line, "function '%s': expected a body '{ ... }'", name);
   /* -> T, or -> (T {attrs}, ...), then maybe `attributes {...}` */
@@ -1195,7 +1197,7 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
     } else if (!meshes && cf_sh_word_at(p, e, "func.func")) {
       bool pub;
       int idx;
-      if (!(st = parse_func(s, p, pe, line, &pub, &idx))) {
+      if (!(st = parse_func(s, p, pe, line, &pub, &idx)) && idx >= 0) {
         if (!strcmp(s->comps[idx].name, "main")) {
           *main_idx = idx;
           *main_line = line;

@@ -503,7 +503,8 @@ static cf_status mesh_axes_attr(sh_reader *s, const char *p, const char *e, int 
     const char *open = q;
     while (open < ae && *open != '<' && *open != '{')
       open++;
-    const char *close = open < ae ? cf_sh_find_top(s, open + 1, ae, *open == '<' ? '>' : '}') : NULL;
+    const char *close =
+        open < ae ? cf_sh_find_top(s, open + 1, ae, *open == '<' ? '>' : '}') : NULL;
     if (*open == '{') close = cf_sh_past(s, open, ae) - 1;
     cf_span nm, sv;
     int64_t sz;
@@ -512,7 +513,8 @@ static cf_status mesh_axes_attr(sh_reader *s, const char *p, const char *e, int 
         !cf_sh_attr(s, open + 1, close, "size", &sv) || !((t = sv.p), 1) ||
         !cf_hlo_read_int(&t, sv.p + sv.n, CF_MAX_WORLD, &sz))
       return cf_hlo_fail(r, line, "mesh: expected axes of a name = \"x\" and a size = N >= 1");
-    cf_status st = mesh_axis_add(r, line, axis, size, &na, &total, (cf_span){nm.p + 1, nm.n - 2}, sz);
+    cf_status st =
+        mesh_axis_add(r, line, axis, size, &na, &total, (cf_span){nm.p + 1, nm.n - 2}, sz);
     if (st) return st;
     q = cf_hlo_skip(close + 1, ae);
     if (q < ae && *q == ',') q = cf_hlo_skip(q + 1, ae);
@@ -529,7 +531,8 @@ static cf_status mesh_decl_generic(sh_reader *s, const char *p, const char *e, i
   cf_span nm, mv;
   if (!cf_sh_attr(s, p, e, "sym_name", &nm) || nm.n < 3 || *nm.p != '"' || nm.n - 2 > CF_MAX_NAME ||
       !cf_sh_attr(s, p, e, "stablehlo.mesh", &mv) || !mv.n || *mv.p != '{')
-    return cf_hlo_fail(r, line, "sdy.mesh: expected sym_name = \"NAME\" and stablehlo.mesh = {...}");
+    return cf_hlo_fail(r, line,
+                       "sdy.mesh: expected sym_name = \"NAME\" and stablehlo.mesh = {...}");
   nm = (cf_span){nm.p + 1, nm.n - 2};
   if (cf_hlo_mesh_find(r, nm))
     return cf_hlo_fail(r, line, "mesh '@%s' declared twice", CF_SPAN_QUOTE(nm));

@@ -286,8 +286,8 @@ static const char collectives_module[] =
     "dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>}> : (tensor<8x4xf32>) -> "
     "tensor<8x32xf32>\n"
     "    %5:2 = \"stablehlo.all_to_all\"(%3, %3) <{channel_handle = "
-    "#stablehlo.channel_handle<handle = 7, type = 1>, concat_dimension = 0 : i64, split_count = 8 : "
-    "i64, split_dimension = 0 : i64}> : (tensor<8x4xf32>, tensor<8x4xf32>) -> "
+    "#stablehlo.channel_handle<handle = 7, type = 1>, concat_dimension = 0 : i64, "
+    "split_count = 8 : i64, split_dimension = 0 : i64}> : (tensor<8x4xf32>, tensor<8x4xf32>) -> "
     "(tensor<8x4xf32>, tensor<8x4xf32>)\n"
     "    %6 = \"stablehlo.all_reduce\"(%5#0) <{channel_handle = #stablehlo.channel_handle<handle = "
     "5, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4], [5, 6, 7, -1, -1]]> : tensor<2x5xi64>, "
@@ -378,8 +378,8 @@ static void test_alltoall_permute(void **state) {
  * ones: `(T, T)\n -> (T, T) {` on a function, `(T) ->\n T` on an op. */
 static void test_wrapped_signature(void **state) {
   (void)state;
-  cf_graph *g = parse("w.mlir",
-                      "module @w {\n"
+  cf_graph *g =
+      parse("w.mlir", "module @w {\n"
                       "  func.func @f(%data0: tensor<1x2xi64>,\n"
                       "               %data1: tensor<3xi32>)\n"
                       "      -> (tensor<1x2xi64>, tensor<3xi32>) {\n"
@@ -402,6 +402,25 @@ static void test_wrapped_signature(void **state) {
   assert_int_equal(node(g, "1")->line, 11);
   assert_shape(&node(g, "data1")->out[0], CF_DT_INT32, "3");
   cf_graph_destroy(g);
+}
+
+/* A private function declared without a body (an external symbol, as
+ * openxla/stablehlo's verify_replica_groups_mesh_axes.mlir writes one) is
+ * nothing to read; a public one without a body is an error. */
+static void test_external_declaration(void **state) {
+  (void)state;
+  cf_graph *g = parse("d.mlir", "func.func private @mesh()\n"
+                                "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                                "  return %a : tensor<4xf32>\n"
+                                "}\n");
+  assert_int_equal(g->n_nodes, 2);
+  cf_graph_destroy(g);
+  cf_graph *bad = NULL;
+  const char *text = "func.func @pub(%a: tensor<4xf32>) -> tensor<4xf32>\n";
+  assert_int_equal(cf_graph_parse(ctx, "d.mlir", text, strlen(text), &bad), CF_ERR_INVALID);
+  assert_null(bad);
+  assert_string_equal(cf_context_errmsg(ctx),
+                      "d.mlir:1: error: function 'pub': expected a body '{ ... }'");
 }
 
 /* collective_broadcast with a channel_handle groups partition ids inside
@@ -442,8 +461,8 @@ static void test_broadcast_cross_partition(void **state) {
 static void test_mesh_axes_compat(void **state) {
   (void)state;
   static const char *const cases[][2] = {
-      {"all_reduce_rgv3", "0,2|1,3"},     {"all_gather_rgv3", "0,1|2,3"},
-      {"all_to_all_rgv3", "0,2|1,3"},     {"all_reduce_sdy_mesh", "0,2|1,3"},
+      {"all_reduce_rgv3", "0,2|1,3"},   {"all_gather_rgv3", "0,1|2,3"},
+      {"all_to_all_rgv3", "0,2|1,3"},   {"all_reduce_sdy_mesh", "0,2|1,3"},
       {"all_reduce_sdy_mesh_max", "0"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -771,15 +790,23 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dp_step),      cmocka_unit_test(test_hlo_twin),
-      cmocka_unit_test(test_forms),        cmocka_unit_test(test_captures),
+      cmocka_unit_test(test_dp_step),
+      cmocka_unit_test(test_hlo_twin),
+      cmocka_unit_test(test_forms),
+      cmocka_unit_test(test_captures),
       cmocka_unit_test(test_control_flow),
-      cmocka_unit_test(test_collectives),  cmocka_unit_test(test_alltoall_permute),
-      cmocka_unit_test(test_permute_ring), cmocka_unit_test(test_calls_and_manual),
-      cmocka_unit_test(test_wrapped_signature), cmocka_unit_test(test_broadcast_cross_partition),
+      cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_alltoall_permute),
+      cmocka_unit_test(test_permute_ring),
+      cmocka_unit_test(test_calls_and_manual),
+      cmocka_unit_test(test_wrapped_signature),
+      cmocka_unit_test(test_broadcast_cross_partition),
       cmocka_unit_test(test_mesh_axes_compat),
-      cmocka_unit_test(test_sniff),        cmocka_unit_test(test_errors),
-      cmocka_unit_test(test_reducers),     cmocka_unit_test(test_many_meshes),
+      cmocka_unit_test(test_external_declaration),
+      cmocka_unit_test(test_sniff),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_reducers),
+      cmocka_unit_test(test_many_meshes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
