@@ -35,7 +35,7 @@ local's, the step without any communication) that the row's step removes,
 floor, 0: as slow as gloo; issue 31 asks at least 0.8 of compile_step). --peer ROOT adds a
 row "peer": the collfuse hook of another checkout (its
 ROOT/build/libcollfuse.so and ROOT/python, e.g. main's beside a branch's),
-in the same rounds. Each run gets fresh ports (MASTER_PORT P with P + 1
+in the same rounds. Each run gets fresh ports (bench/ports.py: MASTER_PORT P with P + 1
 free for the shm world's rendezvous, and torchrun's own) and is started
 again on others when another process took one before the run bound it.
 """
@@ -43,54 +43,15 @@ again on others when another process took one before the run bound it.
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 
+import ports
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "ddp_train.py")
 HOOKS = ("none", "gloo", "collfuse", "step", "local")
-
-
-def port_pair():
-    """(P, Q): ports free now, P + 1 too. MASTER_PORT is P: torch's store
-    listens there and the shm world (collfuse's hook) meets at P + 1
-    (COLLFUSE_RENDEZVOUS's default); torchrun's own rendezvous at Q. Another
-    process may still take one before the run binds it: run() then starts
-    the run again on other ports (TRIES)."""
-    for _ in range(200):
-        with socket.socket() as a, socket.socket() as b, socket.socket() as c:
-            a.bind(("127.0.0.1", 0))
-            c.bind(("127.0.0.1", 0))
-            p = a.getsockname()[1]
-            try:
-                b.bind(("127.0.0.1", p + 1))
-            except (OSError, OverflowError):
-                continue
-            return p, c.getsockname()[1]
-    sys.exit("bench/ddp.py: no free ports P, P + 1 in 200 tries")
-
-
-TRIES = 5  # runs started on fresh ports when one was taken meanwhile
-
-
-def port_taken(p):
-    """Whether a failed run failed for a port another process took between
-    port_pair() and its bind (torch's store, torchrun's rendezvous, the shm
-    world's: each says EADDRINUSE's text)."""
-    return p.returncode != 0 and "address already in use" in (p.stdout + p.stderr).lower()
-
-
-def on_free_ports(start):
-    """start(master_port, rdzv_port) -> CompletedProcess, again on other
-    ports while it fails for a port taken meanwhile (at most TRIES runs)."""
-    for k in range(TRIES):
-        p = start(*port_pair())
-        if not port_taken(p) or k == TRIES - 1:
-            return p
-        print("bench/ddp.py: a port was taken before the run bound it: started again on others",
-              file=sys.stderr)
 
 
 def has_shm():
@@ -127,7 +88,7 @@ def run(model, hook, args):
     def start(master_port, rdzv_port):
         cmd, env = command(model, hook, args, master_port, rdzv_port)
         return subprocess.run(cmd, env=env, capture_output=True, text=True)
-    p = on_free_ports(start)
+    p = ports.on_free_ports(start, "bench/ddp.py")
     cmd = p.args
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or len(lines) != 1:

@@ -89,14 +89,42 @@ import itertools
 import operator
 import os
 import platform
+import sys
 import time
 import weakref
 
 import numpy as np
 import torch
 import torch.fx
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import functional_call
+
+
+def _import_make_fx():
+    """torch's make_fx, imported without sympy where neither it nor sympy
+    is imported yet: torch 1.13's symbolic_shapes imports sympy (30 MB
+    resident) for tracing_mode="symbolic" only, which the step does not
+    use; sympy is unimportable for this one import. The tracer's two
+    modules (imported without it) then leave sys.modules, so that a later
+    import of them (the user's own symbolic tracing) runs them anew, with
+    sympy."""
+    tracer, shapes = "torch.fx.experimental.proxy_tensor", "torch.fx.experimental.symbolic_shapes"
+    if tracer in sys.modules or shapes in sys.modules or "sympy" in sys.modules:
+        from torch.fx.experimental.proxy_tensor import make_fx
+        return make_fx
+    sys.modules["sympy"] = None  # import sympy raises ImportError
+    try:
+        from torch.fx.experimental.proxy_tensor import make_fx
+    finally:
+        del sys.modules["sympy"]
+        pkg = sys.modules.get("torch.fx.experimental")
+        for name in (tracer, shapes):
+            sys.modules.pop(name, None)
+            if pkg is not None:
+                pkg.__dict__.pop(name.rsplit(".", 1)[1], None)
+    return make_fx
+
+
+make_fx = _import_make_fx()
 
 from . import Context, Graph
 from . import distributed as _cfd
