@@ -13,7 +13,7 @@ references computed in float64 from every rank's random data (each rank
 makes all ranks' data from the same seeds); bad buffers refused before
 anything is sent (the ranks stay in step); float32 at sizes past the
 small-message algorithms; all_reduce with async_op=True (several started
-at once, a call without it after them); groups (shm world; MPI refuses them); and with torch, a small model
+at once, a call without it after them, matmul_reduce_scatter after one); groups (shm world; MPI refuses them); and with torch, a small model
 under DDP over gloo with collfuse's allreduce_hook against DDP without a
 hook, step by step, and its bf16 variant; last, ranks that call different
 collectives all raise. Besides: ranks that say they are on two hosts, a
@@ -215,6 +215,21 @@ def started(me, R):
     works[0].then(lambda wk: now.append(wk))
     if now != [works[0]]:
         fail("then() on an ended Work did not run at once: %r" % now)
+    # matmul_reduce_scatter right after a started all_reduce: it runs after
+    # it (the fused op on this thread, the all_reduce on collfuse's), not
+    # beside it in the same world
+    n, m, k, c = R * (1 << 18), R * 32, 64, 48
+    e = [data("float32", n, r, 3200) for r in range(R)]
+    x = e[me].copy()
+    w = cfd.all_reduce(x, async_op=True)
+    x1s = [data("float32", m * k, r, 3201).reshape(m, k) for r in range(R)]
+    x2s = [data("float32", k * c, r, 3202).reshape(k, c) for r in range(R)]
+    out = np.empty((m // R, c), dtype=np.float32)
+    cfd.matmul_reduce_scatter(out, x1s[me], x2s[me])
+    want = sum(a.astype(np.float64) @ b.astype(np.float64) for a, b in zip(x1s, x2s))[me * (m // R):(me + 1) * (m // R)]
+    close("float32", out, want, "matmul_reduce_scatter after a started all_reduce", R)
+    w.wait()
+    close("float32", x, reduce_ref("float32", "sum", e), "the all_reduce started before matmul_reduce_scatter", R)
 
 
 def groups(me, R):
