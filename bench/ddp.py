@@ -28,10 +28,14 @@ shared with other processes counted once across them (PSS MB: peak MB
 less Rss - Pss of rank 0's /proc/self/smaps_rollup after its last step,
 ddp_train.py's peak_pss_mb; other processes on the host that map the same
 libraries lower it too, so compare rows of one run); the table shows the
-median of the runs' medians and the ratios to gloo's. --peer ROOT adds a
+median of the runs' medians and the ratios to gloo's, and, when local
+was run, "gone": the share of gloo's exposed sync (gloo's step less
+local's, the step without any communication) that the row's step removes,
+(gloo step - step) / (gloo step - local step) of those medians (1: at the
+floor, 0: as slow as gloo; issue 31 asks at least 0.8 of compile_step). --peer ROOT adds a
 row "peer": the collfuse hook of another checkout (its
 ROOT/build/libcollfuse.so and ROOT/python, e.g. main's beside a branch's),
-in the same rounds. Each run gets fresh ports (MASTER_PORT P with P + 1
+in the same rounds. Each run gets fresh ports (bench/ports.py: MASTER_PORT P with P + 1
 free for the shm world's rendezvous, and torchrun's own) and is started
 again on others when another process took one before the run bound it.
 """
@@ -39,54 +43,15 @@ again on others when another process took one before the run bound it.
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 
+import ports
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "ddp_train.py")
 HOOKS = ("none", "gloo", "collfuse", "step", "local")
-
-
-def port_pair():
-    """(P, Q): ports free now, P + 1 too. MASTER_PORT is P: torch's store
-    listens there and the shm world (collfuse's hook) meets at P + 1
-    (COLLFUSE_RENDEZVOUS's default); torchrun's own rendezvous at Q. Another
-    process may still take one before the run binds it: run() then starts
-    the run again on other ports (TRIES)."""
-    for _ in range(200):
-        with socket.socket() as a, socket.socket() as b, socket.socket() as c:
-            a.bind(("127.0.0.1", 0))
-            c.bind(("127.0.0.1", 0))
-            p = a.getsockname()[1]
-            try:
-                b.bind(("127.0.0.1", p + 1))
-            except (OSError, OverflowError):
-                continue
-            return p, c.getsockname()[1]
-    sys.exit("bench/ddp.py: no free ports P, P + 1 in 200 tries")
-
-
-TRIES = 5  # runs started on fresh ports when one was taken meanwhile
-
-
-def port_taken(p):
-    """Whether a failed run failed for a port another process took between
-    port_pair() and its bind (torch's store, torchrun's rendezvous, the shm
-    world's: each says EADDRINUSE's text)."""
-    return p.returncode != 0 and "address already in use" in (p.stdout + p.stderr).lower()
-
-
-def on_free_ports(start):
-    """start(master_port, rdzv_port) -> CompletedProcess, again on other
-    ports while it fails for a port taken meanwhile (at most TRIES runs)."""
-    for k in range(TRIES):
-        p = start(*port_pair())
-        if not port_taken(p) or k == TRIES - 1:
-            return p
-        print("bench/ddp.py: a port was taken before the run bound it: started again on others",
-              file=sys.stderr)
 
 
 def has_shm():
@@ -123,7 +88,7 @@ def run(model, hook, args):
     def start(master_port, rdzv_port):
         cmd, env = command(model, hook, args, master_port, rdzv_port)
         return subprocess.run(cmd, env=env, capture_output=True, text=True)
-    p = on_free_ports(start)
+    p = ports.on_free_ports(start, "bench/ddp.py")
     cmd = p.args
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or len(lines) != 1:
@@ -137,6 +102,17 @@ def run(model, hook, args):
     copy_mb = statistics.median(r["copy_bytes"][args.warmup:]) / 2**20 if r.get("copy_bytes") else None
     cpu = statistics.median(r["cpu_ms"][args.warmup:]) if r.get("cpu_ms") else None  # a peer's may lack it
     return step, sync, exposed, share, copy_mb, r["peak_mb"], cpu, r.get("peak_pss_mb"), r["params"]
+
+
+def gone(gloo_step, local_step, step):
+    """The share of gloo's exposed gradient sync (its step less local's,
+    the step without communication) that a step removes: (gloo - step) /
+    (gloo - local); 1: the step is at the floor, 0: gloo's step, below 0:
+    slower than gloo. None without local, or where gloo's step is not above
+    local's (no sync exposed to remove)."""
+    if local_step is None or gloo_step <= local_step:
+        return None
+    return (gloo_step - step) / (gloo_step - local_step)
 
 
 def main():
@@ -178,21 +154,22 @@ def main():
                          "exposed_ms": exposed, "exposed_vs_step": share, "copy_mb": copy_mb, "peak_mb": peak,
                          "peak_pss_mb": pss, "step_vs_gloo": step / med("gloo", 0),
                          "sync_vs_gloo": sync / med("gloo", 1) if sync is not None else None,
-                         "exposed_vs_gloo_sync": exposed / med("gloo", 1) if exposed is not None else None})
+                         "exposed_vs_gloo_sync": exposed / med("gloo", 1) if exposed is not None else None,
+                         "gone": gone(med("gloo", 0), med("local", 0) if "local" in hooks else None, step)})
     if args.json:
         print(json.dumps({"launcher": args.launcher, "ranks": args.ranks, "steps": args.steps, "warmup": args.warmup,
                           "repeats": args.repeats, "batch": args.batch, "rows": rows}))
         return
     print("%s, %d processes, batch %d per rank, median of %d runs of the median of %d steps after %d warm-up"
           % (args.launcher, args.ranks, args.batch, args.repeats, args.steps, args.warmup))
-    print("%-9s %9s %-9s %10s %10s %8s %8s %9s %8s %11s %18s %12s %8s %8s %7s" % (
-        "model", "params", "hook", "step ms", "sync ms", "step/gloo", "sync/gloo", "cpu ms", "cpu/gloo", "exposed ms",
-        "exposed/gloo-sync", "exposed/step", "copy MB", "peak MB", "PSS MB"))
+    print("%-9s %9s %-9s %10s %10s %8s %6s %8s %9s %8s %11s %18s %12s %8s %8s %7s" % (
+        "model", "params", "hook", "step ms", "sync ms", "step/gloo", "gone", "sync/gloo", "cpu ms", "cpu/gloo",
+        "exposed ms", "exposed/gloo-sync", "exposed/step", "copy MB", "peak MB", "PSS MB"))
     opt = lambda v, f: "-" if v is None else f % v
     for r in rows:
-        print("%-9s %9d %-9s %10.1f %10s %8.2f %9s %9s %8s %11s %18s %12s %8s %8.0f %7s" % (
+        print("%-9s %9d %-9s %10.1f %10s %8.2f %6s %9s %9s %8s %11s %18s %12s %8s %8.0f %7s" % (
             r["model"], r["params"], r["hook"], r["step_ms"], opt(r["sync_ms"], "%.1f"), r["step_vs_gloo"],
-            opt(r["sync_vs_gloo"], "%.2f"), opt(r["cpu_ms"], "%.1f"), opt(r["cpu_vs_gloo"], "%.2f"),
+            opt(r["gone"], "%.2f"), opt(r["sync_vs_gloo"], "%.2f"), opt(r["cpu_ms"], "%.1f"), opt(r["cpu_vs_gloo"], "%.2f"),
             opt(r["exposed_ms"], "%.1f"), opt(r["exposed_vs_gloo_sync"], "%.2f"),
             opt(r["exposed_vs_step"], "%.3f"), opt(r["copy_mb"], "%.2f"), r["peak_mb"], opt(r["peak_pss_mb"], "%.0f")))
 

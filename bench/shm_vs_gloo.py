@@ -26,10 +26,11 @@ gloo needs /usr/bin/python3's torch (Debian's python3-torch).
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
+
+import ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_SIZES = "8,64,512,4K,32K,64K,256K,1M,4M,16M,64M,256M"
@@ -98,23 +99,23 @@ def worker(rank, n, port, sizes, loops, distributed):
         print(json.dumps(out))
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_gloo(n, sizes, loops, distributed):
-    """{"gloo": {bytes: us}} and with distributed "cfd" too (worker)."""
-    port = free_port()
+    """{"gloo": {bytes: us}} and with distributed "cfd" too (worker), the
+    workers started again on another port when one was taken meanwhile."""
     arg = ",".join(str(b) for b in sizes)
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", "%d,%d,%d,%d,%d" % (r, n, port, loops,
-                                                                                       distributed), arg],
-                              stdout=subprocess.PIPE, text=True) for r in range(n)]
-    outs = [p.communicate()[0] for p in procs]
-    if any(p.returncode for p in procs):
-        sys.exit("shm_vs_gloo: a gloo worker failed (exit %s)" % [p.returncode for p in procs])
-    got = json.loads(outs[0].strip().splitlines()[-1])
+
+    def start(port, _):
+        procs = [subprocess.Popen([sys.executable, __file__, "--worker", "%d,%d,%d,%d,%d" % (r, n, port, loops,
+                                                                                           distributed), arg],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
+        outs = [p.communicate() for p in procs]
+        rcs = [p.returncode for p in procs]
+        return subprocess.CompletedProcess(procs[0].args, next((rc for rc in rcs if rc), 0), outs[0][0],
+                                           "".join(err for _, err in outs))
+    p = ports.on_free_ports(start, "shm_vs_gloo")
+    if p.returncode:
+        sys.exit("shm_vs_gloo: a gloo worker failed (exit %d)\n%s" % (p.returncode, p.stderr[-3000:]))
+    got = json.loads(p.stdout.strip().splitlines()[-1])
     return {name: {int(b): us for b, us in t.items()} for name, t in got.items()}
 
 

@@ -486,6 +486,29 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
   }
+  /* the reducer's parameters are scalars of the operands' element type;
+   * a wider one of the same kind (StableHLO's promotable types: an f32 sum
+   * in f64, whose result is f64) has no IR op, another is wrong */
+  bool same_dt = true;
+  for (int i = 1; i < n; i++)
+    same_dt &= ops[i]->type->dt == ops[0]->type->dt;
+  const hcomp *rc = kind != 1 ? cf_hlo_attr_comp(r, in, "to_apply") : NULL;
+  for (int i = 0; rc && i < rc->n_ins; i++) {
+    const hshape *t = &rc->ins[i].shape;
+    cf_dtype want = ops[0]->type->dt;
+    if (param_number(rc, i) < 0 || widened ||
+        (t->n < 0 && !t->s.rank && (!same_dt || t->dt == want)))
+      continue;
+    if (t->n < 0 && !t->s.rank && t->exact && cf_dtype_size(t->dt) > cf_dtype_size(want) &&
+        cf_dtype_is_float(t->dt) == cf_dtype_is_float(want) && want != CF_DT_BOOL) {
+      snprintf(note, sizeof note, "%s (reduced in the wider %s)", opc, cf_dtype_name(t->dt));
+      return emit_opaque(r, in, at_entry, ops, note, out);
+    }
+    return cf_hlo_fail(r, in->line,
+                       "instruction '%s': %s's reducer takes parameters other than scalars of "
+                       "its operands' element type %s",
+                       in->name, opc, cf_dtype_name(want));
+  }
   int64_t dim = 0; /* all_gather_dimension / scatter_dimension */
   if (kind != 0) {
     int64_t dims[2];
@@ -499,15 +522,15 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   }
   const hgset *gs = NULL;
   if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
+  if (gs->n_sub && !gs->name && kind != 0) /* XLA's verifier and StableHLO's say so too */
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s needs replica groups of one size",
+                       in->name, opc);
   if (gs->n_sub && !gs->name) {
     snprintf(note, sizeof note, "%s over %d replica groups of different sizes", opc, gs->n_sub);
     /* the parts of an IR group are communicators of one size (reported with
-     * every other Opaque op: cf_graph_note_opaque) */
+     * every other Opaque op: cf_graph_note_opaque); all-reduce allows them */
     return emit_opaque(r, in, at_entry, ops, note, out);
   }
-  bool same_dt = true;
-  for (int i = 1; i < n; i++)
-    same_dt &= ops[i]->type->dt == ops[0]->type->dt;
   /* one node: a plain collective, or a fused one for a tuple of one dtype */
   int nodes = tuple && !same_dt ? n : 1;
   hval v = {.n = tuple ? n : -1};
@@ -614,7 +637,9 @@ static cf_status eval_cbcast(hlo_reader *r, hinstr *in, bool at_entry, const hva
 
 /* all-to-all: the array form (one operand, dimensions={d}: split and
  * concatenated along d, the shape kept) or the tuple form (one operand per
- * rank of the group, operand j to rank j), as an AllToAll node. */
+ * rank of the group, operand j to rank j), as an AllToAll node; StableHLO's
+ * variadic form (split_dimension and concat_dimension with several
+ * operands, each split and concatenated alone) as one AllToAll per operand. */
 static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
                                hval *out) {
   const hshape *res = &in->shape;
@@ -634,7 +659,7 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
   }
   /* StableHLO's split_dimension and concat_dimension (decimal), else dimensions={d} */
   const hattr *sd = cf_hlo_attr(in, "split_dimension"), *cd = cf_hlo_attr(in, "concat_dimension");
-  bool split_concat = !tuple && sd && cd;
+  bool split_concat = sd && cd;
   if (!split_concat && (!int_set(cf_hlo_attr(in, "dimensions"), dims, 2, &nd) || nd != !tuple))
     return cf_hlo_fail(r, in->line,
                        "instruction '%s': all-to-all needs dimensions={d} with one operand and "
@@ -642,11 +667,9 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
                        in->name);
   const hgset *gs = NULL;
   if ((st = cf_hlo_coll_groups(r, in, &gs))) return st;
-  if (gs->n_sub && !gs->name) {
-    snprintf(note, sizeof note, "%s over %d replica groups of different sizes", in->opcode,
-             gs->n_sub);
-    return emit_opaque(r, in, at_entry, ops, note, out);
-  }
+  if (gs->n_sub && !gs->name)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s needs replica groups of one size",
+                       in->name, in->opcode);
   const hattr *sc = cf_hlo_attr(in, "split_count"); /* StableHLO: must be the group size */
   int64_t count = -1,
           size = gs->n_sub ? gs->off[1] - gs->off[0]
@@ -657,30 +680,43 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
                        "instruction '%s': split_count=%lld but its replica groups have %lld "
                        "devices",
                        in->name, (long long)count, (long long)size);
-  if ((st = add_node(r, in->name, "", at_entry, CF_OP_ALLTOALL, in->line, &idx))) return st;
-  r->n_refs = 0;
-  for (int i = 0; i < n; i++)
-    if ((st = push_ref(r, ops[i]->ref, in->line))) return st;
-  if ((st = cf_node_set_inputs(r->g, idx, n, r->refs))) return st;
-  if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
-  /* combinable, with XLA's keys, as every collective read from HLO or
-   * StableHLO (the tuple form stays alone in the combiner all the same) */
-  if ((st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
-  char *key;
-  if ((st = combine_key(r, in, &key))) return st;
-  if (key) st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line);
-  free(key);
-  if (st) return st;
-  if (!tuple) {
-    const char *split = buf, *concat = buf;
-    snprintf(buf, sizeof buf, "%lld", split_concat ? 0 : (long long)dims[0]);
-    if (split_concat && (!(split = cf_hlo_str(r, sd->val.p, sd->val.n)) ||
-                         !(concat = cf_hlo_str(r, cd->val.p, cd->val.n))))
-      return cf_hlo_oom(r, in->line);
-    if ((st = set_str(r, idx, CF_A_SPLIT_DIMENSION, split, in->line)) ||
-        (st = set_str(r, idx, CF_A_CONCAT_DIMENSION, concat, in->line)) ||
-        (st = set_type(r, idx, res, in->line)))
-      return st;
+  bool each = tuple && split_concat; /* StableHLO's variadic form */
+  hval v = {.n = n, .depth = 1};
+  if (each && !(v.elem = cf_arena_array(&r->scratch, (size_t)n, sizeof *v.elem)))
+    return cf_hlo_oom(r, in->line);
+  for (int k = 0; k < (each ? n : 1); k++) {
+    char suffix[24] = "";
+    if (each) snprintf(suffix, sizeof suffix, "#%d", k);
+    if ((st = add_node(r, in->name, suffix, at_entry, CF_OP_ALLTOALL, in->line, &idx))) return st;
+    r->n_refs = 0;
+    for (int i = each ? k : 0; i < (each ? k + 1 : n); i++)
+      if ((st = push_ref(r, ops[i]->ref, in->line))) return st;
+    if ((st = cf_node_set_inputs(r->g, idx, r->n_refs, r->refs))) return st;
+    if (gs->n_sub && (st = set_str(r, idx, CF_A_GROUP, gs->name, in->line))) return st;
+    /* combinable, with XLA's keys, as every collective read from HLO or
+     * StableHLO (the tuple form stays alone in the combiner all the same) */
+    if ((st = set_str(r, idx, CF_A_FUSION, "1", in->line))) return st;
+    char *key;
+    if ((st = combine_key(r, in, &key))) return st;
+    if (key) st = set_str(r, idx, CF_A_COMBINE_KEY, key, in->line);
+    free(key);
+    if (st) return st;
+    if (!tuple || each) {
+      const char *split = buf, *concat = buf;
+      snprintf(buf, sizeof buf, "%lld", split_concat ? 0 : (long long)dims[0]);
+      if (split_concat && (!(split = cf_hlo_str(r, sd->val.p, sd->val.n)) ||
+                           !(concat = cf_hlo_str(r, cd->val.p, cd->val.n))))
+        return cf_hlo_oom(r, in->line);
+      if ((st = set_str(r, idx, CF_A_SPLIT_DIMENSION, split, in->line)) ||
+          (st = set_str(r, idx, CF_A_CONCAT_DIMENSION, concat, in->line)) ||
+          (st = set_type(r, idx, each ? &res->elem[k] : res, in->line)))
+        return st;
+    }
+    if (each) v.elem[k] = (hval){.n = -1, .ref = {idx, 0}, .type = &res->elem[k]};
+  }
+  if (each) {
+    *out = v;
+    return CF_OK;
   }
   return shape_value(r, res, idx, &port, out, in->line);
 }
@@ -1202,6 +1238,25 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
       argv[i] = *ops[i];
     if (!st) st = eval_comp(r, callee, argv, in->n_opnd, out);
     free(argv);
+  } else if (!strcmp(op, "async-start") && cf_hlo_attr_comp(r, in, "calls")) {
+    /* the computation it calls, run as a call ((operands), result) for
+     * async-update and async-done, as XLA's async wrapping of a collective
+     * (AsyncCollectiveCreator) runs it */
+    hval *pair = cf_arena_array(&r->scratch, 2, sizeof *pair);
+    hval *argv = in->n_opnd ? cf_arena_array(&r->scratch, (size_t)in->n_opnd, sizeof *argv) : NULL;
+    if (!pair || (in->n_opnd && !argv)) return cf_hlo_oom(r, in->line);
+    pair[0] = (hval){.n = in->n_opnd, .elem = argv};
+    for (int i = 0; i < in->n_opnd; i++) {
+      argv[i] = *ops[i];
+      if (argv[i].depth + 1 > pair[0].depth) pair[0].depth = argv[i].depth + 1;
+    }
+    st = eval_comp(r, cf_hlo_attr_comp(r, in, "calls"), argv, in->n_opnd, &pair[1]);
+    *out = (hval){.n = 2,
+                  .elem = pair,
+                  .depth = 1 + (pair[0].depth > pair[1].depth ? pair[0].depth : pair[1].depth)};
+  } else if ((!strcmp(op, "async-update") || !strcmp(op, "async-done")) && in->n_opnd == 1 &&
+             ops[0]->n == 2) {
+    *out = !strcmp(op, "async-done") ? ops[0]->elem[1] : *ops[0];
   } else if (!strcmp(op, "while") || !strcmp(op, "conditional")) {
     st = eval_control(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "all-reduce") || !strcmp(op, "all-reduce-start") ||
@@ -1336,15 +1391,17 @@ static int64_t implied_world(hlo_reader *r) {
     const hcomp *c = &r->comps[ci];
     for (int k = 0; k < c->n_ins; k++) {
       const hinstr *in = &c->ins[k];
-      bool gather = !strcmp(in->opcode, "all-gather");
+      bool gather = !strncmp(in->opcode, "all-gather", 10),
+           start = strstr(in->opcode, "-start") != NULL; /* shape (operand, result) */
       const hattr *rg = cf_hlo_attr(in, "replica_groups");
       int64_t d;
       int nd, j = in->n_opnd == 1 ? cf_hlo_map_find(&c->map, in->opnd[0]) : -1;
-      if ((!gather && strcmp(in->opcode, "reduce-scatter")) || j < 0 ||
-          (rg && !cf_span_is(rg->val, "{}")) || !int_set(cf_hlo_attr(in, "dimensions"), &d, 1, &nd) ||
-          nd != 1)
+      if ((!gather && strncmp(in->opcode, "reduce-scatter", 14)) || j < 0 ||
+          strstr(in->opcode, "-done") || (start && in->shape.n != 2) ||
+          (rg && !cf_span_is(rg->val, "{}")) ||
+          !int_set(cf_hlo_attr(in, "dimensions"), &d, 1, &nd) || nd != 1)
         continue;
-      const hshape *a = &c->ins[j].shape, *b = &in->shape;
+      const hshape *a = &c->ins[j].shape, *b = start ? &in->shape.elem[1] : &in->shape;
       if (gather) {
         const hshape *t = a;
         a = b;

@@ -303,11 +303,24 @@ static cf_status rg_apply_mode(hlo_reader *r, const hinstr *in, rgroups *g) {
   bool channel = cf_hlo_attr(in, "channel_id") != NULL,
        global = ugdi && cf_span_is(ugdi->val, "true");
   int64_t P = r->partitions ? r->partitions : 1, R = r->replicas ? r->replicas : 1;
-  if ((channel && global) || P == 1) return CF_OK;
-  /* all-to-all has no use_global_device_ids: with a channel_id its groups
-   * are partition ids within each replica (XLA's cross-partition mode) */
-  if (channel && !ugdi && !strcmp(in->opcode, "all-to-all")) {
+  if (global && !channel)
+    return cf_hlo_fail(r, in->line,
+                       "instruction '%s': use_global_device_ids=true needs a channel_id (in "
+                       "StableHLO, a channel_handle with handle > 0)",
+                       in->name);
+  if (channel && global) return CF_OK;
+  /* all-to-all and collective-broadcast have no use_global_device_ids: with
+   * a channel_id their groups are partition ids within each replica (XLA's
+   * cross-partition mode; with one partition, each replica alone) */
+  if (channel && !ugdi &&
+      (!strcmp(in->opcode, "all-to-all") || !strcmp(in->opcode, "collective-broadcast"))) {
     if (R == 1) return CF_OK;
+    for (size_t i = 0; !g->all && i < g->ids.n; i++)
+      if (g->ids.v[i] >= P)
+        return cf_hlo_fail(r, in->line,
+                           "instruction '%s': partition id %d in replica_groups but "
+                           "num_partitions=%lld (with a channel_id, %s groups partitions)",
+                           in->name, g->ids.v[i], (long long)P, in->opcode);
     ivec ids = {0}, off = {0};
     size_t nsub = g->all ? 1 : g->off.n - 1;
     bool ok = ivec_push(&off, 0);
@@ -326,6 +339,7 @@ static cf_status rg_apply_mode(hlo_reader *r, const hinstr *in, rgroups *g) {
     g->all = false;
     return ok ? CF_OK : cf_hlo_oom(r, in->line);
   }
+  if (P == 1) return CF_OK;
   /* replica ids: cross-replica (no channel_id) groups replicas within each
    * partition; cross-replica-and-partition groups them across all partitions */
   /* ids below R, each once, expand to at most R * P ranks */
@@ -550,6 +564,29 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
                        in->name, id);
     else if (id > r->max_rank)
       r->max_rank = id;
+  }
+  /* the groups of a collective every device takes part in (not a
+   * permute's or broadcast's) cover every device, as XLA's verifier and
+   * StableHLO's say: none left out below the highest, nor the module's */
+  static const char *const every[] = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all"};
+  bool covers = false;
+  for (size_t i = 0; i < sizeof every / sizeof every[0]; i++)
+    covers |= !strncmp(in->opcode, every[i], strlen(every[i]));
+  if (!st && covers && !g.all && g.ids.n) {
+    int top = 0;
+    for (size_t i = 0; i < g.ids.n; i++)
+      top = g.ids.v[i] > top ? g.ids.v[i] : top;
+    for (int d = 0; d < top && !st; d++)
+      if (!seen[d])
+        st = cf_hlo_fail(r, in->line,
+                         "instruction '%s': replica_groups leave device %d out (%s's groups "
+                         "cover every device)",
+                         in->name, d, in->opcode);
+    if (!st && world && top + 1 < world)
+      st = cf_hlo_fail(r, in->line,
+                       "instruction '%s': replica_groups cover %d devices but the module has "
+                       "%lld (%s's groups cover every device)",
+                       in->name, top + 1, (long long)world, in->opcode);
   }
   for (size_t i = 0; seen && i < g.ids.n; i++)
     seen[g.ids.v[i]] = 0;

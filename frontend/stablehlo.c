@@ -530,10 +530,6 @@ static cf_status collective(sh_reader *s, hinstr *in, const char *p, const char 
         return cf_hlo_fail(r, in->line, "op '%s': channel_handle: bad handle", in->name);
     }
     if (id > 0) kv[n++] = "channel_id", kv[n++] = "1";
-    /* collective_broadcast with a channel is cross_partition: partition ids,
-     * which are the devices when there is one replica */
-    if (id > 0 && !strcmp(hlo_opcode, "collective-broadcast") && r->replicas <= 1)
-      kv[n++] = "use_global_device_ids", kv[n++] = "true";
   }
   if (cf_sh_attr(s, p, e, "use_global_device_ids", &v))
     kv[n++] = "use_global_device_ids", kv[n++] = "true";
@@ -807,8 +803,9 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
       return st;
   } else if (sn.p != op.p && cf_span_is(sn, "all_gather")) {
     if ((st = collective(s, in, after, colon, "all-gather", "all_gather_dim"))) return st;
-  } else if (sn.p != op.p && cf_span_is(sn, "all_to_all") && in->n_opnd == 1) {
-    /* one operand (several are each exchanged on their own, no IR op) */
+  } else if (sn.p != op.p && cf_span_is(sn, "all_to_all")) {
+    /* several operands are each split, exchanged and concatenated on their
+     * own (eval_alltoall: one AllToAll each) */
     if ((st = collective(s, in, after, colon, "all-to-all", NULL)) ||
         (st = dim_attrs(s, in, after, colon)))
       return st;
@@ -1126,6 +1123,8 @@ static cf_status parse_func(sh_reader *s, const char *p, const char *e, int line
   const char *body = NULL;
   for (const char *t = ae; t < e; t = cf_sh_step(s, t, e))
     if (*t == '{') body = t;
+  *idx = -1;
+  if (!body && !*public) return CF_OK; /* a private declaration (external): nothing to read */
   if (!body || cf_hlo_skip(cf_sh_past(s, body, e), e) != e)
     return cf_hlo_fail(r, line, "function '%s': expected a body '{ ... }'", name);
   /* -> T, or -> (T {attrs}, ...), then maybe `attributes {...}` */
@@ -1198,7 +1197,7 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
     } else if (!meshes && cf_sh_word_at(p, e, "func.func")) {
       bool pub;
       int idx;
-      if (!(st = parse_func(s, p, pe, line, &pub, &idx))) {
+      if (!(st = parse_func(s, p, pe, line, &pub, &idx)) && idx >= 0) {
         if (!strcmp(s->comps[idx].name, "main")) {
           *main_idx = idx;
           *main_line = line;
@@ -1209,7 +1208,8 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
         }
       }
     } else if (meshes &&
-               (cf_sh_word_at(p, e, "sdy.mesh") || cf_sh_word_at(p, e, "stablehlo.mesh"))) {
+               (cf_sh_word_at(p, e, "sdy.mesh") || cf_sh_word_at(p, e, "stablehlo.mesh") ||
+                cf_sh_word_at(p, e, "\"sdy.mesh\""))) {
       st = cf_sh_mesh_decl(s, p, pe, line);
     } /* #alias = ..., other top-level ops: nothing to import */
     line += cf_sh_count_nl(s, p, pe);

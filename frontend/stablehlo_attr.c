@@ -403,6 +403,22 @@ static const char *axis_name(const char *p, const char *e, cf_span *out) {
 
 static bool span_eq(cf_span a, cf_span b) { return a.n == b.n && !memcmp(a.p, b.p, a.n); }
 
+/* Axis nm of size sz appended to a mesh's na axes so far (their product
+ * total), each name once. */
+static cf_status mesh_axis_add(hlo_reader *r, int line, cf_span *axis, int64_t *size, int *na,
+                               int64_t *total, cf_span nm, int64_t sz) {
+  if (*na == HLO_MAX_AXES) return cf_hlo_fail(r, line, "mesh with more than %d axes", HLO_MAX_AXES);
+  if (!sz || !cf_mul_i64(*total, sz, total) || *total > CF_MAX_WORLD)
+    return cf_hlo_fail(r, line, "mesh: axis sizes must be >= 1 and multiply to at most %d",
+                       CF_MAX_WORLD);
+  for (int k = 0; k < *na; k++)
+    if (span_eq(axis[k], nm))
+      return cf_hlo_fail(r, line, "mesh axis '%s' given twice", CF_SPAN_QUOTE(nm));
+  axis[*na] = nm;
+  size[(*na)++] = sz;
+  return CF_OK;
+}
+
 /* <["a"=2, "b"=4]> at p into m (its name already set, or none) */
 static cf_status mesh_body(sh_reader *s, const char *p, const char *e, int line, hmesh *m) {
   hlo_reader *r = s->r;
@@ -415,22 +431,14 @@ static cf_status mesh_body(sh_reader *s, const char *p, const char *e, int line,
   int64_t size[HLO_MAX_AXES], total = 1;
   int na = 0;
   for (p = cf_hlo_skip(p + 1, le); p < le;) {
-    if (na == HLO_MAX_AXES)
-      return cf_hlo_fail(r, line, "mesh with more than %d axes", HLO_MAX_AXES);
     cf_span nm;
     p = cf_hlo_skip(axis_name(p, le, &nm), le);
-    int64_t sz;
+    int64_t sz = 0;
     if (!nm.n || p >= le || *p != '=') return cf_hlo_fail(r, line, "mesh: expected \"axis\"=size");
     p = cf_hlo_skip(p + 1, le);
-    if (!cf_hlo_read_int(&p, le, CF_MAX_WORLD, &sz) || !sz || !cf_mul_i64(total, sz, &total) ||
-        total > CF_MAX_WORLD)
-      return cf_hlo_fail(r, line, "mesh: axis sizes must be >= 1 and multiply to at most %d",
-                         CF_MAX_WORLD);
-    for (int k = 0; k < na; k++)
-      if (span_eq(axis[k], nm))
-        return cf_hlo_fail(r, line, "mesh axis '%s' given twice", CF_SPAN_QUOTE(nm));
-    axis[na] = nm;
-    size[na++] = sz;
+    cf_hlo_read_int(&p, le, CF_MAX_WORLD, &sz); /* (0 when not a size: refused below) */
+    cf_status st = mesh_axis_add(r, line, axis, size, &na, &total, nm, sz);
+    if (st) return st;
     SKIP(p, le);
     if (p < le && *p == ',')
       p = cf_hlo_skip(p + 1, le);
@@ -456,7 +464,90 @@ static cf_status mesh_body(sh_reader *s, const char *p, const char *e, int line,
   return CF_OK;
 }
 
+/* device_ids ([0, 1, ...], dense<[...]> or array<i64: ...>) at v: only the
+ * identity order of m's devices is supported */
+static cf_status mesh_device_ids(sh_reader *s, cf_span v, int line, const hmesh *m) {
+  const char *p = v.p, *e = v.p + v.n;
+  while (p < e && *p != '[' && *p != ':' && *p != '<')
+    p++;
+  if (p < e && *p == '<') p++; /* dense<0>, dense<[...]> */
+  if (p < e && *p == ':') p++; /* array<i64: 0, 1> */
+  int64_t id, next = 0;
+  for (SKIP(p, e); p < e && *p != '>';) {
+    if (*p == '[' || *p == ']' || *p == ',') {
+      p = cf_hlo_skip(p + 1, e);
+      continue;
+    }
+    if (!cf_hlo_read_int(&p, e, CF_MAX_WORLD, &id) || id != next++)
+      return cf_hlo_fail(s->r, line, "mesh: device_ids other than 0, 1, 2, ... are not supported");
+    SKIP(p, e);
+  }
+  if (next != m->total && !(next == 1 && m->total == 1))
+    return cf_hlo_fail(s->r, line, "mesh: device_ids other than 0, 1, 2, ... are not supported");
+  return CF_OK;
+}
+
+/* A StableHLO mesh's axes, [#stablehlo.mesh_axis<name = "x", size = 2>, ...]
+ * or [{name = "x", size = 2 : i64}, ...] (a generic sdy.mesh's
+ * stablehlo.mesh), and its device_ids, in [p, e) into m. */
+static cf_status mesh_axes_attr(sh_reader *s, const char *p, const char *e, int line, hmesh *m) {
+  hlo_reader *r = s->r;
+  cf_span av, dv;
+  if (!cf_sh_attr(s, p, e, "axes", &av) || !av.n || av.p[0] != '[')
+    return cf_hlo_fail(r, line, "mesh: expected axes = [...]");
+  cf_span axis[HLO_MAX_AXES];
+  int64_t size[HLO_MAX_AXES], total = 1;
+  int na = 0;
+  const char *ae = av.p + av.n - 1;
+  for (const char *q = cf_hlo_skip(av.p + 1, ae); q < ae;) {
+    const char *open = q;
+    while (open < ae && *open != '<' && *open != '{')
+      open++;
+    const char *close =
+        open < ae ? cf_sh_find_top(s, open + 1, ae, *open == '<' ? '>' : '}') : NULL;
+    if (*open == '{') close = cf_sh_past(s, open, ae) - 1;
+    cf_span nm, sv;
+    int64_t sz;
+    const char *t;
+    if (!close || !cf_sh_attr(s, open + 1, close, "name", &nm) || nm.n < 2 || *nm.p != '"' ||
+        !cf_sh_attr(s, open + 1, close, "size", &sv) || !((t = sv.p), 1) ||
+        !cf_hlo_read_int(&t, sv.p + sv.n, CF_MAX_WORLD, &sz))
+      return cf_hlo_fail(r, line, "mesh: expected axes of a name = \"x\" and a size = N >= 1");
+    cf_status st =
+        mesh_axis_add(r, line, axis, size, &na, &total, (cf_span){nm.p + 1, nm.n - 2}, sz);
+    if (st) return st;
+    q = cf_hlo_skip(close + 1, ae);
+    if (q < ae && *q == ',') q = cf_hlo_skip(q + 1, ae);
+  }
+  if (!cf_hlo_mesh_set_axes(r, m, axis, size, na)) return cf_hlo_oom(r, line);
+  if (cf_sh_attr(s, av.p + av.n, e, "device_ids", &dv)) return mesh_device_ids(s, dv, line, m);
+  return CF_OK;
+}
+
+/* "sdy.mesh"() {sym_name = "m", stablehlo.mesh = {axes = [...], device_ids =
+ * ...}} : () -> (), the generic form of a mesh declaration */
+static cf_status mesh_decl_generic(sh_reader *s, const char *p, const char *e, int line) {
+  hlo_reader *r = s->r;
+  cf_span nm, mv;
+  if (!cf_sh_attr(s, p, e, "sym_name", &nm) || nm.n < 3 || *nm.p != '"' || nm.n - 2 > CF_MAX_NAME ||
+      !cf_sh_attr(s, p, e, "stablehlo.mesh", &mv) || !mv.n || *mv.p != '{')
+    return cf_hlo_fail(r, line,
+                       "sdy.mesh: expected sym_name = \"NAME\" and stablehlo.mesh = {...}");
+  nm = (cf_span){nm.p + 1, nm.n - 2};
+  if (cf_hlo_mesh_find(r, nm))
+    return cf_hlo_fail(r, line, "mesh '@%s' declared twice", CF_SPAN_QUOTE(nm));
+  char name[CF_MAX_NAME + 1];
+  memcpy(name, nm.p, nm.n);
+  name[nm.n] = 0;
+  hmesh *m = cf_hlo_mesh_add(r, name);
+  if (!m) return cf_hlo_oom(r, line);
+  cf_status st = mesh_axes_attr(s, mv.p + 1, mv.p + mv.n - 1, line, m);
+  if (!st && m->total > r->mesh_world) r->mesh_world = m->total;
+  return st;
+}
+
 cf_status cf_sh_mesh_decl(sh_reader *s, const char *p, const char *e, int line) {
+  if (p < e && *p == '"') return mesh_decl_generic(s, p, e, line);
   hlo_reader *r = s->r;
   cf_span nm;
   const char *at = memchr(p, '@', (size_t)(e - p));
@@ -489,6 +580,17 @@ static cf_status mesh_ref(sh_reader *s, const char **pp, const char *e, int line
       return cf_hlo_fail(s->r, line, "mesh '@%s' is not declared (sdy.mesh @%s = <[...]>)",
                          CF_SPAN_QUOTE(nm), CF_SPAN_QUOTE(nm));
     *pp = p;
+    return CF_OK;
+  }
+  if (e - p > 16 && !memcmp(p, "#stablehlo.mesh<", 16)) {
+    memset(tmp, 0, sizeof *tmp);
+    tmp->name = "(inline)"; /* for messages */
+    const char *q = cf_sh_find_top(s, p + 16, e, '>');
+    if (!q) return cf_hlo_fail(s->r, line, "unterminated inline mesh");
+    cf_status st = mesh_axes_attr(s, p + 16, q, line, tmp);
+    if (st) return st;
+    *out = tmp;
+    *pp = q + 1;
     return CF_OK;
   }
   if (cf_hlo_word_at(p, e, "mesh")) {
@@ -524,8 +626,9 @@ static cf_status groups_mesh_axes(sh_reader *s, hinstr *in, const char *p, const
   const hmesh *m;
   const char *lt = memchr(p, '<', (size_t)(e - p));
   const char *gt = lt ? cf_sh_find_top(s, lt + 1, e, '>') : NULL;
-  if (!gt || !cf_sh_attr(s, lt + 1, gt, "mesh", &mv) || !cf_sh_attr(s, lt + 1, gt, "axes", &av) ||
-      !av.n || av.p[0] != '[')
+  /* (the axes after the mesh: an inline mesh has axes of its own) */
+  if (!gt || !cf_sh_attr(s, lt + 1, gt, "mesh", &mv) ||
+      !cf_sh_attr(s, mv.p + mv.n, gt, "axes", &av) || !av.n || av.p[0] != '[')
     return cf_hlo_fail(
         r, in->line, "op '%s': replica_group_mesh_axes needs mesh = @NAME, axes = [...]", in->name);
   const char *q = mv.p;
@@ -537,7 +640,18 @@ static cf_status groups_mesh_axes(sh_reader *s, hinstr *in, const char *p, const
   const char *ae = av.p + av.n - 1; /* the ']' */
   for (q = cf_hlo_skip(av.p + 1, ae); q < ae;) {
     cf_span nm;
-    q = cf_hlo_skip(axis_name(q, ae, &nm), ae);
+    if (ae - q > 19 && !memcmp(q, "#stablehlo.axis_ref<", 20)) { /* axis_ref<name = "x"> */
+      const char *re = cf_sh_find_top(s, q + 20, ae, '>');
+      cf_span v;
+      if (!re || !cf_sh_attr(s, q + 20, re, "name", &v) || v.n < 2 || *v.p != '"' ||
+          cf_sh_attr(s, q + 20, re, "sub_axis_info", &(cf_span){0}))
+        return cf_hlo_fail(r, in->line, "op '%s': axes: expected #stablehlo.axis_ref<name = \"x\">",
+                           in->name);
+      nm = (cf_span){v.p + 1, v.n - 2};
+      q = cf_hlo_skip(re + 1, ae);
+    } else {
+      q = cf_hlo_skip(axis_name(q, ae, &nm), ae);
+    }
     int k = axis_index(m, nm);
     if (k < 0)
       return cf_hlo_fail(r, in->line,

@@ -177,9 +177,20 @@ const char *cf_sh_find_last_top(const sh_reader *s, const char *p, const char *e
 }
 
 /* A line that continues the op before it with a region: `cond {`, `do {`,
- * `reducer(%a: T, %b: T) {` (a bare word, no dialect, then a brace). */
-static bool continues(const sh_reader *s, const char *p, const char *e) {
+ * `reducer(%a: T, %b: T) {` (a bare word, no dialect, then a brace); or
+ * one no statement starts so, as a long op is wrapped: its attributes
+ * `{...}` or `<{...}>`, its regions `({...})` or its type `: T` on lines of
+ * their own, a type broken at its arrow, `(T, T)\n -> (T, T)` or
+ * `(T) ->\n T` (p is the newline between the two lines). */
+static bool continues(const sh_reader *s, const char *start, const char *p, const char *e) {
+  const char *b = p;
+  while (b > start && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r'))
+    b--;
+  if (b - start >= 2 && b[-2] == '-' && b[-1] == '>') return true;
   p = cf_hlo_skip(p, e);
+  if (p < e && ((*p == '{' && !(e - p >= 2 && p[1] == '-')) || *p == '(' || *p == '<' || *p == ':'))
+    return true; /* (`{-# dialect_resources ... #-}` starts a statement of its own) */
+  if (e - p >= 2 && p[0] == '-' && p[1] == '>') return true;
   const char *w = p;
   while (p < e && (isalnum((unsigned char)*p) || *p == '_'))
     p++;
@@ -192,10 +203,11 @@ static bool continues(const sh_reader *s, const char *p, const char *e) {
 /* The end of the statement at p: the first newline outside brackets that
  * no region line continues. */
 const char *cf_sh_stmt_end(const sh_reader *s, const char *p, const char *e) {
+  const char *start = p;
   for (;;) {
     while (p < e && *p != '\n')
       p = cf_sh_step(s, p, e);
-    if (p >= e || !continues(s, p, e)) return p;
+    if (p >= e || !continues(s, start, p, e)) return p;
     p++;
   }
 }

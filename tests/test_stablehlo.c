@@ -285,11 +285,12 @@ static const char collectives_module[] =
     "#stablehlo.channel_handle<handle = 6, type = 1>, use_global_device_ids, replica_groups = "
     "dense<[[0, 1, 2, 3, 4, 5, 6, 7]]> : tensor<1x8xi64>}> : (tensor<8x4xf32>) -> "
     "tensor<8x32xf32>\n"
-    "    %5:2 = \"stablehlo.all_to_all\"(%3, %3) <{concat_dimension = 0 : i64, split_count = 8 : "
-    "i64, split_dimension = 0 : i64}> : (tensor<8x4xf32>, tensor<8x4xf32>) -> "
+    "    %5:2 = \"stablehlo.all_to_all\"(%3, %3) <{channel_handle = "
+    "#stablehlo.channel_handle<handle = 7, type = 1>, concat_dimension = 0 : i64, "
+    "split_count = 8 : i64, split_dimension = 0 : i64}> : (tensor<8x4xf32>, tensor<8x4xf32>) -> "
     "(tensor<8x4xf32>, tensor<8x4xf32>)\n"
     "    %6 = \"stablehlo.all_reduce\"(%5#0) <{channel_handle = #stablehlo.channel_handle<handle = "
-    "5, type = 1>, replica_groups = dense<[[0, 1, 2], [3, 4, -1]]> : tensor<2x3xi64>, "
+    "5, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4], [5, 6, 7, -1, -1]]> : tensor<2x5xi64>, "
     "use_global_device_ids}> ({\n"
     "    ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
     "      %s = stablehlo.add %a, %b : tensor<f32>\n"
@@ -330,9 +331,17 @@ static void test_collectives(void **state) {
   assert_int_equal(cf_node_int(ag1, CF_A_DIM, 0), 1);
   assert_int_equal(cf_node_fusion(ag1), 1); /* combinable, as in XLA */
   assert_int_equal(ag1->out[0].shape.dims[1], 32);
-  /* a variadic all_to_all (each operand exchanged on its own), groups of
-   * different sizes: Opaque */
-  assert_string_equal(type_of(node(g, "5")), "stablehlo.all_to_all");
+  /* a variadic all_to_all: each operand split, exchanged and concatenated
+   * on its own, one AllToAll each */
+  for (int k = 0; k < 2; k++) {
+    const cf_node *a2a = node(g, k ? "5#1" : "5#0");
+    assert_int_equal(a2a->op, CF_OP_ALLTOALL);
+    assert_int_equal(a2a->n_in, 1);
+    assert_int_equal(cf_node_attr(a2a, CF_A_SPLIT_DIMENSION)->v.i, 0);
+    assert_int_equal(cf_node_attr(a2a, CF_A_CONCAT_DIMENSION)->v.i, 0);
+    assert_int_equal(a2a->out[0].shape.dims[0], 8);
+  }
+  /* groups of different sizes: Opaque */
   assert_string_equal(type_of(node(g, "6")), "all-reduce over 2 replica groups of different sizes");
   /* a variadic all-reduce: one fused node (mhlo. reads like stablehlo.) */
   const cf_node *f = node(g, "7");
@@ -363,6 +372,109 @@ static void test_alltoall_permute(void **state) {
   assert_string_equal(cf_node_str(cp, CF_A_SOURCE_TARGET_PAIRS, ""), "{0,1},{1,2},{2,3},{3,0}");
   assert_ptr_equal(operand(g, cp, 0), a0);
   cf_graph_destroy(g);
+}
+
+/* A signature wrapped at its arrow, as openxla/stablehlo's tests write long
+ * ones: `(T, T)\n -> (T, T) {` on a function, `(T) ->\n T` on an op. */
+static void test_wrapped_signature(void **state) {
+  (void)state;
+  cf_graph *g =
+      parse("w.mlir", "module @w {\n"
+                      "  func.func @f(%data0: tensor<1x2xi64>,\n"
+                      "               %data1: tensor<3xi32>)\n"
+                      "      -> (tensor<1x2xi64>, tensor<3xi32>) {\n"
+                      "    %0 = \"stablehlo.all_reduce\"(%data0) ({\n"
+                      "      ^bb0(%a: tensor<i64>, %b: tensor<i64>):\n"
+                      "        %s = stablehlo.add %a, %b : tensor<i64>\n"
+                      "        stablehlo.return %s : tensor<i64>\n"
+                      "    }) : (tensor<1x2xi64>) ->\n"
+                      "        tensor<1x2xi64>\n"
+                      "    %1 = \"stablehlo.all_gather\"(%data1) {all_gather_dim = 0 : i64} : "
+                      "(tensor<3xi32>)\n"
+                      "        -> tensor<3xi32>\n"
+                      "    func.return %0, %1 : tensor<1x2xi64>, tensor<3xi32>\n"
+                      "  }\n"
+                      "}\n"
+                      "{-#\n  dialect_resources: {\n    builtin: {\n    }\n  }\n#-}\n");
+  assert_int_equal(node(g, "0")->op, CF_OP_ALLREDUCE);
+  assert_int_equal(node(g, "0")->line, 5);
+  assert_int_equal(node(g, "1")->op, CF_OP_ALLGATHER);
+  assert_int_equal(node(g, "1")->line, 11);
+  assert_shape(&node(g, "data1")->out[0], CF_DT_INT32, "3");
+  cf_graph_destroy(g);
+}
+
+/* A private function declared without a body (an external symbol, as
+ * openxla/stablehlo's verify_replica_groups_mesh_axes.mlir writes one) is
+ * nothing to read; a public one without a body is an error. */
+static void test_external_declaration(void **state) {
+  (void)state;
+  cf_graph *g = parse("d.mlir", "func.func private @mesh()\n"
+                                "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                                "  return %a : tensor<4xf32>\n"
+                                "}\n");
+  assert_int_equal(g->n_nodes, 2);
+  cf_graph_destroy(g);
+  cf_graph *bad = NULL;
+  const char *text = "func.func @pub(%a: tensor<4xf32>) -> tensor<4xf32>\n";
+  assert_int_equal(cf_graph_parse(ctx, "d.mlir", text, strlen(text), &bad), CF_ERR_INVALID);
+  assert_null(bad);
+  assert_string_equal(cf_context_errmsg(ctx),
+                      "d.mlir:1: error: function 'pub': expected a body '{ ... }'");
+}
+
+/* collective_broadcast with a channel_handle groups partition ids inside
+ * each replica (XLA's cross-partition mode), as openxla/stablehlo's
+ * interpreter tests expect. */
+static void test_broadcast_cross_partition(void **state) {
+  (void)state;
+  static const char *const grid[][3] = {
+      /* replicas, partitions, replica_groups -> the IR group */
+      {"2", "2", "[[1, 0]]"},
+      {"4", "1", "[[0]]"},
+      {"1", "4", "[[2, 1]]"},
+  };
+  static const char *const want[] = {"1,0|3,2", "0|1|2|3", "2,1"};
+  for (int i = 0; i < 3; i++) {
+    char t[1024];
+    snprintf(t, sizeof t,
+             "module @b attributes {mhlo.num_replicas = %s : i32, mhlo.num_partitions = %s : "
+             "i32} {\n"
+             "  func.func @main(%%a: tensor<1x2xi64>) -> tensor<1x2xi64> {\n"
+             "    %%0 = \"stablehlo.collective_broadcast\"(%%a) {replica_groups = dense<%s> : "
+             "tensor<1x2xi64>, channel_handle = #stablehlo.channel_handle<handle = 1, type = "
+             "0>} : (tensor<1x2xi64>) -> tensor<1x2xi64>\n"
+             "    return %%0 : tensor<1x2xi64>\n  }\n}\n",
+             grid[i][0], grid[i][1], grid[i][2]);
+    cf_graph *g = parse("b.mlir", t);
+    const cf_node *bc = node(g, "0");
+    assert_int_equal(bc->op, CF_OP_BROADCAST);
+    assert_group(g, cf_node_group(bc), want[i]);
+    cf_graph_destroy(g);
+  }
+}
+
+/* StableHLO's replica_group_mesh_axes over an inline #stablehlo.mesh, a
+ * generic "sdy.mesh"() declaration and #stablehlo.axis_ref axes: the
+ * groups the peer's CHECK lines expect (openxla/stablehlo's
+ * mesh_axes_replica_group_compatibility.mlir, transcribed). */
+static void test_mesh_axes_compat(void **state) {
+  (void)state;
+  static const char *const cases[][2] = {
+      {"all_reduce_rgv3", "0,2|1,3"},   {"all_gather_rgv3", "0,1|2,3"},
+      {"all_to_all_rgv3", "0,2|1,3"},   {"all_reduce_sdy_mesh", "0,2|1,3"},
+      {"all_reduce_sdy_mesh_max", "0"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/stablehlo/peers/compat_%s.mlir", CF_SOURCE_DIR,
+             cases[i][0]);
+    cf_graph *g = load(path);
+    const cf_node *c = node(g, "0");
+    assert_true(cf_op_is_collective(c->op));
+    assert_group(g, cf_node_group(c), cases[i][1]);
+    cf_graph_destroy(g);
+  }
 }
 
 static void test_permute_ring(void **state) {
@@ -601,6 +713,12 @@ static const cf_bad_input bad_modules[] = {
      "use_global_device_ids}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
      "tensor<4xf32>\n}\n}\n",
      "t.mlir:3: error: instruction '0': split_count=2 but its replica groups have 4 devices"},
+    {"module attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 2 : i32} {\n" FN
+     "  %0 = \"stablehlo.collective_broadcast\"(%a) {channel_handle = "
+     "#stablehlo.channel_handle<handle = 1, type = 0>, replica_groups = dense<[[0, 2]]> : "
+     "tensor<1x2xi64>} : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n}\n",
+     "t.mlir:3: error: instruction '0': partition id 2 in replica_groups but num_partitions=2 "
+     "(with a channel_id, collective-broadcast groups partitions)"},
     {FN "  %0 = \"stablehlo.collective_permute\"(%a) <{source_target_pairs = dense<[[0, 1, "
         "2]]> : tensor<1x3xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
         "tensor<4xf32>\n}\n",
@@ -672,13 +790,23 @@ static void test_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dp_step),      cmocka_unit_test(test_hlo_twin),
-      cmocka_unit_test(test_forms),        cmocka_unit_test(test_captures),
+      cmocka_unit_test(test_dp_step),
+      cmocka_unit_test(test_hlo_twin),
+      cmocka_unit_test(test_forms),
+      cmocka_unit_test(test_captures),
       cmocka_unit_test(test_control_flow),
-      cmocka_unit_test(test_collectives),  cmocka_unit_test(test_alltoall_permute),
-      cmocka_unit_test(test_permute_ring), cmocka_unit_test(test_calls_and_manual),
-      cmocka_unit_test(test_sniff),        cmocka_unit_test(test_errors),
-      cmocka_unit_test(test_reducers),     cmocka_unit_test(test_many_meshes),
+      cmocka_unit_test(test_collectives),
+      cmocka_unit_test(test_alltoall_permute),
+      cmocka_unit_test(test_permute_ring),
+      cmocka_unit_test(test_calls_and_manual),
+      cmocka_unit_test(test_wrapped_signature),
+      cmocka_unit_test(test_broadcast_cross_partition),
+      cmocka_unit_test(test_mesh_axes_compat),
+      cmocka_unit_test(test_external_declaration),
+      cmocka_unit_test(test_sniff),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_reducers),
+      cmocka_unit_test(test_many_meshes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

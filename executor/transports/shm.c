@@ -171,9 +171,11 @@ typedef struct cf_shm_world {
   uint64_t *head_n, *need, *acked_seen, *tail; /* [peer]: this rank's counters */
   size_t *bounce_off, *bounce_cap;            /* [peer * CHAN_SLOTS + slot] */
   uint64_t max_rounds;
-  pthread_mutex_t lock; /* the heap's free list */
+  pthread_mutex_t lock; /* the heap's free list and its allocations */
   extent *free_list;
   int n_free, cap_free;
+  extent *live; /* shm_alloc's allocations (their sizes, for shm_free): none kept in the heap */
+  int n_live, cap_live;
   size_t fresh; /* the heap's bytes from here on were never handed out: still the memfd's zeros */
   int *cpus, lanes;
   char job[160];
@@ -253,20 +255,40 @@ static void heap_free(cf_shm_world *w, size_t off, size_t bytes) {
   pthread_mutex_unlock(&w->lock);
 }
 
-/* The allocation's size is kept in the page before it. Zeroed, as the
+/* The allocation's size is kept in w->live, not in the heap: a page of
+ * the heap written for it alone (it was the page before the allocation)
+ * cost a whole 2 MiB page of the heap's huge pages for every allocation,
+ * most of them arenas a run never touches (an in-place AllReduce of
+ * registered memory: its arena's blocks for the caller's buffer; ResNet-18's
+ * steps under compile_step kept 12 MiB of such pages per rank). Zeroed, as the
  * slot promises: by memset where the heap handed the bytes out before
  * (heap_free keeps their pages), while bytes never handed out are the
  * memfd's own zeros and cost no page until touched (a run's arena block
  * for a caller buffer that lies in registered memory never is). */
 static void *shm_alloc(cf_world *base, size_t bytes) {
   cf_shm_world *w = base->impl;
-  size_t fresh, off = heap_alloc(w, bytes + PAGE, &fresh);
+  size_t fresh, off = heap_alloc(w, bytes, &fresh);
   if (off == SIZE_MAX) return NULL;
-  char *p = w->heap[w->me] + off + PAGE;
-  *(size_t *)(p - PAGE) = bytes;
+  pthread_mutex_lock(&w->lock);
+  if (w->n_live == w->cap_live) {
+    int cap = w->cap_live ? 2 * w->cap_live : 16;
+    extent *l = realloc(w->live, sizeof *l * (size_t)cap);
+    if (l) {
+      w->live = l;
+      w->cap_live = cap;
+    }
+  }
+  bool noted = w->n_live < w->cap_live;
+  if (noted) w->live[w->n_live++] = (extent){off, bytes};
+  pthread_mutex_unlock(&w->lock);
+  if (!noted) {
+    heap_free(w, off, bytes);
+    return NULL;
+  }
+  char *p = w->heap[w->me] + off;
   /* zeroed, as the slot promises (heap_free): only the extents handed out
    * before (fresh pages are zero); slow for GiBs, so a beat every 64 MiB */
-  size_t used = fresh > off + PAGE ? fresh - off - PAGE : 0;
+  size_t used = fresh > off ? fresh - off : 0;
   if (used > bytes) used = bytes;
   for (size_t at = 0, step = (size_t)64 << 20; at < used; at += step) {
     memset(p + at, 0, used - at < step ? used - at : step);
@@ -283,8 +305,16 @@ static bool in_heap(const cf_shm_world *w, const void *p) {
 static bool shm_free(cf_world *base, void *p) {
   cf_shm_world *w = base->impl;
   if (!p || !in_heap(w, p)) return false;
-  char *at = (char *)p - PAGE;
-  heap_free(w, (size_t)(at - w->heap[w->me]), *(size_t *)at + PAGE);
+  size_t off = (size_t)((char *)p - w->heap[w->me]), bytes = SIZE_MAX;
+  pthread_mutex_lock(&w->lock);
+  for (int i = w->n_live - 1; i >= 0; i--) /* newest first: a run's arena is freed soon after its alloc */
+    if (w->live[i].off == off) {
+      bytes = w->live[i].len;
+      w->live[i] = w->live[--w->n_live];
+      break;
+    }
+  pthread_mutex_unlock(&w->lock);
+  if (bytes != SIZE_MAX) heap_free(w, off, bytes);
   return true;
 }
 
@@ -1093,6 +1123,16 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
     w->free_list = malloc(sizeof *w->free_list * 16);
     w->cap_free = 16;
     if (w->free_list) w->free_list[w->n_free++] = (extent){0, w->heap_bytes};
+    /* a page of bounce buffer for every message slot, side by side at the
+     * heap's start: the small messages sent from outside the heap (a new
+     * run's fingerprints, 8-17 bytes) then share the heap's first 2 MiB
+     * page, where each one's own allocation at the heap's frontier took a
+     * huge page of its own (8 MiB of the ResNet-18 steps' heap per rank) */
+    size_t k = (size_t)n * CHAN_SLOTS, off = heap_alloc(w, k * PAGE, NULL);
+    for (size_t i = 0; off != SIZE_MAX && i < k; i++) {
+      w->bounce_off[i] = off + i * PAGE;
+      w->bounce_cap[i] = PAGE;
+    }
     for (int r = 0; r < n; r++)
       if (r != w->me) w->pidfd[r] = (int)syscall(SYS_pidfd_open, w->head->pid[r], 0);
     w->head->pid[w->me] = (int32_t)getpid();
@@ -1252,6 +1292,7 @@ static void shm_destroy(cf_world *base, int exit_code) {
   free(w->head_n);
   free(w->bounce_off);
   free(w->free_list);
+  free(w->live);
   free(w->cpus);
   pthread_mutex_destroy(&w->lock);
   free(w);

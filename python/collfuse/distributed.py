@@ -1038,6 +1038,8 @@ def matmul_reduce_scatter(output, x1, x2, comm_turn=0, dtype=None):
             w.order.append(key)
         f.inputs[0], f.inputs[1] = a.ptr, b.ptr
         f.outputs[0] = o.ptr
+        if w.runner is not None:
+            lib.cf_runner_wait(w.runner)  # after the collectives started before, in order
         t0 = time.monotonic_ns()
         try:
             f.exe.ctx.check(lib.cf_executable_run_rank(f.exe._h, w.rank, f.inputs, f.outputs))

@@ -26,9 +26,10 @@ fusion, for `collfuse compile`).
 
 Running: the traced graph, with one node inserted after the last gradient
 of each bucket that starts the average of the bucket's flat buffer on
-collfuse's communication thread (one
-thread, buckets in the same order on every rank), so the rest of the
-backward pass runs meanwhile; before the optimizer step every bucket is
+collfuse's communication thread (collfuse.distributed's runner, as
+all_reduce(async_op=True): one thread, buckets in the same order on every
+rank, waits that poll briefly and then sleep, leaving the cores to the
+compute), so the rest of the backward pass runs meanwhile; before the optimizer step every bucket is
 waited for, and each parameter's .grad is a view of its bucket (set once,
 kept from step to step). Gradients are produced into their buckets: a
 gradient whose last op has an out= kernel that writes its destination
@@ -59,8 +60,8 @@ its tensors) and malloc's free memory handed back (malloc_trim): the
 trace holds every intermediate of forward and backward at once, more
 than a step does. Rank 0's parameters reach the others through the
 buckets, one broadcast per bucket.
-The leaves run as the job's collectives, on the same thread, in program
-order; the AllReduce leaves the compile put into one bucket (fusion=2 with
+The leaves run as the job's collectives, in program order after the
+buckets started before them; the AllReduce leaves the compile put into one bucket (fusion=2 with
 one fusion_id, or fusion=1 by the split) as one all_reduce of their
 concatenation (.fused_leaves), the graph reordered so that the bucket runs
 once all its members' operands are made; matmul_reduce_scatter as collfuse's fused MatmulReduceScatter
@@ -88,18 +89,44 @@ import itertools
 import operator
 import os
 import platform
-import threading
+import sys
 import time
 import weakref
 
 import numpy as np
 import torch
 import torch.fx
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.utils.stateless import functional_call
 
+
+def _import_make_fx():
+    """torch's make_fx, imported without sympy where neither it nor sympy
+    is imported yet: torch 1.13's symbolic_shapes imports sympy (30 MB
+    resident) for tracing_mode="symbolic" only, which the step does not
+    use; sympy is unimportable for this one import. The tracer's two
+    modules (imported without it) then leave sys.modules, so that a later
+    import of them (the user's own symbolic tracing) runs them anew, with
+    sympy."""
+    tracer, shapes = "torch.fx.experimental.proxy_tensor", "torch.fx.experimental.symbolic_shapes"
+    if tracer in sys.modules or shapes in sys.modules or "sympy" in sys.modules:
+        from torch.fx.experimental.proxy_tensor import make_fx
+        return make_fx
+    sys.modules["sympy"] = None  # import sympy raises ImportError
+    try:
+        from torch.fx.experimental.proxy_tensor import make_fx
+    finally:
+        del sys.modules["sympy"]
+        pkg = sys.modules.get("torch.fx.experimental")
+        for name in (tracer, shapes):
+            sys.modules.pop(name, None)
+            if pkg is not None:
+                pkg.__dict__.pop(name.rsplit(".", 1)[1], None)
+    return make_fx
+
+
+make_fx = _import_make_fx()
+
 from . import Context, Graph
-from . import _ordered
 from . import distributed as _cfd
 from . import fx as _cfx
 
@@ -147,31 +174,10 @@ class _Tracing:
         return x.clone()
 
 
-def _submit(fn):
-    """fn on collfuse's communication thread for the steps, which runs the
-    job's collectives in the order they are submitted (the same on every
-    rank): a handle for _wait."""
-    box, done = [], threading.Event()
-
-    def finish(res, err, t0):
-        box.append((True, res) if err is None else (False, err))  # err: carried to the waiter
-        done.set()
-    _ordered.submit("collfuse-step", fn, finish)
-    return box, done
-
-
-def _wait(handle):
-    box, done = handle
-    done.wait()
-    ok, v = box[0]
-    if not ok:
-        raise v
-    return v
-
-
 class _Running:
-    """_runtime while a step runs: the leaves are the job's collectives, on
-    the communication thread after the buckets started before them."""
+    """_runtime while a step runs: the leaves are the job's collectives, run
+    by the calling thread after the buckets started before them (each call
+    of collfuse.distributed waits for the runs its runner has)."""
 
     def __init__(self, world_size, rank):
         self.world_size, self.rank = world_size, rank
@@ -183,15 +189,15 @@ class _Running:
         x = x.contiguous()
         if kind == "all_reduce":
             out = x.clone()
-            fn = lambda: _cfd.all_reduce(out, op=a["reduction"])
+            _cfd.all_reduce(out, op=a["reduction"])
         elif kind == "all_gather":
             out = x.new_empty(((n,) + tuple(x.shape)) if a["layout"] == "stack" else
                               ((x.shape[0] * n,) + tuple(x.shape[1:])))
-            fn = lambda: _cfd.all_gather(out, x)
+            _cfd.all_gather(out, x)
         elif kind == "matmul_reduce_scatter" and _fused(x, a["x2"], a["bias"]):
             x2 = a["x2"].contiguous()
             out = x.new_empty((x.shape[0] // n, x2.shape[1]))
-            fn = lambda: _cfd.matmul_reduce_scatter(out, x, x2, comm_turn=a["comm_turn"])
+            _cfd.matmul_reduce_scatter(out, x, x2, comm_turn=a["comm_turn"])
         else:
             if kind == "matmul_reduce_scatter":  # a dtype or a bias the fused op does not take
                 x = x @ a["x2"]
@@ -202,8 +208,7 @@ class _Running:
             else:
                 red = a["reduction"]
             out = x.new_empty((x.shape[0] // n,) + tuple(x.shape[1:]))
-            fn = lambda: _cfd.reduce_scatter(out, x, op=red)
-        _wait(_submit(fn))
+            _cfd.reduce_scatter(out, x, op=red)
         return out
 
 
@@ -693,9 +698,9 @@ class CompiledStep:
             with torch.no_grad():
                 outs = self.gm([p.detach() for p in self.params], buffers, *inputs)
             t_end = self.t_backward_end = time.perf_counter()
-            for b, h in enumerate(self.pending):
-                if h is not None:
-                    _wait(h)
+            for work in self.pending:
+                if work is not None:
+                    work.wait()
             t_wait = time.perf_counter()
         finally:
             _cfx._runtime = saved
@@ -738,7 +743,7 @@ def _fused_leaves(key, reduction, xs):
     if step.world_size == 1:
         return [x.clone() for x in xs]
     flat = torch.cat([x.reshape(-1) for x in xs])
-    _wait(_submit(lambda: _cfd.all_reduce(flat, op=reduction)))
+    _cfd.all_reduce(flat, op=reduction)
     out, off = [], 0
     for x in xs:
         out.append(flat[off:off + x.numel()].view(x.shape))
@@ -764,17 +769,15 @@ def _to_bucket(key, k, grad):
 
 def _start_bucket(key, b, grads):
     """Inserted after a bucket's last gradient (each in its bucket view by
-    now): start the bucket's average on the communication thread."""
+    now): start the bucket's average on collfuse's thread (the world's
+    runner, async_op: its waits poll briefly and then sleep, leaving the
+    cores to the backward pass)."""
     step = _STEPS[key]
-    flat = step.flat[b]
     if step.world_size > 1:
         span = [time.perf_counter(), None]
         step.spans.append(span)
-
-        def run():
-            _cfd.all_reduce(flat, op="mean")
-            span[1] = time.perf_counter()
-        step.pending[b] = _submit(run)
+        work = step.pending[b] = _cfd.all_reduce(step.flat[b], op="mean", async_op=True)
+        work.then(lambda w: span.__setitem__(1, time.perf_counter()))
 
 
 def _union_ms(spans):

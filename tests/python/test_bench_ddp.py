@@ -1,57 +1,74 @@
 #!/usr/bin/python3
-"""bench/ddp.py's ports: a run that fails because another process took its
-port between port_pair() and the bind (torch's store, torchrun's
-rendezvous, the shm world's at MASTER_PORT + 1: "Address already in use")
-is started again on other ports, at most TRIES times; any other failure is
-returned as it is. The runs are stand-ins (no torch needed)."""
+"""bench/ddp.py's "gone" column: (gloo step - step) / (gloo step - local
+step) of the medians, in the JSON rows and the table, only where local ran.
+The runs are stand-ins (no torch needed); bench/ddp.py's ports are
+test_ports.py's."""
 
+import contextlib
 import importlib.util
+import io
+import json
 import os
-import subprocess
+import random
 import sys
 
 from checks import fail
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location("bench_ddp", os.path.join(HERE, "..", "..", "bench", "ddp.py"))
+BENCH = os.path.join(HERE, "..", "..", "bench")
+sys.path.insert(0, BENCH)  # bench/ddp.py imports bench/ports.py
+spec = importlib.util.spec_from_file_location("bench_ddp", os.path.join(BENCH, "ddp.py"))
 ddp = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ddp)
 
-TAKEN = "RuntimeError: The server socket has failed to bind to [::]:%d (errno: 98 - Address already in use)."
 
+def check_gone():
+    """gone() and the column bench/ddp.py prints from stand-in runs: random
+    step times per hook and run, checked against the medians' formula."""
+    rnd = random.Random(31)
+    if ddp.gone(40.0, None, 35.0) is not None or ddp.gone(30.0, 33.0, 31.0) is not None:
+        fail("gone: a value without local, or with gloo's step not above local's")
+    if ddp.gone(43.3, 33.2, 33.2) != 1.0 or ddp.gone(43.3, 33.2, 43.3) != 0.0:
+        fail("gone: at the floor %r (want 1), at gloo's step %r (want 0)"
+             % (ddp.gone(43.3, 33.2, 33.2), ddp.gone(43.3, 33.2, 43.3)))
+    times = {h: [rnd.uniform(lo, lo + 6) for _ in range(3)]
+             for h, lo in (("gloo", 40.0), ("local", 30.0), ("collfuse", 34.0), ("step", 32.0))}
+    calls = {h: 0 for h in times}
 
-def starts(results):
-    """A start() that returns results[k] at its k-th call, recording the ports it got."""
-    got = []
-
-    def start(master_port, rdzv_port):
-        got.append((master_port, rdzv_port))
-        rc, err = results[min(len(got), len(results)) - 1]
-        return subprocess.CompletedProcess(["run"], rc, "", err % master_port if "%d" in err else err)
-    return start, got
+    def fake_run(model, hook, args):  # step, sync, exposed, share, copy MB, peak, cpu, pss, params
+        v = times[hook][calls[hook]]
+        calls[hook] += 1
+        return v, 1.0, None, None, None, 100.0, v, 90.0, 1234
+    med = lambda h: sorted(times[h])[1]
+    for hooks, with_local in (("gloo,local,collfuse,step", True), ("gloo,collfuse,step", False)):
+        def bench(*extra):
+            for h in calls:
+                calls[h] = 0
+            saved = ddp.run, sys.argv
+            ddp.run, sys.argv = fake_run, ["ddp.py", "--models", "gpt", "--hooks", hooks, "--launcher", "torchrun"] + \
+                list(extra)
+            out = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out):
+                    ddp.main()
+            finally:
+                ddp.run, sys.argv = saved
+            return out.getvalue()
+        rows = {r["hook"]: r for r in json.loads(bench("--json"))["rows"]}
+        table = bench().splitlines()
+        step_line = [ln for ln in table if ln.split()[2:3] == ["step"]]
+        if "gone" not in table[1].split() or len(step_line) != 1 or \
+                step_line[0].split()[6] != ("%.2f" % rows["step"]["gone"] if with_local else "-"):
+            fail("--hooks %s: the table's gone column:\n%s" % (hooks, "\n".join(table)))
+        for h, r in rows.items():
+            want = (med("gloo") - med(h)) / (med("gloo") - med("local")) if with_local else None
+            if (want is None) != (r["gone"] is None) or (want is not None and abs(r["gone"] - want) > 1e-12):
+                fail("--hooks %s: %s's gone %r, want %r" % (hooks, h, r["gone"], want))
 
 
 def main():
-    for _ in range(20):
-        p, q = ddp.port_pair()
-        if not 0 < p < 65535 or q in (p, p + 1):
-            fail("port_pair: (%d, %d): want P and P + 1 for MASTER_PORT and another for torchrun's" % (p, q))
-    # taken once, then the run goes through
-    start, got = starts([(1, TAKEN), (0, "")])
-    r = ddp.on_free_ports(start)
-    if r.returncode != 0 or len(got) != 2:
-        fail("a port taken once: %d runs, the last exit %d; want 2 and 0" % (len(got), r.returncode))
-    # another failure: returned at once
-    start, got = starts([(1, "Traceback ... ValueError: bad model")])
-    r = ddp.on_free_ports(start)
-    if r.returncode != 1 or len(got) != 1:
-        fail("a failure not of ports: %d runs; want 1, returned as it failed" % len(got))
-    # taken every time: TRIES runs, the last failure returned
-    start, got = starts([(1, TAKEN)])
-    r = ddp.on_free_ports(start)
-    if r.returncode != 1 or len(got) != ddp.TRIES or "Address already in use" not in r.stderr:
-        fail("a port taken every time: %d runs (want %d), exit %d" % (len(got), ddp.TRIES, r.returncode))
-    print("bench/ddp.py: runs started again on other ports when one was taken")
+    check_gone()
+    print("bench/ddp.py: the gone column from stand-in runs")
 
 
 if __name__ == "__main__":

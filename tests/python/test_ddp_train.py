@@ -14,13 +14,15 @@ torch or mpirun; ResNet-18 is skipped, saying so, without torchvision.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 from checks import fail
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+import ports  # noqa: E402 (bench/ports.py: a run started again when a port was taken meanwhile)
+
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "torch", "ddp_train.py")
 SCALE = int(os.environ.get("CF_TEST_TIME_SCALE", "1") or 1)
 
@@ -29,23 +31,20 @@ def have(module):
     return subprocess.run([sys.executable, "-c", "import " + module], capture_output=True).returncode == 0
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def mpirun(args, np_=2):
     root = ["--allow-run-as-root"] if os.getuid() == 0 else []
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMPI_MCA_rmaps_base_oversubscribe="1")
     cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
     for k in ("MASTER_ADDR", "MASTER_PORT", "COLLFUSE_LIBRARY", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE",
               "XDG_CACHE_HOME"):
-        if k in env:
+        if k in ("MASTER_ADDR", "MASTER_PORT") or k in os.environ:
             cmd += ["-x", k]
     cmd += ["-np", str(np_), sys.executable, EXAMPLE, "--json"] + args
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600 * SCALE)
+
+    def start(master_port, _):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port),
+                   OMPI_MCA_rmaps_base_oversubscribe="1")
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600 * SCALE)
+    p = ports.on_free_ports(start, "test_ddp_train")
     if p.returncode != 0:
         fail("%s: exit %d\n%s%s" % (" ".join(cmd), p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
@@ -55,11 +54,12 @@ def mpirun(args, np_=2):
 
 
 def torchrun(args):
-    env = dict(os.environ)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
-               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(), "--redirects", "2", "--tee", "2",
-           "--nproc_per_node", "2", EXAMPLE] + args
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600 * SCALE)
+    def start(_, rdzv_port):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
+               "--rdzv_endpoint", "127.0.0.1:%d" % rdzv_port, "--redirects", "2", "--tee", "2",
+               "--nproc_per_node", "2", EXAMPLE] + args
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600 * SCALE)
+    return ports.on_free_ports(start, "test_ddp_train")
 
 
 def close(a, b, rtol):

@@ -13,7 +13,7 @@ references computed in float64 from every rank's random data (each rank
 makes all ranks' data from the same seeds); bad buffers refused before
 anything is sent (the ranks stay in step); float32 at sizes past the
 small-message algorithms; all_reduce with async_op=True (several started
-at once, a call without it after them); groups (shm world; MPI refuses them); and with torch, a small model
+at once, a call without it after them, matmul_reduce_scatter after one); groups (shm world; MPI refuses them); and with torch, a small model
 under DDP over gloo with collfuse's allreduce_hook against DDP without a
 hook, step by step, and its bf16 variant; last, ranks that call different
 collectives all raise. Besides: ranks that say they are on two hosts, a
@@ -24,7 +24,6 @@ mpirun; the torch parts say they are skipped without torch.
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,9 @@ import numpy as np
 import collfuse
 import collfuse.distributed as cfd
 from checks import expect_raises, fail
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import ports  # noqa: E402 (bench/ports.py: a run started again when a port was taken meanwhile)
 
 try:
     import torch
@@ -213,6 +215,21 @@ def started(me, R):
     works[0].then(lambda wk: now.append(wk))
     if now != [works[0]]:
         fail("then() on an ended Work did not run at once: %r" % now)
+    # matmul_reduce_scatter right after a started all_reduce: it runs after
+    # it (the fused op on this thread, the all_reduce on collfuse's), not
+    # beside it in the same world
+    n, m, k, c = R * (1 << 18), R * 32, 64, 48
+    e = [data("float32", n, r, 3200) for r in range(R)]
+    x = e[me].copy()
+    w = cfd.all_reduce(x, async_op=True)
+    x1s = [data("float32", m * k, r, 3201).reshape(m, k) for r in range(R)]
+    x2s = [data("float32", k * c, r, 3202).reshape(k, c) for r in range(R)]
+    out = np.empty((m // R, c), dtype=np.float32)
+    cfd.matmul_reduce_scatter(out, x1s[me], x2s[me])
+    want = sum(a.astype(np.float64) @ b.astype(np.float64) for a, b in zip(x1s, x2s))[me * (m // R):(me + 1) * (m // R)]
+    close("float32", out, want, "matmul_reduce_scatter after a started all_reduce", R)
+    w.wait()
+    close("float32", x, reduce_ref("float32", "sum", e), "the all_reduce started before matmul_reduce_scatter", R)
 
 
 def groups(me, R):
@@ -512,7 +529,7 @@ def hosts(ok, scale):
     """Two processes as torchrun starts them on one host, each told it is on
     another (COLLFUSE_HOSTID): both refuse, having met over TCP at
     MASTER_ADDR:MASTER_PORT+1."""
-    port = free_master_port()
+    port = ports.port_pair()[0]
     procs = []
     for r in range(2):
         env = dict(os.environ, CF_DIST_CHILD="hosts", CF_OK_DIR=ok, RANK=str(r), WORLD_SIZE="2",
@@ -568,7 +585,7 @@ def unopenable_child():
 def unopenable(ok, scale):
     """unopenable_child's two processes, as torchrun starts them: both
     right, each saying once on stderr why registered memory is copied."""
-    port = free_master_port()
+    port = ports.port_pair()[0]
     procs = []
     for r in range(2):
         env = dict(os.environ, CF_DIST_CHILD="unopenable", CF_OK_DIR=ok, RANK=str(r), WORLD_SIZE="2",
@@ -610,7 +627,7 @@ def killed_child():
 def killed(ok, scale, where):
     """killed_child's two processes, as torchrun starts them: rank 1 ends by
     SIGKILL, rank 0 with the error naming it (no hang on the runner)."""
-    port = free_master_port()
+    port = ports.port_pair()[0]
     procs = []
     for r in range(2):
         env = dict(os.environ, CF_DIST_CHILD="killed", CF_KILLED=where, CF_OK_DIR=ok, RANK=str(r), WORLD_SIZE="2",
@@ -653,50 +670,28 @@ def child():
 
 # ---------------- the driver ----------------
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_master_port():
-    """A MASTER_PORT P for a job whose shm ranks meet at MASTER_PORT + 1
-    (and torch's store listens on P): P and P + 1 both free now. The
-    kernel's port for a bind to 0 says nothing of P + 1, which another
-    job on a busy machine may hold ("Address already in use"), so try
-    again until both bind."""
-    for _ in range(200):
-        with socket.socket() as a, socket.socket() as b:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            if port >= 65535:
-                continue
-            try:
-                b.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-            return port
-    fail("no free pair of ports P, P + 1 in 200 tries")
-
-
 def start(how, R, ok, scale):
     """Run this file's child() on R processes: how is "mpirun" (the world
     init chooses), "mpirun-mpi" (backend "mpi" forced) or "torchrun"."""
-    env = dict(os.environ, CF_DIST_CHILD="1", CF_OK_DIR=ok, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_master_port()),
-               OMPI_MCA_rmaps_base_oversubscribe="1", CF_DIST_BACKEND="mpi" if how == "mpirun-mpi" else "")
-    if how == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
-               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(), "--redirects", "2", "--tee", "2",
-               "--nproc_per_node", str(R), os.path.abspath(__file__)]
-    else:
-        root = ["--allow-run-as-root"] if os.getuid() == 0 else []
-        cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
-        for k in ("CF_DIST_CHILD", "CF_DIST_BACKEND", "CF_OK_DIR", "MASTER_ADDR", "MASTER_PORT", "COLLFUSE_LIBRARY",
-                  "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "XDG_CACHE_HOME"):
-            if k in env:
-                cmd += ["-x", k]
-        cmd += ["-np", str(R), sys.executable, os.path.abspath(__file__)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 * scale)
+    def run(master_port, rdzv_port):
+        for f in os.listdir(ok):  # a run started again: the ranks of the one before say nothing
+            os.unlink(os.path.join(ok, f))
+        env = dict(os.environ, CF_DIST_CHILD="1", CF_OK_DIR=ok, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port),
+                   OMPI_MCA_rmaps_base_oversubscribe="1", CF_DIST_BACKEND="mpi" if how == "mpirun-mpi" else "")
+        if how == "torchrun":
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
+                   "--rdzv_endpoint", "127.0.0.1:%d" % rdzv_port, "--redirects", "2", "--tee", "2",
+                   "--nproc_per_node", str(R), os.path.abspath(__file__)]
+        else:
+            root = ["--allow-run-as-root"] if os.getuid() == 0 else []
+            cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
+            for k in ("CF_DIST_CHILD", "CF_DIST_BACKEND", "CF_OK_DIR", "MASTER_ADDR", "MASTER_PORT",
+                      "COLLFUSE_LIBRARY", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "XDG_CACHE_HOME"):
+                if k in env:
+                    cmd += ["-x", k]
+            cmd += ["-np", str(R), sys.executable, os.path.abspath(__file__)]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 * scale)
+    p = ports.on_free_ports(run, "test_distributed")
     done = sorted(os.listdir(ok))
     if p.returncode != 0 or len(done) != R:
         fail("%s, %d processes: exit %d, ranks done %s\n%s%s" % (how, R, p.returncode, done, p.stdout, p.stderr))

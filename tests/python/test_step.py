@@ -117,17 +117,26 @@ if platform.libc_ver()[0] == "glibc" and hasattr(ctypes.CDLL(None), "mallinfo2")
     del conv_step, conv
 
 # ---- the hooks' module imports no tracer (33 MB resident: proxy_tensor, sympy) until
-# compile_step is asked for
+# compile_step is asked for; the step's tracer comes without sympy (30 MB), and
+# the user's symbolic tracing afterwards still gets it
 LAZY = """
-import json, sys
+import json, sys, torch
 import collfuse.torch as ct
 before = sorted(m for m in ("collfuse.step", "torch.fx.experimental.proxy_tensor") if m in sys.modules)
 import collfuse.step
-print(json.dumps({"before": before, "same": ct.compile_step is collfuse.step.compile_step}))
+m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
+step = ct.compile_step(m, torch.nn.functional.mse_loss, (torch.randn(5, 4), torch.randn(5, 2)))
+step(torch.randn(5, 4), torch.randn(5, 2))
+sympy = "sympy" in sys.modules
+from torch.fx.experimental.proxy_tensor import make_fx
+g = make_fx(lambda x: x.sum(0) * x.shape[0], tracing_mode="symbolic")(torch.randn(3, 4))
+print(json.dumps({"before": before, "same": ct.compile_step is collfuse.step.compile_step, "sympy": sympy,
+                  "symbolic": float(g(torch.ones(5, 4))[0])}))
 """
 r = subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True)
-if r.returncode or json.loads(r.stdout.strip().splitlines()[-1]) != {"before": [], "same": True}:
-    fail("import collfuse.torch: %s%s" % (r.stdout[-1000:], r.stderr[-2000:]))
+if r.returncode or json.loads(r.stdout.strip().splitlines()[-1]) != {"before": [], "same": True, "sympy": False,
+                                                                     "symbolic": 25.0}:
+    fail("import collfuse.torch, then compile_step: %s%s" % (r.stdout[-1000:], r.stderr[-2000:]))
 
 # ---- keep_memory: glibc's malloc keeps what a step frees mapped, so the
 # next step's tensors take no page faults (a process of its own: the

@@ -17,7 +17,6 @@ without torch or without the shm world."""
 
 import copy
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,9 @@ except ImportError:
 
 import collfuse.distributed as cfd
 from checks import fail
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import ports  # noqa: E402 (bench/ports.py: a run started again when a port was taken meanwhile)
 
 SCALE = int(os.environ.get("COLLFUSE_TEST_TIMEOUT_SCALE", "1") or 1)
 
@@ -231,22 +233,21 @@ def launched():
     open(os.path.join(os.environ["CF_OK_DIR"], "launched%d" % rank), "w").close()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     if not cfd.has_shm():
         print("test_step_dist: this libcollfuse has no shm world for torchrun's processes: skipped")
         sys.exit(77)
     with tempfile.TemporaryDirectory(prefix="test_step_dist") as ok:
         env = dict(os.environ, CF_STEP_CHILD="1", CF_OK_DIR=ok)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
-               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(), "--redirects", "2", "--tee", "2",
-               "--nproc_per_node", "2", os.path.abspath(__file__)]
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 * SCALE)
+
+        def start(_, rdzv_port):
+            for f in os.listdir(ok):  # a run started again: the ranks of the one before say nothing
+                os.unlink(os.path.join(ok, f))
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--rdzv_backend", "c10d",
+                   "--rdzv_endpoint", "127.0.0.1:%d" % rdzv_port, "--redirects", "2", "--tee", "2",
+                   "--nproc_per_node", "2", os.path.abspath(__file__)]
+            return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 * SCALE)
+        p = ports.on_free_ports(start, "test_step_dist")
         done = sorted(os.listdir(ok))
         if p.returncode != 0 or len(done) != 2:
             fail("torchrun, 2 processes: exit %d, ranks done %s\n%s%s" % (p.returncode, done, p.stdout[-4000:],
