@@ -179,7 +179,7 @@ if platform.libc_ver()[0] == "glibc" and hasattr(ctypes.CDLL(None), "mallinfo2")
         fail("compile_step left %d KiB of the trace for the cyclic collector" % ((before - in_use()) >> 10))
     del conv_step, conv
 
-# ---- the hooks' module imports no tracer (33 MB resident: proxy_tensor, sympy) until
+# ---- the hooks' module imports no tracer (proxy_tensor) until
 # compile_step is asked for; the step's tracer comes without sympy (30 MB), and
 # the user's symbolic tracing afterwards still gets it; with fake tensors the trace of a
 # step whose activations are 64 MB each adds no peak (with real ones: 200 MB)
