@@ -69,7 +69,8 @@ class HookState:
     at the first bucket: each hook call on the backward pass, each bucket's
     turn on the runner thread with its collective, the library's copies, algorithm
     phases and waits). The file is rewritten after each backward pass's
-    last bucket (DDP's bucket 0) and at exit, so it is whole between steps."""
+    last bucket (bucket.is_last(): DDP's highest index) and at exit, so it
+    is whole between steps."""
 
     def __init__(self, group=None, trace=None):
         self.group, self.trace = group, trace
@@ -96,7 +97,8 @@ def _submit(bucket, buf, t0, state, start, finish=None):
     info = None
     if _cfd.tracing():
         info = {"index": bucket.index(), "bytes": buf.numel() * buf.element_size(), "dtype": str(buf.dtype)}
-    rewrite = isinstance(state, HookState) and state.trace is not None
+    # the backward pass's last bucket (DDP's highest index, handed over last) rewrites the trace
+    rewrite = isinstance(state, HookState) and state.trace is not None and bucket.is_last()
     queued = time.monotonic_ns()
     try:
         work = start()
@@ -119,7 +121,7 @@ def _submit(bucket, buf, t0, state, start, finish=None):
             fut.set_result(buf)
         else:
             fut.set_exception(err)
-        if rewrite and info is not None and info["index"] == 0:  # the backward pass's last bucket
+        if rewrite and info is not None:
             _cfd.write_trace()
     work.then(end)
     if info is not None:

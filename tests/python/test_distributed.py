@@ -381,15 +381,25 @@ def traced(me, R, train, cft):
         return cft.allreduce_hook(state, bucket)
     with tempfile.TemporaryDirectory(prefix="cf-trace") as d:
         state = cft.HookState(trace=os.path.join(d, "ddp.json"))
-        net = torch.nn.Sequential(torch.nn.Linear(17, 32), torch.nn.Tanh(), torch.nn.Linear(32, 5))
+        # the last layer's gradients (1.3 MB) fill DDP's first bucket (1 MB): after DDP's first
+        # pass, each has two buckets, the last one (bucket.is_last()) handed over last
+        net = torch.nn.Sequential(torch.nn.Linear(17, 64), torch.nn.Tanh(), torch.nn.Linear(64, 5000))
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(net, gradient_as_bucket_view=True, bucket_cap_mb=0.001)
         model.register_comm_hook(state, counted)
         for _ in range(3):
             model(torch.randn(8, 17)).square().mean().backward()
+        cfd.barrier()  # after the runner's callbacks: the rewrite after the last bucket is done
+        with open(os.path.join(d, "ddp.rank%d.json" % me)) as f:
+            between = json.load(f)
         cfd.set_trace(None)  # stops and writes
         with open(os.path.join(d, "ddp.rank%d.json" % me)) as f:
             t = json.load(f)
+    # rewritten after each backward pass's last bucket (bucket.is_last()): every bucket so far is there
+    got = sorted(e["args"]["index"] for e in between["traceEvents"] if e.get("cat") == "bucket")
+    if len(set(i for i, _ in calls)) < 2 or got != sorted(i for i, _ in calls):
+        fail("trace: between steps, buckets %r in the file, want every one handed over %r"
+             % (got, sorted(i for i, _ in calls)))
     other = t["otherData"]
     if other.get("ranks") != R or other.get("rank") != me or other.get("dropped_events") != 0 \
             or not isinstance(other.get("start_us"), float):
