@@ -9,7 +9,8 @@ Runs examples/torch/ddp_train.py (gloo process group) for each model with
   gloo      torch's allreduce_hook over gloo (the same averaging, timed),
   collfuse  collfuse.torch.allreduce_hook,
   step      collfuse.torch.compile_step (no DDP; collfuse's buckets, --split
-            ddp:25M as DDP's, each averaged once its last gradient is made),
+            ddp:25M: DDP's rule and cap without its 1 MB first bucket,
+            each averaged once its last gradient is made),
 interleaved, --repeats times each, started by torchrun when the library
 has the shm world (collfuse's hook then joins it), else by mpirun (the hook
 joins MPI's world). Per run: the median over the steps after --warmup of the step time

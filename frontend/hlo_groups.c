@@ -565,29 +565,6 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
     else if (id > r->max_rank)
       r->max_rank = id;
   }
-  /* the groups of a collective every device takes part in (not a
-   * permute's or broadcast's) cover every device, as XLA's verifier and
-   * StableHLO's say: none left out below the highest, nor the module's */
-  static const char *const every[] = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all"};
-  bool covers = false;
-  for (size_t i = 0; i < sizeof every / sizeof every[0]; i++)
-    covers |= !strncmp(in->opcode, every[i], strlen(every[i]));
-  if (!st && covers && !g.all && g.ids.n) {
-    int top = 0;
-    for (size_t i = 0; i < g.ids.n; i++)
-      top = g.ids.v[i] > top ? g.ids.v[i] : top;
-    for (int d = 0; d < top && !st; d++)
-      if (!seen[d])
-        st = cf_hlo_fail(r, in->line,
-                         "instruction '%s': replica_groups leave device %d out (%s's groups "
-                         "cover every device)",
-                         in->name, d, in->opcode);
-    if (!st && world && top + 1 < world)
-      st = cf_hlo_fail(r, in->line,
-                       "instruction '%s': replica_groups cover %d devices but the module has "
-                       "%lld (%s's groups cover every device)",
-                       in->name, top + 1, (long long)world, in->opcode);
-  }
   for (size_t i = 0; seen && i < g.ids.n; i++)
     seen[g.ids.v[i]] = 0;
   if (!st && g.mesh > r->mesh_world) r->mesh_world = g.mesh;

@@ -15,6 +15,10 @@
 #include "cf_test.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "executor/backends/backends.h"
 #include "executor/executor.h"
@@ -295,7 +299,7 @@ static void test_pool_runs_whole(void **state) {
 static void *brief_main(void *arg) {
   _Atomic uint64_t *a = arg;
   cf_spin_brief = true;
-  bool came = cf_spin_ge(a, 1, 1 << 30);
+  bool came = cf_spin_ge(a, 1, 1 << 30, CF_SPIN_CORE);
   return came ? a : NULL;
 }
 
@@ -309,9 +313,42 @@ static void test_brief_spin(void **state) {
   pthread_join(th, &ret);
   assert_null(ret); /* gave up: the target never came */
   assert_false(cf_spin_brief);
-  assert_false(cf_spin_ge(&a, 1, 1000));
+  assert_false(cf_spin_ge(&a, 1, 1000, CF_SPIN_CORE));
   a = 1;
-  assert_true(cf_spin_ge(&a, 1, 1 << 30));
+  assert_true(cf_spin_ge(&a, 1, 1 << 30, CF_SPIN_CORE));
+}
+
+/* Every sched_yield of this test program (the library is linked in
+ * statically, so its calls come here), counted, then made. */
+static _Atomic int yields;
+int sched_yield(void) {
+  atomic_fetch_add(&yields, 1);
+  return (int)syscall(SYS_sched_yield);
+}
+
+/* How each mode polls a word that never comes: an oversubscribed process
+ * (the shm world's CF_SPIN_PAUSE) never yields, whatever the spin (a yield
+ * puts the rank behind every other task: transports.h); oversubscribed
+ * threads yield every poll; a core per rank every 64 polls after 256. */
+static void test_spin_modes(void **state) {
+  (void)state;
+  _Atomic uint64_t a = 0;
+  struct {
+    cf_spin_mode mode;
+    int spin, yields;
+  } cases[] = {{CF_SPIN_PAUSE, CF_SPIN_BRIEF, 0}, {CF_SPIN_PAUSE, 5000, 0}, {CF_SPIN_YIELD, 64, 64},
+               {CF_SPIN_CORE, 1000, 12},         {CF_SPIN_CORE, 256, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    atomic_store(&yields, 0);
+    assert_false(cf_spin_ge(&a, 1, cases[i].spin, cases[i].mode));
+    if (atomic_load(&yields) != cases[i].yields)
+      fail_msg("mode %d, spin %d: %d yields, %d expected", (int)cases[i].mode, cases[i].spin,
+               atomic_load(&yields), cases[i].yields);
+  }
+  a = 1; /* a word that has come: no poll, no yield */
+  atomic_store(&yields, 0);
+  assert_true(cf_spin_ge(&a, 1, 64, CF_SPIN_YIELD));
+  assert_int_equal(atomic_load(&yields), 0);
 }
 
 int main(void) {
@@ -326,6 +363,7 @@ int main(void) {
       cmocka_unit_test(test_in_place_rsag_runs_whole),
       cmocka_unit_test(test_pool_runs_whole),
       cmocka_unit_test(test_brief_spin),
+      cmocka_unit_test(test_spin_modes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -25,7 +25,8 @@ bf16_compress_hook. --hook local: no communication at all (each rank
 keeps its own gradients, so the models drift apart): the step time
 without any gradient sync, the floor for every other hook. --hook step: no DDP; collfuse.torch.compile_step
 traces forward and backward into one graph, collfuse decides the buckets
-(--split, e.g. ddp:25M as DDP's) and averages each one as soon as its last
+(--split; by default ddp:25M, DDP's rule and cap without its 1 MB first
+bucket: ddp:25M,first=1M is DDP's own) and averages each one as soon as its last
 gradient is produced. Rank 0 prints each step's loss (the mean over ranks) or,
 with --json, one JSON object: losses, step_ms and sync_ms (the time per
 step during which some bucket is being averaged: from each hook call to its
@@ -207,7 +208,7 @@ def main(argv=None):
     ap.add_argument("--deterministic", action="store_true",
                     help="collfuse hooks: reductions in a fixed order (bitwise the same run to run)")
     ap.add_argument("--split", default=None,
-                    help="--hook step: collfuse's split (default: ddp:BUCKET_MB M, DDP's buckets)")
+                    help="--hook step: collfuse's split (default: ddp:BUCKET_MB M, DDP's rule without its 1 MB first bucket)")
     ap.add_argument("--json", action="store_true", help="rank 0 prints one JSON object")
     ap.add_argument("--trace", metavar="FILE.json",
                     help="collfuse hooks: each rank's timeline of the buckets as a Chrome trace, FILE.rank<R>.json")

@@ -155,7 +155,8 @@ typedef struct cf_shm_world {
   cf_context *ctx;
   int size, me;
   double timeout_s;
-  int spin;
+  int spin;               /* polls before a wait sleeps */
+  cf_spin_mode spin_mode; /* how they poll */
   char host[256];
   shead *head;
   size_t ctl_bytes;
@@ -387,7 +388,7 @@ static cf_status stop(cf_shm_world *w, const wait_what *ww) {
 /* Wait until *a >= target (threads.c's spin, then sleep on the bell). */
 static cf_status wait_ge(cf_shm_world *w, _Atomic uint64_t *a, uint64_t target, const wait_what *ww) {
   if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
-  if (cf_spin_ge(a, target, w->spin)) return CF_OK;
+  if (cf_spin_ge(a, target, w->spin, w->spin_mode)) return CF_OK;
   sbell *b = &w->bells[w->me];
   /* the timeout counts the silence of the work waited for: the peer's
    * beats and, while it waits itself, those down its chain of waits
@@ -1051,7 +1052,13 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   w->me = l->rank;
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  w->spin = n <= cpus ? 40000 : 64;
+  /* oversubscribed (4 processes on 2 cores), a wait pauses CF_SPIN_BRIEF
+   * polls (a peer running on another core is microseconds away) and then
+   * sleeps, where it yielded 64 times before: a pool call of 16 MiB on 4
+   * ranks took 0.35x the time and 64 MiB 0.6x, 8 B to 1 MiB level or
+   * faster (alternating runs, load 7-13: bench/results/shm.md) */
+  w->spin = n <= cpus ? 40000 : CF_SPIN_BRIEF;
+  w->spin_mode = n <= cpus ? CF_SPIN_CORE : CF_SPIN_PAUSE;
   gethostname(w->host, sizeof w->host - 1);
   pthread_mutex_init(&w->lock, NULL);
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);

@@ -180,7 +180,15 @@ void *cf_shm_heap_map(int fd, size_t bytes) {
   if (a > r) munmap(r, (size_t)(a - r));
   if (r + bytes + HUGE_PAGE > a + bytes) munmap(a + bytes, (size_t)(r + HUGE_PAGE - a));
   const char *knob = cf_env(CF_ENV_SHM_HUGE);
-  if (!(knob && strcmp(knob, "0") == 0)) madvise(p, bytes, MADV_HUGEPAGE); /* advice */
+  if (!(knob && strcmp(knob, "0") == 0)) {
+    madvise(p, bytes, MADV_HUGEPAGE); /* advice */
+    /* the heap's first 2 MiB in 4 KiB pages: the bounce buffers of small
+     * messages lie there (shm.c), a few KiB that every rank touches in
+     * every heap, which in a huge page cost 2 MiB of each rank's memory
+     * per heap (a job whose buffers are all registered touches nothing
+     * else of the heaps) */
+    if (bytes > HUGE_PAGE) madvise(p, HUGE_PAGE, MADV_NOHUGEPAGE);
+  }
   return p;
 }
 

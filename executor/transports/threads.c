@@ -104,6 +104,7 @@ typedef struct cf_threads_world {
   int size;
   double timeout_s;
   int spin;          /* polls before sleeping */
+  cf_spin_mode spin_mode; /* how they poll */
   bool asym;         /* membarrier(2) fences for the sleepers (see the top) */
   chan *ch;          /* [src * size + dst] */
   bell *bells;       /* [rank] */
@@ -194,7 +195,7 @@ static cf_status wait_ge(cf_comm *c, _Atomic uint64_t *a, uint64_t target, const
   int64_t t0 = cf_trace_here ? cf_trace_clock() : 0; /* the wait, for the trace */
   /* every rank has a core: poll (a message is usually microseconds away)
    * before sleeping; oversubscribed: yield the core to the rank we wait for */
-  bool came = cf_spin_ge(a, target, w->spin);
+  bool came = cf_spin_ge(a, target, w->spin, w->spin_mode);
   trace_wait("spin", t0);
   if (came) return CF_OK;
   t0 = cf_trace_here ? cf_trace_clock() : 0;
@@ -399,6 +400,12 @@ static cf_status threads_create(cf_context *ctx, int size, double timeout_s, cf_
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   w->spin =
       size <= cpus ? 40000 : 64; /* ~1-2 ms of polling; oversubscribed: get off the core soon */
+  /* oversubscribed, a wait yields: pausing 256 polls and then sleeping, as
+   * the shm world does (CF_SPIN_PAUSE), took 13x the time of an 8-byte
+   * AllReduce and 2.5x at 64 KiB on 4 ranks and 2 cores (a sleep here pays
+   * a membarrier), though 0.6-0.7x at 16-64 MiB (3 alternating runs, load
+   * 8-10) */
+  w->spin_mode = size <= cpus ? CF_SPIN_CORE : CF_SPIN_YIELD;
   w->asym = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   w->cpus = cf_bind_cpus(size, &w->lanes);
   pthread_mutex_init(&w->lock, NULL);

@@ -209,12 +209,24 @@ typedef struct cf_patience {
 void cf_patience_start(cf_patience *p, uint64_t beat, double now);
 double cf_patience_left(cf_patience *p, uint64_t beat, double now, double timeout_s);
 /* The spin before a wait sleeps (threads.c, shm.c): true once *a >= target
- * within spin polls. With a core per rank (spin > 1000) it pauses, giving
- * the core away every 64 polls after the first 256 (a pause takes ~140
- * cycles on recent Intel cores: 256 are ~15 us) in case the rank waited for
- * shares it (polling 8192 times first made every wait ~0.4 ms then, 8x an
- * AllReduce of 1 MiB on 2 ranks); oversubscribed, it yields every poll. */
-bool cf_spin_ge(_Atomic uint64_t *a, uint64_t target, int spin);
+ * within spin polls, polling as mode says. */
+typedef enum cf_spin_mode {
+  /* a core per rank: it pauses, giving the core away every 64 polls after
+   * the first 256 (a pause takes ~140 cycles on recent Intel cores: 256
+   * are ~15 us) in case the rank waited for shares it (polling 8192 times
+   * first made every wait ~0.4 ms then, 8x an AllReduce of 1 MiB on 2
+   * ranks) */
+  CF_SPIN_CORE,
+  CF_SPIN_YIELD, /* oversubscribed threads (threads.c): it yields every poll */
+  /* oversubscribed processes (shm.c): it pauses and never yields. Linux's
+   * scheduler (EEVDF) moves a task that yields a slice later each time, so
+   * a rank that yielded through its waits (64 polls) fell behind every
+   * other task for milliseconds: the ranks of a pool call that waited at
+   * its start ran again only at its end, and the job lost its share of the
+   * cores to other work (issue 30: bench/results/shm.md) */
+  CF_SPIN_PAUSE,
+} cf_spin_mode;
+bool cf_spin_ge(_Atomic uint64_t *a, uint64_t target, int spin, cf_spin_mode mode);
 /* Set on a thread whose runs overlap its own process's work (a cf_runner's:
  * a DDP bucket averaged while the backward pass computes): its waits poll
  * CF_SPIN_BRIEF times, pausing (~11 us on the 2-core AMD EPYC VM), then

@@ -163,12 +163,13 @@ void cf_wait_timeout_text(char *text, size_t len, int me, double timeout_s, cons
 
 _Thread_local bool cf_spin_brief;
 
-bool cf_spin_ge(_Atomic uint64_t *a, uint64_t target, int spin) {
+bool cf_spin_ge(_Atomic uint64_t *a, uint64_t target, int spin, cf_spin_mode mode) {
   bool brief = cf_spin_brief && spin > CF_SPIN_BRIEF;
   if (brief) spin = CF_SPIN_BRIEF;
   for (int i = 0; i < spin; i++) {
     if (atomic_load_explicit(a, memory_order_acquire) >= target) return true;
-    if (brief || (spin > 1000 && (i < 256 || (i & 63))))
+    bool yield = mode == CF_SPIN_YIELD || (mode == CF_SPIN_CORE && i >= 256 && !(i & 63));
+    if (brief || !yield)
       __builtin_ia32_pause();
     else
       sched_yield();

@@ -14,6 +14,14 @@ the loss and torch.autograd.grad of it: one FX graph of aten ops, forward
 and backward, where each gradient and each explicit leaf
 (collfuse.fx.all_reduce, all_gather, reduce_scatter, matmul_reduce_scatter:
 torch.ops.collfuse.*) is a node with its dtype, shape and dependencies.
+It traces with fake tensors (tracing_mode="fake": shapes and dtypes only,
+nothing computed or allocated); where they fail (an op torch 1.13 has no
+fake kernel for, a plain tensor attribute of the model, neither parameter
+nor buffer) with real ones, on copies of the parameters and buffers, which
+a line on stderr says; .tracing_mode is "fake" or "real". The tracer is
+imported without sympy (torch 1.13 imports it for symbolic tracing only:
+30 MB resident), which a later import of torch's tracer by the user gets
+again.
 
 The collfuse graph: the placeholders are Inputs, every other tensor-valued
 aten node an Opaque node of its dtype and shape (its tensor operands kept as
@@ -54,12 +62,15 @@ the process sets malloc's mmap threshold to its largest (32 MiB) and its
 trim threshold to 1 GiB (process-wide, as MALLOC_MMAP_THRESHOLD_ and
 MALLOC_TRIM_THRESHOLD_ would; not where either of those or GLIBC_TUNABLES
 is set, or malloc is not glibc's), so that the memory stays mapped from
-step to step; the peak is unchanged. After the trace and after the compile
-the trace's garbage is collected (make_fx leaves reference cycles holding
-its tensors) and malloc's free memory handed back (malloc_trim): the
-trace holds every intermediate of forward and backward at once, more
-than a step does. Rank 0's parameters reach the others through the
-buckets, one broadcast per bucket.
+step to step; the peak is unchanged. A trace with fake tensors allocates
+no activation; one with real tensors holds every intermediate of forward
+and backward at once, more than a step does (a 64 MB activation: 200 MB
+of peak; ResNet-18's, batch 32: the process's peak), and leaves holes in
+malloc's heap that the steps' tensors fit around (ResNet-18 in one process: 12 MB more
+resident). After the trace and after the compile the trace's garbage is
+collected (make_fx leaves reference cycles holding its tensors) and
+malloc's free memory handed back (malloc_trim). Rank 0's parameters reach
+the others through the buckets, one broadcast per bucket.
 The leaves run as the job's collectives, in program order after the
 buckets started before them; the AllReduce leaves the compile put into one bucket (fusion=2 with
 one fusion_id, or fusion=1 by the split) as one all_reduce of their
@@ -257,7 +268,8 @@ class CompiledStep:
     after the backward pass's last compute and .sync_ms the time during
     which some bucket was being averaged (overlapping ones counted once),
     .copy_bytes the bytes of gradients copied into buckets (those not
-    produced there: .produced_into and .copied list (parameter, op))."""
+    produced there: .produced_into and .copied list (parameter, op)).
+    .tracing_mode: "fake" or "real", the tensors the step was traced with."""
 
     def __init__(self, model, loss_fn, example_inputs, optimizer, world_size, fusion, local, passes, options):
         self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
@@ -302,13 +314,53 @@ class CompiledStep:
             grads = torch.autograd.grad(loss, params, allow_unused=True)
             return [loss.detach()] + list(grads)
 
-        params = [p.detach().clone().requires_grad_(True) for p in self.params]
-        buffers = [b.detach().clone() for _, b in self.model.named_buffers()]  # the trace updates copies
         saved = _cfx._runtime
         _cfx._runtime = _Tracing(self.world_size, self.rank)
         try:
-            self.gm = make_fx(step_fn)(params, buffers, *example_inputs)
+            try:
+                self.gm, self.tracing_mode = self._traced(step_fn, "fake", example_inputs), "fake"
+            except (ValueError, NotImplementedError) as e:
+                if str(e).startswith("collfuse."):  # the step's own refusals: the same with real tensors
+                    raise
+                fake_error = e
+            except Exception as e:  # an op fake tensors lack in torch 1.13, a real tensor the model holds...
+                fake_error = e
+            else:
+                fake_error = None
+            if fake_error is not None:
+                self.gm, self.tracing_mode = self._traced(step_fn, "real", example_inputs), "real"
+                sys.stderr.write("collfuse.step: traced with real tensors (forward and backward computed once): "
+                                 "fake tensors failed: %s: %s\n" % (type(fake_error).__name__,
+                                                                   str(fake_error).strip().split("\n")[0][:300]))
+        finally:
+            _cfx._runtime = saved
+        ph = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        np_, nb = len(self.params), len(self.buffer_names)
+        self.param_nodes, self.buffer_nodes, self.input_nodes = ph[:np_], ph[np_:np_ + nb], ph[np_ + nb:]
+        out = [n for n in self.gm.graph.nodes if n.op == "output"][0]
+        outs = list(out.args[0])
+        self.loss_node, self.grad_nodes = outs[0], outs[1:]
+        self.output_node = out
+
+    def _traced(self, step_fn, mode, example_inputs):
+        """step_fn traced by make_fx: "fake" with fake tensors (shapes and
+        dtypes only, nothing computed: no activation of forward and
+        backward is ever allocated, so neither the trace's peak nor the
+        holes it leaves in malloc's heap, 12 MB of ResNet-18's steps'
+        resident memory, are paid), "real" with copies of the parameters
+        and buffers (the trace computes every op once and updates the
+        copies)."""
+        if mode == "fake":
+            params = [p.detach().requires_grad_(True) for p in self.params]  # only their fakes are used
+            buffers = [b.detach() for _, b in self.model.named_buffers()]
+        else:
+            params = [p.detach().clone().requires_grad_(True) for p in self.params]
+            buffers = [b.detach().clone() for _, b in self.model.named_buffers()]  # the trace updates copies
+        try:
+            gm = make_fx(step_fn, tracing_mode=mode)(params, buffers, *example_inputs)
         except RuntimeError as e:
+            if mode == "fake":
+                raise
             if "get value out of a tracing tensor" in str(e) or "data-dependent" in str(e):
                 raise NotImplementedError(
                     "collfuse.step: the step reads a tensor's value while tracing (data-dependent control flow, "
@@ -319,15 +371,12 @@ class CompiledStep:
                     "collfuse.step: the step writes a parameter in place%s; the step takes the parameters as "
                     "inputs and the optimizer updates them: write a copy instead" % _user_frame(e)) from None
             raise
-        finally:
-            _cfx._runtime = saved
-        ph = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
-        np_, nb = len(self.params), len(self.buffer_names)
-        self.param_nodes, self.buffer_nodes, self.input_nodes = ph[:np_], ph[np_:np_ + nb], ph[np_ + nb:]
-        out = [n for n in self.gm.graph.nodes if n.op == "output"][0]
-        outs = list(out.args[0])
-        self.loss_node, self.grad_nodes = outs[0], outs[1:]
-        self.output_node = out
+        if mode == "fake":  # a constant the trace made is a fake tensor: the graph could not run
+            from torch._subclasses import FakeTensor
+            held = list(vars(gm).values()) + list(gm._buffers.values()) + list(gm._parameters.values())
+            if any(isinstance(v, FakeTensor) for v in held):
+                raise RuntimeError("a constant of the graph is a fake tensor")
+        return gm
 
     def _check(self):
         pset = set(self.param_nodes)
@@ -696,7 +745,7 @@ class CompiledStep:
         _cfx._runtime = _Running(self.world_size, self.rank)
         try:
             with torch.no_grad():
-                outs = self.gm([p.detach() for p in self.params], buffers, *inputs)
+                outs = self.gm(self.params, buffers, *inputs)  # no autograd: no detached copies needed
             t_end = self.t_backward_end = time.perf_counter()
             for work in self.pending:
                 if work is not None:
