@@ -101,6 +101,10 @@ const cf_env_knob cf_env_table[CF_ENV_COUNT] = {
     [CF_ENV_SHM_HUGE] = {"COLLFUSE_SHM_HUGE", "`0`", "huge pages",
                          "`0`: the shm world's heaps in 4 KiB pages; otherwise in 2 MiB pages where "
                          "Linux gives them (executor.md, \"The shm world\")"},
+    [CF_ENV_SHM_SPIN] = {"COLLFUSE_SHM_SPIN", "`yield` or `pause`", "`yield`",
+                         "`--backend shm` with more ranks than cores: how a wait polls before it "
+                         "sleeps; `pause` never yields, for a machine busy with other work "
+                         "(executor.md, \"Waits, faults\")"},
     [CF_ENV_HOSTID] = {"COLLFUSE_HOSTID", "name", "the host's name and boot id",
                        "`--backend shm`: this process's host as the job's ranks compare it (as "
                        "`NCCL_HOSTID`); ranks with different ones are on different hosts; at most 64 "

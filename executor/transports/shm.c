@@ -1043,6 +1043,10 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   if (*out) return CF_OK;
   cf_status hst = cf_shm_host_check(ctx);
   if (hst) return hst;
+  const char *spin_knob = cf_env(CF_ENV_SHM_SPIN);
+  if (spin_knob && *spin_knob && strcmp(spin_knob, "yield") != 0 && strcmp(spin_knob, "pause") != 0)
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "COLLFUSE_SHM_SPIN=%s: expected yield or pause", spin_knob);
+  bool pause_spin = spin_knob && strcmp(spin_knob, "pause") == 0;
   cf_shm_world *w = calloc(1, sizeof *w);
   if (!w) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   int n = l->size;
@@ -1052,13 +1056,15 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   w->me = l->rank;
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  /* oversubscribed (4 processes on 2 cores), a wait pauses CF_SPIN_BRIEF
-   * polls (a peer running on another core is microseconds away) and then
-   * sleeps, where it yielded 64 times before: a pool call of 16 MiB on 4
-   * ranks took 0.35x the time and 64 MiB 0.6x, 8 B to 1 MiB level or
-   * faster (alternating runs, load 7-13: bench/results/shm.md) */
-  w->spin = n <= cpus ? 40000 : CF_SPIN_BRIEF;
-  w->spin_mode = n <= cpus ? CF_SPIN_CORE : CF_SPIN_PAUSE;
+  /* oversubscribed (4 processes on 2 cores), a wait yields 64 times and
+   * then sleeps. Pausing 256 polls and sleeping (CF_SPIN_PAUSE) took
+   * 0.22-0.37x the time of a 16 MiB pool call at load 7-13, where EEVDF
+   * leaves a yielding rank behind the other tasks, but on a quiet machine
+   * it made 8 B 5x slower, 64 KiB 4x and 1 MiB 1.6x (a futex wake per
+   * message) and 16 MiB level: bench/results/shm.md. COLLFUSE_SHM_SPIN=pause
+   * chooses it for a machine busy with other work. */
+  w->spin = n <= cpus ? 40000 : pause_spin ? CF_SPIN_BRIEF : 64;
+  w->spin_mode = n <= cpus ? CF_SPIN_CORE : pause_spin ? CF_SPIN_PAUSE : CF_SPIN_YIELD;
   gethostname(w->host, sizeof w->host - 1);
   pthread_mutex_init(&w->lock, NULL);
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);

@@ -20,6 +20,7 @@
 #    kill -9 from outside, end the job non-zero within --timeout + a few
 #    seconds naming the rank; a rank that never starts times out naming it;
 #    a COLLFUSE_HOSTID longer than a host's name can be is refused at once;
+#  - COLLFUSE_SHM_SPIN=pause verifies at 4 ranks; another value is refused;
 #  - the embedding API's cf_executable_run_rank with the option backend shm
 #    (API_MPI, e2e/api_mpi.c) at 2 and 4 processes from the launcher's
 #    variables, and at 2 with the option job (rank and size explicit); and
@@ -375,6 +376,13 @@ if command -v prlimit >/dev/null 2>&1 && [ -z "${ASAN_OPTIONS:-}" ]; then
   [ "$rc" -eq 1 ] || fail "a 1 GiB AllReduce under ulimit -v 3 GiB: exit $rc, expected 1"
   has "$ERR" "under the address-space limit (ulimit -v: 3.0 GiB)" "a 1 GiB AllReduce under ulimit -v 3 GiB"
 fi
+
+# COLLFUSE_SHM_SPIN: pause-then-sleep waits (4 ranks: more than this
+# machine's cores on CI) verify as the default's do; another value is refused
+COLLFUSE_SHM_SPIN=pause run run "$work/mixed4.xml" --backend shm --ranks 4 --verify --timeout 60 &&
+  expect_rc 0 "COLLFUSE_SHM_SPIN=pause, 4 ranks"
+COLLFUSE_SHM_SPIN=spin run run "$work/mixed2.xml" --backend shm --timeout 60 &&
+  expect_last 2 "COLLFUSE_SHM_SPIN=spin: expected yield or pause" "COLLFUSE_SHM_SPIN=spin"
 
 # usage: standard input, CUDA
 run run - --backend shm --ranks 2 && expect_rc 2 "--backend shm with FILE '-'"
