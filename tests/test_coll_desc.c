@@ -326,10 +326,10 @@ int sched_yield(void) {
   return (int)syscall(SYS_sched_yield);
 }
 
-/* How each mode polls a word that never comes: an oversubscribed process
- * (the shm world's CF_SPIN_PAUSE) never yields, whatever the spin (a yield
- * puts the rank behind every other task: transports.h); oversubscribed
- * threads yield every poll; a core per rank every 64 polls after 256. */
+/* How each mode polls a word that never comes: CF_SPIN_PAUSE (the shm
+ * world's with COLLFUSE_SHM_SPIN=pause) never yields, whatever the spin (a
+ * yield puts the rank behind every other task: transports.h); oversubscribed
+ * ranks yield every poll; a core per rank every 64 polls after 256. */
 static void test_spin_modes(void **state) {
   (void)state;
   _Atomic uint64_t a = 0;

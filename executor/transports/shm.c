@@ -1045,7 +1045,8 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   if (hst) return hst;
   const char *spin_knob = cf_env(CF_ENV_SHM_SPIN);
   if (spin_knob && *spin_knob && strcmp(spin_knob, "yield") != 0 && strcmp(spin_knob, "pause") != 0)
-    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "COLLFUSE_SHM_SPIN=%s: expected yield or pause", spin_knob);
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "COLLFUSE_SHM_SPIN=%s: expected yield or pause",
+                    spin_knob);
   bool pause_spin = spin_knob && strcmp(spin_knob, "pause") == 0;
   cf_shm_world *w = calloc(1, sizeof *w);
   if (!w) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");

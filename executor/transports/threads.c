@@ -401,10 +401,10 @@ static cf_status threads_create(cf_context *ctx, int size, double timeout_s, cf_
   w->spin =
       size <= cpus ? 40000 : 64; /* ~1-2 ms of polling; oversubscribed: get off the core soon */
   /* oversubscribed, a wait yields: pausing 256 polls and then sleeping, as
-   * the shm world does (CF_SPIN_PAUSE), took 13x the time of an 8-byte
-   * AllReduce and 2.5x at 64 KiB on 4 ranks and 2 cores (a sleep here pays
-   * a membarrier), though 0.6-0.7x at 16-64 MiB (3 alternating runs, load
-   * 8-10) */
+   * COLLFUSE_SHM_SPIN=pause does in the shm world (CF_SPIN_PAUSE), took
+   * 13x the time of an 8-byte AllReduce and 2.5x at 64 KiB on 4 ranks and
+   * 2 cores (a sleep here pays a membarrier), though 0.6-0.7x at 16-64 MiB
+   * (3 alternating runs, load 8-10) */
   w->spin_mode = size <= cpus ? CF_SPIN_CORE : CF_SPIN_YIELD;
   w->asym = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   w->cpus = cf_bind_cpus(size, &w->lanes);

@@ -217,13 +217,14 @@ typedef enum cf_spin_mode {
    * first made every wait ~0.4 ms then, 8x an AllReduce of 1 MiB on 2
    * ranks) */
   CF_SPIN_CORE,
-  CF_SPIN_YIELD, /* oversubscribed threads (threads.c): it yields every poll */
-  /* oversubscribed processes (shm.c): it pauses and never yields. Linux's
+  CF_SPIN_YIELD, /* oversubscribed ranks (threads.c, shm.c): it yields every poll */
+  /* oversubscribed processes with COLLFUSE_SHM_SPIN=pause (shm.c): it
+   * pauses and never yields. On a machine busy with other work Linux's
    * scheduler (EEVDF) moves a task that yields a slice later each time, so
    * a rank that yielded through its waits (64 polls) fell behind every
-   * other task for milliseconds: the ranks of a pool call that waited at
-   * its start ran again only at its end, and the job lost its share of the
-   * cores to other work (issue 30: bench/results/shm.md) */
+   * other task for milliseconds (a 16 MiB pool call 3-4x slower at load
+   * 7-13); on a quiet machine the sleeps cost more (8 B 4-5x slower):
+   * bench/results/shm.md */
   CF_SPIN_PAUSE,
 } cf_spin_mode;
 bool cf_spin_ge(_Atomic uint64_t *a, uint64_t target, int spin, cf_spin_mode mode);
