@@ -359,14 +359,27 @@ static cf_status infer_shape(hlo_reader *r, const hcomp *c, int k, hinstr *in) {
 }
 
 /* The body brace of a computation statement: the last top-level {...} that
- * ends the statement. NULL when the statement is not a computation. */
+ * ends the statement, or that only XLA's `, execution_thread="T"` follows
+ * (how it prints a computation of another thread). NULL when the statement
+ * is not a computation. */
 static const char *body_brace(const char *p, const char *e) {
   const char *cand = NULL;
   while (p < e) {
     if (*p == '{') cand = p;
     p = cf_hlo_at_group(p, e) ? cf_hlo_past(p, e) : p + 1;
   }
-  return cand && cf_hlo_skip(cf_hlo_past(cand, e), e) == e ? cand : NULL;
+  if (!cand) return NULL;
+  const char *q = cf_hlo_skip(cf_hlo_past(cand, e), e);
+  if (q < e && *q == ',') {
+    q = cf_hlo_skip(q + 1, e);
+    if (!cf_hlo_word_at(q, e, "execution_thread")) return NULL;
+    q = cf_hlo_skip(q + strlen("execution_thread"), e);
+    if (q >= e || *q != '=') return NULL;
+    q = cf_hlo_skip(q + 1, e);
+    if (q >= e || *q != '"') return NULL;
+    q = cf_hlo_skip(cf_hlo_past_quoted(q, e), e);
+  }
+  return q == e ? cand : NULL;
 }
 
 static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int line, hcomp *c,

@@ -1283,6 +1283,9 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
              cf_shape_equal(&ops[0]->type->s, &t->s) && cf_shape_equal(&ops[1]->type->s, &t->s)) {
     cf_op ir = op[0] == 'a' ? CF_OP_ADD : op[0] == 's' ? CF_OP_SUB : CF_OP_MUL;
     st = emit_op(r, in, at_entry, ir, ops, 2, NULL, out);
+  } else if (!strcmp(op, "copy") && in->n_opnd == 1 && exact_array(ops[0]) && t->n < 0 &&
+             ops[0]->type->dt == t->dt && cf_shape_equal(&ops[0]->type->s, &t->s)) {
+    *out = *ops[0]; /* XLA's copy: the same values, perhaps in another layout */
   } else if (!strcmp(op, "convert") && in->n_opnd == 1 && exact_array(ops[0]) && t->n < 0 &&
              t->exact && cf_shape_equal(&ops[0]->type->s, &t->s)) {
     st = emit_op(r, in, at_entry, CF_OP_CAST, ops, 1, NULL, out);

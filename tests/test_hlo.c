@@ -533,6 +533,37 @@ static void test_grammar(void **state) {
   assert_int_equal(parse(text, &g), CF_OK);
   assert_int_equal(g->world_size, 1);
   cf_graph_destroy(g);
+  /* XLA prints a computation of another thread as `}, execution_thread="T"`
+   * (hlo_parser_test's HloComputationWithParallelThreadName): still a
+   * computation, so the reducer is found and the ENTRY read; anything else
+   * after the body is not */
+  text = "HloModule m\n"
+         "sum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+         "  ROOT s = f32[] add(a, b)\n}, execution_thread=\"main_thread\"\n"
+         "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
+         "replica_groups={}, to_apply=sum\n} , execution_thread = \"main_thread\"\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  assert_int_equal(node(g, "a")->op, CF_OP_ALLREDUCE);
+  assert_string_equal(attr_text(node(g, "a"), CF_A_REDUCTION, ""), "sum");
+  cf_graph_destroy(g);
+  g = NULL;
+  text = "HloModule m\n"
+         "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT n = f32[4] negate(p)\n"
+         "}, execution_thread=main_thread\n";
+  assert_int_not_equal(parse(text, &g), CF_OK);
+  assert_null(g);
+  /* copy (hlo_parser_test's AsyncStartWithAliasing copies into and out of
+   * another layout around an all-to-all) passes its array through: the
+   * collective's input and the output are real values, not Opaque ones */
+  text = "HloModule m\n" SUM "ENTRY e {\n  p = f32[4]{0:T(4)} parameter(0)\n"
+         "  c0 = f32[4]{0} copy(p)\n"
+         "  a = f32[4]{0} all-reduce(c0), replica_groups={}, to_apply=sum\n"
+         "  ROOT c1 = f32[4]{0:T(4)} copy(a)\n}\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  assert_ptr_equal(operand(g, node(g, "a"), 0), node(g, "p"));
+  assert_ptr_equal(operand(g, node(g, "output"), 0), node(g, "a"));
+  assert_int_equal(cf_graph_find(g, "c0"), -1);
+  cf_graph_destroy(g);
 }
 
 /* A to_apply is a reduction only when it is exactly one add, multiply,
