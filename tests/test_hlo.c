@@ -564,6 +564,34 @@ static void test_grammar(void **state) {
   assert_ptr_equal(operand(g, node(g, "output"), 0), node(g, "a"));
   assert_int_equal(cf_graph_find(g, "c0"), -1);
   cf_graph_destroy(g);
+  /* a combined collective-permute (hlo_parser_test's
+   * CombinedCollectivePermute[StartAndDone]): one CollectivePermute per
+   * operand, NAME#i (was Opaque); the in-place form (buffers, offsets,
+   * slice_sizes) stays Opaque */
+  text = "HloModule m, replica_count=4\n"
+         "ENTRY e {\n  p0 = f32[4] parameter(0)\n  p1 = s32[2,3] parameter(1)\n"
+         "  cp = (f32[4], s32[2,3]) collective-permute(p0, p1), source_target_pairs={{0,1},{1,2}}\n"
+         "  s = ((f32[4], s32[2,3]), (f32[4], s32[2,3])) collective-permute-start(p0, p1),\n"
+         "      source_target_pairs={{3,0}}\n"
+         "  d = (f32[4], s32[2,3]) collective-permute-done(s)\n"
+         "  z = s32[] constant(0)\n  zz = (s32[]) tuple(z)\n"
+         "  f = f32[] constant(0)\n  o = f32[4] broadcast(f), dimensions={}\n"
+         "  ip = f32[4] collective-permute(p0, o, zz, zz), source_target_pairs={{0,1}}, "
+         "slice_sizes={{2}}\n"
+         "  ROOT t = tuple(cp, d, ip)\n}\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  const cf_node *cp0 = node(g, "cp#0"), *cp1 = node(g, "cp#1");
+  assert_int_equal(cp0->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_int_equal(cp1->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_ptr_equal(operand(g, cp0, 0), node(g, "p0"));
+  assert_ptr_equal(operand(g, cp1, 0), node(g, "p1"));
+  assert_shape(&cp1->out[0], CF_DT_INT32, "2,3");
+  assert_string_equal(attr_text(cp1, CF_A_SOURCE_TARGET_PAIRS, ""), "{{0,1},{1,2}}");
+  assert_ptr_equal(operand(g, node(g, "s#1"), 0), node(g, "p1"));
+  assert_ptr_equal(operand(g, node(g, "output.2"), 0), node(g, "s#0"));
+  assert_ptr_equal(operand(g, node(g, "output.3"), 0), node(g, "s#1"));
+  assert_int_equal(node(g, "ip")->op, CF_OP_OPAQUE);
+  cf_graph_destroy(g);
 }
 
 /* A to_apply is a reduction only when it is exactly one add, multiply,
