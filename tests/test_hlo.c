@@ -592,6 +592,17 @@ static void test_grammar(void **state) {
   assert_ptr_equal(operand(g, node(g, "output.3"), 0), node(g, "s#1"));
   assert_int_equal(node(g, "ip")->op, CF_OP_OPAQUE);
   cf_graph_destroy(g);
+  /* a string over lines (hlo_parser_test's OriginalValueRecoveryTable: a
+   * whole module, quoted, in the header) is read, and lines after it are
+   * counted right (was "unterminated string") */
+  text = "HloModule m, origin_recovery_table={\n  {\"c\"} : {\"c0\"},\n  \"\n"
+         "    HloModule r\n    ENTRY e {\n      ROOT x = s32[] parameter(0)\n    }\n  \"\n}\n" SUM
+         "ENTRY e {\n  p = f32[4] parameter(0), metadata={op_name=\"a\\\nb\"}\n"
+         "  ROOT ar = f32[4] all-reduce(p), replica_groups={}, to_apply=sum\n}\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  assert_int_equal(node(g, "ar")->op, CF_OP_ALLREDUCE);
+  assert_int_equal(node(g, "ar")->line, 18);
+  cf_graph_destroy(g);
 }
 
 /* A to_apply is a reduction only when it is exactly one add, multiply,
