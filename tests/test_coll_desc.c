@@ -336,8 +336,11 @@ static void test_spin_modes(void **state) {
   struct {
     cf_spin_mode mode;
     int spin, yields;
-  } cases[] = {{CF_SPIN_PAUSE, CF_SPIN_BRIEF, 0}, {CF_SPIN_PAUSE, 5000, 0}, {CF_SPIN_YIELD, 64, 64},
-               {CF_SPIN_CORE, 1000, 12},         {CF_SPIN_CORE, 256, 0}};
+  } cases[] = {{CF_SPIN_PAUSE, CF_SPIN_BRIEF, 0},
+               {CF_SPIN_PAUSE, 5000, 0},
+               {CF_SPIN_YIELD, 64, 64},
+               {CF_SPIN_CORE, 1000, 12},
+               {CF_SPIN_CORE, 256, 0}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     atomic_store(&yields, 0);
     assert_false(cf_spin_ge(&a, 1, cases[i].spin, cases[i].mode));
