@@ -393,6 +393,16 @@ static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int lin
   if (p < e && isdigit((unsigned char)*p)) return CF_OK; /* FileLocations and the like */
   p = cf_hlo_read_name(p, e, &nm);
   const char *open = nm.n ? body_brace(p, e) : NULL;
+  if (!open && nm.n) { /* `NAME {...}, more`: a computation with what XLA does not print */
+    const char *cand = NULL;
+    for (const char *q = p; q < e; q = cf_hlo_at_group(q, e) ? cf_hlo_past(q, e) : q + 1)
+      if (*q == '{') cand = q;
+    const char *after = cand ? cf_hlo_skip(cf_hlo_past(cand, e), e) : e;
+    if (after < e && *after == ',')
+      return cf_hlo_fail(r, line,
+                         "computation '%.*s': only execution_thread=\"NAME\" may follow its body",
+                         (int)(nm.n > 64 ? 64 : nm.n), nm.p);
+  }
   if (!open) {
     if (*is_entry)
       return cf_hlo_fail(r, line, "ENTRY must be followed by a computation 'NAME {...}'");

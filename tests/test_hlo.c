@@ -950,6 +950,11 @@ static const cf_bad_input bad_modules[] = {
      "t.hlo:4: error: unbalanced ')'"},
     {"HloModule m\nENTRY e {\n  p = f32[] parameter(0), metadata={op_name=\"x}\n}\n",
      "t.hlo:3: error: unterminated string"},
+    /* a computation with more than execution_thread after its body was
+     * skipped without a word (the call to it then "not of the module") */
+    {"HloModule m\nc {\n  ROOT p = f32[] parameter(0)\n}, execution_thread=\"t\", x=1\n"
+     "ENTRY e {\n  q = f32[] parameter(0)\n  ROOT r = f32[] call(q), to_apply=c\n}\n",
+     "t.hlo:2: error: computation 'c': only execution_thread=\"NAME\" may follow its body"},
     {"HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n", "t.hlo:2: error: '{' is never closed"},
     {"HloModule m\nENTRY e {\n  p = f32[] parameter(0) /* note\n}\n",
      "t.hlo:3: error: unterminated comment"},
