@@ -14,11 +14,12 @@ the loss and torch.autograd.grad of it: one FX graph of aten ops, forward
 and backward, where each gradient and each explicit leaf
 (collfuse.fx.all_reduce, all_gather, reduce_scatter, matmul_reduce_scatter:
 torch.ops.collfuse.*) is a node with its dtype, shape and dependencies.
-It traces with fake tensors (tracing_mode="fake": shapes and dtypes only,
-nothing computed or allocated); where they fail (an op torch 1.13 has no
-fake kernel for, a plain tensor attribute of the model, neither parameter
-nor buffer) with real ones, on copies of the parameters and buffers, which
-a line on stderr says; .tracing_mode is "fake" or "real". The tracer is
+It traces with real tensors, on copies of the parameters and buffers
+(tracing_mode="real", the default), or with fake ones (tracing_mode="fake":
+shapes and dtypes only, nothing computed or allocated; where they fail, an
+op torch 1.13 has no fake kernel for or a plain tensor attribute of the
+model, neither parameter nor buffer, with real ones, which a line on
+stderr says); .tracing_mode is the one used. The tracer is
 imported without sympy (torch 1.13 imports it for symbolic tracing only:
 30 MB resident), which a later import of torch's tracer by the user gets
 again.
@@ -62,12 +63,13 @@ the process sets malloc's mmap threshold to its largest (32 MiB) and its
 trim threshold to 1 GiB (process-wide, as MALLOC_MMAP_THRESHOLD_ and
 MALLOC_TRIM_THRESHOLD_ would; not where either of those or GLIBC_TUNABLES
 is set, or malloc is not glibc's), so that the memory stays mapped from
-step to step; the peak is unchanged. A trace with fake tensors allocates
-no activation; one with real tensors holds every intermediate of forward
-and backward at once, more than a step does (a 64 MB activation: 200 MB
-of peak; ResNet-18's, batch 32: the process's peak), and leaves holes in
-malloc's heap that the steps' tensors fit around (ResNet-18 in one process: 12 MB more
-resident). After the trace and after the compile the trace's garbage is
+step to step; the peak is unchanged. A trace with real tensors holds
+every intermediate of forward and backward at once, about what a step
+holds at its peak (ResNet-18, batch 32, one process: the trace 444 MB,
+the steps 441-444 MB); with fake tensors it allocates none (the trace
+364 MB there), but fake kernels bring torch's code for them into memory
+(shared pages: 4 MB more of rank 0's peak than a real trace, ResNet-18
+and the GPT on 2 processes). After the trace and after the compile the trace's garbage is
 collected (make_fx leaves reference cycles holding its tensors) and
 malloc's free memory handed back (malloc_trim). Rank 0's parameters reach
 the others through the buckets, one broadcast per bucket.
@@ -271,7 +273,8 @@ class CompiledStep:
     produced there: .produced_into and .copied list (parameter, op)).
     .tracing_mode: "fake" or "real", the tensors the step was traced with."""
 
-    def __init__(self, model, loss_fn, example_inputs, optimizer, world_size, fusion, local, passes, options):
+    def __init__(self, model, loss_fn, example_inputs, optimizer, world_size, fusion, local, passes, options,
+                 tracing_mode="real"):
         self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
         self.world_size = world_size
         self.rank = _cfd.get_rank() if _cfd.is_initialized() and _cfd.get_world_size() == world_size else 0
@@ -290,7 +293,7 @@ class CompiledStep:
         unknown = sorted(self.local - set(self.param_names))
         if unknown:
             raise ValueError("collfuse.step: local names %s, which are not parameters of the model" % unknown)
-        self._trace(example_inputs)
+        self._trace(example_inputs, tracing_mode)
         _release()  # before the buckets and the broadcast: the trace's heap is not the steps' peak
         self._check()
         self._build(passes, options)
@@ -300,7 +303,7 @@ class CompiledStep:
 
     # ---------------- tracing
 
-    def _trace(self, example_inputs):
+    def _trace(self, example_inputs, tracing_mode):
         pnames, bnames, model, loss_fn = self.param_names, self.buffer_names, self.model, self.loss_fn
 
         def step_fn(params, buffers, *inputs):
@@ -317,18 +320,20 @@ class CompiledStep:
         saved = _cfx._runtime
         _cfx._runtime = _Tracing(self.world_size, self.rank)
         try:
-            try:
-                self.gm, self.tracing_mode = self._traced(step_fn, "fake", example_inputs), "fake"
-            except (ValueError, NotImplementedError) as e:
-                if str(e).startswith("collfuse."):  # the step's own refusals: the same with real tensors
-                    raise
-                fake_error = e
-            except Exception as e:  # an op fake tensors lack in torch 1.13, a real tensor the model holds...
-                fake_error = e
-            else:
-                fake_error = None
+            fake_error = None
+            if tracing_mode == "fake":
+                try:
+                    self.gm = self._traced(step_fn, "fake", example_inputs)
+                except (ValueError, NotImplementedError) as e:
+                    if str(e).startswith("collfuse."):  # the step's own refusals: the same with real tensors
+                        raise
+                    fake_error = e
+                except Exception as e:  # an op fake tensors lack in torch 1.13, a real tensor the model holds...
+                    fake_error = e
+            self.tracing_mode = "fake" if tracing_mode == "fake" and fake_error is None else "real"
+            if self.tracing_mode == "real":
+                self.gm = self._traced(step_fn, "real", example_inputs)
             if fake_error is not None:
-                self.gm, self.tracing_mode = self._traced(step_fn, "real", example_inputs), "real"
                 sys.stderr.write("collfuse.step: traced with real tensors (forward and backward computed once): "
                                  "fake tensors failed: %s: %s\n" % (type(fake_error).__name__,
                                                                    str(fake_error).strip().split("\n")[0][:300]))
@@ -345,10 +350,8 @@ class CompiledStep:
     def _traced(self, step_fn, mode, example_inputs):
         """step_fn traced by make_fx: "fake" with fake tensors (shapes and
         dtypes only, nothing computed: no activation of forward and
-        backward is ever allocated, so neither the trace's peak nor the
-        holes it leaves in malloc's heap, 12 MB of ResNet-18's steps'
-        resident memory, are paid), "real" with copies of the parameters
-        and buffers (the trace computes every op once and updates the
+        backward is allocated), "real" with copies of the parameters and
+        buffers (the trace computes every op once and updates the
         copies)."""
         if mode == "fake":
             params = [p.detach().requires_grad_(True) for p in self.params]  # only their fakes are used
@@ -863,7 +866,7 @@ def _keep_memory():
 
 
 def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, deterministic=None, fusion=None,
-                 local=None, passes="default", world_size=None, keep_memory=True, **options):
+                 local=None, passes="default", world_size=None, keep_memory=True, tracing_mode="real", **options):
     """Trace, fuse and plan a training step (see the module's doc).
     split, cost, profile, target, algo, timeout, seed: as `collfuse compile`
     and Graph.compile. deterministic: reductions in a fixed order (the job's
@@ -873,7 +876,12 @@ def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, det
     launcher's environment or torch.distributed); given without a job, the
     step compiles for that many ranks but runs only with one. keep_memory:
     malloc keeps the memory the steps free mapped (process-wide; see the
-    module's doc); False leaves malloc as it is."""
+    module's doc); False leaves malloc as it is. tracing_mode: "real" (the
+    trace computes forward and backward once, on copies of the parameters
+    and buffers) or "fake" (fake tensors: nothing computed; real where they
+    fail, said on stderr; see the module's doc)."""
+    if tracing_mode not in ("real", "fake"):
+        raise ValueError("collfuse.step: tracing_mode %r: 'real' or 'fake'" % (tracing_mode,))
     if keep_memory:
         _keep_memory()
     if not isinstance(example_inputs, (tuple, list)) or len(example_inputs) < 1:
@@ -887,7 +895,7 @@ def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, det
     if split is not None:
         options["split"] = split
     step = CompiledStep(model, loss_fn, tuple(example_inputs), optimizer, int(world_size), fusion, local, passes,
-                        options)
+                        options, tracing_mode)
     _release()
     return step
 

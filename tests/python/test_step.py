@@ -97,11 +97,33 @@ for c in copies:
         fail("the copy %s of gradient %s is not its only use right after it (users %s)"
              % (c.name, grad.name, list(grad.users)))
 
-# ---- traced with fake tensors (nothing computed); a model fake tensors cannot trace (a plain
-# tensor attribute, neither parameter nor buffer: torch 1.13's FakeTensorMode refuses real
-# operands) is traced with real ones, said on stderr, and runs as eager torch does
-if step.tracing_mode != "fake":
-    fail("the MLP was traced with %s tensors, want fake ones" % step.tracing_mode)
+# ---- tracing_mode="fake": traced with fake tensors (nothing computed), the steps bitwise as
+# eager torch's; a model fake tensors cannot trace (a plain tensor attribute, neither parameter
+# nor buffer: torch 1.13's FakeTensorMode refuses real operands) is traced with real ones, said
+# on stderr, and runs as eager torch does
+if step.tracing_mode != "real":
+    fail("the MLP was traced with %s tensors, want real ones (the default)" % step.tracing_mode)
+fm = mlp(1)
+fm_ref = copy.deepcopy(fm)
+fm_step = ct.compile_step(fm, torch.nn.functional.mse_loss, batch(0), split="bytes:2K", tracing_mode="fake",
+                          optimizer=torch.optim.SGD(fm.parameters(), lr=0.05, momentum=0.9))
+fm_opt = torch.optim.SGD(fm_ref.parameters(), lr=0.05, momentum=0.9)
+if fm_step.tracing_mode != "fake":
+    fail("tracing_mode='fake': the MLP was traced with %s tensors" % fm_step.tracing_mode)
+for k in range(3):
+    x, y = batch(k)
+    loss = fm_step(x, y)
+    fm_opt.zero_grad()
+    lr = torch.nn.functional.mse_loss(fm_ref(x), y)
+    lr.backward()
+    fm_opt.step()
+    if not torch.equal(loss, lr.detach()):
+        fail("traced with fake tensors, step %d: loss %r, eager torch %r" % (k, float(loss), float(lr)))
+for (n, p), q in zip(fm.state_dict().items(), fm_ref.state_dict().values()):
+    if not torch.equal(p, q):
+        fail("traced with fake tensors, after 3 steps, %s differs from eager torch's" % n)
+expect_raises(ValueError, lambda: ct.compile_step(mlp(1), torch.nn.functional.mse_loss, batch(0),
+                                                  tracing_mode="symbolic"), "tracing_mode", "'real' or 'fake'")
 
 
 class Scaled(torch.nn.Module):
@@ -119,7 +141,7 @@ sm = Scaled()
 sm_ref = copy.deepcopy(sm)
 said = io.StringIO()
 with contextlib.redirect_stderr(said):
-    sm_step = ct.compile_step(sm, torch.nn.functional.mse_loss, batch(0),
+    sm_step = ct.compile_step(sm, torch.nn.functional.mse_loss, batch(0), tracing_mode="fake",
                               optimizer=torch.optim.SGD(sm.parameters(), lr=0.05))
 sm_opt = torch.optim.SGD(sm_ref.parameters(), lr=0.05)
 if sm_step.tracing_mode != "real" or "traced with real tensors" not in said.getvalue() or \
@@ -138,7 +160,7 @@ for k in range(2):
 
 # ---- the trace's garbage is freed by compile_step itself: make_fx leaves reference cycles that
 # hold the traced activations (here a convolution's 460 KB; ResNet-18's 43 MB), which waited for
-# the cyclic collector's next full pass (a real trace: the model holds a plain tensor attribute)
+# the cyclic collector's next full pass
 if platform.libc_ver()[0] == "glibc" and hasattr(ctypes.CDLL(None), "mallinfo2"):
     class _MallInfo2(ctypes.Structure):
         _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
@@ -147,27 +169,20 @@ if platform.libc_ver()[0] == "glibc" and hasattr(ctypes.CDLL(None), "mallinfo2")
     _mi.restype = _MallInfo2
     in_use = lambda: _mi().uordblks + _mi().hblkhd
     gc.collect()
-    class Conv(torch.nn.Sequential):
-        def forward(self, x):
-            return super().forward(x) * self.scale
-    conv = Conv(torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.Flatten(),
-                torch.nn.Linear(16 * 30 * 30, 10))
-    conv.scale = torch.tensor(0.5)
-    with contextlib.redirect_stderr(io.StringIO()):
-        conv_step = ct.compile_step(conv, torch.nn.functional.cross_entropy,
-                                    (torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))))
-    if conv_step.tracing_mode != "real":
-        fail("the convolution with a plain tensor attribute was traced with %s tensors" % conv_step.tracing_mode)
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(16 * 30 * 30, 10))
+    conv_step = ct.compile_step(conv, torch.nn.functional.cross_entropy,
+                                (torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))))
     before = in_use()
     gc.collect()
     if before - in_use() > 64 << 10:
         fail("compile_step left %d KiB of the trace for the cyclic collector" % ((before - in_use()) >> 10))
     del conv_step, conv
 
-# ---- the hooks' module imports no tracer (33 MB resident: proxy_tensor, sympy) until
+# ---- the hooks' module imports no tracer (proxy_tensor) until
 # compile_step is asked for; the step's tracer comes without sympy (30 MB), and
-# the user's symbolic tracing afterwards still gets it; the trace of a step whose
-# activations are 64 MB each (fake tensors) adds no peak (with real ones: 200 MB)
+# the user's symbolic tracing afterwards still gets it; with fake tensors the trace of a
+# step whose activations are 64 MB each adds no peak (with real ones: 200 MB)
 LAZY = """
 import json, resource, sys, torch
 import collfuse.torch as ct
@@ -186,7 +201,7 @@ wide = torch.nn.Sequential(torch.nn.Linear(256, 256), Wide())
 ex = (torch.randn(16, 256), torch.randn(16))
 peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 p0 = peak()
-ct.compile_step(wide, lambda out, y: (out.mean(1) - y).pow(2).mean(), ex)
+ct.compile_step(wide, lambda out, y: (out.mean(1) - y).pow(2).mean(), ex, tracing_mode="fake")
 print(json.dumps({"before": before, "same": ct.compile_step is collfuse.step.compile_step, "sympy": sympy,
                   "symbolic": float(g(torch.ones(5, 4))[0]), "trace_peak_mb": round(peak() - p0)}))
 """
