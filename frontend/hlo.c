@@ -359,14 +359,27 @@ static cf_status infer_shape(hlo_reader *r, const hcomp *c, int k, hinstr *in) {
 }
 
 /* The body brace of a computation statement: the last top-level {...} that
- * ends the statement. NULL when the statement is not a computation. */
+ * ends the statement, or that only XLA's `, execution_thread="T"` follows
+ * (how it prints a computation of another thread). NULL when the statement
+ * is not a computation. */
 static const char *body_brace(const char *p, const char *e) {
   const char *cand = NULL;
   while (p < e) {
     if (*p == '{') cand = p;
     p = cf_hlo_at_group(p, e) ? cf_hlo_past(p, e) : p + 1;
   }
-  return cand && cf_hlo_skip(cf_hlo_past(cand, e), e) == e ? cand : NULL;
+  if (!cand) return NULL;
+  const char *q = cf_hlo_skip(cf_hlo_past(cand, e), e);
+  if (q < e && *q == ',') {
+    q = cf_hlo_skip(q + 1, e);
+    if (!cf_hlo_word_at(q, e, "execution_thread")) return NULL;
+    q = cf_hlo_skip(q + strlen("execution_thread"), e);
+    if (q >= e || *q != '=') return NULL;
+    q = cf_hlo_skip(q + 1, e);
+    if (q >= e || *q != '"') return NULL;
+    q = cf_hlo_skip(cf_hlo_past_quoted(q, e), e);
+  }
+  return q == e ? cand : NULL;
 }
 
 static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int line, hcomp *c,
@@ -380,6 +393,16 @@ static cf_status parse_comp(hlo_reader *r, const char *s, const char *e, int lin
   if (p < e && isdigit((unsigned char)*p)) return CF_OK; /* FileLocations and the like */
   p = cf_hlo_read_name(p, e, &nm);
   const char *open = nm.n ? body_brace(p, e) : NULL;
+  if (!open && nm.n) { /* `NAME {...}, more`: a computation with what XLA does not print */
+    const char *cand = NULL;
+    for (const char *q = p; q < e; q = cf_hlo_at_group(q, e) ? cf_hlo_past(q, e) : q + 1)
+      if (*q == '{') cand = q;
+    const char *after = cand ? cf_hlo_skip(cf_hlo_past(cand, e), e) : e;
+    if (after < e && *after == ',')
+      return cf_hlo_fail(r, line,
+                         "computation '%.*s': only execution_thread=\"NAME\" may follow its body",
+                         (int)(nm.n > 64 ? 64 : nm.n), nm.p);
+  }
   if (!open) {
     if (*is_entry)
       return cf_hlo_fail(r, line, "ENTRY must be followed by a computation 'NAME {...}'");

@@ -724,6 +724,8 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
 /* collective-permute (and -start, whose shape is (operand, result, ...) for
  * -done): source_target_pairs over devices, as a CollectivePermute of the
  * world group. */
+static cf_status emit_tuple(hlo_reader *r, const hinstr *in, const hval *const *ops, hval *out);
+
 static cf_status eval_permute(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
                               hval *out) {
   const hshape *res = &in->shape;
@@ -735,10 +737,20 @@ static cf_status eval_permute(hlo_reader *r, hinstr *in, bool at_entry, const hv
     if (res->n < 2) return emit_opaque(r, in, at_entry, ops, in->opcode, out);
     res = &res->elem[1];
   }
-  if (in->n_opnd != 1 || res->n >= 0) return emit_opaque(r, in, at_entry, ops, in->opcode, out);
-  if (!exact_array(ops[0]) || !res->exact) {
-    snprintf(note, sizeof note, "%s (element type without an IR dtype)", in->opcode);
-    return emit_opaque(r, in, at_entry, ops, note, out);
+  /* one operand and array, or XLA's combined form: k operands, a tuple of k
+   * results, each its operand's permuted (not the in-place form, whose
+   * operands are buffers and offsets) */
+  int k = in->n_opnd;
+  bool combined = k > 1 && res->n == k && !cf_hlo_attr(in, "slice_sizes");
+  if (!combined && (k != 1 || res->n >= 0))
+    return emit_opaque(r, in, at_entry, ops, in->opcode, out);
+  for (int i = 0; i < k; i++) {
+    const hshape *ri = combined ? &res->elem[i] : res;
+    if (ri->n >= 0) return emit_opaque(r, in, at_entry, ops, in->opcode, out);
+    if (!exact_array(ops[i]) || !ri->exact) {
+      snprintf(note, sizeof note, "%s (element type without an IR dtype)", in->opcode);
+      return emit_opaque(r, in, at_entry, ops, note, out);
+    }
   }
   /* pairs of partition ids (with a channel_id) or of replica ids: devices
    * when the module has only one kind */
@@ -757,22 +769,32 @@ static cf_status eval_permute(hlo_reader *r, hinstr *in, bool at_entry, const hv
     return cf_hlo_fail(r, in->line, "instruction '%s': source_target_pairs: %s", in->name, why);
   for (int d = 0; d < CF_MAX_WORLD; d++)
     if ((target[d] >= 0 || source[d] >= 0) && d > r->max_rank) r->max_rank = d;
-  if ((st = add_node(r, in->name, "", at_entry, CF_OP_COLLECTIVEPERMUTE, in->line, &idx)) ||
-      (st = cf_node_set_inputs(r->g, idx, 1, &ops[0]->ref)) ||
-      (st = set_str(r, idx, CF_A_SOURCE_TARGET_PAIRS, text, in->line)) ||
-      (st = set_type(r, idx, res, in->line)))
-    return st;
-  hval v;
-  if ((st = shape_value(r, res, idx, &port, &v, in->line))) return st;
+  hval v, *each = combined ? cf_arena_array(&r->scratch, (size_t)k, sizeof *each) : &v;
+  if (!each) return cf_hlo_oom(r, in->line);
+  for (int i = 0; i < k; i++) { /* combined: one CollectivePermute per operand, NAME#i */
+    const hshape *ri = combined ? &res->elem[i] : res;
+    char suffix[16] = "";
+    if (combined) snprintf(suffix, sizeof suffix, "#%d", i);
+    port = 0;
+    if ((st = add_node(r, in->name, suffix, at_entry, CF_OP_COLLECTIVEPERMUTE, in->line, &idx)) ||
+        (st = cf_node_set_inputs(r->g, idx, 1, &ops[i]->ref)) ||
+        (st = set_str(r, idx, CF_A_SOURCE_TARGET_PAIRS, text, in->line)) ||
+        (st = set_type(r, idx, ri, in->line)) ||
+        (st = shape_value(r, ri, idx, &port, &each[i], in->line)))
+      return st;
+  }
+  if (combined) v = (hval){.n = k, .depth = 1, .elem = each};
+  hval sent = *ops[0];
+  if (combined && (st = emit_tuple(r, in, ops, &sent))) return st;
   if (!start) {
     *out = v;
     return CF_OK;
   }
   hval *pair = cf_arena_array(&r->scratch, 2, sizeof *pair);
   if (!pair) return cf_hlo_oom(r, in->line);
-  pair[0] = *ops[0];
+  pair[0] = sent;
   pair[1] = v;
-  *out = (hval){.n = 2, .depth = 1 + ops[0]->depth, .elem = pair};
+  *out = (hval){.n = 2, .depth = 1 + (sent.depth > v.depth ? sent.depth : v.depth), .elem = pair};
   return CF_OK;
 }
 
@@ -1283,6 +1305,9 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
              cf_shape_equal(&ops[0]->type->s, &t->s) && cf_shape_equal(&ops[1]->type->s, &t->s)) {
     cf_op ir = op[0] == 'a' ? CF_OP_ADD : op[0] == 's' ? CF_OP_SUB : CF_OP_MUL;
     st = emit_op(r, in, at_entry, ir, ops, 2, NULL, out);
+  } else if (!strcmp(op, "copy") && in->n_opnd == 1 && exact_array(ops[0]) && t->n < 0 &&
+             ops[0]->type->dt == t->dt && cf_shape_equal(&ops[0]->type->s, &t->s)) {
+    *out = *ops[0]; /* XLA's copy: the same values, perhaps in another layout */
   } else if (!strcmp(op, "convert") && in->n_opnd == 1 && exact_array(ops[0]) && t->n < 0 &&
              t->exact && cf_shape_equal(&ops[0]->type->s, &t->s)) {
     st = emit_op(r, in, at_entry, CF_OP_CAST, ops, 1, NULL, out);

@@ -179,10 +179,16 @@ cf_status cf_hlo_scan_stmt(hlo_reader *r, const char *p, const char *e, bool bod
     }
     if (is_space(c)) continue;
     if (c == '"' || c == '\'') {
+      /* a string may span lines (XLA prints a module's origin_recovery_table
+       * as one); unterminated, it is named at the line it starts on */
       const char *q = p + 1;
-      while (q < e && *q != c && *q != '\n')
-        q += (*q == '\\' && e - q >= 2 && q[1] != '\n') ? 2 : 1;
-      if (q >= e || *q != c) return cf_hlo_fail(r, *line, "unterminated string");
+      int l = *line;
+      while (q < e && *q != c) {
+        l += *q == '\n' || (*q == '\\' && e - q >= 2 && q[1] == '\n');
+        q += (*q == '\\' && e - q >= 2) ? 2 : 1;
+      }
+      if (q >= e) return cf_hlo_fail(r, *line, "unterminated string");
+      *line = l;
       p = q;
     } else if (at_comment(p, e)) {
       const char *q = cf_hlo_comment_end(p, e, line);

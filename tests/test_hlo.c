@@ -533,6 +533,76 @@ static void test_grammar(void **state) {
   assert_int_equal(parse(text, &g), CF_OK);
   assert_int_equal(g->world_size, 1);
   cf_graph_destroy(g);
+  /* XLA prints a computation of another thread as `}, execution_thread="T"`
+   * (hlo_parser_test's HloComputationWithParallelThreadName): still a
+   * computation, so the reducer is found and the ENTRY read; anything else
+   * after the body is not */
+  text = "HloModule m\n"
+         "sum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+         "  ROOT s = f32[] add(a, b)\n}, execution_thread=\"main_thread\"\n"
+         "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
+         "replica_groups={}, to_apply=sum\n} , execution_thread = \"main_thread\"\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  assert_int_equal(node(g, "a")->op, CF_OP_ALLREDUCE);
+  assert_string_equal(attr_text(node(g, "a"), CF_A_REDUCTION, ""), "sum");
+  cf_graph_destroy(g);
+  g = NULL;
+  text = "HloModule m\n"
+         "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT n = f32[4] negate(p)\n"
+         "}, execution_thread=main_thread\n";
+  assert_int_not_equal(parse(text, &g), CF_OK);
+  assert_null(g);
+  /* copy (hlo_parser_test's AsyncStartWithAliasing copies into and out of
+   * another layout around an all-to-all) passes its array through: the
+   * collective's input and the output are real values, not Opaque ones */
+  text = "HloModule m\n" SUM "ENTRY e {\n  p = f32[4]{0:T(4)} parameter(0)\n"
+         "  c0 = f32[4]{0} copy(p)\n"
+         "  a = f32[4]{0} all-reduce(c0), replica_groups={}, to_apply=sum\n"
+         "  ROOT c1 = f32[4]{0:T(4)} copy(a)\n}\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  assert_ptr_equal(operand(g, node(g, "a"), 0), node(g, "p"));
+  assert_ptr_equal(operand(g, node(g, "output"), 0), node(g, "a"));
+  assert_int_equal(cf_graph_find(g, "c0"), -1);
+  cf_graph_destroy(g);
+  /* a combined collective-permute (hlo_parser_test's
+   * CombinedCollectivePermute[StartAndDone]): one CollectivePermute per
+   * operand, NAME#i (was Opaque); the in-place form (buffers, offsets,
+   * slice_sizes) stays Opaque */
+  text = "HloModule m, replica_count=4\n"
+         "ENTRY e {\n  p0 = f32[4] parameter(0)\n  p1 = s32[2,3] parameter(1)\n"
+         "  cp = (f32[4], s32[2,3]) collective-permute(p0, p1), source_target_pairs={{0,1},{1,2}}\n"
+         "  s = ((f32[4], s32[2,3]), (f32[4], s32[2,3])) collective-permute-start(p0, p1),\n"
+         "      source_target_pairs={{3,0}}\n"
+         "  d = (f32[4], s32[2,3]) collective-permute-done(s)\n"
+         "  z = s32[] constant(0)\n  zz = (s32[]) tuple(z)\n"
+         "  f = f32[] constant(0)\n  o = f32[4] broadcast(f), dimensions={}\n"
+         "  ip = f32[4] collective-permute(p0, o, zz, zz), source_target_pairs={{0,1}}, "
+         "slice_sizes={{2}}\n"
+         "  ROOT t = tuple(cp, d, ip)\n}\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  const cf_node *cp0 = node(g, "cp#0"), *cp1 = node(g, "cp#1");
+  assert_int_equal(cp0->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_int_equal(cp1->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_ptr_equal(operand(g, cp0, 0), node(g, "p0"));
+  assert_ptr_equal(operand(g, cp1, 0), node(g, "p1"));
+  assert_shape(&cp1->out[0], CF_DT_INT32, "2,3");
+  assert_string_equal(attr_text(cp1, CF_A_SOURCE_TARGET_PAIRS, ""), "{{0,1},{1,2}}");
+  assert_ptr_equal(operand(g, node(g, "s#1"), 0), node(g, "p1"));
+  assert_ptr_equal(operand(g, node(g, "output.2"), 0), node(g, "s#0"));
+  assert_ptr_equal(operand(g, node(g, "output.3"), 0), node(g, "s#1"));
+  assert_int_equal(node(g, "ip")->op, CF_OP_OPAQUE);
+  cf_graph_destroy(g);
+  /* a string over lines (hlo_parser_test's OriginalValueRecoveryTable: a
+   * whole module, quoted, in the header) is read, and lines after it are
+   * counted right (was "unterminated string") */
+  text = "HloModule m, origin_recovery_table={\n  {\"c\"} : {\"c0\"},\n  \"\n"
+         "    HloModule r\n    ENTRY e {\n      ROOT x = s32[] parameter(0)\n    }\n  \"\n}\n" SUM
+         "ENTRY e {\n  p = f32[4] parameter(0), metadata={op_name=\"a\\\nb\"}\n"
+         "  ROOT ar = f32[4] all-reduce(p), replica_groups={}, to_apply=sum\n}\n";
+  assert_int_equal(parse(text, &g), CF_OK);
+  assert_int_equal(node(g, "ar")->op, CF_OP_ALLREDUCE);
+  assert_int_equal(node(g, "ar")->line, 18);
+  cf_graph_destroy(g);
 }
 
 /* A to_apply is a reduction only when it is exactly one add, multiply,
@@ -880,6 +950,11 @@ static const cf_bad_input bad_modules[] = {
      "t.hlo:4: error: unbalanced ')'"},
     {"HloModule m\nENTRY e {\n  p = f32[] parameter(0), metadata={op_name=\"x}\n}\n",
      "t.hlo:3: error: unterminated string"},
+    /* a computation with more than execution_thread after its body was
+     * skipped without a word (the call to it then "not of the module") */
+    {"HloModule m\nc {\n  ROOT p = f32[] parameter(0)\n}, execution_thread=\"t\", x=1\n"
+     "ENTRY e {\n  q = f32[] parameter(0)\n  ROOT r = f32[] call(q), to_apply=c\n}\n",
+     "t.hlo:2: error: computation 'c': only execution_thread=\"NAME\" may follow its body"},
     {"HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n", "t.hlo:2: error: '{' is never closed"},
     {"HloModule m\nENTRY e {\n  p = f32[] parameter(0) /* note\n}\n",
      "t.hlo:3: error: unterminated comment"},
