@@ -33,7 +33,16 @@ median of the runs' medians and the ratios to gloo's, and, when local
 was run, "gone": the share of gloo's exposed sync (gloo's step less
 local's, the step without any communication) that the row's step removes,
 (gloo step - step) / (gloo step - local step) of those medians (1: at the
-floor, 0: as slow as gloo; issue 31 asks at least 0.8 of compile_step). --peer ROOT adds a
+floor, 0: as slow as gloo; issue 31 asks at least 0.8 of compile_step).
+"slowest ms" is the median over the steps of the slower rank's step
+time (ddp_train.py's slowest_step_ms: every rank's step times gathered
+after the timed steps, the largest per step), and "gone/slowest" is gone
+against local's slowest ms, (gloo step - step) / (gloo step - local's
+slowest ms): the fair floor. Every hook that averages, gloo's included,
+waits for the slower rank before its step ends, while local's step is
+each rank's own, so the step times gone compares (rank 0's) carry the
+ranks' skew that local's floor lacks; local's slower rank has that skew
+as well. --peer ROOT adds a
 row "peer": the collfuse hook of another checkout (its
 ROOT/build/libcollfuse.so and ROOT/python, e.g. main's beside a branch's),
 in the same rounds. Each run gets fresh ports (bench/ports.py: MASTER_PORT P with P + 1
@@ -102,7 +111,8 @@ def run(model, hook, args):
         if r.get("exposed_ms") else None
     copy_mb = statistics.median(r["copy_bytes"][args.warmup:]) / 2**20 if r.get("copy_bytes") else None
     cpu = statistics.median(r["cpu_ms"][args.warmup:]) if r.get("cpu_ms") else None  # a peer's may lack it
-    return step, sync, exposed, share, copy_mb, r["peak_mb"], cpu, r.get("peak_pss_mb"), r["params"]
+    slow = statistics.median(r["slowest_step_ms"][args.warmup:]) if r.get("slowest_step_ms") else None  # or this
+    return step, sync, exposed, share, copy_mb, r["peak_mb"], cpu, r.get("peak_pss_mb"), slow, r["params"]
 
 
 def gone(gloo_step, local_step, step):
@@ -142,35 +152,40 @@ def main():
         params = 0
         for _ in range(args.repeats):
             for h in hooks:
-                step, sync, exposed, share, copy_mb, peak, cpu, pss, params = run(model, h, args)
-                got[h].append((step, sync, exposed, share, copy_mb, peak, cpu, pss))
+                step, sync, exposed, share, copy_mb, peak, cpu, pss, slow, params = run(model, h, args)
+                got[h].append((step, sync, exposed, share, copy_mb, peak, cpu, pss, slow))
 
         def med(h, i):
             vals = [v[i] for v in got[h] if v[i] is not None]
             return statistics.median(vals) if vals else None
         for h in hooks:
-            step, sync, exposed, share, copy_mb, peak, cpu, pss = (med(h, i) for i in range(8))
-            rows.append({"model": model, "params": params, "hook": h, "step_ms": step, "sync_ms": sync,
+            step, sync, exposed, share, copy_mb, peak, cpu, pss, slow = (med(h, i) for i in range(9))
+            local, local_slow = (med("local", 0), med("local", 8)) if "local" in hooks else (None, None)
+            rows.append({"model": model, "params": params, "hook": h, "step_ms": step, "slowest_step_ms": slow,
+                         "sync_ms": sync,
                          "cpu_ms": cpu, "cpu_vs_gloo": cpu / med("gloo", 6) if cpu is not None else None,
                          "exposed_ms": exposed, "exposed_vs_step": share, "copy_mb": copy_mb, "peak_mb": peak,
                          "peak_pss_mb": pss, "step_vs_gloo": step / med("gloo", 0),
                          "sync_vs_gloo": sync / med("gloo", 1) if sync is not None else None,
                          "exposed_vs_gloo_sync": exposed / med("gloo", 1) if exposed is not None else None,
-                         "gone": gone(med("gloo", 0), med("local", 0) if "local" in hooks else None, step)})
+                         "gone": gone(med("gloo", 0), local, step),
+                         "gone_vs_slowest": gone(med("gloo", 0), local_slow, step)})
     if args.json:
         print(json.dumps({"launcher": args.launcher, "ranks": args.ranks, "steps": args.steps, "warmup": args.warmup,
                           "repeats": args.repeats, "batch": args.batch, "rows": rows}))
         return
     print("%s, %d processes, batch %d per rank, median of %d runs of the median of %d steps after %d warm-up"
           % (args.launcher, args.ranks, args.batch, args.repeats, args.steps, args.warmup))
-    print("%-9s %9s %-9s %10s %10s %8s %6s %8s %9s %8s %11s %18s %12s %8s %8s %7s" % (
-        "model", "params", "hook", "step ms", "sync ms", "step/gloo", "gone", "sync/gloo", "cpu ms", "cpu/gloo",
+    print("%-9s %9s %-9s %10s %10s %8s %6s %10s %11s %8s %9s %8s %11s %18s %12s %8s %8s %7s" % (
+        "model", "params", "hook", "step ms", "sync ms", "step/gloo", "gone", "slowest ms", "gone/slowest",
+        "sync/gloo", "cpu ms", "cpu/gloo",
         "exposed ms", "exposed/gloo-sync", "exposed/step", "copy MB", "peak MB", "PSS MB"))
     opt = lambda v, f: "-" if v is None else f % v
     for r in rows:
-        print("%-9s %9d %-9s %10.1f %10s %8.2f %6s %9s %9s %8s %11s %18s %12s %8s %8.0f %7s" % (
+        print("%-9s %9d %-9s %10.1f %10s %8.2f %6s %10s %11s %9s %9s %8s %11s %18s %12s %8s %8.0f %7s" % (
             r["model"], r["params"], r["hook"], r["step_ms"], opt(r["sync_ms"], "%.1f"), r["step_vs_gloo"],
-            opt(r["gone"], "%.2f"), opt(r["sync_vs_gloo"], "%.2f"), opt(r["cpu_ms"], "%.1f"), opt(r["cpu_vs_gloo"], "%.2f"),
+            opt(r["gone"], "%.2f"), opt(r["slowest_step_ms"], "%.1f"), opt(r["gone_vs_slowest"], "%.2f"),
+            opt(r["sync_vs_gloo"], "%.2f"), opt(r["cpu_ms"], "%.1f"), opt(r["cpu_vs_gloo"], "%.2f"),
             opt(r["exposed_ms"], "%.1f"), opt(r["exposed_vs_gloo_sync"], "%.2f"),
             opt(r["exposed_vs_step"], "%.3f"), opt(r["copy_mb"], "%.2f"), r["peak_mb"], opt(r["peak_pss_mb"], "%.0f")))
 

@@ -28,7 +28,9 @@ traces forward and backward into one graph, collfuse decides the buckets
 (--split; by default ddp:25M, DDP's rule and cap without its 1 MB first
 bucket: ddp:25M,first=1M is DDP's own) and averages each one as soon as its last
 gradient is produced. Rank 0 prints each step's loss (the mean over ranks) or,
-with --json, one JSON object: losses, step_ms and sync_ms (the time per
+with --json, one JSON object: losses, step_ms (rank 0's step times),
+slowest_step_ms (per step, the slowest rank's step time: every rank's
+step_ms gathered after the last step), sync_ms (the time per
 step during which some bucket is being averaged: from each hook call to its
 future's completion, overlapping buckets counted once; null for --hook
 none), exposed_ms (--hook step: the time each step waited for the buckets
@@ -278,11 +280,16 @@ def shared_mb():
 
 
 def finish(args, rank, world, model, losses, step_ms, sync_ms, cpu_ms, exposed_ms, copy_bytes=None):
+    # every rank's step times, gathered after the timed steps: the slower rank's per step
+    everyone = [None] * world
+    dist.all_gather_object(everyone, step_ms)
+    slowest_ms = [max(times) for times in zip(*everyone)]
     if rank == 0 and args.json:
         import resource
         peak, shared = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, shared_mb()
         print(json.dumps({"model": args.model, "hook": args.hook, "ranks": world, "steps": args.steps,
-                          "batch": args.batch, "losses": losses, "step_ms": step_ms, "sync_ms": sync_ms,
+                          "batch": args.batch, "losses": losses, "step_ms": step_ms,
+                          "slowest_step_ms": slowest_ms, "sync_ms": sync_ms,
                           "cpu_ms": cpu_ms, "exposed_ms": exposed_ms, "copy_bytes": copy_bytes, "peak_mb": peak,
                           "peak_pss_mb": None if shared is None else peak - shared,
                           "params": sum(p.numel() for p in model.parameters())}), flush=True)

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """bench/ddp.py's "gone" column: (gloo step - step) / (gloo step - local
-step) of the medians, in the JSON rows and the table, only where local ran.
+step) of the medians, and "gone/slowest" against local's slower rank's
+step (the median of ddp_train.py's slowest_step_ms), in the JSON rows and
+the table, only where local ran.
 The runs are stand-ins (no torch needed); bench/ddp.py's ports are
 test_ports.py's."""
 
@@ -33,13 +35,15 @@ def check_gone():
              % (ddp.gone(43.3, 33.2, 33.2), ddp.gone(43.3, 33.2, 43.3)))
     times = {h: [rnd.uniform(lo, lo + 6) for _ in range(3)]
              for h, lo in (("gloo", 40.0), ("local", 30.0), ("collfuse", 34.0), ("step", 32.0))}
+    slowest = {h: [v + rnd.uniform(0.5, 3) for v in vs] for h, vs in times.items()}  # the slower rank's
     calls = {h: 0 for h in times}
 
-    def fake_run(model, hook, args):  # step, sync, exposed, share, copy MB, peak, cpu, pss, params
-        v = times[hook][calls[hook]]
+    def fake_run(model, hook, args):  # step, sync, exposed, share, copy MB, peak, cpu, pss, slowest, params
+        v, w = times[hook][calls[hook]], slowest[hook][calls[hook]]
         calls[hook] += 1
-        return v, 1.0, None, None, None, 100.0, v, 90.0, 1234
+        return v, 1.0, None, None, None, 100.0, v, 90.0, w, 1234
     med = lambda h: sorted(times[h])[1]
+    med_slowest = lambda h: sorted(slowest[h])[1]
     for hooks, with_local in (("gloo,local,collfuse,step", True), ("gloo,collfuse,step", False)):
         def bench(*extra):
             for h in calls:
@@ -57,18 +61,29 @@ def check_gone():
         rows = {r["hook"]: r for r in json.loads(bench("--json"))["rows"]}
         table = bench().splitlines()
         step_line = [ln for ln in table if ln.split()[2:3] == ["step"]]
-        if "gone" not in table[1].split() or len(step_line) != 1 or \
-                step_line[0].split()[6] != ("%.2f" % rows["step"]["gone"] if with_local else "-"):
-            fail("--hooks %s: the table's gone column:\n%s" % (hooks, "\n".join(table)))
+        head = table[1].split()
+        if head[8:12] != ["gone", "slowest", "ms", "gone/slowest"] or len(step_line) != 1 or \
+                step_line[0].split()[6:9] != [("%.2f" % rows["step"]["gone"] if with_local else "-"),
+                                              "%.1f" % med_slowest("step"),
+                                              ("%.2f" % rows["step"]["gone_vs_slowest"] if with_local else "-")]:
+            fail("--hooks %s: the table's gone, slowest ms and gone/slowest columns:\n%s" % (hooks, "\n".join(table)))
         for h, r in rows.items():
             want = (med("gloo") - med(h)) / (med("gloo") - med("local")) if with_local else None
             if (want is None) != (r["gone"] is None) or (want is not None and abs(r["gone"] - want) > 1e-12):
                 fail("--hooks %s: %s's gone %r, want %r" % (hooks, h, r["gone"], want))
+            fair = (med("gloo") - med(h)) / (med("gloo") - med_slowest("local")) if with_local else None
+            if (fair is None) != (r["gone_vs_slowest"] is None) or \
+                    (fair is not None and abs(r["gone_vs_slowest"] - fair) > 1e-12):
+                fail("--hooks %s: %s's gone against local's slower rank %r, want %r"
+                     % (hooks, h, r["gone_vs_slowest"], fair))
+            if abs(r["slowest_step_ms"] - med_slowest(h)) > 1e-12:
+                fail("--hooks %s: %s's slowest_step_ms %r, want %r" % (hooks, h, r["slowest_step_ms"],
+                                                                     med_slowest(h)))
 
 
 def main():
     check_gone()
-    print("bench/ddp.py: the gone column from stand-in runs")
+    print("bench/ddp.py: the gone, slowest ms and gone/slowest columns from stand-in runs")
 
 
 if __name__ == "__main__":
