@@ -38,9 +38,16 @@ of each bucket that starts the average of the bucket's flat buffer on
 collfuse's communication thread (collfuse.distributed's runner, as
 all_reduce(async_op=True): one thread, buckets in the same order on every
 rank, waits that poll briefly and then sleep, leaving the cores to the
-compute), so the rest of the backward pass runs meanwhile; before the optimizer step every bucket is
-waited for, and each parameter's .grad is a view of its bucket (set once,
-kept from step to step). Gradients are produced into their buckets: a
+compute), so the rest of the backward pass runs meanwhile; each parameter's .grad is
+a view of its bucket (set once, kept from step to step). After the
+backward pass the buckets are waited for in the order they started, and
+the optimizer steps once per bucket, over that bucket's parameters, as
+soon as its average is done (update_per_bucket; by default for
+torch.optim's optimizers that update each parameter on its own: the
+results are bitwise one step's), so a rank that waits for its peer's last
+buckets updates the parameters of the others meanwhile and only the last
+bucket's update follows its average; other optimizers step once after
+every bucket. Gradients are produced into their buckets: a
 gradient whose last op has an out= kernel that writes its destination
 (mm, addmm, bmm, sum, add, sub, mul, div: nn.Linear's weights and biases,
 through the views t and view) runs that kernel on its bucket view.
@@ -267,15 +274,21 @@ def _meta_of(node):
 class CompiledStep:
     """A training step compiled by compile_step; call it with the inputs.
     After a call, .exposed_ms is the time the step waited for the buckets
-    after the backward pass's last compute and .sync_ms the time during
+    after the backward pass's last compute (the optimizer's updates of the
+    buckets done before the last not counted) and .sync_ms the time during
     which some bucket was being averaged (overlapping ones counted once),
     .copy_bytes the bytes of gradients copied into buckets (those not
     produced there: .produced_into and .copied list (parameter, op)).
-    .tracing_mode: "fake" or "real", the tensors the step was traced with."""
+    .tracing_mode: "fake" or "real", the tensors the step was traced with.
+    .update_per_bucket: whether the optimizer steps bucket by bucket."""
 
     def __init__(self, model, loss_fn, example_inputs, optimizer, world_size, fusion, local, passes, options,
-                 tracing_mode="real"):
+                 tracing_mode="real", update_per_bucket=None):
         self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
+        if update_per_bucket is None:
+            update_per_bucket = type(optimizer) in _PER_PARAMETER
+        self.update_per_bucket = bool(update_per_bucket) and optimizer is not None
+        self._subsets_key = None
         self.world_size = world_size
         self.rank = _cfd.get_rank() if _cfd.is_initialized() and _cfd.get_world_size() == world_size else 0
         self.n_inputs = len(example_inputs)
@@ -749,25 +762,48 @@ class CompiledStep:
         try:
             with torch.no_grad():
                 outs = self.gm(self.params, buffers, *inputs)  # no autograd: no detached copies needed
-            t_end = self.t_backward_end = time.perf_counter()
-            for work in self.pending:
+            self.t_backward_end = time.perf_counter()
+            for k, p in enumerate(self.params):
+                v = self.grad_views.get(k)
+                if v is not None:
+                    p.grad = v
+                elif self.grad_nodes[k] is not None:  # a local (sharded) parameter: this rank's gradient
+                    p.grad = outs[1 + k]
+            subsets = self._update_subsets()
+            waited = 0.0
+            for b, work in enumerate(self.pending):
                 if work is not None:
+                    t = time.perf_counter()
                     work.wait()
-            t_wait = time.perf_counter()
+                    waited += time.perf_counter() - t
+                if subsets is not None:  # this bucket's parameters updated while later ones are averaged
+                    _step_on(self.optimizer, subsets[b])
         finally:
             _cfx._runtime = saved
             self.pending = None
-        for k, p in enumerate(self.params):
-            v = self.grad_views.get(k)
-            if v is not None:
-                p.grad = v
-            elif self.grad_nodes[k] is not None:  # a local (sharded) parameter: this rank's gradient
-                p.grad = outs[1 + k]
-        self.exposed_ms = (t_wait - t_end) * 1e3
+        self.exposed_ms = waited * 1e3
         self.sync_ms = _union_ms(self.spans)
-        if self.optimizer is not None:
+        if self.optimizer is not None and subsets is None:
             self.optimizer.step()
         return outs[0]
+
+    def _update_subsets(self):
+        """Per bucket, in the order they start, the optimizer's param_groups'
+        parameter lists cut to the bucket's parameters (the last also takes
+        every parameter in no bucket), when the optimizer is updated bucket
+        by bucket (see compile_step's update_per_bucket); else None."""
+        opt = self.optimizer
+        if opt is None or not self.update_per_bucket or len(self.plan) < 2:
+            return None
+        groups = opt.param_groups
+        key = tuple((id(g), id(g["params"]), len(g["params"])) for g in groups)
+        if self._subsets_key != key:  # first step, or the user changed the groups
+            bucket_of = {id(self.params[k]): b for b, (_, ks) in enumerate(self.plan) for k in ks}
+            last = len(self.plan) - 1
+            self._subsets = [[[p for p in g["params"] if bucket_of.get(id(p), last) == b] for g in groups]
+                             for b in range(len(self.plan))]
+            self._subsets_key = key
+        return self._subsets
 
     # ---------------- what the compile said
 
@@ -832,6 +868,29 @@ def _start_bucket(key, b, grads):
         work.then(lambda w: span.__setitem__(1, time.perf_counter()))
 
 
+# torch.optim's optimizers whose step updates each parameter from its own
+# gradient and state alone (none reads another parameter, a norm over all
+# of them or a closure): a step over some parameters then over the others
+# computes what one step over all of them does, bit for bit
+_PER_PARAMETER = {getattr(torch.optim, n) for n in ("SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "Adamax",
+                                                     "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop")
+                  if hasattr(torch.optim, n)}
+
+
+def _step_on(optimizer, lists):
+    """optimizer.step() over some of its parameters: each param_group's
+    list replaced by lists' for the call, then put back."""
+    groups = optimizer.param_groups
+    saved = [g["params"] for g in groups]
+    try:
+        for g, ps in zip(groups, lists):
+            g["params"] = ps
+        optimizer.step()
+    finally:
+        for g, ps in zip(groups, saved):
+            g["params"] = ps
+
+
 def _union_ms(spans):
     """The time covered by any (start, end) span, in ms."""
     total, end = 0.0, None
@@ -866,7 +925,8 @@ def _keep_memory():
 
 
 def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, deterministic=None, fusion=None,
-                 local=None, passes="default", world_size=None, keep_memory=True, tracing_mode="real", **options):
+                 local=None, passes="default", world_size=None, keep_memory=True, tracing_mode="real",
+                 update_per_bucket=None, **options):
     """Trace, fuse and plan a training step (see the module's doc).
     split, cost, profile, target, algo, timeout, seed: as `collfuse compile`
     and Graph.compile. deterministic: reductions in a fixed order (the job's
@@ -879,7 +939,14 @@ def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, det
     module's doc); False leaves malloc as it is. tracing_mode: "real" (the
     trace computes forward and backward once, on copies of the parameters
     and buffers) or "fake" (fake tensors: nothing computed; real where they
-    fail, said on stderr; see the module's doc)."""
+    fail, said on stderr; see the module's doc). update_per_bucket: with
+    more than one bucket, the optimizer steps once per bucket, over that
+    bucket's parameters, as soon as its average is done, while the later
+    buckets are still being averaged (the parameters in no bucket with the
+    last); None (the default): for torch.optim's optimizers that update each
+    parameter on its own (SGD, Adam, AdamW, Adagrad, Adadelta, Adamax, ASGD,
+    NAdam, RAdam, RMSprop, Rprop; the results bitwise one step's), True for
+    any optimizer, False: one optimizer.step() after every bucket."""
     if tracing_mode not in ("real", "fake"):
         raise ValueError("collfuse.step: tracing_mode %r: 'real' or 'fake'" % (tracing_mode,))
     if keep_memory:
@@ -895,7 +962,7 @@ def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, det
     if split is not None:
         options["split"] = split
     step = CompiledStep(model, loss_fn, tuple(example_inputs), optimizer, int(world_size), fusion, local, passes,
-                        options, tracing_mode)
+                        options, tracing_mode, update_per_bucket)
     _release()
     return step
 

@@ -132,6 +132,40 @@ for (n, p), q in zip(fm.state_dict().items(), fm_ref.state_dict().values()):
 expect_raises(ValueError, lambda: ct.compile_step(mlp(1), torch.nn.functional.mse_loss, batch(0),
                                                   tracing_mode="symbolic"), "tracing_mode", "'real' or 'fake'")
 
+# ---- the optimizer updated bucket by bucket (update_per_bucket): one step per bucket, over that
+# bucket's parameters, in the buckets' order; the results bitwise one step's (eager torch's), for
+# SGD with momentum and Adam (foreach and not); one step over every parameter with False, or with
+# an optimizer collfuse does not know to update each parameter on its own (a subclass)
+class OwnSGD(torch.optim.SGD):
+    pass
+
+
+for make, per_bucket, want_per_bucket in (
+        (lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3), None, True),
+        (lambda ps: torch.optim.Adam(ps, lr=1e-2), None, True),
+        (lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True, weight_decay=1e-2), None, True),
+        (lambda ps: torch.optim.Adam(ps, lr=1e-2), False, False),
+        (lambda ps: OwnSGD(ps, lr=0.05, momentum=0.9), None, False)):
+    pm = mlp(3)
+    pm_ref = copy.deepcopy(pm)
+    p_opt, p_opt_ref = make(pm.parameters()), make(pm_ref.parameters())
+    what = "%s, update_per_bucket=%r" % (type(p_opt).__name__, per_bucket)
+    p_step = ct.compile_step(pm, torch.nn.functional.mse_loss, batch(0), optimizer=p_opt, split="bytes:1K",
+                             update_per_bucket=per_bucket)
+    calls = []
+    p_opt.step = (lambda real: lambda: (calls.append([id(q) for g in p_opt.param_groups for q in g["params"]]),
+                                        real())[1])(p_opt.step)
+    against_eager(p_step, pm_ref, p_opt_ref, 3, what)
+    for (n, q), r in zip(pm.state_dict().items(), pm_ref.state_dict().values()):
+        if not torch.equal(q, r):
+            fail("%s: after 3 steps, %s differs from eager torch's" % (what, n))
+    names = {id(q): n for n, q in pm.named_parameters()}
+    got = [[names[i] for i in c] for c in calls[:len(calls) // 3]]
+    want = [ps for _, ps in p_step.bucket_params()] if want_per_bucket else [[n for n, _ in pm.named_parameters()]]
+    if len(p_step.plan) < 3 or len(calls) != 3 * len(want) or list(map(sorted, got)) != list(map(sorted, want)) \
+            or p_step.update_per_bucket != want_per_bucket:
+        fail("%s: %d buckets, the optimizer stepped over %s in a step, want %s" % (what, len(p_step.plan), got, want))
+
 
 class Scaled(torch.nn.Module):
     def __init__(self):
