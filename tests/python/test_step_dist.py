@@ -51,11 +51,18 @@ def batch(rank, k):
     return torch.randn(10, 12, generator=g), torch.randn(10, 3, generator=g)
 
 
-def run_step(rank, seed, steps):
+def run_step(rank, seed, steps, update_per_bucket=None):
+    """update_per_bucket None: SGD steps once per bucket as its average
+    ends; False: once after every bucket, and the last bucket is averaged
+    on the calling thread (nothing left to overlap it)."""
     import collfuse.torch as ct
     m = mlp(seed + rank)  # different per rank: compile_step starts every rank from rank 0's
     opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
-    step = ct.compile_step(m, torch.nn.functional.mse_loss, batch(rank, 0), optimizer=opt, split="bytes:1K")
+    step = ct.compile_step(m, torch.nn.functional.mse_loss, batch(rank, 0), optimizer=opt, split="bytes:1K",
+                           update_per_bucket=update_per_bucket)
+    if step.update_per_bucket != (update_per_bucket is None) or step.inline_last != (update_per_bucket is False):
+        fail("rank %d, update_per_bucket=%r: per bucket %r, the last bucket inline %r"
+             % (rank, update_per_bucket, step.update_per_bucket, step.inline_last))
     # rank 0's parameters came through the buckets, one broadcast per bucket (a broadcast per
     # parameter kept an executable and its arena per shape); the buffers (BatchNorm's) their own
     sizes = {f.numel() for f in step.flat} | {n for b in m.buffers() for n in (b.numel(), b.numel() * b.element_size())}
@@ -65,7 +72,8 @@ def run_step(rank, seed, steps):
     losses = []
     for k in range(steps):
         losses.append(step(*batch(rank, k)).item())
-        if len(step.spans) < 2 or not all(s[0] < step.t_backward_end for s in step.spans):
+        if len(step.spans) < 2 or not all(s[0] <= step.t_backward_end for s in step.spans) or \
+                any(s[1] is None for s in step.spans) or (step.inline_last and step.spans[-1][0] != step.t_backward_end):
             fail("rank %d: buckets %s started after the backward pass ended (%s)"
                  % (rank, step.spans, step.t_backward_end))
     if cfd.backend() == "shm" and (not all(cfd.registered(f) for f in step.flat) or cfd.last_copies() != (0, 0)):
@@ -130,10 +138,15 @@ def child():
     for (name, p), q in zip(m.named_parameters(), ref.module.parameters()):
         if not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
             fail("rank %d: after 3 steps %s differs from DDP's by %g" % (rank, name, (p - q).abs().max()))
-    # deterministic: bitwise the same run to run
+    # deterministic: bitwise the same run to run, and the same with one optimizer step after every
+    # bucket (the last bucket averaged on the calling thread) as with a step per bucket
     again, m2 = run_step(rank, 5, 3)
     if again != losses or any(not torch.equal(p, q) for p, q in zip(m.parameters(), m2.parameters())):
         fail("rank %d: two deterministic runs differ: %r vs %r" % (rank, losses, again))
+    whole, m3 = run_step(rank, 5, 3, update_per_bucket=False)
+    if whole != losses or any(not torch.equal(p, q) for p, q in zip(m.parameters(), m3.parameters())):
+        fail("rank %d: one optimizer step after every bucket (the last inline) %r, a step per bucket %r"
+             % (rank, whole, losses))
 
     # tensor parallelism against one process
     torch.manual_seed(9)
