@@ -2,7 +2,7 @@
 """DDP training step and gradient-sync time: gloo against collfuse's hook and compile_step.
 
     bench/ddp.py [--models resnet18,gpt] [--hooks none,gloo,collfuse,step,local] [--ranks 2] [--steps 6]
-                 [--warmup 2] [--repeats 3] [--peer ROOT] [--json]
+                 [--warmup 2] [--repeats 3] [--peer ROOT [--peer-hook step]] [--json]
 
 Runs examples/torch/ddp_train.py (gloo process group) for each model with
   none      DDP's own allreduce over gloo (step time only),
@@ -45,7 +45,7 @@ ranks' skew that local's floor lacks; local's slower rank has that skew
 as well. --peer ROOT adds a
 row "peer": the collfuse hook of another checkout (its
 ROOT/build/libcollfuse.so and ROOT/python, e.g. main's beside a branch's),
-in the same rounds. Each run gets fresh ports (bench/ports.py: MASTER_PORT P with P + 1
+in the same rounds; with --peer-hook step, that checkout's compile_step. Each run gets fresh ports (bench/ports.py: MASTER_PORT P with P + 1
 free for the shm world's rendezvous, and torchrun's own) and is started
 again on others when another process took one before the run bound it.
 """
@@ -74,10 +74,10 @@ def has_shm():
 def command(model, hook, args, master_port, rdzv_port):
     """(argv, env) of one run."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port))
-    if hook == "peer":  # the other checkout's library and package
+    if hook == "peer":  # the other checkout's library and package (this one's example)
         env.update(COLLFUSE_LIBRARY=os.path.join(args.peer, "build", "libcollfuse.so"),
                    PYTHONPATH=os.path.join(args.peer, "python"))
-        hook = "collfuse"
+        hook = args.peer_hook
     tail = [EXAMPLE, "--json", "--model", model, "--hook", hook, "--steps", str(args.warmup + args.steps),
             "--batch", str(args.batch)]
     if args.launcher == "torchrun":
@@ -138,6 +138,8 @@ def main():
     ap.add_argument("--launcher", choices=("auto", "torchrun", "mpirun"), default="auto",
                     help="auto: torchrun when the library has the shm world, else mpirun")
     ap.add_argument("--peer", metavar="ROOT", help="also the collfuse hook of the checkout at ROOT (row 'peer')")
+    ap.add_argument("--peer-hook", choices=("collfuse", "step"), default="collfuse",
+                    help="what the peer row runs: the checkout's collfuse hook or its compile_step")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.launcher == "auto":

@@ -2,7 +2,7 @@
 """bench/ddp.py's "gone" column: (gloo step - step) / (gloo step - local
 step) of the medians, and "gone/slowest" against local's slower rank's
 step (the median of ddp_train.py's slowest_step_ms), in the JSON rows and
-the table, only where local ran.
+the table, only where local ran; the peer row's hook (--peer-hook).
 The runs are stand-ins (no torch needed); bench/ddp.py's ports are
 test_ports.py's."""
 
@@ -81,9 +81,29 @@ def check_gone():
                                                                      med_slowest(h)))
 
 
+def check_peer():
+    """The peer row runs the other checkout's library and package with the
+    collfuse hook, or with --peer-hook step its compile_step."""
+    import argparse
+    for peer_hook in ("collfuse", "step"):
+        args = argparse.Namespace(peer="/else/where", peer_hook=peer_hook, warmup=1, steps=2, batch=4, ranks=2,
+                                  launcher="torchrun")
+        cmd, env = ddp.command("gpt", "peer", args, 29600, 29602)
+        hook = cmd[cmd.index("--hook") + 1]
+        if hook != peer_hook or env.get("COLLFUSE_LIBRARY") != "/else/where/build/libcollfuse.so" or \
+                env.get("PYTHONPATH") != "/else/where/python":
+            fail("--peer-hook %s: the peer runs --hook %s with %s, %s" % (peer_hook, hook, env.get("COLLFUSE_LIBRARY"),
+                                                                        env.get("PYTHONPATH")))
+        cmd, env = ddp.command("gpt", "step", args, 29600, 29602)
+        if cmd[cmd.index("--hook") + 1] != "step" or env.get("PYTHONPATH") == "/else/where/python":
+            fail("--peer-hook %s: this checkout's step row runs %s with PYTHONPATH %s"
+                 % (peer_hook, cmd, env.get("PYTHONPATH")))
+
+
 def main():
     check_gone()
-    print("bench/ddp.py: the gone, slowest ms and gone/slowest columns from stand-in runs")
+    check_peer()
+    print("bench/ddp.py: the gone, slowest ms and gone/slowest columns from stand-in runs; the peer's hook")
 
 
 if __name__ == "__main__":
