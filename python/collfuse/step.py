@@ -49,7 +49,8 @@ buckets updates the parameters of the others meanwhile and only the last
 bucket's update follows its average; other optimizers step once after
 every bucket. Where nothing is left to overlap the last bucket (no
 compute after its start, and one bucket or no update per bucket), it is
-averaged on the calling thread, blocking (.inline_last). Gradients are produced into their buckets: a
+averaged on the calling thread, blocking, if it is at most 4 MiB
+(.inline_last). Gradients are produced into their buckets: a
 gradient whose last op has an out= kernel that writes its destination
 (mm, addmm, bmm, sum, add, sub, mul, div: nn.Linear's weights and biases,
 through the views t and view) runs that kernel on its bucket view.
@@ -172,6 +173,7 @@ _VIEWS = {_ATEN.t.default, _ATEN.view.default, _ATEN._unsafe_view.default}
 # ops that compute nothing (views, detach): what may follow the last bucket's start when it is
 # averaged on the calling thread
 _NO_COMPUTE = _VIEWS | {_ATEN.detach.default, _ATEN._reshape_alias.default, _ATEN.transpose.int, operator.getitem}
+_INLINE_MAX = 4 << 20  # the largest last bucket averaged on the calling thread (see _emit)
 _DT = dict(_cfx._TORCH_DT)
 _DT[torch.bool] = "bool"
 _LEAF_OPS = {}  # torch.ops.collfuse.X.default -> X
@@ -690,15 +692,19 @@ class CompiledStep:
         # the last bucket averaged on the calling thread, blocking, where nothing is left to
         # overlap it: no compute after its start (views and detaches only) and no update of
         # other buckets' parameters to make meanwhile (one bucket, or update_per_bucket off);
-        # no hand-over to collfuse's thread and back (b40g: 0.18 ms against 0.28 for a GPT's
-        # bucket through the runner)
+        # no hand-over to collfuse's thread and back (b40g: 0.18 ms against 0.28 for the GPT's
+        # 2 MiB bucket through the runner). Up to _INLINE_MAX bytes: the caller's waits poll
+        # longer than the runner's before they sleep, and ResNet-18's 15 MiB last bucket took
+        # 8% longer steps inline on a busy machine (bench/results/ddp.md, b41g)
         after = []
         if self.starts:
             at = self.starts[-1][1].next
             while at.op != "root":
                 after.append(at)
                 at = at.next
-        self.inline_last = bool(self.starts) and (len(self.plan) == 1 or not self.update_per_bucket) and all(
+        last_bytes = self.flat[-1].numel() * self.flat[-1].element_size() if self.flat else 0
+        self.inline_last = bool(self.starts) and (len(self.plan) == 1 or not self.update_per_bucket) and \
+            last_bytes <= _INLINE_MAX and all(
             n.op == "output" or (n.op == "call_function" and n.target in _NO_COMPUTE) for n in after)
         # the graph returns no gradient that lies in a bucket: each one is freed
         # once copied into its bucket (no second copy of the gradients lives on)

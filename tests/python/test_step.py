@@ -76,6 +76,19 @@ for n, p in m.named_parameters():
     if not any(lo <= p.grad.data_ptr() < hi for lo, hi in flat_ptrs):
         fail("%s's gradient is not a view of a bucket" % n)
 
+# the last bucket averaged on the calling thread only where nothing is left to overlap it (one
+# bucket, or no update per bucket) and it is at most 4 MiB (compiled for 2 ranks, not run)
+for width, per_bucket, split, want in ((64, None, "bytes:64M", True), (1100, None, "bytes:64M", False),
+                                       (64, None, "bytes:16K", False), (64, False, "bytes:16K", True)):
+    torch.manual_seed(4)
+    wide = torch.nn.Sequential(torch.nn.Linear(1000, width), torch.nn.Tanh(), torch.nn.Linear(width, 3))
+    s_in = ct.compile_step(wide, torch.nn.functional.mse_loss, (torch.randn(4, 1000), torch.randn(4, 3)),
+                           optimizer=torch.optim.SGD(wide.parameters(), lr=0.1), split=split, world_size=2,
+                           update_per_bucket=per_bucket)
+    if s_in.inline_last != want or (split == "bytes:64M") != (len(s_in.plan) == 1):
+        fail("width %d, %s, update_per_bucket=%r: %d buckets of %s bytes, the last inline %r, want %r"
+             % (width, split, per_bucket, len(s_in.plan), [f.numel() * 4 for f in s_in.flat], s_in.inline_last, want))
+
 # nn.Linear's gradients (t(mm), view(sum)) are produced into their buckets;
 # only BatchNorm's (a tuple of native_batch_norm_backward) are copied
 into = sorted(n for n, _ in step.produced_into)
