@@ -779,7 +779,7 @@ class CompiledStep:
                                "ranks (collfuse.distributed)" % (self.world_size, self.world_size))
         self.pending = [None] * len(self.plan)
         self.spans = []
-        self.t_inline = None
+        self.inline = None
         self.copy_bytes = 0
         buffers = [b for _, b in self.model.named_buffers()]
         saved = _cfx._runtime
@@ -787,10 +787,14 @@ class CompiledStep:
         try:
             with torch.no_grad():
                 outs = self.gm(self.params, buffers, *inputs)  # no autograd: no detached copies needed
-            self.t_backward_end = time.perf_counter()
+            t_end = self.t_backward_end = time.perf_counter()
             waited = 0.0
-            if self.t_inline is not None:  # the last bucket averaged inline: the backward ended before it
-                self.t_backward_end, waited = self.t_inline, self.t_inline_end - self.t_inline
+            if self.inline is not None:  # the last bucket, on this thread (after the graph's return, whose
+                span = [t_end, None]     # ~0.1 ms of unwinding a faster rank then makes while it waits)
+                self.spans.append(span)
+                _cfd.all_reduce(self.flat[self.inline], op="mean")  # after the buckets started before it
+                span[1] = time.perf_counter()
+                waited = span[1] - t_end
             for k, p in enumerate(self.params):
                 v = self.grad_views.get(k)
                 if v is not None:
@@ -886,16 +890,15 @@ def _start_bucket(key, b, grads):
     """Inserted after a bucket's last gradient (each in its bucket view by
     now): start the bucket's average on collfuse's thread (the world's
     runner, async_op: its waits poll briefly and then sleep, leaving the
-    cores to the backward pass)."""
+    cores to the backward pass); the last bucket, where .inline_last,
+    is left to the caller, which averages it once the graph has returned."""
     step = _STEPS[key]
     if step.world_size > 1:
+        if step.inline_last and b == len(step.plan) - 1:  # nothing left to overlap: the caller averages it
+            step.inline = b
+            return
         span = [time.perf_counter(), None]
         step.spans.append(span)
-        if step.inline_last and b == len(step.plan) - 1:  # nothing left to overlap: on this thread
-            step.t_inline = span[0]
-            _cfd.all_reduce(step.flat[b], op="mean")  # after the buckets started before it
-            span[1] = step.t_inline_end = time.perf_counter()
-            return
         work = step.pending[b] = _cfd.all_reduce(step.flat[b], op="mean", async_op=True)
         work.then(lambda w: span.__setitem__(1, time.perf_counter()))
 
