@@ -409,9 +409,11 @@ static int reducer(hlo_reader *r, const hinstr *in, const char **why, bool *wide
 /* What XLA's combiners key a collective on besides its replica groups,
  * reduction, dtype and dimension (AllReduceKey, AllGatherCombiner's and
  * ReduceScatterCombiner's GroupKey): a channel_id makes it cross-module,
- * use_global_device_ids, the domain of a sharding={maximal device=N}; and
- * a user's frontend_attributes={combine_key="..."}. Written into key
- * (empty when none). */
+ * use_global_device_ids, the domain of a sharding={maximal device=N}; a
+ * frontend_attributes={collective_group_key="G"} (XLA's launch group: a
+ * keyed collective is never combined with an unkeyed one or one of another
+ * key, side_effect_util.h); and a user's frontend_attributes={combine_key=
+ * "..."}. Written into key (NULL when none). */
 static cf_status combine_key(hlo_reader *r, const hinstr *in, char **out) {
   char head[96];
   size_t o = 0;
@@ -432,12 +434,19 @@ static cf_status combine_key(hlo_reader *r, const hinstr *in, char **out) {
   }
   /* the user's key is kept whole: two keys that differ only far in are two
    * keys (XLA compares the attribute's whole string) */
-  cf_span v = {NULL, 0};
-  if ((a = cf_hlo_attr(in, "frontend_attributes"))) v = cf_hlo_sub_value(r, a->val, "combine_key");
-  if (!o && !v.p) return CF_OK;
-  size_t len = o + 1 + (v.p ? v.n : 0) + 1;
+  cf_span v = {NULL, 0}, g = {NULL, 0};
+  if ((a = cf_hlo_attr(in, "frontend_attributes"))) {
+    v = cf_hlo_sub_value(r, a->val, "combine_key");
+    g = cf_hlo_sub_value(r, a->val, "collective_group_key");
+  }
+  if (g.p && !g.n) g.p = NULL; /* an empty key is no key (XLA: "nonempty") */
+  if (!o && !v.p && !g.p) return CF_OK;
+  /* written as collective_group_key=G, before the user's key */
+  size_t len = o + 1 + (g.p ? g.n + 24 : 0) + (v.p ? v.n : 0) + 1;
   if (!(*out = malloc(len))) return cf_hlo_oom(r, in->line);
-  snprintf(*out, len, "%s%s%.*s", head, o && v.p ? "," : "", v.p ? (int)v.n : 0, v.p ? v.p : "");
+  snprintf(*out, len, "%s%s%s%.*s%s%.*s", head, o && g.p ? "," : "",
+           g.p ? "collective_group_key=" : "", g.p ? (int)g.n : 0, g.p ? g.p : "",
+           (o || g.p) && v.p ? "," : "", v.p ? (int)v.n : 0, v.p ? v.p : "");
   return CF_OK;
 }
 
@@ -525,6 +534,17 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   if (gs->n_sub && !gs->name && kind != 0) /* XLA's verifier and StableHLO's say so too */
     return cf_hlo_fail(r, in->line, "instruction '%s': %s needs replica groups of one size",
                        in->name, opc);
+  /* groups of one device, with shapes for more: XLA's verifier leaves a
+   * group of one unchecked (its size may be unknown: reduce_scatter_
+   * reassociate_test's MismatchReplicaGroups), but there is nothing to run */
+  for (int i = 0; kind != 0 && gs->n_sub && gs->name && gs->off[1] - gs->off[0] == 1 && i < n;
+       i++) {
+    const cf_shape *a = &ops[i]->type->s, *b = tuple ? &res->elem[i].s : &res->s;
+    if (dim < a->rank && dim < b->rank && a->dims[dim] != b->dims[dim]) {
+      snprintf(note, sizeof note, "%s over groups of one device, with shapes for more", opc);
+      return emit_opaque(r, in, at_entry, ops, note, out);
+    }
+  }
   if (gs->n_sub && !gs->name) {
     snprintf(note, sizeof note, "%s over %d replica groups of different sizes", opc, gs->n_sub);
     /* the parts of an IR group are communicators of one size (reported with
@@ -1410,7 +1430,8 @@ static cf_status emit_outputs(hlo_reader *r, const hval *v, bool many, int *k) {
  * (replica_groups={}) but that says not how many: those an all-gather or
  * reduce-scatter over every device implies by its shapes (the first one of
  * the module), else 1, XLA's default replica_count, as XLA's own tests
- * write their modules. */
+ * write their modules. cf_hlo_build takes it when the replica groups name
+ * fewer devices. */
 static int64_t implied_world(hlo_reader *r) {
   for (int ci = 0; ci < r->n_comps; ci++) {
     const hcomp *c = &r->comps[ci];
@@ -1452,7 +1473,13 @@ cf_status cf_hlo_build(hlo_reader *r) {
   int64_t world = r->partitions || r->replicas
                       ? (r->partitions ? r->partitions : 1) * (r->replicas ? r->replicas : 1)
                       : (r->max_rank + 1 > r->mesh_world ? r->max_rank + 1 : r->mesh_world);
-  if (!world && r->world_line) world = implied_world(r);
+  /* an all-gather or reduce-scatter over {} whose shapes imply more devices
+   * than the groups name (those groups' collectives then Opaque: groups of
+   * one device with shapes for more, as XLA's verifier lets through) */
+  if (!r->partitions && !r->replicas && r->world_line) {
+    int64_t implied = implied_world(r);
+    if (implied > world) world = implied;
+  }
   r->g->world_size = world;
   if (r->module && !(r->g->name = cf_arena_strdup(&r->g->arena, r->module)))
     return cf_hlo_oom(r, 0);

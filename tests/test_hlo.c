@@ -741,6 +741,76 @@ static void test_combine_key_whole(void **state) {
   }
 }
 
+/* frontend_attributes={collective_group_key="G"} (XLA's
+ * side_effect_util.h; reduce_scatter_reassociate_test's
+ * DoesNotReassociateDifferentCollectiveGroupKeys and ...KeyedAndUnkeyed...):
+ * a keyed collective is combined only with one of the same key, never with
+ * an unkeyed one or one of another key; an empty key is no key. */
+static void test_collective_group_key(void **state) {
+  (void)state;
+  static const struct {
+    const char *ka, *kb; /* the two all-reduces' frontend_attributes */
+    int fused;
+  } cases[] = {
+      {"{collective_group_key=\"g0\"}", "{collective_group_key=\"g0\"}", 1},
+      {"{collective_group_key=\"g0\"}", "{collective_group_key=\"g1\"}", 0},
+      {"{collective_group_key=\"g0\"}", "{x=\"1\"}", 0},
+      {"{collective_group_key=\"\"}", "{x=\"1\"}", 1},
+      {"{collective_group_key=\"g0\",combine_key=\"k\"}",
+       "{combine_key=\"k\",collective_group_key=\"g0\"}", 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char t[1024];
+    snprintf(t, sizeof t,
+             HDR SUM "ENTRY e {\n  p = f32[8] parameter(0)\n  q = f32[4] parameter(1)\n"
+                     "  a = f32[8] all-reduce(p), to_apply=sum, frontend_attributes=%s\n"
+                     "  b = f32[4] all-reduce(q), to_apply=sum, frontend_attributes=%s\n"
+                     "  ROOT t = (f32[8], f32[4]) tuple(a, b)\n}\n",
+             cases[i].ka, cases[i].kb);
+    cf_graph *g = NULL;
+    assert_int_equal(parse(t, &g), CF_OK);
+    cf_pass_options o = {.split = "bytes:1G"};
+    assert_int_equal(cf_passes_run(g, "infer,fuse-allreduce", &o, NULL, NULL), CF_OK);
+    int fused = 0;
+    for (int k = 0; k < g->n_nodes; k++)
+      fused += g->nodes[k].op == CF_OP_FUSEDALLREDUCE;
+    if (fused != cases[i].fused) fail_msg("case %zu: %d fused, want %d", i, fused, cases[i].fused);
+    cf_graph_destroy(g);
+  }
+}
+
+/* An all-gather or reduce-scatter over groups of one device whose shapes
+ * are for more (reduce_scatter_reassociate_test's MismatchReplicaGroups:
+ * XLA's verifier leaves groups of one unchecked) is Opaque, not refused;
+ * the module's devices are then those a collective over {} implies. Shapes
+ * that agree keep a group of one a collective. */
+static void test_groups_of_one(void **state) {
+  (void)state;
+  static const struct {
+    const char *text, *opaque, *kept;
+    cf_op kept_op;
+  } cases[] = {
+      {"HloModule m\n" SUM "ENTRY e {\n  p0 = f32[8] parameter(0)\n  p1 = f32[8] parameter(1)\n"
+       "  rs0 = f32[4] reduce-scatter(p0), dimensions={0}, replica_groups={{0}}, to_apply=sum\n"
+       "  rs1 = f32[4] reduce-scatter(p1), dimensions={0}, replica_groups={}, to_apply=sum\n"
+       "  ROOT add = f32[4] add(rs0, rs1)\n}\n",
+       "rs0", "rs1", CF_OP_REDUCESCATTER},
+      {"HloModule m\nENTRY e {\n  p = f32[4,2] parameter(0)\n"
+       "  ag = f32[4,6] all-gather(p), dimensions={1}, replica_groups={{0},{1}}\n"
+       "  same = f32[4,2] all-gather(p), dimensions={1}, replica_groups={{0},{1}}\n"
+       "  ROOT t = (f32[4,6], f32[4,2]) tuple(ag, same)\n}\n",
+       "ag", "same", CF_OP_ALLGATHER},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cf_graph *g = NULL;
+    assert_int_equal(parse(cases[i].text, &g), CF_OK);
+    assert_int_equal(node(g, cases[i].opaque)->op, CF_OP_OPAQUE);
+    assert_int_equal(node(g, cases[i].kept)->op, cases[i].kept_op);
+    assert_int_equal(g->world_size, 2);
+    cf_graph_destroy(g);
+  }
+}
+
 /* The members of the fused node of g that holds member, sorted and
  * comma-joined into buf ("" when member is not fused). */
 static const char *bucket_of(const cf_graph *g, const char *member, char *buf, size_t len) {
@@ -1229,6 +1299,8 @@ int main(void) {
       cmocka_unit_test(test_collective_suggest),
       cmocka_unit_test(test_replica_group_order),
       cmocka_unit_test(test_combine_key_whole),
+      cmocka_unit_test(test_collective_group_key),
+      cmocka_unit_test(test_groups_of_one),
       cmocka_unit_test(test_reduce_scatter_async),
       cmocka_unit_test(test_control_flow),
   };

@@ -25,6 +25,24 @@ trap 'exit 130' INT TERM
 . "$(dirname "$0")/lib.sh"
 
 cd "$src/tests" || exit 2
+
+# the long part (PART=long, lib.sh; ctest's e2e/peer_corpus_long): every
+# module of hlo/xla/verify.txt runs on the ranks it implies, verified
+# against the float64 reference
+if part long; then
+  v=0
+  while read -r f; do
+    case $f in '#'* | '') continue ;; esac
+    v=$((v + 1))
+    LIMIT=60
+    run run "hlo/xla/$f" --verify --json
+    expect_rc 0 "run --verify $f" && has "$OUT" '"verified":true' "run --verify $f"
+  done <hlo/xla/verify.txt
+  LIMIT=20
+  [ "$v" -ge 50 ] || fail "only $v modules in hlo/xla/verify.txt"
+  [ "${PART:-}" = long ] && finish peer_corpus_long
+fi
+
 n=0
 mkdir "$work/json"
 for f in hlo/xla/*.hlo stablehlo/peers/*.mlir; do
