@@ -604,6 +604,13 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       if ((st = set_str(r, idx, CF_A_MEMBERS, members, in->line)) ||
           (st = set_str(r, idx, CF_A_REASON, "HLO tuple collective", in->line)))
         return st;
+      hfused *f = cf_arena_alloc(&r->scratch, sizeof *f);
+      const hshape **opnd = cf_arena_array(&r->scratch, (size_t)n, sizeof *opnd);
+      if (!f || !opnd) return cf_hlo_oom(r, in->line);
+      for (int i = 0; i < n; i++)
+        opnd[i] = ops[i]->type;
+      *f = (hfused){in, res, opnd, kind, dim, gs, r->fused};
+      r->fused = f;
     } else if ((st = set_type(r, idx, tuple ? &res->elem[k] : res, in->line))) {
       return st;
     }
@@ -1441,13 +1448,17 @@ static int64_t implied_world(hlo_reader *r) {
            start = strstr(in->opcode, "-start") != NULL; /* shape (operand, result) */
       const hattr *rg = cf_hlo_attr(in, "replica_groups");
       int64_t d;
-      int nd, j = in->n_opnd == 1 ? cf_hlo_map_find(&c->map, in->opnd[0]) : -1;
+      int nd, j = in->n_opnd ? cf_hlo_map_find(&c->map, in->opnd[0]) : -1;
       if ((!gather && strncmp(in->opcode, "reduce-scatter", 14)) || j < 0 ||
           strstr(in->opcode, "-done") || (start && in->shape.n != 2) ||
           (rg && !cf_span_is(rg->val, "{}")) ||
           !int_set(cf_hlo_attr(in, "dimensions"), &d, 1, &nd) || nd != 1)
         continue;
       const hshape *a = &c->ins[j].shape, *b = start ? &in->shape.elem[1] : &in->shape;
+      if (in->n_opnd > 1) { /* the tuple form: its first operand and result */
+        if (b->n != in->n_opnd) continue;
+        b = &b->elem[0];
+      }
       if (gather) {
         const hshape *t = a;
         a = b;
@@ -1462,6 +1473,37 @@ static int64_t implied_world(hlo_reader *r) {
     }
   }
   return 1;
+}
+
+/* The results of the tuple collectives read as one fused node (hfused)
+ * against what their operands make on the module's world devices: the
+ * IR node declares none. */
+static cf_status check_fused(hlo_reader *r, int64_t world) {
+  for (const hfused *f = r->fused; f; f = f->next) {
+    int64_t size = f->gs->n_sub ? f->gs->off[1] - f->gs->off[0] : world;
+    for (int i = 0; i < f->res->n; i++) {
+      const hshape *a = f->opnd[i], *b = &f->res->elem[i];
+      cf_shape want = a->s;
+      bool none = false; /* no result: too large, or not a multiple of the group */
+      if (f->kind && f->dim < want.rank) {
+        int64_t *d = &want.dims[f->dim];
+        if (f->kind == 1)
+          none = !cf_mul_i64(*d, size, d);
+        else if (!(none = *d % size != 0))
+          *d /= size;
+      }
+      char b1[CF_MAX_RANK * 24], b2[CF_MAX_RANK * 24];
+      if (a->dt != b->dt)
+        return cf_hlo_fail(r, f->in->line, "node '%s#%d': declared dtype %s but inferred %s",
+                           f->in->name, i, cf_dtype_name(b->dt), cf_dtype_name(a->dt));
+      if (none || !cf_shape_equal(&want, &b->s))
+        return cf_hlo_fail(r, f->in->line, "node '%s#%d': declared shape (%s) but inferred (%s)",
+                           f->in->name, i, cf_shape_format(&b->s, b1, sizeof b1),
+                           none ? "none: not a multiple of the group"
+                                : cf_shape_format(&want, b2, sizeof b2));
+    }
+  }
+  return CF_OK;
 }
 
 cf_status cf_hlo_build(hlo_reader *r) {
@@ -1480,6 +1522,7 @@ cf_status cf_hlo_build(hlo_reader *r) {
     int64_t implied = implied_world(r);
     if (implied > world) world = implied;
   }
+  if ((st = check_fused(r, world))) return st;
   r->g->world_size = world;
   if (r->module && !(r->g->name = cf_arena_strdup(&r->g->arena, r->module)))
     return cf_hlo_oom(r, 0);

@@ -811,6 +811,23 @@ static void test_groups_of_one(void **state) {
   }
 }
 
+/* A tuple-shaped all-gather over {} in a module that says not how many
+ * devices: its first operand and result imply them, as an array one's do
+ * (all_gather_decomposer_test's CrossReplicaAllGatherWithTuple was read on
+ * one device, its declared results unchecked). */
+static void test_tuple_world(void **state) {
+  (void)state;
+  cf_graph *g = NULL;
+  const char *t = "HloModule m\nENTRY e {\n  a = f32[10,20] parameter(0)\n"
+                  "  b = f32[10,16] parameter(1)\n"
+                  "  ROOT ag = (f32[10,80], f32[10,64]) all-gather(a, b), replica_groups={}, "
+                  "dimensions={1}\n}\n";
+  assert_int_equal(parse(t, &g), CF_OK);
+  assert_int_equal(g->world_size, 4);
+  assert_int_equal(node(g, "ag")->op, CF_OP_FUSEDALLGATHER);
+  cf_graph_destroy(g);
+}
+
 /* The members of the fused node of g that holds member, sorted and
  * comma-joined into buf ("" when member is not fused). */
 static const char *bucket_of(const cf_graph *g, const char *member, char *buf, size_t len) {
@@ -1202,6 +1219,23 @@ static const cf_bad_input bad_modules[] = {
     {HDR SUM "ENTRY e {\n  p = f32[] parameter(0)\n"
      "  ROOT w = f32[] while(p), condition=sum, body=sum\n}\n",
      "t.hlo:4: error: instruction 'b': parameter(1) but the call passes 1 operands"},
+    /* a tuple collective's results (one fused node, which declares none)
+     * against its operands on the module's devices: they were not checked,
+     * so the node ran what the operands make and the module said otherwise */
+    {"HloModule m\nENTRY e {\n  a = f32[10,20] parameter(0)\n  b = f32[10,16] parameter(1)\n"
+     "  ROOT ag = (f32[10,80], f32[10,60]) all-gather(a, b), replica_groups={}, dimensions={1}\n}\n",
+     "t.hlo:5: error: node 'ag#1': declared shape (10,60) but inferred (10,64)"},
+    {"HloModule m\n" "ENTRY e {\n  a = f32[10,20] parameter(0)\n  b = f32[10,16] parameter(1)\n"
+     "  ROOT ag = (f32[10,80], s32[10,64]) all-gather(a, b), replica_groups={}, dimensions={1}\n}\n",
+     "t.hlo:5: error: node 'ag#1': declared dtype int32 but inferred float32"},
+    {"HloModule m\n" SUM "ENTRY e {\n  a = f32[8] parameter(0)\n  b = f32[6] parameter(1)\n"
+     "  ROOT rs = (f32[2], f32[2]) reduce-scatter(a, b), replica_groups={}, dimensions={0}, "
+     "to_apply=sum\n}\n",
+     "t.hlo:10: error: node 'rs#1': declared shape (2) but inferred (none: not a multiple of the "
+     "group)"},
+    {"HloModule m\n" SUM "ENTRY e {\n  a = f32[8] parameter(0)\n  b = f32[6] parameter(1)\n"
+     "  ROOT ar = (f32[8], f32[8]) all-reduce(a, b), replica_groups={}, to_apply=sum\n}\n",
+     "t.hlo:10: error: node 'ar#1': declared shape (8) but inferred (6)"},
 };
 
 static void test_errors(void **state) {
@@ -1301,6 +1335,7 @@ int main(void) {
       cmocka_unit_test(test_combine_key_whole),
       cmocka_unit_test(test_collective_group_key),
       cmocka_unit_test(test_groups_of_one),
+      cmocka_unit_test(test_tuple_world),
       cmocka_unit_test(test_reduce_scatter_async),
       cmocka_unit_test(test_control_flow),
   };
