@@ -280,6 +280,34 @@ static cf_status eval_constant(hlo_reader *r, hinstr *in, bool at_entry, hval *o
   return cf_node_set_attr(r->g, idx, &a);
 }
 
+/* Whether v is a Constant of one value everywhere (a splat, not an iota),
+ * into value. */
+static bool splat_of(const hlo_reader *r, const hval *v, double *value) {
+  if (v->n >= 0 || v->ref.node < 0 || v->ref.node >= r->g->n_nodes) return false;
+  const cf_node *n = &r->g->nodes[v->ref.node];
+  const cf_attr *a = cf_node_attr(n, CF_A_VALUE);
+  if (n->op != CF_OP_CONSTANT || !a) return false;
+  *value = a->v.f;
+  return true;
+}
+
+/* broadcast of a splat (XLA writes `broadcast(constant(42.3)),
+ * dimensions={}` for a filled array): a Constant of that value in the
+ * broadcast's type, as a constant literal of one value is; an integer type
+ * that cannot hold the value exactly keeps the broadcast Opaque (*done
+ * false). */
+static cf_status eval_splat_broadcast(hlo_reader *r, const hinstr *in, bool at_entry, double v,
+                                      hval *out, bool *done) {
+  *done = false;
+  if (!cf_dtype_is_float(in->shape.dt) && (v != trunc(v) || fabs(v) > 0x1p53)) return CF_OK;
+  int idx;
+  cf_status st = emit_op(r, in, at_entry, CF_OP_CONSTANT, NULL, 0, &idx, out);
+  if (st) return st;
+  *done = true;
+  cf_attr a = {.id = CF_A_VALUE, .v.f = v};
+  return cf_node_set_attr(r->g, idx, &a);
+}
+
 /* Give every array of v (an ENTRY parameter) its own Input node. */
 static cf_status make_inputs(hlo_reader *r, const hinstr *in, hval *v, int *seen) {
   if (v->n >= 0) {
@@ -1248,7 +1276,8 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
   }
   if (st) goto done;
   bool binary = !strcmp(op, "add") || !strcmp(op, "subtract") || !strcmp(op, "multiply");
-  bool imported = false;
+  bool imported = false, splatted = false;
+  double splat;
   const hshape *t = &in->shape;
   if (!strcmp(op, "parameter")) {
     st = eval_parameter(r, in, at_entry, args, n_args, out);
@@ -1332,6 +1361,10 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
              cf_shape_equal(&ops[0]->type->s, &t->s) && cf_shape_equal(&ops[1]->type->s, &t->s)) {
     cf_op ir = op[0] == 'a' ? CF_OP_ADD : op[0] == 's' ? CF_OP_SUB : CF_OP_MUL;
     st = emit_op(r, in, at_entry, ir, ops, 2, NULL, out);
+  } else if (!strcmp(op, "broadcast") && in->n_opnd == 1 && t->n < 0 && t->exact &&
+             splat_of(r, ops[0], &splat) &&
+             ((st = eval_splat_broadcast(r, in, at_entry, splat, out, &splatted)) || splatted)) {
+    /* a Constant, or an error */
   } else if (!strcmp(op, "copy") && in->n_opnd == 1 && exact_array(ops[0]) && t->n < 0 &&
              ops[0]->type->dt == t->dt && cf_shape_equal(&ops[0]->type->s, &t->s)) {
     *out = *ops[0]; /* XLA's copy: the same values, perhaps in another layout */

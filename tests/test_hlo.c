@@ -6,6 +6,8 @@
  * and Opaque fallbacks; in-memory modules cover the error messages (each
  * checked for its line and text) and the limits.
  */
+#include <math.h>
+
 #include "cf_attr_test.h"
 #include "cf_graph_test.h"
 #include "passes/passes.h"
@@ -828,6 +830,35 @@ static void test_tuple_world(void **state) {
   cf_graph_destroy(g);
 }
 
+/* A broadcast of a constant of one value is a Constant of that value in
+ * the broadcast's type (collective_permute_combiner_test's
+ * `broadcast(f64[] constant(42.3))`): the collectives' outputs are then
+ * checked by run --verify. A broadcast of anything else, of an iota, or
+ * into an integer type that cannot hold the value stays Opaque. */
+static void test_splat_broadcast(void **state) {
+  (void)state;
+  cf_graph *g = NULL;
+  const char *t = "HloModule m\nENTRY e {\n  c = f64[] constant(42.3)\n"
+                  "  b = f32[256]{0} broadcast(f64[] c), dimensions={}\n"
+                  "  p = f32[4] parameter(0)\n  bp = f32[2,4] broadcast(p), dimensions={1}\n"
+                  "  ci = s32[4] constant({0, 1, 2, 3})\n  bi = s32[2,4] broadcast(ci), dimensions={1}\n"
+                  "  h = f32[] constant(1.5)\n  bh = s32[8] broadcast(h), dimensions={}\n"
+                  "  z = s32[] constant(-7)\n  bz = s32[3,2] broadcast(z), dimensions={}\n"
+                  "  ROOT t = (f32[256], f32[2,4], s32[2,4], s32[8], s32[3,2]) tuple(b, bp, bi, bh, bz)\n}\n";
+  assert_int_equal(parse(t, &g), CF_OK);
+  const cf_node *b = node(g, "b"), *bz = node(g, "bz");
+  assert_int_equal(b->op, CF_OP_CONSTANT);
+  assert_true(fabs(cf_node_attr(b, CF_A_VALUE)->v.f - 42.3) < 1e-12);
+  assert_shape(&b->out[0], CF_DT_FLOAT32, "256");
+  assert_int_equal(bz->op, CF_OP_CONSTANT);
+  assert_true(cf_node_attr(bz, CF_A_VALUE)->v.f == -7);
+  assert_shape(&bz->out[0], CF_DT_INT32, "3,2");
+  assert_int_equal(node(g, "bp")->op, CF_OP_OPAQUE);
+  assert_int_equal(node(g, "bi")->op, CF_OP_OPAQUE);
+  assert_int_equal(node(g, "bh")->op, CF_OP_OPAQUE);
+  cf_graph_destroy(g);
+}
+
 /* The members of the fused node of g that holds member, sorted and
  * comma-joined into buf ("" when member is not fused). */
 static const char *bucket_of(const cf_graph *g, const char *member, char *buf, size_t len) {
@@ -1336,6 +1367,7 @@ int main(void) {
       cmocka_unit_test(test_collective_group_key),
       cmocka_unit_test(test_groups_of_one),
       cmocka_unit_test(test_tuple_world),
+      cmocka_unit_test(test_splat_broadcast),
       cmocka_unit_test(test_reduce_scatter_async),
       cmocka_unit_test(test_control_flow),
   };
