@@ -859,6 +859,30 @@ static void test_splat_broadcast(void **state) {
   cf_graph_destroy(g);
 }
 
+/* XLA's parser takes a module without its HloModule line, from its first
+ * computation (all_gather_remove_degenerate_dims_test's modules, FileCheck
+ * comments inside the body, `%p0` used as `p0`), with a signature or
+ * without. */
+static void test_headerless(void **state) {
+  (void)state;
+  static const char *const texts[] = {
+      "ENTRY entry {\n  // CHECK: %[[P0:.*]] = f32[1,4,1,128]{3,2,1,0} parameter(0)\n"
+      "  %p0 = f32[1,4,1,128] parameter(0)\n"
+      "  ROOT %all_gather = f32[1,16,1,128] all-gather(p0), dimensions={1}\n}\n",
+      "\n%sum (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n"
+      "  %b = f32[] parameter(1)\n  ROOT %c = f32[] add(a, b)\n}\n\n"
+      "ENTRY %e (p: f32[8]) -> f32[2] {\n  %p = f32[8] parameter(0)\n"
+      "  ROOT %all_gather = f32[2] reduce-scatter(p), dimensions={0}, to_apply=sum\n}\n",
+  };
+  for (int i = 0; i < 2; i++) {
+    cf_graph *g = NULL;
+    assert_int_equal(parse(texts[i], &g), CF_OK);
+    assert_int_equal(g->world_size, 4);
+    assert_int_equal(node(g, "all_gather")->op, i ? CF_OP_REDUCESCATTER : CF_OP_ALLGATHER);
+    cf_graph_destroy(g);
+  }
+}
+
 /* The members of the fused node of g that holds member, sorted and
  * comma-joined into buf ("" when member is not fused). */
 static const char *bucket_of(const cf_graph *g, const char *member, char *buf, size_t len) {
@@ -1060,8 +1084,10 @@ static void test_sniff_and_names(void **state) {
 }
 
 static const cf_bad_input bad_modules[] = {
-    {"ENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n",
-     "t.hlo:1: error: not HLO text: expected 'HloModule NAME'"},
+    {"p = f32[] parameter(0)\n",
+     "t.hlo:1: error: not HLO text: expected 'HloModule NAME' or a computation at the start"},
+    {"\n\n%c = f32[] parameter(0)\n",
+     "t.hlo:3: error: not HLO text: expected 'HloModule NAME' or a computation at the start"},
     {"", "not HLO text"},
     {"HloModule m\n", "t.hlo:2: error: no computations in the module"},
     {"HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT r = f32[] negate(p))\n}\n",
@@ -1368,6 +1394,7 @@ int main(void) {
       cmocka_unit_test(test_groups_of_one),
       cmocka_unit_test(test_tuple_world),
       cmocka_unit_test(test_splat_broadcast),
+      cmocka_unit_test(test_headerless),
       cmocka_unit_test(test_reduce_scatter_async),
       cmocka_unit_test(test_control_flow),
   };
