@@ -96,7 +96,8 @@ static cf_status parse_raw(cf_context *ctx, const char *name, const char *data, 
                             : i + 1 < N_FORMATS ? ", "
                                                 : " or ",
                             formats[i].ext[0]);
-    return cf_error(ctx, CF_ERR_INVALID, name, 0, "unknown graph format (expected %s, or text that starts like one: "
+    return cf_error(ctx, CF_ERR_INVALID, name, 0,
+                    "unknown graph format (expected %s, or text that starts like one: "
                     "<graph>, <graphml>, HloModule or ENTRY, module, node {)",
                     list);
   }

@@ -838,13 +838,14 @@ static void test_tuple_world(void **state) {
 static void test_splat_broadcast(void **state) {
   (void)state;
   cf_graph *g = NULL;
-  const char *t = "HloModule m\nENTRY e {\n  c = f64[] constant(42.3)\n"
-                  "  b = f32[256]{0} broadcast(f64[] c), dimensions={}\n"
-                  "  p = f32[4] parameter(0)\n  bp = f32[2,4] broadcast(p), dimensions={1}\n"
-                  "  ci = s32[4] constant({0, 1, 2, 3})\n  bi = s32[2,4] broadcast(ci), dimensions={1}\n"
-                  "  h = f32[] constant(1.5)\n  bh = s32[8] broadcast(h), dimensions={}\n"
-                  "  z = s32[] constant(-7)\n  bz = s32[3,2] broadcast(z), dimensions={}\n"
-                  "  ROOT t = (f32[256], f32[2,4], s32[2,4], s32[8], s32[3,2]) tuple(b, bp, bi, bh, bz)\n}\n";
+  const char *t =
+      "HloModule m\nENTRY e {\n  c = f64[] constant(42.3)\n"
+      "  b = f32[256]{0} broadcast(f64[] c), dimensions={}\n"
+      "  p = f32[4] parameter(0)\n  bp = f32[2,4] broadcast(p), dimensions={1}\n"
+      "  ci = s32[4] constant({0, 1, 2, 3})\n  bi = s32[2,4] broadcast(ci), dimensions={1}\n"
+      "  h = f32[] constant(1.5)\n  bh = s32[8] broadcast(h), dimensions={}\n"
+      "  z = s32[] constant(-7)\n  bz = s32[3,2] broadcast(z), dimensions={}\n"
+      "  ROOT t = (f32[256], f32[2,4], s32[2,4], s32[8], s32[3,2]) tuple(b, bp, bi, bh, bz)\n}\n";
   assert_int_equal(parse(t, &g), CF_OK);
   const cf_node *b = node(g, "b"), *bz = node(g, "bz");
   assert_int_equal(b->op, CF_OP_CONSTANT);
@@ -1280,10 +1281,13 @@ static const cf_bad_input bad_modules[] = {
      * against its operands on the module's devices: they were not checked,
      * so the node ran what the operands make and the module said otherwise */
     {"HloModule m\nENTRY e {\n  a = f32[10,20] parameter(0)\n  b = f32[10,16] parameter(1)\n"
-     "  ROOT ag = (f32[10,80], f32[10,60]) all-gather(a, b), replica_groups={}, dimensions={1}\n}\n",
+     "  ROOT ag = (f32[10,80], f32[10,60]) all-gather(a, b), replica_groups={}, "
+     "dimensions={1}\n}\n",
      "t.hlo:5: error: node 'ag#1': declared shape (10,60) but inferred (10,64)"},
-    {"HloModule m\n" "ENTRY e {\n  a = f32[10,20] parameter(0)\n  b = f32[10,16] parameter(1)\n"
-     "  ROOT ag = (f32[10,80], s32[10,64]) all-gather(a, b), replica_groups={}, dimensions={1}\n}\n",
+    {"HloModule m\n"
+     "ENTRY e {\n  a = f32[10,20] parameter(0)\n  b = f32[10,16] parameter(1)\n"
+     "  ROOT ag = (f32[10,80], s32[10,64]) all-gather(a, b), replica_groups={}, "
+     "dimensions={1}\n}\n",
      "t.hlo:5: error: node 'ag#1': declared dtype int32 but inferred float32"},
     {"HloModule m\n" SUM "ENTRY e {\n  a = f32[8] parameter(0)\n  b = f32[6] parameter(1)\n"
      "  ROOT rs = (f32[2], f32[2]) reduce-scatter(a, b), replica_groups={}, dimensions={0}, "
