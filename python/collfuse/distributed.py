@@ -621,13 +621,17 @@ def _same_dtype(a, b, what):
 
 
 def _reduction(op):
-    name = getattr(op, "name", None)  # torch.distributed.ReduceOp.SUM and friends
+    # torch.distributed.ReduceOp.SUM and friends: torch 1.13's ReduceOp
+    # objects carry their RedOpType (which has the name) as .op
+    name = getattr(op, "name", None) or getattr(getattr(op, "op", None), "name", None)
     if name is None:
         rep = str(op)
         name = rep.split(".")[-1] if rep.startswith("ReduceOp.") else rep
     red = _REDUCTIONS.get(str(name).lower())
     if red is None:
-        raise ValueError("collfuse.distributed: reduction %r: sum, mean (avg), max, min or prod" % (op,))
+        raise ValueError("collfuse.distributed: reduction %s: collfuse reduces with sum, mean (avg), max, min "
+                         "or prod (not torch's BAND, BOR, BXOR or PREMUL_SUM)"
+                         % (name if isinstance(name, str) else repr(op)))
     return red
 
 
@@ -884,7 +888,8 @@ def _start(w, grp, kind, dtype, count, arg, inp, out, in_place, result, hold):
 def all_reduce(tensor, op="sum", group=None, dtype=None, async_op=False):
     """Reduce tensor over the group's ranks (None: every rank), in place:
     afterwards each one's tensor holds the reduction (op: "sum",
-    "mean"/"avg", "max", "min", "prod", or a torch.distributed.ReduceOp).
+    "mean"/"avg", "max", "min", "prod", or a torch.distributed.ReduceOp:
+    SUM, AVG, MAX, MIN, PRODUCT; BAND, BOR, BXOR and PREMUL_SUM raise).
     async_op=True: start it on collfuse's thread and return a Work at once
     (its wait() returns tensor); the tensor must stay untouched until then.
     A later call without async_op runs after the started ones."""

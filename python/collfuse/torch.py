@@ -11,6 +11,11 @@ averaged. bf16_compress_hook is torch's
 bf16_compress_hook done by collfuse: the bucket is rounded to bfloat16,
 averaged in bfloat16 and written back into the bucket's buffer.
 
+Refused in the hook, on every rank before anything is sent (the backward
+pass raises it): a bucket of sparse gradients (an embedding with
+sparse=True), a state that is none of the below. A collective that fails
+reaches DDP's backward pass as an error with collfuse's message (_value).
+
 state: None (the hook joins the job from the launcher's environment and
 the initialized torch.distributed default group, collfuse.distributed.init
 with its defaults; call init yourself first for other options, e.g.
@@ -78,22 +83,39 @@ class HookState:
 
 
 def _join(state):
+    """The group of the hook's state, checked here, in the hook: a bad one
+    raises from the backward pass on every rank before anything is sent."""
     if not _cfd.is_initialized():
         _cfd.init()
-    if isinstance(state, HookState):
-        if state.trace is not None and not state._started:
-            _cfd.set_trace(state.trace)
-            state._started = True
-        return state.group
-    return state  # a process group (checked by the collective) or None
+    group = state.group if isinstance(state, HookState) else state
+    try:
+        _cfd._enter(group)
+    except (TypeError, ValueError) as e:
+        raise type(e)("collfuse.torch: the hook's state %r: want None, a HookState or a process group (%s)"
+                      % (state, e)) from None
+    if isinstance(state, HookState) and state.trace is not None and not state._started:
+        _cfd.set_trace(state.trace)
+        state._started = True
+    return group
+
+
+def _value(fut):
+    """The returned future's then() callback: the bucket, or the error
+    raised. A future completed with set_exception holds the exception as
+    its value, which DDP's C++ side takes for the bucket ("Unable to cast
+    ... to Tensor"); a callback that raises completes its future with an
+    error, which DDP's backward pass raises with the message."""
+    return fut.value()
 
 
 def _submit(bucket, buf, t0, state, start, finish=None):
     """The future DDP waits on for bucket: start() starts its collective
     (collfuse.distributed's async_op Work), finish() runs once it has ended
-    well, on collfuse's thread, before the future completes (holding buf).
-    t0: the hook's call (time.monotonic_ns), for the trace."""
+    well, on collfuse's thread, before the future completes (holding buf;
+    or the error: _value). t0: the hook's call (time.monotonic_ns), for
+    the trace."""
     fut = torch.futures.Future()
+    done = fut.then(_value)
     info = None
     if _cfd.tracing():
         info = {"index": bucket.index(), "bytes": buf.numel() * buf.element_size(), "dtype": str(buf.dtype)}
@@ -104,7 +126,7 @@ def _submit(bucket, buf, t0, state, start, finish=None):
         work = start()
     except BaseException as e:  # the future carries it to DDP's wait
         fut.set_exception(e)
-        return fut
+        return done
 
     def end(w):
         err = w.exception()
@@ -126,7 +148,7 @@ def _submit(bucket, buf, t0, state, start, finish=None):
     work.then(end)
     if info is not None:
         _cfd.trace_span(_cfd.LANE_HOOK, "hook %d" % info["index"], t0, time.monotonic_ns(), "hook", dict(info))
-    return fut
+    return done
 
 
 _shared = {}  # DDP bucket index -> the storage pointer registered for it (_share)
@@ -175,11 +197,25 @@ def _release():
     _fresh.clear()
 
 
+def _dense(bucket, hook):
+    """The bucket's buffer, refused (before anything is sent, the same on
+    every rank: DDP's buckets are) unless it is a dense tensor: DDP hands a
+    parameter's sparse gradient (nn.Embedding or nn.EmbeddingBag with
+    sparse=True) to the hook as a bucket of its own."""
+    buf = bucket.buffer()
+    if buf.layout != torch.strided:
+        raise TypeError("collfuse.torch.%s: DDP's bucket %d holds a %s gradient of shape %s (an nn.Embedding or "
+                        "nn.EmbeddingBag with sparse=True?): collfuse averages dense buckets only; make the "
+                        "gradient dense (sparse=False) or leave this model to DDP's own allreduce"
+                        % (hook, bucket.index(), buf.layout, tuple(buf.shape)))
+    return buf
+
+
 def allreduce_hook(state, bucket):
     """DDP comm hook: the bucket averaged over every rank, in place."""
     t0 = time.monotonic_ns()
     group = _join(state)
-    buf = bucket.buffer()
+    buf = _dense(bucket, "allreduce_hook")
     _share(bucket, buf)
     return _submit(bucket, buf, t0, state, lambda: _cfd.all_reduce(buf, op="mean", group=group, async_op=True),
                    _release if bucket.is_last() and _fresh else None)
@@ -192,7 +228,7 @@ def collfuse_bf16_compress_hook(state, bucket):
     rank in bfloat16, written back into the bucket."""
     t0 = time.monotonic_ns()
     group = _join(state)
-    buf = bucket.buffer()
+    buf = _dense(bucket, "bf16_compress_hook")
     half = buf.to(torch.bfloat16)
     return _submit(bucket, buf, t0, state, lambda: _cfd.all_reduce(half, op="mean", group=group, async_op=True),
                    lambda: buf.copy_(half))

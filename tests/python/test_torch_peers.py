@@ -1,0 +1,663 @@
+#!/usr/bin/python3
+"""PyTorch's own distributed tests, transcribed as cases for
+collfuse.distributed and collfuse.torch's DDP hooks (issues 30, 31).
+
+Each case names where it comes from (repository, file, test) in its
+docstring's first line ("peer:"): the cases are PyTorch's, rewritten here
+against collfuse (no code of PyTorch's is copied), on random data.
+Two processes, started as torchrun starts them (RANK, WORLD_SIZE,
+LOCAL_WORLD_SIZE, MASTER_ADDR/PORT: the shm world), or under mpirun where
+the library has no shm world; every rank joins torch's gloo group and
+collfuse's world and runs each case with both on the same inputs:
+
+- the collectives (test_c10d_gloo.py's ProcessGroupGlooTest): all_reduce
+  with each torch.distributed.ReduceOp against gloo's result (bitwise: two
+  ranks' reductions round once) and a float64 reference, on every dtype
+  both take; AVG (gloo refuses it) and reduce_scatter (gloo 1.13 has none)
+  against the float64 reference only; the ops collfuse lacks (BAND, BOR,
+  BXOR, PREMUL_SUM) refused naming the op; broadcast from every root, empty
+  tensors, the stress runs (a thousand started all_reduces, a thousand
+  broadcasts), all_gather and all_to_all against gloo; the argument checks
+  (root out of range, sizes, dtypes, layouts, devices) refused before
+  anything is sent, the ranks still in step after;
+- DDP with collfuse's allreduce_hook against DDP over gloo without a hook
+  (distributed_test.py, test_c10d_common.py, test_c10d_gloo.py's
+  DistributedDataParallelTest, test_ddp_hooks.py): gradient accumulation
+  under no_sync() (both gradient_as_bucket_view settings, and a user hook
+  chaining then() on collfuse's future), find_unused_parameters with unused
+  and shared parameters, static_graph, frozen parameters, BatchNorm's
+  buffers broadcast, uneven inputs under join() against one process's
+  training, the bf16 hook bitwise against torch's own bf16_compress_hook,
+  and the refusals: sparse gradients, a state that is no group, a second
+  registration; last, a collective failing under the hook raises from
+  DDP's backward pass with collfuse's message.
+
+Argument "all" (the long test): larger sizes in the all_reduce matrix,
+and every case again under mpirun on the MPI world; without it (the fast
+test) the shm world only (mpirun's MPI world where the library has no shm
+world). Exits 77 (skipped) without torch, or without the shm world and
+mpirun.
+"""
+
+import copy
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from checks import expect_raises, fail
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import ports  # noqa: E402 (bench/ports.py: a run started again when a port was taken meanwhile)
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+import collfuse  # noqa: E402
+import collfuse.distributed as cfd  # noqa: E402
+
+R = 2  # the processes
+
+
+def gen(case, rank):
+    return torch.Generator().manual_seed(1000 * case + rank)
+
+
+def rand(dtype, shape, case, rank, op=None):
+    """Random values of dtype, the same for (case, rank) on every rank;
+    exact in every dtype's sum and product over R ranks."""
+    g = gen(case, rank)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        if op == "PRODUCT":
+            v = torch.tensor([-1.5, -1.0, -0.5, 0.5, 1.25, 2.0])[torch.randint(0, 6, shape, generator=g)]
+        else:
+            v = torch.randint(-64, 64, shape, generator=g).double() / 16
+        return v.to(dtype)
+    lo, hi = (1, 5) if op == "PRODUCT" else ((0, 60) if dtype == torch.uint8 else (-50, 50))
+    return torch.randint(lo, hi, shape, generator=g).to(dtype)
+
+
+def f64(t):
+    return t.double() if t.dtype != torch.bool else t.to(torch.float64)
+
+
+def same(got, want, what):
+    if got.dtype != want.dtype or got.shape != want.shape or not torch.equal(got, want):
+        bad = (f64(got) - f64(want)).abs() if got.shape == want.shape else None
+        fail("%s: got %s %s, want %s %s%s" % (what, got.dtype, tuple(got.shape), want.dtype, tuple(want.shape),
+                                             "" if bad is None else " (max off %g)" % bad.max().item()))
+
+
+def near(got, want64, what, rtol):
+    err = (f64(got) - want64).abs()
+    bad = err > rtol * (want64.abs() + 1)
+    if bad.any():
+        i = int(bad.flatten().nonzero()[0])
+        fail("%s: element %d is %r, want %r" % (what, i, f64(got).flatten()[i].item(), want64.flatten()[i].item()))
+
+
+def in_step(me, what):
+    """The ranks are still in step after refusals: an all_reduce agrees."""
+    x = torch.full((3,), float(me + 1), dtype=torch.float64)
+    cfd.all_reduce(x)
+    if not bool((x == R * (R + 1) / 2).all()):
+        fail("all_reduce after %s: %r" % (what, x))
+
+
+# ---------------- the collectives: ProcessGroupGlooTest ----------------
+
+GLOO_DTYPES = ("float32", "float64", "float16", "int8", "uint8", "int32", "int64")  # gloo 1.13's
+OPS = ("SUM", "PRODUCT", "MIN", "MAX")
+
+
+def reduce64(op, xs):
+    x = torch.stack([f64(t) for t in xs])
+    return {"SUM": x.sum(0), "PRODUCT": x.prod(0), "MIN": x.min(0).values, "MAX": x.max(0).values,
+            "AVG": x.sum(0) / len(xs)}[op]
+
+
+def allreduce_basics(me, dist):
+    """peer: pytorch/pytorch test/distributed/test_c10d_gloo.py ProcessGroupGlooTest.test_allreduce_basics
+    (simple_reduce_tests): rank + 1 under SUM, PRODUCT, MIN, MAX, AVG
+    (collfuse's mean: gloo refuses AVG), the bitwise ops refused by name;
+    the fp16 sum of values near the float16 range against gloo's
+    all_gather and sum."""
+    want = {"SUM": R * (R + 1) / 2, "PRODUCT": float(np.prod(np.arange(1, R + 1))), "MIN": 1.0, "MAX": float(R),
+            "AVG": (R + 1) / 2}
+    for op, v in want.items():
+        x = torch.tensor([me + 1.0])
+        cfd.all_reduce(x, op=getattr(dist.ReduceOp, op))
+        same(x, torch.tensor([v]), "all_reduce ReduceOp.%s of rank + 1" % op)
+    expect_raises(RuntimeError, lambda: dist.all_reduce(torch.ones(1), op=dist.ReduceOp.AVG), "AVG")
+    for op in ("BAND", "BOR", "BXOR"):
+        x = torch.tensor([me | 1], dtype=torch.int32)
+        expect_raises(ValueError, lambda: cfd.all_reduce(x, op=getattr(dist.ReduceOp, op)), "reduction " + op,
+                      "sum, mean")
+    expect_raises(ValueError, lambda: cfd.all_reduce(torch.ones(1), op=dist.ReduceOp.PREMUL_SUM), "PREMUL_SUM")
+    # the convenience form: sum by default
+    x = torch.tensor([me + 1.0])
+    cfd.all_reduce(x)
+    same(x, torch.tensor([R * (R + 1) / 2]), "all_reduce's default op")
+    # fp16 numerical correctness: gloo's all_gather then a sum, against collfuse's all_reduce
+    t = ((torch.rand(10, 1, generator=gen(1, me)) * 2 - 1) * 65504 / R).to(torch.float16)
+    parts = [torch.zeros_like(t) for _ in range(R)]
+    dist.all_gather(parts, t)
+    total = torch.stack(parts).sum(0)
+    x = t.clone()
+    cfd.all_reduce(x)
+    same(x, total, "float16 all_reduce near the range's end")
+    in_step(me, "the refused reductions")
+
+
+def allreduce_matrix(me, dist, dtypes, sizes):
+    """peer: pytorch/pytorch test/distributed/test_c10d_gloo.py ProcessGroupGlooTest.test_allreduce_basics,
+    on random data of every dtype gloo takes and each op: collfuse's
+    result is gloo's, bitwise, and the float64 reference's; AVG (gloo
+    refuses it) against the reference."""
+    case = 100
+    for name in dtypes:
+        dt = getattr(torch, name)
+        for n in sizes:
+            for op in OPS + ("AVG",):
+                if op == "AVG" and not dt.is_floating_point:
+                    continue
+                case += 1
+                every = [rand(dt, (n,), case, r, op) for r in range(R)]
+                x = every[me].clone()
+                cfd.all_reduce(x, op=getattr(dist.ReduceOp, op))
+                what = "all_reduce %s %s of %d" % (op, name, n)
+                if op != "AVG":
+                    g = every[me].clone()
+                    dist.all_reduce(g, op=getattr(dist.ReduceOp, op))
+                    same(x, g, what + " (against gloo)")
+                    near(x, reduce64(op, every), what, 0)
+                else:
+                    near(x, reduce64(op, every), what, 2.0 ** -10 if name == "float16" else 0)
+
+
+def allreduce_stress(me, dist):
+    """peer: pytorch/pytorch test/distributed/test_c10d_gloo.py ProcessGroupGlooTest.test_allreduce_stress:
+    a thousand all_reduces of [i + rank] started at once (async_op), then
+    waited for in order."""
+    inputs = [torch.tensor([i + me]) for i in range(1000)]
+    works = [cfd.all_reduce(t, async_op=True) for t in inputs]
+    for i, w in enumerate(works):
+        got = w.wait()
+        if got is not inputs[i] or int(got[0]) != i * R + R * (R - 1) // 2:
+            fail("all_reduce stress: iteration %d: %r" % (i, got))
+
+
+def broadcast_basics(me, dist):
+    """peer: pytorch/pytorch test/distributed/test_c10d_gloo.py ProcessGroupGlooTest.test_broadcast_basics,
+    test_broadcast_stress, test_empty_tensors and test_broadcast_checks:
+    every rank is root once; a thousand broadcasts from alternating roots;
+    an empty tensor; a root out of range refused (-1, the world size, not
+    an int) before anything is sent."""
+    for root in range(R):
+        x = torch.tensor([me])
+        cfd.broadcast(x, src=root)
+        same(x, torch.tensor([root]), "broadcast from rank %d" % root)
+        x = rand(torch.float32, (37,), 200 + root, me)
+        g = x.clone()
+        cfd.broadcast(x, src=root)
+        dist.broadcast(g, src=root)
+        same(x, g, "broadcast of random float32 from rank %d (against gloo)" % root)
+    inputs = [torch.tensor([i * R + me]) for i in range(1000)]
+    for i, t in enumerate(inputs):
+        cfd.broadcast(t, src=i % R)
+        if int(t[0]) != i * R + i % R:
+            fail("broadcast stress: iteration %d: %r" % (i, t))
+    empty = torch.FloatTensor([])
+    if cfd.broadcast(empty, src=0) is not empty or empty.numel() != 0:
+        fail("broadcast of an empty tensor: %r" % empty)
+    cfd.all_reduce(empty)
+    t1 = torch.zeros([1], dtype=torch.float32)
+    for bad in (-1, R, 0.0, None):
+        expect_raises(ValueError, lambda: cfd.broadcast(t1, src=bad), "broadcast src", "not a rank")
+    in_step(me, "the refused broadcasts")
+
+
+def allgather_alltoall(me, dist):
+    """peer: pytorch/pytorch test/distributed/test_c10d_gloo.py ProcessGroupGlooTest.test_allgather_basics,
+    test_allgather_checks, test_alltoall_basics (all_to_all_single with
+    equal splits) and test_reduce_scatter_basics (gloo 1.13 has no
+    reduce_scatter: against the float64 reference): random float32 and
+    int64 against gloo; the checks: output sizes, dtypes, layouts and
+    devices refused before anything is sent."""
+    for case, dt in ((300, torch.float32), (301, torch.int64), (302, torch.float16)):
+        for n in (1, 5, 1000):
+            every = [rand(dt, (n, 3), case, r) for r in range(R)]
+            out = torch.empty(R * n, 3, dtype=dt)
+            cfd.all_gather(out, every[me])
+            parts = [torch.empty(n, 3, dtype=dt) for _ in range(R)]
+            dist.all_gather(parts, every[me])
+            same(out, torch.cat(parts), "all_gather %s of %d x 3 (against gloo)" % (dt, n))
+            x = rand(dt, (R * n, 3), case + 10, me)
+            out = torch.empty_like(x)
+            g = torch.empty_like(x)
+            cfd.all_to_all(out, x)
+            dist.all_to_all_single(g, x)
+            same(out, g, "all_to_all %s of %d x 3 (against gloo's all_to_all_single)" % (dt, n))
+            xs = [rand(dt, (R * n, 3), case + 20, r) for r in range(R)]
+            out = torch.empty(n, 3, dtype=dt)
+            cfd.reduce_scatter(out, xs[me])
+            near(out, reduce64("SUM", xs)[me * n:(me + 1) * n], "reduce_scatter %s of %d x 3" % (dt, n), 0)
+    expect_raises(RuntimeError, lambda: dist.reduce_scatter(torch.empty(1), [torch.ones(1)] * R),
+                  "does not support reduce_scatter")
+    t1 = torch.zeros(1, dtype=torch.float32)
+    t2 = torch.zeros(R, dtype=torch.float64)
+    t3 = torch.zeros(R + 1, dtype=torch.float32)
+    expect_raises(TypeError, lambda: cfd.all_gather(t2, t1), "all_gather", "float64", "float32")
+    expect_raises(ValueError, lambda: cfd.all_gather(t3, t1), "all_gather", "want %d" % R)
+    expect_raises(ValueError, lambda: cfd.all_gather(torch.zeros(R, 2).t(), torch.zeros(2)), "not contiguous")
+    expect_raises(TypeError, lambda: cfd.all_gather(torch.zeros(R, 2).to_sparse(), torch.zeros(2)), "sparse")
+    expect_raises(ValueError, lambda: cfd.all_gather(torch.zeros(R, device="meta"), t1), "device 'meta'")
+    expect_raises(ValueError, lambda: cfd.all_to_all(torch.zeros(R), torch.zeros(2 * R)), "all_to_all")
+    expect_raises(ValueError, lambda: cfd.reduce_scatter(torch.zeros(2), torch.zeros(2 * R + 1)), "reduce_scatter")
+    expect_raises(ValueError, lambda: cfd.all_reduce(torch.zeros(2 * R, 2).t()), "not contiguous")
+    expect_raises(TypeError, lambda: cfd.all_reduce(torch.sparse_coo_tensor([[0]], [1.0], size=(2,))), "sparse")
+    in_step(me, "the refused collectives")
+
+
+# ---------------- DDP with collfuse's hook ----------------
+
+def grads(model):
+    return [p.grad.detach().clone() if p.grad is not None else None for p in model.parameters()]
+
+
+def params(model):
+    return [p.detach().clone() for p in model.state_dict().values()]
+
+
+def agree(got, want, what, rtol=1e-5, atol=1e-7):
+    if len(got) != len(want):
+        fail("%s: %d tensors, want %d" % (what, len(got), len(want)))
+    for i, (a, b) in enumerate(zip(got, want)):
+        if (a is None) != (b is None):
+            fail("%s: tensor %d is %s, DDP's own is %s" % (what, i, a is None and "None", b is None and "None"))
+        if a is not None and not torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol):
+            fail("%s: tensor %d is off DDP's own by %g" % (what, i, (a.double() - b.double()).abs().max().item()))
+
+
+def no_sync(me, dist, DDP, cft):
+    """peer: pytorch/pytorch torch/testing/_internal/distributed/distributed_test.py
+    test_accumulate_gradients_no_sync, ..._grad_is_view and
+    ..._allreduce_with_then_hook: gradients accumulated locally under
+    no_sync() (a forward under no_grad first), synced every other
+    iteration: equal to one process's model on the whole batch after each
+    synced iteration, not before; with collfuse's hook, both
+    gradient_as_bucket_view settings, and a user hook chaining then() on
+    collfuse's future (times 2, then halved)."""
+    def chained(state, bucket):
+        return cft.allreduce_hook(state, bucket).then(lambda f: 2 * f.value()).then(lambda f: f.value() / 2)
+
+    for hook, view in ((cft.allreduce_hook, False), (cft.allreduce_hook, True), (chained, False)):
+        torch.manual_seed(5)
+        model = torch.nn.Sequential(torch.nn.Linear(2, 10, bias=False), torch.nn.ReLU(), torch.nn.Linear(10, 4))
+        ddp = DDP(copy.deepcopy(model), gradient_as_bucket_view=view, bucket_cap_mb=0.0001)
+        ddp.register_comm_hook(None, hook)
+        inp = torch.randn(R, 2, generator=gen(400, 0))
+        target = torch.randn(R, 4, generator=gen(401, 0))
+        with torch.no_grad():
+            with ddp.no_sync():
+                ddp(inp)
+        for it in range(4):
+            torch.nn.functional.mse_loss(model(inp), target).backward()
+            step = lambda: torch.nn.functional.mse_loss(ddp(inp[me:me + 1]), target[me:me + 1]).backward()
+            if it % 2 == 0:
+                with ddp.no_sync():
+                    step()
+            else:
+                step()
+            what = "no_sync (%s, gradient_as_bucket_view=%s) iteration %d" % (hook.__name__, view, it)
+            for a, b in zip(model.parameters(), ddp.parameters()):
+                equal = torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-7)
+                if equal != (it % 2 == 1):
+                    fail("%s: DDP's gradients %s the local model's" % (what, "equal" if equal else "differ from"))
+            perm = torch.randperm(R, generator=gen(402 + it, 0))
+            inp, target = inp[perm], target[perm]
+
+
+def train(DDP, make, hook, steps, me, ddp_kw, loss_fn=None, inputs=None, state=None):
+    """A model (make()) under DDP with hook (None: DDP's own allreduce over
+    gloo) for steps SGD steps on this rank's random batches; the gradients
+    of each step and the parameters and buffers at the end."""
+    torch.manual_seed(11)
+    model = DDP(make(), **ddp_kw)
+    if hook is not None:
+        model.register_comm_hook(state, hook)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)
+    g = gen(500, me)
+    seen = []
+    for s in range(steps):
+        opt.zero_grad()
+        x = inputs(s, g) if inputs else torch.randn(6, 8, generator=g)
+        out = model(x)
+        loss = loss_fn(out, s) if loss_fn else out.square().mean()
+        loss.backward()
+        seen.append(grads(model.module))
+        opt.step()
+    return [t for step in seen for t in step], params(model.module)
+
+
+def ddp_scenarios(me, dist, DDP, cft):
+    """DDP with collfuse's allreduce_hook against DDP's own allreduce over
+    gloo, step by step (gradients) and at the end (parameters, buffers)."""
+
+    class Unused(torch.nn.Module):
+        """peer: pytorch/pytorch torch/testing/_internal/distributed/distributed_test.py
+        test_ddp_shared_grad_acc_unused_params (net1, bias and net1.bias
+        unused, bias shared by two names; static_graph both ways), and
+        without static_graph a layer used every other step."""
+
+        def __init__(self, alternate=False):
+            super().__init__()
+            self.alternate = alternate
+            self.net1 = torch.nn.Linear(8, 5, bias=False)
+            self.bias = torch.nn.Parameter(torch.zeros(5))
+            self.net1.bias = self.bias
+            self.net2 = torch.nn.Linear(8, 5)
+            self.net3 = torch.nn.Linear(8, 5)
+            self.step = 0
+
+        def forward(self, x):
+            self.step += 1
+            y = self.net2(x)
+            return y + self.net3(x) if self.step % 2 or not self.alternate else y
+
+    class Shared(torch.nn.Module):
+        """A model with tied weights (one parameter used twice): the
+        encoder's weight is the decoder's, transposed."""
+
+        def __init__(self):
+            super().__init__()
+            self.enc = torch.nn.Linear(8, 4, bias=False)
+            self.mid = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.nn.functional.linear(torch.tanh(self.mid(self.enc(x))), self.enc.weight.t())
+
+    def frozen():
+        """peer: pytorch/pytorch torch/testing/_internal/distributed/distributed_test.py _FC2
+        (fc.bias.requires_grad = False) and test_ddp_build_debug_param_to_name_mapping_requires_grad:
+        frozen parameters are in no bucket."""
+        m = torch.nn.Sequential(torch.nn.Linear(8, 50), torch.nn.ReLU(), torch.nn.Linear(50, 3))
+        m[0].bias.requires_grad = False
+        m[2].weight.requires_grad_(False)
+        return m
+
+    def bn():
+        """peer: pytorch/pytorch torch/testing/_internal/distributed/distributed_test.py
+        test_ddp_broadcast_buffer and the BatchNorm models (broadcast_buffers: rank 0's
+        running statistics to every rank at each forward, over gloo)."""
+        return torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(),
+                                   torch.nn.Linear(6, 2))
+
+    plain = lambda: torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    cases = [
+        # peer: test_c10d_common.py / test_c10d_gloo.py DistributedDataParallelTest
+        # test_ddp_comm_hook_allreduce_hook, with gradient_as_bucket_view both ways
+        ("gradient_as_bucket_view=False", plain, {"gradient_as_bucket_view": False}),
+        ("gradient_as_bucket_view=True", plain, {"gradient_as_bucket_view": True}),
+        # peer: distributed_test.py test_static_graph_api_cpu
+        ("static_graph", plain, {"static_graph": True}),
+        ("unused and shared parameters, find_unused_parameters", lambda: Unused(True), {"find_unused_parameters": True}),
+        ("unused and shared parameters, find_unused_parameters, static_graph", Unused,
+         {"find_unused_parameters": True, "static_graph": True}),
+        ("tied weights", Shared, {}),
+        ("frozen parameters", frozen, {}),
+        ("BatchNorm buffers broadcast", bn, {"broadcast_buffers": True}),
+    ]
+    for what, make, kw in cases:
+        kw = dict(kw, bucket_cap_mb=0.0005)  # several buckets
+        ref_g, ref_p = train(DDP, make, None, 4, me, kw)
+        got_g, got_p = train(DDP, make, cft.allreduce_hook, 4, me, kw)
+        agree(got_g, ref_g, "DDP %s: gradients" % what)
+        agree(got_p, ref_p, "DDP %s: parameters and buffers" % what)
+
+
+def join(me, dist, DDP, cft):
+    """peer: pytorch/pytorch torch/testing/_internal/distributed/distributed_test.py
+    test_ddp_join_model_equivalence (on CPUs): rank r trains 2 (r + 1)
+    iterations under DDP's join(), the joined rank's buckets averaged as
+    zeros through collfuse's hook (DDP calls it for them), with the
+    learning rate times the world size: the same model as one process
+    training for every rank's iterations."""
+    batch, dim, lr = 3, 10, 0.03
+    torch.manual_seed(21)
+    model = torch.nn.Linear(dim, dim, bias=False)
+    inp = torch.rand(batch, dim, generator=gen(600, 0))
+    local = copy.deepcopy(model)
+    opt = torch.optim.SGD(local.parameters(), lr=lr)
+    for _ in range(sum(2 * (r + 1) for r in range(R))):
+        opt.zero_grad()
+        local(inp).sum().backward()
+        opt.step()
+    net = DDP(model, bucket_cap_mb=0.0001)
+    net.register_comm_hook(None, cft.allreduce_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=lr * R)
+    with net.join():
+        for _ in range(2 * (me + 1)):
+            opt.zero_grad()
+            net(inp).sum().backward()
+            opt.step()
+    for (k, a), b in zip(local.state_dict().items(), net.module.state_dict().values()):
+        if not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
+            fail("join: %s off the local model's by %g" % (k, (a - b).abs().max().item()))
+
+
+def bf16(me, dist, DDP, cft):
+    """peer: pytorch/pytorch test/distributed/algorithms/ddp_comm_hooks/test_ddp_hooks.py
+    (the compression hooks' results) and test_c10d_gloo.py
+    test_ddp_comm_hook_allreduce_hook / bf16_compress_hook: collfuse's
+    bf16 hook gives torch's own bf16_compress_hook's gradients, bitwise
+    (two ranks: each rounds to bfloat16, halving is exact, the sum rounds
+    once), over gloo through torch's hook (a wrapper: DDP 1.13 takes a hook
+    of that name for NCCL's), on a model whose gradients are not bfloat16
+    values to start with."""
+    make = lambda: torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 3))
+    for view in (False, True):
+        kw = {"bucket_cap_mb": 0.0005, "gradient_as_bucket_view": view}
+        # torch's own hook over gloo needs a bfloat16 all_reduce, which gloo 1.13 lacks: its
+        # result here is computed as the hook does, from every rank's gradients gathered by gloo
+        ref_g, _ = train(DDP, make, None, 3, me, kw)
+        got_g, _ = train(DDP, make, cft.bf16_compress_hook, 3, me, kw)
+        for s, g in enumerate(got_g):
+            if not torch.equal(g, g.to(torch.bfloat16).float()):
+                fail("bf16 hook: gradient %d holds values that are not bfloat16's" % s)
+        agree(got_g, ref_g, "bf16 hook (gradient_as_bucket_view=%s) against DDP's own" % view, rtol=2 ** -7,
+              atol=2e-3)
+    # torch's own hook: the bucket divided by the world size in bfloat16, then summed; gloo 1.13
+    # has no bfloat16 sum, so the sum of torch's compressed buckets is made here through
+    # gloo's all_gather (as float32: exact), and compared bitwise with collfuse's hook on the same buckets
+    torch.manual_seed(31)
+    for n in (1, 7, 1000, 40001):
+        buf = torch.randn(n, generator=gen(700 + n, me)) * 3
+        torch_half = buf.to(torch.bfloat16).div_(R)
+        parts = [torch.empty(n) for _ in range(R)]
+        dist.all_gather(parts, torch_half.float())  # bfloat16 to float32 is exact
+        torch_sum = torch.stack(parts).double().sum(0).to(torch.bfloat16)
+        want = buf.clone().copy_(torch_sum)
+        got = buf.clone()
+
+        class Bucket:  # the two calls of GradBucket the hook makes, on got
+            def buffer(self):
+                return got
+
+            def index(self):
+                return 0
+
+            def is_last(self):
+                return True
+
+        cft.bf16_compress_hook(None, Bucket()).wait()
+        same(got, want, "bf16 hook of %d against torch's bf16_compress_hook" % n)
+
+
+def refusals(me, dist, DDP, cft):
+    """peer: pytorch/pytorch test/distributed/test_c10d_gloo.py DistributedDataParallelTest
+    test_ddp_comm_hook_sparse_gradients (an EmbeddingBag with sparse
+    gradients: collfuse's hooks refuse the sparse bucket by name, on every
+    rank, before anything is sent), test_ddp_invalid_comm_hook_init (a
+    state that is no process group: refused naming it) and
+    test_ddp_comm_hook_register_just_once (torch refuses a second hook;
+    the first trains)."""
+    torch.manual_seed(41)
+    for hook in (cft.allreduce_hook, cft.bf16_compress_hook):
+        model = DDP(torch.nn.EmbeddingBag(10, 10, sparse=True))
+        model.register_comm_hook(None, hook)
+        idx = torch.randint(0, 10, (4, 3), generator=gen(800, me))
+        expect_raises(RuntimeError, lambda: model(idx).sum().backward(), "collfuse", "sparse", "bucket")
+    in_step(me, "the sparse buckets refused")
+    model = DDP(torch.nn.Linear(4, 2))
+    model.register_comm_hook("not a group", cft.allreduce_hook)
+    expect_raises(RuntimeError, lambda: model(torch.randn(3, 4)).sum().backward(), "collfuse.torch: the hook's state 'not a group'", "process group")
+    in_step(me, "a state that is no group")
+    model = DDP(torch.nn.Linear(4, 2))
+    model.register_comm_hook(None, cft.allreduce_hook)
+    expect_raises(RuntimeError, lambda: model.register_comm_hook(None, cft.allreduce_hook), "only be called once")
+    x = torch.randn(3, 4, generator=gen(801, me))
+    model(x).sum().backward()
+    want = torch.stack([torch.ones(2, 1) @ xs.sum(0, keepdim=True) for xs in
+                        [torch.randn(3, 4, generator=gen(801, r)) for r in range(R)]]).mean(0)
+    if not torch.allclose(model.module.weight.grad, want, rtol=1e-5, atol=1e-6):
+        fail("the hook registered once: gradient off by %g" % (model.module.weight.grad - want).abs().max().item())
+
+
+def failed(me, dist, DDP, cft):
+    """collfuse's own, after PyTorch's hook error cases: a collective that
+    fails under the hook (a user hook hands collfuse's a bucket one element
+    short on the last rank: the ranks' all_reduces differ) raises from
+    DDP's backward pass on every rank with collfuse's message (not torch's
+    "Unable to cast ... to Tensor" for an exception set on the future), and
+    the next backward pass's hook says the world has stopped. Last: it
+    stops collfuse's world."""
+    class Short:
+        def __init__(self, bucket):
+            self.bucket = bucket
+
+        def buffer(self):
+            b = self.bucket.buffer()
+            return b[:b.numel() - (me == R - 1)]
+
+        def index(self):
+            return self.bucket.index()
+
+        def is_last(self):
+            return self.bucket.is_last()
+
+    for hook, words in ((lambda state, bucket: cft.allreduce_hook(state, Short(bucket)), "mismatch"),
+                        (cft.allreduce_hook, "an earlier collective failed")):
+        model = DDP(torch.nn.Linear(7, 9))
+        model.register_comm_hook(None, hook)
+        try:
+            model(torch.randn(2, 7, generator=gen(900, me))).sum().backward()
+            fail("rank %d: a collective that failed under the hook raised nothing" % me)
+        except RuntimeError as e:
+            if words not in str(e) or "Unable to cast" in str(e):
+                fail("rank %d: DDP's backward pass raised %r, want collfuse's error saying %r" % (me, str(e), words))
+
+
+# ---------------- the ranks and the driver ----------------
+
+def child():
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import collfuse.torch as cft
+    long_part = os.environ["CF_PEERS_PART"] == "all"
+    for k, v in (("RANK", "OMPI_COMM_WORLD_RANK"), ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")):
+        if k not in os.environ:  # under mpirun: torch's variables from mpirun's
+            os.environ[k] = os.environ[v]
+    dist.init_process_group("gloo")
+    cfd.init(backend=os.environ.get("CF_PEERS_BACKEND") or None)
+    torch.set_num_threads(1)
+    me = cfd.get_rank()
+    allreduce_basics(me, dist)
+    if long_part:
+        allreduce_matrix(me, dist, GLOO_DTYPES, (1, 13, 4099, 65537))
+    else:
+        allreduce_matrix(me, dist, GLOO_DTYPES, (1, 13))
+    allreduce_stress(me, dist)
+    broadcast_basics(me, dist)
+    allgather_alltoall(me, dist)
+    no_sync(me, dist, DDP, cft)
+    ddp_scenarios(me, dist, DDP, cft)
+    join(me, dist, DDP, cft)
+    bf16(me, dist, DDP, cft)
+    refusals(me, dist, DDP, cft)
+    failed(me, dist, DDP, cft)
+    dist.destroy_process_group()
+    with open(os.path.join(os.environ["CF_OK_DIR"], "rank%d.ok" % me), "w") as f:
+        f.write("ok\n")
+
+
+def start(ok, part, scale, how):
+    """The two ranks, as torchrun starts them ("torchrun": the shm world) or
+    under mpirun ("mpirun": the world init chooses; "mpirun-mpi": MPI's)."""
+    def run(master_port, _):
+        for f in os.listdir(ok):
+            os.unlink(os.path.join(ok, f))
+        base = dict(os.environ, CF_PEERS_CHILD="1", CF_PEERS_PART=part, CF_OK_DIR=ok, MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=str(master_port), CF_PEERS_BACKEND="mpi" if how == "mpirun-mpi" else "")
+        if how != "torchrun":
+            root = ["--allow-run-as-root"] if os.getuid() == 0 else []
+            cmd = ["mpirun"] + root + ["--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
+            for k in ("CF_PEERS_CHILD", "CF_PEERS_PART", "CF_PEERS_BACKEND", "CF_OK_DIR", "MASTER_ADDR", "MASTER_PORT",
+                      "COLLFUSE_LIBRARY", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "XDG_CACHE_HOME"):
+                if k in base:
+                    cmd += ["-x", k]
+            cmd += ["-np", str(R), sys.executable, os.path.abspath(__file__)]
+            return subprocess.run(cmd, env=dict(base, OMPI_MCA_rmaps_base_oversubscribe="1"), capture_output=True,
+                                  text=True, timeout=300 * scale)
+        procs = []
+        for r in range(R):
+            env = dict(base, RANK=str(r), WORLD_SIZE=str(R), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(R))
+            procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        outs = []
+        for p in procs:
+            try:
+                outs.append(p.communicate(timeout=300 * scale))
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                outs.append(p.communicate())
+        return subprocess.CompletedProcess([], max(abs(p.returncode) for p in procs),
+                                           "".join(o[0] for o in outs), "".join(o[1] for o in outs))
+    p = ports.on_free_ports(run, "test_torch_peers")
+    done = sorted(os.listdir(ok))
+    if p.returncode != 0 or len(done) != R:
+        fail("%d processes (%s): exit %d, ranks done %s\n%s%s" % (R, how, p.returncode, done, p.stdout, p.stderr))
+    print("PyTorch's distributed cases (%s part): ok on %d processes (%s)" % (part, R, how))
+
+
+def driver():
+    if torch is None:
+        print("test_torch_peers: no torch (python3-torch): skipped")
+        sys.exit(77)
+    shm = cfd.has_shm()
+    mpi = subprocess.run(["sh", "-c", "command -v mpirun"], capture_output=True).returncode == 0
+    part = sys.argv[1] if len(sys.argv) > 1 else "fast"
+    if part not in ("fast", "all"):
+        sys.exit("usage: test_torch_peers.py [fast|all]")
+    runs = (["torchrun"] if shm else []) + (["mpirun-mpi"] if mpi and (part == "all" or not shm) else [])
+    if not runs:
+        print("test_torch_peers: neither the shm world nor mpirun: skipped")
+        sys.exit(77)
+    scale = int(os.environ.get("CF_TEST_TIME_SCALE", "1") or 1)
+    for how in runs:
+        with tempfile.TemporaryDirectory(prefix="cf-peers") as ok:
+            start(ok, part, scale, how)
+
+
+if __name__ == "__main__":
+    if os.environ.get("CF_PEERS_CHILD"):
+        child()
+    else:
+        driver()
