@@ -27,7 +27,10 @@ collfuse's world and runs each case with both on the same inputs:
   chaining then() on collfuse's future), find_unused_parameters with unused
   and shared parameters, static_graph, frozen parameters, BatchNorm's
   buffers broadcast, uneven inputs under join() against one process's
-  training, the bf16 hook bitwise against torch's own bf16_compress_hook,
+  training and with each divide_by_initial_world_size (against torch's
+  own allreduce_hook) and throw_on_early_termination, module hooks,
+  create_graph, a buffer comm hook summing with collfuse, the hook
+  pickled and loaded, the bf16 hook bitwise against torch's own bf16_compress_hook,
   and the refusals: sparse gradients, a state that is no group, a second
   registration; last, a collective failing under the hook raises from
   DDP's backward pass with collfuse's message.
@@ -452,6 +455,174 @@ def join(me, dist, DDP, cft):
             fail("join: %s off the local model's by %g" % (k, (a - b).abs().max().item()))
 
 
+def join_division(me, dist, DDP, cft):
+    """peer: pytorch/pytorch torch/testing/_internal/distributed/distributed_test.py
+    test_ddp_grad_div_uneven_inputs and test_ddp_uneven_input_exception
+    (throw_on_early_termination): rank 0 trains 3 iterations, the others
+    5; the gradient of sum(x @ W) with x all 50. Under
+    join(divide_by_initial_world_size=True) collfuse's hook gives DDP's
+    expected gradients (50 times the active ranks over the world size);
+    with False, torch's own Python allreduce_hook (default_hooks) and
+    collfuse's both divide by the world size (a hook decides the division:
+    DDP's effective world size applies to its built-in allreduce only):
+    collfuse's gives torch's hook's gradients. throw_on_early_termination:
+    every rank raises once rank 0 runs out, nothing hangs."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    dim, scale = 5, 50.0
+    inp = torch.ones(1, dim) * scale
+    n_iters = 3 if me == 0 else 5
+
+    def torch_allreduce(state, bucket):  # torch's own hook, over gloo
+        return default_hooks.allreduce_hook(state, bucket)
+
+    got = {}
+    for hook in (cft.allreduce_hook, torch_allreduce):
+        for initial in (True, False):
+            torch.manual_seed(61)
+            net = DDP(torch.nn.Linear(dim, dim, bias=False), bucket_cap_mb=1)
+            net.register_comm_hook(None, hook)
+            seen = []
+            with net.join(divide_by_initial_world_size=initial):
+                for i in range(n_iters):
+                    net(inp).sum().backward()
+                    seen.append(net.module.weight.grad.clone())
+                    net.zero_grad()
+            got[hook, initial] = seen
+            if initial:
+                for i, g in enumerate(seen):
+                    active = R - (1 if i >= 3 else 0)
+                    same(g, torch.ones(dim, dim) * scale * active / R,
+                         "join(divide_by_initial_world_size=True) %s, iteration %d" % (hook.__name__, i))
+    for initial in (True, False):
+        agree(got[cft.allreduce_hook, initial], got[torch_allreduce, initial],
+              "join(divide_by_initial_world_size=%s): collfuse's hook against torch's allreduce_hook" % initial)
+    net = DDP(torch.nn.Linear(dim, dim, bias=False))
+    net.register_comm_hook(None, cft.allreduce_hook)
+    try:
+        with net.join(throw_on_early_termination=True):
+            for i in range(n_iters):
+                net(inp).sum().backward()
+        fail("rank %d: join(throw_on_early_termination=True) raised nothing" % me)
+    except RuntimeError as e:
+        if "exhausted" not in str(e):
+            fail("rank %d: join(throw_on_early_termination=True) raised %r" % (me, str(e)))
+    in_step(me, "the early termination")
+
+
+def more_ddp(me, dist, DDP, cft):
+    """peer: pytorch/pytorch torch/testing/_internal/distributed/distributed_test.py
+    test_ddp_forward_backward_hook (module forward, pre-forward and
+    backward hooks: the averaged gradients of the same input on every rank
+    are the local model's), test_ddp_create_graph (backward with
+    create_graph=True six times: the parameters still require grad, the
+    gradients DDP's own), _test_ddp_buffer_hook_allreduce (a buffer comm
+    hook, before and after the forward pass, summing the buffers with
+    collfuse.distributed.all_reduce: the buffers of a model whose buffers
+    gloo sums) and _test_hook_pickling (collfuse's hook and its HookState
+    saved with torch.save and loaded: the loaded hook trains as the one
+    saved)."""
+    class Dummy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.fc = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    local, model = Dummy(), Dummy()
+    for m in (local, model):
+        m.fc.register_forward_pre_hook(lambda module, input: torch.nn.functional.relu(input[0]))
+        m.fc.register_forward_hook(lambda module, _input, output: torch.nn.functional.gelu(output))
+        m.fc.register_backward_hook(lambda module, _input, output: (torch.nn.functional.celu(output[0]),))
+    ddp = DDP(model)
+    ddp.register_comm_hook(None, cft.allreduce_hook)
+    x = torch.rand(5, 2, generator=gen(1100, 0))
+    out_local, out_ddp = local(x), ddp(x)
+    same(out_ddp, out_local, "forward/backward hooks: the outputs")
+    out_local.sum().backward()
+    out_ddp.sum().backward()
+    agree(grads(ddp.module), grads(local), "forward/backward hooks: gradients against the local model's")
+
+    class Pow(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p = torch.nn.Parameter(torch.tensor(1.0 + me))
+
+        def forward(self):
+            return self.p.pow(2)
+
+    runs = []
+    for hook in (None, cft.allreduce_hook):
+        ddp = DDP(Pow())
+        if hook:
+            ddp.register_comm_hook(None, hook)
+        for _ in range(6):
+            ddp().backward(create_graph=True)
+            if not all(p.requires_grad for p in ddp.parameters()):
+                fail("create_graph: a parameter no longer requires grad")
+        runs.append(grads(ddp.module))
+    agree(runs[1], runs[0], "create_graph=True")
+
+    class NetWithBuffers(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(10, 10, bias=False)
+            self.b = torch.nn.Linear(10, 1, bias=False)
+            self.register_buffer("buffer", torch.randn(1, 2, generator=gen(1200, me)))
+
+        def forward(self, x):
+            self.buffer.add_(1)
+            return self.b(self.a(x))
+
+    def buffer_hook(ddp, named_buffers):
+        for b in named_buffers.values():
+            cfd.all_reduce(b)
+
+    where = torch.nn.parallel.distributed._BufferCommHookLocation
+    for at in (where.PRE_FORWARD, where.POST_FORWARD):
+        torch.manual_seed(me)
+        model = NetWithBuffers()
+        hooked = DDP(model)
+        hooked._register_buffer_comm_hook(hooked, buffer_hook, at)
+        plain = DDP(copy.deepcopy(model), broadcast_buffers=False)
+        inp = torch.randn(2, 10, generator=gen(1201, me))
+        for i in range(2):
+            loss_hook = hooked(inp).sum()
+            if at == where.PRE_FORWARD:
+                for b in plain.module.buffers():
+                    dist.all_reduce(b)
+            loss_plain = plain(inp).sum()
+            if at == where.POST_FORWARD:
+                for b in plain.module.buffers():
+                    dist.all_reduce(b)
+            for a, b in zip(hooked.module.buffers(), plain.module.buffers()):
+                same(a, b, "buffer comm hook (%s) iteration %d" % (at, i))
+            loss_hook.backward()
+            loss_plain.backward()
+
+    path = os.path.join(os.environ["CF_OK_DIR"], "hook%d.pt" % me)
+    state = cft.HookState()
+    net = torch.nn.Linear(1, 5)
+    torch.save({"comm_hook": cft.allreduce_hook, "comm_hook_state": state}, path)
+    saved = torch.load(path)
+    os.unlink(path)
+    if saved["comm_hook"] is not cft.allreduce_hook or not isinstance(saved["comm_hook_state"], cft.HookState):
+        fail("pickling: loaded %r" % saved)
+    results = []
+    for hook, st in ((cft.allreduce_hook, state), (saved["comm_hook"], saved["comm_hook_state"])):
+        ddp = DDP(copy.deepcopy(net))
+        ddp.register_comm_hook(st, hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        g = gen(1300, me)
+        for _ in range(3):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(ddp(torch.randn(7, 1, generator=g)), torch.randn(7, 5, generator=g)).backward()
+            opt.step()
+        results.append(params(ddp.module))
+    agree(results[1], results[0], "pickling: the loaded hook's training", rtol=0, atol=0)
+
+
 def bf16(me, dist, DDP, cft):
     """peer: pytorch/pytorch test/distributed/algorithms/ddp_comm_hooks/test_ddp_hooks.py
     (the compression hooks' results) and test_c10d_gloo.py
@@ -589,6 +760,8 @@ def child():
     no_sync(me, dist, DDP, cft)
     ddp_scenarios(me, dist, DDP, cft)
     join(me, dist, DDP, cft)
+    join_division(me, dist, DDP, cft)
+    more_ddp(me, dist, DDP, cft)
     bf16(me, dist, DDP, cft)
     refusals(me, dist, DDP, cft)
     failed(me, dist, DDP, cft)
