@@ -30,7 +30,9 @@ collfuse's world and runs each case with both on the same inputs:
   training and with each divide_by_initial_world_size (against torch's
   own allreduce_hook) and throw_on_early_termination, module hooks,
   create_graph, a buffer comm hook summing with collfuse, the hook
-  pickled and loaded, the bf16 hook bitwise against torch's own bf16_compress_hook,
+  pickled and loaded, activation checkpointing (once, twice, with
+  unused and shared weights) against one process's model, a parameter
+  shared by two modules, the bf16 hook bitwise against torch's own bf16_compress_hook,
   and the refusals: sparse gradients, a state that is no group, a second
   registration; last, a collective failing under the hook raises from
   DDP's backward pass with collfuse's message.
@@ -623,6 +625,92 @@ def more_ddp(me, dist, DDP, cft):
     agree(results[1], results[0], "pickling: the loaded hook's training", rtol=0, atol=0)
 
 
+def checkpointing(me, dist, DDP, cft, size):
+    """peer: pytorch/pytorch test/distributed/test_c10d_common.py (v1.13) CommonDistributedDataParallelTest
+    test_ddp_checkpointing_once, _unused_params, _twice and
+    _weight_sharing (activation checkpointing, torch.utils.checkpoint:
+    the layer's forward runs again in the backward pass), with collfuse's
+    hook: each rank's half of the batch gives, averaged, the gradients of
+    one process's model on the whole batch, both gradient_as_bucket_view
+    settings; checkpointing twice and unused parameters need
+    static_graph (DDP's own "mark a variable ready only once" otherwise,
+    raised on every rank). And test_ddp_weight_sharing: one parameter of
+    size elements in two modules, each times rank + 1: its gradient is
+    2 (world + 1) / 2 (zero_grad to zeros or to None)."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Once(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1 = torch.nn.Linear(20, 20)
+            self.l2 = torch.nn.Linear(20, 20)
+
+        def forward(self, inp):
+            return checkpoint(self.l2, self.l1(inp))
+
+    class Twice(Once):
+        def forward(self, inp):
+            return checkpoint(self.l2, checkpoint(self.l2, self.l1(inp)))
+
+    def shared():
+        l1, l2 = torch.nn.Linear(20, 20), torch.nn.Linear(20, 20)
+        l1.weight = l2.weight
+        return torch.nn.Sequential(l1, l2)
+
+    def run(make, view, static=False, unused=False, whole=False):
+        torch.manual_seed(31415)
+        base = make()
+        model, ddp = copy.deepcopy(base), DDP(copy.deepcopy(base), bucket_cap_mb=1, gradient_as_bucket_view=view,
+                                              find_unused_parameters=unused)
+        if static:
+            ddp._set_static_graph()
+        ddp.register_comm_hook(None, cft.allreduce_hook)
+        g = gen(1400, 0)
+        inp = torch.rand(16 * R, 20, generator=g, requires_grad=True)
+        target = torch.randn(16 * R, 20, generator=g)
+        mine = slice(16 * me, 16 * (me + 1))
+        for i in range(5):
+            model.zero_grad(set_to_none=False)
+            ddp.zero_grad(set_to_none=False)
+            for m, x, y in ((model, inp, target), (ddp, inp[mine], target[mine])):
+                m.train()
+                out = checkpoint(m, x) if whole else m(x)
+                torch.nn.functional.mse_loss(out, y).backward()
+            agree(grads(ddp.module), grads(model), "checkpointing %s (view %s, static_graph %s) iteration %d"
+                  % (make.__name__, view, static, i))
+
+    for view in (False, True):
+        for static in (False, True):
+            run(Once, view, static)
+            run(shared, view, static, whole=True)
+        run(Once, view, static=True, unused=True)
+        run(Twice, view, static=True)
+        expect_raises(RuntimeError, lambda: run(Twice, view), "mark a variable ready only once")
+        expect_raises(RuntimeError, lambda: run(Once, view, unused=True), "mark a variable ready only once")
+    in_step(me, "DDP's refusals of checkpointing without static_graph")
+
+    class AcceptsParam(torch.nn.Module):
+        def __init__(self, p, factor):
+            super().__init__()
+            self.a, self.f = p, factor
+
+        def forward(self, x):
+            return x + self.a * self.f
+
+    p = torch.nn.Parameter(torch.randn(size, generator=gen(1500, 0)))
+    for to_none in (False, True):
+        for view in (False, True):
+            m = DDP(torch.nn.Sequential(AcceptsParam(p, me + 1), AcceptsParam(p, me + 1)), bucket_cap_mb=1,
+                    gradient_as_bucket_view=view)
+            m.register_comm_hook(None, cft.allreduce_hook)
+            for i in range(3):
+                m.zero_grad(set_to_none=to_none)
+                m(1).sum().backward()
+                for name, q in m.named_parameters():
+                    same(q.grad, torch.full_like(q, 2.0 * (R * (R + 1) / 2) / R),
+                         "weight sharing: %s.grad (set_to_none %s, view %s) iteration %d" % (name, to_none, view, i))
+
+
 def bf16(me, dist, DDP, cft):
     """peer: pytorch/pytorch test/distributed/algorithms/ddp_comm_hooks/test_ddp_hooks.py
     (the compression hooks' results) and test_c10d_gloo.py
@@ -762,6 +850,7 @@ def child():
     join(me, dist, DDP, cft)
     join_division(me, dist, DDP, cft)
     more_ddp(me, dist, DDP, cft)
+    checkpointing(me, dist, DDP, cft, 2048 * 2048 if long_part else 100003)
     bf16(me, dist, DDP, cft)
     refusals(me, dist, DDP, cft)
     failed(me, dist, DDP, cft)
