@@ -228,31 +228,60 @@ def broadcast_basics(me, dist):
     in_step(me, "the refused broadcasts")
 
 
-def allgather_alltoall(me, dist):
+def allgather_alltoall(me, dist, sizes):
     """peer: pytorch/pytorch test/distributed/test_c10d_gloo.py ProcessGroupGlooTest.test_allgather_basics,
     test_allgather_checks, test_alltoall_basics (all_to_all_single with
     equal splits) and test_reduce_scatter_basics (gloo 1.13 has no
-    reduce_scatter: against the float64 reference): random float32 and
-    int64 against gloo; the checks: output sizes, dtypes, layouts and
-    devices refused before anything is sent."""
-    for case, dt in ((300, torch.float32), (301, torch.int64), (302, torch.float16)):
-        for n in (1, 5, 1000):
+    reduce_scatter: against the float64 reference, each op): random data
+    of every dtype gloo takes against gloo, bitwise, and of those it lacks
+    (int16, bfloat16, bool) against the float64 reference; a 0-dim tensor
+    and a contiguous view into a larger tensor (only the view written);
+    the checks: output sizes, dtypes, layouts, devices and torch's list
+    forms refused before anything is sent."""
+    case = 300
+    for name in GLOO_DTYPES + ("int16", "bfloat16", "bool"):
+        dt = getattr(torch, name)
+        gloo = name in GLOO_DTYPES
+        for n in sizes:
+            case += 1
             every = [rand(dt, (n, 3), case, r) for r in range(R)]
             out = torch.empty(R * n, 3, dtype=dt)
             cfd.all_gather(out, every[me])
-            parts = [torch.empty(n, 3, dtype=dt) for _ in range(R)]
-            dist.all_gather(parts, every[me])
-            same(out, torch.cat(parts), "all_gather %s of %d x 3 (against gloo)" % (dt, n))
-            x = rand(dt, (R * n, 3), case + 10, me)
-            out = torch.empty_like(x)
-            g = torch.empty_like(x)
-            cfd.all_to_all(out, x)
-            dist.all_to_all_single(g, x)
-            same(out, g, "all_to_all %s of %d x 3 (against gloo's all_to_all_single)" % (dt, n))
-            xs = [rand(dt, (R * n, 3), case + 20, r) for r in range(R)]
-            out = torch.empty(n, 3, dtype=dt)
-            cfd.reduce_scatter(out, xs[me])
-            near(out, reduce64("SUM", xs)[me * n:(me + 1) * n], "reduce_scatter %s of %d x 3" % (dt, n), 0)
+            what = "all_gather %s of %d x 3" % (name, n)
+            if gloo:
+                parts = [torch.empty(n, 3, dtype=dt) for _ in range(R)]
+                dist.all_gather(parts, every[me])
+                same(out, torch.cat(parts), what + " (against gloo)")
+            same(out, torch.cat(every), what)
+            xs = [rand(dt, (R * n, 3), case + 1000, r) for r in range(R)]
+            out = torch.empty_like(xs[me])
+            cfd.all_to_all(out, xs[me])
+            what = "all_to_all %s of %d x 3" % (name, n)
+            if gloo:
+                g = torch.empty_like(xs[me])
+                dist.all_to_all_single(g, xs[me])
+                same(out, g, what + " (against gloo's all_to_all_single)")
+            same(out, torch.cat([x[me * n:(me + 1) * n] for x in xs]), what)
+            for op in OPS:
+                xs = [rand(dt, (R * n, 3), case + 2000 + len(op), r, op) for r in range(R)]
+                out = torch.empty(n, 3, dtype=dt)
+                cfd.reduce_scatter(out, xs[me], op=getattr(dist.ReduceOp, op))
+                want = reduce64(op, xs)
+                if name == "bool":
+                    want = {"SUM": want.clamp(max=1), "PRODUCT": want}.get(op, want)  # or, and
+                near(out, want[me * n:(me + 1) * n], "reduce_scatter %s %s of %d x 3" % (op, name, n), 0)
+    for dt in (torch.float64, torch.int64):
+        x = torch.tensor(me + 1, dtype=dt)  # 0-dim
+        cfd.all_reduce(x)
+        same(x, torch.tensor(R * (R + 1) // 2, dtype=dt), "all_reduce of a 0-dim %s tensor" % dt)
+    big = torch.arange(40, dtype=torch.float32) + 100 * me
+    view = big[10:20]
+    cfd.all_reduce(view)
+    want = torch.arange(40, dtype=torch.float32) + 100 * me
+    want[10:20] = sum(torch.arange(10, 20, dtype=torch.float32) + 100 * r for r in range(R))
+    same(big, want, "all_reduce of a contiguous view at offset 10 of a 40-element tensor")
+    expect_raises(TypeError, lambda: cfd.all_gather([torch.zeros(1)] * R, torch.zeros(1)), "output is a list")
+    expect_raises(TypeError, lambda: cfd.all_reduce([torch.zeros(1)]), "a list")
     expect_raises(RuntimeError, lambda: dist.reduce_scatter(torch.empty(1), [torch.ones(1)] * R),
                   "does not support reduce_scatter")
     t1 = torch.zeros(1, dtype=torch.float32)
@@ -844,7 +873,7 @@ def child():
         allreduce_matrix(me, dist, GLOO_DTYPES, (1, 13))
     allreduce_stress(me, dist)
     broadcast_basics(me, dist)
-    allgather_alltoall(me, dist)
+    allgather_alltoall(me, dist, (1, 5, 1000) if long_part else (1, 5))
     no_sync(me, dist, DDP, cft)
     ddp_scenarios(me, dist, DDP, cft)
     join(me, dist, DDP, cft)
