@@ -456,6 +456,46 @@ def ddp_scenarios(me, dist, DDP, cft):
         agree(got_p, ref_p, "DDP %s: parameters and buffers" % what)
 
 
+def two_models(me, dist, DDP, cft):
+    """Two DDP models in one process, each with collfuse's hook (a GAN's
+    generator and discriminator; peer: pytorch/pytorch
+    torch/testing/_internal/distributed/distributed_test.py
+    test_ddp_multiple_nested_unused_params_err_ignore_params' nested DDP
+    models, and DDP's bucket indices, which start at 0 in each model):
+    stepped one after the other, and under one loss whose backward pass
+    runs both models' hooks in turn; against DDP's own, both
+    gradient_as_bucket_view settings, and a process group of every rank
+    (new_group) as the hook's state."""
+    every = dist.new_group(list(range(R)))
+    for view in (False, True):
+        for joint in (False, True):
+            runs = []
+            for hook in (None, cft.allreduce_hook):
+                torch.manual_seed(71)
+                kw = {"bucket_cap_mb": 0.0005, "gradient_as_bucket_view": view}
+                a = DDP(torch.nn.Sequential(torch.nn.Linear(8, 24), torch.nn.Tanh(), torch.nn.Linear(24, 8)), **kw)
+                b = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)), **kw)
+                if hook:
+                    a.register_comm_hook(None, hook)
+                    b.register_comm_hook(every, hook)
+                opt = torch.optim.SGD(list(a.parameters()) + list(b.parameters()), lr=0.05)
+                g = gen(1600, me)
+                seen = []
+                for _ in range(4):
+                    opt.zero_grad()
+                    x = torch.randn(5, 8, generator=g)
+                    if joint:
+                        (b(a(x)).square().mean() + a(x).abs().mean()).backward()
+                    else:
+                        a(x).abs().mean().backward()
+                        b(x).square().mean().backward()
+                    seen += grads(a.module) + grads(b.module)
+                    opt.step()
+                runs.append(seen)
+            agree(runs[1], runs[0], "two DDP models (%s backward passes, view %s)" % (
+                "one loss's" if joint else "separate", view))
+
+
 def join(me, dist, DDP, cft):
     """peer: pytorch/pytorch torch/testing/_internal/distributed/distributed_test.py
     test_ddp_join_model_equivalence (on CPUs): rank r trains 2 (r + 1)
@@ -837,6 +877,9 @@ def failed(me, dist, DDP, cft):
         def index(self):
             return self.bucket.index()
 
+        def parameters(self):
+            return self.bucket.parameters()
+
         def is_last(self):
             return self.bucket.is_last()
 
@@ -876,6 +919,7 @@ def child():
     allgather_alltoall(me, dist, (1, 5, 1000) if long_part else (1, 5))
     no_sync(me, dist, DDP, cft)
     ddp_scenarios(me, dist, DDP, cft)
+    two_models(me, dist, DDP, cft)
     join(me, dist, DDP, cft)
     join_division(me, dist, DDP, cft)
     more_ddp(me, dist, DDP, cft)
