@@ -417,6 +417,23 @@ def ddp_scenarios(me, dist, DDP, cft):
         def forward(self, x):
             return torch.nn.functional.linear(torch.tanh(self.mid(self.enc(x))), self.enc.weight.t())
 
+    class RankFlow(torch.nn.Module):
+        """peer: pytorch/pytorch torch/testing/_internal/distributed/distributed_test.py
+        test_ddp_control_flow_different_across_ranks: the second layer
+        is used on rank 1 only, on odd steps (find_unused_parameters: DDP
+        learns which ranks used it through its own group)."""
+
+        def __init__(self):
+            super().__init__()
+            self.lin1 = torch.nn.Linear(8, 8, bias=False)
+            self.lin2 = torch.nn.Linear(8, 8, bias=False)
+            self.step = 0
+
+        def forward(self, x):
+            self.step += 1
+            y = torch.relu(self.lin1(x))
+            return self.lin2(y) if me == 1 and self.step % 2 == 0 else y
+
     def frozen():
         """peer: pytorch/pytorch torch/testing/_internal/distributed/distributed_test.py _FC2
         (fc.bias.requires_grad = False) and test_ddp_build_debug_param_to_name_mapping_requires_grad:
@@ -444,6 +461,8 @@ def ddp_scenarios(me, dist, DDP, cft):
         ("unused and shared parameters, find_unused_parameters", lambda: Unused(True), {"find_unused_parameters": True}),
         ("unused and shared parameters, find_unused_parameters, static_graph", Unused,
          {"find_unused_parameters": True, "static_graph": True}),
+        ("control flow different across ranks, find_unused_parameters", RankFlow,
+         {"find_unused_parameters": True}),
         ("tied weights", Shared, {}),
         ("frozen parameters", frozen, {}),
         ("BatchNorm buffers broadcast", bn, {"broadcast_buffers": True}),
@@ -784,11 +803,13 @@ def bf16(me, dist, DDP, cft):
     """peer: pytorch/pytorch test/distributed/algorithms/ddp_comm_hooks/test_ddp_hooks.py
     (the compression hooks' results) and test_c10d_gloo.py
     test_ddp_comm_hook_allreduce_hook / bf16_compress_hook: collfuse's
-    bf16 hook gives torch's own bf16_compress_hook's gradients, bitwise
-    (two ranks: each rounds to bfloat16, halving is exact, the sum rounds
-    once), over gloo through torch's hook (a wrapper: DDP 1.13 takes a hook
-    of that name for NCCL's), on a model whose gradients are not bfloat16
-    values to start with."""
+    bf16 hook's gradients are bfloat16 values near DDP's own, and
+    torch's bf16_compress_hook's, bitwise (two ranks: each rounds to
+    bfloat16, halving is exact, the sum rounds once), through DDP step by
+    step and on buckets of 1 to 40001 elements. torch's hook itself needs
+    a bfloat16 all_reduce, which gloo 1.13 lacks (and DDP 1.13 takes a
+    hook of that name for NCCL's): it is computed as it computes, its sum
+    through gloo's all_gather."""
     make = lambda: torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 3))
     for view in (False, True):
         kw = {"bucket_cap_mb": 0.0005, "gradient_as_bucket_view": view}
@@ -801,6 +822,24 @@ def bf16(me, dist, DDP, cft):
                 fail("bf16 hook: gradient %d holds values that are not bfloat16's" % s)
         agree(got_g, ref_g, "bf16 hook (gradient_as_bucket_view=%s) against DDP's own" % view, rtol=2 ** -7,
               atol=2e-3)
+    # and through DDP, step by step: torch's hook as it computes (the bucket to bfloat16, divided
+    # by the world size, summed, rounded once, written back), its sum over gloo's all_gather
+    def torch_bf16(state, bucket):
+        buf = bucket.buffer()
+        half = buf.to(torch.bfloat16).div_(R)
+        parts = [torch.empty(half.numel()) for _ in range(R)]
+        dist.all_gather(parts, half.float())
+        buf.copy_(torch.stack(parts).double().sum(0).to(torch.bfloat16))
+        fut = torch.futures.Future()
+        fut.set_result(buf)
+        return fut
+
+    for view in (False, True):
+        kw = {"bucket_cap_mb": 0.0005, "gradient_as_bucket_view": view}
+        want, _ = train(DDP, make, torch_bf16, 3, me, kw)
+        got, _ = train(DDP, make, cft.bf16_compress_hook, 3, me, kw)
+        agree(got, want, "bf16 hook (gradient_as_bucket_view=%s) against torch's bf16_compress_hook" % view,
+              rtol=0, atol=0)
     # torch's own hook: the bucket divided by the world size in bfloat16, then summed; gloo 1.13
     # has no bfloat16 sum, so the sum of torch's compressed buckets is made here through
     # gloo's all_gather (as float32: exact), and compared bitwise with collfuse's hook on the same buckets
