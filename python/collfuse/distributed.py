@@ -896,28 +896,35 @@ def all_reduce(tensor, op="sum", group=None, dtype=None, async_op=False):
     w, grp = _enter(group)
     red = _reduction(op)
     b = _buf(tensor, "all_reduce's tensor", True, dtype)
+    return _go(w, grp, "all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True, tensor, (tensor,), async_op)
+
+
+def _go(w, grp, kind, dtype, count, arg, inp, out, in_place, result, hold, async_op):
+    """Run the checked collective kind (count elements: none, nothing to
+    do) and return result, or with async_op start it and return its
+    Work (hold: the buffers kept alive until it has ended)."""
     if async_op:
-        if not b.count:
-            work = Work(tensor)
+        if not count:
+            work = Work(result)
             work._end(None)
             return work
-        return _start(w, grp, "all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True, tensor, tensor)
-    if b.count:
-        _run(w, grp, "all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True)
-    return tensor
+        return _start(w, grp, kind, dtype, count, arg, inp, out, in_place, result, hold)
+    if count:
+        _run(w, grp, kind, dtype, count, arg, inp, out, in_place)
+    return result
 
 
-def broadcast(tensor, src, group=None, dtype=None):
-    """Rank src's tensor (src: a job rank, as torch's) to the group's ranks, in place."""
+def broadcast(tensor, src, group=None, dtype=None, async_op=False):
+    """Rank src's tensor (src: a job rank, as torch's) to the group's
+    ranks, in place. async_op: as all_reduce's."""
     w, grp = _enter(group)
     ranks = grp.members or range(w.size)
     if not isinstance(src, int) or src not in ranks:
         raise ValueError("collfuse.distributed: broadcast src %r is not a rank of %s" % (
             src, "this %d-rank job" % w.size if grp.members is None else "group %s" % list(grp.members)))
     b = _buf(tensor, "broadcast's tensor", True, dtype)
-    if b.count:
-        _run(w, grp, "broadcast", b.dtype, b.count, list(ranks).index(src), b.ptr, b.ptr, True)
-    return tensor
+    return _go(w, grp, "broadcast", b.dtype, b.count, list(ranks).index(src), b.ptr, b.ptr, True, tensor,
+               (tensor,), async_op)
 
 
 def _pair(output, input, what, dtype):
@@ -936,32 +943,32 @@ def _world_times(grp, what, big, big_name, small, small_name):
                          % (what, big_name, big.count, grp.size, small.count, small_name, small.count * grp.size))
 
 
-def all_gather(output, input, group=None, dtype=None):
+def all_gather(output, input, group=None, dtype=None, async_op=False):
     """output = every rank's input concatenated in rank order (along
-    dimension 0 of output: it has world size times input's elements)."""
+    dimension 0 of output: it has world size times input's elements).
+    async_op: as all_reduce's (its Work's wait() returns output)."""
     w, grp = _enter(group)
     o, i = _pair(output, input, "all_gather", dtype)
     _world_times(grp, "all_gather", o, "output", i, "input")
-    if i.count:
-        _run(w, grp, "all_gather", i.dtype, i.count, None, i.ptr, o.ptr, False)
-    return output
+    return _go(w, grp, "all_gather", i.dtype, i.count, None, i.ptr, o.ptr, False, output, (output, input), async_op)
 
 
-def reduce_scatter(output, input, op="sum", group=None, dtype=None):
+def reduce_scatter(output, input, op="sum", group=None, dtype=None, async_op=False):
     """output = this rank's block of the reduction of every rank's input
-    (input: world size blocks of output's size, in rank order)."""
+    (input: world size blocks of output's size, in rank order). async_op:
+    as all_gather's."""
     w, grp = _enter(group)
     red = _reduction(op)
     o, i = _pair(output, input, "reduce_scatter", dtype)
     _world_times(grp, "reduce_scatter", i, "input", o, "output")
-    if o.count:
-        _run(w, grp, "reduce_scatter", i.dtype, o.count, red, i.ptr, o.ptr, False)
-    return output
+    return _go(w, grp, "reduce_scatter", i.dtype, o.count, red, i.ptr, o.ptr, False, output, (output, input),
+               async_op)
 
 
-def all_to_all(output, input, group=None, dtype=None):
+def all_to_all(output, input, group=None, dtype=None, async_op=False):
     """Block j of input (world size equal blocks) to rank j; output's block
-    i came from rank i (torch's all_to_all_single with equal splits)."""
+    i came from rank i (torch's all_to_all_single with equal splits).
+    async_op: as all_gather's."""
     w, grp = _enter(group)
     o, i = _pair(output, input, "all_to_all", dtype)
     if o.count != i.count:
@@ -970,9 +977,7 @@ def all_to_all(output, input, group=None, dtype=None):
     if i.count % grp.size:
         raise ValueError("collfuse.distributed: all_to_all: %d elements do not cut into %d equal blocks"
                          % (i.count, grp.size))
-    if i.count:
-        _run(w, grp, "all_to_all", i.dtype, i.count, None, i.ptr, o.ptr, False)
-    return output
+    return _go(w, grp, "all_to_all", i.dtype, i.count, None, i.ptr, o.ptr, False, output, (output, input), async_op)
 
 
 _TOKEN = np.zeros(1, dtype=np.int32)

@@ -201,7 +201,8 @@ def allreduce_stress(me, dist):
 def broadcast_basics(me, dist):
     """peer: pytorch/pytorch test/distributed/test_c10d_gloo.py ProcessGroupGlooTest.test_broadcast_basics,
     test_broadcast_stress, test_empty_tensors and test_broadcast_checks:
-    every rank is root once; a thousand broadcasts from alternating roots;
+    every rank is root once; a thousand broadcasts from alternating roots
+    started at once (async_op) and waited for in order;
     an empty tensor; a root out of range refused (-1, the world size, not
     an int) before anything is sent."""
     for root in range(R):
@@ -214,9 +215,9 @@ def broadcast_basics(me, dist):
         dist.broadcast(g, src=root)
         same(x, g, "broadcast of random float32 from rank %d (against gloo)" % root)
     inputs = [torch.tensor([i * R + me]) for i in range(1000)]
-    for i, t in enumerate(inputs):
-        cfd.broadcast(t, src=i % R)
-        if int(t[0]) != i * R + i % R:
+    works = [cfd.broadcast(t, src=i % R, async_op=True) for i, t in enumerate(inputs)]
+    for i, (t, w) in enumerate(zip(inputs, works)):
+        if w.wait() is not t or int(t[0]) != i * R + i % R:
             fail("broadcast stress: iteration %d: %r" % (i, t))
     empty = torch.FloatTensor([])
     if cfd.broadcast(empty, src=0) is not empty or empty.numel() != 0:
@@ -234,7 +235,8 @@ def allgather_alltoall(me, dist, sizes):
     equal splits) and test_reduce_scatter_basics (gloo 1.13 has no
     reduce_scatter: against the float64 reference, each op): random data
     of every dtype gloo takes against gloo, bitwise, and of those it lacks
-    (int16, bfloat16, bool) against the float64 reference; a 0-dim tensor
+    (int16, bfloat16, bool) against the float64 reference; each started
+    with async_op, several at once, then waited for; a 0-dim tensor
     and a contiguous view into a larger tensor (only the view written);
     the checks: output sizes, dtypes, layouts, devices and torch's list
     forms refused before anything is sent."""
@@ -270,6 +272,22 @@ def allgather_alltoall(me, dist, sizes):
                 if name == "bool":
                     want = {"SUM": want.clamp(max=1), "PRODUCT": want}.get(op, want)  # or, and
                 near(out, want[me * n:(me + 1) * n], "reduce_scatter %s %s of %d x 3" % (op, name, n), 0)
+    # started at once (async_op, as ProcessGroupGlooTest's work handles), then waited for
+    n = 1001
+    xs = [rand(torch.float32, (R * n,), 390 + k, r) for k in range(3) for r in range(R)]
+    outs = (torch.empty(R * R * n), torch.empty(n), torch.empty(R * n), torch.empty(R * n))
+    mine = [xs[k * R + me] for k in range(3)]
+    ar = mine[2].clone()
+    works = [cfd.all_gather(outs[0], mine[0], async_op=True), cfd.reduce_scatter(outs[1], mine[1], async_op=True),
+             cfd.all_to_all(outs[2], mine[2], async_op=True), cfd.all_reduce(ar, async_op=True),
+             cfd.broadcast(outs[3].copy_(mine[0]), src=R - 1, async_op=True)]
+    if [w.wait() is o for w, o in zip(works, outs[:3] + (ar, outs[3]))] != [True] * 5:
+        fail("async_op: a Work's wait() is not its output")
+    same(outs[0], torch.cat(xs[0:R]), "all_gather (async_op)")
+    near(outs[1], reduce64("SUM", xs[R:2 * R])[me * n:(me + 1) * n], "reduce_scatter (async_op)", 0)
+    same(outs[2], torch.cat([x[me * n:(me + 1) * n] for x in xs[2 * R:3 * R]]), "all_to_all (async_op)")
+    near(ar, reduce64("SUM", xs[2 * R:3 * R]), "all_reduce (async_op) after them", 1e-6)
+    same(outs[3], xs[R - 1], "broadcast (async_op)")
     for dt in (torch.float64, torch.int64):
         x = torch.tensor(me + 1, dtype=dt)  # 0-dim
         cfd.all_reduce(x)
