@@ -468,6 +468,17 @@ def ddp_scenarios(me, dist, DDP, cft):
         return torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(),
                                    torch.nn.Linear(6, 2))
 
+    class Mixed(torch.nn.Module):
+        """float64 and float32 parameters: DDP buckets each dtype apart."""
+
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 16).double()
+            self.b = torch.nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.b(torch.tanh(self.a(x.double())).float())
+
     plain = lambda: torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
     cases = [
         # peer: test_c10d_common.py / test_c10d_gloo.py DistributedDataParallelTest
@@ -482,6 +493,7 @@ def ddp_scenarios(me, dist, DDP, cft):
         ("control flow different across ranks, find_unused_parameters", RankFlow,
          {"find_unused_parameters": True}),
         ("tied weights", Shared, {}),
+        ("float64 and float32 buckets", Mixed, {"gradient_as_bucket_view": True}),
         ("frozen parameters", frozen, {}),
         ("BatchNorm buffers broadcast", bn, {"broadcast_buffers": True}),
     ]
