@@ -62,7 +62,6 @@ try:
 except ImportError:
     torch = None
 
-import collfuse  # noqa: E402
 import collfuse.distributed as cfd  # noqa: E402
 
 R = 2  # the processes
@@ -487,7 +486,8 @@ def ddp_scenarios(me, dist, DDP, cft):
         ("gradient_as_bucket_view=True", plain, {"gradient_as_bucket_view": True}),
         # peer: distributed_test.py test_static_graph_api_cpu
         ("static_graph", plain, {"static_graph": True}),
-        ("unused and shared parameters, find_unused_parameters", lambda: Unused(True), {"find_unused_parameters": True}),
+        ("unused and shared parameters, find_unused_parameters", lambda: Unused(True),
+         {"find_unused_parameters": True}),
         ("unused and shared parameters, find_unused_parameters, static_graph", Unused,
          {"find_unused_parameters": True, "static_graph": True}),
         ("control flow different across ranks, find_unused_parameters", RankFlow,
@@ -744,7 +744,8 @@ def more_ddp(me, dist, DDP, cft):
 
 
 def checkpointing(me, dist, DDP, cft, size):
-    """peer: pytorch/pytorch test/distributed/test_c10d_common.py (v1.13) CommonDistributedDataParallelTest
+    """peer: pytorch/pytorch test/distributed/test_c10d_nccl.py DistributedDataParallelTest (the 1.13 era:
+    NCCL's there, on CPUs here; later moved to test_c10d_common.py)
     test_ddp_checkpointing_once, _unused_params, _twice and
     _weight_sharing (activation checkpointing, torch.utils.checkpoint:
     the layer's forward runs again in the backward pass), with collfuse's
@@ -914,7 +915,8 @@ def refusals(me, dist, DDP, cft):
     in_step(me, "the sparse buckets refused")
     model = DDP(torch.nn.Linear(4, 2))
     model.register_comm_hook("not a group", cft.allreduce_hook)
-    expect_raises(RuntimeError, lambda: model(torch.randn(3, 4)).sum().backward(), "collfuse.torch: the hook's state 'not a group'", "process group")
+    expect_raises(RuntimeError, lambda: model(torch.randn(3, 4)).sum().backward(),
+                  "collfuse.torch: the hook's state 'not a group'", "process group")
     in_step(me, "a state that is no group")
     model = DDP(torch.nn.Linear(4, 2))
     model.register_comm_hook(None, cft.allreduce_hook)
