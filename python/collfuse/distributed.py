@@ -54,6 +54,7 @@ naming the launcher and the rank seen, rather than run on something slower.
 import atexit
 import ctypes
 import json
+import operator
 import os
 import shutil
 import sys
@@ -919,9 +920,14 @@ def broadcast(tensor, src, group=None, dtype=None, async_op=False):
     ranks, in place. async_op: as all_reduce's."""
     w, grp = _enter(group)
     ranks = grp.members or range(w.size)
-    if not isinstance(src, int) or src not in ranks:
+    try:  # an integer (numpy's and torch's integer scalars too), not a bool
+        rank = None if isinstance(src, bool) else operator.index(src)
+    except TypeError:
+        rank = None
+    if rank is None or rank not in ranks:
         raise ValueError("collfuse.distributed: broadcast src %r is not a rank of %s" % (
             src, "this %d-rank job" % w.size if grp.members is None else "group %s" % list(grp.members)))
+    src = rank
     b = _buf(tensor, "broadcast's tensor", True, dtype)
     return _go(w, grp, "broadcast", b.dtype, b.count, list(ranks).index(src), b.ptr, b.ptr, True, tensor,
                (tensor,), async_op)

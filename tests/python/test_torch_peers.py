@@ -203,7 +203,8 @@ def broadcast_basics(me, dist):
     every rank is root once; a thousand broadcasts from alternating roots
     started at once (async_op) and waited for in order;
     an empty tensor; a root out of range refused (-1, the world size, not
-    an int) before anything is sent."""
+    an integer, a bool) before anything is sent, numpy's and torch's
+    integer scalars taken."""
     for root in range(R):
         x = torch.tensor([me])
         cfd.broadcast(x, src=root)
@@ -223,8 +224,12 @@ def broadcast_basics(me, dist):
         fail("broadcast of an empty tensor: %r" % empty)
     cfd.all_reduce(empty)
     t1 = torch.zeros([1], dtype=torch.float32)
-    for bad in (-1, R, 0.0, None):
+    for bad in (-1, R, 0.0, None, True, np.int64(R), torch.tensor(0.0)):
         expect_raises(ValueError, lambda: cfd.broadcast(t1, src=bad), "broadcast src", "not a rank")
+    for root in (np.int64(R - 1), torch.tensor(R - 1)):  # integer scalars, as torch takes them
+        x = torch.tensor([me])
+        cfd.broadcast(x, src=root)
+        same(x, torch.tensor([R - 1]), "broadcast from src %r" % (root,))
     in_step(me, "the refused broadcasts")
 
 
