@@ -840,6 +840,28 @@ class Work:
         """The buffer the collective wrote (what wait() returns)."""
         return self.wait()
 
+    def get_future(self):
+        """A torch.futures.Future completed, on collfuse's thread, once the
+        collective has ended, as torch's Work.get_future(): its value is a
+        list holding the buffer (DDP comm hooks written for torch's
+        collectives end with .then(lambda f: f.value()[0])), or the
+        CollfuseError, raised as the future's error (which DDP raises)."""
+        import torch
+        fut = torch.futures.Future()
+        done = fut.then(_future_value)
+        self.then(fut.set_result)
+        return done
+
+
+def _future_value(fut):
+    """get_future's then(): the Work's buffer in a list, or its error raised
+    (a callback's exception completes the future with an error; one set
+    with set_exception is a value DDP cannot cast)."""
+    work = fut.value()
+    if work._err is not None:
+        raise work._err
+    return [work._result]
+
 
 def _done(user, status, message):
     """cf_run_done_fn: a started collective has ended (on collfuse's thread)."""

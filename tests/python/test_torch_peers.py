@@ -348,12 +348,21 @@ def no_sync(me, dist, DDP, cft):
     no_sync() (a forward under no_grad first), synced every other
     iteration: equal to one process's model on the whole batch after each
     synced iteration, not before; with collfuse's hook, both
-    gradient_as_bucket_view settings, and a user hook chaining then() on
-    collfuse's future (times 2, then halved)."""
+    gradient_as_bucket_view settings, a user hook chaining then() on
+    collfuse's future (times 2, then halved), and the two user hooks of
+    torch's tests written on collfuse.distributed's Work.get_future()."""
     def chained(state, bucket):
         return cft.allreduce_hook(state, bucket).then(lambda f: 2 * f.value()).then(lambda f: f.value() / 2)
 
-    for hook, view in ((cft.allreduce_hook, False), (cft.allreduce_hook, True), (chained, False)):
+    def user_allreduce(state, bucket):  # ..._allreduce_hook's, on collfuse's Work.get_future()
+        return cfd.all_reduce(bucket.buffer() / R, async_op=True).get_future().then(lambda f: f.value()[0])
+
+    def user_then(state, bucket):  # ..._allreduce_with_then_hook's
+        fut = cfd.all_reduce(bucket.buffer(), async_op=True).get_future()
+        return fut.then(lambda f: 2 * f.wait()[0]).then(lambda f: f.wait() / (2 * R))
+
+    for hook, view in ((cft.allreduce_hook, False), (cft.allreduce_hook, True), (chained, False),
+                       (user_allreduce, False), (user_then, True)):
         torch.manual_seed(5)
         model = torch.nn.Sequential(torch.nn.Linear(2, 10, bias=False), torch.nn.ReLU(), torch.nn.Linear(10, 4))
         ddp = DDP(copy.deepcopy(model), gradient_as_bucket_view=view, bucket_cap_mb=0.0001)
@@ -642,10 +651,10 @@ def more_ddp(me, dist, DDP, cft):
     create_graph=True six times: the parameters still require grad, the
     gradients DDP's own), _test_ddp_buffer_hook_allreduce (a buffer comm
     hook, before and after the forward pass, summing the buffers with
-    collfuse.distributed.all_reduce: the buffers of a model whose buffers
-    gloo sums) and _test_hook_pickling (collfuse's hook and its HookState
-    saved with torch.save and loaded: the loaded hook trains as the one
-    saved)."""
+    collfuse.distributed.all_reduce, or returning their Works' futures
+    (return_futures): the buffers of a model whose buffers gloo sums)
+    and _test_hook_pickling (collfuse's hook and its HookState saved with
+    torch.save and loaded: the loaded hook trains as the one saved)."""
     class Dummy(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -704,12 +713,16 @@ def more_ddp(me, dist, DDP, cft):
         for b in named_buffers.values():
             cfd.all_reduce(b)
 
+    def buffer_futures(ddp, named_buffers):  # return_futures=True: DDP waits for them after the backward pass
+        return [cfd.all_reduce(b, async_op=True).get_future() for b in named_buffers.values()]
+
     where = torch.nn.parallel.distributed._BufferCommHookLocation
-    for at in (where.PRE_FORWARD, where.POST_FORWARD):
+    for hook, at in ((buffer_hook, where.PRE_FORWARD), (buffer_hook, where.POST_FORWARD),
+                     (buffer_futures, where.POST_FORWARD)):
         torch.manual_seed(me)
         model = NetWithBuffers()
         hooked = DDP(model)
-        hooked._register_buffer_comm_hook(hooked, buffer_hook, at)
+        hooked._register_buffer_comm_hook(hooked, hook, at)
         plain = DDP(copy.deepcopy(model), broadcast_buffers=False)
         inp = torch.randn(2, 10, generator=gen(1201, me))
         for i in range(2):
@@ -721,10 +734,13 @@ def more_ddp(me, dist, DDP, cft):
             if at == where.POST_FORWARD:
                 for b in plain.module.buffers():
                     dist.all_reduce(b)
-            for a, b in zip(hooked.module.buffers(), plain.module.buffers()):
-                same(a, b, "buffer comm hook (%s) iteration %d" % (at, i))
+            if hook is buffer_hook:
+                for a, b in zip(hooked.module.buffers(), plain.module.buffers()):
+                    same(a, b, "buffer comm hook (%s) iteration %d" % (at, i))
             loss_hook.backward()
             loss_plain.backward()
+            for a, b in zip(hooked.module.buffers(), plain.module.buffers()):
+                same(a, b, "buffer comm hook %s (%s) iteration %d, after backward" % (hook.__name__, at, i))
 
     path = os.path.join(os.environ["CF_OK_DIR"], "hook%d.pt" % me)
     state = cft.HookState()
@@ -936,31 +952,18 @@ def refusals(me, dist, DDP, cft):
 
 def failed(me, dist, DDP, cft):
     """collfuse's own, after PyTorch's hook error cases: a collective that
-    fails under the hook (a user hook hands collfuse's a bucket one element
-    short on the last rank: the ranks' all_reduces differ) raises from
-    DDP's backward pass on every rank with collfuse's message (not torch's
-    "Unable to cast ... to Tensor" for an exception set on the future), and
-    the next backward pass's hook says the world has stopped. Last: it
+    fails under a hook (a user hook on Work.get_future() averages a bucket
+    one element short on the last rank: the ranks' all_reduces differ)
+    raises from DDP's backward pass on every rank with collfuse's message
+    (not torch's "Unable to cast ... to Tensor" for an exception set on
+    the future), and the next backward pass's allreduce_hook says the
+    world has stopped (its error carried to DDP the same way). Last: it
     stops collfuse's world."""
-    class Short:
-        def __init__(self, bucket):
-            self.bucket = bucket
+    def short_future(state, bucket):  # a user hook on Work.get_future(): its error reaches DDP too
+        b = bucket.buffer()
+        return cfd.all_reduce(b[:b.numel() - (me == R - 1)], async_op=True).get_future().then(lambda f: f.value()[0])
 
-        def buffer(self):
-            b = self.bucket.buffer()
-            return b[:b.numel() - (me == R - 1)]
-
-        def index(self):
-            return self.bucket.index()
-
-        def parameters(self):
-            return self.bucket.parameters()
-
-        def is_last(self):
-            return self.bucket.is_last()
-
-    for hook, words in ((lambda state, bucket: cft.allreduce_hook(state, Short(bucket)), "mismatch"),
-                        (cft.allreduce_hook, "an earlier collective failed")):
+    for hook, words in ((short_future, "mismatch"), (cft.allreduce_hook, "an earlier collective failed")):
         model = DDP(torch.nn.Linear(7, 9))
         model.register_comm_hook(None, hook)
         try:
