@@ -79,11 +79,21 @@ class HookState:
     turn on the runner thread with its collective, the library's copies, algorithm
     phases and waits). The file is rewritten after each backward pass's
     last bucket (bucket.is_last(): DDP's highest index) and at exit, so it
-    is whole between steps."""
+    is whole between steps. Pickled (torch.save of a checkpoint): group
+    and trace; a process group, which pickles not, is saved as None
+    (every rank), as torch's PowerSGDState leaves its process_group out;
+    the loaded state starts its trace again."""
 
     def __init__(self, group=None, trace=None):
         self.group, self.trace = group, trace
         self._started = False
+
+    def __getstate__(self):
+        group = self.group if self.group is None or isinstance(self.group, (list, tuple)) else None
+        return {"group": group, "trace": self.trace}
+
+    def __setstate__(self, state):
+        self.__init__(state["group"], state["trace"])
 
 
 def _join(state):

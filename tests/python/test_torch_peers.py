@@ -654,7 +654,8 @@ def more_ddp(me, dist, DDP, cft):
     collfuse.distributed.all_reduce, or returning their Works' futures
     (return_futures): the buffers of a model whose buffers gloo sums)
     and _test_hook_pickling (collfuse's hook and its HookState saved with
-    torch.save and loaded: the loaded hook trains as the one saved)."""
+    torch.save and loaded, its process group as None, as PowerSGDState's:
+    the loaded hook trains as the one saved)."""
     class Dummy(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -743,13 +744,17 @@ def more_ddp(me, dist, DDP, cft):
                 same(a, b, "buffer comm hook %s (%s) iteration %d, after backward" % (hook.__name__, at, i))
 
     path = os.path.join(os.environ["CF_OK_DIR"], "hook%d.pt" % me)
-    state = cft.HookState()
+    traced = cft.HookState(group=dist.new_group(list(range(R))), trace="peers.json")
+    traced._started = True  # as after its first bucket: the loaded state starts its trace again
+    state = cft.HookState(group=list(range(R)))
     net = torch.nn.Linear(1, 5)
-    torch.save({"comm_hook": cft.allreduce_hook, "comm_hook_state": state}, path)
+    torch.save({"comm_hook": cft.allreduce_hook, "comm_hook_state": state, "traced": traced}, path)
     saved = torch.load(path)
     os.unlink(path)
-    if saved["comm_hook"] is not cft.allreduce_hook or not isinstance(saved["comm_hook_state"], cft.HookState):
-        fail("pickling: loaded %r" % saved)
+    st = saved["traced"]
+    if saved["comm_hook"] is not cft.allreduce_hook or not isinstance(st, cft.HookState) or st.group is not None \
+            or st.trace != "peers.json" or st._started or saved["comm_hook_state"].group != list(range(R)):
+        fail("pickling: loaded %r (%r)" % (saved, getattr(st, "__dict__", None)))
     results = []
     for hook, st in ((cft.allreduce_hook, state), (saved["comm_hook"], saved["comm_hook_state"])):
         ddp = DDP(copy.deepcopy(net))
