@@ -279,11 +279,20 @@ def shared_mb():
         return None
 
 
+_KEPT = []  # finish's gathered tensors (see there)
+
+
 def finish(args, rank, world, model, losses, step_ms, sync_ms, cpu_ms, exposed_ms, copy_bytes=None):
-    # every rank's step times, gathered after the timed steps: the slower rank's per step
-    everyone = [None] * world
-    dist.all_gather_object(everyone, step_ms)
-    slowest_ms = [max(times) for times in zip(*everyone)]
+    # every rank's step times, gathered after the timed steps: the slower rank's per step. The
+    # tensors are kept to the end of the process: dropped by Python before a gloo worker thread
+    # drops its reference, that thread frees them, which needs the GIL, and at exit the
+    # interpreter joins the thread while holding it (all_gather_object's own tensors hung 2
+    # runs in about 40 so)
+    mine = torch.tensor(step_ms, dtype=torch.float64)
+    everyone = [torch.empty_like(mine) for _ in range(world)]
+    _KEPT.append((mine, everyone))
+    dist.all_gather(everyone, mine)
+    slowest_ms = torch.stack(everyone).max(0).values.tolist()
     if rank == 0 and args.json:
         import resource
         peak, shared = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, shared_mb()
