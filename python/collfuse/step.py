@@ -41,13 +41,12 @@ rank, waits that poll briefly and then sleep, leaving the cores to the
 compute), so the rest of the backward pass runs meanwhile; each parameter's .grad is
 a view of its bucket (set once, kept from step to step). After the
 backward pass the buckets are waited for in the order they started, and
-the optimizer steps once per bucket, over that bucket's parameters, as
-soon as its average is done (update_per_bucket; by default for
-torch.optim's optimizers that update each parameter on its own: the
-results are bitwise one step's), so a rank that waits for its peer's last
-buckets updates the parameters of the others meanwhile and only the last
-bucket's update follows its average; other optimizers step once after
-every bucket. Where nothing is left to overlap the last bucket (no
+the optimizer steps once after every bucket, or with update_per_bucket
+once per bucket, over that bucket's parameters, as soon as its average is
+done (None: for torch.optim's optimizers that update each parameter on
+its own; the results are bitwise one step's), so a rank that waits for
+its peer's last buckets updates the parameters of the others meanwhile
+and only the last bucket's update follows its average. Where nothing is left to overlap the last bucket (no
 compute after its start, and one bucket or no update per bucket), it is
 averaged on the calling thread, blocking, if it is at most 4 MiB
 (.inline_last). Gradients are produced into their buckets: a
@@ -290,7 +289,7 @@ class CompiledStep:
     .update_per_bucket: whether the optimizer steps bucket by bucket."""
 
     def __init__(self, model, loss_fn, example_inputs, optimizer, world_size, fusion, local, passes, options,
-                 tracing_mode="real", update_per_bucket=None):
+                 tracing_mode="real", update_per_bucket=False):
         self.model, self.loss_fn, self.optimizer = model, loss_fn, optimizer
         if update_per_bucket is None:
             update_per_bucket = type(optimizer) in _PER_PARAMETER
@@ -961,7 +960,7 @@ def _keep_memory():
 
 def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, deterministic=None, fusion=None,
                  local=None, passes="default", world_size=None, keep_memory=True, tracing_mode="real",
-                 update_per_bucket=None, **options):
+                 update_per_bucket=False, **options):
     """Trace, fuse and plan a training step (see the module's doc).
     split, cost, profile, target, algo, timeout, seed: as `collfuse compile`
     and Graph.compile. deterministic: reductions in a fixed order (the job's
@@ -978,10 +977,12 @@ def compile_step(model, loss_fn, example_inputs, optimizer=None, split=None, det
     more than one bucket, the optimizer steps once per bucket, over that
     bucket's parameters, as soon as its average is done, while the later
     buckets are still being averaged (the parameters in no bucket with the
-    last); None (the default): for torch.optim's optimizers that update each
-    parameter on its own (SGD, Adam, AdamW, Adagrad, Adadelta, Adamax, ASGD,
-    NAdam, RAdam, RMSprop, Rprop; the results bitwise one step's), True for
-    any optimizer, False: one optimizer.step() after every bucket."""
+    last); None: for torch.optim's optimizers that update each parameter on
+    its own (SGD, Adam, AdamW, Adagrad, Adadelta, Adamax, ASGD, NAdam,
+    RAdam, RMSprop, Rprop; the results bitwise one step's), True for any
+    optimizer, False (the default): one optimizer.step() after every
+    bucket (on a busy 2-core machine the per-bucket updates were not shown
+    to pay: bench/results/ddp.md, b41g)."""
     if tracing_mode not in ("real", "fake"):
         raise ValueError("collfuse.step: tracing_mode %r: 'real' or 'fake'" % (tracing_mode,))
     if keep_memory:

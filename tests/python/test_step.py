@@ -76,6 +76,8 @@ for n, p in m.named_parameters():
     if not any(lo <= p.grad.data_ptr() < hi for lo, hi in flat_ptrs):
         fail("%s's gradient is not a view of a bucket" % n)
 
+if step.update_per_bucket or len(step.plan) < 2:  # off unless asked for
+    fail("compile_step's default: update per bucket %r (%d buckets)" % (step.update_per_bucket, len(step.plan)))
 # the last bucket averaged on the calling thread only where nothing is left to overlap it (one
 # bucket, or no update per bucket) and it is at most 4 MiB (compiled for 2 ranks, not run)
 for width, per_bucket, split, want in ((64, None, "bytes:64M", True), (1100, None, "bytes:64M", False),
