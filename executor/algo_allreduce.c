@@ -349,6 +349,10 @@ cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
  * per rank, 0.67-0.83x its fraction of the bound: docs/executor.md). */
 enum { POOL_PIECE = 1 << 20 };
 
+/* Bytes of a call from which pool leaves the ranks beyond the cores idle
+ * (cf_algo_pool): auto runs pool from 16 MiB on 3 or more ranks. */
+enum { POOL_IDLE_MIN = 4 << 20 };
+
 /* pool: rsag_put whose chunks are not dealt out in advance. The call is cut
  * into pieces, and every rank takes the next piece from one counter (in
  * the scratch of the group's first rank, which every peer reaches through
@@ -364,7 +368,18 @@ enum { POOL_PIECE = 1 << 20 };
  * rsag_put). Each element is reduced by the same kernel from the
  * same operands in the same order as rsag: the results are rsag's, bit for
  * bit. Not zero copy, or not host memory (the counter is a host atomic):
- * rsag. */
+ * rsag.
+ *
+ * Where the world's ranks outnumber its cores (c->cores: 4 processes of
+ * the shm world on 2 cores), a call of POOL_IDLE_MIN or more is reduced by
+ * the group's first c->cores ranks alone: the others exchange their
+ * buffers, release the peers' at once (they read none) and sleep until
+ * the workers have released theirs (send_sleep), so the cores are not
+ * shared between four ranks that each poll the counter, yield and wait for
+ * a slice: at 16 MiB two ranks did all 16 pieces while the two others,
+ * which had yielded through their waits, did not run again until the call
+ * ended (bench/results/shm.md). Who reduces a piece changes nothing in
+ * its result. */
 cf_status cf_algo_pool(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   if (!c->ops->zero_copy || !cf_device_is_host(dev)) return cf_algo_rsag(c, dev, call);
   const cf_coll_desc *d = &call->desc;
@@ -381,6 +396,18 @@ cf_status cf_algo_pool(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   if (!st && me != 0) st = c->ops->recv(c, call->ranks[0], NULL, sizeof *next, d, &p);
   if (!st && me != 0) next = (_Atomic int64_t *)p;
   cf_algo_phase("exchange buffers", t);
+  /* this rank sleeps while the first c->cores ranks reduce */
+  bool idle = c->cores > 0 && me >= c->cores && d->count * es >= POOL_IDLE_MIN;
+  if (!st && idle) {
+    for (int k = 0; k < 2 && !st; k++)
+      st = release_all(c, call);
+    if (!st && me != 0) st = c->ops->release(c, call->ranks[0]); /* the counter */
+    t = cf_algo_phase_begin();
+    if (!st) st = c->ops->send_sleep ? c->ops->send_sleep(c) : c->ops->send_wait(c);
+    cf_algo_phase("sleep while the workers reduce", t);
+    put_free(&b);
+    return st;
+  }
   if (!st) {
     t = cf_algo_phase_begin();
     bool spread = !d->in_place && n <= CF_MAX_ARITY, stream = spread && cf_coll_call_streams(call);

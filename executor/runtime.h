@@ -206,6 +206,11 @@ typedef struct cf_comm_ops {
   /* Wait until every message this rank sent has been released (eager
    * messages excepted: their buffers were free at once). */
   cf_status (*send_wait)(cf_comm *c);
+  /* Optional (NULL when absent: pool calls send_wait instead): as
+   * send_wait, for a rank with nothing to do until its peers are done. It
+   * sleeps at once instead of polling first, so that it leaves its CPU to
+   * the ranks at work (pool's idle ranks where ranks outnumber cores). */
+  cf_status (*send_sleep)(cf_comm *c);
   /* Optional (NULL when absent): send bytes <= eager_max by copying them
    * into the message, so buf is free when it returns and neither send_wait
    * nor wait_released waits for the peer to read it. The peer still
@@ -238,6 +243,9 @@ struct cf_comm {
   const cf_comm_ops *ops;
   cf_context *ctx; /* this rank's context for messages: set by whoever runs the rank */
   int rank, size;  /* world */
+  /* the cores the world's ranks share where they are fewer than its ranks
+   * (shm: 4 processes on 2 cores), else 0 */
+  int cores;
   void *impl;
 };
 

@@ -156,6 +156,7 @@ typedef struct cf_shm_world {
   int size, me;
   double timeout_s;
   int spin;               /* polls before a wait sleeps */
+  int cores;              /* the CPUs the ranks share (COLLFUSE_SHM_CORES, else this process's) */
   cf_spin_mode spin_mode; /* how they poll */
   char host[256];
   shead *head;
@@ -386,9 +387,10 @@ static cf_status stop(cf_shm_world *w, const wait_what *ww) {
 }
 
 /* Wait until *a >= target (threads.c's spin, then sleep on the bell). */
-static cf_status wait_ge(cf_shm_world *w, _Atomic uint64_t *a, uint64_t target, const wait_what *ww) {
+static cf_status wait_ge(cf_shm_world *w, _Atomic uint64_t *a, uint64_t target, const wait_what *ww,
+                         bool sleep_now) {
   if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
-  if (cf_spin_ge(a, target, w->spin, w->spin_mode)) return CF_OK;
+  if (!sleep_now && cf_spin_ge(a, target, w->spin, w->spin_mode)) return CF_OK;
   sbell *b = &w->bells[w->me];
   /* the timeout counts the silence of the work waited for: the peer's
    * beats and, while it waits itself, those down its chain of waits
@@ -422,9 +424,10 @@ static schan *channel(cf_shm_world *w, int src, int dst) {
   return &w->ch[(size_t)src * (size_t)w->size + (size_t)dst];
 }
 
-static cf_status wait_acked(cf_shm_world *w, int peer, uint64_t target, const wait_what *ww) {
+static cf_status wait_acked(cf_shm_world *w, int peer, uint64_t target, const wait_what *ww,
+                            bool sleep_now) {
   if (w->acked_seen[peer] >= target) return CF_OK;
-  cf_status st = wait_ge(w, &channel(w, w->me, peer)->acked, target, ww);
+  cf_status st = wait_ge(w, &channel(w, w->me, peer)->acked, target, ww, sleep_now);
   if (!st) w->acked_seen[peer] = atomic_load(&channel(w, w->me, peer)->acked);
   return st;
 }
@@ -438,7 +441,7 @@ static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const
   uint64_t h = w->head_n[peer];
   if (h >= CHAN_SLOTS) {
     wait_what ww = {"a free message slot to", peer, d};
-    cf_status st = wait_acked(w, peer, h - CHAN_SLOTS + 1, &ww);
+    cf_status st = wait_acked(w, peer, h - CHAN_SLOTS + 1, &ww, false);
     if (st) return st;
   }
   unsigned i = (unsigned)(h % CHAN_SLOTS);
@@ -505,7 +508,7 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   unsigned i = (unsigned)(w->tail[peer] % CHAN_SLOTS);
   scell *m = &ch->slot[i];
   wait_what ww = {"a message from", peer, d};
-  cf_status st = wait_ge(w, &m->seq, w->tail[peer] + 1, &ww);
+  cf_status st = wait_ge(w, &m->seq, w->tail[peer] + 1, &ww, false);
   if (st) return st;
   char text[768];
   sdesc *sd = &ch->desc[i];
@@ -557,19 +560,23 @@ static uint64_t s_sent(cf_comm *c, int peer) {
 
 static cf_status s_wait_released(cf_comm *c, int peer, uint64_t count) {
   wait_what ww = {"the release of a message by", peer, NULL};
-  return wait_acked(c->impl, peer, count, &ww);
+  return wait_acked(c->impl, peer, count, &ww, false);
 }
 
-static cf_status s_send_wait(cf_comm *c) {
+static cf_status send_wait(cf_comm *c, bool sleep_now) {
   cf_shm_world *w = c->impl;
   for (int p = 0; p < w->size; p++) {
     if (p == w->me) continue;
     wait_what ww = {"the release of a message by", p, NULL};
-    cf_status st = wait_acked(w, p, w->need[p], &ww);
+    cf_status st = wait_acked(w, p, w->need[p], &ww, sleep_now);
     if (st) return st;
   }
   return CF_OK;
 }
+
+static cf_status s_send_wait(cf_comm *c) { return send_wait(c, false); }
+
+static cf_status s_send_sleep(cf_comm *c) { return send_wait(c, true); }
 
 static void s_abort(cf_comm *c, const char *text) { world_abort(c->impl, text); }
 
@@ -594,6 +601,7 @@ static const cf_comm_ops shm_ops = {
     .sent = s_sent,
     .wait_released = s_wait_released,
     .send_wait = s_send_wait,
+    .send_sleep = s_send_sleep,
     .send_eager = s_send_eager,
     .eager_max = EAGER_MAX,
     .abort = s_abort,
@@ -1048,6 +1056,18 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "COLLFUSE_SHM_SPIN=%s: expected yield or pause",
                     spin_knob);
   bool pause_spin = spin_knob && strcmp(spin_knob, "pause") == 0;
+  long cpus = 0;
+  const char *cores_knob = cf_env(CF_ENV_SHM_CORES);
+  if (cores_knob && *cores_knob) {
+    char *end;
+    errno = 0;
+    cpus = strtol(cores_knob, &end, 10);
+    if (errno || *end || cpus < 1 || cpus > 65536)
+      return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                      "COLLFUSE_SHM_CORES=%s: expected a number of cores from 1 to 65536", cores_knob);
+  } else {
+    cpus = cf_cpu_count();
+  }
   cf_shm_world *w = calloc(1, sizeof *w);
   if (!w) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   int n = l->size;
@@ -1056,7 +1076,6 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   w->size = n;
   w->me = l->rank;
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   /* oversubscribed (4 processes on 2 cores), a wait yields 64 times and
    * then sleeps. Pausing 256 polls and sleeping (CF_SPIN_PAUSE) took
    * 0.22-0.37x the time of a 16 MiB pool call at load 7-13, where EEVDF
@@ -1064,6 +1083,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
    * it made 8 B 5x slower, 64 KiB 4x and 1 MiB 1.6x (a futex wake per
    * message) and 16 MiB level: bench/results/shm.md. COLLFUSE_SHM_SPIN=pause
    * chooses it for a machine busy with other work. */
+  w->cores = (int)cpus;
   w->spin = n <= cpus ? 40000 : pause_spin ? CF_SPIN_BRIEF : 64;
   w->spin_mode = n <= cpus ? CF_SPIN_CORE : pause_spin ? CF_SPIN_PAUSE : CF_SPIN_YIELD;
   gethostname(w->host, sizeof w->host - 1);
@@ -1161,6 +1181,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   joined_worlds = w;
   pthread_mutex_unlock(&joined_lock);
   w->comm = (cf_comm){.ops = &shm_ops, .ctx = ctx, .rank = w->me, .size = n, .impl = w};
+  w->comm.cores = n > w->cores ? w->cores : 0;
   w->cpus = cf_bind_cpus(n, &w->lanes);
   *out = &w->base;
   return CF_OK;
@@ -1246,7 +1267,7 @@ static cf_status shm_max(cf_world *base, double *v, int n) {
       for (int r = 0; r < w->size; r++) {
         if (r == w->me) continue;
         wait_what ww = {"the start-up values of", r, NULL};
-        cf_status st = wait_ge(w, &w->head->max_round[r], phase, &ww);
+        cf_status st = wait_ge(w, &w->head->max_round[r], phase, &ww, false);
         if (st) return st;
         for (int i = 0; i < k && phase & 1; i++)
           if (w->head->maxv[r][i] > m[i]) m[i] = w->head->maxv[r][i];

@@ -172,6 +172,8 @@ uint64_t cf_coll_desc_key(const cf_coll_desc *d);
  * (no binding) when $COLLFUSE_BIND is "none". cf_bind_thread binds the
  * calling thread to rank's lane (cpus NULL: no-op). */
 int *cf_bind_cpus(int size, int *lanes);
+/* The CPUs this process may run on (its affinity mask; else those online). */
+int cf_cpu_count(void);
 /* A rank's signs of life as the waits on it read them (threads.c keeps one
  * per rank, shm.c one per rank in its control segment): its heartbeat and
  * whom its sleeping wait waits for. */
