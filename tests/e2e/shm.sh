@@ -23,7 +23,8 @@
 #  - COLLFUSE_SHM_SPIN=pause verifies at 4 ranks; another value is refused;
 #  - COLLFUSE_SHM_CORES=2 at 4 ranks: pool's large call is reduced by ranks
 #    0 and 1 while 2 and 3 sleep (their traces), verified and bitwise the
-#    threads backend's; 0 is refused;
+#    threads backend's; kill -9 of rank 1 stops the sleeping ranks; 0 is
+#    refused;
 #  - the embedding API's cf_executable_run_rank with the option backend shm
 #    (API_MPI, e2e/api_mpi.c) at 2 and 4 processes from the launcher's
 #    variables, and at 2 with the option job (rank and size explicit); and
@@ -321,23 +322,31 @@ cat >"$work/big.xml" <<'EOF'
   <node name="o" op="Output"><input ref="r"/></node>
 </graph>
 EOF
-checks=$((checks + 1))
-t0=$(date +%s)
-timeout -k 5 $((120 * scale)) "$cf" run "$work/big.xml" --backend shm --iters 100000 --timeout 10 >"$OUT" 2>"$ERR" &
-job=$!
-victim=""
-i=0
-while [ -z "$victim" ] && [ "$i" -lt 300 ]; do # the ranks are grandchildren (timeout, collfuse, ranks)
-  for p in $(pgrep -f "$work/big.xml" 2>/dev/null); do # spawn.c names rank R's process collfuse.rR
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = collfuse.r1 ] && victim=$p
+# kill9 GRAPH WHAT [ARGS...]: run GRAPH on the shm world with ARGS, many
+# iterations, kill -9 rank 1 after 2 s: the others stop within --timeout
+# naming it
+kill9() {
+  g=$1
+  what=$2
+  shift 2
+  checks=$((checks + 1))
+  t0=$(date +%s)
+  timeout -k 5 $((120 * scale)) "$cf" run "$g" --backend shm --iters 100000 --timeout 10 "$@" >"$OUT" 2>"$ERR" &
+  job=$!
+  victim=""
+  i=0
+  while [ -z "$victim" ] && [ "$i" -lt 300 ]; do # the ranks are grandchildren (timeout, collfuse, ranks)
+    for p in $(pgrep -f "$g" 2>/dev/null); do # spawn.c names rank R's process collfuse.rR
+      [ "$(cat "/proc/$p/comm" 2>/dev/null)" = collfuse.r1 ] && victim=$p
+    done
+    [ -n "$victim" ] || sleep 0.1
+    i=$((i + 1))
   done
-  [ -n "$victim" ] || sleep 0.1
-  i=$((i + 1))
-done
-if [ -z "$victim" ]; then
-  fail "kill -9: rank 1's process not found"
-  kill "$job" 2>/dev/null
-else
+  if [ -z "$victim" ]; then
+    fail "kill -9 ($what): rank 1's process not found"
+    kill "$job" 2>/dev/null
+    return
+  fi
   sleep 2 # in the middle of the AllReduces
   # the heaps are in 2 MiB pages where this machine gives shared memory
   # huge pages: shmem_enabled other than never/deny, or (never) a tmpfs
@@ -356,10 +365,11 @@ else
   wait "$job"
   rc=$?
   took=$(($(date +%s) - t0))
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "kill -9 of rank 1: exit $rc"
-  [ "$took" -le $((11 * scale + 2)) ] || fail "kill -9 of rank 1: the others took ${took}s to stop (--timeout 10)"
-  has "$ERR" "rank 1 (pid $victim) died" "kill -9 of rank 1"
-fi
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "kill -9 of rank 1 ($what): exit $rc"
+  [ "$took" -le $((11 * scale + 2)) ] || fail "kill -9 of rank 1 ($what): the others took ${took}s to stop (--timeout 10)"
+  has "$ERR" "rank 1 (pid $victim) died" "kill -9 of rank 1 ($what)"
+}
+kill9 "$work/big.xml" "64 MiB, 2 ranks"
 
 # under an address-space limit (ulimit -v) the heaps share half the room
 # left (each rank maps every rank's heap; sized to the host's memory they
@@ -415,6 +425,8 @@ COLLFUSE_SHM_CORES=2 run run "$work/pool_idle.xml" --backend shm --ranks 4 --alg
       fail "COLLFUSE_SHM_CORES=2, pool: rank $r took pieces (only ranks 0 and 1 should)"
   done
 }
+# a worker killed while the idle ranks sleep: they see it die
+COLLFUSE_SHM_CORES=2 kill9 "$work/pool_idle.xml" "pool, 4 ranks on 2 cores" --ranks 4 --algo pool
 COLLFUSE_SHM_CORES=0 run run "$work/mixed2.xml" --backend shm --timeout 60 &&
   expect_last 2 "COLLFUSE_SHM_CORES=0: expected a number of cores from 1" "COLLFUSE_SHM_CORES=0"
 
