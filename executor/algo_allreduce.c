@@ -372,7 +372,8 @@ enum { POOL_IDLE_MIN = 4 << 20 };
  *
  * Where the world's ranks outnumber its cores (c->cores: 4 processes of
  * the shm world on 2 cores), a call of POOL_IDLE_MIN or more is reduced by
- * the group's first c->cores ranks alone: the others exchange their
+ * the group's first c->cores ranks alone (in a world's group, one per core:
+ * cf_bind_cpus deals the ranks to the CPUs round robin): the others exchange their
  * buffers, release the peers' at once (they read none) and sleep until
  * the workers have released theirs (send_sleep), so the cores are not
  * shared between four ranks that each poll the counter, yield and wait for
