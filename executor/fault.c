@@ -122,6 +122,11 @@ static cf_status f_send_wait(cf_comm *c) {
   return in->ops->send_wait(in);
 }
 
+static cf_status f_send_sleep(cf_comm *c) {
+  cf_comm *in = in_of(c);
+  return in->ops->send_sleep(in);
+}
+
 static void f_abort(cf_comm *c, const char *msg) {
   fault_comm *fc = c->impl;
   cf_comm *in = in_of(c);
@@ -333,6 +338,7 @@ cf_status cf_fault_world(cf_context *ctx, cf_world *inner, cf_plan *p, const cf_
                           .send = f_send, .recv = f_recv, .release = f_release, .sent = f_sent,
                           .wait_released = f_wait_released, .send_wait = f_send_wait,
                           .abort = f_abort, .aborted = f_aborted,
+                          .send_sleep = io->send_sleep ? f_send_sleep : NULL,
                           .send_eager = io->send_eager ? f_send_eager : NULL,
                           .native = io->native ? f_native : NULL, .beat = f_beat};
   for (int i = 0; i < inner->local; i++) {
@@ -341,7 +347,7 @@ cf_status cf_fault_world(cf_context *ctx, cf_world *inner, cf_plan *p, const cf_
     fc->saved = fc->inner->ctx;
     fc->w = fw;
     fc->base = (cf_comm){.ops = &fw->ops, .ctx = fc->inner->ctx, .rank = fc->inner->rank,
-                         .size = fc->inner->size, .impl = fc};
+                         .size = fc->inner->size, .cores = fc->inner->cores, .impl = fc};
   }
   *out = &fw->base;
   return CF_OK;
