@@ -10,7 +10,7 @@
  * (bench allreduce --algo rsag, 2 ranks; the threads world with its
  * madvise made a no-op ran at the shm world's speed). So: with `advise`,
  * `within_size`, `always` or `force`, a memfd advised MADV_HUGEPAGE; with
- * `never`, a file on a tmpfs of our own mounted huge=always, which the
+ * `never`, a file on a tmpfs of our own mounted huge=within_size, which the
  * setting does not govern; a tmpfs can be mounted only in a mount
  * namespace of one's own, so a child made for it (fork, then new user and
  * mount namespaces) mounts it, opens the file, unlinks it and hands the
@@ -95,11 +95,15 @@ static int tmpfs_child(int sock, const char *opts, const char *uid_map, const ch
   return sendmsg(sock, &mh, MSG_NOSIGNAL) == 1 ? 0 : 1;
 }
 
-/* An unlinked file of bytes named name on a huge=always tmpfs of our own,
- * else -1. */
+/* An unlinked file of bytes named name on a tmpfs of our own in 2 MiB
+ * pages, else -1. within_size, not always: the pages past the last whole
+ * 2 MiB of the file are 4 KiB pages, where `always` gives the file's tail a
+ * huge page of its own (cf_shm_memory's files are a DDP bucket's size: up
+ * to 2 MiB of resident memory more for each); a heap is sparse and as large
+ * as the host's memory, in 2 MiB pages either way. */
 static int huge_tmpfs_fd(size_t bytes, const char *name) {
   char opts[96], uid_map[48], gid_map[48];
-  snprintf(opts, sizeof opts, "huge=always,mode=0700,size=%zuk", bytes / 1024 + CF_SHM_HUGE_PAGE / 1024);
+  snprintf(opts, sizeof opts, "huge=within_size,mode=0700,size=%zuk", bytes / 1024 + CF_SHM_HUGE_PAGE / 1024);
   snprintf(uid_map, sizeof uid_map, "0 %u 1", (unsigned)geteuid());
   snprintf(gid_map, sizeof gid_map, "0 %u 1", (unsigned)getegid());
   int sv[2];

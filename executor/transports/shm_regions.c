@@ -30,7 +30,7 @@
  * and writes half of the peer's buffer here, so a DDP rank whose gradient
  * buckets are registered held half of its peer's buckets besides its own
  * (ResNet-18: 21 MB, all that kept its peak above plain DDP's). So where
- * the region's file is in 2 MiB pages (st_blksize: a huge=always tmpfs,
+ * the region's file is in 2 MiB pages (st_blksize: a tmpfs of huge pages,
  * as cf_shm_memory's files, shm_pages.c), each message's pages are let go
  * (MADV_DONTNEED: only this rank's page tables; the data stay in the
  * owner's file) when the message is released, and the next message maps
