@@ -54,6 +54,7 @@ naming the launcher and the rank seen, rather than run on something slower.
 import atexit
 import ctypes
 import json
+import operator
 import os
 import shutil
 import sys
@@ -644,13 +645,17 @@ def _same_dtype(a, b, what):
 
 
 def _reduction(op):
-    name = getattr(op, "name", None)  # torch.distributed.ReduceOp.SUM and friends
+    # torch.distributed.ReduceOp.SUM and friends: torch 1.13's ReduceOp
+    # objects carry their RedOpType (which has the name) as .op
+    name = getattr(op, "name", None) or getattr(getattr(op, "op", None), "name", None)
     if name is None:
         rep = str(op)
         name = rep.split(".")[-1] if rep.startswith("ReduceOp.") else rep
     red = _REDUCTIONS.get(str(name).lower())
     if red is None:
-        raise ValueError("collfuse.distributed: reduction %r: sum, mean (avg), max, min or prod" % (op,))
+        raise ValueError("collfuse.distributed: reduction %s: collfuse reduces with sum, mean (avg), max, min "
+                         "or prod (not torch's BAND, BOR, BXOR or PREMUL_SUM)"
+                         % (name if isinstance(name, str) else repr(op)))
     return red
 
 
@@ -858,6 +863,28 @@ class Work:
         """The buffer the collective wrote (what wait() returns)."""
         return self.wait()
 
+    def get_future(self):
+        """A torch.futures.Future completed, on collfuse's thread, once the
+        collective has ended, as torch's Work.get_future(): its value is a
+        list holding the buffer (DDP comm hooks written for torch's
+        collectives end with .then(lambda f: f.value()[0])), or the
+        CollfuseError, raised as the future's error (which DDP raises)."""
+        import torch
+        fut = torch.futures.Future()
+        done = fut.then(_future_value)
+        self.then(fut.set_result)
+        return done
+
+
+def _future_value(fut):
+    """get_future's then(): the Work's buffer in a list, or its error raised
+    (a callback's exception completes the future with an error; one set
+    with set_exception is a value DDP cannot cast)."""
+    work = fut.value()
+    if work._err is not None:
+        raise work._err
+    return [work._result]
+
 
 def _done(user, status, message):
     """cf_run_done_fn: a started collective has ended (on collfuse's thread)."""
@@ -907,35 +934,48 @@ def _start(w, grp, kind, dtype, count, arg, inp, out, in_place, result, hold):
 def all_reduce(tensor, op="sum", group=None, dtype=None, async_op=False):
     """Reduce tensor over the group's ranks (None: every rank), in place:
     afterwards each one's tensor holds the reduction (op: "sum",
-    "mean"/"avg", "max", "min", "prod", or a torch.distributed.ReduceOp).
+    "mean"/"avg", "max", "min", "prod", or a torch.distributed.ReduceOp:
+    SUM, AVG, MAX, MIN, PRODUCT; BAND, BOR, BXOR and PREMUL_SUM raise).
     async_op=True: start it on collfuse's thread and return a Work at once
     (its wait() returns tensor); the tensor must stay untouched until then.
     A later call without async_op runs after the started ones."""
     w, grp = _enter(group)
     red = _reduction(op)
     b = _buf(tensor, "all_reduce's tensor", True, dtype)
+    return _go(w, grp, "all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True, tensor, (tensor,), async_op)
+
+
+def _go(w, grp, kind, dtype, count, arg, inp, out, in_place, result, hold, async_op):
+    """Run the checked collective kind (count elements: none, nothing to
+    do) and return result, or with async_op start it and return its
+    Work (hold: the buffers kept alive until it has ended)."""
     if async_op:
-        if not b.count:
-            work = Work(tensor)
+        if not count:
+            work = Work(result)
             work._end(None)
             return work
-        return _start(w, grp, "all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True, tensor, tensor)
-    if b.count:
-        _run(w, grp, "all_reduce", b.dtype, b.count, red, b.ptr, b.ptr, True)
-    return tensor
+        return _start(w, grp, kind, dtype, count, arg, inp, out, in_place, result, hold)
+    if count:
+        _run(w, grp, kind, dtype, count, arg, inp, out, in_place)
+    return result
 
 
-def broadcast(tensor, src, group=None, dtype=None):
-    """Rank src's tensor (src: a job rank, as torch's) to the group's ranks, in place."""
+def broadcast(tensor, src, group=None, dtype=None, async_op=False):
+    """Rank src's tensor (src: a job rank, as torch's) to the group's
+    ranks, in place. async_op: as all_reduce's."""
     w, grp = _enter(group)
     ranks = grp.members or range(w.size)
-    if not isinstance(src, int) or src not in ranks:
+    try:  # an integer (numpy's and torch's integer scalars too), not a bool
+        rank = None if isinstance(src, bool) else operator.index(src)
+    except TypeError:
+        rank = None
+    if rank is None or rank not in ranks:
         raise ValueError("collfuse.distributed: broadcast src %r is not a rank of %s" % (
             src, "this %d-rank job" % w.size if grp.members is None else "group %s" % list(grp.members)))
+    src = rank
     b = _buf(tensor, "broadcast's tensor", True, dtype)
-    if b.count:
-        _run(w, grp, "broadcast", b.dtype, b.count, list(ranks).index(src), b.ptr, b.ptr, True)
-    return tensor
+    return _go(w, grp, "broadcast", b.dtype, b.count, list(ranks).index(src), b.ptr, b.ptr, True, tensor,
+               (tensor,), async_op)
 
 
 def _pair(output, input, what, dtype):
@@ -954,32 +994,32 @@ def _world_times(grp, what, big, big_name, small, small_name):
                          % (what, big_name, big.count, grp.size, small.count, small_name, small.count * grp.size))
 
 
-def all_gather(output, input, group=None, dtype=None):
+def all_gather(output, input, group=None, dtype=None, async_op=False):
     """output = every rank's input concatenated in rank order (along
-    dimension 0 of output: it has world size times input's elements)."""
+    dimension 0 of output: it has world size times input's elements).
+    async_op: as all_reduce's (its Work's wait() returns output)."""
     w, grp = _enter(group)
     o, i = _pair(output, input, "all_gather", dtype)
     _world_times(grp, "all_gather", o, "output", i, "input")
-    if i.count:
-        _run(w, grp, "all_gather", i.dtype, i.count, None, i.ptr, o.ptr, False)
-    return output
+    return _go(w, grp, "all_gather", i.dtype, i.count, None, i.ptr, o.ptr, False, output, (output, input), async_op)
 
 
-def reduce_scatter(output, input, op="sum", group=None, dtype=None):
+def reduce_scatter(output, input, op="sum", group=None, dtype=None, async_op=False):
     """output = this rank's block of the reduction of every rank's input
-    (input: world size blocks of output's size, in rank order)."""
+    (input: world size blocks of output's size, in rank order). async_op:
+    as all_gather's."""
     w, grp = _enter(group)
     red = _reduction(op)
     o, i = _pair(output, input, "reduce_scatter", dtype)
     _world_times(grp, "reduce_scatter", i, "input", o, "output")
-    if o.count:
-        _run(w, grp, "reduce_scatter", i.dtype, o.count, red, i.ptr, o.ptr, False)
-    return output
+    return _go(w, grp, "reduce_scatter", i.dtype, o.count, red, i.ptr, o.ptr, False, output, (output, input),
+               async_op)
 
 
-def all_to_all(output, input, group=None, dtype=None):
+def all_to_all(output, input, group=None, dtype=None, async_op=False):
     """Block j of input (world size equal blocks) to rank j; output's block
-    i came from rank i (torch's all_to_all_single with equal splits)."""
+    i came from rank i (torch's all_to_all_single with equal splits).
+    async_op: as all_gather's."""
     w, grp = _enter(group)
     o, i = _pair(output, input, "all_to_all", dtype)
     if o.count != i.count:
@@ -988,9 +1028,7 @@ def all_to_all(output, input, group=None, dtype=None):
     if i.count % grp.size:
         raise ValueError("collfuse.distributed: all_to_all: %d elements do not cut into %d equal blocks"
                          % (i.count, grp.size))
-    if i.count:
-        _run(w, grp, "all_to_all", i.dtype, i.count, None, i.ptr, o.ptr, False)
-    return output
+    return _go(w, grp, "all_to_all", i.dtype, i.count, None, i.ptr, o.ptr, False, output, (output, input), async_op)
 
 
 _TOKEN = np.zeros(1, dtype=np.int32)
