@@ -54,7 +54,8 @@ cf_status cf_shm_memory(cf_context *ctx, size_t bytes, int *fd) {
   *fd = -1;
   if (!bytes) return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "cf_shm_memory: 0 bytes asked for");
   if (bytes > (size_t)INT64_MAX)
-    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "cf_shm_memory: %zu bytes are more than a file holds", bytes);
+    return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "cf_shm_memory: %zu bytes are more than a file holds",
+                    bytes);
   int got = cf_shm_pages_make(bytes, "region");
   if (got < 0)
     return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "cf_shm_memory: no file of %zu bytes of shared memory: %s",

@@ -41,7 +41,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-
 /* The word in brackets of shmem_enabled: 'n'ever, 'd'eny, 'a' (a setting
  * under which MADV_HUGEPAGE gets huge pages), '?' unreadable. */
 static char shmem_thp(void) {
@@ -103,7 +102,8 @@ static int tmpfs_child(int sock, const char *opts, const char *uid_map, const ch
  * as the host's memory, in 2 MiB pages either way. */
 static int huge_tmpfs_fd(size_t bytes, const char *name) {
   char opts[96], uid_map[48], gid_map[48];
-  snprintf(opts, sizeof opts, "huge=within_size,mode=0700,size=%zuk", bytes / 1024 + CF_SHM_HUGE_PAGE / 1024);
+  snprintf(opts, sizeof opts, "huge=within_size,mode=0700,size=%zuk",
+           bytes / 1024 + CF_SHM_HUGE_PAGE / 1024);
   snprintf(uid_map, sizeof uid_map, "0 %u 1", (unsigned)geteuid());
   snprintf(gid_map, sizeof gid_map, "0 %u 1", (unsigned)getegid());
   int sv[2];
@@ -170,23 +170,25 @@ size_t cf_shm_heap_cap(size_t bytes, int n) {
   }
   size_t used = (size_t)vm * (size_t)sysconf(_SC_PAGESIZE), lim = (size_t)rl.rlim_cur;
   size_t share = (lim > used ? (lim - used) / 2 : 0) / (size_t)(n > 0 ? n : 1);
-  share = share > CF_SHM_HUGE_PAGE ? (share - CF_SHM_HUGE_PAGE) / CF_SHM_HUGE_PAGE * CF_SHM_HUGE_PAGE : 0; /* and its alignment */
+  size_t huge = CF_SHM_HUGE_PAGE;
+  share = share > huge ? (share - huge) / huge * huge : 0; /* and its alignment */
   return share < bytes ? share : bytes;
 }
 
 /* Map a heap on a 2 MiB boundary (a huge page maps only there), advised
  * MADV_HUGEPAGE (with shmem_enabled=advise the advice is what gets them). */
 void *cf_shm_heap_map(int fd, size_t bytes) {
-  char *r = mmap(NULL, bytes + CF_SHM_HUGE_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  size_t huge = CF_SHM_HUGE_PAGE;
+  char *r = mmap(NULL, bytes + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r == MAP_FAILED) return MAP_FAILED;
-  char *a = (char *)(((uintptr_t)r + CF_SHM_HUGE_PAGE - 1) & ~(uintptr_t)(CF_SHM_HUGE_PAGE - 1));
+  char *a = (char *)(((uintptr_t)r + huge - 1) & ~(uintptr_t)(huge - 1));
   void *p = mmap(a, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | MAP_FIXED, fd, 0);
   if (p == MAP_FAILED) {
-    munmap(r, bytes + CF_SHM_HUGE_PAGE);
+    munmap(r, bytes + huge);
     return MAP_FAILED;
   }
   if (a > r) munmap(r, (size_t)(a - r));
-  if (r + bytes + CF_SHM_HUGE_PAGE > a + bytes) munmap(a + bytes, (size_t)(r + CF_SHM_HUGE_PAGE - a));
+  if (r + bytes + huge > a + bytes) munmap(a + bytes, (size_t)(r + huge - a));
   const char *knob = cf_env(CF_ENV_SHM_HUGE);
   if (!(knob && strcmp(knob, "0") == 0)) {
     madvise(p, bytes, MADV_HUGEPAGE); /* advice */
@@ -195,7 +197,7 @@ void *cf_shm_heap_map(int fd, size_t bytes) {
      * every heap, which in a huge page cost 2 MiB of each rank's memory
      * per heap (a job whose buffers are all registered touches nothing
      * else of the heaps) */
-    if (bytes > CF_SHM_HUGE_PAGE) madvise(p, CF_SHM_HUGE_PAGE, MADV_NOHUGEPAGE);
+    if (bytes > huge) madvise(p, huge, MADV_NOHUGEPAGE);
   }
   return p;
 }

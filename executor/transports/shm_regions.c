@@ -39,8 +39,8 @@
  * 16 MiB 1.5-4x slower, so there they stay mapped; reading the peer's
  * file without mapping it (pread/pwrite into a segment in cache, or
  * process_vm_readv) moved 3-5 GB/s against 13-16 for memcpy from the
- * mapping, 2.5-7x slower per call (docs/executor.md, "Registered
- * memory").
+ * mapping, 2.5-7x slower per call (docs/executor.md, "A peer's
+ * pages").
  */
 #define _GNU_SOURCE
 #include "transports.h"
@@ -54,7 +54,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
 
 typedef struct reg_entry {
   char *base;
@@ -267,9 +266,12 @@ void cf_shm_regions_let_go(cf_shm_regions *rs, cf_shm_hold *hold) {
   *hold = (cf_shm_hold){0};
 }
 
+/* From the page that holds p on: what lies before p in it is not this
+ * rank's to touch in this call (another rank's chunk, or no message's), and
+ * a page dropped is only mapped again if touched. Up to the last whole page
+ * done: the receiver is still at work in the page after. */
 void cf_shm_regions_let_go_part(cf_shm_regions *rs, cf_shm_hold *hold, const void *p, size_t bytes) {
-  uintptr_t huge = CF_SHM_HUGE_PAGE, lo = ((uintptr_t)p + huge - 1) & ~(huge - 1),
-            hi = ((uintptr_t)p + bytes) & ~(huge - 1);
+  uintptr_t huge = CF_SHM_HUGE_PAGE, lo = (uintptr_t)p & ~(huge - 1), hi = ((uintptr_t)p + bytes) & ~(huge - 1);
   if (lo < (uintptr_t)hold->gone) lo = (uintptr_t)hold->gone;
   if (hi > (uintptr_t)hold->hi) hi = (uintptr_t)hold->hi;
   if (!hold->lo || hi <= lo) return;

@@ -147,9 +147,10 @@ const void *cf_shm_regions_peer(cf_shm_regions *rs, int peer, uint32_t slot, uin
  * peer's file; the next touch maps them again) unless its map was
  * replaced since; hold is emptied. */
 void cf_shm_regions_let_go(cf_shm_regions *rs, cf_shm_hold *hold);
-/* The whole 2 MiB pages of [p, p + bytes) (in hold's range) dropped from
- * this rank's page tables as cf_shm_regions_let_go does, once each: the
- * receiver is done with them (the let_go slot). */
+/* The 2 MiB pages from the one that holds p to the last one [p, p + bytes)
+ * covers whole (in hold's range) dropped from this rank's page tables as
+ * cf_shm_regions_let_go does, once each: the receiver is done with them
+ * (the let_go slot). */
 void cf_shm_regions_let_go_part(cf_shm_regions *rs, cf_shm_hold *hold, const void *p, size_t bytes);
 
 /* world.c: the slots, wrapped */
