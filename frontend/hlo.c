@@ -488,13 +488,27 @@ static cf_status parse_header(hlo_reader *r, const char *s, const char *e, int l
   return CF_OK;
 }
 
+/* Whether p starts like a computation: `ENTRY`, or a name followed by its
+ * body or its signature (`%name (p: f32[]) -> f32[] {`). */
+static bool comp_head(const char *p, const char *e) {
+  if (cf_hlo_word_at(p, e, "ENTRY")) return true;
+  cf_span nm;
+  p = cf_hlo_skip(cf_hlo_read_name(p, e, &nm), e);
+  return nm.n && p < e && (*p == '{' || *p == '(');
+}
+
 static cf_status parse_module(hlo_reader *r) {
   cf_status st;
   const char *e = r->end;
   int line = 1, n = 0;
   const char *p = cf_hlo_skip_nl(r->text, e, &line);
-  if (!cf_hlo_word_at(p, e, "HloModule"))
-    return cf_hlo_fail(r, line, "not HLO text: expected 'HloModule NAME' at the start");
+  /* XLA's parser also takes a module without its header, from its first
+   * computation (`ENTRY e {...}` or `NAME {...}`), as XLA's tests write
+   * them (RunAndFilecheckHloRewrite): no name, XLA's default config */
+  bool header = cf_hlo_word_at(p, e, "HloModule");
+  if (!header && !comp_head(p, e))
+    return cf_hlo_fail(r, line,
+                       "not HLO text: expected 'HloModule NAME' or a computation at the start");
   /* statements at the top level: an upper bound on the computations */
   for (const char *q = p; q < e; q = cf_hlo_skip_nl(q, e, &line)) {
     if ((st = cf_hlo_scan_stmt(r, q, e, false, &line, &q))) return st;
@@ -512,7 +526,7 @@ static cf_status parse_module(hlo_reader *r) {
     const char *pe;
     bool is_comp, is_entry;
     if ((st = cf_hlo_scan_stmt(r, p, e, false, &line, &pe))) return st;
-    if (first)
+    if (first && header)
       st = parse_header(r, p, pe, l0);
     else if (!(st = parse_comp(r, p, pe, l0, &r->comps[r->n_comps], &is_comp, &is_entry)) &&
              is_comp) {

@@ -280,6 +280,34 @@ static cf_status eval_constant(hlo_reader *r, hinstr *in, bool at_entry, hval *o
   return cf_node_set_attr(r->g, idx, &a);
 }
 
+/* Whether v is a Constant of one value everywhere (a splat, not an iota),
+ * into value. */
+static bool splat_of(const hlo_reader *r, const hval *v, double *value) {
+  if (v->n >= 0 || v->ref.node < 0 || v->ref.node >= r->g->n_nodes) return false;
+  const cf_node *n = &r->g->nodes[v->ref.node];
+  const cf_attr *a = cf_node_attr(n, CF_A_VALUE);
+  if (n->op != CF_OP_CONSTANT || !a) return false;
+  *value = a->v.f;
+  return true;
+}
+
+/* broadcast of a splat (XLA writes `broadcast(constant(42.3)),
+ * dimensions={}` for a filled array): a Constant of that value in the
+ * broadcast's type, as a constant literal of one value is; an integer type
+ * that cannot hold the value exactly keeps the broadcast Opaque (*done
+ * false). */
+static cf_status eval_splat_broadcast(hlo_reader *r, const hinstr *in, bool at_entry, double v,
+                                      hval *out, bool *done) {
+  *done = false;
+  if (!cf_dtype_is_float(in->shape.dt) && (v != trunc(v) || fabs(v) > 0x1p53)) return CF_OK;
+  int idx;
+  cf_status st = emit_op(r, in, at_entry, CF_OP_CONSTANT, NULL, 0, &idx, out);
+  if (st) return st;
+  *done = true;
+  cf_attr a = {.id = CF_A_VALUE, .v.f = v};
+  return cf_node_set_attr(r->g, idx, &a);
+}
+
 /* Give every array of v (an ENTRY parameter) its own Input node. */
 static cf_status make_inputs(hlo_reader *r, const hinstr *in, hval *v, int *seen) {
   if (v->n >= 0) {
@@ -409,9 +437,11 @@ static int reducer(hlo_reader *r, const hinstr *in, const char **why, bool *wide
 /* What XLA's combiners key a collective on besides its replica groups,
  * reduction, dtype and dimension (AllReduceKey, AllGatherCombiner's and
  * ReduceScatterCombiner's GroupKey): a channel_id makes it cross-module,
- * use_global_device_ids, the domain of a sharding={maximal device=N}; and
- * a user's frontend_attributes={combine_key="..."}. Written into key
- * (empty when none). */
+ * use_global_device_ids, the domain of a sharding={maximal device=N}; a
+ * frontend_attributes={collective_group_key="G"} (XLA's launch group: a
+ * keyed collective is never combined with an unkeyed one or one of another
+ * key, side_effect_util.h); and a user's frontend_attributes={combine_key=
+ * "..."}. Written into key (NULL when none). */
 static cf_status combine_key(hlo_reader *r, const hinstr *in, char **out) {
   char head[96];
   size_t o = 0;
@@ -432,12 +462,19 @@ static cf_status combine_key(hlo_reader *r, const hinstr *in, char **out) {
   }
   /* the user's key is kept whole: two keys that differ only far in are two
    * keys (XLA compares the attribute's whole string) */
-  cf_span v = {NULL, 0};
-  if ((a = cf_hlo_attr(in, "frontend_attributes"))) v = cf_hlo_sub_value(r, a->val, "combine_key");
-  if (!o && !v.p) return CF_OK;
-  size_t len = o + 1 + (v.p ? v.n : 0) + 1;
+  cf_span v = {NULL, 0}, g = {NULL, 0};
+  if ((a = cf_hlo_attr(in, "frontend_attributes"))) {
+    v = cf_hlo_sub_value(r, a->val, "combine_key");
+    g = cf_hlo_sub_value(r, a->val, "collective_group_key");
+  }
+  if (g.p && !g.n) g.p = NULL; /* an empty key is no key (XLA: "nonempty") */
+  if (!o && !v.p && !g.p) return CF_OK;
+  /* written as collective_group_key=G, before the user's key */
+  size_t len = o + 1 + (g.p ? g.n + 24 : 0) + (v.p ? v.n : 0) + 1;
   if (!(*out = malloc(len))) return cf_hlo_oom(r, in->line);
-  snprintf(*out, len, "%s%s%.*s", head, o && v.p ? "," : "", v.p ? (int)v.n : 0, v.p ? v.p : "");
+  snprintf(*out, len, "%s%s%s%.*s%s%.*s", head, o && g.p ? "," : "",
+           g.p ? "collective_group_key=" : "", g.p ? (int)g.n : 0, g.p ? g.p : "",
+           (o || g.p) && v.p ? "," : "", v.p ? (int)v.n : 0, v.p ? v.p : "");
   return CF_OK;
 }
 
@@ -525,6 +562,17 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   if (gs->n_sub && !gs->name && kind != 0) /* XLA's verifier and StableHLO's say so too */
     return cf_hlo_fail(r, in->line, "instruction '%s': %s needs replica groups of one size",
                        in->name, opc);
+  /* groups of one device, with shapes for more: XLA's verifier leaves a
+   * group of one unchecked (its size may be unknown: reduce_scatter_
+   * reassociate_test's MismatchReplicaGroups), but there is nothing to run */
+  for (int i = 0; kind != 0 && gs->n_sub && gs->name && gs->off[1] - gs->off[0] == 1 && i < n;
+       i++) {
+    const cf_shape *a = &ops[i]->type->s, *b = tuple ? &res->elem[i].s : &res->s;
+    if (dim < a->rank && dim < b->rank && a->dims[dim] != b->dims[dim]) {
+      snprintf(note, sizeof note, "%s over groups of one device, with shapes for more", opc);
+      return emit_opaque(r, in, at_entry, ops, note, out);
+    }
+  }
   if (gs->n_sub && !gs->name) {
     snprintf(note, sizeof note, "%s over %d replica groups of different sizes", opc, gs->n_sub);
     /* the parts of an IR group are communicators of one size (reported with
@@ -584,6 +632,13 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       if ((st = set_str(r, idx, CF_A_MEMBERS, members, in->line)) ||
           (st = set_str(r, idx, CF_A_REASON, "HLO tuple collective", in->line)))
         return st;
+      hfused *f = cf_arena_alloc(&r->scratch, sizeof *f);
+      const hshape **opnd = cf_arena_array(&r->scratch, (size_t)n, sizeof *opnd);
+      if (!f || !opnd) return cf_hlo_oom(r, in->line);
+      for (int i = 0; i < n; i++)
+        opnd[i] = ops[i]->type;
+      *f = (hfused){in, res, opnd, kind, dim, gs, r->fused};
+      r->fused = f;
     } else if ((st = set_type(r, idx, tuple ? &res->elem[k] : res, in->line))) {
       return st;
     }
@@ -1221,7 +1276,8 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
   }
   if (st) goto done;
   bool binary = !strcmp(op, "add") || !strcmp(op, "subtract") || !strcmp(op, "multiply");
-  bool imported = false;
+  bool imported = false, splatted = false;
+  double splat;
   const hshape *t = &in->shape;
   if (!strcmp(op, "parameter")) {
     st = eval_parameter(r, in, at_entry, args, n_args, out);
@@ -1305,6 +1361,10 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
              cf_shape_equal(&ops[0]->type->s, &t->s) && cf_shape_equal(&ops[1]->type->s, &t->s)) {
     cf_op ir = op[0] == 'a' ? CF_OP_ADD : op[0] == 's' ? CF_OP_SUB : CF_OP_MUL;
     st = emit_op(r, in, at_entry, ir, ops, 2, NULL, out);
+  } else if (!strcmp(op, "broadcast") && in->n_opnd == 1 && t->n < 0 && t->exact &&
+             splat_of(r, ops[0], &splat) &&
+             ((st = eval_splat_broadcast(r, in, at_entry, splat, out, &splatted)) || splatted)) {
+    /* a Constant, or an error */
   } else if (!strcmp(op, "copy") && in->n_opnd == 1 && exact_array(ops[0]) && t->n < 0 &&
              ops[0]->type->dt == t->dt && cf_shape_equal(&ops[0]->type->s, &t->s)) {
     *out = *ops[0]; /* XLA's copy: the same values, perhaps in another layout */
@@ -1410,7 +1470,8 @@ static cf_status emit_outputs(hlo_reader *r, const hval *v, bool many, int *k) {
  * (replica_groups={}) but that says not how many: those an all-gather or
  * reduce-scatter over every device implies by its shapes (the first one of
  * the module), else 1, XLA's default replica_count, as XLA's own tests
- * write their modules. */
+ * write their modules. cf_hlo_build takes it when the replica groups name
+ * fewer devices. */
 static int64_t implied_world(hlo_reader *r) {
   for (int ci = 0; ci < r->n_comps; ci++) {
     const hcomp *c = &r->comps[ci];
@@ -1420,13 +1481,17 @@ static int64_t implied_world(hlo_reader *r) {
            start = strstr(in->opcode, "-start") != NULL; /* shape (operand, result) */
       const hattr *rg = cf_hlo_attr(in, "replica_groups");
       int64_t d;
-      int nd, j = in->n_opnd == 1 ? cf_hlo_map_find(&c->map, in->opnd[0]) : -1;
+      int nd, j = in->n_opnd ? cf_hlo_map_find(&c->map, in->opnd[0]) : -1;
       if ((!gather && strncmp(in->opcode, "reduce-scatter", 14)) || j < 0 ||
           strstr(in->opcode, "-done") || (start && in->shape.n != 2) ||
           (rg && !cf_span_is(rg->val, "{}")) ||
           !int_set(cf_hlo_attr(in, "dimensions"), &d, 1, &nd) || nd != 1)
         continue;
       const hshape *a = &c->ins[j].shape, *b = start ? &in->shape.elem[1] : &in->shape;
+      if (in->n_opnd > 1) { /* the tuple form: its first operand and result */
+        if (b->n != in->n_opnd) continue;
+        b = &b->elem[0];
+      }
       if (gather) {
         const hshape *t = a;
         a = b;
@@ -1443,6 +1508,37 @@ static int64_t implied_world(hlo_reader *r) {
   return 1;
 }
 
+/* The results of the tuple collectives read as one fused node (hfused)
+ * against what their operands make on the module's world devices: the
+ * IR node declares none. */
+static cf_status check_fused(hlo_reader *r, int64_t world) {
+  for (const hfused *f = r->fused; f; f = f->next) {
+    int64_t size = f->gs->n_sub ? f->gs->off[1] - f->gs->off[0] : world;
+    for (int i = 0; i < f->res->n; i++) {
+      const hshape *a = f->opnd[i], *b = &f->res->elem[i];
+      cf_shape want = a->s;
+      bool none = false; /* no result: too large, or not a multiple of the group */
+      if (f->kind && f->dim < want.rank) {
+        int64_t *d = &want.dims[f->dim];
+        if (f->kind == 1)
+          none = !cf_mul_i64(*d, size, d);
+        else if (!(none = *d % size != 0))
+          *d /= size;
+      }
+      char b1[CF_MAX_RANK * 24], b2[CF_MAX_RANK * 24];
+      if (a->dt != b->dt)
+        return cf_hlo_fail(r, f->in->line, "node '%s#%d': declared dtype %s but inferred %s",
+                           f->in->name, i, cf_dtype_name(b->dt), cf_dtype_name(a->dt));
+      if (none || !cf_shape_equal(&want, &b->s))
+        return cf_hlo_fail(r, f->in->line, "node '%s#%d': declared shape (%s) but inferred (%s)",
+                           f->in->name, i, cf_shape_format(&b->s, b1, sizeof b1),
+                           none ? "none: not a multiple of the group"
+                                : cf_shape_format(&want, b2, sizeof b2));
+    }
+  }
+  return CF_OK;
+}
+
 cf_status cf_hlo_build(hlo_reader *r) {
   hval root;
   cf_status st = eval_comp(r, r->entry, NULL, -1, &root);
@@ -1452,7 +1548,14 @@ cf_status cf_hlo_build(hlo_reader *r) {
   int64_t world = r->partitions || r->replicas
                       ? (r->partitions ? r->partitions : 1) * (r->replicas ? r->replicas : 1)
                       : (r->max_rank + 1 > r->mesh_world ? r->max_rank + 1 : r->mesh_world);
-  if (!world && r->world_line) world = implied_world(r);
+  /* an all-gather or reduce-scatter over {} whose shapes imply more devices
+   * than the groups name (those groups' collectives then Opaque: groups of
+   * one device with shapes for more, as XLA's verifier lets through) */
+  if (!r->partitions && !r->replicas && r->world_line) {
+    int64_t implied = implied_world(r);
+    if (implied > world) world = implied;
+  }
+  if ((st = check_fused(r, world))) return st;
   r->g->world_size = world;
   if (r->module && !(r->g->name = cf_arena_strdup(&r->g->arena, r->module)))
     return cf_hlo_oom(r, 0);

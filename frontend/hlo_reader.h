@@ -125,6 +125,19 @@ typedef struct hscope {
   struct hscope *up; /* the computation that evaluates this one, NULL at ENTRY */
 } hscope;
 
+/* A tuple-shaped all-reduce, all-gather or reduce-scatter read as one fused
+ * node, whose IR node declares no result types: its results are checked
+ * against its operands once the module's devices are known (cf_hlo_build). */
+typedef struct hfused {
+  const hinstr *in;
+  const hshape *res;         /* the results: a tuple of n arrays */
+  const hshape *const *opnd; /* the n operands' types */
+  int kind;                  /* 0 all-reduce, 1 all-gather, 2 reduce-scatter */
+  int64_t dim;
+  const hgset *gs;
+  struct hfused *next;
+} hfused;
+
 typedef struct hlo_reader {
   cf_context *ctx;
   cf_graph *g;
@@ -163,6 +176,7 @@ typedef struct hlo_reader {
   size_t sets_cap, n_sets;
   int n_anon;          /* replica_group_K */
   unsigned char *seen; /* CF_MAX_WORLD flags, all 0 between uses */
+  hfused *fused;       /* newest first (scratch) */
   bool oom;
 } hlo_reader;
 

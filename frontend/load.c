@@ -43,7 +43,9 @@ static reader_fn pick_reader(const char *name, const char *data, size_t size) {
   /* no known extension: sniff HLO's first word, else the first element */
   size_t lim = size < 4096 ? size : 4096, i = 0;
   while (i < lim && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n')) i++;
-  if (lim - i >= 10 && strncmp(data + i, "HloModule ", 10) == 0) return cf_hlo_read;
+  if ((lim - i >= 10 && strncmp(data + i, "HloModule ", 10) == 0) ||
+      (lim - i >= 6 && strncmp(data + i, "ENTRY ", 6) == 0)) /* HLO without its header */
+    return cf_hlo_read;
   if ((lim - i >= 7 && strncmp(data + i, "module ", 7) == 0) ||
       (lim - i >= 5 && strncmp(data + i, "#loc", 4) == 0) ||
       (lim - i >= 10 && strncmp(data + i, "func.func ", 10) == 0))
@@ -94,8 +96,9 @@ static cf_status parse_raw(cf_context *ctx, const char *name, const char *data, 
                             : i + 1 < N_FORMATS ? ", "
                                                 : " or ",
                             formats[i].ext[0]);
-    return cf_error(ctx, CF_ERR_INVALID, name, 0, "unknown graph format (expected %s, or text that starts like one: "
-                    "<graph>, <graphml>, HloModule, module, node {)",
+    return cf_error(ctx, CF_ERR_INVALID, name, 0,
+                    "unknown graph format (expected %s, or text that starts like one: "
+                    "<graph>, <graphml>, HloModule or ENTRY, module, node {)",
                     list);
   }
   cf_status st = rd(ctx, name, data ? data : "", size, out);

@@ -6,6 +6,8 @@
  * and Opaque fallbacks; in-memory modules cover the error messages (each
  * checked for its line and text) and the limits.
  */
+#include <math.h>
+
 #include "cf_attr_test.h"
 #include "cf_graph_test.h"
 #include "passes/passes.h"
@@ -741,6 +743,147 @@ static void test_combine_key_whole(void **state) {
   }
 }
 
+/* frontend_attributes={collective_group_key="G"} (XLA's
+ * side_effect_util.h; reduce_scatter_reassociate_test's
+ * DoesNotReassociateDifferentCollectiveGroupKeys and ...KeyedAndUnkeyed...):
+ * a keyed collective is combined only with one of the same key, never with
+ * an unkeyed one or one of another key; an empty key is no key. */
+static void test_collective_group_key(void **state) {
+  (void)state;
+  static const struct {
+    const char *ka, *kb; /* the two all-reduces' frontend_attributes */
+    int fused;
+  } cases[] = {
+      {"{collective_group_key=\"g0\"}", "{collective_group_key=\"g0\"}", 1},
+      {"{collective_group_key=\"g0\"}", "{collective_group_key=\"g1\"}", 0},
+      {"{collective_group_key=\"g0\"}", "{x=\"1\"}", 0},
+      {"{collective_group_key=\"\"}", "{x=\"1\"}", 1},
+      {"{collective_group_key=\"g0\",combine_key=\"k\"}",
+       "{combine_key=\"k\",collective_group_key=\"g0\"}", 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char t[1024];
+    snprintf(t, sizeof t,
+             HDR SUM "ENTRY e {\n  p = f32[8] parameter(0)\n  q = f32[4] parameter(1)\n"
+                     "  a = f32[8] all-reduce(p), to_apply=sum, frontend_attributes=%s\n"
+                     "  b = f32[4] all-reduce(q), to_apply=sum, frontend_attributes=%s\n"
+                     "  ROOT t = (f32[8], f32[4]) tuple(a, b)\n}\n",
+             cases[i].ka, cases[i].kb);
+    cf_graph *g = NULL;
+    assert_int_equal(parse(t, &g), CF_OK);
+    cf_pass_options o = {.split = "bytes:1G"};
+    assert_int_equal(cf_passes_run(g, "infer,fuse-allreduce", &o, NULL, NULL), CF_OK);
+    int fused = 0;
+    for (int k = 0; k < g->n_nodes; k++)
+      fused += g->nodes[k].op == CF_OP_FUSEDALLREDUCE;
+    if (fused != cases[i].fused) fail_msg("case %zu: %d fused, want %d", i, fused, cases[i].fused);
+    cf_graph_destroy(g);
+  }
+}
+
+/* An all-gather or reduce-scatter over groups of one device whose shapes
+ * are for more (reduce_scatter_reassociate_test's MismatchReplicaGroups:
+ * XLA's verifier leaves groups of one unchecked) is Opaque, not refused;
+ * the module's devices are then those a collective over {} implies. Shapes
+ * that agree keep a group of one a collective. */
+static void test_groups_of_one(void **state) {
+  (void)state;
+  static const struct {
+    const char *text, *opaque, *kept;
+    cf_op kept_op;
+  } cases[] = {
+      {"HloModule m\n" SUM "ENTRY e {\n  p0 = f32[8] parameter(0)\n  p1 = f32[8] parameter(1)\n"
+       "  rs0 = f32[4] reduce-scatter(p0), dimensions={0}, replica_groups={{0}}, to_apply=sum\n"
+       "  rs1 = f32[4] reduce-scatter(p1), dimensions={0}, replica_groups={}, to_apply=sum\n"
+       "  ROOT add = f32[4] add(rs0, rs1)\n}\n",
+       "rs0", "rs1", CF_OP_REDUCESCATTER},
+      {"HloModule m\nENTRY e {\n  p = f32[4,2] parameter(0)\n"
+       "  ag = f32[4,6] all-gather(p), dimensions={1}, replica_groups={{0},{1}}\n"
+       "  same = f32[4,2] all-gather(p), dimensions={1}, replica_groups={{0},{1}}\n"
+       "  ROOT t = (f32[4,6], f32[4,2]) tuple(ag, same)\n}\n",
+       "ag", "same", CF_OP_ALLGATHER},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cf_graph *g = NULL;
+    assert_int_equal(parse(cases[i].text, &g), CF_OK);
+    assert_int_equal(node(g, cases[i].opaque)->op, CF_OP_OPAQUE);
+    assert_int_equal(node(g, cases[i].kept)->op, cases[i].kept_op);
+    assert_int_equal(g->world_size, 2);
+    cf_graph_destroy(g);
+  }
+}
+
+/* A tuple-shaped all-gather over {} in a module that says not how many
+ * devices: its first operand and result imply them, as an array one's do
+ * (all_gather_decomposer_test's CrossReplicaAllGatherWithTuple was read on
+ * one device, its declared results unchecked). */
+static void test_tuple_world(void **state) {
+  (void)state;
+  cf_graph *g = NULL;
+  const char *t = "HloModule m\nENTRY e {\n  a = f32[10,20] parameter(0)\n"
+                  "  b = f32[10,16] parameter(1)\n"
+                  "  ROOT ag = (f32[10,80], f32[10,64]) all-gather(a, b), replica_groups={}, "
+                  "dimensions={1}\n}\n";
+  assert_int_equal(parse(t, &g), CF_OK);
+  assert_int_equal(g->world_size, 4);
+  assert_int_equal(node(g, "ag")->op, CF_OP_FUSEDALLGATHER);
+  cf_graph_destroy(g);
+}
+
+/* A broadcast of a constant of one value is a Constant of that value in
+ * the broadcast's type (collective_permute_combiner_test's
+ * `broadcast(f64[] constant(42.3))`): the collectives' outputs are then
+ * checked by run --verify. A broadcast of anything else, of an iota, or
+ * into an integer type that cannot hold the value stays Opaque. */
+static void test_splat_broadcast(void **state) {
+  (void)state;
+  cf_graph *g = NULL;
+  const char *t =
+      "HloModule m\nENTRY e {\n  c = f64[] constant(42.3)\n"
+      "  b = f32[256]{0} broadcast(f64[] c), dimensions={}\n"
+      "  p = f32[4] parameter(0)\n  bp = f32[2,4] broadcast(p), dimensions={1}\n"
+      "  ci = s32[4] constant({0, 1, 2, 3})\n  bi = s32[2,4] broadcast(ci), dimensions={1}\n"
+      "  h = f32[] constant(1.5)\n  bh = s32[8] broadcast(h), dimensions={}\n"
+      "  z = s32[] constant(-7)\n  bz = s32[3,2] broadcast(z), dimensions={}\n"
+      "  ROOT t = (f32[256], f32[2,4], s32[2,4], s32[8], s32[3,2]) tuple(b, bp, bi, bh, bz)\n}\n";
+  assert_int_equal(parse(t, &g), CF_OK);
+  const cf_node *b = node(g, "b"), *bz = node(g, "bz");
+  assert_int_equal(b->op, CF_OP_CONSTANT);
+  assert_true(fabs(cf_node_attr(b, CF_A_VALUE)->v.f - 42.3) < 1e-12);
+  assert_shape(&b->out[0], CF_DT_FLOAT32, "256");
+  assert_int_equal(bz->op, CF_OP_CONSTANT);
+  assert_true(cf_node_attr(bz, CF_A_VALUE)->v.f == -7);
+  assert_shape(&bz->out[0], CF_DT_INT32, "3,2");
+  assert_int_equal(node(g, "bp")->op, CF_OP_OPAQUE);
+  assert_int_equal(node(g, "bi")->op, CF_OP_OPAQUE);
+  assert_int_equal(node(g, "bh")->op, CF_OP_OPAQUE);
+  cf_graph_destroy(g);
+}
+
+/* XLA's parser takes a module without its HloModule line, from its first
+ * computation (all_gather_remove_degenerate_dims_test's modules, FileCheck
+ * comments inside the body, `%p0` used as `p0`), with a signature or
+ * without. */
+static void test_headerless(void **state) {
+  (void)state;
+  static const char *const texts[] = {
+      "ENTRY entry {\n  // CHECK: %[[P0:.*]] = f32[1,4,1,128]{3,2,1,0} parameter(0)\n"
+      "  %p0 = f32[1,4,1,128] parameter(0)\n"
+      "  ROOT %all_gather = f32[1,16,1,128] all-gather(p0), dimensions={1}\n}\n",
+      "\n%sum (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n"
+      "  %b = f32[] parameter(1)\n  ROOT %c = f32[] add(a, b)\n}\n\n"
+      "ENTRY %e (p: f32[8]) -> f32[2] {\n  %p = f32[8] parameter(0)\n"
+      "  ROOT %all_gather = f32[2] reduce-scatter(p), dimensions={0}, to_apply=sum\n}\n",
+  };
+  for (int i = 0; i < 2; i++) {
+    cf_graph *g = NULL;
+    assert_int_equal(parse(texts[i], &g), CF_OK);
+    assert_int_equal(g->world_size, 4);
+    assert_int_equal(node(g, "all_gather")->op, i ? CF_OP_REDUCESCATTER : CF_OP_ALLGATHER);
+    cf_graph_destroy(g);
+  }
+}
+
 /* The members of the fused node of g that holds member, sorted and
  * comma-joined into buf ("" when member is not fused). */
 static const char *bucket_of(const cf_graph *g, const char *member, char *buf, size_t len) {
@@ -942,8 +1085,10 @@ static void test_sniff_and_names(void **state) {
 }
 
 static const cf_bad_input bad_modules[] = {
-    {"ENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n",
-     "t.hlo:1: error: not HLO text: expected 'HloModule NAME'"},
+    {"p = f32[] parameter(0)\n",
+     "t.hlo:1: error: not HLO text: expected 'HloModule NAME' or a computation at the start"},
+    {"\n\n%c = f32[] parameter(0)\n",
+     "t.hlo:3: error: not HLO text: expected 'HloModule NAME' or a computation at the start"},
     {"", "not HLO text"},
     {"HloModule m\n", "t.hlo:2: error: no computations in the module"},
     {"HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT r = f32[] negate(p))\n}\n",
@@ -1132,6 +1277,26 @@ static const cf_bad_input bad_modules[] = {
     {HDR SUM "ENTRY e {\n  p = f32[] parameter(0)\n"
      "  ROOT w = f32[] while(p), condition=sum, body=sum\n}\n",
      "t.hlo:4: error: instruction 'b': parameter(1) but the call passes 1 operands"},
+    /* a tuple collective's results (one fused node, which declares none)
+     * against its operands on the module's devices: they were not checked,
+     * so the node ran what the operands make and the module said otherwise */
+    {"HloModule m\nENTRY e {\n  a = f32[10,20] parameter(0)\n  b = f32[10,16] parameter(1)\n"
+     "  ROOT ag = (f32[10,80], f32[10,60]) all-gather(a, b), replica_groups={}, "
+     "dimensions={1}\n}\n",
+     "t.hlo:5: error: node 'ag#1': declared shape (10,60) but inferred (10,64)"},
+    {"HloModule m\n"
+     "ENTRY e {\n  a = f32[10,20] parameter(0)\n  b = f32[10,16] parameter(1)\n"
+     "  ROOT ag = (f32[10,80], s32[10,64]) all-gather(a, b), replica_groups={}, "
+     "dimensions={1}\n}\n",
+     "t.hlo:5: error: node 'ag#1': declared dtype int32 but inferred float32"},
+    {"HloModule m\n" SUM "ENTRY e {\n  a = f32[8] parameter(0)\n  b = f32[6] parameter(1)\n"
+     "  ROOT rs = (f32[2], f32[2]) reduce-scatter(a, b), replica_groups={}, dimensions={0}, "
+     "to_apply=sum\n}\n",
+     "t.hlo:10: error: node 'rs#1': declared shape (2) but inferred (none: not a multiple of the "
+     "group)"},
+    {"HloModule m\n" SUM "ENTRY e {\n  a = f32[8] parameter(0)\n  b = f32[6] parameter(1)\n"
+     "  ROOT ar = (f32[8], f32[8]) all-reduce(a, b), replica_groups={}, to_apply=sum\n}\n",
+     "t.hlo:10: error: node 'ar#1': declared shape (8) but inferred (6)"},
 };
 
 static void test_errors(void **state) {
@@ -1229,6 +1394,11 @@ int main(void) {
       cmocka_unit_test(test_collective_suggest),
       cmocka_unit_test(test_replica_group_order),
       cmocka_unit_test(test_combine_key_whole),
+      cmocka_unit_test(test_collective_group_key),
+      cmocka_unit_test(test_groups_of_one),
+      cmocka_unit_test(test_tuple_world),
+      cmocka_unit_test(test_splat_broadcast),
+      cmocka_unit_test(test_headerless),
       cmocka_unit_test(test_reduce_scatter_async),
       cmocka_unit_test(test_control_flow),
   };

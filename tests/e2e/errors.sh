@@ -104,7 +104,7 @@ done
 printf 'garbage\n' >"$work/garbage"
 IN=$work/garbage
 run check -
-expect_last 1 "<stdin>: error: unknown graph format (expected .xml, .graphml, .hlo, .mlir or .pbtxt, or text that starts like one: <graph>, <graphml>, HloModule, module, node {)" \
+expect_last 1 "<stdin>: error: unknown graph format (expected .xml, .graphml, .hlo, .mlir or .pbtxt, or text that starts like one: <graph>, <graphml>, HloModule or ENTRY, module, node {)" \
   "check - <garbage"
 IN=$ex/tp_mlp.xml
 run compile - -o -
