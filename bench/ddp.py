@@ -2,7 +2,7 @@
 """DDP training step and gradient-sync time: gloo against collfuse's hook and compile_step.
 
     bench/ddp.py [--models resnet18,gpt] [--hooks none,gloo,collfuse,step,local] [--ranks 2] [--steps 6]
-                 [--warmup 2] [--repeats 3] [--peer ROOT] [--json]
+                 [--warmup 2] [--repeats 3] [--peer ROOT] [--peer-hook collfuse|step] [--json]
 
 Runs examples/torch/ddp_train.py (gloo process group) for each model with
   none      DDP's own allreduce over gloo (step time only),
@@ -36,7 +36,7 @@ local's, the step without any communication) that the row's step removes,
 floor, 0: as slow as gloo; issue 31 asks at least 0.8 of compile_step). --peer ROOT adds a
 row "peer": the collfuse hook of another checkout (its
 ROOT/build/libcollfuse.so and ROOT/python, e.g. main's beside a branch's),
-in the same rounds. Each run gets fresh ports (bench/ports.py: MASTER_PORT P with P + 1
+in the same rounds (--peer-hook step: its compile_step instead). Each run gets fresh ports (bench/ports.py: MASTER_PORT P with P + 1
 free for the shm world's rendezvous, and torchrun's own) and is started
 again on others when another process took one before the run bound it.
 """
@@ -68,7 +68,7 @@ def command(model, hook, args, master_port, rdzv_port):
     if hook == "peer":  # the other checkout's library and package
         env.update(COLLFUSE_LIBRARY=os.path.join(args.peer, "build", "libcollfuse.so"),
                    PYTHONPATH=os.path.join(args.peer, "python"))
-        hook = "collfuse"
+        hook = args.peer_hook
     tail = [EXAMPLE, "--json", "--model", model, "--hook", hook, "--steps", str(args.warmup + args.steps),
             "--batch", str(args.batch)]
     if args.launcher == "torchrun":
@@ -128,6 +128,8 @@ def main():
     ap.add_argument("--launcher", choices=("auto", "torchrun", "mpirun"), default="auto",
                     help="auto: torchrun when the library has the shm world, else mpirun")
     ap.add_argument("--peer", metavar="ROOT", help="also the collfuse hook of the checkout at ROOT (row 'peer')")
+    ap.add_argument("--peer-hook", choices=("collfuse", "step"), default="collfuse",
+                    help="what the peer row runs (default collfuse: the hook)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.launcher == "auto":

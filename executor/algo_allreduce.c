@@ -207,8 +207,9 @@ static cf_status put_exchange(cf_comm *c, const cf_coll_call *call, put_bufs *b,
 /* Elements [moff, moff + mlen) of every input reduced, in rank order, into
  * every output: in one kernel call that writes them all (spread; stream:
  * with streaming stores), or 256 KiB at a time into this rank's output and
- * copied to the peers'. */
-static void put_range(cf_device *dev, const cf_coll_call *call, put_bufs *b, int64_t moff,
+ * copied to the peers', letting go of the peers' memory as it goes (the
+ * let_go slot). */
+static void put_range(cf_comm *c, cf_device *dev, const cf_coll_call *call, put_bufs *b, int64_t moff,
                       int64_t mlen, bool spread, bool stream) {
   int es = cf_dtype_size(call->desc.dtype), n = call->n, me = call->me;
   int64_t step = (PUT_SEGMENT / es + 63) / 64 * 64;
@@ -229,6 +230,13 @@ static void put_range(cf_device *dev, const cf_coll_call *call, put_bufs *b, int
     for (int i = 0; i < n; i++)
       if (i != me)
         dev->ops->copy(dev, at(b->out.p[i], o, es), at(call->out, o, es), (size_t)(len * es));
+    /* the peers' memory of the range so far may go (in place: out is in) */
+    for (int i = 0; i < n && c->ops->let_go; i++)
+      if (i != me) {
+        size_t done = (size_t)((o + len - moff) * es);
+        c->ops->let_go(c, call->ranks[i], at(b->in.p[i], moff, es), done);
+        if (b->out.p[i] != b->in.p[i]) c->ops->let_go(c, call->ranks[i], at(b->out.p[i], moff, es), done);
+      }
   }
 }
 
@@ -270,7 +278,7 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
     bool spread = !d->in_place && call->n <= CF_MAX_ARITY;
     int64_t moff, mlen;
     chunk(d->count, call->n, cf_dtype_size(d->dtype), call->me, &moff, &mlen);
-    put_range(dev, call, &b, moff, mlen, spread,
+    put_range(c, dev, call, &b, moff, mlen, spread,
               spread && cf_device_is_host(dev) && cf_coll_call_streams(call));
     cf_algo_phase("reduce-scatter + put", t);
     t = cf_algo_phase_begin();
@@ -418,7 +426,7 @@ cf_status cf_algo_pool(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     if (piece > per) piece = per;
     int64_t pieces = piece > 0 ? (d->count + piece - 1) / piece : 0;
     for (int64_t k; (k = atomic_fetch_add(next, 1)) < pieces;)
-      put_range(dev, call, &b, k * piece, d->count - k * piece < piece ? d->count - k * piece : piece,
+      put_range(c, dev, call, &b, k * piece, d->count - k * piece < piece ? d->count - k * piece : piece,
                 spread, stream);
     cf_algo_phase("reduce pieces", t);
     t = cf_algo_phase_begin();

@@ -107,6 +107,11 @@ static cf_status f_release(cf_comm *c, int peer) {
   return in->ops->release(in, peer);
 }
 
+static void f_let_go(cf_comm *c, int peer, const void *p, size_t bytes) {
+  cf_comm *in = in_of(c);
+  in->ops->let_go(in, peer, p, bytes);
+}
+
 static uint64_t f_sent(cf_comm *c, int peer) {
   cf_comm *in = in_of(c);
   return in->ops->sent(in, peer);
@@ -340,7 +345,8 @@ cf_status cf_fault_world(cf_context *ctx, cf_world *inner, cf_plan *p, const cf_
                           .abort = f_abort, .aborted = f_aborted,
                           .send_sleep = io->send_sleep ? f_send_sleep : NULL,
                           .send_eager = io->send_eager ? f_send_eager : NULL,
-                          .native = io->native ? f_native : NULL, .beat = f_beat};
+                          .native = io->native ? f_native : NULL, .beat = f_beat,
+                          .let_go = io->let_go ? f_let_go : NULL};
   for (int i = 0; i < inner->local; i++) {
     fault_comm *fc = &comms[i];
     fc->inner = cf_world_comm(inner, inner->first + i);

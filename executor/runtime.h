@@ -237,6 +237,15 @@ typedef struct cf_comm_ops {
    * counts its timeout from the last move: a peer that works is waited for,
    * one that is silent for the timeout is given up on. */
   void (*beat)(cf_comm *c);
+  /* Optional (NULL when absent; algo_allreduce.c's rsag_put calls it): this
+   * rank is done, for the rest of the call, with [p, p + bytes) of the
+   * memory a message of peer's handed it (recv's *data onwards), so a
+   * transport that maps its peers' memory may drop those pages from this
+   * rank's page tables now instead of at the message's release (the shm
+   * world, on a peer's memory in 2 MiB pages: the whole pages in the
+   * range). Called as the work goes, with all of the message done so far,
+   * so that a rank holds about a page of each peer's memory at a time. */
+  void (*let_go)(cf_comm *c, int peer, const void *p, size_t bytes);
 } cf_comm_ops;
 
 struct cf_comm {

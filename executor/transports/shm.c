@@ -165,6 +165,7 @@ typedef struct cf_shm_world {
   schan *ch;              /* [src * size + dst] */
   char **heap;            /* [rank]: every rank's heap as mapped here */
   cf_shm_regions regions; /* the ranks' registered memory (shm_regions.c) */
+  cf_shm_hold *hold;      /* [peer * CHAN_SLOTS + slot]: a received message's pages to let go at release */
   char no_regions[512];   /* why a rank cannot open another's memory (probe_regions); "": they can */
   _Atomic bool warned;    /* no_regions was said once (shm_shares) */
   size_t heap_bytes;      /* each heap's size */
@@ -533,8 +534,8 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   }
   const void *p = inl ? (const void *)m->u.inl : (const void *)(w->heap[peer] + m->u.off);
   if (reg) {
-    p = cf_shm_regions_peer(&w->regions, peer, m->u.ref.region - 1, m->u.ref.gen, m->u.ref.off, got, text,
-                            sizeof text);
+    p = cf_shm_regions_peer(&w->regions, peer, m->u.ref.region - 1, m->u.ref.gen, m->u.ref.off, got,
+                            &w->hold[(size_t)peer * CHAN_SLOTS + i], text, sizeof text);
     if (!p) {
       world_abort(w, text);
       return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
@@ -545,9 +546,25 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   return CF_OK;
 }
 
+/* The pages of the message of peer's that handed [p, p + bytes) out (the
+ * first unreleased one that holds p) may go. */
+static void s_let_go(cf_comm *c, int peer, const void *p, size_t bytes) {
+  cf_shm_world *w = c->impl;
+  for (int i = 0; i < CHAN_SLOTS; i++) {
+    cf_shm_hold *h = &w->hold[(size_t)peer * CHAN_SLOTS + (size_t)i];
+    if (h->lo && (const char *)p >= h->lo && (const char *)p < h->hi) {
+      cf_shm_regions_let_go_part(&w->regions, h, p, bytes);
+      return;
+    }
+  }
+}
+
 static cf_status s_release(cf_comm *c, int peer) {
   cf_shm_world *w = c->impl;
   schan *ch = channel(w, peer, w->me);
+  /* the message released is the oldest one not released yet */
+  uint64_t k = atomic_load_explicit(&ch->acked, memory_order_relaxed) % CHAN_SLOTS;
+  cf_shm_regions_let_go(&w->regions, &w->hold[(size_t)peer * CHAN_SLOTS + k]);
   atomic_store(&ch->acked, atomic_load_explicit(&ch->acked, memory_order_relaxed) + 1);
   ring(w, peer);
   return CF_OK;
@@ -607,6 +624,7 @@ static const cf_comm_ops shm_ops = {
     .abort = s_abort,
     .aborted = s_aborted,
     .beat = s_beat,
+    .let_go = s_let_go,
 };
 
 /* ================= start-up: the rendezvous ================= */
@@ -1096,8 +1114,9 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   w->pidfd = malloc(sizeof(int) * (size_t)n);
   w->head_n = calloc((size_t)n * 4, sizeof(uint64_t));
   w->bounce_off = calloc((size_t)n * CHAN_SLOTS * 2, sizeof(size_t));
+  w->hold = calloc((size_t)n * CHAN_SLOTS, sizeof *w->hold);
   cf_status st = CF_OK;
-  if (!heap_fd || !w->heap || !w->pidfd || !w->head_n || !w->bounce_off) {
+  if (!heap_fd || !w->heap || !w->pidfd || !w->head_n || !w->bounce_off || !w->hold) {
     free(heap_fd);
     shm_destroy(&w->base, 0);
     return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
@@ -1113,7 +1132,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
    * hosts are named, not waited for (shm_host.c) */
   st = cf_shm_meet(ctx, l, w->timeout_s, deadline);
   /* this rank's heap */
-  if (!st) heap_fd[w->me] = cf_shm_heap_make(w->heap_bytes);
+  if (!st) heap_fd[w->me] = cf_shm_pages_make(w->heap_bytes, "heap");
   if (!st && heap_fd[w->me] < 0)
     st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "shm transport: cannot make rank %d's heap: %s", w->me,
                   strerror(errno));
@@ -1319,6 +1338,7 @@ static void shm_destroy(cf_world *base, int exit_code) {
   free(w->pidfd);
   free(w->head_n);
   free(w->bounce_off);
+  free(w->hold);
   free(w->free_list);
   free(w->live);
   free(w->cpus);
