@@ -2,7 +2,7 @@
 """DDP training step and gradient-sync time: gloo against collfuse's hook and compile_step.
 
     bench/ddp.py [--models resnet18,gpt] [--hooks none,gloo,collfuse,step,local] [--ranks 2] [--steps 6]
-                 [--warmup 2] [--repeats 3] [--peer ROOT [--peer-hook step]] [--json]
+                 [--warmup 2] [--repeats 3] [--peer ROOT] [--peer-hook collfuse|step] [--json]
 
 Runs examples/torch/ddp_train.py (gloo process group) for each model with
   none      DDP's own allreduce over gloo (step time only),
@@ -45,7 +45,7 @@ ranks' skew that local's floor lacks; local's slower rank has that skew
 as well. --peer ROOT adds a
 row "peer": the collfuse hook of another checkout (its
 ROOT/build/libcollfuse.so and ROOT/python, e.g. main's beside a branch's),
-in the same rounds; with --peer-hook step, that checkout's compile_step. Each run gets fresh ports (bench/ports.py: MASTER_PORT P with P + 1
+in the same rounds (--peer-hook step: its compile_step instead). Each run gets fresh ports (bench/ports.py: MASTER_PORT P with P + 1
 free for the shm world's rendezvous, and torchrun's own) and is started
 again on others when another process took one before the run bound it.
 """
@@ -139,7 +139,7 @@ def main():
                     help="auto: torchrun when the library has the shm world, else mpirun")
     ap.add_argument("--peer", metavar="ROOT", help="also the collfuse hook of the checkout at ROOT (row 'peer')")
     ap.add_argument("--peer-hook", choices=("collfuse", "step"), default="collfuse",
-                    help="what the peer row runs: the checkout's collfuse hook or its compile_step")
+                    help="what the peer row runs (default collfuse: the hook)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.launcher == "auto":

@@ -198,7 +198,8 @@ const cf_algo_info cf_algo_table[] = {
                       .description = "rsag in pieces: every rank takes the next piece from a shared "
                                      "counter and writes it into every output, so ranks that run "
                                      "do the work of ranks that wait for a CPU (single copy, host "
-                                     "memory; elsewhere `rsag`)",
+                                     "memory; elsewhere `rsag`); from 4 MiB on shm ranks that "
+                                     "outnumber the cores, only as many ranks as cores take pieces",
                       .steps = "1 exchange",
                       .order = "rank order",
                       .rank_order = true,

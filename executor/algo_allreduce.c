@@ -207,8 +207,9 @@ static cf_status put_exchange(cf_comm *c, const cf_coll_call *call, put_bufs *b,
 /* Elements [moff, moff + mlen) of every input reduced, in rank order, into
  * every output: in one kernel call that writes them all (spread; stream:
  * with streaming stores), or 256 KiB at a time into this rank's output and
- * copied to the peers'. */
-static void put_range(cf_device *dev, const cf_coll_call *call, put_bufs *b, int64_t moff,
+ * copied to the peers', letting go of the peers' memory as it goes (the
+ * let_go slot). */
+static void put_range(cf_comm *c, cf_device *dev, const cf_coll_call *call, put_bufs *b, int64_t moff,
                       int64_t mlen, bool spread, bool stream) {
   int es = cf_dtype_size(call->desc.dtype), n = call->n, me = call->me;
   int64_t step = (PUT_SEGMENT / es + 63) / 64 * 64;
@@ -229,6 +230,13 @@ static void put_range(cf_device *dev, const cf_coll_call *call, put_bufs *b, int
     for (int i = 0; i < n; i++)
       if (i != me)
         dev->ops->copy(dev, at(b->out.p[i], o, es), at(call->out, o, es), (size_t)(len * es));
+    /* the peers' memory of the range so far may go (in place: out is in) */
+    for (int i = 0; i < n && c->ops->let_go; i++)
+      if (i != me) {
+        size_t done = (size_t)((o + len - moff) * es);
+        c->ops->let_go(c, call->ranks[i], at(b->in.p[i], moff, es), done);
+        if (b->out.p[i] != b->in.p[i]) c->ops->let_go(c, call->ranks[i], at(b->out.p[i], moff, es), done);
+      }
   }
 }
 
@@ -270,7 +278,7 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
     bool spread = !d->in_place && call->n <= CF_MAX_ARITY;
     int64_t moff, mlen;
     chunk(d->count, call->n, cf_dtype_size(d->dtype), call->me, &moff, &mlen);
-    put_range(dev, call, &b, moff, mlen, spread,
+    put_range(c, dev, call, &b, moff, mlen, spread,
               spread && cf_device_is_host(dev) && cf_coll_call_streams(call));
     cf_algo_phase("reduce-scatter + put", t);
     t = cf_algo_phase_begin();
@@ -349,6 +357,10 @@ cf_status cf_algo_rsag(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
  * per rank, 0.67-0.83x its fraction of the bound: docs/executor.md). */
 enum { POOL_PIECE = 1 << 20 };
 
+/* Bytes of a call from which pool leaves the ranks beyond the cores idle
+ * (cf_algo_pool): auto runs pool from 16 MiB on 3 or more ranks. */
+enum { POOL_IDLE_MIN = 4 << 20 };
+
 /* pool: rsag_put whose chunks are not dealt out in advance. The call is cut
  * into pieces, and every rank takes the next piece from one counter (in
  * the scratch of the group's first rank, which every peer reaches through
@@ -364,7 +376,19 @@ enum { POOL_PIECE = 1 << 20 };
  * rsag_put). Each element is reduced by the same kernel from the
  * same operands in the same order as rsag: the results are rsag's, bit for
  * bit. Not zero copy, or not host memory (the counter is a host atomic):
- * rsag. */
+ * rsag.
+ *
+ * Where the world's ranks outnumber its cores (c->cores: 4 processes of
+ * the shm world on 2 cores), a call of POOL_IDLE_MIN or more is reduced by
+ * the group's first c->cores ranks alone (in a world's group, one per core:
+ * cf_bind_cpus deals the ranks to the CPUs round robin): the others exchange their
+ * buffers, release the peers' at once (they read none) and sleep until
+ * the workers have released theirs (send_sleep), so the cores are not
+ * shared between four ranks that each poll the counter, yield and wait for
+ * a slice: at 16 MiB two ranks did all 16 pieces while the two others,
+ * which had yielded through their waits, did not run again until the call
+ * ended (bench/results/shm.md). Who reduces a piece changes nothing in
+ * its result. */
 cf_status cf_algo_pool(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   if (!c->ops->zero_copy || !cf_device_is_host(dev)) return cf_algo_rsag(c, dev, call);
   const cf_coll_desc *d = &call->desc;
@@ -381,6 +405,18 @@ cf_status cf_algo_pool(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
   if (!st && me != 0) st = c->ops->recv(c, call->ranks[0], NULL, sizeof *next, d, &p);
   if (!st && me != 0) next = (_Atomic int64_t *)p;
   cf_algo_phase("exchange buffers", t);
+  /* this rank sleeps while the first c->cores ranks reduce */
+  bool idle = c->cores > 0 && me >= c->cores && d->count * es >= POOL_IDLE_MIN;
+  if (!st && idle) {
+    for (int k = 0; k < 2 && !st; k++)
+      st = release_all(c, call);
+    if (!st && me != 0) st = c->ops->release(c, call->ranks[0]); /* the counter */
+    t = cf_algo_phase_begin();
+    if (!st) st = c->ops->send_sleep ? c->ops->send_sleep(c) : c->ops->send_wait(c);
+    cf_algo_phase("sleep while the workers reduce", t);
+    put_free(&b);
+    return st;
+  }
   if (!st) {
     t = cf_algo_phase_begin();
     bool spread = !d->in_place && n <= CF_MAX_ARITY, stream = spread && cf_coll_call_streams(call);
@@ -390,7 +426,7 @@ cf_status cf_algo_pool(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
     if (piece > per) piece = per;
     int64_t pieces = piece > 0 ? (d->count + piece - 1) / piece : 0;
     for (int64_t k; (k = atomic_fetch_add(next, 1)) < pieces;)
-      put_range(dev, call, &b, k * piece, d->count - k * piece < piece ? d->count - k * piece : piece,
+      put_range(c, dev, call, &b, k * piece, d->count - k * piece < piece ? d->count - k * piece : piece,
                 spread, stream);
     cf_algo_phase("reduce pieces", t);
     t = cf_algo_phase_begin();

@@ -107,6 +107,11 @@ static cf_status f_release(cf_comm *c, int peer) {
   return in->ops->release(in, peer);
 }
 
+static void f_let_go(cf_comm *c, int peer, const void *p, size_t bytes) {
+  cf_comm *in = in_of(c);
+  in->ops->let_go(in, peer, p, bytes);
+}
+
 static uint64_t f_sent(cf_comm *c, int peer) {
   cf_comm *in = in_of(c);
   return in->ops->sent(in, peer);
@@ -120,6 +125,11 @@ static cf_status f_wait_released(cf_comm *c, int peer, uint64_t count) {
 static cf_status f_send_wait(cf_comm *c) {
   cf_comm *in = in_of(c);
   return in->ops->send_wait(in);
+}
+
+static cf_status f_send_sleep(cf_comm *c) {
+  cf_comm *in = in_of(c);
+  return in->ops->send_sleep(in);
 }
 
 static void f_abort(cf_comm *c, const char *msg) {
@@ -333,15 +343,17 @@ cf_status cf_fault_world(cf_context *ctx, cf_world *inner, cf_plan *p, const cf_
                           .send = f_send, .recv = f_recv, .release = f_release, .sent = f_sent,
                           .wait_released = f_wait_released, .send_wait = f_send_wait,
                           .abort = f_abort, .aborted = f_aborted,
+                          .send_sleep = io->send_sleep ? f_send_sleep : NULL,
                           .send_eager = io->send_eager ? f_send_eager : NULL,
-                          .native = io->native ? f_native : NULL, .beat = f_beat};
+                          .native = io->native ? f_native : NULL, .beat = f_beat,
+                          .let_go = io->let_go ? f_let_go : NULL};
   for (int i = 0; i < inner->local; i++) {
     fault_comm *fc = &comms[i];
     fc->inner = cf_world_comm(inner, inner->first + i);
     fc->saved = fc->inner->ctx;
     fc->w = fw;
     fc->base = (cf_comm){.ops = &fw->ops, .ctx = fc->inner->ctx, .rank = fc->inner->rank,
-                         .size = fc->inner->size, .impl = fc};
+                         .size = fc->inner->size, .cores = fc->inner->cores, .impl = fc};
   }
   *out = &fw->base;
   return CF_OK;

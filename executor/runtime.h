@@ -206,6 +206,11 @@ typedef struct cf_comm_ops {
   /* Wait until every message this rank sent has been released (eager
    * messages excepted: their buffers were free at once). */
   cf_status (*send_wait)(cf_comm *c);
+  /* Optional (NULL when absent: pool calls send_wait instead): as
+   * send_wait, for a rank with nothing to do until its peers are done. It
+   * sleeps at once instead of polling first, so that it leaves its CPU to
+   * the ranks at work (pool's idle ranks where ranks outnumber cores). */
+  cf_status (*send_sleep)(cf_comm *c);
   /* Optional (NULL when absent): send bytes <= eager_max by copying them
    * into the message, so buf is free when it returns and neither send_wait
    * nor wait_released waits for the peer to read it. The peer still
@@ -232,12 +237,24 @@ typedef struct cf_comm_ops {
    * counts its timeout from the last move: a peer that works is waited for,
    * one that is silent for the timeout is given up on. */
   void (*beat)(cf_comm *c);
+  /* Optional (NULL when absent; algo_allreduce.c's rsag_put calls it): this
+   * rank is done, for the rest of the call, with [p, p + bytes) of the
+   * memory a message of peer's handed it (recv's *data onwards), so a
+   * transport that maps its peers' memory may drop those pages from this
+   * rank's page tables now instead of at the message's release (the shm
+   * world, on a peer's memory in 2 MiB pages: the whole pages in the
+   * range). Called as the work goes, with all of the message done so far,
+   * so that a rank holds about a page of each peer's memory at a time. */
+  void (*let_go)(cf_comm *c, int peer, const void *p, size_t bytes);
 } cf_comm_ops;
 
 struct cf_comm {
   const cf_comm_ops *ops;
   cf_context *ctx; /* this rank's context for messages: set by whoever runs the rank */
   int rank, size;  /* world */
+  /* the cores the world's ranks share where they are fewer than its ranks
+   * (shm: 4 processes on 2 cores), else 0 */
+  int cores;
   void *impl;
 };
 

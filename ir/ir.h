@@ -233,6 +233,7 @@ typedef enum cf_env_var {
   CF_ENV_SLURM_STEP_ID,   /* SLURM_STEP_ID */
   CF_ENV_SHM_HUGE,        /* COLLFUSE_SHM_HUGE */
   CF_ENV_SHM_SPIN,        /* COLLFUSE_SHM_SPIN */
+  CF_ENV_SHM_CORES,       /* COLLFUSE_SHM_CORES */
   CF_ENV_HOSTID,          /* COLLFUSE_HOSTID */
   CF_ENV_RENDEZVOUS,      /* COLLFUSE_RENDEZVOUS */
   CF_ENV_PATH,            /* PATH */

@@ -156,6 +156,7 @@ typedef struct cf_shm_world {
   int size, me;
   double timeout_s;
   int spin;               /* polls before a wait sleeps */
+  int cores;              /* the CPUs the ranks share (COLLFUSE_SHM_CORES, else this process's) */
   cf_spin_mode spin_mode; /* how they poll */
   char host[256];
   shead *head;
@@ -164,6 +165,7 @@ typedef struct cf_shm_world {
   schan *ch;              /* [src * size + dst] */
   char **heap;            /* [rank]: every rank's heap as mapped here */
   cf_shm_regions regions; /* the ranks' registered memory (shm_regions.c) */
+  cf_shm_hold *hold;      /* [peer * CHAN_SLOTS + slot]: a received message's pages to let go at release */
   char no_regions[512];   /* why a rank cannot open another's memory (probe_regions); "": they can */
   _Atomic bool warned;    /* no_regions was said once (shm_shares) */
   size_t heap_bytes;      /* each heap's size */
@@ -386,9 +388,10 @@ static cf_status stop(cf_shm_world *w, const wait_what *ww) {
 }
 
 /* Wait until *a >= target (threads.c's spin, then sleep on the bell). */
-static cf_status wait_ge(cf_shm_world *w, _Atomic uint64_t *a, uint64_t target, const wait_what *ww) {
+static cf_status wait_ge(cf_shm_world *w, _Atomic uint64_t *a, uint64_t target, const wait_what *ww,
+                         bool sleep_now) {
   if (atomic_load_explicit(a, memory_order_acquire) >= target) return CF_OK;
-  if (cf_spin_ge(a, target, w->spin, w->spin_mode)) return CF_OK;
+  if (!sleep_now && cf_spin_ge(a, target, w->spin, w->spin_mode)) return CF_OK;
   sbell *b = &w->bells[w->me];
   /* the timeout counts the silence of the work waited for: the peer's
    * beats and, while it waits itself, those down its chain of waits
@@ -422,9 +425,10 @@ static schan *channel(cf_shm_world *w, int src, int dst) {
   return &w->ch[(size_t)src * (size_t)w->size + (size_t)dst];
 }
 
-static cf_status wait_acked(cf_shm_world *w, int peer, uint64_t target, const wait_what *ww) {
+static cf_status wait_acked(cf_shm_world *w, int peer, uint64_t target, const wait_what *ww,
+                            bool sleep_now) {
   if (w->acked_seen[peer] >= target) return CF_OK;
-  cf_status st = wait_ge(w, &channel(w, w->me, peer)->acked, target, ww);
+  cf_status st = wait_ge(w, &channel(w, w->me, peer)->acked, target, ww, sleep_now);
   if (!st) w->acked_seen[peer] = atomic_load(&channel(w, w->me, peer)->acked);
   return st;
 }
@@ -438,7 +442,7 @@ static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const
   uint64_t h = w->head_n[peer];
   if (h >= CHAN_SLOTS) {
     wait_what ww = {"a free message slot to", peer, d};
-    cf_status st = wait_acked(w, peer, h - CHAN_SLOTS + 1, &ww);
+    cf_status st = wait_acked(w, peer, h - CHAN_SLOTS + 1, &ww, false);
     if (st) return st;
   }
   unsigned i = (unsigned)(h % CHAN_SLOTS);
@@ -505,7 +509,7 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   unsigned i = (unsigned)(w->tail[peer] % CHAN_SLOTS);
   scell *m = &ch->slot[i];
   wait_what ww = {"a message from", peer, d};
-  cf_status st = wait_ge(w, &m->seq, w->tail[peer] + 1, &ww);
+  cf_status st = wait_ge(w, &m->seq, w->tail[peer] + 1, &ww, false);
   if (st) return st;
   char text[768];
   sdesc *sd = &ch->desc[i];
@@ -530,8 +534,8 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   }
   const void *p = inl ? (const void *)m->u.inl : (const void *)(w->heap[peer] + m->u.off);
   if (reg) {
-    p = cf_shm_regions_peer(&w->regions, peer, m->u.ref.region - 1, m->u.ref.gen, m->u.ref.off, got, text,
-                            sizeof text);
+    p = cf_shm_regions_peer(&w->regions, peer, m->u.ref.region - 1, m->u.ref.gen, m->u.ref.off, got,
+                            &w->hold[(size_t)peer * CHAN_SLOTS + i], text, sizeof text);
     if (!p) {
       world_abort(w, text);
       return cf_error(c->ctx, CF_ERR_RUNTIME, NULL, 0, "%s", text);
@@ -542,9 +546,25 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   return CF_OK;
 }
 
+/* The pages of the message of peer's that handed [p, p + bytes) out (the
+ * first unreleased one that holds p) may go. */
+static void s_let_go(cf_comm *c, int peer, const void *p, size_t bytes) {
+  cf_shm_world *w = c->impl;
+  for (int i = 0; i < CHAN_SLOTS; i++) {
+    cf_shm_hold *h = &w->hold[(size_t)peer * CHAN_SLOTS + (size_t)i];
+    if (h->lo && (const char *)p >= h->lo && (const char *)p < h->hi) {
+      cf_shm_regions_let_go_part(&w->regions, h, p, bytes);
+      return;
+    }
+  }
+}
+
 static cf_status s_release(cf_comm *c, int peer) {
   cf_shm_world *w = c->impl;
   schan *ch = channel(w, peer, w->me);
+  /* the message released is the oldest one not released yet */
+  uint64_t k = atomic_load_explicit(&ch->acked, memory_order_relaxed) % CHAN_SLOTS;
+  cf_shm_regions_let_go(&w->regions, &w->hold[(size_t)peer * CHAN_SLOTS + k]);
   atomic_store(&ch->acked, atomic_load_explicit(&ch->acked, memory_order_relaxed) + 1);
   ring(w, peer);
   return CF_OK;
@@ -557,19 +577,23 @@ static uint64_t s_sent(cf_comm *c, int peer) {
 
 static cf_status s_wait_released(cf_comm *c, int peer, uint64_t count) {
   wait_what ww = {"the release of a message by", peer, NULL};
-  return wait_acked(c->impl, peer, count, &ww);
+  return wait_acked(c->impl, peer, count, &ww, false);
 }
 
-static cf_status s_send_wait(cf_comm *c) {
+static cf_status send_wait(cf_comm *c, bool sleep_now) {
   cf_shm_world *w = c->impl;
   for (int p = 0; p < w->size; p++) {
     if (p == w->me) continue;
     wait_what ww = {"the release of a message by", p, NULL};
-    cf_status st = wait_acked(w, p, w->need[p], &ww);
+    cf_status st = wait_acked(w, p, w->need[p], &ww, sleep_now);
     if (st) return st;
   }
   return CF_OK;
 }
+
+static cf_status s_send_wait(cf_comm *c) { return send_wait(c, false); }
+
+static cf_status s_send_sleep(cf_comm *c) { return send_wait(c, true); }
 
 static void s_abort(cf_comm *c, const char *text) { world_abort(c->impl, text); }
 
@@ -594,11 +618,13 @@ static const cf_comm_ops shm_ops = {
     .sent = s_sent,
     .wait_released = s_wait_released,
     .send_wait = s_send_wait,
+    .send_sleep = s_send_sleep,
     .send_eager = s_send_eager,
     .eager_max = EAGER_MAX,
     .abort = s_abort,
     .aborted = s_aborted,
     .beat = s_beat,
+    .let_go = s_let_go,
 };
 
 /* ================= start-up: the rendezvous ================= */
@@ -1048,6 +1074,18 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
     return cf_error(ctx, CF_ERR_USAGE, NULL, 0, "COLLFUSE_SHM_SPIN=%s: expected yield or pause",
                     spin_knob);
   bool pause_spin = spin_knob && strcmp(spin_knob, "pause") == 0;
+  long cpus = 0;
+  const char *cores_knob = cf_env(CF_ENV_SHM_CORES);
+  if (cores_knob && *cores_knob) {
+    char *end;
+    errno = 0;
+    cpus = strtol(cores_knob, &end, 10);
+    if (errno || *end || cpus < 1 || cpus > 65536)
+      return cf_error(ctx, CF_ERR_USAGE, NULL, 0,
+                      "COLLFUSE_SHM_CORES=%s: expected a number of cores from 1 to 65536", cores_knob);
+  } else {
+    cpus = cf_cpu_count();
+  }
   cf_shm_world *w = calloc(1, sizeof *w);
   if (!w) return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
   int n = l->size;
@@ -1056,7 +1094,6 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   w->size = n;
   w->me = l->rank;
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   /* oversubscribed (4 processes on 2 cores), a wait yields 64 times and
    * then sleeps. Pausing 256 polls and sleeping (CF_SPIN_PAUSE) took
    * 0.22-0.37x the time of a 16 MiB pool call at load 7-13, where EEVDF
@@ -1064,6 +1101,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
    * it made 8 B 5x slower, 64 KiB 4x and 1 MiB 1.6x (a futex wake per
    * message) and 16 MiB level: bench/results/shm.md. COLLFUSE_SHM_SPIN=pause
    * chooses it for a machine busy with other work. */
+  w->cores = (int)cpus;
   w->spin = n <= cpus ? 40000 : pause_spin ? CF_SPIN_BRIEF : 64;
   w->spin_mode = n <= cpus ? CF_SPIN_CORE : pause_spin ? CF_SPIN_PAUSE : CF_SPIN_YIELD;
   gethostname(w->host, sizeof w->host - 1);
@@ -1076,8 +1114,9 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   w->pidfd = malloc(sizeof(int) * (size_t)n);
   w->head_n = calloc((size_t)n * 4, sizeof(uint64_t));
   w->bounce_off = calloc((size_t)n * CHAN_SLOTS * 2, sizeof(size_t));
+  w->hold = calloc((size_t)n * CHAN_SLOTS, sizeof *w->hold);
   cf_status st = CF_OK;
-  if (!heap_fd || !w->heap || !w->pidfd || !w->head_n || !w->bounce_off) {
+  if (!heap_fd || !w->heap || !w->pidfd || !w->head_n || !w->bounce_off || !w->hold) {
     free(heap_fd);
     shm_destroy(&w->base, 0);
     return cf_error(ctx, CF_ERR_NO_MEMORY, NULL, 0, "out of memory");
@@ -1093,7 +1132,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
    * hosts are named, not waited for (shm_host.c) */
   st = cf_shm_meet(ctx, l, w->timeout_s, deadline);
   /* this rank's heap */
-  if (!st) heap_fd[w->me] = cf_shm_heap_make(w->heap_bytes);
+  if (!st) heap_fd[w->me] = cf_shm_pages_make(w->heap_bytes, "heap");
   if (!st && heap_fd[w->me] < 0)
     st = cf_error(ctx, CF_ERR_RUNTIME, NULL, 0, "shm transport: cannot make rank %d's heap: %s", w->me,
                   strerror(errno));
@@ -1161,6 +1200,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   joined_worlds = w;
   pthread_mutex_unlock(&joined_lock);
   w->comm = (cf_comm){.ops = &shm_ops, .ctx = ctx, .rank = w->me, .size = n, .impl = w};
+  w->comm.cores = n > w->cores ? w->cores : 0;
   w->cpus = cf_bind_cpus(n, &w->lanes);
   *out = &w->base;
   return CF_OK;
@@ -1246,7 +1286,7 @@ static cf_status shm_max(cf_world *base, double *v, int n) {
       for (int r = 0; r < w->size; r++) {
         if (r == w->me) continue;
         wait_what ww = {"the start-up values of", r, NULL};
-        cf_status st = wait_ge(w, &w->head->max_round[r], phase, &ww);
+        cf_status st = wait_ge(w, &w->head->max_round[r], phase, &ww, false);
         if (st) return st;
         for (int i = 0; i < k && phase & 1; i++)
           if (w->head->maxv[r][i] > m[i]) m[i] = w->head->maxv[r][i];
@@ -1298,6 +1338,7 @@ static void shm_destroy(cf_world *base, int exit_code) {
   free(w->pidfd);
   free(w->head_n);
   free(w->bounce_off);
+  free(w->hold);
   free(w->free_list);
   free(w->live);
   free(w->cpus);

@@ -24,6 +24,23 @@
  * file's size, maps it MAP_SHARED (so what a peer writes, rsag_put's chunk
  * of the output, is the owner's), keeps the map, and maps again when the
  * slot's generation has changed. The maps go with the world.
+ *
+ * A peer's pages that this rank maps count in its resident size (RSS,
+ * ru_maxrss) as much as its own: on two ranks an in-place AllReduce reads
+ * and writes half of the peer's buffer here, so a DDP rank whose gradient
+ * buckets are registered held half of its peer's buckets besides its own
+ * (ResNet-18: 21 MB, all that kept its peak above plain DDP's). So where
+ * the region's file is in 2 MiB pages (st_blksize: a tmpfs of huge pages,
+ * as cf_shm_memory's files, shm_pages.c), each message's pages are let go
+ * (MADV_DONTNEED: only this rank's page tables; the data stay in the
+ * owner's file) when the message is released, and the next message maps
+ * them again, one fault per 2 MiB. In 4 KiB pages the faults to map them
+ * again, one per 16 pages (fault-around), made an in-place AllReduce of
+ * 16 MiB 1.5-4x slower, so there they stay mapped; reading the peer's
+ * file without mapping it (pread/pwrite into a segment in cache, or
+ * process_vm_readv) moved 3-5 GB/s against 13-16 for memcpy from the
+ * mapping, 2.5-7x slower per call (docs/executor.md, "A peer's
+ * pages").
  */
 #define _GNU_SOURCE
 #include "transports.h"
@@ -177,7 +194,8 @@ bool cf_shm_regions_name(cf_shm_regions *rs, const void *p, size_t bytes, uint32
 }
 
 const void *cf_shm_regions_peer(cf_shm_regions *rs, int peer, uint32_t slot, uint64_t gen, uint64_t off,
-                                size_t bytes, char *text, size_t len) {
+                                size_t bytes, cf_shm_hold *hold, char *text, size_t len) {
+  *hold = (cf_shm_hold){0};
   if (peer < 0 || peer >= rs->size || slot >= CF_SHM_REGIONS) {
     snprintf(text, len, "rank %d sent rank %d a message in region %u, which no rank has", peer, rs->me,
              slot);
@@ -206,12 +224,14 @@ const void *cf_shm_regions_peer(cf_shm_regions *rs, int peer, uint32_t slot, uin
                rs->me, peer, slot, (unsigned long long)t->bytes, path,
                fd < 0 ? strerror(errno) : "the file is smaller than the region");
     } else {
+      /* on a tmpfs of 2 MiB pages the kernel places the map on a 2 MiB boundary */
       void *p = mmap(NULL, t->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (p == MAP_FAILED)
         snprintf(text, len, "rank %d cannot map rank %d's registered memory (region %u, %llu bytes): %s",
                  rs->me, peer, slot, (unsigned long long)t->bytes, strerror(errno));
       else
-        *m = (struct cf_shm_map){.gen = gen, .p = p, .bytes = t->bytes};
+        *m = (struct cf_shm_map){
+            .gen = gen, .p = p, .bytes = t->bytes, .let_go = (uint64_t)sb.st_blksize >= CF_SHM_HUGE_PAGE};
     }
     if (fd >= 0) close(fd);
   }
@@ -220,6 +240,41 @@ const void *cf_shm_regions_peer(cf_shm_regions *rs, int peer, uint32_t slot, uin
              rs->me, bytes, (unsigned long long)off, slot, m->bytes);
   else if (m->p)
     got = (const char *)m->p + off;
+  if (got && m->let_go && bytes) { /* whole 2 MiB pages: a part would split the page's mapping */
+    uintptr_t base = (uintptr_t)m->p, lo = (uintptr_t)got & ~(uintptr_t)(CF_SHM_HUGE_PAGE - 1),
+              hi = ((uintptr_t)got + bytes + CF_SHM_HUGE_PAGE - 1) & ~(uintptr_t)(CF_SHM_HUGE_PAGE - 1);
+    if (lo < base) lo = base;
+    if (hi > base + m->bytes) hi = base + m->bytes;
+    *hold = (cf_shm_hold){
+        .lo = (char *)lo, .hi = (char *)hi, .gone = (char *)lo, .peer = peer, .slot = slot, .gen = gen};
+  }
   pthread_mutex_unlock(&rs->lock);
   return got;
+}
+
+/* Drop [lo, hi) of hold's map from this rank's page tables unless the map
+ * was replaced since (those addresses are not the peer's now). */
+static void drop(cf_shm_regions *rs, const cf_shm_hold *hold, char *lo, char *hi) {
+  pthread_mutex_lock(&rs->lock);
+  struct cf_shm_map *m = &rs->map[(size_t)hold->peer * CF_SHM_REGIONS + hold->slot];
+  if (m->p && m->gen == hold->gen) madvise(lo, (size_t)(hi - lo), MADV_DONTNEED);
+  pthread_mutex_unlock(&rs->lock);
+}
+
+void cf_shm_regions_let_go(cf_shm_regions *rs, cf_shm_hold *hold) {
+  if (hold->lo) drop(rs, hold, hold->lo, hold->hi);
+  *hold = (cf_shm_hold){0};
+}
+
+/* From the page that holds p on: what lies before p in it is not this
+ * rank's to touch in this call (another rank's chunk, or no message's), and
+ * a page dropped is only mapped again if touched. Up to the last whole page
+ * done: the receiver is still at work in the page after. */
+void cf_shm_regions_let_go_part(cf_shm_regions *rs, cf_shm_hold *hold, const void *p, size_t bytes) {
+  uintptr_t huge = CF_SHM_HUGE_PAGE, lo = (uintptr_t)p & ~(huge - 1), hi = ((uintptr_t)p + bytes) & ~(huge - 1);
+  if (lo < (uintptr_t)hold->gone) lo = (uintptr_t)hold->gone;
+  if (hi > (uintptr_t)hold->hi) hi = (uintptr_t)hold->hi;
+  if (!hold->lo || hi <= lo) return;
+  drop(rs, hold, (char *)lo, (char *)hi);
+  hold->gone = (char *)hi;
 }

@@ -63,9 +63,13 @@ cf_status cf_shm_launch_find(cf_context *ctx, cf_shm_launch *out);
 cf_status cf_world_shm_join(cf_context *ctx, const cf_shm_launch *l, double timeout_s,
                             cf_world **out);
 
-/* transports/shm_pages.c: a rank's heap of bytes (sparse), in huge pages
- * where Linux gives shared memory them: a descriptor, or -1 with errno. */
-int cf_shm_heap_make(size_t bytes);
+/* transports/shm_pages.c: a file of bytes of shared memory (sparse,
+ * zeros), in huge pages where Linux gives shared memory them: a
+ * descriptor, or -1 with errno. name: what /proc/<pid>/maps calls it
+ * ("/NAME", or "memfd:collfuse-shm-NAME" in 4 KiB pages): "heap" for a
+ * rank's heap, "region" for cf_shm_memory's. */
+int cf_shm_pages_make(size_t bytes, const char *name);
+#define CF_SHM_HUGE_PAGE ((size_t)2 << 20) /* the huge page those files get */
 /* bytes, or less under an address-space limit (ulimit -v): each of the n
  * heaps every rank maps gets a share of half the room left, so the job
  * starts and a run that needs more than that fails for want of heap. */
@@ -109,6 +113,7 @@ typedef struct cf_shm_regions { /* a world's view of every rank's table */
     uint64_t gen;
     void *p;
     size_t bytes;
+    bool let_go; /* the file is in 2 MiB pages: its pages here are let go after each message */
   } *map; /* [peer * CF_SHM_REGIONS + slot]: the peers' regions mapped here */
   struct cf_shm_regions *next;
 } cf_shm_regions;
@@ -124,10 +129,29 @@ void cf_shm_regions_fini(cf_shm_regions *rs);
  * published there first if need be; false when no registration holds it. */
 bool cf_shm_regions_name(cf_shm_regions *rs, const void *p, size_t bytes, uint32_t *slot, uint64_t *gen,
                          uint64_t *off);
+/* The pages of a peer's region that a message handed this rank, to let go
+ * of once it is released (cf_shm_regions_let_go); lo NULL: none. */
+typedef struct cf_shm_hold {
+  char *lo, *hi; /* [p, p + bytes) widened to 2 MiB boundaries within the map */
+  char *gone;    /* let go of up to here already (cf_shm_regions_let_go_part) */
+  int peer;
+  uint32_t slot;
+  uint64_t gen;
+} cf_shm_hold;
 /* Where peer's (slot, gen, off) of bytes lies here (mapped on first use),
- * or NULL with text saying why. */
+ * or NULL with text saying why; *hold: its pages to let go of after the
+ * message, where the region is in 2 MiB pages (else none). */
 const void *cf_shm_regions_peer(cf_shm_regions *rs, int peer, uint32_t slot, uint64_t gen, uint64_t off,
-                                size_t bytes, char *text, size_t len);
+                                size_t bytes, cf_shm_hold *hold, char *text, size_t len);
+/* Drop hold's pages from this rank's page tables (the data stay in the
+ * peer's file; the next touch maps them again) unless its map was
+ * replaced since; hold is emptied. */
+void cf_shm_regions_let_go(cf_shm_regions *rs, cf_shm_hold *hold);
+/* The 2 MiB pages from the one that holds p to the last one [p, p + bytes)
+ * covers whole (in hold's range) dropped from this rank's page tables as
+ * cf_shm_regions_let_go does, once each: the receiver is done with them
+ * (the let_go slot). */
+void cf_shm_regions_let_go_part(cf_shm_regions *rs, cf_shm_hold *hold, const void *p, size_t bytes);
 
 /* world.c: the slots, wrapped */
 cf_status cf_world_create(cf_context *ctx, const cf_world_ops *ops, int size, double timeout_s,
@@ -172,6 +196,8 @@ uint64_t cf_coll_desc_key(const cf_coll_desc *d);
  * (no binding) when $COLLFUSE_BIND is "none". cf_bind_thread binds the
  * calling thread to rank's lane (cpus NULL: no-op). */
 int *cf_bind_cpus(int size, int *lanes);
+/* The CPUs this process may run on (its affinity mask; else those online). */
+int cf_cpu_count(void);
 /* A rank's signs of life as the waits on it read them (threads.c keeps one
  * per rank, shm.c one per rank in its control segment): its heartbeat and
  * whom its sleeping wait waits for. */

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 cf_status cf_world_create(cf_context *ctx, const cf_world_ops *ops, int size, double timeout_s,
                           cf_world **out) {
@@ -96,6 +97,13 @@ uint64_t cf_coll_desc_key(const cf_coll_desc *d) {
   h = mix(h, (uint64_t)(uint32_t)d->chunks);
   h = mix(h, g);
   return h ? h : 1;
+}
+
+int cf_cpu_count(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n >= 1 ? (int)n : 1;
 }
 
 int *cf_bind_cpus(int size, int *lanes) {

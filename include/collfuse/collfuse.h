@@ -496,6 +496,17 @@ cf_status cf_launcher_find(cf_context *ctx, const char *const *env, const char *
  * or (unregister) a base not registered. */
 cf_status cf_shm_register(cf_context *ctx, void *base, size_t bytes, int fd);
 cf_status cf_shm_unregister(cf_context *ctx, void *base);
+/* A new shareable file of bytes of shared memory for memory to register
+ * (cf_shm_register): zeros, sparse (a page costs memory once touched), in
+ * 2 MiB pages where Linux gives shared memory them, as the shm world's
+ * heaps get them (docs/executor.md). Map it MAP_SHARED from offset 0.
+ * Registered memory in 2 MiB pages costs the peers no resident memory
+ * between collectives: a peer maps the pages a collective hands it and
+ * lets them go when it is done with them (in 4 KiB pages they stay mapped
+ * in every peer that used them). *fd: the descriptor, the caller's to
+ * close (-1 on failure). CF_ERR_USAGE for 0 bytes, CF_ERR_NO_MEMORY (the
+ * system's reason in the message) when no file could be made. */
+cf_status cf_shm_memory(cf_context *ctx, size_t bytes, int *fd);
 
 #ifdef __cplusplus
 }

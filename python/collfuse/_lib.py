@@ -171,6 +171,7 @@ _PROTOS = {
     "cf_executable_bucket_buffer": (c_void_p, [c_void_p, c_int, c_size_t, c_int]),
     "cf_shm_register": (c_int, [c_void_p, c_void_p, c_size_t, c_int]),
     "cf_shm_unregister": (c_int, [c_void_p, c_void_p]),
+    "cf_shm_memory": (c_int, [c_void_p, c_size_t, P(c_int)]),
 }
 
 lib = find_library()

@@ -362,18 +362,41 @@ def register(tensor):
     return True
 
 
+# From this many bytes _shared_zeros makes its memory in 2 MiB pages
+# (cf_shm_memory): the peers then hold none of its pages between
+# collectives (half of it each on 2 ranks) at the cost of rounding it up to
+# 2 MiB pages (at most 2 MiB more of its owner's); below, that costs more
+# than it saves.
+_HUGE_MIN = 4 << 20
+
+
 def _shared_zeros(numel, dtype):
     """A new 1-D tensor of zeros made in shared memory from the start (a
     fresh file: no page is touched until written), for register(): no
     anonymous copy to move there and free, so nothing left behind in
-    malloc's heap. None unless torch shares storages by descriptor."""
+    malloc's heap. From _HUGE_MIN bytes in the library's shared memory of
+    2 MiB pages (cf_shm_memory), else torch's own. None unless torch
+    shares storages by descriptor."""
     import torch
     import torch.multiprocessing as tmp
     if tmp.get_sharing_strategy() != "file_descriptor":
         return None
     itemsize = torch.empty(0, dtype=dtype).element_size()
+    nbytes = max(1, numel) * itemsize
     try:  # torch 1.13's storage API; another torch: moved in by register() instead
-        st = torch.UntypedStorage._new_shared(max(1, numel) * itemsize)
+        st = None
+        if nbytes >= _HUGE_MIN:
+            global _regions_ctx
+            if _regions_ctx is None:
+                _regions_ctx = Context()
+            fd = ctypes.c_int(-1)
+            if lib.cf_shm_memory(_regions_ctx._h, nbytes, ctypes.byref(fd)) == 0:
+                try:  # torch maps its own duplicate of the descriptor (and keeps it)
+                    st = torch.UntypedStorage._new_shared_fd_cpu(fd.value, nbytes)
+                finally:
+                    os.close(fd.value)
+        if st is None:
+            st = torch.UntypedStorage._new_shared(nbytes)
         return torch.empty(0, dtype=dtype).set_(torch.storage.TypedStorage(wrap_storage=st, dtype=dtype))[:numel]
     except (AttributeError, TypeError):
         return None

@@ -21,6 +21,10 @@
 #    seconds naming the rank; a rank that never starts times out naming it;
 #    a COLLFUSE_HOSTID longer than a host's name can be is refused at once;
 #  - COLLFUSE_SHM_SPIN=pause verifies at 4 ranks; another value is refused;
+#  - COLLFUSE_SHM_CORES=2 at 4 ranks: pool's large call is reduced by ranks
+#    0 and 1 while 2 and 3 sleep (their traces), verified and bitwise the
+#    threads backend's; kill -9 of rank 1 stops the sleeping ranks; 0 is
+#    refused;
 #  - the embedding API's cf_executable_run_rank with the option backend shm
 #    (API_MPI, e2e/api_mpi.c) at 2 and 4 processes from the launcher's
 #    variables, and at 2 with the option job (rank and size explicit); and
@@ -318,23 +322,31 @@ cat >"$work/big.xml" <<'EOF'
   <node name="o" op="Output"><input ref="r"/></node>
 </graph>
 EOF
-checks=$((checks + 1))
-t0=$(date +%s)
-timeout -k 5 $((120 * scale)) "$cf" run "$work/big.xml" --backend shm --iters 100000 --timeout 10 >"$OUT" 2>"$ERR" &
-job=$!
-victim=""
-i=0
-while [ -z "$victim" ] && [ "$i" -lt 300 ]; do # the ranks are grandchildren (timeout, collfuse, ranks)
-  for p in $(pgrep -f "$work/big.xml" 2>/dev/null); do # spawn.c names rank R's process collfuse.rR
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = collfuse.r1 ] && victim=$p
+# kill9 GRAPH WHAT [ARGS...]: run GRAPH on the shm world with ARGS, many
+# iterations, kill -9 rank 1 after 2 s: the others stop within --timeout
+# naming it
+kill9() {
+  g=$1
+  what=$2
+  shift 2
+  checks=$((checks + 1))
+  t0=$(date +%s)
+  timeout -k 5 $((120 * scale)) "$cf" run "$g" --backend shm --iters 100000 --timeout 10 "$@" >"$OUT" 2>"$ERR" &
+  job=$!
+  victim=""
+  i=0
+  while [ -z "$victim" ] && [ "$i" -lt 300 ]; do # the ranks are grandchildren (timeout, collfuse, ranks)
+    for p in $(pgrep -f "$g" 2>/dev/null); do # spawn.c names rank R's process collfuse.rR
+      [ "$(cat "/proc/$p/comm" 2>/dev/null)" = collfuse.r1 ] && victim=$p
+    done
+    [ -n "$victim" ] || sleep 0.1
+    i=$((i + 1))
   done
-  [ -n "$victim" ] || sleep 0.1
-  i=$((i + 1))
-done
-if [ -z "$victim" ]; then
-  fail "kill -9: rank 1's process not found"
-  kill "$job" 2>/dev/null
-else
+  if [ -z "$victim" ]; then
+    fail "kill -9 ($what): rank 1's process not found"
+    kill "$job" 2>/dev/null
+    return
+  fi
   sleep 2 # in the middle of the AllReduces
   # the heaps are in 2 MiB pages where this machine gives shared memory
   # huge pages: shmem_enabled other than never/deny, or (never) a tmpfs
@@ -353,10 +365,11 @@ else
   wait "$job"
   rc=$?
   took=$(($(date +%s) - t0))
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "kill -9 of rank 1: exit $rc"
-  [ "$took" -le $((11 * scale + 2)) ] || fail "kill -9 of rank 1: the others took ${took}s to stop (--timeout 10)"
-  has "$ERR" "rank 1 (pid $victim) died" "kill -9 of rank 1"
-fi
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "kill -9 of rank 1 ($what): exit $rc"
+  [ "$took" -le $((11 * scale + 2)) ] || fail "kill -9 of rank 1 ($what): the others took ${took}s to stop (--timeout 10)"
+  has "$ERR" "rank 1 (pid $victim) died" "kill -9 of rank 1 ($what)"
+}
+kill9 "$work/big.xml" "64 MiB, 2 ranks"
 
 # under an address-space limit (ulimit -v) the heaps share half the room
 # left (each rank maps every rank's heap; sized to the host's memory they
@@ -383,6 +396,39 @@ COLLFUSE_SHM_SPIN=pause run run "$work/mixed4.xml" --backend shm --ranks 4 --ver
   expect_rc 0 "COLLFUSE_SHM_SPIN=pause, 4 ranks"
 COLLFUSE_SHM_SPIN=spin run run "$work/mixed2.xml" --backend shm --timeout 60 &&
   expect_last 2 "COLLFUSE_SHM_SPIN=spin: expected yield or pause" "COLLFUSE_SHM_SPIN=spin"
+
+# COLLFUSE_SHM_CORES: 4 ranks on 2 cores (forced, whatever this machine
+# has): pool's 6 MiB call is reduced by ranks 0 and 1 alone while 2 and 3
+# sleep (the phases of their traces); random inputs, against the float64
+# reference (--verify) and bitwise the threads backend's; a value that is
+# not a count of cores is refused
+cat >"$work/pool_idle.xml" <<'EOF'
+<graph name="pool_idle" version="1" world_size="4">
+<node name="x" op="Input" dtype="float32" shape="1536,1024"/>
+<node name="ar" op="AllReduce" reduction="sum"><input ref="x"/></node>
+<node name="o" op="Output"><input ref="ar"/></node>
+</graph>
+EOF
+run run "$work/pool_idle.xml" --ranks 4 --deterministic --save-outputs "$work/idle_threads" &&
+  expect_rc 0 "threads reference run of a 6 MiB AllReduce on 4 ranks"
+COLLFUSE_SHM_CORES=2 run run "$work/pool_idle.xml" --backend shm --ranks 4 --algo pool --deterministic \
+  --verify --save-outputs "$work/idle_shm" --trace "$work/idle.json" --timeout 60 &&
+  expect_rc 0 "COLLFUSE_SHM_CORES=2, 4 ranks, --algo pool --verify" && {
+  diff -r "$work/idle_threads" "$work/idle_shm" >/dev/null ||
+    fail "COLLFUSE_SHM_CORES=2, --algo pool: --deterministic outputs differ from the threads backend's"
+  for r in 0 1; do
+    has "$work/idle.rank$r.json" '"reduce pieces"' "COLLFUSE_SHM_CORES=2, pool: rank $r reduces"
+  done
+  for r in 2 3; do
+    has "$work/idle.rank$r.json" '"sleep while the workers reduce"' "COLLFUSE_SHM_CORES=2, pool: rank $r sleeps"
+    ! grep -Fq '"reduce pieces"' "$work/idle.rank$r.json" ||
+      fail "COLLFUSE_SHM_CORES=2, pool: rank $r took pieces (only ranks 0 and 1 should)"
+  done
+}
+# a worker killed while the idle ranks sleep: they see it die
+COLLFUSE_SHM_CORES=2 kill9 "$work/pool_idle.xml" "pool, 4 ranks on 2 cores" --ranks 4 --algo pool
+COLLFUSE_SHM_CORES=0 run run "$work/mixed2.xml" --backend shm --timeout 60 &&
+  expect_last 2 "COLLFUSE_SHM_CORES=0: expected a number of cores from 1" "COLLFUSE_SHM_CORES=0"
 
 # usage: standard input, CUDA
 run run - --backend shm --ranks 2 && expect_rc 2 "--backend shm with FILE '-'"

@@ -506,6 +506,39 @@ def registered(me, R):
             fail("_shared_zeros: all_reduce copies %r, off the float64 sum by %g"
                  % (cfd.last_copies(), np.abs(z.numpy() - want).max()))
         cfd.unregister(z)
+    # from 4 MiB: in the library's memory of 2 MiB pages (cf_shm_memory), whose pages the
+    # peers let go of once the collective is done with them
+    nb = cfd._HUGE_MIN // 8 + 1001
+    z = cfd._shared_zeros(nb, torch.float64)
+    if z is not None and cfd.backend() == "shm":
+        z[:] = torch.from_numpy(np.random.default_rng([13, me]).standard_normal(nb))
+        base = z.storage().data_ptr()
+        with open("/proc/self/maps") as m:
+            own = [ln for ln in m if ln.startswith("%x-" % base)]
+        if not own or not (own[0].split()[5:6] == ["/region"] or "collfuse-shm-region" in own[0]):
+            fail("_shared_zeros of %d bytes: not in cf_shm_memory's file: %r" % (8 * nb, own))
+        if not cfd.register(z):
+            fail("_shared_zeros of %d bytes: register refused it" % (8 * nb))
+        cfd.all_reduce(z)
+        want = sum(np.random.default_rng([13, r]).standard_normal(nb) for r in range(R))
+        if cfd.last_copies() != (0, 0) or np.abs(z.numpy() - want).max() > 1e-12 * R:
+            fail("_shared_zeros of %d bytes: all_reduce copies %r, off the float64 sum by %g"
+                 % (8 * nb, cfd.last_copies(), np.abs(z.numpy() - want).max()))
+        # the peers' such memory mapped here, none of it resident (where it is in 2 MiB pages)
+        maps, kb, cur = 0, 0, False
+        with open("/proc/self/smaps") as m:
+            lines = list(m)
+        for line in lines:
+            f = line.split()
+            if len(f) >= 5 and "-" in f[0] and not f[0].endswith(":"):
+                cur = int(f[0].split("-")[0], 16) != base and f[5:6] == ["/region"]
+                maps += cur
+            elif cur and f[0] == "Rss:":
+                kb += int(f[1])
+        if os.fstat(z.storage()._share_fd_cpu_()[0]).st_blksize >= 2 << 20 and (maps != R - 1 or kb != 0):
+            fail("_shared_zeros of %d bytes: %d kB of the peers' memory of 2 MiB pages resident here in %d "
+                 "maps after all_reduce; want 0 kB in %d" % (8 * nb, kb, maps, R - 1))
+        cfd.unregister(z)
 
 
 def mismatch(me, R):
