@@ -179,9 +179,14 @@ static void put_free(put_bufs *b) {
 
 /* Every rank offers its input and its output to each peer (and, extra,
  * one more message of extra_bytes at extra when not NULL), and takes
- * theirs into b. */
+ * theirs into b. The group's ranks from idle on (n: none) are pool's idle
+ * ranks, which share a CPU with a worker: a message from one, or any
+ * message to one, is waited for asleep at once (recv_sleep), since the
+ * rank waited for runs only when this one leaves the CPU (polling, or
+ * yielding 64 times, put the exchange at 1.6-2.6 ms of a 3 ms call at 16
+ * MiB on 4 ranks: bench/results/shm.md). */
 static cf_status put_exchange(cf_comm *c, const cf_coll_call *call, put_bufs *b, const void *extra,
-                              size_t extra_bytes) {
+                              size_t extra_bytes, int idle) {
   const cf_coll_desc *d = &call->desc;
   size_t bytes = (size_t)d->count * (size_t)cf_dtype_size(d->dtype);
   int n = call->n, me = call->me;
@@ -198,8 +203,10 @@ static cf_status put_exchange(cf_comm *c, const cf_coll_call *call, put_bufs *b,
       b->out.p[i] = call->out;
       continue;
     }
-    st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &b->in.p[i]);
-    if (!st) st = c->ops->recv(c, call->ranks[i], NULL, bytes, d, &b->out.p[i]);
+    cf_status (*recv)(cf_comm *, int, void *, size_t, const cf_coll_desc *, const void **) =
+        (i >= idle || me >= idle) && c->ops->recv_sleep ? c->ops->recv_sleep : c->ops->recv;
+    st = recv(c, call->ranks[i], NULL, bytes, d, &b->in.p[i]);
+    if (!st) st = recv(c, call->ranks[i], NULL, bytes, d, &b->out.p[i]);
   }
   return st;
 }
@@ -271,7 +278,7 @@ static cf_status rsag_put(cf_comm *c, cf_device *dev, const cf_coll_call *call) 
   put_bufs b;
   if (!put_init(&b, call->n)) return oom(c);
   int64_t t = cf_algo_phase_begin();
-  cf_status st = put_exchange(c, call, &b, NULL, 0);
+  cf_status st = put_exchange(c, call, &b, NULL, 0, call->n);
   cf_algo_phase("exchange buffers", t);
   if (!st) {
     t = cf_algo_phase_begin();
@@ -399,14 +406,18 @@ cf_status cf_algo_pool(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
    * the first rank's third message to each peer */
   _Atomic int64_t *next = (_Atomic int64_t *)(((uintptr_t)call->scratch + 63) & ~(uintptr_t)63);
   if (me == 0) atomic_store(next, 0);
+  /* the group's ranks from workers on sleep while the first ones reduce */
+  int workers = c->cores > 0 && c->cores < n && d->count * es >= POOL_IDLE_MIN ? c->cores : n;
+  bool idle = me >= workers;
   int64_t t = cf_algo_phase_begin();
-  cf_status st = put_exchange(c, call, &b, me == 0 ? (const void *)next : NULL, sizeof *next);
+  cf_status st =
+      put_exchange(c, call, &b, me == 0 ? (const void *)next : NULL, sizeof *next, workers);
   const void *p = NULL;
-  if (!st && me != 0) st = c->ops->recv(c, call->ranks[0], NULL, sizeof *next, d, &p);
+  if (!st && me != 0)
+    st = (idle && c->ops->recv_sleep ? c->ops->recv_sleep : c->ops->recv)(c, call->ranks[0], NULL,
+                                                                          sizeof *next, d, &p);
   if (!st && me != 0) next = (_Atomic int64_t *)p;
   cf_algo_phase("exchange buffers", t);
-  /* this rank sleeps while the first c->cores ranks reduce */
-  bool idle = c->cores > 0 && me >= c->cores && d->count * es >= POOL_IDLE_MIN;
   if (!st && idle) {
     for (int k = 0; k < 2 && !st; k++)
       st = release_all(c, call);

@@ -102,6 +102,13 @@ static cf_status f_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   return in->ops->recv(in, peer, staging, bytes, described(c->impl, d, &m), data);
 }
 
+static cf_status f_recv_sleep(cf_comm *c, int peer, void *staging, size_t bytes,
+                              const cf_coll_desc *d, const void **data) {
+  cf_comm *in = in_of(c);
+  cf_coll_desc m;
+  return in->ops->recv_sleep(in, peer, staging, bytes, described(c->impl, d, &m), data);
+}
+
 static cf_status f_release(cf_comm *c, int peer) {
   cf_comm *in = in_of(c);
   return in->ops->release(in, peer);
@@ -344,6 +351,7 @@ cf_status cf_fault_world(cf_context *ctx, cf_world *inner, cf_plan *p, const cf_
                           .wait_released = f_wait_released, .send_wait = f_send_wait,
                           .abort = f_abort, .aborted = f_aborted,
                           .send_sleep = io->send_sleep ? f_send_sleep : NULL,
+                          .recv_sleep = io->recv_sleep ? f_recv_sleep : NULL,
                           .send_eager = io->send_eager ? f_send_eager : NULL,
                           .native = io->native ? f_native : NULL, .beat = f_beat,
                           .let_go = io->let_go ? f_let_go : NULL};

@@ -211,6 +211,12 @@ typedef struct cf_comm_ops {
    * sleeps at once instead of polling first, so that it leaves its CPU to
    * the ranks at work (pool's idle ranks where ranks outnumber cores). */
   cf_status (*send_sleep)(cf_comm *c);
+  /* Optional (NULL when absent: pool calls recv instead): as recv, but it
+   * sleeps at once instead of polling first, for a message from a rank
+   * that shares this rank's CPU (pool's idle ranks where ranks outnumber
+   * cores), whose sending the polling only puts off. */
+  cf_status (*recv_sleep)(cf_comm *c, int peer, void *staging, size_t bytes, const cf_coll_desc *d,
+                          const void **data);
   /* Optional (NULL when absent): send bytes <= eager_max by copying them
    * into the message, so buf is free when it returns and neither send_wait
    * nor wait_released waits for the peer to read it. The peer still

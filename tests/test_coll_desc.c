@@ -200,6 +200,7 @@ static cf_comm_ops counting_ops;
 static const cf_comm_ops *threads_ops;
 static _Atomic int sends[2];
 static _Atomic int64_t sent_segment[2];
+static _Atomic int sleeps[2]; /* recv_sleep calls */
 
 static cf_status counting_send(cf_comm *c, int peer, const void *buf, size_t bytes,
                                const cf_coll_desc *d) {
@@ -208,11 +209,21 @@ static cf_status counting_send(cf_comm *c, int peer, const void *buf, size_t byt
   return threads_ops->send(c, peer, buf, bytes, d);
 }
 
+/* A receive that sleeps at once: counted, then the threads transport's. */
+static cf_status counting_recv_sleep(cf_comm *c, int peer, void *staging, size_t bytes,
+                                     const cf_coll_desc *d, const void **data) {
+  atomic_fetch_add(&sleeps[c->rank], 1);
+  return threads_ops->recv(c, peer, staging, bytes, d, data);
+}
+
 /* Two threads ranks run algo (rsag or pool) on count random floats, in
- * place or out of place; returns each rank's sends and the segment size
- * its messages carried, and checks every output against the float64 sum
- * (of two addends: float32's sum is the exact one rounded). */
-static void run_algo(int algo, bool in_place, int64_t count, int *n_sends, int64_t *segment) {
+ * place or out of place, their comms saying that they share cores cores
+ * (0: one each); returns each rank's sends, the segment size its messages
+ * carried and its receives that slept at once (n_sleeps, when not NULL),
+ * and checks every output against the float64 sum (of two addends:
+ * float32's sum is the exact one rounded). */
+static void run_algo_on(int algo, bool in_place, int64_t count, int cores, int *n_sends,
+                        int64_t *segment, int *n_sleeps) {
   const int algos[2] = {algo, algo};
   cf_coll_desc d = base();
   d.algo = algo;
@@ -224,13 +235,16 @@ static void run_algo(int algo, bool in_place, int64_t count, int *n_sends, int64
   cf_world_destroy(probe, 0);
   counting_ops = *threads_ops;
   counting_ops.send = counting_send;
+  counting_ops.recv_sleep = counting_recv_sleep;
   pair p;
   pair_start(&p, d, algos, &counting_ops);
+  for (int r = 0; r < 2; r++) p.jobs[r].comm->cores = cores;
   uint64_t seed = 0x9e3779b97f4a7c15u;
   double *want = malloc((size_t)count * sizeof(double));
   assert_non_null(want);
   for (int r = 0; r < 2; r++) {
     sends[r] = 0;
+    sleeps[r] = 0;
     sent_segment[r] = -1;
     for (int64_t i = 0; i < count; i++) {
       seed = seed * 6364136223846793005u + 1442695040888963407u;
@@ -247,9 +261,14 @@ static void run_algo(int algo, bool in_place, int64_t count, int *n_sends, int64
                  want[i]);
     n_sends[r] = sends[r];
     segment[r] = sent_segment[r];
+    if (n_sleeps) n_sleeps[r] = sleeps[r];
   }
   free(want);
   pair_end(&p);
+}
+
+static void run_algo(int algo, bool in_place, int64_t count, int *n_sends, int64_t *segment) {
+  run_algo_on(algo, in_place, count, 0, n_sends, segment, NULL);
 }
 
 /* In place (a DDP bucket) rsag on a single-copy transport takes no scratch
@@ -290,6 +309,25 @@ static void test_pool_runs_whole(void **state) {
         fail_msg("pool %s, rank %d: %d sends of segment %lld; one exchange (%d sends) of segment 0 "
                  "expected", ip ? "in place" : "out of place", r, n[r], (long long)seg[r], 3 - r);
   }
+}
+
+/* Two ranks on one core: pool leaves rank 1 idle, and every message
+ * between the worker and the idle rank is waited for asleep at once
+ * (recv_sleep): rank 0 sleeps for rank 1's input and output, rank 1 for
+ * rank 0's input, output and counter. Below 4 MiB both ranks work and
+ * poll. The sums are right either way. */
+static void test_pool_waits_for_idle_ranks_asleep(void **state) {
+  (void)state;
+  int n[2], slept[2];
+  int64_t seg[2];
+  run_algo_on(CF_ALGO_POOL, false, (int64_t)1500007, 1, n, seg, slept); /* 6 MiB */
+  for (int r = 0; r < 2; r++)
+    if (slept[r] != 2 + r)
+      fail_msg("6 MiB on 1 core, rank %d: %d receives slept at once, %d expected", r, slept[r],
+               2 + r);
+  run_algo_on(CF_ALGO_POOL, false, (int64_t)250007, 1, n, seg, slept); /* 1 MiB */
+  for (int r = 0; r < 2; r++)
+    if (slept[r] != 0) fail_msg("1 MiB, rank %d: %d receives slept at once, none expected", r, slept[r]);
 }
 
 /* A thread marked cf_spin_brief (a cf_runner's) polls CF_SPIN_BRIEF times
@@ -365,6 +403,7 @@ int main(void) {
       cmocka_unit_test(test_ranks_with_different_algorithms_fail),
       cmocka_unit_test(test_in_place_rsag_runs_whole),
       cmocka_unit_test(test_pool_runs_whole),
+      cmocka_unit_test(test_pool_waits_for_idle_ranks_asleep),
       cmocka_unit_test(test_brief_spin),
       cmocka_unit_test(test_spin_modes),
   };

@@ -500,16 +500,15 @@ static cf_status s_send_eager(cf_comm *c, int peer, const void *buf, size_t byte
   return post(c, peer, buf, bytes, d, bytes <= EAGER_MAX);
 }
 
-static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const cf_coll_desc *d,
-                        const void **data) {
-  (void)staging;
+static cf_status recv_msg(cf_comm *c, int peer, size_t bytes, const cf_coll_desc *d, const void **data,
+                         bool sleep_now) {
   *data = NULL;
   cf_shm_world *w = c->impl;
   schan *ch = channel(w, peer, w->me);
   unsigned i = (unsigned)(w->tail[peer] % CHAN_SLOTS);
   scell *m = &ch->slot[i];
   wait_what ww = {"a message from", peer, d};
-  cf_status st = wait_ge(w, &m->seq, w->tail[peer] + 1, &ww, false);
+  cf_status st = wait_ge(w, &m->seq, w->tail[peer] + 1, &ww, sleep_now);
   if (st) return st;
   char text[768];
   sdesc *sd = &ch->desc[i];
@@ -544,6 +543,18 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   w->tail[peer]++;
   *data = p;
   return CF_OK;
+}
+
+static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const cf_coll_desc *d,
+                        const void **data) {
+  (void)staging;
+  return recv_msg(c, peer, bytes, d, data, false);
+}
+
+static cf_status s_recv_sleep(cf_comm *c, int peer, void *staging, size_t bytes,
+                              const cf_coll_desc *d, const void **data) {
+  (void)staging;
+  return recv_msg(c, peer, bytes, d, data, true);
 }
 
 /* The pages of the message of peer's that handed [p, p + bytes) out (the
@@ -619,6 +630,7 @@ static const cf_comm_ops shm_ops = {
     .wait_released = s_wait_released,
     .send_wait = s_send_wait,
     .send_sleep = s_send_sleep,
+    .recv_sleep = s_recv_sleep,
     .send_eager = s_send_eager,
     .eager_max = EAGER_MAX,
     .abort = s_abort,
