@@ -34,6 +34,8 @@ cf_status cf_run_prepare(cf_context *ctx, cf_run_setup *s, cf_run_options *ro) {
      * BLAS threads */
     cf_exec_blas_share(cf_world_host_processes(s->world));
   }
+  /* the cores the ranks share, a fact of the world: auto's choice */
+  if (s->world) ro->algo.cores = cf_world_comm(s->world, s->world->first)->cores;
   if (!s->prof) {
     char path[4096];
     if ((st = cf_profile_find(ctx, s->profile, &s->prof, path, sizeof path))) return st;

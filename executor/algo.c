@@ -241,9 +241,13 @@ const int cf_algo_count = (int)(sizeof cf_algo_table / sizeof cf_algo_table[0]);
  * work; at 16 MiB 0.78-0.97x on 4 ranks, and on 2 ranks 0.75-1.10x from
  * run to run (level: rsag stays); at 8 MiB 1.1-1.2x (bench allreduce
  * --algo pool|rsag, pool and rsag loop by loop in one run, medians of 4-10
- * runs at load 5-9; docs/executor.md, "pool"). */
+ * runs at load 5-9; docs/executor.md, "pool"). Where the ranks outnumber
+ * the cores (4 processes of the shm world on 2 cores) pool leaves the
+ * ranks beyond the cores idle from 4 MiB, and took 0.45-0.62x rsag's time
+ * at 4-8 MiB (load 11-16, bench/results/shm.md, "Idle ranks"). */
 static const cf_algo_rule auto_threads[] = {
     {.in_place = 1, .algo = CF_ALGO_RSAG},
+    {.min_ranks = 3, .min_bytes = MIB(4), .oversubscribed = true, .algo = CF_ALGO_POOL},
     {.min_ranks = 3, .min_bytes = MIB(16), .algo = CF_ALGO_POOL},
     {.min_bytes = MIB(64), .algo = CF_ALGO_POOL},
     {.min_ranks = 2, .max_ranks = 2, .min_bytes = KIB(32), .algo = CF_ALGO_RSAG},
@@ -367,10 +371,12 @@ static bool in(int64_t v, int64_t lo, int64_t hi) { return v >= lo && (hi == 0 |
 /* The first of rules[0..n) that matches a call of bytes on n ranks and
  * whose row may run it; -1 when none. */
 static int first_rule(const cf_algo_rule *rules, int n_rules, const cf_coll_desc *d, int n,
-                      bool deterministic, int64_t bytes) {
+                      bool deterministic, int64_t bytes, int cores) {
+  bool over = cores > 0 && cores < n;
   for (int i = 0; i < n_rules; i++) {
     const cf_algo_rule *r = &rules[i];
     if (in(n, r->min_ranks, r->max_ranks) && in(bytes, r->min_bytes, r->max_bytes) &&
+        (!r->oversubscribed || over) &&
         (r->in_place == 0 || (r->in_place > 0) == d->in_place) && r->algo >= 0 && r->algo < cf_algo_count && usable(r->algo, d, n, deterministic))
       return r->algo;
   }
@@ -385,8 +391,8 @@ static int by_policy(const cf_coll_desc *d, int n, bool deterministic, cf_algo_r
   }
   const cf_algo_policy_info *pol = &cf_algo_policies[req.policy];
   int64_t bytes = d->count * cf_dtype_size(d->dtype);
-  int a = first_rule(req.measured, req.n_measured, d, n, deterministic, bytes);
-  if (a < 0) a = first_rule(pol->rules, pol->n_rules, d, n, deterministic, bytes);
+  int a = first_rule(req.measured, req.n_measured, d, n, deterministic, bytes, req.cores);
+  if (a < 0) a = first_rule(pol->rules, pol->n_rules, d, n, deterministic, bytes, req.cores);
   if (a >= 0) return a;
   /* fewer elements than ranks: the chunked algorithms would leave ranks idle */
   return d->count < n ? CF_ALGO_DIRECT : pol->otherwise;
@@ -396,7 +402,7 @@ int cf_coll_select(const cf_coll_desc *d, int n, bool deterministic, cf_algo_req
   int a = req.policy == CF_POLICY_FORCED ? req.algo : by_policy(d, n, deterministic, req);
   for (int hops = 0; hops < cf_algo_count && !usable(a, d, n, deterministic); hops++) {
     int f = cf_algo_table[a].fallback;
-    a = f >= 0 ? f : by_policy(d, n, deterministic, (cf_algo_req){.policy = CF_POLICY_AUTO});
+    a = f >= 0 ? f : by_policy(d, n, deterministic, (cf_algo_req){.policy = CF_POLICY_AUTO, .cores = req.cores});
   }
   return a;
 }

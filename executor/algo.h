@@ -72,6 +72,10 @@ typedef struct cf_algo_req {
   int algo;                     /* a row of cf_algo_table; CF_POLICY_FORCED only */
   const cf_algo_rule *measured; /* policies only: rules tried first, or NULL */
   int n_measured;
+  /* policies only: the cores the world's ranks share where they are fewer
+   * than its ranks (cf_comm.cores, the same on every rank: the shm world
+   * agrees on it at start-up), else 0; set by the run's set-up */
+  int cores;
 } cf_algo_req;
 
 /* Forcing row a. */
@@ -86,6 +90,7 @@ struct cf_algo_rule {
   int64_t min_bytes, max_bytes;
   int algo;
   int in_place; /* 1: in-place calls only, -1: out-of-place calls only, 0: both */
+  bool oversubscribed; /* only where the ranks outnumber the request's cores */
 };
 
 /* A policy's AllReduce rules, first match wins; a rule whose algorithm may

@@ -653,6 +653,8 @@ static int bench(cf_context *ctx, ar_options *o, ar_row *rows, mpi_peer *peer) {
   if (st) return cf_tool_fail(ctx, st);
   int me = w->first, rc = 0;
   o->ranks = w->size;
+  int cores = cf_world_comm(w, me)->cores; /* the world's, agreed by its ranks */
+  o->columns[0].cores = cores;
   if (o->mpi && w->size < 2) {
     if (me == 0)
       fprintf(stderr, "collfuse bench allreduce: --backend mpi runs one rank per process: start it as "
@@ -679,6 +681,7 @@ static int bench(cf_context *ctx, ar_options *o, ar_row *rows, mpi_peer *peer) {
     cJSON_AddStringToObject(root, "device", "cpu");
     if (procs) {
       cJSON_AddNumberToObject(root, "local_ranks", cf_world_host_processes(w));
+      if (cores) cJSON_AddNumberToObject(root, "cores", cores);
     }
     if (!o->mpi) {
       cJSON_AddStringToObject(root, "dtype", "float32");

@@ -1069,6 +1069,21 @@ static cf_status probe_regions(cf_shm_world *w, int fd) {
   return CF_OK;
 }
 
+/* The world's ranks share cpus cores: how its waits poll. Oversubscribed
+ * (4 processes on 2 cores), a wait yields 64 times and then sleeps.
+ * Pausing 256 polls and sleeping (CF_SPIN_PAUSE) took 0.22-0.37x the time
+ * of a 16 MiB pool call at load 7-13, where EEVDF leaves a yielding rank
+ * behind the other tasks, but on a quiet machine it made 8 B 5x slower,
+ * 64 KiB 4x and 1 MiB 1.6x (a futex wake per message) and 16 MiB level:
+ * bench/results/shm.md. COLLFUSE_SHM_SPIN=pause chooses it for a machine
+ * busy with other work. */
+static void set_cores(cf_shm_world *w, long cpus, bool pause_spin) {
+  int n = w->size;
+  w->cores = (int)cpus;
+  w->spin = n <= cpus ? 40000 : pause_spin ? CF_SPIN_BRIEF : 64;
+  w->spin_mode = n <= cpus ? CF_SPIN_CORE : pause_spin ? CF_SPIN_PAUSE : CF_SPIN_YIELD;
+}
+
 static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeout_s, cf_world **out) {
   *out = NULL;
   pthread_mutex_lock(&joined_lock);
@@ -1106,16 +1121,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
   w->size = n;
   w->me = l->rank;
   w->timeout_s = timeout_s > 0 ? timeout_s : 60;
-  /* oversubscribed (4 processes on 2 cores), a wait yields 64 times and
-   * then sleeps. Pausing 256 polls and sleeping (CF_SPIN_PAUSE) took
-   * 0.22-0.37x the time of a 16 MiB pool call at load 7-13, where EEVDF
-   * leaves a yielding rank behind the other tasks, but on a quiet machine
-   * it made 8 B 5x slower, 64 KiB 4x and 1 MiB 1.6x (a futex wake per
-   * message) and 16 MiB level: bench/results/shm.md. COLLFUSE_SHM_SPIN=pause
-   * chooses it for a machine busy with other work. */
-  w->cores = (int)cpus;
-  w->spin = n <= cpus ? 40000 : pause_spin ? CF_SPIN_BRIEF : 64;
-  w->spin_mode = n <= cpus ? CF_SPIN_CORE : pause_spin ? CF_SPIN_PAUSE : CF_SPIN_YIELD;
+  set_cores(w, cpus, pause_spin);
   gethostname(w->host, sizeof w->host - 1);
   pthread_mutex_init(&w->lock, NULL);
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
@@ -1196,6 +1202,14 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
     w->head->pid[w->me] = (int32_t)getpid();
     atomic_fetch_add(&w->head->attached, 1);
     if (n > 1) st = probe_regions(w, ctl_fd);
+  }
+  /* the cores are a fact of the world, the fewest any rank counts: pool's
+   * idle ranks and auto's choice (cf_algo_req.cores) must be the same on
+   * every rank, whatever each process's affinity mask or knob says */
+  if (!st && n > 1) {
+    double fewest = -(double)cpus;
+    st = shm_max(&w->base, &fewest, 1);
+    if (!st) set_cores(w, (long)-fewest, pause_spin);
   }
   for (int r = 0; r < n; r++)
     if (heap_fd[r] >= 0) close(heap_fd[r]); /* the mappings keep them */

@@ -24,7 +24,9 @@
 #  - COLLFUSE_SHM_CORES=2 at 4 ranks: pool's large call is reduced by ranks
 #    0 and 1 while 2 and 3 sleep (their traces), verified and bitwise the
 #    threads backend's; kill -9 of rank 1 stops the sleeping ranks; 0 is
-#    refused;
+#    refused; auto picks pool for that call with the fewest cores any rank
+#    counts (2 on ranks 0-1, 4 on 2-3: every rank agrees), rsag with 4;
+#    bench allreduce's JSON gives the count;
 #  - the embedding API's cf_executable_run_rank with the option backend shm
 #    (API_MPI, e2e/api_mpi.c) at 2 and 4 processes from the launcher's
 #    variables, and at 2 with the option job (rank and size explicit); and
@@ -152,6 +154,9 @@ launch() {
     # shellcheck disable=SC2086 # a list of words
     [ -n "${HOSTIDS:-}" ] && vars="$vars COLLFUSE_HOSTID=$(set -- $HOSTIDS; shift "$r"; echo "$1")"
     [ -n "${RDV:-}" ] && vars="$vars COLLFUSE_RENDEZVOUS=$RDV"
+    # CORES="2 2 4 4": rank R counts the cores the R-th word says
+    # shellcheck disable=SC2086 # a list of words
+    [ -n "${CORES:-}" ] && vars="$vars COLLFUSE_SHM_CORES=$(set -- $CORES; shift "$r"; echo "$1")"
     # shellcheck disable=SC2086 # $vars is a list of NAME=VALUE words
     (env -u COLLFUSE_RANK -u COLLFUSE_WORLD_SIZE -u COLLFUSE_JOB $vars \
       timeout -k 5 $((LIMIT * scale)) "$cf" run "$file" --backend shm --timeout 20 "$@" >>"$OUT" 2>>"$ERR"
@@ -425,6 +430,33 @@ COLLFUSE_SHM_CORES=2 run run "$work/pool_idle.xml" --backend shm --ranks 4 --alg
       fail "COLLFUSE_SHM_CORES=2, pool: rank $r took pieces (only ranks 0 and 1 should)"
   done
 }
+# auto, with the world's core count, the fewest any rank counts: ranks 0-1
+# count 2 and ranks 2-3 count 4, and every rank picks pool for the 6 MiB
+# call out of place (x is an output too) (ranks that each went by their own count picked pool and rsag:
+# exit 3), ranks 2-3 asleep; with 4 cores, rsag; bench allreduce's JSON
+# gives the count
+sed 's|</graph>|<node name="ox" op="Output"><input ref="x"/></node></graph>|' "$work/pool_idle.xml" >"$work/pool_auto.xml"
+CORES="2 2 4 4" launch 4 torch "$work/pool_auto.xml" --deterministic --verify --trace "$work/agree.json"
+all_rc 4 0 "COLLFUSE_SHM_CORES=2 on ranks 0-1 and 4 on ranks 2-3, auto --verify" && {
+  for r in 0 1; do
+    has "$work/agree.rank$r.json" '"reduce pieces"' "cores 2,2,4,4, auto at 6 MiB: rank $r reduces pool's pieces"
+  done
+  for r in 2 3; do
+    has "$work/agree.rank$r.json" '"sleep while the workers reduce"' "cores 2,2,4,4, auto at 6 MiB: rank $r sleeps"
+  done
+}
+COLLFUSE_SHM_CORES=4 run run "$work/pool_auto.xml" --backend shm --ranks 4 --verify --trace "$work/four.json" \
+  --timeout 60 && expect_rc 0 "COLLFUSE_SHM_CORES=4, 4 ranks, auto --verify" && {
+  has "$work/four.rank0.json" '"reduce-scatter + put"' "COLLFUSE_SHM_CORES=4, auto at 6 MiB: rsag"
+  ! grep -Fq '"reduce pieces"' "$work/four.rank0.json" || fail "COLLFUSE_SHM_CORES=4, auto at 6 MiB: pool ran"
+}
+COLLFUSE_SHM_CORES=2 run bench allreduce --backend shm --ranks 4 --sizes 6M --algo rsag --iters 2 --loops 1 \
+  --no-mpi --json && expect_rc 0 "COLLFUSE_SHM_CORES=2 bench allreduce at 6 MiB" &&
+  python3 - "$OUT" <<'EOF' || fail "COLLFUSE_SHM_CORES=2 bench allreduce at 6 MiB: JSON without cores 2 and auto pool"
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert d["cores"] == 2 and d["results"][0]["auto_algo"] == "pool", d
+EOF
 # a worker killed while the idle ranks sleep: they see it die
 COLLFUSE_SHM_CORES=2 kill9 "$work/pool_idle.xml" "pool, 4 ranks on 2 cores" --ranks 4 --algo pool
 COLLFUSE_SHM_CORES=0 run run "$work/mixed2.xml" --backend shm --timeout 60 &&
