@@ -106,10 +106,11 @@ const cf_env_knob cf_env_table[CF_ENV_COUNT] = {
                          "sleeps; `pause` never yields, for a machine busy with other work "
                          "(executor.md, \"Waits, faults\")"},
     [CF_ENV_SHM_CORES] = {"COLLFUSE_SHM_CORES", "a number", "the CPUs of the process's affinity mask",
-                          "`--backend shm`: the cores its ranks share; with more ranks than that, "
-                          "waits poll as `COLLFUSE_SHM_SPIN` says, and only that many ranks reduce "
-                          "a `pool` call of 4 MiB or more while the others sleep (executor.md, "
-                          "\"Idle ranks\")"},
+                          "`--backend shm`: the cores its ranks share (the job takes the fewest "
+                          "any rank counts); with more ranks than that, waits poll as "
+                          "`COLLFUSE_SHM_SPIN` says, `auto` picks `pool` from 4 MiB, and only that "
+                          "many ranks reduce a `pool` call of 4 MiB or more while the others sleep "
+                          "(executor.md, \"Idle ranks\")"},
     [CF_ENV_HOSTID] = {"COLLFUSE_HOSTID", "name", "the host's name and boot id",
                        "`--backend shm`: this process's host as the job's ranks compare it (as "
                        "`NCCL_HOSTID`); ranks with different ones are on different hosts; at most 64 "
