@@ -244,8 +244,11 @@ const int cf_algo_count = (int)(sizeof cf_algo_table / sizeof cf_algo_table[0]);
  * runs at load 5-9; docs/executor.md, "pool"). Where the ranks outnumber
  * the cores (4 processes of the shm world on 2 cores) pool leaves the
  * ranks beyond the cores idle from 4 MiB, and took 0.45-0.62x rsag's time
- * at 4-8 MiB (load 11-16, bench/results/shm.md, "Idle ranks"). */
+ * at 4-8 MiB (load 11-16, bench/results/shm.md, "Idle ranks"); in place
+ * 0.56x at 8 MiB, 0.33x at 16 MiB and 0.60x at 64 MiB (medians of 4 pairs,
+ * load 13), level or behind at 6 MiB. */
 static const cf_algo_rule auto_threads[] = {
+    {.min_ranks = 3, .min_bytes = MIB(8), .in_place = 1, .oversubscribed = true, .algo = CF_ALGO_POOL},
     {.in_place = 1, .algo = CF_ALGO_RSAG},
     {.min_ranks = 3, .min_bytes = MIB(4), .oversubscribed = true, .algo = CF_ALGO_POOL},
     {.min_ranks = 3, .min_bytes = MIB(16), .algo = CF_ALGO_POOL},

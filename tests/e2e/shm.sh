@@ -25,7 +25,8 @@
 #    0 and 1 while 2 and 3 sleep (their traces), verified and bitwise the
 #    threads backend's; kill -9 of rank 1 stops the sleeping ranks; 0 is
 #    refused; auto picks pool for that call with the fewest cores any rank
-#    counts (2 on ranks 0-1, 4 on 2-3: every rank agrees), rsag with 4;
+#    counts (2 on ranks 0-1, 4 on 2-3: every rank agrees), rsag with 4,
+#    and pool in place at 8 MiB;
 #    bench allreduce's JSON gives the count;
 #  - the embedding API's cf_executable_run_rank with the option backend shm
 #    (API_MPI, e2e/api_mpi.c) at 2 and 4 processes from the launcher's
@@ -444,6 +445,13 @@ all_rc 4 0 "COLLFUSE_SHM_CORES=2 on ranks 0-1 and 4 on ranks 2-3, auto --verify"
   for r in 2 3; do
     has "$work/agree.rank$r.json" '"sleep while the workers reduce"' "cores 2,2,4,4, auto at 6 MiB: rank $r sleeps"
   done
+}
+# in place (a bucket) from 8 MiB
+sed 's|1536,1024|2048,1024|' "$work/pool_idle.xml" >"$work/pool_8m.xml"
+COLLFUSE_SHM_CORES=2 run run "$work/pool_8m.xml" --backend shm --ranks 4 --verify --trace "$work/ip8.json" \
+  --timeout 60 && expect_rc 0 "COLLFUSE_SHM_CORES=2, 4 ranks, 8 MiB in place, auto --verify" && {
+  has "$work/ip8.rank0.json" '"reduce pieces"' "COLLFUSE_SHM_CORES=2, auto at 8 MiB in place: pool"
+  has "$work/ip8.rank3.json" '"sleep while the workers reduce"' "COLLFUSE_SHM_CORES=2, auto at 8 MiB in place: rank 3 sleeps"
 }
 COLLFUSE_SHM_CORES=4 run run "$work/pool_auto.xml" --backend shm --ranks 4 --verify --trace "$work/four.json" \
   --timeout 60 && expect_rc 0 "COLLFUSE_SHM_CORES=4, 4 ranks, auto --verify" && {
