@@ -1759,69 +1759,96 @@ static void test_alltoall_bucket(void **state) {
     for (uint64_t seed = 1; seed <= 6; seed++) a2a_parts_case(n, 1 + (int)(seed % 5), seed + 10 * n);
 }
 
-/* A rank that never calls: the others give up after the timeout, naming it. */
-static void vanish_case(cf_op op, cf_algo_req algo, int n, int gone) {
-  int ident[MAXR];
-  for (int i = 0; i < MAXR; i++) ident[i] = i;
-  cf_coll_desc d = {.op = op, .dtype = CF_DT_FLOAT32, .count = 4096, .red = CF_RED_SUM, .root = -1,
-                    .layout = -1, .group = "g", .node = "v"};
-  if (op == CF_OP_BROADCAST || op == CF_OP_REDUCE) d.root = gone == 0 ? 1 : 0;
-  if (op == CF_OP_BROADCAST) d.red = -1;
-  prepare(&d, n);
-  cf_algo a = cf_coll_select(&d, n, false, algo);
+/* A rank that never calls: the others give up after the timeout, naming
+ * it. The cases wait out their timeouts side by side (each its own world
+ * and threads): vanish_start starts one, vanish_finish joins and checks it. */
+typedef struct vanish {
+  cf_op op;
+  int n, gone, ident[MAXR];
+  cf_coll_desc d;
+  cf_coll_seg seg;
   char cfg[96];
-  snprintf(cfg, sizeof cfg, "%s %s n=%d, rank %d never calls", cf_op_table[op].name, cf_algo_name(a), n, gone);
   world W;
-  world_open(&W, n, 1.0);
   cf_coll_call calls[MAXR];
   job jobs[MAXR];
-  cf_coll_seg seg = {0, 0, d.count / n};
+  pthread_t th[MAXR];
   float *buf[MAXR][3];
-  size_t sb = cf_coll_scratch_bytes(&d, n, a, true);
+  double t0;
+} vanish;
+
+static vanish *vanish_start(cf_op op, cf_algo_req algo, int n, int gone) {
+  vanish *v = calloc(1, sizeof *v);
+  assert_non_null(v);
+  v->op = op, v->n = n, v->gone = gone;
+  for (int i = 0; i < MAXR; i++) v->ident[i] = i;
+  cf_coll_desc *d = &v->d;
+  *d = (cf_coll_desc){.op = op, .dtype = CF_DT_FLOAT32, .count = 4096, .red = CF_RED_SUM, .root = -1,
+                      .layout = -1, .group = "g", .node = "v"};
+  if (op == CF_OP_BROADCAST || op == CF_OP_REDUCE) d->root = gone == 0 ? 1 : 0;
+  if (op == CF_OP_BROADCAST) d->red = -1;
+  prepare(d, n);
+  cf_algo a = cf_coll_select(d, n, false, algo);
+  snprintf(v->cfg, sizeof v->cfg, "%s %s n=%d, rank %d never calls", cf_op_table[op].name, cf_algo_name(a), n, gone);
+  world_open(&v->W, n, 1.0);
+  v->seg = (cf_coll_seg){0, 0, d->count / n};
+  size_t sb = cf_coll_scratch_bytes(d, n, a, true);
   for (int k = 0; k < n; k++) {
-    buf[k][0] = calloc((size_t)d.count, sizeof(float));
-    buf[k][1] = calloc((size_t)d.count, sizeof(float));
-    buf[k][2] = malloc(sb + 1);
-    calls[k] = (cf_coll_call){.desc = d, .ranks = ident, .n = n, .me = k, .in = buf[k][0],
-                              .out = buf[k][1], .segs = &seg, .n_segs = 1, .scratch = buf[k][2],
-                              .scratch_bytes = sb, .algo = a};
-    jobs[k] = (job){.comm = rank_comm(&W, k), .calls = &calls[k], .n_calls = 1,
-                    .vanish = k == gone, .world = W.w, .rank = k};
+    v->buf[k][0] = calloc((size_t)d->count, sizeof(float));
+    v->buf[k][1] = calloc((size_t)d->count, sizeof(float));
+    v->buf[k][2] = malloc(sb + 1);
+    v->calls[k] = (cf_coll_call){.desc = *d, .ranks = v->ident, .n = n, .me = k, .in = v->buf[k][0],
+                                 .out = v->buf[k][1], .segs = &v->seg, .n_segs = 1, .scratch = v->buf[k][2],
+                                 .scratch_bytes = sb, .algo = a};
+    v->jobs[k] = (job){.comm = rank_comm(&v->W, k), .calls = &v->calls[k], .n_calls = 1,
+                       .vanish = k == gone, .world = v->W.w, .rank = k};
   }
-  double t0 = run_jobs(jobs, n);
+  v->t0 = cf_now();
+  for (int k = 0; k < n; k++) assert_int_equal(pthread_create(&v->th[k], NULL, job_main, &v->jobs[k]), 0);
+  return v;
+}
+
+static void vanish_finish(vanish *v) {
+  for (int k = 0; k < v->n; k++) pthread_join(v->th[k], NULL);
+  const cf_coll_desc *d = &v->d;
+  const char *cfg = v->cfg;
+  int gone = v->gone;
   char rk[32];
   snprintf(rk, sizeof rk, "rank %d", gone);
-  for (int k = 0; k < n; k++) {
+  for (int k = 0; k < v->n; k++) {
     if (k == gone) continue;
     /* a Broadcast non-root that got the root's data is done, whoever is gone */
-    if (op == CF_OP_BROADCAST && k != d.root && gone != d.root && jobs[k].st == CF_OK) continue;
-    double dt = jobs[k].t_end - t0;
-    const char *msg = cf_context_errmsg(W.rctx[k]);
-    if (jobs[k].st != CF_ERR_RUNTIME) fail_msg("%s: rank %d returned %d (%s)", cfg, k, jobs[k].st, msg);
+    if (v->op == CF_OP_BROADCAST && k != d->root && gone != d->root && v->jobs[k].st == CF_OK) continue;
+    double dt = v->jobs[k].t_end - v->t0;
+    const char *msg = cf_context_errmsg(v->W.rctx[k]);
+    if (v->jobs[k].st != CF_ERR_RUNTIME) fail_msg("%s: rank %d returned %d (%s)", cfg, k, v->jobs[k].st, msg);
     if (dt < 0.8 || dt > GIVE_UP_S) fail_msg("%s: rank %d gave up after %.2f s (timeout 1 s)", cfg, k, dt);
     if (!strstr(msg, "timed out")) fail_msg("%s: rank %d's message '%s' does not say it timed out", cfg, k, msg);
     /* a Reduce to a live root: the non-roots are done once the root has their data */
     char gone_list[48];
     snprintf(gone_list, sizeof gone_list, "stopped: %d", gone);
-    if (op != CF_OP_REDUCE && !strstr(msg, rk) && !strstr(msg, gone_list)) fail_msg("%s: rank %d's message '%s' does not name %s", cfg, k, msg, rk);
+    if (v->op != CF_OP_REDUCE && !strstr(msg, rk) && !strstr(msg, gone_list)) fail_msg("%s: rank %d's message '%s' does not name %s", cfg, k, msg, rk);
   }
-  for (int k = 0; k < n; k++) {
-    free(buf[k][0]);
-    free(buf[k][1]);
-    free(buf[k][2]);
+  for (int k = 0; k < v->n; k++) {
+    free(v->buf[k][0]);
+    free(v->buf[k][1]);
+    free(v->buf[k][2]);
   }
-  world_close(&W);
+  world_close(&v->W);
+  free(v);
 }
 
 static void test_vanished_rank(void **state) {
   (void)state;
+  vanish *v[N_ALGOS + 5];
+  int nv = 0;
   for (int a = 0; a < N_ALGOS; a++)
-    vanish_case(CF_OP_ALLREDUCE, cf_algo_forced(all_algos[a]), 4, 2);
-  vanish_case(CF_OP_ALLREDUCE, cf_algo_forced(CF_ALGO_RING), 3, 0);
-  vanish_case(CF_OP_REDUCESCATTER, REQ_AUTO, 3, 1);
-  vanish_case(CF_OP_ALLGATHER, REQ_AUTO, 3, 2);
-  vanish_case(CF_OP_BROADCAST, REQ_AUTO, 3, 2);
-  vanish_case(CF_OP_BROADCAST, REQ_AUTO, 3, 0); /* the root itself */
+    v[nv++] = vanish_start(CF_OP_ALLREDUCE, cf_algo_forced(all_algos[a]), 4, 2);
+  v[nv++] = vanish_start(CF_OP_ALLREDUCE, cf_algo_forced(CF_ALGO_RING), 3, 0);
+  v[nv++] = vanish_start(CF_OP_REDUCESCATTER, REQ_AUTO, 3, 1);
+  v[nv++] = vanish_start(CF_OP_ALLGATHER, REQ_AUTO, 3, 2);
+  v[nv++] = vanish_start(CF_OP_BROADCAST, REQ_AUTO, 3, 2);
+  v[nv++] = vanish_start(CF_OP_BROADCAST, REQ_AUTO, 3, 0); /* the root itself */
+  for (int i = 0; i < nv; i++) vanish_finish(v[i]);
 }
 
 /* ================= plans and runs ================= */
