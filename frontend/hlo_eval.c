@@ -434,6 +434,53 @@ static int reducer(hlo_reader *r, const hinstr *in, const char **why, bool *wide
   return exact ? red : -2;
 }
 
+/* The signature XLA's and StableHLO's verifiers ask of a collective's
+ * reducer (StableHLO's all_reduce C5, reduce_scatter C7): two parameters,
+ * numbered 0 and 1, scalars of one element type, and one result of that
+ * type. A reducer that breaks it is no reduction at all, not an unknown
+ * one: the collective is refused rather than imported as Opaque. Shapes the
+ * text leaves out are not checked. */
+static cf_status reducer_signature(hlo_reader *r, const hinstr *in, const hcomp *c) {
+  const char *opc = in->opcode;
+  const hshape *par[2] = {NULL, NULL};
+  int n_par = 0;
+  for (int i = 0; i < c->n_ins; i++) {
+    const hinstr *k = &c->ins[i];
+    if (strcmp(k->opcode, "parameter")) continue;
+    n_par++;
+    int64_t num;
+    const char *p = k->args.p;
+    if (cf_hlo_read_int(&p, k->args.p + k->args.n, 1, &num) && p == k->args.p + k->args.n &&
+        !k->no_shape)
+      par[num] = &k->shape;
+  }
+  if (n_par != 2)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s's reducer takes %d parameter%s, not 2",
+                       in->name, opc, n_par, n_par == 1 ? "" : "s");
+  for (int i = 0; i < 2; i++)
+    if (par[i] && (par[i]->n >= 0 || par[i]->s.rank))
+      return cf_hlo_fail(r, in->line, "instruction '%s': %s's reducer parameter %d is not a scalar",
+                         in->name, opc, i);
+  if (par[0] && par[1] && (par[0]->dt != par[1]->dt || par[0]->exact != par[1]->exact))
+    return cf_hlo_fail(r, in->line,
+                       "instruction '%s': %s's reducer parameters are of two element types",
+                       in->name, opc);
+  const hinstr *root = &c->ins[c->root];
+  const hshape *want = par[0] ? par[0] : par[1];
+  if (!strcmp(root->opcode, "tuple") && root->n_opnd != 1)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s's reducer returns %d values, not 1",
+                       in->name, opc, root->n_opnd);
+  if (root->no_shape) return CF_OK;
+  if (root->shape.n >= 0 || root->shape.s.rank)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s's reducer returns %s, not a scalar",
+                       in->name, opc, root->shape.n >= 0 ? "a tuple" : "an array");
+  if (want && (root->shape.dt != want->dt || root->shape.exact != want->exact))
+    return cf_hlo_fail(r, in->line,
+                       "instruction '%s': %s's reducer returns %s but its parameters are %s",
+                       in->name, opc, cf_dtype_name(root->shape.dt), cf_dtype_name(want->dt));
+  return CF_OK;
+}
+
 /* What XLA's combiners key a collective on besides its replica groups,
  * reduction, dtype and dimension (AllReduceKey, AllGatherCombiner's and
  * ReduceScatterCombiner's GroupKey): a channel_id makes it cross-module,
@@ -510,11 +557,12 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   bool widened = false;
   if (kind != 1) {
     const char *why;
+    const hcomp *rc = cf_hlo_attr_comp(r, in, "to_apply");
+    if (!rc)
+      return cf_hlo_fail(r, in->line, "instruction '%s': %s needs to_apply=COMPUTATION of the module",
+                         in->name, opc);
+    if ((st = reducer_signature(r, in, rc))) return st;
     if ((red = reducer(r, in, &why, &widened)) < 0) {
-      if (!cf_hlo_attr_comp(r, in, "to_apply"))
-        return cf_hlo_fail(r, in->line,
-                           "instruction '%s': %s needs to_apply=COMPUTATION of the module",
-                           in->name, opc);
       if (red == -2)
         snprintf(note, sizeof note, "%s (reducer other than one '%s' of its two parameters)", opc,
                  why);
@@ -538,6 +586,17 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       continue;
     if (t->n < 0 && !t->s.rank && t->exact && cf_dtype_size(t->dt) > cf_dtype_size(want) &&
         cf_dtype_is_float(t->dt) == cf_dtype_is_float(want) && want != CF_DT_BOOL) {
+      /* in StableHLO the results are of the reducer's type (all_reduce C7,
+       * reduce_scatter C9: a promoted reduction returns the wider type); XLA
+       * keeps the operands' (collective_quantizer's bf16 all-reduce in f32) */
+      for (int j = 0; r->stablehlo && j < n; j++) {
+        const hshape *rt = tuple ? &res->elem[j] : res;
+        if (rt->dt != t->dt)
+          return cf_hlo_fail(r, in->line,
+                             "instruction '%s': %s reduces in %s, so its result %d must be %s, not %s",
+                             in->name, opc, cf_dtype_name(t->dt), j, cf_dtype_name(t->dt),
+                             cf_dtype_name(rt->dt));
+      }
       snprintf(note, sizeof note, "%s (reduced in the wider %s)", opc, cf_dtype_name(t->dt));
       return emit_opaque(r, in, at_entry, ops, note, out);
     }

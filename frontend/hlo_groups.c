@@ -381,6 +381,33 @@ static cf_status rg_apply_mode(hlo_reader *r, const hinstr *in, rgroups *g) {
   return st;
 }
 
+/* The first id of 0..n-1 that the n ids as written leave out, n when none
+ * (or when one is listed twice: the check of the ranks names it). XLA's
+ * verifier (CheckReplicaGroups: "Replica N is not named") and StableHLO's
+ * ("replica id #N not seen in replica groups") refuse {{0,1,3}}, which
+ * would otherwise read as a world of 4 where device 2 never takes part.
+ * collective-broadcast is not held to it (StableHLO's interpreter tests
+ * broadcast over [[2, 1]]). */
+static cf_status rg_missing(hlo_reader *r, const hinstr *in, const rgroups *g, size_t *missing) {
+  size_t n = g->ids.n;
+  *missing = n;
+  if (g->all || !n || !strcmp(in->opcode, "collective-broadcast")) return CF_OK;
+  unsigned char *seen = calloc(n, 1);
+  if (!seen) return cf_hlo_oom(r, in->line);
+  bool dup = false;
+  for (size_t i = 0; i < n; i++) {
+    size_t id = (size_t)g->ids.v[i];
+    if (id < n) {
+      dup |= seen[id];
+      seen[id] = 1;
+    }
+  }
+  for (size_t i = 0; i < n && !dup && *missing == n; i++)
+    if (!seen[i]) *missing = i;
+  free(seen);
+  return CF_OK;
+}
+
 /* Replica groups in the order of their first device: the order of the
  * groups themselves means nothing ({{2,3},{0,1}} is {{0,1},{2,3}}), so
  * collectives that list them differently share one IR group and may fuse.
@@ -544,6 +571,8 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
   else
     st = cf_hlo_fail(r, in->line, "instruction '%s': unsupported replica_groups '%s'", in->name,
                      CF_SPAN_QUOTE(a->val));
+  size_t n_written = g.ids.n, missing = 0;
+  if (!st) st = rg_missing(r, in, &g, &missing);
   if (!st) st = rg_apply_mode(r, in, &g);
   if (!st) st = rg_canonical(r, in, &g);
   int n_sub = g.all ? 0 : (int)g.off.n - 1;
@@ -567,6 +596,11 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
   }
   for (size_t i = 0; seen && i < g.ids.n; i++)
     seen[g.ids.v[i]] = 0;
+  if (!st && missing < n_written)
+    st = cf_hlo_fail(r, in->line,
+                     "instruction '%s': replica_groups list %zu ids but not %zu (they must be "
+                     "0..%zu, each once)",
+                     in->name, n_written, missing, n_written - 1);
   if (!st && g.mesh > r->mesh_world) r->mesh_world = g.mesh;
   if (!st && g.all && !r->world_line) r->world_line = in->line;
   hgset *s = NULL, **slot = NULL;

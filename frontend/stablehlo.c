@@ -1219,6 +1219,7 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
 }
 
 static cf_status parse_module(hlo_reader *r) {
+  r->stablehlo = true;
   sh_reader s = {.r = r};
   cf_status st = cf_sh_clean(&s);
   int main_idx = -1, public_idx = -1, n_public = 0, main_line = 0;

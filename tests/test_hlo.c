@@ -1209,6 +1209,34 @@ static const cf_bad_input bad_modules[] = {
      "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
      "replica_groups={{0,2}}, to_apply=sum\n}\n",
      "t.hlo:9: error: instruction 'a': replica id 2 but replica_count=2"},
+    /* ids as written are 0..n-1 (XLA's CheckReplicaGroups); a gap would
+     * leave a device of the world out of every group */
+    {SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
+         "replica_groups={{0,1,3}}, to_apply=sum\n}\n",
+     "t.hlo:8: error: instruction 'a': replica_groups list 3 ids but not 2 (they must be 0..2, "
+     "each once)"},
+    {SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[8] all-gather(p), "
+         "replica_groups={{0,2},{1,4}}, dimensions={0}\n}\n",
+     "t.hlo:8: error: instruction 'a': replica_groups list 4 ids but not 3 (they must be 0..3, "
+     "each once)"},
+    /* a reducer is (T, T) -> T of scalars, or no reduction at all */
+    {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  z = f32[] "
+     "parameter(2)\n  ROOT s = f32[] add(x, y)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT "
+     "a = f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=bad\n}\n",
+     "t.hlo:10: error: instruction 'a': all-reduce's reducer takes 3 parameters, not 2"},
+    {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = "
+     "(f32[], f32[]) tuple(x, y)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT "
+     "a = f32[2] reduce-scatter(p), replica_groups={{0,1}}, dimensions={0}, to_apply=bad\n}\n",
+     "t.hlo:9: error: instruction 'a': reduce-scatter's reducer returns 2 values, not 1"},
+    {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = s32[] parameter(1)\n  ROOT s = "
+     "f32[] add(x, x)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT "
+     "a = f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=bad\n}\n",
+     "t.hlo:9: error: instruction 'a': all-reduce's reducer parameters are of two element types"},
+    {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  m = f32[] "
+     "maximum(x, y)\n  ROOT s = s32[] convert(m)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  "
+     "ROOT a = f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=bad\n}\n",
+     "t.hlo:10: error: instruction 'a': all-reduce's reducer returns int32 but its parameters are "
+     "float32"},
     /* all-to-all and collective-permute */
     {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT a = f32[8] all-to-all(p), channel_id=1, "
          "replica_groups={{0,1,2,3}}\n}\n",

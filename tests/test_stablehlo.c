@@ -719,6 +719,33 @@ static const cf_bad_input bad_modules[] = {
      "tensor<1x2xi64>} : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n}\n",
      "t.mlir:3: error: instruction '0': partition id 2 in replica_groups but num_partitions=2 "
      "(with a channel_id, collective-broadcast groups partitions)"},
+    /* transcribed from openxla/stablehlo's ops_stablehlo.mlir: @all_reduce_c3 ("replica id
+     * #2 not seen in replica groups"), @all_reduce_c5 (the reduction region's signature),
+     * @reduce_scatter_c9 (a promoted reduction's result type) */
+    {FN "  %0 = \"stablehlo.all_reduce\"(%a) ({\n  ^bb0(%x: tensor<f32>, %y: tensor<f32>):\n"
+        "    %m = stablehlo.maximum %x, %y : tensor<f32>\n    \"stablehlo.return\"(%m) : "
+        "(tensor<f32>) -> ()\n  }) {replica_groups = dense<[[0, 1, 3]]> : tensor<1x3xi64>} : "
+        "(tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': replica_groups list 3 ids but not 2 (they must be 0..2, "
+     "each once)"},
+    {FN "  %0 = \"stablehlo.all_reduce\"(%a) ({\n  ^bb0(%x: tensor<f32>, %y: tensor<f32>, %z: "
+        "tensor<f32>):\n    %m = stablehlo.maximum %x, %y : tensor<f32>\n    "
+        "\"stablehlo.return\"(%m) : (tensor<f32>) -> ()\n  }) {replica_groups = dense<[[0, 1]]> "
+        ": tensor<1x2xi64>} : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': all-reduce's reducer takes 3 parameters, not 2"},
+    {FN "  %0 = \"stablehlo.all_reduce\"(%a) ({\n  ^bb0(%x: tensor<f32>, %y: tensor<f32>):\n"
+        "    %m = stablehlo.maximum %x, %y : tensor<f32>\n    \"stablehlo.return\"() : () -> ()\n"
+        "  }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<4xf32>) -> "
+        "tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': all-reduce's reducer returns 0 values, not 1"},
+    {"func.func @main(%a: tensor<4x16xf32>) -> tensor<4x4xf32> {\n"
+     "  %0 = \"stablehlo.reduce_scatter\"(%a) ({\n  ^bb0(%x: tensor<f64>, %y: tensor<f64>):\n"
+     "    %m = stablehlo.add %x, %y : tensor<f64>\n    \"stablehlo.return\"(%m) : "
+     "(tensor<f64>) -> ()\n  }) {replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, "
+     "scatter_dimension = 1 : i64} : (tensor<4x16xf32>) -> tensor<4x4xf32>\n  return %0 : "
+     "tensor<4x4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': reduce-scatter reduces in float64, so its result 0 must be "
+     "float64, not float32"},
     {FN "  %0 = \"stablehlo.collective_permute\"(%a) <{source_target_pairs = dense<[[0, 1, "
         "2]]> : tensor<1x3xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
         "tensor<4xf32>\n}\n",
