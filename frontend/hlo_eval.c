@@ -559,8 +559,9 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
     const char *why;
     const hcomp *rc = cf_hlo_attr_comp(r, in, "to_apply");
     if (!rc)
-      return cf_hlo_fail(r, in->line, "instruction '%s': %s needs to_apply=COMPUTATION of the module",
-                         in->name, opc);
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': %s needs to_apply=COMPUTATION of the module", in->name,
+                         opc);
     if ((st = reducer_signature(r, in, rc))) return st;
     if ((red = reducer(r, in, &why, &widened)) < 0) {
       if (red == -2)
@@ -592,10 +593,10 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       for (int j = 0; r->stablehlo && j < n; j++) {
         const hshape *rt = tuple ? &res->elem[j] : res;
         if (rt->dt != t->dt)
-          return cf_hlo_fail(r, in->line,
-                             "instruction '%s': %s reduces in %s, so its result %d must be %s, not %s",
-                             in->name, opc, cf_dtype_name(t->dt), j, cf_dtype_name(t->dt),
-                             cf_dtype_name(rt->dt));
+          return cf_hlo_fail(
+              r, in->line,
+              "instruction '%s': %s reduces in %s, so its result %d must be %s, not %s", in->name,
+              opc, cf_dtype_name(t->dt), j, cf_dtype_name(t->dt), cf_dtype_name(rt->dt));
       }
       snprintf(note, sizeof note, "%s (reduced in the wider %s)", opc, cf_dtype_name(t->dt));
       return emit_opaque(r, in, at_entry, ops, note, out);
