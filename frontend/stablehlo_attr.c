@@ -76,6 +76,27 @@ static cf_status elem_type(sh_reader *s, const char **pp, const char *e, int lin
     return CF_OK;
   }
   size_t k = 0, nt = sizeof sh_types / sizeof sh_types[0];
+  if (!ty.n && e - p > 15 && !memcmp(p, "!quant.uniform<", 15)) {
+    /* !quant.uniform<i8<-128:127>:f32:1, {0.1:-30, ...}>: a quantized type,
+     * stood in for by its storage type, only for Opaque data (the scales
+     * are no IR dtype's) */
+    const char *q = p + 15, *w = q;
+    while (q < e && is_word_char(*q))
+      q++;
+    cf_span st = {w, (size_t)(q - w)};
+    while (k < nt && !cf_span_is(st, sh_types[k].name))
+      k++;
+    int depth = 1;
+    for (q = p + 15; q < e && depth; q++)
+      depth += *q == '<' ? 1 : *q == '>' ? -1 : 0;
+    if (k == nt || depth || cf_dtype_is_float(sh_types[k].dt))
+      return cf_hlo_fail(r, line, "unsupported quantized type '%.*s'",
+                         (int)(q - p > 60 ? 60 : q - p), p);
+    out->dt = sh_types[k].dt;
+    out->exact = false;
+    *pp = q;
+    return CF_OK;
+  }
   while (k < nt && !cf_span_is(ty, sh_types[k].name))
     k++;
   if (k < nt) {
@@ -86,6 +107,10 @@ static cf_status elem_type(sh_reader *s, const char **pp, const char *e, int lin
     out->dt = CF_DT_UINT8; /* float8 / float6 / float4 variants */
     out->exact = false;
   } else {
+    /* a dialect's type (!foo.bar<...>) has no word to name: its text is quoted */
+    while (!ty.n && p < e && p - ty.p < 60 && *p != '>' && *p != ',' && *p != ')' && *p != '\n')
+      p++;
+    if (!ty.n) ty.n = (size_t)(p - ty.p);
     return cf_hlo_fail(r, line, "unknown element type '%s'", CF_SPAN_QUOTE(ty));
   }
   *pp = p;

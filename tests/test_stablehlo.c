@@ -599,6 +599,31 @@ static void test_reducers(void **state) {
   cf_graph_destroy(g);
 }
 
+/* A quantized element type (openxla/stablehlo's ops_stablehlo.mlir,
+ * @all_reduce_with_promotable_quantized_types) stands in as its storage
+ * type for Opaque data: the collective over it is Opaque, not the module
+ * refused ("unknown element type ''" before); a per-axis one too. */
+static void test_quantized_types(void **state) {
+  (void)state;
+  const char *text =
+      "func.func @main(%a: tensor<4x!quant.uniform<i8:f32, 2.000000e+00:15>>, %b: "
+      "tensor<1x2x!quant.uniform<i8<-128:127>:f32:1, {0.1:-30, 0.5:-20}>>) -> "
+      "tensor<4x!quant.uniform<i16:f32, 2.000000e+00:15>> {\n"
+      "  %r = \"stablehlo.all_reduce\"(%a) ({\n  ^bb0(%x: tensor<!quant.uniform<i16:f32, "
+      "2.000000e+00:15>>, %y: tensor<!quant.uniform<i16:f32, 2.000000e+00:15>>):\n"
+      "    %s = stablehlo.add %x, %y : tensor<!quant.uniform<i16:f32, 2.000000e+00:15>>\n"
+      "    stablehlo.return %s : tensor<!quant.uniform<i16:f32, 2.000000e+00:15>>\n"
+      "  }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<4x!quant.uniform<i8:f32, "
+      "2.000000e+00:15>>) -> tensor<4x!quant.uniform<i16:f32, 2.000000e+00:15>>\n"
+      "  return %r : tensor<4x!quant.uniform<i16:f32, 2.000000e+00:15>>\n}\n";
+  cf_graph *g = parse("t.mlir", text);
+  const cf_node *r = node(g, "r");
+  assert_int_equal(r->op, CF_OP_OPAQUE);
+  assert_string_equal(type_of(r), "all-reduce (element type without an IR dtype)");
+  assert_shape(&r->out[0], CF_DT_INT16, "4");
+  cf_graph_destroy(g);
+}
+
 /* Every sdy.mesh reaches the evaluator (only the first 16 did: a manual
  * computation over the 17th stayed Opaque and ran on synthetic data). */
 static void test_many_meshes(void **state) {
@@ -746,6 +771,10 @@ static const cf_bad_input bad_modules[] = {
      "tensor<4x4xf32>\n}\n",
      "t.mlir:2: error: instruction '0': reduce-scatter reduces in float64, so its result 0 must be "
      "float64, not float32"},
+    {"func.func @main(%a: tensor<4x!foo.bar<3>>) -> tensor<4xf32> {\n}\n",
+     "t.mlir:1: error: unknown element type '!foo.bar<3'"},
+    {"func.func @main(%a: tensor<4x!quant.uniform<f32:f32, 2.0>>) -> tensor<4xf32> {\n}\n",
+     "t.mlir:1: error: unsupported quantized type '!quant.uniform<f32:f32, 2.0>'"},
     {FN "  %0 = \"stablehlo.collective_permute\"(%a) <{source_target_pairs = dense<[[0, 1, "
         "2]]> : tensor<1x3xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
         "tensor<4xf32>\n}\n",
@@ -833,6 +862,7 @@ int main(void) {
       cmocka_unit_test(test_sniff),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_reducers),
+      cmocka_unit_test(test_quantized_types),
       cmocka_unit_test(test_many_meshes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
