@@ -1304,6 +1304,33 @@ static const hval *outer_value(hlo_reader *r, const char *name) {
   return NULL;
 }
 
+/* XLA's verifier (CheckAsyncOpOperand, "The operand of a X-done instruction
+ * needs to be X-start"): an X-done or X-update takes its X-start (or an
+ * X-update) itself, never another value of that shape:
+ * all-reduce-done(tuple(...)) passed the tuple through as its result.
+ * send-done and recv-done are free (a pipelined recv reaches its recv-done
+ * through a while loop's tuple), and so is a value from around a region. */
+static cf_status check_async_operand(hlo_reader *r, const hcomp *c, const hinstr *in) {
+  const char *op = in->opcode;
+  size_t n = strlen(op), base;
+  if (n > 5 && !strcmp(op + n - 5, "-done"))
+    base = n - 5;
+  else if (n > 7 && !strcmp(op + n - 7, "-update"))
+    base = n - 7;
+  else
+    return CF_OK;
+  if (in->n_opnd != 1)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s takes one operand, not %d", in->name, op,
+                       in->n_opnd);
+  int j = cf_hlo_map_find(&c->map, in->opnd[0]);
+  if (j < 0 || (base == 4 && (!strncmp(op, "send", 4) || !strncmp(op, "recv", 4)))) return CF_OK;
+  const char *from = c->ins[j].opcode;
+  if (!strncmp(from, op, base) && (!strcmp(from + base, "-start") || !strcmp(from + base, "-update")))
+    return CF_OK;
+  return cf_hlo_fail(r, in->line, "instruction '%s': the operand of %s must be its %.*s-start, not %s '%s'",
+                     in->name, op, (int)base, op, from, in->opnd[0]);
+}
+
 static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hval *args,
                             int n_args) {
   hinstr *in = &c->ins[k];
@@ -1334,6 +1361,7 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
     else
       ops[i] = &vals[j];
   }
+  if (!st) st = check_async_operand(r, c, in);
   if (st) goto done;
   bool binary = !strcmp(op, "add") || !strcmp(op, "subtract") || !strcmp(op, "multiply");
   bool imported = false, splatted = false;

@@ -1219,6 +1219,17 @@ static const cf_bad_input bad_modules[] = {
          "replica_groups={{0,2},{1,4}}, dimensions={0}\n}\n",
      "t.hlo:8: error: instruction 'a': replica_groups list 4 ids but not 3 (they must be 0..3, "
      "each once)"},
+    /* an X-done takes its X-start itself (XLA's verifier, AllReduceDoneWithoutStart):
+     * the tuple was passed through as the done's result */
+    {"HloModule test\nENTRY entry {\n  p0 = f32[2,3] parameter(0)\n  p1 = u32[] parameter(1)\n"
+     "  tuple = (f32[2,3], f32[2,3], u32[], u32[]) tuple(p0, p0, p1, p1)\n  ROOT done = f32[2,3] "
+     "all-reduce-done(tuple)\n}\n",
+     "t.hlo:6: error: instruction 'done': the operand of all-reduce-done must be its "
+     "all-reduce-start, not tuple 'tuple'"},
+    {"HloModule test\nENTRY entry {\n  p0 = f32[4] parameter(0)\n  t = ((f32[4]), f32[4]) "
+     "tuple(p0, p0)\n  ROOT d = f32[4] async-done(t)\n}\n",
+     "t.hlo:5: error: instruction 'd': the operand of async-done must be its async-start, not "
+     "tuple 't'"},
     /* a reducer is (T, T) -> T of scalars, or no reduction at all */
     {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  z = f32[] "
      "parameter(2)\n  ROOT s = f32[] add(x, y)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT "
