@@ -1325,9 +1325,11 @@ static cf_status check_async_operand(hlo_reader *r, const hcomp *c, const hinstr
   int j = cf_hlo_map_find(&c->map, in->opnd[0]);
   if (j < 0 || (base == 4 && (!strncmp(op, "send", 4) || !strncmp(op, "recv", 4)))) return CF_OK;
   const char *from = c->ins[j].opcode;
-  if (!strncmp(from, op, base) && (!strcmp(from + base, "-start") || !strcmp(from + base, "-update")))
+  if (!strncmp(from, op, base) &&
+      (!strcmp(from + base, "-start") || !strcmp(from + base, "-update")))
     return CF_OK;
-  return cf_hlo_fail(r, in->line, "instruction '%s': the operand of %s must be its %.*s-start, not %s '%s'",
+  return cf_hlo_fail(r, in->line,
+                     "instruction '%s': the operand of %s must be its %.*s-start, not %s '%s'",
                      in->name, op, (int)base, op, from, in->opnd[0]);
 }
 
