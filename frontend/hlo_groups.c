@@ -408,6 +408,32 @@ static cf_status rg_missing(hlo_reader *r, const hinstr *in, const rgroups *g, s
   return CF_OK;
 }
 
+/* The n ids written are every replica, partition or device the mode
+ * groups, when the module says how many (XLA's CheckReplicaGroups: "In
+ * kCrossReplica mode, replica groups should contain 8 replicas, but found
+ * 2"): {{0,1}} with replica_count=8 would leave replicas 2..7 in no group.
+ * A count of 1 (or none) is not checked, as XLA does not; nor is
+ * collective-broadcast (StableHLO's interpreter broadcasts over 2 of 4). */
+static cf_status rg_count(hlo_reader *r, const hinstr *in, size_t n) {
+  if (!strcmp(in->opcode, "collective-broadcast")) return CF_OK;
+  const hattr *ugdi = cf_hlo_attr(in, "use_global_device_ids");
+  bool channel = cf_hlo_attr(in, "channel_id") != NULL,
+       global = ugdi && cf_span_is(ugdi->val, "true");
+  bool by_partition = channel && !ugdi &&
+                      (!strcmp(in->opcode, "all-to-all") ||
+                       !strcmp(in->opcode, "collective-broadcast"));
+  int64_t R = r->replicas ? r->replicas : 1, P = r->partitions ? r->partitions : 1;
+  int64_t want = channel && global ? R * P : by_partition ? P : R;
+  const char *mode = channel && global ? "flattened device ids"
+                     : by_partition    ? "partitions"
+                                       : "replicas";
+  if (want == 1 || (int64_t)n == want) return CF_OK;
+  return cf_hlo_fail(r, in->line,
+                     "instruction '%s': replica_groups list %zu ids but the module has %lld %s "
+                     "(replica_count=%lld, num_partitions=%lld): each must be in one group",
+                     in->name, n, (long long)want, mode, (long long)R, (long long)P);
+}
+
 /* Replica groups in the order of their first device: the order of the
  * groups themselves means nothing ({{2,3},{0,1}} is {{0,1},{2,3}}), so
  * collectives that list them differently share one IR group and may fuse.
@@ -601,6 +627,7 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
                      "instruction '%s': replica_groups list %zu ids but not %zu (they must be "
                      "0..%zu, each once)",
                      in->name, n_written, missing, n_written - 1);
+  if (!st && n_written) st = rg_count(r, in, n_written);
   if (!st && g.mesh > r->mesh_world) r->mesh_world = g.mesh;
   if (!st && g.all && !r->world_line) r->world_line = in->line;
   hgset *s = NULL, **slot = NULL;

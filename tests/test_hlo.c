@@ -1230,6 +1230,16 @@ static const cf_bad_input bad_modules[] = {
      "tuple(p0, p0)\n  ROOT d = f32[4] async-done(t)\n}\n",
      "t.hlo:5: error: instruction 'd': the operand of async-done must be its async-start, not "
      "tuple 't'"},
+    /* every replica (partition, device) of the module in one group (XLA's
+     * AllReduce_NotEnougReplicasInGroupConfig; all-to-all's cross-partition mode) */
+    {"HloModule m, replica_count=8\n" SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = "
+     "f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': replica_groups list 2 ids but the module has 8 replicas "
+     "(replica_count=8, num_partitions=1): each must be in one group"},
+    {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT a = f32[8] all-to-all(p), channel_id=1, "
+         "replica_groups={{0,1}}, dimensions={0}\n}\n",
+     "t.hlo:4: error: instruction 'a': replica_groups list 2 ids but the module has 4 partitions "
+     "(replica_count=1, num_partitions=4): each must be in one group"},
     /* a reducer is (T, T) -> T of scalars, or no reduction at all */
     {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  z = f32[] "
      "parameter(2)\n  ROOT s = f32[] add(x, y)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT "
