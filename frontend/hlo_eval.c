@@ -1304,6 +1304,43 @@ static const hval *outer_value(hlo_reader *r, const char *name) {
   return NULL;
 }
 
+/* t as text for messages: f32[8,4] (the IR's dtype name), or a tuple. */
+static const char *type_text(const hshape *t, char *buf, size_t len) {
+  char dims[96];
+  if (t->n >= 0)
+    snprintf(buf, len, "a tuple of %d", t->n);
+  else
+    snprintf(buf, len, "%s[%s]", cf_dtype_name(t->dt), cf_shape_format(&t->s, dims, sizeof dims));
+  return buf;
+}
+
+/* The value an X-done or async-update passes on is of the type the
+ * instruction declares, as XLA's verifier holds it ("Expected instruction
+ * to have shape equal to"): ROOT d = f32[4] collective-permute-done(s) of
+ * an f32[8] permute was read as f32[8]. Dims always, the dtype when both
+ * are exact; at is the tuple index path. (get-tuple-element is not held to
+ * it: a sharded value is its local shard, the text declares the whole.) */
+static cf_status check_declared(hlo_reader *r, const hinstr *in, const hshape *t, const hval *v,
+                                const char *at) {
+  if (in->no_shape) return CF_OK;
+  char a[128], b[128], sub[64];
+  bool same = (t->n < 0) == (v->n < 0) && (t->n < 0 || t->n == v->n);
+  if (same && t->n < 0)
+    same = cf_shape_equal(&t->s, &v->type->s) &&
+           (!t->exact || !v->type->exact || t->dt == v->type->dt);
+  if (!same) {
+    hshape got = v->n < 0 ? *v->type : (hshape){.n = v->n};
+    return cf_hlo_fail(r, in->line, "instruction '%s': declares %s%s but its operand gives %s",
+                       in->name, type_text(t, a, sizeof a), at, type_text(&got, b, sizeof b));
+  }
+  for (int i = 0; t->n >= 0 && i < t->n; i++) {
+    snprintf(sub, sizeof sub, "%s{%d}", at, i);
+    cf_status st = check_declared(r, in, &t->elem[i], &v->elem[i], sub);
+    if (st) return st;
+  }
+  return CF_OK;
+}
+
 /* XLA's verifier (CheckAsyncOpOperand, "The operand of a X-done instruction
  * needs to be X-start"): an X-done or X-update takes its X-start (or an
  * X-update) itself, never another value of that shape:
@@ -1367,6 +1404,7 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
   if (st) goto done;
   bool binary = !strcmp(op, "add") || !strcmp(op, "subtract") || !strcmp(op, "multiply");
   bool imported = false, splatted = false;
+  bool passed = false; /* the value of an operand passed on: of the type in declares */
   double splat;
   const hshape *t = &in->shape;
   if (!strcmp(op, "parameter")) {
@@ -1425,6 +1463,7 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
   } else if ((!strcmp(op, "async-update") || !strcmp(op, "async-done")) && in->n_opnd == 1 &&
              ops[0]->n == 2) {
     *out = !strcmp(op, "async-done") ? ops[0]->elem[1] : *ops[0];
+    passed = true;
   } else if (!strcmp(op, "while") || !strcmp(op, "conditional")) {
     st = eval_control(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "all-reduce") || !strcmp(op, "all-reduce-start") ||
@@ -1439,13 +1478,16 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
     st = eval_permute(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "collective-permute-done") && in->n_opnd == 1 && ops[0]->n == 2) {
     *out = ops[0]->elem[1];
+    passed = true;
   } else if (!strcmp(op, "-forward") && in->n_opnd == 1) {
     *out = *ops[0]; /* a StableHLO region's return of a value around it (no HLO opcode) */
   } else if (!strcmp(op, "all-reduce-done") && in->n_opnd == 1) {
     *out = *ops[0];
+    passed = true;
   } else if ((!strcmp(op, "all-gather-done") || !strcmp(op, "reduce-scatter-done")) &&
              in->n_opnd == 1 && ops[0]->n == 2) {
     *out = ops[0]->elem[1];
+    passed = true;
   } else if (binary && in->n_opnd == 2 && exact_array(ops[0]) && exact_array(ops[1]) && t->n < 0 &&
              ops[0]->type->dt == t->dt && ops[1]->type->dt == t->dt &&
              cf_shape_equal(&ops[0]->type->s, &t->s) && cf_shape_equal(&ops[1]->type->s, &t->s)) {
@@ -1507,6 +1549,7 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
                " (%lld collective%s inside, not run)", (long long)inner, inner == 1 ? "" : "s");
     st = emit_opaque(r, in, at_entry, ops, type, out);
   }
+  if (!st && passed) st = check_declared(r, in, &in->shape, out, "");
   if (!st && cf_hlo_attr(in, "control-predecessors")) st = keep_order(r, c, k, vals);
 done:
   if (ops != small) free(ops);

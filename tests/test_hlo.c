@@ -1240,6 +1240,16 @@ static const cf_bad_input bad_modules[] = {
          "replica_groups={{0,1}}, dimensions={0}\n}\n",
      "t.hlo:4: error: instruction 'a': replica_groups list 2 ids but the module has 4 partitions "
      "(replica_count=1, num_partitions=4): each must be in one group"},
+    /* an X-done's declared type is the start's result: it was passed on as the start's */
+    {"HloModule m, replica_count=2\nENTRY e {\n  p0 = f32[8] parameter(0)\n  s = (f32[8], f32[8], "
+     "u32[], u32[]) collective-permute-start(p0), source_target_pairs={{0,1},{1,0}}\n  ROOT d = "
+     "f32[4] collective-permute-done(s)\n}\n",
+     "t.hlo:5: error: instruction 'd': declares float32[4] but its operand gives float32[8]"},
+    {"HloModule m, replica_count=2\n" SUM "ar {\n  p = f32[8] parameter(0)\n  ROOT a = f32[8] "
+     "all-reduce(p), replica_groups={{0,1}}, to_apply=sum\n}\nENTRY e {\n  p0 = f32[8] "
+     "parameter(0)\n  s = ((f32[8]), f32[8]) async-start(p0), calls=ar\n  ROOT d = s32[8] "
+     "async-done(s), calls=ar\n}\n",
+     "t.hlo:14: error: instruction 'd': declares int32[8] but its operand gives float32[8]"},
     /* a reducer is (T, T) -> T of scalars, or no reduction at all */
     {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  z = f32[] "
      "parameter(2)\n  ROOT s = f32[] add(x, y)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT "
