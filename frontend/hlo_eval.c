@@ -544,6 +544,13 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   }
   int n = in->n_opnd;
   bool tuple = res->n >= 0;
+  /* one result per operand (XLA's shape inference; StableHLO: "requires
+   * the same number of operands and results"); an old -start form's
+   * (operand, result) tuple stays Opaque */
+  if (!start && (!n || (tuple && res->n != n) || (!tuple && n != 1)))
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s has %d operand%s but %d result%s",
+                       in->name, opc, n, n == 1 ? "" : "s", tuple ? res->n : 1,
+                       tuple && res->n != 1 ? "s" : "");
   if (!n || (tuple && res->n != n) || (!tuple && n != 1))
     return emit_opaque(r, in, at_entry, ops, opc, out);
   for (int i = 0; i < n; i++) {
@@ -734,6 +741,29 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
 static cf_status eval_cbcast(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
                              hval *out) {
   const hgset *gs = NULL;
+  /* StableHLO's has_dynamic_root: data operands, then the root as a rank-1
+   * i32 of one element per data operand (the verifier's C4); the root is
+   * known only at run time, so it stays Opaque */
+  if (cf_hlo_attr(in, "has_dynamic_root")) {
+    int nd = in->n_opnd - 1;
+    const hshape *rt = nd >= 0 && ops[nd]->n < 0 ? ops[nd]->type : NULL;
+    if (nd < 1)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': collective-broadcast with has_dynamic_root needs data "
+                         "operands and a root operand, not %d operand%s",
+                         in->name, in->n_opnd, in->n_opnd == 1 ? "" : "s");
+    if (!rt || !rt->exact || rt->dt != CF_DT_INT32 || rt->s.rank != 1)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': collective-broadcast's root operand (the last, with "
+                         "has_dynamic_root) must be a rank-1 i32 tensor",
+                         in->name);
+    if (rt->s.dims[0] != nd)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': collective-broadcast's root operand has %lld "
+                         "element%s but there %s %d data operand%s",
+                         in->name, (long long)rt->s.dims[0], rt->s.dims[0] == 1 ? "" : "s",
+                         nd == 1 ? "is" : "are", nd, nd == 1 ? "" : "s");
+  }
   if (in->n_opnd != 1 || !exact_array(ops[0]) || in->shape.n >= 0 || !in->shape.exact)
     return emit_opaque(r, in, at_entry, ops, in->opcode, out);
   cf_status st = cf_hlo_coll_groups(r, in, &gs);
@@ -764,7 +794,9 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
   cf_status st;
   bool tuple = res->n >= 0;
   if (!n || (tuple && res->n != n) || (!tuple && n != 1))
-    return emit_opaque(r, in, at_entry, ops, in->opcode, out);
+    return cf_hlo_fail(r, in->line, "instruction '%s': all-to-all has %d operand%s but %d result%s",
+                       in->name, n, n == 1 ? "" : "s", tuple ? res->n : 1,
+                       tuple && res->n != 1 ? "s" : "");
   for (int i = 0; i < n; i++) {
     const hshape *t = tuple ? &res->elem[i] : res;
     if (!exact_array(ops[i]) || t->n >= 0 || !t->exact) {

@@ -533,6 +533,8 @@ static cf_status collective(sh_reader *s, hinstr *in, const char *p, const char 
   }
   if (cf_sh_attr(s, p, e, "use_global_device_ids", &v))
     kv[n++] = "use_global_device_ids", kv[n++] = "true";
+  if (cf_sh_attr(s, p, e, "has_dynamic_root", &v)) /* collective_broadcast's */
+    kv[n++] = "has_dynamic_root", kv[n++] = "true";
   if (dim_key) {
     int64_t d = -1;
     const char *q;

@@ -1250,6 +1250,9 @@ static const cf_bad_input bad_modules[] = {
      "parameter(0)\n  s = ((f32[8]), f32[8]) async-start(p0), calls=ar\n  ROOT d = s32[8] "
      "async-done(s), calls=ar\n}\n",
      "t.hlo:14: error: instruction 'd': declares int32[8] but its operand gives float32[8]"},
+    {"HloModule m\n" SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p, "
+     "p), replica_groups={{0,1}}, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': all-reduce has 2 operands but 1 result"},
     /* a reducer is (T, T) -> T of scalars, or no reduction at all */
     {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  z = f32[] "
      "parameter(2)\n  ROOT s = f32[] add(x, y)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT "

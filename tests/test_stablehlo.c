@@ -771,6 +771,25 @@ static const cf_bad_input bad_modules[] = {
      "tensor<4x4xf32>\n}\n",
      "t.mlir:2: error: instruction '0': reduce-scatter reduces in float64, so its result 0 must be "
      "float64, not float32"},
+    /* @all_to_all_c9_mismatch_count and @collective_broadcast_c4_*: were Opaque */
+    {"func.func @main(%a: tensor<4x16xf32>, %b: tensor<4x16xf32>) -> tensor<16x4xf32> {\n"
+     "  %0 = \"stablehlo.all_to_all\"(%a, %b) {split_dimension = 1 : i64, concat_dimension = 0 : "
+     "i64, split_count = 4 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>} : "
+     "(tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<16x4xf32>\n  return %0 : tensor<16x4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': all-to-all has 2 operands but 1 result"},
+    {"func.func @main(%a: tensor<4xf32>, %r: tensor<1xf32>) -> tensor<4xf32> {\n"
+     "  %0 = \"stablehlo.collective_broadcast\"(%a, %r) {replica_groups = dense<[[0, 1]]> : "
+     "tensor<1x2xi64>, has_dynamic_root} : (tensor<4xf32>, tensor<1xf32>) -> tensor<4xf32>\n"
+     "  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': collective-broadcast's root operand (the last, with "
+     "has_dynamic_root) must be a rank-1 i32 tensor"},
+    {"func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>, %r: tensor<1xi32>) -> (tensor<4xf32>, "
+     "tensor<4xf32>) {\n  %0:2 = \"stablehlo.collective_broadcast\"(%a, %b, %r) {replica_groups "
+     "= dense<[[0, 1]]> : tensor<1x2xi64>, has_dynamic_root} : (tensor<4xf32>, tensor<4xf32>, "
+     "tensor<1xi32>) -> (tensor<4xf32>, tensor<4xf32>)\n  return %0#0, %0#1 : tensor<4xf32>, "
+     "tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': collective-broadcast's root operand has 1 element but "
+     "there are 2 data operands"},
     {"func.func @main(%a: tensor<4x!foo.bar<3>>) -> tensor<4xf32> {\n}\n",
      "t.mlir:1: error: unknown element type '!foo.bar<3'"},
     {"func.func @main(%a: tensor<4x!quant.uniform<f32:f32, 2.0>>) -> tensor<4xf32> {\n}\n",
