@@ -743,9 +743,12 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     op.n = (size_t)(q - op.p);
     after = q;
   }
+  /* the quoted form also takes '-' ("stablehlo.cross-replica-sum", a
+   * deprecated op that stablehlo-legalize-deprecated-ops rewrites) */
   bool ok = op.n > 0;
   for (size_t i = 0; i < op.n && ok; i++)
-    ok = isalnum((unsigned char)op.p[i]) || op.p[i] == '_' || op.p[i] == '.' || op.p[i] == '$';
+    ok = isalnum((unsigned char)op.p[i]) || op.p[i] == '_' || op.p[i] == '.' || op.p[i] == '$' ||
+         (generic && op.p[i] == '-');
   if (!ok) return cf_hlo_fail(r, line, "value '%%%s': expected an op name", base);
   /* every op but func's `call` names its dialect (and so never reads as
    * one of the HLO opcodes the evaluator knows) */

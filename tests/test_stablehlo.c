@@ -624,6 +624,21 @@ static void test_quantized_types(void **state) {
   cf_graph_destroy(g);
 }
 
+/* A quoted op name may hold '-' (openxla/stablehlo's legalize_deprecated_ops
+ * test, @op_cross_replica_sum): the deprecated op is a foreign op, Opaque
+ * with the warning ("expected an op name" before). */
+static void test_dashed_op_name(void **state) {
+  (void)state;
+  cf_graph *g = parse("t.mlir",
+                      "func.func @main(%a: tensor<f32>) -> tensor<f32> {\n"
+                      "  %0 = \"stablehlo.cross-replica-sum\"(%a) {replica_groups = dense<[[0], "
+                      "[1]]> : tensor<2x1xi64>} : (tensor<f32>) -> tensor<f32>\n"
+                      "  return %0 : tensor<f32>\n}\n");
+  assert_int_equal(node(g, "0")->op, CF_OP_OPAQUE);
+  assert_string_equal(type_of(node(g, "0")), "stablehlo.cross-replica-sum");
+  cf_graph_destroy(g);
+}
+
 /* Every sdy.mesh reaches the evaluator (only the first 16 did: a manual
  * computation over the 17th stayed Opaque and ran on synthetic data). */
 static void test_many_meshes(void **state) {
@@ -882,6 +897,7 @@ int main(void) {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_reducers),
       cmocka_unit_test(test_quantized_types),
+      cmocka_unit_test(test_dashed_op_name),
       cmocka_unit_test(test_many_meshes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
