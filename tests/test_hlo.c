@@ -786,6 +786,20 @@ static void test_collective_group_key(void **state) {
  * XLA's verifier leaves groups of one unchecked) is Opaque, not refused;
  * the module's devices are then those a collective over {} implies. Shapes
  * that agree keep a group of one a collective. */
+/* source_target_pairs={} is no pair at all, as XLA's parser reads it (every
+ * rank receives zeros); it was refused with "a rank number expected". */
+static void test_no_pairs(void **state) {
+  (void)state;
+  cf_graph *g = NULL;
+  assert_int_equal(parse("HloModule m, replica_count=2\nENTRY e {\n  p = f32[4] parameter(0)\n"
+                         "  ROOT r = f32[4] collective-permute(p), source_target_pairs={}\n}\n",
+                         &g),
+                   CF_OK);
+  assert_int_equal(node(g, "r")->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_int_equal(g->world_size, 2);
+  cf_graph_destroy(g);
+}
+
 static void test_groups_of_one(void **state) {
   (void)state;
   static const struct {
@@ -1458,6 +1472,7 @@ int main(void) {
       cmocka_unit_test(test_combine_key_whole),
       cmocka_unit_test(test_collective_group_key),
       cmocka_unit_test(test_groups_of_one),
+      cmocka_unit_test(test_no_pairs),
       cmocka_unit_test(test_tuple_world),
       cmocka_unit_test(test_splat_broadcast),
       cmocka_unit_test(test_headerless),
