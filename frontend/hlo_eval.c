@@ -1350,10 +1350,11 @@ static const char *type_text(const hshape *t, char *buf, size_t len) {
  * instruction declares, as XLA's verifier holds it ("Expected instruction
  * to have shape equal to"): ROOT d = f32[4] collective-permute-done(s) of
  * an f32[8] permute was read as f32[8]. Dims always, the dtype when both
- * are exact; at is the tuple index path. (get-tuple-element is not held to
+ * are exact; at is the tuple index path, from what gives the value.
+ * (get-tuple-element is not held to
  * it: a sharded value is its local shard, the text declares the whole.) */
 static cf_status check_declared(hlo_reader *r, const hinstr *in, const hshape *t, const hval *v,
-                                const char *at) {
+                                const char *at, const char *from) {
   if (in->no_shape) return CF_OK;
   char a[128], b[128], sub[64];
   bool same = (t->n < 0) == (v->n < 0) && (t->n < 0 || t->n == v->n);
@@ -1362,12 +1363,12 @@ static cf_status check_declared(hlo_reader *r, const hinstr *in, const hshape *t
            (!t->exact || !v->type->exact || t->dt == v->type->dt);
   if (!same) {
     hshape got = v->n < 0 ? *v->type : (hshape){.n = v->n};
-    return cf_hlo_fail(r, in->line, "instruction '%s': declares %s%s but its operand gives %s",
-                       in->name, type_text(t, a, sizeof a), at, type_text(&got, b, sizeof b));
+    return cf_hlo_fail(r, in->line, "instruction '%s': declares %s%s but %s gives %s", in->name,
+                       type_text(t, a, sizeof a), at, from, type_text(&got, b, sizeof b));
   }
   for (int i = 0; t->n >= 0 && i < t->n; i++) {
     snprintf(sub, sizeof sub, "%s{%d}", at, i);
-    cf_status st = check_declared(r, in, &t->elem[i], &v->elem[i], sub);
+    cf_status st = check_declared(r, in, &t->elem[i], &v->elem[i], sub, from);
     if (st) return st;
   }
   return CF_OK;
@@ -1475,6 +1476,10 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
     for (int i = 0; i < in->n_opnd && !st; i++)
       argv[i] = *ops[i];
     if (!st) st = eval_comp(r, callee, argv, in->n_opnd, out);
+    /* StableHLO's async_start (a call of its region) declares its future's
+     * type: what the region returns (its verifier's inferred type) */
+    if (!st && in->spelled && !strcmp(in->spelled, "stablehlo.async_start"))
+      st = check_declared(r, in, &in->shape, out, "", "its region");
     free(argv);
   } else if (!strcmp(op, "async-start") && cf_hlo_attr_comp(r, in, "calls")) {
     /* the computation it calls, run as a call ((operands), result) for
@@ -1581,7 +1586,7 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
                " (%lld collective%s inside, not run)", (long long)inner, inner == 1 ? "" : "s");
     st = emit_opaque(r, in, at_entry, ops, type, out);
   }
-  if (!st && passed) st = check_declared(r, in, &in->shape, out, "");
+  if (!st && passed) st = check_declared(r, in, &in->shape, out, "", "its operand");
   if (!st && cf_hlo_attr(in, "control-predecessors")) st = keep_order(r, c, k, vals);
 done:
   if (ops != small) free(ops);

@@ -822,6 +822,24 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     if ((st = cf_sh_pairs(s, in, v))) return st;
   } else if (sn.p != op.p && cf_span_is(sn, "collective_broadcast")) {
     if ((st = collective(s, in, after, colon, "collective-broadcast", NULL))) return st;
+  } else if (sn.p != op.p && cf_span_is(sn, "async_start")) {
+    /* its region run as a call (the future is the region's value); the
+     * async_done that waits for it passes the value on */
+    in->opcode = "call";
+    if (!(in->spelled = str(s, op.p, op.n))) return cf_hlo_oom(r, line); /* its type checked */
+    if ((st = reducer_region(s, in, oe, colon, e, line + cf_sh_count_nl(s, p, oe)))) return st;
+  } else if (sn.p != op.p && cf_span_is(sn, "async_done")) {
+    if (in->n_opnd != 1)
+      return cf_hlo_fail(r, line, "op '%%%s': stablehlo.async_done takes one future, not %d operands",
+                         base, in->n_opnd);
+    /* it gives what its future holds (the verifier's inferred type) */
+    hshape held = g.n_out == 1 ? g.out[0] : (hshape){.n = g.n_out, .elem = g.out};
+    char a[64], b2[64];
+    if (g.n_in == 1 && !cf_sh_type_equal(&g.in[0], &held))
+      return cf_hlo_fail(r, line, "op '%%%s': stablehlo.async_done gives %s but its future holds %s",
+                         base, cf_sh_type_text(&held, a, sizeof a),
+                         cf_sh_type_text(&g.in[0], b2, sizeof b2));
+    in->opcode = "-forward";
   } else if (cf_span_is(op, "func.call") || cf_span_is(op, "call")) {
     cf_span callee;
     const char *at = memchr(after, '@', (size_t)(colon - after));

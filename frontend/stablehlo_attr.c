@@ -123,10 +123,13 @@ static cf_status type_at(sh_reader *s, const char **pp, const char *e, int line,
   const char *p = cf_hlo_skip(*pp, e);
   memset(out, 0, sizeof *out);
   cf_status st;
-  if (cf_hlo_word_at(p, e, "tuple") && p + 5 < e && p[5] == '<') {
+  /* !stablehlo.future<T, ...>, an async_start's value: read as the tuple
+   * of what its async_done gives, one type as itself (below) */
+  bool future = e - p > 18 && !memcmp(p, "!stablehlo.future<", 18);
+  if (future || (cf_hlo_word_at(p, e, "tuple") && p + 5 < e && p[5] == '<')) {
     if (nest >= HLO_MAX_TUPLE)
       return cf_hlo_fail(r, line, "tuple types nested deeper than %d", HLO_MAX_TUPLE);
-    p += 6;
+    p += future ? 18 : 6;
     int n = 0, cap = 4;
     hshape *el = malloc((size_t)cap * sizeof *el);
     if (!el) return cf_hlo_oom(r, line);
@@ -157,6 +160,7 @@ static cf_status type_at(sh_reader *s, const char **pp, const char *e, int line,
     }
     if (n) memcpy(out->elem, el, (size_t)n * sizeof *el);
     free(el);
+    if (future && n == 1) *out = out->elem[0];
     *pp = p + 1;
     return CF_OK;
   }

@@ -639,6 +639,32 @@ static void test_dashed_op_name(void **state) {
   cf_graph_destroy(g);
 }
 
+/* StableHLO's async_start (its region run as a call; the value a
+ * !stablehlo.future) and async_done (openxla/stablehlo's verify_async_ops.mlir):
+ * the wrapped collective is read ("unsupported type '!stablehlo.future'"
+ * before). */
+static void test_async_ops(void **state) {
+  (void)state;
+  cf_graph *g = parse(
+      "t.mlir",
+      "func.func @main(%a: tensor<4x4xf32>) -> tensor<4x4xf32> {\n"
+      "  %0 = \"stablehlo.async_start\"(%a) ({\n  ^bb0(%b: tensor<4x4xf32>):\n"
+      "    %1 = \"stablehlo.all_reduce\"(%b) ({\n    ^bb1(%x: tensor<f32>, %y: tensor<f32>):\n"
+      "      %2 = \"stablehlo.add\"(%x, %y) : (tensor<f32>, tensor<f32>) -> tensor<f32>\n"
+      "      \"stablehlo.return\"(%2) : (tensor<f32>) -> ()\n"
+      "    }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<4x4xf32>) -> "
+      "tensor<4x4xf32>\n    \"stablehlo.return\"(%1) : (tensor<4x4xf32>) -> ()\n"
+      "  }) : (tensor<4x4xf32>) -> !stablehlo.future<tensor<4x4xf32>>\n"
+      "  %3 = \"stablehlo.async_done\"(%0) : (!stablehlo.future<tensor<4x4xf32>>) -> "
+      "tensor<4x4xf32>\n  return %3 : tensor<4x4xf32>\n}\n");
+  int n_ar = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    n_ar += g->nodes[i].op == CF_OP_ALLREDUCE;
+  assert_int_equal(n_ar, 1);
+  assert_int_equal(g->world_size, 2);
+  cf_graph_destroy(g);
+}
+
 /* Every sdy.mesh reaches the evaluator (only the first 16 did: a manual
  * computation over the 17th stayed Opaque and ran on synthetic data). */
 static void test_many_meshes(void **state) {
@@ -805,6 +831,16 @@ static const cf_bad_input bad_modules[] = {
      "tensor<4xf32>\n}\n",
      "t.mlir:2: error: instruction '0': collective-broadcast's root operand has 1 element but "
      "there are 2 data operands"},
+    {"func.func @main(%a: tensor<4xf32>) -> tensor<4xi32> {\n  %0 = \"stablehlo.async_start\"(%a) "
+     "({\n  ^bb0(%b: tensor<4xf32>):\n    \"stablehlo.return\"(%b) : (tensor<4xf32>) -> ()\n  }) "
+     ": (tensor<4xf32>) -> !stablehlo.future<tensor<4xf32>>\n  %1 = \"stablehlo.async_done\"(%0) "
+     ": (!stablehlo.future<tensor<4xf32>>) -> tensor<4xi32>\n  return %1 : tensor<4xi32>\n}\n",
+     "t.mlir:6: error: op '%1': stablehlo.async_done gives tensor<4xi32> but its future holds "
+     "tensor<4xf32>"},
+    {"func.func @main(%a: tensor<4xf32>) -> tensor<8xf32> {\n  %0 = \"stablehlo.async_start\"(%a) "
+     "({\n  ^bb0(%b: tensor<4xf32>):\n    \"stablehlo.return\"(%b) : (tensor<4xf32>) -> ()\n  }) "
+     ": (tensor<4xf32>) -> !stablehlo.future<tensor<8xf32>>\n  return %0 : tensor<8xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': declares float32[8] but its region gives float32[4]"},
     {"func.func @main(%a: tensor<4x!foo.bar<3>>) -> tensor<4xf32> {\n}\n",
      "t.mlir:1: error: unknown element type '!foo.bar<3'"},
     {"func.func @main(%a: tensor<4x!quant.uniform<f32:f32, 2.0>>) -> tensor<4xf32> {\n}\n",
@@ -898,6 +934,7 @@ int main(void) {
       cmocka_unit_test(test_reducers),
       cmocka_unit_test(test_quantized_types),
       cmocka_unit_test(test_dashed_op_name),
+      cmocka_unit_test(test_async_ops),
       cmocka_unit_test(test_many_meshes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
