@@ -627,7 +627,7 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
                      "instruction '%s': replica_groups list %zu ids but not %zu (they must be "
                      "0..%zu, each once)",
                      in->name, n_written, missing, n_written - 1);
-  if (!st && n_written) st = rg_count(r, in, n_written);
+  if (!st && n_written && !g.mesh) st = rg_count(r, in, n_written); /* a mesh names its own */
   if (!st && g.mesh > r->mesh_world) r->mesh_world = g.mesh;
   if (!st && g.all && !r->world_line) r->world_line = in->line;
   hgset *s = NULL, **slot = NULL;
