@@ -828,6 +828,14 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     in->opcode = "call";
     if (!(in->spelled = str(s, op.p, op.n))) return cf_hlo_oom(r, line); /* its type checked */
     if ((st = reducer_region(s, in, oe, colon, e, line + cf_sh_count_nl(s, p, oe)))) return st;
+    /* one region (the verifier: "op requires one region"); a second was left unread */
+    for (const char *t = oe; t < colon; t = cf_sh_step(s, t, colon))
+      if (*t == '(' && *cf_hlo_skip(t + 1, colon) == '{') {
+        const char *past = cf_hlo_skip(cf_sh_past(s, cf_hlo_skip(t + 1, colon), colon), colon);
+        if (past < colon && *past == ',')
+          return cf_hlo_fail(r, line, "op '%%%s': stablehlo.async_start takes one region", base);
+        break;
+      }
   } else if (sn.p != op.p && cf_span_is(sn, "async_done")) {
     if (in->n_opnd != 1)
       return cf_hlo_fail(r, line, "op '%%%s': stablehlo.async_done takes one future, not %d operands",

@@ -841,6 +841,11 @@ static const cf_bad_input bad_modules[] = {
      "({\n  ^bb0(%b: tensor<4xf32>):\n    \"stablehlo.return\"(%b) : (tensor<4xf32>) -> ()\n  }) "
      ": (tensor<4xf32>) -> !stablehlo.future<tensor<8xf32>>\n  return %0 : tensor<8xf32>\n}\n",
      "t.mlir:2: error: instruction '0': declares float32[8] but its region gives float32[4]"},
+    {"func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = \"stablehlo.async_start\"(%a) "
+     "({\n  ^bb0(%b: tensor<4xf32>):\n    \"stablehlo.return\"(%b) : (tensor<4xf32>) -> ()\n  }, "
+     "{\n  ^bb0(%c: tensor<4xf32>):\n    \"stablehlo.return\"(%c) : (tensor<4xf32>) -> ()\n  }) "
+     ": (tensor<4xf32>) -> !stablehlo.future<tensor<4xf32>>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: op '%0': stablehlo.async_start takes one region"},
     {"func.func @main(%a: tensor<4x!foo.bar<3>>) -> tensor<4xf32> {\n}\n",
      "t.mlir:1: error: unknown element type '!foo.bar<3'"},
     {"func.func @main(%a: tensor<4x!quant.uniform<f32:f32, 2.0>>) -> tensor<4xf32> {\n}\n",
