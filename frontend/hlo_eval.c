@@ -434,6 +434,53 @@ static int reducer(hlo_reader *r, const hinstr *in, const char **why, bool *wide
   return exact ? red : -2;
 }
 
+/* The signature XLA's and StableHLO's verifiers ask of a collective's
+ * reducer (StableHLO's all_reduce C5, reduce_scatter C7): two parameters,
+ * numbered 0 and 1, scalars of one element type, and one result of that
+ * type. A reducer that breaks it is no reduction at all, not an unknown
+ * one: the collective is refused rather than imported as Opaque. Shapes the
+ * text leaves out are not checked. */
+static cf_status reducer_signature(hlo_reader *r, const hinstr *in, const hcomp *c) {
+  const char *opc = in->opcode;
+  const hshape *par[2] = {NULL, NULL};
+  int n_par = 0;
+  for (int i = 0; i < c->n_ins; i++) {
+    const hinstr *k = &c->ins[i];
+    if (strcmp(k->opcode, "parameter")) continue;
+    n_par++;
+    int64_t num;
+    const char *p = k->args.p;
+    if (cf_hlo_read_int(&p, k->args.p + k->args.n, 1, &num) && p == k->args.p + k->args.n &&
+        !k->no_shape)
+      par[num] = &k->shape;
+  }
+  if (n_par != 2)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s's reducer takes %d parameter%s, not 2",
+                       in->name, opc, n_par, n_par == 1 ? "" : "s");
+  for (int i = 0; i < 2; i++)
+    if (par[i] && (par[i]->n >= 0 || par[i]->s.rank))
+      return cf_hlo_fail(r, in->line, "instruction '%s': %s's reducer parameter %d is not a scalar",
+                         in->name, opc, i);
+  if (par[0] && par[1] && (par[0]->dt != par[1]->dt || par[0]->exact != par[1]->exact))
+    return cf_hlo_fail(r, in->line,
+                       "instruction '%s': %s's reducer parameters are of two element types",
+                       in->name, opc);
+  const hinstr *root = &c->ins[c->root];
+  const hshape *want = par[0] ? par[0] : par[1];
+  if (!strcmp(root->opcode, "tuple") && root->n_opnd != 1)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s's reducer returns %d values, not 1",
+                       in->name, opc, root->n_opnd);
+  if (root->no_shape) return CF_OK;
+  if (root->shape.n >= 0 || root->shape.s.rank)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s's reducer returns %s, not a scalar",
+                       in->name, opc, root->shape.n >= 0 ? "a tuple" : "an array");
+  if (want && (root->shape.dt != want->dt || root->shape.exact != want->exact))
+    return cf_hlo_fail(r, in->line,
+                       "instruction '%s': %s's reducer returns %s but its parameters are %s",
+                       in->name, opc, cf_dtype_name(root->shape.dt), cf_dtype_name(want->dt));
+  return CF_OK;
+}
+
 /* What XLA's combiners key a collective on besides its replica groups,
  * reduction, dtype and dimension (AllReduceKey, AllGatherCombiner's and
  * ReduceScatterCombiner's GroupKey): a channel_id makes it cross-module,
@@ -497,6 +544,13 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   }
   int n = in->n_opnd;
   bool tuple = res->n >= 0;
+  /* one result per operand (XLA's shape inference; StableHLO: "requires
+   * the same number of operands and results"); an old -start form's
+   * (operand, result) tuple stays Opaque */
+  if (!start && (!n || (tuple && res->n != n) || (!tuple && n != 1)))
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s has %d operand%s but %d result%s",
+                       in->name, opc, n, n == 1 ? "" : "s", tuple ? res->n : 1,
+                       tuple && res->n != 1 ? "s" : "");
   if (!n || (tuple && res->n != n) || (!tuple && n != 1))
     return emit_opaque(r, in, at_entry, ops, opc, out);
   for (int i = 0; i < n; i++) {
@@ -510,11 +564,13 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
   bool widened = false;
   if (kind != 1) {
     const char *why;
+    const hcomp *rc = cf_hlo_attr_comp(r, in, "to_apply");
+    if (!rc)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': %s needs to_apply=COMPUTATION of the module", in->name,
+                         opc);
+    if ((st = reducer_signature(r, in, rc))) return st;
     if ((red = reducer(r, in, &why, &widened)) < 0) {
-      if (!cf_hlo_attr_comp(r, in, "to_apply"))
-        return cf_hlo_fail(r, in->line,
-                           "instruction '%s': %s needs to_apply=COMPUTATION of the module",
-                           in->name, opc);
       if (red == -2)
         snprintf(note, sizeof note, "%s (reducer other than one '%s' of its two parameters)", opc,
                  why);
@@ -538,6 +594,17 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
       continue;
     if (t->n < 0 && !t->s.rank && t->exact && cf_dtype_size(t->dt) > cf_dtype_size(want) &&
         cf_dtype_is_float(t->dt) == cf_dtype_is_float(want) && want != CF_DT_BOOL) {
+      /* in StableHLO the results are of the reducer's type (all_reduce C7,
+       * reduce_scatter C9: a promoted reduction returns the wider type); XLA
+       * keeps the operands' (collective_quantizer's bf16 all-reduce in f32) */
+      for (int j = 0; r->stablehlo && j < n; j++) {
+        const hshape *rt = tuple ? &res->elem[j] : res;
+        if (rt->dt != t->dt)
+          return cf_hlo_fail(
+              r, in->line,
+              "instruction '%s': %s reduces in %s, so its result %d must be %s, not %s", in->name,
+              opc, cf_dtype_name(t->dt), j, cf_dtype_name(t->dt), cf_dtype_name(rt->dt));
+      }
       snprintf(note, sizeof note, "%s (reduced in the wider %s)", opc, cf_dtype_name(t->dt));
       return emit_opaque(r, in, at_entry, ops, note, out);
     }
@@ -674,6 +741,29 @@ static cf_status eval_collective(hlo_reader *r, hinstr *in, bool at_entry, const
 static cf_status eval_cbcast(hlo_reader *r, hinstr *in, bool at_entry, const hval *const *ops,
                              hval *out) {
   const hgset *gs = NULL;
+  /* StableHLO's has_dynamic_root: data operands, then the root as a rank-1
+   * i32 of one element per data operand (the verifier's C4); the root is
+   * known only at run time, so it stays Opaque */
+  if (cf_hlo_attr(in, "has_dynamic_root")) {
+    int nd = in->n_opnd - 1;
+    const hshape *rt = nd >= 0 && ops[nd]->n < 0 ? ops[nd]->type : NULL;
+    if (nd < 1)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': collective-broadcast with has_dynamic_root needs data "
+                         "operands and a root operand, not %d operand%s",
+                         in->name, in->n_opnd, in->n_opnd == 1 ? "" : "s");
+    if (!rt || !rt->exact || rt->dt != CF_DT_INT32 || rt->s.rank != 1)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': collective-broadcast's root operand (the last, with "
+                         "has_dynamic_root) must be a rank-1 i32 tensor",
+                         in->name);
+    if (rt->s.dims[0] != nd)
+      return cf_hlo_fail(r, in->line,
+                         "instruction '%s': collective-broadcast's root operand has %lld "
+                         "element%s but there %s %d data operand%s",
+                         in->name, (long long)rt->s.dims[0], rt->s.dims[0] == 1 ? "" : "s",
+                         nd == 1 ? "is" : "are", nd, nd == 1 ? "" : "s");
+  }
   if (in->n_opnd != 1 || !exact_array(ops[0]) || in->shape.n >= 0 || !in->shape.exact)
     return emit_opaque(r, in, at_entry, ops, in->opcode, out);
   cf_status st = cf_hlo_coll_groups(r, in, &gs);
@@ -704,7 +794,9 @@ static cf_status eval_alltoall(hlo_reader *r, hinstr *in, bool at_entry, const h
   cf_status st;
   bool tuple = res->n >= 0;
   if (!n || (tuple && res->n != n) || (!tuple && n != 1))
-    return emit_opaque(r, in, at_entry, ops, in->opcode, out);
+    return cf_hlo_fail(r, in->line, "instruction '%s': all-to-all has %d operand%s but %d result%s",
+                       in->name, n, n == 1 ? "" : "s", tuple ? res->n : 1,
+                       tuple && res->n != 1 ? "s" : "");
   for (int i = 0; i < n; i++) {
     const hshape *t = tuple ? &res->elem[i] : res;
     if (!exact_array(ops[i]) || t->n >= 0 || !t->exact) {
@@ -1244,6 +1336,73 @@ static const hval *outer_value(hlo_reader *r, const char *name) {
   return NULL;
 }
 
+/* t as text for messages: f32[8,4] (the IR's dtype name), or a tuple. */
+static const char *type_text(const hshape *t, char *buf, size_t len) {
+  char dims[96];
+  if (t->n >= 0)
+    snprintf(buf, len, "a tuple of %d", t->n);
+  else
+    snprintf(buf, len, "%s[%s]", cf_dtype_name(t->dt), cf_shape_format(&t->s, dims, sizeof dims));
+  return buf;
+}
+
+/* The value an X-done or async-update passes on is of the type the
+ * instruction declares, as XLA's verifier holds it ("Expected instruction
+ * to have shape equal to"): ROOT d = f32[4] collective-permute-done(s) of
+ * an f32[8] permute was read as f32[8]. Dims always, the dtype when both
+ * are exact; at is the tuple index path, from what gives the value.
+ * (get-tuple-element is not held to
+ * it: a sharded value is its local shard, the text declares the whole.) */
+static cf_status check_declared(hlo_reader *r, const hinstr *in, const hshape *t, const hval *v,
+                                const char *at, const char *from) {
+  if (in->no_shape) return CF_OK;
+  char a[128], b[128], sub[64];
+  bool same = (t->n < 0) == (v->n < 0) && (t->n < 0 || t->n == v->n);
+  if (same && t->n < 0)
+    same = cf_shape_equal(&t->s, &v->type->s) &&
+           (!t->exact || !v->type->exact || t->dt == v->type->dt);
+  if (!same) {
+    hshape got = v->n < 0 ? *v->type : (hshape){.n = v->n};
+    return cf_hlo_fail(r, in->line, "instruction '%s': declares %s%s but %s gives %s", in->name,
+                       type_text(t, a, sizeof a), at, from, type_text(&got, b, sizeof b));
+  }
+  for (int i = 0; t->n >= 0 && i < t->n; i++) {
+    snprintf(sub, sizeof sub, "%s{%d}", at, i);
+    cf_status st = check_declared(r, in, &t->elem[i], &v->elem[i], sub, from);
+    if (st) return st;
+  }
+  return CF_OK;
+}
+
+/* XLA's verifier (CheckAsyncOpOperand, "The operand of a X-done instruction
+ * needs to be X-start"): an X-done or X-update takes its X-start (or an
+ * X-update) itself, never another value of that shape:
+ * all-reduce-done(tuple(...)) passed the tuple through as its result.
+ * send-done and recv-done are free (a pipelined recv reaches its recv-done
+ * through a while loop's tuple), and so is a value from around a region. */
+static cf_status check_async_operand(hlo_reader *r, const hcomp *c, const hinstr *in) {
+  const char *op = in->opcode;
+  size_t n = strlen(op), base;
+  if (n > 5 && !strcmp(op + n - 5, "-done"))
+    base = n - 5;
+  else if (n > 7 && !strcmp(op + n - 7, "-update"))
+    base = n - 7;
+  else
+    return CF_OK;
+  if (in->n_opnd != 1)
+    return cf_hlo_fail(r, in->line, "instruction '%s': %s takes one operand, not %d", in->name, op,
+                       in->n_opnd);
+  int j = cf_hlo_map_find(&c->map, in->opnd[0]);
+  if (j < 0 || (base == 4 && (!strncmp(op, "send", 4) || !strncmp(op, "recv", 4)))) return CF_OK;
+  const char *from = c->ins[j].opcode;
+  if (!strncmp(from, op, base) &&
+      (!strcmp(from + base, "-start") || !strcmp(from + base, "-update")))
+    return CF_OK;
+  return cf_hlo_fail(r, in->line,
+                     "instruction '%s': the operand of %s must be its %.*s-start, not %s '%s'",
+                     in->name, op, (int)base, op, from, in->opnd[0]);
+}
+
 static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hval *args,
                             int n_args) {
   hinstr *in = &c->ins[k];
@@ -1274,9 +1433,11 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
     else
       ops[i] = &vals[j];
   }
+  if (!st) st = check_async_operand(r, c, in);
   if (st) goto done;
   bool binary = !strcmp(op, "add") || !strcmp(op, "subtract") || !strcmp(op, "multiply");
   bool imported = false, splatted = false;
+  bool passed = false; /* the value of an operand passed on: of the type in declares */
   double splat;
   const hshape *t = &in->shape;
   if (!strcmp(op, "parameter")) {
@@ -1315,6 +1476,10 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
     for (int i = 0; i < in->n_opnd && !st; i++)
       argv[i] = *ops[i];
     if (!st) st = eval_comp(r, callee, argv, in->n_opnd, out);
+    /* StableHLO's async_start (a call of its region) declares its future's
+     * type: what the region returns (its verifier's inferred type) */
+    if (!st && in->spelled && !strcmp(in->spelled, "stablehlo.async_start"))
+      st = check_declared(r, in, &in->shape, out, "", "its region");
     free(argv);
   } else if (!strcmp(op, "async-start") && cf_hlo_attr_comp(r, in, "calls")) {
     /* the computation it calls, run as a call ((operands), result) for
@@ -1335,6 +1500,7 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
   } else if ((!strcmp(op, "async-update") || !strcmp(op, "async-done")) && in->n_opnd == 1 &&
              ops[0]->n == 2) {
     *out = !strcmp(op, "async-done") ? ops[0]->elem[1] : *ops[0];
+    passed = true;
   } else if (!strcmp(op, "while") || !strcmp(op, "conditional")) {
     st = eval_control(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "all-reduce") || !strcmp(op, "all-reduce-start") ||
@@ -1349,13 +1515,16 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
     st = eval_permute(r, in, at_entry, ops, out);
   } else if (!strcmp(op, "collective-permute-done") && in->n_opnd == 1 && ops[0]->n == 2) {
     *out = ops[0]->elem[1];
+    passed = true;
   } else if (!strcmp(op, "-forward") && in->n_opnd == 1) {
     *out = *ops[0]; /* a StableHLO region's return of a value around it (no HLO opcode) */
   } else if (!strcmp(op, "all-reduce-done") && in->n_opnd == 1) {
     *out = *ops[0];
+    passed = true;
   } else if ((!strcmp(op, "all-gather-done") || !strcmp(op, "reduce-scatter-done")) &&
              in->n_opnd == 1 && ops[0]->n == 2) {
     *out = ops[0]->elem[1];
+    passed = true;
   } else if (binary && in->n_opnd == 2 && exact_array(ops[0]) && exact_array(ops[1]) && t->n < 0 &&
              ops[0]->type->dt == t->dt && ops[1]->type->dt == t->dt &&
              cf_shape_equal(&ops[0]->type->s, &t->s) && cf_shape_equal(&ops[1]->type->s, &t->s)) {
@@ -1417,6 +1586,7 @@ static cf_status eval_instr(hlo_reader *r, hcomp *c, int k, hval *vals, const hv
                " (%lld collective%s inside, not run)", (long long)inner, inner == 1 ? "" : "s");
     st = emit_opaque(r, in, at_entry, ops, type, out);
   }
+  if (!st && passed) st = check_declared(r, in, &in->shape, out, "", "its operand");
   if (!st && cf_hlo_attr(in, "control-predecessors")) st = keep_order(r, c, k, vals);
 done:
   if (ops != small) free(ops);

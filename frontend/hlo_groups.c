@@ -381,6 +381,59 @@ static cf_status rg_apply_mode(hlo_reader *r, const hinstr *in, rgroups *g) {
   return st;
 }
 
+/* The first id of 0..n-1 that the n ids as written leave out, n when none
+ * (or when one is listed twice: the check of the ranks names it). XLA's
+ * verifier (CheckReplicaGroups: "Replica N is not named") and StableHLO's
+ * ("replica id #N not seen in replica groups") refuse {{0,1,3}}, which
+ * would otherwise read as a world of 4 where device 2 never takes part.
+ * collective-broadcast is not held to it (StableHLO's interpreter tests
+ * broadcast over [[2, 1]]). */
+static cf_status rg_missing(hlo_reader *r, const hinstr *in, const rgroups *g, size_t *missing) {
+  size_t n = g->ids.n;
+  *missing = n;
+  if (g->all || !n || !strcmp(in->opcode, "collective-broadcast")) return CF_OK;
+  unsigned char *seen = calloc(n, 1);
+  if (!seen) return cf_hlo_oom(r, in->line);
+  bool dup = false;
+  for (size_t i = 0; i < n; i++) {
+    size_t id = (size_t)g->ids.v[i];
+    if (id < n) {
+      dup |= seen[id];
+      seen[id] = 1;
+    }
+  }
+  for (size_t i = 0; i < n && !dup && *missing == n; i++)
+    if (!seen[i]) *missing = i;
+  free(seen);
+  return CF_OK;
+}
+
+/* The n ids written are every replica, partition or device the mode
+ * groups, when the module says how many (XLA's CheckReplicaGroups: "In
+ * kCrossReplica mode, replica groups should contain 8 replicas, but found
+ * 2"): {{0,1}} with replica_count=8 would leave replicas 2..7 in no group.
+ * A count of 1 (or none) is not checked, as XLA does not; nor is
+ * collective-broadcast (StableHLO's interpreter broadcasts over 2 of 4). */
+static cf_status rg_count(hlo_reader *r, const hinstr *in, size_t n) {
+  if (!strcmp(in->opcode, "collective-broadcast")) return CF_OK;
+  const hattr *ugdi = cf_hlo_attr(in, "use_global_device_ids");
+  bool channel = cf_hlo_attr(in, "channel_id") != NULL,
+       global = ugdi && cf_span_is(ugdi->val, "true");
+  bool by_partition = channel && !ugdi &&
+                      (!strcmp(in->opcode, "all-to-all") ||
+                       !strcmp(in->opcode, "collective-broadcast"));
+  int64_t R = r->replicas ? r->replicas : 1, P = r->partitions ? r->partitions : 1;
+  int64_t want = channel && global ? R * P : by_partition ? P : R;
+  const char *mode = channel && global ? "flattened device ids"
+                     : by_partition    ? "partitions"
+                                       : "replicas";
+  if (want == 1 || (int64_t)n == want) return CF_OK;
+  return cf_hlo_fail(r, in->line,
+                     "instruction '%s': replica_groups list %zu ids but the module has %lld %s "
+                     "(replica_count=%lld, num_partitions=%lld): each must be in one group",
+                     in->name, n, (long long)want, mode, (long long)R, (long long)P);
+}
+
 /* Replica groups in the order of their first device: the order of the
  * groups themselves means nothing ({{2,3},{0,1}} is {{0,1},{2,3}}), so
  * collectives that list them differently share one IR group and may fuse.
@@ -544,6 +597,8 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
   else
     st = cf_hlo_fail(r, in->line, "instruction '%s': unsupported replica_groups '%s'", in->name,
                      CF_SPAN_QUOTE(a->val));
+  size_t n_written = g.ids.n, missing = 0;
+  if (!st) st = rg_missing(r, in, &g, &missing);
   if (!st) st = rg_apply_mode(r, in, &g);
   if (!st) st = rg_canonical(r, in, &g);
   int n_sub = g.all ? 0 : (int)g.off.n - 1;
@@ -567,6 +622,12 @@ cf_status cf_hlo_coll_groups(hlo_reader *r, hinstr *in, const hgset **out) {
   }
   for (size_t i = 0; seen && i < g.ids.n; i++)
     seen[g.ids.v[i]] = 0;
+  if (!st && missing < n_written)
+    st = cf_hlo_fail(r, in->line,
+                     "instruction '%s': replica_groups list %zu ids but not %zu (they must be "
+                     "0..%zu, each once)",
+                     in->name, n_written, missing, n_written - 1);
+  if (!st && n_written && !g.mesh) st = rg_count(r, in, n_written); /* a mesh names its own */
   if (!st && g.mesh > r->mesh_world) r->mesh_world = g.mesh;
   if (!st && g.all && !r->world_line) r->world_line = in->line;
   hgset *s = NULL, **slot = NULL;

@@ -178,6 +178,7 @@ typedef struct hlo_reader {
   unsigned char *seen; /* CF_MAX_WORLD flags, all 0 between uses */
   hfused *fused;       /* newest first (scratch) */
   bool oom;
+  bool stablehlo; /* read from StableHLO text: its verifier's rules apply too */
 } hlo_reader;
 
 /* ---- hlo_scan.c: errors, strings, maps, scanning, attributes ---- */

@@ -533,6 +533,8 @@ static cf_status collective(sh_reader *s, hinstr *in, const char *p, const char 
   }
   if (cf_sh_attr(s, p, e, "use_global_device_ids", &v))
     kv[n++] = "use_global_device_ids", kv[n++] = "true";
+  if (cf_sh_attr(s, p, e, "has_dynamic_root", &v)) /* collective_broadcast's */
+    kv[n++] = "has_dynamic_root", kv[n++] = "true";
   if (dim_key) {
     int64_t d = -1;
     const char *q;
@@ -741,9 +743,12 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     op.n = (size_t)(q - op.p);
     after = q;
   }
+  /* the quoted form also takes '-' ("stablehlo.cross-replica-sum", a
+   * deprecated op that stablehlo-legalize-deprecated-ops rewrites) */
   bool ok = op.n > 0;
   for (size_t i = 0; i < op.n && ok; i++)
-    ok = isalnum((unsigned char)op.p[i]) || op.p[i] == '_' || op.p[i] == '.' || op.p[i] == '$';
+    ok = isalnum((unsigned char)op.p[i]) || op.p[i] == '_' || op.p[i] == '.' || op.p[i] == '$' ||
+         (generic && op.p[i] == '-');
   if (!ok) return cf_hlo_fail(r, line, "value '%%%s': expected an op name", base);
   /* every op but func's `call` names its dialect (and so never reads as
    * one of the HLO opcodes the evaluator knows) */
@@ -817,6 +822,32 @@ static cf_status parse_op(sh_reader *s, ibuf *b, const char *p, const char *e, i
     if ((st = cf_sh_pairs(s, in, v))) return st;
   } else if (sn.p != op.p && cf_span_is(sn, "collective_broadcast")) {
     if ((st = collective(s, in, after, colon, "collective-broadcast", NULL))) return st;
+  } else if (sn.p != op.p && cf_span_is(sn, "async_start")) {
+    /* its region run as a call (the future is the region's value); the
+     * async_done that waits for it passes the value on */
+    in->opcode = "call";
+    if (!(in->spelled = str(s, op.p, op.n))) return cf_hlo_oom(r, line); /* its type checked */
+    if ((st = reducer_region(s, in, oe, colon, e, line + cf_sh_count_nl(s, p, oe)))) return st;
+    /* one region (the verifier: "op requires one region"); a second was left unread */
+    for (const char *t = oe; t < colon; t = cf_sh_step(s, t, colon))
+      if (*t == '(' && *cf_hlo_skip(t + 1, colon) == '{') {
+        const char *past = cf_hlo_skip(cf_sh_past(s, cf_hlo_skip(t + 1, colon), colon), colon);
+        if (past < colon && *past == ',')
+          return cf_hlo_fail(r, line, "op '%%%s': stablehlo.async_start takes one region", base);
+        break;
+      }
+  } else if (sn.p != op.p && cf_span_is(sn, "async_done")) {
+    if (in->n_opnd != 1)
+      return cf_hlo_fail(r, line, "op '%%%s': stablehlo.async_done takes one future, not %d operands",
+                         base, in->n_opnd);
+    /* it gives what its future holds (the verifier's inferred type) */
+    hshape held = g.n_out == 1 ? g.out[0] : (hshape){.n = g.n_out, .elem = g.out};
+    char a[64], b2[64];
+    if (g.n_in == 1 && !cf_sh_type_equal(&g.in[0], &held))
+      return cf_hlo_fail(r, line, "op '%%%s': stablehlo.async_done gives %s but its future holds %s",
+                         base, cf_sh_type_text(&held, a, sizeof a),
+                         cf_sh_type_text(&g.in[0], b2, sizeof b2));
+    in->opcode = "-forward";
   } else if (cf_span_is(op, "func.call") || cf_span_is(op, "call")) {
     cf_span callee;
     const char *at = memchr(after, '@', (size_t)(colon - after));
@@ -1219,6 +1250,7 @@ static cf_status module_body(sh_reader *s, const char *p, const char *e, int lin
 }
 
 static cf_status parse_module(hlo_reader *r) {
+  r->stablehlo = true;
   sh_reader s = {.r = r};
   cf_status st = cf_sh_clean(&s);
   int main_idx = -1, public_idx = -1, n_public = 0, main_line = 0;

@@ -76,6 +76,27 @@ static cf_status elem_type(sh_reader *s, const char **pp, const char *e, int lin
     return CF_OK;
   }
   size_t k = 0, nt = sizeof sh_types / sizeof sh_types[0];
+  if (!ty.n && e - p > 15 && !memcmp(p, "!quant.uniform<", 15)) {
+    /* !quant.uniform<i8<-128:127>:f32:1, {0.1:-30, ...}>: a quantized type,
+     * stood in for by its storage type, only for Opaque data (the scales
+     * are no IR dtype's) */
+    const char *q = p + 15, *w = q;
+    while (q < e && is_word_char(*q))
+      q++;
+    cf_span st = {w, (size_t)(q - w)};
+    while (k < nt && !cf_span_is(st, sh_types[k].name))
+      k++;
+    int depth = 1;
+    for (q = p + 15; q < e && depth; q++)
+      depth += *q == '<' ? 1 : *q == '>' ? -1 : 0;
+    if (k == nt || depth || cf_dtype_is_float(sh_types[k].dt))
+      return cf_hlo_fail(r, line, "unsupported quantized type '%.*s'",
+                         (int)(q - p > 60 ? 60 : q - p), p);
+    out->dt = sh_types[k].dt;
+    out->exact = false;
+    *pp = q;
+    return CF_OK;
+  }
   while (k < nt && !cf_span_is(ty, sh_types[k].name))
     k++;
   if (k < nt) {
@@ -86,6 +107,10 @@ static cf_status elem_type(sh_reader *s, const char **pp, const char *e, int lin
     out->dt = CF_DT_UINT8; /* float8 / float6 / float4 variants */
     out->exact = false;
   } else {
+    /* a dialect's type (!foo.bar<...>) has no word to name: its text is quoted */
+    while (!ty.n && p < e && p - ty.p < 60 && *p != '>' && *p != ',' && *p != ')' && *p != '\n')
+      p++;
+    if (!ty.n) ty.n = (size_t)(p - ty.p);
     return cf_hlo_fail(r, line, "unknown element type '%s'", CF_SPAN_QUOTE(ty));
   }
   *pp = p;
@@ -98,10 +123,13 @@ static cf_status type_at(sh_reader *s, const char **pp, const char *e, int line,
   const char *p = cf_hlo_skip(*pp, e);
   memset(out, 0, sizeof *out);
   cf_status st;
-  if (cf_hlo_word_at(p, e, "tuple") && p + 5 < e && p[5] == '<') {
+  /* !stablehlo.future<T, ...>, an async_start's value: read as the tuple
+   * of what its async_done gives, one type as itself (below) */
+  bool future = e - p > 18 && !memcmp(p, "!stablehlo.future<", 18);
+  if (future || (cf_hlo_word_at(p, e, "tuple") && p + 5 < e && p[5] == '<')) {
     if (nest >= HLO_MAX_TUPLE)
       return cf_hlo_fail(r, line, "tuple types nested deeper than %d", HLO_MAX_TUPLE);
-    p += 6;
+    p += future ? 18 : 6;
     int n = 0, cap = 4;
     hshape *el = malloc((size_t)cap * sizeof *el);
     if (!el) return cf_hlo_oom(r, line);
@@ -132,6 +160,7 @@ static cf_status type_at(sh_reader *s, const char **pp, const char *e, int line,
     }
     if (n) memcpy(out->elem, el, (size_t)n * sizeof *el);
     free(el);
+    if (future && n == 1) *out = out->elem[0];
     *pp = p + 1;
     return CF_OK;
   }

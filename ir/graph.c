@@ -670,6 +670,11 @@ bool cf_pairs_parse(const char *s, int n, int *target, int *source, char *why, s
   for (int i = 0; i < n; i++)
     target[i] = source[i] = -1;
   s = skip_space(s);
+  /* {} is no pair at all (XLA's parser takes it): every rank receives zeros */
+  if (*s == '{' && *skip_space(s + 1) == '}') {
+    s = skip_space(skip_space(s + 1) + 1);
+    return *s ? (snprintf(why, len, "unexpected text after the pairs"), false) : true;
+  }
   bool outer = *s == '{' && *skip_space(s + 1) == '{';
   if (outer) s = skip_space(s + 1);
   for (bool first = true; *s && *s != '}'; first = false) {

@@ -4,8 +4,8 @@
  * Two groups, two ctest entries of this one executable:
  *
  *   test_cuda --ptx   (label unit, runs everywhere) PTX for sm_80 and sm_90
- *                     of every kernel key, each checked for its target and
- *                     entry; the whole set assembled by ptxas when
+ *                     of every kernel key, checked for its target and each
+ *                     key's entry; the whole set assembled by ptxas when
  *                     /usr/local/cuda/bin/ptxas (or $PTXAS) exists; and the
  *                     backend's answer where the driver cannot be loaded.
  *   test_cuda         (label gpu) every n-ary (dtype x reduction x arity
@@ -72,28 +72,71 @@ static const char *ptxas_path(void) {
   return access("/usr/local/cuda/bin/ptxas", X_OK) == 0 ? "/usr/local/cuda/bin/ptxas" : NULL;
 }
 
+/* ptx lacks its target, version or address size, or does not end in a newline */
+static void ptx_header(const char *ptx, const char *target_line, const char *what, const char *sm) {
+  size_t len = strlen(ptx);
+  if (!strstr(ptx, target_line) || !strstr(ptx, ".version 8.0") || !strstr(ptx, ".address_size 64"))
+    fail_msg("%s for %s: PTX lacks its target, version or address size:\n%.400s", what, sm, ptx);
+  assert_int_equal(len > 0 && ptx[len - 1] == '\n', 1); /* NUL-terminated text */
+}
+
+/* Every key's PTX: all keys as one module (its header, every key's entry
+ * once; ptxas assembles it where there is one), and one key a module
+ * (cf_codegen_ptx of n = 1: its header and entry) for every kind and
+ * dtype, the reductions and arities taken in turn. The keys' code is the
+ * same in both (one generator per kernel; aot.c's module only collects
+ * them), so a module per key for all 535 would repeat the one-module
+ * checks 535 times at twice the code generation. */
 static void ptx_for(const char *sm, const char *target_line) {
   cf_kernel_key keys[MAX_KEYS];
   int n = all_keys(keys, true);
   assert_int_equal(n, 535); /* 455 n-ary, 65 acc, 13 scale, 2 quant */
+  char *all = NULL;
+  if (cf_codegen_ptx(ctx, keys, n, sm, &all) != CF_OK) fail_msg("all kernels for %s: %s", sm, cf_context_errmsg(ctx));
+  ptx_header(all, target_line, "all kernels", sm);
+  /* the entries in the module's order, then each key's among them */
+  static const char entry_tag[] = ".visible .entry ";
+  char *names[MAX_KEYS + 1];
+  int n_names = 0;
+  for (char *p = strstr(all, entry_tag); p; p = strstr(p, entry_tag)) {
+    p += sizeof entry_tag - 1;
+    char *end = strchr(p, '(');
+    assert_non_null(end);
+    if (n_names > MAX_KEYS) fail_msg("all kernels for %s: more entries than the %d keys", sm, n);
+    names[n_names++] = strndup(p, (size_t)(end - p));
+    p = end;
+  }
+  if (n_names != n) fail_msg("all kernels for %s: %d entries for %d keys", sm, n_names, n);
   for (int i = 0; i < n; i++) {
-    char name[96], entry[128], *ptx = NULL;
+    char name[96];
     cf_kernel_name(&keys[i], name, sizeof name);
-    if (cf_codegen_ptx(ctx, &keys[i], 1, sm, &ptx) != CF_OK) fail_msg("%s for %s: %s", name, sm, cf_context_errmsg(ctx));
+    int found = 0;
+    for (int j = 0; j < n_names; j++) found += strcmp(names[j], name) == 0;
+    if (found != 1) fail_msg("%s for %s: %d entries in the module of all kernels", name, sm, found);
+    /* a module of this key alone for one key of each kind and dtype: of
+     * the group's keys (reduction-major, then arity), the one at dtype x 8
+     * modulo their number, so the 13 dtypes' picks take every reduction
+     * and every arity */
+    const cf_kernel_key *k = &keys[i];
+    int pos = 0, size = 0;
+    for (int j = 0; j < n; j++)
+      if (keys[j].kind == k->kind && keys[j].dtype == k->dtype) pos += j < i, size++;
+    if (pos != (int)k->dtype * 8 % size) continue;
+    char entry[128], *ptx = NULL;
+    if (cf_codegen_ptx(ctx, k, 1, sm, &ptx) != CF_OK) fail_msg("%s for %s: %s", name, sm, cf_context_errmsg(ctx));
+    ptx_header(ptx, target_line, name, sm);
     snprintf(entry, sizeof entry, ".visible .entry %s(", name);
-    if (!strstr(ptx, target_line) || !strstr(ptx, ".version 8.0") || !strstr(ptx, entry) ||
-        !strstr(ptx, ".address_size 64"))
-      fail_msg("%s for %s: PTX lacks its target, version or entry:\n%.400s", name, sm, ptx);
-    assert_int_equal(strlen(ptx) > 0 && ptx[strlen(ptx) - 1] == '\n', 1); /* NUL-terminated text */
+    if (!strstr(ptx, entry)) fail_msg("%s for %s: PTX lacks its entry:\n%.400s", name, sm, ptx);
     free(ptx);
   }
+  for (int j = 0; j < n_names; j++) free(names[j]);
   const char *ptxas = ptxas_path();
   if (!ptxas) {
     print_message("ptxas not found (/usr/local/cuda/bin/ptxas, $PTXAS): PTX for %s not assembled\n", sm);
+    free(all);
     return;
   }
-  char *all = NULL, path[] = "/tmp/cf_test_cuda_XXXXXX";
-  if (cf_codegen_ptx(ctx, keys, n, sm, &all) != CF_OK) fail_msg("all kernels for %s: %s", sm, cf_context_errmsg(ctx));
+  char path[] = "/tmp/cf_test_cuda_XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   size_t len = strlen(all);

@@ -786,6 +786,20 @@ static void test_collective_group_key(void **state) {
  * XLA's verifier leaves groups of one unchecked) is Opaque, not refused;
  * the module's devices are then those a collective over {} implies. Shapes
  * that agree keep a group of one a collective. */
+/* source_target_pairs={} is no pair at all, as XLA's parser reads it (every
+ * rank receives zeros); it was refused with "a rank number expected". */
+static void test_no_pairs(void **state) {
+  (void)state;
+  cf_graph *g = NULL;
+  assert_int_equal(parse("HloModule m, replica_count=2\nENTRY e {\n  p = f32[4] parameter(0)\n"
+                         "  ROOT r = f32[4] collective-permute(p), source_target_pairs={}\n}\n",
+                         &g),
+                   CF_OK);
+  assert_int_equal(node(g, "r")->op, CF_OP_COLLECTIVEPERMUTE);
+  assert_int_equal(g->world_size, 2);
+  cf_graph_destroy(g);
+}
+
 static void test_groups_of_one(void **state) {
   (void)state;
   static const struct {
@@ -1209,6 +1223,68 @@ static const cf_bad_input bad_modules[] = {
      "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
      "replica_groups={{0,2}}, to_apply=sum\n}\n",
      "t.hlo:9: error: instruction 'a': replica id 2 but replica_count=2"},
+    /* ids as written are 0..n-1 (XLA's CheckReplicaGroups); a gap would
+     * leave a device of the world out of every group */
+    {SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), "
+         "replica_groups={{0,1,3}}, to_apply=sum\n}\n",
+     "t.hlo:8: error: instruction 'a': replica_groups list 3 ids but not 2 (they must be 0..2, "
+     "each once)"},
+    {SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[8] all-gather(p), "
+         "replica_groups={{0,2},{1,4}}, dimensions={0}\n}\n",
+     "t.hlo:8: error: instruction 'a': replica_groups list 4 ids but not 3 (they must be 0..3, "
+     "each once)"},
+    /* an X-done takes its X-start itself (XLA's verifier, AllReduceDoneWithoutStart):
+     * the tuple was passed through as the done's result */
+    {"HloModule test\nENTRY entry {\n  p0 = f32[2,3] parameter(0)\n  p1 = u32[] parameter(1)\n"
+     "  tuple = (f32[2,3], f32[2,3], u32[], u32[]) tuple(p0, p0, p1, p1)\n  ROOT done = f32[2,3] "
+     "all-reduce-done(tuple)\n}\n",
+     "t.hlo:6: error: instruction 'done': the operand of all-reduce-done must be its "
+     "all-reduce-start, not tuple 'tuple'"},
+    {"HloModule test\nENTRY entry {\n  p0 = f32[4] parameter(0)\n  t = ((f32[4]), f32[4]) "
+     "tuple(p0, p0)\n  ROOT d = f32[4] async-done(t)\n}\n",
+     "t.hlo:5: error: instruction 'd': the operand of async-done must be its async-start, not "
+     "tuple 't'"},
+    /* every replica (partition, device) of the module in one group (XLA's
+     * AllReduce_NotEnougReplicasInGroupConfig; all-to-all's cross-partition mode) */
+    {"HloModule m, replica_count=8\n" SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = "
+     "f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': replica_groups list 2 ids but the module has 8 replicas "
+     "(replica_count=8, num_partitions=1): each must be in one group"},
+    {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT a = f32[8] all-to-all(p), channel_id=1, "
+         "replica_groups={{0,1}}, dimensions={0}\n}\n",
+     "t.hlo:4: error: instruction 'a': replica_groups list 2 ids but the module has 4 partitions "
+     "(replica_count=1, num_partitions=4): each must be in one group"},
+    /* an X-done's declared type is the start's result: it was passed on as the start's */
+    {"HloModule m, replica_count=2\nENTRY e {\n  p0 = f32[8] parameter(0)\n  s = (f32[8], f32[8], "
+     "u32[], u32[]) collective-permute-start(p0), source_target_pairs={{0,1},{1,0}}\n  ROOT d = "
+     "f32[4] collective-permute-done(s)\n}\n",
+     "t.hlo:5: error: instruction 'd': declares float32[4] but its operand gives float32[8]"},
+    {"HloModule m, replica_count=2\n" SUM "ar {\n  p = f32[8] parameter(0)\n  ROOT a = f32[8] "
+     "all-reduce(p), replica_groups={{0,1}}, to_apply=sum\n}\nENTRY e {\n  p0 = f32[8] "
+     "parameter(0)\n  s = ((f32[8]), f32[8]) async-start(p0), calls=ar\n  ROOT d = s32[8] "
+     "async-done(s), calls=ar\n}\n",
+     "t.hlo:14: error: instruction 'd': declares int32[8] but its operand gives float32[8]"},
+    {"HloModule m\n" SUM "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p, "
+     "p), replica_groups={{0,1}}, to_apply=sum\n}\n",
+     "t.hlo:9: error: instruction 'a': all-reduce has 2 operands but 1 result"},
+    /* a reducer is (T, T) -> T of scalars, or no reduction at all */
+    {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  z = f32[] "
+     "parameter(2)\n  ROOT s = f32[] add(x, y)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT "
+     "a = f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=bad\n}\n",
+     "t.hlo:10: error: instruction 'a': all-reduce's reducer takes 3 parameters, not 2"},
+    {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = "
+     "(f32[], f32[]) tuple(x, y)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT "
+     "a = f32[2] reduce-scatter(p), replica_groups={{0,1}}, dimensions={0}, to_apply=bad\n}\n",
+     "t.hlo:9: error: instruction 'a': reduce-scatter's reducer returns 2 values, not 1"},
+    {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = s32[] parameter(1)\n  ROOT s = "
+     "f32[] add(x, x)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT "
+     "a = f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=bad\n}\n",
+     "t.hlo:9: error: instruction 'a': all-reduce's reducer parameters are of two element types"},
+    {"HloModule m\nbad {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  m = f32[] "
+     "maximum(x, y)\n  ROOT s = s32[] convert(m)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  "
+     "ROOT a = f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=bad\n}\n",
+     "t.hlo:10: error: instruction 'a': all-reduce's reducer returns int32 but its parameters are "
+     "float32"},
     /* all-to-all and collective-permute */
     {HDR "ENTRY e {\n  p = f32[8] parameter(0)\n  ROOT a = f32[8] all-to-all(p), channel_id=1, "
          "replica_groups={{0,1,2,3}}\n}\n",
@@ -1396,6 +1472,7 @@ int main(void) {
       cmocka_unit_test(test_combine_key_whole),
       cmocka_unit_test(test_collective_group_key),
       cmocka_unit_test(test_groups_of_one),
+      cmocka_unit_test(test_no_pairs),
       cmocka_unit_test(test_tuple_world),
       cmocka_unit_test(test_splat_broadcast),
       cmocka_unit_test(test_headerless),

@@ -412,16 +412,31 @@ static void hlo_tuple_bomb(sbuf *b, int n) {
   put(b, "  ROOT r = () tuple(t29, t29)\n}\n");
 }
 
+/* The i-th ordering of the devices 0..7 (i < 8! = 40320) as "a,b,...":
+ * as many distinct replica groups as asked, each naming every device once
+ * (XLA's verifier refuses a group set that leaves a device out). */
+static const char *ordering(int i, char *buf) {
+  int left[8] = {0, 1, 2, 3, 4, 5, 6, 7}, n = 8, o = 0;
+  for (int f = 5040; n; f = n > 1 ? f / (n - 1) : 1, n--) {
+    int k = i / f % n;
+    o += sprintf(buf + o, "%s%d", o ? ", " : "", left[k]);
+    for (int j = k; j < n - 1; j++)
+      left[j] = left[j + 1];
+  }
+  return buf;
+}
+
 /* n all-reduces over n different replica groups */
 static void hlo_groups(sbuf *b, int n) {
-  put(b, "HloModule m, num_partitions=256\nsum {\n  x = f32[] parameter(0)\n"
+  char order[64];
+  put(b, "HloModule m, num_partitions=8\nsum {\n  x = f32[] parameter(0)\n"
          "  y = f32[] parameter(1)\n  ROOT z = f32[] add(x, y)\n}\n"
          "ENTRY e {\n  p = f32[4] parameter(0)\n");
   for (int i = 0; i < n; i++)
     put(b,
         "  ar%d = f32[4] all-reduce(p), channel_id=1, use_global_device_ids=true, "
-        "replica_groups={{%d,%d}}, to_apply=sum\n",
-        i, i / 255, i / 255 + 1 + i % 255 % (255 - i / 255));
+        "replica_groups={{%s}}, to_apply=sum\n",
+        i, ordering(i, order));
   hlo_root_tuple(b, "ar", n);
 }
 
@@ -547,7 +562,11 @@ static void shlo_call_bomb(sbuf *b, int n) {
 
 /* n all-reduces over n different replica groups, in manual computations */
 static void shlo_groups(sbuf *b, int n) {
-  shlo_main(b, n);
+  char order[64];
+  put(b, "#loc1 = loc(\"x\")\nmodule @m attributes {mhlo.num_partitions = 8 : i32} {\n"
+         "  func.func @main(%%a: tensor<4xf32>) -> (");
+  shlo_types(b, n);
+  put(b, ") {\n");
   put(b, "    %%m:%d = sdy.manual_computation(%%a) in_shardings=[<@mesh, [{}]>] out_shardings=[",
       n);
   for (int i = 0; i < n; i++)
@@ -556,13 +575,13 @@ static void shlo_groups(sbuf *b, int n) {
   for (int i = 0; i < n; i++)
     put(b,
         "      %%ar%d = \"stablehlo.all_reduce\"(%%b) <{channel_handle = "
-        "#stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[%d, %d]]> : "
-        "tensor<1x2xi64>, use_global_device_ids}> ({\n"
+        "#stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[%s]]> : "
+        "tensor<1x8xi64>, use_global_device_ids}> ({\n"
         "      ^bb0(%%x: tensor<f32>, %%y: tensor<f32>):\n"
         "        %%s = stablehlo.add %%x, %%y : tensor<f32>\n"
         "        stablehlo.return %%s : tensor<f32>\n"
         "      }) : (tensor<4xf32>) -> tensor<4xf32>\n",
-        i, i / 255, i / 255 + 1 + i % 255 % (255 - i / 255));
+        i, ordering(i, order));
   put(b, "      sdy.return ");
   for (int i = 0; i < n; i++)
     put(b, "%s%%ar%d", i ? ", " : "", i);
@@ -576,7 +595,7 @@ static void shlo_groups(sbuf *b, int n) {
     put(b, "%s%%m#%d", i ? ", " : "", i);
   put(b, " : ");
   shlo_types(b, n);
-  put(b, "\n  }\n  sdy.mesh @mesh = <[\"x\"=256]>\n}\n");
+  put(b, "\n  }\n  sdy.mesh @mesh = <[\"x\"=8]>\n}\n");
 }
 
 /* n sdy.mesh declarations (each name was compared with every earlier one:
@@ -633,15 +652,15 @@ static void shlo_nested_regions(sbuf *b, int n) {
   put(b, "func.func @main(%%a: tensor<4xf32>) -> tensor<4xf32> {\n");
   for (int i = 0; i < n; i++)
     put(b,
-        "%%r%d = \"stablehlo.all_reduce\"(%%a) <{replica_groups = dense<[[0, 1]]> : "
+        "%%r%d = \"stablehlo.all_reduce\"(%%%s) <{replica_groups = dense<[[0, 1]]> : "
         "tensor<1x2xi64>}> ({\n^bb0(%%x: tensor<f32>, %%y: tensor<f32>):\n",
-        i);
+        i, i ? "x" : "a");
   for (int i = 0; i < 300 * n; i++)
     put(b, "  %%v%d = stablehlo.add %%x, %%y : tensor<f32>\n", i);
   put(b, "  stablehlo.return %%v0 : tensor<f32>\n");
   for (int i = n - 1; i >= 0; i--)
-    put(b, "}) : (tensor<4xf32>) -> tensor<4xf32>\n%s %%r%d : tensor<%s>\n",
-        i ? "stablehlo.return" : "return", i, i ? "f32" : "4xf32");
+    put(b, "}) : (tensor<%s>) -> tensor<%s>\n%s %%r%d : tensor<%s>\n", i ? "f32" : "4xf32",
+        i ? "f32" : "4xf32", i ? "stablehlo.return" : "return", i, i ? "f32" : "4xf32");
   put(b, "}\n");
 }
 

@@ -599,6 +599,72 @@ static void test_reducers(void **state) {
   cf_graph_destroy(g);
 }
 
+/* A quantized element type (openxla/stablehlo's ops_stablehlo.mlir,
+ * @all_reduce_with_promotable_quantized_types) stands in as its storage
+ * type for Opaque data: the collective over it is Opaque, not the module
+ * refused ("unknown element type ''" before); a per-axis one too. */
+static void test_quantized_types(void **state) {
+  (void)state;
+  const char *text =
+      "func.func @main(%a: tensor<4x!quant.uniform<i8:f32, 2.000000e+00:15>>, %b: "
+      "tensor<1x2x!quant.uniform<i8<-128:127>:f32:1, {0.1:-30, 0.5:-20}>>) -> "
+      "tensor<4x!quant.uniform<i16:f32, 2.000000e+00:15>> {\n"
+      "  %r = \"stablehlo.all_reduce\"(%a) ({\n  ^bb0(%x: tensor<!quant.uniform<i16:f32, "
+      "2.000000e+00:15>>, %y: tensor<!quant.uniform<i16:f32, 2.000000e+00:15>>):\n"
+      "    %s = stablehlo.add %x, %y : tensor<!quant.uniform<i16:f32, 2.000000e+00:15>>\n"
+      "    stablehlo.return %s : tensor<!quant.uniform<i16:f32, 2.000000e+00:15>>\n"
+      "  }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<4x!quant.uniform<i8:f32, "
+      "2.000000e+00:15>>) -> tensor<4x!quant.uniform<i16:f32, 2.000000e+00:15>>\n"
+      "  return %r : tensor<4x!quant.uniform<i16:f32, 2.000000e+00:15>>\n}\n";
+  cf_graph *g = parse("t.mlir", text);
+  const cf_node *r = node(g, "r");
+  assert_int_equal(r->op, CF_OP_OPAQUE);
+  assert_string_equal(type_of(r), "all-reduce (element type without an IR dtype)");
+  assert_shape(&r->out[0], CF_DT_INT16, "4");
+  cf_graph_destroy(g);
+}
+
+/* A quoted op name may hold '-' (openxla/stablehlo's legalize_deprecated_ops
+ * test, @op_cross_replica_sum): the deprecated op is a foreign op, Opaque
+ * with the warning ("expected an op name" before). */
+static void test_dashed_op_name(void **state) {
+  (void)state;
+  cf_graph *g = parse("t.mlir",
+                      "func.func @main(%a: tensor<f32>) -> tensor<f32> {\n"
+                      "  %0 = \"stablehlo.cross-replica-sum\"(%a) {replica_groups = dense<[[0], "
+                      "[1]]> : tensor<2x1xi64>} : (tensor<f32>) -> tensor<f32>\n"
+                      "  return %0 : tensor<f32>\n}\n");
+  assert_int_equal(node(g, "0")->op, CF_OP_OPAQUE);
+  assert_string_equal(type_of(node(g, "0")), "stablehlo.cross-replica-sum");
+  cf_graph_destroy(g);
+}
+
+/* StableHLO's async_start (its region run as a call; the value a
+ * !stablehlo.future) and async_done (openxla/stablehlo's verify_async_ops.mlir):
+ * the wrapped collective is read ("unsupported type '!stablehlo.future'"
+ * before). */
+static void test_async_ops(void **state) {
+  (void)state;
+  cf_graph *g = parse(
+      "t.mlir",
+      "func.func @main(%a: tensor<4x4xf32>) -> tensor<4x4xf32> {\n"
+      "  %0 = \"stablehlo.async_start\"(%a) ({\n  ^bb0(%b: tensor<4x4xf32>):\n"
+      "    %1 = \"stablehlo.all_reduce\"(%b) ({\n    ^bb1(%x: tensor<f32>, %y: tensor<f32>):\n"
+      "      %2 = \"stablehlo.add\"(%x, %y) : (tensor<f32>, tensor<f32>) -> tensor<f32>\n"
+      "      \"stablehlo.return\"(%2) : (tensor<f32>) -> ()\n"
+      "    }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<4x4xf32>) -> "
+      "tensor<4x4xf32>\n    \"stablehlo.return\"(%1) : (tensor<4x4xf32>) -> ()\n"
+      "  }) : (tensor<4x4xf32>) -> !stablehlo.future<tensor<4x4xf32>>\n"
+      "  %3 = \"stablehlo.async_done\"(%0) : (!stablehlo.future<tensor<4x4xf32>>) -> "
+      "tensor<4x4xf32>\n  return %3 : tensor<4x4xf32>\n}\n");
+  int n_ar = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    n_ar += g->nodes[i].op == CF_OP_ALLREDUCE;
+  assert_int_equal(n_ar, 1);
+  assert_int_equal(g->world_size, 2);
+  cf_graph_destroy(g);
+}
+
 /* Every sdy.mesh reaches the evaluator (only the first 16 did: a manual
  * computation over the 17th stayed Opaque and ran on synthetic data). */
 static void test_many_meshes(void **state) {
@@ -719,6 +785,71 @@ static const cf_bad_input bad_modules[] = {
      "tensor<1x2xi64>} : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n}\n",
      "t.mlir:3: error: instruction '0': partition id 2 in replica_groups but num_partitions=2 "
      "(with a channel_id, collective-broadcast groups partitions)"},
+    /* transcribed from openxla/stablehlo's ops_stablehlo.mlir: @all_reduce_c3 ("replica id
+     * #2 not seen in replica groups"), @all_reduce_c5 (the reduction region's signature),
+     * @reduce_scatter_c9 (a promoted reduction's result type) */
+    {FN "  %0 = \"stablehlo.all_reduce\"(%a) ({\n  ^bb0(%x: tensor<f32>, %y: tensor<f32>):\n"
+        "    %m = stablehlo.maximum %x, %y : tensor<f32>\n    \"stablehlo.return\"(%m) : "
+        "(tensor<f32>) -> ()\n  }) {replica_groups = dense<[[0, 1, 3]]> : tensor<1x3xi64>} : "
+        "(tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': replica_groups list 3 ids but not 2 (they must be 0..2, "
+     "each once)"},
+    {FN "  %0 = \"stablehlo.all_reduce\"(%a) ({\n  ^bb0(%x: tensor<f32>, %y: tensor<f32>, %z: "
+        "tensor<f32>):\n    %m = stablehlo.maximum %x, %y : tensor<f32>\n    "
+        "\"stablehlo.return\"(%m) : (tensor<f32>) -> ()\n  }) {replica_groups = dense<[[0, 1]]> "
+        ": tensor<1x2xi64>} : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': all-reduce's reducer takes 3 parameters, not 2"},
+    {FN "  %0 = \"stablehlo.all_reduce\"(%a) ({\n  ^bb0(%x: tensor<f32>, %y: tensor<f32>):\n"
+        "    %m = stablehlo.maximum %x, %y : tensor<f32>\n    \"stablehlo.return\"() : () -> ()\n"
+        "  }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<4xf32>) -> "
+        "tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': all-reduce's reducer returns 0 values, not 1"},
+    {"func.func @main(%a: tensor<4x16xf32>) -> tensor<4x4xf32> {\n"
+     "  %0 = \"stablehlo.reduce_scatter\"(%a) ({\n  ^bb0(%x: tensor<f64>, %y: tensor<f64>):\n"
+     "    %m = stablehlo.add %x, %y : tensor<f64>\n    \"stablehlo.return\"(%m) : "
+     "(tensor<f64>) -> ()\n  }) {replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, "
+     "scatter_dimension = 1 : i64} : (tensor<4x16xf32>) -> tensor<4x4xf32>\n  return %0 : "
+     "tensor<4x4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': reduce-scatter reduces in float64, so its result 0 must be "
+     "float64, not float32"},
+    /* @all_to_all_c9_mismatch_count and @collective_broadcast_c4_*: were Opaque */
+    {"func.func @main(%a: tensor<4x16xf32>, %b: tensor<4x16xf32>) -> tensor<16x4xf32> {\n"
+     "  %0 = \"stablehlo.all_to_all\"(%a, %b) {split_dimension = 1 : i64, concat_dimension = 0 : "
+     "i64, split_count = 4 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>} : "
+     "(tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<16x4xf32>\n  return %0 : tensor<16x4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': all-to-all has 2 operands but 1 result"},
+    {"func.func @main(%a: tensor<4xf32>, %r: tensor<1xf32>) -> tensor<4xf32> {\n"
+     "  %0 = \"stablehlo.collective_broadcast\"(%a, %r) {replica_groups = dense<[[0, 1]]> : "
+     "tensor<1x2xi64>, has_dynamic_root} : (tensor<4xf32>, tensor<1xf32>) -> tensor<4xf32>\n"
+     "  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': collective-broadcast's root operand (the last, with "
+     "has_dynamic_root) must be a rank-1 i32 tensor"},
+    {"func.func @main(%a: tensor<4xf32>, %b: tensor<4xf32>, %r: tensor<1xi32>) -> (tensor<4xf32>, "
+     "tensor<4xf32>) {\n  %0:2 = \"stablehlo.collective_broadcast\"(%a, %b, %r) {replica_groups "
+     "= dense<[[0, 1]]> : tensor<1x2xi64>, has_dynamic_root} : (tensor<4xf32>, tensor<4xf32>, "
+     "tensor<1xi32>) -> (tensor<4xf32>, tensor<4xf32>)\n  return %0#0, %0#1 : tensor<4xf32>, "
+     "tensor<4xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': collective-broadcast's root operand has 1 element but "
+     "there are 2 data operands"},
+    {"func.func @main(%a: tensor<4xf32>) -> tensor<4xi32> {\n  %0 = \"stablehlo.async_start\"(%a) "
+     "({\n  ^bb0(%b: tensor<4xf32>):\n    \"stablehlo.return\"(%b) : (tensor<4xf32>) -> ()\n  }) "
+     ": (tensor<4xf32>) -> !stablehlo.future<tensor<4xf32>>\n  %1 = \"stablehlo.async_done\"(%0) "
+     ": (!stablehlo.future<tensor<4xf32>>) -> tensor<4xi32>\n  return %1 : tensor<4xi32>\n}\n",
+     "t.mlir:6: error: op '%1': stablehlo.async_done gives tensor<4xi32> but its future holds "
+     "tensor<4xf32>"},
+    {"func.func @main(%a: tensor<4xf32>) -> tensor<8xf32> {\n  %0 = \"stablehlo.async_start\"(%a) "
+     "({\n  ^bb0(%b: tensor<4xf32>):\n    \"stablehlo.return\"(%b) : (tensor<4xf32>) -> ()\n  }) "
+     ": (tensor<4xf32>) -> !stablehlo.future<tensor<8xf32>>\n  return %0 : tensor<8xf32>\n}\n",
+     "t.mlir:2: error: instruction '0': declares float32[8] but its region gives float32[4]"},
+    {"func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = \"stablehlo.async_start\"(%a) "
+     "({\n  ^bb0(%b: tensor<4xf32>):\n    \"stablehlo.return\"(%b) : (tensor<4xf32>) -> ()\n  }, "
+     "{\n  ^bb0(%c: tensor<4xf32>):\n    \"stablehlo.return\"(%c) : (tensor<4xf32>) -> ()\n  }) "
+     ": (tensor<4xf32>) -> !stablehlo.future<tensor<4xf32>>\n  return %0 : tensor<4xf32>\n}\n",
+     "t.mlir:2: error: op '%0': stablehlo.async_start takes one region"},
+    {"func.func @main(%a: tensor<4x!foo.bar<3>>) -> tensor<4xf32> {\n}\n",
+     "t.mlir:1: error: unknown element type '!foo.bar<3'"},
+    {"func.func @main(%a: tensor<4x!quant.uniform<f32:f32, 2.0>>) -> tensor<4xf32> {\n}\n",
+     "t.mlir:1: error: unsupported quantized type '!quant.uniform<f32:f32, 2.0>'"},
     {FN "  %0 = \"stablehlo.collective_permute\"(%a) <{source_target_pairs = dense<[[0, 1, "
         "2]]> : tensor<1x3xi64>}> : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : "
         "tensor<4xf32>\n}\n",
@@ -806,6 +937,9 @@ int main(void) {
       cmocka_unit_test(test_sniff),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_reducers),
+      cmocka_unit_test(test_quantized_types),
+      cmocka_unit_test(test_dashed_op_name),
+      cmocka_unit_test(test_async_ops),
       cmocka_unit_test(test_many_meshes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -22,6 +22,7 @@ kernel does not let the peers open (copied, with a warning). Exits 77 (skipped) 
 mpirun; the torch parts say they are skipped without torch.
 """
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -37,10 +38,16 @@ from checks import expect_raises, fail
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import ports  # noqa: E402 (bench/ports.py: a run started again when a port was taken meanwhile)
 
-try:
-    import torch
-except ImportError:
-    torch = None
+# torch's import is most of a process's start: the driver only asks whether
+# it is there, and the ranks of hosts() and killed() touch no tensor of its
+CHILD = os.environ.get("CF_DIST_CHILD")
+torch = None
+if CHILD and CHILD not in ("hosts", "killed"):
+    try:
+        import torch
+    except ImportError:
+        pass
+HAVE_TORCH = torch is not None if CHILD else importlib.util.find_spec("torch") is not None
 
 DTYPES = tuple(collfuse.DTYPES)  # every collfuse dtype
 TORCH_LACKS = ("uint16", "uint32", "uint64")  # torch 1.13 has no such tensors
@@ -794,7 +801,7 @@ def driver():
             subprocess.run(["sh", "-c", "command -v mpirun"], capture_output=True).returncode != 0:
         print("test_distributed: mpirun not found: the collectives across processes are skipped")
         sys.exit(77)
-    if torch is None:
+    if not HAVE_TORCH:
         if any(h == "torchrun" for h, _ in runs):
             print("test_distributed: no torch (python3-torch) for torchrun: skipped")
             sys.exit(77)
@@ -806,7 +813,7 @@ def driver():
         for where in ("run", "setup"):
             with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
                 killed(ok, scale, where)
-        if torch is not None:
+        if HAVE_TORCH:
             with tempfile.TemporaryDirectory(prefix="cf-dist") as ok:
                 unopenable(ok, scale)
     for how, R in runs:
@@ -815,7 +822,7 @@ def driver():
 
 
 if __name__ == "__main__":
-    if os.environ.get("CF_DIST_CHILD"):
+    if CHILD:
         child()
     else:
         driver()
