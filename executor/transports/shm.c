@@ -1109,21 +1109,10 @@ static cf_status probe_regions(cf_shm_world *w, int fd) {
  * next 50 ms look). Refused (an old kernel, a container's seccomp): both
  * sides fence, as before. */
 static cf_status agree_fences(cf_shm_world *w) {
-  /* refused: the rank and errno in one value, the largest comes back */
-  double v = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0
-                 ? 0
-                 : 1 + (double)w->me * 4096 + (errno & 4095);
+  double v = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 ? 0 : 1;
   cf_status st = shm_max(&w->base, &v, 1);
-  if (st) return st;
-  w->asym = v == 0;
-  if (!w->asym) {
-    int64_t code = (int64_t)v - 1;
-    cf_log(w->ctx, CF_LOG_INFO,
-           "shm transport: rank %d cannot register for membarrier's global expedited command (%s): "
-           "every rank fences both sides of its waits (small messages take a little longer)",
-           (int)(code / 4096), strerror((int)(code % 4096)));
-  }
-  return CF_OK;
+  if (!st) w->asym = v == 0;
+  return st;
 }
 
 static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeout_s, cf_world **out) {

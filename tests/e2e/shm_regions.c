@@ -48,16 +48,6 @@
  * registered memory instead: AllReduces in and out of place on registered
  * memory give the right sums with the copies of unregistered memory (2),
  * and each rank's log sink gets one warning naming why.
- *
- *   collfuse_shm_regions N fences
- *
- * The last rank cannot use membarrier(2) (a seccomp filter refuses it,
- * as a container's profile may): the ranks agree at start-up that every
- * wait fences both sides instead of only the sleeper (with
- * MEMBARRIER_CMD_GLOBAL_EXPEDITED), and every rank's log sink gets one
- * message naming the last rank; AllReduces of random data (8 bytes,
- * direct, through the message cells; 400 KB, auto) match the float64
- * sums, 50 times each.
  * Prints one line per failure; exits 0 when every rank passed.
  */
 #define _GNU_SOURCE
@@ -70,11 +60,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/audit.h>
 #include <linux/capability.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -466,65 +452,11 @@ static int unopenable_main(void) {
   return fails ? 1 : 0;
 }
 
-/* membarrier(2) fails with EPERM in this process from now on (and nothing
- * else changes). */
-static bool deny_membarrier(void) {
-  struct sock_filter f[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_membarrier, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
-  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0 &&
-         syscall(__NR_membarrier, 0 /* MEMBARRIER_CMD_QUERY */, 0, 0) < 0 && errno == EPERM;
-}
-
-/* The log sink of fences_main: the messages about membarrier, counted and kept. */
-static int fence_notes;
-static char fence_note[1024];
-static void on_fence_log(void *user, cf_log_level lvl, const char *msg) {
-  (void)user;
-  (void)lvl;
-  if (!strstr(msg, "membarrier")) return;
-  fence_notes++;
-  snprintf(fence_note, sizeof fence_note, "%s", msg);
-}
-
-static int fences_main(void) {
-  if (me == R - 1 && !deny_membarrier()) FAIL("cannot make membarrier fail here: %s", strerror(errno));
-  if (cf_context_create(&ctx)) return 1;
-  cf_context_set_log(ctx, on_fence_log, NULL);
-  const int64_t counts[2] = {2, 100003};
-  const char *algos[2] = {"direct", "auto"};
-  /* both executables alive at once: one world, joined once */
-  cf_executable *e[2] = {make_exe(counts[0], algos[0]), make_exe(counts[1], algos[1])};
-  for (int k = 0; k < 2 && !fails; k++) {
-    float *x = malloc(sizeof(float) * (size_t)counts[k]), *y = malloc(sizeof(float) * (size_t)counts[k]);
-    for (int c = 0; x && y && e[k] && c < 50 && !fails; c++) /* unregistered memory: a copy in, one out */
-      check_run(e[k], 10 + c, counts[k], x, c % 2 ? y : NULL, 2, c % 2 ? "out of place" : "in place");
-    if (!x || !y || !e[k]) FAIL("no executable or memory for %lld elements", (long long)counts[k]);
-    free(x);
-    free(y);
-  }
-  cf_executable_destroy(e[0]);
-  cf_executable_destroy(e[1]);
-  char want[96];
-  snprintf(want, sizeof want, "rank %d cannot register for membarrier's global expedited command", R - 1);
-  if (fence_notes != 1 || !strstr(fence_note, want) || !strstr(fence_note, "fences both sides"))
-    FAIL("%d messages about membarrier, the last '%s'; want one starting 'shm transport: %s'", fence_notes,
-         fence_note, want);
-  cf_context_destroy(ctx);
-  return fails ? 1 : 0;
-}
-
 int main(int argc, char **argv) {
   R = argc > 1 ? atoi(argv[1]) : 2;
   bool unopenable = argc > 2 && strcmp(argv[2], "unopenable") == 0;
-  bool fences = argc > 2 && strcmp(argv[2], "fences") == 0;
   if (R < 2 || R > 8) {
-    fprintf(stderr, "usage: collfuse_shm_regions N [unopenable|fences]   (N: 2..8)\n");
+    fprintf(stderr, "usage: collfuse_shm_regions N [unopenable]   (N: 2..8)\n");
     return 2;
   }
   snprintf(job, sizeof job, "regions-%d-%d", (int)getpid(), R);
@@ -534,7 +466,7 @@ int main(int argc, char **argv) {
     if (pid[r] == 0) {
       me = r;
       alarm(300); /* never a hang: the runs' own timeout is 20 s */
-      _exit(unopenable ? unopenable_main() : fences ? fences_main() : rank_main());
+      _exit(unopenable ? unopenable_main() : rank_main());
     }
   }
   int bad = 0;
