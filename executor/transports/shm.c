@@ -23,12 +23,8 @@
  * The channels, doorbells and the abort word live in one more memfd, the
  * control segment, made by rank 0: the threads transport's cells and
  * spin-then-sleep waits, with shared futexes (FUTEX_WAIT/WAKE without
- * FUTEX_PRIVATE) and the threads transport's asymmetric fence: a sender
- * stores without a fence and a waiter that goes to sleep pays for both
- * with membarrier's global expedited command, which reaches the CPUs of
- * every process registered for it (the private one stays within a
- * process); where a rank cannot register, every rank fences both sides
- * (agree_fences). Descriptors
+ * FUTEX_PRIVATE) and sequentially consistent stores on both sides
+ * (membarrier's asymmetric fence does not cross processes). Descriptors
  * travel with their group and node names inline, so a mismatch names both
  * ranks on every rank (exit 3).
  *
@@ -75,7 +71,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <linux/membarrier.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -99,7 +94,7 @@
 #define CHAN_SLOTS 8
 #define EAGER_MAX 104
 #define INLINE_BIT (UINT64_C(1) << 63)
-#define MAGIC UINT64_C(0x374d48534643) /* "CFSHM7": the layout (beats, waits, regions, probe, fences) */
+#define MAGIC UINT64_C(0x364d48534643) /* "CFSHM6": the layout (beats, waits, regions, probe) */
 #define NAME_MAX_SHM 64                /* group and node names a descriptor carries */
 #define PAGE 4096
 
@@ -161,7 +156,6 @@ typedef struct cf_shm_world {
   int size, me;
   double timeout_s;
   int spin;               /* polls before a wait sleeps */
-  bool asym;              /* every rank's sleepers fence with membarrier (agree_fences): no fence to send */
   int cores;              /* the CPUs the ranks share (COLLFUSE_SHM_CORES, else this process's) */
   cf_spin_mode spin_mode; /* how they poll */
   char host[256];
@@ -328,33 +322,9 @@ static bool shm_free(cf_world *base, void *p) {
 
 /* ================= waits, abort, death ================= */
 
-/* Store an event (a message's sequence word, a release count) that a peer
- * may be about to sleep on; ring() follows. With the sleepers' membarrier
- * (w->asym) a release store: the sender's only fence was the locked store
- * of a line the receiver polls, so it waited for that line to come back
- * from the receiver's cache (a third of a 2-rank 8-byte AllReduce). */
-static void publish(const cf_shm_world *w, _Atomic uint64_t *a, uint64_t v) {
-  if (w->asym)
-    atomic_store_explicit(a, v, memory_order_release);
-  else
-    atomic_store(a, v);
-}
-
-/* Wake rank if it sleeps. The event was stored before this, and a waiter
- * stores its sleeping flag before it polls again (wait_ge), with a full
- * fence between on both sides: seq_cst, or the waiter's membarrier
- * (MEMBARRIER_CMD_GLOBAL_EXPEDITED, which reaches every CPU that runs a
- * rank of the job), so one of the two sees the other and a polling waiter
- * costs the sender no write to its line. */
 static void ring(cf_shm_world *w, int rank) {
   sbell *b = &w->bells[rank];
-  /* (the orders must be constants: a variable one compiles as seq_cst; the
-   * signal fence keeps the compiler from reading the flag before the
-   * event's store, which the membarrier argument needs in program order) */
-  atomic_signal_fence(memory_order_seq_cst);
-  int asleep = w->asym ? atomic_load_explicit(&b->sleeping, memory_order_relaxed)
-                       : atomic_load(&b->sleeping);
-  if (asleep) {
+  if (atomic_load(&b->sleeping)) {
     atomic_fetch_add(&b->word, 1);
     syscall(SYS_futex, &b->word, FUTEX_WAKE, 1, NULL, NULL, 0);
   }
@@ -432,8 +402,6 @@ static cf_status wait_ge(cf_shm_world *w, _Atomic uint64_t *a, uint64_t target, 
   cf_patience_start(&pat, cf_chain_pulse(w->head->vital, w->size, w->me, ww->peer), cf_now());
   for (;;) {
     atomic_store(&b->sleeping, 1);
-    /* the senders' half of the fence (publish) */
-    if (w->asym) syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
     uint32_t v = atomic_load(&b->word);
     if (atomic_load(a) >= target) break;
     double left = cf_patience_left(&pat, cf_chain_pulse(w->head->vital, w->size, w->me, ww->peer),
@@ -467,9 +435,10 @@ static cf_status wait_acked(cf_shm_world *w, int peer, uint64_t target, const wa
 
 /* ================= messages ================= */
 
-/* A name into a descriptor's slot, cut to NAME_MAX_SHM - 1 bytes: on every
- * message, so not snprintf (two of them were more than half of a 2-rank
- * 8-byte AllReduce's own work besides the waits). */
+/* A name into a descriptor's slot, cut to NAME_MAX_SHM - 1 bytes. On
+ * every message, so not snprintf: two of them per message were 13% of a
+ * 2-process 8-byte AllReduce's profile, more than post, recv and release
+ * together (the rest is the polls). */
 static void name_in(char dst[NAME_MAX_SHM], const char *src) {
   size_t n = strnlen(src, NAME_MAX_SHM - 1);
   memcpy(dst, src, n);
@@ -527,7 +496,7 @@ static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const
     w->need[peer] = h + 1;
   }
   w->head_n[peer] = h + 1;
-  publish(w, &m->seq, h + 1);
+  atomic_store(&m->seq, h + 1);
   ring(w, peer);
   return CF_OK;
 }
@@ -557,8 +526,8 @@ static cf_status s_recv(cf_comm *c, int peer, void *staging, size_t bytes, const
   /* a descriptor on one side only: one rank checks its plan before a run
    * while the other runs a collective (a kept rank skips the checks) */
   /* m->key is 0 exactly when the sender gave no descriptor (sd->has): the
-   * check reads only the cell's line, which the wait brought here; sd's
-   * lines stay in the sender's cache unless something is wrong */
+   * check reads only the cell's line, which the wait brought here, and the
+   * lines of sd stay in the sender's cache unless something differs */
   if ((d || m->key) && (!d || !m->key || m->key != cf_coll_desc_key(d))) {
     cf_coll_desc theirs = sd->d;
     theirs.group = sd->group;
@@ -609,7 +578,7 @@ static cf_status s_release(cf_comm *c, int peer) {
   /* the message released is the oldest one not released yet */
   uint64_t k = atomic_load_explicit(&ch->acked, memory_order_relaxed) % CHAN_SLOTS;
   cf_shm_regions_let_go(&w->regions, &w->hold[(size_t)peer * CHAN_SLOTS + k]);
-  publish(w, &ch->acked, atomic_load_explicit(&ch->acked, memory_order_relaxed) + 1);
+  atomic_store(&ch->acked, atomic_load_explicit(&ch->acked, memory_order_relaxed) + 1);
   ring(w, peer);
   return CF_OK;
 }
@@ -1101,20 +1070,6 @@ static cf_status probe_regions(cf_shm_world *w, int fd) {
   return CF_OK;
 }
 
-/* Whether every rank can fence for the senders when it goes to sleep
- * (w->asym): each registers for MEMBARRIER_CMD_GLOBAL_EXPEDITED, whose
- * barrier reaches only the CPUs running registered processes, and the
- * ranks agree on the answer (a sender that did not fence while its
- * receiver could not either would leave the receiver asleep until its
- * next 50 ms look). Refused (an old kernel, a container's seccomp): both
- * sides fence, as before. */
-static cf_status agree_fences(cf_shm_world *w) {
-  double v = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 ? 0 : 1;
-  cf_status st = shm_max(&w->base, &v, 1);
-  if (!st) w->asym = v == 0;
-  return st;
-}
-
 static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeout_s, cf_world **out) {
   *out = NULL;
   pthread_mutex_lock(&joined_lock);
@@ -1241,8 +1196,7 @@ static cf_status shm_join(cf_context *ctx, const cf_shm_launch *l, double timeou
       if (r != w->me) w->pidfd[r] = (int)syscall(SYS_pidfd_open, w->head->pid[r], 0);
     w->head->pid[w->me] = (int32_t)getpid();
     atomic_fetch_add(&w->head->attached, 1);
-    if (n > 1) st = agree_fences(w);
-    if (n > 1 && !st) st = probe_regions(w, ctl_fd);
+    if (n > 1) st = probe_regions(w, ctl_fd);
   }
   for (int r = 0; r < n; r++)
     if (heap_fd[r] >= 0) close(heap_fd[r]); /* the mappings keep them */
@@ -1339,7 +1293,7 @@ static cf_status shm_max(cf_world *base, double *v, int n) {
     memcpy(m, v + at, sizeof(double) * (size_t)k);
     memcpy(w->head->maxv[w->me], m, sizeof(double) * (size_t)k);
     for (uint64_t phase = 2 * round - 1; phase <= 2 * round; phase++) {
-      publish(w, &w->head->max_round[w->me], phase);
+      atomic_store(&w->head->max_round[w->me], phase);
       for (int r = 0; r < w->size; r++)
         ring(w, r);
       for (int r = 0; r < w->size; r++) {

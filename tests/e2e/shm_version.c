@@ -155,7 +155,7 @@ static void old_joiner(void) {
   snprintf(job, sizeof job, "version-a-%d", (int)getpid());
   struct sockaddr_un a;
   socklen_t al = job_addr(&a, job, sock, sizeof sock);
-  const char *want[] = {"rank 1 (pid ", "its shm layout is CFSHM4", "rank 0's (pid ", "is CFSHM7", sock,
+  const char *want[] = {"rank 1 (pid ", "its shm layout is CFSHM4", "rank 0's (pid ", "is CFSHM6", sock,
                         "one build", NULL};
   pid_t real = start_real(job, 0, want);
   snprintf(pid0, sizeof pid0, "(pid %d)", (int)real);
@@ -216,7 +216,7 @@ static void old_host(void) {
     FAIL("an old rank 0: cannot listen at %s: %s", sock, strerror(errno));
     return;
   }
-  const char *want[] = {pid0, "closed the connection on rank 1's hello", "older than this rank's CFSHM7",
+  const char *want[] = {pid0, "closed the connection on rank 1's hello", "older than this rank's CFSHM6",
                         sock, "one build", NULL};
   pid_t real = start_real(job, 1, want);
   int s = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
