@@ -24,7 +24,8 @@
  * control segment, made by rank 0: the threads transport's cells and
  * spin-then-sleep waits, with shared futexes (FUTEX_WAIT/WAKE without
  * FUTEX_PRIVATE) and sequentially consistent stores on both sides
- * (membarrier's asymmetric fence does not cross processes). Descriptors
+ * (membarrier's private asymmetric fence does not cross processes; its
+ * global expedited one, which does, measured level: docs/executor.md). Descriptors
  * travel with their group and node names inline, so a mismatch names both
  * ranks on every rank (exit 3).
  *
