@@ -24,7 +24,8 @@
  * control segment, made by rank 0: the threads transport's cells and
  * spin-then-sleep waits, with shared futexes (FUTEX_WAIT/WAKE without
  * FUTEX_PRIVATE) and sequentially consistent stores on both sides
- * (membarrier's asymmetric fence does not cross processes). Descriptors
+ * (membarrier's private asymmetric fence does not cross processes; its
+ * global expedited one, which does, measured level: docs/executor.md). Descriptors
  * travel with their group and node names inline, so a mismatch names both
  * ranks on every rank (exit 3).
  *
@@ -435,6 +436,16 @@ static cf_status wait_acked(cf_shm_world *w, int peer, uint64_t target, const wa
 
 /* ================= messages ================= */
 
+/* A name into a descriptor's slot, cut to NAME_MAX_SHM - 1 bytes. On
+ * every message, so not snprintf: two of them per message were 13% of a
+ * 2-process 8-byte AllReduce's profile, more than post, recv and release
+ * together (the rest is the polls). */
+static void name_in(char dst[NAME_MAX_SHM], const char *src) {
+  size_t n = strnlen(src, NAME_MAX_SHM - 1);
+  memcpy(dst, src, n);
+  dst[n] = 0;
+}
+
 static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const cf_coll_desc *d,
                       bool eager) {
   cf_shm_world *w = c->impl;
@@ -452,8 +463,8 @@ static cf_status post(cf_comm *c, int peer, const void *buf, size_t bytes, const
   sd->has = d != NULL;
   if (d) {
     sd->d = *d;
-    snprintf(sd->group, sizeof sd->group, "%s", d->group ? d->group : "");
-    snprintf(sd->node, sizeof sd->node, "%s", d->node ? d->node : "?");
+    name_in(sd->group, d->group ? d->group : "");
+    name_in(sd->node, d->node ? d->node : "?");
   }
   if (eager) {
     memcpy(m->u.inl, buf, bytes);
@@ -514,7 +525,10 @@ static cf_status recv_msg(cf_comm *c, int peer, size_t bytes, const cf_coll_desc
   sdesc *sd = &ch->desc[i];
   /* a descriptor on one side only: one rank checks its plan before a run
    * while the other runs a collective (a kept rank skips the checks) */
-  if ((d || sd->has) && (!d || !sd->has || (m->key && m->key != cf_coll_desc_key(d)))) {
+  /* m->key is 0 exactly when the sender gave no descriptor (sd->has): the
+   * check reads only the cell's line, which the wait brought here, and the
+   * lines of sd stay in the sender's cache unless something differs */
+  if ((d || m->key) && (!d || !m->key || m->key != cf_coll_desc_key(d))) {
     cf_coll_desc theirs = sd->d;
     theirs.group = sd->group;
     theirs.node = sd->node;

@@ -328,6 +328,18 @@ cat >"$work/big.xml" <<'EOF'
   <node name="o" op="Output"><input ref="r"/></node>
 </graph>
 EOF
+# the names a descriptor carries across processes: a node's name longer
+# than the 63 characters the control segment holds is cut there in the
+# peer's copy; the rank that finds the mismatch first names the lower
+# rank's node, its own (in full) or its peer's copy (63 characters), and
+# nothing else
+long=$(printf 'n%.0s' $(seq 80)) cut=$(printf 'n%.0s' $(seq 63))
+sed "s/16777216/1000/; s/\"r\"/\"$long\"/g" "$work/big.xml" >"$work/longname.xml"
+COLLFUSE_TEST_MISMATCH=1:0:count run run "$work/longname.xml" --backend shm --ranks 2 --timeout 60 && {
+  expect_rc 3 "a descriptor that differs, long node name"
+  grep -Eq "AllReduce '($cut|$long)' \(collective #0" "$ERR" ||
+    fail "long node name: the mismatch does not name the node (in full or its first 63 characters)"
+}
 # kill9 GRAPH WHAT [ARGS...]: run GRAPH on the shm world with ARGS, many
 # iterations, kill -9 rank 1 after 2 s: the others stop within --timeout
 # naming it
