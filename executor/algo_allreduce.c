@@ -177,6 +177,13 @@ static void put_free(put_bufs *b) {
   ptrs_free(&b->seg);
 }
 
+/* c's recv, or its recv_sleep where asleep and the transport has one. */
+static cf_status recv_from(cf_comm *c, bool asleep, int peer, size_t bytes, const cf_coll_desc *d,
+                           const void **data) {
+  return (asleep && c->ops->recv_sleep ? c->ops->recv_sleep : c->ops->recv)(c, peer, NULL, bytes, d,
+                                                                            data);
+}
+
 /* Every rank offers its input and its output to each peer (and, extra,
  * one more message of extra_bytes at extra when not NULL), and takes
  * theirs into b. The group's ranks from idle on (n: none) are pool's idle
@@ -203,10 +210,9 @@ static cf_status put_exchange(cf_comm *c, const cf_coll_call *call, put_bufs *b,
       b->out.p[i] = call->out;
       continue;
     }
-    cf_status (*recv)(cf_comm *, int, void *, size_t, const cf_coll_desc *, const void **) =
-        (i >= idle || me >= idle) && c->ops->recv_sleep ? c->ops->recv_sleep : c->ops->recv;
-    st = recv(c, call->ranks[i], NULL, bytes, d, &b->in.p[i]);
-    if (!st) st = recv(c, call->ranks[i], NULL, bytes, d, &b->out.p[i]);
+    bool asleep = i >= idle || me >= idle;
+    st = recv_from(c, asleep, call->ranks[i], bytes, d, &b->in.p[i]);
+    if (!st) st = recv_from(c, asleep, call->ranks[i], bytes, d, &b->out.p[i]);
   }
   return st;
 }
@@ -414,8 +420,7 @@ cf_status cf_algo_pool(cf_comm *c, cf_device *dev, const cf_coll_call *call) {
       put_exchange(c, call, &b, me == 0 ? (const void *)next : NULL, sizeof *next, workers);
   const void *p = NULL;
   if (!st && me != 0)
-    st = (idle && c->ops->recv_sleep ? c->ops->recv_sleep : c->ops->recv)(c, call->ranks[0], NULL,
-                                                                          sizeof *next, d, &p);
+    st = recv_from(c, idle, call->ranks[0], sizeof *next, d, &p);
   if (!st && me != 0) next = (_Atomic int64_t *)p;
   cf_algo_phase("exchange buffers", t);
   if (!st && idle) {
